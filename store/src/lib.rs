@@ -1,0 +1,13 @@
+//! The object store: the source of truth of an autocomp pipeline.
+//!
+//! It owns the data model (batches, their append-only event logs, claims), the one pure
+//! definition of trigger semantics, the `ObjectStore` port every other crate talks to, and the
+//! embedded SQLite backend behind it. Nothing here knows about indexes, locks or components.
+
+pub mod model;
+pub mod port;
+pub mod sqlite;
+
+pub use model::*;
+pub use port::{ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

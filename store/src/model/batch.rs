@@ -1,0 +1,312 @@
+//! Batches, their append-only event logs and the runs (claims) components hold on them,
+//! plus the validated inputs (`NewBatch`, `NewEvent`) the store accepts.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{
+    Agent, BatchId, BatchType, ComponentName, EffectiveView, EventType, IdempotencyKey, InvalidInput,
+    MAX_DOCUMENT_BYTES, Seq, Timestamp,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Success,
+    Failure,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        match text {
+            "success" => Ok(Outcome::Success),
+            "failure" => Ok(Outcome::Failure),
+            other => Err(InvalidInput::new("outcome", other, "expected success or failure")),
+        }
+    }
+}
+
+/// A batch with its whole log and its open runs, as read from the store at `as_of`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub id: BatchId,
+    #[serde(rename = "type")]
+    pub batch_type: BatchType,
+    pub priority: i32,
+    pub metadata: Map<String, Value>,
+    pub created_seq: Seq,
+    /// Last content change (creation, re-delivery, metadata edit); never moved by events.
+    pub modified_seq: Seq,
+    /// Last change of any kind; the change feed orders batches by it.
+    pub changed_seq: Seq,
+    pub created_at: Timestamp,
+    pub modified_at: Timestamp,
+    /// The log in `seq` order.
+    pub events: Vec<Event>,
+    pub open_runs: Vec<Run>,
+    /// The store's clock when this snapshot was read: "now" for time-based trigger clauses.
+    pub as_of: Timestamp,
+}
+
+impl Batch {
+    pub fn effective(&self) -> EffectiveView<'_> {
+        EffectiveView::of(&self.events)
+    }
+
+    /// Where the batch's files are (metadata key `location`).
+    pub fn location(&self) -> Option<&str> {
+        self.metadata.get("location").and_then(Value::as_str)
+    }
+
+    /// The newest content change or event, whichever is later (for `settled_for`).
+    pub fn last_activity_at(&self) -> Timestamp {
+        let last_event = self.events.iter().map(|e| e.at).max().unwrap_or_default();
+        self.modified_at.max(last_event)
+    }
+
+    pub fn open_run(&self, component: &ComponentName) -> Option<&Run> {
+        self.open_runs.iter().find(|run| &run.component == component)
+    }
+}
+
+/// One recorded event. Never changed or deleted once the store acknowledged it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: Seq,
+    pub batch_id: BatchId,
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub outcome: Outcome,
+    pub agent: Agent,
+    pub at: Timestamp,
+    pub details: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunRef>,
+    /// For `Reset` markers: the event types this marker supersedes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resets: Vec<EventType>,
+}
+
+impl Event {
+    /// A boolean flag of the report (`transient`, `timed_out`, `cancelled`, `skipped`).
+    pub fn flag(&self, name: &str) -> bool {
+        self.details.get(name).and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+/// The claim generation an event was recorded under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunRef {
+    pub component: ComponentName,
+    pub generation: i64,
+}
+
+/// Who holds a run: enough for an operator (or a restarted agent) to find the process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunHolder {
+    pub agent: Agent,
+    pub host: String,
+    pub pid: u32,
+}
+
+impl RunHolder {
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        let printable = self.host.chars().all(|c| c.is_ascii_graphic());
+        if self.host.is_empty() || self.host.len() > 255 || !printable {
+            return Err(InvalidInput::new("host", &self.host, "must be 1-255 printable ASCII characters"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Claimed; the holder may record one event with this generation.
+    Open,
+    /// Closed by the event it recorded.
+    Recorded,
+    /// Closed without an event (graceful shutdown): the batch is ready again.
+    Released,
+    /// Superseded by a later claim while still open: its holder died or stalled.
+    Abandoned,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Open => "open",
+            RunState::Recorded => "recorded",
+            RunState::Released => "released",
+            RunState::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        match text {
+            "open" => Ok(RunState::Open),
+            "recorded" => Ok(RunState::Recorded),
+            "released" => Ok(RunState::Released),
+            "abandoned" => Ok(RunState::Abandoned),
+            other => Err(InvalidInput::new("run state", other, "expected open, recorded, released or abandoned")),
+        }
+    }
+}
+
+/// One claim generation of (batch, component): the "started" marker of a piece of work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub batch_id: BatchId,
+    pub component: ComponentName,
+    pub generation: i64,
+    pub holder: RunHolder,
+    pub started_at: Timestamp,
+    /// The change that opened the run; attempts are counted by it.
+    pub claim_seq: Seq,
+    pub state: RunState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Timestamp>,
+    /// The run ended in a transient failure (counts as an attempt, like abandonment).
+    #[serde(default)]
+    pub transient: bool,
+}
+
+/// A batch to register.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewBatch {
+    pub id: BatchId,
+    #[serde(rename = "type")]
+    pub batch_type: BatchType,
+    #[serde(default)]
+    pub priority: i32,
+    /// Must be a JSON object; the key `location` says where the batch's files are.
+    #[serde(default = "empty_object")]
+    pub metadata: Value,
+}
+
+impl NewBatch {
+    pub fn new(id: BatchId, batch_type: BatchType) -> Self {
+        Self { id, batch_type, priority: 0, metadata: empty_object() }
+    }
+
+    pub fn with_location(mut self, location: impl Into<String>) -> Self {
+        if let Value::Object(map) = &mut self.metadata {
+            map.insert("location".into(), Value::String(location.into()));
+        }
+        self
+    }
+
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_object("metadata", &self.metadata)
+    }
+}
+
+/// An event to append. The store assigns `seq` and `at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewEvent {
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub outcome: Outcome,
+    pub agent: Agent,
+    #[serde(default = "empty_object")]
+    pub details: Value,
+    /// Fences the append: it succeeds only while this is the open, current run.
+    #[serde(default)]
+    pub run: Option<RunRef>,
+    #[serde(default)]
+    pub resets: Vec<EventType>,
+    /// A retried append with the same key returns the first append's event.
+    #[serde(default)]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+impl NewEvent {
+    pub fn new(event_type: EventType, outcome: Outcome, agent: Agent) -> Self {
+        Self {
+            event_type,
+            outcome,
+            agent,
+            details: empty_object(),
+            run: None,
+            resets: Vec::new(),
+            idempotency_key: None,
+        }
+    }
+
+    /// A `Reset` marker superseding the effective events of `types` (DESIGN §3).
+    pub fn reset(types: Vec<EventType>, agent: Agent, details: Value) -> Self {
+        Self { resets: types, details, ..Self::new(EventType::reset(), Outcome::Success, agent) }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn in_run(mut self, component: ComponentName, generation: i64) -> Self {
+        self.run = Some(RunRef { component, generation });
+        self
+    }
+
+    pub fn with_idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.idempotency_key = Some(key);
+        self
+    }
+
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_object("details", &self.details)?;
+        match (self.event_type.is_reset(), self.resets.is_empty()) {
+            (true, true) => {
+                Err(InvalidInput::new("resets", "[]", "a Reset marker must name the event types it resets"))
+            }
+            (false, false) => Err(InvalidInput::new(
+                "resets",
+                self.resets.iter().map(EventType::as_str).collect::<Vec<_>>().join(","),
+                format!("only a Reset marker may reset types, not a {} event", self.event_type),
+            )),
+            _ if self.event_type.is_reset() && self.run.is_some() => {
+                Err(InvalidInput::new("run", "set", "a Reset marker is an operator action, not part of a run"))
+            }
+            _ if self.resets.iter().any(EventType::is_reset) => {
+                Err(InvalidInput::new("resets", EventType::RESET, "a Reset marker cannot reset Reset markers"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `metadata` and `details` are JSON objects of bounded size.
+pub(crate) fn check_object(field: &str, document: &Value) -> Result<(), InvalidInput> {
+    if !document.is_object() {
+        let preview: String = document.to_string().chars().take(64).collect();
+        return Err(InvalidInput::new(field, preview, "must be a JSON object"));
+    }
+    let size = serde_json::to_vec(document).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_DOCUMENT_BYTES {
+        let preview: String = document.to_string().chars().take(64).collect();
+        return Err(InvalidInput::new(
+            field,
+            preview,
+            format!("is {size} bytes of JSON, at most {MAX_DOCUMENT_BYTES} allowed"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! The data model shared by every part of autocomp: validated names, batches, events, runs,
+//! reports, the effective view of a log and the trigger predicate over it (DESIGN §3, §4).
+//! Everything here is plain data and pure functions; no I/O.
+
+mod batch;
+mod effective;
+mod names;
+mod report;
+mod time;
+mod trigger;
+
+pub(crate) use batch::check_object;
+pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
+pub use effective::EffectiveView;
+pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput};
+pub use report::{Failure, Report};
+pub use time::{Seq, Timestamp};
+pub use trigger::{Trigger, order_key};
+
+/// The largest `details` or `metadata` document the store accepts, serialized.
+pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;

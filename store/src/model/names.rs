@@ -1,0 +1,271 @@
+//! Validated names. Batch ids and component names become ZooKeeper node names and file
+//! names, so each name type checks its grammar once, at construction and deserialization,
+//! and the rest of the code can interpolate them without re-checking.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Bad input, naming the field and the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field} {}: {reason}", shown(.value))]
+pub struct InvalidInput {
+    pub field: String,
+    pub value: String,
+    pub reason: String,
+}
+
+impl InvalidInput {
+    pub fn new(field: impl Into<String>, value: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self { field: field.into(), value: value.into(), reason: reason.into() }
+    }
+}
+
+/// Quotes a value for an error message, shortening huge ones so the message stays readable.
+fn shown(value: &str) -> String {
+    const MAX: usize = 160;
+    if value.chars().count() <= MAX {
+        format!("{value:?}")
+    } else {
+        let head: String = value.chars().take(MAX).collect();
+        format!("{head:?}... ({} bytes)", value.len())
+    }
+}
+
+struct Grammar {
+    field: &'static str,
+    max_len: usize,
+    first: fn(char) -> bool,
+    rest: fn(char) -> bool,
+    description: &'static str,
+}
+
+impl Grammar {
+    fn check(&self, value: &str) -> Result<(), InvalidInput> {
+        let fail = |reason: String| Err(InvalidInput::new(self.field, value, reason));
+        let mut chars = value.chars();
+        match chars.next() {
+            None => return fail(format!("must not be empty; expected {}", self.description)),
+            Some(c) if !(self.first)(c) => {
+                return fail(format!("must start with {}; expected {}", self.first_hint(), self.description));
+            }
+            Some(_) => {}
+        }
+        if let Some(bad) = chars.find(|c| !(self.rest)(*c)) {
+            return fail(format!("character {bad:?} is not allowed; expected {}", self.description));
+        }
+        if value.len() > self.max_len {
+            return fail(format!("is {} characters long, at most {} allowed", value.len(), self.max_len));
+        }
+        Ok(())
+    }
+
+    fn first_hint(&self) -> &'static str {
+        if (self.first)('0') { "a letter or digit" } else { "a letter" }
+    }
+}
+
+fn alnum(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+}
+fn alpha(c: char) -> bool {
+    c.is_ascii_alphabetic()
+}
+fn id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+fn word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+macro_rules! validated_name {
+    ($(#[$doc:meta])* $name:ident, $grammar:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            const GRAMMAR: Grammar = $grammar;
+
+            pub fn new(value: impl Into<String>) -> Result<Self, InvalidInput> {
+                let value = value.into();
+                Self::GRAMMAR.check(&value)?;
+                Ok(Self(value))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidInput;
+            fn try_from(value: String) -> Result<Self, InvalidInput> {
+                Self::new(value)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = InvalidInput;
+            fn try_from(value: &str) -> Result<Self, InvalidInput> {
+                Self::new(value)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = InvalidInput;
+            fn from_str(value: &str) -> Result<Self, InvalidInput> {
+                Self::new(value)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+    };
+}
+
+validated_name!(
+    /// A batch id, e.g. `B400022028241-RT1`: `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+    BatchId,
+    Grammar {
+        field: "batch id",
+        max_len: 128,
+        first: alnum,
+        rest: id_char,
+        description: "1-128 characters of [A-Za-z0-9._-] starting with a letter or digit",
+    }
+);
+
+validated_name!(
+    /// An event type, e.g. `Checksums_Verified`: `[A-Za-z][A-Za-z0-9_]{0,63}`.
+    EventType,
+    Grammar {
+        field: "event type",
+        max_len: 64,
+        first: alpha,
+        rest: word_char,
+        description: "1-64 characters of [A-Za-z0-9_] starting with a letter",
+    }
+);
+
+validated_name!(
+    /// A batch type, e.g. `RoundTrip`: same grammar as an event type.
+    BatchType,
+    Grammar {
+        field: "batch type",
+        max_len: 64,
+        first: alpha,
+        rest: word_char,
+        description: "1-64 characters of [A-Za-z0-9_] starting with a letter",
+    }
+);
+
+validated_name!(
+    /// A component name, e.g. `checksum-verifier`; it names lock nodes and claims.
+    ComponentName,
+    Grammar {
+        field: "component",
+        max_len: 64,
+        first: alnum,
+        rest: id_char,
+        description: "1-64 characters of [A-Za-z0-9._-] starting with a letter or digit",
+    }
+);
+
+validated_name!(
+    /// A client-chosen key that makes a retried append return the first one's event.
+    IdempotencyKey,
+    Grammar {
+        field: "idempotency key",
+        max_len: 128,
+        first: alnum,
+        rest: |c| c.is_ascii_graphic(),
+        description: "1-128 printable ASCII characters starting with a letter or digit",
+    }
+);
+
+validated_name!(
+    /// Who wrote an event: `component/version@host#pid` or `operator:<name>`.
+    Agent,
+    Grammar {
+        field: "agent",
+        max_len: 256,
+        first: |c| c.is_ascii_graphic(),
+        rest: |c| c.is_ascii_graphic() || c == ' ',
+        description: "1-256 printable ASCII characters",
+    }
+);
+
+impl EventType {
+    /// The reserved type of operator reset markers (DESIGN §3).
+    pub const RESET: &'static str = "Reset";
+
+    pub fn reset() -> Self {
+        Self(Self::RESET.to_owned())
+    }
+
+    pub fn is_reset(&self) -> bool {
+        self.0 == Self::RESET
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_ids_follow_the_grammar() {
+        for ok in ["B400022028241-RT1", "a", "0.x_y-z", &"a".repeat(128)] {
+            assert!(BatchId::new(ok).is_ok(), "{ok} should be valid");
+        }
+        for bad in ["", "-a", ".hidden", "a/b", "a b", "ø", "../x", &"a".repeat(129), "a\n"] {
+            let err = BatchId::new(bad).unwrap_err();
+            assert_eq!(err.field, "batch id");
+            assert_eq!(err.value, bad);
+        }
+    }
+
+    #[test]
+    fn event_types_follow_the_grammar() {
+        assert!(EventType::new("Checksums_Verified").is_ok());
+        for bad in ["", "1abc", "a-b", "a.b", &"a".repeat(65)] {
+            let err = EventType::new(bad).unwrap_err();
+            assert_eq!(err.field, "event type");
+            assert!(err.to_string().contains("event type"), "{err}");
+        }
+    }
+
+    #[test]
+    fn deserialization_validates() {
+        let err = serde_json::from_str::<BatchId>("\"../etc/passwd\"").unwrap_err();
+        assert!(err.to_string().contains("batch id"), "{err}");
+    }
+
+    #[test]
+    fn long_values_are_shortened_in_messages() {
+        let err = BatchId::new("x/".repeat(10_000)).unwrap_err();
+        assert!(err.to_string().len() < 400, "{}", err.to_string().len());
+    }
+}

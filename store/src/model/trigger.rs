@@ -1,0 +1,281 @@
+//! Trigger semantics (DESIGN §4): the one pure definition of "this batch is ready for this
+//! component". The batch index must answer exactly what `Trigger::select` answers over the
+//! same batches, and the runner re-checks each candidate against the store with `matches`.
+
+use std::cmp::Reverse;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Batch, BatchId, BatchType, EventType, Outcome, Timestamp};
+
+/// All clauses are ANDed; an empty list or `None` is a clause that always holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Trigger {
+    /// Each type's effective event exists and succeeded.
+    pub requires: Vec<EventType>,
+    /// None of these types has an effective event, whatever its outcome.
+    pub blocked_by: Vec<EventType>,
+    /// Each type has no effective event, or its effective event is older than the batch's
+    /// last content change.
+    pub repeat_on_change: Vec<EventType>,
+    /// The batch type is one of these.
+    pub types: Vec<BatchType>,
+    /// The batch id is one of these (manual runs).
+    pub batches: Vec<BatchId>,
+    /// No content change and no event for at least this long (debounce).
+    #[serde(with = "duration_text", skip_serializing_if = "Option::is_none")]
+    pub settled_for: Option<Duration>,
+    /// At most this many batches, in trigger order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+impl Trigger {
+    /// Whether the batch is ready, with "now" being the store clock at which it was read.
+    pub fn matches(&self, batch: &Batch) -> bool {
+        self.matches_at(batch, batch.as_of)
+    }
+
+    pub fn matches_at(&self, batch: &Batch, now: Timestamp) -> bool {
+        self.failing_clause(batch, now).is_none()
+    }
+
+    /// The first clause that does not hold, named as in the config; `None` when ready.
+    pub fn failing_clause(&self, batch: &Batch, now: Timestamp) -> Option<&'static str> {
+        if !self.types.is_empty() && !self.types.contains(&batch.batch_type) {
+            return Some("types");
+        }
+        if !self.batches.is_empty() && !self.batches.contains(&batch.id) {
+            return Some("batches");
+        }
+        let view = batch.effective();
+        if !self.requires.iter().all(|t| view.get(t).is_some_and(|e| e.outcome == Outcome::Success)) {
+            return Some("requires");
+        }
+        if !self.blocked_by.iter().all(|t| view.get(t).is_none()) {
+            return Some("blocked_by");
+        }
+        if !self.repeat_on_change.iter().all(|t| view.get(t).is_none_or(|e| e.seq < batch.modified_seq)) {
+            return Some("repeat_on_change");
+        }
+        if let Some(quiet) = self.settled_for
+            && now.since(batch.last_activity_at()) < quiet
+        {
+            return Some("settled_for");
+        }
+        None
+    }
+
+    /// The ready batches in trigger order (priority descending, then oldest first), limited.
+    pub fn select<'b>(&self, batches: impl IntoIterator<Item = &'b Batch>, now: Timestamp) -> Vec<BatchId> {
+        let mut ready: Vec<&Batch> = batches.into_iter().filter(|b| self.matches_at(b, now)).collect();
+        ready.sort_by_key(|b| order_key(b));
+        ready.truncate(self.limit.unwrap_or(usize::MAX));
+        ready.into_iter().map(|b| b.id.clone()).collect()
+    }
+}
+
+/// Trigger order: priority descending, then oldest `created_seq` first (unique per batch).
+pub fn order_key(batch: &Batch) -> (Reverse<i32>, i64) {
+    (Reverse(batch.priority), batch.created_seq.0)
+}
+
+/// Durations as operators write them: `"90s"`, `"5m"`, `"2h"`, or a number of seconds.
+mod duration_text {
+    use std::fmt;
+
+    use serde::de::{self, Visitor};
+
+    use super::*;
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => serializer.collect_str(&humantime::format_duration(*d)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        deserializer.deserialize_option(DurationVisitor)
+    }
+
+    struct DurationVisitor;
+
+    impl<'de> Visitor<'de> for DurationVisitor {
+        type Value = Option<Duration>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a duration such as 90s, 5m or 2h, or a number of seconds")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+
+        fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<Self::Value, E> {
+            Ok(Some(Duration::from_secs(seconds)))
+        }
+
+        fn visit_i64<E: de::Error>(self, seconds: i64) -> Result<Self::Value, E> {
+            u64::try_from(seconds)
+                .map(|s| Some(Duration::from_secs(s)))
+                .map_err(|_| E::custom(format!("invalid duration {seconds}: must not be negative")))
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            humantime::parse_duration(text)
+                .map(Some)
+                .map_err(|e| E::custom(format!("invalid duration {text:?}: {e} (write e.g. 90s, 5m, 2h)")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::model::{Agent, Event, Seq};
+
+    fn event(seq: i64, kind: &str, outcome: Outcome, at: i64) -> Event {
+        Event {
+            seq: Seq(seq),
+            batch_id: BatchId::new("B1").unwrap(),
+            event_type: EventType::new(kind).unwrap(),
+            outcome,
+            agent: Agent::new("test").unwrap(),
+            at: Timestamp(at),
+            details: json!({}),
+            run: None,
+            resets: Vec::new(),
+        }
+    }
+
+    fn reset(seq: i64, types: &[&str]) -> Event {
+        Event {
+            resets: types.iter().map(|t| EventType::new(*t).unwrap()).collect(),
+            ..event(seq, "Reset", Outcome::Success, 0)
+        }
+    }
+
+    fn batch(events: Vec<Event>) -> Batch {
+        Batch {
+            id: BatchId::new("B1").unwrap(),
+            batch_type: BatchType::new("RoundTrip").unwrap(),
+            priority: 0,
+            metadata: Map::new(),
+            created_seq: Seq(1),
+            modified_seq: Seq(1),
+            changed_seq: Seq(1),
+            created_at: Timestamp(0),
+            modified_at: Timestamp(0),
+            events,
+            open_runs: Vec::new(),
+            as_of: Timestamp(1_000_000),
+        }
+    }
+
+    fn types(names: &[&str]) -> Vec<EventType> {
+        names.iter().map(|t| EventType::new(*t).unwrap()).collect()
+    }
+
+    fn checksum_trigger() -> Trigger {
+        Trigger {
+            requires: types(&["Data_Received"]),
+            blocked_by: types(&["Checksums_Verified"]),
+            ..Trigger::default()
+        }
+    }
+
+    #[test]
+    fn requires_a_successful_effective_event() {
+        let t = checksum_trigger();
+        assert_eq!(t.failing_clause(&batch(vec![]), Timestamp(0)), Some("requires"));
+        assert!(!t.matches(&batch(vec![event(2, "Data_Received", Outcome::Failure, 0)])));
+        assert!(t.matches(&batch(vec![event(2, "Data_Received", Outcome::Success, 0)])));
+        // The newest event decides: a later failure replaces an earlier success.
+        assert!(!t.matches(&batch(vec![
+            event(2, "Data_Received", Outcome::Success, 0),
+            event(3, "Data_Received", Outcome::Failure, 0)
+        ])));
+    }
+
+    #[test]
+    fn blocked_by_any_outcome_until_reset() {
+        let t = checksum_trigger();
+        let mut events =
+            vec![event(2, "Data_Received", Outcome::Success, 0), event(3, "Checksums_Verified", Outcome::Failure, 0)];
+        assert_eq!(t.failing_clause(&batch(events.clone()), Timestamp(0)), Some("blocked_by"));
+        events.push(reset(4, &["Checksums_Verified"]));
+        assert!(t.matches(&batch(events.clone())));
+        events.push(event(5, "Checksums_Verified", Outcome::Success, 0));
+        assert!(!t.matches(&batch(events)));
+    }
+
+    #[test]
+    fn a_reset_covering_a_requirement_makes_the_batch_wait() {
+        let t = checksum_trigger();
+        let events = vec![event(2, "Data_Received", Outcome::Success, 0), reset(3, &["Data_Received", "Other"])];
+        assert!(batch(events.clone()).effective().is_empty());
+        assert_eq!(t.failing_clause(&batch(events), Timestamp(0)), Some("requires"));
+    }
+
+    #[test]
+    fn repeat_on_change_fires_after_a_content_change() {
+        let t = Trigger { repeat_on_change: types(&["Indexed"]), ..Trigger::default() };
+        let mut b = batch(vec![event(5, "Indexed", Outcome::Success, 0)]);
+        assert_eq!(t.failing_clause(&b, Timestamp(0)), Some("repeat_on_change"));
+        b.modified_seq = Seq(6);
+        assert!(t.matches(&b));
+    }
+
+    #[test]
+    fn settled_for_counts_from_the_last_event_or_change() {
+        let t = Trigger { settled_for: Some(Duration::from_secs(60)), ..Trigger::default() };
+        let b = batch(vec![event(2, "Data_Received", Outcome::Success, 100_000)]);
+        assert!(!t.matches_at(&b, Timestamp(159_999)));
+        assert!(t.matches_at(&b, Timestamp(160_000)));
+    }
+
+    #[test]
+    fn select_orders_by_priority_then_age_and_limits() {
+        let mut low_old = batch(vec![]);
+        low_old.id = BatchId::new("low-old").unwrap();
+        let mut high_new = batch(vec![]);
+        high_new.id = BatchId::new("high-new").unwrap();
+        high_new.priority = 5;
+        high_new.created_seq = Seq(9);
+        let mut low_new = batch(vec![]);
+        low_new.id = BatchId::new("low-new").unwrap();
+        low_new.created_seq = Seq(7);
+        let all = [low_new, low_old, high_new];
+        let ids = |t: &Trigger| t.select(&all, Timestamp(0)).iter().map(|id| id.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(&Trigger::default()), ["high-new", "low-old", "low-new"]);
+        assert_eq!(ids(&Trigger { limit: Some(2), ..Trigger::default() }), ["high-new", "low-old"]);
+    }
+
+    #[test]
+    fn triggers_parse_from_config_text() {
+        let t: Trigger = serde_json::from_value(json!({
+            "requires": ["Data_Received"], "settled_for": "5m", "limit": 10
+        }))
+        .unwrap();
+        assert_eq!(t.settled_for, Some(Duration::from_secs(300)));
+        let err = serde_json::from_value::<Trigger>(json!({"requires": ["bad-type"]})).unwrap_err();
+        assert!(err.to_string().contains("event type"), "{err}");
+        let err = serde_json::from_value::<Trigger>(json!({"requirez": []})).unwrap_err();
+        assert!(err.to_string().contains("requirez"), "{err}");
+        let err = serde_json::from_value::<Trigger>(json!({"settled_for": "soon"})).unwrap_err();
+        assert!(err.to_string().contains("soon"), "{err}");
+    }
+}

@@ -1,0 +1,147 @@
+//! The `ObjectStore` port: every operation the rest of autocomp may perform on the source of
+//! truth. Async because its distributed adapter is an HTTP client and its callers run on
+//! tokio; the embedded SQLite adapter runs its blocking work off the async threads.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::model::{Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, Run, RunHolder, Seq};
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Bad input; nothing was written.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error("batch {0} does not exist")]
+    NotFound(BatchId),
+    /// The request contradicts what the store already holds; nothing was written.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A fenced write whose run is no longer the current open run; nothing was written.
+    #[error("fenced: run {generation} of {component} on batch {batch} {reason}")]
+    Fenced { batch: BatchId, component: ComponentName, generation: i64, reason: String },
+    /// The store could not be reached or read (I/O, lock timeout, corrupt file, network).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Fenced { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateOutcome {
+    Created(Batch),
+    /// An identical batch was already registered; nothing changed.
+    AlreadyExists(Batch),
+}
+
+impl CreateOutcome {
+    pub fn batch(&self) -> &Batch {
+        match self {
+            CreateOutcome::Created(b) | CreateOutcome::AlreadyExists(b) => b,
+        }
+    }
+}
+
+/// A fresh claim: the generation to fence the result with, and the run it superseded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub run: Run,
+    /// The previous run if it was still open: its holder died or stalled, and is now fenced.
+    pub abandoned: Option<Run>,
+}
+
+impl Claim {
+    pub fn generation(&self) -> i64 {
+        self.run.generation
+    }
+}
+
+/// One page of the change feed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangePage {
+    /// Batches changed after the requested seq, each once, in order of their latest change.
+    pub changes: Vec<(Seq, BatchId)>,
+    /// Where to continue from: the last listed change, or `head` once the feed is exhausted.
+    pub next: Seq,
+    /// The newest seq in the store when the page was read.
+    pub head: Seq,
+}
+
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Registers a batch. Idempotent when an identical batch exists; a different one with the
+    /// same id is a `Conflict`.
+    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome>;
+
+    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch>;
+
+    /// The named batches that exist, in the order asked; unknown ids are left out.
+    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>>;
+
+    /// Batches in id order, starting after `after`, at most `limit` of them.
+    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>>;
+
+    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq>;
+
+    /// A content change (re-delivery, metadata edit): merges `metadata_patch` into the
+    /// metadata (a `null` value removes the key) and moves `modified_seq`.
+    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq>;
+
+    /// Appends an event; the store assigns `seq` and `at`. With `run` set it succeeds only
+    /// while that generation is the open, current run of (batch, component), and closes it;
+    /// otherwise it fails with `Fenced`. A retried append with the same idempotency key
+    /// returns the first append's event.
+    async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event>;
+
+    /// Opens a new run of (batch, component) with the next generation; a run still open is
+    /// marked abandoned (and fenced from then on).
+    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>;
+
+    /// Closes a run without an event, so the batch is ready again. `Fenced` if the run is not
+    /// the current open one.
+    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()>;
+
+    /// Open runs, of one component or of all.
+    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>>;
+
+    /// Runs of (batch, component) opened after `since` that ended abandoned or in a transient
+    /// failure: what `max_attempts` counts.
+    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32>;
+
+    /// Batches changed after `since` (creations, appends, content and priority changes,
+    /// claims, releases), at most `limit`.
+    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage>;
+
+    /// The newest seq in the store.
+    async fn head(&self) -> StoreResult<Seq>;
+}
+
+/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`.
+/// (`http://` URLs are served by the store service, a later addition.)
+pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
+    if let Some(rest) = url.strip_prefix("sqlite://") {
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(InvalidInput::new("store url", url, "names no file; write sqlite:///path/to/store.db").into());
+        }
+        let options = crate::sqlite::SqliteOptions::from_query(query)
+            .map_err(|reason| InvalidInput::new("store url", url, reason))?;
+        let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
+        return Ok(Arc::new(store));
+    }
+    let reason = if url.starts_with("http://") || url.starts_with("https://") {
+        "the HTTP store client is not built yet; use sqlite:///path/to/store.db"
+    } else {
+        "unknown scheme; expected sqlite:///path/to/store.db"
+    };
+    Err(InvalidInput::new("store url", url, reason).into())
+}

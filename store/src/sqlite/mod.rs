@@ -1,0 +1,213 @@
+//! The embedded object store: one SQLite file in WAL mode, safe for many processes on one
+//! host. Every write is one IMMEDIATE transaction (so writers queue on the busy timeout
+//! instead of failing on a lock upgrade), and every seq comes from the single `store_head`
+//! counter inside that transaction, which makes seqs strictly increasing in commit order.
+
+mod ops;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::Connection;
+use serde_json::{Map, Value};
+
+use crate::model::{Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq};
+use crate::port::{ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+
+pub use schema::LATEST_VERSION;
+
+/// SQLite's `synchronous` setting, the durability/speed trade-off of a commit in WAL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL at every commit: an acknowledged event survives power loss too.
+    Full,
+    /// fsync at checkpoints only: an acknowledged event survives any process crash (DESIGN
+    /// §9); an OS crash or power loss may lose the last commits, never corrupt the file.
+    Normal,
+}
+
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub synchronous: Synchronous,
+    /// How long a writer waits for another process's write transaction before giving up.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self { synchronous: Synchronous::Full, busy_timeout: Duration::from_secs(30) }
+    }
+}
+
+impl SqliteOptions {
+    /// Parses the query part of a `sqlite://` URL: `synchronous=full|normal`, `busy_timeout=30s`.
+    pub fn from_query(query: &str) -> Result<Self, String> {
+        let mut options = Self::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "synchronous" => {
+                    options.synchronous = match value {
+                        "full" => Synchronous::Full,
+                        "normal" => Synchronous::Normal,
+                        other => return Err(format!("synchronous={other:?} is not full or normal")),
+                    }
+                }
+                "busy_timeout" => {
+                    options.busy_timeout =
+                        humantime::parse_duration(value).map_err(|e| format!("busy_timeout={value:?}: {e}"))?;
+                }
+                other => return Err(format!("unknown option {other:?}; known: synchronous, busy_timeout")),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// A handle on one store file. Clones share one connection; open more handles (or more
+/// processes) for parallel access: SQLite serializes the writers.
+#[derive(Clone)]
+pub struct SqliteStore {
+    connection: Arc<Mutex<Connection>>,
+    path: PathBuf,
+}
+
+pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+impl SqliteStore {
+    pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating if needed) and migrates the store file.
+    pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let opened_path = path.clone();
+        let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
+        Ok(Self { connection: Arc::new(Mutex::new(connection)), path })
+    }
+
+    fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
+        let describe = |e: rusqlite::Error| StoreError::Unavailable(format!("store file {}: {e}", path.display()));
+        let mut conn = Connection::open(path).map_err(describe)?;
+        conn.busy_timeout(options.busy_timeout).map_err(describe)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(describe)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "store file {}: cannot use WAL journaling (got {mode}); is it on a network file system?",
+                path.display()
+            )));
+        }
+        let synchronous = match options.synchronous {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        };
+        conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"))
+            .map_err(describe)?;
+        schema::migrate(&mut conn)?;
+        Ok(conn)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub async fn schema_version(&self) -> StoreResult<i64> {
+        self.with_connection(|conn| schema::schema_version(conn)).await
+    }
+
+    /// Runs blocking SQLite work on tokio's blocking pool, never on an async worker thread.
+    async fn with_connection<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let connection = Arc::clone(&self.connection);
+        tokio::task::spawn_blocking(move || {
+            // A panic mid-transaction rolled the transaction back when it unwound; the
+            // connection itself is still sound.
+            let mut conn = connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            work(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl ObjectStore for SqliteStore {
+    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
+        batch.validate()?;
+        self.with_connection(move |conn| ops::create_batch(conn, &batch)).await
+    }
+
+    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
+        let id = id.clone();
+        self.with_connection(move |conn| {
+            ops::get_batches(conn, std::slice::from_ref(&id))?.pop().ok_or(StoreError::NotFound(id))
+        })
+        .await
+    }
+
+    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| ops::get_batches(conn, &ids)).await
+    }
+
+    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
+        let after = after.cloned();
+        self.with_connection(move |conn| ops::list_batches(conn, after.as_ref(), limit)).await
+    }
+
+    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
+        let id = id.clone();
+        self.with_connection(move |conn| ops::set_priority(conn, &id, priority)).await
+    }
+
+    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
+        let id = id.clone();
+        self.with_connection(move |conn| ops::record_content_change(conn, &id, metadata_patch)).await
+    }
+
+    async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        let batch = batch.clone();
+        self.with_connection(move |conn| ops::append_event(conn, &batch, event)).await
+    }
+
+    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+        holder.validate()?;
+        let (batch, component, holder) = (batch.clone(), component.clone(), holder.clone());
+        self.with_connection(move |conn| ops::claim(conn, &batch, &component, &holder)).await
+    }
+
+    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::release(conn, &batch, &component, generation)).await
+    }
+
+    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+        let component = component.cloned();
+        self.with_connection(move |conn| ops::open_runs(conn, component.as_ref())).await
+    }
+
+    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::failed_attempts(conn, &batch, &component, since)).await
+    }
+
+    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+        self.with_connection(move |conn| ops::changes(conn, since, limit)).await
+    }
+
+    async fn head(&self) -> StoreResult<Seq> {
+        self.with_connection(|conn| ops::head(conn)).await
+    }
+}

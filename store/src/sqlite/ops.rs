@@ -1,0 +1,543 @@
+//! The store operations as blocking functions over one connection. Writes run in one
+//! IMMEDIATE transaction each and take their seq from `store_head` inside it; reads run in
+//! one read transaction each, so a batch, its log and its runs are one consistent snapshot.
+
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use serde_json::{Map, Value};
+
+use crate::model::{
+    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Run,
+    RunHolder, RunRef, RunState, Seq, Timestamp,
+};
+use crate::port::{ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
+
+use super::unavailable;
+
+/// Most batches one `list_batches` / `get_batches` page returns, and changes one feed page.
+pub const MAX_BATCH_PAGE: usize = 10_000;
+pub const MAX_CHANGE_PAGE: usize = 100_000;
+
+fn write_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)
+}
+
+fn read_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
+    conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(unavailable)
+}
+
+fn next_seq(tx: &Transaction) -> StoreResult<Seq> {
+    tx.query_row("UPDATE store_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", [], |row| row.get(0))
+        .map(Seq)
+        .map_err(unavailable)
+}
+
+/// Stored text is validated on the way in; failing to parse it on the way out means the
+/// file was edited behind the store's back.
+fn stored<T: TryFrom<String, Error = InvalidInput>>(text: String) -> rusqlite::Result<T> {
+    T::try_from(text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn stored_json(text: String) -> rusqlite::Result<Value> {
+    serde_json::from_str(&text)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn batch_exists(tx: &Transaction, id: &BatchId) -> StoreResult<bool> {
+    tx.query_row("SELECT 1 FROM batches WHERE id = ?1", [id.as_str()], |_| Ok(()))
+        .optional()
+        .map(|found| found.is_some())
+        .map_err(unavailable)
+}
+
+fn require_batch(tx: &Transaction, id: &BatchId) -> StoreResult<()> {
+    if batch_exists(tx, id)? { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }
+}
+
+fn touch(tx: &Transaction, id: &BatchId, seq: Seq) -> StoreResult<()> {
+    tx.execute("UPDATE batches SET changed_seq = ?2 WHERE id = ?1", params![id.as_str(), seq.0])
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
+    let tx = write_tx(conn)?;
+    let now = Timestamp::now();
+    if let Some(existing) = load_batch(&tx, &new.id, now)? {
+        let differences: Vec<String> = [
+            (existing.batch_type != new.batch_type)
+                .then(|| format!("type {} (registered) vs {}", existing.batch_type, new.batch_type)),
+            (existing.priority != new.priority)
+                .then(|| format!("priority {} (registered) vs {}", existing.priority, new.priority)),
+            (Value::Object(existing.metadata.clone()) != new.metadata).then(|| "metadata differs".to_owned()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        return if differences.is_empty() {
+            Ok(CreateOutcome::AlreadyExists(existing))
+        } else {
+            Err(StoreError::Conflict(format!(
+                "batch {} is already registered differently: {}",
+                new.id,
+                differences.join("; ")
+            )))
+        };
+    }
+    let seq = next_seq(&tx)?;
+    tx.execute(
+        "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, ?6, ?6)",
+        params![new.id.as_str(), new.batch_type.as_str(), new.priority, new.metadata.to_string(), seq.0, now.millis()],
+    )
+    .map_err(unavailable)?;
+    let batch = load_batch(&tx, &new.id, now)?.expect("inserted in this transaction");
+    tx.commit().map_err(unavailable)?;
+    Ok(CreateOutcome::Created(batch))
+}
+
+pub fn get_batches(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+    if ids.len() > MAX_BATCH_PAGE {
+        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    let now = Timestamp::now();
+    let mut batches = Vec::with_capacity(ids.len());
+    for id in ids {
+        batches.extend(load_batch(&tx, id, now)?);
+    }
+    Ok(batches)
+}
+
+pub fn list_batches(conn: &mut Connection, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
+    if limit > MAX_BATCH_PAGE {
+        return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    let now = Timestamp::now();
+    let ids: Vec<BatchId> = {
+        let mut statement =
+            tx.prepare_cached("SELECT id FROM batches WHERE id > ?1 ORDER BY id LIMIT ?2").map_err(unavailable)?;
+        let after = after.map_or("", BatchId::as_str);
+        statement
+            .query_map(params![after, limit as i64], |row| stored(row.get(0)?))
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(unavailable)?
+    };
+    let mut batches = Vec::with_capacity(ids.len());
+    for id in &ids {
+        batches.extend(load_batch(&tx, id, now)?);
+    }
+    Ok(batches)
+}
+
+fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
+    InvalidInput::new(field, asked.to_string(), format!("at most {max} per request")).into()
+}
+
+pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> StoreResult<Seq> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, id)?;
+    let seq = next_seq(&tx)?;
+    tx.execute(
+        "UPDATE batches SET priority = ?2, changed_seq = ?3 WHERE id = ?1",
+        params![id.as_str(), priority, seq.0],
+    )
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(seq)
+}
+
+pub fn record_content_change(conn: &mut Connection, id: &BatchId, patch: Map<String, Value>) -> StoreResult<Seq> {
+    let tx = write_tx(conn)?;
+    let metadata: Option<String> = tx
+        .query_row("SELECT metadata FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(unavailable)?;
+    let metadata = metadata.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let mut metadata = match stored_json(metadata).map_err(unavailable)? {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            metadata.remove(&key);
+        } else {
+            metadata.insert(key, value);
+        }
+    }
+    let metadata = Value::Object(metadata);
+    crate::model::check_object("metadata", &metadata)?;
+    let seq = next_seq(&tx)?;
+    tx.execute(
+        "UPDATE batches SET metadata = ?2, modified_seq = ?3, changed_seq = ?3, modified_at = ?4 WHERE id = ?1",
+        params![id.as_str(), metadata.to_string(), seq.0, Timestamp::now().millis()],
+    )
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(seq)
+}
+
+pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Event> {
+    let tx = write_tx(conn)?;
+    // A retry of an append that already committed must see its first result, not a fence:
+    // the first attempt closed the run.
+    if let Some(key) = &new.idempotency_key {
+        let earlier = tx
+            .query_row(
+                &format!("SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = ?1"),
+                [key.as_str()],
+                event_from_row,
+            )
+            .optional()
+            .map_err(unavailable)?;
+        if let Some(earlier) = earlier {
+            let same = earlier.batch_id == *batch
+                && earlier.event_type == new.event_type
+                && earlier.outcome == new.outcome
+                && earlier.agent == new.agent
+                && earlier.details == new.details
+                && earlier.run == new.run
+                && earlier.resets == new.resets;
+            return if same {
+                Ok(earlier)
+            } else {
+                Err(StoreError::Conflict(format!(
+                    "idempotency key {key} was already used for a different event (seq {})",
+                    earlier.seq
+                )))
+            };
+        }
+    }
+    require_batch(&tx, batch)?;
+    if let Some(run) = &new.run {
+        check_run_is_current_and_open(&tx, batch, &run.component, run.generation)?;
+    }
+    let seq = next_seq(&tx)?;
+    let at = Timestamp::now();
+    let resets =
+        (!new.resets.is_empty()).then(|| serde_json::to_string(&new.resets).expect("event types always serialize"));
+    tx.execute(
+        "INSERT INTO events (seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets, idempotency_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            seq.0,
+            batch.as_str(),
+            new.event_type.as_str(),
+            new.outcome.as_str(),
+            new.agent.as_str(),
+            at.millis(),
+            new.details.to_string(),
+            new.run.as_ref().map(|r| r.component.as_str()),
+            new.run.as_ref().map(|r| r.generation),
+            resets,
+            new.idempotency_key.as_ref().map(|k| k.as_str()),
+        ],
+    )
+    .map_err(unavailable)?;
+    if let Some(run) = &new.run {
+        let transient = new.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
+        tx.execute(
+            "UPDATE runs SET state = 'recorded', ended_at = ?4, transient = ?5
+             WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+            params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
+        )
+        .map_err(unavailable)?;
+    }
+    touch(&tx, batch, seq)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(Event {
+        seq,
+        batch_id: batch.clone(),
+        event_type: new.event_type,
+        outcome: new.outcome,
+        agent: new.agent,
+        at,
+        details: new.details,
+        run: new.run,
+        resets: new.resets,
+    })
+}
+
+/// The fence: only the newest generation of (batch, component), and only while open.
+fn check_run_is_current_and_open(
+    tx: &Transaction,
+    batch: &BatchId,
+    component: &ComponentName,
+    generation: i64,
+) -> StoreResult<()> {
+    let fenced =
+        |reason: String| StoreError::Fenced { batch: batch.clone(), component: component.clone(), generation, reason };
+    let current: Option<i64> = tx
+        .query_row(
+            "SELECT generation FROM claims WHERE batch_id = ?1 AND component = ?2",
+            params![batch.as_str(), component.as_str()],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    match current {
+        None => return Err(fenced("was never claimed".into())),
+        Some(current) if current != generation => {
+            return Err(fenced(format!("is not current: generation {current} has claimed the batch since")));
+        }
+        Some(_) => {}
+    }
+    let state: String = tx
+        .query_row(
+            "SELECT state FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+            params![batch.as_str(), component.as_str(), generation],
+            |row| row.get(0),
+        )
+        .map_err(unavailable)?;
+    match RunState::parse(&state)? {
+        RunState::Open => Ok(()),
+        closed => Err(fenced(format!("is already closed ({})", closed.as_str()))),
+    }
+}
+
+pub fn claim(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Claim> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    let seq = next_seq(&tx)?;
+    let now = Timestamp::now();
+    let generation: i64 = tx
+        .query_row(
+            "INSERT INTO claims (batch_id, component, generation) VALUES (?1, ?2, 1)
+             ON CONFLICT (batch_id, component) DO UPDATE SET generation = generation + 1
+             RETURNING generation",
+            params![batch.as_str(), component.as_str()],
+            |row| row.get(0),
+        )
+        .map_err(unavailable)?;
+    let mut abandoned = query_runs(
+        &tx,
+        "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str()],
+    )?;
+    tx.execute(
+        "UPDATE runs SET state = 'abandoned', ended_at = ?3 WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str(), now.millis()],
+    )
+    .map_err(unavailable)?;
+    for run in &mut abandoned {
+        run.state = RunState::Abandoned;
+        run.ended_at = Some(now);
+    }
+    tx.execute(
+        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open')",
+        params![
+            batch.as_str(),
+            component.as_str(),
+            generation,
+            holder.agent.as_str(),
+            holder.host,
+            holder.pid,
+            now.millis(),
+            seq.0
+        ],
+    )
+    .map_err(unavailable)?;
+    touch(&tx, batch, seq)?;
+    tx.commit().map_err(unavailable)?;
+    let run = Run {
+        batch_id: batch.clone(),
+        component: component.clone(),
+        generation,
+        holder: holder.clone(),
+        started_at: now,
+        claim_seq: seq,
+        state: RunState::Open,
+        ended_at: None,
+        transient: false,
+    };
+    // Generations are strictly increasing and every claim closes the previous open run, so
+    // at most one can have been open.
+    Ok(Claim { run, abandoned: abandoned.pop() })
+}
+
+pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    check_run_is_current_and_open(&tx, batch, component, generation)?;
+    let seq = next_seq(&tx)?;
+    tx.execute(
+        "UPDATE runs SET state = 'released', ended_at = ?4 WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+        params![batch.as_str(), component.as_str(), generation, Timestamp::now().millis()],
+    )
+    .map_err(unavailable)?;
+    touch(&tx, batch, seq)?;
+    tx.commit().map_err(unavailable)
+}
+
+pub fn open_runs(conn: &mut Connection, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+    let tx = read_tx(conn)?;
+    match component {
+        Some(component) => query_runs(&tx, "WHERE state = 'open' AND component = ?1", [component.as_str()]),
+        None => query_runs(&tx, "WHERE state = 'open'", []),
+    }
+}
+
+pub fn failed_attempts(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    since: Seq,
+) -> StoreResult<u32> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
+           AND (state = 'abandoned' OR transient = 1)",
+        params![batch.as_str(), component.as_str(), since.0],
+        |row| row.get(0),
+    )
+    .map_err(unavailable)
+}
+
+pub fn changes(conn: &mut Connection, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+    if limit > MAX_CHANGE_PAGE {
+        return Err(page_too_large("limit", limit, MAX_CHANGE_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    let head = head_in(&tx)?;
+    let changes: Vec<(Seq, BatchId)> = {
+        let mut statement = tx
+            .prepare_cached("SELECT changed_seq, id FROM batches WHERE changed_seq > ?1 ORDER BY changed_seq LIMIT ?2")
+            .map_err(unavailable)?;
+        statement
+            .query_map(params![since.0, limit as i64], |row| Ok((Seq(row.get(0)?), stored(row.get(1)?)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(unavailable)?
+    };
+    let next = match changes.last() {
+        Some((seq, _)) if changes.len() == limit => *seq,
+        _ => head.max(since),
+    };
+    Ok(ChangePage { changes, next, head })
+}
+
+pub fn head(conn: &mut Connection) -> StoreResult<Seq> {
+    let tx = read_tx(conn)?;
+    head_in(&tx)
+}
+
+fn head_in(tx: &Transaction) -> StoreResult<Seq> {
+    tx.query_row("SELECT seq FROM store_head WHERE id = 1", [], |row| row.get(0)).map(Seq).map_err(unavailable)
+}
+
+const EVENT_COLUMNS: &str = "seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets";
+
+fn event_from_row(row: &Row) -> rusqlite::Result<Event> {
+    let run = match (row.get::<_, Option<String>>(7)?, row.get::<_, Option<i64>>(8)?) {
+        (Some(component), Some(generation)) => Some(RunRef { component: stored(component)?, generation }),
+        _ => None,
+    };
+    let resets = match row.get::<_, Option<String>>(9)? {
+        Some(text) => serde_json::from_value(stored_json(text)?)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(9, rusqlite::types::Type::Text, Box::new(e)))?,
+        None => Vec::new(),
+    };
+    let outcome: String = row.get(3)?;
+    Ok(Event {
+        seq: Seq(row.get(0)?),
+        batch_id: stored(row.get(1)?)?,
+        event_type: stored::<EventType>(row.get(2)?)?,
+        outcome: Outcome::parse(&outcome)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(3, rusqlite::types::Type::Text, Box::new(e)))?,
+        agent: stored::<Agent>(row.get(4)?)?,
+        at: Timestamp(row.get(5)?),
+        details: stored_json(row.get(6)?)?,
+        run,
+        resets,
+    })
+}
+
+const RUN_COLUMNS: &str =
+    "batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient";
+
+fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
+    let state: String = row.get(8)?;
+    Ok(Run {
+        batch_id: stored(row.get(0)?)?,
+        component: stored(row.get(1)?)?,
+        generation: row.get(2)?,
+        holder: RunHolder { agent: stored(row.get(3)?)?, host: row.get(4)?, pid: row.get(5)? },
+        started_at: Timestamp(row.get(6)?),
+        claim_seq: Seq(row.get(7)?),
+        state: RunState::parse(&state)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(8, rusqlite::types::Type::Text, Box::new(e)))?,
+        ended_at: row.get::<_, Option<i64>>(9)?.map(Timestamp),
+        transient: row.get(10)?,
+    })
+}
+
+fn query_runs(tx: &Transaction, filter: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Run>> {
+    let mut statement = tx
+        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs {filter} ORDER BY batch_id, component, generation"))
+        .map_err(unavailable)?;
+    statement
+        .query_map(params, run_from_row)
+        .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+        .map_err(unavailable)
+}
+
+/// The batch with its log and open runs, or `None` if it does not exist.
+fn load_batch(tx: &Transaction, id: &BatchId, as_of: Timestamp) -> StoreResult<Option<Batch>> {
+    let row = tx
+        .prepare_cached(
+            "SELECT type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at
+             FROM batches WHERE id = ?1",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_row([id.as_str()], |row| {
+                    let metadata = match stored_json(row.get(2)?)? {
+                        Value::Object(map) => map,
+                        _ => Map::new(),
+                    };
+                    Ok((
+                        stored::<BatchType>(row.get(0)?)?,
+                        row.get::<_, i32>(1)?,
+                        metadata,
+                        [Seq(row.get(3)?), Seq(row.get(4)?), Seq(row.get(5)?)],
+                        [Timestamp(row.get(6)?), Timestamp(row.get(7)?)],
+                    ))
+                })
+                .optional()
+        })
+        .map_err(unavailable)?;
+    let Some((batch_type, priority, metadata, [created_seq, modified_seq, changed_seq], [created_at, modified_at])) =
+        row
+    else {
+        return Ok(None);
+    };
+    let events = {
+        let mut statement = tx
+            .prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE batch_id = ?1 ORDER BY seq"))
+            .map_err(unavailable)?;
+        statement
+            .query_map([id.as_str()], event_from_row)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(unavailable)?
+    };
+    let open_runs = query_runs(tx, "WHERE batch_id = ?1 AND state = 'open'", [id.as_str()])?;
+    Ok(Some(Batch {
+        id: id.clone(),
+        batch_type,
+        priority,
+        metadata,
+        created_seq,
+        modified_seq,
+        changed_seq,
+        created_at,
+        modified_at,
+        events,
+        open_runs,
+        as_of,
+    }))
+}

@@ -1,0 +1,111 @@
+//! The SQLite schema and its migrations. A store file records the versions applied to it in
+//! `schema_version`; opening it applies the missing ones in one immediate transaction, so a
+//! newer release upgrades a file in place and concurrent openers cannot both migrate.
+
+use rusqlite::{Connection, TransactionBehavior, params};
+
+use crate::model::Timestamp;
+use crate::port::{StoreError, StoreResult};
+
+use super::unavailable;
+
+/// Ordered migrations; never edit a released one, append a new one.
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1)];
+
+pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+const V1: &str = r#"
+-- One counter for the whole store: events, claims and batch changes share it, so any two
+-- seqs compare across kinds ("is this event older than the last content change?").
+CREATE TABLE store_head (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
+INSERT INTO store_head (id, seq) VALUES (1, 0);
+
+CREATE TABLE batches (
+    id           TEXT PRIMARY KEY,
+    type         TEXT NOT NULL,
+    priority     INTEGER NOT NULL,
+    metadata     TEXT NOT NULL,
+    created_seq  INTEGER NOT NULL,
+    modified_seq INTEGER NOT NULL,
+    changed_seq  INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL,
+    modified_at  INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX batches_by_change ON batches (changed_seq);
+
+CREATE TABLE events (
+    seq             INTEGER PRIMARY KEY,
+    batch_id        TEXT NOT NULL REFERENCES batches (id),
+    type            TEXT NOT NULL,
+    outcome         TEXT NOT NULL CHECK (outcome IN ('success', 'failure')),
+    agent           TEXT NOT NULL,
+    at              INTEGER NOT NULL,
+    details         TEXT NOT NULL,
+    run_component   TEXT,
+    run_generation  INTEGER,
+    resets          TEXT,
+    idempotency_key TEXT UNIQUE
+);
+CREATE INDEX events_by_batch ON events (batch_id, seq);
+
+-- The current claim generation of each (batch, component); bumped by every claim.
+CREATE TABLE claims (
+    batch_id   TEXT NOT NULL REFERENCES batches (id),
+    component  TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    PRIMARY KEY (batch_id, component)
+) WITHOUT ROWID;
+
+CREATE TABLE runs (
+    batch_id   TEXT NOT NULL REFERENCES batches (id),
+    component  TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    agent      TEXT NOT NULL,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    claim_seq  INTEGER NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('open', 'recorded', 'released', 'abandoned')),
+    ended_at   INTEGER,
+    transient  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, component, generation)
+) WITHOUT ROWID;
+CREATE INDEX runs_open ON runs (component, batch_id) WHERE state = 'open';
+"#;
+
+pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version    INTEGER PRIMARY KEY,
+             applied_at INTEGER NOT NULL
+         )",
+    )
+    .map_err(unavailable)?;
+    let current: i64 = tx
+        .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_version", [], |row| row.get(0))
+        .map_err(unavailable)?;
+    if current > LATEST_VERSION {
+        return Err(StoreError::Unavailable(format!(
+            "the store file has schema version {current}, newer than this release knows ({LATEST_VERSION}); \
+             upgrade autocomp before opening it"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
+        tx.execute_batch(sql)
+            .map_err(|e| StoreError::Unavailable(format!("migration to schema {version} failed: {e}")))?;
+        tx.execute(
+            "INSERT INTO schema_version (version, applied_at) VALUES (?1, ?2)",
+            params![version, Timestamp::now().millis()],
+        )
+        .map_err(unavailable)?;
+    }
+    tx.commit().map_err(unavailable)
+}
+
+pub fn schema_version(conn: &Connection) -> StoreResult<i64> {
+    conn.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_version", [], |row| row.get(0)).map_err(unavailable)
+}
