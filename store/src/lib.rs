@@ -10,4 +10,4 @@ pub mod sqlite;
 
 pub use model::*;
 pub use port::{ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
-pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

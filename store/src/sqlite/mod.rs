@@ -208,6 +208,6 @@ impl ObjectStore for SqliteStore {
     }
 
     async fn head(&self) -> StoreResult<Seq> {
-        self.with_connection(|conn| ops::head(conn)).await
+        self.with_connection(ops::head).await
     }
 }

@@ -1,0 +1,424 @@
+//! Every store operation round-tripped through the `ObjectStore` port on a real SQLite file.
+
+use autocomp_store::*;
+use serde_json::{Map, Value, json};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: SqliteStore,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+    Fixture { _dir: dir, store }
+}
+
+fn id(text: &str) -> BatchId {
+    BatchId::new(text).unwrap()
+}
+fn ty(text: &str) -> EventType {
+    EventType::new(text).unwrap()
+}
+fn component(text: &str) -> ComponentName {
+    ComponentName::new(text).unwrap()
+}
+fn agent(text: &str) -> Agent {
+    Agent::new(text).unwrap()
+}
+fn holder(name: &str) -> RunHolder {
+    RunHolder { agent: agent(&format!("{name}/1.0@host#1")), host: "host".into(), pid: 1 }
+}
+fn round_trip() -> BatchType {
+    BatchType::new("RoundTrip").unwrap()
+}
+
+async fn register(store: &SqliteStore, batch: &str) -> Batch {
+    let new = NewBatch::new(id(batch), round_trip()).with_location(format!("/incoming/{batch}"));
+    store.create_batch(new).await.unwrap().batch().clone()
+}
+
+async fn record(store: &SqliteStore, batch: &str, kind: &str, outcome: Outcome) -> Event {
+    store.append_event(&id(batch), NewEvent::new(ty(kind), outcome, agent("test"))).await.unwrap()
+}
+
+#[tokio::test]
+async fn create_is_idempotent_when_identical_and_refuses_conflicts() {
+    let f = fixture().await;
+    let new = NewBatch::new(id("B1-RT1"), round_trip()).with_location("/x").with_priority(3);
+    let created = f.store.create_batch(new.clone()).await.unwrap();
+    assert!(matches!(created, CreateOutcome::Created(_)));
+    let batch = created.batch();
+    assert_eq!(batch.location(), Some("/x"));
+    assert_eq!(batch.priority, 3);
+    assert_eq!(batch.created_seq, batch.modified_seq);
+    assert!(batch.events.is_empty());
+
+    let again = f.store.create_batch(new.clone()).await.unwrap();
+    assert!(matches!(again, CreateOutcome::AlreadyExists(_)));
+    assert_eq!(again.batch().created_seq, batch.created_seq);
+    let head = f.store.head().await.unwrap();
+
+    let conflicting = NewBatch { priority: 4, ..new };
+    let err = f.store.create_batch(conflicting).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert!(err.to_string().contains("priority 3"), "{err}");
+    assert_eq!(f.store.head().await.unwrap(), head, "a refused create writes nothing");
+}
+
+#[tokio::test]
+async fn events_get_increasing_seqs_and_store_time() {
+    let f = fixture().await;
+    let before = Timestamp::now();
+    register(&f.store, "B1").await;
+    let first = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
+    let second = f
+        .store
+        .append_event(
+            &id("B1"),
+            NewEvent::new(ty("Checksums_Verified"), Outcome::Failure, agent("checksum-verifier/1.0@h#2"))
+                .with_details(json!({"failures": [{"reference": "data/a.tif"}]})),
+        )
+        .await
+        .unwrap();
+    assert!(first.seq < second.seq);
+    assert!(first.at >= before && second.at >= first.at);
+
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.events, vec![first.clone(), second.clone()]);
+    assert_eq!(batch.events[1].details["failures"][0]["reference"], "data/a.tif");
+    assert_eq!(batch.changed_seq, second.seq);
+    assert_eq!(batch.modified_seq, batch.created_seq, "event appends never move modified_seq");
+}
+
+#[tokio::test]
+async fn unknown_batches_are_not_found() {
+    let f = fixture().await;
+    let missing = id("nope");
+    assert!(matches!(f.store.get_batch(&missing).await, Err(StoreError::NotFound(_))));
+    let event = NewEvent::new(ty("X"), Outcome::Success, agent("a"));
+    assert!(matches!(f.store.append_event(&missing, event).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(f.store.set_priority(&missing, 1).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(f.store.claim(&missing, &component("c"), &holder("c")).await, Err(StoreError::NotFound(_))));
+    assert_eq!(f.store.head().await.unwrap(), Seq::ZERO);
+}
+
+#[tokio::test]
+async fn get_and_list_batches_page_through_everything() {
+    let f = fixture().await;
+    for n in 0..25 {
+        register(&f.store, &format!("B{n:03}")).await;
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = f.store.list_batches(after.as_ref(), 10).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|b| b.id.clone());
+        seen.extend(page.into_iter().map(|b| b.id.to_string()));
+    }
+    let expected: Vec<String> = (0..25).map(|n| format!("B{n:03}")).collect();
+    assert_eq!(seen, expected);
+
+    let some = f.store.get_batches(&[id("B007"), id("missing"), id("B001")]).await.unwrap();
+    let ids: Vec<_> = some.iter().map(|b| b.id.as_str()).collect();
+    assert_eq!(ids, ["B007", "B001"]);
+
+    let err = f.store.list_batches(None, 1_000_000).await.unwrap_err();
+    assert!(err.to_string().contains("limit"), "{err}");
+}
+
+#[tokio::test]
+async fn priority_and_content_changes() {
+    let f = fixture().await;
+    let created = register(&f.store, "B1").await;
+    let event = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
+
+    let priority_seq = f.store.set_priority(&id("B1"), 7).await.unwrap();
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.priority, 7);
+    assert_eq!(batch.changed_seq, priority_seq);
+    assert_eq!(batch.modified_seq, created.modified_seq, "priority is not content");
+
+    let mut patch = Map::new();
+    patch.insert("location".into(), json!("/incoming/B1-redelivered"));
+    patch.insert("pages".into(), json!(12));
+    let content_seq = f.store.record_content_change(&id("B1"), patch).await.unwrap();
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.location(), Some("/incoming/B1-redelivered"));
+    assert_eq!(batch.metadata["pages"], 12);
+    assert_eq!(batch.modified_seq, content_seq);
+    assert!(event.seq < batch.modified_seq, "the earlier event is now older than the content");
+
+    let mut removal = Map::new();
+    removal.insert("pages".into(), Value::Null);
+    f.store.record_content_change(&id("B1"), removal).await.unwrap();
+    assert!(!f.store.get_batch(&id("B1")).await.unwrap().metadata.contains_key("pages"));
+}
+
+#[tokio::test]
+async fn the_effective_view_honours_reset_markers() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    record(&f.store, "B1", "Data_Received", Outcome::Success).await;
+    record(&f.store, "B1", "Checksums_Verified", Outcome::Failure).await;
+    let structure = record(&f.store, "B1", "Structure_Checked", Outcome::Success).await;
+    let reset = f
+        .store
+        .append_event(
+            &id("B1"),
+            NewEvent::reset(
+                vec![ty("Checksums_Verified")],
+                agent("operator:alice"),
+                json!({"reason": "disk replaced"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reset.resets, vec![ty("Checksums_Verified")]);
+
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.events.len(), 4, "history is never deleted");
+    let view = batch.effective();
+    assert!(view.get(&ty("Checksums_Verified")).is_none());
+    assert_eq!(view.get(&ty("Structure_Checked")), Some(&structure));
+    assert_eq!(view.len(), 2);
+
+    let trigger = Trigger {
+        requires: vec![ty("Data_Received")],
+        blocked_by: vec![ty("Checksums_Verified")],
+        ..Trigger::default()
+    };
+    assert!(trigger.matches(&batch), "the reset makes the checksum step ready again");
+    let again = record(&f.store, "B1", "Checksums_Verified", Outcome::Success).await;
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.effective().get(&ty("Checksums_Verified")), Some(&again));
+    assert!(!trigger.matches(&batch));
+}
+
+#[tokio::test]
+async fn claims_fence_stale_and_closed_runs() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let verifier = component("checksum-verifier");
+    let first = f.store.claim(&id("B1"), &verifier, &holder("first")).await.unwrap();
+    assert_eq!(first.generation(), 1);
+    assert!(first.abandoned.is_none());
+    assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().open_run(&verifier), Some(&first.run));
+
+    // The first holder stalls; a second one claims over its open run.
+    let second = f.store.claim(&id("B1"), &verifier, &holder("second")).await.unwrap();
+    assert_eq!(second.generation(), 2);
+    let abandoned = second.abandoned.clone().expect("the open run is marked abandoned");
+    assert_eq!(abandoned.generation, 1);
+    assert_eq!(abandoned.state, RunState::Abandoned);
+    assert_eq!(f.store.open_runs(Some(&verifier)).await.unwrap(), vec![second.run.clone()]);
+
+    let head = f.store.head().await.unwrap();
+    let result = |generation| {
+        NewEvent::new(ty("Checksums_Verified"), Outcome::Success, agent("v")).in_run(verifier.clone(), generation)
+    };
+    let stale = f.store.append_event(&id("B1"), result(1)).await.unwrap_err();
+    assert!(stale.is_fenced(), "{stale}");
+    assert!(stale.to_string().contains("generation 2"), "{stale}");
+    assert_eq!(f.store.head().await.unwrap(), head, "a fenced append writes nothing");
+
+    let recorded = f.store.append_event(&id("B1"), result(2)).await.unwrap();
+    assert_eq!(recorded.run, Some(RunRef { component: verifier.clone(), generation: 2 }));
+    let closed = f.store.append_event(&id("B1"), result(2)).await.unwrap_err();
+    assert!(closed.to_string().contains("already closed (recorded)"), "{closed}");
+    assert!(f.store.open_runs(None).await.unwrap().is_empty());
+
+    let never = f.store.append_event(&id("B1"), result(1).in_run(component("archiver"), 1)).await.unwrap_err();
+    assert!(never.to_string().contains("never claimed"), "{never}");
+
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(batch.events, vec![recorded], "exactly one result");
+}
+
+#[tokio::test]
+async fn release_closes_a_run_without_an_event() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let c = component("archiver");
+    let claim = f.store.claim(&id("B1"), &c, &holder("a")).await.unwrap();
+    f.store.release(&id("B1"), &c, claim.generation()).await.unwrap();
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert!(batch.events.is_empty() && batch.open_runs.is_empty());
+    let twice = f.store.release(&id("B1"), &c, claim.generation()).await.unwrap_err();
+    assert!(twice.is_fenced(), "{twice}");
+    let late = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("a")).in_run(c.clone(), claim.generation());
+    assert!(f.store.append_event(&id("B1"), late).await.unwrap_err().is_fenced());
+    let next = f.store.claim(&id("B1"), &c, &holder("b")).await.unwrap();
+    assert!(next.abandoned.is_none(), "a released run is not abandoned");
+}
+
+#[tokio::test]
+async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let c = component("exec");
+    let b = id("B1");
+    f.store.claim(&b, &c, &holder("a")).await.unwrap(); // dies
+    let second = f.store.claim(&b, &c, &holder("b")).await.unwrap(); // abandons the first
+    let transient = NewEvent::new(ty("Exec_Done"), Outcome::Failure, agent("b"))
+        .with_details(json!({"transient": true}))
+        .in_run(c.clone(), second.generation());
+    f.store.append_event(&b, transient).await.unwrap();
+    let third = f.store.claim(&b, &c, &holder("c")).await.unwrap();
+    f.store.release(&b, &c, third.generation()).await.unwrap(); // graceful shutdown: no attempt
+    assert_eq!(f.store.failed_attempts(&b, &c, Seq::ZERO).await.unwrap(), 2);
+    assert_eq!(f.store.failed_attempts(&b, &c, second.run.claim_seq).await.unwrap(), 0);
+    assert_eq!(f.store.failed_attempts(&b, &component("other"), Seq::ZERO).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_change_feed_lists_each_changed_batch_once_in_order() {
+    let f = fixture().await;
+    for name in ["A", "B", "C"] {
+        register(&f.store, name).await;
+    }
+    let after_creation = f.store.head().await.unwrap();
+    record(&f.store, "A", "Data_Received", Outcome::Success).await;
+    f.store.set_priority(&id("C"), 5).await.unwrap();
+    f.store.claim(&id("B"), &component("c"), &holder("c")).await.unwrap();
+    record(&f.store, "A", "Other", Outcome::Success).await;
+
+    let page = f.store.changes(after_creation, 100).await.unwrap();
+    let ids: Vec<_> = page.changes.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids, ["C", "B", "A"]);
+    assert!(page.changes.windows(2).all(|w| w[0].0 < w[1].0));
+    assert_eq!(page.next, page.head);
+    assert_eq!(page.head, f.store.head().await.unwrap());
+
+    // Paging: a full page continues from its last entry.
+    let first = f.store.changes(Seq::ZERO, 2).await.unwrap();
+    assert_eq!(first.changes.len(), 2);
+    assert_eq!(first.next, first.changes[1].0);
+    let rest = f.store.changes(first.next, 2).await.unwrap();
+    assert_eq!(rest.changes.len(), 1);
+    assert_eq!(rest.next, rest.head);
+    let empty = f.store.changes(rest.next, 2).await.unwrap();
+    assert!(empty.changes.is_empty());
+    assert_eq!(empty.next, rest.next);
+}
+
+#[tokio::test]
+async fn an_idempotent_retry_returns_the_first_event() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let c = component("verifier");
+    let claim = f.store.claim(&id("B1"), &c, &holder("v")).await.unwrap();
+    let key = IdempotencyKey::new("run-1-attempt").unwrap();
+    let event = NewEvent::new(ty("Verified"), Outcome::Success, agent("v"))
+        .in_run(c.clone(), claim.generation())
+        .with_idempotency_key(key.clone());
+    let first = f.store.append_event(&id("B1"), event.clone()).await.unwrap();
+    let retry = f.store.append_event(&id("B1"), event.clone()).await.unwrap();
+    assert_eq!(first, retry, "the retry is answered with the first event, though the run is closed");
+    assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().events.len(), 1);
+    let different = NewEvent { outcome: Outcome::Failure, ..event };
+    let err = f.store.append_event(&id("B1"), different).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_by_name_and_writes_nothing() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let head = f.store.head().await.unwrap();
+
+    let huge = json!({"blob": "x".repeat(MAX_DOCUMENT_BYTES)});
+    let err = f
+        .store
+        .append_event(&id("B1"), NewEvent::new(ty("X"), Outcome::Success, agent("a")).with_details(huge.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "details"), "{err}");
+    assert!(err.to_string().contains("at most 1048576"), "{err}");
+
+    let err = f
+        .store
+        .append_event(&id("B1"), NewEvent::new(ty("X"), Outcome::Success, agent("a")).with_details(json!([1, 2])))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "details"), "{err}");
+
+    let not_object = NewBatch { metadata: json!("just a string"), ..NewBatch::new(id("B2"), round_trip()) };
+    let err = f.store.create_batch(not_object).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "metadata" && e.value.contains("just a string")));
+
+    let too_big = NewBatch { metadata: huge, ..NewBatch::new(id("B3"), round_trip()) };
+    let err = f.store.create_batch(too_big).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "metadata"), "{err}");
+
+    let resets_without_marker =
+        NewEvent { resets: vec![ty("Y")], ..NewEvent::new(ty("X"), Outcome::Success, agent("a")) };
+    let err = f.store.append_event(&id("B1"), resets_without_marker).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "resets"), "{err}");
+    let empty_reset = NewEvent::reset(vec![], agent("operator:bob"), json!({}));
+    assert!(f.store.append_event(&id("B1"), empty_reset).await.is_err());
+
+    let bad_host = RunHolder { host: "two words".into(), ..holder("a") };
+    let err = f.store.claim(&id("B1"), &component("c"), &bad_host).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "host" && e.value == "two words"), "{err}");
+
+    // Names arriving as JSON (the HTTP service, configs) are validated while parsing.
+    let err = serde_json::from_value::<NewBatch>(json!({"id": "../../etc", "type": "RoundTrip"})).unwrap_err();
+    assert!(err.to_string().contains("invalid batch id \"../../etc\""), "{err}");
+    let err =
+        serde_json::from_value::<NewEvent>(json!({"type": "no spaces allowed", "outcome": "success", "agent": "a"}))
+            .unwrap_err();
+    assert!(err.to_string().contains("invalid event type"), "{err}");
+    let err = serde_json::from_value::<NewEvent>(json!({"type": "X", "outcome": "maybe", "agent": "a"})).unwrap_err();
+    assert!(err.to_string().contains("maybe"), "{err}");
+
+    assert_eq!(f.store.head().await.unwrap(), head, "nothing was written");
+    assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().events.len(), 0);
+    assert!(matches!(f.store.get_batch(&id("B2")).await, Err(StoreError::NotFound(_))));
+}
+
+#[tokio::test]
+async fn the_schema_is_versioned_and_a_newer_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
+    register(&store, "B1").await;
+    drop(store);
+
+    // Reopening migrates nothing and keeps the data.
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.get_batch(&id("B1")).await.unwrap().id, id("B1"));
+    drop(store);
+
+    // A file written by a newer release is refused with a clear message, untouched.
+    mark_as_future_schema(&path, LATEST_SCHEMA_VERSION + 1);
+    let err = SqliteStore::open(&path).await.err().expect("refused");
+    assert!(err.to_string().contains("newer than this release"), "{err}");
+}
+
+/// Marks the file as written by a future release, as that release's migration would.
+fn mark_as_future_schema(path: &std::path::Path, version: i64) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute("INSERT INTO schema_version (version, applied_at) VALUES (?1, 0)", [version]).unwrap();
+}
+
+#[tokio::test]
+async fn open_store_understands_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?synchronous=normal&busy_timeout=5s", dir.path().join("s.db").display());
+    let store = open_store(&url).await.unwrap();
+    assert_eq!(store.head().await.unwrap(), Seq::ZERO);
+    for (bad, says) in [
+        ("postgres://x", "unknown scheme"),
+        ("sqlite://", "names no file"),
+        ("sqlite:///tmp/x.db?synchronous=sometimes", "sometimes"),
+        ("sqlite:///tmp/x.db?colour=blue", "colour"),
+    ] {
+        let err = open_store(bad).await.err().expect("refused");
+        assert!(err.to_string().contains("store url") && err.to_string().contains(says), "{bad}: {err}");
+    }
+}
