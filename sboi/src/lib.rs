@@ -1,5 +1,13 @@
-//! The batch index (SBOI): answers "which batches are ready for this component" fast, by
-//! following the object store's change feed. The tantivy engine arrives with issue #3; until
-//! then this crate holds the place in the dependency chain `store <- sboi <- framework`.
+//! The batch index (SBOI): answers "which batches are ready for this component" without
+//! scanning every log. One tantivy document per batch, built from the store's effective
+//! view, kept fresh by following the store's change feed with the cursor committed in the
+//! index itself. Trigger semantics are the store's `Trigger`; this crate only translates.
 
-pub use autocomp_store as store;
+mod document;
+mod engine;
+mod port;
+mod query;
+
+pub use document::{IndexedBatch, SCHEMA_VERSION};
+pub use engine::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexResult};
+pub use port::{BatchIndex, LocalIndex, open_index};

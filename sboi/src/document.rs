@@ -1,0 +1,148 @@
+//! The index schema and the one document per batch, built from the batch's effective view
+//! (the store's function). Everything a trigger clause asks is precomputed here as an exact
+//! term or a fast field, so a query is term lookups and one range, never a log scan.
+
+use autocomp_store::{Batch, BatchId, Outcome, Timestamp};
+use tantivy::schema::{FAST, Field, INDEXED, STORED, STRING, Schema, TantivyDocument, Value};
+use tantivy::{Term, doc};
+
+/// Bumped whenever the fields change; an index with another version is rebuilt.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Copy)]
+pub struct Fields {
+    pub id: Field,
+    pub batch_type: Field,
+    pub priority: Field,
+    pub created_seq: Field,
+    pub modified_seq: Field,
+    pub changed_seq: Field,
+    /// Store-clock millis of the newest content change or event (for `settled_for`).
+    pub last_activity: Field,
+    /// Event types with an effective event, any outcome.
+    pub present: Field,
+    pub succeeded: Field,
+    pub failed: Field,
+    /// Effective events older than the last content change.
+    pub old: Field,
+    /// Effective events at least as new as the last content change (`present` minus `old`).
+    pub current: Field,
+    /// Components with an open run on the batch.
+    pub running: Field,
+}
+
+impl Fields {
+    pub fn schema() -> (Schema, Fields) {
+        let mut builder = Schema::builder();
+        let string = STRING | STORED;
+        let number = INDEXED | FAST | STORED;
+        let fields = Fields {
+            id: builder.add_text_field("id", STRING | STORED | FAST),
+            batch_type: builder.add_text_field("type", string.clone()),
+            priority: builder.add_i64_field("priority", number.clone()),
+            created_seq: builder.add_i64_field("created_seq", number.clone()),
+            modified_seq: builder.add_i64_field("modified_seq", STORED),
+            changed_seq: builder.add_i64_field("changed_seq", STORED),
+            last_activity: builder.add_i64_field("last_activity", number),
+            present: builder.add_text_field("present", string.clone()),
+            succeeded: builder.add_text_field("succeeded", string.clone()),
+            failed: builder.add_text_field("failed", string.clone()),
+            old: builder.add_text_field("old", string.clone()),
+            current: builder.add_text_field("current", string.clone()),
+            running: builder.add_text_field("running", string),
+        };
+        (builder.build(), fields)
+    }
+
+    pub fn from_schema(schema: &Schema) -> tantivy::Result<Fields> {
+        let get = |name: &str| schema.get_field(name);
+        Ok(Fields {
+            id: get("id")?,
+            batch_type: get("type")?,
+            priority: get("priority")?,
+            created_seq: get("created_seq")?,
+            modified_seq: get("modified_seq")?,
+            changed_seq: get("changed_seq")?,
+            last_activity: get("last_activity")?,
+            present: get("present")?,
+            succeeded: get("succeeded")?,
+            failed: get("failed")?,
+            old: get("old")?,
+            current: get("current")?,
+            running: get("running")?,
+        })
+    }
+
+    pub fn id_term(&self, id: &BatchId) -> Term {
+        Term::from_field_text(self.id, id.as_str())
+    }
+
+    pub fn document(&self, batch: &Batch) -> TantivyDocument {
+        let mut document = doc!(
+            self.id => batch.id.as_str(),
+            self.batch_type => batch.batch_type.as_str(),
+            self.priority => i64::from(batch.priority),
+            self.created_seq => batch.created_seq.0,
+            self.modified_seq => batch.modified_seq.0,
+            self.changed_seq => batch.changed_seq.0,
+            self.last_activity => batch.last_activity_at().millis(),
+        );
+        for event in batch.effective().iter() {
+            let event_type = event.event_type.as_str();
+            document.add_text(self.present, event_type);
+            let outcome_field = match event.outcome {
+                Outcome::Success => self.succeeded,
+                Outcome::Failure => self.failed,
+            };
+            document.add_text(outcome_field, event_type);
+            let age_field = if event.seq < batch.modified_seq { self.old } else { self.current };
+            document.add_text(age_field, event_type);
+        }
+        for run in &batch.open_runs {
+            document.add_text(self.running, run.component.as_str());
+        }
+        document
+    }
+
+    /// What the index holds for one batch, read back for comparisons and `explain`.
+    pub fn summary(&self, document: &TantivyDocument) -> IndexedBatch {
+        let text = |field| -> Vec<String> {
+            let mut values: Vec<String> =
+                document.get_all(field).filter_map(|v| v.as_str().map(str::to_owned)).collect();
+            values.sort();
+            values
+        };
+        let number = |field| document.get_first(field).and_then(|v| v.as_i64()).unwrap_or_default();
+        IndexedBatch {
+            id: text(self.id).pop().unwrap_or_default(),
+            batch_type: text(self.batch_type).pop().unwrap_or_default(),
+            priority: number(self.priority),
+            created_seq: number(self.created_seq),
+            modified_seq: number(self.modified_seq),
+            changed_seq: number(self.changed_seq),
+            last_activity: Timestamp(number(self.last_activity)),
+            present: text(self.present),
+            succeeded: text(self.succeeded),
+            failed: text(self.failed),
+            old: text(self.old),
+            running: text(self.running),
+        }
+    }
+}
+
+/// One batch as the index sees it; multi-valued fields sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedBatch {
+    pub id: String,
+    pub batch_type: String,
+    pub priority: i64,
+    pub created_seq: i64,
+    pub modified_seq: i64,
+    pub changed_seq: i64,
+    pub last_activity: Timestamp,
+    pub present: Vec<String>,
+    pub succeeded: Vec<String>,
+    pub failed: Vec<String>,
+    pub old: Vec<String>,
+    pub running: Vec<String>,
+}

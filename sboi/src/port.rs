@@ -1,0 +1,79 @@
+//! The batch-index port: "which batches are ready for this trigger". The embedded adapter
+//! (`LocalIndex`) opens the index directory in-process and catches up from the store before
+//! each query; the HTTP adapter for the `sboi` service is a later addition.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use autocomp_store::{BatchId, InvalidInput, ObjectStore, StoreError, Timestamp, Trigger};
+
+use crate::engine::{CatchUp, IndexEngine, IndexError, IndexResult};
+
+#[async_trait]
+pub trait BatchIndex: Send + Sync {
+    /// The batches ready for `trigger`, in trigger order, as fresh as the adapter can make
+    /// them. The caller re-checks each against the store: the index may lag.
+    async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>>;
+
+    /// Brings the index up to the store's head (or lets another writer do it).
+    async fn catch_up(&self) -> IndexResult<CatchUp>;
+
+    /// Rebuilds the index from the whole store; returns the number of batches indexed.
+    async fn rebuild(&self) -> IndexResult<usize>;
+}
+
+/// The embedded index: a tantivy directory on this host, caught up in-process.
+pub struct LocalIndex {
+    engine: IndexEngine,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl LocalIndex {
+    pub fn new(engine: IndexEngine, store: Arc<dyn ObjectStore>) -> Self {
+        Self { engine, store }
+    }
+
+    pub fn engine(&self) -> &IndexEngine {
+        &self.engine
+    }
+}
+
+#[async_trait]
+impl BatchIndex for LocalIndex {
+    async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>> {
+        // A busy writer elsewhere is fine: it is catching up for us, and the runner
+        // re-checks every candidate against the store anyway.
+        self.engine.catch_up(self.store.as_ref()).await?;
+        // Embedded means same host as the store file, so this clock is the store's clock.
+        self.engine.query_at(trigger, Timestamp::now())
+    }
+
+    async fn catch_up(&self) -> IndexResult<CatchUp> {
+        self.engine.catch_up(self.store.as_ref()).await
+    }
+
+    async fn rebuild(&self) -> IndexResult<usize> {
+        self.engine.rebuild(self.store.as_ref()).await
+    }
+}
+
+/// Opens the index a backend URL names: `local:/var/lib/autocomp/index`.
+/// (`http://` URLs are served by the sboi service, a later addition.)
+pub fn open_index(url: &str, store: Arc<dyn ObjectStore>) -> IndexResult<Arc<dyn BatchIndex>> {
+    if let Some(path) = url.strip_prefix("local:") {
+        if path.is_empty() {
+            return Err(invalid(url, "names no directory; write local:/path/to/index"));
+        }
+        return Ok(Arc::new(LocalIndex::new(IndexEngine::open(path)?, store)));
+    }
+    let reason = if url.starts_with("http://") || url.starts_with("https://") {
+        "the HTTP index client is not built yet; use local:/path/to/index"
+    } else {
+        "unknown scheme; expected local:/path/to/index"
+    };
+    Err(invalid(url, reason))
+}
+
+fn invalid(url: &str, reason: &str) -> IndexError {
+    IndexError::Store(StoreError::Invalid(InvalidInput::new("index url", url, reason)))
+}
