@@ -1,12 +1,15 @@
-//! `autocomp demo`: a pipeline on the embedded SQLite store, with no servers. Until the runner
-//! and the example components land (issue #4) it drives one simulated step in-process, but
-//! through the real store, the real trigger semantics, claims and fencing.
+//! `autocomp demo`: a pipeline on the embedded SQLite store and index, with no servers. Until
+//! the runner and the example components land (issue #4) it drives one simulated step
+//! in-process, but through the real store, batch index, trigger semantics, claims and fencing.
 
 use std::io::Write;
 use std::path::Path;
 
+use std::sync::Arc;
+
+use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, LocalIndex};
 use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome, RunHolder,
+    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome, RunHolder,
     SqliteStore, StoreError, StoreResult, Trigger,
 };
 use serde_json::json;
@@ -17,7 +20,8 @@ const CHECKSUMS_VERIFIED: &str = "Checksums_Verified";
 pub async fn run(dir: &Path, batches: usize) -> StoreResult<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| StoreError::Unavailable(format!("cannot create demo directory {}: {e}", dir.display())))?;
-    let store = SqliteStore::open(dir.join("store.db")).await?;
+    let store = Arc::new(SqliteStore::open(dir.join("store.db")).await?);
+    let index = LocalIndex::new(IndexEngine::open(dir.join("index")).map_err(index_error)?, store.clone());
     let mut out = std::io::stdout().lock();
     let say = |out: &mut dyn Write, text: String| writeln!(out, "{text}").ok();
 
@@ -42,8 +46,8 @@ pub async fn run(dir: &Path, batches: usize) -> StoreResult<()> {
     let trigger =
         Trigger { requires: vec![received.clone()], blocked_by: vec![verified.clone()], ..Trigger::default() };
     let component = ComponentName::new("checksum-verifier")?;
-    let ready = ready_batches(&store, &trigger).await?;
-    say(&mut out, format!("{} batches are ready for {component}", ready.len()));
+    let ready = index.query(&trigger).await.map_err(index_error)?;
+    say(&mut out, format!("{} batches are ready for {component} (asked the batch index)", ready.len()));
 
     // A worker that stalls after claiming: a second one takes over, and the first is fenced.
     if let Some(first) = ready.first() {
@@ -100,17 +104,11 @@ pub async fn run(dir: &Path, batches: usize) -> StoreResult<()> {
     Ok(())
 }
 
-async fn ready_batches(store: &SqliteStore, trigger: &Trigger) -> StoreResult<Vec<BatchId>> {
-    let mut all: Vec<Batch> = Vec::new();
-    let mut after: Option<BatchId> = None;
-    loop {
-        let page = store.list_batches(after.as_ref(), 1_000).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.id.clone());
-        all.extend(page);
+fn index_error(error: IndexError) -> StoreError {
+    match error {
+        IndexError::Store(e) => e,
+        other => StoreError::Unavailable(other.to_string()),
     }
-    let now = all.iter().map(|b| b.as_of).max().unwrap_or_default();
-    Ok(trigger.select(&all, now))
 }
 
 fn holder(component: &ComponentName, worker: u32) -> StoreResult<RunHolder> {
