@@ -27,6 +27,8 @@ pub struct Fields {
     pub old: Field,
     /// Effective events at least as new as the last content change (`present` minus `old`).
     pub current: Field,
+    /// Effective events that are failures flagged `transient`.
+    pub transient: Field,
     /// Components with an open run on the batch.
     pub running: Field,
 }
@@ -49,6 +51,7 @@ impl Fields {
             failed: builder.add_text_field("failed", string.clone()),
             old: builder.add_text_field("old", string.clone()),
             current: builder.add_text_field("current", string.clone()),
+            transient: builder.add_text_field("transient", string.clone()),
             running: builder.add_text_field("running", string),
         };
         (builder.build(), fields)
@@ -69,6 +72,7 @@ impl Fields {
             failed: get("failed")?,
             old: get("old")?,
             current: get("current")?,
+            transient: get("transient")?,
             running: get("running")?,
         })
     }
@@ -97,6 +101,9 @@ impl Fields {
             document.add_text(outcome_field, event_type);
             let age_field = if event.seq < batch.modified_seq { self.old } else { self.current };
             document.add_text(age_field, event_type);
+            if event.is_transient_failure() {
+                document.add_text(self.transient, event_type);
+            }
         }
         for run in &batch.open_runs {
             document.add_text(self.running, run.component.as_str());
@@ -125,6 +132,7 @@ impl Fields {
             succeeded: text(self.succeeded),
             failed: text(self.failed),
             old: text(self.old),
+            transient: text(self.transient),
             running: text(self.running),
         }
     }
@@ -144,5 +152,6 @@ pub struct IndexedBatch {
     pub succeeded: Vec<String>,
     pub failed: Vec<String>,
     pub old: Vec<String>,
+    pub transient: Vec<String>,
     pub running: Vec<String>,
 }

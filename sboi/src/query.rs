@@ -36,6 +36,9 @@ pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<
     for repeated in &trigger.repeat_on_change {
         clauses.push((Occur::MustNot, term(fields.current, repeated.as_str())));
     }
+    for retried in &trigger.transiently_failed {
+        clauses.push((Occur::Must, term(fields.transient, retried.as_str())));
+    }
     if let Some(quiet) = trigger.settled_for.filter(|quiet| !quiet.is_zero()) {
         // Store times are whole milliseconds: "at least 1.5 ms ago" means "at least 2 ms ago".
         let quiet_ms = i64::try_from(quiet.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);

@@ -26,6 +26,7 @@ enum Op {
         batch: u8,
         event_type: usize,
         success: bool,
+        transient: bool,
     },
     Reset {
         batch: u8,
@@ -55,8 +56,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (batch.clone(), 0..BATCH_TYPES.len(), -2..3i32)
             .prop_map(|(batch, batch_type, priority)| Op::Create { batch, batch_type, priority }),
-        6 => (batch.clone(), 0..EVENT_TYPES.len(), prop::bool::weighted(0.75))
-            .prop_map(|(batch, event_type, success)| Op::Append { batch, event_type, success }),
+        6 => (batch.clone(), 0..EVENT_TYPES.len(), prop::bool::weighted(0.75), any::<bool>())
+            .prop_map(|(batch, event_type, success, transient)| Op::Append { batch, event_type, success, transient }),
         1 => (batch.clone(), prop::collection::vec(0..EVENT_TYPES.len(), 1..3))
             .prop_map(|(batch, types)| Op::Reset { batch, types }),
         1 => batch.clone().prop_map(|batch| Op::ContentChange { batch }),
@@ -78,20 +79,24 @@ fn trigger() -> impl Strategy<Value = Trigger> {
         subset(types(), 0.3),
         subset(types(), 0.3),
         subset(types(), 0.15),
+        subset(types(), 0.1),
         prop::option::weighted(0.3, subset(BATCH_TYPES.iter().map(|t| BatchType::new(*t).unwrap()).collect(), 0.5)),
         prop::option::weighted(0.15, subset((0..BATCHES).map(batch_id).collect(), 0.4)),
         prop::option::weighted(0.3, 0..3_000u64),
         prop::option::weighted(0.5, 0..8usize),
     )
-        .prop_map(|(requires, blocked_by, repeat_on_change, types, batches, settled_ms, limit)| Trigger {
-            requires,
-            blocked_by,
-            repeat_on_change,
-            types: types.unwrap_or_default(),
-            batches: batches.unwrap_or_default(),
-            settled_for: settled_ms.map(Duration::from_millis),
-            limit,
-        })
+        .prop_map(
+            |(requires, blocked_by, repeat_on_change, transiently_failed, types, batches, settled_ms, limit)| Trigger {
+                requires,
+                blocked_by,
+                repeat_on_change,
+                transiently_failed,
+                types: types.unwrap_or_default(),
+                batches: batches.unwrap_or_default(),
+                settled_for: settled_ms.map(Duration::from_millis),
+                limit,
+            },
+        )
 }
 
 fn batch_id(n: u8) -> BatchId {
@@ -112,8 +117,9 @@ async fn apply(store: &SqliteStore, op: &Op) {
                 .with_priority(*priority);
             store.create_batch(new).await.map(drop)
         }
-        Op::Append { batch, event_type, success } => {
-            store.append_event(&batch_id(*batch), event(*event_type, *success)).await.map(drop)
+        Op::Append { batch, event_type, success, transient } => {
+            let event = event(*event_type, *success).with_details(json!({"transient": transient}));
+            store.append_event(&batch_id(*batch), event).await.map(drop)
         }
         Op::Reset { batch, types } => {
             let types = types.iter().map(|t| EventType::new(EVENT_TYPES[*t]).unwrap()).collect();

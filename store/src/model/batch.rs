@@ -99,6 +99,11 @@ impl Event {
     pub fn flag(&self, name: &str) -> bool {
         self.details.get(name).and_then(Value::as_bool).unwrap_or(false)
     }
+
+    /// A failure the component said may succeed if retried (DESIGN §7).
+    pub fn is_transient_failure(&self) -> bool {
+        self.outcome == Outcome::Failure && self.flag("transient")
+    }
 }
 
 /// The claim generation an event was recorded under.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Batch, BatchId, BatchType, EventType, Outcome, Timestamp};
+use super::{Batch, BatchId, BatchType, Event, EventType, Outcome, Timestamp};
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +20,9 @@ pub struct Trigger {
     /// Each type has no effective event, or its effective event is older than the batch's
     /// last content change.
     pub repeat_on_change: Vec<EventType>,
+    /// Each type's effective event is a failure flagged `transient` (the runner's retry
+    /// query uses this, with `settled_for` as the backoff).
+    pub transiently_failed: Vec<EventType>,
     /// The batch type is one of these.
     pub types: Vec<BatchType>,
     /// The batch id is one of these (manual runs).
@@ -59,6 +62,9 @@ impl Trigger {
         }
         if !self.repeat_on_change.iter().all(|t| view.get(t).is_none_or(|e| e.seq < batch.modified_seq)) {
             return Some("repeat_on_change");
+        }
+        if !self.transiently_failed.iter().all(|t| view.get(t).is_some_and(Event::is_transient_failure)) {
+            return Some("transiently_failed");
         }
         if let Some(quiet) = self.settled_for
             && now.since(batch.last_activity_at()) < quiet
@@ -237,6 +243,17 @@ mod tests {
         assert_eq!(t.failing_clause(&b, Timestamp(0)), Some("repeat_on_change"));
         b.modified_seq = Seq(6);
         assert!(t.matches(&b));
+    }
+
+    #[test]
+    fn transiently_failed_wants_a_transient_failure_as_the_effective_event() {
+        let t = Trigger { transiently_failed: types(&["Exec_Done"]), ..Trigger::default() };
+        let plain = event(2, "Exec_Done", Outcome::Failure, 0);
+        assert_eq!(t.failing_clause(&batch(vec![plain.clone()]), Timestamp(0)), Some("transiently_failed"));
+        let transient = Event { details: json!({"transient": true}), ..plain };
+        assert!(t.matches(&batch(vec![transient.clone()])));
+        let retried = event(3, "Exec_Done", Outcome::Success, 0);
+        assert!(!t.matches(&batch(vec![transient, retried])));
     }
 
     #[test]
