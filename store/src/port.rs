@@ -110,6 +110,19 @@ pub trait ObjectStore: Send + Sync {
     /// the current open one.
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()>;
 
+    /// Saves a run's progress (a JSON object), replacing the previous checkpoint of
+    /// (batch, component). Fenced like an append; removed when a run records its result.
+    async fn save_checkpoint(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        data: Value,
+    ) -> StoreResult<()>;
+
+    /// The last checkpoint of (batch, component), left by this or an earlier attempt.
+    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>>;
+
     /// Open runs, of one component or of all.
     async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>>;
 

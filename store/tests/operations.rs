@@ -275,6 +275,29 @@ async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq() {
 }
 
 #[tokio::test]
+async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let (b, c) = (id("B1"), component("archiver"));
+    assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None);
+    let first = f.store.claim(&b, &c, &holder("a")).await.unwrap();
+    f.store.save_checkpoint(&b, &c, first.generation(), json!({"copied": 10})).await.unwrap();
+    f.store.save_checkpoint(&b, &c, first.generation(), json!({"copied": 20})).await.unwrap();
+
+    // The holder dies; the next attempt sees how far it got, and the dead one is fenced.
+    let second = f.store.claim(&b, &c, &holder("b")).await.unwrap();
+    assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), Some(json!({"copied": 20})));
+    let stale = f.store.save_checkpoint(&b, &c, first.generation(), json!({"copied": 30})).await.unwrap_err();
+    assert!(stale.is_fenced(), "{stale}");
+    let err = f.store.save_checkpoint(&b, &c, second.generation(), json!([1])).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "checkpoint"), "{err}");
+
+    let done = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("b")).in_run(c.clone(), second.generation());
+    f.store.append_event(&b, done).await.unwrap();
+    assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None, "a recorded result ends the checkpoint");
+}
+
+#[tokio::test]
 async fn the_change_feed_lists_each_changed_batch_once_in_order() {
     let f = fixture().await;
     for name in ["A", "B", "C"] {
@@ -398,6 +421,20 @@ async fn the_schema_is_versioned_and_a_newer_file_is_refused() {
     mark_as_future_schema(&path, LATEST_SCHEMA_VERSION + 1);
     let err = SqliteStore::open(&path).await.err().expect("refused");
     assert!(err.to_string().contains("newer than this release"), "{err}");
+}
+
+#[tokio::test]
+async fn an_old_store_file_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    SqliteStore::create_at_schema_version(&path, 1).unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
+    // What version 2 added works on the upgraded file.
+    register(&store, "B1").await;
+    let claim = store.claim(&id("B1"), &component("c"), &holder("c")).await.unwrap();
+    store.save_checkpoint(&id("B1"), &component("c"), claim.generation(), json!({"step": 1})).await.unwrap();
+    assert_eq!(store.load_checkpoint(&id("B1"), &component("c")).await.unwrap(), Some(json!({"step": 1})));
 }
 
 /// Marks the file as written by a future release, as that release's migration would.

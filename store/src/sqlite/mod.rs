@@ -115,6 +115,13 @@ impl SqliteStore {
         Ok(conn)
     }
 
+    /// Writes a store file as an older release left it, for upgrade tests.
+    #[doc(hidden)]
+    pub fn create_at_schema_version(path: impl AsRef<Path>, version: i64) -> StoreResult<()> {
+        let mut conn = Connection::open(path.as_ref()).map_err(unavailable)?;
+        schema::migrate_up_to(&mut conn, version)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -191,6 +198,23 @@ impl ObjectStore for SqliteStore {
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
         let (batch, component) = (batch.clone(), component.clone());
         self.with_connection(move |conn| ops::release(conn, &batch, &component, generation)).await
+    }
+
+    async fn save_checkpoint(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        data: Value,
+    ) -> StoreResult<()> {
+        crate::model::check_object("checkpoint", &data)?;
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::save_checkpoint(conn, &batch, &component, generation, &data)).await
+    }
+
+    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::load_checkpoint(conn, &batch, &component)).await
     }
 
     async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {

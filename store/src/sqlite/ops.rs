@@ -243,6 +243,11 @@ pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> St
             params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
         )
         .map_err(unavailable)?;
+        tx.execute(
+            "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
+            params![batch.as_str(), run.component.as_str()],
+        )
+        .map_err(unavailable)?;
     }
     touch(&tx, batch, seq)?;
     tx.commit().map_err(unavailable)?;
@@ -374,6 +379,44 @@ pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName
     .map_err(unavailable)?;
     touch(&tx, batch, seq)?;
     tx.commit().map_err(unavailable)
+}
+
+pub fn save_checkpoint(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    generation: i64,
+    data: &Value,
+) -> StoreResult<()> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    check_run_is_current_and_open(&tx, batch, component, generation)?;
+    tx.execute(
+        "INSERT INTO checkpoints (batch_id, component, data, generation, saved_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (batch_id, component) DO UPDATE
+         SET data = excluded.data, generation = excluded.generation, saved_at = excluded.saved_at",
+        params![batch.as_str(), component.as_str(), data.to_string(), generation, Timestamp::now().millis()],
+    )
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)
+}
+
+pub fn load_checkpoint(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+) -> StoreResult<Option<Value>> {
+    let tx = read_tx(conn)?;
+    require_batch(&tx, batch)?;
+    let data: Option<String> = tx
+        .query_row(
+            "SELECT data FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
+            params![batch.as_str(), component.as_str()],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    data.map(stored_json).transpose().map_err(unavailable)
 }
 
 pub fn open_runs(conn: &mut Connection, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {

@@ -10,7 +10,7 @@ use crate::port::{StoreError, StoreResult};
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -76,7 +76,25 @@ CREATE TABLE runs (
 CREATE INDEX runs_open ON runs (component, batch_id) WHERE state = 'open';
 "#;
 
+const V2: &str = r#"
+-- A run's progress, saved while it works and read by the next attempt after a crash;
+-- written only by the current open run, removed when a run records its result.
+CREATE TABLE checkpoints (
+    batch_id   TEXT NOT NULL REFERENCES batches (id),
+    component  TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    saved_at   INTEGER NOT NULL,
+    PRIMARY KEY (batch_id, component)
+) WITHOUT ROWID;
+"#;
+
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    migrate_up_to(conn, LATEST_VERSION)
+}
+
+/// Applies the migrations up to `target` (a lower target builds old files for upgrade tests).
+pub fn migrate_up_to(conn: &mut Connection, target: i64) -> StoreResult<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_version (
@@ -94,7 +112,7 @@ pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
              upgrade autocomp before opening it"
         )));
     }
-    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current && *version <= target) {
         tx.execute_batch(sql)
             .map_err(|e| StoreError::Unavailable(format!("migration to schema {version} failed: {e}")))?;
         tx.execute(
