@@ -1,5 +1,13 @@
-//! The autocomp framework: what every autonomous component runs when cron starts it, and the
-//! `autocomp` admin CLI. The Component trait and runner arrive with issue #4, locks with
-//! issues #4-#5; today it holds the CLI and its embedded demo.
+//! The autocomp framework: what every autonomous component runs when cron starts it (the
+//! `Component` trait, the runner, config, the lock port), and the `autocomp` admin CLI.
+//! A component is one small file: implement `Component`, call `cli::main`.
 
+pub mod cli;
+pub mod component;
+pub mod config;
 pub mod demo;
+pub mod exit;
+pub mod locks;
+pub mod runner;
+
+pub use component::{Component, WorkContext, WorkError};

@@ -3,6 +3,7 @@
 //! Everything here is plain data and pure functions; no I/O.
 
 mod batch;
+pub mod duration_text;
 mod effective;
 mod names;
 mod report;

@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use super::{Batch, BatchId, BatchType, Event, EventType, Outcome, Timestamp};
 
@@ -28,7 +28,7 @@ pub struct Trigger {
     /// The batch id is one of these (manual runs).
     pub batches: Vec<BatchId>,
     /// No content change and no event for at least this long (debounce).
-    #[serde(with = "duration_text", skip_serializing_if = "Option::is_none")]
+    #[serde(with = "super::duration_text::option", skip_serializing_if = "Option::is_none")]
     pub settled_for: Option<Duration>,
     /// At most this many batches, in trigger order.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,64 +86,6 @@ impl Trigger {
 /// Trigger order: priority descending, then oldest `created_seq` first (unique per batch).
 pub fn order_key(batch: &Batch) -> (Reverse<i32>, i64) {
     (Reverse(batch.priority), batch.created_seq.0)
-}
-
-/// Durations as operators write them: `"90s"`, `"5m"`, `"2h"`, or a number of seconds.
-mod duration_text {
-    use std::fmt;
-
-    use serde::de::{self, Visitor};
-
-    use super::*;
-
-    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(d) => serializer.collect_str(&humantime::format_duration(*d)),
-            None => serializer.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-        deserializer.deserialize_option(DurationVisitor)
-    }
-
-    struct DurationVisitor;
-
-    impl<'de> Visitor<'de> for DurationVisitor {
-        type Value = Option<Duration>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a duration such as 90s, 5m or 2h, or a number of seconds")
-        }
-
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-
-        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-            deserializer.deserialize_any(self)
-        }
-
-        fn visit_u64<E: de::Error>(self, seconds: u64) -> Result<Self::Value, E> {
-            Ok(Some(Duration::from_secs(seconds)))
-        }
-
-        fn visit_i64<E: de::Error>(self, seconds: i64) -> Result<Self::Value, E> {
-            u64::try_from(seconds)
-                .map(|s| Some(Duration::from_secs(s)))
-                .map_err(|_| E::custom(format!("invalid duration {seconds}: must not be negative")))
-        }
-
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-            humantime::parse_duration(text)
-                .map(Some)
-                .map_err(|e| E::custom(format!("invalid duration {text:?}: {e} (write e.g. 90s, 5m, 2h)")))
-        }
-    }
 }
 
 #[cfg(test)]

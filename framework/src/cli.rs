@@ -1,0 +1,254 @@
+//! The command line every component binary shares (DESIGN §7): config, manual runs,
+//! dry runs, `--schedule` for hosts without cron, logging, backend overrides, exit codes.
+//! A component's `main` is one call: `autocomp_framework::cli::main(MyComponent)`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use autocomp_sboi::open_index;
+use autocomp_store::{BatchId, open_store};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::component::Component;
+use crate::config::{self, Backends, DEFAULT_CONFIG_DIR};
+use crate::exit::{self, EXIT_CODES_HELP, RunError};
+use crate::locks::open_locks;
+use crate::runner::{Pipeline, Runner, Selection};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The flags every component accepts.
+#[derive(Debug, Clone, Args)]
+pub struct RunnerArgs {
+    /// The component's config file [default: <config-dir>/<component>.toml]
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory holding autocomp.toml (backends) and the component files.
+    #[arg(long, value_name = "DIR", env = "AUTOCOMP_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// Run exactly this batch (if its trigger holds, unless --force).
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
+    /// With --batch: ignore the trigger (the batch is still locked and the result recorded).
+    #[arg(long, requires = "batch")]
+    pub force: bool,
+    /// List what would be claimed and why; take no lock, claim nothing, record nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Stay up and start a pass on this 5-field crontab schedule (for hosts without cron).
+    #[arg(long, value_name = "CRON")]
+    pub schedule: Option<String>,
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Store URL, e.g. sqlite:///var/lib/autocomp/store.db (overrides autocomp.toml).
+    #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL")]
+    pub store: Option<String>,
+    /// Batch index URL, e.g. local:/var/lib/autocomp/index.
+    #[arg(long, env = "AUTOCOMP_INDEX", value_name = "URL")]
+    pub index: Option<String>,
+    /// Lock service URL, e.g. local:/var/lib/autocomp/locks.
+    #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL")]
+    pub locks: Option<String>,
+}
+
+impl RunnerArgs {
+    fn backends(&self) -> Backends {
+        Backends { store: self.store.clone(), index: self.index.clone(), locks: self.locks.clone() }
+    }
+}
+
+#[derive(Parser)]
+struct ComponentCli {
+    #[command(flatten)]
+    runner: RunnerArgs,
+}
+
+/// The whole `main` of a component binary.
+pub fn main<C: Component>(component: C) -> ExitCode {
+    let about = format!(
+        "Autonomous component `{}`: records `{}` events on the batches its trigger selects.",
+        component.name(),
+        component.event_type()
+    );
+    let command = ComponentCli::command()
+        .name(component.name().to_owned())
+        .version(component.version().to_owned())
+        .about(about)
+        .after_help(EXIT_CODES_HELP);
+    let matches = command.get_matches();
+    let args = match ComponentCli::from_arg_matches(&matches) {
+        Ok(cli) => cli.runner,
+        Err(e) => e.exit(),
+    };
+    run(component, args)
+}
+
+pub fn init_logging(verbose: u8, format: LogFormat) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the component with parsed arguments; returns the documented exit code.
+pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
+    init_logging(args.verbose, args.log_format);
+    let name = component.name().to_owned();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let code = runtime.block_on(async {
+        match run_async(component, args).await {
+            Ok(code) => code,
+            Err(RunError::PollLockBusy(component)) => {
+                // The previous pass is still running: normal under cron, so stay quiet.
+                info!("poll lock of {component} busy; another pass is running");
+                exit::POLL_LOCK_BUSY
+            }
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                e.code()
+            }
+        }
+    });
+    std::io::stdout().flush().ok();
+    // Do not wait for a hung work thread: every lock and claim is already released.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, RunError> {
+    let loaded = config::load(component.name(), args.config.as_deref(), &args.config_dir)?;
+    let settings: C::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
+    let trigger = loaded.component.trigger(&component.trigger(), &loaded.file)?;
+    let backends = loaded.backends.clone().overridden_by(args.backends());
+    let (store_url, index_url, locks_url) = backends.require(&loaded.shared_file)?;
+    let selection = match &args.batch {
+        Some(id) => Selection::Batch {
+            id: BatchId::new(id.as_str()).map_err(|e| RunError::Usage(e.to_string()))?,
+            force: args.force,
+        },
+        None => Selection::Ready,
+    };
+    let store = open_store(&store_url).await?;
+    let index = open_index(&index_url, Arc::clone(&store))?;
+    let locks = open_locks(&locks_url)?;
+    let shutdown = shutdown_signal();
+    let pipeline = Pipeline { store, index, locks };
+    let runner = Runner::new(component, settings, trigger, loaded.component.clone(), pipeline, shutdown.clone())?;
+
+    if args.dry_run {
+        for line in runner.dry_run(&selection).await? {
+            println!("{line}");
+        }
+        return Ok(exit::OK);
+    }
+    match &args.schedule {
+        None => pass(&runner, &selection).await.map(|(code, _)| code),
+        Some(schedule) => run_on_schedule(&runner, &selection, schedule, shutdown).await,
+    }
+}
+
+/// One pass and its exit code; `true` if a batch timed out (the process must then exit).
+async fn pass<C: Component>(runner: &Arc<Runner<C>>, selection: &Selection) -> Result<(u8, bool), RunError> {
+    let summary = runner.run_pass(selection).await?;
+    for result in &summary.results {
+        match result {
+            crate::runner::BatchResult::NotReady { id, clause } => {
+                eprintln!(
+                    "{}: batch {id} is not ready: trigger clause `{clause}` does not hold (use --force to run it anyway)",
+                    runner.name()
+                )
+            }
+            crate::runner::BatchResult::Busy { id } => {
+                eprintln!("{}: batch {id} is locked by another worker", runner.name())
+            }
+            _ => {}
+        }
+    }
+    let timed_out = summary.timed_out();
+    if timed_out {
+        error!("a batch timed out; exiting so its hung work cannot hold anything");
+    }
+    Ok((summary.exit_code(), timed_out))
+}
+
+/// `--schedule`: a pass at every matching minute; passes never overlap (a pass that runs
+/// past the next slot makes the loop wait for the slot after it).
+async fn run_on_schedule<C: Component>(
+    runner: &Arc<Runner<C>>,
+    selection: &Selection,
+    schedule: &str,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<u8, RunError> {
+    let cron: croner::Cron = schedule
+        .parse()
+        .map_err(|e| RunError::Usage(format!("invalid --schedule {schedule:?}: {e} (write e.g. '*/5 * * * *')")))?;
+    let mut worst = exit::OK;
+    loop {
+        let now = chrono::Local::now();
+        let next = cron
+            .find_next_occurrence(&now, false)
+            .map_err(|e| RunError::Usage(format!("--schedule {schedule:?} never fires: {e}")))?;
+        let wait = (next - now).to_std().unwrap_or_default();
+        info!("next pass at {next}");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = crate::runner::stop_requested(&mut shutdown) => return Ok(worst),
+        }
+        let (code, timed_out) = match pass(runner, selection).await {
+            Ok(outcome) => outcome,
+            Err(RunError::PollLockBusy(_)) => (exit::OK, false),
+            Err(e) => return Err(e),
+        };
+        if code == exit::FAILED {
+            worst = exit::FAILED;
+        }
+        if code == exit::LOCKS_LOST || timed_out {
+            return Ok(code);
+        }
+        if *shutdown.borrow() {
+            return Ok(worst);
+        }
+    }
+}
+
+/// Becomes true on SIGTERM or SIGINT: stop claiming, let work finish within the grace.
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (sender, receiver) = watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            error!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM: stopping"),
+            _ = int.recv() => info!("SIGINT: stopping"),
+        }
+        sender.send(true).ok();
+    });
+    receiver
+}

@@ -1,0 +1,221 @@
+//! Configuration (DESIGN §7): one TOML file per component plus a shared `autocomp.toml` for
+//! the backends, in one config directory. Unknown keys are errors naming the key; durations
+//! read as `90s`, `5m`, `2h`. Backend URLs are overridden by env and command-line flags.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use autocomp_store::{Trigger, duration_text};
+use serde::Deserialize;
+
+/// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/autocomp";
+pub const SHARED_FILE: &str = "autocomp.toml";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", file.display())]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Self { file: file.into(), message: message.into() }
+    }
+}
+
+/// The shared `autocomp.toml`: which store, index and lock service the pipeline uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backends {
+    /// `sqlite:///path/store.db`
+    pub store: Option<String>,
+    /// `local:/path/index`
+    pub index: Option<String>,
+    /// `local:/path/locks`
+    pub locks: Option<String>,
+}
+
+impl Backends {
+    /// Later sources win: file < environment < command line.
+    pub fn overridden_by(self, other: Backends) -> Backends {
+        Backends {
+            store: other.store.or(self.store),
+            index: other.index.or(self.index),
+            locks: other.locks.or(self.locks),
+        }
+    }
+
+    pub fn from_env() -> Backends {
+        let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        Backends { store: var("AUTOCOMP_STORE"), index: var("AUTOCOMP_INDEX"), locks: var("AUTOCOMP_LOCKS") }
+    }
+
+    /// The three URLs, or an error naming the missing one and where to set it.
+    pub fn require(&self, shared_file: &Path) -> Result<(String, String, String), ConfigError> {
+        let need = |value: &Option<String>, key: &str, env: &str| {
+            value.clone().ok_or_else(|| {
+                ConfigError::new(
+                    shared_file,
+                    format!("no {key} backend configured: set `{key} = \"...\"` here, ${env}, or --{key}"),
+                )
+            })
+        };
+        Ok((
+            need(&self.store, "store", "AUTOCOMP_STORE")?,
+            need(&self.index, "index", "AUTOCOMP_INDEX")?,
+            need(&self.locks, "locks", "AUTOCOMP_LOCKS")?,
+        ))
+    }
+}
+
+/// One component's `<name>.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComponentConfig {
+    /// Batches worked on in parallel.
+    pub max_threads: usize,
+    /// Batches claimed per start.
+    pub queue_size: usize,
+    /// Longest a batch's work may take before it is recorded as timed out.
+    #[serde(with = "duration_text")]
+    pub max_runtime: Duration,
+    #[serde(with = "duration_text")]
+    pub poll_lock_timeout: Duration,
+    #[serde(with = "duration_text")]
+    pub batch_lock_timeout: Duration,
+    /// Keep the poll lock while working (one worker per component at a time).
+    pub hold_poll_lock: bool,
+    /// Failed attempts (abandoned or transient) after which a batch gets a plain failure.
+    pub max_attempts: u32,
+    /// How long after a transient failure the batch is retried.
+    #[serde(with = "duration_text")]
+    pub retry_backoff: Duration,
+    /// On SIGTERM/SIGINT, how long running work may finish before it is cancelled.
+    #[serde(with = "duration_text")]
+    pub shutdown_grace: Duration,
+    /// Failures kept in a report; the true count is always reported.
+    pub max_reported_failures: usize,
+    /// Trigger clauses replacing the component's defaults, clause by clause.
+    pub trigger: toml::Table,
+    /// Component-specific settings, checked by the component's `Settings` type.
+    pub settings: toml::Table,
+}
+
+impl Default for ComponentConfig {
+    fn default() -> Self {
+        Self {
+            max_threads: 2,
+            queue_size: 10,
+            max_runtime: Duration::from_secs(3600),
+            poll_lock_timeout: Duration::from_secs(10),
+            batch_lock_timeout: Duration::from_millis(500),
+            hold_poll_lock: false,
+            max_attempts: 3,
+            retry_backoff: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(30),
+            max_reported_failures: 100,
+            trigger: toml::Table::new(),
+            settings: toml::Table::new(),
+        }
+    }
+}
+
+impl ComponentConfig {
+    /// The component's default trigger with this file's `[trigger]` clauses replacing its own.
+    pub fn trigger(&self, default: &Trigger, file: &Path) -> Result<Trigger, ConfigError> {
+        let mut merged = toml::Table::try_from(default)
+            .map_err(|e| ConfigError::new(file, format!("cannot express the default trigger: {e}")))?;
+        merged.extend(self.trigger.clone());
+        toml::Value::Table(merged).try_into().map_err(|e| ConfigError::new(file, format!("[trigger]: {e}")))
+    }
+
+    fn check(&self, file: &Path) -> Result<(), ConfigError> {
+        for (key, value) in [("max_threads", self.max_threads), ("queue_size", self.queue_size)] {
+            if value == 0 {
+                return Err(ConfigError::new(file, format!("{key} = 0: must be at least 1")));
+            }
+        }
+        if self.max_attempts == 0 {
+            return Err(ConfigError::new(file, "max_attempts = 0: must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Everything a component run needs from its configuration files.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub component: ComponentConfig,
+    pub backends: Backends,
+    /// The component file (or where it would be), for messages.
+    pub file: PathBuf,
+    pub shared_file: PathBuf,
+}
+
+/// Reads `<dir>/<component>.toml` (or `explicit`) and `autocomp.toml` beside it. A missing
+/// component file means defaults; a file that is present must parse completely.
+pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Result<LoadedConfig, ConfigError> {
+    let file = explicit.map(Path::to_path_buf).unwrap_or_else(|| config_dir.join(format!("{component}.toml")));
+    let component_config: ComponentConfig = match read_optional(&file, explicit.is_some())? {
+        Some(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&file, e.to_string()))?,
+        None => ComponentConfig::default(),
+    };
+    component_config.check(&file)?;
+    let shared_dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let shared_file = shared_dir.join(SHARED_FILE);
+    let backends = match read_optional(&shared_file, false)? {
+        Some(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&shared_file, e.to_string()))?,
+        None => Backends::default(),
+    };
+    Ok(LoadedConfig { component: component_config, backends, file, shared_file })
+}
+
+fn read_optional(file: &Path, required: bool) -> Result<Option<String>, ConfigError> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Ok(None),
+        Err(e) => Err(ConfigError::new(file, format!("cannot read: {e}"))),
+    }
+}
+
+/// Parses a component's `[settings]` into its settings type, naming the file on error.
+pub fn settings<T: serde::de::DeserializeOwned>(table: &toml::Table, file: &Path) -> Result<T, ConfigError> {
+    toml::Value::Table(table.clone()).try_into().map_err(|e| ConfigError::new(file, format!("[settings]: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_store::EventType;
+
+    use super::*;
+
+    #[test]
+    fn durations_and_unknown_keys() {
+        let config: ComponentConfig = toml::from_str("max_runtime = \"90s\"\nretry_backoff = 120").unwrap();
+        assert_eq!(config.max_runtime, Duration::from_secs(90));
+        assert_eq!(config.retry_backoff, Duration::from_secs(120));
+        let err = toml::from_str::<ComponentConfig>("max_threadz = 3").unwrap_err().to_string();
+        assert!(err.contains("max_threadz"), "{err}");
+        let err = toml::from_str::<ComponentConfig>("max_runtime = \"soon\"").unwrap_err().to_string();
+        assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn trigger_clauses_replace_the_defaults() {
+        let default = Trigger {
+            requires: vec![EventType::new("A").unwrap()],
+            blocked_by: vec![EventType::new("B").unwrap()],
+            ..Trigger::default()
+        };
+        let config: ComponentConfig = toml::from_str("[trigger]\nrequires = [\"C\"]\nsettled_for = \"2m\"").unwrap();
+        let trigger = config.trigger(&default, Path::new("x.toml")).unwrap();
+        assert_eq!(trigger.requires, vec![EventType::new("C").unwrap()]);
+        assert_eq!(trigger.blocked_by, default.blocked_by);
+        assert_eq!(trigger.settled_for, Some(Duration::from_secs(120)));
+        let bad: ComponentConfig = toml::from_str("[trigger]\nrequirez = [\"C\"]").unwrap();
+        let err = bad.trigger(&default, Path::new("x.toml")).unwrap_err().to_string();
+        assert!(err.contains("requirez") && err.contains("x.toml"), "{err}");
+    }
+}

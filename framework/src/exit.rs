@@ -1,0 +1,76 @@
+//! The exit codes every autocomp binary uses (README: "Exit codes"), and the errors that
+//! end a run, each mapped to one of them.
+
+use std::process::ExitCode;
+
+use autocomp_sboi::IndexError;
+use autocomp_store::StoreError;
+
+use crate::config::ConfigError;
+use crate::locks::LockError;
+
+/// Ok, or nothing to do.
+pub const OK: u8 = 0;
+/// Some batch failed (or a write was refused).
+pub const FAILED: u8 = 1;
+/// Usage, configuration or input error.
+pub const USAGE: u8 = 2;
+/// Another pass of this component holds the poll lock.
+pub const POLL_LOCK_BUSY: u8 = 3;
+/// The lock service session was lost.
+pub const LOCKS_LOST: u8 = 4;
+/// The store or the index cannot be reached.
+pub const UNREACHABLE: u8 = 5;
+
+pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok or nothing to do, 1 some batch failed, 2 usage or config error, \
+                                   3 poll lock busy, 4 lock service lost, 5 store or index unreachable.";
+
+/// Why a run stopped before finishing normally.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("the poll lock of {0} is held by another pass; nothing to do")]
+    PollLockBusy(String),
+    #[error("lost the lock service: {0}")]
+    LocksLost(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+impl From<LockError> for RunError {
+    fn from(error: LockError) -> Self {
+        match error {
+            LockError::Invalid(e) => RunError::Usage(e.to_string()),
+            LockError::Unavailable(e) => RunError::LocksLost(e),
+        }
+    }
+}
+
+impl RunError {
+    pub fn code(&self) -> u8 {
+        match self {
+            RunError::Config(_) | RunError::Usage(_) => USAGE,
+            RunError::PollLockBusy(_) => POLL_LOCK_BUSY,
+            RunError::LocksLost(_) => LOCKS_LOST,
+            RunError::Store(e) | RunError::Index(IndexError::Store(e)) => store_code(e),
+            RunError::Index(IndexError::Index { .. }) => UNREACHABLE,
+        }
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code())
+    }
+}
+
+fn store_code(error: &StoreError) -> u8 {
+    match error {
+        StoreError::Invalid(_) | StoreError::NotFound(_) => USAGE,
+        StoreError::Unavailable(_) => UNREACHABLE,
+        StoreError::Conflict(_) | StoreError::Fenced { .. } => FAILED,
+    }
+}

@@ -1,0 +1,613 @@
+//! One pass of a component, exactly DESIGN §1: poll lock, ask the index, per candidate
+//! try-lock + re-check against the store + claim, release the poll lock, work in parallel
+//! with a time bound, record each result fenced by its claim generation, unlock.
+//! Outcome rules of DESIGN §7: permanent/transient errors, panics, timeouts, attempts,
+//! graceful shutdown (release claims without events).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use autocomp_sboi::BatchIndex;
+use autocomp_store::{
+    Agent, Batch, BatchId, Claim, ComponentName, EventType, IdempotencyKey, NewEvent, ObjectStore, Outcome, Report,
+    RunHolder, Seq, StoreError, Timestamp, Trigger,
+};
+use tokio::sync::{Semaphore, oneshot, watch};
+use tracing::{debug, error, info, warn};
+
+use crate::component::{CheckpointWriter, Component, WorkContext, WorkError};
+use crate::config::ComponentConfig;
+use crate::exit::{self, RunError};
+use crate::locks::{Lock, LockHolder, LockPath, LockService, SessionState};
+
+/// The three ports a runner works against; nothing here knows which adapters they are.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub store: Arc<dyn ObjectStore>,
+    pub index: Arc<dyn BatchIndex>,
+    pub locks: Arc<dyn LockService>,
+}
+
+/// Which batches a pass considers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Whatever the index says is ready (the cron case).
+    Ready,
+    /// Exactly this batch; `force` ignores the trigger (it is still locked and recorded).
+    Batch { id: BatchId, force: bool },
+}
+
+/// What happened to one batch in a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchResult {
+    Recorded {
+        id: BatchId,
+        outcome: Outcome,
+        timed_out: bool,
+    },
+    /// Shut down before it finished: claim released without an event, ready again.
+    Released {
+        id: BatchId,
+    },
+    /// Someone else took the batch over; our result was refused.
+    Fenced {
+        id: BatchId,
+    },
+    /// The lock service was lost before recording; nothing recorded.
+    NotRecorded {
+        id: BatchId,
+    },
+    /// A manually requested batch the trigger does not select (clause named).
+    NotReady {
+        id: BatchId,
+        clause: String,
+    },
+    /// A manually requested batch whose lock is held by another worker.
+    Busy {
+        id: BatchId,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct PassSummary {
+    pub results: Vec<BatchResult>,
+}
+
+impl PassSummary {
+    pub fn timed_out(&self) -> bool {
+        self.results.iter().any(|r| matches!(r, BatchResult::Recorded { timed_out: true, .. }))
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        if self.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. })) {
+            return exit::LOCKS_LOST;
+        }
+        let failed = self.results.iter().any(|r| {
+            matches!(
+                r,
+                BatchResult::Recorded { outcome: Outcome::Failure, .. }
+                    | BatchResult::Fenced { .. }
+                    | BatchResult::NotReady { .. }
+                    | BatchResult::Busy { .. }
+            )
+        });
+        if failed { exit::FAILED } else { exit::OK }
+    }
+}
+
+/// Who this process is, as recorded in runs, events and lock nodes.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub agent: Agent,
+    pub host: String,
+    pub pid: u32,
+}
+
+impl Identity {
+    pub fn of(component: &str, version: &str) -> Result<Self, RunError> {
+        let host = hostname();
+        let pid = std::process::id();
+        let agent =
+            Agent::new(format!("{component}/{version}@{host}#{pid}")).map_err(|e| RunError::Usage(e.to_string()))?;
+        Ok(Self { agent, host, pid })
+    }
+}
+
+fn hostname() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let clean: String = raw.trim().chars().filter(|c| c.is_ascii_graphic()).take(255).collect();
+    if clean.is_empty() { "localhost".into() } else { clean }
+}
+
+struct Claimed {
+    batch: Batch,
+    claim: Claim,
+    lock: Box<dyn Lock>,
+    checkpoint: Option<serde_json::Value>,
+}
+
+pub struct Runner<C: Component> {
+    component: Arc<C>,
+    settings: Arc<C::Settings>,
+    name: ComponentName,
+    event_type: EventType,
+    trigger: Trigger,
+    /// The trigger under which a transient failure of our own type is retried.
+    retry_trigger: Option<Trigger>,
+    config: ComponentConfig,
+    pipeline: Pipeline,
+    identity: Identity,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl<C: Component> Runner<C> {
+    pub fn new(
+        component: C,
+        settings: C::Settings,
+        trigger: Trigger,
+        config: ComponentConfig,
+        pipeline: Pipeline,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Arc<Self>, RunError> {
+        let usage = |e: autocomp_store::InvalidInput| RunError::Usage(e.to_string());
+        let name = ComponentName::new(component.name()).map_err(usage)?;
+        let event_type = EventType::new(component.event_type()).map_err(usage)?;
+        let identity = Identity::of(component.name(), component.version())?;
+        let retry_trigger = trigger.blocked_by.contains(&event_type).then(|| Trigger {
+            blocked_by: trigger.blocked_by.iter().filter(|t| **t != event_type).cloned().collect(),
+            transiently_failed: vec![event_type.clone()],
+            settled_for: Some(trigger.settled_for.unwrap_or_default().max(config.retry_backoff)),
+            ..trigger.clone()
+        });
+        Ok(Arc::new(Self {
+            component: Arc::new(component),
+            settings: Arc::new(settings),
+            name,
+            event_type,
+            trigger,
+            retry_trigger,
+            config,
+            pipeline,
+            identity,
+            shutdown,
+        }))
+    }
+
+    pub fn name(&self) -> &ComponentName {
+        &self.name
+    }
+
+    fn lock_holder(&self) -> LockHolder {
+        LockHolder {
+            agent: self.identity.agent.to_string(),
+            host: self.identity.host.clone(),
+            pid: self.identity.pid,
+            since: Timestamp::now(),
+        }
+    }
+
+    fn run_holder(&self) -> RunHolder {
+        RunHolder { agent: self.identity.agent.clone(), host: self.identity.host.clone(), pid: self.identity.pid }
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn is_ready(&self, batch: &Batch) -> Result<(), &'static str> {
+        match self.trigger.failing_clause(batch, batch.as_of) {
+            None => Ok(()),
+            Some(clause) => match &self.retry_trigger {
+                Some(retry) if retry.matches(batch) => Ok(()),
+                _ => Err(clause),
+            },
+        }
+    }
+
+    /// The candidates the index offers, in trigger order; retries of transient failures last.
+    async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
+        // Ask for more than we will claim: other hosts may hold some of them.
+        let wanted = self.config.queue_size.saturating_mul(4).max(16);
+        let limited = |t: &Trigger| Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() };
+        let mut ids = self.pipeline.index.query(&limited(&self.trigger)).await?;
+        if let Some(retry) = &self.retry_trigger {
+            for id in self.pipeline.index.query(&limited(retry)).await? {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// One pass: DESIGN §1 steps 1-7.
+    pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
+        let holder = self.lock_holder();
+        let poll_path = LockPath::Poll(self.name.clone());
+        let Some(poll_lock) = self.pipeline.locks.try_lock(&poll_path, &holder, self.config.poll_lock_timeout).await?
+        else {
+            return Err(RunError::PollLockBusy(self.name.to_string()));
+        };
+        let mut summary = PassSummary::default();
+        let claimed = match self.claim_batches(selection, &holder, &mut summary).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                poll_lock.release().await.ok();
+                return Err(e);
+            }
+        };
+        let poll_lock = if self.config.hold_poll_lock {
+            Some(poll_lock)
+        } else {
+            poll_lock.release().await?;
+            None
+        };
+        summary.results.extend(self.work_all(claimed).await);
+        if let Some(lock) = poll_lock {
+            lock.release().await?;
+        }
+        Ok(summary)
+    }
+
+    /// Steps 2-4: candidates, try-lock, re-check against the store, claim.
+    async fn claim_batches(
+        self: &Arc<Self>,
+        selection: &Selection,
+        holder: &LockHolder,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<Claimed>, RunError> {
+        let (candidates, manual, force) = match selection {
+            Selection::Ready => (self.candidates().await?, false, false),
+            Selection::Batch { id, force } => (vec![id.clone()], true, *force),
+        };
+        let session = self.pipeline.locks.session();
+        let mut claimed = Vec::new();
+        for id in candidates {
+            if claimed.len() >= self.config.queue_size || self.shutting_down() {
+                break;
+            }
+            if *session.borrow() != SessionState::Connected {
+                warn!("lock service not connected: claiming nothing more this pass");
+                break;
+            }
+            let path = LockPath::Batch(self.name.clone(), id.clone());
+            let Some(lock) = self.pipeline.locks.try_lock(&path, holder, self.config.batch_lock_timeout).await? else {
+                debug!(batch = %id, "locked by another worker; skipped");
+                if manual {
+                    summary.results.push(BatchResult::Busy { id });
+                }
+                continue;
+            };
+            match self.recheck_and_claim(&id, lock, manual, force, summary).await {
+                Ok(Some(batch)) => claimed.push(batch),
+                Ok(None) => {}
+                Err(RunError::Store(StoreError::NotFound(id))) if manual => {
+                    return Err(RunError::Usage(format!("batch {id} does not exist")));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn recheck_and_claim(
+        &self,
+        id: &BatchId,
+        lock: Box<dyn Lock>,
+        manual: bool,
+        force: bool,
+        summary: &mut PassSummary,
+    ) -> Result<Option<Claimed>, RunError> {
+        let store = &self.pipeline.store;
+        let batch = match store.get_batch(id).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                lock.release().await.ok();
+                return Err(e.into());
+            }
+        };
+        if !force && let Err(clause) = self.is_ready(&batch) {
+            // The index lagged, or a manual run asked for a batch that is not ready.
+            debug!(batch = %id, clause, "no longer ready in the store; skipped");
+            lock.release().await?;
+            if manual {
+                summary.results.push(BatchResult::NotReady { id: id.clone(), clause: clause.to_owned() });
+            }
+            return Ok(None);
+        }
+        let claim = match store.claim(id, &self.name, &self.run_holder()).await {
+            Ok(claim) => claim,
+            Err(e) => {
+                lock.release().await.ok();
+                return Err(e.into());
+            }
+        };
+        if let Some(abandoned) = &claim.abandoned {
+            warn!(batch = %id, generation = abandoned.generation, holder = %abandoned.holder.agent,
+                "took over a run whose holder died or stalled; it is marked abandoned");
+        }
+        let since = last_reset_of(&batch, &self.event_type);
+        let failed_attempts = store.failed_attempts(id, &self.name, since).await?;
+        if failed_attempts >= self.config.max_attempts && !force {
+            let mut report = Report::new(self.config.max_reported_failures);
+            report.outcome = Outcome::Failure;
+            report.summary = format!(
+                "gave up after {failed_attempts} failed attempts (abandoned or transient); max_attempts is {}",
+                self.config.max_attempts
+            );
+            let claimed = Claimed { batch, claim, lock, checkpoint: None };
+            summary.results.push(self.record(claimed, report, false).await);
+            return Ok(None);
+        }
+        let checkpoint = store.load_checkpoint(id, &self.name).await?;
+        Ok(Some(Claimed { batch, claim, lock, checkpoint }))
+    }
+
+    /// Steps 5-7 for every claimed batch, `max_threads` at a time.
+    async fn work_all(self: &Arc<Self>, claimed: Vec<Claimed>) -> Vec<BatchResult> {
+        let permits = Arc::new(Semaphore::new(self.config.max_threads));
+        let mut tasks = tokio::task::JoinSet::new();
+        for batch in claimed {
+            let (runner, permits) = (Arc::clone(self), Arc::clone(&permits));
+            tasks.spawn(async move { runner.work_one(batch, permits).await });
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(e) => error!("a batch task failed: {e}"),
+            }
+        }
+        results
+    }
+
+    async fn work_one(self: Arc<Self>, claimed: Claimed, permits: Arc<Semaphore>) -> BatchResult {
+        let mut shutdown = self.shutdown.clone();
+        let permit = tokio::select! {
+            permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stop_requested(&mut shutdown) => return self.release(claimed).await,
+        };
+        if self.shutting_down() {
+            return self.release(claimed).await;
+        }
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let finished = self.spawn_work(&claimed, Arc::clone(&cancelled));
+        let grace = self.config.shutdown_grace;
+        let outcome = tokio::select! {
+            finished = finished => Some(finished),
+            _ = tokio::time::sleep(self.config.max_runtime) => None,
+            _ = async { stop_requested(&mut shutdown).await; tokio::time::sleep(grace).await } => {
+                cancelled.store(true, Ordering::Relaxed);
+                info!(batch = %claimed.batch.id, "shutting down: work cancelled, claim released");
+                drop(permit);
+                return self.release(claimed).await;
+            }
+        };
+        drop(permit);
+        let mut report = match outcome {
+            Some(Ok((result, report))) => report_of(result, report),
+            Some(Err(())) => failed_report(&self.config, "the work thread ended without a result"),
+            None => {
+                // The thread may hang forever; it cannot record anything (its run is closed
+                // below) and the process exits after this pass.
+                cancelled.store(true, Ordering::Relaxed);
+                let mut report = failed_report(
+                    &self.config,
+                    &format!(
+                        "did not finish within max_runtime {}",
+                        humantime::format_duration(self.config.max_runtime)
+                    ),
+                );
+                report.timed_out = true;
+                report
+            }
+        };
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        let timed_out = report.timed_out;
+        self.record(claimed, report, timed_out).await
+    }
+
+    /// Runs `work` on its own OS thread, panics caught; resolves when it returns.
+    fn spawn_work(
+        &self,
+        claimed: &Claimed,
+        cancelled: Arc<AtomicBool>,
+    ) -> impl Future<Output = Result<(Result<(), WorkError>, Report), ()>> + use<C> {
+        let (sender, receiver) = oneshot::channel();
+        let component = Arc::clone(&self.component);
+        let settings = Arc::clone(&self.settings);
+        let batch = claimed.batch.clone();
+        let checkpoints = CheckpointWriter {
+            store: Arc::clone(&self.pipeline.store),
+            runtime: tokio::runtime::Handle::current(),
+            batch: batch.id.clone(),
+            component: self.name.clone(),
+            generation: claimed.claim.generation(),
+        };
+        let mut context = WorkContext::new(
+            &batch,
+            self.config.max_reported_failures,
+            claimed.checkpoint.clone(),
+            Some(checkpoints),
+            cancelled,
+        );
+        let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| component.work(&batch, &settings, &mut context)));
+            let result = result.unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".into());
+                Err(WorkError::Permanent(format!("panicked: {message}")))
+            });
+            sender.send((result, context.into_report())).ok();
+        });
+        async move {
+            spawned.map_err(|e| error!("cannot start a work thread: {e}"))?;
+            receiver.await.map_err(|_| ())
+        }
+    }
+
+    /// Records the result, fenced by the claim, after checking we still hold the lock.
+    async fn record(&self, claimed: Claimed, report: Report, timed_out: bool) -> BatchResult {
+        let Claimed { batch, claim, lock, .. } = claimed;
+        let id = batch.id.clone();
+        let mut session = self.pipeline.locks.session();
+        // While disconnected, hold the commit: the session may come back, or be lost.
+        let state = match session.wait_for(|s| *s != SessionState::Suspended).await {
+            Ok(state) => *state,
+            Err(_) => SessionState::Lost,
+        };
+        let still_held = state == SessionState::Connected && lock.still_held().await.unwrap_or(false);
+        if !still_held {
+            error!(batch = %id, "lost the batch lock before recording; nothing recorded");
+            return BatchResult::NotRecorded { id };
+        }
+        let line = summary_line(&id, &self.event_type, &report);
+        let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
+            .expect("names and numbers make a valid key");
+        let event = NewEvent::new(self.event_type.clone(), report.outcome, self.identity.agent.clone())
+            .with_details(report.to_details())
+            .in_run(self.name.clone(), claim.generation())
+            .with_idempotency_key(key);
+        let result = match self.pipeline.store.append_event(&id, event).await {
+            Ok(_) => {
+                println!("{line}");
+                BatchResult::Recorded { id, outcome: report.outcome, timed_out }
+            }
+            Err(e) if e.is_fenced() => {
+                warn!(batch = %id, "result refused, another worker took the batch over: {e}");
+                BatchResult::Fenced { id }
+            }
+            Err(e) => {
+                error!(batch = %id, "cannot record the result: {e}");
+                BatchResult::NotRecorded { id }
+            }
+        };
+        if let Err(e) = lock.release().await {
+            warn!("cannot release the batch lock: {e}");
+        }
+        result
+    }
+
+    /// Graceful shutdown: close the run without an event so the batch is ready again.
+    async fn release(&self, claimed: Claimed) -> BatchResult {
+        let id = claimed.batch.id.clone();
+        if let Err(e) = self.pipeline.store.release(&id, &self.name, claimed.claim.generation()).await {
+            warn!(batch = %id, "cannot release the claim: {e}");
+        }
+        if let Err(e) = claimed.lock.release().await {
+            warn!(batch = %id, "cannot release the batch lock: {e}");
+        }
+        BatchResult::Released { id }
+    }
+
+    /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
+    pub async fn dry_run(&self, selection: &Selection) -> Result<Vec<String>, RunError> {
+        let (candidates, force) = match selection {
+            Selection::Ready => (self.candidates().await?, false),
+            Selection::Batch { id, force } => (vec![id.clone()], *force),
+        };
+        let mut lines = Vec::new();
+        let mut would_claim = 0;
+        for id in candidates {
+            let batch = self.pipeline.store.get_batch(&id).await?;
+            let verdict = match self.is_ready(&batch) {
+                _ if would_claim >= self.config.queue_size => "would leave for the next pass (queue full)".to_owned(),
+                Ok(()) => {
+                    would_claim += 1;
+                    format!("would claim: every trigger clause holds (priority {})", batch.priority)
+                }
+                Err(_) if force => {
+                    would_claim += 1;
+                    "would claim: forced, trigger ignored".to_owned()
+                }
+                Err(clause) => format!("would skip: `{clause}` does not hold in the store"),
+            };
+            lines.push(format!("{id} {verdict}"));
+        }
+        Ok(lines)
+    }
+}
+
+/// Resolves once a shutdown is requested (never, if the sender is gone without one).
+pub(crate) async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The newest `Reset` covering `event_type`: attempts are counted from there.
+fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
+    batch
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.event_type.is_reset() && e.resets.contains(event_type))
+        .map_or(Seq::ZERO, |e| e.seq)
+}
+
+fn failed_report(config: &ComponentConfig, summary: &str) -> Report {
+    let mut report = Report::new(config.max_reported_failures);
+    report.outcome = Outcome::Failure;
+    report.summary = summary.to_owned();
+    report
+}
+
+fn report_of(result: Result<(), WorkError>, mut report: Report) -> Report {
+    match result {
+        Ok(()) => {}
+        Err(error) => {
+            report.outcome = Outcome::Failure;
+            report.transient = matches!(error, WorkError::Transient(_));
+            report.summary =
+                if report.summary.is_empty() { error.to_string() } else { format!("{}; {error}", report.summary) };
+        }
+    }
+    report
+}
+
+/// One line per processed batch on stdout (what cron mails).
+fn summary_line(id: &BatchId, event_type: &EventType, report: &Report) -> String {
+    let seconds = report.duration_ms as f64 / 1000.0;
+    let mut line = format!("{id} {event_type} {} {seconds:.1}s", report.outcome.as_str());
+    let mut notes = Vec::new();
+    if report.transient {
+        notes.push("transient, will retry".to_owned());
+    }
+    if !report.summary.is_empty() {
+        notes.push(report.summary.clone());
+    }
+    if report.failures_total > 0 {
+        let first = &report.failures[0];
+        notes.push(format!("{} failures, first: {}: {}", report.failures_total, first.reference, first.description));
+    }
+    if !notes.is_empty() {
+        line.push_str(": ");
+        line.push_str(&notes.join("; "));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_lines_name_the_first_failure() {
+        let mut report = Report::new(10);
+        report.duration_ms = 1234;
+        report.add_failure(autocomp_store::Failure {
+            reference: "data/a.tif".into(),
+            kind: "checksum".into(),
+            description: "md5 mismatch".into(),
+            details: serde_json::Value::Null,
+        });
+        let line = summary_line(&BatchId::new("B1").unwrap(), &EventType::new("Checked").unwrap(), &report);
+        assert_eq!(line, "B1 Checked failure 1.2s: 1 failures, first: data/a.tif: md5 mismatch");
+    }
+}

@@ -1,0 +1,107 @@
+//! A component for the end-to-end tests: its `[settings]` choose a behaviour (succeed,
+//! fail, panic, hang, fail transiently N times, sleep) and it appends
+//! `pid batch start_ns end_ns` to a ledger file, so tests can check exactly-once and
+//! non-overlap from outside the processes.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use autocomp_framework::{Component, WorkContext, WorkError, cli};
+use autocomp_store::{Batch, EventType, Trigger};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Settings {
+    /// succeed | fail | panic | hang | transient
+    behaviour: String,
+    /// For `transient`: this many transient failures per batch, then success.
+    transient_failures: u32,
+    /// Work time per batch.
+    #[serde(with = "autocomp_store::duration_text")]
+    work_time: Duration,
+    /// Appended to after each batch's work.
+    ledger: Option<std::path::PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { behaviour: "succeed".into(), transient_failures: 0, work_time: Duration::ZERO, ledger: None }
+    }
+}
+
+struct Probe {
+    name: String,
+    event_type: String,
+    requires: Vec<String>,
+}
+
+impl Component for Probe {
+    type Settings = Settings;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn version(&self) -> &str {
+        env!("CARGO_PKG_VERSION")
+    }
+    fn event_type(&self) -> &str {
+        &self.event_type
+    }
+    fn trigger(&self) -> Trigger {
+        Trigger {
+            requires: self.requires.iter().map(|t| EventType::new(t.as_str()).unwrap()).collect(),
+            blocked_by: vec![EventType::new(self.event_type.as_str()).unwrap()],
+            ..Trigger::default()
+        }
+    }
+
+    fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
+        let start = now_ns();
+        let deadline = std::time::Instant::now() + settings.work_time;
+        while std::time::Instant::now() < deadline && !context.is_cancelled() {
+            std::thread::sleep(Duration::from_millis(5).min(settings.work_time));
+        }
+        let result = match settings.behaviour.as_str() {
+            "succeed" => Ok(()),
+            "fail" => {
+                context.add_failure("data/page-1.tif", "probe", "deliberate failure", serde_json::Value::Null);
+                Ok(())
+            }
+            "panic" => panic!("probe panicked on {}", batch.id),
+            "hang" => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            "transient" => {
+                let attempt = context.checkpoint().and_then(|c| c["attempt"].as_u64()).unwrap_or(0) + 1;
+                let failed_before = batch.events.iter().filter(|e| e.event_type == *self.event_type.as_str()).count();
+                context.save_checkpoint(serde_json::json!({ "attempt": attempt }))?;
+                if (failed_before as u32) < settings.transient_failures {
+                    Err(WorkError::transient(format!("share offline (attempt {})", failed_before + 1)))
+                } else {
+                    Ok(())
+                }
+            }
+            other => Err(WorkError::permanent(format!("unknown behaviour {other}"))),
+        };
+        if let Some(ledger) = &settings.ledger {
+            let line = format!("{} {} {} {}\n", std::process::id(), batch.id, start, now_ns());
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(ledger)?;
+            file.write_all(line.as_bytes())?;
+        }
+        result
+    }
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn main() -> std::process::ExitCode {
+    // Name and event type come from the environment so one binary can play several roles.
+    let name = std::env::var("PROBE_NAME").unwrap_or_else(|_| "probe".into());
+    let event_type = std::env::var("PROBE_EVENT_TYPE").unwrap_or_else(|_| "Probed".into());
+    let requires = std::env::var("PROBE_REQUIRES").unwrap_or_else(|_| "Data_Received".into());
+    let requires = requires.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    cli::main(Probe { name, event_type, requires })
+}
