@@ -74,6 +74,9 @@ impl Backends {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComponentConfig {
+    /// The event type the component records. Optional for the component itself (which
+    /// knows it); it lets the `autocomp` CLI and the demo know the pipeline from the files.
+    pub event_type: Option<String>,
     /// Batches worked on in parallel.
     pub max_threads: usize,
     /// Batches claimed per start.
@@ -106,6 +109,7 @@ pub struct ComponentConfig {
 impl Default for ComponentConfig {
     fn default() -> Self {
         Self {
+            event_type: None,
             max_threads: 2,
             queue_size: 10,
             max_runtime: Duration::from_secs(3600),

@@ -1,127 +1,309 @@
-//! `autocomp demo`: a pipeline on the embedded SQLite store and index, with no servers. Until
-//! the runner and the example components land (issue #4) it drives one simulated step
-//! in-process, but through the real store, batch index, trigger semantics, claims and fencing.
+//! `autocomp demo`: the whole pipeline on one machine with no servers. It writes sample
+//! BagIt deliveries (a few deliberately broken) and an embedded-default config directory,
+//! then runs the component binaries round after round the way cron would, and ends with a
+//! batch x component table. The config stays in `DIR/config` for the operator commands.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-use std::sync::Arc;
+use autocomp_store::{Batch, BatchId, ObjectStore, SqliteStore, StoreError};
+use indicatif::{ProgressBar, ProgressStyle};
+use md5::Md5;
+use sha2::{Digest, Sha256};
 
-use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, LocalIndex};
-use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome, RunHolder,
-    SqliteStore, StoreError, StoreResult, Trigger,
-};
-use serde_json::json;
+use crate::exit::RunError;
+use crate::status::{ComponentState, load_pipeline};
 
-const DATA_RECEIVED: &str = "Data_Received";
-const CHECKSUMS_VERIFIED: &str = "Checksums_Verified";
+/// The component binaries in pipeline order, with the event type each records.
+const STEPS: [(&str, &str); 4] = [
+    ("batch-trigger", "Data_Received"),
+    ("checksum-verifier", "Checksums_Verified"),
+    ("structure-checker", "Structure_Checked"),
+    ("archiver", "Data_Archived"),
+];
+const MAX_ROUNDS: usize = 12;
 
-pub async fn run(dir: &Path, batches: usize) -> StoreResult<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| StoreError::Unavailable(format!("cannot create demo directory {}: {e}", dir.display())))?;
-    let store = Arc::new(SqliteStore::open(dir.join("store.db")).await?);
-    let index = LocalIndex::new(IndexEngine::open(dir.join("index")).map_err(index_error)?, store.clone());
-    let mut out = std::io::stdout().lock();
-    let say = |out: &mut dyn Write, text: String| writeln!(out, "{text}").ok();
+/// How a sample delivery is broken, if at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Defect {
+    None,
+    BadChecksum,
+    MissingFile,
+    ExtraFile,
+    EmptyFile,
+}
 
-    let received = EventType::new(DATA_RECEIVED)?;
-    let verified = EventType::new(CHECKSUMS_VERIFIED)?;
-    let trigger_agent = Agent::new(format!("batch-trigger/{}@demo#{}", env!("CARGO_PKG_VERSION"), std::process::id()))?;
-    for n in 0..batches {
-        let id = BatchId::new(format!("B{:012}-RT1", 400_022_028_241u64 + n as u64))?;
-        let location = dir.join("incoming").join(id.as_str());
-        let created = store
-            .create_batch(
-                NewBatch::new(id.clone(), BatchType::new("RoundTrip")?).with_location(location.display().to_string()),
-            )
-            .await?;
-        if created.batch().events.is_empty() {
-            store.append_event(&id, NewEvent::new(received.clone(), Outcome::Success, trigger_agent.clone())).await?;
+fn defect_of(n: usize) -> Defect {
+    match n % 20 {
+        3 => Defect::BadChecksum,
+        7 => Defect::MissingFile,
+        11 => Defect::ExtraFile,
+        15 => Defect::EmptyFile,
+        _ => Defect::None,
+    }
+}
+
+pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
+    let dir = absolute(dir)?;
+    let io = |what: &str, e: std::io::Error| RunError::Usage(format!("{what}: {e}"));
+    let binaries = locate_binaries()?;
+    let (config_dir, incoming) = (dir.join("config"), dir.join("incoming"));
+    for sub in ["config", "incoming", "archive", "logs"] {
+        std::fs::create_dir_all(dir.join(sub)).map_err(|e| io(&format!("cannot create {}", dir.display()), e))?;
+    }
+    let fresh = std::fs::read_dir(&incoming).map(|mut d| d.next().is_none()).unwrap_or(true);
+    if fresh {
+        for n in 0..batches {
+            let id = format!("B{:012}-RT1", 400_022_028_241u64 + n as u64);
+            write_sample_bag(&incoming.join(&id), n, defect_of(n)).map_err(|e| io("cannot write a sample bag", e))?;
+        }
+        println!("wrote {batches} sample BagIt deliveries to {} (4 in 20 deliberately broken)", incoming.display());
+    } else {
+        println!("continuing the demo in {}", dir.display());
+    }
+    write_config(&dir).map_err(|e| io("cannot write the demo config", e))?;
+
+    let store = SqliteStore::open(dir.join("store.db")).await?;
+    let expected = std::fs::read_dir(&incoming).map(|d| d.count()).unwrap_or(batches) * STEPS.len();
+    let progress = ProgressBar::new(expected as u64).with_style(
+        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} results {msg}").expect("valid template"),
+    );
+    progress.set_position(recorded_results(&store).await? as u64);
+    for round in 1..=MAX_ROUNDS {
+        progress.set_prefix(format!("round {round}"));
+        let mut processed = 0;
+        for (component, _) in STEPS {
+            progress.set_message(component);
+            processed += run_component(&binaries.join(component), component, &dir)?;
+            progress.set_position(recorded_results(&store).await? as u64);
+        }
+        if processed == 0 {
+            break;
         }
     }
-    say(&mut out, format!("registered {batches} batches in {}", store.path().display()));
+    progress.finish_and_clear();
 
-    // The checksum step's trigger, exactly as a component would declare it.
-    let trigger =
-        Trigger { requires: vec![received.clone()], blocked_by: vec![verified.clone()], ..Trigger::default() };
-    let component = ComponentName::new("checksum-verifier")?;
-    let ready = index.query(&trigger).await.map_err(index_error)?;
-    say(&mut out, format!("{} batches are ready for {component} (asked the batch index)", ready.len()));
-
-    // A worker that stalls after claiming: a second one takes over, and the first is fenced.
-    if let Some(first) = ready.first() {
-        let stalled = holder(&component, 1)?;
-        let stale = store.claim(first, &component, &stalled).await?;
-        let successor = store.claim(first, &component, &holder(&component, 2)?).await?;
-        let late = NewEvent::new(verified.clone(), Outcome::Success, stalled.agent.clone())
-            .in_run(component.clone(), stale.generation());
-        match store.append_event(first, late).await {
-            Err(e) if e.is_fenced() => say(&mut out, format!("a stalled worker woke up and was refused: {e}")),
-            other => return Err(StoreError::Conflict(format!("fencing did not hold: {other:?}"))),
-        };
-        store.release(first, &component, successor.generation()).await?;
-    }
-
-    let worker = holder(&component, 3)?;
-    for (n, id) in ready.iter().enumerate() {
-        let claim = store.claim(id, &component, &worker).await?;
-        // Every seventh batch is "broken", so the table shows failures too.
-        let (outcome, details) = if n % 7 == 3 {
-            (
-                Outcome::Failure,
-                json!({"failures": [{"reference": "data/page-0001.jp2", "type": "checksum", "description": "md5 mismatch"}]}),
-            )
-        } else {
-            (Outcome::Success, json!({}))
-        };
-        let event = NewEvent::new(verified.clone(), outcome, worker.agent.clone())
-            .with_details(details)
-            .in_run(component.clone(), claim.generation());
-        store.append_event(id, event).await?;
-    }
-
-    let all = store.list_batches(None, batches.min(10_000)).await?;
-    say(&mut out, String::new());
-    say(&mut out, format!("{:<20} {:<16} {}", "batch", DATA_RECEIVED, CHECKSUMS_VERIFIED));
-    for batch in &all {
-        let state = |event_type: &EventType| match batch.effective().get(event_type) {
-            Some(e) => e.outcome.as_str().to_owned(),
-            None if trigger.matches(batch) => "ready".to_owned(),
-            None => "waiting".to_owned(),
-        };
-        say(&mut out, format!("{:<20} {:<16} {}", batch.id, state(&received), state(&verified)));
-    }
-    let head = store.head().await?;
-    say(&mut out, String::new());
-    say(
-        &mut out,
-        format!(
-            "store head seq {head}. This demo drives one simulated step in-process; the runner, \
-             the BagIt components and cron-style rounds arrive with issue #4."
-        ),
+    print_table(&store, &config_dir).await?;
+    println!();
+    println!("Logs of every component run are in {}.", dir.join("logs").display());
+    println!("Try next:");
+    println!(
+        "  {} --config-dir {} --batch <ID> --force   # run one step again on one batch",
+        binaries.join("checksum-verifier").display(),
+        config_dir.display()
     );
+    println!(
+        "  {} --config-dir {} --dry-run              # what a pass would claim, and why",
+        binaries.join("archiver").display(),
+        config_dir.display()
+    );
+    println!("  crontab.example in the source tree: how cron runs these components on a real host");
     Ok(())
 }
 
-fn index_error(error: IndexError) -> StoreError {
-    match error {
-        IndexError::Store(e) => e,
-        other => StoreError::Unavailable(other.to_string()),
-    }
+fn absolute(dir: &Path) -> Result<PathBuf, RunError> {
+    std::path::absolute(dir).map_err(|e| RunError::Usage(format!("--dir {}: {e}", dir.display())))
 }
 
-fn holder(component: &ComponentName, worker: u32) -> StoreResult<RunHolder> {
-    let (host, pid) = (format!("demo-worker-{worker}"), std::process::id());
-    let agent = Agent::new(format!("{component}/{}@{host}#{pid}", env!("CARGO_PKG_VERSION")))?;
-    Ok(RunHolder { agent, host, pid })
+/// The component binaries live beside `autocomp` (same cargo target dir or install dir).
+fn locate_binaries() -> Result<PathBuf, RunError> {
+    let here = std::env::current_exe().map_err(|e| RunError::Usage(format!("cannot locate autocomp itself: {e}")))?;
+    let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
+    for (component, _) in STEPS {
+        if !dir.join(component).is_file() {
+            return Err(RunError::Usage(format!(
+                "the component binary {component} is not beside autocomp in {}; build them all with \
+                 `cargo build --workspace`",
+                dir.display()
+            )));
+        }
+    }
+    Ok(dir)
 }
 
-/// The exit code of a command that failed with this store error (README: exit codes).
-pub fn exit_code(error: &StoreError) -> u8 {
-    match error {
-        StoreError::Invalid(_) | StoreError::NotFound(_) => 2,
-        StoreError::Unavailable(_) => 5,
-        StoreError::Conflict(_) | StoreError::Fenced { .. } => 1,
+/// Runs one pass like cron would; returns how many batches it processed (stdout lines).
+fn run_component(binary: &Path, component: &str, dir: &Path) -> Result<usize, RunError> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("logs").join(format!("{component}.log")))
+        .map_err(|e| RunError::Usage(format!("cannot open the log of {component}: {e}")))?;
+    let output = Command::new(binary)
+        .arg("--config-dir")
+        .arg(dir.join("config"))
+        .stdin(Stdio::null())
+        .stderr(log)
+        .output()
+        .map_err(|e| RunError::Usage(format!("cannot start {}: {e}", binary.display())))?;
+    match output.status.code() {
+        Some(0 | 1 | 3) => {}
+        other => {
+            return Err(RunError::Usage(format!(
+                "{component} exited with {other:?}; see {}",
+                dir.join("logs").join(format!("{component}.log")).display()
+            )));
+        }
     }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Ok(stdout.lines().filter(|line| !line.trim().is_empty()).count())
+}
+
+async fn all_batches(store: &SqliteStore) -> Result<Vec<Batch>, StoreError> {
+    let mut all = Vec::new();
+    let mut after: Option<BatchId> = None;
+    loop {
+        let page = store.list_batches(after.as_ref(), 1_000).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.clone());
+        all.extend(page);
+    }
+    Ok(all)
+}
+
+async fn recorded_results(store: &SqliteStore) -> Result<usize, StoreError> {
+    let steps: Vec<&str> = STEPS.iter().map(|(_, event_type)| *event_type).collect();
+    Ok(all_batches(store)
+        .await?
+        .iter()
+        .map(|batch| batch.effective().iter().filter(|e| steps.contains(&e.event_type.as_str())).count())
+        .sum())
+}
+
+async fn print_table(store: &SqliteStore, config_dir: &Path) -> Result<(), RunError> {
+    let pipeline = load_pipeline(config_dir)?;
+    let ordered: Vec<_> =
+        STEPS.iter().filter_map(|(name, _)| pipeline.iter().find(|step| step.name.as_str() == *name)).collect();
+    let batches = all_batches(store).await?;
+    let mut out = std::io::stdout().lock();
+    write!(out, "\n{:<19}", "batch").ok();
+    for step in &ordered {
+        write!(out, " {:<18}", step.name).ok();
+    }
+    writeln!(out).ok();
+    let mut problems = Vec::new();
+    for batch in &batches {
+        write!(out, "{:<19}", batch.id).ok();
+        for step in &ordered {
+            let state = step.state_of(batch);
+            write!(out, " {:<18}", state).ok();
+            if state == ComponentState::Failed
+                && let Some(event) = batch.effective().get(&step.event_type)
+            {
+                let first = event.details["failures"][0]["reference"].as_str().unwrap_or_default().to_owned();
+                let why = event.details["failures"][0]["description"].as_str().unwrap_or_default().to_owned();
+                let summary = event.details["summary"].as_str().unwrap_or_default().to_owned();
+                let reason = if first.is_empty() { summary } else { format!("{first}: {why}") };
+                problems.push(format!("{} failed {}: {reason}", batch.id, step.name));
+            }
+        }
+        writeln!(out).ok();
+    }
+    if !problems.is_empty() {
+        writeln!(out, "\nWhy the failed ones failed:").ok();
+        for problem in problems {
+            writeln!(out, "  {problem}").ok();
+        }
+    }
+    Ok(())
+}
+
+fn write_config(dir: &Path) -> std::io::Result<()> {
+    let config = dir.join("config");
+    let path = |sub: &str| dir.join(sub).display().to_string();
+    std::fs::write(
+        config.join("autocomp.toml"),
+        format!(
+            "# The embedded default: one SQLite store file, a local index, flock locks.\n\
+             store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
+            path("store.db"),
+            path("index"),
+            path("locks")
+        ),
+    )?;
+    std::fs::write(
+        config.join("batch-trigger.toml"),
+        format!(
+            "event_type = \"Data_Received\"\n\n[settings]\nincoming = \"{}\"\n# BagIt's tag manifest marks a finished delivery.\nsettle_for = \"0s\"\n",
+            path("incoming")
+        ),
+    )?;
+    std::fs::write(
+        config.join("checksum-verifier.toml"),
+        "event_type = \"Checksums_Verified\"\nmax_threads = 2\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"Checksums_Verified\"]\n",
+    )?;
+    std::fs::write(
+        config.join("structure-checker.toml"),
+        "event_type = \"Structure_Checked\"\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"Structure_Checked\"]\n",
+    )?;
+    std::fs::write(
+        config.join("archiver.toml"),
+        format!(
+            "event_type = \"Data_Archived\"\n\n[trigger]\nrequires = [\"Checksums_Verified\", \"Structure_Checked\"]\nblocked_by = [\"Data_Archived\"]\n\n[settings]\narchive_root = \"{}\"\n",
+            path("archive")
+        ),
+    )
+}
+
+/// A small BagIt bag (RFC 8493) with md5 and sha256 manifests, broken as `defect` says.
+fn write_sample_bag(root: &Path, n: usize, defect: Defect) -> std::io::Result<()> {
+    let data = root.join("data");
+    std::fs::create_dir_all(data.join("scans 2"))?;
+    let mut payload: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|page| {
+            let text = format!("page {page} of delivery {n}\n").repeat(200 + 37 * page + n);
+            (format!("data/page-{page:04}.txt"), text.into_bytes())
+        })
+        .collect();
+    payload.push((
+        format!("data/scans 2/scan {n}.txt"),
+        format!("a nested scan with a space in its name, {n}\n").into_bytes(),
+    ));
+    if defect == Defect::EmptyFile {
+        payload.push(("data/empty.txt".into(), Vec::new()));
+    }
+    for (path, bytes) in &payload {
+        std::fs::write(root.join(path), bytes)?;
+    }
+    let manifest = |hash: fn(&[u8]) -> String| -> String {
+        payload.iter().map(|(path, bytes)| format!("{}  {path}\n", hash(bytes))).collect()
+    };
+    let octets: usize = payload.iter().map(|(_, bytes)| bytes.len()).sum();
+    let tag_files = [
+        ("bagit.txt", "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n".to_owned()),
+        (
+            "bag-info.txt",
+            format!(
+                "Source-Organization: autocomp demo\nPayload-Oxum: {octets}.{}\nBag-Count: 1 of 1\n",
+                payload.len()
+            ),
+        ),
+        ("manifest-md5.txt", manifest(md5_hex)),
+        ("manifest-sha256.txt", manifest(sha256_hex)),
+    ];
+    let mut tagmanifest = String::new();
+    for (name, text) in &tag_files {
+        std::fs::write(root.join(name), text)?;
+        tagmanifest.push_str(&format!("{}  {name}\n", sha256_hex(text.as_bytes())));
+    }
+    match defect {
+        Defect::BadChecksum => {
+            let mut bytes = payload[1].1.clone();
+            bytes[10] ^= 0x20;
+            std::fs::write(root.join(&payload[1].0), bytes)?;
+        }
+        Defect::MissingFile => std::fs::remove_file(root.join(&payload[0].0))?,
+        Defect::ExtraFile => std::fs::write(data.join("notes-not-in-manifest.txt"), "left behind by the scanner\n")?,
+        Defect::None | Defect::EmptyFile => {}
+    }
+    // Written last: its presence tells batch-trigger the delivery is complete.
+    std::fs::write(root.join("tagmanifest-sha256.txt"), tagmanifest)
+}
+
+fn md5_hex(bytes: &[u8]) -> String {
+    hex::encode(Md5::digest(bytes))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }

@@ -9,5 +9,6 @@ pub mod demo;
 pub mod exit;
 pub mod locks;
 pub mod runner;
+pub mod status;
 
 pub use component::{Component, WorkContext, WorkError};

@@ -154,6 +154,12 @@ impl<C: Component> Runner<C> {
         let usage = |e: autocomp_store::InvalidInput| RunError::Usage(e.to_string());
         let name = ComponentName::new(component.name()).map_err(usage)?;
         let event_type = EventType::new(component.event_type()).map_err(usage)?;
+        if let Some(configured) = config.event_type.as_deref().filter(|t| *t != event_type.as_str()) {
+            return Err(RunError::Usage(format!(
+                "the config says event_type = {configured:?}, but {} records {event_type}",
+                component.name()
+            )));
+        }
         let identity = Identity::of(component.name(), component.version())?;
         let retry_trigger = trigger.blocked_by.contains(&event_type).then(|| Trigger {
             blocked_by: trigger.blocked_by.iter().filter(|t| **t != event_type).cloned().collect(),

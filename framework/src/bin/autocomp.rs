@@ -8,10 +8,8 @@ use clap::{Parser, Subcommand};
 
 /// Operate an autocomp pipeline.
 ///
-/// Exit codes: 0 ok, 1 the command ran but something failed, 2 usage or config error,
-/// 5 store unreachable.
 #[derive(Parser)]
-#[command(name = "autocomp", version)]
+#[command(name = "autocomp", version, after_help = autocomp_framework::exit::EXIT_CODES_HELP)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -22,7 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a small pipeline on the embedded store (no servers needed) and show the result.
+    /// Run the example pipeline over sample BagIt deliveries on the embedded default (no
+    /// servers), the way cron would, and show where every batch ended.
     Demo {
         /// Where the demo keeps its store and sample batches.
         #[arg(long, default_value = "autocomp-demo")]
@@ -58,7 +57,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("autocomp: {e}");
-            ExitCode::from(autocomp_framework::demo::exit_code(&e))
+            e.exit_code()
         }
     }
 }
