@@ -140,6 +140,7 @@ pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
 }
 
 async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, RunError> {
+    let shutdown = shutdown_signal()?;
     let loaded = config::load(component.name(), args.config.as_deref(), &args.config_dir)?;
     let settings: C::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
     let trigger = loaded.component.trigger(&component.trigger(), &loaded.file)?;
@@ -155,7 +156,6 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     let store = open_store(&store_url).await?;
     let index = open_index(&index_url, Arc::clone(&store))?;
     let locks = open_locks(&locks_url)?;
-    let shutdown = shutdown_signal();
     let pipeline = Pipeline { store, index, locks };
     let runner = Runner::new(component, settings, trigger, loaded.component.clone(), pipeline, shutdown.clone())?;
 
@@ -236,19 +236,26 @@ async fn run_on_schedule<C: Component>(
 }
 
 /// Becomes true on SIGTERM or SIGINT: stop claiming, let work finish within the grace.
-fn shutdown_signal() -> watch::Receiver<bool> {
+/// A second signal exits at once (like a SIGKILL: open runs are abandoned, locks freed).
+/// The handlers are installed before this returns, so no signal is missed at start-up.
+fn shutdown_signal() -> Result<watch::Receiver<bool>, RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind| signal(kind).map_err(|e| RunError::Usage(format!("cannot install signal handlers: {e}")));
+    let (mut term, mut int) = (install(SignalKind::terminate())?, install(SignalKind::interrupt())?);
     let (sender, receiver) = watch::channel(false);
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-            error!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM: stopping"),
-            _ = int.recv() => info!("SIGINT: stopping"),
+        for signals_seen in 1.. {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if signals_seen > 1 {
+                eprintln!("second signal: exiting now");
+                std::process::exit(130);
+            }
+            info!("stopping: no new claims; running work has shutdown_grace to finish");
+            sender.send(true).ok();
         }
-        sender.send(true).ok();
     });
-    receiver
+    Ok(receiver)
 }

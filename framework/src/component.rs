@@ -90,6 +90,17 @@ impl WorkContext {
         }
     }
 
+    /// A context attached to no run, for testing a component's `work` directly:
+    /// checkpoints stay in memory, nothing is cancelled.
+    pub fn detached(batch: &Batch, failures_cap: usize) -> Self {
+        Self::new(batch, failures_cap, None, None, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
     /// Where the batch's files are (metadata `location`, set by `batch-trigger`).
     pub fn location(&self) -> Result<&Path, WorkError> {
         self.location.as_deref().ok_or_else(|| WorkError::permanent("the batch has no `location` in its metadata"))

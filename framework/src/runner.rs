@@ -232,44 +232,52 @@ impl<C: Component> Runner<C> {
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let holder = self.lock_holder();
         let poll_path = LockPath::Poll(self.name.clone());
-        let Some(poll_lock) = self.pipeline.locks.try_lock(&poll_path, &holder, self.config.poll_lock_timeout).await?
-        else {
+        let mut shutdown = self.shutdown.clone();
+        let poll_lock = tokio::select! {
+            lock = self.pipeline.locks.try_lock(&poll_path, &holder, self.config.poll_lock_timeout) => lock?,
+            _ = stop_requested(&mut shutdown) => return Ok(PassSummary::default()),
+        };
+        let Some(poll_lock) = poll_lock else {
             return Err(RunError::PollLockBusy(self.name.to_string()));
         };
         let mut summary = PassSummary::default();
-        let claimed = match self.claim_batches(selection, &holder, &mut summary).await {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                poll_lock.release().await.ok();
-                return Err(e);
+        let mut claimed = Vec::new();
+        if let Err(e) = self.claim_batches(selection, &holder, &mut summary, &mut claimed).await {
+            // Whatever was claimed before the error is handed back untouched: ready again,
+            // not left open to be counted as an abandoned attempt.
+            for batch in claimed {
+                self.release(batch).await;
             }
-        };
+            release_quietly(poll_lock).await;
+            return Err(e);
+        }
         let poll_lock = if self.config.hold_poll_lock {
             Some(poll_lock)
         } else {
-            poll_lock.release().await?;
+            release_quietly(poll_lock).await;
             None
         };
         summary.results.extend(self.work_all(claimed).await);
         if let Some(lock) = poll_lock {
-            lock.release().await?;
+            release_quietly(lock).await;
         }
         Ok(summary)
     }
 
-    /// Steps 2-4: candidates, try-lock, re-check against the store, claim.
+    /// Steps 2-4: candidates, try-lock, re-check against the store, claim. Claimed batches
+    /// go into `claimed` as they are claimed, so the caller can release them on an error.
     async fn claim_batches(
         self: &Arc<Self>,
         selection: &Selection,
         holder: &LockHolder,
         summary: &mut PassSummary,
-    ) -> Result<Vec<Claimed>, RunError> {
+        claimed: &mut Vec<Claimed>,
+    ) -> Result<(), RunError> {
         let (candidates, manual, force) = match selection {
             Selection::Ready => (self.candidates().await?, false, false),
             Selection::Batch { id, force } => (vec![id.clone()], true, *force),
         };
         let session = self.pipeline.locks.session();
-        let mut claimed = Vec::new();
         for id in candidates {
             if claimed.len() >= self.config.queue_size || self.shutting_down() {
                 break;
@@ -292,10 +300,13 @@ impl<C: Component> Runner<C> {
                 Err(RunError::Store(StoreError::NotFound(id))) if manual => {
                     return Err(RunError::Usage(format!("batch {id} does not exist")));
                 }
+                Err(RunError::Store(StoreError::NotFound(id))) => {
+                    warn!(batch = %id, "the index lists a batch the store does not have; skipped (`autocomp reindex` rebuilds the index)");
+                }
                 Err(e) => return Err(e),
             }
         }
-        Ok(claimed)
+        Ok(())
     }
 
     async fn recheck_and_claim(
@@ -310,14 +321,14 @@ impl<C: Component> Runner<C> {
         let batch = match store.get_batch(id).await {
             Ok(batch) => batch,
             Err(e) => {
-                lock.release().await.ok();
+                release_quietly(lock).await;
                 return Err(e.into());
             }
         };
         if !force && let Err(clause) = self.is_ready(&batch) {
             // The index lagged, or a manual run asked for a batch that is not ready.
             debug!(batch = %id, clause, "no longer ready in the store; skipped");
-            lock.release().await?;
+            release_quietly(lock).await;
             if manual {
                 summary.results.push(BatchResult::NotReady { id: id.clone(), clause: clause.to_owned() });
             }
@@ -326,7 +337,7 @@ impl<C: Component> Runner<C> {
         let claim = match store.claim(id, &self.name, &self.run_holder()).await {
             Ok(claim) => claim,
             Err(e) => {
-                lock.release().await.ok();
+                release_quietly(lock).await;
                 return Err(e.into());
             }
         };
@@ -335,7 +346,19 @@ impl<C: Component> Runner<C> {
                 "took over a run whose holder died or stalled; it is marked abandoned");
         }
         let since = last_reset_of(&batch, &self.event_type);
-        let failed_attempts = store.failed_attempts(id, &self.name, since).await?;
+        let prepared = async {
+            let failed_attempts = store.failed_attempts(id, &self.name, since).await?;
+            let checkpoint = store.load_checkpoint(id, &self.name).await?;
+            Ok::<_, StoreError>((failed_attempts, checkpoint))
+        };
+        let (failed_attempts, checkpoint) = match prepared.await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                self.release(Claimed { batch, claim, lock, checkpoint: None }).await;
+                return Err(e.into());
+            }
+        };
+        let claimed = Claimed { batch, claim, lock, checkpoint };
         if failed_attempts >= self.config.max_attempts && !force {
             let mut report = Report::new(self.config.max_reported_failures);
             report.outcome = Outcome::Failure;
@@ -343,12 +366,10 @@ impl<C: Component> Runner<C> {
                 "gave up after {failed_attempts} failed attempts (abandoned or transient); max_attempts is {}",
                 self.config.max_attempts
             );
-            let claimed = Claimed { batch, claim, lock, checkpoint: None };
             summary.results.push(self.record(claimed, report, false).await);
             return Ok(None);
         }
-        let checkpoint = store.load_checkpoint(id, &self.name).await?;
-        Ok(Some(Claimed { batch, claim, lock, checkpoint }))
+        Ok(Some(claimed))
     }
 
     /// Steps 5-7 for every claimed batch, `max_threads` at a time.
@@ -471,6 +492,9 @@ impl<C: Component> Runner<C> {
         let still_held = state == SessionState::Connected && lock.still_held().await.unwrap_or(false);
         if !still_held {
             error!(batch = %id, "lost the batch lock before recording; nothing recorded");
+            // Fenced if someone took the batch over meanwhile; otherwise it is ready again.
+            self.pipeline.store.release(&id, &self.name, claim.generation()).await.ok();
+            release_quietly(lock).await;
             return BatchResult::NotRecorded { id };
         }
         let line = summary_line(&id, &self.event_type, &report);
@@ -494,9 +518,7 @@ impl<C: Component> Runner<C> {
                 BatchResult::NotRecorded { id }
             }
         };
-        if let Err(e) = lock.release().await {
-            warn!("cannot release the batch lock: {e}");
-        }
+        release_quietly(lock).await;
         result
     }
 
@@ -506,9 +528,7 @@ impl<C: Component> Runner<C> {
         if let Err(e) = self.pipeline.store.release(&id, &self.name, claimed.claim.generation()).await {
             warn!(batch = %id, "cannot release the claim: {e}");
         }
-        if let Err(e) = claimed.lock.release().await {
-            warn!(batch = %id, "cannot release the batch lock: {e}");
-        }
+        release_quietly(claimed.lock).await;
         BatchResult::Released { id }
     }
 
@@ -532,11 +552,27 @@ impl<C: Component> Runner<C> {
                     would_claim += 1;
                     "would claim: forced, trigger ignored".to_owned()
                 }
+                Err(_)
+                    if self
+                        .retry_trigger
+                        .as_ref()
+                        .is_some_and(|r| r.failing_clause(&batch, batch.as_of) == Some("settled_for")) =>
+                {
+                    "would skip: a transient failure is waiting out retry_backoff".to_owned()
+                }
                 Err(clause) => format!("would skip: `{clause}` does not hold in the store"),
             };
             lines.push(format!("{id} {verdict}"));
         }
         Ok(lines)
+    }
+}
+
+/// Releases a lock; a failure is logged, not fatal: the lock dies with the process anyway.
+async fn release_quietly(lock: Box<dyn Lock>) {
+    let path = lock.path().relative();
+    if let Err(e) = lock.release().await {
+        warn!(lock = %path, "cannot release the lock: {e}");
     }
 }
 

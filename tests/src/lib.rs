@@ -1,10 +1,18 @@
 //! Support for the workspace's end-to-end tests: they run the real binaries as separate OS
 //! processes, so this finds (building once if needed) the binaries of the workspace in the
-//! same profile as the test itself.
+//! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with an
+//! embedded store, index and lock dir, the probe component's config, and store read-backs.
 
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use autocomp_store::{
+    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Run,
+    Seq, SqliteStore,
+};
 
 /// The path of a workspace binary, e.g. `binary("autocomp")`.
 pub fn binary(name: &str) -> PathBuf {
@@ -31,4 +39,228 @@ pub fn binary(name: &str) -> PathBuf {
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// The probe component's name and event type as `probe-component` defaults them.
+pub const PROBE_NAME: &str = "probe";
+pub const PROBED: &str = "Probed";
+pub const DATA_RECEIVED: &str = "Data_Received";
+
+/// How a finished component process ended.
+#[derive(Debug)]
+pub struct Finished {
+    /// `None` if a signal ended it.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Finished {
+    /// For assertion messages.
+    pub fn show(&self) -> String {
+        format!("exit {:?} after {:?}\n--- stdout\n{}--- stderr\n{}", self.code, self.elapsed, self.stdout, self.stderr)
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds (true) or `deadline` passes (false).
+pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> bool {
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for a spawned component (stdout and stderr piped) to exit, at most `limit`;
+/// kills it and panics if it is still running then.
+pub fn finish(mut child: Child, limit: Duration) -> Finished {
+    let started = Instant::now();
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_string(&mut text).ok();
+            }
+            text
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = started + limit;
+    let mut status = None;
+    let exited = wait_until(deadline, || {
+        status = child.try_wait().expect("try_wait on a child");
+        status.is_some()
+    });
+    if !exited {
+        child.kill().ok();
+        child.wait().ok();
+    }
+    let finished = Finished {
+        code: status.and_then(|s| s.code()),
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        elapsed: started.elapsed(),
+    };
+    assert!(exited, "process {} still running after {limit:?}; killed it\n{}", child.id(), finished.show());
+    finished
+}
+
+/// A whole embedded pipeline in a temp dir: `config/autocomp.toml` naming a SQLite store,
+/// a local tantivy index and local flock locks under the dir, the probe component's
+/// `config/probe.toml`, and a handle on the store to register batches and read results.
+pub struct Pipeline {
+    // Fields drop in order: the store closes before its directory is removed.
+    store: SqliteStore,
+    runtime: tokio::runtime::Runtime,
+    probe: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Pipeline {
+    /// `probe` is the probe component's binary (`env!("CARGO_BIN_EXE_probe-component")`).
+    pub fn new(probe: impl Into<PathBuf>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("config")).expect("config dir");
+        let shared = format!(
+            "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
+            root.join("store.db").display(),
+            root.join("index").display(),
+            root.join("locks").display(),
+        );
+        std::fs::write(root.join("config/autocomp.toml"), shared).expect("autocomp.toml");
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the store");
+        let store = runtime.block_on(SqliteStore::open(root.join("store.db"))).expect("store opens");
+        Self { store, runtime, probe: probe.into(), dir }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.path("config")
+    }
+
+    /// Writes `config/probe.toml`.
+    pub fn configure(&self, text: &str) {
+        std::fs::write(self.config_dir().join(format!("{PROBE_NAME}.toml")), text).expect("probe.toml");
+    }
+
+    /// Runs a store call to completion.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    /// Registers `count` batches `B0001`.. each with a successful `Data_Received`: ready for the probe.
+    pub fn register(&self, count: usize) -> Vec<BatchId> {
+        (1..=count)
+            .map(|n| {
+                let id = format!("B{n:04}");
+                self.register_one(&id, true);
+                BatchId::new(id).unwrap()
+            })
+            .collect()
+    }
+
+    /// Registers one batch, with a successful `Data_Received` or without any event.
+    pub fn register_one(&self, id: &str, received: bool) -> BatchId {
+        let id = BatchId::new(id).expect("a valid batch id");
+        let location = self.path("incoming").join(id.as_str());
+        let new = NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())
+            .with_location(location.display().to_string());
+        self.block_on(self.store.create_batch(new)).expect("batch registered");
+        if received {
+            let agent = Agent::new("batch-trigger/test@localhost#1").unwrap();
+            let event = NewEvent::new(EventType::new(DATA_RECEIVED).unwrap(), Outcome::Success, agent);
+            self.block_on(self.store.append_event(&id, event)).expect("Data_Received recorded");
+        }
+        id
+    }
+
+    /// The probe binary with `--config-dir` and `args`, stdout and stderr piped, and none of
+    /// the environment that would change what it does (backend URLs, log filter).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.probe);
+        command.arg("--config-dir").arg(self.config_dir()).args(args);
+        for var in [
+            "AUTOCOMP_STORE",
+            "AUTOCOMP_INDEX",
+            "AUTOCOMP_LOCKS",
+            "AUTOCOMP_CONFIG_DIR",
+            "RUST_LOG",
+            "PROBE_NAME",
+            "PROBE_EVENT_TYPE",
+            "PROBE_REQUIRES",
+        ] {
+            command.env_remove(var);
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args).spawn().expect("the probe starts")
+    }
+
+    /// One pass of the probe, as cron would start it; at most 30 s.
+    pub fn run(&self, args: &[&str]) -> Finished {
+        finish(self.spawn(args), Duration::from_secs(30))
+    }
+
+    pub fn batch(&self, id: &BatchId) -> Batch {
+        self.block_on(self.store.get_batch(id)).expect("batch readable")
+    }
+
+    /// The batch's events of `event_type`, in seq order.
+    pub fn events(&self, id: &BatchId, event_type: &str) -> Vec<Event> {
+        self.batch(id).events.into_iter().filter(|e| e.event_type.as_str() == event_type).collect()
+    }
+
+    pub fn all_batches(&self) -> Vec<Batch> {
+        self.block_on(self.store.list_batches(None, 10_000)).expect("batches listed")
+    }
+
+    pub fn open_runs(&self) -> Vec<Run> {
+        self.block_on(self.store.open_runs(None)).expect("open runs readable")
+    }
+
+    /// Abandoned or transient runs of the probe on `id`, over the batch's whole history.
+    pub fn failed_attempts(&self, id: &BatchId) -> u32 {
+        let component = ComponentName::new(PROBE_NAME).unwrap();
+        self.block_on(self.store.failed_attempts(id, &component, Seq::ZERO)).expect("attempts readable")
+    }
+
+    pub fn head(&self) -> Seq {
+        self.block_on(self.store.head()).expect("head readable")
+    }
+
+    /// Every file (not directory) under `locks/`: a lock file left behind.
+    pub fn lock_files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        let mut pending = vec![self.path("locks")];
+        while let Some(dir) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        files
+    }
 }

@@ -1,28 +1,43 @@
-//! The README's first command, run as a user would: `autocomp demo` on a fresh directory.
+//! The README's first command, run as a user would: `autocomp demo` on a fresh directory
+//! starts the real component binaries and ends with every batch where it belongs.
 
 use std::process::Command;
 
 use autocomp_e2e::binary;
 
 #[test]
-fn the_demo_runs_the_pipeline_on_the_embedded_store() {
+fn the_demo_runs_the_pipeline_and_fails_each_broken_batch_at_the_right_step() {
     let dir = tempfile::tempdir().unwrap();
     let output =
-        Command::new(binary("autocomp")).args(["demo", "--batches", "14", "--dir"]).arg(dir.path()).output().unwrap();
+        Command::new(binary("autocomp")).args(["demo", "--batches", "20", "--dir"]).arg(dir.path()).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "demo failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("registered 14 batches"), "{stdout}");
-    assert!(stdout.contains("a stalled worker woke up and was refused: fenced"), "{stdout}");
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with('B')).collect();
-    assert_eq!(rows.len(), 14, "{stdout}");
-    assert_eq!(rows.iter().filter(|r| r.ends_with("failure")).count(), 2, "{stdout}");
-    assert!(dir.path().join("store.db").exists());
+    let row = |n: u64| {
+        let id = format!("B{:012}-RT1", 400_022_028_241u64 + n);
+        stdout.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("no row for {id}:\n{stdout}")).to_owned()
+    };
+    let states = |n| row(n).split_whitespace().skip(1).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(states(0), ["success", "success", "success", "success"], "{stdout}");
+    // Bad checksum, missing file, extra file: the checksum step fails, archiving never happens.
+    for broken in [3, 7, 11] {
+        assert_eq!(states(broken)[1], "failed", "{stdout}");
+        assert_eq!(states(broken)[3], "waiting", "{stdout}");
+    }
+    // An empty file: checksums agree, the structure check fails.
+    assert_eq!(states(15)[1..], ["success", "failed", "waiting"], "{stdout}");
+    assert!(stdout.contains("Why the failed ones failed"), "{stdout}");
+    assert!(stdout.contains("data/page-0001.txt"), "the missing file is named: {stdout}");
+    assert!(stdout.contains("data/empty.txt"), "the empty file is named: {stdout}");
+    let archived = std::fs::read_dir(dir.path().join("archive")).unwrap().count();
+    assert_eq!(archived, 16, "every good batch is archived");
+    assert!(dir.path().join("config/autocomp.toml").exists());
 
-    // Running it again changes nothing: the batches are registered and verified already.
-    let again =
-        Command::new(binary("autocomp")).args(["demo", "--batches", "14", "--dir"]).arg(dir.path()).output().unwrap();
+    // Running it again continues: nothing is left to do, the table is the same.
+    let again = Command::new(binary("autocomp")).args(["demo", "--dir"]).arg(dir.path()).output().unwrap();
+    assert!(again.status.success());
     let again = String::from_utf8_lossy(&again.stdout);
-    assert!(again.contains("0 batches are ready"), "{again}");
+    assert!(again.contains("continuing the demo"), "{again}");
+    assert_eq!(std::fs::read_dir(dir.path().join("archive")).unwrap().count(), 16);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! A component for the end-to-end tests: its `[settings]` choose a behaviour (succeed,
 //! fail, panic, hang, fail transiently N times, sleep) and it appends
 //! `pid batch start_ns end_ns` to a ledger file, so tests can check exactly-once and
-//! non-overlap from outside the processes.
+//! non-overlap from outside the processes; it can also mark when each batch's work begins
+//! and hold work until a file appears, so tests can line processes up without sleeping.
 
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,11 +23,22 @@ struct Settings {
     work_time: Duration,
     /// Appended to after each batch's work.
     ledger: Option<std::path::PathBuf>,
+    /// When set, `<started>/<batch id>` is written (holding the pid) as each batch's work begins.
+    started: Option<std::path::PathBuf>,
+    /// When set, work (and `work_time`) begins only once this file exists.
+    wait_for: Option<std::path::PathBuf>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { behaviour: "succeed".into(), transient_failures: 0, work_time: Duration::ZERO, ledger: None }
+        Self {
+            behaviour: "succeed".into(),
+            transient_failures: 0,
+            work_time: Duration::ZERO,
+            ledger: None,
+            started: None,
+            wait_for: None,
+        }
     }
 }
 
@@ -58,6 +70,14 @@ impl Component for Probe {
 
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
         let start = now_ns();
+        if let Some(dir) = &settings.started {
+            std::fs::write(dir.join(batch.id.as_str()), std::process::id().to_string())?;
+        }
+        if let Some(gate) = &settings.wait_for {
+            while !gate.exists() && !context.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let deadline = std::time::Instant::now() + settings.work_time;
         while std::time::Instant::now() < deadline && !context.is_cancelled() {
             std::thread::sleep(Duration::from_millis(5).min(settings.work_time));

@@ -1,0 +1,605 @@
+//! The runner (DESIGN §5, §7) as cron drives it: real probe-component processes on a real
+//! SQLite store, tantivy index dir and flock lock dir. Concurrency and exactly-once, panics,
+//! timeouts, transient retries, SIGTERM and SIGKILL mid-work, and the command line's contract.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{Finished, PROBED, Pipeline, finish, wait_until};
+use autocomp_store::Outcome;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+const PASS_LIMIT: Duration = Duration::from_secs(30);
+
+fn assert_no_lock_files(pipeline: &Pipeline) {
+    let left = pipeline.lock_files();
+    assert!(left.is_empty(), "lock files left behind: {left:?}");
+}
+
+fn assert_no_open_runs(pipeline: &Pipeline) {
+    let open = pipeline.open_runs();
+    assert!(open.is_empty(), "runs left open: {open:?}");
+}
+
+fn summary(event: &autocomp_store::Event) -> &str {
+    event.details["summary"].as_str().unwrap_or_default()
+}
+
+/// Sends `signal` to a child process.
+fn signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let sent = unsafe { libc::kill(pid, signal) };
+    assert_eq!(sent, 0, "kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
+}
+
+/// Waits (at most 15 s) until `condition` holds while the probe still runs; kills it if not.
+fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
+    let held = wait_until(Instant::now() + Duration::from_secs(15), || {
+        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
+        condition()
+    });
+    if !held {
+        child.kill().ok();
+        child.wait().ok();
+        panic!("the probe never got to {what}");
+    }
+}
+
+/// Waits until the probe has claimed a batch (its run is open in the store).
+fn wait_for_open_run(pipeline: &Pipeline, child: &mut Child) {
+    wait_while_running(child, "claiming a batch", || !pipeline.open_runs().is_empty());
+}
+
+/// Whether the probe (configured with `started = "<dir>"`) has begun work on some batch.
+fn work_began(started: &std::path::Path) -> bool {
+    std::fs::read_dir(started).unwrap().next().is_some()
+}
+
+/// One ledger line: the probe appends `pid batch start_ns end_ns` after each batch's work.
+#[derive(Debug)]
+struct Entry {
+    pid: u32,
+    batch: String,
+    start: u128,
+    end: u128,
+}
+
+fn read_ledger(pipeline: &Pipeline) -> Vec<Entry> {
+    let text = std::fs::read_to_string(pipeline.path("ledger.txt")).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts.len(), 4, "bad ledger line {line:?}");
+            Entry {
+                pid: parts[0].parse().unwrap(),
+                batch: parts[1].to_owned(),
+                start: parts[2].parse().unwrap(),
+                end: parts[3].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Starts two passes at once per round, as cron on one host does when a pass outlives its
+/// slot, over 200 batches until all are done; checks every batch was worked on exactly once,
+/// never twice at the same time, and that both processes of a round worked. With
+/// `side_by_side`, the first round's work is held until both processes are working, so they
+/// certainly work at the same time. Returns the ledger and the pids of each round.
+fn two_at_once_over_200_batches(extra_config: &str, side_by_side: bool) -> (Vec<Entry>, Vec<[u32; 2]>) {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(200);
+    let (started, gate) = (pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started).unwrap();
+    let hold = if side_by_side {
+        format!("started = \"{}\"\nwait_for = \"{}\"\n", started.display(), gate.display())
+    } else {
+        String::new()
+    };
+    pipeline.configure(&format!(
+        "max_threads = 4\nqueue_size = 25\n{extra_config}\n[settings]\nwork_time = \"20ms\"\nledger = \"{}\"\n{hold}",
+        pipeline.path("ledger.txt").display()
+    ));
+    let done = || pipeline.all_batches().iter().filter(|b| b.events.iter().any(|e| e.event_type == *PROBED)).count();
+
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut rounds: Vec<[u32; 2]> = Vec::new();
+    while done() < ids.len() && Instant::now() < deadline {
+        let mut pair = [pipeline.spawn(&[]), pipeline.spawn(&[])];
+        let pids = [pair[0].id(), pair[1].id()];
+        rounds.push(pids);
+        if side_by_side && !gate.exists() {
+            let working = |pid: u32| {
+                std::fs::read_dir(&started)
+                    .unwrap()
+                    .any(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default() == pid.to_string())
+            };
+            for child in &mut pair {
+                wait_while_running(child, "working alongside the other", || pids.iter().all(|pid| working(*pid)));
+            }
+            std::fs::write(&gate, "").unwrap();
+        }
+        for child in pair {
+            let finished = finish(child, PASS_LIMIT);
+            assert_eq!(finished.code, Some(0), "a pass failed\n{}", finished.show());
+        }
+    }
+    assert_eq!(done(), ids.len(), "not every batch was done after {} rounds", rounds.len());
+
+    let ledger = read_ledger(&pipeline);
+    let mut by_batch: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
+    for entry in &ledger {
+        by_batch.entry(entry.batch.as_str()).or_default().push(entry);
+    }
+    for (batch, entries) in &mut by_batch {
+        entries.sort_by_key(|e| e.start);
+        for pair in entries.windows(2) {
+            assert!(pair[1].start >= pair[0].end, "work on {batch} overlapped: {pair:?}");
+        }
+    }
+    for id in &ids {
+        let worked = by_batch.get(id.as_str()).map_or(0, Vec::len);
+        assert_eq!(worked, 1, "{id} was worked on {worked} times");
+        let probed = pipeline.events(id, PROBED);
+        assert_eq!(probed.len(), 1, "{id} has {} Probed events: {probed:?}", probed.len());
+        assert_eq!(probed[0].outcome, Outcome::Success);
+    }
+    assert_eq!(ledger.len(), ids.len(), "the ledger names batches that do not exist");
+    let pids: BTreeSet<u32> = ledger.iter().map(|e| e.pid).collect();
+    assert!(
+        rounds.iter().any(|pair| pair.iter().all(|pid| pids.contains(pid))),
+        "in no round did both processes work: rounds {rounds:?}, ledger pids {pids:?}"
+    );
+    assert_no_lock_files(&pipeline);
+    assert_no_open_runs(&pipeline);
+    (ledger, rounds)
+}
+
+#[test]
+fn two_processes_at_once_do_every_batch_exactly_once() {
+    two_at_once_over_200_batches("", false);
+}
+
+/// Above, the second process of a round waits on each batch the first holds (default
+/// `batch_lock_timeout`) after catching the index up, so in debug builds the first has
+/// usually finished before the second starts. Here busy batches are skipped and the first
+/// round's work is held until both processes are working, so they work side by side on the
+/// same candidates: where a broken lock, re-check or fence would show.
+#[test]
+fn two_processes_working_side_by_side_never_share_a_batch() {
+    let (ledger, rounds) = two_at_once_over_200_batches("batch_lock_timeout = \"0s\"\n", true);
+    let span = |pid: u32| {
+        let mine = ledger.iter().filter(|e| e.pid == pid);
+        let start = mine.clone().map(|e| e.start).min();
+        start.zip(mine.map(|e| e.end).max())
+    };
+    let side_by_side = rounds.iter().any(|pair| match (span(pair[0]), span(pair[1])) {
+        (Some(a), Some(b)) => a.0 < b.1 && b.0 < a.1,
+        _ => false,
+    });
+    assert!(side_by_side, "the two processes of a round never worked at the same time: {rounds:?}");
+}
+
+#[test]
+fn a_panic_is_recorded_as_a_failure_and_the_batch_is_not_retried() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure("[settings]\nbehaviour = \"panic\"\n");
+
+    let first = pipeline.run(&[]);
+    assert_eq!(first.code, Some(1), "{}", first.show());
+    assert!(first.stdout.starts_with("B0001 Probed failure"), "{}", first.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_eq!(probed[0].outcome, Outcome::Failure);
+    assert!(summary(&probed[0]).contains("probe panicked on B0001"), "{:?}", probed[0].details);
+    assert!(!probed[0].flag("transient"), "a panic is permanent: {:?}", probed[0].details);
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+
+    // Blocked by its own failure: the next cron start does nothing, and says nothing.
+    let second = pipeline.run(&[]);
+    assert_eq!((second.code, second.stdout.as_str(), second.stderr.as_str()), (Some(0), "", ""), "{}", second.show());
+    assert_eq!(pipeline.events(&id, PROBED).len(), 1);
+}
+
+#[test]
+fn a_hang_past_max_runtime_is_recorded_as_timed_out_and_the_process_exits() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure("max_runtime = \"1s\"\n\n[settings]\nbehaviour = \"hang\"\n");
+
+    let finished = finish(pipeline.spawn(&[]), Duration::from_secs(15));
+    assert_eq!(finished.code, Some(1), "{}", finished.show());
+    assert!(finished.elapsed < Duration::from_secs(6), "took {:?} to give up on a 1s max_runtime", finished.elapsed);
+    assert!(finished.stdout.contains("did not finish within max_runtime 1s"), "{}", finished.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_eq!(probed[0].outcome, Outcome::Failure);
+    assert!(probed[0].flag("timed_out"), "{:?}", probed[0].details);
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn transient_failures_are_retried_after_the_backoff_until_success() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure(
+        "max_attempts = 5\nretry_backoff = \"1s\"\n\n[settings]\nbehaviour = \"transient\"\ntransient_failures = 2\n",
+    );
+
+    let mut passes: Vec<Finished> = Vec::new();
+    let succeeded = wait_until(Instant::now() + Duration::from_secs(20), || {
+        passes.push(pipeline.run(&[]));
+        pipeline.events(&id, PROBED).iter().any(|e| e.outcome == Outcome::Success)
+    });
+    let shown: Vec<String> = passes.iter().map(Finished::show).collect();
+    assert!(succeeded, "never succeeded; passes:\n{}", shown.join("\n"));
+
+    let probed = pipeline.events(&id, PROBED);
+    let outcomes: Vec<(Outcome, bool)> = probed.iter().map(|e| (e.outcome, e.flag("transient"))).collect();
+    assert_eq!(outcomes, [(Outcome::Failure, true), (Outcome::Failure, true), (Outcome::Success, false)]);
+    for pair in probed.windows(2) {
+        let gap = pair[1].at.since(pair[0].at);
+        assert!(gap >= Duration::from_secs(1), "retried {gap:?} after a transient failure, before the 1s backoff");
+    }
+    assert_eq!(pipeline.failed_attempts(&id), 2);
+    for pass in &passes {
+        assert!(pass.code == Some(0) || pass.code == Some(1), "{}", pass.show());
+        if pass.code == Some(1) {
+            assert!(pass.stdout.contains("transient, will retry"), "{}", pass.show());
+        }
+    }
+    assert_eq!(passes.iter().filter(|p| !p.stdout.is_empty()).count(), 3, "{}", shown.join("\n"));
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn transient_failures_end_in_a_plain_failure_after_max_attempts() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    // No backoff, so every pass retries at once and the test needs no waiting.
+    pipeline.configure(
+        "max_attempts = 2\nretry_backoff = \"0s\"\n\n[settings]\nbehaviour = \"transient\"\ntransient_failures = 5\n",
+    );
+
+    for attempt in 1..=2 {
+        let pass = pipeline.run(&[]);
+        assert_eq!(pass.code, Some(1), "attempt {attempt}: {}", pass.show());
+        assert!(pass.stdout.contains("transient, will retry"), "attempt {attempt}: {}", pass.show());
+    }
+    let gave_up = pipeline.run(&[]);
+    assert_eq!(gave_up.code, Some(1), "{}", gave_up.show());
+    assert!(gave_up.stdout.contains("gave up after 2 failed attempts"), "{}", gave_up.show());
+
+    let probed = pipeline.events(&id, PROBED);
+    let outcomes: Vec<(Outcome, bool)> = probed.iter().map(|e| (e.outcome, e.flag("transient"))).collect();
+    assert_eq!(outcomes, [(Outcome::Failure, true), (Outcome::Failure, true), (Outcome::Failure, false)]);
+    assert!(summary(&probed[2]).contains("gave up"), "{:?}", probed[2].details);
+    assert_eq!(pipeline.failed_attempts(&id), 2);
+
+    let head = pipeline.head();
+    for _ in 0..2 {
+        let idle = pipeline.run(&[]);
+        assert_eq!((idle.code, idle.stdout.as_str(), idle.stderr.as_str()), (Some(0), "", ""), "{}", idle.show());
+    }
+    assert_eq!(pipeline.head(), head, "a pass after giving up changed the store");
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn sigterm_mid_work_releases_the_batch_without_an_event() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    let started = pipeline.path("started");
+    std::fs::create_dir_all(&started).unwrap();
+    pipeline.configure(&format!(
+        "shutdown_grace = \"1s\"\n\n[settings]\nwork_time = \"30s\"\nstarted = \"{}\"\n",
+        started.display()
+    ));
+
+    let mut child = pipeline.spawn(&[]);
+    wait_for_open_run(&pipeline, &mut child);
+    // Mid-work: a batch claimed but not yet started is released at once, without the grace.
+    wait_while_running(&mut child, "working", || work_began(&started));
+    let signalled = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let finished = finish(child, Duration::from_secs(15));
+    let took = signalled.elapsed();
+    // README, exit codes: "A batch released on SIGTERM is not a failure": exit 0.
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert!(took >= Duration::from_secs(1), "running work was cancelled {took:?} after SIGTERM, before the 1s grace");
+    assert!(took < Duration::from_secs(6), "took {took:?} to stop after SIGTERM with a 1s grace");
+    assert!(!finished.stdout.contains("success"), "{}", finished.show());
+
+    assert!(pipeline.events(&id, PROBED).is_empty(), "an event was recorded: {:?}", pipeline.events(&id, PROBED));
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+    assert_eq!(pipeline.failed_attempts(&id), 0, "a released run counts as a failed attempt");
+    let dry = pipeline.run(&["--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}", dry.show());
+    assert!(dry.stdout.starts_with("B0001 would claim"), "not ready again: {}", dry.show());
+
+    // And the next pass does it.
+    pipeline.configure("[settings]\nwork_time = \"0s\"\n");
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success]);
+}
+
+#[test]
+fn sigterm_lets_running_work_finish_within_the_grace_and_releases_the_queued_batches() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(3);
+    let started = pipeline.path("started");
+    std::fs::create_dir_all(&started).unwrap();
+    pipeline.configure(&format!(
+        "max_threads = 1\nshutdown_grace = \"20s\"\n\n[settings]\nwork_time = \"1500ms\"\nstarted = \"{}\"\n",
+        started.display()
+    ));
+
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working", || work_began(&started));
+    signal(&child, libc::SIGTERM);
+    let finished = finish(child, Duration::from_secs(15));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert!(finished.elapsed < Duration::from_secs(10), "waited for more than the running batch: {}", finished.show());
+
+    let worked: Vec<String> =
+        std::fs::read_dir(&started).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(worked.len(), 1, "work began on {worked:?} after SIGTERM");
+    assert_eq!(finished.stdout.lines().count(), 1, "{}", finished.show());
+    assert!(finished.stdout.starts_with(&format!("{} Probed success", worked[0])), "{}", finished.show());
+    for id in &ids {
+        let outcomes: Vec<Outcome> = pipeline.events(id, PROBED).iter().map(|e| e.outcome).collect();
+        let expected: &[Outcome] = if worked[0] == id.as_str() { &[Outcome::Success] } else { &[] };
+        assert_eq!(outcomes, expected, "{id}");
+    }
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+    let dry = pipeline.run(&["--dry-run"]);
+    assert_eq!(dry.stdout.matches("would claim").count(), 2, "the queued batches are not ready again: {}", dry.show());
+}
+
+#[test]
+fn after_a_sigkill_mid_work_the_next_pass_takes_the_batch_over() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure("[settings]\nwork_time = \"30s\"\n");
+
+    let mut child = pipeline.spawn(&[]);
+    wait_for_open_run(&pipeline, &mut child);
+    let crashed_run = pipeline.open_runs().remove(0);
+    signal(&child, libc::SIGKILL);
+    let crashed = finish(child, Duration::from_secs(10));
+    assert_eq!(crashed.code, None, "{}", crashed.show());
+
+    pipeline.configure("[settings]\nwork_time = \"0s\"\n");
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert!(next.stdout.starts_with("B0001 Probed success"), "{}", next.show());
+    assert!(next.stderr.contains("abandoned"), "the takeover is not logged: {}", next.show());
+
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success]);
+    let run = probed[0].run.as_ref().expect("recorded in a run");
+    assert!(run.generation > crashed_run.generation, "{run:?} vs crashed {crashed_run:?}");
+    assert_eq!(pipeline.failed_attempts(&id), 1, "the crashed run is not counted as abandoned");
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+
+    let idle = pipeline.run(&[]);
+    assert_eq!((idle.code, idle.stdout.as_str()), (Some(0), ""), "{}", idle.show());
+    assert_eq!(pipeline.events(&id, PROBED).len(), 1);
+}
+
+#[test]
+fn batch_runs_exactly_that_batch() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(3);
+
+    let run = pipeline.run(&["--batch", "B0002"]);
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.show());
+    assert!(run.stdout.starts_with("B0002 Probed success"), "{}", run.show());
+    let probed: Vec<usize> = ids.iter().map(|id| pipeline.events(id, PROBED).len()).collect();
+    assert_eq!(probed, [0, 1, 0]);
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn batch_that_is_not_ready_names_the_clause_and_force_runs_it() {
+    let pipeline = Pipeline::new(PROBE);
+    let waiting = pipeline.register_one("B0009", false);
+    let head = pipeline.head();
+
+    let refused = pipeline.run(&["--batch", "B0009"]);
+    // README, exit codes: 1 covers "a requested batch was not ready".
+    assert_eq!(refused.code, Some(1), "{}", refused.show());
+    assert!(refused.stderr.contains("B0009") && refused.stderr.contains("`requires`"), "{}", refused.show());
+    assert!(refused.stderr.contains("--force"), "no hint at --force: {}", refused.show());
+    assert_eq!(refused.stdout, "", "{}", refused.show());
+    assert_eq!(pipeline.head(), head, "a refused manual run changed the store");
+    assert_no_lock_files(&pipeline);
+
+    let forced = pipeline.run(&["--batch", "B0009", "--force"]);
+    assert_eq!(forced.code, Some(0), "{}", forced.show());
+    assert!(forced.stdout.starts_with("B0009 Probed success"), "{}", forced.show());
+    let probed = pipeline.events(&waiting, PROBED);
+    assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success]);
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn dry_run_lists_what_would_be_claimed_and_changes_nothing() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(2);
+    pipeline.register_one("B0009", false);
+    let head = pipeline.head();
+
+    let dry = pipeline.run(&["--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}", dry.show());
+    let lines: Vec<&str> = dry.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", dry.show());
+    assert!(lines[0].starts_with("B0001 would claim") && lines[1].starts_with("B0002 would claim"), "{}", dry.show());
+
+    let one = pipeline.run(&["--dry-run", "--batch", "B0009"]);
+    assert_eq!(one.code, Some(0), "{}", one.show());
+    assert!(one.stdout.starts_with("B0009 would skip") && one.stdout.contains("`requires`"), "{}", one.show());
+
+    assert_eq!(pipeline.head(), head, "a dry run changed the store");
+    assert!(ids.iter().all(|id| pipeline.events(id, PROBED).is_empty()));
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+/// A run that must stop before touching anything: exit 2, nothing on stdout, the store unchanged.
+fn assert_usage_error(pipeline: &Pipeline, args: &[&str], expected: &[&str]) {
+    let head = pipeline.head();
+    let run = pipeline.run(args);
+    assert_eq!(run.code, Some(2), "{}", run.show());
+    for text in expected {
+        assert!(run.stderr.contains(text), "the message does not name {text:?}: {}", run.show());
+    }
+    assert_eq!(run.stdout, "", "{}", run.show());
+    assert_eq!(pipeline.head(), head, "a refused run changed the store");
+    assert_no_lock_files(pipeline);
+}
+
+#[test]
+fn config_and_usage_errors_exit_2_naming_what_is_wrong() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.register(1);
+    let file = pipeline.config_dir().join("probe.toml");
+    let file = file.to_str().unwrap();
+
+    pipeline.configure("max_threadz = 3\n");
+    assert_usage_error(&pipeline, &[], &["max_threadz", file]);
+    pipeline.configure("max_runtime = \"soon\"\n");
+    assert_usage_error(&pipeline, &[], &["max_runtime", "soon", file]);
+
+    pipeline.configure("");
+    assert_usage_error(&pipeline, &["--batch", "../x"], &["batch id", "../x"]);
+
+    std::fs::remove_file(pipeline.config_dir().join("autocomp.toml")).unwrap();
+    assert_usage_error(&pipeline, &[], &["store", "autocomp.toml"]);
+    let store = format!("store = \"sqlite://{}\"\n", pipeline.path("store.db").display());
+    std::fs::write(pipeline.config_dir().join("autocomp.toml"), store).unwrap();
+    assert_usage_error(&pipeline, &[], &["no index backend configured", "autocomp.toml"]);
+}
+
+#[test]
+fn quiet_when_idle() {
+    let pipeline = Pipeline::new(PROBE);
+    let idle = pipeline.run(&[]);
+    assert_eq!((idle.code, idle.stdout.as_str(), idle.stderr.as_str()), (Some(0), "", ""), "{}", idle.show());
+
+    let ids = pipeline.register(2);
+    let busy = pipeline.run(&[]);
+    assert_eq!(busy.code, Some(0), "{}", busy.show());
+    assert_eq!(busy.stdout.lines().count(), 2, "one line per processed batch: {}", busy.show());
+    assert_eq!(busy.stderr, "", "{}", busy.show());
+    assert!(ids.iter().all(|id| pipeline.events(id, PROBED).len() == 1));
+
+    let head = pipeline.head();
+    let again = pipeline.run(&[]);
+    assert_eq!((again.code, again.stdout.as_str(), again.stderr.as_str()), (Some(0), "", ""), "{}", again.show());
+    assert_eq!(pipeline.head(), head);
+}
+
+#[test]
+fn a_busy_poll_lock_exits_3_and_touches_nothing() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure("poll_lock_timeout = \"0s\"\n");
+    let lock_path = pipeline.path("locks/poll/probe.lock");
+    std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
+    let held = std::fs::File::create(&lock_path).unwrap();
+    held.try_lock().expect("the test takes the poll lock");
+    let head = pipeline.head();
+
+    let busy = pipeline.run(&[]);
+    assert_eq!(busy.code, Some(3), "{}", busy.show());
+    // Normal under cron (the previous pass still runs), so nothing for cron to mail.
+    assert_eq!((busy.stdout.as_str(), busy.stderr.as_str()), ("", ""), "{}", busy.show());
+    assert_eq!(pipeline.head(), head, "a pass without the poll lock changed the store");
+    assert!(lock_path.exists(), "the busy pass removed a lock file it did not hold");
+
+    drop(held);
+    let after = pipeline.run(&[]);
+    assert_eq!(after.code, Some(0), "{}", after.show());
+    assert_eq!(pipeline.events(&id, PROBED).len(), 1);
+}
+
+#[test]
+fn batch_on_an_unknown_batch_exits_2_naming_it() {
+    let pipeline = Pipeline::new(PROBE);
+    let missing = pipeline.run(&["--batch", "B7777"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.show());
+    assert!(missing.stderr.contains("B7777") && missing.stderr.contains("does not exist"), "{}", missing.show());
+    assert_no_lock_files(&pipeline);
+}
+
+#[test]
+fn a_report_with_failures_is_recorded_as_a_failure_naming_the_first() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    pipeline.configure("[settings]\nbehaviour = \"fail\"\n");
+
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(1), "{}", run.show());
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.show());
+    assert!(run.stdout.starts_with("B0001 Probed failure "), "{}", run.show());
+    assert!(
+        run.stdout.ends_with(": 1 failures, first: data/page-1.tif: deliberate failure\n"),
+        "the summary line does not name the first failure: {}",
+        run.show()
+    );
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_eq!(probed[0].outcome, Outcome::Failure);
+    assert_eq!(probed[0].details["failures_total"], 1);
+    assert_eq!(probed[0].details["failures"][0]["reference"], "data/page-1.tif");
+}
+
+/// A pass that stops on an error after claiming some batches must not leave those claims
+/// open: an open run is marked abandoned by the next claim and counts as a failed attempt,
+/// so a broken lock file on one batch would make other batches give up without ever running.
+#[test]
+fn a_pass_that_stops_on_a_lock_error_releases_what_it_claimed() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(2);
+    // B0002's lock file cannot be opened (as when another user's process left it behind).
+    std::fs::create_dir_all(pipeline.path("locks/batch/probe/B0002.lock")).unwrap();
+
+    let broken = pipeline.run(&[]);
+    assert_eq!(broken.code, Some(4), "{}", broken.show());
+    assert!(broken.stderr.contains("B0002.lock"), "the message does not name the lock file: {}", broken.show());
+    let leaked_runs = pipeline.open_runs();
+    let leaked_locks = pipeline.lock_files();
+
+    for _ in 0..3 {
+        let again = pipeline.run(&[]);
+        assert_eq!(again.code, Some(4), "{}", again.show());
+    }
+    std::fs::remove_dir(pipeline.path("locks/batch/probe/B0002.lock")).unwrap();
+    let fixed = pipeline.run(&[]);
+    let outcomes: Vec<Vec<(Outcome, String)>> = ids
+        .iter()
+        .map(|id| pipeline.events(id, PROBED).iter().map(|e| (e.outcome, summary(e).to_owned())).collect())
+        .collect();
+
+    assert!(leaked_runs.is_empty(), "the stopped pass left its claims open: {leaked_runs:?}");
+    assert!(leaked_locks.is_empty(), "the stopped pass left lock files: {leaked_locks:?}");
+    assert_eq!(fixed.code, Some(0), "{}", fixed.show());
+    let succeeded = |events: &Vec<(Outcome, String)>| events.len() == 1 && events[0].0 == Outcome::Success;
+    assert!(outcomes.iter().all(succeeded), "once the lock file is fixed both batches should run: {outcomes:?}");
+    assert_eq!(pipeline.failed_attempts(&ids[0]), 0, "B0001 never ran, yet attempts were counted against it");
+}
