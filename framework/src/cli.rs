@@ -63,7 +63,7 @@ pub struct RunnerArgs {
 }
 
 impl RunnerArgs {
-    fn backends(&self) -> Backends {
+    pub fn backends(&self) -> Backends {
         Backends { store: self.store.clone(), index: self.index.clone(), locks: self.locks.clone() }
     }
 }

@@ -98,6 +98,10 @@ pub struct ComponentConfig {
     /// On SIGTERM/SIGINT, how long running work may finish before it is cancelled.
     #[serde(with = "duration_text")]
     pub shutdown_grace: Duration,
+    /// After a timeout or shutdown cancels work, how long it may take to clean up (its
+    /// result is discarded) before the process exits without it.
+    #[serde(with = "duration_text")]
+    pub cancel_grace: Duration,
     /// Failures kept in a report; the true count is always reported.
     pub max_reported_failures: usize,
     /// Trigger clauses replacing the component's defaults, clause by clause.
@@ -119,6 +123,7 @@ impl Default for ComponentConfig {
             max_attempts: 3,
             retry_backoff: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
+            cancel_grace: Duration::from_secs(10),
             max_reported_failures: 100,
             trigger: toml::Table::new(),
             settings: toml::Table::new(),

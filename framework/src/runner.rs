@@ -402,39 +402,48 @@ impl<C: Component> Runner<C> {
         let cancelled = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
         let finished = self.spawn_work(&claimed, Arc::clone(&cancelled));
+        tokio::pin!(finished);
         let grace = self.config.shutdown_grace;
         let outcome = tokio::select! {
-            finished = finished => Some(finished),
+            finished = &mut finished => Some(finished),
             _ = tokio::time::sleep(self.config.max_runtime) => None,
             _ = async { stop_requested(&mut shutdown).await; tokio::time::sleep(grace).await } => {
                 cancelled.store(true, Ordering::Relaxed);
                 info!(batch = %claimed.batch.id, "shutting down: work cancelled, claim released");
+                self.let_cancelled_work_clean_up(finished).await;
                 drop(permit);
                 return self.release(claimed).await;
             }
         };
         drop(permit);
+        let Some(outcome) = outcome else {
+            // Recorded first, so the result is fenced however long the thread takes; then the
+            // thread gets `cancel_grace` to clean up. One still hung after that cannot hold
+            // anything: the process exits after this pass.
+            cancelled.store(true, Ordering::Relaxed);
+            let mut report = failed_report(
+                &self.config,
+                &format!("did not finish within max_runtime {}", humantime::format_duration(self.config.max_runtime)),
+            );
+            report.timed_out = true;
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            let result = self.record(claimed, report, true).await;
+            self.let_cancelled_work_clean_up(finished).await;
+            return result;
+        };
         let mut report = match outcome {
-            Some(Ok((result, report))) => report_of(result, report),
-            Some(Err(())) => failed_report(&self.config, "the work thread ended without a result"),
-            None => {
-                // The thread may hang forever; it cannot record anything (its run is closed
-                // below) and the process exits after this pass.
-                cancelled.store(true, Ordering::Relaxed);
-                let mut report = failed_report(
-                    &self.config,
-                    &format!(
-                        "did not finish within max_runtime {}",
-                        humantime::format_duration(self.config.max_runtime)
-                    ),
-                );
-                report.timed_out = true;
-                report
-            }
+            Ok((result, report)) => report_of(result, report),
+            Err(()) => failed_report(&self.config, "the work thread ended without a result"),
         };
         report.duration_ms = started.elapsed().as_millis() as u64;
-        let timed_out = report.timed_out;
-        self.record(claimed, report, timed_out).await
+        self.record(claimed, report, false).await
+    }
+
+    /// Waits up to `cancel_grace` for cancelled work to return (its result is discarded).
+    async fn let_cancelled_work_clean_up<F: Future>(&self, work: std::pin::Pin<&mut F>) {
+        if tokio::time::timeout(self.config.cancel_grace, work).await.is_err() {
+            warn!("cancelled work did not return within cancel_grace; leaving it behind");
+        }
     }
 
     /// Runs `work` on its own OS thread, panics caught; resolves when it returns.

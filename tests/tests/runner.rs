@@ -208,7 +208,8 @@ fn a_panic_is_recorded_as_a_failure_and_the_batch_is_not_retried() {
 fn a_hang_past_max_runtime_is_recorded_as_timed_out_and_the_process_exits() {
     let pipeline = Pipeline::new(PROBE);
     let id = pipeline.register(1).remove(0);
-    pipeline.configure("max_runtime = \"1s\"\n\n[settings]\nbehaviour = \"hang\"\n");
+    // The probe ignores cancellation: after cancel_grace the process exits without it.
+    pipeline.configure("max_runtime = \"1s\"\ncancel_grace = \"1s\"\n\n[settings]\nbehaviour = \"hang\"\n");
 
     let finished = finish(pipeline.spawn(&[]), Duration::from_secs(15));
     assert_eq!(finished.code, Some(1), "{}", finished.show());

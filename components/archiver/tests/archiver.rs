@@ -1,0 +1,327 @@
+//! The archiver as cron runs it: the real binary over a temp SQLite store, a local index and
+//! local locks, archiving real directories. What the user sees: the archive tree, the
+//! recorded event, and an archive root that never shows a half-written batch.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use autocomp_store::{
+    Agent, Batch, BatchId, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore,
+};
+
+const ARCHIVER: &str = env!("CARGO_BIN_EXE_archiver");
+
+struct Pipeline {
+    dir: tempfile::TempDir,
+    runtime: tokio::runtime::Runtime,
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Pipeline {
+    fn new(settings: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["config", "incoming", "archive"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(
+            root.join("config/autocomp.toml"),
+            format!(
+                "store = \"sqlite://{0}/store.db\"\nindex = \"local:{0}/index\"\nlocks = \"local:{0}/locks\"\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("config/archiver.toml"),
+            format!("[settings]\narchive_root = \"{}/archive\"\n{settings}", root.display()),
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        Self { dir, runtime }
+    }
+
+    fn archive(&self) -> PathBuf {
+        self.dir.path().join("archive")
+    }
+
+    fn folder(&self, id: &str) -> PathBuf {
+        self.dir.path().join("incoming").join(id)
+    }
+
+    fn store(&self) -> SqliteStore {
+        self.runtime.block_on(SqliteStore::open(self.dir.path().join("store.db"))).unwrap()
+    }
+
+    /// Registers the batch at its folder with these successful events.
+    fn register(&self, id: &str, events: &[&str]) {
+        let store = self.store();
+        let id = BatchId::new(id).unwrap();
+        let folder = self.folder(id.as_str());
+        let batch =
+            NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap()).with_location(folder.to_str().unwrap());
+        self.runtime.block_on(async {
+            store.create_batch(batch).await.unwrap();
+            for event_type in events {
+                let agent = Agent::new(format!("test/1@testhost#{}", std::process::id())).unwrap();
+                let event = NewEvent::new(EventType::new(*event_type).unwrap(), Outcome::Success, agent);
+                store.append_event(&id, event).await.unwrap();
+            }
+        });
+    }
+
+    fn batch(&self, id: &str) -> Batch {
+        self.runtime.block_on(self.store().get_batch(&BatchId::new(id).unwrap())).unwrap()
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(ARCHIVER);
+        command.arg("--config-dir").arg(self.dir.path().join("config")).stdin(Stdio::null());
+        command
+    }
+
+    fn run(&self) -> Run {
+        let output = self.command().output().unwrap();
+        Run {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn archive_entries(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.archive())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+const CHECKED: [&str; 3] = ["Data_Received", "Checksums_Verified", "Structure_Checked"];
+
+/// A small delivery with what archives meet: nesting, spaces, an empty file, a read-only
+/// file, binary bytes, a symlink.
+fn write_delivery(folder: &Path) {
+    std::fs::create_dir_all(folder.join("data/scans 2")).unwrap();
+    std::fs::write(folder.join("bagit.txt"), "BagIt-Version: 1.0\n").unwrap();
+    std::fs::write(folder.join("data/page-0001.txt"), "page one\n".repeat(1000)).unwrap();
+    std::fs::write(folder.join("data/scans 2/scan 1.bin"), (0..=255u8).cycle().take(300_000).collect::<Vec<_>>())
+        .unwrap();
+    std::fs::write(folder.join("data/empty.txt"), "").unwrap();
+    let read_only = folder.join("data/read-only.txt");
+    std::fs::write(&read_only, "do not touch\n").unwrap();
+    std::fs::set_permissions(&read_only, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::os::unix::fs::symlink("page-0001.txt", folder.join("data/latest")).unwrap();
+}
+
+/// One entry of a tree, with what must survive archiving: kind, mode, mtime (files), and
+/// the bytes (or link target).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    path: String,
+    kind: &'static str,
+    mode: u32,
+    modified: Option<std::time::SystemTime>,
+    bytes: Vec<u8>,
+}
+
+/// Every entry under `dir`, by relative path.
+fn tree(dir: &Path) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = path.symlink_metadata().unwrap();
+            let relative = path.strip_prefix(dir).unwrap().display().to_string();
+            let mode = meta.permissions().mode();
+            let (kind, modified, bytes) = if meta.is_dir() {
+                pending.push(path.clone());
+                ("dir", None, Vec::new())
+            } else if meta.file_type().is_symlink() {
+                ("link", None, std::fs::read_link(&path).unwrap().display().to_string().into_bytes())
+            } else {
+                ("file", Some(meta.modified().unwrap()), std::fs::read(&path).unwrap())
+            };
+            entries.push(Entry { path: relative, kind, mode, modified, bytes });
+        }
+    }
+    entries.sort();
+    entries
+}
+
+fn archived_events(batch: &Batch) -> Vec<&autocomp_store::Event> {
+    batch.events.iter().filter(|e| e.event_type == *"Data_Archived").collect()
+}
+
+#[test]
+fn a_verified_batch_is_archived_identically_and_only_once() {
+    let pipeline = Pipeline::new("");
+    write_delivery(&pipeline.folder("B1-RT1"));
+    pipeline.register("B1-RT1", &CHECKED);
+    // Not verified yet: the archiver must leave it alone.
+    write_delivery(&pipeline.folder("B2-RT1"));
+    pipeline.register("B2-RT1", &["Data_Received", "Checksums_Verified"]);
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    let target = pipeline.archive().join("B1-RT1");
+    assert!(run.stdout.starts_with("B1-RT1 Data_Archived success"), "{}", run.stdout);
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.stdout);
+    assert_eq!(pipeline.archive_entries(), ["B1-RT1"]);
+    assert_eq!(tree(&target), tree(&pipeline.folder("B1-RT1")));
+    let batch = pipeline.batch("B1-RT1");
+    let events = archived_events(&batch);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].outcome, Outcome::Success);
+    let summary = events[0].details["summary"].as_str().unwrap();
+    assert!(summary.contains(&format!("archived to {}", target.display())) && summary.contains("6 files"), "{summary}");
+    assert_eq!(events[0].details["failures_total"], 0);
+
+    // The next cron start: blocked by its own event, nothing to do, nothing printed.
+    let again = pipeline.run();
+    assert_eq!((again.code, again.stdout.as_str(), again.stderr.as_str()), (Some(0), "", ""));
+    assert_eq!(archived_events(&pipeline.batch("B1-RT1")).len(), 1);
+    assert!(archived_events(&pipeline.batch("B2-RT1")).is_empty());
+}
+
+#[test]
+fn the_archive_never_shows_a_half_written_batch() {
+    let pipeline = Pipeline::new("");
+    let folder = pipeline.folder("B3-RT1");
+    // Big enough that copying, syncing and re-reading take a while.
+    let mut expected = Vec::new();
+    for n in 0..48 {
+        let dir = folder.join(format!("data/part-{}", n % 4));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bytes: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8 ^ n).collect();
+        std::fs::write(dir.join(format!("page-{n:04}.bin")), &bytes).unwrap();
+        expected.push((format!("data/part-{}/page-{n:04}.bin", n % 4), bytes.len() as u64));
+    }
+    pipeline.register("B3-RT1", &CHECKED);
+
+    let mut child = pipeline.command().stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let target = pipeline.archive().join("B3-RT1");
+    let (mut saw_temp, mut saw_final) = (false, false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let finished = child.try_wait().unwrap();
+        for name in pipeline.archive_entries() {
+            if name == "B3-RT1" {
+                if !saw_final {
+                    // The first sight of the final name must already be the whole batch.
+                    for (path, size) in &expected {
+                        let meta = std::fs::metadata(target.join(path));
+                        assert_eq!(meta.map(|m| m.len()).ok(), Some(*size), "{path} incomplete when first visible");
+                    }
+                    saw_final = true;
+                }
+            } else {
+                assert!(name.starts_with(".archiving.B3-RT1."), "unexpected entry {name} in the archive root");
+                saw_temp = true;
+            }
+        }
+        if let Some(status) = finished {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the archiver did not finish within 120s");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(status.success());
+    assert!(saw_temp, "the copy should have been seen under its temp name while in progress");
+    assert!(saw_final);
+    assert_eq!(pipeline.archive_entries(), ["B3-RT1"]);
+    assert_eq!(tree(&target), tree(&folder));
+}
+
+#[test]
+fn an_existing_archive_is_not_overwritten() {
+    let pipeline = Pipeline::new("");
+    write_delivery(&pipeline.folder("B4-RT1"));
+    pipeline.register("B4-RT1", &CHECKED);
+    let existing = pipeline.archive().join("B4-RT1");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("archived-last-year.txt"), "keep me").unwrap();
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("already archived"), "{}", run.stdout);
+    let batch = pipeline.batch("B4-RT1");
+    let event = archived_events(&batch)[0];
+    assert_eq!(event.outcome, Outcome::Failure);
+    assert_eq!(event.details["failures"][0]["type"], "already_archived");
+    assert!(event.details["failures"][0]["description"].as_str().unwrap().contains("replace = true"));
+    assert_eq!(pipeline.archive_entries(), ["B4-RT1"]);
+    assert_eq!(tree(&existing).len(), 1);
+    assert_eq!(std::fs::read_to_string(existing.join("archived-last-year.txt")).unwrap(), "keep me");
+}
+
+#[test]
+fn replace_swaps_in_the_new_copy() {
+    let pipeline = Pipeline::new("replace = true\n");
+    write_delivery(&pipeline.folder("B5-RT1"));
+    pipeline.register("B5-RT1", &CHECKED);
+    let existing = pipeline.archive().join("B5-RT1");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("archived-last-year.txt"), "outdated").unwrap();
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    assert_eq!(pipeline.archive_entries(), ["B5-RT1"], "the previous copy must be gone, not left aside");
+    assert_eq!(tree(&existing), tree(&pipeline.folder("B5-RT1")));
+}
+
+#[test]
+fn a_failed_copy_leaves_nothing_behind_and_names_the_file() {
+    let pipeline = Pipeline::new("");
+    let folder = pipeline.folder("B6-RT1");
+    write_delivery(&folder);
+    // Sorted after the regular files, so the copy is well under way when it meets the pipe.
+    let status = Command::new("mkfifo").arg(folder.join("data/zz-pipe")).status().unwrap();
+    assert!(status.success());
+    pipeline.register("B6-RT1", &CHECKED);
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    let batch = pipeline.batch("B6-RT1");
+    let event = archived_events(&batch)[0];
+    assert_eq!(event.outcome, Outcome::Failure);
+    assert_eq!(event.details["failures"][0]["reference"], "data/zz-pipe");
+    assert_eq!(event.details["failures"][0]["type"], "unsupported_file_type");
+    assert_eq!(pipeline.archive_entries(), Vec::<String>::new(), "no temp dir, no partial archive");
+}
+
+#[test]
+fn a_temp_dir_left_by_a_crashed_attempt_is_removed() {
+    let pipeline = Pipeline::new("");
+    write_delivery(&pipeline.folder("B7-RT1"));
+    pipeline.register("B7-RT1", &CHECKED);
+    let stale = pipeline.archive().join(".archiving.B7-RT1.4242");
+    std::fs::create_dir_all(stale.join("data")).unwrap();
+    std::fs::write(stale.join("data/half.bin"), "half").unwrap();
+    // Another batch's temp dir (its id only shares a prefix) is not ours to remove.
+    let other = pipeline.archive().join(".archiving.B7-RT1.x.4242");
+    std::fs::create_dir(&other).unwrap();
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    assert_eq!(pipeline.archive_entries(), [".archiving.B7-RT1.x.4242", "B7-RT1"]);
+}
+
+#[test]
+fn archive_root_is_required() {
+    let pipeline = Pipeline::new("");
+    std::fs::write(pipeline.dir.path().join("config/archiver.toml"), "[settings]\nreplace = true\n").unwrap();
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("archiver.toml") && run.stderr.contains("archive_root"), "{}", run.stderr);
+}

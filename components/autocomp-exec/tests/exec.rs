@@ -1,0 +1,259 @@
+//! `autocomp-exec` as cron runs it: the real binary over a temp SQLite store, a local index
+//! and local locks, running real shell commands. Results are read back from the store.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use autocomp_store::{
+    Agent, Batch, BatchId, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore,
+};
+
+const EXEC: &str = env!("CARGO_BIN_EXE_autocomp-exec");
+
+struct Pipeline {
+    dir: tempfile::TempDir,
+    runtime: tokio::runtime::Runtime,
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Pipeline {
+    /// A config dir with the embedded backends and `<component>.toml`.
+    fn new(component: &str, component_toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("config")).unwrap();
+        std::fs::write(
+            root.join("config/autocomp.toml"),
+            format!(
+                "store = \"sqlite://{0}/store.db\"\nindex = \"local:{0}/index\"\nlocks = \"local:{0}/locks\"\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(root.join(format!("config/{component}.toml")), component_toml).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        Self { dir, runtime }
+    }
+
+    fn store(&self) -> SqliteStore {
+        self.runtime.block_on(SqliteStore::open(self.dir.path().join("store.db"))).unwrap()
+    }
+
+    /// A received batch whose folder holds one file; returns the folder.
+    fn add_batch(&self, id: &str) -> PathBuf {
+        let folder = self.dir.path().join("incoming").join(id);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("page-1.txt"), "a page\n").unwrap();
+        let store = self.store();
+        let id = BatchId::new(id).unwrap();
+        let batch =
+            NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap()).with_location(folder.to_str().unwrap());
+        let received = NewEvent::new(
+            EventType::new("Data_Received").unwrap(),
+            Outcome::Success,
+            Agent::new("batch-trigger/test@testhost#1").unwrap(),
+        );
+        self.runtime.block_on(async {
+            store.create_batch(batch).await.unwrap();
+            store.append_event(&id, received).await.unwrap();
+        });
+        folder
+    }
+
+    fn batch(&self, id: &str) -> Batch {
+        self.runtime.block_on(self.store().get_batch(&BatchId::new(id).unwrap())).unwrap()
+    }
+
+    /// Runs autocomp-exec with this config dir, bounded by a deadline so a hang fails the test.
+    fn exec(&self, args: &[&str]) -> Run {
+        let out = self.dir.path().join("out");
+        let err = self.dir.path().join("err");
+        let started = Instant::now();
+        let mut child = Command::new(EXEC)
+            .arg("--config-dir")
+            .arg(self.dir.path().join("config"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = started + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                child.kill().ok();
+                panic!("autocomp-exec did not finish within 60s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Run {
+            code: status.code(),
+            stdout: std::fs::read_to_string(out).unwrap(),
+            stderr: std::fs::read_to_string(err).unwrap(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+fn events_of<'a>(batch: &'a Batch, event_type: &str) -> Vec<&'a autocomp_store::Event> {
+    batch.events.iter().filter(|e| e.event_type == *event_type).collect()
+}
+
+const OCR: [&str; 6] = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received"];
+
+fn with_command<'a>(command: &[&'a str]) -> Vec<&'a str> {
+    let mut args = OCR.to_vec();
+    args.push("--");
+    args.extend_from_slice(command);
+    args
+}
+
+#[test]
+fn exit_0_records_a_success_and_the_batch_is_then_blocked() {
+    let pipeline = Pipeline::new("ocr", "");
+    pipeline.add_batch("B1-RT1");
+    let run = pipeline.exec(&with_command(&["sh", "-c", "echo working; echo \"read 1 page of $AUTOCOMP_BATCH_ID\""]));
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.starts_with("B1-RT1 Ocr_Done success"), "{}", run.stdout);
+    let batch = pipeline.batch("B1-RT1");
+    let events = events_of(&batch, "Ocr_Done");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].outcome, Outcome::Success);
+    assert!(events[0].agent.as_str().starts_with("ocr/"), "{}", events[0].agent);
+    assert_eq!(events[0].details["summary"], "`sh` exited 0: read 1 page of B1-RT1");
+
+    // Cron starts it again: the batch is blocked by its own event now, so nothing happens.
+    let again = pipeline.exec(&with_command(&["sh", "-c", "echo ran again >&2; exit 9"]));
+    assert_eq!((again.code, again.stdout.as_str(), again.stderr.as_str()), (Some(0), "", ""));
+    assert_eq!(events_of(&pipeline.batch("B1-RT1"), "Ocr_Done").len(), 1);
+}
+
+#[test]
+fn batch_dir_and_id_are_substituted_and_exported() {
+    let pipeline = Pipeline::new("ocr", "");
+    let folder = pipeline.add_batch("B2-RT1");
+    let script = "printf '%s\\n' \"$1\" \"$2\" \"$AUTOCOMP_BATCH_ID\" \"$AUTOCOMP_BATCH_DIR\" > \"$AUTOCOMP_BATCH_DIR/seen.txt\"";
+    let run = pipeline.exec(&with_command(&["sh", "-c", script, "sh", "{batch_dir}/page-1.txt", "id={batch_id}"]));
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    let seen = std::fs::read_to_string(folder.join("seen.txt")).unwrap();
+    let expected = format!("{0}/page-1.txt\nid=B2-RT1\nB2-RT1\n{0}\n", folder.display());
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn exit_75_is_recorded_as_a_transient_failure() {
+    let pipeline = Pipeline::new("ocr", "");
+    pipeline.add_batch("B3-RT1");
+    let run = pipeline.exec(&with_command(&["sh", "-c", "echo 'share /mnt/ocr is offline' >&2; exit 75"]));
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("transient, will retry"), "{}", run.stdout);
+    let batch = pipeline.batch("B3-RT1");
+    let event = events_of(&batch, "Ocr_Done")[0];
+    assert_eq!(event.outcome, Outcome::Failure);
+    assert!(event.is_transient_failure(), "{}", event.details);
+    assert_eq!(event.details["failures"][0]["description"], "share /mnt/ocr is offline");
+}
+
+#[test]
+fn another_exit_status_is_a_failure_with_the_stderr_tail() {
+    let pipeline = Pipeline::new("ocr", "");
+    pipeline.add_batch("B4-RT1");
+    // Far more than the ~2 KiB tail, so the report must keep the end and drop the start.
+    let script = "i=0; while [ $i -lt 500 ]; do echo \"progress line $i\" >&2; i=$((i+1)); done; \
+                  echo 'fatal: page 7 is unreadable' >&2; exit 3";
+    let run = pipeline.exec(&with_command(&["sh", "-c", script]));
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("fatal: page 7 is unreadable"), "{}", run.stdout);
+    let batch = pipeline.batch("B4-RT1");
+    let event = events_of(&batch, "Ocr_Done")[0];
+    assert_eq!(event.outcome, Outcome::Failure);
+    assert!(!event.flag("transient"));
+    assert_eq!(event.details["summary"], "`sh` exited with status 3");
+    let failure = &event.details["failures"][0];
+    assert_eq!(failure["description"], "fatal: page 7 is unreadable");
+    assert_eq!(failure["details"]["exit_code"], 3);
+    let tail = failure["details"]["stderr_tail"].as_str().unwrap();
+    assert!(tail.ends_with("progress line 499\nfatal: page 7 is unreadable\n"), "{tail}");
+    assert!(!tail.contains("progress line 0\n") && tail.len() <= 2048 + 3, "{} bytes", tail.len());
+}
+
+#[test]
+fn a_hung_command_is_timed_out_and_its_whole_process_group_killed() {
+    let pipeline = Pipeline::new("ocr", "max_runtime = \"2s\"\n\n[settings]\nkill_grace = \"1s\"\n");
+    let folder = pipeline.add_batch("B5-RT1");
+    // The shell writes its pid (= the group id: it leads its group) and leaves a background
+    // sleep behind besides the foreground one: both must die.
+    let script = "echo $$ > \"$AUTOCOMP_BATCH_DIR/pgid\"; sleep 300 & sleep 300";
+    let run = pipeline.exec(&with_command(&["sh", "-c", script]));
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    assert!(run.elapsed >= Duration::from_secs(2), "{:?}", run.elapsed);
+    assert!(run.stdout.contains("did not finish within max_runtime 2s"), "{}", run.stdout);
+    let batch = pipeline.batch("B5-RT1");
+    let event = events_of(&batch, "Ocr_Done")[0];
+    assert_eq!(event.outcome, Outcome::Failure);
+    assert!(event.flag("timed_out"), "{}", event.details);
+
+    let pgid: i32 = std::fs::read_to_string(folder.join("pgid")).unwrap().trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut survivors = live_members(pgid);
+    while !survivors.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        survivors = live_members(pgid);
+    }
+    if !survivors.is_empty() {
+        Command::new("kill").args(["-KILL", "--", &format!("-{pgid}")]).status().ok();
+    }
+    assert!(survivors.is_empty(), "processes of group {pgid} survived: {survivors:?}");
+}
+
+/// Processes of a group that are still alive (zombies waiting for init do not count).
+fn live_members(pgid: i32) -> Vec<String> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces, so split after the last ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z" {
+            alive.push(format!("{head}) {}", fields[0]));
+        }
+    }
+    alive
+}
+
+#[test]
+fn invalid_names_are_usage_errors() {
+    let pipeline = Pipeline::new("ocr", "");
+    let run = pipeline.exec(&["--name", "bad name", "--event-type", "Ocr_Done", "--", "true"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("--name") && run.stderr.contains("\"bad name\""), "{}", run.stderr);
+    let run =
+        pipeline.exec(&["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received,1st", "--", "true"]);
+    assert_eq!(run.code, Some(2));
+    assert!(run.stderr.contains("--requires") && run.stderr.contains("event type \"1st\""), "{}", run.stderr);
+    let run = pipeline.exec(&["--name", "ocr", "--event-type", "Ocr_Done"]);
+    assert_eq!(run.code, Some(2), "a command is required: {}", run.stderr);
+}
+
+#[test]
+fn a_missing_program_is_a_permanent_failure_naming_it() {
+    let pipeline = Pipeline::new("ocr", "");
+    pipeline.add_batch("B6-RT1");
+    let run = pipeline.exec(&with_command(&["/nonexistent/ocr-tool", "{batch_dir}"]));
+    assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
+    let batch = pipeline.batch("B6-RT1");
+    let event = events_of(&batch, "Ocr_Done")[0];
+    assert!(!event.flag("transient"));
+    let summary = event.details["summary"].as_str().unwrap();
+    assert!(summary.contains("cannot run `/nonexistent/ocr-tool`"), "{summary}");
+}
