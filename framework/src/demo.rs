@@ -176,17 +176,17 @@ async fn print_table(store: &SqliteStore, config_dir: &Path) -> Result<(), RunEr
         STEPS.iter().filter_map(|(name, _)| pipeline.iter().find(|step| step.name.as_str() == *name)).collect();
     let batches = all_batches(store).await?;
     let mut out = std::io::stdout().lock();
-    write!(out, "\n{:<19}", "batch").ok();
+    let mut header = format!("{:<19}", "batch");
     for step in &ordered {
-        write!(out, " {:<18}", step.name).ok();
+        header.push_str(&format!(" {:<18}", step.name));
     }
-    writeln!(out).ok();
+    writeln!(out, "\n{}", header.trim_end()).ok();
     let mut problems = Vec::new();
     for batch in &batches {
-        write!(out, "{:<19}", batch.id).ok();
+        let mut row = format!("{:<19}", batch.id);
         for step in &ordered {
             let state = step.state_of(batch);
-            write!(out, " {:<18}", state).ok();
+            row.push_str(&format!(" {:<18}", state));
             if state == ComponentState::Failed
                 && let Some(event) = batch.effective().get(&step.event_type)
             {
@@ -197,7 +197,7 @@ async fn print_table(store: &SqliteStore, config_dir: &Path) -> Result<(), RunEr
                 problems.push(format!("{} failed {}: {reason}", batch.id, step.name));
             }
         }
-        writeln!(out).ok();
+        writeln!(out, "{}", row.trim_end()).ok();
     }
     if !problems.is_empty() {
         writeln!(out, "\nWhy the failed ones failed:").ok();

@@ -403,6 +403,7 @@ impl<C: Component> Runner<C> {
         let started = Instant::now();
         let finished = self.spawn_work(&claimed, Arc::clone(&cancelled));
         tokio::pin!(finished);
+        let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
         let grace = self.config.shutdown_grace;
         let outcome = tokio::select! {
             finished = &mut finished => Some(finished),
@@ -437,6 +438,25 @@ impl<C: Component> Runner<C> {
         };
         report.duration_ms = started.elapsed().as_millis() as u64;
         self.record(claimed, report, false).await
+    }
+
+    /// Cancels the work once its run stops being the open, current one in the store (an
+    /// operator's `cancel`, or a takeover): checked every second while the work runs; the
+    /// watch ends when the returned guard is dropped.
+    fn watch_for_takeover(&self, claimed: &Claimed, cancelled: Arc<AtomicBool>) -> AbortOnDrop {
+        let store = Arc::clone(&self.pipeline.store);
+        let (id, component, generation) = (claimed.batch.id.clone(), self.name.clone(), claimed.claim.generation());
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(TAKEOVER_CHECK_INTERVAL).await;
+                let Ok(batch) = store.get_batch(&id).await else { continue };
+                if batch.open_run(&component).map(|run| run.generation) != Some(generation) {
+                    warn!(batch = %id, "the run was cancelled or taken over; stopping its work");
+                    cancelled.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }))
     }
 
     /// Waits up to `cancel_grace` for cancelled work to return (its result is discarded).
@@ -574,6 +594,16 @@ impl<C: Component> Runner<C> {
             lines.push(format!("{id} {verdict}"));
         }
         Ok(lines)
+    }
+}
+
+const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
