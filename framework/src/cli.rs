@@ -155,20 +155,25 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     };
     let store = open_store(&store_url).await?;
     let index = open_index(&index_url, Arc::clone(&store))?;
-    let locks = open_locks(&locks_url)?;
-    let pipeline = Pipeline { store, index, locks };
-    let runner = Runner::new(component, settings, trigger, loaded.component.clone(), pipeline, shutdown.clone())?;
-
-    if args.dry_run {
-        for line in runner.dry_run(&selection).await? {
-            println!("{line}");
+    let locks = open_locks(&locks_url).await?;
+    let pipeline = Pipeline { store, index, locks: Arc::clone(&locks) };
+    let ran = async {
+        let runner = Runner::new(component, settings, trigger, loaded.component.clone(), pipeline, shutdown.clone())?;
+        if args.dry_run {
+            for line in runner.dry_run(&selection).await? {
+                println!("{line}");
+            }
+            return Ok(exit::OK);
         }
-        return Ok(exit::OK);
+        match &args.schedule {
+            None => pass(&runner, &selection).await.map(|(code, _)| code),
+            Some(schedule) => run_on_schedule(&runner, &selection, schedule, shutdown).await,
+        }
     }
-    match &args.schedule {
-        None => pass(&runner, &selection).await.map(|(code, _)| code),
-        Some(schedule) => run_on_schedule(&runner, &selection, schedule, shutdown).await,
-    }
+    .await;
+    // Delete whatever lock is still held and end the lock session before the process exits.
+    locks.close().await;
+    ran
 }
 
 /// One pass and its exit code; `true` if a batch timed out (the process must then exit).

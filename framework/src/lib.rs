@@ -8,6 +8,7 @@ pub mod config;
 pub mod demo;
 pub mod exit;
 pub mod locks;
+pub mod operator;
 pub mod runner;
 pub mod status;
 

@@ -392,9 +392,11 @@ impl<C: Component> Runner<C> {
 
     async fn work_one(self: Arc<Self>, claimed: Claimed, permits: Arc<Semaphore>) -> BatchResult {
         let mut shutdown = self.shutdown.clone();
+        let mut session = self.pipeline.locks.session();
         let permit = tokio::select! {
             permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
             _ = stop_requested(&mut shutdown) => return self.release(claimed).await,
+            _ = session_lost(&mut session) => return self.give_up_after_session_loss(claimed).await,
         };
         if self.shutting_down() {
             return self.release(claimed).await;
@@ -414,6 +416,14 @@ impl<C: Component> Runner<C> {
                 self.let_cancelled_work_clean_up(finished).await;
                 drop(permit);
                 return self.release(claimed).await;
+            }
+            _ = session_lost(&mut session) => {
+                // Every batch's task sees the loss at once: all work is cancelled together.
+                cancelled.store(true, Ordering::Relaxed);
+                error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
+                self.let_cancelled_work_clean_up(finished).await;
+                drop(permit);
+                return self.give_up_after_session_loss(claimed).await;
             }
         };
         drop(permit);
@@ -561,6 +571,19 @@ impl<C: Component> Runner<C> {
         BatchResult::Released { id }
     }
 
+    /// The lock session is lost: record nothing, hand the claim back (refused as fenced if
+    /// another worker took the batch over meanwhile); the pass ends with exit 4.
+    async fn give_up_after_session_loss(&self, claimed: Claimed) -> BatchResult {
+        let id = claimed.batch.id.clone();
+        match self.pipeline.store.release(&id, &self.name, claimed.claim.generation()).await {
+            Ok(()) => {}
+            Err(e) if e.is_fenced() => debug!(batch = %id, "claim already taken over: {e}"),
+            Err(e) => warn!(batch = %id, "cannot release the claim: {e}"),
+        }
+        release_quietly(claimed.lock).await;
+        BatchResult::NotRecorded { id }
+    }
+
     /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
     pub async fn dry_run(&self, selection: &Selection) -> Result<Vec<String>, RunError> {
         let (candidates, force) = match selection {
@@ -620,6 +643,11 @@ pub(crate) async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
     if shutdown.wait_for(|stop| *stop).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// Resolves once the lock service session is lost (or its state can no longer be known).
+async fn session_lost(session: &mut watch::Receiver<SessionState>) {
+    session.wait_for(|state| *state == SessionState::Lost).await.ok();
 }
 
 /// The newest `Reset` covering `event_type`: attempts are counted from there.

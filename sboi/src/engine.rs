@@ -155,6 +155,16 @@ impl IndexEngine {
 
     /// Rebuilds the index from the whole store. Waits for any other writer to finish.
     pub async fn rebuild(&self, store: &dyn ObjectStore) -> IndexResult<usize> {
+        self.rebuild_with_progress(store, &mut |_| {}).await
+    }
+
+    /// `rebuild`, calling `progress` with the number of batches indexed so far after each
+    /// page of `page_size` batches (for a progress bar; `autocomp reindex`).
+    pub async fn rebuild_with_progress(
+        &self,
+        store: &dyn ObjectStore,
+        progress: &mut (dyn FnMut(usize) + Send),
+    ) -> IndexResult<usize> {
         let writer = loop {
             if let Some(writer) = self.try_writer().await? {
                 break writer;
@@ -174,6 +184,7 @@ impl IndexEngine {
             after = Some(last.id.clone());
             total += page.len();
             writer = self.index_batches(writer, page).await?;
+            progress(total);
         }
         writer = self.commit(writer, start).await?;
         let (writer, _) = self.apply_feed(store, writer, start).await?;

@@ -9,5 +9,5 @@ pub mod port;
 pub mod sqlite;
 
 pub use model::*;
-pub use port::{ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
+pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

@@ -65,6 +65,15 @@ impl Claim {
     }
 }
 
+/// What an operator's `cancel_run` did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cancellation {
+    /// The failure it recorded, flagged `cancelled`.
+    pub event: Event,
+    /// The run it closed (now `cancelled`) and fenced, if one was open.
+    pub run: Option<Run>,
+}
+
 /// One page of the change feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangePage {
@@ -136,6 +145,45 @@ pub trait ObjectStore: Send + Sync {
 
     /// The newest seq in the store.
     async fn head(&self) -> StoreResult<Seq>;
+
+    /// An operator's cancel (DESIGN §6), in one transaction: the open run of
+    /// (batch, component), if any, is closed as `cancelled` and the claim generation bumped,
+    /// so its holder is fenced from every write from then on (the runner notices within a
+    /// second and stops the work); then `event` is appended. `event` must be a failure whose
+    /// details say `"cancelled": true`, with no run, no Reset and no idempotency key. When a
+    /// run was closed, the store adds `cancelled_run` (component, generation, agent, host,
+    /// pid, started_at) to the details. With no open run only the event is appended.
+    ///
+    /// Adapters that cannot do this atomically must not implement it: the default refuses.
+    async fn cancel_run(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        event: NewEvent,
+    ) -> StoreResult<Cancellation> {
+        let _ = (batch, component, event);
+        Err(StoreError::Unavailable("this store adapter does not support cancel_run".into()))
+    }
+
+    /// Sets a batch's priority and appends `event` (the operator's record of the change: no
+    /// run, no Reset, no idempotency key) in one transaction. The store adds `priority` and
+    /// `previous_priority` to the event's details. Like any event it counts as activity for
+    /// `settled_for`. The default refuses (see `cancel_run`).
+    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
+        let _ = (id, priority, event);
+        Err(StoreError::Unavailable("this store adapter does not support prioritize".into()))
+    }
+
+    /// How many batches the store holds (the default pages through `list_batches`).
+    async fn count_batches(&self) -> StoreResult<u64> {
+        let (mut count, mut after) = (0u64, None::<BatchId>);
+        loop {
+            let page = self.list_batches(after.as_ref(), 1_000).await?;
+            let Some(last) = page.last() else { return Ok(count) };
+            after = Some(last.id.clone());
+            count += page.len() as u64;
+        }
+    }
 }
 
 /// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`.

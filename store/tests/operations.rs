@@ -459,3 +459,172 @@ async fn open_store_understands_urls() {
         assert!(err.to_string().contains("store url") && err.to_string().contains(says), "{bad}: {err}");
     }
 }
+
+fn cancelled_failure(kind: &str) -> NewEvent {
+    NewEvent::new(ty(kind), Outcome::Failure, agent("operator:alice"))
+        .with_details(json!({"cancelled": true, "reason": "wrong delivery"}))
+}
+
+#[tokio::test]
+async fn cancel_run_fences_the_open_run_and_records_one_cancelled_failure() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let (b, c) = (id("B1"), component("archiver"));
+    let claim = f.store.claim(&b, &c, &holder("worker")).await.unwrap();
+    f.store.save_checkpoint(&b, &c, claim.generation(), json!({"copied": 1})).await.unwrap();
+    let head = f.store.head().await.unwrap();
+
+    let cancellation = f.store.cancel_run(&b, &c, cancelled_failure("Data_Archived")).await.unwrap();
+    assert_eq!(f.store.head().await.unwrap(), Seq(head.0 + 1), "one change, one seq");
+    let run = cancellation.run.clone().expect("the open run was cancelled");
+    assert_eq!((run.generation, run.state), (claim.generation(), RunState::Cancelled));
+    assert!(run.ended_at.is_some());
+    let event = &cancellation.event;
+    assert_eq!((event.outcome, event.run.clone()), (Outcome::Failure, None));
+    assert!(event.flag("cancelled"));
+    assert_eq!(event.details["reason"], "wrong delivery");
+    assert_eq!(event.details["cancelled_run"]["generation"], claim.generation());
+    assert_eq!(event.details["cancelled_run"]["agent"], "worker/1.0@host#1");
+
+    // The worker is fenced from every write it might still try.
+    let late = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("worker")).in_run(c.clone(), 1);
+    let err = f.store.append_event(&b, late).await.unwrap_err();
+    assert!(err.is_fenced(), "{err}");
+    assert!(f.store.release(&b, &c, 1).await.unwrap_err().is_fenced());
+    assert!(f.store.save_checkpoint(&b, &c, 1, json!({"copied": 2})).await.unwrap_err().is_fenced());
+    // Nobody holds the generation the cancel moved to.
+    let ghost = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("x")).in_run(c.clone(), 2);
+    let err = f.store.append_event(&b, ghost).await.unwrap_err();
+    assert!(err.is_fenced() && err.to_string().contains("never claimed"), "{err}");
+
+    let batch = f.store.get_batch(&b).await.unwrap();
+    assert!(batch.open_runs.is_empty());
+    assert_eq!(batch.events, vec![cancellation.event.clone()], "exactly one result: the cancelled failure");
+    assert_eq!(batch.changed_seq, event.seq, "the change feed sees the cancel");
+    // A cancel is an operator's decision, not a crash: no failed attempt, and the next claim
+    // (after a rerun) is not told it took an abandoned run over.
+    assert_eq!(f.store.failed_attempts(&b, &c, Seq::ZERO).await.unwrap(), 0);
+    let next = f.store.claim(&b, &c, &holder("next")).await.unwrap();
+    assert_eq!(next.generation(), claim.generation() + 2);
+    assert!(next.abandoned.is_none());
+}
+
+#[tokio::test]
+async fn cancel_run_without_an_open_run_only_records_the_failure() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let (b, c) = (id("B1"), component("archiver"));
+    let done = f.store.claim(&b, &c, &holder("w")).await.unwrap();
+    let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("w")).in_run(c.clone(), done.generation());
+    f.store.append_event(&b, result).await.unwrap();
+
+    let cancellation = f.store.cancel_run(&b, &c, cancelled_failure("Data_Archived")).await.unwrap();
+    assert_eq!(cancellation.run, None);
+    assert!(cancellation.event.details.get("cancelled_run").is_none());
+    let batch = f.store.get_batch(&b).await.unwrap();
+    let effective = batch.effective().get(&ty("Data_Archived")).cloned().unwrap();
+    assert_eq!(effective, cancellation.event, "the failure supersedes the earlier success");
+    assert_eq!(batch.events.len(), 2, "the earlier result is still in the log");
+    assert_eq!(f.store.claim(&b, &c, &holder("w")).await.unwrap().generation(), done.generation() + 1);
+
+    // A never-claimed (batch, component) gets no claim row from a cancel.
+    let other = component("never-ran");
+    f.store.cancel_run(&b, &other, cancelled_failure("Never_Ran")).await.unwrap();
+    assert_eq!(f.store.claim(&b, &other, &holder("w")).await.unwrap().generation(), 1);
+}
+
+#[tokio::test]
+async fn cancel_run_refuses_bad_input_and_writes_nothing() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let (b, c) = (id("B1"), component("archiver"));
+    let claim = f.store.claim(&b, &c, &holder("w")).await.unwrap();
+    let head = f.store.head().await.unwrap();
+
+    let refused = |event: NewEvent, field: &'static str| {
+        let store = f.store.clone();
+        let (b, c) = (b.clone(), c.clone());
+        async move {
+            let err = store.cancel_run(&b, &c, event).await.unwrap_err();
+            assert!(matches!(&err, StoreError::Invalid(e) if e.field == field), "{field}: {err}");
+        }
+    };
+    let success = NewEvent { outcome: Outcome::Success, ..cancelled_failure("Data_Archived") };
+    refused(success, "outcome").await;
+    let unflagged = cancelled_failure("Data_Archived").with_details(json!({"reason": "x"}));
+    refused(unflagged, "details").await;
+    refused(cancelled_failure("Data_Archived").in_run(c.clone(), claim.generation()), "run").await;
+    refused(NewEvent::reset(vec![ty("Data_Archived")], agent("operator:a"), json!({"cancelled": true})), "event type")
+        .await;
+    let keyed = cancelled_failure("Data_Archived").with_idempotency_key(IdempotencyKey::new("k1").unwrap());
+    refused(keyed, "idempotency key").await;
+    let missing = f.store.cancel_run(&id("B404"), &c, cancelled_failure("Data_Archived")).await.unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound(_)), "{missing}");
+
+    assert_eq!(f.store.head().await.unwrap(), head, "a refused cancel writes nothing");
+    assert_eq!(f.store.open_runs(None).await.unwrap(), vec![claim.run], "the run is still open");
+}
+
+#[tokio::test]
+async fn prioritize_sets_the_priority_and_records_why_in_one_change() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let head = f.store.head().await.unwrap();
+    let note = NewEvent::new(ty("Prioritized"), Outcome::Success, agent("operator:alice"))
+        .with_details(json!({"reason": "the customer is waiting"}));
+
+    let event = f.store.prioritize(&id("B1"), 9, note.clone()).await.unwrap();
+    assert_eq!(event.seq, Seq(head.0 + 1));
+    assert_eq!((event.details["priority"].clone(), event.details["previous_priority"].clone()), (json!(9), json!(0)));
+    assert_eq!(event.details["reason"], "the customer is waiting");
+    let batch = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!((batch.priority, batch.changed_seq), (9, event.seq));
+    assert_eq!(batch.events, vec![event]);
+
+    let head = f.store.head().await.unwrap();
+    let missing = f.store.prioritize(&id("B404"), 1, note.clone()).await.unwrap_err();
+    assert!(matches!(missing, StoreError::NotFound(_)), "{missing}");
+    let in_run = note.in_run(component("c"), 1);
+    assert!(matches!(f.store.prioritize(&id("B1"), 1, in_run).await, Err(StoreError::Invalid(_))));
+    assert_eq!(f.store.head().await.unwrap(), head, "a refused prioritize writes nothing");
+    assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().priority, 9);
+}
+
+#[tokio::test]
+async fn count_batches_counts_every_registered_batch() {
+    let f = fixture().await;
+    assert_eq!(f.store.count_batches().await.unwrap(), 0);
+    for n in 0..7 {
+        register(&f.store, &format!("B{n}")).await;
+    }
+    assert_eq!(f.store.count_batches().await.unwrap(), 7);
+}
+
+#[tokio::test]
+async fn a_version_2_file_with_runs_is_upgraded_keeping_them_and_can_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    SqliteStore::create_at_schema_version(&path, 2).unwrap();
+    {
+        // Rows as a version-2 release wrote them: a batch with a closed and an open run.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "UPDATE store_head SET seq = 3;
+             INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+                 VALUES ('B1', 'RoundTrip', 0, '{}', 1, 1, 3, 0, 0);
+             INSERT INTO claims (batch_id, component, generation) VALUES ('B1', 'c', 2);
+             INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at)
+                 VALUES ('B1', 'c', 1, 'c/1@h#1', 'h', 1, 10, 2, 'abandoned', 20),
+                        ('B1', 'c', 2, 'c/1@h#2', 'h', 2, 20, 3, 'open', NULL);",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
+    let open = store.open_runs(None).await.unwrap();
+    assert_eq!(open.iter().map(|r| (r.generation, r.state)).collect::<Vec<_>>(), [(2, RunState::Open)]);
+    assert_eq!(store.failed_attempts(&id("B1"), &component("c"), Seq::ZERO).await.unwrap(), 1);
+    let cancellation = store.cancel_run(&id("B1"), &component("c"), cancelled_failure("C_Done")).await.unwrap();
+    assert_eq!(cancellation.run.map(|r| r.state), Some(RunState::Cancelled));
+    assert!(store.open_runs(None).await.unwrap().is_empty());
+}

@@ -3,6 +3,8 @@
 //! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with an
 //! embedded store, index and lock dir, the probe component's config, and store read-backs.
 
+pub mod zk;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -139,6 +141,15 @@ impl Pipeline {
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the store");
         let store = runtime.block_on(SqliteStore::open(root.join("store.db"))).expect("store opens");
         Self { store, runtime, probe: probe.into(), dir }
+    }
+
+    /// Points `config/autocomp.toml` at another lock service, e.g. a `zk://` URL.
+    pub fn use_locks(&self, url: &str) {
+        let file = self.config_dir().join("autocomp.toml");
+        let text = std::fs::read_to_string(&file).expect("autocomp.toml");
+        let mut lines: Vec<String> = text.lines().filter(|l| !l.starts_with("locks =")).map(str::to_owned).collect();
+        lines.push(format!("locks = \"{url}\""));
+        std::fs::write(&file, lines.join("\n") + "\n").expect("autocomp.toml");
     }
 
     pub fn path(&self, relative: &str) -> PathBuf {

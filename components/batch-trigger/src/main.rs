@@ -198,7 +198,7 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
         return Ok(if scanner.problems > 0 { exit::FAILED } else { exit::OK });
     }
     let locks_url = required(backends.locks, "locks", "AUTOCOMP_LOCKS", &loaded.shared_file)?;
-    let locks = open_locks(&locks_url)?;
+    let locks = open_locks(&locks_url).await?;
     let name = ComponentName::new(NAME).expect("a valid component name");
     let holder = LockHolder {
         agent: identity.agent.to_string(),
@@ -206,10 +206,14 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
         pid: identity.pid,
         since: Timestamp::now(),
     };
-    let lock = locks
-        .try_lock(&LockPath::Poll(name), &holder, loaded.component.poll_lock_timeout)
-        .await?
-        .ok_or_else(|| RunError::PollLockBusy(NAME.into()))?;
+    let lock = match locks.try_lock(&LockPath::Poll(name), &holder, loaded.component.poll_lock_timeout).await {
+        Ok(Some(lock)) => lock,
+        not_taken => {
+            locks.close().await;
+            not_taken?;
+            return Err(RunError::PollLockBusy(NAME.into()));
+        }
+    };
     let store = open_store(&store_url).await;
     let outcome = match store {
         Ok(store) => {
@@ -227,6 +231,7 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
     if let Err(e) = lock.release().await {
         warn!("cannot release the poll lock: {e}");
     }
+    locks.close().await;
     let problems = outcome?;
     Ok(if problems > 0 { exit::FAILED } else { exit::OK })
 }

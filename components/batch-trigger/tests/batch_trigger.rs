@@ -295,7 +295,8 @@ fn a_folder_whose_name_is_not_a_batch_id_is_refused() {
 fn a_second_scanner_exits_3_while_the_poll_lock_is_held() {
     let pipeline = Pipeline::new("poll_lock_timeout = \"0s\"", "settle_for = \"0s\"\n");
     write_payload(&pipeline.folder("B6-RT1"));
-    let locks = open_locks(&format!("local:{}/locks", pipeline.dir.path().display())).unwrap();
+    let locks =
+        pipeline.runtime.block_on(open_locks(&format!("local:{}/locks", pipeline.dir.path().display()))).unwrap();
     let holder =
         LockHolder { agent: "test".into(), host: "testhost".into(), pid: std::process::id(), since: Timestamp::now() };
     let path = LockPath::Poll(ComponentName::new("batch-trigger").unwrap());

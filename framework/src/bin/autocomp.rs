@@ -1,25 +1,185 @@
-//! `autocomp`: the operator's command line. Today it has `demo`; the operator actions of
-//! DESIGN §6 (rerun, restart, cancel, show, status, explain...) arrive with issue #6.
+//! `autocomp`: the operator's command line (DESIGN §6). Argument parsing and output only;
+//! the logic is in `autocomp_framework::operator` (and `demo`).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
+use autocomp_framework::exit::EXIT_CODES_HELP;
+use autocomp_framework::operator::{Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat};
+use autocomp_store::Outcome;
+use clap::{ArgGroup, Parser, Subcommand};
 
-/// Operate an autocomp pipeline.
-///
+/// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
+/// prioritize their steps. Every write is appended to the batch's log as an event naming
+/// the operator (--as) and the reason (--reason); nothing is ever edited or deleted.
 #[derive(Parser)]
-#[command(name = "autocomp", version, after_help = autocomp_framework::exit::EXIT_CODES_HELP)]
+#[command(name = "autocomp", version, after_help = EXIT_CODES_HELP)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Directory holding autocomp.toml (backends) and one <component>.toml per component
+    /// (with `event_type` and `[trigger]`: that is how the CLI knows the pipeline)
+    /// [default: /etc/autocomp]
+    #[arg(long, value_name = "DIR", env = "AUTOCOMP_CONFIG_DIR", global = true)]
+    config_dir: Option<PathBuf>,
+    /// Store URL, e.g. sqlite:///var/lib/autocomp/store.db (overrides autocomp.toml).
+    #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL", global = true)]
+    store: Option<String>,
+    /// Batch index URL, e.g. local:/var/lib/autocomp/index.
+    #[arg(long, env = "AUTOCOMP_INDEX", value_name = "URL", global = true)]
+    index: Option<String>,
+    /// Lock service URL, e.g. local:/var/lib/autocomp/locks or zk://zk1:2181/autocomp.
+    #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL", global = true)]
+    locks: Option<String>,
+    /// Who is acting; every write records the agent `operator:<NAME>` (default: $USER).
+    #[arg(long = "as", value_name = "NAME", env = "USER", hide_env_values = true, global = true)]
+    operator: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Register a batch. Records no event (no Data_Received): the batch waits for whatever
+    /// records its first one (a source component, or `autocomp event ID --type Data_Received`).
+    Add {
+        /// The batch id.
+        id: String,
+        /// The batch type, e.g. RoundTrip.
+        #[arg(long = "type", value_name = "TYPE")]
+        batch_type: String,
+        /// Higher runs first.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i32,
+        /// Where the batch's files are (kept as an absolute path).
+        #[arg(long, value_name = "PATH")]
+        location: Option<PathBuf>,
+        /// Kept in the batch's metadata with the operator's name.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Record an event by hand (e.g. a Data_Received for a batch delivered outside the
+    /// pipeline). The type must be one the pipeline records or waits for.
+    Event {
+        /// The batch id.
+        id: String,
+        #[arg(long = "type", value_name = "TYPE")]
+        event_type: String,
+        #[arg(long, value_parser = ["success", "failure"])]
+        outcome: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// A batch's log with every report, its effective view, component states and open runs.
+    Show {
+        /// The batch id.
+        id: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Each batch's state per component: success, failed, working (open run), ready
+    /// (trigger holds) or waiting.
+    Status {
+        /// Only this component's column (and, with --state, its state).
+        #[arg(long)]
+        component: Option<String>,
+        /// Only batches where the component (or any component) is in this state.
+        #[arg(long, value_enum)]
+        state: Option<StateFilter>,
+        #[arg(long, value_enum, default_value_t = TableFormat::Table)]
+        format: TableFormat,
+    },
+    /// Append a Reset marker for the component's event type: it triggers again (if its
+    /// requirements hold). Nothing else changes.
+    Rerun {
+        /// The batch id.
+        id: String,
+        #[arg(long)]
+        component: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Append a Reset marker for a starting event type and every type whose effective event
+    /// has a higher seq (was recorded after it): those steps trigger again.
+    #[command(group(ArgGroup::new("start").required(true).args(["from_first_failure", "from"])))]
+    Restart {
+        /// The batch id.
+        id: String,
+        /// Start at the effective failure with the lowest seq.
+        #[arg(long)]
+        from_first_failure: bool,
+        /// Start at this event type's effective event.
+        #[arg(long, value_name = "TYPE")]
+        from: Option<String>,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Fence the component's running worker on the batch (it stops within seconds and can
+    /// record nothing) and record a failure flagged `cancelled`. With no running worker,
+    /// only the failure is recorded.
+    Cancel {
+        /// The batch id.
+        id: String,
+        #[arg(long)]
+        component: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Record a success flagged `skipped` for the component, so the next ones may run.
+    Skip {
+        /// The batch id.
+        id: String,
+        #[arg(long)]
+        component: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Set a batch's priority (higher runs first); recorded as a `Prioritized` event.
+    Prioritize {
+        /// The batch id.
+        id: String,
+        #[arg(allow_negative_numbers = true)]
+        priority: i32,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
+    /// Why a batch is or is not ready for a component: each trigger clause in the store and
+    /// in the index, the retry window of a transient failure, attempts, open run, locks.
+    Explain {
+        /// The batch id.
+        id: String,
+        #[arg(long)]
+        component: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// What a pass of the component would claim now (index query, store re-check, locks).
+    Ready {
+        #[arg(long)]
+        component: String,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Rebuild the batch index from the store, with a progress bar.
+    Reindex,
+    /// Every held lock with its holder and age.
+    Locks {
+        /// Only locks held longer than this (e.g. 2h); prints nothing when there are none.
+        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+        stale: Option<Duration>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Run the example pipeline over sample BagIt deliveries on the embedded default (no
     /// servers), the way cron would, and show where every batch ended.
     Demo {
@@ -50,14 +210,54 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = match cli.command {
-        Command::Demo { dir, batches } => runtime.block_on(autocomp_framework::demo::run(&dir, batches as usize)),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    let code = match runtime.block_on(operate(cli)) {
+        Ok(output) => {
+            print!("{output}");
+            0
+        }
         Err(e) => {
             eprintln!("autocomp: {e}");
-            e.exit_code()
+            e.code()
         }
+    };
+    std::io::stdout().flush().ok();
+    // Everything is written and printed; do not wait on a backend's background threads.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+async fn operate(cli: Cli) -> Result<String, OperatorError> {
+    if let Command::Demo { dir, batches } = &cli.command {
+        // The demo writes its own config dir; it must not read --config-dir.
+        autocomp_framework::demo::run(dir, *batches as usize).await?;
+        return Ok(String::new());
     }
+    let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
+    let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
+    let operator = Operator::new(&config_dir, overrides, cli.operator)?;
+    Ok(match cli.command {
+        Command::Add { id, batch_type, priority, location, reason } => {
+            operator.add(&id, &batch_type, priority, location.as_deref(), reason.as_deref()).await?.render()
+        }
+        Command::Event { id, event_type, outcome, reason } => {
+            operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render()
+        }
+        Command::Show { id, format } => operator.show(&id).await?.render(format),
+        Command::Status { component, state, format } => {
+            operator.status(component.as_deref(), state.map(StateFilter::state)).await?.render(format)
+        }
+        Command::Rerun { id, component, reason } => operator.rerun(&id, &component, &reason).await?.render(),
+        Command::Restart { id, from_first_failure: _, from, reason } => {
+            let from = from.map_or(RestartFrom::FirstFailure, RestartFrom::Type);
+            operator.restart(&id, from, &reason).await?.render()
+        }
+        Command::Cancel { id, component, reason } => operator.cancel(&id, &component, &reason).await?.render(),
+        Command::Skip { id, component, reason } => operator.skip(&id, &component, &reason).await?.render(),
+        Command::Prioritize { id, priority, reason } => operator.prioritize(&id, priority, &reason).await?.render(),
+        Command::Explain { id, component, format } => operator.explain(&id, &component).await?.render(format),
+        Command::Ready { component, format } => operator.ready(&component).await?.render(format),
+        Command::Reindex => operator.reindex().await?,
+        Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
+        Command::Demo { .. } => String::new(),
+    })
 }

@@ -1,9 +1,11 @@
 //! The lock port (DESIGN §5): try-locks on `poll/<component>` and
 //! `batch/<component>/<batch-id>`, each naming its holder, plus the lock service's session
 //! state so the runner can hold commits while disconnected and stop when the session is lost.
-//! Adapters: `local` (flock files; the OS frees them on death), ZooKeeper (issue #5).
+//! Adapters: `local` (flock files; the OS frees them on death) and `zk` (one ephemeral
+//! ZooKeeper node per lock; the server frees them when the session ends).
 
 mod local;
+mod zk;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use autocomp_store::{BatchId, ComponentName, InvalidInput, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use local::LocalLocks;
+pub use zk::{DEFAULT_SESSION_TIMEOUT, ZkLocks, ZkUrl};
 
 /// What is locked. Both parts are validated names, so the path is safe as file and node name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -81,6 +84,10 @@ pub trait LockService: Send + Sync {
 
     /// The session's state, as it changes.
     fn session(&self) -> tokio::sync::watch::Receiver<SessionState>;
+
+    /// Ends the session at process exit: deletes every lock still held and closes the
+    /// connection, so nothing lingers after the process is gone. Nothing works afterwards.
+    async fn close(&self) {}
 }
 
 #[async_trait]
@@ -93,19 +100,19 @@ pub trait Lock: Send + Sync {
     async fn release(self: Box<Self>) -> Result<(), LockError>;
 }
 
-/// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`.
-/// (`zk://` URLs are served by the ZooKeeper adapter, a later addition.)
-pub fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
+/// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
+/// `zk://host:port[,host:port...]/chroot[?session_timeout=10s]` (connects; an unreachable
+/// ZooKeeper is `Unavailable`, naming the servers).
+pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     if let Some(path) = url.strip_prefix("local:") {
         if path.is_empty() {
             return Err(InvalidInput::new("locks url", url, "names no directory; write local:/path/to/locks").into());
         }
         return Ok(Arc::new(LocalLocks::new(path)));
     }
-    let reason = if url.starts_with("zk://") {
-        "the ZooKeeper lock backend is not built yet; use local:/path/to/locks"
-    } else {
-        "unknown scheme; expected local:/path/to/locks"
-    };
+    if url.starts_with("zk://") {
+        return Ok(Arc::new(ZkLocks::connect(url).await?));
+    }
+    let reason = "unknown scheme; expected local:/path/to/locks or zk://host:port[,host:port...]/chroot";
     Err(InvalidInput::new("locks url", url, reason).into())
 }

@@ -142,6 +142,9 @@ pub enum RunState {
     Released,
     /// Superseded by a later claim while still open: its holder died or stalled.
     Abandoned,
+    /// Closed by an operator's `cancel` (`ObjectStore::cancel_run`), which fenced its holder
+    /// and recorded a failure flagged `cancelled`. Not a failed attempt: nobody crashed.
+    Cancelled,
 }
 
 impl RunState {
@@ -151,6 +154,7 @@ impl RunState {
             RunState::Recorded => "recorded",
             RunState::Released => "released",
             RunState::Abandoned => "abandoned",
+            RunState::Cancelled => "cancelled",
         }
     }
 
@@ -160,7 +164,10 @@ impl RunState {
             "recorded" => Ok(RunState::Recorded),
             "released" => Ok(RunState::Released),
             "abandoned" => Ok(RunState::Abandoned),
-            other => Err(InvalidInput::new("run state", other, "expected open, recorded, released or abandoned")),
+            "cancelled" => Ok(RunState::Cancelled),
+            other => {
+                Err(InvalidInput::new("run state", other, "expected open, recorded, released, abandoned or cancelled"))
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ pub use effective::EffectiveView;
 pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput};
 pub use report::{Failure, Report};
 pub use time::{Seq, Timestamp};
-pub use trigger::{Trigger, order_key};
+pub use trigger::{Clause, Trigger, order_key};
 
 /// The largest `details` or `metadata` document the store accepts, serialized.
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;

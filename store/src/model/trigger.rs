@@ -2,12 +2,14 @@
 //! component". The batch index must answer exactly what `Trigger::select` answers over the
 //! same batches, and the runner re-checks each candidate against the store with `matches`.
 
+use std::cell::OnceCell;
 use std::cmp::Reverse;
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, BatchId, BatchType, Event, EventType, Outcome, Timestamp};
+use super::{Batch, BatchId, BatchType, EffectiveView, Event, EventType, Outcome, Timestamp};
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,31 +49,32 @@ impl Trigger {
 
     /// The first clause that does not hold, named as in the config; `None` when ready.
     pub fn failing_clause(&self, batch: &Batch, now: Timestamp) -> Option<&'static str> {
-        if !self.types.is_empty() && !self.types.contains(&batch.batch_type) {
-            return Some("types");
-        }
-        if !self.batches.is_empty() && !self.batches.contains(&batch.id) {
-            return Some("batches");
-        }
-        let view = batch.effective();
-        if !self.requires.iter().all(|t| view.get(t).is_some_and(|e| e.outcome == Outcome::Success)) {
-            return Some("requires");
-        }
-        if !self.blocked_by.iter().all(|t| view.get(t).is_none()) {
-            return Some("blocked_by");
-        }
-        if !self.repeat_on_change.iter().all(|t| view.get(t).is_none_or(|e| e.seq < batch.modified_seq)) {
-            return Some("repeat_on_change");
-        }
-        if !self.transiently_failed.iter().all(|t| view.get(t).is_some_and(Event::is_transient_failure)) {
-            return Some("transiently_failed");
-        }
-        if let Some(quiet) = self.settled_for
-            && now.since(batch.last_activity_at()) < quiet
-        {
-            return Some("settled_for");
-        }
-        None
+        let view = OnceCell::new();
+        self.clauses().find(|clause| !clause.holds_in(batch, &view, now)).map(|clause| clause.name())
+    }
+
+    /// Every clause with whether it holds for the batch at store time `now`, in the order
+    /// `failing_clause` checks them (for `autocomp explain`). The batch is ready exactly when
+    /// all hold.
+    pub fn explain(&self, batch: &Batch, now: Timestamp) -> Vec<(Clause<'_>, bool)> {
+        let view = OnceCell::new();
+        self.clauses().map(|clause| (clause, clause.holds_in(batch, &view, now))).collect()
+    }
+
+    /// The trigger split into its atomic clauses, one per listed event type: `types`,
+    /// `batches`, then `requires`, `blocked_by`, `repeat_on_change`, `transiently_failed`
+    /// per type, then `settled_for`. Clauses that always hold (empty lists) are left out.
+    pub fn clauses(&self) -> impl Iterator<Item = Clause<'_>> + '_ {
+        let types = (!self.types.is_empty()).then_some(Clause::Types(&self.types));
+        let batches = (!self.batches.is_empty()).then_some(Clause::Batches(&self.batches));
+        types
+            .into_iter()
+            .chain(batches)
+            .chain(self.requires.iter().map(Clause::Requires))
+            .chain(self.blocked_by.iter().map(Clause::BlockedBy))
+            .chain(self.repeat_on_change.iter().map(Clause::RepeatOnChange))
+            .chain(self.transiently_failed.iter().map(Clause::TransientlyFailed))
+            .chain(self.settled_for.map(Clause::SettledFor))
     }
 
     /// The ready batches in trigger order (priority descending, then oldest first), limited.
@@ -86,6 +89,75 @@ impl Trigger {
 /// Trigger order: priority descending, then oldest `created_seq` first (unique per batch).
 pub fn order_key(batch: &Batch) -> (Reverse<i32>, i64) {
     (Reverse(batch.priority), batch.created_seq.0)
+}
+
+/// One atomic clause of a trigger, borrowed from it (see `Trigger::clauses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clause<'t> {
+    /// The batch type is one of these.
+    Types(&'t [BatchType]),
+    /// The batch id is one of these.
+    Batches(&'t [BatchId]),
+    /// This type's effective event exists and succeeded.
+    Requires(&'t EventType),
+    /// This type has no effective event.
+    BlockedBy(&'t EventType),
+    /// This type has no effective event, or one older than the last content change.
+    RepeatOnChange(&'t EventType),
+    /// This type's effective event is a failure flagged `transient`.
+    TransientlyFailed(&'t EventType),
+    /// No content change and no event for at least this long.
+    SettledFor(Duration),
+}
+
+impl Clause<'_> {
+    /// The clause's name as written in a config's `[trigger]` (what `failing_clause` returns).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Clause::Types(_) => "types",
+            Clause::Batches(_) => "batches",
+            Clause::Requires(_) => "requires",
+            Clause::BlockedBy(_) => "blocked_by",
+            Clause::RepeatOnChange(_) => "repeat_on_change",
+            Clause::TransientlyFailed(_) => "transiently_failed",
+            Clause::SettledFor(_) => "settled_for",
+        }
+    }
+
+    /// Whether the clause holds for the batch at store time `now`.
+    pub fn holds(&self, batch: &Batch, now: Timestamp) -> bool {
+        self.holds_in(batch, &OnceCell::new(), now)
+    }
+
+    /// The reference semantics of each clause (DESIGN §4). The effective view is computed
+    /// once per batch, and only if a clause needs it.
+    fn holds_in<'b>(&self, batch: &'b Batch, view: &OnceCell<EffectiveView<'b>>, now: Timestamp) -> bool {
+        let effective = |event_type: &EventType| view.get_or_init(|| batch.effective()).get(event_type);
+        match *self {
+            Clause::Types(types) => types.contains(&batch.batch_type),
+            Clause::Batches(ids) => ids.contains(&batch.id),
+            Clause::Requires(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Success),
+            Clause::BlockedBy(t) => effective(t).is_none(),
+            Clause::RepeatOnChange(t) => effective(t).is_none_or(|e| e.seq < batch.modified_seq),
+            Clause::TransientlyFailed(t) => effective(t).is_some_and(Event::is_transient_failure),
+            Clause::SettledFor(quiet) => now.since(batch.last_activity_at()) >= quiet,
+        }
+    }
+}
+
+/// As written in a config: `requires Data_Received`, `types RoundTrip|Delivery`, `settled_for 5m`.
+impl fmt::Display for Clause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let joined = |names: Vec<&str>| names.join("|");
+        match self {
+            Clause::Types(types) => write!(f, "types {}", joined(types.iter().map(BatchType::as_str).collect())),
+            Clause::Batches(ids) => write!(f, "batches {}", joined(ids.iter().map(BatchId::as_str).collect())),
+            Clause::Requires(t) | Clause::BlockedBy(t) | Clause::RepeatOnChange(t) | Clause::TransientlyFailed(t) => {
+                write!(f, "{} {t}", self.name())
+            }
+            Clause::SettledFor(quiet) => write!(f, "settled_for {}", humantime::format_duration(*quiet)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -236,5 +308,46 @@ mod tests {
         assert!(err.to_string().contains("requirez"), "{err}");
         let err = serde_json::from_value::<Trigger>(json!({"settled_for": "soon"})).unwrap_err();
         assert!(err.to_string().contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn explain_evaluates_every_clause_and_agrees_with_failing_clause() {
+        let t = Trigger {
+            types: vec![BatchType::new("RoundTrip").unwrap()],
+            requires: types(&["Data_Received", "Structure_Checked"]),
+            blocked_by: types(&["Checksums_Verified"]),
+            settled_for: Some(Duration::from_secs(60)),
+            ..Trigger::default()
+        };
+        let b = batch(vec![
+            event(2, "Data_Received", Outcome::Success, 100_000),
+            event(3, "Checksums_Verified", Outcome::Failure, 100_000),
+        ]);
+        let explained: Vec<(String, bool)> =
+            t.explain(&b, Timestamp(130_000)).into_iter().map(|(c, holds)| (c.to_string(), holds)).collect();
+        assert_eq!(
+            explained,
+            [
+                ("types RoundTrip".to_owned(), true),
+                ("requires Data_Received".to_owned(), true),
+                ("requires Structure_Checked".to_owned(), false),
+                ("blocked_by Checksums_Verified".to_owned(), false),
+                ("settled_for 1m".to_owned(), false),
+            ]
+        );
+        assert_eq!(t.failing_clause(&b, Timestamp(130_000)), Some("requires"));
+        // The first failing clause of `explain` is `failing_clause`, and all holding is `matches`.
+        let ready = batch(vec![
+            event(2, "Data_Received", Outcome::Success, 0),
+            event(3, "Structure_Checked", Outcome::Success, 0),
+        ]);
+        for (candidate, now) in [(&b, Timestamp(130_000)), (&b, Timestamp(0)), (&ready, Timestamp(60_000))] {
+            let explained = t.explain(candidate, now);
+            let first_failing = explained.iter().find(|(_, holds)| !holds).map(|(c, _)| c.name());
+            assert_eq!(first_failing, t.failing_clause(candidate, now));
+            assert_eq!(explained.iter().all(|(_, holds)| *holds), t.matches_at(candidate, now));
+        }
+        assert!(t.matches_at(&ready, Timestamp(60_000)));
+        assert!(Trigger::default().explain(&b, Timestamp(0)).is_empty(), "an empty trigger has no clauses");
     }
 }

@@ -15,7 +15,7 @@ use rusqlite::Connection;
 use serde_json::{Map, Value};
 
 use crate::model::{Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq};
-use crate::port::{ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
 pub use schema::LATEST_VERSION;
 
@@ -233,5 +233,26 @@ impl ObjectStore for SqliteStore {
 
     async fn head(&self) -> StoreResult<Seq> {
         self.with_connection(ops::head).await
+    }
+
+    async fn cancel_run(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        event: NewEvent,
+    ) -> StoreResult<Cancellation> {
+        event.validate()?;
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::cancel_run(conn, &batch, &component, event)).await
+    }
+
+    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        let id = id.clone();
+        self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event)).await
+    }
+
+    async fn count_batches(&self) -> StoreResult<u64> {
+        self.with_connection(ops::count_batches).await
     }
 }

@@ -9,7 +9,7 @@ use crate::model::{
     Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Run,
     RunHolder, RunRef, RunState, Seq, Timestamp,
 };
-use crate::port::{ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
 
 use super::unavailable;
 
@@ -215,6 +215,27 @@ pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> St
     }
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();
+    insert_event(&tx, batch, &new, seq, at)?;
+    if let Some(run) = &new.run {
+        let transient = new.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
+        tx.execute(
+            "UPDATE runs SET state = 'recorded', ended_at = ?4, transient = ?5
+             WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+            params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
+        )
+        .map_err(unavailable)?;
+        tx.execute(
+            "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
+            params![batch.as_str(), run.component.as_str()],
+        )
+        .map_err(unavailable)?;
+    }
+    touch(&tx, batch, seq)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(event_of(batch, new, seq, at))
+}
+
+fn insert_event(tx: &Transaction, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
     let resets =
         (!new.resets.is_empty()).then(|| serde_json::to_string(&new.resets).expect("event types always serialize"));
     tx.execute(
@@ -235,23 +256,11 @@ pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> St
         ],
     )
     .map_err(unavailable)?;
-    if let Some(run) = &new.run {
-        let transient = new.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
-        tx.execute(
-            "UPDATE runs SET state = 'recorded', ended_at = ?4, transient = ?5
-             WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
-            params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
-        )
-        .map_err(unavailable)?;
-        tx.execute(
-            "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
-            params![batch.as_str(), run.component.as_str()],
-        )
-        .map_err(unavailable)?;
-    }
-    touch(&tx, batch, seq)?;
-    tx.commit().map_err(unavailable)?;
-    Ok(Event {
+    Ok(())
+}
+
+fn event_of(batch: &BatchId, new: NewEvent, seq: Seq, at: Timestamp) -> Event {
+    Event {
         seq,
         batch_id: batch.clone(),
         event_type: new.event_type,
@@ -261,7 +270,130 @@ pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> St
         details: new.details,
         run: new.run,
         resets: new.resets,
-    })
+    }
+}
+
+/// An operator's event, recorded beside another change in the same transaction: no Reset
+/// marker, no run (it is nobody's claim), no idempotency key (these operations are not
+/// blind retries: re-running one is a new decision, recorded anew).
+fn check_operator_event(new: &NewEvent, operation: &str) -> StoreResult<()> {
+    let refuse = |field: &str, value: &str, reason: &str| -> StoreResult<()> {
+        Err(InvalidInput::new(field, value, format!("{operation}: {reason}")).into())
+    };
+    if new.event_type.is_reset() {
+        return refuse("event type", EventType::RESET, "records a result, not a Reset marker");
+    }
+    if let Some(run) = &new.run {
+        return refuse(
+            "run",
+            &format!("{}#{}", run.component, run.generation),
+            "an operator's event is not part of a run",
+        );
+    }
+    if let Some(key) = &new.idempotency_key {
+        return refuse("idempotency key", key.as_str(), "not supported");
+    }
+    Ok(())
+}
+
+/// `ObjectStore::cancel_run`: close the open run as cancelled, bump the generation, record
+/// the failure, all in one transaction.
+pub fn cancel_run(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    mut new: NewEvent,
+) -> StoreResult<Cancellation> {
+    check_operator_event(&new, "cancel_run")?;
+    if new.outcome != Outcome::Failure {
+        return Err(InvalidInput::new("outcome", new.outcome.as_str(), "cancel_run records a failure").into());
+    }
+    if !new.details.get("cancelled").and_then(Value::as_bool).unwrap_or(false) {
+        let preview: String = new.details.to_string().chars().take(64).collect();
+        return Err(
+            InvalidInput::new("details", preview, "cancel_run records a failure flagged \"cancelled\": true").into()
+        );
+    }
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    let seq = next_seq(&tx)?;
+    let at = Timestamp::now();
+    let open = query_runs(
+        &tx,
+        "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str()],
+    )?;
+    // Every claim closes the previous open run, so at most one is open.
+    let cancelled = match open.into_iter().last() {
+        None => None,
+        Some(mut run) => {
+            tx.execute(
+                "UPDATE runs SET state = 'cancelled', ended_at = ?4
+                 WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+                params![batch.as_str(), component.as_str(), run.generation, at.millis()],
+            )
+            .map_err(unavailable)?;
+            // The fence: the holder's generation is no longer current, whatever it tries.
+            tx.execute(
+                "UPDATE claims SET generation = generation + 1 WHERE batch_id = ?1 AND component = ?2",
+                params![batch.as_str(), component.as_str()],
+            )
+            .map_err(unavailable)?;
+            run.state = RunState::Cancelled;
+            run.ended_at = Some(at);
+            if let Value::Object(details) = &mut new.details {
+                details.insert(
+                    "cancelled_run".into(),
+                    serde_json::json!({
+                        "component": run.component,
+                        "generation": run.generation,
+                        "agent": run.holder.agent,
+                        "host": run.holder.host,
+                        "pid": run.holder.pid,
+                        "started_at": run.started_at,
+                    }),
+                );
+            }
+            Some(run)
+        }
+    };
+    crate::model::check_object("details", &new.details)?;
+    insert_event(&tx, batch, &new, seq, at)?;
+    touch(&tx, batch, seq)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(Cancellation { event: event_of(batch, new, seq, at), run: cancelled })
+}
+
+/// `ObjectStore::prioritize`: the new priority and the operator's event, one transaction.
+pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: NewEvent) -> StoreResult<Event> {
+    check_operator_event(&new, "prioritize")?;
+    let tx = write_tx(conn)?;
+    let previous: Option<i32> = tx
+        .query_row("SELECT priority FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
+        .optional()
+        .map_err(unavailable)?;
+    let previous = previous.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    if let Value::Object(details) = &mut new.details {
+        details.insert("priority".into(), priority.into());
+        details.insert("previous_priority".into(), previous.into());
+    }
+    crate::model::check_object("details", &new.details)?;
+    let seq = next_seq(&tx)?;
+    let at = Timestamp::now();
+    tx.execute(
+        "UPDATE batches SET priority = ?2, changed_seq = ?3 WHERE id = ?1",
+        params![id.as_str(), priority, seq.0],
+    )
+    .map_err(unavailable)?;
+    insert_event(&tx, id, &new, seq, at)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(event_of(id, new, seq, at))
+}
+
+pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
+    conn.query_row("SELECT COUNT(*) FROM batches", [], |row| row.get::<_, i64>(0))
+        .map(|count| count.max(0) as u64)
+        .map_err(unavailable)
 }
 
 /// The fence: only the newest generation of (batch, component), and only while open.
@@ -288,13 +420,16 @@ fn check_run_is_current_and_open(
         }
         Some(_) => {}
     }
-    let state: String = tx
+    let state: Option<String> = tx
         .query_row(
             "SELECT state FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
             params![batch.as_str(), component.as_str(), generation],
             |row| row.get(0),
         )
+        .optional()
         .map_err(unavailable)?;
+    // A generation with no run: the one an operator's cancel moved to, claimed by nobody.
+    let Some(state) = state else { return Err(fenced("was never claimed".into())) };
     match RunState::parse(&state)? {
         RunState::Open => Ok(()),
         closed => Err(fenced(format!("is already closed ({})", closed.as_str()))),

@@ -1,0 +1,348 @@
+//! The operator's side of a pipeline (DESIGN §6), behind the `autocomp` CLI: append-only
+//! actions (`add`, `event`, `rerun`, `restart`, `cancel`, `skip`, `prioritize`) and views
+//! (`show`, `status`, `explain`, `ready`, `reindex`, `locks`). The binary only parses
+//! arguments and prints what these functions return.
+//!
+//! Every write is one store operation recording the operator (`operator:<name>`) as the
+//! event's agent and the reason in its details; nothing is updated in place or deleted.
+//! Input is checked before anything is written: a bad or unknown batch, component or event
+//! type is an `OperatorError::Input` naming the field and the value (exit 2).
+//!
+//! The pipeline (component names, event types, triggers, retry settings) is read from the
+//! config directory, the same files the components read.
+
+mod actions;
+mod views;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
+use autocomp_store::{
+    Agent, Batch, BatchId, ComponentName, EventType, InvalidInput, ObjectStore, Seq, StoreError, Trigger, open_store,
+};
+use serde_json::{Map, Value, json};
+
+use crate::config::{self, Backends, ComponentConfig, ConfigError, SHARED_FILE};
+use crate::exit::{self, RunError};
+use crate::locks::{LockError, LockService, open_locks};
+use crate::status::{PipelineStep, load_pipeline};
+
+pub use actions::{ActionReport, RestartFrom, StateChange};
+pub use views::{
+    BatchView, CandidateView, Explanation, Format, LockView, LocksView, ReadyView, StateFilter, StatusView, TableFormat,
+};
+
+/// The event type `prioritize` records (an operator's bookkeeping, never a component's
+/// result: `restart` leaves it alone).
+pub const PRIORITIZED: &str = "Prioritized";
+
+/// Longest `--reason` accepted.
+pub const MAX_REASON_CHARS: usize = 2_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// Bad or unknown input, naming the field and the value; nothing was written (exit 2).
+    #[error(transparent)]
+    Input(#[from] InvalidInput),
+    /// A valid request the batch's state refuses (e.g. a component is working on it);
+    /// nothing was written (exit 1).
+    #[error("{0}")]
+    Refused(String),
+    /// Configuration, backends, I/O: exit code as for components.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl OperatorError {
+    pub fn code(&self) -> u8 {
+        match self {
+            OperatorError::Input(_) => exit::USAGE,
+            OperatorError::Refused(_) => exit::FAILED,
+            OperatorError::Run(e) => e.code(),
+        }
+    }
+
+    fn usage(message: impl Into<String>) -> Self {
+        OperatorError::Run(RunError::Usage(message.into()))
+    }
+}
+
+impl From<StoreError> for OperatorError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Invalid(e) => OperatorError::Input(e),
+            StoreError::NotFound(id) => OperatorError::Input(unknown_batch(id.as_str())),
+            other => OperatorError::Run(RunError::Store(other)),
+        }
+    }
+}
+
+impl From<ConfigError> for OperatorError {
+    fn from(error: ConfigError) -> Self {
+        OperatorError::Run(RunError::Config(error))
+    }
+}
+
+impl From<IndexError> for OperatorError {
+    fn from(error: IndexError) -> Self {
+        match error {
+            IndexError::Store(e) => e.into(),
+            other => OperatorError::Run(RunError::Index(other)),
+        }
+    }
+}
+
+impl From<LockError> for OperatorError {
+    fn from(error: LockError) -> Self {
+        OperatorError::Run(error.into())
+    }
+}
+
+fn unknown_batch(id: &str) -> InvalidInput {
+    InvalidInput::new("batch id", id, "no such batch is registered in the store")
+}
+
+/// One component of the pipeline: what `status.rs` reads, plus its runner settings
+/// (`retry_backoff`, `max_attempts`, `queue_size`) for `explain` and `ready`.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub pipeline: PipelineStep,
+    pub config: ComponentConfig,
+}
+
+impl Step {
+    pub fn name(&self) -> &ComponentName {
+        &self.pipeline.name
+    }
+
+    pub fn event_type(&self) -> &EventType {
+        &self.pipeline.event_type
+    }
+
+    pub fn trigger(&self) -> &Trigger {
+        &self.pipeline.trigger
+    }
+
+    /// The trigger under which the runner retries a transient failure of the component's
+    /// own type: the main trigger without that `blocked_by`, wanting the transient failure,
+    /// settled for `retry_backoff` (as `Runner::new` builds it). `None` when the component
+    /// is not blocked by its own type (then it is never "retried", it simply runs again).
+    pub fn retry_trigger(&self) -> Option<Trigger> {
+        let own = self.event_type();
+        let trigger = self.trigger();
+        trigger.blocked_by.contains(own).then(|| Trigger {
+            blocked_by: trigger.blocked_by.iter().filter(|t| *t != own).cloned().collect(),
+            transiently_failed: vec![own.clone()],
+            settled_for: Some(trigger.settled_for.unwrap_or_default().max(self.config.retry_backoff)),
+            ..trigger.clone()
+        })
+    }
+
+    /// Whether the runner's store re-check passes: the trigger, or the retry trigger.
+    pub fn ready_in_store(&self, batch: &Batch) -> Result<(), &'static str> {
+        match self.trigger().failing_clause(batch, batch.as_of) {
+            None => Ok(()),
+            Some(clause) => match self.retry_trigger() {
+                Some(retry) if retry.matches(batch) => Ok(()),
+                _ => Err(clause),
+            },
+        }
+    }
+}
+
+/// The operator's handle on one pipeline: its config dir, backends and name.
+pub struct Operator {
+    config_dir: PathBuf,
+    shared_file: PathBuf,
+    backends: Backends,
+    name: Option<String>,
+}
+
+impl Operator {
+    /// Reads `<config_dir>/autocomp.toml` (if present); `overrides` (env, flags) win over it.
+    /// `name` is the operator (`--as`, default `$USER`); only writes need it.
+    pub fn new(config_dir: &Path, overrides: Backends, name: Option<String>) -> Result<Self, OperatorError> {
+        let shared_file = config_dir.join(SHARED_FILE);
+        let from_file: Backends = match std::fs::read_to_string(&shared_file) {
+            Ok(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&shared_file, e.to_string()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Backends::default(),
+            Err(e) => return Err(ConfigError::new(&shared_file, format!("cannot read: {e}")).into()),
+        };
+        Ok(Self {
+            config_dir: config_dir.to_path_buf(),
+            shared_file,
+            backends: from_file.overridden_by(overrides),
+            name: name.filter(|n| !n.is_empty()),
+        })
+    }
+
+    pub fn config_dir(&self) -> &Path {
+        &self.config_dir
+    }
+
+    fn backend(&self, value: &Option<String>, key: &str, env: &str) -> Result<String, OperatorError> {
+        value.clone().ok_or_else(|| {
+            ConfigError::new(
+                &self.shared_file,
+                format!("no {key} backend configured: set `{key} = \"...\"` here, ${env}, or --{key}"),
+            )
+            .into()
+        })
+    }
+
+    async fn store(&self) -> Result<Arc<dyn ObjectStore>, OperatorError> {
+        let url = self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?;
+        Ok(open_store(&url).await?)
+    }
+
+    fn index_url(&self) -> Result<String, OperatorError> {
+        self.backend(&self.backends.index, "index", "AUTOCOMP_INDEX")
+    }
+
+    fn index(&self, store: &Arc<dyn ObjectStore>) -> Result<Arc<dyn BatchIndex>, OperatorError> {
+        Ok(open_index(&self.index_url()?, Arc::clone(store))?)
+    }
+
+    /// The embedded index engine itself (for per-batch documents and progress), if the
+    /// index URL names a local directory.
+    fn local_engine(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        options: autocomp_sboi::EngineOptions,
+    ) -> Result<IndexEngine, OperatorError> {
+        let dir = self.local_index_dir(store)?;
+        Ok(IndexEngine::open_with(dir, options)?)
+    }
+
+    /// The directory of the embedded index (`local:/path`).
+    fn local_index_dir(&self, store: &Arc<dyn ObjectStore>) -> Result<PathBuf, OperatorError> {
+        let url = self.index_url()?;
+        match url.strip_prefix("local:").filter(|path| !path.is_empty()) {
+            Some(path) => Ok(PathBuf::from(path)),
+            None => {
+                // Let the port word the error for URLs it does not know.
+                self.index(store)?;
+                Err(OperatorError::usage(format!(
+                    "this command needs the embedded index (local:/path); the index is {url}"
+                )))
+            }
+        }
+    }
+
+    async fn locks(&self) -> Result<Arc<dyn LockService>, OperatorError> {
+        let url = self.backend(&self.backends.locks, "locks", "AUTOCOMP_LOCKS")?;
+        Ok(open_locks(&url).await?)
+    }
+
+    /// Every lock held right now; the lock session is closed again at once, so a read-only
+    /// look leaves no ZooKeeper session behind until its timeout.
+    pub(crate) async fn held_locks(&self) -> Result<Vec<crate::locks::HeldLock>, OperatorError> {
+        let locks = self.locks().await?;
+        let held = locks.held().await;
+        locks.close().await;
+        Ok(held?)
+    }
+
+    /// The components configured in the config dir, each with its runner settings, in
+    /// pipeline order: a component after those recording the types it `requires` (then by
+    /// name), so tables read left to right the way batches move.
+    pub fn pipeline(&self) -> Result<Vec<Step>, OperatorError> {
+        let steps: Vec<Step> = load_pipeline(&self.config_dir)?
+            .into_iter()
+            .map(|pipeline| {
+                let loaded = config::load(pipeline.name.as_str(), None, &self.config_dir)?;
+                Ok(Step { pipeline, config: loaded.component })
+            })
+            .collect::<Result<_, OperatorError>>()?;
+        // Depth in the `requires` graph; bounded by the number of steps, so a cycle ends.
+        let mut depth = vec![0usize; steps.len()];
+        for _ in 0..steps.len() {
+            for (i, step) in steps.iter().enumerate() {
+                let producers =
+                    steps.iter().enumerate().filter(|(_, p)| step.trigger().requires.contains(p.event_type()));
+                depth[i] = producers.map(|(j, _)| depth[j] + 1).max().unwrap_or(0).min(steps.len());
+            }
+        }
+        let mut ordered: Vec<(usize, Step)> = depth.into_iter().zip(steps).collect();
+        ordered.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.name().cmp(y.name())));
+        Ok(ordered.into_iter().map(|(_, step)| step).collect())
+    }
+
+    /// The pipeline's component called `name`, or an error naming it and the known ones.
+    fn step<'p>(&self, pipeline: &'p [Step], name: &str) -> Result<&'p Step, OperatorError> {
+        let valid = ComponentName::new(name)?;
+        pipeline.iter().find(|step| *step.name() == valid).ok_or_else(|| {
+            let known: Vec<&str> = pipeline.iter().map(|s| s.name().as_str()).collect();
+            let known = if known.is_empty() {
+                "no component file there declares an event_type".to_owned()
+            } else {
+                format!("known: {}", known.join(", "))
+            };
+            InvalidInput::new(
+                "component",
+                name,
+                format!("not a component of the pipeline configured in {} ({known})", self.config_dir.display()),
+            )
+            .into()
+        })
+    }
+
+    /// The agent every write records: `operator:<name>`.
+    fn agent(&self) -> Result<Agent, OperatorError> {
+        let Some(name) = &self.name else {
+            return Err(InvalidInput::new("--as", "", "no operator name: pass --as NAME or set $USER").into());
+        };
+        let valid = name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic());
+        if !valid {
+            return Err(
+                InvalidInput::new("--as", name, "must be 1-64 printable ASCII characters without spaces").into()
+            );
+        }
+        Ok(Agent::new(format!("operator:{name}"))?)
+    }
+
+    /// Reads a batch, naming the id if it is malformed or unknown.
+    async fn batch(&self, store: &dyn ObjectStore, id: &str) -> Result<Batch, OperatorError> {
+        let id = BatchId::new(id)?;
+        match store.get_batch(&id).await {
+            Ok(batch) => Ok(batch),
+            Err(StoreError::NotFound(_)) => Err(unknown_batch(id.as_str()).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The details every operator event carries: what was done, by whom, and why.
+    fn details(&self, action: &str, reason: &str, summary: String, extra: Value) -> Value {
+        let mut details = Map::new();
+        details.insert("action".into(), json!(action));
+        details.insert("reason".into(), json!(reason));
+        details.insert("summary".into(), json!(summary));
+        if let Value::Object(extra) = extra {
+            details.extend(extra);
+        }
+        Value::Object(details)
+    }
+}
+
+/// A required `--reason`: something a later reader can act on, of bounded size.
+pub fn check_reason(reason: &str) -> Result<&str, OperatorError> {
+    let trimmed = reason.trim();
+    if trimmed.is_empty() {
+        return Err(InvalidInput::new("--reason", reason, "must say why (it is recorded with the event)").into());
+    }
+    if trimmed.chars().count() > MAX_REASON_CHARS {
+        return Err(InvalidInput::new("--reason", reason, format!("at most {MAX_REASON_CHARS} characters")).into());
+    }
+    Ok(trimmed)
+}
+
+/// The newest `Reset` covering `event_type`: the runner counts attempts from there.
+fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
+    batch
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.event_type.is_reset() && e.resets.contains(event_type))
+        .map_or(Seq::ZERO, |e| e.seq)
+}

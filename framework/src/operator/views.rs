@@ -1,0 +1,991 @@
+//! The operator's read-only views: `show`, `status`, `explain`, `ready`, `locks`, and
+//! `reindex` (which rebuilds the index, a cache, and writes nothing to the store). Each
+//! returns a value that renders as text for people and as JSON (or CSV) for scripts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_sboi::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexedBatch};
+use autocomp_store::{
+    Batch, BatchId, Clause, ComponentName, Event, EventType, ObjectStore, Run, Seq, Timestamp, Trigger,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::{Operator, OperatorError, Step, last_reset_of};
+use crate::exit::RunError;
+use crate::locks::HeldLock;
+use crate::status::ComponentState;
+
+/// `--format` of the single-batch views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// `--format` of the listing views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TableFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+/// `status --state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateFilter {
+    Success,
+    Failed,
+    Working,
+    Ready,
+    Waiting,
+}
+
+impl StateFilter {
+    pub fn state(self) -> ComponentState {
+        match self {
+            StateFilter::Success => ComponentState::Success,
+            StateFilter::Failed => ComponentState::Failed,
+            StateFilter::Working => ComponentState::Working,
+            StateFilter::Ready => ComponentState::Ready,
+            StateFilter::Waiting => ComponentState::Waiting,
+        }
+    }
+}
+
+const PAGE: usize = 1_000;
+
+/// Every batch in the store, page by page.
+async fn all_batches(store: &dyn ObjectStore) -> Result<Vec<Batch>, OperatorError> {
+    let (mut all, mut after) = (Vec::new(), None::<BatchId>);
+    loop {
+        let page = store.list_batches(after.as_ref(), PAGE).await?;
+        let Some(last) = page.last() else { return Ok(all) };
+        after = Some(last.id.clone());
+        all.extend(page);
+    }
+}
+
+/// Whole seconds, as `1m 5s`.
+fn age(duration: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(duration.as_secs())).to_string()
+}
+
+/// Left-aligned columns, two spaces apart.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn run_json(run: &Run) -> Value {
+    json!({
+        "component": run.component,
+        "generation": run.generation,
+        "agent": run.holder.agent,
+        "host": run.holder.host,
+        "pid": run.holder.pid,
+        "started_at": run.started_at,
+        "claim_seq": run.claim_seq,
+    })
+}
+
+fn describe_run(run: &Run, now: Timestamp) -> String {
+    format!(
+        "generation {} held by {} on {} pid {} since {} ({})",
+        run.generation,
+        run.holder.agent,
+        run.holder.host,
+        run.holder.pid,
+        run.started_at,
+        age(now.since(run.started_at))
+    )
+}
+
+fn lock_json(lock: &HeldLock, now: Timestamp) -> Value {
+    match &lock.holder {
+        Some(holder) => json!({
+            "path": lock.path,
+            "agent": holder.agent,
+            "host": holder.host,
+            "pid": holder.pid,
+            "since": holder.since,
+            "age_seconds": now.since(holder.since).as_secs(),
+        }),
+        None => json!({"path": lock.path, "agent": null}),
+    }
+}
+
+fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
+    match lock {
+        None => "free".into(),
+        Some(HeldLock { holder: None, .. }) => "held (holder not readable)".into(),
+        Some(HeldLock { holder: Some(h), .. }) => {
+            format!("held by {} on {} pid {} since {} ({})", h.agent, h.host, h.pid, h.since, age(now.since(h.since)))
+        }
+    }
+}
+
+/// One line about an event's report: its summary, first failure, flags, resets.
+fn report_line(event: &Event) -> String {
+    let details = &event.details;
+    let mut notes = Vec::new();
+    if event.event_type.is_reset() {
+        let covered: Vec<&str> = event.resets.iter().map(EventType::as_str).collect();
+        notes.push(format!("resets {}", covered.join(", ")));
+    }
+    for flag in ["cancelled", "skipped", "transient", "timed_out"] {
+        if event.flag(flag) {
+            notes.push(flag.to_owned());
+        }
+    }
+    if let Some(summary) = details.get("summary").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        notes.push(summary.to_owned());
+    }
+    if let Some(total) = details.get("failures_total").and_then(Value::as_u64).filter(|n| *n > 0) {
+        let first = &details["failures"][0];
+        let (reference, description) =
+            (first["reference"].as_str().unwrap_or_default(), first["description"].as_str().unwrap_or_default());
+        notes.push(format!("{total} failures, first: {reference}: {description}"));
+    }
+    notes.join("; ")
+}
+
+/// `autocomp show`: one batch, its log and reports, effective view, states and open runs.
+#[derive(Debug, Clone)]
+pub struct BatchView {
+    pub batch: Batch,
+    pub components: Vec<(ComponentName, ComponentState)>,
+}
+
+impl BatchView {
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => format!("{:#}\n", self.to_json()),
+            Format::Text => self.to_text(),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let b = &self.batch;
+        let effective: serde_json::Map<String, Value> = b
+            .effective()
+            .iter()
+            .map(|e| (e.event_type.to_string(), json!({"seq": e.seq, "outcome": e.outcome})))
+            .collect();
+        let components: serde_json::Map<String, Value> =
+            self.components.iter().map(|(name, state)| (name.to_string(), json!(state.as_str()))).collect();
+        let events: Vec<Value> = b
+            .events
+            .iter()
+            .map(|e| {
+                let mut event = json!({
+                    "seq": e.seq, "type": e.event_type, "outcome": e.outcome, "agent": e.agent,
+                    "at": e.at, "details": e.details,
+                });
+                if let Some(run) = &e.run {
+                    event["run"] = json!({"component": run.component, "generation": run.generation});
+                }
+                if !e.resets.is_empty() {
+                    event["resets"] = json!(e.resets);
+                }
+                event
+            })
+            .collect();
+        json!({
+            "id": b.id,
+            "type": b.batch_type,
+            "priority": b.priority,
+            "location": b.location(),
+            "metadata": b.metadata,
+            "created_seq": b.created_seq,
+            "modified_seq": b.modified_seq,
+            "created_at": b.created_at,
+            "modified_at": b.modified_at,
+            "as_of": b.as_of,
+            "components": components,
+            "effective": effective,
+            "open_runs": b.open_runs.iter().map(run_json).collect::<Vec<_>>(),
+            "events": events,
+        })
+    }
+
+    fn to_text(&self) -> String {
+        let b = &self.batch;
+        let mut out = String::new();
+        writeln!(out, "batch {}  type {}  priority {}", b.id, b.batch_type, b.priority).ok();
+        writeln!(out, "location {}", b.location().unwrap_or("(none)")).ok();
+        writeln!(
+            out,
+            "registered seq {} at {}; last content change seq {} at {}",
+            b.created_seq, b.created_at, b.modified_seq, b.modified_at
+        )
+        .ok();
+        if !self.components.is_empty() {
+            writeln!(out, "\ncomponents:").ok();
+            let width = self.components.iter().map(|(name, _)| name.as_str().len()).max().unwrap_or(0);
+            for (name, state) in &self.components {
+                writeln!(out, "  {name:<width$}  {state}").ok();
+            }
+        }
+        writeln!(out, "\nopen runs:").ok();
+        if b.open_runs.is_empty() {
+            writeln!(out, "  none").ok();
+        }
+        for run in &b.open_runs {
+            writeln!(out, "  {}: {}", run.component, describe_run(run, b.as_of)).ok();
+        }
+        writeln!(out, "\neffective view:").ok();
+        if b.effective().is_empty() {
+            writeln!(out, "  (empty)").ok();
+        }
+        let width = b.effective().iter().map(|e| e.event_type.as_str().len()).max().unwrap_or(0);
+        for e in b.effective().iter() {
+            writeln!(out, "  {:<width$}  seq {}  {}", e.event_type, e.seq, e.outcome.as_str()).ok();
+        }
+        writeln!(out, "\nlog ({} events, oldest first):", b.events.len()).ok();
+        let rows: Vec<Vec<String>> = b
+            .events
+            .iter()
+            .map(|e| {
+                vec![
+                    format!("  {}", e.seq),
+                    e.at.to_string(),
+                    e.event_type.to_string(),
+                    e.outcome.as_str().to_owned(),
+                    e.agent.to_string(),
+                    report_line(e),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["  seq", "at", "type", "outcome", "agent", "report"], &rows));
+        writeln!(out, "\nreports:").ok();
+        for e in &b.events {
+            let details = serde_json::to_string_pretty(&e.details).unwrap_or_default();
+            writeln!(out, "  seq {} {}:", e.seq, e.event_type).ok();
+            for line in details.lines() {
+                writeln!(out, "    {line}").ok();
+            }
+        }
+        out
+    }
+}
+
+/// `autocomp status`: per batch, each component's state.
+#[derive(Debug, Clone)]
+pub struct StatusView {
+    pub components: Vec<ComponentName>,
+    pub rows: Vec<(BatchId, Vec<ComponentState>)>,
+}
+
+impl StatusView {
+    pub fn render(&self, format: TableFormat) -> String {
+        match format {
+            TableFormat::Json => {
+                let rows: Vec<Value> = self
+                    .rows
+                    .iter()
+                    .map(|(id, states)| {
+                        let components: serde_json::Map<String, Value> = self
+                            .components
+                            .iter()
+                            .zip(states)
+                            .map(|(name, state)| (name.to_string(), json!(state.as_str())))
+                            .collect();
+                        json!({"id": id, "components": components})
+                    })
+                    .collect();
+                format!("{:#}\n", Value::Array(rows))
+            }
+            // Ids, component names and states are all [A-Za-z0-9._-]: nothing to quote.
+            TableFormat::Csv => {
+                let mut out = String::from("id");
+                for name in &self.components {
+                    write!(out, ",{name}").ok();
+                }
+                out.push('\n');
+                for (id, states) in &self.rows {
+                    out.push_str(id.as_str());
+                    for state in states {
+                        write!(out, ",{state}").ok();
+                    }
+                    out.push('\n');
+                }
+                out
+            }
+            TableFormat::Table => {
+                let mut header = vec!["batch"];
+                header.extend(self.components.iter().map(ComponentName::as_str));
+                let rows: Vec<Vec<String>> = self
+                    .rows
+                    .iter()
+                    .map(|(id, states)| {
+                        std::iter::once(id.to_string()).chain(states.iter().map(ToString::to_string)).collect()
+                    })
+                    .collect();
+                table(&header, &rows)
+            }
+        }
+    }
+}
+
+/// One trigger clause, evaluated in the store and in the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClauseCheck {
+    /// As written in a config: `requires Data_Received`.
+    pub clause: String,
+    pub store: bool,
+    /// `None` when the index has no document for the batch.
+    pub index: Option<bool>,
+}
+
+fn checks(trigger: &Trigger, batch: &Batch, indexed: Option<&IndexedBatch>) -> Vec<ClauseCheck> {
+    trigger
+        .explain(batch, batch.as_of)
+        .into_iter()
+        .map(|(clause, store)| ClauseCheck {
+            clause: clause.to_string(),
+            store,
+            index: indexed.map(|doc| holds_in_index(&clause, doc, batch.as_of)),
+        })
+        .collect()
+}
+
+fn all_hold(checks: &[ClauseCheck]) -> (bool, Option<bool>) {
+    let index = checks.iter().map(|c| c.index).collect::<Option<Vec<bool>>>();
+    (checks.iter().all(|c| c.store), index.map(|all| all.iter().all(|holds| *holds)))
+}
+
+/// A clause as the index answers it: over the terms `sboi`'s document precomputes from the
+/// effective view (`present`, `succeeded`, `old`, `transient`, `last_activity`), the way
+/// `sboi`'s query translates it. For diagnosis only: readiness is decided by the query.
+fn holds_in_index(clause: &Clause<'_>, doc: &IndexedBatch, now: Timestamp) -> bool {
+    let has = |terms: &[String], t: &EventType| terms.iter().any(|term| term == t.as_str());
+    match clause {
+        Clause::Types(types) => types.iter().any(|t| t.as_str() == doc.batch_type),
+        Clause::Batches(ids) => ids.iter().any(|id| id.as_str() == doc.id),
+        Clause::Requires(t) => has(&doc.succeeded, t),
+        Clause::BlockedBy(t) => !has(&doc.present, t),
+        // Not "current": absent, or older than the last content change.
+        Clause::RepeatOnChange(t) => !has(&doc.present, t) || has(&doc.old, t),
+        Clause::TransientlyFailed(t) => has(&doc.transient, t),
+        Clause::SettledFor(quiet) => {
+            let quiet_ms = i64::try_from(quiet.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
+            quiet.is_zero() || doc.last_activity.millis() <= now.millis().saturating_sub(quiet_ms)
+        }
+    }
+}
+
+/// The retry path of a transient failure: the runner's retry trigger and its window.
+#[derive(Debug, Clone)]
+pub struct RetryWindow {
+    pub failure: Event,
+    pub backoff: Duration,
+    /// When `settled_for` of the retry trigger is over (last activity + the backoff).
+    pub opens_at: Timestamp,
+    pub clauses: Vec<ClauseCheck>,
+    pub ready_in_store: bool,
+    pub ready_in_index: Option<bool>,
+}
+
+/// `autocomp explain`: why a batch is or is not ready for a component, clause by clause.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub batch: BatchId,
+    pub component: ComponentName,
+    pub event_type: EventType,
+    pub state: ComponentState,
+    /// The store's clock when the batch was read; every clause is evaluated at it.
+    pub as_of: Timestamp,
+    pub clauses: Vec<ClauseCheck>,
+    pub ready_in_store: bool,
+    /// `None` when the index holds no document for the batch.
+    pub ready_in_index: Option<bool>,
+    pub retry: Option<RetryWindow>,
+    /// The component's own effective event, if any.
+    pub result: Option<Event>,
+    pub open_run: Option<Run>,
+    pub batch_lock: Option<HeldLock>,
+    pub poll_lock: Option<HeldLock>,
+    /// Abandoned or transient runs since the last Reset of the component's type.
+    pub failed_attempts: u32,
+    pub max_attempts: u32,
+    pub index_cursor: Seq,
+    pub store_head: Seq,
+}
+
+impl Explanation {
+    /// One line: the verdict.
+    pub fn verdict(&self) -> String {
+        if let Some(run) = &self.open_run {
+            return format!("working: run {} held by {}", run.generation, run.holder.agent);
+        }
+        if self.ready_in_store {
+            return "ready: every clause holds in the store".into();
+        }
+        if let Some(retry) = self.retry.as_ref().filter(|r| r.ready_in_store) {
+            return format!("ready to retry its transient failure (seq {})", retry.failure.seq);
+        }
+        match self.clauses.iter().find(|c| !c.store) {
+            Some(failing) => format!("not ready: `{}` does not hold in the store", failing.clause),
+            None => "not ready".into(),
+        }
+    }
+
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => format!("{:#}\n", self.to_json()),
+            Format::Text => self.to_text(),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let clauses = |checks: &[ClauseCheck]| -> Value {
+            checks.iter().map(|c| json!({"clause": c.clause, "store": c.store, "index": c.index})).collect()
+        };
+        json!({
+            "id": self.batch,
+            "component": self.component,
+            "event_type": self.event_type,
+            "state": self.state.as_str(),
+            "verdict": self.verdict(),
+            "as_of": self.as_of,
+            "clauses": clauses(&self.clauses),
+            "ready_in_store": self.ready_in_store,
+            "ready_in_index": self.ready_in_index,
+            "retry": self.retry.as_ref().map(|r| json!({
+                "failure_seq": r.failure.seq,
+                "backoff_seconds": r.backoff.as_secs(),
+                "opens_at": r.opens_at,
+                "clauses": clauses(&r.clauses),
+                "ready_in_store": r.ready_in_store,
+                "ready_in_index": r.ready_in_index,
+            })),
+            "result": self.result.as_ref().map(|e| json!({
+                "seq": e.seq, "outcome": e.outcome, "agent": e.agent, "at": e.at,
+            })),
+            "open_run": self.open_run.as_ref().map(run_json),
+            "batch_lock": self.batch_lock.as_ref().map(|l| lock_json(l, Timestamp::now())),
+            "poll_lock": self.poll_lock.as_ref().map(|l| lock_json(l, Timestamp::now())),
+            "failed_attempts": self.failed_attempts,
+            "max_attempts": self.max_attempts,
+            "index_cursor": self.index_cursor,
+            "store_head": self.store_head,
+        })
+    }
+
+    fn to_text(&self) -> String {
+        let mut out = String::new();
+        let mark = |holds: bool| if holds { "pass" } else { "FAIL" };
+        let index_mark = |holds: Option<bool>| holds.map_or("absent", mark);
+        let rows = |checks: &[ClauseCheck]| -> Vec<Vec<String>> {
+            checks
+                .iter()
+                .map(|c| vec![format!("  {}", c.clause), mark(c.store).into(), index_mark(c.index).into()])
+                .collect()
+        };
+        writeln!(out, "{} for {} (records {}): {}", self.batch, self.component, self.event_type, self.state).ok();
+        writeln!(out, "{}", self.verdict()).ok();
+        writeln!(out, "evaluated at {} (store clock)\n", self.as_of).ok();
+        if self.clauses.is_empty() {
+            writeln!(out, "  (the trigger has no clauses: every batch is ready)").ok();
+        } else {
+            out.push_str(&table(&["  clause", "store", "index"], &rows(&self.clauses)));
+        }
+        writeln!(
+            out,
+            "  => store: {}; index: {}",
+            if self.ready_in_store { "ready" } else { "not ready" },
+            match self.ready_in_index {
+                Some(true) => "ready",
+                Some(false) => "not ready",
+                None => "no document for this batch (run `autocomp reindex` if the store has it)",
+            }
+        )
+        .ok();
+        if let Some(retry) = &self.retry {
+            let now = self.as_of;
+            let window = if retry.opens_at <= now {
+                format!("open since {}", retry.opens_at)
+            } else {
+                format!("opens at {} (in {})", retry.opens_at, age(retry.opens_at.since(now)))
+            };
+            writeln!(
+                out,
+                "\nretry of the transient failure seq {} at {}: retry_backoff {}, window {window}",
+                retry.failure.seq,
+                retry.failure.at,
+                humantime::format_duration(retry.backoff)
+            )
+            .ok();
+            out.push_str(&table(&["  retry clause", "store", "index"], &rows(&retry.clauses)));
+        }
+        writeln!(out).ok();
+        match &self.result {
+            Some(e) => writeln!(
+                out,
+                "result: {} {} seq {} by {} at {}",
+                e.event_type,
+                e.outcome.as_str(),
+                e.seq,
+                e.agent,
+                e.at
+            ),
+            None => writeln!(out, "result: none"),
+        }
+        .ok();
+        let attempts_note = if self.failed_attempts >= self.max_attempts {
+            " (the next claim gives up: it records a plain failure without working)"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "failed attempts since the last reset: {} of max_attempts {}{attempts_note}",
+            self.failed_attempts, self.max_attempts
+        )
+        .ok();
+        let run = self.open_run.as_ref().map_or("none".into(), |run| describe_run(run, self.as_of));
+        writeln!(out, "open run: {run}").ok();
+        let now = Timestamp::now();
+        writeln!(
+            out,
+            "batch lock batch/{}/{}: {}",
+            self.component,
+            self.batch,
+            describe_lock(self.batch_lock.as_ref(), now)
+        )
+        .ok();
+        writeln!(out, "poll lock poll/{}: {}", self.component, describe_lock(self.poll_lock.as_ref(), now)).ok();
+        let lag = self.store_head.0.saturating_sub(self.index_cursor.0);
+        writeln!(
+            out,
+            "index: committed up to seq {}, store head seq {} (behind by {lag})",
+            self.index_cursor, self.store_head
+        )
+        .ok();
+        out
+    }
+}
+
+/// One candidate of `autocomp ready`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CandidateView {
+    pub id: BatchId,
+    pub priority: i32,
+    pub would_claim: bool,
+    /// Why (not): `would claim`, `locked by ...`, `not ready in the store: ...`.
+    pub verdict: String,
+}
+
+/// `autocomp ready`: what a pass of the component would claim now, in claim order.
+#[derive(Debug, Clone)]
+pub struct ReadyView {
+    pub component: ComponentName,
+    pub queue_size: usize,
+    pub candidates: Vec<CandidateView>,
+}
+
+impl ReadyView {
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => {
+                let rows: Vec<Value> = self
+                    .candidates
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "priority": c.priority, "would_claim": c.would_claim, "verdict": c.verdict})
+                    })
+                    .collect();
+                format!("{:#}\n", Value::Array(rows))
+            }
+            Format::Text if self.candidates.is_empty() => format!("nothing is ready for {}\n", self.component),
+            Format::Text => {
+                let claimed = self.candidates.iter().filter(|c| c.would_claim).count();
+                let mut out = format!(
+                    "{} would claim {claimed} batch(es) now (queue_size {}), in this order:\n",
+                    self.component, self.queue_size
+                );
+                let rows: Vec<Vec<String>> = self
+                    .candidates
+                    .iter()
+                    .map(|c| vec![format!("  {}", c.id), c.priority.to_string(), c.verdict.clone()])
+                    .collect();
+                out.push_str(&table(&["  batch", "priority", "verdict"], &rows));
+                out
+            }
+        }
+    }
+}
+
+/// A held lock as `autocomp locks` lists it.
+#[derive(Debug, Clone)]
+pub struct LockView {
+    pub lock: HeldLock,
+    /// Since the holder took it (by the holder's clock; for display only).
+    pub age: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LocksView {
+    pub locks: Vec<LockView>,
+    /// `--stale`: only locks older than this are listed.
+    pub stale: Option<Duration>,
+}
+
+impl LocksView {
+    pub fn render(&self, format: Format) -> String {
+        let now = Timestamp::now();
+        match format {
+            Format::Json => {
+                format!("{:#}\n", Value::Array(self.locks.iter().map(|l| lock_json(&l.lock, now)).collect()))
+            }
+            // Quiet when `--stale` finds nothing, so cron mails only trouble.
+            Format::Text if self.locks.is_empty() && self.stale.is_some() => String::new(),
+            Format::Text if self.locks.is_empty() => "no locks held\n".into(),
+            Format::Text => {
+                let rows: Vec<Vec<String>> = self
+                    .locks
+                    .iter()
+                    .map(|view| match &view.lock.holder {
+                        Some(h) => vec![
+                            view.lock.path.clone(),
+                            h.agent.clone(),
+                            h.host.clone(),
+                            h.pid.to_string(),
+                            h.since.to_string(),
+                            view.age.map(age).unwrap_or_default(),
+                        ],
+                        None => vec![view.lock.path.clone(), "(holder not readable)".into()],
+                    })
+                    .collect();
+                table(&["lock", "holder", "host", "pid", "since", "age"], &rows)
+            }
+        }
+    }
+}
+
+impl Operator {
+    /// `autocomp show`.
+    pub async fn show(&self, id: &str) -> Result<BatchView, OperatorError> {
+        let pipeline = self.pipeline()?;
+        let store = self.store().await?;
+        let batch = self.batch(store.as_ref(), id).await?;
+        let components = pipeline.iter().map(|step| (step.name().clone(), step.pipeline.state_of(&batch))).collect();
+        Ok(BatchView { batch, components })
+    }
+
+    /// `autocomp status`: every batch (or those where the component, or any component, is
+    /// in `state`), with each component's state (or only the named component's).
+    pub async fn status(
+        &self,
+        component: Option<&str>,
+        state: Option<ComponentState>,
+    ) -> Result<StatusView, OperatorError> {
+        let pipeline = self.pipeline()?;
+        let steps: Vec<&Step> = match component {
+            Some(name) => vec![self.step(&pipeline, name)?],
+            None => pipeline.iter().collect(),
+        };
+        let store = self.store().await?;
+        let rows = all_batches(store.as_ref())
+            .await?
+            .iter()
+            .map(|batch| (batch.id.clone(), steps.iter().map(|step| step.pipeline.state_of(batch)).collect::<Vec<_>>()))
+            .filter(|(_, states)| state.is_none_or(|wanted| states.contains(&wanted)))
+            .collect();
+        Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows })
+    }
+
+    /// `autocomp explain`. Catches the index up first, as a component's pass would.
+    pub async fn explain(&self, id: &str, component: &str) -> Result<Explanation, OperatorError> {
+        let pipeline = self.pipeline()?;
+        let step = self.step(&pipeline, component)?;
+        let store = self.store().await?;
+        let batch = self.batch(store.as_ref(), id).await?;
+        let engine = self.local_engine(&store, EngineOptions::default())?;
+        let index_cursor = match engine.catch_up(store.as_ref()).await? {
+            CatchUp::UpToDate { cursor } | CatchUp::Applied { cursor, .. } | CatchUp::WriterBusy { cursor } => cursor,
+        };
+        let indexed = engine.get(&batch.id)?;
+        let store_head = store.head().await?;
+        let locks = self.held_locks().await?;
+        let find_lock = |path: String| locks.iter().find(|l| l.path == path).cloned();
+
+        let clauses = checks(step.trigger(), &batch, indexed.as_ref());
+        let (ready_in_store, ready_in_index) = all_hold(&clauses);
+        let result = batch.effective().get(step.event_type()).cloned();
+        let retry = match (step.retry_trigger(), &result) {
+            (Some(retry), Some(failure)) if failure.is_transient_failure() => {
+                let clauses = checks(&retry, &batch, indexed.as_ref());
+                let (ready_in_store, ready_in_index) = all_hold(&clauses);
+                let backoff = retry.settled_for.unwrap_or_default();
+                let opens_at = Timestamp(batch.last_activity_at().millis().saturating_add(backoff.as_millis() as i64));
+                Some(RetryWindow {
+                    failure: failure.clone(),
+                    backoff,
+                    opens_at,
+                    clauses,
+                    ready_in_store,
+                    ready_in_index,
+                })
+            }
+            _ => None,
+        };
+        let failed_attempts =
+            store.failed_attempts(&batch.id, step.name(), last_reset_of(&batch, step.event_type())).await?;
+        Ok(Explanation {
+            component: step.name().clone(),
+            event_type: step.event_type().clone(),
+            state: step.pipeline.state_of(&batch),
+            as_of: batch.as_of,
+            clauses,
+            ready_in_store,
+            ready_in_index,
+            retry,
+            result,
+            open_run: batch.open_run(step.name()).cloned(),
+            batch_lock: find_lock(format!("batch/{}/{}", step.name(), batch.id)),
+            poll_lock: find_lock(format!("poll/{}", step.name())),
+            failed_attempts,
+            max_attempts: step.config.max_attempts,
+            index_cursor,
+            store_head,
+            batch: batch.id,
+        })
+    }
+
+    /// `autocomp ready`: the index's candidates (the trigger's, then its transient-failure
+    /// retries), each re-checked in the store and against the batch locks, as a pass would;
+    /// the first `queue_size` that pass are what it would claim. Touches nothing.
+    pub async fn ready(&self, component: &str) -> Result<ReadyView, OperatorError> {
+        let pipeline = self.pipeline()?;
+        let step = self.step(&pipeline, component)?;
+        let store = self.store().await?;
+        let index = self.index(&store)?;
+        let mut ids = index.query(step.trigger()).await?;
+        if let Some(retry) = step.retry_trigger() {
+            for id in index.query(&retry).await? {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        let held = self.held_locks().await?;
+        let mut batches: BTreeMap<BatchId, Batch> = BTreeMap::new();
+        for chunk in ids.chunks(PAGE) {
+            batches.extend(store.get_batches(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
+        }
+        let queue_size = step.config.queue_size;
+        let mut candidates = Vec::with_capacity(ids.len());
+        let mut claimed = 0;
+        for id in ids {
+            let Some(batch) = batches.get(&id) else {
+                let verdict = "skip: the index lists it, the store does not have it (`autocomp reindex`)".into();
+                candidates.push(CandidateView { id, priority: 0, would_claim: false, verdict });
+                continue;
+            };
+            let path = format!("batch/{}/{}", step.name(), id);
+            let verdict = match (step.ready_in_store(batch), held.iter().find(|l| l.path == path)) {
+                (Err(clause), _) => format!("skip: `{clause}` does not hold in the store (the index lags)"),
+                (Ok(()), Some(lock)) => format!("skip: locked, {}", describe_lock(Some(lock), Timestamp::now())),
+                (Ok(()), None) if claimed >= queue_size => "left for the next pass (queue full)".into(),
+                (Ok(()), None) => {
+                    claimed += 1;
+                    let since = last_reset_of(batch, step.event_type());
+                    let attempts = store.failed_attempts(&id, step.name(), since).await?;
+                    if attempts >= step.config.max_attempts {
+                        format!(
+                            "would claim and give up: {attempts} failed attempts, max_attempts {}",
+                            step.config.max_attempts
+                        )
+                    } else {
+                        "would claim".into()
+                    }
+                }
+            };
+            let would_claim = verdict.starts_with("would claim");
+            candidates.push(CandidateView { id, priority: batch.priority, would_claim, verdict });
+        }
+        Ok(ReadyView { component: step.name().clone(), queue_size, candidates })
+    }
+
+    /// `autocomp reindex`: rebuilds the embedded index from the whole store, with a
+    /// progress bar on stderr (hidden when stderr is not a terminal). Returns a summary.
+    pub async fn reindex(&self) -> Result<String, OperatorError> {
+        let store = self.store().await?;
+        let options = EngineOptions { page_size: 1_000, ..EngineOptions::default() };
+        let (engine, moved_aside) = match self.local_engine(&store, options.clone()) {
+            Ok(engine) => (engine, None),
+            Err(error) => self.set_aside_unreadable_index(&store, options, error)?,
+        };
+        let total = store.count_batches().await?;
+        let started = Instant::now();
+        let bar = ProgressBar::new(total).with_style(
+            ProgressStyle::with_template("reindexing [{bar:30}] {pos}/{len} batches {elapsed}")
+                .expect("valid template"),
+        );
+        let progress_bar = bar.clone();
+        let indexed = engine
+            .rebuild_with_progress(store.as_ref(), &mut move |done| {
+                let done = done as u64;
+                if done > progress_bar.length().unwrap_or(0) {
+                    progress_bar.set_length(done);
+                }
+                progress_bar.set_position(done);
+            })
+            .await;
+        bar.finish_and_clear();
+        let indexed = indexed?;
+        let cursor = engine.committed_cursor()?;
+        let mut summary = String::new();
+        if let Some(old) = moved_aside {
+            writeln!(summary, "the index could not be opened; moved it aside to {} (delete it at will)", old.display())
+                .ok();
+        }
+        writeln!(
+            summary,
+            "reindexed {indexed} batches in {:.1}s into {}; committed up to store seq {cursor}",
+            started.elapsed().as_secs_f64(),
+            engine.dir().display()
+        )
+        .ok();
+        Ok(summary)
+    }
+
+    /// An index another release built (other fields or schema version) cannot be opened,
+    /// let alone rebuilt in place. It is a cache: if the directory holds a tantivy index,
+    /// it is renamed to `<dir>.unreadable-<millis>` (not deleted: the URL might name the
+    /// wrong directory) and a fresh one is created. Anything else is the original error.
+    fn set_aside_unreadable_index(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        options: EngineOptions,
+        error: OperatorError,
+    ) -> Result<(IndexEngine, Option<PathBuf>), OperatorError> {
+        let dir = self.local_index_dir(store)?;
+        let unreadable = matches!(&error, OperatorError::Run(RunError::Index(IndexError::Index { .. })));
+        if !unreadable || !dir.join("meta.json").is_file() {
+            return Err(error);
+        }
+        let mut aside = dir.clone().into_os_string();
+        aside.push(format!(".unreadable-{}", Timestamp::now().millis()));
+        let aside = PathBuf::from(aside);
+        std::fs::rename(&dir, &aside).map_err(|e| {
+            OperatorError::usage(format!("{error}; and cannot move it aside to {}: {e}", aside.display()))
+        })?;
+        Ok((IndexEngine::open_with(&dir, options)?, Some(aside)))
+    }
+
+    /// `autocomp locks`: every held lock with its holder and age; with `stale`, only those
+    /// held longer than that (locks whose holder cannot be read are left out then).
+    pub async fn locks_held(&self, stale: Option<Duration>) -> Result<LocksView, OperatorError> {
+        let held = self.held_locks().await?;
+        let now = Timestamp::now();
+        let locks = held
+            .into_iter()
+            .map(|lock| {
+                let age = lock.holder.as_ref().map(|h| now.since(h.since));
+                LockView { lock, age }
+            })
+            .filter(|view| stale.is_none_or(|limit| view.age.is_some_and(|age| age > limit)))
+            .collect();
+        Ok(LocksView { locks, stale })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use autocomp_store::{Agent, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger};
+    use serde_json::json;
+
+    use super::*;
+
+    fn ty(name: &str) -> EventType {
+        EventType::new(name).unwrap()
+    }
+
+    /// The index side of `explain` answers each clause as the store does, on batches that
+    /// exercise every clause (the index is caught up, so freshness plays no part).
+    #[tokio::test]
+    async fn index_clauses_agree_with_the_store_clause_by_clause() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+        let agent = Agent::new("test").unwrap();
+        let event = |t: &str, outcome| NewEvent::new(ty(t), outcome, agent.clone());
+        let histories: Vec<(&str, Vec<NewEvent>)> = vec![
+            ("B1", vec![event("Data_Received", Outcome::Success)]),
+            ("B2", vec![event("Data_Received", Outcome::Success), event("Checked", Outcome::Failure)]),
+            (
+                "B3",
+                vec![
+                    event("Data_Received", Outcome::Success),
+                    event("Checked", Outcome::Failure).with_details(json!({"transient": true})),
+                ],
+            ),
+            ("B4", vec![event("Data_Received", Outcome::Success), event("Indexed", Outcome::Success)]),
+            ("B5", vec![event("Data_Received", Outcome::Failure)]),
+            (
+                "B6",
+                vec![
+                    event("Data_Received", Outcome::Success),
+                    event("Checked", Outcome::Success),
+                    NewEvent::reset(vec![ty("Checked")], agent.clone(), json!({})),
+                ],
+            ),
+            ("B7", vec![]),
+        ];
+        for (id, events) in histories {
+            let id = BatchId::new(id).unwrap();
+            store.create_batch(NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+            for event in events {
+                store.append_event(&id, event).await.unwrap();
+            }
+        }
+        // B4's content changed after it was indexed: `Indexed` is now old.
+        store.record_content_change(&BatchId::new("B4").unwrap(), serde_json::Map::new()).await.unwrap();
+        let engine = IndexEngine::open(dir.path().join("index")).unwrap();
+        engine.catch_up(&store).await.unwrap();
+
+        let triggers = [
+            Trigger { requires: vec![ty("Data_Received")], blocked_by: vec![ty("Checked")], ..Trigger::default() },
+            Trigger { repeat_on_change: vec![ty("Indexed")], ..Trigger::default() },
+            Trigger { transiently_failed: vec![ty("Checked")], ..Trigger::default() },
+            Trigger { types: vec![BatchType::new("Other").unwrap()], ..Trigger::default() },
+            Trigger { batches: vec![BatchId::new("B1").unwrap(), BatchId::new("B3").unwrap()], ..Trigger::default() },
+            Trigger { settled_for: Some(Duration::from_secs(3600)), ..Trigger::default() },
+            Trigger { settled_for: Some(Duration::ZERO), ..Trigger::default() },
+        ];
+        let mut compared = 0;
+        for batch in all_batches(&store).await.unwrap() {
+            let indexed = engine.get(&batch.id).unwrap().expect("indexed");
+            for trigger in &triggers {
+                for check in checks(trigger, &batch, Some(&indexed)) {
+                    assert_eq!(Some(check.store), check.index, "{} {}", batch.id, check.clause);
+                    compared += 1;
+                }
+                let ready_in_index = engine.query_at(trigger, batch.as_of).unwrap().contains(&batch.id);
+                assert_eq!(all_hold(&checks(trigger, &batch, Some(&indexed))).1, Some(ready_in_index), "{}", batch.id);
+            }
+        }
+        assert!(compared >= 7 * 8, "compared {compared} clauses");
+    }
+}

@@ -1,0 +1,310 @@
+//! A real ZooKeeper for the tests and benchmarks: a standalone server or a 3-node ensemble on
+//! free loopback ports, each node in its own directory of a temp dir, started as a plain
+//! `java` process, ready once the `srvr` four-letter command answers with a `Mode:` line,
+//! stopped by pid (and killed on drop). Without the server installed this fails, saying how
+//! to install it: the lock tests are never skipped.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::wait_until;
+
+/// Where Debian's `zookeeper` package puts the server.
+pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// Without an slf4j binding the server logs nothing.
+const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+/// Starting a node (a JVM) and, for an ensemble, electing a leader.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// Fails the calling test unless the ZooKeeper server and Java are installed.
+pub fn require_installed() {
+    assert!(
+        std::path::Path::new(ZOOKEEPER_JAR).exists(),
+        "ZooKeeper is not installed ({ZOOKEEPER_JAR} is missing): the lock tests need a real server. \
+         Install it with `apt-get update && apt-get install -y zookeeper` (.ci/run does this)."
+    );
+    let java = Command::new("java").arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    assert!(
+        java.is_ok_and(|s| s.success()),
+        "`java` does not run: ZooKeeper needs a JRE. Install it with `apt-get install -y zookeeper` \
+         (which pulls one in) or `apt-get install -y default-jre-headless`."
+    );
+}
+
+/// How to start the servers.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// 1 = standalone, 3 = an ensemble.
+    pub nodes: usize,
+    /// `znode.container.checkIntervalMs`: how often the server deletes empty containers
+    /// (ZooKeeper's default is a minute; tests want to see them go).
+    pub container_check: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { nodes: 1, container_check: Duration::from_secs(60) }
+    }
+}
+
+struct Node {
+    client_port: u16,
+    config: PathBuf,
+    log: PathBuf,
+    process: Option<Child>,
+}
+
+/// Running ZooKeeper servers; killed when dropped.
+pub struct ZooKeeper {
+    nodes: Vec<Node>,
+    options: Options,
+    dir: tempfile::TempDir,
+}
+
+impl ZooKeeper {
+    /// A standalone server that deletes empty containers every 500 ms.
+    pub fn standalone() -> Self {
+        Self::start(Options { nodes: 1, container_check: Duration::from_millis(500) })
+    }
+
+    /// A 3-node ensemble on loopback.
+    pub fn ensemble() -> Self {
+        Self::start(Options { nodes: 3, container_check: Duration::from_millis(500) })
+    }
+
+    /// Starts the servers and waits until every node serves (an ensemble: has a leader).
+    pub fn start(options: Options) -> Self {
+        require_installed();
+        let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
+        let ports = free_ports(options.nodes * 3);
+        let count = options.nodes;
+        let mut nodes = Vec::new();
+        for n in 0..count {
+            let node_dir = dir.path().join(format!("zk{}", n + 1));
+            std::fs::create_dir_all(node_dir.join("data")).expect("ZooKeeper data dir");
+            let mut config = format!(
+                "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                 minSessionTimeout=2000\nmaxSessionTimeout=60000\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=*\n",
+                node_dir.join("data").display(),
+                ports[n],
+            );
+            if count > 1 {
+                std::fs::write(node_dir.join("data/myid"), format!("{}\n", n + 1)).expect("myid");
+                config.push_str("initLimit=10\nsyncLimit=5\n");
+                for m in 0..count {
+                    config.push_str(&format!(
+                        "server.{}=127.0.0.1:{}:{}\n",
+                        m + 1,
+                        ports[count + 2 * m],
+                        ports[count + 2 * m + 1]
+                    ));
+                }
+            }
+            let config_path = node_dir.join("zoo.cfg");
+            std::fs::write(&config_path, config).expect("zoo.cfg");
+            nodes.push(Node {
+                client_port: ports[n],
+                config: config_path,
+                log: node_dir.join("server.log"),
+                process: None,
+            });
+        }
+        let mut zookeeper = Self { nodes, options, dir };
+        for n in 0..count {
+            zookeeper.spawn(n);
+        }
+        zookeeper.wait_serving(&(0..count).collect::<Vec<_>>());
+        zookeeper
+    }
+
+    fn spawn(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        assert!(node.process.is_none(), "node {n} already runs");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).expect("server log");
+        let child = Command::new("java")
+            .arg("-Xmx256m")
+            .arg("-XX:+UseSerialGC")
+            .arg(format!("-Dznode.container.checkIntervalMs={}", self.options.container_check.as_millis()))
+            .arg("-cp")
+            .arg(format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}"))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&node.config)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("java starts");
+        node.process = Some(child);
+    }
+
+    /// Waits until each of `nodes` answers `srvr` with a `Mode:` line; panics (with the
+    /// servers' logs) if that takes over a minute or a node exits.
+    pub fn wait_serving(&mut self, nodes: &[usize]) {
+        let deadline = Instant::now() + START_LIMIT;
+        let serving = wait_until(deadline, || {
+            for &n in nodes {
+                if let Some(child) = self.nodes[n].process.as_mut() {
+                    let exited = child.try_wait().expect("try_wait on ZooKeeper");
+                    assert!(exited.is_none(), "ZooKeeper node {n} exited: {exited:?}\n{}", self.logs());
+                }
+            }
+            nodes.iter().all(|&n| self.mode(n).is_some())
+        });
+        assert!(serving, "ZooKeeper nodes {nodes:?} not serving after {START_LIMIT:?}\n{}", self.logs());
+    }
+
+    /// `127.0.0.1:port[,127.0.0.1:port...]`.
+    pub fn hosts(&self) -> String {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client_port)).collect::<Vec<_>>().join(",")
+    }
+
+    /// The locks URL for a chroot, e.g. `url("autocomp", "3s")`.
+    pub fn url(&self, chroot: &str, session_timeout: &str) -> String {
+        format!("zk://{}/{chroot}?session_timeout={session_timeout}", self.hosts())
+    }
+
+    pub fn client_port(&self, n: usize) -> u16 {
+        self.nodes[n].client_port
+    }
+
+    /// The answer to `srvr`, if node `n` answers at all.
+    pub fn srvr(&self, n: usize) -> Option<String> {
+        four_letter(self.nodes[n].client_port, "srvr")
+    }
+
+    /// `standalone`, `leader` or `follower` while node `n` serves clients.
+    pub fn mode(&self, n: usize) -> Option<String> {
+        let answer = self.srvr(n)?;
+        answer.lines().find_map(|line| line.strip_prefix("Mode: ")).map(|mode| mode.trim().to_owned())
+    }
+
+    /// The last transaction id node `n` has applied (`Zxid:` in `srvr`): every write moves it.
+    pub fn zxid(&self, n: usize) -> i64 {
+        let answer = self.srvr(n).unwrap_or_else(|| panic!("ZooKeeper node {n} does not answer srvr"));
+        let hex = answer.lines().find_map(|line| line.strip_prefix("Zxid: ")).expect("a Zxid line in srvr");
+        i64::from_str_radix(hex.trim().trim_start_matches("0x"), 16).expect("a hex zxid")
+    }
+
+    /// The index of the ensemble's leader, once every running node serves again (after a
+    /// node is killed, the others may still say `follower` before they notice and elect).
+    pub fn leader(&self) -> usize {
+        let running: Vec<usize> = (0..self.nodes.len()).filter(|&n| self.nodes[n].process.is_some()).collect();
+        let mut leader = None;
+        let elected = wait_until(Instant::now() + START_LIMIT, || {
+            let modes: Vec<Option<String>> = running.iter().map(|&n| self.mode(n)).collect();
+            let leaders: Vec<usize> =
+                running.iter().zip(&modes).filter(|(_, m)| m.as_deref() == Some("leader")).map(|(n, _)| *n).collect();
+            leader = leaders.first().copied();
+            leaders.len() == 1 && modes.iter().all(Option::is_some)
+        });
+        match leader {
+            Some(leader) if elected => leader,
+            _ => panic!("no leader among nodes {running:?} after {START_LIMIT:?}\n{}", self.logs()),
+        }
+    }
+
+    /// SIGKILLs node `n` (by its pid) and reaps it.
+    pub fn kill(&mut self, n: usize) {
+        if let Some(mut child) = self.nodes[n].process.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    /// Starts node `n` again (same config and data) and waits until it serves.
+    pub fn restart(&mut self, n: usize) {
+        self.spawn(n);
+        self.wait_serving(&[n]);
+    }
+
+    /// The tail of every node's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        for (n, node) in self.nodes.iter().enumerate() {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+            text.push_str(&format!("--- ZooKeeper node {n} log (last 30 lines)\n{tail}\n"));
+        }
+        text
+    }
+
+    /// Every znode under `root` (itself included, if it exists), parents first.
+    pub fn tree(&self, root: &str) -> Vec<Znode> {
+        self.with_client(|client| async move {
+            let mut found = Vec::new();
+            let mut pending = vec![root.to_owned()];
+            while let Some(path) = pending.pop() {
+                let (children, stat) = match client.get_children(&path).await {
+                    Ok(answer) => answer,
+                    Err(zookeeper_client::Error::NoNode) => continue,
+                    Err(e) => panic!("cannot list {path}: {e}"),
+                };
+                for child in &children {
+                    pending.push(format!("{path}/{child}"));
+                }
+                found.push(Znode { path, ephemeral_owner: stat.ephemeral_owner, children: children.len() });
+            }
+            found.sort_by(|a, b| a.path.cmp(&b.path));
+            found
+        })
+    }
+
+    /// Runs `f` with a fresh client session on a runtime of its own, then closes the session.
+    pub fn with_client<T, F: Future<Output = T>>(&self, f: impl FnOnce(zookeeper_client::Client) -> F) -> T {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let client = zookeeper_client::Client::connector()
+                .with_session_timeout(Duration::from_secs(5))
+                .connect(&self.hosts())
+                .await
+                .unwrap_or_else(|e| panic!("the test cannot connect to ZooKeeper at {}: {e}", self.hosts()));
+            let mut state = client.state_watcher();
+            let result = f(client).await;
+            // The session closes once the last client clone is dropped (in `f`).
+            let closed = async { while !state.changed().await.is_terminated() {} };
+            tokio::time::timeout(Duration::from_secs(2), closed).await.ok();
+            result
+        })
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        for n in 0..self.nodes.len() {
+            self.kill(n);
+        }
+    }
+}
+
+/// One znode, as `ZooKeeper::tree` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Znode {
+    pub path: String,
+    /// The owning session of an ephemeral node, 0 for any other.
+    pub ephemeral_owner: i64,
+    pub children: usize,
+}
+
+/// Sends a four-letter command and reads the whole answer (the server closes after it).
+pub fn four_letter(port: u16, command: &str) -> Option<String> {
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(command.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// `count` distinct loopback ports that were free a moment ago.
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> =
+        (0..count).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("a bound address").port()).collect()
+}

@@ -1,0 +1,534 @@
+//! ZooKeeper locks (DESIGN §5, issue #5) against a real server and real OS processes: the
+//! lock port on a standalone server (one ephemeral node per lock, two writes per cycle,
+//! waiting, ownership, close), then the probe component with `locks = "zk://..."`: four
+//! processes over 500 batches, a SIGKILLed and a SIGSTOPped holder, the session lost
+//! mid-work, ZooKeeper restarted and an ensemble's leader killed mid-run, and an unreachable
+//! ZooKeeper.
+
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::zk::{Options, Znode, ZooKeeper, four_letter, free_ports};
+use autocomp_e2e::{PROBED, Pipeline, finish, wait_until};
+use autocomp_framework::locks::{HeldLock, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks};
+use autocomp_store::{BatchId, ComponentName, Outcome, Timestamp};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+const PASS_LIMIT: Duration = Duration::from_secs(60);
+const CHROOT: &str = "/autocomp";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime")
+}
+
+fn holder(agent: &str) -> LockHolder {
+    LockHolder { agent: agent.into(), host: "testhost".into(), pid: 4242, since: Timestamp::now() }
+}
+
+fn batch_path(batch: &str) -> LockPath {
+    LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new(batch).unwrap())
+}
+
+/// The lock service as the test sees it: its own session, on its own runtime.
+struct Inspector {
+    locks: Arc<dyn LockService>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Inspector {
+    fn open(url: &str) -> Self {
+        let runtime = runtime();
+        let locks = runtime.block_on(open_locks(url)).expect("the test connects to ZooKeeper");
+        Self { locks, runtime }
+    }
+
+    fn held(&self) -> Vec<HeldLock> {
+        self.runtime.block_on(self.locks.held()).expect("held locks listed")
+    }
+}
+
+impl Drop for Inspector {
+    fn drop(&mut self) {
+        self.runtime.block_on(self.locks.close());
+    }
+}
+
+/// Ephemeral nodes under the chroot: locks held by some session.
+fn ephemerals(tree: &[Znode]) -> Vec<&Znode> {
+    tree.iter().filter(|z| z.ephemeral_owner != 0).collect()
+}
+
+/// `Total watches:N` from `wchs`.
+fn watches(zk: &ZooKeeper) -> usize {
+    let answer = four_letter(zk.client_port(0), "wchs").unwrap_or_default();
+    answer.lines().find_map(|l| l.strip_prefix("Total watches:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn a_lock_is_one_ephemeral_node_and_a_cycle_costs_two_writes() {
+    // ZooKeeper's default container check (a minute): an emptied parent deleted between two
+    // cycles would add writes (its deletion and re-creation) to the count below.
+    let zk = ZooKeeper::start(Options::default());
+    let url = zk.url("autocomp", "4s");
+    let rt = runtime();
+    let a = rt.block_on(ZkLocks::connect(&url)).unwrap();
+    let b = rt.block_on(open_locks(&url)).unwrap();
+    let first = batch_path("B0001");
+
+    // The first lock on an empty server creates the chroot and the container parents.
+    let before = zk.zxid(0);
+    let lock = rt.block_on(a.try_lock(&first, &holder("a"), Duration::ZERO)).unwrap().expect("free");
+    let first_writes = zk.zxid(0) - before;
+    let tree = zk.tree(CHROOT);
+    let paths: Vec<&str> = tree.iter().map(|z| z.path.as_str()).collect();
+    assert_eq!(paths, [CHROOT, "/autocomp/batch", "/autocomp/batch/probe", "/autocomp/batch/probe/B0001"]);
+    assert_eq!(ephemerals(&tree).iter().map(|z| z.ephemeral_owner).collect::<Vec<_>>(), [a.session_id()]);
+    println!("first lock on an empty server: {first_writes} zxids (chroot and two containers created)");
+    assert!(first_writes <= 7, "the first lock took {first_writes} writes");
+
+    // Who holds what, from another session.
+    let held = rt.block_on(b.held()).unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].path, "batch/probe/B0001");
+    let shown = held[0].holder.as_ref().expect("the holder is readable");
+    assert_eq!((shown.agent.as_str(), shown.host.as_str(), shown.pid), ("a", "testhost", 4242));
+
+    // Busy for the other session (one refused create: the server logs it as one
+    // transaction), and for another task of the same session (no request at all).
+    let before = zk.zxid(0);
+    assert!(rt.block_on(b.try_lock(&first, &holder("b"), Duration::ZERO)).unwrap().is_none());
+    assert_eq!(zk.zxid(0) - before, 1, "writes of a busy try-lock");
+    assert!(rt.block_on(a.try_lock(&first, &holder("a2"), Duration::ZERO)).unwrap().is_none());
+    assert!(rt.block_on(lock.still_held()).unwrap());
+
+    // A waiter is woken by the deletion: it watches the node, then gets it on release.
+    let watching = watches(&zk);
+    let waiter = {
+        let (b, first) = (Arc::clone(&b), first.clone());
+        rt.spawn(async move { b.try_lock(&first, &holder("b"), Duration::from_secs(30)).await })
+    };
+    assert!(wait_until(Instant::now() + Duration::from_secs(10), || watches(&zk) > watching), "no watch set");
+    let released = Instant::now();
+    rt.block_on(lock.release()).unwrap();
+    let taken = rt.block_on(waiter).unwrap().unwrap().expect("the waiter gets the lock");
+    assert!(released.elapsed() < Duration::from_secs(5), "the waiter took {:?}", released.elapsed());
+    assert_eq!(rt.block_on(a.held()).unwrap()[0].holder.as_ref().unwrap().agent, "b");
+    rt.block_on(taken.release()).unwrap();
+    assert!(rt.block_on(a.held()).unwrap().is_empty());
+
+    // Two writes per cycle (create + delete): on fresh paths and on a reused one.
+    let before = zk.zxid(0);
+    for n in 0..20 {
+        let path = batch_path(&format!("F{n:04}"));
+        let lock = rt.block_on(a.try_lock(&path, &holder("a"), Duration::ZERO)).unwrap().expect("free");
+        rt.block_on(lock.release()).unwrap();
+    }
+    let fresh = zk.zxid(0) - before;
+    let before = zk.zxid(0);
+    for _ in 0..20 {
+        let lock = rt.block_on(a.try_lock(&first, &holder("a"), Duration::ZERO)).unwrap().expect("free");
+        rt.block_on(lock.release()).unwrap();
+    }
+    let reused = zk.zxid(0) - before;
+    assert_eq!((fresh, reused), (40, 40), "writes for 20 cycles on fresh paths and on one path");
+
+    // Close deletes what is still held and ends the session: nothing lingers.
+    let poll = LockPath::Poll(ComponentName::new("probe").unwrap());
+    let kept = rt.block_on(a.try_lock(&poll, &holder("a"), Duration::ZERO)).unwrap().expect("free");
+    let _kept_too = rt.block_on(a.try_lock(&first, &holder("a"), Duration::ZERO)).unwrap().expect("free");
+    assert_eq!(ephemerals(&zk.tree(CHROOT)).len(), 2);
+    rt.block_on(a.close());
+    assert!(ephemerals(&zk.tree(CHROOT)).is_empty(), "{:?}", zk.tree(CHROOT));
+    assert_eq!(*a.session().borrow(), SessionState::Lost);
+    let session = format!("{:#x}", a.session_id());
+    let dump = four_letter(zk.client_port(0), "dump").unwrap_or_default();
+    assert!(!dump.contains(&session), "session {session} still open after close:\n{dump}");
+    assert!(!rt.block_on(kept.still_held()).unwrap_or(false));
+    rt.block_on(b.close());
+}
+
+// ---------------------------------------------------------------------------------------
+// The probe component with ZooKeeper locks, as cron runs it.
+
+/// A pipeline whose probe takes its locks from `zk`, under `/autocomp`.
+fn zk_pipeline(zk: &ZooKeeper, session_timeout: &str) -> Pipeline {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.use_locks(&zk.url("autocomp", session_timeout));
+    pipeline
+}
+
+/// Sends `signal` to a child process.
+fn signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let sent = unsafe { libc::kill(pid, signal) };
+    assert_eq!(sent, 0, "kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
+}
+
+/// SIGKILLs a process when dropped, unless disarmed (`.0 = None`).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|pid| libc::pid_t::try_from(pid).ok()) {
+            // SAFETY: kill(2) on a child we spawned and have not reaped (disarmed before that).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits (at most 30 s) until `condition` holds while the probe still runs; kills it if not.
+fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
+    let held = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
+        condition()
+    });
+    if !held {
+        child.kill().ok();
+        child.wait().ok();
+        panic!("the probe never got to {what}");
+    }
+}
+
+/// `(batch, pid)` of every batch whose work began (the probe's `started` setting).
+fn started(dir: &std::path::Path) -> Vec<(String, u32)> {
+    let mut found: Vec<(String, u32)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid = std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()?;
+            Some((e.file_name().into_string().ok()?, pid))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// One ledger line: the probe appends `pid batch start_ns end_ns` after each batch's work.
+#[derive(Debug)]
+struct Entry {
+    pid: u32,
+    batch: String,
+    start: u128,
+    end: u128,
+}
+
+fn read_ledger(pipeline: &Pipeline) -> Vec<Entry> {
+    let text = std::fs::read_to_string(pipeline.path("ledger.txt")).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts.len(), 4, "bad ledger line {line:?}");
+            Entry {
+                pid: parts[0].parse().unwrap(),
+                batch: parts[1].to_owned(),
+                start: parts[2].parse().unwrap(),
+                end: parts[3].parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+fn probed_count(pipeline: &Pipeline) -> usize {
+    pipeline.all_batches().iter().filter(|b| b.events.iter().any(|e| e.event_type == *PROBED)).count()
+}
+
+/// Every batch has exactly one `Probed` event, a success; no batch was worked on by two
+/// processes at once (ledger intervals per batch are disjoint); no run is left open.
+/// Returns the ledger grouped by batch.
+fn assert_exactly_once(pipeline: &Pipeline, ids: &[BatchId]) -> BTreeMap<String, Vec<Entry>> {
+    let mut by_batch: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+    for entry in read_ledger(pipeline) {
+        by_batch.entry(entry.batch.clone()).or_default().push(entry);
+    }
+    for (batch, entries) in &mut by_batch {
+        entries.sort_by_key(|e| e.start);
+        for pair in entries.windows(2) {
+            assert!(pair[1].start >= pair[0].end, "work on {batch} overlapped: {pair:?}");
+        }
+    }
+    for id in ids {
+        let probed = pipeline.events(id, PROBED);
+        let outcomes: Vec<Outcome> = probed.iter().map(|e| e.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Success], "{id}: {probed:?}");
+    }
+    let open = pipeline.open_runs();
+    assert!(open.is_empty(), "runs left open: {open:?}");
+    by_batch
+}
+
+fn assert_no_lock_nodes(zk: &ZooKeeper) {
+    let tree = zk.tree(CHROOT);
+    assert!(ephemerals(&tree).is_empty(), "lock nodes left behind: {tree:?}");
+}
+
+#[test]
+fn four_processes_do_500_batches_exactly_once_and_leave_no_lock_nodes() {
+    let zk = ZooKeeper::standalone();
+    let pipeline = zk_pipeline(&zk, "10s");
+    let ids = pipeline.register(500);
+    // Busy batches are skipped at once; the poll lock is waited for (a deletion watch).
+    pipeline.configure(&format!(
+        "max_threads = 4\nqueue_size = 50\nbatch_lock_timeout = \"0s\"\npoll_lock_timeout = \"30s\"\n\n\
+         [settings]\nwork_time = \"5ms\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+
+    let deadline = Instant::now() + Duration::from_secs(100);
+    let mut rounds = Vec::new();
+    while probed_count(&pipeline) < ids.len() && Instant::now() < deadline {
+        let children: Vec<Child> = (0..4).map(|_| pipeline.spawn(&[])).collect();
+        rounds.push(children.iter().map(Child::id).collect::<Vec<_>>());
+        for child in children {
+            let finished = finish(child, PASS_LIMIT);
+            assert_eq!(finished.code, Some(0), "a pass failed\n{}", finished.show());
+        }
+    }
+    assert_eq!(probed_count(&pipeline), ids.len(), "not every batch was done after {} rounds", rounds.len());
+    let by_batch = assert_exactly_once(&pipeline, &ids);
+    for id in &ids {
+        let worked = by_batch.get(id.as_str()).map_or(0, Vec::len);
+        assert_eq!(worked, 1, "{id} was worked on {worked} times");
+    }
+    // All four processes of a round worked, at the same time.
+    let span = |pid: u32| {
+        let mine: Vec<&Entry> = by_batch.values().flatten().filter(|e| e.pid == pid).collect();
+        mine.iter().map(|e| e.start).min().zip(mine.iter().map(|e| e.end).max())
+    };
+    let all_worked = rounds.iter().any(|round| round.iter().all(|pid| span(*pid).is_some()));
+    assert!(all_worked, "in no round did all four processes work: {rounds:?}");
+
+    // Every process deleted its lock nodes before exiting; only empty containers remain...
+    let tree = zk.tree(CHROOT);
+    assert_no_lock_nodes(&zk);
+    let containers = [CHROOT, "/autocomp/poll", "/autocomp/batch", "/autocomp/batch/probe"];
+    assert!(tree.iter().all(|z| containers.contains(&z.path.as_str())), "{tree:?}");
+    // ... and the server deletes them once empty.
+    let reaped = wait_until(Instant::now() + Duration::from_secs(30), || zk.tree(CHROOT).is_empty());
+    assert!(reaped, "containers not deleted by the server: {:?}", zk.tree(CHROOT));
+}
+
+#[test]
+fn a_sigkilled_holder_loses_its_lock_after_the_session_timeout_and_the_batch_is_taken_over() {
+    let zk = ZooKeeper::standalone();
+    let pipeline = zk_pipeline(&zk, "3s");
+    let id = pipeline.register(1).remove(0);
+    let started_dir = pipeline.path("started");
+    std::fs::create_dir_all(&started_dir).unwrap();
+    pipeline.configure(&format!("[settings]\nwork_time = \"60s\"\nstarted = \"{}\"\n", started_dir.display()));
+    let inspector = Inspector::open(&zk.url("autocomp", "10s"));
+
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working", || !started(&started_dir).is_empty());
+    let held = inspector.held();
+    assert_eq!(held.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(), ["batch/probe/B0001"]);
+    let holder = held[0].holder.as_ref().expect("the holder is readable");
+    assert_eq!(holder.pid, child.id(), "{holder:?}");
+    assert!(holder.agent.starts_with("probe/"), "{holder:?}");
+    let crashed_run = pipeline.open_runs().remove(0);
+
+    signal(&child, libc::SIGKILL);
+    let killed = Instant::now();
+    let crashed = finish(child, Duration::from_secs(10));
+    assert_eq!(crashed.code, None, "{}", crashed.show());
+    // The dead process's lock lives on with its session until the server expires it.
+    assert_eq!(inspector.held().len(), 1, "the lock vanished with the process, before the session timeout");
+    let gone = wait_until(killed + Duration::from_secs(20), || inspector.held().is_empty());
+    let after = killed.elapsed();
+    assert!(gone, "the lock is still held {after:?} after its holder died: {:?}", inspector.held());
+    assert!(after >= Duration::from_secs(1), "the lock went {after:?} after the kill, before the 3s session timeout");
+    assert!(after < Duration::from_secs(12), "the lock went only {after:?} after the kill (3s session timeout)");
+
+    pipeline.configure("[settings]\nwork_time = \"0s\"\n");
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert!(next.stdout.starts_with("B0001 Probed success"), "{}", next.show());
+    assert!(next.stderr.contains("abandoned"), "the takeover is not logged: {}", next.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success]);
+    assert!(probed[0].run.as_ref().expect("in a run").generation > crashed_run.generation);
+    assert_eq!(pipeline.failed_attempts(&id), 1, "the killed run is not counted as abandoned");
+    assert!(pipeline.open_runs().is_empty());
+    assert_no_lock_nodes(&zk);
+}
+
+#[test]
+fn a_holder_frozen_past_its_session_is_refused_its_commit_after_a_takeover() {
+    let zk = ZooKeeper::standalone();
+    let pipeline = zk_pipeline(&zk, "2s");
+    let id = pipeline.register(1).remove(0);
+    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started_dir).unwrap();
+    pipeline.configure(&format!(
+        "[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+        started_dir.display(),
+        gate.display()
+    ));
+    let inspector = Inspector::open(&zk.url("autocomp", "10s"));
+
+    let mut frozen = pipeline.spawn(&[]);
+    wait_while_running(&mut frozen, "working", || !started(&started_dir).is_empty());
+    let frozen_run = pipeline.open_runs().remove(0);
+    signal(&frozen, libc::SIGSTOP);
+    // A stopped process never ends by itself: should the test fail before SIGCONT, kill it.
+    let mut stopped = KillOnDrop(Some(frozen.id()));
+    let gone = wait_until(Instant::now() + Duration::from_secs(20), || inspector.held().is_empty());
+    assert!(gone, "the frozen holder's lock outlived its 2s session: {:?}", inspector.held());
+
+    // Another process takes the batch over and records it.
+    pipeline.configure("[settings]\n");
+    let other = pipeline.run(&[]);
+    assert_eq!(other.code, Some(0), "{}", other.show());
+    assert!(other.stdout.starts_with("B0001 Probed success"), "{}", other.show());
+    assert!(other.stderr.contains("abandoned"), "{}", other.show());
+
+    // The frozen one wakes up and finishes its work: its commit is refused.
+    std::fs::write(&gate, "").unwrap();
+    signal(&frozen, libc::SIGCONT);
+    stopped.0 = None;
+    let woke = finish(frozen, PASS_LIMIT);
+    assert_eq!(woke.code, Some(4), "{}", woke.show());
+    assert!(woke.stderr.contains("nothing recorded"), "{}", woke.show());
+    assert_eq!(woke.stdout, "", "{}", woke.show());
+
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_eq!(probed[0].outcome, Outcome::Success);
+    assert!(probed[0].run.as_ref().unwrap().generation > frozen_run.generation);
+    assert_eq!(pipeline.failed_attempts(&id), 1, "the frozen run is not marked abandoned");
+    // Had its lock check passed, the store would still refuse its generation.
+    let late = autocomp_store::NewEvent::new(
+        autocomp_store::EventType::new(PROBED).unwrap(),
+        Outcome::Success,
+        frozen_run.holder.agent.clone(),
+    )
+    .in_run(ComponentName::new("probe").unwrap(), frozen_run.generation);
+    let refused = pipeline.block_on(autocomp_store::ObjectStore::append_event(pipeline.store(), &id, late));
+    assert!(refused.as_ref().is_err_and(|e| e.is_fenced()), "{refused:?}");
+    assert!(pipeline.open_runs().is_empty());
+    assert_no_lock_nodes(&zk);
+}
+
+#[test]
+fn a_lost_session_cancels_all_work_records_nothing_and_exits_4() {
+    let mut zk = ZooKeeper::standalone();
+    let pipeline = zk_pipeline(&zk, "2s");
+    let ids = pipeline.register(4);
+    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started_dir).unwrap();
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 4\n\n[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+        started_dir.display(),
+        gate.display()
+    ));
+
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working on two batches", || started(&started_dir).len() == 2);
+    assert_eq!(pipeline.open_runs().len(), 4);
+    zk.kill(0);
+    let killed = Instant::now();
+    let lost = finish(child, PASS_LIMIT);
+    assert_eq!(lost.code, Some(4), "{}", lost.show());
+    assert!(killed.elapsed() < Duration::from_secs(15), "took {:?} to give up a 2s session", killed.elapsed());
+    assert_eq!(lost.stderr.matches("work cancelled, nothing recorded").count(), 2, "{}", lost.show());
+    assert_eq!(lost.stdout, "", "{}", lost.show());
+    for id in &ids {
+        assert!(pipeline.events(id, PROBED).is_empty(), "{id} has an event");
+        assert_eq!(pipeline.failed_attempts(id), 0, "{id}: a released claim counted as a failed attempt");
+    }
+    assert!(pipeline.open_runs().is_empty(), "claims left open: {:?}", pipeline.open_runs());
+
+    // ZooKeeper back (it keeps the dead session's nodes until that session expires there).
+    zk.restart(0);
+    std::fs::write(&gate, "").unwrap();
+    let inspector = Inspector::open(&zk.url("autocomp", "10s"));
+    assert!(wait_until(Instant::now() + Duration::from_secs(20), || inspector.held().is_empty()));
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert_eq!(next.stdout.lines().count(), 4, "{}", next.show());
+    assert_exactly_once(&pipeline, &ids);
+    assert_no_lock_nodes(&zk);
+}
+
+/// Two processes work (held at a gate) when `outage` strikes ZooKeeper; then the gate
+/// opens. Each process finishes or exits 4; later passes complete the work; no batch is
+/// recorded twice or lost, and no two processes ever worked on one batch at once.
+fn an_outage_mid_run_loses_and_duplicates_nothing(mut zk: ZooKeeper, outage: impl FnOnce(&mut ZooKeeper)) {
+    let pipeline = zk_pipeline(&zk, "10s");
+    let ids = pipeline.register(40);
+    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started_dir).unwrap();
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 10\npoll_lock_timeout = \"30s\"\n\n[settings]\nwork_time = \"20ms\"\n\
+         ledger = \"{}\"\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+        pipeline.path("ledger.txt").display(),
+        started_dir.display(),
+        gate.display()
+    ));
+
+    let mut pair = [pipeline.spawn(&[]), pipeline.spawn(&[])];
+    let pids = [pair[0].id(), pair[1].id()];
+    let both_working = || pids.iter().all(|pid| started(&started_dir).iter().any(|(_, p)| p == pid));
+    for child in &mut pair {
+        wait_while_running(child, "working alongside the other", both_working);
+    }
+    outage(&mut zk);
+    std::fs::write(&gate, "").unwrap();
+    let mut codes = Vec::new();
+    for child in pair {
+        let finished = finish(child, PASS_LIMIT);
+        assert!(matches!(finished.code, Some(0 | 4)), "{}", finished.show());
+        codes.push(finished.code);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut passes = 0;
+    while probed_count(&pipeline) < ids.len() && Instant::now() < deadline {
+        let next = pipeline.run(&[]);
+        assert_eq!(next.code, Some(0), "{}", next.show());
+        passes += 1;
+    }
+    assert_eq!(probed_count(&pipeline), ids.len(), "not every batch done after {passes} more passes");
+    assert_exactly_once(&pipeline, &ids);
+    assert_no_lock_nodes(&zk);
+    println!("exit codes during the outage: {codes:?}; {passes} passes after it");
+}
+
+#[test]
+fn zookeeper_restarted_mid_run_loses_and_duplicates_nothing() {
+    an_outage_mid_run_loses_and_duplicates_nothing(ZooKeeper::standalone(), |zk| {
+        zk.kill(0);
+        zk.restart(0);
+    });
+}
+
+#[test]
+fn the_leader_of_an_ensemble_killed_mid_run_loses_and_duplicates_nothing() {
+    an_outage_mid_run_loses_and_duplicates_nothing(ZooKeeper::ensemble(), |zk| {
+        let leader = zk.leader();
+        zk.kill(leader);
+        let elected = zk.leader();
+        assert_ne!(elected, leader);
+    });
+}
+
+#[test]
+fn an_unreachable_zookeeper_exits_4_naming_it_and_claims_nothing() {
+    let pipeline = Pipeline::new(PROBE);
+    let port = free_ports(1)[0];
+    pipeline.use_locks(&format!("zk://127.0.0.1:{port}/autocomp?session_timeout=2s"));
+    let id = pipeline.register(1).remove(0);
+    let head = pipeline.head();
+
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(4), "{}", run.show());
+    assert!(run.stderr.contains("cannot reach ZooKeeper"), "{}", run.show());
+    assert!(run.stderr.contains(&format!("127.0.0.1:{port}")), "the message does not name the server: {}", run.show());
+    assert!(run.elapsed < Duration::from_secs(10), "took {:?} to give up", run.elapsed);
+    assert_eq!(run.stdout, "", "{}", run.show());
+    assert_eq!(pipeline.head(), head, "a run without its lock service changed the store");
+    assert!(pipeline.open_runs().is_empty());
+    assert!(pipeline.events(&id, PROBED).is_empty());
+}
