@@ -275,3 +275,47 @@ impl Pipeline {
         files
     }
 }
+
+/// One line of the probe component's ledger: `pid batch start_ns end_ns`, written after each
+/// batch's work, so tests can check exactly-once and non-overlap from outside the processes.
+#[derive(Debug, Clone)]
+pub struct LedgerEntry {
+    pub pid: u32,
+    pub batch: String,
+    pub start: u128,
+    pub end: u128,
+}
+
+impl Pipeline {
+    /// The probe's ledger (`ledger.txt` in the pipeline dir), in the order it was written.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        let text = std::fs::read_to_string(self.path("ledger.txt")).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let parts: Vec<&str> = line.split(' ').collect();
+                assert_eq!(parts.len(), 4, "bad ledger line {line:?}");
+                LedgerEntry {
+                    pid: parts[0].parse().unwrap(),
+                    batch: parts[1].to_owned(),
+                    start: parts[2].parse().unwrap(),
+                    end: parts[3].parse().unwrap(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Groups ledger entries by batch, asserting that no two intervals of one batch overlap.
+pub fn disjoint_by_batch(ledger: &[LedgerEntry]) -> std::collections::BTreeMap<String, Vec<LedgerEntry>> {
+    let mut by_batch: std::collections::BTreeMap<String, Vec<LedgerEntry>> = Default::default();
+    for entry in ledger {
+        by_batch.entry(entry.batch.clone()).or_default().push(entry.clone());
+    }
+    for (batch, entries) in &mut by_batch {
+        entries.sort_by_key(|e| e.start);
+        for pair in entries.windows(2) {
+            assert!(pair[1].start >= pair[0].end, "work on {batch} overlapped: {pair:?}");
+        }
+    }
+    by_batch
+}

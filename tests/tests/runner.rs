@@ -2,11 +2,11 @@
 //! SQLite store, tantivy index dir and flock lock dir. Concurrency and exactly-once, panics,
 //! timeouts, transient retries, SIGTERM and SIGKILL mid-work, and the command line's contract.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{Finished, PROBED, Pipeline, finish, wait_until};
+use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
 use autocomp_store::Outcome;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
@@ -58,36 +58,7 @@ fn work_began(started: &std::path::Path) -> bool {
 }
 
 /// One ledger line: the probe appends `pid batch start_ns end_ns` after each batch's work.
-#[derive(Debug)]
-struct Entry {
-    pid: u32,
-    batch: String,
-    start: u128,
-    end: u128,
-}
-
-fn read_ledger(pipeline: &Pipeline) -> Vec<Entry> {
-    let text = std::fs::read_to_string(pipeline.path("ledger.txt")).unwrap_or_default();
-    text.lines()
-        .map(|line| {
-            let parts: Vec<&str> = line.split(' ').collect();
-            assert_eq!(parts.len(), 4, "bad ledger line {line:?}");
-            Entry {
-                pid: parts[0].parse().unwrap(),
-                batch: parts[1].to_owned(),
-                start: parts[2].parse().unwrap(),
-                end: parts[3].parse().unwrap(),
-            }
-        })
-        .collect()
-}
-
-/// Starts two passes at once per round, as cron on one host does when a pass outlives its
-/// slot, over 200 batches until all are done; checks every batch was worked on exactly once,
-/// never twice at the same time, and that both processes of a round worked. With
-/// `side_by_side`, the first round's work is held until both processes are working, so they
-/// certainly work at the same time. Returns the ledger and the pids of each round.
-fn two_at_once_over_200_batches(extra_config: &str, side_by_side: bool) -> (Vec<Entry>, Vec<[u32; 2]>) {
+fn two_at_once_over_200_batches(extra_config: &str, side_by_side: bool) -> (Vec<LedgerEntry>, Vec<[u32; 2]>) {
     let pipeline = Pipeline::new(PROBE);
     let ids = pipeline.register(200);
     let (started, gate) = (pipeline.path("started"), pipeline.path("go"));
@@ -127,17 +98,8 @@ fn two_at_once_over_200_batches(extra_config: &str, side_by_side: bool) -> (Vec<
     }
     assert_eq!(done(), ids.len(), "not every batch was done after {} rounds", rounds.len());
 
-    let ledger = read_ledger(&pipeline);
-    let mut by_batch: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
-    for entry in &ledger {
-        by_batch.entry(entry.batch.as_str()).or_default().push(entry);
-    }
-    for (batch, entries) in &mut by_batch {
-        entries.sort_by_key(|e| e.start);
-        for pair in entries.windows(2) {
-            assert!(pair[1].start >= pair[0].end, "work on {batch} overlapped: {pair:?}");
-        }
-    }
+    let ledger = pipeline.ledger();
+    let by_batch = disjoint_by_batch(&ledger);
     for id in &ids {
         let worked = by_batch.get(id.as_str()).map_or(0, Vec::len);
         assert_eq!(worked, 1, "{id} was worked on {worked} times");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::{Options, Znode, ZooKeeper, four_letter, free_ports};
-use autocomp_e2e::{PROBED, Pipeline, finish, wait_until};
+use autocomp_e2e::{LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
 use autocomp_framework::locks::{HeldLock, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks};
 use autocomp_store::{BatchId, ComponentName, Outcome, Timestamp};
 
@@ -207,30 +207,6 @@ fn started(dir: &std::path::Path) -> Vec<(String, u32)> {
 }
 
 /// One ledger line: the probe appends `pid batch start_ns end_ns` after each batch's work.
-#[derive(Debug)]
-struct Entry {
-    pid: u32,
-    batch: String,
-    start: u128,
-    end: u128,
-}
-
-fn read_ledger(pipeline: &Pipeline) -> Vec<Entry> {
-    let text = std::fs::read_to_string(pipeline.path("ledger.txt")).unwrap_or_default();
-    text.lines()
-        .map(|line| {
-            let parts: Vec<&str> = line.split(' ').collect();
-            assert_eq!(parts.len(), 4, "bad ledger line {line:?}");
-            Entry {
-                pid: parts[0].parse().unwrap(),
-                batch: parts[1].to_owned(),
-                start: parts[2].parse().unwrap(),
-                end: parts[3].parse().unwrap(),
-            }
-        })
-        .collect()
-}
-
 fn probed_count(pipeline: &Pipeline) -> usize {
     pipeline.all_batches().iter().filter(|b| b.events.iter().any(|e| e.event_type == *PROBED)).count()
 }
@@ -238,17 +214,8 @@ fn probed_count(pipeline: &Pipeline) -> usize {
 /// Every batch has exactly one `Probed` event, a success; no batch was worked on by two
 /// processes at once (ledger intervals per batch are disjoint); no run is left open.
 /// Returns the ledger grouped by batch.
-fn assert_exactly_once(pipeline: &Pipeline, ids: &[BatchId]) -> BTreeMap<String, Vec<Entry>> {
-    let mut by_batch: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
-    for entry in read_ledger(pipeline) {
-        by_batch.entry(entry.batch.clone()).or_default().push(entry);
-    }
-    for (batch, entries) in &mut by_batch {
-        entries.sort_by_key(|e| e.start);
-        for pair in entries.windows(2) {
-            assert!(pair[1].start >= pair[0].end, "work on {batch} overlapped: {pair:?}");
-        }
-    }
+fn assert_exactly_once(pipeline: &Pipeline, ids: &[BatchId]) -> BTreeMap<String, Vec<LedgerEntry>> {
+    let by_batch = disjoint_by_batch(&pipeline.ledger());
     for id in ids {
         let probed = pipeline.events(id, PROBED);
         let outcomes: Vec<Outcome> = probed.iter().map(|e| e.outcome).collect();
@@ -294,7 +261,7 @@ fn four_processes_do_500_batches_exactly_once_and_leave_no_lock_nodes() {
     }
     // All four processes of a round worked, at the same time.
     let span = |pid: u32| {
-        let mine: Vec<&Entry> = by_batch.values().flatten().filter(|e| e.pid == pid).collect();
+        let mine: Vec<&LedgerEntry> = by_batch.values().flatten().filter(|e| e.pid == pid).collect();
         mine.iter().map(|e| e.start).min().zip(mine.iter().map(|e| e.end).max())
     };
     let all_worked = rounds.iter().any(|round| round.iter().all(|pid| span(*pid).is_some()));
