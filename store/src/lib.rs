@@ -2,12 +2,15 @@
 //!
 //! It owns the data model (batches, their append-only event logs, claims), the one pure
 //! definition of trigger semantics, the `ObjectStore` port every other crate talks to, and the
-//! embedded SQLite backend behind it. Nothing here knows about indexes, locks or components.
+//! embedded SQLite backend behind it, and the store service that puts any backend on HTTP
+//! with the `HttpStore` client that reaches it. Nothing here knows about indexes, locks or components.
 
+pub mod http;
 pub mod model;
 pub mod port;
 pub mod sqlite;
 
 pub use model::*;
 pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
+pub use http::HttpStore;
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

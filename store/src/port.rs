@@ -3,6 +3,7 @@
 //! tokio; the embedded SQLite adapter runs its blocking work off the async threads.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -115,7 +116,8 @@ pub trait ObjectStore: Send + Sync {
     /// marked abandoned (and fenced from then on).
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>;
 
-    /// Closes a run without an event, so the batch is ready again. `Fenced` if the run is not
+    /// Closes a run without an event, so the batch is ready again. Releasing a run that is
+    /// already released (and still current) is a no-op; `Fenced` if the run is otherwise not
     /// the current open one.
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()>;
 
@@ -145,6 +147,20 @@ pub trait ObjectStore: Send + Sync {
 
     /// The newest seq in the store.
     async fn head(&self) -> StoreResult<Seq>;
+
+    /// Waits until the head passes `since` or `timeout` elapses, and returns the head: how a
+    /// follower of the change feed sleeps without missing a change. The store service
+    /// answers at once after its own writes; the default polls every 50 ms.
+    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let head = self.head().await?;
+            if head > since || tokio::time::Instant::now() >= deadline {
+                return Ok(head);
+            }
+            tokio::time::sleep_until((tokio::time::Instant::now() + Duration::from_millis(50)).min(deadline)).await;
+        }
+    }
 
     /// An operator's cancel (DESIGN §6), in one transaction: the open run of
     /// (batch, component), if any, is closed as `cancelled` and the claim generation bumped,
@@ -186,8 +202,8 @@ pub trait ObjectStore: Send + Sync {
     }
 }
 
-/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`.
-/// (`http://` URLs are served by the store service, a later addition.)
+/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`, or
+/// the store service at `http://host:port[?retry_for=30s]`.
 pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
     if let Some(rest) = url.strip_prefix("sqlite://") {
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -199,10 +215,9 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
         let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
         return Ok(Arc::new(store));
     }
-    let reason = if url.starts_with("http://") || url.starts_with("https://") {
-        "the HTTP store client is not built yet; use sqlite:///path/to/store.db"
-    } else {
-        "unknown scheme; expected sqlite:///path/to/store.db"
-    };
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(Arc::new(crate::http::HttpStore::new(url)?));
+    }
+    let reason = "unknown scheme; expected sqlite:///path/to/store.db or http://host:port";
     Err(InvalidInput::new("store url", url, reason).into())
 }

@@ -505,6 +505,21 @@ pub fn claim(
 pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
     let tx = write_tx(conn)?;
     require_batch(&tx, batch)?;
+    // Releasing twice is a no-op, so a client may retry a release whose answer it lost.
+    let released_already: bool = tx
+        .query_row(
+            "SELECT 1 FROM runs JOIN claims USING (batch_id, component)
+             WHERE batch_id = ?1 AND component = ?2 AND runs.generation = ?3
+               AND claims.generation = ?3 AND runs.state = 'released'",
+            params![batch.as_str(), component.as_str(), generation],
+            |_| Ok(true),
+        )
+        .optional()
+        .map_err(unavailable)?
+        .unwrap_or(false);
+    if released_already {
+        return Ok(());
+    }
     check_run_is_current_and_open(&tx, batch, component, generation)?;
     let seq = next_seq(&tx)?;
     tx.execute(

@@ -1,0 +1,243 @@
+//! The HTTP client side shared by `HttpStore` and sboi's `HttpIndex`: one POST per
+//! operation, the bearer token, error bodies mapped back to typed errors, and retries that
+//! ride out a service restart without ever repeating a write that is not safe to repeat.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::service::ErrorBody;
+use crate::model::{BatchId, ComponentName, InvalidInput};
+use crate::port::StoreError;
+
+/// Whether an operation may be sent again when its first attempt may have been applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Reads, and writes whose repetition changes nothing (idempotency key, same value).
+    Safe,
+    /// Retried only when the request surely never reached the service (connection refused).
+    OnlyUnsent,
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// The service answered with an error body.
+    Api { status: StatusCode, body: ErrorBody },
+    /// No usable answer: unreachable, timed out, or an answer that is not ours.
+    Unreachable(String),
+}
+
+impl CallError {
+    /// The store's own error, as the embedded adapter would have returned it.
+    pub fn into_store_error(self) -> StoreError {
+        match self {
+            CallError::Unreachable(message) => StoreError::Unavailable(message),
+            CallError::Api { status, body } => {
+                let e = body.error;
+                let batch = || e.batch.as_deref().and_then(|b| BatchId::new(b).ok());
+                match e.kind.as_str() {
+                    "invalid" => StoreError::Invalid(InvalidInput::new(
+                        e.field.unwrap_or_default(),
+                        e.value.unwrap_or_default(),
+                        e.reason.unwrap_or(e.message),
+                    )),
+                    "not_found" if batch().is_some() => StoreError::NotFound(batch().expect("checked")),
+                    "conflict" => StoreError::Conflict(e.message.trim_start_matches("conflict: ").to_string()),
+                    "fenced" => match (batch(), e.component.as_deref().and_then(|c| ComponentName::new(c).ok())) {
+                        (Some(batch), Some(component)) => StoreError::Fenced {
+                            batch,
+                            component,
+                            generation: e.generation.unwrap_or_default(),
+                            reason: e.reason.unwrap_or_default(),
+                        },
+                        _ => StoreError::Conflict(e.message),
+                    },
+                    "unavailable" => StoreError::Unavailable(e.message),
+                    _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
+                }
+            }
+        }
+    }
+}
+
+/// A JSON-over-HTTP client for one autocomp service.
+pub struct HttpClient {
+    base: String,
+    what: &'static str,
+    http: reqwest::Client,
+    token: Option<String>,
+    retry_for: Duration,
+    /// Until the service has answered once, a refused connection fails at once: a cron
+    /// start against a service that is down should exit 5 now, not in `retry_for`.
+    reached: AtomicBool,
+}
+
+/// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`.
+pub struct ClientOptions {
+    pub base: String,
+    pub retry_for: Duration,
+}
+
+impl ClientOptions {
+    pub fn parse(url: &str, field: &str) -> Result<Self, InvalidInput> {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let base = base.trim_end_matches('/').to_string();
+        let authority = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).unwrap_or("");
+        if authority.is_empty() || authority.contains('/') {
+            return Err(InvalidInput::new(field, url, "expected http://host:port"));
+        }
+        let mut options = Self { base, retry_for: Duration::from_secs(30) };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("retry_for", value)) => {
+                    options.retry_for = humantime::parse_duration(value)
+                        .map_err(|e| InvalidInput::new(field, url, format!("retry_for={value}: {e}")))?;
+                }
+                _ => return Err(InvalidInput::new(field, url, format!("unknown parameter {pair:?}; known: retry_for"))),
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// The token clients send: `$AUTOCOMP_TOKEN`, else the file `$AUTOCOMP_TOKEN_FILE` names.
+pub fn client_token() -> Result<Option<String>, InvalidInput> {
+    if let Some(token) = std::env::var("AUTOCOMP_TOKEN").ok().filter(|t| !t.trim().is_empty()) {
+        return Ok(Some(token.trim().to_string()));
+    }
+    match std::env::var("AUTOCOMP_TOKEN_FILE").ok().filter(|p| !p.is_empty()) {
+        None => Ok(None),
+        Some(path) => std::fs::read_to_string(&path)
+            .map(|t| Some(t.trim().to_string()))
+            .map_err(|e| InvalidInput::new("AUTOCOMP_TOKEN_FILE", path, e.to_string())),
+    }
+}
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl HttpClient {
+    pub fn new(options: ClientOptions, what: &'static str, token: Option<String>) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self {
+            base: options.base,
+            what,
+            http,
+            token,
+            retry_for: options.retry_for,
+            reached: AtomicBool::new(false),
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// POSTs `request` to `/v1/<operation>` and decodes the answer, retrying as `retry`
+    /// allows for up to `retry_for`. `timeout` bounds each attempt (long polls need more).
+    pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+        &self,
+        operation: &str,
+        request: &Req,
+        retry: Retry,
+        timeout: Option<Duration>,
+    ) -> Result<Resp, CallError> {
+        let url = format!("{}/v1/{operation}", self.base);
+        let body = serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let (error, may_retry) = match self.attempt(&url, body.clone(), timeout).await {
+                Ok(response) => match self.decode(operation, response).await {
+                    Ok(decoded) => return Ok(decoded),
+                    // The service was up but could not do it now (e.g. the database busy):
+                    // nothing was committed, but only safe operations go round again.
+                    Err(CallError::Api { status, body }) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                        (CallError::Api { status, body }, retry == Retry::Safe)
+                    }
+                    Err(other) => return Err(other),
+                },
+                Err(error) => {
+                    let unsent = error.is_connect();
+                    let may_retry = self.reached.load(Ordering::Relaxed) && (unsent || retry == Retry::Safe);
+                    let message = format!("{} at {} unreachable ({operation}): {}", self.what, self.base, chain(&error));
+                    (CallError::Unreachable(message), may_retry)
+                }
+            };
+            if !may_retry || started.elapsed() + pause > self.retry_for {
+                return Err(match error {
+                    CallError::Unreachable(message) if may_retry => {
+                        CallError::Unreachable(format!("{message}; gave up after {:?}", self.retry_for))
+                    }
+                    other => other,
+                });
+            }
+            tracing::warn!(operation, retry_in = ?pause, "{} not answering; retrying", self.what);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn attempt(
+        &self,
+        url: &str,
+        body: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let mut request = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(timeout.unwrap_or(REQUEST_TIMEOUT))
+            .body(body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await
+    }
+
+    async fn decode<Resp: DeserializeOwned>(
+        &self,
+        operation: &str,
+        response: reqwest::Response,
+    ) -> Result<Resp, CallError> {
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| {
+            CallError::Unreachable(format!("{} at {}: reading the answer to {operation}: {}", self.what, self.base, chain(&e)))
+        })?;
+        self.reached.store(true, Ordering::Relaxed);
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                CallError::Unreachable(format!("{} at {} answered {operation} with something else: {e}", self.what, self.base))
+            });
+        }
+        match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) => Err(CallError::Api { status, body }),
+            Err(_) => Err(CallError::Unreachable(format!(
+                "{} at {} answered {operation} with HTTP {status}: {}",
+                self.what,
+                self.base,
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ))),
+        }
+    }
+}
+
+/// reqwest's errors keep the useful part ("Connection refused") in their sources.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}

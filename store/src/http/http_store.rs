@@ -1,0 +1,188 @@
+//! `HttpStore`: the `ObjectStore` port over the store service, so every caller works
+//! unchanged with an `http://` URL. Appends always carry an idempotency key (one is made up
+//! when the caller gave none), so a retry after a lost answer never records twice.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::client::{ClientOptions, HttpClient, Retry, client_token};
+use super::wire;
+use crate::model::{Batch, BatchId, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, Run, RunHolder, Seq};
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+
+pub struct HttpStore {
+    client: HttpClient,
+    /// Makes the idempotency keys of this client unique: host, pid, start time, counter.
+    key_prefix: String,
+    appends: AtomicU64,
+}
+
+impl HttpStore {
+    /// A client for the store service at `url` (`http://host:port[?retry_for=30s]`); the
+    /// token comes from `$AUTOCOMP_TOKEN` or `$AUTOCOMP_TOKEN_FILE`.
+    pub fn new(url: &str) -> StoreResult<Self> {
+        Self::with_token(url, client_token()?)
+    }
+
+    /// A client that sends `token` (or none: reads only, from loopback).
+    pub fn with_token(url: &str, token: Option<String>) -> StoreResult<Self> {
+        let options = ClientOptions::parse(url, "store url")?;
+        let client = HttpClient::new(options, "store service", token).map_err(StoreError::Unavailable)?;
+        let host: String = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(40)
+            .collect();
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let key_prefix = format!("auto.{host}.{}.{}", std::process::id(), started.as_nanos());
+        Ok(Self { client, key_prefix, appends: AtomicU64::new(0) })
+    }
+
+    pub fn base(&self) -> &str {
+        self.client.base()
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        operation: &str,
+        request: &Req,
+        retry: Retry,
+    ) -> StoreResult<Resp> {
+        self.client.call(operation, request, retry, None).await.map_err(|e| e.into_store_error())
+    }
+
+    fn fresh_key(&self) -> IdempotencyKey {
+        let n = self.appends.fetch_add(1, Ordering::Relaxed);
+        IdempotencyKey::new(format!("{}.{n}", self.key_prefix)).expect("made of printable ASCII, under 128 characters")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for HttpStore {
+    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
+        let answer: wire::Created = self.call("create_batch", &batch, Retry::Safe).await?;
+        Ok(if answer.created { CreateOutcome::Created(answer.batch) } else { CreateOutcome::AlreadyExists(answer.batch) })
+    }
+
+    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
+        self.call("get_batch", &wire::ById { id: id.clone() }, Retry::Safe).await
+    }
+
+    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+        let mut batches = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(wire::MAX_ITEMS) {
+            let page: Vec<Batch> = self.call("get_batches", &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
+            batches.extend(page);
+        }
+        Ok(batches)
+    }
+
+    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
+        let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
+        self.call("list_batches", &request, Retry::Safe).await
+    }
+
+    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
+        let answer: wire::SeqAnswer =
+            self.call("set_priority", &wire::SetPriority { id: id.clone(), priority }, Retry::Safe).await?;
+        Ok(answer.seq)
+    }
+
+    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
+        // Merging the same patch twice leaves the same metadata; at worst `modified_seq`
+        // moves once more, which re-triggers nothing that had not already been triggered.
+        let request = wire::ContentChange { id: id.clone(), metadata_patch };
+        let answer: wire::SeqAnswer = self.call("record_content_change", &request, Retry::Safe).await?;
+        Ok(answer.seq)
+    }
+
+    async fn append_event(&self, batch: &BatchId, mut event: NewEvent) -> StoreResult<Event> {
+        if event.idempotency_key.is_none() {
+            event.idempotency_key = Some(self.fresh_key());
+        }
+        self.call("append_event", &wire::AppendEvent { batch: batch.clone(), event }, Retry::Safe).await
+    }
+
+    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+        // Not repeated blindly: a second claim would abandon a first one we never heard of.
+        let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder: holder.clone() };
+        self.call("claim", &request, Retry::OnlyUnsent).await
+    }
+
+    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+        let request = wire::RunId { batch: batch.clone(), component: component.clone(), generation };
+        let _: wire::Empty = self.call("release", &request, Retry::Safe).await?;
+        Ok(())
+    }
+
+    async fn save_checkpoint(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        data: Value,
+    ) -> StoreResult<()> {
+        let request = wire::SaveCheckpoint { batch: batch.clone(), component: component.clone(), generation, data };
+        let _: wire::Empty = self.call("save_checkpoint", &request, Retry::Safe).await?;
+        Ok(())
+    }
+
+    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
+        let request = wire::OfComponent { batch: batch.clone(), component: component.clone() };
+        let answer: wire::Checkpoint = self.call("load_checkpoint", &request, Retry::Safe).await?;
+        Ok(answer.data)
+    }
+
+    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+        self.call("open_runs", &wire::OpenRuns { component: component.cloned() }, Retry::Safe).await
+    }
+
+    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+        let request = wire::FailedAttempts { batch: batch.clone(), component: component.clone(), since };
+        let answer: wire::Count = self.call("failed_attempts", &request, Retry::Safe).await?;
+        Ok(u32::try_from(answer.count).unwrap_or(u32::MAX))
+    }
+
+    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+        self.call("changes", &wire::Changes { since, limit: limit.min(wire::MAX_ITEMS) }, Retry::Safe).await
+    }
+
+    async fn head(&self) -> StoreResult<Seq> {
+        let answer: wire::Head = self.call("head", &wire::Empty {}, Retry::Safe).await?;
+        Ok(answer.head)
+    }
+
+    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let timeout = timeout.min(Duration::from_millis(wire::MAX_WAIT_MS));
+        let request = wire::WaitForChange { since, timeout_ms: timeout.as_millis() as u64 };
+        let answer: wire::Head = self
+            .client
+            .call("wait_for_change", &request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
+            .await
+            .map_err(|e| e.into_store_error())?;
+        Ok(answer.head)
+    }
+
+    async fn cancel_run(&self, batch: &BatchId, component: &ComponentName, event: NewEvent) -> StoreResult<Cancellation> {
+        let request = wire::CancelRun { batch: batch.clone(), component: component.clone(), event };
+        self.call("cancel_run", &request, Retry::OnlyUnsent).await
+    }
+
+    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
+        let request = wire::Prioritize { id: id.clone(), priority, event };
+        self.call("prioritize", &request, Retry::OnlyUnsent).await
+    }
+
+    async fn count_batches(&self) -> StoreResult<u64> {
+        let answer: wire::Count = self.call("count_batches", &wire::Empty {}, Retry::Safe).await?;
+        Ok(answer.count)
+    }
+}

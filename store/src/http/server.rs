@@ -1,0 +1,254 @@
+//! The store service (`autocomp-store serve`): the `ObjectStore` port as JSON over HTTP,
+//! one `POST /v1/<operation>` per port method, in front of any adapter (SQLite today).
+//! It adds the bearer token for writes, long polls on the change feed, and metrics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use super::service::{Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body};
+use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
+use crate::model::{InvalidInput, NewBatch};
+use crate::port::{CreateOutcome, ObjectStore};
+
+/// The OpenAPI document of this service, kept in the repository beside the code.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+pub struct StoreService {
+    store: Arc<dyn ObjectStore>,
+    access: Access,
+    metrics: Metrics,
+    /// Woken after every write this service makes, so long polls answer at once.
+    changed: Notify,
+    /// Long polls parked right now (a follower each, normally).
+    waiting: AtomicI64,
+}
+
+impl StoreService {
+    pub fn new(store: Arc<dyn ObjectStore>, access: Access) -> Arc<Self> {
+        Arc::new(Self { store, access, metrics: Metrics::new("autocomp_store"), changed: Notify::new(), waiting: AtomicI64::new(0) })
+    }
+
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health", get(health))
+            .route("/metrics", get(metrics))
+            .route("/openapi.json", get(openapi))
+            .route("/v1/{operation}", post(operation))
+            .fallback(no_such_path)
+            .method_not_allowed_fallback(wrong_method)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(Arc::clone(self))
+    }
+
+    async fn dispatch(
+        &self,
+        operation: &str,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Response, ApiError> {
+        let Some(&(name, write)) = OPERATIONS.iter().find(|(name, _)| *name == operation) else {
+            return Err(ApiError::unknown_operation(operation));
+        };
+        self.access.check(headers, peer, write)?;
+        let store = self.store.as_ref();
+        let response = match name {
+            "create_batch" => {
+                let batch: NewBatch = parse_body(body)?;
+                match store.create_batch(batch).await? {
+                    CreateOutcome::Created(batch) => ok(wire::Created { created: true, batch }),
+                    CreateOutcome::AlreadyExists(batch) => ok(wire::Created { created: false, batch }),
+                }
+            }
+            "get_batch" => {
+                let request: wire::ById = parse_body(body)?;
+                ok(store.get_batch(&request.id).await?)
+            }
+            "get_batches" => {
+                let request: wire::ByIds = parse_body(body)?;
+                at_most("ids", request.ids.len())?;
+                ok(store.get_batches(&request.ids).await?)
+            }
+            "list_batches" => {
+                let request: wire::ListBatches = parse_body(body)?;
+                at_most("limit", request.limit)?;
+                ok(store.list_batches(request.after.as_ref(), request.limit).await?)
+            }
+            "set_priority" => {
+                let request: wire::SetPriority = parse_body(body)?;
+                ok(wire::SeqAnswer { seq: store.set_priority(&request.id, request.priority).await? })
+            }
+            "record_content_change" => {
+                let request: wire::ContentChange = parse_body(body)?;
+                ok(wire::SeqAnswer { seq: store.record_content_change(&request.id, request.metadata_patch).await? })
+            }
+            "append_event" => {
+                let request: wire::AppendEvent = parse_body(body)?;
+                ok(store.append_event(&request.batch, request.event).await?)
+            }
+            "claim" => {
+                let request: wire::ClaimRequest = parse_body(body)?;
+                ok(store.claim(&request.batch, &request.component, &request.holder).await?)
+            }
+            "release" => {
+                let request: wire::RunId = parse_body(body)?;
+                store.release(&request.batch, &request.component, request.generation).await?;
+                ok(wire::Empty {})
+            }
+            "save_checkpoint" => {
+                let request: wire::SaveCheckpoint = parse_body(body)?;
+                store.save_checkpoint(&request.batch, &request.component, request.generation, request.data).await?;
+                ok(wire::Empty {})
+            }
+            "load_checkpoint" => {
+                let request: wire::OfComponent = parse_body(body)?;
+                ok(wire::Checkpoint { data: store.load_checkpoint(&request.batch, &request.component).await? })
+            }
+            "open_runs" => {
+                let request: wire::OpenRuns = parse_body(body)?;
+                ok(store.open_runs(request.component.as_ref()).await?)
+            }
+            "failed_attempts" => {
+                let request: wire::FailedAttempts = parse_body(body)?;
+                let count = store.failed_attempts(&request.batch, &request.component, request.since).await?;
+                ok(wire::Count { count: count.into() })
+            }
+            "changes" => {
+                let request: wire::Changes = parse_body(body)?;
+                at_most("limit", request.limit)?;
+                ok(store.changes(request.since, request.limit).await?)
+            }
+            "head" => {
+                let _: wire::Empty = parse_body(body)?;
+                ok(wire::Head { head: store.head().await? })
+            }
+            "wait_for_change" => {
+                let request: wire::WaitForChange = parse_body(body)?;
+                if request.timeout_ms > MAX_WAIT_MS {
+                    let reason = format!("at most {MAX_WAIT_MS} ms");
+                    return Err(ApiError::invalid(InvalidInput::new("timeout_ms", request.timeout_ms.to_string(), reason)));
+                }
+                let head = self.wait_for_change(request.since, Duration::from_millis(request.timeout_ms)).await?;
+                ok(wire::Head { head })
+            }
+            "cancel_run" => {
+                let request: wire::CancelRun = parse_body(body)?;
+                ok(store.cancel_run(&request.batch, &request.component, request.event).await?)
+            }
+            "prioritize" => {
+                let request: wire::Prioritize = parse_body(body)?;
+                ok(store.prioritize(&request.id, request.priority, request.event).await?)
+            }
+            "count_batches" => {
+                let _: wire::Empty = parse_body(body)?;
+                ok(wire::Count { count: store.count_batches().await? })
+            }
+            other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
+        };
+        if write {
+            self.changed.notify_waiters();
+        }
+        Ok(response)
+    }
+
+    /// Answers as soon as the head passes `since`: at once after a write through this
+    /// service, within 100 ms after one made around it (another process on the file).
+    async fn wait_for_change(&self, since: crate::model::Seq, timeout: Duration) -> Result<crate::model::Seq, ApiError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _parked = scopeguard(|| self.waiting.fetch_sub(1, Ordering::Relaxed));
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let head = self.store.head().await?;
+            if head > since || tokio::time::Instant::now() >= deadline {
+                return Ok(head);
+            }
+            let poll = (tokio::time::Instant::now() + Duration::from_millis(100)).min(deadline);
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(poll) => {}
+            }
+        }
+    }
+}
+
+/// Runs `f` when dropped: a long poll counts as parked until it returns or its client goes.
+fn scopeguard<F: FnOnce() -> R, R>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce() -> R, R>(Option<F>);
+    impl<F: FnOnce() -> R, R> Drop for Guard<F, R> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
+fn ok<T: Serialize>(answer: T) -> Response {
+    Json(answer).into_response()
+}
+
+fn at_most(field: &str, count: usize) -> Result<(), ApiError> {
+    if count > MAX_ITEMS {
+        let reason = format!("at most {MAX_ITEMS} per request");
+        return Err(ApiError::invalid(InvalidInput::new(field, count.to_string(), reason)));
+    }
+    Ok(())
+}
+
+async fn operation(
+    State(service): State<Arc<StoreService>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(operation): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let response = service.dispatch(&operation, peer, &headers, body).await.unwrap_or_else(IntoResponse::into_response);
+    let known = OPERATIONS.iter().any(|(name, _)| *name == operation);
+    service.metrics.observe(if known { &operation } else { "unknown" }, response.status(), started.elapsed());
+    if response.status().is_server_error() {
+        tracing::warn!(operation, status = %response.status(), "store unavailable");
+    }
+    response
+}
+
+async fn health(State(service): State<Arc<StoreService>>) -> Response {
+    match service.store.head().await {
+        Ok(head) => ok(serde_json::json!({ "status": "ok", "head": head })),
+        Err(error) => ApiError::from(error).into_response(),
+    }
+}
+
+async fn metrics(State(service): State<Arc<StoreService>>) -> Response {
+    let head = service.store.head().await.map(|seq| seq.0 as f64).unwrap_or(f64::NAN);
+    let waiting = service.waiting.load(Ordering::Relaxed) as f64;
+    let text = service.metrics.render(&[
+        ("head_seq", "The newest sequence number in the store.", head),
+        ("long_polls_waiting", "wait_for_change requests parked until the store moves.", waiting),
+    ]);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid", format!("{method} is not allowed on {}", uri.path()))
+}

@@ -1,0 +1,301 @@
+//! What every autocomp HTTP service shares: the JSON error body, bearer-token access rules,
+//! strict JSON bodies that never panic or 500 on bad input, and Prometheus-text metrics.
+//! The store service and the sboi service are both built from these parts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::model::InvalidInput;
+use crate::port::StoreError;
+
+/// Largest request body a service accepts: a 1 MiB details document plus its envelope.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+/// The body of every error response: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// `invalid`, `not_found`, `conflict`, `fenced`, `unavailable`, `unauthorized`,
+    /// `too_large`, `unknown_operation`.
+    pub kind: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For `fenced`: which run was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+impl ErrorDetail {
+    fn new(kind: &str, message: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            message: message.into(),
+            field: None,
+            value: None,
+            reason: None,
+            batch: None,
+            component: None,
+            generation: None,
+        }
+    }
+}
+
+/// An error a handler returns: a status and a JSON body.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub detail: ErrorDetail,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
+        Self { status, detail: ErrorDetail::new(kind, message) }
+    }
+
+    pub fn invalid(input: InvalidInput) -> Self {
+        let mut error = Self::new(StatusCode::BAD_REQUEST, "invalid", input.to_string());
+        error.detail.field = Some(input.field);
+        error.detail.value = Some(input.value);
+        error.detail.reason = Some(input.reason);
+        error
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn unknown_operation(operation: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "unknown_operation", format!("no operation named {operation:?}"))
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let message = error.to_string();
+        match error {
+            StoreError::Invalid(input) => ApiError::invalid(input),
+            StoreError::NotFound(id) => {
+                let mut e = ApiError::new(StatusCode::NOT_FOUND, "not_found", message);
+                e.detail.batch = Some(id.to_string());
+                e
+            }
+            StoreError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            StoreError::Fenced { batch, component, generation, reason } => {
+                let mut e = ApiError::new(StatusCode::CONFLICT, "fenced", message);
+                e.detail.batch = Some(batch.to_string());
+                e.detail.component = Some(component.to_string());
+                e.detail.generation = Some(generation);
+                e.detail.reason = Some(reason);
+                e
+            }
+            StoreError::Unavailable(_) => ApiError::unavailable(message),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Parses a request body strictly: unknown fields, wrong types and invalid names become a
+/// 400 naming what was wrong; an over-long body a 413. Never a panic, never a 500.
+pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "invalid" };
+        ApiError::new(status, kind, format!("request body: {}", rejection.body_text()))
+    })?;
+    let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { &bytes };
+    serde_json::from_slice(bytes).map_err(|e| {
+        let preview: String = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned();
+        ApiError::invalid(InvalidInput::new("request body", preview, e.to_string()))
+    })
+}
+
+/// Who may call what: writes always need the bearer token; reads need it only from
+/// addresses other than loopback.
+#[derive(Clone)]
+pub struct Access {
+    token: Arc<str>,
+}
+
+impl Access {
+    pub fn new(token: impl Into<Arc<str>>) -> Self {
+        Self { token: token.into() }
+    }
+
+    pub fn check(&self, headers: &HeaderMap, peer: SocketAddr, write: bool) -> Result<(), ApiError> {
+        if !write && peer.ip().is_loopback() {
+            return Ok(());
+        }
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        match presented {
+            None => Err(ApiError::unauthorized(if write {
+                "writes need a bearer token (Authorization: Bearer <token>)"
+            } else {
+                "reads from outside loopback need a bearer token (Authorization: Bearer <token>)"
+            })),
+            Some(token) if constant_time_eq(token.as_bytes(), self.token.as_bytes()) => Ok(()),
+            Some(_) => Err(ApiError::unauthorized("the bearer token is wrong")),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads a service's token: the file named by `--token-file`, else `$AUTOCOMP_TOKEN`.
+/// Leading and trailing whitespace is not part of the token.
+pub fn load_token(token_file: Option<&std::path::Path>) -> Result<String, String> {
+    let token = match token_file {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?,
+        None => std::env::var("AUTOCOMP_TOKEN").map_err(|_| {
+            "no write token: pass --token-file FILE or set AUTOCOMP_TOKEN (writes always need one)".to_string()
+        })?,
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
+        return Err("the token must be non-empty printable ASCII without spaces".into());
+    }
+    Ok(token)
+}
+
+/// Request counts and latencies per operation, rendered in the Prometheus text format.
+pub struct Metrics {
+    prefix: &'static str,
+    inner: Mutex<MetricsInner>,
+}
+
+#[derive(Default)]
+struct MetricsInner {
+    requests: BTreeMap<(String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+}
+
+const LATENCY_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Metrics {
+    pub fn new(prefix: &'static str) -> Self {
+        Self { prefix, inner: Mutex::default() }
+    }
+
+    pub fn observe(&self, operation: &str, status: StatusCode, elapsed: Duration) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        *inner.requests.entry((operation.to_string(), status.as_u16())).or_default() += 1;
+        let histogram = inner.latency.entry(operation.to_string()).or_default();
+        let seconds = elapsed.as_secs_f64();
+        for (bucket, bound) in histogram.buckets.iter_mut().zip(LATENCY_BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        histogram.count += 1;
+        histogram.sum += seconds;
+    }
+
+    /// The exposition text, with the service's own gauges (name, help, value) first.
+    pub fn render(&self, gauges: &[(&str, &str, f64)]) -> String {
+        use std::fmt::Write;
+        let prefix = self.prefix;
+        let mut out = String::new();
+        for (name, help, value) in gauges {
+            writeln!(out, "# HELP {prefix}_{name} {help}\n# TYPE {prefix}_{name} gauge\n{prefix}_{name} {value}").ok();
+        }
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        writeln!(out, "# HELP {prefix}_requests_total Requests answered, by operation and HTTP status.").ok();
+        writeln!(out, "# TYPE {prefix}_requests_total counter").ok();
+        for ((operation, status), count) in &inner.requests {
+            writeln!(out, "{prefix}_requests_total{{operation=\"{operation}\",status=\"{status}\"}} {count}").ok();
+        }
+        writeln!(out, "# HELP {prefix}_request_seconds Time to answer a request, by operation.").ok();
+        writeln!(out, "# TYPE {prefix}_request_seconds histogram").ok();
+        for (operation, histogram) in &inner.latency {
+            for (bound, count) in LATENCY_BUCKETS.iter().zip(histogram.buckets) {
+                writeln!(out, "{prefix}_request_seconds_bucket{{operation=\"{operation}\",le=\"{bound}\"}} {count}").ok();
+            }
+            let (count, sum) = (histogram.count, histogram.sum);
+            writeln!(out, "{prefix}_request_seconds_bucket{{operation=\"{operation}\",le=\"+Inf\"}} {count}").ok();
+            writeln!(out, "{prefix}_request_seconds_sum{{operation=\"{operation}\"}} {sum}").ok();
+            writeln!(out, "{prefix}_request_seconds_count{{operation=\"{operation}\"}} {count}").ok();
+        }
+        out
+    }
+}
+
+/// A 404 in the JSON error shape, for paths no route matches.
+pub async fn no_such_path(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "unknown_operation", format!("no route for {}", uri.path()))
+}
+
+/// Serves `router` on `listener` until SIGTERM or SIGINT, then finishes requests in flight.
+pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// Logging for the service binaries: stderr, `RUST_LOG` or `-v` to raise the level.
+pub fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+}

@@ -1,0 +1,462 @@
+//! The store service as a real OS process on loopback, reached through `HttpStore` and raw
+//! HTTP: the port behaves as the embedded adapter does, writes need the token, bad bodies
+//! get a JSON 4xx and never a 500, and a restart mid-stream loses or doubles no append.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_store::http::wire::OPERATIONS;
+use autocomp_store::*;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "s3cret-token";
+
+/// A running `autocomp-store serve`, killed when dropped.
+struct Service {
+    child: Child,
+    port: u16,
+    db: PathBuf,
+}
+
+impl Service {
+    fn start(db: &Path) -> Service {
+        Self::start_on(db, free_port())
+    }
+
+    fn start_on(db: &Path, port: u16) -> Service {
+        let child = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+            .args(["serve", "--db", &format!("sqlite://{}?synchronous=normal", db.display())])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("AUTOCOMP_TOKEN", TOKEN)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start autocomp-store");
+        let service = Service { child, port, db: db.to_path_buf() };
+        service.wait_healthy();
+        service
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
+            assert!(Instant::now() < deadline, "the store service did not come up on {}", self.url());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
+    fn client(&self) -> HttpStore {
+        HttpStore::with_token(&self.url(), Some(TOKEN.into())).unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A blocking HTTP request with `curl`-free std: status and body, or None if unreachable.
+fn request(method: &str, url: &str, token: Option<&str>, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(authority).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).ok()?;
+    // The service may answer (413) before reading a huge body; a broken pipe then is fine.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let status: u16 = std::str::from_utf8(&answer[9..12]).ok()?.parse().ok()?;
+    let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
+    let mut body = answer[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Some((status, body))
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
+        data = &data[line_end + 2 + size + 2..];
+    }
+    out
+}
+
+fn get(url: &str) -> Option<(u16, Vec<u8>)> {
+    request("GET", url, None, b"")
+}
+
+fn post(url: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+    let (status, body) = request("POST", url, token, body).expect("the service answers");
+    let json = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+    (status, json)
+}
+
+fn id(text: &str) -> BatchId {
+    BatchId::new(text).unwrap()
+}
+fn ty(text: &str) -> EventType {
+    EventType::new(text).unwrap()
+}
+fn component(text: &str) -> ComponentName {
+    ComponentName::new(text).unwrap()
+}
+fn agent(text: &str) -> Agent {
+    Agent::new(text).unwrap()
+}
+fn holder() -> RunHolder {
+    RunHolder { agent: agent("tester/1.0@host#1"), host: "host".into(), pid: 1 }
+}
+fn new_batch(name: &str) -> NewBatch {
+    NewBatch::new(id(name), BatchType::new("Delivery").unwrap()).with_location(format!("/incoming/{name}"))
+}
+
+/// The answers of the embedded store on the same file, minus the read time.
+fn same_batch(over_http: &Batch, embedded: &Batch) {
+    let mut over_http = over_http.clone();
+    over_http.as_of = embedded.as_of;
+    assert_eq!(&over_http, embedded);
+}
+
+#[tokio::test]
+async fn every_operation_answers_as_the_embedded_store_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let service = Service::start(&db);
+    let http = service.client();
+    let local = SqliteStore::open(&service.db).await.unwrap();
+    let archiver = component("archiver");
+
+    assert!(matches!(http.create_batch(new_batch("B1")).await.unwrap(), CreateOutcome::Created(_)));
+    assert!(matches!(http.create_batch(new_batch("B1")).await.unwrap(), CreateOutcome::AlreadyExists(_)));
+    let conflict = http.create_batch(new_batch("B1").with_priority(9)).await.unwrap_err();
+    assert!(matches!(conflict, StoreError::Conflict(_)), "{conflict}");
+    http.create_batch(new_batch("B2")).await.unwrap();
+
+    let claim = http.claim(&id("B1"), &archiver, &holder()).await.unwrap();
+    assert_eq!(http.open_runs(Some(&archiver)).await.unwrap(), local.open_runs(Some(&archiver)).await.unwrap());
+    http.save_checkpoint(&id("B1"), &archiver, claim.generation(), json!({"files": 3})).await.unwrap();
+    assert_eq!(http.load_checkpoint(&id("B1"), &archiver).await.unwrap(), Some(json!({"files": 3})));
+    let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("archiver/1.0"))
+        .with_details(json!({"summary": "ok"}))
+        .in_run(archiver.clone(), claim.generation());
+    let event = http.append_event(&id("B1"), result.clone()).await.unwrap();
+    let fenced = http.append_event(&id("B1"), result).await.unwrap_err();
+    assert!(matches!(&fenced, StoreError::Fenced { generation, .. } if *generation == claim.generation()), "{fenced}");
+
+    let second = http.claim(&id("B2"), &archiver, &holder()).await.unwrap();
+    http.release(&id("B2"), &archiver, second.generation()).await.unwrap();
+    http.release(&id("B2"), &archiver, second.generation()).await.expect("a repeated release is a no-op");
+    http.set_priority(&id("B2"), 4).await.unwrap();
+    let mut patch = serde_json::Map::new();
+    patch.insert("pages".into(), json!(12));
+    http.record_content_change(&id("B2"), patch).await.unwrap();
+    let operator = NewEvent::new(ty("Prioritized"), Outcome::Success, agent("operator:test"));
+    http.prioritize(&id("B2"), 7, operator).await.unwrap();
+    let cancel = NewEvent::new(ty("Data_Archived"), Outcome::Failure, agent("operator:test"))
+        .with_details(json!({"cancelled": true}));
+    let cancelled = http.cancel_run(&id("B2"), &archiver, cancel).await.unwrap();
+    assert!(cancelled.run.is_none());
+
+    for name in ["B1", "B2"] {
+        same_batch(&http.get_batch(&id(name)).await.unwrap(), &local.get_batch(&id(name)).await.unwrap());
+    }
+    let listed = http.list_batches(None, 10).await.unwrap();
+    assert_eq!(listed.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B1", "B2"]);
+    let picked = http.get_batches(&[id("B2"), id("nope"), id("B1")]).await.unwrap();
+    assert_eq!(picked.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B2", "B1"]);
+    assert_eq!(http.changes(Seq::ZERO, 100).await.unwrap(), local.changes(Seq::ZERO, 100).await.unwrap());
+    assert_eq!(http.head().await.unwrap(), local.head().await.unwrap());
+    assert_eq!(http.count_batches().await.unwrap(), 2);
+    assert_eq!(http.failed_attempts(&id("B1"), &archiver, Seq::ZERO).await.unwrap(), 0);
+    assert_eq!(event, local.get_batch(&id("B1")).await.unwrap().events[0]);
+
+    assert!(matches!(http.get_batch(&id("missing")).await.unwrap_err(), StoreError::NotFound(b) if b.as_str() == "missing"));
+    let bad = NewEvent::new(ty("Reset"), Outcome::Success, agent("x"));
+    match http.append_event(&id("B1"), bad).await.unwrap_err() {
+        StoreError::Invalid(input) => assert_eq!(input.field, "resets"),
+        other => panic!("expected Invalid naming the field, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn long_poll_answers_as_soon_as_the_store_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = Arc::new(service.client());
+    let head = http.head().await.unwrap();
+    let waiter = {
+        let http = Arc::clone(&http);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let moved = http.wait_for_change(head, Duration::from_secs(20)).await.unwrap();
+            (moved, started.elapsed())
+        })
+    };
+    // Poll until the waiter is parked at the service, then write.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !metrics(&service).contains("autocomp_store_long_polls_waiting 1") {
+        assert!(Instant::now() < deadline, "the long poll never parked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let written_at = Instant::now();
+    http.create_batch(new_batch("B1")).await.unwrap();
+    let (moved, _) = waiter.await.unwrap();
+    let after_write = written_at.elapsed();
+    assert!(moved > head);
+    assert!(after_write < Duration::from_secs(1), "the long poll answered {after_write:?} after the write");
+    eprintln!("long poll answered {after_write:?} after the write");
+    assert_eq!(http.wait_for_change(moved, Duration::from_millis(200)).await.unwrap(), moved, "times out quietly");
+}
+
+fn metrics(service: &Service) -> String {
+    let (status, body) = get(&format!("{}/metrics", service.url())).unwrap();
+    assert_eq!(status, 200);
+    String::from_utf8(body).unwrap()
+}
+
+#[tokio::test]
+async fn writes_need_the_token_and_change_nothing_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    service.client().create_batch(new_batch("B1")).await.unwrap();
+    let head = service.client().head().await.unwrap();
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    let body = br#"{"id": "B9", "type": "Delivery"}"#;
+
+    for token in [None, Some("wrong-token")] {
+        let (status, answer) = post(&url("create_batch"), token, body);
+        assert_eq!(status, 401, "{answer}");
+        assert_eq!(answer["error"]["kind"], "unauthorized");
+    }
+    let anonymous = HttpStore::with_token(&service.url(), None).unwrap();
+    let refused = anonymous.set_priority(&id("B1"), 5).await.unwrap_err();
+    assert!(refused.to_string().contains("bearer token"), "{refused}");
+    assert_eq!(service.client().head().await.unwrap(), head, "nothing was written");
+    assert_eq!(anonymous.get_batch(&id("B1")).await.unwrap().priority, 0, "reads are open on loopback");
+
+    let (status, answer) = post(&url("create_batch"), Some(TOKEN), body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["created"], true);
+}
+
+#[tokio::test]
+async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    service.client().create_batch(new_batch("B1")).await.unwrap();
+    let head = service.client().head().await.unwrap();
+
+    // Named cases first: each names the field that is wrong.
+    let cases: &[(&str, &str, &str)] = &[
+        ("create_batch", r#"{"id": "../etc", "type": "Delivery"}"#, "batch id"),
+        ("create_batch", r#"{"id": "B2", "type": "Delivery", "colour": 1}"#, "colour"),
+        ("set_priority", r#"{"id": "B1", "priority": "high"}"#, "invalid type"),
+        ("append_event", r#"{"batch": "B1", "event": {"type": "X", "outcome": "maybe", "agent": "a"}}"#, "maybe"),
+        ("append_event", r#"{"batch": "B1", "event": {"type": "X", "outcome": "success", "agent": "a", "details": []}}"#, "details"),
+        ("list_batches", r#"{"limit": 100000000}"#, "limit"),
+        ("wait_for_change", r#"{"since": 0, "timeout_ms": 99999999}"#, "timeout_ms"),
+        ("claim", r#"{"batch": "B1", "component": "Bad Name!", "holder": {"agent": "a", "host": "h", "pid": 1}}"#, "component"),
+    ];
+    for (op, body, named) in cases {
+        let (status, answer) = post(&format!("{}/v1/{op}", service.url()), Some(TOKEN), body.as_bytes());
+        assert_eq!(status, 400, "{op} {body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(named), "{op}: {answer} should name {named}");
+    }
+    let (status, answer) = post(&format!("{}/v1/no_such_thing", service.url()), Some(TOKEN), b"{}");
+    assert_eq!((status, answer["error"]["kind"].as_str()), (404, Some("unknown_operation")));
+    let huge = format!(r#"{{"id": "B1", "metadata_patch": {{"x": "{}"}}}}"#, "a".repeat(5 << 20));
+    let (status, answer) =
+        post(&format!("{}/v1/record_content_change", service.url()), Some(TOKEN), huge.as_bytes());
+    assert_eq!((status, answer["error"]["kind"].as_str()), (413, Some("too_large")));
+
+    // Then a bounded fuzz loop: random mutations of valid bodies and random bytes.
+    let valid = json!({
+        "id": "B1", "ids": ["B1"], "batch": "B1", "component": "archiver", "generation": 1, "priority": 1,
+        "since": 0, "limit": 5, "timeout_ms": 1, "metadata_patch": {"a": 1}, "data": {},
+        "holder": {"agent": "a", "host": "h", "pid": 1},
+        "event": {"type": "X", "outcome": "success", "agent": "a"}, "type": "Delivery",
+    });
+    let mut rng = XorShift(0x5eed_1234_abcd_ef01);
+    let mut answered = 0;
+    for round in 0..600 {
+        let (op, _) = OPERATIONS[rng.below(OPERATIONS.len())];
+        let body = match round % 3 {
+            0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect::<Vec<u8>>(),
+            1 => mutate(&valid, &mut rng).to_string().into_bytes(),
+            _ => {
+                let mut text = mutate(&valid, &mut rng).to_string().into_bytes();
+                let cut = rng.below(text.len().max(1));
+                text.truncate(cut);
+                text
+            }
+        };
+        let (status, answer) = post(&format!("{}/v1/{op}", service.url()), Some(TOKEN), &body);
+        assert!(status < 500, "{op} answered {status} to {}: {answer}", String::from_utf8_lossy(&body));
+        if status >= 400 {
+            assert!(answer["error"]["message"].is_string(), "{op}: {answer}");
+        }
+        answered += 1;
+    }
+    assert_eq!(answered, 600);
+    assert_eq!(get(&format!("{}/health", service.url())).unwrap().0, 200, "still up");
+    // Fuzzed writes that happened to be valid may have moved the head; B1's log must still
+    // only hold well-formed events (the store validated each).
+    let after = service.client().head().await.unwrap();
+    assert!(after >= head);
+}
+
+/// Replaces, removes or retypes a few fields of a valid body.
+fn mutate(valid: &Value, rng: &mut XorShift) -> Value {
+    let mut body = valid.as_object().unwrap().clone();
+    let keys: Vec<String> = body.keys().cloned().collect();
+    for _ in 0..=rng.below(3) {
+        let key = &keys[rng.below(keys.len())];
+        let replacement = match rng.below(7) {
+            0 => Value::Null,
+            1 => json!(-1),
+            2 => json!("x".repeat(rng.below(300))),
+            3 => json!([1, "two", null]),
+            4 => json!({"nested": {"deep": [1]}}),
+            5 => json!(i64::MAX),
+            _ => {
+                body.remove(key);
+                continue;
+            }
+        };
+        body.insert(key.clone(), replacement);
+    }
+    if rng.below(4) == 0 {
+        body.insert("unexpected".into(), json!(true));
+    }
+    Value::Object(body)
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[tokio::test]
+async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let mut service = Service::start(&db);
+    let port = service.port;
+    let http = Arc::new(service.client());
+    http.create_batch(new_batch("B1")).await.unwrap();
+
+    let writer = {
+        let http = Arc::clone(&http);
+        tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for n in 0..2_000 {
+                let event = NewEvent::new(ty("Step_Done"), Outcome::Success, agent("writer"))
+                    .with_details(json!({ "n": n }));
+                acknowledged.push(http.append_event(&id("B1"), event).await.expect("retried through the restart"));
+            }
+            acknowledged
+        })
+    };
+    let local = SqliteStore::open(&db).await.unwrap();
+    for _ in 0..5 {
+        // Kill the service while appends are in flight, then bring it back on the same port.
+        let before = local.head().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while local.head().await.unwrap() < Seq(before.0 + 100) && !writer.is_finished() {
+            assert!(Instant::now() < deadline, "the writer made no progress");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        service.kill();
+        service = Service::start_on(&db, port);
+    }
+    let acknowledged = writer.await.unwrap();
+    let log = local.get_batch(&id("B1")).await.unwrap().events;
+    assert_eq!(log.len(), 2_000, "one event per append: none lost, none doubled");
+    let ns: HashSet<i64> = log.iter().map(|e| e.details["n"].as_i64().unwrap()).collect();
+    assert_eq!(ns.len(), 2_000);
+    assert_eq!(acknowledged.iter().map(|e| e.seq).collect::<Vec<_>>(), log.iter().map(|e| e.seq).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn an_unreachable_service_is_unavailable_at_once_naming_it() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let store = HttpStore::with_token(&url, Some(TOKEN.into())).unwrap();
+    let started = Instant::now();
+    let error = store.head().await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    assert!(error.to_string().contains(&url), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(2), "a first contact does not wait for retries");
+    let bad = open_store("http://127.0.0.1:1/path").await.err().expect("a path is refused");
+    assert!(bad.to_string().contains("store url"), "{bad}");
+}
+
+#[tokio::test]
+async fn health_metrics_and_the_openapi_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    service.client().create_batch(new_batch("B1")).await.unwrap();
+    let (status, body) = get(&format!("{}/health", service.url())).unwrap();
+    let health: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+
+    let text = metrics(&service);
+    assert!(text.contains(&format!("autocomp_store_head_seq {}", health["head"])), "{text}");
+    assert!(text.contains(r#"autocomp_store_requests_total{operation="create_batch",status="200"} 1"#), "{text}");
+
+    let (status, body) = get(&format!("{}/openapi.json", service.url())).unwrap();
+    assert_eq!(status, 200);
+    let served: Value = serde_json::from_slice(&body).unwrap();
+    let in_repo: Value =
+        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json")).unwrap())
+            .unwrap();
+    assert_eq!(served, in_repo);
+    let documented: HashSet<&str> =
+        served["paths"].as_object().unwrap().keys().filter_map(|p| p.strip_prefix("/v1/")).collect();
+    let served_ops: HashSet<&str> = OPERATIONS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(documented, served_ops, "the OpenAPI document lists exactly the operations served");
+    for (name, write) in OPERATIONS {
+        let security = &served["paths"][format!("/v1/{name}")]["post"]["security"];
+        assert_eq!(security.as_array().unwrap().iter().any(|s| s.as_object().unwrap().is_empty()), !write, "{name}");
+    }
+}
