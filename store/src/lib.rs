@@ -10,7 +10,7 @@ pub mod model;
 pub mod port;
 pub mod sqlite;
 
+pub use http::HttpStore;
 pub use model::*;
 pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
-pub use http::HttpStore;
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

@@ -118,8 +118,9 @@ fn get(url: &str) -> Option<(u16, Vec<u8>)> {
 
 fn post(url: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
     let (status, body) = request("POST", url, token, body).expect("the service answers");
-    let json = serde_json::from_slice(&body)
-        .unwrap_or_else(|e| panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
+    });
     (status, json)
 }
 
@@ -202,7 +203,9 @@ async fn every_operation_answers_as_the_embedded_store_does() {
     assert_eq!(http.failed_attempts(&id("B1"), &archiver, Seq::ZERO).await.unwrap(), 0);
     assert_eq!(event, local.get_batch(&id("B1")).await.unwrap().events[0]);
 
-    assert!(matches!(http.get_batch(&id("missing")).await.unwrap_err(), StoreError::NotFound(b) if b.as_str() == "missing"));
+    assert!(
+        matches!(http.get_batch(&id("missing")).await.unwrap_err(), StoreError::NotFound(b) if b.as_str() == "missing")
+    );
     let bad = NewEvent::new(ty("Reset"), Outcome::Success, agent("x"));
     match http.append_event(&id("B1"), bad).await.unwrap_err() {
         StoreError::Invalid(input) => assert_eq!(input.field, "resets"),
@@ -284,10 +287,19 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
         ("create_batch", r#"{"id": "B2", "type": "Delivery", "colour": 1}"#, "colour"),
         ("set_priority", r#"{"id": "B1", "priority": "high"}"#, "invalid type"),
         ("append_event", r#"{"batch": "B1", "event": {"type": "X", "outcome": "maybe", "agent": "a"}}"#, "maybe"),
-        ("append_event", r#"{"batch": "B1", "event": {"type": "X", "outcome": "success", "agent": "a", "details": []}}"#, "details"),
+        (
+            "append_event",
+            r#"{"batch": "B1", "event": {"type": "X", "outcome": "success", "agent": "a", "details": []}}"#,
+            "details",
+        ),
         ("list_batches", r#"{"limit": 100000000}"#, "limit"),
+        ("get_batch", r#"["B1"]"#, "must be a JSON object"),
         ("wait_for_change", r#"{"since": 0, "timeout_ms": 99999999}"#, "timeout_ms"),
-        ("claim", r#"{"batch": "B1", "component": "Bad Name!", "holder": {"agent": "a", "host": "h", "pid": 1}}"#, "component"),
+        (
+            "claim",
+            r#"{"batch": "B1", "component": "Bad Name!", "holder": {"agent": "a", "host": "h", "pid": 1}}"#,
+            "component",
+        ),
     ];
     for (op, body, named) in cases {
         let (status, answer) = post(&format!("{}/v1/{op}", service.url()), Some(TOKEN), body.as_bytes());
@@ -297,8 +309,7 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
     let (status, answer) = post(&format!("{}/v1/no_such_thing", service.url()), Some(TOKEN), b"{}");
     assert_eq!((status, answer["error"]["kind"].as_str()), (404, Some("unknown_operation")));
     let huge = format!(r#"{{"id": "B1", "metadata_patch": {{"x": "{}"}}}}"#, "a".repeat(5 << 20));
-    let (status, answer) =
-        post(&format!("{}/v1/record_content_change", service.url()), Some(TOKEN), huge.as_bytes());
+    let (status, answer) = post(&format!("{}/v1/record_content_change", service.url()), Some(TOKEN), huge.as_bytes());
     assert_eq!((status, answer["error"]["kind"].as_str()), (413, Some("too_large")));
 
     // Then a bounded fuzz loop: random mutations of valid bodies and random bytes.
@@ -391,8 +402,8 @@ async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append() {
         tokio::spawn(async move {
             let mut acknowledged = Vec::new();
             for n in 0..2_000 {
-                let event = NewEvent::new(ty("Step_Done"), Outcome::Success, agent("writer"))
-                    .with_details(json!({ "n": n }));
+                let event =
+                    NewEvent::new(ty("Step_Done"), Outcome::Success, agent("writer")).with_details(json!({ "n": n }));
                 acknowledged.push(http.append_event(&id("B1"), event).await.expect("retried through the restart"));
             }
             acknowledged

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use autocomp_store::http::service::{Access, init_logging, load_token, serve};
 use autocomp_store::http::StoreService;
+use autocomp_store::http::service::{Access, init_logging, load_token, serve};
 use autocomp_store::{StoreError, open_store};
 use clap::{Parser, Subcommand};
 

@@ -57,6 +57,12 @@ impl CallError {
                         _ => StoreError::Conflict(e.message),
                     },
                     "unavailable" => StoreError::Unavailable(e.message),
+                    // A configuration error of this host, not an outage: exit 2, not 5.
+                    "unauthorized" => StoreError::Invalid(InvalidInput::new(
+                        "token",
+                        "$AUTOCOMP_TOKEN or $AUTOCOMP_TOKEN_FILE",
+                        e.message,
+                    )),
                     _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
                 }
             }
@@ -97,7 +103,9 @@ impl ClientOptions {
                     options.retry_for = humantime::parse_duration(value)
                         .map_err(|e| InvalidInput::new(field, url, format!("retry_for={value}: {e}")))?;
                 }
-                _ => return Err(InvalidInput::new(field, url, format!("unknown parameter {pair:?}; known: retry_for"))),
+                _ => {
+                    return Err(InvalidInput::new(field, url, format!("unknown parameter {pair:?}; known: retry_for")));
+                }
             }
         }
         Ok(options)
@@ -167,7 +175,8 @@ impl HttpClient {
                 Err(error) => {
                     let unsent = error.is_connect();
                     let may_retry = self.reached.load(Ordering::Relaxed) && (unsent || retry == Retry::Safe);
-                    let message = format!("{} at {} unreachable ({operation}): {}", self.what, self.base, chain(&error));
+                    let message =
+                        format!("{} at {} unreachable ({operation}): {}", self.what, self.base, chain(&error));
                     (CallError::Unreachable(message), may_retry)
                 }
             };
@@ -210,16 +219,30 @@ impl HttpClient {
     ) -> Result<Resp, CallError> {
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| {
-            CallError::Unreachable(format!("{} at {}: reading the answer to {operation}: {}", self.what, self.base, chain(&e)))
+            CallError::Unreachable(format!(
+                "{} at {}: reading the answer to {operation}: {}",
+                self.what,
+                self.base,
+                chain(&e)
+            ))
         })?;
         self.reached.store(true, Ordering::Relaxed);
         if status.is_success() {
             return serde_json::from_slice(&bytes).map_err(|e| {
-                CallError::Unreachable(format!("{} at {} answered {operation} with something else: {e}", self.what, self.base))
+                CallError::Unreachable(format!(
+                    "{} at {} answered {operation} with something else: {e}",
+                    self.what, self.base
+                ))
             });
         }
         match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(body) => Err(CallError::Api { status, body }),
+            Ok(mut body) => {
+                if status == StatusCode::UNAUTHORIZED {
+                    body.error.message =
+                        format!("the {} at {} refused {operation}: {}", self.what, self.base, body.error.message);
+                }
+                Err(CallError::Api { status, body })
+            }
             Err(_) => Err(CallError::Unreachable(format!(
                 "{} at {} answered {operation} with HTTP {status}: {}",
                 self.what,

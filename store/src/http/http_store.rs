@@ -69,7 +69,11 @@ impl HttpStore {
 impl ObjectStore for HttpStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         let answer: wire::Created = self.call("create_batch", &batch, Retry::Safe).await?;
-        Ok(if answer.created { CreateOutcome::Created(answer.batch) } else { CreateOutcome::AlreadyExists(answer.batch) })
+        Ok(if answer.created {
+            CreateOutcome::Created(answer.batch)
+        } else {
+            CreateOutcome::AlreadyExists(answer.batch)
+        })
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
@@ -171,7 +175,12 @@ impl ObjectStore for HttpStore {
         Ok(answer.head)
     }
 
-    async fn cancel_run(&self, batch: &BatchId, component: &ComponentName, event: NewEvent) -> StoreResult<Cancellation> {
+    async fn cancel_run(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        event: NewEvent,
+    ) -> StoreResult<Cancellation> {
         let request = wire::CancelRun { batch: batch.clone(), component: component.clone(), event };
         self.call("cancel_run", &request, Retry::OnlyUnsent).await
     }

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use super::service::{Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body};
+use super::service::{Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body, wrong_method};
 use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
 use crate::model::{InvalidInput, NewBatch};
 use crate::port::{CreateOutcome, ObjectStore};
@@ -37,7 +37,13 @@ pub struct StoreService {
 
 impl StoreService {
     pub fn new(store: Arc<dyn ObjectStore>, access: Access) -> Arc<Self> {
-        Arc::new(Self { store, access, metrics: Metrics::new("autocomp_store"), changed: Notify::new(), waiting: AtomicI64::new(0) })
+        Arc::new(Self {
+            store,
+            access,
+            metrics: Metrics::new("autocomp_store"),
+            changed: Notify::new(),
+            waiting: AtomicI64::new(0),
+        })
     }
 
     pub fn router(self: &Arc<Self>) -> Router {
@@ -138,7 +144,11 @@ impl StoreService {
                 let request: wire::WaitForChange = parse_body(body)?;
                 if request.timeout_ms > MAX_WAIT_MS {
                     let reason = format!("at most {MAX_WAIT_MS} ms");
-                    return Err(ApiError::invalid(InvalidInput::new("timeout_ms", request.timeout_ms.to_string(), reason)));
+                    return Err(ApiError::invalid(InvalidInput::new(
+                        "timeout_ms",
+                        request.timeout_ms.to_string(),
+                        reason,
+                    )));
                 }
                 let head = self.wait_for_change(request.since, Duration::from_millis(request.timeout_ms)).await?;
                 ok(wire::Head { head })
@@ -165,7 +175,11 @@ impl StoreService {
 
     /// Answers as soon as the head passes `since`: at once after a write through this
     /// service, within 100 ms after one made around it (another process on the file).
-    async fn wait_for_change(&self, since: crate::model::Seq, timeout: Duration) -> Result<crate::model::Seq, ApiError> {
+    async fn wait_for_change(
+        &self,
+        since: crate::model::Seq,
+        timeout: Duration,
+    ) -> Result<crate::model::Seq, ApiError> {
         let deadline = tokio::time::Instant::now() + timeout;
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let _parked = scopeguard(|| self.waiting.fetch_sub(1, Ordering::Relaxed));
@@ -247,8 +261,4 @@ async fn metrics(State(service): State<Arc<StoreService>>) -> Response {
 
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
-}
-
-async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid", format!("{method} is not allowed on {}", uri.path()))
 }

@@ -66,12 +66,13 @@ impl ErrorDetail {
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub detail: ErrorDetail,
+    /// Boxed: handlers return `Result<_, ApiError>` everywhere and the Ok side is small.
+    pub detail: Box<ErrorDetail>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        Self { status, detail: ErrorDetail::new(kind, message) }
+        Self { status, detail: Box::new(ErrorDetail::new(kind, message)) }
     }
 
     pub fn invalid(input: InvalidInput) -> Self {
@@ -121,7 +122,7 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(ErrorBody { error: self.detail })).into_response();
+        let mut response = (self.status, axum::Json(ErrorBody { error: *self.detail })).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         }
@@ -138,10 +139,14 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         ApiError::new(status, kind, format!("request body: {}", rejection.body_text()))
     })?;
     let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { &bytes };
-    serde_json::from_slice(bytes).map_err(|e| {
-        let preview: String = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned();
-        ApiError::invalid(InvalidInput::new("request body", preview, e.to_string()))
-    })
+    let preview = || String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned();
+    // Every body is an object; serde would also read a struct from an array of its fields
+    // in order (`["B1"]` as `{"id": "B1"}`), hiding a client's mistake.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::invalid(InvalidInput::new("request body", preview(), "must be a JSON object")));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid(InvalidInput::new("request body", preview(), e.to_string())))
 }
 
 /// Who may call what: writes always need the bearer token; reads need it only from
@@ -185,7 +190,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Leading and trailing whitespace is not part of the token.
 pub fn load_token(token_file: Option<&std::path::Path>) -> Result<String, String> {
     let token = match token_file {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?
+        }
         None => std::env::var("AUTOCOMP_TOKEN").map_err(|_| {
             "no write token: pass --token-file FILE or set AUTOCOMP_TOKEN (writes always need one)".to_string()
         })?,
@@ -255,7 +262,8 @@ impl Metrics {
         writeln!(out, "# TYPE {prefix}_request_seconds histogram").ok();
         for (operation, histogram) in &inner.latency {
             for (bound, count) in LATENCY_BUCKETS.iter().zip(histogram.buckets) {
-                writeln!(out, "{prefix}_request_seconds_bucket{{operation=\"{operation}\",le=\"{bound}\"}} {count}").ok();
+                writeln!(out, "{prefix}_request_seconds_bucket{{operation=\"{operation}\",le=\"{bound}\"}} {count}")
+                    .ok();
             }
             let (count, sum) = (histogram.count, histogram.sum);
             writeln!(out, "{prefix}_request_seconds_bucket{{operation=\"{operation}\",le=\"+Inf\"}} {count}").ok();
@@ -264,6 +272,11 @@ impl Metrics {
         }
         out
     }
+}
+
+/// A 405 in the JSON error shape, for a known path asked with the wrong method.
+pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid", format!("{method} is not allowed on {}", uri.path()))
 }
 
 /// A 404 in the JSON error shape, for paths no route matches.
