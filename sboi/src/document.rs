@@ -3,6 +3,7 @@
 //! term or a fast field, so a query is term lookups and one range, never a log scan.
 
 use autocomp_store::{Batch, BatchId, Outcome, Timestamp};
+use serde::{Deserialize, Serialize};
 use tantivy::schema::{FAST, Field, INDEXED, STORED, STRING, Schema, TantivyDocument, Value};
 use tantivy::{Term, doc};
 
@@ -138,8 +139,9 @@ impl Fields {
     }
 }
 
-/// One batch as the index sees it; multi-valued fields sorted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One batch as the index sees it; multi-valued fields sorted. The sboi service's
+/// `/v1/document` answers with it, so `explain` works the same against either adapter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexedBatch {
     pub id: String,
     pub batch_type: String,

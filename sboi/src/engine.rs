@@ -47,8 +47,10 @@ impl Default for EngineOptions {
     }
 }
 
-/// What a catch-up did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a catch-up did. As JSON (the sboi service's `/v1/catch_up`):
+/// `{"status": "up_to_date" | "applied" | "writer_busy", "cursor": N[, "batches": N]}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
 pub enum CatchUp {
     /// Nothing had changed since the committed cursor.
     UpToDate { cursor: Seq },
@@ -56,6 +58,15 @@ pub enum CatchUp {
     Applied { batches: usize, cursor: Seq },
     /// Another process holds the writer; queries see what it has committed.
     WriterBusy { cursor: Seq },
+}
+
+impl CatchUp {
+    /// The store seq up to which every change is in the committed index after this catch-up.
+    pub fn cursor(&self) -> Seq {
+        match *self {
+            CatchUp::UpToDate { cursor } | CatchUp::Applied { cursor, .. } | CatchUp::WriterBusy { cursor } => cursor,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -289,10 +300,13 @@ impl IndexEngine {
     /// trigger order (priority descending, then oldest first), limited.
     pub fn query_at(&self, trigger: &Trigger, now: Timestamp) -> IndexResult<Vec<BatchId>> {
         let searcher = self.searcher()?;
+        // Never more than the index holds: tantivy sizes its collector by the limit, and a
+        // trigger's limit may be any number a config or a request body spells.
+        let everything = (searcher.num_docs() as usize).max(1);
         let limit = match trigger.limit {
             Some(0) => return Ok(Vec::new()),
-            Some(limit) => limit,
-            None => (searcher.num_docs() as usize).max(1),
+            Some(limit) => limit.min(everything),
+            None => everything,
         };
         let order = (
             (SortByStaticFastValue::<i64>::for_field("priority"), Order::Desc),

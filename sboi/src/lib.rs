@@ -2,12 +2,15 @@
 //! scanning every log. One tantivy document per batch, built from the store's effective
 //! view, kept fresh by following the store's change feed with the cursor committed in the
 //! index itself. Trigger semantics are the store's `Trigger`; this crate only translates.
+//! `sboi serve` (`http/`, `src/bin/sboi.rs`) puts one index on HTTP for many hosts.
 
 mod document;
 mod engine;
+pub mod http;
 mod port;
 mod query;
 
 pub use document::{IndexedBatch, SCHEMA_VERSION};
 pub use engine::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexResult};
+pub use http::HttpIndex;
 pub use port::{BatchIndex, LocalIndex, open_index};

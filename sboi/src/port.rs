@@ -1,13 +1,15 @@
 //! The batch-index port: "which batches are ready for this trigger". The embedded adapter
 //! (`LocalIndex`) opens the index directory in-process and catches up from the store before
-//! each query; the HTTP adapter for the `sboi` service is a later addition.
+//! each query; `HttpIndex` (in `http/`) asks the `sboi` service, which follows the store.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use autocomp_store::{BatchId, InvalidInput, ObjectStore, StoreError, Timestamp, Trigger};
 
+use crate::document::IndexedBatch;
 use crate::engine::{CatchUp, IndexEngine, IndexError, IndexResult};
+use crate::http::HttpIndex;
 
 #[async_trait]
 pub trait BatchIndex: Send + Sync {
@@ -20,6 +22,10 @@ pub trait BatchIndex: Send + Sync {
 
     /// Rebuilds the index from the whole store; returns the number of batches indexed.
     async fn rebuild(&self) -> IndexResult<usize>;
+
+    /// What the index holds for one batch as committed now (no catch-up first), if anything:
+    /// `explain` sets it beside the store's answer, clause by clause.
+    async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>>;
 }
 
 /// The embedded index: a tantivy directory on this host, caught up in-process.
@@ -55,10 +61,15 @@ impl BatchIndex for LocalIndex {
     async fn rebuild(&self) -> IndexResult<usize> {
         self.engine.rebuild(self.store.as_ref()).await
     }
+
+    async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
+        self.engine.get(id)
+    }
 }
 
-/// Opens the index a backend URL names: `local:/var/lib/autocomp/index`.
-/// (`http://` URLs are served by the sboi service, a later addition.)
+/// Opens the index a backend URL names: `local:/var/lib/autocomp/index`, or the sboi
+/// service at `http://host:port[?retry_for=30s]` (which follows the store itself, so
+/// `store` is not used then).
 pub fn open_index(url: &str, store: Arc<dyn ObjectStore>) -> IndexResult<Arc<dyn BatchIndex>> {
     if let Some(path) = url.strip_prefix("local:") {
         if path.is_empty() {
@@ -66,12 +77,10 @@ pub fn open_index(url: &str, store: Arc<dyn ObjectStore>) -> IndexResult<Arc<dyn
         }
         return Ok(Arc::new(LocalIndex::new(IndexEngine::open(path)?, store)));
     }
-    let reason = if url.starts_with("http://") || url.starts_with("https://") {
-        "the HTTP index client is not built yet; use local:/path/to/index"
-    } else {
-        "unknown scheme; expected local:/path/to/index"
-    };
-    Err(invalid(url, reason))
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(Arc::new(HttpIndex::new(url)?));
+    }
+    Err(invalid(url, "unknown scheme; expected local:/path/to/index or http://host:port"))
 }
 
 fn invalid(url: &str, reason: &str) -> IndexError {

@@ -204,8 +204,8 @@ impl Operator {
         Ok(open_index(&self.index_url()?, Arc::clone(store))?)
     }
 
-    /// The embedded index engine itself (for per-batch documents and progress), if the
-    /// index URL names a local directory.
+    /// The embedded index engine itself (for `reindex`'s progress bar), if the index URL
+    /// names a local directory.
     fn local_engine(
         &self,
         store: &Arc<dyn ObjectStore>,

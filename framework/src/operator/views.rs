@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_sboi::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexedBatch};
+use autocomp_sboi::{EngineOptions, IndexEngine, IndexError, IndexedBatch};
 use autocomp_store::{
     Batch, BatchId, Clause, ComponentName, Event, EventType, ObjectStore, Run, Seq, Timestamp, Trigger,
 };
@@ -719,11 +719,9 @@ impl Operator {
         let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
         let batch = self.batch(store.as_ref(), id).await?;
-        let engine = self.local_engine(&store, EngineOptions::default())?;
-        let index_cursor = match engine.catch_up(store.as_ref()).await? {
-            CatchUp::UpToDate { cursor } | CatchUp::Applied { cursor, .. } | CatchUp::WriterBusy { cursor } => cursor,
-        };
-        let indexed = engine.get(&batch.id)?;
+        let index = self.index(&store)?;
+        let index_cursor = index.catch_up().await?.cursor();
+        let indexed = index.document(&batch.id).await?;
         let store_head = store.head().await?;
         let locks = self.held_locks().await?;
         let find_lock = |path: String| locks.iter().find(|l| l.path == path).cloned();
@@ -826,10 +824,16 @@ impl Operator {
         Ok(ReadyView { component: step.name().clone(), queue_size, candidates })
     }
 
-    /// `autocomp reindex`: rebuilds the embedded index from the whole store, with a
-    /// progress bar on stderr (hidden when stderr is not a terminal). Returns a summary.
+    /// `autocomp reindex`: rebuilds the index from the whole store. The embedded index is
+    /// rebuilt here, with a progress bar on stderr (hidden when stderr is not a terminal);
+    /// an index service rebuilds its own (that needs the token). Returns a summary.
     pub async fn reindex(&self) -> Result<String, OperatorError> {
         let store = self.store().await?;
+        let url = self.index_url()?;
+        if !url.starts_with("local:") {
+            let indexed = self.index(&store)?.rebuild().await?;
+            return Ok(format!("reindexed {indexed} batches on {url}\n"));
+        }
         let options = EngineOptions { page_size: 1_000, ..EngineOptions::default() };
         let (engine, moved_aside) = match self.local_engine(&store, options.clone()) {
             Ok(engine) => (engine, None),

@@ -1,0 +1,110 @@
+//! `sboi serve`: the batch index as a service other hosts reach with `http://` index URLs.
+//! It follows one store (embedded file or store service) into one index directory.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use autocomp_sboi::IndexEngine;
+use autocomp_sboi::http::IndexService;
+use autocomp_store::http::service::{Access, init_logging, load_token, serve};
+use autocomp_store::{StoreError, open_store};
+use clap::{Parser, Subcommand};
+
+const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
+                          (bad --store, no token, address in use), 5 the store is unreachable at start \
+                          or the index directory cannot be opened.";
+
+/// How long a stopping service waits for a catch-up in progress to commit.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Parser)]
+#[command(name = "sboi", version, about = "The autocomp batch index as an HTTP service.", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Follow a store's change feed into an index directory and answer trigger queries over
+    /// HTTP (JSON; see /openapi.json). Rebuilds need the bearer token; reads are open from
+    /// loopback and need the token from anywhere else. Index lag is on /metrics.
+    #[command(after_help = EXIT_CODES)]
+    Serve {
+        /// The store to follow: http://host:7070 (the store service) or sqlite:///path/store.db.
+        #[arg(long, env = "AUTOCOMP_STORE")]
+        store: String,
+        /// The index directory (created if missing). One service per directory.
+        #[arg(long)]
+        index_dir: PathBuf,
+        /// Address to listen on. Loopback by default: other hosts need an explicit address.
+        #[arg(long, default_value = "127.0.0.1:7071")]
+        listen: SocketAddr,
+        /// File holding the bearer token for rebuilds (else $AUTOCOMP_TOKEN).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Rebuild the whole index this often, to repair any drift (90s, 30m, 1h; 0 never).
+        #[arg(long, default_value = "1h", value_parser = parse_period)]
+        reconcile_every: Duration,
+        /// More logging (-v debug, -vv trace); RUST_LOG overrides.
+        #[arg(short, long, action = clap::ArgAction::Count)]
+        verbose: u8,
+    },
+}
+
+fn parse_period(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{e} (write e.g. 90s, 30m, 1h, or 0 for never)"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let Command::Serve { store: store_url, index_dir, listen, token_file, reconcile_every, verbose } =
+        Cli::parse().command;
+    init_logging(verbose);
+    let fail = |code: u8, message: String| {
+        tracing::error!("{message}");
+        ExitCode::from(code)
+    };
+    let token = match load_token(token_file.as_deref()) {
+        Ok(token) => token,
+        Err(message) => return fail(2, message),
+    };
+    let store = match open_store(&store_url).await {
+        Ok(store) => store,
+        Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--store: {error}")),
+        Err(error) => return fail(5, format!("cannot open the store {store_url}: {error}")),
+    };
+    // An HTTP store is only dialled on first use: ask now, so a wrong URL fails the start.
+    let head = match store.head().await {
+        Ok(head) => head,
+        Err(error) => return fail(5, format!("cannot reach the store {store_url}: {error}")),
+    };
+    let engine = match IndexEngine::open(&index_dir) {
+        Ok(engine) => engine,
+        Err(error) => return fail(5, format!("cannot open the index: {error}")),
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
+    };
+    let reconcile = (!reconcile_every.is_zero()).then_some(reconcile_every);
+    let service = match IndexService::start(engine, store, Access::new(token), reconcile) {
+        Ok(service) => service,
+        Err(error) => return fail(5, format!("cannot open the index: {error}")),
+    };
+    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+    let indexed = service.follower().progress().indexed_seq;
+    tracing::info!(listen = %bound, store = %store_url, index = %index_dir.display(), %indexed, store_head = %head,
+        reconcile_every = ?reconcile, "sboi service up");
+    let served = serve(listener, service.router()).await;
+    let _no_more_writes = service.follower().quiesce(STOP_GRACE).await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(5, format!("serving: {error}")),
+    }
+}

@@ -1,0 +1,82 @@
+//! `HttpIndex`: the `BatchIndex` port over the sboi service, so components and the
+//! `autocomp` CLI work unchanged with an `http://` index URL. Every operation is safe to
+//! repeat (a rebuild twice is only slower), so all of them ride out a service restart.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use autocomp_store::http::client::{ClientOptions, HttpClient, Retry, client_token};
+use autocomp_store::{BatchId, StoreError, Trigger};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::wire::{self, DocumentAnswer, Empty, QueryAnswer, RebuildAnswer};
+use crate::document::IndexedBatch;
+use crate::engine::{CatchUp, IndexResult};
+use crate::port::BatchIndex;
+
+/// A rebuild reads the whole store: at a million batches, minutes.
+const REBUILD_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
+
+pub struct HttpIndex {
+    client: HttpClient,
+}
+
+impl HttpIndex {
+    /// A client for the sboi service at `url` (`http://host:port[?retry_for=30s]`); the
+    /// token (needed for `rebuild`) comes from `$AUTOCOMP_TOKEN` or `$AUTOCOMP_TOKEN_FILE`.
+    pub fn new(url: &str) -> IndexResult<Self> {
+        Self::with_token(url, client_token().map_err(StoreError::from)?)
+    }
+
+    pub fn with_token(url: &str, token: Option<String>) -> IndexResult<Self> {
+        let options = ClientOptions::parse(url, "index url").map_err(StoreError::from)?;
+        let client = HttpClient::new(options, "index service", token).map_err(StoreError::Unavailable)?;
+        Ok(Self { client })
+    }
+
+    pub fn base(&self) -> &str {
+        self.client.base()
+    }
+
+    /// The whole answer of `/v1/query`: with `fresh`, the service first catches up to the
+    /// store's head (bounded); `stale` says whether the index may miss recent changes.
+    pub async fn query_with(&self, trigger: &Trigger, fresh: bool) -> IndexResult<QueryAnswer> {
+        self.call("query", &wire::QueryRequest { trigger: trigger.clone(), fresh }, None).await
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        operation: &str,
+        request: &Req,
+        timeout: Option<Duration>,
+    ) -> IndexResult<Resp> {
+        self.client.call(operation, request, Retry::Safe, timeout).await.map_err(|e| e.into_store_error().into())
+    }
+}
+
+#[async_trait]
+impl BatchIndex for HttpIndex {
+    async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>> {
+        let answer = self.query_with(trigger, true).await?;
+        if answer.stale {
+            // Not an error: the runner re-checks every candidate against the store.
+            tracing::debug!(indexed_seq = %answer.indexed_seq, "the index service answered from a lagging index");
+        }
+        Ok(answer.batches)
+    }
+
+    async fn catch_up(&self) -> IndexResult<CatchUp> {
+        self.call("catch_up", &Empty {}, None).await
+    }
+
+    async fn rebuild(&self) -> IndexResult<usize> {
+        let answer: RebuildAnswer = self.call("rebuild", &Empty {}, Some(REBUILD_TIMEOUT)).await?;
+        Ok(answer.batches)
+    }
+
+    async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
+        let answer: DocumentAnswer = self.call("document", &wire::DocumentRequest { id: id.clone() }, None).await?;
+        Ok(answer.document)
+    }
+}

@@ -1,0 +1,231 @@
+//! The sboi service (`sboi serve`): the `BatchIndex` port as JSON over HTTP, one
+//! `POST /v1/<operation>` per port method, answered from an index directory the `Follower`
+//! keeps caught up. It adds fresh-or-stale answers, the token for rebuilds, and index lag
+//! on `/metrics`. Built from the store service's shared parts (`autocomp_store::http::service`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_store::http::service::{
+    Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body, wrong_method,
+};
+use autocomp_store::{ObjectStore, Timestamp};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+
+use super::follower::Follower;
+use super::wire::{self, DocumentAnswer, Empty, OPERATIONS, QueryAnswer, QueryRequest, RebuildAnswer};
+use crate::engine::{IndexEngine, IndexError, IndexResult};
+
+/// The OpenAPI document of this service, kept in the repository beside the code.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+/// How long a fresh query waits for the index to reach the store's head (and a `catch_up`
+/// request for a rebuild in progress) before answering with what is indexed.
+pub const FRESH_BOUND: Duration = Duration::from_secs(2);
+
+/// How long `/metrics` waits for the store's head before reporting the last one seen.
+const METRICS_HEAD_BOUND: Duration = Duration::from_secs(1);
+
+pub struct IndexService {
+    follower: Arc<Follower>,
+    access: Access,
+    metrics: Metrics,
+}
+
+impl IndexService {
+    pub fn new(follower: Arc<Follower>, access: Access) -> Arc<Self> {
+        Arc::new(Self { follower, access, metrics: Metrics::new("sboi") })
+    }
+
+    /// The service over the index in `engine`, following `store` from now on in background
+    /// tasks (on the current tokio runtime), rebuilding every `reconcile_every` if given.
+    pub fn start(
+        engine: IndexEngine,
+        store: Arc<dyn ObjectStore>,
+        access: Access,
+        reconcile_every: Option<Duration>,
+    ) -> IndexResult<Arc<Self>> {
+        let follower = Follower::new(engine, store)?;
+        tokio::spawn(Arc::clone(&follower).follow());
+        if let Some(every) = reconcile_every.filter(|every| !every.is_zero()) {
+            tokio::spawn(Arc::clone(&follower).reconcile_every(every));
+        }
+        Ok(Self::new(follower, access))
+    }
+
+    pub fn follower(&self) -> &Arc<Follower> {
+        &self.follower
+    }
+
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health", get(health))
+            .route("/metrics", get(metrics))
+            .route("/openapi.json", get(openapi))
+            .route("/v1/{operation}", post(operation))
+            .fallback(no_such_path)
+            .method_not_allowed_fallback(wrong_method)
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(Arc::clone(self))
+    }
+
+    async fn dispatch(
+        &self,
+        operation: &str,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Response, ApiError> {
+        let Some(&(name, write)) = OPERATIONS.iter().find(|(name, _)| *name == operation) else {
+            return Err(ApiError::unknown_operation(operation));
+        };
+        self.access.check(headers, peer, write)?;
+        // Index writes run as tasks of their own: a client that hangs up mid-rebuild must
+        // not cancel it halfway (the writer would be dropped between two spawned steps).
+        let follower = Arc::clone(&self.follower);
+        Ok(match name {
+            "query" => ok(self.query(parse_body(body)?).await?),
+            "document" => {
+                let request: wire::DocumentRequest = parse_body(body)?;
+                let indexed_seq = follower.progress().indexed_seq;
+                let document = blocking(move || follower.engine().get(&request.id)).await?;
+                ok(DocumentAnswer { document, indexed_seq })
+            }
+            "catch_up" => {
+                let _: Empty = parse_body(body)?;
+                ok(detached(async move { follower.catch_up_within(FRESH_BOUND).await }).await?)
+            }
+            "rebuild" => {
+                let _: Empty = parse_body(body)?;
+                let started = Instant::now();
+                let batches = detached(async move { follower.rebuild().await }).await?;
+                tracing::info!(batches, elapsed = ?started.elapsed(), "rebuilt the index on request");
+                ok(RebuildAnswer { batches })
+            }
+            other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
+        })
+    }
+
+    async fn query(&self, request: QueryRequest) -> Result<QueryAnswer, ApiError> {
+        let stale = if request.fresh {
+            !self.freshen().await
+        } else {
+            let progress = self.follower.progress();
+            progress.indexed_seq < progress.store_head
+        };
+        // Read before the query: the searcher it opens holds at least this much.
+        let indexed_seq = self.follower.progress().indexed_seq;
+        let follower = Arc::clone(&self.follower);
+        let trigger = request.trigger;
+        // Like the embedded adapter, this host's clock stands for the store's (DESIGN §9).
+        let batches = blocking(move || follower.engine().query_at(&trigger, Timestamp::now())).await?;
+        Ok(QueryAnswer { batches, indexed_seq, stale })
+    }
+
+    /// Brings the index up to the store's head as it is now, within `FRESH_BOUND`. False
+    /// when the bound passed or the store could not say its head: the answer is then stale,
+    /// but still an answer (the runner re-checks every candidate in the store anyway).
+    async fn freshen(&self) -> bool {
+        let deadline = Instant::now() + FRESH_BOUND;
+        let head = match tokio::time::timeout(FRESH_BOUND, self.follower.store().head()).await {
+            Ok(Ok(head)) => head,
+            Ok(Err(error)) => {
+                tracing::debug!("fresh query: cannot read the store's head: {error}");
+                return false;
+            }
+            Err(_) => return false,
+        };
+        self.follower.saw_head(head);
+        self.follower.wait_until_indexed(head, deadline.saturating_duration_since(Instant::now())).await
+    }
+}
+
+fn ok<T: Serialize>(answer: T) -> Response {
+    Json(answer).into_response()
+}
+
+fn index_error(error: IndexError) -> ApiError {
+    match error {
+        IndexError::Store(error) => error.into(),
+        // The directory cannot be read or written: the index cannot answer now.
+        other @ IndexError::Index { .. } => ApiError::unavailable(other.to_string()),
+    }
+}
+
+/// Runs blocking index work (a search, a document read) off the async threads.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> IndexResult<T> + Send + 'static) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(index_error),
+        Err(error) => Err(ApiError::unavailable(format!("the index could not answer: {error}"))),
+    }
+}
+
+/// Runs index writes as their own task, so they finish even if the request is dropped.
+async fn detached<T: Send + 'static>(
+    work: impl Future<Output = IndexResult<T>> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::spawn(work).await {
+        Ok(result) => result.map_err(index_error),
+        Err(error) => Err(ApiError::unavailable(format!("the index write failed: {error}"))),
+    }
+}
+
+async fn operation(
+    State(service): State<Arc<IndexService>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(operation): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let response = service.dispatch(&operation, peer, &headers, body).await.unwrap_or_else(IntoResponse::into_response);
+    let known = OPERATIONS.iter().any(|(name, _)| *name == operation);
+    service.metrics.observe(if known { &operation } else { "unknown" }, response.status(), started.elapsed());
+    if response.status().is_server_error() {
+        tracing::warn!(operation, status = %response.status(), "index unavailable");
+    }
+    response
+}
+
+async fn health(State(service): State<Arc<IndexService>>) -> Response {
+    let progress = service.follower.progress();
+    ok(serde_json::json!({
+        "status": "ok",
+        "indexed_seq": progress.indexed_seq,
+        "store_head_seq": progress.store_head,
+        "index_lag": progress.lag(),
+        "follower_error": service.follower.last_error(),
+    }))
+}
+
+async fn metrics(State(service): State<Arc<IndexService>>) -> Response {
+    let follower = &service.follower;
+    // The head as it is now, so the lag includes a catch-up still running.
+    let reachable = match tokio::time::timeout(METRICS_HEAD_BOUND, follower.store().head()).await {
+        Ok(Ok(head)) => {
+            follower.saw_head(head);
+            true
+        }
+        _ => false,
+    };
+    let progress = follower.progress();
+    let text = service.metrics.render(&[
+        ("indexed_seq", "Every store change up to this seq is in the index.", progress.indexed_seq.0 as f64),
+        ("store_head_seq", "The newest store seq this service has seen.", progress.store_head.0 as f64),
+        ("index_lag", "Store head seq minus indexed seq.", progress.lag() as f64),
+        ("store_reachable", "1 if this scrape could read the store's head, else 0.", f64::from(u8::from(reachable))),
+    ]);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

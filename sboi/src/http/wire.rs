@@ -1,0 +1,72 @@
+//! The request and answer bodies of the sboi service, shared by the server and `HttpIndex`
+//! so the two cannot drift apart. Requests refuse unknown fields: a typo is an error, not a
+//! silently ignored setting.
+
+use autocomp_store::{BatchId, Seq, Trigger};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::document::IndexedBatch;
+
+pub use autocomp_store::http::wire::Empty;
+
+/// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
+/// `catch_up` counts as a read: it only brings the cache to what the store already says.
+pub const OPERATIONS: &[(&str, bool)] =
+    &[("query", false), ("document", false), ("catch_up", false), ("rebuild", true)];
+
+/// `POST /v1/query`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRequest {
+    /// As `autocomp_store::Trigger` serializes (the `[trigger]` of a component's config).
+    #[serde(deserialize_with = "trigger_object")]
+    pub trigger: Trigger,
+    /// First bring the index up to the store's head as it is now (bounded; see `stale`).
+    #[serde(default = "fresh_by_default")]
+    pub fresh: bool,
+}
+
+fn fresh_by_default() -> bool {
+    true
+}
+
+/// serde also reads a struct from an array of its fields in order, so `"trigger": []`
+/// would pass as the trigger that matches everything; a trigger must be an object.
+fn trigger_object<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Trigger, D::Error> {
+    let object = Map::<String, Value>::deserialize(deserializer)?;
+    Trigger::deserialize(Value::Object(object)).map_err(D::Error::custom)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    /// The ready batches in trigger order (priority descending, then oldest first), limited.
+    pub batches: Vec<BatchId>,
+    /// Every store change up to this seq was in the index the query read.
+    pub indexed_seq: Seq,
+    /// The index may miss recent changes: a fresh query could not catch up in its bound (or
+    /// reach the store), or a non-fresh query found the index behind the last head it saw.
+    pub stale: bool,
+}
+
+/// `POST /v1/document`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentRequest {
+    pub id: BatchId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentAnswer {
+    /// What the committed index holds for the batch; `null` when it holds nothing.
+    pub document: Option<IndexedBatch>,
+    pub indexed_seq: Seq,
+}
+
+/// `POST /v1/rebuild`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildAnswer {
+    /// Batches indexed.
+    pub batches: usize,
+}

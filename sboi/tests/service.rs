@@ -1,0 +1,759 @@
+//! `sboi serve` as a real OS process on loopback, following a real SQLite store file that
+//! this test writes to, reached through `HttpIndex` and raw HTTP: queries answer as
+//! `Trigger::select` on the store, appends become visible within a bound (fresh queries at
+//! once), rebuilds need the token, and bad bodies get a JSON 4xx, never a 500 or a crash.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_sboi::http::wire::QueryAnswer;
+use autocomp_sboi::{BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, open_index};
+use autocomp_store::*;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "index-s3cret";
+
+/// A running `sboi serve`, killed when dropped.
+struct Service {
+    child: Child,
+    port: u16,
+    index_dir: PathBuf,
+}
+
+impl Service {
+    /// Serves the index in `dir/index`, following the store file `dir/store.db`.
+    fn start(dir: &Path) -> Service {
+        Self::following(&store_url(dir), dir)
+    }
+
+    /// Serves the index in `dir/index`, following the store at `store`.
+    fn following(store: &str, dir: &Path) -> Service {
+        let port = free_port();
+        let index_dir = dir.join("index");
+        let child = sboi(&[
+            "serve",
+            "--store",
+            store,
+            "--index-dir",
+            index_dir.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--reconcile-every",
+            "0",
+        ])
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .spawn()
+        .expect("start sboi");
+        let mut service = Service { child, port, index_dir };
+        service.wait_healthy();
+        service
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("sboi serve exited with {status} before it was healthy");
+            }
+            assert!(Instant::now() < deadline, "sboi serve did not come up on {}", self.url());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn index(&self) -> HttpIndex {
+        HttpIndex::with_token(&self.url(), None).unwrap()
+    }
+
+    fn health(&self) -> Value {
+        call("GET", &format!("{}/health", self.url()), None, Vec::new()).1
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The value of one gauge on `/metrics`.
+    fn gauge(&self, name: &str) -> f64 {
+        let (status, body) = get(&format!("{}/metrics", self.url())).expect("metrics answer");
+        assert_eq!(status, 200);
+        let text = String::from_utf8(body).unwrap();
+        let line = text.lines().find(|line| line.split_whitespace().next() == Some(name));
+        let line = line.unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+fn sboi(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sboi"));
+    command.args(args).env_remove("AUTOCOMP_TOKEN").env_remove("AUTOCOMP_STORE").stdout(Stdio::null());
+    // The service's log, for a failing test: `SBOI_TEST_LOG=1 cargo test ...`.
+    if std::env::var_os("SBOI_TEST_LOG").is_none() {
+        command.stderr(Stdio::null());
+    }
+    command
+}
+
+fn store_url(dir: &Path) -> String {
+    format!("sqlite://{}?synchronous=normal", dir.join("store.db").display())
+}
+
+async fn open_store(dir: &Path) -> Arc<SqliteStore> {
+    let options = SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::default() };
+    Arc::new(SqliteStore::open_with(dir.join("store.db"), options).await.unwrap())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One HTTP/1.1 exchange over a fresh connection: the status and the body, or None if the
+/// service cannot be reached. The body is written from another thread while the answer is
+/// read, because the service may answer (413) and close before reading a huge body.
+fn request(method: &str, url: &str, token: Option<&str>, body: Vec<u8>) -> Option<(u16, Vec<u8>)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = std::net::TcpStream::connect(authority).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n{auth}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).ok()?;
+    let mut writer = stream.try_clone().ok()?;
+    let sender = std::thread::spawn(move || {
+        let _ = writer.write_all(&body);
+    });
+    let mut answer = Vec::new();
+    // A reset after the answer (the unread rest of a huge body) still leaves the answer read.
+    let _ = stream.read_to_end(&mut answer);
+    drop(stream);
+    sender.join().ok();
+    parse_response(&answer)
+}
+
+fn parse_response(answer: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let status: u16 = std::str::from_utf8(answer.get(9..12)?).ok()?.parse().ok()?;
+    let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
+    let mut body = answer[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Some((status, body))
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
+        data = &data[line_end + 2 + size + 2..];
+    }
+    out
+}
+
+fn get(url: &str) -> Option<(u16, Vec<u8>)> {
+    request("GET", url, None, Vec::new())
+}
+
+/// A request that must answer with a JSON body; its status and that body.
+fn call(method: &str, url: &str, token: Option<&str>, body: Vec<u8>) -> (u16, Value) {
+    let (status, body) = request(method, url, token, body).expect("the service answers");
+    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
+    });
+    (status, json)
+}
+
+fn id(text: &str) -> BatchId {
+    BatchId::new(text).unwrap()
+}
+fn ty(text: &str) -> EventType {
+    EventType::new(text).unwrap()
+}
+fn agent() -> Agent {
+    Agent::new("tester/1.0").unwrap()
+}
+
+async fn record(store: &SqliteStore, batch: &str, event_type: &str, outcome: Outcome) {
+    store.append_event(&id(batch), NewEvent::new(ty(event_type), outcome, agent())).await.unwrap();
+}
+
+/// Thirty batches exercising every clause: two types, priorities, failures, transient
+/// failures, reset markers and content changes after a check.
+async fn varied_batches(store: &SqliteStore, first: usize) {
+    for n in first..first + 30 {
+        let name = format!("B{n:04}");
+        let batch_type = BatchType::new(if n % 3 == 0 { "Delivery" } else { "RoundTrip" }).unwrap();
+        store.create_batch(NewBatch::new(id(&name), batch_type).with_priority((n % 4) as i32)).await.unwrap();
+        if n % 7 == 6 {
+            continue;
+        }
+        record(store, &name, "Data_Received", if n % 11 == 0 { Outcome::Failure } else { Outcome::Success }).await;
+        match n % 5 {
+            0 => record(store, &name, "Checksums_Verified", Outcome::Success).await,
+            1 => record(store, &name, "Checksums_Verified", Outcome::Failure).await,
+            2 => {
+                let transient = NewEvent::new(ty("Checksums_Verified"), Outcome::Failure, agent())
+                    .with_details(json!({"transient": true}));
+                store.append_event(&id(&name), transient).await.unwrap();
+            }
+            3 => {
+                record(store, &name, "Checksums_Verified", Outcome::Success).await;
+                let reset = NewEvent::reset(vec![ty("Checksums_Verified")], agent(), json!({"reason": "rerun"}));
+                store.append_event(&id(&name), reset).await.unwrap();
+            }
+            _ => {
+                record(store, &name, "Checksums_Verified", Outcome::Success).await;
+                let mut patch = serde_json::Map::new();
+                patch.insert("redelivered".into(), json!(true));
+                store.record_content_change(&id(&name), patch).await.unwrap();
+            }
+        }
+    }
+}
+
+fn triggers() -> Vec<Trigger> {
+    let types = |names: &[&str]| names.iter().map(|n| ty(n)).collect::<Vec<_>>();
+    vec![
+        Trigger::default(),
+        Trigger { requires: types(&["Data_Received"]), ..Trigger::default() },
+        Trigger {
+            requires: types(&["Data_Received"]),
+            blocked_by: types(&["Checksums_Verified"]),
+            ..Trigger::default()
+        },
+        Trigger {
+            requires: types(&["Data_Received"]),
+            repeat_on_change: types(&["Checksums_Verified"]),
+            ..Trigger::default()
+        },
+        Trigger { transiently_failed: types(&["Checksums_Verified"]), ..Trigger::default() },
+        Trigger {
+            types: vec![BatchType::new("Delivery").unwrap()],
+            requires: types(&["Data_Received"]),
+            limit: Some(3),
+            ..Trigger::default()
+        },
+        Trigger { batches: vec![id("B0003"), id("B0010"), id("B0041"), id("B9999")], ..Trigger::default() },
+        Trigger { settled_for: Some(Duration::from_secs(3600)), ..Trigger::default() },
+        Trigger { blocked_by: types(&["Data_Received"]), limit: Some(usize::MAX), ..Trigger::default() },
+    ]
+}
+
+async fn select_in_store(store: &SqliteStore, trigger: &Trigger) -> Vec<BatchId> {
+    let batches = store.list_batches(None, 10_000).await.unwrap();
+    trigger.select(&batches, Timestamp::now())
+}
+
+#[tokio::test]
+async fn queries_over_http_answer_as_trigger_select_on_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    // Some batches before the service starts (its first catch-up), some while it follows.
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    varied_batches(&store, 30).await;
+    let index = service.index();
+    for trigger in triggers() {
+        let expected = select_in_store(&store, &trigger).await;
+        assert_eq!(index.query(&trigger).await.unwrap(), expected, "{trigger:?}");
+    }
+    // The port through `open_index`, as components and the CLI open it.
+    let opened = open_index(&service.url(), store.clone()).unwrap();
+    let trigger = &triggers()[2];
+    assert_eq!(opened.query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
+}
+
+#[tokio::test]
+async fn documents_and_catch_up_answer_as_the_embedded_index_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    let index = service.index();
+    let head = store.head().await.unwrap();
+    assert_eq!(index.catch_up().await.unwrap(), CatchUp::UpToDate { cursor: head });
+
+    // An embedded index of its own over the same store file says the same per batch.
+    let local = LocalIndex::new(IndexEngine::open(dir.path().join("local-index")).unwrap(), store.clone());
+    local.catch_up().await.unwrap();
+    for n in [0, 4, 6, 12, 29] {
+        let name = id(&format!("B{n:04}"));
+        let over_http = index.document(&name).await.unwrap();
+        assert!(over_http.is_some(), "{name} is indexed");
+        assert_eq!(over_http, local.document(&name).await.unwrap(), "{name}");
+    }
+    assert_eq!(index.document(&id("B9999")).await.unwrap(), None);
+
+    record(&store, "B0001", "Structure_Checked", Outcome::Success).await;
+    let caught_up = index.catch_up().await.unwrap();
+    assert_eq!(caught_up.cursor(), store.head().await.unwrap(), "{caught_up:?}");
+    let document = index.document(&id("B0001")).await.unwrap().unwrap();
+    assert!(document.succeeded.contains(&"Structure_Checked".to_string()), "{document:?}");
+}
+
+#[tokio::test]
+async fn an_append_becomes_visible_within_a_bound_and_at_once_to_fresh_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    let service = Service::start(dir.path());
+    let index = service.index();
+    let bound = Duration::from_secs(2);
+
+    // Not fresh: the query reads what the follower has indexed; poll until it shows.
+    let mut lags = Vec::new();
+    for n in 0..30 {
+        let name = format!("F{n:03}");
+        store.create_batch(NewBatch::new(id(&name), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+        record(&store, &name, "Data_Received", Outcome::Success).await;
+        let appended = Instant::now();
+        let trigger = Trigger { requires: vec![ty("Data_Received")], batches: vec![id(&name)], ..Trigger::default() };
+        loop {
+            let answer: QueryAnswer = index.query_with(&trigger, false).await.unwrap();
+            if answer.batches == vec![id(&name)] {
+                break;
+            }
+            assert!(appended.elapsed() < bound, "{name} not visible after {bound:?}: {answer:?}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        lags.push(appended.elapsed());
+    }
+    lags.sort();
+    println!(
+        "append -> visible to a non-fresh query over HTTP (store file, 30 appends): p50 {:?}, max {:?}",
+        lags[lags.len() / 2],
+        lags[lags.len() - 1]
+    );
+
+    // Fresh (the default): visible in the very first answer after the append.
+    let mut latencies = Vec::new();
+    for n in 0..30 {
+        let name = format!("G{n:03}");
+        store.create_batch(NewBatch::new(id(&name), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+        record(&store, &name, "Data_Received", Outcome::Success).await;
+        let trigger = Trigger { requires: vec![ty("Data_Received")], batches: vec![id(&name)], ..Trigger::default() };
+        let asked = Instant::now();
+        let answer = index.query_with(&trigger, true).await.unwrap();
+        latencies.push(asked.elapsed());
+        assert_eq!(answer.batches, vec![id(&name)], "{answer:?}");
+        assert!(!answer.stale);
+        assert!(answer.indexed_seq >= store.head().await.unwrap());
+    }
+    latencies.sort();
+    println!(
+        "fresh query right after an append (30 appends): p50 {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+}
+
+#[tokio::test]
+async fn metrics_show_the_index_lag_and_fresh_queries_say_when_they_are_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    let index = service.index();
+    index.catch_up().await.unwrap();
+    let head = store.head().await.unwrap();
+    assert_eq!(service.gauge("sboi_index_lag"), 0.0);
+    assert_eq!(service.gauge("sboi_indexed_seq"), head.0 as f64);
+    assert_eq!(service.gauge("sboi_store_head_seq"), head.0 as f64);
+
+    // Another process (this test) holds the index writer: the service cannot catch up.
+    let writer = tantivy::Index::open_in_dir(&service.index_dir).unwrap().writer::<tantivy::TantivyDocument>(15 << 20);
+    let writer = writer.unwrap();
+    record(&store, "B0001", "Structure_Checked", Outcome::Success).await;
+    record(&store, "B0002", "Structure_Checked", Outcome::Success).await;
+    assert_eq!(service.gauge("sboi_index_lag"), 2.0);
+    assert_eq!(service.gauge("sboi_store_head_seq"), (head.0 + 2) as f64);
+    let trigger = Trigger { requires: vec![ty("Structure_Checked")], ..Trigger::default() };
+    let asked = Instant::now();
+    let answer = index.query_with(&trigger, true).await.unwrap();
+    assert!(answer.stale && answer.batches.is_empty() && answer.indexed_seq == head, "{answer:?}");
+    assert!(asked.elapsed() < Duration::from_secs(4), "a fresh query is bounded: {:?}", asked.elapsed());
+
+    drop(writer);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while service.gauge("sboi_index_lag") != 0.0 {
+        assert!(Instant::now() < deadline, "the follower did not catch up once the writer was free");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = index.query_with(&trigger, false).await.unwrap();
+    assert_eq!(answer.batches, vec![id("B0002"), id("B0001")], "priority 2 before 1");
+    assert!(!answer.stale);
+}
+
+#[tokio::test]
+async fn a_rebuild_needs_the_token_and_without_it_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    service.index().catch_up().await.unwrap();
+    let meta = || std::fs::read(service.index_dir.join("meta.json")).unwrap();
+    let before = meta();
+
+    let rebuild = format!("{}/v1/rebuild", service.url());
+    for token in [None, Some("wrong-token")] {
+        let (status, body) = call("POST", &rebuild, token, b"{}".to_vec());
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["kind"], "unauthorized", "{body}");
+    }
+    let refused = service.index().rebuild().await.unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("index service at {}", service.url())) && refused.contains("AUTOCOMP_TOKEN"),
+        "{refused}"
+    );
+    assert_eq!(meta(), before, "a refused rebuild committed nothing");
+
+    let (status, body) = call("POST", &rebuild, Some(TOKEN), Vec::new());
+    assert_eq!((status, &body), (200, &json!({"batches": 30})));
+    let index = HttpIndex::with_token(&service.url(), Some(TOKEN.into())).unwrap();
+    assert_eq!(index.rebuild().await.unwrap(), 30);
+    assert_ne!(meta(), before, "a rebuild commits");
+    let trigger = &triggers()[1];
+    assert_eq!(index.query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
+}
+
+/// A small xorshift generator: the fuzz loop is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// A body `operation` must refuse: malformed, truncated, wrong types, unknown fields,
+/// invalid names, too deep, not an object, not UTF-8, or too large.
+fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
+    let valid = match operation {
+        "query" => r#"{"trigger":{"requires":["Data_Received"],"limit":5},"fresh":false}"#,
+        "document" => r#"{"id":"B0001"}"#,
+        _ => "{}",
+    };
+    match rng.below(9) {
+        // A proper prefix of a JSON object is never a JSON value.
+        0 => valid.as_bytes()[..1 + rng.below(valid.len() - 1)].to_vec(),
+        1 => {
+            let mut bytes: Vec<u8> = (0..1 + rng.below(300)).map(|_| rng.next() as u8).collect();
+            bytes[0] = *rng.pick(b"#x]}\"\\\x00\xff");
+            bytes
+        }
+        2 => wrong_type(rng, operation).into_bytes(),
+        3 => format!("{}, \"zz{}\": 1}}", valid.trim_end_matches('}'), rng.below(1000)).replace("{,", "{").into_bytes(),
+        4 => {
+            let depth = 200 + rng.below(20_000);
+            let field = if operation == "document" { "id" } else { "trigger" };
+            format!("{{\"{field}\":{}{}}}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+        }
+        5 => rng.pick(&["[]", "\"text\"", "null", "0", "true", "1e999", "[{}]", "{}{}", "{\"a\"}"]).as_bytes().to_vec(),
+        6 => {
+            let mut body = br#"{"id":""#.to_vec();
+            body.extend_from_slice(&[0xff, 0xfe, b'a', 0xc3]);
+            body.extend_from_slice(br#""}"#);
+            body
+        }
+        // A field of several MiB, under the limit: read, then refused as an invalid name.
+        7 if rng.below(8) == 0 => format!("{{\"id\":\"{}\"}}", "a".repeat(3 << 20)).into_bytes(),
+        // Over the 4 MiB limit: 413 before parsing.
+        8 if rng.below(8) == 0 => vec![b' '; (4 << 20) + 1 + rng.below(1 << 20)],
+        _ => wrong_type(rng, operation).into_bytes(),
+    }
+}
+
+fn wrong_type(rng: &mut Rng, operation: &str) -> String {
+    let long_id = format!("\"{}\"", "x".repeat(129));
+    match operation {
+        "query" => {
+            let list_field =
+                *rng.pick(&["requires", "blocked_by", "repeat_on_change", "transiently_failed", "types", "batches"]);
+            match rng.below(5) {
+                0 => format!(r#"{{"trigger":{}}}"#, rng.pick(&["1", "\"x\"", "true", "null", "[]", "[1]"])),
+                1 => {
+                    let value =
+                        rng.pick(&["1", "\"x\"", "{}", "[1]", "[\"bad name!\"]", "[\"\"]", "true", "[null]", "[[]]"]);
+                    format!(r#"{{"trigger":{{"{list_field}":{value}}}}}"#)
+                }
+                2 => format!(
+                    r#"{{"trigger":{{"settled_for":{}}}}}"#,
+                    rng.pick(&["\"x\"", "-1", "1.5", "[]", "{}", "true", "\"5 parsecs\""])
+                ),
+                3 => format!(
+                    r#"{{"trigger":{{"limit":{}}}}}"#,
+                    rng.pick(&["-1", "\"x\"", "1.5", "[]", "true", "1e30", "{}"])
+                ),
+                _ => format!(r#"{{"trigger":{{}},"fresh":{}}}"#, rng.pick(&["1", "\"yes\"", "[]", "{}", "null"])),
+            }
+        }
+        "document" => {
+            let values = ["1", "true", "null", "[]", "{}", "\"\"", "\"bad id!\"", "\"-dash-first\"", long_id.as_str()];
+            format!(r#"{{"id":{}}}"#, rng.pick(&values))
+        }
+        _ => format!(
+            r#"{{"{}":{}}}"#,
+            rng.pick(&["id", "trigger", "force", ""]),
+            rng.pick(&["1", "\"x\"", "{}", "null"])
+        ),
+    }
+}
+
+#[tokio::test]
+async fn bad_bodies_get_a_json_4xx_and_the_service_lives_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let mut service = Service::start(dir.path());
+    let base = service.url();
+    let mut rng = Rng(0x5b01_f022_2026_0007);
+    let operations = ["query", "document", "catch_up", "rebuild"];
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for round in 0..400 {
+        let operation = *rng.pick(&operations);
+        let body = bad_body(&mut rng, operation);
+        // Rebuilds with the token, so the body is read (without it: 401 before reading).
+        let token = (operation == "rebuild" && round % 4 != 0).then_some(TOKEN);
+        let shown = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+        let (status, answer) = call("POST", &format!("{base}/v1/{operation}"), token, body);
+        assert!((400..500).contains(&status), "round {round}: {operation} {shown:?} -> HTTP {status}: {answer}");
+        assert!(answer["error"]["kind"].is_string() && answer["error"]["message"].is_string(), "{answer}");
+        *statuses.entry(status).or_default() += 1;
+    }
+    println!("fuzz: 400 bad bodies answered {statuses:?}");
+    assert!(statuses.contains_key(&400) && statuses.contains_key(&413) && statuses.contains_key(&401), "{statuses:?}");
+
+    // Paths and methods nobody serves: JSON too.
+    for (method, path, expected) in [("POST", "/v1/nope", 404), ("GET", "/nope", 404), ("GET", "/v1/query", 405)] {
+        let (status, answer) = call(method, &format!("{base}{path}"), None, Vec::new());
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+        assert!(answer["error"]["message"].is_string(), "{answer}");
+    }
+
+    assert!(service.is_running(), "the service survived the fuzz loop");
+    assert_eq!(get(&format!("{base}/health")).unwrap().0, 200);
+    let trigger = &triggers()[2];
+    assert_eq!(service.index().query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
+    let (status, openapi) = call("GET", &format!("{base}/openapi.json"), None, Vec::new());
+    assert_eq!(status, 200);
+    assert!(openapi["paths"]["/v1/query"].is_object(), "{openapi}");
+}
+
+#[tokio::test]
+async fn an_unreachable_index_service_is_unavailable_naming_its_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let index = open_index(&url, store).unwrap();
+    let trigger = Trigger::default();
+    let errors = [
+        index.query(&trigger).await.unwrap_err(),
+        index.catch_up().await.unwrap_err(),
+        index.document(&id("B0001")).await.unwrap_err(),
+        index.rebuild().await.unwrap_err(),
+    ];
+    for error in errors {
+        let IndexError::Store(StoreError::Unavailable(message)) = &error else {
+            panic!("expected Unavailable, got {error:?}")
+        };
+        assert!(message.contains("index service") && message.contains(&url), "{message}");
+    }
+    let bad = open_index("http://", Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap()));
+    assert!(matches!(bad, Err(IndexError::Store(StoreError::Invalid(_)))));
+}
+
+fn exit_status(mut command: Command) -> ExitStatus {
+    let mut child = command.spawn().expect("start sboi");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            panic!("sboi did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_exits_5_without_its_store_or_index_and_2_on_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let index_dir = dir.path().join("index");
+    let index = index_dir.to_str().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let serve = |store: &str, index: &str, extra: &[&str], token: bool| {
+        let mut command = sboi(&["serve", "--store", store, "--index-dir", index, "--listen", &listen]);
+        command.args(extra);
+        if token {
+            command.env("AUTOCOMP_TOKEN", TOKEN);
+        }
+        exit_status(command).code()
+    };
+    let unreachable_store = format!("http://127.0.0.1:{}", free_port());
+    assert_eq!(serve(&unreachable_store, index, &[], true), Some(5), "store unreachable at start");
+    let a_file = dir.path().join("a-file");
+    std::fs::write(&a_file, "not a directory").unwrap();
+    assert_eq!(serve(&store_url(dir.path()), a_file.to_str().unwrap(), &[], true), Some(5), "index unopenable");
+    assert_eq!(serve("ftp://somewhere", index, &[], true), Some(2), "unknown store scheme");
+    assert_eq!(serve(&store_url(dir.path()), index, &[], false), Some(2), "no token");
+    assert_eq!(serve(&store_url(dir.path()), index, &["--reconcile-every", "often"], true), Some(2));
+    assert_eq!(exit_status(sboi(&["serve"])).code(), Some(2), "missing flags");
+    assert_eq!(exit_status(sboi(&["--help"])).code(), Some(0));
+}
+
+/// `autocomp-store serve` on a fixed port, so it can be killed and started again there.
+struct StoreService {
+    child: Child,
+    port: u16,
+    db: PathBuf,
+}
+
+impl StoreService {
+    fn start(db: &Path, port: u16) -> StoreService {
+        let child = Command::new(store_binary())
+            .args(["serve", "--db", &format!("sqlite://{}?synchronous=normal", db.display())])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("AUTOCOMP_TOKEN", TOKEN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start autocomp-store");
+        let store = StoreService { child, port, db: db.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while get(&format!("{}/health", store.url())).map(|(status, _)| status) != Some(200) {
+            assert!(Instant::now() < deadline, "the store service did not come up on {}", store.url());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        store
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+impl Drop for StoreService {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The store service binary of this workspace, built in this test's profile if needed
+/// (`cargo test -p autocomp-sboi` builds only this package's binaries).
+fn store_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let profile_dir = Path::new(env!("CARGO_BIN_EXE_sboi")).parent().unwrap().to_path_buf();
+            let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            build.args(["build", "--quiet", "-p", "autocomp-store", "--bin", "autocomp-store"]);
+            if profile_dir.ends_with("release") {
+                build.arg("--release");
+            }
+            assert!(build.status().expect("cargo runs").success(), "building autocomp-store failed");
+            profile_dir.join("autocomp-store")
+        })
+        .clone()
+}
+
+/// Polls non-fresh queries until `batch` is listed ready for `requires`; how long that took.
+async fn visible_after(index: &HttpIndex, batch: &str, requires: &str, bound: Duration) -> Duration {
+    let started = Instant::now();
+    let trigger = Trigger { requires: vec![ty(requires)], batches: vec![id(batch)], ..Trigger::default() };
+    loop {
+        // While the store is away the service may not answer in time; that is fine here.
+        if let Ok(answer) = index.query_with(&trigger, false).await
+            && answer.batches == vec![id(batch)]
+        {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < bound, "{batch} not visible after {bound:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn following_the_store_service_it_rides_out_a_store_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let mut store_service = StoreService::start(&db, free_port());
+    let store = HttpStore::with_token(&store_service.url(), Some(TOKEN.into())).unwrap();
+    let service = Service::following(&store_service.url(), dir.path());
+    let index = service.index();
+
+    // Through the store service the follower's long poll answers at once after a write.
+    let mut lags = Vec::new();
+    for n in 0..30 {
+        let name = format!("S{n:03}");
+        store.create_batch(NewBatch::new(id(&name), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+        store.append_event(&id(&name), NewEvent::new(ty("Data_Received"), Outcome::Success, agent())).await.unwrap();
+        lags.push(visible_after(&index, &name, "Data_Received", Duration::from_secs(2)).await);
+    }
+    lags.sort();
+    println!(
+        "append through the store service -> visible to a non-fresh query (30 appends): p50 {:?}, max {:?}",
+        lags[lags.len() / 2],
+        lags[lags.len() - 1]
+    );
+
+    // The store goes away: the index keeps answering, fresh queries say they are stale.
+    store_service.kill();
+    let trigger = Trigger { requires: vec![ty("Data_Received")], ..Trigger::default() };
+    let asked = Instant::now();
+    let answer = index.query_with(&trigger, true).await.unwrap();
+    assert!(answer.stale && answer.batches.len() == 30, "{answer:?}");
+    assert!(asked.elapsed() < Duration::from_secs(4), "a fresh query is bounded: {:?}", asked.elapsed());
+    assert_eq!(service.health()["status"], "ok");
+
+    // Back on the same port (a new process on the same file): the follower carries on.
+    let store_service = StoreService::start(&store_service.db, store_service.port);
+    let mut service = service;
+    let local = open_store(dir.path()).await;
+    local.create_batch(NewBatch::new(id("AFTER"), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+    record(&local, "AFTER", "Data_Received", Outcome::Success).await;
+    let took = visible_after(&index, "AFTER", "Data_Received", Duration::from_secs(15)).await;
+    println!("first append after the store service restarted -> visible: {took:?}");
+    assert!(service.is_running(), "the service survived the store's restart");
+    let health = service.health();
+    assert_eq!(health["index_lag"], 0, "{health}");
+    drop(store_service);
+}
