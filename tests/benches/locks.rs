@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_e2e::percentile;
 use autocomp_e2e::zk::{Options, ZooKeeper};
 use autocomp_framework::locks::{LockHolder, LockPath, LockService, ZkLocks};
 use autocomp_store::{BatchId, ComponentName, Timestamp};
@@ -56,13 +57,6 @@ impl Row {
     fn writes_per_cycle(&self) -> f64 {
         self.writes as f64 / self.cycles as f64
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 fn ms(d: Duration) -> String {

@@ -3,6 +3,7 @@
 //! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with an
 //! embedded store, index and lock dir, the probe component's config, and store read-backs.
 
+pub mod services;
 pub mod zk;
 
 use std::io::Read;
@@ -41,6 +42,14 @@ pub fn binary(name: &str) -> PathBuf {
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// The `p` quantile (0..=1) of sorted samples; zero for none.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// The probe component's name and event type as `probe-component` defaults them.
@@ -145,10 +154,16 @@ impl Pipeline {
 
     /// Points `config/autocomp.toml` at another lock service, e.g. a `zk://` URL.
     pub fn use_locks(&self, url: &str) {
+        self.use_backend("locks", url);
+    }
+
+    /// Points `config/autocomp.toml`'s `store`, `index` or `locks` at `url`.
+    pub fn use_backend(&self, key: &str, url: &str) {
         let file = self.config_dir().join("autocomp.toml");
         let text = std::fs::read_to_string(&file).expect("autocomp.toml");
-        let mut lines: Vec<String> = text.lines().filter(|l| !l.starts_with("locks =")).map(str::to_owned).collect();
-        lines.push(format!("locks = \"{url}\""));
+        let prefix = format!("{key} =");
+        let mut lines: Vec<String> = text.lines().filter(|l| !l.starts_with(&prefix)).map(str::to_owned).collect();
+        lines.push(format!("{key} = \"{url}\""));
         std::fs::write(&file, lines.join("\n") + "\n").expect("autocomp.toml");
     }
 
@@ -217,6 +232,8 @@ impl Pipeline {
         ] {
             command.env_remove(var);
         }
+        // What the test services accept; the embedded backends ignore it.
+        command.env("AUTOCOMP_TOKEN", services::TOKEN).env_remove("AUTOCOMP_TOKEN_FILE");
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }

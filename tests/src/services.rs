@@ -1,0 +1,121 @@
+//! The multi-host parts as real processes on loopback: the store service and the sboi
+//! service, each on a port of its own, killed when dropped and restartable on the same port.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::binary;
+
+/// The bearer token the test services accept.
+pub const TOKEN: &str = "e2e-test-token";
+
+/// A service process; killed when dropped.
+pub struct Service {
+    child: Option<Child>,
+    program: PathBuf,
+    args: Vec<String>,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Service {
+    /// `autocomp-store serve` on `db` (a SQLite file, `synchronous=normal`).
+    pub fn store(db: &Path, log_dir: &Path) -> Service {
+        Self::store_of(&format!("sqlite://{}?synchronous=normal", db.display()), log_dir)
+    }
+
+    /// `autocomp-store serve --db <db_url>`.
+    pub fn store_of(db_url: &str, log_dir: &Path) -> Service {
+        let args = vec!["serve".into(), "--db".into(), db_url.into()];
+        Self::start(binary("autocomp-store"), args, log_dir.join("store.log"))
+    }
+
+    /// `sboi serve` following `store_url`, its index in `index_dir`.
+    pub fn index(store_url: &str, index_dir: &Path, log_dir: &Path) -> Service {
+        let args = vec![
+            "serve".into(),
+            "--store".into(),
+            store_url.into(),
+            "--index-dir".into(),
+            index_dir.display().to_string(),
+        ];
+        Self::start(binary("sboi"), args, log_dir.join("sboi.log"))
+    }
+
+    fn start(program: PathBuf, args: Vec<String>, log: PathBuf) -> Service {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut service = Service { child: None, program, args, port, log };
+        service.restart();
+        service
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process (again) on the same port and waits until `/health` answers 200.
+    pub fn restart(&mut self) {
+        self.kill();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("service log");
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .env("AUTOCOMP_TOKEN", TOKEN)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.program.display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("{} exited with {status}:\n{}", self.program.display(), self.logs());
+            }
+            assert!(Instant::now() < deadline, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of one Prometheus sample, e.g. `sboi_index_lag`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (_, text) = http_get(&format!("{}/metrics", self.url()))?;
+        text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: status and body, or None if nothing answers.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = TcpStream::connect(authority).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.get(9..12)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    Some((status, body))
+}

@@ -1,0 +1,256 @@
+//! Multi-host mode end to end, every part a separate OS process on loopback: one store
+//! service, one sboi service, one ZooKeeper, and two processes of each component started
+//! together as two hosts' crons would. Every batch must end where the embedded run ends it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use autocomp_e2e::services::{Service, TOKEN};
+use autocomp_e2e::zk::{self, ZooKeeper};
+use autocomp_e2e::{PROBED, Pipeline, binary, finish, wait_until};
+use autocomp_store::{ObjectStore, Outcome, SqliteStore};
+use serde_json::Value;
+
+const STEPS: [&str; 4] = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver"];
+
+/// `autocomp status --format json` as {batch: {component: state}}.
+fn status(config_dir: &Path, extra_env: &[(&str, &str)]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let output = Command::new(binary("autocomp"))
+        .arg("--config-dir")
+        .arg(config_dir)
+        .args(["status", "--format", "json"])
+        .envs(extra_env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "status failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let rows: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("status JSON ({e}): {stdout}"));
+    rows.as_array()
+        .unwrap_or_else(|| panic!("an array of rows: {stdout}"))
+        .iter()
+        .map(|row| {
+            let states = row["components"].as_object().unwrap();
+            let states = states.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect();
+            (row["id"].as_str().unwrap().to_string(), states)
+        })
+        .collect()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_run_does() {
+    zk::require_installed();
+    // The reference: the embedded demo (one SQLite file, local index, flock locks).
+    let embedded = tempfile::tempdir().unwrap();
+    let demo =
+        Command::new(binary("autocomp")).args(["demo", "--batches", "20", "--dir"]).arg(embedded.path()).output();
+    let demo = demo.unwrap();
+    assert!(demo.status.success(), "demo: {}", String::from_utf8_lossy(&demo.stderr));
+    let expected = status(&embedded.path().join("config"), &[]);
+    assert_eq!(expected.len(), 20);
+
+    // The same deliveries and component configs, pointed at the services.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    copy_tree(&embedded.path().join("incoming"), &root.join("incoming"));
+    for sub in ["config", "archive", "logs"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    let zookeeper = ZooKeeper::standalone();
+    let store = Service::store(&root.join("store.db"), &root.join("logs"));
+    let index = Service::index(&store.url(), &root.join("index"), &root.join("logs"));
+    std::fs::write(
+        root.join("config/autocomp.toml"),
+        format!(
+            "store = \"{}\"\nindex = \"{}\"\nlocks = \"{}\"\n",
+            store.url(),
+            index.url(),
+            zookeeper.url("autocomp", "10s")
+        ),
+    )
+    .unwrap();
+    for step in STEPS {
+        let text = std::fs::read_to_string(embedded.path().join(format!("config/{step}.toml"))).unwrap();
+        let text = text.replace(&embedded.path().display().to_string(), &root.display().to_string());
+        std::fs::write(root.join(format!("config/{step}.toml")), text).unwrap();
+    }
+
+    // Cron on two hosts: each round starts both processes of a step at once.
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        assert!(rounds <= 12, "the pipeline did not settle in 11 rounds");
+        let mut processed = 0;
+        for step in STEPS {
+            let children: Vec<_> = (0..2)
+                .map(|_| {
+                    Command::new(binary(step))
+                        .arg("--config-dir")
+                        .arg(root.join("config"))
+                        .env("AUTOCOMP_TOKEN", TOKEN)
+                        .env_remove("AUTOCOMP_STORE")
+                        .env_remove("AUTOCOMP_INDEX")
+                        .env_remove("AUTOCOMP_LOCKS")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for child in children {
+                let run = finish(child, Duration::from_secs(120));
+                assert!(matches!(run.code, Some(0 | 1 | 3)), "{step} in round {rounds}: {}", run.show());
+                processed += run.stdout.lines().filter(|l| !l.trim().is_empty()).count();
+            }
+        }
+        if processed == 0 {
+            break;
+        }
+    }
+
+    // The operator CLI works unchanged against the services too.
+    let actual = status(&root.join("config"), &[("AUTOCOMP_TOKEN", TOKEN)]);
+    assert_eq!(actual, expected, "every batch ends where the embedded run ends it");
+    assert_eq!(std::fs::read_dir(root.join("archive")).unwrap().count(), 16, "every good batch archived once");
+
+    let explained = Command::new(binary("autocomp"))
+        .arg("--config-dir")
+        .arg(root.join("config"))
+        .args(["explain", "B400022028244-RT1", "--component", "archiver", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(explained.status.success(), "explain: {}", String::from_utf8_lossy(&explained.stderr));
+    let explained: Value = serde_json::from_slice(&explained.stdout).unwrap();
+    assert_eq!(explained["state"], "waiting", "the bad checksum keeps it from the archiver: {explained:#}");
+    assert_eq!(explained["ready_in_index"], false, "the index service's document agrees: {explained:#}");
+    assert_eq!(explained["ready_in_store"], false);
+    for (token, code) in [(None, 2), (Some(TOKEN), 0)] {
+        let mut reindex = Command::new(binary("autocomp"));
+        reindex.arg("--config-dir").arg(root.join("config")).arg("reindex").env_remove("AUTOCOMP_TOKEN");
+        if let Some(token) = token {
+            reindex.env("AUTOCOMP_TOKEN", token);
+        }
+        let reindex = reindex.output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&reindex.stdout), String::from_utf8_lossy(&reindex.stderr));
+        assert_eq!(reindex.status.code(), Some(code), "reindex with token {token:?}: {text}");
+        if code == 0 {
+            assert!(text.contains("reindexed 20 batches on http://"), "{text}");
+        } else {
+            assert!(text.contains("AUTOCOMP_TOKEN"), "says where the token comes from: {text}");
+        }
+    }
+
+    // Nothing ran twice: one result per (batch, event type), no run left open, no lock left.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let truth = runtime.block_on(SqliteStore::open(root.join("store.db"))).unwrap();
+    let batches = runtime.block_on(truth.list_batches(None, 100)).unwrap();
+    for batch in &batches {
+        let mut results: BTreeMap<&str, usize> = BTreeMap::new();
+        for event in &batch.events {
+            *results.entry(event.event_type.as_str()).or_default() += 1;
+        }
+        assert!(results.values().all(|&n| n == 1), "{}: results {results:?}", batch.id);
+        let successes = batch.events.iter().filter(|e| e.outcome == Outcome::Success).count();
+        assert!(successes >= 1, "{} was received", batch.id);
+    }
+    assert!(runtime.block_on(truth.open_runs(None)).unwrap().is_empty(), "no run left open");
+    let left: Vec<_> = zookeeper.tree("/autocomp").into_iter().filter(|node| node.ephemeral_owner != 0).collect();
+    assert!(left.is_empty(), "lock nodes left behind: {left:?}");
+    drop(index);
+    drop(store);
+}
+
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn an_unreachable_store_or_index_exits_5_naming_it_and_claims_nothing() {
+    let pipeline = Pipeline::new(env!("CARGO_BIN_EXE_probe-component"));
+    pipeline.register(3);
+    let head = pipeline.head();
+
+    let dead = dead_url();
+    pipeline.use_backend("store", &dead);
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(5), "{}", run.show());
+    assert!(run.stderr.contains(&dead) && run.stderr.contains("store"), "{}", run.show());
+    assert!(run.elapsed < Duration::from_secs(5), "a first contact fails at once: {:?}", run.elapsed);
+
+    let store = Service::store(&pipeline.path("store.db"), &pipeline.path(""));
+    pipeline.use_backend("store", &store.url());
+    let dead = dead_url();
+    pipeline.use_backend("index", &dead);
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(5), "{}", run.show());
+    assert!(run.stderr.contains(&dead) && run.stderr.contains("index"), "{}", run.show());
+    assert_eq!(pipeline.head(), head, "nothing claimed, nothing written");
+    assert!(pipeline.open_runs().is_empty());
+}
+
+#[test]
+fn a_store_restart_in_the_middle_of_a_run_records_no_event_twice() {
+    let pipeline = Pipeline::new(env!("CARGO_BIN_EXE_probe-component"));
+    let ids = pipeline.register(40);
+    let mut store = Service::store(&pipeline.path("store.db"), &pipeline.path(""));
+    pipeline.use_backend("store", &format!("{}?retry_for=20s", store.url()));
+    let ledger = pipeline.path("ledger.txt");
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 100\n\n[settings]\nwork_time = \"40ms\"\nledger = \"{}\"\n",
+        ledger.display()
+    ));
+
+    let mut child = pipeline.spawn(&[]);
+    // Kill the store service twice while the run is working; restart it on the same port.
+    for done in [6, 16] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let progressed =
+            wait_until(deadline, || pipeline.ledger().len() >= done || child.try_wait().ok().flatten().is_some());
+        assert!(
+            progressed && pipeline.ledger().len() >= done,
+            "the run stopped early: {}",
+            finish(child, Duration::ZERO).show()
+        );
+        // Down until a batch's work ends, so that its append meets the dead service.
+        let at_kill = pipeline.ledger().len();
+        store.kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        assert!(wait_until(deadline, || pipeline.ledger().len() > at_kill), "no work finished while down");
+        store.restart();
+    }
+    let first = finish(child, Duration::from_secs(60));
+    assert!(matches!(first.code, Some(0 | 1 | 5)), "{}", first.show());
+    let retried = first.stderr.matches("not answering; retrying").count();
+    assert!(retried >= 2, "both restarts were ridden out by retries: {}", first.show());
+    eprintln!("first run: exit {:?}, {retried} retries, {} results", first.code, first.stdout.lines().count());
+    // Whatever the first run could not finish, the next ones do.
+    for _ in 0..3 {
+        if ids.iter().all(|id| !pipeline.events(id, PROBED).is_empty()) {
+            break;
+        }
+        let again = pipeline.run(&[]);
+        assert!(matches!(again.code, Some(0 | 1)), "{}", again.show());
+    }
+    for id in &ids {
+        let results = pipeline.events(id, PROBED);
+        assert_eq!(results.len(), 1, "{id}: exactly one result, got {results:?}\nfirst run: {}", first.show());
+        assert_eq!(results[0].outcome, Outcome::Success);
+    }
+    assert!(pipeline.open_runs().is_empty(), "no run left open");
+}
