@@ -629,3 +629,53 @@ async fn a_version_2_file_with_runs_is_upgraded_keeping_them_and_can_cancel() {
     assert_eq!(cancellation.run.map(|r| r.state), Some(RunState::Cancelled));
     assert!(store.open_runs(None).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer() {
+    let f = fixture().await;
+    let store = std::sync::Arc::new(f.store.clone());
+    let c = component("archiver");
+    for n in 0..4 {
+        register(&store, &format!("B{n}")).await;
+    }
+    let generation = store.claim(&id("B0"), &c, &holder("a")).await.unwrap().generation();
+    let head = store.head().await.unwrap();
+    // 64 appends at once: plain ones, a stale-generation one (fenced), one on an unknown
+    // batch, two retries of one idempotency key, and the run's real result.
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let store = std::sync::Arc::clone(&store);
+            let c = c.clone();
+            tokio::spawn(async move {
+                let event = NewEvent::new(ty("Step_Done"), Outcome::Success, agent("t")).with_details(json!({"n": n}));
+                let (batch, event) = match n {
+                    10 => ("B0", event.in_run(c, generation + 1)),
+                    11 => ("nope", event),
+                    20 | 21 => ("B1", event.with_details(json!({})).with_idempotency_key("k-1".parse().unwrap())),
+                    30 => ("B0", event.in_run(c, generation)),
+                    _ => (["B1", "B2", "B3"][n % 3], event),
+                };
+                (n, store.append_event(&id(batch), event).await)
+            })
+        })
+        .collect();
+    let mut seqs = std::collections::BTreeSet::new();
+    let mut keyed = Vec::new();
+    for task in tasks {
+        let (n, answer) = task.await.unwrap();
+        match n {
+            10 => assert!(answer.unwrap_err().is_fenced()),
+            11 => assert!(matches!(answer.unwrap_err(), StoreError::NotFound(_))),
+            20 | 21 => keyed.push(answer.unwrap()),
+            _ => {
+                seqs.insert(answer.unwrap().seq);
+            }
+        }
+    }
+    assert_eq!(keyed[0], keyed[1], "a retried key answers the first event, even in one group");
+    assert_eq!(seqs.len(), 60, "every other append got a seq of its own");
+    let events: usize = store.list_batches(None, 10).await.unwrap().iter().map(|b| b.events.len()).sum();
+    assert_eq!(events, 61, "60 plain + 1 keyed; the refused ones wrote nothing");
+    assert_eq!(store.head().await.unwrap(), Seq(head.0 + 61), "refused appends took no seq");
+    assert!(store.open_runs(None).await.unwrap().is_empty(), "the run's result closed it");
+}

@@ -15,7 +15,8 @@
 //!
 //!     cargo bench -p autocomp-e2e --bench services
 //!
-//! `AUTOCOMP_BENCH_SECS` (default 10) is the length of the lag run. Without the `--bench`
+//! `AUTOCOMP_BENCH_SECS` (default 10) is the length of the lag run; `AUTOCOMP_BENCH_ONLY`
+//! (`appends`, `queries`, `lag`, comma-separated) runs only those sections. Without the `--bench`
 //! argument that `cargo bench` passes (e.g. under `cargo test --all-targets`) it only does a
 //! smoke run with small numbers.
 
@@ -49,10 +50,18 @@ fn main() {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         Timestamp::now()
     );
-    runtime.block_on(appends(if full { 40_000 } else { 800 }));
-    runtime.block_on(queries(full));
-    let secs = std::env::var("AUTOCOMP_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
-    runtime.block_on(lag(if full { Duration::from_secs(secs) } else { Duration::from_secs(1) }));
+    let only = std::env::var("AUTOCOMP_BENCH_ONLY").unwrap_or_default();
+    let wanted = |section: &str| only.is_empty() || only.split(',').any(|s| s == section);
+    if wanted("appends") {
+        runtime.block_on(appends(if full { 40_000 } else { 800 }));
+    }
+    if wanted("queries") {
+        runtime.block_on(queries(full));
+    }
+    if wanted("lag") {
+        let secs = std::env::var("AUTOCOMP_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+        runtime.block_on(lag(if full { Duration::from_secs(secs) } else { Duration::from_secs(1) }));
+    }
 }
 
 fn store_client(url: &str) -> Arc<HttpStore> {

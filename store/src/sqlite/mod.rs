@@ -72,6 +72,8 @@ impl SqliteOptions {
 #[derive(Clone)]
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
+    /// Appends waiting for the connection: whoever gets it next commits them all at once.
+    appends: Arc<Mutex<Vec<ops::PendingAppend>>>,
     path: PathBuf,
 }
 
@@ -91,7 +93,7 @@ impl SqliteStore {
         let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
             .await
             .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
-        Ok(Self { connection: Arc::new(Mutex::new(connection)), path })
+        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path })
     }
 
     fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
@@ -187,10 +189,24 @@ impl ObjectStore for SqliteStore {
         self.with_connection(move |conn| ops::record_content_change(conn, &id, metadata_patch)).await
     }
 
+    /// Group commit: concurrent appends through this handle (the store service's 16
+    /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
+    /// queue; whichever task holds the connection next commits everything queued by then.
     async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
         event.validate()?;
-        let batch = batch.clone();
-        self.with_connection(move |conn| ops::append_event(conn, &batch, event)).await
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let pending = ops::PendingAppend { batch: batch.clone(), event, reply };
+        self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+        let queue = Arc::clone(&self.appends);
+        self.with_connection(move |conn| {
+            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
+            if !group.is_empty() {
+                ops::append_group(conn, group);
+            }
+            Ok(())
+        })
+        .await?;
+        answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()))?
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {

@@ -1,6 +1,7 @@
 //! The store operations as blocking functions over one connection. Writes run in one
-//! IMMEDIATE transaction each and take their seq from `store_head` inside it; reads run in
-//! one read transaction each, so a batch, its log and its runs are one consistent snapshot.
+//! IMMEDIATE transaction each (appends: a group of them, each in a savepoint) and take their
+//! seq from `store_head` inside it; reads run in one read transaction each, so a batch, its
+//! log and its runs are one consistent snapshot.
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::{Map, Value};
@@ -25,7 +26,7 @@ fn read_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
     conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(unavailable)
 }
 
-fn next_seq(tx: &Transaction) -> StoreResult<Seq> {
+fn next_seq(tx: &Connection) -> StoreResult<Seq> {
     tx.query_row("UPDATE store_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", [], |row| row.get(0))
         .map(Seq)
         .map_err(unavailable)
@@ -43,18 +44,18 @@ fn stored_json(text: String) -> rusqlite::Result<Value> {
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
 }
 
-fn batch_exists(tx: &Transaction, id: &BatchId) -> StoreResult<bool> {
+fn batch_exists(tx: &Connection, id: &BatchId) -> StoreResult<bool> {
     tx.query_row("SELECT 1 FROM batches WHERE id = ?1", [id.as_str()], |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
         .map_err(unavailable)
 }
 
-fn require_batch(tx: &Transaction, id: &BatchId) -> StoreResult<()> {
+fn require_batch(tx: &Connection, id: &BatchId) -> StoreResult<()> {
     if batch_exists(tx, id)? { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }
 }
 
-fn touch(tx: &Transaction, id: &BatchId, seq: Seq) -> StoreResult<()> {
+fn touch(tx: &Connection, id: &BatchId, seq: Seq) -> StoreResult<()> {
     tx.execute("UPDATE batches SET changed_seq = ?2 WHERE id = ?1", params![id.as_str(), seq.0])
         .map_err(unavailable)?;
     Ok(())
@@ -178,8 +179,52 @@ pub fn record_content_change(conn: &mut Connection, id: &BatchId, patch: Map<Str
     Ok(seq)
 }
 
-pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Event> {
-    let tx = write_tx(conn)?;
+/// One append waiting in a group commit, and where its answer goes.
+pub struct PendingAppend {
+    pub batch: BatchId,
+    pub event: NewEvent,
+    pub reply: tokio::sync::oneshot::Sender<StoreResult<Event>>,
+}
+
+/// Group commit: every append in `group` in one IMMEDIATE transaction (one fsync), each in
+/// a savepoint of its own, so a refused append (fenced, unknown batch) changes nothing and
+/// the others still commit. Each gets the answer it would have got alone; if the commit
+/// itself fails, none was written and all get that error.
+pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>) {
+    if group.len() == 1 {
+        // Alone: no savepoint needed, a refusal rolls back the whole transaction.
+        let pending = group.pop().expect("one");
+        let answer = write_tx(conn).and_then(|tx| {
+            let event = append_in(&tx, &pending.batch, pending.event)?;
+            tx.commit().map_err(unavailable)?;
+            Ok(event)
+        });
+        let _ = pending.reply.send(answer);
+        return;
+    }
+    let mut answers = Vec::with_capacity(group.len());
+    let committed = (|| {
+        let mut tx = write_tx(conn)?;
+        for pending in group {
+            let savepoint = tx.savepoint().map_err(unavailable)?;
+            let answer = append_in(&savepoint, &pending.batch, pending.event);
+            if answer.is_ok() {
+                savepoint.commit().map_err(unavailable)?;
+            } // else dropped: rolled back to before this append
+            answers.push((answer, pending.reply));
+        }
+        tx.commit().map_err(unavailable)
+    })();
+    for (answer, reply) in answers {
+        let answer = match &committed {
+            Ok(()) => answer,
+            Err(error) => Err(StoreError::Unavailable(format!("group commit failed, nothing written: {error}"))),
+        };
+        let _ = reply.send(answer); // the caller may have gone; the event stands regardless
+    }
+}
+
+fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Event> {
     // A retry of an append that already committed must see its first result, not a fence:
     // the first attempt closed the run.
     if let Some(key) = &new.idempotency_key {
@@ -230,12 +275,11 @@ pub fn append_event(conn: &mut Connection, batch: &BatchId, new: NewEvent) -> St
         )
         .map_err(unavailable)?;
     }
-    touch(&tx, batch, seq)?;
-    tx.commit().map_err(unavailable)?;
+    touch(tx, batch, seq)?;
     Ok(event_of(batch, new, seq, at))
 }
 
-fn insert_event(tx: &Transaction, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
+fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
     let resets =
         (!new.resets.is_empty()).then(|| serde_json::to_string(&new.resets).expect("event types always serialize"));
     tx.execute(
@@ -398,7 +442,7 @@ pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
 
 /// The fence: only the newest generation of (batch, component), and only while open.
 fn check_run_is_current_and_open(
-    tx: &Transaction,
+    tx: &Connection,
     batch: &BatchId,
     component: &ComponentName,
     generation: i64,
@@ -619,7 +663,7 @@ pub fn head(conn: &mut Connection) -> StoreResult<Seq> {
     head_in(&tx)
 }
 
-fn head_in(tx: &Transaction) -> StoreResult<Seq> {
+fn head_in(tx: &Connection) -> StoreResult<Seq> {
     tx.query_row("SELECT seq FROM store_head WHERE id = 1", [], |row| row.get(0)).map(Seq).map_err(unavailable)
 }
 
@@ -669,7 +713,7 @@ fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
     })
 }
 
-fn query_runs(tx: &Transaction, filter: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Run>> {
+fn query_runs(tx: &Connection, filter: &str, params: impl rusqlite::Params) -> StoreResult<Vec<Run>> {
     let mut statement = tx
         .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs {filter} ORDER BY batch_id, component, generation"))
         .map_err(unavailable)?;
@@ -680,7 +724,7 @@ fn query_runs(tx: &Transaction, filter: &str, params: impl rusqlite::Params) -> 
 }
 
 /// The batch with its log and open runs, or `None` if it does not exist.
-fn load_batch(tx: &Transaction, id: &BatchId, as_of: Timestamp) -> StoreResult<Option<Batch>> {
+fn load_batch(tx: &Connection, id: &BatchId, as_of: Timestamp) -> StoreResult<Option<Batch>> {
     let row = tx
         .prepare_cached(
             "SELECT type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at
