@@ -254,13 +254,13 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
             };
         }
     }
-    require_batch(&tx, batch)?;
+    require_batch(tx, batch)?;
     if let Some(run) = &new.run {
-        check_run_is_current_and_open(&tx, batch, &run.component, run.generation)?;
+        check_run_is_current_and_open(tx, batch, &run.component, run.generation)?;
     }
-    let seq = next_seq(&tx)?;
+    let seq = next_seq(tx)?;
     let at = Timestamp::now();
-    insert_event(&tx, batch, &new, seq, at)?;
+    insert_event(tx, batch, &new, seq, at)?;
     if let Some(run) = &new.run {
         let transient = new.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
         tx.execute(
