@@ -3,20 +3,14 @@
 //! keeps caught up. It adds fresh-or-stale answers, the token for rebuilds, and index lag
 //! on `/metrics`. Built from the store service's shared parts (`autocomp_store::http::service`).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_store::http::service::{
-    Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body, wrong_method,
-};
+use autocomp_store::http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
 use autocomp_store::{ObjectStore, Timestamp};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 
@@ -66,28 +60,10 @@ impl IndexService {
     }
 
     pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route("/health", get(health))
-            .route("/metrics", get(metrics))
-            .route("/openapi.json", get(openapi))
-            .route("/v1/{operation}", post(operation))
-            .fallback(no_such_path)
-            .method_not_allowed_fallback(wrong_method)
-            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .with_state(Arc::clone(self))
+        router(Arc::clone(self))
     }
 
-    async fn dispatch(
-        &self,
-        operation: &str,
-        peer: SocketAddr,
-        headers: &HeaderMap,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Response, ApiError> {
-        let Some(&(name, write)) = OPERATIONS.iter().find(|(name, _)| *name == operation) else {
-            return Err(ApiError::unknown_operation(operation));
-        };
-        self.access.check(headers, peer, write)?;
+    async fn dispatch(&self, name: &'static str, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
         // Index writes run as tasks of their own: a client that hangs up mid-rebuild must
         // not cancel it halfway (the writer would be dropped between two spawned steps).
         let follower = Arc::clone(&self.follower);
@@ -178,54 +154,60 @@ async fn detached<T: Send + 'static>(
     }
 }
 
-async fn operation(
-    State(service): State<Arc<IndexService>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(operation): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let response = service.dispatch(&operation, peer, &headers, body).await.unwrap_or_else(IntoResponse::into_response);
-    let known = OPERATIONS.iter().any(|(name, _)| *name == operation);
-    service.metrics.observe(if known { &operation } else { "unknown" }, response.status(), started.elapsed());
-    if response.status().is_server_error() {
-        tracing::warn!(operation, status = %response.status(), "index unavailable");
+#[async_trait::async_trait]
+impl Rpc for IndexService {
+    const WHAT: &'static str = "index";
+    const OPERATIONS: &'static [(&'static str, bool)] = OPERATIONS;
+    const OPENAPI: &'static str = OPENAPI;
+
+    fn access(&self) -> &Access {
+        &self.access
     }
-    response
-}
 
-async fn health(State(service): State<Arc<IndexService>>) -> Response {
-    let progress = service.follower.progress();
-    ok(serde_json::json!({
-        "status": "ok",
-        "indexed_seq": progress.indexed_seq,
-        "store_head_seq": progress.store_head,
-        "index_lag": progress.lag(),
-        "follower_error": service.follower.last_error(),
-    }))
-}
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 
-async fn metrics(State(service): State<Arc<IndexService>>) -> Response {
-    let follower = &service.follower;
-    // The head as it is now, so the lag includes a catch-up still running.
-    let reachable = match tokio::time::timeout(METRICS_HEAD_BOUND, follower.store().head()).await {
-        Ok(Ok(head)) => {
-            follower.saw_head(head);
-            true
-        }
-        _ => false,
-    };
-    let progress = follower.progress();
-    let text = service.metrics.render(&[
-        ("indexed_seq", "Every store change up to this seq is in the index.", progress.indexed_seq.0 as f64),
-        ("store_head_seq", "The newest store seq this service has seen.", progress.store_head.0 as f64),
-        ("index_lag", "Store head seq minus indexed seq.", progress.lag() as f64),
-        ("store_reachable", "1 if this scrape could read the store's head, else 0.", f64::from(u8::from(reachable))),
-    ]);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
+    async fn answer(
+        &self,
+        operation: &'static str,
+        _write: bool,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Response, ApiError> {
+        self.dispatch(operation, body).await
+    }
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    async fn health(&self) -> Response {
+        let progress = self.follower.progress();
+        ok(serde_json::json!({
+            "status": "ok",
+            "indexed_seq": progress.indexed_seq,
+            "store_head_seq": progress.store_head,
+            "index_lag": progress.lag(),
+            "follower_error": self.follower.last_error(),
+        }))
+    }
+
+    async fn gauges(&self) -> Vec<(&'static str, &'static str, f64)> {
+        let follower = &self.follower;
+        // The head as it is now, so the lag includes a catch-up still running.
+        let reachable = match tokio::time::timeout(METRICS_HEAD_BOUND, follower.store().head()).await {
+            Ok(Ok(head)) => {
+                follower.saw_head(head);
+                true
+            }
+            _ => false,
+        };
+        let progress = follower.progress();
+        vec![
+            ("indexed_seq", "Every store change up to this seq is in the index.", progress.indexed_seq.0 as f64),
+            ("store_head_seq", "The newest store seq this service has seen.", progress.store_head.0 as f64),
+            ("index_lag", "Store head seq minus indexed seq.", progress.lag() as f64),
+            (
+                "store_reachable",
+                "1 if this scrape could read the store's head, else 0.",
+                f64::from(u8::from(reachable)),
+            ),
+        ]
+    }
 }

@@ -2,22 +2,18 @@
 //! one `POST /v1/<operation>` per port method, in front of any adapter (SQLite today).
 //! It adds the bearer token for writes, long polls on the change feed, and metrics.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use super::service::{Access, ApiError, MAX_BODY_BYTES, Metrics, no_such_path, parse_body, wrong_method};
+use super::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
 use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
 use crate::model::{InvalidInput, NewBatch};
 use crate::port::{CreateOutcome, ObjectStore};
@@ -47,28 +43,16 @@ impl StoreService {
     }
 
     pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route("/health", get(health))
-            .route("/metrics", get(metrics))
-            .route("/openapi.json", get(openapi))
-            .route("/v1/{operation}", post(operation))
-            .fallback(no_such_path)
-            .method_not_allowed_fallback(wrong_method)
-            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .with_state(Arc::clone(self))
+        router(Arc::clone(self))
     }
 
+    /// Runs one port operation; wakes the long polls after a write.
     async fn dispatch(
         &self,
-        operation: &str,
-        peer: SocketAddr,
-        headers: &HeaderMap,
+        name: &'static str,
+        write: bool,
         body: Result<Bytes, BytesRejection>,
     ) -> Result<Response, ApiError> {
-        let Some(&(name, write)) = OPERATIONS.iter().find(|(name, _)| *name == operation) else {
-            return Err(ApiError::unknown_operation(operation));
-        };
-        self.access.check(headers, peer, write)?;
         let store = self.store.as_ref();
         let response = match name {
             "create_batch" => {
@@ -225,40 +209,42 @@ fn at_most(field: &str, count: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn operation(
-    State(service): State<Arc<StoreService>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(operation): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let response = service.dispatch(&operation, peer, &headers, body).await.unwrap_or_else(IntoResponse::into_response);
-    let known = OPERATIONS.iter().any(|(name, _)| *name == operation);
-    service.metrics.observe(if known { &operation } else { "unknown" }, response.status(), started.elapsed());
-    if response.status().is_server_error() {
-        tracing::warn!(operation, status = %response.status(), "store unavailable");
+#[async_trait::async_trait]
+impl Rpc for StoreService {
+    const WHAT: &'static str = "store";
+    const OPERATIONS: &'static [(&'static str, bool)] = OPERATIONS;
+    const OPENAPI: &'static str = OPENAPI;
+
+    fn access(&self) -> &Access {
+        &self.access
     }
-    response
-}
 
-async fn health(State(service): State<Arc<StoreService>>) -> Response {
-    match service.store.head().await {
-        Ok(head) => ok(serde_json::json!({ "status": "ok", "head": head })),
-        Err(error) => ApiError::from(error).into_response(),
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
-}
 
-async fn metrics(State(service): State<Arc<StoreService>>) -> Response {
-    let head = service.store.head().await.map(|seq| seq.0 as f64).unwrap_or(f64::NAN);
-    let waiting = service.waiting.load(Ordering::Relaxed) as f64;
-    let text = service.metrics.render(&[
-        ("head_seq", "The newest sequence number in the store.", head),
-        ("long_polls_waiting", "wait_for_change requests parked until the store moves.", waiting),
-    ]);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
+    async fn answer(
+        &self,
+        operation: &'static str,
+        write: bool,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Response, ApiError> {
+        self.dispatch(operation, write, body).await
+    }
 
-async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+    async fn health(&self) -> Response {
+        match self.store.head().await {
+            Ok(head) => ok(serde_json::json!({ "status": "ok", "head": head })),
+            Err(error) => ApiError::from(error).into_response(),
+        }
+    }
+
+    async fn gauges(&self) -> Vec<(&'static str, &'static str, f64)> {
+        let head = self.store.head().await.map(|seq| seq.0 as f64).unwrap_or(f64::NAN);
+        let waiting = self.waiting.load(Ordering::Relaxed) as f64;
+        vec![
+            ("head_seq", "The newest sequence number in the store.", head),
+            ("long_polls_waiting", "wait_for_change requests parked until the store moves.", waiting),
+        ]
+    }
 }

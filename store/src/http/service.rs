@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
@@ -272,6 +273,77 @@ impl Metrics {
         }
         out
     }
+}
+
+/// One autocomp service as the shared routes see it: its operations (`POST /v1/<name>`),
+/// how it answers one, its health and its own gauges. `router` does the rest: access,
+/// unknown operations, metrics per operation, `/openapi.json`, JSON 404/405, body limit.
+#[async_trait::async_trait]
+pub trait Rpc: Send + Sync + 'static {
+    /// What an outage is called in the log ("store", "index").
+    const WHAT: &'static str;
+    /// Every operation and whether it writes (needs the token).
+    const OPERATIONS: &'static [(&'static str, bool)];
+    /// The service's OpenAPI document.
+    const OPENAPI: &'static str;
+
+    fn access(&self) -> &Access;
+    fn metrics(&self) -> &Metrics;
+    /// Answers `operation`, one of `OPERATIONS`, which the caller may call.
+    async fn answer(
+        &self,
+        operation: &'static str,
+        write: bool,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Response, ApiError>;
+    /// `GET /health`.
+    async fn health(&self) -> Response;
+    /// The service's gauges for `/metrics`: (name, help, value).
+    async fn gauges(&self) -> Vec<(&'static str, &'static str, f64)>;
+}
+
+/// The routes every service has, over `service`.
+pub fn router<S: Rpc>(service: Arc<S>) -> axum::Router {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/health", get(|State(service): State<Arc<S>>| async move { service.health().await }))
+        .route("/metrics", get(metrics::<S>))
+        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], S::OPENAPI) }))
+        .route("/v1/{operation}", post(operation::<S>))
+        .fallback(no_such_path)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(service)
+}
+
+async fn operation<S: Rpc>(
+    State(service): State<Arc<S>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(operation): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = std::time::Instant::now();
+    let known = S::OPERATIONS.iter().find(|(name, _)| *name == operation).copied();
+    let answer = match known {
+        None => Err(ApiError::unknown_operation(&operation)),
+        Some((name, write)) => match service.access().check(&headers, peer, write) {
+            Ok(()) => service.answer(name, write, body).await,
+            Err(refused) => Err(refused),
+        },
+    };
+    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    let label = known.map_or("unknown", |(name, _)| name);
+    service.metrics().observe(label, response.status(), started.elapsed());
+    if response.status().is_server_error() {
+        tracing::warn!(operation, status = %response.status(), "{} unavailable", S::WHAT);
+    }
+    response
+}
+
+async fn metrics<S: Rpc>(State(service): State<Arc<S>>) -> Response {
+    let text = service.metrics().render(&service.gauges().await);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// A 405 in the JSON error shape, for a known path asked with the wrong method.
