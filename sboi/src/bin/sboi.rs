@@ -45,8 +45,9 @@ enum Command {
         /// File holding the bearer token for rebuilds (else $AUTOCOMP_TOKEN).
         #[arg(long)]
         token_file: Option<PathBuf>,
-        /// Rebuild the whole index this often, to repair any drift (90s, 30m, 1h; 0 never).
-        #[arg(long, default_value = "1h", value_parser = parse_period)]
+        /// Rebuild the whole index this often, to repair any drift (30m, 6h, 1d; 0 never).
+        /// Changes wait while it runs: about half a minute per million batches.
+        #[arg(long, default_value = "1d", value_parser = parse_period)]
         reconcile_every: Duration,
         /// More logging (-v debug, -vv trace); RUST_LOG overrides.
         #[arg(short, long, action = clap::ArgAction::Count)]
