@@ -195,7 +195,12 @@ impl<C: Component> Runner<C> {
     }
 
     fn run_holder(&self) -> RunHolder {
-        RunHolder { agent: self.identity.agent.clone(), host: self.identity.host.clone(), pid: self.identity.pid }
+        RunHolder {
+            agent: self.identity.agent.clone(),
+            host: self.identity.host.clone(),
+            pid: self.identity.pid,
+            claim_key: None,
+        }
     }
 
     fn shutting_down(&self) -> bool {

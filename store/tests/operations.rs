@@ -27,7 +27,7 @@ fn agent(text: &str) -> Agent {
     Agent::new(text).unwrap()
 }
 fn holder(name: &str) -> RunHolder {
-    RunHolder { agent: agent(&format!("{name}/1.0@host#1")), host: "host".into(), pid: 1 }
+    RunHolder { agent: agent(&format!("{name}/1.0@host#1")), host: "host".into(), pid: 1, claim_key: None }
 }
 fn round_trip() -> BatchType {
     BatchType::new("RoundTrip").unwrap()
@@ -678,4 +678,28 @@ async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer() {
     assert_eq!(events, 61, "60 plain + 1 keyed; the refused ones wrote nothing");
     assert_eq!(store.head().await.unwrap(), Seq(head.0 + 61), "refused appends took no seq");
     assert!(store.open_runs(None).await.unwrap().is_empty(), "the run's result closed it");
+}
+
+#[tokio::test]
+async fn a_retried_claim_with_its_key_returns_the_run_it_opened() {
+    let f = fixture().await;
+    register(&f.store, "B1").await;
+    let c = component("archiver");
+    let keyed = |key: &str| RunHolder { claim_key: Some(key.parse().unwrap()), ..holder("a") };
+    let first = f.store.claim(&id("B1"), &c, &keyed("claim-1")).await.unwrap();
+    let head = f.store.head().await.unwrap();
+    let retried = f.store.claim(&id("B1"), &c, &keyed("claim-1")).await.unwrap();
+    assert_eq!(retried, Claim { run: first.run.clone(), abandoned: None }, "the same run, nothing abandoned");
+    assert_eq!(f.store.head().await.unwrap(), head, "the retry wrote nothing");
+    assert_eq!(f.store.open_runs(None).await.unwrap(), std::slice::from_ref(&first.run));
+
+    // A claim with another key is a new claim: it abandons the open run, as ever.
+    let second = f.store.claim(&id("B1"), &c, &keyed("claim-2")).await.unwrap();
+    assert_eq!(second.abandoned.as_ref().map(|run| run.generation), Some(first.generation()));
+    // The first key again, its run no longer open: refused, nothing written.
+    let head = f.store.head().await.unwrap();
+    let stale = f.store.claim(&id("B1"), &c, &keyed("claim-1")).await.unwrap_err();
+    assert!(matches!(&stale, StoreError::Conflict(m) if m.contains("claim-1")), "{stale}");
+    assert_eq!(f.store.head().await.unwrap(), head);
+    assert_eq!(f.store.open_runs(None).await.unwrap()[0].generation, second.generation());
 }

@@ -137,7 +137,7 @@ fn agent(text: &str) -> Agent {
     Agent::new(text).unwrap()
 }
 fn holder() -> RunHolder {
-    RunHolder { agent: agent("tester/1.0@host#1"), host: "host".into(), pid: 1 }
+    RunHolder { agent: agent("tester/1.0@host#1"), host: "host".into(), pid: 1, claim_key: None }
 }
 fn new_batch(name: &str) -> NewBatch {
     NewBatch::new(id(name), BatchType::new("Delivery").unwrap()).with_location(format!("/incoming/{name}"))
@@ -389,7 +389,7 @@ impl XorShift {
 }
 
 #[tokio::test]
-async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append() {
+async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append_or_a_claim() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("store.db");
     let mut service = Service::start(&db);
@@ -409,6 +409,21 @@ async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append() {
             acknowledged
         })
     };
+    // Beside it, a worker's cycle per batch: claim, then the result fenced by that claim.
+    let worker = {
+        let http = Arc::clone(&http);
+        tokio::spawn(async move {
+            let archiver = component("archiver");
+            for n in 0..300 {
+                let batch = id(&format!("C{n:03}"));
+                http.create_batch(new_batch(batch.as_str())).await.expect("registered through the restart");
+                let claim = http.claim(&batch, &archiver, &holder()).await.expect("claimed through the restart");
+                let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("archiver/1.0"))
+                    .in_run(archiver.clone(), claim.generation());
+                http.append_event(&batch, result).await.expect("recorded through the restart");
+            }
+        })
+    };
     let local = SqliteStore::open(&db).await.unwrap();
     for _ in 0..5 {
         // Kill the service while appends are in flight, then bring it back on the same port.
@@ -422,6 +437,15 @@ async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append() {
         service = Service::start_on(&db, port);
     }
     let acknowledged = writer.await.unwrap();
+    worker.await.unwrap();
+    let archiver = component("archiver");
+    for n in 0..300 {
+        let batch = local.get_batch(&id(&format!("C{n:03}"))).await.unwrap();
+        assert_eq!(batch.events.len(), 1, "{}: one result", batch.id);
+        let abandoned = local.failed_attempts(&batch.id, &archiver, Seq::ZERO).await.unwrap();
+        assert_eq!(abandoned, 0, "{}: a retried claim returned its run instead of abandoning it", batch.id);
+    }
+    assert!(local.open_runs(None).await.unwrap().is_empty());
     let log = local.get_batch(&id("B1")).await.unwrap().events;
     assert_eq!(log.len(), 2_000, "one event per append: none lost, none doubled");
     let ns: HashSet<i64> = log.iter().map(|e| e.details["n"].as_i64().unwrap()).collect();

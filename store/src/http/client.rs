@@ -175,8 +175,12 @@ impl HttpClient {
                 Err(error) => {
                     let unsent = error.is_connect();
                     let may_retry = self.reached.load(Ordering::Relaxed) && (unsent || retry == Retry::Safe);
-                    let message =
+                    let mut message =
                         format!("{} at {} unreachable ({operation}): {}", self.what, self.base, chain(&error));
+                    if !unsent && retry == Retry::OnlyUnsent {
+                        message
+                            .push_str("; it may have been done before the connection broke: look before repeating it");
+                    }
                     (CallError::Unreachable(message), may_retry)
                 }
             };

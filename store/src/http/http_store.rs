@@ -1,6 +1,7 @@
 //! `HttpStore`: the `ObjectStore` port over the store service, so every caller works
-//! unchanged with an `http://` URL. Appends always carry an idempotency key (one is made up
-//! when the caller gave none), so a retry after a lost answer never records twice.
+//! unchanged with an `http://` URL. Appends and claims always carry an idempotency key (one
+//! is made up when the caller gave none), so a retry after a lost answer never records
+//! twice nor abandons the run it opened.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,7 +20,7 @@ pub struct HttpStore {
     client: HttpClient,
     /// Makes the idempotency keys of this client unique: host, pid, start time, counter.
     key_prefix: String,
-    appends: AtomicU64,
+    keys_made: AtomicU64,
 }
 
 impl HttpStore {
@@ -43,7 +44,7 @@ impl HttpStore {
             .collect();
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let key_prefix = format!("auto.{host}.{}.{}", std::process::id(), started.as_nanos());
-        Ok(Self { client, key_prefix, appends: AtomicU64::new(0) })
+        Ok(Self { client, key_prefix, keys_made: AtomicU64::new(0) })
     }
 
     pub fn base(&self) -> &str {
@@ -60,7 +61,7 @@ impl HttpStore {
     }
 
     fn fresh_key(&self) -> IdempotencyKey {
-        let n = self.appends.fetch_add(1, Ordering::Relaxed);
+        let n = self.keys_made.fetch_add(1, Ordering::Relaxed);
         IdempotencyKey::new(format!("{}.{n}", self.key_prefix)).expect("made of printable ASCII, under 128 characters")
     }
 }
@@ -116,9 +117,14 @@ impl ObjectStore for HttpStore {
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
-        // Not repeated blindly: a second claim would abandon a first one we never heard of.
-        let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder: holder.clone() };
-        self.call("claim", &request, Retry::OnlyUnsent).await
+        // With a claim key a retry returns the run the first attempt opened, instead of
+        // abandoning a run we never heard of.
+        let mut holder = holder.clone();
+        if holder.claim_key.is_none() {
+            holder.claim_key = Some(self.fresh_key());
+        }
+        let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder };
+        self.call("claim", &request, Retry::Safe).await
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {

@@ -119,6 +119,10 @@ pub struct RunHolder {
     pub agent: Agent,
     pub host: String,
     pub pid: u32,
+    /// A client-chosen key that makes a retried claim return the run the first one opened
+    /// instead of abandoning it (the HTTP client sets one on every claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_key: Option<IdempotencyKey>,
 }
 
 impl RunHolder {

@@ -488,6 +488,32 @@ pub fn claim(
 ) -> StoreResult<Claim> {
     let tx = write_tx(conn)?;
     require_batch(&tx, batch)?;
+    if let Some(key) = &holder.claim_key {
+        let earlier = query_runs(
+            &tx,
+            "WHERE batch_id = ?1 AND component = ?2 AND claim_key = ?3",
+            params![batch.as_str(), component.as_str(), key.as_str()],
+        )?;
+        if let Some(run) = earlier.into_iter().next() {
+            // A retry of a claim that committed: the same run, if it is still the open one.
+            let current: i64 = tx
+                .query_row(
+                    "SELECT generation FROM claims WHERE batch_id = ?1 AND component = ?2",
+                    params![batch.as_str(), component.as_str()],
+                    |row| row.get(0),
+                )
+                .map_err(unavailable)?;
+            return if run.state == RunState::Open && run.generation == current && run.holder == *holder {
+                Ok(Claim { run, abandoned: None })
+            } else {
+                Err(StoreError::Conflict(format!(
+                    "claim key {key} was already used by run {} of {component} on {batch}, now {}",
+                    run.generation,
+                    run.state.as_str()
+                )))
+            };
+        }
+    }
     let seq = next_seq(&tx)?;
     let now = Timestamp::now();
     let generation: i64 = tx
@@ -514,8 +540,8 @@ pub fn claim(
         run.ended_at = Some(now);
     }
     tx.execute(
-        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open')",
+        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open', ?9)",
         params![
             batch.as_str(),
             component.as_str(),
@@ -524,7 +550,8 @@ pub fn claim(
             holder.host,
             holder.pid,
             now.millis(),
-            seq.0
+            seq.0,
+            holder.claim_key.as_ref().map(|k| k.as_str()),
         ],
     )
     .map_err(unavailable)?;
@@ -695,7 +722,7 @@ fn event_from_row(row: &Row) -> rusqlite::Result<Event> {
 }
 
 const RUN_COLUMNS: &str =
-    "batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient";
+    "batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient, claim_key";
 
 fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
     let state: String = row.get(8)?;
@@ -703,7 +730,12 @@ fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
         batch_id: stored(row.get(0)?)?,
         component: stored(row.get(1)?)?,
         generation: row.get(2)?,
-        holder: RunHolder { agent: stored(row.get(3)?)?, host: row.get(4)?, pid: row.get(5)? },
+        holder: RunHolder {
+            agent: stored(row.get(3)?)?,
+            host: row.get(4)?,
+            pid: row.get(5)?,
+            claim_key: row.get::<_, Option<String>>(11)?.map(stored).transpose()?,
+        },
         started_at: Timestamp(row.get(6)?),
         claim_seq: Seq(row.get(7)?),
         state: RunState::parse(&state)

@@ -10,7 +10,7 @@ use crate::port::{StoreError, StoreResult};
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -111,6 +111,13 @@ INSERT INTO runs_v3 (batch_id, component, generation, agent, host, pid, started_
 DROP TABLE runs;
 ALTER TABLE runs_v3 RENAME TO runs;
 CREATE INDEX runs_open ON runs (component, batch_id) WHERE state = 'open';
+"#;
+
+const V4: &str = r#"
+-- A claim may carry a client-chosen key: the same key again returns the run it opened (a
+-- retry after a lost answer) instead of abandoning that run.
+ALTER TABLE runs ADD COLUMN claim_key TEXT;
+CREATE UNIQUE INDEX runs_claim_key ON runs (batch_id, component, claim_key) WHERE claim_key IS NOT NULL;
 "#;
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
