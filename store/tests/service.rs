@@ -28,9 +28,14 @@ impl Service {
     }
 
     fn start_on(db: &Path, port: u16) -> Service {
+        Self::start_with(db, port, &[])
+    }
+
+    fn start_with(db: &Path, port: u16, extra: &[&str]) -> Service {
         let child = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
             .args(["serve", "--db", &format!("sqlite://{}?synchronous=normal", db.display())])
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env("AUTOCOMP_TOKEN", TOKEN)
             .stderr(Stdio::null())
             .spawn()
@@ -272,6 +277,17 @@ async fn writes_need_the_token_and_change_nothing_without_it() {
     let (status, answer) = post(&url("create_batch"), Some(TOKEN), body);
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["created"], true);
+
+    // On a host other users share, reads can ask for the token too.
+    drop(service);
+    let guarded = Service::start_with(&dir.path().join("store.db"), free_port(), &["--reads-need-token"]);
+    let anonymous = HttpStore::with_token(&guarded.url(), None).unwrap();
+    match anonymous.get_batch(&id("B1")).await.unwrap_err() {
+        StoreError::Invalid(input) => assert!(input.reason.contains("reads need a bearer token"), "{input}"),
+        other => panic!("expected a refusal naming the token, got {other}"),
+    }
+    assert_eq!(guarded.client().get_batch(&id("B1")).await.unwrap().id, id("B1"));
+    assert_eq!(get(&format!("{}/health", guarded.url())).unwrap().0, 200, "health stays open");
 }
 
 #[tokio::test]

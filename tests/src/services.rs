@@ -22,14 +22,15 @@ pub struct Service {
 }
 
 impl Service {
-    /// `autocomp-store serve` on `db` (a SQLite file, `synchronous=normal`).
+    /// `autocomp-store serve` on `db` (a SQLite file, `synchronous=normal`). The test
+    /// services ask for the token on every read, so every client is seen to send it.
     pub fn store(db: &Path, log_dir: &Path) -> Service {
         Self::store_of(&format!("sqlite://{}?synchronous=normal", db.display()), log_dir)
     }
 
     /// `autocomp-store serve --db <db_url>`.
     pub fn store_of(db_url: &str, log_dir: &Path) -> Service {
-        let args = vec!["serve".into(), "--db".into(), db_url.into()];
+        let args = vec!["serve".into(), "--db".into(), db_url.into(), "--reads-need-token".into()];
         Self::start(binary("autocomp-store"), args, log_dir.join("store.log"))
     }
 
@@ -41,11 +42,17 @@ impl Service {
             store_url.into(),
             "--index-dir".into(),
             index_dir.display().to_string(),
+            "--reads-need-token".into(),
         ];
         Self::start(binary("sboi"), args, log_dir.join("sboi.log"))
     }
 
-    fn start(program: PathBuf, args: Vec<String>, log: PathBuf) -> Service {
+    fn start(program: PathBuf, mut args: Vec<String>, log: PathBuf) -> Service {
+        // The token from a file, as in production: the service must pass it on itself
+        // (sboi to the store service), nothing reads it from the environment.
+        let token_file = log.with_extension("token");
+        std::fs::write(&token_file, TOKEN).expect("token file");
+        args.extend(["--token-file".into(), token_file.display().to_string()]);
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut service = Service { child: None, program, args, port, log };
         service.restart();
@@ -63,7 +70,8 @@ impl Service {
         let child = Command::new(&self.program)
             .args(&self.args)
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            .env("AUTOCOMP_TOKEN", TOKEN)
+            .env_remove("AUTOCOMP_TOKEN")
+            .env_remove("AUTOCOMP_TOKEN_FILE")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -132,6 +132,7 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
         .arg("--config-dir")
         .arg(root.join("config"))
         .args(["explain", "B400022028244-RT1", "--component", "archiver", "--format", "json"])
+        .env("AUTOCOMP_TOKEN", TOKEN)
         .output()
         .unwrap();
     assert!(explained.status.success(), "explain: {}", String::from_utf8_lossy(&explained.stderr));

@@ -4,12 +4,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::{StoreError, open_store};
+use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
@@ -49,6 +50,9 @@ enum Command {
         /// Changes wait while it runs: about half a minute per million batches.
         #[arg(long, default_value = "1d", value_parser = parse_period)]
         reconcile_every: Duration,
+        /// Ask for the token on reads from loopback too (on a host other users share).
+        #[arg(long)]
+        reads_need_token: bool,
         /// More logging (-v debug, -vv trace); RUST_LOG overrides.
         #[arg(short, long, action = clap::ArgAction::Count)]
         verbose: u8,
@@ -64,7 +68,7 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Command::Serve { store: store_url, index_dir, listen, token_file, reconcile_every, verbose } =
+    let Command::Serve { store: store_url, index_dir, listen, token_file, reconcile_every, reads_need_token, verbose } =
         Cli::parse().command;
     init_logging(verbose);
     let fail = |code: u8, message: String| {
@@ -75,7 +79,14 @@ async fn main() -> ExitCode {
         Ok(token) => token,
         Err(message) => return fail(2, message),
     };
-    let store = match open_store(&store_url).await {
+    // The service's token is also what it shows the store service: its reads may come from
+    // another host, or the store may ask for the token on every read.
+    let opened = if store_url.starts_with("http://") || store_url.starts_with("https://") {
+        HttpStore::with_token(&store_url, Some(token.clone())).map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
+    } else {
+        open_store(&store_url).await
+    };
+    let store = match opened {
         Ok(store) => store,
         Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--store: {error}")),
         Err(error) => return fail(5, format!("cannot open the store {store_url}: {error}")),
@@ -83,6 +94,7 @@ async fn main() -> ExitCode {
     // An HTTP store is only dialled on first use: ask now, so a wrong URL fails the start.
     let head = match store.head().await {
         Ok(head) => head,
+        Err(error @ StoreError::Invalid(_)) => return fail(2, format!("the store {store_url} refused: {error}")),
         Err(error) => return fail(5, format!("cannot reach the store {store_url}: {error}")),
     };
     let engine = match IndexEngine::open(&index_dir) {
@@ -94,7 +106,8 @@ async fn main() -> ExitCode {
         Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
     };
     let reconcile = (!reconcile_every.is_zero()).then_some(reconcile_every);
-    let service = match IndexService::start(engine, store, Access::new(token), reconcile) {
+    let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
+    let service = match IndexService::start(engine, store, access, reconcile) {
         Ok(service) => service,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };

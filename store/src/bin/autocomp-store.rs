@@ -34,6 +34,9 @@ enum Command {
         /// File holding the bearer token for writes (else $AUTOCOMP_TOKEN).
         #[arg(long)]
         token_file: Option<PathBuf>,
+        /// Ask for the token on reads from loopback too (on a host other users share).
+        #[arg(long)]
+        reads_need_token: bool,
         /// More logging (-v debug, -vv trace); RUST_LOG overrides.
         #[arg(short, long, action = clap::ArgAction::Count)]
         verbose: u8,
@@ -42,7 +45,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Command::Serve { db, listen, token_file, verbose } = Cli::parse().command;
+    let Command::Serve { db, listen, token_file, reads_need_token, verbose } = Cli::parse().command;
     init_logging(verbose);
     let fail = |code: u8, message: String| {
         tracing::error!("{message}");
@@ -66,7 +69,8 @@ async fn main() -> ExitCode {
     };
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
     tracing::info!(listen = %bound, %db, "store service up");
-    let service = StoreService::new(store, Access::new(token));
+    let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
+    let service = StoreService::new(store, access);
     match serve(listener, service.router()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(5, format!("serving: {error}")),

@@ -151,19 +151,25 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
 }
 
 /// Who may call what: writes always need the bearer token; reads need it only from
-/// addresses other than loopback.
+/// addresses other than loopback, unless `reads_need_token` (a host other users share).
 #[derive(Clone)]
 pub struct Access {
     token: Arc<str>,
+    loopback_reads_open: bool,
 }
 
 impl Access {
     pub fn new(token: impl Into<Arc<str>>) -> Self {
-        Self { token: token.into() }
+        Self { token: token.into(), loopback_reads_open: true }
+    }
+
+    /// Reads need the token from loopback too.
+    pub fn reads_need_token(self) -> Self {
+        Self { loopback_reads_open: false, ..self }
     }
 
     pub fn check(&self, headers: &HeaderMap, peer: SocketAddr, write: bool) -> Result<(), ApiError> {
-        if !write && peer.ip().is_loopback() {
+        if !write && self.loopback_reads_open && peer.ip().is_loopback() {
             return Ok(());
         }
         let presented = headers
@@ -175,7 +181,7 @@ impl Access {
             None => Err(ApiError::unauthorized(if write {
                 "writes need a bearer token (Authorization: Bearer <token>)"
             } else {
-                "reads from outside loopback need a bearer token (Authorization: Bearer <token>)"
+                "reads need a bearer token here (Authorization: Bearer <token>)"
             })),
             Some(token) if constant_time_eq(token.as_bytes(), self.token.as_bytes()) => Ok(()),
             Some(_) => Err(ApiError::unauthorized("the bearer token is wrong")),
