@@ -140,6 +140,25 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
     assert_eq!(explained["state"], "waiting", "the bad checksum keeps it from the archiver: {explained:#}");
     assert_eq!(explained["ready_in_index"], false, "the index service's document agrees: {explained:#}");
     assert_eq!(explained["ready_in_store"], false);
+    // An operator action through the store service: one event, and the batch shows it.
+    let autocomp = |args: &[&str]| {
+        let output = Command::new(binary("autocomp"))
+            .arg("--config-dir")
+            .arg(root.join("config"))
+            .args(args)
+            .env("AUTOCOMP_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "autocomp {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    autocomp(&["--as", "tester", "prioritize", "B400022028244-RT1", "7", "--reason", "re-delivery expected"]);
+    let shown: Value = serde_json::from_str(&autocomp(&["show", "B400022028244-RT1", "--format", "json"])).unwrap();
+    assert_eq!(shown["priority"], 7, "{shown:#}");
+    let last = shown["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["type"].as_str(), last["agent"].as_str()), (Some("Prioritized"), Some("operator:tester")));
+    assert_eq!(autocomp(&["locks", "--format", "json"]).trim(), "[]", "no lock held in ZooKeeper");
+
     for (token, code) in [(None, 2), (Some(TOKEN), 0)] {
         let mut reindex = Command::new(binary("autocomp"));
         reindex.arg("--config-dir").arg(root.join("config")).arg("reindex").env_remove("AUTOCOMP_TOKEN");
