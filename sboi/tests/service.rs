@@ -9,7 +9,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_sboi::http::wire::QueryAnswer;
 use autocomp_sboi::{BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, open_index};
 use autocomp_store::*;
 use serde_json::{Value, json};
@@ -69,10 +68,6 @@ impl Service {
 
     fn index(&self) -> HttpIndex {
         HttpIndex::with_token(&self.url(), None).unwrap()
-    }
-
-    fn health(&self) -> Value {
-        call("GET", &format!("{}/health", self.url()), None, Vec::new()).1
     }
 
     fn is_running(&mut self) -> bool {
@@ -327,17 +322,7 @@ async fn an_append_becomes_visible_within_a_bound_and_at_once_to_fresh_queries()
         let name = format!("F{n:03}");
         store.create_batch(NewBatch::new(id(&name), BatchType::new("RoundTrip").unwrap())).await.unwrap();
         record(&store, &name, "Data_Received", Outcome::Success).await;
-        let appended = Instant::now();
-        let trigger = Trigger { requires: vec![ty("Data_Received")], batches: vec![id(&name)], ..Trigger::default() };
-        loop {
-            let answer: QueryAnswer = index.query_with(&trigger, false).await.unwrap();
-            if answer.batches == vec![id(&name)] {
-                break;
-            }
-            assert!(appended.elapsed() < bound, "{name} not visible after {bound:?}: {answer:?}");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        lags.push(appended.elapsed());
+        lags.push(visible_after(&index, &name, "Data_Received", bound).await);
     }
     lags.sort();
     println!(
@@ -635,72 +620,11 @@ fn serve_exits_5_without_its_store_or_index_and_2_on_usage_errors() {
     assert_eq!(exit_status(sboi(&["--help"])).code(), Some(0));
 }
 
-/// `autocomp-store serve` on a fixed port, so it can be killed and started again there.
-struct StoreService {
-    child: Child,
-    port: u16,
-    db: PathBuf,
-}
-
-impl StoreService {
-    fn start(db: &Path, port: u16) -> StoreService {
-        let child = Command::new(store_binary())
-            .args(["serve", "--db", &format!("sqlite://{}?synchronous=normal", db.display())])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("AUTOCOMP_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start autocomp-store");
-        let store = StoreService { child, port, db: db.to_path_buf() };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while get(&format!("{}/health", store.url())).map(|(status, _)| status) != Some(200) {
-            assert!(Instant::now() < deadline, "the store service did not come up on {}", store.url());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        store
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
-
-impl Drop for StoreService {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The store service binary of this workspace, built in this test's profile if needed
-/// (`cargo test -p autocomp-sboi` builds only this package's binaries).
-fn store_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let profile_dir = Path::new(env!("CARGO_BIN_EXE_sboi")).parent().unwrap().to_path_buf();
-            let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            build.args(["build", "--quiet", "-p", "autocomp-store", "--bin", "autocomp-store"]);
-            if profile_dir.ends_with("release") {
-                build.arg("--release");
-            }
-            assert!(build.status().expect("cargo runs").success(), "building autocomp-store failed");
-            profile_dir.join("autocomp-store")
-        })
-        .clone()
-}
-
 /// Polls non-fresh queries until `batch` is listed ready for `requires`; how long that took.
 async fn visible_after(index: &HttpIndex, batch: &str, requires: &str, bound: Duration) -> Duration {
     let started = Instant::now();
     let trigger = Trigger { requires: vec![ty(requires)], batches: vec![id(batch)], ..Trigger::default() };
     loop {
-        // While the store is away the service may not answer in time; that is fine here.
         if let Ok(answer) = index.query_with(&trigger, false).await
             && answer.batches == vec![id(batch)]
         {
@@ -709,51 +633,4 @@ async fn visible_after(index: &HttpIndex, batch: &str, requires: &str, bound: Du
         assert!(started.elapsed() < bound, "{batch} not visible after {bound:?}");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-#[tokio::test]
-async fn following_the_store_service_it_rides_out_a_store_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("store.db");
-    let mut store_service = StoreService::start(&db, free_port());
-    let store = HttpStore::with_token(&store_service.url(), Some(TOKEN.into())).unwrap();
-    let service = Service::following(&store_service.url(), dir.path());
-    let index = service.index();
-
-    // Through the store service the follower's long poll answers at once after a write.
-    let mut lags = Vec::new();
-    for n in 0..30 {
-        let name = format!("S{n:03}");
-        store.create_batch(NewBatch::new(id(&name), BatchType::new("RoundTrip").unwrap())).await.unwrap();
-        store.append_event(&id(&name), NewEvent::new(ty("Data_Received"), Outcome::Success, agent())).await.unwrap();
-        lags.push(visible_after(&index, &name, "Data_Received", Duration::from_secs(2)).await);
-    }
-    lags.sort();
-    println!(
-        "append through the store service -> visible to a non-fresh query (30 appends): p50 {:?}, max {:?}",
-        lags[lags.len() / 2],
-        lags[lags.len() - 1]
-    );
-
-    // The store goes away: the index keeps answering, fresh queries say they are stale.
-    store_service.kill();
-    let trigger = Trigger { requires: vec![ty("Data_Received")], ..Trigger::default() };
-    let asked = Instant::now();
-    let answer = index.query_with(&trigger, true).await.unwrap();
-    assert!(answer.stale && answer.batches.len() == 30, "{answer:?}");
-    assert!(asked.elapsed() < Duration::from_secs(4), "a fresh query is bounded: {:?}", asked.elapsed());
-    assert_eq!(service.health()["status"], "ok");
-
-    // Back on the same port (a new process on the same file): the follower carries on.
-    let store_service = StoreService::start(&store_service.db, store_service.port);
-    let mut service = service;
-    let local = open_store(dir.path()).await;
-    local.create_batch(NewBatch::new(id("AFTER"), BatchType::new("RoundTrip").unwrap())).await.unwrap();
-    record(&local, "AFTER", "Data_Received", Outcome::Success).await;
-    let took = visible_after(&index, "AFTER", "Data_Received", Duration::from_secs(15)).await;
-    println!("first append after the store service restarted -> visible: {took:?}");
-    assert!(service.is_running(), "the service survived the store's restart");
-    let health = service.health();
-    assert_eq!(health["index_lag"], 0, "{health}");
-    drop(store_service);
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::percentile;
-use autocomp_e2e::services::{Service, TOKEN, http_get};
+use autocomp_e2e::services::{Service, TOKEN, metric};
 use autocomp_sboi::{BatchIndex, HttpIndex, IndexEngine};
 use autocomp_store::{
     Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, Seq, SqliteStore,
@@ -217,16 +217,9 @@ async fn queries(full: bool) {
     }
 }
 
-/// The `<name>` gauge of the service at `url`, whatever its metric prefix.
+/// A gauge of the sboi service at `url`, as a whole number.
 fn gauge(url: &str, name: &str) -> Option<i64> {
-    let (_, text) = http_get(&format!("{url}/metrics"))?;
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (metric, value) = line.split_once(' ')?;
-            metric.ends_with(name).then(|| value.trim().parse::<f64>().ok())?
-        })
-        .map(|v| v as i64)
+    metric(url, &format!("sboi_{name}")).map(|value| value as i64)
 }
 
 async fn lag(length: Duration) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::binary;
+use crate::{binary, wait_until};
 
 /// The bearer token the test services accept.
 pub const TOKEN: &str = "e2e-test-token";
@@ -79,14 +79,23 @@ impl Service {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.program.display()));
         self.child = Some(child);
+        let health = format!("{}/health", self.url());
         let deadline = Instant::now() + Duration::from_secs(30);
-        while http_get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("{} exited with {status}:\n{}", self.program.display(), self.logs());
-            }
-            assert!(Instant::now() < deadline, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let healthy =
+            wait_until(deadline, || !self.is_running() || http_get(&health).map(|(status, _)| status) == Some(200));
+        assert!(self.is_running(), "{} exited:\n{}", self.program.display(), self.logs());
+        assert!(healthy, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| child.try_wait().ok().flatten().is_none())
+    }
+
+    /// `GET /health`'s JSON.
+    pub fn health(&self) -> serde_json::Value {
+        let (_, body) = http_get(&format!("{}/health", self.url())).expect("health answers");
+        serde_json::from_str(&body).expect("health is JSON")
     }
 
     /// SIGKILL, as a crash would.
@@ -100,12 +109,12 @@ impl Service {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
 
-    /// The value of one Prometheus sample, e.g. `sboi_index_lag`.
-    pub fn metric(&self, name: &str) -> Option<f64> {
-        let (_, text) = http_get(&format!("{}/metrics", self.url()))?;
-        text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    }
+/// One unlabelled Prometheus sample of the service at `url`, e.g. `sboi_index_lag`.
+pub fn metric(url: &str, name: &str) -> Option<f64> {
+    let (_, text) = http_get(&format!("{url}/metrics"))?;
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 impl Drop for Service {

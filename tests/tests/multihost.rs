@@ -5,12 +5,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::{self, ZooKeeper};
 use autocomp_e2e::{PROBED, Pipeline, binary, finish, wait_until};
-use autocomp_store::{ObjectStore, Outcome, SqliteStore};
+use autocomp_sboi::HttpIndex;
+use autocomp_store::{
+    Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger,
+};
 use serde_json::Value;
 
 const STEPS: [&str; 4] = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver"];
@@ -273,4 +276,51 @@ fn a_store_restart_in_the_middle_of_a_run_records_no_event_twice() {
         assert_eq!(results[0].outcome, Outcome::Success);
     }
     assert!(pipeline.open_runs().is_empty(), "no run left open");
+}
+
+#[test]
+fn the_index_service_keeps_answering_while_the_store_restarts_and_then_follows_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut store = Service::store(&root.join("store.db"), root);
+    let mut index = Service::index(&store.url(), &root.join("index"), root);
+    let truth = runtime.block_on(SqliteStore::open(root.join("store.db"))).unwrap();
+    let client = HttpIndex::with_token(&index.url(), Some(TOKEN.into())).unwrap();
+    let over_http = HttpStore::with_token(&store.url(), Some(TOKEN.into())).unwrap();
+    let received = |store: &dyn ObjectStore, name: &str| {
+        let id = BatchId::new(name).unwrap();
+        let new = NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap());
+        runtime.block_on(store.create_batch(new)).unwrap();
+        let event = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, Agent::new("t").unwrap());
+        runtime.block_on(store.append_event(&id, event)).unwrap();
+    };
+    let requires_received = Trigger { requires: vec![EventType::new("Data_Received").unwrap()], ..Trigger::default() };
+    let visible = |name: &str, within: Duration| {
+        let trigger = Trigger { batches: vec![BatchId::new(name).unwrap()], ..requires_received.clone() };
+        wait_until(Instant::now() + within, || {
+            runtime.block_on(client.query_with(&trigger, false)).is_ok_and(|answer| answer.batches.len() == 1)
+        })
+    };
+    // Through the store service the follower's long poll answers at once after a write.
+    for n in 0..10 {
+        let name = format!("S{n:03}");
+        received(&over_http, &name);
+        assert!(visible(&name, Duration::from_secs(2)), "{name} not visible within 2 s");
+    }
+
+    // The store goes away: the index keeps answering; fresh queries say they are stale.
+    store.kill();
+    let asked = Instant::now();
+    let answer = runtime.block_on(client.query_with(&requires_received, true)).unwrap();
+    assert!(answer.stale && answer.batches.len() == 10, "{answer:?}");
+    assert!(asked.elapsed() < Duration::from_secs(4), "a fresh query is bounded: {:?}", asked.elapsed());
+    assert_eq!(index.health()["status"], "ok");
+
+    // Back on the same port: the follower carries on by itself.
+    store.restart();
+    received(&truth, "AFTER"); // another writer on the same file
+    assert!(visible("AFTER", Duration::from_secs(15)), "the follower did not resume: {}", index.logs());
+    assert!(index.is_running(), "the index service survived the store's restart");
+    assert_eq!(index.health()["index_lag"], 0, "{}", index.health());
 }

@@ -165,8 +165,7 @@ impl StoreService {
         timeout: Duration,
     ) -> Result<crate::model::Seq, ApiError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let _parked = scopeguard(|| self.waiting.fetch_sub(1, Ordering::Relaxed));
+        let _parked = Parked::on(&self.waiting);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -184,17 +183,20 @@ impl StoreService {
     }
 }
 
-/// Runs `f` when dropped: a long poll counts as parked until it returns or its client goes.
-fn scopeguard<F: FnOnce() -> R, R>(f: F) -> impl Drop {
-    struct Guard<F: FnOnce() -> R, R>(Option<F>);
-    impl<F: FnOnce() -> R, R> Drop for Guard<F, R> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f();
-            }
-        }
+/// Counts a long poll as parked until it returns or its client goes (the future dropped).
+struct Parked<'a>(&'a AtomicI64);
+
+impl<'a> Parked<'a> {
+    fn on(count: &'a AtomicI64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
     }
-    Guard(Some(f))
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn ok<T: Serialize>(answer: T) -> Response {
