@@ -35,10 +35,6 @@ impl HttpIndex {
         Ok(Self { client })
     }
 
-    pub fn base(&self) -> &str {
-        self.client.base()
-    }
-
     /// The whole answer of `/v1/query`: with `fresh`, the service first catches up to the
     /// store's head (bounded); `stale` says whether the index may miss recent changes.
     pub async fn query_with(&self, trigger: &Trigger, fresh: bool) -> IndexResult<QueryAnswer> {

@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -144,10 +145,6 @@ impl HttpClient {
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     /// POSTs `request` to `/v1/<operation>` and decodes the answer, retrying as `retry`
     /// allows for up to `retry_for`. `timeout` bounds each attempt (long polls need more).
     pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
@@ -158,7 +155,9 @@ impl HttpClient {
         timeout: Option<Duration>,
     ) -> Result<Resp, CallError> {
         let url = format!("{}/v1/{operation}", self.base);
-        let body = serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?;
+        // Shared, not copied, by each attempt.
+        let body =
+            Bytes::from(serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?);
         let started = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
@@ -201,7 +200,7 @@ impl HttpClient {
     async fn attempt(
         &self,
         url: &str,
-        body: Vec<u8>,
+        body: Bytes,
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response, reqwest::Error> {
         let mut request = self

@@ -47,10 +47,6 @@ impl HttpStore {
         Ok(Self { client, key_prefix, keys_made: AtomicU64::new(0) })
     }
 
-    pub fn base(&self) -> &str {
-        self.client.base()
-    }
-
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         operation: &str,
