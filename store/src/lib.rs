@@ -8,9 +8,14 @@
 pub mod http;
 pub mod model;
 pub mod port;
+pub mod postgres;
 pub mod sqlite;
+mod write_rules;
 
 pub use http::HttpStore;
 pub use model::*;
-pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, open_store};
+pub use port::{
+    Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, display_url, open_store,
+};
+pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

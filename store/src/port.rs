@@ -162,7 +162,7 @@ pub trait ObjectStore: Send + Sync {
         }
     }
 
-    /// An operator's cancel (DESIGN §6), in one transaction: the open run of
+    /// An operator's cancel, in one transaction: the open run of
     /// (batch, component), if any, is closed as `cancelled` and the claim generation bumped,
     /// so its holder is fenced from every write from then on (the runner notices within a
     /// second and stops the work); then `event` is appended. `event` must be a failure whose
@@ -202,8 +202,9 @@ pub trait ObjectStore: Send + Sync {
     }
 }
 
-/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`, or
-/// the store service at `http://host:port[?retry_for=30s]`.
+/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`,
+/// PostgreSQL at `postgres://user@host1,host2/database[?target_session_attrs=read-write&...]`,
+/// or the store service at `http://host:port[?retry_for=30s]`.
 pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
     if let Some(rest) = url.strip_prefix("sqlite://") {
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -215,9 +216,28 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
         let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
         return Ok(Arc::new(store));
     }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(crate::postgres::PgStore::open(url).await?));
+    }
     if url.starts_with("http://") || url.starts_with("https://") {
         return Ok(Arc::new(crate::http::HttpStore::new(url)?));
     }
-    let reason = "unknown scheme; expected sqlite:///path/to/store.db or http://host:port";
+    let reason =
+        "unknown scheme; expected sqlite:///path/to/store.db, postgres://user@host/database or http://host:port";
     Err(InvalidInput::new("store url", url, reason).into())
+}
+
+/// A backend URL as it may be shown in an error or a log: a password in it is replaced by
+/// `***` (PostgreSQL URLs may carry one).
+pub fn display_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{hosts}{tail}")
+        }
+        _ => url.to_string(),
+    }
 }

@@ -1,17 +1,28 @@
-//! Every store operation round-tripped through the `ObjectStore` port on a real SQLite file.
+//! The `ObjectStore` contract: every operation round-tripped through the port, one suite run
+//! against each backend (a real SQLite file; a fresh database on a real PostgreSQL server),
+//! so a backend passes the same tests as the others, not a copy of them. Tests of one
+//! backend's own files and URLs follow the suite.
+
+use std::sync::Arc;
 
 use autocomp_store::*;
 use serde_json::{Map, Value, json};
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    store: SqliteStore,
+    store: Arc<dyn ObjectStore>,
+    /// Keeps the backend's temp files alive for the test.
+    _keep: Option<tempfile::TempDir>,
 }
 
-async fn fixture() -> Fixture {
+async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
-    Fixture { _dir: dir, store }
+    Fixture { store: Arc::new(store), _keep: Some(dir) }
+}
+
+async fn postgres() -> Fixture {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    Fixture { store: Arc::new(PgStore::open(&url).await.unwrap()), _keep: None }
 }
 
 fn id(text: &str) -> BatchId {
@@ -33,18 +44,16 @@ fn round_trip() -> BatchType {
     BatchType::new("RoundTrip").unwrap()
 }
 
-async fn register(store: &SqliteStore, batch: &str) -> Batch {
+async fn register(store: &Arc<dyn ObjectStore>, batch: &str) -> Batch {
     let new = NewBatch::new(id(batch), round_trip()).with_location(format!("/incoming/{batch}"));
     store.create_batch(new).await.unwrap().batch().clone()
 }
 
-async fn record(store: &SqliteStore, batch: &str, kind: &str, outcome: Outcome) -> Event {
+async fn record(store: &Arc<dyn ObjectStore>, batch: &str, kind: &str, outcome: Outcome) -> Event {
     store.append_event(&id(batch), NewEvent::new(ty(kind), outcome, agent("test"))).await.unwrap()
 }
 
-#[tokio::test]
-async fn create_is_idempotent_when_identical_and_refuses_conflicts() {
-    let f = fixture().await;
+async fn create_is_idempotent_when_identical_and_refuses_conflicts(f: Fixture) {
     let new = NewBatch::new(id("B1-RT1"), round_trip()).with_location("/x").with_priority(3);
     let created = f.store.create_batch(new.clone()).await.unwrap();
     assert!(matches!(created, CreateOutcome::Created(_)));
@@ -66,9 +75,7 @@ async fn create_is_idempotent_when_identical_and_refuses_conflicts() {
     assert_eq!(f.store.head().await.unwrap(), head, "a refused create writes nothing");
 }
 
-#[tokio::test]
-async fn events_get_increasing_seqs_and_store_time() {
-    let f = fixture().await;
+async fn events_get_increasing_seqs_and_store_time(f: Fixture) {
     let before = Timestamp::now();
     register(&f.store, "B1").await;
     let first = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
@@ -91,9 +98,7 @@ async fn events_get_increasing_seqs_and_store_time() {
     assert_eq!(batch.modified_seq, batch.created_seq, "event appends never move modified_seq");
 }
 
-#[tokio::test]
-async fn unknown_batches_are_not_found() {
-    let f = fixture().await;
+async fn unknown_batches_are_not_found(f: Fixture) {
     let missing = id("nope");
     assert!(matches!(f.store.get_batch(&missing).await, Err(StoreError::NotFound(_))));
     let event = NewEvent::new(ty("X"), Outcome::Success, agent("a"));
@@ -103,9 +108,7 @@ async fn unknown_batches_are_not_found() {
     assert_eq!(f.store.head().await.unwrap(), Seq::ZERO);
 }
 
-#[tokio::test]
-async fn get_and_list_batches_page_through_everything() {
-    let f = fixture().await;
+async fn get_and_list_batches_page_through_everything(f: Fixture) {
     for n in 0..25 {
         register(&f.store, &format!("B{n:03}")).await;
     }
@@ -130,9 +133,7 @@ async fn get_and_list_batches_page_through_everything() {
     assert!(err.to_string().contains("limit"), "{err}");
 }
 
-#[tokio::test]
-async fn priority_and_content_changes() {
-    let f = fixture().await;
+async fn priority_and_content_changes(f: Fixture) {
     let created = register(&f.store, "B1").await;
     let event = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
 
@@ -158,9 +159,7 @@ async fn priority_and_content_changes() {
     assert!(!f.store.get_batch(&id("B1")).await.unwrap().metadata.contains_key("pages"));
 }
 
-#[tokio::test]
-async fn the_effective_view_honours_reset_markers() {
-    let f = fixture().await;
+async fn the_effective_view_honours_reset_markers(f: Fixture) {
     register(&f.store, "B1").await;
     record(&f.store, "B1", "Data_Received", Outcome::Success).await;
     record(&f.store, "B1", "Checksums_Verified", Outcome::Failure).await;
@@ -198,9 +197,7 @@ async fn the_effective_view_honours_reset_markers() {
     assert!(!trigger.matches(&batch));
 }
 
-#[tokio::test]
-async fn claims_fence_stale_and_closed_runs() {
-    let f = fixture().await;
+async fn claims_fence_stale_and_closed_runs(f: Fixture) {
     register(&f.store, "B1").await;
     let verifier = component("checksum-verifier");
     let first = f.store.claim(&id("B1"), &verifier, &holder("first")).await.unwrap();
@@ -238,9 +235,7 @@ async fn claims_fence_stale_and_closed_runs() {
     assert_eq!(batch.events, vec![recorded], "exactly one result");
 }
 
-#[tokio::test]
-async fn release_closes_a_run_without_an_event() {
-    let f = fixture().await;
+async fn release_closes_a_run_without_an_event(f: Fixture) {
     register(&f.store, "B1").await;
     let c = component("archiver");
     let claim = f.store.claim(&id("B1"), &c, &holder("a")).await.unwrap();
@@ -256,9 +251,7 @@ async fn release_closes_a_run_without_an_event() {
     assert!(next.abandoned.is_none(), "a released run is not abandoned");
 }
 
-#[tokio::test]
-async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq() {
-    let f = fixture().await;
+async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq(f: Fixture) {
     register(&f.store, "B1").await;
     let c = component("exec");
     let b = id("B1");
@@ -275,9 +268,7 @@ async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq() {
     assert_eq!(f.store.failed_attempts(&b, &component("other"), Seq::ZERO).await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result() {
-    let f = fixture().await;
+async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result(f: Fixture) {
     register(&f.store, "B1").await;
     let (b, c) = (id("B1"), component("archiver"));
     assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None);
@@ -298,9 +289,7 @@ async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result() {
     assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None, "a recorded result ends the checkpoint");
 }
 
-#[tokio::test]
-async fn the_change_feed_lists_each_changed_batch_once_in_order() {
-    let f = fixture().await;
+async fn the_change_feed_lists_each_changed_batch_once_in_order(f: Fixture) {
     for name in ["A", "B", "C"] {
         register(&f.store, name).await;
     }
@@ -329,9 +318,7 @@ async fn the_change_feed_lists_each_changed_batch_once_in_order() {
     assert_eq!(empty.next, rest.next);
 }
 
-#[tokio::test]
-async fn an_idempotent_retry_returns_the_first_event() {
-    let f = fixture().await;
+async fn an_idempotent_retry_returns_the_first_event(f: Fixture) {
     register(&f.store, "B1").await;
     let c = component("verifier");
     let claim = f.store.claim(&id("B1"), &c, &holder("v")).await.unwrap();
@@ -348,9 +335,7 @@ async fn an_idempotent_retry_returns_the_first_event() {
     assert!(matches!(err, StoreError::Conflict(_)), "{err}");
 }
 
-#[tokio::test]
-async fn bad_input_is_refused_by_name_and_writes_nothing() {
-    let f = fixture().await;
+async fn bad_input_is_refused_by_name_and_writes_nothing(f: Fixture) {
     register(&f.store, "B1").await;
     let head = f.store.head().await.unwrap();
 
@@ -410,7 +395,7 @@ async fn the_schema_is_versioned_and_a_newer_file_is_refused() {
     let path = dir.path().join("store.db");
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
-    register(&store, "B1").await;
+    store.create_batch(NewBatch::new(id("B1"), round_trip())).await.unwrap();
     drop(store);
 
     // Reopening migrates nothing and keeps the data.
@@ -432,7 +417,7 @@ async fn an_old_store_file_is_upgraded_in_place() {
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
     // What version 2 added works on the upgraded file.
-    register(&store, "B1").await;
+    store.create_batch(NewBatch::new(id("B1"), round_trip())).await.unwrap();
     let claim = store.claim(&id("B1"), &component("c"), &holder("c")).await.unwrap();
     store.save_checkpoint(&id("B1"), &component("c"), claim.generation(), json!({"step": 1})).await.unwrap();
     assert_eq!(store.load_checkpoint(&id("B1"), &component("c")).await.unwrap(), Some(json!({"step": 1})));
@@ -451,7 +436,7 @@ async fn open_store_understands_urls() {
     let store = open_store(&url).await.unwrap();
     assert_eq!(store.head().await.unwrap(), Seq::ZERO);
     for (bad, says) in [
-        ("postgres://x", "unknown scheme"),
+        ("mysql://x", "unknown scheme"),
         ("sqlite://", "names no file"),
         ("sqlite:///tmp/x.db?synchronous=sometimes", "sometimes"),
         ("sqlite:///tmp/x.db?colour=blue", "colour"),
@@ -466,9 +451,7 @@ fn cancelled_failure(kind: &str) -> NewEvent {
         .with_details(json!({"cancelled": true, "reason": "wrong delivery"}))
 }
 
-#[tokio::test]
-async fn cancel_run_fences_the_open_run_and_records_one_cancelled_failure() {
-    let f = fixture().await;
+async fn cancel_run_fences_the_open_run_and_records_one_cancelled_failure(f: Fixture) {
     register(&f.store, "B1").await;
     let (b, c) = (id("B1"), component("archiver"));
     let claim = f.store.claim(&b, &c, &holder("worker")).await.unwrap();
@@ -510,9 +493,7 @@ async fn cancel_run_fences_the_open_run_and_records_one_cancelled_failure() {
     assert!(next.abandoned.is_none());
 }
 
-#[tokio::test]
-async fn cancel_run_without_an_open_run_only_records_the_failure() {
-    let f = fixture().await;
+async fn cancel_run_without_an_open_run_only_records_the_failure(f: Fixture) {
     register(&f.store, "B1").await;
     let (b, c) = (id("B1"), component("archiver"));
     let done = f.store.claim(&b, &c, &holder("w")).await.unwrap();
@@ -534,9 +515,7 @@ async fn cancel_run_without_an_open_run_only_records_the_failure() {
     assert_eq!(f.store.claim(&b, &other, &holder("w")).await.unwrap().generation(), 1);
 }
 
-#[tokio::test]
-async fn cancel_run_refuses_bad_input_and_writes_nothing() {
-    let f = fixture().await;
+async fn cancel_run_refuses_bad_input_and_writes_nothing(f: Fixture) {
     register(&f.store, "B1").await;
     let (b, c) = (id("B1"), component("archiver"));
     let claim = f.store.claim(&b, &c, &holder("w")).await.unwrap();
@@ -566,9 +545,7 @@ async fn cancel_run_refuses_bad_input_and_writes_nothing() {
     assert_eq!(f.store.open_runs(None).await.unwrap(), vec![claim.run], "the run is still open");
 }
 
-#[tokio::test]
-async fn prioritize_sets_the_priority_and_records_why_in_one_change() {
-    let f = fixture().await;
+async fn prioritize_sets_the_priority_and_records_why_in_one_change(f: Fixture) {
     register(&f.store, "B1").await;
     let head = f.store.head().await.unwrap();
     let note = NewEvent::new(ty("Prioritized"), Outcome::Success, agent("operator:alice"))
@@ -591,9 +568,7 @@ async fn prioritize_sets_the_priority_and_records_why_in_one_change() {
     assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().priority, 9);
 }
 
-#[tokio::test]
-async fn count_batches_counts_every_registered_batch() {
-    let f = fixture().await;
+async fn count_batches_counts_every_registered_batch(f: Fixture) {
     assert_eq!(f.store.count_batches().await.unwrap(), 0);
     for n in 0..7 {
         register(&f.store, &format!("B{n}")).await;
@@ -630,10 +605,8 @@ async fn a_version_2_file_with_runs_is_upgraded_keeping_them_and_can_cancel() {
     assert!(store.open_runs(None).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer() {
-    let f = fixture().await;
-    let store = std::sync::Arc::new(f.store.clone());
+async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer(f: Fixture) {
+    let store = f.store.clone();
     let c = component("archiver");
     for n in 0..4 {
         register(&store, &format!("B{n}")).await;
@@ -644,7 +617,7 @@ async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer() {
     // batch, two retries of one idempotency key, and the run's real result.
     let tasks: Vec<_> = (0..64)
         .map(|n| {
-            let store = std::sync::Arc::clone(&store);
+            let store = Arc::clone(&store);
             let c = c.clone();
             tokio::spawn(async move {
                 let event = NewEvent::new(ty("Step_Done"), Outcome::Success, agent("t")).with_details(json!({"n": n}));
@@ -680,9 +653,7 @@ async fn concurrent_appends_share_commits_yet_each_gets_its_own_answer() {
     assert!(store.open_runs(None).await.unwrap().is_empty(), "the run's result closed it");
 }
 
-#[tokio::test]
-async fn a_retried_claim_with_its_key_returns_the_run_it_opened() {
-    let f = fixture().await;
+async fn a_retried_claim_with_its_key_returns_the_run_it_opened(f: Fixture) {
     register(&f.store, "B1").await;
     let c = component("archiver");
     let keyed = |key: &str| RunHolder { claim_key: Some(key.parse().unwrap()), ..holder("a") };
@@ -703,3 +674,71 @@ async fn a_retried_claim_with_its_key_returns_the_run_it_opened() {
     assert_eq!(f.store.head().await.unwrap(), head);
     assert_eq!(f.store.open_runs(None).await.unwrap()[0].generation, second.generation());
 }
+
+async fn wait_for_change_wakes_when_the_store_moves_and_times_out_when_not(f: Fixture) {
+    register(&f.store, "B1").await;
+    let head = f.store.head().await.unwrap();
+    let started = std::time::Instant::now();
+    let quiet = f.store.wait_for_change(head, std::time::Duration::from_millis(300)).await.unwrap();
+    assert_eq!(quiet, head, "nothing changed: the head as it was");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250), "it waited out its timeout");
+
+    let waiter = {
+        let store = Arc::clone(&f.store);
+        tokio::spawn(async move {
+            let answer = store.wait_for_change(head, std::time::Duration::from_secs(20)).await.unwrap();
+            (answer, std::time::Instant::now())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await; // let it park first
+    let event = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
+    let appended = std::time::Instant::now();
+    let (answer, woke) = waiter.await.unwrap();
+    assert_eq!(answer, event.seq, "it answers the new head");
+    let delay = woke.saturating_duration_since(appended);
+    assert!(delay < std::time::Duration::from_secs(2), "woke {delay:?} after the commit");
+    let changed = f.store.changes(head, 10).await.unwrap();
+    assert_eq!(changed.changes, vec![(event.seq, id("B1"))]);
+}
+
+/// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::sqlite().await).await
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::postgres().await).await
+            })*
+        }
+    };
+}
+
+contract!(
+    create_is_idempotent_when_identical_and_refuses_conflicts,
+    events_get_increasing_seqs_and_store_time,
+    unknown_batches_are_not_found,
+    get_and_list_batches_page_through_everything,
+    priority_and_content_changes,
+    the_effective_view_honours_reset_markers,
+    claims_fence_stale_and_closed_runs,
+    release_closes_a_run_without_an_event,
+    failed_attempts_count_abandoned_and_transient_runs_since_a_seq,
+    checkpoints_survive_an_abandoned_run_and_vanish_with_a_result,
+    the_change_feed_lists_each_changed_batch_once_in_order,
+    an_idempotent_retry_returns_the_first_event,
+    bad_input_is_refused_by_name_and_writes_nothing,
+    cancel_run_fences_the_open_run_and_records_one_cancelled_failure,
+    cancel_run_without_an_open_run_only_records_the_failure,
+    cancel_run_refuses_bad_input_and_writes_nothing,
+    prioritize_sets_the_priority_and_records_why_in_one_change,
+    count_batches_counts_every_registered_batch,
+    concurrent_appends_share_commits_yet_each_gets_its_own_answer,
+    a_retried_claim_with_its_key_returns_the_run_it_opened,
+    wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
+);

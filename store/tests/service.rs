@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,6 @@ const TOKEN: &str = "s3cret-token";
 struct Service {
     child: Child,
     port: u16,
-    db: PathBuf,
 }
 
 impl Service {
@@ -32,15 +31,20 @@ impl Service {
     }
 
     fn start_with(db: &Path, port: u16, extra: &[&str]) -> Service {
+        Self::serve(&format!("sqlite://{}?synchronous=normal", db.display()), port, extra)
+    }
+
+    /// The service over any database URL (a PostgreSQL one too).
+    fn serve(db_url: &str, port: u16, extra: &[&str]) -> Service {
         let child = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
-            .args(["serve", "--db", &format!("sqlite://{}?synchronous=normal", db.display())])
+            .args(["serve", "--db", db_url])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("AUTOCOMP_TOKEN", TOKEN)
             .stderr(Stdio::null())
             .spawn()
             .expect("start autocomp-store");
-        let service = Service { child, port, db: db.to_path_buf() };
+        let service = Service { child, port };
         service.wait_healthy();
         service
     }
@@ -160,8 +164,22 @@ async fn every_operation_answers_as_the_embedded_store_does() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("store.db");
     let service = Service::start(&db);
+    let local = SqliteStore::open(&db).await.unwrap();
+    every_operation_answers_as_the_store_behind_the_service(&service, &local).await;
+}
+
+#[tokio::test]
+async fn every_operation_answers_as_postgresql_behind_the_service_does() {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let service = Service::serve(&url, free_port(), &[]);
+    let local = PgStore::open(&url).await.unwrap();
+    every_operation_answers_as_the_store_behind_the_service(&service, &local).await;
+}
+
+/// Each port operation through the service, compared with what a direct client of the same
+/// database reads.
+async fn every_operation_answers_as_the_store_behind_the_service(service: &Service, local: &dyn ObjectStore) {
     let http = service.client();
-    let local = SqliteStore::open(&service.db).await.unwrap();
     let archiver = component("archiver");
 
     assert!(matches!(http.create_batch(new_batch("B1")).await.unwrap(), CreateOutcome::Created(_)));
@@ -222,6 +240,20 @@ async fn every_operation_answers_as_the_embedded_store_does() {
 async fn long_poll_answers_as_soon_as_the_store_moves() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start(&dir.path().join("store.db"));
+    long_poll_answers_as_soon_as_a_write_lands(&service, None).await;
+}
+
+#[tokio::test]
+async fn long_poll_over_postgresql_answers_writes_made_around_the_service() {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let service = Service::serve(&url, free_port(), &[]);
+    let direct: Arc<dyn ObjectStore> = Arc::new(PgStore::open(&url).await.unwrap());
+    long_poll_answers_as_soon_as_a_write_lands(&service, Some(direct)).await;
+}
+
+/// A long poll parked at the service answers within a second of a write, made through the
+/// service or (`direct`) straight to the database by another client.
+async fn long_poll_answers_as_soon_as_a_write_lands(service: &Service, direct: Option<Arc<dyn ObjectStore>>) {
     let http = Arc::new(service.client());
     let head = http.head().await.unwrap();
     let waiter = {
@@ -234,12 +266,15 @@ async fn long_poll_answers_as_soon_as_the_store_moves() {
     };
     // Poll until the waiter is parked at the service, then write.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !metrics(&service).contains("autocomp_store_long_polls_waiting 1") {
+    while !metrics(service).contains("autocomp_store_long_polls_waiting 1") {
         assert!(Instant::now() < deadline, "the long poll never parked");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let written_at = Instant::now();
-    http.create_batch(new_batch("B1")).await.unwrap();
+    match &direct {
+        Some(direct) => direct.create_batch(new_batch("B1")).await.unwrap(),
+        None => http.create_batch(new_batch("B1")).await.unwrap(),
+    };
     let (moved, _) = waiter.await.unwrap();
     let after_write = written_at.elapsed();
     assert!(moved > head);

@@ -1,4 +1,5 @@
-//! `autocomp-store serve`: the store service other hosts reach with `http://` store URLs.
+//! `autocomp-store serve`: the store service other hosts reach with `http://` store URLs;
+//! `autocomp-store migrate`: brings a PostgreSQL store's schema up to this release.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,11 +7,15 @@ use std::process::ExitCode;
 
 use autocomp_store::http::StoreService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::{StoreError, open_store};
+use autocomp_store::{PgStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
-                          (bad --db, no token, address in use), 5 the database cannot be opened.";
+                          (bad --db, no token, address in use, credentials refused), 5 the database \
+                          cannot be opened.";
+const MIGRATE_EXIT_CODES: &str = "Exit codes: 0 the schema is current (migrated or already), 2 usage or \
+                                  configuration error (bad --db, credentials refused, a newer schema), 5 the \
+                                  database is unreachable or a migration failed.";
 
 #[derive(Parser)]
 #[command(name = "autocomp-store", version, about = "The autocomp object store as an HTTP service.", after_help = EXIT_CODES)]
@@ -25,7 +30,9 @@ enum Command {
     /// token; reads are open from loopback and need the token from anywhere else.
     #[command(after_help = EXIT_CODES)]
     Serve {
-        /// The database: sqlite:///path/to/store.db[?synchronous=full|normal].
+        /// The database: sqlite:///path/to/store.db[?synchronous=full|normal] or
+        /// postgres://user@host[,host2]/database[?target_session_attrs=read-write&...]
+        /// (the password from the URL or $PGPASSWORD).
         #[arg(long, env = "AUTOCOMP_STORE_DB")]
         db: String,
         /// Address to listen on. Loopback by default: other hosts need an explicit address.
@@ -41,34 +48,91 @@ enum Command {
         #[arg(short, long, action = clap::ArgAction::Count)]
         verbose: u8,
     },
+    /// Apply the schema migrations a PostgreSQL store lacks, then exit: for operators who
+    /// deploy schema changes explicitly (components then open it with `?migrate=false`).
+    /// Concurrent openers wait for it; running it twice changes nothing.
+    #[command(after_help = MIGRATE_EXIT_CODES)]
+    Migrate {
+        /// postgres://user@host[,host2]/database (the password from the URL or $PGPASSWORD).
+        #[arg(long, env = "AUTOCOMP_STORE_DB")]
+        db: String,
+        /// More logging (-v debug, -vv trace); RUST_LOG overrides.
+        #[arg(short, long, action = clap::ArgAction::Count)]
+        verbose: u8,
+    },
+}
+
+fn fail(code: u8, message: String) -> ExitCode {
+    tracing::error!("{message}");
+    ExitCode::from(code)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Command::Serve { db, listen, token_file, reads_need_token, verbose } = Cli::parse().command;
-    init_logging(verbose);
-    let fail = |code: u8, message: String| {
-        tracing::error!("{message}");
-        ExitCode::from(code)
-    };
+    match Cli::parse().command {
+        Command::Serve { db, listen, token_file, reads_need_token, verbose } => {
+            init_logging(verbose);
+            serve_store(db, listen, token_file, reads_need_token).await
+        }
+        Command::Migrate { db, verbose } => {
+            init_logging(verbose);
+            migrate(&db).await
+        }
+    }
+}
+
+async fn migrate(db: &str) -> ExitCode {
+    if !(db.starts_with("postgres://") || db.starts_with("postgresql://")) {
+        return fail(
+            2,
+            format!(
+                "--db {:?}: migrate is for PostgreSQL stores (postgres://...); a SQLite file migrates when opened",
+                display_url(db)
+            ),
+        );
+    }
+    match PgStore::migrate(db).await {
+        Ok((applied, version)) if applied.is_empty() => {
+            println!("schema version {version}: already current");
+            ExitCode::SUCCESS
+        }
+        Ok((applied, version)) => {
+            let applied: Vec<String> = applied.iter().map(i32::to_string).collect();
+            println!("schema version {version}: applied {}", applied.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(error @ StoreError::Invalid(_)) => fail(2, format!("--db: {error}")),
+        Err(error) if error.to_string().contains("newer than this release") => fail(2, error.to_string()),
+        Err(error) => fail(5, format!("cannot migrate {}: {error}", display_url(db))),
+    }
+}
+
+async fn serve_store(db: String, listen: SocketAddr, token_file: Option<PathBuf>, reads_need_token: bool) -> ExitCode {
     let token = match load_token(token_file.as_deref()) {
         Ok(token) => token,
         Err(message) => return fail(2, message),
     };
-    if !db.starts_with("sqlite://") {
-        return fail(2, format!("--db {db:?}: the service serves a database; expected sqlite:///path/to/store.db"));
+    let shown = display_url(&db);
+    if !["sqlite://", "postgres://", "postgresql://"].iter().any(|scheme| db.starts_with(scheme)) {
+        return fail(
+            2,
+            format!(
+                "--db {shown:?}: the service serves a database; expected sqlite:///path/to/store.db or \
+                 postgres://user@host/database"
+            ),
+        );
     }
     let store = match open_store(&db).await {
         Ok(store) => store,
         Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--db: {error}")),
-        Err(error) => return fail(5, format!("cannot open {db}: {error}")),
+        Err(error) => return fail(5, format!("cannot open {shown}: {error}")),
     };
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => listener,
         Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
     };
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
-    tracing::info!(listen = %bound, %db, "store service up");
+    tracing::info!(listen = %bound, db = %shown, "store service up");
     let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
     let service = StoreService::new(store, access);
     match serve(listener, service.router()).await {

@@ -158,7 +158,8 @@ impl StoreService {
     }
 
     /// Answers as soon as the head passes `since`: at once after a write through this
-    /// service, within 100 ms after one made around it (another process on the file).
+    /// service, and after one made around it (another process on the file, a component
+    /// writing to PostgreSQL directly) as soon as the store's own `wait_for_change` sees it.
     async fn wait_for_change(
         &self,
         since: crate::model::Seq,
@@ -170,14 +171,15 @@ impl StoreService {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let head = self.store.head().await?;
-            if head > since || tokio::time::Instant::now() >= deadline {
-                return Ok(head);
-            }
-            let poll = (tokio::time::Instant::now() + Duration::from_millis(100)).min(deadline);
+            let slice = deadline.saturating_duration_since(tokio::time::Instant::now()).min(Duration::from_secs(1));
             tokio::select! {
+                head = self.store.wait_for_change(since, slice) => {
+                    let head = head?;
+                    if head > since || tokio::time::Instant::now() >= deadline {
+                        return Ok(head);
+                    }
+                }
                 _ = notified => {}
-                _ = tokio::time::sleep_until(poll) => {}
             }
         }
     }

@@ -100,7 +100,7 @@ impl Event {
         self.details.get(name).and_then(Value::as_bool).unwrap_or(false)
     }
 
-    /// A failure the component said may succeed if retried (DESIGN §7).
+    /// A failure the component said may succeed if retried.
     pub fn is_transient_failure(&self) -> bool {
         self.outcome == Outcome::Failure && self.flag("transient")
     }
@@ -267,7 +267,7 @@ impl NewEvent {
         }
     }
 
-    /// A `Reset` marker superseding the effective events of `types` (DESIGN §3).
+    /// A `Reset` marker superseding the effective events of `types`.
     pub fn reset(types: Vec<EventType>, agent: Agent, details: Value) -> Self {
         Self { resets: types, details, ..Self::new(EventType::reset(), Outcome::Success, agent) }
     }

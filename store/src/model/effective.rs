@@ -1,4 +1,4 @@
-//! The effective view of a batch's log (DESIGN §3): per event type, the newest event not
+//! The effective view of a batch's log: per event type, the newest event not
 //! superseded by a later `Reset` marker covering that type. Triggers see only this view;
 //! the index and the runner's re-check both compute it here.
 

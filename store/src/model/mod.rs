@@ -1,5 +1,5 @@
 //! The data model shared by every part of autocomp: validated names, batches, events, runs,
-//! reports, the effective view of a log and the trigger predicate over it (DESIGN §3, §4).
+//! reports, the effective view of a log and the trigger predicate over it.
 //! Everything here is plain data and pure functions; no I/O.
 
 mod batch;

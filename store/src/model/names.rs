@@ -219,7 +219,7 @@ validated_name!(
 );
 
 impl EventType {
-    /// The reserved type of operator reset markers (DESIGN §3).
+    /// The reserved type of operator reset markers.
     pub const RESET: &'static str = "Reset";
 
     pub fn reset() -> Self {

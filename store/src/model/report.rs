@@ -1,4 +1,4 @@
-//! The structured report a component run records as an event's `details` (DESIGN §3).
+//! The structured report a component run records as an event's `details`.
 //! Failures are capped so one broken batch cannot write a huge event; the cap and the true
 //! count are reported so nobody mistakes a capped list for the whole story.
 

@@ -1,5 +1,5 @@
 //! Store sequence numbers and store-clock timestamps. Ordering is always by `Seq`; a
-//! `Timestamp` is only ever taken from the store's clock (DESIGN §9).
+//! `Timestamp` is only ever taken from the store's clock.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

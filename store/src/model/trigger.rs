@@ -1,4 +1,4 @@
-//! Trigger semantics (DESIGN §4): the one pure definition of "this batch is ready for this
+//! Trigger semantics: the one pure definition of "this batch is ready for this
 //! component". The batch index must answer exactly what `Trigger::select` answers over the
 //! same batches, and the runner re-checks each candidate against the store with `matches`.
 
@@ -129,7 +129,7 @@ impl Clause<'_> {
         self.holds_in(batch, &OnceCell::new(), now)
     }
 
-    /// The reference semantics of each clause (DESIGN §4). The effective view is computed
+    /// The reference semantics of each clause. The effective view is computed
     /// once per batch, and only if a clause needs it.
     fn holds_in<'b>(&self, batch: &'b Batch, view: &OnceCell<EffectiveView<'b>>, now: Timestamp) -> bool {
         let effective = |event_type: &EventType| view.get_or_init(|| batch.effective()).get(event_type);

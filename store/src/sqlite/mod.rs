@@ -24,8 +24,8 @@ pub use schema::LATEST_VERSION;
 pub enum Synchronous {
     /// fsync the WAL at every commit: an acknowledged event survives power loss too.
     Full,
-    /// fsync at checkpoints only: an acknowledged event survives any process crash (DESIGN
-    /// §9); an OS crash or power loss may lose the last commits, never corrupt the file.
+    /// fsync at checkpoints only: an acknowledged event survives any process crash; an OS
+    /// crash or power loss may lose the last commits, never corrupt the file.
     Normal,
 }
 

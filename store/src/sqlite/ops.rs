@@ -11,6 +11,7 @@ use crate::model::{
     RunHolder, RunRef, RunState, Seq, Timestamp,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
+use crate::write_rules;
 
 use super::unavailable;
 
@@ -65,25 +66,7 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
     let tx = write_tx(conn)?;
     let now = Timestamp::now();
     if let Some(existing) = load_batch(&tx, &new.id, now)? {
-        let differences: Vec<String> = [
-            (existing.batch_type != new.batch_type)
-                .then(|| format!("type {} (registered) vs {}", existing.batch_type, new.batch_type)),
-            (existing.priority != new.priority)
-                .then(|| format!("priority {} (registered) vs {}", existing.priority, new.priority)),
-            (Value::Object(existing.metadata.clone()) != new.metadata).then(|| "metadata differs".to_owned()),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        return if differences.is_empty() {
-            Ok(CreateOutcome::AlreadyExists(existing))
-        } else {
-            Err(StoreError::Conflict(format!(
-                "batch {} is already registered differently: {}",
-                new.id,
-                differences.join("; ")
-            )))
-        };
+        return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
     }
     let seq = next_seq(&tx)?;
     tx.execute(
@@ -156,19 +139,7 @@ pub fn record_content_change(conn: &mut Connection, id: &BatchId, patch: Map<Str
         .optional()
         .map_err(unavailable)?;
     let metadata = metadata.ok_or_else(|| StoreError::NotFound(id.clone()))?;
-    let mut metadata = match stored_json(metadata).map_err(unavailable)? {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    for (key, value) in patch {
-        if value.is_null() {
-            metadata.remove(&key);
-        } else {
-            metadata.insert(key, value);
-        }
-    }
-    let metadata = Value::Object(metadata);
-    crate::model::check_object("metadata", &metadata)?;
+    let metadata = write_rules::merge_metadata(stored_json(metadata).map_err(unavailable)?, patch)?;
     let seq = next_seq(&tx)?;
     tx.execute(
         "UPDATE batches SET metadata = ?2, modified_seq = ?3, changed_seq = ?3, modified_at = ?4 WHERE id = ?1",
@@ -237,21 +208,7 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
             .optional()
             .map_err(unavailable)?;
         if let Some(earlier) = earlier {
-            let same = earlier.batch_id == *batch
-                && earlier.event_type == new.event_type
-                && earlier.outcome == new.outcome
-                && earlier.agent == new.agent
-                && earlier.details == new.details
-                && earlier.run == new.run
-                && earlier.resets == new.resets;
-            return if same {
-                Ok(earlier)
-            } else {
-                Err(StoreError::Conflict(format!(
-                    "idempotency key {key} was already used for a different event (seq {})",
-                    earlier.seq
-                )))
-            };
+            return write_rules::earlier_append(batch, &new, earlier);
         }
     }
     require_batch(tx, batch)?;
@@ -317,29 +274,6 @@ fn event_of(batch: &BatchId, new: NewEvent, seq: Seq, at: Timestamp) -> Event {
     }
 }
 
-/// An operator's event, recorded beside another change in the same transaction: no Reset
-/// marker, no run (it is nobody's claim), no idempotency key (these operations are not
-/// blind retries: re-running one is a new decision, recorded anew).
-fn check_operator_event(new: &NewEvent, operation: &str) -> StoreResult<()> {
-    let refuse = |field: &str, value: &str, reason: &str| -> StoreResult<()> {
-        Err(InvalidInput::new(field, value, format!("{operation}: {reason}")).into())
-    };
-    if new.event_type.is_reset() {
-        return refuse("event type", EventType::RESET, "records a result, not a Reset marker");
-    }
-    if let Some(run) = &new.run {
-        return refuse(
-            "run",
-            &format!("{}#{}", run.component, run.generation),
-            "an operator's event is not part of a run",
-        );
-    }
-    if let Some(key) = &new.idempotency_key {
-        return refuse("idempotency key", key.as_str(), "not supported");
-    }
-    Ok(())
-}
-
 /// `ObjectStore::cancel_run`: close the open run as cancelled, bump the generation, record
 /// the failure, all in one transaction.
 pub fn cancel_run(
@@ -348,16 +282,7 @@ pub fn cancel_run(
     component: &ComponentName,
     mut new: NewEvent,
 ) -> StoreResult<Cancellation> {
-    check_operator_event(&new, "cancel_run")?;
-    if new.outcome != Outcome::Failure {
-        return Err(InvalidInput::new("outcome", new.outcome.as_str(), "cancel_run records a failure").into());
-    }
-    if !new.details.get("cancelled").and_then(Value::as_bool).unwrap_or(false) {
-        let preview: String = new.details.to_string().chars().take(64).collect();
-        return Err(
-            InvalidInput::new("details", preview, "cancel_run records a failure flagged \"cancelled\": true").into()
-        );
-    }
+    write_rules::check_cancellation(&new)?;
     let tx = write_tx(conn)?;
     require_batch(&tx, batch)?;
     let seq = next_seq(&tx)?;
@@ -385,19 +310,7 @@ pub fn cancel_run(
             .map_err(unavailable)?;
             run.state = RunState::Cancelled;
             run.ended_at = Some(at);
-            if let Value::Object(details) = &mut new.details {
-                details.insert(
-                    "cancelled_run".into(),
-                    serde_json::json!({
-                        "component": run.component,
-                        "generation": run.generation,
-                        "agent": run.holder.agent,
-                        "host": run.holder.host,
-                        "pid": run.holder.pid,
-                        "started_at": run.started_at,
-                    }),
-                );
-            }
+            write_rules::describe_cancelled_run(&mut new.details, &run);
             Some(run)
         }
     };
@@ -410,17 +323,14 @@ pub fn cancel_run(
 
 /// `ObjectStore::prioritize`: the new priority and the operator's event, one transaction.
 pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: NewEvent) -> StoreResult<Event> {
-    check_operator_event(&new, "prioritize")?;
+    write_rules::check_operator_event(&new, "prioritize")?;
     let tx = write_tx(conn)?;
     let previous: Option<i32> = tx
         .query_row("SELECT priority FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
         .optional()
         .map_err(unavailable)?;
     let previous = previous.ok_or_else(|| StoreError::NotFound(id.clone()))?;
-    if let Value::Object(details) = &mut new.details {
-        details.insert("priority".into(), priority.into());
-        details.insert("previous_priority".into(), previous.into());
-    }
+    write_rules::describe_priority_change(&mut new.details, priority, previous);
     crate::model::check_object("details", &new.details)?;
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();

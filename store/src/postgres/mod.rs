@@ -1,0 +1,296 @@
+//! The distributed object store: PostgreSQL, connected to directly by every component, service
+//! and command. It owns the connection (libpq-style URL, pool, TLS, failover between hosts),
+//! the retry rules that keep a restart or a failover from losing or doubling a write, and the
+//! mapping of server errors onto `StoreError`. The operations themselves are in `ops.rs`;
+//! each write is one call of a server-side function (`schema.rs`), one statement, one
+//! transaction, so no transaction ever waits on a client.
+
+mod ops;
+mod options;
+mod schema;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+
+use crate::model::{IdempotencyKey, InvalidInput};
+use crate::port::{StoreError, StoreResult};
+
+pub use options::PgOptions;
+pub use schema::LATEST_VERSION;
+
+/// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).
+/// Clones are cheap and share the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: std::sync::Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    options: PgOptions,
+    /// Set once any connection succeeded: from then on failures are retried for `retry_for`
+    /// (a restart, a failover); before, they fail at once (a wrong URL is not a restart).
+    reached: AtomicBool,
+    /// Makes the idempotency keys this handle invents unique: host, pid, start time, counter.
+    key_prefix: String,
+    keys_made: AtomicU64,
+}
+
+/// Whether an operation may be sent again after a failure that left unknown whether it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Reads, and writes whose repetition changes nothing (keyed appends and claims,
+    /// idempotent releases, checkpoints, creates).
+    Safe,
+    /// Only when it surely did not run (no connection, or refused before running).
+    OnlyUnsent,
+}
+
+/// A failed attempt, classified for the retry loop.
+pub(crate) enum Failure {
+    /// Final: the store's answer (bad input, not found, conflict, fenced, credentials).
+    Final(StoreError),
+    /// The operation surely did not run; another connection may succeed.
+    Unsent(String),
+    /// The connection broke while the operation was in flight: it may or may not have run.
+    Ambiguous(String),
+}
+
+impl PgStore {
+    /// Opens the store a `postgres://` URL names, applying missing migrations (unless the URL
+    /// says `migrate=false`). Fails at once when no host can be reached (`Unavailable`,
+    /// naming hosts and user) or the server refuses the credentials (`Invalid`).
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        let options = PgOptions::parse(url)?;
+        let tls = options.tls()?;
+        let manager = Manager::from_config(
+            options.config.clone(),
+            tls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(options.connect_timeout * 2))
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool for {}: {e}", options.target)))?;
+        let host: String = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(40)
+            .collect();
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let store = Self {
+            inner: std::sync::Arc::new(Inner {
+                pool,
+                key_prefix: format!("pg.{host}.{}.{}", std::process::id(), started.as_nanos()),
+                keys_made: AtomicU64::new(0),
+                reached: AtomicBool::new(false),
+                options,
+            }),
+        };
+        store.prepare_schema().await?;
+        Ok(store)
+    }
+
+    /// Applies the missing migrations (what `autocomp-store migrate` runs); returns the
+    /// versions applied and the version the database is at now.
+    pub async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
+        let mut options = PgOptions::parse(url)?;
+        options.migrate = false;
+        let tls = options.tls()?;
+        let (mut client, connection) = connect_once(&options, tls).await?;
+        let applied = schema::migrate(&mut client, &options.target).await?;
+        let version = schema::schema_version(&client).await?;
+        drop(client);
+        let _ = connection.await;
+        Ok((applied, version))
+    }
+
+    /// The schema version the database is at.
+    pub async fn schema_version(&self) -> StoreResult<i32> {
+        let client = self.connection().await.map_err(Failure::into_error)?;
+        schema::schema_version(&client).await
+    }
+
+    /// A description of where this store is, without the password: `user@hosts/database`.
+    pub fn target(&self) -> &str {
+        &self.inner.options.target
+    }
+
+    async fn prepare_schema(&self) -> StoreResult<()> {
+        let mut client = self.connection().await.map_err(Failure::into_error)?;
+        let current = schema::schema_version(&client).await?;
+        schema::check_not_newer(current)?;
+        if current == LATEST_VERSION {
+            return Ok(());
+        }
+        if !self.inner.options.migrate {
+            return Err(StoreError::Unavailable(format!(
+                "the PostgreSQL store {} has schema version {current}, this release needs {LATEST_VERSION}; \
+                 run `autocomp-store migrate --db URL` (or drop migrate=false from the URL)",
+                self.inner.options.target
+            )));
+        }
+        let applied = schema::migrate(&mut client, &self.inner.options.target).await?;
+        if !applied.is_empty() {
+            tracing::info!(store = %self.inner.options.target, ?applied, "migrated the PostgreSQL store schema");
+        }
+        Ok(())
+    }
+
+    /// A pooled connection to the primary. Failing to get one is `Unsent`.
+    async fn connection(&self) -> Result<deadpool_postgres::Object, Failure> {
+        match self.inner.pool.get().await {
+            Ok(client) => {
+                self.inner.reached.store(true, Ordering::Relaxed);
+                Ok(client)
+            }
+            Err(deadpool_postgres::PoolError::Backend(error)) => Err(classify(&self.inner.options, &error, true)),
+            Err(other) => Err(Failure::Unsent(format!("PostgreSQL at {}: {other}", self.inner.options.target))),
+        }
+    }
+
+    fn fresh_key(&self) -> IdempotencyKey {
+        let n = self.inner.keys_made.fetch_add(1, Ordering::Relaxed);
+        IdempotencyKey::new(format!("{}.{n}", self.inner.key_prefix)).expect("printable ASCII, under 128 characters")
+    }
+
+    /// Runs `attempt` on a pooled connection, again on a fresh one after a failure the
+    /// `retry` rule allows, until `retry_for` has passed since the first failure.
+    pub(crate) async fn run<'a, T, F>(&'a self, operation: &str, retry: Retry, attempt: F) -> StoreResult<T>
+    where
+        F: for<'c> Fn(&'c deadpool_postgres::ClientWrapper, ops::Within<'c, 'a>) -> ops::Attempt<'c, T>,
+    {
+        let mut deadline = None;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let failure = match self.connection().await {
+                Ok(client) => match attempt(&client, std::marker::PhantomData).await {
+                    Ok(value) => return Ok(value),
+                    Err(failure) => {
+                        if !matches!(failure, Failure::Final(_)) {
+                            // Broken, or on a server that is no longer the primary: never reuse it.
+                            drop(deadpool_postgres::Object::take(client));
+                        }
+                        failure
+                    }
+                },
+                Err(failure) => failure,
+            };
+            let message = match failure {
+                Failure::Final(error) => return Err(error),
+                Failure::Unsent(message) => message,
+                Failure::Ambiguous(message) if retry == Retry::Safe => message,
+                Failure::Ambiguous(message) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "{operation}: {message}; the connection broke while it was sent, so it may have \
+                         happened: check before repeating it"
+                    )));
+                }
+            };
+            if !self.inner.reached.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable(message));
+            }
+            let deadline = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + self.inner.options.retry_for);
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(StoreError::Unavailable(format!(
+                    "{message} (retried {operation} for {})",
+                    humantime::format_duration(self.inner.options.retry_for)
+                )));
+            }
+            tracing::warn!(store = %self.inner.options.target, operation, error = %message, "retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+async fn connect_once(
+    options: &PgOptions,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+) -> StoreResult<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+    let (client, connection) =
+        options.config.connect(tls).await.map_err(|e| classify(options, &e, true).into_error())?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
+}
+
+impl Failure {
+    pub(crate) fn into_error(self) -> StoreError {
+        match self {
+            Failure::Final(error) => error,
+            Failure::Unsent(message) | Failure::Ambiguous(message) => StoreError::Unavailable(message),
+        }
+    }
+}
+
+/// The server's message (and detail) without the client library's prefixes.
+pub(crate) fn describe_error(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_string(),
+        };
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
+/// Sorts a client error into final, unsent or ambiguous. `connecting`: it came from opening
+/// a connection, so nothing was sent.
+fn classify(options: &PgOptions, error: &tokio_postgres::Error, connecting: bool) -> Failure {
+    let target = &options.target;
+    if let Some(code) = error.code() {
+        let message = describe_error(error);
+        if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
+            return Failure::Final(
+                InvalidInput::new(
+                    "store url",
+                    target.as_str(),
+                    format!("PostgreSQL refused user {}: {message}", options.user),
+                )
+                .into(),
+            );
+        }
+        if *code == SqlState::INVALID_CATALOG_NAME {
+            return Failure::Final(
+                InvalidInput::new("store url", target.as_str(), format!("no such database: {message}")).into(),
+            );
+        }
+        // Refused before running: the server is starting, this is a standby (read-only)
+        // after a failover, or the transaction was rolled back. (A shutdown's termination
+        // may arrive after a commit was flushed, so it is ambiguous, like a broken socket.)
+        let refused = [
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ];
+        if refused.contains(code) || connecting {
+            return Failure::Unsent(format!("PostgreSQL at {target}: {message}"));
+        }
+        let message = format!("PostgreSQL at {target}: {message}");
+        if *code == SqlState::ADMIN_SHUTDOWN || *code == SqlState::CRASH_SHUTDOWN || code.code().starts_with("08") {
+            return Failure::Ambiguous(message);
+        }
+        return Failure::Final(StoreError::Unavailable(message));
+    }
+    let message = format!("PostgreSQL at {target} unreachable: {}", describe_error(error));
+    if connecting { Failure::Unsent(message) } else { Failure::Ambiguous(message) }
+}

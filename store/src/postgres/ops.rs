@@ -1,0 +1,778 @@
+//! The `ObjectStore` operations on PostgreSQL. A write is one call of its server-side
+//! function; one that depends on what the batch holds (a metadata merge, a cancel's record of
+//! the run it closes, a prioritize's old priority) reads first, computes the write here with
+//! the rules every backend shares, and sends it with what it read as a condition: if the batch
+//! moved in between, nothing is written and it reads again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::ClientWrapper;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Failure, PgStore, Retry, classify};
+use crate::model::{
+    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, IdempotencyKey, InvalidInput, NewBatch,
+    NewEvent, Outcome, Run, RunHolder, RunRef, RunState, Seq, Timestamp,
+};
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::write_rules;
+
+/// One attempt of an operation on one connection.
+pub(crate) type Attempt<'c, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'c>>;
+/// Tells the compiler that a connection borrowed for `'c` never outlives the caller's `'a`
+/// (so an attempt may borrow both).
+pub(crate) type Within<'c, 'a> = std::marker::PhantomData<&'c &'a ()>;
+
+/// Most batches one `list_batches` / `get_batches` page returns, and changes one feed page
+/// (the same bounds as the embedded store).
+const MAX_BATCH_PAGE: usize = 10_000;
+const MAX_CHANGE_PAGE: usize = 100_000;
+/// How often a conditional write reads again before giving up (each retry means another
+/// writer changed the batch in between: an operator racing a component).
+const CONDITIONAL_ROUNDS: usize = 20;
+
+const BATCH_SELECT: &str = "SELECT b.id, b.type, b.priority, b.metadata::text, b.created_seq, b.modified_seq,
+        b.changed_seq, b.created_at, b.modified_at,
+        (SELECT COALESCE(jsonb_agg(to_jsonb(e) - 'idempotency_key' ORDER BY e.seq), '[]')::text
+           FROM events e WHERE e.batch_id = b.id),
+        (SELECT COALESCE(jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation), '[]')::text
+           FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
+        autocomp_now()
+    FROM batches b";
+
+/// A row of `events` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+struct EventRow {
+    seq: i64,
+    batch_id: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    outcome: String,
+    agent: String,
+    at: i64,
+    details: Value,
+    run_component: Option<String>,
+    run_generation: Option<i64>,
+    resets: Option<Vec<String>>,
+}
+
+/// A row of `runs` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+struct RunRow {
+    batch_id: String,
+    component: String,
+    generation: i64,
+    agent: String,
+    host: String,
+    pid: i64,
+    started_at: i64,
+    claim_seq: i64,
+    state: String,
+    ended_at: Option<i64>,
+    transient: bool,
+    claim_key: Option<String>,
+}
+
+/// Stored values were validated on the way in; failing now means someone edited the
+/// database behind the store's back.
+fn corrupt(what: &str, error: impl std::fmt::Display) -> Failure {
+    Failure::Final(StoreError::Unavailable(format!("the PostgreSQL store holds an invalid {what}: {error}")))
+}
+
+impl EventRow {
+    fn into_event(self) -> Result<Event, Failure> {
+        let run = match (self.run_component, self.run_generation) {
+            (Some(component), Some(generation)) => {
+                Some(RunRef { component: ComponentName::new(component).map_err(|e| corrupt("event", e))?, generation })
+            }
+            _ => None,
+        };
+        Ok(Event {
+            seq: Seq(self.seq),
+            batch_id: BatchId::new(self.batch_id).map_err(|e| corrupt("event", e))?,
+            event_type: EventType::new(self.event_type).map_err(|e| corrupt("event", e))?,
+            outcome: Outcome::parse(&self.outcome).map_err(|e| corrupt("event", e))?,
+            agent: Agent::new(self.agent).map_err(|e| corrupt("event", e))?,
+            at: Timestamp(self.at),
+            details: self.details,
+            run,
+            resets: self
+                .resets
+                .unwrap_or_default()
+                .into_iter()
+                .map(EventType::new)
+                .collect::<Result<_, _>>()
+                .map_err(|e| corrupt("event", e))?,
+        })
+    }
+}
+
+impl RunRow {
+    fn into_run(self) -> Result<Run, Failure> {
+        Ok(Run {
+            batch_id: BatchId::new(self.batch_id).map_err(|e| corrupt("run", e))?,
+            component: ComponentName::new(self.component).map_err(|e| corrupt("run", e))?,
+            generation: self.generation,
+            holder: RunHolder {
+                agent: Agent::new(self.agent).map_err(|e| corrupt("run", e))?,
+                host: self.host,
+                pid: u32::try_from(self.pid).map_err(|e| corrupt("run", e))?,
+                claim_key: self.claim_key.map(IdempotencyKey::new).transpose().map_err(|e| corrupt("run", e))?,
+            },
+            started_at: Timestamp(self.started_at),
+            claim_seq: Seq(self.claim_seq),
+            state: RunState::parse(&self.state).map_err(|e| corrupt("run", e))?,
+            ended_at: self.ended_at.map(Timestamp),
+            transient: self.transient,
+        })
+    }
+}
+
+fn run_from_json(text: &str) -> Result<Run, Failure> {
+    serde_json::from_str::<RunRow>(text).map_err(|e| corrupt("run", e))?.into_run()
+}
+
+fn run_from_value(value: Value) -> Result<Run, Failure> {
+    serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()
+}
+
+fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
+    let metadata: String = row.get(3);
+    let metadata = match serde_json::from_str(&metadata).map_err(|e| corrupt("batch", e))? {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let events: String = row.get(9);
+    let events: Vec<EventRow> = serde_json::from_str(&events).map_err(|e| corrupt("event", e))?;
+    let runs: String = row.get(10);
+    let runs: Vec<RunRow> = serde_json::from_str(&runs).map_err(|e| corrupt("run", e))?;
+    Ok(Batch {
+        id: BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?,
+        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
+        priority: row.get(2),
+        metadata,
+        created_seq: Seq(row.get(4)),
+        modified_seq: Seq(row.get(5)),
+        changed_seq: Seq(row.get(6)),
+        created_at: Timestamp(row.get(7)),
+        modified_at: Timestamp(row.get(8)),
+        events: events.into_iter().map(EventRow::into_event).collect::<Result<_, _>>()?,
+        open_runs: runs.into_iter().map(RunRow::into_run).collect::<Result<_, _>>()?,
+        as_of: Timestamp(row.get(11)),
+    })
+}
+
+fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
+    InvalidInput::new(field, asked.to_string(), format!("at most {max} per request")).into()
+}
+
+/// What a fenced or batch-scoped write was about, to turn the server's refusals into errors.
+struct Scope<'a> {
+    batch: &'a BatchId,
+    run: Option<(&'a ComponentName, i64)>,
+}
+
+impl PgStore {
+    /// Maps a statement's error: the store functions' own refusals (`AC404` unknown batch,
+    /// `AC410` fenced), then connection and server failures.
+    fn failure(&self, error: tokio_postgres::Error, scope: &Scope<'_>) -> Failure {
+        if let Some(db) = error.as_db_error() {
+            match db.code().code() {
+                "AC404" => return Failure::Final(StoreError::NotFound(scope.batch.clone())),
+                "AC410" => {
+                    if let Some((component, generation)) = scope.run {
+                        return Failure::Final(StoreError::Fenced {
+                            batch: scope.batch.clone(),
+                            component: component.clone(),
+                            generation,
+                            reason: db.message().to_string(),
+                        });
+                    }
+                }
+                // Two appends with one key at once: the loser rolled back; again, it finds the winner's.
+                "23505" => return Failure::Unsent(super::describe_error(&error)),
+                _ => {}
+            }
+        }
+        classify(&self.inner.options, &error, false)
+    }
+
+    fn read_failure(&self, error: tokio_postgres::Error) -> Failure {
+        classify(&self.inner.options, &error, false)
+    }
+
+    async fn load_batches(&self, ids: Vec<String>) -> StoreResult<HashMap<String, Batch>> {
+        self.run("get_batches", Retry::Safe, move |client, _| {
+            let ids = ids.clone();
+            Box::pin(async move {
+                let statement = prepare(client, &format!("{BATCH_SELECT} WHERE b.id = ANY($1)")).await?;
+                let rows = client.query(&statement, &[&ids]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(|row| batch_from_row(row).map(|batch| (batch.id.as_str().to_string(), batch))).collect()
+            })
+        })
+        .await
+    }
+
+    /// The horizon of the change feed: every seq up to it is committed or gone for good.
+    async fn horizon(&self) -> StoreResult<Seq> {
+        self.run("head", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "SELECT autocomp_horizon()").await?;
+                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                Ok(Seq(row.get(0)))
+            })
+        })
+        .await
+    }
+
+    /// The newest seq handed out, committed or not: a cheap "has anything happened?".
+    async fn latest_seq_taken(&self) -> StoreResult<Seq> {
+        self.run("head", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement =
+                    prepare(client, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM store_seq").await?;
+                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                Ok(Seq(row.get(0)))
+            })
+        })
+        .await
+    }
+}
+
+async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
+    client.prepare_cached(sql).await.map_err(|e| match e.as_db_error() {
+        // The schema is missing or other than this release expects: not something a retry fixes.
+        Some(db) => Failure::Final(StoreError::Unavailable(format!("preparing a store statement: {}", db.message()))),
+        None => Failure::Ambiguous(super::describe_error(&e)),
+    })
+}
+
+fn optional_json(values: &[EventType]) -> Option<Value> {
+    (!values.is_empty()).then(|| Value::Array(values.iter().map(|t| Value::String(t.as_str().into())).collect()))
+}
+
+#[async_trait]
+impl ObjectStore for PgStore {
+    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
+        batch.validate()?;
+        let created = self
+            .run("create_batch", Retry::Safe, |client, _| {
+                let batch = &batch;
+                Box::pin(async move {
+                    let statement = prepare(client, "SELECT * FROM autocomp_create_batch($1, $2, $3, $4)").await?;
+                    let row = client
+                        .query_one(
+                            &statement,
+                            &[&batch.id.as_str(), &batch.batch_type.as_str(), &batch.priority, &batch.metadata],
+                        )
+                        .await
+                        .map_err(|e| self.failure(e, &Scope { batch: &batch.id, run: None }))?;
+                    let created: bool = row.get(0);
+                    Ok(created.then(|| (Seq(row.get(1)), Timestamp(row.get(2)))))
+                })
+            })
+            .await?;
+        match created {
+            Some((seq, at)) => Ok(CreateOutcome::Created(Batch {
+                id: batch.id.clone(),
+                batch_type: batch.batch_type.clone(),
+                priority: batch.priority,
+                metadata: batch.metadata.as_object().cloned().unwrap_or_default(),
+                created_seq: seq,
+                modified_seq: seq,
+                changed_seq: seq,
+                created_at: at,
+                modified_at: at,
+                events: Vec::new(),
+                open_runs: Vec::new(),
+                as_of: at,
+            })),
+            None => {
+                let existing = self.get_batch(&batch.id).await?;
+                write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)
+            }
+        }
+    }
+
+    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
+        let mut found = self.load_batches(vec![id.as_str().to_string()]).await?;
+        found.remove(id.as_str()).ok_or_else(|| StoreError::NotFound(id.clone()))
+    }
+
+    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let mut found = self.load_batches(ids.iter().map(|id| id.as_str().to_string()).collect()).await?;
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
+    }
+
+    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
+        if limit > MAX_BATCH_PAGE {
+            return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
+        }
+        let after = after.map_or("", BatchId::as_str);
+        self.run("list_batches", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let sql = format!("{BATCH_SELECT} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
+                let statement = prepare(client, &sql).await?;
+                let rows =
+                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(batch_from_row).collect()
+            })
+        })
+        .await
+    }
+
+    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
+        self.run("set_priority", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "SELECT autocomp_set_priority($1, $2)").await?;
+                let row = client
+                    .query_one(&statement, &[&id.as_str(), &priority])
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch: id, run: None }))?;
+                Ok(Seq(row.get(0)))
+            })
+        })
+        .await
+    }
+
+    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
+        // Merging the same patch twice leaves the same metadata, so a retry is harmless.
+        self.run("record_content_change", Retry::Safe, |client, _| {
+            let patch = &metadata_patch;
+            Box::pin(async move {
+                let read = prepare(client, "SELECT metadata::text, modified_seq FROM batches WHERE id = $1").await?;
+                let write = prepare(client, "SELECT autocomp_replace_metadata($1, $2, $3)").await?;
+                let scope = Scope { batch: id, run: None };
+                for _ in 0..CONDITIONAL_ROUNDS {
+                    let row = client.query_opt(&read, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
+                    let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                    let metadata: Value =
+                        serde_json::from_str(row.get::<_, &str>(0)).map_err(|e| corrupt("batch", e))?;
+                    let expected: i64 = row.get(1);
+                    let merged = write_rules::merge_metadata(metadata, patch.clone()).map_err(Failure::Final)?;
+                    let row = client
+                        .query_one(&write, &[&id.as_str(), &expected, &merged])
+                        .await
+                        .map_err(|e| self.failure(e, &scope))?;
+                    if let Some(seq) = row.get::<_, Option<i64>>(0) {
+                        return Ok(Seq(seq));
+                    }
+                }
+                Err(Failure::Final(busy(id)))
+            })
+        })
+        .await
+    }
+
+    async fn append_event(&self, batch: &BatchId, mut event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        // With a key a retry after a lost answer returns the first event instead of a second.
+        if event.idempotency_key.is_none() {
+            event.idempotency_key = Some(self.fresh_key());
+        }
+        let event = &event;
+        let earlier = self
+            .run("append_event", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT r_seq, r_at, r_earlier::text FROM autocomp_append($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    )
+                    .await?;
+                    let run = event.run.as_ref();
+                    let row = client
+                        .query_one(
+                            &statement,
+                            &[
+                                &batch.as_str(),
+                                &event.event_type.as_str(),
+                                &event.outcome.as_str(),
+                                &event.agent.as_str(),
+                                &event.details,
+                                &run.map(|r| r.component.as_str()),
+                                &run.map(|r| r.generation),
+                                &optional_json(&event.resets),
+                                &event.idempotency_key.as_ref().map(IdempotencyKey::as_str),
+                            ],
+                        )
+                        .await
+                        .map_err(|e| {
+                            self.failure(e, &Scope { batch, run: run.map(|r| (&r.component, r.generation)) })
+                        })?;
+                    match row.get::<_, Option<&str>>(2) {
+                        Some(earlier) => {
+                            let earlier: EventRow = serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
+                            Ok(Err(earlier.into_event()?))
+                        }
+                        None => Ok(Ok((Seq(row.get(0)), Timestamp(row.get(1))))),
+                    }
+                })
+            })
+            .await?;
+        match earlier {
+            Ok((seq, at)) => Ok(Event {
+                seq,
+                batch_id: batch.clone(),
+                event_type: event.event_type.clone(),
+                outcome: event.outcome,
+                agent: event.agent.clone(),
+                at,
+                details: event.details.clone(),
+                run: event.run.clone(),
+                resets: event.resets.clone(),
+            }),
+            Err(earlier) => write_rules::earlier_append(batch, event, earlier),
+        }
+    }
+
+    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+        holder.validate()?;
+        // With a claim key a retry returns the run the first attempt opened, instead of
+        // abandoning a run we never heard of.
+        let mut holder = holder.clone();
+        if holder.claim_key.is_none() {
+            holder.claim_key = Some(self.fresh_key());
+        }
+        let holder = &holder;
+        self.run("claim", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT r_kind, r_run::text, r_abandoned::text, r_current FROM autocomp_claim($1, $2, $3, $4, $5, $6)",
+                )
+                .await?;
+                let row = client
+                    .query_one(
+                        &statement,
+                        &[
+                            &batch.as_str(),
+                            &component.as_str(),
+                            &holder.agent.as_str(),
+                            &holder.host,
+                            &i64::from(holder.pid),
+                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
+                        ],
+                    )
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch, run: None }))?;
+                let run = run_from_json(row.get(1))?;
+                if row.get::<_, &str>(0) == "retry" {
+                    let current: i64 = row.get(3);
+                    let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
+                    return if run.state == RunState::Open && run.generation == current && run.holder == *holder {
+                        Ok(Claim { run, abandoned: None })
+                    } else {
+                        Err(Failure::Final(StoreError::Conflict(format!(
+                            "claim key {key} was already used by run {} of {component} on {batch}, now {}",
+                            run.generation,
+                            run.state.as_str()
+                        ))))
+                    };
+                }
+                let abandoned = row.get::<_, Option<&str>>(2).map(run_from_json).transpose()?;
+                Ok(Claim { run, abandoned })
+            })
+        })
+        .await
+    }
+
+    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+        self.run("release", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "SELECT autocomp_release($1, $2, $3)").await?;
+                client
+                    .execute(&statement, &[&batch.as_str(), &component.as_str(), &generation])
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch, run: Some((component, generation)) }))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn save_checkpoint(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        data: Value,
+    ) -> StoreResult<()> {
+        crate::model::check_object("checkpoint", &data)?;
+        let data = &data;
+        self.run("save_checkpoint", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "SELECT autocomp_save_checkpoint($1, $2, $3, $4)").await?;
+                client
+                    .execute(&statement, &[&batch.as_str(), &component.as_str(), &generation, data])
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch, run: Some((component, generation)) }))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
+        self.run("load_checkpoint", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1),
+                            (SELECT data::text FROM checkpoints WHERE batch_id = $1 AND component = $2)",
+                )
+                .await?;
+                let row = client
+                    .query_one(&statement, &[&batch.as_str(), &component.as_str()])
+                    .await
+                    .map_err(|e| self.read_failure(e))?;
+                if !row.get::<_, bool>(0) {
+                    return Err(Failure::Final(StoreError::NotFound(batch.clone())));
+                }
+                row.get::<_, Option<&str>>(1)
+                    .map(|text| serde_json::from_str(text).map_err(|e| corrupt("checkpoint", e)))
+                    .transpose()
+            })
+        })
+        .await
+    }
+
+    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+        let component = component.map(ComponentName::as_str);
+        self.run("open_runs", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT to_jsonb(r)::text FROM runs r WHERE state = 'open' AND ($1::text IS NULL OR component = $1)
+                     ORDER BY batch_id, component, generation",
+                )
+                .await?;
+                let rows = client.query(&statement, &[&component]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(|row| run_from_json(row.get(0))).collect()
+            })
+        })
+        .await
+    }
+
+    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+        self.run("failed_attempts", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT COUNT(*) FROM runs WHERE batch_id = $1 AND component = $2 AND claim_seq > $3
+                       AND (state = 'abandoned' OR transient)",
+                )
+                .await?;
+                let row = client
+                    .query_one(&statement, &[&batch.as_str(), &component.as_str(), &since.0])
+                    .await
+                    .map_err(|e| self.read_failure(e))?;
+                Ok(u32::try_from(row.get::<_, i64>(0)).unwrap_or(u32::MAX))
+            })
+        })
+        .await
+    }
+
+    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+        if limit > MAX_CHANGE_PAGE {
+            return Err(page_too_large("limit", limit, MAX_CHANGE_PAGE));
+        }
+        // Only up to the horizon: a seq above it may belong to a transaction that has not
+        // committed yet and would be skipped if the cursor passed it.
+        let head = self.horizon().await?;
+        let changes: Vec<(Seq, BatchId)> = self
+            .run("changes", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT changed_seq, id FROM batches WHERE changed_seq > $1 AND changed_seq <= $2
+                         ORDER BY changed_seq LIMIT $3",
+                    )
+                    .await?;
+                    let rows = client
+                        .query(&statement, &[&since.0, &head.0, &(limit as i64)])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| {
+                            let id = BatchId::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?;
+                            Ok((Seq(row.get(0)), id))
+                        })
+                        .collect()
+                })
+            })
+            .await?;
+        let next = match changes.last() {
+            Some((seq, _)) if changes.len() == limit => *seq,
+            _ => head.max(since),
+        };
+        Ok(ChangePage { changes, next, head })
+    }
+
+    async fn head(&self) -> StoreResult<Seq> {
+        self.horizon().await
+    }
+
+    /// Polls the sequence every 25 ms (one cheap read, no lock), and only when a seq past
+    /// `since` was taken waits for the horizon: a commit wakes it within ~25 ms.
+    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.latest_seq_taken().await? > since {
+                let head = self.horizon().await?;
+                if head > since {
+                    return Ok(head);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return self.horizon().await;
+            }
+            tokio::time::sleep_until((tokio::time::Instant::now() + Duration::from_millis(25)).min(deadline)).await;
+        }
+    }
+
+    async fn cancel_run(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        event: NewEvent,
+    ) -> StoreResult<Cancellation> {
+        event.validate()?;
+        write_rules::check_cancellation(&event)?;
+        let event = &event;
+        self.run("cancel_run", Retry::OnlyUnsent, |client, _| {
+            Box::pin(async move {
+                let read = prepare(
+                    client,
+                    "SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1),
+                            (SELECT to_jsonb(r) FROM runs r WHERE batch_id = $1 AND component = $2 AND state = 'open')",
+                )
+                .await?;
+                let write = prepare(client, "SELECT * FROM autocomp_cancel_run($1, $2, $3, $4, $5, $6, $7)").await?;
+                for _ in 0..CONDITIONAL_ROUNDS {
+                    let row = client
+                        .query_one(&read, &[&batch.as_str(), &component.as_str()])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    if !row.get::<_, bool>(0) {
+                        return Err(Failure::Final(StoreError::NotFound(batch.clone())));
+                    }
+                    let open = row.get::<_, Option<Value>>(1).map(run_from_value).transpose()?;
+                    let mut new = event.clone();
+                    if let Some(run) = &open {
+                        write_rules::describe_cancelled_run(&mut new.details, run);
+                    }
+                    crate::model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
+                    let row = client
+                        .query_one(
+                            &write,
+                            &[
+                                &batch.as_str(),
+                                &component.as_str(),
+                                &open.as_ref().map(|run| run.generation),
+                                &new.event_type.as_str(),
+                                &new.outcome.as_str(),
+                                &new.agent.as_str(),
+                                &new.details,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| self.failure(e, &Scope { batch, run: None }))?;
+                    let Some(seq) = row.get::<_, Option<i64>>(0) else { continue };
+                    let at = Timestamp(row.get(1));
+                    let run = open.map(|mut run| {
+                        run.state = RunState::Cancelled;
+                        run.ended_at = Some(at);
+                        run
+                    });
+                    let event = Event {
+                        seq: Seq(seq),
+                        batch_id: batch.clone(),
+                        event_type: new.event_type,
+                        outcome: new.outcome,
+                        agent: new.agent,
+                        at,
+                        details: new.details,
+                        run: None,
+                        resets: Vec::new(),
+                    };
+                    return Ok(Cancellation { event, run });
+                }
+                Err(Failure::Final(busy(batch)))
+            })
+        })
+        .await
+    }
+
+    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        write_rules::check_operator_event(&event, "prioritize")?;
+        let event = &event;
+        self.run("prioritize", Retry::OnlyUnsent, |client, _| {
+            Box::pin(async move {
+                let read = prepare(client, "SELECT priority FROM batches WHERE id = $1").await?;
+                let write = prepare(client, "SELECT * FROM autocomp_prioritize($1, $2, $3, $4, $5, $6, $7)").await?;
+                for _ in 0..CONDITIONAL_ROUNDS {
+                    let row = client.query_opt(&read, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
+                    let previous: i32 = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?.get(0);
+                    let mut new = event.clone();
+                    write_rules::describe_priority_change(&mut new.details, priority, previous);
+                    crate::model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
+                    let row = client
+                        .query_one(
+                            &write,
+                            &[
+                                &id.as_str(),
+                                &priority,
+                                &previous,
+                                &new.event_type.as_str(),
+                                &new.outcome.as_str(),
+                                &new.agent.as_str(),
+                                &new.details,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| self.failure(e, &Scope { batch: id, run: None }))?;
+                    let Some(seq) = row.get::<_, Option<i64>>(0) else { continue };
+                    return Ok(Event {
+                        seq: Seq(seq),
+                        batch_id: id.clone(),
+                        event_type: new.event_type,
+                        outcome: new.outcome,
+                        agent: new.agent,
+                        at: Timestamp(row.get(1)),
+                        details: new.details,
+                        run: None,
+                        resets: Vec::new(),
+                    });
+                }
+                Err(Failure::Final(busy(id)))
+            })
+        })
+        .await
+    }
+
+    async fn count_batches(&self) -> StoreResult<u64> {
+        self.run("count_batches", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "SELECT COUNT(*) FROM batches").await?;
+                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                Ok(row.get::<_, i64>(0).max(0) as u64)
+            })
+        })
+        .await
+    }
+}
+
+fn busy(id: &BatchId) -> StoreError {
+    StoreError::Unavailable(format!(
+        "batch {id} kept changing while this write was prepared ({CONDITIONAL_ROUNDS} rounds); nothing was written"
+    ))
+}

@@ -1,0 +1,420 @@
+//! The PostgreSQL schema, its versioned migrations, and the server-side functions every write
+//! goes through. Migrating takes a transaction-scoped advisory lock, so of two processes
+//! opening an empty database at once one migrates and the other waits, then finds it done.
+
+use tokio_postgres::Client;
+
+use crate::model::InvalidInput;
+use crate::port::{StoreError, StoreResult};
+
+/// Ordered migrations; never edit a released one, append a new one.
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1)];
+
+pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// Advisory lock keys (per database). The feed key is held shared by every writer from the
+/// moment it takes a seq until it commits, and taken exclusively for an instant by a feed
+/// reader: see `autocomp_next_seq` and `autocomp_horizon`.
+pub const MIGRATION_LOCK: i64 = 0x6175_746f_636f_6d01; // "autocom" + 1
+pub const FEED_LOCK: i64 = 0x6175_746f_636f_6d02;
+
+const V1: &str = r#"
+-- One sequence for the whole store: events, claims and batch changes share it, so any two
+-- seqs compare across kinds. A seq is taken after the batch's row lock, so per batch seqs
+-- follow commit order; store-wide a reader learns which seqs are final from the feed lock.
+CREATE SEQUENCE store_seq AS bigint MINVALUE 1 START 1;
+
+CREATE TABLE batches (
+    id           text COLLATE "C" PRIMARY KEY,
+    type         text NOT NULL,
+    priority     integer NOT NULL,
+    metadata     jsonb NOT NULL,
+    created_seq  bigint NOT NULL,
+    modified_seq bigint NOT NULL,
+    changed_seq  bigint NOT NULL,
+    created_at   bigint NOT NULL,
+    modified_at  bigint NOT NULL
+) WITH (fillfactor = 80);
+CREATE UNIQUE INDEX batches_by_change ON batches (changed_seq);
+
+CREATE TABLE events (
+    seq             bigint PRIMARY KEY,
+    batch_id        text COLLATE "C" NOT NULL REFERENCES batches (id),
+    type            text NOT NULL,
+    outcome         text NOT NULL CHECK (outcome IN ('success', 'failure')),
+    agent           text NOT NULL,
+    at              bigint NOT NULL,
+    details         jsonb NOT NULL,
+    run_component   text,
+    run_generation  bigint,
+    resets          jsonb,
+    idempotency_key text UNIQUE
+);
+CREATE INDEX events_by_batch ON events (batch_id, seq);
+
+-- The current claim generation of each (batch, component); bumped by every claim.
+CREATE TABLE claims (
+    batch_id   text COLLATE "C" NOT NULL REFERENCES batches (id),
+    component  text COLLATE "C" NOT NULL,
+    generation bigint NOT NULL,
+    PRIMARY KEY (batch_id, component)
+) WITH (fillfactor = 70);
+
+CREATE TABLE runs (
+    batch_id   text COLLATE "C" NOT NULL REFERENCES batches (id),
+    component  text COLLATE "C" NOT NULL,
+    generation bigint NOT NULL,
+    agent      text NOT NULL,
+    host       text NOT NULL,
+    pid        bigint NOT NULL,
+    started_at bigint NOT NULL,
+    claim_seq  bigint NOT NULL,
+    state      text NOT NULL CHECK (state IN ('open', 'recorded', 'released', 'abandoned', 'cancelled')),
+    ended_at   bigint,
+    transient  boolean NOT NULL DEFAULT false,
+    claim_key  text,
+    PRIMARY KEY (batch_id, component, generation)
+) WITH (fillfactor = 80);
+CREATE INDEX runs_open ON runs (component, batch_id) WHERE state = 'open';
+CREATE UNIQUE INDEX runs_claim_key ON runs (batch_id, component, claim_key) WHERE claim_key IS NOT NULL;
+
+-- A run's progress, written only by the current open run, removed when a run records its result.
+CREATE TABLE checkpoints (
+    batch_id   text COLLATE "C" NOT NULL REFERENCES batches (id),
+    component  text COLLATE "C" NOT NULL,
+    data       jsonb NOT NULL,
+    generation bigint NOT NULL,
+    saved_at   bigint NOT NULL,
+    PRIMARY KEY (batch_id, component)
+);
+
+-- The store clock: the database server's, never a worker's.
+CREATE FUNCTION autocomp_now() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- Every write takes its seqs here, after locking its batch row, and holds the feed lock
+-- (shared) until it commits or rolls back.
+CREATE FUNCTION autocomp_next_seq() RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(@FEED_LOCK@);
+    RETURN nextval('store_seq');
+END $$;
+
+-- The feed's horizon: once no writer holds the feed lock, every seq up to the sequence's
+-- value belongs to a finished transaction, so a reader that stops there skips nothing.
+-- The exclusive lock is held only for this statement.
+CREATE FUNCTION autocomp_horizon() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    h bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(@FEED_LOCK@);
+    SELECT CASE WHEN is_called THEN last_value ELSE 0 END INTO h FROM store_seq;
+    RETURN h;
+END $$;
+
+CREATE FUNCTION autocomp_lock_batch(p_batch text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM batches WHERE id = p_batch FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC404', MESSAGE = p_batch;
+    END IF;
+END $$;
+
+-- The fence: only the newest generation of (batch, component), and only while open.
+CREATE FUNCTION autocomp_check_fence(p_batch text, p_component text, p_generation bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    current_generation bigint;
+    run_state text;
+BEGIN
+    SELECT generation INTO current_generation FROM claims WHERE batch_id = p_batch AND component = p_component;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = 'was never claimed';
+    END IF;
+    IF current_generation <> p_generation THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC410',
+            MESSAGE = format('is not current: generation %s has claimed the batch since', current_generation);
+    END IF;
+    SELECT state INTO run_state FROM runs
+        WHERE batch_id = p_batch AND component = p_component AND generation = p_generation;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = 'was never claimed';
+    END IF;
+    IF run_state <> 'open' THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = format('is already closed (%s)', run_state);
+    END IF;
+END $$;
+
+CREATE FUNCTION autocomp_create_batch(p_id text, p_type text, p_priority integer, p_metadata jsonb,
+    OUT r_created boolean, OUT r_seq bigint, OUT r_at bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    r_created := false;
+    PERFORM 1 FROM batches WHERE id = p_id;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    r_seq := autocomp_next_seq();
+    r_at := autocomp_now();
+    INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+        VALUES (p_id, p_type, p_priority, p_metadata, r_seq, r_seq, r_seq, r_at, r_at)
+        ON CONFLICT (id) DO NOTHING;
+    r_created := FOUND;
+END $$;
+
+CREATE FUNCTION autocomp_set_priority(p_id text, p_priority integer) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    s bigint;
+BEGIN
+    PERFORM autocomp_lock_batch(p_id);
+    s := autocomp_next_seq();
+    UPDATE batches SET priority = p_priority, changed_seq = s WHERE id = p_id;
+    RETURN s;
+END $$;
+
+-- A content change computed by the client from the metadata as of `p_expected_modified_seq`;
+-- NULL (nothing written) when the batch changed since, so the client merges again.
+CREATE FUNCTION autocomp_replace_metadata(p_id text, p_expected_modified_seq bigint, p_metadata jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    s bigint;
+BEGIN
+    PERFORM autocomp_lock_batch(p_id);
+    PERFORM 1 FROM batches WHERE id = p_id AND modified_seq = p_expected_modified_seq;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    s := autocomp_next_seq();
+    UPDATE batches SET metadata = p_metadata, modified_seq = s, changed_seq = s, modified_at = autocomp_now()
+        WHERE id = p_id;
+    RETURN s;
+END $$;
+
+CREATE FUNCTION autocomp_insert_event(p_seq bigint, p_at bigint, p_batch text, p_type text, p_outcome text,
+    p_agent text, p_details jsonb, p_run_component text, p_run_generation bigint, p_resets jsonb, p_key text)
+RETURNS void LANGUAGE sql AS $$
+    INSERT INTO events (seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets, idempotency_key)
+        VALUES (p_seq, p_batch, p_type, p_outcome, p_agent, p_at, p_details, p_run_component, p_run_generation, p_resets, p_key);
+    UPDATE batches SET changed_seq = p_seq WHERE id = p_batch;
+$$;
+
+-- An append. With an idempotency key already used, nothing is written and `r_earlier` is
+-- that event, for the client to compare.
+CREATE FUNCTION autocomp_append(p_batch text, p_type text, p_outcome text, p_agent text, p_details jsonb,
+    p_run_component text, p_run_generation bigint, p_resets jsonb, p_key text,
+    OUT r_seq bigint, OUT r_at bigint, OUT r_earlier jsonb) LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_key IS NOT NULL THEN
+        SELECT to_jsonb(e) INTO r_earlier FROM events e WHERE idempotency_key = p_key;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    PERFORM autocomp_lock_batch(p_batch);
+    IF p_key IS NOT NULL THEN
+        -- Again under the batch's lock: a twin sent at the same time has committed by now.
+        SELECT to_jsonb(e) INTO r_earlier FROM events e WHERE idempotency_key = p_key;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF p_run_component IS NOT NULL THEN
+        PERFORM autocomp_check_fence(p_batch, p_run_component, p_run_generation);
+    END IF;
+    r_seq := autocomp_next_seq();
+    r_at := autocomp_now();
+    PERFORM autocomp_insert_event(r_seq, r_at, p_batch, p_type, p_outcome, p_agent, p_details,
+        p_run_component, p_run_generation, p_resets, p_key);
+    IF p_run_component IS NOT NULL THEN
+        UPDATE runs SET state = 'recorded', ended_at = r_at,
+                transient = COALESCE((p_details ->> 'transient')::boolean, false)
+            WHERE batch_id = p_batch AND component = p_run_component AND generation = p_run_generation;
+        DELETE FROM checkpoints WHERE batch_id = p_batch AND component = p_run_component;
+    END IF;
+END $$;
+
+-- A claim. With a claim key already used, nothing is written: `r_kind` is 'retry', `r_run`
+-- that run and `r_current` the current generation, for the client to decide.
+CREATE FUNCTION autocomp_claim(p_batch text, p_component text, p_agent text, p_host text, p_pid bigint,
+    p_key text, OUT r_kind text, OUT r_run jsonb, OUT r_abandoned jsonb, OUT r_current bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s bigint;
+    t bigint;
+BEGIN
+    PERFORM autocomp_lock_batch(p_batch);
+    IF p_key IS NOT NULL THEN
+        SELECT to_jsonb(r) INTO r_run FROM runs r
+            WHERE batch_id = p_batch AND component = p_component AND claim_key = p_key;
+        IF FOUND THEN
+            r_kind := 'retry';
+            SELECT generation INTO r_current FROM claims WHERE batch_id = p_batch AND component = p_component;
+            RETURN;
+        END IF;
+    END IF;
+    s := autocomp_next_seq();
+    t := autocomp_now();
+    INSERT INTO claims AS c (batch_id, component, generation) VALUES (p_batch, p_component, 1)
+        ON CONFLICT (batch_id, component) DO UPDATE SET generation = c.generation + 1
+        RETURNING generation INTO r_current;
+    UPDATE runs r SET state = 'abandoned', ended_at = t
+        WHERE batch_id = p_batch AND component = p_component AND state = 'open'
+        RETURNING to_jsonb(r) INTO r_abandoned;
+    INSERT INTO runs AS r (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key)
+        VALUES (p_batch, p_component, r_current, p_agent, p_host, p_pid, t, s, 'open', p_key)
+        RETURNING to_jsonb(r) INTO r_run;
+    UPDATE batches SET changed_seq = s WHERE id = p_batch;
+    r_kind := 'new';
+END $$;
+
+CREATE FUNCTION autocomp_release(p_batch text, p_component text, p_generation bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    s bigint;
+BEGIN
+    PERFORM autocomp_lock_batch(p_batch);
+    -- Releasing twice is a no-op, so a client may retry a release whose answer it lost.
+    PERFORM 1 FROM runs r JOIN claims c USING (batch_id, component)
+        WHERE r.batch_id = p_batch AND r.component = p_component AND r.generation = p_generation
+          AND c.generation = p_generation AND r.state = 'released';
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM autocomp_check_fence(p_batch, p_component, p_generation);
+    s := autocomp_next_seq();
+    UPDATE runs SET state = 'released', ended_at = autocomp_now()
+        WHERE batch_id = p_batch AND component = p_component AND generation = p_generation;
+    UPDATE batches SET changed_seq = s WHERE id = p_batch;
+END $$;
+
+CREATE FUNCTION autocomp_save_checkpoint(p_batch text, p_component text, p_generation bigint, p_data jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM autocomp_lock_batch(p_batch);
+    PERFORM autocomp_check_fence(p_batch, p_component, p_generation);
+    INSERT INTO checkpoints (batch_id, component, data, generation, saved_at)
+        VALUES (p_batch, p_component, p_data, p_generation, autocomp_now())
+        ON CONFLICT (batch_id, component) DO UPDATE
+        SET data = excluded.data, generation = excluded.generation, saved_at = excluded.saved_at;
+END $$;
+
+-- An operator's cancel, with the details the client built from the open run it saw
+-- (`p_expected_generation`, NULL for none); `r_seq` NULL (nothing written) when that is no
+-- longer the open run, so the client looks again.
+CREATE FUNCTION autocomp_cancel_run(p_batch text, p_component text, p_expected_generation bigint,
+    p_type text, p_outcome text, p_agent text, p_details jsonb,
+    OUT r_seq bigint, OUT r_at bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    open_generation bigint;
+BEGIN
+    PERFORM autocomp_lock_batch(p_batch);
+    SELECT generation INTO open_generation FROM runs
+        WHERE batch_id = p_batch AND component = p_component AND state = 'open';
+    IF open_generation IS DISTINCT FROM p_expected_generation THEN
+        RETURN;
+    END IF;
+    r_seq := autocomp_next_seq();
+    r_at := autocomp_now();
+    IF open_generation IS NOT NULL THEN
+        UPDATE runs SET state = 'cancelled', ended_at = r_at
+            WHERE batch_id = p_batch AND component = p_component AND generation = open_generation;
+        -- The fence: the holder's generation is no longer current, whatever it tries.
+        UPDATE claims SET generation = generation + 1 WHERE batch_id = p_batch AND component = p_component;
+    END IF;
+    PERFORM autocomp_insert_event(r_seq, r_at, p_batch, p_type, p_outcome, p_agent, p_details,
+        NULL, NULL, NULL, NULL);
+END $$;
+
+-- An operator's prioritize, with details built by the client from `p_expected_previous`;
+-- `r_seq` NULL (nothing written) when the priority changed since.
+CREATE FUNCTION autocomp_prioritize(p_id text, p_priority integer, p_expected_previous integer,
+    p_type text, p_outcome text, p_agent text, p_details jsonb,
+    OUT r_seq bigint, OUT r_at bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM autocomp_lock_batch(p_id);
+    PERFORM 1 FROM batches WHERE id = p_id AND priority = p_expected_previous;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    r_seq := autocomp_next_seq();
+    r_at := autocomp_now();
+    UPDATE batches SET priority = p_priority WHERE id = p_id;
+    PERFORM autocomp_insert_event(r_seq, r_at, p_id, p_type, p_outcome, p_agent, p_details, NULL, NULL, NULL, NULL);
+END $$;
+"#;
+
+fn unavailable(error: tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(super::describe_error(&error))
+}
+
+/// The schema version the database is at (0: empty).
+pub async fn schema_version(client: &Client) -> StoreResult<i32> {
+    let exists: bool =
+        client.query_one("SELECT to_regclass('schema_version') IS NOT NULL", &[]).await.map_err(unavailable)?.get(0);
+    if !exists {
+        return Ok(0);
+    }
+    let row =
+        client.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await.map_err(unavailable)?;
+    Ok(row.get(0))
+}
+
+/// Refuses a database a newer release has migrated.
+pub fn check_not_newer(current: i32) -> StoreResult<()> {
+    if current > LATEST_VERSION {
+        return Err(StoreError::Unavailable(format!(
+            "the PostgreSQL store has schema version {current}, newer than this release knows \
+             ({LATEST_VERSION}); upgrade autocomp before using it"
+        )));
+    }
+    Ok(())
+}
+
+/// Applies the missing migrations in one transaction under the migration lock; returns the
+/// versions applied (none when another process got there first).
+pub async fn migrate(client: &mut Client, target: &str) -> StoreResult<Vec<i32>> {
+    let tx = client.transaction().await.map_err(unavailable)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+             version    integer PRIMARY KEY,
+             applied_at bigint NOT NULL
+         )",
+    )
+    .await
+    .map_err(|e| privileges(e, target, "create tables"))?;
+    let current: i32 =
+        tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await.map_err(unavailable)?.get(0);
+    check_not_newer(current)?;
+    let mut applied = Vec::new();
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
+        let sql = sql.replace("@FEED_LOCK@", &FEED_LOCK.to_string());
+        tx.batch_execute(&sql).await.map_err(|e| {
+            StoreError::Unavailable(format!("migration to schema {version} failed: {}", super::describe_error(&e)))
+        })?;
+        tx.execute(
+            "INSERT INTO schema_version (version, applied_at) VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)",
+            &[version],
+        )
+        .await
+        .map_err(unavailable)?;
+        applied.push(*version);
+    }
+    tx.commit().await.map_err(unavailable)?;
+    Ok(applied)
+}
+
+fn privileges(error: tokio_postgres::Error, target: &str, what: &str) -> StoreError {
+    if error.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+        return InvalidInput::new(
+            "store url",
+            target,
+            format!(
+                "the role may not {what} in the database ({}); make it the database's owner",
+                super::describe_error(&error)
+            ),
+        )
+        .into();
+    }
+    unavailable(error)
+}

@@ -1,0 +1,135 @@
+//! What every backend decides the same way around a write: which operator events are
+//! acceptable, when a retried append or create is the same request, how a metadata patch
+//! merges, what a cancellation records about the run it closed. Backends call these so the
+//! SQLite and PostgreSQL stores cannot drift apart in their answers.
+
+use serde_json::{Map, Value};
+
+use crate::model::{Batch, BatchId, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Run};
+use crate::port::{StoreError, StoreResult};
+
+/// An operator's event, recorded beside another change in the same transaction: no Reset
+/// marker, no run (it is nobody's claim), no idempotency key (these operations are not
+/// blind retries: re-running one is a new decision, recorded anew).
+pub(crate) fn check_operator_event(new: &NewEvent, operation: &str) -> StoreResult<()> {
+    let refuse = |field: &str, value: &str, reason: &str| -> StoreResult<()> {
+        Err(InvalidInput::new(field, value, format!("{operation}: {reason}")).into())
+    };
+    if new.event_type.is_reset() {
+        return refuse("event type", EventType::RESET, "records a result, not a Reset marker");
+    }
+    if let Some(run) = &new.run {
+        return refuse(
+            "run",
+            &format!("{}#{}", run.component, run.generation),
+            "an operator's event is not part of a run",
+        );
+    }
+    if let Some(key) = &new.idempotency_key {
+        return refuse("idempotency key", key.as_str(), "not supported");
+    }
+    Ok(())
+}
+
+/// `cancel_run`'s event: an operator's failure flagged `"cancelled": true`.
+pub(crate) fn check_cancellation(new: &NewEvent) -> StoreResult<()> {
+    check_operator_event(new, "cancel_run")?;
+    if new.outcome != Outcome::Failure {
+        return Err(InvalidInput::new("outcome", new.outcome.as_str(), "cancel_run records a failure").into());
+    }
+    if !new.details.get("cancelled").and_then(Value::as_bool).unwrap_or(false) {
+        let preview: String = new.details.to_string().chars().take(64).collect();
+        return Err(
+            InvalidInput::new("details", preview, "cancel_run records a failure flagged \"cancelled\": true").into()
+        );
+    }
+    Ok(())
+}
+
+/// Adds `cancelled_run` to a cancellation's details, naming the run it closes.
+pub(crate) fn describe_cancelled_run(details: &mut Value, run: &Run) {
+    if let Value::Object(details) = details {
+        details.insert(
+            "cancelled_run".into(),
+            serde_json::json!({
+                "component": run.component,
+                "generation": run.generation,
+                "agent": run.holder.agent,
+                "host": run.holder.host,
+                "pid": run.holder.pid,
+                "started_at": run.started_at,
+            }),
+        );
+    }
+}
+
+/// Adds the old and new priority to a `prioritize` event's details.
+pub(crate) fn describe_priority_change(details: &mut Value, priority: i32, previous: i32) {
+    if let Value::Object(details) = details {
+        details.insert("priority".into(), priority.into());
+        details.insert("previous_priority".into(), previous.into());
+    }
+}
+
+/// A retried append found the event its key recorded: the first answer if the request is
+/// the same, else a conflict (the key was reused for something else).
+pub(crate) fn earlier_append(batch: &BatchId, new: &NewEvent, earlier: Event) -> StoreResult<Event> {
+    let same = earlier.batch_id == *batch
+        && earlier.event_type == new.event_type
+        && earlier.outcome == new.outcome
+        && earlier.agent == new.agent
+        && earlier.details == new.details
+        && earlier.run == new.run
+        && earlier.resets == new.resets;
+    if same {
+        Ok(earlier)
+    } else {
+        let key = new.idempotency_key.as_ref().map_or("", |k| k.as_str());
+        Err(StoreError::Conflict(format!(
+            "idempotency key {key} was already used for a different event (seq {})",
+            earlier.seq
+        )))
+    }
+}
+
+/// A create found the id registered: fine if identical, else a conflict saying how.
+pub(crate) fn existing_batch(new: &NewBatch, existing: Batch) -> StoreResult<Batch> {
+    let differences: Vec<String> = [
+        (existing.batch_type != new.batch_type)
+            .then(|| format!("type {} (registered) vs {}", existing.batch_type, new.batch_type)),
+        (existing.priority != new.priority)
+            .then(|| format!("priority {} (registered) vs {}", existing.priority, new.priority)),
+        (Value::Object(existing.metadata.clone()) != new.metadata).then(|| "metadata differs".to_owned()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if differences.is_empty() {
+        Ok(existing)
+    } else {
+        Err(StoreError::Conflict(format!(
+            "batch {} is already registered differently: {}",
+            new.id,
+            differences.join("; ")
+        )))
+    }
+}
+
+/// Merges a content change's patch into metadata (a `null` removes the key) and checks the
+/// result is still an acceptable document.
+pub(crate) fn merge_metadata(metadata: Value, patch: Map<String, Value>) -> StoreResult<Value> {
+    let mut metadata = match metadata {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            metadata.remove(&key);
+        } else {
+            metadata.insert(key, value);
+        }
+    }
+    let metadata = Value::Object(metadata);
+    crate::model::check_object("metadata", &metadata)?;
+    Ok(metadata)
+}

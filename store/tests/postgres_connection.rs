@@ -1,0 +1,168 @@
+//! Reaching PostgreSQL as an operator configures it: TLS by `sslmode` (rustls), a password
+//! that never shows in an error, several hosts with `target_session_attrs=read-write`, and
+//! the error kinds the binaries turn into exit codes. Real servers, real certificates.
+
+use std::path::Path;
+use std::process::Command;
+
+use autocomp_store::*;
+use autocomp_test_servers::postgres::{Postgres, shared};
+
+fn run(command: &mut Command) {
+    let output = command.output().expect("run a command");
+    assert!(output.status.success(), "{command:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// A certificate for 127.0.0.1 signed by a test CA, in the server's data dir, and TLS
+/// switched on. Returns the CA certificate (for `sslrootcert`).
+fn enable_tls(server: &Postgres) -> std::path::PathBuf {
+    let data = server.data_dir();
+    let path = |name: &str| data.join(name).to_str().unwrap().to_string();
+    let (cert, key) = (data.join("server.crt"), data.join("server.key"));
+    run(Command::new("openssl").args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]).args([
+        "-subj",
+        "/CN=autocomp test CA",
+        "-keyout",
+        &path("ca.key"),
+        "-out",
+        &path("ca.crt"),
+    ]));
+    run(Command::new("openssl").args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost"]).args([
+        "-keyout",
+        &path("server.key"),
+        "-out",
+        &path("server.csr"),
+    ]));
+    std::fs::write(data.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    run(Command::new("openssl").args(["x509", "-req", "-days", "2", "-CAcreateserial"]).args([
+        "-in",
+        &path("server.csr"),
+        "-CA",
+        &path("ca.crt"),
+        "-CAkey",
+        &path("ca.key"),
+        "-extfile",
+        &path("san.ext"),
+        "-out",
+        &path("server.crt"),
+    ]));
+    run(Command::new("chmod").arg("600").arg(&key));
+    let owner = std::fs::metadata(data).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
+    run(Command::new("chown").arg(owner.to_string()).arg(&cert).arg(&key));
+    server.psql("postgres", "ALTER SYSTEM SET ssl = on");
+    server.psql("postgres", "SELECT pg_reload_conf()");
+    // The reload is asynchronous: wait until new sessions see it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.psql("postgres", "SHOW ssl").trim() != "on" {
+        assert!(std::time::Instant::now() < deadline, "ssl never came on: {}", server.log_tail());
+    }
+    data.join("ca.crt")
+}
+
+fn ssl_in_use(server: &Postgres, database: &str) -> String {
+    server.psql(database, "SELECT string_agg(ssl::text, ',') FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'autocomp'")
+}
+
+#[tokio::test]
+async fn sslmode_require_encrypts_and_verify_full_checks_the_certificate() {
+    let server = Postgres::start();
+    let cert = enable_tls(&server);
+    let base = server.create_database("tls");
+
+    let encrypted = PgStore::open(&format!("{base}?sslmode=require")).await.unwrap();
+    encrypted.create_batch(NewBatch::new("B1".parse().unwrap(), "RoundTrip".parse().unwrap())).await.unwrap();
+    assert!(ssl_in_use(&server, "tls").contains("true"), "the store's connection uses TLS");
+    drop(encrypted);
+
+    let verified = format!("{base}?sslmode=verify-full&sslrootcert={}", cert.display());
+    let store = PgStore::open(&verified).await.unwrap();
+    assert_eq!(store.count_batches().await.unwrap(), 1);
+
+    // Another CA: the server's certificate is refused, nothing is sent.
+    let other = Path::new(&cert).with_file_name("other.crt");
+    let other_key = Path::new(&cert).with_file_name("other.key");
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=other"])
+        .args(["-keyout", other_key.to_str().unwrap(), "-out", other.to_str().unwrap()]));
+    let refused = PgStore::open(&format!("{base}?sslmode=verify-full&sslrootcert={}", other.display())).await;
+    let error = refused.err().expect("an unknown issuer is refused").to_string();
+    assert!(error.contains("127.0.0.1") && error.to_lowercase().contains("certificate"), "{error}");
+
+    let missing = PgStore::open(&format!("{base}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")).await;
+    let error = missing.err().expect("a missing CA file is a configuration error");
+    assert!(matches!(&error, StoreError::Invalid(e) if e.field == "sslrootcert"), "{error}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_configuration_error_that_never_shows_the_password() {
+    let server = shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    server.psql(&database, "CREATE ROLE pw_user LOGIN PASSWORD 'right-horse-battery'");
+    // As the README asks: the role owns its database.
+    server.psql("postgres", &format!("ALTER DATABASE {database} OWNER TO pw_user"));
+    // Ask for the password from this role only (the harness trusts every other).
+    let hba = server.data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(&hba, format!("host all pw_user 127.0.0.1/32 scram-sha-256\n{rules}")).unwrap();
+    server.psql("postgres", "SELECT pg_reload_conf()");
+
+    let host = server.host_port();
+    let wrong = format!("postgres://pw_user:staple-hunter2@{host}/{database}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let error = loop {
+        match PgStore::open(&wrong).await {
+            Err(error) => break error,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "the reloaded pg_hba.conf never applied"),
+        }
+    };
+    assert!(matches!(error, StoreError::Invalid(_)), "credentials are configuration: {error}");
+    let text = format!("{error} {error:?}");
+    assert!(text.contains("pw_user") && text.contains(&host), "names user and host: {text}");
+    assert!(!text.contains("staple-hunter2"), "never the password: {text}");
+
+    // The right password, from the environment as libpq reads it, works.
+    let right = format!("postgres://pw_user@{host}/{database}");
+    // SAFETY: this test alone reads PGPASSWORD; no other test sets or reads it.
+    unsafe { std::env::set_var("PGPASSWORD", "right-horse-battery") };
+    let opened = PgStore::open(&right).await;
+    unsafe { std::env::remove_var("PGPASSWORD") };
+    let store = opened.unwrap();
+    assert_eq!(store.count_batches().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn unreachable_hosts_are_unavailable_at_once_naming_host_and_user() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://someone:pw-secret@127.0.0.1:{port}/autocomp?connect_timeout=2");
+    let started = std::time::Instant::now();
+    let error = open_store(&url).await.err().expect("nothing listens there");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "fails at once, not after retry_for");
+    assert!(matches!(error, StoreError::Unavailable(_)), "{error}");
+    let text = error.to_string();
+    assert!(text.contains(&format!("someone@127.0.0.1:{port}/autocomp")), "{text}");
+    assert!(!text.contains("pw-secret"), "{text}");
+
+    let missing = shared().url("no_such_database");
+    let error = open_store(&missing).await.err().expect("no such database");
+    assert!(matches!(&error, StoreError::Invalid(e) if e.reason.contains("no such database")), "{error}");
+}
+
+#[tokio::test]
+async fn several_hosts_with_read_write_reach_the_primary_whichever_comes_first() {
+    let primary = Postgres::start();
+    let url = primary.create_database("pair");
+    let store = PgStore::open(&url).await.unwrap();
+    store.create_batch(NewBatch::new("B1".parse().unwrap(), "RoundTrip".parse().unwrap())).await.unwrap();
+    let standby = primary.standby(false);
+    // The standby first: it is read-only, so the client moves on to the primary.
+    let both = format!(
+        "postgres://autocomp@{},{}/pair?target_session_attrs=read-write",
+        standby.host_port(),
+        primary.host_port()
+    );
+    let store = PgStore::open(&both).await.unwrap();
+    let event = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, "test".parse().unwrap());
+    store.append_event(&"B1".parse().unwrap(), event).await.unwrap();
+    assert!(store.target().contains(&standby.host_port()) && store.target().contains(&primary.host_port()));
+}

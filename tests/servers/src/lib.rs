@@ -1,0 +1,38 @@
+//! Real servers for the workspace's tests, started and owned by the test process itself.
+//!
+//! [`postgres`]: PostgreSQL servers from the Debian `postgresql` package, each `initdb`-ed in
+//! its own temp dir under `/var/tmp` and listening on a free loopback port: one per test for
+//! crash, restart and failover tests ([`Postgres::start`], [`Postgres::standby`]), or one per
+//! test process for suites that only need a fresh database each ([`shared`]).
+//!
+//! Nothing here is ever a skip: without the server installed the calling test fails, naming
+//! the install command (`.ci/run` installs it). This crate depends on no autocomp crate, so
+//! any crate of the workspace can take it as a dev-dependency.
+
+pub mod postgres;
+
+pub use postgres::{Options, Postgres, shared};
+
+use std::time::{Duration, Instant};
+
+/// Polls `condition` every 20 ms until it holds (true) or `deadline` passes (false).
+///
+/// The same signature and behaviour as `autocomp_e2e::wait_until`, so that one can later
+/// become a re-export of this.
+pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> bool {
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_until`], panicking with "timed out waiting for {what}" when `deadline` passes.
+pub fn wait_for(deadline: Instant, what: &str, condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    assert!(wait_until(deadline, condition), "timed out waiting for {what} (gave up after {:?})", started.elapsed());
+}

@@ -1,0 +1,857 @@
+//! Real PostgreSQL servers for the tests.
+//!
+//! Each [`Postgres`] is its own cluster in a fresh temp dir under `/var/tmp` (a real disk, so
+//! `fsync` means something): a copy of a template that `initdb` made once per test process,
+//! then the postmaster on a free loopback port with the Unix socket in that same dir. Authentication is `trust` and the superuser is
+//! `autocomp`, so `postgres://autocomp@127.0.0.1:PORT/DB` ([`Postgres::url`]) needs no
+//! password. The binaries are the highest `/usr/lib/postgresql/*/bin` (Debian's layout);
+//! Debian's own cluster service is never touched.
+//!
+//! PostgreSQL refuses to run as root. When the tests run as root, the server's dirs are given
+//! to the `postgres` user (every parent must be traversable by it: the temp dir is made 0755)
+//! and `postgres`, `initdb`, `pg_basebackup` and `pg_ctl` run as that user (`setuid` in the
+//! child, as `runuser -u postgres` would); otherwise they run as the test's own user. `psql`
+//! always runs as the test's user, over TCP.
+//!
+//! The postmaster is the test process's own child, not `pg_ctl`'s: `pg_ctl start` orphans it,
+//! and where pid 1 is slow to reap orphans (this machine's is), a SIGKILLed postmaster stays
+//! a zombie whose pid in the left-behind `postmaster.pid` makes the restart refuse ("lock
+//! file already exists"). As our child it is reaped at once. It runs in its own session (as
+//! `pg_ctl` would put it), so a Ctrl-C meant for the test does not reach it.
+//!
+//! Lifetimes: [`Postgres`]'s `Drop` stops the server (SIGQUIT, then SIGKILL) and removes the
+//! dir. For what `Drop` cannot cover (the never-dropped [`shared`] server, a test process
+//! killed by a signal), each server has a detached watchdog shell that waits for the test
+//! process to go and then stops the server and removes its dir.
+//!
+//! Waits poll a condition with a deadline (60 s for anything a server does); on a failure
+//! the panic message carries the tail of the server log.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError, mpsc};
+use std::time::{Duration, Instant};
+
+use crate::{wait_for, wait_until};
+
+/// Where Debian's `postgresql-NN` packages put the server binaries, one dir per major.
+pub const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
+/// The cluster's bootstrap superuser; `trust` authentication, no password.
+pub const USER: &str = "autocomp";
+/// The Unix user that owns the clusters when the tests run as root.
+const SERVER_USER: &str = "postgres";
+/// Where the servers' temp dirs go: a real disk (not tmpfs), so fsync means something.
+const PARENT_DIR: &str = "/var/tmp";
+/// The limit on starting, stopping, promoting, replicating, and on any one command.
+const LIMIT: Duration = Duration::from_secs(60);
+/// How long `Drop` waits for the SIGQUIT-ed postmaster before it SIGKILLs it.
+const QUIT_LIMIT: Duration = Duration::from_secs(10);
+/// Start attempts on fresh ports when another process took the chosen one meanwhile.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Fails the calling test unless a PostgreSQL server is installed (never a skip).
+pub fn require_installed() {
+    bin_dir();
+}
+
+/// The highest `/usr/lib/postgresql/<major>/bin` holding an `initdb`; fails the calling test
+/// when there is none, saying how to install one.
+pub fn bin_dir() -> PathBuf {
+    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let found = BIN.get_or_init(|| {
+        let mut majors: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(DEBIAN_ROOT)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let version = name.split('.').map(|part| part.parse().ok()).collect::<Option<Vec<u32>>>()?;
+                let bin = entry.path().join("bin");
+                bin.join("initdb").is_file().then_some((version, bin))
+            })
+            .collect();
+        majors.sort();
+        majors.pop().map(|(_, bin)| bin)
+    });
+    found.clone().unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL is not installed (no {DEBIAN_ROOT}/*/bin/initdb): these tests need a real server. \
+             Install it with `apt-get update && apt-get install -y postgresql` (.ci/run does this)."
+        )
+    })
+}
+
+/// How to start a server.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Extra server settings (`-c name=value`), after and so over the defaults:
+    /// `listen_addresses=127.0.0.1`, `unix_socket_directories=<its temp dir>`,
+    /// `max_connections=200`, `shared_buffers=64MB`, `log_min_messages=warning`. Settings
+    /// given on the command line win over `ALTER SYSTEM`.
+    pub settings: Vec<(String, String)>,
+    /// `false` starts the server with `fsync=off`: fast, and no durability across crashes.
+    pub fsync: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { settings: Vec::new(), fsync: true }
+    }
+}
+
+impl Options {
+    /// Adds a server setting, e.g. `Options::default().setting("wal_level", "logical")`.
+    pub fn setting(mut self, name: &str, value: &str) -> Self {
+        self.settings.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// One running PostgreSQL server (cluster) in its own temp dir; stopped and removed on drop.
+pub struct Postgres {
+    bin: PathBuf,
+    port: u16,
+    options: Options,
+    data: PathBuf,
+    log: PathBuf,
+    /// The postmaster, our child, until it is stopped (and reaped).
+    postmaster: Mutex<Option<Child>>,
+    /// The postmaster's pid of the latest start, kept after it stops.
+    last_pid: AtomicU32,
+    watchdog: Mutex<Option<Child>>,
+    // Dropped last: removed once `Drop` has stopped the server.
+    dir: tempfile::TempDir,
+}
+
+/// Why a start failed.
+enum StartError {
+    PortTaken(String),
+    Failed(String),
+}
+
+impl Postgres {
+    /// A fresh server with the default [`Options`] (fsync on), ready for connections.
+    pub fn start() -> Self {
+        Self::start_with(Options::default())
+    }
+
+    /// A fresh server: a copy of this process's `initdb`-ed template cluster, started on a
+    /// free loopback port, waited for until it answers queries. Fails the calling test (with
+    /// the server log's tail) if it does not.
+    pub fn start_with(options: Options) -> Self {
+        let bin = bin_dir();
+        let (dir, watchdog) = server_dir();
+        let template = template(&bin);
+        let copy = run(
+            server_command(Path::new("cp"), dir.path()).arg("-a").arg(template).arg(dir.path().join("data")),
+            None,
+            "cp -a (the template cluster)",
+        );
+        assert!(copy.status.success(), "copying the template cluster failed: {}\n{}", copy.status, copy.stderr);
+        Self::launch(bin, dir, watchdog, options)
+    }
+
+    /// Starts a server on an initialised data dir `<dir>/data`, retrying on other ports when
+    /// the chosen one was taken meanwhile.
+    fn launch(bin: PathBuf, dir: tempfile::TempDir, watchdog: Child, options: Options) -> Self {
+        let data = dir.path().join("data");
+        let log = dir.path().join("server.log");
+        let mut server = Self {
+            bin,
+            port: 0,
+            options,
+            data,
+            log,
+            postmaster: Mutex::new(None),
+            last_pid: AtomicU32::new(0),
+            watchdog: Mutex::new(Some(watchdog)),
+            dir,
+        };
+        for attempt in 1..=PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.try_start() {
+                Ok(()) => break,
+                Err(StartError::PortTaken(_)) if attempt < PORT_ATTEMPTS => continue,
+                Err(StartError::PortTaken(why) | StartError::Failed(why)) => panic!("{why}"),
+            }
+        }
+        server
+    }
+
+    /// Spawns the postmaster on `self.port` and waits until `postmaster.pid` says `ready`
+    /// (or `standby`) and `select 1` answers over TCP.
+    fn try_start(&self) -> Result<(), StartError> {
+        let mut postmaster = self.postmaster.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(postmaster.is_none(), "PostgreSQL on port {} already runs", self.port);
+        let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("the server log");
+        let mut command = server_command(&self.bin.join("postgres"), self.dir.path());
+        command
+            .arg("-D")
+            .arg(&self.data)
+            .args(self.server_arguments())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("the server log"))
+            .stderr(log);
+        own_session(&mut command);
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+        let pid = child.id();
+        self.last_pid.store(pid, Ordering::Relaxed);
+        let mut exited = None;
+        let mut last_error = String::new();
+        let ready = wait_until(Instant::now() + LIMIT, || {
+            exited = child.try_wait().expect("try_wait on the postmaster");
+            if exited.is_some() {
+                return true;
+            }
+            if !matches!(server_status(&self.data, pid).as_deref(), Some("ready" | "standby")) {
+                return false;
+            }
+            match self.try_psql("postgres", "select 1") {
+                Ok(out) => out.trim() == "1",
+                Err(error) => {
+                    last_error = error;
+                    false
+                }
+            }
+        });
+        if let Some(status) = exited {
+            let log = read_from(&self.log, log_start);
+            let why = format!(
+                "PostgreSQL did not start on port {} (postmaster {pid} exited: {status})\n--- server log ({}):\n{}",
+                self.port,
+                self.log.display(),
+                tail(&log, 40)
+            );
+            return Err(if log.contains("Address already in use") {
+                StartError::PortTaken(why)
+            } else {
+                StartError::Failed(why)
+            });
+        }
+        if !ready {
+            kill_server(pid);
+            reap(&mut child, LIMIT);
+            return Err(StartError::Failed(format!(
+                "PostgreSQL (pid {pid}, port {}) not ready after {LIMIT:?}; killed it. Last psql error: {last_error}\n{}",
+                self.port,
+                self.log_tail()
+            )));
+        }
+        *postmaster = Some(child);
+        Ok(())
+    }
+
+    /// The postmaster's arguments after `-D`.
+    fn server_arguments(&self) -> Vec<String> {
+        let mut settings: Vec<(String, String)> = [
+            ("listen_addresses", "127.0.0.1"),
+            ("unix_socket_directories", &self.dir.path().display().to_string()),
+            ("max_connections", "200"),
+            ("shared_buffers", "64MB"),
+            ("log_min_messages", "warning"),
+        ]
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+        if !self.options.fsync {
+            settings.push(("fsync".into(), "off".into()));
+        }
+        settings.extend(self.options.settings.iter().cloned());
+        let mut arguments = vec!["-p".to_owned(), self.port.to_string()];
+        for (name, value) in settings {
+            arguments.push("-c".into());
+            arguments.push(format!("{name}={value}"));
+        }
+        arguments
+    }
+
+    /// The loopback port it listens on (the same across [`restart`](Self::restart)).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The postmaster's pid (also the first line of `postmaster.pid`) of the latest start;
+    /// after [`crash`](Self::crash) or [`stop_fast`](Self::stop_fast), the pid it had.
+    pub fn pid(&self) -> u32 {
+        self.last_pid.load(Ordering::Relaxed)
+    }
+
+    /// `$PGDATA`.
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// The server log (the postmaster's stderr; appended across restarts).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last lines of the server log, for assertion messages.
+    pub fn log_tail(&self) -> String {
+        format!("--- server log ({}):\n{}", self.log.display(), tail(&read_from(&self.log, 0), 40))
+    }
+
+    /// `postgres://autocomp@127.0.0.1:PORT/DATABASE`.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://{USER}@{}/{}", self.host_port(), percent_encode(database))
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn host_port(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Creates database `name` (quoted as an identifier, so any text) and returns its URL.
+    pub fn create_database(&self, name: &str) -> String {
+        self.psql("postgres", &format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\"")));
+        self.url(name)
+    }
+
+    /// Creates a database with a name unique in this server (`t_<test pid>_<counter>`) and
+    /// returns its URL.
+    pub fn unique_database(&self) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let name = format!("t_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        self.create_database(&name)
+    }
+
+    /// Runs `sql` as a `psql` script in `database` (each statement its own transaction
+    /// unless the script says otherwise; stops at the first error) and returns what it
+    /// printed: one line per row, columns separated by `|`, no headers, no command tags.
+    /// Fails the calling test with psql's stderr if psql fails or takes over a minute
+    /// (e.g. a commit waiting for a synchronous standby that is gone).
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        self.try_psql(database, sql).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn try_psql(&self, database: &str, sql: &str) -> Result<String, String> {
+        let mut command = Command::new(self.bin.join("psql"));
+        command
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", USER])
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("--dbname")
+            .arg(database)
+            .args(["-f", "-"]);
+        clear_pg_environment(&mut command).env("PGCONNECT_TIMEOUT", "10");
+        let ran = run(&mut command, Some(sql), "psql");
+        if ran.status.success() {
+            Ok(ran.stdout)
+        } else {
+            Err(format!(
+                "psql on port {} database {database:?} failed ({}): {}\n--- sql:\n{sql}",
+                self.port, ran.status, ran.stderr
+            ))
+        }
+    }
+
+    /// Whether the postmaster runs (it was started and has neither been stopped nor exited).
+    pub fn is_running(&self) -> bool {
+        let mut postmaster = self.postmaster.lock().unwrap_or_else(PoisonError::into_inner);
+        let exited = match postmaster.as_mut() {
+            None => return false,
+            Some(child) => child.try_wait().expect("try_wait on the postmaster").is_some(),
+        };
+        if exited {
+            *postmaster = None;
+        }
+        !exited
+    }
+
+    /// The running postmaster, taken out of `self` (it is being stopped).
+    fn take_postmaster(&self) -> Child {
+        let child = self.postmaster.lock().unwrap_or_else(PoisonError::into_inner).take();
+        child.unwrap_or_else(|| panic!("PostgreSQL on port {} is not running", self.port))
+    }
+
+    /// A clean shutdown, what `pg_ctl stop -m fast` does: SIGINT to the postmaster, which
+    /// ends the sessions, writes a shutdown checkpoint and exits; waits until it has.
+    pub fn stop_fast(&self) {
+        let mut child = self.take_postmaster();
+        let pid = child.id();
+        // SAFETY: kill has no memory effects; the child is not reaped yet, so pid is ours.
+        unsafe { libc::kill(pid as i32, libc::SIGINT) };
+        match reap(&mut child, LIMIT) {
+            Some(status) => {
+                assert!(status.success(), "postmaster {pid} exited {status} on a fast shutdown\n{}", self.log_tail())
+            }
+            None => {
+                kill_server(pid);
+                reap(&mut child, LIMIT);
+                panic!("postmaster {pid} not stopped {LIMIT:?} after SIGINT; killed it\n{}", self.log_tail());
+            }
+        }
+    }
+
+    /// A crash: SIGKILL to the postmaster and all its processes at once (no shutdown
+    /// checkpoint, nothing flushed that was not already; `postmaster.pid` stays behind), then
+    /// waits until they are all gone. [`restart`](Self::restart) then runs crash recovery.
+    pub fn crash(&self) {
+        let mut child = self.take_postmaster();
+        let pid = child.id();
+        let killed = kill_server(pid);
+        assert!(reap(&mut child, LIMIT).is_some(), "the killed postmaster {pid} has not exited after {LIMIT:?}");
+        wait_for(Instant::now() + LIMIT, &format!("the processes of the killed postmaster {pid} to go"), || {
+            killed.iter().all(|&p| !alive(p))
+        });
+    }
+
+    /// Starts it again on the same port and data dir (after [`crash`](Self::crash): crash
+    /// recovery) and waits until it answers queries. A running server is stopped first
+    /// ([`stop_fast`](Self::stop_fast)).
+    pub fn restart(&self) {
+        if self.is_running() {
+            self.stop_fast();
+        }
+        if let Err(StartError::PortTaken(why) | StartError::Failed(why)) = self.try_start() {
+            panic!("restart: {why}");
+        }
+    }
+
+    /// A streaming-replication standby of this server, in its own temp dir on a new port,
+    /// with this server's [`Options`]: `pg_basebackup -R` (with a replication slot on this
+    /// server), then started and waited for until this server's `pg_stat_replication` shows
+    /// it `streaming`.
+    ///
+    /// `synchronous`: then sets `synchronous_standby_names = '*'` on this server (`ALTER
+    /// SYSTEM`, reloaded) and waits until the standby's `sync_state` is `sync`: from then on
+    /// a commit here returns only once the standby has flushed it (and hangs while no
+    /// standby is connected). With `'*'`, only one of several standbys is `sync` at a time.
+    /// The standby itself never inherits `synchronous_standby_names`, so once promoted it
+    /// accepts writes alone.
+    pub fn standby(&self, synchronous: bool) -> Postgres {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let name = format!("standby_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let (dir, watchdog) = server_dir();
+        let data = dir.path().join("data");
+        let backup = run(
+            server_command(&self.bin.join("pg_basebackup"), dir.path())
+                .args(["-h", "127.0.0.1", "-U", USER, "-p", &self.port.to_string()])
+                .arg("-D")
+                .arg(&data)
+                .args(["-R", "-X", "stream", "--checkpoint=fast", "-C", "-S", &name])
+                .args(["-d", &format!("application_name={name}")]),
+            None,
+            "pg_basebackup",
+        );
+        assert!(
+            backup.status.success(),
+            "pg_basebackup from port {} failed ({}): {}{}\n{}",
+            self.port,
+            backup.status,
+            backup.stdout,
+            backup.stderr,
+            self.log_tail()
+        );
+        // ALTER SYSTEM settings travel with the backup: the standby must not wait for standbys.
+        let auto_conf = data.join("postgresql.auto.conf");
+        let conf = std::fs::read_to_string(&auto_conf).expect("the standby's postgresql.auto.conf");
+        let conf: String = conf
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("synchronous_standby_names"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        std::fs::write(&auto_conf, conf).expect("rewrite the standby's postgresql.auto.conf");
+        let options = self.options.clone().setting("cluster_name", &name);
+        let standby = Self::launch(self.bin.clone(), dir, watchdog, options);
+        if synchronous {
+            self.psql("postgres", "ALTER SYSTEM SET synchronous_standby_names = '*';\nSELECT pg_reload_conf();");
+        }
+        let query = format!("select state, sync_state from pg_stat_replication where application_name = '{name}'");
+        let wanted = if synchronous { "streaming|sync" } else { "streaming|" };
+        let mut seen = String::new();
+        let streaming = wait_until(Instant::now() + LIMIT, || {
+            seen = self.psql("postgres", &query);
+            seen.trim().starts_with(wanted)
+        });
+        assert!(
+            streaming,
+            "standby {name} (port {}) not {wanted} on the primary (port {}) after {LIMIT:?}: {seen:?}\n{}\n{}",
+            standby.port,
+            self.port,
+            self.log_tail(),
+            standby.log_tail()
+        );
+        standby
+    }
+
+    /// Promotes a standby (`pg_ctl promote -w`) and waits until `pg_is_in_recovery()` is
+    /// false: it then accepts writes.
+    pub fn promote(&self) {
+        let promoted = run(
+            server_command(&self.bin.join("pg_ctl"), self.dir.path()).arg("-D").arg(&self.data).args([
+                "-w",
+                "-t",
+                &LIMIT.as_secs().to_string(),
+                "promote",
+            ]),
+            None,
+            "pg_ctl promote",
+        );
+        assert!(
+            promoted.status.success(),
+            "pg_ctl promote failed ({}): {}{}\n{}",
+            promoted.status,
+            promoted.stdout,
+            promoted.stderr,
+            self.log_tail()
+        );
+        let primary =
+            wait_until(Instant::now() + LIMIT, || self.psql("postgres", "select pg_is_in_recovery()").trim() == "f");
+        assert!(primary, "port {} still in recovery {LIMIT:?} after promote\n{}", self.port, self.log_tail());
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.postmaster.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+            let pid = child.id();
+            // SIGQUIT: an immediate shutdown; the postmaster takes its processes with it.
+            // SAFETY: kill has no memory effects; the child is not reaped yet.
+            unsafe { libc::kill(pid as i32, libc::SIGQUIT) };
+            if reap(&mut child, QUIT_LIMIT).is_none() {
+                let killed = kill_server(pid);
+                reap(&mut child, QUIT_LIMIT);
+                wait_until(Instant::now() + QUIT_LIMIT, || killed.iter().all(|&p| !alive(p)));
+            }
+        }
+        if let Some(mut watchdog) = self.watchdog.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+            watchdog.kill().ok();
+            watchdog.wait().ok();
+        }
+        remove_stale_segment(&self.data);
+        // `dir` drops after this and removes everything.
+    }
+}
+
+/// One server per test process, for suites that only need a database each
+/// (`shared().unique_database()`): `fsync=off` and `synchronous_commit=off` for speed, so
+/// never for durability or crash tests (use [`Postgres::start`]).
+///
+/// Statics are never dropped: this server is stopped and its dir removed by its watchdog
+/// (see [`Postgres`]), at most about a second after the test process exits.
+pub fn shared() -> &'static Postgres {
+    static SHARED: OnceLock<Postgres> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        Postgres::start_with(Options { fsync: false, ..Options::default() }.setting("synchronous_commit", "off"))
+    })
+}
+
+/// A detached shell that outlives this process: once the test process is gone, it stops
+/// the server of `data` (whatever pid its `postmaster.pid` then names: SIGQUIT, then
+/// SIGKILL), kills whatever still works in `dir` (an `initdb`, `cp` or `pg_basebackup` the
+/// test was waiting for), removes a crashed server's stale shared memory segment, and
+/// removes `dir`. It is in its own session, so a Ctrl-C to the test's process group does not
+/// stop it, and holds none of the test's stdio (cargo would otherwise wait for it).
+fn spawn_watchdog(data: &Path, dir: &Path) -> Child {
+    const SCRIPT: &str = r#"
+test_pid=$1 data=$2 dir=$3
+state() { sed -n 's/^.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null; }
+alive() { s=$(state "$1"); [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; }
+while alive "$test_pid"; do sleep 1; done
+pg=$(head -n 1 "$data/postmaster.pid" 2>/dev/null)
+is_pg() { [ -n "$pg" ] && [ "$(cat "/proc/$pg/comm" 2>/dev/null)" = postgres ] && alive "$pg"; }
+if is_pg; then
+    kill -QUIT "$pg"
+    i=0
+    while is_pg && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    if is_pg; then kill -KILL "$pg"; fi
+fi
+in_dir() {
+    find /proc -mindepth 2 -maxdepth 2 -name cwd \( -lname "$dir" -o -lname "$dir/*" \) 2>/dev/null | cut -d/ -f3
+}
+i=0
+while pids=$(in_dir) && [ -n "$pids" ] && [ "$i" -lt 50 ]; do
+    kill -KILL $pids 2>/dev/null
+    sleep 0.1
+    i=$((i + 1))
+done
+set -- $(sed -n 7p "$data/postmaster.pid" 2>/dev/null)
+if [ -n "${2:-}" ]; then
+    key=$(printf '0x%08x' "$1")
+    if ipcs -m | awk -v key="$key" -v id="$2" '$1 == key && $2 == id && $6 == 0 { found = 1 } END { exit !found }'; then
+        ipcrm -m "$2"
+    fi
+fi
+rm -rf "$dir"
+"#;
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", SCRIPT, "autocomp-pg-watchdog"])
+        .arg(std::process::id().to_string())
+        .arg(data)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    own_session(&mut command);
+    command.spawn().expect("sh starts (the PostgreSQL watchdog)")
+}
+
+/// This process's template cluster: `initdb`-ed once (about 0.7 s), then copied for every
+/// new server (about 0.2 s). Copies share the template's system identifier, which matters
+/// only to replication between unrelated clusters (never done here). Like [`shared`], it is
+/// never dropped: its watchdog removes it.
+fn template(bin: &Path) -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        // Its watchdog runs on without a handle.
+        let (dir, _watchdog) = server_dir();
+        let dir = dir.keep();
+        let data = dir.join("data");
+        let initdb = run(
+            server_command(&bin.join("initdb"), &dir).arg("-D").arg(&data).args([
+                "-A",
+                "trust",
+                "-U",
+                USER,
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ]),
+            None,
+            "initdb",
+        );
+        assert!(initdb.status.success(), "initdb failed: {}\n{}{}", initdb.status, initdb.stdout, initdb.stderr);
+        data
+    })
+}
+
+/// A new temp dir under /var/tmp that the server user can own and traverse, and its
+/// watchdog (started at once, so that a test killed while the dir is still being filled
+/// leaves nothing behind either).
+fn server_dir() -> (tempfile::TempDir, Child) {
+    let dir = tempfile::Builder::new()
+        .prefix("autocomp-pg-")
+        .tempdir_in(PARENT_DIR)
+        .unwrap_or_else(|e| panic!("a temp dir under {PARENT_DIR}: {e}"));
+    let watchdog = spawn_watchdog(&dir.path().join("data"), dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod 755 the server dir");
+    if is_root() {
+        let owner = server_user_ids();
+        std::os::unix::fs::chown(dir.path(), Some(owner.0), Some(owner.1))
+            .unwrap_or_else(|e| panic!("chown {SERVER_USER} {}: {e}", dir.path().display()));
+    }
+    (dir, watchdog)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The server user's uid and gid (`id`, to stay clear of getpwnam's static buffer).
+fn server_user_ids() -> (u32, u32) {
+    static IDS: OnceLock<(u32, u32)> = OnceLock::new();
+    *IDS.get_or_init(|| {
+        let id = |flag: &str| -> u32 {
+            let out = Command::new("id").arg(flag).arg(SERVER_USER).output().expect("`id` runs");
+            assert!(
+                out.status.success(),
+                "no `{SERVER_USER}` user to run PostgreSQL as (tests run as root, which PostgreSQL refuses): \
+                 install the server with `apt-get install -y postgresql`, which creates it"
+            );
+            String::from_utf8_lossy(&out.stdout).trim().parse().expect("a numeric id")
+        };
+        (id("-u"), id("-g"))
+    })
+}
+
+/// `program` (`postgres`, `initdb`, `pg_ctl`, ...) as the server user when we are root
+/// (PostgreSQL refuses root), in `cwd` (the server user may not be able to enter the test's
+/// working dir), with `HOME` there too.
+fn server_command(program: &Path, cwd: &Path) -> Command {
+    let mut command = Command::new(program);
+    if is_root() {
+        let (uid, gid) = server_user_ids();
+        // std drops the supplementary groups when root sets a uid.
+        command.uid(uid).gid(gid);
+    }
+    command.current_dir(cwd);
+    clear_pg_environment(&mut command).env("HOME", cwd);
+    command
+}
+
+/// Puts the spawned process in a session of its own (as `pg_ctl` does for the postmaster):
+/// a Ctrl-C or hangup meant for the test's process group does not reach it.
+fn own_session(command: &mut Command) {
+    // SAFETY: setsid is async-signal-safe and touches no memory of this process.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Waits at most `limit` for `child` to exit and reaps it.
+fn reap(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let mut status = None;
+    wait_until(Instant::now() + limit, || {
+        status = child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    status
+}
+
+/// Drops the `PG*` variables of the test's environment (PGDATA, PGPORT, PGOPTIONS, ...):
+/// every command here says what it means explicitly.
+fn clear_pg_environment(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("PG") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+struct Ran {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` to its end with `input` on stdin, at most [`LIMIT`]; kills it and fails
+/// the calling test if it takes longer.
+fn run(command: &mut Command, input: Option<&str>, what: &str) -> Ran {
+    command.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{what}: cannot run {command:?}: {e}"));
+    let pid = child.id();
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        let input = input.to_owned();
+        // A thread: a large script must not block on a full stdout pipe nobody reads yet.
+        std::thread::spawn(move || stdin.write_all(input.as_bytes()).ok());
+    }
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()).ok());
+    let output = match finished.recv_timeout(LIMIT) {
+        Ok(output) => output,
+        Err(_) => {
+            // SAFETY: kill has no memory effects; the child is not reaped before we do this.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let output = finished.recv().ok().and_then(Result::ok);
+            let (stdout, stderr) = output
+                .map(|o| {
+                    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+                })
+                .unwrap_or_default();
+            panic!(
+                "{what} still running after {LIMIT:?}; killed it: {command:?}\n--- stdout\n{stdout}--- stderr\n{stderr}"
+            );
+        }
+    };
+    let output = output.unwrap_or_else(|e| panic!("{what}: waiting for {command:?}: {e}"));
+    Ran {
+        status: output.status,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A loopback port nobody listens on right now (it may be taken again before we bind it:
+/// starting retries on another).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// The server status line of `postmaster.pid` (`starting`, `ready`, `standby`, `stopping`)
+/// while it names postmaster `pid`.
+fn server_status(data: &Path, pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(data.join("postmaster.pid")).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    (lines.first()?.trim() == pid.to_string()).then(|| lines.get(7).map(|status| status.trim().to_owned()))?
+}
+
+/// `/proc/<pid>/stat`'s state field, if the process exists.
+fn process_state(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses; it ends at the last ')'.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// Whether `pid` is a live process: a zombie is dead (nobody may reap an orphaned
+/// postmaster for a while: pid 1 is not always an init that does).
+fn alive(pid: u32) -> bool {
+    process_state(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// SIGKILLs the postmaster `pid` and its children (each in its own session, so not one
+/// process group): stopped first, so that it forks no child we miss. Returns the pids.
+fn kill_server(pid: u32) -> Vec<u32> {
+    // SAFETY (all kills here): kill has no memory effects.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    // The stop is delivered asynchronously: wait until it is (or the process is gone).
+    wait_until(Instant::now() + QUIT_LIMIT, || {
+        process_state(pid).is_none_or(|(state, _)| state == 'T' || state == 'Z')
+    });
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|&child| process_state(child).is_some_and(|(_, parent)| parent == pid))
+        .collect();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    for &child in &pids {
+        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    }
+    pids.push(pid);
+    pids
+}
+
+/// Removes the System V shared memory segment that a crashed and never restarted server
+/// left behind, named on line 7 of its stale `postmaster.pid`, if nothing is attached to it.
+/// PostgreSQL removes it on a shutdown or on the next start in the same data dir, never
+/// otherwise; left, they pile up (one per crash test) until `shmmni` runs out.
+fn remove_stale_segment(data: &Path) {
+    let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else { return };
+    let Some(line) = text.lines().nth(6) else { return };
+    let mut fields = line.split_whitespace().map(str::parse::<i32>);
+    let (Some(Ok(key)), Some(Ok(id))) = (fields.next(), fields.next()) else { return };
+    // SAFETY: shmid_ds is plain data (all zeroes is valid); IPC_STAT writes only into it.
+    let mut segment: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    let stat = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut segment) };
+    if stat == 0 && segment.shm_perm.__key == key && segment.shm_nattch == 0 {
+        // SAFETY: IPC_RMID takes no buffer.
+        unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
+}
+
+fn read_from(path: &Path, offset: u64) -> String {
+    let mut text = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        use std::io::{Seek, SeekFrom};
+        file.seek(SeekFrom::Start(offset)).ok();
+        file.read_to_end(&mut text).ok();
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// A database name as a URL path segment.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
