@@ -1,4 +1,4 @@
-//! The command line every component binary shares (DESIGN §7): config, manual runs,
+//! The command line every component binary shares: config, manual runs,
 //! dry runs, `--schedule` for hosts without cron, logging, backend overrides, exit codes.
 //! A component's `main` is one call: `autocomp_framework::cli::main(MyComponent)`.
 

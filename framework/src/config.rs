@@ -1,4 +1,4 @@
-//! Configuration (DESIGN §7): one TOML file per component plus a shared `autocomp.toml` for
+//! Configuration: one TOML file per component plus a shared `autocomp.toml` for
 //! the backends, in one config directory. Unknown keys are errors naming the key; durations
 //! read as `90s`, `5m`, `2h`. Backend URLs are overridden by env and command-line flags.
 

@@ -1,7 +1,7 @@
-//! One pass of a component, exactly DESIGN §1: poll lock, ask the index, per candidate
+//! One pass of a component: poll lock, ask the index, per candidate
 //! try-lock + re-check against the store + claim, release the poll lock, work in parallel
 //! with a time bound, record each result fenced by its claim generation, unlock.
-//! Outcome rules of DESIGN §7: permanent/transient errors, panics, timeouts, attempts,
+//! Outcome rules: permanent/transient errors, panics, timeouts, attempts,
 //! graceful shutdown (release claims without events).
 
 use std::panic::AssertUnwindSafe;
@@ -233,7 +233,7 @@ impl<C: Component> Runner<C> {
         Ok(ids)
     }
 
-    /// One pass: DESIGN §1 steps 1-7.
+    /// One pass: poll lock, candidates, claims, work, results, unlock.
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let holder = self.lock_holder();
         let poll_path = LockPath::Poll(self.name.clone());

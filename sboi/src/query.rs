@@ -1,4 +1,4 @@
-//! Translates a `Trigger` (DESIGN §4) into a tantivy query over the fields of `document.rs`.
+//! Translates a `Trigger` into a tantivy query over the fields of `document.rs`.
 //! Each clause maps to exact terms; the property test holds this equal to `Trigger::select`.
 
 use std::ops::Bound;

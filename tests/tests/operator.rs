@@ -1,4 +1,4 @@
-//! The `autocomp` operator CLI (DESIGN §6) against real processes: the `autocomp` binary
+//! The `autocomp` operator CLI against real processes: the `autocomp` binary
 //! acting on a store that real component processes (the probe component, in three roles)
 //! work on, and on the demo's pipeline. Each action's effect on readiness, cancellation of
 //! a running worker, the history only growing, parseable JSON and CSV, and input errors

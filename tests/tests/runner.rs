@@ -1,4 +1,4 @@
-//! The runner (DESIGN §5, §7) as cron drives it: real probe-component processes on a real
+//! The runner as cron drives it: real probe-component processes on a real
 //! SQLite store, tantivy index dir and flock lock dir. Concurrency and exactly-once, panics,
 //! timeouts, transient retries, SIGTERM and SIGKILL mid-work, and the command line's contract.
 

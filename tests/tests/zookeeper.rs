@@ -1,4 +1,4 @@
-//! ZooKeeper locks (DESIGN §5, issue #5) against a real server and real OS processes: the
+//! ZooKeeper locks (issue #5) against a real server and real OS processes: the
 //! lock port on a standalone server (one ephemeral node per lock, two writes per cycle,
 //! waiting, ownership, close), then the probe component with `locks = "zk://..."`: four
 //! processes over 500 batches, a SIGKILLed and a SIGSTOPped holder, the session lost

@@ -1,4 +1,4 @@
-//! `autocomp`: the operator's command line (DESIGN §6). Argument parsing and output only;
+//! `autocomp`: the operator's command line. Argument parsing and output only;
 //! the logic is in `autocomp_framework::operator` (and `demo`).
 
 use std::io::Write;

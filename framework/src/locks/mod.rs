@@ -1,4 +1,4 @@
-//! The lock port (DESIGN §5): try-locks on `poll/<component>` and
+//! The lock port: try-locks on `poll/<component>` and
 //! `batch/<component>/<batch-id>`, each naming its holder, plus the lock service's session
 //! state so the runner can hold commits while disconnected and stop when the session is lost.
 //! Adapters: `local` (flock files; the OS frees them on death) and `zk` (one ephemeral

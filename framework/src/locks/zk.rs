@@ -1,4 +1,4 @@
-//! ZooKeeper locks (DESIGN §5), selected by `zk://host:port[,host:port...]/chroot`.
+//! ZooKeeper locks, selected by `zk://host:port[,host:port...]/chroot`.
 //!
 //! A lock is ONE ephemeral node at `<chroot>/poll/<component>` or
 //! `<chroot>/batch/<component>/<batch-id>` whose data is the JSON `LockHolder`. Its parents are

@@ -1,4 +1,4 @@
-//! The operator's side of a pipeline (DESIGN §6), behind the `autocomp` CLI: append-only
+//! The operator's side of a pipeline, behind the `autocomp` CLI: append-only
 //! actions (`add`, `event`, `rerun`, `restart`, `cancel`, `skip`, `prioritize`) and views
 //! (`show`, `status`, `explain`, `ready`, `reindex`, `locks`). The binary only parses
 //! arguments and prints what these functions return.

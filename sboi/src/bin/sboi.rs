@@ -10,7 +10,7 @@ use std::time::Duration;
 use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
+use autocomp_store::{HttpStore, ObjectStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
@@ -34,7 +34,8 @@ enum Command {
     /// loopback and need the token from anywhere else. Index lag is on /metrics.
     #[command(after_help = EXIT_CODES)]
     Serve {
-        /// The store to follow: http://host:7070 (the store service) or sqlite:///path/store.db.
+        /// The store to follow: postgres://user@host[,host2]/database, http://host:7070 (the
+        /// store service) or sqlite:///path/store.db.
         #[arg(long, env = "AUTOCOMP_STORE")]
         store: String,
         /// The index directory (created if missing). One service per directory.
@@ -89,13 +90,15 @@ async fn main() -> ExitCode {
     let store = match opened {
         Ok(store) => store,
         Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--store: {error}")),
-        Err(error) => return fail(5, format!("cannot open the store {store_url}: {error}")),
+        Err(error) => return fail(5, format!("cannot open the store {}: {error}", display_url(&store_url))),
     };
     // An HTTP store is only dialled on first use: ask now, so a wrong URL fails the start.
     let head = match store.head().await {
         Ok(head) => head,
-        Err(error @ StoreError::Invalid(_)) => return fail(2, format!("the store {store_url} refused: {error}")),
-        Err(error) => return fail(5, format!("cannot reach the store {store_url}: {error}")),
+        Err(error @ StoreError::Invalid(_)) => {
+            return fail(2, format!("the store {} refused: {error}", display_url(&store_url)));
+        }
+        Err(error) => return fail(5, format!("cannot reach the store {}: {error}", display_url(&store_url))),
     };
     let engine = match IndexEngine::open(&index_dir) {
         Ok(engine) => engine,
@@ -113,7 +116,7 @@ async fn main() -> ExitCode {
     };
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
     let indexed = service.follower().progress().indexed_seq;
-    tracing::info!(listen = %bound, store = %store_url, index = %index_dir.display(), %indexed, store_head = %head,
+    tracing::info!(listen = %bound, store = %display_url(&store_url), index = %index_dir.display(), %indexed, store_head = %head,
         reconcile_every = ?reconcile, "sboi service up");
     let served = serve(listener, service.router()).await;
     let _no_more_writes = service.follower().quiesce(STOP_GRACE).await;

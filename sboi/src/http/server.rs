@@ -101,7 +101,7 @@ impl IndexService {
         let indexed_seq = self.follower.progress().indexed_seq;
         let follower = Arc::clone(&self.follower);
         let trigger = request.trigger;
-        // Like the embedded adapter, this host's clock stands for the store's (DESIGN §9).
+        // Like the embedded adapter, this host's clock stands for the store's.
         let batches = blocking(move || follower.engine().query_at(&trigger, Timestamp::now())).await?;
         Ok(QueryAnswer { batches, indexed_seq, stale })
     }
