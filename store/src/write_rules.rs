@@ -133,3 +133,18 @@ pub(crate) fn merge_metadata(metadata: Value, patch: Map<String, Value>) -> Stor
     crate::model::check_object("metadata", &metadata)?;
     Ok(metadata)
 }
+
+/// A prefix that makes the idempotency keys one client process invents unique across
+/// hosts and restarts: `<tag>.<host>.<pid>.<start time in ns>`.
+pub(crate) fn client_key_prefix(tag: &str) -> String {
+    let host: String = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(40)
+        .collect();
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{tag}.{host}.{}.{}", std::process::id(), started.as_nanos())
+}

@@ -166,3 +166,28 @@ async fn several_hosts_with_read_write_reach_the_primary_whichever_comes_first()
     store.append_event(&"B1".parse().unwrap(), event).await.unwrap();
     assert!(store.target().contains(&standby.host_port()) && store.target().contains(&primary.host_port()));
 }
+
+#[test]
+fn autocomp_store_migrate_brings_a_database_up_once_and_refuses_what_it_cannot_migrate() {
+    let migrate = |db: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_autocomp-store")).args(["migrate", "--db", db]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.code(), text)
+    };
+    let url = shared().unique_database();
+    let (code, text) = migrate(&url);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("schema version {LATEST_SCHEMA_VERSION_PG}: applied")), "{text}");
+    let (code, text) = migrate(&url);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("already current"), "{text}");
+
+    let (code, text) = migrate("sqlite:///tmp/x.db");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("PostgreSQL"), "{text}");
+    let (code, text) = migrate(&format!("postgres://autocomp:pw-secret@{}/no_such_db", shared().host_port()));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("no such database") && !text.contains("pw-secret"), "{text}");
+}
+
+const LATEST_SCHEMA_VERSION_PG: i32 = autocomp_store::postgres::LATEST_VERSION;

@@ -34,17 +34,7 @@ impl HttpStore {
     pub fn with_token(url: &str, token: Option<String>) -> StoreResult<Self> {
         let options = ClientOptions::parse(url, "store url")?;
         let client = HttpClient::new(options, "store service", token).map_err(StoreError::Unavailable)?;
-        let host: String = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .take(40)
-            .collect();
-        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        let key_prefix = format!("auto.{host}.{}.{}", std::process::id(), started.as_nanos());
-        Ok(Self { client, key_prefix, keys_made: AtomicU64::new(0) })
+        Ok(Self { client, key_prefix: crate::write_rules::client_key_prefix("auto"), keys_made: AtomicU64::new(0) })
     }
 
     async fn call<Req: Serialize, Resp: DeserializeOwned>(

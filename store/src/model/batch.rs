@@ -287,6 +287,21 @@ impl NewEvent {
         self
     }
 
+    /// The event as the store recorded it, with the `seq` and `at` it assigned.
+    pub fn recorded(self, batch: &BatchId, seq: Seq, at: Timestamp) -> Event {
+        Event {
+            seq,
+            batch_id: batch.clone(),
+            event_type: self.event_type,
+            outcome: self.outcome,
+            agent: self.agent,
+            at,
+            details: self.details,
+            run: self.run,
+            resets: self.resets,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), InvalidInput> {
         check_object("details", &self.details)?;
         match (self.event_type.is_reset(), self.resets.is_empty()) {

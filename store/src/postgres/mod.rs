@@ -77,19 +77,10 @@ impl PgStore {
             .create_timeout(Some(options.connect_timeout * 2))
             .build()
             .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool for {}: {e}", options.target)))?;
-        let host: String = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .unwrap_or_default()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .take(40)
-            .collect();
-        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let store = Self {
             inner: std::sync::Arc::new(Inner {
                 pool,
-                key_prefix: format!("pg.{host}.{}.{}", std::process::id(), started.as_nanos()),
+                key_prefix: crate::write_rules::client_key_prefix("pg"),
                 keys_made: AtomicU64::new(0),
                 reached: AtomicBool::new(false),
                 options,

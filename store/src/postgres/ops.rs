@@ -418,17 +418,7 @@ impl ObjectStore for PgStore {
             })
             .await?;
         match earlier {
-            Ok((seq, at)) => Ok(Event {
-                seq,
-                batch_id: batch.clone(),
-                event_type: event.event_type.clone(),
-                outcome: event.outcome,
-                agent: event.agent.clone(),
-                at,
-                details: event.details.clone(),
-                run: event.run.clone(),
-                resets: event.resets.clone(),
-            }),
+            Ok((seq, at)) => Ok(event.clone().recorded(batch, seq, at)),
             Err(earlier) => write_rules::earlier_append(batch, event, earlier),
         }
     }
@@ -692,18 +682,7 @@ impl ObjectStore for PgStore {
                         run.ended_at = Some(at);
                         run
                     });
-                    let event = Event {
-                        seq: Seq(seq),
-                        batch_id: batch.clone(),
-                        event_type: new.event_type,
-                        outcome: new.outcome,
-                        agent: new.agent,
-                        at,
-                        details: new.details,
-                        run: None,
-                        resets: Vec::new(),
-                    };
-                    return Ok(Cancellation { event, run });
+                    return Ok(Cancellation { event: new.recorded(batch, Seq(seq), at), run });
                 }
                 Err(Failure::Final(busy(batch)))
             })
@@ -741,17 +720,7 @@ impl ObjectStore for PgStore {
                         .await
                         .map_err(|e| self.failure(e, &Scope { batch: id, run: None }))?;
                     let Some(seq) = row.get::<_, Option<i64>>(0) else { continue };
-                    return Ok(Event {
-                        seq: Seq(seq),
-                        batch_id: id.clone(),
-                        event_type: new.event_type,
-                        outcome: new.outcome,
-                        agent: new.agent,
-                        at: Timestamp(row.get(1)),
-                        details: new.details,
-                        run: None,
-                        resets: Vec::new(),
-                    });
+                    return Ok(new.recorded(id, Seq(seq), Timestamp(row.get(1))));
                 }
                 Err(Failure::Final(busy(id)))
             })

@@ -233,7 +233,7 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
         .map_err(unavailable)?;
     }
     touch(tx, batch, seq)?;
-    Ok(event_of(batch, new, seq, at))
+    Ok(new.recorded(batch, seq, at))
 }
 
 fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
@@ -258,20 +258,6 @@ fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: 
     )
     .map_err(unavailable)?;
     Ok(())
-}
-
-fn event_of(batch: &BatchId, new: NewEvent, seq: Seq, at: Timestamp) -> Event {
-    Event {
-        seq,
-        batch_id: batch.clone(),
-        event_type: new.event_type,
-        outcome: new.outcome,
-        agent: new.agent,
-        at,
-        details: new.details,
-        run: new.run,
-        resets: new.resets,
-    }
 }
 
 /// `ObjectStore::cancel_run`: close the open run as cancelled, bump the generation, record
@@ -318,7 +304,7 @@ pub fn cancel_run(
     insert_event(&tx, batch, &new, seq, at)?;
     touch(&tx, batch, seq)?;
     tx.commit().map_err(unavailable)?;
-    Ok(Cancellation { event: event_of(batch, new, seq, at), run: cancelled })
+    Ok(Cancellation { event: new.recorded(batch, seq, at), run: cancelled })
 }
 
 /// `ObjectStore::prioritize`: the new priority and the operator's event, one transaction.
@@ -341,7 +327,7 @@ pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: N
     .map_err(unavailable)?;
     insert_event(&tx, id, &new, seq, at)?;
     tx.commit().map_err(unavailable)?;
-    Ok(event_of(id, new, seq, at))
+    Ok(new.recorded(id, seq, at))
 }
 
 pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
