@@ -37,6 +37,8 @@ struct Inner {
     /// Makes the idempotency keys this handle invents unique: host, pid, start time, counter.
     key_prefix: String,
     keys_made: AtomicU64,
+    /// Appends waiting to be sent together (group commit).
+    appends: std::sync::Mutex<ops::AppendQueue>,
 }
 
 /// Whether an operation may be sent again after a failure that left unknown whether it ran.
@@ -82,6 +84,7 @@ impl PgStore {
                 pool,
                 key_prefix: crate::write_rules::client_key_prefix("pg"),
                 keys_made: AtomicU64::new(0),
+                appends: Default::default(),
                 reached: AtomicBool::new(false),
                 options,
             }),

@@ -36,14 +36,20 @@ const MAX_CHANGE_PAGE: usize = 100_000;
 /// writer changed the batch in between: an operator racing a component).
 const CONDITIONAL_ROUNDS: usize = 20;
 
+/// A batch with its log (as arrays of columns: no JSON is built on the server) and open runs.
 const BATCH_SELECT: &str = "SELECT b.id, b.type, b.priority, b.metadata::text, b.created_seq, b.modified_seq,
         b.changed_seq, b.created_at, b.modified_at,
-        (SELECT COALESCE(jsonb_agg(to_jsonb(e) - 'idempotency_key' ORDER BY e.seq), '[]')::text
-           FROM events e WHERE e.batch_id = b.id),
-        (SELECT COALESCE(jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation), '[]')::text
+        e.seqs, e.types, e.outcomes, e.agents, e.ats, e.details, e.run_components, e.run_generations, e.resets,
+        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
            FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
         autocomp_now()
-    FROM batches b";
+    FROM batches b
+    LEFT JOIN LATERAL (
+        SELECT array_agg(seq) seqs, array_agg(type) types, array_agg(outcome) outcomes, array_agg(agent) agents,
+               array_agg(at) ats, array_agg(details::text) details, array_agg(run_component) run_components,
+               array_agg(run_generation) run_generations, array_agg(resets::text) resets
+        FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
+    ) e ON true";
 
 /// A row of `events` as `to_jsonb` writes it.
 #[derive(Deserialize)]
@@ -142,17 +148,58 @@ fn run_from_value(value: Value) -> Result<Run, Failure> {
 }
 
 fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
-    let metadata: String = row.get(3);
-    let metadata = match serde_json::from_str(&metadata).map_err(|e| corrupt("batch", e))? {
+    let id = BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?;
+    let metadata: &str = row.get(3);
+    let metadata = match serde_json::from_str(metadata).map_err(|e| corrupt("batch", e))? {
         Value::Object(map) => map,
         _ => Map::new(),
     };
-    let events: String = row.get(9);
-    let events: Vec<EventRow> = serde_json::from_str(&events).map_err(|e| corrupt("event", e))?;
-    let runs: String = row.get(10);
-    let runs: Vec<RunRow> = serde_json::from_str(&runs).map_err(|e| corrupt("run", e))?;
+    let seqs: Vec<i64> = row.get::<_, Option<Vec<i64>>>(9).unwrap_or_default();
+    let mut events = Vec::with_capacity(seqs.len());
+    if !seqs.is_empty() {
+        let types: Vec<&str> = row.get(10);
+        let outcomes: Vec<&str> = row.get(11);
+        let agents: Vec<&str> = row.get(12);
+        let ats: Vec<i64> = row.get(13);
+        let details: Vec<&str> = row.get(14);
+        let run_components: Vec<Option<&str>> = row.get(15);
+        let run_generations: Vec<Option<i64>> = row.get(16);
+        let resets: Vec<Option<&str>> = row.get(17);
+        for (i, seq) in seqs.into_iter().enumerate() {
+            let run = match (run_components[i], run_generations[i]) {
+                (Some(component), Some(generation)) => Some(RunRef {
+                    component: ComponentName::new(component).map_err(|e| corrupt("event", e))?,
+                    generation,
+                }),
+                _ => None,
+            };
+            let resets: Vec<EventType> = match resets[i] {
+                Some(text) => serde_json::from_str(text).map_err(|e| corrupt("event", e))?,
+                None => Vec::new(),
+            };
+            events.push(Event {
+                seq: Seq(seq),
+                batch_id: id.clone(),
+                event_type: EventType::new(types[i]).map_err(|e| corrupt("event", e))?,
+                outcome: Outcome::parse(outcomes[i]).map_err(|e| corrupt("event", e))?,
+                agent: Agent::new(agents[i]).map_err(|e| corrupt("event", e))?,
+                at: Timestamp(ats[i]),
+                details: serde_json::from_str(details[i]).map_err(|e| corrupt("event", e))?,
+                run,
+                resets,
+            });
+        }
+    }
+    let open_runs = match row.get::<_, Option<&str>>(18) {
+        Some(runs) => serde_json::from_str::<Vec<RunRow>>(runs)
+            .map_err(|e| corrupt("run", e))?
+            .into_iter()
+            .map(RunRow::into_run)
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     Ok(Batch {
-        id: BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?,
+        id,
         batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
         priority: row.get(2),
         metadata,
@@ -161,9 +208,9 @@ fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
         changed_seq: Seq(row.get(6)),
         created_at: Timestamp(row.get(7)),
         modified_at: Timestamp(row.get(8)),
-        events: events.into_iter().map(EventRow::into_event).collect::<Result<_, _>>()?,
-        open_runs: runs.into_iter().map(RunRow::into_run).collect::<Result<_, _>>()?,
-        as_of: Timestamp(row.get(11)),
+        events,
+        open_runs,
+        as_of: Timestamp(row.get(19)),
     })
 }
 
@@ -372,55 +419,29 @@ impl ObjectStore for PgStore {
         .await
     }
 
+    /// Group commit: appends through this handle queue, and up to `APPEND_LANES` background
+    /// tasks send what is queued as one call of `autocomp_append_group` (one transaction,
+    /// one commit flush), each append answered on its own.
     async fn append_event(&self, batch: &BatchId, mut event: NewEvent) -> StoreResult<Event> {
         event.validate()?;
         // With a key a retry after a lost answer returns the first event instead of a second.
         if event.idempotency_key.is_none() {
             event.idempotency_key = Some(self.fresh_key());
         }
-        let event = &event;
-        let earlier = self
-            .run("append_event", Retry::Safe, |client, _| {
-                Box::pin(async move {
-                    let statement = prepare(
-                        client,
-                        "SELECT r_seq, r_at, r_earlier::text FROM autocomp_append($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    )
-                    .await?;
-                    let run = event.run.as_ref();
-                    let row = client
-                        .query_one(
-                            &statement,
-                            &[
-                                &batch.as_str(),
-                                &event.event_type.as_str(),
-                                &event.outcome.as_str(),
-                                &event.agent.as_str(),
-                                &event.details,
-                                &run.map(|r| r.component.as_str()),
-                                &run.map(|r| r.generation),
-                                &optional_json(&event.resets),
-                                &event.idempotency_key.as_ref().map(IdempotencyKey::as_str),
-                            ],
-                        )
-                        .await
-                        .map_err(|e| {
-                            self.failure(e, &Scope { batch, run: run.map(|r| (&r.component, r.generation)) })
-                        })?;
-                    match row.get::<_, Option<&str>>(2) {
-                        Some(earlier) => {
-                            let earlier: EventRow = serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
-                            Ok(Err(earlier.into_event()?))
-                        }
-                        None => Ok(Ok((Seq(row.get(0)), Timestamp(row.get(1))))),
-                    }
-                })
-            })
-            .await?;
-        match earlier {
-            Ok((seq, at)) => Ok(event.clone().recorded(batch, seq, at)),
-            Err(earlier) => write_rules::earlier_append(batch, event, earlier),
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut queue = self.inner.appends.lock().unwrap_or_else(|p| p.into_inner());
+            queue.pending.push(PendingAppend { batch: batch.clone(), event, reply });
+            let lead = queue.leaders < APPEND_LANES;
+            if lead {
+                queue.leaders += 1;
+            }
+            lead
+        };
+        if lead {
+            tokio::spawn(self.clone().lead_appends());
         }
+        answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()))?
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
@@ -738,6 +759,129 @@ impl ObjectStore for PgStore {
         })
         .await
     }
+}
+
+/// Most appends one group carries: enough to share a commit among a busy host's writers.
+const MAX_GROUP: usize = 64;
+/// Groups in flight at once per handle: one commits while the next fills.
+const APPEND_LANES: usize = 2;
+
+/// Appends waiting for a group, and how many tasks are sending groups.
+#[derive(Default)]
+pub(crate) struct AppendQueue {
+    pending: Vec<PendingAppend>,
+    leaders: usize,
+}
+
+pub(crate) struct PendingAppend {
+    batch: BatchId,
+    event: NewEvent,
+    reply: tokio::sync::oneshot::Sender<StoreResult<Event>>,
+}
+
+impl PgStore {
+    /// Sends queued appends as groups until the queue is empty.
+    async fn lead_appends(self) {
+        loop {
+            let group: Vec<PendingAppend> = {
+                let mut queue = self.inner.appends.lock().unwrap_or_else(|p| p.into_inner());
+                if queue.pending.is_empty() {
+                    queue.leaders -= 1;
+                    return;
+                }
+                let take = queue.pending.len().min(MAX_GROUP);
+                queue.pending.drain(..take).collect()
+            };
+            let answers = self.append_group(&group).await;
+            for (pending, answer) in group.into_iter().zip(answers) {
+                let answer = answer.and_then(|recorded| match recorded {
+                    Recorded::New(seq, at) => Ok(pending.event.clone().recorded(&pending.batch, seq, at)),
+                    Recorded::Earlier(earlier) => write_rules::earlier_append(&pending.batch, &pending.event, earlier),
+                });
+                let _ = pending.reply.send(answer); // the caller may have gone; the event stands regardless
+            }
+        }
+    }
+
+    /// One group, one call; retried whole (every append carries a key, so a retry after a
+    /// lost answer finds what the first attempt recorded).
+    async fn append_group(&self, group: &[PendingAppend]) -> Vec<StoreResult<Recorded>> {
+        let column = |f: &dyn Fn(&PendingAppend) -> Option<String>| group.iter().map(f).collect::<Vec<_>>();
+        let batches = column(&|p| Some(p.batch.as_str().to_string()));
+        let types = column(&|p| Some(p.event.event_type.as_str().to_string()));
+        let outcomes = column(&|p| Some(p.event.outcome.as_str().to_string()));
+        let agents = column(&|p| Some(p.event.agent.as_str().to_string()));
+        let components = column(&|p| p.event.run.as_ref().map(|r| r.component.as_str().to_string()));
+        let keys = column(&|p| p.event.idempotency_key.as_ref().map(|k| k.as_str().to_string()));
+        let details: Vec<&Value> = group.iter().map(|p| &p.event.details).collect();
+        let generations: Vec<Option<i64>> = group.iter().map(|p| p.event.run.as_ref().map(|r| r.generation)).collect();
+        let resets: Vec<Option<Value>> = group.iter().map(|p| optional_json(&p.event.resets)).collect();
+        let answered = self
+            .run("append_event", Retry::Safe, |client, _| {
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
+                    [&batches, &types, &outcomes, &agents, &details, &components, &generations, &resets, &keys];
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason
+                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    )
+                    .await?;
+                    let rows = client
+                        .query(&statement, &params)
+                        .await
+                        .map_err(|e| self.failure(e, &Scope { batch: &group[0].batch, run: None }))?;
+                    let mut answers: Vec<Option<StoreResult<Recorded>>> = group.iter().map(|_| None).collect();
+                    for row in &rows {
+                        let index = usize::try_from(row.get::<_, i32>(0) - 1).map_err(|e| corrupt("answer", e))?;
+                        let pending = group.get(index).ok_or_else(|| corrupt("answer", index))?;
+                        let answer = match (row.get::<_, Option<&str>>(4), row.get::<_, Option<&str>>(3)) {
+                            (Some("AC404"), _) => Err(StoreError::NotFound(pending.batch.clone())),
+                            (Some(_), _) => {
+                                let run =
+                                    pending.event.run.as_ref().ok_or_else(|| corrupt("answer", "fenced, no run"))?;
+                                Err(StoreError::Fenced {
+                                    batch: pending.batch.clone(),
+                                    component: run.component.clone(),
+                                    generation: run.generation,
+                                    reason: row.get::<_, Option<String>>(5).unwrap_or_default(),
+                                })
+                            }
+                            (None, Some(earlier)) => {
+                                let earlier: EventRow =
+                                    serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
+                                Ok(Recorded::Earlier(earlier.into_event()?))
+                            }
+                            (None, None) => Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)))),
+                        };
+                        answers[index] = Some(answer);
+                    }
+                    answers
+                        .into_iter()
+                        .map(|answer| answer.ok_or_else(|| corrupt("answer", "an append went unanswered")))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .await;
+        match answered {
+            Ok(answers) => answers,
+            Err(error) => {
+                let message = error.to_string();
+                let mut first = Some(error);
+                group
+                    .iter()
+                    .map(|_| Err(first.take().unwrap_or_else(|| StoreError::Unavailable(message.clone()))))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// What an append's group recorded for it.
+enum Recorded {
+    New(Seq, Timestamp),
+    /// Its idempotency key had recorded this event before; nothing new was written.
+    Earlier(Event),
 }
 
 fn busy(id: &BatchId) -> StoreError {

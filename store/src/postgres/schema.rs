@@ -121,28 +121,39 @@ BEGIN
     END IF;
 END $$;
 
--- The fence: only the newest generation of (batch, component), and only while open.
-CREATE FUNCTION autocomp_check_fence(p_batch text, p_component text, p_generation bigint)
-RETURNS void LANGUAGE plpgsql AS $$
+-- The fence: only the newest generation of (batch, component), and only while open. NULL
+-- when the run may write, else why not.
+CREATE FUNCTION autocomp_fence_refusal(p_batch text, p_component text, p_generation bigint)
+RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     current_generation bigint;
     run_state text;
 BEGIN
     SELECT generation INTO current_generation FROM claims WHERE batch_id = p_batch AND component = p_component;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = 'was never claimed';
+        RETURN 'was never claimed';
     END IF;
     IF current_generation <> p_generation THEN
-        RAISE EXCEPTION USING ERRCODE = 'AC410',
-            MESSAGE = format('is not current: generation %s has claimed the batch since', current_generation);
+        RETURN format('is not current: generation %s has claimed the batch since', current_generation);
     END IF;
     SELECT state INTO run_state FROM runs
         WHERE batch_id = p_batch AND component = p_component AND generation = p_generation;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = 'was never claimed';
+        RETURN 'was never claimed';
     END IF;
     IF run_state <> 'open' THEN
-        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = format('is already closed (%s)', run_state);
+        RETURN format('is already closed (%s)', run_state);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION autocomp_check_fence(p_batch text, p_component text, p_generation bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    refusal text := autocomp_fence_refusal(p_batch, p_component, p_generation);
+BEGIN
+    IF refusal IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC410', MESSAGE = refusal;
     END IF;
 END $$;
 
@@ -192,45 +203,68 @@ END $$;
 
 CREATE FUNCTION autocomp_insert_event(p_seq bigint, p_at bigint, p_batch text, p_type text, p_outcome text,
     p_agent text, p_details jsonb, p_run_component text, p_run_generation bigint, p_resets jsonb, p_key text)
-RETURNS void LANGUAGE sql AS $$
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO events (seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets, idempotency_key)
         VALUES (p_seq, p_batch, p_type, p_outcome, p_agent, p_at, p_details, p_run_component, p_run_generation, p_resets, p_key);
     UPDATE batches SET changed_seq = p_seq WHERE id = p_batch;
-$$;
+END $$;
 
--- An append. With an idempotency key already used, nothing is written and `r_earlier` is
--- that event, for the client to compare.
-CREATE FUNCTION autocomp_append(p_batch text, p_type text, p_outcome text, p_agent text, p_details jsonb,
-    p_run_component text, p_run_generation bigint, p_resets jsonb, p_key text,
-    OUT r_seq bigint, OUT r_at bigint, OUT r_earlier jsonb) LANGUAGE plpgsql AS $$
+-- Appends in one transaction (a group commit: one call, one commit flush for all). Every
+-- batch's row is locked first, in id order, so groups never deadlock with each other and no
+-- row lock is awaited while the feed lock is held. Each append answers in its own row
+-- (`r_index`, from 1): its seq and time; or, for an idempotency key already used, the event
+-- it recorded (`r_earlier`, nothing written); or a refusal (`r_refused`: 'AC404' unknown
+-- batch, 'AC410' fenced, with `r_reason`; nothing written for it).
+CREATE FUNCTION autocomp_append_group(p_batches text[], p_types text[], p_outcomes text[], p_agents text[],
+    p_details jsonb[], p_run_components text[], p_run_generations bigint[], p_resets jsonb[], p_keys text[])
+RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    locked text[];
+    i integer;
 BEGIN
-    IF p_key IS NOT NULL THEN
-        SELECT to_jsonb(e) INTO r_earlier FROM events e WHERE idempotency_key = p_key;
-        IF FOUND THEN
-            RETURN;
+    SELECT array_agg(id) INTO locked FROM (
+        SELECT id FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE
+    ) ids;
+    FOR i IN 1 .. coalesce(array_length(p_batches, 1), 0) LOOP
+        r_index := i;
+        r_seq := NULL;
+        r_at := NULL;
+        r_earlier := NULL;
+        r_refused := NULL;
+        r_reason := NULL;
+        IF p_keys[i] IS NOT NULL THEN
+            -- A retry of an append that committed (maybe earlier in this very group).
+            SELECT to_jsonb(e) - 'idempotency_key' INTO r_earlier FROM events e WHERE idempotency_key = p_keys[i];
         END IF;
-    END IF;
-    PERFORM autocomp_lock_batch(p_batch);
-    IF p_key IS NOT NULL THEN
-        -- Again under the batch's lock: a twin sent at the same time has committed by now.
-        SELECT to_jsonb(e) INTO r_earlier FROM events e WHERE idempotency_key = p_key;
-        IF FOUND THEN
-            RETURN;
+        IF r_earlier IS NULL THEN
+            IF locked IS NULL OR NOT p_batches[i] = ANY (locked) THEN
+                r_refused := 'AC404';
+                r_reason := p_batches[i];
+            ELSIF p_run_components[i] IS NOT NULL THEN
+                r_reason := autocomp_fence_refusal(p_batches[i], p_run_components[i], p_run_generations[i]);
+                IF r_reason IS NOT NULL THEN
+                    r_refused := 'AC410';
+                END IF;
+            END IF;
         END IF;
-    END IF;
-    IF p_run_component IS NOT NULL THEN
-        PERFORM autocomp_check_fence(p_batch, p_run_component, p_run_generation);
-    END IF;
-    r_seq := autocomp_next_seq();
-    r_at := autocomp_now();
-    PERFORM autocomp_insert_event(r_seq, r_at, p_batch, p_type, p_outcome, p_agent, p_details,
-        p_run_component, p_run_generation, p_resets, p_key);
-    IF p_run_component IS NOT NULL THEN
-        UPDATE runs SET state = 'recorded', ended_at = r_at,
-                transient = COALESCE((p_details ->> 'transient')::boolean, false)
-            WHERE batch_id = p_batch AND component = p_run_component AND generation = p_run_generation;
-        DELETE FROM checkpoints WHERE batch_id = p_batch AND component = p_run_component;
-    END IF;
+        IF r_earlier IS NULL AND r_refused IS NULL THEN
+            PERFORM pg_advisory_xact_lock_shared(@FEED_LOCK@);
+            r_seq := nextval('store_seq');
+            r_at := autocomp_now();
+            PERFORM autocomp_insert_event(r_seq, r_at, p_batches[i], p_types[i], p_outcomes[i], p_agents[i],
+                p_details[i], p_run_components[i], p_run_generations[i], p_resets[i], p_keys[i]);
+            IF p_run_components[i] IS NOT NULL THEN
+                UPDATE runs SET state = 'recorded', ended_at = r_at,
+                        transient = COALESCE((p_details[i] ->> 'transient')::boolean, false)
+                    WHERE batch_id = p_batches[i] AND component = p_run_components[i]
+                      AND generation = p_run_generations[i];
+                DELETE FROM checkpoints WHERE batch_id = p_batches[i] AND component = p_run_components[i];
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
 END $$;
 
 -- A claim. With a claim key already used, nothing is written: `r_kind` is 'retry', `r_run`
