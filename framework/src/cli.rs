@@ -51,7 +51,8 @@ pub struct RunnerArgs {
     pub verbose: u8,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Store URL, e.g. sqlite:///var/lib/autocomp/store.db (overrides autocomp.toml).
+    /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
+    /// http://host:7070 (overrides autocomp.toml).
     #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL")]
     pub store: Option<String>,
     /// Batch index URL, e.g. local:/var/lib/autocomp/index.

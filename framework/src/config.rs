@@ -29,7 +29,7 @@ impl ConfigError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backends {
-    /// `sqlite:///path/store.db`
+    /// `sqlite:///path/store.db`, `postgres://user@host/database` or `http://host:7070`
     pub store: Option<String>,
     /// `local:/path/index`
     pub index: Option<String>,

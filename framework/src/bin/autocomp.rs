@@ -26,7 +26,8 @@ struct Cli {
     /// [default: /etc/autocomp]
     #[arg(long, value_name = "DIR", env = "AUTOCOMP_CONFIG_DIR", global = true)]
     config_dir: Option<PathBuf>,
-    /// Store URL, e.g. sqlite:///var/lib/autocomp/store.db (overrides autocomp.toml).
+    /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
+    /// http://host:7070 (overrides autocomp.toml).
     #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL", global = true)]
     store: Option<String>,
     /// Batch index URL, e.g. local:/var/lib/autocomp/index.
