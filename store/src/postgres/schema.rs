@@ -276,7 +276,10 @@ DECLARE
     s bigint;
     t bigint;
 BEGIN
-    PERFORM autocomp_lock_batch(p_batch);
+    PERFORM 1 FROM batches WHERE id = p_batch FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC404', MESSAGE = p_batch;
+    END IF;
     IF p_key IS NOT NULL THEN
         SELECT to_jsonb(r) INTO r_run FROM runs r
             WHERE batch_id = p_batch AND component = p_component AND claim_key = p_key;
@@ -286,8 +289,10 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    s := autocomp_next_seq();
-    t := autocomp_now();
+    -- autocomp_next_seq and autocomp_now, inline: claims are hot.
+    PERFORM pg_advisory_xact_lock_shared(@FEED_LOCK@);
+    s := nextval('store_seq');
+    t := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
     INSERT INTO claims AS c (batch_id, component, generation) VALUES (p_batch, p_component, 1)
         ON CONFLICT (batch_id, component) DO UPDATE SET generation = c.generation + 1
         RETURNING generation INTO r_current;
