@@ -59,6 +59,11 @@ pub enum BatchResult {
     NotRecorded {
         id: BatchId,
     },
+    /// The store stayed unreachable (past its retries) when the result was to be recorded;
+    /// nothing recorded, the run stays open until the next claim marks it abandoned.
+    StoreUnreachable {
+        id: BatchId,
+    },
     /// A manually requested batch the trigger does not select (clause named).
     NotReady {
         id: BatchId,
@@ -83,6 +88,9 @@ impl PassSummary {
     pub fn exit_code(&self) -> u8 {
         if self.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. })) {
             return exit::LOCKS_LOST;
+        }
+        if self.results.iter().any(|r| matches!(r, BatchResult::StoreUnreachable { .. })) {
+            return exit::UNREACHABLE;
         }
         let failed = self.results.iter().any(|r| {
             matches!(
@@ -249,10 +257,9 @@ impl<C: Component> Runner<C> {
         let mut claimed = Vec::new();
         if let Err(e) = self.claim_batches(selection, &holder, &mut summary, &mut claimed).await {
             // Whatever was claimed before the error is handed back untouched: ready again,
-            // not left open to be counted as an abandoned attempt.
-            for batch in claimed {
-                self.release(batch).await;
-            }
+            // not left open to be counted as an abandoned attempt. All at once: each release
+            // may retry for the store's whole retry window, and a pass must not take N times it.
+            futures_util::future::join_all(claimed.into_iter().map(|batch| self.release(batch))).await;
             release_quietly(poll_lock).await;
             return Err(e);
         }
@@ -556,6 +563,10 @@ impl<C: Component> Runner<C> {
             Err(e) if e.is_fenced() => {
                 warn!(batch = %id, "result refused, another worker took the batch over: {e}");
                 BatchResult::Fenced { id }
+            }
+            Err(e @ StoreError::Unavailable(_)) => {
+                error!(batch = %id, "cannot record the result: {e}");
+                BatchResult::StoreUnreachable { id }
             }
             Err(e) => {
                 error!(batch = %id, "cannot record the result: {e}");

@@ -1,7 +1,8 @@
 //! Support for the workspace's end-to-end tests: they run the real binaries as separate OS
 //! processes, so this finds (building once if needed) the binaries of the workspace in the
-//! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with an
-//! embedded store, index and lock dir, the probe component's config, and store read-backs.
+//! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with a
+//! store (an embedded SQLite file, or any store URL such as a PostgreSQL database), index and
+//! lock dir, the probe component's config, and store read-backs.
 
 pub mod services;
 pub mod zk;
@@ -9,12 +10,12 @@ pub mod zk;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use autocomp_store::{
     Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Run,
-    Seq, SqliteStore,
+    Seq, SqliteStore, open_store,
 };
 
 /// The path of a workspace binary, e.g. `binary("autocomp")`.
@@ -75,17 +76,7 @@ impl Finished {
 }
 
 /// Polls `condition` every 20 ms until it holds (true) or `deadline` passes (false).
-pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> bool {
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+pub use autocomp_test_servers::wait_until;
 
 /// Waits for a spawned component (stdout and stderr piped) to exit, at most `limit`;
 /// kills it and panics if it is still running then.
@@ -122,12 +113,16 @@ pub fn finish(mut child: Child, limit: Duration) -> Finished {
     finished
 }
 
-/// A whole embedded pipeline in a temp dir: `config/autocomp.toml` naming a SQLite store,
-/// a local tantivy index and local flock locks under the dir, the probe component's
-/// `config/probe.toml`, and a handle on the store to register batches and read results.
+/// A whole pipeline in a temp dir: `config/autocomp.toml` naming a store (by default a
+/// SQLite file under the dir; [`Pipeline::with_store`] takes any store URL), a local tantivy
+/// index and local flock locks under the dir, the probe component's `config/probe.toml`, and a
+/// handle on the store to register batches and read results.
 pub struct Pipeline {
     // Fields drop in order: the store closes before its directory is removed.
-    store: SqliteStore,
+    store: Arc<dyn ObjectStore>,
+    /// The same store as `store` when it is the default SQLite file.
+    sqlite: Option<SqliteStore>,
+    store_url: String,
     runtime: tokio::runtime::Runtime,
     probe: PathBuf,
     dir: tempfile::TempDir,
@@ -135,21 +130,32 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// `probe` is the probe component's binary (`env!("CARGO_BIN_EXE_probe-component")`).
+    /// The store is a SQLite file in the pipeline's dir.
     pub fn new(probe: impl Into<PathBuf>) -> Self {
+        Self::build(probe.into(), |root| format!("sqlite://{}", root.join("store.db").display()))
+    }
+
+    /// A pipeline whose store is `store_url` (e.g. `postgres://...`), for the components and
+    /// for the test's own handle alike.
+    pub fn with_store(probe: impl Into<PathBuf>, store_url: &str) -> Self {
+        Self::build(probe.into(), |_| store_url.to_owned())
+    }
+
+    fn build(probe: PathBuf, store_url: impl FnOnce(&std::path::Path) -> String) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path();
+        let store_url = store_url(root);
         std::fs::create_dir_all(root.join("config")).expect("config dir");
         let shared = format!(
-            "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
-            root.join("store.db").display(),
+            "store = \"{store_url}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
             root.join("index").display(),
             root.join("locks").display(),
         );
         std::fs::write(root.join("config/autocomp.toml"), shared).expect("autocomp.toml");
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the store");
-        let store = runtime.block_on(SqliteStore::open(root.join("store.db"))).expect("store opens");
-        Self { store, runtime, probe: probe.into(), dir }
+        let (store, sqlite) = open(&runtime, &store_url);
+        Self { store, sqlite, store_url, runtime, probe, dir }
     }
 
     /// Points `config/autocomp.toml` at another lock service, e.g. a `zk://` URL.
@@ -185,8 +191,21 @@ impl Pipeline {
         self.runtime.block_on(future)
     }
 
+    /// The SQLite store of a [`Pipeline::new`] pipeline (panics for another store; see
+    /// [`Pipeline::any_store`]).
     pub fn store(&self) -> &SqliteStore {
-        &self.store
+        self.sqlite.as_ref().expect("a pipeline made by Pipeline::new (a SQLite store); use any_store()")
+    }
+
+    /// The test's handle on the pipeline's store, whatever it is.
+    pub fn any_store(&self) -> &dyn ObjectStore {
+        self.store.as_ref()
+    }
+
+    /// Drops the test's store handle and opens the store URL afresh: a new connection pool
+    /// (after a database restart or failover, so the test's own reads start clean).
+    pub fn reconnect(&mut self) {
+        (self.store, self.sqlite) = open(&self.runtime, &self.store_url);
     }
 
     /// Registers `count` batches `B0001`.. each with a successful `Data_Received`: ready for the probe.
@@ -229,6 +248,9 @@ impl Pipeline {
             "PROBE_NAME",
             "PROBE_EVENT_TYPE",
             "PROBE_REQUIRES",
+            // What a postgres:// store URL falls back on: every test says what it means.
+            "PGUSER",
+            "PGPASSWORD",
         ] {
             command.env_remove(var);
         }
@@ -291,6 +313,18 @@ impl Pipeline {
         }
         files
     }
+}
+
+/// Opens the store `url` names; a plain `sqlite://` file also as a `SqliteStore`.
+fn open(runtime: &tokio::runtime::Runtime, url: &str) -> (Arc<dyn ObjectStore>, Option<SqliteStore>) {
+    if let Some(path) = url.strip_prefix("sqlite://").filter(|path| !path.contains('?')) {
+        let store = runtime.block_on(SqliteStore::open(path)).expect("store opens");
+        return (Arc::new(store.clone()), Some(store));
+    }
+    let store = runtime
+        .block_on(open_store(url))
+        .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_store::display_url(url)));
+    (store, None)
 }
 
 /// One line of the probe component's ledger: `pid batch start_ns end_ns`, written after each

@@ -28,7 +28,8 @@ impl Service {
         Self::store_of(&format!("sqlite://{}?synchronous=normal", db.display()), log_dir)
     }
 
-    /// `autocomp-store serve --db <db_url>`.
+    /// `autocomp-store serve --db <db_url>`: any database URL the service takes, e.g. a
+    /// `postgres://` one.
     pub fn store_of(db_url: &str, log_dir: &Path) -> Service {
         let args = vec!["serve".into(), "--db".into(), db_url.into(), "--reads-need-token".into()];
         Self::start(binary("autocomp-store"), args, log_dir.join("store.log"))
@@ -73,6 +74,9 @@ impl Service {
             .env_remove("AUTOCOMP_TOKEN")
             .env_remove("AUTOCOMP_TOKEN_FILE")
             .env_remove("RUST_LOG")
+            // What a postgres:// --db or --store falls back on: the URL says everything.
+            .env_remove("PGUSER")
+            .env_remove("PGPASSWORD")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

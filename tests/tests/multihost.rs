@@ -1,5 +1,6 @@
-//! Multi-host mode end to end, every part a separate OS process on loopback: one store
-//! service, one sboi service, one ZooKeeper, and two processes of each component started
+//! Multi-host mode end to end, every part a separate OS process on loopback: one store (the
+//! store service over a SQLite file, or a PostgreSQL server every process connects to
+//! directly), one sboi service, one ZooKeeper, and two processes of each component started
 //! together as two hosts' crons would. Every batch must end where the embedded run ends it.
 
 use std::collections::BTreeMap;
@@ -13,7 +14,9 @@ use autocomp_e2e::{PROBED, Pipeline, binary, finish, wait_until};
 use autocomp_sboi::HttpIndex;
 use autocomp_store::{
     Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger,
+    open_store,
 };
+use autocomp_test_servers::postgres;
 use serde_json::Value;
 
 const STEPS: [&str; 4] = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver"];
@@ -54,8 +57,30 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Where the multi-host pipeline keeps its store.
+#[derive(Debug, Clone, Copy)]
+enum StoreBackend {
+    /// `autocomp-store serve` over a SQLite file; components and sboi reach it over HTTP.
+    SqliteService,
+    /// A PostgreSQL database every component, `sboi serve` and the CLI connect to directly.
+    Postgres,
+}
+
 #[test]
 fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_run_does() {
+    two_hosts_per_component_end_every_batch_where_the_embedded_run_does(StoreBackend::SqliteService);
+}
+
+#[test]
+fn two_hosts_per_component_straight_to_postgres_end_every_batch_where_the_embedded_run_does() {
+    two_hosts_per_component_end_every_batch_where_the_embedded_run_does(StoreBackend::Postgres);
+}
+
+/// The demo's deliveries through two processes of each component at once (two hosts' crons),
+/// the index behind `sboi serve`, locks in ZooKeeper, the store as `backend` says. Every
+/// batch must end where the embedded demo ends it, with one result per (batch, event type),
+/// no run left open and no lock left held.
+fn two_hosts_per_component_end_every_batch_where_the_embedded_run_does(backend: StoreBackend) {
     zk::require_installed();
     // The reference: the embedded demo (one SQLite file, local index, flock locks).
     let embedded = tempfile::tempdir().unwrap();
@@ -74,13 +99,23 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
         std::fs::create_dir_all(root.join(sub)).unwrap();
     }
     let zookeeper = ZooKeeper::standalone();
-    let store = Service::store(&root.join("store.db"), &root.join("logs"));
-    let index = Service::index(&store.url(), &root.join("index"), &root.join("logs"));
+    // `store_url` is what components, sboi and the CLI are given; `truth_url` is read at the end.
+    let (store_service, store_url, truth_url) = match backend {
+        StoreBackend::SqliteService => {
+            let service = Service::store(&root.join("store.db"), &root.join("logs"));
+            let url = service.url();
+            (Some(service), url, format!("sqlite://{}", root.join("store.db").display()))
+        }
+        StoreBackend::Postgres => {
+            let url = postgres::shared().unique_database();
+            (None, url.clone(), url)
+        }
+    };
+    let index = Service::index(&store_url, &root.join("index"), &root.join("logs"));
     std::fs::write(
         root.join("config/autocomp.toml"),
         format!(
-            "store = \"{}\"\nindex = \"{}\"\nlocks = \"{}\"\n",
-            store.url(),
+            "store = \"{store_url}\"\nindex = \"{}\"\nlocks = \"{}\"\n",
             index.url(),
             zookeeper.url("autocomp", "10s")
         ),
@@ -108,6 +143,8 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
                         .env_remove("AUTOCOMP_STORE")
                         .env_remove("AUTOCOMP_INDEX")
                         .env_remove("AUTOCOMP_LOCKS")
+                        .env_remove("PGUSER")
+                        .env_remove("PGPASSWORD")
                         .stdin(Stdio::null())
                         .stdout(Stdio::piped())
                         .stderr(Stdio::piped())
@@ -178,13 +215,15 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
         }
     }
 
-    // Nothing ran twice: one result per (batch, event type), no run left open, no lock left.
+    // Nothing ran twice: one result per (batch, event type) from the components, no run left
+    // open, no lock left.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let truth = runtime.block_on(SqliteStore::open(root.join("store.db"))).unwrap();
+    let truth = runtime.block_on(open_store(&truth_url)).unwrap();
     let batches = runtime.block_on(truth.list_batches(None, 100)).unwrap();
+    assert_eq!(batches.len(), 20, "every delivery registered once");
     for batch in &batches {
         let mut results: BTreeMap<&str, usize> = BTreeMap::new();
-        for event in &batch.events {
+        for event in batch.events.iter().filter(|e| !e.agent.as_str().starts_with("operator:")) {
             *results.entry(event.event_type.as_str()).or_default() += 1;
         }
         assert!(results.values().all(|&n| n == 1), "{}: results {results:?}", batch.id);
@@ -195,7 +234,7 @@ fn two_hosts_per_component_over_the_services_end_every_batch_where_the_embedded_
     let left: Vec<_> = zookeeper.tree("/autocomp").into_iter().filter(|node| node.ephemeral_owner != 0).collect();
     assert!(left.is_empty(), "lock nodes left behind: {left:?}");
     drop(index);
-    drop(store);
+    drop(store_service);
 }
 
 fn dead_url() -> String {

@@ -285,6 +285,14 @@ fn classify(options: &PgOptions, error: &tokio_postgres::Error, connecting: bool
         }
         return Failure::Final(StoreError::Unavailable(message));
     }
-    let message = format!("PostgreSQL at {target} unreachable: {}", describe_error(error));
+    let described = describe_error(error);
+    // tokio-postgres says only in its text that the configuration is at fault (the server
+    // asked for a password the URL and $PGPASSWORD do not give): not something a retry fixes.
+    if described.starts_with("invalid configuration") {
+        return Failure::Final(
+            InvalidInput::new("store url", target.as_str(), format!("user {}: {described}", options.user)).into(),
+        );
+    }
+    let message = format!("PostgreSQL at {target} unreachable: {described}");
     if connecting { Failure::Unsent(message) } else { Failure::Ambiguous(message) }
 }

@@ -292,10 +292,15 @@ impl PgStore {
 }
 
 async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
-    client.prepare_cached(sql).await.map_err(|e| match e.as_db_error() {
+    client.prepare_cached(sql).await.map_err(|e| match e.code() {
         // The schema is missing or other than this release expects: not something a retry fixes.
-        Some(db) => Failure::Final(StoreError::Unavailable(format!("preparing a store statement: {}", db.message()))),
-        None => Failure::Ambiguous(super::describe_error(&e)),
+        Some(code) if code.code().starts_with("42") => {
+            let message = e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_string());
+            Failure::Final(StoreError::Unavailable(format!("preparing a store statement: {message}")))
+        }
+        // Anything else (the server ended the connection, is shutting down, ...): a Parse
+        // writes nothing, so it is safe to send again on a fresh connection.
+        _ => Failure::Unsent(super::describe_error(&e)),
     })
 }
 
