@@ -46,6 +46,24 @@ pub struct PgOptions {
 }
 
 const OWN_OPTIONS: &str = "pool_size, retry_for, migrate, sslmode, sslrootcert, connect_timeout";
+/// The libpq options tokio-postgres understands, passed on to it as they are.
+const LIBPQ_OPTIONS: &[&str] = &[
+    "user",
+    "dbname",
+    "host",
+    "hostaddr",
+    "port",
+    "options",
+    "application_name",
+    "target_session_attrs",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "channel_binding",
+    "load_balance_hosts",
+];
 
 impl PgOptions {
     pub fn parse(url: &str) -> StoreResult<Self> {
@@ -105,7 +123,13 @@ impl PgOptions {
                 }
                 "sslrootcert" => options.root_certificates = Some(value.to_string()),
                 "password" => return Err(invalid("put the password in the URL's user part or in $PGPASSWORD".into())),
-                _ => passed_on.push(pair),
+                known if LIBPQ_OPTIONS.contains(&known) => passed_on.push(pair),
+                unknown => {
+                    return Err(invalid(format!(
+                        "unknown option {unknown:?}; autocomp's own: {OWN_OPTIONS}; libpq's: {}",
+                        LIBPQ_OPTIONS.join(", ")
+                    )));
+                }
             }
         }
         let rebuilt = if passed_on.is_empty() { base.to_string() } else { format!("{base}?{}", passed_on.join("&")) };
