@@ -51,21 +51,9 @@ struct Config {
 
 impl Config {
     fn from_env() -> Self {
-        let bench = std::env::args().skip(1).any(|arg| arg == "--bench");
-        if !bench {
-            return Self { scale: 0.005, smoke: true };
-        }
-        let scale = match std::env::var("AUTOCOMP_BENCH_SCALE") {
-            Ok(text) => match text.trim().parse::<f64>() {
-                Ok(scale) if scale.is_finite() && scale > 0.0 => scale,
-                _ => {
-                    eprintln!("AUTOCOMP_BENCH_SCALE={text:?} is not a positive number; using 1");
-                    1.0
-                }
-            },
-            Err(_) => 1.0,
-        };
-        Self { scale, smoke: false }
+        let autocomp_test_servers::bench::BenchScale { scale, smoke } =
+            autocomp_test_servers::bench::BenchScale::from_env(0.005);
+        Self { scale, smoke }
     }
 
     fn count(&self, base: f64, min: usize) -> usize {

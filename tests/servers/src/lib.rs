@@ -5,10 +5,13 @@
 //! crash, restart and failover tests ([`Postgres::start`], [`Postgres::standby`]), or one per
 //! test process for suites that only need a fresh database each ([`shared`]).
 //!
+//! [`bench`]: how a benchmark binary reads its scale (`AUTOCOMP_BENCH_SCALE`, smoke runs).
+//!
 //! Nothing here is ever a skip: without the server installed the calling test fails, naming
 //! the install command (`.ci/run` installs it). This crate depends on no autocomp crate, so
 //! any crate of the workspace can take it as a dev-dependency.
 
+pub mod bench;
 pub mod postgres;
 
 pub use postgres::{Options, Postgres, shared};
