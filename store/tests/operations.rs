@@ -683,14 +683,16 @@ async fn wait_for_change_wakes_when_the_store_moves_and_times_out_when_not(f: Fi
     assert_eq!(quiet, head, "nothing changed: the head as it was");
     assert!(started.elapsed() >= std::time::Duration::from_millis(250), "it waited out its timeout");
 
+    let (waiting, started) = tokio::sync::oneshot::channel();
     let waiter = {
         let store = Arc::clone(&f.store);
         tokio::spawn(async move {
+            let _ = waiting.send(());
             let answer = store.wait_for_change(head, std::time::Duration::from_secs(20)).await.unwrap();
             (answer, std::time::Instant::now())
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await; // let it park first
+    started.await.unwrap(); // the waiter is under way: it can only answer once the head moves
     let event = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
     let appended = std::time::Instant::now();
     let (answer, woke) = waiter.await.unwrap();

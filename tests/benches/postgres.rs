@@ -470,11 +470,15 @@ struct Followed {
 
 /// A change-feed follower, as the sboi service runs one: read a page, and when the feed is
 /// exhausted, long-poll for the next change. Returns its counts and its final cursor.
-async fn follow(store: PgStore, stop: Arc<AtomicBool>) -> (Followed, Seq) {
+async fn follow(store: PgStore, stop: Arc<AtomicBool>, looping: tokio::sync::oneshot::Sender<()>) -> (Followed, Seq) {
     let mut followed = Followed::default();
     let mut cursor = store.head().await.expect("head");
+    let mut looping = Some(looping);
     while !stop.load(Ordering::Relaxed) {
         let page = store.changes(cursor, FEED_PAGE).await.expect("changes");
+        if let Some(looping) = looping.take() {
+            let _ = looping.send(());
+        }
         followed.loops += 1;
         followed.changes += page.changes.len() as u64;
         cursor = page.next;
@@ -819,16 +823,24 @@ async fn bench(config: Config) {
         let follower = with_follower.then(|| {
             let stop = Arc::new(AtomicBool::new(false));
             let url = format!("{}?pool_size=2", pg.url("appends"));
+            let (looping, started) = tokio::sync::oneshot::channel();
             let task = tokio::spawn({
                 let stop = Arc::clone(&stop);
-                async move { follow(open_pg(&url).await, stop).await }
+                async move { follow(open_pg(&url).await, stop, looping).await }
             });
-            (stop, task)
+            (stop, task, started)
         });
-        if follower.is_some() {
-            // Let the follower reach its steady loop first.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let follower = match follower {
+            // The follower must be in its steady loop before the appends start.
+            Some((stop, task, started)) => {
+                tokio::time::timeout(Duration::from_secs(30), started)
+                    .await
+                    .expect("the follower reads the feed within 30 s")
+                    .expect("the follower is running");
+                Some((stop, task))
+            }
+            None => None,
+        };
         let head = pg_store.head().await.expect("head");
         let cpu = Cpu::start(&pg);
         let measured =
