@@ -267,24 +267,21 @@ impl PgStore {
 
     /// The horizon of the change feed: every seq up to it is committed or gone for good.
     async fn horizon(&self) -> StoreResult<Seq> {
-        self.run("head", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                let statement = prepare(client, "SELECT autocomp_horizon()").await?;
-                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
-                Ok(Seq(row.get(0)))
-            })
-        })
-        .await
+        self.read_number("head", "SELECT autocomp_horizon()").await.map(Seq)
     }
 
     /// The newest seq handed out, committed or not: a cheap "has anything happened?".
     async fn latest_seq_taken(&self) -> StoreResult<Seq> {
-        self.run("head", Retry::Safe, |client, _| {
+        self.read_number("head", "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM store_seq").await.map(Seq)
+    }
+
+    /// A statement without parameters that answers one number.
+    async fn read_number(&self, operation: &str, sql: &'static str) -> StoreResult<i64> {
+        self.run(operation, Retry::Safe, |client, _| {
             Box::pin(async move {
-                let statement =
-                    prepare(client, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM store_seq").await?;
+                let statement = prepare(client, sql).await?;
                 let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
-                Ok(Seq(row.get(0)))
+                Ok(row.get(0))
             })
         })
         .await
@@ -755,14 +752,8 @@ impl ObjectStore for PgStore {
     }
 
     async fn count_batches(&self) -> StoreResult<u64> {
-        self.run("count_batches", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                let statement = prepare(client, "SELECT COUNT(*) FROM batches").await?;
-                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
-                Ok(row.get::<_, i64>(0).max(0) as u64)
-            })
-        })
-        .await
+        let count = self.read_number("count_batches", "SELECT COUNT(*) FROM batches").await?;
+        Ok(count.max(0) as u64)
     }
 }
 
@@ -811,13 +802,13 @@ impl PgStore {
     /// One group, one call; retried whole (every append carries a key, so a retry after a
     /// lost answer finds what the first attempt recorded).
     async fn append_group(&self, group: &[PendingAppend]) -> Vec<StoreResult<Recorded>> {
-        let column = |f: &dyn Fn(&PendingAppend) -> Option<String>| group.iter().map(f).collect::<Vec<_>>();
-        let batches = column(&|p| Some(p.batch.as_str().to_string()));
-        let types = column(&|p| Some(p.event.event_type.as_str().to_string()));
-        let outcomes = column(&|p| Some(p.event.outcome.as_str().to_string()));
-        let agents = column(&|p| Some(p.event.agent.as_str().to_string()));
-        let components = column(&|p| p.event.run.as_ref().map(|r| r.component.as_str().to_string()));
-        let keys = column(&|p| p.event.idempotency_key.as_ref().map(|k| k.as_str().to_string()));
+        let column = |f: &dyn Fn(&PendingAppend) -> Option<&str>| group.iter().map(f).collect::<Vec<_>>();
+        let batches = column(&|p| Some(p.batch.as_str()));
+        let types = column(&|p| Some(p.event.event_type.as_str()));
+        let outcomes = column(&|p| Some(p.event.outcome.as_str()));
+        let agents = column(&|p| Some(p.event.agent.as_str()));
+        let components = column(&|p| p.event.run.as_ref().map(|r| r.component.as_str()));
+        let keys = column(&|p| p.event.idempotency_key.as_ref().map(IdempotencyKey::as_str));
         let details: Vec<&Value> = group.iter().map(|p| &p.event.details).collect();
         let generations: Vec<Option<i64>> = group.iter().map(|p| p.event.run.as_ref().map(|r| r.generation)).collect();
         let resets: Vec<Option<Value>> = group.iter().map(|p| optional_json(&p.event.resets)).collect();
