@@ -9,7 +9,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::model::{Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, Run, RunHolder, Seq};
+use crate::model::{
+    Agent, Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord, RegisteredComponent, Run,
+    RunHolder, Seq,
+};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -188,6 +191,34 @@ pub trait ObjectStore: Send + Sync {
     async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
         let _ = (id, priority, event);
         Err(StoreError::Unavailable("this store adapter does not support prioritize".into()))
+    }
+
+    /// Records a component's pass in the component registry, stamped with the store's clock:
+    /// the descriptor is written only when it differs from the one held, the host's record
+    /// (last seen, last pass start or end, outcome) always. A retired component that runs
+    /// again is back in the pipeline. Refused as a `Conflict` when another component in the
+    /// pipeline (not retired) already records the same event type.
+    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
+        let _ = pass;
+        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
+    }
+
+    /// Every component in the registry, retired ones included, by name.
+    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
+        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
+    }
+
+    /// An operator's `pipeline forget`: marks the component retired (by whom, why) and
+    /// returns it. Unknown names are `Invalid` naming the component; retiring a retired
+    /// component again is a `Conflict` saying when and by whom it was retired.
+    async fn retire_component(
+        &self,
+        name: &ComponentName,
+        by: &Agent,
+        reason: &str,
+    ) -> StoreResult<RegisteredComponent> {
+        let _ = (name, by, reason);
+        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
     }
 
     /// How many batches the store holds (the default pages through `list_batches`).

@@ -74,6 +74,20 @@ impl Batch {
     pub fn open_run(&self, component: &ComponentName) -> Option<&Run> {
         self.open_runs.iter().find(|run| &run.component == component)
     }
+
+    /// The structured result an earlier step recorded (the `result` of the effective event
+    /// of `event_type`), typed. `None` when the type has no effective event or the event
+    /// carries no result; an error naming the type when the result does not fit `T`.
+    pub fn result<T: serde::de::DeserializeOwned>(&self, event_type: &str) -> Result<Option<T>, InvalidInput> {
+        let wanted = EventType::new(event_type)?;
+        let view = self.effective();
+        let Some(value) = view.get(&wanted).and_then(|e| e.details.get(crate::model::RESULT_KEY)) else {
+            return Ok(None);
+        };
+        T::deserialize(value).map(Some).map_err(|e| {
+            InvalidInput::new(format!("result of {event_type}"), value.to_string(), format!("does not fit: {e}"))
+        })
+    }
 }
 
 /// One recorded event. Never changed or deleted once the store acknowledged it.

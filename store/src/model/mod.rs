@@ -6,6 +6,7 @@ mod batch;
 pub mod duration_text;
 mod effective;
 mod names;
+mod registry;
 mod report;
 mod time;
 mod trigger;
@@ -14,9 +15,13 @@ pub(crate) use batch::check_object;
 pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use effective::EffectiveView;
 pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput};
-pub use report::{Failure, Report};
+pub use registry::{
+    ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
+    Retirement,
+};
+pub use report::{Failure, RESULT_KEY, Report};
 pub use time::{Seq, Timestamp};
-pub use trigger::{Clause, Trigger, order_key};
+pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
 
 /// The largest `details` or `metadata` document the store accepts, serialized.
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;

@@ -9,7 +9,8 @@ use super::Outcome;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
-    /// What failed, e.g. a file path inside the batch.
+    /// What failed, e.g. a file path inside the batch; empty when the batch as a whole failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reference: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -36,7 +37,14 @@ pub struct Report {
     pub cancelled: bool,
     #[serde(default, skip_serializing_if = "is_false")]
     pub skipped: bool,
+    /// The component's structured result (any JSON value), under the details key `result`;
+    /// later components read it typed with `Batch::result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
 }
+
+/// The details key a component's structured result is recorded under.
+pub const RESULT_KEY: &str = "result";
 
 fn is_false(flag: &bool) -> bool {
     !flag
@@ -55,6 +63,7 @@ impl Report {
             timed_out: false,
             cancelled: false,
             skipped: false,
+            result: None,
         }
     }
 

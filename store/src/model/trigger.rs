@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, BatchId, BatchType, EffectiveView, Event, EventType, Outcome, Timestamp};
+use super::{Batch, BatchId, BatchType, EffectiveView, Event, EventType, InvalidInput, Outcome, Timestamp};
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +86,109 @@ impl Trigger {
     }
 }
 
+impl Trigger {
+    /// Builds a trigger from names written in code:
+    /// `Trigger::builder().requires("Data_Received").blocked_by("Checksums_Verified").build()`.
+    pub fn builder() -> TriggerBuilder {
+        TriggerBuilder::default()
+    }
+}
+
+/// Builds a `Trigger` from event type names (see `Trigger::builder`). Meant for the names a
+/// component fixes in its code; configs override clauses in `[trigger]` instead.
+#[derive(Debug, Clone, Default)]
+pub struct TriggerBuilder {
+    trigger: Trigger,
+    invalid: Option<InvalidInput>,
+}
+
+impl TriggerBuilder {
+    fn types(mut self, names: &[&str], field: &str, pick: impl Fn(&mut Trigger) -> &mut Vec<EventType>) -> Self {
+        for name in names {
+            match EventType::new(*name) {
+                Ok(t) => pick(&mut self.trigger).push(t),
+                Err(e) => {
+                    let e = InvalidInput::new(format!("trigger {field}"), *name, e.reason);
+                    self.invalid.get_or_insert(e);
+                }
+            }
+        }
+        self
+    }
+
+    /// Each type's effective event must exist and have succeeded.
+    pub fn requires(self, types: impl TypeNames) -> Self {
+        self.types(&types.names(), "requires", |t| &mut t.requires)
+    }
+
+    /// None of these types may have an effective event (a component lists its own type, so
+    /// it works on a batch once; its transient failures are retried after `retry_backoff`).
+    pub fn blocked_by(self, types: impl TypeNames) -> Self {
+        self.types(&types.names(), "blocked_by", |t| &mut t.blocked_by)
+    }
+
+    /// Work again whenever the batch's content changed after this type's effective event.
+    pub fn repeat_on_change(self, types: impl TypeNames) -> Self {
+        self.types(&types.names(), "repeat_on_change", |t| &mut t.repeat_on_change)
+    }
+
+    /// Only batches of these types.
+    pub fn batch_types(mut self, types: &[&str]) -> Self {
+        for name in types {
+            match BatchType::new(*name) {
+                Ok(t) => self.trigger.types.push(t),
+                Err(e) => {
+                    self.invalid.get_or_insert(InvalidInput::new("trigger types", *name, e.reason));
+                }
+            }
+        }
+        self
+    }
+
+    /// Only batches quiet (no content change, no event) for at least this long.
+    pub fn settled_for(mut self, quiet: Duration) -> Self {
+        self.trigger.settled_for = Some(quiet);
+        self
+    }
+
+    /// The trigger, or the first invalid name with the clause it was given to.
+    pub fn try_build(self) -> Result<Trigger, InvalidInput> {
+        match self.invalid {
+            Some(e) => Err(e),
+            None => Ok(self.trigger),
+        }
+    }
+
+    /// The trigger. Panics naming the clause and the value if a name is invalid: the names
+    /// are constants in the component's code, so its first run (or its unit test) shows it.
+    pub fn build(self) -> Trigger {
+        self.try_build().unwrap_or_else(|e| panic!("invalid trigger in the component's code: {e}"))
+    }
+}
+
+/// One event type name or several: `"A"`, `["A", "B"]`, `&["A"][..]`.
+pub trait TypeNames {
+    fn names(&self) -> Vec<&str>;
+}
+
+impl TypeNames for &str {
+    fn names(&self) -> Vec<&str> {
+        vec![self]
+    }
+}
+
+impl<const N: usize> TypeNames for [&str; N] {
+    fn names(&self) -> Vec<&str> {
+        self.to_vec()
+    }
+}
+
+impl TypeNames for &[&str] {
+    fn names(&self) -> Vec<&str> {
+        self.to_vec()
+    }
+}
+
 /// Trigger order: priority descending, then oldest `created_seq` first (unique per batch).
 pub fn order_key(batch: &Batch) -> (Reverse<i32>, i64) {
     (Reverse(batch.priority), batch.created_seq.0)
@@ -127,6 +230,34 @@ impl Clause<'_> {
     /// Whether the clause holds for the batch at store time `now`.
     pub fn holds(&self, batch: &Batch, now: Timestamp) -> bool {
         self.holds_in(batch, &OnceCell::new(), now)
+    }
+
+    /// Why the clause does not hold, naming its type and what the batch holds:
+    /// `requires Checksums_Verified: its effective event is a failure, seq 812`.
+    pub fn why_not(&self, batch: &Batch, now: Timestamp) -> String {
+        let view = batch.effective();
+        let state = |t: &EventType| match view.get(t) {
+            None => format!("the batch has no effective {t} event"),
+            Some(e) if e.is_transient_failure() => format!("its effective event is a transient failure, seq {}", e.seq),
+            Some(e) => format!("its effective event is a {}, seq {}", e.outcome.as_str(), e.seq),
+        };
+        let reason = match *self {
+            Clause::Types(_) => format!("the batch is of type {}", batch.batch_type),
+            Clause::Batches(_) => format!("the batch is {}", batch.id),
+            Clause::Requires(t) | Clause::BlockedBy(t) | Clause::TransientlyFailed(t) => state(t),
+            Clause::RepeatOnChange(t) => match view.get(t) {
+                Some(e) => format!(
+                    "its effective event (seq {}) is newer than the last content change (seq {})",
+                    e.seq, batch.modified_seq
+                ),
+                None => state(t),
+            },
+            Clause::SettledFor(_) => format!(
+                "the last activity was {} ago",
+                humantime::format_duration(Duration::from_secs(now.since(batch.last_activity_at()).as_secs()))
+            ),
+        };
+        format!("{self}: {reason}")
     }
 
     /// The reference semantics of each clause. The effective view is computed

@@ -1,0 +1,429 @@
+//! The pipeline as data: what each component is (its descriptor, as its own binary last
+//! described it) and when each host last ran it. The registry is how the CLI, the services
+//! and the monitor know the pipeline without any component's config file. It also owns the
+//! one readiness rule every reader shares: a component's trigger, or the retry of its own
+//! transient failure, and the state a batch is in for a component.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Agent, Batch, ComponentName, Event, EventType, InvalidInput, Outcome, Timestamp, Trigger, duration_text};
+
+/// Longest `version` and `host` accepted in the registry.
+pub const MAX_LABEL_CHARS: usize = 255;
+
+/// A component as its binary describes itself at a pass: its trigger after the config's
+/// overrides, and the settings that decide when a batch is ready or given up on. Unknown
+/// fields are ignored when read, so an older release can read what a newer one recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentDescriptor {
+    pub name: ComponentName,
+    pub version: String,
+    pub event_type: EventType,
+    pub trigger: Trigger,
+    /// Failed attempts (abandoned or transient) after which the next claim gives up.
+    pub max_attempts: u32,
+    /// How long a transient failure waits before it is retried.
+    #[serde(with = "duration_text")]
+    pub retry_backoff: Duration,
+    /// Batches claimed per pass.
+    pub queue_size: usize,
+    /// Longest a batch's work may take.
+    #[serde(with = "duration_text")]
+    pub max_runtime: Duration,
+}
+
+impl ComponentDescriptor {
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_label("version", &self.version)?;
+        if self.max_attempts == 0 {
+            return Err(InvalidInput::new("max_attempts", "0", "must be at least 1"));
+        }
+        if self.queue_size == 0 {
+            return Err(InvalidInput::new("queue_size", "0", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The trigger under which a transient failure of the component's own type is retried:
+    /// the main trigger without that `blocked_by`, wanting the transient failure, settled for
+    /// `retry_backoff`. `None` when the component is not blocked by its own type (then a
+    /// failure is never "retried": the component simply runs again when its trigger holds).
+    pub fn retry_trigger(&self) -> Option<Trigger> {
+        let own = &self.event_type;
+        let trigger = &self.trigger;
+        trigger.blocked_by.contains(own).then(|| Trigger {
+            blocked_by: trigger.blocked_by.iter().filter(|t| *t != own).cloned().collect(),
+            transiently_failed: vec![own.clone()],
+            settled_for: Some(trigger.settled_for.unwrap_or_default().max(self.retry_backoff)),
+            ..trigger.clone()
+        })
+    }
+
+    /// Whether a pass would work on the batch as read: its trigger holds, or the retry of its
+    /// own transient failure is due. Otherwise why not, naming the clause, the type and what
+    /// the batch holds (`requires Checksums_Verified: its effective event is a failure, seq 812`).
+    pub fn readiness(&self, batch: &Batch) -> Result<(), NotReady> {
+        let Some(clause) = self.trigger.clauses().find(|clause| !clause.holds(batch, batch.as_of)) else {
+            return Ok(());
+        };
+        if let Some(retry) = self.retry_trigger() {
+            if retry.matches(batch) {
+                return Ok(());
+            }
+            if let Some(failure) = self.own_transient_failure(batch) {
+                return Err(NotReady {
+                    clause: "retry_backoff",
+                    reason: format!(
+                        "its transient failure (seq {}) is retried once the batch has been quiet for {} \
+                         (retry_backoff)",
+                        failure.seq,
+                        humantime::format_duration(retry.settled_for.unwrap_or_default())
+                    ),
+                    retrying: true,
+                });
+            }
+        }
+        Err(NotReady { clause: clause.name(), reason: clause.why_not(batch, batch.as_of), retrying: false })
+    }
+
+    /// The component's own effective event if it is a transient failure.
+    fn own_transient_failure<'b>(&self, batch: &'b Batch) -> Option<&'b Event> {
+        let view = batch.effective();
+        view.get(&self.event_type).filter(|e| e.is_transient_failure())
+    }
+
+    /// Where the batch stands for this component.
+    pub fn state_of(&self, batch: &Batch) -> ComponentState {
+        if batch.open_run(&self.name).is_some() {
+            return ComponentState::Working;
+        }
+        let view = batch.effective();
+        match view.get(&self.event_type) {
+            Some(event) if event.outcome == Outcome::Success => ComponentState::Success,
+            Some(event) if event.is_transient_failure() && self.retry_trigger().is_some() => {
+                match self.readiness(batch) {
+                    Ok(()) => ComponentState::Ready,
+                    Err(_) => ComponentState::Retrying,
+                }
+            }
+            Some(_) if self.readiness(batch).is_ok() => ComponentState::Ready,
+            Some(_) => ComponentState::Failed,
+            None if self.readiness(batch).is_ok() => ComponentState::Ready,
+            None => ComponentState::Waiting,
+        }
+    }
+}
+
+/// Why a batch is not ready for a component (see `ComponentDescriptor::readiness`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotReady {
+    /// The clause as named in a `[trigger]` (or `retry_backoff`).
+    pub clause: &'static str,
+    /// The clause with its type and what the batch holds.
+    pub reason: String,
+    /// A transient failure waiting out its backoff.
+    pub retrying: bool,
+}
+
+impl fmt::Display for NotReady {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// Where a batch stands for one component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentState {
+    /// Its effective event succeeded.
+    Success,
+    /// Its effective event is a failure that stays until an operator reruns it.
+    Failed,
+    /// A transient failure waiting out `retry_backoff`; the component retries it by itself.
+    Retrying,
+    /// A run is open (a component is working on it).
+    Working,
+    /// A pass would work on it now.
+    Ready,
+    /// Anything else: what it requires has not happened yet.
+    Waiting,
+}
+
+impl ComponentState {
+    pub const ALL: [ComponentState; 6] = [
+        ComponentState::Ready,
+        ComponentState::Waiting,
+        ComponentState::Working,
+        ComponentState::Retrying,
+        ComponentState::Failed,
+        ComponentState::Success,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComponentState::Success => "success",
+            ComponentState::Failed => "failed",
+            ComponentState::Retrying => "retrying",
+            ComponentState::Working => "working",
+            ComponentState::Ready => "ready",
+            ComponentState::Waiting => "waiting",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| {
+            InvalidInput::new("state", text, "expected ready, waiting, working, retrying, failed or success")
+        })
+    }
+}
+
+impl fmt::Display for ComponentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// How a pass ended, as the registry shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassOutcome {
+    /// Nothing was ready.
+    Idle,
+    /// Every batch it worked on was recorded as a success.
+    Ok,
+    /// At least one batch was recorded as a failure (or refused, or not ready when asked for).
+    Failed,
+    /// The pass could not finish: lock service lost, store unreachable, a timeout.
+    Error,
+}
+
+impl PassOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassOutcome::Idle => "idle",
+            PassOutcome::Ok => "ok",
+            PassOutcome::Failed => "failed",
+            PassOutcome::Error => "error",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, InvalidInput> {
+        [PassOutcome::Idle, PassOutcome::Ok, PassOutcome::Failed, PassOutcome::Error]
+            .into_iter()
+            .find(|o| o.as_str() == text)
+            .ok_or_else(|| InvalidInput::new("pass outcome", text, "expected idle, ok, failed or error"))
+    }
+}
+
+/// One report of a component's pass to the registry. `Started` is sent only by a pass that
+/// claimed work (so `pipeline` shows it running); every pass sends `Ended`, an idle one only
+/// that: one small write per cron start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassRecord {
+    pub descriptor: ComponentDescriptor,
+    pub host: String,
+    pub phase: PassPhase,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum PassPhase {
+    /// The pass claimed batches and is working on them.
+    Started,
+    /// The pass is over; it began `duration_ms` before the store received this.
+    Ended { outcome: PassOutcome, summary: String, duration_ms: u64 },
+}
+
+impl PassRecord {
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        self.descriptor.validate()?;
+        check_label("host", &self.host)?;
+        if let PassPhase::Ended { summary, .. } = &self.phase
+            && summary.chars().count() > 2_000
+        {
+            return Err(InvalidInput::new("pass summary", summary, "at most 2000 characters"));
+        }
+        Ok(())
+    }
+}
+
+/// One host's record of running a component, in store time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRecord {
+    pub host: String,
+    /// The version that host last ran.
+    pub version: String,
+    /// The last time the host reported any pass.
+    pub last_seen: Timestamp,
+    pub pass_started_at: Option<Timestamp>,
+    pub pass_ended_at: Option<Timestamp>,
+    pub outcome: Option<PassOutcome>,
+    #[serde(default)]
+    pub summary: String,
+    pub duration_ms: Option<u64>,
+}
+
+impl HostRecord {
+    /// A pass started and not yet ended (or its process died before it could say so).
+    pub fn running(&self) -> bool {
+        match (self.pass_started_at, self.pass_ended_at) {
+            (Some(started), Some(ended)) => started > ended,
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+}
+
+/// An operator's `pipeline forget`: the component is no longer part of the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retirement {
+    pub at: Timestamp,
+    pub by: Agent,
+    pub reason: String,
+}
+
+/// A component in the registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisteredComponent {
+    /// As its newest pass described it.
+    pub descriptor: ComponentDescriptor,
+    /// Its first pass.
+    pub registered_at: Timestamp,
+    /// When the descriptor last changed (a new version, trigger or setting).
+    pub changed_at: Timestamp,
+    /// Hosts that ran it, by name.
+    pub hosts: Vec<HostRecord>,
+    /// Set by `pipeline forget`; cleared when it runs again.
+    pub retired: Option<Retirement>,
+}
+
+impl RegisteredComponent {
+    pub fn name(&self) -> &ComponentName {
+        &self.descriptor.name
+    }
+
+    /// The newest pass report from any host.
+    pub fn last_seen(&self) -> Option<Timestamp> {
+        self.hosts.iter().map(|h| h.last_seen).max()
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.is_some()
+    }
+}
+
+fn check_label(field: &str, value: &str) -> Result<(), InvalidInput> {
+    let printable = value.chars().all(|c| !c.is_control());
+    if value.is_empty() || value.chars().count() > MAX_LABEL_CHARS || !printable {
+        return Err(InvalidInput::new(field, value, "must be 1-255 printable characters"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::model::{BatchId, BatchType, RunRef, Seq};
+
+    fn ty(name: &str) -> EventType {
+        EventType::new(name).unwrap()
+    }
+
+    fn descriptor() -> ComponentDescriptor {
+        ComponentDescriptor {
+            name: ComponentName::new("page-counter").unwrap(),
+            version: "1.0.0".into(),
+            event_type: ty("Pages_Counted"),
+            trigger: Trigger::builder().requires("Checksums_Verified").blocked_by("Pages_Counted").build(),
+            max_attempts: 3,
+            retry_backoff: Duration::from_secs(300),
+            queue_size: 10,
+            max_runtime: Duration::from_secs(3600),
+        }
+    }
+
+    fn event(seq: i64, kind: &str, outcome: Outcome, details: serde_json::Value, at: i64) -> Event {
+        Event {
+            seq: Seq(seq),
+            batch_id: BatchId::new("B1").unwrap(),
+            event_type: ty(kind),
+            outcome,
+            agent: Agent::new("test").unwrap(),
+            at: Timestamp(at),
+            details,
+            run: None::<RunRef>,
+            resets: Vec::new(),
+        }
+    }
+
+    fn batch(events: Vec<Event>, now: i64) -> Batch {
+        Batch {
+            id: BatchId::new("B1").unwrap(),
+            batch_type: BatchType::new("RoundTrip").unwrap(),
+            priority: 0,
+            metadata: Map::new(),
+            created_seq: Seq(1),
+            modified_seq: Seq(1),
+            changed_seq: Seq(1),
+            created_at: Timestamp(0),
+            modified_at: Timestamp(0),
+            events,
+            open_runs: Vec::new(),
+            as_of: Timestamp(now),
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_clause_the_type_and_its_effective_state() {
+        let d = descriptor();
+        let failed = batch(vec![event(812, "Checksums_Verified", Outcome::Failure, json!({}), 0)], 1_000);
+        let refusal = d.readiness(&failed).unwrap_err();
+        assert_eq!(refusal.clause, "requires");
+        assert_eq!(refusal.reason, "requires Checksums_Verified: its effective event is a failure, seq 812");
+        assert_eq!(d.state_of(&failed), ComponentState::Waiting);
+        let nothing = batch(vec![], 1_000);
+        assert_eq!(
+            d.readiness(&nothing).unwrap_err().reason,
+            "requires Checksums_Verified: the batch has no effective Checksums_Verified event"
+        );
+    }
+
+    #[test]
+    fn a_transient_failure_is_retrying_until_its_backoff_is_over() {
+        let d = descriptor();
+        let events = vec![
+            event(2, "Checksums_Verified", Outcome::Success, json!({}), 0),
+            event(3, "Pages_Counted", Outcome::Failure, json!({"transient": true}), 1_000),
+        ];
+        let waiting = batch(events.clone(), 1_000 + 299_000);
+        assert_eq!(d.state_of(&waiting), ComponentState::Retrying);
+        let refusal = d.readiness(&waiting).unwrap_err();
+        assert!(refusal.retrying && refusal.reason.contains("seq 3"), "{refusal}");
+        let due = batch(events, 1_000 + 300_000);
+        assert_eq!(d.state_of(&due), ComponentState::Ready);
+        let permanent = batch(
+            vec![
+                event(2, "Checksums_Verified", Outcome::Success, json!({}), 0),
+                event(3, "Pages_Counted", Outcome::Failure, json!({}), 0),
+            ],
+            1_000_000,
+        );
+        assert_eq!(d.state_of(&permanent), ComponentState::Failed);
+    }
+
+    #[test]
+    fn descriptors_round_trip_and_ignore_fields_a_newer_release_added() {
+        let d = descriptor();
+        let mut json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["retry_backoff"], "5m");
+        assert_eq!(serde_json::from_value::<ComponentDescriptor>(json.clone()).unwrap(), d);
+        json["added_later"] = json!(true);
+        assert_eq!(serde_json::from_value::<ComponentDescriptor>(json).unwrap(), d);
+    }
+}
