@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use autocomp_store::{Batch, BatchId, ComponentName, Failure, ObjectStore, Report, Trigger};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -27,6 +28,15 @@ pub trait Component: Send + Sync + 'static {
     fn work(&self, batch: &Batch, settings: &Self::Settings, context: &mut WorkContext) -> Result<(), WorkError>;
 }
 
+/// Why `work` did not finish. How each is recorded:
+///
+/// | error | recorded as |
+/// |---|---|
+/// | `Permanent` | a failure; the batch waits for an operator's rerun |
+/// | `Transient` | a failure flagged `transient`, retried after `retry_backoff` until `max_attempts` |
+/// | `Cancelled` | nothing when the runner cancelled the work (timeout, shutdown, an operator's cancel: the runner records or releases); a failure otherwise |
+///
+/// I/O errors carry their path and are classified by kind: see [`WorkError::io`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkError {
     /// Retrying will not help: recorded as a failure.
@@ -36,6 +46,9 @@ pub enum WorkError {
     /// `transient`, and the batch is retried after the backoff until `max_attempts`.
     #[error("{0}")]
     Transient(String),
+    /// The work stopped because [`WorkContext::is_cancelled`] said so.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
 }
 
 impl WorkError {
@@ -46,14 +59,70 @@ impl WorkError {
     pub fn transient(message: impl Into<String>) -> Self {
         WorkError::Transient(message.into())
     }
-}
 
-impl From<std::io::Error> for WorkError {
-    /// I/O errors are transient by default: disks and shares come back.
-    fn from(error: std::io::Error) -> Self {
-        WorkError::Transient(error.to_string())
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        WorkError::Cancelled(message.into())
+    }
+
+    /// An I/O error on `path`, its message naming the path, classified by its kind:
+    ///
+    /// - **permanent** (retrying the same batch gives the same answer): not found, permission
+    ///   denied, invalid data or input, already exists, not a directory, is a directory,
+    ///   read-only file system, file too large, unexpected end of file, unsupported;
+    /// - **transient** (disks, mounts and shares come back): interrupted, timed out, would
+    ///   block, connection refused/reset/aborted, not connected, broken pipe, storage full,
+    ///   quota exceeded, resource busy, stale network file handle, network or host
+    ///   unreachable, and any kind not listed here.
+    pub fn io(path: impl AsRef<Path>, error: std::io::Error) -> Self {
+        let message = format!("{}: {error}", path.as_ref().display());
+        if is_permanent(error.kind()) { WorkError::Permanent(message) } else { WorkError::Transient(message) }
     }
 }
+
+fn is_permanent(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        kind,
+        NotFound
+            | PermissionDenied
+            | InvalidData
+            | InvalidInput
+            | AlreadyExists
+            | NotADirectory
+            | IsADirectory
+            | DirectoryNotEmpty
+            | ReadOnlyFilesystem
+            | FileTooLarge
+            | InvalidFilename
+            | TooManyLinks
+            | UnexpectedEof
+            | Unsupported
+    )
+}
+
+/// `.with_path(&path)?` on an `io::Result`: the error names the path and is classified by
+/// kind (see [`WorkError::io`]).
+pub trait IoResultExt<T> {
+    fn with_path(self, path: impl AsRef<Path>) -> Result<T, WorkError>;
+}
+
+impl<T> IoResultExt<T> for std::io::Result<T> {
+    fn with_path(self, path: impl AsRef<Path>) -> Result<T, WorkError> {
+        self.map_err(|e| WorkError::io(path, e))
+    }
+}
+
+/// A result that does not fit an earlier step's type is permanent: the same batch gives the
+/// same answer next time.
+impl From<autocomp_store::InvalidInput> for WorkError {
+    fn from(error: autocomp_store::InvalidInput) -> Self {
+        WorkError::Permanent(error.to_string())
+    }
+}
+
+/// Largest structured result, serialized: half the store's document limit, leaving the
+/// rest of the event's report room.
+pub const MAX_RESULT_BYTES: usize = autocomp_store::MAX_DOCUMENT_BYTES / 2;
 
 /// Saves checkpoints for one run, fenced by its generation.
 #[derive(Clone)]
@@ -104,6 +173,35 @@ impl WorkContext {
     /// Where the batch's files are (metadata `location`, set by `batch-trigger`).
     pub fn location(&self) -> Result<&Path, WorkError> {
         self.location.as_deref().ok_or_else(|| WorkError::permanent("the batch has no `location` in its metadata"))
+    }
+
+    /// Records that the batch as a whole failed (no file or part to name): the outcome
+    /// becomes a failure, with this kind and description in the report.
+    pub fn fail(&mut self, kind: impl Into<String>, description: impl Into<String>) {
+        self.add_failure(String::new(), kind, description, Value::Null);
+    }
+
+    /// Records the step's structured result (any serde value, e.g. `{"pages": 412}`), shown
+    /// by `autocomp show` and read, typed, by later components with `batch.result::<T>(type)`.
+    /// Replaces an earlier one. At most [`MAX_RESULT_BYTES`] serialized.
+    pub fn set_result<T: Serialize + ?Sized>(&mut self, result: &T) -> Result<(), WorkError> {
+        let value = serde_json::to_value(result)
+            .map_err(|e| WorkError::permanent(format!("the result cannot be recorded as JSON: {e}")))?;
+        let size = serde_json::to_vec(&value).map_or(usize::MAX, |bytes| bytes.len());
+        if size > MAX_RESULT_BYTES {
+            return Err(WorkError::permanent(format!(
+                "the result is {size} bytes serialized; at most {MAX_RESULT_BYTES} bytes fit in an event (half the \
+                 store's 1 MiB document limit)"
+            )));
+        }
+        self.report.result = Some(value);
+        Ok(())
+    }
+
+    /// `Err(WorkError::Cancelled)` once the run is cancelled: `context.check_cancelled()?`
+    /// between units of work.
+    pub fn check_cancelled(&self) -> Result<(), WorkError> {
+        if self.is_cancelled() { Err(WorkError::cancelled("the run was cancelled")) } else { Ok(()) }
     }
 
     /// Records one problem found; the report keeps the first `max_reported_failures`.

@@ -181,6 +181,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Write a new component crate (main.rs with a settings struct, a unit test) and its
+    /// config file; inside the autocomp workspace it is also added as a member.
+    New(autocomp_framework::scaffold::NewArgs),
     /// Run the example pipeline over sample BagIt deliveries on the embedded default (no
     /// servers), the way cron would, and show where every batch ended.
     Demo {
@@ -233,6 +236,9 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         autocomp_framework::demo::run(dir, *batches as usize).await?;
         return Ok(String::new());
     }
+    if let Command::New(args) = &cli.command {
+        return Ok(autocomp_framework::scaffold::run(args)?);
+    }
     let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
     let operator = Operator::new(&config_dir, overrides, cli.operator)?;
@@ -259,6 +265,6 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Ready { component, format } => operator.ready(&component).await?.render(format),
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
-        Command::Demo { .. } => String::new(),
+        Command::Demo { .. } | Command::New(_) => String::new(),
     })
 }

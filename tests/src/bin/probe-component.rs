@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use autocomp_framework::{Component, WorkContext, WorkError, cli};
+use autocomp_framework::{Component, IoResultExt, WorkContext, WorkError, cli};
 use autocomp_store::{Batch, EventType, Trigger};
 use serde::Deserialize;
 
@@ -71,7 +71,8 @@ impl Component for Probe {
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
         let start = now_ns();
         if let Some(dir) = &settings.started {
-            std::fs::write(dir.join(batch.id.as_str()), std::process::id().to_string())?;
+            let path = dir.join(batch.id.as_str());
+            std::fs::write(&path, std::process::id().to_string()).with_path(&path)?;
         }
         if let Some(gate) = &settings.wait_for {
             while !gate.exists() && !context.is_cancelled() {
@@ -106,8 +107,8 @@ impl Component for Probe {
         };
         if let Some(ledger) = &settings.ledger {
             let line = format!("{} {} {} {}\n", std::process::id(), batch.id, start, now_ns());
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(ledger)?;
-            file.write_all(line.as_bytes())?;
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(ledger).with_path(ledger)?;
+            file.write_all(line.as_bytes()).with_path(ledger)?;
         }
         result
     }
