@@ -1,11 +1,14 @@
 //! What every backend decides the same way around a write: which operator events are
 //! acceptable, when a retried append or create is the same request, how a metadata patch
-//! merges, what a cancellation records about the run it closed. Backends call these so the
-//! SQLite and PostgreSQL stores cannot drift apart in their answers.
+//! merges, what a cancellation records about the run it closed, and how the component
+//! registry refuses a pass or a retirement. Backends call these so the SQLite and
+//! PostgreSQL stores cannot drift apart in their answers.
 
 use serde_json::{Map, Value};
 
-use crate::model::{Batch, BatchId, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Run};
+use crate::model::{
+    Batch, BatchId, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Retirement, Run,
+};
 use crate::port::{StoreError, StoreResult};
 
 /// An operator's event, recorded beside another change in the same transaction: no Reset
@@ -132,6 +135,45 @@ pub(crate) fn merge_metadata(metadata: Value, patch: Map<String, Value>) -> Stor
     let metadata = Value::Object(metadata);
     crate::model::check_object("metadata", &metadata)?;
     Ok(metadata)
+}
+
+/// Longest reason an operator may give for retiring a component.
+pub(crate) const MAX_REASON_CHARS: usize = 2_000;
+
+/// A retirement's reason, trimmed: the operator's record of why, so it may not be empty.
+pub(crate) fn retirement_reason(reason: &str) -> StoreResult<String> {
+    let trimmed = reason.trim();
+    if trimmed.is_empty() {
+        return Err(InvalidInput::new("reason", reason, "must say why the component is retired").into());
+    }
+    if trimmed.chars().count() > MAX_REASON_CHARS {
+        return Err(InvalidInput::new("reason", reason, format!("at most {MAX_REASON_CHARS} characters")).into());
+    }
+    Ok(trimmed.to_string())
+}
+
+/// A pass whose event type another component in the pipeline already records. The usual
+/// cause is a renamed component whose old name is still registered, so the refusal says how
+/// to retire it.
+pub(crate) fn event_type_taken(event_type: &EventType, other: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "event type {event_type} is already recorded by component {other}; if that component was renamed, \
+         retire it with `autocomp pipeline forget {other} --reason ...`"
+    ))
+}
+
+/// A retirement of a component the registry does not hold, listing those it does.
+pub(crate) fn unknown_component(name: &ComponentName, known: &[String]) -> StoreError {
+    let known = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+    InvalidInput::new("component", name.as_str(), format!("not in the component registry (known: {known})")).into()
+}
+
+/// A retirement of a component that is retired already.
+pub(crate) fn retired_already(name: &ComponentName, retirement: &Retirement) -> StoreError {
+    StoreError::Conflict(format!(
+        "component {name} was already retired at {} by {}: {}",
+        retirement.at, retirement.by, retirement.reason
+    ))
 }
 
 /// A prefix that makes the idempotency keys one client process invents unique across
