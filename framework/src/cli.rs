@@ -182,11 +182,8 @@ async fn pass<C: Component>(runner: &Arc<Runner<C>>, selection: &Selection) -> R
     let summary = runner.run_pass(selection).await?;
     for result in &summary.results {
         match result {
-            crate::runner::BatchResult::NotReady { id, clause } => {
-                eprintln!(
-                    "{}: batch {id} is not ready: trigger clause `{clause}` does not hold (use --force to run it anyway)",
-                    runner.name()
-                )
+            crate::runner::BatchResult::NotReady { id, reason } => {
+                eprintln!("{}: batch {id} is not ready: {reason} (use --force to run it anyway)", runner.name())
             }
             crate::runner::BatchResult::Busy { id } => {
                 eprintln!("{}: batch {id} is locked by another worker", runner.name())

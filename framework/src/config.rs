@@ -74,8 +74,9 @@ impl Backends {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComponentConfig {
-    /// The event type the component records. Optional for the component itself (which
-    /// knows it); it lets the `autocomp` CLI and the demo know the pipeline from the files.
+    /// The event type the component records. Optional: the component knows it (and
+    /// registers it in the store); when given, a mismatch is a config error, which catches a
+    /// file copied to the wrong component.
     pub event_type: Option<String>,
     /// Batches worked on in parallel.
     pub max_threads: usize,
@@ -163,8 +164,10 @@ pub struct LoadedConfig {
     pub shared_file: PathBuf,
 }
 
-/// Reads `<dir>/<component>.toml` (or `explicit`) and `autocomp.toml` beside it. A missing
-/// component file means defaults; a file that is present must parse completely.
+/// Reads the component file (`explicit`, or `<config_dir>/<component>.toml`) and the
+/// backends from `<config_dir>/autocomp.toml`, wherever the component file is. A missing
+/// component file means defaults (unless named explicitly); a file that is present must
+/// parse completely.
 pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Result<LoadedConfig, ConfigError> {
     let file = explicit.map(Path::to_path_buf).unwrap_or_else(|| config_dir.join(format!("{component}.toml")));
     let component_config: ComponentConfig = match read_optional(&file, explicit.is_some())? {
@@ -172,8 +175,7 @@ pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Resu
         None => ComponentConfig::default(),
     };
     component_config.check(&file)?;
-    let shared_dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let shared_file = shared_dir.join(SHARED_FILE);
+    let shared_file = config_dir.join(SHARED_FILE);
     let backends = match read_optional(&shared_file, false)? {
         Some(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&shared_file, e.to_string()))?,
         None => Backends::default(),

@@ -13,7 +13,7 @@ use md5::Md5;
 use sha2::{Digest, Sha256};
 
 use crate::exit::RunError;
-use crate::status::{ComponentState, load_pipeline};
+use autocomp_store::{ComponentDescriptor, ComponentState};
 
 /// The component binaries in pipeline order, with the event type each records.
 const STEPS: [(&str, &str); 4] = [
@@ -84,7 +84,7 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
     }
     progress.finish_and_clear();
 
-    print_table(&store, &config_dir).await?;
+    print_table(&store).await?;
     println!();
     println!("Logs of every component run are in {}.", dir.join("logs").display());
     println!("Try next:");
@@ -170,8 +170,10 @@ async fn recorded_results(store: &SqliteStore) -> Result<usize, StoreError> {
         .sum())
 }
 
-async fn print_table(store: &SqliteStore, config_dir: &Path) -> Result<(), RunError> {
-    let pipeline = load_pipeline(config_dir)?;
+async fn print_table(store: &SqliteStore) -> Result<(), RunError> {
+    // The pipeline as the components' own passes registered it (no config file says it).
+    let pipeline: Vec<ComponentDescriptor> =
+        store.components().await?.into_iter().filter(|c| !c.is_retired()).map(|c| c.descriptor).collect();
     let ordered: Vec<_> =
         STEPS.iter().filter_map(|(name, _)| pipeline.iter().find(|step| step.name.as_str() == *name)).collect();
     let batches = all_batches(store).await?;
@@ -224,22 +226,22 @@ fn write_config(dir: &Path) -> std::io::Result<()> {
     std::fs::write(
         config.join("batch-trigger.toml"),
         format!(
-            "event_type = \"Data_Received\"\n\n[settings]\nincoming = \"{}\"\n# BagIt's tag manifest marks a finished delivery.\nsettle_for = \"0s\"\n",
+            "[settings]\nincoming = \"{}\"\n# BagIt's tag manifest marks a finished delivery.\nsettle_for = \"0s\"\n",
             path("incoming")
         ),
     )?;
     std::fs::write(
         config.join("checksum-verifier.toml"),
-        "event_type = \"Checksums_Verified\"\nmax_threads = 2\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"Checksums_Verified\"]\n",
+        "max_threads = 2\n",
     )?;
     std::fs::write(
         config.join("structure-checker.toml"),
-        "event_type = \"Structure_Checked\"\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"Structure_Checked\"]\n",
+        "# Every setting at its default: the component's own trigger decides.\n",
     )?;
     std::fs::write(
         config.join("archiver.toml"),
         format!(
-            "event_type = \"Data_Archived\"\n\n[trigger]\nrequires = [\"Checksums_Verified\", \"Structure_Checked\"]\nblocked_by = [\"Data_Archived\"]\n\n[settings]\narchive_root = \"{}\"\n",
+            "[settings]\narchive_root = \"{}\"\n",
             path("archive")
         ),
     )

@@ -15,7 +15,6 @@ pub mod locks;
 pub mod operator;
 pub mod runner;
 pub mod scaffold;
-pub mod status;
 pub mod testing;
 
 #[doc(inline)]

@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{
-    Agent, Batch, BatchId, Claim, ComponentName, EventType, IdempotencyKey, NewEvent, ObjectStore, Outcome, Report,
-    RunHolder, Seq, StoreError, Timestamp, Trigger,
+    Agent, Batch, BatchId, Claim, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, ObjectStore,
+    Outcome, PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, StoreError, Timestamp, Trigger,
 };
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
@@ -64,10 +64,11 @@ pub enum BatchResult {
     StoreUnreachable {
         id: BatchId,
     },
-    /// A manually requested batch the trigger does not select (clause named).
+    /// A manually requested batch the trigger does not select: the clause, its type and
+    /// what the batch holds.
     NotReady {
         id: BatchId,
-        clause: String,
+        reason: String,
     },
     /// A manually requested batch whose lock is held by another worker.
     Busy {
@@ -81,6 +82,40 @@ pub struct PassSummary {
 }
 
 impl PassSummary {
+    /// How the registry shows the pass.
+    pub fn pass_outcome(&self) -> PassOutcome {
+        match self.exit_code() {
+            _ if self.results.is_empty() => PassOutcome::Idle,
+            exit::OK => PassOutcome::Ok,
+            exit::FAILED => PassOutcome::Failed,
+            _ => PassOutcome::Error,
+        }
+    }
+
+    /// One line: how many batches and how each ended.
+    pub fn describe(&self) -> String {
+        if self.results.is_empty() {
+            return "nothing ready".into();
+        }
+        let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        for result in &self.results {
+            let kind = match result {
+                BatchResult::Recorded { timed_out: true, .. } => "timed out",
+                BatchResult::Recorded { outcome, .. } => outcome.as_str(),
+                BatchResult::Released { .. } => "released",
+                BatchResult::Fenced { .. } => "fenced",
+                BatchResult::NotRecorded { .. } => "not recorded",
+                BatchResult::StoreUnreachable { .. } => "store unreachable",
+                BatchResult::NotReady { .. } => "not ready",
+                BatchResult::Busy { .. } => "locked elsewhere",
+            };
+            *counts.entry(kind).or_default() += 1;
+        }
+        let parts: Vec<String> = counts.into_iter().map(|(kind, n)| format!("{n} {kind}")).collect();
+        let n = self.results.len();
+        format!("{n} batch{}: {}", if n == 1 { "" } else { "es" }, parts.join(", "))
+    }
+
     pub fn timed_out(&self) -> bool {
         self.results.iter().any(|r| matches!(r, BatchResult::Recorded { timed_out: true, .. }))
     }
@@ -141,7 +176,9 @@ pub struct Runner<C: Component> {
     settings: Arc<C::Settings>,
     name: ComponentName,
     event_type: EventType,
-    trigger: Trigger,
+    /// What the component is, as the registry records it: the effective trigger and the
+    /// settings that decide readiness (its `readiness` is the store re-check).
+    descriptor: ComponentDescriptor,
     /// The trigger under which a transient failure of our own type is retried.
     retry_trigger: Option<Trigger>,
     config: ComponentConfig,
@@ -169,18 +206,25 @@ impl<C: Component> Runner<C> {
             )));
         }
         let identity = Identity::of(component.name(), component.version())?;
-        let retry_trigger = trigger.blocked_by.contains(&event_type).then(|| Trigger {
-            blocked_by: trigger.blocked_by.iter().filter(|t| **t != event_type).cloned().collect(),
-            transiently_failed: vec![event_type.clone()],
-            settled_for: Some(trigger.settled_for.unwrap_or_default().max(config.retry_backoff)),
-            ..trigger.clone()
-        });
+        let descriptor = ComponentDescriptor {
+            name: name.clone(),
+            version: component.version().to_owned(),
+            event_type: event_type.clone(),
+            trigger,
+            max_attempts: config.max_attempts,
+            retry_backoff: config.retry_backoff,
+            queue_size: config.queue_size,
+            max_runtime: config.max_runtime,
+            source: false,
+        };
+        descriptor.validate().map_err(usage)?;
+        let retry_trigger = descriptor.retry_trigger();
         Ok(Arc::new(Self {
             component: Arc::new(component),
             settings: Arc::new(settings),
             name,
             event_type,
-            trigger,
+            descriptor,
             retry_trigger,
             config,
             pipeline,
@@ -215,14 +259,8 @@ impl<C: Component> Runner<C> {
         *self.shutdown.borrow()
     }
 
-    fn is_ready(&self, batch: &Batch) -> Result<(), &'static str> {
-        match self.trigger.failing_clause(batch, batch.as_of) {
-            None => Ok(()),
-            Some(clause) => match &self.retry_trigger {
-                Some(retry) if retry.matches(batch) => Ok(()),
-                _ => Err(clause),
-            },
-        }
+    pub fn descriptor(&self) -> &ComponentDescriptor {
+        &self.descriptor
     }
 
     /// The candidates the index offers, in trigger order; retries of transient failures last.
@@ -230,7 +268,7 @@ impl<C: Component> Runner<C> {
         // Ask for more than we will claim: other hosts may hold some of them.
         let wanted = self.config.queue_size.saturating_mul(4).max(16);
         let limited = |t: &Trigger| Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() };
-        let mut ids = self.pipeline.index.query(&limited(&self.trigger)).await?;
+        let mut ids = self.pipeline.index.query(&limited(&self.descriptor.trigger)).await?;
         if let Some(retry) = &self.retry_trigger {
             for id in self.pipeline.index.query(&limited(retry)).await? {
                 if !ids.contains(&id) {
@@ -241,8 +279,42 @@ impl<C: Component> Runner<C> {
         Ok(ids)
     }
 
-    /// One pass: poll lock, candidates, claims, work, results, unlock.
+    /// One pass: poll lock, candidates, claims, work, results, unlock; reported to the
+    /// component registry (a pass that claims work says so before working; every pass
+    /// reports how it ended, an idle one only that).
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
+        let started = Instant::now();
+        let passed = self.locked_pass(selection).await;
+        let (outcome, summary) = match &passed {
+            Ok(summary) => (summary.pass_outcome(), summary.describe()),
+            // Another pass is running and reports for itself.
+            Err(RunError::PollLockBusy(_)) => return passed,
+            // The registry refused us (an event type clash): nothing to add.
+            Err(RunError::Usage(_)) => return passed,
+            Err(e) => (PassOutcome::Error, e.to_string()),
+        };
+        let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64 };
+        if let Err(e) = self.report_pass(phase).await {
+            match (&passed, e) {
+                (Ok(_), RunError::Usage(message)) => return Err(RunError::Usage(message)),
+                (_, e) => warn!("cannot report the pass to the component registry: {e}"),
+            }
+        }
+        passed
+    }
+
+    /// Tells the registry what this component is and how its pass stands. An event type
+    /// another component already records is a configuration error (exit 2).
+    async fn report_pass(&self, phase: PassPhase) -> Result<(), RunError> {
+        let record = PassRecord { descriptor: self.descriptor.clone(), host: self.identity.host.clone(), phase };
+        match self.pipeline.store.record_pass(record).await {
+            Ok(()) => Ok(()),
+            Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let holder = self.lock_holder();
         let poll_path = LockPath::Poll(self.name.clone());
         let mut shutdown = self.shutdown.clone();
@@ -262,6 +334,18 @@ impl<C: Component> Runner<C> {
             futures_util::future::join_all(claimed.into_iter().map(|batch| self.release(batch))).await;
             release_quietly(poll_lock).await;
             return Err(e);
+        }
+        if !claimed.is_empty() {
+            // Before any work: a component whose event type another one records must not work.
+            let reported = self.report_pass(PassPhase::Started).await;
+            if let Err(e) = reported {
+                if let RunError::Usage(_) = e {
+                    futures_util::future::join_all(claimed.into_iter().map(|batch| self.release(batch))).await;
+                    release_quietly(poll_lock).await;
+                    return Err(e);
+                }
+                warn!("cannot report the pass to the component registry: {e}");
+            }
         }
         let poll_lock = if self.config.hold_poll_lock {
             Some(poll_lock)
@@ -337,12 +421,12 @@ impl<C: Component> Runner<C> {
                 return Err(e.into());
             }
         };
-        if !force && let Err(clause) = self.is_ready(&batch) {
+        if !force && let Err(refusal) = self.descriptor.readiness(&batch) {
             // The index lagged, or a manual run asked for a batch that is not ready.
-            debug!(batch = %id, clause, "no longer ready in the store; skipped");
+            debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
             release_quietly(lock).await;
             if manual {
-                summary.results.push(BatchResult::NotReady { id: id.clone(), clause: clause.to_owned() });
+                summary.results.push(BatchResult::NotReady { id: id.clone(), reason: refusal.reason });
             }
             return Ok(None);
         }
@@ -610,7 +694,7 @@ impl<C: Component> Runner<C> {
         let mut would_claim = 0;
         for id in candidates {
             let batch = self.pipeline.store.get_batch(&id).await?;
-            let verdict = match self.is_ready(&batch) {
+            let verdict = match self.descriptor.readiness(&batch) {
                 _ if would_claim >= self.config.queue_size => "would leave for the next pass (queue full)".to_owned(),
                 Ok(()) => {
                     would_claim += 1;
@@ -620,15 +704,8 @@ impl<C: Component> Runner<C> {
                     would_claim += 1;
                     "would claim: forced, trigger ignored".to_owned()
                 }
-                Err(_)
-                    if self
-                        .retry_trigger
-                        .as_ref()
-                        .is_some_and(|r| r.failing_clause(&batch, batch.as_of) == Some("settled_for")) =>
-                {
-                    "would skip: a transient failure is waiting out retry_backoff".to_owned()
-                }
-                Err(clause) => format!("would skip: `{clause}` does not hold in the store"),
+                Err(refusal) if refusal.retrying => format!("would skip: {refusal}"),
+                Err(refusal) => format!("would skip: {refusal}"),
             };
             lines.push(format!("{id} {verdict}"));
         }

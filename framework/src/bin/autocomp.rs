@@ -21,9 +21,9 @@ struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
-    /// Directory holding autocomp.toml (backends) and one <component>.toml per component
-    /// (with `event_type` and `[trigger]`: that is how the CLI knows the pipeline)
-    /// [default: /etc/autocomp]
+    /// Directory holding autocomp.toml (the backends; optional when they come from the
+    /// environment or flags). The pipeline itself is read from the store's component
+    /// registry [default: /etc/autocomp]
     #[arg(long, value_name = "DIR", env = "AUTOCOMP_CONFIG_DIR", global = true)]
     config_dir: Option<PathBuf>,
     /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
@@ -36,8 +36,9 @@ struct Cli {
     /// Lock service URL, e.g. local:/var/lib/autocomp/locks or zk://zk1:2181/autocomp.
     #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL", global = true)]
     locks: Option<String>,
-    /// Who is acting; every write records the agent `operator:<NAME>` (default: $USER).
-    #[arg(long = "as", value_name = "NAME", env = "USER", hide_env_values = true, global = true)]
+    /// Who is acting; every write records the agent `operator:<NAME>` [default: $USER, then
+    /// $LOGNAME, then the login name of the user id]
+    #[arg(long = "as", value_name = "NAME", global = true)]
     operator: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -171,6 +172,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// The components of the pipeline, as their own passes registered them in the store:
+    /// event type, trigger, hosts and their last pass, last seen, version.
+    Pipeline {
+        #[command(subcommand)]
+        action: Option<PipelineAction>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Rebuild the batch index from the store, with a progress bar.
     Reindex,
     /// Every held lock with its holder and age.
@@ -193,6 +202,19 @@ enum Command {
         /// How many sample batches to create.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         batches: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum PipelineAction {
+    /// Retire a component that no longer runs (renamed, removed): it leaves `status`,
+    /// `show` and the monitor. It comes back if it runs a pass again.
+    Forget {
+        /// The component's name.
+        component: String,
+        /// Why: recorded in the registry (required).
+        #[arg(long, required = true)]
+        reason: String,
     },
 }
 
@@ -263,6 +285,10 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Prioritize { id, priority, reason } => operator.prioritize(&id, priority, &reason).await?.render(),
         Command::Explain { id, component, format } => operator.explain(&id, &component).await?.render(format),
         Command::Ready { component, format } => operator.ready(&component).await?.render(format),
+        Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
+        Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
+            operator.forget(&component, &reason).await?
+        }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
         Command::Demo { .. } | Command::New(_) => String::new(),

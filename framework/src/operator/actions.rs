@@ -9,12 +9,13 @@ use std::path::Path;
 
 use autocomp_store::{
     Batch, BatchId, BatchType, ComponentName, CreateOutcome, Event, EventType, InvalidInput, NewBatch, NewEvent,
-    ObjectStore, Outcome,
+    ObjectStore, Outcome, StoreError,
 };
 use serde_json::{Value, json};
 
+use autocomp_store::ComponentState;
+
 use super::{Operator, OperatorError, PRIORITIZED, Step, check_reason};
-use crate::status::ComponentState;
 
 /// Where `restart` starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +56,7 @@ impl ActionReport {
 }
 
 fn states(pipeline: &[Step], batch: &Batch) -> Vec<(ComponentName, ComponentState)> {
-    pipeline.iter().map(|step| (step.name().clone(), step.pipeline.state_of(batch))).collect()
+    pipeline.iter().map(|step| (step.name().clone(), step.state_of(batch))).collect()
 }
 
 fn changes(before: &[(ComponentName, ComponentState)], after: &[(ComponentName, ComponentState)]) -> Vec<StateChange> {
@@ -191,9 +192,9 @@ impl Operator {
     ) -> Result<ActionReport, OperatorError> {
         let reason = check_reason(reason)?;
         let agent = self.agent()?;
-        let pipeline = self.pipeline()?;
-        let event_type = self.known_event_type(&pipeline, event_type)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let event_type = self.known_event_type(&pipeline, event_type)?;
         let batch = self.batch(store.as_ref(), id).await?;
         refuse_if_working(&batch, pipeline.iter().filter(|s| *s.event_type() == event_type), "event")?;
         let summary = format!("recorded by hand by {agent}: {reason}");
@@ -231,8 +232,8 @@ impl Operator {
             "event type",
             text,
             format!(
-                "no component configured in {} records it or waits for it (known: {})",
-                self.config_dir.display(),
+                "no component in the pipeline records it or waits for it (known: {}; `autocomp pipeline` lists \
+                 the components)",
                 known.join(", ")
             ),
         )
@@ -244,9 +245,9 @@ impl Operator {
     pub async fn rerun(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
         let reason = check_reason(reason)?;
         let agent = self.agent()?;
-        let pipeline = self.pipeline()?;
-        let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
         refuse_if_working(&batch, [step], "rerun")?;
         let types = vec![step.event_type().clone()];
@@ -256,7 +257,7 @@ impl Operator {
                 step.name(),
                 step.event_type(),
                 batch.id,
-                step.pipeline.state_of(&batch)
+                step.state_of(&batch)
             )));
         }
         let summary = format!("rerun of {} requested by {agent}: {reason}", step.name());
@@ -281,7 +282,6 @@ impl Operator {
     pub async fn restart(&self, id: &str, from: RestartFrom, reason: &str) -> Result<ActionReport, OperatorError> {
         let reason = check_reason(reason)?;
         let agent = self.agent()?;
-        let pipeline = self.pipeline()?;
         // The starting type is checked before the store is touched.
         let start_type = match &from {
             RestartFrom::Type(text) => Some((
@@ -291,6 +291,7 @@ impl Operator {
             RestartFrom::FirstFailure => None,
         };
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
         let batch = self.batch(store.as_ref(), id).await?;
         let view = batch.effective();
         let bookkeeping = |e: &&Event| e.event_type.as_str() != PRIORITIZED;
@@ -338,9 +339,9 @@ impl Operator {
     pub async fn cancel(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
         let reason = check_reason(reason)?;
         let agent = self.agent()?;
-        let pipeline = self.pipeline()?;
-        let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
         let summary = format!("cancelled by {agent}: {reason}");
         let extra = json!({"cancelled": true, "component": step.name()});
@@ -378,9 +379,9 @@ impl Operator {
     pub async fn skip(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
         let reason = check_reason(reason)?;
         let agent = self.agent()?;
-        let pipeline = self.pipeline()?;
-        let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
         refuse_if_working(&batch, [step], "skip")?;
         let summary = format!("skipped by {agent}: {reason}");
@@ -414,5 +415,36 @@ impl Operator {
             event: Some(recorded),
             changes: Vec::new(),
         })
+    }
+}
+
+impl Operator {
+    /// `autocomp pipeline forget`: retires a component from the registry (it no longer
+    /// shows in `status`, `show` or the monitor; it comes back if it runs a pass again).
+    /// Refused while it holds an open run on any batch: cancel those first.
+    pub async fn forget(&self, component: &str, reason: &str) -> Result<String, OperatorError> {
+        let reason = check_reason(reason)?;
+        let agent = self.agent()?;
+        let name = ComponentName::new(component)?;
+        let store = self.store().await?;
+        let open = store.open_runs(Some(&name)).await?;
+        if let Some(run) = open.first() {
+            return Err(OperatorError::Refused(format!(
+                "{name} is working on {} batch(es) (e.g. {} run {} held by {}); `autocomp cancel` them or wait",
+                open.len(),
+                run.batch_id,
+                run.generation,
+                run.holder.agent
+            )));
+        }
+        let retired = match store.retire_component(&name, &agent, reason).await {
+            Err(StoreError::Conflict(message)) => return Err(OperatorError::Refused(message)),
+            other => other?,
+        };
+        let seen = retired.last_seen().map_or("never".to_owned(), |t| t.to_string());
+        Ok(format!(
+            "retired {name} (records {}, last seen {seen}) from the pipeline: {reason}\n",
+            retired.descriptor.event_type
+        ))
     }
 }

@@ -9,7 +9,8 @@
 //! type is an `OperatorError::Input` naming the field and the value (exit 2).
 //!
 //! The pipeline (component names, event types, triggers, retry settings) is read from the
-//! config directory, the same files the components read.
+//! store's component registry, where each component's own passes describe it; the config
+//! directory only names the backends.
 
 mod actions;
 mod views;
@@ -19,18 +20,19 @@ use std::sync::Arc;
 
 use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
 use autocomp_store::{
-    Agent, Batch, BatchId, ComponentName, EventType, InvalidInput, ObjectStore, Seq, StoreError, Trigger, open_store,
+    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput, NotReady,
+    ObjectStore, RegisteredComponent, Seq, StoreError, Trigger, open_store,
 };
 use serde_json::{Map, Value, json};
 
-use crate::config::{self, Backends, ComponentConfig, ConfigError, SHARED_FILE};
+use crate::config::{Backends, ConfigError, SHARED_FILE};
 use crate::exit::{self, RunError};
 use crate::locks::{LockError, LockService, open_locks};
-use crate::status::{PipelineStep, load_pipeline};
 
 pub use actions::{ActionReport, RestartFrom, StateChange};
 pub use views::{
-    BatchView, CandidateView, Explanation, Format, LockView, LocksView, ReadyView, StateFilter, StatusView, TableFormat,
+    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter, StatusView,
+    TableFormat,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's
@@ -103,51 +105,42 @@ fn unknown_batch(id: &str) -> InvalidInput {
     InvalidInput::new("batch id", id, "no such batch is registered in the store")
 }
 
-/// One component of the pipeline: what `status.rs` reads, plus its runner settings
-/// (`retry_backoff`, `max_attempts`, `queue_size`) for `explain` and `ready`.
+/// One component of the pipeline as the registry holds it: its descriptor (trigger,
+/// readiness settings) and where and when it last ran.
 #[derive(Debug, Clone)]
 pub struct Step {
-    pub pipeline: PipelineStep,
-    pub config: ComponentConfig,
+    pub registered: RegisteredComponent,
 }
 
 impl Step {
+    pub fn descriptor(&self) -> &ComponentDescriptor {
+        &self.registered.descriptor
+    }
+
     pub fn name(&self) -> &ComponentName {
-        &self.pipeline.name
+        &self.descriptor().name
     }
 
     pub fn event_type(&self) -> &EventType {
-        &self.pipeline.event_type
+        &self.descriptor().event_type
     }
 
     pub fn trigger(&self) -> &Trigger {
-        &self.pipeline.trigger
+        &self.descriptor().trigger
     }
 
-    /// The trigger under which the runner retries a transient failure of the component's
-    /// own type: the main trigger without that `blocked_by`, wanting the transient failure,
-    /// settled for `retry_backoff` (as `Runner::new` builds it). `None` when the component
-    /// is not blocked by its own type (then it is never "retried", it simply runs again).
+    /// See `ComponentDescriptor::retry_trigger`: as the runner builds it.
     pub fn retry_trigger(&self) -> Option<Trigger> {
-        let own = self.event_type();
-        let trigger = self.trigger();
-        trigger.blocked_by.contains(own).then(|| Trigger {
-            blocked_by: trigger.blocked_by.iter().filter(|t| *t != own).cloned().collect(),
-            transiently_failed: vec![own.clone()],
-            settled_for: Some(trigger.settled_for.unwrap_or_default().max(self.config.retry_backoff)),
-            ..trigger.clone()
-        })
+        self.descriptor().retry_trigger()
     }
 
-    /// Whether the runner's store re-check passes: the trigger, or the retry trigger.
-    pub fn ready_in_store(&self, batch: &Batch) -> Result<(), &'static str> {
-        match self.trigger().failing_clause(batch, batch.as_of) {
-            None => Ok(()),
-            Some(clause) => match self.retry_trigger() {
-                Some(retry) if retry.matches(batch) => Ok(()),
-                _ => Err(clause),
-            },
-        }
+    /// Whether the runner's store re-check passes; otherwise why not.
+    pub fn ready_in_store(&self, batch: &Batch) -> Result<(), NotReady> {
+        self.descriptor().readiness(batch)
+    }
+
+    pub fn state_of(&self, batch: &Batch) -> ComponentState {
+        self.descriptor().state_of(batch)
     }
 }
 
@@ -161,7 +154,9 @@ pub struct Operator {
 
 impl Operator {
     /// Reads `<config_dir>/autocomp.toml` (if present); `overrides` (env, flags) win over it.
-    /// `name` is the operator (`--as`, default `$USER`); only writes need it.
+    /// `name` is the operator (`--as`); without it `$USER`, then `$LOGNAME`, then the login
+    /// name of the process's user id (cron and systemd set neither variable). Only writes
+    /// need it.
     pub fn new(config_dir: &Path, overrides: Backends, name: Option<String>) -> Result<Self, OperatorError> {
         let shared_file = config_dir.join(SHARED_FILE);
         let from_file: Backends = match std::fs::read_to_string(&shared_file) {
@@ -173,7 +168,7 @@ impl Operator {
             config_dir: config_dir.to_path_buf(),
             shared_file,
             backends: from_file.overridden_by(overrides),
-            name: name.filter(|n| !n.is_empty()),
+            name: name.filter(|n| !n.is_empty()).or_else(login_name),
         })
     }
 
@@ -244,17 +239,17 @@ impl Operator {
         Ok(held?)
     }
 
-    /// The components configured in the config dir, each with its runner settings, in
-    /// pipeline order: a component after those recording the types it `requires` (then by
-    /// name), so tables read left to right the way batches move.
-    pub fn pipeline(&self) -> Result<Vec<Step>, OperatorError> {
-        let steps: Vec<Step> = load_pipeline(&self.config_dir)?
+    /// The components of the pipeline, from the store's component registry (retired ones
+    /// left out), in pipeline order: a component after those recording the types it
+    /// `requires` (then by name), so tables read left to right the way batches move.
+    pub async fn pipeline(&self, store: &dyn ObjectStore) -> Result<Vec<Step>, OperatorError> {
+        let steps: Vec<Step> = store
+            .components()
+            .await?
             .into_iter()
-            .map(|pipeline| {
-                let loaded = config::load(pipeline.name.as_str(), None, &self.config_dir)?;
-                Ok(Step { pipeline, config: loaded.component })
-            })
-            .collect::<Result<_, OperatorError>>()?;
+            .filter(|registered| !registered.is_retired())
+            .map(|registered| Step { registered })
+            .collect();
         // Depth in the `requires` graph; bounded by the number of steps, so a cycle ends.
         let mut depth = vec![0usize; steps.len()];
         for _ in 0..steps.len() {
@@ -275,23 +270,23 @@ impl Operator {
         pipeline.iter().find(|step| *step.name() == valid).ok_or_else(|| {
             let known: Vec<&str> = pipeline.iter().map(|s| s.name().as_str()).collect();
             let known = if known.is_empty() {
-                "no component file there declares an event_type".to_owned()
+                "no component has run a pass against this store yet".to_owned()
             } else {
                 format!("known: {}", known.join(", "))
             };
-            InvalidInput::new(
-                "component",
-                name,
-                format!("not a component of the pipeline configured in {} ({known})", self.config_dir.display()),
-            )
-            .into()
+            InvalidInput::new("component", name, format!("not a component of the pipeline ({known})")).into()
         })
     }
 
     /// The agent every write records: `operator:<name>`.
     fn agent(&self) -> Result<Agent, OperatorError> {
         let Some(name) = &self.name else {
-            return Err(InvalidInput::new("--as", "", "no operator name: pass --as NAME or set $USER").into());
+            return Err(InvalidInput::new(
+                "--as",
+                "",
+                "no operator name: pass --as NAME (no $USER or $LOGNAME, and the user id has no login name)",
+            )
+            .into());
         };
         let valid = name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic());
         if !valid {
@@ -323,6 +318,29 @@ impl Operator {
         }
         Value::Object(details)
     }
+}
+
+/// Who runs this process when `--as` is not given: `$USER`, `$LOGNAME`, or the login name
+/// of the real user id from the password database.
+pub fn login_name() -> Option<String> {
+    let from_env = |var| std::env::var(var).ok().filter(|v: &String| !v.is_empty());
+    from_env("USER").or_else(|| from_env("LOGNAME")).or_else(login_name_of_uid)
+}
+
+fn login_name_of_uid() -> Option<String> {
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes only into `entry` and `buffer`, whose sizes we pass; on
+    // success `found` points at `entry`, whose `pw_name` points into `buffer`.
+    let status =
+        unsafe { libc::getpwuid_r(libc::getuid(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    if status != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: a successful getpwuid_r leaves a NUL-terminated name inside `buffer`.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().filter(|n| !n.is_empty()).map(str::to_owned)
 }
 
 /// A required `--reason`: something a later reader can act on, of bounded size.

@@ -16,9 +16,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::{Operator, OperatorError, Step, last_reset_of};
+use autocomp_store::{ComponentState, NotReady, RegisteredComponent};
 use crate::exit::RunError;
 use crate::locks::HeldLock;
-use crate::status::ComponentState;
 
 /// `--format` of the single-batch views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +40,7 @@ pub enum TableFormat {
 pub enum StateFilter {
     Success,
     Failed,
+    Retrying,
     Working,
     Ready,
     Waiting,
@@ -50,6 +51,7 @@ impl StateFilter {
         match self {
             StateFilter::Success => ComponentState::Success,
             StateFilter::Failed => ComponentState::Failed,
+            StateFilter::Retrying => ComponentState::Retrying,
             StateFilter::Working => ComponentState::Working,
             StateFilter::Ready => ComponentState::Ready,
             StateFilter::Waiting => ComponentState::Waiting,
@@ -345,6 +347,91 @@ impl StatusView {
     }
 }
 
+/// `autocomp pipeline`: every component in the registry, how its trigger reads, where and
+/// when it last ran.
+#[derive(Debug, Clone)]
+pub struct PipelineView {
+    /// In pipeline order, retired ones last.
+    pub components: Vec<RegisteredComponent>,
+    /// The store's clock, for ages.
+    pub now: Timestamp,
+}
+
+/// A trigger as one line of clauses: `requires Data_Received, blocked_by Checksums_Verified`.
+fn trigger_text(descriptor: &autocomp_store::ComponentDescriptor) -> String {
+    if descriptor.source {
+        return "(source: records it when a delivery arrives)".into();
+    }
+    let clauses: Vec<String> = descriptor.trigger.clauses().map(|c| c.to_string()).collect();
+    if clauses.is_empty() { "(every batch)".into() } else { clauses.join(", ") }
+}
+
+impl PipelineView {
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => format!("{:#}\n", self.to_json()),
+            Format::Text => self.to_text(),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let components: Vec<Value> = self
+            .components
+            .iter()
+            .map(|c| {
+                let mut entry = serde_json::to_value(c).unwrap_or_default();
+                entry["last_seen"] = json!(c.last_seen());
+                entry["seconds_since_last_seen"] = json!(c.last_seen().map(|t| self.now.since(t).as_secs()));
+                entry
+            })
+            .collect();
+        json!({"now": self.now, "components": components})
+    }
+
+    fn to_text(&self) -> String {
+        if self.components.is_empty() {
+            return "no component has run a pass against this store yet\n".into();
+        }
+        let rows: Vec<Vec<String>> = self
+            .components
+            .iter()
+            .map(|c| {
+                let d = &c.descriptor;
+                let hosts: Vec<String> = c
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        let outcome = if h.running() {
+                            "running".to_owned()
+                        } else {
+                            h.outcome.map_or("-".to_owned(), |o| o.as_str().to_owned())
+                        };
+                        format!("{} ({outcome})", h.host)
+                    })
+                    .collect();
+                let seen = match c.last_seen() {
+                    Some(t) => format!("{} ago", age(self.now.since(t))),
+                    None => "never".into(),
+                };
+                let state = match &c.retired {
+                    Some(r) => format!("retired {} by {}: {}", r.at, r.by, r.reason),
+                    None => "active".into(),
+                };
+                vec![
+                    d.name.to_string(),
+                    d.event_type.to_string(),
+                    trigger_text(d),
+                    hosts.join(", "),
+                    seen,
+                    d.version.clone(),
+                    state,
+                ]
+            })
+            .collect();
+        table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows)
+    }
+}
+
 /// One trigger clause, evaluated in the store and in the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClauseCheck {
@@ -418,6 +505,9 @@ pub struct Explanation {
     /// `None` when the index holds no document for the batch.
     pub ready_in_index: Option<bool>,
     pub retry: Option<RetryWindow>,
+    /// Why a pass would not work on it (`None` when it would): the clause, its type and
+    /// what the batch holds, or the retry backoff still running.
+    pub refusal: Option<NotReady>,
     /// The component's own effective event, if any.
     pub result: Option<Event>,
     pub open_run: Option<Run>,
@@ -442,8 +532,9 @@ impl Explanation {
         if let Some(retry) = self.retry.as_ref().filter(|r| r.ready_in_store) {
             return format!("ready to retry its transient failure (seq {})", retry.failure.seq);
         }
-        match self.clauses.iter().find(|c| !c.store) {
-            Some(failing) => format!("not ready: `{}` does not hold in the store", failing.clause),
+        match &self.refusal {
+            Some(refusal) if refusal.retrying => format!("retrying: {refusal}"),
+            Some(refusal) => format!("not ready: {refusal}"),
             None => "not ready".into(),
         }
     }
@@ -469,6 +560,7 @@ impl Explanation {
             "clauses": clauses(&self.clauses),
             "ready_in_store": self.ready_in_store,
             "ready_in_index": self.ready_in_index,
+            "refusal": self.refusal.as_ref().map(|r| json!({"clause": r.clause, "reason": r.reason, "retrying": r.retrying})),
             "retry": self.retry.as_ref().map(|r| json!({
                 "failure_seq": r.failure.seq,
                 "backoff_seconds": r.backoff.as_secs(),
@@ -550,16 +642,26 @@ impl Explanation {
             None => writeln!(out, "result: none"),
         }
         .ok();
-        let attempts_note = if self.failed_attempts >= self.max_attempts {
-            " (the next claim gives up: it records a plain failure without working)"
-        } else {
-            ""
-        };
-        writeln!(
-            out,
-            "failed attempts since the last reset: {} of max_attempts {}{attempts_note}",
-            self.failed_attempts, self.max_attempts
-        )
+        match &self.result {
+            Some(e) if e.outcome == autocomp_store::Outcome::Failure && !e.is_transient_failure() => writeln!(
+                out,
+                "attempts: the last one failed permanently (seq {}); it is not retried until an operator reruns it",
+                e.seq
+            ),
+            _ => {
+                let attempts_note = if self.failed_attempts >= self.max_attempts {
+                    " (the next claim gives up: it records a plain failure without working)"
+                } else {
+                    ""
+                };
+                writeln!(
+                    out,
+                    "retries used since the last reset: {} of max_attempts {} (abandoned runs and transient failures \
+                     count){attempts_note}",
+                    self.failed_attempts, self.max_attempts
+                )
+            }
+        }
         .ok();
         let run = self.open_run.as_ref().map_or("none".into(), |run| describe_run(run, self.as_of));
         writeln!(out, "open run: {run}").ok();
@@ -684,11 +786,22 @@ impl LocksView {
 impl Operator {
     /// `autocomp show`.
     pub async fn show(&self, id: &str) -> Result<BatchView, OperatorError> {
-        let pipeline = self.pipeline()?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
         let batch = self.batch(store.as_ref(), id).await?;
-        let components = pipeline.iter().map(|step| (step.name().clone(), step.pipeline.state_of(&batch))).collect();
+        let components = pipeline.iter().map(|step| (step.name().clone(), step.state_of(&batch))).collect();
         Ok(BatchView { batch, components })
+    }
+
+    /// `autocomp pipeline`: the registry, active components in pipeline order, then the
+    /// retired ones.
+    pub async fn pipeline_view(&self) -> Result<PipelineView, OperatorError> {
+        let store = self.store().await?;
+        let active: Vec<RegisteredComponent> =
+            self.pipeline(store.as_ref()).await?.into_iter().map(|step| step.registered).collect();
+        let retired = store.components().await?.into_iter().filter(RegisteredComponent::is_retired);
+        let components = active.into_iter().chain(retired).collect();
+        Ok(PipelineView { components, now: Timestamp::now() })
     }
 
     /// `autocomp status`: every batch (or those where the component, or any component, is
@@ -698,16 +811,16 @@ impl Operator {
         component: Option<&str>,
         state: Option<ComponentState>,
     ) -> Result<StatusView, OperatorError> {
-        let pipeline = self.pipeline()?;
+        let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
         let steps: Vec<&Step> = match component {
             Some(name) => vec![self.step(&pipeline, name)?],
             None => pipeline.iter().collect(),
         };
-        let store = self.store().await?;
         let rows = all_batches(store.as_ref())
             .await?
             .iter()
-            .map(|batch| (batch.id.clone(), steps.iter().map(|step| step.pipeline.state_of(batch)).collect::<Vec<_>>()))
+            .map(|batch| (batch.id.clone(), steps.iter().map(|step| step.state_of(batch)).collect::<Vec<_>>()))
             .filter(|(_, states)| state.is_none_or(|wanted| states.contains(&wanted)))
             .collect();
         Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows })
@@ -715,9 +828,9 @@ impl Operator {
 
     /// `autocomp explain`. Catches the index up first, as a component's pass would.
     pub async fn explain(&self, id: &str, component: &str) -> Result<Explanation, OperatorError> {
-        let pipeline = self.pipeline()?;
-        let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
         let index = self.index(&store)?;
         let index_cursor = index.catch_up().await?.cursor();
@@ -751,18 +864,19 @@ impl Operator {
         Ok(Explanation {
             component: step.name().clone(),
             event_type: step.event_type().clone(),
-            state: step.pipeline.state_of(&batch),
+            state: step.state_of(&batch),
             as_of: batch.as_of,
             clauses,
             ready_in_store,
             ready_in_index,
             retry,
+            refusal: step.ready_in_store(&batch).err(),
             result,
             open_run: batch.open_run(step.name()).cloned(),
             batch_lock: find_lock(format!("batch/{}/{}", step.name(), batch.id)),
             poll_lock: find_lock(format!("poll/{}", step.name())),
             failed_attempts,
-            max_attempts: step.config.max_attempts,
+            max_attempts: step.descriptor().max_attempts,
             index_cursor,
             store_head,
             batch: batch.id,
@@ -773,9 +887,9 @@ impl Operator {
     /// retries), each re-checked in the store and against the batch locks, as a pass would;
     /// the first `queue_size` that pass are what it would claim. Touches nothing.
     pub async fn ready(&self, component: &str) -> Result<ReadyView, OperatorError> {
-        let pipeline = self.pipeline()?;
-        let step = self.step(&pipeline, component)?;
         let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = self.step(&pipeline, component)?;
         let index = self.index(&store)?;
         let mut ids = index.query(step.trigger()).await?;
         if let Some(retry) = step.retry_trigger() {
@@ -790,7 +904,7 @@ impl Operator {
         for chunk in ids.chunks(PAGE) {
             batches.extend(store.get_batches(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
         }
-        let queue_size = step.config.queue_size;
+        let queue_size = step.descriptor().queue_size;
         let mut candidates = Vec::with_capacity(ids.len());
         let mut claimed = 0;
         for id in ids {
@@ -801,17 +915,17 @@ impl Operator {
             };
             let path = format!("batch/{}/{}", step.name(), id);
             let verdict = match (step.ready_in_store(batch), held.iter().find(|l| l.path == path)) {
-                (Err(clause), _) => format!("skip: `{clause}` does not hold in the store (the index lags)"),
+                (Err(refusal), _) => format!("skip: {refusal} (the index lags)"),
                 (Ok(()), Some(lock)) => format!("skip: locked, {}", describe_lock(Some(lock), Timestamp::now())),
                 (Ok(()), None) if claimed >= queue_size => "left for the next pass (queue full)".into(),
                 (Ok(()), None) => {
                     claimed += 1;
                     let since = last_reset_of(batch, step.event_type());
                     let attempts = store.failed_attempts(&id, step.name(), since).await?;
-                    if attempts >= step.config.max_attempts {
+                    if attempts >= step.descriptor().max_attempts {
                         format!(
                             "would claim and give up: {attempts} failed attempts, max_attempts {}",
-                            step.config.max_attempts
+                            step.descriptor().max_attempts
                         )
                     } else {
                         "would claim".into()

@@ -33,6 +33,10 @@ pub struct ComponentDescriptor {
     /// Longest a batch's work may take.
     #[serde(with = "duration_text")]
     pub max_runtime: Duration,
+    /// A source registers batches and records their first event (`batch-trigger`) instead of
+    /// working on batches its trigger selects: a batch without its event waits for a delivery.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source: bool,
 }
 
 impl ComponentDescriptor {
@@ -66,6 +70,13 @@ impl ComponentDescriptor {
     /// own transient failure is due. Otherwise why not, naming the clause, the type and what
     /// the batch holds (`requires Checksums_Verified: its effective event is a failure, seq 812`).
     pub fn readiness(&self, batch: &Batch) -> Result<(), NotReady> {
+        if self.source {
+            return Err(NotReady {
+                clause: "source",
+                reason: format!("{} is a source: it records {} when a delivery arrives", self.name, self.event_type),
+                retrying: false,
+            });
+        }
         let Some(clause) = self.trigger.clauses().find(|clause| !clause.holds(batch, batch.as_of)) else {
             return Ok(());
         };
@@ -345,6 +356,7 @@ mod tests {
             retry_backoff: Duration::from_secs(300),
             queue_size: 10,
             max_runtime: Duration::from_secs(3600),
+            source: false,
         }
     }
 
