@@ -606,6 +606,20 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
     async fn head(&self) -> StoreResult<Seq> {
         self.timed(self.inner.head()).await
     }
+    async fn record_pass(&self, pass: autocomp_store::PassRecord) -> StoreResult<()> {
+        self.inner.record_pass(pass).await
+    }
+    async fn components(&self) -> StoreResult<Vec<autocomp_store::RegisteredComponent>> {
+        self.inner.components().await
+    }
+    async fn retire_component(
+        &self,
+        name: &ComponentName,
+        by: &Agent,
+        reason: &str,
+    ) -> StoreResult<autocomp_store::RegisteredComponent> {
+        self.inner.retire_component(name, by, reason).await
+    }
 }
 
 fn proc_status_kib(key: &str) -> u64 {

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::model::{
-    Agent, Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord, RegisteredComponent, Run,
-    RunHolder, Seq,
+    Agent, Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord, RegisteredComponent,
+    Run, RunHolder, Seq,
 };
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -198,15 +198,10 @@ pub trait ObjectStore: Send + Sync {
     /// (last seen, last pass start or end, outcome) always. A retired component that runs
     /// again is back in the pipeline. Refused as a `Conflict` when another component in the
     /// pipeline (not retired) already records the same event type.
-    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
-        let _ = pass;
-        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
-    }
+    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()>;
 
     /// Every component in the registry, retired ones included, by name.
-    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
-        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
-    }
+    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>>;
 
     /// An operator's `pipeline forget`: marks the component retired (by whom, why) and
     /// returns it. Unknown names are `Invalid` naming the component; retiring a retired
@@ -216,10 +211,7 @@ pub trait ObjectStore: Send + Sync {
         name: &ComponentName,
         by: &Agent,
         reason: &str,
-    ) -> StoreResult<RegisteredComponent> {
-        let _ = (name, by, reason);
-        Err(StoreError::Unavailable("this store adapter has no component registry yet".into()))
-    }
+    ) -> StoreResult<RegisteredComponent>;
 
     /// How many batches the store holds (the default pages through `list_batches`).
     async fn count_batches(&self) -> StoreResult<u64> {

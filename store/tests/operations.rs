@@ -703,6 +703,262 @@ async fn wait_for_change_wakes_when_the_store_moves_and_times_out_when_not(f: Fi
     assert_eq!(changed.changes, vec![(event.seq, id("B1"))]);
 }
 
+/// From JSON, as a component's report arrives: fields added later keep their defaults.
+fn descriptor(name: &str, event_type: &str) -> ComponentDescriptor {
+    serde_json::from_value(json!({
+        "name": name, "version": "1.0.0", "event_type": event_type,
+        "trigger": {"requires": ["Checksums_Verified"], "blocked_by": [event_type]},
+        "max_attempts": 3, "retry_backoff": "5m", "queue_size": 10, "max_runtime": "1h",
+    }))
+    .unwrap()
+}
+
+fn pass(descriptor: &ComponentDescriptor, host: &str, phase: PassPhase) -> PassRecord {
+    PassRecord { descriptor: descriptor.clone(), host: host.into(), phase }
+}
+
+fn ended(outcome: PassOutcome, summary: &str, duration_ms: u64) -> PassPhase {
+    PassPhase::Ended { outcome, summary: summary.into(), duration_ms }
+}
+
+fn idle() -> PassPhase {
+    ended(PassOutcome::Idle, "", 3)
+}
+
+async fn registered(store: &Arc<dyn ObjectStore>, name: &str) -> RegisteredComponent {
+    let all = store.components().await.unwrap();
+    all.into_iter().find(|c| c.name().as_str() == name).unwrap_or_else(|| panic!("{name} is not registered"))
+}
+
+/// Lets the store clock move on, so a timestamp that must not change is told from one that must.
+async fn tick() {
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+}
+
+async fn a_first_pass_registers_the_component_and_its_host(f: Fixture) {
+    assert!(f.store.components().await.unwrap().is_empty());
+    let before = Timestamp::now();
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let after = Timestamp::now();
+
+    let all = f.store.components().await.unwrap();
+    assert_eq!(all.len(), 1);
+    let c = &all[0];
+    assert_eq!(c.descriptor, counter);
+    assert!(c.registered_at >= before && c.registered_at <= after, "{} in store time", c.registered_at);
+    assert_eq!(c.changed_at, c.registered_at);
+    assert!(c.retired.is_none());
+    assert_eq!(c.hosts.len(), 1);
+    let host = &c.hosts[0];
+    assert_eq!((host.host.as_str(), host.version.as_str()), ("host-a", "1.0.0"));
+    assert_eq!(host.last_seen, c.registered_at);
+    assert_eq!(host.outcome, Some(PassOutcome::Idle));
+    assert_eq!(host.pass_ended_at, Some(host.last_seen));
+    assert!(!host.running());
+}
+
+async fn an_identical_pass_moves_last_seen_but_not_changed_at(f: Fixture) {
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let first = registered(&f.store, "page-counter").await;
+    tick().await;
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let second = registered(&f.store, "page-counter").await;
+    assert_eq!((second.registered_at, second.changed_at), (first.registered_at, first.changed_at));
+    assert!(second.hosts[0].last_seen > first.hosts[0].last_seen, "{:?} then {:?}", first.hosts, second.hosts);
+    assert_eq!(second.last_seen(), Some(second.hosts[0].last_seen));
+}
+
+async fn a_changed_trigger_or_version_updates_the_descriptor_and_changed_at(f: Fixture) {
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let first = registered(&f.store, "page-counter").await;
+    tick().await;
+    let retriggered = ComponentDescriptor {
+        trigger: Trigger::builder().requires("Structure_Checked").blocked_by("Pages_Counted").build(),
+        ..counter.clone()
+    };
+    f.store.record_pass(pass(&retriggered, "host-a", idle())).await.unwrap();
+    let second = registered(&f.store, "page-counter").await;
+    assert_eq!(second.descriptor, retriggered);
+    assert_eq!(second.registered_at, first.registered_at);
+    assert!(second.changed_at > first.changed_at);
+    tick().await;
+    let upgraded = ComponentDescriptor { version: "1.1.0".into(), ..retriggered };
+    f.store.record_pass(pass(&upgraded, "host-a", idle())).await.unwrap();
+    let third = registered(&f.store, "page-counter").await;
+    assert_eq!(third.descriptor.version, "1.1.0");
+    assert_eq!(third.hosts[0].version, "1.1.0");
+    assert!(third.changed_at > second.changed_at);
+}
+
+async fn a_started_pass_is_running_until_it_ends_and_each_host_is_listed(f: Fixture) {
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-b", PassPhase::Started)).await.unwrap();
+    let running = registered(&f.store, "page-counter").await;
+    let host = &running.hosts[0];
+    assert!(host.running());
+    assert_eq!(host.pass_started_at, Some(host.last_seen));
+    assert_eq!((host.pass_ended_at, host.outcome, host.duration_ms), (None, None, None));
+    tick().await;
+    f.store.record_pass(pass(&counter, "host-b", ended(PassOutcome::Failed, "2 ok, 1 failed", 1_500))).await.unwrap();
+    f.store.record_pass(pass(&counter, "host-a", PassPhase::Started)).await.unwrap();
+
+    let c = registered(&f.store, "page-counter").await;
+    let hosts: Vec<&str> = c.hosts.iter().map(|h| h.host.as_str()).collect();
+    assert_eq!(hosts, ["host-a", "host-b"], "hosts by name");
+    let (a, b) = (&c.hosts[0], &c.hosts[1]);
+    assert!(a.running() && !b.running());
+    assert_eq!(b.outcome, Some(PassOutcome::Failed));
+    assert_eq!(b.summary, "2 ok, 1 failed");
+    assert_eq!(b.duration_ms, Some(1_500));
+    let ended_at = b.pass_ended_at.expect("ended");
+    assert_eq!(b.pass_started_at, Some(Timestamp(ended_at.0 - 1_500)), "the start is dated back by the duration");
+    assert_eq!(b.last_seen, ended_at);
+
+    // A new start keeps showing how the last pass went.
+    tick().await;
+    f.store.record_pass(pass(&counter, "host-b", PassPhase::Started)).await.unwrap();
+    let b = registered(&f.store, "page-counter").await.hosts[1].clone();
+    assert!(b.running());
+    assert_eq!(
+        (b.outcome, b.pass_ended_at, b.summary.as_str()),
+        (Some(PassOutcome::Failed), Some(ended_at), "2 ok, 1 failed")
+    );
+}
+
+async fn an_event_type_clash_is_refused_naming_the_other_component(f: Fixture) {
+    let old = descriptor("page-counter-old", "Pages_Counted");
+    f.store.record_pass(pass(&old, "host-a", idle())).await.unwrap();
+    let before = f.store.components().await.unwrap();
+    let renamed = descriptor("page-counter", "Pages_Counted");
+    let err = f.store.record_pass(pass(&renamed, "host-a", idle())).await.unwrap_err();
+    match &err {
+        StoreError::Conflict(message) => {
+            assert!(message.contains("Pages_Counted") && message.contains("page-counter-old"), "{message}");
+            assert!(message.contains("pipeline forget page-counter-old"), "{message}");
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    assert_eq!(f.store.components().await.unwrap(), before, "nothing was written");
+
+    // Once the old name is retired, the new one may record the type.
+    f.store.retire_component(&component("page-counter-old"), &agent("operator:alice"), "renamed").await.unwrap();
+    f.store.record_pass(pass(&renamed, "host-a", idle())).await.unwrap();
+    // And the old one coming back would record it twice: refused.
+    let err = f.store.record_pass(pass(&old, "host-a", idle())).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Conflict(m) if m.contains("component page-counter;")), "{err}");
+    assert!(registered(&f.store, "page-counter-old").await.is_retired(), "still retired");
+}
+
+async fn retiring_records_who_and_why_and_a_new_pass_brings_it_back(f: Fixture) {
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    f.store.record_pass(pass(&descriptor("archiver", "Data_Archived"), "host-a", idle())).await.unwrap();
+    let before = Timestamp::now();
+    let alice = agent("operator:alice");
+    let retired =
+        f.store.retire_component(&component("page-counter"), &alice, "  replaced by page-tally  ").await.unwrap();
+    let retirement = retired.retired.clone().expect("retired");
+    assert_eq!((retirement.by.clone(), retirement.reason.as_str()), (alice.clone(), "replaced by page-tally"));
+    assert!(retirement.at >= before);
+    assert_eq!(registered(&f.store, "page-counter").await, retired, "listed as retired, as answered");
+    let names: Vec<String> = f.store.components().await.unwrap().iter().map(|c| c.name().to_string()).collect();
+    assert_eq!(names, ["archiver", "page-counter"], "retired ones included, by name");
+
+    let err = f.store.retire_component(&component("page-counter"), &agent("operator:bob"), "again").await.unwrap_err();
+    match &err {
+        StoreError::Conflict(message) => {
+            assert!(message.contains("already retired") && message.contains("operator:alice"), "{message}");
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    let err = f.store.retire_component(&component("page-tally"), &alice, "typo").await.unwrap_err();
+    match &err {
+        StoreError::Invalid(input) => {
+            assert_eq!((input.field.as_str(), input.value.as_str()), ("component", "page-tally"));
+            assert!(input.reason.contains("archiver, page-counter"), "{input}");
+        }
+        other => panic!("expected Invalid naming the component, got {other}"),
+    }
+    assert_eq!(registered(&f.store, "page-counter").await, retired, "refusals changed nothing");
+
+    tick().await;
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let back = registered(&f.store, "page-counter").await;
+    assert!(!back.is_retired(), "it runs again: back in the pipeline");
+    assert_eq!(back.changed_at, retired.changed_at, "the same descriptor");
+}
+
+async fn bad_registry_input_is_refused_by_name_and_changes_nothing(f: Fixture) {
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    let before = f.store.components().await.unwrap();
+    let cases = [
+        (pass(&counter, "", idle()), "host"),
+        (pass(&counter, "bad\nhost", idle()), "host"),
+        (pass(&ComponentDescriptor { version: "1.0\n".into(), ..counter.clone() }, "host-a", idle()), "version"),
+        (pass(&ComponentDescriptor { max_attempts: 0, ..counter.clone() }, "host-a", idle()), "max_attempts"),
+        (pass(&ComponentDescriptor { queue_size: 0, ..counter.clone() }, "host-a", idle()), "queue_size"),
+        (pass(&counter, "host-a", ended(PassOutcome::Ok, &"x".repeat(2_001), 1)), "pass summary"),
+        (pass(&descriptor("other", "Other_Done"), &"h".repeat(256), idle()), "host"),
+    ];
+    for (bad, field) in cases {
+        match f.store.record_pass(bad).await.unwrap_err() {
+            StoreError::Invalid(input) => assert_eq!(input.field, field, "{input}"),
+            other => panic!("expected Invalid naming {field}, got {other}"),
+        }
+    }
+    let alice = agent("operator:alice");
+    for reason in ["", "   ", &"r".repeat(2_001)] {
+        match f.store.retire_component(&component("page-counter"), &alice, reason).await.unwrap_err() {
+            StoreError::Invalid(input) => assert_eq!(input.field, "reason", "{input}"),
+            other => panic!("expected Invalid naming the reason, got {other}"),
+        }
+    }
+    assert_eq!(f.store.components().await.unwrap(), before, "nothing changed");
+}
+
+async fn registry_writes_take_no_seq_and_stay_out_of_the_change_feed(f: Fixture) {
+    register(&f.store, "B1").await;
+    let head = f.store.head().await.unwrap();
+    let feed = f.store.changes(Seq::ZERO, 100).await.unwrap();
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", PassPhase::Started)).await.unwrap();
+    f.store.record_pass(pass(&counter, "host-a", ended(PassOutcome::Ok, "1 ok", 10))).await.unwrap();
+    f.store.retire_component(&component("page-counter"), &agent("operator:alice"), "gone").await.unwrap();
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    assert_eq!(f.store.head().await.unwrap(), head, "no seq taken");
+    assert_eq!(f.store.changes(Seq::ZERO, 100).await.unwrap(), feed, "the feed is as it was");
+    assert_eq!(f.store.wait_for_change(head, std::time::Duration::from_millis(50)).await.unwrap(), head);
+}
+
+async fn concurrent_first_passes_of_one_event_type_let_exactly_one_in(f: Fixture) {
+    let tasks: Vec<_> = (0..8)
+        .map(|n| {
+            let store = Arc::clone(&f.store);
+            tokio::spawn(async move {
+                let counter = descriptor(&format!("page-counter-{n}"), "Pages_Counted");
+                store.record_pass(pass(&counter, "host-a", PassPhase::Started)).await
+            })
+        })
+        .collect();
+    let mut refusals = Vec::new();
+    for task in tasks {
+        if let Err(err) = task.await.unwrap() {
+            refusals.push(err);
+        }
+    }
+    let all = f.store.components().await.unwrap();
+    assert_eq!(all.len(), 1, "one producer of Pages_Counted: {all:?}");
+    assert_eq!(refusals.len(), 7);
+    let winner = all[0].name().to_string();
+    for err in refusals {
+        assert!(matches!(&err, StoreError::Conflict(m) if m.contains(&format!("component {winner};"))), "{err}");
+    }
+}
+
 /// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
@@ -743,4 +999,13 @@ contract!(
     concurrent_appends_share_commits_yet_each_gets_its_own_answer,
     a_retried_claim_with_its_key_returns_the_run_it_opened,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
+    a_first_pass_registers_the_component_and_its_host,
+    an_identical_pass_moves_last_seen_but_not_changed_at,
+    a_changed_trigger_or_version_updates_the_descriptor_and_changed_at,
+    a_started_pass_is_running_until_it_ends_and_each_host_is_listed,
+    an_event_type_clash_is_refused_naming_the_other_component,
+    retiring_records_who_and_why_and_a_new_pass_brings_it_back,
+    bad_registry_input_is_refused_by_name_and_changes_nothing,
+    registry_writes_take_no_seq_and_stay_out_of_the_change_feed,
+    concurrent_first_passes_of_one_event_type_let_exactly_one_in,
 );

@@ -234,6 +234,48 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
         StoreError::Invalid(input) => assert_eq!(input.field, "resets"),
         other => panic!("expected Invalid naming the field, got {other}"),
     }
+
+    // The component registry: the same answers, the same refusals, and no move of the head.
+    let head = local.head().await.unwrap();
+    let checker = descriptor("structure-checker", "Structure_Checked");
+    http.record_pass(pass(&checker, "host-a", PassPhase::Started)).await.unwrap();
+    let ended = PassPhase::Ended { outcome: PassOutcome::Ok, summary: "1 ok".into(), duration_ms: 40 };
+    http.record_pass(pass(&checker, "host-b", ended)).await.unwrap();
+    let components = http.components().await.unwrap();
+    assert_eq!(components, local.components().await.unwrap());
+    assert_eq!(components[0].hosts.iter().map(|h| h.running()).collect::<Vec<_>>(), [true, false]);
+    let clash = http.record_pass(pass(&descriptor("checker-two", "Structure_Checked"), "host-a", PassPhase::Started));
+    assert!(matches!(clash.await.unwrap_err(), StoreError::Conflict(m) if m.contains("structure-checker")));
+    match http.record_pass(pass(&checker, "", PassPhase::Started)).await.unwrap_err() {
+        StoreError::Invalid(input) => assert_eq!(input.field, "host"),
+        other => panic!("expected Invalid naming the host, got {other}"),
+    }
+    let operator = agent("operator:test");
+    let retired = http.retire_component(&component("structure-checker"), &operator, "replaced").await.unwrap();
+    assert_eq!(local.components().await.unwrap(), std::slice::from_ref(&retired));
+    assert_eq!(http.components().await.unwrap(), [retired]);
+    let again = http.retire_component(&component("structure-checker"), &operator, "again").await.unwrap_err();
+    assert!(matches!(&again, StoreError::Conflict(m) if m.contains("already retired")), "{again}");
+    for (name, reason, field) in [("nope", "typo", "component"), ("structure-checker", " ", "reason")] {
+        match http.retire_component(&component(name), &operator, reason).await.unwrap_err() {
+            StoreError::Invalid(input) => assert_eq!(input.field, field),
+            other => panic!("expected Invalid naming the {field}, got {other}"),
+        }
+    }
+    assert_eq!(http.head().await.unwrap(), head);
+}
+
+/// From JSON, as a component's report arrives: fields added later keep their defaults.
+fn descriptor(name: &str, event_type: &str) -> ComponentDescriptor {
+    serde_json::from_value(json!({
+        "name": name, "version": "2.0.0", "event_type": event_type, "trigger": {"requires": ["Data_Archived"]},
+        "max_attempts": 3, "retry_backoff": "90s", "queue_size": 5, "max_runtime": "2h",
+    }))
+    .unwrap()
+}
+
+fn pass(descriptor: &ComponentDescriptor, host: &str, phase: PassPhase) -> PassRecord {
+    PassRecord { descriptor: descriptor.clone(), host: host.into(), phase }
 }
 
 #[tokio::test]
@@ -351,6 +393,10 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
             r#"{"batch": "B1", "component": "Bad Name!", "holder": {"agent": "a", "host": "h", "pid": 1}}"#,
             "component",
         ),
+        ("retire_component", r#"{"name": "nope", "by": "operator:x", "reason": "r"}"#, "component registry"),
+        ("retire_component", r#"{"name": "nope", "by": "operator:x", "reason": "r", "force": true}"#, "force"),
+        ("record_pass", r#"{"descriptor": {}, "host": "h", "phase": "started"}"#, "missing field"),
+        ("components", r#"{"all": true}"#, "all"),
     ];
     for (op, body, named) in cases {
         let (status, answer) = post(&format!("{}/v1/{op}", service.url()), Some(TOKEN), body.as_bytes());

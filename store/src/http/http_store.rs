@@ -13,7 +13,10 @@ use serde_json::{Map, Value};
 
 use super::client::{ClientOptions, HttpClient, Retry, client_token};
 use super::wire;
-use crate::model::{Batch, BatchId, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, Run, RunHolder, Seq};
+use crate::model::{
+    Agent, Batch, BatchId, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord, RegisteredComponent,
+    Run, RunHolder, Seq,
+};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
 pub struct HttpStore {
@@ -185,5 +188,26 @@ impl ObjectStore for HttpStore {
     async fn count_batches(&self) -> StoreResult<u64> {
         let answer: wire::Count = self.call("count_batches", &wire::Empty {}, Retry::Safe).await?;
         Ok(answer.count)
+    }
+
+    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
+        // A repeated pass report only moves the host's `last_seen` again.
+        let _: wire::Empty = self.call("record_pass", &pass, Retry::Safe).await?;
+        Ok(())
+    }
+
+    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
+        self.call("components", &wire::Empty {}, Retry::Safe).await
+    }
+
+    async fn retire_component(
+        &self,
+        name: &ComponentName,
+        by: &Agent,
+        reason: &str,
+    ) -> StoreResult<RegisteredComponent> {
+        // Repeated after it was done, it would answer that the component is retired already.
+        let request = wire::RetireComponent { name: name.clone(), by: by.clone(), reason: reason.to_string() };
+        self.call("retire_component", &request, Retry::OnlyUnsent).await
     }
 }

@@ -1,5 +1,5 @@
 //! The store service (`autocomp-store serve`): the `ObjectStore` port as JSON over HTTP,
-//! one `POST /v1/<operation>` per port method, in front of any adapter (SQLite today).
+//! one `POST /v1/<operation>` per port method, in front of any adapter.
 //! It adds the bearer token for writes, long polls on the change feed, and metrics.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
 use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
-use crate::model::{InvalidInput, NewBatch};
+use crate::model::{InvalidInput, NewBatch, PassRecord};
 use crate::port::{CreateOutcome, ObjectStore};
 
 /// The OpenAPI document of this service, kept in the repository beside the code.
@@ -46,7 +46,7 @@ impl StoreService {
         router(Arc::clone(self))
     }
 
-    /// Runs one port operation; wakes the long polls after a write.
+    /// Runs one port operation; wakes the long polls after a write that may move the head.
     async fn dispatch(
         &self,
         name: &'static str,
@@ -148,6 +148,21 @@ impl StoreService {
             "count_batches" => {
                 let _: wire::Empty = parse_body(body)?;
                 ok(wire::Count { count: store.count_batches().await? })
+            }
+            "record_pass" => {
+                let pass: PassRecord = parse_body(body)?;
+                store.record_pass(pass).await?;
+                // The registry takes no seq: nothing a long poll waits for has moved.
+                return Ok(ok(wire::Empty {}));
+            }
+            "components" => {
+                let _: wire::Empty = parse_body(body)?;
+                ok(store.components().await?)
+            }
+            "retire_component" => {
+                let request: wire::RetireComponent = parse_body(body)?;
+                let retired = store.retire_component(&request.name, &request.by, &request.reason).await?;
+                return Ok(ok(retired));
             }
             other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
         };

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::model::{Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
+use crate::model::{Agent, Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
 
 /// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
 pub const OPERATIONS: &[(&str, bool)] = &[
@@ -28,6 +28,9 @@ pub const OPERATIONS: &[(&str, bool)] = &[
     ("cancel_run", true),
     ("prioritize", true),
     ("count_batches", false),
+    ("record_pass", true),
+    ("components", false),
+    ("retire_component", true),
 ];
 
 /// Most items one request may ask for (ids, batches, changes).
@@ -167,6 +170,14 @@ pub struct Prioritize {
     pub id: BatchId,
     pub priority: i32,
     pub event: NewEvent,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetireComponent {
+    pub name: ComponentName,
+    pub by: Agent,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -16,8 +16,9 @@ use serde_json::{Map, Value};
 
 use super::{Failure, PgStore, Retry, classify};
 use crate::model::{
-    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, IdempotencyKey, InvalidInput, NewBatch,
-    NewEvent, Outcome, Run, RunHolder, RunRef, RunState, Seq, Timestamp,
+    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, HostRecord, IdempotencyKey,
+    InvalidInput, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement,
+    Run, RunHolder, RunRef, RunState, Seq, Timestamp,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 use crate::write_rules;
@@ -84,6 +85,31 @@ struct RunRow {
     claim_key: Option<String>,
 }
 
+/// A component as `autocomp_component` writes it: its `components` row and its hosts.
+#[derive(Deserialize)]
+struct ComponentRow {
+    descriptor: Value,
+    registered_at: i64,
+    changed_at: i64,
+    retired_at: Option<i64>,
+    retired_by: Option<String>,
+    retired_reason: Option<String>,
+    hosts: Vec<HostRow>,
+}
+
+/// A row of `component_hosts` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+struct HostRow {
+    host: String,
+    version: String,
+    last_seen: i64,
+    pass_started_at: Option<i64>,
+    pass_ended_at: Option<i64>,
+    pass_outcome: Option<String>,
+    pass_summary: String,
+    pass_duration_ms: Option<i64>,
+}
+
 /// Stored values were validated on the way in; failing now means someone edited the
 /// database behind the store's back.
 fn corrupt(what: &str, error: impl std::fmt::Display) -> Failure {
@@ -145,6 +171,47 @@ fn run_from_json(text: &str) -> Result<Run, Failure> {
 
 fn run_from_value(value: Value) -> Result<Run, Failure> {
     serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()
+}
+
+fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
+    let row: ComponentRow = serde_json::from_str(text).map_err(|e| corrupt("component", e))?;
+    let descriptor: ComponentDescriptor =
+        serde_json::from_value(row.descriptor).map_err(|e| corrupt("component descriptor", e))?;
+    let retired = match (row.retired_at, row.retired_by) {
+        (Some(at), Some(by)) => Some(Retirement {
+            at: Timestamp(at),
+            by: Agent::new(by).map_err(|e| corrupt("component", e))?,
+            reason: row.retired_reason.unwrap_or_default(),
+        }),
+        _ => None,
+    };
+    let hosts = row
+        .hosts
+        .into_iter()
+        .map(|host| {
+            Ok(HostRecord {
+                host: host.host,
+                version: host.version,
+                last_seen: Timestamp(host.last_seen),
+                pass_started_at: host.pass_started_at.map(Timestamp),
+                pass_ended_at: host.pass_ended_at.map(Timestamp),
+                outcome: host
+                    .pass_outcome
+                    .map(|text| PassOutcome::parse(&text))
+                    .transpose()
+                    .map_err(|e| corrupt("component host", e))?,
+                summary: host.pass_summary,
+                duration_ms: host.pass_duration_ms.map(|ms| ms.max(0) as u64),
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    Ok(RegisteredComponent {
+        descriptor,
+        registered_at: Timestamp(row.registered_at),
+        changed_at: Timestamp(row.changed_at),
+        hosts,
+        retired,
+    })
 }
 
 fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
@@ -754,6 +821,119 @@ impl ObjectStore for PgStore {
     async fn count_batches(&self) -> StoreResult<u64> {
         let count = self.read_number("count_batches", "SELECT COUNT(*) FROM batches").await?;
         Ok(count.max(0) as u64)
+    }
+
+    /// One call, one round trip: this runs at every cron start of every component. Repeating
+    /// it only moves the host's `last_seen` again, so it is retried like a read.
+    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
+        pass.validate()?;
+        let descriptor = serde_json::to_value(&pass.descriptor).expect("descriptors always serialize");
+        let (ended, outcome, summary, duration_ms) = match &pass.phase {
+            PassPhase::Started => (false, None, None, None),
+            PassPhase::Ended { outcome, summary, duration_ms } => (
+                true,
+                Some(outcome.as_str()),
+                Some(summary.as_str()),
+                Some(i64::try_from(*duration_ms).unwrap_or(i64::MAX)),
+            ),
+        };
+        let (pass, descriptor) = (&pass, &descriptor);
+        let (name, event_type) = (pass.descriptor.name.as_str(), pass.descriptor.event_type.as_str());
+        let other = self
+            .run("record_pass", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement =
+                        prepare(client, "SELECT autocomp_record_pass($1, $2, $3, $4, $5, $6, $7, $8, $9)").await?;
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                        &name,
+                        &event_type,
+                        descriptor,
+                        &pass.host,
+                        &pass.descriptor.version,
+                        &ended,
+                        &outcome,
+                        &summary,
+                        &duration_ms,
+                    ];
+                    match client.query_one(&statement, &params).await {
+                        Ok(row) => Ok(row.get::<_, Option<String>>(0)),
+                        // Another component took the event type between the function's check
+                        // and its insert, and has committed since: name it, as the check would.
+                        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                            let clash = prepare(
+                                client,
+                                "SELECT name FROM components WHERE event_type = $1 AND retired_at IS NULL AND name <> $2",
+                            )
+                            .await?;
+                            match client.query_opt(&clash, &[&event_type, &name]).await {
+                                Ok(Some(row)) => Ok(Some(row.get(0))),
+                                Ok(None) => Err(Failure::Unsent(super::describe_error(&error))),
+                                Err(error) => Err(classify(&self.inner.options, &error, false)),
+                            }
+                        }
+                        Err(error) => Err(classify(&self.inner.options, &error, false)),
+                    }
+                })
+            })
+            .await?;
+        match other {
+            Some(other) => Err(write_rules::event_type_taken(&pass.descriptor.event_type, &other)),
+            None => Ok(()),
+        }
+    }
+
+    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
+        self.run("components", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement =
+                    prepare(client, "SELECT autocomp_component(name)::text FROM components ORDER BY name").await?;
+                let rows = client.query(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(|row| component_from_json(row.get(0))).collect()
+            })
+        })
+        .await
+    }
+
+    async fn retire_component(
+        &self,
+        name: &ComponentName,
+        by: &Agent,
+        reason: &str,
+    ) -> StoreResult<RegisteredComponent> {
+        let reason = write_rules::retirement_reason(reason)?;
+        let reason = &reason;
+        let (outcome, answer) = self
+            .run("retire_component", Retry::OnlyUnsent, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT r_outcome, r_component::text FROM autocomp_retire_component($1, $2, $3)",
+                    )
+                    .await?;
+                    let row = client
+                        .query_one(&statement, &[&name.as_str(), &by.as_str(), reason])
+                        .await
+                        .map_err(|e| classify(&self.inner.options, &e, false))?;
+                    let outcome: String = row.get(0);
+                    let answer: String =
+                        row.get::<_, Option<String>>(1).ok_or_else(|| corrupt("answer", "no component"))?;
+                    Ok((outcome, answer))
+                })
+            })
+            .await?;
+        match outcome.as_str() {
+            "unknown" => {
+                let known: Vec<String> =
+                    serde_json::from_str(&answer).map_err(|e| corrupt("answer", e).into_error())?;
+                Err(write_rules::unknown_component(name, &known))
+            }
+            "already" => {
+                let component = component_from_json(&answer).map_err(Failure::into_error)?;
+                let retirement = component.retired.ok_or_else(|| corrupt("answer", "not retired").into_error())?;
+                Err(write_rules::retired_already(name, &retirement))
+            }
+            _ => component_from_json(&answer).map_err(Failure::into_error),
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The embedded object store: one SQLite file in WAL mode, safe for many processes on one
 //! host. Every write is one IMMEDIATE transaction (so writers queue on the busy timeout
 //! instead of failing on a lock upgrade), and every seq comes from the single `store_head`
-//! counter inside that transaction, which makes seqs strictly increasing in commit order.
+//! counter inside that transaction, which makes seqs strictly increasing in commit order
+//! (the component registry's writes change no batch and take no seq).
 
 mod ops;
 mod schema;
@@ -14,7 +15,10 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use crate::model::{Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq};
+use crate::model::{
+    Agent, Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent, Run, RunHolder,
+    Seq,
+};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
 pub use schema::LATEST_VERSION;
@@ -270,6 +274,26 @@ impl ObjectStore for SqliteStore {
         event.validate()?;
         let id = id.clone();
         self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event)).await
+    }
+
+    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
+        pass.validate()?;
+        self.with_connection(move |conn| ops::record_pass(conn, &pass)).await
+    }
+
+    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
+        self.with_connection(ops::components).await
+    }
+
+    async fn retire_component(
+        &self,
+        name: &ComponentName,
+        by: &Agent,
+        reason: &str,
+    ) -> StoreResult<RegisteredComponent> {
+        let reason = crate::write_rules::retirement_reason(reason)?;
+        let (name, by) = (name.clone(), by.clone());
+        self.with_connection(move |conn| ops::retire_component(conn, &name, &by, &reason)).await
     }
 
     async fn count_batches(&self) -> StoreResult<u64> {
