@@ -261,3 +261,53 @@ impl WorkContext {
         self.report
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error, ErrorKind};
+
+    use super::*;
+
+    #[test]
+    fn io_errors_name_their_path_and_are_classified_by_kind() {
+        let permanent = [
+            ErrorKind::NotFound,
+            ErrorKind::PermissionDenied,
+            ErrorKind::InvalidData,
+            ErrorKind::InvalidInput,
+            ErrorKind::NotADirectory,
+            ErrorKind::UnexpectedEof,
+        ];
+        for kind in permanent {
+            let error = WorkError::io("/data/B1/page.tif", Error::from(kind));
+            assert!(matches!(&error, WorkError::Permanent(m) if m.starts_with("/data/B1/page.tif: ")), "{kind:?}: {error:?}");
+        }
+        let transient = [
+            ErrorKind::Interrupted,
+            ErrorKind::TimedOut,
+            ErrorKind::WouldBlock,
+            ErrorKind::ConnectionReset,
+            ErrorKind::StorageFull,
+            ErrorKind::StaleNetworkFileHandle,
+            ErrorKind::Other,
+        ];
+        for kind in transient {
+            let error = WorkError::io("/mnt/share", Error::from(kind));
+            assert!(matches!(&error, WorkError::Transient(m) if m.starts_with("/mnt/share: ")), "{kind:?}: {error:?}");
+        }
+        let missing = std::fs::read("/no/such/file").with_path("/no/such/file").unwrap_err();
+        assert_eq!(missing, WorkError::Permanent("/no/such/file: No such file or directory (os error 2)".into()));
+    }
+
+    #[test]
+    fn a_result_over_the_limit_is_refused_naming_the_limit() {
+        let batch = crate::testing::TestBatch::new("B1").build();
+        let mut context = WorkContext::detached(&batch, 10);
+        let huge = "x".repeat(MAX_RESULT_BYTES);
+        let error = context.set_result(&huge).unwrap_err();
+        assert!(error.to_string().contains(&MAX_RESULT_BYTES.to_string()), "{error}");
+        assert!(context.report().result.is_none(), "nothing set");
+        context.set_result(&serde_json::json!({"pages": 412})).unwrap();
+        assert_eq!(context.into_report().result, Some(serde_json::json!({"pages": 412})));
+    }
+}

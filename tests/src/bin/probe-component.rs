@@ -27,6 +27,16 @@ struct Settings {
     started: Option<std::path::PathBuf>,
     /// When set, work (and `work_time`) begins only once this file exists.
     wait_for: Option<std::path::PathBuf>,
+    /// When set, the structured result `{"pages": N}` is recorded.
+    pages: Option<u64>,
+    /// When set, the `{"pages": N}` result of this event type is read, typed, and recorded
+    /// as `{"pages_seen": N}`; a batch without it fails.
+    read_pages_of: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize, Deserialize)]
+struct Pages {
+    pages: u64,
 }
 
 impl Default for Settings {
@@ -38,6 +48,8 @@ impl Default for Settings {
             ledger: None,
             started: None,
             wait_for: None,
+            pages: None,
+            read_pages_of: None,
         }
     }
 }
@@ -105,6 +117,15 @@ impl Component for Probe {
             }
             other => Err(WorkError::permanent(format!("unknown behaviour {other}"))),
         };
+        if let Some(pages) = settings.pages {
+            context.set_result(&Pages { pages })?;
+        }
+        if let Some(earlier) = &settings.read_pages_of {
+            let Some(Pages { pages }) = batch.result::<Pages>(earlier)? else {
+                return Err(WorkError::permanent(format!("no {earlier} result to read")));
+            };
+            context.set_result(&serde_json::json!({ "pages_seen": pages }))?;
+        }
         if let Some(ledger) = &settings.ledger {
             let line = format!("{} {} {} {}\n", std::process::id(), batch.id, start, now_ns());
             let mut file = std::fs::OpenOptions::new().create(true).append(true).open(ledger).with_path(ledger)?;
