@@ -632,6 +632,7 @@ impl<C: Component> Runner<C> {
             release_quietly(lock).await;
             return BatchResult::NotRecorded { id };
         }
+        let report = within_document_limit(report);
         let line = summary_line(&id, &self.event_type, &report);
         let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
             .expect("names and numbers make a valid key");
@@ -753,6 +754,26 @@ fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
         .map_or(Seq::ZERO, |e| e.seq)
 }
 
+/// A report the store would refuse as too large (a huge result or failure details) becomes
+/// a failure saying so, with the failures' count kept: refused, it would record nothing.
+fn within_document_limit(report: Report) -> Report {
+    let size = serde_json::to_vec(&report.to_details()).map_or(usize::MAX, |bytes| bytes.len());
+    if size <= autocomp_store::MAX_DOCUMENT_BYTES {
+        return report;
+    }
+    let mut trimmed = Report::new(report.failures_cap);
+    trimmed.outcome = Outcome::Failure;
+    trimmed.duration_ms = report.duration_ms;
+    trimmed.failures_total = report.failures_total;
+    trimmed.summary = format!(
+        "the report was {size} bytes, over the store's limit of {} bytes per event; its result and failure \
+         list were dropped ({} failures found)",
+        autocomp_store::MAX_DOCUMENT_BYTES,
+        report.failures_total
+    );
+    trimmed
+}
+
 fn failed_report(config: &ComponentConfig, summary: &str) -> Report {
     let mut report = Report::new(config.max_reported_failures);
     report.outcome = Outcome::Failure;
@@ -786,7 +807,8 @@ fn summary_line(id: &BatchId, event_type: &EventType, report: &Report) -> String
     }
     if report.failures_total > 0 {
         let first = &report.failures[0];
-        notes.push(format!("{} failures, first: {}: {}", report.failures_total, first.reference, first.description));
+        let reference = if first.reference.is_empty() { "the batch" } else { first.reference.as_str() };
+        notes.push(format!("{} failures, first: {reference}: {}", report.failures_total, first.description));
     }
     if !notes.is_empty() {
         line.push_str(": ");

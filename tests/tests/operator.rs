@@ -25,7 +25,7 @@ fn role(name: &str) -> (&'static str, &'static str, &'static str) {
     *COMPONENTS.iter().find(|(n, _, _)| *n == name).expect("a component of the test pipeline")
 }
 
-/// Writes `config/<name>.toml`: event type, trigger (the CLI reads both), probe settings.
+/// Writes `config/<name>.toml`: event type, trigger, probe settings.
 fn configure(pipeline: &Pipeline, name: &str, settings: &str) {
     let (_, event_type, requires) = role(name);
     let text = format!(
@@ -35,10 +35,14 @@ fn configure(pipeline: &Pipeline, name: &str, settings: &str) {
     std::fs::write(pipeline.config_dir().join(format!("{name}.toml")), text).unwrap();
 }
 
+/// The pipeline with each component registered by an idle first pass, as after deployment:
+/// the CLI knows the pipeline from the registry, not from these files.
 fn new_pipeline() -> Pipeline {
     let pipeline = Pipeline::new(PROBE);
     for (name, _, _) in COMPONENTS {
         configure(&pipeline, name, "");
+        let idle = pass(&pipeline, name);
+        assert_eq!((idle.code, idle.stdout.as_str()), (Some(0), ""), "{}", idle.show());
     }
     pipeline
 }
@@ -622,7 +626,7 @@ fn explain_shows_the_retry_window_of_a_transient_failure() {
     assert!(failed.stdout.contains("transient, will retry"), "{}", failed.show());
 
     let explained = json(&autocomp(&pipeline, &["explain", "B0001", "--component", "probe", "--format", "json"]));
-    assert_eq!(explained["state"], "failed");
+    assert_eq!(explained["state"], "retrying");
     assert_eq!((explained["failed_attempts"].clone(), explained["max_attempts"].clone()), (1.into(), 4.into()));
     let retry = &explained["retry"];
     assert_eq!(retry["backoff_seconds"], 3600);

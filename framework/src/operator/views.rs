@@ -164,7 +164,15 @@ fn report_line(event: &Event) -> String {
         let first = &details["failures"][0];
         let (reference, description) =
             (first["reference"].as_str().unwrap_or_default(), first["description"].as_str().unwrap_or_default());
+        let reference = if reference.is_empty() { "the batch" } else { reference };
         notes.push(format!("{total} failures, first: {reference}: {description}"));
+    }
+    if let Some(result) = details.get(autocomp_store::RESULT_KEY) {
+        let mut text = result.to_string();
+        if text.chars().count() > 120 {
+            text = text.chars().take(119).collect::<String>() + "…";
+        }
+        notes.push(format!("result {text}"));
     }
     notes.join("; ")
 }
