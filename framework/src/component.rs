@@ -280,7 +280,10 @@ mod tests {
         ];
         for kind in permanent {
             let error = WorkError::io("/data/B1/page.tif", Error::from(kind));
-            assert!(matches!(&error, WorkError::Permanent(m) if m.starts_with("/data/B1/page.tif: ")), "{kind:?}: {error:?}");
+            assert!(
+                matches!(&error, WorkError::Permanent(m) if m.starts_with("/data/B1/page.tif: ")),
+                "{kind:?}: {error:?}"
+            );
         }
         let transient = [
             ErrorKind::Interrupted,

@@ -192,8 +192,20 @@ fn read_optional(file: &Path, required: bool) -> Result<Option<String>, ConfigEr
 }
 
 /// Parses a component's `[settings]` into its settings type, naming the file on error.
+/// An absent or empty `[settings]` also fits `()`, a component without settings.
 pub fn settings<T: serde::de::DeserializeOwned>(table: &toml::Table, file: &Path) -> Result<T, ConfigError> {
-    toml::Value::Table(table.clone()).try_into().map_err(|e| ConfigError::new(file, format!("[settings]: {e}")))
+    let parsed: Result<T, toml::de::Error> = toml::Value::Table(table.clone()).try_into();
+    match parsed {
+        Ok(settings) => Ok(settings),
+        Err(error) => {
+            use serde::de::IntoDeserializer;
+            let unit: Result<T, serde::de::value::Error> = T::deserialize(().into_deserializer());
+            match unit {
+                Ok(settings) if table.is_empty() => Ok(settings),
+                _ => Err(ConfigError::new(file, format!("[settings]: {error}"))),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +223,15 @@ mod tests {
         assert!(err.contains("max_threadz"), "{err}");
         let err = toml::from_str::<ComponentConfig>("max_runtime = \"soon\"").unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn a_component_without_settings_accepts_an_empty_table_and_refuses_keys() {
+        let none: () = settings(&toml::Table::new(), Path::new("x.toml")).unwrap();
+        let _ = none;
+        let table: toml::Table = toml::from_str("a = 1").unwrap();
+        let err = settings::<()>(&table, Path::new("x.toml")).unwrap_err().to_string();
+        assert!(err.contains("x.toml") && err.contains("[settings]"), "{err}");
     }
 
     #[test]

@@ -230,21 +230,12 @@ fn write_config(dir: &Path) -> std::io::Result<()> {
             path("incoming")
         ),
     )?;
-    std::fs::write(
-        config.join("checksum-verifier.toml"),
-        "max_threads = 2\n",
-    )?;
+    std::fs::write(config.join("checksum-verifier.toml"), "max_threads = 2\n")?;
     std::fs::write(
         config.join("structure-checker.toml"),
         "# Every setting at its default: the component's own trigger decides.\n",
     )?;
-    std::fs::write(
-        config.join("archiver.toml"),
-        format!(
-            "[settings]\narchive_root = \"{}\"\n",
-            path("archive")
-        ),
-    )
+    std::fs::write(config.join("archiver.toml"), format!("[settings]\narchive_root = \"{}\"\n", path("archive")))
 }
 
 /// A small BagIt bag (RFC 8493) with md5 and sha256 manifests, broken as `defect` says.

@@ -19,8 +19,8 @@ pub mod testing;
 
 #[doc(inline)]
 pub use autocomp_store::{
-    Batch, BatchId, BatchType, ComponentDescriptor, ComponentState, Event, EventType, Failure, InvalidInput, Outcome,
-    Report, Timestamp, Trigger, TriggerBuilder, TypeNames,
+    Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
+    InvalidInput, Outcome, Report, Timestamp, Trigger, TriggerBuilder, TypeNames, duration_text,
 };
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, WorkContext, WorkError};
 

@@ -781,7 +781,8 @@ fn failed_report(config: &ComponentConfig, summary: &str) -> Report {
     report
 }
 
-fn report_of(result: Result<(), WorkError>, mut report: Report) -> Report {
+/// How `work`'s return shapes the recorded report (`testing::run_work` applies it too).
+pub(crate) fn report_of(result: Result<(), WorkError>, mut report: Report) -> Report {
     match result {
         Ok(()) => {}
         Err(error) => {

@@ -3,14 +3,25 @@
 //! (store, index, locks and config dir in a temp dir) to run a component's binary in, the way
 //! cron starts it ([`TempPipeline`]).
 
+use std::future::Future;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use autocomp_store::{Batch, Event, Report};
+use autocomp_store::{
+    Agent, Batch, BatchId, BatchType, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Report, Seq,
+    SqliteStore, StoreError, Timestamp,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
-use crate::component::{Component, WorkError};
+use crate::component::{Component, WorkContext, WorkError};
+use crate::config::ComponentConfig;
+
+/// The agent of everything the helpers record themselves.
+const AGENT: &str = "test";
 
 /// A batch for a unit test: `TestBatch::new("B1").location(dir).succeeded("Data_Received").build()`.
 /// Type `RoundTrip`, priority 0, events in the order added, store clock "now".
@@ -22,37 +33,79 @@ pub struct TestBatch {
 impl TestBatch {
     /// Panics naming the id if it is not a valid batch id.
     pub fn new(id: &str) -> Self {
-        let _ = id;
-        unimplemented!()
+        let id = BatchId::new(id).unwrap_or_else(|e| panic!("TestBatch::new: {e}"));
+        let now = Timestamp::now();
+        // Seq 1 is the batch's creation, its only content change; events follow it.
+        let created = Seq(1);
+        TestBatch {
+            batch: Batch {
+                id,
+                batch_type: BatchType::new("RoundTrip").expect("a valid batch type"),
+                priority: 0,
+                metadata: Map::new(),
+                created_seq: created,
+                modified_seq: created,
+                changed_seq: created,
+                created_at: now,
+                modified_at: now,
+                events: Vec::new(),
+                open_runs: Vec::new(),
+                as_of: now,
+            },
+        }
     }
     /// Sets metadata `location` (where `work` finds the files).
     pub fn location(self, dir: impl AsRef<Path>) -> Self {
-        let _ = dir;
-        unimplemented!()
+        let location = dir.as_ref().to_string_lossy().into_owned();
+        self.metadata("location", Value::String(location))
     }
     /// Sets one metadata key.
-    pub fn metadata(self, key: &str, value: serde_json::Value) -> Self {
-        let _ = (key, value);
-        unimplemented!()
+    pub fn metadata(mut self, key: &str, value: serde_json::Value) -> Self {
+        self.batch.metadata.insert(key.to_owned(), value);
+        self
     }
     /// Appends a success of `event_type`.
     pub fn succeeded(self, event_type: &str) -> Self {
-        let _ = event_type;
-        unimplemented!()
+        self.event(event_type, Report::new(0))
     }
     /// Appends a failure of `event_type` (`transient` flags it as retryable).
     pub fn failed(self, event_type: &str, transient: bool) -> Self {
-        let _ = (event_type, transient);
-        unimplemented!()
+        let mut report = Report::new(0);
+        report.outcome = Outcome::Failure;
+        report.transient = transient;
+        self.event(event_type, report)
     }
     /// Appends a success of `event_type` carrying `result` as its structured result, as an
     /// earlier component would have recorded it (read back with `batch.result::<T>(type)`).
     pub fn with_result<T: Serialize>(self, event_type: &str, result: &T) -> Self {
-        let _ = (event_type, result);
-        unimplemented!()
+        let mut report = Report::new(0);
+        report.result = Some(
+            serde_json::to_value(result)
+                .unwrap_or_else(|e| panic!("TestBatch::with_result({event_type}): not JSON: {e}")),
+        );
+        self.event(event_type, report)
     }
     pub fn build(self) -> Batch {
         self.batch
+    }
+
+    /// Appends an event whose details are `report`, as the runner records one.
+    fn event(mut self, event_type: &str, report: Report) -> Self {
+        let event_type = EventType::new(event_type).unwrap_or_else(|e| panic!("TestBatch: {e}"));
+        let seq = Seq(self.batch.changed_seq.0 + 1);
+        self.batch.changed_seq = seq;
+        self.batch.events.push(Event {
+            seq,
+            batch_id: self.batch.id.clone(),
+            event_type,
+            outcome: report.outcome,
+            agent: Agent::new(AGENT).expect("a valid agent"),
+            at: self.batch.as_of,
+            details: report.to_details(),
+            run: None,
+            resets: Vec::new(),
+        });
+        self
     }
 }
 
@@ -68,23 +121,24 @@ pub struct WorkRun {
 impl WorkRun {
     /// The structured result `work` set, typed; panics naming the error if it does not fit.
     pub fn result<T: DeserializeOwned>(&self) -> Option<T> {
-        unimplemented!()
+        let value = self.report.result.as_ref()?;
+        Some(T::deserialize(value).unwrap_or_else(|e| panic!("the result {value} does not fit: {e}")))
     }
     /// Whether it would be recorded as a success.
     pub fn succeeded(&self) -> bool {
-        unimplemented!()
+        self.report.outcome == Outcome::Success
     }
     /// Whether it would be recorded as a transient failure (retried after the backoff).
     pub fn is_transient(&self) -> bool {
-        unimplemented!()
+        self.report.outcome == Outcome::Failure && self.report.transient
     }
 }
 
 /// Parses settings as the config file's `[settings]` table would give them (TOML text);
 /// panics naming the problem.
 pub fn settings<S: DeserializeOwned>(toml: &str) -> S {
-    let _ = toml;
-    unimplemented!()
+    let table: toml::Table = toml.parse().unwrap_or_else(|e| panic!("settings are not TOML: {e}\n{toml}"));
+    crate::config::settings(&table, Path::new("<test settings>")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs the component's `work` once on `batch` with `settings`, on this thread, with a
@@ -92,26 +146,47 @@ pub fn settings<S: DeserializeOwned>(toml: &str) -> S {
 /// what it did as the runner would record it (the same rules: an error makes a failure,
 /// `Transient` flags it, the report's cap is 100 failures).
 pub fn run_work<C: Component>(component: &C, settings: &C::Settings, batch: &Batch) -> WorkRun {
-    let _ = (component, settings, batch);
-    unimplemented!()
+    let mut context = WorkContext::detached(batch, ComponentConfig::default().max_reported_failures);
+    let returned = component.work(batch, settings, &mut context);
+    let report = crate::runner::report_of(returned.clone(), context.into_report());
+    WorkRun { returned, report }
 }
 
 /// `run_work` on a batch `B1` whose location is `dir`, with `Data_Received` recorded.
 pub fn run_work_on<C: Component>(component: &C, settings: &C::Settings, dir: &Path) -> WorkRun {
-    let _ = (component, settings, dir);
-    unimplemented!()
+    let batch = TestBatch::new("B1").location(dir).succeeded("Data_Received").build();
+    run_work(component, settings, &batch)
 }
+
+/// Longest a binary run by [`TempPipeline::run`] may take before the test fails (and the
+/// process is killed): a hung component must fail its test, not hang it.
+const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// A pipeline in a temp dir for end-to-end tests of a component binary: an SQLite store, a
 /// local index, local locks and a config dir whose `autocomp.toml` names them. Blocking
 /// methods (it runs its own runtime), for plain `#[test]`s. Removed when dropped.
 pub struct TempPipeline {
+    // Dropped in this order: the store's connection, the runtime it ran on, the files.
+    store: SqliteStore,
+    runtime: tokio::runtime::Runtime,
     dir: tempfile::TempDir,
 }
 
 impl TempPipeline {
     pub fn new() -> Self {
-        unimplemented!()
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let root = dir.path();
+        std::fs::create_dir(root.join("config")).expect("the config dir");
+        let shared = format!(
+            "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
+            root.join("store.db").display(),
+            root.join("index").display(),
+            root.join("locks").display()
+        );
+        std::fs::write(root.join("config/autocomp.toml"), shared).expect("autocomp.toml");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let store = runtime.block_on(SqliteStore::open(root.join("store.db"))).expect("the store opens");
+        TempPipeline { store, runtime, dir }
     }
     /// The temp dir (put deliveries under it).
     pub fn root(&self) -> &Path {
@@ -119,52 +194,388 @@ impl TempPipeline {
     }
     /// `--config-dir` for the binary (also `AUTOCOMP_CONFIG_DIR` in `run`).
     pub fn config_dir(&self) -> PathBuf {
-        unimplemented!()
+        self.root().join("config")
+    }
+    /// The lock service URL `autocomp.toml` names (`local:<root>/locks`), to hold a lock
+    /// from the test as another process would.
+    pub fn locks_url(&self) -> String {
+        format!("local:{}", self.root().join("locks").display())
     }
     /// Writes `<config dir>/<component>.toml`.
     pub fn configure(&self, component: &str, toml: &str) {
-        let _ = (component, toml);
-        unimplemented!()
+        let file = self.config_dir().join(format!("{component}.toml"));
+        std::fs::write(&file, toml).unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
     }
     /// Registers a batch (type `RoundTrip`) at `location` with a `Data_Received` success.
     pub fn add_batch(&self, id: &str, location: &Path) {
-        let _ = (id, location);
-        unimplemented!()
+        self.add_bare_batch(id, location);
+        self.record(id, "Data_Received", Outcome::Success, serde_json::json!({}));
     }
     /// Registers a batch with no event at all.
     pub fn add_bare_batch(&self, id: &str, location: &Path) {
-        let _ = (id, location);
-        unimplemented!()
+        self.create(NewBatch::new(batch_id(id), round_trip()).with_location(location.to_string_lossy()));
+    }
+    /// Registers a batch with neither a location nor an event, as `autocomp add` does before
+    /// its files arrive.
+    pub fn add_unlocated_batch(&self, id: &str) {
+        self.create(NewBatch::new(batch_id(id), round_trip()));
     }
     /// Records an event by hand (agent `test`), e.g. what an earlier step would have.
     pub fn record(&self, id: &str, event_type: &str, outcome: autocomp_store::Outcome, details: serde_json::Value) {
-        let _ = (id, event_type, outcome, details);
-        unimplemented!()
+        let event_type = EventType::new(event_type).unwrap_or_else(|e| panic!("record: {e}"));
+        let event = NewEvent::new(event_type, outcome, agent()).with_details(details);
+        self.append(id, event);
+    }
+    /// Appends a `Reset` marker superseding `event_types`, as `autocomp rerun` does (agent
+    /// `operator:test`, the reason in its details).
+    pub fn reset(&self, id: &str, event_types: &[&str], reason: &str) {
+        let types = event_types.iter().map(|t| EventType::new(*t).unwrap_or_else(|e| panic!("reset: {e}"))).collect();
+        let operator = Agent::new("operator:test").expect("a valid agent");
+        self.append(id, NewEvent::reset(types, operator, serde_json::json!({ "reason": reason })));
     }
     /// The batch as the store holds it now.
     pub fn batch(&self, id: &str) -> Batch {
-        let _ = id;
-        unimplemented!()
+        self.find_batch(id).unwrap_or_else(|| panic!("batch {id} is not registered"))
+    }
+    /// The batch as the store holds it now, or `None` if it is not registered.
+    pub fn find_batch(&self, id: &str) -> Option<Batch> {
+        match self.block_on(self.store.get_batch(&batch_id(id))) {
+            Ok(batch) => Some(batch),
+            Err(StoreError::NotFound(_)) => None,
+            Err(e) => panic!("reading batch {id}: {e}"),
+        }
+    }
+    /// How many batches are registered.
+    pub fn batch_count(&self) -> u64 {
+        self.block_on(self.store.count_batches()).unwrap_or_else(|e| panic!("counting batches: {e}"))
     }
     /// The batch's effective event of `event_type`, if any.
     pub fn event(&self, id: &str, event_type: &str) -> Option<Event> {
-        let _ = (id, event_type);
-        unimplemented!()
+        let event_type = EventType::new(event_type).unwrap_or_else(|e| panic!("event: {e}"));
+        self.batch(id).effective().get(&event_type).cloned()
     }
-    /// Runs `binary` once, as cron would: `--config-dir` set, no terminal, with `args`.
+    /// Every event of `event_type` in the batch's log (superseded ones too), oldest first.
+    pub fn events(&self, id: &str, event_type: &str) -> Vec<Event> {
+        self.batch(id).events.into_iter().filter(|e| e.event_type == *event_type).collect()
+    }
+    /// Runs a future on the pipeline's runtime (e.g. holding a lock as another process would).
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+    /// The command `run` starts, for a test that watches the process while it works: the
+    /// config dir in `AUTOCOMP_CONFIG_DIR`, the backend variables removed (so the test's own
+    /// environment cannot point it elsewhere), stdin null (no terminal, as under cron).
+    pub fn command(&self, binary: &Path) -> Command {
+        let mut command = Command::new(binary);
+        command
+            .env("AUTOCOMP_CONFIG_DIR", self.config_dir())
+            .env_remove("AUTOCOMP_STORE")
+            .env_remove("AUTOCOMP_INDEX")
+            .env_remove("AUTOCOMP_LOCKS")
+            .stdin(Stdio::null());
+        command
+    }
+    /// Runs `binary` once, as cron would: `--config-dir` set (through `AUTOCOMP_CONFIG_DIR`, so
+    /// `args` may still give one), no terminal, with `args`. A run that outlives the deadline
+    /// (five minutes) is killed and fails the test.
     pub fn run(&self, binary: &Path, args: &[&str]) -> Output {
-        let _ = (binary, args);
-        unimplemented!()
+        let mut command = self.command(binary);
+        command.args(args);
+        finish(command, binary, args)
     }
-    /// Runs the `autocomp` CLI (`binary`) against this pipeline with `args`.
+    /// Runs the `autocomp` CLI (`binary`) against this pipeline with `args`, as operator
+    /// `test` unless `args` say `--as`.
     pub fn autocomp(&self, binary: &Path, args: &[&str]) -> Output {
-        let _ = (binary, args);
-        unimplemented!()
+        let mut command = self.command(binary);
+        command.env("USER", "test").args(args);
+        finish(command, binary, args)
+    }
+
+    fn create(&self, batch: NewBatch) {
+        let id = batch.id.clone();
+        self.block_on(self.store.create_batch(batch)).unwrap_or_else(|e| panic!("registering batch {id}: {e}"));
+    }
+
+    fn append(&self, id: &str, event: NewEvent) {
+        let event_type = event.event_type.clone();
+        self.block_on(self.store.append_event(&batch_id(id), event))
+            .unwrap_or_else(|e| panic!("recording {event_type} on {id}: {e}"));
     }
 }
 
 impl Default for TempPipeline {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+fn batch_id(id: &str) -> BatchId {
+    BatchId::new(id).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn round_trip() -> BatchType {
+    BatchType::new("RoundTrip").expect("a valid batch type")
+}
+
+fn agent() -> Agent {
+    Agent::new(AGENT).expect("a valid agent")
+}
+
+/// Runs `command` to its end within [`RUN_DEADLINE`]. Its output goes to unnamed temp files,
+/// not pipes: a grandchild left holding a pipe open would keep a reader waiting after the
+/// binary itself exited.
+fn finish(mut command: Command, binary: &Path, args: &[&str]) -> Output {
+    let mut stdout = tempfile::tempfile().expect("a temp file for stdout");
+    let mut stderr = tempfile::tempfile().expect("a temp file for stderr");
+    command.stdout(stdout.try_clone().expect("a stdout handle")).stderr(stderr.try_clone().expect("a stderr handle"));
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+    let deadline = Instant::now() + RUN_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!(
+                "{} {args:?} did not finish within {}s; stdout: {}; stderr: {}",
+                binary.display(),
+                RUN_DEADLINE.as_secs(),
+                String::from_utf8_lossy(&read_all(&mut stdout)),
+                String::from_utf8_lossy(&read_all(&mut stderr))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output { status, stdout: read_all(&mut stdout), stderr: read_all(&mut stderr) }
+}
+
+fn read_all(file: &mut std::fs::File) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    file.rewind().expect("the output file rewinds");
+    file.read_to_end(&mut bytes).expect("the output file reads");
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::*;
+    use crate::component::IoResultExt;
+    use autocomp_store::Trigger;
+
+    /// A component whose settings choose what its `work` does.
+    struct Probe;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ProbeSettings {
+        behaviour: String,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Pages {
+        pages: u32,
+    }
+
+    impl Component for Probe {
+        type Settings = ProbeSettings;
+
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn version(&self) -> &str {
+            "1"
+        }
+        fn event_type(&self) -> &str {
+            "Probed"
+        }
+        fn trigger(&self) -> Trigger {
+            Trigger::builder().requires("Data_Received").blocked_by("Probed").build()
+        }
+
+        fn work(&self, batch: &Batch, settings: &ProbeSettings, context: &mut WorkContext) -> Result<(), WorkError> {
+            match settings.behaviour.as_str() {
+                "succeed" => context.set_summary(format!("probed {}", batch.id)),
+                "fail" => context.fail("empty_delivery", "the delivery holds no files"),
+                "transient" => {
+                    context.set_summary("tried once");
+                    return Err(WorkError::transient("the share is offline"));
+                }
+                "result" => context.set_result(&Pages { pages: 412 })?,
+                "read" => {
+                    let path = context.location()?.join("missing.txt");
+                    std::fs::read(&path).with_path(&path)?;
+                }
+                "many" => {
+                    for n in 0..150 {
+                        context.add_failure(format!("page-{n}"), "mismatch", "wrong bytes", Value::Null);
+                    }
+                }
+                "earlier" => {
+                    let earlier: Option<Pages> = batch.result("Ocr_Done")?;
+                    context.set_summary(format!("{:?}", earlier));
+                }
+                other => panic!("unknown behaviour {other}"),
+            }
+            Ok(())
+        }
+    }
+
+    fn probe(behaviour: &str) -> WorkRun {
+        let dir = tempfile::tempdir().unwrap();
+        run_work_on(&Probe, &settings(&format!("behaviour = {behaviour:?}")), dir.path())
+    }
+
+    #[test]
+    fn a_success_is_recorded_as_one() {
+        let run = probe("succeed");
+        assert_eq!(run.returned, Ok(()));
+        assert!(run.succeeded() && !run.is_transient());
+        assert_eq!(run.report.summary, "probed B1");
+        assert_eq!((run.report.failures_total, run.report.result.as_ref()), (0, None));
+        assert_eq!(run.result::<Pages>(), None);
+    }
+
+    #[test]
+    fn a_failure_in_the_report_fails_the_batch_permanently() {
+        let run = probe("fail");
+        assert_eq!(run.returned, Ok(()));
+        assert!(!run.succeeded() && !run.is_transient());
+        assert_eq!(run.report.failures_total, 1);
+        let failure = &run.report.failures[0];
+        assert_eq!((failure.reference.as_str(), failure.kind.as_str()), ("", "empty_delivery"));
+        assert_eq!(failure.description, "the delivery holds no files");
+    }
+
+    #[test]
+    fn a_transient_error_is_a_failure_flagged_for_retry_after_the_summary() {
+        let run = probe("transient");
+        assert_eq!(run.returned, Err(WorkError::transient("the share is offline")));
+        assert!(!run.succeeded() && run.is_transient());
+        assert_eq!(run.report.outcome, Outcome::Failure);
+        assert_eq!(run.report.summary, "tried once; the share is offline");
+    }
+
+    #[test]
+    fn a_structured_result_reads_back_typed() {
+        let run = probe("result");
+        assert!(run.succeeded());
+        assert_eq!(run.result::<Pages>(), Some(Pages { pages: 412 }));
+        assert_eq!(run.report.result, Some(json!({ "pages": 412 })));
+    }
+
+    #[test]
+    #[should_panic(expected = "does not fit")]
+    fn a_result_of_the_wrong_type_panics_naming_it() {
+        probe("result").result::<Vec<String>>();
+    }
+
+    #[test]
+    fn a_missing_file_is_a_permanent_failure_naming_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_work_on(&Probe, &settings("behaviour = \"read\""), dir.path());
+        let missing = dir.path().join("missing.txt");
+        assert!(matches!(&run.returned, Err(WorkError::Permanent(m)) if m.starts_with(&*missing.to_string_lossy())));
+        assert!(!run.succeeded() && !run.is_transient());
+        assert!(run.report.summary.contains(&*missing.to_string_lossy()), "{}", run.report.summary);
+    }
+
+    #[test]
+    fn the_report_keeps_the_first_hundred_failures_and_counts_all() {
+        let run = probe("many");
+        assert_eq!((run.report.failures.len(), run.report.failures_total), (100, 150));
+        assert_eq!(run.report.failures[99].reference, "page-99");
+    }
+
+    #[test]
+    fn a_batch_without_a_location_is_a_permanent_failure() {
+        let batch = TestBatch::new("B2").succeeded("Data_Received").build();
+        let run = run_work(&Probe, &settings("behaviour = \"read\""), &batch);
+        assert!(matches!(run.returned, Err(WorkError::Permanent(_))));
+        assert!(run.report.summary.contains("location"), "{}", run.report.summary);
+    }
+
+    #[test]
+    fn test_batches_hold_what_was_added_in_order() {
+        let batch = TestBatch::new("B400022028241-RT1")
+            .location("/deliveries/B400022028241-RT1")
+            .metadata("pages", json!(12))
+            .succeeded("Data_Received")
+            .failed("Checksums_Verified", true)
+            .with_result("Ocr_Done", &Pages { pages: 7 })
+            .build();
+        assert_eq!(batch.id.as_str(), "B400022028241-RT1");
+        assert_eq!((batch.batch_type.as_str(), batch.priority), ("RoundTrip", 0));
+        assert_eq!(batch.location(), Some("/deliveries/B400022028241-RT1"));
+        assert_eq!(batch.metadata["pages"], 12);
+        let types: Vec<&str> = batch.events.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["Data_Received", "Checksums_Verified", "Ocr_Done"]);
+        assert!(batch.events.windows(2).all(|w| w[0].seq < w[1].seq));
+        assert!(batch.events.iter().all(|e| e.seq > batch.modified_seq && e.seq <= batch.changed_seq));
+        assert_eq!(batch.events[0].outcome, Outcome::Success);
+        assert!(batch.events[1].is_transient_failure());
+        assert!(!TestBatch::new("B1").failed("X", false).build().events[0].is_transient_failure());
+        assert_eq!(batch.result::<Pages>("Ocr_Done").unwrap(), Some(Pages { pages: 7 }));
+        assert!(Probe.trigger().matches(&TestBatch::new("B1").succeeded("Data_Received").build()));
+        assert!(!Probe.trigger().matches(&TestBatch::new("B1").succeeded("Data_Received").succeeded("Probed").build()));
+
+        let run = run_work(&Probe, &settings("behaviour = \"earlier\""), &batch);
+        assert_eq!(run.report.summary, "Some(Pages { pages: 7 })");
+    }
+
+    #[test]
+    #[should_panic(expected = "bad id!")]
+    fn an_invalid_batch_id_panics_naming_it() {
+        TestBatch::new("bad id!");
+    }
+
+    #[test]
+    #[should_panic(expected = "behavior")]
+    fn unknown_settings_panic_naming_the_key() {
+        settings::<ProbeSettings>("behavior = \"succeed\"");
+    }
+
+    #[test]
+    fn a_temp_pipeline_records_and_reads_back_batches() {
+        let pipeline = TempPipeline::new();
+        let toml = std::fs::read_to_string(pipeline.config_dir().join("autocomp.toml")).unwrap();
+        let root = pipeline.root().display().to_string();
+        assert!(toml.contains(&format!("sqlite://{root}/store.db")) && toml.contains(&format!("local:{root}/index")));
+        assert!(toml.contains(&pipeline.locks_url()));
+        assert_eq!((pipeline.batch_count(), pipeline.find_batch("B1-RT1")), (0, None));
+
+        let folder = pipeline.root().join("incoming/B1-RT1");
+        pipeline.add_batch("B1-RT1", &folder);
+        pipeline.add_bare_batch("B2-RT1", &folder);
+        pipeline.add_unlocated_batch("B3-RT1");
+        pipeline.record("B1-RT1", "Checksums_Verified", Outcome::Failure, json!({ "transient": true }));
+        assert_eq!(pipeline.batch_count(), 3);
+        let batch = pipeline.batch("B1-RT1");
+        assert_eq!((batch.batch_type.as_str(), batch.location()), ("RoundTrip", Some(&*folder.to_string_lossy())));
+        assert_eq!(pipeline.event("B1-RT1", "Data_Received").unwrap().outcome, Outcome::Success);
+        assert!(pipeline.event("B1-RT1", "Checksums_Verified").unwrap().is_transient_failure());
+        assert!(pipeline.batch("B2-RT1").events.is_empty());
+        assert_eq!(pipeline.batch("B3-RT1").location(), None);
+
+        pipeline.reset("B1-RT1", &["Checksums_Verified"], "re-scanned");
+        assert_eq!(pipeline.event("B1-RT1", "Checksums_Verified"), None);
+        assert_eq!(pipeline.events("B1-RT1", "Checksums_Verified").len(), 1, "superseded, not erased");
+
+        pipeline.configure("probe", "max_threads = 1\n");
+        assert_eq!(std::fs::read_to_string(pipeline.config_dir().join("probe.toml")).unwrap(), "max_threads = 1\n");
+    }
+
+    #[test]
+    fn a_binary_runs_with_the_config_dir_and_no_terminal() {
+        let pipeline = TempPipeline::new();
+        // `cat` ends at once on a null stdin; one waiting on a terminal would hang the test.
+        let output =
+            pipeline.run(Path::new("sh"), &["-c", "cat; echo \"$AUTOCOMP_CONFIG_DIR\"; echo oops >&2; exit 3"]);
+        assert_eq!(output.status.code(), Some(3));
+        assert_eq!(String::from_utf8_lossy(&output.stdout), format!("{}\n", pipeline.config_dir().display()));
+        assert_eq!(String::from_utf8_lossy(&output.stderr), "oops\n");
     }
 }

@@ -25,9 +25,17 @@ struct Demo {
 impl Demo {
     fn run() -> Demo {
         let dir = tempfile::tempdir().unwrap();
-        let output =
-            Command::new(binary("autocomp")).args(["demo", "--batches", "12", "--dir"]).arg(dir.path()).output().unwrap();
-        assert!(output.status.success(), "demo failed: {}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let output = Command::new(binary("autocomp"))
+            .args(["demo", "--batches", "12", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "demo failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
         Demo { dir }
     }
 
@@ -123,7 +131,12 @@ fn status_agrees_with_each_components_own_dry_run_when_the_tomls_carry_no_trigge
             assert!(output.code == Some(0), "{}", text(&output));
             let verdict = stdout(&output);
             let would_claim = verdict.contains("would claim");
-            assert_eq!(row[component] == "ready", would_claim, "{id} {component}: status {}, {verdict}", row[component]);
+            assert_eq!(
+                row[component] == "ready",
+                would_claim,
+                "{id} {component}: status {}, {verdict}",
+                row[component]
+            );
             ready += usize::from(would_claim);
             compared += 1;
         }
@@ -162,7 +175,8 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     assert_eq!(components, ["archiver", "batch-trigger", "checksum-verifier", "structure-checker"]);
     let shown = json(&autocomp(&["show", &id, "--format", "json"]));
     assert_eq!(shown["id"], id.as_str());
-    let recorded = autocomp(&["event", &id, "--type", "Data_Received", "--outcome", "success", "--reason", "redelivered"]);
+    let recorded =
+        autocomp(&["event", &id, "--type", "Data_Received", "--outcome", "success", "--reason", "redelivered"]);
     assert!(recorded.code == Some(0), "{}", text(&recorded));
 
     // The pipeline lists every component with where and when it last ran.
@@ -178,9 +192,15 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     }
     let archiver = by_name(&listed, "archiver");
     assert_eq!(archiver["descriptor"]["event_type"], "Data_Archived");
-    assert_eq!(archiver["descriptor"]["trigger"]["requires"], serde_json::json!(["Checksums_Verified", "Structure_Checked"]));
+    assert_eq!(
+        archiver["descriptor"]["trigger"]["requires"],
+        serde_json::json!(["Checksums_Verified", "Structure_Checked"])
+    );
     let table = stdout(&autocomp(&["pipeline"]));
-    assert!(table.contains("requires Checksums_Verified, requires Structure_Checked, blocked_by Data_Archived"), "{table}");
+    assert!(
+        table.contains("requires Checksums_Verified, requires Structure_Checked, blocked_by Data_Archived"),
+        "{table}"
+    );
     assert!(table.contains(" ago"), "{table}");
 
     // A component that stops running keeps its last-seen time while the others move on.
@@ -188,7 +208,10 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     command.arg("--config-dir").arg(demo.config_dir());
     assert!(run(clean(command)).code == Some(0));
     let later = json(&autocomp(&["pipeline", "--format", "json"]));
-    assert!(by_name(&later, "checksum-verifier")["last_seen"].as_i64() > by_name(&listed, "checksum-verifier")["last_seen"].as_i64());
+    assert!(
+        by_name(&later, "checksum-verifier")["last_seen"].as_i64()
+            > by_name(&listed, "checksum-verifier")["last_seen"].as_i64()
+    );
     assert_eq!(by_name(&later, "archiver")["last_seen"], archiver["last_seen"], "not seen since its last pass");
 
     // Retired: gone from status, listed as retired with the reason; it comes back if it runs.

@@ -7,9 +7,8 @@ mod copy;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use autocomp_framework::{Component, WorkContext, WorkError, cli};
-use autocomp_store::{Batch, EventType, Trigger};
-use serde::Deserialize;
+use autocomp_framework::cli;
+use autocomp_framework::prelude::*;
 use serde_json::json;
 
 use crate::copy::{CopyError, Progress};
@@ -40,12 +39,7 @@ impl Component for Archiver {
         "Data_Archived"
     }
     fn trigger(&self) -> Trigger {
-        let types = |names: &[&str]| names.iter().map(|n| EventType::new(*n).expect("valid event types")).collect();
-        Trigger {
-            requires: types(&["Checksums_Verified", "Structure_Checked"]),
-            blocked_by: types(&["Data_Archived"]),
-            ..Trigger::default()
-        }
+        Trigger::builder().requires(["Checksums_Verified", "Structure_Checked"]).blocked_by("Data_Archived").build()
     }
 
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
@@ -57,7 +51,7 @@ impl Component for Archiver {
             // Most likely an unmounted share: worth retrying.
             Err(e) => return Err(WorkError::transient(format!("archive_root {}: {e}", root.display()))),
         }
-        if !std::fs::metadata(&source).map(|m| m.is_dir()).map_err(|e| io_at(&source, e))? {
+        if !std::fs::metadata(&source).map(|m| m.is_dir()).with_path(&source)? {
             return Err(WorkError::permanent(format!("the batch location {} is not a directory", source.display())));
         }
         // Copying a batch into a root inside itself would copy its own copy, forever.
@@ -78,7 +72,7 @@ impl Component for Archiver {
         }
         copy::remove_stale_temps(root, batch.id.as_str(), previous_temp(context).as_deref());
 
-        let temp = copy::TempDir::create(root, batch.id.as_str()).map_err(|e| io_at(root, e))?;
+        let temp = copy::TempDir::create(root, batch.id.as_str()).with_path(root)?;
         let mut progress = Progress::new(temp.path());
         context.save_checkpoint(progress.checkpoint())?;
         let copied = copy::copy_tree(&source, temp.path(), &mut progress, &mut |progress: &Progress| {
@@ -99,7 +93,7 @@ impl Component for Archiver {
                 )));
             }
             Err(CopyError::Work(e)) => return Err(e),
-            Err(CopyError::Io { path, error }) => return Err(io_at(&path, error)),
+            Err(CopyError::Io { path, error }) => return Err(WorkError::io(&path, error)),
         }
         for problem in progress.problems.drain(..) {
             context.add_failure(problem.reference, problem.kind, problem.description, problem.details);
@@ -116,7 +110,7 @@ impl Component for Archiver {
                 already_archived(context, &target);
                 return Ok(());
             }
-            Err(e) => return Err(io_at(&target, e)),
+            Err(e) => return Err(WorkError::io(&target, e)),
         }
         context.set_summary(format!(
             "archived to {} ({} files, {} bytes, sha256 of the copy verified)",
@@ -143,11 +137,49 @@ fn previous_temp(context: &WorkContext) -> Option<PathBuf> {
     context.checkpoint()?.get("temp")?.as_str().map(PathBuf::from)
 }
 
-fn io_at(path: &Path, error: std::io::Error) -> WorkError {
-    // I/O trouble (a share gone, a full disk) may pass; the runner caps the retries.
-    WorkError::transient(format!("{}: {error}", path.display()))
-}
-
 fn main() -> ExitCode {
     cli::main(Archiver)
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_framework::testing::{TestBatch, run_work, run_work_on, settings};
+
+    use super::*;
+
+    fn archiving_to(root: &Path) -> Settings {
+        settings(&format!("archive_root = {:?}", root.display().to_string()))
+    }
+
+    #[test]
+    fn a_folder_is_copied_under_its_batch_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, root) = (dir.path().join("B1"), dir.path().join("archive"));
+        std::fs::create_dir_all(source.join("data")).unwrap();
+        std::fs::write(source.join("data/page.txt"), "a page\n").unwrap();
+        std::fs::create_dir(&root).unwrap();
+
+        let run = run_work_on(&Archiver, &archiving_to(&root), &source);
+        assert!(run.succeeded(), "{:?}", run.report);
+        assert_eq!(std::fs::read_to_string(root.join("B1/data/page.txt")).unwrap(), "a page\n");
+        assert!(run.report.summary.starts_with(&format!("archived to {} (1 files", root.join("B1").display())));
+    }
+
+    #[test]
+    fn a_missing_location_is_a_permanent_failure_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("never-delivered");
+        let batch = TestBatch::new("B2").location(&missing).succeeded("Checksums_Verified").build();
+        let run = run_work(&Archiver, &archiving_to(dir.path()), &batch);
+        assert!(!run.succeeded() && !run.is_transient(), "{:?}", run.report);
+        assert!(run.report.summary.starts_with(&missing.display().to_string()), "{}", run.report.summary);
+    }
+
+    #[test]
+    fn a_missing_archive_root_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_work_on(&Archiver, &archiving_to(&dir.path().join("unmounted")), dir.path());
+        assert!(run.is_transient(), "{:?}", run.report);
+        assert!(run.report.summary.contains("unmounted"), "{}", run.report.summary);
+    }
 }

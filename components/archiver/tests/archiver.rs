@@ -7,15 +7,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore,
-};
+use autocomp_framework::testing::TempPipeline;
+use autocomp_framework::{Batch, Event, Outcome};
 
 const ARCHIVER: &str = env!("CARGO_BIN_EXE_archiver");
 
+/// A temp pipeline with `incoming/` and `archive/` under its root, and `archiver.toml`
+/// naming the archive with these extra settings.
 struct Pipeline {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
+    pipeline: TempPipeline,
+}
+
+impl std::ops::Deref for Pipeline {
+    type Target = TempPipeline;
+    fn deref(&self) -> &TempPipeline {
+        &self.pipeline
+    }
 }
 
 struct Run {
@@ -26,69 +33,39 @@ struct Run {
 
 impl Pipeline {
     fn new(settings: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        for sub in ["config", "incoming", "archive"] {
-            std::fs::create_dir_all(root.join(sub)).unwrap();
+        let pipeline = TempPipeline::new();
+        for sub in ["incoming", "archive"] {
+            std::fs::create_dir_all(pipeline.root().join(sub)).unwrap();
         }
-        std::fs::write(
-            root.join("config/autocomp.toml"),
-            format!(
-                "store = \"sqlite://{0}/store.db\"\nindex = \"local:{0}/index\"\nlocks = \"local:{0}/locks\"\n",
-                root.display()
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("config/archiver.toml"),
-            format!("[settings]\narchive_root = \"{}/archive\"\n{settings}", root.display()),
-        )
-        .unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        Self { dir, runtime }
+        let archive = pipeline.root().join("archive");
+        pipeline.configure("archiver", &format!("[settings]\narchive_root = \"{}\"\n{settings}", archive.display()));
+        Self { pipeline }
     }
 
     fn archive(&self) -> PathBuf {
-        self.dir.path().join("archive")
+        self.pipeline.root().join("archive")
     }
 
     fn folder(&self, id: &str) -> PathBuf {
-        self.dir.path().join("incoming").join(id)
+        self.pipeline.root().join("incoming").join(id)
     }
 
-    fn store(&self) -> SqliteStore {
-        self.runtime.block_on(SqliteStore::open(self.dir.path().join("store.db"))).unwrap()
+    /// Registers the batch at its folder with `Data_Received` and these later successes.
+    fn register(&self, id: &str, later: &[&str]) {
+        self.pipeline.add_batch(id, &self.folder(id));
+        for event_type in later {
+            self.pipeline.record(id, event_type, Outcome::Success, serde_json::json!({}));
+        }
     }
 
-    /// Registers the batch at its folder with these successful events.
-    fn register(&self, id: &str, events: &[&str]) {
-        let store = self.store();
-        let id = BatchId::new(id).unwrap();
-        let folder = self.folder(id.as_str());
-        let batch =
-            NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap()).with_location(folder.to_str().unwrap());
-        self.runtime.block_on(async {
-            store.create_batch(batch).await.unwrap();
-            for event_type in events {
-                let agent = Agent::new(format!("test/1@testhost#{}", std::process::id())).unwrap();
-                let event = NewEvent::new(EventType::new(*event_type).unwrap(), Outcome::Success, agent);
-                store.append_event(&id, event).await.unwrap();
-            }
-        });
-    }
-
-    fn batch(&self, id: &str) -> Batch {
-        self.runtime.block_on(self.store().get_batch(&BatchId::new(id).unwrap())).unwrap()
-    }
-
+    /// The archiver's command, to watch it while it works.
     fn command(&self) -> Command {
-        let mut command = Command::new(ARCHIVER);
-        command.arg("--config-dir").arg(self.dir.path().join("config")).stdin(Stdio::null());
-        command
+        self.pipeline.command(Path::new(ARCHIVER))
     }
 
+    /// Runs the archiver once, as cron would.
     fn run(&self) -> Run {
-        let output = self.command().output().unwrap();
+        let output = self.pipeline.run(Path::new(ARCHIVER), &[]);
         Run {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -106,7 +83,8 @@ impl Pipeline {
     }
 }
 
-const CHECKED: [&str; 3] = ["Data_Received", "Checksums_Verified", "Structure_Checked"];
+/// What `Data_Received` is followed by for a batch ready to archive.
+const CHECKED: [&str; 2] = ["Checksums_Verified", "Structure_Checked"];
 
 /// A small delivery with what archives meet: nesting, spaces, an empty file, a read-only
 /// file, binary bytes, a symlink.
@@ -159,7 +137,7 @@ fn tree(dir: &Path) -> Vec<Entry> {
     entries
 }
 
-fn archived_events(batch: &Batch) -> Vec<&autocomp_store::Event> {
+fn archived_events(batch: &Batch) -> Vec<&Event> {
     batch.events.iter().filter(|e| e.event_type == *"Data_Archived").collect()
 }
 
@@ -170,7 +148,7 @@ fn a_verified_batch_is_archived_identically_and_only_once() {
     pipeline.register("B1-RT1", &CHECKED);
     // Not verified yet: the archiver must leave it alone.
     write_delivery(&pipeline.folder("B2-RT1"));
-    pipeline.register("B2-RT1", &["Data_Received", "Checksums_Verified"]);
+    pipeline.register("B2-RT1", &["Checksums_Verified"]);
 
     let run = pipeline.run();
     assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
@@ -320,7 +298,7 @@ fn a_temp_dir_left_by_a_crashed_attempt_is_removed() {
 #[test]
 fn archive_root_is_required() {
     let pipeline = Pipeline::new("");
-    std::fs::write(pipeline.dir.path().join("config/archiver.toml"), "[settings]\nreplace = true\n").unwrap();
+    pipeline.configure("archiver", "[settings]\nreplace = true\n");
     let run = pipeline.run();
     assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("archiver.toml") && run.stderr.contains("archive_root"), "{}", run.stderr);

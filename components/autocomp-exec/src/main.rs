@@ -8,12 +8,14 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use autocomp_framework::EventType;
 use autocomp_framework::cli::{self, RunnerArgs};
 use autocomp_framework::exit::EXIT_CODES_HELP;
-use autocomp_framework::{Component, WorkContext, WorkError};
-use autocomp_store::{Batch, ComponentName, EventType, Trigger};
+use autocomp_framework::prelude::*;
+// Not re-exported by the framework: the validated component name and the duration format
+// of config files.
+use autocomp_framework::{ComponentName, duration_text};
 use clap::Parser;
-use serde::Deserialize;
 use serde_json::json;
 
 /// EX_TEMPFAIL from sysexits.h: "try again later".
@@ -65,7 +67,7 @@ fn event_type(text: &str) -> Result<EventType, String> {
 #[serde(deny_unknown_fields, default)]
 struct Settings {
     /// Between SIGTERM and SIGKILL when the run is cancelled.
-    #[serde(with = "autocomp_store::duration_text")]
+    #[serde(with = "duration_text")]
     kill_grace: Duration,
 }
 
@@ -91,7 +93,10 @@ impl Exec {
                 blocked_by.push(extra.clone());
             }
         }
-        let trigger = Trigger { requires: cli.requires.clone(), blocked_by, ..Trigger::default() };
+        // The names were validated when the command line was parsed, so `build` cannot fail.
+        let requires: Vec<&str> = cli.requires.iter().map(EventType::as_str).collect();
+        let blocked_by: Vec<&str> = blocked_by.iter().map(EventType::as_str).collect();
+        let trigger = Trigger::builder().requires(&requires[..]).blocked_by(&blocked_by[..]).build();
         Self { name: cli.name.clone(), event_type: cli.event_type.clone(), trigger, command: cli.command.clone() }
     }
 }
@@ -123,8 +128,7 @@ impl Component for Exec {
             // Never let a value inherited from our own environment pose as this batch's.
             None => command.env_remove("AUTOCOMP_BATCH_DIR"),
         };
-        let outcome = child::run(&mut command, settings.kill_grace, || context.is_cancelled())
-            .map_err(|e| cannot_run(&program, e))?;
+        let outcome = child::run(&mut command, settings.kill_grace, || context.is_cancelled()).with_path(&program)?;
         let finished = match outcome {
             child::Outcome::Cancelled { stderr_tail } => {
                 return Err(WorkError::permanent(format!(
@@ -189,15 +193,6 @@ fn substitute(command: &[String], batch_id: &str, dir: Option<&Path>) -> Result<
             Ok(word.replace("{batch_dir}", dir))
         })
         .collect()
-}
-
-fn cannot_run(program: &str, error: std::io::Error) -> WorkError {
-    let message = format!("cannot run `{program}`: {error}");
-    match error.kind() {
-        // Retrying will not make a missing or non-executable program appear.
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => WorkError::permanent(message),
-        _ => WorkError::transient(message),
-    }
 }
 
 fn last_line(text: &str) -> Option<&str> {

@@ -1,14 +1,9 @@
 //! Test support for the component crates (feature `testing`): the Library of Congress `bagit`
-//! tool as the reference (its absence fails the test, saying how to install it), and a
-//! throwaway embedded pipeline (SQLite store, local index and locks, a config directory) to
-//! run a component binary against, the way cron runs it.
+//! tool as the reference (its absence fails the test, saying how to install it). A pipeline to
+//! run a component binary against is the framework's (`autocomp_framework::testing`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-
-use autocomp_store::{
-    Agent, BatchId, BatchType, EffectiveView, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore,
-};
 
 /// The `bagit` tool, run as `python3 -m bagit` so that its library is importable too (some
 /// corruptions are made through `bagit.Bag.save()`, which rewrites the tag manifests).
@@ -81,85 +76,4 @@ impl BagitTool {
 
 fn log(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
-/// A pipeline of one host: a store file, index and lock directories, and a config directory
-/// whose `autocomp.toml` names them. Everything lives in a temporary directory.
-pub struct Pipeline {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Default for Pipeline {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Pipeline {
-    pub fn new() -> Pipeline {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let root = dir.path();
-        std::fs::create_dir(root.join("config")).unwrap();
-        let shared = format!(
-            "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
-            root.join("store.db").display(),
-            root.join("index").display(),
-            root.join("locks").display()
-        );
-        std::fs::write(root.join("config/autocomp.toml"), shared).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        Pipeline { dir, runtime }
-    }
-
-    pub fn config_dir(&self) -> PathBuf {
-        self.dir.path().join("config")
-    }
-
-    /// Writes `<component>.toml` into the config directory.
-    pub fn configure(&self, component: &str, toml: &str) {
-        std::fs::write(self.config_dir().join(format!("{component}.toml")), toml).unwrap();
-    }
-
-    fn store(&self) -> SqliteStore {
-        self.runtime.block_on(SqliteStore::open(self.dir.path().join("store.db"))).expect("store opens")
-    }
-
-    /// Registers a batch at `location` with a successful `Data_Received`, as `batch-trigger` does.
-    pub fn register(&self, id: &str, location: &Path) {
-        let store = self.store();
-        let id = BatchId::new(id).unwrap();
-        let batch = NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())
-            .with_location(location.to_string_lossy().into_owned());
-        let event = NewEvent::new(
-            EventType::new("Data_Received").unwrap(),
-            Outcome::Success,
-            Agent::new("test/0@localhost#0").unwrap(),
-        );
-        self.runtime.block_on(async {
-            store.create_batch(batch).await.expect("batch registered");
-            store.append_event(&id, event).await.expect("Data_Received recorded");
-        });
-    }
-
-    /// Runs a component binary once against this pipeline, as cron would.
-    pub fn run(&self, binary: &Path, args: &[&str]) -> Output {
-        Command::new(binary)
-            .arg("--config-dir")
-            .arg(self.config_dir())
-            .args(args)
-            .env_remove("AUTOCOMP_STORE")
-            .env_remove("AUTOCOMP_INDEX")
-            .env_remove("AUTOCOMP_LOCKS")
-            .env_remove("AUTOCOMP_CONFIG_DIR")
-            .output()
-            .expect("the component binary runs")
-    }
-
-    /// The batch's effective event of a type, if recorded.
-    pub fn event(&self, id: &str, event_type: &str) -> Option<Event> {
-        let store = self.store();
-        let batch = self.runtime.block_on(store.get_batch(&BatchId::new(id).unwrap())).expect("batch exists");
-        EffectiveView::of(&batch.events).get(&EventType::new(event_type).unwrap()).cloned()
-    }
 }

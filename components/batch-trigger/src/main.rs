@@ -15,9 +15,14 @@ use autocomp_framework::config::{self, Backends, ConfigError};
 use autocomp_framework::exit::{self, EXIT_CODES_HELP, RunError};
 use autocomp_framework::locks::{Lock, LockHolder, LockPath, open_locks};
 use autocomp_framework::runner::Identity;
+use autocomp_framework::{
+    Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, Outcome, Report, Timestamp, Trigger,
+    duration_text,
+};
+// A scanner is not a trigger-driven `Component`: it writes to the store itself, through the
+// port the framework's runner uses.
 use autocomp_store::{
-    Batch, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, NewBatch, NewEvent, ObjectStore, Outcome,
-    Report, Timestamp, open_store,
+    IdempotencyKey, NewBatch, NewEvent, ObjectStore, PassOutcome, PassPhase, PassRecord, StoreError, open_store,
 };
 use clap::Parser;
 use serde::Deserialize;
@@ -62,7 +67,7 @@ struct Settings {
     #[serde(default = "default_pattern")]
     pattern: String,
     /// A folder with no change inside for this long is complete.
-    #[serde(default = "default_settle_for", with = "autocomp_store::duration_text")]
+    #[serde(default = "default_settle_for", with = "duration_text")]
     settle_for: Duration,
     /// A top-level file whose presence (written last) marks a complete delivery; "" for none.
     #[serde(default = "default_marker")]
@@ -214,6 +219,7 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
             return Err(RunError::PollLockBusy(NAME.into()));
         }
     };
+    let started = std::time::Instant::now();
     let store = open_store(&store_url).await;
     let outcome = match store {
         Ok(store) => {
@@ -224,7 +230,11 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
                 lock: Some(lock.as_ref()),
                 problems: 0,
             };
-            scanner.pass().await.map(|()| scanner.problems)
+            let scanned = scanner.pass().await.map(|()| scanner.problems);
+            match register(store.as_ref(), &loaded.component, &identity, &scanned, started).await {
+                Ok(()) => scanned,
+                Err(refused) => Err(refused),
+            }
         }
         Err(e) => Err(e.into()),
     };
@@ -234,6 +244,42 @@ async fn run(args: RunnerArgs) -> Result<u8, RunError> {
     locks.close().await;
     let problems = outcome?;
     Ok(if problems > 0 { exit::FAILED } else { exit::OK })
+}
+
+/// Reports the pass to the component registry as a source of `Data_Received`, so the
+/// pipeline's readers know where that type comes from.
+async fn register(
+    store: &dyn ObjectStore,
+    config: &config::ComponentConfig,
+    identity: &Identity,
+    scanned: &Result<usize, RunError>,
+    started: std::time::Instant,
+) -> Result<(), RunError> {
+    let descriptor = ComponentDescriptor {
+        name: ComponentName::new(NAME).expect("a valid component name"),
+        version: VERSION.to_owned(),
+        event_type: EventType::new(EVENT_TYPE).expect("a valid event type"),
+        trigger: Trigger::default(),
+        max_attempts: config.max_attempts,
+        retry_backoff: config.retry_backoff,
+        queue_size: config.queue_size,
+        max_runtime: config.max_runtime,
+        source: true,
+    };
+    let (outcome, summary) = match scanned {
+        Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),
+        Ok(problems) => (PassOutcome::Failed, format!("{problems} deliveries with problems")),
+        Err(e) => (PassOutcome::Error, e.to_string()),
+    };
+    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64 };
+    match store.record_pass(PassRecord { descriptor, host: identity.host.clone(), phase }).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),
+        Err(e) => {
+            warn!("cannot report the pass to the component registry: {e}");
+            Ok(())
+        }
+    }
 }
 
 /// Like `Backends::require`, for the two backends a scanner needs (it never asks the index).
@@ -288,7 +334,7 @@ impl Scanner<'_> {
                         return Err(RunError::LocksLost(format!("the poll lock of {NAME} was lost")));
                     }
                     if let Err(e) = self.act(&folder, batch, &scan, action, started).await {
-                        if matches!(e, autocomp_store::StoreError::Unavailable(_)) {
+                        if matches!(e, StoreError::Unavailable(_)) {
                             return Err(e.into());
                         }
                         self.problem(format!("cannot register {}: {e}", folder.path.display()));
@@ -373,7 +419,7 @@ impl Scanner<'_> {
         scan: &FolderScan,
         action: Action,
         started: Instant,
-    ) -> Result<(), autocomp_store::StoreError> {
+    ) -> Result<(), StoreError> {
         let location = folder.path.display().to_string();
         let (line, details, key) = match action {
             Action::Unchanged => return Ok(()),

@@ -3,20 +3,25 @@
 //! `Data_Received` events, re-deliveries, and one stdout line per registration.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_framework::locks::{LockHolder, LockPath, open_locks};
-use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, SqliteStore,
-    StoreError, Timestamp,
-};
+use autocomp_framework::testing::TempPipeline;
+use autocomp_framework::{Batch, Event, Outcome, Timestamp};
+use autocomp_store::ComponentName;
 
 const TRIGGER: &str = env!("CARGO_BIN_EXE_batch-trigger");
 
+/// A temp pipeline with `incoming/` under its root.
 struct Pipeline {
-    dir: tempfile::TempDir,
-    runtime: tokio::runtime::Runtime,
+    pipeline: TempPipeline,
+}
+
+impl std::ops::Deref for Pipeline {
+    type Target = TempPipeline;
+    fn deref(&self) -> &TempPipeline {
+        &self.pipeline
+    }
 }
 
 struct Run {
@@ -28,56 +33,27 @@ struct Run {
 impl Pipeline {
     /// batch-trigger.toml gets `top_level` keys, then `[settings]` with `incoming` and `settings`.
     fn new(top_level: &str, settings: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        for sub in ["config", "incoming"] {
-            std::fs::create_dir_all(root.join(sub)).unwrap();
-        }
-        std::fs::write(
-            root.join("config/autocomp.toml"),
-            format!(
-                "store = \"sqlite://{0}/store.db\"\nindex = \"local:{0}/index\"\nlocks = \"local:{0}/locks\"\n",
-                root.display()
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("config/batch-trigger.toml"),
-            format!("{top_level}\n[settings]\nincoming = \"{}/incoming\"\n{settings}", root.display()),
-        )
-        .unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        Self { dir, runtime }
+        let pipeline = TempPipeline::new();
+        let incoming = pipeline.root().join("incoming");
+        std::fs::create_dir_all(&incoming).unwrap();
+        pipeline.configure(
+            "batch-trigger",
+            &format!("{top_level}\n[settings]\nincoming = \"{}\"\n{settings}", incoming.display()),
+        );
+        Self { pipeline }
     }
 
     fn folder(&self, name: &str) -> PathBuf {
-        self.dir.path().join("incoming").join(name)
+        self.pipeline.root().join("incoming").join(name)
     }
 
-    fn store(&self) -> SqliteStore {
-        self.runtime.block_on(SqliteStore::open(self.dir.path().join("store.db"))).unwrap()
-    }
-
+    /// The batch, if registered.
     fn batch(&self, id: &str) -> Option<Batch> {
-        match self.runtime.block_on(self.store().get_batch(&BatchId::new(id).unwrap())) {
-            Ok(batch) => Some(batch),
-            Err(StoreError::NotFound(_)) => None,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    fn batch_count(&self) -> usize {
-        self.runtime.block_on(self.store().list_batches(None, 1000)).unwrap().len()
+        self.pipeline.find_batch(id)
     }
 
     fn run(&self, args: &[&str]) -> Run {
-        let output = Command::new(TRIGGER)
-            .arg("--config-dir")
-            .arg(self.dir.path().join("config"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let output = self.pipeline.run(Path::new(TRIGGER), args);
         Run {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -99,7 +75,7 @@ fn write_marker(folder: &Path, name: &str) {
     std::fs::write(folder.join(name), "0123  bagit.txt\n").unwrap();
 }
 
-fn received(batch: &Batch) -> Vec<&autocomp_store::Event> {
+fn received(batch: &Batch) -> Vec<&Event> {
     batch.events.iter().filter(|e| e.event_type == *"Data_Received").collect()
 }
 
@@ -129,7 +105,7 @@ fn a_settled_folder_is_registered_once() {
     assert_eq!(batch.metadata["fingerprint"]["files"], 4);
     let events = received(&batch);
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].outcome, autocomp_store::Outcome::Success);
+    assert_eq!(events[0].outcome, Outcome::Success);
     assert!(events[0].agent.as_str().starts_with("batch-trigger/"), "{}", events[0].agent);
     assert_eq!((events[0].details["files"].as_u64(), events[0].details["bytes"].as_u64()), (Some(4), Some(942)));
     assert_eq!(pipeline.batch_count(), 1);
@@ -238,12 +214,7 @@ fn an_operator_rerun_records_data_received_again_without_a_content_change() {
     assert_eq!(pipeline.run(&[]).code, Some(0));
     let first = pipeline.batch("B11-RT1").unwrap();
     // What `autocomp rerun B11-RT1 --component batch-trigger` appends.
-    let reset = NewEvent::reset(
-        vec![EventType::new("Data_Received").unwrap()],
-        Agent::new("operator:test").unwrap(),
-        serde_json::json!({ "reason": "the scanner's record was lost" }),
-    );
-    pipeline.runtime.block_on(pipeline.store().append_event(&first.id, reset)).unwrap();
+    pipeline.reset("B11-RT1", &["Data_Received"], "the scanner's record was lost");
 
     let run = pipeline.run(&[]);
     assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
@@ -256,9 +227,8 @@ fn an_operator_rerun_records_data_received_again_without_a_content_change() {
 #[test]
 fn a_batch_added_by_hand_gets_its_delivery_recorded() {
     let pipeline = Pipeline::new("", "settle_for = \"1h\"\n");
-    let id = BatchId::new("B12-RT1").unwrap();
-    let added = NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap());
-    pipeline.runtime.block_on(pipeline.store().create_batch(added)).unwrap();
+    pipeline.add_unlocated_batch("B12-RT1");
+    assert_eq!(pipeline.batch("B12-RT1").unwrap().location(), None);
     let folder = pipeline.folder("B12-RT1");
     write_payload(&folder);
     write_marker(&folder, "tagmanifest-sha256.txt");
@@ -295,18 +265,17 @@ fn a_folder_whose_name_is_not_a_batch_id_is_refused() {
 fn a_second_scanner_exits_3_while_the_poll_lock_is_held() {
     let pipeline = Pipeline::new("poll_lock_timeout = \"0s\"", "settle_for = \"0s\"\n");
     write_payload(&pipeline.folder("B6-RT1"));
-    let locks =
-        pipeline.runtime.block_on(open_locks(&format!("local:{}/locks", pipeline.dir.path().display()))).unwrap();
+    let locks = pipeline.block_on(open_locks(&pipeline.locks_url())).unwrap();
     let holder =
         LockHolder { agent: "test".into(), host: "testhost".into(), pid: std::process::id(), since: Timestamp::now() };
     let path = LockPath::Poll(ComponentName::new("batch-trigger").unwrap());
-    let held = pipeline.runtime.block_on(locks.try_lock(&path, &holder, Duration::ZERO)).unwrap().expect("free");
+    let held = pipeline.block_on(locks.try_lock(&path, &holder, Duration::ZERO)).unwrap().expect("free");
 
     let run = pipeline.run(&[]);
     assert_eq!((run.code, run.stdout.as_str(), run.stderr.as_str()), (Some(3), "", ""));
     assert!(pipeline.batch("B6-RT1").is_none());
 
-    pipeline.runtime.block_on(held.release()).unwrap();
+    pipeline.block_on(held.release()).unwrap();
     let run = pipeline.run(&[]);
     assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
     assert!(pipeline.batch("B6-RT1").is_some());

@@ -4,8 +4,8 @@
 
 use autocomp_bagit::verify::{self, VerifySettings};
 use autocomp_bagit::{Abort, Problem, Sink};
-use autocomp_framework::{Component, WorkContext, WorkError, cli};
-use autocomp_store::{Batch, EventType, Trigger};
+use autocomp_framework::cli;
+use autocomp_framework::prelude::*;
 
 struct ChecksumVerifier;
 
@@ -24,11 +24,7 @@ impl Component for ChecksumVerifier {
         EVENT_TYPE
     }
     fn trigger(&self) -> Trigger {
-        Trigger {
-            requires: vec![EventType::new("Data_Received").expect("valid name")],
-            blocked_by: vec![EventType::new(EVENT_TYPE).expect("valid name")],
-            ..Trigger::default()
-        }
+        Trigger::builder().requires("Data_Received").blocked_by(EVENT_TYPE).build()
     }
 
     fn work(&self, _batch: &Batch, settings: &VerifySettings, context: &mut WorkContext) -> Result<(), WorkError> {
@@ -61,4 +57,46 @@ fn work_error(abort: Abort) -> WorkError {
 
 fn main() -> std::process::ExitCode {
     cli::main(ChecksumVerifier)
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_framework::testing::{TestBatch, run_work_on, settings};
+
+    use super::*;
+
+    #[test]
+    fn a_received_batch_is_ready_once() {
+        let received = TestBatch::new("B1").succeeded("Data_Received");
+        assert!(ChecksumVerifier.trigger().matches(&received.clone().build()));
+        assert!(!ChecksumVerifier.trigger().matches(&received.failed(EVENT_TYPE, false).build()));
+    }
+
+    #[test]
+    fn a_plain_delivery_verifies_against_its_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("scan.tif"), "tiff").unwrap();
+        std::fs::write(dir.path().join("MD5SUMS"), "ba75e603168423a985abe2d8c2e3c4d5  scan.tif\n").unwrap();
+        let run = run_work_on(&ChecksumVerifier, &settings("plain_manifest = \"MD5SUMS\""), dir.path());
+        assert!(run.succeeded(), "{:?}", run.report);
+        assert_eq!(run.report.summary, "verified 1 file (4 B) against MD5SUMS (md5)");
+
+        std::fs::write(dir.path().join("scan.tif"), "TIFF").unwrap();
+        let run = run_work_on(&ChecksumVerifier, &settings("plain_manifest = \"MD5SUMS\""), dir.path());
+        assert!(!run.succeeded() && !run.is_transient());
+        assert_eq!(
+            (run.report.failures[0].reference.as_str(), run.report.failures[0].kind.as_str()),
+            ("scan.tif", "mismatch")
+        );
+    }
+
+    #[test]
+    fn a_missing_location_is_a_permanent_failure_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("never-delivered");
+        let run = run_work_on(&ChecksumVerifier, &settings(""), &missing);
+        assert!(!run.succeeded() && !run.is_transient(), "{:?}", run.report);
+        let summary = &run.report.summary;
+        assert!(summary.contains(&*missing.to_string_lossy()) && summary.contains("does not exist"), "{summary}");
+    }
 }

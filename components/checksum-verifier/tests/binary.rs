@@ -5,8 +5,9 @@
 use std::fs;
 use std::path::Path;
 
-use autocomp_bagit::testing::{Pipeline, bagit_tool};
-use autocomp_store::Outcome;
+use autocomp_bagit::testing::bagit_tool;
+use autocomp_framework::Outcome;
+use autocomp_framework::testing::TempPipeline;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_checksum-verifier");
 
@@ -31,12 +32,12 @@ fn records_checksums_verified_and_names_the_corrupt_file() {
     let md5sum = std::process::Command::new("md5sum").arg("scan.tif").current_dir(&plain).output().unwrap();
     fs::write(plain.join("MD5SUMS"), md5sum.stdout).unwrap();
 
-    let pipeline = Pipeline::new();
+    let pipeline = TempPipeline::new();
     pipeline.configure("checksum-verifier", "[settings]\nplain_manifest = \"MD5SUMS\"\n");
-    pipeline.register("B1-RT1", &good);
-    pipeline.register("B2-RT1", &corrupt);
-    pipeline.register("B3-RT1", &deliveries.path().join("never-delivered"));
-    pipeline.register("B4-RT1", &plain);
+    pipeline.add_batch("B1-RT1", &good);
+    pipeline.add_batch("B2-RT1", &corrupt);
+    pipeline.add_batch("B3-RT1", &deliveries.path().join("never-delivered"));
+    pipeline.add_batch("B4-RT1", &plain);
 
     let output = pipeline.run(Path::new(BINARY), &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -78,7 +79,7 @@ fn records_checksums_verified_and_names_the_corrupt_file() {
 
 #[test]
 fn an_unknown_setting_is_a_config_error_naming_it() {
-    let pipeline = Pipeline::new();
+    let pipeline = TempPipeline::new();
     pipeline.configure("checksum-verifier", "[settings]\nplain_manifset = \"MD5SUMS\"\n");
     let output = pipeline.run(Path::new(BINARY), &[]);
     assert_eq!(output.status.code(), Some(2));

@@ -5,8 +5,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use autocomp_bagit::testing::{Pipeline, bagit_tool};
-use autocomp_store::Outcome;
+use autocomp_bagit::testing::bagit_tool;
+use autocomp_framework::Outcome;
+use autocomp_framework::testing::TempPipeline;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_structure-checker");
 
@@ -28,14 +29,14 @@ fn records_structure_checked_and_names_the_offending_files() {
     let escaping = bag(deliveries.path(), "B3-RT1");
     std::os::unix::fs::symlink("/etc/hostname", escaping.join("data/pages/0003.tif")).unwrap();
 
-    let pipeline = Pipeline::new();
+    let pipeline = TempPipeline::new();
     pipeline.configure(
         "structure-checker",
         "[settings]\nrequired_bag_info = [\"Source-Organization\"]\nallowed_payload_names = [\"*.tif\"]\n",
     );
-    pipeline.register("B1-RT1", &good);
-    pipeline.register("B2-RT1", &empty);
-    pipeline.register("B3-RT1", &escaping);
+    pipeline.add_batch("B1-RT1", &good);
+    pipeline.add_batch("B2-RT1", &empty);
+    pipeline.add_batch("B3-RT1", &escaping);
 
     let output = pipeline.run(Path::new(BINARY), &[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -61,7 +62,7 @@ fn records_structure_checked_and_names_the_offending_files() {
 
 #[test]
 fn a_bad_pattern_is_a_config_error_naming_it() {
-    let pipeline = Pipeline::new();
+    let pipeline = TempPipeline::new();
     pipeline.configure("structure-checker", "[settings]\nrequired_files = [\"/etc/passwd\"]\n");
     let output = pipeline.run(Path::new(BINARY), &[]);
     assert_eq!(output.status.code(), Some(2));

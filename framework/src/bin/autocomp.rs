@@ -259,7 +259,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         return Ok(String::new());
     }
     if let Command::New(args) = &cli.command {
-        return Ok(autocomp_framework::scaffold::run(args)?);
+        return autocomp_framework::scaffold::run(args);
     }
     let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));

@@ -31,8 +31,8 @@ use crate::locks::{LockError, LockService, open_locks};
 
 pub use actions::{ActionReport, RestartFrom, StateChange};
 pub use views::{
-    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter, StatusView,
-    TableFormat,
+    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter,
+    StatusView, TableFormat,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's
@@ -333,8 +333,7 @@ fn login_name_of_uid() -> Option<String> {
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: getpwuid_r writes only into `entry` and `buffer`, whose sizes we pass; on
     // success `found` points at `entry`, whose `pw_name` points into `buffer`.
-    let status =
-        unsafe { libc::getpwuid_r(libc::getuid(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
+    let status = unsafe { libc::getpwuid_r(libc::getuid(), &mut entry, buffer.as_mut_ptr(), buffer.len(), &mut found) };
     if status != 0 || found.is_null() || entry.pw_name.is_null() {
         return None;
     }

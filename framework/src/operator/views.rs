@@ -16,9 +16,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::{Operator, OperatorError, Step, last_reset_of};
-use autocomp_store::{ComponentState, NotReady, RegisteredComponent};
 use crate::exit::RunError;
 use crate::locks::HeldLock;
+use autocomp_store::{ComponentState, NotReady, RegisteredComponent};
 
 /// `--format` of the single-batch views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
