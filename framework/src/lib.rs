@@ -29,4 +29,5 @@ pub mod prelude {
     pub use crate::component::{Component, IoResultExt, WorkContext, WorkError};
     pub use crate::{Batch, Outcome, Trigger};
     pub use serde::{Deserialize, Serialize};
+    pub use serde_json::{Value, json};
 }

@@ -186,7 +186,7 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     };
     for name in ["batch-trigger", "checksum-verifier", "structure-checker", "archiver"] {
         let entry = by_name(&listed, name);
-        assert!(entry["last_seen"].is_number(), "{name}: {entry:#}");
+        assert!(entry["last_seen"].is_string() && entry["seconds_since_last_seen"].is_u64(), "{name}: {entry:#}");
         assert_eq!(entry["hosts"].as_array().unwrap().len(), 1, "{entry:#}");
         assert!(entry["retired"].is_null());
     }
@@ -208,10 +208,9 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     command.arg("--config-dir").arg(demo.config_dir());
     assert!(run(clean(command)).code == Some(0));
     let later = json(&autocomp(&["pipeline", "--format", "json"]));
-    assert!(
-        by_name(&later, "checksum-verifier")["last_seen"].as_i64()
-            > by_name(&listed, "checksum-verifier")["last_seen"].as_i64()
-    );
+    // Timestamps are RFC 3339 in UTC with milliseconds: they order as text.
+    let seen = |listed: &Value, name: &str| by_name(listed, name)["last_seen"].as_str().unwrap().to_owned();
+    assert!(seen(&later, "checksum-verifier") > seen(&listed, "checksum-verifier"), "{later:#}");
     assert_eq!(by_name(&later, "archiver")["last_seen"], archiver["last_seen"], "not seen since its last pass");
 
     // Retired: gone from status, listed as retired with the reason; it comes back if it runs.

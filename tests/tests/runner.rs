@@ -385,7 +385,12 @@ fn batch_that_is_not_ready_names_the_clause_and_force_runs_it() {
     let refused = pipeline.run(&["--batch", "B0009"]);
     // README, exit codes: 1 covers "a requested batch was not ready".
     assert_eq!(refused.code, Some(1), "{}", refused.show());
-    assert!(refused.stderr.contains("B0009") && refused.stderr.contains("`requires`"), "{}", refused.show());
+    assert!(
+        refused.stderr.contains("B0009")
+            && refused.stderr.contains("requires Data_Received: the batch has no effective Data_Received event"),
+        "{}",
+        refused.show()
+    );
     assert!(refused.stderr.contains("--force"), "no hint at --force: {}", refused.show());
     assert_eq!(refused.stdout, "", "{}", refused.show());
     assert_eq!(pipeline.head(), head, "a refused manual run changed the store");
@@ -415,7 +420,11 @@ fn dry_run_lists_what_would_be_claimed_and_changes_nothing() {
 
     let one = pipeline.run(&["--dry-run", "--batch", "B0009"]);
     assert_eq!(one.code, Some(0), "{}", one.show());
-    assert!(one.stdout.starts_with("B0009 would skip") && one.stdout.contains("`requires`"), "{}", one.show());
+    assert!(
+        one.stdout.starts_with("B0009 would skip: requires Data_Received: the batch has no effective"),
+        "{}",
+        one.show()
+    );
 
     assert_eq!(pipeline.head(), head, "a dry run changed the store");
     assert!(ids.iter().all(|id| pipeline.events(id, PROBED).is_empty()));
