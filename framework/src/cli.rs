@@ -28,7 +28,7 @@ pub enum LogFormat {
 /// The flags every component accepts.
 #[derive(Debug, Clone, Args)]
 pub struct RunnerArgs {
-    /// The component's config file [default: `<config-dir>/<component>.toml`]
+    /// The component's config file (default: `<config-dir>/<component>.toml`)
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Directory holding autocomp.toml (backends) and the component files.
