@@ -227,8 +227,7 @@ mod tests {
 
     #[test]
     fn a_component_without_settings_accepts_an_empty_table_and_refuses_keys() {
-        let none: () = settings(&toml::Table::new(), Path::new("x.toml")).unwrap();
-        let _ = none;
+        settings::<()>(&toml::Table::new(), Path::new("x.toml")).unwrap();
         let table: toml::Table = toml::from_str("a = 1").unwrap();
         let err = settings::<()>(&table, Path::new("x.toml")).unwrap_err().to_string();
         assert!(err.contains("x.toml") && err.contains("[settings]"), "{err}");

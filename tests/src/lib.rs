@@ -25,8 +25,7 @@ pub fn binary(name: &str) -> PathBuf {
     BUILT.get_or_init(|| {
         // `cargo test` builds only this package's targets; the binaries of the other crates
         // must be built explicitly (cargo holds no lock while tests run).
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
+        let mut build = cargo();
         build.args(["build", "--workspace", "--bins", "--quiet"]);
         if dir.ends_with("release") {
             build.arg("--release");
@@ -37,6 +36,30 @@ pub fn binary(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(path.exists(), "no binary {} after building the workspace", path.display());
     path
+}
+
+/// `cargo`, without the variables cargo set for this test process rather than for a build:
+/// a build script that declares `rerun-if-env-changed=CARGO_MANIFEST_DIR` (ring's does)
+/// would see it change and rebuild everything above it, here and again in the next build
+/// from a shell.
+pub fn cargo() -> Command {
+    const SET_FOR_TESTS: [&str; 8] = [
+        "CARGO_MANIFEST_",
+        "CARGO_PKG_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+        "CARGO_PRIMARY_",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (var, _) in std::env::vars_os() {
+        if SET_FOR_TESTS.iter().any(|prefix| var.to_string_lossy().starts_with(prefix)) {
+            cargo.env_remove(&var);
+        }
+    }
+    cargo
 }
 
 /// `target/<profile>`: the test executable lives in `target/<profile>/deps/`.
