@@ -730,9 +730,15 @@ async fn registered(store: &Arc<dyn ObjectStore>, name: &str) -> RegisteredCompo
     all.into_iter().find(|c| c.name().as_str() == name).unwrap_or_else(|| panic!("{name} is not registered"))
 }
 
-/// Lets the store clock move on, so a timestamp that must not change is told from one that must.
+/// Waits (bounded) until the clock has moved past the current millisecond, so a timestamp
+/// that must not change is told from one that must.
 async fn tick() {
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let start = Timestamp::now();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while Timestamp::now() <= start {
+        assert!(std::time::Instant::now() < deadline, "the clock did not move for a second");
+        tokio::task::yield_now().await;
+    }
 }
 
 async fn a_first_pass_registers_the_component_and_its_host(f: Fixture) {
