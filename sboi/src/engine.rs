@@ -6,20 +6,23 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use autocomp_store::{Batch, BatchId, ObjectStore, Seq, StoreError, Timestamp, Trigger};
+use std::ops::Bound;
+
+use autocomp_store::{Batch, BatchId, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
 use serde::{Deserialize, Serialize};
-use tantivy::collector::TopDocs;
 use tantivy::collector::sort_key::SortByStaticFastValue;
+use tantivy::collector::{Count, TopDocs};
 use tantivy::directory::MmapDirectory;
 use tantivy::directory::error::LockError;
-use tantivy::query::AllQuery;
+use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery};
 use tantivy::schema::Value;
 use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError,
+    DocAddress, Index, IndexReader, IndexWriter, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term,
 };
 
+use crate::browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 use crate::document::{Fields, IndexedBatch, SCHEMA_VERSION};
-use crate::query::trigger_query;
+use crate::query::{selection_query, trigger_query};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -329,6 +332,82 @@ impl IndexEngine {
                 BatchId::new(id).map_err(|e| self.fail(e))
             })
             .collect()
+    }
+
+    /// Each selection's size and quietest batch in the committed index at store time `now`.
+    pub fn tally_at(&self, selections: &[Selection], now: Timestamp) -> IndexResult<Vec<Tally>> {
+        let searcher = self.searcher()?;
+        selections
+            .iter()
+            .map(|selection| {
+                let query = selection_query(&self.fields, selection, now);
+                let quietest = TopDocs::with_limit(1).order_by_fast_field::<i64>("last_activity", Order::Asc);
+                let (count, first) = searcher.search(&query, &(Count, quietest)).map_err(|e| self.fail(e))?;
+                let quietest = first.first().and_then(|(at, _)| *at).map(Timestamp);
+                Ok(Tally { count: count as u64, quietest })
+            })
+            .collect()
+    }
+
+    /// One page of a selection at store time `now`, after `request.after` in its order.
+    pub fn page_at(&self, request: &PageRequest, now: Timestamp) -> IndexResult<Page> {
+        let searcher = self.searcher()?;
+        let limit = request.limit.min(MAX_PAGE);
+        if limit == 0 {
+            return Ok(Page { batches: Vec::new(), next: None });
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, selection_query(&self.fields, &request.selection, now))];
+        if let Some(after) = request.after {
+            clauses.push((Occur::Must, self.after_key(request.order, after)));
+        }
+        let query = BooleanQuery::new(clauses);
+        // One more than the page, to know whether another follows.
+        let want = (limit + 1).min((searcher.num_docs() as usize).max(1));
+        let created = (SortByStaticFastValue::<i64>::for_field("created_seq"), Order::Asc);
+        let addresses: Vec<DocAddress> = match request.order {
+            PageOrder::Oldest => {
+                let hits = searcher.search(&query, &TopDocs::with_limit(want).order_by(created));
+                hits.map_err(|e| self.fail(e))?.into_iter().map(|(_, a)| a).collect()
+            }
+            PageOrder::Priority => {
+                let priority = (SortByStaticFastValue::<i64>::for_field("priority"), Order::Desc);
+                let hits = searcher.search(&query, &TopDocs::with_limit(want).order_by((priority, created)));
+                hits.map_err(|e| self.fail(e))?.into_iter().map(|(_, a)| a).collect()
+            }
+        };
+        let more = addresses.len() > limit;
+        let mut batches = Vec::with_capacity(limit);
+        let mut last = None;
+        for address in addresses.into_iter().take(limit) {
+            let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;
+            let summary = self.fields.summary(&document);
+            last = Some(PageKey { priority: summary.priority, created_seq: summary.created_seq });
+            batches.push(BatchId::new(summary.id).map_err(|e| self.fail(e))?);
+        }
+        Ok(Page { batches, next: if more { last } else { None } })
+    }
+
+    /// The batches after `key` in `order` (keyset pagination: no offset to count).
+    fn after_key(&self, order: PageOrder, key: PageKey) -> Box<dyn Query> {
+        let later = |field, value: i64| -> Box<dyn Query> {
+            Box::new(RangeQuery::new(Bound::Excluded(Term::from_field_i64(field, value)), Bound::Unbounded))
+        };
+        let created_after = later(self.fields.created_seq, key.created_seq);
+        match order {
+            PageOrder::Oldest => created_after,
+            PageOrder::Priority => {
+                let priority = |bound: (Bound<Term>, Bound<Term>)| -> Box<dyn Query> {
+                    Box::new(RangeQuery::new(bound.0, bound.1))
+                };
+                let at = Term::from_field_i64(self.fields.priority, key.priority);
+                let lower = priority((Bound::Unbounded, Bound::Excluded(at.clone())));
+                let same = priority((Bound::Included(at.clone()), Bound::Included(at)));
+                let same_and_later =
+                    Box::new(BooleanQuery::new(vec![(Occur::Must, same), (Occur::Must, created_after)]));
+                Box::new(BooleanQuery::new(vec![(Occur::Should, lower), (Occur::Should, same_and_later)]))
+            }
+        }
     }
 
     /// Every document in the committed index, sorted by id (for checks and `explain`).

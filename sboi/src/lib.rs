@@ -4,12 +4,14 @@
 //! index itself. Trigger semantics are the store's `Trigger`; this crate only translates.
 //! `sboi serve` (`http/`, `src/bin/sboi.rs`) puts one index on HTTP for many hosts.
 
+mod browse;
 mod document;
 mod engine;
 pub mod http;
 mod port;
 mod query;
 
+pub use browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 pub use document::{IndexedBatch, SCHEMA_VERSION};
 pub use engine::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexResult};
 pub use http::HttpIndex;

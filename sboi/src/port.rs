@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use autocomp_store::{BatchId, InvalidInput, ObjectStore, StoreError, Timestamp, Trigger};
+use autocomp_store::{BatchId, InvalidInput, ObjectStore, Selection, StoreError, Timestamp, Trigger};
+
+use crate::browse::{Page, PageRequest, Tally};
 
 use crate::document::IndexedBatch;
 use crate::engine::{CatchUp, IndexEngine, IndexError, IndexResult};
@@ -26,6 +28,13 @@ pub trait BatchIndex: Send + Sync {
     /// What the index holds for one batch as committed now (no catch-up first), if anything:
     /// `explain` sets it beside the store's answer, clause by clause.
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>>;
+
+    /// Each selection's size and quietest batch, as fresh as `query` (the monitor's counts:
+    /// one index search per selection, never a store scan).
+    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>>;
+
+    /// One page of a selection, in the request's order after its cursor, as fresh as `query`.
+    async fn page(&self, request: &PageRequest) -> IndexResult<Page>;
 }
 
 /// The embedded index: a tantivy directory on this host, caught up in-process.
@@ -64,6 +73,16 @@ impl BatchIndex for LocalIndex {
 
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
         self.engine.get(id)
+    }
+
+    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>> {
+        self.engine.catch_up(self.store.as_ref()).await?;
+        self.engine.tally_at(selections, Timestamp::now())
+    }
+
+    async fn page(&self, request: &PageRequest) -> IndexResult<Page> {
+        self.engine.catch_up(self.store.as_ref()).await?;
+        self.engine.page_at(request, Timestamp::now())
     }
 }
 

@@ -1,11 +1,14 @@
-//! Translates a `Trigger` into a tantivy query over the fields of `document.rs`.
-//! Each clause maps to exact terms; the property test holds this equal to `Trigger::select`.
+//! Translates a `Trigger`, and a monitor's `Selection`, into a tantivy query over the fields
+//! of `document.rs`. Each clause maps to exact terms or one range; the property tests hold
+//! these equal to `Trigger::select` and `Selection::matches_at`.
 
 use std::ops::Bound;
 
-use autocomp_store::{Timestamp, Trigger};
+use std::time::Duration;
+
+use autocomp_store::{Selection, Timestamp, Trigger};
 use tantivy::Term;
-use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
 
 use crate::document::Fields;
@@ -40,16 +43,63 @@ pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<
         clauses.push((Occur::Must, term(fields.transient, retried.as_str())));
     }
     if let Some(quiet) = trigger.settled_for.filter(|quiet| !quiet.is_zero()) {
-        // Store times are whole milliseconds: "at least 1.5 ms ago" means "at least 2 ms ago".
-        let quiet_ms = i64::try_from(quiet.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
-        let latest = now.millis().saturating_sub(quiet_ms);
-        clauses.push((
-            Occur::Must,
-            Box::new(RangeQuery::new(
-                Bound::Unbounded,
-                Bound::Included(Term::from_field_i64(fields.last_activity, latest)),
-            )),
-        ));
+        clauses.push((Occur::Must, quiet_for(fields, quiet, now)));
     }
     Box::new(BooleanQuery::new(clauses))
+}
+
+/// No content change and no event for at least `quiet` at store time `now`.
+fn quiet_for(fields: &Fields, quiet: Duration, now: Timestamp) -> Box<dyn Query> {
+    // Store times are whole milliseconds: "at least 1.5 ms ago" means "at least 2 ms ago".
+    let quiet_ms = i64::try_from(quiet.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX);
+    let latest = now.millis().saturating_sub(quiet_ms);
+    Box::new(RangeQuery::new(Bound::Unbounded, Bound::Included(Term::from_field_i64(fields.last_activity, latest))))
+}
+
+pub fn selection_query(fields: &Fields, selection: &Selection, now: Timestamp) -> Box<dyn Query> {
+    let term = |field, text: &str| -> Box<dyn Query> {
+        Box::new(TermQuery::new(Term::from_field_text(field, text), IndexRecordOption::Basic))
+    };
+    match selection {
+        Selection::All => Box::new(AllQuery),
+        Selection::Trigger(trigger) => trigger_query(fields, trigger, now),
+        Selection::Running(component) => term(fields.running, component.as_str()),
+        Selection::Present(t) => term(fields.present, t.as_str()),
+        Selection::Succeeded(t) => term(fields.succeeded, t.as_str()),
+        Selection::Failed(t) => term(fields.failed, t.as_str()),
+        Selection::TransientlyFailed(t) => term(fields.transient, t.as_str()),
+        Selection::BatchType(t) => term(fields.batch_type, t.as_str()),
+        Selection::IdPrefix(prefix) => {
+            // Batch ids are ASCII below DEL, so every id starting with the prefix sorts
+            // before the prefix followed by DEL.
+            let upper = format!("{prefix}\u{7f}");
+            Box::new(RangeQuery::new(
+                Bound::Included(Term::from_field_text(fields.id, prefix)),
+                Bound::Excluded(Term::from_field_text(fields.id, &upper)),
+            ))
+        }
+        Selection::Priority { min: None, max: None } => Box::new(AllQuery),
+        Selection::Priority { min, max } => {
+            let bound = |value: &Option<i32>| match value {
+                Some(v) => Bound::Included(Term::from_field_i64(fields.priority, i64::from(*v))),
+                None => Bound::Unbounded,
+            };
+            Box::new(RangeQuery::new(bound(min), bound(max)))
+        }
+        Selection::QuietFor(quiet) => quiet_for(fields, *quiet, now),
+        Selection::And(all) => {
+            let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(AllQuery))];
+            clauses.extend(all.iter().map(|s| (Occur::Must, selection_query(fields, s, now))));
+            Box::new(BooleanQuery::new(clauses))
+        }
+        Selection::Or(any) if any.is_empty() => Box::new(EmptyQuery),
+        Selection::Or(any) => {
+            Box::new(BooleanQuery::new(any.iter().map(|s| (Occur::Should, selection_query(fields, s, now))).collect()))
+        }
+        // tantivy refuses a purely negative query, so negation starts from all documents.
+        Selection::Not(inner) => Box::new(BooleanQuery::new(vec![
+            (Occur::Must, Box::new(AllQuery)),
+            (Occur::MustNot, selection_query(fields, inner, now)),
+        ])),
+    }
 }

@@ -1,11 +1,12 @@
-//! The index answers exactly what `Trigger::select` answers: random batch histories written
-//! through the real store, random triggers, compared in order after each catch-up.
-//! `PROPTEST_CASES` raises the number of histories (default 96, each with 24 triggers at two
-//! points in time).
+//! The index answers exactly what the model says: random batch histories written through
+//! the real store, then random triggers compared with `Trigger::select` in order, and random
+//! selections (the monitor's counts and pages, components' states among them) compared with
+//! `Selection::matches_at`, after each catch-up. `PROPTEST_CASES` raises the number of
+//! histories (default 96, each with 24 triggers and 24 selections at two points in time).
 
 use std::time::Duration;
 
-use autocomp_sboi::{EngineOptions, IndexEngine};
+use autocomp_sboi::{EngineOptions, IndexEngine, PageKey, PageOrder, PageRequest, Tally};
 use autocomp_store::*;
 use proptest::prelude::*;
 use serde_json::{Map, json};
@@ -99,6 +100,59 @@ fn trigger() -> impl Strategy<Value = Trigger> {
         )
 }
 
+fn selection() -> impl Strategy<Value = Selection> {
+    let event_type = || (0..EVENT_TYPES.len()).prop_map(|t| EventType::new(EVENT_TYPES[t]).unwrap());
+    let leaf = prop_oneof![
+        Just(Selection::All),
+        trigger().prop_map(|t| Selection::Trigger(Trigger { limit: None, ..t })),
+        (0..COMPONENTS.len()).prop_map(|c| Selection::Running(ComponentName::new(COMPONENTS[c]).unwrap())),
+        event_type().prop_map(Selection::Present),
+        event_type().prop_map(Selection::Succeeded),
+        event_type().prop_map(Selection::Failed),
+        event_type().prop_map(Selection::TransientlyFailed),
+        (0..BATCH_TYPES.len()).prop_map(|t| Selection::BatchType(BatchType::new(BATCH_TYPES[t]).unwrap())),
+        prop_oneof![Just(""), Just("B"), Just("B0"), Just("B1"), Just("B05"), Just("C")]
+            .prop_map(|p| Selection::IdPrefix(p.to_owned())),
+        (prop::option::of(-2..3i32), prop::option::of(-2..3i32))
+            .prop_map(|(min, max)| Selection::Priority { min, max }),
+        (0..3_000u64).prop_map(|ms| Selection::QuietFor(Duration::from_millis(ms))),
+        state_selection(),
+    ];
+    leaf.prop_recursive(3, 12, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Selection::And),
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Selection::Or),
+            inner.prop_map(|s| Selection::Not(Box::new(s))),
+        ]
+    })
+}
+
+/// A component's state, for a component of the random histories (`checker` records
+/// `Checked`, `verifier` records `Verified`), with a random trigger.
+fn state_selection() -> impl Strategy<Value = Selection> {
+    (0..COMPONENTS.len(), trigger(), any::<bool>(), 0..6usize, 0..3_000u64).prop_map(
+        |(c, trigger, blocked_by_own, state, backoff_ms)| {
+            let event_type = EventType::new(EVENT_TYPES[c + 1]).unwrap();
+            let mut trigger = Trigger { limit: None, ..trigger };
+            if blocked_by_own && !trigger.blocked_by.contains(&event_type) {
+                trigger.blocked_by.push(event_type.clone());
+            }
+            let descriptor = ComponentDescriptor {
+                name: ComponentName::new(COMPONENTS[c]).unwrap(),
+                version: "1".into(),
+                event_type,
+                trigger,
+                max_attempts: 3,
+                retry_backoff: Duration::from_millis(backoff_ms),
+                queue_size: 10,
+                max_runtime: Duration::from_secs(60),
+                source: false,
+            };
+            Selection::component_state(&descriptor, ComponentState::ALL[state])
+        },
+    )
+}
+
 fn batch_id(n: u8) -> BatchId {
     BatchId::new(format!("B{n:02}")).unwrap()
 }
@@ -167,6 +221,10 @@ proptest! {
     fn the_index_answers_exactly_what_matches_holds(
         ops in prop::collection::vec(op(), 1..80),
         triggers in prop::collection::vec((trigger(), 0..3_000i64), 24),
+        selections in prop::collection::vec(
+            (selection(), 0..3_000i64, prop_oneof![Just(PageOrder::Oldest), Just(PageOrder::Priority)], 1..5usize),
+            24,
+        ),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
@@ -188,6 +246,32 @@ proptest! {
                     let expected = trigger.select(&batches, now);
                     let answered = engine.query_at(trigger, now).unwrap();
                     prop_assert_eq!(&answered, &expected, "trigger {:?} at {}", trigger, now);
+                }
+                for (selection, offset_ms, order, page_size) in &selections {
+                    let now = Timestamp(Timestamp::now().millis() + offset_ms);
+                    let mut expected: Vec<&Batch> = batches.iter().filter(|b| selection.matches_at(b, now)).collect();
+                    let tally = engine.tally_at(std::slice::from_ref(selection), now).unwrap();
+                    let quietest = expected.iter().map(|b| b.last_activity_at()).min();
+                    prop_assert_eq!(tally, vec![Tally { count: expected.len() as u64, quietest }], "{:?}", selection);
+
+                    match order {
+                        PageOrder::Oldest => expected.sort_by_key(|b| b.created_seq),
+                        PageOrder::Priority => expected.sort_by_key(|b| (-b.priority, b.created_seq)),
+                    }
+                    let expected: Vec<BatchId> = expected.iter().map(|b| b.id.clone()).collect();
+                    let mut paged = Vec::new();
+                    let mut after: Option<PageKey> = None;
+                    for _ in 0..=BATCHES {
+                        let request =
+                            PageRequest { selection: selection.clone(), order: *order, after, limit: *page_size };
+                        let page = engine.page_at(&request, now).unwrap();
+                        paged.extend(page.batches);
+                        after = page.next;
+                        if after.is_none() {
+                            break;
+                        }
+                    }
+                    prop_assert_eq!(&paged, &expected, "{:?} in {:?} pages of {}", selection, order, page_size);
                 }
             }
             Ok(())

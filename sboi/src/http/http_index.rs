@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use autocomp_store::http::client::{ClientOptions, HttpClient, Retry, client_token};
-use autocomp_store::{BatchId, StoreError, Trigger};
+use autocomp_store::{BatchId, Selection, StoreError, Trigger};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::wire::{self, DocumentAnswer, Empty, QueryAnswer, RebuildAnswer};
+use crate::browse::{Page, PageRequest, Tally};
 use crate::document::IndexedBatch;
 use crate::engine::{CatchUp, IndexResult};
 use crate::port::BatchIndex;
@@ -74,5 +75,16 @@ impl BatchIndex for HttpIndex {
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
         let answer: DocumentAnswer = self.call("document", &wire::DocumentRequest { id: id.clone() }, None).await?;
         Ok(answer.document)
+    }
+
+    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>> {
+        let request = wire::TallyRequest { selections: selections.to_vec() };
+        let answer: wire::TallyAnswer = self.call("tally", &request, None).await?;
+        Ok(answer.tallies)
+    }
+
+    async fn page(&self, request: &PageRequest) -> IndexResult<Page> {
+        let answer: wire::PageAnswer = self.call("page", request, None).await?;
+        Ok(answer.page)
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_store::http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
-use autocomp_store::{ObjectStore, Timestamp};
+use autocomp_store::{InvalidInput, ObjectStore, Seq, Timestamp};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::follower::Follower;
 use super::wire::{self, DocumentAnswer, Empty, OPERATIONS, QueryAnswer, QueryRequest, RebuildAnswer};
+use crate::browse::PageRequest;
 use crate::engine::{IndexEngine, IndexError, IndexResult};
 
 /// The OpenAPI document of this service, kept in the repository beside the code.
@@ -24,6 +25,10 @@ pub const OPENAPI: &str = include_str!("../../openapi.json");
 /// How long a fresh query waits for the index to reach the store's head (and a `catch_up`
 /// request for a rebuild in progress) before answering with what is indexed.
 pub const FRESH_BOUND: Duration = Duration::from_secs(2);
+
+/// Most selections one `/v1/tally` counts (a monitor's overview asks for components x
+/// states, well under this).
+const MAX_SELECTIONS: usize = 1_000;
 
 /// How long `/metrics` waits for the store's head before reporting the last one seen.
 const METRICS_HEAD_BOUND: Duration = Duration::from_secs(1);
@@ -69,6 +74,26 @@ impl IndexService {
         let follower = Arc::clone(&self.follower);
         Ok(match name {
             "query" => ok(self.query(parse_body(body)?).await?),
+            "tally" => {
+                let request: wire::TallyRequest = parse_body(body)?;
+                if request.selections.len() > MAX_SELECTIONS {
+                    return Err(ApiError::invalid(InvalidInput::new(
+                        "selections",
+                        request.selections.len().to_string(),
+                        format!("at most {MAX_SELECTIONS} per request"),
+                    )));
+                }
+                let (indexed_seq, stale) = self.fresh_read().await;
+                let tallies =
+                    blocking(move || follower.engine().tally_at(&request.selections, Timestamp::now())).await?;
+                ok(wire::TallyAnswer { tallies, indexed_seq, stale })
+            }
+            "page" => {
+                let request: PageRequest = parse_body(body)?;
+                let (indexed_seq, stale) = self.fresh_read().await;
+                let page = blocking(move || follower.engine().page_at(&request, Timestamp::now())).await?;
+                ok(wire::PageAnswer { page, indexed_seq, stale })
+            }
             "document" => {
                 let request: wire::DocumentRequest = parse_body(body)?;
                 let indexed_seq = follower.progress().indexed_seq;
@@ -104,6 +129,13 @@ impl IndexService {
         // Like the embedded adapter, this host's clock stands for the store's.
         let batches = blocking(move || follower.engine().query_at(&trigger, Timestamp::now())).await?;
         Ok(QueryAnswer { batches, indexed_seq, stale })
+    }
+
+    /// Catches up (bounded) before a monitor's read; the cursor the read sees at least, and
+    /// whether it may miss recent changes.
+    async fn fresh_read(&self) -> (Seq, bool) {
+        let stale = !self.freshen().await;
+        (self.follower.progress().indexed_seq, stale)
     }
 
     /// Brings the index up to the store's head as it is now, within `FRESH_BOUND`. False

@@ -2,11 +2,12 @@
 //! so the two cannot drift apart. Requests refuse unknown fields: a typo is an error, not a
 //! silently ignored setting.
 
-use autocomp_store::{BatchId, Seq, Trigger};
+use autocomp_store::{BatchId, Selection, Seq, Trigger};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use crate::browse::{Page, Tally};
 use crate::document::IndexedBatch;
 
 pub use autocomp_store::http::wire::Empty;
@@ -14,7 +15,7 @@ pub use autocomp_store::http::wire::Empty;
 /// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
 /// `catch_up` counts as a read: it only brings the cache to what the store already says.
 pub const OPERATIONS: &[(&str, bool)] =
-    &[("query", false), ("document", false), ("catch_up", false), ("rebuild", true)];
+    &[("query", false), ("document", false), ("tally", false), ("page", false), ("catch_up", false), ("rebuild", true)];
 
 /// `POST /v1/query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,4 +70,28 @@ pub struct DocumentAnswer {
 pub struct RebuildAnswer {
     /// Batches indexed.
     pub batches: usize,
+}
+
+/// `POST /v1/tally`: each selection's size and quietest batch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TallyRequest {
+    pub selections: Vec<Selection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TallyAnswer {
+    /// One per selection, in the request's order.
+    pub tallies: Vec<Tally>,
+    pub indexed_seq: Seq,
+    pub stale: bool,
+}
+
+/// `POST /v1/page`: the request is `crate::PageRequest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageAnswer {
+    #[serde(flatten)]
+    pub page: Page,
+    pub indexed_seq: Seq,
+    pub stale: bool,
 }

@@ -5,9 +5,12 @@
 mod batch;
 pub mod duration_text;
 mod effective;
+#[cfg(test)]
+mod fixtures;
 mod names;
 mod registry;
 mod report;
+mod selection;
 mod time;
 mod trigger;
 
@@ -20,6 +23,7 @@ pub use registry::{
     Retirement,
 };
 pub use report::{Failure, RESULT_KEY, Report};
+pub use selection::Selection;
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
 

@@ -337,59 +337,10 @@ fn check_label(field: &str, value: &str) -> Result<(), InvalidInput> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Map, json};
+    use serde_json::json;
 
     use super::*;
-    use crate::model::{BatchId, BatchType, RunRef, Seq};
-
-    fn ty(name: &str) -> EventType {
-        EventType::new(name).unwrap()
-    }
-
-    fn descriptor() -> ComponentDescriptor {
-        ComponentDescriptor {
-            name: ComponentName::new("page-counter").unwrap(),
-            version: "1.0.0".into(),
-            event_type: ty("Pages_Counted"),
-            trigger: Trigger::builder().requires("Checksums_Verified").blocked_by("Pages_Counted").build(),
-            max_attempts: 3,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 10,
-            max_runtime: Duration::from_secs(3600),
-            source: false,
-        }
-    }
-
-    fn event(seq: i64, kind: &str, outcome: Outcome, details: serde_json::Value, at: i64) -> Event {
-        Event {
-            seq: Seq(seq),
-            batch_id: BatchId::new("B1").unwrap(),
-            event_type: ty(kind),
-            outcome,
-            agent: Agent::new("test").unwrap(),
-            at: Timestamp(at),
-            details,
-            run: None::<RunRef>,
-            resets: Vec::new(),
-        }
-    }
-
-    fn batch(events: Vec<Event>, now: i64) -> Batch {
-        Batch {
-            id: BatchId::new("B1").unwrap(),
-            batch_type: BatchType::new("RoundTrip").unwrap(),
-            priority: 0,
-            metadata: Map::new(),
-            created_seq: Seq(1),
-            modified_seq: Seq(1),
-            changed_seq: Seq(1),
-            created_at: Timestamp(0),
-            modified_at: Timestamp(0),
-            events,
-            open_runs: Vec::new(),
-            as_of: Timestamp(now),
-        }
-    }
+    use crate::model::fixtures::{batch, descriptor, event};
 
     #[test]
     fn refusals_name_the_clause_the_type_and_its_effective_state() {

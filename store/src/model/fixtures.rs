@@ -1,0 +1,61 @@
+//! Hand-built batches, events and a descriptor for the model's unit tests (one copy for
+//! every module's tests).
+
+use std::time::Duration;
+
+use serde_json::Map;
+
+use super::{
+    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, Outcome, RunRef, Seq,
+    Timestamp, Trigger,
+};
+
+pub(crate) fn ty(name: &str) -> EventType {
+    EventType::new(name).unwrap()
+}
+
+pub(crate) fn descriptor() -> ComponentDescriptor {
+    ComponentDescriptor {
+        name: ComponentName::new("page-counter").unwrap(),
+        version: "1.0.0".into(),
+        event_type: ty("Pages_Counted"),
+        trigger: Trigger::builder().requires("Checksums_Verified").blocked_by("Pages_Counted").build(),
+        max_attempts: 3,
+        retry_backoff: Duration::from_secs(300),
+        queue_size: 10,
+        max_runtime: Duration::from_secs(3600),
+        source: false,
+    }
+}
+
+pub(crate) fn event(seq: i64, kind: &str, outcome: Outcome, details: serde_json::Value, at: i64) -> Event {
+    Event {
+        seq: Seq(seq),
+        batch_id: BatchId::new("B1").unwrap(),
+        event_type: ty(kind),
+        outcome,
+        agent: Agent::new("test").unwrap(),
+        at: Timestamp(at),
+        details,
+        run: None::<RunRef>,
+        resets: Vec::new(),
+    }
+}
+
+pub(crate) fn batch(events: Vec<Event>, now: i64) -> Batch {
+    Batch {
+        id: BatchId::new("B1").unwrap(),
+        batch_type: BatchType::new("RoundTrip").unwrap(),
+        priority: 0,
+        metadata: Map::new(),
+        created_seq: Seq(1),
+        modified_seq: Seq(1),
+        changed_seq: Seq(1),
+        created_at: Timestamp(0),
+        modified_at: Timestamp(0),
+        events,
+        open_runs: Vec::new(),
+        as_of: Timestamp(now),
+    }
+}
+

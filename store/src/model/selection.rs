@@ -1,0 +1,204 @@
+//! Selections: which batches a monitor page, a count or an export is about, as a boolean
+//! expression over what the batch index holds for each batch. `matches_at` is the meaning;
+//! the index translates the same expression into its own query and must agree with it.
+//! A component's states (ready, working, failed, ...) are selections too, built from its
+//! descriptor, so a count by state is one index query and equals `state_of` batch by batch.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Batch, BatchType, ComponentDescriptor, ComponentName, ComponentState, EventType, Outcome, Timestamp, Trigger,
+};
+
+/// A set of batches. Every leaf is something the batch index stores per batch; `Trigger`
+/// is the trigger predicate itself, so readiness needs no second definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selection {
+    All,
+    /// The trigger holds at the given time.
+    Trigger(Trigger),
+    /// The component has an open run on the batch.
+    Running(ComponentName),
+    /// The type's effective event exists, whatever its outcome.
+    Present(EventType),
+    /// The type's effective event succeeded.
+    Succeeded(EventType),
+    /// The type's effective event failed.
+    Failed(EventType),
+    /// The type's effective event is a failure flagged transient.
+    TransientlyFailed(EventType),
+    BatchType(BatchType),
+    /// The batch id starts with this text.
+    IdPrefix(String),
+    /// Priority within the bounds (both inclusive).
+    Priority { min: Option<i32>, max: Option<i32> },
+    /// No content change and no event for at least this long ("in its state for at least
+    /// this long"), measured at the time the selection is evaluated.
+    #[serde(with = "super::duration_text")]
+    QuietFor(Duration),
+    And(Vec<Selection>),
+    Or(Vec<Selection>),
+    Not(Box<Selection>),
+}
+
+impl Selection {
+    pub fn nothing() -> Selection {
+        Selection::Or(Vec::new())
+    }
+
+    pub fn and(self, other: Selection) -> Selection {
+        match (self, other) {
+            (Selection::All, other) | (other, Selection::All) => other,
+            (Selection::And(mut left), Selection::And(right)) => {
+                left.extend(right);
+                Selection::And(left)
+            }
+            (Selection::And(mut left), other) => {
+                left.push(other);
+                Selection::And(left)
+            }
+            (one, other) => Selection::And(vec![one, other]),
+        }
+    }
+
+    pub fn negate(self) -> Selection {
+        match self {
+            Selection::Not(inner) => *inner,
+            other => Selection::Not(Box::new(other)),
+        }
+    }
+
+    /// Whether the batch is selected, with `now` the store time time-based clauses use.
+    pub fn matches_at(&self, batch: &Batch, now: Timestamp) -> bool {
+        let effective = |t: &EventType| batch.effective().get(t).cloned();
+        match self {
+            Selection::All => true,
+            Selection::Trigger(trigger) => trigger.matches_at(batch, now),
+            Selection::Running(component) => batch.open_run(component).is_some(),
+            Selection::Present(t) => effective(t).is_some(),
+            Selection::Succeeded(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Success),
+            Selection::Failed(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Failure),
+            Selection::TransientlyFailed(t) => effective(t).is_some_and(|e| e.is_transient_failure()),
+            Selection::BatchType(t) => batch.batch_type == *t,
+            Selection::IdPrefix(prefix) => batch.id.as_str().starts_with(prefix.as_str()),
+            Selection::Priority { min, max } => {
+                min.is_none_or(|min| batch.priority >= min) && max.is_none_or(|max| batch.priority <= max)
+            }
+            Selection::QuietFor(quiet) => now.since(batch.last_activity_at()) >= *quiet,
+            Selection::And(all) => all.iter().all(|s| s.matches_at(batch, now)),
+            Selection::Or(any) => any.iter().any(|s| s.matches_at(batch, now)),
+            Selection::Not(inner) => !inner.matches_at(batch, now),
+        }
+    }
+
+    /// The batches where `descriptor`'s component is in `state`: exactly those for which
+    /// `descriptor.state_of(batch) == state` when read at `now`.
+    pub fn component_state(descriptor: &ComponentDescriptor, state: ComponentState) -> Selection {
+        let own = &descriptor.event_type;
+        let working = Selection::Running(descriptor.name.clone());
+        let ready = readiness(descriptor);
+        let idle = working.clone().negate();
+        let retried = descriptor.retry_trigger().is_some();
+        match state {
+            ComponentState::Working => working,
+            ComponentState::Success => idle.and(Selection::Succeeded(own.clone())),
+            ComponentState::Ready => idle.and(Selection::Succeeded(own.clone()).negate()).and(ready),
+            ComponentState::Retrying if retried => {
+                idle.and(Selection::TransientlyFailed(own.clone())).and(ready.negate())
+            }
+            ComponentState::Retrying => Selection::nothing(),
+            ComponentState::Failed => {
+                let mut failed = idle.and(Selection::Failed(own.clone())).and(ready.negate());
+                if retried {
+                    failed = failed.and(Selection::TransientlyFailed(own.clone()).negate());
+                }
+                failed
+            }
+            ComponentState::Waiting => idle.and(Selection::Present(own.clone()).negate()).and(ready.negate()),
+        }
+    }
+}
+
+/// The batches a pass of the component would work on (its trigger, or the retry of its own
+/// transient failure): `ComponentDescriptor::readiness` as a selection.
+fn readiness(descriptor: &ComponentDescriptor) -> Selection {
+    if descriptor.source {
+        return Selection::nothing();
+    }
+    let trigger = Selection::Trigger(descriptor.trigger.clone());
+    match descriptor.retry_trigger() {
+        Some(retry) => Selection::Or(vec![trigger, Selection::Trigger(retry)]),
+        None => trigger,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::fixtures::{batch, descriptor, event};
+    use crate::model::{Run, RunHolder, RunState, Seq};
+
+    const TYPES: [&str; 3] = ["Checksums_Verified", "Pages_Counted", "Data_Archived"];
+    const NOW: i64 = 1_000_000_000;
+
+    fn open_run(component: &ComponentName) -> Run {
+        Run {
+            batch_id: crate::model::BatchId::new("B1").unwrap(),
+            component: component.clone(),
+            generation: 1,
+            holder: RunHolder {
+                agent: crate::model::Agent::new("page-counter").unwrap(),
+                host: "h".into(),
+                pid: 1,
+                claim_key: None,
+            },
+            started_at: Timestamp(NOW),
+            claim_seq: Seq(99),
+            state: RunState::Open,
+            ended_at: None,
+            transient: false,
+        }
+    }
+
+    proptest! {
+        /// Exactly one state selection holds for every batch, and it is `state_of`'s state:
+        /// the descriptor's trigger (requires Checksums_Verified, maybe blocked by its own
+        /// type), its retry with backoff, a source, an open run, any log.
+        #[test]
+        fn state_selections_agree_with_state_of(
+            log in proptest::collection::vec((0usize..3, 0u8..3, 0i64..600), 0..5),
+            running: bool,
+            blocked_by_own: bool,
+            source: bool,
+        ) {
+            let mut descriptor = descriptor();
+            descriptor.source = source;
+            if !blocked_by_own {
+                descriptor.trigger.blocked_by.clear();
+            }
+            let events = log.iter().enumerate().map(|(i, (kind, outcome, ago))| {
+                let (outcome, details) = match outcome {
+                    0 => (Outcome::Success, json!({})),
+                    1 => (Outcome::Failure, json!({})),
+                    _ => (Outcome::Failure, json!({"transient": true})),
+                };
+                event(i as i64 + 2, TYPES[*kind], outcome, details, NOW - ago * 1000)
+            }).collect();
+            let mut batch = batch(events, NOW);
+            if running {
+                batch.open_runs.push(open_run(&descriptor.name));
+            }
+            let expected = descriptor.state_of(&batch);
+            for state in ComponentState::ALL {
+                let selected = Selection::component_state(&descriptor, state).matches_at(&batch, batch.as_of);
+                prop_assert_eq!(selected, state == expected, "state {:?}, expected {:?}", state, expected);
+            }
+        }
+    }
+}
