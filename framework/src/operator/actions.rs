@@ -2,20 +2,34 @@
 //! batch, the batch's state), then makes exactly one store call, which appends one event
 //! (or registers one batch). History only grows: a rerun or restart is a `Reset` marker
 //! superseding events in the effective view, never an edit.
+//!
+//! `rerun`, `restart`, `cancel`, `skip` and `prioritize` are each one [`Action`], planned by
+//! one function whatever asks for it: the CLI performs the plan, the monitor previews it
+//! first (the same checks and refusals, the event it would append and the state changes
+//! that follow) and may act on many batches at once.
 
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::{self, Write as _};
 use std::path::Path;
+use std::sync::Arc;
 
 use autocomp_store::{
-    Batch, BatchId, BatchType, ComponentName, CreateOutcome, Event, EventType, InvalidInput, NewBatch, NewEvent,
-    ObjectStore, Outcome, StoreError,
+    Agent, Batch, BatchId, BatchType, ComponentName, ComponentState, CreateOutcome, Event, EventType, InvalidInput,
+    NewBatch, NewEvent, ObjectStore, Outcome, Run, RunState, Seq, StoreError,
 };
 use serde_json::{Value, json};
 
-use autocomp_store::ComponentState;
+use super::{Operator, OperatorError, PRIORITIZED, Step, check_reason, unknown_batch};
 
-use super::{Operator, OperatorError, PRIORITIZED, Step, check_reason};
+/// Most batches one bulk action may name: bounds the work (and the store reads) of one
+/// request.
+pub const MAX_BULK_BATCHES: usize = 10_000;
+
+/// How many previews and refusals a bulk preview shows.
+const BULK_SAMPLE: usize = 10;
+
+/// Batches read per store call by a bulk preview.
+const BULK_READ_PAGE: usize = 500;
 
 /// Where `restart` starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +67,103 @@ impl ActionReport {
         }
         out
     }
+}
+
+/// An operator's action on one batch: what the CLI's `rerun`, `restart`, `cancel`, `skip`
+/// and `prioritize` do, for callers that preview an action before performing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A Reset marker for the component's event type: it runs again if its trigger holds.
+    Rerun { component: String },
+    /// A Reset marker for the starting type and every type recorded after it.
+    Restart { from: RestartFrom },
+    /// Fences the component's running worker and records a failure flagged `cancelled`.
+    Cancel { component: String },
+    /// Records a success flagged `skipped` for the component.
+    Skip { component: String },
+    /// Sets the batch's priority (higher runs first) and records `Prioritized`.
+    Prioritize { priority: i32 },
+}
+
+impl Action {
+    /// The CLI command, also recorded as `action` in the event's details.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Rerun { .. } => "rerun",
+            Action::Restart { .. } => "restart",
+            Action::Cancel { .. } => "cancel",
+            Action::Skip { .. } => "skip",
+            Action::Prioritize { .. } => "prioritize",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Rerun { component } => write!(f, "rerun {component}: supersede its result so it runs again"),
+            Action::Restart { from: RestartFrom::FirstFailure } => {
+                f.write_str("restart from the first failure: supersede it and every result recorded after it")
+            }
+            Action::Restart { from: RestartFrom::Type(start) } => {
+                write!(f, "restart from {start}: supersede it and every result recorded after it")
+            }
+            Action::Cancel { component } => {
+                write!(f, "cancel {component}: stop its running worker and record a cancelled failure")
+            }
+            Action::Skip { component } => {
+                write!(f, "skip {component}: record a skipped success so the steps after it may run")
+            }
+            Action::Prioritize { priority } => {
+                write!(f, "prioritize: set the priority to {priority} (higher runs first)")
+            }
+        }
+    }
+}
+
+/// What an action would do to one batch, computed from the same plan `perform` carries out,
+/// with nothing written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionPreview {
+    pub batch: BatchId,
+    /// The action, in one line (`Action`'s `Display`).
+    pub action: String,
+    /// The event type it would append (`Reset`, the component's type, `Prioritized`).
+    pub records: String,
+    /// The types a `Reset` would supersede; empty for the other actions.
+    pub resets: Vec<EventType>,
+    /// The components whose state would change. `perform` reports the same changes unless
+    /// the batch changes in between (or a `settled_for` clause comes due meanwhile).
+    pub changes: Vec<StateChange>,
+    /// The message `perform` would print, with the seq the store would assign next if
+    /// nothing else were written first.
+    pub message: String,
+}
+
+/// What one action would do to many batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BulkPreview {
+    /// Distinct batches named (a repeated id counts, and would be acted on, once).
+    pub total: usize,
+    /// How many of them the action would apply to; the rest would be refused.
+    pub applicable: usize,
+    /// The previews of the first batches it would apply to, in the order named.
+    pub sample: Vec<ActionPreview>,
+    /// The first refusals, in the order named, each in the words `perform` would use.
+    pub refused: Vec<(BatchId, String)>,
+}
+
+/// What one action did to many batches, in the order named.
+#[derive(Debug)]
+pub struct BulkOutcome {
+    pub performed: Vec<ActionReport>,
+    /// Batches the action was refused on (their state, an unknown id, no effective
+    /// `--from` type), in the words `perform` uses; nothing was written for them.
+    pub refused: Vec<(BatchId, String)>,
+    /// A store or backend error that stopped the run at this batch (whether its event was
+    /// written is unknown: `autocomp show` tells); the batches named after it were not
+    /// attempted.
+    pub stopped: Option<(BatchId, OperatorError)>,
 }
 
 fn states(pipeline: &[Step], batch: &Batch) -> Vec<(ComponentName, ComponentState)> {
@@ -120,22 +231,10 @@ impl Operator {
         message: impl FnOnce(&Event) -> String,
     ) -> Result<ActionReport, OperatorError> {
         let recorded = store.append_event(&batch.id, event).await?;
-        self.report(store, pipeline, batch, recorded, message).await
-    }
-
-    async fn report(
-        &self,
-        store: &dyn ObjectStore,
-        pipeline: &[Step],
-        batch: &Batch,
-        recorded: Event,
-        message: impl FnOnce(&Event) -> String,
-    ) -> Result<ActionReport, OperatorError> {
-        let after = store.get_batch(&batch.id).await?;
         Ok(ActionReport {
             batch: batch.id.clone(),
             message: message(&recorded),
-            changes: changes(&states(pipeline, batch), &states(pipeline, &after)),
+            changes: changes_since(store, pipeline, batch).await?,
             event: Some(recorded),
         })
     }
@@ -243,36 +342,7 @@ impl Operator {
     /// `autocomp rerun`: a Reset marker for the component's event type, so its trigger
     /// holds again (if its requirements do). Nothing else changes.
     pub async fn rerun(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
-        let reason = check_reason(reason)?;
-        let agent = self.agent()?;
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        let step = self.step(&pipeline, component)?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        refuse_if_working(&batch, [step], "rerun")?;
-        let types = vec![step.event_type().clone()];
-        if batch.effective().get(step.event_type()).is_none() {
-            return Err(OperatorError::Refused(format!(
-                "{} has no {} result on {} to rerun (it is {}); nothing recorded",
-                step.name(),
-                step.event_type(),
-                batch.id,
-                step.state_of(&batch)
-            )));
-        }
-        let summary = format!("rerun of {} requested by {agent}: {reason}", step.name());
-        let extra = json!({"component": step.name(), "superseded": superseded(&batch, &types)});
-        let event = NewEvent::reset(types, agent, self.details("rerun", reason, summary, extra));
-        self.append(store.as_ref(), &pipeline, &batch, event, |e| {
-            format!(
-                "{}: recorded Reset of {} (seq {}): {} may run again",
-                batch.id,
-                step.event_type(),
-                e.seq,
-                step.name()
-            )
-        })
-        .await
+        self.perform(id, &Action::Rerun { component: component.to_owned() }, reason).await
     }
 
     /// `autocomp restart`: a Reset marker for the starting type and every type whose
@@ -280,56 +350,7 @@ impl Operator {
     /// starting point trigger again, in the order their requirements allow. Operator
     /// bookkeeping (`Prioritized`) is left alone.
     pub async fn restart(&self, id: &str, from: RestartFrom, reason: &str) -> Result<ActionReport, OperatorError> {
-        let reason = check_reason(reason)?;
-        let agent = self.agent()?;
-        // The starting type is checked before the store is touched.
-        let start_type = match &from {
-            RestartFrom::Type(text) => Some((
-                text.as_str(),
-                EventType::new(text.as_str()).map_err(|e| InvalidInput::new("--from", text.as_str(), e.reason))?,
-            )),
-            RestartFrom::FirstFailure => None,
-        };
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let view = batch.effective();
-        let bookkeeping = |e: &&Event| e.event_type.as_str() != PRIORITIZED;
-        let start = match &start_type {
-            Some((text, start_type)) => view.get(start_type).ok_or_else(|| {
-                let effective: Vec<&str> = view.iter().map(|e| e.event_type.as_str()).collect();
-                InvalidInput::new(
-                    "--from",
-                    *text,
-                    format!("batch {} has no effective {text} event (effective: {})", batch.id, effective.join(", ")),
-                )
-            })?,
-            None => view
-                .iter()
-                .filter(bookkeeping)
-                .filter(|e| e.outcome == Outcome::Failure)
-                .min_by_key(|e| e.seq)
-                .ok_or_else(|| OperatorError::Refused(format!("{} has no failed step to restart from", batch.id)))?,
-        };
-        let mut after: Vec<&Event> = view.iter().filter(bookkeeping).filter(|e| e.seq >= start.seq).collect();
-        after.sort_by_key(|e| e.seq);
-        let types: Vec<EventType> = after.iter().map(|e| e.event_type.clone()).collect();
-        refuse_if_working(&batch, pipeline.iter().filter(|s| types.contains(s.event_type())), "restart")?;
-        let named: Vec<&str> = types.iter().map(EventType::as_str).collect();
-        let summary = format!("restart from {} (seq {}) requested by {agent}: {reason}", start.event_type, start.seq);
-        let extra = json!({"from": start.event_type, "from_seq": start.seq, "superseded": superseded(&batch, &types)});
-        let event = NewEvent::reset(types.clone(), agent, self.details("restart", reason, summary, extra));
-        let from_type = start.event_type.clone();
-        self.append(store.as_ref(), &pipeline, &batch, event, |e| {
-            format!(
-                "{}: recorded Reset (seq {}) of {} and everything after it: {}",
-                batch.id,
-                e.seq,
-                from_type,
-                named.join(", ")
-            )
-        })
-        .await
+        self.perform(id, &Action::Restart { from }, reason).await
     }
 
     /// `autocomp cancel`: fences the component's running worker (its run is closed as
@@ -337,84 +358,399 @@ impl Operator {
     /// the recorded failure flagged `cancelled`). The worker notices within a second, stops,
     /// and cannot record anything. With no open run only the failure is recorded.
     pub async fn cancel(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
-        let reason = check_reason(reason)?;
-        let agent = self.agent()?;
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        let step = self.step(&pipeline, component)?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let summary = format!("cancelled by {agent}: {reason}");
-        let extra = json!({"cancelled": true, "component": step.name()});
-        let event = NewEvent::new(step.event_type().clone(), Outcome::Failure, agent)
-            .with_details(self.details("cancel", reason, summary, extra));
-        let cancellation = store.cancel_run(&batch.id, step.name(), event).await?;
-        let run = cancellation.run.clone();
-        self.report(store.as_ref(), &pipeline, &batch, cancellation.event, |e| match &run {
-            Some(run) => format!(
-                "{}: cancelled run {} of {} (held by {} on {} pid {} since {}); recorded a cancelled {} failure (seq {}); \
-                 the worker is fenced and stops within seconds",
-                batch.id,
-                run.generation,
-                step.name(),
-                run.holder.agent,
-                run.holder.host,
-                run.holder.pid,
-                run.started_at,
-                e.event_type,
-                e.seq
-            ),
-            None => format!(
-                "{}: {} had no open run; recorded a cancelled {} failure (seq {})",
-                batch.id,
-                step.name(),
-                e.event_type,
-                e.seq
-            ),
-        })
-        .await
+        self.perform(id, &Action::Cancel { component: component.to_owned() }, reason).await
     }
 
     /// `autocomp skip`: records a success flagged `skipped` for the component, so the
     /// components that require its event type may run.
     pub async fn skip(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
-        let reason = check_reason(reason)?;
-        let agent = self.agent()?;
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        let step = self.step(&pipeline, component)?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        refuse_if_working(&batch, [step], "skip")?;
-        let summary = format!("skipped by {agent}: {reason}");
-        let extra = json!({"skipped": true, "component": step.name()});
-        let event = NewEvent::new(step.event_type().clone(), Outcome::Success, agent)
-            .with_details(self.details("skip", reason, summary, extra));
-        self.append(store.as_ref(), &pipeline, &batch, event, |e| {
-            format!("{}: recorded a skipped {} success (seq {})", batch.id, e.event_type, e.seq)
-        })
-        .await
+        self.perform(id, &Action::Skip { component: component.to_owned() }, reason).await
     }
 
     /// `autocomp prioritize`: the new priority and a `Prioritized` event saying who and
-    /// why, in one transaction. Higher runs first.
+    /// why, in one transaction. Higher runs first. Like any event it counts as activity, so
+    /// it can hold back a component waiting for the batch to settle (`settled_for`).
     pub async fn prioritize(&self, id: &str, priority: i32, reason: &str) -> Result<ActionReport, OperatorError> {
-        let reason = check_reason(reason)?;
+        self.perform(id, &Action::Prioritize { priority }, reason).await
+    }
+
+    /// Performs `action` on batch `id` exactly as the CLI does: the same checks, the same
+    /// refusals in the same words, the same one store call.
+    pub async fn perform(&self, id: &str, action: &Action, reason: &str) -> Result<ActionReport, OperatorError> {
+        let prepared = self.prepare(action, reason).await?;
+        self.perform_prepared(&prepared, id).await
+    }
+
+    /// What `perform` would do to batch `id`, or its refusal in the same words; writes
+    /// nothing. The changes are the planned event applied to a copy of the batch.
+    pub async fn preview(&self, id: &str, action: &Action, reason: &str) -> Result<ActionPreview, OperatorError> {
+        let prepared = self.prepare(action, reason).await?;
+        let batch = self.batch(prepared.store.as_ref(), id).await?;
+        let plan = self.plan(&prepared, &batch)?;
+        let head = prepared.store.head().await?;
+        Ok(prepared.preview(&batch, plan, Seq(head.0 + 1)))
+    }
+
+    /// What `perform_many` would do; writes nothing. Input that is wrong whatever the batch
+    /// (reason, operator name, component, `--from`, more than `MAX_BULK_BATCHES` ids) is an
+    /// error of the whole call; a batch the action would be refused on is counted and listed.
+    pub async fn preview_many(
+        &self,
+        ids: &[BatchId],
+        action: &Action,
+        reason: &str,
+    ) -> Result<BulkPreview, OperatorError> {
+        let ids = distinct_within_bound(ids)?;
+        let prepared = self.prepare(action, reason).await?;
+        let mut next = prepared.store.head().await?;
+        let mut preview = BulkPreview { total: ids.len(), applicable: 0, sample: Vec::new(), refused: Vec::new() };
+        for page in ids.chunks(BULK_READ_PAGE) {
+            let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
+            let mut found: HashMap<BatchId, Batch> =
+                prepared.store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+            for id in page {
+                let planned = match found.remove(&id) {
+                    Some(batch) => self.plan(&prepared, &batch).map(|plan| (batch, plan)),
+                    None => Err(unknown_batch(id.as_str()).into()),
+                };
+                match planned {
+                    Ok((batch, plan)) => {
+                        preview.applicable += 1;
+                        // Performed in this order, each appends one event.
+                        next = Seq(next.0 + 1);
+                        if preview.sample.len() < BULK_SAMPLE {
+                            preview.sample.push(prepared.preview(&batch, plan, next));
+                        }
+                    }
+                    Err(error) => {
+                        let words = refusal_words(error)?;
+                        if preview.refused.len() < BULK_SAMPLE {
+                            preview.refused.push((id, words));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(preview)
+    }
+
+    /// Performs `action` on each batch named (once, in the order named) as `perform` does.
+    /// Input that is wrong whatever the batch fails the whole call before anything is
+    /// written; a refused batch is listed and the others go on; a store or backend error
+    /// stops the run there (`BulkOutcome::stopped`).
+    pub async fn perform_many(
+        &self,
+        ids: &[BatchId],
+        action: &Action,
+        reason: &str,
+    ) -> Result<BulkOutcome, OperatorError> {
+        let ids = distinct_within_bound(ids)?;
+        let prepared = self.prepare(action, reason).await?;
+        let mut outcome = BulkOutcome { performed: Vec::new(), refused: Vec::new(), stopped: None };
+        for id in ids {
+            match self.perform_prepared(&prepared, id.as_str()).await {
+                Ok(report) => outcome.performed.push(report),
+                Err(error) => match refusal_words(error) {
+                    Ok(words) => outcome.refused.push((id.clone(), words)),
+                    Err(error) => {
+                        outcome.stopped = Some((id.clone(), error));
+                        break;
+                    }
+                },
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn perform_prepared(&self, prepared: &Prepared, id: &str) -> Result<ActionReport, OperatorError> {
+        let batch = self.batch(prepared.store.as_ref(), id).await?;
+        let plan = self.plan(prepared, &batch)?;
+        prepared.execute(&batch, plan).await
+    }
+
+    /// Every check that does not depend on the batch, in the order the CLI has always made
+    /// them, so the same bad input gets the same error whichever check it fails first.
+    async fn prepare(&self, action: &Action, reason: &str) -> Result<Prepared, OperatorError> {
+        let reason = check_reason(reason)?.to_owned();
         let agent = self.agent()?;
+        // The starting type is checked before the store is touched.
+        let start_type = match action {
+            Action::Restart { from: RestartFrom::Type(text) } => {
+                Some(EventType::new(text.as_str()).map_err(|e| InvalidInput::new("--from", text.as_str(), e.reason))?)
+            }
+            _ => None,
+        };
         let store = self.store().await?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let summary = format!("priority {} -> {priority} by {agent}: {reason}", batch.priority);
-        let event = NewEvent::new(EventType::new(PRIORITIZED)?, Outcome::Success, agent).with_details(self.details(
-            "prioritize",
-            reason,
-            summary,
-            json!({}),
-        ));
-        let recorded = store.prioritize(&batch.id, priority, event).await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let step = |component: &str| self.step(&pipeline, component).cloned();
+        let target = match action {
+            Action::Rerun { component } => Target::Rerun(step(component)?),
+            Action::Restart { .. } => Target::Restart(start_type),
+            Action::Cancel { component } => Target::Cancel(step(component)?),
+            Action::Skip { component } => Target::Skip(step(component)?),
+            Action::Prioritize { priority } => Target::Prioritize(*priority),
+        };
+        Ok(Prepared { action: action.clone(), target, reason, agent, store, pipeline })
+    }
+
+    /// What the prepared action writes on `batch`, or why it is refused: the one place each
+    /// action's rules live, for `perform` and `preview` alike.
+    fn plan(&self, prepared: &Prepared, batch: &Batch) -> Result<Plan, OperatorError> {
+        let (reason, agent, action) = (prepared.reason.as_str(), &prepared.agent, prepared.action.name());
+        let id = batch.id.clone();
+        match &prepared.target {
+            Target::Rerun(step) => {
+                refuse_if_working(batch, [step], action)?;
+                if batch.effective().get(step.event_type()).is_none() {
+                    return Err(OperatorError::Refused(format!(
+                        "{} has no {} result on {} to rerun (it is {}); nothing recorded",
+                        step.name(),
+                        step.event_type(),
+                        batch.id,
+                        step.state_of(batch)
+                    )));
+                }
+                let types = vec![step.event_type().clone()];
+                let summary = format!("rerun of {} requested by {agent}: {reason}", step.name());
+                let extra = json!({"component": step.name(), "superseded": superseded(batch, &types)});
+                let event = NewEvent::reset(types, agent.clone(), self.details(action, reason, summary, extra));
+                let (event_type, name) = (step.event_type().clone(), step.name().clone());
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!("{id}: recorded Reset of {event_type} (seq {}): {name} may run again", e.seq)
+                })
+            }
+            Target::Restart(start_type) => {
+                let view = batch.effective();
+                let bookkeeping = |e: &&Event| e.event_type.as_str() != PRIORITIZED;
+                let start = match start_type {
+                    Some(start_type) => view.get(start_type).ok_or_else(|| {
+                        let text = start_type.as_str();
+                        let effective: Vec<&str> = view.iter().map(|e| e.event_type.as_str()).collect();
+                        InvalidInput::new(
+                            "--from",
+                            text,
+                            format!(
+                                "batch {} has no effective {text} event (effective: {})",
+                                batch.id,
+                                effective.join(", ")
+                            ),
+                        )
+                    })?,
+                    None => view
+                        .iter()
+                        .filter(bookkeeping)
+                        .filter(|e| e.outcome == Outcome::Failure)
+                        .min_by_key(|e| e.seq)
+                        .ok_or_else(|| {
+                            OperatorError::Refused(format!("{} has no failed step to restart from", batch.id))
+                        })?,
+                };
+                let mut after: Vec<&Event> = view.iter().filter(bookkeeping).filter(|e| e.seq >= start.seq).collect();
+                after.sort_by_key(|e| e.seq);
+                let types: Vec<EventType> = after.iter().map(|e| e.event_type.clone()).collect();
+                refuse_if_working(batch, prepared.pipeline.iter().filter(|s| types.contains(s.event_type())), action)?;
+                let named = types.iter().map(EventType::as_str).collect::<Vec<_>>().join(", ");
+                let summary =
+                    format!("restart from {} (seq {}) requested by {agent}: {reason}", start.event_type, start.seq);
+                let extra =
+                    json!({"from": start.event_type, "from_seq": start.seq, "superseded": superseded(batch, &types)});
+                let event = NewEvent::reset(types, agent.clone(), self.details(action, reason, summary, extra));
+                let from_type = start.event_type.clone();
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!("{id}: recorded Reset (seq {}) of {from_type} and everything after it: {named}", e.seq)
+                })
+            }
+            Target::Cancel(step) => {
+                let summary = format!("cancelled by {agent}: {reason}");
+                let extra = json!({"cancelled": true, "component": step.name()});
+                let event = NewEvent::new(step.event_type().clone(), Outcome::Failure, agent.clone())
+                    .with_details(self.details(action, reason, summary, extra));
+                let name = step.name().clone();
+                Plan::new(Write::Cancel(name.clone(), event), move |e, run| match run {
+                    Some(run) => format!(
+                        "{id}: cancelled run {} of {name} (held by {} on {} pid {} since {}); recorded a cancelled {} \
+                         failure (seq {}); the worker is fenced and stops within seconds",
+                        run.generation,
+                        run.holder.agent,
+                        run.holder.host,
+                        run.holder.pid,
+                        run.started_at,
+                        e.event_type,
+                        e.seq
+                    ),
+                    None => format!(
+                        "{id}: {name} had no open run; recorded a cancelled {} failure (seq {})",
+                        e.event_type, e.seq
+                    ),
+                })
+            }
+            Target::Skip(step) => {
+                refuse_if_working(batch, [step], action)?;
+                let summary = format!("skipped by {agent}: {reason}");
+                let extra = json!({"skipped": true, "component": step.name()});
+                let event = NewEvent::new(step.event_type().clone(), Outcome::Success, agent.clone())
+                    .with_details(self.details(action, reason, summary, extra));
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!("{id}: recorded a skipped {} success (seq {})", e.event_type, e.seq)
+                })
+            }
+            Target::Prioritize(priority) => {
+                let (priority, previous) = (*priority, batch.priority);
+                let summary = format!("priority {previous} -> {priority} by {agent}: {reason}");
+                let event = NewEvent::new(EventType::new(PRIORITIZED)?, Outcome::Success, agent.clone())
+                    .with_details(self.details(action, reason, summary, json!({})));
+                Plan::new(Write::Prioritize(priority, event), move |e, _| {
+                    format!("{id}: priority {previous} -> {priority} (seq {})", e.seq)
+                })
+            }
+        }
+    }
+}
+
+/// An action checked against everything but a batch, ready to be planned on any number.
+struct Prepared {
+    action: Action,
+    target: Target,
+    /// Trimmed.
+    reason: String,
+    agent: Agent,
+    store: Arc<dyn ObjectStore>,
+    pipeline: Vec<Step>,
+}
+
+/// The action's checked input.
+enum Target {
+    Rerun(Step),
+    /// `None`: from the first failure.
+    Restart(Option<EventType>),
+    Cancel(Step),
+    Skip(Step),
+    Prioritize(i32),
+}
+
+/// The one store call an action makes on one batch.
+enum Write {
+    Append(NewEvent),
+    /// Closes the component's open run, if any, in the transaction recording the event.
+    Cancel(ComponentName, NewEvent),
+    /// Sets the priority in the transaction recording the event.
+    Prioritize(i32, NewEvent),
+}
+
+impl Write {
+    fn event(&self) -> &NewEvent {
+        match self {
+            Write::Append(event) | Write::Cancel(_, event) | Write::Prioritize(_, event) => event,
+        }
+    }
+}
+
+/// The line `perform` prints, from the event recorded and, for a cancel, the run it closed.
+type Message = Box<dyn FnOnce(&Event, Option<&Run>) -> String + Send>;
+
+/// What an action writes on one batch, decided before anything is written.
+struct Plan {
+    write: Write,
+    message: Message,
+}
+
+impl Plan {
+    fn new(
+        write: Write,
+        message: impl FnOnce(&Event, Option<&Run>) -> String + Send + 'static,
+    ) -> Result<Plan, OperatorError> {
+        // The store refuses an event that fails this; a preview must refuse it as well.
+        write.event().validate()?;
+        Ok(Plan { write, message: Box::new(message) })
+    }
+}
+
+impl Prepared {
+    /// Makes the plan's one store call and reports what changed.
+    async fn execute(&self, batch: &Batch, plan: Plan) -> Result<ActionReport, OperatorError> {
+        let store = self.store.as_ref();
+        let (recorded, closed) = match plan.write {
+            Write::Append(event) => (store.append_event(&batch.id, event).await?, None),
+            Write::Cancel(component, event) => {
+                let cancellation = store.cancel_run(&batch.id, &component, event).await?;
+                (cancellation.event, cancellation.run)
+            }
+            Write::Prioritize(priority, event) => (store.prioritize(&batch.id, priority, event).await?, None),
+        };
         Ok(ActionReport {
             batch: batch.id.clone(),
-            message: format!("{}: priority {} -> {priority} (seq {})", batch.id, batch.priority, recorded.seq),
+            message: (plan.message)(&recorded, closed.as_ref()),
+            changes: changes_since(store, &self.pipeline, batch).await?,
             event: Some(recorded),
-            changes: Vec::new(),
         })
+    }
+
+    /// The plan applied to a copy of the batch as the store applies it, the event recorded
+    /// as `seq` at the batch's store clock.
+    fn preview(&self, batch: &Batch, plan: Plan, seq: Seq) -> ActionPreview {
+        // The effective view needs the log in seq order, whatever seq the caller expected.
+        let last = batch.events.last().map_or(batch.changed_seq, |e| e.seq.max(batch.changed_seq));
+        let seq = seq.max(Seq(last.0 + 1));
+        let event = plan.write.event().clone().recorded(&batch.id, seq, batch.as_of);
+        let mut after = batch.clone();
+        let mut closed = None;
+        match &plan.write {
+            Write::Append(_) => {}
+            Write::Cancel(component, _) => {
+                closed = batch.open_run(component).map(|run| Run {
+                    state: RunState::Cancelled,
+                    ended_at: Some(batch.as_of),
+                    ..run.clone()
+                });
+                after.open_runs.retain(|run| run.component != *component);
+            }
+            Write::Prioritize(priority, _) => after.priority = *priority,
+        }
+        after.events.push(event.clone());
+        after.changed_seq = seq;
+        ActionPreview {
+            batch: batch.id.clone(),
+            action: self.action.to_string(),
+            records: event.event_type.to_string(),
+            resets: event.resets.clone(),
+            changes: changes(&states(&self.pipeline, batch), &states(&self.pipeline, &after)),
+            message: (plan.message)(&event, closed.as_ref()),
+        }
+    }
+}
+
+/// The state changes between `before` and the batch as the store holds it now.
+async fn changes_since(
+    store: &dyn ObjectStore,
+    pipeline: &[Step],
+    before: &Batch,
+) -> Result<Vec<StateChange>, OperatorError> {
+    let after = store.get_batch(&before.id).await?;
+    Ok(changes(&states(pipeline, before), &states(pipeline, &after)))
+}
+
+/// The ids of a bulk action, each once in the order first named, if there are not too many.
+fn distinct_within_bound(ids: &[BatchId]) -> Result<Vec<&BatchId>, OperatorError> {
+    if ids.len() > MAX_BULK_BATCHES {
+        return Err(InvalidInput::new(
+            "batch ids",
+            format!("{} ids", ids.len()),
+            format!("at most {MAX_BULK_BATCHES} batches per bulk action"),
+        )
+        .into());
+    }
+    let mut seen = HashSet::new();
+    Ok(ids.iter().filter(|id| seen.insert(*id)).collect())
+}
+
+/// A bulk action's answer for one batch: its refusal (by the batch's state, or the batch
+/// unknown or without the `--from` type) in the words `perform` uses. Any other error is
+/// the whole call's.
+fn refusal_words(error: OperatorError) -> Result<String, OperatorError> {
+    match error {
+        OperatorError::Refused(words) => Ok(words),
+        OperatorError::Input(invalid) => Ok(invalid.to_string()),
+        other => Err(other),
     }
 }
 
@@ -448,3 +784,7 @@ impl Operator {
         ))
     }
 }
+
+#[cfg(test)]
+#[path = "preview_tests.rs"]
+mod preview_tests;

@@ -29,7 +29,9 @@ use crate::config::{Backends, ConfigError, SHARED_FILE};
 use crate::exit::{self, RunError};
 use crate::locks::{LockError, LockService, open_locks};
 
-pub use actions::{ActionReport, RestartFrom, StateChange};
+pub use actions::{
+    Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
+};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter,
     StatusView, TableFormat,
@@ -145,11 +147,21 @@ impl Step {
 }
 
 /// The operator's handle on one pipeline: its config dir, backends and name.
+#[derive(Clone)]
 pub struct Operator {
     config_dir: PathBuf,
     shared_file: PathBuf,
     backends: Backends,
     name: Option<String>,
+    /// The store and index, opened on first use and shared by clones (`acting_as`): a
+    /// long-running monitor must not open a connection pool per request.
+    opened: Arc<Opened>,
+}
+
+#[derive(Default)]
+struct Opened {
+    store: tokio::sync::OnceCell<Arc<dyn ObjectStore>>,
+    index: std::sync::OnceLock<Arc<dyn BatchIndex>>,
 }
 
 impl Operator {
@@ -169,7 +181,14 @@ impl Operator {
             shared_file,
             backends: from_file.overridden_by(overrides),
             name: name.filter(|n| !n.is_empty()).or_else(login_name),
+            opened: Arc::default(),
         })
+    }
+
+    /// The same operator (backends, opened store) acting for `name`: the monitor's writes
+    /// record the signed-in operator of each request.
+    pub fn acting_as(&self, name: &str) -> Operator {
+        Operator { name: Some(name.to_owned()), ..self.clone() }
     }
 
     pub fn config_dir(&self) -> &Path {
@@ -186,17 +205,30 @@ impl Operator {
         })
     }
 
-    async fn store(&self) -> Result<Arc<dyn ObjectStore>, OperatorError> {
-        let url = self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?;
-        Ok(open_store(&url).await?)
+    /// The store, opened once per operator (and its clones).
+    pub async fn store(&self) -> Result<Arc<dyn ObjectStore>, OperatorError> {
+        let store = self
+            .opened
+            .store
+            .get_or_try_init(|| async {
+                let url = self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?;
+                Ok::<_, OperatorError>(open_store(&url).await?)
+            })
+            .await?;
+        Ok(Arc::clone(store))
     }
 
     fn index_url(&self) -> Result<String, OperatorError> {
         self.backend(&self.backends.index, "index", "AUTOCOMP_INDEX")
     }
 
-    fn index(&self, store: &Arc<dyn ObjectStore>) -> Result<Arc<dyn BatchIndex>, OperatorError> {
-        Ok(open_index(&self.index_url()?, Arc::clone(store))?)
+    /// The index, opened once per operator (and its clones), over `store`.
+    pub fn index(&self, store: &Arc<dyn ObjectStore>) -> Result<Arc<dyn BatchIndex>, OperatorError> {
+        if let Some(index) = self.opened.index.get() {
+            return Ok(Arc::clone(index));
+        }
+        let index = open_index(&self.index_url()?, Arc::clone(store))?;
+        Ok(Arc::clone(self.opened.index.get_or_init(|| index)))
     }
 
     /// The embedded index engine itself (for `reindex`'s progress bar), if the index URL
@@ -265,7 +297,7 @@ impl Operator {
     }
 
     /// The pipeline's component called `name`, or an error naming it and the known ones.
-    fn step<'p>(&self, pipeline: &'p [Step], name: &str) -> Result<&'p Step, OperatorError> {
+    pub fn step<'p>(&self, pipeline: &'p [Step], name: &str) -> Result<&'p Step, OperatorError> {
         let valid = ComponentName::new(name)?;
         pipeline.iter().find(|step| *step.name() == valid).ok_or_else(|| {
             let known: Vec<&str> = pipeline.iter().map(|s| s.name().as_str()).collect();
@@ -288,7 +320,7 @@ impl Operator {
             )
             .into());
         };
-        let valid = name.len() <= 64 && name.chars().all(|c| c.is_ascii_graphic());
+        let valid = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_graphic());
         if !valid {
             return Err(
                 InvalidInput::new("--as", name, "must be 1-64 printable ASCII characters without spaces").into()

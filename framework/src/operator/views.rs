@@ -61,6 +61,14 @@ impl StateFilter {
 
 const PAGE: usize = 1_000;
 
+/// What `explain` reads once per batch, whatever the component.
+struct Seen {
+    index_cursor: Seq,
+    indexed: Option<IndexedBatch>,
+    store_head: Seq,
+    locks: Vec<HeldLock>,
+}
+
 /// Every batch in the store, page by page.
 async fn all_batches(store: &dyn ObjectStore) -> Result<Vec<Batch>, OperatorError> {
     let (mut all, mut after) = (Vec::new(), None::<BatchId>);
@@ -840,19 +848,50 @@ impl Operator {
         let pipeline = self.pipeline(store.as_ref()).await?;
         let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
-        let index = self.index(&store)?;
+        let seen = self.explain_context(&store, &batch).await?;
+        self.explain_step(store.as_ref(), step, &batch, &seen).await
+    }
+
+    /// `explain` for every component of the pipeline at once (the monitor's batch page):
+    /// one index catch-up and one read of the lock service for all of them.
+    pub async fn explain_all(&self, id: &str) -> Result<(Batch, Vec<Explanation>), OperatorError> {
+        let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        let batch = self.batch(store.as_ref(), id).await?;
+        let seen = self.explain_context(&store, &batch).await?;
+        let mut explanations = Vec::with_capacity(pipeline.len());
+        for step in &pipeline {
+            explanations.push(self.explain_step(store.as_ref(), step, &batch, &seen).await?);
+        }
+        Ok((batch, explanations))
+    }
+
+    /// What every component's explanation of one batch shares: the index's side, the heads
+    /// and the locks held.
+    async fn explain_context(&self, store: &Arc<dyn ObjectStore>, batch: &Batch) -> Result<Seen, OperatorError> {
+        let index = self.index(store)?;
         let index_cursor = index.catch_up().await?.cursor();
         let indexed = index.document(&batch.id).await?;
         let store_head = store.head().await?;
         let locks = self.held_locks().await?;
-        let find_lock = |path: String| locks.iter().find(|l| l.path == path).cloned();
+        Ok(Seen { index_cursor, indexed, store_head, locks })
+    }
 
-        let clauses = checks(step.trigger(), &batch, indexed.as_ref());
+    async fn explain_step(
+        &self,
+        store: &dyn ObjectStore,
+        step: &Step,
+        batch: &Batch,
+        seen: &Seen,
+    ) -> Result<Explanation, OperatorError> {
+        let find_lock = |path: String| seen.locks.iter().find(|l| l.path == path).cloned();
+        let indexed = seen.indexed.as_ref();
+        let clauses = checks(step.trigger(), batch, indexed);
         let (ready_in_store, ready_in_index) = all_hold(&clauses);
         let result = batch.effective().get(step.event_type()).cloned();
         let retry = match (step.retry_trigger(), &result) {
             (Some(retry), Some(failure)) if failure.is_transient_failure() => {
-                let clauses = checks(&retry, &batch, indexed.as_ref());
+                let clauses = checks(&retry, batch, indexed);
                 let (ready_in_store, ready_in_index) = all_hold(&clauses);
                 let backoff = retry.settled_for.unwrap_or_default();
                 let opens_at = Timestamp(batch.last_activity_at().millis().saturating_add(backoff.as_millis() as i64));
@@ -868,26 +907,26 @@ impl Operator {
             _ => None,
         };
         let failed_attempts =
-            store.failed_attempts(&batch.id, step.name(), last_reset_of(&batch, step.event_type())).await?;
+            store.failed_attempts(&batch.id, step.name(), last_reset_of(batch, step.event_type())).await?;
         Ok(Explanation {
             component: step.name().clone(),
             event_type: step.event_type().clone(),
-            state: step.state_of(&batch),
+            state: step.state_of(batch),
             as_of: batch.as_of,
             clauses,
             ready_in_store,
             ready_in_index,
             retry,
-            refusal: step.ready_in_store(&batch).err(),
+            refusal: step.ready_in_store(batch).err(),
             result,
             open_run: batch.open_run(step.name()).cloned(),
             batch_lock: find_lock(format!("batch/{}/{}", step.name(), batch.id)),
             poll_lock: find_lock(format!("poll/{}", step.name())),
             failed_attempts,
             max_attempts: step.descriptor().max_attempts,
-            index_cursor,
-            store_head,
-            batch: batch.id,
+            index_cursor: seen.index_cursor,
+            store_head: seen.store_head,
+            batch: batch.id.clone(),
         })
     }
 

@@ -1,0 +1,285 @@
+//! What the monitor's pages show, read through the ports: counts and pages of batches from
+//! the batch index (never a scan of the store per request), the batches of one page and one
+//! batch's story from the store, explanations from the operator's own `explain`. Rendering
+//! is elsewhere; everything here is plain data.
+
+use std::time::Duration;
+
+use autocomp_framework::operator::{Explanation, Operator, OperatorError, Step};
+use autocomp_sboi::{PageKey, PageRequest, Tally};
+use autocomp_store::{
+    Batch, BatchId, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Timestamp,
+};
+
+use crate::filter::{Filter, StateFilter};
+
+/// Settings of the monitor's views.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A batch ready for a component longer than this is overdue (working longer than the
+    /// component's own `max_runtime` is overdue too).
+    pub ready_overdue_after: Duration,
+    /// Batches per matrix page.
+    pub page_size: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { ready_overdue_after: Duration::from_secs(60 * 60), page_size: 50 }
+    }
+}
+
+/// The most batches a bulk action or a preview acts on (the operator's own bound).
+pub use autocomp_framework::operator::MAX_BULK_BATCHES as MAX_BULK;
+
+#[derive(Clone)]
+pub struct Monitor {
+    operator: Operator,
+    settings: Settings,
+}
+
+/// One component's row of the overview.
+#[derive(Debug, Clone)]
+pub struct OverviewRow {
+    pub component: RegisteredComponent,
+    /// Per state, in `StateFilter::ALL` order (overdue last).
+    pub counts: Vec<(StateFilter, u64)>,
+    /// The last activity of the batch ready the longest, if any is ready.
+    pub oldest_ready: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Overview {
+    pub rows: Vec<OverviewRow>,
+    pub batches: u64,
+    pub head: Seq,
+    /// The store's clock: ages are measured against it.
+    pub now: Timestamp,
+}
+
+/// One batch's cell for one component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    pub state: ComponentState,
+    pub overdue: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct MatrixRow {
+    pub batch: Batch,
+    /// One per component of `Matrix::components`.
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    pub components: Vec<ComponentName>,
+    pub rows: Vec<MatrixRow>,
+    /// The cursor of the next page, when there is one.
+    pub next: Option<PageKey>,
+    /// Batches the filter selects (all pages).
+    pub total: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct BatchPage {
+    pub batch: Batch,
+    /// Every component's explanation, in pipeline order.
+    pub explanations: Vec<Explanation>,
+}
+
+impl Monitor {
+    pub fn new(operator: Operator, settings: Settings) -> Self {
+        Self { operator, settings }
+    }
+
+    pub fn operator(&self) -> &Operator {
+        &self.operator
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The store's head: it moves with every write, so it is the pages' ETag.
+    pub async fn head(&self) -> Result<Seq, OperatorError> {
+        let store = self.operator.store().await?;
+        Ok(store.head().await?)
+    }
+
+    pub async fn pipeline(&self) -> Result<Vec<Step>, OperatorError> {
+        let store = self.operator.store().await?;
+        self.operator.pipeline(store.as_ref()).await
+    }
+
+    /// The component x state grid: one index tally for all its counts.
+    pub async fn overview(&self) -> Result<Overview, OperatorError> {
+        let store = self.operator.store().await?;
+        let head = store.head().await?;
+        let pipeline = self.operator.pipeline(store.as_ref()).await?;
+        let index = self.operator.index(&store)?;
+        let mut selections = vec![Selection::All];
+        for step in &pipeline {
+            for state in ComponentState::ALL {
+                selections.push(Selection::component_state(step.descriptor(), state));
+            }
+            selections.push(self.overdue_ready(step));
+        }
+        let tallies = index.tally(&selections).await?;
+        let batches = tallies.first().map_or(0, |t| t.count);
+        let mut rows = Vec::with_capacity(pipeline.len());
+        let per_step = ComponentState::ALL.len() + 1;
+        for (i, step) in pipeline.iter().enumerate() {
+            let tallies: &[Tally] = &tallies[1 + i * per_step..1 + (i + 1) * per_step];
+            let mut counts: Vec<(StateFilter, u64)> = ComponentState::ALL
+                .iter()
+                .zip(tallies)
+                .map(|(state, t)| (StateFilter::State(*state), t.count))
+                .collect();
+            let ready = &tallies[0];
+            let overdue_working = self.overdue_working(step).await?.len() as u64;
+            counts.push((StateFilter::Overdue, tallies[per_step - 1].count + overdue_working));
+            rows.push(OverviewRow { component: step.registered.clone(), counts, oldest_ready: ready.quietest });
+        }
+        Ok(Overview { rows, batches, head, now: Timestamp::now() })
+    }
+
+    /// Ready for longer than the threshold: nothing has happened to the batch since (the
+    /// last content change or event is what made it ready).
+    fn overdue_ready(&self, step: &Step) -> Selection {
+        Selection::component_state(step.descriptor(), ComponentState::Ready)
+            .and(Selection::QuietFor(self.settings.ready_overdue_after))
+    }
+
+    /// Working for longer than the component's `max_runtime`. The index knows who works on
+    /// a batch, not since when, so its candidates (working, and quiet that long: a run starts
+    /// after the batch's last activity) are checked against the store's open runs. Working
+    /// batches are few (each pass claims `queue_size`).
+    async fn overdue_working(&self, step: &Step) -> Result<Vec<Batch>, OperatorError> {
+        let store = self.operator.store().await?;
+        let index = self.operator.index(&store)?;
+        let max_runtime = step.descriptor().max_runtime;
+        let candidates = Selection::Running(step.name().clone()).and(Selection::QuietFor(max_runtime));
+        let page = index
+            .page(&PageRequest { selection: candidates, order: Default::default(), after: None, limit: MAX_BULK })
+            .await?;
+        let batches = store.get_batches(&page.batches).await?;
+        Ok(batches.into_iter().filter(|batch| is_overdue(step, batch, &self.settings)).collect())
+    }
+
+    /// One page of the batch x component matrix.
+    pub async fn matrix(&self, filter: &Filter, after: Option<PageKey>) -> Result<Matrix, OperatorError> {
+        let store = self.operator.store().await?;
+        let pipeline = self.operator.pipeline(store.as_ref()).await?;
+        let index = self.operator.index(&store)?;
+        let selection = self.selection(&pipeline, filter)?;
+        let request =
+            PageRequest { selection: selection.clone(), order: filter.order, after, limit: self.settings.page_size };
+        let (page, total) = (index.page(&request).await?, index.tally(&[selection]).await?);
+        let mut batches = store.get_batches(&page.batches).await?;
+        // The store answers in its own order; the page's is the index's.
+        batches.sort_by_key(|b| page.batches.iter().position(|id| *id == b.id));
+        let overdue_only = filter.state == Some(StateFilter::Overdue);
+        let filtered = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
+        let rows = batches
+            .into_iter()
+            .filter(|batch| !overdue_only || filtered.is_some_and(|step| is_overdue(step, batch, &self.settings)))
+            .map(|batch| MatrixRow {
+                cells: pipeline
+                    .iter()
+                    .map(|step| Cell {
+                        state: step.state_of(&batch),
+                        overdue: is_overdue(step, &batch, &self.settings),
+                    })
+                    .collect(),
+                batch,
+            })
+            .collect();
+        Ok(Matrix {
+            components: pipeline.iter().map(|s| s.name().clone()).collect(),
+            rows,
+            next: page.next,
+            total: total.first().map_or(0, |t| t.count),
+        })
+    }
+
+    /// The ids the filter selects, in its order, at most `MAX_BULK` (bulk actions and
+    /// their previews); an error naming the count when there are more.
+    pub async fn ids(&self, filter: &Filter) -> Result<Vec<BatchId>, OperatorError> {
+        let store = self.operator.store().await?;
+        let pipeline = self.operator.pipeline(store.as_ref()).await?;
+        let index = self.operator.index(&store)?;
+        let selection = self.selection(&pipeline, filter)?;
+        let total = index.tally(std::slice::from_ref(&selection)).await?.first().map_or(0, |t| t.count);
+        if total as usize > MAX_BULK {
+            return Err(InvalidInput::new(
+                "q",
+                filter.query(),
+                format!("selects {total} batches; a bulk action takes at most {MAX_BULK}: narrow the filter"),
+            )
+            .into());
+        }
+        let mut ids = Vec::with_capacity(total as usize);
+        let mut after = None;
+        // Bounded: each page moves the cursor forward, and there are at most MAX_BULK ids.
+        for _ in 0..=MAX_BULK / autocomp_sboi::MAX_PAGE + 1 {
+            let request = PageRequest {
+                selection: selection.clone(),
+                order: filter.order,
+                after,
+                limit: autocomp_sboi::MAX_PAGE,
+            };
+            let page = index.page(&request).await?;
+            ids.extend(page.batches);
+            after = page.next;
+            if after.is_none() {
+                break;
+            }
+        }
+        if filter.state == Some(StateFilter::Overdue) {
+            let step = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
+            let batches = store.get_batches(&ids).await?;
+            let overdue: Vec<BatchId> = batches
+                .iter()
+                .filter(|b| step.is_some_and(|step| is_overdue(step, b, &self.settings)))
+                .map(|b| b.id.clone())
+                .collect();
+            ids.retain(|id| overdue.contains(id));
+        }
+        Ok(ids)
+    }
+
+    /// One batch's page: the batch (log, metadata, open runs) and every component's
+    /// explanation, clause by clause in the store and in the index.
+    pub async fn batch(&self, id: &str) -> Result<BatchPage, OperatorError> {
+        let (batch, explanations) = self.operator.explain_all(id).await?;
+        Ok(BatchPage { batch, explanations })
+    }
+
+    /// The filter as an index selection; the component must be one of the pipeline.
+    fn selection(&self, pipeline: &[Step], filter: &Filter) -> Result<Selection, OperatorError> {
+        let step = match &filter.component {
+            Some(name) => Some(self.operator.step(pipeline, name.as_str())?),
+            None => None,
+        };
+        let mut selection = filter.selection(step.map(Step::descriptor));
+        if let (Some(step), Some(StateFilter::Overdue)) = (step, filter.state) {
+            let working =
+                Selection::Running(step.name().clone()).and(Selection::QuietFor(step.descriptor().max_runtime));
+            selection = selection.and(Selection::Or(vec![self.overdue_ready(step), working]));
+        }
+        Ok(selection)
+    }
+}
+
+/// Ready longer than the monitor's threshold, or working longer than the component's
+/// `max_runtime`, by the store's clock when the batch was read.
+pub fn is_overdue(step: &Step, batch: &Batch, settings: &Settings) -> bool {
+    match step.state_of(batch) {
+        ComponentState::Ready => batch.as_of.since(batch.last_activity_at()) >= settings.ready_overdue_after,
+        ComponentState::Working => batch
+            .open_run(step.name())
+            .is_some_and(|run| batch.as_of.since(run.started_at) >= step.descriptor().max_runtime),
+        _ => false,
+    }
+}
