@@ -21,6 +21,10 @@
 //!    user would otherwise maintain, a materialized effective-state table in SQLite with the
 //!    best indexes we could design, checks that both answer what `Trigger::select` answers,
 //!    and times the same triggers as SQL.
+//!
+//! `AUTOCOMP_BENCH_CHILD=generate` only writes (or finds) the cached store and prints its path:
+//! the monitor's benchmark measures its pages on the same data set.
+//!
 //! 5. Profiles: the store's per-batch SQL as it runs it and with SQLITE_DBCONFIG_ENABLE_QPSG,
 //!    and the typical query taken apart (tantivy search, then the id lookups of its hits).
 
@@ -92,6 +96,15 @@ fn main() {
     match std::env::var(CHILD_MODE).as_deref() {
         Ok("catch-up") => child(ChildMode::CatchUp),
         Ok("feed") => child(ChildMode::Feed),
+        // Only the data set (cached in target/bench-data): the monitor's benchmark uses it too.
+        Ok("generate") => {
+            let config = Config::from_env();
+            let (generated, reused) = runtime().block_on(ensure_store(&config));
+            println!(
+                "{RESULT_PREFIX}{}",
+                serde_json::json!({"store": config.store_path(), "reused": reused, "head": generated.head})
+            );
+        }
         Ok(other) => panic!("unknown {CHILD_MODE}={other}"),
         Err(_) => parent(),
     }

@@ -1,15 +1,22 @@
 //! `sboi serve` as a real OS process on loopback, following a real SQLite store file that
 //! this test writes to, reached through `HttpIndex` and raw HTTP: queries answer as
 //! `Trigger::select` on the store, appends become visible within a bound (fresh queries at
-//! once), rebuilds need the token, and bad bodies get a JSON 4xx, never a 500 or a crash.
+//! once), a monitor's tallies and pages answer as the embedded index and
+//! `Selection::matches_at`, rebuilds need the token, and bad bodies get a JSON 4xx, never a
+//! 500 or a crash.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_sboi::{BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, open_index};
+use autocomp_sboi::http::wire::OPERATIONS;
+use autocomp_sboi::{
+    BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, MAX_PAGE, PageKey, PageOrder, PageRequest,
+    Tally, open_index,
+};
 use autocomp_store::*;
 use serde_json::{Value, json};
 
@@ -308,6 +315,304 @@ async fn documents_and_catch_up_answer_as_the_embedded_index_does() {
     assert!(document.succeeded.contains(&"Structure_Checked".to_string()), "{document:?}");
 }
 
+/// The component of the monitor tests: `checker` records `Checksums_Verified` once
+/// `Data_Received` succeeded, and retries its own transient failures after an hour, so no
+/// batch changes state by the clock while a test reads.
+fn checker() -> ComponentDescriptor {
+    ComponentDescriptor {
+        name: ComponentName::new("checker").unwrap(),
+        version: "1".into(),
+        event_type: ty("Checksums_Verified"),
+        trigger: Trigger {
+            requires: vec![ty("Data_Received")],
+            blocked_by: vec![ty("Checksums_Verified")],
+            ..Trigger::default()
+        },
+        max_attempts: 3,
+        retry_backoff: Duration::from_secs(3600),
+        queue_size: 10,
+        max_runtime: Duration::from_secs(600),
+        source: false,
+    }
+}
+
+/// Opens a `checker` run on each batch.
+async fn claim(store: &SqliteStore, batches: &[&str]) {
+    let holder = RunHolder { agent: agent(), host: "test-host".into(), pid: std::process::id(), claim_key: None };
+    for batch in batches {
+        store.claim(&id(batch), &checker().name, &holder).await.unwrap();
+    }
+}
+
+/// A monitor's selections over `varied_batches`: each state of `checker`, id prefixes,
+/// priority ranges, and/or/not, a trigger and a quiet time.
+fn selections() -> Vec<Selection> {
+    let checker = checker();
+    let not = |selection: Selection| Selection::Not(Box::new(selection));
+    let mut selections: Vec<Selection> =
+        ComponentState::ALL.iter().map(|state| Selection::component_state(&checker, *state)).collect();
+    selections.extend([
+        Selection::All,
+        Selection::nothing(),
+        Selection::And(Vec::new()),
+        Selection::IdPrefix("B001".into()),
+        Selection::IdPrefix("B00".into()),
+        Selection::IdPrefix("X".into()),
+        Selection::Priority { min: Some(1), max: Some(2) },
+        Selection::Priority { min: Some(3), max: None },
+        Selection::Priority { min: None, max: Some(0) },
+        Selection::And(vec![
+            Selection::BatchType(BatchType::new("Delivery").unwrap()),
+            not(Selection::Succeeded(ty("Checksums_Verified"))),
+        ]),
+        Selection::Or(vec![
+            Selection::Running(checker.name.clone()),
+            Selection::Failed(ty("Data_Received")),
+            Selection::TransientlyFailed(ty("Checksums_Verified")),
+        ]),
+        not(Selection::Present(ty("Data_Received"))),
+        not(Selection::Or(vec![Selection::IdPrefix("B000".into()), Selection::Priority { min: Some(2), max: None }])),
+        Selection::And(vec![Selection::IdPrefix("B00".into()), not(Selection::Running(checker.name.clone()))]),
+        Selection::Trigger(triggers()[2].clone()),
+        Selection::QuietFor(Duration::from_secs(3600)),
+    ]);
+    selections
+}
+
+/// The batches `selection` holds in the store now, oldest first: what the index must say.
+async fn selected_in_store(store: &SqliteStore, selection: &Selection) -> Vec<Batch> {
+    let now = Timestamp::now();
+    let batches = store.list_batches(None, 10_000).await.unwrap();
+    let mut selected: Vec<Batch> = batches.into_iter().filter(|batch| selection.matches_at(batch, now)).collect();
+    selected.sort_by_key(|batch| batch.created_seq);
+    selected
+}
+
+#[tokio::test]
+async fn tallies_and_pages_over_http_answer_as_the_embedded_index_and_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    // Some batches before the service starts, some (and runs, and a priority change) while
+    // it follows.
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    varied_batches(&store, 30).await;
+    claim(&store, &["B0000", "B0005", "B0013", "B0031", "B0040"]).await;
+    store.set_priority(&id("B0007"), 3).await.unwrap();
+    let index = service.index();
+    let local = LocalIndex::new(IndexEngine::open(dir.path().join("local-index")).unwrap(), store.clone());
+    let selections = selections();
+
+    let tallies = index.tally(&selections).await.unwrap();
+    assert_eq!(tallies, local.tally(&selections).await.unwrap());
+    assert_eq!(tallies, local.engine().tally_at(&selections, Timestamp::now()).unwrap());
+    for (selection, tally) in selections.iter().zip(&tallies) {
+        let expected = selected_in_store(&store, selection).await;
+        let quietest = expected.iter().map(|batch| batch.last_activity_at()).min();
+        assert_eq!(*tally, Tally { count: expected.len() as u64, quietest }, "{selection:?}");
+    }
+    let states = &tallies[..ComponentState::ALL.len()];
+    assert_eq!(states.iter().map(|tally| tally.count).sum::<u64>(), 60, "each batch is in one state: {states:?}");
+    assert!(states.iter().filter(|tally| tally.count > 0).count() >= 4, "the states are not all trivial: {states:?}");
+    assert_eq!(index.tally(&[]).await.unwrap(), Vec::new());
+
+    // Every selection paged in both orders, four at a time: each batch once, in order, and
+    // page by page what the embedded index pages.
+    const LIMIT: usize = 4;
+    for selection in &selections {
+        let in_store = selected_in_store(&store, selection).await;
+        for order in [PageOrder::Oldest, PageOrder::Priority] {
+            let mut expected = in_store.clone();
+            if order == PageOrder::Priority {
+                expected.sort_by_key(|batch| (-batch.priority, batch.created_seq));
+            }
+            let expected: Vec<BatchId> = expected.into_iter().map(|batch| batch.id).collect();
+            let (mut paged, mut pages, mut after) = (Vec::new(), 0, None);
+            loop {
+                let request = PageRequest { selection: selection.clone(), order, after, limit: LIMIT };
+                let page = index.page(&request).await.unwrap();
+                assert_eq!(page, local.page(&request).await.unwrap(), "{request:?}");
+                assert!(page.batches.len() <= LIMIT, "{page:?}");
+                pages += 1;
+                paged.extend(page.batches);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+                assert!(pages <= expected.len(), "paging does not end: {request:?}");
+            }
+            assert_eq!(paged, expected, "{selection:?} in {order:?} pages of {LIMIT}");
+            assert_eq!(pages, expected.len().div_ceil(LIMIT).max(1), "no empty page but a lone first one");
+        }
+    }
+    let empty = PageRequest { selection: Selection::All, order: PageOrder::Priority, after: None, limit: 0 };
+    let page = index.page(&empty).await.unwrap();
+    assert!(page.batches.is_empty() && page.next.is_none(), "{page:?}");
+
+    // The bodies on the wire, as the OpenAPI document describes them.
+    let head = store.head().await.unwrap();
+    let body = json!({"selections": ["all", {"id_prefix": "B001"}, {"or": []}]});
+    let (status, answer) = call("POST", &format!("{}/v1/tally", service.url()), None, body.to_string().into_bytes());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tallies"][0]["count"], 60, "{answer}");
+    assert!(answer["tallies"][0]["quietest"].as_str().is_some_and(|t| t.ends_with('Z')), "{answer}");
+    assert_eq!(answer["tallies"][1]["count"], 10, "{answer}");
+    assert_eq!(answer["tallies"][2], json!({"count": 0, "quietest": null}), "{answer}");
+    assert_eq!(answer["stale"], false, "{answer}");
+    assert!(answer["indexed_seq"].as_i64().unwrap() >= head.0, "{answer}");
+
+    let working = json!({"and": [
+        {"or": [{"running": "checker"}, {"id_prefix": "B001"}]},
+        {"not": {"succeeded": "Checksums_Verified"}},
+    ]});
+    let expected: Vec<BatchId> = selected_in_store(&store, &serde_json::from_value(working.clone()).unwrap())
+        .await
+        .into_iter()
+        .map(|b| b.id)
+        .collect();
+    assert!(expected.len() > 2, "{expected:?}");
+    let page_url = format!("{}/v1/page", service.url());
+    let (status, first) =
+        call("POST", &page_url, None, json!({"selection": working, "limit": 2}).to_string().into_bytes());
+    assert_eq!(status, 200, "{first}");
+    let keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, ["batches", "indexed_seq", "next", "stale"], "{first}");
+    assert_eq!(first["batches"], json!(expected[..2]), "{first}");
+    assert!(first["next"]["priority"].is_i64() && first["next"]["created_seq"].is_i64(), "{first}");
+    let rest = json!({"selection": working, "order": "oldest", "after": first["next"], "limit": 100});
+    let (status, rest) = call("POST", &page_url, None, rest.to_string().into_bytes());
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest["batches"], json!(expected[2..]), "{rest}");
+    assert_eq!(rest["next"], Value::Null, "{rest}");
+}
+
+#[tokio::test]
+async fn bad_tally_and_page_bodies_are_refused_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    let cases = [
+        ("tally", r#"{"selections":[{"bogus":"x"}]}"#, "unknown variant `bogus`"),
+        ("tally", r#"{"selections":["none"]}"#, "unknown variant `none`"),
+        ("tally", r#"{"selections":[{"and":[{"running":"checker"},{"not":{"sucseeded":"X"}}]}]}"#, "`sucseeded`"),
+        ("tally", r#"{"selections":[{"running":"bad name!"}]}"#, "character ' ' is not allowed"),
+        ("tally", r#"{"selections":[{"quiet_for":"5 parsecs"}]}"#, "5 parsecs"),
+        ("tally", r#"{"selections":[{"priority":{"min":"high"}}]}"#, "invalid type: string \"high\""),
+        ("tally", r#"{"selections":"all"}"#, "invalid type: string \"all\", expected a sequence"),
+        ("tally", r#"{"selection":["all"]}"#, "unknown field `selection`"),
+        ("page", r#"{"selection":"all","limit":5,"offset":10}"#, "unknown field `offset`"),
+        ("page", r#"{"selection":"all","limit":"ten"}"#, "invalid type: string \"ten\""),
+        ("page", r#"{"selection":"all","limit":-1}"#, "invalid value: integer `-1`"),
+        ("page", r#"{"selection":"all","limit":2.5}"#, "invalid type: floating point `2.5`"),
+        ("page", r#"{"selection":"all"}"#, "missing field `limit`"),
+        ("page", r#"{"limit":5}"#, "missing field `selection`"),
+        ("page", r#"{"selection":"all","limit":5,"order":"newest"}"#, "unknown variant `newest`"),
+        ("page", r#"{"selection":"all","limit":5,"after":{"priority":1}}"#, "missing field `created_seq`"),
+        ("page", r#"{"selection":{"not":"everything"},"limit":5}"#, "unknown variant `everything`"),
+    ];
+    for (operation, body, names) in cases {
+        let (status, answer) = call("POST", &format!("{}/v1/{operation}", service.url()), None, body.into());
+        assert_eq!(status, 400, "{operation} {body}: {answer}");
+        assert_eq!(answer["error"]["kind"], "invalid", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(names), "{operation} {body}: {message:?} should name {names:?}");
+    }
+
+    // At most a thousand selections per tally: over HTTP, and through the port.
+    let tally_url = format!("{}/v1/tally", service.url());
+    let (status, answer) = call("POST", &tally_url, None, json!({"selections": vec!["all"; 1001]}).to_string().into());
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!((&answer["error"]["field"], &answer["error"]["value"]), (&json!("selections"), &json!("1001")));
+    let refused = service.index().tally(&vec![Selection::All; 1001]).await.unwrap_err();
+    assert!(
+        matches!(&refused, IndexError::Store(StoreError::Invalid(input)) if input.field == "selections"),
+        "{refused:?}"
+    );
+    let most = service.index().tally(&vec![Selection::All; 1000]).await.unwrap();
+    assert_eq!(most.len(), 1000);
+    assert!(most.iter().all(|tally| tally.count == 30), "{:?}", most[0]);
+}
+
+#[tokio::test]
+async fn a_page_holds_at_most_max_page_batches() {
+    assert_eq!(MAX_PAGE, 1000, "openapi.json documents 1000");
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    let total = MAX_PAGE + 30;
+    for n in 0..total {
+        let batch = NewBatch::new(id(&format!("P{n:05}")), BatchType::new("RoundTrip").unwrap());
+        store.create_batch(batch.with_priority((n % 3) as i32)).await.unwrap();
+    }
+    let service = Service::start(dir.path());
+    let index = service.index();
+    for order in [PageOrder::Oldest, PageOrder::Priority] {
+        for limit in [MAX_PAGE, MAX_PAGE + 1, 50_000, usize::MAX] {
+            let request = PageRequest { selection: Selection::All, order, after: None, limit };
+            let first = index.page(&request).await.unwrap();
+            assert_eq!(first.batches.len(), MAX_PAGE, "{order:?} limit {limit}");
+            let after: Option<PageKey> = first.next;
+            assert!(after.is_some(), "more follow");
+            let rest = index.page(&PageRequest { after, ..request }).await.unwrap();
+            assert_eq!((rest.batches.len(), rest.next), (total - MAX_PAGE, None), "{order:?} limit {limit}");
+            let mut all: Vec<BatchId> = first.batches.into_iter().chain(rest.batches).collect();
+            all.sort();
+            all.dedup();
+            assert_eq!(all.len(), total, "every batch once");
+        }
+    }
+    let body = format!(r#"{{"selection":"all","limit":{}}}"#, u64::MAX);
+    let (status, answer) = call("POST", &format!("{}/v1/page", service.url()), None, body.into_bytes());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["batches"].as_array().unwrap().len(), MAX_PAGE);
+    assert_eq!(answer["batches"][0], "P00000");
+}
+
+/// The OpenAPI document in the repository (the one the service serves) lists exactly the
+/// operations the service dispatches, each with its request, answer and error bodies, the
+/// token only where a write needs it, and every `$ref` resolves.
+#[test]
+fn the_openapi_document_describes_exactly_the_operations_served() {
+    let document: Value = serde_json::from_str(autocomp_sboi::http::server::OPENAPI).unwrap();
+    let documented: BTreeSet<&str> =
+        document["paths"].as_object().unwrap().keys().filter_map(|path| path.strip_prefix("/v1/")).collect();
+    let served: BTreeSet<&str> = OPERATIONS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(documented, served, "the document lists exactly the operations in OPERATIONS");
+    for (name, write) in OPERATIONS {
+        let post = &document["paths"][format!("/v1/{name}")]["post"];
+        assert_eq!(post["operationId"], *name);
+        let security = post.get("security").unwrap_or(&document["security"]).as_array().unwrap();
+        let open = security.iter().any(|scheme| scheme.as_object().unwrap().is_empty());
+        assert_eq!(open, !write, "{name}: reads are open from loopback, writes need the token");
+        for status in ["200", "400", "401", "413", "503"] {
+            assert!(post["responses"][status].is_object(), "{name} documents HTTP {status}");
+        }
+        assert!(post["requestBody"]["content"]["application/json"]["schema"]["$ref"].is_string(), "{name}");
+    }
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(schemas["TallyRequest"]["properties"]["selections"]["maxItems"], 1000);
+    let limit = schemas["PageRequest"]["properties"]["limit"]["description"].as_str().unwrap();
+    assert!(limit.contains(&MAX_PAGE.to_string()), "{limit}");
+
+    fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(object) => {
+                found.extend(object.get("$ref").and_then(Value::as_str));
+                object.values().for_each(|value| refs(value, found));
+            }
+            Value::Array(items) => items.iter().for_each(|value| refs(value, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    refs(&document, &mut found);
+    assert!(found.contains(&"#/components/schemas/Selection"));
+    for reference in found {
+        let pointer = reference.strip_prefix('#').unwrap_or_else(|| panic!("{reference} is not local"));
+        assert!(document.pointer(pointer).is_some(), "{reference} resolves");
+    }
+}
+
 #[tokio::test]
 async fn an_append_becomes_visible_within_a_bound_and_at_once_to_fresh_queries() {
     let dir = tempfile::tempdir().unwrap();
@@ -448,6 +753,8 @@ fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
     let valid = match operation {
         "query" => r#"{"trigger":{"requires":["Data_Received"],"limit":5},"fresh":false}"#,
         "document" => r#"{"id":"B0001"}"#,
+        "tally" => r#"{"selections":["all",{"and":[{"running":"checker"},{"not":{"succeeded":"Checked"}}]}]}"#,
+        "page" => r#"{"selection":{"priority":{"min":1,"max":null}},"order":"priority","limit":5}"#,
         _ => "{}",
     };
     match rng.below(9) {
@@ -462,8 +769,18 @@ fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
         3 => format!("{}, \"zz{}\": 1}}", valid.trim_end_matches('}'), rng.below(1000)).replace("{,", "{").into_bytes(),
         4 => {
             let depth = 200 + rng.below(20_000);
-            let field = if operation == "document" { "id" } else { "trigger" };
-            format!("{{\"{field}\":{}{}}}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+            match operation {
+                // A selection nested deeper than any parser should follow.
+                "tally" | "page" => {
+                    let (open, close) = ("{\"not\":".repeat(depth), "}".repeat(depth));
+                    format!(r#"{{"selections":[{open}"all"{close}],"selection":{open}"all"{close},"limit":1}}"#)
+                        .into_bytes()
+                }
+                _ => {
+                    let field = if operation == "document" { "id" } else { "trigger" };
+                    format!("{{\"{field}\":{}{}}}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+                }
+            }
         }
         5 => rng.pick(&["[]", "\"text\"", "null", "0", "true", "1e999", "[{}]", "{}{}", "{\"a\"}"]).as_bytes().to_vec(),
         6 => {
@@ -508,6 +825,50 @@ fn wrong_type(rng: &mut Rng, operation: &str) -> String {
             let values = ["1", "true", "null", "[]", "{}", "\"\"", "\"bad id!\"", "\"-dash-first\"", long_id.as_str()];
             format!(r#"{{"id":{}}}"#, rng.pick(&values))
         }
+        "tally" | "page" => {
+            let selection = *rng.pick(&[
+                "1",
+                "null",
+                "[]",
+                "{}",
+                "\"none\"",
+                r#"{"bogus":"x"}"#,
+                r#"{"running":"bad name!"}"#,
+                r#"{"succeeded":1}"#,
+                r#"{"quiet_for":"5 parsecs"}"#,
+                r#"{"quiet_for":-1}"#,
+                r#"{"priority":{"min":"high"}}"#,
+                r#"{"priority":{"min":4294967296}}"#,
+                r#"{"and":"all"}"#,
+                r#"{"or":[{"not":[]}]}"#,
+                r#"{"not":null}"#,
+                r#"{"running":"checker","present":"Checked"}"#,
+                r#"{"trigger":{"requires":"Checked"}}"#,
+            ]);
+            if operation == "tally" {
+                match rng.below(3) {
+                    0 => format!(r#"{{"selections":[{selection}]}}"#),
+                    1 => format!(r#"{{"selections":{}}}"#, rng.pick(&["\"all\"", "{}", "1", "null"])),
+                    _ => format!(r#"{{"selections":["all"],"fresh":{}}}"#, rng.pick(&["true", "1"])),
+                }
+            } else {
+                match rng.below(4) {
+                    0 => format!(r#"{{"selection":{selection},"limit":5}}"#),
+                    1 => format!(
+                        r#"{{"selection":"all","limit":{}}}"#,
+                        rng.pick(&["-1", "\"ten\"", "1.5", "null", "[]", "1e30", "18446744073709551616"])
+                    ),
+                    2 => format!(
+                        r#"{{"selection":"all","limit":5,"order":{}}}"#,
+                        rng.pick(&["\"newest\"", "1", "null", "\"Oldest\""])
+                    ),
+                    _ => format!(
+                        r#"{{"selection":"all","limit":5,"after":{}}}"#,
+                        rng.pick(&["{}", "{\"priority\":1}", "[1]", "1", "{\"priority\":1,\"created_seq\":\"x\"}"])
+                    ),
+                }
+            }
+        }
         _ => format!(
             r#"{{"{}":{}}}"#,
             rng.pick(&["id", "trigger", "force", ""]),
@@ -524,7 +885,7 @@ async fn bad_bodies_get_a_json_4xx_and_the_service_lives_on() {
     let mut service = Service::start(dir.path());
     let base = service.url();
     let mut rng = Rng(0x5b01_f022_2026_0007);
-    let operations = ["query", "document", "catch_up", "rebuild"];
+    let operations = ["query", "document", "tally", "page", "catch_up", "rebuild"];
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     for round in 0..400 {
         let operation = *rng.pick(&operations);
@@ -553,6 +914,7 @@ async fn bad_bodies_get_a_json_4xx_and_the_service_lives_on() {
     assert_eq!(service.index().query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
     let (status, openapi) = call("GET", &format!("{base}/openapi.json"), None, Vec::new());
     assert_eq!(status, 200);
+    assert_eq!(openapi, serde_json::from_str::<Value>(autocomp_sboi::http::server::OPENAPI).unwrap());
     assert!(openapi["paths"]["/v1/query"].is_object(), "{openapi}");
 }
 
@@ -568,6 +930,11 @@ async fn an_unreachable_index_service_is_unavailable_naming_its_url() {
         index.catch_up().await.unwrap_err(),
         index.document(&id("B0001")).await.unwrap_err(),
         index.rebuild().await.unwrap_err(),
+        index.tally(&[Selection::All]).await.unwrap_err(),
+        index
+            .page(&PageRequest { selection: Selection::All, order: PageOrder::Oldest, after: None, limit: 10 })
+            .await
+            .unwrap_err(),
     ];
     for error in errors {
         let IndexError::Store(StoreError::Unavailable(message)) = &error else {

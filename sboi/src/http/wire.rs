@@ -3,9 +3,7 @@
 //! silently ignored setting.
 
 use autocomp_store::{BatchId, Selection, Seq, Trigger};
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
 
 use crate::browse::{Page, Tally};
 use crate::document::IndexedBatch;
@@ -22,7 +20,7 @@ pub const OPERATIONS: &[(&str, bool)] =
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// As `autocomp_store::Trigger` serializes (the `[trigger]` of a component's config).
-    #[serde(deserialize_with = "trigger_object")]
+    #[serde(deserialize_with = "Trigger::deserialize_object")]
     pub trigger: Trigger,
     /// First bring the index up to the store's head as it is now (bounded; see `stale`).
     #[serde(default = "fresh_by_default")]
@@ -31,13 +29,6 @@ pub struct QueryRequest {
 
 fn fresh_by_default() -> bool {
     true
-}
-
-/// serde also reads a struct from an array of its fields in order, so `"trigger": []`
-/// would pass as the trigger that matches everything; a trigger must be an object.
-fn trigger_object<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Trigger, D::Error> {
-    let object = Map::<String, Value>::deserialize(deserializer)?;
-    Trigger::deserialize(Value::Object(object)).map_err(D::Error::custom)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,10 +15,11 @@ use super::{
 /// A set of batches. Every leaf is something the batch index stores per batch; `Trigger`
 /// is the trigger predicate itself, so readiness needs no second definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Selection {
     All,
     /// The trigger holds at the given time.
+    #[serde(deserialize_with = "Trigger::deserialize_object")]
     Trigger(Trigger),
     /// The component has an open run on the batch.
     Running(ComponentName),
@@ -164,6 +165,16 @@ mod tests {
             ended_at: None,
             transient: false,
         }
+    }
+
+    #[test]
+    fn a_selection_is_read_strictly() {
+        let read = |text: &str| serde_json::from_str::<Selection>(text);
+        assert!(read(r#"{"trigger":{"requires":["Data_Received"]}}"#).is_ok());
+        assert!(read(r#"{"trigger":[]}"#).is_err(), "a trigger given as an array");
+        assert!(read(r#"{"priority":{"min":1,"mxa":0}}"#).is_err(), "a misspelt bound");
+        assert!(read(r#"{"quiet_for":"5m"}"#).is_ok());
+        assert!(read(r#""everything""#).is_err());
     }
 
     proptest! {

@@ -38,6 +38,15 @@ pub struct Trigger {
 }
 
 impl Trigger {
+    /// Reads a trigger that must be a JSON object (`deserialize_with` in request bodies):
+    /// serde also reads a struct from an array of its fields in order, so `"trigger": []`
+    /// would otherwise pass as the trigger that selects everything.
+    pub fn deserialize_object<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Trigger, D::Error> {
+        use serde::de::Error as _;
+        let object = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        Trigger::deserialize(serde_json::Value::Object(object)).map_err(D::Error::custom)
+    }
+
     /// Whether the batch is ready, with "now" being the store clock at which it was read.
     pub fn matches(&self, batch: &Batch) -> bool {
         self.matches_at(batch, batch.as_of)
