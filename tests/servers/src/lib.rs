@@ -5,6 +5,12 @@
 //! crash, restart and failover tests ([`Postgres::start`], [`Postgres::standby`]), or one per
 //! test process for suites that only need a fresh database each ([`shared`]).
 //!
+//! [`chromium`]: a headless Chromium from the Debian `chromium` and `chromium-driver` packages,
+//! one per [`chromium::Browser`], each under its own ChromeDriver on a free loopback port with a
+//! fresh profile in a temp dir, driven with the `fantoccini` WebDriver client; plus screenshots
+//! ([`chromium::screenshot`]) and accessibility checks with a vendored axe-core
+//! ([`chromium::axe_violations`]).
+//!
 //! [`bench`]: how a benchmark binary reads its scale (`AUTOCOMP_BENCH_SCALE`, smoke runs).
 //!
 //! Nothing here is ever a skip: without the server installed the calling test fails, naming
@@ -12,6 +18,7 @@
 //! any crate of the workspace can take it as a dev-dependency.
 
 pub mod bench;
+pub mod chromium;
 pub mod postgres;
 
 pub use postgres::{Options, Postgres, shared};
