@@ -58,4 +58,3 @@ pub(crate) fn batch(events: Vec<Event>, now: i64) -> Batch {
         as_of: Timestamp(now),
     }
 }
-
