@@ -35,7 +35,10 @@ pub enum Selection {
     /// The batch id starts with this text.
     IdPrefix(String),
     /// Priority within the bounds (both inclusive).
-    Priority { min: Option<i32>, max: Option<i32> },
+    Priority {
+        min: Option<i32>,
+        max: Option<i32>,
+    },
     /// No content change and no event for at least this long ("in its state for at least
     /// this long"), measured at the time the selection is evaluated.
     #[serde(with = "super::duration_text")]
