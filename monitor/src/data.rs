@@ -125,7 +125,10 @@ impl Monitor {
             }
             selections.push(self.overdue_ready(step));
         }
-        let tallies = index.tally(&selections).await?;
+        let tallies = index.tally(&selections, false).await?;
+        let ready: Vec<Selection> =
+            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ComponentState::Ready)).collect();
+        let oldest_ready = index.tally(&ready, true).await?;
         let batches = tallies.first().map_or(0, |t| t.count);
         let mut rows = Vec::with_capacity(pipeline.len());
         let per_step = ComponentState::ALL.len() + 1;
@@ -136,10 +139,13 @@ impl Monitor {
                 .zip(tallies)
                 .map(|(state, t)| (StateFilter::State(*state), t.count))
                 .collect();
-            let ready = &tallies[0];
             let overdue_working = self.overdue_working(step).await?.len() as u64;
             counts.push((StateFilter::Overdue, tallies[per_step - 1].count + overdue_working));
-            rows.push(OverviewRow { component: step.registered.clone(), counts, oldest_ready: ready.quietest });
+            rows.push(OverviewRow {
+                component: step.registered.clone(),
+                counts,
+                oldest_ready: oldest_ready[i].quietest,
+            });
         }
         Ok(Overview { rows, batches, head, now: Timestamp::now() })
     }
@@ -175,7 +181,7 @@ impl Monitor {
         let selection = self.selection(&pipeline, filter)?;
         let request =
             PageRequest { selection: selection.clone(), order: filter.order, after, limit: self.settings.page_size };
-        let (page, total) = (index.page(&request).await?, index.tally(&[selection]).await?);
+        let (page, total) = (index.page(&request).await?, index.tally(&[selection], false).await?);
         let mut batches = store.get_batches(&page.batches).await?;
         // The store answers in its own order; the page's is the index's.
         batches.sort_by_key(|b| page.batches.iter().position(|id| *id == b.id));
@@ -210,7 +216,7 @@ impl Monitor {
         let pipeline = self.operator.pipeline(store.as_ref()).await?;
         let index = self.operator.index(&store)?;
         let selection = self.selection(&pipeline, filter)?;
-        let total = index.tally(std::slice::from_ref(&selection)).await?.first().map_or(0, |t| t.count);
+        let total = index.tally(std::slice::from_ref(&selection), false).await?.first().map_or(0, |t| t.count);
         if total as usize > MAX_BULK {
             return Err(InvalidInput::new(
                 "q",

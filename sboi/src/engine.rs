@@ -10,8 +10,8 @@ use std::ops::Bound;
 
 use autocomp_store::{Batch, BatchId, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
 use serde::{Deserialize, Serialize};
+use tantivy::collector::TopDocs;
 use tantivy::collector::sort_key::SortByStaticFastValue;
-use tantivy::collector::{Count, TopDocs};
 use tantivy::directory::MmapDirectory;
 use tantivy::directory::error::LockError;
 use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery};
@@ -20,6 +20,7 @@ use tantivy::{
     DocAddress, Index, IndexReader, IndexWriter, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term,
 };
 
+use crate::bitsets::TermBitsets;
 use crate::browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 use crate::document::{Fields, IndexedBatch, SCHEMA_VERSION};
 use crate::query::{selection_query, trigger_query};
@@ -84,6 +85,8 @@ pub struct IndexEngine {
     reader: IndexReader,
     fields: Fields,
     options: EngineOptions,
+    /// Term bitsets of the live segments, for counting selections.
+    bitsets: TermBitsets,
 }
 
 impl IndexEngine {
@@ -120,7 +123,7 @@ impl IndexEngine {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(|e: TantivyError| fail(e.to_string()))?;
-        let engine = Self { dir, index, reader, fields, options };
+        let engine = Self { dir, index, reader, fields, options, bitsets: TermBitsets::default() };
         engine.committed_cursor()?;
         Ok(engine)
     }
@@ -334,19 +337,11 @@ impl IndexEngine {
             .collect()
     }
 
-    /// Each selection's size and quietest batch in the committed index at store time `now`.
-    pub fn tally_at(&self, selections: &[Selection], now: Timestamp) -> IndexResult<Vec<Tally>> {
+    /// Each selection's size in the committed index at store time `now`, and with `quietest`
+    /// the last activity of its quietest batch (that costs a read per selected batch).
+    pub fn tally_at(&self, selections: &[Selection], now: Timestamp, quietest: bool) -> IndexResult<Vec<Tally>> {
         let searcher = self.searcher()?;
-        selections
-            .iter()
-            .map(|selection| {
-                let query = selection_query(&self.fields, selection, now);
-                let quietest = TopDocs::with_limit(1).order_by_fast_field::<i64>("last_activity", Order::Asc);
-                let (count, first) = searcher.search(&query, &(Count, quietest)).map_err(|e| self.fail(e))?;
-                let quietest = first.first().and_then(|(at, _)| *at).map(Timestamp);
-                Ok(Tally { count: count as u64, quietest })
-            })
-            .collect()
+        self.bitsets.tally(&searcher, &self.fields, selections, now, quietest).map_err(|e| self.fail(e))
     }
 
     /// One page of a selection at store time `now`, after `request.after` in its order.

@@ -4,6 +4,7 @@
 //! index itself. Trigger semantics are the store's `Trigger`; this crate only translates.
 //! `sboi serve` (`http/`, `src/bin/sboi.rs`) puts one index on HTTP for many hosts.
 
+mod bitsets;
 mod browse;
 mod document;
 mod engine;

@@ -29,9 +29,9 @@ pub trait BatchIndex: Send + Sync {
     /// `explain` sets it beside the store's answer, clause by clause.
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>>;
 
-    /// Each selection's size and quietest batch, as fresh as `query` (the monitor's counts:
-    /// one index search per selection, never a store scan).
-    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>>;
+    /// Each selection's size (and with `quietest` the last activity of its quietest batch),
+    /// as fresh as `query`: the monitor's counts, from the index, never a store scan.
+    async fn tally(&self, selections: &[Selection], quietest: bool) -> IndexResult<Vec<Tally>>;
 
     /// One page of a selection, in the request's order after its cursor, as fresh as `query`.
     async fn page(&self, request: &PageRequest) -> IndexResult<Page>;
@@ -75,9 +75,9 @@ impl BatchIndex for LocalIndex {
         self.engine.get(id)
     }
 
-    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>> {
+    async fn tally(&self, selections: &[Selection], quietest: bool) -> IndexResult<Vec<Tally>> {
         self.engine.catch_up(self.store.as_ref()).await?;
-        self.engine.tally_at(selections, Timestamp::now())
+        self.engine.tally_at(selections, Timestamp::now(), quietest)
     }
 
     async fn page(&self, request: &PageRequest) -> IndexResult<Page> {

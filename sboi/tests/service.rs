@@ -403,9 +403,9 @@ async fn tallies_and_pages_over_http_answer_as_the_embedded_index_and_the_store(
     let local = LocalIndex::new(IndexEngine::open(dir.path().join("local-index")).unwrap(), store.clone());
     let selections = selections();
 
-    let tallies = index.tally(&selections).await.unwrap();
-    assert_eq!(tallies, local.tally(&selections).await.unwrap());
-    assert_eq!(tallies, local.engine().tally_at(&selections, Timestamp::now()).unwrap());
+    let tallies = index.tally(&selections, true).await.unwrap();
+    assert_eq!(tallies, local.tally(&selections, true).await.unwrap());
+    assert_eq!(tallies, local.engine().tally_at(&selections, Timestamp::now(), true).unwrap());
     for (selection, tally) in selections.iter().zip(&tallies) {
         let expected = selected_in_store(&store, selection).await;
         let quietest = expected.iter().map(|batch| batch.last_activity_at()).min();
@@ -414,7 +414,7 @@ async fn tallies_and_pages_over_http_answer_as_the_embedded_index_and_the_store(
     let states = &tallies[..ComponentState::ALL.len()];
     assert_eq!(states.iter().map(|tally| tally.count).sum::<u64>(), 60, "each batch is in one state: {states:?}");
     assert!(states.iter().filter(|tally| tally.count > 0).count() >= 4, "the states are not all trivial: {states:?}");
-    assert_eq!(index.tally(&[]).await.unwrap(), Vec::new());
+    assert_eq!(index.tally(&[], true).await.unwrap(), Vec::new());
 
     // Every selection paged in both orders, four at a time: each batch once, in order, and
     // page by page what the embedded index pages.
@@ -451,7 +451,7 @@ async fn tallies_and_pages_over_http_answer_as_the_embedded_index_and_the_store(
 
     // The bodies on the wire, as the OpenAPI document describes them.
     let head = store.head().await.unwrap();
-    let body = json!({"selections": ["all", {"id_prefix": "B001"}, {"or": []}]});
+    let body = json!({"selections": ["all", {"id_prefix": "B001"}, {"or": []}], "quietest": true});
     let (status, answer) = call("POST", &format!("{}/v1/tally", service.url()), None, body.to_string().into_bytes());
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["tallies"][0]["count"], 60, "{answer}");
@@ -524,12 +524,12 @@ async fn bad_tally_and_page_bodies_are_refused_naming_what_is_wrong() {
     let (status, answer) = call("POST", &tally_url, None, json!({"selections": vec!["all"; 1001]}).to_string().into());
     assert_eq!(status, 400, "{answer}");
     assert_eq!((&answer["error"]["field"], &answer["error"]["value"]), (&json!("selections"), &json!("1001")));
-    let refused = service.index().tally(&vec![Selection::All; 1001]).await.unwrap_err();
+    let refused = service.index().tally(&vec![Selection::All; 1001], false).await.unwrap_err();
     assert!(
         matches!(&refused, IndexError::Store(StoreError::Invalid(input)) if input.field == "selections"),
         "{refused:?}"
     );
-    let most = service.index().tally(&vec![Selection::All; 1000]).await.unwrap();
+    let most = service.index().tally(&vec![Selection::All; 1000], false).await.unwrap();
     assert_eq!(most.len(), 1000);
     assert!(most.iter().all(|tally| tally.count == 30), "{:?}", most[0]);
 }
@@ -930,7 +930,7 @@ async fn an_unreachable_index_service_is_unavailable_naming_its_url() {
         index.catch_up().await.unwrap_err(),
         index.document(&id("B0001")).await.unwrap_err(),
         index.rebuild().await.unwrap_err(),
-        index.tally(&[Selection::All]).await.unwrap_err(),
+        index.tally(&[Selection::All], false).await.unwrap_err(),
         index
             .page(&PageRequest { selection: Selection::All, order: PageOrder::Oldest, after: None, limit: 10 })
             .await

@@ -250,7 +250,7 @@ proptest! {
                 for (selection, offset_ms, order, page_size) in &selections {
                     let now = Timestamp(Timestamp::now().millis() + offset_ms);
                     let mut expected: Vec<&Batch> = batches.iter().filter(|b| selection.matches_at(b, now)).collect();
-                    let tally = engine.tally_at(std::slice::from_ref(selection), now).unwrap();
+                    let tally = engine.tally_at(std::slice::from_ref(selection), now, true).unwrap();
                     let quietest = expected.iter().map(|b| b.last_activity_at()).min();
                     prop_assert_eq!(tally, vec![Tally { count: expected.len() as u64, quietest }], "{:?}", selection);
 

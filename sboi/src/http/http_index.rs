@@ -77,8 +77,8 @@ impl BatchIndex for HttpIndex {
         Ok(answer.document)
     }
 
-    async fn tally(&self, selections: &[Selection]) -> IndexResult<Vec<Tally>> {
-        let request = wire::TallyRequest { selections: selections.to_vec() };
+    async fn tally(&self, selections: &[Selection], quietest: bool) -> IndexResult<Vec<Tally>> {
+        let request = wire::TallyRequest { selections: selections.to_vec(), quietest };
         let answer: wire::TallyAnswer = self.call("tally", &request, None).await?;
         Ok(answer.tallies)
     }

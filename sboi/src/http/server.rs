@@ -84,8 +84,10 @@ impl IndexService {
                     )));
                 }
                 let (indexed_seq, stale) = self.fresh_read().await;
-                let tallies =
-                    blocking(move || follower.engine().tally_at(&request.selections, Timestamp::now())).await?;
+                let tallies = blocking(move || {
+                    follower.engine().tally_at(&request.selections, Timestamp::now(), request.quietest)
+                })
+                .await?;
                 ok(wire::TallyAnswer { tallies, indexed_seq, stale })
             }
             "page" => {

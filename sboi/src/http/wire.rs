@@ -68,6 +68,9 @@ pub struct RebuildAnswer {
 #[serde(deny_unknown_fields)]
 pub struct TallyRequest {
     pub selections: Vec<Selection>,
+    /// Also find each selection's quietest batch (a read per selected batch).
+    #[serde(default)]
+    pub quietest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
