@@ -80,10 +80,13 @@ impl Bits {
     }
 }
 
+/// One segment's bitsets by term (field and text).
+type SegmentTerms = HashMap<(Field, String), Arc<Bits>>;
+
 /// Term bitsets of the segments a searcher saw last, kept while those segments live.
 #[derive(Default)]
 pub struct TermBitsets {
-    segments: Mutex<HashMap<SegmentId, Arc<Mutex<HashMap<(Field, String), Arc<Bits>>>>>>,
+    segments: Mutex<HashMap<SegmentId, Arc<Mutex<SegmentTerms>>>>,
 }
 
 impl TermBitsets {
@@ -129,7 +132,7 @@ impl TermBitsets {
 struct Segment<'a> {
     reader: &'a SegmentReader,
     fields: &'a Fields,
-    terms: &'a mut HashMap<(Field, String), Arc<Bits>>,
+    terms: &'a mut SegmentTerms,
     /// "Quiet since" bitsets by their bound, for this tally only (they move with the clock).
     quiet: HashMap<i64, Arc<Bits>>,
     last_activity: Column<i64>,
@@ -142,7 +145,7 @@ impl<'a> Segment<'a> {
     fn open(
         reader: &'a SegmentReader,
         fields: &'a Fields,
-        terms: &'a mut HashMap<(Field, String), Arc<Bits>>,
+        terms: &'a mut SegmentTerms,
         now: Timestamp,
     ) -> tantivy::Result<Segment<'a>> {
         Ok(Segment {
