@@ -98,6 +98,12 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
         binaries.join("archiver").display(),
         config_dir.display()
     );
+    println!(
+        "  {} --config-dir {}   # the web monitor: open http://127.0.0.1:7072/ \
+         (read only; add --token-file FILE to act)",
+        binaries.join("autocomp-monitor").display(),
+        config_dir.display()
+    );
     println!("  crontab.example in the source tree: how cron runs these components on a real host");
     Ok(())
 }

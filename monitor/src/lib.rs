@@ -8,3 +8,4 @@
 
 pub mod data;
 pub mod filter;
+pub mod web;

@@ -1,0 +1,226 @@
+//! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page),
+//! the operator's actions as preview-then-confirm forms, CSV/NDJSON export, and what every
+//! response shares (security headers, the cross-site write guard, error pages).
+//!
+//! `pages` renders what `data` reads; `actions` goes through the operator module's own
+//! `preview`/`perform`, so a write from the browser is exactly a write from the CLI.
+
+mod actions;
+mod assets;
+pub mod auth;
+mod export;
+pub mod html;
+mod pages;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use autocomp_framework::exit::UNREACHABLE;
+use autocomp_framework::operator::OperatorError;
+use autocomp_store::InvalidInput;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use self::html::{Nav, Page, esc, w};
+use crate::data::Monitor;
+
+/// How the web monitor is run.
+#[derive(Debug, Clone, Default)]
+pub struct WebOptions {
+    /// The write token; without one the monitor is read only.
+    pub token: Option<String>,
+    /// A header a trusted reverse proxy sets to the signed-in user's name (e.g.
+    /// `X-Remote-User`): a request carrying it acts as that operator without the token.
+    /// Only safe when every request comes through that proxy, which sets or strips it.
+    pub trusted_user_header: Option<HeaderName>,
+}
+
+/// Everything a handler needs.
+pub struct App {
+    pub monitor: Monitor,
+    pub options: WebOptions,
+    /// What the token cookie of a signed-in browser holds (`None`: read only).
+    session: Option<String>,
+}
+
+/// The monitor's routes; tests serve them on `127.0.0.1:0` or call them directly.
+pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
+    let session = options.token.as_deref().map(auth::session_value);
+    let app = Arc::new(App { monitor, options, session });
+    let pages = axum::Router::new()
+        .route("/", get(pages::overview))
+        .route("/batches", get(pages::batches))
+        .route("/batches/{id}", get(pages::batch))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag));
+    axum::Router::new()
+        .merge(pages)
+        .route("/batches/{id}/act", post(actions::one))
+        .route("/bulk", post(actions::bulk))
+        .route("/batches.csv", get(export::csv))
+        .route("/batches.ndjson", get(export::ndjson))
+        .route("/login", get(auth::login_form).post(auth::login))
+        .route("/logout", get(auth::logout_form).post(auth::logout))
+        .route("/assets/monitor.css", get(assets::css))
+        .route("/assets/monitor.js", get(assets::js))
+        .route("/health", get(|| async { "ok" }))
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
+        // Forms only: a reason is at most 2000 characters.
+        .layer(DefaultBodyLimit::max(64 << 10))
+        .layer(middleware::from_fn(auth::refuse_cross_site))
+        .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(app)
+}
+
+/// Serves the monitor on `listener` until SIGTERM or SIGINT, then finishes requests in
+/// flight.
+pub async fn serve(monitor: Monitor, options: WebOptions, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    axum::serve(listener, router(monitor, options)).with_graceful_shutdown(shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
+
+/// The policy allows this origin's own stylesheet and script only: no inline code, no
+/// other host, no framing.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   form-action 'self'; frame-ancestors 'none'";
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+/// One debug line per request (never headers or bodies: they carry the cookie and the
+/// token); server errors are already logged where they happen.
+async fn log_request(request: Request, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    tracing::debug!(%method, path, status = response.status().as_u16(), ms = started.elapsed().as_millis() as u64);
+    response
+}
+
+pub(crate) fn html_response(status: StatusCode, page: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache, private")], page)
+        .into_response()
+}
+
+/// A request the monitor cannot answer as asked: an HTML page with the status, in the
+/// operator module's own words where it came from there. Nothing was changed.
+#[derive(Debug)]
+pub struct WebError(Box<ErrorPage>);
+
+#[derive(Debug)]
+struct ErrorPage {
+    status: StatusCode,
+    title: String,
+    words: String,
+    input: Option<InvalidInput>,
+    link: Option<(String, String)>,
+}
+
+impl WebError {
+    pub fn new(status: StatusCode, title: &str, words: impl Into<String>) -> Self {
+        WebError(Box::new(ErrorPage { status, title: title.into(), words: words.into(), input: None, link: None }))
+    }
+
+    /// 400 naming the field and the value.
+    pub fn invalid(input: InvalidInput) -> Self {
+        let mut error = Self::new(StatusCode::BAD_REQUEST, "Bad input", input.to_string());
+        error.0.input = Some(input);
+        error
+    }
+
+    /// A way on from the error page.
+    pub fn with_link(mut self, href: &str, label: &str) -> Self {
+        self.0.link = Some((href.into(), label.into()));
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.0.status
+    }
+}
+
+impl From<OperatorError> for WebError {
+    fn from(error: OperatorError) -> Self {
+        match error {
+            OperatorError::Input(input) => WebError::invalid(input),
+            OperatorError::Refused(words) => WebError::new(StatusCode::CONFLICT, "Refused", words),
+            OperatorError::Run(run) => {
+                let status = if run.code() == UNREACHABLE {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                };
+                let words = run.to_string();
+                tracing::warn!(status = status.as_u16(), "{words}");
+                WebError::new(status, "The pipeline cannot be read", words)
+            }
+        }
+    }
+}
+
+impl From<InvalidInput> for WebError {
+    fn from(input: InvalidInput) -> Self {
+        WebError::invalid(input)
+    }
+}
+
+impl IntoResponse for WebError {
+    fn into_response(self) -> Response {
+        let error = *self.0;
+        let mut body = String::new();
+        w!(body, "<h1>{}</h1>\n<p class=\"error\">{}</p>\n", esc(&error.title), esc(&error.words));
+        if let Some(input) = &error.input {
+            w!(
+                body,
+                "<dl class=\"facts\"><dt>Field</dt><dd><code>{}</code></dd><dt>Value</dt><dd><code>{}</code></dd>\
+                 <dt>Why</dt><dd>{}</dd></dl>\n",
+                esc(&input.field),
+                esc(&input.value),
+                esc(&input.reason)
+            );
+        }
+        if error.status.is_client_error() && error.status != StatusCode::NOT_FOUND {
+            body.push_str("<p>Nothing was changed.</p>\n");
+        }
+        if let Some((href, label)) = &error.link {
+            w!(body, "<p><a href=\"{}\">{}</a></p>\n", esc(href), esc(label));
+        }
+        body.push_str("<p><a href=\"/\">Back to the overview</a></p>\n");
+        let page = Page { title: &error.title, nav: Nav::None, access: None, flash: None, live: false, here: "/" };
+        html_response(error.status, page.render(&body))
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> WebError {
+    WebError::new(StatusCode::NOT_FOUND, "Not found", format!("nothing here: {}", uri.path()))
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> WebError {
+    WebError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method not allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}

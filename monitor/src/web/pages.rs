@@ -1,0 +1,682 @@
+//! The three read pages (overview, batch matrix, one batch) rendered from `data`, and the
+//! ETag every one of them carries: the store's head plus what else the page depends on,
+//! so a poll of an unchanged page costs one head read and answers 304.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use autocomp_framework::locks::HeldLock;
+use autocomp_framework::operator::Explanation;
+use autocomp_sboi::PageKey;
+use autocomp_store::{Batch, Event, EventType, RESULT_KEY, Timestamp};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::actions::{Target, action_forms};
+use super::auth::{self, Access};
+use super::html::{Nav, Page, age, check, esc, json_block, state_badge, time, w};
+use super::{App, WebError, assets, html_response};
+use crate::data::Matrix;
+use crate::filter::{Filter, StateFilter, encode, format_after, parse_after};
+
+/// The query of the list, its exports and its bulk actions.
+#[derive(Debug, Deserialize, Default)]
+pub struct ListQuery {
+    pub q: Option<String>,
+    pub order: Option<String>,
+    pub after: Option<String>,
+}
+
+impl ListQuery {
+    pub fn from(query: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, WebError> {
+        query
+            .map(|Query(q)| q)
+            .map_err(|e| WebError::invalid(autocomp_store::InvalidInput::new("query string", "", e.body_text())))
+    }
+
+    pub fn filter(&self) -> Result<Filter, WebError> {
+        Ok(Filter::parse(self.q.as_deref().unwrap_or_default(), self.order.as_deref())?)
+    }
+
+    pub fn after(&self) -> Result<Option<PageKey>, WebError> {
+        match self.after.as_deref() {
+            None | Some("") => Ok(None),
+            Some(text) => Ok(Some(parse_after(text)?)),
+        }
+    }
+}
+
+/// Answers 304 when the browser's copy of the page is current, and tags fresh pages.
+///
+/// The tag covers the store's head (every write moves it), the path and query, who is
+/// asking (the page shows their forms), the assets' version and the current minute: some of
+/// what a page shows moves without a write (a batch becoming overdue, locks, ages), so an
+/// idle page still refreshes once a minute. A page carrying a one-time message is never
+/// tagged.
+pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if auth::cookie(request.headers(), auth::FLASH_COOKIE).is_some_and(|v| !v.is_empty()) {
+        return next.run(request).await;
+    }
+    let Ok(head) = app.monitor.head().await else {
+        // The page itself reports the outage.
+        return next.run(request).await;
+    };
+    let access = Access::of(&app, request.headers());
+    let minute = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 60);
+    let mut hasher = Sha256::new();
+    for part in [
+        request.uri().path_and_query().map_or("", |pq| pq.as_str()),
+        &access.key(),
+        &assets::version(),
+        &minute.to_string(),
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update(b"\0");
+    }
+    let tag = format!("\"{head}-{}\"", &hex::encode(hasher.finalize())[..16]);
+    let tag_value = HeaderValue::from_str(&tag).expect("digits, hex and quotes");
+    let matches = request
+        .headers()
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|candidate| {
+            let candidate = candidate.trim();
+            candidate == "*" || candidate.trim_start_matches("W/") == tag
+        });
+    if matches {
+        return (
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, tag_value), (header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"))],
+        )
+            .into_response();
+    }
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::OK {
+        response.headers_mut().insert(header::ETAG, tag_value);
+    }
+    response
+}
+
+/// A GET page: its layout, the one-time message if the request carries one (cleared by
+/// the response), and the live region.
+fn respond(headers: &HeaderMap, access: &Access, title: &str, nav: Nav, here: &str, body: &str) -> Response {
+    let flash = auth::take_flash(headers);
+    let page =
+        Page { title, nav, access: Some(access), flash: flash.as_ref().map(|(m, _)| m.as_str()), live: true, here };
+    let mut response = html_response(StatusCode::OK, page.render(body));
+    if let Some((_, clear)) = flash {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
+    response
+}
+
+fn here(uri: &axum::http::Uri) -> String {
+    uri.path_and_query().map_or("/".into(), |pq| pq.as_str().to_owned())
+}
+
+pub async fn overview(
+    State(app): State<Arc<App>>,
+    access: Access,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Result<Response, WebError> {
+    let overview = app.monitor.overview().await?;
+    let mut body = String::from("<h1>Overview</h1>\n");
+    w!(
+        body,
+        "<p>{} batches in the store; store head seq {}. A batch is <em>overdue</em> when ready longer than {} or \
+         working longer than its component's <code>max_runtime</code>.</p>\n",
+        esc(overview.batches),
+        esc(overview.head),
+        esc(humantime::format_duration(app.monitor.settings().ready_overdue_after))
+    );
+    if overview.rows.is_empty() {
+        body.push_str("<p>No component has run a pass against this store yet: the pipeline is empty.</p>\n");
+        return Ok(respond(&headers, &access, "Overview", Nav::Overview, &here(&uri), &body));
+    }
+    body.push_str(
+        "<div class=\"scroll\" role=\"region\" aria-labelledby=\"overview-caption\" tabindex=\"0\">\n\
+         <table class=\"grid\">\n<caption id=\"overview-caption\">Batches per component and state \
+         (each count lists its batches)</caption>\n<thead><tr><th scope=\"col\">Component</th>\
+         <th scope=\"col\">Records</th>",
+    );
+    for state in StateFilter::ALL {
+        w!(body, "<th scope=\"col\" class=\"num\">{}</th>", esc(state.as_str()));
+    }
+    body.push_str(
+        "<th scope=\"col\" class=\"num\">Total</th><th scope=\"col\">Oldest ready since</th>\
+         <th scope=\"col\">Hosts (last pass)</th><th scope=\"col\">Last seen</th></tr></thead>\n<tbody>\n",
+    );
+    for row in &overview.rows {
+        let component = &row.component;
+        let name = component.name();
+        w!(
+            body,
+            "<tr><th scope=\"row\"><a href=\"/batches?{}\">{}</a></th><td><code>{}</code></td>",
+            esc(Filter { component: Some(name.clone()), ..Filter::default() }.url_query()),
+            esc(name),
+            esc(&component.descriptor.event_type)
+        );
+        let mut total = 0;
+        for (state, count) in &row.counts {
+            if *state != StateFilter::Overdue {
+                total += count;
+            }
+            let class = if *count == 0 { "num zero" } else { "num" };
+            w!(
+                body,
+                "<td class=\"{class}\"><a href=\"/batches?{}\" aria-label=\"{} batches {} for {}\">{}</a></td>",
+                esc(Filter::for_state(name, *state).url_query()),
+                esc(count),
+                esc(state.as_str()),
+                esc(name),
+                esc(count)
+            );
+        }
+        w!(body, "<td class=\"num\">{}</td>", esc(total));
+        match row.oldest_ready {
+            Some(at) => w!(body, "<td>{} ({} ago)</td>", time(at), esc(age(overview.now.since(at)))),
+            None => body.push_str("<td>–</td>"),
+        }
+        body.push_str("<td>");
+        if component.hosts.is_empty() {
+            body.push_str("none");
+        }
+        for (i, host) in component.hosts.iter().enumerate() {
+            let outcome = if host.running() {
+                "running".to_owned()
+            } else {
+                host.outcome.map_or("–".to_owned(), |o| o.as_str().to_owned())
+            };
+            w!(
+                body,
+                "{}{} ({}, {})",
+                if i > 0 { "<br>" } else { "" },
+                esc(&host.host),
+                esc(outcome),
+                esc(&host.version)
+            );
+        }
+        body.push_str("</td>");
+        match component.last_seen() {
+            Some(at) => w!(body, "<td>{} ago<br><small>{}</small></td>", esc(age(overview.now.since(at))), time(at)),
+            None => body.push_str("<td>never</td>"),
+        }
+        body.push_str("</tr>\n");
+    }
+    body.push_str("</tbody></table></div>\n");
+    Ok(respond(&headers, &access, "Overview", Nav::Overview, &here(&uri), &body))
+}
+
+pub async fn batches(
+    State(app): State<Arc<App>>,
+    access: Access,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, WebError> {
+    let query = ListQuery::from(query)?;
+    let filter = query.filter()?;
+    let after = query.after()?;
+    let matrix = app.monitor.matrix(&filter, after).await?;
+    let q = query.q.clone().unwrap_or_default();
+    let mut body = String::from("<h1>Batches</h1>\n");
+    body.push_str(&filter_form(&q, &filter));
+    body.push_str(&matrix_table(&filter, after, &matrix));
+    let url_query = filter.url_query();
+    if after.is_some() || matrix.next.is_some() {
+        body.push_str("<nav class=\"pager\" aria-label=\"Pages\"><p>");
+        if after.is_some() {
+            w!(body, "<a href=\"/batches?{}\">First page</a> ", esc(&url_query));
+        }
+        if let Some(next) = matrix.next {
+            w!(
+                body,
+                "<a href=\"/batches?{}&amp;after={}\" rel=\"next\">Next page</a>",
+                esc(&url_query),
+                esc(encode(&format_after(next)))
+            );
+        }
+        body.push_str("</p></nav>\n");
+    }
+    w!(
+        body,
+        "<p>Export every batch of this filter: <a href=\"/batches.csv?{0}\" download>CSV</a>, \
+         <a href=\"/batches.ndjson?{0}\" download>NDJSON</a>.</p>\n",
+        esc(&url_query)
+    );
+    if matrix.total > 0 {
+        let components: Vec<String> = matrix.components.iter().map(|c| c.to_string()).collect();
+        let types: Vec<String> = match &access {
+            Access::SignedIn { .. } => {
+                app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
+            }
+            _ => Vec::new(),
+        };
+        let target = Target::Bulk { filter: &filter, total: matrix.total };
+        w!(
+            body,
+            "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}</details>\n",
+            esc(matrix.total),
+            action_forms(&access, &target, &components, &types, None, &here(&uri))
+        );
+    }
+    let title = if q.trim().is_empty() { "Batches".to_owned() } else { format!("Batches: {}", q.trim()) };
+    Ok(respond(&headers, &access, &title, Nav::Batches, &here(&uri), &body))
+}
+
+fn filter_form(q: &str, filter: &Filter) -> String {
+    let mut out = String::new();
+    w!(
+        out,
+        "<form method=\"get\" action=\"/batches\" class=\"filter\" role=\"search\">\
+         <p><label for=\"filter-q\">Filter</label>\
+         <input id=\"filter-q\" name=\"q\" value=\"{}\" size=\"50\" aria-describedby=\"filter-help\"> \
+         <label for=\"filter-order\">Order</label>\
+         <select id=\"filter-order\" name=\"order\">",
+        esc(q)
+    );
+    for (value, label) in [("oldest", "oldest first"), ("priority", "highest priority first")] {
+        let selected = if value == order_name(filter) { " selected" } else { "" };
+        w!(out, "<option value=\"{}\"{selected}>{}</option>", esc(value), esc(label));
+    }
+    out.push_str(
+        "</select> <button type=\"submit\">Apply</button></p>\
+         <p id=\"filter-help\" class=\"help\">Terms: <code>component:NAME</code>, <code>state:STATE</code> \
+         (ready, waiting, working, retrying, failed, success, overdue; needs <code>component:</code>), \
+         <code>type:TYPE</code>, <code>priority:N</code>, <code>priority:&gt;=N</code>, <code>priority:&lt;=N</code>, \
+         and a bare word for an id prefix.</p></form>\n",
+    );
+    out
+}
+
+fn order_name(filter: &Filter) -> &'static str {
+    match filter.order {
+        autocomp_sboi::PageOrder::Priority => "priority",
+        _ => "oldest",
+    }
+}
+
+fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> String {
+    let mut out = String::new();
+    let q = filter.query();
+    let described = if q.is_empty() { "every batch".to_owned() } else { q };
+    w!(
+        out,
+        "<p><strong>{}</strong> batches match <code>{}</code>{}.</p>\n",
+        esc(matrix.total),
+        esc(&described),
+        if after.is_some() { " (a later page)" } else { "" }
+    );
+    if matrix.rows.is_empty() {
+        out.push_str("<p>No batches on this page.</p>\n");
+        return out;
+    }
+    w!(
+        out,
+        "<p class=\"help\">Keys: <kbd>j</kbd> and <kbd>k</kbd> move between batches.</p>\n\
+         <div class=\"scroll\" role=\"region\" aria-labelledby=\"matrix-caption\" tabindex=\"0\">\n\
+         <table class=\"grid matrix\">\n<caption id=\"matrix-caption\">{} of {} batches, {}, each component's \
+         state</caption>\n<thead><tr><th scope=\"col\">Batch</th><th scope=\"col\">Type</th>\
+         <th scope=\"col\" class=\"num\">Priority</th>",
+        esc(matrix.rows.len()),
+        esc(matrix.total),
+        esc(match filter.order {
+            autocomp_sboi::PageOrder::Priority => "highest priority first",
+            _ => "oldest first",
+        })
+    );
+    for component in &matrix.components {
+        w!(out, "<th scope=\"col\">{}</th>", esc(component));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for row in &matrix.rows {
+        let batch = &row.batch;
+        w!(
+            out,
+            "<tr><th scope=\"row\"><a href=\"/batches/{}\">{}</a></th><td>{}</td><td class=\"num\">{}</td>",
+            esc(encode(batch.id.as_str())),
+            esc(&batch.id),
+            esc(&batch.batch_type),
+            esc(batch.priority)
+        );
+        for cell in &row.cells {
+            let overdue = if cell.overdue { " overdue-cell" } else { "" };
+            w!(out, "<td class=\"cell{overdue}\">{}</td>", state_badge(cell.state, cell.overdue));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+    out
+}
+
+pub async fn batch(
+    State(app): State<Arc<App>>,
+    access: Access,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    Path(id): Path<String>,
+) -> Result<Response, WebError> {
+    let page = app.monitor.batch(&id).await?;
+    let b = &page.batch;
+    let mut body = String::new();
+    w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(&b.id));
+    body.push_str(&summary(b));
+    body.push_str(&states(&page.explanations));
+    body.push_str(&metadata(b));
+    body.push_str(&open_runs(b));
+    body.push_str(&log(b));
+    body.push_str("<h2 id=\"explanations\">Why each component is (not) ready</h2>\n");
+    if page.explanations.is_empty() {
+        body.push_str("<p>No component has run a pass against this store yet.</p>\n");
+    }
+    for explanation in &page.explanations {
+        body.push_str(&explain(explanation));
+    }
+    let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
+    let types: Vec<String> = b.effective().iter().map(|e| e.event_type.to_string()).collect();
+    body.push_str("<h2 id=\"actions\">Actions</h2>\n");
+    body.push_str(&action_forms(&access, &Target::One(b), &components, &types, Some(b.priority), &here(&uri)));
+    let title = format!("Batch {}", b.id);
+    Ok(respond(&headers, &access, &title, Nav::Batches, &here(&uri), &body))
+}
+
+fn summary(b: &Batch) -> String {
+    let mut out = String::new();
+    w!(
+        out,
+        "<table class=\"facts\"><caption>Batch</caption><tbody>\
+         <tr><th scope=\"row\">Type</th><td>{}</td></tr>\
+         <tr><th scope=\"row\">Priority</th><td>{}</td></tr>\
+         <tr><th scope=\"row\">Location</th><td>{}</td></tr>\
+         <tr><th scope=\"row\">Registered</th><td>seq {}, {}</td></tr>\
+         <tr><th scope=\"row\">Last content change</th><td>seq {}, {}</td></tr>\
+         <tr><th scope=\"row\">Read at</th><td>{} (store clock)</td></tr>\
+         </tbody></table>\n",
+        esc(&b.batch_type),
+        esc(b.priority),
+        b.location().map_or("<em>none</em>".to_owned(), |l| format!("<code>{}</code>", esc(l))),
+        esc(b.created_seq),
+        time(b.created_at),
+        esc(b.modified_seq),
+        time(b.modified_at),
+        time(b.as_of)
+    );
+    out
+}
+
+fn states(explanations: &[Explanation]) -> String {
+    if explanations.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<table class=\"grid\"><caption>Each component's state</caption><thead><tr>\
+         <th scope=\"col\">Component</th><th scope=\"col\">Records</th><th scope=\"col\">State</th>\
+         <th scope=\"col\">Verdict</th></tr></thead><tbody>\n",
+    );
+    for e in explanations {
+        w!(
+            out,
+            "<tr><th scope=\"row\"><a href=\"#explain-{}\">{}</a></th><td><code>{}</code></td><td>{}</td><td>{}</td></tr>\n",
+            esc(&e.component),
+            esc(&e.component),
+            esc(&e.event_type),
+            state_badge(e.state, false),
+            esc(e.verdict())
+        );
+    }
+    out.push_str("</tbody></table>\n");
+    out
+}
+
+fn metadata(b: &Batch) -> String {
+    format!(
+        "<h2>Metadata</h2>\n{}\n",
+        if b.metadata.is_empty() { "<p>None.</p>".to_owned() } else { json_block(&Value::Object(b.metadata.clone())) }
+    )
+}
+
+fn open_runs(b: &Batch) -> String {
+    let mut out = String::from("<h2>Open runs</h2>\n");
+    if b.open_runs.is_empty() {
+        out.push_str("<p>None: no component is working on it.</p>\n");
+        return out;
+    }
+    out.push_str(
+        "<table class=\"grid\"><caption>Open runs</caption><thead><tr><th scope=\"col\">Component</th>\
+         <th scope=\"col\">Generation</th><th scope=\"col\">Held by</th><th scope=\"col\">Since</th></tr></thead><tbody>\n",
+    );
+    for run in &b.open_runs {
+        w!(
+            out,
+            "<tr><th scope=\"row\">{}</th><td>{}</td><td>{} on {} pid {}</td><td>{} ({})</td></tr>\n",
+            esc(&run.component),
+            esc(run.generation),
+            esc(&run.holder.agent),
+            esc(&run.holder.host),
+            esc(run.holder.pid),
+            time(run.started_at),
+            esc(age(b.as_of.since(run.started_at)))
+        );
+    }
+    out.push_str("</tbody></table>\n");
+    out
+}
+
+/// The log line's report: summary, flags, resets and the first failure, as `show` words it.
+fn report_line(event: &Event) -> String {
+    let details = &event.details;
+    let mut notes = Vec::new();
+    if !event.resets.is_empty() {
+        let covered: Vec<&str> = event.resets.iter().map(EventType::as_str).collect();
+        notes.push(format!("resets {}", covered.join(", ")));
+    }
+    for flag in ["cancelled", "skipped", "transient", "timed_out"] {
+        if event.flag(flag) {
+            notes.push(flag.to_owned());
+        }
+    }
+    if let Some(summary) = details.get("summary").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        notes.push(summary.to_owned());
+    }
+    if let Some(total) = details.get("failures_total").and_then(Value::as_u64).filter(|n| *n > 0) {
+        let first = &details["failures"][0];
+        let reference = first["reference"].as_str().filter(|r| !r.is_empty()).unwrap_or("the batch");
+        notes.push(format!(
+            "{total} failures, first: {reference}: {}",
+            first["description"].as_str().unwrap_or_default()
+        ));
+    }
+    notes.join("; ")
+}
+
+fn log(b: &Batch) -> String {
+    let mut out = String::new();
+    w!(out, "<h2 id=\"log\">Log</h2>\n");
+    if b.events.is_empty() {
+        out.push_str("<p>No events yet: the batch waits for its first one.</p>\n");
+        return out;
+    }
+    let effective: Vec<_> = b.effective().iter().map(|e| e.seq).collect();
+    w!(
+        out,
+        "<div class=\"scroll\" role=\"region\" aria-labelledby=\"log-caption\" tabindex=\"0\">\n\
+         <table class=\"grid log\"><caption id=\"log-caption\">Log: {} events, oldest first (append-only; \
+         <span class=\"effective-mark\">effective</span> events are what triggers see)</caption>\n\
+         <thead><tr><th scope=\"col\">Seq</th><th scope=\"col\">Time</th><th scope=\"col\">Type</th>\
+         <th scope=\"col\">Outcome</th><th scope=\"col\">Agent</th><th scope=\"col\">Summary</th>\
+         <th scope=\"col\">Report</th></tr></thead><tbody>\n",
+        esc(b.events.len())
+    );
+    for e in &b.events {
+        let is_effective = effective.contains(&e.seq);
+        w!(
+            out,
+            "<tr{}><th scope=\"row\">{}</th><td>{}</td><td><code>{}</code>{}</td><td class=\"outcome-{}\">{}</td>\
+             <td>{}</td><td>{}</td><td>",
+            if is_effective { " class=\"effective\"" } else { "" },
+            esc(e.seq),
+            time(e.at),
+            esc(&e.event_type),
+            if is_effective { " <span class=\"effective-mark\">effective</span>" } else { "" },
+            esc(e.outcome.as_str()),
+            esc(e.outcome.as_str()),
+            esc(&e.agent),
+            esc(report_line(e))
+        );
+        if let Some(result) = e.details.get(RESULT_KEY) {
+            w!(
+                out,
+                "<details id=\"result-{}\" open><summary>Result</summary>{}</details>",
+                esc(e.seq),
+                json_block(result)
+            );
+        }
+        w!(
+            out,
+            "<details id=\"report-{}\"><summary>Full report</summary>{}</details>",
+            esc(e.seq),
+            json_block(&e.details)
+        );
+        out.push_str("</td></tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+    out
+}
+
+/// `checks`: each clause as written, whether it holds in the store and in the index.
+fn clause_table<'c>(
+    caption: &str,
+    checks: impl ExactSizeIterator<Item = (&'c str, bool, Option<bool>)>,
+    store: bool,
+    index: Option<bool>,
+) -> String {
+    let mut out = String::new();
+    if checks.len() == 0 {
+        out.push_str("<p>The trigger has no clauses: every batch is ready.</p>\n");
+        return out;
+    }
+    w!(
+        out,
+        "<table class=\"grid clauses\"><caption>{}</caption><thead><tr><th scope=\"col\">Clause</th>\
+         <th scope=\"col\">Store</th><th scope=\"col\">Index</th></tr></thead><tbody>\n",
+        esc(caption)
+    );
+    for (clause, holds_in_store, holds_in_index) in checks {
+        w!(
+            out,
+            "<tr><th scope=\"row\"><code>{}</code></th><td>{}</td><td>{}</td></tr>\n",
+            esc(clause),
+            check(Some(holds_in_store)),
+            check(holds_in_index)
+        );
+    }
+    w!(
+        out,
+        "</tbody><tfoot><tr><th scope=\"row\">All clauses</th><td>{}</td><td>{}</td></tr></tfoot></table>\n",
+        check(Some(store)),
+        check(index)
+    );
+    out
+}
+
+fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
+    match lock {
+        None => "free".into(),
+        Some(HeldLock { holder: None, .. }) => "held (holder not readable)".into(),
+        Some(HeldLock { holder: Some(h), .. }) => {
+            format!("held by {} on {} pid {} since {} ({})", h.agent, h.host, h.pid, h.since, age(now.since(h.since)))
+        }
+    }
+}
+
+fn explain(e: &Explanation) -> String {
+    let mut out = String::new();
+    w!(
+        out,
+        "<section class=\"explain\" aria-labelledby=\"explain-{0}\"><h3 id=\"explain-{0}\">{0} <small>records \
+         <code>{1}</code></small> {2}</h3>\n<p class=\"verdict\">{3}</p>\n",
+        esc(&e.component),
+        esc(&e.event_type),
+        state_badge(e.state, false),
+        esc(e.verdict())
+    );
+    if let Some(refusal) = &e.refusal {
+        w!(out, "<p>Not ready because of <code>{}</code>: {}</p>\n", esc(refusal.clause), esc(&refusal.reason));
+    }
+    out.push_str(&clause_table(
+        &format!("Trigger clauses of {} on {}, evaluated at {}", e.component, e.batch, e.as_of),
+        e.clauses.iter().map(|c| (c.clause.as_str(), c.store, c.index)),
+        e.ready_in_store,
+        e.ready_in_index,
+    ));
+    if e.ready_in_index.is_none() {
+        out.push_str(
+            "<p>The index has no document for this batch (<code>autocomp reindex</code> if the store has it).</p>\n",
+        );
+    }
+    if let Some(retry) = &e.retry {
+        let window = if retry.opens_at <= e.as_of {
+            format!("open since {}", retry.opens_at)
+        } else {
+            format!("opens at {} (in {})", retry.opens_at, age(retry.opens_at.since(e.as_of)))
+        };
+        w!(
+            out,
+            "<p>Retry of the transient failure seq {} at {}: retry_backoff {}, window {}.</p>\n",
+            esc(retry.failure.seq),
+            time(retry.failure.at),
+            esc(humantime::format_duration(retry.backoff)),
+            esc(window)
+        );
+        out.push_str(&clause_table(
+            &format!("Retry clauses of {}", e.component),
+            retry.clauses.iter().map(|c| (c.clause.as_str(), c.store, c.index)),
+            retry.ready_in_store,
+            retry.ready_in_index,
+        ));
+    }
+    let result = match &e.result {
+        Some(r) => format!("{} {} seq {} by {} at {}", r.event_type, r.outcome.as_str(), r.seq, r.agent, r.at),
+        None => "none".into(),
+    };
+    let run = match &e.open_run {
+        Some(run) => format!(
+            "generation {} held by {} on {} pid {} since {}",
+            run.generation, run.holder.agent, run.holder.host, run.holder.pid, run.started_at
+        ),
+        None => "none".into(),
+    };
+    let now = Timestamp::now();
+    let lag = e.store_head.0.saturating_sub(e.index_cursor.0);
+    w!(
+        out,
+        "<dl class=\"facts\"><dt>Result</dt><dd>{}</dd>\
+         <dt>Failed attempts since the last reset</dt><dd>{} of max_attempts {}</dd>\
+         <dt>Open run</dt><dd>{}</dd>\
+         <dt>Batch lock <code>batch/{}/{}</code></dt><dd>{}</dd>\
+         <dt>Poll lock <code>poll/{}</code></dt><dd>{}</dd>\
+         <dt>Index</dt><dd>committed up to seq {}, store head seq {} (behind by {})</dd></dl>\n</section>\n",
+        esc(result),
+        esc(e.failed_attempts),
+        esc(e.max_attempts),
+        esc(run),
+        esc(&e.component),
+        esc(&e.batch),
+        esc(describe_lock(e.batch_lock.as_ref(), now)),
+        esc(&e.component),
+        esc(describe_lock(e.poll_lock.as_ref(), now)),
+        esc(e.index_cursor),
+        esc(e.store_head),
+        esc(lag)
+    );
+    out
+}
