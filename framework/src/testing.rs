@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Report, Seq,
-    SqliteStore, StoreError, Timestamp,
+    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, NewBatch, NewEvent,
+    ObjectStore, Outcome, PassOutcome, PassPhase, PassRecord, Report, Seq, SqliteStore, StoreError, Timestamp, Trigger,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,6 +22,31 @@ use crate::config::ComponentConfig;
 
 /// The agent of everything the helpers record themselves.
 const AGENT: &str = "test";
+
+/// Puts a component in the store's registry as if it had run an idle pass: `name` records
+/// `event_type`, its trigger is `trigger` blocked by its own type, and the readiness settings
+/// are the defaults (3 attempts, 5 min backoff, 10 per pass, 1 h runtime). For tests of
+/// readers of the pipeline (the CLI's views, the monitor) that need no component binary.
+pub async fn register_component(store: &dyn ObjectStore, name: &str, event_type: &str, trigger: Trigger) {
+    let own = EventType::new(event_type).expect("a valid event type");
+    let mut trigger = trigger;
+    if !trigger.blocked_by.contains(&own) {
+        trigger.blocked_by.push(own.clone());
+    }
+    let descriptor = ComponentDescriptor {
+        name: ComponentName::new(name).expect("a valid component name"),
+        version: "1.0.0".into(),
+        event_type: own,
+        trigger,
+        max_attempts: 3,
+        retry_backoff: Duration::from_secs(300),
+        queue_size: 10,
+        max_runtime: Duration::from_secs(3600),
+        source: false,
+    };
+    let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1 };
+    store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.expect("register a component");
+}
 
 /// A batch for a unit test: `TestBatch::new("B1").location(dir).succeeded("Data_Received").build()`.
 /// Type `RoundTrip`, priority 0, events in the order added, store clock "now".

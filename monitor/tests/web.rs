@@ -4,16 +4,12 @@
 //! bad input naming the field, and the CSV export.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use autocomp_framework::config::Backends;
 use autocomp_framework::operator::Operator;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome,
-    PassOutcome, PassPhase, PassRecord, Seq, Trigger,
-};
+use autocomp_store::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Seq, Trigger};
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use serde_json::json;
@@ -75,19 +71,8 @@ async fn fixture_with(options: WebOptions) -> Fixture {
     let operator = Operator::new(&root.join("config"), Backends::default(), None).unwrap();
     let store = operator.store().await.unwrap();
     for (name, event_type, requires) in [("probe", "Probed", "Data_Received"), ("checker", "Checked", "Probed")] {
-        let descriptor = ComponentDescriptor {
-            name: ComponentName::new(name).unwrap(),
-            version: "1.0.0".into(),
-            event_type: ty(event_type),
-            trigger: Trigger { blocked_by: vec![ty(event_type)], ..Trigger::builder().requires(requires).build() },
-            max_attempts: 3,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 10,
-            max_runtime: Duration::from_secs(3600),
-            source: false,
-        };
-        let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1 };
-        store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.unwrap();
+        let trigger = Trigger::builder().requires(requires).build();
+        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
     }
     let agent = Agent::new("test").unwrap();
     let batches: [Story; 3] = [

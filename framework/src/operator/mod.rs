@@ -34,7 +34,7 @@ pub use actions::{
 };
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter,
-    StatusView, TableFormat,
+    StatusView, TableFormat, report_summary,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, EventType, NewBatch, NewEvent,
-    ObjectStore, Outcome, PassOutcome, PassPhase, PassRecord, RunHolder, Trigger,
+    Agent, BatchId, BatchType, ComponentName, ComponentState, EventType, NewBatch, NewEvent, ObjectStore, Outcome,
+    RunHolder, Trigger,
 };
 
 use super::{Action, ActionPreview, ActionReport, MAX_BULK_BATCHES, RestartFrom, StateChange};
@@ -41,19 +41,7 @@ async fn fixture_with(components: Vec<(&str, &str, Trigger)>) -> Fixture {
     let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
     let store = operator.store().await.unwrap();
     for (name, event_type, trigger) in components {
-        let descriptor = ComponentDescriptor {
-            name: ComponentName::new(name).unwrap(),
-            version: "1.0.0".into(),
-            event_type: ty(event_type),
-            trigger: Trigger { blocked_by: vec![ty(event_type)], ..trigger },
-            max_attempts: 3,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 10,
-            max_runtime: Duration::from_secs(3600),
-            source: false,
-        };
-        let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1 };
-        store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.unwrap();
+        crate::testing::register_component(store.as_ref(), name, event_type, trigger).await;
     }
     Fixture { operator, store, _dir: dir }
 }

@@ -152,8 +152,9 @@ fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
     }
 }
 
-/// One line about an event's report: its summary, first failure, flags, resets.
-fn report_line(event: &Event) -> String {
+/// One line about an event's report: its resets, flags, summary and first failure (the
+/// monitor's log shows the same words; the structured result it shows on its own).
+pub fn report_summary(event: &Event) -> Vec<String> {
     let details = &event.details;
     let mut notes = Vec::new();
     if event.event_type.is_reset() {
@@ -175,7 +176,13 @@ fn report_line(event: &Event) -> String {
         let reference = if reference.is_empty() { "the batch" } else { reference };
         notes.push(format!("{total} failures, first: {reference}: {description}"));
     }
-    if let Some(result) = details.get(autocomp_store::RESULT_KEY) {
+    notes
+}
+
+/// `report_summary`, and the structured result in short.
+fn report_line(event: &Event) -> String {
+    let mut notes = report_summary(event);
+    if let Some(result) = event.details.get(autocomp_store::RESULT_KEY) {
         let mut text = result.to_string();
         if text.chars().count() > 120 {
             text = text.chars().take(119).collect::<String>() + "…";

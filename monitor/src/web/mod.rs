@@ -79,19 +79,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
 /// Serves the monitor on `listener` until SIGTERM or SIGINT, then finishes requests in
 /// flight.
 pub async fn serve(monitor: Monitor, options: WebOptions, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(listener, router(monitor, options)).with_graceful_shutdown(shutdown_signal()).await
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("shutting down: finishing requests in flight");
+    autocomp_store::http::service::serve(listener, router(monitor, options)).await
 }
 
 /// The policy allows this origin's own stylesheet and script only: no inline code, no

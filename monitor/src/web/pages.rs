@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use autocomp_framework::locks::HeldLock;
-use autocomp_framework::operator::Explanation;
+use autocomp_framework::operator::{Explanation, report_summary};
 use autocomp_sboi::PageKey;
-use autocomp_store::{Batch, Event, EventType, RESULT_KEY, Timestamp};
+use autocomp_store::{Batch, RESULT_KEY, Timestamp};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -471,33 +471,6 @@ fn open_runs(b: &Batch) -> String {
     out
 }
 
-/// The log line's report: summary, flags, resets and the first failure, as `show` words it.
-fn report_line(event: &Event) -> String {
-    let details = &event.details;
-    let mut notes = Vec::new();
-    if !event.resets.is_empty() {
-        let covered: Vec<&str> = event.resets.iter().map(EventType::as_str).collect();
-        notes.push(format!("resets {}", covered.join(", ")));
-    }
-    for flag in ["cancelled", "skipped", "transient", "timed_out"] {
-        if event.flag(flag) {
-            notes.push(flag.to_owned());
-        }
-    }
-    if let Some(summary) = details.get("summary").and_then(Value::as_str).filter(|s| !s.is_empty()) {
-        notes.push(summary.to_owned());
-    }
-    if let Some(total) = details.get("failures_total").and_then(Value::as_u64).filter(|n| *n > 0) {
-        let first = &details["failures"][0];
-        let reference = first["reference"].as_str().filter(|r| !r.is_empty()).unwrap_or("the batch");
-        notes.push(format!(
-            "{total} failures, first: {reference}: {}",
-            first["description"].as_str().unwrap_or_default()
-        ));
-    }
-    notes.join("; ")
-}
-
 fn log(b: &Batch) -> String {
     let mut out = String::new();
     w!(out, "<h2 id=\"log\">Log</h2>\n");
@@ -530,7 +503,7 @@ fn log(b: &Batch) -> String {
             esc(e.outcome.as_str()),
             esc(e.outcome.as_str()),
             esc(&e.agent),
-            esc(report_line(e))
+            esc(report_summary(e).join("; "))
         );
         if let Some(result) = e.details.get(RESULT_KEY) {
             w!(
