@@ -146,8 +146,18 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::invalid(InvalidInput::new("request body", preview(), "must be a JSON object")));
     }
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::invalid(InvalidInput::new("request body", preview(), e.to_string())))
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    let parsed: T = serde_path_to_error::deserialize(&mut reader).map_err(|e| {
+        // Name the field that was wrong (`limit`, `selections[0].priority.min`), not just
+        // the body; the root itself (a missing or unknown field) is the body.
+        let field = match e.path().to_string() {
+            path if path == "." => "request body".to_owned(),
+            path => path,
+        };
+        ApiError::invalid(InvalidInput::new(field, preview(), e.into_inner().to_string()))
+    })?;
+    reader.end().map_err(|e| ApiError::invalid(InvalidInput::new("request body", preview(), e.to_string())))?;
+    Ok(parsed)
 }
 
 /// Who may call what: writes always need the bearer token; reads need it only from
@@ -389,4 +399,44 @@ pub fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // read only to be refused
+    struct Body {
+        limit: usize,
+        inner: Vec<Inner>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        min: Option<i32>,
+    }
+
+    fn refused(body: &str) -> (String, String) {
+        let error = parse_body::<Body>(Ok(Bytes::from(body.to_owned()))).unwrap_err();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let bytes = runtime.block_on(axum::body::to_bytes(error.into_response().into_body(), 1 << 20)).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let field = value["error"]["field"].as_str().unwrap_or_default().to_owned();
+        (field, value["error"]["message"].as_str().unwrap_or_default().to_owned())
+    }
+
+    #[test]
+    fn a_refused_body_names_the_field_that_was_wrong() {
+        assert_eq!(refused(r#"{"limit": "ten", "inner": []}"#).0, "limit");
+        assert_eq!(refused(r#"{"limit": 1, "inner": [{"min": "high"}]}"#).0, "inner[0].min");
+        assert_eq!(refused(r#"{"limit": 1, "inner": [], "extra": 1}"#).0, "extra");
+        assert_eq!(refused(r#"[1, []]"#).0, "request body");
+        assert_eq!(refused(r#"{"limit": 1, "inner": []} trailing"#).0, "request body");
+    }
 }
