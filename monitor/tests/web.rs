@@ -319,8 +319,12 @@ async fn a_rerun_is_previewed_then_confirmed_and_records_one_reset_as_the_operat
     let form = [("action", "rerun"), ("component", "checker"), ("reason", REASON)];
     let preview = f.post("/batches/B1/act", &form, &[("cookie", &cookie)]).await;
     assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
-    assert!(preview.body.contains("Will record Reset of Checked; checker: failed -&gt; ready."), "{}", preview.body);
-    assert!(preview.body.contains("checker: failed -&gt; ready"), "{}", preview.body);
+    assert!(
+        preview.body.contains("Will record Reset of Checked; checker: failed\u{a0}→\u{a0}ready."),
+        "{}",
+        preview.body
+    );
+    assert!(preview.body.contains("checker: failed\u{a0}→\u{a0}ready"), "{}", preview.body);
     assert!(preview.body.contains("name=\"confirm\" value=\"1\""));
     assert_eq!(f.head().await, head, "a preview writes nothing");
 

@@ -549,16 +549,16 @@ impl Explanation {
         if let Some(run) = &self.open_run {
             return format!("working: run {} held by {}", run.generation, run.holder.agent);
         }
-        if self.ready_in_store {
-            return "ready: every clause holds in the store".into();
-        }
-        if let Some(retry) = self.retry.as_ref().filter(|r| r.ready_in_store) {
-            return format!("ready to retry its transient failure (seq {})", retry.failure.seq);
-        }
+        // The refusal is the readiness rule's own answer; the clauses only say why.
         match &self.refusal {
+            None if self.ready_in_store => "ready: every clause holds in the store".into(),
+            None => match self.retry.as_ref().filter(|r| r.ready_in_store) {
+                Some(retry) => format!("ready to retry its transient failure (seq {})", retry.failure.seq),
+                None => "ready".into(),
+            },
+            Some(refusal) if refusal.clause == "source" => format!("source: {refusal}"),
             Some(refusal) if refusal.retrying => format!("retrying: {refusal}"),
             Some(refusal) => format!("not ready: {refusal}"),
-            None => "not ready".into(),
         }
     }
 

@@ -229,7 +229,7 @@ fn changes_list(preview: &ActionPreview) -> String {
         return "no component changes state".into();
     }
     let changes: Vec<String> =
-        preview.changes.iter().map(|c| format!("{}: {} -> {}", c.component, c.before, c.after)).collect();
+        preview.changes.iter().map(|c| format!("{}: {}\u{a0}→\u{a0}{}", c.component, c.before, c.after)).collect();
     changes.join("; ")
 }
 

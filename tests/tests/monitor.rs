@@ -1,0 +1,846 @@
+//! The web monitor (`autocomp-monitor`) as an operator meets it: the real binary as a child
+//! process on a free loopback port, serving the pipeline `autocomp demo` left behind, driven by
+//! a real headless Chromium. What the pages show is checked against what the `autocomp` CLI
+//! says (`status` and `show --format json`); what the actions write is checked in the store.
+//!
+//! - the overview's component x state counts, and the failed count's link to exactly the
+//!   failed batches;
+//! - a failed batch's page naming the file its checksum report names;
+//! - signing in, then a rerun previewed and confirmed, its Reset in the log, and the state
+//!   after the component's next pass;
+//! - a bulk rerun over a filter: previewed, confirmed, one Reset on exactly those batches;
+//! - writes without the token or from another site refused, and nothing written;
+//! - no serious or critical axe-core finding on the pages.
+//!
+//! Screenshots go to `target/test-screenshots/monitor/`. Each test has its own demo dir and
+//! monitor, so none sees another's writes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use autocomp_e2e::{Finished, binary, finish};
+use autocomp_store::{ObjectStore, SqliteStore};
+use autocomp_test_servers::chromium::{self, Browser, axe_violations, serious_or_critical};
+use fantoccini::{Client, Locator};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// The demo's step whose broken bags fail.
+const COMPONENT: &str = "checksum-verifier";
+const EVENT_TYPE: &str = "Checksums_Verified";
+/// The six states `autocomp status` reports; the overview adds `overdue`.
+const STATES: [&str; 6] = ["ready", "waiting", "working", "retrying", "failed", "success"];
+const OPERATOR: &str = "alice";
+const REASON: &str = "the manifest was fixed upstream";
+/// The limit on anything the tests wait for: the monitor coming up, a page showing something.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `autocomp status --format json` as batch -> component -> state.
+type States = BTreeMap<String, BTreeMap<String, String>>;
+
+/// `autocomp demo` run to completion in a temp dir.
+struct Demo {
+    dir: tempfile::TempDir,
+}
+
+impl Demo {
+    fn run() -> Demo {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut command = command("autocomp");
+        command.args(["demo", "--dir"]).arg(dir.path());
+        let done = run(command, Duration::from_secs(120));
+        assert_eq!(done.code, Some(0), "autocomp demo\n{}", done.show());
+        Demo { dir }
+    }
+
+    fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("config")
+    }
+
+    /// `autocomp ARGS` with `AUTOCOMP_CONFIG_DIR` set to the demo's config.
+    fn cli(&self, args: &[&str]) -> Finished {
+        let mut command = command("autocomp");
+        command.args(args).env("AUTOCOMP_CONFIG_DIR", self.config_dir());
+        let done = run(command, Duration::from_secs(60));
+        assert_eq!(done.code, Some(0), "autocomp {args:?}\n{}", done.show());
+        done
+    }
+
+    fn status(&self) -> States {
+        json(&self.cli(&["status", "--format", "json"]))
+            .as_array()
+            .expect("status is an array")
+            .iter()
+            .map(|row| {
+                let components = row["components"].as_object().expect("components").iter();
+                let states = components.map(|(c, s)| (c.clone(), s.as_str().expect("a state").to_owned())).collect();
+                (row["id"].as_str().expect("an id").to_owned(), states)
+            })
+            .collect()
+    }
+
+    fn show(&self, id: &str) -> Value {
+        json(&self.cli(&["show", id, "--format", "json"]))
+    }
+
+    /// Every batch's log, from `show`.
+    fn logs(&self, ids: impl IntoIterator<Item = String>) -> BTreeMap<String, Vec<Value>> {
+        ids.into_iter().map(|id| (id.clone(), events(&self.show(&id)))).collect()
+    }
+
+    /// One pass of a component, as the demo (and cron) runs it; exit 0 or 1 (a batch failed).
+    fn pass(&self, component: &str) -> Finished {
+        let mut command = command(component);
+        command.arg("--config-dir").arg(self.config_dir());
+        let done = run(command, Duration::from_secs(60));
+        assert!(matches!(done.code, Some(0 | 1)), "{component} pass\n{}", done.show());
+        done
+    }
+
+    /// The store's head: every write moves it.
+    async fn head(&self) -> i64 {
+        let store = SqliteStore::open(self.dir.path().join("store.db")).await.expect("the demo's store opens");
+        store.head().await.expect("the head is readable").0
+    }
+}
+
+/// The batches of `states` in `state` for `component`.
+fn in_state(states: &States, component: &str, state: &str) -> BTreeSet<String> {
+    states.iter().filter(|(_, row)| row.get(component).is_some_and(|s| s == state)).map(|(id, _)| id.clone()).collect()
+}
+
+/// A workspace binary, without the environment that would change what it does.
+fn command(name: &str) -> Command {
+    let mut command = Command::new(binary(name));
+    clean(&mut command);
+    command
+}
+
+/// Runs `command` to its end, at most `limit`.
+fn run(mut command: Command, limit: Duration) -> Finished {
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    finish(command.spawn().expect("the binary starts"), limit)
+}
+
+fn clean(command: &mut Command) {
+    for var in [
+        "AUTOCOMP_STORE",
+        "AUTOCOMP_INDEX",
+        "AUTOCOMP_LOCKS",
+        "AUTOCOMP_CONFIG_DIR",
+        "AUTOCOMP_MONITOR_TOKEN_FILE",
+        "RUST_LOG",
+    ] {
+        command.env_remove(var);
+    }
+}
+
+fn json(done: &Finished) -> Value {
+    serde_json::from_str(&done.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", done.show()))
+}
+
+fn events(show: &Value) -> Vec<Value> {
+    show["events"].as_array().expect("events").clone()
+}
+
+/// The file names (`reference`s) of the failures in the batch's effective `EVENT_TYPE` result.
+fn failing_files(show: &Value) -> Vec<String> {
+    let seq = &show["effective"][EVENT_TYPE]["seq"];
+    let event = events(show)
+        .into_iter()
+        .find(|e| e["type"] == EVENT_TYPE && &e["seq"] == seq)
+        .unwrap_or_else(|| panic!("no effective {EVENT_TYPE} in {show:#}"));
+    assert_eq!(event["outcome"], "failure", "{event:#}");
+    let failures = event["details"]["failures"].as_array().expect("failures").iter();
+    failures.filter_map(|f| f["reference"].as_str()).filter(|r| !r.is_empty()).map(str::to_owned).collect()
+}
+
+/// Asserts `event` is the Reset of `EVENT_TYPE` by `operator:OPERATOR` with `REASON`.
+fn assert_reset(event: &Value) {
+    assert_eq!(event["type"], "Reset", "{event:#}");
+    assert_eq!(event["agent"], format!("operator:{OPERATOR}"), "{event:#}");
+    assert_eq!(event["resets"], serde_json::json!([EVENT_TYPE]), "{event:#}");
+    assert_eq!(event["details"]["reason"], REASON, "{event:#}");
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// `autocomp-monitor` serving the demo's pipeline, with a write token; killed on drop.
+struct Monitor {
+    child: Child,
+    base: String,
+    token: String,
+    log: PathBuf,
+}
+
+impl Monitor {
+    async fn start(demo: &Demo) -> Monitor {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let token = format!("monitor-e2e-{}-{nanos}", std::process::id());
+        let token_file = demo.dir.path().join("monitor.token");
+        std::fs::write(&token_file, format!("{token}\n")).expect("token file");
+        // Another process may take the port between our probe and the monitor's bind; then
+        // the monitor exits and gets another port.
+        for attempt in 1..=5 {
+            let port = free_port();
+            let log = demo.dir.path().join(format!("monitor-{attempt}.log"));
+            let mut command = command("autocomp-monitor");
+            command
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--config-dir")
+                .arg(demo.config_dir())
+                .arg("--token-file")
+                .arg(&token_file);
+            let stderr = std::fs::File::create(&log).expect("monitor log");
+            command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+            let child = command.spawn().expect("autocomp-monitor starts");
+            let mut monitor = Monitor { child, base: format!("http://127.0.0.1:{port}"), token: token.clone(), log };
+            if monitor.wait_up().await {
+                return monitor;
+            }
+        }
+        panic!("autocomp-monitor found its port taken 5 times in a row");
+    }
+
+    /// Waits for the monitor to say it listens on its port and answer `/health`; false if it
+    /// exited because the port was taken (and then `/health` may be someone else's).
+    async fn wait_up(&mut self) -> bool {
+        let http = http();
+        let up_line = format!("monitor up: {}/", self.base);
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait on the monitor") {
+                let log = self.log_text();
+                assert!(log.contains("cannot listen"), "autocomp-monitor exited with {status}:\n{log}");
+                return false;
+            }
+            if self.log_text().contains(&up_line) {
+                let health = http.get(format!("{}/health", self.base)).send().await;
+                if let Ok(response) = health
+                    && response.status() == StatusCode::OK
+                {
+                    assert_eq!(response.text().await.unwrap_or_default(), "ok");
+                    return true;
+                }
+            }
+            assert!(Instant::now() < deadline, "autocomp-monitor not up within {LIMIT:?}:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+        if std::thread::panicking() {
+            eprintln!("--- autocomp-monitor's log ({}) ---\n{}", self.log.display(), self.log_text());
+        }
+    }
+}
+
+/// A plain HTTP client that shows redirects rather than following them.
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("an HTTP client")
+}
+
+/// Where screenshots go: `target/test-screenshots/monitor`, beside cargo's own dirs.
+fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("the target dir").join("test-screenshots/monitor")
+}
+
+/// Polls `attempt` until it gives a value, at most `LIMIT`; panics with `what` and the last
+/// reason it gave.
+async fn poll<T>(what: &str, mut attempt: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(why) if Instant::now() >= deadline => panic!("timed out after {LIMIT:?} waiting for {what}: {why}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte.
+fn form_decode(text: &str) -> String {
+    let mut bytes = Vec::new();
+    let mut rest = text.bytes();
+    while let Some(byte) = rest.next() {
+        match byte {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let hex: Vec<u8> = rest.by_ref().take(2).collect();
+                let hex = std::str::from_utf8(&hex).unwrap_or_default();
+                bytes.push(u8::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad escape %{hex} in {text}")));
+            }
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).expect("UTF-8")
+}
+
+/// The `q` of a `/batches?...` link as `component` and `state` (None when it is not one).
+fn count_link(href: &str) -> Option<(String, String)> {
+    let query = href.strip_prefix("/batches?")?;
+    let q = query.split('&').find_map(|pair| pair.strip_prefix("q=")).map(form_decode)?;
+    let (mut component, mut state) = (None, None);
+    for term in q.split_whitespace() {
+        match term.split_once(':') {
+            Some(("component", c)) => component = Some(c.to_owned()),
+            Some(("state", s)) => state = Some(s.to_owned()),
+            _ => return None,
+        }
+    }
+    Some((component?, state?))
+}
+
+/// The browser on the monitor's pages. Pages are read with scripts (one consistent snapshot)
+/// and elements are found afresh for every action, since the monitor's live updates may
+/// replace the page's content at any moment.
+struct Ui<'a> {
+    client: &'a Client,
+    base: &'a str,
+}
+
+impl Ui<'_> {
+    async fn goto(&self, path: &str) {
+        let url = format!("{}{path}", self.base);
+        self.client.goto(&url).await.unwrap_or_else(|e| panic!("cannot load {url}: {e}"));
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.client.execute(script, vec![]).await.unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    /// The page's rendered text.
+    async fn text(&self) -> String {
+        self.script("return document.body ? document.body.innerText : '';").await.as_str().unwrap_or("").to_owned()
+    }
+
+    /// The current path and query, e.g. `/batches?q=...`.
+    async fn location(&self) -> String {
+        let url = self.client.current_url().await.expect("the current URL");
+        match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        }
+    }
+
+    /// Waits until the page at a location `at` accepts shows `needle`; returns its text.
+    async fn wait_for(&self, at: impl Fn(&str) -> bool, needle: &str) -> String {
+        poll(&format!("a page showing {needle:?}"), async || {
+            let (location, text) = (self.location().await, self.text().await);
+            if at(&location) && text.contains(needle) { Ok(text) } else { Err(format!("at {location}:\n{text}")) }
+        })
+        .await
+    }
+
+    /// Clicks the element `locator` finds (found afresh until the click lands).
+    async fn click(&self, what: &str, locator: Locator<'_>) {
+        poll(&format!("a click on {what}"), async || {
+            let element = self.client.find(locator).await.map_err(|e| e.to_string())?;
+            element.click().await.map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    async fn type_into(&self, what: &str, locator: Locator<'_>, text: &str) {
+        poll(&format!("typing into {what}"), async || {
+            let element = self.client.find(locator).await.map_err(|e| e.to_string())?;
+            element.clear().await.map_err(|e| e.to_string())?;
+            element.send_keys(text).await.map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    async fn select(&self, what: &str, locator: Locator<'_>, value: &str) {
+        poll(&format!("choosing {value} in {what}"), async || {
+            let element = self.client.find(locator).await.map_err(|e| e.to_string())?;
+            element.select_by_value(value).await.map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let path = chromium::screenshot(self.client, screenshot_dir().join(name)).await;
+        eprintln!("screenshot: {}", path.display());
+    }
+
+    /// Every `(href, text)` of the overview grid's count links.
+    async fn count_links(&self) -> Vec<(String, String)> {
+        let links = self
+            .script(
+                "return Array.from(document.querySelectorAll('table tbody td a[href]'))\
+                 .map(a => [a.getAttribute('href'), a.innerText.trim()]);",
+            )
+            .await;
+        serde_json::from_value(links).expect("pairs of strings")
+    }
+
+    /// The matrix: its column headers after the batch column and, per row, the batch id and
+    /// its cells under those headers.
+    async fn matrix(&self) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+        let value = self
+            .script(
+                "const table = Array.from(document.querySelectorAll('table'))\
+                   .find(t => t.querySelector('tbody th a[href^=\"/batches/\"]'));\
+                 if (!table) return [[], []];\
+                 const head = Array.from(table.querySelectorAll('thead th')).map(th => th.innerText.trim());\
+                 const rows = Array.from(table.querySelectorAll('tbody tr')).map(tr => [\
+                   tr.querySelector('th').innerText.trim(),\
+                   Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim())]);\
+                 return [head, rows];",
+            )
+            .await;
+        let (head, rows): (Vec<String>, Vec<(String, Vec<String>)>) =
+            serde_json::from_value(value).expect("the matrix as arrays");
+        // The header's first column is the row's header (the batch); the cells follow the rest.
+        (head.into_iter().skip(1).collect(), rows)
+    }
+
+    /// The batch page's state of each component: the rows that name a component and show a
+    /// state.
+    async fn batch_states(&self) -> BTreeMap<String, String> {
+        let value = self
+            .script(
+                "const out = {};\
+                 for (const tr of document.querySelectorAll('tr')) {\
+                   const th = tr.querySelector('th'); const state = tr.querySelector('.state');\
+                   if (th && state) out[th.innerText.trim()] = state.innerText.trim();\
+                 }\
+                 return out;",
+            )
+            .await;
+        let states: BTreeMap<String, String> = serde_json::from_value(value).expect("an object of strings");
+        states.into_iter().map(|(c, s)| (c, last_word(&s))).collect()
+    }
+
+    /// Every table row's cells' text (header cells included).
+    async fn rows(&self) -> Vec<Vec<String>> {
+        let value = self
+            .script(
+                "return Array.from(document.querySelectorAll('tbody tr'))\
+                 .map(tr => Array.from(tr.children).map(c => c.innerText.trim()));",
+            )
+            .await;
+        serde_json::from_value(value).expect("rows of strings")
+    }
+
+    /// Signs in through the login form (from the page's own "Sign in" link) and waits to be
+    /// back where it started, signed in.
+    async fn sign_in(&self, token: &str) {
+        let back = self.location().await;
+        self.click("the Sign in link", Locator::XPath("//a[starts-with(@href, '/login')]")).await;
+        self.wait_for(|at| at.starts_with("/login"), "Write token").await;
+        self.type_into("the name field", Locator::Css("form[action='/login'] input[name='name']"), OPERATOR).await;
+        self.type_into("the token field", Locator::Css("form[action='/login'] input[name='token']"), token).await;
+        self.click("Sign in", Locator::Css("form[action='/login'] button[type='submit']")).await;
+        self.wait_for(|at| at == back, &format!("Signed in as {OPERATOR}")).await;
+    }
+
+    async fn assert_accessible(&self, page: &str) {
+        let violations = axe_violations(self.client).await;
+        let serious = serious_or_critical(&violations);
+        let all: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert!(
+            serious.is_empty(),
+            "axe-core: {} serious or critical violations on the {page} ({}):\n{}",
+            serious.len(),
+            self.location().await,
+            all.join("\n")
+        );
+        if !all.is_empty() {
+            eprintln!("axe-core on the {page}, minor or moderate:\n{}", all.join("\n"));
+        }
+    }
+}
+
+fn last_word(text: &str) -> String {
+    text.split_whitespace().last().unwrap_or_default().to_owned()
+}
+
+/// A form of the page, by the `action` field it posts (the batch page's and the matrix's
+/// action forms all carry one).
+fn action_form(action: &str, field: &str) -> String {
+    format!("//form[.//input[@name='action' and @value='{action}']]{field}")
+}
+
+/// Whether some line of `text` names `component` and then `from` and then `to`.
+fn names_change(text: &str, component: &str, from: &str, to: &str) -> bool {
+    text.lines().any(|line| {
+        line.find(component)
+            .map(|at| &line[at + component.len()..])
+            .and_then(|rest| rest.find(from).map(|at| &rest[at + from.len()..]))
+            .is_some_and(|rest| rest.contains(to))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_shows_the_demos_counts_per_component_and_state() {
+    let demo = Demo::run();
+    let states = demo.status();
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    ui.goto("/").await;
+    let components: BTreeSet<String> = states.values().flat_map(|row| row.keys().cloned()).collect();
+    assert!(components.contains(COMPONENT), "{states:?}");
+    let expected: BTreeMap<(String, String), u64> = components
+        .iter()
+        .flat_map(|c| STATES.map(|s| ((c.clone(), s.to_owned()), in_state(&states, c, s).len() as u64)))
+        .collect();
+    // The counts come from the batch index, which the components commit to as they go.
+    let grid = poll("the overview's counts to equal autocomp status", async || {
+        let mut grid = BTreeMap::new();
+        for (href, text) in ui.count_links().await {
+            let Some(key) = count_link(&href) else { continue };
+            let count = text.parse::<u64>().map_err(|_| format!("count {text:?} of {href}"))?;
+            assert!(grid.insert(key, count).is_none(), "two links for {href}");
+        }
+        let shown: BTreeMap<_, _> =
+            grid.iter().filter(|((_, s), _)| s != "overdue").map(|(k, v)| (k.clone(), *v)).collect();
+        if shown == expected { Ok(grid) } else { Err(format!("grid {shown:?}\nstatus {expected:?}")) }
+    })
+    .await;
+    // Nothing has been ready or working for an hour in a demo a few seconds old.
+    for component in &components {
+        assert_eq!(grid.get(&(component.clone(), "overdue".into())), Some(&0), "{component}: {grid:?}");
+    }
+    let failed = grid[&(COMPONENT.to_owned(), "failed".to_owned())];
+    assert!(failed > 0, "the demo fails some batches at {COMPONENT}: {grid:?}");
+    ui.screenshot("overview.png").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failed_count_links_to_exactly_the_failed_batches() {
+    let demo = Demo::run();
+    let failed = in_state(&demo.status(), COMPONENT, "failed");
+    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    ui.goto("/").await;
+    let target = (COMPONENT.to_owned(), "failed".to_owned());
+    let href = poll("the failed count's link", async || {
+        let links = ui.count_links().await;
+        let found = links.iter().find(|(href, _)| count_link(href).as_ref() == Some(&target));
+        found.map(|(href, _)| href.clone()).ok_or_else(|| format!("links: {links:?}"))
+    })
+    .await;
+    ui.click("the failed count of checksum-verifier", Locator::Css(&format!("a[href='{href}']"))).await;
+    let text = ui.wait_for(|at| at == href, "batches match").await;
+    assert!(text.contains(&format!("{} batches match", failed.len())), "{text}");
+
+    let (columns, rows) = ui.matrix().await;
+    let column = columns.iter().position(|c| c == COMPONENT).unwrap_or_else(|| panic!("columns {columns:?}"));
+    let listed: BTreeSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(listed, failed, "the matrix lists exactly the batches autocomp status has failed at {COMPONENT}");
+    for (id, cells) in &rows {
+        let cell = cells.get(column).map(|c| last_word(c));
+        assert_eq!(cell.as_deref(), Some("failed"), "{id}: {cells:?} under {columns:?}");
+    }
+    ui.screenshot("matrix.png").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_page_names_the_failing_file() {
+    let demo = Demo::run();
+    let failed = in_state(&demo.status(), COMPONENT, "failed");
+    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    for (i, id) in failed.iter().enumerate() {
+        let files = failing_files(&demo.show(id));
+        assert!(!files.is_empty(), "{id}: the checksum report names a file");
+        ui.goto(&format!("/batches/{id}")).await;
+        let text = ui.wait_for(|at| at == format!("/batches/{id}"), id).await;
+        // The log line shows the first failure; the full report (collapsed) has them all.
+        assert!(text.contains(&files[0]), "{id}: the page does not show {}:\n{text}", files[0]);
+        let source = ui.client.source().await.expect("page source");
+        for file in &files {
+            assert!(source.contains(file.as_str()), "{id}: the page does not name {file}");
+        }
+        assert_eq!(ui.batch_states().await.get(COMPONENT).map(String::as_str), Some("failed"), "{id}:\n{text}");
+        if i == 0 {
+            // The log line with the file, in view.
+            let line = format!("//td[contains(., '{}')]", files[0]);
+            let cell = ui.client.find(Locator::XPath(&line)).await.expect("the log line naming the file");
+            let cell = serde_json::to_value(cell).expect("an element reference");
+            ui.client.execute("arguments[0].scrollIntoView({ block: 'center' });", vec![cell]).await.expect("scrolled");
+            ui.screenshot("batch.png").await;
+        }
+    }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_in_rerun_is_previewed_confirmed_logged_and_run_again() {
+    let demo = Demo::run();
+    let id = in_state(&demo.status(), COMPONENT, "failed").into_iter().next().expect("a failed batch");
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    let page = format!("/batches/{id}");
+    let on_page = |at: &str| at == page;
+
+    ui.goto(&page).await;
+    ui.wait_for(on_page, "Sign in").await;
+    ui.sign_in(&monitor.token).await;
+
+    let before = events(&demo.show(&id));
+    ui.select(
+        "the rerun form's component",
+        Locator::XPath(&action_form("rerun", "//select[@name='component']")),
+        COMPONENT,
+    )
+    .await;
+    ui.type_into("the rerun form's reason", Locator::XPath(&action_form("rerun", "//input[@name='reason']")), REASON)
+        .await;
+    ui.click("Preview rerun", Locator::XPath(&action_form("rerun", "//button[@type='submit']"))).await;
+    let preview = ui.wait_for(|at| at == format!("{page}/act"), "Preview").await;
+    assert!(preview.contains(&format!("Reset of {EVENT_TYPE}")), "the preview names the Reset:\n{preview}");
+    assert!(names_change(&preview, COMPONENT, "failed", "ready"), "the preview names the state change:\n{preview}");
+    assert!(preview.contains(REASON), "{preview}");
+    assert_eq!(events(&demo.show(&id)), before, "a preview writes nothing");
+    ui.screenshot("preview.png").await;
+
+    ui.click("Confirm", Locator::XPath("//form[.//input[@name='confirm']]//button[@type='submit']")).await;
+    let agent = format!("operator:{OPERATOR}");
+    poll("the Reset in the batch page's log", async || {
+        let at = ui.location().await;
+        let rows = ui.rows().await;
+        let logged = rows
+            .iter()
+            .any(|cells| cells.iter().any(|c| c.split_whitespace().next() == Some("Reset")) && cells.contains(&agent));
+        if on_page(&at) && logged { Ok(()) } else { Err(format!("at {at}: rows {rows:?}")) }
+    })
+    .await;
+    let after = events(&demo.show(&id));
+    assert_eq!(after.len(), before.len() + 1, "one event written: {after:#?}");
+    assert_eq!(&after[..before.len()], &before[..], "earlier events unchanged");
+    assert_reset(&after[before.len()]);
+    assert_eq!(demo.show(&id)["components"][COMPONENT], "ready");
+
+    let pass = demo.pass(COMPONENT);
+    assert!(pass.stdout.contains(&id), "the pass took the batch again:\n{}", pass.show());
+    let show = demo.show(&id);
+    let outcome = events(&show).last().cloned().expect("events");
+    assert_eq!(outcome["type"], EVENT_TYPE, "{show:#}");
+    let expected = show["components"][COMPONENT].as_str().expect("a state").to_owned();
+    // The bag is still broken.
+    assert_eq!(expected, "failed", "{show:#}");
+    ui.client.refresh().await.expect("reload");
+    let seq = outcome["seq"].to_string();
+    poll("the batch page to show the new result", async || {
+        let states = ui.batch_states().await;
+        let rows = ui.rows().await;
+        let logged =
+            rows.iter().any(|cells| cells.first() == Some(&seq) && cells.iter().any(|c| c.contains(EVENT_TYPE)));
+        if states.get(COMPONENT) == Some(&expected) && logged {
+            Ok(())
+        } else {
+            Err(format!("states {states:?}, log rows {rows:?}"))
+        }
+    })
+    .await;
+    // The matrix cell says the same.
+    ui.goto(&format!("/batches?q={id}")).await;
+    let (columns, rows) = ui.matrix().await;
+    let column = columns.iter().position(|c| c == COMPONENT).expect("the component's column");
+    let cells = &rows.iter().find(|(row, _)| *row == id).unwrap_or_else(|| panic!("{id} in {rows:?}")).1;
+    assert_eq!(cells.get(column).map(|c| last_word(c)), Some(expected), "{cells:?}");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
+    let demo = Demo::run();
+    let states = demo.status();
+    let failed = in_state(&states, COMPONENT, "failed");
+    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
+    let before = demo.logs(states.keys().cloned());
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");
+    ui.goto(&list).await;
+    ui.wait_for(|at| at == list, "batches match").await;
+    ui.sign_in(&monitor.token).await;
+    ui.click("the bulk actions", Locator::XPath("//details[.//input[@name='action']]/summary")).await;
+    let form = |field: &str| action_form("rerun", field);
+    ui.select("the bulk rerun's component", Locator::XPath(&form("//select[@name='component']")), COMPONENT).await;
+    ui.type_into("the bulk rerun's reason", Locator::XPath(&form("//input[@name='reason']")), REASON).await;
+    ui.click("Preview rerun", Locator::XPath(&form("//button[@type='submit']"))).await;
+
+    let preview = ui.wait_for(|at| at == "/bulk", "Preview").await;
+    let heading = ui.script("return document.querySelector('h1').innerText;").await;
+    assert!(
+        heading.as_str().is_some_and(|h| h.contains(&format!("on {} batches", failed.len()))),
+        "the preview counts the {} failed batches: {heading}\n{preview}",
+        failed.len()
+    );
+    let sample: Vec<Vec<String>> =
+        ui.rows().await.into_iter().filter(|cells| cells.first().is_some_and(|id| failed.contains(id))).collect();
+    assert!(!sample.is_empty(), "the preview shows a sample of the batches:\n{preview}");
+    for cells in &sample {
+        let row = cells.join(" | ");
+        assert!(row.contains(&format!("Reset of {EVENT_TYPE}")), "{row}");
+        assert!(names_change(&row, COMPONENT, "failed", "ready"), "{row}");
+    }
+    assert_eq!(demo.logs(states.keys().cloned()), before, "a preview writes nothing");
+    ui.screenshot("bulk-preview.png").await;
+
+    ui.click("Confirm", Locator::XPath("//form[.//input[@name='confirm']]//button[@type='submit']")).await;
+    ui.wait_for(|at| at == list, &format!("{} performed", failed.len())).await;
+    let after = demo.logs(states.keys().cloned());
+    for (id, events) in &after {
+        let earlier = &before[id];
+        if failed.contains(id) {
+            assert_eq!(events.len(), earlier.len() + 1, "{id}: one Reset: {events:#?}");
+            assert_eq!(&events[..earlier.len()], &earlier[..], "{id}: earlier events unchanged");
+            assert_reset(&events[earlier.len()]);
+        } else {
+            assert_eq!(events, earlier, "{id} is not in the filter: nothing written");
+        }
+    }
+    let now = demo.status();
+    assert_eq!(in_state(&now, COMPONENT, "ready"), failed, "the rerun batches are ready again");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_without_the_token_or_from_another_site_are_refused_and_change_nothing() {
+    let demo = Demo::run();
+    let states = demo.status();
+    let id = in_state(&states, COMPONENT, "failed").into_iter().next().expect("a failed batch");
+    let monitor = Monitor::start(&demo).await;
+    let http = http();
+    let act = monitor.url(&format!("/batches/{id}/act"));
+    let bulk = monitor.url("/bulk");
+    let one_form = [("action", "rerun"), ("component", COMPONENT), ("reason", REASON), ("confirm", "1")];
+    let filter = format!("component:{COMPONENT} state:failed");
+    let bulk_form =
+        [("action", "rerun"), ("component", COMPONENT), ("reason", REASON), ("q", filter.as_str()), ("confirm", "1")];
+    let head = demo.head().await;
+    let logs = demo.logs(states.keys().cloned());
+    let unchanged = async |what: &str| {
+        assert_eq!(demo.head().await, head, "{what}: the store's head moved");
+    };
+
+    // Not signed in: no cookie, then cookies that are not the session.
+    for cookie in [None, Some("autocomp_token=guess; autocomp_operator=mallory".to_owned())] {
+        for (url, form) in [(&act, &one_form[..]), (&bulk, &bulk_form[..])] {
+            let mut request = http.post(url).form(form);
+            if let Some(cookie) = &cookie {
+                request = request.header("cookie", cookie);
+            }
+            let response = request.send().await.expect("the monitor answers");
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            assert!(matches!(status.as_u16(), 401 | 403), "POST {url} with cookie {cookie:?}: {status}\n{body}");
+            unchanged(&format!("POST {url} with cookie {cookie:?}")).await;
+        }
+    }
+    // A wrong token does not sign in.
+    let wrong =
+        http.post(monitor.url("/login")).form(&[("name", OPERATOR), ("token", "not-the-token"), ("next", "/")]).send();
+    let wrong = wrong.await.expect("the monitor answers");
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong.headers().get_all("set-cookie").iter().all(|c| !c.to_str().unwrap_or("").contains("autocomp_token="))
+    );
+
+    // Signed in: the cookies of a real sign-in.
+    let login = http.post(monitor.url("/login")).form(&[("name", OPERATOR), ("token", &monitor.token), ("next", "/")]);
+    let login = login.send().await.expect("the monitor answers");
+    assert_eq!(login.status(), StatusCode::SEE_OTHER, "sign-in redirects");
+    let cookies: Vec<String> = login
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|c| c.to_str().ok()?.split(';').next().map(str::to_owned))
+        .collect();
+    assert!(cookies.iter().any(|c| c.starts_with("autocomp_token=")), "{cookies:?}");
+    let cookie = cookies.join("; ");
+
+    for (header, value) in [("origin", "http://evil.example"), ("sec-fetch-site", "cross-site")] {
+        for (url, form) in [(&act, &one_form[..]), (&bulk, &bulk_form[..])] {
+            let response =
+                http.post(url).header("cookie", &cookie).header(header, value).form(form).send().await.expect("answer");
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            assert_eq!(status, StatusCode::FORBIDDEN, "POST {url} with {header}: {value}\n{body}");
+            assert!(body.to_lowercase().contains("nothing was changed"), "{body}");
+            unchanged(&format!("POST {url} with {header}: {value}")).await;
+        }
+    }
+    assert_eq!(demo.logs(states.keys().cloned()), logs, "no batch's log changed");
+
+    // The control: the same cookie from the monitor's own page is let through.
+    let own = |form: &[(&str, &str)]| {
+        http.post(&act)
+            .header("cookie", &cookie)
+            .header("origin", &monitor.base)
+            .header("sec-fetch-site", "same-origin")
+            .form(form)
+            .send()
+    };
+    let preview = own(&one_form[..3]).await.expect("answer");
+    assert_eq!(preview.status(), StatusCode::OK, "{}", preview.text().await.unwrap_or_default());
+    unchanged("a preview").await;
+    let done = own(&one_form).await.expect("answer");
+    assert_eq!(done.status(), StatusCode::SEE_OTHER, "{}", done.text().await.unwrap_or_default());
+    assert_eq!(demo.head().await, head + 1, "the confirmed rerun wrote one event");
+    assert_reset(events(&demo.show(&id)).last().expect("events"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axe_finds_nothing_serious_on_the_pages() {
+    let demo = Demo::run();
+    let id = in_state(&demo.status(), COMPONENT, "failed").into_iter().next().expect("a failed batch");
+    let monitor = Monitor::start(&demo).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");
+    let page = format!("/batches/{id}");
+    for (name, path, needle) in
+        [("overview", "/", "Overview"), ("matrix", list.as_str(), "batches match"), ("batch page", &page, "Log")]
+    {
+        ui.goto(path).await;
+        ui.wait_for(|at| at == path, needle).await;
+        ui.assert_accessible(name).await;
+    }
+    // Signed in, the pages carry the action forms.
+    ui.sign_in(&monitor.token).await;
+    ui.assert_accessible("batch page, signed in").await;
+    ui.goto(&list).await;
+    ui.wait_for(|at| at == list, "batches match").await;
+    ui.click("the bulk actions", Locator::XPath("//details[.//input[@name='action']]/summary")).await;
+    ui.assert_accessible("matrix, signed in, bulk actions open").await;
+    browser.close().await;
+}
