@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use autocomp_sboi::open_index;
 use autocomp_store::{BatchId, open_store};
-use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tokio::sync::watch;
 use tracing::{error, info};
 
@@ -19,11 +19,7 @@ use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::open_locks;
 use crate::runner::{Pipeline, Runner, Selection};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use autocomp_store::logging::LogFormat;
 
 /// The flags every component accepts.
 #[derive(Debug, Clone, Args)]
@@ -49,6 +45,9 @@ pub struct RunnerArgs {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects (then at
+    /// info level by default: a line per processed batch with its batch, component, run
+    /// generation, outcome and duration).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
@@ -95,18 +94,16 @@ pub fn main<C: Component>(component: C) -> ExitCode {
     run(component, args)
 }
 
+/// Logging for command-line programs (components, `autocomp`): quiet text for cron by
+/// default (warnings only: cron mails any output), `-v` info, `-vv` debug. JSON goes to a
+/// log collector, not a mailbox, so it starts at info.
 pub fn init_logging(verbose: u8, format: LogFormat) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
+    let level = match (verbose, format) {
+        (0, LogFormat::Text) => "warn",
+        (0, LogFormat::Json) | (1, _) => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    autocomp_store::logging::init(level, format);
 }
 
 /// Runs the component with parsed arguments; returns the documented exit code.

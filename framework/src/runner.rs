@@ -643,6 +643,16 @@ impl<C: Component> Runner<C> {
         let result = match self.pipeline.store.append_event(&id, event).await {
             Ok(_) => {
                 println!("{line}");
+                info!(
+                    batch = %id,
+                    component = %self.name,
+                    generation = claim.generation(),
+                    outcome = report.outcome.as_str(),
+                    duration_ms = report.duration_ms,
+                    timed_out,
+                    "recorded {}",
+                    self.event_type
+                );
                 BatchResult::Recorded { id, outcome: report.outcome, timed_out }
             }
             Err(e) if e.is_fenced() => {

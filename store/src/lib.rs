@@ -6,6 +6,7 @@
 //! with the `HttpStore` client that reaches it. Nothing here knows about indexes, locks or components.
 
 pub mod http;
+pub mod logging;
 pub mod model;
 pub mod port;
 pub mod postgres;

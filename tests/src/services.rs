@@ -129,11 +129,23 @@ impl Drop for Service {
 
 /// A plain HTTP/1.1 GET on loopback: status and body, or None if nothing answers.
 pub fn http_get(url: &str) -> Option<(u16, String)> {
+    http_request("GET", url, "")
+}
+
+/// A plain HTTP/1.1 request with a JSON body (no token) on loopback: status and body, or
+/// None if nothing answers.
+pub fn http_request(method: &str, url: &str, body: &str) -> Option<(u16, String)> {
     let rest = url.strip_prefix("http://")?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let mut stream = TcpStream::connect(authority).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     let status = answer.get(9..12)?.parse().ok()?;

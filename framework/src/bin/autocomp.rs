@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use autocomp_framework::cli::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_framework::exit::EXIT_CODES_HELP;
 use autocomp_framework::operator::{Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat};
@@ -21,6 +22,9 @@ struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     /// Directory holding autocomp.toml (the backends; optional when they come from the
     /// environment or flags). The pipeline itself is read from the store's component
     /// registry [default: /etc/autocomp]
@@ -220,15 +224,7 @@ enum PipelineAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = match cli.verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
-        .init();
+    autocomp_framework::cli::init_logging(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

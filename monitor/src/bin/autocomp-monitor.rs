@@ -1,7 +1,6 @@
 //! `autocomp-monitor`: serves the web monitor. Argument parsing, logging and startup checks
 //! only; the pages are `autocomp_monitor::web`.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +12,7 @@ use autocomp_framework::operator::Operator;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_store::http::service::load_token;
+use autocomp_store::logging::LogFormat;
 use clap::Parser;
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in flight finish), 2 usage or \
@@ -63,9 +63,12 @@ struct Cli {
     /// -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, format: LogFormat) {
     // -v is about the monitor and the pipeline's crates, not tantivy's file-by-file chatter.
     let level = match verbose {
         0 => "info",
@@ -73,12 +76,7 @@ fn init_logging(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .init();
+    autocomp_store::logging::init(level, format);
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -89,7 +87,7 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, cli.log_format);
     let token = match &cli.token_file {
         Some(path) => match load_token(Some(path)) {
             Ok(token) => Some(token),

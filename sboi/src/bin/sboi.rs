@@ -10,6 +10,7 @@ use std::time::Duration;
 use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
+use autocomp_store::logging::LogFormat;
 use autocomp_store::{HttpStore, ObjectStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,9 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 #[derive(Parser)]
 #[command(name = "sboi", version, about = "The autocomp batch index as an HTTP service.", after_help = EXIT_CODES)]
 struct Cli {
+    /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,9 +73,10 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
     let Command::Serve { store: store_url, index_dir, listen, token_file, reconcile_every, reads_need_token, verbose } =
-        Cli::parse().command;
-    init_logging(verbose);
+        cli.command;
+    init_logging(verbose, cli.log_format);
     let fail = |code: u8, message: String| {
         tracing::error!("{message}");
         ExitCode::from(code)

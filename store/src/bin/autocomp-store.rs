@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use autocomp_store::http::StoreService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
+use autocomp_store::logging::LogFormat;
 use autocomp_store::{PgStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
@@ -20,6 +21,9 @@ const MIGRATE_EXIT_CODES: &str = "Exit codes: 0 the schema is current (migrated 
 #[derive(Parser)]
 #[command(name = "autocomp-store", version, about = "The autocomp object store as an HTTP service.", after_help = EXIT_CODES)]
 struct Cli {
+    /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,13 +73,14 @@ fn fail(code: u8, message: String) -> ExitCode {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match cli.command {
         Command::Serve { db, listen, token_file, reads_need_token, verbose } => {
-            init_logging(verbose);
+            init_logging(verbose, cli.log_format);
             serve_store(db, listen, token_file, reads_need_token).await
         }
         Command::Migrate { db, verbose } => {
-            init_logging(verbose);
+            init_logging(verbose, cli.log_format);
             migrate(&db).await
         }
     }

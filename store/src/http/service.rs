@@ -350,9 +350,15 @@ async fn operation<S: Rpc>(
     };
     let response = answer.unwrap_or_else(IntoResponse::into_response);
     let label = known.map_or("unknown", |(name, _)| name);
-    service.metrics().observe(label, response.status(), started.elapsed());
-    if response.status().is_server_error() {
-        tracing::warn!(operation, status = %response.status(), "{} unavailable", S::WHAT);
+    let (status, elapsed) = (response.status(), started.elapsed());
+    service.metrics().observe(label, status, elapsed);
+    let ms = elapsed.as_secs_f64() * 1000.0;
+    if status.is_server_error() {
+        tracing::warn!(operation, status = status.as_u16(), ms, %peer, "{} unavailable", S::WHAT);
+    } else if status.is_client_error() {
+        tracing::warn!(operation, status = status.as_u16(), ms, %peer, "request refused");
+    } else {
+        tracing::debug!(operation, status = status.as_u16(), ms, %peer, "request");
     }
     response
 }
@@ -390,15 +396,15 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing requests in flight");
 }
 
-/// Logging for the service binaries: stderr, `RUST_LOG` or `-v` to raise the level.
-pub fn init_logging(verbose: u8) {
+/// Logging for the service binaries: stderr, `RUST_LOG` or `-v` to raise the level (`-v`
+/// logs a line per request).
+pub fn init_logging(verbose: u8, format: crate::logging::LogFormat) {
     let level = match verbose {
         0 => "info",
         1 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+    crate::logging::init(level, format);
 }
 
 #[cfg(test)]
