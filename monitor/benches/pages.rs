@@ -122,6 +122,9 @@ async fn run(batches: usize, store_path: &Path) {
     eprintln!("index caught up in {:.1} s", started.elapsed().as_secs_f64());
     let app = router(Monitor::new(operator, Settings::default()), WebOptions::default());
 
+    // The first overview decodes every term it needs into per-segment bitsets; later ones
+    // reuse them until the segments change (a merge, or new segments for new changes).
+    let (_, cold_overview) = get(&app, "/").await;
     let failed = "/batches?q=component%3Achecksum-verifier+state%3Afailed";
     let (matrix_html, _) = get(&app, failed).await;
     let pages = [
@@ -141,6 +144,8 @@ async fn run(batches: usize, store_path: &Path) {
     let batch_paths = ids.iter().cycle().take(WARM_UP + ITERATIONS).map(|id| format!("/batches/{id}"));
     let times = time(&app, batch_paths).await;
     row("batch page (random batches)", &times, BATCH_GOAL_MS);
+    let cold_ms = cold_overview.as_secs_f64() * 1000.0;
+    println!("| overview, first request (builds the term bitsets) | {cold_ms:.1} ms | | once per segment | |");
     let met = if matrix_html <= MATRIX_BYTES_GOAL { "yes" } else { "no" };
     println!("| matrix page HTML (50 rows x 10 components) | {} KB | | <= 200 KB | {met} |", matrix_html / 1024);
 }
