@@ -105,6 +105,16 @@ pub struct ComponentConfig {
     pub cancel_grace: Duration,
     /// Failures kept in a report; the true count is always reported.
     pub max_reported_failures: usize,
+    /// A batch ready for this component longer than this needs a person: the monitor marks
+    /// it overdue and `autocomp alerts` reports it (default: their `--ready-overdue-after`
+    /// / `--ready-after`, 1h). Recorded in the registry, so readers on other hosts know it.
+    #[serde(with = "duration_text::option")]
+    pub overdue_after: Option<Duration>,
+    /// No pass of this component on any host for this long needs a person: `autocomp
+    /// alerts` reports it silent (default: its `--silent-after`, 1h). Set it to a few times
+    /// the cron interval.
+    #[serde(with = "duration_text::option")]
+    pub silent_after: Option<Duration>,
     /// Trigger clauses replacing the component's defaults, clause by clause.
     pub trigger: toml::Table,
     /// Component-specific settings, checked by the component's `Settings` type.
@@ -126,6 +136,8 @@ impl Default for ComponentConfig {
             shutdown_grace: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
             max_reported_failures: 100,
+            overdue_after: None,
+            silent_after: None,
             trigger: toml::Table::new(),
             settings: toml::Table::new(),
         }

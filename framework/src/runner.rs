@@ -216,6 +216,8 @@ impl<C: Component> Runner<C> {
             queue_size: config.queue_size,
             max_runtime: config.max_runtime,
             source: false,
+            overdue_after: config.overdue_after,
+            silent_after: config.silent_after,
         };
         descriptor.validate().map_err(usage)?;
         let retry_trigger = descriptor.retry_trigger();

@@ -43,6 +43,8 @@ pub async fn register_component(store: &dyn ObjectStore, name: &str, event_type:
         queue_size: 10,
         max_runtime: Duration::from_secs(3600),
         source: false,
+        overdue_after: None,
+        silent_after: None,
     };
     let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1 };
     store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.expect("register a component");

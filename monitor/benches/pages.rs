@@ -96,6 +96,8 @@ fn descriptor(step: usize) -> ComponentDescriptor {
         queue_size: 10,
         max_runtime: Duration::from_secs(3600),
         source: step == 0,
+        overdue_after: None,
+        silent_after: None,
     }
 }
 

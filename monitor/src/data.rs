@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use autocomp_framework::operator::{Explanation, Operator, OperatorError, Step};
+use autocomp_framework::operator::{Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long};
 use autocomp_sboi::{PageKey, PageRequest, Tally};
 use autocomp_store::{
     Batch, BatchId, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Timestamp,
@@ -16,8 +16,9 @@ use crate::filter::{Filter, StateFilter};
 /// Settings of the monitor's views.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// A batch ready for a component longer than this is overdue (working longer than the
-    /// component's own `max_runtime` is overdue too).
+    /// A batch ready for a component longer than this is overdue, unless the component's
+    /// config sets its own `overdue_after` (working longer than the component's own
+    /// `max_runtime` is overdue too).
     pub ready_overdue_after: Duration,
     /// Batches per matrix page.
     pub page_size: usize,
@@ -123,7 +124,7 @@ impl Monitor {
             for state in ComponentState::ALL {
                 selections.push(Selection::component_state(step.descriptor(), state));
             }
-            selections.push(self.overdue_ready(step));
+            selections.push(ready_too_long(step, self.settings.ready_overdue_after));
         }
         let tallies = index.tally(&selections, false).await?;
         let ready: Vec<Selection> =
@@ -139,7 +140,7 @@ impl Monitor {
                 .zip(tallies)
                 .map(|(state, t)| (StateFilter::State(*state), t.count))
                 .collect();
-            let overdue_working = self.overdue_working(step).await?.len() as u64;
+            let overdue_working = self.operator.overdue_runs(step).await?.len() as u64;
             counts.push((StateFilter::Overdue, tallies[per_step - 1].count + overdue_working));
             rows.push(OverviewRow {
                 component: step.registered.clone(),
@@ -148,29 +149,6 @@ impl Monitor {
             });
         }
         Ok(Overview { rows, batches, head, now: Timestamp::now() })
-    }
-
-    /// Ready for longer than the threshold: nothing has happened to the batch since (the
-    /// last content change or event is what made it ready).
-    fn overdue_ready(&self, step: &Step) -> Selection {
-        Selection::component_state(step.descriptor(), ComponentState::Ready)
-            .and(Selection::QuietFor(self.settings.ready_overdue_after))
-    }
-
-    /// Working for longer than the component's `max_runtime`. The index knows who works on
-    /// a batch, not since when, so its candidates (working, and quiet that long: a run starts
-    /// after the batch's last activity) are checked against the store's open runs. Working
-    /// batches are few (each pass claims `queue_size`).
-    async fn overdue_working(&self, step: &Step) -> Result<Vec<Batch>, OperatorError> {
-        let store = self.operator.store().await?;
-        let index = self.operator.index(&store)?;
-        let max_runtime = step.descriptor().max_runtime;
-        let candidates = Selection::Running(step.name().clone()).and(Selection::QuietFor(max_runtime));
-        let page = index
-            .page(&PageRequest { selection: candidates, order: Default::default(), after: None, limit: MAX_BULK })
-            .await?;
-        let batches = store.get_batches(&page.batches).await?;
-        Ok(batches.into_iter().filter(|batch| is_overdue(step, batch, &self.settings)).collect())
     }
 
     /// One page of the batch x component matrix.
@@ -189,13 +167,15 @@ impl Monitor {
         let filtered = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
         let rows = batches
             .into_iter()
-            .filter(|batch| !overdue_only || filtered.is_some_and(|step| is_overdue(step, batch, &self.settings)))
+            .filter(|batch| {
+                !overdue_only || filtered.is_some_and(|step| is_overdue(step, batch, self.settings.ready_overdue_after))
+            })
             .map(|batch| MatrixRow {
                 cells: pipeline
                     .iter()
                     .map(|step| Cell {
                         state: step.state_of(&batch),
-                        overdue: is_overdue(step, &batch, &self.settings),
+                        overdue: is_overdue(step, &batch, self.settings.ready_overdue_after),
                     })
                     .collect(),
                 batch,
@@ -247,7 +227,7 @@ impl Monitor {
             let batches = store.get_batches(&ids).await?;
             let overdue: Vec<BatchId> = batches
                 .iter()
-                .filter(|b| step.is_some_and(|step| is_overdue(step, b, &self.settings)))
+                .filter(|b| step.is_some_and(|step| is_overdue(step, b, self.settings.ready_overdue_after)))
                 .map(|b| b.id.clone())
                 .collect();
             ids.retain(|id| overdue.contains(id));
@@ -272,20 +252,9 @@ impl Monitor {
         if let (Some(step), Some(StateFilter::Overdue)) = (step, filter.state) {
             let working =
                 Selection::Running(step.name().clone()).and(Selection::QuietFor(step.descriptor().max_runtime));
-            selection = selection.and(Selection::Or(vec![self.overdue_ready(step), working]));
+            let ready = ready_too_long(step, self.settings.ready_overdue_after);
+            selection = selection.and(Selection::Or(vec![ready, working]));
         }
         Ok(selection)
-    }
-}
-
-/// Ready longer than the monitor's threshold, or working longer than the component's
-/// `max_runtime`, by the store's clock when the batch was read.
-pub fn is_overdue(step: &Step, batch: &Batch, settings: &Settings) -> bool {
-    match step.state_of(batch) {
-        ComponentState::Ready => batch.as_of.since(batch.last_activity_at()) >= settings.ready_overdue_after,
-        ComponentState::Working => batch
-            .open_run(step.name())
-            .is_some_and(|run| batch.as_of.since(run.started_at) >= step.descriptor().max_runtime),
-        _ => false,
     }
 }

@@ -333,6 +333,8 @@ fn checker() -> ComponentDescriptor {
         queue_size: 10,
         max_runtime: Duration::from_secs(600),
         source: false,
+        overdue_after: None,
+        silent_after: None,
     }
 }
 

@@ -147,6 +147,8 @@ fn state_selection() -> impl Strategy<Value = Selection> {
                 queue_size: 10,
                 max_runtime: Duration::from_secs(60),
                 source: false,
+                overdue_after: None,
+                silent_after: None,
             };
             Selection::component_state(&descriptor, ComponentState::ALL[state])
         },

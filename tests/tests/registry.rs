@@ -341,3 +341,61 @@ fn the_operator_name_falls_back_to_the_login_name_when_user_is_unset() {
     let last = pipeline.batch(&id).events.last().cloned().unwrap();
     assert_eq!(last.agent.as_str(), format!("operator:{login}"));
 }
+
+/// `autocomp --config-dir <pipeline>/config ARGS`, as cron would run it.
+fn autocomp_on(pipeline: &Pipeline, args: &[&str]) -> Finished {
+    let mut command = Command::new(binary("autocomp"));
+    command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
+    run(clean(command))
+}
+
+/// Runs `autocomp alerts ARGS` until it exits 1 (it printed something), with a deadline;
+/// every answer before that must be the quiet one (exit 0, nothing printed).
+fn first_alert(pipeline: &Pipeline, args: &[&str]) -> Finished {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let alerts = autocomp_on(pipeline, &[&["alerts"], args].concat());
+        if alerts.code == Some(1) {
+            return alerts;
+        }
+        assert_eq!((alerts.code, alerts.stdout.as_str()), (Some(0), ""), "{}", text(&alerts));
+        assert!(std::time::Instant::now() < deadline, "no alert within 30 s: {}", text(&alerts));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn alerts_print_only_what_needs_a_person_and_exit_1_when_they_do() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.register(2);
+    let pass = pipeline.run(&[]);
+    assert_eq!(pass.code, Some(0), "{}", pass.show());
+
+    // Nothing overdue, nothing silent: not a byte, exit 0 (cron mails nothing).
+    let quiet = autocomp_on(&pipeline, &["alerts"]);
+    assert_eq!((quiet.code, quiet.stdout.as_str(), quiet.stderr.as_str()), (Some(0), "", ""), "{}", text(&quiet));
+
+    // The component stops: once no host has run it for longer than the threshold, it is news.
+    let silent = first_alert(&pipeline, &["--silent-after", "1s"]);
+    assert!(silent.stdout.starts_with("probe: no pass on any host for "), "{}", text(&silent));
+    assert_eq!(silent.stdout.lines().count(), 1, "one line per alert: {}", text(&silent));
+    let as_json = autocomp_on(&pipeline, &["alerts", "--silent-after", "1s", "--format", "json"]);
+    assert_eq!(as_json.code, Some(1), "{}", text(&as_json));
+    let alerts: Value = serde_json::from_str(&as_json.stdout).unwrap();
+    assert_eq!((alerts[0]["kind"].as_str(), alerts[0]["component"].as_str()), (Some("silent"), Some("probe")));
+    assert!(alerts[0]["message"].as_str().unwrap().starts_with("probe: no pass"), "{alerts}");
+
+    // The component's own thresholds win over the flags: silent after an hour, but batches
+    // ready for more than a second are overdue.
+    pipeline.configure("silent_after = \"1h\"\noverdue_after = \"1s\"\n");
+    let idle = pipeline.run(&[]);
+    assert_eq!(idle.code, Some(0), "{}", idle.show());
+    pipeline.register_one("LATE1", true);
+    let overdue = first_alert(&pipeline, &["--silent-after", "1s"]);
+    assert!(
+        overdue.stdout.starts_with("probe: 1 batch ready for longer than 1s, the oldest for "),
+        "{}",
+        text(&overdue)
+    );
+    assert!(!overdue.stdout.contains("no pass"), "its own silent_after (1h) wins: {}", text(&overdue));
+}

@@ -265,6 +265,8 @@ async fn register(
         queue_size: config.queue_size,
         max_runtime: config.max_runtime,
         source: true,
+        overdue_after: None,
+        silent_after: None,
     };
     let (outcome, summary) = match scanned {
         Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),

@@ -8,16 +8,21 @@ use std::time::Duration;
 
 use autocomp_framework::cli::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_framework::exit::EXIT_CODES_HELP;
-use autocomp_framework::operator::{Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat};
+use autocomp_framework::operator::{
+    AlertDefaults, Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat,
+};
 use autocomp_store::Outcome;
 use clap::{ArgGroup, Parser, Subcommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
 /// prioritize their steps. Every write is appended to the batch's log as an event naming
 /// the operator (--as) and the reason (--reason); nothing is ever edited or deleted.
+const CLI_EXIT_CODES: &str = "Exit codes: 0 ok, 1 an action the batch's state refuses (nothing written) or \
+                              `alerts` printed alerts, 2 usage, config or input error, 4 lock service lost, 5 store or \
+                              index unreachable.";
+
 #[derive(Parser)]
-#[command(name = "autocomp", version, after_help = EXIT_CODES_HELP)]
+#[command(name = "autocomp", version, after_help = CLI_EXIT_CODES)]
 struct Cli {
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -184,6 +189,23 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Only what needs a person, one line each, and exit 1 when there is any (for a cron
+    /// line that mails exactly the news): batches ready longer than their component's
+    /// overdue_after (else --ready-after), runs past their max_runtime, components no host
+    /// has run for their silent_after (else --silent-after), an index behind the store.
+    Alerts {
+        /// Default for components whose config sets no overdue_after.
+        #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+        ready_after: Duration,
+        /// Default for components whose config sets no silent_after.
+        #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+        silent_after: Duration,
+        /// Store changes the index may be behind.
+        #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
+        index_lag: u64,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// Rebuild the batch index from the store, with a progress bar.
     Reindex,
     /// Every held lock with its holder and age.
@@ -232,10 +254,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // `alerts` exits 1 when it printed anything, so cron's mail is the alert.
+    let alerting = matches!(cli.command, Command::Alerts { .. });
     let code = match runtime.block_on(operate(cli)) {
         Ok(output) => {
             print!("{output}");
-            0
+            u8::from(alerting && !output.is_empty())
         }
         Err(e) => {
             eprintln!("autocomp: {e}");
@@ -284,6 +308,10 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
         Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
             operator.forget(&component, &reason).await?
+        }
+        Command::Alerts { ready_after, silent_after, index_lag, format } => {
+            let defaults = AlertDefaults { ready_after, silent_after, index_lag };
+            operator.alerts(&defaults).await?.render(format)
         }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),

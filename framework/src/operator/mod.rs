@@ -13,6 +13,7 @@
 //! directory only names the backends.
 
 mod actions;
+mod alerts;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,7 @@ use crate::locks::{LockError, LockService, open_locks};
 pub use actions::{
     Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
 };
+pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_too_long};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter,
     StatusView, TableFormat, report_summary,

@@ -132,8 +132,8 @@ pub async fn overview(
     let mut body = String::from("<h1>Overview</h1>\n");
     w!(
         body,
-        "<p>{} batches in the store; store head seq {}. A batch is <em>overdue</em> when ready longer than {} or \
-         working longer than its component's <code>max_runtime</code>.</p>\n",
+        "<p>{} batches in the store; store head seq {}. A batch is <em>overdue</em> when ready longer than its \
+         component's <code>overdue_after</code> (default {}) or working longer than its <code>max_runtime</code>.</p>\n",
         esc(overview.batches),
         esc(overview.head),
         esc(humantime::format_duration(app.monitor.settings().ready_overdue_after))

@@ -25,6 +25,8 @@ pub(crate) fn descriptor() -> ComponentDescriptor {
         queue_size: 10,
         max_runtime: Duration::from_secs(3600),
         source: false,
+        overdue_after: None,
+        silent_after: None,
     }
 }
 

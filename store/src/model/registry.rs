@@ -37,6 +37,14 @@ pub struct ComponentDescriptor {
     /// working on batches its trigger selects: a batch without its event waits for a delivery.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub source: bool,
+    /// A batch ready for the component longer than this needs a person (the monitor marks
+    /// it overdue, `autocomp alerts` reports it); unset: the reader's default.
+    #[serde(default, with = "duration_text::option", skip_serializing_if = "Option::is_none")]
+    pub overdue_after: Option<Duration>,
+    /// No pass of the component on any host for this long needs a person; unset: the
+    /// reader's default.
+    #[serde(default, with = "duration_text::option", skip_serializing_if = "Option::is_none")]
+    pub silent_after: Option<Duration>,
 }
 
 impl ComponentDescriptor {
