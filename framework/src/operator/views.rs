@@ -142,7 +142,8 @@ fn lock_json(lock: &HeldLock, now: Timestamp) -> Value {
     }
 }
 
-fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
+/// Who holds a lock, in words: `free`, or `held by <agent> on <host> pid <pid> since <time> (<age>)`.
+pub fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
     match lock {
         None => "free".into(),
         Some(HeldLock { holder: None, .. }) => "held (holder not readable)".into(),

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autocomp_framework::locks::HeldLock;
-use autocomp_framework::operator::{Explanation, report_summary};
+use autocomp_framework::operator::{Explanation, describe_lock, report_summary};
 use autocomp_sboi::PageKey;
 use autocomp_store::{Batch, RESULT_KEY, Timestamp};
 use axum::extract::rejection::QueryRejection;
@@ -559,16 +558,6 @@ fn clause_table<'c>(
         check(index)
     );
     out
-}
-
-fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
-    match lock {
-        None => "free".into(),
-        Some(HeldLock { holder: None, .. }) => "held (holder not readable)".into(),
-        Some(HeldLock { holder: Some(h), .. }) => {
-            format!("held by {} on {} pid {} since {} ({})", h.agent, h.host, h.pid, h.since, age(now.since(h.since)))
-        }
-    }
 }
 
 fn explain(e: &Explanation) -> String {

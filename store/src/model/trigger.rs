@@ -302,23 +302,13 @@ impl fmt::Display for Clause<'_> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Map, json};
+    use serde_json::json;
 
     use super::*;
-    use crate::model::{Agent, Event, Seq};
+    use crate::model::{Event, Seq, fixtures};
 
     fn event(seq: i64, kind: &str, outcome: Outcome, at: i64) -> Event {
-        Event {
-            seq: Seq(seq),
-            batch_id: BatchId::new("B1").unwrap(),
-            event_type: EventType::new(kind).unwrap(),
-            outcome,
-            agent: Agent::new("test").unwrap(),
-            at: Timestamp(at),
-            details: json!({}),
-            run: None,
-            resets: Vec::new(),
-        }
+        fixtures::event(seq, kind, outcome, json!({}), at)
     }
 
     fn reset(seq: i64, types: &[&str]) -> Event {
@@ -329,20 +319,7 @@ mod tests {
     }
 
     fn batch(events: Vec<Event>) -> Batch {
-        Batch {
-            id: BatchId::new("B1").unwrap(),
-            batch_type: BatchType::new("RoundTrip").unwrap(),
-            priority: 0,
-            metadata: Map::new(),
-            created_seq: Seq(1),
-            modified_seq: Seq(1),
-            changed_seq: Seq(1),
-            created_at: Timestamp(0),
-            modified_at: Timestamp(0),
-            events,
-            open_runs: Vec::new(),
-            as_of: Timestamp(1_000_000),
-        }
+        fixtures::batch(events, 1_000_000)
     }
 
     fn types(names: &[&str]) -> Vec<EventType> {
