@@ -485,3 +485,24 @@ async fn the_csv_export_has_the_header_and_one_row_per_batch_of_the_filter() {
     assert_eq!((all.body.lines().count(), ids.len()), (1_201, 1_200));
     let _ = &f.monitor;
 }
+
+#[tokio::test]
+async fn metrics_are_served_as_prometheus_text_from_the_index() {
+    let f = fixture().await;
+    let metrics = f.get("/metrics", &[]).await;
+    assert_eq!(metrics.status, StatusCode::OK, "{}", metrics.body);
+    assert!(
+        metrics.header(header::CONTENT_TYPE).starts_with("text/plain"),
+        "{:?}",
+        metrics.header(header::CONTENT_TYPE)
+    );
+    for line in [
+        "autocomp_batches{component=\"checker\",state=\"failed\"} 1",
+        "autocomp_batches{component=\"checker\",state=\"ready\"} 1",
+        "autocomp_batches{component=\"probe\",state=\"success\"} 2",
+        "# TYPE autocomp_last_pass_age_seconds gauge",
+        "autocomp_index_lag_changes 0",
+    ] {
+        assert!(metrics.body.lines().any(|l| l == line), "{line} missing:\n{}", metrics.body);
+    }
+}

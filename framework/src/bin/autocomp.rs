@@ -206,6 +206,13 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// The pipeline's metrics in the Prometheus text format (for node_exporter's textfile
+    /// collector on hosts without a monitor; the monitor serves the same on /metrics).
+    Metrics {
+        /// Overdue threshold for components whose config sets no overdue_after.
+        #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+        ready_after: Duration,
+    },
     /// Rebuild the batch index from the store, with a progress bar.
     Reindex,
     /// Every held lock with its holder and age.
@@ -312,6 +319,9 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Alerts { ready_after, silent_after, index_lag, format } => {
             let defaults = AlertDefaults { ready_after, silent_after, index_lag };
             operator.alerts(&defaults).await?.render(format)
+        }
+        Command::Metrics { ready_after } => {
+            operator.metrics(&AlertDefaults { ready_after, ..AlertDefaults::default() }).await?
         }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),

@@ -14,6 +14,7 @@
 
 mod actions;
 mod alerts;
+mod metrics;
 mod views;
 
 use std::path::{Path, PathBuf};

@@ -66,6 +66,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .route("/assets/monitor.css", get(assets::css))
         .route("/assets/monitor.js", get(assets::js))
         .route("/health", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         // Forms only: a reason is at most 2000 characters.
@@ -211,4 +212,19 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> WebEr
         "Method not allowed",
         format!("{method} is not allowed on {}", uri.path()),
     )
+}
+
+/// The pipeline's metrics in the Prometheus text format (the same as `autocomp metrics`).
+async fn metrics(axum::extract::State(app): axum::extract::State<Arc<App>>) -> Response {
+    let defaults = autocomp_framework::operator::AlertDefaults {
+        ready_after: app.monitor.settings().ready_overdue_after,
+        ..Default::default()
+    };
+    match app.monitor.operator().metrics(&defaults).await {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Err(error) => {
+            tracing::warn!("metrics: {error}");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("metrics unavailable: {error}\n")).into_response()
+        }
+    }
 }
