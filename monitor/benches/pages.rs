@@ -1,7 +1,7 @@
 //! Benchmark of the web monitor's pages at the batch index benchmark's data set (1,000,000
 //! batches of a ten-step pipeline, ~10 events each): the overview, a filtered matrix page and
-//! a batch page, timed as server time through the real router (rendering included), plus the
-//! matrix page's HTML size.
+//! a batch page and `/metrics`, timed as server time through the real router (rendering
+//! included), plus the matrix page's HTML size.
 //!
 //! Run with `cargo bench -p autocomp-monitor --bench pages`. `AUTOCOMP_BENCH_BATCHES` sets the
 //! number of batches (default 1,000,000). The data set is the index benchmark's, cached in
@@ -31,6 +31,7 @@ const WARM_UP: usize = 5;
 const OVERVIEW_GOAL_MS: f64 = 100.0;
 const MATRIX_GOAL_MS: f64 = 100.0;
 const BATCH_GOAL_MS: f64 = 50.0;
+const METRICS_GOAL_MS: f64 = 200.0;
 const MATRIX_BYTES_GOAL: usize = 200 * 1024;
 
 /// The data set's pipeline: (event type, component), in order; the first is the source.
@@ -133,6 +134,7 @@ async fn run(batches: usize, store_path: &Path) {
         ("overview `/`", "/".to_owned(), OVERVIEW_GOAL_MS),
         ("matrix, component:checksum-verifier state:failed", failed.to_owned(), MATRIX_GOAL_MS),
         ("matrix, all batches, highest priority first", "/batches?q=&order=priority".to_owned(), MATRIX_GOAL_MS),
+        ("`/metrics` (Prometheus text)", "/metrics".to_owned(), METRICS_GOAL_MS),
     ];
     println!(
         "monitor pages, {batches} batches, {ITERATIONS} requests each after {WARM_UP} warm-up (server time, release)"

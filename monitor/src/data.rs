@@ -130,6 +130,7 @@ impl Monitor {
         let ready: Vec<Selection> =
             pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ComponentState::Ready)).collect();
         let oldest_ready = index.tally(&ready, true).await?;
+        let overdue_runs = self.operator.overdue_runs(&pipeline).await?;
         let batches = tallies.first().map_or(0, |t| t.count);
         let mut rows = Vec::with_capacity(pipeline.len());
         let per_step = ComponentState::ALL.len() + 1;
@@ -140,7 +141,7 @@ impl Monitor {
                 .zip(tallies)
                 .map(|(state, t)| (StateFilter::State(*state), t.count))
                 .collect();
-            let overdue_working = self.operator.overdue_runs(step).await?.len() as u64;
+            let overdue_working = overdue_runs.iter().filter(|run| run.component == *step.name()).count() as u64;
             counts.push((StateFilter::Overdue, tallies[per_step - 1].count + overdue_working));
             rows.push(OverviewRow {
                 component: step.registered.clone(),

@@ -1,13 +1,11 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
 //! the news: batches ready for longer than their component's threshold, runs past their
 //! `max_runtime`, components no host has run for too long, an index far behind the store.
-//! Counts come from the index and the registry; the store is read only for the few batches
-//! being worked on. The monitor's overdue marks use the same rules (`overdue_runs`).
+//! Counts come from the index and the registry; the store is read only for its open runs. The monitor's overdue marks use the same rules (`overdue_runs`).
 
 use std::time::Duration;
 
-use autocomp_sboi::{MAX_PAGE, PageRequest};
-use autocomp_store::{Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Selection, Timestamp};
+use autocomp_store::{Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Run, Selection, Timestamp};
 use serde::Serialize;
 use serde_json::json;
 
@@ -142,22 +140,26 @@ pub fn ready_too_long(step: &Step, ready_after: Duration) -> Selection {
 }
 
 impl Operator {
-    /// The batches `step` has worked on longer than its `max_runtime`. The index knows who
-    /// works on a batch, not since when, so its candidates (working, and quiet that long: a
-    /// run starts after the batch's last activity) are checked against the store's open
-    /// runs. Working batches are few: each pass claims `queue_size`.
-    pub async fn overdue_runs(&self, step: &Step) -> Result<Vec<Batch>, OperatorError> {
+    /// The open runs of `steps`' components: one indexed read per component of what is
+    /// being worked on now (never a read of every batch).
+    pub async fn open_runs_of(&self, steps: &[Step]) -> Result<Vec<Run>, OperatorError> {
         let store = self.store().await?;
-        let index = self.index(&store)?;
-        let max_runtime = step.descriptor().max_runtime;
-        let candidates = Selection::Running(step.name().clone()).and(Selection::QuietFor(max_runtime));
-        let request = PageRequest { selection: candidates, order: Default::default(), after: None, limit: MAX_PAGE };
-        let page = index.page(&request).await?;
-        let batches = store.get_batches(&page.batches).await?;
-        Ok(batches
+        let mut runs = Vec::new();
+        for step in steps {
+            runs.extend(store.open_runs(Some(step.name())).await?);
+        }
+        Ok(runs)
+    }
+
+    /// The open runs of `steps` older than their component's `max_runtime`.
+    pub async fn overdue_runs(&self, steps: &[Step]) -> Result<Vec<Run>, OperatorError> {
+        let now = Timestamp::now();
+        let runs = self.open_runs_of(steps).await?;
+        Ok(runs
             .into_iter()
-            .filter(|batch| {
-                batch.open_run(step.name()).is_some_and(|run| batch.as_of.since(run.started_at) >= max_runtime)
+            .filter(|run| {
+                let step = steps.iter().find(|step| *step.name() == run.component);
+                step.is_some_and(|step| now.since(run.started_at) >= step.descriptor().max_runtime)
             })
             .collect())
     }
@@ -172,6 +174,7 @@ impl Operator {
 
         let waiting: Vec<Selection> = pipeline.iter().map(|step| ready_too_long(step, defaults.ready_after)).collect();
         let tallies = index.tally(&waiting, true).await?;
+        let overdue = self.overdue_runs(&pipeline).await?;
         for (step, tally) in pipeline.iter().zip(tallies) {
             if tally.count > 0 {
                 alerts.push(Alert::ReadyTooLong {
@@ -181,15 +184,13 @@ impl Operator {
                     threshold: text(overdue_after(step, defaults.ready_after)),
                 });
             }
-            for batch in self.overdue_runs(step).await? {
-                if let Some(run) = batch.open_run(step.name()) {
-                    alerts.push(Alert::WorkingTooLong {
-                        component: step.name().clone(),
-                        batch: batch.id.clone(),
-                        started_at: run.started_at,
-                        max_runtime: text(step.descriptor().max_runtime),
-                    });
-                }
+            for run in overdue.iter().filter(|run| run.component == *step.name()).cloned() {
+                alerts.push(Alert::WorkingTooLong {
+                    component: step.name().clone(),
+                    batch: run.batch_id,
+                    started_at: run.started_at,
+                    max_runtime: text(step.descriptor().max_runtime),
+                });
             }
             let registered = &step.registered;
             let last_seen = registered.hosts.iter().map(|h| h.last_seen).max().unwrap_or(registered.registered_at);

@@ -2,11 +2,10 @@
 //! `autocomp metrics` (node_exporter's textfile collector on hosts without a monitor): batches
 //! per component and state, how long the oldest ready and working batches have waited, time
 //! since each component's last pass, index lag. Counted by the index and read from the
-//! registry; the store is read only for the few batches being worked on.
+//! registry; of the store only its open runs are read.
 
 use std::fmt::Write as _;
 
-use autocomp_sboi::{MAX_PAGE, PageRequest};
 use autocomp_store::{ComponentState, Selection, Timestamp};
 
 use super::alerts::{AlertDefaults, ready_too_long};
@@ -85,19 +84,14 @@ impl Operator {
             let age = tally.quietest.map_or(0.0, seconds);
             family.sample("autocomp_oldest_ready_age_seconds", &[("component", step.name().as_str())], age);
         }
-        let mut working_ages = Vec::with_capacity(pipeline.len());
-        for step in &pipeline {
-            let request = PageRequest {
-                selection: Selection::Running(step.name().clone()),
-                order: Default::default(),
-                after: None,
-                limit: MAX_PAGE,
-            };
-            let page = index.page(&request).await?;
-            let batches = store.get_batches(&page.batches).await?;
-            let oldest = batches.iter().filter_map(|b| b.open_run(step.name()).map(|run| run.started_at)).min();
-            working_ages.push(oldest.map_or(0.0, seconds));
-        }
+        let runs = self.open_runs_of(&pipeline).await?;
+        let working_ages: Vec<f64> = pipeline
+            .iter()
+            .map(|step| {
+                let oldest = runs.iter().filter(|run| run.component == *step.name()).map(|run| run.started_at).min();
+                oldest.map_or(0.0, seconds)
+            })
+            .collect();
         let mut family = Family::gauge(
             &mut out,
             "autocomp_oldest_working_age_seconds",
