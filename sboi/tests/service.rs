@@ -12,6 +12,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::{wait_for, wait_until};
+
 use autocomp_sboi::http::wire::OPERATIONS;
 use autocomp_sboi::{
     BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, MAX_PAGE, PageKey, PageOrder, PageRequest,
@@ -64,13 +66,13 @@ impl Service {
 
     fn wait_healthy(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
+        let url = self.url();
+        wait_for(deadline, &format!("sboi serve on {url}"), || {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("sboi serve exited with {status} before it was healthy");
             }
-            assert!(Instant::now() < deadline, "sboi serve did not come up on {}", self.url());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            get(&format!("{url}/health")).map(|(status, _)| status) == Some(200)
+        });
     }
 
     fn index(&self) -> HttpIndex {
@@ -688,10 +690,7 @@ async fn metrics_show_the_index_lag_and_fresh_queries_say_when_they_are_stale() 
 
     drop(writer);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while service.gauge("sboi_index_lag") != 0.0 {
-        assert!(Instant::now() < deadline, "the follower did not catch up once the writer was free");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(deadline, "the follower to catch up once the writer was free", || service.gauge("sboi_index_lag") == 0.0);
     let answer = index.query_with(&trigger, false).await.unwrap();
     assert_eq!(answer.batches, vec![id("B0002"), id("B0001")], "priority 2 before 1");
     assert!(!answer.stale);
@@ -951,16 +950,15 @@ async fn an_unreachable_index_service_is_unavailable_naming_its_url() {
 fn exit_status(mut command: Command) -> ExitStatus {
     let mut child = command.spawn().expect("start sboi");
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            child.kill().ok();
-            panic!("sboi did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let mut exited = None;
+    if !wait_until(deadline, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    }) {
+        child.kill().ok();
+        panic!("sboi did not exit");
     }
+    exited.expect("it exited")
 }
 
 #[test]

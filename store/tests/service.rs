@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::{wait_for, wait_for_async};
+
 use autocomp_store::http::wire::OPERATIONS;
 use autocomp_store::*;
 use serde_json::{Value, json};
@@ -55,10 +57,9 @@ impl Service {
 
     fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while get(&format!("{}/health", self.url())).map(|(status, _)| status) != Some(200) {
-            assert!(Instant::now() < deadline, "the store service did not come up on {}", self.url());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(deadline, &format!("the store service on {}", self.url()), || {
+            get(&format!("{}/health", self.url())).map(|(status, _)| status) == Some(200)
+        });
     }
 
     fn kill(&mut self) {
@@ -308,10 +309,10 @@ async fn long_poll_answers_as_soon_as_a_write_lands(service: &Service, direct: O
     };
     // Poll until the waiter is parked at the service, then write.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !metrics(service).contains("autocomp_store_long_polls_waiting 1") {
-        assert!(Instant::now() < deadline, "the long poll never parked");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_async(deadline, "the long poll to park", async || {
+        metrics(service).contains("autocomp_store_long_polls_waiting 1")
+    })
+    .await;
     let written_at = Instant::now();
     match &direct {
         Some(direct) => direct.create_batch(new_batch("B1")).await.unwrap(),
@@ -526,10 +527,10 @@ async fn a_restart_mid_stream_neither_loses_nor_doubles_an_append_or_a_claim() {
         // Kill the service while appends are in flight, then bring it back on the same port.
         let before = local.head().await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while local.head().await.unwrap() < Seq(before.0 + 100) && !writer.is_finished() {
-            assert!(Instant::now() < deadline, "the writer made no progress");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_for_async(deadline, "the writer to make progress", async || {
+            local.head().await.unwrap() >= Seq(before.0 + 100) || writer.is_finished()
+        })
+        .await;
         service.kill();
         service = Service::start_on(&db, port);
     }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use autocomp_e2e::{Finished, binary, finish};
 use autocomp_store::{ObjectStore, SqliteStore};
 use autocomp_test_servers::chromium::{self, Browser, axe_violations, serious_or_critical};
+use autocomp_test_servers::wait_until_async;
 use fantoccini::{Client, Locator};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -215,25 +216,27 @@ impl Monitor {
     async fn wait_up(&mut self) -> bool {
         let http = http();
         let up_line = format!("monitor up: {}/", self.base);
+        // Some(up) once it listens and answers, or exited; None while it starts.
+        let mut up = None;
         let deadline = Instant::now() + LIMIT;
-        loop {
+        wait_until_async(deadline, async || {
             if let Some(status) = self.child.try_wait().expect("try_wait on the monitor") {
                 let log = self.log_text();
                 assert!(log.contains("cannot listen"), "autocomp-monitor exited with {status}:\n{log}");
-                return false;
-            }
-            if self.log_text().contains(&up_line) {
+                up = Some(false);
+            } else if self.log_text().contains(&up_line) {
                 let health = http.get(format!("{}/health", self.base)).send().await;
                 if let Ok(response) = health
                     && response.status() == StatusCode::OK
                 {
                     assert_eq!(response.text().await.unwrap_or_default(), "ok");
-                    return true;
+                    up = Some(true);
                 }
             }
-            assert!(Instant::now() < deadline, "autocomp-monitor not up within {LIMIT:?}:\n{}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            up.is_some()
+        })
+        .await;
+        up.unwrap_or_else(|| panic!("autocomp-monitor not up within {LIMIT:?}:\n{}", self.log_text()))
     }
 
     fn log_text(&self) -> String {
@@ -268,14 +271,13 @@ fn screenshot_dir() -> PathBuf {
 /// Polls `attempt` until it gives a value, at most `LIMIT`; panics with `what` and the last
 /// reason it gave.
 async fn poll<T>(what: &str, mut attempt: impl AsyncFnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        match attempt().await {
-            Ok(value) => return value,
-            Err(why) if Instant::now() >= deadline => panic!("timed out after {LIMIT:?} waiting for {what}: {why}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    let mut last = Err(String::new());
+    wait_until_async(Instant::now() + LIMIT, async || {
+        last = attempt().await;
+        last.is_ok()
+    })
+    .await;
+    last.unwrap_or_else(|why| panic!("timed out after {LIMIT:?} waiting for {what}: {why}"))
 }
 
 /// `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` a byte.

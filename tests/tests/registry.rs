@@ -352,16 +352,18 @@ fn autocomp_on(pipeline: &Pipeline, args: &[&str]) -> Finished {
 /// Runs `autocomp alerts ARGS` until it exits 1 (it printed something), with a deadline;
 /// every answer before that must be the quiet one (exit 0, nothing printed).
 fn first_alert(pipeline: &Pipeline, args: &[&str]) -> Finished {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let mut last = None;
+    autocomp_e2e::wait_until(std::time::Instant::now() + Duration::from_secs(30), || {
         let alerts = autocomp_on(pipeline, &[&["alerts"], args].concat());
-        if alerts.code == Some(1) {
-            return alerts;
+        if alerts.code != Some(1) {
+            assert_eq!((alerts.code, alerts.stdout.as_str()), (Some(0), ""), "{}", text(&alerts));
         }
-        assert_eq!((alerts.code, alerts.stdout.as_str()), (Some(0), ""), "{}", text(&alerts));
-        assert!(std::time::Instant::now() < deadline, "no alert within 30 s: {}", text(&alerts));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(alerts);
+        last.as_ref().is_some_and(|alerts| alerts.code == Some(1))
+    });
+    let last = last.expect("alerts ran at least once");
+    assert_eq!(last.code, Some(1), "no alert within 30 s: {}", text(&last));
+    last
 }
 
 #[test]

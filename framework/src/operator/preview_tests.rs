@@ -164,16 +164,12 @@ async fn prioritize_previews_that_it_unsettles_the_batch() {
     let settled = Trigger::builder().requires("Data_Received").settled_for(Duration::from_secs(1)).build();
     let f = fixture_with(vec![("archiver", "Archived", settled)]).await;
     f.batch("B1", &[("Data_Received", Outcome::Success)]).await;
-    // Poll until the batch has settled (the archiver's trigger holds), with a deadline.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    autocomp_test_servers::wait_for_async(deadline, "B1 to settle for the archiver", async || {
         let show = f.operator.show("B1").await.unwrap();
-        if show.components.iter().any(|(name, state)| name.as_str() == "archiver" && *state == Ready) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "B1 never settled for the archiver");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        show.components.iter().any(|(name, state)| name.as_str() == "archiver" && *state == Ready)
+    })
+    .await;
     let (preview, _) = f.preview_then_perform("B1", &Action::Prioritize { priority: 1 }).await;
     assert_eq!(preview.changes, [change("archiver", Ready, Waiting)]);
 }

@@ -41,6 +41,27 @@ pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> boo
     }
 }
 
+/// [`wait_until`] for async conditions (a tokio test polling a service or the store): polls
+/// every 20 ms until `condition` holds (true) or `deadline` passes (false).
+pub async fn wait_until_async(deadline: Instant, mut condition: impl AsyncFnMut() -> bool) -> bool {
+    loop {
+        if condition().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`wait_until_async`], panicking with "timed out waiting for {what}" when `deadline` passes.
+pub async fn wait_for_async(deadline: Instant, what: &str, condition: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    let held = wait_until_async(deadline, condition).await;
+    assert!(held, "timed out waiting for {what} (gave up after {:?})", started.elapsed());
+}
+
 /// [`wait_until`], panicking with "timed out waiting for {what}" when `deadline` passes.
 pub fn wait_for(deadline: Instant, what: &str, condition: impl FnMut() -> bool) {
     let started = Instant::now();
