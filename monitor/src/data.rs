@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use autocomp_framework::operator::{Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long};
+use autocomp_framework::operator::{
+    AlertDefaults, Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long,
+};
 use autocomp_sboi::{PageKey, PageRequest, Tally};
 use autocomp_store::{
     Batch, BatchId, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Timestamp,
@@ -26,7 +28,7 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { ready_overdue_after: Duration::from_secs(60 * 60), page_size: 50 }
+        Self { ready_overdue_after: AlertDefaults::default().ready_after, page_size: 50 }
     }
 }
 
