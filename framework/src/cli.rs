@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use autocomp_sboi::open_index;
-use autocomp_store::{BatchId, open_store};
+use autocomp_store::{BatchId, Schedule, open_store};
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tokio::sync::watch;
 use tracing::{error, info};
@@ -142,6 +142,16 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     let loaded = config::load(component.name(), args.config.as_deref(), &args.config_dir)?;
     let settings: C::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
     let trigger = loaded.component.trigger(&component.trigger(), &loaded.file)?;
+    let schedule = args
+        .schedule
+        .as_deref()
+        .map(Schedule::parse)
+        .transpose()
+        .map_err(|e| RunError::Usage(format!("--schedule: {e} (write e.g. '*/5 * * * *')")))?;
+    let mut component_config = loaded.component.clone();
+    if let Some(schedule) = &schedule {
+        component_config.schedule = Some(schedule.clone());
+    }
     let backends = loaded.backends.clone().overridden_by(args.backends());
     let (store_url, index_url, locks_url) = backends.require(&loaded.shared_file)?;
     let selection = match &args.batch {
@@ -156,14 +166,14 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     let locks = open_locks(&locks_url).await?;
     let pipeline = Pipeline { store, index, locks: Arc::clone(&locks) };
     let ran = async {
-        let runner = Runner::new(component, settings, trigger, loaded.component.clone(), pipeline, shutdown.clone())?;
+        let runner = Runner::new(component, settings, trigger, component_config, pipeline, shutdown.clone())?;
         if args.dry_run {
             for line in runner.dry_run(&selection).await? {
                 println!("{line}");
             }
             return Ok(exit::OK);
         }
-        match &args.schedule {
+        match &schedule {
             None => pass(&runner, &selection).await.map(|(code, _)| code),
             Some(schedule) => run_on_schedule(&runner, &selection, schedule, shutdown).await,
         }
@@ -200,18 +210,14 @@ async fn pass<C: Component>(runner: &Arc<Runner<C>>, selection: &Selection) -> R
 async fn run_on_schedule<C: Component>(
     runner: &Arc<Runner<C>>,
     selection: &Selection,
-    schedule: &str,
+    schedule: &Schedule,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<u8, RunError> {
-    let cron: croner::Cron = schedule
-        .parse()
-        .map_err(|e| RunError::Usage(format!("invalid --schedule {schedule:?}: {e} (write e.g. '*/5 * * * *')")))?;
     let mut worst = exit::OK;
     loop {
         let now = chrono::Local::now();
-        let next = cron
-            .find_next_occurrence(&now, false)
-            .map_err(|e| RunError::Usage(format!("--schedule {schedule:?} never fires: {e}")))?;
+        let next =
+            schedule.next_after(&now).ok_or_else(|| RunError::Usage(format!("--schedule {schedule} fires no more")))?;
         let wait = (next - now).to_std().unwrap_or_default();
         info!("next pass at {next}");
         tokio::select! {

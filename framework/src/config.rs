@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use autocomp_store::{Trigger, duration_text};
+use autocomp_store::{Schedule, Trigger, duration_text};
 use serde::Deserialize;
 
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
@@ -111,10 +111,13 @@ pub struct ComponentConfig {
     #[serde(with = "duration_text::option")]
     pub overdue_after: Option<Duration>,
     /// No pass of this component on any host for this long needs a person: `autocomp
-    /// alerts` reports it silent (default: its `--silent-after`, 1h). Set it to a few times
-    /// the cron interval.
+    /// alerts` reports it silent. Unset: silent after missing `--silent-periods` (3) passes
+    /// of its `schedule`, or without a schedule after `--silent-after` (1h).
     #[serde(with = "duration_text::option")]
     pub silent_after: Option<Duration>,
+    /// The crontab schedule cron runs this component on (its crontab line's first five
+    /// fields), so readers know when a pass is missing; `--schedule` sets it too.
+    pub schedule: Option<Schedule>,
     /// Trigger clauses replacing the component's defaults, clause by clause.
     pub trigger: toml::Table,
     /// Component-specific settings, checked by the component's `Settings` type.
@@ -138,6 +141,7 @@ impl Default for ComponentConfig {
             max_reported_failures: 100,
             overdue_after: None,
             silent_after: None,
+            schedule: None,
             trigger: toml::Table::new(),
             settings: toml::Table::new(),
         }

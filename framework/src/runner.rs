@@ -12,7 +12,8 @@ use std::time::Instant;
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{
     Agent, Batch, BatchId, Claim, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, ObjectStore,
-    Outcome, PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, StoreError, Timestamp, Trigger,
+    Outcome, PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, StoreError, Timestamp, Trigger, WorkDone,
+    WorkResult,
 };
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
@@ -46,34 +47,23 @@ pub enum BatchResult {
         id: BatchId,
         outcome: Outcome,
         timed_out: bool,
+        /// What the registry tallies of it: its result and how long the work took.
+        work: WorkDone,
     },
     /// Shut down before it finished: claim released without an event, ready again.
-    Released {
-        id: BatchId,
-    },
+    Released { id: BatchId },
     /// Someone else took the batch over; our result was refused.
-    Fenced {
-        id: BatchId,
-    },
+    Fenced { id: BatchId },
     /// The lock service was lost before recording; nothing recorded.
-    NotRecorded {
-        id: BatchId,
-    },
+    NotRecorded { id: BatchId },
     /// The store stayed unreachable (past its retries) when the result was to be recorded;
     /// nothing recorded, the run stays open until the next claim marks it abandoned.
-    StoreUnreachable {
-        id: BatchId,
-    },
+    StoreUnreachable { id: BatchId },
     /// A manually requested batch the trigger does not select: the clause, its type and
     /// what the batch holds.
-    NotReady {
-        id: BatchId,
-        reason: String,
-    },
+    NotReady { id: BatchId, reason: String },
     /// A manually requested batch whose lock is held by another worker.
-    Busy {
-        id: BatchId,
-    },
+    Busy { id: BatchId },
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +104,15 @@ impl PassSummary {
         let parts: Vec<String> = counts.into_iter().map(|(kind, n)| format!("{n} {kind}")).collect();
         let n = self.results.len();
         format!("{n} batch{}: {}", if n == 1 { "" } else { "es" }, parts.join(", "))
+    }
+
+    /// Each recorded result, for the registry's tallies.
+    pub fn work(&self) -> Vec<WorkDone> {
+        let recorded = self.results.iter().filter_map(|r| match r {
+            BatchResult::Recorded { work, .. } => Some(*work),
+            _ => None,
+        });
+        recorded.collect()
     }
 
     pub fn timed_out(&self) -> bool {
@@ -218,6 +217,7 @@ impl<C: Component> Runner<C> {
             source: false,
             overdue_after: config.overdue_after,
             silent_after: config.silent_after,
+            schedule: config.schedule.clone(),
         };
         descriptor.validate().map_err(usage)?;
         let retry_trigger = descriptor.retry_trigger();
@@ -295,7 +295,11 @@ impl<C: Component> Runner<C> {
             Err(RunError::Usage(_)) => return passed,
             Err(e) => (PassOutcome::Error, e.to_string()),
         };
-        let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64 };
+        let work = match &passed {
+            Ok(summary) => summary.work(),
+            Err(_) => Vec::new(),
+        };
+        let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work };
         if let Err(e) = self.report_pass(phase).await {
             match (&passed, e) {
                 (Ok(_), RunError::Usage(message)) => return Err(RunError::Usage(message)),
@@ -655,7 +659,13 @@ impl<C: Component> Runner<C> {
                     "recorded {}",
                     self.event_type
                 );
-                BatchResult::Recorded { id, outcome: report.outcome, timed_out }
+                let result = match report.outcome {
+                    Outcome::Success => WorkResult::Success,
+                    Outcome::Failure if report.transient => WorkResult::Transient,
+                    Outcome::Failure => WorkResult::Failure,
+                };
+                let work = WorkDone { result, duration_ms: report.duration_ms };
+                BatchResult::Recorded { id, outcome: report.outcome, timed_out, work }
             }
             Err(e) if e.is_fenced() => {
                 warn!(batch = %id, "result refused, another worker took the batch over: {e}");

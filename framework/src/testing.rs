@@ -45,8 +45,9 @@ pub async fn register_component(store: &dyn ObjectStore, name: &str, event_type:
         source: false,
         overdue_after: None,
         silent_after: None,
+        schedule: None,
     };
-    let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1 };
+    let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1, work: vec![] };
     store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.expect("register a component");
 }
 

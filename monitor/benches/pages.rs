@@ -99,6 +99,7 @@ fn descriptor(step: usize) -> ComponentDescriptor {
         source: step == 0,
         overdue_after: None,
         silent_after: None,
+        schedule: None,
     }
 }
 

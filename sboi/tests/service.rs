@@ -337,6 +337,7 @@ fn checker() -> ComponentDescriptor {
         source: false,
         overdue_after: None,
         silent_after: None,
+        schedule: None,
     }
 }
 

@@ -149,6 +149,7 @@ fn state_selection() -> impl Strategy<Value = Selection> {
                 source: false,
                 overdue_after: None,
                 silent_after: None,
+                schedule: None,
             };
             Selection::component_state(&descriptor, ComponentState::ALL[state])
         },

@@ -4,6 +4,7 @@
 //! backend's own files and URLs follow the suite.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use autocomp_store::*;
 use serde_json::{Map, Value, json};
@@ -718,7 +719,7 @@ fn pass(descriptor: &ComponentDescriptor, host: &str, phase: PassPhase) -> PassR
 }
 
 fn ended(outcome: PassOutcome, summary: &str, duration_ms: u64) -> PassPhase {
-    PassPhase::Ended { outcome, summary: summary.into(), duration_ms }
+    PassPhase::Ended { outcome, summary: summary.into(), duration_ms, work: vec![] }
 }
 
 fn idle() -> PassPhase {
@@ -909,6 +910,7 @@ async fn bad_registry_input_is_refused_by_name_and_changes_nothing(f: Fixture) {
         (pass(&ComponentDescriptor { queue_size: 0, ..counter.clone() }, "host-a", idle()), "queue_size"),
         (pass(&counter, "host-a", ended(PassOutcome::Ok, &"x".repeat(2_001), 1)), "pass summary"),
         (pass(&descriptor("other", "Other_Done"), &"h".repeat(256), idle()), "host"),
+        (pass(&counter, "host-a", worked(&vec![(WorkResult::Success, 1); MAX_WORK_PER_PASS + 1])), "pass work"),
     ];
     for (bad, field) in cases {
         match f.store.record_pass(bad).await.unwrap_err() {
@@ -965,6 +967,45 @@ async fn concurrent_first_passes_of_one_event_type_let_exactly_one_in(f: Fixture
     }
 }
 
+fn worked(results: &[(WorkResult, u64)]) -> PassPhase {
+    let work =
+        results.iter().map(|(result, duration_ms)| WorkDone { result: *result, duration_ms: *duration_ms }).collect();
+    PassPhase::Ended { outcome: PassOutcome::Ok, summary: "worked".into(), duration_ms: 50, work }
+}
+
+async fn reported_work_adds_up_per_result_in_total_and_over_the_last_hour(f: Fixture) {
+    use WorkResult::{Failure, Success, Transient};
+    let counter = descriptor("page-counter", "Pages_Counted");
+    f.store.record_pass(pass(&counter, "host-a", idle())).await.unwrap();
+    assert_eq!(registered(&f.store, "page-counter").await.work, WorkHistory::default(), "idle passes add nothing");
+
+    f.store
+        .record_pass(pass(&counter, "host-a", worked(&[(Success, 8), (Success, 9), (Failure, 2_000)])))
+        .await
+        .unwrap();
+    f.store.record_pass(pass(&counter, "host-b", worked(&[(Success, 7), (Transient, 40)]))).await.unwrap();
+    let work = registered(&f.store, "page-counter").await.work;
+    assert_eq!(work.total, work.last_hour, "everything happened in the last hour");
+    let counts: Vec<u64> = WorkResult::ALL.iter().map(|r| work.total.get(*r).results).collect();
+    assert_eq!(counts, [3, 1, 1], "success, failure, transient over both hosts");
+    assert_eq!(work.total.success.duration_ms_sum, 24);
+    let all = work.total.combined();
+    assert_eq!((all.results, all.duration_ms_sum), (5, 2_064));
+    let p50 = all.quantile(0.5).unwrap();
+    assert!(p50 > Duration::from_millis(5) && p50 <= Duration::from_millis(10), "p50 {p50:?}");
+    let p95 = all.quantile(0.95).unwrap();
+    assert!(p95 > Duration::from_millis(1_000) && p95 <= Duration::from_millis(2_500), "p95 {p95:?}");
+
+    // Each component keeps its own; a refused pass (its event type is taken) adds nothing.
+    let archiver = descriptor("archiver", "Data_Archived");
+    f.store.record_pass(pass(&archiver, "host-a", worked(&[(Success, 30)]))).await.unwrap();
+    let clash = descriptor("page-counter-2", "Pages_Counted");
+    f.store.record_pass(pass(&clash, "host-a", worked(&[(Failure, 1)]))).await.unwrap_err();
+    assert_eq!(registered(&f.store, "page-counter").await.work, work, "the clash added nothing");
+    assert_eq!(registered(&f.store, "archiver").await.work.total.success.results, 1);
+    assert!(f.store.components().await.unwrap().iter().all(|c| c.name().as_str() != "page-counter-2"));
+}
+
 /// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
@@ -1014,4 +1055,5 @@ contract!(
     bad_registry_input_is_refused_by_name_and_changes_nothing,
     registry_writes_take_no_seq_and_stay_out_of_the_change_feed,
     concurrent_first_passes_of_one_event_type_let_exactly_one_in,
+    reported_work_adds_up_per_result_in_total_and_over_the_last_hour,
 );

@@ -240,10 +240,12 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     let head = local.head().await.unwrap();
     let checker = descriptor("structure-checker", "Structure_Checked");
     http.record_pass(pass(&checker, "host-a", PassPhase::Started)).await.unwrap();
-    let ended = PassPhase::Ended { outcome: PassOutcome::Ok, summary: "1 ok".into(), duration_ms: 40 };
+    let work = vec![WorkDone { result: WorkResult::Success, duration_ms: 12 }];
+    let ended = PassPhase::Ended { outcome: PassOutcome::Ok, summary: "1 ok".into(), duration_ms: 40, work };
     http.record_pass(pass(&checker, "host-b", ended)).await.unwrap();
     let components = http.components().await.unwrap();
     assert_eq!(components, local.components().await.unwrap());
+    assert_eq!(components[0].work.last_hour.success.results, 1, "the pass's work went over the wire");
     assert_eq!(components[0].hosts.iter().map(|h| h.running()).collect::<Vec<_>>(), [true, false]);
     let clash = http.record_pass(pass(&descriptor("checker-two", "Structure_Checked"), "host-a", PassPhase::Started));
     assert!(matches!(clash.await.unwrap_err(), StoreError::Conflict(m) if m.contains("structure-checker")));

@@ -1,6 +1,7 @@
 //! Pipeline metrics as Prometheus would read them: `autocomp metrics` on the demo's pipeline
 //! parses with a real `promtool` and carries the counts `autocomp status` gives, and the
-//! alert rules in contrib/prometheus pass `promtool check rules`.
+//! alert rules in contrib/prometheus pass `promtool check rules` and their unit tests
+//! (`promtool test rules`: which alert fires on which series).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -54,22 +55,41 @@ fn metrics_of_the_demo_parse_with_promtool_and_count_what_status_counts() {
             *expected.entry((component.clone(), state.as_str().unwrap().to_owned())).or_default() += 1;
         }
     }
-    let mut reported: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("autocomp_batches{")) {
-        let (labels, value) = line.rsplit_once(' ').unwrap();
-        let label =
-            |name: &str| labels.split(&format!("{name}=\"")).nth(1).unwrap().split('"').next().unwrap().to_owned();
-        let count: u64 = value.parse().unwrap();
-        if count > 0 {
-            reported.insert((label("component"), label("state")), count);
+    let reported = samples(&text, "autocomp_batches", "state");
+    assert_eq!(reported, expected, "autocomp_batches equals autocomp status, state by state\n{text}");
+
+    // The demo reruns nothing: each component recorded one result per batch it settled, so
+    // its results (in total, and all within the last hour) are its settled batches.
+    let settled: BTreeMap<(String, String), u64> = expected
+        .iter()
+        .filter_map(|((component, state), n)| match state.as_str() {
+            "success" => Some(((component.clone(), "success".to_owned()), *n)),
+            "failed" => Some(((component.clone(), "failure".to_owned()), *n)),
+            _ => None,
+        })
+        .filter(|((component, _), _)| component != "batch-trigger")
+        .collect();
+    assert_eq!(samples(&text, "autocomp_results_total", "outcome"), settled, "results per outcome\n{text}");
+    assert_eq!(samples(&text, "autocomp_results_last_hour", "outcome"), settled, "all in the last hour\n{text}");
+    for (component, results) in settled.iter().fold(BTreeMap::<&str, u64>::new(), |mut sum, ((c, _), n)| {
+        *sum.entry(c.as_str()).or_default() += n;
+        sum
+    }) {
+        let count = format!("autocomp_work_duration_seconds_count{{component=\"{component}\"}} {results}\n");
+        assert!(text.contains(&count), "every result has a duration: {count}\n{text}");
+        for quantile in ["0.5", "0.95"] {
+            let series = format!(
+                "autocomp_work_duration_last_hour_seconds{{component=\"{component}\",quantile=\"{quantile}\"}} "
+            );
+            assert!(text.contains(&series), "{series} missing\n{text}");
         }
     }
-    assert_eq!(reported, expected, "autocomp_batches equals autocomp status, state by state\n{text}");
     for family in [
         "autocomp_batches_overdue{",
         "autocomp_oldest_ready_age_seconds{",
         "autocomp_oldest_working_age_seconds{",
         "autocomp_last_pass_age_seconds{",
+        "autocomp_silent_after_seconds{component=\"archiver\"} 3600",
         "autocomp_index_lag_changes 0",
     ] {
         assert!(text.contains(family), "{family} missing:\n{text}");
@@ -82,5 +102,25 @@ fn the_alert_rules_pass_promtool() {
     let output = promtool().args(["check", "rules"]).arg(&rules).output().unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "promtool check rules: {said}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+
+    let tests = rules.with_file_name("autocomp-rules.test.yml");
+    let output = promtool().args(["test", "rules"]).arg(&tests).output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "promtool test rules: {said}{}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// The non-zero samples of a family keyed by component and one other label.
+fn samples(text: &str, family: &str, key: &str) -> BTreeMap<(String, String), u64> {
+    let mut found = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with(&format!("{family}{{"))) {
+        let (labels, value) = line.rsplit_once(' ').unwrap();
+        let label =
+            |name: &str| labels.split(&format!("{name}=\"")).nth(1).unwrap().split('"').next().unwrap().to_owned();
+        let count: u64 = value.parse().unwrap();
+        if count > 0 {
+            found.insert((label("component"), label(key)), count);
+        }
+    }
+    found
 }

@@ -343,6 +343,40 @@ fn the_operator_name_falls_back_to_the_login_name_when_user_is_unset() {
 }
 
 /// `autocomp --config-dir <pipeline>/config ARGS`, as cron would run it.
+#[test]
+fn a_scheduled_component_is_silent_by_missed_passes_not_by_age() {
+    let pipeline = Pipeline::new(PROBE);
+    // A schedule that is not a crontab line is refused, naming the field and the value.
+    pipeline.configure("schedule = \"every five minutes\"\n");
+    let refused = pipeline.run(&[]);
+    assert_eq!(refused.code, Some(2), "{}", refused.show());
+    assert!(refused.stderr.contains("schedule") && refused.stderr.contains("every five minutes"), "{}", refused.show());
+
+    // Declared, it is recorded with the component: readers count its missed passes instead
+    // of timing it, so a --silent-after of one second says nothing about it.
+    pipeline.configure("schedule = \"0 */6 * * *\"\n");
+    let pass = pipeline.run(&[]);
+    assert_eq!(pass.code, Some(0), "{}", pass.show());
+    let listed = autocomp_on(&pipeline, &["pipeline", "--format", "json"]);
+    assert!(listed.stdout.contains("\"schedule\": \"0 */6 * * *\""), "{}", text(&listed));
+    let last_pass_age = |metrics: &Finished| -> f64 {
+        let prefix = "autocomp_last_pass_age_seconds{component=\"probe\"} ";
+        let line = metrics.stdout.lines().find(|l| l.starts_with(prefix)).expect("the probe's last pass age");
+        line[prefix.len()..].parse().unwrap()
+    };
+    let mut metrics = autocomp_on(&pipeline, &["metrics"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    autocomp_e2e::wait_until(deadline, || {
+        metrics = autocomp_on(&pipeline, &["metrics"]);
+        last_pass_age(&metrics) > 1.0
+    });
+    assert!(last_pass_age(&metrics) > 1.0, "{}", text(&metrics));
+    let quiet = autocomp_on(&pipeline, &["alerts", "--silent-after", "1s"]);
+    assert_eq!((quiet.code, quiet.stdout.as_str()), (Some(0), ""), "{}", text(&quiet));
+    assert!(metrics.stdout.contains("autocomp_missed_passes{component=\"probe\"} 0\n"), "{}", text(&metrics));
+    assert!(!metrics.stdout.contains("autocomp_silent_after_seconds{component=\"probe\"}"), "{}", text(&metrics));
+}
+
 fn autocomp_on(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);

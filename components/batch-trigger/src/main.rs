@@ -266,14 +266,15 @@ async fn register(
         max_runtime: config.max_runtime,
         source: true,
         overdue_after: None,
-        silent_after: None,
+        silent_after: config.silent_after,
+        schedule: config.schedule.clone(),
     };
     let (outcome, summary) = match scanned {
         Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),
         Ok(problems) => (PassOutcome::Failed, format!("{problems} deliveries with problems")),
         Err(e) => (PassOutcome::Error, e.to_string()),
     };
-    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64 };
+    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
     match store.record_pass(PassRecord { descriptor, host: identity.host.clone(), phase }).await {
         Ok(()) => Ok(()),
         Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),

@@ -192,14 +192,19 @@ enum Command {
     /// Only what needs a person, one line each, and exit 1 when there is any (for a cron
     /// line that mails exactly the news): batches ready longer than their component's
     /// overdue_after (else --ready-after), runs past their max_runtime, components no host
-    /// has run for their silent_after (else --silent-after), an index behind the store.
+    /// has run for their silent_after (else for --silent-periods passes of their schedule,
+    /// else for --silent-after), an index behind the store.
     Alerts {
         /// Default for components whose config sets no overdue_after.
         #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
         ready_after: Duration,
-        /// Default for components whose config sets no silent_after.
+        /// Default for components whose config sets neither silent_after nor schedule.
         #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
         silent_after: Duration,
+        /// Passes of its schedule a component may miss (components with a schedule and no
+        /// silent_after).
+        #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        silent_periods: u32,
         /// Store changes the index may be behind.
         #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
         index_lag: u64,
@@ -316,8 +321,8 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
             operator.forget(&component, &reason).await?
         }
-        Command::Alerts { ready_after, silent_after, index_lag, format } => {
-            let defaults = AlertDefaults { ready_after, silent_after, index_lag };
+        Command::Alerts { ready_after, silent_after, silent_periods, index_lag, format } => {
+            let defaults = AlertDefaults { ready_after, silent_after, silent_periods, index_lag };
             operator.alerts(&defaults).await?.render(format)
         }
         Command::Metrics { ready_after } => {

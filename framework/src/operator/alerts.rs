@@ -1,11 +1,15 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
 //! the news: batches ready for longer than their component's threshold, runs past their
 //! `max_runtime`, components no host has run for too long, an index far behind the store.
-//! Counts come from the index and the registry; the store is read only for its open runs. The monitor's overdue marks use the same rules (`overdue_runs`).
+//! Counts come from the index and the registry; the store is read only for its open runs.
+//! The monitor's overdue marks and the metrics use the same rules (`is_overdue`,
+//! `overdue_runs`, `SilenceRule`).
 
 use std::time::Duration;
 
-use autocomp_store::{Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Run, Selection, Timestamp};
+use autocomp_store::{
+    Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Run, Schedule, Selection, Timestamp,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -17,16 +21,75 @@ use super::{Operator, OperatorError, Step};
 pub struct AlertDefaults {
     /// A batch ready longer than this (a component's `overdue_after` wins).
     pub ready_after: Duration,
-    /// No pass on any host for this long (a component's `silent_after` wins).
+    /// No pass on any host for this long, for components with neither `silent_after` nor a
+    /// `schedule` in their config.
     pub silent_after: Duration,
+    /// Scheduled passes a component with a `schedule` (and no `silent_after`) may miss.
+    pub silent_periods: u32,
     /// Store changes the index may be behind.
     pub index_lag: u64,
 }
 
 impl Default for AlertDefaults {
     fn default() -> Self {
-        Self { ready_after: Duration::from_secs(3600), silent_after: Duration::from_secs(3600), index_lag: 10_000 }
+        Self {
+            ready_after: Duration::from_secs(3600),
+            silent_after: Duration::from_secs(3600),
+            silent_periods: 3,
+            index_lag: 10_000,
+        }
     }
+}
+
+/// When a component counts as silent: its own `silent_after`, else missing `periods`
+/// passes of its `schedule`, else the reader's default `silent_after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SilenceRule {
+    After(Duration),
+    MissedPasses { schedule: Box<Schedule>, periods: u32 },
+}
+
+/// Most missed passes counted (a component stopped for a year on `* * * * *` is not
+/// worth iterating a year of minutes for).
+pub const MISSED_PASSES_CAP: u32 = 1_000;
+
+impl SilenceRule {
+    pub fn of(component: &RegisteredComponent, defaults: &AlertDefaults) -> Self {
+        let descriptor = &component.descriptor;
+        match (descriptor.silent_after, &descriptor.schedule) {
+            (Some(after), _) => SilenceRule::After(after),
+            (None, Some(schedule)) => SilenceRule::MissedPasses {
+                schedule: Box::new(schedule.clone()),
+                periods: defaults.silent_periods.max(1),
+            },
+            (None, None) => SilenceRule::After(defaults.silent_after),
+        }
+    }
+
+    /// Whether a component last seen at `last_seen` is silent at `now`.
+    pub fn is_silent(&self, last_seen: Timestamp, now: Timestamp) -> bool {
+        match self {
+            SilenceRule::After(after) => now.since(last_seen) >= *after,
+            SilenceRule::MissedPasses { schedule, periods } => {
+                schedule.missed_since(last_seen, now, MISSED_PASSES_CAP) >= *periods
+            }
+        }
+    }
+
+    /// The threshold, for a person: `1h`, or `3 missed passes of its schedule '*/5 * * * *'`.
+    pub fn describe(&self) -> String {
+        match self {
+            SilenceRule::After(after) => text(*after),
+            SilenceRule::MissedPasses { schedule, periods } => {
+                format!("{periods} missed passes of its schedule '{schedule}'")
+            }
+        }
+    }
+}
+
+/// When any host last reported a pass of the component (its registration if none has).
+pub fn last_seen(component: &RegisteredComponent) -> Timestamp {
+    component.last_seen().unwrap_or(component.registered_at)
 }
 
 /// What needs a person.
@@ -110,11 +173,6 @@ fn text(duration: Duration) -> String {
     humantime::format_duration(duration).to_string()
 }
 
-/// How long a component may go without a pass on any host.
-pub fn silent_after(component: &RegisteredComponent, defaults: &AlertDefaults) -> Duration {
-    component.descriptor.silent_after.unwrap_or(defaults.silent_after)
-}
-
 /// How long a batch may be ready for the component.
 pub fn overdue_after(step: &Step, default: Duration) -> Duration {
     step.descriptor().overdue_after.unwrap_or(default)
@@ -192,11 +250,10 @@ impl Operator {
                     max_runtime: text(step.descriptor().max_runtime),
                 });
             }
-            let registered = &step.registered;
-            let last_seen = registered.hosts.iter().map(|h| h.last_seen).max().unwrap_or(registered.registered_at);
-            let threshold = silent_after(registered, defaults);
-            if now.since(last_seen) >= threshold {
-                alerts.push(Alert::Silent { component: step.name().clone(), last_seen, threshold: text(threshold) });
+            let rule = SilenceRule::of(&step.registered, defaults);
+            let last_seen = last_seen(&step.registered);
+            if rule.is_silent(last_seen, now) {
+                alerts.push(Alert::Silent { component: step.name().clone(), last_seen, threshold: rule.describe() });
             }
         }
 
@@ -207,5 +264,42 @@ impl Operator {
             alerts.push(Alert::IndexLag { behind, index_seq: index_seq.0, store_head: store_head.0 });
         }
         Ok(AlertsView { alerts, now })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn component(extra: serde_json::Value) -> RegisteredComponent {
+        let mut descriptor = json!({
+            "name": "archiver", "version": "1", "event_type": "Data_Archived", "trigger": {},
+            "max_attempts": 3, "retry_backoff": "5m", "queue_size": 10, "max_runtime": "1h",
+        });
+        descriptor.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(json!({
+            "descriptor": descriptor, "registered_at": Timestamp(0), "changed_at": Timestamp(0), "hosts": [],
+            "retired": null,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn silence_is_its_own_silent_after_else_missed_scheduled_passes_else_the_default() {
+        let defaults = AlertDefaults { silent_periods: 3, ..AlertDefaults::default() };
+        let own = component(json!({"silent_after": "10m", "schedule": "*/5 * * * *"}));
+        assert_eq!(SilenceRule::of(&own, &defaults), SilenceRule::After(Duration::from_secs(600)));
+        let plain = component(json!({}));
+        assert_eq!(SilenceRule::of(&plain, &defaults), SilenceRule::After(Duration::from_secs(3600)));
+
+        let scheduled = SilenceRule::of(&component(json!({"schedule": "*/5 * * * *"})), &defaults);
+        assert_eq!(scheduled.describe(), "3 missed passes of its schedule '*/5 * * * *'");
+        // 2023-11-14 22:15 UTC: a quarter hour in every zone with whole-quarter-hour offsets.
+        let last = Timestamp(1_700_000_100_000);
+        let after = |minutes: i64| Timestamp(last.0 + minutes * 60_000);
+        assert!(!scheduled.is_silent(last, after(14)), "two scheduled passes missed");
+        assert!(scheduled.is_silent(last, after(15)), "the third one missed");
+        assert!(SilenceRule::After(Duration::from_secs(600)).is_silent(last, after(10)));
+        assert!(!SilenceRule::After(Duration::from_secs(600)).is_silent(last, after(9)));
     }
 }

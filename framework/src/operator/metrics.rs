@@ -1,14 +1,15 @@
 //! Pipeline metrics in the Prometheus text format, for the monitor's `/metrics` and for
 //! `autocomp metrics` (node_exporter's textfile collector on hosts without a monitor): batches
 //! per component and state, how long the oldest ready and working batches have waited, time
-//! since each component's last pass, index lag. Counted by the index and read from the
-//! registry; of the store only its open runs are read.
+//! since each component's last pass and what silence means for it, results per outcome and
+//! work durations (from the passes' reports the registry tallies), index lag. Counted by the
+//! index and read from the registry; of the store only its open runs are read.
 
 use std::fmt::Write as _;
 
-use autocomp_store::{ComponentState, Selection, Timestamp};
+use autocomp_store::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkResult};
 
-use super::alerts::{AlertDefaults, ready_too_long};
+use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen, ready_too_long};
 use super::{Operator, OperatorError};
 
 /// Escapes a label value (backslash, quote, newline), as the text format requires.
@@ -23,7 +24,11 @@ struct Family<'a> {
 
 impl<'a> Family<'a> {
     fn gauge(out: &'a mut String, name: &str, help: &str) -> Family<'a> {
-        writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge").ok();
+        Self::new(out, name, help, "gauge")
+    }
+
+    fn new(out: &'a mut String, name: &str, help: &str, kind: &str) -> Family<'a> {
+        writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}").ok();
         Family { out }
     }
 
@@ -35,8 +40,8 @@ impl<'a> Family<'a> {
 }
 
 impl Operator {
-    /// The pipeline's metrics as Prometheus text. `defaults` gives the overdue threshold of
-    /// components whose config sets none.
+    /// The pipeline's metrics as Prometheus text. `defaults` gives the overdue and silence
+    /// thresholds of components whose config sets none.
     pub async fn metrics(&self, defaults: &AlertDefaults) -> Result<String, OperatorError> {
         let store = self.store().await?;
         let pipeline = self.pipeline(store.as_ref()).await?;
@@ -106,9 +111,109 @@ impl Operator {
             "Seconds since any host last reported a pass of the component.",
         );
         for step in &pipeline {
-            let registered = &step.registered;
-            let last = registered.hosts.iter().map(|h| h.last_seen).max().unwrap_or(registered.registered_at);
+            let last = last_seen(&step.registered);
             family.sample("autocomp_last_pass_age_seconds", &[("component", step.name().as_str())], seconds(last));
+        }
+        // Each component is silent by one rule; its series says which (see `SilenceRule`).
+        let rules: Vec<SilenceRule> = pipeline.iter().map(|step| SilenceRule::of(&step.registered, defaults)).collect();
+        let mut family = Family::gauge(
+            &mut out,
+            "autocomp_silent_after_seconds",
+            "No pass on any host for this long makes the component silent (components silent by time, not schedule).",
+        );
+        for (step, rule) in pipeline.iter().zip(&rules) {
+            if let SilenceRule::After(after) = rule {
+                let name = "autocomp_silent_after_seconds";
+                family.sample(name, &[("component", step.name().as_str())], after.as_secs_f64());
+            }
+        }
+        let mut family = Family::gauge(
+            &mut out,
+            "autocomp_missed_passes",
+            "Passes of its crontab schedule since any host last ran the component (components silent by schedule).",
+        );
+        for (step, rule) in pipeline.iter().zip(&rules) {
+            if let SilenceRule::MissedPasses { schedule, .. } = rule {
+                let missed = schedule.missed_since(last_seen(&step.registered), now, MISSED_PASSES_CAP);
+                family.sample("autocomp_missed_passes", &[("component", step.name().as_str())], missed as f64);
+            }
+        }
+        let mut family = Family::new(
+            &mut out,
+            "autocomp_results_total",
+            "Results recorded by a component's passes since it was registered, by outcome.",
+            "counter",
+        );
+        // Sources register deliveries rather than work on batches: they have no results.
+        let workers: Vec<_> = pipeline.iter().filter(|step| !step.descriptor().source).collect();
+        for step in &workers {
+            for result in WorkResult::ALL {
+                let count = step.registered.work.total.get(result).results;
+                let labels = [("component", step.name().as_str()), ("outcome", result.as_str())];
+                family.sample("autocomp_results_total", &labels, count as f64);
+            }
+        }
+        let mut family = Family::gauge(
+            &mut out,
+            "autocomp_results_last_hour",
+            "Results recorded by a component's passes in the last hour of store time, by outcome.",
+        );
+        for step in &workers {
+            for result in WorkResult::ALL {
+                let count = step.registered.work.last_hour.get(result).results;
+                let labels = [("component", step.name().as_str()), ("outcome", result.as_str())];
+                family.sample("autocomp_results_last_hour", &labels, count as f64);
+            }
+        }
+        let mut family = Family::new(
+            &mut out,
+            "autocomp_work_duration_seconds",
+            "How long a component's work on a batch took, every outcome, since it was registered.",
+            "histogram",
+        );
+        for step in &workers {
+            let all = step.registered.work.total.combined();
+            let component = step.name().as_str();
+            let mut cumulative = 0;
+            for (bound, count) in DURATION_BOUNDS_MS.iter().zip(&all.buckets) {
+                cumulative += count;
+                let le = (*bound as f64 / 1000.0).to_string();
+                family.sample(
+                    "autocomp_work_duration_seconds_bucket",
+                    &[("component", component), ("le", &le)],
+                    cumulative as f64,
+                );
+            }
+            family.sample(
+                "autocomp_work_duration_seconds_bucket",
+                &[("component", component), ("le", "+Inf")],
+                all.results as f64,
+            );
+            family.sample(
+                "autocomp_work_duration_seconds_sum",
+                &[("component", component)],
+                all.duration_ms_sum as f64 / 1000.0,
+            );
+            family.sample("autocomp_work_duration_seconds_count", &[("component", component)], all.results as f64);
+        }
+        let name = "autocomp_work_duration_last_hour_seconds";
+        let mut family = Family::new(
+            &mut out,
+            name,
+            "A component's work durations over the last hour of store time: p50 and p95 (estimated within their \
+             histogram bucket; absent without results), sum and count.",
+            "summary",
+        );
+        for step in &workers {
+            let all = step.registered.work.last_hour.combined();
+            let component = step.name().as_str();
+            for (quantile, q) in [("0.5", 0.5), ("0.95", 0.95)] {
+                if let Some(duration) = all.quantile(q) {
+                    family.sample(name, &[("component", component), ("quantile", quantile)], duration.as_secs_f64());
+                }
+            }
+            family.sample(&format!("{name}_sum"), &[("component", component)], all.duration_ms_sum as f64 / 1000.0);
+            family.sample(&format!("{name}_count"), &[("component", component)], all.results as f64);
         }
         let mut family = Family::gauge(
             &mut out,

@@ -191,8 +191,10 @@ impl ObjectStore for HttpStore {
     }
 
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
-        // A repeated pass report only moves the host's `last_seen` again.
-        let _: wire::Empty = self.call("record_pass", &pass, Retry::Safe).await?;
+        // A repeated pass report only moves the host's `last_seen` again, unless it carries
+        // work: then a repeat would count its results twice.
+        let retry = if pass.carries_work() { Retry::OnlyUnsent } else { Retry::Safe };
+        let _: wire::Empty = self.call("record_pass", &pass, retry).await?;
         Ok(())
     }
 

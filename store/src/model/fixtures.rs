@@ -27,6 +27,7 @@ pub(crate) fn descriptor() -> ComponentDescriptor {
         source: false,
         overdue_after: None,
         silent_after: None,
+        schedule: None,
     }
 }
 

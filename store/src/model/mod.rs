@@ -10,9 +10,11 @@ mod fixtures;
 mod names;
 mod registry;
 mod report;
+mod schedule;
 mod selection;
 mod time;
 mod trigger;
+mod work;
 
 pub(crate) use batch::check_object;
 pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
@@ -23,9 +25,14 @@ pub use registry::{
     Retirement,
 };
 pub use report::{Failure, RESULT_KEY, Report};
+pub use schedule::Schedule;
 pub use selection::Selection;
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
+pub use work::{
+    DURATION_BOUNDS_MS, DURATION_BUCKETS, MAX_WORK_PER_PASS, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkDone,
+    WorkHistory, WorkResult, WorkTallies, WorkTally,
+};
 
 /// The largest `details` or `metadata` document the store accepts, serialized.
 pub const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;

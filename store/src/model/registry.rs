@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Agent, Batch, ComponentName, Event, EventType, InvalidInput, Outcome, Timestamp, Trigger, duration_text};
+use super::work::check_work;
+use super::{
+    Agent, Batch, ComponentName, Event, EventType, InvalidInput, Outcome, Schedule, Timestamp, Trigger, WorkDone,
+    WorkHistory, duration_text,
+};
 
 /// Longest `version` and `host` accepted in the registry.
 pub const MAX_LABEL_CHARS: usize = 255;
@@ -45,6 +49,10 @@ pub struct ComponentDescriptor {
     /// reader's default.
     #[serde(default, with = "duration_text::option", skip_serializing_if = "Option::is_none")]
     pub silent_after: Option<Duration>,
+    /// The crontab schedule the component runs on, when its config says: then it is silent
+    /// once it has missed a few scheduled passes (unless `silent_after` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 impl ComponentDescriptor {
@@ -253,18 +261,31 @@ pub struct PassRecord {
 pub enum PassPhase {
     /// The pass claimed batches and is working on them.
     Started,
-    /// The pass is over; it began `duration_ms` before the store received this.
-    Ended { outcome: PassOutcome, summary: String, duration_ms: u64 },
+    /// The pass is over; it began `duration_ms` before the store received this. `work`: each
+    /// batch whose result it recorded, for the registry's result and duration tallies.
+    Ended {
+        outcome: PassOutcome,
+        summary: String,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        work: Vec<WorkDone>,
+    },
 }
 
 impl PassRecord {
+    /// An end that reports recorded work: sending it twice would count its results twice.
+    pub fn carries_work(&self) -> bool {
+        matches!(&self.phase, PassPhase::Ended { work, .. } if !work.is_empty())
+    }
+
     pub fn validate(&self) -> Result<(), InvalidInput> {
         self.descriptor.validate()?;
         check_label("host", &self.host)?;
-        if let PassPhase::Ended { summary, .. } = &self.phase
-            && summary.chars().count() > 2_000
-        {
-            return Err(InvalidInput::new("pass summary", summary, "at most 2000 characters"));
+        if let PassPhase::Ended { summary, work, .. } = &self.phase {
+            if summary.chars().count() > 2_000 {
+                return Err(InvalidInput::new("pass summary", summary, "at most 2000 characters"));
+            }
+            check_work(work)?;
         }
         Ok(())
     }
@@ -318,6 +339,9 @@ pub struct RegisteredComponent {
     pub hosts: Vec<HostRecord>,
     /// Set by `pipeline forget`; cleared when it runs again.
     pub retired: Option<Retirement>,
+    /// What its recorded work came to, in total and over the last hour.
+    #[serde(default)]
+    pub work: WorkHistory,
 }
 
 impl RegisteredComponent {

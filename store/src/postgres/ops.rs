@@ -18,7 +18,7 @@ use super::{Failure, PgStore, Retry, classify};
 use crate::model::{
     Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, HostRecord, IdempotencyKey,
     InvalidInput, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement,
-    Run, RunHolder, RunRef, RunState, Seq, Timestamp,
+    Run, RunHolder, RunRef, RunState, Seq, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 use crate::write_rules;
@@ -95,6 +95,32 @@ struct ComponentRow {
     retired_by: Option<String>,
     retired_reason: Option<String>,
     hosts: Vec<HostRow>,
+    #[serde(default)]
+    work_totals: Vec<WorkRow>,
+    #[serde(default)]
+    work_last_hour: Vec<WorkRow>,
+}
+
+/// A row of `component_work_totals` or `component_work_minutes` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+struct WorkRow {
+    result: String,
+    results: i64,
+    duration_ms_sum: i64,
+    buckets: Vec<i64>,
+}
+
+impl WorkRow {
+    fn add_to(self, tallies: &mut WorkTallies) -> Result<(), Failure> {
+        let result = WorkResult::parse(&self.result).map_err(|e| corrupt("component work", e))?;
+        let count = |n: i64| n.max(0) as u64;
+        tallies.get_mut(result).add(&WorkTally {
+            results: count(self.results),
+            duration_ms_sum: count(self.duration_ms_sum),
+            buckets: self.buckets.into_iter().map(count).collect(),
+        });
+        Ok(())
+    }
 }
 
 /// A row of `component_hosts` as `to_jsonb` writes it.
@@ -173,6 +199,22 @@ fn run_from_value(value: Value) -> Result<Run, Failure> {
     serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()
 }
 
+/// A pass's tallies as `autocomp_record_pass` takes them.
+fn work_json(tallies: &WorkTallies) -> Value {
+    let rows: Vec<Value> = tallies
+        .non_empty()
+        .map(|(result, tally)| {
+            serde_json::json!({
+                "result": result.as_str(),
+                "results": tally.results,
+                "duration_ms_sum": tally.duration_ms_sum,
+                "buckets": tally.buckets,
+            })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
 fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
     let row: ComponentRow = serde_json::from_str(text).map_err(|e| corrupt("component", e))?;
     let descriptor: ComponentDescriptor =
@@ -205,12 +247,20 @@ fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
             })
         })
         .collect::<Result<_, Failure>>()?;
+    let mut work = WorkHistory::default();
+    for total in row.work_totals {
+        total.add_to(&mut work.total)?;
+    }
+    for minute in row.work_last_hour {
+        minute.add_to(&mut work.last_hour)?;
+    }
     Ok(RegisteredComponent {
         descriptor,
         registered_at: Timestamp(row.registered_at),
         changed_at: Timestamp(row.changed_at),
         hosts,
         retired,
+        work,
     })
 }
 
@@ -828,23 +878,26 @@ impl ObjectStore for PgStore {
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
         pass.validate()?;
         let descriptor = serde_json::to_value(&pass.descriptor).expect("descriptors always serialize");
-        let (ended, outcome, summary, duration_ms) = match &pass.phase {
-            PassPhase::Started => (false, None, None, None),
-            PassPhase::Ended { outcome, summary, duration_ms } => (
+        let (ended, outcome, summary, duration_ms, work) = match &pass.phase {
+            PassPhase::Started => (false, None, None, None, None),
+            PassPhase::Ended { outcome, summary, duration_ms, work } => (
                 true,
                 Some(outcome.as_str()),
                 Some(summary.as_str()),
                 Some(i64::try_from(*duration_ms).unwrap_or(i64::MAX)),
+                (!work.is_empty()).then(|| work_json(&WorkTallies::of(work))),
             ),
         };
-        let (pass, descriptor) = (&pass, &descriptor);
+        // Repeating a pass that carries work would count its results twice.
+        let retry = if pass.carries_work() { Retry::OnlyUnsent } else { Retry::Safe };
+        let (pass, descriptor, work) = (&pass, &descriptor, &work);
         let (name, event_type) = (pass.descriptor.name.as_str(), pass.descriptor.event_type.as_str());
         let other = self
-            .run("record_pass", Retry::Safe, |client, _| {
+            .run("record_pass", retry, |client, _| {
                 Box::pin(async move {
                     let statement =
-                        prepare(client, "SELECT autocomp_record_pass($1, $2, $3, $4, $5, $6, $7, $8, $9)").await?;
-                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+                        prepare(client, "SELECT autocomp_record_pass($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)").await?;
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
                         &name,
                         &event_type,
                         descriptor,
@@ -854,6 +907,7 @@ impl ObjectStore for PgStore {
                         &outcome,
                         &summary,
                         &duration_ms,
+                        work,
                     ];
                     match client.query_one(&statement, &params).await {
                         Ok(row) => Ok(row.get::<_, Option<String>>(0)),

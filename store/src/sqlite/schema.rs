@@ -10,7 +10,7 @@ use crate::port::{StoreError, StoreResult};
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -147,6 +147,29 @@ CREATE TABLE component_hosts (
     pass_summary     TEXT NOT NULL DEFAULT '',
     pass_duration_ms INTEGER,
     PRIMARY KEY (component, host)
+) WITHOUT ROWID;
+"#;
+
+const V6: &str = r#"
+-- What each component's recorded work came to, per result (success, failure, transient):
+-- since it was registered, and per minute of store time for the last two hours (metrics
+-- read the last hour). `buckets`: a JSON array of counts per duration bucket.
+CREATE TABLE component_work_totals (
+    component       TEXT NOT NULL,
+    result          TEXT NOT NULL,
+    results         INTEGER NOT NULL,
+    duration_ms_sum INTEGER NOT NULL,
+    buckets         TEXT NOT NULL,
+    PRIMARY KEY (component, result)
+) WITHOUT ROWID;
+CREATE TABLE component_work_minutes (
+    component       TEXT NOT NULL,
+    minute          INTEGER NOT NULL,
+    result          TEXT NOT NULL,
+    results         INTEGER NOT NULL,
+    duration_ms_sum INTEGER NOT NULL,
+    buckets         TEXT NOT NULL,
+    PRIMARY KEY (component, minute, result)
 ) WITHOUT ROWID;
 "#;
 
