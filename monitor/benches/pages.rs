@@ -19,7 +19,8 @@ use autocomp_framework::operator::Operator;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{WebOptions, router};
 use autocomp_store::{
-    BatchId, ComponentDescriptor, ComponentName, EventType, ObjectStore, PassPhase, PassRecord, SqliteStore, Trigger,
+    BatchId, ComponentDescriptor, ComponentName, EventType, ObjectStore, PassOutcome, PassPhase, PassRecord,
+    SqliteStore, Trigger, WorkDone, WorkResult,
 };
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -109,6 +110,16 @@ async fn run(batches: usize, store_path: &Path) {
     for step in 0..STEPS.len() {
         let pass = PassRecord { descriptor: descriptor(step), host: "bench-host".into(), phase: PassPhase::Started };
         store.record_pass(pass).await.expect("register a component");
+        // A pass's worth of results, so /metrics has tallies and quantiles to report.
+        let work = (0..100u64)
+            .map(|n| WorkDone {
+                result: if n % 10 == 0 { WorkResult::Failure } else { WorkResult::Success },
+                duration_ms: n * 37,
+            })
+            .collect();
+        let ended = PassPhase::Ended { outcome: PassOutcome::Ok, summary: "bench".into(), duration_ms: 4_000, work };
+        let pass = PassRecord { descriptor: descriptor(step), host: "bench-host".into(), phase: ended };
+        store.record_pass(pass).await.expect("report a pass's work");
     }
     let ids = sample_ids(&store, batches).await;
     drop(store);
