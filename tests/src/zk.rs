@@ -216,6 +216,23 @@ impl ZooKeeper {
         }
     }
 
+    /// SIGSTOPs node `n`: its connections stay open but nothing answers, as a client cut off
+    /// by a partition sees it. [`ZooKeeper::resume`] undoes it.
+    pub fn pause(&mut self, n: usize) {
+        self.signal(n, libc::SIGSTOP);
+    }
+
+    pub fn resume(&mut self, n: usize) {
+        self.signal(n, libc::SIGCONT);
+    }
+
+    fn signal(&self, n: usize, signal: libc::c_int) {
+        let child = self.nodes[n].process.as_ref().expect("node is running");
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
+        let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "signal {signal} to ZooKeeper node {n}");
+    }
+
     /// Starts node `n` again (same config and data) and waits until it serves.
     pub fn restart(&mut self, n: usize) {
         self.spawn(n);

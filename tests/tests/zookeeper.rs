@@ -419,6 +419,59 @@ fn a_lost_session_cancels_all_work_records_nothing_and_exits_4() {
     assert_no_lock_nodes(&zk);
 }
 
+#[test]
+fn a_silent_zookeeper_cancels_work_before_the_server_could_expire_the_session() {
+    let mut zk = ZooKeeper::standalone();
+    let session_timeout = Duration::from_secs(4);
+    let pipeline = zk_pipeline(&zk, "4s");
+    let ids = pipeline.register(2);
+    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started_dir).unwrap();
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 2\n\n[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+        started_dir.display(),
+        gate.display()
+    ));
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working on both batches", || started(&started_dir).len() == 2);
+
+    // The server goes silent, as across a partition: the connection stays up, nothing
+    // answers, and the worker can never hear that its session expired. It must stop on its
+    // own before the server could expire the session and another host take the batches.
+    zk.pause(0);
+    let silenced = Instant::now();
+    let deadline = silenced + PASS_LIMIT;
+    let mut exited = None;
+    wait_until(deadline, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    });
+    let gave_up_after = silenced.elapsed();
+    let lost = finish(child, Duration::ZERO);
+    zk.resume(0);
+    assert_eq!(lost.code, Some(4), "{}", lost.show());
+    assert!(
+        gave_up_after < session_timeout,
+        "gave up {gave_up_after:?} after the silence, session {session_timeout:?}: {}",
+        lost.show()
+    );
+    assert!(lost.stderr.contains("no word from ZooKeeper"), "{}", lost.show());
+    assert_eq!(lost.stderr.matches("work cancelled, nothing recorded").count(), 2, "{}", lost.show());
+    for id in &ids {
+        assert!(pipeline.events(id, PROBED).is_empty(), "{id} has an event");
+    }
+    eprintln!("gave up {gave_up_after:?} after ZooKeeper went silent (session timeout {session_timeout:?})");
+
+    // ZooKeeper answers again; once it has expired the old session, the next pass does both.
+    std::fs::write(&gate, "").unwrap();
+    let inspector = Inspector::open(&zk.url("autocomp", "10s"));
+    assert!(wait_until(Instant::now() + Duration::from_secs(20), || inspector.held().is_empty()));
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert_exactly_once(&pipeline, &ids);
+    assert_no_lock_nodes(&zk);
+}
+
 /// Two processes work (held at a gate) when `outage` strikes ZooKeeper; then the gate
 /// opens. Each process finishes or exits 4; later passes complete the work; no batch is
 /// recorded twice or lost, and no two processes ever worked on one batch at once.

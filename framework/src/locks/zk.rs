@@ -15,7 +15,8 @@
 //! retried blindly: ownership is read again first, so we can never delete another's lock.
 //!
 //! The session state is published for the runner: Disconnected => Suspended,
-//! SyncConnected => Connected, Expired / Closed / AuthFailed => Lost (every lock is gone).
+//! SyncConnected => Connected, Expired / Closed / AuthFailed => Lost (every lock is gone),
+//! and Suspended for longer than a client-side deadline below the session timeout => Lost.
 //! `close` deletes whatever is still held and closes the session, so nothing lingers after
 //! the process exits.
 
@@ -120,6 +121,9 @@ struct Shared {
     url: String,
     root: String,
     session_id: i64,
+    /// As negotiated with the server: it expires the session this long after it last heard
+    /// from us.
+    session_timeout: Duration,
     /// `None` once closed.
     client: Mutex<Option<zk::Client>>,
     state: watch::Sender<SessionState>,
@@ -162,6 +166,7 @@ impl ZkLocks {
             url: url.to_owned(),
             root: target.root,
             session_id,
+            session_timeout: client.session_timeout(),
             client: Mutex::new(Some(client)),
             state: watch::Sender::new(initial),
             closing: AtomicBool::new(false),
@@ -190,18 +195,51 @@ fn state_of(state: zk::SessionState) -> SessionState {
     }
 }
 
-/// Publishes the client's session states until a terminal one (or until the service is gone).
+/// How long a disconnected session is held before we give it up ourselves, as a share of
+/// the session timeout. The client notices silence after about 0.45 of the timeout (its
+/// connection timeout, checked every twentieth); 0.3 more puts our deadline near 0.75 of
+/// the timeout from the server's last word, while the server expires the session at 1.0
+/// (and may hand our locks to another host then): our work stops before anyone else's
+/// can start, even when a partition means we never hear of the expiry.
+const DISCONNECTED_DEADLINE_SHARE: f64 = 0.3;
+
+/// Publishes the client's session states until a terminal one (or until the service is
+/// gone). A disconnection that outlasts the deadline is published as `Lost`: nothing this
+/// process holds can be trusted after the server may have expired it.
 fn watch_session(shared: Weak<Shared>, mut watcher: zk::StateWatcher) {
     tokio::spawn(async move {
+        let mut suspended = false;
         loop {
-            let zk_state = watcher.changed().await;
+            let deadline = shared.upgrade().map(|s| s.session_timeout.mul_f64(DISCONNECTED_DEADLINE_SHARE));
+            let zk_state = match deadline {
+                Some(deadline) if suspended => match tokio::time::timeout(deadline, watcher.changed()).await {
+                    Ok(state) => state,
+                    Err(_) => {
+                        let Some(shared) = shared.upgrade() else { return };
+                        error!(
+                            "no word from ZooKeeper ({}) for {} after the connection dropped: the server may \
+                             expire session {:#x} and give its locks away before we hear of it; giving up \
+                             every lock and cancelling all work",
+                            shared.url,
+                            humantime::format_duration(deadline),
+                            shared.session_id
+                        );
+                        shared.state.send_replace(SessionState::Lost);
+                        return;
+                    }
+                },
+                _ => watcher.changed().await,
+            };
             let Some(shared) = shared.upgrade() else { return };
             let state = state_of(zk_state);
+            suspended = state == SessionState::Suspended;
             match state {
                 SessionState::Connected => info!("ZooKeeper session {:#x} connected again", shared.session_id),
-                SessionState::Suspended => {
-                    warn!("lost the connection to ZooKeeper ({}); holding commits until it is back", shared.url)
-                }
+                SessionState::Suspended => warn!(
+                    "lost the connection to ZooKeeper ({}); holding commits until it is back (at most {})",
+                    shared.url,
+                    humantime::format_duration(shared.session_timeout.mul_f64(DISCONNECTED_DEADLINE_SHARE))
+                ),
                 SessionState::Lost if shared.closing.load(Ordering::Relaxed) => {
                     debug!("ZooKeeper session closed")
                 }
@@ -395,6 +433,10 @@ impl Shared {
     /// not re-sent as is: ownership is read again first (the node may be gone and re-created
     /// by another worker since).
     async fn delete_if_ours(&self, node: &str) -> Result<(), LockError> {
+        if self.is_lost() {
+            // Gone with the session, or going with it: asking a silent server only waits.
+            return Ok(());
+        }
         for _ in 0..MAX_RETRIES {
             let stat = match self.owner_of(node).await {
                 Ok(Some(stat)) => stat,
@@ -525,6 +567,13 @@ impl LockService for ZkLocks {
 
     async fn close(&self) {
         let shared = &self.shared;
+        if *shared.state.borrow() == SessionState::Lost {
+            // Expired, or given up on because the server went silent: there is nothing to
+            // delete or to wait for (the server drops our nodes with the session).
+            shared.closing.store(true, Ordering::Relaxed);
+            shared.client.lock().expect("never poisoned").take();
+            return;
+        }
         let nodes: Vec<String> = shared.reserved.lock().expect("never poisoned").drain().collect();
         for node in &nodes {
             match tokio::time::timeout(CLOSE_WAIT, shared.delete_if_ours(node)).await {
@@ -563,6 +612,9 @@ impl Lock for ZkLock {
 
     /// The node exists and our session owns it.
     async fn still_held(&self) -> Result<bool, LockError> {
+        if self.shared.is_lost() {
+            return Ok(false);
+        }
         match self.shared.owner_of(&self.node).await {
             Ok(stat) => Ok(stat.is_some_and(|stat| stat.ephemeral_owner == self.shared.session_id)),
             Err(_) if self.shared.is_lost() => Ok(false),
