@@ -963,7 +963,7 @@ fn exit_status(mut command: Command) -> ExitStatus {
 }
 
 #[test]
-fn serve_exits_5_without_its_store_or_index_and_2_on_usage_errors() {
+fn serve_exits_5_without_its_index_and_2_on_usage_errors() {
     let dir = tempfile::tempdir().unwrap();
     let index_dir = dir.path().join("index");
     let index = index_dir.to_str().unwrap();
@@ -976,8 +976,7 @@ fn serve_exits_5_without_its_store_or_index_and_2_on_usage_errors() {
         }
         exit_status(command).code()
     };
-    let unreachable_store = format!("http://127.0.0.1:{}", free_port());
-    assert_eq!(serve(&unreachable_store, index, &[], true), Some(5), "store unreachable at start");
+    // (A store that does not answer yet is waited for, not an exit: tests/tests/multihost.rs.)
     let a_file = dir.path().join("a-file");
     std::fs::write(&a_file, "not a directory").unwrap();
     assert_eq!(serve(&store_url(dir.path()), a_file.to_str().unwrap(), &[], true), Some(5), "index unopenable");

@@ -31,12 +31,27 @@ impl Service {
     /// `autocomp-store serve --db <db_url>`: any database URL the service takes, e.g. a
     /// `postgres://` one.
     pub fn store_of(db_url: &str, log_dir: &Path) -> Service {
+        let mut service = Self::store_unstarted(db_url, log_dir);
+        service.restart();
+        service
+    }
+
+    /// The store service of [`Service::store_of`] with its port chosen but not started: start
+    /// it with [`Service::restart`] (when a test starts the services in another order).
+    pub fn store_unstarted(db_url: &str, log_dir: &Path) -> Service {
         let args = vec!["serve".into(), "--db".into(), db_url.into(), "--reads-need-token".into()];
-        Self::start(binary("autocomp-store"), args, log_dir.join("store.log"))
+        Self::unstarted(binary("autocomp-store"), args, log_dir.join("store.log"))
     }
 
     /// `sboi serve` following `store_url`, its index in `index_dir`.
     pub fn index(store_url: &str, index_dir: &Path, log_dir: &Path) -> Service {
+        let mut service = Self::index_unstarted(store_url, index_dir, log_dir, "sboi");
+        service.restart();
+        service
+    }
+
+    /// `sboi serve` not started yet; `name` names its log (`<name>.log`), for a second one.
+    pub fn index_unstarted(store_url: &str, index_dir: &Path, log_dir: &Path, name: &str) -> Service {
         let args = vec![
             "serve".into(),
             "--store".into(),
@@ -45,19 +60,17 @@ impl Service {
             index_dir.display().to_string(),
             "--reads-need-token".into(),
         ];
-        Self::start(binary("sboi"), args, log_dir.join("sboi.log"))
+        Self::unstarted(binary("sboi"), args, log_dir.join(format!("{name}.log")))
     }
 
-    fn start(program: PathBuf, mut args: Vec<String>, log: PathBuf) -> Service {
+    fn unstarted(program: PathBuf, mut args: Vec<String>, log: PathBuf) -> Service {
         // The token from a file, as in production: the service must pass it on itself
         // (sboi to the store service), nothing reads it from the environment.
         let token_file = log.with_extension("token");
         std::fs::write(&token_file, TOKEN).expect("token file");
         args.extend(["--token-file".into(), token_file.display().to_string()]);
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut service = Service { child: None, program, args, port, log };
-        service.restart();
-        service
+        Service { child: None, program, args, port, log }
     }
 
     pub fn url(&self) -> String {
@@ -66,6 +79,17 @@ impl Service {
 
     /// Starts the process (again) on the same port and waits until `/health` answers 200.
     pub fn restart(&mut self) {
+        self.launch();
+        let health = format!("{}/health", self.url());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let healthy =
+            wait_until(deadline, || !self.is_running() || http_get(&health).map(|(status, _)| status) == Some(200));
+        assert!(self.is_running(), "{} exited:\n{}", self.program.display(), self.logs());
+        assert!(healthy, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
+    }
+
+    /// Starts the process (again) on the same port without waiting for it to be healthy.
+    pub fn launch(&mut self) {
         self.kill();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("service log");
         let child = Command::new(&self.program)
@@ -83,12 +107,6 @@ impl Service {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.program.display()));
         self.child = Some(child);
-        let health = format!("{}/health", self.url());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let healthy =
-            wait_until(deadline, || !self.is_running() || http_get(&health).map(|(status, _)| status) == Some(200));
-        assert!(self.is_running(), "{} exited:\n{}", self.program.display(), self.logs());
-        assert!(healthy, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
     }
 
     /// Whether the process is still running.

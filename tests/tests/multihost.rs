@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::services::{Service, TOKEN};
+use autocomp_e2e::services::{Service, TOKEN, http_get};
 use autocomp_e2e::zk::{self, ZooKeeper};
 use autocomp_e2e::{PROBED, Pipeline, binary, finish, wait_until};
 use autocomp_sboi::HttpIndex;
@@ -264,6 +264,85 @@ fn an_unreachable_store_or_index_exits_5_naming_it_and_claims_nothing() {
     assert!(run.stderr.contains(&dead) && run.stderr.contains("index"), "{}", run.show());
     assert_eq!(pipeline.head(), head, "nothing claimed, nothing written");
     assert!(pipeline.open_runs().is_empty());
+}
+
+#[test]
+fn an_index_service_started_before_its_store_waits_for_it_and_then_serves() {
+    let pipeline = Pipeline::new(env!("CARGO_BIN_EXE_probe-component"));
+    let ids = pipeline.register(3);
+    let db_url = format!("sqlite://{}?synchronous=normal", pipeline.path("store.db").display());
+    let mut store = Service::store_unstarted(&db_url, &pipeline.path(""));
+    let mut index = Service::index_unstarted(&store.url(), &pipeline.path("index"), &pipeline.path(""), "sboi");
+    index.launch();
+
+    // Up without its store, as at a boot that starts everything at once: /health says what
+    // it waits for, the log says it keeps trying, and it does not exit.
+    let health = format!("{}/health", index.url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut answer = None;
+    let waiting = wait_until(deadline, || {
+        answer = http_get(&health);
+        answer.as_ref().is_some_and(|(status, _)| *status == 503) && index.logs().contains("waiting for the store")
+    });
+    assert!(waiting, "no waiting answer: {answer:?}\n{}", index.logs());
+    let (_, body) = answer.unwrap();
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["status"], "starting", "{body}");
+    assert!(body["waiting_for"].as_str().unwrap().contains(&store.url()), "{body}");
+    let refused = autocomp_e2e::services::http_request("POST", &format!("{}/v1/catch_up", index.url()), "{}");
+    assert_eq!(refused.map(|(status, _)| status), Some(503), "operations wait too");
+    assert!(index.is_running(), "{}", index.logs());
+
+    // The store comes up: the index service follows it, and the pipeline moves.
+    store.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    assert!(wait_until(deadline, || http_get(&health).is_some_and(|(status, _)| status == 200)), "{}", index.logs());
+    pipeline.use_backend("store", &store.url());
+    pipeline.use_backend("index", &index.url());
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    for id in &ids {
+        assert_eq!(pipeline.events(id, PROBED).len(), 1, "{id}: {}", run.show());
+    }
+}
+
+#[test]
+fn components_fail_over_between_index_services_and_keep_moving_with_either_killed() {
+    let pipeline = Pipeline::new(env!("CARGO_BIN_EXE_probe-component"));
+    let store = Service::store(&pipeline.path("store.db"), &pipeline.path(""));
+    let mut first = Service::index(&store.url(), &pipeline.path("index-a"), &pipeline.path(""));
+    let mut second = Service::index_unstarted(&store.url(), &pipeline.path("index-b"), &pipeline.path(""), "sboi-b");
+    second.restart();
+    pipeline.use_backend("store", &store.url());
+    pipeline.use_backend("index", &format!("{},{}", first.url(), second.url()));
+
+    // `dead`: the index service listed first is down, so the pass must say it failed over.
+    let moves = |round: &str, dead: &str| {
+        let ids: Vec<BatchId> = (1..=2).map(|n| pipeline.register_one(&format!("{round}{n}"), true)).collect();
+        let run = pipeline.run(&[]);
+        assert_eq!(run.code, Some(0), "{}", run.show());
+        for id in &ids {
+            assert_eq!(pipeline.events(id, PROBED).len(), 1, "{id} done once: {}", run.show());
+        }
+        if !dead.is_empty() {
+            assert!(run.stderr.contains(&format!("index service at {dead} not answering")), "{}", run.show());
+        }
+    };
+    moves("BOTH", "");
+    // Either one killed, even at the start of a pass: the other answers.
+    first.kill();
+    moves("SECOND", &first.url());
+    first.restart();
+    second.kill();
+    moves("FIRST", "");
+    let status = Command::new(binary("autocomp"))
+        .arg("--config-dir")
+        .arg(pipeline.config_dir())
+        .args(["status", "--format", "json"])
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "the CLI fails over too: {}", String::from_utf8_lossy(&status.stderr));
 }
 
 #[test]

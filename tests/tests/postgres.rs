@@ -227,9 +227,12 @@ fn an_unreachable_server_exits_5_naming_host_port_and_user_and_claims_nothing() 
     assert_eq!(status.code, Some(5), "{}", status.show());
     assert!(status.stderr.contains(&target), "names user@host:port: {}", status.show());
 
-    // The service refuses to start on it the same way.
+    // The service, which a boot may start before the database, waits for it instead: up at
+    // once, /health says what it waits for, naming user@host:port; SIGTERM stops it cleanly.
+    let listen = dead_port();
     let served = Command::new(binary("autocomp-store"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db", &format!("postgres://{target}/autocomp?connect_timeout=2s")])
+        .args(["serve", "--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--db", &format!("postgres://{target}/autocomp?connect_timeout=2s")])
         .env("AUTOCOMP_TOKEN", TOKEN)
         .env_remove("AUTOCOMP_TOKEN_FILE")
         .env_remove("AUTOCOMP_STORE_DB")
@@ -238,9 +241,24 @@ fn an_unreachable_server_exits_5_naming_host_port_and_user_and_claims_nothing() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let health = format!("http://127.0.0.1:{listen}/health");
+    let mut answer = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    autocomp_e2e::wait_until(deadline, || {
+        answer = autocomp_e2e::services::http_get(&health);
+        answer.as_ref().is_some_and(|(status, body)| *status == 503 && !body.contains("\"attempts\":0"))
+    });
+    let (status, body) = answer.expect("the waiting service answers /health");
+    assert_eq!(status, 503, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["status"], "starting", "{health}");
+    assert!(health["waiting_for"].as_str().unwrap().contains(&target), "names user@host:port: {health}");
+    assert!(health["last_error"].as_str().unwrap().contains(&target), "says why: {health}");
+    // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
+    unsafe { libc::kill(served.id() as i32, libc::SIGTERM) };
     let served = finish(served, Duration::from_secs(30));
-    assert_eq!(served.code, Some(5), "{}", served.show());
-    assert!(served.stderr.contains(&target), "names user@host:port: {}", served.show());
+    assert_eq!(served.code, Some(0), "{}", served.show());
+    assert!(served.stderr.contains("waiting for the database") && served.stderr.contains(&target), "{}", served.show());
 
     assert_eq!(pipeline.head(), head, "nothing claimed, nothing written");
     assert!(pipeline.open_runs().is_empty());

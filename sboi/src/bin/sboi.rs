@@ -10,13 +10,15 @@ use std::time::Duration;
 use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
+use autocomp_store::http::startup::{Startup, stopped_before_ready};
 use autocomp_store::logging::LogFormat;
 use autocomp_store::{HttpStore, ObjectStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
-                          (bad --store, no token, address in use), 5 the store is unreachable at start \
-                          or the index directory cannot be opened.";
+                          (bad --store, no token, the store refuses the token, address in use), 5 the \
+                          index directory cannot be opened. A store that does not answer yet is waited \
+                          for (with a log line per try; /health says so meanwhile), not an exit.";
 
 /// How long a stopping service waits for a catch-up in progress to commit.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -85,26 +87,6 @@ async fn main() -> ExitCode {
         Ok(token) => token,
         Err(message) => return fail(2, message),
     };
-    // The service's token is also what it shows the store service: its reads may come from
-    // another host, or the store may ask for the token on every read.
-    let opened = if store_url.starts_with("http://") || store_url.starts_with("https://") {
-        HttpStore::with_token(&store_url, Some(token.clone())).map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
-    } else {
-        open_store(&store_url).await
-    };
-    let store = match opened {
-        Ok(store) => store,
-        Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--store: {error}")),
-        Err(error) => return fail(5, format!("cannot open the store {}: {error}", display_url(&store_url))),
-    };
-    // An HTTP store is only dialled on first use: ask now, so a wrong URL fails the start.
-    let head = match store.head().await {
-        Ok(head) => head,
-        Err(error @ StoreError::Invalid(_)) => {
-            return fail(2, format!("the store {} refused: {error}", display_url(&store_url)));
-        }
-        Err(error) => return fail(5, format!("cannot reach the store {}: {error}", display_url(&store_url))),
-    };
     let engine = match IndexEngine::open(&index_dir) {
         Ok(engine) => engine,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
@@ -113,17 +95,42 @@ async fn main() -> ExitCode {
         Ok(listener) => listener,
         Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
     };
+    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+    // Up at once, whatever started first: until the store answers, /health says what we wait
+    // for and operations answer `unavailable` (clients retry or use another instance).
+    let startup = Startup::new(format!("the store {}", display_url(&store_url)));
+    let mut serving = tokio::spawn(serve(listener, startup.router()));
+    // The service's token is also what it shows the store service: its reads may come from
+    // another host, or the store may ask for the token on every read.
+    let connect = || async {
+        let store = if store_url.starts_with("http://") || store_url.starts_with("https://") {
+            Arc::new(HttpStore::with_token(&store_url, Some(token.clone()))?) as Arc<dyn ObjectStore>
+        } else {
+            open_store(&store_url).await?
+        };
+        // An HTTP store is only dialled on first use: ask now.
+        let head = store.head().await?;
+        Ok::<_, StoreError>((store, head))
+    };
+    let connected = tokio::select! {
+        connected = startup.wait_for(connect) => connected,
+        stopped = &mut serving => return stopped_before_ready(stopped),
+    };
+    let (store, head) = match connected {
+        Ok(connected) => connected,
+        Err(error) => return fail(2, format!("--store {}: {error}", display_url(&store_url))),
+    };
     let reconcile = (!reconcile_every.is_zero()).then_some(reconcile_every);
     let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
     let service = match IndexService::start(engine, store, access, reconcile) {
         Ok(service) => service,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };
-    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+    startup.ready(service.router());
     let indexed = service.follower().progress().indexed_seq;
     tracing::info!(listen = %bound, store = %display_url(&store_url), index = %index_dir.display(), %indexed, store_head = %head,
         reconcile_every = ?reconcile, "sboi service up");
-    let served = serve(listener, service.router()).await;
+    let served = serving.await.unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
     let _no_more_writes = service.follower().quiesce(STOP_GRACE).await;
     match served {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,13 +7,16 @@ use std::process::ExitCode;
 
 use autocomp_store::http::StoreService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
+use autocomp_store::http::startup::{Startup, stopped_before_ready};
 use autocomp_store::logging::LogFormat;
-use autocomp_store::{PgStore, StoreError, display_url, open_store};
+use autocomp_store::{InvalidInput, PgStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
-                          (bad --db, no token, address in use, credentials refused), 5 the database \
-                          cannot be opened.";
+                          (bad --db, a SQLite file that cannot be opened, no token, address in use, \
+                          credentials refused, a newer schema), 5 serving failed. A PostgreSQL server \
+                          that does not answer yet is waited for (a log line per try; /health says so \
+                          meanwhile), not an exit.";
 const MIGRATE_EXIT_CODES: &str = "Exit codes: 0 the schema is current (migrated or already), 2 usage or \
                                   configuration error (bad --db, credentials refused, a newer schema), 5 the \
                                   database is unreachable or a migration failed.";
@@ -127,20 +130,40 @@ async fn serve_store(db: String, listen: SocketAddr, token_file: Option<PathBuf>
             ),
         );
     }
-    let store = match open_store(&db).await {
-        Ok(store) => store,
-        Err(error @ StoreError::Invalid(_)) => return fail(2, format!("--db: {error}")),
-        Err(error) => return fail(5, format!("cannot open {shown}: {error}")),
-    };
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => listener,
         Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
     };
     let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+    // Up at once; a PostgreSQL server may come up after us (a boot starts both): wait for
+    // it, answering /health with what we wait for meanwhile.
+    let startup = Startup::new(format!("the database {shown}"));
+    let mut serving = tokio::spawn(serve(listener, startup.router()));
+    let connect = || async {
+        open_store(&db).await.map_err(|error| match error {
+            // A local file opens now or never, and a schema newer than this release will
+            // not get older by waiting: both are configuration errors.
+            StoreError::Unavailable(message)
+                if db.starts_with("sqlite://") || message.contains("newer than this release") =>
+            {
+                StoreError::Invalid(InvalidInput::new("db", shown.clone(), message))
+            }
+            other => other,
+        })
+    };
+    let connected = tokio::select! {
+        connected = startup.wait_for(connect) => connected,
+        stopped = &mut serving => return stopped_before_ready(stopped),
+    };
+    let store = match connected {
+        Ok(store) => store,
+        Err(error) => return fail(2, format!("--db: {error}")),
+    };
     tracing::info!(listen = %bound, db = %shown, "store service up");
     let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
-    let service = StoreService::new(store, access);
-    match serve(listener, service.router()).await {
+    startup.ready(StoreService::new(store, access).router());
+    let served = serving.await.unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(5, format!("serving: {error}")),
     }

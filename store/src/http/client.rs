@@ -1,8 +1,9 @@
 //! The HTTP client side shared by `HttpStore` and sboi's `HttpIndex`: one POST per
-//! operation, the bearer token, error bodies mapped back to typed errors, and retries that
-//! ride out a service restart without ever repeating a write that is not safe to repeat.
+//! operation, the bearer token, error bodies mapped back to typed errors, retries that ride
+//! out a service restart without ever repeating a write that is not safe to repeat, and
+//! failover between several instances of a service (`http://a:7071,http://b:7071`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -71,9 +72,11 @@ impl CallError {
     }
 }
 
-/// A JSON-over-HTTP client for one autocomp service.
+/// A JSON-over-HTTP client for one autocomp service, at one or several addresses.
 pub struct HttpClient {
-    base: String,
+    bases: Vec<String>,
+    /// The address that answered last: calls go there first.
+    current: AtomicUsize,
     what: &'static str,
     http: reqwest::Client,
     token: Option<String>,
@@ -83,21 +86,28 @@ pub struct HttpClient {
     reached: AtomicBool,
 }
 
-/// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`.
+/// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`, or several
+/// instances of one service, `http://a:7071,http://b:7071[?retry_for=30s]`.
 pub struct ClientOptions {
-    pub base: String,
+    pub bases: Vec<String>,
     pub retry_for: Duration,
 }
 
 impl ClientOptions {
     pub fn parse(url: &str, field: &str) -> Result<Self, InvalidInput> {
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let base = base.trim_end_matches('/').to_string();
-        let authority = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).unwrap_or("");
-        if authority.is_empty() || authority.contains('/') {
-            return Err(InvalidInput::new(field, url, "expected http://host:port"));
+        let (list, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut bases = Vec::new();
+        for base in list.split(',').map(|b| b.trim().trim_end_matches('/')) {
+            let authority = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).unwrap_or("");
+            if authority.is_empty() || authority.contains('/') {
+                let expected = "expected http://host:port, or several separated by commas";
+                return Err(InvalidInput::new(field, url, format!("{base:?}: {expected}")));
+            }
+            if !bases.iter().any(|known| known == base) {
+                bases.push(base.to_string());
+            }
         }
-        let mut options = Self { base, retry_for: Duration::from_secs(30) };
+        let mut options = Self { bases, retry_for: Duration::from_secs(30) };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("retry_for", value)) => {
@@ -136,7 +146,8 @@ impl HttpClient {
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Self {
-            base: options.base,
+            bases: options.bases,
+            current: AtomicUsize::new(0),
             what,
             http,
             token,
@@ -154,15 +165,19 @@ impl HttpClient {
         retry: Retry,
         timeout: Option<Duration>,
     ) -> Result<Resp, CallError> {
-        let url = format!("{}/v1/{operation}", self.base);
         // Shared, not copied, by each attempt.
         let body =
             Bytes::from(serde_json::to_vec(request).map_err(|e| CallError::Unreachable(format!("encoding: {e}")))?);
         let started = Instant::now();
         let mut pause = Duration::from_millis(50);
+        // Addresses tried since the last pause: each gets one attempt before we wait.
+        let mut tried = 0;
         loop {
-            let (error, may_retry) = match self.attempt(&url, body.clone(), timeout).await {
-                Ok(response) => match self.decode(operation, response).await {
+            let index = self.current.load(Ordering::Relaxed) % self.bases.len();
+            let base = &self.bases[index];
+            let url = format!("{base}/v1/{operation}");
+            let (error, may_repeat) = match self.attempt(&url, body.clone(), timeout).await {
+                Ok(response) => match self.decode(base, operation, response).await {
                     Ok(decoded) => return Ok(decoded),
                     // The service was up but could not do it now (e.g. the database busy):
                     // nothing was committed, but only safe operations go round again.
@@ -173,16 +188,25 @@ impl HttpClient {
                 },
                 Err(error) => {
                     let unsent = error.is_connect();
-                    let may_retry = self.reached.load(Ordering::Relaxed) && (unsent || retry == Retry::Safe);
-                    let mut message =
-                        format!("{} at {} unreachable ({operation}): {}", self.what, self.base, chain(&error));
+                    let mut message = format!("{} at {base} unreachable ({operation}): {}", self.what, chain(&error));
                     if !unsent && retry == Retry::OnlyUnsent {
                         message
                             .push_str("; it may have been done before the connection broke: look before repeating it");
                     }
-                    (CallError::Unreachable(message), may_retry)
+                    (CallError::Unreachable(message), unsent || retry == Retry::Safe)
                 }
             };
+            // Another instance of the service may answer at once: try it before waiting.
+            tried += 1;
+            if may_repeat && tried < self.bases.len() {
+                let next = (index + 1) % self.bases.len();
+                self.current.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed).ok();
+                tracing::warn!(operation, "{} at {base} not answering; trying {}", self.what, self.bases[next]);
+                continue;
+            }
+            tried = 0;
+            // Until the service has answered once, a refused connection fails at once.
+            let may_retry = may_repeat && self.reached.load(Ordering::Relaxed);
             if !may_retry || started.elapsed() + pause > self.retry_for {
                 return Err(match error {
                     CallError::Unreachable(message) if may_retry => {
@@ -194,6 +218,9 @@ impl HttpClient {
             tracing::warn!(operation, retry_in = ?pause, "{} not answering; retrying", self.what);
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
+            if self.bases.len() > 1 {
+                self.current.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -217,6 +244,7 @@ impl HttpClient {
 
     async fn decode<Resp: DeserializeOwned>(
         &self,
+        base: &str,
         operation: &str,
         response: reqwest::Response,
     ) -> Result<Resp, CallError> {
@@ -225,7 +253,7 @@ impl HttpClient {
             CallError::Unreachable(format!(
                 "{} at {}: reading the answer to {operation}: {}",
                 self.what,
-                self.base,
+                base,
                 chain(&e)
             ))
         })?;
@@ -234,7 +262,7 @@ impl HttpClient {
             return serde_json::from_slice(&bytes).map_err(|e| {
                 CallError::Unreachable(format!(
                     "{} at {} answered {operation} with something else: {e}",
-                    self.what, self.base
+                    self.what, base
                 ))
             });
         }
@@ -242,14 +270,14 @@ impl HttpClient {
             Ok(mut body) => {
                 if status == StatusCode::UNAUTHORIZED {
                     body.error.message =
-                        format!("the {} at {} refused {operation}: {}", self.what, self.base, body.error.message);
+                        format!("the {} at {} refused {operation}: {}", self.what, base, body.error.message);
                 }
                 Err(CallError::Api { status, body })
             }
             Err(_) => Err(CallError::Unreachable(format!(
                 "{} at {} answered {operation} with HTTP {status}: {}",
                 self.what,
-                self.base,
+                base,
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             ))),
         }

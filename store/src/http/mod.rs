@@ -6,6 +6,7 @@ pub mod client;
 mod http_store;
 pub mod server;
 pub mod service;
+pub mod startup;
 pub mod wire;
 
 pub use http_store::HttpStore;
