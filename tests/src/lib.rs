@@ -4,6 +4,7 @@
 //! store (an embedded SQLite file, or any store URL such as a PostgreSQL database), index and
 //! lock dir, the probe component's config, and store read-backs.
 
+pub mod netns;
 pub mod services;
 pub mod zk;
 

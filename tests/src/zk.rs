@@ -1,15 +1,17 @@
 //! A real ZooKeeper for the tests and benchmarks: a standalone server or a 3-node ensemble on
-//! free loopback ports, each node in its own directory of a temp dir, started as a plain
+//! free loopback ports (or one node per host of a test network, `Options::hosts`), each node
+//! in its own directory of a temp dir, started as a plain
 //! `java` process, ready once the `srvr` four-letter command answers with a `Mode:` line,
 //! stopped by pid (and killed on drop). Without the server installed this fails, saying how
 //! to install it: the lock tests are never skipped.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::netns::Host;
 use crate::wait_until;
 
 /// Where Debian's `zookeeper` package puts the server.
@@ -42,15 +44,20 @@ pub struct Options {
     /// `znode.container.checkIntervalMs`: how often the server deletes empty containers
     /// (ZooKeeper's default is a minute; tests want to see them go).
     pub container_check: Duration,
+    /// One host per node, from a test network: each node listens on its host's address
+    /// (standard ports) and runs in its namespace. Empty: every node on loopback.
+    pub hosts: Vec<Host>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { nodes: 1, container_check: Duration::from_secs(60) }
+        Self { nodes: 1, container_check: Duration::from_secs(60), hosts: Vec::new() }
     }
 }
 
 struct Node {
+    addr: Ipv4Addr,
+    host: Option<Host>,
     client_port: u16,
     config: PathBuf,
     log: PathBuf,
@@ -67,38 +74,53 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// A standalone server that deletes empty containers every 500 ms.
     pub fn standalone() -> Self {
-        Self::start(Options { nodes: 1, container_check: Duration::from_millis(500) })
+        Self::start(Options { nodes: 1, container_check: Duration::from_millis(500), hosts: Vec::new() })
     }
 
     /// A 3-node ensemble on loopback.
     pub fn ensemble() -> Self {
-        Self::start(Options { nodes: 3, container_check: Duration::from_millis(500) })
+        Self::start(Options { nodes: 3, container_check: Duration::from_millis(500), hosts: Vec::new() })
+    }
+
+    /// One node on each of `hosts` (1: standalone, 3: an ensemble).
+    pub fn on_hosts(hosts: &[&Host]) -> Self {
+        let hosts: Vec<Host> = hosts.iter().map(|h| (*h).clone()).collect();
+        Self::start(Options { nodes: hosts.len(), container_check: Duration::from_millis(500), hosts })
     }
 
     /// Starts the servers and waits until every node serves (an ensemble: has a leader).
     pub fn start(options: Options) -> Self {
         require_installed();
         let dir = tempfile::tempdir().expect("temp dir for ZooKeeper");
-        let ports = free_ports(options.nodes * 3);
         let count = options.nodes;
+        assert!(options.hosts.is_empty() || options.hosts.len() == count, "one host per node");
+        // On hosts of their own every node has the standard ports; on loopback, free ones.
+        let ports = if options.hosts.is_empty() {
+            free_ports(count * 3)
+        } else {
+            [vec![2181; count], [2888, 3888].repeat(count)].concat()
+        };
+        let addr = |n: usize| options.hosts.get(n).map_or(Ipv4Addr::LOCALHOST, |host| host.addr);
         let mut nodes = Vec::new();
         for n in 0..count {
             let node_dir = dir.path().join(format!("zk{}", n + 1));
             std::fs::create_dir_all(node_dir.join("data")).expect("ZooKeeper data dir");
             let mut config = format!(
-                "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+                "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress={}\n\
                  minSessionTimeout=2000\nmaxSessionTimeout=60000\nadmin.enableServer=false\n\
                  4lw.commands.whitelist=*\n",
                 node_dir.join("data").display(),
                 ports[n],
+                addr(n),
             );
             if count > 1 {
                 std::fs::write(node_dir.join("data/myid"), format!("{}\n", n + 1)).expect("myid");
                 config.push_str("initLimit=10\nsyncLimit=5\n");
                 for m in 0..count {
                     config.push_str(&format!(
-                        "server.{}=127.0.0.1:{}:{}\n",
+                        "server.{}={}:{}:{}\n",
                         m + 1,
+                        addr(m),
                         ports[count + 2 * m],
                         ports[count + 2 * m + 1]
                     ));
@@ -107,6 +129,8 @@ impl ZooKeeper {
             let config_path = node_dir.join("zoo.cfg");
             std::fs::write(&config_path, config).expect("zoo.cfg");
             nodes.push(Node {
+                addr: addr(n),
+                host: options.hosts.get(n).cloned(),
                 client_port: ports[n],
                 config: config_path,
                 log: node_dir.join("server.log"),
@@ -125,15 +149,20 @@ impl ZooKeeper {
         let node = &mut self.nodes[n];
         assert!(node.process.is_none(), "node {n} already runs");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).expect("server log");
-        let child = Command::new("java")
-            .arg("-Xmx256m")
+        let mut java = Command::new("java");
+        java.arg("-Xmx256m")
             .arg("-XX:+UseSerialGC")
             .arg(format!("-Dznode.container.checkIntervalMs={}", self.options.container_check.as_millis()))
             .arg("-cp")
             .arg(format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}"))
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&node.config)
-            .current_dir(self.dir.path())
+            .current_dir(self.dir.path());
+        let mut java = match &node.host {
+            Some(host) => host.wrap(&java),
+            None => java,
+        };
+        let child = java
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -158,9 +187,9 @@ impl ZooKeeper {
         assert!(serving, "ZooKeeper nodes {nodes:?} not serving after {START_LIMIT:?}\n{}", self.logs());
     }
 
-    /// `127.0.0.1:port[,127.0.0.1:port...]`.
+    /// `127.0.0.1:port[,127.0.0.1:port...]` (on hosts: their addresses).
     pub fn hosts(&self) -> String {
-        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client_port)).collect::<Vec<_>>().join(",")
+        self.nodes.iter().map(|n| format!("{}:{}", n.addr, n.client_port)).collect::<Vec<_>>().join(",")
     }
 
     /// The locks URL for a chroot, e.g. `url("autocomp", "3s")`.
@@ -174,7 +203,11 @@ impl ZooKeeper {
 
     /// The answer to `srvr`, if node `n` answers at all.
     pub fn srvr(&self, n: usize) -> Option<String> {
-        four_letter(self.nodes[n].client_port, "srvr")
+        let address = SocketAddr::new(IpAddr::V4(self.nodes[n].addr), self.nodes[n].client_port);
+        match &self.nodes[n].host {
+            Some(host) => host.within(move || four_letter_at(address, "srvr")),
+            None => four_letter_at(address, "srvr"),
+        }
     }
 
     /// `standalone`, `leader` or `follower` while node `n` serves clients.
@@ -310,7 +343,10 @@ pub struct Znode {
 
 /// Sends a four-letter command and reads the whole answer (the server closes after it).
 pub fn four_letter(port: u16, command: &str) -> Option<String> {
-    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    four_letter_at(SocketAddr::from(([127, 0, 0, 1], port)), command)
+}
+
+fn four_letter_at(address: SocketAddr, command: &str) -> Option<String> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream.write_all(command.as_bytes()).ok()?;
