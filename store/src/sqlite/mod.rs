@@ -155,6 +155,18 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
+        .map_err(|e| self.naming_the_file(e))
+    }
+
+    /// An outage names the store file, so an operator knows which disk or file to look at
+    /// ("store file /var/lib/autocomp/store.db: database or disk is full").
+    fn naming_the_file(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::Unavailable(message) => {
+                StoreError::Unavailable(format!("store file {}: {message}", self.path.display()))
+            }
+            other => other,
+        }
     }
 }
 
@@ -210,7 +222,9 @@ impl ObjectStore for SqliteStore {
             Ok(())
         })
         .await?;
-        answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()))?
+        let answer =
+            answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
+        answer?.map_err(|e| self.naming_the_file(e))
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
