@@ -1,5 +1,6 @@
-//! The multi-host parts as real processes on loopback: the store service and the sboi
-//! service, each on a port of its own, killed when dropped and restartable on the same port.
+//! The multi-host parts as real processes: the store service and the sboi service, each on
+//! a loopback port of its own (or on a host of a test network, `Service::on`), killed when
+//! dropped and restartable on the same address.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::netns::Host;
 use crate::{binary, wait_until};
 
 /// The bearer token the test services accept.
@@ -19,6 +21,8 @@ pub struct Service {
     args: Vec<String>,
     pub port: u16,
     log: PathBuf,
+    /// Where it runs when not on loopback.
+    host: Option<Host>,
 }
 
 impl Service {
@@ -70,20 +74,38 @@ impl Service {
         std::fs::write(&token_file, TOKEN).expect("token file");
         args.extend(["--token-file".into(), token_file.display().to_string()]);
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Service { child: None, program, args, port, log }
+        Service { child: None, program, args, port, log, host: None }
+    }
+
+    /// The same service on `host` of a test network (its own port there), not yet started.
+    pub fn on(mut self, host: &Host, port: u16) -> Service {
+        self.host = Some(host.clone());
+        self.port = port;
+        self
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        match &self.host {
+            Some(host) => format!("http://{}:{}", host.addr, self.port),
+            None => format!("http://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// `GET path` from where the service can be reached (inside its host's namespace).
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let url = format!("{}{path}", self.url());
+        match &self.host {
+            Some(host) => host.within(move || http_get(&url)),
+            None => http_get(&url),
+        }
     }
 
     /// Starts the process (again) on the same port and waits until `/health` answers 200.
     pub fn restart(&mut self) {
         self.launch();
-        let health = format!("{}/health", self.url());
         let deadline = Instant::now() + Duration::from_secs(30);
         let healthy =
-            wait_until(deadline, || !self.is_running() || http_get(&health).map(|(status, _)| status) == Some(200));
+            wait_until(deadline, || !self.is_running() || self.get("/health").map(|(status, _)| status) == Some(200));
         assert!(self.is_running(), "{} exited:\n{}", self.program.display(), self.logs());
         assert!(healthy, "{} not healthy in 30 s:\n{}", self.program.display(), self.logs());
     }
@@ -92,9 +114,17 @@ impl Service {
     pub fn launch(&mut self) {
         self.kill();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("service log");
-        let child = Command::new(&self.program)
-            .args(&self.args)
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+        let listen = match &self.host {
+            Some(host) => format!("{}:{}", host.addr, self.port),
+            None => format!("127.0.0.1:{}", self.port),
+        };
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).args(["--listen", &listen]);
+        let mut command = match &self.host {
+            Some(host) => host.wrap(&command),
+            None => command,
+        };
+        let child = command
             .env_remove("AUTOCOMP_TOKEN")
             .env_remove("AUTOCOMP_TOKEN_FILE")
             .env_remove("RUST_LOG")
@@ -116,7 +146,7 @@ impl Service {
 
     /// `GET /health`'s JSON.
     pub fn health(&self) -> serde_json::Value {
-        let (_, body) = http_get(&format!("{}/health", self.url())).expect("health answers");
+        let (_, body) = self.get("/health").expect("health answers");
         serde_json::from_str(&body).expect("health is JSON")
     }
 

@@ -1,0 +1,308 @@
+//! The chaos run: a whole multi-host pipeline on hosts made of network namespaces (a 3-node
+//! ZooKeeper ensemble on three hosts, the store service on one, two `sboi serve` on two,
+//! two worker hosts whose "cron" starts a pass after pass) while faults strike at random
+//! times: a worker host partitioned past the session timeout and healed, the ZooKeeper
+//! leader killed, a follower partitioned, the store restarted, an index service killed,
+//! passes SIGKILLed and SIGSTOPped. At the end every batch is finished, and the ledger the
+//! workers wrote shows none lost, none recorded twice, and no two work intervals on one
+//! batch overlapping. It prints its figures.
+//!
+//! `cargo test` runs the bounded version (240 batches); `AUTOCOMP_CHAOS_SOAK=1` the soak
+//! (1,200 batches), whose figures RELIABILITY.md keeps. `AUTOCOMP_CHAOS_SEED` repeats a run.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use autocomp_e2e::netns::{Host, Network};
+use autocomp_e2e::services::Service;
+use autocomp_e2e::zk::ZooKeeper;
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, wait_until};
+use autocomp_store::Outcome;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+const WORKERS: [&str; 2] = ["worker-1", "worker-2"];
+
+/// xorshift64*: enough randomness for fault timing, and repeatable from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    PartitionWorker,
+    KillZkLeader,
+    PartitionZkFollower,
+    RestartStore,
+    KillIndexService,
+    KillPass,
+    StopPass,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::PartitionWorker,
+    Fault::KillZkLeader,
+    Fault::PartitionZkFollower,
+    Fault::RestartStore,
+    Fault::KillIndexService,
+    Fault::KillPass,
+    Fault::StopPass,
+];
+
+/// The pass a worker host's "cron" is running now, for the faults that strike passes.
+#[derive(Default)]
+struct Running(Mutex<Option<u32>>);
+
+impl Running {
+    fn signal(&self, signal: libc::c_int) -> bool {
+        let Some(pid) = *self.0.lock().unwrap() else { return false };
+        // SAFETY: kill(2) on the pid of a pass this test started and has not reaped yet (the
+        // driver clears it under the same lock before reaping).
+        unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+    }
+}
+
+/// Runs a pass after another on `host` (every 200 ms at most, as a busy cron), until
+/// `stop`; returns how the passes ended, by exit code.
+fn drive(host: Host, pipeline: Arc<Pipeline>, running: Arc<Running>, stop: Arc<AtomicBool>) -> BTreeMap<i32, u32> {
+    let mut codes = BTreeMap::new();
+    let log_path = pipeline.path(&format!("{}.log", host.name));
+    while !stop.load(Ordering::Relaxed) {
+        let next = Instant::now() + Duration::from_millis(200);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("pass log");
+        let child: Child = host
+            .wrap(&pipeline.command(&[]))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("a pass starts");
+        *running.0.lock().unwrap() = Some(child.id());
+        let ended = finish_clearing(child, &running);
+        *codes.entry(ended).or_default() += 1;
+        wait_until(next, || stop.load(Ordering::Relaxed));
+    }
+    codes
+}
+
+/// Waits for a pass (at most 2 minutes) and forgets its pid before it is reaped.
+fn finish_clearing(mut child: Child, running: &Running) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut status = None;
+    wait_until(deadline, || {
+        let mut guard = running.0.lock().unwrap();
+        // Reap only under the lock, so a fault never signals a reaped (reusable) pid.
+        if let Some(exited) = child.try_wait().unwrap() {
+            *guard = None;
+            status = Some(exited);
+            return true;
+        }
+        false
+    });
+    let status = match status {
+        Some(status) => status,
+        None => {
+            let mut guard = running.0.lock().unwrap();
+            child.kill().ok();
+            *guard = None;
+            child.wait().expect("reaped")
+        }
+    };
+    // Killed by a signal: minus its number.
+    status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
+}
+
+/// How long a fault lasts: a partition or an outage is held this long by design (nothing is
+/// being waited for).
+fn hold(duration: Duration) {
+    std::thread::sleep(duration);
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[test]
+fn a_pipeline_under_random_faults_finishes_every_batch_once_with_no_overlapping_work() {
+    let soak = std::env::var("AUTOCOMP_CHAOS_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
+    let batches = if soak { 1_200 } else { 240 };
+    let limit = if soak { Duration::from_secs(30 * 60) } else { Duration::from_secs(4 * 60) };
+    let seed = std::env::var("AUTOCOMP_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
+    });
+    let mut rng = Rng(seed);
+    eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
+
+    let network = Network::create(&["zk-1", "zk-2", "zk-3", "store", "index-1", "index-2", WORKERS[0], WORKERS[1]]);
+    let mut zk = ZooKeeper::on_hosts(&[network.host("zk-1"), network.host("zk-2"), network.host("zk-3")]);
+    let pipeline = Arc::new(Pipeline::new(PROBE));
+    let log_dir = pipeline.path("");
+    let db = format!("sqlite://{}?synchronous=normal", pipeline.path("store.db").display());
+    let mut store = Service::store_unstarted(&db, &log_dir).on(network.host("store"), 7070);
+    store.restart();
+    let mut indexes: Vec<Service> = (1..=2)
+        .map(|n| {
+            let name = format!("index-{n}");
+            let mut index = Service::index_unstarted(&store.url(), &pipeline.path(&name), &log_dir, &name)
+                .on(network.host(&name), 7071);
+            index.restart();
+            index
+        })
+        .collect();
+    pipeline.use_backend("store", &store.url());
+    pipeline.use_backend("index", &format!("{},{}", indexes[0].url(), indexes[1].url()));
+    pipeline.use_locks(&zk.url("autocomp", &format!("{}s", SESSION_TIMEOUT.as_secs())));
+    let (work_time, threads, queue) = if soak { ("400ms", 4, 8) } else { ("700ms", 2, 4) };
+    pipeline.configure(&format!(
+        "max_threads = {threads}\nqueue_size = {queue}\nmax_attempts = 1000\n\n[settings]\nwork_time = \
+         \"{work_time}\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+    let ids = pipeline.register(batches);
+    let count_done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
+    // Counting reads every batch: at most once a second.
+    let mut counted = (Instant::now(), 0);
+    let mut done = |pipeline: &Pipeline| {
+        if counted.0 <= Instant::now() {
+            counted = (Instant::now() + Duration::from_secs(1), count_done(pipeline));
+        }
+        counted.1
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
+    let drivers: Vec<_> = WORKERS
+        .iter()
+        .zip(&runnings)
+        .map(|(name, running)| {
+            let (host, pipeline) = (network.host(name).clone(), Arc::clone(&pipeline));
+            let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
+            std::thread::spawn(move || drive(host, pipeline, running, stop))
+        })
+        .collect();
+
+    // Faults until every batch is done (or the limit): one at a time, 1-4 s apart.
+    let started = Instant::now();
+    let deadline = started + limit;
+    let mut injected: Vec<(Fault, i64)> = Vec::new();
+    while done(&pipeline) < batches && Instant::now() < deadline {
+        let quiet_until = Instant::now() + rng.millis(1_000, 4_000);
+        wait_until(quiet_until.min(deadline), || done(&pipeline) == batches);
+        if done(&pipeline) == batches {
+            break;
+        }
+        let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
+        let at = now_ms();
+        match fault {
+            Fault::PartitionWorker => {
+                let worker = WORKERS[rng.below(2) as usize];
+                network.partition(worker);
+                hold(SESSION_TIMEOUT + rng.millis(500, 3_000));
+                network.heal(worker);
+            }
+            Fault::KillZkLeader => {
+                let leader = zk.leader();
+                zk.kill(leader);
+                hold(rng.millis(1_000, 4_000));
+                zk.restart(leader);
+            }
+            Fault::PartitionZkFollower => {
+                let leader = zk.leader();
+                let follower = (leader + 1 + rng.below(2) as usize) % 3;
+                let host = format!("zk-{}", follower + 1);
+                network.partition(&host);
+                hold(SESSION_TIMEOUT + rng.millis(500, 3_000));
+                network.heal(&host);
+            }
+            Fault::RestartStore => store.restart(),
+            Fault::KillIndexService => {
+                let index = &mut indexes[rng.below(2) as usize];
+                index.kill();
+                hold(rng.millis(1_000, 5_000));
+                index.restart();
+            }
+            Fault::KillPass => {
+                runnings[rng.below(2) as usize].signal(libc::SIGKILL);
+            }
+            Fault::StopPass => {
+                let running = &runnings[rng.below(2) as usize];
+                if running.signal(libc::SIGSTOP) {
+                    // Shorter than the session: a GC pause or a swapped-out process. Longer
+                    // freezes are fenced (tests/zookeeper.rs, the frozen holder).
+                    hold(rng.millis(300, 1_500));
+                    running.signal(libc::SIGCONT);
+                }
+            }
+        }
+        injected.push((fault, at));
+    }
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut exits: BTreeMap<i32, u32> = BTreeMap::new();
+    for driver in drivers {
+        for (code, n) in driver.join().expect("a driver") {
+            *exits.entry(code).or_default() += n;
+        }
+    }
+    assert_eq!(
+        count_done(&pipeline),
+        batches,
+        "not every batch finished within {limit:?} (seed {seed}); faults: {injected:?}\n{}\n{}",
+        store.logs(),
+        zk.logs()
+    );
+
+    // The ledger and the store: each batch once, and never two work intervals at once.
+    let mut recorded_twice = 0;
+    let mut successes: Vec<i64> = Vec::new();
+    for id in &ids {
+        let results = pipeline.events(id, PROBED);
+        if results.len() != 1 {
+            recorded_twice += 1;
+        }
+        assert!(results.iter().all(|e| e.outcome == Outcome::Success), "{id}: {results:?}");
+        successes.extend(results.iter().map(|e| e.at.millis()));
+    }
+    let ledger = pipeline.ledger();
+    let by_batch = disjoint_by_batch(&ledger);
+    let lost = ids.iter().filter(|id| !by_batch.contains_key(id.as_str())).count();
+    assert_eq!((recorded_twice, lost), (0, 0), "recorded twice, lost");
+    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+
+    // How long the pipeline stood still after each fault: until the next result recorded.
+    successes.sort_unstable();
+    let stall = |at: i64| successes.iter().find(|t| **t > at).map(|t| Duration::from_millis((t - at) as u64));
+    let longest = injected.iter().filter_map(|(fault, at)| Some((stall(*at)?, *fault))).max();
+    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
+    for (fault, _) in &injected {
+        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
+    }
+    let interrupted = ledger.len() - batches;
+    eprintln!(
+        "chaos figures (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; passes by exit code \
+         {exits:?}; {interrupted} interrupted work intervals redone; 0 lost, 0 recorded twice, 0 overlapping \
+         work intervals; longest from a fault to the next result: {:?}",
+        elapsed.as_secs_f64(),
+        injected.len(),
+        longest.map(|(stall, fault)| format!("{:.1} s ({fault:?})", stall.as_secs_f64())),
+    );
+    assert!(!injected.is_empty(), "no fault struck: the run was too short to say anything");
+}
