@@ -500,6 +500,20 @@ impl<C: Component> Runner<C> {
             _ = stop_requested(&mut shutdown) => return self.release(claimed).await,
             _ = session_lost(&mut session) => return self.give_up_after_session_loss(claimed).await,
         };
+        // Cut off from the lock service, start nothing: the server may be expiring the
+        // session, and another host may take this batch the moment it does.
+        let suspended = *session.borrow() == SessionState::Suspended;
+        if suspended {
+            warn!(batch = %claimed.batch.id, "lock service unreachable: not starting work until it is back");
+            let back = tokio::select! {
+                back = session_back(&mut session) => back,
+                _ = stop_requested(&mut shutdown) => return self.release(claimed).await,
+            };
+            if !back {
+                drop(permit);
+                return self.give_up_after_session_loss(claimed).await;
+            }
+        }
         if self.shutting_down() {
             return self.release(claimed).await;
         }
@@ -762,6 +776,12 @@ pub(crate) async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Resolves once the lock service session is lost (or its state can no longer be known).
+/// Waits out a disconnection: true when the session is connected again, false when lost.
+async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
+    let state = session.wait_for(|state| *state != SessionState::Suspended).await.map(|state| *state);
+    state.is_ok_and(|state| state == SessionState::Connected)
+}
+
 async fn session_lost(session: &mut watch::Receiver<SessionState>) {
     session.wait_for(|state| *state == SessionState::Lost).await.ok();
 }

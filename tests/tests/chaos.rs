@@ -89,12 +89,8 @@ fn drive(host: Host, pipeline: Arc<Pipeline>, running: Arc<Running>, stop: Arc<A
     while !stop.load(Ordering::Relaxed) {
         let next = Instant::now() + Duration::from_millis(200);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("pass log");
-        let child: Child = host
-            .wrap(&pipeline.command(&[]))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("a pass starts");
+        let child: Child =
+            host.wrap(&pipeline.command(&[])).stdout(Stdio::null()).stderr(log).spawn().expect("a pass starts");
         *running.0.lock().unwrap() = Some(child.id());
         let ended = finish_clearing(child, &running);
         *codes.entry(ended).or_default() += 1;
@@ -145,9 +141,10 @@ fn a_pipeline_under_random_faults_finishes_every_batch_once_with_no_overlapping_
     let soak = std::env::var("AUTOCOMP_CHAOS_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     let batches = if soak { 1_200 } else { 240 };
     let limit = if soak { Duration::from_secs(30 * 60) } else { Duration::from_secs(4 * 60) };
-    let seed = std::env::var("AUTOCOMP_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+    let seed = std::env::var("AUTOCOMP_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
     let mut rng = Rng(seed);
     eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
 

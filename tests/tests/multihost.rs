@@ -237,6 +237,16 @@ fn two_hosts_per_component_end_every_batch_where_the_embedded_run_does(backend: 
     drop(store_service);
 }
 
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
 fn dead_url() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     format!("http://127.0.0.1:{port}")
@@ -274,6 +284,22 @@ fn an_index_service_started_before_its_store_waits_for_it_and_then_serves() {
     let mut store = Service::store_unstarted(&db_url, &pipeline.path(""));
     let mut index = Service::index_unstarted(&store.url(), &pipeline.path("index"), &pipeline.path(""), "sboi");
     index.launch();
+    // The monitor, started at the same time, waits for both.
+    let monitor_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let monitor_log = std::fs::File::create(pipeline.path("monitor.log")).unwrap();
+    let monitor = Command::new(binary("autocomp-monitor"))
+        .arg("--config-dir")
+        .arg(pipeline.config_dir())
+        .args(["--listen", &format!("127.0.0.1:{monitor_port}"), "--store", &store.url(), "--index", &index.url()])
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .env_remove("AUTOCOMP_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(monitor_log)
+        .spawn()
+        .unwrap();
+    let _monitor = KillOnDrop(monitor);
+    let monitor_health = format!("http://127.0.0.1:{monitor_port}/health");
 
     // Up without its store, as at a boot that starts everything at once: /health says what
     // it waits for, the log says it keeps trying, and it does not exit.
@@ -292,11 +318,20 @@ fn an_index_service_started_before_its_store_waits_for_it_and_then_serves() {
     let refused = autocomp_e2e::services::http_request("POST", &format!("{}/v1/catch_up", index.url()), "{}");
     assert_eq!(refused.map(|(status, _)| status), Some(503), "operations wait too");
     assert!(index.is_running(), "{}", index.logs());
+    let monitor_waits = wait_until(Instant::now() + Duration::from_secs(30), || {
+        http_get(&monitor_health).is_some_and(|(status, body)| status == 503 && body.contains("\"starting\""))
+    });
+    let monitor_said = || std::fs::read_to_string(pipeline.path("monitor.log")).unwrap_or_default();
+    assert!(monitor_waits, "the monitor does not say it waits: {}", monitor_said());
 
-    // The store comes up: the index service follows it, and the pipeline moves.
+    // The store comes up: the index service follows it, the monitor serves, and the
+    // pipeline moves.
     store.restart();
     let deadline = Instant::now() + Duration::from_secs(30);
     assert!(wait_until(deadline, || http_get(&health).is_some_and(|(status, _)| status == 200)), "{}", index.logs());
+    let serving = wait_until(deadline, || http_get(&monitor_health).is_some_and(|(status, _)| status == 200));
+    assert!(serving, "the monitor never served: {}", monitor_said());
+    assert!(monitor_said().contains("waiting for the store and the index"), "{}", monitor_said());
     pipeline.use_backend("store", &store.url());
     pipeline.use_backend("index", &index.url());
     let run = pipeline.run(&[]);

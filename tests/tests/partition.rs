@@ -14,15 +14,38 @@ use autocomp_store::Outcome;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 
-/// A worker process on a test host; killed if the test ends before it does, so that no
+/// A worker process on a test host, waited for by a thread of its own (so the test knows
+/// when it exited while it runs other passes); killed if the test ends first, so that no
 /// process outlives the namespaces.
-struct Worker(Option<Child>);
+struct Worker {
+    pid: u32,
+    exited: Option<std::thread::JoinHandle<(Instant, std::process::Output)>>,
+}
+
+impl Worker {
+    fn start(child: Child) -> Worker {
+        let pid = child.id();
+        let exited = std::thread::spawn(move || {
+            let output = child.wait_with_output().expect("the worker is waited for");
+            (Instant::now(), output)
+        });
+        Worker { pid, exited: Some(exited) }
+    }
+
+    fn has_exited(&self) -> bool {
+        self.exited.as_ref().is_none_or(|waiter| waiter.is_finished())
+    }
+
+    fn join(&mut self) -> (Instant, std::process::Output) {
+        self.exited.take().expect("joined once").join().expect("the waiter")
+    }
+}
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            child.kill().ok();
-            child.wait().ok();
+        if !self.has_exited() {
+            // SAFETY: kill(2) on our child's pid; its waiter thread has not reaped it yet.
+            unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGKILL) };
         }
     }
 }
@@ -45,9 +68,9 @@ fn a_partitioned_worker_stops_before_another_host_takes_its_batches_over() {
     let started = || std::fs::read_dir(&started_dir).map(|d| d.count()).unwrap_or(0);
 
     // Host A claims all four batches and works on them.
-    let mut a = Worker(Some(network.host("worker-a").wrap(&pipeline.command(&[])).spawn().expect("worker A")));
+    let mut a = Worker::start(network.host("worker-a").wrap(&pipeline.command(&[])).spawn().expect("worker A"));
     // `ip netns exec` becomes the program: this is the probe's pid, as its ledger has it.
-    let a_pid = a.0.as_ref().expect("A runs").id();
+    let a_pid = a.pid;
     let deadline = Instant::now() + Duration::from_secs(30);
     assert!(wait_until(deadline, || started() == 4), "worker A did not start on all four batches");
 
@@ -58,15 +81,8 @@ fn a_partitioned_worker_stops_before_another_host_takes_its_batches_over() {
     let host_b = network.host("worker-b");
     let mut passes = 0;
     let mut b_said = String::new();
-    let mut a_exit = None;
     let all_done = || ids.iter().all(|id| !pipeline.events(id, PROBED).is_empty());
     let finished = wait_until(cut + Duration::from_secs(90), || {
-        if a_exit.is_none()
-            && let Some(child) = a.0.as_mut()
-            && child.try_wait().unwrap().is_some()
-        {
-            a_exit = Some((cut.elapsed(), finish(a.0.take().unwrap(), Duration::ZERO)));
-        }
         passes += 1;
         let pass = finish(host_b.wrap(&pipeline.command(&[])).spawn().expect("worker B"), Duration::from_secs(60));
         assert!(matches!(pass.code, Some(0 | 1)), "worker B: {}", pass.show());
@@ -75,15 +91,17 @@ fn a_partitioned_worker_stops_before_another_host_takes_its_batches_over() {
     });
     network.heal("worker-a");
     assert!(finished, "the batches were not finished within 90 s of the partition ({passes} passes of B)");
-    let a_deadline = Instant::now() + Duration::from_secs(30);
-    if a_exit.is_none() {
-        let child = a.0.as_mut().expect("A runs");
-        assert!(wait_until(a_deadline, || child.try_wait().unwrap().is_some()), "worker A never stopped");
-        a_exit = Some((cut.elapsed(), finish(a.0.take().unwrap(), Duration::ZERO)));
-    }
-    let (a_stopped_after, a_run) = a_exit.expect("A exited");
-    assert_eq!(a_run.code, Some(4), "the cut-off worker exits 4: {}", a_run.show());
-    assert!(a_run.stdout.is_empty(), "the cut-off worker recorded nothing: {}", a_run.show());
+    assert!(wait_until(Instant::now() + Duration::from_secs(30), || a.has_exited()), "worker A never stopped");
+    let (a_exited_at, a_output) = a.join();
+    let a_stopped_after = a_exited_at - cut;
+    let a_said = format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        a_output.status.code(),
+        String::from_utf8_lossy(&a_output.stdout),
+        String::from_utf8_lossy(&a_output.stderr)
+    );
+    assert_eq!(a_output.status.code(), Some(4), "the cut-off worker exits 4: {a_said}");
+    assert!(a_output.stdout.is_empty(), "the cut-off worker recorded nothing: {a_said}");
 
     // The ledger every host wrote: A's work ends before B's begins on every batch.
     let ledger = pipeline.ledger();
@@ -104,7 +122,9 @@ fn a_partitioned_worker_stops_before_another_host_takes_its_batches_over() {
          B began {gap:?} after A's last work ended and finished all in {passes} passes",
         Duration::from_nanos((a_last_end - cut_ns(cut)) as u64),
     );
-    assert!(a_stopped_after < session_timeout * 2, "A exited {a_stopped_after:?} after the cut");
+    assert!(a_stopped_after < session_timeout, "A exited {a_stopped_after:?} after the cut: {a_said}");
+    let a_worked_after = Duration::from_nanos((a_last_end - cut_ns(cut)) as u64);
+    assert!(a_worked_after < session_timeout, "A worked {a_worked_after:?} past the cut");
 }
 
 /// `at` as nanoseconds since the epoch, the ledger's clock.

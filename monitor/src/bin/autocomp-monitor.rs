@@ -12,12 +12,14 @@ use autocomp_framework::operator::Operator;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_store::http::service::load_token;
+use autocomp_store::http::startup::{Startup, stopped_before_ready};
 use autocomp_store::logging::LogFormat;
 use clap::Parser;
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in flight finish), 2 usage or \
                           configuration error (bad flags or autocomp.toml, unreadable --token-file, address in \
-                          use), 5 the store or the index cannot be opened.";
+                          use), 5 serving failed. A store or index that does not answer yet is waited \
+                          for (a log line per try; /health says so meanwhile), not an exit.";
 
 /// The autocomp web monitor: the pipeline at a glance (component x state counts), the
 /// batch x component matrix with filters in the URL, each batch's log and explanations, CSV
@@ -108,23 +110,30 @@ async fn main() -> ExitCode {
         Ok(operator) => operator,
         Err(error) => return fail(error.code(), error),
     };
-    // Open both now: a monitor that cannot read the pipeline should not start.
-    let opened = async {
-        let store = operator.store().await?;
-        operator.index(&store)?;
-        store.head().await.map_err(autocomp_framework::operator::OperatorError::from)
-    };
-    let head = match opened.await {
-        Ok(head) => head,
-        Err(error) => return fail(if error.code() == USAGE { USAGE } else { UNREACHABLE }, error),
-    };
-    let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
-    let monitor = Monitor::new(operator, settings);
     let listener = match tokio::net::TcpListener::bind(cli.listen).await {
         Ok(listener) => listener,
         Err(error) => return fail(USAGE, format!("cannot listen on {}: {error}", cli.listen)),
     };
     let bound = listener.local_addr().map_or_else(|_| cli.listen.to_string(), |a| a.to_string());
+    // Up at once, whatever started first: until the store and the index answer, /health
+    // says what we wait for and pages answer 503.
+    let startup = Startup::new("the store and the index");
+    let mut serving = tokio::spawn(autocomp_store::http::service::serve(listener, startup.router()));
+    let open = || async {
+        let store = operator.store().await?;
+        operator.index(&store)?;
+        store.head().await.map_err(autocomp_framework::operator::OperatorError::from)
+    };
+    let opened = tokio::select! {
+        opened = startup.wait_for_or(open, |error| error.code() == USAGE) => opened,
+        stopped = &mut serving => return stopped_before_ready(stopped),
+    };
+    let head = match opened {
+        Ok(head) => head,
+        Err(error) => return fail(USAGE, error),
+    };
+    let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
+    let monitor = Monitor::new(operator, settings);
     let mode = match (&token, &trusted_user_header) {
         (None, _) => "read only (no --token-file)".to_owned(),
         (Some(_), None) => "writes need sign-in with the token".to_owned(),
@@ -132,8 +141,10 @@ async fn main() -> ExitCode {
     };
     tracing::info!(listen = %bound, store_head = %head, "monitor up: http://{bound}/; {mode}");
     let options = WebOptions { token, trusted_user_header };
-    match web::serve(monitor, options, listener).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => fail(UNREACHABLE, format!("serving: {error}")),
+    startup.ready(web::router(monitor, options));
+    match serving.await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(error)) => fail(UNREACHABLE, format!("serving: {error}")),
+        Err(panic) => fail(UNREACHABLE, format!("serving: {panic}")),
     }
 }

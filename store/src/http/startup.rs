@@ -55,16 +55,26 @@ impl Startup {
 
     /// Runs `connect` until it succeeds. An `Invalid` answer is a configuration error and
     /// returned at once (retrying cannot fix it); anything else is waited out with backoff.
-    pub async fn wait_for<T, F, Fut>(&self, mut connect: F) -> Result<T, StoreError>
+    pub async fn wait_for<T, F, Fut>(&self, connect: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.wait_for_or(connect, |error| matches!(error, StoreError::Invalid(_))).await
+    }
+
+    /// [`Startup::wait_for`] for any error; `permanent` says which ones no wait can fix.
+    pub async fn wait_for_or<T, E, F, Fut>(&self, mut connect: F, permanent: impl Fn(&E) -> bool) -> Result<T, E>
+    where
+        E: std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
     {
         let mut pause = Duration::from_millis(250);
         loop {
             match connect().await {
                 Ok(connected) => return Ok(connected),
-                Err(error @ StoreError::Invalid(_)) => return Err(error),
+                Err(error) if permanent(&error) => return Err(error),
                 Err(error) => {
                     let mut waiting = self.waiting.lock().expect("startup state");
                     waiting.attempts += 1;
