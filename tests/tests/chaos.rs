@@ -1,6 +1,7 @@
 //! The chaos run: a whole multi-host pipeline on hosts made of network namespaces (a 3-node
-//! ZooKeeper ensemble on three hosts, the store service on one, two `sboi serve` on two,
-//! two worker hosts whose "cron" starts a pass after pass) while faults strike at random
+//! ZooKeeper ensemble on three hosts, the store on one: PostgreSQL, or with
+//! `AUTOCOMP_CHAOS_STORE=service` the store service over a SQLite file; two `sboi serve` on
+//! two, two worker hosts whose "cron" starts a pass after pass) while faults strike at random
 //! times: a worker host partitioned past the session timeout and healed, the ZooKeeper
 //! leader killed, a follower partitioned, the store restarted, an index service killed,
 //! passes SIGKILLed and SIGSTOPped. At the end every batch is finished, and the ledger the
@@ -22,6 +23,7 @@ use autocomp_e2e::services::Service;
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, wait_until};
 use autocomp_store::Outcome;
+use autocomp_test_servers::postgres::{Options, Postgres};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -136,8 +138,45 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
+/// Where the store runs: a PostgreSQL server, or the store service over a SQLite file.
+enum Store {
+    Postgres(Postgres),
+    Service(Service),
+}
+
+impl Store {
+    /// The fault: PostgreSQL crashes (SIGKILL, crash recovery on restart) or stops cleanly,
+    /// by turns; the store service is killed and restarted.
+    fn restart(&mut self, crash: bool) {
+        match self {
+            Store::Postgres(server) if crash => {
+                server.crash();
+                server.restart();
+            }
+            Store::Postgres(server) => server.restart(),
+            Store::Service(service) => service.restart(),
+        }
+    }
+
+    fn logs(&self) -> String {
+        match self {
+            Store::Postgres(server) => server.log_tail(),
+            Store::Service(service) => service.logs(),
+        }
+    }
+}
+
 #[test]
 fn a_pipeline_under_random_faults_finishes_every_batch_once_with_no_overlapping_work() {
+    // The test itself runs on a host of the network (its own vantage point), so it reaches
+    // every server the way the workers do.
+    let network =
+        Network::create(&["zk-1", "zk-2", "zk-3", "store", "index-1", "index-2", WORKERS[0], WORKERS[1], "control"]);
+    let control = network.host("control").clone();
+    control.within(move || chaos(network));
+}
+
+fn chaos(network: Network) {
     let soak = std::env::var("AUTOCOMP_CHAOS_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     let batches = if soak { 1_200 } else { 240 };
     let limit = if soak { Duration::from_secs(30 * 60) } else { Duration::from_secs(4 * 60) };
@@ -148,23 +187,36 @@ fn a_pipeline_under_random_faults_finishes_every_batch_once_with_no_overlapping_
     let mut rng = Rng(seed);
     eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
 
-    let network = Network::create(&["zk-1", "zk-2", "zk-3", "store", "index-1", "index-2", WORKERS[0], WORKERS[1]]);
     let mut zk = ZooKeeper::on_hosts(&[network.host("zk-1"), network.host("zk-2"), network.host("zk-3")]);
-    let pipeline = Arc::new(Pipeline::new(PROBE));
+    let store_host = network.host("store");
+    let on_postgres = std::env::var("AUTOCOMP_CHAOS_STORE").map_or(true, |store| store != "service");
+    let (mut store, store_url, pipeline) = if on_postgres {
+        let options = Options { network: Some((store_host.netns.clone(), store_host.addr)), ..Options::default() };
+        let server = Postgres::start_with(options);
+        let url = server.unique_database();
+        let pipeline = Pipeline::with_store(PROBE, &url);
+        (Store::Postgres(server), url, pipeline)
+    } else {
+        let pipeline = Pipeline::new(PROBE);
+        let db = format!("sqlite://{}?synchronous=normal", pipeline.path("store.db").display());
+        let mut service = Service::store_unstarted(&db, &pipeline.path("")).on(store_host, 7070);
+        service.restart();
+        let url = service.url();
+        (Store::Service(service), url, pipeline)
+    };
+    eprintln!("chaos: the store is {}", if on_postgres { "PostgreSQL" } else { "the store service over SQLite" });
+    let pipeline = Arc::new(pipeline);
     let log_dir = pipeline.path("");
-    let db = format!("sqlite://{}?synchronous=normal", pipeline.path("store.db").display());
-    let mut store = Service::store_unstarted(&db, &log_dir).on(network.host("store"), 7070);
-    store.restart();
     let mut indexes: Vec<Service> = (1..=2)
         .map(|n| {
             let name = format!("index-{n}");
-            let mut index = Service::index_unstarted(&store.url(), &pipeline.path(&name), &log_dir, &name)
+            let mut index = Service::index_unstarted(&store_url, &pipeline.path(&name), &log_dir, &name)
                 .on(network.host(&name), 7071);
             index.restart();
             index
         })
         .collect();
-    pipeline.use_backend("store", &store.url());
+    pipeline.use_backend("store", &store_url);
     pipeline.use_backend("index", &format!("{},{}", indexes[0].url(), indexes[1].url()));
     pipeline.use_locks(&zk.url("autocomp", &format!("{}s", SESSION_TIMEOUT.as_secs())));
     let (work_time, threads, queue) = if soak { ("400ms", 4, 8) } else { ("700ms", 2, 4) };
@@ -229,7 +281,7 @@ fn a_pipeline_under_random_faults_finishes_every_batch_once_with_no_overlapping_
                 hold(SESSION_TIMEOUT + rng.millis(500, 3_000));
                 network.heal(&host);
             }
-            Fault::RestartStore => store.restart(),
+            Fault::RestartStore => store.restart(rng.below(2) == 0),
             Fault::KillIndexService => {
                 let index = &mut indexes[rng.below(2) as usize];
                 index.kill();

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use autocomp_store::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkResult};
+use autocomp_store::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkHistory, WorkResult, WorkTallies};
 
 use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen, ready_too_long};
 use super::{Operator, OperatorError};
@@ -138,31 +138,34 @@ impl Operator {
                 family.sample("autocomp_missed_passes", &[("component", step.name().as_str())], missed as f64);
             }
         }
-        let mut family = Family::new(
-            &mut out,
-            "autocomp_results_total",
-            "Results recorded by a component's passes since it was registered, by outcome.",
-            "counter",
-        );
         // Sources register deliveries rather than work on batches: they have no results.
         let workers: Vec<_> = pipeline.iter().filter(|step| !step.descriptor().source).collect();
-        for step in &workers {
-            for result in WorkResult::ALL {
-                let count = step.registered.work.total.get(result).results;
-                let labels = [("component", step.name().as_str()), ("outcome", result.as_str())];
-                family.sample("autocomp_results_total", &labels, count as f64);
-            }
-        }
-        let mut family = Family::gauge(
-            &mut out,
-            "autocomp_results_last_hour",
-            "Results recorded by a component's passes in the last hour of store time, by outcome.",
-        );
-        for step in &workers {
-            for result in WorkResult::ALL {
-                let count = step.registered.work.last_hour.get(result).results;
-                let labels = [("component", step.name().as_str()), ("outcome", result.as_str())];
-                family.sample("autocomp_results_last_hour", &labels, count as f64);
+        type Window = fn(&WorkHistory) -> &WorkTallies;
+        let results: [(&str, &str, &str, Window); 2] = [
+            (
+                "autocomp_results_total",
+                "Results recorded by a component's passes since it was registered, by outcome.",
+                "counter",
+                |work| &work.total,
+            ),
+            (
+                "autocomp_results_last_hour",
+                "Results recorded by a component's passes in the last hour of store time, by outcome.",
+                "gauge",
+                |work| &work.last_hour,
+            ),
+        ];
+        for (name, help, kind, window) in results {
+            let mut family = Family::new(&mut out, name, help, kind);
+            for step in &workers {
+                for result in WorkResult::ALL {
+                    let count = window(&step.registered.work).get(result).results;
+                    family.sample(
+                        name,
+                        &[("component", step.name().as_str()), ("outcome", result.as_str())],
+                        count as f64,
+                    );
+                }
             }
         }
         let mut family = Family::new(

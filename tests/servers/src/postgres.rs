@@ -28,7 +28,8 @@
 //! the panic message carries the tail of the server log.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -95,11 +96,15 @@ pub struct Options {
     pub settings: Vec<(String, String)>,
     /// `false` starts the server with `fsync=off`: fast, and no durability across crashes.
     pub fsync: bool,
+    /// Run the server (and the harness's psql) in this network namespace (its name under
+    /// `/var/run/netns`, as `ip netns` makes them), listening on this address instead of
+    /// 127.0.0.1: a test's host of its own.
+    pub network: Option<(String, Ipv4Addr)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { settings: Vec::new(), fsync: true }
+        Self { settings: Vec::new(), fsync: true, network: None }
     }
 }
 
@@ -152,6 +157,12 @@ impl Postgres {
             "cp -a (the template cluster)",
         );
         assert!(copy.status.success(), "copying the template cluster failed: {}\n{}", copy.status, copy.stderr);
+        if options.network.is_some() {
+            // The template trusts loopback only; on a test network, trust its hosts too.
+            let hba = dir.path().join("data/pg_hba.conf");
+            let mut file = std::fs::OpenOptions::new().append(true).open(&hba).expect("pg_hba.conf");
+            file.write_all(b"host all all samenet trust\n").expect("pg_hba.conf written");
+        }
         Self::launch(bin, dir, watchdog, options)
     }
 
@@ -190,6 +201,9 @@ impl Postgres {
         let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("the server log");
         let mut command = server_command(&self.bin.join("postgres"), self.dir.path());
+        if let Some((netns, _)) = &self.options.network {
+            enter_network(&mut command, netns, true);
+        }
         command
             .arg("-D")
             .arg(&self.data)
@@ -248,8 +262,9 @@ impl Postgres {
 
     /// The postmaster's arguments after `-D`.
     fn server_arguments(&self) -> Vec<String> {
+        let listen = self.address().to_string();
         let mut settings: Vec<(String, String)> = [
-            ("listen_addresses", "127.0.0.1"),
+            ("listen_addresses", listen.as_str()),
             ("unix_socket_directories", &self.dir.path().display().to_string()),
             ("max_connections", "200"),
             ("shared_buffers", "64MB"),
@@ -301,9 +316,13 @@ impl Postgres {
         format!("postgres://{USER}@{}/{}", self.host_port(), percent_encode(database))
     }
 
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (or the address of its network).
     pub fn host_port(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.address(), self.port)
+    }
+
+    fn address(&self) -> Ipv4Addr {
+        self.options.network.as_ref().map_or(Ipv4Addr::LOCALHOST, |(_, addr)| *addr)
     }
 
     /// Creates database `name` (quoted as an identifier, so any text) and returns its URL.
@@ -331,8 +350,12 @@ impl Postgres {
 
     fn try_psql(&self, database: &str, sql: &str) -> Result<String, String> {
         let mut command = Command::new(self.bin.join("psql"));
+        if let Some((netns, _)) = &self.options.network {
+            enter_network(&mut command, netns, false);
+        }
+        let host = self.address().to_string();
         command
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", USER])
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", &host, "-U", USER])
             .arg("-p")
             .arg(self.port.to_string())
             .arg("--dbname")
@@ -677,6 +700,35 @@ fn server_command(program: &Path, cwd: &Path) -> Command {
     command.current_dir(cwd);
     clear_pg_environment(&mut command).env("HOME", cwd);
     command
+}
+
+/// Makes `command` start in the network namespace `netns` (`/var/run/netns/<netns>`). Only
+/// root may enter one, so for the server (`as_server`) the switch to its user happens here
+/// too, after entering, instead of through `Command::uid`.
+fn enter_network(command: &mut Command, netns: &str, as_server: bool) {
+    let path = format!("/var/run/netns/{netns}");
+    let namespace = std::fs::File::open(&path).unwrap_or_else(|e| panic!("network namespace {path}: {e}"));
+    let user = (as_server && is_root()).then(server_user_ids);
+    if user.is_some() {
+        // Undo `server_command`'s uid and gid: the closure below sets them once inside.
+        let (root_uid, root_gid) = (0, 0);
+        command.uid(root_uid).gid(root_gid);
+    }
+    // SAFETY: setns, setgroups, setgid and setuid are async-signal-safe and touch no memory
+    // of this process; the namespace file stays open until the closure is dropped.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = user
+                && (libc::setgroups(0, std::ptr::null()) < 0 || libc::setgid(gid) < 0 || libc::setuid(uid) < 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Puts the spawned process in a session of its own (as `pg_ctl` does for the postmaster):
