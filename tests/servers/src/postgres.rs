@@ -5,7 +5,9 @@
 //! then the postmaster on a free loopback port with the Unix socket in that same dir. Authentication is `trust` and the superuser is
 //! `autocomp`, so `postgres://autocomp@127.0.0.1:PORT/DB` ([`Postgres::url`]) needs no
 //! password. The binaries are the highest `/usr/lib/postgresql/*/bin` (Debian's layout);
-//! Debian's own cluster service is never touched.
+//! Debian's own cluster service is never touched. With [`Options::network`] the server (and
+//! the harness's `psql`) runs in a test's network namespace instead, on its host's address,
+//! trusting that subnet.
 //!
 //! PostgreSQL refuses to run as root. When the tests run as root, the server's dirs are given
 //! to the `postgres` user (every parent must be traversable by it: the temp dir is made 0755)
