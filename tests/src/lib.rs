@@ -205,6 +205,20 @@ impl Pipeline {
         self.path("config")
     }
 
+    /// Writes `config/probe.toml` with `settings` (top-level keys) and a probe that notes
+    /// each batch it starts in a `started` dir and holds its work until a `go` file exists;
+    /// returns both paths.
+    pub fn hold_work_at_a_gate(&self, settings: &str) -> (PathBuf, PathBuf) {
+        let (started, gate) = (self.path("started"), self.path("go"));
+        std::fs::create_dir_all(&started).expect("the started dir");
+        self.configure(&format!(
+            "{settings}\n[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+            started.display(),
+            gate.display()
+        ));
+        (started, gate)
+    }
+
     /// Writes `config/probe.toml`.
     pub fn configure(&self, text: &str) {
         std::fs::write(self.config_dir().join(format!("{PROBE_NAME}.toml")), text).expect("probe.toml");

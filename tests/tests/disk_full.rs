@@ -73,13 +73,7 @@ fn a_full_disk_under_the_store_loses_nothing_acknowledged_and_work_resumes_when_
     // More batches arrive and are claimed and worked on; the disk fills up before their
     // results are appended.
     let second: Vec<_> = (1..=5).map(|n| pipeline.register_one(&format!("LATE{n}"), true)).collect();
-    let (started, gate) = (pipeline.path("started"), pipeline.path("go"));
-    std::fs::create_dir_all(&started).unwrap();
-    pipeline.configure(&format!(
-        "max_threads = 5\nqueue_size = 5\n\n[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
-        started.display(),
-        gate.display()
-    ));
+    let (started, gate) = pipeline.hold_work_at_a_gate("max_threads = 5\nqueue_size = 5");
     let working = pipeline.spawn(&[]);
     let all_started = || std::fs::read_dir(&started).map(|d| d.count()).unwrap_or(0) == second.len();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

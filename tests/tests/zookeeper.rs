@@ -6,7 +6,6 @@
 //! ZooKeeper.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,19 +157,6 @@ fn zk_pipeline(zk: &ZooKeeper, session_timeout: &str) -> Pipeline {
     let pipeline = Pipeline::new(PROBE);
     pipeline.use_locks(&zk.url("autocomp", session_timeout));
     pipeline
-}
-
-/// Configures the probe to note each batch it starts in a `started` dir and to hold its work
-/// until a `go` file exists; returns both paths.
-fn hold_work_at_a_gate(pipeline: &Pipeline, threads: usize, queue: usize) -> (PathBuf, PathBuf) {
-    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
-    std::fs::create_dir_all(&started_dir).unwrap();
-    pipeline.configure(&format!(
-        "max_threads = {threads}\nqueue_size = {queue}\n\n[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
-        started_dir.display(),
-        gate.display()
-    ));
-    (started_dir, gate)
 }
 
 /// Sends `signal` to a child process.
@@ -340,13 +326,7 @@ fn a_holder_frozen_past_its_session_is_refused_its_commit_after_a_takeover() {
     let zk = ZooKeeper::standalone();
     let pipeline = zk_pipeline(&zk, "2s");
     let id = pipeline.register(1).remove(0);
-    let (started_dir, gate) = (pipeline.path("started"), pipeline.path("go"));
-    std::fs::create_dir_all(&started_dir).unwrap();
-    pipeline.configure(&format!(
-        "[settings]\nstarted = \"{}\"\nwait_for = \"{}\"\n",
-        started_dir.display(),
-        gate.display()
-    ));
+    let (started_dir, gate) = pipeline.hold_work_at_a_gate("");
     let inspector = Inspector::open(&zk.url("autocomp", "10s"));
 
     let mut frozen = pipeline.spawn(&[]);
@@ -397,7 +377,7 @@ fn a_lost_session_cancels_all_work_records_nothing_and_exits_4() {
     let mut zk = ZooKeeper::standalone();
     let pipeline = zk_pipeline(&zk, "2s");
     let ids = pipeline.register(4);
-    let (started_dir, gate) = hold_work_at_a_gate(&pipeline, 2, 4);
+    let (started_dir, gate) = pipeline.hold_work_at_a_gate("max_threads = 2\nqueue_size = 4");
 
     let mut child = pipeline.spawn(&[]);
     wait_while_running(&mut child, "working on two batches", || started(&started_dir).len() == 2);
@@ -433,7 +413,7 @@ fn a_silent_zookeeper_cancels_work_before_the_server_could_expire_the_session() 
     let session_timeout = Duration::from_secs(4);
     let pipeline = zk_pipeline(&zk, "4s");
     let ids = pipeline.register(2);
-    let (started_dir, gate) = hold_work_at_a_gate(&pipeline, 2, 2);
+    let (started_dir, gate) = pipeline.hold_work_at_a_gate("max_threads = 2\nqueue_size = 2");
     let mut child = pipeline.spawn(&[]);
     wait_while_running(&mut child, "working on both batches", || started(&started_dir).len() == 2);
 
