@@ -19,11 +19,12 @@ pub const USAGE: u8 = 2;
 pub const POLL_LOCK_BUSY: u8 = 3;
 /// The lock service session was lost.
 pub const LOCKS_LOST: u8 = 4;
-/// The store or the index cannot be reached.
+/// The store or the index cannot be reached, or the store cannot take writes (a full disk).
 pub const UNREACHABLE: u8 = 5;
 
 pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok or nothing to do, 1 some batch failed, 2 usage or config error, \
-                                   3 poll lock busy, 4 lock service lost, 5 store or index unreachable.";
+                                   3 poll lock busy, 4 lock service lost, 5 store or index unreachable (or the \
+                                   store's disk full).";
 
 /// Why a run stopped before finishing normally.
 #[derive(Debug, thiserror::Error)]

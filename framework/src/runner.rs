@@ -537,7 +537,7 @@ impl<C: Component> Runner<C> {
                 // Every batch's task sees the loss at once: all work is cancelled together.
                 cancelled.store(true, Ordering::Relaxed);
                 error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
-                self.let_cancelled_work_clean_up(finished).await;
+                self.let_lost_work_go(finished).await;
                 drop(permit);
                 return self.give_up_after_session_loss(claimed).await;
             }
@@ -586,6 +586,20 @@ impl<C: Component> Runner<C> {
     }
 
     /// Waits up to `cancel_grace` for cancelled work to return (its result is discarded).
+    /// After a lost session another host may take the batch once the server expires the
+    /// session: cancelled work that has not stopped within the lock service's grace is left
+    /// behind, and the pass ends (the process exits 4 without it).
+    async fn let_lost_work_go<F: Future>(&self, work: std::pin::Pin<&mut F>) {
+        let grace = self
+            .pipeline
+            .locks
+            .lost_session_grace()
+            .map_or(self.config.cancel_grace, |g| g.min(self.config.cancel_grace));
+        if tokio::time::timeout(grace, work).await.is_err() {
+            warn!("cancelled work did not stop within {grace:?} of losing the lock session; leaving it behind");
+        }
+    }
+
     async fn let_cancelled_work_clean_up<F: Future>(&self, work: std::pin::Pin<&mut F>) {
         if tokio::time::timeout(self.config.cancel_grace, work).await.is_err() {
             warn!("cancelled work did not return within cancel_grace; leaving it behind");
@@ -775,13 +789,13 @@ pub(crate) async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Resolves once the lock service session is lost (or its state can no longer be known).
 /// Waits out a disconnection: true when the session is connected again, false when lost.
 async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
     let state = session.wait_for(|state| *state != SessionState::Suspended).await.map(|state| *state);
     state.is_ok_and(|state| state == SessionState::Connected)
 }
 
+/// Resolves once the lock service session is lost (or its state can no longer be known).
 async fn session_lost(session: &mut watch::Receiver<SessionState>) {
     session.wait_for(|state| *state == SessionState::Lost).await.ok();
 }

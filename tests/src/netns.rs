@@ -86,6 +86,7 @@ impl Network {
     /// Creates one namespace per name in `hosts` (addresses .1, .2, ... in order) and the
     /// bridge joining them. Panics saying why when it cannot (not root, no `ip netns`).
     pub fn create(hosts: &[&str]) -> Network {
+        sweep_abandoned();
         let n = NETWORKS.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("ac{}-{n}", std::process::id());
         let switch = format!("{prefix}-switch");
@@ -132,6 +133,19 @@ impl Network {
     pub fn heal(&self, host: &str) {
         let port = &self.host(host).port;
         ip(&["-n", &self.switch, "link", "set", port, "up"]).expect("bring the link up");
+    }
+}
+
+/// Deletes the namespaces of test processes that no longer run (killed before their drop
+/// could): every name starts `ac<pid>-`.
+fn sweep_abandoned() {
+    let Ok(listed) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&listed.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(pid) = name.strip_prefix("ac").and_then(|rest| rest.split('-').next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            ip(&["netns", "del", name]).ok();
+        }
     }
 }
 

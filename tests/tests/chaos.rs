@@ -83,6 +83,19 @@ impl Running {
     }
 }
 
+/// Stops the drivers and kills the passes they run when dropped (a failed test unwinding).
+struct StopDrivers(Arc<AtomicBool>, Vec<Arc<Running>>);
+
+impl Drop for StopDrivers {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        for running in &self.1 {
+            running.signal(libc::SIGCONT);
+            running.signal(libc::SIGKILL);
+        }
+    }
+}
+
 /// Runs a pass after another on `host` (every 200 ms at most, as a busy cron), until
 /// `stop`; returns how the passes ended, by exit code.
 fn drive(host: Host, pipeline: Arc<Pipeline>, running: Arc<Running>, stop: Arc<AtomicBool>) -> BTreeMap<i32, u32> {
@@ -180,16 +193,22 @@ fn chaos(network: Network) {
     let soak = std::env::var("AUTOCOMP_CHAOS_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     let batches = if soak { 1_200 } else { 240 };
     let limit = if soak { Duration::from_secs(30 * 60) } else { Duration::from_secs(4 * 60) };
-    let seed = std::env::var("AUTOCOMP_CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 | 1);
+    let seed = match std::env::var("AUTOCOMP_CHAOS_SEED") {
+        Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|e| panic!("AUTOCOMP_CHAOS_SEED={text:?}: {e}")),
+        Err(_) => SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64,
+    };
+    // xorshift never leaves 0.
+    let seed = seed.max(1);
     let mut rng = Rng(seed);
     eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
 
     let mut zk = ZooKeeper::on_hosts(&[network.host("zk-1"), network.host("zk-2"), network.host("zk-3")]);
     let store_host = network.host("store");
-    let on_postgres = std::env::var("AUTOCOMP_CHAOS_STORE").map_or(true, |store| store != "service");
+    let on_postgres = match std::env::var("AUTOCOMP_CHAOS_STORE").as_deref() {
+        Err(_) | Ok("" | "postgres") => true,
+        Ok("service") => false,
+        Ok(other) => panic!("AUTOCOMP_CHAOS_STORE={other:?}: expected postgres (the default) or service"),
+    };
     let (mut store, store_url, pipeline) = if on_postgres {
         let options = Options { network: Some((store_host.netns.clone(), store_host.addr)), ..Options::default() };
         let server = Postgres::start_with(options);
@@ -238,6 +257,8 @@ fn chaos(network: Network) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
+    // Should the test fail midway, the drivers stop and their passes die before the hosts go.
+    let _stop_on_failure = StopDrivers(Arc::clone(&stop), runnings.clone());
     let drivers: Vec<_> = WORKERS
         .iter()
         .zip(&runnings)
@@ -289,16 +310,19 @@ fn chaos(network: Network) {
                 index.restart();
             }
             Fault::KillPass => {
-                runnings[rng.below(2) as usize].signal(libc::SIGKILL);
+                if !runnings[rng.below(2) as usize].signal(libc::SIGKILL) {
+                    continue; // no pass running on that host just then: no fault
+                }
             }
             Fault::StopPass => {
                 let running = &runnings[rng.below(2) as usize];
-                if running.signal(libc::SIGSTOP) {
-                    // Shorter than the session: a GC pause or a swapped-out process. Longer
-                    // freezes are fenced (tests/zookeeper.rs, the frozen holder).
-                    hold(rng.millis(300, 1_500));
-                    running.signal(libc::SIGCONT);
+                if !running.signal(libc::SIGSTOP) {
+                    continue;
                 }
+                // Shorter than the session: a GC pause or a swapped-out process. Longer
+                // freezes are fenced (tests/zookeeper.rs, the frozen holder).
+                hold(rng.millis(300, 1_500));
+                running.signal(libc::SIGCONT);
             }
         }
         injected.push((fault, at));

@@ -46,6 +46,18 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A pass killed if the test fails while it waits at its gate.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+    }
+}
+
 /// Fills the filesystem of `path` up to the last block with one file.
 fn fill(path: &Path) {
     use std::io::Write;
@@ -74,13 +86,13 @@ fn a_full_disk_under_the_store_loses_nothing_acknowledged_and_work_resumes_when_
     // results are appended.
     let second: Vec<_> = (1..=5).map(|n| pipeline.register_one(&format!("LATE{n}"), true)).collect();
     let (started, gate) = pipeline.hold_work_at_a_gate("max_threads = 5\nqueue_size = 5");
-    let working = pipeline.spawn(&[]);
+    let mut working = KillOnDrop(Some(pipeline.spawn(&[])));
     let all_started = || std::fs::read_dir(&started).map(|d| d.count()).unwrap_or(0) == second.len();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     assert!(autocomp_e2e::wait_until(deadline, all_started), "the pass did not start on all five");
     fill(&disk.path("filler"));
     std::fs::write(&gate, "").unwrap();
-    let full = autocomp_e2e::finish(working, std::time::Duration::from_secs(30));
+    let full = autocomp_e2e::finish(working.0.take().expect("the pass"), std::time::Duration::from_secs(30));
     assert_eq!(full.code, Some(5), "the store cannot take writes: exit 5\n{}", full.show());
     assert!(full.stderr.contains("cannot record the result"), "the appends failed: {}", full.show());
     assert!(full.stderr.contains("database or disk is full"), "says the disk is full: {}", full.show());

@@ -342,7 +342,6 @@ fn the_operator_name_falls_back_to_the_login_name_when_user_is_unset() {
     assert_eq!(last.agent.as_str(), format!("operator:{login}"));
 }
 
-/// `autocomp --config-dir <pipeline>/config ARGS`, as cron would run it.
 #[test]
 fn a_scheduled_component_is_silent_by_missed_passes_not_by_age() {
     let pipeline = Pipeline::new(PROBE);
@@ -354,11 +353,11 @@ fn a_scheduled_component_is_silent_by_missed_passes_not_by_age() {
 
     // Declared, it is recorded with the component: readers count its missed passes instead
     // of timing it, so a --silent-after of one second says nothing about it.
-    pipeline.configure("schedule = \"0 */6 * * *\"\n");
+    pipeline.configure("schedule = \"0 0 1 1 *\"\n");
     let pass = pipeline.run(&[]);
     assert_eq!(pass.code, Some(0), "{}", pass.show());
     let listed = autocomp_on(&pipeline, &["pipeline", "--format", "json"]);
-    assert!(listed.stdout.contains("\"schedule\": \"0 */6 * * *\""), "{}", text(&listed));
+    assert!(listed.stdout.contains("\"schedule\": \"0 0 1 1 *\""), "{}", text(&listed));
     let last_pass_age = |metrics: &Finished| -> f64 {
         let prefix = "autocomp_last_pass_age_seconds{component=\"probe\"} ";
         let line = metrics.stdout.lines().find(|l| l.starts_with(prefix)).expect("the probe's last pass age");
@@ -377,6 +376,7 @@ fn a_scheduled_component_is_silent_by_missed_passes_not_by_age() {
     assert!(!metrics.stdout.contains("autocomp_silent_after_seconds{component=\"probe\"}"), "{}", text(&metrics));
 }
 
+/// `autocomp --config-dir <pipeline>/config ARGS`, as cron would run it.
 fn autocomp_on(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);

@@ -408,6 +408,35 @@ fn a_lost_session_cancels_all_work_records_nothing_and_exits_4() {
 }
 
 #[test]
+fn work_that_ignores_cancellation_is_left_behind_before_the_server_could_expire_the_session() {
+    let mut zk = ZooKeeper::standalone();
+    let session_timeout = Duration::from_secs(4);
+    let pipeline = zk_pipeline(&zk, "4s");
+    let ids = pipeline.register(1);
+    let started_dir = pipeline.path("started");
+    std::fs::create_dir_all(&started_dir).unwrap();
+    // The probe's `hang` never looks at its cancellation.
+    pipeline.configure(&format!("[settings]\nbehaviour = \"hang\"\nstarted = \"{}\"\n", started_dir.display()));
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working", || started(&started_dir).len() == 1);
+    zk.pause(0);
+    let silenced = Instant::now();
+    let mut exited = None;
+    wait_until(silenced + PASS_LIMIT, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    });
+    let gone_after = silenced.elapsed();
+    let lost = finish(child, Duration::ZERO);
+    zk.resume(0);
+    assert_eq!(lost.code, Some(4), "{}", lost.show());
+    assert!(gone_after < session_timeout, "the process was gone {gone_after:?} after the silence: {}", lost.show());
+    assert!(lost.stderr.contains("leaving it behind"), "{}", lost.show());
+    assert!(pipeline.events(&ids[0], PROBED).is_empty(), "nothing recorded");
+    eprintln!("work ignoring cancellation: the process was gone {gone_after:?} after ZooKeeper went silent");
+}
+
+#[test]
 fn a_silent_zookeeper_cancels_work_before_the_server_could_expire_the_session() {
     let mut zk = ZooKeeper::standalone();
     let session_timeout = Duration::from_secs(4);

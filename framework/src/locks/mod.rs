@@ -85,6 +85,13 @@ pub trait LockService: Send + Sync {
     /// The session's state, as it changes.
     fn session(&self) -> tokio::sync::watch::Receiver<SessionState>;
 
+    /// Once the session is lost, how long cancelled work may still run before the process
+    /// must be gone: after that another host may hold the locks. `None`: no limit of the
+    /// lock service's own (locks that never expire behind our back).
+    fn lost_session_grace(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Ends the session at process exit: deletes every lock still held and closes the
     /// connection, so nothing lingers after the process is gone. Nothing works afterwards.
     async fn close(&self) {}

@@ -203,6 +203,10 @@ fn state_of(state: zk::SessionState) -> SessionState {
 /// can start, even when a partition means we never hear of the expiry.
 const DISCONNECTED_DEADLINE_SHARE: f64 = 0.3;
 
+/// How long cancelled work may still run once the session is lost, as a share of the
+/// session timeout: given up near 0.75 of it, the process is gone near 0.85.
+const LOST_SESSION_GRACE_SHARE: f64 = 0.1;
+
 /// Publishes the client's session states until a terminal one (or until the service is
 /// gone). A disconnection that outlasts the deadline is published as `Lost`: nothing this
 /// process holds can be trusted after the server may have expired it.
@@ -563,6 +567,12 @@ impl LockService for ZkLocks {
 
     fn session(&self) -> watch::Receiver<SessionState> {
         self.shared.state.subscribe()
+    }
+
+    /// A session given up at 0.75 of its timeout leaves a quarter of it before the server
+    /// expires it: cancelled work gets a tenth, not `cancel_grace`.
+    fn lost_session_grace(&self) -> Option<Duration> {
+        Some(self.shared.session_timeout.mul_f64(LOST_SESSION_GRACE_SHARE))
     }
 
     async fn close(&self) {

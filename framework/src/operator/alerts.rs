@@ -297,8 +297,8 @@ mod tests {
         // 2023-11-14 22:15 UTC: a quarter hour in every zone with whole-quarter-hour offsets.
         let last = Timestamp(1_700_000_100_000);
         let after = |minutes: i64| Timestamp(last.0 + minutes * 60_000);
-        assert!(!scheduled.is_silent(last, after(14)), "two scheduled passes missed");
-        assert!(scheduled.is_silent(last, after(15)), "the third one missed");
+        assert!(!scheduled.is_silent(last, after(15)), "the third one is due, not yet missed");
+        assert!(scheduled.is_silent(last, after(16)), "the third one a minute late: missed");
         assert!(SilenceRule::After(Duration::from_secs(600)).is_silent(last, after(10)));
         assert!(!SilenceRule::After(Duration::from_secs(600)).is_silent(last, after(9)));
     }

@@ -125,7 +125,7 @@ async fn main() -> ExitCode {
         store.head().await.map_err(autocomp_framework::operator::OperatorError::from)
     };
     let opened = tokio::select! {
-        opened = startup.wait_for_or(open, |error| error.code() == USAGE) => opened,
+        opened = startup.wait_for(open, |error| error.code() == USAGE) => opened,
         stopped = &mut serving => return stopped_before_ready(stopped),
     };
     let head = match opened {

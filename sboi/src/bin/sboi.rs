@@ -10,7 +10,7 @@ use std::time::Duration;
 use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::http::startup::{Startup, stopped_before_ready};
+use autocomp_store::http::startup::{Startup, stopped_before_ready, store_error_is_permanent};
 use autocomp_store::logging::LogFormat;
 use autocomp_store::{HttpStore, ObjectStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
@@ -113,7 +113,7 @@ async fn main() -> ExitCode {
         Ok::<_, StoreError>((store, head))
     };
     let connected = tokio::select! {
-        connected = startup.wait_for(connect) => connected,
+        connected = startup.wait_for(connect, |error| store_error_is_permanent(&store_url, error)) => connected,
         stopped = &mut serving => return stopped_before_ready(stopped),
     };
     let (store, head) = match connected {

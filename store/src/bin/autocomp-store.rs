@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use autocomp_store::http::StoreService;
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::http::startup::{Startup, stopped_before_ready};
+use autocomp_store::http::startup::{Startup, stopped_before_ready, store_error_is_permanent};
 use autocomp_store::logging::LogFormat;
-use autocomp_store::{InvalidInput, PgStore, StoreError, display_url, open_store};
+use autocomp_store::{PgStore, StoreError, display_url, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
@@ -139,20 +139,9 @@ async fn serve_store(db: String, listen: SocketAddr, token_file: Option<PathBuf>
     // it, answering /health with what we wait for meanwhile.
     let startup = Startup::new(format!("the database {shown}"));
     let mut serving = tokio::spawn(serve(listener, startup.router()));
-    let connect = || async {
-        open_store(&db).await.map_err(|error| match error {
-            // A local file opens now or never, and a schema newer than this release will
-            // not get older by waiting: both are configuration errors.
-            StoreError::Unavailable(message)
-                if db.starts_with("sqlite://") || message.contains("newer than this release") =>
-            {
-                StoreError::Invalid(InvalidInput::new("db", shown.clone(), message))
-            }
-            other => other,
-        })
-    };
+    let connect = || open_store(&db);
     let connected = tokio::select! {
-        connected = startup.wait_for(connect) => connected,
+        connected = startup.wait_for(connect, |error| store_error_is_permanent(&db, error)) => connected,
         stopped = &mut serving => return stopped_before_ready(stopped),
     };
     let store = match connected {

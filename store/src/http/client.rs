@@ -200,7 +200,7 @@ impl HttpClient {
             tried += 1;
             if may_repeat && tried < self.bases.len() {
                 let next = (index + 1) % self.bases.len();
-                self.current.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed).ok();
+                self.current.store(next, Ordering::Relaxed);
                 tracing::warn!(operation, "{} at {base} not answering; trying {}", self.what, self.bases[next]);
                 continue;
             }
@@ -219,7 +219,7 @@ impl HttpClient {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
             if self.bases.len() > 1 {
-                self.current.fetch_add(1, Ordering::Relaxed);
+                self.current.store((index + 1) % self.bases.len(), Ordering::Relaxed);
             }
         }
     }

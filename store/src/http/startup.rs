@@ -53,18 +53,9 @@ impl Startup {
         }
     }
 
-    /// Runs `connect` until it succeeds. An `Invalid` answer is a configuration error and
-    /// returned at once (retrying cannot fix it); anything else is waited out with backoff.
-    pub async fn wait_for<T, F, Fut>(&self, connect: F) -> Result<T, StoreError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        self.wait_for_or(connect, |error| matches!(error, StoreError::Invalid(_))).await
-    }
-
-    /// [`Startup::wait_for`] for any error; `permanent` says which ones no wait can fix.
-    pub async fn wait_for_or<T, E, F, Fut>(&self, mut connect: F, permanent: impl Fn(&E) -> bool) -> Result<T, E>
+    /// Runs `connect` until it succeeds, waiting out its errors with backoff and a log line
+    /// each, except those `permanent` says no wait can fix (returned at once).
+    pub async fn wait_for<T, E, F, Fut>(&self, mut connect: F, permanent: impl Fn(&E) -> bool) -> Result<T, E>
     where
         E: std::fmt::Display,
         F: FnMut() -> Fut,
@@ -102,6 +93,17 @@ impl Startup {
             "last_error": waiting.last_error,
         });
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    }
+}
+
+/// Whether opening the store at `url` failed for good: bad input, a local SQLite file that
+/// cannot be opened (it opens now or never), or a schema newer than this release (it will
+/// not get older by waiting). Anything else is an upstream not answering yet.
+pub fn store_error_is_permanent(url: &str, error: &StoreError) -> bool {
+    match error {
+        StoreError::Invalid(_) => true,
+        StoreError::Unavailable(message) => url.starts_with("sqlite://") || message.contains("newer than this release"),
+        _ => false,
     }
 }
 

@@ -19,6 +19,15 @@ pub struct Schedule {
 impl Schedule {
     pub fn parse(text: &str) -> Result<Self, InvalidInput> {
         let text = text.trim();
+        // croner also takes seconds and years; cron's lines have exactly five fields.
+        let fields = text.split_whitespace().count();
+        if fields != 5 {
+            return Err(InvalidInput::new(
+                "schedule",
+                text,
+                format!("has {fields} fields; a crontab schedule has 5: minute hour day-of-month month day-of-week"),
+            ));
+        }
         let cron: croner::Cron =
             text.parse().map_err(|e| InvalidInput::new("schedule", text, format!("not a crontab schedule: {e}")))?;
         // A pattern that parses but never fires (`0 0 31 2 *`) would make a component look
@@ -38,14 +47,20 @@ impl Schedule {
         self.cron.find_next_occurrence(at, false).ok()
     }
 
-    /// The scheduled starts after `last` up to `now`, counted up to `cap`: a component whose
-    /// last pass was at `last` has missed that many passes.
+    /// The scheduled starts after `last` up to a minute before `now`, counted up to `cap`: a
+    /// component whose last pass was at `last` has missed that many passes. A start is
+    /// missed only a minute after it is due, so a pass that is just starting (and reports
+    /// when it ends, or when it claims work) is not counted against it.
     pub fn missed_since(&self, last: Timestamp, now: Timestamp, cap: u32) -> u32 {
-        let (Some(last), Some(now)) = (local(last), local(now)) else { return 0 };
+        let due_by = Timestamp(now.millis().saturating_sub(MISSED_AFTER_MS));
+        let (Some(last), Some(now)) = (local(last), local(due_by)) else { return 0 };
         let missed = self.cron.iter_after(last).take_while(|at| *at <= now).take(cap as usize).count();
         missed as u32
     }
 }
+
+/// How long after its start a scheduled pass counts as missed.
+const MISSED_AFTER_MS: i64 = 60_000;
 
 fn local(at: Timestamp) -> Option<DateTime<Local>> {
     DateTime::from_timestamp_millis(at.millis()).map(|utc| utc.with_timezone(&Local))
@@ -81,8 +96,8 @@ mod tests {
         let every_five = Schedule::parse("*/5 * * * *").unwrap();
         // On a five-minute boundary in every time zone with whole-quarter-hour offsets.
         let last = Timestamp(1_700_000_100_000 - 1_700_000_100_000 % (15 * MINUTE));
-        assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 4 * MINUTE), 100), 0);
-        assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 5 * MINUTE), 100), 1);
+        assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 5 * MINUTE), 100), 0, "due, not yet missed");
+        assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 6 * MINUTE), 100), 1, "a minute late: missed");
         assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 16 * MINUTE), 100), 3);
         assert_eq!(every_five.missed_since(last, Timestamp(last.0 + 600 * MINUTE), 10), 10, "capped");
     }
@@ -92,6 +107,7 @@ mod tests {
         let error = Schedule::parse("every day").unwrap_err().to_string();
         assert!(error.contains("schedule") && error.contains("every day"), "{error}");
         assert!(Schedule::parse("0 0 31 2 *").unwrap_err().to_string().contains("never fires"));
+        assert!(Schedule::parse("*/10 * * * * *").unwrap_err().to_string().contains("has 6 fields"));
         let parsed: Schedule = serde_json::from_str("\"0 * * * *\"").unwrap();
         assert_eq!(serde_json::to_string(&parsed).unwrap(), "\"0 * * * *\"");
     }
