@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autocomp_sboi::{BatchIndex, CatchUp, EngineOptions, IndexEngine, LocalIndex};
 use autocomp_store::*;
+use autocomp_test_servers::wait_until_every;
 use serde_json::json;
 
 const CHILD_MODE: &str = "AUTOCOMP_SBOI_TEST_CHILD";
@@ -130,18 +131,17 @@ async fn catch_up_killed_at_random_points_ends_equal_to_a_rebuild() {
         let extra = Duration::from_micros(next_random(20_000));
         let mut child = spawn_child("catch-up", dir.path());
         let deadline = Instant::now() + Duration::from_secs(120);
-        let poll_interval = Duration::from_millis(1);
-        let finished = loop {
-            assert!(Instant::now() < deadline, "round {round}: the child made no progress");
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if watcher.committed_cursor().unwrap() >= target {
-                std::thread::sleep(extra);
-                break None;
-            }
-            std::thread::sleep(poll_interval);
-        };
+        let mut finished = None;
+        // Every millisecond, so the kill can land soon after any commit.
+        let reached = wait_until_every(Duration::from_millis(1), deadline, || {
+            finished = child.try_wait().unwrap();
+            finished.is_some() || watcher.committed_cursor().unwrap() >= target
+        });
+        assert!(reached, "round {round}: the child made no progress");
+        if finished.is_none() {
+            // A random moment past the target: the kill is placed, not waited for.
+            std::thread::sleep(extra);
+        }
         match finished {
             Some(status) => assert!(status.success(), "round {round}: the child failed on its own"),
             None => {

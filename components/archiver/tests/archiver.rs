@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_framework::testing::TempPipeline;
 use autocomp_framework::{Batch, Event, Outcome};
+use autocomp_test_servers::wait_until_every;
 
 const ARCHIVER: &str = env!("CARGO_BIN_EXE_archiver");
 
@@ -191,8 +192,10 @@ fn the_archive_never_shows_a_half_written_batch() {
     let target = pipeline.archive().join("B3-RT1");
     let (mut saw_temp, mut saw_final) = (false, false);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        let finished = child.try_wait().unwrap();
+    let mut status = None;
+    // Every millisecond: the temp name is visible only while the copy runs.
+    let finished = wait_until_every(Duration::from_millis(1), deadline, || {
+        status = child.try_wait().unwrap();
         for name in pipeline.archive_entries() {
             if name == "B3-RT1" {
                 if !saw_final {
@@ -208,12 +211,10 @@ fn the_archive_never_shows_a_half_written_batch() {
                 saw_temp = true;
             }
         }
-        if let Some(status) = finished {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the archiver did not finish within 120s");
-        std::thread::sleep(Duration::from_millis(1));
-    };
+        status.is_some()
+    });
+    assert!(finished, "the archiver did not finish within 120s");
+    let status = status.expect("it finished");
     assert!(status.success());
     assert!(saw_temp, "the copy should have been seen under its temp name while in progress");
     assert!(saw_final);

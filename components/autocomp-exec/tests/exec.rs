@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_framework::Outcome;
 use autocomp_framework::testing::TempPipeline;
+use autocomp_test_servers::wait_until;
 
 const EXEC: &str = env!("CARGO_BIN_EXE_autocomp-exec");
 
@@ -137,11 +138,11 @@ fn a_hung_command_is_timed_out_and_its_whole_process_group_killed() {
 
     let pgid: i32 = std::fs::read_to_string(folder.join("pgid")).unwrap().trim().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut survivors = live_members(pgid);
-    while !survivors.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    let mut survivors = Vec::new();
+    wait_until(deadline, || {
         survivors = live_members(pgid);
-    }
+        survivors.is_empty()
+    });
     if !survivors.is_empty() {
         Command::new("kill").args(["-KILL", "--", &format!("-{pgid}")]).status().ok();
     }

@@ -9,6 +9,7 @@ use autocomp_framework::locks::{LockHolder, LockPath, open_locks};
 use autocomp_framework::testing::TempPipeline;
 use autocomp_framework::{Batch, Event, Outcome, Timestamp};
 use autocomp_store::ComponentName;
+use autocomp_test_servers::wait_until;
 
 const TRIGGER: &str = env!("CARGO_BIN_EXE_batch-trigger");
 
@@ -135,15 +136,14 @@ fn an_unsettled_folder_waits_until_nothing_changed_for_settle_for() {
 
     // Cron keeps starting it; it registers the folder once it has been quiet for 3s.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let registered = loop {
+    let mut registered = String::new();
+    let done = wait_until(deadline, || {
         let run = pipeline.run(&[]);
         assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
-        if !run.stdout.is_empty() {
-            break run.stdout;
-        }
-        assert!(Instant::now() < deadline, "never registered");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        registered = run.stdout;
+        !registered.is_empty()
+    });
+    assert!(done, "never registered");
     // File times tick in jiffies, so allow a few milliseconds of rounding.
     assert!(last_write.elapsed() >= Duration::from_millis(2900), "{:?}", last_write.elapsed());
     assert!(

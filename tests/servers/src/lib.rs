@@ -25,11 +25,17 @@ pub use postgres::{Options, Postgres, shared};
 
 use std::time::{Duration, Instant};
 
+/// How often the pollers ask, unless a test needs to see something briefly true.
+const POLL: Duration = Duration::from_millis(20);
+
 /// Polls `condition` every 20 ms until it holds (true) or `deadline` passes (false).
-///
-/// The same signature and behaviour as `autocomp_e2e::wait_until`, so that one can later
-/// become a re-export of this.
-pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> bool {
+pub fn wait_until(deadline: Instant, condition: impl FnMut() -> bool) -> bool {
+    wait_until_every(POLL, deadline, condition)
+}
+
+/// [`wait_until`] polling every `interval`: for a state that lasts only moments (a temp
+/// name during a copy) or a delay measured to the millisecond.
+pub fn wait_until_every(interval: Duration, deadline: Instant, mut condition: impl FnMut() -> bool) -> bool {
     loop {
         if condition() {
             return true;
@@ -37,13 +43,22 @@ pub fn wait_until(deadline: Instant, mut condition: impl FnMut() -> bool) -> boo
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(interval);
     }
 }
 
 /// [`wait_until`] for async conditions (a tokio test polling a service or the store): polls
 /// every 20 ms until `condition` holds (true) or `deadline` passes (false).
-pub async fn wait_until_async(deadline: Instant, mut condition: impl AsyncFnMut() -> bool) -> bool {
+pub async fn wait_until_async(deadline: Instant, condition: impl AsyncFnMut() -> bool) -> bool {
+    wait_until_async_every(POLL, deadline, condition).await
+}
+
+/// [`wait_until_async`] polling every `interval`.
+pub async fn wait_until_async_every(
+    interval: Duration,
+    deadline: Instant,
+    mut condition: impl AsyncFnMut() -> bool,
+) -> bool {
     loop {
         if condition().await {
             return true;
@@ -51,7 +66,7 @@ pub async fn wait_until_async(deadline: Instant, mut condition: impl AsyncFnMut(
         if Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
