@@ -113,6 +113,19 @@ fn in_state(states: &States, component: &str, state: &str) -> BTreeSet<String> {
     states.iter().filter(|(_, row)| row.get(component).is_some_and(|s| s == state)).map(|(id, _)| id.clone()).collect()
 }
 
+/// The batches failed at `COMPONENT`: the demo always fails some there.
+fn failed_at_the_component(states: &States) -> BTreeSet<String> {
+    let failed = in_state(states, COMPONENT, "failed");
+    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
+    failed
+}
+
+/// The demo's monitor, and a browser to look at it with.
+async fn monitor_in_a_browser(demo: &Demo) -> (Monitor, Browser) {
+    let monitor = Monitor::start(demo).await;
+    (monitor, Browser::start().await)
+}
+
 /// A workspace binary, without the environment that would change what it does.
 fn command(name: &str) -> Command {
     let mut command = Command::new(binary(name));
@@ -498,8 +511,7 @@ fn names_change(text: &str, component: &str, from: &str, to: &str) -> bool {
 async fn the_overview_shows_the_demos_counts_per_component_and_state() {
     let demo = Demo::run();
     let states = demo.status();
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
 
     ui.goto("/").await;
@@ -535,10 +547,8 @@ async fn the_overview_shows_the_demos_counts_per_component_and_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_failed_count_links_to_exactly_the_failed_batches() {
     let demo = Demo::run();
-    let failed = in_state(&demo.status(), COMPONENT, "failed");
-    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let failed = failed_at_the_component(&demo.status());
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
 
     ui.goto("/").await;
@@ -568,10 +578,8 @@ async fn the_failed_count_links_to_exactly_the_failed_batches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_batch_page_names_the_failing_file() {
     let demo = Demo::run();
-    let failed = in_state(&demo.status(), COMPONENT, "failed");
-    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let failed = failed_at_the_component(&demo.status());
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
 
     for (i, id) in failed.iter().enumerate() {
@@ -601,9 +609,8 @@ async fn a_failed_batch_page_names_the_failing_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_in_rerun_is_previewed_confirmed_logged_and_run_again() {
     let demo = Demo::run();
-    let id = in_state(&demo.status(), COMPONENT, "failed").into_iter().next().expect("a failed batch");
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
     let page = format!("/batches/{id}");
     let on_page = |at: &str| at == page;
@@ -681,11 +688,9 @@ async fn a_signed_in_rerun_is_previewed_confirmed_logged_and_run_again() {
 async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
     let demo = Demo::run();
     let states = demo.status();
-    let failed = in_state(&states, COMPONENT, "failed");
-    assert!(!failed.is_empty(), "the demo fails some batches at {COMPONENT}");
+    let failed = failed_at_the_component(&states);
     let before = demo.logs(states.keys().cloned());
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
 
     let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");
@@ -738,7 +743,7 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
 async fn writes_without_the_token_or_from_another_site_are_refused_and_change_nothing() {
     let demo = Demo::run();
     let states = demo.status();
-    let id = in_state(&states, COMPONENT, "failed").into_iter().next().expect("a failed batch");
+    let id = failed_at_the_component(&states).into_iter().next().expect("a failed batch");
     let monitor = Monitor::start(&demo).await;
     let http = http();
     let act = monitor.url(&format!("/batches/{id}/act"));
@@ -823,9 +828,8 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn axe_finds_nothing_serious_on_the_pages() {
     let demo = Demo::run();
-    let id = in_state(&demo.status(), COMPONENT, "failed").into_iter().next().expect("a failed batch");
-    let monitor = Monitor::start(&demo).await;
-    let browser = Browser::start().await;
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
     let ui = Ui { client: browser.client(), base: &monitor.base };
 
     let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::{Options, Znode, ZooKeeper, four_letter, free_ports};
-use autocomp_e2e::{LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
 use autocomp_framework::locks::{HeldLock, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks};
 use autocomp_store::{BatchId, ComponentName, Outcome, Timestamp};
 
@@ -407,6 +407,19 @@ fn a_lost_session_cancels_all_work_records_nothing_and_exits_4() {
     assert_no_lock_nodes(&zk);
 }
 
+/// Silences the (standalone) server as a partition would (SIGSTOP: connections stay open,
+/// nothing answers) until `child` exits, at most `PASS_LIMIT`; how long that took, and how
+/// the child ended. The server answers again afterwards.
+fn silenced_until_exit(zk: &mut ZooKeeper, mut child: Child) -> (Duration, Finished) {
+    zk.pause(0);
+    let silenced = Instant::now();
+    wait_until(silenced + PASS_LIMIT, || child.try_wait().unwrap().is_some());
+    let after = silenced.elapsed();
+    let ended = finish(child, Duration::ZERO);
+    zk.resume(0);
+    (after, ended)
+}
+
 #[test]
 fn work_that_ignores_cancellation_is_left_behind_before_the_server_could_expire_the_session() {
     let mut zk = ZooKeeper::standalone();
@@ -419,16 +432,7 @@ fn work_that_ignores_cancellation_is_left_behind_before_the_server_could_expire_
     pipeline.configure(&format!("[settings]\nbehaviour = \"hang\"\nstarted = \"{}\"\n", started_dir.display()));
     let mut child = pipeline.spawn(&[]);
     wait_while_running(&mut child, "working", || started(&started_dir).len() == 1);
-    zk.pause(0);
-    let silenced = Instant::now();
-    let mut exited = None;
-    wait_until(silenced + PASS_LIMIT, || {
-        exited = child.try_wait().unwrap();
-        exited.is_some()
-    });
-    let gone_after = silenced.elapsed();
-    let lost = finish(child, Duration::ZERO);
-    zk.resume(0);
+    let (gone_after, lost) = silenced_until_exit(&mut zk, child);
     assert_eq!(lost.code, Some(4), "{}", lost.show());
     assert!(gone_after < session_timeout, "the process was gone {gone_after:?} after the silence: {}", lost.show());
     assert!(lost.stderr.contains("leaving it behind"), "{}", lost.show());
@@ -449,17 +453,7 @@ fn a_silent_zookeeper_cancels_work_before_the_server_could_expire_the_session() 
     // The server goes silent, as across a partition: the connection stays up, nothing
     // answers, and the worker can never hear that its session expired. It must stop on its
     // own before the server could expire the session and another host take the batches.
-    zk.pause(0);
-    let silenced = Instant::now();
-    let deadline = silenced + PASS_LIMIT;
-    let mut exited = None;
-    wait_until(deadline, || {
-        exited = child.try_wait().unwrap();
-        exited.is_some()
-    });
-    let gave_up_after = silenced.elapsed();
-    let lost = finish(child, Duration::ZERO);
-    zk.resume(0);
+    let (gave_up_after, lost) = silenced_until_exit(&mut zk, child);
     assert_eq!(lost.code, Some(4), "{}", lost.show());
     assert!(
         gave_up_after < session_timeout,

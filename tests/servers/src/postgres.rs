@@ -202,10 +202,8 @@ impl Postgres {
         assert!(postmaster.is_none(), "PostgreSQL on port {} already runs", self.port);
         let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("the server log");
-        let mut command = server_command(&self.bin.join("postgres"), self.dir.path());
-        if let Some((netns, _)) = &self.options.network {
-            enter_network(&mut command, netns, true);
-        }
+        let netns = self.options.network.as_ref().map(|(netns, _)| netns.as_str());
+        let mut command = server_command_in(&self.bin.join("postgres"), self.dir.path(), netns);
         command
             .arg("-D")
             .arg(&self.data)
@@ -353,7 +351,7 @@ impl Postgres {
     fn try_psql(&self, database: &str, sql: &str) -> Result<String, String> {
         let mut command = Command::new(self.bin.join("psql"));
         if let Some((netns, _)) = &self.options.network {
-            enter_network(&mut command, netns, false);
+            enter_network(&mut command, netns, None);
         }
         let host = self.address().to_string();
         command
@@ -693,29 +691,33 @@ fn server_user_ids() -> (u32, u32) {
 /// (PostgreSQL refuses root), in `cwd` (the server user may not be able to enter the test's
 /// working dir), with `HOME` there too.
 fn server_command(program: &Path, cwd: &Path) -> Command {
+    server_command_in(program, cwd, None)
+}
+
+/// [`server_command`] started in the network namespace `netns` when given. Only root may
+/// enter one, so then the switch to the server user happens after entering it, in the
+/// child, instead of through `Command::uid`.
+fn server_command_in(program: &Path, cwd: &Path, netns: Option<&str>) -> Command {
     let mut command = Command::new(program);
-    if is_root() {
-        let (uid, gid) = server_user_ids();
+    let user = is_root().then(server_user_ids);
+    match (netns, user) {
+        (Some(netns), user) => enter_network(&mut command, netns, user),
         // std drops the supplementary groups when root sets a uid.
-        command.uid(uid).gid(gid);
+        (None, Some((uid, gid))) => {
+            command.uid(uid).gid(gid);
+        }
+        (None, None) => {}
     }
     command.current_dir(cwd);
     clear_pg_environment(&mut command).env("HOME", cwd);
     command
 }
 
-/// Makes `command` start in the network namespace `netns` (`/var/run/netns/<netns>`). Only
-/// root may enter one, so for the server (`as_server`) the switch to its user happens here
-/// too, after entering, instead of through `Command::uid`.
-fn enter_network(command: &mut Command, netns: &str, as_server: bool) {
+/// Makes `command` start in the network namespace `netns` (`/var/run/netns/<netns>`), then
+/// as `user` (uid, gid) if given.
+fn enter_network(command: &mut Command, netns: &str, user: Option<(u32, u32)>) {
     let path = format!("/var/run/netns/{netns}");
     let namespace = std::fs::File::open(&path).unwrap_or_else(|e| panic!("network namespace {path}: {e}"));
-    let user = (as_server && is_root()).then(server_user_ids);
-    if user.is_some() {
-        // Undo `server_command`'s uid and gid: the closure below sets them once inside.
-        let (root_uid, root_gid) = (0, 0);
-        command.uid(root_uid).gid(root_gid);
-    }
     // SAFETY: setns, setgroups, setgid and setuid are async-signal-safe and touch no memory
     // of this process; the namespace file stays open until the closure is dropped.
     unsafe {
