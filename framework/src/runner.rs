@@ -266,7 +266,8 @@ impl<C: Component> Runner<C> {
     }
 
     /// The candidates the index offers, in trigger order; retries of transient failures last.
-    async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
+    /// Watch mode asks this between passes; a pass re-checks each one against the store.
+    pub async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
         // Ask for more than we will claim: other hosts may hold some of them.
         let wanted = self.config.queue_size.saturating_mul(4).max(16);
         let limited = |t: &Trigger| Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() };

@@ -119,6 +119,25 @@ pub trait ObjectStore: Send + Sync {
     /// marked abandoned (and fenced from then on).
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>;
 
+    /// Claims several batches for one component at once, as one transaction (one commit): a
+    /// pass claims everything it will work on together. Each answer is what `claim` would
+    /// have answered for that batch, in the order asked; a batch's own error (`NotFound`,
+    /// `Invalid`) does not keep the others from being claimed. The outer error means nothing
+    /// was claimed. The default claims one by one (one transaction each, never an outer error),
+    /// for adapters without a cheaper way.
+    async fn claim_many(
+        &self,
+        batches: &[BatchId],
+        component: &ComponentName,
+        holder: &RunHolder,
+    ) -> StoreResult<Vec<StoreResult<Claim>>> {
+        let mut answers = Vec::with_capacity(batches.len());
+        for batch in batches {
+            answers.push(self.claim(batch, component, holder).await);
+        }
+        Ok(answers)
+    }
+
     /// Closes a run without an event, so the batch is ready again. Releasing a run that is
     /// already released (and still current) is a no-op; `Fenced` if the run is otherwise not
     /// the current open one.
