@@ -13,10 +13,20 @@
 //! - single-event append transactions per second, sequential from one task, for
 //!   `Synchronous::Full` and `Synchronous::Normal` side by side;
 //! - the cost of a trivial call through the port (`head()`), the floor under every operation;
-//! - the runner's fenced path, claim + `in_run` append (two transactions per event);
+//! - the runner's fenced path, claim + `in_run` append (two transactions per event), and a
+//!   pass's: `claim_many` of N batches, then their N fenced appends sent concurrently (they
+//!   share commits through the handle's group commit);
 //! - two writers, each with its own `SqliteStore` handle (connection) on the same file;
 //! - the batch creation rate while filling the change-feed store, then the change-feed
-//!   read rate in pages of 10,000.
+//!   read rate in pages of 10,000;
+//! - the index catch-up's store read, as the engine reads (`changes` pages of 5,000, then
+//!   `get_batches`), over the sboi benchmark's cached 1,000,000-batch store
+//!   (`target/bench-data/sboi-store-1000000.db`, opened immutable, never written; another
+//!   file with `AUTOCOMP_BENCH_CATCH_UP_STORE`), set-based and one batch at a time as before;
+//!   "skipped" when the file is missing.
+//!
+//! `AUTOCOMP_BENCH_ONLY=fsync,appends,fenced,claim_many,writers,feed,catch_up` runs only the
+//! named sections.
 
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
@@ -24,14 +34,21 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome, RunHolder, Seq,
-    SqliteOptions, SqliteStore, Synchronous,
+    Agent, Batch, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome, RunHolder,
+    Seq, SqliteOptions, SqliteStore, Synchronous, Timestamp,
 };
 use serde_json::{Value, json};
 
 const APPEND_GOAL: f64 = 10_000.0;
 const FEED_GOAL: f64 = 200_000.0;
 const FEED_PAGE: usize = 10_000;
+/// The index engine's page size (`EngineOptions::page_size`).
+const CATCH_UP_PAGE: usize = 5_000;
+/// The whole catch-up must reach 100,000 batches/s with tantivy sharing the two cores, so
+/// the store's read alone should do at least twice that.
+const CATCH_UP_READ_GOAL: f64 = 200_000.0;
+/// Batches per pass in the claim_many rows: the largest, and the default `queue_size`.
+const PASS_SIZES: [usize; 2] = [100, 10];
 
 /// Sizes at scale 1; every count and time budget is multiplied by the scale.
 const BATCHES: f64 = 1_000.0;
@@ -47,13 +64,22 @@ const FSYNC_SECS: f64 = 2.0;
 struct Config {
     scale: f64,
     smoke: bool,
+    /// `AUTOCOMP_BENCH_ONLY`: the sections to run (all when unset).
+    only: Option<Vec<String>>,
 }
 
 impl Config {
     fn from_env() -> Self {
         let autocomp_test_servers::bench::BenchScale { scale, smoke } =
             autocomp_test_servers::bench::BenchScale::from_env(0.005);
-        Self { scale, smoke }
+        let only = std::env::var("AUTOCOMP_BENCH_ONLY")
+            .ok()
+            .map(|names| names.split(',').map(|name| name.trim().to_string()).collect());
+        Self { scale, smoke, only }
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only.iter().any(|name| name == section))
     }
 
     fn count(&self, base: f64, min: usize) -> usize {
@@ -68,6 +94,8 @@ impl Config {
 /// One row of the result table.
 struct Row {
     metric: String,
+    /// Why the row has no figure (its data set is missing).
+    skipped: Option<String>,
     n: usize,
     rate: f64,
     unit: &'static str,
@@ -77,7 +105,19 @@ struct Row {
 
 impl Row {
     fn new(metric: impl Into<String>, n: usize, elapsed: Duration, unit: &'static str) -> Self {
-        Self { metric: metric.into(), n, rate: n as f64 / elapsed.as_secs_f64(), unit, latency: None, goal: None }
+        Self {
+            metric: metric.into(),
+            skipped: None,
+            n,
+            rate: n as f64 / elapsed.as_secs_f64(),
+            unit,
+            latency: None,
+            goal: None,
+        }
+    }
+
+    fn skipped(metric: impl Into<String>, why: impl Into<String>) -> Self {
+        Self { skipped: Some(why.into()), ..Self::new(metric, 0, Duration::from_secs(1), "") }
     }
 
     fn goal(mut self, goal: f64) -> Self {
@@ -116,6 +156,9 @@ fn print_table(rows: &[Row]) {
     let cells: Vec<[String; 6]> = rows
         .iter()
         .map(|row| {
+            if let Some(why) = &row.skipped {
+                return [row.metric.clone(), "-".into(), format!("skipped: {why}"), "-".into(), "-".into(), "-".into()];
+            }
             [
                 row.metric.clone(),
                 thousands(row.n as f64),
@@ -369,6 +412,130 @@ async fn read_feed(store: &SqliteStore) -> (usize, Duration) {
     (read, start.elapsed())
 }
 
+/// A pass as the runner makes it: `claim_many` of `pass` batches (one transaction), then
+/// their fenced appends all at once from concurrent tasks, as results that finish together
+/// arrive; the handle's group commit lets them share transactions. Returns (events, elapsed,
+/// per-pass latencies).
+async fn claim_many_passes(
+    store: &SqliteStore,
+    ids: &[BatchId],
+    words: &Vocabulary,
+    pass: usize,
+    count: usize,
+    budget: Duration,
+) -> (usize, Duration, Vec<Duration>) {
+    let mut samples = Vec::new();
+    let mut recorded = 0;
+    let start = Instant::now();
+    let mut next = 0;
+    while recorded < count && start.elapsed() < budget {
+        let t = Instant::now();
+        let batches: Vec<BatchId> = (0..pass).map(|i| ids[(next + i) % ids.len()].clone()).collect();
+        next += pass;
+        let claims = store.claim_many(&batches, &words.component, &words.holder).await.expect("claim_many");
+        let mut tasks = Vec::with_capacity(pass);
+        for (i, (batch, claim)) in batches.into_iter().zip(claims).enumerate() {
+            let claim = claim.expect("every batch exists");
+            let event = words.event(next + i).in_run(words.component.clone(), claim.generation());
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move { store.append_event(&batch, event).await.expect("fenced append") }));
+        }
+        for task in tasks {
+            task.await.expect("append task");
+        }
+        recorded += pass;
+        samples.push(t.elapsed());
+    }
+    (recorded, start.elapsed(), samples)
+}
+
+/// Where the sboi benchmark caches its million-batch store.
+fn catch_up_store() -> PathBuf {
+    if let Ok(path) = std::env::var("AUTOCOMP_BENCH_CATCH_UP_STORE") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("bench-data/sboi-store-1000000.db")
+}
+
+/// Reads the whole change feed as the index engine's catch-up does: a page of `changes`,
+/// then its batches. Returns (batches, events, elapsed).
+async fn catch_up_read(store: &SqliteStore, one_by_one: bool) -> (usize, usize, Duration) {
+    let (mut batches, mut events, mut since) = (0, 0, Seq::ZERO);
+    let (start, cpu_start) = (Instant::now(), cpu_time());
+    loop {
+        let page = store.changes(since, CATCH_UP_PAGE).await.expect("changes");
+        if page.changes.is_empty() {
+            break;
+        }
+        let ids: Vec<BatchId> = page.changes.into_iter().map(|(_, id)| id).collect();
+        let read = if one_by_one { store.get_batches_one_by_one(&ids).await } else { store.get_batches(&ids).await };
+        let read = read.expect("get_batches");
+        batches += read.len();
+        events += read.iter().map(|batch| batch.events.len()).sum::<usize>();
+        since = page.next;
+    }
+    let elapsed = start.elapsed();
+    if let (Some(before), Some(after)) = (cpu_start, cpu_time()) {
+        let cpu = after.saturating_sub(before);
+        let how = if one_by_one { "one by one" } else { "set-based" };
+        eprintln!(
+            "catch-up read, {how}: {:.1} s wall, {:.1} s CPU, {:.1} µs CPU per batch",
+            elapsed.as_secs_f64(),
+            cpu.as_secs_f64(),
+            cpu.as_secs_f64() * 1e6 / batches.max(1) as f64
+        );
+    }
+    (batches, events, elapsed)
+}
+
+/// CPU time this process has used (user + system), from `/proc/self/stat`: on a machine
+/// shared with other work, CPU per batch compares the two reads better than wall time.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3 (state).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_secs_f64(ticks as f64 / 100.0)) // USER_HZ is 100 on Linux
+}
+
+/// Both reads answer the same batches, in the same order, for a sample of feed pages.
+async fn same_answers(store: &SqliteStore, pages: usize) {
+    let same_time = |mut batches: Vec<Batch>| {
+        for batch in &mut batches {
+            batch.as_of = Timestamp(0);
+        }
+        batches
+    };
+    let mut since = Seq::ZERO;
+    for page_number in 0..pages {
+        let page = store.changes(since, CATCH_UP_PAGE).await.expect("changes");
+        if page.changes.is_empty() {
+            return;
+        }
+        let mut ids: Vec<BatchId> = page.changes.into_iter().map(|(_, id)| id).collect();
+        ids.reverse(); // not the feed's order: the order asked must hold
+        ids.push(BatchId::new("B-not-there").expect("valid"));
+        let set = same_time(store.get_batches(&ids).await.expect("get_batches"));
+        let one_by_one = same_time(store.get_batches_one_by_one(&ids).await.expect("get_batches"));
+        assert_eq!(set.len(), ids.len() - 1, "page {page_number}: the unknown id is left out");
+        assert!(set == one_by_one, "page {page_number}: the set-based read answers as the per-batch one");
+        since = page.next;
+        for _ in 0..20 {
+            since = store.changes(since, CATCH_UP_PAGE).await.expect("changes").next; // spread the sample
+        }
+    }
+}
+
+/// Pulls the data set into the page cache, so neither read pays for the disk.
+fn warm(path: &Path) -> std::io::Result<u64> {
+    let mut file = std::fs::File::open(path)?;
+    std::io::copy(&mut file, &mut std::io::sink())
+}
+
 fn bench_dir() -> PathBuf {
     // /var/tmp and the working directory are on disk here; /tmp may be tmpfs elsewhere.
     let var_tmp = Path::new("/var/tmp");
@@ -384,13 +551,15 @@ async fn run(config: &Config) -> Vec<Row> {
     let batches = config.count(BATCHES, 4);
     let mut rows = Vec::new();
 
-    eprintln!("fsync probe ...");
-    for all in [false, true] {
-        rows.push(fsync_rate(dir.path(), config.budget(FSYNC_SECS), all).expect("fsync probe"));
+    if config.runs("fsync") {
+        eprintln!("fsync probe ...");
+        for all in [false, true] {
+            rows.push(fsync_rate(dir.path(), config.budget(FSYNC_SECS), all).expect("fsync probe"));
+        }
     }
 
     // 1. Single-event appends, FULL and NORMAL side by side, each on its own file.
-    for synchronous in [Synchronous::Full, Synchronous::Normal] {
+    for synchronous in [Synchronous::Full, Synchronous::Normal].into_iter().filter(|_| config.runs("appends")) {
         eprintln!("appends, synchronous={} ...", label(synchronous));
         let path = dir.path().join(format!("appends-{}.db", label(synchronous).to_lowercase()));
         let (store, ids) = prepared_store(&path, synchronous, batches).await;
@@ -406,7 +575,7 @@ async fn run(config: &Config) -> Vec<Row> {
     }
 
     // The runner's fenced path: claim + append in its run, two transactions per event.
-    for synchronous in [Synchronous::Full, Synchronous::Normal] {
+    for synchronous in [Synchronous::Full, Synchronous::Normal].into_iter().filter(|_| config.runs("fenced")) {
         eprintln!("fenced claim + append, synchronous={} ...", label(synchronous));
         let path = dir.path().join(format!("fenced-{}.db", label(synchronous).to_lowercase()));
         let (store, ids) = prepared_store(&path, synchronous, batches).await;
@@ -415,8 +584,20 @@ async fn run(config: &Config) -> Vec<Row> {
         rows.push(Row::new(metric, n, elapsed, "events/s").latencies(&mut samples));
     }
 
+    // A pass's path: one claim_many, then the results concurrently (p50 / p99: per pass).
+    for pass in PASS_SIZES.into_iter().filter(|_| config.runs("claim_many")) {
+        eprintln!("claim_many of {pass} + {pass} concurrent fenced appends, synchronous=FULL ...");
+        let path = dir.path().join(format!("claim-many-{pass}.db"));
+        let (store, ids) = prepared_store(&path, Synchronous::Full, batches.max(pass)).await;
+        claim_many_passes(&store, &ids, &words, pass, pass, budget).await; // warm-up
+        let (n, elapsed, mut samples) =
+            claim_many_passes(&store, &ids, &words, pass, config.count(FENCED, pass), budget).await;
+        let metric = format!("claim_many of {pass} + {pass} concurrent fenced appends, FULL");
+        rows.push(Row::new(metric, n, elapsed, "events/s").latencies(&mut samples));
+    }
+
     // Two connections on one file.
-    for synchronous in [Synchronous::Full, Synchronous::Normal] {
+    for synchronous in [Synchronous::Full, Synchronous::Normal].into_iter().filter(|_| config.runs("writers")) {
         eprintln!("two writers, synchronous={} ...", label(synchronous));
         let path = dir.path().join(format!("writers-{}.db", label(synchronous).to_lowercase()));
         let (store, ids) = prepared_store(&path, synchronous, batches).await;
@@ -428,25 +609,57 @@ async fn run(config: &Config) -> Vec<Row> {
     }
 
     // 2. The change feed over many batches.
-    let feed_batches = config.count(FEED_BATCHES, 100);
-    eprintln!("creating {} batches for the change feed (synchronous=NORMAL) ...", thousands(feed_batches as f64));
-    let path = dir.path().join("feed.db");
-    let store = open(&path, Synchronous::Normal).await;
-    let (_, elapsed) = create_batches(&store, "F", feed_batches).await;
-    rows.push(Row::new("create batch, 1 per tx, NORMAL (feed fill)", feed_batches, elapsed, "batches/s"));
-    eprintln!("reading the change feed ...");
-    // Three full passes; report the median one.
-    let mut passes = Vec::new();
-    for _ in 0..3 {
-        let (read, elapsed) = read_feed(&store).await;
-        assert_eq!(read, feed_batches, "the feed lists every batch once");
-        passes.push(elapsed);
+    if config.runs("feed") {
+        let feed_batches = config.count(FEED_BATCHES, 100);
+        eprintln!("creating {} batches for the change feed (synchronous=NORMAL) ...", thousands(feed_batches as f64));
+        let path = dir.path().join("feed.db");
+        let store = open(&path, Synchronous::Normal).await;
+        let (_, elapsed) = create_batches(&store, "F", feed_batches).await;
+        rows.push(Row::new("create batch, 1 per tx, NORMAL (feed fill)", feed_batches, elapsed, "batches/s"));
+        eprintln!("reading the change feed ...");
+        // Three full passes; report the median one.
+        let mut passes = Vec::new();
+        for _ in 0..3 {
+            let (read, elapsed) = read_feed(&store).await;
+            assert_eq!(read, feed_batches, "the feed lists every batch once");
+            passes.push(elapsed);
+        }
+        passes.sort_unstable();
+        let metric = format!("change feed read, pages of {}", thousands(FEED_PAGE as f64));
+        rows.push(Row::new(metric, feed_batches, passes[1], "changes/s").goal(FEED_GOAL));
     }
-    passes.sort_unstable();
-    let metric = format!("change feed read, pages of {}", thousands(FEED_PAGE as f64));
-    rows.push(Row::new(metric, feed_batches, passes[1], "changes/s").goal(FEED_GOAL));
 
-    drop(store);
+    // 3. The index catch-up's store read over a million batches (a smoke run skips it).
+    if config.runs("catch_up") {
+        let set_metric =
+            format!("catch-up read, changes({}) + get_batches (set-based)", thousands(CATCH_UP_PAGE as f64));
+        let old_metric =
+            format!("catch-up read, changes({}) + get_batches one by one (before)", thousands(CATCH_UP_PAGE as f64));
+        let path = catch_up_store();
+        if config.smoke || !path.exists() {
+            let why = if config.smoke {
+                "smoke run".to_string()
+            } else {
+                format!("{} missing; `cargo bench -p autocomp-sboi --bench index` writes it", path.display())
+            };
+            rows.push(Row::skipped(set_metric, why.clone()));
+            rows.push(Row::skipped(old_metric, why));
+        } else {
+            eprintln!("catch-up read over {} ...", path.display());
+            warm(&path).expect("reading the data set");
+            let store = SqliteStore::open_immutable(&path).await.expect("opening the data set");
+            same_answers(&store, 10).await;
+            // Set-based, per batch, set-based again: the figure is the better set-based pass.
+            let (batches, events, first) = catch_up_read(&store, false).await;
+            let (old_batches, old_events, old) = catch_up_read(&store, true).await;
+            assert_eq!((old_batches, old_events), (batches, events), "both reads see the same data");
+            let (_, _, second) = catch_up_read(&store, false).await;
+            eprintln!("{} batches, {} events", thousands(batches as f64), thousands(events as f64));
+            rows.push(Row::new(set_metric, batches, first.min(second), "batches/s").goal(CATCH_UP_READ_GOAL));
+            rows.push(Row::new(old_metric, batches, old, "batches/s"));
+        }
+    }
+
     dir.close().expect("removing the temporary directory");
     rows
 }

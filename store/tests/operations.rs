@@ -134,6 +134,44 @@ async fn get_and_list_batches_page_through_everything(f: Fixture) {
     assert!(err.to_string().contains("limit"), "{err}");
 }
 
+async fn a_page_of_batches_reads_as_each_batch_alone(f: Fixture) {
+    for batch in ["B1", "B2", "B3"] {
+        register(&f.store, batch).await;
+    }
+    // Logs interleaved across the batches, with a reset, runs open and closed.
+    record(&f.store, "B2", "Data_Received", Outcome::Success).await;
+    record(&f.store, "B1", "Data_Received", Outcome::Success).await;
+    record(&f.store, "B1", "Checksums_Verified", Outcome::Failure).await;
+    let reset = NewEvent::reset(vec![ty("Checksums_Verified")], agent("operator:bob"), json!({"reason": "rerun"}));
+    f.store.append_event(&id("B1"), reset).await.unwrap();
+    let archiver = component("archiver");
+    let done = f.store.claim(&id("B2"), &archiver, &holder("a")).await.unwrap();
+    let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("a"))
+        .with_details(json!({"files": [1, 2], "nested": {"deep": true}}))
+        .in_run(archiver.clone(), done.generation());
+    f.store.append_event(&id("B2"), result).await.unwrap();
+    f.store.claim(&id("B1"), &archiver, &holder("a")).await.unwrap();
+    f.store.claim(&id("B1"), &component("checker"), &holder("c")).await.unwrap();
+    f.store.claim(&id("B3"), &archiver, &holder("a")).await.unwrap();
+    record(&f.store, "B3", "Data_Received", Outcome::Success).await;
+
+    let page = f.store.get_batches(&[id("B3"), id("missing"), id("B1"), id("B2")]).await.unwrap();
+    assert_eq!(page.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B3", "B1", "B2"]);
+    for mut batch in page {
+        let mut alone = f.store.get_batch(&batch.id).await.unwrap();
+        alone.as_of = batch.as_of;
+        assert_eq!(batch, alone, "{} reads the same in a page as alone", batch.id);
+        batch.events.sort_by_key(|event| event.seq);
+        assert_eq!(batch.events, alone.events, "events in seq order");
+    }
+    let b1 = f.store.get_batch(&id("B1")).await.unwrap();
+    assert_eq!(b1.events.len(), 3);
+    assert_eq!(b1.events[2].resets, vec![ty("Checksums_Verified")]);
+    assert_eq!(b1.open_runs.len(), 2, "both components' open runs");
+    let listed = f.store.list_batches(None, 10).await.unwrap();
+    assert_eq!(listed.iter().map(|b| b.events.len()).collect::<Vec<_>>(), [3, 2, 1]);
+}
+
 async fn priority_and_content_changes(f: Fixture) {
     let created = register(&f.store, "B1").await;
     let event = record(&f.store, "B1", "Data_Received", Outcome::Success).await;
@@ -676,6 +714,85 @@ async fn a_retried_claim_with_its_key_returns_the_run_it_opened(f: Fixture) {
     assert_eq!(f.store.open_runs(None).await.unwrap()[0].generation, second.generation());
 }
 
+async fn claim_many_claims_each_batch_as_a_single_claim_would(f: Fixture) {
+    for batch in ["B1", "B2", "B3"] {
+        register(&f.store, batch).await;
+    }
+    let c = component("archiver");
+    let stalled = f.store.claim(&id("B2"), &c, &holder("stalled")).await.unwrap();
+    let head = f.store.head().await.unwrap();
+
+    let asked = [id("B3"), id("B-missing"), id("B2"), id("B1")];
+    let answers = f.store.claim_many(&asked, &c, &holder("pass")).await.unwrap();
+    assert_eq!(answers.len(), 4, "one answer per batch asked");
+    assert!(matches!(&answers[1], Err(StoreError::NotFound(missing)) if missing.as_str() == "B-missing"));
+    let claims: Vec<&Claim> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+    let [b3, b2, b1] = claims[..] else { panic!("the other three are claimed: {answers:?}") };
+    assert_eq!([&b3.run.batch_id, &b2.run.batch_id, &b1.run.batch_id], [&id("B3"), &id("B2"), &id("B1")]);
+    assert_eq!((b3.generation(), b2.generation(), b1.generation()), (1, 2, 1));
+    assert!(b3.abandoned.is_none() && b1.abandoned.is_none());
+    let abandoned = b2.abandoned.as_ref().expect("the stalled run is abandoned, as a claim would");
+    assert_eq!((abandoned.generation, abandoned.state), (stalled.generation(), RunState::Abandoned));
+    let by_the_pass = |run: &Run| run.holder.agent == holder("pass").agent && run.state == RunState::Open;
+    assert!(claims.iter().all(|claim| by_the_pass(&claim.run)));
+    assert_eq!(f.store.head().await.unwrap(), Seq(head.0 + 3), "a seq per claim, none for the missing batch");
+    let mut claim_seqs: Vec<Seq> = claims.iter().map(|claim| claim.run.claim_seq).collect();
+    claim_seqs.sort();
+    assert_eq!(claim_seqs, vec![Seq(head.0 + 1), Seq(head.0 + 2), Seq(head.0 + 3)]);
+
+    let mut open = f.store.open_runs(Some(&c)).await.unwrap();
+    open.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
+    assert_eq!(open, vec![b1.run.clone(), b2.run.clone(), b3.run.clone()]);
+    for claim in [b1, b2, b3] {
+        let batch = f.store.get_batch(&claim.run.batch_id).await.unwrap();
+        assert_eq!(batch.open_run(&c), Some(&claim.run));
+        assert_eq!(batch.changed_seq, claim.run.claim_seq, "a claim is a change of its batch");
+    }
+    // The stalled holder is fenced; the pass's generation records.
+    let result =
+        |generation| NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("a")).in_run(c.clone(), generation);
+    assert!(f.store.append_event(&id("B2"), result(stalled.generation())).await.unwrap_err().is_fenced());
+    f.store.append_event(&id("B2"), result(b2.generation())).await.unwrap();
+
+    // Nothing to claim is no error, and an empty pass writes nothing.
+    let head = f.store.head().await.unwrap();
+    assert!(f.store.claim_many(&[], &c, &holder("pass")).await.unwrap().is_empty());
+    let all_missing = f.store.claim_many(&[id("B-gone")], &c, &holder("pass")).await.unwrap();
+    assert!(matches!(&all_missing[..], [Err(StoreError::NotFound(_))]), "{all_missing:?}");
+    assert_eq!(f.store.head().await.unwrap(), head);
+}
+
+async fn claim_many_with_a_claim_key_retries_like_claim_and_refuses_a_bad_holder(f: Fixture) {
+    for batch in ["B1", "B2"] {
+        register(&f.store, batch).await;
+    }
+    let c = component("archiver");
+    let keyed = |key: &str| RunHolder { claim_key: Some(key.parse().unwrap()), ..holder("a") };
+    let batches = [id("B1"), id("B2")];
+    let first: Vec<Claim> =
+        f.store.claim_many(&batches, &c, &keyed("pass-1")).await.unwrap().into_iter().map(Result::unwrap).collect();
+    let head = f.store.head().await.unwrap();
+    // A retry after a lost answer: the same runs, nothing abandoned, nothing written.
+    let retried: Vec<Claim> =
+        f.store.claim_many(&batches, &c, &keyed("pass-1")).await.unwrap().into_iter().map(Result::unwrap).collect();
+    let same: Vec<Claim> = first.iter().map(|claim| Claim { run: claim.run.clone(), abandoned: None }).collect();
+    assert_eq!(retried, same);
+    assert_eq!(f.store.head().await.unwrap(), head, "the retry wrote nothing");
+
+    // B1's run moves on under another key; the old key is refused for B1 alone.
+    f.store.claim(&id("B1"), &c, &keyed("other")).await.unwrap();
+    let head = f.store.head().await.unwrap();
+    let answers = f.store.claim_many(&batches, &c, &keyed("pass-1")).await.unwrap();
+    assert!(matches!(&answers[0], Err(StoreError::Conflict(m)) if m.contains("pass-1")), "{answers:?}");
+    assert_eq!(answers[1].as_ref().unwrap().run, first[1].run);
+    assert_eq!(f.store.head().await.unwrap(), head);
+
+    let bad = RunHolder { host: "two words".into(), ..holder("a") };
+    let refused = f.store.claim_many(&batches, &c, &bad).await;
+    assert!(matches!(&refused, Err(StoreError::Invalid(e)) if e.field == "host"), "{refused:?}");
+    assert_eq!(f.store.head().await.unwrap(), head, "a refused holder claims nothing");
+}
+
 async fn wait_for_change_wakes_when_the_store_moves_and_times_out_when_not(f: Fixture) {
     register(&f.store, "B1").await;
     let head = f.store.head().await.unwrap();
@@ -1029,6 +1146,7 @@ contract!(
     events_get_increasing_seqs_and_store_time,
     unknown_batches_are_not_found,
     get_and_list_batches_page_through_everything,
+    a_page_of_batches_reads_as_each_batch_alone,
     priority_and_content_changes,
     the_effective_view_honours_reset_markers,
     claims_fence_stale_and_closed_runs,
@@ -1045,6 +1163,8 @@ contract!(
     count_batches_counts_every_registered_batch,
     concurrent_appends_share_commits_yet_each_gets_its_own_answer,
     a_retried_claim_with_its_key_returns_the_run_it_opened,
+    claim_many_claims_each_batch_as_a_single_claim_would,
+    claim_many_with_a_claim_key_retries_like_claim_and_refuses_a_bad_holder,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_first_pass_registers_the_component_and_its_host,
     an_identical_pass_moves_last_seen_but_not_changed_at,

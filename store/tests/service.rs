@@ -214,6 +214,30 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     let cancelled = http.cancel_run(&id("B2"), &archiver, cancel).await.unwrap();
     assert!(cancelled.run.is_none());
 
+    // A pass's claims in one request: each batch answered as a single claim would be.
+    let checker = component("structure-checker");
+    let stalled = http.claim(&id("B2"), &checker, &holder()).await.unwrap();
+    let asked = [id("B1"), id("missing"), id("B2")];
+    let answers = http.claim_many(&asked, &checker, &holder()).await.unwrap();
+    assert!(matches!(&answers[1], Err(StoreError::NotFound(b)) if b.as_str() == "missing"), "{answers:?}");
+    let (b1, b2) = (answers[0].as_ref().unwrap(), answers[2].as_ref().unwrap());
+    assert_eq!((b1.generation(), b1.abandoned.as_ref()), (1, None));
+    assert_eq!(b2.abandoned.as_ref().map(|run| run.generation), Some(stalled.generation()));
+    let mut open = local.open_runs(Some(&checker)).await.unwrap();
+    open.sort_by(|a, b| a.batch_id.cmp(&b.batch_id));
+    assert_eq!(open, [b1.run.clone(), b2.run.clone()], "what the service answered is what the store holds");
+    let keyed = RunHolder { claim_key: b1.run.holder.claim_key.clone(), ..holder() };
+    let retried = http.claim_many(&[id("B1"), id("B2")], &checker, &keyed).await.unwrap();
+    assert_eq!(retried[0].as_ref().unwrap(), &Claim { run: b1.run.clone(), abandoned: None }, "a retry: the same run");
+    let bad = RunHolder { host: String::new(), ..holder() };
+    match http.claim_many(&asked, &checker, &bad).await.unwrap_err() {
+        StoreError::Invalid(input) => assert_eq!(input.field, "host"),
+        other => panic!("expected Invalid naming the host, got {other}"),
+    }
+    for claim in answers.iter().flatten() {
+        http.release(&claim.run.batch_id, &checker, claim.generation()).await.unwrap();
+    }
+
     for name in ["B1", "B2"] {
         same_batch(&http.get_batch(&id(name)).await.unwrap(), &local.get_batch(&id(name)).await.unwrap());
     }

@@ -11,7 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::client::{ClientOptions, HttpClient, Retry, client_token};
+use super::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
+use super::service::ErrorBody;
 use super::wire;
 use crate::model::{
     Agent, Batch, BatchId, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord, RegisteredComponent,
@@ -114,6 +115,44 @@ impl ObjectStore for HttpStore {
         }
         let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder };
         self.call("claim", &request, Retry::Safe).await
+    }
+
+    async fn claim_many(
+        &self,
+        batches: &[BatchId],
+        component: &ComponentName,
+        holder: &RunHolder,
+    ) -> StoreResult<Vec<StoreResult<Claim>>> {
+        // Safe to send again after a lost answer because every claim in it carries a claim
+        // key (one made up here when the holder has none; keys are per batch and component,
+        // so one serves the whole pass): a batch the first attempt claimed answers the run it
+        // opened (nothing abandoned, nothing written), one it did not is claimed now, and one
+        // whose run moved on since answers `Conflict`, exactly as retried single claims would.
+        let mut holder = holder.clone();
+        if holder.claim_key.is_none() {
+            holder.claim_key = Some(self.fresh_key());
+        }
+        // One request, never chunks: an error must mean that nothing was claimed, and the
+        // service refuses (naming the field) more than one request may carry.
+        let request = wire::ClaimManyRequest { batches: batches.to_vec(), component: component.clone(), holder };
+        let answer: wire::ClaimManyAnswer = self.call("claim_many", &request, Retry::Safe).await?;
+        if answer.answers.len() != batches.len() {
+            return Err(StoreError::Unavailable(format!(
+                "the store service answered {} claims for {} batches",
+                answer.answers.len(),
+                batches.len()
+            )));
+        }
+        Ok(answer
+            .answers
+            .into_iter()
+            .map(|answer| match answer {
+                wire::ClaimAnswer::Claim(claim) => Ok(claim),
+                wire::ClaimAnswer::Error(error) => {
+                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into_store_error())
+                }
+            })
+            .collect())
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {

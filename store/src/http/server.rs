@@ -92,6 +92,12 @@ impl StoreService {
                 let request: wire::ClaimRequest = parse_body(body)?;
                 ok(store.claim(&request.batch, &request.component, &request.holder).await?)
             }
+            "claim_many" => {
+                let request: wire::ClaimManyRequest = parse_body(body)?;
+                at_most("batches", request.batches.len())?;
+                let answers = store.claim_many(&request.batches, &request.component, &request.holder).await?;
+                ok(wire::ClaimManyAnswer { answers: answers.into_iter().map(wire::ClaimAnswer::from).collect() })
+            }
             "release" => {
                 let request: wire::RunId = parse_body(body)?;
                 store.release(&request.batch, &request.component, request.generation).await?;

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::service::ErrorDetail;
 use crate::model::{Agent, Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
+use crate::port::{Claim, StoreError};
 
 /// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
 pub const OPERATIONS: &[(&str, bool)] = &[
@@ -17,6 +19,7 @@ pub const OPERATIONS: &[(&str, bool)] = &[
     ("record_content_change", true),
     ("append_event", true),
     ("claim", true),
+    ("claim_many", true),
     ("release", true),
     ("save_checkpoint", true),
     ("load_checkpoint", false),
@@ -96,6 +99,38 @@ pub struct ClaimRequest {
     pub batch: BatchId,
     pub component: ComponentName,
     pub holder: RunHolder,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimManyRequest {
+    pub batches: Vec<BatchId>,
+    pub component: ComponentName,
+    pub holder: RunHolder,
+}
+
+/// `claim_many`'s answer: one per batch, in the order asked.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ClaimManyAnswer {
+    pub answers: Vec<ClaimAnswer>,
+}
+
+/// One batch's answer: `{"claim": ...}`, or `{"error": ...}` shaped as an error response's
+/// body, so a client reads it back into the very `StoreError` a single claim would give.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClaimAnswer {
+    Claim(Claim),
+    Error(ErrorDetail),
+}
+
+impl From<Result<Claim, StoreError>> for ClaimAnswer {
+    fn from(answer: Result<Claim, StoreError>) -> Self {
+        match answer {
+            Ok(claim) => ClaimAnswer::Claim(claim),
+            Err(error) => ClaimAnswer::Error(*super::service::ApiError::from(error).detail),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

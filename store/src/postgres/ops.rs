@@ -195,6 +195,35 @@ fn run_from_json(text: &str) -> Result<Run, Failure> {
     serde_json::from_str::<RunRow>(text).map_err(|e| corrupt("run", e))?.into_run()
 }
 
+/// What `autocomp_claim` answered, as `claim` answers it: a new run, or for a claim key
+/// already used, that run again while it is still the open current one, else a `Conflict`.
+/// The outer error is a corrupt answer.
+fn claim_answer(
+    kind: &str,
+    run: &str,
+    abandoned: Option<&str>,
+    current: i64,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> Result<StoreResult<Claim>, Failure> {
+    let run = run_from_json(run)?;
+    if kind == "retry" {
+        let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
+        return Ok(if run.state == RunState::Open && run.generation == current && run.holder == *holder {
+            Ok(Claim { run, abandoned: None })
+        } else {
+            Err(StoreError::Conflict(format!(
+                "claim key {key} was already used by run {} of {component} on {batch}, now {}",
+                run.generation,
+                run.state.as_str()
+            )))
+        });
+    }
+    let abandoned = abandoned.map(run_from_json).transpose()?;
+    Ok(Ok(Claim { run, abandoned }))
+}
+
 fn run_from_value(value: Value) -> Result<Run, Failure> {
     serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()
 }
@@ -593,22 +622,70 @@ impl ObjectStore for PgStore {
                     )
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch, run: None }))?;
-                let run = run_from_json(row.get(1))?;
-                if row.get::<_, &str>(0) == "retry" {
-                    let current: i64 = row.get(3);
-                    let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
-                    return if run.state == RunState::Open && run.generation == current && run.holder == *holder {
-                        Ok(Claim { run, abandoned: None })
-                    } else {
-                        Err(Failure::Final(StoreError::Conflict(format!(
-                            "claim key {key} was already used by run {} of {component} on {batch}, now {}",
-                            run.generation,
-                            run.state.as_str()
-                        ))))
-                    };
+                claim_answer(row.get(0), row.get(1), row.get(2), row.get(3), batch, component, holder)?
+                    .map_err(Failure::Final)
+            })
+        })
+        .await
+    }
+
+    /// One call of `autocomp_claim_many`: one transaction, one commit flush for the pass.
+    async fn claim_many(
+        &self,
+        batches: &[BatchId],
+        component: &ComponentName,
+        holder: &RunHolder,
+    ) -> StoreResult<Vec<StoreResult<Claim>>> {
+        holder.validate()?;
+        if batches.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("batches", batches.len(), MAX_BATCH_PAGE));
+        }
+        let Some(first) = batches.first() else { return Ok(Vec::new()) };
+        // One key for the whole pass (keys are per batch and component): a retry after a lost
+        // answer returns the runs the first attempt opened, as for `claim`.
+        let mut holder = holder.clone();
+        if holder.claim_key.is_none() {
+            holder.claim_key = Some(self.fresh_key());
+        }
+        let holder = &holder;
+        let ids: Vec<&str> = batches.iter().map(BatchId::as_str).collect();
+        let ids = &ids;
+        self.run("claim_many", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current
+                     FROM autocomp_claim_many($1, $2, $3, $4, $5, $6)",
+                )
+                .await?;
+                let rows = client
+                    .query(
+                        &statement,
+                        &[
+                            ids,
+                            &component.as_str(),
+                            &holder.agent.as_str(),
+                            &holder.host,
+                            &i64::from(holder.pid),
+                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
+                        ],
+                    )
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch: first, run: None }))?;
+                if rows.len() != batches.len() {
+                    return Err(corrupt("answer", format!("{} answers for {} batches", rows.len(), batches.len())));
                 }
-                let abandoned = row.get::<_, Option<&str>>(2).map(run_from_json).transpose()?;
-                Ok(Claim { run, abandoned })
+                let mut answers = Vec::with_capacity(batches.len());
+                for (row, batch) in rows.iter().zip(batches) {
+                    if usize::try_from(row.get::<_, i32>(0)).ok() != Some(answers.len() + 1) {
+                        return Err(corrupt("answer", "claims answered out of order"));
+                    }
+                    answers.push(match row.get::<_, &str>(1) {
+                        "missing" => Err(StoreError::NotFound(batch.clone())),
+                        kind => claim_answer(kind, row.get(2), row.get(3), row.get(4), batch, component, holder)?,
+                    });
+                }
+                Ok(answers)
             })
         })
         .await

@@ -121,8 +121,48 @@ impl SqliteStore {
         // values; without the planner stability guarantee SQLite re-prepares them on almost
         // every execution (23% of a catch-up's CPU, measured in the index benchmark).
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(describe)?;
+        rusqlite::vtab::array::load_module(&conn).map_err(describe)?;
         schema::migrate(&mut conn)?;
         Ok(conn)
+    }
+
+    /// Opens a store file that nothing writes while it is open (a benchmark's cached data
+    /// set) strictly read-only: SQLite's `immutable`, so not even the WAL index is touched.
+    /// Writes through this handle fail; a file at another schema version is refused.
+    #[doc(hidden)]
+    pub async fn open_immutable(path: impl AsRef<Path>) -> StoreResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        let opened_path = path.clone();
+        let connection = tokio::task::spawn_blocking(move || {
+            let describe =
+                |e: rusqlite::Error| StoreError::Unavailable(format!("store file {}: {e}", opened_path.display()));
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let uri = format!("file:{}?immutable=1", opened_path.display());
+            let conn = Connection::open_with_flags(uri, flags).map_err(describe)?;
+            conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(describe)?;
+            rusqlite::vtab::array::load_module(&conn).map_err(describe)?;
+            let version = schema::schema_version(&conn)?;
+            if version != LATEST_VERSION {
+                return Err(StoreError::Unavailable(format!(
+                    "store file {}: schema version {version}, this release reads {LATEST_VERSION}",
+                    opened_path.display()
+                )));
+            }
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
+        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path })
+    }
+
+    /// `get_batches` the way it read before it became set-based (three statements per
+    /// batch), for the benchmark's before/after in one run.
+    #[doc(hidden)]
+    pub async fn get_batches_one_by_one(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| ops::get_batches_one_by_one(conn, &ids)).await
     }
 
     /// Writes a store file as an older release left it, for upgrade tests.
@@ -231,6 +271,17 @@ impl ObjectStore for SqliteStore {
         holder.validate()?;
         let (batch, component, holder) = (batch.clone(), component.clone(), holder.clone());
         self.with_connection(move |conn| ops::claim(conn, &batch, &component, &holder)).await
+    }
+
+    async fn claim_many(
+        &self,
+        batches: &[BatchId],
+        component: &ComponentName,
+        holder: &RunHolder,
+    ) -> StoreResult<Vec<StoreResult<Claim>>> {
+        holder.validate()?;
+        let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
+        self.with_connection(move |conn| ops::claim_many(conn, &batches, &component, &holder)).await
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
