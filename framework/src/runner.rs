@@ -1,6 +1,7 @@
-//! One pass of a component: poll lock, ask the index, per candidate
-//! try-lock + re-check against the store + claim, release the poll lock, work in parallel
-//! with a time bound, record each result fenced by its claim generation, unlock.
+//! One pass of a component: poll lock, ask the index, try-lock the candidates, re-check them
+//! against the store and claim them together (one commit per round), release the poll lock,
+//! work in parallel with a time bound, record each result fenced by its claim generation
+//! (results that finish together share the store's group commit), unlock.
 //! Outcome rules: permanent/transient errors, panics, timeouts, attempts,
 //! graceful shutdown (release claims without events).
 
@@ -15,6 +16,7 @@ use autocomp_store::{
     Outcome, PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, StoreError, Timestamp, Trigger, WorkDone,
     WorkResult,
 };
+use futures_util::StreamExt;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
@@ -367,8 +369,12 @@ impl<C: Component> Runner<C> {
         Ok(summary)
     }
 
-    /// Steps 2-4: candidates, try-lock, re-check against the store, claim. Claimed batches
-    /// go into `claimed` as they are claimed, so the caller can release them on an error.
+    /// Steps 2-4: candidates, try-lock, re-check against the store, claim. In rounds: lock
+    /// as many candidates as the queue has room for, re-check them with one store read and
+    /// claim the ready ones in one store transaction (one commit, durable before any work);
+    /// a round that loses some (locked elsewhere, no longer ready) is followed by another
+    /// until the queue is full or the candidates run out. Claimed batches go into `claimed`
+    /// as soon as their claims commit, so the caller can release them on an error.
     async fn claim_batches(
         self: &Arc<Self>,
         selection: &Selection,
@@ -380,99 +386,223 @@ impl<C: Component> Runner<C> {
             Selection::Ready => (self.candidates().await?, false, false),
             Selection::Batch { id, force } => (vec![id.clone()], true, *force),
         };
+        let mut candidates = candidates.into_iter();
         let session = self.pipeline.locks.session();
-        for id in candidates {
-            if claimed.len() >= self.config.queue_size || self.shutting_down() {
+        loop {
+            let room = self.config.queue_size.saturating_sub(claimed.len()).min(MAX_CLAIMS_PER_ROUND);
+            if room == 0 || self.must_stop_claiming(&session) {
                 break;
             }
-            if *session.borrow() != SessionState::Connected {
-                warn!("lock service not connected: claiming nothing more this pass");
+            let locked = self.lock_round(&mut candidates, room, holder, &session, manual, summary).await?;
+            if self.must_stop_claiming(&session) {
+                release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
                 break;
             }
-            let path = LockPath::Batch(self.name.clone(), id.clone());
-            let Some(lock) = self.pipeline.locks.try_lock(&path, holder, self.config.batch_lock_timeout).await? else {
-                debug!(batch = %id, "locked by another worker; skipped");
-                if manual {
-                    summary.results.push(BatchResult::Busy { id });
-                }
-                continue;
-            };
-            match self.recheck_and_claim(&id, lock, manual, force, summary).await {
-                Ok(Some(batch)) => claimed.push(batch),
-                Ok(None) => {}
-                Err(RunError::Store(StoreError::NotFound(id))) if manual => {
-                    return Err(RunError::Usage(format!("batch {id} does not exist")));
-                }
-                Err(RunError::Store(StoreError::NotFound(id))) => {
-                    warn!(batch = %id, "the index lists a batch the store does not have; skipped (`autocomp reindex` rebuilds the index)");
-                }
-                Err(e) => return Err(e),
+            if locked.is_empty() {
+                break;
             }
+            self.claim_round(locked, manual, force, summary, claimed).await?;
         }
         Ok(())
     }
 
-    async fn recheck_and_claim(
+    /// Claiming stops on a shutdown request and while the lock service is not connected: a
+    /// claim made then could be worked on by another host once the session expires.
+    fn may_claim(&self, session: &watch::Receiver<SessionState>) -> bool {
+        !self.shutting_down() && *session.borrow() == SessionState::Connected
+    }
+
+    /// `!may_claim`, saying so when it is the lock service that stops the claims.
+    fn must_stop_claiming(&self, session: &watch::Receiver<SessionState>) -> bool {
+        if self.may_claim(session) {
+            return false;
+        }
+        if !self.shutting_down() {
+            warn!("lock service not connected: claiming nothing more this pass");
+        }
+        true
+    }
+
+    /// Try-locks candidates until `room` are locked, the candidates run out or claiming
+    /// must stop. Locked elsewhere is skipped (answered `Busy` to a manual run).
+    async fn lock_round(
         &self,
-        id: &BatchId,
-        lock: Box<dyn Lock>,
+        candidates: &mut std::vec::IntoIter<BatchId>,
+        room: usize,
+        holder: &LockHolder,
+        session: &watch::Receiver<SessionState>,
+        manual: bool,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<(BatchId, Box<dyn Lock>)>, RunError> {
+        let mut locked = Vec::new();
+        while locked.len() < room && self.may_claim(session) {
+            let Some(id) = candidates.next() else { break };
+            let path = LockPath::Batch(self.name.clone(), id.clone());
+            match self.pipeline.locks.try_lock(&path, holder, self.config.batch_lock_timeout).await {
+                Ok(Some(lock)) => locked.push((id, lock)),
+                Ok(None) => {
+                    debug!(batch = %id, "locked by another worker; skipped");
+                    if manual {
+                        summary.results.push(BatchResult::Busy { id });
+                    }
+                }
+                Err(e) => {
+                    release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(locked)
+    }
+
+    /// One round's re-check (one read) and claims (one transaction) of the batches it
+    /// locked; then each claim's attempt count and checkpoint. Batches past `max_attempts`
+    /// get their give-up recorded (together, so they share commits) instead of work.
+    async fn claim_round(
+        &self,
+        locked: Vec<(BatchId, Box<dyn Lock>)>,
         manual: bool,
         force: bool,
         summary: &mut PassSummary,
-    ) -> Result<Option<Claimed>, RunError> {
+        claimed: &mut Vec<Claimed>,
+    ) -> Result<(), RunError> {
         let store = &self.pipeline.store;
-        let batch = match store.get_batch(id).await {
-            Ok(batch) => batch,
+        let ids: Vec<BatchId> = locked.iter().map(|(id, _)| id.clone()).collect();
+        let batches = match store.get_batches(&ids).await {
+            Ok(batches) => batches,
             Err(e) => {
-                release_quietly(lock).await;
+                release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
                 return Err(e.into());
             }
         };
-        if !force && let Err(refusal) = self.descriptor.readiness(&batch) {
-            // The index lagged, or a manual run asked for a batch that is not ready.
-            debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
-            release_quietly(lock).await;
-            if manual {
-                summary.results.push(BatchResult::NotReady { id: id.clone(), reason: refusal.reason });
+        let mut batches: std::collections::HashMap<BatchId, Batch> =
+            batches.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
+        let mut ready = Vec::new();
+        let mut unwanted = Vec::new();
+        let mut missing = None;
+        for (id, lock) in locked {
+            let Some(batch) = batches.remove(&id) else {
+                unwanted.push(lock);
+                self.missing(id, manual, &mut missing);
+                continue;
+            };
+            if !force && let Err(refusal) = self.descriptor.readiness(&batch) {
+                // The index lagged, or a manual run asked for a batch that is not ready.
+                debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
+                unwanted.push(lock);
+                if manual {
+                    summary.results.push(BatchResult::NotReady { id, reason: refusal.reason });
+                }
+                continue;
             }
-            return Ok(None);
+            ready.push((batch, lock));
         }
-        let claim = match store.claim(id, &self.name, &self.run_holder()).await {
-            Ok(claim) => claim,
+        release_locks(unwanted).await;
+        if let Some(error) = missing {
+            release_locks(ready.into_iter().map(|(_, lock)| lock)).await;
+            return Err(error);
+        }
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<BatchId> = ready.iter().map(|(batch, _)| batch.id.clone()).collect();
+        let answers = match store.claim_many(&ids, &self.name, &self.run_holder()).await {
+            Ok(answers) => answers,
             Err(e) => {
-                release_quietly(lock).await;
+                release_locks(ready.into_iter().map(|(_, lock)| lock)).await;
                 return Err(e.into());
             }
         };
-        if let Some(abandoned) = &claim.abandoned {
-            warn!(batch = %id, generation = abandoned.generation, holder = %abandoned.holder.agent,
-                "took over a run whose holder died or stalled; it is marked abandoned");
-        }
-        let since = last_reset_of(&batch, &self.event_type);
-        let prepared = async {
-            let failed_attempts = store.failed_attempts(id, &self.name, since).await?;
-            let checkpoint = store.load_checkpoint(id, &self.name).await?;
-            Ok::<_, StoreError>((failed_attempts, checkpoint))
-        };
-        let (failed_attempts, checkpoint) = match prepared.await {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                self.release(Claimed { batch, claim, lock, checkpoint: None }).await;
-                return Err(e.into());
+        let mut failure = (answers.len() != ready.len()).then(|| {
+            RunError::Store(StoreError::Unavailable(format!(
+                "the store answered {} of {} claims",
+                answers.len(),
+                ready.len()
+            )))
+        });
+        let mut answers = answers.into_iter();
+        let mut fresh = Vec::new();
+        let mut unclaimed = Vec::new();
+        for (batch, lock) in ready {
+            match answers.next() {
+                Some(Ok(claim)) => {
+                    if let Some(abandoned) = &claim.abandoned {
+                        warn!(batch = %batch.id, generation = abandoned.generation, holder = %abandoned.holder.agent,
+                            "took over a run whose holder died or stalled; it is marked abandoned");
+                    }
+                    fresh.push(Claimed { batch, claim, lock, checkpoint: None });
+                }
+                Some(Err(StoreError::NotFound(id))) => {
+                    unclaimed.push(lock);
+                    self.missing(id, manual, &mut failure);
+                }
+                Some(Err(e)) => {
+                    unclaimed.push(lock);
+                    failure.get_or_insert(e.into());
+                }
+                None => unclaimed.push(lock),
             }
-        };
-        let claimed = Claimed { batch, claim, lock, checkpoint };
-        if failed_attempts >= self.config.max_attempts && !force {
-            let mut report = Report::new(self.config.max_reported_failures);
-            report.outcome = Outcome::Failure;
-            report.summary = format!(
-                "gave up after {failed_attempts} failed attempts (abandoned or transient); max_attempts is {}",
-                self.config.max_attempts
-            );
-            summary.results.push(self.record(claimed, report, false).await);
-            return Ok(None);
         }
-        Ok(Some(claimed))
+        release_locks(unclaimed).await;
+        if let Some(error) = failure {
+            claimed.extend(fresh);
+            return Err(error);
+        }
+        let prepared: Vec<_> = futures_util::stream::iter(&fresh)
+            .map(|claimed| async move {
+                let since = last_reset_of(&claimed.batch, &self.event_type);
+                let (id, name) = (&claimed.batch.id, &self.name);
+                tokio::try_join!(store.failed_attempts(id, name, since), store.load_checkpoint(id, name))
+            })
+            .buffered(STORE_READS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut gave_up = Vec::new();
+        let mut failure = None;
+        for (mut batch, prepared) in fresh.into_iter().zip(prepared) {
+            match prepared {
+                Ok((failed_attempts, checkpoint)) => {
+                    batch.checkpoint = checkpoint;
+                    if failed_attempts >= self.config.max_attempts && !force {
+                        gave_up.push((batch, failed_attempts));
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+            claimed.push(batch);
+        }
+        if let Some(e) = failure {
+            claimed.extend(gave_up.into_iter().map(|(batch, _)| batch));
+            return Err(e.into());
+        }
+        let recorded: Vec<BatchResult> = futures_util::stream::iter(gave_up)
+            .map(|(batch, failed_attempts)| {
+                let mut report = Report::new(self.config.max_reported_failures);
+                report.outcome = Outcome::Failure;
+                report.summary = format!(
+                    "gave up after {failed_attempts} failed attempts (abandoned or transient); max_attempts is {}",
+                    self.config.max_attempts
+                );
+                self.record(batch, report, false)
+            })
+            .buffer_unordered(RECORDS_IN_FLIGHT)
+            .collect()
+            .await;
+        summary.results.extend(recorded);
+        Ok(())
+    }
+
+    /// A batch the store does not have: a manual run names it (exit 2); the index listing
+    /// it is only warned about.
+    fn missing(&self, id: BatchId, manual: bool, failure: &mut Option<RunError>) {
+        if manual {
+            failure.get_or_insert(RunError::Usage(format!("batch {id} does not exist")));
+        } else {
+            warn!(batch = %id, "the index lists a batch the store does not have; skipped (`autocomp reindex` rebuilds the index)");
+        }
     }
 
     /// Steps 5-7 for every claimed batch, `max_threads` at a time.
@@ -767,12 +897,28 @@ impl<C: Component> Runner<C> {
 
 const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// At most this many batches are re-checked and claimed in one store call: a huge
+/// `queue_size` is claimed in several commits, each well within the stores' page limits.
+const MAX_CLAIMS_PER_ROUND: usize = 1_000;
+
+/// A claim round's attempt counts and checkpoint reads in flight at once: enough to keep the
+/// store busy without queueing a thread per claimed batch on its connection.
+const STORE_READS_IN_FLIGHT: usize = 8;
+
+/// Give-up results recorded at once: they queue together for the store's group commit.
+const RECORDS_IN_FLIGHT: usize = 64;
+
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Releases several locks at once (each may be a round trip to the lock service).
+async fn release_locks(locks: impl IntoIterator<Item = Box<dyn Lock>>) {
+    futures_util::future::join_all(locks.into_iter().map(release_quietly)).await;
 }
 
 /// Releases a lock; a failure is logged, not fatal: the lock dies with the process anyway.

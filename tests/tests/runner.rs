@@ -361,6 +361,48 @@ fn after_a_sigkill_mid_work_the_next_pass_takes_the_batch_over() {
     assert_eq!(pipeline.events(&id, PROBED).len(), 1);
 }
 
+/// A pass claims its whole queue in one store transaction before any work starts: once the
+/// first batch is being worked on, every queued claim is already durable. Killed there, the
+/// process leaves each claim open (one run per batch); the next pass takes each over exactly
+/// once, marking it abandoned, and records each batch once.
+#[test]
+fn a_sigkill_after_a_pass_claimed_its_queue_leaves_one_open_run_per_batch_taken_over_once() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(6);
+    let (started, _gate) = pipeline.hold_work_at_a_gate("queue_size = 5\nmax_threads = 2");
+
+    let mut child = pipeline.spawn(&[]);
+    wait_while_running(&mut child, "working", || work_began(&started));
+    let crashed_runs = pipeline.open_runs();
+    signal(&child, libc::SIGKILL);
+    let crashed = finish(child, Duration::from_secs(10));
+    assert_eq!(crashed.code, None, "{}", crashed.show());
+    let claimed: BTreeSet<&str> = crashed_runs.iter().map(|run| run.batch_id.as_str()).collect();
+    assert_eq!(claimed.len(), 5, "the queue's claims were not all in the store when work began: {crashed_runs:?}");
+    assert_eq!(crashed_runs.len(), 5, "a batch was claimed twice: {crashed_runs:?}");
+    assert_eq!(pipeline.open_runs(), crashed_runs, "the killed process's claims did not stay open");
+
+    pipeline.configure("queue_size = 10\n\n[settings]\nwork_time = \"0s\"\n");
+    let next = pipeline.run(&[]);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert_eq!(next.stdout.lines().count(), 6, "{}", next.show());
+    assert_eq!(next.stderr.matches("marked abandoned").count(), 5, "each takeover is logged once: {}", next.show());
+    for id in &ids {
+        let probed = pipeline.events(id, PROBED);
+        assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{id}");
+        let recorded = probed[0].run.as_ref().expect("recorded in a run").generation;
+        match crashed_runs.iter().find(|run| run.batch_id == *id) {
+            Some(crashed_run) => {
+                assert_eq!(recorded, crashed_run.generation + 1, "{id} was claimed more than once after the crash");
+                assert_eq!(pipeline.failed_attempts(id), 1, "{id}: the crashed run is not counted once as abandoned");
+            }
+            None => assert_eq!(pipeline.failed_attempts(id), 0, "{id} was never claimed before, yet has attempts"),
+        }
+    }
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
 #[test]
 fn batch_runs_exactly_that_batch() {
     let pipeline = Pipeline::new(PROBE);
