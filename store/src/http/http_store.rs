@@ -149,7 +149,8 @@ impl ObjectStore for HttpStore {
             .map(|answer| match answer {
                 wire::ClaimAnswer::Claim(claim) => Ok(claim),
                 wire::ClaimAnswer::Error(error) => {
-                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into_store_error())
+                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }
+                        .into_store_error())
                 }
             })
             .collect())
