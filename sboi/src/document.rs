@@ -2,13 +2,48 @@
 //! (the store's function). Everything a trigger clause asks is precomputed here as an exact
 //! term or a fast field, so a query is term lookups and one range, never a log scan.
 
+use std::collections::BTreeSet;
+
 use autocomp_store::{Batch, BatchId, Outcome, Timestamp};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{FAST, Field, INDEXED, STORED, STRING, Schema, TantivyDocument, Value};
 use tantivy::{Term, doc};
 
 /// Bumped whenever the fields change; an index with another version is rebuilt.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: the `absent` field and the vocabulary in the commit payload.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The event types the documents of one commit were built knowing: each document holds
+/// `absent:T` for every type `T` here that the batch has no effective event of. Append-only,
+/// and every type present in any document is in it, so `blocked_by T` is `Must absent:T`
+/// for a known `T` (a sparse term that leads the intersection) and vacuous for any other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Vocabulary(BTreeSet<String>);
+
+impl Vocabulary {
+    pub fn contains(&self, event_type: &str) -> bool {
+        self.0.contains(event_type)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// This vocabulary plus every effective event type of `batches` it lacks, or `None`
+    /// when it already knows them all.
+    pub fn grown_by(&self, batches: &[Batch]) -> Option<Vocabulary> {
+        let mut missing = batches
+            .iter()
+            .flat_map(|batch| batch.effective().iter().map(|event| event.event_type.as_str()).collect::<Vec<_>>())
+            .filter(|event_type| !self.contains(event_type))
+            .peekable();
+        missing.peek()?;
+        let mut grown = self.clone();
+        grown.0.extend(missing.map(str::to_owned));
+        Some(grown)
+    }
+}
 
 #[derive(Clone, Copy)]
 pub struct Fields {
@@ -32,6 +67,8 @@ pub struct Fields {
     pub transient: Field,
     /// Components with an open run on the batch.
     pub running: Field,
+    /// Vocabulary types with no effective event (not stored: derived from `present`).
+    pub absent: Field,
 }
 
 impl Fields {
@@ -54,6 +91,7 @@ impl Fields {
             current: builder.add_text_field("current", string.clone()),
             transient: builder.add_text_field("transient", string.clone()),
             running: builder.add_text_field("running", string),
+            absent: builder.add_text_field("absent", STRING),
         };
         (builder.build(), fields)
     }
@@ -75,6 +113,7 @@ impl Fields {
             current: get("current")?,
             transient: get("transient")?,
             running: get("running")?,
+            absent: get("absent")?,
         })
     }
 
@@ -82,7 +121,7 @@ impl Fields {
         Term::from_field_text(self.id, id.as_str())
     }
 
-    pub fn document(&self, batch: &Batch) -> TantivyDocument {
+    pub fn document(&self, batch: &Batch, vocabulary: &Vocabulary) -> TantivyDocument {
         let mut document = doc!(
             self.id => batch.id.as_str(),
             self.batch_type => batch.batch_type.as_str(),
@@ -109,7 +148,18 @@ impl Fields {
         for run in &batch.open_runs {
             document.add_text(self.running, run.component.as_str());
         }
+        self.add_absent(&mut document, vocabulary);
         document
+    }
+
+    /// Adds `absent:T` for each vocabulary type the document has no `present` term of.
+    /// Also rebuilds a stored document (which lacks `absent`) for a grown vocabulary.
+    pub fn add_absent(&self, document: &mut TantivyDocument, vocabulary: &Vocabulary) {
+        let present: BTreeSet<String> =
+            document.get_all(self.present).filter_map(|v| v.as_str().map(str::to_owned)).collect();
+        for event_type in vocabulary.0.difference(&present) {
+            document.add_text(self.absent, event_type);
+        }
     }
 
     /// What the index holds for one batch, read back for comparisons and `explain`.

@@ -14,6 +14,7 @@ mod query;
 
 pub use browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 pub use document::{IndexedBatch, SCHEMA_VERSION};
-pub use engine::{CatchUp, EngineOptions, IndexEngine, IndexError, IndexResult};
+pub use engine::{CatchUp, Drift, EngineOptions, IndexEngine, IndexError, IndexResult, Repaired};
 pub use http::HttpIndex;
 pub use port::{BatchIndex, LocalIndex, open_index};
+pub use query::BlockedBy;

@@ -3,9 +3,10 @@
 //! each query; `HttpIndex` (in `http/`) asks the `sboi` service, which follows the store.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_store::{BatchId, InvalidInput, ObjectStore, Selection, StoreError, Timestamp, Trigger};
+use autocomp_store::{BatchId, InvalidInput, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
 
 use crate::browse::{Page, PageRequest, Tally};
 
@@ -21,6 +22,12 @@ pub trait BatchIndex: Send + Sync {
 
     /// Brings the index up to the store's head (or lets another writer do it).
     async fn catch_up(&self) -> IndexResult<CatchUp>;
+
+    /// Waits, at most `bound`, until `query` would see every store change up to `seq`;
+    /// whether it does. A long-lived process woken by a store change asks this first: an
+    /// embedded index that another process is writing answers from its last commit, and the
+    /// change that woke the caller may not be in it yet.
+    async fn covers(&self, seq: Seq, bound: Duration) -> IndexResult<bool>;
 
     /// Rebuilds the index from the whole store; returns the number of batches indexed.
     async fn rebuild(&self) -> IndexResult<usize>;
@@ -69,6 +76,24 @@ impl BatchIndex for LocalIndex {
 
     async fn rebuild(&self) -> IndexResult<usize> {
         self.engine.rebuild(self.store.as_ref()).await
+    }
+
+    async fn covers(&self, seq: Seq, bound: Duration) -> IndexResult<bool> {
+        // Catching up ourselves covers the head at once; while another process holds the
+        // writer, its commits are what we wait for (it commits within milliseconds).
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match self.engine.catch_up(self.store.as_ref()).await? {
+                // Drained the feed after `seq` was read: everything up to it is committed.
+                CatchUp::UpToDate { .. } | CatchUp::Applied { .. } => return Ok(true),
+                CatchUp::WriterBusy { cursor } if cursor >= seq => return Ok(true),
+                CatchUp::WriterBusy { .. } => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(5).min(deadline - tokio::time::Instant::now())).await;
+        }
     }
 
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {

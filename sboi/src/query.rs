@@ -1,6 +1,7 @@
 //! Translates a `Trigger`, and a monitor's `Selection`, into a tantivy query over the fields
 //! of `document.rs`. Each clause maps to exact terms or one range; the property tests hold
-//! these equal to `Trigger::select` and `Selection::matches_at`.
+//! these equal to `Trigger::select` and `Selection::matches_at`. `blocked_by` reads the
+//! vocabulary of the commit being searched (see `document::Vocabulary`).
 
 use std::ops::Bound;
 
@@ -11,9 +12,25 @@ use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
 
-use crate::document::Fields;
+use crate::document::{Fields, Vocabulary};
 
-pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<dyn Query> {
+/// The query shape `blocked_by` takes: the index's own (`Absent`), or the one of schema
+/// version 1 kept for the benchmark's before/after comparison on one index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockedBy {
+    /// `Must absent:T` for a type in the vocabulary; nothing for any other (no document has it).
+    Absent,
+    /// `MustNot present:T` under `AllQuery`: walks every document the other clauses match.
+    MustNotPresent,
+}
+
+pub fn trigger_query(
+    fields: &Fields,
+    trigger: &Trigger,
+    now: Timestamp,
+    vocabulary: &Vocabulary,
+    blocked_by: BlockedBy,
+) -> Box<dyn Query> {
     let term = |field, text: &str| -> Box<dyn Query> {
         Box::new(TermQuery::new(Term::from_field_text(field, text), IndexRecordOption::Basic))
     };
@@ -21,8 +38,7 @@ pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<
         Box::new(BooleanQuery::new(values.into_iter().map(|v| (Occur::Should, term(field, v))).collect()))
     };
 
-    // tantivy refuses a purely negative query, so every query starts from all documents.
-    let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(AllQuery))];
+    let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
     if !trigger.types.is_empty() {
         clauses.push((Occur::Must, any_of(fields.batch_type, trigger.types.iter().map(|t| t.as_str()).collect())));
     }
@@ -33,7 +49,13 @@ pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<
         clauses.push((Occur::Must, term(fields.succeeded, required.as_str())));
     }
     for blocking in &trigger.blocked_by {
-        clauses.push((Occur::MustNot, term(fields.present, blocking.as_str())));
+        match blocked_by {
+            BlockedBy::Absent if vocabulary.contains(blocking.as_str()) => {
+                clauses.push((Occur::Must, term(fields.absent, blocking.as_str())))
+            }
+            BlockedBy::Absent => {}
+            BlockedBy::MustNotPresent => clauses.push((Occur::MustNot, term(fields.present, blocking.as_str()))),
+        }
     }
     // "no effective event, or one older than the content" = "no effective event that is current".
     for repeated in &trigger.repeat_on_change {
@@ -44,6 +66,16 @@ pub fn trigger_query(fields: &Fields, trigger: &Trigger, now: Timestamp) -> Box<
     }
     if let Some(quiet) = trigger.settled_for.filter(|quiet| !quiet.is_zero()) {
         clauses.push((Occur::Must, quiet_for(fields, quiet, now)));
+    }
+    all_unless_positive(clauses)
+}
+
+/// tantivy refuses a purely negative query, so one without a positive clause starts from
+/// all documents; one with a positive clause does not, since `AllQuery` would make the
+/// intersection walk every document.
+fn all_unless_positive(mut clauses: Vec<(Occur, Box<dyn Query>)>) -> Box<dyn Query> {
+    if !clauses.iter().any(|(occur, _)| *occur == Occur::Must) {
+        clauses.push((Occur::Must, Box::new(AllQuery)));
     }
     Box::new(BooleanQuery::new(clauses))
 }
@@ -56,13 +88,18 @@ fn quiet_for(fields: &Fields, quiet: Duration, now: Timestamp) -> Box<dyn Query>
     Box::new(RangeQuery::new(Bound::Unbounded, Bound::Included(Term::from_field_i64(fields.last_activity, latest))))
 }
 
-pub fn selection_query(fields: &Fields, selection: &Selection, now: Timestamp) -> Box<dyn Query> {
+pub fn selection_query(
+    fields: &Fields,
+    selection: &Selection,
+    now: Timestamp,
+    vocabulary: &Vocabulary,
+) -> Box<dyn Query> {
     let term = |field, text: &str| -> Box<dyn Query> {
         Box::new(TermQuery::new(Term::from_field_text(field, text), IndexRecordOption::Basic))
     };
     match selection {
         Selection::All => Box::new(AllQuery),
-        Selection::Trigger(trigger) => trigger_query(fields, trigger, now),
+        Selection::Trigger(trigger) => trigger_query(fields, trigger, now, vocabulary, BlockedBy::Absent),
         Selection::Running(component) => term(fields.running, component.as_str()),
         Selection::Present(t) => term(fields.present, t.as_str()),
         Selection::Succeeded(t) => term(fields.succeeded, t.as_str()),
@@ -87,19 +124,18 @@ pub fn selection_query(fields: &Fields, selection: &Selection, now: Timestamp) -
             Box::new(RangeQuery::new(bound(min), bound(max)))
         }
         Selection::QuietFor(quiet) => quiet_for(fields, *quiet, now),
-        Selection::And(all) => {
-            let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, Box::new(AllQuery))];
-            clauses.extend(all.iter().map(|s| (Occur::Must, selection_query(fields, s, now))));
-            Box::new(BooleanQuery::new(clauses))
-        }
+        Selection::And(all) => all_unless_positive(
+            all.iter().map(|s| (Occur::Must, selection_query(fields, s, now, vocabulary))).collect(),
+        ),
         Selection::Or(any) if any.is_empty() => Box::new(EmptyQuery),
         Selection::Or(any) => {
-            Box::new(BooleanQuery::new(any.iter().map(|s| (Occur::Should, selection_query(fields, s, now))).collect()))
+            let any = any.iter().map(|s| (Occur::Should, selection_query(fields, s, now, vocabulary)));
+            Box::new(BooleanQuery::new(any.collect()))
         }
         // tantivy refuses a purely negative query, so negation starts from all documents.
         Selection::Not(inner) => Box::new(BooleanQuery::new(vec![
             (Occur::Must, Box::new(AllQuery)),
-            (Occur::MustNot, selection_query(fields, inner, now)),
+            (Occur::MustNot, selection_query(fields, inner, now, vocabulary)),
         ])),
     }
 }

@@ -112,3 +112,115 @@ async fn index_urls_are_checked() {
         assert!(err.to_string().contains("index url") && err.to_string().contains(says), "{bad}: {err}");
     }
 }
+
+/// A store of `count` batches `B0000`..., every one received and a third also verified.
+async fn many_batches(store: &SqliteStore, count: usize) -> Vec<BatchId> {
+    let mut ids = Vec::with_capacity(count);
+    for n in 0..count {
+        let name = format!("B{n:04}");
+        let events: &[(&str, Outcome)] = if n % 3 == 0 {
+            &[("Data_Received", Outcome::Success), ("Verified", Outcome::Success)]
+        } else {
+            &[("Data_Received", Outcome::Success)]
+        };
+        add(store, &name, events).await;
+        ids.push(id(&name));
+    }
+    ids
+}
+
+/// Drifts a committed index by hand, as a buggy release or a hand edit would: deletes the
+/// document of `lost` and adds one for `stray`, a batch the store never had. Keeps the
+/// commit payload, so the change feed has nothing to say about either.
+fn drift_by_hand(index_dir: &std::path::Path, lost: &BatchId, stray: &str) {
+    use tantivy::{Index, TantivyDocument, Term};
+    let index = Index::open_in_dir(index_dir).unwrap();
+    let payload = index.load_metas().unwrap().payload.expect("a committed index has a payload");
+    let schema = index.schema();
+    let (id_field, changed) = (schema.get_field("id").unwrap(), schema.get_field("changed_seq").unwrap());
+    let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 15 << 20).unwrap();
+    writer.delete_term(Term::from_field_text(id_field, lost.as_str()));
+    let mut document = TantivyDocument::default();
+    document.add_text(id_field, stray);
+    document.add_i64(changed, 1);
+    writer.add_document(document).unwrap();
+    let mut prepared = writer.prepare_commit().unwrap();
+    prepared.set_payload(&payload);
+    prepared.commit().unwrap();
+    writer.wait_merging_threads().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_repairs_drift_while_catch_ups_go_on() {
+    use autocomp_sboi::http::{Follower, Reconciled};
+    use autocomp_sboi::{EngineOptions, IndexedBatch};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(dir.path()).await;
+    let ids = many_batches(&store, 2_000).await;
+    // Small pages: the reconcile walks 100 of them, so it is still running when the
+    // catch-up below is done, unless the catch-up waits for it.
+    let options =
+        EngineOptions { page_size: 20, writer_threads: 1, writer_memory_bytes: 15 << 20, ..Default::default() };
+    let index_dir = dir.path().join("index");
+    IndexEngine::open_with(&index_dir, options.clone()).unwrap().catch_up(store.as_ref()).await.unwrap();
+    let (lost, stray) = (&ids[7], "B1500-stray");
+    drift_by_hand(&index_dir, lost, stray);
+
+    let engine = IndexEngine::open_with(&index_dir, EngineOptions { keep_writer: true, ..options.clone() }).unwrap();
+    let follower = Follower::new(engine, store.clone()).unwrap();
+    assert_eq!(follower.engine().get(lost).unwrap(), None);
+    assert!(follower.engine().get(&id(stray)).unwrap().is_some());
+    assert_eq!(follower.catch_up().await.unwrap(), CatchUp::UpToDate { cursor: store.head().await.unwrap() });
+
+    let reconcile = tokio::spawn({
+        let follower = Arc::clone(&follower);
+        async move { follower.reconcile().await }
+    });
+    let late = &ids[1_999];
+    store.append_event(late, NewEvent::new(ty("Verified"), Outcome::Success, Agent::new("t").unwrap())).await.unwrap();
+    let applied = follower.catch_up().await.unwrap();
+    assert!(!reconcile.is_finished(), "the catch-up waited for the whole reconcile");
+    assert!(matches!(applied, CatchUp::Applied { batches: 1, .. }), "{applied:?}");
+    let indexed: IndexedBatch = follower.engine().get(late).unwrap().expect("indexed");
+    assert_eq!(indexed.present, ["Data_Received", "Verified"]);
+
+    let reconciled = reconcile.await.unwrap().unwrap();
+    assert_eq!(reconciled, Reconciled { checked: 2_000, rewritten: 1, deleted: 1 });
+    assert_eq!(follower.engine().get(&id(stray)).unwrap(), None);
+    // Every document as a rebuild from the store writes it, the lost one included.
+    let rebuilt = IndexEngine::open_with(dir.path().join("rebuilt"), options).unwrap();
+    rebuilt.rebuild(store.as_ref()).await.unwrap();
+    assert_eq!(follower.engine().dump().unwrap(), rebuilt.dump().unwrap());
+    let verified =
+        Trigger { requires: vec![ty("Data_Received")], blocked_by: vec![ty("Verified")], ..Default::default() };
+    assert_eq!(
+        follower.engine().query_at(&verified, Timestamp::now()).unwrap(),
+        rebuilt.query_at(&verified, Timestamp::now()).unwrap()
+    );
+    // Nothing left to repair.
+    let again = follower.reconcile().await.unwrap();
+    assert_eq!(again, Reconciled { checked: 2_000, rewritten: 0, deleted: 0 });
+}
+
+#[tokio::test]
+async fn a_new_event_type_mid_catch_up_rewrites_the_documents_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(dir.path()).await;
+    let options = autocomp_sboi::EngineOptions { page_size: 2, commit_every: 3, ..Default::default() };
+    let engine = IndexEngine::open_with(dir.path().join("index"), options).unwrap();
+    add(&store, "A", &[("Data_Received", Outcome::Success)]).await;
+    engine.catch_up(store.as_ref()).await.unwrap();
+    for name in ["B", "C", "D", "E"] {
+        add(&store, name, &[("Data_Received", Outcome::Success)]).await;
+    }
+    add(&store, "F", &[("Data_Received", Outcome::Success), ("Archived", Outcome::Success)]).await;
+    add(&store, "G", &[("Data_Received", Outcome::Success)]).await;
+    engine.catch_up(store.as_ref()).await.unwrap();
+    let not_archived = Trigger { blocked_by: vec![ty("Archived")], ..Trigger::default() };
+    let expected: Vec<BatchId> = ["A", "B", "C", "D", "E", "G"].into_iter().map(id).collect();
+    assert_eq!(engine.query_at(&not_archived, Timestamp::now()).unwrap(), expected);
+    // A type nothing has recorded blocks nothing.
+    let not_unknown = Trigger { blocked_by: vec![ty("Never_Recorded")], ..Trigger::default() };
+    assert_eq!(engine.query_at(&not_unknown, Timestamp::now()).unwrap().len(), 7);
+}

@@ -15,7 +15,13 @@ use serde_json::json;
 const CHILD_MODE: &str = "AUTOCOMP_SBOI_TEST_CHILD";
 
 fn small_commits() -> EngineOptions {
-    EngineOptions { page_size: 100, commit_every: 200, writer_threads: 1, writer_memory_bytes: 15 << 20 }
+    EngineOptions {
+        page_size: 100,
+        commit_every: 200,
+        writer_threads: 1,
+        writer_memory_bytes: 15 << 20,
+        keep_writer: false,
+    }
 }
 
 async fn open_store(dir: &Path) -> SqliteStore {

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_sboi::IndexEngine;
 use autocomp_sboi::http::IndexService;
+use autocomp_sboi::{EngineOptions, IndexEngine};
 use autocomp_store::http::service::{Access, init_logging, load_token, serve};
 use autocomp_store::http::startup::{Startup, stopped_before_ready, store_error_is_permanent};
 use autocomp_store::logging::LogFormat;
@@ -53,8 +53,8 @@ enum Command {
         /// File holding the bearer token for rebuilds (else $AUTOCOMP_TOKEN).
         #[arg(long)]
         token_file: Option<PathBuf>,
-        /// Rebuild the whole index this often, to repair any drift (30m, 6h, 1d; 0 never).
-        /// Changes wait while it runs: about half a minute per million batches.
+        /// Compare the whole index with the store this often and repair what differs (30m,
+        /// 6h, 1d; 0 never). Changes are indexed meanwhile: it takes the writer only to fix.
         #[arg(long, default_value = "1d", value_parser = parse_period)]
         reconcile_every: Duration,
         /// Ask for the token on reads from loopback too (on a host other users share).
@@ -87,7 +87,12 @@ async fn main() -> ExitCode {
         Ok(token) => token,
         Err(message) => return fail(2, message),
     };
-    let engine = match IndexEngine::open(&index_dir) {
+    // The service is the directory's only writer: one writer for the process's life. One
+    // indexing thread: a catch-up commits a few documents at a time, and each thread's
+    // segment costs its own fsyncs per commit (index lag), where indexing speed is bound by
+    // the store's reads anyway.
+    let options = EngineOptions { keep_writer: true, writer_threads: 1, ..EngineOptions::default() };
+    let engine = match IndexEngine::open_with(&index_dir, options) {
         Ok(engine) => engine,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };

@@ -1,7 +1,8 @@
 //! The follower: keeps the service's index directory caught up with the store. It catches
 //! up, then long-polls the store until its head moves, so the index trails an append by
-//! about one catch-up; a periodic full rebuild (reconcile) repairs any drift. Errors are
-//! logged and retried with backoff, never fatal. One catch-up or rebuild at a time.
+//! about one catch-up; a periodic reconcile compares the whole index with the store, page by
+//! page, and repairs any drift, taking the writer only to fix a page. Errors are logged and
+//! retried with backoff, never fatal. One write at a time, with the engine's one writer.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,13 +10,16 @@ use std::time::Duration;
 use autocomp_store::{ObjectStore, Seq};
 use tokio::sync::{Notify, watch};
 
-use crate::engine::{CatchUp, IndexEngine, IndexResult};
+use crate::engine::{CatchUp, IndexEngine, IndexError, IndexResult, Repaired};
 
 /// How long one long poll on the store waits before the follower asks again. Short enough
 /// that a follower whose store vanished without closing the connection notices soon.
 const LONG_POLL: Duration = Duration::from_secs(10);
 /// While another process holds the index writer, how often to look at what it committed.
 const WRITER_BUSY_PAUSE: Duration = Duration::from_millis(250);
+/// Batches a reconcile reads per store request: each such read delays the catch-ups that
+/// share the store service meanwhile (at 5,000, by hundreds of milliseconds).
+const RECONCILE_PAGE: usize = 500;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -33,6 +37,17 @@ impl Progress {
     pub fn lag(&self) -> i64 {
         self.store_head.0.saturating_sub(self.indexed_seq.0).max(0)
     }
+}
+
+/// What one reconcile did (`POST /v1/reconcile` answers with it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reconciled {
+    /// Batches of the store compared with their documents.
+    pub checked: usize,
+    /// Documents that differed from their batch (or were missing), written again.
+    pub rewritten: usize,
+    /// Documents of batches the store does not have, deleted.
+    pub deleted: usize,
 }
 
 pub struct Follower {
@@ -200,18 +215,62 @@ impl Follower {
         (backoff * 2).min(MAX_BACKOFF)
     }
 
-    /// Rebuilds the index every `every`, starting one period from now: whatever drift the
-    /// change feed could not repair (a document written by a buggy release, a hand-edited
-    /// store) lasts at most one period.
+    /// Compares every document with the store's batch and fixes what differs, one
+    /// `list_batches` page at a time: the comparison reads the committed index without the
+    /// writer, and only a page with differences takes it, briefly, so catch-ups go on
+    /// meanwhile. A document newer than the page's batch (a catch-up got there first) is left
+    /// alone; documents of batches the store no longer lists are deleted.
+    pub async fn reconcile(self: &Arc<Self>) -> IndexResult<Reconciled> {
+        let page_size = self.engine.page_size().min(RECONCILE_PAGE);
+        let mut reconciled = Reconciled::default();
+        let mut after = None;
+        loop {
+            let listed_after = self.store.head().await?;
+            let page = self.store.list_batches(after.as_ref(), page_size).await?;
+            let to_end = page.len() < page_size;
+            let last = page.last().map(|batch| batch.id.clone());
+            reconciled.checked += page.len();
+            // Reading a page of documents is CPU work: off the runtime's threads, which
+            // serve queries and catch-ups meanwhile.
+            let drift = {
+                let (follower, after) = (Arc::clone(self), after.clone());
+                tokio::task::spawn_blocking(move || follower.engine.drift(page, after.as_ref(), to_end, listed_after))
+                    .await
+                    .map_err(|e| IndexError::Index {
+                        dir: self.engine.dir().to_path_buf(),
+                        message: format!("comparing with the store: {e}"),
+                    })??
+            };
+            if !drift.is_empty() {
+                let _writer = self.writer.lock().await;
+                let Repaired { rewritten, deleted } = self.engine.repair(drift).await?;
+                if rewritten + deleted > 0 {
+                    tracing::info!(rewritten, deleted, after = ?after, "reconcile: repaired documents that differed from the store");
+                }
+                reconciled.rewritten += rewritten;
+                reconciled.deleted += deleted;
+            }
+            if to_end {
+                return Ok(reconciled);
+            }
+            after = last;
+        }
+    }
+
+    /// Reconciles every `every`, starting one period from now: whatever drift the change
+    /// feed could not repair (a document written by a buggy release, a hand-edited index)
+    /// lasts at most one period.
     pub async fn reconcile_every(self: Arc<Self>, every: Duration) {
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
             let started = std::time::Instant::now();
-            match self.rebuild().await {
-                Ok(batches) => tracing::info!(batches, elapsed = ?started.elapsed(), "reconciled: rebuilt the index"),
-                Err(error) => tracing::warn!("reconcile: rebuilding the index: {error}; next try in {every:?}"),
+            match self.reconcile().await {
+                Ok(Reconciled { checked, rewritten, deleted }) => {
+                    tracing::info!(checked, rewritten, deleted, elapsed = ?started.elapsed(), "reconciled the index with the store")
+                }
+                Err(error) => tracing::warn!("reconcile: {error}; next try in {every:?}"),
             }
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use autocomp_store::http::client::{ClientOptions, HttpClient, Retry, client_token};
-use autocomp_store::{BatchId, Selection, StoreError, Trigger};
+use autocomp_store::{BatchId, Selection, Seq, StoreError, Trigger};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -16,7 +16,7 @@ use crate::document::IndexedBatch;
 use crate::engine::{CatchUp, IndexResult};
 use crate::port::BatchIndex;
 
-/// A rebuild reads the whole store: at a million batches, minutes.
+/// A rebuild (or a reconcile) reads the whole store: at a million batches, minutes.
 const REBUILD_TIMEOUT: Duration = Duration::from_secs(2 * 60 * 60);
 
 pub struct HttpIndex {
@@ -42,6 +42,12 @@ impl HttpIndex {
         self.call("query", &wire::QueryRequest { trigger: trigger.clone(), fresh }, None).await
     }
 
+    /// `POST /v1/reconcile` (needs the token): compares every document with the store and
+    /// repairs what differs, while the service goes on indexing changes.
+    pub async fn reconcile(&self) -> IndexResult<wire::ReconcileAnswer> {
+        self.call("reconcile", &Empty {}, Some(REBUILD_TIMEOUT)).await
+    }
+
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         operation: &str,
@@ -65,6 +71,12 @@ impl BatchIndex for HttpIndex {
 
     async fn catch_up(&self) -> IndexResult<CatchUp> {
         self.call("catch_up", &Empty {}, None).await
+    }
+
+    async fn covers(&self, _seq: Seq, _bound: Duration) -> IndexResult<bool> {
+        // The service's queries are fresh: it waits until its index covers the store's head
+        // at request time, which is at least `seq`, before it answers.
+        Ok(true)
     }
 
     async fn rebuild(&self) -> IndexResult<usize> {

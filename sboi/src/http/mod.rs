@@ -8,6 +8,6 @@ mod http_index;
 pub mod server;
 pub mod wire;
 
-pub use follower::{Follower, Progress};
+pub use follower::{Follower, Progress, Reconciled};
 pub use http_index::HttpIndex;
 pub use server::IndexService;

@@ -45,7 +45,7 @@ impl IndexService {
     }
 
     /// The service over the index in `engine`, following `store` from now on in background
-    /// tasks (on the current tokio runtime), rebuilding every `reconcile_every` if given.
+    /// tasks (on the current tokio runtime), reconciling every `reconcile_every` if given.
     pub fn start(
         engine: IndexEngine,
         store: Arc<dyn ObjectStore>,
@@ -112,6 +112,13 @@ impl IndexService {
                 let batches = detached(async move { follower.rebuild().await }).await?;
                 tracing::info!(batches, elapsed = ?started.elapsed(), "rebuilt the index on request");
                 ok(RebuildAnswer { batches })
+            }
+            "reconcile" => {
+                let _: Empty = parse_body(body)?;
+                let started = Instant::now();
+                let reconciled = detached(async move { follower.reconcile().await }).await?;
+                tracing::info!(?reconciled, elapsed = ?started.elapsed(), "reconciled the index on request");
+                ok(reconciled)
             }
             other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
         })

@@ -12,8 +12,15 @@ pub use autocomp_store::http::wire::Empty;
 
 /// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
 /// `catch_up` counts as a read: it only brings the cache to what the store already says.
-pub const OPERATIONS: &[(&str, bool)] =
-    &[("query", false), ("document", false), ("tally", false), ("page", false), ("catch_up", false), ("rebuild", true)];
+pub const OPERATIONS: &[(&str, bool)] = &[
+    ("query", false),
+    ("document", false),
+    ("tally", false),
+    ("page", false),
+    ("catch_up", false),
+    ("rebuild", true),
+    ("reconcile", true),
+];
 
 /// `POST /v1/query`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,6 +69,9 @@ pub struct RebuildAnswer {
     /// Batches indexed.
     pub batches: usize,
 }
+
+/// `POST /v1/reconcile`.
+pub use super::follower::Reconciled as ReconcileAnswer;
 
 /// `POST /v1/tally`: each selection's size and quietest batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
