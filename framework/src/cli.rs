@@ -1,5 +1,6 @@
 //! The command line every component binary shares: config, manual runs,
-//! dry runs, `--schedule` for hosts without cron, logging, backend overrides, exit codes.
+//! dry runs, `--schedule` for hosts without cron, `--watch` for passes as soon as work is
+//! ready, logging, backend overrides, exit codes.
 //! A component's `main` is one call: `autocomp_framework::cli::main(MyComponent)`.
 
 use std::io::Write;
@@ -42,6 +43,13 @@ pub struct RunnerArgs {
     /// Stay up and start a pass on this 5-field crontab schedule (for hosts without cron).
     #[arg(long, value_name = "CRON")]
     pub schedule: Option<String>,
+    /// Stay up and start a pass as soon as the index offers a batch (woken by the store's
+    /// change feed), and at least every `watch_heartbeat` (config, default 60s) for the
+    /// registry and for readiness that only time brings (retry backoff, settled_for). Same
+    /// locks, claims and exit codes as a cron pass; SIGTERM ends it (0, or 1 if a batch
+    /// failed). Cron may still start the component too: the locks keep the passes apart.
+    #[arg(long, conflicts_with_all = ["schedule", "batch", "dry_run"])]
+    pub watch: bool,
     /// More log output on stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -148,6 +156,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         .map(Schedule::parse)
         .transpose()
         .map_err(|e| RunError::Usage(format!("--schedule: {e} (write e.g. '*/5 * * * *')")))?;
+    let heartbeat = loaded.component.watch_heartbeat;
     let mut component_config = loaded.component.clone();
     if let Some(schedule) = &schedule {
         component_config.schedule = Some(schedule.clone());
@@ -163,6 +172,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     };
     let store = open_store(&store_url).await?;
     let index = open_index(&index_url, Arc::clone(&store))?;
+    let watched = crate::watch::Watched { store: Arc::clone(&store), index: Arc::clone(&index) };
     let locks = open_locks(&locks_url).await?;
     let pipeline = Pipeline { store, index, locks: Arc::clone(&locks) };
     let ran = async {
@@ -173,8 +183,11 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
             }
             return Ok(exit::OK);
         }
+        if args.watch {
+            return crate::watch::run_watching(&runner, watched, heartbeat, shutdown).await;
+        }
         match &schedule {
-            None => pass(&runner, &selection).await.map(|(code, _)| code),
+            None => pass(&runner, &selection).await.map(|outcome| outcome.code),
             Some(schedule) => run_on_schedule(&runner, &selection, schedule, shutdown).await,
         }
     }
@@ -184,8 +197,20 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     ran
 }
 
-/// One pass and its exit code; `true` if a batch timed out (the process must then exit).
-async fn pass<C: Component>(runner: &Arc<Runner<C>>, selection: &Selection) -> Result<(u8, bool), RunError> {
+/// How one pass ended, for the loops that run many.
+pub(crate) struct PassOutcome {
+    pub code: u8,
+    /// A batch timed out: the process must exit, so its hung work cannot hold anything.
+    pub timed_out: bool,
+    /// Batches the pass took up (recorded, released, fenced, ...): 0 for an idle pass.
+    pub handled: usize,
+}
+
+/// One pass and its exit code.
+pub(crate) async fn pass<C: Component>(
+    runner: &Arc<Runner<C>>,
+    selection: &Selection,
+) -> Result<PassOutcome, RunError> {
     let summary = runner.run_pass(selection).await?;
     for result in &summary.results {
         match result {
@@ -202,7 +227,35 @@ async fn pass<C: Component>(runner: &Arc<Runner<C>>, selection: &Selection) -> R
     if timed_out {
         error!("a batch timed out; exiting so its hung work cannot hold anything");
     }
-    Ok((summary.exit_code(), timed_out))
+    Ok(PassOutcome { code: summary.exit_code(), timed_out, handled: summary.results.len() })
+}
+
+/// What a long-running loop (`--schedule`, `--watch`) does after a pass.
+pub(crate) enum PassEnd {
+    /// Keep going; `handled` batches were taken up.
+    Continue { handled: usize },
+    /// Exit with this code: the lock service was lost or a batch timed out.
+    Stop(u8),
+    /// Exit with this error's code (the store or index unreachable, a usage error).
+    Error(RunError),
+}
+
+/// The rules both loops share: a busy poll lock is another pass at work, not an error; a
+/// failed batch is remembered in `worst` (the exit code at shutdown); a lost lock service or
+/// a timed-out batch ends the process with that pass's code.
+pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u8) -> PassEnd {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0 },
+        Err(e) => return PassEnd::Error(e),
+    };
+    if outcome.code == exit::FAILED {
+        *worst = exit::FAILED;
+    }
+    if outcome.code == exit::LOCKS_LOST || outcome.timed_out {
+        return PassEnd::Stop(outcome.code);
+    }
+    PassEnd::Continue { handled: outcome.handled }
 }
 
 /// `--schedule`: a pass at every matching minute; passes never overlap (a pass that runs
@@ -224,16 +277,10 @@ async fn run_on_schedule<C: Component>(
             _ = tokio::time::sleep(wait) => {}
             _ = crate::runner::stop_requested(&mut shutdown) => return Ok(worst),
         }
-        let (code, timed_out) = match pass(runner, selection).await {
-            Ok(outcome) => outcome,
-            Err(RunError::PollLockBusy(_)) => (exit::OK, false),
-            Err(e) => return Err(e),
-        };
-        if code == exit::FAILED {
-            worst = exit::FAILED;
-        }
-        if code == exit::LOCKS_LOST || timed_out {
-            return Ok(code);
+        match pass_verdict(pass(runner, selection).await, &mut worst) {
+            PassEnd::Continue { .. } => {}
+            PassEnd::Stop(code) => return Ok(code),
+            PassEnd::Error(e) => return Err(e),
         }
         if *shutdown.borrow() {
             return Ok(worst);

@@ -11,6 +11,8 @@ use serde::Deserialize;
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/autocomp";
 pub const SHARED_FILE: &str = "autocomp.toml";
+/// The shortest `watch_heartbeat`.
+pub const MIN_WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {message}", file.display())]
@@ -118,6 +120,12 @@ pub struct ComponentConfig {
     /// The crontab schedule cron runs this component on (its crontab line's first five
     /// fields), so readers know when a pass is missing; `--schedule` sets it too.
     pub schedule: Option<Schedule>,
+    /// With `--watch`: the longest time between two passes when the store does not move.
+    /// It keeps the registry's last pass fresh (so `autocomp alerts` does not call the
+    /// watcher silent) and bounds how late readiness that only time brings (a transient
+    /// retry's backoff, a trigger's `settled_for`) is noticed. At least 1s.
+    #[serde(with = "duration_text")]
+    pub watch_heartbeat: Duration,
     /// Trigger clauses replacing the component's defaults, clause by clause.
     pub trigger: toml::Table,
     /// Component-specific settings, checked by the component's `Settings` type.
@@ -142,6 +150,7 @@ impl Default for ComponentConfig {
             overdue_after: None,
             silent_after: None,
             schedule: None,
+            watch_heartbeat: Duration::from_secs(60),
             trigger: toml::Table::new(),
             settings: toml::Table::new(),
         }
@@ -165,6 +174,15 @@ impl ComponentConfig {
         }
         if self.max_attempts == 0 {
             return Err(ConfigError::new(file, "max_attempts = 0: must be at least 1"));
+        }
+        if self.watch_heartbeat < MIN_WATCH_HEARTBEAT {
+            return Err(ConfigError::new(
+                file,
+                format!(
+                    "watch_heartbeat = {:?}: must be at least {:?} (a pass that often would be a busy loop)",
+                    self.watch_heartbeat, MIN_WATCH_HEARTBEAT
+                ),
+            ));
         }
         Ok(())
     }
@@ -239,6 +257,16 @@ mod tests {
         assert!(err.contains("max_threadz"), "{err}");
         let err = toml::from_str::<ComponentConfig>("max_runtime = \"soon\"").unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn a_watch_heartbeat_under_a_second_is_refused_naming_key_and_value() {
+        let config: ComponentConfig = toml::from_str("watch_heartbeat = \"200ms\"").unwrap();
+        let err = config.check(Path::new("x.toml")).unwrap_err().to_string();
+        assert!(err.contains("x.toml") && err.contains("watch_heartbeat") && err.contains("200ms"), "{err}");
+        let config: ComponentConfig = toml::from_str("watch_heartbeat = \"5s\"").unwrap();
+        config.check(Path::new("x.toml")).unwrap();
+        assert_eq!(config.watch_heartbeat, Duration::from_secs(5));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod operator;
 pub mod runner;
 pub mod scaffold;
 pub mod testing;
+pub mod watch;
 
 #[doc(inline)]
 pub use autocomp_store::{

@@ -1,0 +1,109 @@
+//! `--watch`: a component that stays up and starts a pass as soon as the index offers it a
+//! batch, sleeping in the store's change feed (a long poll) in between. Each pass is exactly
+//! a cron pass (poll lock, claims, fencing, results, registry); a heartbeat pass keeps the
+//! registry fresh and catches readiness that only time brings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use autocomp_sboi::BatchIndex;
+use autocomp_store::ObjectStore;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use crate::cli::{PassEnd, pass_verdict};
+use crate::component::Component;
+use crate::exit::{self, RunError};
+use crate::runner::{Runner, Selection, stop_requested};
+
+/// The longest single wait in the change feed. The store service caps its long polls
+/// anyway; a bound here keeps a hung connection from outliving a heartbeat by much.
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
+/// How long a wake waits for another process to finish writing an embedded index.
+const INDEX_WAIT: Duration = Duration::from_secs(2);
+
+/// What wakes a watcher and what it asks.
+pub struct Watched {
+    pub store: Arc<dyn ObjectStore>,
+    pub index: Arc<dyn BatchIndex>,
+}
+
+/// Watches until shutdown, the loss of the lock service or a timed-out batch; returns the
+/// exit code a cron pass would have (1 once any pass failed a batch, else 0), or the error
+/// that ended it (the store or index unreachable: exit 5, as for a cron pass).
+pub async fn run_watching<C: Component>(
+    runner: &Arc<Runner<C>>,
+    watched: Watched,
+    heartbeat: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<u8, RunError> {
+    let Watched { store, index } = watched;
+    let mut worst = exit::OK;
+    // The first pass runs at once, as a cron start would: it registers the component and
+    // takes whatever is ready already.
+    let mut last_pass: Option<Instant> = None;
+    loop {
+        if *shutdown.borrow() {
+            return Ok(worst);
+        }
+        // Read before asking the index: a change after this point wakes the wait below,
+        // so readiness between the question and the wait is never slept through.
+        let seen = store.head().await?;
+        let heartbeat_due = last_pass.is_none_or(|at| at.elapsed() >= heartbeat);
+        let offered = if heartbeat_due {
+            0
+        } else {
+            // Every watcher woke on the same change; with an embedded index one of them is
+            // writing it, and the others must see its commit or sleep through the batch.
+            // Past the bound the pass's store re-check is the safety net, the next change or
+            // heartbeat the retry.
+            if !index.covers(seen, INDEX_WAIT).await? {
+                debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
+            }
+            runner.candidates().await?.len()
+        };
+        let (sleep_from, go_again) = if heartbeat_due || offered > 0 {
+            debug!(offered, heartbeat_due, "starting a pass");
+            last_pass = Some(Instant::now());
+            let handled = match pass_verdict(crate::cli::pass(runner, &Selection::Ready).await, &mut worst) {
+                PassEnd::Stop(code) => return Ok(code),
+                PassEnd::Error(e) => return Err(e),
+                PassEnd::Continue { handled } => handled,
+            };
+            if *shutdown.borrow() {
+                return Ok(worst);
+            }
+            // A pass that worked on anything goes again at once: a full queue leaves more
+            // behind, and whatever arrived while it worked is already in the store. One that
+            // claimed nothing although the index offered batches (another worker has them,
+            // or the store's re-check refused them) sleeps until the store moves past its
+            // own writes, so a batch held elsewhere costs no loop.
+            if handled > 0 {
+                debug!(handled, "pass worked; looking again");
+                (seen, true)
+            } else {
+                (store.head().await?, false)
+            }
+        } else {
+            (seen, false)
+        };
+        if go_again {
+            continue;
+        }
+        let until_heartbeat = heartbeat.saturating_sub(last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
+        let wait = until_heartbeat.min(LONGEST_WAIT);
+        tokio::select! {
+            head = store.wait_for_change(sleep_from, wait) => {
+                let head = head?;
+                if head > sleep_from {
+                    debug!(?head, "the store moved");
+                }
+            }
+            _ = stop_requested(&mut shutdown) => {
+                info!("stopping: no pass running");
+                return Ok(worst);
+            }
+        }
+    }
+}

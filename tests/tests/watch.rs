@@ -1,0 +1,219 @@
+//! `--watch` as users run it: real probe-component processes that stay up on a real SQLite
+//! store, tantivy index dir and flock lock dir. A batch registered later is picked up at
+//! once, SIGTERM ends a watcher cleanly, two watchers never share a batch, and cron passes
+//! of the same component coexist with a watcher through the poll lock.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+/// Far longer than any deadline below: a batch a watcher takes must come from the change
+/// feed, not from a heartbeat pass.
+const SLOW_HEARTBEAT: &str = "watch_heartbeat = \"10m\"";
+const EXIT_LIMIT: Duration = Duration::from_secs(20);
+
+fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "kill({pid}, SIGTERM) failed: {}", std::io::Error::last_os_error());
+}
+
+/// Starts `--watch` and waits until its first pass has registered the probe (it is then
+/// idle in the change feed, nothing being ready).
+fn start_watcher(pipeline: &Pipeline) -> Child {
+    let mut watcher = pipeline.spawn(&["--watch"]);
+    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    if !registered {
+        watcher.kill().ok();
+        panic!("the watcher's first pass never registered the probe");
+    }
+    watcher
+}
+
+fn probed(pipeline: &Pipeline, id: &autocomp_store::BatchId) -> usize {
+    pipeline.events(id, PROBED).len()
+}
+
+fn assert_nothing_claimed(pipeline: &Pipeline) {
+    let open = pipeline.open_runs();
+    assert!(open.is_empty(), "runs left open: {open:?}");
+    let locks = pipeline.lock_files();
+    assert!(locks.is_empty(), "lock files left behind: {locks:?}");
+}
+
+#[test]
+fn a_watcher_works_a_batch_registered_after_it_started_within_a_second_or_two() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(SLOW_HEARTBEAT);
+    let watcher = start_watcher(&pipeline);
+    for n in 1..=3 {
+        let id = pipeline.register_one(&format!("B{n:04}"), true);
+        let registered = Instant::now();
+        let worked = wait_until(registered + Duration::from_secs(10), || probed(&pipeline, &id) == 1);
+        assert!(worked, "batch {id} registered while watching was not worked within 10 s");
+        assert!(registered.elapsed() < Duration::from_secs(3), "batch {id} took {:?}", registered.elapsed());
+    }
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert!(finished.stdout.contains("B0003"), "each batch prints its line: {}", finished.show());
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn a_chain_of_watchers_sharing_an_embedded_index_moves_every_batch_through_both_stages() {
+    // Every watcher wakes on the same store change and catches the one index dir up; the
+    // ones that find another process writing it must wait for its commit, not sleep
+    // through the batch (until the heartbeat, 10 minutes away here).
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(SLOW_HEARTBEAT);
+    std::fs::write(pipeline.config_dir().join("second.toml"), SLOW_HEARTBEAT).unwrap();
+    let first = start_watcher(&pipeline);
+    let second = pipeline
+        .command(&["--watch"])
+        .env("PROBE_NAME", "second")
+        .env("PROBE_EVENT_TYPE", "Second_Done")
+        .env("PROBE_REQUIRES", PROBED)
+        .spawn()
+        .expect("the second watcher starts");
+    let both_registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        pipeline.block_on(pipeline.any_store().components()).expect("registry readable").len() == 2
+    });
+    assert!(both_registered, "the second watcher never registered");
+    for n in 1..=10 {
+        let id = pipeline.register_one(&format!("B{n:04}"), true);
+        let through =
+            wait_until(Instant::now() + Duration::from_secs(10), || pipeline.events(&id, "Second_Done").len() == 1);
+        assert!(through, "batch {id} did not get through both watchers within 10 s");
+    }
+    for watcher in [first, second] {
+        sigterm(&watcher);
+        let finished = finish(watcher, EXIT_LIMIT);
+        assert_eq!(finished.code, Some(0), "{}", finished.show());
+    }
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn sigterm_mid_work_lets_the_batch_finish_and_exits_0_with_nothing_claimed() {
+    let pipeline = Pipeline::new(PROBE);
+    let (started, gate) = pipeline.hold_work_at_a_gate(&format!("{SLOW_HEARTBEAT}\nshutdown_grace = \"20s\""));
+    let mut watcher = start_watcher(&pipeline);
+    let id = pipeline.register_one("B0001", true);
+    let began = wait_until(Instant::now() + Duration::from_secs(15), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited before working");
+        started.join("B0001").exists()
+    });
+    assert!(began, "the watcher never began work on B0001");
+    sigterm(&watcher);
+    // Still working after the signal (the grace), and no new claim: a batch registered now
+    // stays unclaimed.
+    let late = pipeline.register_one("B0002", true);
+    std::fs::write(&gate, "").unwrap();
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert_eq!(probed(&pipeline, &id), 1, "the batch in work finished within the grace");
+    assert_eq!(probed(&pipeline, &late), 0, "no claim after SIGTERM");
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn an_idle_watcher_stops_at_once_on_sigterm() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(SLOW_HEARTBEAT);
+    let watcher = start_watcher(&pipeline);
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert!(finished.elapsed < Duration::from_secs(2), "an idle watcher took {:?} to stop", finished.elapsed);
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn two_watchers_of_one_component_work_every_batch_once_and_never_together() {
+    let pipeline = Pipeline::new(PROBE);
+    let ledger = pipeline.path("ledger.txt");
+    pipeline.configure(&format!(
+        "{SLOW_HEARTBEAT}\nqueue_size = 2\n[settings]\nwork_time = \"30ms\"\nledger = \"{}\"\n",
+        ledger.display()
+    ));
+    let watchers = [start_watcher(&pipeline), start_watcher(&pipeline)];
+    let ids: Vec<_> = (1..=24).map(|n| pipeline.register_one(&format!("B{n:04}"), true)).collect();
+    let all_done =
+        wait_until(Instant::now() + Duration::from_secs(60), || ids.iter().all(|id| probed(&pipeline, id) == 1));
+    assert!(all_done, "not every batch was worked within 60 s");
+    for watcher in watchers {
+        sigterm(&watcher);
+        let finished = finish(watcher, EXIT_LIMIT);
+        assert_eq!(finished.code, Some(0), "{}", finished.show());
+    }
+    let by_batch = disjoint_by_batch(&pipeline.ledger());
+    assert_eq!(by_batch.len(), ids.len());
+    for (batch, entries) in &by_batch {
+        assert_eq!(entries.len(), 1, "batch {batch} worked more than once: {entries:?}");
+    }
+    for id in &ids {
+        assert_eq!(probed(&pipeline, id), 1, "{id} has one result");
+    }
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn a_cron_pass_beside_a_busy_watcher_exits_3_and_one_beside_an_idle_watcher_works() {
+    let pipeline = Pipeline::new(PROBE);
+    let (started, gate) =
+        pipeline.hold_work_at_a_gate(&format!("{SLOW_HEARTBEAT}\nhold_poll_lock = true\npoll_lock_timeout = \"1s\""));
+    let mut watcher = start_watcher(&pipeline);
+    let held = pipeline.register_one("B0001", true);
+    let began = wait_until(Instant::now() + Duration::from_secs(15), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited before working");
+        started.join("B0001").exists()
+    });
+    assert!(began, "the watcher never began work on B0001");
+    // The watcher holds the poll lock while it works: cron's pass says so, as beside any pass.
+    let cron = pipeline.run(&[]);
+    assert_eq!(cron.code, Some(3), "{}", cron.show());
+    std::fs::write(&gate, "").unwrap();
+    assert!(wait_until(Instant::now() + Duration::from_secs(15), || probed(&pipeline, &held) == 1));
+    // Idle again: a cron pass takes the poll lock and works what it finds, as a fallback.
+    // Whichever of the two claims the new batch, it is worked once.
+    let next = pipeline.register_one("B0002", true);
+    let cron = pipeline.run(&[]);
+    assert!(matches!(cron.code, Some(0) | Some(3)), "{}", cron.show());
+    assert!(wait_until(Instant::now() + Duration::from_secs(15), || probed(&pipeline, &next) == 1));
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert_eq!(probed(&pipeline, &next), 1, "B0002 worked once");
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn watch_refuses_flags_that_make_no_sense_with_it_naming_both() {
+    let pipeline = Pipeline::new(PROBE);
+    for (other, shown) in [
+        (vec!["--schedule", "*/5 * * * *"], "--schedule"),
+        (vec!["--batch", "B0001"], "--batch"),
+        (vec!["--dry-run"], "--dry-run"),
+    ] {
+        let mut args = vec!["--watch"];
+        args.extend(other);
+        let finished = pipeline.run(&args);
+        assert_eq!(finished.code, Some(2), "{args:?}: {}", finished.show());
+        assert!(finished.stderr.contains("--watch") && finished.stderr.contains(shown), "{}", finished.show());
+    }
+    pipeline.configure("watch_heartbeat = \"100ms\"");
+    let finished = pipeline.run(&["--watch"]);
+    assert_eq!(finished.code, Some(2), "{}", finished.show());
+    assert!(
+        finished.stderr.contains("watch_heartbeat") && finished.stderr.contains("100ms"),
+        "the error names the key and the value: {}",
+        finished.show()
+    );
+}
