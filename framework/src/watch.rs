@@ -77,14 +77,13 @@ pub async fn run_watching<C: Component>(
             // A pass that worked on anything goes again at once: a full queue leaves more
             // behind, and whatever arrived while it worked is already in the store. One that
             // claimed nothing although the index offered batches (another worker has them,
-            // or the store's re-check refused them) sleeps until the store moves past its
-            // own writes, so a batch held elsewhere costs no loop.
+            // or the store's re-check refused them) wrote nothing that moves the head, so it
+            // sleeps from the head read before it: a change made while it ran wakes it at
+            // once, and a batch held elsewhere costs one pass per store change, no loop.
             if handled > 0 {
                 debug!(handled, "pass worked; looking again");
-                (seen, true)
-            } else {
-                (store.head().await?, false)
             }
+            (seen, handled > 0)
         } else {
             (seen, false)
         };

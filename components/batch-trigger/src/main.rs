@@ -174,10 +174,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: RunnerArgs) -> Result<u8, RunError> {
-    if args.schedule.is_some() {
-        return Err(RunError::Usage(format!(
-            "{NAME} does not take --schedule: it is a scanner, not a trigger-driven component; run it from cron"
-        )));
+    for (given, flag) in [(args.schedule.is_some(), "--schedule"), (args.watch, "--watch")] {
+        if given {
+            return Err(RunError::Usage(format!(
+                "{NAME} does not take {flag}: it is a scanner, not a trigger-driven component; run it from cron"
+            )));
+        }
     }
     let loaded = config::load(NAME, args.config.as_deref(), &args.config_dir)?;
     if let Some(configured) = loaded.component.event_type.as_deref().filter(|t| *t != EVENT_TYPE) {

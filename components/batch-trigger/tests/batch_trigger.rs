@@ -316,6 +316,11 @@ fn batch_and_force_register_one_unsettled_folder() {
     let scheduled = pipeline.run(&["--schedule", "*/5 * * * *"]);
     assert_eq!(scheduled.code, Some(2));
     assert!(scheduled.stderr.contains("--schedule"), "{}", scheduled.stderr);
+    // Nothing in the store announces a new delivery, so watching would scan once and exit.
+    let watching = pipeline.run(&["--watch"]);
+    assert_eq!(watching.code, Some(2));
+    assert!(watching.stderr.contains("does not take --watch"), "{}", watching.stderr);
+    assert_eq!(pipeline.batch_count(), 1);
 }
 
 #[test]
