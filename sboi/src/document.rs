@@ -155,9 +155,16 @@ impl Fields {
     /// Adds `absent:T` for each vocabulary type the document has no `present` term of.
     /// Also rebuilds a stored document (which lacks `absent`) for a grown vocabulary.
     pub fn add_absent(&self, document: &mut TantivyDocument, vocabulary: &Vocabulary) {
-        let present: BTreeSet<String> =
-            document.get_all(self.present).filter_map(|v| v.as_str().map(str::to_owned)).collect();
-        for event_type in vocabulary.0.difference(&present) {
+        // A batch has about ten types: comparing in place beats collecting them into a set
+        // (two allocations per type, for every document of a catch-up).
+        let absent: Vec<&String> = vocabulary
+            .0
+            .iter()
+            .filter(|event_type| {
+                !document.get_all(self.present).any(|v| v.as_str() == Some(String::as_str(event_type)))
+            })
+            .collect();
+        for event_type in absent {
             document.add_text(self.absent, event_type);
         }
     }

@@ -136,6 +136,8 @@ pub struct IndexEngine {
     kept_writer: Mutex<Option<IndexWriter>>,
     /// The vocabulary of the last commit `snapshot` read, by its segments.
     vocabulary_cache: Mutex<Option<(Vec<SegmentId>, Arc<Vocabulary>)>>,
+    /// meta.json as it was when the reader last reloaded (see `searcher`).
+    reloaded_for: Mutex<Option<Vec<u8>>>,
 }
 
 impl IndexEngine {
@@ -181,6 +183,7 @@ impl IndexEngine {
             bitsets: TermBitsets::default(),
             kept_writer: Mutex::new(None),
             vocabulary_cache: Mutex::new(None),
+            reloaded_for: Mutex::new(None),
         };
         engine.committed_cursor()?;
         Ok(engine)
@@ -489,8 +492,18 @@ impl IndexEngine {
         Err(self.fail(format!("the index changed under {SNAPSHOT_ATTEMPTS} reads in a row; try again")))
     }
 
+    /// A searcher of the newest commit. A reload opens every segment anew (under tantivy's
+    /// meta lock) and starts an empty stored-document cache: about half a millisecond per
+    /// query at a million batches, more than the typical trigger's search. Every commit
+    /// rewrites meta.json, so the reader reloads only when meta.json is not the one it last
+    /// reloaded for. Read before reloading: a commit in between only costs a second reload.
     fn searcher(&self) -> IndexResult<Searcher> {
-        self.reader.reload().map_err(|e| self.fail(e))?;
+        let meta = std::fs::read(self.dir.join("meta.json")).ok();
+        let mut reloaded_for = self.reloaded_for.lock().unwrap_or_else(|p| p.into_inner());
+        if meta.is_none() || *reloaded_for != meta {
+            self.reader.reload().map_err(|e| self.fail(e))?;
+            *reloaded_for = meta;
+        }
         Ok(self.reader.searcher())
     }
 
