@@ -1,15 +1,37 @@
 //! What every backend decides the same way around a write: which operator events are
 //! acceptable, when a retried append or create is the same request, how a metadata patch
-//! merges, what a cancellation records about the run it closed, and how the component
+//! merges, when a retried claim gets its run back, what a cancellation records about the run it closed, and how the component
 //! registry refuses a pass or a retirement. Backends call these so the SQLite and
 //! PostgreSQL stores cannot drift apart in their answers.
 
 use serde_json::{Map, Value};
 
 use crate::model::{
-    Batch, BatchId, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent, Outcome, Retirement, Run,
+    Batch, BatchId, ComponentName, Event, EventType, IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome,
+    Retirement, Run, RunHolder, RunState,
 };
-use crate::port::{StoreError, StoreResult};
+use crate::port::{Claim, StoreError, StoreResult};
+
+/// A claim whose key already opened `run` (generation `current` being the batch's newest):
+/// a retry after a lost answer gets that run back while it is still the open current one of
+/// the same holder; otherwise the key was spent and the claim is a `Conflict`.
+pub(crate) fn retried_claim(
+    run: Run,
+    current: i64,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Claim> {
+    if run.state == RunState::Open && run.generation == current && run.holder == *holder {
+        return Ok(Claim { run, abandoned: None });
+    }
+    let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
+    Err(StoreError::Conflict(format!(
+        "claim key {key} was already used by run {} of {component} on {batch}, now {}",
+        run.generation,
+        run.state.as_str()
+    )))
+}
 
 /// An operator's event, recorded beside another change in the same transaction: no Reset
 /// marker, no run (it is nobody's claim), no idempotency key (these operations are not

@@ -34,6 +34,7 @@ use autocomp_store::{
     Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, Seq, SqliteOptions,
     SqliteStore, Synchronous, Timestamp, Trigger,
 };
+use autocomp_test_servers::wait_until_every;
 
 const GOAL_APPENDS: f64 = 5_000.0;
 const GOAL_QUERY_P99_MS: f64 = 20.0;
@@ -252,22 +253,25 @@ async fn lag(length: Duration, reconciled: usize) {
     let ids = register(store.as_ref(), 1_000).await;
     let index_service = Service::index(&store_service.url(), &dir.path().join("index"), dir.path());
     let head = store.head().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while gauge(&index_service.url(), "indexed_seq").unwrap_or(0) < head.0 {
-        assert!(Instant::now() < deadline, "the index did not catch up with the setup");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let indexed = || gauge(&index_service.url(), "indexed_seq").unwrap_or(0);
+    let caught_up =
+        wait_until_every(Duration::from_millis(10), Instant::now() + Duration::from_secs(60), || indexed() >= head.0);
+    assert!(caught_up, "the index did not catch up with the setup");
 
     let sampler_service_url = index_service.url();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The newest indexed seq the sampler has recorded, so the run ends only once it has seen
+    // the index cover the last append.
+    let sampled = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let sampler = {
-        let stop = Arc::clone(&stop);
+        let (stop, sampled) = (Arc::clone(&stop), Arc::clone(&sampled));
         std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let url = &sampler_service_url;
                 if let (Some(indexed), Some(lag)) = (gauge(url, "indexed_seq"), gauge(url, "index_lag")) {
                     samples.push((Instant::now(), indexed, lag));
+                    sampled.store(indexed, std::sync::atomic::Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -299,12 +303,10 @@ async fn lag(length: Duration, reconciled: usize) {
     }
     let achieved = n as f64 / started.elapsed().as_secs_f64();
     let last = acknowledged.last().map(|(seq, _)| *seq).unwrap_or(head);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while gauge(&index_service.url(), "indexed_seq").unwrap_or(0) < last.0 {
-        assert!(Instant::now() < deadline, "the index never caught up with the load");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let seen = wait_until_every(Duration::from_millis(5), Instant::now() + Duration::from_secs(30), || {
+        sampled.load(std::sync::atomic::Ordering::Relaxed) >= last.0
+    });
+    assert!(seen, "the index never caught up with the load");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let samples = sampler.join().unwrap();
     if let Some(reconciler) = reconciler {

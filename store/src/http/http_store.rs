@@ -109,10 +109,7 @@ impl ObjectStore for HttpStore {
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
         // With a claim key a retry returns the run the first attempt opened, instead of
         // abandoning a run we never heard of.
-        let mut holder = holder.clone();
-        if holder.claim_key.is_none() {
-            holder.claim_key = Some(self.fresh_key());
-        }
+        let holder = holder.keyed(|| self.fresh_key());
         let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder };
         self.call("claim", &request, Retry::Safe).await
     }
@@ -128,10 +125,7 @@ impl ObjectStore for HttpStore {
         // so one serves the whole pass): a batch the first attempt claimed answers the run it
         // opened (nothing abandoned, nothing written), one it did not is claimed now, and one
         // whose run moved on since answers `Conflict`, exactly as retried single claims would.
-        let mut holder = holder.clone();
-        if holder.claim_key.is_none() {
-            holder.claim_key = Some(self.fresh_key());
-        }
+        let holder = holder.keyed(|| self.fresh_key());
         // One request, never chunks: an error must mean that nothing was claimed, and the
         // service refuses (naming the field) more than one request may carry.
         let request = wire::ClaimManyRequest { batches: batches.to_vec(), component: component.clone(), holder };

@@ -140,6 +140,14 @@ pub struct RunHolder {
 }
 
 impl RunHolder {
+    /// This holder with a claim key, `fresh()`'s when it has none: what a client that may
+    /// retry a claim after a lost answer sends, so the retry finds the run it opened.
+    pub fn keyed(&self, fresh: impl FnOnce() -> IdempotencyKey) -> RunHolder {
+        let mut holder = self.clone();
+        holder.claim_key.get_or_insert_with(fresh);
+        holder
+    }
+
     pub fn validate(&self) -> Result<(), InvalidInput> {
         let printable = self.host.chars().all(|c| c.is_ascii_graphic());
         if self.host.is_empty() || self.host.len() > 255 || !printable {

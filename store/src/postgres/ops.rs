@@ -209,16 +209,7 @@ fn claim_answer(
 ) -> Result<StoreResult<Claim>, Failure> {
     let run = run_from_json(run)?;
     if kind == "retry" {
-        let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
-        return Ok(if run.state == RunState::Open && run.generation == current && run.holder == *holder {
-            Ok(Claim { run, abandoned: None })
-        } else {
-            Err(StoreError::Conflict(format!(
-                "claim key {key} was already used by run {} of {component} on {batch}, now {}",
-                run.generation,
-                run.state.as_str()
-            )))
-        });
+        return Ok(write_rules::retried_claim(run, current, batch, component, holder));
     }
     let abandoned = abandoned.map(run_from_json).transpose()?;
     Ok(Ok(Claim { run, abandoned }))
@@ -596,10 +587,7 @@ impl ObjectStore for PgStore {
         holder.validate()?;
         // With a claim key a retry returns the run the first attempt opened, instead of
         // abandoning a run we never heard of.
-        let mut holder = holder.clone();
-        if holder.claim_key.is_none() {
-            holder.claim_key = Some(self.fresh_key());
-        }
+        let holder = holder.keyed(|| self.fresh_key());
         let holder = &holder;
         self.run("claim", Retry::Safe, |client, _| {
             Box::pin(async move {
@@ -643,10 +631,7 @@ impl ObjectStore for PgStore {
         let Some(first) = batches.first() else { return Ok(Vec::new()) };
         // One key for the whole pass (keys are per batch and component): a retry after a lost
         // answer returns the runs the first attempt opened, as for `claim`.
-        let mut holder = holder.clone();
-        if holder.claim_key.is_none() {
-            holder.claim_key = Some(self.fresh_key());
-        }
+        let holder = holder.keyed(|| self.fresh_key());
         let holder = &holder;
         let ids: Vec<&str> = batches.iter().map(BatchId::as_str).collect();
         let ids = &ids;

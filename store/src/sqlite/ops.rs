@@ -759,15 +759,7 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
                     |row| row.get(0),
                 )
                 .map_err(unavailable)?;
-            return if run.state == RunState::Open && run.generation == current && run.holder == *holder {
-                Ok(Claim { run, abandoned: None })
-            } else {
-                Err(StoreError::Conflict(format!(
-                    "claim key {key} was already used by run {} of {component} on {batch}, now {}",
-                    run.generation,
-                    run.state.as_str()
-                )))
-            };
+            return write_rules::retried_claim(run, current, batch, component, holder);
         }
     }
     let seq = next_seq(tx)?;
