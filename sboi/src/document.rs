@@ -1,10 +1,10 @@
-//! The index schema and the one document per batch, built from the batch's effective view
-//! (the store's function). Everything a trigger clause asks is precomputed here as an exact
+//! The index schema and the one document per batch, built from the batch's summary (the
+//! store's `BatchSummary`: its effective events without details, its running components). Everything a trigger clause asks is precomputed here as an exact
 //! term or a fast field, so a query is term lookups and one range, never a log scan.
 
 use std::collections::BTreeSet;
 
-use autocomp_store::{Batch, BatchId, Outcome, Timestamp};
+use autocomp_store::{BatchId, BatchSummary, Outcome, Timestamp};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{FAST, Field, INDEXED, STORED, STRING, Schema, TantivyDocument, Value};
 use tantivy::{Term, doc};
@@ -32,10 +32,10 @@ impl Vocabulary {
 
     /// This vocabulary plus every effective event type of `batches` it lacks, or `None`
     /// when it already knows them all.
-    pub fn grown_by(&self, batches: &[Batch]) -> Option<Vocabulary> {
+    pub fn grown_by(&self, batches: &[BatchSummary]) -> Option<Vocabulary> {
         let mut missing = batches
             .iter()
-            .flat_map(|batch| batch.effective().iter().map(|event| event.event_type.as_str()).collect::<Vec<_>>())
+            .flat_map(|batch| batch.effective.iter().map(|event| event.event_type.as_str()))
             .filter(|event_type| !self.contains(event_type))
             .peekable();
         missing.peek()?;
@@ -121,7 +121,7 @@ impl Fields {
         Term::from_field_text(self.id, id.as_str())
     }
 
-    pub fn document(&self, batch: &Batch, vocabulary: &Vocabulary) -> TantivyDocument {
+    pub fn document(&self, batch: &BatchSummary, vocabulary: &Vocabulary) -> TantivyDocument {
         let mut document = doc!(
             self.id => batch.id.as_str(),
             self.batch_type => batch.batch_type.as_str(),
@@ -129,9 +129,9 @@ impl Fields {
             self.created_seq => batch.created_seq.0,
             self.modified_seq => batch.modified_seq.0,
             self.changed_seq => batch.changed_seq.0,
-            self.last_activity => batch.last_activity_at().millis(),
+            self.last_activity => batch.last_activity.millis(),
         );
-        for event in batch.effective().iter() {
+        for event in &batch.effective {
             let event_type = event.event_type.as_str();
             document.add_text(self.present, event_type);
             let outcome_field = match event.outcome {
@@ -141,19 +141,27 @@ impl Fields {
             document.add_text(outcome_field, event_type);
             let age_field = if event.seq < batch.modified_seq { self.old } else { self.current };
             document.add_text(age_field, event_type);
-            if event.is_transient_failure() {
+            if event.transient {
                 document.add_text(self.transient, event_type);
             }
         }
-        for run in &batch.open_runs {
-            document.add_text(self.running, run.component.as_str());
+        for component in &batch.running {
+            document.add_text(self.running, component.as_str());
         }
-        self.add_absent(&mut document, vocabulary);
+        // Both lists are sorted by type name: one merge walk finds the absent types.
+        debug_assert!(batch.effective.windows(2).all(|w| w[0].event_type < w[1].event_type), "effective not sorted");
+        let mut present = batch.effective.iter().map(|event| event.event_type.as_str()).peekable();
+        for event_type in &vocabulary.0 {
+            while present.next_if(|held| *held < event_type.as_str()).is_some() {}
+            if present.peek() != Some(&event_type.as_str()) {
+                document.add_text(self.absent, event_type);
+            }
+        }
         document
     }
 
-    /// Adds `absent:T` for each vocabulary type the document has no `present` term of.
-    /// Also rebuilds a stored document (which lacks `absent`) for a grown vocabulary.
+    /// Adds `absent:T` for each vocabulary type the document has no `present` term of: how
+    /// a stored document (which lacks `absent`) is rebuilt for a grown vocabulary.
     pub fn add_absent(&self, document: &mut TantivyDocument, vocabulary: &Vocabulary) {
         // A batch has about ten types: comparing in place beats collecting them into a set
         // (two allocations per type, for every document of a catch-up).

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use std::ops::Bound;
 
-use autocomp_store::{Batch, BatchId, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
+use autocomp_store::{BatchId, BatchSummary, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::sort_key::SortByStaticFastValue;
 use tantivy::collector::{DocSetCollector, TopDocs};
@@ -90,11 +90,31 @@ impl CatchUp {
     }
 }
 
+/// Which batches of a write surely have no document yet, so need no delete first.
+#[derive(Debug, Clone, Copy)]
+enum Unindexed {
+    None,
+    /// Every batch (a rebuild's listing, after deleting everything).
+    All,
+    /// Batches whose `changed_seq` is at most this (a first catch-up; see `apply_feed`).
+    UpTo(Seq),
+}
+
+impl Unindexed {
+    fn covers(self, changed_seq: Seq) -> bool {
+        match self {
+            Unindexed::None => false,
+            Unindexed::All => true,
+            Unindexed::UpTo(seq) => changed_seq <= seq,
+        }
+    }
+}
+
 /// Where the index differs from one page of the store (`IndexEngine::drift`).
 #[derive(Debug, Default)]
 pub struct Drift {
     /// Batches whose document is missing or differs, and is not newer.
-    stale: Vec<Batch>,
+    stale: Vec<BatchSummary>,
     /// Documents of batches the store did not list.
     gone: Vec<BatchId>,
     listed_after: Seq,
@@ -274,7 +294,7 @@ impl IndexEngine {
             let mut after: Option<BatchId> = None;
             let mut total = 0;
             loop {
-                let page = store.list_batches(after.as_ref(), self.options.page_size).await?;
+                let page = store.list_summaries(after.as_ref(), self.options.page_size).await?;
                 let Some(last) = page.last() else { break 'listing (start, total) };
                 if let Some(grown) = vocabulary.grown_by(&page) {
                     tracing::info!(types = grown.len(), "rebuild: new event types; restarting the listing with them");
@@ -284,7 +304,8 @@ impl IndexEngine {
                 }
                 after = Some(last.id.clone());
                 total += page.len();
-                writer = self.index_batches(writer, page, &vocabulary).await?;
+                // The listing names each batch once, after `delete_all_documents`: nothing to delete.
+                writer = self.index_batches(writer, page, &vocabulary, Unindexed::All).await?;
                 progress(total);
             }
         };
@@ -342,7 +363,15 @@ impl IndexEngine {
     ) -> IndexResult<(IndexWriter, (usize, Seq))> {
         let (mut applied, mut pending) = (0, 0);
         let mut page = self.fetch_page(store, cursor).await?;
-        while let Some((batches, page_end)) = page {
+        // From an empty index (a first catch-up), a batch changed no later than the first
+        // page's head is listed for the first time in this feed: a batch listed earlier
+        // comes again only after a change, which takes a later seq. Its document cannot
+        // exist, and skipping its delete spares the commit looking it up in every segment.
+        let unindexed = match &page {
+            Some((_, _, head)) if self.searcher()?.num_docs() == 0 => Unindexed::UpTo(*head),
+            _ => Unindexed::None,
+        };
+        while let Some((batches, page_end, _)) = page {
             let count = batches.len();
             if let Some(grown) = vocabulary.grown_by(&batches) {
                 writer = self.commit(writer, cursor, vocabulary).await?;
@@ -351,8 +380,10 @@ impl IndexEngine {
             }
             // The store reads the next page while tantivy indexes this one: a catch-up is
             // mostly store reads, and the two run on different threads.
-            let (indexed, following) =
-                tokio::join!(self.index_batches(writer, batches, vocabulary), self.fetch_page(store, page_end));
+            let (indexed, following) = tokio::join!(
+                self.index_batches(writer, batches, vocabulary, unindexed),
+                self.fetch_page(store, page_end)
+            );
             writer = indexed?;
             page = following?;
             (applied, pending, cursor) = (applied + count, pending + count, page_end);
@@ -396,14 +427,19 @@ impl IndexEngine {
         Ok(writer)
     }
 
-    /// The batches changed after `cursor` (one feed page) and where that page ends.
-    async fn fetch_page(&self, store: &dyn ObjectStore, cursor: Seq) -> IndexResult<Option<(Vec<Batch>, Seq)>> {
+    /// The batches changed after `cursor` (one feed page), where that page ends, and the
+    /// store's head when it was read.
+    async fn fetch_page(
+        &self,
+        store: &dyn ObjectStore,
+        cursor: Seq,
+    ) -> IndexResult<Option<(Vec<BatchSummary>, Seq, Seq)>> {
         let page = store.changes(cursor, self.options.page_size).await?;
         if page.changes.is_empty() {
             return Ok(None);
         }
         let ids: Vec<BatchId> = page.changes.into_iter().map(|(_, id)| id).collect();
-        Ok(Some((store.get_batches(&ids).await?, page.next)))
+        Ok(Some((store.get_summaries(&ids).await?, page.next, page.head)))
     }
 
     /// Upserts: a batch's old document is deleted and its new one added in the same commit.
@@ -411,13 +447,16 @@ impl IndexEngine {
     async fn index_batches(
         &self,
         writer: IndexWriter,
-        batches: Vec<Batch>,
+        batches: Vec<BatchSummary>,
         vocabulary: &Vocabulary,
+        unindexed: Unindexed,
     ) -> IndexResult<IndexWriter> {
         let (fields, vocabulary) = (self.fields, vocabulary.clone());
         tokio::task::spawn_blocking(move || {
             for batch in &batches {
-                writer.delete_term(fields.id_term(&batch.id));
+                if !unindexed.covers(batch.changed_seq) {
+                    writer.delete_term(fields.id_term(&batch.id));
+                }
                 writer.add_document(fields.document(batch, &vocabulary))?;
             }
             Ok(writer)
@@ -508,14 +547,14 @@ impl IndexEngine {
     }
 
     /// Compares one page of the store's batches with the committed index (reads only; see
-    /// `repair`). `page` is what `list_batches` returned after `after`, read after the store's
+    /// `repair`). `page` is what `list_summaries` returned after `after`, read after the store's
     /// head was `listed_after`; it covers the ids up to its last, or to the end with `to_end`.
     /// A document is stale when it differs from the page's batch and is not newer (a
     /// catch-up may have indexed a later version since the page was read); it is gone when
     /// the page lacks its batch and it is not newer than `listed_after`.
     pub fn drift(
         &self,
-        page: Vec<Batch>,
+        page: Vec<BatchSummary>,
         after: Option<&BatchId>,
         to_end: bool,
         listed_after: Seq,
@@ -597,7 +636,7 @@ impl IndexEngine {
         for id in &delete {
             writer.delete_term(self.fields.id_term(id));
         }
-        writer = self.index_batches(writer, rewrite, &vocabulary).await?;
+        writer = self.index_batches(writer, rewrite, &vocabulary, Unindexed::None).await?;
         writer = self.commit(writer, cursor, &vocabulary).await?;
         self.release(writer).await?;
         Ok(repaired)

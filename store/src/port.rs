@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::model::{
-    Agent, Batch, BatchId, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord, RegisteredComponent,
-    Run, RunHolder, Seq,
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
+    RegisteredComponent, Run, RunHolder, Seq,
 };
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -102,6 +102,19 @@ pub trait ObjectStore: Send + Sync {
 
     /// Batches in id order, starting after `after`, at most `limit` of them.
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>>;
+
+    /// `get_batches` as the batch index needs it: each batch's `BatchSummary` (header,
+    /// effective events without details, last activity, running components), in the order
+    /// asked, unknown ids left out. What a catch-up reads. The default summarizes
+    /// `get_batches`; a store that keeps summaries as it writes reads no logs.
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        Ok(self.get_batches(ids).await?.iter().map(BatchSummary::of).collect())
+    }
+
+    /// `list_batches` summarized (see `get_summaries`): what a rebuild and a reconcile read.
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        Ok(self.list_batches(after, limit).await?.iter().map(BatchSummary::of).collect())
+    }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq>;
 

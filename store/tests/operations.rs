@@ -462,6 +462,102 @@ async fn an_old_store_file_is_upgraded_in_place() {
     assert_eq!(store.load_checkpoint(&id("B1"), &component("c")).await.unwrap(), Some(json!({"step": 1})));
 }
 
+#[tokio::test]
+async fn a_version_6_file_gets_the_summary_of_every_batch_when_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    SqliteStore::create_at_schema_version(&path, 6).unwrap();
+    {
+        // Rows as a version-6 release wrote them (no summary column): B1 with a log that a
+        // Reset partly undoes, B2 with a transient failure recorded in a run and two runs
+        // still open, B3 with nothing yet.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            r#"UPDATE store_head SET seq = 12;
+             INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+                 VALUES ('B1', 'RoundTrip', 2, '{"location": "/incoming/B1"}', 1, 1, 7, 1000, 1000),
+                        ('B2', 'RoundTrip', 0, '{}', 2, 12, 12, 1100, 9000),
+                        ('B3', 'Other', -1, '{}', 3, 3, 3, 1200, 1200);
+             INSERT INTO events (seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets, idempotency_key)
+                 VALUES (4, 'B1', 'Data_Received', 'success', 'test', 2000, '{}', NULL, NULL, NULL, NULL),
+                        (5, 'B1', 'Checksums_Verified', 'failure', 'v', 2100, '{"transient": true}', NULL, NULL, NULL, 'k-5'),
+                        (6, 'B1', 'Structure_Checked', 'failure', 's', 2200, '{"transient": false}', NULL, NULL, NULL, NULL),
+                        (7, 'B1', 'Reset', 'success', 'operator:alice', 2300, '{"reason": "rerun"}', NULL, NULL, '["Checksums_Verified"]', NULL),
+                        (9, 'B2', 'Data_Archived', 'failure', 'a', 3000, '{"transient": true}', 'archiver', 1, NULL, NULL);
+             INSERT INTO claims (batch_id, component, generation)
+                 VALUES ('B2', 'archiver', 2), ('B2', 'checker', 1), ('B1', 'verifier', 1);
+             INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient, claim_key)
+                 VALUES ('B2', 'archiver', 1, 'a/1@h#1', 'h', 1, 2900, 8, 'recorded', 3000, 1, NULL),
+                        ('B2', 'archiver', 2, 'a/1@h#2', 'h', 2, 3100, 10, 'open', NULL, 0, 'pass-1'),
+                        ('B2', 'checker', 1, 'c/1@h#1', 'h', 3, 3200, 11, 'open', NULL, 0, NULL),
+                        ('B1', 'verifier', 1, 'v/1@h#1', 'h', 4, 2050, 4, 'released', 2060, 0, NULL);"#,
+        )
+        .unwrap();
+        // And more batches than the migration fills in per page, each with an event.
+        conn.execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 2499)
+             INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+                 SELECT printf('P%04d', i), 'RoundTrip', 0, '{}', 100 + 2 * i, 100 + 2 * i, 101 + 2 * i, 5000, 5000 FROM n;
+             INSERT INTO events (seq, batch_id, type, outcome, agent, at, details)
+                 SELECT changed_seq, id, 'Data_Received', 'success', 'test', 6000 + changed_seq, '{}'
+                 FROM batches WHERE id LIKE 'P%';
+             UPDATE store_head SET seq = (SELECT MAX(changed_seq) FROM batches);",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
+    let ids = [id("B3"), id("B-unknown"), id("B1"), id("B2")];
+    let summaries = store.get_summaries(&ids).await.unwrap();
+    let whole: Vec<BatchSummary> = store.get_batches(&ids).await.unwrap().iter().map(BatchSummary::of).collect();
+    assert_eq!(summaries, whole, "the migration filled in each batch's summary");
+    let listed = store.list_summaries(None, 3).await.unwrap();
+    assert_eq!(listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["B1", "B2", "B3"]);
+    let all = store.list_summaries(None, 10_000).await.unwrap();
+    let all_whole: Vec<BatchSummary> =
+        store.list_batches(None, 10_000).await.unwrap().iter().map(BatchSummary::of).collect();
+    assert_eq!(all.len(), 2_503);
+    if let Some((got, expected)) = all.iter().zip(&all_whole).find(|(got, expected)| got != expected) {
+        panic!("every page of the migration is filled in; {}:\n  got:      {got:?}\n  expected: {expected:?}", got.id);
+    }
+    let last = all.last().unwrap();
+    assert_eq!((last.id.as_str(), last.effective.len(), last.last_activity), ("P2499", 1, Timestamp(6000 + 5099)));
+
+    // What the rows say, spelled out (not only that the two reads agree).
+    let [b3, b1, b2] = &summaries[..] else { panic!("three summaries: {summaries:?}") };
+    let effective = |s: &BatchSummary| -> Vec<(String, Outcome, i64, bool)> {
+        s.effective.iter().map(|e| (e.event_type.to_string(), e.outcome, e.seq.0, e.transient)).collect()
+    };
+    assert_eq!(
+        effective(b1),
+        [
+            ("Data_Received".into(), Outcome::Success, 4, false),
+            ("Structure_Checked".into(), Outcome::Failure, 6, false)
+        ],
+        "the Reset took Checksums_Verified out"
+    );
+    assert_eq!((b1.priority, b1.changed_seq, b1.last_activity), (2, Seq(7), Timestamp(2300)));
+    assert!(b1.running.is_empty(), "a released run is not running");
+    assert_eq!(effective(b2), [("Data_Archived".into(), Outcome::Failure, 9, true)]);
+    assert_eq!(b2.running, [component("archiver"), component("checker")]);
+    assert_eq!((b2.modified_seq, b2.last_activity), (Seq(12), Timestamp(9000)), "the content change is later");
+    assert_eq!((b3.batch_type.as_str(), b3.priority, b3.last_activity), ("Other", -1, Timestamp(1200)));
+    assert!(b3.effective.is_empty() && b3.running.is_empty());
+
+    // Writes after the upgrade carry on from the filled-in summaries.
+    let archived = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("a")).in_run(component("archiver"), 2);
+    store.append_event(&id("B2"), archived).await.unwrap();
+    store.claim(&id("B1"), &component("verifier"), &holder("v")).await.unwrap();
+    let reset = NewEvent::reset(vec![ty("Structure_Checked")], agent("operator:bob"), json!({}));
+    store.append_event(&id("B1"), reset).await.unwrap();
+    let summaries = store.get_summaries(&ids).await.unwrap();
+    let whole: Vec<BatchSummary> = store.get_batches(&ids).await.unwrap().iter().map(BatchSummary::of).collect();
+    assert_eq!(summaries, whole);
+    assert_eq!(summaries[1].running, [component("verifier")]);
+    assert_eq!(summaries[2].running, [component("checker")]);
+    assert_eq!(effective(&summaries[1]), [("Data_Received".into(), Outcome::Success, 4, false)]);
+}
+
 /// Marks the file as written by a future release, as that release's migration would.
 fn mark_as_future_schema(path: &std::path::Path, version: i64) {
     let conn = rusqlite::Connection::open(path).unwrap();
@@ -613,6 +709,411 @@ async fn count_batches_counts_every_registered_batch(f: Fixture) {
         register(&f.store, &format!("B{n}")).await;
     }
     assert_eq!(f.store.count_batches().await.unwrap(), 7);
+}
+
+/// A small deterministic generator (xorshift), so a failing sequence is the same every run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// The event type each component of the summary test records.
+const SUMMARY_COMPONENTS: [(&str, &str); 3] =
+    [("archiver", "Data_Archived"), ("checker", "Structure_Checked"), ("verifier", "Checksums_Verified")];
+const SUMMARY_TYPES: [&str; 4] = ["Data_Received", "Data_Archived", "Structure_Checked", "Checksums_Verified"];
+
+/// What the summary test did, per operation, to name the steps behind a wrong summary.
+#[derive(Default)]
+struct OpLog(Vec<(usize, Vec<BatchId>, String)>);
+
+impl OpLog {
+    fn push(&mut self, op: usize, batches: &[BatchId], what: String) {
+        self.0.push((op, batches.to_vec(), what));
+    }
+
+    /// Every logged step that touched `batch`, one a line.
+    fn on(&self, batch: &BatchId) -> String {
+        let lines: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, batches, _)| batches.contains(batch))
+            .map(|(op, _, what)| format!("  op {op}: {what}"))
+            .collect();
+        lines.join("\n")
+    }
+}
+
+/// Refusals the random sequence provokes on purpose (a stale generation, an unknown batch, a
+/// reused key); anything else, an outage above all, fails the test at once.
+fn expected_refusal<T: std::fmt::Debug>(answer: StoreResult<T>, op: usize, what: &str) -> String {
+    match answer {
+        Ok(value) => format!("ok {value:?}").chars().take(160).collect(),
+        Err(err @ (StoreError::Fenced { .. } | StoreError::NotFound(_) | StoreError::Conflict(_))) => {
+            format!("refused: {err}")
+        }
+        Err(err) => panic!("op {op} ({what}) failed unexpectedly: {err}"),
+    }
+}
+
+/// `get_summaries` and paged `list_summaries` must read exactly `BatchSummary::of` the
+/// batches `get_batches` / `list_batches` read at the same moment.
+async fn assert_summaries_of_whole_batches(
+    store: &Arc<dyn ObjectStore>,
+    ids: &[BatchId],
+    op: usize,
+    log: &OpLog,
+) -> Vec<BatchSummary> {
+    let summaries = store.get_summaries(ids).await.unwrap_or_else(|e| panic!("get_summaries after op {op}: {e}"));
+    let batches = store.get_batches(ids).await.unwrap();
+    let expected: Vec<BatchSummary> = batches.iter().map(BatchSummary::of).collect();
+    compare_summaries(&summaries, &expected, &format!("get_summaries({ids:?}) after op {op}"), log);
+
+    let mut after: Option<BatchId> = None;
+    let mut listed = 0;
+    loop {
+        let page = store.list_summaries(after.as_ref(), 3).await.unwrap();
+        let expected: Vec<BatchSummary> =
+            store.list_batches(after.as_ref(), 3).await.unwrap().iter().map(BatchSummary::of).collect();
+        compare_summaries(&page, &expected, &format!("list_summaries(after {after:?}, 3) after op {op}"), log);
+        let Some(last) = page.last() else { break };
+        assert!(page.len() <= 3, "list_summaries after op {op}: a page of {} beyond its limit", page.len());
+        listed += page.len();
+        after = Some(last.id.clone());
+    }
+    assert_eq!(listed as u64, store.count_batches().await.unwrap(), "list_summaries after op {op} listed every batch");
+    summaries
+}
+
+/// Fails naming the first batch whose summary differs, field by field, with what the test
+/// did to it.
+fn compare_summaries(got: &[BatchSummary], expected: &[BatchSummary], read: &str, log: &OpLog) {
+    let ids = |all: &[BatchSummary]| all.iter().map(|s| s.id.to_string()).collect::<Vec<_>>();
+    assert_eq!(ids(got), ids(expected), "{read}: the batches answered, in order");
+    for (got, expected) in got.iter().zip(expected) {
+        if got != expected {
+            panic!(
+                "{read}: the summary of {} differs from BatchSummary::of the batch\n  got:      {got:?}\n  expected: {expected:?}\nwhat the test did to {}:\n{}",
+                got.id,
+                got.id,
+                log.on(&got.id)
+            );
+        }
+    }
+}
+
+async fn summaries_equal_the_summary_of_each_whole_batch(f: Fixture) {
+    let store = &f.store;
+    let names: Vec<BatchId> = (0..8).map(|n| id(&format!("B{n}"))).collect();
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut log = OpLog::default();
+    // The last generation claimed of each (batch, component), and the keyed appends sent.
+    let mut generations: std::collections::BTreeMap<(BatchId, ComponentName), i64> = Default::default();
+    let mut keyed: Vec<(BatchId, NewEvent)> = Vec::new();
+    // Six batches exist from the start; B6 and B7 only once the sequence creates them.
+    for batch in &names[..6] {
+        register(store, batch.as_str()).await;
+    }
+    let details = |rng: &mut XorShift| match rng.below(4) {
+        0 => json!({"transient": true}),
+        1 => json!({"transient": false, "note": "checked"}),
+        2 => json!({"transient": "yes"}),
+        _ => json!({}),
+    };
+    let outcome = |rng: &mut XorShift| if rng.one_in(2) { Outcome::Success } else { Outcome::Failure };
+
+    let mut most_running = 0;
+    const OPS: usize = 300;
+    for op in 0..OPS {
+        let kind = rng.below(22);
+        // Run writes (10..=14) mostly go to a (batch, component) claimed before.
+        let claimed: Vec<(BatchId, ComponentName)> = generations.keys().cloned().collect();
+        let (batch, c) = if (10..=14).contains(&kind) && !claimed.is_empty() && !rng.one_in(5) {
+            rng.pick(&claimed).clone()
+        } else {
+            (rng.pick(&names).clone(), component(rng.pick(&SUMMARY_COMPONENTS).0))
+        };
+        let (name, produces) = *SUMMARY_COMPONENTS.iter().find(|(name, _)| *name == c.as_str()).unwrap();
+        // The current generation mostly, a stale or never-claimed one sometimes.
+        let generation = match (generations.get(&(batch.clone(), c.clone())).copied(), rng.below(6)) {
+            (Some(g), 0) => g - 1,
+            (Some(g), _) => g,
+            (None, _) => 1,
+        };
+        let (touched, what): (Vec<BatchId>, String) = match kind {
+            0 => {
+                let priority = if rng.one_in(4) { 5 } else { 0 };
+                let new = NewBatch::new(batch.clone(), round_trip())
+                    .with_location(format!("/incoming/{batch}"))
+                    .with_priority(priority);
+                let answer = store.create_batch(new).await.map(|created| matches!(created, CreateOutcome::Created(_)));
+                (vec![batch], format!("create_batch priority {priority}: {}", expected_refusal(answer, op, "create")))
+            }
+            1..=4 => {
+                let kind = *rng.pick(&SUMMARY_TYPES);
+                let (outcome, details) = (outcome(&mut rng), details(&mut rng));
+                let mut event = NewEvent::new(ty(kind), outcome, agent("test")).with_details(details.clone());
+                if rng.one_in(6) {
+                    event = event.with_idempotency_key(IdempotencyKey::new(format!("key-{op}")).unwrap());
+                    keyed.push((batch.clone(), event.clone()));
+                }
+                let answer = store.append_event(&batch, event).await.map(|e| e.seq);
+                (
+                    vec![batch],
+                    format!("append {kind} {outcome:?} {details}: {}", expected_refusal(answer, op, "append")),
+                )
+            }
+            5 | 6 => {
+                let mut resets: Vec<EventType> =
+                    SUMMARY_TYPES.iter().filter(|_| rng.one_in(2)).map(|kind| ty(kind)).collect();
+                if resets.is_empty() || rng.one_in(5) {
+                    resets.push(ty("Never_Recorded"));
+                }
+                let shown = format!("{resets:?}");
+                let event = NewEvent::reset(resets, agent("operator:alice"), json!({"reason": "rerun"}));
+                let answer = store.append_event(&batch, event).await.map(|e| e.seq);
+                (vec![batch], format!("reset {shown}: {}", expected_refusal(answer, op, "reset")))
+            }
+            7 | 8 => {
+                let keys = ["claim-a", "claim-b"];
+                let holder = match rng.below(3) {
+                    0 => RunHolder { claim_key: Some(rng.pick(&keys).parse().unwrap()), ..holder(name) },
+                    _ => holder(name),
+                };
+                let answer = store.claim(&batch, &c, &holder).await;
+                if let Ok(claim) = &answer {
+                    generations.insert((batch.clone(), c.clone()), claim.generation());
+                }
+                let shown = answer.map(|claim| (claim.generation(), claim.abandoned.is_some()));
+                let refusal = expected_refusal(shown, op, "claim");
+                let key = holder.claim_key.as_ref().map(|k| k.to_string()).unwrap_or_default();
+                (vec![batch], format!("claim {name} key {key:?} (generation, abandoned): {refusal}"))
+            }
+            9 => {
+                // Distinct batches: a batch named twice in one pass is claimed twice by SQLite
+                // but answered once (the pass's claim key) by PostgreSQL.
+                let mut asked: Vec<BatchId> = Vec::new();
+                for _ in 0..2 + rng.below(3) {
+                    let batch = rng.pick(&names).clone();
+                    if !asked.contains(&batch) {
+                        asked.push(batch);
+                    }
+                }
+                if rng.one_in(3) {
+                    asked.push(id("B-missing"));
+                }
+                let answers = store.claim_many(&asked, &c, &holder(name)).await;
+                let answers = answers.unwrap_or_else(|e| panic!("op {op} (claim_many {asked:?}) failed: {e}"));
+                let mut shown = Vec::new();
+                for (batch, answer) in asked.iter().zip(answers) {
+                    if let Ok(claim) = &answer {
+                        generations.insert((batch.clone(), c.clone()), claim.generation());
+                    }
+                    let answer = answer.map(|claim| claim.generation());
+                    shown.push(format!("{batch}: {}", expected_refusal(answer, op, "claim_many")));
+                }
+                (asked, format!("claim_many {name}: {}", shown.join(", ")))
+            }
+            10..=12 => {
+                let (outcome, details) = (outcome(&mut rng), details(&mut rng));
+                let event = NewEvent::new(ty(produces), outcome, agent(name))
+                    .with_details(details.clone())
+                    .in_run(c.clone(), generation);
+                let answer = store.append_event(&batch, event).await.map(|e| e.seq);
+                let refusal = expected_refusal(answer, op, "append in run");
+                (vec![batch], format!("append {produces} {outcome:?} {details} in run {name}#{generation}: {refusal}"))
+            }
+            13 => {
+                let answer = store.release(&batch, &c, generation).await;
+                (vec![batch], format!("release {name}#{generation}: {}", expected_refusal(answer, op, "release")))
+            }
+            14 => {
+                let mut event = cancelled_failure(produces);
+                if rng.one_in(2) {
+                    event = event.with_details(json!({"cancelled": true, "transient": true}));
+                }
+                let answer = store.cancel_run(&batch, &c, event).await.map(|cancel| cancel.run.map(|r| r.generation));
+                (vec![batch], format!("cancel_run {name} (closed run): {}", expected_refusal(answer, op, "cancel")))
+            }
+            15 => {
+                let priority = rng.below(10) as i32;
+                let note = NewEvent::new(ty("Prioritized"), Outcome::Success, agent("operator:alice"))
+                    .with_details(json!({"reason": "waiting"}));
+                let answer = store.prioritize(&batch, priority, note).await.map(|e| e.seq);
+                (vec![batch], format!("prioritize {priority}: {}", expected_refusal(answer, op, "prioritize")))
+            }
+            16 => {
+                let priority = rng.below(10) as i32 - 3;
+                let answer = store.set_priority(&batch, priority).await;
+                (vec![batch], format!("set_priority {priority}: {}", expected_refusal(answer, op, "set_priority")))
+            }
+            17 => {
+                let mut patch = Map::new();
+                patch.insert("pages".into(), if rng.one_in(3) { Value::Null } else { json!(op) });
+                let answer = store.record_content_change(&batch, patch).await;
+                (vec![batch], format!("record_content_change: {}", expected_refusal(answer, op, "content change")))
+            }
+            18 | 19 => {
+                // Appends at once (the SQLite store commits them as one group, each in a
+                // savepoint): two results per claimed run, so one is fenced, plain events,
+                // a Reset, and one on an unknown batch.
+                let mut sent: Vec<(BatchId, NewEvent)> = Vec::new();
+                for _ in 0..claimed.len().min(3) {
+                    let (batch, c) = rng.pick(&claimed).clone();
+                    let produces = SUMMARY_COMPONENTS.iter().find(|(name, _)| *name == c.as_str()).unwrap().1;
+                    let event = NewEvent::new(ty(produces), outcome(&mut rng), agent(c.as_str()))
+                        .with_details(details(&mut rng))
+                        .in_run(c.clone(), generations[&(batch.clone(), c)]);
+                    sent.push((batch.clone(), event.clone()));
+                    sent.push((batch, event));
+                }
+                for _ in 0..3 {
+                    let event = NewEvent::new(ty(rng.pick::<&str>(&SUMMARY_TYPES)), outcome(&mut rng), agent("test"))
+                        .with_details(details(&mut rng));
+                    sent.push((rng.pick(&names).clone(), event));
+                }
+                let reset =
+                    NewEvent::reset(vec![ty(rng.pick::<&str>(&SUMMARY_TYPES))], agent("operator:bob"), json!({}));
+                sent.push((rng.pick(&names).clone(), reset));
+                sent.push((id("B-missing"), NewEvent::new(ty("Data_Received"), Outcome::Success, agent("test"))));
+                let tasks: Vec<_> = sent
+                    .iter()
+                    .cloned()
+                    .map(|(batch, event)| {
+                        let store = Arc::clone(store);
+                        tokio::spawn(async move { store.append_event(&batch, event).await.map(|e| e.seq) })
+                    })
+                    .collect();
+                let mut shown = Vec::new();
+                for ((batch, event), task) in sent.iter().zip(tasks) {
+                    let answer = expected_refusal(task.await.unwrap(), op, "appends at once");
+                    let run = event.run.as_ref().map(|r| format!(" in run {}#{}", r.component, r.generation));
+                    let what = format!("{} {:?} {}", event.event_type, event.outcome, event.details);
+                    shown.push(format!("{batch}: {what}{}: {answer}", run.unwrap_or_default()));
+                }
+                let touched = sent.into_iter().map(|(batch, _)| batch).collect();
+                (touched, format!("appends at once [{}]", shown.join("; ")))
+            }
+            _ => match keyed.is_empty() {
+                // A retried keyed append: answered with the first event (or refused on
+                // another batch), writing nothing either way.
+                false => {
+                    let (first, event) = keyed[rng.below(keyed.len())].clone();
+                    let to = if rng.one_in(3) { batch } else { first };
+                    let answer = store.append_event(&to, event).await.map(|e| e.seq);
+                    (vec![to], format!("retried keyed append: {}", expected_refusal(answer, op, "retried append")))
+                }
+                true => (vec![], "nothing to retry".into()),
+            },
+        };
+        log.push(op, &touched, what);
+
+        if op % 25 == 24 || op == OPS - 1 {
+            // Every batch, shuffled, with an unknown id and one asked twice.
+            let mut ids = names.clone();
+            ids.push(id("B-unknown"));
+            ids.push(rng.pick(&names).clone());
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, rng.below(i + 1));
+            }
+            let summaries = assert_summaries_of_whole_batches(store, &ids, op, &log).await;
+            most_running = most_running.max(summaries.iter().map(|s| s.running.len()).max().unwrap_or(0));
+        }
+    }
+    // The sequence did reach the states the summary has to follow.
+    let batches = store.list_batches(None, 100).await.unwrap();
+    assert_eq!(batches.len(), 8, "the sequence created B6 and B7 too");
+    let events: Vec<&Event> = batches.iter().flat_map(|b| &b.events).collect();
+    assert!(events.iter().any(|e| e.event_type.is_reset()), "a Reset was recorded");
+    assert!(events.iter().any(|e| e.is_transient_failure()), "a transient failure was recorded");
+    assert!(events.iter().any(|e| e.run.is_some()), "a result was recorded in a run");
+    assert!(events.iter().any(|e| e.flag("cancelled")), "a cancel was recorded");
+    assert!(most_running >= 2, "at some check a batch had two components running");
+}
+
+/// A batch's `running` is the components with an open run on it: in after a claim, out after
+/// the run records, is released or cancelled, and there once however often it is claimed over.
+async fn running_names_each_component_with_an_open_run_once(f: Fixture) {
+    for batch in ["B1", "B2"] {
+        register(&f.store, batch).await;
+    }
+    let (b1, b2) = (id("B1"), id("B2"));
+    let (archiver, checker) = (component("archiver"), component("checker"));
+    let running = async |batch: &BatchId| -> Vec<String> {
+        let summaries = f.store.get_summaries(std::slice::from_ref(batch)).await.unwrap();
+        let [summary] = &summaries[..] else { panic!("one summary for {batch}: {summaries:?}") };
+        let whole = f.store.get_batch(batch).await.unwrap();
+        assert_eq!(summary, &BatchSummary::of(&whole), "{batch}'s summary");
+        summary.running.iter().map(|c| c.to_string()).collect()
+    };
+    assert_eq!(running(&b1).await, Vec::<String>::new());
+
+    let first = f.store.claim(&b1, &checker, &holder("c")).await.unwrap();
+    assert_eq!(running(&b1).await, ["checker"]);
+    let archiving = f.store.claim(&b1, &archiver, &holder("a")).await.unwrap();
+    assert_eq!(running(&b1).await, ["archiver", "checker"], "by name");
+    let over = f.store.claim(&b1, &checker, &holder("c2")).await.unwrap();
+    assert_eq!(over.abandoned.map(|run| run.generation), Some(first.generation()));
+    assert_eq!(running(&b1).await, ["archiver", "checker"], "a claim over an open run keeps it once");
+    let keyed = RunHolder { claim_key: Some("k1".parse().unwrap()), ..holder("c3") };
+    let third = f.store.claim(&b1, &checker, &keyed).await.unwrap();
+    f.store.claim(&b1, &checker, &keyed).await.unwrap();
+    assert_eq!(running(&b1).await, ["archiver", "checker"], "a retried claim keeps it once");
+
+    // A fenced write changes nothing; the current run's release takes it out.
+    let stale = f.store.release(&b1, &checker, first.generation()).await.unwrap_err();
+    assert!(stale.is_fenced(), "{stale}");
+    assert_eq!(running(&b1).await, ["archiver", "checker"]);
+    f.store.release(&b1, &checker, third.generation()).await.unwrap();
+    assert_eq!(running(&b1).await, ["archiver"]);
+
+    // Recording the result takes it out.
+    let result = NewEvent::new(ty("Data_Archived"), Outcome::Failure, agent("a"))
+        .with_details(json!({"transient": true}))
+        .in_run(archiver.clone(), archiving.generation());
+    f.store.append_event(&b1, result).await.unwrap();
+    assert_eq!(running(&b1).await, Vec::<String>::new());
+    let summary = &f.store.get_summaries(std::slice::from_ref(&b1)).await.unwrap()[0];
+    assert_eq!(summary.effective.len(), 1);
+    assert!(summary.effective[0].transient, "{summary:?}");
+
+    // A cancel takes it out; a cancel of another component's run leaves it in.
+    f.store.claim(&b1, &archiver, &holder("a")).await.unwrap();
+    f.store.claim(&b1, &checker, &holder("c")).await.unwrap();
+    f.store.cancel_run(&b1, &checker, cancelled_failure("Structure_Checked")).await.unwrap();
+    assert_eq!(running(&b1).await, ["archiver"]);
+    f.store.cancel_run(&b1, &archiver, cancelled_failure("Data_Archived")).await.unwrap();
+    assert_eq!(running(&b1).await, Vec::<String>::new());
+
+    // claim_many puts it in on each batch it claimed, and a plain append moves nothing.
+    let answers = f.store.claim_many(&[b2.clone(), id("B-missing"), b1.clone()], &archiver, &holder("a")).await;
+    assert_eq!(answers.unwrap().iter().filter(|answer| answer.is_ok()).count(), 2);
+    record(&f.store, "B2", "Data_Received", Outcome::Success).await;
+    assert_eq!(running(&b1).await, ["archiver"]);
+    assert_eq!(running(&b2).await, ["archiver"]);
+
+    let listed = f.store.list_summaries(None, 10).await.unwrap();
+    let whole: Vec<BatchSummary> = f.store.list_batches(None, 10).await.unwrap().iter().map(BatchSummary::of).collect();
+    assert_eq!(listed, whole);
+    assert!(f.store.get_summaries(&[]).await.unwrap().is_empty());
+    let err = f.store.list_summaries(None, 1_000_000).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "limit"), "{err}");
+    let err = f.store.get_summaries(&vec![b1.clone(); 10_001]).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "ids"), "{err}");
 }
 
 #[tokio::test]
@@ -1176,4 +1677,6 @@ contract!(
     registry_writes_take_no_seq_and_stay_out_of_the_change_feed,
     concurrent_first_passes_of_one_event_type_let_exactly_one_in,
     reported_work_adds_up_per_result_in_total_and_over_the_last_hour,
+    summaries_equal_the_summary_of_each_whole_batch,
+    running_names_each_component_with_an_open_run_once,
 );

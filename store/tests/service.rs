@@ -245,6 +245,30 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     assert_eq!(listed.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B1", "B2"]);
     let picked = http.get_batches(&[id("B2"), id("nope"), id("B1")]).await.unwrap();
     assert_eq!(picked.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B2", "B1"]);
+    // The batch index's reads: each batch summarized, as the store behind reads them.
+    http.claim(&id("B1"), &archiver, &holder()).await.unwrap();
+    let asked = [id("B2"), id("nope"), id("B1")];
+    let summaries = http.get_summaries(&asked).await.unwrap();
+    assert_eq!(summaries, local.get_summaries(&asked).await.unwrap());
+    let whole = local.get_batches(&asked).await.unwrap();
+    assert_eq!(summaries, whole.iter().map(BatchSummary::of).collect::<Vec<_>>());
+    assert_eq!((summaries[0].running.as_slice(), summaries[1].running.as_slice()), (&[][..], &[archiver.clone()][..]));
+    let types = |summary: &BatchSummary| summary.effective.iter().map(|e| e.event_type.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        (types(&summaries[0]), types(&summaries[1])),
+        (vec!["Data_Archived".into(), "Prioritized".into()], vec!["Data_Archived".into()])
+    );
+    assert_eq!(
+        (summaries[0].priority, summaries[0].effective[0].outcome),
+        (7, Outcome::Failure),
+        "B2 prioritized, cancelled"
+    );
+    let listed = http.list_summaries(None, 10).await.unwrap();
+    assert_eq!(listed, local.list_summaries(None, 10).await.unwrap());
+    assert_eq!(listed, summaries.iter().rev().cloned().collect::<Vec<_>>(), "B1, B2 in id order");
+    assert_eq!(http.list_summaries(Some(&id("B1")), 10).await.unwrap(), &summaries[..1]);
+    let refused = http.list_summaries(None, 1_000_000).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Invalid(e) if e.field == "limit"), "{refused}");
     assert_eq!(http.changes(Seq::ZERO, 100).await.unwrap(), local.changes(Seq::ZERO, 100).await.unwrap());
     assert_eq!(http.head().await.unwrap(), local.head().await.unwrap());
     assert_eq!(http.count_batches().await.unwrap(), 2);
@@ -413,6 +437,10 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
             "details",
         ),
         ("list_batches", r#"{"limit": 100000000}"#, "limit"),
+        ("list_summaries", r#"{"limit": 100000000}"#, "limit"),
+        ("list_summaries", r#"{"after": "B1"}"#, "limit"),
+        ("get_summaries", r#"{"ids": ["../etc"]}"#, "batch id"),
+        ("get_summaries", r#"{"ids": ["B1"], "details": true}"#, "details"),
         ("get_batch", r#"["B1"]"#, "must be a JSON object"),
         ("wait_for_change", r#"{"since": 0, "timeout_ms": 99999999}"#, "timeout_ms"),
         (
@@ -618,4 +646,26 @@ async fn health_metrics_and_the_openapi_document() {
         let security = &served["paths"][format!("/v1/{name}")]["post"]["security"];
         assert_eq!(security.as_array().unwrap().iter().any(|s| s.as_object().unwrap().is_empty()), !write, "{name}");
     }
+
+    // A summary on the wire has the fields the document names, each of them.
+    let client = service.client();
+    client.append_event(&id("B1"), NewEvent::new(ty("Data_Received"), Outcome::Success, agent("t"))).await.unwrap();
+    client.claim(&id("B1"), &component("archiver"), &holder()).await.unwrap();
+    let (status, answer) = post(&format!("{}/v1/get_summaries", service.url()), None, br#"{"ids": ["B1"]}"#);
+    assert_eq!(status, 200, "{answer}");
+    let (_, listed) = post(&format!("{}/v1/list_summaries", service.url()), None, br#"{"after": null, "limit": 5}"#);
+    assert_eq!(listed, answer);
+    let fields = |value: &Value| -> HashSet<String> { value.as_object().unwrap().keys().cloned().collect() };
+    let documented = |schema: &str| -> HashSet<String> {
+        let schema = &served["components"]["schemas"][schema];
+        let required: HashSet<String> =
+            schema["required"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_owned()).collect();
+        assert_eq!(fields(&schema["properties"]), required, "{schema}: every property is required");
+        required
+    };
+    let summary = &answer[0];
+    assert_eq!(fields(summary), documented("BatchSummary"), "{summary}");
+    assert_eq!(fields(&summary["effective"][0]), documented("EventSummary"), "{summary}");
+    assert_eq!(summary["running"], json!(["archiver"]));
+    assert!(summary["last_activity"].as_str().is_some_and(|t| t.ends_with('Z')), "a timestamp: {summary}");
 }

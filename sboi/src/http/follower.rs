@@ -216,7 +216,7 @@ impl Follower {
     }
 
     /// Compares every document with the store's batch and fixes what differs, one
-    /// `list_batches` page at a time: the comparison reads the committed index without the
+    /// `list_summaries` page at a time: the comparison reads the committed index without the
     /// writer, and only a page with differences takes it, briefly, so catch-ups go on
     /// meanwhile. A document newer than the page's batch (a catch-up got there first) is left
     /// alone; documents of batches the store no longer lists are deleted.
@@ -226,7 +226,7 @@ impl Follower {
         let mut after = None;
         loop {
             let listed_after = self.store.head().await?;
-            let page = self.store.list_batches(after.as_ref(), page_size).await?;
+            let page = self.store.list_summaries(after.as_ref(), page_size).await?;
             let to_end = page.len() < page_size;
             let last = page.last().map(|batch| batch.id.clone());
             reconciled.checked += page.len();

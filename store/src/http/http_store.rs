@@ -15,8 +15,8 @@ use super::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use super::service::ErrorBody;
 use super::wire;
 use crate::model::{
-    Agent, Batch, BatchId, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord, RegisteredComponent,
-    Run, RunHolder, Seq,
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
+    RegisteredComponent, Run, RunHolder, Seq,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
@@ -83,6 +83,21 @@ impl ObjectStore for HttpStore {
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
         let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
         self.call("list_batches", &request, Retry::Safe).await
+    }
+
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        let mut summaries = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(wire::MAX_ITEMS) {
+            let page: Vec<BatchSummary> =
+                self.call("get_summaries", &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
+            summaries.extend(page);
+        }
+        Ok(summaries)
+    }
+
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
+        self.call("list_summaries", &request, Retry::Safe).await
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {

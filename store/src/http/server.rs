@@ -76,6 +76,16 @@ impl StoreService {
                 at_most("limit", request.limit)?;
                 ok(store.list_batches(request.after.as_ref(), request.limit).await?)
             }
+            "get_summaries" => {
+                let request: wire::ByIds = parse_body(body)?;
+                at_most("ids", request.ids.len())?;
+                ok(store.get_summaries(&request.ids).await?)
+            }
+            "list_summaries" => {
+                let request: wire::ListBatches = parse_body(body)?;
+                at_most("limit", request.limit)?;
+                ok(store.list_summaries(request.after.as_ref(), request.limit).await?)
+            }
             "set_priority" => {
                 let request: wire::SetPriority = parse_body(body)?;
                 ok(wire::SeqAnswer { seq: store.set_priority(&request.id, request.priority).await? })

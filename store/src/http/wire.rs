@@ -15,6 +15,8 @@ pub const OPERATIONS: &[(&str, bool)] = &[
     ("get_batch", false),
     ("get_batches", false),
     ("list_batches", false),
+    ("get_summaries", false),
+    ("list_summaries", false),
     ("set_priority", true),
     ("record_content_change", true),
     ("append_event", true),

@@ -12,6 +12,7 @@ mod registry;
 mod report;
 mod schedule;
 mod selection;
+mod summary;
 mod time;
 mod trigger;
 mod work;
@@ -27,6 +28,7 @@ pub use registry::{
 pub use report::{Failure, RESULT_KEY, Report};
 pub use schedule::Schedule;
 pub use selection::Selection;
+pub use summary::{BatchSummary, EventSummary, SummaryHeader, SummaryState};
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
 pub use work::{

@@ -6,6 +6,7 @@
 
 mod ops;
 mod schema;
+mod summary;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,8 +17,8 @@ use rusqlite::Connection;
 use serde_json::{Map, Value};
 
 use crate::model::{
-    Agent, Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent, Run, RunHolder,
-    Seq,
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
+    Run, RunHolder, Seq,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
@@ -363,5 +364,15 @@ impl ObjectStore for SqliteStore {
 
     async fn count_batches(&self) -> StoreResult<u64> {
         self.with_connection(ops::count_batches).await
+    }
+
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| ops::get_summaries(conn, &ids)).await
+    }
+
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        let after = after.cloned();
+        self.with_connection(move |conn| ops::list_summaries(conn, after.as_ref(), limit)).await
     }
 }

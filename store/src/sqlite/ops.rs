@@ -11,14 +11,15 @@ use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehav
 use serde_json::{Map, Value};
 
 use crate::model::{
-    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, HostRecord, InvalidInput, NewBatch, NewEvent,
-    Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder, RunRef, RunState,
-    Seq, Timestamp, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies, WorkTally,
+    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, Event, EventType, HostRecord, InvalidInput,
+    NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder,
+    RunRef, RunState, Seq, Timestamp, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies,
+    WorkTally,
 };
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
 use crate::write_rules;
 
-use super::unavailable;
+use super::{summary, unavailable};
 
 /// Most batches one `list_batches` / `get_batches` page returns, and changes one feed page.
 pub const MAX_BATCH_PAGE: usize = 10_000;
@@ -61,12 +62,6 @@ fn require_batch(tx: &Connection, id: &BatchId) -> StoreResult<()> {
     if batch_exists(tx, id)? { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }
 }
 
-fn touch(tx: &Connection, id: &BatchId, seq: Seq) -> StoreResult<()> {
-    tx.execute("UPDATE batches SET changed_seq = ?2 WHERE id = ?1", params![id.as_str(), seq.0])
-        .map_err(unavailable)?;
-    Ok(())
-}
-
 pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
     let tx = write_tx(conn)?;
     let now = Timestamp::now();
@@ -75,9 +70,17 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
     }
     let seq = next_seq(&tx)?;
     tx.execute(
-        "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, ?6, ?6)",
-        params![new.id.as_str(), new.batch_type.as_str(), new.priority, new.metadata.to_string(), seq.0, now.millis()],
+        "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at, summary)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, ?6, ?6, ?7)",
+        params![
+            new.id.as_str(),
+            new.batch_type.as_str(),
+            new.priority,
+            new.metadata.to_string(),
+            seq.0,
+            now.millis(),
+            summary::empty()
+        ],
     )
     .map_err(unavailable)?;
     let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
@@ -123,6 +126,22 @@ pub fn list_batches(conn: &mut Connection, after: Option<&BatchId>, limit: usize
             .map_err(unavailable)?
     };
     load_batches(&tx, &ids, Timestamp::now())
+}
+
+pub fn get_summaries(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+    if ids.len() > MAX_BATCH_PAGE {
+        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    summary::read(&tx, ids)
+}
+
+pub fn list_summaries(conn: &mut Connection, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+    if limit > MAX_BATCH_PAGE {
+        return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    summary::list(&tx, after, limit)
 }
 
 fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
@@ -228,8 +247,9 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
     let seq = next_seq(tx)?;
     let at = Timestamp::now();
     insert_event(tx, batch, &new, seq, at)?;
-    if let Some(run) = &new.run {
-        let transient = new.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
+    let event = new.recorded(batch, seq, at);
+    if let Some(run) = &event.run {
+        let transient = event.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
         tx.execute(
             "UPDATE runs SET state = 'recorded', ended_at = ?4, transient = ?5
              WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
@@ -242,8 +262,13 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
         )
         .map_err(unavailable)?;
     }
-    touch(tx, batch, seq)?;
-    Ok(new.recorded(batch, seq, at))
+    summary::touch(tx, batch, seq, |state| {
+        state.record(&event);
+        if let Some(run) = &event.run {
+            state.run_closed(&run.component);
+        }
+    })?;
+    Ok(event)
 }
 
 fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
@@ -312,9 +337,15 @@ pub fn cancel_run(
     };
     crate::model::check_object("details", &new.details)?;
     insert_event(&tx, batch, &new, seq, at)?;
-    touch(&tx, batch, seq)?;
+    let event = new.recorded(batch, seq, at);
+    summary::touch(&tx, batch, seq, |state| {
+        state.record(&event);
+        if cancelled.is_some() {
+            state.run_closed(component);
+        }
+    })?;
     tx.commit().map_err(unavailable)?;
-    Ok(Cancellation { event: new.recorded(batch, seq, at), run: cancelled })
+    Ok(Cancellation { event, run: cancelled })
 }
 
 /// `ObjectStore::prioritize`: the new priority and the operator's event, one transaction.
@@ -336,8 +367,10 @@ pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: N
     )
     .map_err(unavailable)?;
     insert_event(&tx, id, &new, seq, at)?;
+    let event = new.recorded(id, seq, at);
+    summary::touch(&tx, id, seq, |state| state.record(&event))?;
     tx.commit().map_err(unavailable)?;
-    Ok(new.recorded(id, seq, at))
+    Ok(event)
 }
 
 /// `ObjectStore::record_pass`: one short write per cron start. The descriptor row is
@@ -803,7 +836,7 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
         ],
     )
     .map_err(unavailable)?;
-    touch(tx, batch, seq)?;
+    summary::touch(tx, batch, seq, |state| state.run_opened(component))?;
     let run = Run {
         batch_id: batch.clone(),
         component: component.clone(),
@@ -845,7 +878,7 @@ pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName
         params![batch.as_str(), component.as_str(), generation, Timestamp::now().millis()],
     )
     .map_err(unavailable)?;
-    touch(&tx, batch, seq)?;
+    summary::touch(&tx, batch, seq, |state| state.run_closed(component))?;
     tx.commit().map_err(unavailable)
 }
 
@@ -1062,7 +1095,7 @@ fn load_batch(tx: &Connection, id: &BatchId, as_of: Timestamp) -> StoreResult<Op
 /// The named batches with their logs and open runs, in the order asked (unknown ids left
 /// out), in three statements whatever their number: the batch rows, all their events in
 /// (batch, seq) order, all their open runs. The ids are bound as one `rarray`.
-fn load_batches(tx: &Connection, ids: &[BatchId], as_of: Timestamp) -> StoreResult<Vec<Batch>> {
+pub(super) fn load_batches(tx: &Connection, ids: &[BatchId], as_of: Timestamp) -> StoreResult<Vec<Batch>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -1155,7 +1188,7 @@ fn load_batches(tx: &Connection, ids: &[BatchId], as_of: Timestamp) -> StoreResu
     Ok(batches)
 }
 
-fn corrupt_row(table: &str, batch_id: &str) -> StoreError {
+pub(super) fn corrupt_row(table: &str, batch_id: &str) -> StoreError {
     StoreError::Unavailable(format!("{table} row of batch {batch_id:?} that the same read did not find"))
 }
 
@@ -1183,13 +1216,14 @@ fn batch_from_row(row: &Row, as_of: Timestamp) -> rusqlite::Result<Batch> {
 
 /// The few distinct event types, agents and components of a page, each validated once.
 #[derive(Default)]
-struct NameCache {
-    event_types: Vec<EventType>,
+pub(super) struct NameCache {
+    pub(super) batch_types: Vec<BatchType>,
+    pub(super) event_types: Vec<EventType>,
     agents: Vec<Agent>,
-    components: Vec<ComponentName>,
+    pub(super) components: Vec<ComponentName>,
 }
 
-fn cached<T: TryFrom<String, Error = InvalidInput> + AsRef<str> + Clone>(
+pub(super) fn cached<T: TryFrom<String, Error = InvalidInput> + AsRef<str> + Clone>(
     known: &mut Vec<T>,
     text: &str,
 ) -> rusqlite::Result<T> {

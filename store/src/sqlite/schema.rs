@@ -10,7 +10,7 @@ use crate::port::{StoreError, StoreResult};
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -173,6 +173,12 @@ CREATE TABLE component_work_minutes (
 ) WITHOUT ROWID;
 "#;
 
+const V7: &str = r#"
+-- What the batch index reads of each batch, kept by every write that changes the batch's
+-- events or runs (see summary.rs); filled in for existing batches by the migration itself.
+ALTER TABLE batches ADD COLUMN summary TEXT NOT NULL DEFAULT '';
+"#;
+
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrate_up_to(conn, LATEST_VERSION)
 }
@@ -199,6 +205,12 @@ pub fn migrate_up_to(conn: &mut Connection, target: i64) -> StoreResult<()> {
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current && *version <= target) {
         tx.execute_batch(sql)
             .map_err(|e| StoreError::Unavailable(format!("migration to schema {version} failed: {e}")))?;
+        if *version == 7 {
+            let filled = super::summary::backfill(&tx)?;
+            if filled > 0 {
+                tracing::info!(batches = filled, "store upgraded to schema 7: batch summaries filled in");
+            }
+        }
         tx.execute(
             "INSERT INTO schema_version (version, applied_at) VALUES (?1, ?2)",
             params![version, Timestamp::now().millis()],

@@ -1,0 +1,246 @@
+//! A batch as the batch index needs it: its header, the outcome and seq of each effective
+//! event (no details, no agents), when it last saw activity and who is running on it. A
+//! catch-up reads a million of these, so a store may keep them up to date as it writes
+//! (`SummaryState`) instead of reading whole logs; `BatchSummary::of` is the definition.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Batch, BatchId, BatchType, ComponentName, Event, EventType, Outcome, Seq, Timestamp};
+
+/// Everything a trigger or the index asks of a batch (see the module comment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSummary {
+    pub id: BatchId,
+    #[serde(rename = "type")]
+    pub batch_type: BatchType,
+    pub priority: i32,
+    pub created_seq: Seq,
+    pub modified_seq: Seq,
+    pub changed_seq: Seq,
+    /// The newest content change or event, whichever is later (`Batch::last_activity_at`).
+    pub last_activity: Timestamp,
+    /// The effective events, ordered by type name.
+    pub effective: Vec<EventSummary>,
+    /// Components with an open run on the batch, by name.
+    pub running: Vec<ComponentName>,
+}
+
+/// One effective event, without its details: only what the index's terms are made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSummary {
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub outcome: Outcome,
+    pub seq: Seq,
+    /// A failure the component said may succeed if retried (`Event::is_transient_failure`).
+    pub transient: bool,
+}
+
+impl EventSummary {
+    pub fn of(event: &Event) -> Self {
+        EventSummary {
+            event_type: event.event_type.clone(),
+            outcome: event.outcome,
+            seq: event.seq,
+            transient: event.is_transient_failure(),
+        }
+    }
+}
+
+impl BatchSummary {
+    /// The summary of a whole batch: what every store's summaries must equal.
+    pub fn of(batch: &Batch) -> Self {
+        SummaryState::of(batch).summary(SummaryHeader::of(batch))
+    }
+}
+
+/// The part of a summary that events and runs change, kept by a store one write at a
+/// time. Folding a batch's log through `record` and its runs through `run_opened` /
+/// `run_closed` gives what `BatchSummary::of` derives from the whole batch (the store
+/// contract tests hold every backend to that).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SummaryState {
+    /// When the newest event was recorded (zero without events).
+    pub last_event_at: Timestamp,
+    /// Ordered by type name, one per type.
+    pub effective: Vec<EventSummary>,
+    /// Ordered by name, one per component.
+    pub running: Vec<ComponentName>,
+}
+
+impl SummaryState {
+    /// The state of a whole batch, from its effective view and open runs.
+    pub fn of(batch: &Batch) -> Self {
+        let mut running: Vec<ComponentName> = batch.open_runs.iter().map(|run| run.component.clone()).collect();
+        running.sort();
+        running.dedup();
+        SummaryState {
+            last_event_at: batch.events.iter().map(|event| event.at).max().unwrap_or_default(),
+            effective: batch.effective().iter().map(EventSummary::of).collect(),
+            running,
+        }
+    }
+
+    /// Applies an event appended after every event already folded in: a `Reset` marker
+    /// removes the types it covers, any other event replaces its type's (as `EffectiveView`).
+    pub fn record(&mut self, event: &Event) {
+        self.last_event_at = self.last_event_at.max(event.at);
+        if event.event_type.is_reset() {
+            self.effective.retain(|summary| !event.resets.contains(&summary.event_type));
+            return;
+        }
+        let summary = EventSummary::of(event);
+        match self.effective.binary_search_by(|held| held.event_type.cmp(&event.event_type)) {
+            Ok(at) => self.effective[at] = summary,
+            Err(at) => self.effective.insert(at, summary),
+        }
+    }
+
+    pub fn run_opened(&mut self, component: &ComponentName) {
+        if let Err(at) = self.running.binary_search(component) {
+            self.running.insert(at, component.clone());
+        }
+    }
+
+    pub fn run_closed(&mut self, component: &ComponentName) {
+        if let Ok(at) = self.running.binary_search(component) {
+            self.running.remove(at);
+        }
+    }
+
+    /// The whole summary, given the batch's header.
+    pub fn summary(self, header: SummaryHeader) -> BatchSummary {
+        BatchSummary {
+            id: header.id,
+            batch_type: header.batch_type,
+            priority: header.priority,
+            created_seq: header.created_seq,
+            modified_seq: header.modified_seq,
+            changed_seq: header.changed_seq,
+            last_activity: header.modified_at.max(self.last_event_at),
+            effective: self.effective,
+            running: self.running,
+        }
+    }
+}
+
+/// The batch row's own fields a summary carries.
+#[derive(Debug, Clone)]
+pub struct SummaryHeader {
+    pub id: BatchId,
+    pub batch_type: BatchType,
+    pub priority: i32,
+    pub created_seq: Seq,
+    pub modified_seq: Seq,
+    pub changed_seq: Seq,
+    pub modified_at: Timestamp,
+}
+
+impl SummaryHeader {
+    pub fn of(batch: &Batch) -> Self {
+        SummaryHeader {
+            id: batch.id.clone(),
+            batch_type: batch.batch_type.clone(),
+            priority: batch.priority,
+            created_seq: batch.created_seq,
+            modified_seq: batch.modified_seq,
+            changed_seq: batch.changed_seq,
+            modified_at: batch.modified_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Agent, Run, RunHolder, RunState};
+    use serde_json::json;
+
+    fn event(seq: i64, event_type: &str, outcome: Outcome, transient: bool, resets: &[&str]) -> Event {
+        Event {
+            seq: Seq(seq),
+            batch_id: BatchId::new("B").unwrap(),
+            event_type: EventType::new(event_type).unwrap(),
+            outcome,
+            agent: Agent::new("test").unwrap(),
+            at: Timestamp(1_000 + seq),
+            details: json!({ "transient": transient }),
+            run: None,
+            resets: resets.iter().map(|t| EventType::new(*t).unwrap()).collect(),
+        }
+    }
+
+    fn run(component: &str) -> Run {
+        Run {
+            batch_id: BatchId::new("B").unwrap(),
+            component: ComponentName::new(component).unwrap(),
+            generation: 1,
+            holder: RunHolder { agent: Agent::new("a").unwrap(), host: "h".into(), pid: 1, claim_key: None },
+            started_at: Timestamp(0),
+            claim_seq: Seq(1),
+            state: RunState::Open,
+            ended_at: None,
+            transient: false,
+        }
+    }
+
+    /// A small deterministic generator: the folds must agree on every log it makes.
+    fn logs() -> impl Iterator<Item = Vec<Event>> {
+        let types = ["A", "B", "C", "Reset"];
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        (0..500).map(move |_| {
+            let length = next(12) as i64;
+            (1..=length)
+                .map(|seq| {
+                    let event_type = types[next(4) as usize];
+                    let outcome = if next(2) == 0 { Outcome::Success } else { Outcome::Failure };
+                    let resets: Vec<&str> = if event_type == "Reset" {
+                        types[..3].iter().copied().filter(|_| next(2) == 0).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    event(seq * 3, event_type, outcome, next(2) == 0, &resets)
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn folding_a_log_event_by_event_gives_the_summary_of_the_whole_batch() {
+        for events in logs() {
+            let batch = Batch {
+                id: BatchId::new("B").unwrap(),
+                batch_type: BatchType::new("T").unwrap(),
+                priority: 2,
+                metadata: Default::default(),
+                created_seq: Seq(1),
+                modified_seq: Seq(7),
+                changed_seq: Seq(99),
+                created_at: Timestamp(5),
+                modified_at: Timestamp(1_010),
+                events: events.clone(),
+                open_runs: vec![run("archiver"), run("verifier")],
+                as_of: Timestamp(2_000),
+            };
+            let mut state = SummaryState::default();
+            for event in &events {
+                state.record(event);
+            }
+            for component in ["verifier", "archiver", "gone"] {
+                state.run_opened(&ComponentName::new(component).unwrap());
+            }
+            state.run_closed(&ComponentName::new("gone").unwrap());
+            assert_eq!(state, SummaryState::of(&batch), "log {events:?}");
+            let summary = BatchSummary::of(&batch);
+            assert_eq!(summary.last_activity, batch.last_activity_at());
+            let effective: Vec<&EventType> = batch.effective().iter().map(|event| &event.event_type).collect();
+            assert_eq!(summary.effective.iter().map(|event| &event.event_type).collect::<Vec<_>>(), effective);
+        }
+    }
+}
