@@ -367,8 +367,11 @@ impl IndexEngine {
         // page's head is listed for the first time in this feed: a batch listed earlier
         // comes again only after a change, which takes a later seq. Its document cannot
         // exist, and skipping its delete spares the commit looking it up in every segment.
+        // Only a full first page is worth the look at the index's segments.
         let unindexed = match &page {
-            Some((_, _, head)) if self.searcher()?.num_docs() == 0 => Unindexed::UpTo(*head),
+            Some((batches, _, head)) if batches.len() == self.options.page_size && self.holds_no_documents()? => {
+                Unindexed::UpTo(*head)
+            }
             _ => Unindexed::None,
         };
         while let Some((batches, page_end, _)) = page {
@@ -425,6 +428,12 @@ impl IndexEngine {
         let writer = self.commit(writer, cursor, grown).await?;
         tracing::info!(types = grown.len(), elapsed = ?started.elapsed(), "index: new event types; rewrote every document");
         Ok(writer)
+    }
+
+    /// Whether the last commit holds no document (from meta.json, without opening segments).
+    fn holds_no_documents(&self) -> IndexResult<bool> {
+        let segments = self.index.searchable_segment_metas().map_err(|e| self.fail(e))?;
+        Ok(segments.iter().all(|segment| segment.num_docs() == 0))
     }
 
     /// The batches changed after `cursor` (one feed page), where that page ends, and the

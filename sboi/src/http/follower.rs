@@ -225,6 +225,7 @@ impl Follower {
         let mut reconciled = Reconciled::default();
         let mut after = None;
         loop {
+            let page_started = tokio::time::Instant::now();
             let listed_after = self.store.head().await?;
             let page = self.store.list_summaries(after.as_ref(), page_size).await?;
             let to_end = page.len() < page_size;
@@ -254,6 +255,9 @@ impl Follower {
                 return Ok(reconciled);
             }
             after = last;
+            // Background work: rest as long as the page took, so the walk takes at most
+            // half of the time of the threads it shares with catch-ups and queries.
+            tokio::time::sleep(page_started.elapsed()).await;
         }
     }
 
