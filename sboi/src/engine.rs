@@ -252,7 +252,9 @@ impl IndexEngine {
     /// changed, or when another process is the writer right now.
     pub async fn catch_up(&self, store: &dyn ObjectStore) -> IndexResult<CatchUp> {
         let cursor = self.committed_cursor()?;
-        if store.changes(cursor, 1).await?.changes.is_empty() {
+        // Opening a writer is dear, so look first; a kept writer costs nothing to take,
+        // and the feed's first page says the same thing one round trip sooner.
+        if !self.options.keep_writer && store.changes(cursor, 1).await?.changes.is_empty() {
             return Ok(CatchUp::UpToDate { cursor });
         }
         let Some(writer) = self.try_writer().await? else {
@@ -558,8 +560,9 @@ impl IndexEngine {
     /// Compares one page of the store's batches with the committed index (reads only; see
     /// `repair`). `page` is what `list_summaries` returned after `after`, read after the store's
     /// head was `listed_after`; it covers the ids up to its last, or to the end with `to_end`.
-    /// A document is stale when it differs from the page's batch and is not newer (a
-    /// catch-up may have indexed a later version since the page was read); it is gone when
+    /// A document is stale when it differs from the page's batch, is not newer (a catch-up
+    /// may have indexed a later version since the page was read) and the batch's change is
+    /// one the index had already applied (a later one is the feed's to bring); it is gone when
     /// the page lacks its batch and it is not newer than `listed_after`.
     pub fn drift(
         &self,
@@ -568,6 +571,10 @@ impl IndexEngine {
         to_end: bool,
         listed_after: Seq,
     ) -> IndexResult<Drift> {
+        // Read before the snapshot, which is then at least this new: every change up to it
+        // is in the documents compared. A batch changed since is not drift but a change the
+        // feed brings (and the catch-up rewrites its document whole anyway).
+        let indexed_through = self.committed_cursor()?;
         let (searcher, vocabulary) = self.snapshot()?;
         let lower = match after {
             Some(after) => Bound::Excluded(self.fields.id_term(after)),
@@ -587,6 +594,7 @@ impl IndexEngine {
         let mut drift = Drift { listed_after, ..Drift::default() };
         for batch in page {
             match indexed.remove(batch.id.as_str()) {
+                _ if batch.changed_seq > indexed_through => {}
                 Some(held) if held.changed_seq > batch.changed_seq.0 => {}
                 Some(held) if held == self.fields.summary(&self.fields.document(&batch, &vocabulary)) => {}
                 _ => drift.stale.push(batch),
