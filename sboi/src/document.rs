@@ -1,5 +1,6 @@
 //! The index schema and the one document per batch, built from the batch's summary (the
-//! store's `BatchSummary`: its effective events without details, its running components). Everything a trigger clause asks is precomputed here as an exact
+//! store's `BatchSummary`: its effective events without details, its running
+//! components). Everything a trigger clause asks is precomputed here as an exact
 //! term or a fast field, so a query is term lookups and one range, never a log scan.
 
 use std::collections::BTreeSet;
@@ -28,6 +29,16 @@ impl Vocabulary {
 
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The types of this vocabulary not in `present` (sorted by name, as the vocabulary
+    /// is): one merge walk, no set built per document.
+    pub fn absent_from<'a>(&'a self, present: impl Iterator<Item = &'a str>) -> impl Iterator<Item = &'a str> {
+        let mut present = present.peekable();
+        self.0.iter().map(String::as_str).filter(move |event_type| {
+            while present.next_if(|held| held < event_type).is_some() {}
+            present.peek() != Some(event_type)
+        })
     }
 
     /// This vocabulary plus every effective event type of `batches` it lacks, or `None`
@@ -148,14 +159,9 @@ impl Fields {
         for component in &batch.running {
             document.add_text(self.running, component.as_str());
         }
-        // Both lists are sorted by type name: one merge walk finds the absent types.
         debug_assert!(batch.effective.windows(2).all(|w| w[0].event_type < w[1].event_type), "effective not sorted");
-        let mut present = batch.effective.iter().map(|event| event.event_type.as_str()).peekable();
-        for event_type in &vocabulary.0 {
-            while present.next_if(|held| *held < event_type.as_str()).is_some() {}
-            if present.peek() != Some(&event_type.as_str()) {
-                document.add_text(self.absent, event_type);
-            }
+        for event_type in vocabulary.absent_from(batch.effective.iter().map(|event| event.event_type.as_str())) {
+            document.add_text(self.absent, event_type);
         }
         document
     }
@@ -163,15 +169,10 @@ impl Fields {
     /// Adds `absent:T` for each vocabulary type the document has no `present` term of: how
     /// a stored document (which lacks `absent`) is rebuilt for a grown vocabulary.
     pub fn add_absent(&self, document: &mut TantivyDocument, vocabulary: &Vocabulary) {
-        // A batch has about ten types: comparing in place beats collecting them into a set
-        // (two allocations per type, for every document of a catch-up).
-        let absent: Vec<&String> = vocabulary
-            .0
-            .iter()
-            .filter(|event_type| {
-                !document.get_all(self.present).any(|v| v.as_str() == Some(String::as_str(event_type)))
-            })
-            .collect();
+        let mut present: Vec<String> =
+            document.get_all(self.present).filter_map(|v| v.as_str().map(str::to_owned)).collect();
+        present.sort();
+        let absent: Vec<&str> = vocabulary.absent_from(present.iter().map(String::as_str)).collect();
         for event_type in absent {
             document.add_text(self.absent, event_type);
         }

@@ -462,6 +462,52 @@ async fn an_old_store_file_is_upgraded_in_place() {
     assert_eq!(store.load_checkpoint(&id("B1"), &component("c")).await.unwrap(), Some(json!({"step": 1})));
 }
 
+/// A process of the previous release may still hold the file after the upgrade: its writes
+/// move `changed_seq` without the summary (or leave it empty). Such summaries are computed
+/// from the log instead of trusted, on read and on the next write.
+#[tokio::test]
+async fn writes_that_bypass_the_summary_are_read_from_the_log_and_healed_by_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let dyn_store: Arc<dyn ObjectStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    register(&dyn_store, "B1").await;
+    record(&dyn_store, "B1", "Data_Received", Outcome::Success).await;
+    {
+        // As the previous release wrote: an event without a summary update, a batch
+        // created with the column's default.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            r#"UPDATE store_head SET seq = seq + 1;
+             INSERT INTO events (seq, batch_id, type, outcome, agent, at, details)
+                 SELECT seq, 'B1', 'Checksums_Verified', 'failure', 'old', 99999, '{"transient": true}' FROM store_head;
+             UPDATE batches SET changed_seq = (SELECT seq FROM store_head) WHERE id = 'B1';
+             UPDATE store_head SET seq = seq + 1;
+             INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at)
+                 SELECT 'B2', 'RoundTrip', 0, '{}', seq, seq, seq, 5000, 5000 FROM store_head;"#,
+        )
+        .unwrap();
+    }
+    let ids = [id("B2"), id("B1")];
+    let whole = |batches: Vec<Batch>| batches.iter().map(BatchSummary::of).collect::<Vec<_>>();
+    let summaries = store.get_summaries(&ids).await.unwrap();
+    assert_eq!(summaries, whole(store.get_batches(&ids).await.unwrap()));
+    assert_eq!(summaries[1].effective.len(), 2, "the bypassing event is in the summary");
+    assert!(summaries[1].effective[0].transient);
+    let listed = store.list_summaries(None, 10).await.unwrap();
+    assert_eq!(listed, whole(store.list_batches(None, 10).await.unwrap()));
+
+    // The next write starts from the log, and its own change lands once.
+    let claim = dyn_store.claim(&id("B2"), &component("archiver"), &holder("archiver")).await.unwrap();
+    record(&dyn_store, "B1", "Structure_Checked", Outcome::Success).await;
+    let summaries = store.get_summaries(&ids).await.unwrap();
+    assert_eq!(summaries, whole(store.get_batches(&ids).await.unwrap()));
+    assert_eq!(summaries[0].running, [component("archiver")]);
+    assert_eq!(summaries[1].effective.len(), 3);
+    dyn_store.release(&id("B2"), &component("archiver"), claim.generation()).await.unwrap();
+    assert!(store.get_summaries(&[id("B2")]).await.unwrap()[0].running.is_empty());
+}
+
 #[tokio::test]
 async fn a_version_6_file_gets_the_summary_of_every_batch_when_upgraded() {
     let dir = tempfile::tempdir().unwrap();

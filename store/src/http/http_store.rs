@@ -50,6 +50,16 @@ impl HttpStore {
         self.client.call(operation, request, retry, None).await.map_err(|e| e.into_store_error())
     }
 
+    /// A read by ids, in requests of at most what the service takes, answers concatenated.
+    async fn by_ids<Resp: DeserializeOwned>(&self, operation: &str, ids: &[BatchId]) -> StoreResult<Vec<Resp>> {
+        let mut answers = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(wire::MAX_ITEMS) {
+            let page: Vec<Resp> = self.call(operation, &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
+            answers.extend(page);
+        }
+        Ok(answers)
+    }
+
     fn fresh_key(&self) -> IdempotencyKey {
         let n = self.keys_made.fetch_add(1, Ordering::Relaxed);
         IdempotencyKey::new(format!("{}.{n}", self.key_prefix)).expect("made of printable ASCII, under 128 characters")
@@ -72,12 +82,7 @@ impl ObjectStore for HttpStore {
     }
 
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-        let mut batches = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(wire::MAX_ITEMS) {
-            let page: Vec<Batch> = self.call("get_batches", &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
-            batches.extend(page);
-        }
-        Ok(batches)
+        self.by_ids("get_batches", ids).await
     }
 
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
@@ -86,13 +91,7 @@ impl ObjectStore for HttpStore {
     }
 
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-        let mut summaries = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(wire::MAX_ITEMS) {
-            let page: Vec<BatchSummary> =
-                self.call("get_summaries", &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
-            summaries.extend(page);
-        }
-        Ok(summaries)
+        self.by_ids("get_summaries", ids).await
     }
 
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {

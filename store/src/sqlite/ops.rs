@@ -79,7 +79,7 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
             new.metadata.to_string(),
             seq.0,
             now.millis(),
-            summary::empty()
+            summary::empty(seq)
         ],
     )
     .map_err(unavailable)?;
@@ -152,11 +152,9 @@ pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> Store
     let tx = write_tx(conn)?;
     require_batch(&tx, id)?;
     let seq = next_seq(&tx)?;
-    tx.execute(
-        "UPDATE batches SET priority = ?2, changed_seq = ?3 WHERE id = ?1",
-        params![id.as_str(), priority, seq.0],
-    )
-    .map_err(unavailable)?;
+    tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
+        .map_err(unavailable)?;
+    summary::touch(&tx, id, seq, |_| {})?;
     tx.commit().map_err(unavailable)?;
     Ok(seq)
 }
@@ -171,10 +169,11 @@ pub fn record_content_change(conn: &mut Connection, id: &BatchId, patch: Map<Str
     let metadata = write_rules::merge_metadata(stored_json(metadata).map_err(unavailable)?, patch)?;
     let seq = next_seq(&tx)?;
     tx.execute(
-        "UPDATE batches SET metadata = ?2, modified_seq = ?3, changed_seq = ?3, modified_at = ?4 WHERE id = ?1",
+        "UPDATE batches SET metadata = ?2, modified_seq = ?3, modified_at = ?4 WHERE id = ?1",
         params![id.as_str(), metadata.to_string(), seq.0, Timestamp::now().millis()],
     )
     .map_err(unavailable)?;
+    summary::touch(&tx, id, seq, |_| {})?;
     tx.commit().map_err(unavailable)?;
     Ok(seq)
 }
@@ -361,11 +360,8 @@ pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: N
     crate::model::check_object("details", &new.details)?;
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();
-    tx.execute(
-        "UPDATE batches SET priority = ?2, changed_seq = ?3 WHERE id = ?1",
-        params![id.as_str(), priority, seq.0],
-    )
-    .map_err(unavailable)?;
+    tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
+        .map_err(unavailable)?;
     insert_event(&tx, id, &new, seq, at)?;
     let event = new.recorded(id, seq, at);
     summary::touch(&tx, id, seq, |state| state.record(&event))?;
@@ -1163,29 +1159,40 @@ pub(super) fn load_batches(tx: &Connection, ids: &[BatchId], as_of: Timestamp) -
             open_runs[slot].push(run);
         }
     }
-    // Hand each batch out in the order asked; an id asked twice gets a copy.
-    let mut filled: Vec<Option<Batch>> = slots
+    let batches: Vec<Batch> = slots
         .into_iter()
         .zip(events.into_iter().zip(open_runs))
         .map(|(mut batch, (events, open_runs))| {
             batch.events = events;
             batch.open_runs = open_runs;
-            Some(batch)
+            batch
         })
         .collect();
-    let positions: Vec<Option<usize>> = ids.iter().map(|id| slot_of(id.as_str())).collect();
-    let mut handed_out: HashMap<usize, usize> = HashMap::new();
-    let mut batches = Vec::with_capacity(filled.len());
-    for slot in positions.into_iter().flatten() {
-        match filled[slot].take() {
-            Some(batch) => {
-                handed_out.insert(slot, batches.len());
-                batches.push(batch);
-            }
-            None => batches.push(batches[handed_out[&slot]].clone()),
+    Ok(in_asked_order(ids, batches, |batch| &batch.id))
+}
+
+/// `found` (what a read of `ids` found, in any order) in the order `ids` asked for it:
+/// unknown ids left out, an id asked twice answered twice (a copy).
+pub(super) fn in_asked_order<T: Clone>(ids: &[BatchId], found: Vec<T>, id_of: impl Fn(&T) -> &BatchId) -> Vec<T> {
+    let mut first_asked: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
+    for (position, id) in ids.iter().enumerate() {
+        first_asked.entry(id.as_str()).or_insert(position);
+    }
+    let mut slots: Vec<Option<T>> = (0..ids.len()).map(|_| None).collect();
+    for item in found {
+        if let Some(&position) = first_asked.get(id_of(&item).as_str()) {
+            slots[position] = Some(item);
         }
     }
-    Ok(batches)
+    if first_asked.len() < ids.len() {
+        for (position, id) in ids.iter().enumerate() {
+            let first = first_asked[id.as_str()];
+            if first != position {
+                slots[position] = slots[first].clone();
+            }
+        }
+    }
+    slots.into_iter().flatten().collect()
 }
 
 pub(super) fn corrupt_row(table: &str, batch_id: &str) -> StoreError {

@@ -1,10 +1,12 @@
 //! The per-batch summary the SQLite store keeps for the batch index (column
-//! `batches.summary`): every write that changes a batch's effective events or open runs
-//! updates it in the same transaction, so a catch-up reads one row per batch instead of
-//! its whole log. Stored compactly as `[last_event_at, [[type, "s"|"f", seq, transient]],
-//! [running component]]`.
-
-use std::collections::HashMap;
+//! `batches.summary`): every write that changes a batch updates it in the same transaction,
+//! so a catch-up reads one row per batch instead of its whole log. Stored compactly as
+//! `[stamp, last_event_at, [[type, "s"|"f", seq, transient]], [running component]]`.
+//!
+//! The stamp is the `changed_seq` the summary was written at. A write that bypassed it (a
+//! process of an older release still holding the file after the upgrade, a hand edit)
+//! moves `changed_seq` without the stamp, or leaves the summary empty: such a summary is
+//! not trusted but computed from the log again, on read and on the next write.
 
 use rusqlite::{Connection, Row, params};
 
@@ -13,15 +15,15 @@ use crate::model::{
 };
 use crate::port::{StoreError, StoreResult};
 
-use super::ops::{NameCache, cached, corrupt_row};
+use super::ops::{MAX_BATCH_PAGE, NameCache, cached, in_asked_order, load_batches};
 use super::unavailable;
 
-/// What a batch without events or runs stores.
-pub fn empty() -> String {
-    encode(&SummaryState::default())
+/// What a batch without events or runs stores, created at `seq`.
+pub fn empty(seq: Seq) -> String {
+    encode(seq, &SummaryState::default())
 }
 
-fn encode(state: &SummaryState) -> String {
+fn encode(stamp: Seq, state: &SummaryState) -> String {
     let effective: Vec<(&str, &str, i64, u8)> = state
         .effective
         .iter()
@@ -34,70 +36,111 @@ fn encode(state: &SummaryState) -> String {
         })
         .collect();
     let running: Vec<&str> = state.running.iter().map(ComponentName::as_str).collect();
-    serde_json::to_string(&(state.last_event_at.millis(), effective, running)).expect("summaries serialize")
+    serde_json::to_string(&(stamp.0, state.last_event_at.millis(), effective, running)).expect("summaries serialize")
 }
 
 /// The stored form, borrowed from the row: names hold no JSON escapes (they are validated
 /// identifiers), so nothing is copied until a name is needed.
-type Stored<'a> = (i64, Vec<(&'a str, &'a str, i64, u8)>, Vec<&'a str>);
+type Stored<'a> = (i64, i64, Vec<(&'a str, &'a str, i64, u8)>, Vec<&'a str>);
 
-fn decode(text: &str, batch: &str, names: &mut NameCache) -> StoreResult<SummaryState> {
-    let corrupt = || StoreError::Unavailable(format!("the stored summary of batch {batch:?} is unreadable"));
-    let (last_event_at, effective, running): Stored = serde_json::from_str(text).map_err(|_| corrupt())?;
+/// The stored state, if it is readable and was written at `changed_seq`.
+fn decode(text: &str, changed_seq: Seq, names: &mut NameCache) -> Option<SummaryState> {
+    let (stamp, last_event_at, effective, running): Stored = serde_json::from_str(text).ok()?;
+    if stamp != changed_seq.0 {
+        return None;
+    }
     let effective = effective
         .into_iter()
         .map(|(event_type, outcome, seq, transient)| {
-            Ok(EventSummary {
-                event_type: cached::<EventType>(&mut names.event_types, event_type).map_err(|_| corrupt())?,
+            Some(EventSummary {
+                event_type: cached::<EventType>(&mut names.event_types, event_type).ok()?,
                 outcome: match outcome {
                     "s" => Outcome::Success,
                     "f" => Outcome::Failure,
-                    _ => return Err(corrupt()),
+                    _ => return None,
                 },
                 seq: Seq(seq),
                 transient: transient != 0,
             })
         })
-        .collect::<StoreResult<Vec<_>>>()?;
+        .collect::<Option<Vec<_>>>()?;
     let running = running
         .into_iter()
-        .map(|component| cached::<ComponentName>(&mut names.components, component).map_err(|_| corrupt()))
-        .collect::<StoreResult<Vec<_>>>()?;
-    Ok(SummaryState { last_event_at: Timestamp(last_event_at), effective, running })
+        .map(|component| cached::<ComponentName>(&mut names.components, component).ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some(SummaryState { last_event_at: Timestamp(last_event_at), effective, running })
+}
+
+/// The batch's state computed from its log and runs: for a summary that cannot be trusted.
+fn from_log(tx: &Connection, id: &BatchId) -> StoreResult<SummaryState> {
+    let batch = load_batches(tx, std::slice::from_ref(id), Timestamp::now())?.pop();
+    batch.map(|batch| SummaryState::of(&batch)).ok_or_else(|| StoreError::NotFound(id.clone()))
 }
 
 /// Moves the batch's `changed_seq` to `seq` and applies `change` to its summary: what every
-/// write that changes a batch's events or runs ends with.
+/// write that changes a batch ends with (a write changing neither events nor runs passes a
+/// `change` that does nothing, to stamp the summary). A summary that cannot be trusted is
+/// computed from the log first; the log then already holds this write's event or run, and
+/// applying `change` again leaves it as it is.
 pub fn touch(tx: &Connection, id: &BatchId, seq: Seq, change: impl FnOnce(&mut SummaryState)) -> StoreResult<()> {
-    let text: String = tx
-        .prepare_cached("SELECT summary FROM batches WHERE id = ?1")
-        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)))
+    let (changed_seq, text): (i64, String) = tx
+        .prepare_cached("SELECT changed_seq, summary FROM batches WHERE id = ?1")
+        .and_then(|mut statement| statement.query_row([id.as_str()], |row| Ok((row.get(0)?, row.get(1)?))))
         .map_err(unavailable)?;
-    let mut state = decode(&text, id.as_str(), &mut NameCache::default())?;
+    let mut state = match decode(&text, Seq(changed_seq), &mut NameCache::default()) {
+        Some(state) => state,
+        None => from_log(tx, id)?,
+    };
     change(&mut state);
     tx.prepare_cached("UPDATE batches SET changed_seq = ?2, summary = ?3 WHERE id = ?1")
-        .and_then(|mut statement| statement.execute(params![id.as_str(), seq.0, encode(&state)]))
+        .and_then(|mut statement| statement.execute(params![id.as_str(), seq.0, encode(seq, &state)]))
         .map_err(unavailable)?;
     Ok(())
 }
 
 const SUMMARY_COLUMNS: &str = "id, type, priority, created_seq, modified_seq, changed_seq, modified_at, summary";
 
-fn summary_from_row(row: &Row, names: &mut NameCache) -> StoreResult<BatchSummary> {
+/// A row's summary, or its id when the stored one cannot be trusted.
+fn summary_from_row(row: &Row, names: &mut NameCache) -> StoreResult<Result<BatchSummary, BatchId>> {
     let text = |i: usize| -> StoreResult<&str> { row.get_ref(i).and_then(|v| Ok(v.as_str()?)).map_err(unavailable) };
     let number = |i: usize| -> StoreResult<i64> { row.get(i).map_err(unavailable) };
     let id = BatchId::new(text(0)?).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    let changed_seq = Seq(number(5)?);
+    let Some(state) = decode(text(7)?, changed_seq, names) else { return Ok(Err(id)) };
     let header = SummaryHeader {
+        id,
         batch_type: cached(&mut names.batch_types, text(1)?).map_err(unavailable)?,
         priority: row.get(2).map_err(unavailable)?,
         created_seq: Seq(number(3)?),
         modified_seq: Seq(number(4)?),
-        changed_seq: Seq(number(5)?),
+        changed_seq,
         modified_at: Timestamp(number(6)?),
-        id,
     };
-    let state = decode(text(7)?, header.id.as_str(), names)?;
-    Ok(state.summary(header))
+    Ok(Ok(state.summary(header)))
+}
+
+/// The summaries of `rows`, those that cannot be trusted computed from their logs (in the
+/// same read transaction), in row order.
+fn summaries_of(tx: &Connection, mut rows: rusqlite::Rows<'_>) -> StoreResult<Vec<BatchSummary>> {
+    let mut names = NameCache::default();
+    let mut found = Vec::new();
+    while let Some(row) = rows.next().map_err(unavailable)? {
+        found.push(summary_from_row(row, &mut names)?);
+    }
+    let untrusted: Vec<BatchId> = found.iter().filter_map(|row| row.as_ref().err().cloned()).collect();
+    if untrusted.is_empty() {
+        return Ok(found.into_iter().flatten().collect());
+    }
+    let computed = load_batches(tx, &untrusted, Timestamp::now())?.iter().map(BatchSummary::of).collect();
+    let mut computed = in_asked_order(&untrusted, computed, |summary| &summary.id).into_iter();
+    found
+        .into_iter()
+        .map(|row| match row {
+            Ok(summary) => Ok(summary),
+            // The same read transaction found the row: its batch is there.
+            Err(id) => computed.next().ok_or(StoreError::NotFound(id)),
+        })
+        .collect()
 }
 
 /// The summaries of the named batches, in the order asked (unknown ids left out, an id
@@ -111,30 +154,9 @@ pub fn read(tx: &Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> 
     let mut statement = tx
         .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM batches WHERE id IN rarray(?1)"))
         .map_err(unavailable)?;
-    let mut rows = statement.query([&asked]).map_err(unavailable)?;
-    // SQLite walks the ids in its own order (sorted): each row goes to the slot of the
-    // position its id was asked at first; an id asked again gets a copy.
-    let mut first_asked: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
-    for (position, id) in ids.iter().enumerate() {
-        first_asked.entry(id.as_str()).or_insert(position);
-    }
-    let mut slots: Vec<Option<BatchSummary>> = vec![None; ids.len()];
-    let mut names = NameCache::default();
-    while let Some(row) = rows.next().map_err(unavailable)? {
-        let summary = summary_from_row(row, &mut names)?;
-        let position =
-            *first_asked.get(summary.id.as_str()).ok_or_else(|| corrupt_row("batches", summary.id.as_str()))?;
-        slots[position] = Some(summary);
-    }
-    if first_asked.len() < ids.len() {
-        for (position, id) in ids.iter().enumerate() {
-            let first = first_asked[id.as_str()];
-            if first != position {
-                slots[position] = slots[first].clone();
-            }
-        }
-    }
-    Ok(slots.into_iter().flatten().collect())
+    // SQLite walks the ids in its own order (sorted), not the order asked.
+    let found = summaries_of(tx, statement.query([&asked]).map_err(unavailable)?)?;
+    Ok(in_asked_order(ids, found, |summary| &summary.id))
 }
 
 /// Summaries in id order after `after`, at most `limit`.
@@ -142,13 +164,8 @@ pub fn list(tx: &Connection, after: Option<&BatchId>, limit: usize) -> StoreResu
     let mut statement = tx
         .prepare_cached(&format!("SELECT {SUMMARY_COLUMNS} FROM batches WHERE id > ?1 ORDER BY id LIMIT ?2"))
         .map_err(unavailable)?;
-    let mut rows = statement.query(params![after.map_or("", BatchId::as_str), limit as i64]).map_err(unavailable)?;
-    let mut names = NameCache::default();
-    let mut summaries = Vec::with_capacity(limit.min(10_000));
-    while let Some(row) = rows.next().map_err(unavailable)? {
-        summaries.push(summary_from_row(row, &mut names)?);
-    }
-    Ok(summaries)
+    let rows = statement.query(params![after.map_or("", BatchId::as_str), limit.min(MAX_BATCH_PAGE) as i64]);
+    summaries_of(tx, rows.map_err(unavailable)?)
 }
 
 /// Fills in the summary of every batch from its log and runs: the upgrade of a store file
@@ -170,10 +187,10 @@ pub fn backfill(tx: &Connection) -> StoreResult<u64> {
             .collect::<StoreResult<_>>()?;
         let Some(last) = ids.last() else { return Ok(filled) };
         after = last.as_str().to_owned();
-        for batch in super::ops::load_batches(tx, &ids, Timestamp::now())? {
+        for batch in load_batches(tx, &ids, Timestamp::now())? {
             tx.execute(
                 "UPDATE batches SET summary = ?2 WHERE id = ?1",
-                params![batch.id.as_str(), encode(&SummaryState::of(&batch))],
+                params![batch.id.as_str(), encode(batch.changed_seq, &SummaryState::of(&batch))],
             )
             .map_err(unavailable)?;
             filled += 1;
