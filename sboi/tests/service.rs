@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_test_servers::{wait_for, wait_until, wait_until_async_every};
+use autocomp_test_servers::{XorShift, wait_for, wait_until, wait_until_async_every};
 
 use autocomp_sboi::http::wire::OPERATIONS;
 use autocomp_sboi::{
@@ -737,29 +737,9 @@ async fn a_rebuild_needs_the_token_and_without_it_changes_nothing() {
     assert_eq!(index.query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
 }
 
-/// A small xorshift generator: the fuzz loop is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
 /// A body `operation` must refuse: malformed, truncated, wrong types, unknown fields,
 /// invalid names, too deep, not an object, not UTF-8, or too large.
-fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
+fn bad_body(rng: &mut XorShift, operation: &str) -> Vec<u8> {
     let valid = match operation {
         "query" => r#"{"trigger":{"requires":["Data_Received"],"limit":5},"fresh":false}"#,
         "document" => r#"{"id":"B0001"}"#,
@@ -771,7 +751,7 @@ fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
         // A proper prefix of a JSON object is never a JSON value.
         0 => valid.as_bytes()[..1 + rng.below(valid.len() - 1)].to_vec(),
         1 => {
-            let mut bytes: Vec<u8> = (0..1 + rng.below(300)).map(|_| rng.next() as u8).collect();
+            let mut bytes: Vec<u8> = (0..1 + rng.below(300)).map(|_| rng.next_u64() as u8).collect();
             bytes[0] = *rng.pick(b"#x]}\"\\\x00\xff");
             bytes
         }
@@ -807,7 +787,7 @@ fn bad_body(rng: &mut Rng, operation: &str) -> Vec<u8> {
     }
 }
 
-fn wrong_type(rng: &mut Rng, operation: &str) -> String {
+fn wrong_type(rng: &mut XorShift, operation: &str) -> String {
     let long_id = format!("\"{}\"", "x".repeat(129));
     match operation {
         "query" => {
@@ -894,7 +874,7 @@ async fn bad_bodies_get_a_json_4xx_and_the_service_lives_on() {
     varied_batches(&store, 0).await;
     let mut service = Service::start(dir.path());
     let base = service.url();
-    let mut rng = Rng(0x5b01_f022_2026_0007);
+    let mut rng = XorShift(0x5b01_f022_2026_0007);
     let operations = ["query", "document", "tally", "page", "catch_up", "rebuild"];
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     for round in 0..400 {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use autocomp_store::*;
+use autocomp_test_servers::XorShift;
 use serde_json::{Map, Value, json};
 
 struct Fixture {
@@ -755,27 +756,6 @@ async fn count_batches_counts_every_registered_batch(f: Fixture) {
         register(&f.store, &format!("B{n}")).await;
     }
     assert_eq!(f.store.count_batches().await.unwrap(), 7);
-}
-
-/// A small deterministic generator (xorshift), so a failing sequence is the same every run.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
 }
 
 /// The event type each component of the summary test records.

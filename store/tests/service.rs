@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_test_servers::{wait_for, wait_for_async};
+use autocomp_test_servers::{XorShift, wait_for, wait_for_async};
 
 use autocomp_store::http::wire::OPERATIONS;
 use autocomp_store::*;
@@ -476,7 +476,7 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
     for round in 0..600 {
         let (op, _) = OPERATIONS[rng.below(OPERATIONS.len())];
         let body = match round % 3 {
-            0 => (0..rng.below(64)).map(|_| rng.next() as u8).collect::<Vec<u8>>(),
+            0 => (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect::<Vec<u8>>(),
             1 => mutate(&valid, &mut rng).to_string().into_bytes(),
             _ => {
                 let mut text = mutate(&valid, &mut rng).to_string().into_bytes();
@@ -524,20 +524,6 @@ fn mutate(valid: &Value, rng: &mut XorShift) -> Value {
         body.insert("unexpected".into(), json!(true));
     }
     Value::Object(body)
-}
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 #[tokio::test]

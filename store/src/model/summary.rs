@@ -187,13 +187,8 @@ mod tests {
     /// A small deterministic generator: the folds must agree on every log it makes.
     fn logs() -> impl Iterator<Item = Vec<Event>> {
         let types = ["A", "B", "C", "Reset"];
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = autocomp_test_servers::XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         (0..500).map(move |_| {
             let length = next(12) as i64;
             (1..=length)

@@ -25,6 +25,33 @@ pub use postgres::{Options, Postgres, shared};
 
 use std::time::{Duration, Instant};
 
+/// A small deterministic generator (xorshift64) for tests that make up inputs: the same
+/// seed gives the same sequence on every run, so a failing case is the same every time.
+/// The seed must not be zero.
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform enough in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    pub fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
 /// How often the pollers ask, unless a test needs to see something briefly true.
 const POLL: Duration = Duration::from_millis(20);
 
