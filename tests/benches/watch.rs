@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
-use autocomp_e2e::{binary, percentile, wait_until};
+use autocomp_e2e::{binary, copy_tree, percentile, wait_until};
 use autocomp_store::{BatchId, HttpStore, ObjectStore, SqliteStore, Timestamp};
 
 const GOAL_P50: Duration = Duration::from_secs(1);
@@ -234,7 +234,7 @@ fn run(backends: &Backends, dir: &Path, bags: &[PathBuf], batches: usize, idle: 
     for n in 0..batches {
         let id = format!("B{:012}-RT1", 500_000_000_000u64 + n as u64);
         let staged = dir.join("staging").join(&id);
-        copy_dir(&bags[n % bags.len()], &staged);
+        copy_tree(&bags[n % bags.len()], &staged);
         std::fs::rename(&staged, dir.join("incoming").join(&id)).unwrap();
         let trigger_log = logs.join("batch-trigger.log");
         let status = component("batch-trigger", &config, &[], &trigger_log).status().unwrap();
@@ -335,17 +335,4 @@ fn service_pid(service: &Service) -> Option<u32> {
         }
     }
     None
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN, http_get};
 use autocomp_e2e::zk::{self, ZooKeeper};
-use autocomp_e2e::{PROBED, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{PROBED, Pipeline, binary, copy_tree, finish, wait_until};
 use autocomp_sboi::HttpIndex;
 use autocomp_store::{
     Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger,
@@ -42,19 +42,6 @@ fn status(config_dir: &Path, extra_env: &[(&str, &str)]) -> BTreeMap<String, BTr
             (row["id"].as_str().unwrap().to_string(), states)
         })
         .collect()
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// Where the multi-host pipeline keeps its store.

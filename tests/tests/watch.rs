@@ -106,11 +106,7 @@ fn sigterm_mid_work_lets_the_batch_finish_and_exits_0_with_nothing_claimed() {
     let (started, gate) = pipeline.hold_work_at_a_gate(&format!("{SLOW_HEARTBEAT}\nshutdown_grace = \"20s\""));
     let mut watcher = start_watcher(&pipeline);
     let id = pipeline.register_one("B0001", true);
-    let began = wait_until(Instant::now() + Duration::from_secs(15), || {
-        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited before working");
-        started.join("B0001").exists()
-    });
-    assert!(began, "the watcher never began work on B0001");
+    wait_for_work_to_begin(&mut watcher, &started, "B0001");
     sigterm(&watcher);
     // Still working after the signal (the grace), and no new claim: a batch registered now
     // stays unclaimed.
@@ -171,11 +167,7 @@ fn a_cron_pass_beside_a_busy_watcher_exits_3_and_one_beside_an_idle_watcher_work
         pipeline.hold_work_at_a_gate(&format!("{SLOW_HEARTBEAT}\nhold_poll_lock = true\npoll_lock_timeout = \"1s\""));
     let mut watcher = start_watcher(&pipeline);
     let held = pipeline.register_one("B0001", true);
-    let began = wait_until(Instant::now() + Duration::from_secs(15), || {
-        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited before working");
-        started.join("B0001").exists()
-    });
-    assert!(began, "the watcher never began work on B0001");
+    wait_for_work_to_begin(&mut watcher, &started, "B0001");
     // The watcher holds the poll lock while it works: cron's pass says so, as beside any pass.
     let cron = pipeline.run(&[]);
     assert_eq!(cron.code, Some(3), "{}", cron.show());
@@ -216,4 +208,14 @@ fn watch_refuses_flags_that_make_no_sense_with_it_naming_both() {
         "the error names the key and the value: {}",
         finished.show()
     );
+}
+
+/// Waits (15 s at most) until the watcher has begun work on `id` (the probe's `started`
+/// mark), failing at once if it exits first.
+fn wait_for_work_to_begin(watcher: &mut std::process::Child, started: &std::path::Path, id: &str) {
+    let began = wait_until(Instant::now() + Duration::from_secs(15), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited before working");
+        started.join(id).exists()
+    });
+    assert!(began, "the watcher never began work on {id}");
 }

@@ -5,11 +5,15 @@
 //! and hold work until a file appears, so tests can line processes up without sleeping.
 
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autocomp_framework::{Component, IoResultExt, WorkContext, WorkError, cli};
 use autocomp_store::{Batch, EventType, Trigger};
+use autocomp_test_servers::wait_until_every;
 use serde::Deserialize;
+
+/// Longest a batch's work waits for its `wait_for` gate (longer than any test that opens it).
+const GATE_DEADLINE: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -87,14 +91,20 @@ impl Component for Probe {
             std::fs::write(&path, std::process::id().to_string()).with_path(&path)?;
         }
         if let Some(gate) = &settings.wait_for {
-            while !gate.exists() && !context.is_cancelled() {
-                std::thread::sleep(Duration::from_millis(5));
+            // Bounded: a gate the test never opens fails the batch instead of holding it.
+            let deadline = Instant::now() + GATE_DEADLINE;
+            let opened =
+                wait_until_every(Duration::from_millis(5), deadline, || gate.exists() || context.is_cancelled());
+            if !opened {
+                return Err(WorkError::permanent(format!(
+                    "{} did not appear within {GATE_DEADLINE:?}",
+                    gate.display()
+                )));
             }
         }
-        let deadline = std::time::Instant::now() + settings.work_time;
-        while std::time::Instant::now() < deadline && !context.is_cancelled() {
-            std::thread::sleep(Duration::from_millis(5).min(settings.work_time));
-        }
+        // The simulated work: `work_time`, or until cancelled.
+        let deadline = Instant::now() + settings.work_time;
+        wait_until_every(Duration::from_millis(5).min(settings.work_time), deadline, || context.is_cancelled());
         let result = match settings.behaviour.as_str() {
             "succeed" => Ok(()),
             "fail" => {
