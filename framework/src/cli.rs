@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use autocomp_model::{BatchId, Schedule};
 use autocomp_sboi::open_index;
-use autocomp_store::{BatchId, Schedule, open_store};
+use autocomp_store::open_store;
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tokio::sync::watch;
 use tracing::{error, info};
@@ -20,7 +21,7 @@ use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::open_locks;
 use crate::runner::{Pipeline, Runner, Selection};
 
-pub use autocomp_store::logging::LogFormat;
+pub use autocomp_http::logging::LogFormat;
 
 /// The flags every component accepts.
 #[derive(Debug, Clone, Args)]
@@ -111,7 +112,7 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
         (0, LogFormat::Json) | (1, _) => "info",
         _ => "debug",
     };
-    autocomp_store::logging::init(level, format);
+    autocomp_http::logging::init(level, format);
 }
 
 /// Runs the component with parsed arguments; returns the documented exit code.

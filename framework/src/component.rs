@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use autocomp_store::{Batch, BatchId, ComponentName, Failure, ObjectStore, Report, Trigger};
+use autocomp_model::{Batch, BatchId, ComponentName, Failure, Report, Trigger};
+use autocomp_store::ObjectStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -114,15 +115,15 @@ impl<T> IoResultExt<T> for std::io::Result<T> {
 
 /// A result that does not fit an earlier step's type is permanent: the same batch gives the
 /// same answer next time.
-impl From<autocomp_store::InvalidInput> for WorkError {
-    fn from(error: autocomp_store::InvalidInput) -> Self {
+impl From<autocomp_model::InvalidInput> for WorkError {
+    fn from(error: autocomp_model::InvalidInput) -> Self {
         WorkError::Permanent(error.to_string())
     }
 }
 
 /// Largest structured result, serialized: half the store's document limit, leaving the
 /// rest of the event's report room.
-pub const MAX_RESULT_BYTES: usize = autocomp_store::MAX_DOCUMENT_BYTES / 2;
+pub const MAX_RESULT_BYTES: usize = autocomp_model::MAX_DOCUMENT_BYTES / 2;
 
 /// Saves checkpoints for one run, fenced by its generation.
 #[derive(Clone)]

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use autocomp_store::{Schedule, Trigger, duration_text};
+use autocomp_model::{ComponentDescriptor, ComponentName, EventType, Schedule, Trigger, duration_text};
 use serde::Deserialize;
 
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
@@ -56,20 +56,29 @@ impl Backends {
 
     /// The three URLs, or an error naming the missing one and where to set it.
     pub fn require(&self, shared_file: &Path) -> Result<(String, String, String), ConfigError> {
-        let need = |value: &Option<String>, key: &str, env: &str| {
-            value.clone().ok_or_else(|| {
-                ConfigError::new(
-                    shared_file,
-                    format!("no {key} backend configured: set `{key} = \"...\"` here, ${env}, or --{key}"),
-                )
-            })
-        };
         Ok((
-            need(&self.store, "store", "AUTOCOMP_STORE")?,
-            need(&self.index, "index", "AUTOCOMP_INDEX")?,
-            need(&self.locks, "locks", "AUTOCOMP_LOCKS")?,
+            required(&self.store, "store", "AUTOCOMP_STORE", shared_file)?,
+            required(&self.index, "index", "AUTOCOMP_INDEX", shared_file)?,
+            required(&self.locks, "locks", "AUTOCOMP_LOCKS", shared_file)?,
         ))
     }
+
+    /// `require` for a source, which never asks the index: (store, locks).
+    pub fn require_store_and_locks(&self, shared_file: &Path) -> Result<(String, String), ConfigError> {
+        Ok((
+            required(&self.store, "store", "AUTOCOMP_STORE", shared_file)?,
+            required(&self.locks, "locks", "AUTOCOMP_LOCKS", shared_file)?,
+        ))
+    }
+}
+
+fn required(value: &Option<String>, key: &str, env: &str, shared_file: &Path) -> Result<String, ConfigError> {
+    value.clone().ok_or_else(|| {
+        ConfigError::new(
+            shared_file,
+            format!("no {key} backend configured: set `{key} = \"...\"` here, ${env}, or --{key}"),
+        )
+    })
 }
 
 /// One component's `<name>.toml`.
@@ -158,6 +167,33 @@ impl Default for ComponentConfig {
 }
 
 impl ComponentConfig {
+    /// What the registry records of a component configured by this file: its readiness
+    /// settings beside who it is. A source has a trigger of its own kind (none) and is never
+    /// overdue, for nothing waits on it.
+    pub fn descriptor(
+        &self,
+        name: ComponentName,
+        version: &str,
+        event_type: EventType,
+        trigger: Trigger,
+        source: bool,
+    ) -> ComponentDescriptor {
+        ComponentDescriptor {
+            name,
+            version: version.to_owned(),
+            event_type,
+            trigger,
+            max_attempts: self.max_attempts,
+            retry_backoff: self.retry_backoff,
+            queue_size: self.queue_size,
+            max_runtime: self.max_runtime,
+            source,
+            overdue_after: if source { None } else { self.overdue_after },
+            silent_after: self.silent_after,
+            schedule: self.schedule.clone(),
+        }
+    }
+
     /// The component's default trigger with this file's `[trigger]` clauses replacing its own.
     pub fn trigger(&self, default: &Trigger, file: &Path) -> Result<Trigger, ConfigError> {
         let mut merged = toml::Table::try_from(default)
@@ -244,7 +280,7 @@ pub fn settings<T: serde::de::DeserializeOwned>(table: &toml::Table, file: &Path
 
 #[cfg(test)]
 mod tests {
-    use autocomp_store::EventType;
+    use autocomp_model::EventType;
 
     use super::*;
 

@@ -1,33 +1,45 @@
-//! The autocomp framework: what every autonomous component runs when cron starts it (the
-//! `Component` trait, the runner, config, the lock port), and the `autocomp` admin CLI.
+//! The autocomp component SDK: what every autonomous component runs when cron (or
+//! `--watch`) starts it.
 //!
-//! A component is one small file: implement [`Component`], call [`cli::main`]. Everything a
-//! component needs is re-exported here (`use autocomp_framework::prelude::*;`), so it
-//! depends on this crate alone; [`testing`] runs its `work` in unit tests and its binary in
-//! a temporary pipeline. `docs/writing-a-component.md` in the repository walks through one.
+//! A component is one small file: implement [`Component`] (or [`Source`], for a component
+//! that registers batches instead of working on them) and call [`main`]. Everything its file
+//! needs is in the [`prelude`] (`use autocomp_framework::prelude::*;`), so it depends on this
+//! crate alone. With the `testing` feature (take it as a dev-dependency), `testing` runs its
+//! `work` in unit tests and its binary in a temporary pipeline.
+//! `docs/writing-a-component.md` in the repository walks through one.
+//!
+//! Beside the component's own API, three modules are public for the tools built on the same
+//! parts (the operator application, the lock tests): [`config`] (backends and config files),
+//! [`locks`] (the lock port and its flock and ZooKeeper adapters) and [`exit`] (exit codes).
+#![warn(missing_docs)]
 
-pub mod cli;
-pub mod component;
+mod cli;
+mod component;
 pub mod config;
-pub mod demo;
 pub mod exit;
 pub mod locks;
-pub mod operator;
-pub mod runner;
-pub mod scaffold;
+mod runner;
+mod source;
+#[cfg(feature = "testing")]
 pub mod testing;
-pub mod watch;
+mod watch;
 
 #[doc(inline)]
-pub use autocomp_store::{
+pub use autocomp_model::{
     Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
-    InvalidInput, Outcome, Report, Timestamp, Trigger, TriggerBuilder, TypeNames, duration_text,
+    IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, Report, Timestamp, Trigger, TriggerBuilder, TypeNames,
+    duration_text,
 };
+#[doc(inline)]
+pub use autocomp_store::StoreError;
+pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, WorkContext, WorkError};
+pub use source::{SettingError, Source, SourceContext, source_main};
 
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.
 pub mod prelude {
     pub use crate::component::{Component, IoResultExt, WorkContext, WorkError};
+    pub use crate::source::{Source, SourceContext};
     pub use crate::{Batch, Outcome, Trigger};
     pub use serde::{Deserialize, Serialize};
     pub use serde_json::{Value, json};

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use autocomp_sboi::BatchIndex;
-use autocomp_store::{
-    Agent, Batch, BatchId, Claim, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, ObjectStore,
-    Outcome, PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, StoreError, Timestamp, Trigger, WorkDone,
-    WorkResult,
+use autocomp_model::{
+    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, Outcome,
+    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, Timestamp, Trigger, WorkDone, WorkResult,
 };
+use autocomp_sboi::BatchIndex;
+use autocomp_store::{Claim, ObjectStore, StoreError};
 use futures_util::StreamExt;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
@@ -157,6 +157,27 @@ impl Identity {
             Agent::new(format!("{component}/{version}@{host}#{pid}")).map_err(|e| RunError::Usage(e.to_string()))?;
         Ok(Self { agent, host, pid })
     }
+
+    /// What a lock node this process takes says of its holder.
+    pub fn lock_holder(&self) -> LockHolder {
+        LockHolder { agent: self.agent.to_string(), host: self.host.clone(), pid: self.pid, since: Timestamp::now() }
+    }
+}
+
+/// Tells the registry what a component is and how its pass stands. An event type another
+/// component already records is a configuration error (exit 2).
+pub(crate) async fn record_pass(
+    store: &dyn ObjectStore,
+    descriptor: &ComponentDescriptor,
+    identity: &Identity,
+    phase: PassPhase,
+) -> Result<(), RunError> {
+    let record = PassRecord { descriptor: descriptor.clone(), host: identity.host.clone(), phase };
+    match store.record_pass(record).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn hostname() -> String {
@@ -197,7 +218,7 @@ impl<C: Component> Runner<C> {
         pipeline: Pipeline,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Arc<Self>, RunError> {
-        let usage = |e: autocomp_store::InvalidInput| RunError::Usage(e.to_string());
+        let usage = |e: autocomp_model::InvalidInput| RunError::Usage(e.to_string());
         let name = ComponentName::new(component.name()).map_err(usage)?;
         let event_type = EventType::new(component.event_type()).map_err(usage)?;
         if let Some(configured) = config.event_type.as_deref().filter(|t| *t != event_type.as_str()) {
@@ -207,20 +228,7 @@ impl<C: Component> Runner<C> {
             )));
         }
         let identity = Identity::of(component.name(), component.version())?;
-        let descriptor = ComponentDescriptor {
-            name: name.clone(),
-            version: component.version().to_owned(),
-            event_type: event_type.clone(),
-            trigger,
-            max_attempts: config.max_attempts,
-            retry_backoff: config.retry_backoff,
-            queue_size: config.queue_size,
-            max_runtime: config.max_runtime,
-            source: false,
-            overdue_after: config.overdue_after,
-            silent_after: config.silent_after,
-            schedule: config.schedule.clone(),
-        };
+        let descriptor = config.descriptor(name.clone(), component.version(), event_type.clone(), trigger, false);
         descriptor.validate().map_err(usage)?;
         let retry_trigger = descriptor.retry_trigger();
         Ok(Arc::new(Self {
@@ -242,12 +250,7 @@ impl<C: Component> Runner<C> {
     }
 
     fn lock_holder(&self) -> LockHolder {
-        LockHolder {
-            agent: self.identity.agent.to_string(),
-            host: self.identity.host.clone(),
-            pid: self.identity.pid,
-            since: Timestamp::now(),
-        }
+        self.identity.lock_holder()
     }
 
     fn run_holder(&self) -> RunHolder {
@@ -261,10 +264,6 @@ impl<C: Component> Runner<C> {
 
     fn shutting_down(&self) -> bool {
         *self.shutdown.borrow()
-    }
-
-    pub fn descriptor(&self) -> &ComponentDescriptor {
-        &self.descriptor
     }
 
     /// The candidates the index offers, in trigger order; retries of transient failures last.
@@ -315,12 +314,7 @@ impl<C: Component> Runner<C> {
     /// Tells the registry what this component is and how its pass stands. An event type
     /// another component already records is a configuration error (exit 2).
     async fn report_pass(&self, phase: PassPhase) -> Result<(), RunError> {
-        let record = PassRecord { descriptor: self.descriptor.clone(), host: self.identity.host.clone(), phase };
-        match self.pipeline.store.record_pass(record).await {
-            Ok(()) => Ok(()),
-            Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),
-            Err(e) => Err(e.into()),
-        }
+        record_pass(self.pipeline.store.as_ref(), &self.descriptor, &self.identity, phase).await
     }
 
     async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
@@ -961,7 +955,7 @@ fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
 /// a failure saying so, with the failures' count kept: refused, it would record nothing.
 fn within_document_limit(report: Report) -> Report {
     let size = serde_json::to_vec(&report.to_details()).map_or(usize::MAX, |bytes| bytes.len());
-    if size <= autocomp_store::MAX_DOCUMENT_BYTES {
+    if size <= autocomp_model::MAX_DOCUMENT_BYTES {
         return report;
     }
     let mut trimmed = Report::new(report.failures_cap);
@@ -971,7 +965,7 @@ fn within_document_limit(report: Report) -> Report {
     trimmed.summary = format!(
         "the report was {size} bytes, over the store's limit of {} bytes per event; its result and failure \
          list were dropped ({} failures found)",
-        autocomp_store::MAX_DOCUMENT_BYTES,
+        autocomp_model::MAX_DOCUMENT_BYTES,
         report.failures_total
     );
     trimmed
@@ -1029,7 +1023,7 @@ mod tests {
     fn summary_lines_name_the_first_failure() {
         let mut report = Report::new(10);
         report.duration_ms = 1234;
-        report.add_failure(autocomp_store::Failure {
+        report.add_failure(autocomp_model::Failure {
             reference: "data/a.tif".into(),
             kind: "checksum".into(),
             description: "md5 mismatch".into(),

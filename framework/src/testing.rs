@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_store::{
+use autocomp_model::{
     Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, NewBatch, NewEvent,
-    ObjectStore, Outcome, PassOutcome, PassPhase, PassRecord, Report, Seq, SqliteStore, StoreError, Timestamp, Trigger,
+    Outcome, PassOutcome, PassPhase, PassRecord, Report, Seq, Timestamp, Trigger,
 };
+use autocomp_store::{ObjectStore, SqliteStore, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -249,7 +250,7 @@ impl TempPipeline {
         self.create(NewBatch::new(batch_id(id), round_trip()));
     }
     /// Records an event by hand (agent `test`), e.g. what an earlier step would have.
-    pub fn record(&self, id: &str, event_type: &str, outcome: autocomp_store::Outcome, details: serde_json::Value) {
+    pub fn record(&self, id: &str, event_type: &str, outcome: autocomp_model::Outcome, details: serde_json::Value) {
         let event_type = EventType::new(event_type).unwrap_or_else(|e| panic!("record: {e}"));
         let event = NewEvent::new(event_type, outcome, agent()).with_details(details);
         self.append(id, event);
@@ -392,7 +393,7 @@ mod tests {
 
     use super::*;
     use crate::component::IoResultExt;
-    use autocomp_store::Trigger;
+    use autocomp_model::Trigger;
 
     /// A component whose settings choose what its `work` does.
     struct Probe;

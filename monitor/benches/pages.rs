@@ -15,13 +15,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use autocomp_framework::config::Backends;
-use autocomp_framework::operator::Operator;
+use autocomp_model::{
+    BatchId, ComponentDescriptor, ComponentName, EventType, PassOutcome, PassPhase, PassRecord, Trigger, WorkDone,
+    WorkResult,
+};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{WebOptions, router};
-use autocomp_store::{
-    BatchId, ComponentDescriptor, ComponentName, EventType, ObjectStore, PassOutcome, PassPhase, PassRecord,
-    SqliteStore, Trigger, WorkDone, WorkResult,
-};
+use autocomp_ops::operator::Operator;
+use autocomp_store::{ObjectStore, SqliteStore};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;

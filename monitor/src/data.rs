@@ -5,13 +5,11 @@
 
 use std::time::Duration;
 
-use autocomp_framework::operator::{
-    AlertDefaults, Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long,
-};
-use autocomp_sboi::{PageKey, PageRequest, Tally};
-use autocomp_store::{
+use autocomp_model::{
     Batch, BatchId, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Timestamp,
 };
+use autocomp_ops::operator::{AlertDefaults, Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long};
+use autocomp_sboi::{PageKey, PageRequest, Tally};
 
 use crate::filter::{Filter, StateFilter};
 
@@ -33,7 +31,7 @@ impl Default for Settings {
 }
 
 /// The most batches a bulk action or a preview acts on (the operator's own bound).
-pub use autocomp_framework::operator::MAX_BULK_BATCHES as MAX_BULK;
+pub use autocomp_ops::operator::MAX_BULK_BATCHES as MAX_BULK;
 
 #[derive(Clone)]
 pub struct Monitor {

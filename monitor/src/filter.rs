@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
+use autocomp_model::{BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, InvalidInput, Selection};
 use autocomp_sboi::{PageKey, PageOrder};
-use autocomp_store::{BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, InvalidInput, Selection};
 
 /// A component's state as the monitor filters on it: the six states, or `overdue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use autocomp_framework::config::Backends;
-use autocomp_framework::operator::Operator;
+use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Trigger};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_store::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Seq, Trigger};
+use autocomp_ops::operator::Operator;
+use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use serde_json::json;
@@ -147,7 +148,7 @@ impl Fixture {
         self.store.head().await.unwrap()
     }
 
-    async fn events(&self, batch: &str) -> Vec<autocomp_store::Event> {
+    async fn events(&self, batch: &str) -> Vec<autocomp_model::Event> {
         self.store.get_batch(&id(batch)).await.unwrap().events
     }
 }

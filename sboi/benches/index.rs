@@ -37,11 +37,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, Outcome, Run,
+    RunHolder, Seq, Timestamp, Trigger, order_key,
+};
 use autocomp_sboi::{BlockedBy, CatchUp, EngineOptions, IndexEngine};
 use autocomp_store::{
-    Agent, Batch, BatchId, BatchSummary, BatchType, ChangePage, Claim, ComponentName, CreateOutcome, Event, EventType,
-    NewBatch, NewEvent, ObjectStore, Outcome, Run, RunHolder, Seq, SqliteOptions, SqliteStore, StoreResult,
-    Synchronous, Timestamp, Trigger, order_key,
+    ChangePage, Claim, CreateOutcome, ObjectStore, SqliteOptions, SqliteStore, StoreResult, Synchronous,
 };
 use rusqlite::Connection;
 use serde_json::{Map, Value, json};
@@ -627,10 +629,10 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
     async fn head(&self) -> StoreResult<Seq> {
         self.timed(self.inner.head()).await
     }
-    async fn record_pass(&self, pass: autocomp_store::PassRecord) -> StoreResult<()> {
+    async fn record_pass(&self, pass: autocomp_model::PassRecord) -> StoreResult<()> {
         self.inner.record_pass(pass).await
     }
-    async fn components(&self) -> StoreResult<Vec<autocomp_store::RegisteredComponent>> {
+    async fn components(&self) -> StoreResult<Vec<autocomp_model::RegisteredComponent>> {
         self.inner.components().await
     }
     async fn retire_component(
@@ -638,7 +640,7 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
         name: &ComponentName,
         by: &Agent,
         reason: &str,
-    ) -> StoreResult<autocomp_store::RegisteredComponent> {
+    ) -> StoreResult<autocomp_model::RegisteredComponent> {
         self.inner.retire_component(name, by, reason).await
     }
 }

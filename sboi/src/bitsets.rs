@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use autocomp_store::{Selection, Timestamp, Trigger};
+use autocomp_model::{Selection, Timestamp, Trigger};
 use tantivy::columnar::Column;
 use tantivy::index::SegmentId;
 use tantivy::schema::{Field, IndexRecordOption};

@@ -3,7 +3,7 @@
 //! keyset cursor, so paging a million batches never skips or repeats one and never counts
 //! an offset.
 
-use autocomp_store::{BatchId, Selection, Timestamp};
+use autocomp_model::{BatchId, Selection, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// The most batches one page holds.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use autocomp_store::{BatchId, BatchSummary, Outcome, Timestamp};
+use autocomp_model::{BatchId, BatchSummary, Outcome, Timestamp};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{FAST, Field, INDEXED, STORED, STRING, Schema, TantivyDocument, Value};
 use tantivy::{Term, doc};

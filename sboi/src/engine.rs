@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use std::ops::Bound;
 
-use autocomp_store::{BatchId, BatchSummary, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
+use autocomp_model::{BatchId, BatchSummary, Selection, Seq, Timestamp, Trigger};
+use autocomp_store::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::sort_key::SortByStaticFastValue;
 use tantivy::collector::{DocSetCollector, TopDocs};

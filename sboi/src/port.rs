@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_store::{BatchId, InvalidInput, ObjectStore, Selection, Seq, StoreError, Timestamp, Trigger};
+use autocomp_model::{BatchId, InvalidInput, Selection, Seq, Timestamp, Trigger};
+use autocomp_store::{ObjectStore, StoreError};
 
 use crate::browse::{Page, PageRequest, Tally};
 

@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use std::time::Duration;
 
-use autocomp_store::{Selection, Timestamp, Trigger};
+use autocomp_model::{Selection, Timestamp, Trigger};
 use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use autocomp_model::*;
 use autocomp_sboi::{BatchIndex, CatchUp, IndexEngine, LocalIndex, open_index};
 use autocomp_store::*;
 use serde_json::json;

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use autocomp_model::*;
 use autocomp_sboi::{BatchIndex, CatchUp, EngineOptions, IndexEngine, LocalIndex};
 use autocomp_store::*;
 use autocomp_test_servers::wait_until_every;

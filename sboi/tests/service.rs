@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_test_servers::{XorShift, wait_for, wait_until, wait_until_async_every};
 
+use autocomp_model::*;
 use autocomp_sboi::http::wire::OPERATIONS;
 use autocomp_sboi::{
     BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, MAX_PAGE, PageKey, PageOrder, PageRequest,

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use autocomp_model::*;
 use autocomp_sboi::{EngineOptions, IndexEngine, PageKey, PageOrder, PageRequest, Tally};
 use autocomp_store::*;
 use proptest::prelude::*;

@@ -34,10 +34,11 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use autocomp_store::{
-    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, EventType, NewBatch, NewEvent, ObjectStore, Outcome,
-    RunHolder, Seq, SqliteOptions, SqliteStore, Synchronous, Timestamp,
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder,
+    Seq, Timestamp,
 };
+use autocomp_store::{ObjectStore, SqliteOptions, SqliteStore, Synchronous};
 use serde_json::{Value, json};
 
 const APPEND_GOAL: f64 = 10_000.0;

@@ -1,22 +1,20 @@
 //! The object store: the source of truth of an autocomp pipeline.
 //!
-//! It owns the data model (batches, their append-only event logs, claims), the one pure
-//! definition of trigger semantics, the `ObjectStore` port every other crate talks to, and the
-//! embedded SQLite backend behind it, and the store service that puts any backend on HTTP
-//! with the `HttpStore` client that reaches it. Nothing here knows about indexes, locks or components.
+//! It owns the `ObjectStore` port every other crate talks to, the rules every write obeys
+//! (`write_rules`), its adapters (the embedded SQLite file, PostgreSQL, and `HttpStore`, the
+//! client of the store service), the store service that puts any backend on HTTP, and
+//! `open_store`, which picks an adapter by URL. The data it keeps is `autocomp_model`'s.
+//! Nothing here knows about indexes, locks or components.
 
 pub mod http;
-pub mod logging;
-pub mod model;
+mod open;
 pub mod port;
 pub mod postgres;
 pub mod sqlite;
 mod write_rules;
 
 pub use http::HttpStore;
-pub use model::*;
-pub use port::{
-    Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult, display_url, open_store,
-};
+pub use open::open_store;
+pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

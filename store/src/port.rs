@@ -2,14 +2,13 @@
 //! truth. Async because its distributed adapter is an HTTP client and its callers run on
 //! tokio; the embedded SQLite adapter runs its blocking work off the async threads.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::model::{
+use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq,
 };
@@ -254,45 +253,5 @@ pub trait ObjectStore: Send + Sync {
             after = Some(last.id.clone());
             count += page.len() as u64;
         }
-    }
-}
-
-/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`,
-/// PostgreSQL at `postgres://user@host1,host2/database[?target_session_attrs=read-write&...]`,
-/// or the store service at `http://host:port[?retry_for=30s]`.
-pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
-    if let Some(rest) = url.strip_prefix("sqlite://") {
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if path.is_empty() {
-            return Err(InvalidInput::new("store url", url, "names no file; write sqlite:///path/to/store.db").into());
-        }
-        let options = crate::sqlite::SqliteOptions::from_query(query)
-            .map_err(|reason| InvalidInput::new("store url", url, reason))?;
-        let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
-        return Ok(Arc::new(store));
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Arc::new(crate::postgres::PgStore::open(url).await?));
-    }
-    if url.starts_with("http://") || url.starts_with("https://") {
-        return Ok(Arc::new(crate::http::HttpStore::new(url)?));
-    }
-    let reason =
-        "unknown scheme; expected sqlite:///path/to/store.db, postgres://user@host/database or http://host:port";
-    Err(InvalidInput::new("store url", url, reason).into())
-}
-
-/// A backend URL as it may be shown in an error or a log: a password in it is replaced by
-/// `***` (PostgreSQL URLs may carry one).
-pub fn display_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{hosts}{tail}")
-        }
-        _ => url.to_string(),
     }
 }

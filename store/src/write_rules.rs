@@ -6,11 +6,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::model::{
+use crate::port::{Claim, StoreError, StoreResult};
+use autocomp_model::{
     Batch, BatchId, ComponentName, Event, EventType, IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome,
     Retirement, Run, RunHolder, RunState,
 };
-use crate::port::{Claim, StoreError, StoreResult};
 
 /// A claim whose key already opened `run` (generation `current` being the batch's newest):
 /// a retry after a lost answer gets that run back while it is still the open current one of
@@ -155,7 +155,7 @@ pub(crate) fn merge_metadata(metadata: Value, patch: Map<String, Value>) -> Stor
         }
     }
     let metadata = Value::Object(metadata);
-    crate::model::check_object("metadata", &metadata)?;
+    autocomp_model::check_object("metadata", &metadata)?;
     Ok(metadata)
 }
 

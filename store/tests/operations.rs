@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::XorShift;
 use serde_json::{Map, Value, json};

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::postgres::{Postgres, shared};
 

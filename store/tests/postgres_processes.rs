@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use autocomp_model::*;
 use autocomp_store::postgres::LATEST_VERSION;
 use autocomp_store::*;
 use autocomp_test_servers::postgres::{Postgres, shared};

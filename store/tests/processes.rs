@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use autocomp_model::*;
 use autocomp_store::*;
 use serde_json::json;
 

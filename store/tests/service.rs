@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_test_servers::{XorShift, wait_for, wait_for_async};
 
+use autocomp_model::*;
 use autocomp_store::http::wire::OPERATIONS;
 use autocomp_store::*;
 use serde_json::{Value, json};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::percentile;
 use autocomp_e2e::zk::{Options, ZooKeeper};
 use autocomp_framework::locks::{LockHolder, LockPath, LockService, ZkLocks};
-use autocomp_store::{BatchId, ComponentName, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Timestamp};
 use zookeeper_client as zk;
 
 const GOAL_CYCLES: f64 = 3_000.0;

@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::{binary, percentile};
-use autocomp_sboi::{CatchUp, EngineOptions, IndexEngine};
-use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentName, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, PgStore,
-    RunHolder, Seq, SqliteOptions, SqliteStore, Synchronous,
+use autocomp_model::{
+    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Seq,
 };
+use autocomp_sboi::{CatchUp, EngineOptions, IndexEngine};
+use autocomp_store::{HttpStore, ObjectStore, PgStore, SqliteOptions, SqliteStore, Synchronous};
 use autocomp_test_servers::Postgres;
 use serde_json::{Value, json};
 

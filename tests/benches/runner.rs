@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{binary, percentile};
+use autocomp_model::*;
 use autocomp_store::*;
 
 fn env_usize(name: &str, default: usize) -> usize {

@@ -30,11 +30,9 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::percentile;
 use autocomp_e2e::services::{Service, TOKEN, metric};
+use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Timestamp, Trigger};
 use autocomp_sboi::{BatchIndex, HttpIndex, IndexEngine};
-use autocomp_store::{
-    Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, Seq, SqliteOptions,
-    SqliteStore, Synchronous, Timestamp, Trigger,
-};
+use autocomp_store::{HttpStore, ObjectStore, SqliteOptions, SqliteStore, Synchronous};
 use autocomp_test_servers::wait_until_every;
 
 const GOAL_APPENDS: f64 = 5_000.0;

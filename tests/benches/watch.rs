@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{binary, copy_tree, percentile, wait_until};
-use autocomp_store::{BatchId, HttpStore, ObjectStore, SqliteStore, Timestamp};
+use autocomp_model::{BatchId, Timestamp};
+use autocomp_store::{HttpStore, ObjectStore, SqliteStore};
 
 const GOAL_P50: Duration = Duration::from_secs(1);
 const WATCHERS: [&str; 3] = ["checksum-verifier", "structure-checker", "archiver"];

@@ -14,10 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, ObjectStore, Outcome, Run,
-    Seq, SqliteStore, open_store,
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, Outcome, Run, Seq,
 };
+use autocomp_store::{ObjectStore, SqliteStore, open_store};
 
 /// The path of a workspace binary, e.g. `binary("autocomp")`.
 pub fn binary(name: &str) -> PathBuf {
@@ -375,7 +375,7 @@ fn open(runtime: &tokio::runtime::Runtime, url: &str) -> (Arc<dyn ObjectStore>, 
     }
     let store = runtime
         .block_on(open_store(url))
-        .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_store::display_url(url)));
+        .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_http::display_url(url)));
     (store, None)
 }
 

@@ -22,7 +22,7 @@ use autocomp_e2e::netns::{Host, Network};
 use autocomp_e2e::services::Service;
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, wait_until};
-use autocomp_store::Outcome;
+use autocomp_model::Outcome;
 use autocomp_test_servers::postgres::{Options, Postgres};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use autocomp_e2e::{PROBED, Pipeline};
-use autocomp_store::Outcome;
+use autocomp_model::Outcome;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 

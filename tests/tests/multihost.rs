@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::services::{Service, TOKEN, http_get};
 use autocomp_e2e::zk::{self, ZooKeeper};
 use autocomp_e2e::{PROBED, Pipeline, binary, copy_tree, finish, wait_until};
+use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Trigger};
 use autocomp_sboi::HttpIndex;
-use autocomp_store::{
-    Agent, BatchId, BatchType, EventType, HttpStore, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger,
-    open_store,
-};
+use autocomp_store::{HttpStore, ObjectStore, SqliteStore, open_store};
 use autocomp_test_servers::postgres;
 use serde_json::Value;
 

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
-use autocomp_store::{Event, ObjectStore, Outcome};
+use autocomp_model::{Event, Outcome};
+use autocomp_store::ObjectStore;
 use serde_json::Value;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

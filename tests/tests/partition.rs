@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::netns::Network;
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
-use autocomp_store::Outcome;
+use autocomp_model::Outcome;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 

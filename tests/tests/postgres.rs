@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
-use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentName, EventType, HttpStore, IdempotencyKey, NewBatch, NewEvent, ObjectStore,
-    Outcome, RunHolder, StoreError, open_store,
+use autocomp_model::{
+    Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, RunHolder,
 };
+use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
 use autocomp_test_servers::postgres::{self, Postgres};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use autocomp_e2e::services::Service;
 use autocomp_e2e::{Finished, Pipeline, binary, finish};
-use autocomp_store::EventType;
+use autocomp_model::EventType;
 use serde_json::Value;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

@@ -7,7 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
-use autocomp_store::Outcome;
+use autocomp_model::Outcome;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const PASS_LIMIT: Duration = Duration::from_secs(30);
@@ -22,7 +22,7 @@ fn assert_no_open_runs(pipeline: &Pipeline) {
     assert!(open.is_empty(), "runs left open: {open:?}");
 }
 
-fn summary(event: &autocomp_store::Event) -> &str {
+fn summary(event: &autocomp_model::Event) -> &str {
     event.details["summary"].as_str().unwrap_or_default()
 }
 

@@ -36,7 +36,7 @@ fn start_watcher(pipeline: &Pipeline) -> Child {
     watcher
 }
 
-fn probed(pipeline: &Pipeline, id: &autocomp_store::BatchId) -> usize {
+fn probed(pipeline: &Pipeline, id: &autocomp_model::BatchId) -> usize {
     pipeline.events(id, PROBED).len()
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::zk::{Options, Znode, ZooKeeper, four_letter, free_ports};
 use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
 use autocomp_framework::locks::{HeldLock, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks};
-use autocomp_store::{BatchId, ComponentName, Outcome, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Outcome, Timestamp};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const PASS_LIMIT: Duration = Duration::from_secs(60);
@@ -360,8 +360,8 @@ fn a_holder_frozen_past_its_session_is_refused_its_commit_after_a_takeover() {
     assert!(probed[0].run.as_ref().unwrap().generation > frozen_run.generation);
     assert_eq!(pipeline.failed_attempts(&id), 1, "the frozen run is not marked abandoned");
     // Had its lock check passed, the store would still refuse its generation.
-    let late = autocomp_store::NewEvent::new(
-        autocomp_store::EventType::new(PROBED).unwrap(),
+    let late = autocomp_model::NewEvent::new(
+        autocomp_model::EventType::new(PROBED).unwrap(),
         Outcome::Success,
         frozen_run.holder.agent.clone(),
     )

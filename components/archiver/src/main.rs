@@ -7,7 +7,6 @@ mod copy;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use autocomp_framework::cli;
 use autocomp_framework::prelude::*;
 use serde_json::json;
 
@@ -138,7 +137,7 @@ fn previous_temp(context: &WorkContext) -> Option<PathBuf> {
 }
 
 fn main() -> ExitCode {
-    cli::main(Archiver)
+    autocomp_framework::main(Archiver)
 }
 
 #[cfg(test)]

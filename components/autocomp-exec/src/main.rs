@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use autocomp_framework::EventType;
-use autocomp_framework::cli::{self, RunnerArgs};
+use autocomp_framework::RunnerArgs;
 use autocomp_framework::exit::EXIT_CODES_HELP;
 use autocomp_framework::prelude::*;
 // Not re-exported by the framework: the validated component name and the duration format
@@ -202,7 +202,7 @@ fn last_line(text: &str) -> Option<&str> {
 fn main() -> ExitCode {
     let cli = ExecCli::parse();
     let component = Exec::new(&cli);
-    cli::run(component, cli.runner)
+    autocomp_framework::run(component, cli.runner)
 }
 
 #[cfg(test)]

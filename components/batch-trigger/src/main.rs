@@ -5,29 +5,18 @@
 mod pattern;
 mod scan;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use autocomp_framework::cli::{self, RunnerArgs};
-use autocomp_framework::config::{self, Backends, ConfigError};
-use autocomp_framework::exit::{self, EXIT_CODES_HELP, RunError};
-use autocomp_framework::locks::{Lock, LockHolder, LockPath, open_locks};
-use autocomp_framework::runner::Identity;
+use autocomp_framework::exit::RunError;
 use autocomp_framework::{
-    Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, Outcome, Report, Timestamp, Trigger,
-    duration_text,
+    Batch, BatchId, BatchType, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, Report, SettingError, Source,
+    SourceContext, StoreError, duration_text, source_main,
 };
-// A scanner is not a trigger-driven `Component`: it writes to the store itself, through the
-// port the framework's runner uses.
-use autocomp_store::{
-    IdempotencyKey, NewBatch, NewEvent, ObjectStore, PassOutcome, PassPhase, PassRecord, StoreError, open_store,
-};
-use clap::Parser;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::pattern::NamePattern;
 use crate::scan::{FolderScan, Settled, whole_seconds};
@@ -46,17 +35,8 @@ whose content changed after registration is recorded as a re-delivery. --batch I
 only that folder, whatever the pattern; --force registers it unsettled; --dry-run lists what \
 would be done. Quiet when idle; one line per registered or re-delivered batch.\n\n";
 
-#[derive(Debug, Parser)]
-#[command(
-    name = NAME,
-    version,
-    about = "The pipeline's source: registers settled delivery folders as batches (Data_Received).",
-    after_help = format!("{AFTER_HELP}{EXIT_CODES_HELP}")
-)]
-struct TriggerCli {
-    #[command(flatten)]
-    runner: RunnerArgs,
-}
+/// The pipeline's source: registers settled delivery folders as batches.
+struct BatchTrigger;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,43 +69,13 @@ fn default_batch_type() -> BatchType {
     BatchType::new("RoundTrip").expect("a valid batch type")
 }
 
-/// Settings checked and compiled, plus what the command line adds.
+/// Settings checked and compiled.
 struct Plan {
     incoming: PathBuf,
     pattern: NamePattern,
     marker: Option<NamePattern>,
     settle_for: Duration,
     batch_type: BatchType,
-    only: Option<BatchId>,
-    force: bool,
-    failures_cap: usize,
-}
-
-impl Plan {
-    fn new(settings: Settings, args: &RunnerArgs, failures_cap: usize, file: &Path) -> Result<Self, RunError> {
-        let bad = |key: &str, message: String| ConfigError::new(file, format!("[settings] {key}: {message}"));
-        let pattern = NamePattern::parse(&settings.pattern).map_err(|e| bad("pattern", e))?;
-        let marker = match settings.marker.as_str() {
-            "" => None,
-            text => Some(NamePattern::parse(text).map_err(|e| bad("marker", e))?),
-        };
-        let incoming = std::path::absolute(&settings.incoming)
-            .map_err(|e| bad("incoming", format!("{}: {e}", settings.incoming.display())))?;
-        let only = match &args.batch {
-            Some(id) => Some(BatchId::new(id.as_str()).map_err(|e| RunError::Usage(e.to_string()))?),
-            None => None,
-        };
-        Ok(Self {
-            incoming,
-            pattern,
-            marker,
-            settle_for: settings.settle_for,
-            batch_type: settings.batch_type,
-            only,
-            force: args.force,
-            failures_cap,
-        })
-    }
 }
 
 /// A folder that is (or will be) a batch.
@@ -148,174 +98,59 @@ enum Action {
     Waiting(String),
 }
 
+impl Source for BatchTrigger {
+    type Settings = Settings;
+    type Plan = Plan;
+
+    fn name(&self) -> &str {
+        NAME
+    }
+    fn version(&self) -> &str {
+        VERSION
+    }
+    fn event_type(&self) -> &str {
+        EVENT_TYPE
+    }
+    fn about(&self) -> String {
+        "The pipeline's source: registers settled delivery folders as batches (Data_Received).".into()
+    }
+    fn help(&self) -> &str {
+        AFTER_HELP
+    }
+
+    fn plan(&self, settings: Settings) -> Result<Plan, SettingError> {
+        let pattern = NamePattern::parse(&settings.pattern).map_err(|e| SettingError::new("pattern", e))?;
+        let marker = match settings.marker.as_str() {
+            "" => None,
+            text => Some(NamePattern::parse(text).map_err(|e| SettingError::new("marker", e))?),
+        };
+        let incoming = std::path::absolute(&settings.incoming)
+            .map_err(|e| SettingError::new("incoming", format!("{}: {e}", settings.incoming.display())))?;
+        Ok(Plan { incoming, pattern, marker, settle_for: settings.settle_for, batch_type: settings.batch_type })
+    }
+
+    async fn pass(&self, plan: &Plan, context: &mut SourceContext<'_>) -> Result<(), RunError> {
+        Scanner { plan, context }.pass().await
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = TriggerCli::parse();
-    cli::init_logging(cli.runner.verbose, cli.runner.log_format);
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("{NAME}: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILED);
-        }
-    };
-    let code = match runtime.block_on(run(cli.runner)) {
-        Ok(code) => code,
-        Err(RunError::PollLockBusy(_)) => {
-            // The previous scan is still running: normal under cron, so stay quiet.
-            info!("poll lock of {NAME} busy; another scan is running");
-            exit::POLL_LOCK_BUSY
-        }
-        Err(e) => {
-            eprintln!("{NAME}: {e}");
-            e.code()
-        }
-    };
-    ExitCode::from(code)
+    source_main(BatchTrigger)
 }
 
-async fn run(args: RunnerArgs) -> Result<u8, RunError> {
-    for (given, flag) in [(args.schedule.is_some(), "--schedule"), (args.watch, "--watch")] {
-        if given {
-            return Err(RunError::Usage(format!(
-                "{NAME} does not take {flag}: it is a scanner, not a trigger-driven component; run it from cron"
-            )));
-        }
-    }
-    let loaded = config::load(NAME, args.config.as_deref(), &args.config_dir)?;
-    if let Some(configured) = loaded.component.event_type.as_deref().filter(|t| *t != EVENT_TYPE) {
-        let message = format!("event_type = {configured:?}, but {NAME} records {EVENT_TYPE}");
-        return Err(ConfigError::new(&loaded.file, message).into());
-    }
-    if !loaded.component.trigger.is_empty() {
-        let message = format!("[trigger]: {NAME} scans a directory and has no trigger; remove the table");
-        return Err(ConfigError::new(&loaded.file, message).into());
-    }
-    let settings: Settings = config::settings(&loaded.component.settings, &loaded.file)?;
-    let plan = Plan::new(settings, &args, loaded.component.max_reported_failures, &loaded.file)?;
-    let flags = Backends { store: args.store.clone(), index: args.index.clone(), locks: args.locks.clone() };
-    let backends = loaded.backends.clone().overridden_by(flags);
-    let store_url = required(backends.store, "store", "AUTOCOMP_STORE", &loaded.shared_file)?;
-    let identity = Identity::of(NAME, VERSION)?;
-
-    if args.dry_run {
-        // Touches nothing: no lock, no write.
-        let store = open_store(&store_url).await?;
-        let mut scanner = Scanner { plan: &plan, store: store.as_ref(), identity: &identity, lock: None, problems: 0 };
-        scanner.pass().await?;
-        return Ok(if scanner.problems > 0 { exit::FAILED } else { exit::OK });
-    }
-    let locks_url = required(backends.locks, "locks", "AUTOCOMP_LOCKS", &loaded.shared_file)?;
-    let locks = open_locks(&locks_url).await?;
-    let name = ComponentName::new(NAME).expect("a valid component name");
-    let holder = LockHolder {
-        agent: identity.agent.to_string(),
-        host: identity.host.clone(),
-        pid: identity.pid,
-        since: Timestamp::now(),
-    };
-    let lock = match locks.try_lock(&LockPath::Poll(name), &holder, loaded.component.poll_lock_timeout).await {
-        Ok(Some(lock)) => lock,
-        not_taken => {
-            locks.close().await;
-            not_taken?;
-            return Err(RunError::PollLockBusy(NAME.into()));
-        }
-    };
-    let started = std::time::Instant::now();
-    let store = open_store(&store_url).await;
-    let outcome = match store {
-        Ok(store) => {
-            let mut scanner = Scanner {
-                plan: &plan,
-                store: store.as_ref(),
-                identity: &identity,
-                lock: Some(lock.as_ref()),
-                problems: 0,
-            };
-            let scanned = scanner.pass().await.map(|()| scanner.problems);
-            match register(store.as_ref(), &loaded.component, &identity, &scanned, started).await {
-                Ok(()) => scanned,
-                Err(refused) => Err(refused),
-            }
-        }
-        Err(e) => Err(e.into()),
-    };
-    if let Err(e) = lock.release().await {
-        warn!("cannot release the poll lock: {e}");
-    }
-    locks.close().await;
-    let problems = outcome?;
-    Ok(if problems > 0 { exit::FAILED } else { exit::OK })
-}
-
-/// Reports the pass to the component registry as a source of `Data_Received`, so the
-/// pipeline's readers know where that type comes from.
-async fn register(
-    store: &dyn ObjectStore,
-    config: &config::ComponentConfig,
-    identity: &Identity,
-    scanned: &Result<usize, RunError>,
-    started: std::time::Instant,
-) -> Result<(), RunError> {
-    let descriptor = ComponentDescriptor {
-        name: ComponentName::new(NAME).expect("a valid component name"),
-        version: VERSION.to_owned(),
-        event_type: EventType::new(EVENT_TYPE).expect("a valid event type"),
-        trigger: Trigger::default(),
-        max_attempts: config.max_attempts,
-        retry_backoff: config.retry_backoff,
-        queue_size: config.queue_size,
-        max_runtime: config.max_runtime,
-        source: true,
-        overdue_after: None,
-        silent_after: config.silent_after,
-        schedule: config.schedule.clone(),
-    };
-    let (outcome, summary) = match scanned {
-        Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),
-        Ok(problems) => (PassOutcome::Failed, format!("{problems} deliveries with problems")),
-        Err(e) => (PassOutcome::Error, e.to_string()),
-    };
-    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
-    match store.record_pass(PassRecord { descriptor, host: identity.host.clone(), phase }).await {
-        Ok(()) => Ok(()),
-        Err(StoreError::Conflict(message)) => Err(RunError::Usage(message)),
-        Err(e) => {
-            warn!("cannot report the pass to the component registry: {e}");
-            Ok(())
-        }
-    }
-}
-
-/// Like `Backends::require`, for the two backends a scanner needs (it never asks the index).
-fn required(url: Option<String>, key: &str, env: &str, shared_file: &Path) -> Result<String, ConfigError> {
-    url.ok_or_else(|| {
-        ConfigError::new(
-            shared_file,
-            format!("no {key} backend configured: set `{key} = \"...\"` here, ${env}, or --{key}"),
-        )
-    })
-}
-
-struct Scanner<'a> {
+struct Scanner<'a, 'c> {
     plan: &'a Plan,
-    store: &'a dyn ObjectStore,
-    identity: &'a Identity,
-    /// The poll lock; `None` in a dry run, which writes nothing.
-    lock: Option<&'a dyn Lock>,
-    /// Folders refused or that could not be handled; they make the exit code 1.
-    problems: usize,
+    context: &'a mut SourceContext<'c>,
 }
 
-impl Scanner<'_> {
+impl Scanner<'_, '_> {
     async fn pass(&mut self) -> Result<(), RunError> {
         let folders = self.folders()?;
         if folders.is_empty() {
             return Ok(());
         }
         let ids: Vec<BatchId> = folders.iter().map(|f| f.id.clone()).collect();
-        let known: HashMap<BatchId, Batch> =
-            self.store.get_batches(&ids).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+        let known = self.context.known(&ids).await?;
         let now = SystemTime::now();
         for folder in folders {
             let started = Instant::now();
@@ -332,34 +167,32 @@ impl Scanner<'_> {
             };
             let batch = known.get(&folder.id);
             let action = self.decide(batch, &scan, now);
-            match self.lock {
-                None => println!("{}", dry_run_line(&folder, &scan, &action)),
-                Some(lock) => {
-                    if !matches!(action, Action::Unchanged | Action::Waiting(_)) && !lock.still_held().await? {
-                        return Err(RunError::LocksLost(format!("the poll lock of {NAME} was lost")));
-                    }
-                    if let Err(e) = self.act(&folder, batch, &scan, action, started).await {
-                        if matches!(e, StoreError::Unavailable(_)) {
-                            return Err(e.into());
-                        }
-                        self.problem(format!("cannot register {}: {e}", folder.path.display()));
-                    }
+            if self.context.dry_run() {
+                println!("{}", dry_run_line(&folder, &scan, &action));
+                continue;
+            }
+            if !matches!(action, Action::Unchanged | Action::Waiting(_)) {
+                self.context.ensure_lock_held().await?;
+            }
+            if let Err(e) = self.act(&folder, batch, &scan, action, started).await {
+                if matches!(e, StoreError::Unavailable(_)) {
+                    return Err(e.into());
                 }
+                self.problem(format!("cannot register {}: {e}", folder.path.display()));
             }
         }
         Ok(())
     }
 
     fn problem(&mut self, message: String) {
-        eprintln!("{NAME}: {message}");
-        self.problems += 1;
+        self.context.problem(message);
     }
 
     /// The batch folders in `incoming`, sorted by name. Folders that match the pattern but
     /// are not valid batch ids are reported and skipped; anything else is left alone.
     fn folders(&mut self) -> Result<Vec<Folder>, RunError> {
         let incoming = &self.plan.incoming;
-        if let Some(id) = &self.plan.only {
+        if let Some(id) = self.context.only() {
             let path = incoming.join(id.as_str());
             if !path.is_dir() {
                 return Err(RunError::Usage(format!("--batch {id}: no folder {}", path.display())));
@@ -392,7 +225,7 @@ impl Scanner<'_> {
             // A delivery that has created its folder but not yet its files.
             return Action::Waiting("the folder is empty".into());
         }
-        let settled = if self.plan.force { Ok(Settled::Forced) } else { scan.settled(now, self.plan.settle_for) };
+        let settled = if self.context.force() { Ok(Settled::Forced) } else { scan.settled(now, self.plan.settle_for) };
         let waiting = |quiet: Duration| {
             let marker = match &self.plan.marker {
                 Some(marker) => format!(", no {marker} written last"),
@@ -435,9 +268,9 @@ impl Scanner<'_> {
             Action::Register(settled) => {
                 let mut new = NewBatch::new(folder.id.clone(), self.plan.batch_type.clone()).with_location(&location);
                 new.metadata[FINGERPRINT] = scan.fingerprint();
-                let created = self.store.create_batch(new).await?;
+                let created = self.context.create_batch(new).await?;
                 let line = format!("{} registered: {} ({settled})", folder.id, describe(scan, &location));
-                (line, json!({ "settled": settled.to_string() }), received_key(created.batch()))
+                (line, json!({ "settled": settled.to_string() }), received_key(&created))
             }
             Action::Receive => {
                 let batch = batch.expect("only a known batch is received again");
@@ -448,7 +281,7 @@ impl Scanner<'_> {
                 let mut patch = Map::new();
                 patch.insert(FINGERPRINT.into(), scan.fingerprint());
                 patch.insert("location".into(), Value::String(location.clone()));
-                let seq = self.store.record_content_change(&folder.id, patch).await?;
+                let seq = self.context.record_content_change(&folder.id, patch).await?;
                 let what = describe(scan, &location);
                 // Without a fingerprint the batch was registered by hand (`autocomp add`)
                 // before its files arrived: this is its first delivery.
@@ -466,7 +299,7 @@ impl Scanner<'_> {
                 (line, details, IdempotencyKey::new(format!("{NAME}.{seq}.{seq}")).expect("a valid key"))
             }
         };
-        let mut report = Report::new(self.plan.failures_cap);
+        let mut report = Report::new(self.context.failures_cap());
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.summary = format!("received {}", describe(scan, &location));
         let mut full = report.to_details();
@@ -474,10 +307,10 @@ impl Scanner<'_> {
         for (key, value) in extra.as_object().into_iter().flatten().chain(details.as_object().into_iter().flatten()) {
             full[key] = value.clone();
         }
-        let event = NewEvent::new(event_type(), Outcome::Success, self.identity.agent.clone())
+        let event = NewEvent::new(event_type(), Outcome::Success, self.context.agent().clone())
             .with_details(full)
             .with_idempotency_key(key);
-        self.store.append_event(&folder.id, event).await?;
+        self.context.append_event(&folder.id, event).await?;
         println!("{line}");
         Ok(())
     }

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use autocomp_framework::ComponentName;
 use autocomp_framework::locks::{LockHolder, LockPath, open_locks};
 use autocomp_framework::testing::TempPipeline;
 use autocomp_framework::{Batch, Event, Outcome, Timestamp};
-use autocomp_store::ComponentName;
 use autocomp_test_servers::wait_until;
 
 const TRIGGER: &str = env!("CARGO_BIN_EXE_batch-trigger");

@@ -4,7 +4,7 @@
 
 use autocomp_bagit::verify::{self, VerifySettings};
 use autocomp_bagit::{Abort, Problem, Sink};
-use autocomp_framework::cli;
+
 use autocomp_framework::prelude::*;
 
 struct ChecksumVerifier;
@@ -56,7 +56,7 @@ fn work_error(abort: Abort) -> WorkError {
 }
 
 fn main() -> std::process::ExitCode {
-    cli::main(ChecksumVerifier)
+    autocomp_framework::main(ChecksumVerifier)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use autocomp_bagit::structure::{self, StructureRules};
 use autocomp_bagit::{Abort, Problem, Sink};
-use autocomp_framework::cli;
+
 use autocomp_framework::prelude::*;
 
 struct StructureChecker;
@@ -55,7 +55,7 @@ fn work_error(abort: Abort) -> WorkError {
 }
 
 fn main() -> std::process::ExitCode {
-    cli::main(StructureChecker)
+    autocomp_framework::main(StructureChecker)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_store::{BatchId, ComponentName, InvalidInput, Timestamp};
+use autocomp_model::{BatchId, ComponentName, InvalidInput, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use local::LocalLocks;

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_framework::exit::{UNREACHABLE, USAGE};
-use autocomp_framework::operator::Operator;
+use autocomp_http::logging::LogFormat;
+use autocomp_http::service::load_token;
+use autocomp_http::{startup::Startup, startup::stopped_before_ready};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_store::http::service::load_token;
-use autocomp_store::http::startup::{Startup, stopped_before_ready};
-use autocomp_store::logging::LogFormat;
+use autocomp_ops::operator::Operator;
 use clap::Parser;
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in flight finish), 2 usage or \
@@ -78,7 +78,7 @@ fn init_logging(verbose: u8, format: LogFormat) {
         2 => "debug",
         _ => "trace",
     };
-    autocomp_store::logging::init(level, format);
+    autocomp_http::logging::init(level, format);
 }
 
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
@@ -118,11 +118,11 @@ async fn main() -> ExitCode {
     // Up at once, whatever started first: until the store and the index answer, /health
     // says what we wait for and pages answer 503.
     let startup = Startup::new("the store and the index");
-    let mut serving = tokio::spawn(autocomp_store::http::service::serve(listener, startup.router()));
+    let mut serving = tokio::spawn(autocomp_http::service::serve(listener, startup.router()));
     let open = || async {
         let store = operator.store().await?;
         operator.index(&store)?;
-        store.head().await.map_err(autocomp_framework::operator::OperatorError::from)
+        store.head().await.map_err(autocomp_ops::operator::OperatorError::from)
     };
     let opened = tokio::select! {
         opened = startup.wait_for(open, |error| error.code() == USAGE) => opened,

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use autocomp_framework::operator::{Action, ActionPreview, BulkOutcome, BulkPreview, RestartFrom};
-use autocomp_store::{Batch, BatchId, InvalidInput};
+use autocomp_model::{Batch, BatchId, InvalidInput};
+use autocomp_ops::operator::{Action, ActionPreview, BulkOutcome, BulkPreview, RestartFrom};
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};

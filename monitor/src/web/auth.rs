@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use autocomp_store::InvalidInput;
+use autocomp_model::InvalidInput;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{FromRequestParts, Query, Request, State};
 use axum::http::request::Parts;

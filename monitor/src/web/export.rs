@@ -54,7 +54,7 @@ async fn export(
     let monitor = Monitor::new(app.monitor.operator().clone(), settings);
     let first = monitor.matrix(&filter, None).await?;
     if first.total > MAX_EXPORT {
-        return Err(WebError::invalid(autocomp_store::InvalidInput::new(
+        return Err(WebError::invalid(autocomp_model::InvalidInput::new(
             "q",
             filter.query(),
             format!("selects {} batches; an export streams at most {MAX_EXPORT}: narrow the filter", first.total),

@@ -5,7 +5,7 @@
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
-use autocomp_store::{ComponentState, Timestamp};
+use autocomp_model::{ComponentState, Timestamp};
 use serde_json::Value;
 
 use super::assets;

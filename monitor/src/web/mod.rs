@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use autocomp_framework::exit::UNREACHABLE;
-use autocomp_framework::operator::OperatorError;
-use autocomp_store::InvalidInput;
+use autocomp_model::InvalidInput;
+use autocomp_ops::operator::OperatorError;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -80,7 +80,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
 /// Serves the monitor on `listener` until SIGTERM or SIGINT, then finishes requests in
 /// flight.
 pub async fn serve(monitor: Monitor, options: WebOptions, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    autocomp_store::http::service::serve(listener, router(monitor, options)).await
+    autocomp_http::service::serve(listener, router(monitor, options)).await
 }
 
 /// The policy allows this origin's own stylesheet and script only: no inline code, no
@@ -216,7 +216,7 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> WebEr
 
 /// The pipeline's metrics in the Prometheus text format (the same as `autocomp metrics`).
 async fn metrics(axum::extract::State(app): axum::extract::State<Arc<App>>) -> Response {
-    let defaults = autocomp_framework::operator::AlertDefaults {
+    let defaults = autocomp_ops::operator::AlertDefaults {
         ready_after: app.monitor.settings().ready_overdue_after,
         ..Default::default()
     };

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autocomp_framework::operator::{Explanation, describe_lock, report_summary};
+use autocomp_model::{Batch, RESULT_KEY, Timestamp};
+use autocomp_ops::operator::{Explanation, describe_lock, report_summary};
 use autocomp_sboi::PageKey;
-use autocomp_store::{Batch, RESULT_KEY, Timestamp};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -36,7 +36,7 @@ impl ListQuery {
     pub fn from(query: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, WebError> {
         query
             .map(|Query(q)| q)
-            .map_err(|e| WebError::invalid(autocomp_store::InvalidInput::new("query string", "", e.body_text())))
+            .map_err(|e| WebError::invalid(autocomp_model::InvalidInput::new("query string", "", e.body_text())))
     }
 
     pub fn filter(&self) -> Result<Filter, WebError> {

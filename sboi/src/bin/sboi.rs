@@ -7,12 +7,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use autocomp_http::display_url;
+use autocomp_http::logging::LogFormat;
+use autocomp_http::service::{Access, init_logging, load_token, serve};
+use autocomp_http::{startup::Startup, startup::stopped_before_ready};
 use autocomp_sboi::http::IndexService;
 use autocomp_sboi::{EngineOptions, IndexEngine};
-use autocomp_store::http::service::{Access, init_logging, load_token, serve};
-use autocomp_store::http::startup::{Startup, stopped_before_ready, store_error_is_permanent};
-use autocomp_store::logging::LogFormat;
-use autocomp_store::{HttpStore, ObjectStore, StoreError, display_url, open_store};
+use autocomp_store::http::store_error_is_permanent;
+use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \

@@ -7,7 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use autocomp_store::{ObjectStore, Seq};
+use autocomp_model::Seq;
+use autocomp_store::ObjectStore;
 use tokio::sync::{Notify, watch};
 
 use crate::engine::{CatchUp, IndexEngine, IndexError, IndexResult, Repaired};

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_store::http::client::{ClientOptions, HttpClient, Retry, client_token};
-use autocomp_store::{BatchId, Selection, Seq, StoreError, Trigger};
+use autocomp_http::client::{ClientOptions, HttpClient, Retry, client_token};
+use autocomp_model::{BatchId, Selection, Seq, Trigger};
+use autocomp_store::StoreError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -54,7 +55,7 @@ impl HttpIndex {
         request: &Req,
         timeout: Option<Duration>,
     ) -> IndexResult<Resp> {
-        self.client.call(operation, request, Retry::Safe, timeout).await.map_err(|e| e.into_store_error().into())
+        self.client.call(operation, request, Retry::Safe, timeout).await.map_err(|e| StoreError::from(e).into())
     }
 }
 

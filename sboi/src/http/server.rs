@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_store::http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
-use autocomp_store::{InvalidInput, ObjectStore, Seq, Timestamp};
+use autocomp_http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
+use autocomp_model::{InvalidInput, Seq, Timestamp};
+use autocomp_store::ObjectStore;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};

@@ -2,7 +2,7 @@
 //! so the two cannot drift apart. Requests refuse unknown fields: a typo is an error, not a
 //! silently ignored setting.
 
-use autocomp_store::{BatchId, Selection, Seq, Trigger};
+use autocomp_model::{BatchId, Selection, Seq, Trigger};
 use serde::{Deserialize, Serialize};
 
 use crate::browse::{Page, Tally};
@@ -26,7 +26,7 @@ pub const OPERATIONS: &[(&str, bool)] = &[
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
-    /// As `autocomp_store::Trigger` serializes (the `[trigger]` of a component's config).
+    /// As `autocomp_model::Trigger` serializes (the `[trigger]` of a component's config).
     #[serde(deserialize_with = "Trigger::deserialize_object")]
     pub trigger: Trigger,
     /// First bring the index up to the store's head as it is now (bounded; see `stale`).

@@ -11,14 +11,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
-use super::service::ErrorBody;
 use super::wire;
-use crate::model::{
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
+use autocomp_http::service::ErrorBody;
+use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq,
 };
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
 pub struct HttpStore {
     client: HttpClient,
@@ -47,7 +47,7 @@ impl HttpStore {
         request: &Req,
         retry: Retry,
     ) -> StoreResult<Resp> {
-        self.client.call(operation, request, retry, None).await.map_err(|e| e.into_store_error())
+        self.client.call(operation, request, retry, None).await.map_err(StoreError::from)
     }
 
     /// A read by ids, in requests of at most what the service takes, answers concatenated.
@@ -157,8 +157,7 @@ impl ObjectStore for HttpStore {
             .map(|answer| match answer {
                 wire::ClaimAnswer::Claim(claim) => Ok(claim),
                 wire::ClaimAnswer::Error(error) => {
-                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }
-                        .into_store_error())
+                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into())
                 }
             })
             .collect())
@@ -214,7 +213,7 @@ impl ObjectStore for HttpStore {
             .client
             .call("wait_for_change", &request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
             .await
-            .map_err(|e| e.into_store_error())?;
+            .map_err(StoreError::from)?;
         Ok(answer.head)
     }
 

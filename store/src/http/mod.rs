@@ -1,13 +1,13 @@
 //! The store over HTTP: the service that serves any `ObjectStore` (`server`), the client
 //! adapter that implements the port against it (`HttpStore`), the bodies they exchange
-//! (`wire`), and the parts every autocomp service and client shares (`service`, `client`).
+//! (`wire`), and how a `StoreError` crosses the wire both ways (`errors`). The routes, access
+//! rules and client they are built from are `autocomp_http`'s.
 
-pub mod client;
+mod errors;
 mod http_store;
 pub mod server;
-pub mod service;
-pub mod startup;
 pub mod wire;
 
+pub use errors::store_error_is_permanent;
 pub use http_store::HttpStore;
 pub use server::StoreService;

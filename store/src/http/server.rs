@@ -13,10 +13,10 @@ use axum::{Json, Router};
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use super::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
 use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
-use crate::model::{InvalidInput, NewBatch, PassRecord};
 use crate::port::{CreateOutcome, ObjectStore};
+use autocomp_http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
+use autocomp_model::{InvalidInput, NewBatch, PassRecord};
 
 /// The OpenAPI document of this service, kept in the repository beside the code.
 pub const OPENAPI: &str = include_str!("../../openapi.json");
@@ -193,9 +193,9 @@ impl StoreService {
     /// writing to PostgreSQL directly) as soon as the store's own `wait_for_change` sees it.
     async fn wait_for_change(
         &self,
-        since: crate::model::Seq,
+        since: autocomp_model::Seq,
         timeout: Duration,
-    ) -> Result<crate::model::Seq, ApiError> {
+    ) -> Result<autocomp_model::Seq, ApiError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let _parked = Parked::on(&self.waiting);
         loop {

@@ -5,9 +5,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::service::ErrorDetail;
-use crate::model::{Agent, Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
 use crate::port::{Claim, StoreError};
+use autocomp_http::service::ErrorDetail;
+use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
 
 /// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
 pub const OPERATIONS: &[(&str, bool)] = &[
@@ -130,7 +130,7 @@ impl From<Result<Claim, StoreError>> for ClaimAnswer {
     fn from(answer: Result<Claim, StoreError>) -> Self {
         match answer {
             Ok(claim) => ClaimAnswer::Claim(claim),
-            Err(error) => ClaimAnswer::Error(*super::service::ApiError::from(error).detail),
+            Err(error) => ClaimAnswer::Error(*autocomp_http::service::ApiError::from(error).detail),
         }
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 
-use crate::model::{IdempotencyKey, InvalidInput};
 use crate::port::{StoreError, StoreResult};
+use autocomp_model::{IdempotencyKey, InvalidInput};
 
 pub use options::PgOptions;
 pub use schema::LATEST_VERSION;

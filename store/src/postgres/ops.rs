@@ -15,13 +15,13 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{Failure, PgStore, Retry, classify};
-use crate::model::{
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::write_rules;
+use autocomp_model::{
     Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, HostRecord, IdempotencyKey,
     InvalidInput, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement,
     Run, RunHolder, RunRef, RunState, Seq, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
-use crate::write_rules;
 
 /// One attempt of an operation on one connection.
 pub(crate) type Attempt<'c, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'c>>;
@@ -697,7 +697,7 @@ impl ObjectStore for PgStore {
         generation: i64,
         data: Value,
     ) -> StoreResult<()> {
-        crate::model::check_object("checkpoint", &data)?;
+        autocomp_model::check_object("checkpoint", &data)?;
         let data = &data;
         self.run("save_checkpoint", Retry::Safe, |client, _| {
             Box::pin(async move {
@@ -861,7 +861,7 @@ impl ObjectStore for PgStore {
                     if let Some(run) = &open {
                         write_rules::describe_cancelled_run(&mut new.details, run);
                     }
-                    crate::model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
+                    autocomp_model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
                     let row = client
                         .query_one(
                             &write,
@@ -905,7 +905,7 @@ impl ObjectStore for PgStore {
                     let previous: i32 = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?.get(0);
                     let mut new = event.clone();
                     write_rules::describe_priority_change(&mut new.details, priority, previous);
-                    crate::model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
+                    autocomp_model::check_object("details", &new.details).map_err(|e| Failure::Final(e.into()))?;
                     let row = client
                         .query_one(
                             &write,

@@ -12,8 +12,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::{Host, SslMode};
 
-use crate::model::InvalidInput;
 use crate::port::{StoreError, StoreResult};
+use autocomp_model::InvalidInput;
 
 /// How TLS is used, with libpq's meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ const LIBPQ_OPTIONS: &[&str] = &[
 impl PgOptions {
     pub fn parse(url: &str) -> StoreResult<Self> {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let shown = crate::port::display_url(base);
+        let shown = autocomp_http::display_url(base);
         let invalid = |reason: String| -> StoreError { InvalidInput::new("store url", shown.as_str(), reason).into() };
         let mut passed_on = Vec::new();
         let mut options = PgOptions {

@@ -4,8 +4,8 @@
 
 use tokio_postgres::Client;
 
-use crate::model::{InvalidInput, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT};
 use crate::port::{StoreError, StoreResult};
+use autocomp_model::{InvalidInput, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT};
 
 /// Ordered migrations; never edit a released one, append a new one.
 const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];

@@ -16,11 +16,11 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use crate::model::{
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
     Run, RunHolder, Seq,
 };
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 
 pub use schema::LATEST_VERSION;
 
@@ -297,7 +297,7 @@ impl ObjectStore for SqliteStore {
         generation: i64,
         data: Value,
     ) -> StoreResult<()> {
-        crate::model::check_object("checkpoint", &data)?;
+        autocomp_model::check_object("checkpoint", &data)?;
         let (batch, component) = (batch.clone(), component.clone());
         self.with_connection(move |conn| ops::save_checkpoint(conn, &batch, &component, generation, &data)).await
     }

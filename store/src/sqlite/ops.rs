@@ -10,14 +10,14 @@ use std::collections::HashMap;
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
-use crate::model::{
+use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
+use crate::write_rules;
+use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, Event, EventType, HostRecord, InvalidInput,
     NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder,
     RunRef, RunState, Seq, Timestamp, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies,
     WorkTally,
 };
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
-use crate::write_rules;
 
 use super::{summary, unavailable};
 
@@ -334,7 +334,7 @@ pub fn cancel_run(
             Some(run)
         }
     };
-    crate::model::check_object("details", &new.details)?;
+    autocomp_model::check_object("details", &new.details)?;
     insert_event(&tx, batch, &new, seq, at)?;
     let event = new.recorded(batch, seq, at);
     summary::touch(&tx, batch, seq, |state| {
@@ -357,7 +357,7 @@ pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: N
         .map_err(unavailable)?;
     let previous = previous.ok_or_else(|| StoreError::NotFound(id.clone()))?;
     write_rules::describe_priority_change(&mut new.details, priority, previous);
-    crate::model::check_object("details", &new.details)?;
+    autocomp_model::check_object("details", &new.details)?;
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();
     tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])

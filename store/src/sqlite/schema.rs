@@ -4,8 +4,8 @@
 
 use rusqlite::{Connection, TransactionBehavior, params};
 
-use crate::model::Timestamp;
 use crate::port::{StoreError, StoreResult};
+use autocomp_model::Timestamp;
 
 use super::unavailable;
 

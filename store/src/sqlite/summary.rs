@@ -10,10 +10,10 @@
 
 use rusqlite::{Connection, Row, params};
 
-use crate::model::{
+use crate::port::{StoreError, StoreResult};
+use autocomp_model::{
     BatchId, BatchSummary, ComponentName, EventSummary, EventType, Outcome, Seq, SummaryHeader, SummaryState, Timestamp,
 };
-use crate::port::{StoreError, StoreResult};
 
 use super::ops::{MAX_BATCH_PAGE, NameCache, cached, in_asked_order, load_batches};
 use super::unavailable;

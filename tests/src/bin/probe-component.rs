@@ -7,8 +7,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use autocomp_framework::{Component, IoResultExt, WorkContext, WorkError, cli};
-use autocomp_store::{Batch, EventType, Trigger};
+use autocomp_framework::{Component, IoResultExt, WorkContext, WorkError};
+use autocomp_model::{Batch, EventType, Trigger};
 use autocomp_test_servers::wait_until_every;
 use serde::Deserialize;
 
@@ -23,7 +23,7 @@ struct Settings {
     /// For `transient`: this many transient failures per batch, then success.
     transient_failures: u32,
     /// Work time per batch.
-    #[serde(with = "autocomp_store::duration_text")]
+    #[serde(with = "autocomp_model::duration_text")]
     work_time: Duration,
     /// Appended to after each batch's work.
     ledger: Option<std::path::PathBuf>,
@@ -155,5 +155,5 @@ fn main() -> std::process::ExitCode {
     let event_type = std::env::var("PROBE_EVENT_TYPE").unwrap_or_else(|_| "Probed".into());
     let requires = std::env::var("PROBE_REQUIRES").unwrap_or_else(|_| "Data_Received".into());
     let requires = requires.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect();
-    cli::main(Probe { name, event_type, requires })
+    autocomp_framework::main(Probe { name, event_type, requires })
 }

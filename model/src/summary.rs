@@ -153,7 +153,7 @@ impl SummaryHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Agent, Run, RunHolder, RunState};
+    use crate::{Agent, Run, RunHolder, RunState};
     use serde_json::json;
 
     fn event(seq: i64, event_type: &str, outcome: Outcome, transient: bool, resets: &[&str]) -> Event {

@@ -20,16 +20,17 @@ mod views;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
-use autocomp_store::{
+use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput, NotReady,
-    ObjectStore, RegisteredComponent, Seq, StoreError, Trigger, open_store,
+    RegisteredComponent, Seq, Trigger,
 };
+use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
+use autocomp_store::{ObjectStore, StoreError, open_store};
 use serde_json::{Map, Value, json};
 
-use crate::config::{Backends, ConfigError, SHARED_FILE};
-use crate::exit::{self, RunError};
-use crate::locks::{LockError, LockService, open_locks};
+use autocomp_framework::config::{Backends, ConfigError, SHARED_FILE};
+use autocomp_framework::exit::{self, RunError};
+use autocomp_framework::locks::{LockError, LockService, open_locks};
 
 pub use actions::{
     Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
@@ -267,7 +268,7 @@ impl Operator {
 
     /// Every lock held right now; the lock session is closed again at once, so a read-only
     /// look leaves no ZooKeeper session behind until its timeout.
-    pub(crate) async fn held_locks(&self) -> Result<Vec<crate::locks::HeldLock>, OperatorError> {
+    pub(crate) async fn held_locks(&self) -> Result<Vec<autocomp_framework::locks::HeldLock>, OperatorError> {
         let locks = self.locks().await?;
         let held = locks.held().await;
         locks.close().await;

@@ -12,8 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::service::ErrorBody;
-use crate::model::{BatchId, ComponentName, InvalidInput};
-use crate::port::StoreError;
+use autocomp_model::InvalidInput;
 
 /// Whether an operation may be sent again when its first attempt may have been applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,45 +30,6 @@ pub enum CallError {
     Api { status: StatusCode, body: ErrorBody },
     /// No usable answer: unreachable, timed out, or an answer that is not ours.
     Unreachable(String),
-}
-
-impl CallError {
-    /// The store's own error, as the embedded adapter would have returned it.
-    pub fn into_store_error(self) -> StoreError {
-        match self {
-            CallError::Unreachable(message) => StoreError::Unavailable(message),
-            CallError::Api { status, body } => {
-                let e = body.error;
-                let batch = || e.batch.as_deref().and_then(|b| BatchId::new(b).ok());
-                match e.kind.as_str() {
-                    "invalid" => StoreError::Invalid(InvalidInput::new(
-                        e.field.unwrap_or_default(),
-                        e.value.unwrap_or_default(),
-                        e.reason.unwrap_or(e.message),
-                    )),
-                    "not_found" if batch().is_some() => StoreError::NotFound(batch().expect("checked")),
-                    "conflict" => StoreError::Conflict(e.message.trim_start_matches("conflict: ").to_string()),
-                    "fenced" => match (batch(), e.component.as_deref().and_then(|c| ComponentName::new(c).ok())) {
-                        (Some(batch), Some(component)) => StoreError::Fenced {
-                            batch,
-                            component,
-                            generation: e.generation.unwrap_or_default(),
-                            reason: e.reason.unwrap_or_default(),
-                        },
-                        _ => StoreError::Conflict(e.message),
-                    },
-                    "unavailable" => StoreError::Unavailable(e.message),
-                    // A configuration error of this host, not an outage: exit 2, not 5.
-                    "unauthorized" => StoreError::Invalid(InvalidInput::new(
-                        "token",
-                        "$AUTOCOMP_TOKEN or $AUTOCOMP_TOKEN_FILE",
-                        e.message,
-                    )),
-                    _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
-                }
-            }
-        }
-    }
 }
 
 /// A JSON-over-HTTP client for one autocomp service, at one or several addresses.

@@ -17,7 +17,7 @@ mod time;
 mod trigger;
 mod work;
 
-pub(crate) use batch::check_object;
+pub use batch::check_object;
 pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use effective::EffectiveView;
 pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput};

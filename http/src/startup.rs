@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use tower::ServiceExt as _;
 
 use super::service::ApiError;
-use crate::port::StoreError;
 
 /// The longest pause between two tries of the upstream.
 const MAX_PAUSE: Duration = Duration::from_secs(10);
@@ -93,17 +92,6 @@ impl Startup {
             "last_error": waiting.last_error,
         });
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
-    }
-}
-
-/// Whether opening the store at `url` failed for good: bad input, a local SQLite file that
-/// cannot be opened (it opens now or never), or a schema newer than this release (it will
-/// not get older by waiting). Anything else is an upstream not answering yet.
-pub fn store_error_is_permanent(url: &str, error: &StoreError) -> bool {
-    match error {
-        StoreError::Invalid(_) => true,
-        StoreError::Unavailable(message) => url.starts_with("sqlite://") || message.contains("newer than this release"),
-        _ => false,
     }
 }
 

@@ -8,17 +8,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_model::{Batch, BatchId, Clause, ComponentName, Event, EventType, Run, Seq, Timestamp, Trigger};
 use autocomp_sboi::{EngineOptions, IndexEngine, IndexError, IndexedBatch};
-use autocomp_store::{
-    Batch, BatchId, Clause, ComponentName, Event, EventType, ObjectStore, Run, Seq, Timestamp, Trigger,
-};
+use autocomp_store::ObjectStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::{Operator, OperatorError, Step, last_reset_of};
-use crate::exit::RunError;
-use crate::locks::HeldLock;
-use autocomp_store::{ComponentState, NotReady, RegisteredComponent};
+use autocomp_framework::exit::RunError;
+use autocomp_framework::locks::HeldLock;
+use autocomp_model::{ComponentState, NotReady, RegisteredComponent};
 
 /// `--format` of the single-batch views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -183,7 +182,7 @@ pub fn report_summary(event: &Event) -> Vec<String> {
 /// `report_summary`, and the structured result in short.
 fn report_line(event: &Event) -> String {
     let mut notes = report_summary(event);
-    if let Some(result) = event.details.get(autocomp_store::RESULT_KEY) {
+    if let Some(result) = event.details.get(autocomp_model::RESULT_KEY) {
         let mut text = result.to_string();
         if text.chars().count() > 120 {
             text = text.chars().take(119).collect::<String>() + "…";
@@ -382,7 +381,7 @@ pub struct PipelineView {
 }
 
 /// A trigger as one line of clauses: `requires Data_Received, blocked_by Checksums_Verified`.
-fn trigger_text(descriptor: &autocomp_store::ComponentDescriptor) -> String {
+fn trigger_text(descriptor: &autocomp_model::ComponentDescriptor) -> String {
     if descriptor.source {
         return "(source: records it when a delivery arrives)".into();
     }
@@ -667,7 +666,7 @@ impl Explanation {
         }
         .ok();
         match &self.result {
-            Some(e) if e.outcome == autocomp_store::Outcome::Failure && !e.is_transient_failure() => writeln!(
+            Some(e) if e.outcome == autocomp_model::Outcome::Failure && !e.is_transient_failure() => writeln!(
                 out,
                 "attempts: the last one failed permanently (seq {}); it is not retried until an operator reruns it",
                 e.seq
@@ -1087,7 +1086,8 @@ impl Operator {
 mod tests {
     use std::time::Duration;
 
-    use autocomp_store::{Agent, BatchType, EventType, NewBatch, NewEvent, ObjectStore, Outcome, SqliteStore, Trigger};
+    use autocomp_model::{Agent, BatchType, EventType, NewBatch, NewEvent, Outcome, Trigger};
+    use autocomp_store::{ObjectStore, SqliteStore};
     use serde_json::json;
 
     use super::*;

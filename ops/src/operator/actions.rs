@@ -13,10 +13,11 @@ use std::fmt::{self, Write as _};
 use std::path::Path;
 use std::sync::Arc;
 
-use autocomp_store::{
-    Agent, Batch, BatchId, BatchType, ComponentName, ComponentState, CreateOutcome, Event, EventType, InvalidInput,
-    NewBatch, NewEvent, ObjectStore, Outcome, Run, RunState, Seq, StoreError,
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchType, ComponentName, ComponentState, Event, EventType, InvalidInput, NewBatch,
+    NewEvent, Outcome, Run, RunState, Seq,
 };
+use autocomp_store::{CreateOutcome, ObjectStore, StoreError};
 use serde_json::{Value, json};
 
 use super::{Operator, OperatorError, PRIORITIZED, Step, check_reason, unknown_batch};

@@ -15,8 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::InvalidInput;
-use crate::port::StoreError;
+use autocomp_model::InvalidInput;
 
 /// Largest request body a service accepts: a 1 MiB details document plus its envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -94,30 +93,6 @@ impl ApiError {
 
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        let message = error.to_string();
-        match error {
-            StoreError::Invalid(input) => ApiError::invalid(input),
-            StoreError::NotFound(id) => {
-                let mut e = ApiError::new(StatusCode::NOT_FOUND, "not_found", message);
-                e.detail.batch = Some(id.to_string());
-                e
-            }
-            StoreError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
-            StoreError::Fenced { batch, component, generation, reason } => {
-                let mut e = ApiError::new(StatusCode::CONFLICT, "fenced", message);
-                e.detail.batch = Some(batch.to_string());
-                e.detail.component = Some(component.to_string());
-                e.detail.generation = Some(generation);
-                e.detail.reason = Some(reason);
-                e
-            }
-            StoreError::Unavailable(_) => ApiError::unavailable(message),
-        }
     }
 }
 

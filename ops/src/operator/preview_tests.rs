@@ -5,14 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_store::{
-    Agent, BatchId, BatchType, ComponentName, ComponentState, EventType, NewBatch, NewEvent, ObjectStore, Outcome,
-    RunHolder, Trigger,
+use autocomp_model::{
+    Agent, BatchId, BatchType, ComponentName, ComponentState, EventType, NewBatch, NewEvent, Outcome, RunHolder,
+    Trigger,
 };
+use autocomp_store::ObjectStore;
 
 use super::{Action, ActionPreview, ActionReport, MAX_BULK_BATCHES, RestartFrom, StateChange};
-use crate::config::Backends;
 use crate::operator::{Operator, OperatorError};
+use autocomp_framework::config::Backends;
 
 use ComponentState::{Failed, Ready, Success, Waiting, Working};
 
@@ -41,7 +42,7 @@ async fn fixture_with(components: Vec<(&str, &str, Trigger)>) -> Fixture {
     let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
     let store = operator.store().await.unwrap();
     for (name, event_type, trigger) in components {
-        crate::testing::register_component(store.as_ref(), name, event_type, trigger).await;
+        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
     }
     Fixture { operator, store, _dir: dir }
 }
@@ -88,7 +89,7 @@ impl Fixture {
         self.store.claim(&id(batch), &ComponentName::new(component).unwrap(), &holder).await.unwrap();
     }
 
-    async fn events(&self, batch: &str) -> Vec<autocomp_store::Event> {
+    async fn events(&self, batch: &str) -> Vec<autocomp_model::Event> {
         self.store.get_batch(&id(batch)).await.unwrap().events
     }
 

@@ -145,19 +145,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::fixtures::{batch, descriptor, event};
-    use crate::model::{Run, RunHolder, RunState, Seq};
+    use crate::fixtures::{batch, descriptor, event};
+    use crate::{Run, RunHolder, RunState, Seq};
 
     const TYPES: [&str; 3] = ["Checksums_Verified", "Pages_Counted", "Data_Archived"];
     const NOW: i64 = 1_000_000_000;
 
     fn open_run(component: &ComponentName) -> Run {
         Run {
-            batch_id: crate::model::BatchId::new("B1").unwrap(),
+            batch_id: crate::BatchId::new("B1").unwrap(),
             component: component.clone(),
             generation: 1,
             holder: RunHolder {
-                agent: crate::model::Agent::new("page-counter").unwrap(),
+                agent: crate::Agent::new("page-counter").unwrap(),
                 host: "h".into(),
                 pid: 1,
                 claim_key: None,

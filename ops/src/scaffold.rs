@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Component as PathPart, Path, PathBuf};
 
-use autocomp_store::{ComponentName, EventType, InvalidInput};
+use autocomp_model::{ComponentName, EventType, InvalidInput};
 
 use crate::operator::OperatorError;
 
@@ -88,8 +88,17 @@ fn plan(args: &NewArgs, cwd: &Path) -> Result<Plan, OperatorError> {
     // Names cargo would refuse for the crate: its own dependencies and the framework's path
     // dependencies (two path packages of one name collide in the lock file), and inside the
     // workspace its fellow members' packages and binaries.
-    let mut taken: BTreeSet<String> =
-        ["autocomp-framework", "autocomp-store", "autocomp-sboi", "serde", "tempfile"].map(String::from).into();
+    let mut taken: BTreeSet<String> = [
+        "autocomp-framework",
+        "autocomp-model",
+        "autocomp-http",
+        "autocomp-store",
+        "autocomp-sboi",
+        "serde",
+        "tempfile",
+    ]
+    .map(String::from)
+    .into();
     if let Some(root) = &workspace {
         taken.extend(workspace_names(root));
     }
@@ -120,7 +129,8 @@ fn plan(args: &NewArgs, cwd: &Path) -> Result<Plan, OperatorError> {
             }
         }
         None => {
-            let framework = Path::new(env!("CARGO_MANIFEST_DIR"));
+            // The SDK crate beside this one in the workspace this autocomp was built from.
+            let framework = Path::new(env!("CARGO_MANIFEST_DIR")).with_file_name("framework");
             if !framework.join("Cargo.toml").is_file() {
                 return Err(refused(format!(
                     "the framework sources this autocomp was built from are not at {} any more; run autocomp new \
@@ -752,6 +762,7 @@ autocomp-framework.workspace = true
 serde.workspace = true
 
 [dev-dependencies]
+autocomp-framework = { workspace = true, features = ["testing"] }
 tempfile.workspace = true
 "#;
 
@@ -768,6 +779,7 @@ autocomp-framework = { path = @FRAMEWORK@ }
 serde = { version = "1", features = ["derive"] }
 
 [dev-dependencies]
+autocomp-framework = { path = @FRAMEWORK@, features = ["testing"] }
 tempfile = "3"
 
 # Its own workspace: one in a directory above must not claim it.
@@ -813,7 +825,7 @@ impl Component for @STRUCT@ {
     }
 }
 fn main() -> std::process::ExitCode {
-    autocomp_framework::cli::main(@STRUCT@)
+    autocomp_framework::main(@STRUCT@)
 }
 mod tests;
 "#;

@@ -1,17 +1,15 @@
 //! `autocomp`: the operator's command line. Argument parsing and output only;
-//! the logic is in `autocomp_framework::operator` (and `demo`).
+//! the logic is in `autocomp_ops::operator` (and `demo`).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use autocomp_framework::cli::LogFormat;
+use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_framework::operator::{
-    AlertDefaults, Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat,
-};
-use autocomp_store::Outcome;
+use autocomp_model::Outcome;
+use autocomp_ops::operator::{AlertDefaults, Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat};
 use clap::{ArgGroup, Parser, Subcommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
@@ -230,7 +228,7 @@ enum Command {
     },
     /// Write a new component crate (main.rs with a settings struct, a unit test) and its
     /// config file; inside the autocomp workspace it is also added as a member.
-    New(autocomp_framework::scaffold::NewArgs),
+    New(autocomp_ops::scaffold::NewArgs),
     /// Run the example pipeline over sample BagIt deliveries on the embedded default (no
     /// servers), the way cron would, and show where every batch ended.
     Demo {
@@ -258,7 +256,7 @@ enum PipelineAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    autocomp_framework::cli::init_logging(cli.verbose, cli.log_format);
+    autocomp_framework::init_logging(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -287,11 +285,11 @@ fn main() -> ExitCode {
 async fn operate(cli: Cli) -> Result<String, OperatorError> {
     if let Command::Demo { dir, batches } = &cli.command {
         // The demo writes its own config dir; it must not read --config-dir.
-        autocomp_framework::demo::run(dir, *batches as usize).await?;
+        autocomp_ops::demo::run(dir, *batches as usize).await?;
         return Ok(String::new());
     }
     if let Command::New(args) = &cli.command {
-        return autocomp_framework::scaffold::run(args);
+        return autocomp_ops::scaffold::run(args);
     }
     let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use autocomp_store::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkHistory, WorkResult, WorkTallies};
+use autocomp_model::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkHistory, WorkResult, WorkTallies};
 
 use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen, ready_too_long};
 use super::{Operator, OperatorError};

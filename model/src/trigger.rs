@@ -305,7 +305,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{Event, Seq, fixtures};
+    use crate::{Event, Seq, fixtures};
 
     fn event(seq: i64, kind: &str, outcome: Outcome, at: i64) -> Event {
         fixtures::event(seq, kind, outcome, json!({}), at)

@@ -81,7 +81,7 @@ impl Batch {
     pub fn result<T: serde::de::DeserializeOwned>(&self, event_type: &str) -> Result<Option<T>, InvalidInput> {
         let wanted = EventType::new(event_type)?;
         let view = self.effective();
-        let Some(value) = view.get(&wanted).and_then(|e| e.details.get(crate::model::RESULT_KEY)) else {
+        let Some(value) = view.get(&wanted).and_then(|e| e.details.get(crate::RESULT_KEY)) else {
             return Ok(None);
         };
         T::deserialize(value).map(Some).map_err(|e| {
@@ -347,7 +347,7 @@ impl NewEvent {
 }
 
 /// `metadata` and `details` are JSON objects of bounded size.
-pub(crate) fn check_object(field: &str, document: &Value) -> Result<(), InvalidInput> {
+pub fn check_object(field: &str, document: &Value) -> Result<(), InvalidInput> {
     if !document.is_object() {
         let preview: String = document.to_string().chars().take(64).collect();
         return Err(InvalidInput::new(field, preview, "must be a JSON object"));

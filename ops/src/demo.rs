@@ -7,13 +7,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use autocomp_store::{Batch, BatchId, ObjectStore, SqliteStore, StoreError};
+use autocomp_model::{Batch, BatchId};
+use autocomp_store::{ObjectStore, SqliteStore, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
-use crate::exit::RunError;
-use autocomp_store::{ComponentDescriptor, ComponentState};
+use autocomp_framework::exit::RunError;
+use autocomp_model::{ComponentDescriptor, ComponentState};
 
 /// The component binaries in pipeline order, with the event type each records.
 const STEPS: [(&str, &str); 4] = [

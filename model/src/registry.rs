@@ -372,7 +372,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::fixtures::{batch, descriptor, event};
+    use crate::fixtures::{batch, descriptor, event};
 
     #[test]
     fn refusals_name_the_clause_the_type_and_its_effective_state() {

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use autocomp_store::{
+use autocomp_model::{
     Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Run, Schedule, Selection, Timestamp,
 };
 use serde::Serialize;

@@ -1,0 +1,311 @@
+//! Sources: components that create batches instead of working on them (a scanner of an
+//! incoming directory, a poller of an upstream system). The framework gives a source what it
+//! gives a trigger-driven component: the command line, config, the poll lock, the registry
+//! report and the exit codes; the source decides what to register.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use autocomp_model::{
+    Agent, Batch, BatchId, ComponentName, Event, EventType, NewBatch, NewEvent, PassOutcome, PassPhase, Seq, Trigger,
+};
+use autocomp_store::{ObjectStore, StoreError, open_store};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tracing::{info, warn};
+
+use crate::cli::{RunnerArgs, init_logging};
+use crate::config::{self, ConfigError};
+use crate::exit::{self, EXIT_CODES_HELP, RunError};
+use crate::locks::{Lock, LockPath, open_locks};
+use crate::runner::{Identity, record_pass};
+
+/// A component that registers batches: each pass (under the component's poll lock, so one
+/// host at a time) looks at the world outside the pipeline and writes what it finds through
+/// its [`SourceContext`]. It has no trigger and takes no `--schedule` or `--watch`: cron
+/// starts it. Its `main` is one call: `autocomp_framework::source_main(MySource)`.
+#[allow(async_fn_in_trait)] // run on the source's own single-threaded runtime: no Send needed
+pub trait Source: Sized + 'static {
+    /// The component file's `[settings]` table.
+    type Settings: DeserializeOwned;
+    /// The settings checked and compiled (patterns parsed, paths made absolute), which every
+    /// pass uses.
+    type Plan;
+
+    /// The component's name (`[a-z0-9-]`), as in its config file name and the registry.
+    fn name(&self) -> &str;
+    /// Its version, recorded in every event's agent.
+    fn version(&self) -> &str;
+    /// The event type it records on the batches it registers (e.g. `Data_Received`).
+    fn event_type(&self) -> &str;
+    /// One line for `--help`.
+    fn about(&self) -> String {
+        format!("Source `{}`: registers batches and records `{}` on them.", self.name(), self.event_type())
+    }
+    /// More of `--help`, printed before the exit codes: what the settings mean.
+    fn help(&self) -> &str {
+        ""
+    }
+    /// Checks the settings before any lock is taken or store opened; a refusal is a
+    /// configuration error (exit 2) naming the key.
+    fn plan(&self, settings: Self::Settings) -> Result<Self::Plan, SettingError>;
+    /// One pass. `RunError`s end it (a store outage, a lost lock); a problem with one item
+    /// is [`SourceContext::problem`] and the pass goes on.
+    async fn pass(&self, plan: &Self::Plan, context: &mut SourceContext<'_>) -> Result<(), RunError>;
+}
+
+/// A setting a source refused: `[settings] <key>: <message>` in its config file.
+#[derive(Debug, Clone)]
+pub struct SettingError {
+    /// The key under `[settings]`.
+    pub key: String,
+    /// What is wrong with its value.
+    pub message: String,
+}
+
+impl SettingError {
+    /// `key` is wrong because of `message`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { key: key.into(), message: message.into() }
+    }
+}
+
+/// What a source's pass may do: read batches, register them, record their content changes
+/// and events, in its own name. In a dry run ([`SourceContext::dry_run`]) nothing is locked
+/// and every write is refused, so a source prints what it would do instead.
+pub struct SourceContext<'a> {
+    name: &'a str,
+    store: &'a dyn ObjectStore,
+    identity: &'a Identity,
+    lock: Option<&'a dyn Lock>,
+    only: Option<BatchId>,
+    force: bool,
+    failures_cap: usize,
+    problems: usize,
+}
+
+impl SourceContext<'_> {
+    /// `--batch ID`: consider only this item, whatever the source's own selection says.
+    pub fn only(&self) -> Option<&BatchId> {
+        self.only.as_ref()
+    }
+    /// `--force` (with `--batch`): register it even if it does not look complete.
+    pub fn force(&self) -> bool {
+        self.force
+    }
+    /// `--dry-run`: write nothing, print what would be done.
+    pub fn dry_run(&self) -> bool {
+        self.lock.is_none()
+    }
+    /// `max_reported_failures` of the component's config, for the reports it records.
+    pub fn failures_cap(&self) -> usize {
+        self.failures_cap
+    }
+    /// The agent its events are recorded by (`name/version@host#pid`).
+    pub fn agent(&self) -> &Agent {
+        &self.identity.agent
+    }
+
+    /// The named batches that exist, by id; unknown ids are left out.
+    pub async fn known(&self, ids: &[BatchId]) -> Result<HashMap<BatchId, Batch>, StoreError> {
+        Ok(self.store.get_batches(ids).await?.into_iter().map(|b| (b.id.clone(), b)).collect())
+    }
+
+    /// Registers a batch (idempotent when an identical one exists) and returns it.
+    pub async fn create_batch(&self, batch: NewBatch) -> Result<Batch, StoreError> {
+        self.writable()?;
+        Ok(self.store.create_batch(batch).await?.batch().clone())
+    }
+
+    /// Records that a registered batch's content changed (a re-delivery): `patch` is merged
+    /// into its metadata. Returns the change's seq.
+    pub async fn record_content_change(&self, id: &BatchId, patch: Map<String, Value>) -> Result<Seq, StoreError> {
+        self.writable()?;
+        self.store.record_content_change(id, patch).await
+    }
+
+    /// Appends an event to a batch.
+    pub async fn append_event(&self, id: &BatchId, event: NewEvent) -> Result<Event, StoreError> {
+        self.writable()?;
+        self.store.append_event(id, event).await
+    }
+
+    /// Before writes that depend on what the pass saw: whether this host still holds the
+    /// source's poll lock (a lock service that lost the session gives it to another host).
+    pub async fn ensure_lock_held(&self) -> Result<(), RunError> {
+        match self.lock {
+            Some(lock) if !lock.still_held().await? => {
+                Err(RunError::LocksLost(format!("the poll lock of {} was lost", self.name)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Reports a problem with one item on stderr and goes on; the pass then exits 1.
+    pub fn problem(&mut self, message: impl std::fmt::Display) {
+        eprintln!("{}: {message}", self.name);
+        self.problems += 1;
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        match self.lock {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Conflict("a dry run writes nothing".into())),
+        }
+    }
+}
+
+#[derive(Parser)]
+struct SourceCli {
+    #[command(flatten)]
+    runner: RunnerArgs,
+}
+
+/// The whole `main` of a source binary.
+pub fn source_main<S: Source>(source: S) -> ExitCode {
+    let command = SourceCli::command()
+        .name(source.name().to_owned())
+        .version(source.version().to_owned())
+        .about(source.about())
+        .after_help(format!("{}{EXIT_CODES_HELP}", source.help()));
+    let args = match SourceCli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli.runner,
+        Err(e) => e.exit(),
+    };
+    init_logging(args.verbose, args.log_format);
+    let name = source.name().to_owned();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let code = match runtime.block_on(run_source(&source, args)) {
+        Ok(code) => code,
+        Err(RunError::PollLockBusy(_)) => {
+            // The previous pass is still running: normal under cron, so stay quiet.
+            info!("poll lock of {name} busy; another pass is running");
+            exit::POLL_LOCK_BUSY
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            e.code()
+        }
+    };
+    std::io::stdout().flush().ok();
+    ExitCode::from(code)
+}
+
+async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunError> {
+    let name = source.name();
+    for (given, flag) in [(args.schedule.is_some(), "--schedule"), (args.watch, "--watch")] {
+        if given {
+            return Err(RunError::Usage(format!(
+                "{name} does not take {flag}: it is a source, not a trigger-driven component; run it from cron"
+            )));
+        }
+    }
+    let component = ComponentName::new(name).map_err(|e| RunError::Usage(e.to_string()))?;
+    let event_type = EventType::new(source.event_type()).map_err(|e| RunError::Usage(e.to_string()))?;
+    let loaded = config::load(name, args.config.as_deref(), &args.config_dir)?;
+    if let Some(configured) = loaded.component.event_type.as_deref().filter(|t| *t != event_type.as_str()) {
+        let message = format!("event_type = {configured:?}, but {name} records {event_type}");
+        return Err(ConfigError::new(&loaded.file, message).into());
+    }
+    if !loaded.component.trigger.is_empty() {
+        let message = format!("[trigger]: {name} is a source and has no trigger; remove the table");
+        return Err(ConfigError::new(&loaded.file, message).into());
+    }
+    let settings: S::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
+    let plan = source.plan(settings).map_err(|refused| {
+        ConfigError::new(&loaded.file, format!("[settings] {}: {}", refused.key, refused.message))
+    })?;
+    let only = match &args.batch {
+        Some(id) => Some(BatchId::new(id.as_str()).map_err(|e| RunError::Usage(e.to_string()))?),
+        None => None,
+    };
+    let backends = loaded.backends.clone().overridden_by(args.backends());
+    let (store_url, locks_url) = backends.require_store_and_locks(&loaded.shared_file)?;
+    let identity = Identity::of(name, source.version())?;
+    let context = |store, lock| SourceContext {
+        name,
+        store,
+        identity: &identity,
+        lock,
+        only: only.clone(),
+        force: args.force,
+        failures_cap: loaded.component.max_reported_failures,
+        problems: 0,
+    };
+    let verdict = |problems: usize| if problems > 0 { exit::FAILED } else { exit::OK };
+
+    if args.dry_run {
+        // Touches nothing: no lock, no write.
+        let store = open_store(&store_url).await?;
+        let mut context = context(store.as_ref(), None);
+        source.pass(&plan, &mut context).await?;
+        return Ok(verdict(context.problems));
+    }
+    let locks = open_locks(&locks_url).await?;
+    let lock = match locks
+        .try_lock(&LockPath::Poll(component.clone()), &identity.lock_holder(), loaded.component.poll_lock_timeout)
+        .await
+    {
+        Ok(Some(lock)) => lock,
+        not_taken => {
+            locks.close().await;
+            not_taken?;
+            return Err(RunError::PollLockBusy(name.into()));
+        }
+    };
+    let started = Instant::now();
+    let outcome = match open_store(&store_url).await {
+        Ok(store) => {
+            let mut context = context(store.as_ref(), Some(lock.as_ref()));
+            let passed = source.pass(&plan, &mut context).await.map(|()| context.problems);
+            let descriptor =
+                loaded.component.descriptor(component, source.version(), event_type, Trigger::default(), true);
+            match report(store, &descriptor, &identity, &passed, started).await {
+                Ok(()) => passed,
+                Err(refused) => Err(refused),
+            }
+        }
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = lock.release().await {
+        warn!("cannot release the poll lock: {e}");
+    }
+    locks.close().await;
+    Ok(verdict(outcome?))
+}
+
+/// Reports the pass to the component registry as the source of its event type, so the
+/// pipeline's readers know where that type comes from. Only a registry conflict (another
+/// component records the type) fails the pass; an outage here is a warning.
+async fn report(
+    store: Arc<dyn ObjectStore>,
+    descriptor: &autocomp_model::ComponentDescriptor,
+    identity: &Identity,
+    passed: &Result<usize, RunError>,
+    started: Instant,
+) -> Result<(), RunError> {
+    let (outcome, summary) = match passed {
+        Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),
+        Ok(problems) => (PassOutcome::Failed, format!("{problems} items with problems")),
+        Err(e) => (PassOutcome::Error, e.to_string()),
+    };
+    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
+    match record_pass(store.as_ref(), descriptor, identity, phase).await {
+        Err(RunError::Usage(message)) => Err(RunError::Usage(message)),
+        Err(e) => {
+            warn!("cannot report the pass to the component registry: {e}");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
+}

@@ -1,0 +1,33 @@
+//! Choosing a backend by URL: the one place that knows every adapter, so the port itself
+//! names none of them (and no backend imports its siblings through it).
+
+use std::sync::Arc;
+
+use autocomp_model::InvalidInput;
+
+use crate::port::{ObjectStore, StoreResult};
+
+/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`,
+/// PostgreSQL at `postgres://user@host1,host2/database[?target_session_attrs=read-write&...]`,
+/// or the store service at `http://host:port[?retry_for=30s]`.
+pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
+    if let Some(rest) = url.strip_prefix("sqlite://") {
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() {
+            return Err(InvalidInput::new("store url", url, "names no file; write sqlite:///path/to/store.db").into());
+        }
+        let options = crate::sqlite::SqliteOptions::from_query(query)
+            .map_err(|reason| InvalidInput::new("store url", url, reason))?;
+        let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
+        return Ok(Arc::new(store));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(crate::postgres::PgStore::open(url).await?));
+    }
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(Arc::new(crate::http::HttpStore::new(url)?));
+    }
+    let reason =
+        "unknown scheme; expected sqlite:///path/to/store.db, postgres://user@host/database or http://host:port";
+    Err(InvalidInput::new("store url", url, reason).into())
+}
