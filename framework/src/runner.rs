@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, Timestamp, Trigger, WorkDone, WorkResult,
+    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Timestamp, Trigger, WorkDone, WorkResult,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
@@ -544,7 +544,7 @@ impl<C: Component> Runner<C> {
         }
         let prepared: Vec<_> = futures_util::stream::iter(&fresh)
             .map(|claimed| async move {
-                let since = last_reset_of(&claimed.batch, &self.event_type);
+                let since = claimed.batch.last_reset_of(&self.event_type);
                 let (id, name) = (&claimed.batch.id, &self.name);
                 tokio::try_join!(store.failed_attempts(id, name, since), store.load_checkpoint(id, name))
             })
@@ -939,16 +939,6 @@ async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
 /// Resolves once the lock service session is lost (or its state can no longer be known).
 async fn session_lost(session: &mut watch::Receiver<SessionState>) {
     session.wait_for(|state| *state == SessionState::Lost).await.ok();
-}
-
-/// The newest `Reset` covering `event_type`: attempts are counted from there.
-fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
-    batch
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.event_type.is_reset() && e.resets.contains(event_type))
-        .map_or(Seq::ZERO, |e| e.seq)
 }
 
 /// A report the store would refuse as too large (a huge result or failure details) becomes

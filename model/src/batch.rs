@@ -60,6 +60,16 @@ impl Batch {
         EffectiveView::of(&self.events)
     }
 
+    /// The newest `Reset` covering `event_type` (`Seq::ZERO` when none): a component's
+    /// attempts on the batch are counted from there.
+    pub fn last_reset_of(&self, event_type: &EventType) -> Seq {
+        self.events
+            .iter()
+            .rev()
+            .find(|e| e.event_type.is_reset() && e.resets.contains(event_type))
+            .map_or(Seq::ZERO, |e| e.seq)
+    }
+
     /// Where the batch's files are (metadata key `location`).
     pub fn location(&self) -> Option<&str> {
         self.metadata.get("location").and_then(Value::as_str)
@@ -214,6 +224,21 @@ pub struct Run {
     /// The run ended in a transient failure (counts as an attempt, like abandonment).
     #[serde(default)]
     pub transient: bool,
+}
+
+impl Run {
+    /// Who held the run and since when, as an event's details and the views name it:
+    /// `component`, `generation`, `agent`, `host`, `pid`, `started_at`.
+    pub fn holder_json(&self) -> Value {
+        serde_json::json!({
+            "component": self.component,
+            "generation": self.generation,
+            "agent": self.holder.agent,
+            "host": self.holder.host,
+            "pid": self.holder.pid,
+            "started_at": self.started_at,
+        })
+    }
 }
 
 /// A batch to register.

@@ -74,17 +74,7 @@ pub(crate) fn check_cancellation(new: &NewEvent) -> StoreResult<()> {
 /// Adds `cancelled_run` to a cancellation's details, naming the run it closes.
 pub(crate) fn describe_cancelled_run(details: &mut Value, run: &Run) {
     if let Value::Object(details) = details {
-        details.insert(
-            "cancelled_run".into(),
-            serde_json::json!({
-                "component": run.component,
-                "generation": run.generation,
-                "agent": run.holder.agent,
-                "host": run.holder.host,
-                "pid": run.holder.pid,
-                "started_at": run.started_at,
-            }),
-        );
+        details.insert("cancelled_run".into(), run.holder_json());
     }
 }
 

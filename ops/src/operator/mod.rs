@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput, NotReady,
-    RegisteredComponent, Seq, Trigger,
+    RegisteredComponent, Trigger,
 };
 use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
 use autocomp_store::{ObjectStore, StoreError, open_store};
@@ -388,14 +388,4 @@ pub fn check_reason(reason: &str) -> Result<&str, OperatorError> {
         return Err(InvalidInput::new("--reason", reason, format!("at most {MAX_REASON_CHARS} characters")).into());
     }
     Ok(trimmed)
-}
-
-/// The newest `Reset` covering `event_type`: the runner counts attempts from there.
-fn last_reset_of(batch: &Batch, event_type: &EventType) -> Seq {
-    batch
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.event_type.is_reset() && e.resets.contains(event_type))
-        .map_or(Seq::ZERO, |e| e.seq)
 }

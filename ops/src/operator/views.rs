@@ -14,7 +14,7 @@ use autocomp_store::ObjectStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use super::{Operator, OperatorError, Step, last_reset_of};
+use super::{Operator, OperatorError, Step};
 use autocomp_framework::exit::RunError;
 use autocomp_framework::locks::HeldLock;
 use autocomp_model::{ComponentState, NotReady, RegisteredComponent};
@@ -104,15 +104,9 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn run_json(run: &Run) -> Value {
-    json!({
-        "component": run.component,
-        "generation": run.generation,
-        "agent": run.holder.agent,
-        "host": run.holder.host,
-        "pid": run.holder.pid,
-        "started_at": run.started_at,
-        "claim_seq": run.claim_seq,
-    })
+    let mut json = run.holder_json();
+    json["claim_seq"] = json!(run.claim_seq);
+    json
 }
 
 fn describe_run(run: &Run, now: Timestamp) -> String {
@@ -914,7 +908,7 @@ impl Operator {
             _ => None,
         };
         let failed_attempts =
-            store.failed_attempts(&batch.id, step.name(), last_reset_of(batch, step.event_type())).await?;
+            store.failed_attempts(&batch.id, step.name(), batch.last_reset_of(step.event_type())).await?;
         Ok(Explanation {
             component: step.name().clone(),
             event_type: step.event_type().clone(),
@@ -974,7 +968,7 @@ impl Operator {
                 (Ok(()), None) if claimed >= queue_size => "left for the next pass (queue full)".into(),
                 (Ok(()), None) => {
                     claimed += 1;
-                    let since = last_reset_of(batch, step.event_type());
+                    let since = batch.last_reset_of(step.event_type());
                     let attempts = store.failed_attempts(&id, step.name(), since).await?;
                     if attempts >= step.descriptor().max_attempts {
                         format!(
