@@ -1,5 +1,5 @@
 //! The HTTP client side shared by `HttpStore` and sboi's `HttpIndex`: one POST per
-//! operation, the bearer token, error bodies mapped back to typed errors, retries that ride
+//! operation (typed by its declaration, `api::Operation`), the bearer token, error bodies mapped back to typed errors, retries that ride
 //! out a service restart without ever repeating a write that is not safe to repeat, and
 //! failover between several instances of a service (`http://a:7071,http://b:7071`).
 
@@ -11,6 +11,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::api::Operation;
 use super::service::ErrorBody;
 use autocomp_model::InvalidInput;
 
@@ -116,9 +117,19 @@ impl HttpClient {
         })
     }
 
-    /// POSTs `request` to `/v1/<operation>` and decodes the answer, retrying as `retry`
-    /// allows for up to `retry_for`. `timeout` bounds each attempt (long polls need more).
-    pub async fn call<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
+    /// Sends `O`'s request and decodes its answer, retrying as `retry` allows for up to
+    /// `retry_for`. `timeout` bounds each attempt (long polls need more).
+    pub async fn call<O: Operation>(
+        &self,
+        request: &O::Request,
+        retry: Retry,
+        timeout: Option<Duration>,
+    ) -> Result<O::Answer, CallError> {
+        self.post(O::NAME, request, retry, timeout).await
+    }
+
+    /// POSTs `request` to `/v1/<operation>` and decodes the answer (see `call`).
+    async fn post<Req: Serialize + ?Sized, Resp: DeserializeOwned>(
         &self,
         operation: &str,
         request: &Req,

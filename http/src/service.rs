@@ -15,21 +15,26 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::api::{Answered, ApiDoc, Requests};
 use autocomp_model::InvalidInput;
 
 /// Largest request body a service accepts: a 1 MiB details document plus its envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
 /// The body of every error response: `{"error": {...}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "Error")]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorDetail {
     /// `invalid`, `not_found`, `conflict`, `fenced`, `unavailable`, `unauthorized`,
     /// `too_large`, `unknown_operation`.
+    #[schemars(extend("enum" = [
+        "invalid", "not_found", "conflict", "fenced", "unavailable", "unauthorized", "too_large", "unknown_operation"
+    ]))]
     pub kind: String,
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,40 +271,48 @@ impl Metrics {
     }
 }
 
-/// One autocomp service as the shared routes see it: its operations (`POST /v1/<name>`),
-/// how it answers one, its health and its own gauges. `router` does the rest: access,
-/// unknown operations, metrics per operation, `/openapi.json`, JSON 404/405, body limit.
+/// One autocomp service as the shared routes see it: its operations (`POST /v1/<name>`,
+/// declared with `operations!`), how it answers one, its health and its own gauges.
+/// `router` does the rest: access, unknown operations, metrics per operation,
+/// `/openapi.json`, JSON 404/405, body limit.
 #[async_trait::async_trait]
 pub trait Rpc: Send + Sync + 'static {
     /// What an outage is called in the log ("store", "index").
     const WHAT: &'static str;
-    /// Every operation and whether it writes (needs the token).
-    const OPERATIONS: &'static [(&'static str, bool)];
-    /// The service's OpenAPI document.
-    const OPENAPI: &'static str;
+    /// What the OpenAPI document says besides the operations.
+    const API: ApiDoc;
+    /// The typed request, one variant per operation.
+    type Request: Requests;
 
     fn access(&self) -> &Access;
     fn metrics(&self) -> &Metrics;
-    /// Answers `operation`, one of `OPERATIONS`, which the caller may call.
-    async fn answer(
-        &self,
-        operation: &'static str,
-        write: bool,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Response, ApiError>;
+    /// Answers a request the caller may make.
+    async fn answer(&self, request: Self::Request) -> Result<Answered, ApiError>;
     /// `GET /health`.
     async fn health(&self) -> Response;
     /// The service's gauges for `/metrics`: (name, help, value).
     async fn gauges(&self) -> Vec<(&'static str, &'static str, f64)>;
 }
 
+/// The service's OpenAPI document, as served and as checked in beside its code.
+pub fn openapi<S: Rpc>() -> String {
+    let document = crate::api::openapi(&S::API, <S::Request as Requests>::OPERATIONS);
+    let mut text = serde_json::to_string_pretty(&document).expect("a JSON value always serializes");
+    text.push('\n');
+    text
+}
+
 /// The routes every service has, over `service`.
 pub fn router<S: Rpc>(service: Arc<S>) -> axum::Router {
     use axum::routing::{get, post};
+    let document = Bytes::from(openapi::<S>());
     axum::Router::new()
         .route("/health", get(|State(service): State<Arc<S>>| async move { service.health().await }))
         .route("/metrics", get(metrics::<S>))
-        .route("/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], S::OPENAPI) }))
+        .route(
+            "/openapi.json",
+            get(move || std::future::ready(([(header::CONTENT_TYPE, "application/json")], document))),
+        )
         .route("/v1/{operation}", post(operation::<S>))
         .fallback(no_such_path)
         .method_not_allowed_fallback(wrong_method)
@@ -315,16 +328,21 @@ async fn operation<S: Rpc>(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    let known = S::OPERATIONS.iter().find(|(name, _)| *name == operation).copied();
+    let known = <S::Request as Requests>::OPERATIONS.iter().find(|described| described.name == operation);
+    // The token is checked before the body is read: a refused write reads nothing.
     let answer = match known {
         None => Err(ApiError::unknown_operation(&operation)),
-        Some((name, write)) => match service.access().check(&headers, peer, write) {
-            Ok(()) => service.answer(name, write, body).await,
+        Some(described) => match service.access().check(&headers, peer, described.write) {
+            Ok(()) => match S::Request::parse(described.name, body) {
+                Some(Ok(request)) => service.answer(request).await.map(|answered| answered.0),
+                Some(Err(refused)) => Err(refused),
+                None => Err(ApiError::unknown_operation(&operation)),
+            },
             Err(refused) => Err(refused),
         },
     };
     let response = answer.unwrap_or_else(IntoResponse::into_response);
-    let label = known.map_or("unknown", |(name, _)| name);
+    let label = known.map_or("unknown", |described| described.name);
     let (status, elapsed) = (response.status(), started.elapsed());
     service.metrics().observe(label, status, elapsed);
     let ms = elapsed.as_secs_f64() * 1000.0;

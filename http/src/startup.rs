@@ -84,13 +84,13 @@ impl Startup {
 
     fn health(&self) -> Response {
         let waiting = self.waiting.lock().expect("startup state");
-        let body = serde_json::json!({
-            "status": "starting",
-            "waiting_for": waiting.upstream,
-            "waiting_seconds": waiting.since.elapsed().as_secs(),
-            "attempts": waiting.attempts,
-            "last_error": waiting.last_error,
-        });
+        let body = crate::api::Starting {
+            status: "starting",
+            waiting_for: waiting.upstream.clone(),
+            waiting_seconds: waiting.since.elapsed().as_secs(),
+            attempts: u64::from(waiting.attempts),
+            last_error: waiting.last_error.clone(),
+        };
         (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
     }
 }

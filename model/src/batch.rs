@@ -10,6 +10,7 @@ use super::{
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Success,
@@ -35,6 +36,7 @@ impl Outcome {
 
 /// A batch with its whole log and its open runs, as read from the store at `as_of`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Batch {
     pub id: BatchId,
     #[serde(rename = "type")]
@@ -102,6 +104,7 @@ impl Batch {
 
 /// One recorded event. Never changed or deleted once the store acknowledged it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Event {
     pub seq: Seq,
     pub batch_id: BatchId,
@@ -132,6 +135,7 @@ impl Event {
 
 /// The claim generation an event was recorded under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct RunRef {
     pub component: ComponentName,
     pub generation: i64,
@@ -139,6 +143,7 @@ pub struct RunRef {
 
 /// Who holds a run: enough for an operator (or a restarted agent) to find the process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct RunHolder {
     pub agent: Agent,
     pub host: String,
@@ -168,6 +173,7 @@ impl RunHolder {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum RunState {
     /// Claimed; the holder may record one event with this generation.
@@ -210,6 +216,7 @@ impl RunState {
 
 /// One claim generation of (batch, component): the "started" marker of a piece of work.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Run {
     pub batch_id: BatchId,
     pub component: ComponentName,
@@ -243,6 +250,7 @@ impl Run {
 
 /// A batch to register.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewBatch {
     pub id: BatchId,
@@ -279,6 +287,7 @@ impl NewBatch {
 
 /// An event to append. The store assigns `seq` and `at`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewEvent {
     #[serde(rename = "type")]

@@ -11,6 +11,8 @@ mod names;
 mod registry;
 mod report;
 mod schedule;
+#[cfg(feature = "json-schema")]
+pub mod schema;
 mod selection;
 mod summary;
 mod time;

@@ -38,6 +38,9 @@ struct Grammar {
     first: fn(char) -> bool,
     rest: fn(char) -> bool,
     description: &'static str,
+    /// `first` and `rest` as a regular expression, for the name's JSON Schema.
+    #[cfg_attr(not(feature = "json-schema"), allow(dead_code))]
+    pattern: &'static str,
 }
 
 impl Grammar {
@@ -143,6 +146,24 @@ macro_rules! validated_name {
                 self.0 == other
             }
         }
+
+        #[cfg(feature = "json-schema")]
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                let grammar = Self::GRAMMAR;
+                schemars::json_schema!({
+                    "type": "string",
+                    "description": grammar.description,
+                    "minLength": 1,
+                    "maxLength": grammar.max_len,
+                    "pattern": grammar.pattern,
+                })
+            }
+        }
     };
 }
 
@@ -155,6 +176,7 @@ validated_name!(
         first: alnum,
         rest: id_char,
         description: "1-128 characters of [A-Za-z0-9._-] starting with a letter or digit",
+        pattern: r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
     }
 );
 
@@ -167,6 +189,7 @@ validated_name!(
         first: alpha,
         rest: word_char,
         description: "1-64 characters of [A-Za-z0-9_] starting with a letter",
+        pattern: r"^[A-Za-z][A-Za-z0-9_]*$",
     }
 );
 
@@ -179,6 +202,7 @@ validated_name!(
         first: alpha,
         rest: word_char,
         description: "1-64 characters of [A-Za-z0-9_] starting with a letter",
+        pattern: r"^[A-Za-z][A-Za-z0-9_]*$",
     }
 );
 
@@ -191,6 +215,7 @@ validated_name!(
         first: alnum,
         rest: id_char,
         description: "1-64 characters of [A-Za-z0-9._-] starting with a letter or digit",
+        pattern: r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
     }
 );
 
@@ -203,6 +228,7 @@ validated_name!(
         first: alnum,
         rest: |c| c.is_ascii_graphic(),
         description: "1-128 printable ASCII characters starting with a letter or digit",
+        pattern: r"^[A-Za-z0-9][!-~]*$",
     }
 );
 
@@ -215,6 +241,7 @@ validated_name!(
         first: |c| c.is_ascii_graphic(),
         rest: |c| c.is_ascii_graphic() || c == ' ',
         description: "1-256 printable ASCII characters",
+        pattern: r"^[!-~][ -~]*$",
     }
 );
 

@@ -22,6 +22,7 @@ pub const MAX_LABEL_CHARS: usize = 255;
 /// overrides, and the settings that decide when a batch is ready or given up on. Unknown
 /// fields are ignored when read, so an older release can read what a newer one recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ComponentDescriptor {
     pub name: ComponentName,
     pub version: String,
@@ -31,11 +32,13 @@ pub struct ComponentDescriptor {
     pub max_attempts: u32,
     /// How long a transient failure waits before it is retried.
     #[serde(with = "duration_text")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "crate::schema::DurationText"))]
     pub retry_backoff: Duration,
     /// Batches claimed per pass.
     pub queue_size: usize,
     /// Longest a batch's work may take.
     #[serde(with = "duration_text")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "crate::schema::DurationText"))]
     pub max_runtime: Duration,
     /// A source registers batches and records their first event (`batch-trigger`) instead of
     /// working on batches its trigger selects: a batch without its event waits for a delivery.
@@ -44,10 +47,12 @@ pub struct ComponentDescriptor {
     /// A batch ready for the component longer than this needs a person (the monitor marks
     /// it overdue, `autocomp alerts` reports it); unset: the reader's default.
     #[serde(default, with = "duration_text::option", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "Option<crate::schema::DurationText>"))]
     pub overdue_after: Option<Duration>,
     /// No pass of the component on any host for this long needs a person; unset: the
     /// reader's default.
     #[serde(default, with = "duration_text::option", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "Option<crate::schema::DurationText>"))]
     pub silent_after: Option<Duration>,
     /// The crontab schedule the component runs on, when its config says: then it is silent
     /// once it has missed a few scheduled passes (unless `silent_after` is set).
@@ -163,6 +168,7 @@ impl fmt::Display for NotReady {
 
 /// Where a batch stands for one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ComponentState {
     /// Its effective event succeeded.
@@ -215,6 +221,7 @@ impl fmt::Display for ComponentState {
 
 /// How a pass ended, as the registry shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PassOutcome {
     /// Nothing was ready.
@@ -249,6 +256,7 @@ impl PassOutcome {
 /// claimed work (so `pipeline` shows it running); every pass sends `Ended`, an idle one only
 /// that: one small write per cron start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PassRecord {
     pub descriptor: ComponentDescriptor,
@@ -257,6 +265,7 @@ pub struct PassRecord {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum PassPhase {
     /// The pass claimed batches and is working on them.
@@ -293,6 +302,7 @@ impl PassRecord {
 
 /// One host's record of running a component, in store time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct HostRecord {
     pub host: String,
     /// The version that host last ran.
@@ -320,6 +330,7 @@ impl HostRecord {
 
 /// An operator's `pipeline forget`: the component is no longer part of the pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Retirement {
     pub at: Timestamp,
     pub by: Agent,
@@ -328,6 +339,7 @@ pub struct Retirement {
 
 /// A component in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct RegisteredComponent {
     /// As its newest pass described it.
     pub descriptor: ComponentDescriptor,

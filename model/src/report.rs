@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::Outcome;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Failure {
     /// What failed, e.g. a file path inside the batch; empty when the batch as a whole failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -20,6 +21,7 @@ pub struct Failure {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Report {
     pub outcome: Outcome,
     pub duration_ms: u64,

@@ -15,6 +15,7 @@ use super::{
 /// A set of batches. Every leaf is something the batch index stores per batch; `Trigger`
 /// is the trigger predicate itself, so readiness needs no second definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Selection {
     All,
@@ -42,6 +43,7 @@ pub enum Selection {
     /// No content change and no event for at least this long ("in its state for at least
     /// this long"), measured at the time the selection is evaluated.
     #[serde(with = "super::duration_text")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "crate::schema::DurationText"))]
     QuietFor(Duration),
     And(Vec<Selection>),
     Or(Vec<Selection>),

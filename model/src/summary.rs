@@ -9,6 +9,7 @@ use super::{Batch, BatchId, BatchType, ComponentName, Event, EventType, Outcome,
 
 /// Everything a trigger or the index asks of a batch (see the module comment).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct BatchSummary {
     pub id: BatchId,
     #[serde(rename = "type")]
@@ -27,6 +28,7 @@ pub struct BatchSummary {
 
 /// One effective event, without its details: only what the index's terms are made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct EventSummary {
     #[serde(rename = "type")]
     pub event_type: EventType,

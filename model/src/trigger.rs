@@ -13,6 +13,7 @@ use super::{Batch, BatchId, BatchType, EffectiveView, Event, EventType, InvalidI
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct Trigger {
     /// Each type's effective event exists and succeeded.
@@ -31,6 +32,7 @@ pub struct Trigger {
     pub batches: Vec<BatchId>,
     /// No content change and no event for at least this long (debounce).
     #[serde(with = "super::duration_text::option", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "json-schema", schemars(with = "Option<crate::schema::DurationText>"))]
     pub settled_for: Option<Duration>,
     /// At most this many batches, in trigger order.
     #[serde(skip_serializing_if = "Option::is_none")]

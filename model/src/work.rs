@@ -23,6 +23,7 @@ pub const DURATION_BUCKETS: usize = DURATION_BOUNDS_MS.len() + 1;
 
 /// How a batch's work ended, as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WorkResult {
     Success,
@@ -53,6 +54,7 @@ impl WorkResult {
 
 /// One batch's work in a pass: how it ended and how long the work took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WorkDone {
     pub result: WorkResult,
@@ -62,6 +64,7 @@ pub struct WorkDone {
 /// Results of one kind: how many, their summed duration, and a histogram of durations
 /// (`buckets[i]` counts durations within `DURATION_BOUNDS_MS[i]`, above the bound before it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct WorkTally {
     pub results: u64,
     pub duration_ms_sum: u64,
@@ -121,6 +124,7 @@ impl WorkTally {
 
 /// Tallies per result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct WorkTallies {
     #[serde(default)]
     pub success: WorkTally,
@@ -173,6 +177,7 @@ impl WorkTallies {
 /// A component's results as the registry keeps them: since it was first registered, and in
 /// the last hour of store time (the current minute and the 59 before it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct WorkHistory {
     #[serde(default)]
     pub total: WorkTallies,

@@ -11,7 +11,7 @@ pub const MAX_PAGE: usize = 1_000;
 
 /// A selection's size, and the last activity (content change or event) of its quietest
 /// batch: "ready for 3 hours" reads off it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Tally {
     pub count: u64,
     pub quietest: Option<Timestamp>,
@@ -19,7 +19,7 @@ pub struct Tally {
 
 /// Page order: oldest first (registration order), or highest priority first and oldest
 /// first within a priority (the order passes claim in).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PageOrder {
     #[default]
@@ -28,13 +28,13 @@ pub enum PageOrder {
 }
 
 /// Where a page ended: the last batch's sort values. The next page starts after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PageKey {
     pub priority: i64,
     pub created_seq: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PageRequest {
     pub selection: Selection,
@@ -42,11 +42,11 @@ pub struct PageRequest {
     pub order: PageOrder,
     #[serde(default)]
     pub after: Option<PageKey>,
-    /// At most `MAX_PAGE`; more is cut to it.
+    /// At most `MAX_PAGE` (1000); more is cut to it.
     pub limit: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Page {
     pub batches: Vec<BatchId>,
     /// Set when more batches follow: pass it as `after` for the next page.

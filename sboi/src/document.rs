@@ -207,7 +207,7 @@ impl Fields {
 
 /// One batch as the index sees it; multi-valued fields sorted. The sboi service's
 /// `/v1/document` answers with it, so `explain` works the same against either adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IndexedBatch {
     pub id: String,
     pub batch_type: String,

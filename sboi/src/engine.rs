@@ -71,7 +71,7 @@ impl Default for EngineOptions {
 
 /// What a catch-up did. As JSON (the sboi service's `/v1/catch_up`):
 /// `{"status": "up_to_date" | "applied" | "writer_busy", "cursor": N[, "batches": N]}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum CatchUp {
     /// Nothing had changed since the committed cursor.
@@ -585,7 +585,13 @@ impl IndexEngine {
             Some(last) if !to_end => Bound::Included(self.fields.id_term(&last.id)),
             _ => Bound::Unbounded,
         };
-        let addresses = searcher.search(&RangeQuery::new(lower, upper), &DocSetCollector).map_err(|e| self.fail(e))?;
+        // A page that is the whole store has no bound at either end, which a range query
+        // refuses: every document is then the range.
+        let addresses = match (lower, upper) {
+            (Bound::Unbounded, Bound::Unbounded) => searcher.search(&AllQuery, &DocSetCollector),
+            (lower, upper) => searcher.search(&RangeQuery::new(lower, upper), &DocSetCollector),
+        }
+        .map_err(|e| self.fail(e))?;
         let mut indexed: HashMap<String, IndexedBatch> = HashMap::with_capacity(addresses.len());
         for address in addresses {
             let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;

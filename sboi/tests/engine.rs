@@ -152,6 +152,28 @@ fn drift_by_hand(index_dir: &std::path::Path, lost: &BatchId, stray: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_of_a_store_that_fits_in_one_page_repairs_its_drift() {
+    use autocomp_sboi::EngineOptions;
+    use autocomp_sboi::http::{Follower, Reconciled};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(dir.path()).await;
+    let ids = many_batches(&store, 30).await;
+    let index_dir = dir.path().join("index");
+    IndexEngine::open_with(&index_dir, EngineOptions::default()).unwrap().catch_up(store.as_ref()).await.unwrap();
+    let (lost, stray) = (&ids[3], "B1500-stray");
+    drift_by_hand(&index_dir, lost, stray);
+
+    let engine = IndexEngine::open_with(&index_dir, EngineOptions { keep_writer: true, ..Default::default() }).unwrap();
+    let follower = Follower::new(engine, store.clone()).unwrap();
+    // One page from the first id to the end: a range open at both ends.
+    let reconciled = follower.reconcile().await.unwrap();
+    assert_eq!(reconciled, Reconciled { checked: 30, rewritten: 1, deleted: 1 });
+    assert!(follower.engine().get(lost).unwrap().is_some());
+    assert_eq!(follower.engine().get(&id(stray)).unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_repairs_drift_while_catch_ups_go_on() {
     use autocomp_sboi::http::{Follower, Reconciled};
     use autocomp_sboi::{EngineOptions, IndexedBatch};

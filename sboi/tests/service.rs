@@ -12,10 +12,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::http1::{call, get};
 use autocomp_test_servers::{XorShift, wait_for, wait_until, wait_until_async_every};
 
+use autocomp_http::api::Requests;
 use autocomp_model::*;
-use autocomp_sboi::http::wire::OPERATIONS;
+use autocomp_sboi::http::wire::IndexRequest;
 use autocomp_sboi::{
     BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, MAX_PAGE, PageKey, PageOrder, PageRequest,
     Tally, open_index,
@@ -123,71 +125,6 @@ async fn open_store(dir: &Path) -> Arc<SqliteStore> {
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// One HTTP/1.1 exchange over a fresh connection: the status and the body, or None if the
-/// service cannot be reached. The body is written from another thread while the answer is
-/// read, because the service may answer (413) and close before reading a huge body.
-fn request(method: &str, url: &str, token: Option<&str>, body: Vec<u8>) -> Option<(u16, Vec<u8>)> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut stream = std::net::TcpStream::connect(authority).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n{auth}\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).ok()?;
-    let mut writer = stream.try_clone().ok()?;
-    let sender = std::thread::spawn(move || {
-        let _ = writer.write_all(&body);
-    });
-    let mut answer = Vec::new();
-    // A reset after the answer (the unread rest of a huge body) still leaves the answer read.
-    let _ = stream.read_to_end(&mut answer);
-    drop(stream);
-    sender.join().ok();
-    parse_response(&answer)
-}
-
-fn parse_response(answer: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let status: u16 = std::str::from_utf8(answer.get(9..12)?).ok()?.parse().ok()?;
-    let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
-    let mut body = answer[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    Some((status, body))
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
-        data = &data[line_end + 2 + size + 2..];
-    }
-    out
-}
-
-fn get(url: &str) -> Option<(u16, Vec<u8>)> {
-    request("GET", url, None, Vec::new())
-}
-
-/// A request that must answer with a JSON body; its status and that body.
-fn call(method: &str, url: &str, token: Option<&str>, body: Vec<u8>) -> (u16, Value) {
-    let (status, body) = request(method, url, token, body).expect("the service answers");
-    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
-        panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
-    });
-    (status, json)
 }
 
 fn id(text: &str) -> BatchId {
@@ -579,12 +516,12 @@ async fn a_page_holds_at_most_max_page_batches() {
 /// token only where a write needs it, and every `$ref` resolves.
 #[test]
 fn the_openapi_document_describes_exactly_the_operations_served() {
-    let document: Value = serde_json::from_str(autocomp_sboi::http::server::OPENAPI).unwrap();
+    let document: Value = serde_json::from_str(&autocomp_sboi::http::server::openapi()).unwrap();
     let documented: BTreeSet<&str> =
         document["paths"].as_object().unwrap().keys().filter_map(|path| path.strip_prefix("/v1/")).collect();
-    let served: BTreeSet<&str> = OPERATIONS.iter().map(|(name, _)| *name).collect();
+    let served: BTreeSet<&str> = IndexRequest::OPERATIONS.iter().map(|op| op.name).collect();
     assert_eq!(documented, served, "the document lists exactly the operations in OPERATIONS");
-    for (name, write) in OPERATIONS {
+    for (name, write) in IndexRequest::OPERATIONS.iter().map(|op| (op.name, &op.write)) {
         let post = &document["paths"][format!("/v1/{name}")]["post"];
         assert_eq!(post["operationId"], *name);
         let security = post.get("security").unwrap_or(&document["security"]).as_array().unwrap();
@@ -905,7 +842,7 @@ async fn bad_bodies_get_a_json_4xx_and_the_service_lives_on() {
     assert_eq!(service.index().query(trigger).await.unwrap(), select_in_store(&store, trigger).await);
     let (status, openapi) = call("GET", &format!("{base}/openapi.json"), None, Vec::new());
     assert_eq!(status, 200);
-    assert_eq!(openapi, serde_json::from_str::<Value>(autocomp_sboi::http::server::OPENAPI).unwrap());
+    assert_eq!(openapi, serde_json::from_str::<Value>(&autocomp_sboi::http::server::openapi()).unwrap());
     assert!(openapi["paths"]["/v1/query"].is_object(), "{openapi}");
 }
 
@@ -987,4 +924,68 @@ async fn visible_after(index: &HttpIndex, batch: &str, requires: &str, bound: Du
     .await;
     assert!(visible, "{batch} not visible after {bound:?}");
     started.elapsed()
+}
+
+/// The document in the repository is the one the declarations generate (and the service
+/// serves). After changing an operation, regenerate it with the command the failure names.
+#[test]
+fn the_checked_in_openapi_document_is_the_generated_one() {
+    autocomp_test_servers::assert_generated(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"),
+        &autocomp_sboi::http::server::openapi(),
+        "cargo test -p autocomp-sboi --test service the_checked_in_openapi_document_is_the_generated_one",
+    );
+}
+
+/// Bodies exactly as clients of earlier releases send them get the answers they expect: an
+/// older client and a newer service still talk.
+#[tokio::test]
+async fn bodies_as_earlier_clients_send_them_get_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path()).await;
+    varied_batches(&store, 0).await;
+    let service = Service::start(dir.path());
+    let base = service.url();
+    let post = |op: &str, token: Option<&str>, body: &str| call("POST", &format!("{base}/v1/{op}"), token, body.into());
+
+    let trigger = &triggers()[2];
+    let body = json!({"trigger": trigger, "fresh": true}).to_string();
+    let (status, answer) = post("query", None, &body);
+    assert_eq!(status, 200, "{answer}");
+    let expected: Vec<String> = select_in_store(&store, trigger).await.iter().map(|id| id.to_string()).collect();
+    assert_eq!(answer["batches"], json!(expected));
+    assert!(answer["indexed_seq"].is_i64() && answer["stale"] == false, "{answer}");
+    let (status, answer) = post("query", None, r#"{"trigger":{"requires":["Data_Received"],"limit":5},"fresh":false}"#);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["batches"].as_array().unwrap().len() <= 5, "{answer}");
+    let (status, answer) = post("document", None, r#"{"id":"B0001"}"#);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["indexed_seq"].is_i64() && answer.get("document").is_some(), "{answer}");
+    let (status, answer) = post(
+        "tally",
+        None,
+        r#"{"selections":["all",{"and":[{"running":"checker"},{"not":{"succeeded":"Checked"}}]}],"quietest":true}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tallies"].as_array().map(Vec::len), Some(2), "{answer}");
+    assert!(answer["tallies"][0]["count"].is_u64() && answer["stale"].is_boolean(), "{answer}");
+    let (status, answer) =
+        post("page", None, r#"{"selection":{"priority":{"min":1,"max":null}},"order":"priority","limit":5}"#);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["batches"].is_array() && answer.get("next").is_some() && answer["indexed_seq"].is_i64(), "{answer}");
+    let (status, answer) = post("catch_up", None, "{}");
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["status"].is_string() && answer["cursor"].is_i64(), "{answer}");
+    let (status, answer) = post("rebuild", None, "");
+    assert_eq!((status, answer["error"]["kind"].as_str()), (401, Some("unauthorized")), "{answer}");
+    let (status, answer) = post("rebuild", Some(TOKEN), "");
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["batches"].as_u64().unwrap() > 0, "{answer}");
+    let (status, answer) = post("reconcile", None, "{}");
+    assert_eq!((status, answer["error"]["kind"].as_str()), (401, Some("unauthorized")), "{answer}");
+    let (status, answer) = post("document", None, r#"{"id":"B0001","fresh":true}"#);
+    assert_eq!(
+        (status, answer["error"]["kind"].as_str(), answer["error"]["field"].as_str()),
+        (400, Some("invalid"), Some("fresh"))
+    );
 }

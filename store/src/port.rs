@@ -55,7 +55,7 @@ impl CreateOutcome {
 }
 
 /// A fresh claim: the generation to fence the result with, and the run it superseded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Claim {
     pub run: Run,
     /// The previous run if it was still open: its holder died or stalled, and is now fenced.
@@ -69,7 +69,7 @@ impl Claim {
 }
 
 /// What an operator's `cancel_run` did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cancellation {
     /// The failure it recorded, flagged `cancelled`.
     pub event: Event,
@@ -78,7 +78,7 @@ pub struct Cancellation {
 }
 
 /// One page of the change feed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangePage {
     /// Batches changed after the requested seq, each once, in order of their latest change.
     pub changes: Vec<(Seq, BatchId)>,

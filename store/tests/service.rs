@@ -9,10 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::http1::{get, post};
 use autocomp_test_servers::{XorShift, wait_for, wait_for_async};
 
+use autocomp_http::api::Requests;
 use autocomp_model::*;
-use autocomp_store::http::wire::OPERATIONS;
+use autocomp_store::http::wire::StoreRequest;
 use autocomp_store::*;
 use serde_json::{Value, json};
 
@@ -81,58 +83,6 @@ impl Drop for Service {
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A blocking HTTP request with `curl`-free std: status and body, or None if unreachable.
-fn request(method: &str, url: &str, token: Option<&str>, body: &[u8]) -> Option<(u16, Vec<u8>)> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut stream = std::net::TcpStream::connect(authority).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).ok()?;
-    // The service may answer (413) before reading a huge body; a broken pipe then is fine.
-    let _ = stream.write_all(body);
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).ok()?;
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let status: u16 = std::str::from_utf8(&answer[9..12]).ok()?.parse().ok()?;
-    let head = String::from_utf8_lossy(&answer[..split]).to_lowercase();
-    let mut body = answer[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    Some((status, body))
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
-        data = &data[line_end + 2 + size + 2..];
-    }
-    out
-}
-
-fn get(url: &str) -> Option<(u16, Vec<u8>)> {
-    request("GET", url, None, b"")
-}
-
-fn post(url: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
-    let (status, body) = request("POST", url, token, body).expect("the service answers");
-    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
-        panic!("HTTP {status} with a body that is not JSON ({e}): {}", String::from_utf8_lossy(&body))
-    });
-    (status, json)
 }
 
 fn id(text: &str) -> BatchId {
@@ -475,7 +425,7 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
     let mut rng = XorShift(0x5eed_1234_abcd_ef01);
     let mut answered = 0;
     for round in 0..600 {
-        let (op, _) = OPERATIONS[rng.below(OPERATIONS.len())];
+        let op = StoreRequest::OPERATIONS[rng.below(StoreRequest::OPERATIONS.len())].name;
         let body = match round % 3 {
             0 => (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect::<Vec<u8>>(),
             1 => mutate(&valid, &mut rng).to_string().into_bytes(),
@@ -627,9 +577,9 @@ async fn health_metrics_and_the_openapi_document() {
     assert_eq!(served, in_repo);
     let documented: HashSet<&str> =
         served["paths"].as_object().unwrap().keys().filter_map(|p| p.strip_prefix("/v1/")).collect();
-    let served_ops: HashSet<&str> = OPERATIONS.iter().map(|(name, _)| *name).collect();
+    let served_ops: HashSet<&str> = StoreRequest::OPERATIONS.iter().map(|op| op.name).collect();
     assert_eq!(documented, served_ops, "the OpenAPI document lists exactly the operations served");
-    for (name, write) in OPERATIONS {
+    for (name, write) in StoreRequest::OPERATIONS.iter().map(|op| (op.name, op.write)) {
         let security = &served["paths"][format!("/v1/{name}")]["post"]["security"];
         assert_eq!(security.as_array().unwrap().iter().any(|s| s.as_object().unwrap().is_empty()), !write, "{name}");
     }
@@ -655,4 +605,91 @@ async fn health_metrics_and_the_openapi_document() {
     assert_eq!(fields(&summary["effective"][0]), documented("EventSummary"), "{summary}");
     assert_eq!(summary["running"], json!(["archiver"]));
     assert!(summary["last_activity"].as_str().is_some_and(|t| t.ends_with('Z')), "a timestamp: {summary}");
+}
+
+/// The document in the repository is the one the declarations generate (and the service
+/// serves). After changing an operation, regenerate it with the command the failure names.
+#[test]
+fn the_checked_in_openapi_document_is_the_generated_one() {
+    autocomp_test_servers::assert_generated(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"),
+        &autocomp_store::http::server::openapi(),
+        "cargo test -p autocomp-store --test service the_checked_in_openapi_document_is_the_generated_one",
+    );
+}
+
+/// Bodies exactly as clients of earlier releases send them, field for field, get the
+/// answers they expect: an older client and a newer service still talk.
+#[tokio::test]
+async fn bodies_as_earlier_clients_send_them_get_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    let post = |op: &str, body: &str| post(&url(op), Some(TOKEN), body.as_bytes());
+
+    let (status, created) = post("create_batch", r#"{"id":"B1","type":"Delivery","priority":0,"metadata":{}}"#);
+    assert_eq!((status, created["created"].as_bool()), (200, Some(true)), "{created}");
+    assert_eq!(created["batch"]["id"], "B1");
+    let (status, again) = post("create_batch", r#"{"id":"B1","type":"Delivery","priority":0,"metadata":{}}"#);
+    assert_eq!((status, again["created"].as_bool()), (200, Some(false)), "{again}");
+    let (status, head) = post("head", "{}");
+    assert_eq!(status, 200);
+    assert!(head["head"].as_i64().unwrap() > 0, "{head}");
+    let (status, seq) = post("set_priority", r#"{"id":"B1","priority":3}"#);
+    assert!(status == 200 && seq["seq"].as_i64().unwrap() > head["head"].as_i64().unwrap(), "{seq}");
+
+    let holder = r#"{"agent":"archiver/1.0@h#1","host":"h","pid":1,"claim_key":"k-1"}"#;
+    let (status, claim) = post("claim", &format!(r#"{{"batch":"B1","component":"archiver","holder":{holder}}}"#));
+    assert_eq!(status, 200, "{claim}");
+    assert_eq!((claim["run"]["generation"].as_i64(), &claim["abandoned"]), (Some(1), &Value::Null), "{claim}");
+    let (status, many) =
+        post("claim_many", &format!(r#"{{"batches":["B1","B9"],"component":"checker","holder":{holder}}}"#));
+    assert_eq!(status, 200, "{many}");
+    assert_eq!(many["answers"][0]["claim"]["run"]["component"], "checker", "{many}");
+    assert_eq!(many["answers"][1]["error"]["kind"], "not_found", "{many}");
+
+    let event = r#"{"type":"Data_Archived","outcome":"success","agent":"archiver/1.0","details":{"n":1},"run":{"component":"archiver","generation":1},"idempotency_key":"e-1"}"#;
+    let (status, appended) = post("append_event", &format!(r#"{{"batch":"B1","event":{event}}}"#));
+    assert_eq!(status, 200, "{appended}");
+    assert_eq!((appended["type"].as_str(), appended["details"]["n"].as_i64()), (Some("Data_Archived"), Some(1)));
+    let (status, fenced) =
+        post("append_event", &format!(r#"{{"batch":"B1","event":{}}}"#, event.replace("e-1", "e-2")));
+    assert_eq!((status, fenced["error"]["kind"].as_str()), (409, Some("fenced")), "{fenced}");
+    assert_eq!(
+        (fenced["error"]["component"].as_str(), fenced["error"]["generation"].as_i64()),
+        (Some("archiver"), Some(1))
+    );
+
+    let (status, batch) = post("get_batch", r#"{"id":"B1"}"#);
+    assert_eq!((status, batch["priority"].as_i64(), batch["events"].as_array().map(Vec::len)), (200, Some(3), Some(1)));
+    let (status, missing) = post("get_batch", r#"{"id":"B9"}"#);
+    assert_eq!(
+        (status, missing["error"]["kind"].as_str(), missing["error"]["batch"].as_str()),
+        (404, Some("not_found"), Some("B9"))
+    );
+    let (status, listed) = post("list_batches", r#"{"after":null,"limit":10}"#);
+    assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(1)), "{listed}");
+    let (status, changes) = post("changes", r#"{"since":0,"limit":10}"#);
+    assert_eq!(status, 200, "{changes}");
+    assert!(changes.is_object(), "{changes}");
+    let (status, waited) = post("wait_for_change", r#"{"since":0,"timeout_ms":1}"#);
+    assert_eq!((status, waited["head"].is_i64()), (200, true), "{waited}");
+    let (status, runs) = post("open_runs", r#"{"component":"checker"}"#);
+    assert_eq!((status, runs.as_array().map(Vec::len)), (200, Some(1)), "{runs}");
+    let (status, count) = post("failed_attempts", r#"{"batch":"B1","component":"archiver","since":0}"#);
+    assert_eq!((status, count["count"].as_u64()), (200, Some(0)), "{count}");
+    let (status, saved) =
+        post("save_checkpoint", r#"{"batch":"B1","component":"checker","generation":1,"data":{"at":7}}"#);
+    assert_eq!((status, saved), (200, json!({})));
+    let (status, loaded) = post("load_checkpoint", r#"{"batch":"B1","component":"checker"}"#);
+    assert_eq!((status, loaded), (200, json!({"data": {"at": 7}})));
+    let (status, released) = post("release", r#"{"batch":"B1","component":"checker","generation":1}"#);
+    assert_eq!((status, released), (200, json!({})));
+    let (status, count) = post("count_batches", "");
+    assert_eq!((status, count), (200, json!({"count": 1})));
+    let (status, refused) = post("release", r#"{"batch":"B1","component":"checker","generation":1,"force":true}"#);
+    assert_eq!(
+        (status, refused["error"]["kind"].as_str(), refused["error"]["field"].as_str()),
+        (400, Some("invalid"), Some("force"))
+    );
 }

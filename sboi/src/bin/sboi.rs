@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use autocomp_http::display_url;
+use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
 use autocomp_http::logging::LogFormat;
-use autocomp_http::service::{Access, init_logging, load_token, serve};
-use autocomp_http::{startup::Startup, startup::stopped_before_ready};
+use autocomp_http::service::init_logging;
 use autocomp_sboi::http::IndexService;
 use autocomp_sboi::{EngineOptions, IndexEngine};
 use autocomp_store::http::store_error_is_permanent;
@@ -52,19 +52,12 @@ enum Command {
         /// Address to listen on. Loopback by default: other hosts need an explicit address.
         #[arg(long, default_value = "127.0.0.1:7071")]
         listen: SocketAddr,
-        /// File holding the bearer token for rebuilds (else $AUTOCOMP_TOKEN).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
         /// Compare the whole index with the store this often and repair what differs (30m,
         /// 6h, 1d; 0 never). Changes are indexed meanwhile: it takes the writer only to fix.
         #[arg(long, default_value = "1d", value_parser = parse_period)]
         reconcile_every: Duration,
-        /// Ask for the token on reads from loopback too (on a host other users share).
-        #[arg(long)]
-        reads_need_token: bool,
-        /// More logging (-v debug, -vv trace); RUST_LOG overrides.
-        #[arg(short, long, action = clap::ArgAction::Count)]
-        verbose: u8,
+        #[command(flatten)]
+        service: ServiceArgs,
     },
 }
 
@@ -78,16 +71,11 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Serve { store: store_url, index_dir, listen, token_file, reconcile_every, reads_need_token, verbose } =
-        cli.command;
-    init_logging(verbose, cli.log_format);
-    let fail = |code: u8, message: String| {
-        tracing::error!("{message}");
-        ExitCode::from(code)
-    };
-    let token = match load_token(token_file.as_deref()) {
+    let Command::Serve { store: store_url, index_dir, listen, reconcile_every, service } = cli.command;
+    init_logging(service.verbose, cli.log_format);
+    let token = match service.token() {
         Ok(token) => token,
-        Err(message) => return fail(2, message),
+        Err(code) => return code,
     };
     // The service is the directory's only writer: one writer for the process's life. One
     // indexing thread: a catch-up commits a few documents at a time, and each thread's
@@ -98,15 +86,12 @@ async fn main() -> ExitCode {
         Ok(engine) => engine,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(listener) => listener,
-        Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
-    };
-    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
     // Up at once, whatever started first: until the store answers, /health says what we wait
     // for and operations answer `unavailable` (clients retry or use another instance).
-    let startup = Startup::new(format!("the store {}", display_url(&store_url)));
-    let mut serving = tokio::spawn(serve(listener, startup.router()));
+    let mut launch = match Launch::bind(listen, format!("the store {}", display_url(&store_url))).await {
+        Ok(launch) => launch,
+        Err(code) => return code,
+    };
     // The service's token is also what it shows the store service: its reads may come from
     // another host, or the store may ask for the token on every read.
     let connect = || async {
@@ -119,28 +104,21 @@ async fn main() -> ExitCode {
         let head = store.head().await?;
         Ok::<_, StoreError>((store, head))
     };
-    let connected = tokio::select! {
-        connected = startup.wait_for(connect, |error| store_error_is_permanent(&store_url, error)) => connected,
-        stopped = &mut serving => return stopped_before_ready(stopped),
-    };
-    let (store, head) = match connected {
-        Ok(connected) => connected,
-        Err(error) => return fail(2, format!("--store {}: {error}", display_url(&store_url))),
+    let (store, head) = match launch.connect(connect, |error| store_error_is_permanent(&store_url, error)).await {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(error)) => return fail(2, format!("--store {}: {error}", display_url(&store_url))),
+        Err(stopped) => return stopped,
     };
     let reconcile = (!reconcile_every.is_zero()).then_some(reconcile_every);
-    let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
-    let service = match IndexService::start(engine, store, access, reconcile) {
+    let service = match IndexService::start(engine, store, service.access(token), reconcile) {
         Ok(service) => service,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };
-    startup.ready(service.router());
+    launch.ready(service.router());
     let indexed = service.follower().progress().indexed_seq;
-    tracing::info!(listen = %bound, store = %display_url(&store_url), index = %index_dir.display(), %indexed, store_head = %head,
+    tracing::info!(listen = %launch.bound, store = %display_url(&store_url), index = %index_dir.display(), %indexed, store_head = %head,
         reconcile_every = ?reconcile, "sboi service up");
-    let served = serving.await.unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
+    let served = launch.served().await;
     let _no_more_writes = service.follower().quiesce(STOP_GRACE).await;
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => fail(5, format!("serving: {error}")),
-    }
+    exit_code(served)
 }

@@ -44,7 +44,7 @@ impl Progress {
 }
 
 /// What one reconcile did (`POST /v1/reconcile` answers with it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Reconciled {
     /// Batches of the store compared with their documents.
     pub checked: usize,

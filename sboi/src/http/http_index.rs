@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use autocomp_http::api::Operation;
 use autocomp_http::client::{ClientOptions, HttpClient, Retry, client_token};
 use autocomp_model::{BatchId, Selection, Seq, Trigger};
 use autocomp_store::StoreError;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::wire::{self, DocumentAnswer, Empty, QueryAnswer, RebuildAnswer};
+use super::wire::{self, Empty, QueryAnswer, op};
 use crate::browse::{Page, PageRequest, Tally};
 use crate::document::IndexedBatch;
 use crate::engine::{CatchUp, IndexResult};
@@ -40,22 +39,17 @@ impl HttpIndex {
     /// The whole answer of `/v1/query`: with `fresh`, the service first catches up to the
     /// store's head (bounded); `stale` says whether the index may miss recent changes.
     pub async fn query_with(&self, trigger: &Trigger, fresh: bool) -> IndexResult<QueryAnswer> {
-        self.call("query", &wire::QueryRequest { trigger: trigger.clone(), fresh }, None).await
+        self.call::<op::Query>(&wire::QueryRequest { trigger: trigger.clone(), fresh }, None).await
     }
 
     /// `POST /v1/reconcile` (needs the token): compares every document with the store and
     /// repairs what differs, while the service goes on indexing changes.
     pub async fn reconcile(&self) -> IndexResult<wire::ReconcileAnswer> {
-        self.call("reconcile", &Empty {}, Some(REBUILD_TIMEOUT)).await
+        self.call::<op::Reconcile>(&Empty {}, Some(REBUILD_TIMEOUT)).await
     }
 
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(
-        &self,
-        operation: &str,
-        request: &Req,
-        timeout: Option<Duration>,
-    ) -> IndexResult<Resp> {
-        self.client.call(operation, request, Retry::Safe, timeout).await.map_err(|e| StoreError::from(e).into())
+    async fn call<O: Operation>(&self, request: &O::Request, timeout: Option<Duration>) -> IndexResult<O::Answer> {
+        self.client.call::<O>(request, Retry::Safe, timeout).await.map_err(|e| StoreError::from(e).into())
     }
 }
 
@@ -71,7 +65,7 @@ impl BatchIndex for HttpIndex {
     }
 
     async fn catch_up(&self) -> IndexResult<CatchUp> {
-        self.call("catch_up", &Empty {}, None).await
+        self.call::<op::CatchUp>(&Empty {}, None).await
     }
 
     async fn covers(&self, _seq: Seq, _bound: Duration) -> IndexResult<bool> {
@@ -81,23 +75,23 @@ impl BatchIndex for HttpIndex {
     }
 
     async fn rebuild(&self) -> IndexResult<usize> {
-        let answer: RebuildAnswer = self.call("rebuild", &Empty {}, Some(REBUILD_TIMEOUT)).await?;
+        let answer = self.call::<op::Rebuild>(&Empty {}, Some(REBUILD_TIMEOUT)).await?;
         Ok(answer.batches)
     }
 
     async fn document(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
-        let answer: DocumentAnswer = self.call("document", &wire::DocumentRequest { id: id.clone() }, None).await?;
+        let answer = self.call::<op::Document>(&wire::DocumentRequest { id: id.clone() }, None).await?;
         Ok(answer.document)
     }
 
     async fn tally(&self, selections: &[Selection], quietest: bool) -> IndexResult<Vec<Tally>> {
         let request = wire::TallyRequest { selections: selections.to_vec(), quietest };
-        let answer: wire::TallyAnswer = self.call("tally", &request, None).await?;
+        let answer = self.call::<op::Tally>(&request, None).await?;
         Ok(answer.tallies)
     }
 
     async fn page(&self, request: &PageRequest) -> IndexResult<Page> {
-        let answer: wire::PageAnswer = self.call("page", request, None).await?;
+        let answer = self.call::<op::Page>(request, None).await?;
         Ok(answer.page)
     }
 }

@@ -6,30 +6,28 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
+use autocomp_http::api::{Answered, ApiDoc};
+use autocomp_http::service::{Access, ApiError, Metrics, Rpc, router};
 use autocomp_model::{InvalidInput, Seq, Timestamp};
 use autocomp_store::ObjectStore;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use serde::Serialize;
 
 use super::follower::Follower;
-use super::wire::{self, DocumentAnswer, Empty, OPERATIONS, QueryAnswer, QueryRequest, RebuildAnswer};
-use crate::browse::PageRequest;
+use super::wire::{
+    self, DocumentAnswer, Empty, IndexRequest, MAX_SELECTIONS, QueryAnswer, QueryRequest, RebuildAnswer,
+};
 use crate::engine::{IndexEngine, IndexError, IndexResult};
 
-/// The OpenAPI document of this service, kept in the repository beside the code.
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+/// The OpenAPI document of this service, generated from its declarations; the copy in the
+/// repository (`sboi/openapi.json`) is checked against it by the service tests.
+pub fn openapi() -> String {
+    autocomp_http::service::openapi::<IndexService>()
+}
 
 /// How long a fresh query waits for the index to reach the store's head (and a `catch_up`
 /// request for a rebuild in progress) before answering with what is indexed.
 pub const FRESH_BOUND: Duration = Duration::from_secs(2);
-
-/// Most selections one `/v1/tally` counts (a monitor's overview asks for components x
-/// states, well under this).
-const MAX_SELECTIONS: usize = 1_000;
 
 /// How long `/metrics` waits for the store's head before reporting the last one seen.
 const METRICS_HEAD_BOUND: Duration = Duration::from_secs(1);
@@ -69,14 +67,14 @@ impl IndexService {
         router(Arc::clone(self))
     }
 
-    async fn dispatch(&self, name: &'static str, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    async fn dispatch(&self, request: IndexRequest) -> Result<Answered, ApiError> {
+        use IndexRequest as R;
         // Index writes run as tasks of their own: a client that hangs up mid-rebuild must
         // not cancel it halfway (the writer would be dropped between two spawned steps).
         let follower = Arc::clone(&self.follower);
-        Ok(match name {
-            "query" => ok(self.query(parse_body(body)?).await?),
-            "tally" => {
-                let request: wire::TallyRequest = parse_body(body)?;
+        Ok(match request {
+            R::Query(request, reply) => reply.send(self.query(request).await?),
+            R::Tally(request, reply) => {
                 if request.selections.len() > MAX_SELECTIONS {
                     return Err(ApiError::invalid(InvalidInput::new(
                         "selections",
@@ -89,39 +87,33 @@ impl IndexService {
                     follower.engine().tally_at(&request.selections, Timestamp::now(), request.quietest)
                 })
                 .await?;
-                ok(wire::TallyAnswer { tallies, indexed_seq, stale })
+                reply.send(wire::TallyAnswer { tallies, indexed_seq, stale })
             }
-            "page" => {
-                let request: PageRequest = parse_body(body)?;
+            R::Page(request, reply) => {
                 let (indexed_seq, stale) = self.fresh_read().await;
                 let page = blocking(move || follower.engine().page_at(&request, Timestamp::now())).await?;
-                ok(wire::PageAnswer { page, indexed_seq, stale })
+                reply.send(wire::PageAnswer { page, indexed_seq, stale })
             }
-            "document" => {
-                let request: wire::DocumentRequest = parse_body(body)?;
+            R::Document(request, reply) => {
                 let indexed_seq = follower.progress().indexed_seq;
                 let document = blocking(move || follower.engine().get(&request.id)).await?;
-                ok(DocumentAnswer { document, indexed_seq })
+                reply.send(DocumentAnswer { document, indexed_seq })
             }
-            "catch_up" => {
-                let _: Empty = parse_body(body)?;
-                ok(detached(async move { follower.catch_up_within(FRESH_BOUND).await }).await?)
+            R::CatchUp(Empty {}, reply) => {
+                reply.send(detached(async move { follower.catch_up_within(FRESH_BOUND).await }).await?)
             }
-            "rebuild" => {
-                let _: Empty = parse_body(body)?;
+            R::Rebuild(Empty {}, reply) => {
                 let started = Instant::now();
                 let batches = detached(async move { follower.rebuild().await }).await?;
                 tracing::info!(batches, elapsed = ?started.elapsed(), "rebuilt the index on request");
-                ok(RebuildAnswer { batches })
+                reply.send(RebuildAnswer { batches })
             }
-            "reconcile" => {
-                let _: Empty = parse_body(body)?;
+            R::Reconcile(Empty {}, reply) => {
                 let started = Instant::now();
                 let reconciled = detached(async move { follower.reconcile().await }).await?;
                 tracing::info!(?reconciled, elapsed = ?started.elapsed(), "reconciled the index on request");
-                ok(reconciled)
+                reply.send(reconciled)
             }
-            other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
         })
     }
 
@@ -166,10 +158,6 @@ impl IndexService {
     }
 }
 
-fn ok<T: Serialize>(answer: T) -> Response {
-    Json(answer).into_response()
-}
-
 fn index_error(error: IndexError) -> ApiError {
     match error {
         IndexError::Store(error) => error.into(),
@@ -199,8 +187,27 @@ async fn detached<T: Send + 'static>(
 #[async_trait::async_trait]
 impl Rpc for IndexService {
     const WHAT: &'static str = "index";
-    const OPERATIONS: &'static [(&'static str, bool)] = OPERATIONS;
-    const OPENAPI: &'static str = OPENAPI;
+    const API: ApiDoc = ApiDoc {
+        title: "sboi: the autocomp batch index service",
+        description: "Answers trigger queries (which batches are ready for a component), and a monitor's counts \
+            and pages of selections, from a tantivy index that follows the store's change feed. Every operation \
+            is POST /v1/<operation> with a JSON body. Reads are open from loopback and need the bearer token from \
+            anywhere else; rebuild and reconcile always need it. Errors are JSON bodies {\"error\": {...}} with a \
+            4xx status for bad requests and 503 when the index or the store cannot answer now.",
+        server: "http://127.0.0.1:7071",
+        errors: &[
+            (400, "Malformed JSON, a wrong type, an unknown field or an invalid name; the error names the field."),
+            (413, "The body is over 4 MiB."),
+            (503, "The index directory or the store cannot answer now; retry."),
+        ],
+        health: "Up, and how far the index has come.",
+        health_answer: |generator| generator.subschema_for::<wire::Health>(),
+        health_unavailable: "The service is still waiting for its store after starting; operations answer 503 \
+            unavailable meanwhile.",
+        metrics: "Prometheus text: sboi_indexed_seq, sboi_store_head_seq, sboi_index_lag, sboi_store_reachable, \
+            sboi_requests_total, sboi_request_seconds.",
+    };
+    type Request = IndexRequest;
 
     fn access(&self) -> &Access {
         &self.access
@@ -210,24 +217,20 @@ impl Rpc for IndexService {
         &self.metrics
     }
 
-    async fn answer(
-        &self,
-        operation: &'static str,
-        _write: bool,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Response, ApiError> {
-        self.dispatch(operation, body).await
+    async fn answer(&self, request: IndexRequest) -> Result<Answered, ApiError> {
+        self.dispatch(request).await
     }
 
     async fn health(&self) -> Response {
         let progress = self.follower.progress();
-        ok(serde_json::json!({
-            "status": "ok",
-            "indexed_seq": progress.indexed_seq,
-            "store_head_seq": progress.store_head,
-            "index_lag": progress.lag(),
-            "follower_error": self.follower.last_error(),
-        }))
+        Json(wire::Health {
+            status: "ok".into(),
+            indexed_seq: progress.indexed_seq,
+            store_head_seq: progress.store_head,
+            index_lag: progress.lag(),
+            follower_error: self.follower.last_error(),
+        })
+        .into_response()
     }
 
     async fn gauges(&self) -> Vec<(&'static str, &'static str, f64)> {

@@ -1,29 +1,45 @@
-//! The request and answer bodies of the sboi service, shared by the server and `HttpIndex`
-//! so the two cannot drift apart. Requests refuse unknown fields: a typo is an error, not a
-//! silently ignored setting.
+//! The sboi service's operations, each declared once (`IndexRequest`, `op`), and their
+//! request and answer bodies, shared by the server, `HttpIndex` and the OpenAPI document so
+//! none can drift. Requests refuse unknown fields: a typo is an error, not a silent default.
 
 use autocomp_model::{BatchId, Selection, Seq, Trigger};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::browse::{Page, Tally};
+use crate::browse::{Page, PageRequest, Tally};
 use crate::document::IndexedBatch;
+use crate::engine::CatchUp;
 
 pub use autocomp_store::http::wire::Empty;
 
-/// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
-/// `catch_up` counts as a read: it only brings the cache to what the store already says.
-pub const OPERATIONS: &[(&str, bool)] = &[
-    ("query", false),
-    ("document", false),
-    ("tally", false),
-    ("page", false),
-    ("catch_up", false),
-    ("rebuild", true),
-    ("reconcile", true),
-];
+autocomp_http::operations! {
+    /// A request to the sboi service: one variant per operation, each with its body and the
+    /// reply that takes its answer. `catch_up` counts as a read: it only brings the index to
+    /// what the store already says.
+    pub enum IndexRequest in mod op {
+        /// The batches ready for a trigger, in trigger order.
+        read query: Query(QueryRequest) -> QueryAnswer;
+        /// What the committed index holds for one batch (for `autocomp explain`).
+        read document: Document(DocumentRequest) -> DocumentAnswer;
+        /// Each selection's size and its quietest batch (a monitor's counts).
+        read tally: Tally(TallyRequest) -> TallyAnswer;
+        /// One page of a selection, in a stable order after a keyset cursor (a monitor's lists).
+        read page: Page(PageRequest) -> PageAnswer;
+        /// Brings the index up to the store's head now.
+        read catch_up: CatchUp(Empty) -> CatchUp;
+        /// Rebuilds the whole index from the store (`autocomp reindex`). Needs the token. Answers when the rebuild is committed; queries meanwhile read the previous index, and changes wait for it. To repair drift without that wait, use /v1/reconcile.
+        write rebuild: Rebuild(Empty) -> RebuildAnswer;
+        /// Compares every document with the store's batch and repairs what differs. Needs the token.
+        write reconcile: Reconcile(Empty) -> ReconcileAnswer;
+    }
+}
+
+/// Most selections one `/v1/tally` counts (a monitor's overview asks for components x
+/// states, well under this).
+pub const MAX_SELECTIONS: usize = 1_000;
 
 /// `POST /v1/query`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// As `autocomp_model::Trigger` serializes (the `[trigger]` of a component's config).
@@ -38,7 +54,7 @@ fn fresh_by_default() -> bool {
     true
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct QueryAnswer {
     /// The ready batches in trigger order (priority descending, then oldest first), limited.
     pub batches: Vec<BatchId>,
@@ -50,13 +66,13 @@ pub struct QueryAnswer {
 }
 
 /// `POST /v1/document`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DocumentRequest {
     pub id: BatchId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentAnswer {
     /// What the committed index holds for the batch; `null` when it holds nothing.
     pub document: Option<IndexedBatch>,
@@ -64,7 +80,7 @@ pub struct DocumentAnswer {
 }
 
 /// `POST /v1/rebuild`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RebuildAnswer {
     /// Batches indexed.
     pub batches: usize,
@@ -74,16 +90,18 @@ pub struct RebuildAnswer {
 pub use super::follower::Reconciled as ReconcileAnswer;
 
 /// `POST /v1/tally`: each selection's size and quietest batch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TallyRequest {
+    /// At most `MAX_SELECTIONS`.
+    #[schemars(length(max = MAX_SELECTIONS))]
     pub selections: Vec<Selection>,
     /// Also find each selection's quietest batch (a read per selected batch).
     #[serde(default)]
     pub quietest: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TallyAnswer {
     /// One per selection, in the request's order.
     pub tallies: Vec<Tally>,
@@ -92,10 +110,24 @@ pub struct TallyAnswer {
 }
 
 /// `POST /v1/page`: the request is `crate::PageRequest`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PageAnswer {
     #[serde(flatten)]
     pub page: Page,
     pub indexed_seq: Seq,
     pub stale: bool,
+}
+
+/// `GET /health` while the service answers (perhaps from a lagging index: see `index_lag`
+/// and `follower_error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+    pub indexed_seq: Seq,
+    /// The newest store head the service has seen.
+    pub store_head_seq: Seq,
+    pub index_lag: i64,
+    /// The follower's last error, until it next succeeds.
+    pub follower_error: Option<String>,
 }

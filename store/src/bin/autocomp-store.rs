@@ -2,13 +2,12 @@
 //! `autocomp-store migrate`: brings a PostgreSQL store's schema up to this release.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use autocomp_http::display_url;
+use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
 use autocomp_http::logging::LogFormat;
-use autocomp_http::service::{Access, init_logging, load_token, serve};
-use autocomp_http::{startup::Startup, startup::stopped_before_ready};
+use autocomp_http::service::init_logging;
 use autocomp_store::http::StoreService;
 use autocomp_store::http::store_error_is_permanent;
 use autocomp_store::{PgStore, StoreError, open_store};
@@ -47,15 +46,8 @@ enum Command {
         /// Address to listen on. Loopback by default: other hosts need an explicit address.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
-        /// File holding the bearer token for writes (else $AUTOCOMP_TOKEN).
-        #[arg(long)]
-        token_file: Option<PathBuf>,
-        /// Ask for the token on reads from loopback too (on a host other users share).
-        #[arg(long)]
-        reads_need_token: bool,
-        /// More logging (-v debug, -vv trace); RUST_LOG overrides.
-        #[arg(short, long, action = clap::ArgAction::Count)]
-        verbose: u8,
+        #[command(flatten)]
+        service: ServiceArgs,
     },
     /// Apply the schema migrations a PostgreSQL store lacks, then exit: for operators who
     /// deploy schema changes explicitly (components then open it with `?migrate=false`).
@@ -71,18 +63,13 @@ enum Command {
     },
 }
 
-fn fail(code: u8, message: String) -> ExitCode {
-    tracing::error!("{message}");
-    ExitCode::from(code)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { db, listen, token_file, reads_need_token, verbose } => {
-            init_logging(verbose, cli.log_format);
-            serve_store(db, listen, token_file, reads_need_token).await
+        Command::Serve { db, listen, service } => {
+            init_logging(service.verbose, cli.log_format);
+            serve_store(db, listen, service).await
         }
         Command::Migrate { db, verbose } => {
             init_logging(verbose, cli.log_format);
@@ -117,10 +104,10 @@ async fn migrate(db: &str) -> ExitCode {
     }
 }
 
-async fn serve_store(db: String, listen: SocketAddr, token_file: Option<PathBuf>, reads_need_token: bool) -> ExitCode {
-    let token = match load_token(token_file.as_deref()) {
+async fn serve_store(db: String, listen: SocketAddr, service: ServiceArgs) -> ExitCode {
+    let token = match service.token() {
         Ok(token) => token,
-        Err(message) => return fail(2, message),
+        Err(code) => return code,
     };
     let shown = display_url(&db);
     if !["sqlite://", "postgres://", "postgresql://"].iter().any(|scheme| db.starts_with(scheme)) {
@@ -132,30 +119,18 @@ async fn serve_store(db: String, listen: SocketAddr, token_file: Option<PathBuf>
             ),
         );
     }
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(listener) => listener,
-        Err(error) => return fail(2, format!("cannot listen on {listen}: {error}")),
-    };
-    let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
     // Up at once; a PostgreSQL server may come up after us (a boot starts both): wait for
     // it, answering /health with what we wait for meanwhile.
-    let startup = Startup::new(format!("the database {shown}"));
-    let mut serving = tokio::spawn(serve(listener, startup.router()));
-    let connect = || open_store(&db);
-    let connected = tokio::select! {
-        connected = startup.wait_for(connect, |error| store_error_is_permanent(&db, error)) => connected,
-        stopped = &mut serving => return stopped_before_ready(stopped),
+    let mut launch = match Launch::bind(listen, format!("the database {shown}")).await {
+        Ok(launch) => launch,
+        Err(code) => return code,
     };
-    let store = match connected {
-        Ok(store) => store,
-        Err(error) => return fail(2, format!("--db: {error}")),
+    let store = match launch.connect(|| open_store(&db), |error| store_error_is_permanent(&db, error)).await {
+        Ok(Ok(store)) => store,
+        Ok(Err(error)) => return fail(2, format!("--db: {error}")),
+        Err(stopped) => return stopped,
     };
-    tracing::info!(listen = %bound, db = %shown, "store service up");
-    let access = if reads_need_token { Access::new(token).reads_need_token() } else { Access::new(token) };
-    startup.ready(StoreService::new(store, access).router());
-    let served = serving.await.unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => fail(5, format!("serving: {error}")),
-    }
+    tracing::info!(listen = %launch.bound, db = %shown, "store service up");
+    launch.ready(StoreService::new(store, service.access(token)).router());
+    exit_code(launch.served().await)
 }

@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::wire;
+use super::wire::{self, op};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use autocomp_http::service::ErrorBody;
 use autocomp_model::{
@@ -41,21 +40,18 @@ impl HttpStore {
         Ok(Self { client, key_prefix: crate::write_rules::client_key_prefix("auto"), keys_made: AtomicU64::new(0) })
     }
 
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(
-        &self,
-        operation: &str,
-        request: &Req,
-        retry: Retry,
-    ) -> StoreResult<Resp> {
-        self.client.call(operation, request, retry, None).await.map_err(StoreError::from)
+    async fn call<O: Operation>(&self, request: &O::Request, retry: Retry) -> StoreResult<O::Answer> {
+        self.client.call::<O>(request, retry, None).await.map_err(StoreError::from)
     }
 
     /// A read by ids, in requests of at most what the service takes, answers concatenated.
-    async fn by_ids<Resp: DeserializeOwned>(&self, operation: &str, ids: &[BatchId]) -> StoreResult<Vec<Resp>> {
+    async fn by_ids<O, Item>(&self, ids: &[BatchId]) -> StoreResult<Vec<Item>>
+    where
+        O: Operation<Request = wire::ByIds, Answer = Vec<Item>>,
+    {
         let mut answers = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(wire::MAX_ITEMS) {
-            let page: Vec<Resp> = self.call(operation, &wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?;
-            answers.extend(page);
+            answers.extend(self.call::<O>(&wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?);
         }
         Ok(answers)
     }
@@ -69,7 +65,7 @@ impl HttpStore {
 #[async_trait]
 impl ObjectStore for HttpStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
-        let answer: wire::Created = self.call("create_batch", &batch, Retry::Safe).await?;
+        let answer: wire::Created = self.call::<op::CreateBatch>(&batch, Retry::Safe).await?;
         Ok(if answer.created {
             CreateOutcome::Created(answer.batch)
         } else {
@@ -78,30 +74,30 @@ impl ObjectStore for HttpStore {
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
-        self.call("get_batch", &wire::ById { id: id.clone() }, Retry::Safe).await
+        self.call::<op::GetBatch>(&wire::ById { id: id.clone() }, Retry::Safe).await
     }
 
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-        self.by_ids("get_batches", ids).await
+        self.by_ids::<op::GetBatches, _>(ids).await
     }
 
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
         let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
-        self.call("list_batches", &request, Retry::Safe).await
+        self.call::<op::ListBatches>(&request, Retry::Safe).await
     }
 
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-        self.by_ids("get_summaries", ids).await
+        self.by_ids::<op::GetSummaries, _>(ids).await
     }
 
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
-        self.call("list_summaries", &request, Retry::Safe).await
+        self.call::<op::ListSummaries>(&request, Retry::Safe).await
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
         let answer: wire::SeqAnswer =
-            self.call("set_priority", &wire::SetPriority { id: id.clone(), priority }, Retry::Safe).await?;
+            self.call::<op::SetPriority>(&wire::SetPriority { id: id.clone(), priority }, Retry::Safe).await?;
         Ok(answer.seq)
     }
 
@@ -109,7 +105,7 @@ impl ObjectStore for HttpStore {
         // Merging the same patch twice leaves the same metadata; at worst `modified_seq`
         // moves once more, which re-triggers nothing that had not already been triggered.
         let request = wire::ContentChange { id: id.clone(), metadata_patch };
-        let answer: wire::SeqAnswer = self.call("record_content_change", &request, Retry::Safe).await?;
+        let answer: wire::SeqAnswer = self.call::<op::RecordContentChange>(&request, Retry::Safe).await?;
         Ok(answer.seq)
     }
 
@@ -117,7 +113,7 @@ impl ObjectStore for HttpStore {
         if event.idempotency_key.is_none() {
             event.idempotency_key = Some(self.fresh_key());
         }
-        self.call("append_event", &wire::AppendEvent { batch: batch.clone(), event }, Retry::Safe).await
+        self.call::<op::AppendEvent>(&wire::AppendEvent { batch: batch.clone(), event }, Retry::Safe).await
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
@@ -125,7 +121,7 @@ impl ObjectStore for HttpStore {
         // abandoning a run we never heard of.
         let holder = holder.keyed(|| self.fresh_key());
         let request = wire::ClaimRequest { batch: batch.clone(), component: component.clone(), holder };
-        self.call("claim", &request, Retry::Safe).await
+        self.call::<op::Claim>(&request, Retry::Safe).await
     }
 
     async fn claim_many(
@@ -143,7 +139,7 @@ impl ObjectStore for HttpStore {
         // One request, never chunks: an error must mean that nothing was claimed, and the
         // service refuses (naming the field) more than one request may carry.
         let request = wire::ClaimManyRequest { batches: batches.to_vec(), component: component.clone(), holder };
-        let answer: wire::ClaimManyAnswer = self.call("claim_many", &request, Retry::Safe).await?;
+        let answer: wire::ClaimManyAnswer = self.call::<op::ClaimMany>(&request, Retry::Safe).await?;
         if answer.answers.len() != batches.len() {
             return Err(StoreError::Unavailable(format!(
                 "the store service answered {} claims for {} batches",
@@ -165,7 +161,7 @@ impl ObjectStore for HttpStore {
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
         let request = wire::RunId { batch: batch.clone(), component: component.clone(), generation };
-        let _: wire::Empty = self.call("release", &request, Retry::Safe).await?;
+        let _: wire::Empty = self.call::<op::Release>(&request, Retry::Safe).await?;
         Ok(())
     }
 
@@ -177,32 +173,32 @@ impl ObjectStore for HttpStore {
         data: Value,
     ) -> StoreResult<()> {
         let request = wire::SaveCheckpoint { batch: batch.clone(), component: component.clone(), generation, data };
-        let _: wire::Empty = self.call("save_checkpoint", &request, Retry::Safe).await?;
+        let _: wire::Empty = self.call::<op::SaveCheckpoint>(&request, Retry::Safe).await?;
         Ok(())
     }
 
     async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
         let request = wire::OfComponent { batch: batch.clone(), component: component.clone() };
-        let answer: wire::Checkpoint = self.call("load_checkpoint", &request, Retry::Safe).await?;
+        let answer: wire::Checkpoint = self.call::<op::LoadCheckpoint>(&request, Retry::Safe).await?;
         Ok(answer.data)
     }
 
     async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
-        self.call("open_runs", &wire::OpenRuns { component: component.cloned() }, Retry::Safe).await
+        self.call::<op::OpenRuns>(&wire::OpenRuns { component: component.cloned() }, Retry::Safe).await
     }
 
     async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
         let request = wire::FailedAttempts { batch: batch.clone(), component: component.clone(), since };
-        let answer: wire::Count = self.call("failed_attempts", &request, Retry::Safe).await?;
+        let answer: wire::Count = self.call::<op::FailedAttempts>(&request, Retry::Safe).await?;
         Ok(u32::try_from(answer.count).unwrap_or(u32::MAX))
     }
 
     async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-        self.call("changes", &wire::Changes { since, limit: limit.min(wire::MAX_ITEMS) }, Retry::Safe).await
+        self.call::<op::Changes>(&wire::Changes { since, limit: limit.min(wire::MAX_ITEMS) }, Retry::Safe).await
     }
 
     async fn head(&self) -> StoreResult<Seq> {
-        let answer: wire::Head = self.call("head", &wire::Empty {}, Retry::Safe).await?;
+        let answer: wire::Head = self.call::<op::Head>(&wire::Empty {}, Retry::Safe).await?;
         Ok(answer.head)
     }
 
@@ -211,7 +207,7 @@ impl ObjectStore for HttpStore {
         let request = wire::WaitForChange { since, timeout_ms: timeout.as_millis() as u64 };
         let answer: wire::Head = self
             .client
-            .call("wait_for_change", &request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
+            .call::<op::WaitForChange>(&request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
             .await
             .map_err(StoreError::from)?;
         Ok(answer.head)
@@ -224,16 +220,16 @@ impl ObjectStore for HttpStore {
         event: NewEvent,
     ) -> StoreResult<Cancellation> {
         let request = wire::CancelRun { batch: batch.clone(), component: component.clone(), event };
-        self.call("cancel_run", &request, Retry::OnlyUnsent).await
+        self.call::<op::CancelRun>(&request, Retry::OnlyUnsent).await
     }
 
     async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
         let request = wire::Prioritize { id: id.clone(), priority, event };
-        self.call("prioritize", &request, Retry::OnlyUnsent).await
+        self.call::<op::Prioritize>(&request, Retry::OnlyUnsent).await
     }
 
     async fn count_batches(&self) -> StoreResult<u64> {
-        let answer: wire::Count = self.call("count_batches", &wire::Empty {}, Retry::Safe).await?;
+        let answer: wire::Count = self.call::<op::CountBatches>(&wire::Empty {}, Retry::Safe).await?;
         Ok(answer.count)
     }
 
@@ -241,12 +237,12 @@ impl ObjectStore for HttpStore {
         // A repeated pass report only moves the host's `last_seen` again, unless it carries
         // work: then a repeat would count its results twice.
         let retry = if pass.carries_work() { Retry::OnlyUnsent } else { Retry::Safe };
-        let _: wire::Empty = self.call("record_pass", &pass, retry).await?;
+        let _: wire::Empty = self.call::<op::RecordPass>(&pass, retry).await?;
         Ok(())
     }
 
     async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
-        self.call("components", &wire::Empty {}, Retry::Safe).await
+        self.call::<op::Components>(&wire::Empty {}, Retry::Safe).await
     }
 
     async fn retire_component(
@@ -257,6 +253,6 @@ impl ObjectStore for HttpStore {
     ) -> StoreResult<RegisteredComponent> {
         // Repeated after it was done, it would answer that the component is retired already.
         let request = wire::RetireComponent { name: name.clone(), by: by.clone(), reason: reason.to_string() };
-        self.call("retire_component", &request, Retry::OnlyUnsent).await
+        self.call::<op::RetireComponent>(&request, Retry::OnlyUnsent).await
     }
 }

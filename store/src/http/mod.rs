@@ -1,7 +1,7 @@
 //! The store over HTTP: the service that serves any `ObjectStore` (`server`), the client
-//! adapter that implements the port against it (`HttpStore`), the bodies they exchange
-//! (`wire`), and how a `StoreError` crosses the wire both ways (`errors`). The routes, access
-//! rules and client they are built from are `autocomp_http`'s.
+//! adapter that implements the port against it (`HttpStore`), the operations they share,
+//! each declared once (`wire`), and how a `StoreError` crosses the wire both ways
+//! (`errors`). The routes, access rules and client are `autocomp_http`'s.
 
 mod errors;
 mod http_store;

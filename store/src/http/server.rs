@@ -6,20 +6,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use serde::Serialize;
 use tokio::sync::Notify;
 
-use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, OPERATIONS};
+use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, StoreRequest};
 use crate::port::{CreateOutcome, ObjectStore};
-use autocomp_http::service::{Access, ApiError, Metrics, Rpc, parse_body, router};
-use autocomp_model::{InvalidInput, NewBatch, PassRecord};
+use autocomp_http::api::{Answered, ApiDoc};
+use autocomp_http::service::{Access, ApiError, Metrics, Rpc, router};
+use autocomp_model::InvalidInput;
 
-/// The OpenAPI document of this service, kept in the repository beside the code.
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+/// The OpenAPI document of this service, generated from its declarations; the copy in the
+/// repository (`store/openapi.json`) is checked against it by the service tests.
+pub fn openapi() -> String {
+    autocomp_http::service::openapi::<StoreService>()
+}
 
 pub struct StoreService {
     store: Arc<dyn ObjectStore>,
@@ -47,145 +48,101 @@ impl StoreService {
     }
 
     /// Runs one port operation; wakes the long polls after a write that may move the head.
-    async fn dispatch(
-        &self,
-        name: &'static str,
-        write: bool,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Response, ApiError> {
+    async fn dispatch(&self, request: StoreRequest) -> Result<Answered, ApiError> {
+        use StoreRequest as R;
         let store = self.store.as_ref();
-        let response = match name {
-            "create_batch" => {
-                let batch: NewBatch = parse_body(body)?;
-                match store.create_batch(batch).await? {
-                    CreateOutcome::Created(batch) => ok(wire::Created { created: true, batch }),
-                    CreateOutcome::AlreadyExists(batch) => ok(wire::Created { created: false, batch }),
-                }
-            }
-            "get_batch" => {
-                let request: wire::ById = parse_body(body)?;
-                ok(store.get_batch(&request.id).await?)
-            }
-            "get_batches" => {
-                let request: wire::ByIds = parse_body(body)?;
+        let write = request.writes();
+        let answered = match request {
+            R::CreateBatch(batch, reply) => reply.send(match store.create_batch(batch).await? {
+                CreateOutcome::Created(batch) => wire::Created { created: true, batch },
+                CreateOutcome::AlreadyExists(batch) => wire::Created { created: false, batch },
+            }),
+            R::GetBatch(request, reply) => reply.send(store.get_batch(&request.id).await?),
+            R::GetBatches(request, reply) => {
                 at_most("ids", request.ids.len())?;
-                ok(store.get_batches(&request.ids).await?)
+                reply.send(store.get_batches(&request.ids).await?)
             }
-            "list_batches" => {
-                let request: wire::ListBatches = parse_body(body)?;
+            R::ListBatches(request, reply) => {
                 at_most("limit", request.limit)?;
-                ok(store.list_batches(request.after.as_ref(), request.limit).await?)
+                reply.send(store.list_batches(request.after.as_ref(), request.limit).await?)
             }
-            "get_summaries" => {
-                let request: wire::ByIds = parse_body(body)?;
+            R::GetSummaries(request, reply) => {
                 at_most("ids", request.ids.len())?;
-                ok(store.get_summaries(&request.ids).await?)
+                reply.send(store.get_summaries(&request.ids).await?)
             }
-            "list_summaries" => {
-                let request: wire::ListBatches = parse_body(body)?;
+            R::ListSummaries(request, reply) => {
                 at_most("limit", request.limit)?;
-                ok(store.list_summaries(request.after.as_ref(), request.limit).await?)
+                reply.send(store.list_summaries(request.after.as_ref(), request.limit).await?)
             }
-            "set_priority" => {
-                let request: wire::SetPriority = parse_body(body)?;
-                ok(wire::SeqAnswer { seq: store.set_priority(&request.id, request.priority).await? })
+            R::SetPriority(request, reply) => {
+                reply.send(wire::SeqAnswer { seq: store.set_priority(&request.id, request.priority).await? })
             }
-            "record_content_change" => {
-                let request: wire::ContentChange = parse_body(body)?;
-                ok(wire::SeqAnswer { seq: store.record_content_change(&request.id, request.metadata_patch).await? })
+            R::RecordContentChange(request, reply) => {
+                let seq = store.record_content_change(&request.id, request.metadata_patch).await?;
+                reply.send(wire::SeqAnswer { seq })
             }
-            "append_event" => {
-                let request: wire::AppendEvent = parse_body(body)?;
-                ok(store.append_event(&request.batch, request.event).await?)
+            R::AppendEvent(request, reply) => reply.send(store.append_event(&request.batch, request.event).await?),
+            R::Claim(request, reply) => {
+                reply.send(store.claim(&request.batch, &request.component, &request.holder).await?)
             }
-            "claim" => {
-                let request: wire::ClaimRequest = parse_body(body)?;
-                ok(store.claim(&request.batch, &request.component, &request.holder).await?)
-            }
-            "claim_many" => {
-                let request: wire::ClaimManyRequest = parse_body(body)?;
+            R::ClaimMany(request, reply) => {
                 at_most("batches", request.batches.len())?;
                 let answers = store.claim_many(&request.batches, &request.component, &request.holder).await?;
-                ok(wire::ClaimManyAnswer { answers: answers.into_iter().map(wire::ClaimAnswer::from).collect() })
+                reply
+                    .send(wire::ClaimManyAnswer { answers: answers.into_iter().map(wire::ClaimAnswer::from).collect() })
             }
-            "release" => {
-                let request: wire::RunId = parse_body(body)?;
+            R::Release(request, reply) => {
                 store.release(&request.batch, &request.component, request.generation).await?;
-                ok(wire::Empty {})
+                reply.send(wire::Empty {})
             }
-            "save_checkpoint" => {
-                let request: wire::SaveCheckpoint = parse_body(body)?;
+            R::SaveCheckpoint(request, reply) => {
                 store.save_checkpoint(&request.batch, &request.component, request.generation, request.data).await?;
-                ok(wire::Empty {})
+                reply.send(wire::Empty {})
             }
-            "load_checkpoint" => {
-                let request: wire::OfComponent = parse_body(body)?;
-                ok(wire::Checkpoint { data: store.load_checkpoint(&request.batch, &request.component).await? })
+            R::LoadCheckpoint(request, reply) => {
+                reply.send(wire::Checkpoint { data: store.load_checkpoint(&request.batch, &request.component).await? })
             }
-            "open_runs" => {
-                let request: wire::OpenRuns = parse_body(body)?;
-                ok(store.open_runs(request.component.as_ref()).await?)
-            }
-            "failed_attempts" => {
-                let request: wire::FailedAttempts = parse_body(body)?;
+            R::OpenRuns(request, reply) => reply.send(store.open_runs(request.component.as_ref()).await?),
+            R::FailedAttempts(request, reply) => {
                 let count = store.failed_attempts(&request.batch, &request.component, request.since).await?;
-                ok(wire::Count { count: count.into() })
+                reply.send(wire::Count { count: count.into() })
             }
-            "changes" => {
-                let request: wire::Changes = parse_body(body)?;
+            R::Changes(request, reply) => {
                 at_most("limit", request.limit)?;
-                ok(store.changes(request.since, request.limit).await?)
+                reply.send(store.changes(request.since, request.limit).await?)
             }
-            "head" => {
-                let _: wire::Empty = parse_body(body)?;
-                ok(wire::Head { head: store.head().await? })
-            }
-            "wait_for_change" => {
-                let request: wire::WaitForChange = parse_body(body)?;
+            R::Head(wire::Empty {}, reply) => reply.send(wire::Head { head: store.head().await? }),
+            R::WaitForChange(request, reply) => {
                 if request.timeout_ms > MAX_WAIT_MS {
                     let reason = format!("at most {MAX_WAIT_MS} ms");
-                    return Err(ApiError::invalid(InvalidInput::new(
-                        "timeout_ms",
-                        request.timeout_ms.to_string(),
-                        reason,
-                    )));
+                    let value = request.timeout_ms.to_string();
+                    return Err(ApiError::invalid(InvalidInput::new("timeout_ms", value, reason)));
                 }
                 let head = self.wait_for_change(request.since, Duration::from_millis(request.timeout_ms)).await?;
-                ok(wire::Head { head })
+                reply.send(wire::Head { head })
             }
-            "cancel_run" => {
-                let request: wire::CancelRun = parse_body(body)?;
-                ok(store.cancel_run(&request.batch, &request.component, request.event).await?)
+            R::CancelRun(request, reply) => {
+                reply.send(store.cancel_run(&request.batch, &request.component, request.event).await?)
             }
-            "prioritize" => {
-                let request: wire::Prioritize = parse_body(body)?;
-                ok(store.prioritize(&request.id, request.priority, request.event).await?)
+            R::Prioritize(request, reply) => {
+                reply.send(store.prioritize(&request.id, request.priority, request.event).await?)
             }
-            "count_batches" => {
-                let _: wire::Empty = parse_body(body)?;
-                ok(wire::Count { count: store.count_batches().await? })
-            }
-            "record_pass" => {
-                let pass: PassRecord = parse_body(body)?;
+            R::CountBatches(wire::Empty {}, reply) => reply.send(wire::Count { count: store.count_batches().await? }),
+            R::RecordPass(pass, reply) => {
                 store.record_pass(pass).await?;
                 // The registry takes no seq: nothing a long poll waits for has moved.
-                return Ok(ok(wire::Empty {}));
+                return Ok(reply.send(wire::Empty {}));
             }
-            "components" => {
-                let _: wire::Empty = parse_body(body)?;
-                ok(store.components().await?)
-            }
-            "retire_component" => {
-                let request: wire::RetireComponent = parse_body(body)?;
+            R::Components(wire::Empty {}, reply) => reply.send(store.components().await?),
+            R::RetireComponent(request, reply) => {
                 let retired = store.retire_component(&request.name, &request.by, &request.reason).await?;
-                return Ok(ok(retired));
+                return Ok(reply.send(retired));
             }
-            other => unreachable!("operation {other} is listed in OPERATIONS but not dispatched"),
         };
         if write {
             self.changed.notify_waiters();
         }
-        Ok(response)
+        Ok(answered)
     }
 
     /// Answers as soon as the head passes `since`: at once after a write through this
@@ -232,10 +189,6 @@ impl Drop for Parked<'_> {
     }
 }
 
-fn ok<T: Serialize>(answer: T) -> Response {
-    Json(answer).into_response()
-}
-
 fn at_most(field: &str, count: usize) -> Result<(), ApiError> {
     if count > MAX_ITEMS {
         let reason = format!("at most {MAX_ITEMS} per request");
@@ -247,8 +200,26 @@ fn at_most(field: &str, count: usize) -> Result<(), ApiError> {
 #[async_trait::async_trait]
 impl Rpc for StoreService {
     const WHAT: &'static str = "store";
-    const OPERATIONS: &'static [(&'static str, bool)] = OPERATIONS;
-    const OPENAPI: &'static str = OPENAPI;
+    const API: ApiDoc = ApiDoc {
+        title: "autocomp store service",
+        description: "The ObjectStore port of autocomp as JSON over HTTP: one POST /v1/<operation> per port method. \
+            Writes need `Authorization: Bearer <token>`; reads are open from loopback. \
+            Errors are always JSON: {\"error\": {\"kind\", \"message\", ...}}.",
+        server: "http://127.0.0.1:7070",
+        errors: &[
+            (400, "bad input: unparseable JSON, unknown field, wrong type, invalid name; nothing changed"),
+            (404, "no such batch (kind not_found)"),
+            (409, "conflict, or fenced: the run is not the current open one; nothing changed"),
+            (413, "body over 4 MiB"),
+            (503, "the database is unavailable; nothing committed"),
+        ],
+        health: "Liveness and the store head.",
+        health_answer: |generator| generator.subschema_for::<wire::Health>(),
+        health_unavailable: "the database is unavailable (`Error`), or the service is still waiting for it after starting (`Starting`)",
+        metrics: "Prometheus text: autocomp_store_head_seq, autocomp_store_long_polls_waiting, \
+            autocomp_store_requests_total{operation,status}, autocomp_store_request_seconds histogram.",
+    };
+    type Request = StoreRequest;
 
     fn access(&self) -> &Access {
         &self.access
@@ -258,18 +229,13 @@ impl Rpc for StoreService {
         &self.metrics
     }
 
-    async fn answer(
-        &self,
-        operation: &'static str,
-        write: bool,
-        body: Result<Bytes, BytesRejection>,
-    ) -> Result<Response, ApiError> {
-        self.dispatch(operation, write, body).await
+    async fn answer(&self, request: StoreRequest) -> Result<Answered, ApiError> {
+        self.dispatch(request).await
     }
 
     async fn health(&self) -> Response {
         match self.store.head().await {
-            Ok(head) => ok(serde_json::json!({ "status": "ok", "head": head })),
+            Ok(head) => Json(wire::Health { status: "ok".into(), head }).into_response(),
             Err(error) => ApiError::from(error).into_response(),
         }
     }

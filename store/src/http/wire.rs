@@ -1,101 +1,135 @@
-//! The request and answer bodies of the store service, one pair per `ObjectStore`
-//! operation, shared by the server and `HttpStore` so the two cannot drift apart.
-//! Requests refuse unknown fields: a typo is an error, not a silently ignored setting.
+//! The store service's operations, each declared once (`StoreRequest`, `op`), and their
+//! request and answer bodies, shared by the server, `HttpStore` and the OpenAPI document so
+//! none can drift. Requests refuse unknown fields: a typo is an error, not a silent default.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::port::{Claim, StoreError};
+use crate::port::{Cancellation, ChangePage, Claim, StoreError};
 use autocomp_http::service::ErrorDetail;
-use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, RunHolder, Seq};
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
+    Run, RunHolder, Seq,
+};
 
-/// Every operation: its name (the path `/v1/<name>`) and whether it writes (needs the token).
-pub const OPERATIONS: &[(&str, bool)] = &[
-    ("create_batch", true),
-    ("get_batch", false),
-    ("get_batches", false),
-    ("list_batches", false),
-    ("get_summaries", false),
-    ("list_summaries", false),
-    ("set_priority", true),
-    ("record_content_change", true),
-    ("append_event", true),
-    ("claim", true),
-    ("claim_many", true),
-    ("release", true),
-    ("save_checkpoint", true),
-    ("load_checkpoint", false),
-    ("open_runs", false),
-    ("failed_attempts", false),
-    ("changes", false),
-    ("head", false),
-    ("wait_for_change", false),
-    ("cancel_run", true),
-    ("prioritize", true),
-    ("count_batches", false),
-    ("record_pass", true),
-    ("components", false),
-    ("retire_component", true),
-];
+autocomp_http::operations! {
+    /// A request to the store service: one variant per `ObjectStore` operation, each with
+    /// its body and the reply that takes its answer.
+    pub enum StoreRequest in mod op {
+        /// Registers a batch; idempotent when an identical batch exists (created=false), 409 conflict when a different one does.
+        write create_batch: CreateBatch(NewBatch) -> Created;
+        /// A batch with its whole log and open runs.
+        read get_batch: GetBatch(ById) -> Batch;
+        /// The named batches that exist, in the order asked (at most 100000 ids).
+        read get_batches: GetBatches(ByIds) -> Vec<Batch>;
+        /// Batches in id order after `after`, at most `limit` (<= 100000).
+        read list_batches: ListBatches(ListBatches) -> Vec<Batch>;
+        /// The named batches that exist, each as the batch index reads it (BatchSummary: header, effective events without details, last activity, running components), in the order asked (at most 100000 ids).
+        read get_summaries: GetSummaries(ByIds) -> Vec<BatchSummary>;
+        /// Batch summaries (see get_summaries) in id order after `after`, at most `limit` (<= 100000).
+        read list_summaries: ListSummaries(ListBatches) -> Vec<BatchSummary>;
+        /// Sets a batch's priority.
+        write set_priority: SetPriority(SetPriority) -> SeqAnswer;
+        /// Merges a metadata patch (null removes a key) and moves modified_seq.
+        write record_content_change: RecordContentChange(ContentChange) -> SeqAnswer;
+        /// Appends an event; with `run` it is fenced (409 fenced unless that generation is the open, current run).
+        write append_event: AppendEvent(AppendEvent) -> Event;
+        /// Opens the next run of (batch, component); a run still open is marked abandoned. With holder.claim_key, a retry returns the run the first attempt opened.
+        write claim: Claim(ClaimRequest) -> Claim;
+        /// Claims several batches for one component in one transaction (one commit): a pass's claims. Answers one entry per batch, in the order asked, each what claim would answer for it: {"claim": Claim} or {"error": ...} (not_found for an unknown batch, conflict for a claim key already used by a run no longer open); one batch's error does not keep the others from being claimed. An error response means nothing was claimed. With holder.claim_key (one key serves every batch), a retry returns the runs the first attempt opened.
+        write claim_many: ClaimMany(ClaimManyRequest) -> ClaimManyAnswer;
+        /// Closes a run without an event; releasing twice is a no-op.
+        write release: Release(RunId) -> Empty;
+        /// Replaces the run's checkpoint (fenced like an append).
+        write save_checkpoint: SaveCheckpoint(SaveCheckpoint) -> Empty;
+        /// The last checkpoint of (batch, component).
+        read load_checkpoint: LoadCheckpoint(OfComponent) -> Checkpoint;
+        /// Open runs, of one component or of all.
+        read open_runs: OpenRuns(OpenRuns) -> Vec<Run>;
+        /// Runs opened after `since` that ended abandoned or in a transient failure.
+        read failed_attempts: FailedAttempts(FailedAttempts) -> Count;
+        /// The change feed: batches changed after `since`, each once (limit <= 100000).
+        read changes: Changes(Changes) -> ChangePage;
+        /// The newest seq in the store.
+        read head: Head(Empty) -> Head;
+        /// Long poll: answers once the head passes `since`, or after timeout_ms (<= 60000).
+        read wait_for_change: WaitForChange(WaitForChange) -> Head;
+        /// An operator's cancel: closes the open run as cancelled, fences its holder and appends the failure, in one transaction.
+        write cancel_run: CancelRun(CancelRun) -> Cancellation;
+        /// Sets the priority and appends the operator's event, in one transaction.
+        write prioritize: Prioritize(Prioritize) -> Event;
+        /// How many batches the store holds.
+        read count_batches: CountBatches(Empty) -> Count;
+        /// Records a component's pass in the component registry, by the store's clock: the descriptor when it differs from the one held, the host's record always. A retired component that runs again is back in the pipeline. 409 conflict when another component in the pipeline already records the event type. Takes no seq: not in the change feed.
+        write record_pass: RecordPass(PassRecord) -> Empty;
+        /// Every component in the registry, retired ones included, by name; each with its hosts by name.
+        read components: Components(Empty) -> Vec<RegisteredComponent>;
+        /// An operator's `pipeline forget`: marks the component retired (by whom, why) and answers it. 400 naming the component when the registry does not hold it; 409 conflict when it is retired already.
+        write retire_component: RetireComponent(RetireComponent) -> RegisteredComponent;
+    }
+}
 
 /// Most items one request may ask for (ids, batches, changes).
 pub const MAX_ITEMS: usize = 100_000;
 /// Longest a `wait_for_change` long poll may be asked to wait.
 pub const MAX_WAIT_MS: u64 = 60_000;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Empty {}
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Created {
     /// False when an identical batch already existed and nothing changed.
     pub created: bool,
     pub batch: Batch,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ById {
     pub id: BatchId,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ByIds {
+    /// At most `MAX_ITEMS` (100000).
     pub ids: Vec<BatchId>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListBatches {
     #[serde(default)]
     pub after: Option<BatchId>,
+    /// At most `MAX_ITEMS` (100000).
     pub limit: usize,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetPriority {
     pub id: BatchId,
     pub priority: i32,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContentChange {
     pub id: BatchId,
     pub metadata_patch: Map<String, Value>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendEvent {
     pub batch: BatchId,
     pub event: NewEvent,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
     pub batch: BatchId,
@@ -103,23 +137,24 @@ pub struct ClaimRequest {
     pub holder: RunHolder,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimManyRequest {
+    /// At most `MAX_ITEMS` (100000).
     pub batches: Vec<BatchId>,
     pub component: ComponentName,
     pub holder: RunHolder,
 }
 
 /// `claim_many`'s answer: one per batch, in the order asked.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ClaimManyAnswer {
     pub answers: Vec<ClaimAnswer>,
 }
 
 /// One batch's answer: `{"claim": ...}`, or `{"error": ...}` shaped as an error response's
 /// body, so a client reads it back into the very `StoreError` a single claim would give.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ClaimAnswer {
     Claim(Claim),
@@ -135,7 +170,7 @@ impl From<Result<Claim, StoreError>> for ClaimAnswer {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunId {
     pub batch: BatchId,
@@ -143,7 +178,7 @@ pub struct RunId {
     pub generation: i64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaveCheckpoint {
     pub batch: BatchId,
@@ -152,26 +187,26 @@ pub struct SaveCheckpoint {
     pub data: Value,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OfComponent {
     pub batch: BatchId,
     pub component: ComponentName,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Checkpoint {
     pub data: Option<Value>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenRuns {
     #[serde(default)]
     pub component: Option<ComponentName>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailedAttempts {
     pub batch: BatchId,
@@ -179,21 +214,23 @@ pub struct FailedAttempts {
     pub since: Seq,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Changes {
     pub since: Seq,
+    /// At most `MAX_ITEMS` (100000).
     pub limit: usize,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitForChange {
     pub since: Seq,
+    /// At most `MAX_WAIT_MS` (60000).
     pub timeout_ms: u64,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRun {
     pub batch: BatchId,
@@ -201,7 +238,7 @@ pub struct CancelRun {
     pub event: NewEvent,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Prioritize {
     pub id: BatchId,
@@ -209,7 +246,7 @@ pub struct Prioritize {
     pub event: NewEvent,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetireComponent {
     pub name: ComponentName,
@@ -217,17 +254,25 @@ pub struct RetireComponent {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SeqAnswer {
     pub seq: Seq,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Head {
     pub head: Seq,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Count {
     pub count: u64,
+}
+
+/// `GET /health` while the store answers.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+    pub head: Seq,
 }

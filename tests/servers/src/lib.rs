@@ -13,12 +13,15 @@
 //!
 //! [`bench`]: how a benchmark binary reads its scale (`AUTOCOMP_BENCH_SCALE`, smoke runs).
 //!
+//! [`http1`]: a bare HTTP/1.1 client for the services' tests, sending bytes exactly as given.
+//!
 //! Nothing here is ever a skip: without the server installed the calling test fails, naming
 //! the install command (`.ci/run` installs it). This crate depends on no autocomp crate, so
 //! any crate of the workspace can take it as a dev-dependency.
 
 pub mod bench;
 pub mod chromium;
+pub mod http1;
 pub mod postgres;
 
 pub use postgres::{Options, Postgres, shared};
@@ -108,4 +111,23 @@ pub async fn wait_for_async(deadline: Instant, what: &str, condition: impl Async
 pub fn wait_for(deadline: Instant, what: &str, condition: impl FnMut() -> bool) {
     let started = Instant::now();
     assert!(wait_until(deadline, condition), "timed out waiting for {what} (gave up after {:?})", started.elapsed());
+}
+
+/// Fails unless the file at `path` holds `generated`, saying how to regenerate it; writes it
+/// instead when `AUTOCOMP_REGENERATE=1`. `command` is the test's own command line, which
+/// is the command that regenerates the file with that variable set.
+pub fn assert_generated(path: &str, generated: &str, command: &str) {
+    if std::env::var_os("AUTOCOMP_REGENERATE").is_some_and(|v| v == "1") {
+        std::fs::write(path, generated).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        return;
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    if checked_in != generated {
+        let line = checked_in.lines().zip(generated.lines()).position(|(a, b)| a != b);
+        let first = line.map_or_else(|| "its length".to_owned(), |n| format!("line {}", n + 1));
+        panic!(
+            "{path} is not what its declarations generate (first difference: {first}); regenerate it with\n\n    \
+             AUTOCOMP_REGENERATE=1 {command}\n"
+        );
+    }
 }

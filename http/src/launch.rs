@@ -1,0 +1,109 @@
+//! The life of a service binary around its own work, written once for the store service
+//! and the index service: the flags every service takes, binding the address (loopback
+//! unless told), serving the waiting routes at once, waiting for the upstream, handing over
+//! to the real routes, and the exit code when it stops.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::Router;
+use tokio::task::JoinHandle;
+
+use crate::service::{Access, load_token, serve};
+use crate::startup::{Startup, stopped_before_ready};
+
+/// The flags every service's `serve` takes besides its own (flatten into its clap command).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServiceArgs {
+    /// File holding the bearer token that writes need (else $AUTOCOMP_TOKEN).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Ask for the token on reads from loopback too (on a host other users share).
+    #[arg(long)]
+    pub reads_need_token: bool,
+    /// More logging (-v debug, -vv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl ServiceArgs {
+    /// The service's bearer token; without one the service does not start (exit 2).
+    pub fn token(&self) -> Result<String, ExitCode> {
+        load_token(self.token_file.as_deref()).map_err(|message| fail(2, message))
+    }
+
+    /// Who may call what, with `token`.
+    pub fn access(&self, token: String) -> Access {
+        let access = Access::new(token);
+        if self.reads_need_token { access.reads_need_token() } else { access }
+    }
+}
+
+/// Logs `message` as the reason the service stops and returns `code`.
+pub fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    tracing::error!("{message}");
+    ExitCode::from(code)
+}
+
+/// A service that is listening: it answers from the moment it is bound, first with what it
+/// waits for (`Startup`), then with its own routes.
+pub struct Launch {
+    startup: Arc<Startup>,
+    serving: JoinHandle<std::io::Result<()>>,
+    /// The address it listens on, as bound (the port filled in when 0 was asked).
+    pub bound: String,
+}
+
+impl Launch {
+    /// Binds `listen` (exit 2 when it cannot: in use, not ours) and serves the waiting
+    /// routes at once. `upstream` names what the service waits for ("the database ...").
+    pub async fn bind(listen: SocketAddr, upstream: impl Into<String>) -> Result<Self, ExitCode> {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(error) => return Err(fail(2, format!("cannot listen on {listen}: {error}"))),
+        };
+        let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+        let startup = Startup::new(upstream);
+        let serving = tokio::spawn(serve(listener, startup.router()));
+        Ok(Self { startup, serving, bound })
+    }
+
+    /// Waits for the upstream as `Startup::wait_for` does, unless the service is stopped
+    /// (SIGTERM) or fails first: then the exit code it stopped with.
+    pub async fn connect<T, E, F, Fut>(
+        &mut self,
+        connect: F,
+        permanent: impl Fn(&E) -> bool,
+    ) -> Result<Result<T, E>, ExitCode>
+    where
+        E: std::fmt::Display,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        tokio::select! {
+            connected = self.startup.wait_for(connect, permanent) => Ok(connected),
+            stopped = &mut self.serving => Err(stopped_before_ready(stopped)),
+        }
+    }
+
+    /// The upstream answered: from now on every request goes to `routes`.
+    pub fn ready(&self, routes: Router) {
+        self.startup.ready(routes);
+    }
+
+    /// Serves until SIGTERM/SIGINT; what serving ended with.
+    pub async fn served(self) -> std::io::Result<()> {
+        self.serving.await.unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())))
+    }
+}
+
+/// The exit code of a service that served: 0 when stopped, 5 when serving failed.
+pub fn exit_code(served: std::io::Result<()>) -> ExitCode {
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(5, format!("serving: {error}")),
+    }
+}
