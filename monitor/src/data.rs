@@ -121,10 +121,7 @@ impl Monitor {
         let index = self.operator.index(&store)?;
         let mut selections = vec![Selection::All];
         for step in &pipeline {
-            for state in ComponentState::ALL {
-                selections.push(Selection::component_state(step.descriptor(), state));
-            }
-            selections.push(ready_too_long(step, self.settings.ready_overdue_after));
+            selections.extend(step.state_selections(self.settings.ready_overdue_after));
         }
         let tallies = index.tally(&selections, false).await?;
         let ready: Vec<Selection> =

@@ -17,16 +17,18 @@ pub enum StateFilter {
 }
 
 impl StateFilter {
-    pub const ALL: [StateFilter; 7] = [
-        StateFilter::State(ComponentState::Ready),
-        StateFilter::State(ComponentState::Waiting),
-        StateFilter::State(ComponentState::Working),
-        StateFilter::State(ComponentState::Retrying),
-        StateFilter::State(ComponentState::Failed),
-        StateFilter::State(ComponentState::Success),
-        StateFilter::Overdue,
-    ];
+    /// `ComponentState::ALL` in its order, then `overdue`.
+    pub const ALL: [StateFilter; ComponentState::ALL.len() + 1] = {
+        let mut all = [StateFilter::Overdue; ComponentState::ALL.len() + 1];
+        let mut i = 0;
+        while i < ComponentState::ALL.len() {
+            all[i] = StateFilter::State(ComponentState::ALL[i]);
+            i += 1;
+        }
+        all
+    };
 
+    /// A state's own name (`ComponentState::as_str`), or `overdue`.
     pub fn as_str(self) -> &'static str {
         match self {
             StateFilter::State(state) => state.as_str(),
@@ -273,6 +275,17 @@ mod tests {
         }
         let long = "x".repeat(MAX_QUERY_CHARS + 1);
         assert_eq!(Filter::parse(&long, None).unwrap_err().field, "q");
+    }
+
+    #[test]
+    fn the_state_filters_are_the_component_states_then_overdue() {
+        let names: Vec<&str> = StateFilter::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["ready", "waiting", "working", "retrying", "failed", "success", "overdue"]);
+        for state in StateFilter::ALL {
+            assert_eq!(StateFilter::parse(state.as_str()).unwrap(), state);
+        }
+        let error = StateFilter::parse("stuck").unwrap_err();
+        assert!(error.reason.contains("success, overdue"), "{error}");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! A BagIt bag is checked against all its manifests and tag manifests (agreeing with the Library
 //! of Congress `bagit --validate`); other deliveries against a configured `md5sum`-style file.
 
+use autocomp_bagit::report::check_location;
 use autocomp_bagit::verify::{self, VerifySettings};
-use autocomp_bagit::{Abort, Problem, Sink};
 
 use autocomp_framework::prelude::*;
 
@@ -28,30 +28,10 @@ impl Component for ChecksumVerifier {
     }
 
     fn work(&self, _batch: &Batch, settings: &VerifySettings, context: &mut WorkContext) -> Result<(), WorkError> {
-        let root = context.location()?.to_path_buf();
-        let totals = verify::verify(&root, settings, &mut Failures(context)).map_err(work_error)?;
+        let totals = check_location(context, |root, sink| verify::verify(root, settings, sink))?;
         let summary = totals.summary(context.failures_so_far());
         context.set_summary(summary);
         Ok(())
-    }
-}
-
-/// Each problem becomes one report failure, named by its path; cancellation is the runner's.
-struct Failures<'a>(&'a mut WorkContext);
-
-impl Sink for Failures<'_> {
-    fn add(&mut self, problem: Problem) {
-        self.0.add_failure(problem.path, problem.kind.as_str(), problem.description, problem.details);
-    }
-    fn cancelled(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-fn work_error(abort: Abort) -> WorkError {
-    match abort {
-        Abort::Transient(message) => WorkError::transient(message),
-        other => WorkError::permanent(other.to_string()),
     }
 }
 

@@ -2,8 +2,8 @@
 //! BagIt skeleton (declaration, `data/`, a payload manifest, required bag-info fields) and the
 //! configured rules (required files, payload names, no empty files, no symlinks leaving it).
 
+use autocomp_bagit::report::check_location;
 use autocomp_bagit::structure::{self, StructureRules};
-use autocomp_bagit::{Abort, Problem, Sink};
 
 use autocomp_framework::prelude::*;
 
@@ -28,29 +28,9 @@ impl Component for StructureChecker {
     }
 
     fn work(&self, _batch: &Batch, rules: &StructureRules, context: &mut WorkContext) -> Result<(), WorkError> {
-        let root = context.location()?.to_path_buf();
-        let totals = structure::check(&root, rules, &mut Failures(context)).map_err(work_error)?;
+        let totals = check_location(context, |root, sink| structure::check(root, rules, sink))?;
         context.set_summary(totals.summary());
         Ok(())
-    }
-}
-
-/// Each violation becomes one report failure, named by its path; cancellation is the runner's.
-struct Failures<'a>(&'a mut WorkContext);
-
-impl Sink for Failures<'_> {
-    fn add(&mut self, problem: Problem) {
-        self.0.add_failure(problem.path, problem.kind.as_str(), problem.description, problem.details);
-    }
-    fn cancelled(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-fn work_error(abort: Abort) -> WorkError {
-    match abort {
-        Abort::Transient(message) => WorkError::transient(message),
-        other => WorkError::permanent(other.to_string()),
     }
 }
 

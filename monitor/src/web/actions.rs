@@ -13,7 +13,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::auth::{Access, flash_cookie};
+use super::access::Access;
+use super::auth::flash_cookie;
 use super::html::{Nav, Page, esc, hidden_fields, w};
 use super::{App, WebError, html_response};
 use crate::filter::{Filter, encode};

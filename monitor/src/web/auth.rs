@@ -18,6 +18,7 @@ use axum::{Form, http};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::access::Access;
 use super::html::{Nav, Page, esc, w};
 use super::{App, WebError};
 use crate::filter::encode;
@@ -29,36 +30,8 @@ pub const FLASH_COOKIE: &str = "autocomp_flash";
 /// Longest flash message kept (the cookie, percent-encoded, must stay under 4 KiB).
 const MAX_FLASH_CHARS: usize = 1_000;
 
-/// What the request may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    /// The monitor was started without a write token: nobody can act.
-    ReadOnly,
-    SignedOut,
-    /// Acts as `operator:<name>`.
-    SignedIn {
-        name: String,
-        via_proxy: bool,
-    },
-}
-
+/// Deciding a request's access belongs here, with the token and the proxy header.
 impl Access {
-    /// Part of the pages' ETag: what a page shows depends on it.
-    pub fn key(&self) -> String {
-        match self {
-            Access::ReadOnly => "read-only".into(),
-            Access::SignedOut => "signed-out".into(),
-            Access::SignedIn { name, via_proxy } => format!("{}:{name}", if *via_proxy { "proxy" } else { "cookie" }),
-        }
-    }
-
-    pub fn name(&self) -> Option<&str> {
-        match self {
-            Access::SignedIn { name, .. } => Some(name),
-            _ => None,
-        }
-    }
-
     pub fn of(app: &App, headers: &HeaderMap) -> Access {
         let Some(session) = &app.session else { return Access::ReadOnly };
         if let Some(header) = &app.options.trusted_user_header

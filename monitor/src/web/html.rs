@@ -8,8 +8,8 @@ use std::time::Duration;
 use autocomp_model::{ComponentState, Timestamp};
 use serde_json::Value;
 
+use super::access::Access;
 use super::assets;
-use super::auth::Access;
 use crate::filter::encode;
 
 /// Appends formatted text to a `String` (writing to a `String` cannot fail).

@@ -5,6 +5,7 @@
 //! `pages` renders what `data` reads; `actions` goes through the operator module's own
 //! `preview`/`perform`, so a write from the browser is exactly a write from the CLI.
 
+pub mod access;
 mod actions;
 mod assets;
 pub mod auth;

@@ -17,8 +17,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::access::Access;
 use super::actions::{Target, action_forms};
-use super::auth::{self, Access};
+use super::auth;
 use super::html::{Nav, Page, age, check, esc, json_block, state_badge, time, w};
 use super::{App, WebError, assets, html_response};
 use crate::data::Matrix;

@@ -13,7 +13,7 @@ use autocomp_model::{
 use serde::Serialize;
 use serde_json::json;
 
-use super::views::Format;
+use super::views::{Format, json_document};
 use super::{Operator, OperatorError, Step};
 
 /// Thresholds for components whose own config sets none.
@@ -159,7 +159,7 @@ impl AlertsView {
                         value
                     })
                     .collect();
-                format!("{:#}\n", json!(alerts))
+                json_document(&json!(alerts))
             }
         }
     }
@@ -195,6 +195,16 @@ pub fn is_overdue(step: &Step, batch: &Batch, ready_after: Duration) -> bool {
 pub fn ready_too_long(step: &Step, ready_after: Duration) -> Selection {
     Selection::component_state(step.descriptor(), ComponentState::Ready)
         .and(Selection::QuietFor(overdue_after(step, ready_after)))
+}
+
+impl Step {
+    /// The component's batches in each state (`ComponentState::ALL` order), then those ready
+    /// longer than its threshold: the per-component tallies of the metrics and the monitor's
+    /// overview, `ComponentState::ALL.len() + 1` of them.
+    pub fn state_selections(&self, ready_after: Duration) -> impl Iterator<Item = Selection> + '_ {
+        let states = ComponentState::ALL.into_iter().map(|state| Selection::component_state(self.descriptor(), state));
+        states.chain([ready_too_long(self, ready_after)])
+    }
 }
 
 impl Operator {

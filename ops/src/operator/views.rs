@@ -26,6 +26,19 @@ pub enum Format {
     Json,
 }
 
+/// A view as `--format` asks: its JSON as a document, or its text.
+fn render_as(format: Format, json: impl FnOnce() -> Value, text: impl FnOnce() -> String) -> String {
+    match format {
+        Format::Json => json_document(&json()),
+        Format::Text => text(),
+    }
+}
+
+/// JSON as the commands print it: pretty, ending in a newline.
+pub(crate) fn json_document(value: &Value) -> String {
+    format!("{value:#}\n")
+}
+
 /// `--format` of the listing views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TableFormat {
@@ -195,10 +208,7 @@ pub struct BatchView {
 
 impl BatchView {
     pub fn render(&self, format: Format) -> String {
-        match format {
-            Format::Json => format!("{:#}\n", self.to_json()),
-            Format::Text => self.to_text(),
-        }
+        render_as(format, || self.to_json(), || self.to_text())
     }
 
     pub fn to_json(&self) -> Value {
@@ -330,7 +340,7 @@ impl StatusView {
                         json!({"id": id, "components": components})
                     })
                     .collect();
-                format!("{:#}\n", Value::Array(rows))
+                json_document(&Value::Array(rows))
             }
             // Ids, component names and states are all [A-Za-z0-9._-]: nothing to quote.
             TableFormat::Csv => {
@@ -385,10 +395,7 @@ fn trigger_text(descriptor: &autocomp_model::ComponentDescriptor) -> String {
 
 impl PipelineView {
     pub fn render(&self, format: Format) -> String {
-        match format {
-            Format::Json => format!("{:#}\n", self.to_json()),
-            Format::Text => self.to_text(),
-        }
+        render_as(format, || self.to_json(), || self.to_text())
     }
 
     pub fn to_json(&self) -> Value {
@@ -557,10 +564,7 @@ impl Explanation {
     }
 
     pub fn render(&self, format: Format) -> String {
-        match format {
-            Format::Json => format!("{:#}\n", self.to_json()),
-            Format::Text => self.to_text(),
-        }
+        render_as(format, || self.to_json(), || self.to_text())
     }
 
     pub fn to_json(&self) -> Value {
@@ -732,7 +736,7 @@ impl ReadyView {
                         json!({"id": c.id, "priority": c.priority, "would_claim": c.would_claim, "verdict": c.verdict})
                     })
                     .collect();
-                format!("{:#}\n", Value::Array(rows))
+                json_document(&Value::Array(rows))
             }
             Format::Text if self.candidates.is_empty() => format!("nothing is ready for {}\n", self.component),
             Format::Text => {
@@ -772,9 +776,7 @@ impl LocksView {
     pub fn render(&self, format: Format) -> String {
         let now = Timestamp::now();
         match format {
-            Format::Json => {
-                format!("{:#}\n", Value::Array(self.locks.iter().map(|l| lock_json(&l.lock, now)).collect()))
-            }
+            Format::Json => json_document(&Value::Array(self.locks.iter().map(|l| lock_json(&l.lock, now)).collect())),
             // Quiet when `--stale` finds nothing, so cron mails only trouble.
             Format::Text if self.locks.is_empty() && self.stale.is_some() => String::new(),
             Format::Text if self.locks.is_empty() => "no locks held\n".into(),
