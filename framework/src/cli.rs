@@ -1,7 +1,7 @@
 //! The command line every component binary shares: config, manual runs,
 //! dry runs, `--schedule` for hosts without cron, `--watch` for passes as soon as work is
 //! ready, logging, backend overrides, exit codes.
-//! A component's `main` is one call: `autocomp_framework::cli::main(MyComponent)`.
+//! A component's `main` is one call: `autocomp_framework::main(MyComponent)`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,13 +13,15 @@ use autocomp_sboi::open_index;
 use autocomp_store::open_store;
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::info;
 
 use crate::component::Component;
 use crate::config::{self, Backends, DEFAULT_CONFIG_DIR};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::open_locks;
-use crate::runner::{Pipeline, Runner, Selection};
+use crate::pass::{PassEnd, pass, pass_verdict};
+use crate::runner::{Pipeline, Runner, Selection, stop_requested};
+use crate::watch::{Watched, run_watching};
 
 pub use autocomp_http::logging::LogFormat;
 
@@ -72,6 +74,7 @@ pub struct RunnerArgs {
 }
 
 impl RunnerArgs {
+    /// The backend URLs given as flags or environment variables (they override the file).
     pub fn backends(&self) -> Backends {
         Backends { store: self.store.clone(), index: self.index.clone(), locks: self.locks.clone() }
     }
@@ -173,7 +176,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     };
     let store = open_store(&store_url).await?;
     let index = open_index(&index_url, Arc::clone(&store))?;
-    let watched = crate::watch::Watched { store: Arc::clone(&store), index: Arc::clone(&index) };
+    let watched = Watched { store: Arc::clone(&store), index: Arc::clone(&index) };
     let locks = open_locks(&locks_url).await?;
     let pipeline = Pipeline { store, index, locks: Arc::clone(&locks) };
     let ran = async {
@@ -185,7 +188,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
             return Ok(exit::OK);
         }
         if args.watch {
-            return crate::watch::run_watching(&runner, watched, heartbeat, shutdown).await;
+            return run_watching(&runner, watched, heartbeat, shutdown).await;
         }
         match &schedule {
             None => pass(&runner, &selection).await.map(|outcome| outcome.code),
@@ -196,67 +199,6 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     // Delete whatever lock is still held and end the lock session before the process exits.
     locks.close().await;
     ran
-}
-
-/// How one pass ended, for the loops that run many.
-pub(crate) struct PassOutcome {
-    pub code: u8,
-    /// A batch timed out: the process must exit, so its hung work cannot hold anything.
-    pub timed_out: bool,
-    /// Batches the pass took up (recorded, released, fenced, ...): 0 for an idle pass.
-    pub handled: usize,
-}
-
-/// One pass and its exit code.
-pub(crate) async fn pass<C: Component>(
-    runner: &Arc<Runner<C>>,
-    selection: &Selection,
-) -> Result<PassOutcome, RunError> {
-    let summary = runner.run_pass(selection).await?;
-    for result in &summary.results {
-        match result {
-            crate::runner::BatchResult::NotReady { id, reason } => {
-                eprintln!("{}: batch {id} is not ready: {reason} (use --force to run it anyway)", runner.name())
-            }
-            crate::runner::BatchResult::Busy { id } => {
-                eprintln!("{}: batch {id} is locked by another worker", runner.name())
-            }
-            _ => {}
-        }
-    }
-    let timed_out = summary.timed_out();
-    if timed_out {
-        error!("a batch timed out; exiting so its hung work cannot hold anything");
-    }
-    Ok(PassOutcome { code: summary.exit_code(), timed_out, handled: summary.results.len() })
-}
-
-/// What a long-running loop (`--schedule`, `--watch`) does after a pass.
-pub(crate) enum PassEnd {
-    /// Keep going; `handled` batches were taken up.
-    Continue { handled: usize },
-    /// Exit with this code: the lock service was lost or a batch timed out.
-    Stop(u8),
-    /// Exit with this error's code (the store or index unreachable, a usage error).
-    Error(RunError),
-}
-
-/// The rules both loops share: a busy poll lock is another pass at work, not an error; a
-/// failed batch is remembered in `worst` (the exit code at shutdown); a lost lock service or
-/// a timed-out batch ends the process with that pass's code.
-pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u8) -> PassEnd {
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0 },
-        Err(e) => return PassEnd::Error(e),
-    };
-    if outcome.code == exit::FAILED {
-        *worst = exit::FAILED;
-    }
-    if outcome.code == exit::LOCKS_LOST || outcome.timed_out {
-        return PassEnd::Stop(outcome.code);
-    }
-    PassEnd::Continue { handled: outcome.handled }
 }
 
 /// `--schedule`: a pass at every matching minute; passes never overlap (a pass that runs
@@ -276,7 +218,7 @@ async fn run_on_schedule<C: Component>(
         info!("next pass at {next}");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = crate::runner::stop_requested(&mut shutdown) => return Ok(worst),
+            _ = stop_requested(&mut shutdown) => return Ok(worst),
         }
         match pass_verdict(pass(runner, selection).await, &mut worst) {
             PassEnd::Continue { .. } => {}

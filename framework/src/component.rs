@@ -12,12 +12,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// An autonomous component: who it is, which batches are ready for it, and its work on one
+/// batch. The runner does the rest (locks, claims, the store re-check, recording the result);
+/// a binary's `main` is [`crate::main`] with the component.
 pub trait Component: Send + Sync + 'static {
     /// The `[settings]` table of the component's config file (`()` accepts none).
     type Settings: DeserializeOwned + Send + Sync + 'static;
 
     /// Names locks and claims: `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`.
     fn name(&self) -> &str;
+    /// Recorded with every result (in the agent, `<name>/<version>@<host>#<pid>`) and in the
+    /// component registry.
     fn version(&self) -> &str;
     /// The event type its results are recorded as.
     fn event_type(&self) -> &str;
@@ -53,14 +58,17 @@ pub enum WorkError {
 }
 
 impl WorkError {
+    /// [`WorkError::Permanent`] with this message.
     pub fn permanent(message: impl Into<String>) -> Self {
         WorkError::Permanent(message.into())
     }
 
+    /// [`WorkError::Transient`] with this message.
     pub fn transient(message: impl Into<String>) -> Self {
         WorkError::Transient(message.into())
     }
 
+    /// [`WorkError::Cancelled`] with this message.
     pub fn cancelled(message: impl Into<String>) -> Self {
         WorkError::Cancelled(message.into())
     }
@@ -104,6 +112,7 @@ fn is_permanent(kind: std::io::ErrorKind) -> bool {
 /// `.with_path(&path)?` on an `io::Result`: the error names the path and is classified by
 /// kind (see [`WorkError::io`]).
 pub trait IoResultExt<T> {
+    /// The error as [`WorkError::io`] on `path`.
     fn with_path(self, path: impl AsRef<Path>) -> Result<T, WorkError>;
 }
 
@@ -128,13 +137,21 @@ pub const MAX_RESULT_BYTES: usize = autocomp_model::MAX_DOCUMENT_BYTES / 2;
 /// Saves checkpoints for one run, fenced by its generation.
 #[derive(Clone)]
 pub(crate) struct CheckpointWriter {
+    /// Where checkpoints are saved.
     pub store: Arc<dyn ObjectStore>,
+    /// The runtime the blocking work thread saves on.
     pub runtime: tokio::runtime::Handle,
+    /// The batch the run works on.
     pub batch: BatchId,
+    /// Whose run it is.
     pub component: ComponentName,
+    /// The run's claim generation: a save after a takeover is refused as fenced.
     pub generation: i64,
 }
 
+/// What `work` gets besides the batch: where the batch's files are, the report it fills in
+/// (failures, summary, result), the checkpoint an earlier attempt saved and the way to save
+/// its own, and whether the runner has cancelled it.
 pub struct WorkContext {
     location: Option<PathBuf>,
     report: Report,
@@ -144,6 +161,8 @@ pub struct WorkContext {
 }
 
 impl WorkContext {
+    /// The context of a run: the checkpoint it starts from, where it saves its own
+    /// (`None`: in memory only) and the flag the runner sets to cancel it.
     pub(crate) fn new(
         batch: &Batch,
         failures_cap: usize,
@@ -221,6 +240,7 @@ impl WorkContext {
         });
     }
 
+    /// How many failures were added so far (all of them, also those past the report's cap).
     pub fn failures_so_far(&self) -> usize {
         self.report.failures_total
     }
@@ -258,6 +278,7 @@ impl WorkContext {
         Ok(())
     }
 
+    /// The report as `work` left it, for the runner to record.
     pub(crate) fn into_report(self) -> Report {
         self.report
     }
@@ -305,7 +326,22 @@ mod tests {
 
     #[test]
     fn a_result_over_the_limit_is_refused_naming_the_limit() {
-        let batch = crate::testing::TestBatch::new("B1").build();
+        // Built here, not with `testing::TestBatch`: these tests run without that feature.
+        let (now, created) = (autocomp_model::Timestamp::now(), autocomp_model::Seq(1));
+        let batch = Batch {
+            id: BatchId::new("B1").unwrap(),
+            batch_type: autocomp_model::BatchType::new("RoundTrip").unwrap(),
+            priority: 0,
+            metadata: serde_json::Map::new(),
+            created_seq: created,
+            modified_seq: created,
+            changed_seq: created,
+            created_at: now,
+            modified_at: now,
+            events: Vec::new(),
+            open_runs: Vec::new(),
+            as_of: now,
+        };
         let mut context = WorkContext::detached(&batch, 10);
         let huge = "x".repeat(MAX_RESULT_BYTES);
         let error = context.set_result(&huge).unwrap_err();

@@ -10,18 +10,23 @@ use serde::Deserialize;
 
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/autocomp";
+/// The shared file in the config directory naming the backends.
 pub const SHARED_FILE: &str = "autocomp.toml";
 /// The shortest `watch_heartbeat`.
 pub const MIN_WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
 
+/// A config file that cannot be read or used, and why: shown as `<file>: <message>`.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {message}", file.display())]
 pub struct ConfigError {
+    /// The file at fault (or the one that should have said it).
     pub file: PathBuf,
+    /// What is wrong, naming the key where there is one.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error about `file`.
     pub fn new(file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
         Self { file: file.into(), message: message.into() }
     }
@@ -49,6 +54,7 @@ impl Backends {
         }
     }
 
+    /// What `AUTOCOMP_STORE`, `AUTOCOMP_INDEX` and `AUTOCOMP_LOCKS` say (empty means unset).
     pub fn from_env() -> Backends {
         let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
         Backends { store: var("AUTOCOMP_STORE"), index: var("AUTOCOMP_INDEX"), locks: var("AUTOCOMP_LOCKS") }
@@ -96,8 +102,11 @@ pub struct ComponentConfig {
     /// Longest a batch's work may take before it is recorded as timed out.
     #[serde(with = "duration_text")]
     pub max_runtime: Duration,
+    /// How long a pass waits for the poll lock before it leaves the pass to whoever holds it
+    /// (exit 3).
     #[serde(with = "duration_text")]
     pub poll_lock_timeout: Duration,
+    /// How long a pass waits for a batch's lock before it skips the batch as taken.
     #[serde(with = "duration_text")]
     pub batch_lock_timeout: Duration,
     /// Keep the poll lock while working (one worker per component at a time).
@@ -227,10 +236,13 @@ impl ComponentConfig {
 /// Everything a component run needs from its configuration files.
 #[derive(Debug, Clone)]
 pub struct LoadedConfig {
+    /// The component's own file (defaults when there is none).
     pub component: ComponentConfig,
+    /// The backends the shared file names, before env and command-line overrides.
     pub backends: Backends,
     /// The component file (or where it would be), for messages.
     pub file: PathBuf,
+    /// The shared `autocomp.toml` (or where it would be), for messages.
     pub shared_file: PathBuf,
 }
 

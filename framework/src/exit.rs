@@ -22,6 +22,7 @@ pub const LOCKS_LOST: u8 = 4;
 /// The store or the index cannot be reached, or the store cannot take writes (a full disk).
 pub const UNREACHABLE: u8 = 5;
 
+/// The exit codes in one paragraph, for the end of every binary's `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok or nothing to do, 1 some batch failed, 2 usage or config error, \
                                    3 poll lock busy, 4 lock service lost, 5 store or index unreachable (or the \
                                    store's disk full).";
@@ -29,16 +30,23 @@ pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok or nothing to do, 1 some bat
 /// Why a run stopped before finishing normally.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A config file is missing a value, or holds one that does not parse (exit 2).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Bad arguments or input, or a configuration the registry refuses (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// Another pass of the named component holds its poll lock (exit 3).
     #[error("the poll lock of {0} is held by another pass; nothing to do")]
     PollLockBusy(String),
+    /// The lock service could not be reached, or its session was lost (exit 4).
     #[error("lost the lock service: {0}")]
     LocksLost(String),
+    /// The store refused or could not answer (exit by kind: see [`RunError::code`]).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The batch index, or the store behind it, could not answer (exit 5, or by the store
+    /// error's kind).
     #[error(transparent)]
     Index(#[from] IndexError),
 }
@@ -53,6 +61,9 @@ impl From<LockError> for RunError {
 }
 
 impl RunError {
+    /// The exit code this error ends a run with. A store error goes by its kind: bad input
+    /// or an unknown batch is a usage error (2), a refused write a failure (1), an
+    /// unreachable or full store 5.
     pub fn code(&self) -> u8 {
         match self {
             RunError::Config(_) | RunError::Usage(_) => USAGE,
@@ -63,6 +74,7 @@ impl RunError {
         }
     }
 
+    /// [`RunError::code`] as a process exit code.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code())
     }

@@ -18,6 +18,7 @@ mod component;
 pub mod config;
 pub mod exit;
 pub mod locks;
+mod pass;
 mod runner;
 mod source;
 #[cfg(feature = "testing")]

@@ -5,6 +5,7 @@
 //! Outcome rules: permanent/transient errors, panics, timeouts, attempts,
 //! graceful shutdown (release claims without events).
 
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,11 +13,11 @@ use std::time::Instant;
 
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Timestamp, Trigger, WorkDone, WorkResult,
+    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, Timestamp, Trigger, WorkDone, WorkResult,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
@@ -28,8 +29,11 @@ use crate::locks::{Lock, LockHolder, LockPath, LockService, SessionState};
 /// The three ports a runner works against; nothing here knows which adapters they are.
 #[derive(Clone)]
 pub struct Pipeline {
+    /// The truth: batches, events, claims, checkpoints, the component registry.
     pub store: Arc<dyn ObjectStore>,
+    /// Which batches a trigger selects; every answer is re-checked against the store.
     pub index: Arc<dyn BatchIndex>,
+    /// The poll and batch locks, and the session whose loss stops the pass.
     pub locks: Arc<dyn LockService>,
 }
 
@@ -39,37 +43,67 @@ pub enum Selection {
     /// Whatever the index says is ready (the cron case).
     Ready,
     /// Exactly this batch; `force` ignores the trigger (it is still locked and recorded).
-    Batch { id: BatchId, force: bool },
+    Batch {
+        /// The batch.
+        id: BatchId,
+        /// Work on it even if the trigger does not select it.
+        force: bool,
+    },
 }
 
 /// What happened to one batch in a pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchResult {
+    /// Its result event is in the store (a give-up after `max_attempts` too).
     Recorded {
+        /// The batch.
         id: BatchId,
+        /// The recorded event's outcome.
         outcome: Outcome,
+        /// The work ran past `max_runtime` and was recorded as a failure saying so.
         timed_out: bool,
         /// What the registry tallies of it: its result and how long the work took.
         work: WorkDone,
     },
     /// Shut down before it finished: claim released without an event, ready again.
-    Released { id: BatchId },
+    Released {
+        /// The batch.
+        id: BatchId,
+    },
     /// Someone else took the batch over; our result was refused.
-    Fenced { id: BatchId },
+    Fenced {
+        /// The batch.
+        id: BatchId,
+    },
     /// The lock service was lost before recording; nothing recorded.
-    NotRecorded { id: BatchId },
+    NotRecorded {
+        /// The batch.
+        id: BatchId,
+    },
     /// The store stayed unreachable (past its retries) when the result was to be recorded;
     /// nothing recorded, the run stays open until the next claim marks it abandoned.
-    StoreUnreachable { id: BatchId },
-    /// A manually requested batch the trigger does not select: the clause, its type and
-    /// what the batch holds.
-    NotReady { id: BatchId, reason: String },
+    StoreUnreachable {
+        /// The batch.
+        id: BatchId,
+    },
+    /// A manually requested batch the trigger does not select.
+    NotReady {
+        /// The batch.
+        id: BatchId,
+        /// The clause that refused it, its type and what the batch holds.
+        reason: String,
+    },
     /// A manually requested batch whose lock is held by another worker.
-    Busy { id: BatchId },
+    Busy {
+        /// The batch.
+        id: BatchId,
+    },
 }
 
+/// What one pass did: how each batch it took up ended.
 #[derive(Debug, Default)]
 pub struct PassSummary {
+    /// One per batch taken up, in no particular order; empty for an idle pass.
     pub results: Vec<BatchResult>,
 }
 
@@ -117,10 +151,14 @@ impl PassSummary {
         recorded.collect()
     }
 
+    /// Whether some batch's work ran past `max_runtime` (the process must then exit).
     pub fn timed_out(&self) -> bool {
         self.results.iter().any(|r| matches!(r, BatchResult::Recorded { timed_out: true, .. }))
     }
 
+    /// The pass's exit code: 4 when a result went unrecorded (the lock service lost), 5
+    /// when the store was unreachable for one, else 1 when a batch failed, was fenced, was not ready or was
+    /// busy (the last two only in a manual run), else 0.
     pub fn exit_code(&self) -> u8 {
         if self.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. })) {
             return exit::LOCKS_LOST;
@@ -144,12 +182,17 @@ impl PassSummary {
 /// Who this process is, as recorded in runs, events and lock nodes.
 #[derive(Debug, Clone)]
 pub struct Identity {
+    /// `<component>/<version>@<host>#<pid>`: the agent of every event and run it records.
     pub agent: Agent,
+    /// The host name (`localhost` when it cannot be read).
     pub host: String,
+    /// This process.
     pub pid: u32,
 }
 
 impl Identity {
+    /// This process running `component` at `version`; a usage error if the names do not
+    /// make a valid agent.
     pub fn of(component: &str, version: &str) -> Result<Self, RunError> {
         let host = hostname();
         let pid = std::process::id();
@@ -186,6 +229,8 @@ fn hostname() -> String {
     if clean.is_empty() { "localhost".into() } else { clean }
 }
 
+/// A batch this pass claimed: its snapshot from the re-check, its run, its lock and the
+/// checkpoint an earlier attempt left.
 struct Claimed {
     batch: Batch,
     claim: Claim,
@@ -193,6 +238,29 @@ struct Claimed {
     checkpoint: Option<serde_json::Value>,
 }
 
+/// What a claim needs to know of the attempts before it, read before the claim: the failed
+/// attempts the store counted since the batch's last reset, and the checkpoint left.
+struct EarlierAttempts {
+    since: Seq,
+    failed_attempts: u32,
+    checkpoint: Option<serde_json::Value>,
+}
+
+impl EarlierAttempts {
+    /// The failed attempts as the store counts them once `claim` has committed: those read
+    /// before it, plus the run the claim found still open and marked abandoned, if that run
+    /// began after the last reset. Holding the batch lock, no other worker opens or ends a
+    /// run of ours between the read and the claim; one that lost its lock may still end its
+    /// run (or save a checkpoint) in that instant, and this pass then misses it as if it had
+    /// come after the claim, fenced. The next pass reads it.
+    fn after(&self, claim: &Claim) -> u32 {
+        let abandoned_since_reset = claim.abandoned.as_ref().is_some_and(|run| run.claim_seq > self.since);
+        self.failed_attempts + u32::from(abandoned_since_reset)
+    }
+}
+
+/// Runs passes of one component against a pipeline: the component, its settings and
+/// config, who this process is, and the shutdown signal that stops claiming.
 pub struct Runner<C: Component> {
     component: Arc<C>,
     settings: Arc<C::Settings>,
@@ -210,6 +278,9 @@ pub struct Runner<C: Component> {
 }
 
 impl<C: Component> Runner<C> {
+    /// A runner for `component` with its effective `trigger`. A usage error (exit 2) when
+    /// its name or event type is not valid, the config names another event type, or the
+    /// descriptor the registry would record is invalid.
     pub fn new(
         component: C,
         settings: C::Settings,
@@ -245,6 +316,7 @@ impl<C: Component> Runner<C> {
         }))
     }
 
+    /// The component's name, as its locks, claims and registry entry carry it.
     pub fn name(&self) -> &ComponentName {
         &self.name
     }
@@ -387,9 +459,9 @@ impl<C: Component> Runner<C> {
             if room == 0 || self.must_stop_claiming(&session) {
                 break;
             }
-            let locked = self.lock_round(&mut candidates, room, holder, &session, manual, summary).await?;
+            let mut locked = self.lock_round(&mut candidates, room, holder, &session, manual, summary).await?;
             if self.must_stop_claiming(&session) {
-                release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
+                locked.release_all().await;
                 break;
             }
             if locked.is_empty() {
@@ -427,13 +499,13 @@ impl<C: Component> Runner<C> {
         session: &watch::Receiver<SessionState>,
         manual: bool,
         summary: &mut PassSummary,
-    ) -> Result<Vec<(BatchId, Box<dyn Lock>)>, RunError> {
-        let mut locked = Vec::new();
+    ) -> Result<HeldLocks, RunError> {
+        let mut locked = HeldLocks::default();
         while locked.len() < room && self.may_claim(session) {
             let Some(id) = candidates.next() else { break };
             let path = LockPath::Batch(self.name.clone(), id.clone());
             match self.pipeline.locks.try_lock(&path, holder, self.config.batch_lock_timeout).await {
-                Ok(Some(lock)) => locked.push((id, lock)),
+                Ok(Some(lock)) => locked.insert(id, lock),
                 Ok(None) => {
                     debug!(batch = %id, "locked by another worker; skipped");
                     if manual {
@@ -441,7 +513,7 @@ impl<C: Component> Runner<C> {
                     }
                 }
                 Err(e) => {
-                    release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
+                    locked.release_all().await;
                     return Err(e.into());
                 }
             }
@@ -449,129 +521,74 @@ impl<C: Component> Runner<C> {
         Ok(locked)
     }
 
-    /// One round's re-check (one read) and claims (one transaction) of the batches it
-    /// locked; then each claim's attempt count and checkpoint. Batches past `max_attempts`
-    /// get their give-up recorded (together, so they share commits) instead of work.
+    /// One round's claims of the batches it locked: the store re-check (one read), each
+    /// ready batch's attempt count and checkpoint (read a few at a time, before the claim),
+    /// then the claims (one transaction). Batches past `max_attempts` get their give-up
+    /// recorded (together, so they share commits) instead of work. Every lock not handed to a
+    /// claimed batch is released before this returns, whichever way it returns.
     async fn claim_round(
         &self,
-        locked: Vec<(BatchId, Box<dyn Lock>)>,
+        mut locked: HeldLocks,
         manual: bool,
         force: bool,
         summary: &mut PassSummary,
         claimed: &mut Vec<Claimed>,
     ) -> Result<(), RunError> {
-        let store = &self.pipeline.store;
-        let ids: Vec<BatchId> = locked.iter().map(|(id, _)| id.clone()).collect();
-        let batches = match store.get_batches(&ids).await {
-            Ok(batches) => batches,
-            Err(e) => {
-                release_locks(locked.into_iter().map(|(_, lock)| lock)).await;
-                return Err(e.into());
-            }
-        };
-        let mut batches: std::collections::HashMap<BatchId, Batch> =
-            batches.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
-        let mut ready = Vec::new();
-        let mut unwanted = Vec::new();
-        let mut missing = None;
-        for (id, lock) in locked {
-            let Some(batch) = batches.remove(&id) else {
-                unwanted.push(lock);
-                self.missing(id, manual, &mut missing);
-                continue;
-            };
-            if !force && let Err(refusal) = self.descriptor.readiness(&batch) {
-                // The index lagged, or a manual run asked for a batch that is not ready.
-                debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
-                unwanted.push(lock);
-                if manual {
-                    summary.results.push(BatchResult::NotReady { id, reason: refusal.reason });
-                }
-                continue;
-            }
-            ready.push((batch, lock));
-        }
-        release_locks(unwanted).await;
-        if let Some(error) = missing {
-            release_locks(ready.into_iter().map(|(_, lock)| lock)).await;
-            return Err(error);
-        }
+        let round = self.claim_locked(&mut locked, manual, force, summary, claimed).await;
+        locked.release_all().await;
+        round
+    }
+
+    /// `claim_round` but for the locks: it releases whatever this leaves in `locked`.
+    async fn claim_locked(
+        &self,
+        locked: &mut HeldLocks,
+        manual: bool,
+        force: bool,
+        summary: &mut PassSummary,
+        claimed: &mut Vec<Claimed>,
+    ) -> Result<(), RunError> {
+        let ready = self.recheck(locked, manual, force, summary).await?;
         if ready.is_empty() {
             return Ok(());
         }
-        let ids: Vec<BatchId> = ready.iter().map(|(batch, _)| batch.id.clone()).collect();
-        let answers = match store.claim_many(&ids, &self.name, &self.run_holder()).await {
-            Ok(answers) => answers,
-            Err(e) => {
-                release_locks(ready.into_iter().map(|(_, lock)| lock)).await;
-                return Err(e.into());
-            }
-        };
+        let earlier = self.read_earlier_attempts(&ready, force).await?;
+        let ids: Vec<BatchId> = ready.iter().map(|batch| batch.id.clone()).collect();
+        let answers = self.pipeline.store.claim_many(&ids, &self.name, &self.run_holder()).await?;
         let mut failure = (answers.len() != ready.len()).then(|| {
-            RunError::Store(StoreError::Unavailable(format!(
-                "the store answered {} of {} claims",
-                answers.len(),
-                ready.len()
-            )))
+            let message = format!("the store answered {} of {} claims", answers.len(), ready.len());
+            RunError::Store(StoreError::Unavailable(message))
         });
-        let mut answers = answers.into_iter();
         let mut fresh = Vec::new();
-        let mut unclaimed = Vec::new();
-        for (batch, lock) in ready {
-            match answers.next() {
-                Some(Ok(claim)) => {
-                    if let Some(abandoned) = &claim.abandoned {
-                        warn!(batch = %batch.id, generation = abandoned.generation, holder = %abandoned.holder.agent,
-                            "took over a run whose holder died or stalled; it is marked abandoned");
-                    }
-                    fresh.push(Claimed { batch, claim, lock, checkpoint: None });
-                }
-                Some(Err(StoreError::NotFound(id))) => {
-                    unclaimed.push(lock);
+        for ((batch, earlier), answer) in ready.into_iter().zip(earlier).zip(answers) {
+            let claim = match answer {
+                Ok(claim) => claim,
+                Err(StoreError::NotFound(id)) => {
                     self.missing(id, manual, &mut failure);
-                }
-                Some(Err(e)) => {
-                    unclaimed.push(lock);
-                    failure.get_or_insert(e.into());
-                }
-                None => unclaimed.push(lock),
-            }
-        }
-        release_locks(unclaimed).await;
-        if let Some(error) = failure {
-            claimed.extend(fresh);
-            return Err(error);
-        }
-        let prepared: Vec<_> = futures_util::stream::iter(&fresh)
-            .map(|claimed| async move {
-                let since = claimed.batch.last_reset_of(&self.event_type);
-                let (id, name) = (&claimed.batch.id, &self.name);
-                tokio::try_join!(store.failed_attempts(id, name, since), store.load_checkpoint(id, name))
-            })
-            .buffered(STORE_READS_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut gave_up = Vec::new();
-        let mut failure = None;
-        for (mut batch, prepared) in fresh.into_iter().zip(prepared) {
-            match prepared {
-                Ok((failed_attempts, checkpoint)) => {
-                    batch.checkpoint = checkpoint;
-                    if failed_attempts >= self.config.max_attempts && !force {
-                        gave_up.push((batch, failed_attempts));
-                        continue;
-                    }
+                    continue;
                 }
                 Err(e) => {
-                    failure.get_or_insert(e);
+                    failure.get_or_insert(e.into());
+                    continue;
                 }
+            };
+            if let Some(abandoned) = &claim.abandoned {
+                warn!(batch = %batch.id, generation = abandoned.generation, holder = %abandoned.holder.agent,
+                    "took over a run whose holder died or stalled; it is marked abandoned");
             }
-            claimed.push(batch);
+            let failed_attempts = earlier.after(&claim);
+            let lock = locked.take(&batch.id).expect("a ready batch is one the round locked");
+            fresh.push((Claimed { batch, claim, lock, checkpoint: earlier.checkpoint }, failed_attempts));
         }
-        if let Some(e) = failure {
-            claimed.extend(gave_up.into_iter().map(|(batch, _)| batch));
-            return Err(e.into());
+        // The batches the store refused to claim: free before any give-up is recorded.
+        locked.release_all().await;
+        if let Some(error) = failure {
+            claimed.extend(fresh.into_iter().map(|(batch, _)| batch));
+            return Err(error);
         }
+        let (gave_up, work): (Vec<_>, Vec<_>) =
+            fresh.into_iter().partition(|(_, failed_attempts)| *failed_attempts >= self.config.max_attempts && !force);
+        claimed.extend(work.into_iter().map(|(batch, _)| batch));
         let recorded: Vec<BatchResult> = futures_util::stream::iter(gave_up)
             .map(|(batch, failed_attempts)| {
                 let mut report = Report::new(self.config.max_reported_failures);
@@ -587,6 +604,63 @@ impl<C: Component> Runner<C> {
             .await;
         summary.results.extend(recorded);
         Ok(())
+    }
+
+    /// The locked batches the store holds and still finds ready (all it holds, when forced),
+    /// in lock order; the others' locks are released at once. The index lagged behind the
+    /// store, or a manual run asked for a batch that is not ready (answered `NotReady`).
+    async fn recheck(
+        &self,
+        locked: &mut HeldLocks,
+        manual: bool,
+        force: bool,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<Batch>, RunError> {
+        let ids = locked.ids();
+        let batches = self.pipeline.store.get_batches(&ids).await?;
+        let mut batches: HashMap<BatchId, Batch> = batches.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
+        let mut ready = Vec::new();
+        let mut missing = None;
+        for id in ids {
+            let Some(batch) = batches.remove(&id) else {
+                self.missing(id, manual, &mut missing);
+                continue;
+            };
+            if !force && let Err(refusal) = self.descriptor.readiness(&batch) {
+                debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
+                if manual {
+                    summary.results.push(BatchResult::NotReady { id, reason: refusal.reason });
+                }
+                continue;
+            }
+            ready.push(batch);
+        }
+        let wanted: HashSet<&BatchId> = ready.iter().map(|batch| &batch.id).collect();
+        locked.release_where(|id| !wanted.contains(id)).await;
+        match missing {
+            Some(error) => Err(error),
+            None => Ok(ready),
+        }
+    }
+
+    /// Each ready batch's failed attempts since its last reset (not read when forced: a
+    /// forced run ignores `max_attempts`) and its checkpoint, `STORE_READS_IN_FLIGHT` at a
+    /// time, in the order of `ready`. Read before the claim, so nothing is claimed when a
+    /// read fails, and nothing is read per batch after it.
+    async fn read_earlier_attempts(&self, ready: &[Batch], force: bool) -> Result<Vec<EarlierAttempts>, StoreError> {
+        let (store, name) = (&self.pipeline.store, &self.name);
+        futures_util::stream::iter(ready)
+            .map(|batch| async move {
+                let since = batch.last_reset_of(&self.event_type);
+                let failed_attempts =
+                    async { if force { Ok(0) } else { store.failed_attempts(&batch.id, name, since).await } };
+                let (failed_attempts, checkpoint) =
+                    tokio::try_join!(failed_attempts, store.load_checkpoint(&batch.id, name))?;
+                Ok(EarlierAttempts { since, failed_attempts, checkpoint })
+            })
+            .buffered(STORE_READS_IN_FLIGHT)
+            .try_collect()
+            .await
     }
 
     /// A batch the store does not have: a manual run names it (exit 2); the index listing
@@ -910,6 +984,67 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The batch locks a claim round holds and has not handed to a claimed batch. Releasing is
+/// async, so the round releases them itself on every path it takes (`release_where`,
+/// `release_all`); a guard dropped still holding some (a panic, a dropped pass) hands them
+/// to a task that releases them, rather than leaving them held until the process exits.
+#[derive(Default)]
+struct HeldLocks {
+    /// Batch ids in the order they were locked (the candidates' order), released ones too.
+    order: Vec<BatchId>,
+    locks: HashMap<BatchId, Box<dyn Lock>>,
+}
+
+impl HeldLocks {
+    fn insert(&mut self, id: BatchId, lock: Box<dyn Lock>) {
+        self.order.push(id.clone());
+        self.locks.insert(id, lock);
+    }
+
+    fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// The batches still locked, in the order they were locked.
+    fn ids(&self) -> Vec<BatchId> {
+        self.order.iter().filter(|id| self.locks.contains_key(*id)).cloned().collect()
+    }
+
+    /// Hands the lock of `id` over: releasing it is the caller's business from then on.
+    fn take(&mut self, id: &BatchId) -> Option<Box<dyn Lock>> {
+        self.locks.remove(id)
+    }
+
+    /// Releases the locks of the batches `unwanted` picks, all at once; keeps the others.
+    async fn release_where(&mut self, unwanted: impl Fn(&BatchId) -> bool) {
+        release_locks(self.locks.extract_if(|id, _| unwanted(id)).map(|(_, lock)| lock).collect::<Vec<_>>()).await;
+    }
+
+    async fn release_all(&mut self) {
+        release_locks(self.locks.drain().map(|(_, lock)| lock).collect::<Vec<_>>()).await;
+    }
+}
+
+impl Drop for HeldLocks {
+    fn drop(&mut self) {
+        if self.locks.is_empty() {
+            return;
+        }
+        let locks: Vec<_> = self.locks.drain().map(|(_, lock)| lock).collect();
+        warn!(locks = locks.len(), "a claim round ended without releasing its batch locks; releasing them now");
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(release_locks(locks))),
+            // No runtime to release on: the locks go with the process (flock) or its
+            // session, which the lock service closes at exit.
+            Err(_) => warn!("no runtime to release the batch locks on; they end with the process"),
+        }
+    }
+}
+
 /// Releases several locks at once (each may be a round trip to the lock service).
 async fn release_locks(locks: impl IntoIterator<Item = Box<dyn Lock>>) {
     futures_util::future::join_all(locks.into_iter().map(release_quietly)).await;
@@ -1007,7 +1142,41 @@ fn summary_line(id: &BatchId, event_type: &EventType, report: &Report) -> String
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::locks::LocalLocks;
+
+    /// A round's batch locks end released on every path: those it lets go of explicitly at
+    /// once, and those it never got to (a panic, a dropped pass) when the guard is dropped.
+    /// Flock files tell the two apart: a release removes the file, a plain drop leaves it.
+    #[tokio::test]
+    async fn held_locks_are_released_explicitly_or_by_the_guards_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = LocalLocks::new(dir.path());
+        let holder = LockHolder { agent: "test".into(), host: "testhost".into(), pid: 1, since: Timestamp::now() };
+        let ids: Vec<BatchId> = ["B1", "B2", "B3"].iter().map(|id| BatchId::new(*id).unwrap()).collect();
+        let file = |id: &BatchId| dir.path().join(format!("batch/probe/{id}.lock"));
+        let mut held = HeldLocks::default();
+        for id in &ids {
+            let path = LockPath::Batch(ComponentName::new("probe").unwrap(), id.clone());
+            held.insert(id.clone(), locks.try_lock(&path, &holder, Duration::ZERO).await.unwrap().expect("free"));
+        }
+
+        held.release_where(|id| id == &ids[1]).await;
+        assert!(!file(&ids[1]).exists(), "release_where did not release B2");
+        assert_eq!(held.ids(), vec![ids[0].clone(), ids[2].clone()], "the others stay held, in lock order");
+        let taken = held.take(&ids[0]).expect("B1 is held");
+        drop(held);
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while file(&ids[2]).exists() {
+            assert!(Instant::now() < deadline, "the dropped guard never released B3");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(file(&ids[0]).exists() && taken.still_held().await.unwrap(), "a lock taken out is the taker's");
+        taken.release().await.unwrap();
+    }
 
     #[test]
     fn summary_lines_name_the_first_failure() {

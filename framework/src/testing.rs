@@ -114,6 +114,8 @@ impl TestBatch {
         );
         self.event(event_type, report)
     }
+
+    /// The batch as built.
     pub fn build(self) -> Batch {
         self.batch
     }
@@ -202,6 +204,8 @@ pub struct TempPipeline {
 }
 
 impl TempPipeline {
+    /// A fresh pipeline in a temp dir (removed when dropped): a SQLite store, an index
+    /// directory, flock locks and a config dir whose `autocomp.toml` names them.
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("a temp dir");
         let root = dir.path();

@@ -12,9 +12,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use crate::cli::{PassEnd, pass_verdict};
 use crate::component::Component;
 use crate::exit::{self, RunError};
+use crate::pass::{PassEnd, pass, pass_verdict};
 use crate::runner::{Runner, Selection, stop_requested};
 
 /// The longest single wait in the change feed. The store service caps its long polls
@@ -25,7 +25,9 @@ const INDEX_WAIT: Duration = Duration::from_secs(2);
 
 /// What wakes a watcher and what it asks.
 pub struct Watched {
+    /// Its change feed is what the watcher sleeps in.
     pub store: Arc<dyn ObjectStore>,
+    /// Asked whether it has caught up with the store before the candidates are counted.
     pub index: Arc<dyn BatchIndex>,
 }
 
@@ -66,7 +68,7 @@ pub async fn run_watching<C: Component>(
         let (sleep_from, go_again) = if heartbeat_due || offered > 0 {
             debug!(offered, heartbeat_due, "starting a pass");
             last_pass = Some(Instant::now());
-            let handled = match pass_verdict(crate::cli::pass(runner, &Selection::Ready).await, &mut worst) {
+            let handled = match pass_verdict(pass(runner, &Selection::Ready).await, &mut worst) {
                 PassEnd::Stop(code) => return Ok(code),
                 PassEnd::Error(e) => return Err(e),
                 PassEnd::Continue { handled } => handled,
