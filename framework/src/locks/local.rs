@@ -16,6 +16,7 @@ use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, Sessio
 
 const RETRY_INTERVAL: Duration = Duration::from_millis(20);
 
+/// The flock lock service of `local:<dir>` URLs: one host, any number of processes.
 pub struct LocalLocks {
     dir: PathBuf,
     // The local "session" never changes: the lock files live as long as this process.
@@ -23,6 +24,7 @@ pub struct LocalLocks {
 }
 
 impl LocalLocks {
+    /// Locks under `dir` (created on the first lock; a missing one lists nothing held).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into(), session: watch::Sender::new(SessionState::Connected) }
     }
@@ -145,13 +147,83 @@ impl Lock for LocalLock {
 
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         // Remove while still locked, then unlock by closing: a waiter that opened the old
-        // file sees it no longer named and retries on a fresh one.
-        let removed = std::fs::remove_file(&self.file_path);
+        // file sees it no longer named and retries on a fresh one. Only our own file: if
+        // ours was removed behind our back, the path may name the next holder's now.
+        let removed =
+            if names_same_file(&self.file_path, &self.file) { std::fs::remove_file(&self.file_path) } else { Ok(()) };
         drop(self.file);
         match removed {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(LockError::Unavailable(format!("cannot remove {}: {e}", self.file_path.display()))),
         }
+    }
+}
+
+/// What flock locks do that ZooKeeper's do not; the promises both keep are tested by the
+/// contract suite (tests/tests/lock_contract.rs).
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{BatchId, ComponentName, Timestamp};
+
+    use super::*;
+
+    fn holder() -> LockHolder {
+        LockHolder { agent: "local-test".into(), host: "testhost".into(), pid: 1, since: Timestamp::now() }
+    }
+
+    fn batch_path() -> LockPath {
+        LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new("B1").unwrap())
+    }
+
+    #[tokio::test]
+    async fn there_is_no_session_close_keeps_every_lock_and_the_process_frees_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = LocalLocks::new(dir.path());
+        assert_eq!(*locks.session().borrow(), SessionState::Connected);
+        assert_eq!(locks.lost_session_grace(), None, "flock locks never expire behind our back");
+
+        let lock = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap().expect("free");
+        locks.close().await;
+        assert!(lock.still_held().await.unwrap(), "close released a flock lock");
+        assert_eq!(locks.held().await.unwrap().len(), 1);
+        assert_eq!(*locks.session().borrow(), SessionState::Connected);
+        // Still usable after close: the process exit is what ends its locks.
+        let other = LockPath::Poll(ComponentName::new("probe").unwrap());
+        assert!(locks.try_lock(&other, &holder(), Duration::ZERO).await.unwrap().is_some());
+        lock.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lock_dropped_without_release_is_free_at_once_and_its_file_lists_as_not_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = LocalLocks::new(dir.path());
+        let lock = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap().expect("free");
+        drop(lock);
+        // The file stays (nobody removed it), unlocked: held by nobody.
+        assert!(dir.path().join("batch/probe/B1.lock").exists());
+        assert!(locks.held().await.unwrap().is_empty());
+        let again = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap();
+        again.expect("a dropped lock is free").release().await.unwrap();
+        assert!(!dir.path().join("batch/probe/B1.lock").exists(), "release removes the lock file");
+    }
+
+    #[tokio::test]
+    async fn a_lock_file_removed_behind_the_holders_back_is_no_longer_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = LocalLocks::new(dir.path());
+        let lock = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap().expect("free");
+        std::fs::remove_file(dir.path().join("batch/probe/B1.lock")).unwrap();
+        assert!(!lock.still_held().await.unwrap());
+        // The path names a fresh file now, free for the next taker.
+        let next = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap();
+        let next = next.expect("the removed file still locks the path");
+        // The first holder's release leaves the next holder's file alone: a third taker
+        // is still refused.
+        lock.release().await.unwrap();
+        assert!(next.still_held().await.unwrap(), "releasing a lost lock removed the next holder's file");
+        let third = locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await.unwrap();
+        assert!(third.is_none(), "a third taker got a held path");
+        next.release().await.unwrap();
     }
 }

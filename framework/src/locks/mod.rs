@@ -3,6 +3,29 @@
 //! state so the runner can hold commits while disconnected and stop when the session is lost.
 //! Adapters: `local` (flock files; the OS frees them on death) and `zk` (one ephemeral
 //! ZooKeeper node per lock; the server frees them when the session ends).
+//!
+//! What every backend promises (one contract suite runs against both):
+//! - a path is held by at most one [`Lock`] at a time, across services, sessions and
+//!   processes, another task of the same service included; different paths never exclude
+//!   each other;
+//! - [`LockService::try_lock`] answers `None` once `wait` has passed with the path still busy,
+//!   and hands a path that is released while it waits to the waiter;
+//! - [`Lock::release`] frees the path at once; [`Lock::still_held`] is `true` until then;
+//! - [`LockService::held`] of any other service lists every held path with the holder its
+//!   taker stored: that is what operators see;
+//! - a holder that calls [`LockService::close`] and exits leaves nothing held; a holder that
+//!   dies without closing loses its locks within a bound of the backend's own (below).
+//!
+//! Where the backends differ:
+//! - a dead holder's locks: flock frees them when the process is gone; ZooKeeper when the
+//!   server expires its session, a session timeout later;
+//! - [`LockService::close`]: ZooKeeper deletes every lock still held and ends the session
+//!   (every [`Lock`] then says it is not held, and nothing works afterwards); local has no
+//!   session and does nothing: its locks go with their [`Lock`]s or the process;
+//! - a [`Lock`] dropped without [`Lock::release`]: local frees it (its file descriptor
+//!   closes); ZooKeeper keeps it until `close` or the end of the session;
+//! - [`LockService::session`]: always `Connected` locally; ZooKeeper's follows its
+//!   connection, and [`LockService::lost_session_grace`] bounds the work after a loss.
 
 mod local;
 mod zk;
@@ -39,21 +62,30 @@ impl LockPath {
 /// Who holds a lock, stored with it so operators can see who holds what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockHolder {
+    /// The component's agent string, e.g. `probe/1.0@host#1234`.
     pub agent: String,
+    /// The host the holding process runs on.
     pub host: String,
+    /// The holding process's id on that host.
     pub pid: u32,
+    /// When the lock was taken.
     pub since: Timestamp,
 }
 
 /// A lock someone holds right now, as `autocomp locks` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldLock {
+    /// [`LockPath::relative`] of the lock.
     pub path: String,
+    /// Who holds it; `None` if its record cannot be read (e.g. taken a moment ago, the
+    /// holder not written yet).
     pub holder: Option<LockHolder>,
 }
 
+/// The lock service's session, as [`LockService::session`] publishes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {
+    /// Every lock taken is held: work and commit as usual.
     Connected,
     /// Disconnected, session possibly still alive: start nothing new, hold commits.
     Suspended,
@@ -61,17 +93,25 @@ pub enum SessionState {
     Lost,
 }
 
+/// Why a lock operation failed (a busy lock is not an error: `try_lock` answers `None`).
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// A bad locks URL or name; retrying does not help.
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
+    /// The lock service cannot answer (unreachable, closed, its session lost, a file it
+    /// cannot write); the text says which and where.
     #[error("lock service unavailable: {0}")]
     Unavailable(String),
 }
 
+/// Where locks are taken: one per process, shared by its tasks (see the module for what
+/// every backend promises and where they differ).
 #[async_trait]
 pub trait LockService: Send + Sync {
-    /// Takes the lock if free, waiting up to `wait` for it; `None` if still busy then.
+    /// Takes the lock if free, waiting up to `wait` for it; `None` if still busy then
+    /// (`Duration::ZERO`: at once). Busy means held by anyone, another task of this very
+    /// service included. `holder` is stored with the lock for [`LockService::held`].
     async fn try_lock(
         &self,
         path: &LockPath,
@@ -79,10 +119,12 @@ pub trait LockService: Send + Sync {
         wait: Duration,
     ) -> Result<Option<Box<dyn Lock>>, LockError>;
 
-    /// Every lock held right now.
+    /// Every lock held right now, by any process, sorted by path, each with its holder as
+    /// stored: what `autocomp locks` shows.
     async fn held(&self) -> Result<Vec<HeldLock>, LockError>;
 
-    /// The session's state, as it changes.
+    /// The session's state, as it changes (always `Connected` for a backend without
+    /// sessions).
     fn session(&self) -> tokio::sync::watch::Receiver<SessionState>;
 
     /// Once the session is lost, how long cancelled work may still run before the process
@@ -94,16 +136,25 @@ pub trait LockService: Send + Sync {
 
     /// Ends the session at process exit: deletes every lock still held and closes the
     /// connection, so nothing lingers after the process is gone. Nothing works afterwards.
+    /// The default does nothing: for a backend whose locks the OS frees with the process.
     async fn close(&self) {}
 }
 
+/// One lock taken by [`LockService::try_lock`], held until released (or lost).
 #[async_trait]
 pub trait Lock: Send + Sync {
+    /// What is locked.
     fn path(&self) -> &LockPath;
 
-    /// Whether we still hold it (checked before every commit).
+    /// Whether we still hold it (checked before every commit): `true` from `try_lock` on,
+    /// `false` once it is gone behind our back (the session ended, the lock removed).
     async fn still_held(&self) -> Result<bool, LockError>;
 
+    /// Gives the lock up: the next taker (a waiter included) gets it at once. Taking the
+    /// lock by value, it is released once. A lock already gone with its session releases
+    /// as `Ok`. Whoever holds the path now is left alone: ZooKeeper deletes only a node of
+    /// its own session, local only the very file it locked (an outside `rm` may have let
+    /// another holder create a new one).
     async fn release(self: Box<Self>) -> Result<(), LockError>;
 }
 

@@ -1,0 +1,431 @@
+//! The `LockService` contract: what every lock backend promises, one suite run against each
+//! (flock files in a temp dir; a real standalone ZooKeeper), opened by URL as components open
+//! them, so a backend passes the same tests as the other, not a copy of them. Holders in other
+//! processes are this test binary re-run with `HOLDER_URL` set. What one backend does alone
+//! is tested with it: framework/src/locks/local.rs and tests/tests/zookeeper.rs.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::zk::ZooKeeper;
+use autocomp_framework::locks::{HeldLock, Lock, LockHolder, LockPath, LockService, SessionState, open_locks};
+use autocomp_model::{BatchId, ComponentName, Timestamp};
+use autocomp_test_servers::wait_until_async;
+
+/// Set in a holder process's environment: the locks URL it opens.
+const HOLDER_URL: &str = "AUTOCOMP_LOCK_CONTRACT_HOLDER_URL";
+/// What a holder process prints once it holds its locks.
+const HOLDING: &str = "HOLDING";
+
+struct Backend {
+    /// What the test's own services open.
+    url: String,
+    /// What holder processes open: for ZooKeeper a short session, so a killed holder's
+    /// session (and its locks) expires soon.
+    holder_url: String,
+    /// How long a SIGKILLed holder's locks may outlive it.
+    dead_holder_freed_within: Duration,
+    /// Keeps the lock dir alive for the test.
+    _dir: Option<tempfile::TempDir>,
+    /// Keeps the server running for the test (killed when dropped).
+    _zookeeper: Option<ZooKeeper>,
+}
+
+/// `local:<temp dir>`: the OS frees a dead process's flocks as it goes.
+fn local() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("local:{}", dir.path().join("locks").display());
+    Backend {
+        holder_url: url.clone(),
+        url,
+        dead_holder_freed_within: Duration::from_secs(1),
+        _dir: Some(dir),
+        _zookeeper: None,
+    }
+}
+
+/// `zk://` on a standalone server of the test's own; holders get the server's shortest
+/// session (2 s), which it expires within a few ticks of a holder's death.
+fn zookeeper() -> Backend {
+    let zookeeper = ZooKeeper::standalone();
+    Backend {
+        url: zookeeper.url("contract", "10s"),
+        holder_url: zookeeper.url("contract", "2s"),
+        dead_holder_freed_within: Duration::from_secs(20),
+        _dir: None,
+        _zookeeper: Some(zookeeper),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime")
+}
+
+async fn open(backend: &Backend) -> Arc<dyn LockService> {
+    open_locks(&backend.url).await.unwrap_or_else(|e| panic!("cannot open {}: {e}", backend.url))
+}
+
+fn holder(agent: &str) -> LockHolder {
+    LockHolder { agent: agent.into(), host: "testhost".into(), pid: 4242, since: Timestamp::now() }
+}
+
+fn component(name: &str) -> ComponentName {
+    ComponentName::new(name).unwrap()
+}
+
+fn poll_path(name: &str) -> LockPath {
+    LockPath::Poll(component(name))
+}
+
+fn batch_path(batch: &str) -> LockPath {
+    LockPath::Batch(component("probe"), BatchId::new(batch).unwrap())
+}
+
+fn paths_of(held: &[HeldLock]) -> Vec<&str> {
+    held.iter().map(|h| h.path.as_str()).collect()
+}
+
+async fn take(locks: &Arc<dyn LockService>, path: &LockPath, agent: &str) -> Box<dyn Lock> {
+    let taken = locks.try_lock(path, &holder(agent), Duration::ZERO).await.unwrap();
+    taken.unwrap_or_else(|| panic!("{} is busy", path.relative()))
+}
+
+async fn is_busy(locks: &Arc<dyn LockService>, path: &LockPath) -> bool {
+    locks.try_lock(path, &holder("probing"), Duration::ZERO).await.unwrap().is_none()
+}
+
+// ---------------------------------------------------------------------------------------
+// The contract.
+
+async fn a_path_is_held_by_one_lock_at_a_time_until_released(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    for first in [poll_path("probe"), batch_path("B0001")] {
+        let lock = take(&a, &first, "a").await;
+        assert_eq!(lock.path(), &first);
+        // Busy for another service, and for another task of the same one.
+        assert!(b.try_lock(&first, &holder("b"), Duration::ZERO).await.unwrap().is_none());
+        assert!(a.try_lock(&first, &holder("a2"), Duration::ZERO).await.unwrap().is_none());
+        assert!(lock.still_held().await.unwrap());
+
+        lock.release().await.unwrap();
+        let taken = b.try_lock(&first, &holder("b"), Duration::ZERO).await.unwrap();
+        let taken = taken.unwrap_or_else(|| panic!("{} is still busy after its release", first.relative()));
+        assert!(taken.still_held().await.unwrap());
+        assert!(is_busy(&a, &first).await, "{} taken twice", first.relative());
+        taken.release().await.unwrap();
+        assert!(!is_busy(&a, &first).await, "{} is still busy after its second release", first.relative());
+    }
+    a.close().await;
+    b.close().await;
+}
+
+async fn locks_of_different_components_and_batches_are_independent(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    let other_batch = LockPath::Batch(component("other"), BatchId::new("B0001").unwrap());
+    let paths = [poll_path("probe"), poll_path("other"), batch_path("B0001"), batch_path("B0002"), other_batch];
+    let mut locks = Vec::new();
+    for (n, path) in paths.iter().enumerate() {
+        let (service, agent) = if n % 2 == 0 { (&a, "a") } else { (&b, "b") };
+        locks.push(take(service, path, agent).await);
+    }
+    let held = a.held().await.unwrap();
+    let expected = ["batch/other/B0001", "batch/probe/B0001", "batch/probe/B0002", "poll/other", "poll/probe"];
+    assert_eq!(paths_of(&held), expected, "listed by path");
+
+    // Releasing one leaves the others held.
+    let released = locks.remove(2);
+    assert_eq!(released.path(), &batch_path("B0001"));
+    released.release().await.unwrap();
+    for lock in &locks {
+        assert!(lock.still_held().await.unwrap(), "{} went with another lock", lock.path().relative());
+    }
+    let held = b.held().await.unwrap();
+    assert_eq!(paths_of(&held), ["batch/other/B0001", "batch/probe/B0002", "poll/other", "poll/probe"]);
+    for lock in locks {
+        lock.release().await.unwrap();
+    }
+    a.close().await;
+    b.close().await;
+}
+
+async fn another_service_reads_who_holds_what(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    assert_eq!(*a.session().borrow(), SessionState::Connected);
+    assert!(b.held().await.unwrap().is_empty(), "a fresh backend holds nothing");
+    let first = batch_path("B0001");
+    let stored = holder("a");
+    let lock = a.try_lock(&first, &stored, Duration::ZERO).await.unwrap().expect("free");
+
+    // Who holds what, from another session.
+    let held = b.held().await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].path, "batch/probe/B0001");
+    let shown = held[0].holder.as_ref().expect("the holder is readable");
+    assert_eq!((shown.agent.as_str(), shown.host.as_str(), shown.pid), ("a", "testhost", 4242));
+    assert_eq!(shown, &stored, "the holder reads back as stored");
+    assert_eq!(a.held().await.unwrap(), held, "the holder's own service lists the same");
+
+    lock.release().await.unwrap();
+    assert!(a.held().await.unwrap().is_empty());
+    assert!(b.held().await.unwrap().is_empty());
+    a.close().await;
+    b.close().await;
+}
+
+async fn a_busy_try_lock_gives_up_when_its_wait_is_over(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    let first = batch_path("B0001");
+    let lock = take(&a, &first, "a").await;
+
+    let asked = Instant::now();
+    assert!(b.try_lock(&first, &holder("b"), Duration::ZERO).await.unwrap().is_none());
+    assert!(asked.elapsed() < Duration::from_secs(2), "a try-lock without a wait took {:?}", asked.elapsed());
+
+    let wait = Duration::from_millis(500);
+    for (service, agent) in [(&b, "b"), (&a, "a2")] {
+        let asked = Instant::now();
+        assert!(service.try_lock(&first, &holder(agent), wait).await.unwrap().is_none(), "{agent} took a busy lock");
+        let waited = asked.elapsed();
+        assert!(waited >= wait, "{agent} gave up after {waited:?}, before its {wait:?}");
+        assert!(waited < wait + Duration::from_secs(3), "{agent} gave up only after {waited:?} (wait {wait:?})");
+    }
+    assert!(lock.still_held().await.unwrap());
+    lock.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+async fn a_waiter_gets_the_lock_as_soon_as_it_is_released(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    let first = batch_path("B0001");
+    // Waiting in another service, then in another task of the holder's own.
+    for (waiting, agent) in [(&b, "b"), (&a, "a2")] {
+        let lock = take(&a, &first, "a").await;
+        let waiter = {
+            let (waiting, first) = (Arc::clone(waiting), first.clone());
+            tokio::spawn(async move { waiting.try_lock(&first, &holder(agent), Duration::from_secs(30)).await })
+        };
+        assert!(lock.still_held().await.unwrap());
+        assert!(!waiter.is_finished(), "{agent} took a held lock");
+        let released = Instant::now();
+        lock.release().await.unwrap();
+        let taken = waiter.await.unwrap().unwrap().expect("the waiter gets the lock");
+        assert!(released.elapsed() < Duration::from_secs(5), "the waiter took {:?}", released.elapsed());
+        assert_eq!(a.held().await.unwrap()[0].holder.as_ref().unwrap().agent, agent);
+        taken.release().await.unwrap();
+    }
+    a.close().await;
+    b.close().await;
+}
+
+async fn contending_takers_never_hold_a_path_at_once(backend: Backend) {
+    const SERVICES: usize = 2;
+    const TASKS: usize = 3;
+    const CYCLES: usize = 15;
+    let services = [open(&backend).await, open(&backend).await];
+    let taken = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (s, service) in services.iter().enumerate() {
+        for t in 0..TASKS {
+            let (service, taken, cycles) = (Arc::clone(service), Arc::clone(&taken), Arc::clone(&cycles));
+            tasks.push(tokio::spawn(async move {
+                let agent = format!("s{s}t{t}");
+                for _ in 0..CYCLES {
+                    let lock = service.try_lock(&batch_path("B0001"), &holder(&agent), Duration::from_secs(30)).await;
+                    let lock = lock.unwrap().unwrap_or_else(|| panic!("{agent} waited 30 s in vain"));
+                    assert!(!taken.swap(true, Ordering::SeqCst), "{agent} holds a lock someone else holds");
+                    // Let the others try while it is held.
+                    tokio::task::yield_now().await;
+                    assert!(lock.still_held().await.unwrap());
+                    taken.store(false, Ordering::SeqCst);
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(cycles.load(Ordering::SeqCst), SERVICES * TASKS * CYCLES);
+    assert!(services[0].held().await.unwrap().is_empty());
+    for service in services {
+        service.close().await;
+    }
+}
+
+async fn a_holder_that_closes_and_exits_leaves_nothing_held(backend: Backend) {
+    let locks = open(&backend).await;
+    let mut holding = tokio::task::block_in_place(|| HolderProcess::start(&backend.holder_url));
+
+    // What operators see: the other process's locks, each naming it.
+    let held = locks.held().await.unwrap();
+    assert_eq!(paths_of(&held), ["batch/probe/B0001", "poll/probe"]);
+    for lock in &held {
+        let shown = lock.holder.as_ref().expect("the holder is readable");
+        assert_eq!((shown.agent.as_str(), shown.pid), ("holder-process", holding.child.id()), "{shown:?}");
+    }
+    for path in HolderProcess::paths() {
+        assert!(is_busy(&locks, &path).await, "{} is free while another process holds it", path.relative());
+    }
+
+    tokio::task::block_in_place(|| holding.close_and_exit());
+    // At once: a closed holder leaves nothing for a timeout to clean up.
+    assert!(locks.held().await.unwrap().is_empty(), "{:?}", locks.held().await);
+    for path in HolderProcess::paths() {
+        take(&locks, &path, "next").await.release().await.unwrap();
+    }
+    locks.close().await;
+}
+
+async fn a_killed_holders_locks_are_freed_within_the_backends_bound(backend: Backend) {
+    let locks = open(&backend).await;
+    let holding = tokio::task::block_in_place(|| HolderProcess::start(&backend.holder_url));
+    assert_eq!(locks.held().await.unwrap().len(), 2);
+
+    let killed = tokio::task::block_in_place(|| holding.kill());
+    let freed =
+        wait_until_async(killed + backend.dead_holder_freed_within, async || locks.held().await.unwrap().is_empty())
+            .await;
+    let after = killed.elapsed();
+    assert!(freed, "a killed holder's locks are still held {after:?} after: {:?}", locks.held().await);
+    println!("a killed holder's locks were freed {after:?} after its death");
+    for path in HolderProcess::paths() {
+        take(&locks, &path, "next").await.release().await.unwrap();
+    }
+    locks.close().await;
+}
+
+/// Instantiates every contract test once per backend: `local::NAME` and `zookeeper::NAME`.
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[test]
+            fn $name() {
+                super::runtime().block_on(super::$name(super::local()))
+            })*
+        }
+        mod zookeeper {
+            $(#[test]
+            fn $name() {
+                super::runtime().block_on(super::$name(super::zookeeper()))
+            })*
+        }
+    };
+}
+
+contract!(
+    a_path_is_held_by_one_lock_at_a_time_until_released,
+    locks_of_different_components_and_batches_are_independent,
+    another_service_reads_who_holds_what,
+    a_busy_try_lock_gives_up_when_its_wait_is_over,
+    a_waiter_gets_the_lock_as_soon_as_it_is_released,
+    contending_takers_never_hold_a_path_at_once,
+    a_holder_that_closes_and_exits_leaves_nothing_held,
+    a_killed_holders_locks_are_freed_within_the_backends_bound,
+);
+
+// ---------------------------------------------------------------------------------------
+// Holders in other processes.
+
+/// Runs as a holder process when `HOLDER_URL` is set; an ordinary no-op test otherwise.
+/// It takes `HolderProcess::paths()`, says `HOLDING`, and on a line on stdin closes its
+/// lock service and exits (unless killed first).
+#[test]
+fn holder_process_entry() {
+    let Ok(url) = std::env::var(HOLDER_URL) else { return };
+    runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        let holder = LockHolder {
+            agent: "holder-process".into(),
+            host: "testhost".into(),
+            pid: std::process::id(),
+            since: Timestamp::now(),
+        };
+        let mut held = Vec::new();
+        for path in HolderProcess::paths() {
+            held.push(locks.try_lock(&path, &holder, Duration::ZERO).await.unwrap().expect("free"));
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{HOLDING}").unwrap();
+        out.flush().unwrap();
+        let mut line = String::new();
+        tokio::task::block_in_place(|| std::io::stdin().read_line(&mut line)).unwrap();
+        // Closed as a component closes it at exit; the locks are not released one by one.
+        locks.close().await;
+        drop(held);
+    });
+}
+
+/// A holder process, holding its locks; killed if dropped.
+struct HolderProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl HolderProcess {
+    /// What a holder process holds.
+    fn paths() -> [LockPath; 2] {
+        [poll_path("probe"), batch_path("B0001")]
+    }
+
+    /// Starts one and waits (blocking) until it holds its locks.
+    fn start(url: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "holder_process_entry", "--nocapture", "--test-threads=1", "-q"])
+            .env(HOLDER_URL, url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        // A holder that fails exits, closing its stdout: the read ends either way.
+        loop {
+            let mut line = String::new();
+            let read = stdout.read_line(&mut line).unwrap();
+            assert!(read > 0, "the holder process exited before holding its locks: {:?}", child.wait());
+            if line.trim() == HOLDING {
+                break;
+            }
+        }
+        // Its stdout stays open: the test harness in it still writes its summary at exit.
+        Self { child, stdin, _stdout: stdout }
+    }
+
+    /// Tells it to close its lock service and exit; returns once it has.
+    fn close_and_exit(&mut self) {
+        let mut stdin = self.stdin.take().unwrap();
+        writeln!(stdin, "close").unwrap();
+        drop(stdin);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the holder process failed: {status}");
+    }
+
+    /// SIGKILLs it and reaps it; when it was gone.
+    fn kill(mut self) -> Instant {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        Instant::now()
+    }
+}
+
+impl Drop for HolderProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.child.kill().ok();
+            self.child.wait().ok();
+        }
+    }
+}
