@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::service::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody};
 
 // For `operations!`, which names them from the crates that use it.
 #[doc(hidden)]
@@ -126,10 +126,10 @@ macro_rules! operations {
             fn parse(
                 operation: &str,
                 body: Result<$crate::api::Bytes, $crate::api::BytesRejection>,
-            ) -> Option<Result<Self, $crate::service::ApiError>> {
+            ) -> Option<Result<Self, $crate::error::ApiError>> {
                 Some(match operation {
                     $(
-                        stringify!($name) => $crate::service::parse_body(body)
+                        stringify!($name) => $crate::error::parse_body(body)
                             .map(|request| Self::$variant(request, $crate::api::Reply::new())),
                     )*
                     _ => return None,

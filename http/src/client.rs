@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::api::Operation;
-use super::service::ErrorBody;
+use super::error::ErrorBody;
 use autocomp_model::InvalidInput;
 
 /// Whether an operation may be sent again when its first attempt may have been applied.

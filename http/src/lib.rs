@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod client;
+pub mod error;
 pub mod launch;
 pub mod logging;
 pub mod redact;

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tower::ServiceExt as _;
 
-use super::service::ApiError;
+use super::error::ApiError;
 
 /// The longest pause between two tries of the upstream.
 const MAX_PAUSE: Duration = Duration::from_secs(10);

@@ -12,6 +12,17 @@ use autocomp_model::{
     Retirement, Run, RunHolder, RunState,
 };
 
+/// Most batches one `get_batches` / `list_batches` / `claim_many` call takes or returns, on
+/// every backend (a bigger page is refused naming the field, not cut short).
+pub(crate) const MAX_BATCH_PAGE: usize = 10_000;
+/// Most changes one page of the change feed returns.
+pub(crate) const MAX_CHANGE_PAGE: usize = 100_000;
+
+/// The refusal of a page over its limit.
+pub(crate) fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
+    InvalidInput::new(field, asked.to_string(), format!("at most {max} per request")).into()
+}
+
 /// A claim whose key already opened `run` (generation `current` being the batch's newest):
 /// a retry after a lost answer gets that run back while it is still the open current one of
 /// the same holder; otherwise the key was spent and the claim is a `Conflict`.

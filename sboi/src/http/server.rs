@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_http::api::{Answered, ApiDoc};
-use autocomp_http::service::{Access, ApiError, Metrics, Rpc, router};
+use autocomp_http::error::ApiError;
+use autocomp_http::service::{Access, Metrics, Rpc, router};
 use autocomp_model::{InvalidInput, Seq, Timestamp};
 use autocomp_store::ObjectStore;
 use axum::response::{IntoResponse, Response};

@@ -3,7 +3,7 @@
 //! so a caller of `HttpStore` sees what a caller of the embedded store would.
 
 use autocomp_http::client::CallError;
-use autocomp_http::service::ApiError;
+use autocomp_http::error::ApiError;
 use autocomp_model::{BatchId, ComponentName, InvalidInput};
 use axum::http::StatusCode;
 

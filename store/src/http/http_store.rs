@@ -13,7 +13,7 @@ use super::wire::{self, op};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
-use autocomp_http::service::ErrorBody;
+use autocomp_http::error::ErrorBody;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq,

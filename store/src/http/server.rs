@@ -13,7 +13,8 @@ use tokio::sync::Notify;
 use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, StoreRequest};
 use crate::port::{CreateOutcome, ObjectStore};
 use autocomp_http::api::{Answered, ApiDoc};
-use autocomp_http::service::{Access, ApiError, Metrics, Rpc, router};
+use autocomp_http::error::ApiError;
+use autocomp_http::service::{Access, Metrics, Rpc, router};
 use autocomp_model::InvalidInput;
 
 /// The OpenAPI document of this service, generated from its declarations; the copy in the

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::port::{Cancellation, ChangePage, Claim, StoreError};
-use autocomp_http::service::ErrorDetail;
+use autocomp_http::error::ErrorDetail;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
     Run, RunHolder, Seq,
@@ -165,7 +165,7 @@ impl From<Result<Claim, StoreError>> for ClaimAnswer {
     fn from(answer: Result<Claim, StoreError>) -> Self {
         match answer {
             Ok(claim) => ClaimAnswer::Claim(claim),
-            Err(error) => ClaimAnswer::Error(*autocomp_http::service::ApiError::from(error).detail),
+            Err(error) => ClaimAnswer::Error(*autocomp_http::error::ApiError::from(error).detail),
         }
     }
 }

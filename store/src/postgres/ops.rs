@@ -16,11 +16,11 @@ use serde_json::{Map, Value};
 
 use super::{Failure, PgStore, Retry, classify};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
-use crate::write_rules;
+use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
     Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, HostRecord, IdempotencyKey,
-    InvalidInput, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement,
-    Run, RunHolder, RunRef, RunState, Seq, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
+    NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder,
+    RunRef, RunState, Seq, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
 
 /// One attempt of an operation on one connection.
@@ -31,8 +31,6 @@ pub(crate) type Within<'c, 'a> = std::marker::PhantomData<&'c &'a ()>;
 
 /// Most batches one `list_batches` / `get_batches` page returns, and changes one feed page
 /// (the same bounds as the embedded store).
-const MAX_BATCH_PAGE: usize = 10_000;
-const MAX_CHANGE_PAGE: usize = 100_000;
 /// How often a conditional write reads again before giving up (each retry means another
 /// writer changed the batch in between: an operator racing a component).
 const CONDITIONAL_ROUNDS: usize = 20;
@@ -349,10 +347,6 @@ fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
         open_runs,
         as_of: Timestamp(row.get(19)),
     })
-}
-
-fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
-    InvalidInput::new(field, asked.to_string(), format!("at most {max} per request")).into()
 }
 
 /// What a fenced or batch-scoped write was about, to turn the server's refusals into errors.

@@ -5,6 +5,7 @@
 //! (the component registry's writes change no batch and take no seq).
 
 mod ops;
+mod rows;
 mod schema;
 mod summary;
 

@@ -15,8 +15,9 @@ use autocomp_model::{
     BatchId, BatchSummary, ComponentName, EventSummary, EventType, Outcome, Seq, SummaryHeader, SummaryState, Timestamp,
 };
 
-use super::ops::{MAX_BATCH_PAGE, NameCache, cached, in_asked_order, load_batches};
+use super::rows::{NameCache, cached, in_asked_order, load_batches};
 use super::unavailable;
+use crate::write_rules::MAX_BATCH_PAGE;
 
 /// What a batch without events or runs stores, created at `seq`.
 pub fn empty(seq: Seq) -> String {
