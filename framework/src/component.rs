@@ -326,22 +326,7 @@ mod tests {
 
     #[test]
     fn a_result_over_the_limit_is_refused_naming_the_limit() {
-        // Built here, not with `testing::TestBatch`: these tests run without that feature.
-        let (now, created) = (autocomp_model::Timestamp::now(), autocomp_model::Seq(1));
-        let batch = Batch {
-            id: BatchId::new("B1").unwrap(),
-            batch_type: autocomp_model::BatchType::new("RoundTrip").unwrap(),
-            priority: 0,
-            metadata: serde_json::Map::new(),
-            created_seq: created,
-            modified_seq: created,
-            changed_seq: created,
-            created_at: now,
-            modified_at: now,
-            events: Vec::new(),
-            open_runs: Vec::new(),
-            as_of: now,
-        };
+        let batch = crate::testing::TestBatch::new("B1").build();
         let mut context = WorkContext::detached(&batch, 10);
         let huge = "x".repeat(MAX_RESULT_BYTES);
         let error = context.set_result(&huge).unwrap_err();

@@ -21,7 +21,8 @@ pub mod locks;
 mod pass;
 mod runner;
 mod source;
-#[cfg(feature = "testing")]
+// Also in the crate's own unit tests, which build batches with it.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod watch;
 
