@@ -69,12 +69,14 @@ impl Backends {
         ))
     }
 
-    /// `require` for a source, which never asks the index: (store, locks).
-    pub fn require_store_and_locks(&self, shared_file: &Path) -> Result<(String, String), ConfigError> {
-        Ok((
-            required(&self.store, "store", "AUTOCOMP_STORE", shared_file)?,
-            required(&self.locks, "locks", "AUTOCOMP_LOCKS", shared_file)?,
-        ))
+    /// The store URL alone (a source, which never asks the index; its dry run takes no lock).
+    pub fn require_store(&self, shared_file: &Path) -> Result<String, ConfigError> {
+        required(&self.store, "store", "AUTOCOMP_STORE", shared_file)
+    }
+
+    /// The lock service URL alone.
+    pub fn require_locks(&self, shared_file: &Path) -> Result<String, ConfigError> {
+        required(&self.locks, "locks", "AUTOCOMP_LOCKS", shared_file)
     }
 }
 

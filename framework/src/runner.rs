@@ -247,15 +247,19 @@ struct EarlierAttempts {
 }
 
 impl EarlierAttempts {
-    /// The failed attempts as the store counts them once `claim` has committed: those read
-    /// before it, plus the run the claim found still open and marked abandoned, if that run
-    /// began after the last reset. Holding the batch lock, no other worker opens or ends a
-    /// run of ours between the read and the claim; one that lost its lock may still end its
-    /// run (or save a checkpoint) in that instant, and this pass then misses it as if it had
-    /// come after the claim, fenced. The next pass reads it.
-    fn after(&self, claim: &Claim) -> u32 {
-        let abandoned_since_reset = claim.abandoned.as_ref().is_some_and(|run| run.claim_seq > self.since);
-        self.failed_attempts + u32::from(abandoned_since_reset)
+    /// The failed attempts as the store counts them once the claim has committed: those read
+    /// before it, plus the run of ours that was open in `batch` (the re-check's snapshot,
+    /// read before the count) since the last reset, which the claim marks abandoned. The
+    /// snapshot, not `claim.abandoned`, says so: a claim retried after a lost answer reports
+    /// no abandoned run although its first try marked one. Holding the batch lock, no other
+    /// worker opens or ends a run of ours meanwhile; one that lost its lock and ends its run
+    /// transiently between the snapshot and the count is counted twice (one attempt fewer
+    /// before giving up; its result is fenced all the same), and the next pass counts right.
+    fn after(&self, batch: &Batch, component: &ComponentName, claim: &Claim) -> u32 {
+        let open_since_reset = |run: &autocomp_model::Run| run.claim_seq > self.since;
+        let abandoned = batch.open_runs.iter().any(|run| &run.component == component && open_since_reset(run))
+            || claim.abandoned.as_ref().is_some_and(open_since_reset);
+        self.failed_attempts + u32::from(abandoned)
     }
 }
 
@@ -576,7 +580,7 @@ impl<C: Component> Runner<C> {
                 warn!(batch = %batch.id, generation = abandoned.generation, holder = %abandoned.holder.agent,
                     "took over a run whose holder died or stalled; it is marked abandoned");
             }
-            let failed_attempts = earlier.after(&claim);
+            let failed_attempts = earlier.after(&batch, &self.name, &claim);
             let lock = locked.take(&batch.id).expect("a ready batch is one the round locked");
             fresh.push((Claimed { batch, claim, lock, checkpoint: earlier.checkpoint }, failed_attempts));
         }

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use autocomp_model::{
@@ -49,6 +48,14 @@ pub trait Source: Sized + 'static {
     /// More of `--help`, printed before the exit codes: what the settings mean.
     fn help(&self) -> &str {
         ""
+    }
+    /// What the registry records of a pass that ended (`autocomp pipeline`, the monitor):
+    /// by default `scanned`, or `N items with problems`.
+    fn pass_summary(&self, problems: usize) -> String {
+        match problems {
+            0 => "scanned".into(),
+            n => format!("{n} items with problems"),
+        }
     }
     /// Checks the settings before any lock is taken or store opened; a refusal is a
     /// configuration error (exit 2) naming the key.
@@ -230,7 +237,7 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
         None => None,
     };
     let backends = loaded.backends.clone().overridden_by(args.backends());
-    let (store_url, locks_url) = backends.require_store_and_locks(&loaded.shared_file)?;
+    let store_url = backends.require_store(&loaded.shared_file)?;
     let identity = Identity::of(name, source.version())?;
     let context = |store, lock| SourceContext {
         name,
@@ -251,7 +258,7 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
         source.pass(&plan, &mut context).await?;
         return Ok(verdict(context.problems));
     }
-    let locks = open_locks(&locks_url).await?;
+    let locks = open_locks(&backends.require_locks(&loaded.shared_file)?).await?;
     let lock = match locks
         .try_lock(&LockPath::Poll(component.clone()), &identity.lock_holder(), loaded.component.poll_lock_timeout)
         .await
@@ -270,7 +277,14 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
             let passed = source.pass(&plan, &mut context).await.map(|()| context.problems);
             let descriptor =
                 loaded.component.descriptor(component, source.version(), event_type, Trigger::default(), true);
-            match report(store, &descriptor, &identity, &passed, started).await {
+            let (outcome, summary) = match &passed {
+                Ok(0) => (PassOutcome::Ok, source.pass_summary(0)),
+                Ok(problems) => (PassOutcome::Failed, source.pass_summary(*problems)),
+                Err(e) => (PassOutcome::Error, e.to_string()),
+            };
+            let phase =
+                PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
+            match report(store.as_ref(), &descriptor, &identity, phase).await {
                 Ok(()) => passed,
                 Err(refused) => Err(refused),
             }
@@ -288,20 +302,13 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
 /// pipeline's readers know where that type comes from. Only a registry conflict (another
 /// component records the type) fails the pass; an outage here is a warning.
 async fn report(
-    store: Arc<dyn ObjectStore>,
+    store: &dyn ObjectStore,
     descriptor: &autocomp_model::ComponentDescriptor,
     identity: &Identity,
-    passed: &Result<usize, RunError>,
-    started: Instant,
+    phase: PassPhase,
 ) -> Result<(), RunError> {
-    let (outcome, summary) = match passed {
-        Ok(0) => (PassOutcome::Ok, "scanned".to_owned()),
-        Ok(problems) => (PassOutcome::Failed, format!("{problems} items with problems")),
-        Err(e) => (PassOutcome::Error, e.to_string()),
-    };
-    let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
-    match record_pass(store.as_ref(), descriptor, identity, phase).await {
-        Err(RunError::Usage(message)) => Err(RunError::Usage(message)),
+    match record_pass(store, descriptor, identity, phase).await {
+        Err(usage @ RunError::Usage(_)) => Err(usage),
         Err(e) => {
             warn!("cannot report the pass to the component registry: {e}");
             Ok(())

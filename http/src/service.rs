@@ -1,5 +1,5 @@
 //! The routes every autocomp HTTP service shares: the `Rpc` trait a service implements, its
-//! `router` (bearer-token access checked before a body is read, per-operation metrics in
+//! `router` (bearer-token access checked before a body is parsed, per-operation metrics in
 //! Prometheus text, `/health`, `/openapi.json`, JSON 404/405), and graceful shutdown. What a
 //! refusal looks like is `error`'s; what the operations are is `api`'s.
 
@@ -209,7 +209,8 @@ async fn operation<S: Rpc>(
 ) -> Response {
     let started = std::time::Instant::now();
     let known = <S::Request as Requests>::OPERATIONS.iter().find(|described| described.name == operation);
-    // The token is checked before the body is read: a refused write reads nothing.
+    // The token is checked before the body is parsed: a refused write parses nothing. (The
+    // body, up to the limit, is buffered by the extractor before this handler runs.)
     let answer = match known {
         None => Err(ApiError::unknown_operation(&operation)),
         Some(described) => match service.access().check(&headers, peer, described.write) {

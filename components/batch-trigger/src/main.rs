@@ -1,6 +1,7 @@
 //! `batch-trigger`, the pipeline's source: registers each settled delivery folder in the
 //! incoming directory as a batch with a `Data_Received` event, and a re-delivered one as a
-//! content change. Owns the CLI, config and decisions; `scan` reads folders, `pattern` names.
+//! content change, as a `Source`: this file owns the decisions (the SDK's `source_main` the
+//! command line, config, poll lock and registry report); `scan` reads folders, `pattern` names.
 
 mod pattern;
 mod scan;
@@ -116,6 +117,12 @@ impl Source for BatchTrigger {
     }
     fn help(&self) -> &str {
         AFTER_HELP
+    }
+    fn pass_summary(&self, problems: usize) -> String {
+        match problems {
+            0 => "scanned".into(),
+            n => format!("{n} deliveries with problems"),
+        }
     }
 
     fn plan(&self, settings: Settings) -> Result<Plan, SettingError> {

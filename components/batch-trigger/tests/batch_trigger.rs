@@ -297,6 +297,30 @@ fn dry_run_lists_what_it_would_register_and_writes_nothing() {
 }
 
 #[test]
+fn a_dry_run_needs_no_lock_service_and_a_real_pass_names_the_missing_one() {
+    let pipeline = Pipeline::new("", "settle_for = \"1h\"\n");
+    let folder = pipeline.folder("B7-RT1");
+    write_payload(&folder);
+    write_marker(&folder, "tagmanifest-sha256.txt");
+    let shared = pipeline.config_dir().join("autocomp.toml");
+    let without_locks: String = std::fs::read_to_string(&shared)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.starts_with("locks"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&shared, without_locks).unwrap();
+
+    let dry = pipeline.run(&["--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}{}", dry.stdout, dry.stderr);
+    assert!(dry.stdout.starts_with("B7-RT1 would register"), "{}", dry.stdout);
+    let real = pipeline.run(&[]);
+    assert_eq!(real.code, Some(2), "{}{}", real.stdout, real.stderr);
+    assert!(real.stderr.contains("no locks backend configured"), "{}", real.stderr);
+    assert_eq!(pipeline.batch_count(), 0);
+}
+
+#[test]
 fn batch_and_force_register_one_unsettled_folder() {
     let pipeline = Pipeline::new("", "settle_for = \"1h\"\n");
     write_payload(&pipeline.folder("B8-RT1"));

@@ -149,8 +149,13 @@ impl Lock for LocalLock {
         // Remove while still locked, then unlock by closing: a waiter that opened the old
         // file sees it no longer named and retries on a fresh one. Only our own file: if
         // ours was removed behind our back, the path may name the next holder's now.
-        let removed =
-            if names_same_file(&self.file_path, &self.file) { std::fs::remove_file(&self.file_path) } else { Ok(()) };
+        let removed = match (std::fs::metadata(&self.file_path), self.file.metadata()) {
+            (Ok(on_disk), Ok(ours)) if on_disk.ino() == ours.ino() && on_disk.dev() == ours.dev() => {
+                std::fs::remove_file(&self.file_path)
+            }
+            (Ok(_), Ok(_)) => Ok(()),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
         drop(self.file);
         match removed {
             Ok(()) => Ok(()),

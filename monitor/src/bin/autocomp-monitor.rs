@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_framework::exit::{UNREACHABLE, USAGE};
+use autocomp_framework::exit::USAGE;
+use autocomp_http::launch::{Launch, exit_code, fail};
 use autocomp_http::logging::LogFormat;
 use autocomp_http::service::load_token;
-use autocomp_http::{startup::Startup, startup::stopped_before_ready};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::Operator;
@@ -81,11 +81,6 @@ fn init_logging(verbose: u8, format: LogFormat) {
     autocomp_http::logging::init(level, format);
 }
 
-fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
-    tracing::error!("{message}");
-    ExitCode::from(code)
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -110,27 +105,21 @@ async fn main() -> ExitCode {
         Ok(operator) => operator,
         Err(error) => return fail(error.code(), error),
     };
-    let listener = match tokio::net::TcpListener::bind(cli.listen).await {
-        Ok(listener) => listener,
-        Err(error) => return fail(USAGE, format!("cannot listen on {}: {error}", cli.listen)),
-    };
-    let bound = listener.local_addr().map_or_else(|_| cli.listen.to_string(), |a| a.to_string());
     // Up at once, whatever started first: until the store and the index answer, /health
     // says what we wait for and pages answer 503.
-    let startup = Startup::new("the store and the index");
-    let mut serving = tokio::spawn(autocomp_http::service::serve(listener, startup.router()));
+    let mut launch = match Launch::bind(cli.listen, "the store and the index").await {
+        Ok(launch) => launch,
+        Err(code) => return code,
+    };
     let open = || async {
         let store = operator.store().await?;
         operator.index(&store)?;
         store.head().await.map_err(autocomp_ops::operator::OperatorError::from)
     };
-    let opened = tokio::select! {
-        opened = startup.wait_for(open, |error| error.code() == USAGE) => opened,
-        stopped = &mut serving => return stopped_before_ready(stopped),
-    };
-    let head = match opened {
-        Ok(head) => head,
-        Err(error) => return fail(USAGE, error),
+    let head = match launch.connect(open, |error| error.code() == USAGE).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(error)) => return fail(USAGE, error),
+        Err(stopped) => return stopped,
     };
     let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
     let monitor = Monitor::new(operator, settings);
@@ -139,12 +128,9 @@ async fn main() -> ExitCode {
         (Some(_), None) => "writes need sign-in with the token".to_owned(),
         (Some(_), Some(header)) => format!("writes need sign-in with the token, or the proxy's {header} header"),
     };
+    let bound = &launch.bound;
     tracing::info!(listen = %bound, store_head = %head, "monitor up: http://{bound}/; {mode}");
     let options = WebOptions { token, trusted_user_header };
-    startup.ready(web::router(monitor, options));
-    match serving.await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(error)) => fail(UNREACHABLE, format!("serving: {error}")),
-        Err(panic) => fail(UNREACHABLE, format!("serving: {panic}")),
-    }
+    launch.ready(web::router(monitor, options));
+    exit_code(launch.served().await)
 }
