@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, NewBatch, NewEvent,
-    Outcome, PassOutcome, PassPhase, PassRecord, Report, Seq, Timestamp, Trigger,
+    Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, Outcome, PassOutcome,
+    PassPhase, PassRecord, Report, Seq, Timestamp, Trigger,
 };
 use autocomp_store::{ObjectStore, SqliteStore, StoreError};
 use serde::Serialize;
@@ -34,20 +34,8 @@ pub async fn register_component(store: &dyn ObjectStore, name: &str, event_type:
     if !trigger.blocked_by.contains(&own) {
         trigger.blocked_by.push(own.clone());
     }
-    let descriptor = ComponentDescriptor {
-        name: ComponentName::new(name).expect("a valid component name"),
-        version: "1.0.0".into(),
-        event_type: own,
-        trigger,
-        max_attempts: 3,
-        retry_backoff: Duration::from_secs(300),
-        queue_size: 10,
-        max_runtime: Duration::from_secs(3600),
-        source: false,
-        overdue_after: None,
-        silent_after: None,
-        schedule: None,
-    };
+    let name = ComponentName::new(name).expect("a valid component name");
+    let descriptor = ComponentConfig::default().descriptor(name, "1.0.0", own, trigger, false);
     let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1, work: vec![] };
     store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.expect("register a component");
 }

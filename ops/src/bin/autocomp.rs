@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_model::Outcome;
-use autocomp_ops::operator::{AlertDefaults, Format, Operator, OperatorError, RestartFrom, StateFilter, TableFormat};
+use autocomp_model::{ComponentState, Outcome};
+use autocomp_ops::operator::{AlertDefaults, Format, Operator, OperatorError, RestartFrom, TableFormat};
 use clap::{ArgGroup, Parser, Subcommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
@@ -98,8 +98,8 @@ enum Command {
         #[arg(long)]
         component: Option<String>,
         /// Only batches where the component (or any component) is in this state.
-        #[arg(long, value_enum)]
-        state: Option<StateFilter>,
+        #[arg(long, value_parser = component_state())]
+        state: Option<ComponentState>,
         #[arg(long, value_enum, default_value_t = TableFormat::Table)]
         format: TableFormat,
     },
@@ -254,6 +254,13 @@ enum PipelineAction {
     },
 }
 
+/// `--state`: one of the component states, by their own names (the list clap shows is theirs).
+fn component_state() -> impl clap::builder::TypedValueParser<Value = ComponentState> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(ComponentState::ALL.map(ComponentState::as_str))
+        .try_map(|state| ComponentState::parse(&state))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     autocomp_framework::init_logging(cli.verbose, cli.log_format);
@@ -303,7 +310,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Show { id, format } => operator.show(&id).await?.render(format),
         Command::Status { component, state, format } => {
-            operator.status(component.as_deref(), state.map(StateFilter::state)).await?.render(format)
+            operator.status(component.as_deref(), state).await?.render(format)
         }
         Command::Rerun { id, component, reason } => operator.rerun(&id, &component, &reason).await?.render(),
         Command::Restart { id, from_first_failure: _, from, reason } => {

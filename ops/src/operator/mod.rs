@@ -37,8 +37,8 @@ pub use actions::{
 };
 pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_too_long};
 pub use views::{
-    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StateFilter,
-    StatusView, TableFormat, describe_lock, report_summary,
+    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StatusView,
+    TableFormat, describe_lock, report_summary,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's

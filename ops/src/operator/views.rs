@@ -47,30 +47,6 @@ pub enum TableFormat {
     Csv,
 }
 
-/// `status --state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StateFilter {
-    Success,
-    Failed,
-    Retrying,
-    Working,
-    Ready,
-    Waiting,
-}
-
-impl StateFilter {
-    pub fn state(self) -> ComponentState {
-        match self {
-            StateFilter::Success => ComponentState::Success,
-            StateFilter::Failed => ComponentState::Failed,
-            StateFilter::Retrying => ComponentState::Retrying,
-            StateFilter::Working => ComponentState::Working,
-            StateFilter::Ready => ComponentState::Ready,
-            StateFilter::Waiting => ComponentState::Waiting,
-        }
-    }
-}
-
 const PAGE: usize = 1_000;
 
 /// What `explain` reads once per batch, whatever the component.
