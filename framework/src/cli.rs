@@ -138,7 +138,7 @@ pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
                 exit::POLL_LOCK_BUSY
             }
             Err(e) => {
-                eprintln!("{name}: {e}");
+                eprintln!("{name}: {}", crate::for_terminal(&e.to_string()));
                 e.code()
             }
         }
@@ -183,7 +183,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         let runner = Runner::new(component, settings, trigger, component_config, pipeline, shutdown.clone())?;
         if args.dry_run {
             for line in runner.dry_run(&selection).await? {
-                println!("{line}");
+                println!("{}", crate::for_terminal(&line));
             }
             return Ok(exit::OK);
         }

@@ -29,7 +29,11 @@ pub(crate) async fn pass<C: Component>(
     for result in &summary.results {
         match result {
             BatchResult::NotReady { id, reason } => {
-                eprintln!("{}: batch {id} is not ready: {reason} (use --force to run it anyway)", runner.name())
+                eprintln!(
+                    "{}: batch {id} is not ready: {} (use --force to run it anyway)",
+                    runner.name(),
+                    crate::for_terminal(&reason.to_string())
+                )
             }
             BatchResult::Busy { id } => eprintln!("{}: batch {id} is locked by another worker", runner.name()),
             _ => {}

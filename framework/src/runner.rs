@@ -879,7 +879,7 @@ impl<C: Component> Runner<C> {
             .with_idempotency_key(key);
         let result = match self.pipeline.store.append_event(&id, event).await {
             Ok(_) => {
-                println!("{line}");
+                println!("{}", crate::for_terminal(&line));
                 info!(
                     batch = %id,
                     component = %self.name,

@@ -154,7 +154,7 @@ impl SourceContext<'_> {
 
     /// Reports a problem with one item on stderr and goes on; the pass then exits 1.
     pub fn problem(&mut self, message: impl std::fmt::Display) {
-        eprintln!("{}: {message}", self.name);
+        eprintln!("{}: {}", self.name, crate::for_terminal(&message.to_string()));
         self.problems += 1;
     }
 
@@ -200,7 +200,7 @@ pub fn source_main<S: Source>(source: S) -> ExitCode {
             exit::POLL_LOCK_BUSY
         }
         Err(e) => {
-            eprintln!("{name}: {e}");
+            eprintln!("{name}: {}", crate::for_terminal(&e.to_string()));
             e.code()
         }
     };

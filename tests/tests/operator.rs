@@ -639,3 +639,29 @@ fn explain_shows_the_retry_window_of_a_transient_failure() {
     assert!(text.contains("(in 59m"), "{text}");
     assert!(ready_ids(&pipeline, "probe").is_empty(), "still inside the backoff");
 }
+
+#[test]
+fn show_prints_hostile_text_as_visible_escapes_in_text_and_json() {
+    let pipeline = new_pipeline();
+    pipeline.register(1);
+    // Recolours the terminal, retitles the window, rings, overwrites the line, and reverses
+    // what follows: each must show as an escape, none may reach the terminal as itself.
+    let reason = "by hand\u{1b}[31m\u{1b}]0;owned\u{7}\rgone \u{202e}exe.txt\u{9b}2J";
+    act(&pipeline, &["skip", "B0001", "--component", "probe", "--reason", reason]);
+    let concealing = |text: &str| text.chars().filter(|c| autocomp_http::terminal::is_concealing(*c)).count();
+
+    let text = autocomp(&pipeline, &["show", "B0001"]);
+    assert_eq!(text.code, Some(0), "{}", text.show());
+    assert_eq!(concealing(&text.stdout), 0, "{:?}", text.stdout);
+    assert!(
+        text.stdout.contains("by hand\\u001b[31m\\u001b]0;owned\\u0007\\u000dgone \\u202eexe.txt\\u009b2J"),
+        "the reason shows with its escapes: {}",
+        text.show()
+    );
+
+    // JSON stays exact: the escapes are JSON's own, so the document parses to the reason.
+    let printed = autocomp(&pipeline, &["show", "B0001", "--format", "json"]);
+    assert_eq!(concealing(&printed.stdout), 0, "{:?}", printed.stdout);
+    let last = json(&printed)["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["details"]["reason"], reason);
+}

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use autocomp_framework::exit::RunError;
 use autocomp_framework::{
     Batch, BatchId, BatchType, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, Report, SettingError, Source,
-    SourceContext, StoreError, duration_text, source_main,
+    SourceContext, StoreError, duration_text, for_terminal, source_main,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -175,7 +175,7 @@ impl Scanner<'_, '_> {
             let batch = known.get(&folder.id);
             let action = self.decide(batch, &scan, now);
             if self.context.dry_run() {
-                println!("{}", dry_run_line(&folder, &scan, &action));
+                println!("{}", for_terminal(&dry_run_line(&folder, &scan, &action)));
                 continue;
             }
             if !matches!(action, Action::Unchanged | Action::Waiting(_)) {
@@ -318,7 +318,7 @@ impl Scanner<'_, '_> {
             .with_details(full)
             .with_idempotency_key(key);
         self.context.append_event(&folder.id, event).await?;
-        println!("{line}");
+        println!("{}", for_terminal(&line));
         Ok(())
     }
 }

@@ -275,11 +275,13 @@ fn main() -> ExitCode {
     let alerting = matches!(cli.command, Command::Alerts { .. });
     let code = match runtime.block_on(operate(cli)) {
         Ok(output) => {
-            print!("{output}");
+            // Batches carry text from outside (reasons, reports, file names): nothing in it
+            // may act on the terminal.
+            print!("{}", autocomp_http::for_terminal(&output));
             u8::from(alerting && !output.is_empty())
         }
         Err(e) => {
-            eprintln!("autocomp: {e}");
+            eprintln!("autocomp: {}", autocomp_http::for_terminal(&e.to_string()));
             e.code()
         }
     };
