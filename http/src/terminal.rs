@@ -5,17 +5,7 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` would act on a terminal or a reader instead of showing as itself: C0 controls
-/// other than newline and tab (ESC starts colour and title sequences, CR overwrites a line,
-/// BEL rings), DEL, the C1 controls (U+009B is a one-byte CSI on some terminals), the bidi
-/// embeddings, overrides, isolates and marks (U+202E shows `txt.exe` as `exe.txt`), the
-/// zero-width characters, and the line and paragraph separators.
-pub fn is_concealing(c: char) -> bool {
-    matches!(c,
-        '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
-        | '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-        | '\u{2060}'..='\u{2069}' | '\u{feff}')
-}
+pub use autocomp_model::is_concealing;
 
 /// `text` made safe to print: each concealing character becomes `\uXXXX`. That escape is
 /// also what JSON writes for the character, so a JSON document printed through this still

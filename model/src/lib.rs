@@ -22,7 +22,7 @@ mod work;
 pub use batch::check_object;
 pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use effective::EffectiveView;
-pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput};
+pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, is_concealing};
 pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
     Retirement,

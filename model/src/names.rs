@@ -57,8 +57,9 @@ impl Grammar {
         if let Some(bad) = chars.find(|c| !(self.rest)(*c)) {
             return fail(format!("character {bad:?} is not allowed; expected {}", self.description));
         }
-        if value.len() > self.max_len {
-            return fail(format!("is {} characters long, at most {} allowed", value.len(), self.max_len));
+        let length = value.chars().count();
+        if length > self.max_len {
+            return fail(format!("is {length} characters long, at most {} allowed", self.max_len));
         }
         Ok(())
     }
@@ -66,6 +67,24 @@ impl Grammar {
     fn first_hint(&self) -> &'static str {
         if (self.first)('0') { "a letter or digit" } else { "a letter" }
     }
+}
+
+/// Whether `c` would act on a terminal or a reader instead of showing as itself: C0 controls
+/// other than newline and tab (ESC starts colour and title sequences, CR overwrites a line,
+/// BEL rings), DEL, the C1 controls (U+009B is a one-byte CSI on some terminals), the bidi
+/// embeddings, overrides, isolates and marks (U+202E shows `txt.exe` as `exe.txt`), the
+/// zero-width characters, and the line and paragraph separators. Names may not hold them;
+/// other text is shown with them escaped.
+pub fn is_concealing(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
+        | '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// A character of a person's or a program's name, in any script: visible, not a space.
+fn name_char(c: char) -> bool {
+    !c.is_whitespace() && !c.is_control() && !is_concealing(c)
 }
 
 fn alnum(c: char) -> bool {
@@ -238,10 +257,11 @@ validated_name!(
     Grammar {
         field: "agent",
         max_len: 256,
-        first: |c| c.is_ascii_graphic(),
-        rest: |c| c.is_ascii_graphic() || c == ' ',
-        description: "1-256 printable ASCII characters",
-        pattern: r"^[!-~][ -~]*$",
+        first: name_char,
+        rest: |c| name_char(c) || c == ' ',
+        description: "1-256 visible characters of any script (inner spaces allowed; no control, bidi or \
+                      zero-width characters)",
+        pattern: r"^[^ \u0000-\u001f\u007f-\u00a0\u061c\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2069\u3000\ufeff][^\u0000-\u001f\u007f-\u00a0\u061c\u1680\u2000-\u200f\u2028-\u202f\u205f-\u2069\u3000\ufeff]*$",
     }
 );
 
@@ -271,6 +291,29 @@ mod tests {
             let err = BatchId::new(bad).unwrap_err();
             assert_eq!(err.field, "batch id");
             assert_eq!(err.value, bad);
+        }
+    }
+
+    #[test]
+    fn agents_are_names_in_any_script_without_hidden_characters() {
+        for ok in ["operator:Åsa", "operator:Jürgen", "operator:佐藤", "operator:محمد", "bagit-verifier/1.0@host#42"] {
+            assert!(Agent::new(ok).is_ok(), "{ok} should be valid");
+        }
+        assert!(Agent::new("operator:".to_string() + &"é".repeat(247)).is_ok(), "256 characters, more bytes");
+        for bad in [
+            "",
+            " operator:x",
+            "operator:\u{1b}[31mred",
+            "operator:a\u{202e}b",
+            "operator:a\u{200b}b",
+            "operator:a\u{2066}b",
+            "operator:a\tb",
+            "operator:a\nb",
+            "operator:a\u{85}b",
+            "operator:a\u{3000}b",
+        ] {
+            let err = Agent::new(bad).unwrap_err();
+            assert_eq!((err.field.as_str(), err.value.as_str()), ("agent", bad));
         }
     }
 

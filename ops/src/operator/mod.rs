@@ -27,6 +27,7 @@ use autocomp_model::{
 use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
 use autocomp_store::{ObjectStore, StoreError, open_store};
 use serde_json::{Map, Value, json};
+use unicode_normalization::UnicodeNormalization as _;
 
 use autocomp_framework::config::{Backends, ConfigError, SHARED_FILE};
 use autocomp_framework::exit::{self, RunError};
@@ -324,11 +325,18 @@ impl Operator {
             )
             .into());
         };
-        let valid = (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_graphic());
+        // One person, one name: a name typed decomposed (`A` + ring) is the `Å` the monitor's
+        // accounts hold.
+        let name: String = name.nfc().collect();
+        let visible = |c: char| !c.is_whitespace() && !c.is_control() && !autocomp_model::is_concealing(c);
+        let valid = (1..=64).contains(&name.chars().count()) && name.chars().all(visible);
         if !valid {
-            return Err(
-                InvalidInput::new("--as", name, "must be 1-64 printable ASCII characters without spaces").into()
-            );
+            return Err(InvalidInput::new(
+                "--as",
+                name,
+                "must be 1-64 visible characters of any script, without spaces, control, bidi or zero-width characters",
+            )
+            .into());
         }
         Ok(Agent::new(format!("operator:{name}"))?)
     }
