@@ -1,7 +1,9 @@
 //! The HTTP client side shared by `HttpStore` and sboi's `HttpIndex`: one POST per
-//! operation (typed by its declaration, `api::Operation`), the bearer token, error bodies mapped back to typed errors, retries that ride
-//! out a service restart without ever repeating a write that is not safe to repeat, and
-//! failover between several instances of a service (`http://a:7071,http://b:7071`).
+//! operation (typed by its declaration, `api::Operation`), the bearer token, error bodies
+//! mapped back to typed errors, retries that ride out a service restart without ever
+//! repeating a write that is not safe to repeat, failover between several instances of a
+//! service (`http://a:7071,http://b:7071`), and `https://` trusting a private CA
+//! (`tls::ClientTls`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use serde::de::DeserializeOwned;
 
 use super::api::Operation;
 use super::error::ErrorBody;
+use super::tls::ClientTls;
 use autocomp_model::InvalidInput;
 
 /// Whether an operation may be sent again when its first attempt may have been applied.
@@ -100,12 +103,32 @@ pub fn client_token() -> Result<Option<String>, InvalidInput> {
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl HttpClient {
-    pub fn new(options: ClientOptions, what: &'static str, token: Option<String>) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
+    /// A client for `options`' addresses; `https://` ones trust and show what
+    /// `ClientTls::from_env` reads (bad input naming the variable and path when a file
+    /// cannot be used).
+    pub fn new(options: ClientOptions, what: &'static str, token: Option<String>) -> Result<Self, InvalidInput> {
+        Self::with_tls(options, what, token, &ClientTls::from_env())
+    }
+
+    /// `new` with the TLS files given instead of read from the environment.
+    pub fn with_tls(
+        options: ClientOptions,
+        what: &'static str,
+        token: Option<String>,
+        tls: &ClientTls,
+    ) -> Result<Self, InvalidInput> {
+        // Idle connections are dropped before a service's --header-timeout (10 s by default)
+        // closes them, so a request is not sent on a connection being closed.
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .pool_idle_timeout(Duration::from_secs(5));
+        // Our own rustls configuration: ring named explicitly, the system store and
+        // $AUTOCOMP_CA_FILE besides webpki's roots, and the client's certificate. Only read
+        // when used, so a plain-HTTP client is not refused over TLS files it never needs.
+        if options.bases.iter().any(|base| base.starts_with("https://")) {
+            builder = builder.use_preconfigured_tls(tls.config()?);
+        }
+        let http = builder.build().map_err(|e| InvalidInput::new(what, options.bases.join(","), chain(&e)))?;
         Ok(Self {
             bases: options.bases,
             current: AtomicUsize::new(0),

@@ -1,7 +1,8 @@
 //! The life of a service binary around its own work, written once for the store service
 //! and the index service: the flags every service takes, binding the address (loopback
-//! unless told), serving the waiting routes at once, waiting for the upstream, handing over
-//! to the real routes, and the exit code when it stops.
+//! unless told; TLS and connection limits as `serve::ListenArgs` says), serving the waiting
+//! routes at once, waiting for the upstream, handing over to the real routes, and the exit
+//! code when it stops.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +13,8 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::task::JoinHandle;
 
-use crate::service::{Access, load_token, serve};
+use crate::serve::{ListenArgs, serve_with};
+use crate::service::{Access, load_token};
 use crate::startup::{Startup, stopped_before_ready};
 
 /// The flags every service's `serve` takes besides its own (flatten into its clap command).
@@ -27,6 +29,8 @@ pub struct ServiceArgs {
     /// More logging (-v debug, -vv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    #[command(flatten)]
+    pub listen: ListenArgs,
 }
 
 impl ServiceArgs {
@@ -55,20 +59,25 @@ pub struct Launch {
     serving: JoinHandle<std::io::Result<()>>,
     /// The address it listens on, as bound (the port filled in when 0 was asked).
     pub bound: String,
+    /// `https` when it serves TLS, else `http`.
+    pub scheme: &'static str,
 }
 
 impl Launch {
-    /// Binds `listen` (exit 2 when it cannot: in use, not ours) and serves the waiting
-    /// routes at once. `upstream` names what the service waits for ("the database ...").
-    pub async fn bind(listen: SocketAddr, upstream: impl Into<String>) -> Result<Self, ExitCode> {
+    /// Binds `listen` (exit 2 when it cannot: in use, not ours; or when the TLS files
+    /// cannot be used) and serves the waiting routes at once, with TLS and the limits `args`
+    /// sets. `upstream` names what the service waits for ("the database ...").
+    pub async fn bind(listen: SocketAddr, upstream: impl Into<String>, args: &ListenArgs) -> Result<Self, ExitCode> {
+        let tls = args.tls().map_err(|message| fail(2, message))?;
         let listener = match tokio::net::TcpListener::bind(listen).await {
             Ok(listener) => listener,
             Err(error) => return Err(fail(2, format!("cannot listen on {listen}: {error}"))),
         };
         let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| listen.to_string());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let startup = Startup::new(upstream);
-        let serving = tokio::spawn(serve(listener, startup.router()));
-        Ok(Self { startup, serving, bound })
+        let serving = tokio::spawn(serve_with(listener, startup.router(), args.limits(), tls));
+        Ok(Self { startup, serving, bound, scheme })
     }
 
     /// Waits for the upstream as `Startup::wait_for` does, unless the service is stopped

@@ -1,20 +1,20 @@
 //! The routes every autocomp HTTP service shares: the `Rpc` trait a service implements, its
-//! `router` (bearer-token access checked before a body is parsed, per-operation metrics in
-//! Prometheus text, `/health`, `/openapi.json`, JSON 404/405), and graceful shutdown. What a
-//! refusal looks like is `error`'s; what the operations are is `api`'s.
+//! `router` (bearer-token access and the declared length checked before a byte of the body
+//! is read, per-operation metrics in Prometheus text, `/health`, `/openapi.json`, JSON
+//! 404/405), and graceful shutdown. What a refusal looks like is `error`'s; what the
+//! operations are is `api`'s; how connections are served is `serve`'s.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::api::{Answered, ApiDoc, Requests};
+use crate::api::{Answered, ApiDoc, Described, Requests};
 use crate::error::ApiError;
 
 /// Largest request body a service accepts: a 1 MiB details document plus its envelope.
@@ -196,7 +196,6 @@ pub fn router<S: Rpc>(service: Arc<S>) -> axum::Router {
         .route("/v1/{operation}", post(operation::<S>))
         .fallback(no_such_path)
         .method_not_allowed_fallback(wrong_method)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(service)
 }
 
@@ -204,23 +203,13 @@ async fn operation<S: Rpc>(
     State(service): State<Arc<S>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(operation): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Response {
     let started = std::time::Instant::now();
     let known = <S::Request as Requests>::OPERATIONS.iter().find(|described| described.name == operation);
-    // The token is checked before the body is parsed: a refused write parses nothing. (The
-    // body, up to the limit, is buffered by the extractor before this handler runs.)
     let answer = match known {
         None => Err(ApiError::unknown_operation(&operation)),
-        Some(described) => match service.access().check(&headers, peer, described.write) {
-            Ok(()) => match S::Request::parse(described.name, body) {
-                Some(Ok(request)) => service.answer(request).await.map(|answered| answered.0),
-                Some(Err(refused)) => Err(refused),
-                None => Err(ApiError::unknown_operation(&operation)),
-            },
-            Err(refused) => Err(refused),
-        },
+        Some(described) => answer(&*service, described, peer, request).await,
     };
     let response = answer.unwrap_or_else(IntoResponse::into_response);
     let label = known.map_or("unknown", |described| described.name);
@@ -235,6 +224,67 @@ async fn operation<S: Rpc>(
         tracing::debug!(operation, status = status.as_u16(), ms, %peer, "request");
     }
     response
+}
+
+/// Refuses what can be refused from the head alone (the token, a declared length over the
+/// limit) before a byte of the body is read; only then reads the body, bounded in size
+/// (chunked bodies too) and in time, and parses it.
+async fn answer<S: Rpc>(
+    service: &S,
+    described: &Described,
+    peer: SocketAddr,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (head, body) = request.into_parts();
+    service.access().check(&head.headers, peer, described.write)?;
+    let bytes = read_body(&head.headers, body, MAX_BODY_BYTES).await?;
+    match S::Request::parse(described.name, Ok(bytes)) {
+        Some(Ok(request)) => service.answer(request).await.map(|answered| answered.0),
+        Some(Err(refused)) => Err(refused),
+        None => Err(ApiError::unknown_operation(described.name)),
+    }
+}
+
+/// A request's body, at most `limit` bytes: a declared Content-Length over it is refused
+/// (413) without reading; a chunked body is read until it passes the limit. A body that
+/// does not arrive in the connection's body time is refused with 408.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = |size: String| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body: {size}; at most {limit} bytes are accepted"),
+        )
+    };
+    // hyper has already refused a Content-Length that is not a number.
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared
+        && declared > limit as u64
+    {
+        return Err(too_large(format!("{declared} bytes declared")));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        if let Some(timed_out) = find::<crate::serve::BodyTimedOut>(&error) {
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid", timed_out.to_string())
+        } else if find::<http_body_util::LengthLimitError>(&error).is_some() {
+            too_large("a chunked body went past the limit".to_string())
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid", format!("reading the request body: {error}"))
+        }
+    })
+}
+
+/// The first error of type `E` in `error`'s chain of sources.
+fn find<'a, E: std::error::Error + 'static>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a E> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(found) = error.downcast_ref::<E>() {
+            return Some(found);
+        }
+        current = error.source();
+    }
+    None
 }
 
 async fn metrics<S: Rpc>(State(service): State<Arc<S>>) -> Response {
@@ -252,13 +302,14 @@ pub async fn no_such_path(uri: axum::http::Uri) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "unknown_operation", format!("no route for {}", uri.path()))
 }
 
-/// Serves `router` on `listener` until SIGTERM or SIGINT, then finishes requests in flight.
+/// Serves `router` on `listener`, plain HTTP with the default limits (`serve::Limits`), until
+/// SIGTERM or SIGINT, then finishes requests in flight. `serve::serve_with` takes TLS and
+/// other limits.
 pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await
+    crate::serve::serve_with(listener, router, crate::serve::Limits::default(), None).await
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         return std::future::pending().await;

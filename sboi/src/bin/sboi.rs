@@ -44,7 +44,7 @@ enum Command {
     Serve {
         /// The store to follow: postgres://user@host[,host2]/database, http://host:7070 (the
         /// store service) or sqlite:///path/store.db.
-        #[arg(long, env = "AUTOCOMP_STORE")]
+        #[arg(long, env = "AUTOCOMP_STORE", hide_env_values = true)]
         store: String,
         /// The index directory (created if missing). One service per directory.
         #[arg(long)]
@@ -88,7 +88,8 @@ async fn main() -> ExitCode {
     };
     // Up at once, whatever started first: until the store answers, /health says what we wait
     // for and operations answer `unavailable` (clients retry or use another instance).
-    let mut launch = match Launch::bind(listen, format!("the store {}", display_url(&store_url))).await {
+    let upstream = format!("the store {}", display_url(&store_url));
+    let mut launch = match Launch::bind(listen, upstream, &service.listen).await {
         Ok(launch) => launch,
         Err(code) => return code,
     };

@@ -32,7 +32,7 @@ impl HttpIndex {
 
     pub fn with_token(url: &str, token: Option<String>) -> IndexResult<Self> {
         let options = ClientOptions::parse(url, "index url").map_err(StoreError::from)?;
-        let client = HttpClient::new(options, "index service", token).map_err(StoreError::Unavailable)?;
+        let client = HttpClient::new(options, "index service", token).map_err(StoreError::from)?;
         Ok(Self { client })
     }
 

@@ -40,9 +40,13 @@ enum Command {
     Serve {
         /// The database: sqlite:///path/to/store.db[?synchronous=full|normal] or
         /// postgres://user@host[,host2]/database[?target_session_attrs=read-write&...]
-        /// (the password from the URL or $PGPASSWORD).
-        #[arg(long, env = "AUTOCOMP_STORE_DB")]
-        db: String,
+        /// (the password from ?password_file=/path, $PGPASSWORD or the URL, which `ps` shows:
+        /// prefer --db-file or password_file).
+        #[arg(long, env = "AUTOCOMP_STORE_DB", hide_env_values = true)]
+        db: Option<String>,
+        /// A file holding the --db URL (one line), so a password in it is not on the command line.
+        #[arg(long, value_name = "FILE", env = "AUTOCOMP_STORE_DB_FILE")]
+        db_file: Option<std::path::PathBuf>,
         /// Address to listen on. Loopback by default: other hosts need an explicit address.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
@@ -54,9 +58,13 @@ enum Command {
     /// Concurrent openers wait for it; running it twice changes nothing.
     #[command(after_help = MIGRATE_EXIT_CODES)]
     Migrate {
-        /// postgres://user@host[,host2]/database (the password from the URL or $PGPASSWORD).
-        #[arg(long, env = "AUTOCOMP_STORE_DB")]
-        db: String,
+        /// postgres://user@host[,host2]/database (the password from ?password_file=/path,
+        /// $PGPASSWORD or the URL).
+        #[arg(long, env = "AUTOCOMP_STORE_DB", hide_env_values = true)]
+        db: Option<String>,
+        /// A file holding the --db URL (one line), so a password in it is not on the command line.
+        #[arg(long, value_name = "FILE", env = "AUTOCOMP_STORE_DB_FILE")]
+        db_file: Option<std::path::PathBuf>,
         /// More logging (-v debug, -vv trace); RUST_LOG overrides.
         #[arg(short, long, action = clap::ArgAction::Count)]
         verbose: u8,
@@ -67,14 +75,41 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { db, listen, service } => {
+        Command::Serve { db, db_file, listen, service } => {
             init_logging(service.verbose, cli.log_format);
+            let db = match database_url(db, db_file) {
+                Ok(db) => db,
+                Err(code) => return code,
+            };
             serve_store(db, listen, service).await
         }
-        Command::Migrate { db, verbose } => {
+        Command::Migrate { db, db_file, verbose } => {
             init_logging(verbose, cli.log_format);
+            let db = match database_url(db, db_file) {
+                Ok(db) => db,
+                Err(code) => return code,
+            };
             migrate(&db).await
         }
+    }
+}
+
+/// The database URL from `--db` or `--db-file` (exactly one of them).
+fn database_url(db: Option<String>, db_file: Option<std::path::PathBuf>) -> Result<String, ExitCode> {
+    match (db, db_file) {
+        (Some(_), Some(file)) => Err(fail(
+            2,
+            format!("--db-file {}: --db (or $AUTOCOMP_STORE_DB) is given too; give the database once", file.display()),
+        )),
+        (Some(db), None) => Ok(db),
+        (None, Some(file)) => match std::fs::read_to_string(&file) {
+            Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+            Ok(_) => {
+                Err(fail(2, format!("--db-file {}: the file is empty; write the database URL in it", file.display())))
+            }
+            Err(e) => Err(fail(2, format!("--db-file {}: cannot read it: {e}", file.display()))),
+        },
+        (None, None) => Err(fail(2, "--db URL or --db-file FILE (or $AUTOCOMP_STORE_DB) is required".to_string())),
     }
 }
 
@@ -121,7 +156,7 @@ async fn serve_store(db: String, listen: SocketAddr, service: ServiceArgs) -> Ex
     }
     // Up at once; a PostgreSQL server may come up after us (a boot starts both): wait for
     // it, answering /health with what we wait for meanwhile.
-    let mut launch = match Launch::bind(listen, format!("the database {shown}")).await {
+    let mut launch = match Launch::bind(listen, format!("the database {shown}"), &service.listen).await {
         Ok(launch) => launch,
         Err(code) => return code,
     };

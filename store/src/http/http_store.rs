@@ -36,7 +36,7 @@ impl HttpStore {
     /// A client that sends `token` (or none: reads only, from loopback).
     pub fn with_token(url: &str, token: Option<String>) -> StoreResult<Self> {
         let options = ClientOptions::parse(url, "store url")?;
-        let client = HttpClient::new(options, "store service", token).map_err(StoreError::Unavailable)?;
+        let client = HttpClient::new(options, "store service", token)?;
         Ok(Self { client, key_prefix: crate::write_rules::client_key_prefix("auto"), keys_made: AtomicU64::new(0) })
     }
 

@@ -1,0 +1,371 @@
+//! The connection loop every service serves its router with: caps on connections (total and
+//! per peer address) applied at accept, before a byte is read; TLS (`tls`) under HTTP/1.1;
+//! a time limit on a request's head and one on its body; graceful shutdown on SIGTERM. The
+//! flags that set them (`ListenArgs`) are shared by every service binary.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tower::ServiceExt as _;
+
+use crate::tls::{ServerTls, ServerTlsFiles};
+
+/// How a service listens: TLS, and the limits that keep a slow or hostile client from
+/// holding its memory or its connections. Flatten into a binary's clap command.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "TLS and connection limits")]
+pub struct ListenArgs {
+    /// Serve HTTPS with this certificate chain (PEM). It is read again when the file
+    /// changes (looked at every 2 s) or on SIGHUP; connections in flight keep theirs.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Accept only clients presenting a certificate signed by this CA (PEM bundle): mutual
+    /// TLS. Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Connections served at once; one more is closed as soon as it is accepted.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections, value_parser = at_least_one)]
+    pub max_connections: u32,
+    /// Connections served at once from one client address (a reverse proxy in front is one
+    /// address: raise this for it).
+    #[arg(long, value_name = "N", value_parser = at_least_one,
+          default_value_t = Limits::default().max_connections_per_ip)]
+    pub max_connections_per_ip: u32,
+    /// Time a client has to send a request's head (its TLS handshake included), also
+    /// between two requests on one connection; then the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body once its head arrived; then 408.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
+    pub body_timeout: Duration,
+}
+
+fn at_least_one(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e} (a number of connections, e.g. 64)")),
+    }
+}
+
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be more than 0 (write e.g. 10s, 1m)".into()),
+        Err(e) => Err(format!("{e} (write e.g. 10s, 1m)")),
+    }
+}
+
+impl Default for ListenArgs {
+    fn default() -> Self {
+        let limits = Limits::default();
+        Self {
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            max_connections: limits.max_connections,
+            max_connections_per_ip: limits.max_connections_per_ip,
+            header_timeout: limits.header_timeout,
+            body_timeout: limits.body_timeout,
+        }
+    }
+}
+
+impl ListenArgs {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+        }
+    }
+
+    /// The TLS files the flags name, if any.
+    pub fn tls_files(&self) -> Option<ServerTlsFiles> {
+        Some(ServerTlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
+    }
+
+    /// TLS as configured (read now: an error names the flag and the path), or None.
+    pub fn tls(&self) -> Result<Option<Arc<ServerTls>>, String> {
+        self.tls_files().map(ServerTls::load).transpose()
+    }
+}
+
+/// The limits of the connection loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: u32,
+    pub max_connections_per_ip: u32,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 512,
+            max_connections_per_ip: 64,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `router` on `listener` (over TLS when `tls`) until SIGTERM or SIGINT, then lets
+/// requests in flight finish.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    tls: Option<Arc<ServerTls>>,
+) -> std::io::Result<()> {
+    serve_until(listener, router, limits, tls, crate::service::shutdown_signal()).await
+}
+
+/// `serve_with`, stopping when `stop` completes instead of on a signal.
+pub async fn serve_until(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    tls: Option<Arc<ServerTls>>,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let watching = tls.as_ref().map(ServerTls::watch);
+    let slots = Arc::new(Slots::new(limits));
+    // Connections watch `stopping` to finish their request and close; each holds a clone
+    // of `open` so that its closing is seen as the channel closing.
+    let (stopping_tx, stopping) = watch::channel(false);
+    let (open, mut all_closed) = mpsc::channel::<()>(1);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let http = Arc::new(http);
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors or a connection reset while queued: the listener
+                    // is fine; pause so an exhausted process does not spin.
+                    tracing::warn!("accepting a connection: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let Some(slot) = slots.take(peer.ip()) else {
+            // Closed before a byte is read: a client over a cap costs an accept, nothing more.
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = Connection {
+            router: router.clone(),
+            http: Arc::clone(&http),
+            peer,
+            limits,
+            stopping: stopping.clone(),
+            _slot: slot,
+            _open: open.clone(),
+        };
+        let acceptor = tls.as_ref().map(|tls| tls.acceptor());
+        tokio::spawn(async move {
+            match acceptor {
+                None => connection.serve(stream).await,
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await;
+                    match handshake {
+                        Ok(Ok(stream)) => connection.serve(stream).await,
+                        Ok(Err(error)) => tracing::debug!(peer = %connection.peer, "TLS handshake refused: {error}"),
+                        Err(_) => tracing::debug!(peer = %connection.peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    if let Some(watching) = watching {
+        watching.abort();
+    }
+    let _ = stopping_tx.send(true);
+    drop(open);
+    let _ = all_closed.recv().await;
+    Ok(())
+}
+
+/// One accepted connection, holding its slot under the caps until it closes.
+struct Connection {
+    router: Router,
+    http: Arc<hyper::server::conn::http1::Builder>,
+    peer: SocketAddr,
+    limits: Limits,
+    stopping: watch::Receiver<bool>,
+    _slot: Slot,
+    _open: mpsc::Sender<()>,
+}
+
+impl Connection {
+    async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, io: I) {
+        let (router, peer, body_timeout) = (self.router.clone(), self.peer, self.limits.body_timeout);
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().oneshot(request)
+        });
+        let connection = self.http.serve_connection(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = stopped(&mut self.stopping) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = result {
+            // A client gone, or too slow with its head: its own business, not the service's.
+            tracing::debug!(peer = %self.peer, "connection closed: {error}");
+        }
+    }
+}
+
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    // An error is the sender gone, which is the loop stopping too.
+    let _ = stopping.wait_for(|stopping| *stopping).await;
+}
+
+/// The connections held, in total and per peer address.
+struct Slots {
+    limits: Limits,
+    held: Mutex<(u32, HashMap<IpAddr, u32>)>,
+    refused: AtomicU64,
+    last_logged: Mutex<Option<Instant>>,
+}
+
+impl Slots {
+    fn new(limits: Limits) -> Self {
+        Self { limits, held: Mutex::default(), refused: AtomicU64::new(0), last_logged: Mutex::new(None) }
+    }
+
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = ip.to_canonical();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, per_ip) = &mut *held;
+        let from_ip = per_ip.get(&ip).copied().unwrap_or(0);
+        let full = if *total >= self.limits.max_connections {
+            Some("--max-connections")
+        } else if from_ip >= self.limits.max_connections_per_ip {
+            Some("--max-connections-per-ip")
+        } else {
+            None
+        };
+        if let Some(cap) = full {
+            drop(held);
+            self.refused(ip, cap);
+            return None;
+        }
+        *total += 1;
+        per_ip.insert(ip, from_ip + 1);
+        Some(Slot { slots: Arc::clone(self), ip })
+    }
+
+    /// One log line a minute at most: a flood must not fill the disk with log lines.
+    fn refused(&self, ip: IpAddr, cap: &str) {
+        let count = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+            *last = Some(Instant::now());
+            tracing::warn!(peer = %ip, refused_total = count, "connection closed at once: {cap} reached");
+        }
+    }
+}
+
+struct Slot {
+    slots: Arc<Slots>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, per_ip) = &mut *held;
+        *total -= 1;
+        if let Some(count) = per_ip.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The error a body read ends with when its time is up; the service answers it with 408.
+#[derive(Debug)]
+pub struct BodyTimedOut(pub Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body did not arrive within {}", humantime::format_duration(self.0))
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// A request body that must arrive within its time, counted from the request's head.
+struct TimedBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, limit: Duration) -> Self {
+        Self { inner, deadline: Box::pin(tokio::time::sleep(limit)), limit }
+    }
+}
+
+impl hyper::body::Body for TimedBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|frame| frame.map_err(Into::into))),
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.limit))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
