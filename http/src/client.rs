@@ -94,9 +94,13 @@ pub fn client_token() -> Result<Option<String>, InvalidInput> {
     }
     match std::env::var("AUTOCOMP_TOKEN_FILE").ok().filter(|p| !p.is_empty()) {
         None => Ok(None),
+        // A service's token file may list a new token beside the old one; a client shows
+        // the first.
         Some(path) => std::fs::read_to_string(&path)
-            .map(|t| Some(t.trim().to_string()))
-            .map_err(|e| InvalidInput::new("AUTOCOMP_TOKEN_FILE", path, e.to_string())),
+            .map_err(|e| e.to_string())
+            .and_then(|text| crate::service::Tokens::parse(&text, "$AUTOCOMP_TOKEN_FILE"))
+            .map(|tokens| Some(tokens.shown().to_string()))
+            .map_err(|reason| InvalidInput::new("AUTOCOMP_TOKEN_FILE", path, reason)),
     }
 }
 

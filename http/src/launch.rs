@@ -14,13 +14,15 @@ use axum::Router;
 use tokio::task::JoinHandle;
 
 use crate::serve::{ListenArgs, serve_with};
-use crate::service::{Access, load_token};
+use crate::service::{Access, ServiceToken};
 use crate::startup::{Startup, stopped_before_ready};
 
 /// The flags every service's `serve` takes besides its own (flatten into its clap command).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServiceArgs {
-    /// File holding the bearer token that writes need (else $AUTOCOMP_TOKEN).
+    /// File holding the bearer tokens writes need, one a line (else $AUTOCOMP_TOKEN): any
+    /// is accepted, the first is shown to other services; read again when it changes or on
+    /// SIGHUP, so a token is rotated by adding the new line, moving clients, removing the old.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
     /// Ask for the token on reads from loopback too (on a host other users share).
@@ -34,14 +36,17 @@ pub struct ServiceArgs {
 }
 
 impl ServiceArgs {
-    /// The service's bearer token; without one the service does not start (exit 2).
-    pub fn token(&self) -> Result<String, ExitCode> {
-        load_token(self.token_file.as_deref()).map_err(|message| fail(2, message))
+    /// The service's bearer tokens; without one the service does not start (exit 2). A
+    /// token file is watched from here on (call within the service's runtime).
+    pub fn token(&self) -> Result<ServiceToken, ExitCode> {
+        let token = ServiceToken::load(self.token_file.as_deref()).map_err(|message| fail(2, message))?;
+        token.watch();
+        Ok(token)
     }
 
     /// Who may call what, with `token`.
-    pub fn access(&self, token: String) -> Access {
-        let access = Access::new(token);
+    pub fn access(&self, token: &ServiceToken) -> Access {
+        let access = Access::with_tokens(token);
         if self.reads_need_token { access.reads_need_token() } else { access }
     }
 }

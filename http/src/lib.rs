@@ -2,11 +2,11 @@
 //! index service and the monitor start, refuse, log and fail over alike: start-up that waits
 //! for an upstream (`startup`), the routes, error bodies and access rules of a service
 //! (`service`), the connection loop with its caps and time limits (`serve`), TLS for
-//! services and clients (`tls`), the client with failover and retry (`client`), the one
-//! function that describes a URL without its secrets (`redact`), the one that makes user
-//! text safe to print (`terminal`), logging set-up (`logging`), and the one
-//! declaration of each remote operation that the routes, the client and the OpenAPI
-//! document are made from (`api`).
+//! services and clients (`tls`), secrets and certificates read again when their files
+//! change (`reload`), the client with failover and retry (`client`), the one function that
+//! describes a URL without its secrets (`redact`), the one that makes user text safe to
+//! print (`terminal`), logging set-up (`logging`), and the one declaration of each remote
+//! operation that the routes, the client and the OpenAPI document are made from (`api`).
 //! It knows nothing of batches beyond the validated names of the model.
 
 pub mod api;
@@ -15,6 +15,7 @@ pub mod error;
 pub mod launch;
 pub mod logging;
 pub mod redact;
+pub mod reload;
 pub mod serve;
 pub mod service;
 pub mod startup;

@@ -20,17 +20,132 @@ use crate::error::ApiError;
 /// Largest request body a service accepts: a 1 MiB details document plus its envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
-/// Who may call what: writes always need the bearer token; reads need it only from
+/// The shortest bearer token a service accepts (generate one with
+/// `head -c 24 /dev/urandom | base64`: 32 characters).
+pub const MIN_TOKEN_CHARS: usize = 12;
+
+/// A service's bearer tokens: each one is accepted, so a token file can list the new token
+/// beside the old one while clients move over; the first is what the service itself shows
+/// another service (the index service, to its store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokens(Vec<Box<str>>);
+
+impl Tokens {
+    /// The tokens of a token file's `text`: one a line, blank lines and `#` comments skipped;
+    /// `source` names the file or variable in errors (never a token).
+    pub fn parse(text: &str, source: &str) -> Result<Self, String> {
+        let mut tokens = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            let token = line.trim();
+            if token.is_empty() || token.starts_with('#') {
+                continue;
+            }
+            if !token.chars().all(|c| c.is_ascii_graphic()) {
+                return Err(format!("{source}, line {}: a token is printable ASCII without spaces", number + 1));
+            }
+            if token.chars().count() < MIN_TOKEN_CHARS {
+                return Err(format!(
+                    "{source}, line {}: a token has at least {MIN_TOKEN_CHARS} characters \
+                     (make one with: head -c 24 /dev/urandom | base64)",
+                    number + 1
+                ));
+            }
+            tokens.push(token.into());
+        }
+        if tokens.is_empty() {
+            return Err(format!("{source} holds no token"));
+        }
+        Ok(Self(tokens))
+    }
+
+    /// The token this service shows when it calls another.
+    pub fn shown(&self) -> &str {
+        &self.0[0]
+    }
+
+    /// Whether `presented` is one of the tokens; every token is compared in full, so the
+    /// time taken says nothing about which one, or how much of one, matched.
+    fn accept(&self, presented: &str) -> bool {
+        self.0.iter().fold(false, |found, token| constant_time_eq(presented.as_bytes(), token.as_bytes()) | found)
+    }
+}
+
+/// Where a service's tokens come from: fixed at start, or a file read again when it changes.
+#[derive(Clone)]
+enum TokenSource {
+    Fixed(Arc<Tokens>),
+    File(Arc<crate::reload::Reloaded<Tokens>>),
+}
+
+impl TokenSource {
+    fn current(&self) -> Arc<Tokens> {
+        match self {
+            Self::Fixed(tokens) => Arc::clone(tokens),
+            Self::File(file) => file.current(),
+        }
+    }
+}
+
+/// A service's tokens as its flags say: `--token-file` (read again when it changes or on
+/// SIGHUP, so tokens rotate without a restart), else `$AUTOCOMP_TOKEN` (one token, fixed).
+#[derive(Clone)]
+pub struct ServiceToken(TokenSource);
+
+impl ServiceToken {
+    /// Reads the tokens; an error (exit 2 at start) names the file or the variable.
+    pub fn load(token_file: Option<&std::path::Path>) -> Result<Self, String> {
+        match token_file {
+            Some(path) => {
+                let shown = format!("--token-file {}", path.display());
+                let file = path.to_path_buf();
+                let read = move || {
+                    let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
+                    Tokens::parse(&text, &shown)
+                };
+                let reloaded = crate::reload::Reloaded::new("the token file", vec![path.to_path_buf()], read)?;
+                Ok(Self(TokenSource::File(reloaded)))
+            }
+            None => {
+                let text = std::env::var("AUTOCOMP_TOKEN").map_err(|_| {
+                    "no write token: pass --token-file FILE or set AUTOCOMP_TOKEN (writes always need one)".to_string()
+                })?;
+                Ok(Self(TokenSource::Fixed(Arc::new(Tokens::parse(&text, "$AUTOCOMP_TOKEN")?))))
+            }
+        }
+    }
+
+    /// The token this service shows another service now.
+    pub fn shown(&self) -> String {
+        self.0.current().shown().to_string()
+    }
+
+    /// Reads a token file again when it changes or on SIGHUP, for as long as the service
+    /// runs (nothing to do for `$AUTOCOMP_TOKEN`). Call within a tokio runtime.
+    pub fn watch(&self) {
+        if let TokenSource::File(file) = &self.0 {
+            file.watch();
+        }
+    }
+}
+
+/// Who may call what: writes always need a bearer token; reads need it only from
 /// addresses other than loopback, unless `reads_need_token` (a host other users share).
 #[derive(Clone)]
 pub struct Access {
-    token: Arc<str>,
+    tokens: TokenSource,
     loopback_reads_open: bool,
 }
 
 impl Access {
+    /// Access with one fixed token.
     pub fn new(token: impl Into<Arc<str>>) -> Self {
-        Self { token: token.into(), loopback_reads_open: true }
+        let tokens = Tokens(vec![Box::from(&*token.into())]);
+        Self { tokens: TokenSource::Fixed(Arc::new(tokens)), loopback_reads_open: true }
+    }
+
+    /// Access with a service's tokens, as they are when a request arrives.
+    pub fn with_tokens(token: &ServiceToken) -> Self {
+        Self { tokens: token.0.clone(), loopback_reads_open: true }
     }
 
     /// Reads need the token from loopback too.
@@ -53,7 +168,7 @@ impl Access {
             } else {
                 "reads need a bearer token here (Authorization: Bearer <token>)"
             })),
-            Some(token) if constant_time_eq(token.as_bytes(), self.token.as_bytes()) => Ok(()),
+            Some(token) if self.tokens.current().accept(token) => Ok(()),
             Some(_) => Err(ApiError::unauthorized("the bearer token is wrong")),
         }
     }
@@ -61,24 +176,6 @@ impl Access {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Reads a service's token: the file named by `--token-file`, else `$AUTOCOMP_TOKEN`.
-/// Leading and trailing whitespace is not part of the token.
-pub fn load_token(token_file: Option<&std::path::Path>) -> Result<String, String> {
-    let token = match token_file {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?
-        }
-        None => std::env::var("AUTOCOMP_TOKEN").map_err(|_| {
-            "no write token: pass --token-file FILE or set AUTOCOMP_TOKEN (writes always need one)".to_string()
-        })?,
-    };
-    let token = token.trim().to_string();
-    if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
-        return Err("the token must be non-empty printable ASCII without spaces".into());
-    }
-    Ok(token)
 }
 
 /// Request counts and latencies per operation, rendered in the Prometheus text format.
@@ -191,7 +288,16 @@ pub fn router<S: Rpc>(service: Arc<S>) -> axum::Router {
         .route("/metrics", get(metrics::<S>))
         .route(
             "/openapi.json",
-            get(move || std::future::ready(([(header::CONTENT_TYPE, "application/json")], document))),
+            get(
+                move |State(service): State<Arc<S>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap| {
+                    // Like every read: open from loopback unless told, else only with the token.
+                    let refused = service.access().check(&headers, peer, false).err();
+                    std::future::ready(match refused {
+                        Some(refused) => refused.into_response(),
+                        None => ([(header::CONTENT_TYPE, "application/json")], document).into_response(),
+                    })
+                },
+            ),
         )
         .route("/v1/{operation}", post(operation::<S>))
         .fallback(no_such_path)
@@ -287,7 +393,16 @@ fn find<'a, E: std::error::Error + 'static>(error: &'a (dyn std::error::Error + 
     None
 }
 
-async fn metrics<S: Rpc>(State(service): State<Arc<S>>) -> Response {
+async fn metrics<S: Rpc>(
+    State(service): State<Arc<S>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    // Like every read: open from loopback unless told, else only with the token (Prometheus
+    // sends one with `authorization: {credentials_file: ...}`).
+    if let Err(refused) = service.access().check(&headers, peer, false) {
+        return refused.into_response();
+    }
     let text = service.metrics().render(&service.gauges().await);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -4,8 +4,7 @@
 //! (webpki's, the system store's, `$AUTOCOMP_CA_FILE`) and its own certificate for mTLS.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -15,8 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use autocomp_model::InvalidInput;
 
-/// How often a service looks at its certificate files for a change.
-const WATCH_EVERY: Duration = Duration::from_secs(2);
+use crate::reload::Reloaded;
 
 /// ring, named explicitly: another crate of the process may bring rustls's other provider,
 /// and then `builder()` without one panics.
@@ -95,94 +93,35 @@ impl ServerTlsFiles {
     }
 }
 
-/// What a file looked like when last read: a replaced or rewritten file differs.
-type Stamp = Vec<Option<(SystemTime, u64, u64)>>;
-
-fn stamp(files: &ServerTlsFiles) -> Stamp {
-    use std::os::unix::fs::MetadataExt;
-    files
-        .paths()
-        .map(|path| {
-            std::fs::metadata(path).ok().map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len(), m.ino()))
-        })
-        .collect()
-}
-
-/// A service's TLS: the configuration new connections get, swapped when the files change.
-/// A connection keeps the configuration it was accepted with, so a reload drops none.
+/// A service's TLS: the configuration new connections get, swapped when the files change
+/// or on SIGHUP. A connection keeps the configuration it was accepted with, so a reload
+/// drops none.
 pub struct ServerTls {
-    files: ServerTlsFiles,
-    current: RwLock<Arc<ServerConfig>>,
-    seen: Mutex<Stamp>,
+    config: Arc<Reloaded<Arc<ServerConfig>>>,
 }
 
 impl ServerTls {
     /// Reads the files; an error (exit 2 at start) names the flag and the path.
     pub fn load(files: ServerTlsFiles) -> Result<Arc<Self>, String> {
-        let seen = stamp(&files);
-        let config = files.config()?;
-        Ok(Arc::new(Self { files, current: RwLock::new(config), seen: Mutex::new(seen) }))
+        let paths = files.paths().map(Path::to_path_buf).collect();
+        let config = Reloaded::new("the TLS certificate", paths, move || files.config())?;
+        Ok(Arc::new(Self { config }))
     }
 
     /// The acceptor for a connection arriving now.
     pub fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner())))
+        TlsAcceptor::from(Arc::clone(&*self.config.current()))
     }
 
     /// Reads the files again if they changed since last read (or always, when `forced`).
-    /// Files that do not make a configuration (a key written after its certificate, a typo)
-    /// leave the one in use, with a log line; they are read again when they change again.
     pub fn reload(&self, forced: bool) -> bool {
-        let now = stamp(&self.files);
-        {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if !forced && *seen == now {
-                return false;
-            }
-            *seen = now;
-        }
-        match self.files.config() {
-            Ok(config) => {
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = config;
-                tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
-                true
-            }
-            Err(error) => {
-                tracing::warn!("TLS files changed but cannot be used; keeping the certificate in use: {error}");
-                false
-            }
-        }
+        self.config.reload(forced)
     }
 
     /// Reloads on a change of the files (looked at every 2 s) and on SIGHUP, for as long as
-    /// the service runs. SIGHUP is taken from the moment this returns (by default it would
-    /// stop the process). Call within a tokio runtime.
+    /// the service runs. Call within a tokio runtime.
     pub fn watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let tls = Arc::clone(self);
-        let mut hangup = signal(SignalKind::hangup()).ok();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(WATCH_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                let forced = tokio::select! {
-                    _ = tick.tick() => false,
-                    Some(()) = hung_up(&mut hangup) => true,
-                };
-                if forced {
-                    tracing::info!("SIGHUP: reading the TLS files again");
-                }
-                tls.reload(forced);
-            }
-        })
-    }
-}
-
-async fn hung_up(hangup: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
-    match hangup {
-        Some(hangup) => hangup.recv().await,
-        // No handler could be installed: the files are still watched.
-        None => std::future::pending().await,
+        self.config.watch()
     }
 }
 

@@ -693,3 +693,66 @@ async fn bodies_as_earlier_clients_send_them_get_the_same_answers() {
         (400, Some("invalid"), Some("force"))
     );
 }
+
+/// The status a write with `token` gets: 401 when the token is refused, else whatever the
+/// (deliberately empty) body earns.
+fn write_status(service: &Service, token: &str) -> u16 {
+    post(&format!("{}/v1/append_event", service.url()), Some(token), b"{}").0
+}
+
+#[test]
+fn a_token_file_rotates_without_a_restart_and_short_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = ("old-token-0123456789", "new-token-9876543210");
+    let token_file = dir.path().join("token");
+    let replace = |text: &str| {
+        // As an operator would: write beside, rename over.
+        std::fs::write(dir.path().join("token.next"), text).unwrap();
+        std::fs::rename(dir.path().join("token.next"), &token_file).unwrap();
+    };
+    replace(&format!("{old}\n"));
+    let service =
+        Service::start_with(&dir.path().join("store.db"), free_port(), &["--token-file", token_file.to_str().unwrap()]);
+    assert_ne!(write_status(&service, old), 401);
+    assert_eq!(write_status(&service, new), 401);
+
+    // Step 1: the new token beside the old; both work, so clients can move one by one.
+    replace(&format!("# rotating\n{old}\n{new}\n"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_for(deadline, "the new token to be accepted", || write_status(&service, new) != 401);
+    assert_ne!(write_status(&service, old), 401, "the old token still works meanwhile");
+
+    // Step 2: the old one removed; it stops working, the new one goes on.
+    replace(&format!("{new}\n"));
+    wait_for(deadline, "the old token to be refused", || write_status(&service, old) == 401);
+    assert_ne!(write_status(&service, new), 401);
+
+    // A file that no longer makes tokens keeps the ones in use.
+    replace("short\n");
+    let later = Instant::now() + Duration::from_secs(3);
+    assert!(!autocomp_test_servers::wait_until(later, || write_status(&service, new) == 401), "kept");
+
+    // At start, a short token is configuration: exit 2, naming the file, never the token.
+    let started = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+        .args(["serve", "--db", &format!("sqlite://{}", dir.path().join("other.db").display())])
+        .args(["--listen", "127.0.0.1:0", "--token-file", token_file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&started.stderr);
+    assert_eq!(started.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at least 12 characters") && stderr.contains(token_file.to_str().unwrap()), "{stderr}");
+    assert!(!stderr.contains("short"), "{stderr}");
+}
+
+#[test]
+fn metrics_and_the_api_document_are_reads_and_need_the_token_where_reads_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_with(&dir.path().join("store.db"), free_port(), &["--reads-need-token"]);
+    for path in ["/metrics", "/openapi.json"] {
+        let url = format!("{}{path}", service.url());
+        assert_eq!(get(&url).map(|(status, _)| status), Some(401), "{path} without the token");
+        let with_token = autocomp_test_servers::http1::request("GET", &url, Some(TOKEN), Vec::new());
+        assert_eq!(with_token.map(|(status, _)| status), Some(200), "{path} with the token");
+    }
+    assert_eq!(get(&format!("{}/health", service.url())).map(|(status, _)| status), Some(200), "health is open");
+}

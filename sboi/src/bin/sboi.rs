@@ -97,7 +97,7 @@ async fn main() -> ExitCode {
     // another host, or the store may ask for the token on every read.
     let connect = || async {
         let store = if store_url.starts_with("http://") || store_url.starts_with("https://") {
-            Arc::new(HttpStore::with_token(&store_url, Some(token.clone()))?) as Arc<dyn ObjectStore>
+            Arc::new(HttpStore::with_token(&store_url, Some(token.shown()))?) as Arc<dyn ObjectStore>
         } else {
             open_store(&store_url).await?
         };
@@ -111,7 +111,7 @@ async fn main() -> ExitCode {
         Err(stopped) => return stopped,
     };
     let reconcile = (!reconcile_every.is_zero()).then_some(reconcile_every);
-    let service = match IndexService::start(engine, store, service.access(token), reconcile) {
+    let service = match IndexService::start(engine, store, service.access(&token), reconcile) {
         Ok(service) => service,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),
     };

@@ -166,6 +166,6 @@ async fn serve_store(db: String, listen: SocketAddr, service: ServiceArgs) -> Ex
         Err(stopped) => return stopped,
     };
     tracing::info!(listen = %launch.bound, db = %shown, "store service up");
-    launch.ready(StoreService::new(store, service.access(token)).router());
+    launch.ready(StoreService::new(store, service.access(&token)).router());
     exit_code(launch.served().await)
 }
