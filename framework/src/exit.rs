@@ -1,5 +1,13 @@
 //! The exit codes every autocomp binary uses (README: "Exit codes"), and the errors that
 //! end a run, each mapped to one of them.
+//!
+//! 3 (busy) means another pass of the component is at work: a cron line may ignore it. 6
+//! (foreign lock) is never that: a node at a lock path that no lock service made (a
+//! persistent node, foreign data, a record naming another session than its owner) or a lock
+//! tree whose ACL this identity may not fix. It does not go away by itself, so it needs a
+//! person: `autocomp locks` and `autocomp alerts` name it. The poll lock's path foreign ends
+//! the pass at once with 6; a batch's is skipped (the others are worked on) and the pass then
+//! ends with 6 unless 4 or 5 wins.
 
 use std::process::ExitCode;
 
@@ -21,11 +29,14 @@ pub const POLL_LOCK_BUSY: u8 = 3;
 pub const LOCKS_LOST: u8 = 4;
 /// The store or the index cannot be reached, or the store cannot take writes (a full disk).
 pub const UNREACHABLE: u8 = 5;
+/// A lock path (or the lock tree) holds a node no lock service made: an alarm, not busy.
+pub const FOREIGN_LOCK: u8 = 6;
 
 /// The exit codes in one paragraph, for the end of every binary's `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes: 0 ok or nothing to do, 1 some batch failed, 2 usage or config error, \
                                    3 poll lock busy, 4 lock service lost, 5 store or index unreachable (or the \
-                                   store's disk full).";
+                                   store's disk full), 6 a lock node autocomp did not make (see `autocomp \
+                                   locks`).";
 
 /// Why a run stopped before finishing normally.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +53,9 @@ pub enum RunError {
     /// The lock service could not be reached, or its session was lost (exit 4).
     #[error("lost the lock service: {0}")]
     LocksLost(String),
+    /// A lock path (or the lock tree) holds a node no lock service made (exit 6).
+    #[error("{0}")]
+    ForeignLock(String),
     /// The store refused or could not answer (exit by kind: see [`RunError::code`]).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -56,6 +70,7 @@ impl From<LockError> for RunError {
         match error {
             LockError::Invalid(e) => RunError::Usage(e.to_string()),
             LockError::Unavailable(e) => RunError::LocksLost(e),
+            foreign @ LockError::Foreign { .. } => RunError::ForeignLock(foreign.to_string()),
         }
     }
 }
@@ -69,6 +84,7 @@ impl RunError {
             RunError::Config(_) | RunError::Usage(_) => USAGE,
             RunError::PollLockBusy(_) => POLL_LOCK_BUSY,
             RunError::LocksLost(_) => LOCKS_LOST,
+            RunError::ForeignLock(_) => FOREIGN_LOCK,
             RunError::Store(e) | RunError::Index(IndexError::Store(e)) => store_code(e),
             RunError::Index(IndexError::Index { .. }) => UNREACHABLE,
         }

@@ -24,7 +24,7 @@ use tracing::{debug, error, info, warn};
 use crate::component::{CheckpointWriter, Component, WorkContext, WorkError};
 use crate::config::ComponentConfig;
 use crate::exit::{self, RunError};
-use crate::locks::{Lock, LockHolder, LockPath, LockService, SessionState};
+use crate::locks::{Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 
 /// The three ports a runner works against; nothing here knows which adapters they are.
 #[derive(Clone)]
@@ -105,13 +105,15 @@ pub enum BatchResult {
 pub struct PassSummary {
     /// One per batch taken up, in no particular order; empty for an idle pass.
     pub results: Vec<BatchResult>,
+    /// Batch lock paths that held a node no lock service made (skipped, an alarm: exit 6).
+    pub foreign_locks: Vec<String>,
 }
 
 impl PassSummary {
     /// How the registry shows the pass.
     pub fn pass_outcome(&self) -> PassOutcome {
         match self.exit_code() {
-            _ if self.results.is_empty() => PassOutcome::Idle,
+            _ if self.results.is_empty() && self.foreign_locks.is_empty() => PassOutcome::Idle,
             exit::OK => PassOutcome::Ok,
             exit::FAILED => PassOutcome::Failed,
             _ => PassOutcome::Error,
@@ -120,8 +122,12 @@ impl PassSummary {
 
     /// One line: how many batches and how each ended.
     pub fn describe(&self) -> String {
+        let foreign = match self.foreign_locks.len() {
+            0 => String::new(),
+            n => format!("; {n} batch lock{} not made by autocomp (`autocomp locks`)", if n == 1 { "" } else { "s" }),
+        };
         if self.results.is_empty() {
-            return "nothing ready".into();
+            return format!("nothing ready{foreign}");
         }
         let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
         for result in &self.results {
@@ -139,7 +145,7 @@ impl PassSummary {
         }
         let parts: Vec<String> = counts.into_iter().map(|(kind, n)| format!("{n} {kind}")).collect();
         let n = self.results.len();
-        format!("{n} batch{}: {}", if n == 1 { "" } else { "es" }, parts.join(", "))
+        format!("{n} batch{}: {}{foreign}", if n == 1 { "" } else { "es" }, parts.join(", "))
     }
 
     /// Each recorded result, for the registry's tallies.
@@ -157,7 +163,8 @@ impl PassSummary {
     }
 
     /// The pass's exit code: 4 when a result went unrecorded (the lock service lost), 5
-    /// when the store was unreachable for one, else 1 when a batch failed, was fenced, was not ready or was
+    /// when the store was unreachable for one, else 6 when a batch's lock path held a node
+    /// no lock service made, else 1 when a batch failed, was fenced, was not ready or was
     /// busy (the last two only in a manual run), else 0.
     pub fn exit_code(&self) -> u8 {
         if self.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. })) {
@@ -165,6 +172,9 @@ impl PassSummary {
         }
         if self.results.iter().any(|r| matches!(r, BatchResult::StoreUnreachable { .. })) {
             return exit::UNREACHABLE;
+        }
+        if !self.foreign_locks.is_empty() {
+            return exit::FOREIGN_LOCK;
         }
         let failed = self.results.iter().any(|r| {
             matches!(
@@ -516,6 +526,8 @@ impl<C: Component> Runner<C> {
                         summary.results.push(BatchResult::Busy { id });
                     }
                 }
+                // Not a lock at all: an alarm (logged as it was found); the other batches go on.
+                Err(LockError::Foreign { path, .. }) => summary.foreign_locks.push(path),
                 Err(e) => {
                     locked.release_all().await;
                     return Err(e.into());

@@ -3,7 +3,9 @@
 //! in its own directory of a temp dir, started as a plain
 //! `java` process, ready once the `srvr` four-letter command answers with a `Mode:` line,
 //! stopped by pid (and killed on drop). Without the server installed this fails, saying how
-//! to install it: the lock tests are never skipped.
+//! to install it: the lock tests are never skipped. `Options::secure` adds what a protected
+//! deployment has: a digest identity for the pipeline, and a TLS client port (certificates made
+//! with openssl for the test) next to the plain one.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -16,6 +18,11 @@ use crate::wait_until;
 
 /// Where Debian's `zookeeper` package puts the server.
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+/// The TLS port needs the Netty connection factory; Debian's libnetty-java has its jars.
+const NETTY_JARS: [&str; 6] = ["buffer", "codec", "common", "handler", "resolver", "transport"];
+/// The pipeline's identity on a secure server (`Options::secure`), as its auth file holds it.
+pub const PIPELINE_USER: &str = "autocomp";
+const PIPELINE_PASSWORD: &str = "zk-test-secret-9f3a";
 /// Without an slf4j binding the server logs nothing.
 const SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
 /// Starting a node (a JVM) and, for an ensemble, electing a leader.
@@ -47,11 +54,22 @@ pub struct Options {
     /// One host per node, from a test network: each node listens on its host's address
     /// (standard ports) and runs in its namespace. Empty: every node on loopback.
     pub hosts: Vec<Host>,
+    /// The digest auth provider named, an auth file for the pipeline's identity
+    /// (`ZooKeeper::auth_file`), and a TLS client port (`secureClientPort`, Netty, PEM keys)
+    /// that wants a client certificate signed by the test's CA.
+    pub secure: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { nodes: 1, container_check: Duration::from_secs(60), hosts: Vec::new() }
+        Self { nodes: 1, container_check: Duration::from_secs(60), hosts: Vec::new(), secure: false }
+    }
+}
+
+impl Options {
+    /// The same servers, secured (see `Options::secure`).
+    pub fn secured(self) -> Self {
+        Self { secure: true, ..self }
     }
 }
 
@@ -59,6 +77,8 @@ struct Node {
     addr: Ipv4Addr,
     host: Option<Host>,
     client_port: u16,
+    /// The TLS port of a secure server.
+    secure_port: Option<u16>,
     config: PathBuf,
     log: PathBuf,
     process: Option<Child>,
@@ -74,18 +94,28 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// A standalone server that deletes empty containers every 500 ms.
     pub fn standalone() -> Self {
-        Self::start(Options { nodes: 1, container_check: Duration::from_millis(500), hosts: Vec::new() })
+        Self::start(Self::standalone_options())
+    }
+
+    /// What `standalone` starts, to change before starting (e.g. `.secured()`).
+    pub fn standalone_options() -> Options {
+        Options { nodes: 1, container_check: Duration::from_millis(500), ..Options::default() }
     }
 
     /// A 3-node ensemble on loopback.
     pub fn ensemble() -> Self {
-        Self::start(Options { nodes: 3, container_check: Duration::from_millis(500), hosts: Vec::new() })
+        Self::start(Options { nodes: 3, container_check: Duration::from_millis(500), ..Options::default() })
     }
 
     /// One node on each of `hosts` (1: standalone, 3: an ensemble).
     pub fn on_hosts(hosts: &[&Host]) -> Self {
+        Self::start(Self::on_hosts_options(hosts))
+    }
+
+    /// What `on_hosts` starts, to change before starting (e.g. `.secured()`).
+    pub fn on_hosts_options(hosts: &[&Host]) -> Options {
         let hosts: Vec<Host> = hosts.iter().map(|h| (*h).clone()).collect();
-        Self::start(Options { nodes: hosts.len(), container_check: Duration::from_millis(500), hosts })
+        Options { nodes: hosts.len(), container_check: Duration::from_millis(500), hosts, ..Options::default() }
     }
 
     /// Starts the servers and waits until every node serves (an ensemble: has a leader).
@@ -96,11 +126,16 @@ impl ZooKeeper {
         assert!(options.hosts.is_empty() || options.hosts.len() == count, "one host per node");
         // On hosts of their own every node has the standard ports; on loopback, free ones.
         let ports = if options.hosts.is_empty() {
-            free_ports(count * 3)
+            free_ports(count * 4)
         } else {
-            [vec![2181; count], [2888, 3888].repeat(count)].concat()
+            [vec![2181; count], [2888, 3888].repeat(count), vec![2281; count]].concat()
         };
         let addr = |n: usize| options.hosts.get(n).map_or(Ipv4Addr::LOCALHOST, |host| host.addr);
+        if options.secure {
+            let addrs: Vec<Ipv4Addr> = (0..count).map(addr).collect();
+            make_certificates(dir.path(), &addrs);
+            write_secret(&dir.path().join("zk-auth"), &format!("{PIPELINE_USER}:{PIPELINE_PASSWORD}\n"));
+        }
         let mut nodes = Vec::new();
         for n in 0..count {
             let node_dir = dir.path().join(format!("zk{}", n + 1));
@@ -113,6 +148,21 @@ impl ZooKeeper {
                 ports[n],
                 addr(n),
             );
+            let secure_port = options.secure.then(|| ports[count * 3 + n]);
+            if let Some(port) = secure_port {
+                let certs = dir.path().join("tls");
+                config.push_str(&format!(
+                    "secureClientPort={port}\nsecureClientPortAddress={}\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth=need\n\
+                     ssl.clientHostnameVerification=false\n\
+                     authProvider.1=org.apache.zookeeper.server.auth.DigestAuthenticationProvider\n",
+                    addr(n),
+                    certs.join("server-keystore.pem").display(),
+                    certs.join("ca.pem").display(),
+                ));
+            }
             if count > 1 {
                 std::fs::write(node_dir.join("data/myid"), format!("{}\n", n + 1)).expect("myid");
                 config.push_str("initLimit=10\nsyncLimit=5\n");
@@ -132,6 +182,7 @@ impl ZooKeeper {
                 addr: addr(n),
                 host: options.hosts.get(n).cloned(),
                 client_port: ports[n],
+                secure_port,
                 config: config_path,
                 log: node_dir.join("server.log"),
                 process: None,
@@ -149,12 +200,24 @@ impl ZooKeeper {
         let node = &mut self.nodes[n];
         assert!(node.process.is_none(), "node {n} already runs");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).expect("server log");
+        let mut classpath = format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}");
+        if self.options.secure {
+            for jar in NETTY_JARS {
+                let path = format!("/usr/share/java/netty-{jar}.jar");
+                assert!(
+                    std::path::Path::new(&path).exists(),
+                    "{path} is missing: ZooKeeper's TLS port needs Netty. Install it with \
+                     `apt-get install -y libnetty-java`."
+                );
+                classpath.push_str(&format!(":{path}"));
+            }
+        }
         let mut java = Command::new("java");
         java.arg("-Xmx256m")
             .arg("-XX:+UseSerialGC")
             .arg(format!("-Dznode.container.checkIntervalMs={}", self.options.container_check.as_millis()))
             .arg("-cp")
-            .arg(format!("{ZOOKEEPER_JAR}:{SLF4J_SIMPLE}"))
+            .arg(classpath)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&node.config)
             .current_dir(self.dir.path());
@@ -192,9 +255,46 @@ impl ZooKeeper {
         self.nodes.iter().map(|n| format!("{}:{}", n.addr, n.client_port)).collect::<Vec<_>>().join(",")
     }
 
-    /// The locks URL for a chroot, e.g. `url("autocomp", "3s")`.
+    /// The locks URL for a chroot, e.g. `url("autocomp", "3s")`: plain, no identity.
     pub fn url(&self, chroot: &str, session_timeout: &str) -> String {
         format!("zk://{}/{chroot}?session_timeout={session_timeout}", self.hosts())
+    }
+
+    /// The pipeline's auth file on a secure server (`user:password`, mode 600).
+    pub fn auth_file(&self) -> PathBuf {
+        assert!(self.options.secure, "only a secure server has an identity for the pipeline");
+        self.dir.path().join("zk-auth")
+    }
+
+    /// The test CA's certificate, and the client certificate and key it signed.
+    pub fn tls_files(&self) -> [PathBuf; 3] {
+        assert!(self.options.secure, "only a secure server has certificates");
+        let certs = self.dir.path().join("tls");
+        [certs.join("ca.pem"), certs.join("client.pem"), certs.join("client.key")]
+    }
+
+    /// The plain port with the pipeline's identity: `zk://.../chroot?...&auth_file=...`.
+    pub fn auth_url(&self, chroot: &str, session_timeout: &str) -> String {
+        format!("{}&auth_file={}", self.url(chroot, session_timeout), self.auth_file().display())
+    }
+
+    /// The TLS ports with the pipeline's identity and the client certificate:
+    /// `zks://.../chroot?...&auth_file=...&ca_file=...&cert_file=...&key_file=...`.
+    pub fn secure_url(&self, chroot: &str, session_timeout: &str) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("{}:{}", n.addr, n.secure_port.expect("a secure server has a TLS port")))
+            .collect();
+        let [ca, cert, key] = self.tls_files();
+        format!(
+            "zks://{}/{chroot}?session_timeout={session_timeout}&auth_file={}&ca_file={}&cert_file={}&key_file={}",
+            hosts.join(","),
+            self.auth_file().display(),
+            ca.display(),
+            cert.display(),
+            key.display()
+        )
     }
 
     pub fn client_port(&self, n: usize) -> u16 {
@@ -339,6 +439,52 @@ pub struct Znode {
     /// The owning session of an ephemeral node, 0 for any other.
     pub ephemeral_owner: i64,
     pub children: usize,
+}
+
+/// A CA, a server certificate for `addrs` (and localhost) and a client certificate, in
+/// `<dir>/tls`, made by openssl; the server's key and certificate in one PEM keystore.
+fn make_certificates(dir: &std::path::Path, addrs: &[Ipv4Addr]) {
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).expect("tls dir");
+    let sans: Vec<String> =
+        addrs.iter().map(|a| format!("IP:{a}")).chain(["IP:127.0.0.1".into(), "DNS:localhost".into()]).collect();
+    std::fs::write(
+        tls.join("server.ext"),
+        format!("subjectAltName={}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n", sans.join(",")),
+    )
+    .expect("server.ext");
+    std::fs::write(tls.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
+        .expect("client.ext");
+    let script = "set -e
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj '/CN=autocomp test CA' \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+        for who in server client; do
+            openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=$who
+            openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem -days 2 \
+                -extfile $who.ext
+        done
+        cat server.key server.pem > server-keystore.pem";
+    let made = Command::new("sh").arg("-c").arg(script).current_dir(&tls).output();
+    let made =
+        made.unwrap_or_else(|e| panic!("openssl does not run ({e}): install it with `apt-get install -y openssl`"));
+    assert!(
+        made.status.success(),
+        "openssl failed to make the test certificates: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
+/// Writes a secret file only its owner can read.
+pub fn write_secret(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .expect("secret file");
+    file.write_all(text.as_bytes()).expect("secret written");
 }
 
 /// Sends a four-letter command and reads the whole answer (the server closes after it).

@@ -10,6 +10,8 @@
 //!
 //! `cargo test` runs the bounded version (240 batches); `AUTOCOMP_CHAOS_SOAK=1` the soak
 //! (1,200 batches), whose figures RELIABILITY.md keeps. `AUTOCOMP_CHAOS_SEED` repeats a run.
+//! ZooKeeper runs as production should: its TLS port and the pipeline's digest identity on
+//! every lock node (`AUTOCOMP_CHAOS_ZK=plain`: the plain port, no identity).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -202,7 +204,19 @@ fn chaos(network: Network) {
     let mut rng = Rng(seed);
     eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
 
-    let mut zk = ZooKeeper::on_hosts(&[network.host("zk-1"), network.host("zk-2"), network.host("zk-3")]);
+    // As production should run it: TLS and the pipeline's identity (AUTOCOMP_CHAOS_ZK=plain:
+    // the plain port, no identity).
+    let secure = match std::env::var("AUTOCOMP_CHAOS_ZK").as_deref() {
+        Err(_) | Ok("" | "secure") => true,
+        Ok("plain") => false,
+        Ok(other) => panic!("AUTOCOMP_CHAOS_ZK={other:?}: expected secure (the default) or plain"),
+    };
+    let zk_options = ZooKeeper::on_hosts_options(&[network.host("zk-1"), network.host("zk-2"), network.host("zk-3")]);
+    let mut zk = ZooKeeper::start(if secure { zk_options.secured() } else { zk_options });
+    eprintln!(
+        "chaos: ZooKeeper {}",
+        if secure { "over TLS with the pipeline's identity" } else { "plain, no identity" }
+    );
     let store_host = network.host("store");
     let on_postgres = match std::env::var("AUTOCOMP_CHAOS_STORE").as_deref() {
         Err(_) | Ok("" | "postgres") => true,
@@ -237,7 +251,12 @@ fn chaos(network: Network) {
         .collect();
     pipeline.use_backend("store", &store_url);
     pipeline.use_backend("index", &format!("{},{}", indexes[0].url(), indexes[1].url()));
-    pipeline.use_locks(&zk.url("autocomp", &format!("{}s", SESSION_TIMEOUT.as_secs())));
+    let session_timeout = format!("{}s", SESSION_TIMEOUT.as_secs());
+    pipeline.use_locks(&if secure {
+        zk.secure_url("autocomp", &session_timeout)
+    } else {
+        zk.url("autocomp", &session_timeout)
+    });
     let (work_time, threads, queue) = if soak { ("400ms", 4, 8) } else { ("700ms", 2, 4) };
     pipeline.configure(&format!(
         "max_threads = {threads}\nqueue_size = {queue}\nmax_attempts = 1000\n\n[settings]\nwork_time = \

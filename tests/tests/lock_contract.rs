@@ -1,5 +1,6 @@
 //! The `LockService` contract: what every lock backend promises, one suite run against each
-//! (flock files in a temp dir; a real standalone ZooKeeper), opened by URL as components open
+//! (flock files in a temp dir; a real standalone ZooKeeper, plain and with TLS and the
+//! pipeline's identity), opened by URL as components open
 //! them, so a backend passes the same tests as the other, not a copy of them. Holders in other
 //! processes are this test binary re-run with `HOLDER_URL` set. What one backend does alone
 //! is tested with it: framework/src/locks/local.rs and tests/tests/zookeeper.rs.
@@ -54,6 +55,19 @@ fn zookeeper() -> Backend {
     Backend {
         url: zookeeper.url("contract", "10s"),
         holder_url: zookeeper.url("contract", "2s"),
+        dead_holder_freed_within: Duration::from_secs(20),
+        _dir: None,
+        _zookeeper: Some(zookeeper),
+    }
+}
+
+/// `zks://` with the pipeline's digest identity on a server with a TLS port and the digest
+/// provider: every lock node and directory under the pipeline's ACL, holders included.
+fn zookeeper_secured() -> Backend {
+    let zookeeper = ZooKeeper::start(ZooKeeper::standalone_options().secured());
+    Backend {
+        url: zookeeper.secure_url("contract", "10s"),
+        holder_url: zookeeper.secure_url("contract", "2s"),
         dead_holder_freed_within: Duration::from_secs(20),
         _dir: None,
         _zookeeper: Some(zookeeper),
@@ -305,7 +319,8 @@ async fn a_killed_holders_locks_are_freed_within_the_backends_bound(backend: Bac
     locks.close().await;
 }
 
-/// Instantiates every contract test once per backend: `local::NAME` and `zookeeper::NAME`.
+/// Instantiates every contract test once per backend: `local::NAME`, `zookeeper::NAME` and
+/// `zookeeper_secured::NAME` (TLS and the pipeline's identity on).
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -318,6 +333,12 @@ macro_rules! contract {
             $(#[test]
             fn $name() {
                 super::runtime().block_on(super::$name(super::zookeeper()))
+            })*
+        }
+        mod zookeeper_secured {
+            $(#[test]
+            fn $name() {
+                super::runtime().block_on(super::$name(super::zookeeper_secured()))
             })*
         }
     };

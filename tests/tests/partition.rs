@@ -2,7 +2,8 @@
 //! the test's own (tests/src/netns.rs): a worker host cut off from ZooKeeper keeps running
 //! and hears nothing, yet stops its work before the server can expire its session and
 //! another host take its batches over. The probe's ledger, written by every host, shows no
-//! batch worked on by two hosts at once, and every batch finished once.
+//! batch worked on by two hosts at once, and every batch finished once. Run plain and with
+//! ZooKeeper's TLS port and the pipeline's digest identity.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -52,11 +53,23 @@ impl Drop for Worker {
 
 #[test]
 fn a_partitioned_worker_stops_before_another_host_takes_its_batches_over() {
+    partitioned(false);
+}
+
+/// The same over `zks://` with the pipeline's identity: TLS reconnects and authenticated
+/// sessions keep the same bound.
+#[test]
+fn a_partitioned_worker_stops_in_time_with_zookeeper_auth_and_tls() {
+    partitioned(true);
+}
+
+fn partitioned(secure: bool) {
     let network = Network::create(&["zk", "worker-a", "worker-b"]);
-    let zk = ZooKeeper::on_hosts(&[network.host("zk")]);
+    let options = ZooKeeper::on_hosts_options(&[network.host("zk")]);
+    let zk = ZooKeeper::start(if secure { options.secured() } else { options });
     let session_timeout = Duration::from_secs(4);
     let pipeline = Pipeline::new(PROBE);
-    pipeline.use_locks(&zk.url("autocomp", "4s"));
+    pipeline.use_locks(&if secure { zk.secure_url("autocomp", "4s") } else { zk.url("autocomp", "4s") });
     let ids = pipeline.register(4);
     let started_dir = pipeline.path("started");
     std::fs::create_dir_all(&started_dir).unwrap();

@@ -292,13 +292,16 @@ fn four_processes_do_500_batches_exactly_once_and_leave_no_lock_nodes() {
     let all_worked = rounds.iter().any(|round| round.iter().all(|pid| span(*pid).is_some()));
     assert!(all_worked, "in no round did all four processes work: {rounds:?}");
 
-    // Every process deleted its lock nodes before exiting; only empty containers remain...
+    // Every process deleted its lock nodes before exiting; only the chroot and empty
+    // containers remain...
     let tree = zk.tree(CHROOT);
     assert_no_lock_nodes(&zk);
     let containers = [CHROOT, "/autocomp/poll", "/autocomp/batch", "/autocomp/batch/probe"];
     assert!(tree.iter().all(|z| containers.contains(&z.path.as_str())), "{tree:?}");
-    // ... and the server deletes them once empty.
-    let reaped = wait_until(Instant::now() + Duration::from_secs(30), || zk.tree(CHROOT).is_empty());
+    // ... and the server deletes them once empty. The chroot stays: it is persistent, so
+    // nobody else can re-create it (with an ACL of their own) once it is gone.
+    let only_chroot = || zk.tree(CHROOT).iter().map(|z| z.path.clone()).collect::<Vec<_>>() == [CHROOT];
+    let reaped = wait_until(Instant::now() + Duration::from_secs(30), only_chroot);
     assert!(reaped, "containers not deleted by the server: {:?}", zk.tree(CHROOT));
 }
 

@@ -117,7 +117,7 @@ impl LockService for LocalLocks {
                 }
                 let mut text = String::new();
                 let holder = file.read_to_string(&mut text).ok().and_then(|_| serde_json::from_str(&text).ok());
-                held.push(HeldLock { path: relative.to_owned(), holder });
+                held.push(HeldLock { path: relative.to_owned(), holder, foreign: None });
             }
         }
         held.sort_by(|a, b| a.path.cmp(&b.path));

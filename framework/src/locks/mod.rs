@@ -13,6 +13,8 @@
 //! - [`Lock::release`] frees the path at once; [`Lock::still_held`] is `true` until then;
 //! - [`LockService::held`] of any other service lists every held path with the holder its
 //!   taker stored: that is what operators see;
+//! - something at a lock path that no lock service made is [`LockError::Foreign`] to a
+//!   taker (an alarm, never "busy") and flagged in [`HeldLock::foreign`];
 //! - a holder that calls [`LockService::close`] and exits leaves nothing held; a holder that
 //!   dies without closing loses its locks within a bound of the backend's own (below).
 //!
@@ -38,7 +40,7 @@ use autocomp_model::{BatchId, ComponentName, InvalidInput, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use local::LocalLocks;
-pub use zk::{DEFAULT_SESSION_TIMEOUT, ZkLocks, ZkUrl};
+pub use zk::{AUTH_ENV, DEFAULT_SESSION_TIMEOUT, ZkLocks, ZkTls, ZkUrl};
 
 /// What is locked. Both parts are validated names, so the path is safe as file and node name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -80,6 +82,10 @@ pub struct HeldLock {
     /// Who holds it; `None` if its record cannot be read (e.g. taken a moment ago, the
     /// holder not written yet).
     pub holder: Option<LockHolder>,
+    /// Why this is not a lock a lock service made, if it is not (ZooKeeper: a persistent
+    /// node, data that is not a holder record, a record naming another session than the
+    /// node's owner). Such a node is an alarm: no pass takes the path while it is there.
+    pub foreign: Option<String>,
 }
 
 /// The lock service's session, as [`LockService::session`] publishes it.
@@ -103,6 +109,16 @@ pub enum LockError {
     /// cannot write); the text says which and where.
     #[error("lock service unavailable: {0}")]
     Unavailable(String),
+    /// Something at a lock path (or in the lock tree) that no lock service made: not "busy"
+    /// but an alarm, since it never goes away by itself and someone else wrote it. `path`
+    /// is the lock's relative path.
+    #[error("{path} is not a lock autocomp made: {reason}; see `autocomp locks`, delete it once you know who made it")]
+    Foreign {
+        /// [`LockPath::relative`] of the lock (or the lock tree's node) in question.
+        path: String,
+        /// What is wrong with it, and where.
+        reason: String,
+    },
 }
 
 /// Where locks are taken: one per process, shared by its tasks (see the module for what
@@ -159,8 +175,9 @@ pub trait Lock: Send + Sync {
 }
 
 /// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
-/// `zk://host:port[,host:port...]/chroot[?session_timeout=10s]` (connects; an unreachable
-/// ZooKeeper is `Unavailable`, naming the servers).
+/// `zk://host:port[,host:port...]/chroot[?session_timeout=10s&auth_file=/path]`, or `zks://`
+/// for TLS (`ca_file=`, optional `cert_file=` and `key_file=`; see [`ZkUrl::parse`]). Connects;
+/// an unreachable ZooKeeper is `Unavailable`, naming the servers.
 pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     if let Some(path) = url.strip_prefix("local:") {
         if path.is_empty() {
@@ -168,9 +185,9 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
         }
         return Ok(Arc::new(LocalLocks::new(path)));
     }
-    if url.starts_with("zk://") {
+    if url.starts_with("zk://") || url.starts_with("zks://") {
         return Ok(Arc::new(ZkLocks::connect(url).await?));
     }
-    let reason = "unknown scheme; expected local:/path/to/locks or zk://host:port[,host:port...]/chroot";
+    let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
     Err(InvalidInput::new("locks url", url, reason).into())
 }

@@ -1,13 +1,26 @@
-//! ZooKeeper locks, selected by `zk://host:port[,host:port...]/chroot`.
+//! ZooKeeper locks, selected by `zk://host:port[,host:port...]/chroot` (or `zks://` for TLS):
+//! the URL's syntax, the pipeline's ZooKeeper identity and the ACL of every node we create.
 //!
 //! A lock is ONE ephemeral node at `<chroot>/poll/<component>` or
-//! `<chroot>/batch/<component>/<batch-id>` whose data is the JSON `LockHolder`. Its parents are
-//! container nodes, created on demand (another process creating them first, or the server
-//! removing an emptied one meanwhile, is expected), which the server deletes once empty.
-//! Try-lock is one create: NodeExists means busy; waiting is an exists watch on the node until
-//! the deadline. Release checks the node is still ours, then deletes it. A lock cycle is so
-//! two ZooKeeper writes (create + delete), on a fresh path too, plus one container create for
-//! each missing parent.
+//! `<chroot>/batch/<component>/<batch-id>` whose data is the JSON `LockHolder` plus the session
+//! id that created it. Its parents are container nodes, created on demand (another process
+//! creating them first, or the server removing an emptied one meanwhile, is expected), which
+//! the server deletes once empty; the chroot itself (and any ancestor we create) is a
+//! persistent node, so once made it cannot be taken over by whoever re-creates it first.
+//! Try-lock is one create: NodeExists means busy, unless the node is not one a lock service
+//! made (persistent, foreign data, or a record naming another session than its owner): that is
+//! `LockError::Foreign`, an alarm, never "busy". Waiting is a data watch on the node until the
+//! deadline. Release checks the node is still ours, then deletes it. A lock cycle is so two
+//! ZooKeeper writes (create + delete), on a fresh path too, plus one container create for each
+//! missing parent.
+//!
+//! Identity and ACLs: with `auth_file=` (or `$AUTOCOMP_ZK_AUTH`) the session adds one digest
+//! identity per `user:password` line, and every node we create carries `auth` (each of those
+//! identities) with all rights plus `world:anyone` read, so only the pipeline's identities can
+//! create, change or delete under the chroot (ZooKeeper checks a delete against the parent's
+//! ACL: the containers' ACL is what protects a lock). At connect the chroot, `poll`, `batch` and
+//! each `batch/<component>` are brought to that ACL (our identities added, the world left read
+//! only). Without an identity nodes stay open to anyone, as before, with one warning.
 //!
 //! A create or delete whose reply is lost with the connection may or may not have happened.
 //! A create is retried once the session is back, and a NodeExists after such a retry is
@@ -21,12 +34,15 @@
 //! the process exits.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use autocomp_http::redact::display_url;
 use autocomp_model::InvalidInput;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -37,8 +53,12 @@ use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, Sessio
 /// The session timeout when the URL does not say `?session_timeout=...`.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-const EPHEMERAL: zk::CreateOptions<'static> = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
-const CONTAINER: zk::CreateOptions<'static> = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+/// Where the pipeline's ZooKeeper identity comes from when the URL names no `auth_file`:
+/// `user:password` (several identities one per line, as in the file).
+pub const AUTH_ENV: &str = "AUTOCOMP_ZK_AUTH";
+
+/// Said once per process: without an identity anyone can delete or fake our locks.
+static WARNED_UNPROTECTED: AtomicBool = AtomicBool::new(false);
 
 /// How often one request is re-sent after connection trouble before giving up.
 const MAX_RETRIES: u32 = 50;
@@ -49,7 +69,8 @@ const IN_PROCESS_PAUSE: Duration = Duration::from_millis(10);
 /// How long `close` waits for each deletion and for the server to end the session.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
 
-/// A parsed `zk://` locks URL.
+/// A parsed `zk://` or `zks://` locks URL. It never holds a secret: the identity is read
+/// from `auth_file` (or `$AUTOCOMP_ZK_AUTH`) at connect, so the URL can be shown as is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZkUrl {
     /// `host:port[,host:port...]`, as the client connects.
@@ -58,18 +79,43 @@ pub struct ZkUrl {
     pub root: String,
     /// The session timeout asked for (the server clamps it to its own min/max).
     pub session_timeout: Duration,
+    /// `zks://`: every server over TLS, with these files.
+    pub tls: Option<ZkTls>,
+    /// `auth_file=`: a file of `user:password` lines, the pipeline's digest identities.
+    pub auth_file: Option<PathBuf>,
+}
+
+/// The files of a `zks://` URL (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkTls {
+    /// `ca_file=`: the CA certificates the servers' certificates must chain to.
+    pub ca_file: PathBuf,
+    /// `cert_file=` and `key_file=`: a client certificate, for servers that ask for one.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl ZkUrl {
-    /// `zk://host:port[,host:port...]/chroot[?session_timeout=10s]`.
+    /// `zk[s]://host:port[,host:port...]/chroot[?option=value&...]`; options: `session_timeout`
+    /// (e.g. `10s`), `auth_file`, and with `zks://` `ca_file` (required), `cert_file` and
+    /// `key_file` (together).
     pub fn parse(url: &str) -> Result<Self, InvalidInput> {
-        let invalid = |reason: String| InvalidInput::new("locks url", url, reason);
-        let shape = "write zk://host:port[,host:port...]/chroot, e.g. zk://127.0.0.1:2181/autocomp";
-        let rest = url.strip_prefix("zk://").ok_or_else(|| invalid(format!("not a zk:// URL; {shape}")))?;
+        let invalid = |reason: String| InvalidInput::new("locks url", display_url(url), reason);
+        let shape = "write zk[s]://host:port[,host:port...]/chroot, e.g. zk://127.0.0.1:2181/autocomp";
+        let (secure, rest) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(invalid(format!("not a zk:// or zks:// URL; {shape}"))),
+        };
         let (rest, query) = rest.split_once('?').map_or((rest, None), |(rest, query)| (rest, Some(query)));
         let Some((hosts, chroot)) = rest.split_once('/') else {
             return Err(invalid(format!("names no chroot; {shape}")));
         };
+        if hosts.contains('@') {
+            return Err(invalid(format!(
+                "carries credentials; a locks URL must not hold a secret: put `user:password` in a file \
+                 named by ?auth_file=/path, or in ${AUTH_ENV}"
+            )));
+        }
         if hosts.is_empty() {
             return Err(invalid(format!("names no host; {shape}")));
         }
@@ -93,6 +139,14 @@ impl ZkUrl {
             return Err(invalid("/zookeeper belongs to ZooKeeper itself; choose another chroot".into()));
         }
         let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+        let (mut auth_file, mut ca_file, mut cert_file, mut key_file) = (None, None, None, None);
+        let file = |option: &str, value: &str| {
+            if value.is_empty() {
+                Err(invalid(format!("{option}= names no file")))
+            } else {
+                Ok(Some(PathBuf::from(value)))
+            }
+        };
         for option in query.unwrap_or_default().split('&').filter(|o| !o.is_empty()) {
             match option.split_once('=') {
                 Some(("session_timeout", value)) => {
@@ -101,14 +155,182 @@ impl ZkUrl {
                         .filter(|d| !d.is_zero())
                         .ok_or_else(|| invalid(format!("session_timeout={value} is not a duration like 10s")))?;
                 }
+                Some(("auth_file", value)) => auth_file = file("auth_file", value)?,
+                Some((name @ ("ca_file" | "cert_file" | "key_file"), _)) if !secure => {
+                    return Err(invalid(format!("{name} is a TLS option: write zks:// to connect over TLS")));
+                }
+                Some(("ca_file", value)) => ca_file = file("ca_file", value)?,
+                Some(("cert_file", value)) => cert_file = file("cert_file", value)?,
+                Some(("key_file", value)) => key_file = file("key_file", value)?,
                 _ => {
                     return Err(invalid(format!(
-                        "unknown option {option:?}; the only one is session_timeout (e.g. ?session_timeout=10s)"
+                        "unknown option {option:?}; the options are session_timeout (e.g. ?session_timeout=10s), \
+                         auth_file, and with zks:// ca_file, cert_file and key_file"
                     )));
                 }
             }
         }
-        Ok(Self { hosts: hosts.to_owned(), root: format!("/{chroot}"), session_timeout })
+        let tls = match (secure, ca_file, cert_file, key_file) {
+            (false, ..) => None,
+            (true, None, ..) => {
+                return Err(invalid(
+                    "zks:// needs ca_file=/path/to/ca.pem, the CA of the servers' certificates".into(),
+                ));
+            }
+            (true, Some(ca_file), Some(cert), Some(key)) => Some(ZkTls { ca_file, client: Some((cert, key)) }),
+            (true, Some(ca_file), None, None) => Some(ZkTls { ca_file, client: None }),
+            (true, Some(_), ..) => {
+                return Err(invalid("cert_file and key_file go together: name both or neither".into()));
+            }
+        };
+        Ok(Self { hosts: hosts.to_owned(), root: format!("/{chroot}"), session_timeout, tls, auth_file })
+    }
+}
+
+/// The pipeline's ZooKeeper identities, as read from the auth file or the environment: each
+/// a `user:password` sent with the digest scheme.
+struct Identities {
+    /// `auth_file=/path` or `$AUTOCOMP_ZK_AUTH`, for messages (never the secret).
+    source: String,
+    credentials: Vec<String>,
+}
+
+impl Identities {
+    /// Reads the identities the URL or the environment names; `None` if neither does.
+    fn load(target: &ZkUrl) -> Result<Option<Self>, LockError> {
+        let (source, text) = match &target.auth_file {
+            Some(path) => {
+                let source = format!("auth_file={}", path.display());
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| invalid_auth(&source, &format!("cannot be read: {e}")))?;
+                warn_if_readable_by_others(path);
+                (source, text)
+            }
+            None => match std::env::var(AUTH_ENV) {
+                Ok(text) if !text.trim().is_empty() => (format!("${AUTH_ENV}"), text),
+                _ => return Ok(None),
+            },
+        };
+        let credentials: Vec<String> =
+            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect();
+        if credentials.is_empty() {
+            return Err(invalid_auth(&source, "holds no user:password line"));
+        }
+        for (n, line) in credentials.iter().enumerate() {
+            let well_formed =
+                line.split_once(':').is_some_and(|(user, password)| !user.is_empty() && !password.is_empty());
+            if !well_formed {
+                // Never the line itself: it is a secret, or most of one.
+                return Err(invalid_auth(&source, &format!("line {} is not user:password", n + 1)));
+            }
+        }
+        Ok(Some(Self { source, credentials }))
+    }
+
+    /// The users, for logs (the passwords never leave this struct except to the server).
+    fn users(&self) -> Vec<&str> {
+        self.credentials.iter().filter_map(|c| c.split_once(':').map(|(user, _)| user)).collect()
+    }
+}
+
+fn invalid_auth(source: &str, reason: &str) -> LockError {
+    InvalidInput::new("ZooKeeper identity", source, reason.to_owned()).into()
+}
+
+#[cfg(unix)]
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        warn!(
+            "the ZooKeeper auth file {} can be read by others (mode {:o}); chmod 600 it",
+            path.display(),
+            meta.permissions().mode() & 0o777
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_: &Path) {}
+
+/// The id ZooKeeper's digest provider gives `user:password`: `user:base64(sha1(user:password))`.
+fn digest_id(credential: &str) -> String {
+    use sha1::Digest as _;
+    let user = credential.split_once(':').map_or(credential, |(user, _)| user);
+    format!("{user}:{}", base64(&sha1::Sha1::digest(credential.as_bytes())))
+}
+
+/// Standard base64 with padding (a digest is all it encodes; not worth a dependency).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `zks://`'s client options from its files; a file that cannot be read or parsed is named.
+fn tls_options(tls: &ZkTls) -> Result<zk::TlsOptions, LockError> {
+    let read = |option: &str, path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            LockError::from(InvalidInput::new(
+                "locks url",
+                format!("{option}={}", path.display()),
+                format!("cannot be read: {e}"),
+            ))
+        })
+    };
+    let bad = |option: &str, path: &Path, e: zk::Error| {
+        LockError::from(InvalidInput::new(
+            "locks url",
+            format!("{option}={}", path.display()),
+            format!("not usable PEM: {e}"),
+        ))
+    };
+    let ca = read("ca_file", &tls.ca_file)?;
+    let mut options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|e| bad("ca_file", &tls.ca_file, e))?;
+    if let Some((cert_file, key_file)) = &tls.client {
+        let (cert, key) = (read("cert_file", cert_file)?, read("key_file", key_file)?);
+        options = options.with_pem_identity(&cert, &key).map_err(|e| bad("cert_file", cert_file, e))?;
+    }
+    Ok(options)
+}
+
+/// What we store in a lock node: the holder, and the session that created the node (so a
+/// copy of another lock's data under a node of some other session is told apart).
+#[derive(Serialize, Deserialize)]
+struct NodeData {
+    #[serde(flatten)]
+    holder: LockHolder,
+    /// `0x...`; absent in nodes of releases that did not write it (then not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
+}
+
+/// Why a node at a lock path is not a lock a lock service made, if it is not: such a node
+/// is an alarm (someone or something else wrote there), not a busy lock.
+fn foreign_reason(data: &[u8], stat: &zk::Stat) -> Option<String> {
+    if stat.ephemeral_owner == 0 {
+        return Some("a persistent node: no session owns it, so it never goes away by itself".into());
+    }
+    let Ok(record) = serde_json::from_slice::<NodeData>(data) else {
+        return Some(format!("its data ({} bytes) is not a lock holder record", data.len()));
+    };
+    let owner = format!("{:#x}", stat.ephemeral_owner);
+    match record.session {
+        Some(session) if session != owner => {
+            Some(format!("its record names session {session}, but session {owner} owns the node"))
+        }
+        _ => None,
     }
 }
 
@@ -118,12 +340,22 @@ pub struct ZkLocks {
 }
 
 struct Shared {
+    /// The locks URL as messages show it.
     url: String,
     root: String,
     session_id: i64,
     /// As negotiated with the server: it expires the session this long after it last heard
     /// from us.
     session_timeout: Duration,
+    /// The ACL of every node we create: all rights for each of the pipeline's digest
+    /// identities, read for anyone (so `autocomp locks` needs no secret); all rights for
+    /// anyone when no identity is configured. The identities are named, not `auth`: that
+    /// would also give all rights to the TLS client certificate's `x509` identity.
+    acls: Vec<zk::Acl>,
+    /// Where the identity came from (`auth_file=/path`, `$AUTOCOMP_ZK_AUTH`), for messages.
+    identity: Option<String>,
+    /// Our identities as digest ACLs name them (`user:base64(sha1(user:password))`).
+    digests: Vec<String>,
     /// `None` once closed.
     client: Mutex<Option<zk::Client>>,
     state: watch::Sender<SessionState>,
@@ -135,18 +367,34 @@ struct Shared {
 }
 
 impl ZkLocks {
-    /// Connects and opens the session; fails (naming the servers) if no session is
-    /// established within the session timeout.
+    /// Connects and opens the session (over TLS for `zks://`, authenticated with the
+    /// identities of `auth_file` or `$AUTOCOMP_ZK_AUTH` if either is set); fails (naming the
+    /// servers) if no session is established within the session timeout. With an identity,
+    /// also creates the chroot and brings the ACLs of the lock tree's directories to ours.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let target = ZkUrl::parse(url)?;
+        let shown = display_url(url);
+        let identities = Identities::load(&target)?;
         let unreachable = |reason: String| {
             LockError::Unavailable(format!(
-                "cannot reach ZooKeeper at {} (locks = {url}): no session within {}: {reason}",
+                "cannot reach ZooKeeper at {} (locks = {shown}): no session within {}: {reason}",
                 target.hosts,
                 humantime::format_duration(target.session_timeout)
             ))
         };
-        let connecting = zk::Client::connector().with_session_timeout(target.session_timeout).connect(&target.hosts);
+        let mut connector = zk::Client::connector().with_session_timeout(target.session_timeout);
+        for credential in identities.iter().flat_map(|ids| &ids.credentials) {
+            connector = connector.with_auth("digest", credential.as_bytes());
+        }
+        let connecting = match &target.tls {
+            Some(tls) => {
+                // The client builds its rustls config with the process default provider; two
+                // are linked (ring, ours, and aws-lc-rs), so there is none unless one is set.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                futures_util::future::Either::Left(connector.with_tls(tls_options(tls)?).secure_connect(&target.hosts))
+            }
+            None => futures_util::future::Either::Right(connector.connect(&target.hosts)),
+        };
         let client = match tokio::time::timeout(target.session_timeout * 2, connecting).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
@@ -156,24 +404,53 @@ impl ZkLocks {
         info!(
             session = %client.session_id(),
             timeout = ?client.session_timeout(),
+            tls = target.tls.is_some(),
+            users = ?identities.as_ref().map(Identities::users),
             "connected to ZooKeeper at {}; locks under {}",
             target.hosts,
             target.root
         );
+        match &identities {
+            None if !WARNED_UNPROTECTED.swap(true, Ordering::Relaxed) => warn!(
+                "no ZooKeeper identity configured (?auth_file= in the locks URL, or ${AUTH_ENV}): the lock \
+                 nodes this process creates are open to anyone who can reach ZooKeeper ({shown}), who can \
+                 delete or fake them"
+            ),
+            Some(ids) if target.tls.is_none() && !all_loopback(&target.hosts) => {
+                warn!("the ZooKeeper password of {} crosses the network in clear over zk://; use zks://", ids.source)
+            }
+            _ => {}
+        }
         let watcher = client.state_watcher();
         let initial = state_of(client.state());
+        let digests: Vec<String> =
+            identities.iter().flat_map(|ids| ids.credentials.iter().map(|c| digest_id(c))).collect();
+        let acls = match identities {
+            Some(_) => pipeline_acl(&digests),
+            None => vec![zk::Acl::new(zk::Permission::ALL, zk::AuthId::anyone())],
+        };
         let shared = Arc::new(Shared {
-            url: url.to_owned(),
+            url: shown,
             root: target.root,
             session_id,
             session_timeout: client.session_timeout(),
+            acls,
+            identity: identities.as_ref().map(|ids| ids.source.clone()),
+            digests,
             client: Mutex::new(Some(client)),
             state: watch::Sender::new(initial),
             closing: AtomicBool::new(false),
             reserved: Mutex::new(HashSet::new()),
         });
         watch_session(Arc::downgrade(&shared), watcher);
-        Ok(Self { shared })
+        let locks = Self { shared };
+        if identities.is_some()
+            && let Err(e) = locks.shared.protect_tree().await
+        {
+            locks.close().await;
+            return Err(e);
+        }
+        Ok(locks)
     }
 
     /// Our session id (the `ephemeral_owner` of every node we hold).
@@ -291,6 +568,48 @@ fn connection_trouble(e: &zk::Error) -> bool {
     )
 }
 
+/// `host:port[,...]` all on this machine (a password sent there in clear stays on it).
+fn all_loopback(hosts: &str) -> bool {
+    hosts.split(',').all(|host| {
+        let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+        name == "localhost" || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+/// All rights for each of our digest ids, read for the world.
+fn pipeline_acl(digests: &[String]) -> Vec<zk::Acl> {
+    let ours = digests.iter().map(|id| zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("digest", id)));
+    ours.chain([zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone())]).collect()
+}
+
+/// `acl` with every entry of `ours` (`pipeline_acl`) in and the world cut down to read; other
+/// digest identities are kept (during a rotation the old one is still ours), others dropped.
+fn wanted_acl(acl: &[zk::Acl], ours: &[zk::Acl]) -> Vec<zk::Acl> {
+    let mut wanted: Vec<zk::Acl> = acl
+        .iter()
+        .filter(|entry| entry.scheme() == "digest" && !ours.iter().any(|our| our.auth_id() == entry.auth_id()))
+        .cloned()
+        .collect();
+    wanted.extend(ours.iter().cloned());
+    wanted
+}
+
+/// Whether the world may do more than read.
+fn lets_the_world_write(acl: &[zk::Acl]) -> bool {
+    acl.iter().any(|entry| entry.scheme() == "world" && entry.permission() != zk::Permission::READ)
+}
+
+fn same_entries(a: &[zk::Acl], b: &[zk::Acl]) -> bool {
+    a.len() == b.len() && a.iter().all(|entry| b.contains(entry))
+}
+
+/// `digest:ops:…=ALL, world:anyone=READ` (ids are hashes, never passwords).
+fn describe_acl(acl: &[zk::Acl]) -> String {
+    let entries: Vec<String> =
+        acl.iter().map(|entry| format!("{}:{}={}", entry.scheme(), entry.id(), entry.permission())).collect();
+    entries.join(", ")
+}
+
 fn parent_of(node: &str) -> &str {
     match node.rfind('/') {
         Some(0) | None => "/",
@@ -320,7 +639,84 @@ impl Shared {
     }
 
     fn failed(&self, what: &str, node: &str, e: zk::Error) -> LockError {
-        LockError::Unavailable(format!("ZooKeeper {what} of {node} failed ({}): {e}", self.url))
+        let hint = match e {
+            zk::Error::NoAuth => {
+                "; the node's ACL does not let this process's ZooKeeper identity do it: check ?auth_file= \
+                 or $AUTOCOMP_ZK_AUTH against the identity that created the lock tree"
+            }
+            _ => "",
+        };
+        LockError::Unavailable(format!("ZooKeeper {what} of {node} failed ({}): {e}{hint}", self.url))
+    }
+
+    /// How a node we create is made, with our ACL.
+    fn options(&self, mode: zk::CreateMode) -> zk::CreateOptions<'_> {
+        mode.with_acls(zk::Acls::new(&self.acls))
+    }
+
+    /// The chroot and its ancestors are persistent: a container would go once empty, and
+    /// whoever re-created it first would own the lock tree.
+    fn mode_of_parent(&self, dir: &str) -> zk::CreateMode {
+        if self.root.starts_with(dir) { zk::CreateMode::Persistent } else { zk::CreateMode::Container }
+    }
+
+    /// With an identity: creates the chroot if missing, then brings the ACLs of the chroot,
+    /// `poll`, `batch` and every `batch/<component>` to ours: each of our identities with all
+    /// rights, the world with no more than read (other identities' entries are left: during
+    /// a secret rotation both are ours). A directory whose ACL we cannot change while it lets
+    /// others write (or keeps us out) is an alarm: locks under it cannot be trusted.
+    async fn protect_tree(&self) -> Result<(), LockError> {
+        let probe = format!("{}/poll", self.root);
+        self.create_parents(&probe).await?;
+        let ours = pipeline_acl(&self.digests);
+        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch")];
+        dirs.extend(self.children("batch").await?.into_iter().map(|c| self.node_of(&format!("batch/{c}"))));
+        let client = self.client()?;
+        // Every read is sent when its future is made: one round trip for all of them.
+        let reads: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
+        for (dir, read) in dirs.iter().zip(reads) {
+            let (acl, stat) = match read.await {
+                Ok(answer) => answer,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(self.failed("ACL read", dir, e)),
+            };
+            let wanted = wanted_acl(&acl, &ours);
+            if same_entries(&acl, &wanted) {
+                continue;
+            }
+            match client.set_acl(dir, &wanted, Some(stat.aversion)).await {
+                Ok(_) => info!(node = dir, "set the lock tree's ACL: {}", describe_acl(&wanted)),
+                // Someone else (another host of the pipeline) changed it meanwhile.
+                Err(zk::Error::BadVersion | zk::Error::NoNode) => {}
+                Err(zk::Error::NoAuth) if !lets_the_world_write(&acl) => {
+                    // Protected, by identities that are not ours: a wrong password, or a tree
+                    // another pipeline's identity made. Configuration, not an intruder.
+                    let source = self.identity.as_deref().unwrap_or("the configured identity");
+                    let reason = format!(
+                        "is not one the ACL of {dir} names ({}), so this process may not take locks there \
+                         ({}): a wrong password, or a lock tree made with another identity",
+                        describe_acl(&acl),
+                        self.url
+                    );
+                    return Err(InvalidInput::new("ZooKeeper identity", source, reason).into());
+                }
+                Err(zk::Error::NoAuth) => {
+                    let path = dir.strip_prefix(&self.root).unwrap_or(dir).trim_start_matches('/');
+                    let path = if path.is_empty() { "(the chroot)".to_owned() } else { path.to_owned() };
+                    return Err(LockError::Foreign {
+                        path,
+                        reason: format!(
+                            "the lock tree's node {dir} has the ACL {} ({}), which this process's ZooKeeper \
+                             identity may not change",
+                            describe_acl(&acl),
+                            self.url
+                        ),
+                    });
+                }
+                Err(e) => return Err(self.failed("ACL change", dir, e)),
+            }
+        }
+        Ok(())
     }
 
     fn reserve(&self, node: &str) -> bool {
@@ -379,8 +775,9 @@ impl Shared {
     async fn create_lock(&self, node: &str, data: &[u8]) -> Result<bool, LockError> {
         let mut resent = false;
         for _ in 0..MAX_RETRIES {
-            let (answer, retried) =
-                self.call(|client| async move { client.create(node, data, &EPHEMERAL).await }).await?;
+            let (answer, retried) = self
+                .call(|client| async move { client.create(node, data, &self.options(zk::CreateMode::Ephemeral)).await })
+                .await?;
             resent |= retried;
             match answer {
                 Ok(_) => return Ok(true),
@@ -411,7 +808,9 @@ impl Shared {
                 debug!(node, created, "created the lock's container parents");
                 return Ok(());
             };
-            let (answer, _) = self.call(|client| async move { client.create(dir, &[], &CONTAINER).await }).await?;
+            let (answer, _) = self
+                .call(|client| async move { client.create(dir, &[], &self.options(self.mode_of_parent(dir))).await })
+                .await?;
             match answer {
                 Ok(_) => {
                     created += 1;
@@ -496,25 +895,46 @@ impl Shared {
             if now >= deadline {
                 return Ok(false);
             }
-            // Busy: wait for the holder's node to go (or the deadline).
-            let (watched, _) = self.call(|client| async move { client.check_and_watch_stat(node).await }).await?;
-            let (stat, watcher) = watched.map_err(|e| self.failed("watch", node, e))?;
-            match stat {
-                None if *reserved => continue, // gone already: create again
-                Some(stat) if *reserved && stat.ephemeral_owner == self.session_id => return Ok(true),
-                _ => {
-                    let mut state = self.state.subscribe();
-                    tokio::select! {
-                        _ = watcher.changed() => {}
-                        _ = tokio::time::sleep_until(deadline) => {}
-                        _ = state.wait_for(|s| *s == SessionState::Lost) => {}
-                        // Another task of ours holds or is taking it: it may be gone without a
-                        // node event (a reservation only), so look again soon.
-                        _ = tokio::time::sleep(IN_PROCESS_PAUSE), if !*reserved => {}
+            // Busy: unless the node is not a lock at all, wait for the holder's node to go (or
+            // the deadline).
+            let (watched, _) = self.call(|client| async move { client.get_and_watch_data(node).await }).await?;
+            let watcher = match watched {
+                Err(zk::Error::NoNode) if *reserved => continue, // gone already: create again
+                Err(zk::Error::NoNode) => None,                  // another task of ours is taking it
+                Err(e) => return Err(self.failed("watch", node, e)),
+                Ok((data, stat, watcher)) => {
+                    if let Some(reason) = foreign_reason(&data, &stat) {
+                        return Err(self.foreign(node, reason));
                     }
+                    if *reserved && stat.ephemeral_owner == self.session_id {
+                        return Ok(true);
+                    }
+                    Some(watcher)
                 }
+            };
+            let changed = async {
+                match watcher {
+                    Some(watcher) => drop(watcher.changed().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let mut state = self.state.subscribe();
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = state.wait_for(|s| *s == SessionState::Lost) => {}
+                // Another task of ours holds or is taking it: it may be gone without a node
+                // event (a reservation only), so look again soon.
+                _ = tokio::time::sleep(IN_PROCESS_PAUSE), if !*reserved => {}
             }
         }
+    }
+
+    /// The alarm for a node at a lock path that is not a lock.
+    fn foreign(&self, node: &str, reason: String) -> LockError {
+        let path = node.strip_prefix(&self.root).unwrap_or(node).trim_start_matches('/').to_owned();
+        error!(node, "{reason}: not a lock of autocomp's; it needs a person ({})", self.url);
+        LockError::Foreign { path, reason: format!("{reason} ({node} on {})", self.url) }
     }
 }
 
@@ -528,7 +948,8 @@ impl LockService for ZkLocks {
     ) -> Result<Option<Box<dyn Lock>>, LockError> {
         let shared = &self.shared;
         let node = shared.node_of(&path.relative());
-        let data = serde_json::to_vec(holder).expect("holders serialize");
+        let record = NodeData { holder: holder.clone(), session: Some(format!("{:#x}", shared.session_id)) };
+        let data = serde_json::to_vec(&record).expect("holders serialize");
         let mut reserved = false;
         let taken = shared.take(&node, &data, Instant::now() + wait, &mut reserved).await;
         match taken {
@@ -555,7 +976,11 @@ impl LockService for ZkLocks {
         let mut held = Vec::with_capacity(paths.len());
         for (path, read) in paths.into_iter().zip(reads) {
             match read.await {
-                Ok((data, _)) => held.push(HeldLock { holder: serde_json::from_slice(&data).ok(), path }),
+                Ok((data, stat)) => held.push(HeldLock {
+                    holder: serde_json::from_slice(&data).ok(),
+                    foreign: foreign_reason(&data, &stat),
+                    path,
+                }),
                 Err(zk::Error::NoNode) => {} // released meanwhile
                 Err(e) if session_gone(&e) => return Err(shared.lost()),
                 Err(e) => return Err(shared.failed("read", &shared.node_of(&path), e)),
@@ -667,10 +1092,99 @@ mod tests {
             ("zk://127.0.0.1:2181/a?session_timeout=soon", "session_timeout=soon"),
             ("zk://127.0.0.1:2181/a?session_timeout=0s", "session_timeout=0s"),
             ("zk://127.0.0.1:2181/a?timeout=4s", "unknown option \"timeout=4s\""),
+            ("http://127.0.0.1:2181/a", "not a zk:// or zks:// URL"),
+            ("zk://127.0.0.1:2181/a?auth_file=", "auth_file= names no file"),
+            ("zk://127.0.0.1:2181/a?ca_file=/ca.pem", "ca_file is a TLS option: write zks://"),
+            ("zks://127.0.0.1:2281/a", "zks:// needs ca_file="),
+            ("zks://127.0.0.1:2281/a?ca_file=/ca.pem&cert_file=/c.pem", "cert_file and key_file go together"),
+            ("zks://127.0.0.1:2281/a?ca_file=/ca.pem&key_file=/c.key", "cert_file and key_file go together"),
         ] {
             let error = ZkUrl::parse(url).unwrap_err().to_string();
             assert!(error.contains(expected) && error.contains("locks url"), "{url}: {error}");
         }
+    }
+
+    #[test]
+    fn digest_ids_are_what_zookeepers_digest_provider_computes() {
+        // As `printf %s super:secret | openssl dgst -sha1 -binary | openssl base64` says.
+        assert_eq!(digest_id("super:secret"), "super:lK75jTNcA+U9vtVEw5vB51mj/w4=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abcd"), "YWJjZA==");
+    }
+
+    #[test]
+    fn tls_and_identity_options_name_files_never_secrets() {
+        let url = ZkUrl::parse(concat!(
+            "zks://zk1:2281,zk2:2281/autocomp?auth_file=/etc/autocomp/zk-auth",
+            "&ca_file=/ca.pem&cert_file=/c.pem&key_file=/c.key"
+        ))
+        .unwrap();
+        assert_eq!(url.hosts, "zk1:2281,zk2:2281");
+        assert_eq!(url.auth_file.as_deref(), Some(Path::new("/etc/autocomp/zk-auth")));
+        let tls = url.tls.unwrap();
+        assert_eq!(tls.ca_file, Path::new("/ca.pem"));
+        assert_eq!(tls.client, Some((PathBuf::from("/c.pem"), PathBuf::from("/c.key"))));
+        assert_eq!(ZkUrl::parse("zks://zk1:2281/a?ca_file=/ca.pem").unwrap().tls.unwrap().client, None);
+        assert_eq!(ZkUrl::parse("zk://zk1:2181/a").unwrap().tls, None);
+
+        // A password in the URL is refused, and the error does not repeat it.
+        let error = ZkUrl::parse("zk://autocomp:hunter2@zk1:2181/autocomp").unwrap_err().to_string();
+        assert!(error.contains("auth_file") && error.contains("AUTOCOMP_ZK_AUTH"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn identities_are_user_password_lines_and_errors_never_show_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("zk-auth");
+        let url = |file: &Path| ZkUrl::parse(&format!("zk://zk1:2181/a?auth_file={}", file.display())).unwrap();
+        std::fs::write(&file, "# rotation: new first\nautocomp:new-secret\n\nautocomp:old-secret\n").unwrap();
+        let ids = Identities::load(&url(&file)).unwrap().unwrap();
+        assert_eq!(ids.credentials, ["autocomp:new-secret", "autocomp:old-secret"]);
+        assert_eq!(ids.users(), ["autocomp", "autocomp"]);
+        for (text, expected) in [
+            ("", "holds no user:password line"),
+            ("autocomp\n", "line 1 is not user:password"),
+            ("a:b\n:secret-only\n", "line 2 is not user:password"),
+            ("user-only:\n", "line 1"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let error = Identities::load(&url(&file)).err().unwrap().to_string();
+            assert!(error.contains(expected) && error.contains("auth_file="), "{text:?}: {error}");
+            assert!(!error.contains("secret-only") && !error.contains("user-only"), "{error}");
+        }
+        let error = Identities::load(&url(&dir.path().join("missing"))).err().unwrap().to_string();
+        assert!(error.contains("missing") && error.contains("cannot be read"), "{error}");
+    }
+
+    #[test]
+    fn a_node_is_foreign_when_persistent_not_a_holder_record_or_another_sessions() {
+        let stat = |owner: i64| zk::Stat {
+            czxid: 1,
+            mzxid: 1,
+            pzxid: 1,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: owner,
+            data_length: 0,
+            num_children: 0,
+        };
+        let holder =
+            LockHolder { agent: "probe/1@h#1".into(), host: "h".into(), pid: 1, since: autocomp_model::Timestamp(0) };
+        let record = |session: Option<&str>| {
+            serde_json::to_vec(&NodeData { holder: holder.clone(), session: session.map(str::to_owned) }).unwrap()
+        };
+        assert_eq!(foreign_reason(&record(Some("0x2a")), &stat(0x2a)), None);
+        assert_eq!(foreign_reason(&record(None), &stat(0x2a)), None, "a node of an older release");
+        assert!(foreign_reason(&record(Some("0x2a")), &stat(0)).unwrap().contains("persistent"));
+        assert!(foreign_reason(b"junk", &stat(0x2a)).unwrap().contains("not a lock holder record"));
+        assert!(foreign_reason(&record(Some("0x2a")), &stat(0x2b)).unwrap().contains("names session 0x2a"));
+        // What an older release reads of ours: the holder, the session ignored.
+        let read: LockHolder = serde_json::from_slice(&record(Some("0x2a"))).unwrap();
+        assert_eq!(read, holder);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
 //! the news: batches ready for longer than their component's threshold, runs past their
-//! `max_runtime`, components no host has run for too long, an index far behind the store.
-//! Counts come from the index and the registry; the store is read only for its open runs.
+//! `max_runtime`, components no host has run for too long, an index far behind the store,
+//! lock nodes autocomp did not make (when a locks backend is configured). Counts come from
+//! the index and the registry; the store is read only for its open runs.
 //! The monitor's overdue marks and the metrics use the same rules (`is_overdue`,
 //! `overdue_runs`, `SilenceRule`).
 
@@ -12,6 +13,8 @@ use autocomp_model::{
 };
 use serde::Serialize;
 use serde_json::json;
+
+use autocomp_framework::exit::RunError;
 
 use super::views::{Format, json_document};
 use super::{Operator, OperatorError, Step};
@@ -104,6 +107,9 @@ pub enum Alert {
     Silent { component: ComponentName, last_seen: Timestamp, threshold: String },
     /// The index is `behind` store changes behind.
     IndexLag { behind: u64, index_seq: i64, store_head: i64 },
+    /// Something at a lock path (or in the lock tree) that no lock service made: no pass
+    /// takes that lock while it is there, and someone else wrote it.
+    ForeignLock { path: String, reason: String },
 }
 
 impl Alert {
@@ -127,6 +133,10 @@ impl Alert {
             Alert::Silent { component, last_seen, threshold } => format!(
                 "{component}: no pass on any host for {} (silent after {threshold}; `autocomp pipeline`)",
                 ago(*last_seen)
+            ),
+            Alert::ForeignLock { path, reason } => format!(
+                "locks: {path} is not a lock autocomp made: {reason}; no pass takes it while it is there \
+                 (`autocomp locks`; delete it once you know who made it)"
             ),
             Alert::IndexLag { behind, index_seq, store_head } => format!(
                 "index: {behind} changes behind the store (index at seq {index_seq}, store at {store_head}; \
@@ -273,7 +283,25 @@ impl Operator {
         if behind > defaults.index_lag {
             alerts.push(Alert::IndexLag { behind, index_seq: index_seq.0, store_head: store_head.0 });
         }
+        if self.backends.locks.is_some() {
+            alerts.extend(self.foreign_locks().await?);
+        }
         Ok(AlertsView { alerts, now })
+    }
+
+    /// Lock nodes no lock service made, and a lock tree this identity may not protect.
+    async fn foreign_locks(&self) -> Result<Vec<Alert>, OperatorError> {
+        match self.held_locks().await {
+            Ok(held) => Ok(held
+                .into_iter()
+                .filter_map(|lock| Some(Alert::ForeignLock { reason: lock.foreign?, path: lock.path }))
+                .collect()),
+            // Raised while connecting: the tree's ACL is not ours to fix.
+            Err(OperatorError::Run(RunError::ForeignLock(reason))) => {
+                Ok(vec![Alert::ForeignLock { path: "(lock tree)".into(), reason }])
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -292,6 +320,18 @@ mod tests {
             "retired": null,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_foreign_lock_says_what_it_is_and_what_to_do() {
+        let alert = Alert::ForeignLock { path: "poll/probe".into(), reason: "a persistent node".into() };
+        let line = alert.line(Timestamp(0));
+        assert!(line.starts_with("locks: poll/probe is not a lock autocomp made: a persistent node"), "{line}");
+        assert!(line.contains("`autocomp locks`"), "{line}");
+        let view = AlertsView { alerts: vec![alert], now: Timestamp(0) };
+        let json: serde_json::Value = serde_json::from_str(&view.render(Format::Json)).unwrap();
+        assert_eq!(json[0]["kind"], "foreign_lock");
+        assert_eq!(json[0]["path"], "poll/probe");
     }
 
     #[test]

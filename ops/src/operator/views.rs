@@ -110,8 +110,9 @@ fn describe_run(run: &Run, now: Timestamp) -> String {
     )
 }
 
+/// A lock as JSON; `foreign` is why it is not a lock autocomp made (`null` for a real one).
 fn lock_json(lock: &HeldLock, now: Timestamp) -> Value {
-    match &lock.holder {
+    let mut json = match &lock.holder {
         Some(holder) => json!({
             "path": lock.path,
             "agent": holder.agent,
@@ -121,13 +122,17 @@ fn lock_json(lock: &HeldLock, now: Timestamp) -> Value {
             "age_seconds": now.since(holder.since).as_secs(),
         }),
         None => json!({"path": lock.path, "agent": null}),
-    }
+    };
+    json["foreign"] = json!(lock.foreign);
+    json
 }
 
-/// Who holds a lock, in words: `free`, or `held by <agent> on <host> pid <pid> since <time> (<age>)`.
+/// Who holds a lock, in words: `free`, `FOREIGN node (<why>)`, or `held by <agent> on <host>
+/// pid <pid> since <time> (<age>)`.
 pub fn describe_lock(lock: Option<&HeldLock>, now: Timestamp) -> String {
     match lock {
         None => "free".into(),
+        Some(HeldLock { foreign: Some(why), .. }) => format!("FOREIGN node, not a lock autocomp made ({why})"),
         Some(HeldLock { holder: None, .. }) => "held (holder not readable)".into(),
         Some(HeldLock { holder: Some(h), .. }) => {
             format!("held by {} on {} pid {} since {} ({})", h.agent, h.host, h.pid, h.since, age(now.since(h.since)))
@@ -760,8 +765,9 @@ impl LocksView {
                 let rows: Vec<Vec<String>> = self
                     .locks
                     .iter()
-                    .map(|view| match &view.lock.holder {
-                        Some(h) => vec![
+                    .map(|view| match (&view.lock.foreign, &view.lock.holder) {
+                        (Some(_), _) => vec![view.lock.path.clone(), "FOREIGN (see below)".into()],
+                        (None, Some(h)) => vec![
                             view.lock.path.clone(),
                             h.agent.clone(),
                             h.host.clone(),
@@ -769,10 +775,22 @@ impl LocksView {
                             h.since.to_string(),
                             view.age.map(age).unwrap_or_default(),
                         ],
-                        None => vec![view.lock.path.clone(), "(holder not readable)".into()],
+                        (None, None) => vec![view.lock.path.clone(), "(holder not readable)".into()],
                     })
                     .collect();
-                table(&["lock", "holder", "host", "pid", "since", "age"], &rows)
+                let mut out = table(&["lock", "holder", "host", "pid", "since", "age"], &rows);
+                // The reasons are long; one line each under the table, where a person reads them.
+                for view in &self.locks {
+                    if let Some(why) = &view.lock.foreign {
+                        let path = &view.lock.path;
+                        writeln!(
+                            out,
+                            "FOREIGN {path}: not a lock autocomp made: {why}; no pass takes it while it is there"
+                        )
+                        .ok();
+                    }
+                }
+                out
             }
         }
     }
@@ -1038,7 +1056,8 @@ impl Operator {
     }
 
     /// `autocomp locks`: every held lock with its holder and age; with `stale`, only those
-    /// held longer than that (locks whose holder cannot be read are left out then).
+    /// held longer than that (locks whose holder cannot be read are left out then, foreign
+    /// nodes never: they need a person whatever their age).
     pub async fn locks_held(&self, stale: Option<Duration>) -> Result<LocksView, OperatorError> {
         let held = self.held_locks().await?;
         let now = Timestamp::now();
@@ -1048,7 +1067,9 @@ impl Operator {
                 let age = lock.holder.as_ref().map(|h| now.since(h.since));
                 LockView { lock, age }
             })
-            .filter(|view| stale.is_none_or(|limit| view.age.is_some_and(|age| age > limit)))
+            .filter(|view| {
+                view.lock.foreign.is_some() || stale.is_none_or(|limit| view.age.is_some_and(|age| age > limit))
+            })
             .collect();
         Ok(LocksView { locks, stale })
     }
