@@ -17,7 +17,8 @@ use clap::{ArgGroup, Parser, Subcommand};
 /// the operator (--as) and the reason (--reason); nothing is ever edited or deleted.
 const CLI_EXIT_CODES: &str = "Exit codes: 0 ok, 1 an action the batch's state refuses (nothing written) or \
                               `alerts` printed alerts, 2 usage, config or input error, 4 lock service lost, 5 store or \
-                              index unreachable (or the store's disk full).";
+                              index unreachable (or the store's disk full), 6 a lock node autocomp did not make \
+                              (or a lock tree this identity may not fix).";
 
 #[derive(Parser)]
 #[command(name = "autocomp", version, after_help = CLI_EXIT_CODES)]
