@@ -33,7 +33,7 @@ impl ConfigError {
 }
 
 /// The shared `autocomp.toml`: which store, index and lock service the pipeline uses.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Backends {
     /// `sqlite:///path/store.db`, `postgres://user@host/database` or `http://host:7070`
@@ -42,6 +42,19 @@ pub struct Backends {
     pub index: Option<String>,
     /// `local:/path/locks`
     pub locks: Option<String>,
+}
+
+/// Shows the URLs as `display_url` does: a `{:?}` in a log or a panic never prints a
+/// password.
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |url: &Option<String>| url.as_deref().map(autocomp_http::display_url);
+        f.debug_struct("Backends")
+            .field("store", &shown(&self.store))
+            .field("index", &shown(&self.index))
+            .field("locks", &shown(&self.locks))
+            .finish()
+    }
 }
 
 impl Backends {
@@ -261,7 +274,9 @@ pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Resu
     component_config.check(&file)?;
     let shared_file = config_dir.join(SHARED_FILE);
     let backends = match read_optional(&shared_file, false)? {
-        Some(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&shared_file, e.to_string()))?,
+        // A parse error quotes the offending line, which may be the store URL.
+        Some(text) => toml::from_str(&text)
+            .map_err(|e| ConfigError::new(&shared_file, autocomp_http::redact::redact_urls_in(&e.to_string())))?,
         None => Backends::default(),
     };
     Ok(LoadedConfig { component: component_config, backends, file, shared_file })
@@ -342,5 +357,21 @@ mod tests {
         let bad: ComponentConfig = toml::from_str("[trigger]\nrequirez = [\"C\"]").unwrap();
         let err = bad.trigger(&default, Path::new("x.toml")).unwrap_err().to_string();
         assert!(err.contains("requirez") && err.contains("x.toml"), "{err}");
+    }
+
+    #[test]
+    fn backends_never_print_a_password() {
+        let backends = Backends {
+            store: Some("postgres://autocomp:s3/cr@t@db/autocomp".into()),
+            index: Some("local:/var/lib/index".into()),
+            locks: None,
+        };
+        let shown = format!("{backends:?}");
+        assert!(!shown.contains("s3/cr") && shown.contains("postgres://autocomp:***@db/autocomp"), "{shown}");
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SHARED_FILE), "store = \"postgres://u:s3/cr@t@db/x\" oops\n").unwrap();
+        let error = load("c", None, dir.path()).unwrap_err().to_string();
+        assert!(error.contains("oops") && !error.contains("s3/cr"), "{error}");
     }
 }

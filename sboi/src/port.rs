@@ -129,5 +129,5 @@ pub fn open_index(url: &str, store: Arc<dyn ObjectStore>) -> IndexResult<Arc<dyn
 }
 
 fn invalid(url: &str, reason: &str) -> IndexError {
-    IndexError::Store(StoreError::Invalid(InvalidInput::new("index url", url, reason)))
+    IndexError::Store(StoreError::Invalid(InvalidInput::new("index url", autocomp_http::display_url(url), reason)))
 }

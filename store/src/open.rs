@@ -11,13 +11,20 @@ use crate::port::{ObjectStore, StoreResult};
 /// PostgreSQL at `postgres://user@host1,host2/database[?target_session_attrs=read-write&...]`,
 /// or the store service at `http://host:port[?retry_for=30s]`.
 pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
+    // Errors name the URL as `display_url` shows it: a mistyped scheme may still carry a password.
+    let shown = autocomp_http::display_url(url);
     if let Some(rest) = url.strip_prefix("sqlite://") {
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
-            return Err(InvalidInput::new("store url", url, "names no file; write sqlite:///path/to/store.db").into());
+            return Err(InvalidInput::new(
+                "store url",
+                shown.as_str(),
+                "names no file; write sqlite:///path/to/store.db",
+            )
+            .into());
         }
         let options = crate::sqlite::SqliteOptions::from_query(query)
-            .map_err(|reason| InvalidInput::new("store url", url, reason))?;
+            .map_err(|reason| InvalidInput::new("store url", shown.as_str(), reason))?;
         let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
         return Ok(Arc::new(store));
     }
@@ -29,5 +36,5 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
     }
     let reason =
         "unknown scheme; expected sqlite:///path/to/store.db, postgres://user@host/database or http://host:port";
-    Err(InvalidInput::new("store url", url, reason).into())
+    Err(InvalidInput::new("store url", shown, reason).into())
 }

@@ -7,91 +7,77 @@ use std::process::Command;
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::{Postgres, shared};
-
-fn run(command: &mut Command) {
-    let output = command.output().expect("run a command");
-    assert!(output.status.success(), "{command:?}: {}", String::from_utf8_lossy(&output.stderr));
-}
-
-/// A certificate for 127.0.0.1 signed by a test CA, in the server's data dir, and TLS
-/// switched on. Returns the CA certificate (for `sslrootcert`).
-fn enable_tls(server: &Postgres) -> std::path::PathBuf {
-    let data = server.data_dir();
-    let path = |name: &str| data.join(name).to_str().unwrap().to_string();
-    let (cert, key) = (data.join("server.crt"), data.join("server.key"));
-    run(Command::new("openssl").args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]).args([
-        "-subj",
-        "/CN=autocomp test CA",
-        "-keyout",
-        &path("ca.key"),
-        "-out",
-        &path("ca.crt"),
-    ]));
-    run(Command::new("openssl").args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost"]).args([
-        "-keyout",
-        &path("server.key"),
-        "-out",
-        &path("server.csr"),
-    ]));
-    std::fs::write(data.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-    run(Command::new("openssl").args(["x509", "-req", "-days", "2", "-CAcreateserial"]).args([
-        "-in",
-        &path("server.csr"),
-        "-CA",
-        &path("ca.crt"),
-        "-CAkey",
-        &path("ca.key"),
-        "-extfile",
-        &path("san.ext"),
-        "-out",
-        &path("server.crt"),
-    ]));
-    run(Command::new("chmod").arg("600").arg(&key));
-    let owner = std::fs::metadata(data).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap();
-    run(Command::new("chown").arg(owner.to_string()).arg(&cert).arg(&key));
-    server.psql("postgres", "ALTER SYSTEM SET ssl = on");
-    server.psql("postgres", "SELECT pg_reload_conf()");
-    // The reload is asynchronous: wait until new sessions see it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while server.psql("postgres", "SHOW ssl").trim() != "on" {
-        assert!(std::time::Instant::now() < deadline, "ssl never came on: {}", server.log_tail());
-    }
-    data.join("ca.crt")
-}
+use autocomp_test_servers::postgres::{Options, Postgres, shared};
 
 fn ssl_in_use(server: &Postgres, database: &str) -> String {
     server.psql(database, "SELECT string_agg(ssl::text, ',') FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'autocomp'")
 }
 
+/// The server's certificate names `localhost` only (see `Options::tls`), so by address
+/// (`127.0.0.1`) its name does not match.
 #[tokio::test]
-async fn sslmode_require_encrypts_and_verify_full_checks_the_certificate() {
-    let server = Postgres::start();
-    let cert = enable_tls(&server);
-    let base = server.create_database("tls");
+async fn each_sslmode_verifies_what_it_promises() {
+    let server = Postgres::start_with(Options::default().with_tls());
+    let tls = server.tls();
+    server.create_database("tls");
+    let port = server.port();
+    let url = |host: &str, query: &str| format!("postgres://autocomp@{host}:{port}/tls?{query}");
+    let with_ca = |mode: &str, ca: &Path| format!("sslmode={mode}&sslrootcert={}", ca.display());
 
-    let encrypted = PgStore::open(&format!("{base}?sslmode=require")).await.unwrap();
+    // require: encrypted, whatever the certificate.
+    let encrypted = PgStore::open(&url("127.0.0.1", "sslmode=require")).await.unwrap();
     encrypted.create_batch(NewBatch::new("B1".parse().unwrap(), "RoundTrip".parse().unwrap())).await.unwrap();
     assert!(ssl_in_use(&server, "tls").contains("true"), "the store's connection uses TLS");
     drop(encrypted);
 
-    let verified = format!("{base}?sslmode=verify-full&sslrootcert={}", cert.display());
-    let store = PgStore::open(&verified).await.unwrap();
+    // verify-full with the CA that signed it, by the name it carries: connects.
+    let store = PgStore::open(&url("localhost", &with_ca("verify-full", &tls.ca))).await.unwrap();
+    assert_eq!(store.count_batches().await.unwrap(), 1);
+    // verify-ca checks the chain only: by address, the name does not matter.
+    let store = PgStore::open(&url("127.0.0.1", &with_ca("verify-ca", &tls.ca))).await.unwrap();
     assert_eq!(store.count_batches().await.unwrap(), 1);
 
-    // Another CA: the server's certificate is refused, nothing is sent.
-    let other = Path::new(&cert).with_file_name("other.crt");
-    let other_key = Path::new(&cert).with_file_name("other.key");
-    run(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=other"])
-        .args(["-keyout", other_key.to_str().unwrap(), "-out", other.to_str().unwrap()]));
-    let refused = PgStore::open(&format!("{base}?sslmode=verify-full&sslrootcert={}", other.display())).await;
-    let error = refused.err().expect("an unknown issuer is refused").to_string();
-    assert!(error.contains("127.0.0.1") && error.to_lowercase().contains("certificate"), "{error}");
+    // verify-full by address: a host-name mismatch, refused as configuration.
+    let error = PgStore::open(&url("127.0.0.1", &with_ca("verify-full", &tls.ca))).await.err().expect("name mismatch");
+    assert!(matches!(&error, StoreError::Invalid(e) if e.field == "sslrootcert"), "{error:?}");
+    assert!(error.to_string().contains("host name"), "says why: {error}");
 
-    let missing = PgStore::open(&format!("{base}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")).await;
+    // Another CA: refused under verify-full and verify-ca, as configuration (exit 2).
+    for (host, mode) in [("localhost", "verify-full"), ("127.0.0.1", "verify-ca")] {
+        let error = PgStore::open(&url(host, &with_ca(mode, &tls.other_ca))).await.err().expect("unknown issuer");
+        assert!(matches!(&error, StoreError::Invalid(e) if e.field == "sslrootcert"), "{mode}: {error:?}");
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("{host}:{port}")) && text.contains("not signed by a CA in sslrootcert"),
+            "{text}"
+        );
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+        .args(["migrate", "--db", &url("localhost", &with_ca("verify-full", &tls.other_ca))])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", String::from_utf8_lossy(&output.stderr));
+
+    // prefer (libpq's default) and require accept the certificate unverified, and say so
+    // once per process; verify-full says nothing.
+    for (query, warned) in
+        [("sslmode=prefer", 1), ("sslmode=require", 1), (with_ca("verify-full", &tls.ca).as_str(), 0)]
+    {
+        let output = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+            .args(["migrate", "--db", &url("localhost", query)])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{query}: {stderr}");
+        assert_eq!(stderr.matches("certificate is not verified").count(), warned, "{query}: {stderr}");
+    }
+
+    let missing = PgStore::open(&url("localhost", "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")).await;
     let error = missing.err().expect("a missing CA file is a configuration error");
     assert!(matches!(&error, StoreError::Invalid(e) if e.field == "sslrootcert"), "{error}");
+    // sslrootcert with a mode that would ignore it: refused rather than silently unverified.
+    let ignored = PgStore::open(&url("localhost", &with_ca("require", &tls.ca))).await;
+    assert!(ignored.err().expect("sslrootcert needs verify-*").to_string().contains("verify-ca or verify-full"));
 }
 
 #[tokio::test]

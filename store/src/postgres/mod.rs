@@ -8,6 +8,7 @@
 mod ops;
 mod options;
 mod schema;
+mod text;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -68,9 +69,10 @@ impl PgStore {
     pub async fn open(url: &str) -> StoreResult<Self> {
         let options = PgOptions::parse(url)?;
         let tls = options.tls()?;
-        let manager = Manager::from_config(
+        let connect = Connector { tls, password_file: options.password_file.clone(), target: options.target.clone() };
+        let manager = Manager::from_connect(
             options.config.clone(),
-            tls,
+            connect,
             ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         let pool = Pool::builder(manager)
@@ -206,6 +208,48 @@ impl PgStore {
     }
 }
 
+/// How the pool opens a connection: as the URL says, with the password read again from
+/// `password_file` (when the URL names one) for every new connection, so a password rotated
+/// in the file is used from the next connection on, without a restart.
+struct Connector {
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    password_file: Option<std::path::PathBuf>,
+    target: String,
+}
+
+impl deadpool_postgres::Connect for Connector {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+                > + Send
+                + '_,
+        >,
+    > {
+        let mut config = config.clone();
+        if let Some(file) = &self.password_file {
+            match options::read_password_file(file) {
+                Ok(password) => {
+                    config.password(password);
+                }
+                // The password read when the store was opened is tried instead.
+                Err(error) => tracing::warn!(store = %self.target, "{error}"),
+            }
+        }
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let (client, connection) = config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok((client, task))
+        })
+    }
+}
+
 async fn connect_once(
     options: &PgOptions,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
@@ -251,6 +295,21 @@ fn classify(options: &PgOptions, error: &tokio_postgres::Error, connecting: bool
     let target = &options.target;
     if let Some(code) = error.code() {
         let message = describe_error(error);
+        // Data exceptions (class 22: untranslatable characters, bad escapes, values out of
+        // range): this write's values are at fault, on every server and every retry.
+        // (While connecting, it is a connection parameter of the URL that is refused.)
+        if code.code().starts_with("22") {
+            let refused = if connecting {
+                InvalidInput::new("store url", target.as_str(), format!("{message} (SQLSTATE {})", code.code()))
+            } else {
+                InvalidInput::new(
+                    "data",
+                    message,
+                    format!("PostgreSQL refused to store it (SQLSTATE {}); nothing was written", code.code()),
+                )
+            };
+            return Failure::Final(refused.into());
+        }
         if *code == SqlState::INVALID_PASSWORD || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION {
             return Failure::Final(
                 InvalidInput::new(
@@ -286,6 +345,21 @@ fn classify(options: &PgOptions, error: &tokio_postgres::Error, connecting: bool
         return Failure::Final(StoreError::Unavailable(message));
     }
     let described = describe_error(error);
+    // The server's certificate did not pass sslmode=verify-ca / verify-full: the CA file,
+    // the host name or the server's certificate is misconfigured; waiting will not fix it.
+    if let Some(certificate) = certificate_error(error) {
+        return Failure::Final(
+            InvalidInput::new(
+                "sslrootcert",
+                options.root_certificates.as_deref().unwrap_or("(the public web roots)"),
+                format!(
+                    "the certificate of PostgreSQL at {target} is refused under sslmode={}: {certificate}",
+                    options.tls.as_str()
+                ),
+            )
+            .into(),
+        );
+    }
     // tokio-postgres says only in its text that the configuration is at fault (the server
     // asked for a password the URL and $PGPASSWORD do not give): not something a retry fixes.
     if described.starts_with("invalid configuration") {
@@ -295,4 +369,28 @@ fn classify(options: &PgOptions, error: &tokio_postgres::Error, connecting: bool
     }
     let message = format!("PostgreSQL at {target} unreachable: {described}");
     if connecting { Failure::Unsent(message) } else { Failure::Ambiguous(message) }
+}
+
+/// The rustls certificate error somewhere in `error`'s sources, described.
+fn certificate_error(error: &tokio_postgres::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(inner) = source {
+        let tls = inner.downcast_ref::<rustls::Error>().or_else(|| {
+            inner.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|e| e.downcast_ref())
+        });
+        if let Some(tls @ rustls::Error::InvalidCertificate(certificate)) = tls {
+            let hint = match certificate {
+                rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature => {
+                    " (it is not signed by a CA in sslrootcert)"
+                }
+                rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. } => {
+                    " (the host name in the URL is not one the certificate names)"
+                }
+                _ => "",
+            };
+            return Some(format!("{tls}{hint}"));
+        }
+        source = inner.source();
+    }
+    None
 }

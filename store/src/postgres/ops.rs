@@ -14,6 +14,7 @@ use deadpool_postgres::ClientWrapper;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::text::{self, unjsoned, untext};
 use super::{Failure, PgStore, Retry, classify};
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
@@ -155,7 +156,7 @@ impl EventRow {
             outcome: Outcome::parse(&self.outcome).map_err(|e| corrupt("event", e))?,
             agent: Agent::new(self.agent).map_err(|e| corrupt("event", e))?,
             at: Timestamp(self.at),
-            details: self.details,
+            details: unjsoned(self.details),
             run,
             resets: self
                 .resets
@@ -236,12 +237,12 @@ fn work_json(tallies: &WorkTallies) -> Value {
 fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
     let row: ComponentRow = serde_json::from_str(text).map_err(|e| corrupt("component", e))?;
     let descriptor: ComponentDescriptor =
-        serde_json::from_value(row.descriptor).map_err(|e| corrupt("component descriptor", e))?;
+        serde_json::from_value(unjsoned(row.descriptor)).map_err(|e| corrupt("component descriptor", e))?;
     let retired = match (row.retired_at, row.retired_by) {
         (Some(at), Some(by)) => Some(Retirement {
             at: Timestamp(at),
             by: Agent::new(by).map_err(|e| corrupt("component", e))?,
-            reason: row.retired_reason.unwrap_or_default(),
+            reason: row.retired_reason.map(untext).unwrap_or_default(),
         }),
         _ => None,
     };
@@ -260,7 +261,7 @@ fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
                     .map(|text| PassOutcome::parse(&text))
                     .transpose()
                     .map_err(|e| corrupt("component host", e))?,
-                summary: host.pass_summary,
+                summary: untext(host.pass_summary),
                 duration_ms: host.pass_duration_ms.map(|ms| ms.max(0) as u64),
             })
         })
@@ -285,7 +286,7 @@ fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
 fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
     let id = BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?;
     let metadata: &str = row.get(3);
-    let metadata = match serde_json::from_str(metadata).map_err(|e| corrupt("batch", e))? {
+    let metadata = match serde_json::from_str(metadata).map(unjsoned).map_err(|e| corrupt("batch", e))? {
         Value::Object(map) => map,
         _ => Map::new(),
     };
@@ -319,7 +320,7 @@ fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
                 outcome: Outcome::parse(outcomes[i]).map_err(|e| corrupt("event", e))?,
                 agent: Agent::new(agents[i]).map_err(|e| corrupt("event", e))?,
                 at: Timestamp(ats[i]),
-                details: serde_json::from_str(details[i]).map_err(|e| corrupt("event", e))?,
+                details: serde_json::from_str(details[i]).map(unjsoned).map_err(|e| corrupt("event", e))?,
                 run,
                 resets,
             });
@@ -440,15 +441,16 @@ fn optional_json(values: &[EventType]) -> Option<Value> {
 impl ObjectStore for PgStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         batch.validate()?;
+        let metadata = text::json(&batch.metadata);
         let created = self
             .run("create_batch", Retry::Safe, |client, _| {
-                let batch = &batch;
+                let (batch, metadata) = (&batch, &*metadata);
                 Box::pin(async move {
                     let statement = prepare(client, "SELECT * FROM autocomp_create_batch($1, $2, $3, $4)").await?;
                     let row = client
                         .query_one(
                             &statement,
-                            &[&batch.id.as_str(), &batch.batch_type.as_str(), &batch.priority, &batch.metadata],
+                            &[&batch.id.as_str(), &batch.batch_type.as_str(), &batch.priority, metadata],
                         )
                         .await
                         .map_err(|e| self.failure(e, &Scope { batch: &batch.id, run: None }))?;
@@ -535,11 +537,11 @@ impl ObjectStore for PgStore {
                     let row = client.query_opt(&read, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
                     let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
                     let metadata: Value =
-                        serde_json::from_str(row.get::<_, &str>(0)).map_err(|e| corrupt("batch", e))?;
+                        serde_json::from_str(row.get::<_, &str>(0)).map(unjsoned).map_err(|e| corrupt("batch", e))?;
                     let expected: i64 = row.get(1);
                     let merged = write_rules::merge_metadata(metadata, patch.clone()).map_err(Failure::Final)?;
                     let row = client
-                        .query_one(&write, &[&id.as_str(), &expected, &merged])
+                        .query_one(&write, &[&id.as_str(), &expected, &*text::json(&merged)])
                         .await
                         .map_err(|e| self.failure(e, &scope))?;
                     if let Some(seq) = row.get::<_, Option<i64>>(0) {
@@ -692,7 +694,7 @@ impl ObjectStore for PgStore {
         data: Value,
     ) -> StoreResult<()> {
         autocomp_model::check_object("checkpoint", &data)?;
-        let data = &data;
+        let data = &*text::json(&data);
         self.run("save_checkpoint", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let statement = prepare(client, "SELECT autocomp_save_checkpoint($1, $2, $3, $4)").await?;
@@ -723,7 +725,7 @@ impl ObjectStore for PgStore {
                     return Err(Failure::Final(StoreError::NotFound(batch.clone())));
                 }
                 row.get::<_, Option<&str>>(1)
-                    .map(|text| serde_json::from_str(text).map_err(|e| corrupt("checkpoint", e)))
+                    .map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e)))
                     .transpose()
             })
         })
@@ -866,7 +868,7 @@ impl ObjectStore for PgStore {
                                 &new.event_type.as_str(),
                                 &new.outcome.as_str(),
                                 &new.agent.as_str(),
-                                &new.details,
+                                &*text::json(&new.details),
                             ],
                         )
                         .await
@@ -910,7 +912,7 @@ impl ObjectStore for PgStore {
                                 &new.event_type.as_str(),
                                 &new.outcome.as_str(),
                                 &new.agent.as_str(),
-                                &new.details,
+                                &*text::json(&new.details),
                             ],
                         )
                         .await
@@ -934,18 +936,20 @@ impl ObjectStore for PgStore {
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
         pass.validate()?;
         let descriptor = serde_json::to_value(&pass.descriptor).expect("descriptors always serialize");
+        let descriptor = text::json(&descriptor).into_owned();
         let (ended, outcome, summary, duration_ms, work) = match &pass.phase {
             PassPhase::Started => (false, None, None, None, None),
             PassPhase::Ended { outcome, summary, duration_ms, work } => (
                 true,
                 Some(outcome.as_str()),
-                Some(summary.as_str()),
+                Some(text::text(summary)),
                 Some(i64::try_from(*duration_ms).unwrap_or(i64::MAX)),
                 (!work.is_empty()).then(|| work_json(&WorkTallies::of(work))),
             ),
         };
         // Repeating a pass that carries work would count its results twice.
         let retry = if pass.carries_work() { Retry::OnlyUnsent } else { Retry::Safe };
+        let summary = summary.as_deref();
         let (pass, descriptor, work) = (&pass, &descriptor, &work);
         let (name, event_type) = (pass.descriptor.name.as_str(), pass.descriptor.event_type.as_str());
         let other = self
@@ -1011,7 +1015,8 @@ impl ObjectStore for PgStore {
         reason: &str,
     ) -> StoreResult<RegisteredComponent> {
         let reason = write_rules::retirement_reason(reason)?;
-        let reason = &reason;
+        let reason = text::text(&reason);
+        let reason = &&*reason;
         let (outcome, answer) = self
             .run("retire_component", Retry::OnlyUnsent, |client, _| {
                 Box::pin(async move {
@@ -1089,9 +1094,26 @@ impl PgStore {
         }
     }
 
+    /// One group, one call. When PostgreSQL refuses the data of one of its appends (a
+    /// data exception fails the whole call), each append is sent again alone, so only the
+    /// one at fault is refused.
+    async fn append_group(&self, group: &[PendingAppend]) -> Vec<StoreResult<Recorded>> {
+        let answers = self.send_group(group).await;
+        let refused_data =
+            |answer: &StoreResult<Recorded>| matches!(answer, Err(StoreError::Invalid(i)) if i.field == "data");
+        if group.len() > 1 && answers.first().is_some_and(refused_data) {
+            let mut alone = Vec::with_capacity(group.len());
+            for pending in group {
+                alone.extend(self.send_group(std::slice::from_ref(pending)).await);
+            }
+            return alone;
+        }
+        answers
+    }
+
     /// One group, one call; retried whole (every append carries a key, so a retry after a
     /// lost answer finds what the first attempt recorded).
-    async fn append_group(&self, group: &[PendingAppend]) -> Vec<StoreResult<Recorded>> {
+    async fn send_group(&self, group: &[PendingAppend]) -> Vec<StoreResult<Recorded>> {
         let column = |f: &dyn Fn(&PendingAppend) -> Option<&str>| group.iter().map(f).collect::<Vec<_>>();
         let batches = column(&|p| Some(p.batch.as_str()));
         let types = column(&|p| Some(p.event.event_type.as_str()));
@@ -1099,7 +1121,9 @@ impl PgStore {
         let agents = column(&|p| Some(p.event.agent.as_str()));
         let components = column(&|p| p.event.run.as_ref().map(|r| r.component.as_str()));
         let keys = column(&|p| p.event.idempotency_key.as_ref().map(IdempotencyKey::as_str));
-        let details: Vec<&Value> = group.iter().map(|p| &p.event.details).collect();
+        let stored_details: Vec<std::borrow::Cow<'_, Value>> =
+            group.iter().map(|p| text::json(&p.event.details)).collect();
+        let details: Vec<&Value> = stored_details.iter().map(|d| &**d).collect();
         let generations: Vec<Option<i64>> = group.iter().map(|p| p.event.run.as_ref().map(|r| r.generation)).collect();
         let resets: Vec<Option<Value>> = group.iter().map(|p| optional_json(&p.event.resets)).collect();
         let answered = self

@@ -7,7 +7,8 @@
 //! password. The binaries are the highest `/usr/lib/postgresql/*/bin` (Debian's layout);
 //! Debian's own cluster service is never touched. With [`Options::network`] the server (and
 //! the harness's `psql`) runs in a test's network namespace instead, on its host's address,
-//! trusting that subnet.
+//! trusting that subnet. With [`Options::tls`] it serves TLS (`ssl=on`) with a certificate
+//! for `localhost` signed by a test CA of its own ([`Postgres::tls`] names the files).
 //!
 //! PostgreSQL refuses to run as root. When the tests run as root, the server's dirs are given
 //! to the `postgres` user (every parent must be traversable by it: the temp dir is made 0755)
@@ -102,15 +103,38 @@ pub struct Options {
     /// `/var/run/netns`, as `ip netns` makes them), listening on this address instead of
     /// 127.0.0.1: a test's host of its own.
     pub network: Option<(String, Ipv4Addr)>,
+    /// Serve TLS (`ssl=on`): a test CA and a server certificate it signed, whose only name is
+    /// `localhost` (DNS), are made in the server's dir at start. So a client verifying the
+    /// certificate connects to `localhost`, and connecting by address (`127.0.0.1`) is a
+    /// host-name mismatch; [`TlsFiles::other_ca`] signed nothing of this server.
+    pub tls: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { settings: Vec::new(), fsync: true, network: None }
+        Self { settings: Vec::new(), fsync: true, network: None, tls: false }
     }
 }
 
+/// The PEM files of a server started with [`Options::tls`].
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate (a client's `sslrootcert`).
+    pub ca: PathBuf,
+    /// Another CA, which signed nothing the server presents (a wrong `sslrootcert`).
+    pub other_ca: PathBuf,
+    /// The server's certificate (names `localhost` only) and key.
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+}
+
 impl Options {
+    /// Serve TLS with a certificate of a test CA: see [`Options::tls`].
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Adds a server setting, e.g. `Options::default().setting("wal_level", "logical")`.
     pub fn setting(mut self, name: &str, value: &str) -> Self {
         self.settings.push((name.to_owned(), value.to_owned()));
@@ -164,6 +188,13 @@ impl Postgres {
             let hba = dir.path().join("data/pg_hba.conf");
             let mut file = std::fs::OpenOptions::new().append(true).open(&hba).expect("pg_hba.conf");
             file.write_all(b"host all all samenet trust\n").expect("pg_hba.conf written");
+        }
+        let mut options = options;
+        if options.tls {
+            let files = make_certificates(dir.path());
+            options.settings.push(("ssl".into(), "on".into()));
+            options.settings.push(("ssl_cert_file".into(), files.certificate.display().to_string()));
+            options.settings.push(("ssl_key_file".into(), files.key.display().to_string()));
         }
         Self::launch(bin, dir, watchdog, options)
     }
@@ -283,6 +314,13 @@ impl Postgres {
             arguments.push(format!("{name}={value}"));
         }
         arguments
+    }
+
+    /// The certificate files of a server started with [`Options::tls`]; fails the calling
+    /// test for one started without.
+    pub fn tls(&self) -> TlsFiles {
+        assert!(self.options.tls, "PostgreSQL on port {} was started without Options::tls", self.port);
+        tls_files(self.dir.path())
     }
 
     /// The loopback port it listens on (the same across [`restart`](Self::restart)).
@@ -563,6 +601,103 @@ pub fn shared() -> &'static Postgres {
     SHARED.get_or_init(|| {
         Postgres::start_with(Options { fsync: false, ..Options::default() }.setting("synchronous_commit", "off"))
     })
+}
+
+fn tls_files(dir: &Path) -> TlsFiles {
+    TlsFiles {
+        ca: dir.join("ca.crt"),
+        other_ca: dir.join("other-ca.crt"),
+        certificate: dir.join("server.crt"),
+        key: dir.join("server.key"),
+    }
+}
+
+/// Makes the test CAs and the server's certificate (P-256 keys: fast to make) in `dir` with
+/// the `openssl` command, the key readable by the server user only, as PostgreSQL demands.
+fn make_certificates(dir: &Path) -> TlsFiles {
+    let files = tls_files(dir);
+    let openssl = |arguments: &[&str], what: &str| {
+        let mut command = Command::new("openssl");
+        command.args(arguments).current_dir(dir);
+        let ran = run(&mut command, None, what);
+        assert!(
+            ran.status.success(),
+            "{what} failed ({}): {}\n(the tests need the openssl command: `apt-get install -y openssl`)",
+            ran.status,
+            ran.stderr
+        );
+    };
+    for (name, subject) in [("ca", "/CN=autocomp test CA"), ("other-ca", "/CN=autocomp other test CA")] {
+        let (key, certificate) = (format!("{name}.key"), format!("{name}.crt"));
+        openssl(
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                subject,
+                "-keyout",
+                &key,
+                "-out",
+                &certificate,
+            ],
+            "openssl req (a test CA)",
+        );
+    }
+    openssl(
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        "openssl req (the server's key)",
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").expect("san.ext written");
+    openssl(
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ],
+        "openssl x509 (the server's certificate)",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600)).expect("chmod 600 server.key");
+    if is_root() {
+        let owner = server_user_ids();
+        for file in [&files.key, &files.certificate] {
+            std::os::unix::fs::chown(file, Some(owner.0), Some(owner.1))
+                .unwrap_or_else(|e| panic!("chown {SERVER_USER} {}: {e}", file.display()));
+        }
+    }
+    files
 }
 
 /// A detached shell that outlives this process: once the test process is gone, it stops
