@@ -63,13 +63,13 @@ pub struct RunnerArgs {
     pub log_format: LogFormat,
     /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
     /// http://host:7070 (overrides autocomp.toml).
-    #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_STORE", hide_env_values = true, value_name = "URL")]
     pub store: Option<String>,
     /// Batch index URL, e.g. local:/var/lib/autocomp/index.
-    #[arg(long, env = "AUTOCOMP_INDEX", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_INDEX", hide_env_values = true, value_name = "URL")]
     pub index: Option<String>,
     /// Lock service URL, e.g. local:/var/lib/autocomp/locks.
-    #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_LOCKS", hide_env_values = true, value_name = "URL")]
     pub locks: Option<String>,
 }
 

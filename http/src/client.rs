@@ -65,7 +65,7 @@ impl ClientOptions {
             let authority = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).unwrap_or("");
             if authority.is_empty() || authority.contains('/') {
                 let expected = "expected http://host:port, or several separated by commas";
-                return Err(InvalidInput::new(field, url, format!("{base:?}: {expected}")));
+                return Err(InvalidInput::new(field, crate::display_url(url), format!("{base:?}: {expected}")));
             }
             if !bases.iter().any(|known| known == base) {
                 bases.push(base.to_string());
@@ -75,11 +75,16 @@ impl ClientOptions {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("retry_for", value)) => {
-                    options.retry_for = humantime::parse_duration(value)
-                        .map_err(|e| InvalidInput::new(field, url, format!("retry_for={value}: {e}")))?;
+                    options.retry_for = humantime::parse_duration(value).map_err(|e| {
+                        InvalidInput::new(field, crate::display_url(url), format!("retry_for={value}: {e}"))
+                    })?;
                 }
                 _ => {
-                    return Err(InvalidInput::new(field, url, format!("unknown parameter {pair:?}; known: retry_for")));
+                    return Err(InvalidInput::new(
+                        field,
+                        crate::display_url(url),
+                        format!("unknown parameter {pair:?}; known: retry_for"),
+                    ));
                 }
             }
         }

@@ -181,7 +181,12 @@ pub trait Lock: Send + Sync {
 pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     if let Some(path) = url.strip_prefix("local:") {
         if path.is_empty() {
-            return Err(InvalidInput::new("locks url", url, "names no directory; write local:/path/to/locks").into());
+            return Err(InvalidInput::new(
+                "locks url",
+                autocomp_http::display_url(url),
+                "names no directory; write local:/path/to/locks",
+            )
+            .into());
         }
         return Ok(Arc::new(LocalLocks::new(path)));
     }
@@ -189,5 +194,5 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
         return Ok(Arc::new(ZkLocks::connect(url).await?));
     }
     let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
-    Err(InvalidInput::new("locks url", url, reason).into())
+    Err(InvalidInput::new("locks url", autocomp_http::display_url(url), reason).into())
 }

@@ -36,13 +36,13 @@ struct Cli {
     config_dir: Option<PathBuf>,
     /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
     /// http://host:7070 (overrides autocomp.toml).
-    #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL", global = true)]
+    #[arg(long, env = "AUTOCOMP_STORE", hide_env_values = true, value_name = "URL", global = true)]
     store: Option<String>,
     /// Batch index URL, e.g. local:/var/lib/autocomp/index.
-    #[arg(long, env = "AUTOCOMP_INDEX", value_name = "URL", global = true)]
+    #[arg(long, env = "AUTOCOMP_INDEX", hide_env_values = true, value_name = "URL", global = true)]
     index: Option<String>,
     /// Lock service URL, e.g. local:/var/lib/autocomp/locks or zk://zk1:2181/autocomp.
-    #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL", global = true)]
+    #[arg(long, env = "AUTOCOMP_LOCKS", hide_env_values = true, value_name = "URL", global = true)]
     locks: Option<String>,
     /// Who is acting; every write records the agent `operator:<NAME>` [default: $USER, then
     /// $LOGNAME, then the login name of the user id]

@@ -256,7 +256,8 @@ impl Operator {
                 // Let the port word the error for URLs it does not know.
                 self.index(store)?;
                 Err(OperatorError::usage(format!(
-                    "this command needs the embedded index (local:/path); the index is {url}"
+                    "this command needs the embedded index (local:/path); the index is {}",
+                    autocomp_http::display_url(&url)
                 )))
             }
         }

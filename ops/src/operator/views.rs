@@ -990,7 +990,7 @@ impl Operator {
         let url = self.index_url()?;
         if !url.starts_with("local:") {
             let indexed = self.index(&store)?.rebuild().await?;
-            return Ok(format!("reindexed {indexed} batches on {url}\n"));
+            return Ok(format!("reindexed {indexed} batches on {}\n", autocomp_http::display_url(&url)));
         }
         let options = EngineOptions { page_size: 1_000, ..EngineOptions::default() };
         let (engine, moved_aside) = match self.local_engine(&store, options.clone()) {
