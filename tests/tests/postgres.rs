@@ -401,3 +401,31 @@ fn a_statement_first_prepared_on_a_connection_the_server_ended_is_retried() {
     let result = runtime.block_on(store.get_batch(&BatchId::new("B0001").unwrap()));
     assert!(matches!(result, Err(StoreError::NotFound(_))), "a retry on a fresh connection answers: {result:?}");
 }
+
+/// A command whose output holds what PostgreSQL's text refuses (NUL) and what would act on a
+/// terminal: the result is recorded like any other (not an outage, no run left open), reads
+/// back byte for byte, and `autocomp show` prints it with visible escapes.
+#[test]
+fn a_command_output_with_nul_and_terminal_escapes_is_recorded_and_shown_safely() {
+    let url = postgres::shared().unique_database();
+    let pipeline = Pipeline::with_store(binary("autocomp-exec"), &url);
+    let id = pipeline.register(1).remove(0);
+    std::fs::write(pipeline.config_dir().join("ocr.toml"), "").unwrap();
+    let noise = r"printf 'bad\000byte\033]0;owned\007\033[31mred\342\200\256txt' >&2; exit 3";
+    let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", noise];
+    let run = finish(pipeline.command(&args).spawn().unwrap(), PASS_LIMIT);
+    assert_eq!(run.code, Some(1), "the batch failed, the pass did not: {}", run.show());
+    assert!(!run.stdout.chars().chain(run.stderr.chars()).any(autocomp_http::terminal::is_concealing), "{}", run.show());
+
+    let batch = pipeline.block_on(pipeline.any_store().get_batch(&id)).unwrap();
+    assert!(batch.open_runs.is_empty(), "no run left open: {:?}", batch.open_runs);
+    let recorded = batch.events.iter().find(|event| event.event_type.as_str() == "Ocr_Done").expect("a result");
+    assert_eq!(recorded.outcome, Outcome::Failure);
+    let details = recorded.details.to_string();
+    assert!(details.contains("bad\\u0000byte\\u001b]0;owned\\u0007\\u001b[31mred\u{202e}txt"), "{details}");
+
+    let shown = autocomp(&pipeline, &["show", id.as_str()]);
+    assert_eq!(shown.code, Some(0), "{}", shown.show());
+    assert!(!shown.stdout.chars().any(autocomp_http::terminal::is_concealing), "{}", shown.stdout);
+    assert!(shown.stdout.contains(r"bad\u0000byte\u001b]0;owned\u0007\u001b[31mred\u202etxt"), "{}", shown.stdout);
+}
