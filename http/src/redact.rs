@@ -125,7 +125,7 @@ fn redact_tail(tail: &str) -> String {
 
 fn redact_option(pair: &str) -> String {
     match pair.split_once('=') {
-        Some((key, _)) if is_secret_key(&percent_decoded(key)) => format!("{key}=***"),
+        Some((key, _)) if is_secret_key(&String::from_utf8_lossy(&percent_decode(key))) => format!("{key}=***"),
         _ => pair.to_string(),
     }
 }
@@ -188,8 +188,10 @@ fn redact_conninfo(text: &str) -> String {
     shown
 }
 
-/// `%XX` sequences decoded (invalid ones kept), for comparing option names.
-fn percent_decoded(text: &str) -> String {
+/// `%XX` decoded to bytes; a `%` not followed by two hex digits is kept as it is (as
+/// tokio-postgres and libpq do). Also how the PostgreSQL URL's credentials are read, so the
+/// redaction and the parser agree on what a URL says.
+pub fn percent_decode(text: &str) -> Vec<u8> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -204,7 +206,7 @@ fn percent_decoded(text: &str) -> String {
         out.push(bytes[i]);
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]

@@ -11,22 +11,13 @@ use autocomp_http::display_url;
 use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::http1::get;
-use autocomp_test_servers::postgres::Postgres;
+use autocomp_test_servers::postgres::{Postgres, percent_encode};
 use autocomp_test_servers::{wait_for, wait_until_async};
 use proptest::prelude::*;
 use serde_json::json;
 
 /// Every password starts with this, so "no part of it shows" is checkable.
 const MARK: &str = "Zq9";
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
 
 /// What must never show: the password, raw or percent-encoded, or its distinctive start.
 fn assert_hidden(text: &str, password: &str) {

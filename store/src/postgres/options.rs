@@ -16,6 +16,7 @@ use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::{Host, SslMode};
 
 use crate::port::{StoreError, StoreResult};
+use autocomp_http::redact::percent_decode;
 use autocomp_model::InvalidInput;
 
 /// How TLS is used, with libpq's meanings (`sslmode`).
@@ -318,26 +319,6 @@ pub(crate) fn read_password_file(file: &std::path::Path) -> StoreResult<Vec<u8>>
         return Err(invalid("is empty".into()));
     }
     Ok(password)
-}
-
-/// `%XX` decoded to bytes; a `%` not followed by two hex digits is kept as it is (as
-/// tokio-postgres and libpq do).
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(byte) = text.get(i + 1..i + 3).and_then(|hex| u8::from_str_radix(hex, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    out
 }
 
 /// `user@host:port,host:port/database`.

@@ -1037,8 +1037,9 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].iter().map(|line| format!("{line}\n")).collect()
 }
 
-/// A database name as a URL path segment.
-fn percent_encode(text: &str) -> String {
+/// `text` as a URL path segment or userinfo part: every byte but the unreserved ones as
+/// `%XX`.
+pub fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|byte| match byte {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
