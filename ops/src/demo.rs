@@ -101,7 +101,7 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
     );
     println!(
         "  {} --config-dir {}   # the web monitor: open http://127.0.0.1:7072/ \
-         (read only; add --token-file FILE to act)",
+         (read only; add --users FILE to act)",
         binaries.join("autocomp-monitor").display(),
         config_dir.display()
     );

@@ -6,10 +6,12 @@
 //! - the overview's component x state counts, and the failed count's link to exactly the
 //!   failed batches;
 //! - a failed batch's page naming the file its checksum report names;
-//! - signing in, then a rerun previewed and confirmed, its Reset in the log, and the state
-//!   after the component's next pass;
+//! - signing in with an account of the users file (hashes made by `autocomp-monitor
+//!   hash-password`), then a rerun previewed and confirmed, its Reset in the log as the
+//!   account, and the state after the component's next pass;
 //! - a bulk rerun over a filter: previewed, confirmed, one Reset on exactly those batches;
-//! - writes without the token or from another site refused, and nothing written;
+//! - a viewer shown no actions and refused a POST; forged, signed-out and expired sessions
+//!   refused; writes from another site refused; nothing written by any of them;
 //! - no serious or critical axe-core finding on the pages.
 //!
 //! Screenshots go to `target/test-screenshots/monitor/`. Each test has its own demo dir and
@@ -35,6 +37,8 @@ const EVENT_TYPE: &str = "Checksums_Verified";
 /// The six states `autocomp status` reports; the overview adds `overdue`.
 const STATES: [&str; 6] = ["ready", "waiting", "working", "retrying", "failed", "success"];
 const OPERATOR: &str = "alice";
+/// An account that may read but not act.
+const VIEWER: &str = "vera";
 const REASON: &str = "the manifest was fixed upstream";
 /// The limit on anything the tests wait for: the monitor coming up, a page showing something.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -146,6 +150,7 @@ fn clean(command: &mut Command) {
         "AUTOCOMP_LOCKS",
         "AUTOCOMP_CONFIG_DIR",
         "AUTOCOMP_MONITOR_TOKEN_FILE",
+        "AUTOCOMP_MONITOR_USERS",
         "RUST_LOG",
     ] {
         command.env_remove(var);
@@ -186,20 +191,54 @@ fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
-/// `autocomp-monitor` serving the demo's pipeline, with a write token; killed on drop.
+/// A users-file line made by `autocomp-monitor hash-password`, the password on its stdin.
+fn users_line(name: &str, role: &str, password: &str) -> String {
+    let mut command = command("autocomp-monitor");
+    command.args(["hash-password", "--user", name, "--role", role]);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("autocomp-monitor hash-password starts");
+    use std::io::Write as _;
+    child.stdin.take().expect("stdin").write_all(format!("{password}\n").as_bytes()).expect("the password written");
+    let done = finish(child, Duration::from_secs(60));
+    assert_eq!(done.code, Some(0), "hash-password\n{}", done.show());
+    let line = done.stdout.trim().to_owned();
+    assert!(line.starts_with(&format!("{name} {role} $argon2id$")) && !line.contains(password), "{line}");
+    line
+}
+
+/// `autocomp-monitor` serving the demo's pipeline, with an operator's and a viewer's
+/// account; killed on drop.
 struct Monitor {
     child: Child,
     base: String,
-    token: String,
+    /// Both accounts' password.
+    password: String,
     log: PathBuf,
 }
 
 impl Monitor {
     async fn start(demo: &Demo) -> Monitor {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let token = format!("monitor-e2e-{}-{nanos}", std::process::id());
-        let token_file = demo.dir.path().join("monitor.token");
-        std::fs::write(&token_file, format!("{token}\n")).expect("token file");
+        Monitor::start_with(demo, &[]).await
+    }
+
+    /// With more flags. Every monitor of one demo has the same accounts.
+    async fn start_with(demo: &Demo, flags: &[&str]) -> Monitor {
+        let users_file = demo.dir.path().join("monitor.users");
+        let password_file = demo.dir.path().join("monitor.password");
+        if !users_file.exists() {
+            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            let password = format!("monitor-e2e-{}-{nanos}", std::process::id());
+            let lines = [users_line(OPERATOR, "operator", &password), users_line(VIEWER, "viewer", &password)];
+            std::fs::write(&users_file, format!("{}\n", lines.join("\n"))).expect("users file");
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&users_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+            std::fs::write(&password_file, &password).expect("password file");
+        }
+        let password = std::fs::read_to_string(&password_file).expect("the password");
+        Monitor::spawn(demo, &users_file, password, flags).await
+    }
+
+    async fn spawn(demo: &Demo, users_file: &Path, password: String, flags: &[&str]) -> Monitor {
         // Another process may take the port between our probe and the monitor's bind; then
         // the monitor exits and gets another port.
         for attempt in 1..=5 {
@@ -211,12 +250,14 @@ impl Monitor {
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--config-dir")
                 .arg(demo.config_dir())
-                .arg("--token-file")
-                .arg(&token_file);
+                .arg("--users")
+                .arg(users_file)
+                .args(flags);
             let stderr = std::fs::File::create(&log).expect("monitor log");
             command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
             let child = command.spawn().expect("autocomp-monitor starts");
-            let mut monitor = Monitor { child, base: format!("http://127.0.0.1:{port}"), token: token.clone(), log };
+            let mut monitor =
+                Monitor { child, base: format!("http://127.0.0.1:{port}"), password: password.clone(), log };
             if monitor.wait_up().await {
                 return monitor;
             }
@@ -458,16 +499,38 @@ impl Ui<'_> {
         serde_json::from_value(value).expect("rows of strings")
     }
 
-    /// Signs in through the login form (from the page's own "Sign in" link) and waits to be
-    /// back where it started, signed in.
-    async fn sign_in(&self, token: &str) {
+    /// Signs in as `name` through the login form (from the page's own "Sign in" link) and
+    /// waits to be back where it started, signed in.
+    async fn sign_in_as(&self, name: &str, password: &str) {
         let back = self.location().await;
         self.click("the Sign in link", Locator::XPath("//a[starts-with(@href, '/login')]")).await;
-        self.wait_for(|at| at.starts_with("/login"), "Write token").await;
-        self.type_into("the name field", Locator::Css("form[action='/login'] input[name='name']"), OPERATOR).await;
-        self.type_into("the token field", Locator::Css("form[action='/login'] input[name='token']"), token).await;
+        self.wait_for(|at| at.starts_with("/login"), "Password").await;
+        self.type_into("the name field", Locator::Css("form[action='/login'] input[name='name']"), name).await;
+        self.type_into("the password field", Locator::Css("form[action='/login'] input[name='password']"), password)
+            .await;
         self.click("Sign in", Locator::Css("form[action='/login'] button[type='submit']")).await;
-        self.wait_for(|at| at == back, &format!("Signed in as {OPERATOR}")).await;
+        self.wait_for(|at| at == back, &format!("Signed in as {name}")).await;
+    }
+
+    async fn sign_in(&self, password: &str) {
+        self.sign_in_as(OPERATOR, password).await;
+    }
+
+    /// The browser's session cookie (HttpOnly: no script sees it, WebDriver does).
+    async fn session_cookie(&self) -> String {
+        let cookies = self.client.get_all_cookies().await.expect("the browser's cookies");
+        let session = cookies.iter().find(|c| c.name() == "autocomp_session").expect("a session cookie");
+        assert!(session.http_only().unwrap_or(false), "{session:?}");
+        assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)", "{session:?}");
+        format!("autocomp_session={}", session.value())
+    }
+
+    /// How many action forms the page offers.
+    async fn action_forms(&self) -> u64 {
+        self.script("return document.querySelectorAll('form input[name=\"action\"]').length;")
+            .await
+            .as_u64()
+            .unwrap_or(0)
     }
 
     async fn assert_accessible(&self, page: &str) {
@@ -617,7 +680,7 @@ async fn a_signed_in_rerun_is_previewed_confirmed_logged_and_run_again() {
 
     ui.goto(&page).await;
     ui.wait_for(on_page, "Sign in").await;
-    ui.sign_in(&monitor.token).await;
+    ui.sign_in(&monitor.password).await;
 
     let before = events(&demo.show(&id));
     ui.select(
@@ -696,7 +759,7 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
     let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");
     ui.goto(&list).await;
     ui.wait_for(|at| at == list, "batches match").await;
-    ui.sign_in(&monitor.token).await;
+    ui.sign_in(&monitor.password).await;
     ui.click("the bulk actions", Locator::XPath("//details[.//input[@name='action']]/summary")).await;
     let form = |field: &str| action_form("rerun", field);
     ui.select("the bulk rerun's component", Locator::XPath(&form("//select[@name='component']")), COMPONENT).await;
@@ -740,7 +803,7 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_without_the_token_or_from_another_site_are_refused_and_change_nothing() {
+async fn writes_without_an_operators_session_or_from_another_site_are_refused_and_change_nothing() {
     let demo = Demo::run();
     let states = demo.status();
     let id = failed_at_the_component(&states).into_iter().next().expect("a failed batch");
@@ -758,8 +821,9 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
         assert_eq!(demo.head().await, head, "{what}: the store's head moved");
     };
 
-    // Not signed in: no cookie, then cookies that are not the session.
-    for cookie in [None, Some("autocomp_token=guess; autocomp_operator=mallory".to_owned())] {
+    // Not signed in: no cookie, the old editable name cookie, a session id never issued.
+    let forged = format!("autocomp_session={}", "5a".repeat(32));
+    for cookie in [None, Some("autocomp_token=guess; autocomp_operator=the-director".to_owned()), Some(forged)] {
         for (url, form) in [(&act, &one_form[..]), (&bulk, &bulk_form[..])] {
             let mut request = http.post(url).form(form);
             if let Some(cookie) = &cookie {
@@ -768,21 +832,24 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
             let response = request.send().await.expect("the monitor answers");
             let status = response.status();
             let body = response.text().await.unwrap_or_default();
-            assert!(matches!(status.as_u16(), 401 | 403), "POST {url} with cookie {cookie:?}: {status}\n{body}");
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "POST {url} with cookie {cookie:?}: {status}\n{body}");
             unchanged(&format!("POST {url} with cookie {cookie:?}")).await;
         }
     }
-    // A wrong token does not sign in.
-    let wrong =
-        http.post(monitor.url("/login")).form(&[("name", OPERATOR), ("token", "not-the-token"), ("next", "/")]).send();
+    // A wrong password does not sign in.
+    let wrong = http
+        .post(monitor.url("/login"))
+        .form(&[("name", OPERATOR), ("password", "not-the-password"), ("next", "/")])
+        .send();
     let wrong = wrong.await.expect("the monitor answers");
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     assert!(
-        wrong.headers().get_all("set-cookie").iter().all(|c| !c.to_str().unwrap_or("").contains("autocomp_token="))
+        wrong.headers().get_all("set-cookie").iter().all(|c| !c.to_str().unwrap_or("").contains("autocomp_session="))
     );
 
-    // Signed in: the cookies of a real sign-in.
-    let login = http.post(monitor.url("/login")).form(&[("name", OPERATOR), ("token", &monitor.token), ("next", "/")]);
+    // Signed in: the cookie of a real sign-in.
+    let login =
+        http.post(monitor.url("/login")).form(&[("name", OPERATOR), ("password", &monitor.password), ("next", "/")]);
     let login = login.send().await.expect("the monitor answers");
     assert_eq!(login.status(), StatusCode::SEE_OTHER, "sign-in redirects");
     let cookies: Vec<String> = login
@@ -791,7 +858,7 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
         .iter()
         .filter_map(|c| c.to_str().ok()?.split(';').next().map(str::to_owned))
         .collect();
-    assert!(cookies.iter().any(|c| c.starts_with("autocomp_token=")), "{cookies:?}");
+    assert!(cookies.iter().any(|c| c.starts_with("autocomp_session=")), "{cookies:?}");
     let cookie = cookies.join("; ");
 
     for (header, value) in [("origin", "http://evil.example"), ("sec-fetch-site", "cross-site")] {
@@ -805,6 +872,9 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
             unchanged(&format!("POST {url} with {header}: {value}")).await;
         }
     }
+    // A page of another name for this address (DNS rebinding) reads nothing.
+    let rebound = http.get(monitor.url("/batches.csv")).header("host", "evil.example").send().await.expect("answer");
+    assert_eq!(rebound.status(), StatusCode::MISDIRECTED_REQUEST);
     assert_eq!(demo.logs(states.keys().cloned()), logs, "no batch's log changed");
 
     // The control: the same cookie from the monitor's own page is let through.
@@ -826,6 +896,85 @@ async fn writes_without_the_token_or_from_another_site_are_refused_and_change_no
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_cannot_act_and_forged_signed_out_or_expired_sessions_are_refused() {
+    let demo = Demo::run();
+    let states = demo.status();
+    let id = failed_at_the_component(&states).into_iter().next().expect("a failed batch");
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    let http = http();
+    let page = format!("/batches/{id}");
+    let act = monitor.url(&format!("{page}/act"));
+    let form = [("action", "rerun"), ("component", COMPONENT), ("reason", REASON), ("confirm", "1")];
+    let head = demo.head().await;
+    let post = async |cookie: &str| {
+        let response = http.post(&act).header("cookie", cookie).form(&form).send().await.expect("answer");
+        let status = response.status();
+        (status, response.text().await.unwrap_or_default())
+    };
+
+    // A viewer reads the batch and is offered nothing to do.
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, "Sign in").await;
+    ui.sign_in_as(VIEWER, &monitor.password).await;
+    let text = ui.wait_for(|at| at == page, "may read but not act").await;
+    assert!(text.contains(&format!("Signed in as {VIEWER} (viewer)")), "{text}");
+    assert_eq!(ui.action_forms().await, 0, "no action forms for a viewer:\n{text}");
+    ui.goto(&format!("/batches?q=component%3A{COMPONENT}+state%3Afailed")).await;
+    ui.wait_for(|at| at.starts_with("/batches?"), "batches match").await;
+    assert_eq!(ui.action_forms().await, 0, "no bulk action forms for a viewer");
+    ui.screenshot("viewer.png").await;
+    // Its session, posted anyway, is refused.
+    let viewer = ui.session_cookie().await;
+    let (status, body) = post(&viewer).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("needs the operator role"), "{body}");
+    assert_eq!(demo.head().await, head, "a viewer wrote nothing");
+
+    // Signed out, the very same cookie is worthless: the session is gone server-side.
+    ui.click("Sign out", Locator::Css("form[action='/logout'] button[type='submit']")).await;
+    ui.wait_for(|at| at == "/", "Sign in").await;
+    let (status, body) = post(&viewer).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a signed-out session replayed: {body}");
+
+    // A forged session cookie in the browser signs nobody in.
+    // (Set by a script: the page's own cookie is gone since signing out.)
+    let forged = "c0ffee".repeat(10) + "c0ff";
+    let set = ui
+        .script(&format!(
+            "document.cookie = 'autocomp_session={forged}; path=/; SameSite=Strict'; return document.cookie;"
+        ))
+        .await;
+    assert!(set.as_str().is_some_and(|cookies| cookies.contains(&forged)), "the browser holds it: {set}");
+    ui.goto(&page).await;
+    let text = ui.wait_for(|at| at == page, "Sign in").await;
+    assert!(!text.contains("Signed in as"), "{text}");
+    assert_eq!(ui.action_forms().await, 0);
+    let (status, _) = post(&format!("autocomp_session={forged}")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // An operator's session on a monitor whose sessions last 3 s: refused once it expired.
+    let short = Monitor::start_with(&demo, &["--session-max-age", "3s"]).await;
+    let ui = Ui { client: browser.client(), base: &short.base };
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, "Sign in").await;
+    ui.sign_in(&short.password).await;
+    assert!(ui.action_forms().await > 0, "an operator is offered the actions");
+    let operator = ui.session_cookie().await;
+    poll("the session to expire", async || {
+        ui.client.refresh().await.map_err(|e| e.to_string())?;
+        let text = ui.text().await;
+        if text.contains("Signed in as") { Err(text) } else { Ok(()) }
+    })
+    .await;
+    let short_act = short.url(&format!("{page}/act"));
+    let response = http.post(&short_act).header("cookie", &operator).form(&form).send().await.expect("answer");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "an expired session");
+    assert_eq!(demo.head().await, head, "nothing written by any refused request");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn axe_finds_nothing_serious_on_the_pages() {
     let demo = Demo::run();
     let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
@@ -842,11 +991,129 @@ async fn axe_finds_nothing_serious_on_the_pages() {
         ui.assert_accessible(name).await;
     }
     // Signed in, the pages carry the action forms.
-    ui.sign_in(&monitor.token).await;
+    ui.sign_in(&monitor.password).await;
     ui.assert_accessible("batch page, signed in").await;
+    ui.goto("/login").await;
+    ui.wait_for(|at| at == "/login", "Password").await;
+    ui.assert_accessible("sign-in form").await;
     ui.goto(&list).await;
     ui.wait_for(|at| at == list, "batches match").await;
     ui.click("the bulk actions", Locator::XPath("//details[.//input[@name='action']]/summary")).await;
     ui.assert_accessible("matrix, signed in, bulk actions open").await;
     browser.close().await;
+}
+
+/// Signs in over plain HTTP; the status.
+async fn sign_in_status(monitor: &Monitor, name: &str, password: &str) -> StatusCode {
+    let login = http().post(monitor.url("/login")).form(&[("name", name), ("password", password), ("next", "/")]);
+    login.send().await.expect("the monitor answers").status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_are_added_rotated_and_removed_while_the_monitor_runs() {
+    let demo = Demo::run();
+    // The polls below fail sign-ins on purpose, more than the default limit allows.
+    let monitor = Monitor::start_with(&demo, &["--sign-in-failures", "1000"]).await;
+    let users_file = demo.dir.path().join("monitor.users");
+    let before = std::fs::read_to_string(&users_file).expect("the users file");
+    let replace = |text: &str| {
+        // As an operator should: a new file renamed over the old one.
+        let next = demo.dir.path().join("monitor.users.new");
+        std::fs::write(&next, text).expect("the new users file");
+        std::fs::rename(&next, &users_file).expect("renamed over");
+    };
+    let new_password = "a brand new passphrase";
+    assert_eq!(sign_in_status(&monitor, "Jürgen", new_password).await, StatusCode::UNAUTHORIZED);
+    let with_jurgen = format!("{before}{}\n", users_line("Jürgen", "viewer", new_password));
+    replace(&with_jurgen);
+    poll("the added account to sign in (file watched)", async || {
+        match sign_in_status(&monitor, "Jürgen", new_password).await {
+            StatusCode::SEE_OTHER => Ok(()),
+            other => Err(format!("sign-in answers {other}")),
+        }
+    })
+    .await;
+    // Rotated: alice's line gets a new hash, and the monitor is told with SIGHUP.
+    let login = http()
+        .post(monitor.url("/login"))
+        .form(&[("name", OPERATOR), ("password", &monitor.password), ("next", "/")])
+        .send()
+        .await
+        .expect("answer");
+    let session = login.headers()["set-cookie"].to_str().expect("a cookie").split(';').next().expect("").to_owned();
+    let rotated = with_jurgen
+        .lines()
+        .map(|line| {
+            if line.starts_with(&format!("{OPERATOR} ")) {
+                users_line(OPERATOR, "operator", new_password)
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    replace(&format!("{rotated}\n"));
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(monitor.child.id() as i32, libc::SIGHUP) }, 0);
+    poll("the new password to work and the old one not", async || {
+        let new = sign_in_status(&monitor, OPERATOR, new_password).await;
+        let old = sign_in_status(&monitor, OPERATOR, &monitor.password).await;
+        if (new, old) == (StatusCode::SEE_OTHER, StatusCode::UNAUTHORIZED) {
+            Ok(())
+        } else {
+            Err(format!("new {new}, old {old}"))
+        }
+    })
+    .await;
+    let page = http().get(monitor.url("/")).header("cookie", &session).send().await.expect("answer");
+    let text = page.text().await.unwrap_or_default();
+    assert!(!text.contains("Signed in as"), "the session of the old password ended:\n{text}");
+    // Removed: Jürgen's line is gone (the others stay).
+    let removed: Vec<&str> = rotated.lines().filter(|line| !line.starts_with("Jürgen ")).collect();
+    replace(&format!("{}\n", removed.join("\n")));
+    poll("the removed account to be refused", async || match sign_in_status(&monitor, "Jürgen", new_password).await {
+        StatusCode::UNAUTHORIZED => Ok(()),
+        other => Err(format!("sign-in answers {other}")),
+    })
+    .await;
+    // A broken file keeps the accounts before it, and says so.
+    replace("this is not a users file\n");
+    poll("the broken file to be reported", async || {
+        let log = monitor.log_text();
+        if log.contains("the accounts read before stay in force") { Ok(()) } else { Err(log) }
+    })
+    .await;
+    assert_eq!(sign_in_status(&monitor, VIEWER, &monitor.password).await, StatusCode::SEE_OTHER);
+}
+
+#[test]
+fn the_binary_refuses_removed_or_unsafe_configurations_before_serving() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let users = dir.path().join("users");
+    std::fs::write(&users, "mallory operator $2b$12$notargon2notargon2notar\n").expect("users file");
+    let users = users.to_str().expect("a UTF-8 path");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--token-file", "/dev/null"], "--token-file (or $AUTOCOMP_MONITOR_TOKEN_FILE) was removed"),
+        (&["--users", users], "line 1: the hash of \"mallory\" is refused"),
+        (&["--listen", "0.0.0.0:7072", "--public-reads"], "needs --host-name"),
+        (&["--listen", "192.0.2.1:7072", "--host-name", "mon.example"], "reads need sign-in"),
+        (&["--trusted-user-header", "X-Remote-User", "--trusted-proxy", "127.0.0.1"], "needs --users"),
+    ];
+    for (args, words) in cases {
+        let mut command = command("autocomp-monitor");
+        command.args(args).arg("--config-dir").arg(dir.path());
+        let done = run(command, Duration::from_secs(30));
+        assert_eq!(done.code, Some(2), "{args:?}\n{}", done.show());
+        assert!(done.stderr.contains(words), "{args:?} should say {words:?}\n{}", done.show());
+    }
+    // A short password is never hashed, nor echoed.
+    let mut short = command("autocomp-monitor");
+    short.arg("hash-password").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = short.spawn().expect("hash-password starts");
+    use std::io::Write as _;
+    child.stdin.take().expect("stdin").write_all(b"eleven-char\n").expect("written");
+    let done = finish(child, Duration::from_secs(30));
+    assert_eq!(done.code, Some(2), "{}", done.show());
+    assert!(done.stderr.contains("at least 12") && !done.stderr.contains("eleven-char"), "{}", done.show());
+    assert!(done.stdout.is_empty());
 }

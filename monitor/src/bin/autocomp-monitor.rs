@@ -1,33 +1,41 @@
-//! `autocomp-monitor`: serves the web monitor. Argument parsing, logging and startup checks
-//! only; the pages are `autocomp_monitor::web`.
+//! `autocomp-monitor`: serves the web monitor, and `hash-password` makes a users file's
+//! hash. Argument parsing, logging, startup checks and the users file's reloading only; the
+//! pages are `autocomp_monitor::web`.
 
-use std::net::SocketAddr;
+use std::io::{BufRead, IsTerminal};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_framework::exit::USAGE;
 use autocomp_http::launch::{Launch, exit_code, fail};
 use autocomp_http::logging::LogFormat;
-use autocomp_http::service::load_token;
 use autocomp_monitor::data::{Monitor, Settings};
+use autocomp_monitor::web::accounts::{Accounts, Role, account_name, hash_password};
+use autocomp_monitor::web::limits::SignInLimit;
+use autocomp_monitor::web::sessions::SessionLimits;
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::Operator;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in flight finish), 2 usage or \
-                          configuration error (bad flags or autocomp.toml, unreadable --token-file, address in \
-                          use), 5 serving failed. A store or index that does not answer yet is waited \
+                          configuration error (bad flags or autocomp.toml, an unreadable or invalid --users \
+                          file, address in use), 5 serving failed. A store or index that does not answer yet is waited \
                           for (a log line per try; /health says so meanwhile), not an exit.";
 
 /// The autocomp web monitor: the pipeline at a glance (component x state counts), the
 /// batch x component matrix with filters in the URL, each batch's log and explanations, CSV
 /// and NDJSON export, and the operator's actions (rerun, restart, cancel, skip, prioritize)
-/// previewed before they are written. Without a write token it is read only.
+/// previewed before they are written, each recorded as the signed-in account. Without
+/// --users it is read only.
 #[derive(Parser)]
 #[command(name = "autocomp-monitor", version, after_help = EXIT_CODES)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Address to listen on. Loopback by default: other hosts need an explicit address (or,
     /// better, a TLS reverse proxy in front).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7072")]
@@ -47,16 +55,54 @@ struct Cli {
     /// batch page shows lock holders).
     #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL")]
     locks: Option<String>,
-    /// File holding the write token: operators sign in with it to act on batches. Without
-    /// one the monitor is read only.
-    #[arg(long, value_name = "FILE", env = "AUTOCOMP_MONITOR_TOKEN_FILE")]
+    /// The accounts: a file of `name role hash` lines (role viewer, operator or admin; the
+    /// hash from `autocomp-monitor hash-password`, or `-` for an account that signs in only
+    /// through --trusted-user-header). Re-read when it changes and on SIGHUP. Without it the
+    /// monitor is read only.
+    #[arg(long, value_name = "FILE", env = "AUTOCOMP_MONITOR_USERS")]
+    users: Option<PathBuf>,
+    /// Pages, exports and metrics need sign-in (the default when --listen is not a loopback
+    /// address). /health never does.
+    #[arg(long, conflicts_with = "public_reads")]
+    reads_need_sign_in: bool,
+    /// Anyone who reaches the monitor may read it (the default on a loopback address).
+    #[arg(long)]
+    public_reads: bool,
+    /// A name browsers reach the monitor by (`monitor.example.org`, optionally with
+    /// :PORT); every request's `Host` must be one of them (else 421: DNS rebinding). Repeat
+    /// for more. Default: the --listen address, and localhost, 127.0.0.1 and [::1] on
+    /// loopback.
+    #[arg(long = "host-name", value_name = "NAME")]
+    host_names: Vec<String>,
+    /// A signed-in session unused this long ends.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = humantime::parse_duration)]
+    session_idle: Duration,
+    /// A signed-in session this old ends, however busy.
+    #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = humantime::parse_duration)]
+    session_max_age: Duration,
+    /// Failed sign-ins allowed per client address, and per account, within
+    /// --sign-in-window; beyond them sign-in answers 429 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    sign_in_failures: u32,
+    /// The window --sign-in-failures counts in.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    sign_in_window: Duration,
+    /// Mark cookies Secure although the monitor serves plain HTTP: a TLS proxy is in front
+    /// (not needed with --tls-cert, or with a --trusted-proxy sending X-Forwarded-Proto).
+    #[arg(long)]
+    secure_cookies: bool,
+    /// Removed: the shared write token gave nobody an identity. Use --users.
+    #[arg(long, value_name = "FILE", env = "AUTOCOMP_MONITOR_TOKEN_FILE", hide = true)]
     token_file: Option<PathBuf>,
-    /// A request header a trusted reverse proxy sets to the authenticated user (e.g.
-    /// X-Remote-User): a request carrying it acts as that operator without signing in. Only
-    /// when every request comes through that proxy and it strips the header from clients.
-    /// Writes still need --token-file (without it the monitor is read only).
-    #[arg(long, value_name = "NAME")]
+    /// A request header a reverse proxy sets to the authenticated account's name (e.g.
+    /// X-Remote-User): believed only on requests from a --trusted-proxy address, ignored
+    /// with a warning from anyone else. The account must be in --users, which gives its role.
+    #[arg(long, value_name = "NAME", requires = "trusted_proxies")]
     trusted_user_header: Option<String>,
+    /// The address of a reverse proxy whose --trusted-user-header, X-Forwarded-For and
+    /// X-Forwarded-Proto are believed. Repeat for more.
+    #[arg(long = "trusted-proxy", value_name = "IP")]
+    trusted_proxies: Vec<IpAddr>,
     /// A batch ready for a component longer than this is overdue (working longer than the
     /// component's max_runtime is overdue too).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
@@ -68,6 +114,24 @@ struct Cli {
     /// Log lines on stderr as text (coloured only on a terminal) or as JSON objects.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    serving: autocomp_http::serve::ListenArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Reads a password from standard input (asked twice, unechoed, on a terminal; else the
+    /// first line) and prints its argon2id hash for the users file, or with --user and
+    /// --role the whole line. The password is never an argument: arguments are visible to
+    /// every user of the host. At least 12 characters.
+    HashPassword {
+        /// The account's name (any script; checked as sign-in checks it).
+        #[arg(long, requires = "role")]
+        user: Option<String>,
+        /// viewer, operator or admin.
+        #[arg(long, requires = "user")]
+        role: Option<String>,
+    },
 }
 
 fn init_logging(verbose: u8, format: LogFormat) {
@@ -84,10 +148,21 @@ fn init_logging(verbose: u8, format: LogFormat) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::HashPassword { user, role }) = &cli.command {
+        return hash_password_command(user.as_deref(), role.as_deref());
+    }
     init_logging(cli.verbose, cli.log_format);
-    let token = match &cli.token_file {
-        Some(path) => match load_token(Some(path)) {
-            Ok(token) => Some(token),
+    if cli.token_file.is_some() {
+        return fail(
+            USAGE,
+            "--token-file (or $AUTOCOMP_MONITOR_TOKEN_FILE) was removed: the shared token gave nobody an identity. \
+             Give each person an account in a --users file (`name role hash` lines, hashes from \
+             `autocomp-monitor hash-password`)",
+        );
+    }
+    let accounts = match &cli.users {
+        Some(path) => match Accounts::load(path) {
+            Ok(accounts) => Some(Arc::new(accounts)),
             Err(message) => return fail(USAGE, message),
         },
         None => None,
@@ -96,8 +171,30 @@ async fn main() -> ExitCode {
         Ok(header) => header,
         Err(message) => return fail(USAGE, message),
     };
-    if token.is_none() && trusted_user_header.is_some() {
-        tracing::warn!("--trusted-user-header has no effect without --token-file: the monitor is read only");
+    if trusted_user_header.is_some() && accounts.is_none() {
+        return fail(USAGE, "--trusted-user-header needs --users FILE: the proxy names the account, the file its role");
+    }
+    let loopback = cli.listen.ip().is_loopback();
+    let reads_need_sign_in = !cli.public_reads && (cli.reads_need_sign_in || !loopback);
+    if reads_need_sign_in && accounts.is_none() {
+        return fail(
+            USAGE,
+            format!(
+                "reads need sign-in on {} (not a loopback address, or --reads-need-sign-in), and there are no \
+                 accounts: give --users FILE, or --public-reads to let anyone who reaches it read",
+                cli.listen
+            ),
+        );
+    }
+    let host_names = match host_names(&cli.listen, &cli.host_names) {
+        Ok(names) => names,
+        Err(message) => return fail(USAGE, message),
+    };
+    if cli.session_idle.is_zero() || cli.session_max_age.is_zero() || cli.sign_in_window.is_zero() {
+        return fail(USAGE, "--session-idle, --session-max-age and --sign-in-window must be longer than 0s");
+    }
+    if cli.sign_in_failures == 0 {
+        return fail(USAGE, "--sign-in-failures 0: at least 1 failed sign-in must be allowed");
     }
     let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
@@ -107,7 +204,7 @@ async fn main() -> ExitCode {
     };
     // Up at once, whatever started first: until the store and the index answer, /health
     // says what we wait for and pages answer 503.
-    let mut launch = match Launch::bind(cli.listen, "the store and the index").await {
+    let mut launch = match Launch::bind(cli.listen, "the store and the index", &cli.serving).await {
         Ok(launch) => launch,
         Err(code) => return code,
     };
@@ -123,14 +220,158 @@ async fn main() -> ExitCode {
     };
     let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
     let monitor = Monitor::new(operator, settings);
-    let mode = match (&token, &trusted_user_header) {
-        (None, _) => "read only (no --token-file)".to_owned(),
-        (Some(_), None) => "writes need sign-in with the token".to_owned(),
-        (Some(_), Some(header)) => format!("writes need sign-in with the token, or the proxy's {header} header"),
+    let mode = match (&accounts, &trusted_user_header) {
+        (None, _) => "read only (no --users)".to_owned(),
+        (Some(accounts), None) => {
+            format!("accounts sign in with their passwords ({} in --users)", accounts.current().len())
+        }
+        (Some(accounts), Some(header)) => format!(
+            "accounts sign in with their passwords ({} in --users) or by the {header} header of {}",
+            accounts.current().len(),
+            cli.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ),
     };
+    let reads = if reads_need_sign_in { "reads need sign-in" } else { "reads are open" };
+    if let Some(accounts) = &accounts {
+        watch_users(Arc::clone(accounts));
+    }
     let bound = &launch.bound;
-    tracing::info!(listen = %bound, store_head = %head, "monitor up: http://{bound}/; {mode}");
-    let options = WebOptions { token, trusted_user_header };
+    let scheme = if cli.serving.tls_cert.is_some() { "https" } else { "http" };
+    tracing::info!(listen = %bound, store_head = %head, "monitor up: {scheme}://{bound}/; {mode}; {reads}");
+    let options = WebOptions {
+        accounts,
+        trusted_user_header,
+        trusted_proxies: cli.trusted_proxies,
+        reads_need_sign_in,
+        host_names,
+        sessions: SessionLimits { idle: cli.session_idle, absolute: cli.session_max_age, ..SessionLimits::default() },
+        sign_in_limit: SignInLimit { failures: cli.sign_in_failures, window: cli.sign_in_window },
+        secure_cookies: cli.secure_cookies || cli.serving.tls_cert.is_some(),
+    };
     launch.ready(web::router(monitor, options));
     exit_code(launch.served().await)
+}
+
+/// The `Host` names to answer to: the ones given, else the listen address (and the
+/// loopback names when it is loopback).
+fn host_names(listen: &SocketAddr, given: &[String]) -> Result<Vec<String>, String> {
+    if let Some(bad) = given.iter().find(|n| n.is_empty() || n.contains(['/', ' ', '@'])) {
+        return Err(format!("--host-name {bad:?}: expected a host name, optionally with :PORT"));
+    }
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let ip = listen.ip();
+    if ip.is_unspecified() {
+        return Err(format!(
+            "listening on {listen} (every address) needs --host-name NAME, the name browsers reach the monitor by \
+             (repeatable): requests naming any other host are refused"
+        ));
+    }
+    let mut names = vec![match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    }];
+    if ip.is_loopback() {
+        for name in ["localhost", "127.0.0.1", "[::1]"] {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Re-reads the users file when it changes (looked at every 2 s) and on SIGHUP; a file that
+/// does not parse is logged and the accounts before it stay in force.
+fn watch_users(accounts: Arc<Accounts>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            let forced = match &mut hangup {
+                Some(hangup) => tokio::select! {
+                    _ = tick.tick() => false,
+                    _ = hangup.recv() => true,
+                },
+                None => {
+                    tick.tick().await;
+                    false
+                }
+            };
+            let result = if forced { accounts.reload().map(|()| true) } else { accounts.reload_if_changed() };
+            if let Err(message) = result {
+                tracing::error!("{message}");
+            }
+        }
+    });
+}
+
+/// `autocomp-monitor hash-password`: the password from stdin, its hash (or the users-file
+/// line) on stdout.
+fn hash_password_command(user: Option<&str>, role: Option<&str>) -> ExitCode {
+    let prefix = match (user, role) {
+        (Some(user), Some(role)) => {
+            let name = match account_name("--user", user) {
+                Ok(name) => name,
+                Err(error) => return usage(error),
+            };
+            match Role::parse(role) {
+                Ok(role) => format!("{name} {role} "),
+                Err(error) => return usage(format!("--{error}")),
+            }
+        }
+        _ => String::new(),
+    };
+    let password = if std::io::stdin().is_terminal() {
+        let (Ok(first), Ok(again)) = (read_unechoed("Password: "), read_unechoed("Again: ")) else {
+            return usage("cannot read the password from the terminal");
+        };
+        if first != again {
+            return usage("the two passwords differ");
+        }
+        first
+    } else {
+        let mut line = String::new();
+        if let Err(error) = std::io::stdin().lock().read_line(&mut line) {
+            return usage(format!("cannot read the password from standard input: {error}"));
+        }
+        let line = line.strip_suffix('\n').unwrap_or(&line);
+        line.strip_suffix('\r').unwrap_or(line).to_owned()
+    };
+    match hash_password(&password) {
+        Ok(hash) => {
+            println!("{prefix}{hash}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => usage(error),
+    }
+}
+
+fn usage(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("autocomp-monitor hash-password: {message}");
+    ExitCode::from(USAGE)
+}
+
+/// One line from the terminal with echo off (restored even when reading fails).
+fn read_unechoed(prompt: &str) -> std::io::Result<String> {
+    eprint!("{prompt}");
+    // SAFETY: termios is plain data that tcgetattr fills, on stdin, a terminal (checked by
+    // the caller).
+    let mut term: libc::termios = unsafe { std::mem::zeroed() };
+    if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut term) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let saved = term;
+    term.c_lflag &= !libc::ECHO;
+    // SAFETY: as above; `term` came from tcgetattr.
+    unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &term) };
+    let mut line = String::new();
+    let read = std::io::stdin().lock().read_line(&mut line);
+    // SAFETY: as above; `saved` came from tcgetattr.
+    unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &saved) };
+    eprintln!();
+    read?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_owned())
 }

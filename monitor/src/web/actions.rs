@@ -10,11 +10,12 @@ use autocomp_ops::operator::{Action, ActionPreview, BulkOutcome, BulkPreview, Re
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::Access;
 use super::auth::flash_cookie;
+use super::gate::Caller;
 use super::html::{Nav, Page, esc, hidden_fields, w};
 use super::{App, WebError, html_response};
 use crate::filter::{Filter, encode};
@@ -45,11 +46,20 @@ pub fn action_forms(
     let mut out = String::new();
     match access {
         Access::ReadOnly => {
-            out.push_str("<p>This monitor is read only (started without a write token): no actions.</p>\n");
+            out.push_str("<p>This monitor is read only (started without accounts): no actions.</p>\n");
             return out;
         }
         Access::SignedOut => {
             w!(out, "<p><a href=\"/login?next={}\">Sign in</a> to act.</p>\n", esc(encode(here)));
+            return out;
+        }
+        Access::SignedIn { name, role, .. } if !access.may_act() => {
+            w!(
+                out,
+                "<p>Your account <strong>{}</strong> is a {}: it may read but not act on batches.</p>\n",
+                esc(name),
+                esc(role)
+            );
             return out;
         }
         Access::SignedIn { .. } => {}
@@ -247,11 +257,11 @@ fn records(preview: &ActionPreview) -> String {
 /// `POST /batches/{id}/act`: preview, or with `confirm=1` perform and redirect to the batch.
 pub async fn one(
     State(app): State<Arc<App>>,
-    access: Access,
-    headers: HeaderMap,
+    caller: Caller,
     Path(id): Path<String>,
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, WebError> {
+    let access = &caller.access;
     let name = access.writer()?;
     let back = format!("/batches/{}", encode(&id));
     let posted = Posted::parse(form, ONE_FIELDS).map_err(|e| e.with_link(&back, "Back to the batch"))?;
@@ -282,7 +292,7 @@ pub async fn one(
             esc(posted.action.name()),
             esc(&back)
         );
-        return Ok(preview_page(&access, &format!("Preview: {} on {id}", posted.action.name()), &body));
+        return Ok(preview_page(access, &format!("Preview: {} on {id}", posted.action.name()), &body));
     }
     let report = operator
         .perform(&id, &posted.action, &posted.reason)
@@ -290,7 +300,7 @@ pub async fn one(
         .map_err(|e| WebError::from(e).with_link(&back, "Back to the batch"))?;
     tracing::info!(operator = name, batch = %report.batch, action = posted.action.name(), "{}", report.message);
     let mut response = Redirect::to(&back).into_response();
-    response.headers_mut().append(header::SET_COOKIE, flash_cookie(&headers, report.render().trim_end()));
+    response.headers_mut().append(header::SET_COOKIE, flash_cookie(caller.secure, report.render().trim_end()));
     Ok(response)
 }
 
@@ -299,10 +309,10 @@ pub async fn one(
 /// the new preview is shown instead of acting on batches nobody looked at.
 pub async fn bulk(
     State(app): State<Arc<App>>,
-    access: Access,
-    headers: HeaderMap,
+    caller: Caller,
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, WebError> {
+    let access = &caller.access;
     let name = access.writer()?;
     let posted = Posted::parse(form, BULK_FIELDS)?;
     let field = |key: &str| posted.fields.iter().find(|(n, _)| n == key).map(|(_, v)| v.as_str());
@@ -329,7 +339,7 @@ pub async fn bulk(
             ),
             _ => String::new(),
         };
-        let mut response = bulk_preview(&access, name, &posted, &filter, &back, &preview, &note);
+        let mut response = bulk_preview(access, name, &posted, &filter, &back, &preview, &note);
         *response.status_mut() = status;
         return Ok(response);
     }
@@ -337,7 +347,7 @@ pub async fn bulk(
     let summary = bulk_summary(posted.action.name(), ids.len(), &outcome);
     tracing::info!(operator = name, action = posted.action.name(), filter = %filter.query(), "{}", summary.lines().next().unwrap_or_default());
     let mut response = Redirect::to(&back).into_response();
-    response.headers_mut().append(header::SET_COOKIE, flash_cookie(&headers, &summary));
+    response.headers_mut().append(header::SET_COOKIE, flash_cookie(caller.secure, &summary));
     Ok(response)
 }
 

@@ -1,4 +1,5 @@
-//! HTML building: [`esc`], the one escaping function every interpolated value goes through,
+//! HTML building: [`esc`], the one escaping function every interpolated value goes through
+//! (with [`attr`], its twin for form values that are posted back),
 //! the page layout (landmarks, skip link, assets, the sign-in line) and the small pieces
 //! several pages share (a state with its icon, times, JSON blocks).
 
@@ -21,35 +22,100 @@ macro_rules! w {
 }
 pub(crate) use w;
 
-/// A value as HTML text or as a quoted attribute value: `& < > " '` escaped.
-pub struct Esc<T>(T);
+/// A value as HTML text: `& < > " '` escaped, and every character that could hide or
+/// reorder what the page shows (controls, bidi overrides and isolates, zero-width and other
+/// format characters) written out as a visible marker such as `⟨U+202E⟩`. Line feeds and
+/// tabs stay (JSON blocks and messages are preformatted).
+pub struct Esc<T>(T, Mode);
 
-/// The one way a value gets into a page: anything `Display`, escaped as it is formatted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Text,
+    Attribute,
+}
+
+/// The one way a value gets into a page's text: anything `Display`, escaped as it is
+/// formatted. Also safe in an attribute, but a form field's value that is posted back must
+/// use [`attr`], which keeps the characters `esc` marks.
 pub fn esc<T: Display>(value: T) -> Esc<T> {
-    Esc(value)
+    Esc(value, Mode::Text)
+}
+
+/// A value for a form field's `value` attribute (or any attribute whose value travels
+/// back): escaped like [`esc`], but hidden characters become character references, so the
+/// browser posts back exactly the value it was given.
+pub fn attr<T: Display>(value: T) -> Esc<T> {
+    Esc(value, Mode::Attribute)
+}
+
+/// Characters that are invisible or change the order of the text around them: bidi
+/// embeddings, overrides, isolates and marks, zero-width characters, the other format
+/// characters (general category Cf), the line and paragraph separators, and the blank
+/// Hangul fillers. Variation selectors are not among them: emoji need them.
+pub fn invisible(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x2028..=0x202E
+            | 0x2060..=0x206F
+            | 0x3164
+            | 0xFEFF
+            | 0xFFA0
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0000..=0xE007F
+    )
+}
+
+/// A character `esc` does not write as itself.
+fn special(c: char) -> bool {
+    match c {
+        '&' | '<' | '>' | '"' | '\'' => true,
+        '\n' | '\t' => false,
+        c if c.is_ascii() => c.is_ascii_control(),
+        c => c.is_control() || invisible(c),
+    }
 }
 
 impl<T: Display> Display for Esc<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        struct Escaper<'a, 'b>(&'a mut fmt::Formatter<'b>);
+        struct Escaper<'a, 'b>(&'a mut fmt::Formatter<'b>, Mode);
         impl fmt::Write for Escaper<'_, '_> {
             fn write_str(&mut self, text: &str) -> fmt::Result {
                 let mut rest = text;
-                while let Some(at) = rest.find(['&', '<', '>', '"', '\'']) {
+                while let Some((at, c)) = rest.char_indices().find(|(_, c)| special(*c)) {
                     self.0.write_str(&rest[..at])?;
-                    self.0.write_str(match rest.as_bytes()[at] {
-                        b'&' => "&amp;",
-                        b'<' => "&lt;",
-                        b'>' => "&gt;",
-                        b'"' => "&quot;",
-                        _ => "&#39;",
-                    })?;
-                    rest = &rest[at + 1..];
+                    match (c, self.1) {
+                        ('&', _) => self.0.write_str("&amp;")?,
+                        ('<', _) => self.0.write_str("&lt;")?,
+                        ('>', _) => self.0.write_str("&gt;")?,
+                        ('"', _) => self.0.write_str("&quot;")?,
+                        ('\'', _) => self.0.write_str("&#39;")?,
+                        // A carriage return and NUL cannot be written as a reference.
+                        ('\r' | '\0', Mode::Attribute) => {}
+                        (c, Mode::Attribute) => write!(self.0, "&#x{:X};", c as u32)?,
+                        (c, Mode::Text) => write!(self.0, "\u{27E8}U+{:04X}\u{27E9}", c as u32)?,
+                    }
+                    rest = &rest[at + c.len_utf8()..];
                 }
                 self.0.write_str(rest)
             }
         }
-        write!(Escaper(f), "{}", self.0)
+        write!(Escaper(f, self.1), "{}", self.0)
     }
 }
 
@@ -124,16 +190,19 @@ impl Page<'_> {
 fn who(access: &Access, here: &str) -> String {
     let mut out = String::from("<div class=\"who\">");
     match access {
-        Access::ReadOnly => out.push_str("<p>Read only: this monitor has no write token.</p>"),
+        Access::ReadOnly => out.push_str("<p>Read only: this monitor has no accounts.</p>"),
         Access::SignedOut => {
             w!(out, "<p><a href=\"/login?next={}\">Sign in</a> to act on batches.</p>", esc(encode(here)))
         }
-        Access::SignedIn { name, via_proxy: true } => w!(out, "<p>Signed in as <strong>{}</strong>.</p>", esc(name)),
-        Access::SignedIn { name, via_proxy: false } => w!(
+        Access::SignedIn { name, role, via_proxy: true } => {
+            w!(out, "<p>Signed in as <strong>{}</strong> ({}).</p>", esc(name), esc(role))
+        }
+        Access::SignedIn { name, role, via_proxy: false } => w!(
             out,
-            "<p>Signed in as <strong>{}</strong>.</p><form method=\"post\" action=\"/logout\">\
+            "<p>Signed in as <strong>{}</strong> ({}).</p><form method=\"post\" action=\"/logout\">\
              <button type=\"submit\" class=\"quiet\">Sign out</button></form>",
-            esc(name)
+            esc(name),
+            esc(role)
         ),
     }
     out.push_str("</div>\n");
@@ -199,7 +268,7 @@ pub fn json_block(value: &Value) -> String {
 pub fn hidden_fields(fields: &[(String, String)]) -> String {
     let mut out = String::new();
     for (name, value) in fields {
-        w!(out, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(name), esc(value));
+        w!(out, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(name), attr(value));
     }
     out
 }
@@ -216,5 +285,20 @@ mod tests {
         );
         assert_eq!(esc("plain text, ünïcode ✓").to_string(), "plain text, ünïcode ✓");
         assert_eq!(esc(42).to_string(), "42");
+    }
+
+    #[test]
+    fn hidden_and_reordering_characters_are_shown_as_markers() {
+        assert_eq!(esc("eve\u{202E}nimda").to_string(), "eve⟨U+202E⟩nimda");
+        assert_eq!(
+            esc("\u{2066}a\u{2069}\u{200E}\u{200F}\u{200B}\u{FEFF}").to_string(),
+            "⟨U+2066⟩a⟨U+2069⟩⟨U+200E⟩⟨U+200F⟩⟨U+200B⟩⟨U+FEFF⟩"
+        );
+        assert_eq!(esc("bell\u{7} del\u{7f} c1\u{85}").to_string(), "bell⟨U+0007⟩ del⟨U+007F⟩ c1⟨U+0085⟩");
+        assert_eq!(esc("tag\u{E0041}").to_string(), "tag⟨U+E0041⟩");
+        assert_eq!(esc("line\nand\ttab").to_string(), "line\nand\ttab", "kept for preformatted text");
+        assert_eq!(esc("Åsa, Jürgen, 佐藤, عربي").to_string(), "Åsa, Jürgen, 佐藤, عربي");
+        // A posted-back value keeps the character, as a reference the browser decodes.
+        assert_eq!(attr("a\u{202E}b<\"").to_string(), "a&#x202E;b&lt;&quot;");
     }
 }

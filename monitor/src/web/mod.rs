@@ -1,18 +1,25 @@
 //! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page),
 //! the operator's actions as preview-then-confirm forms, CSV/NDJSON export, and what every
-//! response shares (security headers, the cross-site write guard, error pages).
+//! response shares (security headers, the Host check, who is asking, the cross-site write
+//! guard, error pages).
 //!
 //! `pages` renders what `data` reads; `actions` goes through the operator module's own
-//! `preview`/`perform`, so a write from the browser is exactly a write from the CLI.
+//! `preview`/`perform`, so a write from the browser is exactly a write from the CLI, recorded
+//! as the signed-in account (`accounts`, `sessions`, `gate`).
 
 pub mod access;
+pub mod accounts;
 mod actions;
 mod assets;
 pub mod auth;
 mod export;
+pub mod gate;
 pub mod html;
+pub mod limits;
 mod pages;
+pub mod sessions;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,50 +36,80 @@ use self::html::{Nav, Page, esc, w};
 use crate::data::Monitor;
 
 /// How the web monitor is run.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct WebOptions {
-    /// The write token; without one the monitor is read only.
-    pub token: Option<String>,
-    /// A header a trusted reverse proxy sets to the signed-in user's name (e.g.
-    /// `X-Remote-User`): a request carrying it acts as that operator without the token.
-    /// Only safe when every request comes through that proxy, which sets or strips it.
+    /// Who may sign in, and as what; without accounts the monitor is read only.
+    pub accounts: Option<Arc<accounts::Accounts>>,
+    /// A header a trusted reverse proxy sets to the signed-in account's name (e.g.
+    /// `X-Remote-User`): believed only on requests from `trusted_proxies`, ignored (with a
+    /// warning) from anywhere else. The account's role comes from `accounts`.
     pub trusted_user_header: Option<HeaderName>,
+    /// The reverse proxies' addresses: their user header and `X-Forwarded-For` /
+    /// `X-Forwarded-Proto` are believed.
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Every page, export and metric needs sign-in (`/health`, the sign-in form and the
+    /// assets excepted).
+    pub reads_need_sign_in: bool,
+    /// The names the monitor answers to (`host`, `host:port`, `[v6]`); any other `Host`
+    /// gets 421. Empty: any name (the binary always fills it).
+    pub host_names: Vec<String>,
+    pub sessions: sessions::SessionLimits,
+    pub sign_in_limit: limits::SignInLimit,
+    /// Served over TLS: cookies get `Secure`.
+    pub secure_cookies: bool,
 }
 
 /// Everything a handler needs.
 pub struct App {
     pub monitor: Monitor,
     pub options: WebOptions,
-    /// What the token cookie of a signed-in browser holds (`None`: read only).
-    session: Option<String>,
+    sessions: sessions::Sessions,
+    limiter: limits::Limiter,
+    /// What an unknown account's password is checked against (see `accounts::decoy_hash`).
+    decoy: String,
+    /// Password checks running at once.
+    hashing: tokio::sync::Semaphore,
 }
 
 /// The monitor's routes; tests serve them on `127.0.0.1:0` or call them directly.
 pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
-    let session = options.token.as_deref().map(auth::session_value);
-    let app = Arc::new(App { monitor, options, session });
+    let decoy = if options.accounts.is_some() { accounts::decoy_hash() } else { String::new() };
+    let app = Arc::new(App {
+        monitor,
+        sessions: sessions::Sessions::new(options.sessions),
+        limiter: limits::Limiter::new(options.sign_in_limit),
+        decoy,
+        hashing: tokio::sync::Semaphore::new(2),
+        options,
+    });
     let pages = axum::Router::new()
         .route("/", get(pages::overview))
         .route("/batches", get(pages::batches))
         .route("/batches/{id}", get(pages::batch))
-        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag));
-    axum::Router::new()
-        .merge(pages)
-        .route("/batches/{id}/act", post(actions::one))
-        .route("/bulk", post(actions::bulk))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));
+    let reads = axum::Router::new()
         .route("/batches.csv", get(export::csv))
         .route("/batches.ndjson", get(export::ndjson))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));
+    axum::Router::new()
+        .merge(pages)
+        .merge(reads)
+        .route("/batches/{id}/act", post(actions::one))
+        .route("/bulk", post(actions::bulk))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", get(auth::logout_form).post(auth::logout))
         .route("/assets/monitor.css", get(assets::css))
         .route("/assets/monitor.js", get(assets::js))
         .route("/health", get(|| async { "ok" }))
-        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         // Forms only: a reason is at most 2000 characters.
         .layer(DefaultBodyLimit::max(64 << 10))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), gate::identify))
         .layer(middleware::from_fn(auth::refuse_cross_site))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), gate::check_host))
         .layer(middleware::from_fn(log_request))
         .layer(middleware::from_fn(security_headers))
         .with_state(app)
@@ -99,8 +136,8 @@ async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// One debug line per request (never headers or bodies: they carry the cookie and the
-/// token); server errors are already logged where they happen.
+/// One debug line per request (never headers or bodies: they carry the session cookie and
+/// passwords); server errors are already logged where they happen.
 async fn log_request(request: Request, next: Next) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let started = Instant::now();

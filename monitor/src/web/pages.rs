@@ -17,9 +17,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::access::Access;
 use super::actions::{Target, action_forms};
 use super::auth;
+use super::gate::Caller;
 use super::html::{Nav, Page, age, check, esc, json_block, state_badge, time, w};
 use super::{App, WebError, assets, html_response};
 use crate::data::Matrix;
@@ -67,7 +67,7 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
         // The page itself reports the outage.
         return next.run(request).await;
     };
-    let access = Access::of(&app, request.headers());
+    let access = Caller::of(request.extensions()).access;
     let minute = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 60);
     let mut hasher = Sha256::new();
     for part in [
@@ -107,8 +107,9 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
 
 /// A GET page: its layout, the one-time message if the request carries one (cleared by
 /// the response), and the live region.
-fn respond(headers: &HeaderMap, access: &Access, title: &str, nav: Nav, here: &str, body: &str) -> Response {
-    let flash = auth::take_flash(headers);
+fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
+    let access = &caller.access;
+    let flash = auth::take_flash(headers, caller.secure);
     let page =
         Page { title, nav, access: Some(access), flash: flash.as_ref().map(|(m, _)| m.as_str()), live: true, here };
     let mut response = html_response(StatusCode::OK, page.render(body));
@@ -124,7 +125,7 @@ fn here(uri: &axum::http::Uri) -> String {
 
 pub async fn overview(
     State(app): State<Arc<App>>,
-    access: Access,
+    caller: Caller,
     headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
@@ -140,7 +141,7 @@ pub async fn overview(
     );
     if overview.rows.is_empty() {
         body.push_str("<p>No component has run a pass against this store yet: the pipeline is empty.</p>\n");
-        return Ok(respond(&headers, &access, "Overview", Nav::Overview, &here(&uri), &body));
+        return Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body));
     }
     body.push_str(
         "<div class=\"scroll\" role=\"region\" aria-labelledby=\"overview-caption\" tabindex=\"0\">\n\
@@ -213,12 +214,12 @@ pub async fn overview(
         body.push_str("</tr>\n");
     }
     body.push_str("</tbody></table></div>\n");
-    Ok(respond(&headers, &access, "Overview", Nav::Overview, &here(&uri), &body))
+    Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body))
 }
 
 pub async fn batches(
     State(app): State<Arc<App>>,
-    access: Access,
+    caller: Caller,
     headers: HeaderMap,
     uri: axum::http::Uri,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -255,22 +256,21 @@ pub async fn batches(
     );
     if matrix.total > 0 {
         let components: Vec<String> = matrix.components.iter().map(|c| c.to_string()).collect();
-        let types: Vec<String> = match &access {
-            Access::SignedIn { .. } => {
-                app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
-            }
-            _ => Vec::new(),
+        let types: Vec<String> = if caller.access.may_act() {
+            app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
+        } else {
+            Vec::new()
         };
         let target = Target::Bulk { filter: &filter, total: matrix.total };
         w!(
             body,
             "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}</details>\n",
             esc(matrix.total),
-            action_forms(&access, &target, &components, &types, None, &here(&uri))
+            action_forms(&caller.access, &target, &components, &types, None, &here(&uri))
         );
     }
     let title = if q.trim().is_empty() { "Batches".to_owned() } else { format!("Batches: {}", q.trim()) };
-    Ok(respond(&headers, &access, &title, Nav::Batches, &here(&uri), &body))
+    Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
 }
 
 fn filter_form(q: &str, filter: &Filter) -> String {
@@ -360,7 +360,7 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
 
 pub async fn batch(
     State(app): State<Arc<App>>,
-    access: Access,
+    caller: Caller,
     headers: HeaderMap,
     uri: axum::http::Uri,
     Path(id): Path<String>,
@@ -384,9 +384,9 @@ pub async fn batch(
     let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
     let types: Vec<String> = b.effective().iter().map(|e| e.event_type.to_string()).collect();
     body.push_str("<h2 id=\"actions\">Actions</h2>\n");
-    body.push_str(&action_forms(&access, &Target::One(b), &components, &types, Some(b.priority), &here(&uri)));
+    body.push_str(&action_forms(&caller.access, &Target::One(b), &components, &types, Some(b.priority), &here(&uri)));
     let title = format!("Batch {}", b.id);
-    Ok(respond(&headers, &access, &title, Nav::Batches, &here(&uri), &body))
+    Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
 }
 
 fn summary(b: &Batch) -> String {
