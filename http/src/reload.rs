@@ -66,7 +66,10 @@ impl<T: Send + Sync + 'static> Reloaded<T> {
                 true
             }
             Err(error) => {
-                tracing::warn!("{} changed but cannot be used; keeping the one in use: {error}", self.what);
+                tracing::warn!(
+                    "{} changed but cannot be used, so the one read before stays in force: {error}",
+                    self.what
+                );
                 false
             }
         }

@@ -233,7 +233,7 @@ async fn main() -> ExitCode {
     };
     let reads = if reads_need_sign_in { "reads need sign-in" } else { "reads are open" };
     if let Some(accounts) = &accounts {
-        watch_users(Arc::clone(accounts));
+        accounts.watch();
     }
     let bound = &launch.bound;
     let scheme = if cli.serving.tls_cert.is_some() { "https" } else { "http" };
@@ -280,32 +280,6 @@ fn host_names(listen: &SocketAddr, given: &[String]) -> Result<Vec<String>, Stri
         }
     }
     Ok(names)
-}
-
-/// Re-reads the users file when it changes (looked at every 2 s) and on SIGHUP; a file that
-/// does not parse is logged and the accounts before it stay in force.
-fn watch_users(accounts: Arc<Accounts>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangup = signal(SignalKind::hangup()).ok();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        loop {
-            let forced = match &mut hangup {
-                Some(hangup) => tokio::select! {
-                    _ = tick.tick() => false,
-                    _ = hangup.recv() => true,
-                },
-                None => {
-                    tick.tick().await;
-                    false
-                }
-            };
-            let result = if forced { accounts.reload().map(|()| true) } else { accounts.reload_if_changed() };
-            if let Err(message) = result {
-                tracing::error!("{message}");
-            }
-        }
-    });
 }
 
 /// `autocomp-monitor hash-password`: the password from stdin, its hash (or the users-file

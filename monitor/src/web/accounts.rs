@@ -7,13 +7,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::path::Path;
+use std::sync::Arc;
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params};
+use autocomp_http::reload::Reloaded;
 use autocomp_model::InvalidInput;
 use unicode_normalization::UnicodeNormalization;
 
@@ -236,92 +236,58 @@ impl Users {
     }
 }
 
-/// What identifies one version of the file on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    modified: Option<SystemTime>,
-    len: u64,
-    inode: u64,
-}
-
-fn stamp(path: &Path) -> std::io::Result<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path)?;
-    Ok(Stamp { modified: meta.modified().ok(), len: meta.len(), inode: meta.ino() })
-}
-
-/// The accounts a running monitor checks against, re-read from the file when it changes
-/// (`reload_if_changed`, polled) or when asked (`reload`, SIGHUP). A file that no longer
-/// parses is logged and the accounts before it stay in force.
-pub struct Accounts {
-    path: Option<PathBuf>,
-    state: RwLock<(Arc<Users>, Option<Stamp>)>,
+/// The accounts a running monitor checks against: the users file, read again when it changes
+/// (looked at every 2 s) or on SIGHUP (`watch`). A file that no longer parses is logged and
+/// the accounts before it stay in force.
+pub enum Accounts {
+    File(Arc<Reloaded<Users>>),
+    /// Fixed accounts (tests, or an embedding program).
+    Fixed(Arc<Users>),
 }
 
 impl Accounts {
     /// Reads the users file; an error names the file and the line.
     pub fn load(path: &Path) -> Result<Accounts, String> {
-        let (users, stamp) = read(path)?;
-        Ok(Accounts { path: Some(path.to_owned()), state: RwLock::new((Arc::new(users), Some(stamp))) })
+        let file = path.to_owned();
+        Ok(Accounts::File(Reloaded::new("the users file", vec![path.to_owned()], move || read(&file))?))
     }
 
-    /// Fixed accounts (tests, or an embedding program).
     pub fn fixed(users: Users) -> Accounts {
-        Accounts { path: None, state: RwLock::new((Arc::new(users), None)) }
-    }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        Accounts::Fixed(Arc::new(users))
     }
 
     pub fn current(&self) -> Arc<Users> {
-        Arc::clone(&self.state.read().unwrap_or_else(|e| e.into_inner()).0)
-    }
-
-    /// Re-reads the file if it changed on disk since it was last read. `Ok(true)`: new
-    /// accounts are in force.
-    pub fn reload_if_changed(&self) -> Result<bool, String> {
-        let Some(path) = &self.path else { return Ok(false) };
-        let now = stamp(path).map_err(|e| format!("users file {}: {e}", path.display()))?;
-        if self.state.read().unwrap_or_else(|e| e.into_inner()).1.as_ref() == Some(&now) {
-            return Ok(false);
+        match self {
+            Accounts::File(file) => file.current(),
+            Accounts::Fixed(users) => Arc::clone(users),
         }
-        self.reload().map(|()| true)
     }
 
-    /// Re-reads the file now.
-    pub fn reload(&self) -> Result<(), String> {
-        let Some(path) = &self.path else { return Ok(()) };
-        match read(path) {
-            Ok((users, stamp)) => {
-                let count = users.len();
-                *self.state.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(users), Some(stamp));
-                tracing::info!(accounts = count, "users file {} read", path.display());
-                Ok(())
-            }
-            Err(message) => {
-                // Remember this version so the poll does not log it again every time.
-                if let Ok(stamp) = stamp(path) {
-                    self.state.write().unwrap_or_else(|e| e.into_inner()).1 = Some(stamp);
-                }
-                Err(format!("{message} (the accounts read before stay in force)"))
-            }
+    /// Reads the file again if it changed on disk since it was last read: whether new
+    /// accounts are in force.
+    pub fn reload_if_changed(&self) -> bool {
+        matches!(self, Accounts::File(file) if file.reload(false))
+    }
+
+    /// Reads the file again when it changes or on SIGHUP, for as long as the monitor runs.
+    /// Call within a tokio runtime.
+    pub fn watch(&self) {
+        if let Accounts::File(file) = self {
+            file.watch();
         }
     }
 }
 
-fn read(path: &Path) -> Result<(Users, Stamp), String> {
+fn read(path: &Path) -> Result<Users, String> {
     use std::os::unix::fs::PermissionsExt;
     let shown = path.display().to_string();
-    let before = stamp(path).map_err(|e| format!("users file {shown}: {e}"))?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("users file {shown}: {e}"))?;
     if let Ok(meta) = std::fs::metadata(path)
         && meta.permissions().mode() & 0o004 != 0
     {
         tracing::warn!("users file {shown} is readable by every user on this host: chmod o-r it");
     }
-    let users = Users::parse(&format!("users file {shown}"), &text)?;
-    Ok((users, before))
+    Users::parse(&format!("users file {shown}"), &text)
 }
 
 #[cfg(test)]
@@ -408,13 +374,13 @@ mod tests {
         let hash = hash_password("a long enough secret").unwrap();
         std::fs::write(&path, format!("alice operator {hash}\n")).unwrap();
         let accounts = Accounts::load(&path).unwrap();
-        assert_eq!(accounts.reload_if_changed(), Ok(false));
+        assert!(!accounts.reload_if_changed());
         std::fs::write(&path, format!("alice operator {hash}\nbob viewer {hash}\n")).unwrap();
-        assert_eq!(accounts.reload_if_changed(), Ok(true));
+        assert!(accounts.reload_if_changed());
         assert_eq!(accounts.current().len(), 2);
         std::fs::write(&path, "broken\n").unwrap();
-        assert!(accounts.reload_if_changed().unwrap_err().contains("stay in force"));
-        assert_eq!(accounts.current().len(), 2);
-        assert_eq!(accounts.reload_if_changed(), Ok(false), "a broken version is reported once");
+        assert!(!accounts.reload_if_changed());
+        assert_eq!(accounts.current().len(), 2, "the accounts before stay in force");
+        assert!(!accounts.reload_if_changed(), "a broken version is tried once");
     }
 }
