@@ -26,6 +26,9 @@ mod source;
 pub mod testing;
 mod watch;
 
+/// Makes user text (a file name, a reason, a report line) safe to print on a terminal:
+/// control and bidi characters become visible `\uXXXX` escapes.
+pub use autocomp_http::for_terminal;
 #[doc(inline)]
 pub use autocomp_model::{
     Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
@@ -34,9 +37,6 @@ pub use autocomp_model::{
 };
 #[doc(inline)]
 pub use autocomp_store::StoreError;
-/// Makes user text (a file name, a reason, a report line) safe to print on a terminal:
-/// control and bidi characters become visible `\uXXXX` escapes.
-pub use autocomp_http::for_terminal;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, WorkContext, WorkError};
 pub use source::{SettingError, Source, SourceContext, source_main};

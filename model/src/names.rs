@@ -296,7 +296,8 @@ mod tests {
 
     #[test]
     fn agents_are_names_in_any_script_without_hidden_characters() {
-        for ok in ["operator:Åsa", "operator:Jürgen", "operator:佐藤", "operator:محمد", "bagit-verifier/1.0@host#42"] {
+        for ok in ["operator:Åsa", "operator:Jürgen", "operator:佐藤", "operator:محمد", "bagit-verifier/1.0@host#42"]
+        {
             assert!(Agent::new(ok).is_ok(), "{ok} should be valid");
         }
         assert!(Agent::new("operator:".to_string() + &"é".repeat(247)).is_ok(), "256 characters, more bytes");

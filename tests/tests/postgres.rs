@@ -415,7 +415,11 @@ fn a_command_output_with_nul_and_terminal_escapes_is_recorded_and_shown_safely()
     let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", noise];
     let run = finish(pipeline.command(&args).spawn().unwrap(), PASS_LIMIT);
     assert_eq!(run.code, Some(1), "the batch failed, the pass did not: {}", run.show());
-    assert!(!run.stdout.chars().chain(run.stderr.chars()).any(autocomp_http::terminal::is_concealing), "{}", run.show());
+    assert!(
+        !run.stdout.chars().chain(run.stderr.chars()).any(autocomp_http::terminal::is_concealing),
+        "{}",
+        run.show()
+    );
 
     let batch = pipeline.block_on(pipeline.any_store().get_batch(&id)).unwrap();
     assert!(batch.open_runs.is_empty(), "no run left open: {:?}", batch.open_runs);
