@@ -36,8 +36,8 @@ const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in f
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Address to listen on. Loopback by default: other hosts need an explicit address (or,
-    /// better, a TLS reverse proxy in front).
+    /// Address to listen on. Loopback by default: other hosts need an explicit address, and
+    /// then TLS (--tls-cert, or a TLS reverse proxy in front) and --users (reads need sign-in).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7072")]
     listen: SocketAddr,
     /// Directory holding autocomp.toml (the backends; optional when they come from the
@@ -46,14 +46,14 @@ struct Cli {
     config_dir: Option<PathBuf>,
     /// Store URL: sqlite:///var/lib/autocomp/store.db, postgres://user@db1,db2/autocomp or
     /// http://host:7070 (overrides autocomp.toml).
-    #[arg(long, env = "AUTOCOMP_STORE", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_STORE", hide_env_values = true, value_name = "URL")]
     store: Option<String>,
     /// Batch index URL, e.g. local:/var/lib/autocomp/index or http://host:7071.
-    #[arg(long, env = "AUTOCOMP_INDEX", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_INDEX", hide_env_values = true, value_name = "URL")]
     index: Option<String>,
     /// Lock service URL, e.g. local:/var/lib/autocomp/locks or zk://zk1:2181/autocomp (the
     /// batch page shows lock holders).
-    #[arg(long, env = "AUTOCOMP_LOCKS", value_name = "URL")]
+    #[arg(long, env = "AUTOCOMP_LOCKS", hide_env_values = true, value_name = "URL")]
     locks: Option<String>,
     /// The accounts: a file of `name role hash` lines (role viewer, operator or admin; the
     /// hash from `autocomp-monitor hash-password`, or `-` for an account that signs in only
