@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use autocomp_model::InvalidInput;
 use tokio::sync::watch;
 
 use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
@@ -35,8 +36,18 @@ impl LocalLocks {
 
     fn try_once(&self, path: &LockPath, holder: &LockHolder) -> Result<Option<LocalLock>, LockError> {
         let file_path = self.file_of(path);
-        let unavailable =
-            |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what} {}: {e}", file_path.display()));
+        // A directory this process may not write (its permissions, a file in the way, a
+        // read-only mount) is the configuration's fault: exit 2, not "lock service lost".
+        let unavailable = |what: &str, e: std::io::Error| {
+            use std::io::ErrorKind::{IsADirectory, NotADirectory, PermissionDenied, ReadOnlyFilesystem};
+            let message = format!("{what} {}: {e}", file_path.display());
+            match e.kind() {
+                PermissionDenied | NotADirectory | IsADirectory | ReadOnlyFilesystem => {
+                    LockError::Invalid(InvalidInput::new("locks directory", self.dir.display().to_string(), message))
+                }
+                _ => LockError::Unavailable(message),
+            }
+        };
         if let Some(parent) = file_path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| unavailable("cannot create the lock directory for", e))?;
         }
@@ -179,6 +190,23 @@ mod tests {
 
     fn batch_path() -> LockPath {
         LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new("B1").unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_locks_directory_that_cannot_be_one_is_a_configuration_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-directory");
+        std::fs::write(&file, "").unwrap();
+        let locks = LocalLocks::new(&file);
+        match locks.try_lock(&batch_path(), &holder(), Duration::ZERO).await {
+            Err(LockError::Invalid(invalid)) => {
+                assert_eq!(
+                    (invalid.field.as_str(), invalid.value.as_str()),
+                    ("locks directory", file.to_str().unwrap())
+                );
+            }
+            other => panic!("not a configuration error: {:?}", other.map(|lock| lock.is_some())),
+        }
     }
 
     #[tokio::test]

@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
-    Run, RunHolder, Seq,
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
+    RegisteredComponent, Run, RunHolder, Seq,
 };
 
 pub use schema::LATEST_VERSION;
@@ -87,6 +87,24 @@ pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
+/// Why the open file is not a store autocomp made: not SQLite at all, or a SQLite database of
+/// something else (tables, but none of ours). `None` for a store of ours or a new, empty
+/// database.
+fn foreign(conn: &Connection) -> Option<&'static str> {
+    let tables = conn.query_row(
+        "SELECT COUNT(*), COUNT(*) FILTER (WHERE name = 'schema_version') FROM sqlite_master WHERE type = 'table'",
+        [],
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+    );
+    match tables {
+        Err(rusqlite::Error::SqliteFailure(failure, _)) if failure.code == rusqlite::ErrorCode::NotADatabase => {
+            Some("is not a SQLite database")
+        }
+        Ok((tables, 0)) if tables > 0 => Some("is a SQLite database of something else (it has no autocomp schema)"),
+        _ => None,
+    }
+}
+
 impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         Self::open_with(path, SqliteOptions::default()).await
@@ -104,8 +122,27 @@ impl SqliteStore {
 
     fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
         let describe = |e: rusqlite::Error| StoreError::Unavailable(format!("store file {}: {e}", path.display()));
+        let not_ours = |reason: &str| {
+            StoreError::Invalid(InvalidInput::new(
+                "store file",
+                path.display().to_string(),
+                format!(
+                    "{reason}; point the store URL at the pipeline's store file, or at a path that does not exist yet \
+                         for a new store"
+                ),
+            ))
+        };
+        // A file that is there but was not made by autocomp is refused, never taken over: an
+        // empty one is what a truncation or a mistyped `touch` leaves, and a store autocomp
+        // made is never empty.
+        if std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == 0) {
+            return Err(not_ours("is an empty file, not a store autocomp made"));
+        }
         let mut conn = Connection::open(path).map_err(describe)?;
         conn.busy_timeout(options.busy_timeout).map_err(describe)?;
+        if let Some(reason) = foreign(&conn) {
+            return Err(not_ours(reason));
+        }
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(describe)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Unavailable(format!(
