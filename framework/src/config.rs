@@ -235,6 +235,17 @@ impl ComponentConfig {
         if self.max_attempts == 0 {
             return Err(ConfigError::new(file, "max_attempts = 0: must be at least 1"));
         }
+        // Durations that cannot mean anything at zero (a zero wait or grace can: do not wait).
+        let zeros = [
+            ("max_runtime", Some(self.max_runtime), "every batch would time out as it starts"),
+            ("overdue_after", self.overdue_after, "every ready batch would be overdue at once"),
+            ("silent_after", self.silent_after, "the component would be silent between any two passes"),
+        ];
+        for (key, value, why) in zeros {
+            if value == Some(Duration::ZERO) {
+                return Err(ConfigError::new(file, format!("{key} = \"0s\": must be more than 0 ({why})")));
+            }
+        }
         if self.watch_heartbeat < MIN_WATCH_HEARTBEAT {
             return Err(ConfigError::new(
                 file,
@@ -312,6 +323,18 @@ mod tests {
     use autocomp_model::EventType;
 
     use super::*;
+
+    #[test]
+    fn durations_that_mean_nothing_at_zero_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        for key in ["max_runtime", "overdue_after", "silent_after"] {
+            std::fs::write(dir.path().join("probe.toml"), format!("{key} = \"0s\"\n")).unwrap();
+            let error = load("probe", None, dir.path()).unwrap_err().to_string();
+            assert!(error.contains(&format!("{key} = \"0s\": must be more than 0")), "{error}");
+        }
+        std::fs::write(dir.path().join("probe.toml"), "batch_lock_timeout = \"0s\"\nretry_backoff = \"0s\"\n").unwrap();
+        assert!(load("probe", None, dir.path()).is_ok(), "a zero wait means do not wait");
+    }
 
     #[test]
     fn durations_and_unknown_keys() {
