@@ -825,3 +825,14 @@ async fn bidi_overrides_in_the_stores_data_are_shown_as_markers() {
     assert_eq!(f.post("/batches/B4/act", &confirm, &[("cookie", &cookie)]).await.status, StatusCode::SEE_OTHER);
     assert_eq!(f.events("B4").await.last().unwrap().details["reason"], reason);
 }
+
+#[tokio::test]
+async fn a_batch_page_follows_what_holds_a_step_up_back_to_its_root() {
+    let f = fixture().await;
+    let page = f.get("/batches/B3", &[]).await.body;
+    assert!(page.contains("<li>because checker waits for Probed: probe is waiting</li>"), "{page}");
+    assert!(
+        page.contains("<li>because probe waits for Data_Received, which no component of the pipeline records</li>"),
+        "{page}"
+    );
+}

@@ -575,6 +575,14 @@ fn explain(e: &Explanation) -> String {
     if let Some(refusal) = &e.refusal {
         w!(out, "<p>Not ready because of <code>{}</code>: {}</p>\n", esc(refusal.clause), esc(&refusal.reason));
     }
+    if !e.held_up_by.is_empty() {
+        // Back along the requires chain to what holds the batch up, nearest first.
+        out.push_str("<ol class=\"held-up-by\" aria-label=\"Held up by\">\n");
+        for cause in &e.held_up_by {
+            w!(out, "<li>because {}</li>\n", esc(cause));
+        }
+        out.push_str("</ol>\n");
+    }
     out.push_str(&clause_table(
         &format!("Trigger clauses of {} on {}, evaluated at {}", e.component, e.batch, e.as_of),
         e.clauses.iter().map(|c| (c.clause.as_str(), c.store, c.index)),

@@ -523,6 +523,9 @@ pub struct Explanation {
     pub max_attempts: u32,
     pub index_cursor: Seq,
     pub store_head: Seq,
+    /// When a required step has not succeeded: the chain of steps back to what holds the
+    /// batch up ("checksum-verifier failed at seq 54: ..."), nearest first.
+    pub held_up_by: Vec<String>,
 }
 
 impl Explanation {
@@ -581,6 +584,7 @@ impl Explanation {
             "max_attempts": self.max_attempts,
             "index_cursor": self.index_cursor,
             "store_head": self.store_head,
+            "held_up_by": self.held_up_by,
         })
     }
 
@@ -596,6 +600,9 @@ impl Explanation {
         };
         writeln!(out, "{} for {} (records {}): {}", self.batch, self.component, self.event_type, self.state).ok();
         writeln!(out, "{}", self.verdict()).ok();
+        for (depth, cause) in self.held_up_by.iter().enumerate() {
+            writeln!(out, "{:width$}because {cause}", "", width = 2 * (depth + 1)).ok();
+        }
         writeln!(out, "evaluated at {} (store clock)\n", self.as_of).ok();
         if self.clauses.is_empty() {
             writeln!(out, "  (the trigger has no clauses: every batch is ready)").ok();
@@ -686,6 +693,43 @@ impl Explanation {
         .ok();
         out
     }
+}
+
+/// Why `step` waits on `batch`, followed back along the `requires` chain to its root: for
+/// the first required type without an effective success, the step that records it and what
+/// that step's state is; a step that is itself waiting is followed further. Bounded by the
+/// pipeline's length, so a cycle in the configuration cannot loop.
+fn held_up_by(pipeline: &[Step], step: &Step, batch: &Batch) -> Vec<String> {
+    let mut causes = Vec::new();
+    let mut current = step;
+    for _ in 0..pipeline.len() {
+        let effective = batch.effective();
+        let missing = current.trigger().requires.iter().find(|required| {
+            !effective.get(required).is_some_and(|event| event.outcome == autocomp_model::Outcome::Success)
+        });
+        let Some(missing) = missing else { break };
+        let Some(producer) = pipeline.iter().find(|other| other.event_type() == missing) else {
+            causes.push(format!("{} waits for {missing}, which no component of the pipeline records", current.name()));
+            break;
+        };
+        let state = producer.state_of(batch);
+        let what = match (state, effective.get(missing)) {
+            (ComponentState::Failed | ComponentState::Retrying, Some(event)) => {
+                let said = report_summary(event).into_iter().next().map(|line| format!(": {line}")).unwrap_or_default();
+                let kind = if state == ComponentState::Retrying { "failed transiently (retrying)" } else { "failed" };
+                format!("{} {kind} at seq {}{said}", producer.name(), event.seq)
+            }
+            (ComponentState::Working, _) => format!("{} is working on it", producer.name()),
+            (ComponentState::Ready, _) => format!("{} is ready and waits for its next pass", producer.name()),
+            (state, _) => format!("{} is {}", producer.name(), state.as_str()),
+        };
+        causes.push(format!("{} waits for {missing}: {what}", current.name()));
+        if state != ComponentState::Waiting || std::ptr::eq(producer, current) {
+            break;
+        }
+        current = producer;
+    }
+    causes
 }
 
 /// One candidate of `autocomp ready`.
@@ -846,7 +890,7 @@ impl Operator {
         let step = self.step(&pipeline, component)?;
         let batch = self.batch(store.as_ref(), id).await?;
         let seen = self.explain_context(&store, &batch).await?;
-        self.explain_step(store.as_ref(), step, &batch, &seen).await
+        self.explain_step(store.as_ref(), &pipeline, step, &batch, &seen).await
     }
 
     /// `explain` for every component of the pipeline at once (the monitor's batch page):
@@ -858,7 +902,7 @@ impl Operator {
         let seen = self.explain_context(&store, &batch).await?;
         let mut explanations = Vec::with_capacity(pipeline.len());
         for step in &pipeline {
-            explanations.push(self.explain_step(store.as_ref(), step, &batch, &seen).await?);
+            explanations.push(self.explain_step(store.as_ref(), &pipeline, step, &batch, &seen).await?);
         }
         Ok((batch, explanations))
     }
@@ -877,6 +921,7 @@ impl Operator {
     async fn explain_step(
         &self,
         store: &dyn ObjectStore,
+        pipeline: &[Step],
         step: &Step,
         batch: &Batch,
         seen: &Seen,
@@ -923,6 +968,7 @@ impl Operator {
             max_attempts: step.descriptor().max_attempts,
             index_cursor: seen.index_cursor,
             store_head: seen.store_head,
+            held_up_by: held_up_by(pipeline, step, batch),
             batch: batch.id.clone(),
         })
     }
@@ -1155,3 +1201,7 @@ mod tests {
         assert!(compared >= 7 * 8, "compared {compared} clauses");
     }
 }
+
+#[cfg(test)]
+#[path = "explain_tests.rs"]
+mod explain_tests;

@@ -1,0 +1,55 @@
+//! `explain` against a real SQLite store and local index: a batch held up several steps back
+//! names the step and the failure at the root, not only the clause next to it.
+
+use autocomp_model::{Agent, BatchType, EventType, NewBatch, NewEvent, Outcome, Trigger};
+use serde_json::json;
+
+use crate::operator::Operator;
+use autocomp_framework::config::Backends;
+
+#[tokio::test]
+async fn explain_follows_the_requires_chain_to_the_failure_that_holds_the_batch_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends {
+        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
+        index: Some(format!("local:{}", dir.path().join("index").display())),
+        locks: Some(format!("local:{}", dir.path().join("locks").display())),
+    };
+    let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
+    let store = operator.store().await.unwrap();
+    for (name, event_type, requires) in [
+        ("verifier", "Verified", "Data_Received"),
+        ("checker", "Checked", "Verified"),
+        ("archiver", "Archived", "Checked"),
+    ] {
+        let trigger = Trigger::builder().requires(requires).build();
+        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
+    }
+    let id = autocomp_model::BatchId::new("B1").unwrap();
+    store.create_batch(NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+    let agent = Agent::new("test").unwrap();
+    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, agent.clone());
+    store.append_event(&id, received).await.unwrap();
+    let failed = NewEvent::new(EventType::new("Verified").unwrap(), Outcome::Failure, agent)
+        .with_details(json!({"summary": "2 files differ from the manifest"}));
+    let failure = store.append_event(&id, failed).await.unwrap();
+
+    let archiver = operator.explain("B1", "archiver").await.unwrap();
+    assert_eq!(
+        archiver.held_up_by,
+        [
+            "archiver waits for Checked: checker is waiting".to_string(),
+            format!(
+                "checker waits for Verified: verifier failed at seq {}: 2 files differ from the manifest",
+                failure.seq
+            ),
+        ]
+    );
+    let text = archiver.render(crate::operator::Format::Text);
+    assert!(text.contains("because checker waits for Verified: verifier failed at seq"), "{text}");
+    assert_eq!(archiver.to_json()["held_up_by"].as_array().map(Vec::len), Some(2));
+
+    // The step next to the failure names it directly; the failed step itself is held up by nothing.
+    assert_eq!(operator.explain("B1", "checker").await.unwrap().held_up_by.len(), 1);
+    assert!(operator.explain("B1", "verifier").await.unwrap().held_up_by.is_empty());
+}
