@@ -36,20 +36,23 @@ impl LocalLocks {
 
     fn try_once(&self, path: &LockPath, holder: &LockHolder) -> Result<Option<LocalLock>, LockError> {
         let file_path = self.file_of(path);
-        // A directory this process may not write (its permissions, a file in the way, a
-        // read-only mount) is the configuration's fault: exit 2, not "lock service lost".
-        let unavailable = |what: &str, e: std::io::Error| {
-            use std::io::ErrorKind::{IsADirectory, NotADirectory, PermissionDenied, ReadOnlyFilesystem};
-            let message = format!("{what} {}: {e}", file_path.display());
-            match e.kind() {
-                PermissionDenied | NotADirectory | IsADirectory | ReadOnlyFilesystem => {
-                    LockError::Invalid(InvalidInput::new("locks directory", self.dir.display().to_string(), message))
-                }
-                _ => LockError::Unavailable(message),
-            }
-        };
+        let unavailable =
+            |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what} {}: {e}", file_path.display()));
         if let Some(parent) = file_path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| unavailable("cannot create the lock directory for", e))?;
+            // A locks directory that cannot be made (its permissions, a file in the way, a
+            // read-only mount) is the configuration's fault: exit 2, not "lock service lost".
+            std::fs::create_dir_all(parent).map_err(|e| {
+                use std::io::ErrorKind::{NotADirectory, PermissionDenied, ReadOnlyFilesystem};
+                let message = format!("cannot create the lock directory for {}: {e}", file_path.display());
+                match e.kind() {
+                    PermissionDenied | NotADirectory | ReadOnlyFilesystem => LockError::Invalid(InvalidInput::new(
+                        "locks directory",
+                        self.dir.display().to_string(),
+                        message,
+                    )),
+                    _ => LockError::Unavailable(message),
+                }
+            })?;
         }
         loop {
             let mut file = OpenOptions::new()
