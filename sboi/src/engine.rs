@@ -27,7 +27,7 @@ use tantivy::{
 use crate::bitsets::TermBitsets;
 use crate::browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 use crate::document::{Fields, IndexedBatch, SCHEMA_VERSION, Vocabulary};
-use crate::query::{BlockedBy, selection_query, trigger_query};
+use crate::query::{BlockedBy, listing_page, selection_query, trigger_query};
 
 /// How many times a read retries when another process commits between its reload and its
 /// read of meta.json (`IndexEngine::snapshot`).
@@ -577,21 +577,9 @@ impl IndexEngine {
         // feed brings (and the catch-up rewrites its document whole anyway).
         let indexed_through = self.committed_cursor()?;
         let (searcher, vocabulary) = self.snapshot()?;
-        let lower = match after {
-            Some(after) => Bound::Excluded(self.fields.id_term(after)),
-            None => Bound::Unbounded,
-        };
-        let upper = match page.last() {
-            Some(last) if !to_end => Bound::Included(self.fields.id_term(&last.id)),
-            _ => Bound::Unbounded,
-        };
-        // A page that is the whole store has no bound at either end, which a range query
-        // refuses: every document is then the range.
-        let addresses = match (lower, upper) {
-            (Bound::Unbounded, Bound::Unbounded) => searcher.search(&AllQuery, &DocSetCollector),
-            (lower, upper) => searcher.search(&RangeQuery::new(lower, upper), &DocSetCollector),
-        }
-        .map_err(|e| self.fail(e))?;
+        let through = page.last().filter(|_| !to_end).map(|last| &last.id);
+        let addresses =
+            searcher.search(&listing_page(&self.fields, after, through), &DocSetCollector).map_err(|e| self.fail(e))?;
         let mut indexed: HashMap<String, IndexedBatch> = HashMap::with_capacity(addresses.len());
         for address in addresses {
             let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;

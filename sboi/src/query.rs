@@ -1,13 +1,14 @@
 //! Translates a `Trigger`, and a monitor's `Selection`, into a tantivy query over the fields
 //! of `document.rs`. Each clause maps to exact terms or one range; the property tests hold
 //! these equal to `Trigger::select` and `Selection::matches_at`. `blocked_by` reads the
-//! vocabulary of the commit being searched (see `document::Vocabulary`).
+//! vocabulary of the commit being searched (see `document::Vocabulary`). Also the documents
+//! of one page of the store's listing, which a reconcile compares with it (`listing_page`).
 
 use std::ops::Bound;
 
 use std::time::Duration;
 
-use autocomp_model::{Selection, Timestamp, Trigger};
+use autocomp_model::{BatchId, Selection, Timestamp, Trigger};
 use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
@@ -22,6 +23,17 @@ pub enum BlockedBy {
     Absent,
     /// `MustNot present:T` under `AllQuery`: walks every document the other clauses match.
     MustNotPresent,
+}
+
+/// The documents of one page of the store's listing in id order: the ids after `after` up
+/// to `through` included, or to the last id without it. Like the store's listing, the first
+/// page starts after the empty id, which sorts before every batch id (none is empty): so the
+/// range always has a lower end, a term of the id field, whatever the page. A range of
+/// tantivy's with neither end names no field, and its search panics.
+pub fn listing_page(fields: &Fields, after: Option<&BatchId>, through: Option<&BatchId>) -> RangeQuery {
+    let lower = Bound::Excluded(Term::from_field_text(fields.id, after.map_or("", BatchId::as_str)));
+    let upper = through.map_or(Bound::Unbounded, |through| Bound::Included(fields.id_term(through)));
+    RangeQuery::new(lower, upper)
 }
 
 pub fn trigger_query(
