@@ -43,6 +43,10 @@ pub struct RunnerArgs {
     /// List what would be claimed and why; take no lock, claim nothing, record nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: list at most N candidates, 0 for all [default: as many as a pass
+    /// looks at, 4 x queue_size and at least 16]. How many were left out goes to stderr.
+    #[arg(long, value_name = "N", requires = "dry_run")]
+    pub dry_run_limit: Option<usize>,
     /// Stay up and start a pass on this 5-field crontab schedule (for hosts without cron).
     #[arg(long, value_name = "CRON")]
     pub schedule: Option<String>,
@@ -182,8 +186,25 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     let ran = async {
         let runner = Runner::new(component, settings, trigger, component_config, pipeline, shutdown.clone())?;
         if args.dry_run {
-            for line in runner.dry_run(&selection).await? {
-                println!("{}", crate::for_terminal(&line));
+            let dry = runner.dry_run(&selection, args.dry_run_limit).await?;
+            let mut stdout = std::io::stdout().lock();
+            for line in &dry.lines {
+                // A closed stdout (`| head`) ends the listing, not the process with a panic.
+                if writeln!(stdout, "{}", crate::for_terminal(line)).is_err() {
+                    break;
+                }
+            }
+            stdout.flush().ok();
+            if dry.not_shown > 0 {
+                // On stderr: stdout stays one line per batch for whatever reads it.
+                let name = runner.name();
+                writeln!(
+                    std::io::stderr().lock(),
+                    "{name}: dry run: {} more candidate(s) not shown; --dry-run-limit 0 lists them all, as does \
+                     `autocomp ready --component {name}`",
+                    dry.not_shown
+                )
+                .ok();
             }
             return Ok(exit::OK);
         }

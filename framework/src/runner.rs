@@ -6,6 +6,7 @@
 //! graceful shutdown (release claims without events).
 
 use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -891,7 +892,11 @@ impl<C: Component> Runner<C> {
             .with_idempotency_key(key);
         let result = match self.pipeline.store.append_event(&id, event).await {
             Ok(_) => {
-                println!("{}", crate::for_terminal(&line));
+                // Best effort: the result is recorded, and a closed stdout (`| head`) must
+                // not turn the pass into a panic.
+                if let Err(e) = writeln!(std::io::stdout().lock(), "{}", crate::for_terminal(&line)) {
+                    debug!(batch = %id, "cannot print the result line: {e}");
+                }
                 info!(
                     batch = %id,
                     component = %self.name,
@@ -951,11 +956,20 @@ impl<C: Component> Runner<C> {
     }
 
     /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
-    pub async fn dry_run(&self, selection: &Selection) -> Result<Vec<String>, RunError> {
-        let (candidates, force) = match selection {
-            Selection::Ready => (self.candidates().await?, false),
+    /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
+    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out.
+    pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
+        let (mut candidates, force) = match selection {
+            Selection::Ready => (self.all_candidates().await?, false),
             Selection::Batch { id, force } => (vec![id.clone()], *force),
         };
+        let shown = match limit {
+            Some(0) => candidates.len(),
+            Some(limit) => limit,
+            None => self.config.queue_size.saturating_mul(4).max(16),
+        };
+        let not_shown = candidates.len().saturating_sub(shown);
+        candidates.truncate(shown);
         let mut lines = Vec::new();
         let mut would_claim = 0;
         for id in candidates {
@@ -975,8 +989,31 @@ impl<C: Component> Runner<C> {
             };
             lines.push(format!("{id} {verdict}"));
         }
-        Ok(lines)
+        Ok(DryRun { lines, not_shown })
     }
+
+    /// Every candidate the index offers, in the order `candidates` gives them, without the
+    /// cap a pass applies: a dry run counts what it does not list. The trigger's own
+    /// `limit` still holds, as it does for a pass.
+    async fn all_candidates(&self) -> Result<Vec<BatchId>, RunError> {
+        let mut ids = self.pipeline.index.query(&self.descriptor.trigger).await?;
+        if let Some(retry) = &self.retry_trigger {
+            for id in self.pipeline.index.query(retry).await? {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(ids)
+    }
+}
+
+/// What `--dry-run` found: a line per candidate listed, and how many more there were.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRun {
+    pub lines: Vec<String>,
+    /// Candidates the index offers beyond the listed ones.
+    pub not_shown: usize,
 }
 
 const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);

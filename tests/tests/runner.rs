@@ -617,3 +617,63 @@ fn a_pass_that_stops_on_a_lock_error_releases_what_it_claimed() {
     assert!(outcomes.iter().all(succeeded), "once the lock file is fixed both batches should run: {outcomes:?}");
     assert_eq!(pipeline.failed_attempts(&ids[0]), 0, "B0001 never ran, yet attempts were counted against it");
 }
+
+/// `probe | head -0`: stdout is a pipe whose reader is gone before the first line. Printing
+/// is best effort (the store has the result), so the pass ends as usual, without a panic.
+#[test]
+fn a_closed_stdout_ends_the_pass_quietly_with_the_result_recorded() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    let closed_stdout = |args: &[&str]| {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let mut command = pipeline.command(args);
+        command.stdout(writer);
+        finish(command.spawn().expect("the probe starts"), PASS_LIMIT)
+    };
+
+    let dry = closed_stdout(&["--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}", dry.show());
+    assert!(!dry.stderr.contains("panicked"), "{}", dry.show());
+
+    let run = closed_stdout(&[]);
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    assert!(!run.stderr.contains("panicked"), "{}", run.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{}", run.show());
+    assert_no_open_runs(&pipeline);
+    assert_no_lock_files(&pipeline);
+}
+
+/// A dry run lists as many candidates as a pass looks at (4 x queue_size, at least 16) and
+/// says on stderr how many it left out and how to see them; `--dry-run-limit` changes that.
+#[test]
+fn dry_run_says_how_many_candidates_it_did_not_list() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure("queue_size = 2\n");
+    pipeline.register(20);
+    let head = pipeline.head();
+    let listed = |run: &Finished| -> Vec<String> {
+        assert_eq!(run.code, Some(0), "{}", run.show());
+        run.stdout.lines().map(|line| line.split(' ').next().unwrap().to_owned()).collect()
+    };
+    let ids = |range: std::ops::RangeInclusive<usize>| -> Vec<String> { range.map(|n| format!("B{n:04}")).collect() };
+
+    let default = pipeline.run(&["--dry-run"]);
+    assert_eq!(listed(&default), ids(1..=16), "{}", default.show());
+    for text in ["4 more candidate", "--dry-run-limit 0", "autocomp ready --component probe"] {
+        assert!(default.stderr.contains(text), "the notice does not say {text:?}: {}", default.show());
+    }
+
+    let all = pipeline.run(&["--dry-run", "--dry-run-limit", "0"]);
+    assert_eq!(listed(&all), ids(1..=20), "{}", all.show());
+    assert_eq!(all.stderr, "", "nothing left out, nothing to say: {}", all.show());
+
+    let five = pipeline.run(&["--dry-run", "--dry-run-limit", "5"]);
+    assert_eq!(listed(&five), ids(1..=5), "{}", five.show());
+    assert!(five.stderr.contains("15 more candidate"), "{}", five.show());
+
+    assert_usage_error(&pipeline, &["--dry-run-limit", "5"], &["--dry-run"]);
+    assert_eq!(pipeline.head(), head, "a dry run changed the store");
+    assert_no_open_runs(&pipeline);
+}

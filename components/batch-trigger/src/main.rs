@@ -6,6 +6,7 @@
 mod pattern;
 mod scan;
 
+use std::io::{Write as _, stdout};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
@@ -175,7 +176,10 @@ impl Scanner<'_, '_> {
             let batch = known.get(&folder.id);
             let action = self.decide(batch, &scan, now);
             if self.context.dry_run() {
-                println!("{}", for_terminal(&dry_run_line(&folder, &scan, &action)));
+                // Best effort: a closed stdout (`| head`) must not panic the pass.
+                if let Err(e) = writeln!(stdout().lock(), "{}", for_terminal(&dry_run_line(&folder, &scan, &action))) {
+                    debug!("cannot print the dry-run line: {e}");
+                }
                 continue;
             }
             if !matches!(action, Action::Unchanged | Action::Waiting(_)) {
@@ -318,7 +322,10 @@ impl Scanner<'_, '_> {
             .with_details(full)
             .with_idempotency_key(key);
         self.context.append_event(&folder.id, event).await?;
-        println!("{}", for_terminal(&line));
+        // Best effort: the event is recorded; a closed stdout must not panic the pass.
+        if let Err(e) = writeln!(stdout().lock(), "{}", for_terminal(&line)) {
+            debug!(batch = %folder.id, "cannot print the result line: {e}");
+        }
         Ok(())
     }
 }

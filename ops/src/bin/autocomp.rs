@@ -278,7 +278,12 @@ fn main() -> ExitCode {
         Ok(output) => {
             // Batches carry text from outside (reasons, reports, file names): nothing in it
             // may act on the terminal.
-            print!("{}", autocomp_http::for_terminal(&output));
+            // Best effort: a closed stdout (`| head`) just ends the output; the exit code
+            // stays what the command's result says.
+            let mut stdout = std::io::stdout().lock();
+            if let Err(e) = write!(stdout, "{}", autocomp_http::for_terminal(&output)).and_then(|()| stdout.flush()) {
+                tracing::debug!("cannot print the output: {e}");
+            }
             u8::from(alerting && !output.is_empty())
         }
         Err(e) => {
