@@ -665,3 +665,49 @@ fn show_prints_hostile_text_as_visible_escapes_in_text_and_json() {
     let last = json(&printed)["events"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["details"]["reason"], reason);
 }
+
+/// Before any component's first pass the registry is empty: `autocomp event` must say how
+/// to get going rather than list no types, and accepts the event types the component files
+/// in the config dir name, so a fresh pipeline's first events can be recorded by hand.
+#[test]
+fn event_before_any_first_pass_says_how_to_register_and_accepts_configured_types() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register_one("B0001", false);
+    let event = |t: &'static str| -> Vec<&'static str> {
+        vec!["event", "B0001", "--type", t, "--outcome", "success", "--reason", "delivered by courier"]
+    };
+
+    assert_refused_input(&pipeline, &event("Data_Received"), &["Data_Received", "first pass", "event_type"]);
+    let refused = autocomp(&pipeline, &event("Data_Received"));
+    assert!(!refused.stderr.contains("known: ;"), "an empty list of known types: {}", refused.show());
+    assert_refused_input(&pipeline, &["ready", "--component", "probe"], &["probe", "first pass"]);
+
+    // The source's file names its event type; a file that is not a component's names none.
+    let config = pipeline.config_dir();
+    std::fs::write(config.join("batch-trigger.toml"), "event_type = \"Data_Received\"\n").unwrap();
+    std::fs::write(config.join("notes.toml"), "not = [a component file\n").unwrap();
+    assert_refused_input(&pipeline, &event("Probd"), &["Probd", "known: Data_Received;"]);
+    let done = autocomp(&pipeline, &event("Data_Received"));
+    assert_eq!(done.code, Some(0), "{}", done.show());
+    let received: Vec<Outcome> = pipeline.events(&id, "Data_Received").iter().map(|e| e.outcome).collect();
+    assert_eq!(received, [Outcome::Success], "{}", done.show());
+}
+
+/// `autocomp show ... | head -0`: stdout is a pipe whose reader is gone. The output is best
+/// effort, so `autocomp` ends with its usual exit code, without a panic.
+#[test]
+fn autocomp_with_a_closed_stdout_exits_as_usual_without_a_panic() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.register(1);
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut command = Command::new(binary("autocomp"));
+    command.arg("--config-dir").arg(pipeline.config_dir()).args(["show", "B0001"]);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
+        command.env_remove(var);
+    }
+    command.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped());
+    let done = finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60));
+    assert_eq!(done.code, Some(0), "{}", done.show());
+    assert!(!done.stderr.contains("panicked"), "{}", done.show());
+}

@@ -306,7 +306,9 @@ impl Operator {
         .await
     }
 
-    /// Event types the pipeline records or any trigger mentions.
+    /// Event types the pipeline records or any trigger mentions, and those the component
+    /// files in the config dir name: before a component's first pass registers it, its
+    /// `<name>.toml` is all there is, and a fresh pipeline's first events come by hand.
     fn known_event_type(&self, pipeline: &[Step], text: &str) -> Result<EventType, OperatorError> {
         let event_type = EventType::new(text)?;
         if event_type.is_reset() {
@@ -320,24 +322,29 @@ impl Operator {
         let mut known = BTreeSet::new();
         for step in pipeline {
             let trigger = step.trigger();
-            known.insert(step.event_type());
-            known.extend(trigger.requires.iter().chain(&trigger.blocked_by));
-            known.extend(trigger.repeat_on_change.iter().chain(&trigger.transiently_failed));
+            known.insert(step.event_type().clone());
+            known.extend(trigger.requires.iter().chain(&trigger.blocked_by).cloned());
+            known.extend(trigger.repeat_on_change.iter().chain(&trigger.transiently_failed).cloned());
         }
+        known.extend(configured_event_types(self.config_dir()));
         if known.contains(&event_type) {
             return Ok(event_type);
         }
-        let known: Vec<&str> = known.iter().map(|t| t.as_str()).collect();
-        Err(InvalidInput::new(
-            "event type",
-            text,
+        let dir = self.config_dir().display();
+        let reason = if known.is_empty() {
             format!(
-                "no component in the pipeline records it or waits for it (known: {}; `autocomp pipeline` lists \
-                 the components)",
+                "no component has registered an event type yet: register one by running its first pass (it records \
+                 itself in the store), or write `event_type = \"{text}\"` in its config file {dir}/<component>.toml"
+            )
+        } else {
+            let known: Vec<&str> = known.iter().map(|t| t.as_str()).collect();
+            format!(
+                "no component in the pipeline records it or waits for it (known: {}; `autocomp pipeline` lists the \
+                 components, and a component file in {dir} may name its `event_type` before its first pass)",
                 known.join(", ")
-            ),
-        )
-        .into())
+            )
+        };
+        Err(InvalidInput::new("event type", text, reason).into())
     }
 
     /// `autocomp rerun`: a Reset marker for the component's event type, so its trigger
@@ -789,3 +796,24 @@ impl Operator {
 #[cfg(test)]
 #[path = "preview_tests.rs"]
 mod preview_tests;
+
+/// The `event_type`s the component files (`<name>.toml`) in `config_dir` name. A file that
+/// is not a component's (or does not parse) names none: it is its component's to report.
+fn configured_event_types(config_dir: &Path) -> Vec<EventType> {
+    let Ok(entries) = std::fs::read_dir(config_dir) else { return Vec::new() };
+    let mut types = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = path.file_stem().and_then(|stem| stem.to_str()).unwrap_or_default();
+        let is_component_file = path.extension().is_some_and(|ext| ext == "toml")
+            && path.file_name().is_some_and(|file| file != autocomp_framework::config::SHARED_FILE);
+        if !is_component_file || name.is_empty() {
+            continue;
+        }
+        match autocomp_framework::config::load(name, None, config_dir) {
+            Ok(loaded) => types.extend(loaded.component.event_type.and_then(|t| EventType::new(t).ok())),
+            Err(e) => tracing::debug!("{}: not read as a component file: {e}", path.display()),
+        }
+    }
+    types
+}

@@ -308,7 +308,7 @@ impl Operator {
         pipeline.iter().find(|step| *step.name() == valid).ok_or_else(|| {
             let known: Vec<&str> = pipeline.iter().map(|s| s.name().as_str()).collect();
             let known = if known.is_empty() {
-                "no component has run a pass against this store yet".to_owned()
+                "no component has run a pass against this store yet: a component's first pass registers it".to_owned()
             } else {
                 format!("known: {}", known.join(", "))
             };
