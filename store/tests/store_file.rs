@@ -35,7 +35,9 @@ fn a_file_autocomp_did_not_make_is_refused_naming_it_and_left_as_it_was() {
 
     let other = dir.path().join("other.db");
     let connection = rusqlite::Connection::open(&other).unwrap();
-    connection.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY); INSERT INTO invoices VALUES (7);").unwrap();
+    connection
+        .execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY); INSERT INTO invoices VALUES (7);")
+        .unwrap();
     drop(connection);
     let before = std::fs::read(&other).unwrap();
     assert!(refused(&other).contains("a SQLite database of something else"));
