@@ -141,7 +141,7 @@ pub async fn serve_with(
     limits: Limits,
     tls: Option<Arc<ServerTls>>,
 ) -> std::io::Result<()> {
-    serve_until(listener, router, limits, tls, crate::service::shutdown_signal()).await
+    serve_until(listener, router, limits, tls, shutdown_signal()).await
 }
 
 /// `serve_with`, stopping when `stop` completes instead of on a signal.
@@ -368,4 +368,24 @@ impl hyper::body::Body for TimedBody {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// Serves `router` on `listener`, plain HTTP with the default limits (`Limits`), until
+/// SIGTERM or SIGINT, then finishes requests in flight. `serve_with` takes TLS and
+/// other limits.
+pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
+    serve_with(listener, router, Limits::default(), None).await
+}
+
+/// Waits for SIGTERM or SIGINT (forever, if no handler can be installed).
+pub(crate) async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutting down: finishing requests in flight");
 }

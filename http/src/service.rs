@@ -1,8 +1,8 @@
 //! The routes every autocomp HTTP service shares: the `Rpc` trait a service implements, its
 //! `router` (bearer-token access and the declared length checked before a byte of the body
 //! is read, per-operation metrics in Prometheus text, `/health`, `/openapi.json`, JSON
-//! 404/405), and graceful shutdown. What a refusal looks like is `error`'s; what the
-//! operations are is `api`'s; how connections are served is `serve`'s.
+//! 404/405), and the service's tokens. What a refusal looks like is `error`'s; what the
+//! operations are is `api`'s; how connections are served and shut down is `serve`'s.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -415,25 +415,6 @@ pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> A
 /// A 404 in the JSON error shape, for paths no route matches.
 pub async fn no_such_path(uri: axum::http::Uri) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "unknown_operation", format!("no route for {}", uri.path()))
-}
-
-/// Serves `router` on `listener`, plain HTTP with the default limits (`serve::Limits`), until
-/// SIGTERM or SIGINT, then finishes requests in flight. `serve::serve_with` takes TLS and
-/// other limits.
-pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
-    crate::serve::serve_with(listener, router, crate::serve::Limits::default(), None).await
-}
-
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    tracing::info!("shutting down: finishing requests in flight");
 }
 
 /// Logging for the service binaries: stderr, `RUST_LOG` or `-v` to raise the level (`-v`

@@ -22,26 +22,14 @@ use super::gate::Caller;
 use super::html::{Nav, Page, attr, esc, w};
 use super::limits::{Quiet, address_key};
 use super::sessions::Holder;
+use super::sessions::{SESSION_COOKIE, cookie};
 use super::{App, WebError};
 use crate::filter::encode;
 
-pub const SESSION_COOKIE: &str = "autocomp_session";
 pub const FLASH_COOKIE: &str = "autocomp_flash";
 
 /// Longest flash message kept (the cookie, percent-encoded, must stay under 4 KiB).
 const MAX_FLASH_CHARS: usize = 1_000;
-
-/// A cookie's raw value from the request.
-pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
 
 /// Reverses `filter::encode`; `None` for malformed escapes or bytes that are not UTF-8.
 pub fn decode(text: &str) -> Option<String> {

@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::Access;
 use super::accounts::account_name;
-use super::auth::{SESSION_COOKIE, cookie};
 use super::limits::Quiet;
+use super::sessions::{SESSION_COOKIE, cookie};
 use super::{App, WebError};
 use crate::filter::encode;
 

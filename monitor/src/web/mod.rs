@@ -118,7 +118,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
 /// Serves the monitor on `listener` until SIGTERM or SIGINT, then finishes requests in
 /// flight.
 pub async fn serve(monitor: Monitor, options: WebOptions, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    autocomp_http::service::serve(listener, router(monitor, options)).await
+    autocomp_http::serve::serve(listener, router(monitor, options)).await
 }
 
 /// The policy allows this origin's own stylesheet and script only: no inline code, no

@@ -60,7 +60,7 @@ impl ListQuery {
 /// idle page still refreshes once a minute. A page carrying a one-time message is never
 /// tagged.
 pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    if auth::cookie(request.headers(), auth::FLASH_COOKIE).is_some_and(|v| !v.is_empty()) {
+    if super::sessions::cookie(request.headers(), auth::FLASH_COOKIE).is_some_and(|v| !v.is_empty()) {
         return next.run(request).await;
     }
     let Ok(head) = app.monitor.head().await else {

@@ -1,13 +1,15 @@
 //! Server-side sign-in sessions: a random 256-bit id (from the OS) in the browser's cookie,
 //! the account behind it in memory with an idle and an absolute expiry, and a bounded count.
 //! Signing out deletes the session here, so a copied cookie dies with it; a restart of the
-//! monitor signs everyone out.
+//! monitor signs everyone out. The cookie that carries the id, and reading a cookie, are
+//! here too.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
+use axum::http::{HeaderMap, header};
 use sha2::{Digest, Sha256};
 
 /// How long sessions live and how many there may be.
@@ -123,6 +125,21 @@ impl Sessions {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The cookie that carries a session id.
+pub const SESSION_COOKIE: &str = "autocomp_session";
+
+/// A cookie's raw value from the request.
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
 }
 
 #[cfg(test)]
