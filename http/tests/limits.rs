@@ -7,6 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::wait_for_async;
+
 use autocomp_http::serve::Limits;
 use autocomp_http::service::MAX_BODY_BYTES;
 use support::{TOKEN, connect_from, exchange, head, loopback, read_until_closed, serve, status};
@@ -127,13 +129,8 @@ async fn connections_over_the_caps_are_closed_at_once_and_other_peers_are_still_
     // A connection closed gives its slot back.
     held.clear();
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match exchange(loopback(1), served.addr, "echo", r#"{"text": "again"}"#).await {
-            Some(200) => break,
-            other => {
-                assert!(Instant::now() < deadline, "127.0.0.1 still refused after its connections closed: {other:?}")
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_async(deadline, "127.0.0.1 to be served again after its connections closed", async || {
+        exchange(loopback(1), served.addr, "echo", r#"{"text": "again"}"#).await == Some(200)
+    })
+    .await;
 }

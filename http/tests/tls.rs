@@ -8,6 +8,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use autocomp_test_servers::wait_for_async;
+
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry};
 use autocomp_http::serve::{Limits, ListenArgs};
 use autocomp_http::tls::{ClientTls, ServerTls, ServerTlsFiles};
@@ -96,17 +98,11 @@ async fn a_client_trusts_a_private_ca_and_a_replaced_certificate_is_served_witho
     replace(&files.key, &key);
     replace(&files.cert, &cert);
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        // A new client each time: a new connection, a new handshake.
-        match echo(&client(served.addr, &trusts_second), "renewed", 0).await {
-            Ok(answer) => {
-                assert_eq!(answer.text, "renewed");
-                break;
-            }
-            Err(error) => assert!(Instant::now() < deadline, "the new certificate is not served: {error:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // A new client each time: a new connection, a new handshake.
+    wait_for_async(deadline, "the new certificate to be served", async || {
+        echo(&client(served.addr, &trusts_second), "renewed", 0).await.is_ok_and(|answer| answer.text == "renewed")
+    })
+    .await;
     assert_eq!(in_flight.await.unwrap().expect("the request in flight is answered").text, "slow");
     unreachable(echo(&client(served.addr, &trusts_first), "old", 0).await);
 }
@@ -137,10 +133,10 @@ async fn sighup_reads_the_files_again_when_their_change_cannot_be_seen() {
     // SAFETY: kill(2) on our own pid with a signal the service handles.
     assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGHUP) }, 0);
     let deadline = Instant::now() + Duration::from_secs(15);
-    while let Err(error) = echo(&client(served.addr, &trusts_second), "renewed", 0).await {
-        assert!(Instant::now() < deadline, "SIGHUP did not reload the certificate: {error:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_async(deadline, "SIGHUP to reload the certificate", async || {
+        echo(&client(served.addr, &trusts_second), "renewed", 0).await.is_ok()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
