@@ -133,10 +133,19 @@ impl SqliteStore {
             ))
         };
         // A file that is there but was not made by autocomp is refused, never taken over: an
-        // empty one is what a truncation or a mistyped `touch` leaves, and a store autocomp
-        // made is never empty.
-        if std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == 0) {
-            return Err(not_ours("is an empty file, not a store autocomp made"));
+        // empty one is what a truncation or a mistyped `touch` leaves. A store autocomp makes
+        // is empty only for the moment between its creator's open and its first write (the
+        // header, microseconds later), so an empty file is given a second to fill before it is
+        // refused: another process creating the store at the same time is waited for.
+        let empty = || std::fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == 0);
+        if empty() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            while empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if empty() {
+                return Err(not_ours("is an empty file, not a store autocomp made"));
+            }
         }
         let mut conn = Connection::open(path).map_err(describe)?;
         conn.busy_timeout(options.busy_timeout).map_err(describe)?;
