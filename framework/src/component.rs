@@ -29,9 +29,45 @@ pub trait Component: Send + Sync + 'static {
     /// Which batches are ready for it (the config's `[trigger]` may replace clauses).
     fn trigger(&self) -> Trigger;
 
+    /// Whether the work reads the batch's content (its files, its metadata). Then each
+    /// result records the content it was worked out from, and once the batch is re-delivered
+    /// or edited after it, the result is *stale*: it satisfies no `requires` and blocks
+    /// nothing, so this step is done again and the steps after it wait for the new result.
+    /// A step that only reacts to other results (a notification, a person's approval)
+    /// returns `false`, and its result stays whatever the content does.
+    fn reads_content(&self) -> bool {
+        true
+    }
+
+    /// Checks the settings at the start of every pass, before anything is locked or claimed
+    /// (a root directory exists and is writable, a tool is installed): a refusal ends the
+    /// pass with exit 2 naming the key, and no batch is touched, so a configuration mistake
+    /// never becomes a failure on every batch. Checked again at every pass: a share being
+    /// remounted is fine again once it is back.
+    fn check_settings(&self, settings: &Self::Settings) -> Result<(), SettingError> {
+        let _ = settings;
+        Ok(())
+    }
+
     /// Works on one batch. `Ok` records a success, or a failure if the report holds
     /// failures; an error records a failure, permanent or transient (retried after a backoff).
     fn work(&self, batch: &Batch, settings: &Self::Settings, context: &mut WorkContext) -> Result<(), WorkError>;
+}
+
+/// A setting a component or source refused: `[settings] <key>: <message>` in its config file.
+#[derive(Debug, Clone)]
+pub struct SettingError {
+    /// The key under `[settings]`.
+    pub key: String,
+    /// What is wrong with its value.
+    pub message: String,
+}
+
+impl SettingError {
+    /// `key` is wrong because of `message`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { key: key.into(), message: message.into() }
+    }
 }
 
 /// Why `work` did not finish. How each is recorded:

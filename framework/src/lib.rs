@@ -38,12 +38,12 @@ pub use autocomp_model::{
 #[doc(inline)]
 pub use autocomp_store::StoreError;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
-pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, WorkContext, WorkError};
-pub use source::{SettingError, Source, SourceContext, source_main};
+pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
+pub use source::{Source, SourceContext, source_main};
 
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.
 pub mod prelude {
-    pub use crate::component::{Component, IoResultExt, WorkContext, WorkError};
+    pub use crate::component::{Component, IoResultExt, SettingError, WorkContext, WorkError};
     pub use crate::source::{Source, SourceContext};
     pub use crate::{Batch, Outcome, Trigger};
     pub use serde::{Deserialize, Serialize};

@@ -375,6 +375,19 @@ impl<C: Component> Runner<C> {
     /// reports how it ended, an idle one only that).
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let started = Instant::now();
+        if let Err(refused) = self.component.check_settings(&self.settings) {
+            let message = format!("[settings] {}: {}", refused.key, refused.message);
+            let phase = PassPhase::Ended {
+                outcome: PassOutcome::Error,
+                summary: format!("not started: {message}"),
+                duration_ms: started.elapsed().as_millis() as u64,
+                work: Vec::new(),
+            };
+            if let Err(e) = self.report_pass(phase).await {
+                debug!("cannot report the refused pass to the component registry: {e}");
+            }
+            return Err(RunError::Usage(message));
+        }
         let passed = self.locked_pass(selection).await;
         let (outcome, summary) = match &passed {
             Ok(summary) => (summary.pass_outcome(), summary.describe()),
@@ -886,8 +899,14 @@ impl<C: Component> Runner<C> {
         let line = summary_line(&id, &self.event_type, &report);
         let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
             .expect("names and numbers make a valid key");
+        let mut details = report.to_details();
+        if self.component.reads_content() {
+            // The content this result was worked out from: once the batch's content changes
+            // after it, the result is stale and the step is done again.
+            details[autocomp_model::CONTENT_SEQ_KEY] = serde_json::json!(batch.modified_seq.0);
+        }
         let event = NewEvent::new(self.event_type.clone(), report.outcome, self.identity.agent.clone())
-            .with_details(report.to_details())
+            .with_details(details)
             .in_run(self.name.clone(), claim.generation())
             .with_idempotency_key(key);
         let result = match self.pipeline.store.append_event(&id, event).await {

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use tracing::{info, warn};
 
 use crate::cli::{RunnerArgs, init_logging};
+use crate::component::SettingError;
 use crate::config::{self, ConfigError};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::{Lock, LockPath, open_locks};
@@ -63,22 +64,6 @@ pub trait Source: Sized + 'static {
     /// One pass. `RunError`s end it (a store outage, a lost lock); a problem with one item
     /// is [`SourceContext::problem`] and the pass goes on.
     async fn pass(&self, plan: &Self::Plan, context: &mut SourceContext<'_>) -> Result<(), RunError>;
-}
-
-/// A setting a source refused: `[settings] <key>: <message>` in its config file.
-#[derive(Debug, Clone)]
-pub struct SettingError {
-    /// The key under `[settings]`.
-    pub key: String,
-    /// What is wrong with its value.
-    pub message: String,
-}
-
-impl SettingError {
-    /// `key` is wrong because of `message`.
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { key: key.into(), message: message.into() }
-    }
 }
 
 /// What a source's pass may do: read batches, register them, record their content changes

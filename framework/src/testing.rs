@@ -247,6 +247,19 @@ impl TempPipeline {
         let event = NewEvent::new(event_type, outcome, agent()).with_details(details);
         self.append(id, event);
     }
+    /// Records a success of a step whose work read the batch's content as it is now (its
+    /// `content_seq`): stale, like the component's own result, once the content changes.
+    pub fn record_on_content(&self, id: &str, event_type: &str) {
+        let content = self.batch(id).modified_seq.0;
+        self.record(id, event_type, Outcome::Success, serde_json::json!({ autocomp_model::CONTENT_SEQ_KEY: content }));
+    }
+    /// Records a content change (a re-delivery), as a source does.
+    pub fn record_content_change(&self, id: &str) {
+        let mut patch = serde_json::Map::new();
+        patch.insert("redelivered".into(), serde_json::json!(true));
+        self.block_on(self.store.record_content_change(&batch_id(id), patch))
+            .unwrap_or_else(|e| panic!("recording a content change of {id}: {e}"));
+    }
     /// Appends a `Reset` marker superseding `event_types`, as `autocomp rerun` does (agent
     /// `operator:test`, the reason in its details).
     pub fn reset(&self, id: &str, event_types: &[&str], reason: &str) {

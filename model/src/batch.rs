@@ -131,7 +131,28 @@ impl Event {
     pub fn is_transient_failure(&self) -> bool {
         self.outcome == Outcome::Failure && self.flag("transient")
     }
+
+    /// A success an operator recorded with `skip` instead of the component's work.
+    pub fn is_skipped(&self) -> bool {
+        self.outcome == Outcome::Success && self.flag("skipped")
+    }
+
+    /// The batch content this result was worked out from (`details.content_seq`: the
+    /// batch's `modified_seq` when the run re-checked it), for a component whose work reads
+    /// the content; `None` for every other event.
+    pub fn content_seq(&self) -> Option<Seq> {
+        self.details.get(CONTENT_SEQ_KEY).and_then(Value::as_i64).map(Seq)
+    }
+
+    /// Worked out from content the batch no longer has: its content changed after
+    /// `content_seq`. A stale event counts for no trigger clause (see `Batch::current`).
+    pub fn is_stale_at(&self, modified_seq: Seq) -> bool {
+        self.content_seq().is_some_and(|content| content < modified_seq)
+    }
 }
+
+/// The details key a result records the content version it was worked out from under.
+pub const CONTENT_SEQ_KEY: &str = "content_seq";
 
 /// The claim generation an event was recorded under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ mod trigger;
 mod work;
 
 pub use batch::check_object;
-pub use batch::{Batch, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
+pub use batch::{Batch, CONTENT_SEQ_KEY, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use effective::EffectiveView;
 pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, is_concealing};
 pub use registry::{
@@ -30,7 +30,7 @@ pub use registry::{
 pub use report::{Failure, RESULT_KEY, Report};
 pub use schedule::Schedule;
 pub use selection::Selection;
-pub use summary::{BatchSummary, EventSummary, SummaryHeader, SummaryState};
+pub use summary::{BatchFacts, BatchSummary, EventSummary, SummaryAt, SummaryHeader, SummaryState};
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
 pub use work::{

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::work::check_work;
 use super::{
-    Agent, Batch, ComponentName, Event, EventType, InvalidInput, Outcome, Schedule, Timestamp, Trigger, WorkDone,
-    WorkHistory, duration_text,
+    Agent, BatchFacts, ComponentName, EventType, InvalidInput, Outcome, Schedule, SummaryAt, Timestamp, Trigger,
+    WorkDone, WorkHistory, duration_text,
 };
 
 /// Longest `version` and `host` accepted in the registry.
@@ -90,7 +90,7 @@ impl ComponentDescriptor {
     /// Whether a pass would work on the batch as read: its trigger holds, or the retry of its
     /// own transient failure is due. Otherwise why not, naming the clause, the type and what
     /// the batch holds (`requires Checksums_Verified: its effective event is a failure, seq 812`).
-    pub fn readiness(&self, batch: &Batch) -> Result<(), NotReady> {
+    pub fn readiness(&self, batch: &impl BatchFacts) -> Result<(), NotReady> {
         if self.source {
             return Err(NotReady {
                 clause: "source",
@@ -98,14 +98,16 @@ impl ComponentDescriptor {
                 retrying: false,
             });
         }
-        let Some(clause) = self.trigger.clauses().find(|clause| !clause.holds(batch, batch.as_of)) else {
+        let now = batch.read_at();
+        let facts = SummaryAt { summary: &batch.facts(), at: now };
+        let Some(clause) = self.trigger.clauses().find(|clause| !clause.holds(&facts, now)) else {
             return Ok(());
         };
         if let Some(retry) = self.retry_trigger() {
-            if retry.matches(batch) {
+            if retry.matches(&facts) {
                 return Ok(());
             }
-            if let Some(failure) = self.own_transient_failure(batch) {
+            if let Some(failure) = facts.summary.current_of(&self.event_type).filter(|e| e.transient) {
                 return Err(NotReady {
                     clause: "retry_backoff",
                     reason: format!(
@@ -118,32 +120,29 @@ impl ComponentDescriptor {
                 });
             }
         }
-        Err(NotReady { clause: clause.name(), reason: clause.why_not(batch, batch.as_of), retrying: false })
+        Err(NotReady { clause: clause.name(), reason: clause.why_not(&facts, now), retrying: false })
     }
 
-    /// The component's own effective event if it is a transient failure.
-    fn own_transient_failure<'b>(&self, batch: &'b Batch) -> Option<&'b Event> {
-        let view = batch.effective();
-        view.get(&self.event_type).filter(|e| e.is_transient_failure())
-    }
-
-    /// Where the batch stands for this component.
-    pub fn state_of(&self, batch: &Batch) -> ComponentState {
-        if batch.open_run(&self.name).is_some() {
+    /// Where the batch stands for this component. A stale result reads `stale` whatever
+    /// else holds: the step will be redone once what it requires is current again.
+    pub fn state_of(&self, batch: &impl BatchFacts) -> ComponentState {
+        let facts = batch.facts();
+        if facts.running.contains(&self.name) {
             return ComponentState::Working;
         }
-        let view = batch.effective();
-        match view.get(&self.event_type) {
+        let facts = SummaryAt { summary: &facts, at: batch.read_at() };
+        let ready = || self.readiness(&facts).is_ok();
+        match facts.summary.effective_of(&self.event_type) {
+            Some(event) if event.is_stale_at(facts.summary.modified_seq) => ComponentState::Stale,
+            Some(event) if event.skipped => ComponentState::Skipped,
             Some(event) if event.outcome == Outcome::Success => ComponentState::Success,
-            Some(event) if event.is_transient_failure() && self.retry_trigger().is_some() => {
-                match self.readiness(batch) {
-                    Ok(()) => ComponentState::Ready,
-                    Err(_) => ComponentState::Retrying,
-                }
-            }
-            Some(_) if self.readiness(batch).is_ok() => ComponentState::Ready,
+            Some(event) if event.transient && self.retry_trigger().is_some() => match ready() {
+                true => ComponentState::Ready,
+                false => ComponentState::Retrying,
+            },
+            Some(_) if ready() => ComponentState::Ready,
             Some(_) => ComponentState::Failed,
-            None if self.readiness(batch).is_ok() => ComponentState::Ready,
+            None if ready() => ComponentState::Ready,
             None => ComponentState::Waiting,
         }
     }
@@ -173,6 +172,11 @@ impl fmt::Display for NotReady {
 pub enum ComponentState {
     /// Its effective event succeeded.
     Success,
+    /// An operator's `skip` stands for its work: a success that did no work.
+    Skipped,
+    /// Its result was worked out from content the batch no longer has (the batch was
+    /// re-delivered or edited since): it counts for no trigger and the step will be redone.
+    Stale,
     /// Its effective event is a failure that stays until an operator reruns it.
     Failed,
     /// A transient failure waiting out `retry_backoff`; the component retries it by itself.
@@ -186,18 +190,22 @@ pub enum ComponentState {
 }
 
 impl ComponentState {
-    pub const ALL: [ComponentState; 6] = [
+    pub const ALL: [ComponentState; 8] = [
         ComponentState::Ready,
         ComponentState::Waiting,
         ComponentState::Working,
         ComponentState::Retrying,
         ComponentState::Failed,
+        ComponentState::Stale,
+        ComponentState::Skipped,
         ComponentState::Success,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ComponentState::Success => "success",
+            ComponentState::Skipped => "skipped",
+            ComponentState::Stale => "stale",
             ComponentState::Failed => "failed",
             ComponentState::Retrying => "retrying",
             ComponentState::Working => "working",
@@ -208,7 +216,11 @@ impl ComponentState {
 
     pub fn parse(text: &str) -> Result<Self, InvalidInput> {
         Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| {
-            InvalidInput::new("state", text, "expected ready, waiting, working, retrying, failed or success")
+            InvalidInput::new(
+                "state",
+                text,
+                "expected ready, waiting, working, retrying, failed, stale, skipped or success",
+            )
         })
     }
 }

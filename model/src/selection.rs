@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Batch, BatchType, ComponentDescriptor, ComponentName, ComponentState, EventType, Outcome, Timestamp, Trigger,
+    BatchFacts, BatchSummary, BatchType, ComponentDescriptor, ComponentName, ComponentState, EventType, Outcome,
+    SummaryAt, Timestamp, Trigger,
 };
 
 /// A set of batches. Every leaf is something the batch index stores per batch; `Trigger`
@@ -24,14 +25,18 @@ pub enum Selection {
     Trigger(Trigger),
     /// The component has an open run on the batch.
     Running(ComponentName),
-    /// The type's effective event exists, whatever its outcome.
+    /// The type's effective event exists and is current (not stale), whatever its outcome.
     Present(EventType),
-    /// The type's effective event succeeded.
+    /// The type's effective event is current and succeeded.
     Succeeded(EventType),
-    /// The type's effective event failed.
+    /// The type's effective event is current and failed.
     Failed(EventType),
-    /// The type's effective event is a failure flagged transient.
+    /// The type's effective event is current and a failure flagged transient.
     TransientlyFailed(EventType),
+    /// The type's effective event is current and a success recorded by `skip`.
+    Skipped(EventType),
+    /// The type's effective event is stale: worked out from content the batch no longer has.
+    Stale(EventType),
     BatchType(BatchType),
     /// The batch id starts with this text.
     IdPrefix(String),
@@ -78,25 +83,31 @@ impl Selection {
     }
 
     /// Whether the batch is selected, with `now` the store time time-based clauses use.
-    pub fn matches_at(&self, batch: &Batch, now: Timestamp) -> bool {
-        let effective = |t: &EventType| batch.effective().get(t).cloned();
+    pub fn matches_at(&self, batch: &impl BatchFacts, now: Timestamp) -> bool {
+        self.matches_in(&batch.facts(), now)
+    }
+
+    fn matches_in(&self, batch: &BatchSummary, now: Timestamp) -> bool {
+        let current = |t: &EventType| batch.current_of(t);
         match self {
             Selection::All => true,
-            Selection::Trigger(trigger) => trigger.matches_at(batch, now),
-            Selection::Running(component) => batch.open_run(component).is_some(),
-            Selection::Present(t) => effective(t).is_some(),
-            Selection::Succeeded(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Success),
-            Selection::Failed(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Failure),
-            Selection::TransientlyFailed(t) => effective(t).is_some_and(|e| e.is_transient_failure()),
+            Selection::Trigger(trigger) => trigger.matches_at(&SummaryAt { summary: batch, at: now }, now),
+            Selection::Running(component) => batch.running.contains(component),
+            Selection::Present(t) => current(t).is_some(),
+            Selection::Succeeded(t) => current(t).is_some_and(|e| e.outcome == Outcome::Success),
+            Selection::Failed(t) => current(t).is_some_and(|e| e.outcome == Outcome::Failure),
+            Selection::TransientlyFailed(t) => current(t).is_some_and(|e| e.transient),
+            Selection::Skipped(t) => current(t).is_some_and(|e| e.skipped),
+            Selection::Stale(t) => batch.stale_of(t).is_some(),
             Selection::BatchType(t) => batch.batch_type == *t,
             Selection::IdPrefix(prefix) => batch.id.as_str().starts_with(prefix.as_str()),
             Selection::Priority { min, max } => {
                 min.is_none_or(|min| batch.priority >= min) && max.is_none_or(|max| batch.priority <= max)
             }
-            Selection::QuietFor(quiet) => now.since(batch.last_activity_at()) >= *quiet,
-            Selection::And(all) => all.iter().all(|s| s.matches_at(batch, now)),
-            Selection::Or(any) => any.iter().any(|s| s.matches_at(batch, now)),
-            Selection::Not(inner) => !inner.matches_at(batch, now),
+            Selection::QuietFor(quiet) => now.since(batch.last_activity) >= *quiet,
+            Selection::And(all) => all.iter().all(|s| s.matches_in(batch, now)),
+            Selection::Or(any) => any.iter().any(|s| s.matches_in(batch, now)),
+            Selection::Not(inner) => !inner.matches_in(batch, now),
         }
     }
 
@@ -108,10 +119,17 @@ impl Selection {
         let ready = readiness(descriptor);
         let idle = working.clone().negate();
         let retried = descriptor.retry_trigger().is_some();
+        let stale = Selection::Stale(own.clone());
         match state {
             ComponentState::Working => working,
-            ComponentState::Success => idle.and(Selection::Succeeded(own.clone())),
-            ComponentState::Ready => idle.and(Selection::Succeeded(own.clone()).negate()).and(ready),
+            ComponentState::Stale => idle.and(stale),
+            ComponentState::Skipped => idle.and(Selection::Skipped(own.clone())),
+            ComponentState::Success => {
+                idle.and(Selection::Succeeded(own.clone())).and(Selection::Skipped(own.clone()).negate())
+            }
+            ComponentState::Ready => {
+                idle.and(Selection::Succeeded(own.clone()).negate()).and(stale.negate()).and(ready)
+            }
             ComponentState::Retrying if retried => {
                 idle.and(Selection::TransientlyFailed(own.clone())).and(ready.negate())
             }
@@ -123,7 +141,9 @@ impl Selection {
                 }
                 failed
             }
-            ComponentState::Waiting => idle.and(Selection::Present(own.clone()).negate()).and(ready.negate()),
+            ComponentState::Waiting => {
+                idle.and(Selection::Present(own.clone()).negate()).and(stale.negate()).and(ready.negate())
+            }
         }
     }
 }
@@ -185,10 +205,11 @@ mod tests {
     proptest! {
         /// Exactly one state selection holds for every batch, and it is `state_of`'s state:
         /// the descriptor's trigger (requires Checksums_Verified, maybe blocked by its own
-        /// type), its retry with backoff, a source, an open run, any log.
+        /// type), its retry with backoff, a source, an open run, any log of current, stale
+        /// and skipped results.
         #[test]
         fn state_selections_agree_with_state_of(
-            log in proptest::collection::vec((0usize..3, 0u8..3, 0i64..600), 0..5),
+            log in proptest::collection::vec((0usize..3, 0u8..4, 0i64..600, 0u8..3), 0..5),
             running: bool,
             blocked_by_own: bool,
             source: bool,
@@ -198,12 +219,17 @@ mod tests {
             if !blocked_by_own {
                 descriptor.trigger.blocked_by.clear();
             }
-            let events = log.iter().enumerate().map(|(i, (kind, outcome, ago))| {
-                let (outcome, details) = match outcome {
+            let events = log.iter().enumerate().map(|(i, (kind, outcome, ago, content))| {
+                let (outcome, mut details) = match outcome {
                     0 => (Outcome::Success, json!({})),
                     1 => (Outcome::Failure, json!({})),
+                    2 => (Outcome::Success, json!({"skipped": true})),
                     _ => (Outcome::Failure, json!({"transient": true})),
                 };
+                // Worked out from no content, the batch's content (seq 1), or older content.
+                if *content > 0 {
+                    details[crate::CONTENT_SEQ_KEY] = json!(i64::from(2 - content));
+                }
                 event(i as i64 + 2, TYPES[*kind], outcome, details, NOW - ago * 1000)
             }).collect();
             let mut batch = batch(events, NOW);

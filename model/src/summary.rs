@@ -3,6 +3,8 @@
 //! catch-up reads a million of these, so a store may keep them up to date as it writes
 //! (`SummaryState`) instead of reading whole logs; `BatchSummary::of` is the definition.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use super::{Batch, BatchId, BatchType, ComponentName, Event, EventType, Outcome, Seq, Timestamp};
@@ -36,6 +38,12 @@ pub struct EventSummary {
     pub seq: Seq,
     /// A failure the component said may succeed if retried (`Event::is_transient_failure`).
     pub transient: bool,
+    /// A success an operator recorded with `skip` (`Event::is_skipped`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// The content version the result was worked out from (`Event::content_seq`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_seq: Option<Seq>,
 }
 
 impl EventSummary {
@@ -45,7 +53,14 @@ impl EventSummary {
             outcome: event.outcome,
             seq: event.seq,
             transient: event.is_transient_failure(),
+            skipped: event.is_skipped(),
+            content_seq: event.content_seq(),
         }
+    }
+
+    /// Worked out from content the batch no longer has (`Event::is_stale_at`).
+    pub fn is_stale_at(&self, modified_seq: Seq) -> bool {
+        self.content_seq.is_some_and(|content| content < modified_seq)
     }
 }
 
@@ -53,6 +68,70 @@ impl BatchSummary {
     /// The summary of a whole batch: what every store's summaries must equal.
     pub fn of(batch: &Batch) -> Self {
         SummaryState::of(batch).summary(SummaryHeader::of(batch))
+    }
+
+    /// The type's effective event, stale or not (what `show` and `status` describe).
+    pub fn effective_of(&self, event_type: &EventType) -> Option<&EventSummary> {
+        let at = self.effective.binary_search_by(|held| held.event_type.cmp(event_type)).ok()?;
+        Some(&self.effective[at])
+    }
+
+    /// The type's effective event if it is not stale: the only events trigger clauses and
+    /// selections count. A stale result is as if the step had not been done.
+    pub fn current_of(&self, event_type: &EventType) -> Option<&EventSummary> {
+        self.effective_of(event_type).filter(|event| !event.is_stale_at(self.modified_seq))
+    }
+
+    /// The type's effective event if it is stale.
+    pub fn stale_of(&self, event_type: &EventType) -> Option<&EventSummary> {
+        self.effective_of(event_type).filter(|event| event.is_stale_at(self.modified_seq))
+    }
+}
+
+/// What trigger clauses, selections and component states are evaluated on: a batch's
+/// summary and the store time it was read at. A whole `Batch` is summarized on the way (its
+/// log holds nothing more a trigger asks); a summary read alone comes with its time in
+/// `SummaryAt`, so `status` never reads a log.
+pub trait BatchFacts {
+    fn facts(&self) -> Cow<'_, BatchSummary>;
+    /// The store's clock when the batch was read: "now" for time-based clauses.
+    fn read_at(&self) -> Timestamp;
+}
+
+impl BatchFacts for Batch {
+    fn facts(&self) -> Cow<'_, BatchSummary> {
+        Cow::Owned(BatchSummary::of(self))
+    }
+
+    fn read_at(&self) -> Timestamp {
+        self.as_of
+    }
+}
+
+impl<T: BatchFacts + ?Sized> BatchFacts for &T {
+    fn facts(&self) -> Cow<'_, BatchSummary> {
+        (**self).facts()
+    }
+
+    fn read_at(&self) -> Timestamp {
+        (**self).read_at()
+    }
+}
+
+/// A summary with the store time it was read at.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryAt<'a> {
+    pub summary: &'a BatchSummary,
+    pub at: Timestamp,
+}
+
+impl BatchFacts for SummaryAt<'_> {
+    fn facts(&self) -> Cow<'_, BatchSummary> {
+        Cow::Borrowed(self.summary)
+    }
+
+    fn read_at(&self) -> Timestamp {
+        self.at
     }
 }
 

@@ -2,14 +2,13 @@
 //! component". The batch index must answer exactly what `Trigger::select` answers over the
 //! same batches, and the runner re-checks each candidate against the store with `matches`.
 
-use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, BatchId, BatchType, EffectiveView, Event, EventType, InvalidInput, Outcome, Timestamp};
+use super::{Batch, BatchFacts, BatchId, BatchSummary, BatchType, EventType, InvalidInput, Outcome, Timestamp};
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,26 +49,26 @@ impl Trigger {
     }
 
     /// Whether the batch is ready, with "now" being the store clock at which it was read.
-    pub fn matches(&self, batch: &Batch) -> bool {
-        self.matches_at(batch, batch.as_of)
+    pub fn matches(&self, batch: &impl BatchFacts) -> bool {
+        self.matches_at(batch, batch.read_at())
     }
 
-    pub fn matches_at(&self, batch: &Batch, now: Timestamp) -> bool {
+    pub fn matches_at(&self, batch: &impl BatchFacts, now: Timestamp) -> bool {
         self.failing_clause(batch, now).is_none()
     }
 
     /// The first clause that does not hold, named as in the config; `None` when ready.
-    pub fn failing_clause(&self, batch: &Batch, now: Timestamp) -> Option<&'static str> {
-        let view = OnceCell::new();
-        self.clauses().find(|clause| !clause.holds_in(batch, &view, now)).map(|clause| clause.name())
+    pub fn failing_clause(&self, batch: &impl BatchFacts, now: Timestamp) -> Option<&'static str> {
+        let facts = batch.facts();
+        self.clauses().find(|clause| !clause.holds_in(&facts, now)).map(|clause| clause.name())
     }
 
     /// Every clause with whether it holds for the batch at store time `now`, in the order
     /// `failing_clause` checks them (for `autocomp explain`). The batch is ready exactly when
     /// all hold.
-    pub fn explain(&self, batch: &Batch, now: Timestamp) -> Vec<(Clause<'_>, bool)> {
-        let view = OnceCell::new();
-        self.clauses().map(|clause| (clause, clause.holds_in(batch, &view, now))).collect()
+    pub fn explain(&self, batch: &impl BatchFacts, now: Timestamp) -> Vec<(Clause<'_>, bool)> {
+        let facts = batch.facts();
+        self.clauses().map(|clause| (clause, clause.holds_in(&facts, now))).collect()
     }
 
     /// The trigger split into its atomic clauses, one per listed event type: `types`,
@@ -239,24 +238,32 @@ impl Clause<'_> {
     }
 
     /// Whether the clause holds for the batch at store time `now`.
-    pub fn holds(&self, batch: &Batch, now: Timestamp) -> bool {
-        self.holds_in(batch, &OnceCell::new(), now)
+    pub fn holds(&self, batch: &impl BatchFacts, now: Timestamp) -> bool {
+        self.holds_in(&batch.facts(), now)
     }
 
     /// Why the clause does not hold, naming its type and what the batch holds:
     /// `requires Checksums_Verified: its effective event is a failure, seq 812`.
-    pub fn why_not(&self, batch: &Batch, now: Timestamp) -> String {
-        let view = batch.effective();
-        let state = |t: &EventType| match view.get(t) {
+    pub fn why_not(&self, batch: &impl BatchFacts, now: Timestamp) -> String {
+        let batch = batch.facts();
+        let state = |t: &EventType| match batch.effective_of(t) {
             None => format!("the batch has no effective {t} event"),
-            Some(e) if e.is_transient_failure() => format!("its effective event is a transient failure, seq {}", e.seq),
+            Some(e) if e.is_stale_at(batch.modified_seq) => format!(
+                "its effective event (seq {}) is stale: it was worked out from the content of seq {}, and the \
+                 content changed at seq {}",
+                e.seq,
+                e.content_seq.unwrap_or_default(),
+                batch.modified_seq
+            ),
+            Some(e) if e.transient => format!("its effective event is a transient failure, seq {}", e.seq),
+            Some(e) if e.skipped => format!("its effective event is a skipped success, seq {}", e.seq),
             Some(e) => format!("its effective event is a {}, seq {}", e.outcome.as_str(), e.seq),
         };
         let reason = match *self {
             Clause::Types(_) => format!("the batch is of type {}", batch.batch_type),
             Clause::Batches(_) => format!("the batch is {}", batch.id),
             Clause::Requires(t) | Clause::BlockedBy(t) | Clause::TransientlyFailed(t) => state(t),
-            Clause::RepeatOnChange(t) => match view.get(t) {
+            Clause::RepeatOnChange(t) => match batch.current_of(t) {
                 Some(e) => format!(
                     "its effective event (seq {}) is newer than the last content change (seq {})",
                     e.seq, batch.modified_seq
@@ -265,24 +272,25 @@ impl Clause<'_> {
             },
             Clause::SettledFor(_) => format!(
                 "the last activity was {} ago",
-                humantime::format_duration(Duration::from_secs(now.since(batch.last_activity_at()).as_secs()))
+                humantime::format_duration(Duration::from_secs(now.since(batch.last_activity).as_secs()))
             ),
         };
         format!("{self}: {reason}")
     }
 
-    /// The reference semantics of each clause. The effective view is computed
-    /// once per batch, and only if a clause needs it.
-    fn holds_in<'b>(&self, batch: &'b Batch, view: &OnceCell<EffectiveView<'b>>, now: Timestamp) -> bool {
-        let effective = |event_type: &EventType| view.get_or_init(|| batch.effective()).get(event_type);
+    /// The reference semantics of each clause. Only current events count: a stale result
+    /// (worked out from content the batch no longer has) neither satisfies `requires` nor
+    /// blocks, as if its step had not been done.
+    fn holds_in(&self, batch: &BatchSummary, now: Timestamp) -> bool {
+        let current = |event_type: &EventType| batch.current_of(event_type);
         match *self {
             Clause::Types(types) => types.contains(&batch.batch_type),
             Clause::Batches(ids) => ids.contains(&batch.id),
-            Clause::Requires(t) => effective(t).is_some_and(|e| e.outcome == Outcome::Success),
-            Clause::BlockedBy(t) => effective(t).is_none(),
-            Clause::RepeatOnChange(t) => effective(t).is_none_or(|e| e.seq < batch.modified_seq),
-            Clause::TransientlyFailed(t) => effective(t).is_some_and(Event::is_transient_failure),
-            Clause::SettledFor(quiet) => now.since(batch.last_activity_at()) >= quiet,
+            Clause::Requires(t) => current(t).is_some_and(|e| e.outcome == Outcome::Success),
+            Clause::BlockedBy(t) => current(t).is_none(),
+            Clause::RepeatOnChange(t) => current(t).is_none_or(|e| e.seq < batch.modified_seq),
+            Clause::TransientlyFailed(t) => current(t).is_some_and(|e| e.transient),
+            Clause::SettledFor(quiet) => now.since(batch.last_activity) >= quiet,
         }
     }
 }
@@ -334,6 +342,35 @@ mod tests {
             blocked_by: types(&["Checksums_Verified"]),
             ..Trigger::default()
         }
+    }
+
+    /// A result worked out from content the batch no longer has counts for nothing: its
+    /// step is ready again, and a step requiring it waits for the redone result.
+    #[test]
+    fn a_stale_result_neither_blocks_nor_satisfies_requires() {
+        let worked_out_from = |seq: i64, kind: &str, content: i64| {
+            fixtures::event(seq, kind, Outcome::Success, json!({ crate::CONTENT_SEQ_KEY: content }), 0)
+        };
+        let archiver = Trigger {
+            requires: types(&["Checksums_Verified"]),
+            blocked_by: types(&["Data_Archived"]),
+            ..Trigger::default()
+        };
+        let mut done = batch(vec![
+            event(2, "Data_Received", Outcome::Success, 0),
+            worked_out_from(3, "Checksums_Verified", 1),
+            worked_out_from(4, "Data_Archived", 1),
+        ]);
+        assert!(!checksum_trigger().matches(&done) && !archiver.matches(&done), "all current: nothing to do");
+        done.modified_seq = Seq(5);
+        done.events.push(event(6, "Data_Received", Outcome::Success, 0));
+        assert!(checksum_trigger().matches(&done), "a re-delivery makes the verification stale: verify again");
+        assert!(!archiver.matches(&done), "the archiver waits for the new verification");
+        let why = archiver.clauses().find(|c| !c.holds(&done, done.as_of)).unwrap().why_not(&done, done.as_of);
+        assert!(why.contains("is stale") && why.contains("seq 5"), "{why}");
+        done.events.push(worked_out_from(7, "Checksums_Verified", 5));
+        assert!(archiver.matches(&done), "verified again: archive again");
+        assert!(!checksum_trigger().matches(&done));
     }
 
     #[test]

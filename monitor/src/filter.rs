@@ -280,7 +280,10 @@ mod tests {
     #[test]
     fn the_state_filters_are_the_component_states_then_overdue() {
         let names: Vec<&str> = StateFilter::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(names, ["ready", "waiting", "working", "retrying", "failed", "success", "overdue"]);
+        assert_eq!(
+            names,
+            ["ready", "waiting", "working", "retrying", "failed", "stale", "skipped", "success", "overdue"]
+        );
         for state in StateFilter::ALL {
             assert_eq!(StateFilter::parse(state.as_str()).unwrap(), state);
         }

@@ -260,6 +260,8 @@ impl<'a> Segment<'a> {
             Selection::Succeeded(t) => (*self.term(fields.succeeded, t.as_str())?).clone(),
             Selection::Failed(t) => (*self.term(fields.failed, t.as_str())?).clone(),
             Selection::TransientlyFailed(t) => (*self.term(fields.transient, t.as_str())?).clone(),
+            Selection::Skipped(t) => (*self.term(fields.skipped, t.as_str())?).clone(),
+            Selection::Stale(t) => (*self.term(fields.stale, t.as_str())?).clone(),
             Selection::BatchType(t) => (*self.term(fields.batch_type, t.as_str())?).clone(),
             Selection::IdPrefix(prefix) => {
                 let mut bits = Bits::zeros(self.len);

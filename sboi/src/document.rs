@@ -12,10 +12,11 @@ use tantivy::{Term, doc};
 
 /// Bumped whenever the fields change; an index with another version is rebuilt.
 /// 2: the `absent` field and the vocabulary in the commit payload.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `stale` and `skipped`; a stale effective event is in no other per-type field.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The event types the documents of one commit were built knowing: each document holds
-/// `absent:T` for every type `T` here that the batch has no effective event of. Append-only,
+/// `absent:T` for every type `T` here that the batch has no current effective event of. Append-only,
 /// and every type present in any document is in it, so `blocked_by T` is `Must absent:T`
 /// for a known `T` (a sparse term that leads the intersection) and vacuous for any other.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +77,11 @@ pub struct Fields {
     pub current: Field,
     /// Effective events that are failures flagged `transient`.
     pub transient: Field,
+    /// Effective events that are successes recorded by `skip`.
+    pub skipped: Field,
+    /// Effective events worked out from content the batch no longer has. Such an event is
+    /// in no other per-type field: triggers and selections count only current events.
+    pub stale: Field,
     /// Components with an open run on the batch.
     pub running: Field,
     /// Vocabulary types with no effective event (not stored: derived from `present`).
@@ -101,6 +107,8 @@ impl Fields {
             old: builder.add_text_field("old", string.clone()),
             current: builder.add_text_field("current", string.clone()),
             transient: builder.add_text_field("transient", string.clone()),
+            skipped: builder.add_text_field("skipped", string.clone()),
+            stale: builder.add_text_field("stale", string.clone()),
             running: builder.add_text_field("running", string),
             absent: builder.add_text_field("absent", STRING),
         };
@@ -123,6 +131,8 @@ impl Fields {
             old: get("old")?,
             current: get("current")?,
             transient: get("transient")?,
+            skipped: get("skipped")?,
+            stale: get("stale")?,
             running: get("running")?,
             absent: get("absent")?,
         })
@@ -142,7 +152,12 @@ impl Fields {
             self.changed_seq => batch.changed_seq.0,
             self.last_activity => batch.last_activity.millis(),
         );
-        for event in &batch.effective {
+        let (stale, current): (Vec<_>, Vec<_>) =
+            batch.effective.iter().partition(|event| event.is_stale_at(batch.modified_seq));
+        for event in &stale {
+            document.add_text(self.stale, event.event_type.as_str());
+        }
+        for event in &current {
             let event_type = event.event_type.as_str();
             document.add_text(self.present, event_type);
             let outcome_field = match event.outcome {
@@ -155,12 +170,15 @@ impl Fields {
             if event.transient {
                 document.add_text(self.transient, event_type);
             }
+            if event.skipped {
+                document.add_text(self.skipped, event_type);
+            }
         }
         for component in &batch.running {
             document.add_text(self.running, component.as_str());
         }
         debug_assert!(batch.effective.windows(2).all(|w| w[0].event_type < w[1].event_type), "effective not sorted");
-        for event_type in vocabulary.absent_from(batch.effective.iter().map(|event| event.event_type.as_str())) {
+        for event_type in vocabulary.absent_from(current.iter().map(|event| event.event_type.as_str())) {
             document.add_text(self.absent, event_type);
         }
         document
@@ -200,6 +218,8 @@ impl Fields {
             failed: text(self.failed),
             old: text(self.old),
             transient: text(self.transient),
+            skipped: text(self.skipped),
+            stale: text(self.stale),
             running: text(self.running),
         }
     }
@@ -221,5 +241,9 @@ pub struct IndexedBatch {
     pub failed: Vec<String>,
     pub old: Vec<String>,
     pub transient: Vec<String>,
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    #[serde(default)]
+    pub stale: Vec<String>,
     pub running: Vec<String>,
 }

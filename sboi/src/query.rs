@@ -117,6 +117,8 @@ pub fn selection_query(
         Selection::Succeeded(t) => term(fields.succeeded, t.as_str()),
         Selection::Failed(t) => term(fields.failed, t.as_str()),
         Selection::TransientlyFailed(t) => term(fields.transient, t.as_str()),
+        Selection::Skipped(t) => term(fields.skipped, t.as_str()),
+        Selection::Stale(t) => term(fields.stale, t.as_str()),
         Selection::BatchType(t) => term(fields.batch_type, t.as_str()),
         Selection::IdPrefix(prefix) => {
             // Batch ids are ASCII below DEL, so every id starting with the prefix sorts

@@ -33,6 +33,10 @@ enum Op {
         event_type: usize,
         success: bool,
         transient: bool,
+        /// Recorded by `skip` (a success) or not.
+        skipped: bool,
+        /// Worked out from no content (0), the batch's content now (1), or seq 1's (2).
+        content: u8,
     },
     Reset {
         batch: u8,
@@ -62,8 +66,10 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (batch.clone(), 0..BATCH_TYPES.len(), -2..3i32)
             .prop_map(|(batch, batch_type, priority)| Op::Create { batch, batch_type, priority }),
-        6 => (batch.clone(), 0..EVENT_TYPES.len(), prop::bool::weighted(0.75), any::<bool>())
-            .prop_map(|(batch, event_type, success, transient)| Op::Append { batch, event_type, success, transient }),
+        6 => (batch.clone(), 0..EVENT_TYPES.len(), prop::bool::weighted(0.75), any::<bool>(), prop::bool::weighted(0.2), 0..3u8)
+            .prop_map(|(batch, event_type, success, transient, skipped, content)| {
+                Op::Append { batch, event_type, success, transient, skipped, content }
+            }),
         1 => (batch.clone(), prop::collection::vec(0..EVENT_TYPES.len(), 1..3))
             .prop_map(|(batch, types)| Op::Reset { batch, types }),
         1 => batch.clone().prop_map(|batch| Op::ContentChange { batch }),
@@ -115,6 +121,8 @@ fn selection() -> impl Strategy<Value = Selection> {
         event_type().prop_map(Selection::Succeeded),
         event_type().prop_map(Selection::Failed),
         event_type().prop_map(Selection::TransientlyFailed),
+        event_type().prop_map(Selection::Skipped),
+        event_type().prop_map(Selection::Stale),
         (0..BATCH_TYPES.len()).prop_map(|t| Selection::BatchType(BatchType::new(BATCH_TYPES[t]).unwrap())),
         prop_oneof![Just(""), Just("B"), Just("B0"), Just("B1"), Just("B05"), Just("C")]
             .prop_map(|p| Selection::IdPrefix(p.to_owned())),
@@ -165,8 +173,8 @@ fn state_selection() -> impl Strategy<Value = Selection> {
 fn without_late_types(op: &Op) -> Op {
     let early = |t: usize| t % FIRST_LATE_TYPE;
     match op.clone() {
-        Op::Append { batch, event_type, success, transient } => {
-            Op::Append { batch, event_type: early(event_type), success, transient }
+        Op::Append { batch, event_type, success, transient, skipped, content } => {
+            Op::Append { batch, event_type: early(event_type), success, transient, skipped, content }
         }
         Op::Reset { batch, types } => Op::Reset { batch, types: types.into_iter().map(early).collect() },
         Op::EndRun { batch, component, record } => {
@@ -239,8 +247,17 @@ async fn apply(store: &SqliteStore, op: &Op) {
                 .with_priority(*priority);
             store.create_batch(new).await.map(drop)
         }
-        Op::Append { batch, event_type, success, transient } => {
-            let event = event(*event_type, *success).with_details(json!({"transient": transient}));
+        Op::Append { batch, event_type, success, transient, skipped, content } => {
+            let mut details = json!({"transient": transient, "skipped": skipped});
+            match content {
+                1 => match store.get_batch(&batch_id(*batch)).await {
+                    Ok(current) => details[CONTENT_SEQ_KEY] = json!(current.modified_seq.0),
+                    Err(_) => return,
+                },
+                2 => details[CONTENT_SEQ_KEY] = json!(1),
+                _ => {}
+            }
+            let event = event(*event_type, *success).with_details(details);
             store.append_event(&batch_id(*batch), event).await.map(drop)
         }
         Op::Reset { batch, types } => {

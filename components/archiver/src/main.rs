@@ -1,12 +1,16 @@
 //! `archiver` (records `Data_Archived`): once a batch's checksums and structure are verified,
 //! copies it into the archive root, re-hashes the copy from disk against the source and
-//! publishes it atomically under `<archive_root>/<batch id>`. `copy` owns the file work.
+//! publishes it atomically under `<archive_root>/<batch id>`. A batch re-delivered after it
+//! was archived is verified again and then archived as a new version beside the old one
+//! (`<batch id>.v2`, `.v3`, ...); an old copy is never overwritten unless `replace = true`.
+//! `copy` owns the file work.
 
 mod copy;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use autocomp_framework::EventType;
 use autocomp_framework::prelude::*;
 use serde_json::json;
 
@@ -41,6 +45,21 @@ impl Component for Archiver {
         Trigger::builder().requires(["Checksums_Verified", "Structure_Checked"]).blocked_by("Data_Archived").build()
     }
 
+    fn check_settings(&self, settings: &Settings) -> Result<(), SettingError> {
+        let root = &settings.archive_root;
+        let refused = |message: String| SettingError::new("archive_root", format!("{}: {message}", root.display()));
+        match std::fs::metadata(root) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(refused("not a directory".into())),
+            Err(e) => return Err(refused(format!("{e} (it must exist: create it, or mount the share)"))),
+        }
+        // Writable by this user: a probe file, made and removed at once.
+        let probe = root.join(format!(".autocomp-write-check.{}", std::process::id()));
+        std::fs::write(&probe, b"").map_err(|e| refused(format!("cannot write into it: {e}")))?;
+        std::fs::remove_file(&probe).ok();
+        Ok(())
+    }
+
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
         let source = context.location()?.to_path_buf();
         let root = &settings.archive_root;
@@ -64,11 +83,17 @@ impl Component for Archiver {
             )));
         }
         // A batch id is a validated name: always a single, safe path component.
-        let target = root.join(batch.id.as_str());
-        if target.symlink_metadata().is_ok() && !settings.replace {
-            already_archived(context, &target);
-            return Ok(());
-        }
+        let first = root.join(batch.id.as_str());
+        let (target, version) = match first.symlink_metadata() {
+            Err(_) => (first, 1),
+            Ok(_) if settings.replace => (first, 1),
+            // Our own copy of content the batch no longer has: the new content is a new version.
+            Ok(_) if archived_from_older_content(batch) => next_version(root, batch.id.as_str()),
+            Ok(_) => {
+                already_archived(context, &first);
+                return Ok(());
+            }
+        };
         copy::remove_stale_temps(root, batch.id.as_str(), previous_temp(context).as_deref());
 
         let temp = copy::TempDir::create(root, batch.id.as_str()).with_path(root)?;
@@ -111,14 +136,37 @@ impl Component for Archiver {
             }
             Err(e) => return Err(WorkError::io(&target, e)),
         }
+        let kept = match version {
+            1 => String::new(),
+            _ => format!("; the earlier versions are kept beside it under {}", root.display()),
+        };
         context.set_summary(format!(
-            "archived to {} ({} files, {} bytes, sha256 of the copy verified)",
+            "archived{} to {} ({} files, {} bytes, sha256 of the copy verified){kept}",
+            if version > 1 { format!(" version {version}") } else { String::new() },
             target.display(),
             progress.files,
             progress.bytes
         ));
+        context.set_result(&json!({ "archive": target.display().to_string(), "version": version }))?;
         Ok(())
     }
+}
+
+/// Whether this archiver archived the batch before and its content changed since: the
+/// batch's `Data_Archived` is a success worked out from older content (stale).
+fn archived_from_older_content(batch: &Batch) -> bool {
+    let view = batch.effective();
+    view.get(&EventType::new("Data_Archived").expect("a valid type name"))
+        .is_some_and(|archived| archived.outcome == Outcome::Success && archived.is_stale_at(batch.modified_seq))
+}
+
+/// The first free `<id>.v<n>` under the root (n from 2): where a re-delivered batch's new
+/// content is archived.
+fn next_version(root: &Path, id: &str) -> (PathBuf, u32) {
+    (2..)
+        .map(|n| (root.join(format!("{id}.v{n}")), n))
+        .find(|(path, _)| path.symlink_metadata().is_err())
+        .expect("some version number is free")
 }
 
 fn already_archived(context: &mut WorkContext, target: &Path) {

@@ -304,3 +304,65 @@ fn archive_root_is_required() {
     assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("archiver.toml") && run.stderr.contains("archive_root"), "{}", run.stderr);
 }
+
+/// A configuration mistake is not a batch's failure: a missing or read-only archive root
+/// ends the pass with exit 2 naming the setting, before anything is claimed.
+#[test]
+fn an_unusable_archive_root_exits_2_and_touches_no_batch() {
+    let pipeline = Pipeline::new("");
+    write_delivery(&pipeline.folder("B8-RT1"));
+    pipeline.register("B8-RT1", &CHECKED);
+    let before = pipeline.batch("B8-RT1");
+    let missing = pipeline.root().join("unmounted");
+    pipeline.configure("archiver", &format!("[settings]\narchive_root = \"{}\"\n", missing.display()));
+
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("archive_root") && run.stderr.contains("unmounted"), "{}", run.stderr);
+    assert_eq!(pipeline.batch("B8-RT1").changed_seq, before.changed_seq, "no claim, no event");
+
+    // Read-only (as a user other than root would find it; root writes anyway, so only the
+    // permission bits are asserted where they bind).
+    std::fs::create_dir(&missing).unwrap();
+    std::fs::set_permissions(&missing, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let run = pipeline.run();
+    if std::fs::write(missing.join("probe"), b"").is_err() {
+        assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains("cannot write"), "{}", run.stderr);
+    } else {
+        std::fs::remove_file(missing.join("probe")).ok();
+        assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    }
+}
+
+/// A batch archived once and then re-delivered and verified again is archived as a new
+/// version beside the old copy, never over it.
+#[test]
+fn a_redelivered_batch_is_archived_as_a_new_version() {
+    let pipeline = Pipeline::new("");
+    let folder = pipeline.folder("B9-RT1");
+    write_delivery(&folder);
+    pipeline.register("B9-RT1", &[]);
+    let verify = || CHECKED.iter().for_each(|event_type| pipeline.record_on_content("B9-RT1", event_type));
+    verify();
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    let first = tree(&pipeline.archive().join("B9-RT1"));
+
+    std::fs::write(folder.join("data/late.txt"), "sent late").unwrap();
+    pipeline.record_content_change("B9-RT1");
+    // The checkers' results are stale now; the archiver waits for them on the new content.
+    let run = pipeline.run();
+    assert_eq!((run.code, run.stdout.as_str()), (Some(0), ""), "nothing to archive yet: {}", run.stderr);
+    verify();
+    let run = pipeline.run();
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("version 2"), "{}", run.stdout);
+    assert_eq!(pipeline.archive_entries(), ["B9-RT1", "B9-RT1.v2"]);
+    assert_eq!(tree(&pipeline.archive().join("B9-RT1")), first, "version 1 is kept as it was");
+    assert_eq!(tree(&pipeline.archive().join("B9-RT1.v2")), tree(&folder));
+    let batch = pipeline.batch("B9-RT1");
+    let archived = archived_events(&batch);
+    assert_eq!(archived.len(), 2);
+    assert_eq!(archived[1].details["result"]["version"], 2);
+}

@@ -181,6 +181,8 @@ fn who(access: &Access, here: &str) -> String {
 pub fn state_icon(state: ComponentState) -> &'static str {
     match state {
         ComponentState::Success => "✓",
+        ComponentState::Skipped => "↷",
+        ComponentState::Stale => "⌛",
         ComponentState::Failed => "✗",
         ComponentState::Retrying => "↻",
         ComponentState::Working => "◐",

@@ -391,18 +391,24 @@ autocomp_batches{component="trigger",state="waiting"} 0
 autocomp_batches{component="trigger",state="working"} 0
 autocomp_batches{component="trigger",state="retrying"} 0
 autocomp_batches{component="trigger",state="failed"} 0
+autocomp_batches{component="trigger",state="stale"} 0
+autocomp_batches{component="trigger",state="skipped"} 0
 autocomp_batches{component="trigger",state="success"} 4
 autocomp_batches{component="checker",state="ready"} 1
 autocomp_batches{component="checker",state="waiting"} 0
 autocomp_batches{component="checker",state="working"} 1
 autocomp_batches{component="checker",state="retrying"} 0
 autocomp_batches{component="checker",state="failed"} 1
+autocomp_batches{component="checker",state="stale"} 0
+autocomp_batches{component="checker",state="skipped"} 0
 autocomp_batches{component="checker",state="success"} 1
 autocomp_batches{component="auditor",state="ready"} 1
 autocomp_batches{component="auditor",state="waiting"} 3
 autocomp_batches{component="auditor",state="working"} 0
 autocomp_batches{component="auditor",state="retrying"} 0
 autocomp_batches{component="auditor",state="failed"} 0
+autocomp_batches{component="auditor",state="stale"} 0
+autocomp_batches{component="auditor",state="skipped"} 0
 autocomp_batches{component="auditor",state="success"} 0
 # HELP autocomp_batches_overdue Batches ready for a component longer than its overdue_after (monitor default otherwise).
 # TYPE autocomp_batches_overdue gauge

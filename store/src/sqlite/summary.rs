@@ -1,7 +1,9 @@
 //! The per-batch summary the SQLite store keeps for the batch index (column
 //! `batches.summary`): every write that changes a batch updates it in the same transaction,
 //! so a catch-up reads one row per batch instead of its whole log. Stored compactly as
-//! `[stamp, last_event_at, [[type, "s"|"f", seq, transient]], [running component]]`.
+//! `[stamp, last_event_at, [[type, "s"|"f", seq, flags, content_seq]], [running component]]`,
+//! `flags` 1 for transient and 2 for skipped, `content_seq` 0 for none. A summary of an older
+//! release (four fields per event) does not decode and is computed from the log again.
 //!
 //! The stamp is the `changed_seq` the summary was written at. A write that bypassed it (a
 //! process of an older release still holding the file after the upgrade, a hand edit)
@@ -25,7 +27,7 @@ pub fn empty(seq: Seq) -> String {
 }
 
 fn encode(stamp: Seq, state: &SummaryState) -> String {
-    let effective: Vec<(&str, &str, i64, u8)> = state
+    let effective: Vec<(&str, &str, i64, u8, i64)> = state
         .effective
         .iter()
         .map(|event| {
@@ -33,7 +35,8 @@ fn encode(stamp: Seq, state: &SummaryState) -> String {
                 Outcome::Success => "s",
                 Outcome::Failure => "f",
             };
-            (event.event_type.as_str(), outcome, event.seq.0, u8::from(event.transient))
+            let flags = u8::from(event.transient) | (u8::from(event.skipped) << 1);
+            (event.event_type.as_str(), outcome, event.seq.0, flags, event.content_seq.map_or(0, |seq| seq.0))
         })
         .collect();
     let running: Vec<&str> = state.running.iter().map(ComponentName::as_str).collect();
@@ -42,7 +45,7 @@ fn encode(stamp: Seq, state: &SummaryState) -> String {
 
 /// The stored form, borrowed from the row: names hold no JSON escapes (they are validated
 /// identifiers), so nothing is copied until a name is needed.
-type Stored<'a> = (i64, i64, Vec<(&'a str, &'a str, i64, u8)>, Vec<&'a str>);
+type Stored<'a> = (i64, i64, Vec<(&'a str, &'a str, i64, u8, i64)>, Vec<&'a str>);
 
 /// The stored state, if it is readable and was written at `changed_seq`.
 fn decode(text: &str, changed_seq: Seq, names: &mut NameCache) -> Option<SummaryState> {
@@ -52,7 +55,7 @@ fn decode(text: &str, changed_seq: Seq, names: &mut NameCache) -> Option<Summary
     }
     let effective = effective
         .into_iter()
-        .map(|(event_type, outcome, seq, transient)| {
+        .map(|(event_type, outcome, seq, flags, content_seq)| {
             Some(EventSummary {
                 event_type: cached::<EventType>(&mut names.event_types, event_type).ok()?,
                 outcome: match outcome {
@@ -61,7 +64,9 @@ fn decode(text: &str, changed_seq: Seq, names: &mut NameCache) -> Option<Summary
                     _ => return None,
                 },
                 seq: Seq(seq),
-                transient: transient != 0,
+                transient: flags & 1 != 0,
+                skipped: flags & 2 != 0,
+                content_seq: (content_seq != 0).then_some(Seq(content_seq)),
             })
         })
         .collect::<Option<Vec<_>>>()?;
