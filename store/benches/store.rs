@@ -240,7 +240,7 @@ fn label(synchronous: Synchronous) -> &'static str {
 }
 
 async fn open(path: &Path, synchronous: Synchronous) -> SqliteStore {
-    let options = SqliteOptions { synchronous, busy_timeout: Duration::from_secs(30) };
+    let options = SqliteOptions { synchronous, busy_timeout: Duration::from_secs(30), ..SqliteOptions::default() };
     SqliteStore::open_with(path, options).await.unwrap_or_else(|e| panic!("opening {}: {e}", path.display()))
 }
 

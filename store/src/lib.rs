@@ -15,6 +15,10 @@ mod write_rules;
 
 pub use http::HttpStore;
 pub use open::open_store;
-pub use port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+pub use port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES, LogCursor,
+    LogPage, MAX_LOG_PAGE, ObjectStore, StoreError, StoreResult,
+};
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};

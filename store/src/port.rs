@@ -2,6 +2,8 @@
 //! truth. Async because its distributed adapter is an HTTP client and its callers run on
 //! tokio; the embedded SQLite adapter runs its blocking work off the async threads.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
-    RegisteredComponent, Run, RunHolder, Seq,
+    Agent, Batch, BatchFacts, BatchId, BatchSummary, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent,
+    PassRecord, RegisteredComponent, Run, RunHolder, Seq, Timestamp,
 };
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -88,15 +90,197 @@ pub struct ChangePage {
     pub head: Seq,
 }
 
+/// Most events one page of a batch's log holds (`ObjectStore::log_page`).
+pub const MAX_LOG_PAGE: usize = 1_000;
+
+/// The default cap on a batch's stored bytes (`max_batch_bytes`): 64 MiB.
+pub const DEFAULT_MAX_BATCH_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A batch without its log: everything the operator's views show and explain besides the
+/// events themselves, read without reading the log (`ObjectStore::batch_head`). Bounded by
+/// the number of event types, not by the length of the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BatchHead {
+    /// Header, effective events without details, last activity, running components: what
+    /// triggers and component states are evaluated on.
+    pub summary: BatchSummary,
+    pub metadata: Map<String, Value>,
+    pub created_at: Timestamp,
+    pub modified_at: Timestamp,
+    pub open_runs: Vec<Run>,
+    /// The summary's effective events in full (details included), by type name.
+    pub effective: Vec<Event>,
+    /// For each type a `Reset` has covered, the seq of the newest `Reset` covering it
+    /// (`Batch::last_reset_of`).
+    pub last_resets: BTreeMap<EventType, Seq>,
+    /// How many events the whole log holds.
+    pub event_count: u64,
+    /// The bytes of details and metadata the batch holds, as the store measures them
+    /// against its `max_batch_bytes`.
+    pub stored_bytes: u64,
+    /// The store's clock when this was read.
+    pub as_of: Timestamp,
+}
+
+impl BatchHead {
+    pub fn id(&self) -> &BatchId {
+        &self.summary.id
+    }
+
+    /// Where the batch's files are (metadata key `location`), as `Batch::location`.
+    pub fn location(&self) -> Option<&str> {
+        self.metadata.get("location").and_then(Value::as_str)
+    }
+
+    pub fn open_run(&self, component: &ComponentName) -> Option<&Run> {
+        self.open_runs.iter().find(|run| &run.component == component)
+    }
+
+    /// The type's effective event in full, as `Batch::effective().get`.
+    pub fn effective_event(&self, event_type: &EventType) -> Option<&Event> {
+        self.effective.iter().find(|event| &event.event_type == event_type)
+    }
+
+    /// As `Batch::last_reset_of`: `Seq::ZERO` when no `Reset` covered the type.
+    pub fn last_reset_of(&self, event_type: &EventType) -> Seq {
+        self.last_resets.get(event_type).copied().unwrap_or(Seq::ZERO)
+    }
+
+    /// The newest content change or event, whichever is later (`Batch::last_activity_at`).
+    pub fn last_activity_at(&self) -> Timestamp {
+        self.summary.last_activity
+    }
+}
+
+impl BatchHead {
+    /// The head of a whole batch, as every store's `batch_head` must answer it (stored bytes
+    /// counted as compact JSON text, as the embedded store counts them).
+    pub fn of(batch: &Batch) -> Self {
+        let mut last_resets = BTreeMap::new();
+        for event in batch.events.iter().rev().filter(|event| event.event_type.is_reset()) {
+            for covered in &event.resets {
+                last_resets.entry(covered.clone()).or_insert(event.seq);
+            }
+        }
+        let details: usize = batch.events.iter().map(|event| event.details.to_string().len()).sum();
+        let metadata = Value::Object(batch.metadata.clone()).to_string().len();
+        BatchHead {
+            summary: BatchSummary::of(batch),
+            metadata: batch.metadata.clone(),
+            created_at: batch.created_at,
+            modified_at: batch.modified_at,
+            open_runs: batch.open_runs.clone(),
+            effective: batch.effective().iter().cloned().collect(),
+            last_resets,
+            event_count: batch.events.len() as u64,
+            stored_bytes: (details + metadata) as u64,
+            as_of: batch.as_of,
+        }
+    }
+}
+
+impl BatchFacts for BatchHead {
+    fn facts(&self) -> Cow<'_, BatchSummary> {
+        Cow::Borrowed(&self.summary)
+    }
+
+    fn read_at(&self) -> Timestamp {
+        self.as_of
+    }
+}
+
+/// A batch as a listing of batches shows it (`ObjectStore::get_listings`): its summary,
+/// when it was registered, and its open runs (who works on it since when). No log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BatchListing {
+    pub summary: BatchSummary,
+    pub created_at: Timestamp,
+    pub open_runs: Vec<Run>,
+}
+
+impl BatchListing {
+    pub fn open_run(&self, component: &ComponentName) -> Option<&Run> {
+        self.open_runs.iter().find(|run| &run.component == component)
+    }
+}
+
+/// Where a page of a batch's log starts (`ObjectStore::log_page`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogCursor {
+    /// The newest events.
+    Newest,
+    /// The newest events older than this seq: the `older` cursor of a later page.
+    Before(Seq),
+    /// The oldest events newer than this seq (`Seq::ZERO`: from the first event): the
+    /// `newer` cursor of an earlier page, or how a reader streams the whole log in order.
+    After(Seq),
+}
+
+/// One page of a batch's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LogPage {
+    /// At most the limit asked for, in seq order (oldest first) whichever way the page was
+    /// read.
+    pub events: Vec<Event>,
+    /// How many events the whole log holds.
+    pub total: u64,
+    /// When older events exist: the seq to read the page before this one with
+    /// (`LogCursor::Before`), the first listed event's.
+    pub older: Option<Seq>,
+    /// When newer events exist: the seq to read the page after this one with
+    /// (`LogCursor::After`), the last listed event's.
+    pub newer: Option<Seq>,
+}
+
+impl LogPage {
+    /// The page of a whole batch's log, as every store's `log_page` must answer it.
+    pub fn of(batch: &Batch, cursor: LogCursor, limit: usize) -> Self {
+        let events = &batch.events;
+        let (from, to) = match cursor {
+            LogCursor::Newest => {
+                let to = events.len();
+                (to.saturating_sub(limit), to)
+            }
+            LogCursor::Before(seq) => {
+                let to = events.partition_point(|event| event.seq < seq);
+                (to.saturating_sub(limit), to)
+            }
+            LogCursor::After(seq) => {
+                let from = events.partition_point(|event| event.seq <= seq);
+                (from, (from + limit).min(events.len()))
+            }
+        };
+        let page = &events[from..to];
+        LogPage {
+            events: page.to_vec(),
+            total: events.len() as u64,
+            older: page.first().filter(|_| from > 0).map(|event| event.seq),
+            newer: page.last().filter(|_| to < events.len()).map(|event| event.seq),
+        }
+    }
+}
+
+/// A page size a log page may be asked for: 1 to `MAX_LOG_PAGE`.
+pub(crate) fn check_log_limit(limit: usize) -> StoreResult<()> {
+    if limit == 0 || limit > MAX_LOG_PAGE {
+        return Err(InvalidInput::new("limit", limit.to_string(), format!("must be 1 to {MAX_LOG_PAGE}")).into());
+    }
+    Ok(())
+}
+
 #[async_trait]
 pub trait ObjectStore: Send + Sync {
     /// Registers a batch. Idempotent when an identical batch exists; a different one with the
     /// same id is a `Conflict`.
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome>;
 
+    /// A whole batch: header, its whole log and open runs. Its cost grows with the log; to
+    /// show or decide something about a batch read `batch_head` (and `log_page`), or
+    /// `run_state` for one run, instead.
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch>;
 
-    /// The named batches that exist, in the order asked; unknown ids are left out.
+    /// The named batches that exist, whole, in the order asked; unknown ids are left out.
+    /// Listings read `get_listings` or `get_summaries` instead.
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>>;
 
     /// Batches in id order, starting after `after`, at most `limit` of them.
@@ -113,6 +297,55 @@ pub trait ObjectStore: Send + Sync {
     /// `list_batches` summarized (see `get_summaries`): what a rebuild and a reconcile read.
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         Ok(self.list_batches(after, limit).await?.iter().map(BatchSummary::of).collect())
+    }
+
+    /// A batch without its log (`BatchHead`): header, metadata, summary, the effective
+    /// events in full, open runs, the newest `Reset` of each type, the log's length and the
+    /// batch's stored bytes, as one consistent read whose cost does not grow with the log.
+    ///
+    /// The default reads the whole batch (`BatchHead::of`), for adapters without a cheaper
+    /// way; every store of this crate reads no log.
+    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        Ok(BatchHead::of(&self.get_batch(id).await?))
+    }
+
+    /// A page of a batch's log (at most `limit`, 1 to `MAX_LOG_PAGE`, events; in seq order),
+    /// read without reading the rest of the log: the newest events, those before a seq, or
+    /// those after one.
+    /// The default reads the whole batch (`LogPage::of`), as `batch_head`'s does.
+    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+        check_log_limit(limit)?;
+        Ok(LogPage::of(&self.get_batch(id).await?, cursor, limit))
+    }
+
+    /// The newest run of (batch, component), which is the open one if one is open (every
+    /// claim takes a higher generation and abandons the run open before it), with its
+    /// generation and state; `None` when the component never claimed the batch. A holder of
+    /// generation `g` may still write exactly when the answer is `Some(run)` with
+    /// `run.generation == g` and `run.state == RunState::Open`: an operator's cancel leaves
+    /// its run `cancelled`, a takeover a newer generation, a release or result a closed
+    /// state. One indexed read, whatever the batch's history. `NotFound` for an unknown batch.
+    ///
+    /// The default reads the whole batch, which holds open runs only: it answers the open run,
+    /// or `None` once none is open, which a holder reads the same way (not its open run).
+    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        Ok(self.get_batch(batch).await?.open_run(component).cloned())
+    }
+
+    /// `get_summaries` with what a listing shows beside each summary (`BatchListing`): the
+    /// named batches that exist, in the order asked, unknown ids left out (an id asked twice
+    /// as `get_batches` answers it). Reads no log; the default, for adapters without a
+    /// cheaper way, summarizes `get_batches`.
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        let batches = self.get_batches(ids).await?;
+        Ok(batches
+            .iter()
+            .map(|batch| BatchListing {
+                summary: BatchSummary::of(batch),
+                created_at: batch.created_at,
+                open_runs: batch.open_runs.clone(),
+            })
+            .collect())
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq>;

@@ -1,8 +1,9 @@
 //! What every backend decides the same way around a write: which operator events are
 //! acceptable, when a retried append or create is the same request, how a metadata patch
 //! merges, when a retried claim gets its run back, what a cancellation records about the run it closed, and how the component
-//! registry refuses a pass or a retirement. Backends call these so the SQLite and
-//! PostgreSQL stores cannot drift apart in their answers.
+//! registry refuses a pass or a retirement, and how a batch's stored bytes are capped
+//! (`max_batch_bytes`). Backends call these so the SQLite and PostgreSQL stores cannot drift
+//! apart in their answers.
 
 use serde_json::{Map, Value};
 
@@ -212,4 +213,112 @@ pub(crate) fn client_key_prefix(tag: &str) -> String {
         .collect();
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     format!("{tag}.{host}.{}.{}", std::process::id(), started.as_nanos())
+}
+
+/// The smallest `max_batch_bytes` a store takes: one document of the largest size an event's
+/// details may have fits in an empty batch, and a typo (`64` for `64MiB`) is caught.
+pub const MIN_MAX_BATCH_BYTES: u64 = autocomp_model::MAX_DOCUMENT_BYTES as u64;
+
+/// Parses a `max_batch_bytes` value: a number of bytes, or one with a binary suffix
+/// (`KiB`, `MiB`, `GiB`: `64MiB`). At least `MIN_MAX_BATCH_BYTES`.
+pub fn parse_max_batch_bytes(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let digits_end = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits_end);
+    let unit_bytes: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "max_batch_bytes={text:?}: unknown unit {other:?}; write bytes, or a number with KiB, MiB or GiB (64MiB)"
+            ));
+        }
+    };
+    let bytes = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit_bytes))
+        .filter(|bytes| *bytes <= i64::MAX as u64)
+        .ok_or_else(|| format!("max_batch_bytes={text:?}: not a size in bytes (64MiB, 67108864)"))?;
+    if bytes < MIN_MAX_BATCH_BYTES {
+        return Err(format!(
+            "max_batch_bytes={text:?} is {bytes} bytes; at least {MIN_MAX_BATCH_BYTES} (1MiB), so that an event of the \
+             largest details allowed fits"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Bytes as people read them: `67108864 bytes (64.0 MiB)`.
+fn shown_bytes(bytes: u64) -> String {
+    format!("{bytes} bytes ({:.1} MiB)", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// The refusal of a write (`what`: "this event", "this content change") that would take a
+/// batch's stored bytes from `holds` to `would`, over the store's cap: bad input naming the
+/// batch, the cap and the size, never an outage. Nothing was written.
+pub(crate) fn over_batch_cap(batch: &BatchId, what: &str, holds: u64, would: u64, cap: u64) -> StoreError {
+    InvalidInput::new(
+        "batch",
+        batch.as_str(),
+        format!(
+            "{what} would take the details and metadata it stores to {}, over the store's cap of {} \
+             (max_batch_bytes); it stores {} now. Nothing was written. A batch this large is a runaway log \
+             or oversized reports; if it is expected, raise max_batch_bytes in the store URL (or \
+             `autocomp-store serve --max-batch-bytes`)",
+            shown_bytes(would),
+            shown_bytes(cap),
+            shown_bytes(holds)
+        ),
+    )
+    .into()
+}
+
+/// Refuses a write of `adds` more bytes (less `removes`) to a batch holding `holds`.
+pub(crate) fn check_batch_bytes(
+    batch: &BatchId,
+    what: &str,
+    holds: u64,
+    removes: u64,
+    adds: u64,
+    cap: u64,
+) -> StoreResult<()> {
+    let would = holds.saturating_sub(removes).saturating_add(adds);
+    if adds > removes && would > cap {
+        return Err(over_batch_cap(batch, what, holds, would, cap));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_batch_bytes_reads_bytes_and_binary_units_and_refuses_the_rest() {
+        assert_eq!(parse_max_batch_bytes("67108864"), Ok(64 << 20));
+        assert_eq!(parse_max_batch_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_max_batch_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_max_batch_bytes("1024KiB"), Ok(1 << 20));
+        for bad in ["", "64MB", "-1", "1.5GiB", "64 MiB x", "99999999999999999999GiB"] {
+            let err = parse_max_batch_bytes(bad).unwrap_err();
+            assert!(err.contains("max_batch_bytes"), "{bad}: {err}");
+        }
+        assert!(parse_max_batch_bytes("64").unwrap_err().contains("at least"), "a typo for 64MiB");
+    }
+
+    #[test]
+    fn a_write_over_the_cap_is_refused_naming_batch_cap_and_size() {
+        let batch = BatchId::new("B1").unwrap();
+        assert!(check_batch_bytes(&batch, "this event", 90, 0, 10, 100).is_ok(), "exactly the cap fits");
+        let err = check_batch_bytes(&batch, "this event", 90, 0, 11, 100).unwrap_err();
+        let StoreError::Invalid(input) = &err else { panic!("{err}") };
+        assert_eq!((input.field.as_str(), input.value.as_str()), ("batch", "B1"));
+        assert!(input.reason.contains("101 bytes") && input.reason.contains("100 bytes"), "{err}");
+        assert!(input.reason.contains("max_batch_bytes") && input.reason.contains("90 bytes"), "{err}");
+        // Shrinking a batch that is over (a lowered cap) is always allowed.
+        assert!(check_batch_bytes(&batch, "this content change", 500, 50, 10, 100).is_ok());
+    }
 }

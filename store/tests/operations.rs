@@ -11,21 +11,28 @@ use autocomp_store::*;
 use autocomp_test_servers::XorShift;
 use serde_json::{Map, Value, json};
 
+#[path = "contract/bounded.rs"]
+mod bounded;
+use bounded::*;
+
 struct Fixture {
     store: Arc<dyn ObjectStore>,
+    /// The store's URL, to open it again with other options.
+    url: String,
     /// Keeps the backend's temp files alive for the test.
     _keep: Option<tempfile::TempDir>,
 }
 
 async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
-    Fixture { store: Arc::new(store), _keep: Some(dir) }
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    Fixture { store: Arc::new(store), url: format!("sqlite://{}", path.display()), _keep: Some(dir) }
 }
 
 async fn postgres() -> Fixture {
     let url = autocomp_test_servers::postgres::shared().unique_database();
-    Fixture { store: Arc::new(PgStore::open(&url).await.unwrap()), _keep: None }
+    Fixture { store: Arc::new(PgStore::open(&url).await.unwrap()), url, _keep: None }
 }
 
 fn id(text: &str) -> BatchId {
@@ -1706,4 +1713,10 @@ contract!(
     reported_work_adds_up_per_result_in_total_and_over_the_last_hour,
     summaries_equal_the_summary_of_each_whole_batch,
     running_names_each_component_with_an_open_run_once,
+    run_state_tells_a_holder_whether_its_generation_is_still_the_open_one,
+    batch_head_says_what_the_whole_batch_says,
+    log_pages_walk_the_log_both_ways_without_skipping_or_repeating,
+    a_batch_at_its_byte_cap_refuses_more_and_writes_nothing,
+    summaries_read_every_flag_as_the_whole_batch_does,
+    listings_say_what_each_whole_batch_says,
 );

@@ -220,6 +220,26 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     assert_eq!(http.list_summaries(Some(&id("B1")), 10).await.unwrap(), &summaries[..1]);
     let refused = http.list_summaries(None, 1_000_000).await.unwrap_err();
     assert!(matches!(&refused, StoreError::Invalid(e) if e.field == "limit"), "{refused}");
+    let listings = http.get_listings(&asked).await.unwrap();
+    assert_eq!(listings, local.get_listings(&asked).await.unwrap());
+    assert_eq!(listings.iter().map(|l| l.summary.clone()).collect::<Vec<_>>(), summaries);
+    // The bounded reads: a batch's head, a page of its log and a run's state, as read directly.
+    let mut head = http.batch_head(&id("B2")).await.unwrap();
+    let direct = local.batch_head(&id("B2")).await.unwrap();
+    head.as_of = direct.as_of;
+    assert_eq!(head, direct);
+    assert_eq!((head.event_count, head.effective.len(), head.summary.priority), (2, 2, 7));
+    let page = http.log_page(&id("B2"), LogCursor::Newest, 1).await.unwrap();
+    assert_eq!(page, local.log_page(&id("B2"), LogCursor::Newest, 1).await.unwrap());
+    assert_eq!((page.events.len(), page.total, page.newer), (1, 2, None));
+    let older = http.log_page(&id("B2"), LogCursor::Before(page.older.unwrap()), 1).await.unwrap();
+    assert_eq!(older, local.log_page(&id("B2"), LogCursor::Before(page.older.unwrap()), 1).await.unwrap());
+    assert_eq!((older.older, older.newer), (None, Some(older.events[0].seq)));
+    let state = http.run_state(&id("B1"), &archiver).await.unwrap();
+    assert_eq!(state, local.run_state(&id("B1"), &archiver).await.unwrap());
+    assert_eq!(state.map(|run| run.state), Some(RunState::Open));
+    assert_eq!(http.run_state(&id("B2"), &component("nobody")).await.unwrap(), None);
+    assert!(matches!(http.run_state(&id("nope"), &archiver).await.unwrap_err(), StoreError::NotFound(_)));
     assert_eq!(http.changes(Seq::ZERO, 100).await.unwrap(), local.changes(Seq::ZERO, 100).await.unwrap());
     assert_eq!(http.head().await.unwrap(), local.head().await.unwrap());
     assert_eq!(http.count_batches().await.unwrap(), 2);
@@ -403,6 +423,10 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
         ("retire_component", r#"{"name": "nope", "by": "operator:x", "reason": "r", "force": true}"#, "force"),
         ("record_pass", r#"{"descriptor": {}, "host": "h", "phase": "started"}"#, "missing field"),
         ("components", r#"{"all": true}"#, "all"),
+        ("log_page", r#"{"id": "B1", "limit": 1001}"#, "limit"),
+        ("log_page", r#"{"id": "B1", "limit": 0}"#, "limit"),
+        ("log_page", r#"{"id": "B1", "before": 9, "after": 2, "limit": 5}"#, "before"),
+        ("run_state", r#"{"batch": "B1"}"#, "component"),
     ];
     for (op, body, named) in cases {
         let (status, answer) = post(&format!("{}/v1/{op}", service.url()), Some(TOKEN), body.as_bytes());
@@ -449,6 +473,57 @@ async fn bad_bodies_get_a_json_4xx_never_a_500_and_change_nothing() {
     // only hold well-formed events (the store validated each).
     let after = service.client().head().await.unwrap();
     assert!(after >= head);
+}
+
+#[tokio::test]
+async fn a_write_over_the_services_batch_cap_is_a_400_naming_the_batch_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let service = Service::start_with(&db, free_port(), &["--max-batch-bytes", "1MiB"]);
+    let http = service.client();
+    http.create_batch(new_batch("B1")).await.unwrap();
+    let event = |bytes: usize| {
+        NewEvent::new(ty("Step_Done"), Outcome::Success, agent("t")).with_details(json!({"blob": "x".repeat(bytes)}))
+    };
+    http.append_event(&id("B1"), event(700_000)).await.unwrap();
+    let head = http.head().await.unwrap();
+    let body = json!({"batch": "B1", "event": event(400_000)}).to_string();
+    let (status, answer) = post(&format!("{}/v1/append_event", service.url()), Some(TOKEN), body.as_bytes());
+    assert_eq!(status, 400, "{answer}");
+    let error = &answer["error"];
+    assert_eq!(
+        (error["kind"].as_str(), error["field"].as_str(), error["value"].as_str()),
+        (Some("invalid"), Some("batch"), Some("B1"))
+    );
+    assert!(error["message"].as_str().unwrap().contains("1048576 bytes"), "names the cap: {answer}");
+    // Through the client: the same refusal as the embedded store's, not an outage.
+    match http.append_event(&id("B1"), event(400_000)).await.unwrap_err() {
+        StoreError::Invalid(input) => {
+            assert_eq!((input.field.as_str(), input.value.as_str()), ("batch", "B1"));
+            assert!(input.reason.contains("max_batch_bytes"), "{input}");
+        }
+        other => panic!("expected a refusal naming the batch, got {other}"),
+    }
+    assert_eq!(http.head().await.unwrap(), head, "nothing was written");
+    http.append_event(&id("B1"), event(100_000)).await.expect("what fits is recorded");
+
+    // The flag and the URL's option are one setting: given twice it is a usage error.
+    let both = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+        .args(["serve", "--db", &format!("sqlite://{}?max_batch_bytes=2MiB", db.display())])
+        .args(["--max-batch-bytes", "1MiB", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+    let said = String::from_utf8_lossy(&both.stderr);
+    assert!(said.contains("--max-batch-bytes") && said.contains("max_batch_bytes="), "{said}");
+    let typo = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+        .args(["serve", "--db", &format!("sqlite://{}", db.display()), "--max-batch-bytes", "64"])
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(typo.status.code(), Some(2), "{typo:?}");
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("at least"), "{typo:?}");
 }
 
 /// Replaces, removes or retypes a few fields of a valid body.
@@ -593,16 +668,19 @@ async fn health_metrics_and_the_openapi_document() {
     let (_, listed) = post(&format!("{}/v1/list_summaries", service.url()), None, br#"{"after": null, "limit": 5}"#);
     assert_eq!(listed, answer);
     let fields = |value: &Value| -> HashSet<String> { value.as_object().unwrap().keys().cloned().collect() };
-    let documented = |schema: &str| -> HashSet<String> {
+    // Every field on the wire is documented, and every required one is on the wire (a flag
+    // left out when false, as `skipped` is, is documented but not required).
+    let matches_document = |value: &Value, schema: &str| {
         let schema = &served["components"]["schemas"][schema];
         let required: HashSet<String> =
             schema["required"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_owned()).collect();
-        assert_eq!(fields(&schema["properties"]), required, "{schema}: every property is required");
-        required
+        let on_the_wire = fields(value);
+        assert!(on_the_wire.is_subset(&fields(&schema["properties"])), "{value} is documented by {schema}");
+        assert!(required.is_subset(&on_the_wire), "{value} carries what {schema} requires");
     };
     let summary = &answer[0];
-    assert_eq!(fields(summary), documented("BatchSummary"), "{summary}");
-    assert_eq!(fields(&summary["effective"][0]), documented("EventSummary"), "{summary}");
+    matches_document(summary, "BatchSummary");
+    matches_document(&summary["effective"][0], "EventSummary");
     assert_eq!(summary["running"], json!(["archiver"]));
     assert!(summary["last_activity"].as_str().is_some_and(|t| t.ends_with('Z')), "a timestamp: {summary}");
 }

@@ -50,6 +50,13 @@ enum Command {
         /// Address to listen on. Loopback by default: other hosts need an explicit address.
         #[arg(long, default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
+        /// The most bytes of details and metadata one batch may store (bytes, or with KiB,
+        /// MiB, GiB; at least 1MiB): an event or content change that would take a batch over
+        /// is refused (400, naming the batch, the cap and the size), so a runaway log cannot
+        /// grow without bound. The same as the database URL's max_batch_bytes= option (give
+        /// one of the two) [default: 64MiB]
+        #[arg(long, value_name = "SIZE", env = "AUTOCOMP_MAX_BATCH_BYTES", value_parser = max_batch_bytes)]
+        max_batch_bytes: Option<u64>,
         #[command(flatten)]
         service: ServiceArgs,
     },
@@ -75,9 +82,9 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { db, db_file, listen, service } => {
+        Command::Serve { db, db_file, listen, max_batch_bytes, service } => {
             init_logging(service.verbose, cli.log_format);
-            let db = match database_url(db, db_file) {
+            let db = match database_url(db, db_file).and_then(|db| with_max_batch_bytes(db, max_batch_bytes)) {
                 Ok(db) => db,
                 Err(code) => return code,
             };
@@ -111,6 +118,28 @@ fn database_url(db: Option<String>, db_file: Option<std::path::PathBuf>) -> Resu
         },
         (None, None) => Err(fail(2, "--db URL or --db-file FILE (or $AUTOCOMP_STORE_DB) is required".to_string())),
     }
+}
+
+fn max_batch_bytes(text: &str) -> Result<u64, String> {
+    autocomp_store::parse_max_batch_bytes(text)
+}
+
+/// The database URL with `--max-batch-bytes` as its `max_batch_bytes=` option, which every
+/// adapter reads; both at once is a usage error naming them.
+fn with_max_batch_bytes(db: String, max_batch_bytes: Option<u64>) -> Result<String, ExitCode> {
+    let Some(bytes) = max_batch_bytes else { return Ok(db) };
+    let query = db.rsplit_once('@').map_or(db.as_str(), |(_, location)| location).split_once('?').map(|(_, q)| q);
+    if query.is_some_and(|query| query.split('&').any(|pair| pair.starts_with("max_batch_bytes="))) {
+        return Err(fail(
+            2,
+            format!(
+                "--max-batch-bytes {bytes}: the --db URL {} sets max_batch_bytes= too; give it once",
+                display_url(&db)
+            ),
+        ));
+    }
+    let separator = if query.is_some() { '&' } else { '?' };
+    Ok(format!("{db}{separator}max_batch_bytes={bytes}"))
 }
 
 async fn migrate(db: &str) -> ExitCode {

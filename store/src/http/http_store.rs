@@ -10,7 +10,10 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::wire::{self, op};
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
+    StoreError, StoreResult,
+};
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use autocomp_http::error::ErrorBody;
@@ -93,6 +96,25 @@ impl ObjectStore for HttpStore {
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
         self.call::<op::ListSummaries>(&request, Retry::Safe).await
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        self.by_ids::<op::GetListings, _>(ids).await
+    }
+
+    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        self.call::<op::BatchHead>(&wire::ById { id: id.clone() }, Retry::Safe).await
+    }
+
+    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+        crate::port::check_log_limit(limit)?;
+        self.call::<op::LogPage>(&wire::LogPageRequest::new(id.clone(), cursor, limit), Retry::Safe).await
+    }
+
+    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        let request = wire::OfComponent { batch: batch.clone(), component: component.clone() };
+        let answer: wire::RunStateAnswer = self.call::<op::RunState>(&request, Retry::Safe).await?;
+        Ok(answer.run)
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {

@@ -75,6 +75,18 @@ impl StoreService {
                 at_most("limit", request.limit)?;
                 reply.send(store.list_summaries(request.after.as_ref(), request.limit).await?)
             }
+            R::GetListings(request, reply) => {
+                at_most("ids", request.ids.len())?;
+                reply.send(store.get_listings(&request.ids).await?)
+            }
+            R::BatchHead(request, reply) => reply.send(store.batch_head(&request.id).await?),
+            R::LogPage(request, reply) => {
+                let cursor = request.cursor().map_err(ApiError::invalid)?;
+                reply.send(store.log_page(&request.id, cursor, request.limit).await?)
+            }
+            R::RunState(request, reply) => {
+                reply.send(wire::RunStateAnswer { run: store.run_state(&request.batch, &request.component).await? })
+            }
             R::SetPriority(request, reply) => {
                 reply.send(wire::SeqAnswer { seq: store.set_priority(&request.id, request.priority).await? })
             }

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::port::{Cancellation, ChangePage, Claim, StoreError};
+use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogCursor, LogPage, StoreError};
 use autocomp_http::error::ErrorDetail;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
@@ -29,6 +29,14 @@ autocomp_http::operations! {
         read get_summaries: GetSummaries(ByIds) -> Vec<BatchSummary>;
         /// Batch summaries (see get_summaries) in id order after `after`, at most `limit` (<= 100000).
         read list_summaries: ListSummaries(ListBatches) -> Vec<BatchSummary>;
+        /// The named batches that exist, each as a listing shows it (its summary, when it was registered, its open runs), in the order asked (at most 100000 ids); no log is read.
+        read get_listings: GetListings(ByIds) -> Vec<BatchListing>;
+        /// A batch without its log: header, metadata, summary, the effective events in full, open runs, the newest Reset of each type, the log's length and the batch's stored bytes; its cost does not grow with the log.
+        read batch_head: BatchHead(ById) -> BatchHead;
+        /// A page of a batch's log, in seq order: the newest `limit` (1 to 1000) events, those before `before`, or those after `after` (at most one of the two); `older` and `newer` are the cursors of the neighbouring pages.
+        read log_page: LogPage(LogPageRequest) -> LogPage;
+        /// The newest run of (batch, component), the open one if one is open, with its generation and state (`run` null when never claimed): a holder of generation g may still write exactly while it is that generation and open.
+        read run_state: RunState(OfComponent) -> RunStateAnswer;
         /// Sets a batch's priority.
         write set_priority: SetPriority(SetPriority) -> SeqAnswer;
         /// Merges a metadata patch (null removes a key) and moves modified_seq.
@@ -106,6 +114,51 @@ pub struct ListBatches {
     pub after: Option<BatchId>,
     /// At most `MAX_ITEMS` (100000).
     pub limit: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogPageRequest {
+    pub id: BatchId,
+    /// The newest events older than this seq (a page's `older`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Seq>,
+    /// The oldest events newer than this seq (a page's `newer`; 0 from the first event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Seq>,
+    /// 1 to 1000.
+    pub limit: usize,
+}
+
+impl LogPageRequest {
+    pub fn new(id: BatchId, cursor: LogCursor, limit: usize) -> Self {
+        let (before, after) = match cursor {
+            LogCursor::Newest => (None, None),
+            LogCursor::Before(seq) => (Some(seq), None),
+            LogCursor::After(seq) => (None, Some(seq)),
+        };
+        Self { id, before, after, limit }
+    }
+
+    /// The cursor asked for; both `before` and `after` is bad input naming them.
+    pub fn cursor(&self) -> Result<LogCursor, autocomp_model::InvalidInput> {
+        match (self.before, self.after) {
+            (None, None) => Ok(LogCursor::Newest),
+            (Some(before), None) => Ok(LogCursor::Before(before)),
+            (None, Some(after)) => Ok(LogCursor::After(after)),
+            (Some(before), Some(after)) => Err(autocomp_model::InvalidInput::new(
+                "before",
+                before.to_string(),
+                format!("give before or after ({after}), not both"),
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunStateAnswer {
+    /// The newest run, or null when the component never claimed the batch.
+    pub run: Option<Run>,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]

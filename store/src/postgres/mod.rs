@@ -109,6 +109,19 @@ impl PgStore {
         Ok((applied, version))
     }
 
+    /// Brings an empty database to schema `version` as an older release left it, for upgrade
+    /// tests; opening it afterwards migrates the rest.
+    #[doc(hidden)]
+    pub async fn create_at_schema_version(url: &str, version: i32) -> StoreResult<()> {
+        let options = PgOptions::parse(url)?;
+        let tls = options.tls()?;
+        let (mut client, connection) = connect_once(&options, tls).await?;
+        schema::migrate_up_to(&mut client, &options.target, version).await?;
+        drop(client);
+        let _ = connection.await;
+        Ok(())
+    }
+
     /// The schema version the database is at.
     pub async fn schema_version(&self) -> StoreResult<i32> {
         let client = self.connection().await.map_err(Failure::into_error)?;

@@ -16,12 +16,16 @@ use serde_json::{Map, Value};
 
 use super::text::{self, unjsoned, untext};
 use super::{Failure, PgStore, Retry, classify};
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
+    StoreError, StoreResult, check_log_limit,
+};
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, HostRecord, IdempotencyKey,
-    NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder,
-    RunRef, RunState, Seq, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
+    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentDescriptor, ComponentName, Event, EventSummary, EventType,
+    HostRecord, IdempotencyKey, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
+    Retirement, Run, RunHolder, RunRef, RunState, Seq, SummaryHeader, SummaryState, Timestamp, WorkHistory, WorkResult,
+    WorkTallies, WorkTally,
 };
 
 /// One attempt of an operation on one connection.
@@ -50,6 +54,76 @@ const BATCH_SELECT: &str = "SELECT b.id, b.type, b.priority, b.metadata::text, b
                array_agg(run_generation) run_generations, array_agg(resets::text) resets
         FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
     ) e ON true";
+
+/// A batch's summary (`BatchSummary`) from the maintained columns and `batch_effective`, and
+/// its running components from its open runs: columns 0 to 14 of every read that summarizes.
+const SUMMARY_COLUMNS: &str = "b.id, b.type, b.priority, b.created_seq, b.modified_seq, b.changed_seq, b.modified_at,
+        b.last_event_at, f.types, f.outcomes, f.seqs, f.transients, f.skipped, f.content_seqs,
+        (SELECT array_agg(DISTINCT r.component ORDER BY r.component) FROM runs r
+           WHERE r.batch_id = b.id AND r.state = 'open')";
+const SUMMARY_FROM: &str = "FROM batches b
+    LEFT JOIN LATERAL (
+        SELECT array_agg(type ORDER BY type) types, array_agg(outcome ORDER BY type) outcomes,
+               array_agg(seq ORDER BY type) seqs, array_agg(transient ORDER BY type) transients,
+               array_agg(skipped ORDER BY type) skipped, array_agg(content_seq ORDER BY type) content_seqs
+        FROM batch_effective WHERE batch_id = b.id
+    ) f ON true";
+
+/// A summary out of `SUMMARY_COLUMNS`.
+fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary, Failure> {
+    let header = SummaryHeader {
+        id: BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?,
+        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
+        priority: row.get(2),
+        created_seq: Seq(row.get(3)),
+        modified_seq: Seq(row.get(4)),
+        changed_seq: Seq(row.get(5)),
+        modified_at: Timestamp(row.get(6)),
+    };
+    let mut effective = Vec::new();
+    if let Some(types) = row.get::<_, Option<Vec<String>>>(8) {
+        let outcomes: Vec<String> = row.get(9);
+        let seqs: Vec<i64> = row.get(10);
+        let transients: Vec<bool> = row.get(11);
+        let skipped: Vec<bool> = row.get(12);
+        let content_seqs: Vec<Option<i64>> = row.get(13);
+        for (i, event_type) in types.into_iter().enumerate() {
+            effective.push(EventSummary {
+                event_type: EventType::new(event_type).map_err(|e| corrupt("effective event", e))?,
+                outcome: Outcome::parse(&outcomes[i]).map_err(|e| corrupt("effective event", e))?,
+                seq: Seq(seqs[i]),
+                transient: transients[i],
+                skipped: skipped[i],
+                content_seq: content_seqs[i].map(Seq),
+            });
+        }
+    }
+    let running = row
+        .get::<_, Option<Vec<String>>>(14)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| ComponentName::new(name).map_err(|e| corrupt("run", e)))
+        .collect::<Result<_, _>>()?;
+    let state = SummaryState { last_event_at: Timestamp(row.get(7)), effective, running };
+    Ok(state.summary(header))
+}
+
+/// Runs as `jsonb_agg(to_jsonb(r))` writes them.
+fn runs_from_json(text: Option<&str>) -> Result<Vec<Run>, Failure> {
+    let Some(text) = text else { return Ok(Vec::new()) };
+    serde_json::from_str::<Vec<RunRow>>(text)
+        .map_err(|e| corrupt("run", e))?
+        .into_iter()
+        .map(RunRow::into_run)
+        .collect()
+}
+
+/// Events as `jsonb_agg(to_jsonb(e))` writes them.
+fn events_from_json(text: Option<&str>) -> Result<Vec<Event>, Failure> {
+    let Some(text) = text else { return Ok(Vec::new()) };
+    let rows: Vec<EventRow> = serde_json::from_str(text).map_err(|e| corrupt("event", e))?;
+    rows.into_iter().map(EventRow::into_event).collect()
+}
 
 /// A row of `events` as `to_jsonb` writes it.
 #[derive(Deserialize)]
@@ -363,6 +437,10 @@ impl PgStore {
         if let Some(db) = error.as_db_error() {
             match db.code().code() {
                 "AC404" => return Failure::Final(StoreError::NotFound(scope.batch.clone())),
+                "AC413" => {
+                    let what = db.detail().unwrap_or("this write");
+                    return Failure::Final(self.over_cap(scope.batch, db.message(), what));
+                }
                 "AC410" => {
                     if let Some((component, generation)) = scope.run {
                         return Failure::Final(StoreError::Fenced {
@@ -379,6 +457,19 @@ impl PgStore {
             }
         }
         classify(&self.inner.options, &error, false)
+    }
+
+    /// `max_batch_bytes`, as the store functions take it.
+    fn cap(&self) -> i64 {
+        i64::try_from(self.inner.options.max_batch_bytes).unwrap_or(i64::MAX)
+    }
+
+    /// A write refused by the cap; `sizes` is what the store function said: the bytes the
+    /// batch stores and would store.
+    fn over_cap(&self, batch: &BatchId, sizes: &str, what: &str) -> StoreError {
+        let mut numbers = sizes.split(' ').map(|n| n.parse::<u64>().unwrap_or_default());
+        let (holds, would) = (numbers.next().unwrap_or_default(), numbers.next().unwrap_or_default());
+        write_rules::over_batch_cap(batch, what, holds, would, self.inner.options.max_batch_bytes)
     }
 
     fn read_failure(&self, error: tokio_postgres::Error) -> Failure {
@@ -511,6 +602,196 @@ impl ObjectStore for PgStore {
         .await
     }
 
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let asked = &asked;
+        let mut found: HashMap<String, BatchSummary> = self
+            .run("get_summaries", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id = ANY($1)");
+                    let statement = prepare(client, &sql).await?;
+                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| summary_from_row(row).map(|summary| (summary.id.as_str().to_string(), summary)))
+                        .collect()
+                })
+            })
+            .await?;
+        // As `get_batches` answers: an id asked twice is answered once.
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let asked = &asked;
+        let mut found: HashMap<String, BatchListing> = self
+            .run("get_listings", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {SUMMARY_COLUMNS}, b.created_at,
+                            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
+                         {SUMMARY_FROM} WHERE b.id = ANY($1)"
+                    );
+                    let statement = prepare(client, &sql).await?;
+                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| {
+                            let listing = BatchListing {
+                                summary: summary_from_row(row)?,
+                                created_at: Timestamp(row.get(15)),
+                                open_runs: runs_from_json(row.get(16))?,
+                            };
+                            Ok((listing.summary.id.as_str().to_string(), listing))
+                        })
+                        .collect()
+                })
+            })
+            .await?;
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
+    }
+
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        if limit > MAX_BATCH_PAGE {
+            return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
+        }
+        let after = after.map_or("", BatchId::as_str);
+        self.run("list_summaries", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
+                let statement = prepare(client, &sql).await?;
+                let rows =
+                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(summary_from_row).collect()
+            })
+        })
+        .await
+    }
+
+    /// One statement, so one snapshot: the summary, the batch row's own columns, its open
+    /// runs, its effective events joined by seq, and the newest Reset of each type through
+    /// the index of Reset markers.
+    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        self.run("batch_head", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let sql = format!(
+                    "SELECT {SUMMARY_COLUMNS}, b.metadata::text, b.created_at, b.event_count, b.stored_bytes,
+                        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                           FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
+                        (SELECT jsonb_agg(to_jsonb(e) - 'idempotency_key' ORDER BY e.type)::text
+                           FROM batch_effective x JOIN events e ON e.seq = x.seq WHERE x.batch_id = b.id),
+                        (SELECT jsonb_object_agg(covered, newest)::text FROM (
+                            SELECT covered, MAX(r.seq) newest
+                            FROM events r CROSS JOIN LATERAL jsonb_array_elements_text(r.resets) covered
+                            WHERE r.batch_id = b.id AND r.type = 'Reset' AND r.resets IS NOT NULL
+                            GROUP BY covered) resets),
+                        autocomp_now()
+                     {SUMMARY_FROM} WHERE b.id = $1"
+                );
+                let statement = prepare(client, &sql).await?;
+                let row = client.query_opt(&statement, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
+                let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                let summary = summary_from_row(&row)?;
+                let metadata = match serde_json::from_str(row.get::<_, &str>(15)).map(unjsoned) {
+                    Ok(Value::Object(map)) => map,
+                    Ok(_) => Map::new(),
+                    Err(e) => return Err(corrupt("batch", e)),
+                };
+                let open_runs = runs_from_json(row.get(19))?;
+                let last_resets = match row.get::<_, Option<&str>>(21) {
+                    Some(text) => serde_json::from_str::<std::collections::BTreeMap<String, i64>>(text)
+                        .map_err(|e| corrupt("Reset", e))?
+                        .into_iter()
+                        .map(|(covered, seq)| Ok((EventType::new(covered).map_err(|e| corrupt("Reset", e))?, Seq(seq))))
+                        .collect::<Result<_, Failure>>()?,
+                    None => Default::default(),
+                };
+                Ok(BatchHead {
+                    modified_at: Timestamp(row.get(6)),
+                    summary,
+                    metadata,
+                    created_at: Timestamp(row.get(16)),
+                    open_runs,
+                    effective: events_from_json(row.get(20))?,
+                    last_resets,
+                    event_count: row.get::<_, i64>(17).max(0) as u64,
+                    stored_bytes: row.get::<_, i64>(18).max(0) as u64,
+                    as_of: Timestamp(row.get(22)),
+                })
+            })
+        })
+        .await
+    }
+
+    /// One statement: the page through the log's (batch, seq) index, the log's first and
+    /// last seq (index ends) and its length (the batch row's count).
+    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+        check_log_limit(limit)?;
+        let (condition, bound) = match cursor {
+            LogCursor::Newest => ("seq < $2 ORDER BY seq DESC", i64::MAX),
+            LogCursor::Before(seq) => ("seq < $2 ORDER BY seq DESC", seq.0),
+            LogCursor::After(seq) => ("seq > $2 ORDER BY seq", seq.0),
+        };
+        let sql = format!(
+            "SELECT b.event_count,
+                (SELECT MIN(seq) FROM events WHERE batch_id = b.id),
+                (SELECT MAX(seq) FROM events WHERE batch_id = b.id),
+                (SELECT jsonb_agg(to_jsonb(p) - 'idempotency_key' ORDER BY p.seq)::text FROM (
+                    SELECT * FROM events WHERE batch_id = b.id AND {condition} LIMIT $3) p)
+             FROM batches b WHERE b.id = $1"
+        );
+        let sql = &sql;
+        let (total, first, last, events) = self
+            .run("log_page", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(client, sql).await?;
+                    let row = client
+                        .query_opt(&statement, &[&id.as_str(), &bound, &(limit as i64)])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                    let events = events_from_json(row.get(3))?;
+                    Ok((row.get::<_, i64>(0), row.get::<_, Option<i64>>(1), row.get::<_, Option<i64>>(2), events))
+                })
+            })
+            .await?;
+        Ok(LogPage {
+            older: events.first().map(|e| e.seq).filter(|seq| first.is_some_and(|first| first < seq.0)),
+            newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
+            events,
+            total: total.max(0) as u64,
+        })
+    }
+
+    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        self.run("run_state", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1),
+                            (SELECT to_jsonb(r)::text FROM runs r WHERE batch_id = $1 AND component = $2
+                             ORDER BY generation DESC LIMIT 1)",
+                )
+                .await?;
+                let row = client
+                    .query_one(&statement, &[&batch.as_str(), &component.as_str()])
+                    .await
+                    .map_err(|e| self.read_failure(e))?;
+                if !row.get::<_, bool>(0) {
+                    return Err(Failure::Final(StoreError::NotFound(batch.clone())));
+                }
+                row.get::<_, Option<&str>>(1).map(run_from_json).transpose()
+            })
+        })
+        .await
+    }
+
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
         self.run("set_priority", Retry::Safe, |client, _| {
             Box::pin(async move {
@@ -531,7 +812,7 @@ impl ObjectStore for PgStore {
             let patch = &metadata_patch;
             Box::pin(async move {
                 let read = prepare(client, "SELECT metadata::text, modified_seq FROM batches WHERE id = $1").await?;
-                let write = prepare(client, "SELECT autocomp_replace_metadata($1, $2, $3)").await?;
+                let write = prepare(client, "SELECT autocomp_replace_metadata($1, $2, $3, $4)").await?;
                 let scope = Scope { batch: id, run: None };
                 for _ in 0..CONDITIONAL_ROUNDS {
                     let row = client.query_opt(&read, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
@@ -541,7 +822,7 @@ impl ObjectStore for PgStore {
                     let expected: i64 = row.get(1);
                     let merged = write_rules::merge_metadata(metadata, patch.clone()).map_err(Failure::Final)?;
                     let row = client
-                        .query_one(&write, &[&id.as_str(), &expected, &*text::json(&merged)])
+                        .query_one(&write, &[&id.as_str(), &expected, &*text::json(&merged), &self.cap()])
                         .await
                         .map_err(|e| self.failure(e, &scope))?;
                     if let Some(seq) = row.get::<_, Option<i64>>(0) {
@@ -843,7 +1124,8 @@ impl ObjectStore for PgStore {
                             (SELECT to_jsonb(r) FROM runs r WHERE batch_id = $1 AND component = $2 AND state = 'open')",
                 )
                 .await?;
-                let write = prepare(client, "SELECT * FROM autocomp_cancel_run($1, $2, $3, $4, $5, $6, $7)").await?;
+                let write =
+                    prepare(client, "SELECT * FROM autocomp_cancel_run($1, $2, $3, $4, $5, $6, $7, $8)").await?;
                 for _ in 0..CONDITIONAL_ROUNDS {
                     let row = client
                         .query_one(&read, &[&batch.as_str(), &component.as_str()])
@@ -869,6 +1151,7 @@ impl ObjectStore for PgStore {
                                 &new.outcome.as_str(),
                                 &new.agent.as_str(),
                                 &*text::json(&new.details),
+                                &self.cap(),
                             ],
                         )
                         .await
@@ -895,7 +1178,8 @@ impl ObjectStore for PgStore {
         self.run("prioritize", Retry::OnlyUnsent, |client, _| {
             Box::pin(async move {
                 let read = prepare(client, "SELECT priority FROM batches WHERE id = $1").await?;
-                let write = prepare(client, "SELECT * FROM autocomp_prioritize($1, $2, $3, $4, $5, $6, $7)").await?;
+                let write =
+                    prepare(client, "SELECT * FROM autocomp_prioritize($1, $2, $3, $4, $5, $6, $7, $8)").await?;
                 for _ in 0..CONDITIONAL_ROUNDS {
                     let row = client.query_opt(&read, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
                     let previous: i32 = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?.get(0);
@@ -913,6 +1197,7 @@ impl ObjectStore for PgStore {
                                 &new.outcome.as_str(),
                                 &new.agent.as_str(),
                                 &*text::json(&new.details),
+                                &self.cap(),
                             ],
                         )
                         .await
@@ -1126,15 +1411,16 @@ impl PgStore {
         let details: Vec<&Value> = stored_details.iter().map(|d| &**d).collect();
         let generations: Vec<Option<i64>> = group.iter().map(|p| p.event.run.as_ref().map(|r| r.generation)).collect();
         let resets: Vec<Option<Value>> = group.iter().map(|p| optional_json(&p.event.resets)).collect();
+        let cap = self.cap();
         let answered = self
             .run("append_event", Retry::Safe, |client, _| {
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] =
-                    [&batches, &types, &outcomes, &agents, &details, &components, &generations, &resets, &keys];
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
+                    [&batches, &types, &outcomes, &agents, &details, &components, &generations, &resets, &keys, &cap];
                 Box::pin(async move {
                     let statement = prepare(
                         client,
                         "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason
-                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     )
                     .await?;
                     let rows = client
@@ -1147,6 +1433,10 @@ impl PgStore {
                         let pending = group.get(index).ok_or_else(|| corrupt("answer", index))?;
                         let answer = match (row.get::<_, Option<&str>>(4), row.get::<_, Option<&str>>(3)) {
                             (Some("AC404"), _) => Err(StoreError::NotFound(pending.batch.clone())),
+                            (Some("AC413"), _) => {
+                                let sizes = row.get::<_, Option<String>>(5).unwrap_or_default();
+                                Err(self.over_cap(&pending.batch, &sizes, "this event"))
+                            }
                             (Some(_), _) => {
                                 let run =
                                     pending.event.run.as_ref().ok_or_else(|| corrupt("answer", "fenced, no run"))?;

@@ -1,6 +1,7 @@
 //! A `postgres://` store URL: libpq's URL syntax (several hosts, `target_session_attrs`,
 //! `sslmode`, `sslrootcert`, `connect_timeout`, ...) plus autocomp's own options
-//! (`pool_size`, `retry_for`, `migrate`, `password_file`), and the TLS each `sslmode` means.
+//! (`pool_size`, `retry_for`, `migrate`, `password_file`, `max_batch_bytes`), and the TLS each
+//! `sslmode` means.
 //! The password comes from the URL, `password_file` or `$PGPASSWORD` and never appears in an
 //! error or a log: everything printed uses `target`, which has none, or `display_url`.
 
@@ -68,9 +69,12 @@ pub struct PgOptions {
     /// `password_file`: read when the URL is parsed and again for every new connection, so
     /// a rotated password is picked up without a restart.
     pub password_file: Option<PathBuf>,
+    /// The most bytes of details and metadata one batch may store (see `SqliteOptions`).
+    pub max_batch_bytes: u64,
 }
 
-const OWN_OPTIONS: &str = "pool_size, retry_for, migrate, password_file, sslmode, sslrootcert, connect_timeout";
+const OWN_OPTIONS: &str =
+    "pool_size, retry_for, migrate, password_file, max_batch_bytes, sslmode, sslrootcert, connect_timeout";
 /// The libpq options tokio-postgres understands, passed on to it as they are.
 const LIBPQ_OPTIONS: &[&str] = &[
     "user",
@@ -132,6 +136,7 @@ impl PgOptions {
             tls: TlsMode::Prefer,
             root_certificates: None,
             password_file: None,
+            max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -158,6 +163,9 @@ impl PgOptions {
                         .ok_or_else(|| invalid(format!("pool_size={value:?} is not a number from 1 to 1000")))?;
                 }
                 "retry_for" => options.retry_for = duration(value)?,
+                "max_batch_bytes" => {
+                    options.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value).map_err(invalid)?;
+                }
                 "connect_timeout" => options.connect_timeout = duration(value)?,
                 "migrate" => {
                     options.migrate = match value {

@@ -17,7 +17,10 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
+    StoreError, StoreResult,
+};
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq,
@@ -40,16 +43,25 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
     /// How long a writer waits for another process's write transaction before giving up.
     pub busy_timeout: Duration,
+    /// The most bytes of details and metadata one batch may store: an event or content change
+    /// that would take it over is refused (`StoreError::Invalid`), so a runaway log cannot
+    /// grow without bound.
+    pub max_batch_bytes: u64,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { synchronous: Synchronous::Full, busy_timeout: Duration::from_secs(30) }
+        Self {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(30),
+            max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+        }
     }
 }
 
 impl SqliteOptions {
-    /// Parses the query part of a `sqlite://` URL: `synchronous=full|normal`, `busy_timeout=30s`.
+    /// Parses the query part of a `sqlite://` URL: `synchronous=full|normal`, `busy_timeout=30s`,
+    /// `max_batch_bytes=64MiB`.
     pub fn from_query(query: &str) -> Result<Self, String> {
         let mut options = Self::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -66,7 +78,10 @@ impl SqliteOptions {
                     options.busy_timeout =
                         humantime::parse_duration(value).map_err(|e| format!("busy_timeout={value:?}: {e}"))?;
                 }
-                other => return Err(format!("unknown option {other:?}; known: synchronous, busy_timeout")),
+                "max_batch_bytes" => options.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value)?,
+                other => {
+                    return Err(format!("unknown option {other:?}; known: synchronous, busy_timeout, max_batch_bytes"));
+                }
             }
         }
         Ok(options)
@@ -81,6 +96,8 @@ pub struct SqliteStore {
     /// Appends waiting for the connection: whoever gets it next commits them all at once.
     appends: Arc<Mutex<Vec<ops::PendingAppend>>>,
     path: PathBuf,
+    /// `SqliteOptions::max_batch_bytes`.
+    max_batch_bytes: u64,
 }
 
 pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
@@ -114,10 +131,11 @@ impl SqliteStore {
     pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let opened_path = path.clone();
+        let max_batch_bytes = options.max_batch_bytes;
         let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
             .await
             .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
-        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path })
+        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path, max_batch_bytes })
     }
 
     fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
@@ -202,7 +220,12 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
-        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path })
+        Ok(Self {
+            connection: Arc::new(Mutex::new(connection)),
+            appends: Arc::default(),
+            path,
+            max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+        })
     }
 
     /// `get_batches` the way it read before it became set-based (three statements per
@@ -283,14 +306,34 @@ impl ObjectStore for SqliteStore {
         self.with_connection(move |conn| ops::list_batches(conn, after.as_ref(), limit)).await
     }
 
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| ops::get_listings(conn, &ids)).await
+    }
+
+    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        let id = id.clone();
+        self.with_connection(move |conn| ops::batch_head(conn, &id)).await
+    }
+
+    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+        let id = id.clone();
+        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit)).await
+    }
+
+    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| ops::run_state(conn, &batch, &component)).await
+    }
+
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
         let id = id.clone();
         self.with_connection(move |conn| ops::set_priority(conn, &id, priority)).await
     }
 
     async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
-        let id = id.clone();
-        self.with_connection(move |conn| ops::record_content_change(conn, &id, metadata_patch)).await
+        let (id, cap) = (id.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| ops::record_content_change(conn, &id, metadata_patch, cap)).await
     }
 
     /// Group commit: concurrent appends through this handle (the store service's 16
@@ -301,11 +344,11 @@ impl ObjectStore for SqliteStore {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let pending = ops::PendingAppend { batch: batch.clone(), event, reply };
         self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
-        let queue = Arc::clone(&self.appends);
+        let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
         self.with_connection(move |conn| {
             let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
             if !group.is_empty() {
-                ops::append_group(conn, group);
+                ops::append_group(conn, group, cap);
             }
             Ok(())
         })
@@ -379,14 +422,14 @@ impl ObjectStore for SqliteStore {
         event: NewEvent,
     ) -> StoreResult<Cancellation> {
         event.validate()?;
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::cancel_run(conn, &batch, &component, event)).await
+        let (batch, component, cap) = (batch.clone(), component.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| ops::cancel_run(conn, &batch, &component, event, cap)).await
     }
 
     async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
         event.validate()?;
-        let id = id.clone();
-        self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event)).await
+        let (id, cap) = (id.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event, cap)).await
     }
 
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {

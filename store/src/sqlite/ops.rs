@@ -8,15 +8,21 @@
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
-use crate::port::{Cancellation, ChangePage, Claim, CreateOutcome, StoreError, StoreResult};
+use crate::port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreError,
+    StoreResult, check_log_limit,
+};
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, HostRecord, NewBatch, NewEvent, PassOutcome, PassPhase,
-    PassRecord, RegisteredComponent, Retirement, Run, RunHolder, RunState, Seq, Timestamp, WORK_MINUTES_IN_HOUR,
-    WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies, WorkTally,
+    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, EventType, HostRecord, NewBatch, NewEvent, PassOutcome,
+    PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder, RunState, Seq, Timestamp,
+    WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
 
-use super::rows::{EVENT_COLUMNS, event_from_row, load_batch, load_batches, query_runs, stored, stored_json};
+use super::rows::{
+    EVENT_COLUMNS, NameCache, event_from_row, event_from_row_of, load_batch, load_batches, query_runs, stored,
+    stored_json,
+};
 use super::{summary, unavailable};
 
 fn write_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
@@ -44,6 +50,23 @@ fn batch_exists(tx: &Connection, id: &BatchId) -> StoreResult<bool> {
 
 fn require_batch(tx: &Connection, id: &BatchId) -> StoreResult<()> {
     if batch_exists(tx, id)? { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }
+}
+
+/// The bytes of details and metadata the batch stores (kept by the schema's triggers), or
+/// `NotFound`.
+fn stored_bytes(tx: &Connection, id: &BatchId) -> StoreResult<u64> {
+    tx.prepare_cached("SELECT stored_bytes FROM batches WHERE id = ?1")
+        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get::<_, i64>(0)).optional())
+        .map_err(unavailable)?
+        .map(|bytes| bytes.max(0) as u64)
+        .ok_or_else(|| StoreError::NotFound(id.clone()))
+}
+
+/// Refuses an event whose details (`details`, the text to be stored) would take the batch
+/// over `cap`; `NotFound` for an unknown batch.
+fn check_event_fits(tx: &Connection, batch: &BatchId, details: &str, cap: u64) -> StoreResult<()> {
+    let holds = stored_bytes(tx, batch)?;
+    write_rules::check_batch_bytes(batch, "this event", holds, 0, details.len() as u64, cap)
 }
 
 pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
@@ -128,6 +151,177 @@ pub fn list_summaries(conn: &mut Connection, after: Option<&BatchId>, limit: usi
     summary::list(&tx, after, limit)
 }
 
+/// `ObjectStore::get_listings`: the summaries, the batch rows' `created_at` and the open
+/// runs of the page, three statements in one read transaction, the ids bound as one `rarray`.
+pub fn get_listings(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+    if ids.len() > MAX_BATCH_PAGE {
+        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+    }
+    let tx = read_tx(conn)?;
+    let summaries = summary::read(&tx, ids)?;
+    let asked: rusqlite::vtab::array::Array =
+        std::rc::Rc::new(ids.iter().map(|id| rusqlite::types::Value::Text(id.as_str().to_owned())).collect());
+    let mut created: std::collections::HashMap<String, Timestamp> = std::collections::HashMap::new();
+    {
+        let mut statement =
+            tx.prepare_cached("SELECT id, created_at FROM batches WHERE id IN rarray(?1)").map_err(unavailable)?;
+        let mut rows = statement.query([&asked]).map_err(unavailable)?;
+        while let Some(row) = rows.next().map_err(unavailable)? {
+            created.insert(row.get(0).map_err(unavailable)?, Timestamp(row.get(1).map_err(unavailable)?));
+        }
+    }
+    let mut open: std::collections::HashMap<BatchId, Vec<Run>> = std::collections::HashMap::new();
+    for run in query_runs(&tx, "WHERE batch_id IN rarray(?1) AND state = 'open'", [&asked])? {
+        open.entry(run.batch_id.clone()).or_default().push(run);
+    }
+    summaries
+        .into_iter()
+        .map(|summary| {
+            let created_at = *created.get(summary.id.as_str()).ok_or_else(|| rows_corrupt(&summary.id))?;
+            let open_runs = open.get(&summary.id).cloned().unwrap_or_default();
+            Ok(BatchListing { summary, created_at, open_runs })
+        })
+        .collect()
+}
+
+fn rows_corrupt(id: &BatchId) -> StoreError {
+    StoreError::Unavailable(format!("batch {id} has a summary but no row in the same read"))
+}
+
+/// `ObjectStore::batch_head`: one read transaction of a handful of indexed reads (the batch
+/// row and its summary, its open runs, its effective events by seq, its Reset markers through
+/// their own index), none of which reads the rest of the log.
+pub fn batch_head(conn: &mut Connection, id: &BatchId) -> StoreResult<BatchHead> {
+    let tx = read_tx(conn)?;
+    let as_of = Timestamp::now();
+    let summary =
+        summary::read(&tx, std::slice::from_ref(id))?.pop().ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let (metadata, created_at, modified_at, event_count, stored_bytes) = tx
+        .prepare_cached(
+            "SELECT metadata, created_at, modified_at, event_count, stored_bytes FROM batches WHERE id = ?1",
+        )
+        .and_then(|mut statement| {
+            statement.query_row([id.as_str()], |row| {
+                let metadata = match stored_json(row.get(0)?)? {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                Ok((
+                    metadata,
+                    Timestamp(row.get(1)?),
+                    Timestamp(row.get(2)?),
+                    row.get::<_, i64>(3)?.max(0) as u64,
+                    row.get::<_, i64>(4)?.max(0) as u64,
+                ))
+            })
+        })
+        .map_err(unavailable)?;
+    let open_runs = query_runs(&tx, "WHERE batch_id = ?1 AND state = 'open'", [id.as_str()])?;
+    let mut names = NameCache::default();
+    let effective = {
+        let seqs: rusqlite::vtab::array::Array = std::rc::Rc::new(
+            summary.effective.iter().map(|event| rusqlite::types::Value::Integer(event.seq.0)).collect(),
+        );
+        let mut statement = tx
+            .prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE seq IN rarray(?1) AND batch_id = ?2"))
+            .map_err(unavailable)?;
+        let mut rows = statement.query(params![seqs, id.as_str()]).map_err(unavailable)?;
+        let mut found = Vec::with_capacity(summary.effective.len());
+        while let Some(row) = rows.next().map_err(unavailable)? {
+            found.push(event_from_row_of(row, id, &mut names).map_err(unavailable)?);
+        }
+        // In the summary's order: by type name.
+        found.sort_by(|a, b| a.event_type.cmp(&b.event_type));
+        found
+    };
+    let mut last_resets = std::collections::BTreeMap::new();
+    {
+        let mut statement = tx
+            .prepare_cached("SELECT seq, resets FROM events WHERE batch_id = ?1 AND type = 'Reset' ORDER BY seq DESC")
+            .map_err(unavailable)?;
+        let mut rows = statement.query([id.as_str()]).map_err(unavailable)?;
+        while let Some(row) = rows.next().map_err(unavailable)? {
+            let seq = Seq(row.get(0).map_err(unavailable)?);
+            let covered: Vec<EventType> = match row.get::<_, Option<String>>(1).map_err(unavailable)? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Unavailable(format!("a Reset of batch {id} names no types: {e}")))?,
+                None => Vec::new(),
+            };
+            for event_type in covered {
+                last_resets.entry(event_type).or_insert(seq);
+            }
+        }
+    }
+    Ok(BatchHead {
+        summary,
+        metadata,
+        created_at,
+        modified_at,
+        open_runs,
+        effective,
+        last_resets,
+        event_count,
+        stored_bytes,
+        as_of,
+    })
+}
+
+/// `ObjectStore::log_page`: the page through the log's (batch, seq) index, and the log's
+/// first and last seq and length, in one read transaction.
+pub fn log_page(conn: &mut Connection, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+    check_log_limit(limit)?;
+    let tx = read_tx(conn)?;
+    let total: i64 = tx
+        .prepare_cached("SELECT event_count FROM batches WHERE id = ?1")
+        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)).optional())
+        .map_err(unavailable)?
+        .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let (sql, bound, newest_first) = match cursor {
+        LogCursor::Newest => ("seq < ?2 ORDER BY seq DESC", i64::MAX, true),
+        LogCursor::Before(seq) => ("seq < ?2 ORDER BY seq DESC", seq.0, true),
+        LogCursor::After(seq) => ("seq > ?2 ORDER BY seq", seq.0, false),
+    };
+    let mut names = NameCache::default();
+    let mut events = Vec::with_capacity(limit);
+    {
+        let mut statement = tx
+            .prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE batch_id = ?1 AND {sql} LIMIT ?3"))
+            .map_err(unavailable)?;
+        let mut rows = statement.query(params![id.as_str(), bound, limit as i64]).map_err(unavailable)?;
+        while let Some(row) = rows.next().map_err(unavailable)? {
+            events.push(event_from_row_of(row, id, &mut names).map_err(unavailable)?);
+        }
+    }
+    if newest_first {
+        events.reverse();
+    }
+    let end = |order: &str| -> StoreResult<Option<i64>> {
+        tx.prepare_cached(&format!("SELECT seq FROM events WHERE batch_id = ?1 ORDER BY seq {order} LIMIT 1"))
+            .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)).optional())
+            .map_err(unavailable)
+    };
+    let (first, last) = (end("ASC")?, end("DESC")?);
+    Ok(LogPage {
+        older: events.first().map(|e| e.seq).filter(|seq| first.is_some_and(|first| first < seq.0)),
+        newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
+        events,
+        total: total.max(0) as u64,
+    })
+}
+
+/// `ObjectStore::run_state`: the run with the highest generation, through the runs' key.
+pub fn run_state(conn: &mut Connection, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+    let tx = read_tx(conn)?;
+    require_batch(&tx, batch)?;
+    let mut newest = query_runs(
+        &tx,
+        "WHERE batch_id = ?1 AND component = ?2
+           AND generation = (SELECT MAX(generation) FROM runs WHERE batch_id = ?1 AND component = ?2)",
+        params![batch.as_str(), component.as_str()],
+    )?;
+    Ok(newest.pop())
+}
+
 pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> StoreResult<Seq> {
     let tx = write_tx(conn)?;
     require_batch(&tx, id)?;
@@ -139,18 +333,29 @@ pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> Store
     Ok(seq)
 }
 
-pub fn record_content_change(conn: &mut Connection, id: &BatchId, patch: Map<String, Value>) -> StoreResult<Seq> {
+pub fn record_content_change(
+    conn: &mut Connection,
+    id: &BatchId,
+    patch: Map<String, Value>,
+    cap: u64,
+) -> StoreResult<Seq> {
     let tx = write_tx(conn)?;
-    let metadata: Option<String> = tx
-        .query_row("SELECT metadata FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
+    let row: Option<(String, i64)> = tx
+        .query_row("SELECT metadata, stored_bytes FROM batches WHERE id = ?1", [id.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
         .optional()
         .map_err(unavailable)?;
-    let metadata = metadata.ok_or_else(|| StoreError::NotFound(id.clone()))?;
-    let metadata = write_rules::merge_metadata(stored_json(metadata).map_err(unavailable)?, patch)?;
+    let (stored_metadata, holds) = row.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let old_bytes = stored_metadata.len() as u64;
+    let metadata = write_rules::merge_metadata(stored_json(stored_metadata).map_err(unavailable)?, patch)?;
+    let metadata = metadata.to_string();
+    let holds = holds.max(0) as u64;
+    write_rules::check_batch_bytes(id, "this content change", holds, old_bytes, metadata.len() as u64, cap)?;
     let seq = next_seq(&tx)?;
     tx.execute(
         "UPDATE batches SET metadata = ?2, modified_seq = ?3, modified_at = ?4 WHERE id = ?1",
-        params![id.as_str(), metadata.to_string(), seq.0, Timestamp::now().millis()],
+        params![id.as_str(), metadata, seq.0, Timestamp::now().millis()],
     )
     .map_err(unavailable)?;
     summary::touch(&tx, id, seq, |_| {})?;
@@ -169,12 +374,12 @@ pub struct PendingAppend {
 /// a savepoint of its own, so a refused append (fenced, unknown batch) changes nothing and
 /// the others still commit. Each gets the answer it would have got alone; if the commit
 /// itself fails, none was written and all get that error.
-pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>) {
+pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u64) {
     if group.len() == 1 {
         // Alone: no savepoint needed, a refusal rolls back the whole transaction.
         let pending = group.pop().expect("one");
         let answer = write_tx(conn).and_then(|tx| {
-            let event = append_in(&tx, &pending.batch, pending.event)?;
+            let event = append_in(&tx, &pending.batch, pending.event, cap)?;
             tx.commit().map_err(unavailable)?;
             Ok(event)
         });
@@ -186,7 +391,7 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>) {
         let mut tx = write_tx(conn)?;
         for pending in group {
             let savepoint = tx.savepoint().map_err(unavailable)?;
-            let answer = append_in(&savepoint, &pending.batch, pending.event);
+            let answer = append_in(&savepoint, &pending.batch, pending.event, cap);
             if answer.is_ok() {
                 savepoint.commit().map_err(unavailable)?;
             } // else dropped: rolled back to before this append
@@ -203,7 +408,7 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>) {
     }
 }
 
-fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Event> {
+fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> StoreResult<Event> {
     // A retry of an append that already committed must see its first result, not a fence:
     // the first attempt closed the run.
     if let Some(key) = &new.idempotency_key {
@@ -223,9 +428,11 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
     if let Some(run) = &new.run {
         check_run_is_current_and_open(tx, batch, &run.component, run.generation)?;
     }
+    let details = new.details.to_string();
+    check_event_fits(tx, batch, &details, cap)?;
     let seq = next_seq(tx)?;
     let at = Timestamp::now();
-    insert_event(tx, batch, &new, seq, at)?;
+    insert_event(tx, batch, &new, &details, seq, at)?;
     let event = new.recorded(batch, seq, at);
     if let Some(run) = &event.run {
         let transient = event.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
@@ -250,7 +457,16 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent) -> StoreResult<Eve
     Ok(event)
 }
 
-fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: Timestamp) -> StoreResult<()> {
+/// Inserts `new` with `details`, its details as the text to store (the schema's trigger
+/// adds its bytes to the batch's).
+fn insert_event(
+    tx: &Connection,
+    batch: &BatchId,
+    new: &NewEvent,
+    details: &str,
+    seq: Seq,
+    at: Timestamp,
+) -> StoreResult<()> {
     let resets =
         (!new.resets.is_empty()).then(|| serde_json::to_string(&new.resets).expect("event types always serialize"));
     tx.execute(
@@ -263,7 +479,7 @@ fn insert_event(tx: &Connection, batch: &BatchId, new: &NewEvent, seq: Seq, at: 
             new.outcome.as_str(),
             new.agent.as_str(),
             at.millis(),
-            new.details.to_string(),
+            details,
             new.run.as_ref().map(|r| r.component.as_str()),
             new.run.as_ref().map(|r| r.generation),
             resets,
@@ -281,6 +497,7 @@ pub fn cancel_run(
     batch: &BatchId,
     component: &ComponentName,
     mut new: NewEvent,
+    cap: u64,
 ) -> StoreResult<Cancellation> {
     write_rules::check_cancellation(&new)?;
     let tx = write_tx(conn)?;
@@ -315,7 +532,9 @@ pub fn cancel_run(
         }
     };
     autocomp_model::check_object("details", &new.details)?;
-    insert_event(&tx, batch, &new, seq, at)?;
+    let details = new.details.to_string();
+    check_event_fits(&tx, batch, &details, cap)?;
+    insert_event(&tx, batch, &new, &details, seq, at)?;
     let event = new.recorded(batch, seq, at);
     summary::touch(&tx, batch, seq, |state| {
         state.record(&event);
@@ -328,7 +547,13 @@ pub fn cancel_run(
 }
 
 /// `ObjectStore::prioritize`: the new priority and the operator's event, one transaction.
-pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: NewEvent) -> StoreResult<Event> {
+pub fn prioritize(
+    conn: &mut Connection,
+    id: &BatchId,
+    priority: i32,
+    mut new: NewEvent,
+    cap: u64,
+) -> StoreResult<Event> {
     write_rules::check_operator_event(&new, "prioritize")?;
     let tx = write_tx(conn)?;
     let previous: Option<i32> = tx
@@ -338,11 +563,13 @@ pub fn prioritize(conn: &mut Connection, id: &BatchId, priority: i32, mut new: N
     let previous = previous.ok_or_else(|| StoreError::NotFound(id.clone()))?;
     write_rules::describe_priority_change(&mut new.details, priority, previous);
     autocomp_model::check_object("details", &new.details)?;
+    let details = new.details.to_string();
+    check_event_fits(&tx, id, &details, cap)?;
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();
     tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
         .map_err(unavailable)?;
-    insert_event(&tx, id, &new, seq, at)?;
+    insert_event(&tx, id, &new, &details, seq, at)?;
     let event = new.recorded(id, seq, at);
     summary::touch(&tx, id, seq, |state| state.record(&event))?;
     tx.commit().map_err(unavailable)?;

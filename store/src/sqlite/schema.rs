@@ -10,7 +10,7 @@ use autocomp_model::Timestamp;
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -179,6 +179,35 @@ const V7: &str = r#"
 ALTER TABLE batches ADD COLUMN summary TEXT NOT NULL DEFAULT '';
 "#;
 
+const V8: &str = r#"
+-- What each batch stores, kept by triggers so that every writer keeps it (a process of an
+-- older release too): the bytes of its metadata and of its events' details (the JSON text as
+-- stored), which every event and content change is checked against (max_batch_bytes), and
+-- the length of its log, which a page of the log reports. Counted for existing batches here.
+ALTER TABLE batches ADD COLUMN stored_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN event_count INTEGER NOT NULL DEFAULT 0;
+UPDATE batches SET
+    stored_bytes = length(CAST(metadata AS BLOB))
+        + COALESCE((SELECT SUM(length(CAST(details AS BLOB))) FROM events WHERE events.batch_id = batches.id), 0),
+    event_count = (SELECT COUNT(*) FROM events WHERE events.batch_id = batches.id);
+CREATE TRIGGER batches_stored_bytes_on_create AFTER INSERT ON batches BEGIN
+    UPDATE batches SET stored_bytes = length(CAST(NEW.metadata AS BLOB)) WHERE id = NEW.id;
+END;
+CREATE TRIGGER batches_stored_bytes_on_content_change AFTER UPDATE OF metadata ON batches BEGIN
+    UPDATE batches
+    SET stored_bytes = stored_bytes - length(CAST(OLD.metadata AS BLOB)) + length(CAST(NEW.metadata AS BLOB))
+    WHERE id = NEW.id;
+END;
+CREATE TRIGGER batches_stored_bytes_on_event AFTER INSERT ON events BEGIN
+    UPDATE batches
+    SET stored_bytes = stored_bytes + length(CAST(NEW.details AS BLOB)), event_count = event_count + 1
+    WHERE id = NEW.batch_id;
+END;
+-- A batch's Reset markers alone, newest last: what `batch_head` reads for the newest Reset
+-- of each type, without reading the rest of the log.
+CREATE INDEX events_resets ON events (batch_id, seq) WHERE type = 'Reset';
+"#;
+
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
     migrate_up_to(conn, LATEST_VERSION)
 }
@@ -205,17 +234,21 @@ pub fn migrate_up_to(conn: &mut Connection, target: i64) -> StoreResult<()> {
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current && *version <= target) {
         tx.execute_batch(sql)
             .map_err(|e| StoreError::Unavailable(format!("migration to schema {version} failed: {e}")))?;
-        if *version == 7 {
-            let filled = super::summary::backfill(&tx)?;
-            if filled > 0 {
-                tracing::info!(batches = filled, "store upgraded to schema 7: batch summaries filled in");
-            }
-        }
         tx.execute(
             "INSERT INTO schema_version (version, applied_at) VALUES (?1, ?2)",
             params![version, Timestamp::now().millis()],
         )
         .map_err(unavailable)?;
+    }
+    // Summaries came with schema 7; schema 8's release stores more of each effective event
+    // in them (whether it was skipped, the content it was worked out from), so one written
+    // before does not decode. Either way every batch's is computed here, once, instead of
+    // from its log on every read.
+    if current < 8 && target >= 7 {
+        let filled = super::summary::backfill(&tx)?;
+        if filled > 0 {
+            tracing::info!(batches = filled, "store upgraded: batch summaries filled in");
+        }
     }
     tx.commit().map_err(unavailable)
 }
