@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, Report, RunHolder, Seq, Timestamp, Trigger, WorkDone, WorkResult,
+    PassOutcome, PassPhase, PassRecord, Report, RunHolder, RunState, Seq, Timestamp, Trigger, WorkDone, WorkResult,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
@@ -804,8 +804,10 @@ impl<C: Component> Runner<C> {
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(TAKEOVER_CHECK_INTERVAL).await;
-                let Ok(batch) = store.get_batch(&id).await else { continue };
-                if batch.open_run(&component).map(|run| run.generation) != Some(generation) {
+                // One indexed read of the run, whatever the length of the batch's log.
+                let Ok(run) = store.run_state(&id, &component).await else { continue };
+                let still_ours = run.is_some_and(|run| run.generation == generation && run.state == RunState::Open);
+                if !still_ours {
                     warn!(batch = %id, "the run was cancelled or taken over; stopping its work");
                     cancelled.store(true, Ordering::Relaxed);
                     return;
@@ -895,21 +897,34 @@ impl<C: Component> Runner<C> {
             release_quietly(lock).await;
             return BatchResult::NotRecorded { id };
         }
-        let report = within_document_limit(report);
-        let line = summary_line(&id, &self.event_type, &report);
         let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
             .expect("names and numbers make a valid key");
-        let mut details = report.to_details();
-        if self.component.reads_content() {
-            // The content this result was worked out from: once the batch's content changes
-            // after it, the result is stale and the step is done again.
-            details[autocomp_model::CONTENT_SEQ_KEY] = serde_json::json!(batch.modified_seq.0);
+        let event_of = |report: &Report| {
+            let mut details = report.to_details();
+            if self.component.reads_content() {
+                // The content this result was worked out from: once the batch's content
+                // changes after it, the result is stale and the step is done again.
+                details[autocomp_model::CONTENT_SEQ_KEY] = serde_json::json!(batch.modified_seq.0);
+            }
+            NewEvent::new(self.event_type.clone(), report.outcome, self.identity.agent.clone())
+                .with_details(details)
+                .in_run(self.name.clone(), claim.generation())
+                .with_idempotency_key(key.clone())
+        };
+        let mut report = within_document_limit(report);
+        let mut appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+        if let Err(StoreError::Invalid(refusal)) = &appended {
+            // The store refused the result itself (the batch is at its size cap, say): record
+            // that in a few bytes, so the batch waits for a person instead of being worked
+            // on again at every pass. The first append wrote nothing, so its key is free.
+            warn!(batch = %id, "the store refused the result: {refusal}; recording that instead");
+            let mut refused = failed_report(&self.config, &format!("the store refused the result: {refusal}"));
+            refused.duration_ms = report.duration_ms;
+            report = refused;
+            appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
         }
-        let event = NewEvent::new(self.event_type.clone(), report.outcome, self.identity.agent.clone())
-            .with_details(details)
-            .in_run(self.name.clone(), claim.generation())
-            .with_idempotency_key(key);
-        let result = match self.pipeline.store.append_event(&id, event).await {
+        let line = summary_line(&id, &self.event_type, &report);
+        let result = match appended {
             Ok(_) => {
                 // Best effort: the result is recorded, and a closed stdout (`| head`) must
                 // not turn the pass into a panic.

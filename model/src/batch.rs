@@ -141,7 +141,8 @@ impl Event {
     /// batch's `modified_seq` when the run re-checked it), for a component whose work reads
     /// the content; `None` for every other event.
     pub fn content_seq(&self) -> Option<Seq> {
-        self.details.get(CONTENT_SEQ_KEY).and_then(Value::as_i64).map(Seq)
+        // Seqs start at 1: anything else names no content.
+        self.details.get(CONTENT_SEQ_KEY).and_then(Value::as_i64).filter(|seq| *seq > 0).map(Seq)
     }
 
     /// Worked out from content the batch no longer has: its content changed after
