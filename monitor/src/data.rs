@@ -1,15 +1,20 @@
 //! What the monitor's pages show, read through the ports: counts and pages of batches from
-//! the batch index (never a scan of the store per request), the batches of one page and one
-//! batch's story from the store, explanations from the operator's own `explain`. Rendering
-//! is elsewhere; everything here is plain data.
+//! the batch index (never a scan of the store per request), the batches of one page as the
+//! store summarizes them, one batch's head and a page of its log (never the whole log), and
+//! explanations from the operator's own `explain`. Rendering is elsewhere; everything here is
+//! plain data.
 
 use std::time::Duration;
 
 use autocomp_model::{
-    Batch, BatchId, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Timestamp,
+    BatchId, BatchType, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, SummaryAt,
+    Timestamp,
 };
-use autocomp_ops::operator::{AlertDefaults, Explanation, Operator, OperatorError, Step, is_overdue, ready_too_long};
+use autocomp_ops::operator::{
+    AlertDefaults, Explanation, Operator, OperatorError, SHOW_EVENTS, Step, overdue_after, ready_too_long,
+};
 use autocomp_sboi::{PageKey, PageRequest, Tally};
+use autocomp_store::{BatchHead, BatchListing, LogCursor, LogPage, ObjectStore};
 
 use crate::filter::{Filter, StateFilter};
 
@@ -22,11 +27,13 @@ pub struct Settings {
     pub ready_overdue_after: Duration,
     /// Batches per matrix page.
     pub page_size: usize,
+    /// Events per page of a batch's log.
+    pub log_page_size: usize,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { ready_overdue_after: AlertDefaults::default().ready_after, page_size: 50 }
+        Self { ready_overdue_after: AlertDefaults::default().ready_after, page_size: 50, log_page_size: SHOW_EVENTS }
     }
 }
 
@@ -65,9 +72,34 @@ pub struct Cell {
     pub overdue: bool,
 }
 
+/// A batch as a row of the matrix (and an export) shows it: read from its summary, never
+/// its log.
+#[derive(Debug, Clone)]
+pub struct ListedBatch {
+    pub id: BatchId,
+    pub batch_type: BatchType,
+    pub priority: i32,
+    pub created_at: Timestamp,
+    /// Everything the row's states come from.
+    pub listing: BatchListing,
+}
+
+impl From<BatchListing> for ListedBatch {
+    fn from(listing: BatchListing) -> Self {
+        let summary = &listing.summary;
+        Self {
+            id: summary.id.clone(),
+            batch_type: summary.batch_type.clone(),
+            priority: summary.priority,
+            created_at: listing.created_at,
+            listing,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct MatrixRow {
-    pub batch: Batch,
+    pub batch: ListedBatch,
     /// One per component of `Matrix::components`.
     pub cells: Vec<Cell>,
 }
@@ -84,9 +116,40 @@ pub struct Matrix {
 
 #[derive(Debug, Clone)]
 pub struct BatchPage {
-    pub batch: Batch,
+    /// Header, metadata, effective view, open runs: no log.
+    pub head: BatchHead,
+    /// One page of the log (the newest, or the one before the page asked for), oldest first.
+    pub log: LogPage,
     /// Every component's explanation, in pipeline order.
     pub explanations: Vec<Explanation>,
+}
+
+/// Whether `step`'s state on a listed batch is overdue at `now`, as `alerts::is_overdue`
+/// judges a whole batch: ready longer than the step's threshold, or working longer than its
+/// `max_runtime`.
+fn is_overdue(
+    step: &Step,
+    listing: &BatchListing,
+    state: ComponentState,
+    now: Timestamp,
+    ready_after: Duration,
+) -> bool {
+    match state {
+        ComponentState::Ready => now.since(listing.summary.last_activity) >= overdue_after(step, ready_after),
+        ComponentState::Working => {
+            listing.open_run(step.name()).is_some_and(|run| now.since(run.started_at) >= step.descriptor().max_runtime)
+        }
+        _ => false,
+    }
+}
+
+/// The listings of `ids`, in the order asked, a store page at a time.
+async fn listings(store: &dyn ObjectStore, ids: &[BatchId]) -> Result<Vec<BatchListing>, OperatorError> {
+    let mut all = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(1_000) {
+        all.extend(store.get_listings(chunk).await?);
+    }
+    Ok(all)
 }
 
 impl Monitor {
@@ -158,25 +221,28 @@ impl Monitor {
         let request =
             PageRequest { selection: selection.clone(), order: filter.order, after, limit: self.settings.page_size };
         let (page, total) = (index.page(&request).await?, index.tally(&[selection], false).await?);
-        let mut batches = store.get_batches(&page.batches).await?;
-        // The store answers in its own order; the page's is the index's.
-        batches.sort_by_key(|b| page.batches.iter().position(|id| *id == b.id));
+        // In the index's order, as the store summarizes them: no log is read.
+        let listed = listings(store.as_ref(), &page.batches).await?;
+        let now = Timestamp::now();
+        let ready_after = self.settings.ready_overdue_after;
         let overdue_only = filter.state == Some(StateFilter::Overdue);
         let filtered = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
-        let rows = batches
+        let rows = listed
             .into_iter()
-            .filter(|batch| {
-                !overdue_only || filtered.is_some_and(|step| is_overdue(step, batch, self.settings.ready_overdue_after))
-            })
-            .map(|batch| MatrixRow {
-                cells: pipeline
+            .map(|listing| {
+                let facts = SummaryAt { summary: &listing.summary, at: now };
+                let cells: Vec<Cell> = pipeline
                     .iter()
-                    .map(|step| Cell {
-                        state: step.state_of(&batch),
-                        overdue: is_overdue(step, &batch, self.settings.ready_overdue_after),
+                    .map(|step| {
+                        let state = step.state_of(&facts);
+                        Cell { state, overdue: is_overdue(step, &listing, state, now, ready_after) }
                     })
-                    .collect(),
-                batch,
+                    .collect();
+                MatrixRow { cells, batch: listing.into() }
+            })
+            .filter(|row| {
+                let position = |step: &Step| pipeline.iter().position(|s| s.name() == step.name());
+                !overdue_only || filtered.and_then(position).is_some_and(|i| row.cells[i].overdue)
             })
             .collect();
         Ok(Matrix {
@@ -222,22 +288,32 @@ impl Monitor {
         }
         if filter.state == Some(StateFilter::Overdue) {
             let step = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
-            let batches = store.get_batches(&ids).await?;
-            let overdue: Vec<BatchId> = batches
-                .iter()
-                .filter(|b| step.is_some_and(|step| is_overdue(step, b, self.settings.ready_overdue_after)))
-                .map(|b| b.id.clone())
+            let now = Timestamp::now();
+            let overdue: std::collections::HashSet<BatchId> = listings(store.as_ref(), &ids)
+                .await?
+                .into_iter()
+                .filter(|listing| {
+                    step.is_some_and(|step| {
+                        let state = step.state_of(&SummaryAt { summary: &listing.summary, at: now });
+                        is_overdue(step, listing, state, now, self.settings.ready_overdue_after)
+                    })
+                })
+                .map(|listing| listing.summary.id)
                 .collect();
             ids.retain(|id| overdue.contains(id));
         }
         Ok(ids)
     }
 
-    /// One batch's page: the batch (log, metadata, open runs) and every component's
-    /// explanation, clause by clause in the store and in the index.
-    pub async fn batch(&self, id: &str) -> Result<BatchPage, OperatorError> {
-        let (batch, explanations) = self.operator.explain_all(id).await?;
-        Ok(BatchPage { batch, explanations })
+    /// One batch's page: its head (metadata, effective view, open runs), one page of its log
+    /// (the newest, or the events before `before`), and every component's explanation,
+    /// clause by clause in the store and in the index. Reads as much whatever the log's length.
+    pub async fn batch(&self, id: &str, before: Option<Seq>) -> Result<BatchPage, OperatorError> {
+        let (head, explanations) = self.operator.explain_all(id).await?;
+        let store = self.operator.store().await?;
+        let cursor = before.map_or(LogCursor::Newest, LogCursor::Before);
+        let log = store.log_page(head.id(), cursor, self.settings.log_page_size).await?;
+        Ok(BatchPage { head, log, explanations })
     }
 
     /// The filter as an index selection; the component must be one of the pipeline.

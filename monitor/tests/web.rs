@@ -2,7 +2,13 @@
 //! a temp dir), called through its router: caching (ETag/304), escaping, accounts and
 //! their roles, server-side sessions, the sign-in rate limit, the Host check, the trusted
 //! proxy, reads behind sign-in, preview-then-confirm writing exactly one event as the
-//! signed-in account, bad input naming the field, and the CSV export.
+//! signed-in account, bad input naming the field, and the CSV export. Previews: asking for
+//! one is answered 303 to its address, a GET with the form's fields and a fresh key, never
+//! stored, checked like the form, shown only to operators coming from the monitor's own
+//! pages, and once confirmed it says what was done instead of offering a confirm.
+//! Confirms: a confirm posts back the preview's plan and key, acts only on the batch as
+//! previewed (else a redirect to a fresh preview saying what changed) and once (a repeat
+//! says already done); skip and cancel refuse unless forced.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
@@ -217,6 +223,140 @@ impl Fixture {
     async fn events(&self, batch: &str) -> Vec<autocomp_model::Event> {
         self.store.get_batch(&id(batch)).await.unwrap().events
     }
+
+    /// Follows `answer`'s redirect as a browser would: a GET of its `Location` from `from`
+    /// with `extra`, and the cookies the answer set added to the `cookie` header.
+    async fn follow(&self, from: &str, answer: &Answer, extra: Fields<'_>) -> Answer {
+        assert_eq!(answer.status, StatusCode::SEE_OTHER, "a redirect: {}", answer.body);
+        let set: Vec<String> = answer
+            .cookies()
+            .iter()
+            .filter(|c| !c.contains("Max-Age=0"))
+            .map(|c| c.split(';').next().unwrap().to_owned())
+            .collect();
+        let mut headers: Vec<(&str, String)> = extra.iter().map(|(n, v)| (*n, (*v).to_owned())).collect();
+        match headers.iter_mut().find(|(n, _)| *n == "cookie") {
+            Some((_, cookie)) => cookie.extend(set.iter().map(|c| format!("; {c}"))),
+            None if !set.is_empty() => headers.push(("cookie", set.join("; "))),
+            None => {}
+        }
+        // A browser's GET has no body, so no content type, and no Origin.
+        headers.retain(|(n, _)| *n != "origin");
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        self.get_from(from, answer.header(header::LOCATION), &headers).await
+    }
+
+    /// Posts `form` to ask for a preview; the preview's page, reached by the redirect to its
+    /// address as a browser reaches it (or the POST's own answer if it refused).
+    async fn preview(&self, uri: &str, form: Fields<'_>, extra: Fields<'_>) -> Answer {
+        self.preview_from(CLIENT, uri, form, extra).await
+    }
+
+    async fn preview_from(&self, from: &str, uri: &str, form: Fields<'_>, extra: Fields<'_>) -> Answer {
+        let posted = self.post_from(from, uri, form, extra).await;
+        if posted.status != StatusCode::SEE_OTHER {
+            return posted;
+        }
+        assert!(
+            posted.header(header::LOCATION).starts_with(&format!("{uri}?")),
+            "to the preview's address: {}",
+            posted.header(header::LOCATION)
+        );
+        self.follow(from, &posted, extra).await
+    }
+
+    /// Asks for a preview of `form`, then posts the preview's confirm form, as a browser
+    /// would; the preview and the confirm's answer.
+    async fn preview_and_confirm(&self, uri: &str, form: Fields<'_>, extra: Fields<'_>) -> (Answer, Answer) {
+        self.preview_and_confirm_from(CLIENT, uri, form, extra).await
+    }
+
+    async fn preview_and_confirm_from(
+        &self,
+        from: &str,
+        uri: &str,
+        form: Fields<'_>,
+        extra: Fields<'_>,
+    ) -> (Answer, Answer) {
+        let preview = self.preview_from(from, uri, form, extra).await;
+        assert_eq!(preview.status, StatusCode::OK, "the preview of {form:?}: {}", preview.body);
+        let done = self.confirm_from(from, uri, &preview, extra).await;
+        (preview, done)
+    }
+
+    /// Posts the confirm form of `preview` (its hidden fields) to `uri`.
+    async fn confirm_from(&self, from: &str, uri: &str, preview: &Answer, extra: Fields<'_>) -> Answer {
+        let fields = confirm_fields(&preview.body);
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        self.post_from(from, uri, &fields, extra).await
+    }
+}
+
+/// The hidden fields of the confirm form of a preview page, as the browser posts them.
+fn confirm_fields(page: &str) -> Vec<(String, String)> {
+    let form = page
+        .split("<form method=\"post\"")
+        .find(|form| form.contains("name=\"confirm\""))
+        .unwrap_or_else(|| panic!("no confirm form in {page}"));
+    let form = &form[..form.find("</form>").expect("the form's end")];
+    let mut fields = Vec::new();
+    for input in form.split("<input type=\"hidden\" ").skip(1) {
+        let attribute = |name: &str| {
+            let start = input.find(&format!("{name}=\"")).expect("the attribute") + name.len() + 2;
+            unescape(&input[start..start + input[start..].find('"').expect("its end")])
+        };
+        fields.push((attribute("name"), attribute("value")));
+    }
+    for name in ["plan", "key", "confirm"] {
+        assert!(fields.iter().any(|(n, _)| n == name), "no {name} in the confirm form: {fields:?}");
+    }
+    fields
+}
+
+/// An attribute's text as the browser reads it.
+fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find(';').expect("a reference's end") + at;
+        let reference = &rest[at + 1..end];
+        out.push(match reference {
+            "amp" => '&',
+            "lt" => '<',
+            "gt" => '>',
+            "quot" => '"',
+            other => {
+                let code = match other.strip_prefix("#x") {
+                    Some(hex) => u32::from_str_radix(hex, 16).unwrap(),
+                    None => other.strip_prefix('#').expect("a character reference").parse().unwrap(),
+                };
+                char::from_u32(code).unwrap()
+            }
+        });
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The flash message a confirm's answer sets, decoded.
+fn flash(answer: &Answer) -> String {
+    let cookie = answer.cookies().into_iter().find(|c| c.starts_with("autocomp_flash=")).expect("a flash");
+    let value = cookie.trim_start_matches("autocomp_flash=").split(';').next().unwrap().to_owned();
+    let mut bytes = Vec::new();
+    let mut rest = value.bytes();
+    while let Some(byte) = rest.next() {
+        match byte {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let hex: Vec<u8> = rest.by_ref().take(2).collect();
+                bytes.push(u8::from_str_radix(std::str::from_utf8(&hex).unwrap(), 16).unwrap());
+            }
+            other => bytes.push(other),
+        }
+    }
+    String::from_utf8(bytes).unwrap()
 }
 
 #[tokio::test]
@@ -333,10 +473,10 @@ async fn writes_need_an_operators_session_and_change_nothing_without_one() {
     assert_eq!(f.head().await, head, "nothing written");
     // An admin may do what an operator may.
     let admin = f.sign_in("root").await;
-    let done = f
-        .post(
+    let (_, done) = f
+        .preview_and_confirm(
             "/batches/B2/act",
-            &[("action", "prioritize"), ("priority", "2"), ("reason", REASON), ("confirm", "1")],
+            &[("action", "prioritize"), ("priority", "2"), ("reason", REASON)],
             &[("cookie", &admin)],
         )
         .await;
@@ -378,7 +518,8 @@ async fn cross_site_posts_are_refused_even_signed_in() {
     assert_eq!(f.head().await, head, "nothing written");
     // The same form from the monitor's own page goes through.
     let own = [("cookie", cookie.as_str()), ("origin", "http://monitor.test:7072"), ("sec-fetch-site", "same-origin")];
-    assert_eq!(f.post("/batches/B1/act", &form, &own).await.status, StatusCode::SEE_OTHER);
+    let (_, done) = f.preview_and_confirm("/batches/B1/act", &form[..3], &own).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
 }
 
 #[tokio::test]
@@ -433,20 +574,22 @@ async fn a_rerun_is_previewed_then_confirmed_and_records_one_reset_as_the_operat
     let before = f.events("B1").await;
     let head = f.head().await;
     let form = [("action", "rerun"), ("component", "checker"), ("reason", REASON)];
-    let preview = f.post("/batches/B1/act", &form, &[("cookie", &cookie)]).await;
+    let preview = f.preview("/batches/B1/act", &form, &[("cookie", &cookie)]).await;
     assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
     assert!(
-        preview.body.contains("Will record Reset of Checked; checker: failed\u{a0}→\u{a0}ready."),
+        preview.body.contains("Will record Reset (success) superseding Checked; checker: failed\u{a0}→\u{a0}ready."),
         "{}",
         preview.body
     );
     assert!(preview.body.contains("checker: failed\u{a0}→\u{a0}ready"), "{}", preview.body);
     assert!(preview.body.contains("name=\"confirm\" value=\"1\""));
+    let version = f.store.get_batch(&id("B1")).await.unwrap().changed_seq;
+    assert!(preview.body.contains(&format!("the batch as of seq {version}")), "{}", preview.body);
+    let fields = confirm_fields(&preview.body);
+    assert!(fields.contains(&("plan".to_owned(), format!("{version}:Reset/success/Checked"))), "{fields:?}");
     assert_eq!(f.head().await, head, "a preview writes nothing");
 
-    let mut confirm = form.to_vec();
-    confirm.push(("confirm", "1"));
-    let done = f.post("/batches/B1/act", &confirm, &[("cookie", &cookie)]).await;
+    let done = f.confirm_from(CLIENT, "/batches/B1/act", &preview, &[("cookie", &cookie)]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert_eq!(done.header(header::LOCATION), "/batches/B1");
     let after = f.events("B1").await;
@@ -462,15 +605,19 @@ async fn a_rerun_is_previewed_then_confirmed_and_records_one_reset_as_the_operat
     let flash = done.cookies().into_iter().find(|c| c.starts_with("autocomp_flash=")).expect("a flash");
     let flash = flash.split(';').next().unwrap().to_owned();
     let page = f.get("/batches/B1", &[("cookie", &format!("{cookie}; {flash}"))]).await;
-    assert!(page.body.contains("B1: recorded Reset of Checked"), "{}", page.body);
+    assert!(
+        page.body.contains(&format!("B1: recorded Reset (seq {}, success) superseding Checked", reset.seq)),
+        "{}",
+        page.body
+    );
     assert!(page.cookies().iter().any(|c| c.starts_with("autocomp_flash=;")));
 
     // A refusal in the operator module's words, 409, nothing written.
     let head = f.head().await;
     let refused = f
-        .post(
+        .preview(
             "/batches/B2/act",
-            &[("action", "rerun"), ("component", "checker"), ("reason", REASON), ("confirm", "1")],
+            &[("action", "rerun"), ("component", "checker"), ("reason", REASON)],
             &[("cookie", &cookie)],
         )
         .await;
@@ -499,7 +646,8 @@ async fn the_proxys_user_header_counts_from_the_proxys_address_only() {
     assert_eq!(viewer.status, StatusCode::FORBIDDEN, "{}", viewer.body);
     assert_eq!(f.head().await, head, "nothing written");
 
-    let done = f.post_from(PROXY, "/batches/B2/act", &form, &[("x-remote-user", "alice")]).await;
+    let (_, done) =
+        f.preview_and_confirm_from(PROXY, "/batches/B2/act", &form[..3], &[("x-remote-user", "alice")]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     let batch = f.store.get_batch(&id("B2")).await.unwrap();
     assert_eq!(batch.priority, 7);
@@ -524,25 +672,43 @@ async fn a_bulk_action_previews_the_filter_then_acts_on_every_batch_of_it() {
     let head = f.head().await;
     let form =
         [("q", "type:RoundTrip"), ("order", "oldest"), ("action", "prioritize"), ("priority", "3"), ("reason", REASON)];
-    let preview = f.post("/bulk", &form, &[("cookie", &cookie)]).await;
+    let preview = f.preview("/bulk", &form, &[("cookie", &cookie)]).await;
     assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
     assert!(preview.body.contains("3 selected: 3 would be acted on, 0 refused"), "{}", preview.body);
-    assert!(preview.body.contains("name=\"expect\" value=\"3\""));
+    let plan = confirm_fields(&preview.body).into_iter().find(|(n, _)| n == "plan").unwrap().1;
+    assert!(plan.starts_with("3:") && plan.len() == 66, "{plan}");
     assert_eq!(f.head().await, head);
-    let mut confirm = form.to_vec();
-    confirm.extend([("expect", "2"), ("confirm", "1")]);
-    let stale = f.post("/bulk", &confirm, &[("cookie", &cookie)]).await;
-    assert_eq!(stale.status, StatusCode::CONFLICT, "a count that moved is shown again, not acted on");
+    // One of the batches moves (a component records a result): shown again, not acted on.
+    let agent = Agent::new("test").unwrap();
+    f.store.append_event(&id("B3"), NewEvent::new(ty("Data_Received"), Outcome::Success, agent)).await.unwrap();
+    let head = f.head().await;
+    let stale = f.confirm_from(CLIENT, "/bulk", &preview, &[("cookie", &cookie)]).await;
+    assert_eq!(stale.status, StatusCode::SEE_OTHER, "a batch that moved is shown again, not acted on");
+    assert!(stale.header(header::LOCATION).starts_with("/bulk?"), "{}", stale.header(header::LOCATION));
+    let stale = f.follow(CLIENT, &stale, &[("cookie", &cookie)]).await;
+    assert_eq!(stale.status, StatusCode::OK, "{}", stale.body);
+    assert_ne!(confirm_fields(&stale.body), confirm_fields(&preview.body), "a new plan and a new key");
+    assert!(stale.body.contains("the batches changed since your preview (3 batches then, 3 now"), "{}", stale.body);
+    assert!(stale.body.contains("nothing was done; review and confirm again"), "{}", stale.body);
     assert_eq!(f.head().await, head);
-    confirm[5] = ("expect", "3");
-    let done = f.post("/bulk", &confirm, &[("cookie", &cookie)]).await;
+    let done = f.confirm_from(CLIENT, "/bulk", &stale, &[("cookie", &cookie)]).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert_eq!(done.header(header::LOCATION), "/batches?q=type%3ARoundTrip");
     for batch in ["B1", "B2", "B3"] {
         assert_eq!(f.store.get_batch(&id(batch)).await.unwrap().priority, 3, "{batch}");
     }
-    let flash = done.cookies().into_iter().find(|c| c.starts_with("autocomp_flash=")).unwrap();
-    assert!(flash.contains("3+performed%2C+0+refused"), "{flash}");
+    let flash = flash(&done);
+    assert!(
+        flash.starts_with("prioritize on 3 batches: 3 performed, 0 refused\n  B1: recorded Prioritized (seq "),
+        "{flash}"
+    );
+    // The same confirm again (a double submit): already done, nothing written.
+    let head = f.head().await;
+    let again = f.confirm_from(CLIENT, "/bulk", &stale, &[("cookie", &cookie)]).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "{}", again.body);
+    assert_eq!(f.head().await, head);
+    let again = self::flash(&again);
+    assert!(again.starts_with("prioritize on 3 batches: 0 performed, 3 already done"), "{again}");
 }
 
 #[tokio::test]
@@ -581,12 +747,33 @@ async fn bad_input_is_a_400_naming_the_field_and_the_value() {
         for confirm in [false, true] {
             let mut form = form.to_vec();
             if confirm {
-                form.push(("confirm", "1"));
+                let plan = if uri == "/bulk" {
+                    "1:0000000000000000000000000000000000000000000000000000000000000000"
+                } else {
+                    "1:Reset/success/Checked"
+                };
+                form.extend([("confirm", "1"), ("plan", plan), ("key", "k1")]);
             }
-            let page = f.post(uri, &form, &[("cookie", &cookie)]).await;
+            let page = f.preview(uri, &form, &[("cookie", &cookie)]).await;
             assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri} {form:?}: {}", page.body);
             assert!(page.body.contains(&format!("<code>{field}</code>")), "{uri} {form:?}: {}", page.body);
         }
+    }
+    // A confirm without what a preview's confirm form posts, or with a checkbox out of place.
+    let rerun = [("action", "rerun"), ("component", "checker"), ("reason", REASON)];
+    let confirms: [(Fields, &str); 6] = [
+        (&[("confirm", "1"), ("key", "k1")], "plan"),
+        (&[("confirm", "1"), ("plan", "1:Reset/success/Checked")], "key"),
+        (&[("confirm", "1"), ("plan", "1:Reset/success/Checked"), ("key", "-k")], "key"),
+        (&[("confirm", "1"), ("plan", "soon"), ("key", "k1")], "plan"),
+        (&[("force", "1")], "force"),
+        (&[("record_anyway", "yes")], "record_anyway"),
+    ];
+    for (extra, field) in confirms {
+        let form: Vec<(&str, &str)> = rerun.iter().chain(extra).copied().collect();
+        let page = f.post("/batches/B1/act", &form, &[("cookie", &cookie)]).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{form:?}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{form:?}: {}", page.body);
     }
     assert_eq!(f.head().await, head, "nothing written");
 }
@@ -708,8 +895,8 @@ async fn names_in_any_script_sign_in_and_disguised_ones_are_refused_by_name() {
     // Acting records exactly the account's name.
     let page = f.get("/batches/B2", &[("cookie", &cookie)]).await.body;
     assert!(page.contains("name=\"reason\""), "the actions are offered: {page}");
-    let form = [("action", "prioritize"), ("priority", "9"), ("reason", REASON), ("confirm", "1")];
-    let acted = f.post("/batches/B2/act", &form, &[("cookie", &cookie)]).await;
+    let form = [("action", "prioritize"), ("priority", "9"), ("reason", REASON)];
+    let (_, acted) = f.preview_and_confirm("/batches/B2/act", &form, &[("cookie", &cookie)]).await;
     assert_eq!(acted.status, StatusCode::SEE_OTHER, "{}", acted.body);
     assert_eq!(f.events("B2").await.last().unwrap().agent.as_str(), "operator:Åsa");
     let bidi = f.post("/login", &[("name", "ev\u{202E}e"), ("password", PASSWORD)], &[]).await;
@@ -815,12 +1002,11 @@ async fn bidi_overrides_in_the_stores_data_are_shown_as_markers() {
     let cookie = f.sign_in("tester").await;
     let reason = "typo\u{202E}fixed";
     let form = [("action", "prioritize"), ("priority", "4"), ("reason", reason)];
-    let preview = f.post("/batches/B4/act", &form, &[("cookie", &cookie)]).await.body;
-    assert!(preview.contains("<dd>typo⟨U+202E⟩fixed</dd>"), "{preview}");
-    assert!(preview.contains("value=\"typo&#x202E;fixed\""), "{preview}");
-    let mut confirm = form.to_vec();
-    confirm.push(("confirm", "1"));
-    assert_eq!(f.post("/batches/B4/act", &confirm, &[("cookie", &cookie)]).await.status, StatusCode::SEE_OTHER);
+    let preview = f.preview("/batches/B4/act", &form, &[("cookie", &cookie)]).await;
+    assert!(preview.body.contains("<dd>typo⟨U+202E⟩fixed</dd>"), "{}", preview.body);
+    assert!(preview.body.contains("value=\"typo&#x202E;fixed\""), "{}", preview.body);
+    let done = f.confirm_from(CLIENT, "/batches/B4/act", &preview, &[("cookie", &cookie)]).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert_eq!(f.events("B4").await.last().unwrap().details["reason"], reason);
 }
 
@@ -833,4 +1019,345 @@ async fn a_batch_page_follows_what_holds_a_step_up_back_to_its_root() {
         page.contains("<li>because probe waits for Data_Received, which no component of the pipeline records</li>"),
         "{page}"
     );
+}
+
+/// Two tabs preview the cancel of the same run; the second to confirm is shown the batch as
+/// it is now (nothing left to cancel), 409, and nothing is written. A double submit of a
+/// confirm records once and the second answer says already done, with the earlier seq.
+#[tokio::test]
+async fn a_confirm_acts_once_and_only_on_the_batch_it_previewed() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let holder = autocomp_model::RunHolder {
+        agent: Agent::new("checker").unwrap(),
+        host: "host1".into(),
+        pid: 4242,
+        claim_key: None,
+    };
+    let checker = autocomp_model::ComponentName::new("checker").unwrap();
+    f.store.claim(&id("B2"), &checker, &holder).await.unwrap();
+    let form = [("action", "cancel"), ("component", "checker"), ("reason", REASON)];
+    let extra = [("cookie", cookie.as_str())];
+    let tab_a = f.preview("/batches/B2/act", &form, &extra).await;
+    let tab_b = f.preview("/batches/B2/act", &form, &extra).await;
+    assert_eq!((tab_a.status, tab_b.status), (StatusCode::OK, StatusCode::OK), "{}", tab_a.body);
+    let version = f.store.get_batch(&id("B2")).await.unwrap().changed_seq;
+    let done = f.confirm_from(CLIENT, "/batches/B2/act", &tab_b, &extra).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let cancelled = f.events("B2").await.last().unwrap().clone();
+    assert!(cancelled.flag("cancelled"));
+    assert!(
+        flash(&done).contains(&format!(
+            "B2: recorded Checked (seq {}, failure, flagged cancelled): cancelled run 1 of checker",
+            cancelled.seq
+        )),
+        "{}",
+        flash(&done)
+    );
+    let head = f.head().await;
+    let stale = f.confirm_from(CLIENT, "/batches/B2/act", &tab_a, &extra).await;
+    assert_eq!(stale.status, StatusCode::SEE_OTHER, "{}", stale.body);
+    assert!(stale.header(header::LOCATION).starts_with("/batches/B2/act?"), "{}", stale.header(header::LOCATION));
+    assert_eq!(f.head().await, head, "the second tab wrote nothing");
+    let stale = f.follow(CLIENT, &stale, &extra).await;
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.body);
+    assert!(stale.cookies().iter().any(|c| c.starts_with("autocomp_note_") && c.contains("Max-Age=0")), "cleared");
+    let now = f.store.get_batch(&id("B2")).await.unwrap().changed_seq;
+    assert!(
+        stale.body.contains(&format!(
+            "the batch changed since your preview (seq {version} -&gt; {now}): nothing was done; review and confirm again"
+        )),
+        "{}",
+        stale.body
+    );
+    assert!(stale.body.contains("checker has no open run on B2: nothing to cancel"), "{}", stale.body);
+    assert!(!stale.body.contains("name=\"confirm\""), "nothing to confirm: {}", stale.body);
+    assert_eq!(f.head().await, head, "the second tab wrote nothing");
+
+    // A double submit: the same confirm form twice, at once and then again.
+    let form = [("action", "prioritize"), ("priority", "6"), ("reason", REASON)];
+    let preview = f.preview("/batches/B1/act", &form, &extra).await;
+    let head = f.head().await;
+    let (one, two) = tokio::join!(
+        f.confirm_from(CLIENT, "/batches/B1/act", &preview, &extra),
+        f.confirm_from(CLIENT, "/batches/B1/act", &preview, &extra)
+    );
+    assert_eq!((one.status, two.status), (StatusCode::SEE_OTHER, StatusCode::SEE_OTHER), "{}{}", one.body, two.body);
+    assert_eq!(f.head().await.0, head.0 + 1, "one event");
+    let seq = f.events("B1").await.last().unwrap().seq;
+    let flashes = [flash(&one), flash(&two)];
+    assert_eq!(
+        flashes.iter().filter(|m| m.starts_with(&format!("B1: recorded Prioritized (seq {seq}, success)"))).count(),
+        1,
+        "{flashes:?}"
+    );
+    assert_eq!(
+        flashes.iter().filter(|m| m.starts_with(&format!("B1: already done: seq {seq} "))).count(),
+        1,
+        "{flashes:?}"
+    );
+    let third = f.confirm_from(CLIENT, "/batches/B1/act", &preview, &extra).await;
+    assert!(flash(&third).starts_with(&format!("B1: already done: seq {seq} ")), "{}", flash(&third));
+    assert_eq!(f.head().await.0, head.0 + 1, "still one event");
+}
+
+/// The skip form offers "force", the cancel form "record anyway"; without them the refusal
+/// says how, with them the action is previewed and done.
+#[tokio::test]
+async fn skip_and_cancel_refuse_unless_forced_in_the_forms_too() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let page = f.get("/batches/B1", &extra).await.body;
+    assert!(page.contains("name=\"force\" type=\"checkbox\" value=\"1\""), "{page}");
+    assert!(page.contains("name=\"record_anyway\" type=\"checkbox\" value=\"1\""), "{page}");
+    let head = f.head().await;
+    let skip = [("action", "skip"), ("component", "probe"), ("reason", REASON)];
+    let refused = f.preview("/batches/B1/act", &skip, &extra).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(refused.body.contains("probe already succeeded on B1"), "{}", refused.body);
+    assert!(refused.body.contains("--force skips anyway"), "{}", refused.body);
+    let cancel = [("action", "cancel"), ("component", "probe"), ("reason", REASON)];
+    let refused = f.preview("/batches/B1/act", &cancel, &extra).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(refused.body.contains("probe has no open run on B1: nothing to cancel"), "{}", refused.body);
+    assert_eq!(f.head().await, head, "refusals write nothing");
+
+    let forced: Vec<(&str, &str)> = skip.iter().copied().chain([("force", "1")]).collect();
+    let (preview, done) = f.preview_and_confirm("/batches/B1/act", &forced, &extra).await;
+    assert!(
+        preview.body.contains("Will record Probed (success); probe: success\u{a0}→\u{a0}skipped"),
+        "{}",
+        preview.body
+    );
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let event = f.events("B1").await.last().unwrap().clone();
+    assert!(event.is_skipped(), "{event:?}");
+    let anyway: Vec<(&str, &str)> = cancel.iter().copied().chain([("record_anyway", "1")]).collect();
+    let (_, done) = f.preview_and_confirm("/batches/B1/act", &anyway, &extra).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert!(flash(&done).contains("probe had no open run; recorded anyway as asked"), "{}", flash(&done));
+    assert_eq!(f.head().await.0, head.0 + 2);
+}
+
+/// The query of a preview's address as its pairs, still percent-encoded.
+fn query_pairs(address: &str) -> Vec<(String, String)> {
+    let query = address.split_once('?').map_or("", |(_, q)| q);
+    query.split('&').map(|pair| pair.split_once('=').expect("name=value")).map(|(n, v)| (n.into(), v.into())).collect()
+}
+
+/// Post/Redirect/Get: asking for a preview is answered 303 to its address, a GET carrying the
+/// form's fields (the reason percent-encoded) and a fresh key; the GET writes nothing, is
+/// never stored, and its confirm form carries that key. Asked for again once confirmed (Back),
+/// it says what was recorded and offers nothing to confirm.
+#[tokio::test]
+async fn a_preview_is_a_get_with_a_key_and_says_done_once_confirmed() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let reason = "disk & co: 100% full? #1 <b>x</b> = été";
+    let form = [("action", "rerun"), ("component", "checker"), ("reason", reason)];
+    let head = f.head().await;
+    let asked = f.post("/batches/B1/act", &form, &extra).await;
+    assert_eq!(asked.status, StatusCode::SEE_OTHER, "{}", asked.body);
+    let address = asked.header(header::LOCATION).to_owned();
+    assert!(address.starts_with("/batches/B1/act?"), "{address}");
+    let pairs = query_pairs(&address);
+    let names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["action", "component", "reason", "key"], "{address}");
+    assert_eq!(pairs[2].1, "disk+%26+co%3A+100%25+full%3F+%231+%3Cb%3Ex%3C%2Fb%3E+%3D+%C3%A9t%C3%A9", "{address}");
+    let key = pairs[3].1.clone();
+    assert!(key.len() == 32 && key.bytes().all(|b| b.is_ascii_hexdigit()), "128 random bits: {key}");
+    let other = f.post("/batches/B1/act", &form, &extra).await;
+    assert_ne!(query_pairs(other.header(header::LOCATION))[3].1, key, "each preview asked for gets its own key");
+    assert_eq!(f.head().await, head, "asking for a preview writes nothing");
+
+    let preview = f.follow(CLIENT, &asked, &extra).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
+    assert_eq!(preview.header(header::CACHE_CONTROL), "no-store");
+    assert!(preview.body.contains("Will record Reset (success) superseding Checked"), "{}", preview.body);
+    assert!(
+        preview.body.contains("<dd>disk &amp; co: 100% full? #1 &lt;b&gt;x&lt;/b&gt; = été</dd>"),
+        "{}",
+        preview.body
+    );
+    let fields = confirm_fields(&preview.body);
+    assert!(fields.contains(&("key".to_owned(), key.clone())), "the confirm uses the address's key: {fields:?}");
+    assert!(fields.contains(&("reason".to_owned(), reason.to_owned())), "{fields:?}");
+    // Asked for again before the confirm (a reload): the same preview, the same key.
+    let reload = f.get(&address, &extra).await;
+    assert_eq!(confirm_fields(&reload.body), fields);
+    assert_eq!(f.head().await, head, "a preview writes nothing");
+
+    let done = f.confirm_from(CLIENT, "/batches/B1/act", &preview, &extra).await;
+    assert_eq!((done.status, done.header(header::LOCATION)), (StatusCode::SEE_OTHER, "/batches/B1"), "{}", done.body);
+    let reset = f.events("B1").await.last().unwrap().clone();
+    assert_eq!(reset.details["reason"], reason);
+    assert_eq!(reset.details["idempotency_key"], key.as_str());
+    let head = f.head().await;
+
+    // Back: the preview's address, asked for again.
+    let back = f.get(&address, &extra).await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert_eq!(back.header(header::CACHE_CONTROL), "no-store");
+    let words = format!(
+        "Done: Reset (success) superseding Checked, seq {}, by <code>operator:tester</code> at {}.",
+        reset.seq, reset.at
+    );
+    assert!(back.body.contains(&words), "{words}\n{}", back.body);
+    assert!(!back.body.contains("name=\"confirm\"") && !back.body.contains("name=\"plan\""), "{}", back.body);
+    assert!(!back.body.contains("Nothing has been written yet"), "{}", back.body);
+    assert!(back.body.contains("href=\"/batches/B1\""), "a way to the batch: {}", back.body);
+    // The same key with another action: refused, nothing to confirm.
+    let reused = address.replace("action=rerun&component=checker", "action=prioritize&priority=3");
+    let reused = f.get(&reused, &extra).await;
+    assert_eq!(reused.status, StatusCode::CONFLICT, "{}", reused.body);
+    assert!(
+        reused.body.contains(&format!("the key {key} was already used on B1 for another request")),
+        "{}",
+        reused.body
+    );
+    assert!(!reused.body.contains("name=\"confirm\""), "{}", reused.body);
+    assert_eq!(f.head().await, head, "reached again, the preview wrote nothing");
+}
+
+/// The preview's address is checked as the form is (each parameter, the key), needs the
+/// operator role as the POST does, and is refused unless the monitor's own pages led there.
+#[tokio::test]
+async fn a_preview_address_is_checked_like_the_form_and_shown_only_to_operators_on_the_monitors_pages() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let head = f.head().await;
+    let key = "0123456789abcdef0123456789abcdef";
+    let one = format!("/batches/B1/act?action=rerun&component=checker&reason=why&key={key}");
+    let bulk = format!("/bulk?q=&order=oldest&action=prioritize&priority=5&reason=why&key={key}");
+    for ok in [one.clone(), format!("{bulk}&since=0")] {
+        let page = f.get(&ok, &extra).await;
+        assert_eq!(page.status, StatusCode::OK, "{ok}: {}", page.body);
+        assert!(page.body.contains("name=\"confirm\""), "{}", page.body);
+    }
+    let bad = [
+        (format!("{one}&colour=red"), "colour"),
+        (format!("{one}&confirm=1"), "confirm"),
+        (format!("{one}&plan=1%3AReset%2Fsuccess%2FChecked"), "plan"),
+        (format!("{one}&reason=again"), "reason"),
+        (one.replace(&format!("key={key}"), "key=-no"), "key"),
+        (one.replace(&format!("&key={key}"), ""), "key"),
+        (one.replace("action=rerun", "action=explode"), "action"),
+        (one.replace("component=checker", "component=nosuch"), "component"),
+        (one.replace("reason=why", "reason=+"), "--reason"),
+        (format!("{one}&force=1"), "force"),
+        (format!("{bulk}&since=0&colour=red"), "colour"),
+        (bulk.clone(), "since"),
+        (format!("{bulk}&since=-1"), "since"),
+        (format!("{bulk}&since=0").replace("q=", "q=colour%3Ared"), "q"),
+    ];
+    for (uri, field) in bad {
+        let page = f.get(&uri, &extra).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{uri}: {}", page.body);
+        assert_eq!(page.header(header::CACHE_CONTROL), "no-store", "{uri}");
+    }
+
+    // Reads behind the role the POST needs: signed out, a viewer, a viewer named by the
+    // proxy, a monitor without accounts.
+    let viewer = f.sign_in("vera").await;
+    for uri in [one.clone(), format!("{bulk}&since=0")] {
+        let anonymous = f.get(&uri, &[]).await;
+        assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{uri}: {}", anonymous.body);
+        let refused = f.get(&uri, &[("cookie", &viewer)]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{uri}: {}", refused.body);
+        assert!(refused.body.contains("needs the operator role; the account vera is a viewer"), "{}", refused.body);
+        assert!(!refused.body.contains("name=\"confirm\"") && !refused.body.contains("Will record"));
+        let proxied = f.get_from(PROXY, &uri, &[("x-remote-user", "vera")]).await;
+        assert_eq!(proxied.status, StatusCode::FORBIDDEN, "{uri}");
+    }
+    let read_only = fixture_with(WebOptions::default()).await;
+    let refused = read_only.get(&one, &[]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("read only"), "{}", refused.body);
+
+    // Sent there by another site's page, or by a link from outside the monitor: refused as
+    // a POST from there is. From the monitor's own pages (a redirect, Back, a reload): shown.
+    for from in [
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("sec-fetch-site", "same-site")],
+        vec![("sec-fetch-site", "none")],
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+    ] {
+        for uri in [one.clone(), format!("{bulk}&since=0")] {
+            let headers: Vec<(&str, &str)> = extra.iter().chain(&from).copied().collect();
+            let page = f.get(&uri, &headers).await;
+            assert_eq!(page.status, StatusCode::FORBIDDEN, "{uri} {from:?}: {}", page.body);
+            assert!(page.body.contains("nothing was changed") && !page.body.contains("name=\"confirm\""));
+        }
+    }
+    let own = [("cookie", cookie.as_str()), ("sec-fetch-site", "same-origin"), ("origin", "http://monitor.test:7072")];
+    assert_eq!(f.get(&one, &own).await.status, StatusCode::OK);
+
+    // What cannot make an address is refused by the POST itself: a reason over its 2000
+    // characters, in the operator module's words; any other field too long for an address.
+    // The longest reason fits, however it is encoded.
+    let long = "é".repeat(2001);
+    let huge = "c".repeat(60_000);
+    let longest = "🙂".repeat(2000);
+    for (uri, form, field) in [
+        ("/batches/B1/act", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "--reason"),
+        ("/bulk", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "--reason"),
+        ("/batches/B1/act", [("action", "rerun"), ("component", huge.as_str()), ("reason", REASON)], "component"),
+    ] {
+        let answer = f.post(uri, &form, &extra).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri} {field}: {}", answer.status);
+        assert!(answer.body.contains(&format!("<code>{field}</code>")), "{uri}: {}", answer.body);
+    }
+    let form = [("action", "rerun"), ("component", "checker"), ("reason", longest.as_str())];
+    let preview = f.preview("/batches/B1/act", &form, &extra).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
+    assert!(confirm_fields(&preview.body).contains(&("reason".to_owned(), longest.clone())));
+    assert_eq!(f.head().await, head, "nothing written");
+}
+
+/// A bulk preview reached again after its confirm (Back) says on how many batches it was
+/// done and offers nothing to confirm, even when the batches left the filter (a rerun of
+/// the failed ones).
+#[tokio::test]
+async fn a_bulk_preview_reached_again_after_its_confirm_says_it_was_done() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let form = [
+        ("q", "component:checker state:failed"),
+        ("order", "oldest"),
+        ("action", "rerun"),
+        ("component", "checker"),
+        ("reason", REASON),
+    ];
+    let asked = f.post("/bulk", &form, &extra).await;
+    assert_eq!(asked.status, StatusCode::SEE_OTHER, "{}", asked.body);
+    let address = asked.header(header::LOCATION).to_owned();
+    let names: Vec<String> = query_pairs(&address).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["q", "order", "action", "component", "reason", "key", "since"], "{address}");
+    let preview = f.follow(CLIENT, &asked, &extra).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
+    assert_eq!(preview.header(header::CACHE_CONTROL), "no-store");
+    assert!(preview.body.contains("1 selected: 1 would be acted on, 0 refused"), "{}", preview.body);
+    let done = f.confirm_from(CLIENT, "/bulk", &preview, &extra).await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let reset = f.events("B1").await.last().unwrap().clone();
+    assert!(reset.event_type.is_reset(), "{reset:?}");
+    let head = f.head().await;
+
+    let back = f.get(&address, &extra).await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert_eq!(back.header(header::CACHE_CONTROL), "no-store");
+    assert!(
+        back.body.contains(&format!("its confirm recorded rerun on 1 batches (seq {0} to {0})", reset.seq)),
+        "{}",
+        back.body
+    );
+    assert!(back.body.contains("<a href=\"/batches/B1\">B1</a>"), "{}", back.body);
+    assert!(!back.body.contains("name=\"confirm\""), "nothing to confirm: {}", back.body);
+    assert_eq!(f.head().await, head, "nothing written");
 }

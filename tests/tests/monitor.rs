@@ -10,6 +10,12 @@
 //!   hash-password`), then a rerun previewed and confirmed, its Reset in the log as the
 //!   account, and the state after the component's next pass;
 //! - a bulk rerun over a filter: previewed, confirmed, one Reset on exactly those batches;
+//!   Back to its preview says on how many batches it was done;
+//! - confirms that act once, on what was previewed: two tabs preview the cancel of one run
+//!   and only the first confirm acts (the second is shown the batch afresh); a double click
+//!   on Confirm and a double submit each record one event, the repeat saying "already
+//!   done"; Back to a confirmed preview (a GET the browser asks for again) says it is done,
+//!   with no Confirm, and writes nothing;
 //! - a viewer shown no actions and refused a POST; forged, signed-out and expired sessions
 //!   refused; writes from another site refused; nothing written by any of them;
 //! - no serious or critical axe-core finding on the pages.
@@ -24,9 +30,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autocomp_e2e::{Finished, binary, finish};
+use autocomp_model::{Agent, BatchId, ComponentName, RunHolder};
 use autocomp_store::{ObjectStore, SqliteStore};
 use autocomp_test_servers::chromium::{self, Browser, axe_violations, serious_or_critical};
 use autocomp_test_servers::wait_until_async;
+use fantoccini::actions::{InputSource as _, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
 use fantoccini::{Client, Locator};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -34,8 +42,8 @@ use serde_json::Value;
 /// The demo's step whose broken bags fail.
 const COMPONENT: &str = "checksum-verifier";
 const EVENT_TYPE: &str = "Checksums_Verified";
-/// The six states `autocomp status` reports; the overview adds `overdue`.
-const STATES: [&str; 6] = ["ready", "waiting", "working", "retrying", "failed", "success"];
+/// The states `autocomp status` reports; the overview adds `overdue`.
+const STATES: [&str; 8] = ["ready", "waiting", "working", "retrying", "failed", "stale", "skipped", "success"];
 const OPERATOR: &str = "alice";
 /// An account that may read but not act.
 const VIEWER: &str = "vera";
@@ -107,8 +115,23 @@ impl Demo {
 
     /// The store's head: every write moves it.
     async fn head(&self) -> i64 {
-        let store = SqliteStore::open(self.dir.path().join("store.db")).await.expect("the demo's store opens");
-        store.head().await.expect("the head is readable").0
+        self.store().await.head().await.expect("the head is readable").0
+    }
+
+    async fn store(&self) -> SqliteStore {
+        SqliteStore::open(self.dir.path().join("store.db")).await.expect("the demo's store opens")
+    }
+
+    /// A run of `component` on batch `id`, as a worker's claim opens it (no worker behind it).
+    async fn claim(&self, id: &str, component: &str) -> i64 {
+        let holder = RunHolder {
+            agent: Agent::new(format!("{component}/test@host1#4242")).expect("an agent"),
+            host: "host1".into(),
+            pid: 4242,
+            claim_key: None,
+        };
+        let (batch, component) = (BatchId::new(id).expect("an id"), ComponentName::new(component).expect("a name"));
+        self.store().await.claim(&batch, &component, &holder).await.expect("claimed").generation()
     }
 }
 
@@ -352,6 +375,47 @@ fn form_decode(text: &str) -> String {
     String::from_utf8(bytes).expect("UTF-8")
 }
 
+/// The hidden fields of the confirm form of a preview page, as a browser posts them.
+fn confirm_fields(page: &str) -> Vec<(String, String)> {
+    let form = page
+        .split("<form method=\"post\"")
+        .find(|form| form.contains("name=\"confirm\""))
+        .unwrap_or_else(|| panic!("no confirm form in {page}"));
+    let form = &form[..form.find("</form>").expect("the form's end")];
+    let attribute = |input: &str, name: &str| {
+        let start = input.find(&format!("{name}=\"")).expect("the attribute") + name.len() + 2;
+        unescape(&input[start..start + input[start..].find('"').expect("its end")])
+    };
+    form.split("<input type=\"hidden\" ")
+        .skip(1)
+        .map(|input| (attribute(input, "name"), attribute(input, "value")))
+        .collect()
+}
+
+/// An attribute's text as the browser reads it (the references the monitor writes).
+fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find(';').expect("a reference's end") + at;
+        out.push(match &rest[at + 1..end] {
+            "amp" => '&',
+            "lt" => '<',
+            "gt" => '>',
+            "quot" => '"',
+            "#39" => '\'',
+            other => {
+                let hex = other.strip_prefix("#x").unwrap_or_else(|| panic!("a reference &{other};"));
+                char::from_u32(u32::from_str_radix(hex, 16).expect("hex")).expect("a character")
+            }
+        });
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The `q` of a `/batches?...` link as `component` and `state` (None when it is not one).
 fn count_link(href: &str) -> Option<(String, String)> {
     let query = href.strip_prefix("/batches?")?;
@@ -525,6 +589,29 @@ impl Ui<'_> {
         format!("autocomp_session={}", session.value())
     }
 
+    /// Fills the batch page's `action` form (`fields`: a select or an input by name, and
+    /// its value), clicks its Preview and waits for the preview page.
+    async fn preview(&self, page: &str, action: &str, fields: &[(&str, &str)]) -> String {
+        for (name, value) in fields {
+            let what = format!("the {action} form's {name}");
+            if *name == "component" || *name == "from" {
+                self.select(&what, Locator::XPath(&action_form(action, &format!("//select[@name='{name}']"))), value)
+                    .await;
+            } else {
+                self.type_into(&what, Locator::XPath(&action_form(action, &format!("//input[@name='{name}']"))), value)
+                    .await;
+            }
+        }
+        self.click(&format!("Preview {action}"), Locator::XPath(&action_form(action, "//button[@type='submit']")))
+            .await;
+        self.wait_for(|at| at.starts_with(&format!("{page}/act?")), "Nothing has been written yet").await
+    }
+
+    /// Clicks the preview's Confirm button.
+    async fn confirm(&self) {
+        self.click("Confirm", Locator::XPath(CONFIRM)).await;
+    }
+
     /// How many action forms the page offers.
     async fn action_forms(&self) -> u64 {
         self.script("return document.querySelectorAll('form input[name=\"action\"]').length;")
@@ -553,6 +640,9 @@ impl Ui<'_> {
 fn last_word(text: &str) -> String {
     text.split_whitespace().last().unwrap_or_default().to_owned()
 }
+
+/// The Confirm button of a preview.
+const CONFIRM: &str = "//form[.//input[@name='confirm']]//button[@type='submit']";
 
 /// A form of the page, by the `action` field it posts (the batch page's and the matrix's
 /// action forms all carry one).
@@ -692,8 +782,11 @@ async fn a_signed_in_rerun_is_previewed_confirmed_logged_and_run_again() {
     ui.type_into("the rerun form's reason", Locator::XPath(&action_form("rerun", "//input[@name='reason']")), REASON)
         .await;
     ui.click("Preview rerun", Locator::XPath(&action_form("rerun", "//button[@type='submit']"))).await;
-    let preview = ui.wait_for(|at| at == format!("{page}/act"), "Preview").await;
-    assert!(preview.contains(&format!("Reset of {EVENT_TYPE}")), "the preview names the Reset:\n{preview}");
+    let preview = ui.wait_for(|at| at.starts_with(&format!("{page}/act?")), "Preview").await;
+    assert!(
+        preview.contains(&format!("Reset (success) superseding {EVENT_TYPE}")),
+        "the preview names the Reset:\n{preview}"
+    );
     assert!(names_change(&preview, COMPONENT, "failed", "ready"), "the preview names the state change:\n{preview}");
     assert!(preview.contains(REASON), "{preview}");
     assert_eq!(events(&demo.show(&id)), before, "a preview writes nothing");
@@ -766,7 +859,8 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
     ui.type_into("the bulk rerun's reason", Locator::XPath(&form("//input[@name='reason']")), REASON).await;
     ui.click("Preview rerun", Locator::XPath(&form("//button[@type='submit']"))).await;
 
-    let preview = ui.wait_for(|at| at == "/bulk", "Preview").await;
+    let preview = ui.wait_for(|at| at.starts_with("/bulk?"), "Preview").await;
+    let address = ui.location().await;
     let heading = ui.script("return document.querySelector('h1').innerText;").await;
     assert!(
         heading.as_str().is_some_and(|h| h.contains(&format!("on {} batches", failed.len()))),
@@ -778,7 +872,7 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
     assert!(!sample.is_empty(), "the preview shows a sample of the batches:\n{preview}");
     for cells in &sample {
         let row = cells.join(" | ");
-        assert!(row.contains(&format!("Reset of {EVENT_TYPE}")), "{row}");
+        assert!(row.contains(&format!("Reset (success) superseding {EVENT_TYPE}")), "{row}");
         assert!(names_change(&row, COMPONENT, "failed", "ready"), "{row}");
     }
     assert_eq!(demo.logs(states.keys().cloned()), before, "a preview writes nothing");
@@ -799,6 +893,15 @@ async fn a_bulk_rerun_over_a_filter_resets_exactly_its_batches_once() {
     }
     let now = demo.status();
     assert_eq!(in_state(&now, COMPONENT, "ready"), failed, "the rerun batches are ready again");
+
+    // Back to the preview: asked for again, it says on how many batches it was done (they
+    // have left the filter since), and offers nothing to confirm.
+    ui.client.back().await.expect("Back");
+    let text = ui.wait_for(|at| at == address, "Done: ").await;
+    assert!(text.contains(&format!("its confirm recorded rerun on {} batches", failed.len())), "{text}");
+    assert!(ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "no Confirm button:\n{text}");
+    ui.assert_accessible("bulk preview reached again after its confirm").await;
+    assert_eq!(demo.logs(states.keys().cloned()), after, "Back wrote nothing");
     browser.close().await;
 }
 
@@ -886,10 +989,32 @@ async fn writes_without_an_operators_session_or_from_another_site_are_refused_an
             .form(form)
             .send()
     };
-    let preview = own(&one_form[..3]).await.expect("answer");
-    assert_eq!(preview.status(), StatusCode::OK, "{}", preview.text().await.unwrap_or_default());
+    let asked = own(&one_form[..3]).await.expect("answer");
+    assert_eq!(asked.status(), StatusCode::SEE_OTHER, "a preview is a redirect to its address");
+    let address = asked.headers()["location"].to_str().expect("a location").to_owned();
+    assert!(address.starts_with(&format!("/batches/{id}/act?")), "{address}");
+    let preview = http
+        .get(monitor.url(&address))
+        .header("cookie", &cookie)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(preview.status(), StatusCode::OK);
+    assert_eq!(preview.headers()["cache-control"], "no-store");
+    let fields = confirm_fields(&preview.text().await.expect("the preview"));
+    // The preview's address, opened from another site's page: refused as its POST is.
+    let elsewhere = http
+        .get(monitor.url(&address))
+        .header("cookie", &cookie)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
     unchanged("a preview").await;
-    let done = own(&one_form).await.expect("answer");
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let done = own(&fields).await.expect("answer");
     assert_eq!(done.status(), StatusCode::SEE_OTHER, "{}", done.text().await.unwrap_or_default());
     assert_eq!(demo.head().await, head + 1, "the confirmed rerun wrote one event");
     assert_reset(events(&demo.show(&id)).last().expect("events"));
@@ -1120,4 +1245,154 @@ fn the_binary_refuses_removed_or_unsafe_configurations_before_serving() {
     assert_eq!(done.code, Some(2), "{}", done.show());
     assert!(done.stderr.contains("at least 12") && !done.stderr.contains("eleven-char"), "{}", done.show());
     assert!(done.stdout.is_empty());
+}
+
+/// The events of the batch's log after the first `before`, from `show`.
+fn new_events(demo: &Demo, id: &str, before: usize) -> Vec<Value> {
+    events(&demo.show(id)).split_off(before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tabs_preview_one_cancel_and_only_the_first_confirm_acts() {
+    let demo = Demo::run();
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    let generation = demo.claim(&id, COMPONENT).await;
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    let page = format!("/batches/{id}");
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, "Sign in").await;
+    ui.sign_in(&monitor.password).await;
+    let cancel = [("component", COMPONENT), ("reason", REASON)];
+    let planned = format!("cancelled run {generation} of {COMPONENT}");
+
+    // Tab A previews the cancel; tab B (same session) previews it too.
+    let tab_a = ui.client.window().await.expect("the first tab");
+    let preview = ui.preview(&page, "cancel", &cancel).await;
+    assert!(preview.contains(&planned), "{preview}");
+    let tab_b = ui.client.new_window(true).await.expect("a second tab").handle;
+    ui.client.switch_to_window(tab_b).await.expect("to the second tab");
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, &format!("Signed in as {OPERATOR}")).await;
+    let preview = ui.preview(&page, "cancel", &cancel).await;
+    assert!(preview.contains(&planned), "{preview}");
+    let (before, head) = (events(&demo.show(&id)).len(), demo.head().await);
+    assert_eq!(demo.show(&id)["components"][COMPONENT], "working");
+
+    // Tab B confirms: the run is cancelled, the batch page says what was recorded.
+    ui.confirm().await;
+    let text = ui.wait_for(|at| at == page, &planned).await;
+    assert!(text.contains(&format!("recorded {EVENT_TYPE} (seq {}, failure, flagged cancelled)", head + 1)), "{text}");
+    assert_eq!(demo.head().await, head + 1, "one event");
+
+    // Tab A confirms what it previewed: the batch changed, nothing is done, and the preview
+    // is shown again as the batch is now, where there is nothing to cancel.
+    ui.client.switch_to_window(tab_a).await.expect("back to the first tab");
+    ui.confirm().await;
+    let text =
+        ui.wait_for(|at| at.starts_with(&format!("{page}/act?")), "nothing was done; review and confirm again").await;
+    assert!(text.contains("the batch changed since your preview (seq "), "{text}");
+    assert!(text.contains(&format!("{COMPONENT} has no open run on {id}: nothing to cancel")), "{text}");
+    assert!(ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "nothing to confirm:\n{text}");
+    ui.screenshot("changed-since-preview.png").await;
+    let written = new_events(&demo, &id, before);
+    assert_eq!(written.len(), 1, "one event in all: {written:#?}");
+    assert_eq!(
+        (written[0]["type"].as_str(), written[0]["details"]["cancelled"].as_bool()),
+        (Some(EVENT_TYPE), Some(true))
+    );
+    assert_eq!(demo.head().await, head + 1, "the second confirm wrote nothing");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirm_records_once_double_clicked_or_resubmitted_and_back_shows_it_done() {
+    let demo = Demo::run();
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    let page = format!("/batches/{id}");
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, "Sign in").await;
+    ui.sign_in(&monitor.password).await;
+
+    // A double click on Confirm: two clicks as the mouse makes them.
+    ui.preview(&page, "prioritize", &[("priority", "7"), ("reason", REASON)]).await;
+    let (before, head) = (events(&demo.show(&id)).len(), demo.head().await);
+    let button =
+        poll("the Confirm button", async || ui.client.find(Locator::XPath(CONFIRM)).await.map_err(|e| e.to_string()))
+            .await;
+    let click = || [PointerAction::Down { button: MOUSE_BUTTON_LEFT }, PointerAction::Up { button: MOUSE_BUTTON_LEFT }];
+    let mut mouse = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+        element: button,
+        duration: None,
+        x: 0.0,
+        y: 0.0,
+    });
+    for action in click().into_iter().chain(click()) {
+        mouse = mouse.then(action);
+    }
+    ui.client.perform_actions(mouse).await.expect("the double click");
+    let text = ui.wait_for(|at| at == page, "priority 0 -> 7").await;
+    let written = new_events(&demo, &id, before);
+    assert_eq!(written.len(), 1, "one event for a double click: {written:#?}\n{text}");
+    let seq = written[0]["seq"].as_i64().expect("a seq");
+    assert_eq!(written[0]["type"], "Prioritized");
+    assert_eq!(demo.head().await, head + 1);
+
+    // A double submit the browser surely sends twice: the same form posted twice at once.
+    // (`form.action` would be the form's `action` field: the attribute is the URL.)
+    ui.preview(&page, "prioritize", &[("priority", "8"), ("reason", REASON)]).await;
+    let (before, head) = (events(&demo.show(&id)).len(), demo.head().await);
+    let statuses = ui
+        .script(
+            "const form = document.evaluate(\"//form[.//input[@name='confirm']]\", document, null, \
+               XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;\
+             const post = () => fetch(form.getAttribute('action'), \
+               { method: 'POST', body: new URLSearchParams(new FormData(form)) }).then(r => r.status);\
+             return Promise.all([post(), post()]);",
+        )
+        .await;
+    assert_eq!(statuses, serde_json::json!([200, 200]), "both answered (after their redirect)");
+    let written = new_events(&demo, &id, before);
+    assert_eq!(written.len(), 1, "one event for a double submit: {written:#?}");
+    assert_eq!(demo.head().await, head + 1);
+
+    // Confirmed, then Back to the preview: the browser asks for the preview's address again
+    // and the page says it is done, what was recorded, and offers no Confirm; nothing more
+    // is written. Reloaded, and Forward then Back again, it says the same.
+    ui.goto(&page).await;
+    ui.wait_for(|at| at == page, "priority 7 -> 8").await;
+    ui.preview(&page, "prioritize", &[("priority", "9"), ("reason", REASON)]).await;
+    let address = ui.location().await;
+    let before = events(&demo.show(&id)).len();
+    ui.confirm().await;
+    ui.wait_for(|at| at == page, "priority 8 -> 9").await;
+    let written = new_events(&demo, &id, before);
+    assert_eq!(written.len(), 1, "{written:#?}");
+    let seq_9 = written[0]["seq"].as_i64().expect("a seq");
+    assert!(seq_9 > seq);
+    let at = written[0]["at"].as_str().expect("a time").to_owned();
+    let head = demo.head().await;
+    let done = format!("Done: Prioritized (success), seq {seq_9}, by operator:{OPERATOR} at {at}.");
+    ui.client.back().await.expect("Back");
+    let text = ui.wait_for(|at| at == address, "Done: ").await;
+    assert!(text.contains(&done), "the preview reached with Back says it is done: {done:?}\n{text}");
+    assert!(!text.contains("Nothing has been written yet"), "not the old preview:\n{text}");
+    assert!(ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "no Confirm button:\n{text}");
+    let forms = ui.script("return document.querySelectorAll('form input[name=\"confirm\"]').length;").await;
+    assert_eq!(forms, serde_json::json!(0), "no confirm form:\n{text}");
+    ui.screenshot("back-after-confirm.png").await;
+    ui.client.refresh().await.expect("reload");
+    let text = ui.wait_for(|at| at == address, "Done: ").await;
+    assert!(text.contains(&done) && ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "{text}");
+    ui.client.forward().await.expect("Forward");
+    ui.wait_for(|at| at == page, "Log").await;
+    ui.client.back().await.expect("Back again");
+    let text = ui.wait_for(|at| at == address, "Done: ").await;
+    assert!(text.contains(&done) && ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "{text}");
+    assert_eq!(demo.head().await, head, "Back, reload and Forward wrote nothing");
+    assert_eq!(new_events(&demo, &id, before).len(), 1);
+    assert_eq!(demo.show(&id)["priority"], 9);
+    browser.close().await;
 }

@@ -2,14 +2,15 @@
 //! acting on a store that real component processes (the probe component, in three roles)
 //! work on, and on the demo's pipeline. Each action's effect on readiness, cancellation of
 //! a running worker, the history only growing, parseable JSON and CSV, and input errors
-//! that name the field and change nothing.
+//! that name the field and change nothing. Honest actions: skip over a success and cancel
+//! with no run refused unless forced; scripts guarded by --expect-version and --key.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
-use autocomp_model::{Event, Outcome};
+use autocomp_model::{Agent, ComponentName, Event, Outcome, RunHolder};
 use autocomp_store::ObjectStore;
 use serde_json::Value;
 
@@ -291,9 +292,23 @@ fn cancel_stops_the_running_worker_and_leaves_only_the_cancelled_failure() {
     assert_eq!(row(&pipeline, "B0001")[0], "failed");
     assert_eq!(pass(&pipeline, "probe").stdout, "", "a cancelled batch stays cancelled until a rerun");
 
-    // No worker now: a cancel only records the failure.
-    let again = act(&pipeline, &["cancel", "B0001", "--component", "probe", "--reason", "still wrong"]);
-    assert!(again.stdout.contains("probe had no open run"), "{}", again.show());
+    // No worker now: nothing to cancel, refused, nothing written; asked to, it records the
+    // cancelled failure anyway and says so.
+    let head = pipeline.head();
+    let refused = autocomp(&pipeline, &["cancel", "B0001", "--component", "probe", "--reason", "still wrong"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.show());
+    assert!(
+        refused.stderr.contains(
+            "probe has no open run on B0001: nothing to cancel; --record-anyway records a cancelled failure anyway"
+        ),
+        "{}",
+        refused.show()
+    );
+    assert_eq!(pipeline.head(), head);
+    let again =
+        act(&pipeline, &["cancel", "B0001", "--component", "probe", "--reason", "still wrong", "--record-anyway"]);
+    assert!(again.stdout.contains("probe had no open run; recorded anyway as asked"), "{}", again.show());
+    assert!(again.stdout.contains("recorded Probed (seq "), "{}", again.show());
     assert_eq!(pipeline.events(&id, PROBED).len(), 2);
 
     // A rerun makes it ready again, and the next pass does it.
@@ -310,7 +325,7 @@ fn skip_lets_the_next_component_run() {
     assert_eq!(row(&pipeline, "B0001"), strings(&["ready", "waiting", "waiting"]));
 
     let done = act(&pipeline, &["skip", "B0001", "--component", "probe", "--reason", "probed by hand"]);
-    assert!(done.stdout.contains("probe: ready -> success"), "{}", done.show());
+    assert!(done.stdout.contains("probe: ready -> skipped"), "{}", done.show());
     assert!(done.stdout.contains("checker: waiting -> ready"), "{}", done.show());
     let probed = pipeline.events(&id, PROBED);
     assert_eq!(probed.len(), 1);
@@ -320,7 +335,91 @@ fn skip_lets_the_next_component_run() {
     assert_eq!(pass(&pipeline, "probe").stdout, "", "the skipped component does not run");
     let checker = pass(&pipeline, "checker");
     assert!(checker.stdout.starts_with("B0001 Checked success"), "{}", checker.show());
-    assert_eq!(row(&pipeline, "B0001"), strings(&["success", "success", "ready"]));
+    assert_eq!(row(&pipeline, "B0001"), strings(&["skipped", "success", "ready"]));
+
+    // Over a success that counts, a skip is refused unless forced.
+    let head = pipeline.head();
+    let refused = autocomp(&pipeline, &["skip", "B0001", "--component", "checker", "--reason", "x"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.show());
+    let checked = pipeline.events(&id, "Checked").remove(0).seq;
+    for needle in ["checker already succeeded on B0001", &format!("(seq {checked}, by "), "--force skips anyway"] {
+        assert!(refused.stderr.contains(needle), "{needle:?}: {}", refused.show());
+    }
+    assert_eq!(pipeline.head(), head);
+    let forced = act(&pipeline, &["skip", "B0001", "--component", "checker", "--reason", "x", "--force"]);
+    assert!(forced.stdout.contains(&format!("over checker's success (seq {checked}), as forced")), "{}", forced.show());
+}
+
+/// What a script needs to act safely: --dry-run (the plan and the batch's version),
+/// --expect-version (refused, exit 2, when the batch moved), --key (a retry writes nothing
+/// and says already done), --format json (what was written).
+#[test]
+fn scripts_act_on_the_version_they_saw_and_retry_with_a_key() {
+    let pipeline = new_pipeline();
+    let id = pipeline.register(1).remove(0);
+    let head = pipeline.head();
+    let dry = autocomp(
+        &pipeline,
+        &["skip", "B0001", "--component", "probe", "--reason", "x", "--dry-run", "--format", "json"],
+    );
+    assert_eq!(dry.code, Some(0), "{}", dry.show());
+    assert_eq!(pipeline.head(), head, "a dry run writes nothing");
+    let plan = json(&dry);
+    assert_eq!((plan["records"].as_str(), plan["outcome"].as_str()), (Some("Probed"), Some("success")));
+    let version = plan["version"].as_i64().expect("a version");
+    assert_eq!(version, pipeline.batch(&id).changed_seq.0);
+    let text = autocomp(&pipeline, &["skip", "B0001", "--component", "probe", "--reason", "x", "--dry-run"]);
+    assert!(text.stdout.contains(&format!("--expect-version {version}")), "{}", text.show());
+
+    // The batch moves (a claim counts): the script's version is refused.
+    let skip = |extra: &[&str]| {
+        let mut args = vec!["skip", "B0001", "--component", "probe", "--reason", "by hand", "--format", "json"];
+        args.extend(extra);
+        autocomp(&pipeline, &args)
+    };
+    let holder = RunHolder { agent: Agent::new("checker").unwrap(), host: "host1".into(), pid: 1, claim_key: None };
+    pipeline.block_on(pipeline.store().claim(&id, &ComponentName::new("checker").unwrap(), &holder)).unwrap();
+    let moved = pipeline.batch(&id).changed_seq.0;
+    assert!(moved > version);
+    let head = pipeline.head();
+    let stale = skip(&["--expect-version", &version.to_string()]);
+    assert_eq!(stale.code, Some(2), "{}", stale.show());
+    assert!(
+        stale.stderr.contains("--expect-version") && stale.stderr.contains(&format!("at version {moved} now")),
+        "{}",
+        stale.show()
+    );
+    assert_eq!(pipeline.head(), head);
+
+    // With the version it has and a key: done once; the same command again is already done.
+    let first = skip(&["--expect-version", &moved.to_string(), "--key", "nightly-2026-01-01-B0001"]);
+    assert_eq!(first.code, Some(0), "{}", first.show());
+    let answer = json(&first);
+    assert_eq!(answer["already_done"], false);
+    assert_eq!(
+        (answer["event"]["type"].as_str(), answer["event"]["outcome"].as_str()),
+        (Some("Probed"), Some("success"))
+    );
+    assert_eq!(answer["event"]["flags"], serde_json::json!(["skipped"]));
+    let seq = answer["event"]["seq"].as_i64().expect("a seq");
+    assert_eq!(pipeline.head().0, seq);
+    let retry = skip(&["--key", "nightly-2026-01-01-B0001"]);
+    assert_eq!(retry.code, Some(0), "{}", retry.show());
+    let answer = json(&retry);
+    assert_eq!((answer["already_done"].as_bool(), answer["event"]["seq"].as_i64()), (Some(true), Some(seq)));
+    assert!(answer["message"].as_str().unwrap().contains(&format!("already done: seq {seq}")), "{answer}");
+    assert_eq!(pipeline.head().0, seq, "the retry wrote nothing");
+    assert_eq!(pipeline.events(&id, PROBED).len(), 1);
+    let text = autocomp(
+        &pipeline,
+        &["skip", "B0001", "--component", "probe", "--reason", "by hand", "--key", "nightly-2026-01-01-B0001"],
+    );
+    assert!(text.stdout.starts_with(&format!("B0001: already done: seq {seq} ")), "{}", text.show());
+    assert_refused_input(
+        &pipeline,
+        &["skip", "B0001", "--component", "probe", "--reason", "x", "--key=-no"],
+        &["--key", "-no"],
+    );
 }
 
 #[test]

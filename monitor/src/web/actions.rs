@@ -1,22 +1,73 @@
-//! The operator's actions from the browser: the forms, a preview of what a POST would do
-//! (`Operator::preview`, `preview_many`), and only on the confirming re-POST the write
-//! itself (`perform`, `perform_many`) as the signed-in operator, then a redirect to a page
-//! showing the result. Input and refusals come back in the operator module's own words.
+//! The operator's actions from the browser: the forms, a preview of what an action would do
+//! (`Operator::preview`, `preview_many`), and only on the confirming POST the write itself
+//! (`perform_confirmed`, `perform_many_confirmed`) as the signed-in operator, then a redirect
+//! (303) to the page the action came from, whose flash says what was written. Input and
+//! refusals come back in the operator module's own words.
+//!
+//! **Post/Redirect/Get.** The action form posts to `POST /batches/{id}/act` (or `POST /bulk`);
+//! the fields are checked as ever, and the answer is 303 to the preview's address, a GET
+//! that carries the form's fields (percent-encoded: the reason is the person's text, escaped
+//! again when shown) and a fresh `key`: `GET /batches/{id}/act?action=cancel&component=c&
+//! reason=...&key=K`, and for a bulk action `GET /bulk?q=...&order=...&action=...&key=K&
+//! since=S`. The GET reads only. It checks its parameters as the POST checks its fields (an
+//! unknown one, one given twice, a bad key: 400 naming it), needs the same operator role
+//! (it shows a form that acts), and is refused when another site's page sent the browser to
+//! it, as the POST is (`refuse_from_elsewhere`). Its answer is `Cache-Control: no-store`, so
+//! Back and Forward ask for it again instead of showing a stored copy.
+//!
+//! **Confirm exactly what was previewed, once.** The preview's confirm form carries, besides
+//! the action's fields, two hidden fields:
+//! - `plan`: what the preview planned against (for one batch its version, `changed_seq`, and
+//!   the write planned; for a bulk action the count and a SHA-256 of the ids with their
+//!   versions and planned writes). The confirm re-plans; if anything differs it writes
+//!   nothing (see "shown again").
+//! - `key`: the idempotency key of the preview's address. The write records it (a bulk
+//!   action derives one per batch from it and the batch id). A confirm whose key the
+//!   batch's log already holds writes nothing and answers "already done: seq N", so a double
+//!   click or a resubmitted form records once.
+//!
+//! **Back after a confirm.** Back leads to the preview's address, which is asked for again.
+//! Its key is now in the batch's log (`Operator::find_keyed`), so the page says "Done:
+//! Reset (success) superseding Checked, seq N, by operator:x at T" with a link to the batch,
+//! and has no confirm form. For a bulk preview the batches that hold the key derived for
+//! them are counted (`Operator::find_keyed_many`): those changed since `since` (the store's
+//! head when the preview was asked for; the confirm wrote after it, perhaps taking the
+//! batches out of the filter, as a rerun of `state:failed` does), and the filter's batches
+//! if more than `MAX_BULK_BATCHES` changed since. If any holds it, the page says on how
+//! many batches it was done, and has no confirm form.
+//!
+//! **Shown again.** A confirm that finds the batch changed (or the key used for another
+//! request) writes nothing and answers 303 to a fresh preview's address, with a new key;
+//! that page shows the ops module's words ("the batch changed since your preview (seq X ->
+//! Y): nothing was done; review and confirm again"), then the preview as the batch is now
+//! (or "As the batch is now, it is refused: ...", 409, with no confirm form). The words
+//! travel in a cookie named after the new key, for the preview's path only, for 2 minutes,
+//! cleared by the page that shows them. It is a redirect rather than a 409 page rendered
+//! in answer to the POST because the fresh preview is a page one may confirm and then go
+//! Back to: as the answer to a POST, Back to it would be the browser's "resubmit the form?"
+//! (`no-store`) or its stored copy (without), never "done"; as a GET it is asked for again
+//! and says it is done.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use autocomp_model::{Batch, BatchId, InvalidInput};
-use autocomp_ops::operator::{Action, ActionPreview, BulkOutcome, BulkPreview, RestartFrom};
+use argon2::password_hash::rand_core::{OsRng, RngCore};
+use autocomp_model::{Batch, BatchId, Event, IdempotencyKey, InvalidInput, Seq};
+use autocomp_ops::operator::{
+    Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, Operator, OperatorError,
+    RestartFrom, check_reason,
+};
 use axum::Form;
-use axum::extract::rejection::FormRejection;
-use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::Access;
-use super::auth::flash_cookie;
+use super::auth::{decode, flash_cookie};
 use super::gate::Caller;
 use super::html::{Nav, Page, esc, hidden_fields, w};
+use super::sessions::cookie;
 use super::{App, WebError, html_response};
 use crate::filter::{Filter, encode};
 
@@ -130,6 +181,21 @@ pub fn action_forms(
                     continue;
                 }
                 select(&mut out, &format!("{id}-component"), "component", "Component", &component_options);
+                let checkbox = match action {
+                    "skip" => Some(("force", "Force: skip even over a success")),
+                    "cancel" => Some(("record_anyway", "Record the cancelled failure even if it is not running")),
+                    _ => None,
+                };
+                if let Some((name, label)) = checkbox {
+                    w!(
+                        out,
+                        "<p><label for=\"{0}-{1}\"><input id=\"{0}-{1}\" name=\"{1}\" type=\"checkbox\" value=\"1\"> \
+                         {2}</label></p>",
+                        esc(&id),
+                        esc(name),
+                        esc(label)
+                    );
+                }
             }
             "restart" => select(&mut out, &format!("{id}-from"), "from", "From", &from_options),
             _ => w!(
@@ -162,18 +228,67 @@ fn filter_fields(filter: &Filter) -> Vec<(String, String)> {
     vec![("q".into(), filter.query()), ("order".into(), order.into())]
 }
 
-/// A posted action form, checked field by field.
+/// An action form, posted or in a preview's address, checked field by field.
 struct Posted {
     action: Action,
     reason: String,
-    confirm: bool,
-    /// Every field but `confirm`, for the confirm form to post again.
+    /// Present when confirming a preview.
+    confirm: Option<Confirm>,
+    /// The action's fields (and a bulk action's filter): every field but `confirm`, `plan`,
+    /// `key` and `since`, for the preview's address and its confirm form.
     fields: Vec<(String, String)>,
 }
 
+/// What a confirm carries: the plan it confirms and its idempotency key.
+struct Confirm {
+    plan: String,
+    key: IdempotencyKey,
+}
+
+/// A checkbox: absent or empty is unchecked, `1` checked.
+fn checkbox(name: &str, value: Option<&str>) -> Result<bool, InvalidInput> {
+    match value {
+        None | Some("") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(InvalidInput::new(name, other, "expected 1 (checked) or nothing")),
+    }
+}
+
+/// The fields of a posted form.
+fn form_fields(form: Result<Form<Vec<(String, String)>>, FormRejection>) -> Result<Vec<(String, String)>, WebError> {
+    let Form(fields) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
+    Ok(fields)
+}
+
+/// The fields of a preview's address.
+fn query_fields(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Vec<(String, String)>, WebError> {
+    let Query(fields) = query.map_err(|e| WebError::invalid(InvalidInput::new("query", "", e.body_text())))?;
+    Ok(fields)
+}
+
+fn field<'f>(fields: &'f [(String, String)], name: &str) -> Option<&'f str> {
+    fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// The key a preview's address carries: its confirm form's, made by the POST that led
+/// here (or by a confirm that found the batch changed).
+fn query_key(fields: &[(String, String)]) -> Result<IdempotencyKey, WebError> {
+    let key = field(fields, "key").unwrap_or_default();
+    if key.is_empty() {
+        return Err(InvalidInput::new(
+            "key",
+            "",
+            "required: a preview's address carries the key its confirm uses; preview again from the batch's page",
+        )
+        .into());
+    }
+    Ok(IdempotencyKey::new(key).map_err(|e| InvalidInput::new("key", key, e.reason))?)
+}
+
 impl Posted {
-    fn parse(form: Result<Form<Vec<(String, String)>>, FormRejection>, known: &[&str]) -> Result<Posted, WebError> {
-        let Form(fields) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
+    fn parse(fields: Vec<(String, String)>, known: &[&str]) -> Result<Posted, WebError> {
         for (i, (name, value)) in fields.iter().enumerate() {
             if !known.contains(&name.as_str()) {
                 return Err(InvalidInput::new(
@@ -187,16 +302,27 @@ impl Posted {
                 return Err(InvalidInput::new(name.as_str(), value.as_str(), "given twice").into());
             }
         }
-        let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let get = |name: &str| field(&fields, name);
         let required = |name: &str| match get(name) {
             Some(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
             other => Err(WebError::invalid(InvalidInput::new(name, other.unwrap_or_default(), "required"))),
         };
         let text = get("action").unwrap_or_default();
+        let force = checkbox("force", get("force"))?;
+        let record_anyway = checkbox("record_anyway", get("record_anyway"))?;
+        let only_for = |name: &str, set: bool, action: &str| {
+            if set && text != action {
+                Err(InvalidInput::new(name, "1", format!("only a {action} takes it, not a {text}")))
+            } else {
+                Ok(())
+            }
+        };
+        only_for("force", force, "skip")?;
+        only_for("record_anyway", record_anyway, "cancel")?;
         let action = match text {
             "rerun" => Action::Rerun { component: required("component")? },
-            "cancel" => Action::Cancel { component: required("component")? },
-            "skip" => Action::Skip { component: required("component")? },
+            "cancel" => Action::Cancel { component: required("component")?, record_anyway },
+            "skip" => Action::Skip { component: required("component")?, force },
             "restart" => match required("from")?.as_str() {
                 FIRST_FAILURE => Action::Restart { from: RestartFrom::FirstFailure },
                 start => Action::Restart { from: RestartFrom::Type(start.to_owned()) },
@@ -216,23 +342,197 @@ impl Posted {
             }
         };
         let confirm = match get("confirm") {
-            None | Some("") => false,
-            Some("1") => true,
+            None | Some("") => None,
+            Some("1") => {
+                let missing = |name: &str| {
+                    InvalidInput::new(name, "", "required to confirm: the confirm form of a preview posts it")
+                };
+                let plan = get("plan").filter(|p| !p.is_empty()).ok_or_else(|| missing("plan"))?.to_owned();
+                let key = get("key").filter(|k| !k.is_empty()).ok_or_else(|| missing("key"))?;
+                let key = IdempotencyKey::new(key).map_err(|e| InvalidInput::new("key", key, e.reason))?;
+                Some(Confirm { plan, key })
+            }
             Some(other) => return Err(InvalidInput::new("confirm", other, "expected 1").into()),
         };
         // The operator module checks the reason (non-empty, bounded) in its own words.
         let reason = get("reason").unwrap_or_default().to_owned();
-        let fields = fields.into_iter().filter(|(name, _)| name != "confirm").collect();
+        let fields = fields
+            .into_iter()
+            .filter(|(name, _)| !["confirm", "plan", "key", "since"].contains(&name.as_str()))
+            .collect();
         Ok(Posted { action, reason, confirm, fields })
+    }
+
+    /// The hidden fields of the confirm form: the action's, the plan, the preview's key.
+    fn confirm_fields(&self, plan: &str, key: &IdempotencyKey) -> String {
+        let mut fields = self.fields.clone();
+        fields.extend([
+            ("plan".to_owned(), plan.to_owned()),
+            ("key".to_owned(), key.to_string()),
+            ("confirm".into(), "1".into()),
+        ]);
+        hidden_fields(&fields)
+    }
+
+    /// The preview's address: `path`, the action's fields, then `extra` (the key, and for
+    /// a bulk action `since`), each name and value percent-encoded.
+    fn preview_url(&self, path: &str, extra: &[(&str, &str)]) -> String {
+        let pairs = self.fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).chain(extra.iter().copied());
+        let query: Vec<String> = pairs.map(|(name, value)| format!("{}={}", encode(name), encode(value))).collect();
+        format!("{path}?{}", query.join("&"))
+    }
+
+    /// The address a preview asked for is sent to, once the fields that would not fit in
+    /// one are refused as the preview would refuse them: the reason in the operator
+    /// module's words (at most 2000 characters), any other field too long for an address.
+    fn address(&self, path: &str, extra: &[(&str, &str)]) -> Result<String, WebError> {
+        check_reason(&self.reason)?;
+        let address = self.preview_url(path, extra);
+        if address.len() > MAX_ADDRESS {
+            let (name, value) = self.fields.iter().max_by_key(|(_, v)| v.len()).expect("an action field");
+            let words = format!("too long for a preview's address ({} characters)", value.chars().count());
+            return Err(InvalidInput::new(name.as_str(), "", words).into());
+        }
+        Ok(address)
     }
 }
 
-const ONE_FIELDS: &[&str] = &["action", "component", "from", "priority", "reason", "confirm"];
-const BULK_FIELDS: &[&str] = &["action", "component", "from", "priority", "reason", "confirm", "q", "order", "expect"];
+/// The longest preview's address: a reason of 2000 characters and a filter of 1000, each
+/// character percent-encoded as up to 12, fit.
+const MAX_ADDRESS: usize = 48 << 10;
 
-fn preview_page(access: &Access, title: &str, body: &str) -> Response {
+/// A new idempotency key: 128 random bits from the OS, as hex.
+fn fresh_key() -> String {
+    let mut random = [0u8; 16];
+    OsRng.fill_bytes(&mut random);
+    hex::encode(random)
+}
+
+const ONE_FIELDS: &[&str] =
+    &["action", "component", "from", "priority", "reason", "force", "record_anyway", "confirm", "plan", "key"];
+const BULK_FIELDS: &[&str] = &[
+    "action",
+    "component",
+    "from",
+    "priority",
+    "reason",
+    "force",
+    "record_anyway",
+    "confirm",
+    "plan",
+    "key",
+    "q",
+    "order",
+];
+/// A preview's address: the action's fields and its key, never `confirm` or `plan`.
+const ONE_QUERY: &[&str] = &["action", "component", "from", "priority", "reason", "force", "record_anyway", "key"];
+const BULK_QUERY: &[&str] =
+    &["action", "component", "from", "priority", "reason", "force", "record_anyway", "key", "q", "order", "since"];
+
+/// How long a note for a preview shown again waits for its page (the redirect is
+/// followed at once).
+const NOTE_SECONDS: u64 = 120;
+/// Longest note kept (the cookie, percent-encoded, must stay under 4 KiB).
+const MAX_NOTE_CHARS: usize = 1_000;
+
+/// The cookie that carries the note of a preview shown again to the one page with its key,
+/// and only to the preview's path.
+fn note_cookie(secure: bool, path: &str, key: &str, note: Option<&str>) -> HeaderValue {
+    let mut text = format!("autocomp_note_{key}=");
+    match note {
+        Some(note) => {
+            let mut kept: String = note.chars().take(MAX_NOTE_CHARS).collect();
+            if kept.len() < note.len() {
+                kept.push('…');
+            }
+            w!(text, "{}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={NOTE_SECONDS}", encode(&kept));
+        }
+        None => w!(text, "; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0"),
+    }
+    if secure {
+        text.push_str("; Secure");
+    }
+    HeaderValue::from_str(&text).expect("a hex key, a percent-encoded note and a percent-encoded path")
+}
+
+/// The note the request carries for the preview with `key`, if any, and the header that
+/// clears it.
+fn take_note(headers: &HeaderMap, secure: bool, path: &str, key: &IdempotencyKey) -> Option<(String, HeaderValue)> {
+    // Only a key this monitor made (hex) names a note.
+    if !key.as_str().bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let note = cookie(headers, &format!("autocomp_note_{key}")).filter(|v| !v.is_empty()).and_then(decode)?;
+    Some((note, note_cookie(secure, path, key.as_str(), None)))
+}
+
+/// A confirm that found the batch (or the batches) changed: nothing was done; off to a
+/// fresh preview, with a new key, that says so.
+fn shown_again(secure: bool, posted: &Posted, path: &str, since: Option<Seq>, note: &str) -> Response {
+    let key = fresh_key();
+    let since = since.map(|s| s.0.to_string());
+    let mut extra = vec![("key", key.as_str())];
+    extra.extend(since.as_deref().map(|s| ("since", s)));
+    let mut response = Redirect::to(&posted.preview_url(path, &extra)).into_response();
+    response.headers_mut().append(header::SET_COOKIE, note_cookie(secure, path, &key, Some(note)));
+    response
+}
+
+/// A preview's address is a page with a confirm form: like the POST that leads to it, it
+/// is refused unless it comes from the monitor's own pages. A browser says where a
+/// navigation came from in `Sec-Fetch-Site`: `same-origin` for the redirect after the
+/// preview's POST and for Back, Forward and reload of it (checked in headless Chromium);
+/// `none` when the address was typed, pasted, opened from a bookmark or from another
+/// program (a mail or chat client); `same-site` or `cross-site` from another site's page.
+/// Only `same-origin` passes, so a link nobody on this monitor made cannot put an
+/// actionable preview in front of an operator. An `Origin`, if sent, must be this host.
+/// Neither header (an old browser, a script): as for the POST, the session cookie
+/// (SameSite=Strict) is the line.
+fn refuse_from_elsewhere(headers: &HeaderMap) -> Result<(), WebError> {
+    let refuse = |why: String| {
+        Err(WebError::new(
+            StatusCode::FORBIDDEN,
+            "Opened from elsewhere",
+            format!(
+                "{why}: a preview is shown only to the monitor's own pages; ask for it again there; nothing was \
+                 changed"
+            ),
+        ))
+    };
+    if let Some(site) = headers.get("sec-fetch-site")
+        && site != "same-origin"
+    {
+        return refuse(format!(
+            "this preview's address was not opened from this monitor's pages (Sec-Fetch-Site: {})",
+            String::from_utf8_lossy(site.as_bytes())
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let own = [format!("http://{host}"), format!("https://{host}")];
+        if host.is_empty() || !own.iter().any(|own| origin == own.as_str()) {
+            return refuse(format!(
+                "this preview was asked for from {} (not this monitor's own pages)",
+                String::from_utf8_lossy(origin.as_bytes())
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A preview's answer is never stored: Back and Forward ask for it again, and see what it
+/// became (done, or changed).
+fn no_store(answer: Result<Response, WebError>) -> Response {
+    let mut response = answer.unwrap_or_else(IntoResponse::into_response);
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A preview page: 200, or 409 when a confirm that found the batch changed shows it
+/// again and, as the batch is now, the action is refused.
+fn preview_page(access: &Access, status: StatusCode, title: &str, body: &str) -> Response {
     let page = Page { title, nav: Nav::Batches, access: Some(access), flash: None, live: false, here: "/" };
-    html_response(StatusCode::OK, page.render(body))
+    html_response(status, page.render(body))
 }
 
 fn changes_list(preview: &ActionPreview) -> String {
@@ -244,17 +544,43 @@ fn changes_list(preview: &ActionPreview) -> String {
     changes.join("; ")
 }
 
-/// The event it would append: `Reset of Checked, Audited`, `Checked`.
+/// The event it would append: `Reset (success) superseding Checked, Audited`,
+/// `Checked (failure)`.
 fn records(preview: &ActionPreview) -> String {
-    if preview.resets.is_empty() {
-        preview.records.clone()
-    } else {
+    let mut out = format!("{} ({})", preview.records, preview.outcome.as_str());
+    if !preview.resets.is_empty() {
         let resets: Vec<&str> = preview.resets.iter().map(|t| t.as_str()).collect();
-        format!("{} of {}", preview.records, resets.join(", "))
+        w!(out, " superseding {}", resets.join(", "));
     }
+    out
 }
 
-/// `POST /batches/{id}/act`: preview, or with `confirm=1` perform and redirect to the batch.
+/// What an event recorded, as a preview names it: `Reset (success) superseding Checked`,
+/// `Checked (failure, flagged cancelled)`.
+fn recorded(event: &Event) -> String {
+    let mut out = format!("{} ({}", event.event_type, event.outcome.as_str());
+    for flag in ["cancelled", "skipped"] {
+        if event.flag(flag) {
+            w!(out, ", flagged {flag}");
+        }
+    }
+    out.push(')');
+    if !event.resets.is_empty() {
+        let resets: Vec<&str> = event.resets.iter().map(|t| t.as_str()).collect();
+        w!(out, " superseding {}", resets.join(", "));
+    }
+    out
+}
+
+/// The note above a preview shown again, if any.
+fn note_html(note: Option<&str>) -> String {
+    note.map(|note| format!("<p class=\"error\" role=\"alert\">{}</p>\n", esc(note))).unwrap_or_default()
+}
+
+/// `POST /batches/{id}/act`: a preview asked for (the form checked as the preview checks
+/// it) is answered 303 to its address, `GET /batches/{id}/act?...&key=K`, with a fresh key.
+/// With `confirm=1` (and the preview's `plan` and `key`): perform and redirect to the batch,
+/// or, if the batch changed since the preview, to a fresh preview that says so.
 pub async fn one(
     State(app): State<Arc<App>>,
     caller: Caller,
@@ -264,49 +590,151 @@ pub async fn one(
     let access = &caller.access;
     let name = access.writer()?;
     let back = format!("/batches/{}", encode(&id));
-    let posted = Posted::parse(form, ONE_FIELDS).map_err(|e| e.with_link(&back, "Back to the batch"))?;
+    let path = format!("{back}/act");
+    let link = |e: WebError| e.with_link(&back, "Back to the batch");
+    let posted = form_fields(form).and_then(|fields| Posted::parse(fields, ONE_FIELDS)).map_err(link)?;
+    let Some(Confirm { plan, key }) = &posted.confirm else {
+        let address = posted.address(&path, &[("key", &fresh_key())]).map_err(link)?;
+        return Ok(Redirect::to(&address).into_response());
+    };
     let operator = app.monitor.operator().acting_as(name);
-    if !posted.confirm {
-        let preview = operator
-            .preview(&id, &posted.action, &posted.reason)
-            .await
-            .map_err(|e| WebError::from(e).with_link(&back, "Back to the batch"))?;
-        let mut body = String::new();
-        w!(
-            body,
-            "<h1>Preview: {} on <code>{}</code></h1>\n<p>{}</p>\n<p class=\"verdict\">Will record {}; {}.</p>\n\
-             <dl class=\"facts\"><dt>It will report</dt><dd>{}</dd><dt>As</dt><dd><code>operator:{}</code></dd>\
-             <dt>Reason</dt><dd>{}</dd></dl>\n<p>Nothing has been written yet.</p>\n\
-             <form method=\"post\" action=\"{}\">{}<input type=\"hidden\" name=\"confirm\" value=\"1\">\
-             <p><button type=\"submit\">Confirm: {}</button> <a href=\"{}\">Cancel, back to the batch</a></p></form>\n",
-            esc(posted.action.name()),
-            esc(&preview.batch),
-            esc(&preview.action),
-            esc(records(&preview)),
-            esc(changes_list(&preview)),
-            esc(&preview.message),
-            esc(name),
-            esc(posted.reason.trim()),
-            esc(format!("{back}/act")),
-            hidden_fields(&posted.fields),
-            esc(posted.action.name()),
-            esc(&back)
-        );
-        return Ok(preview_page(access, &format!("Preview: {} on {id}", posted.action.name()), &body));
+    match operator.perform_confirmed(&id, &posted.action, &posted.reason, plan, key).await {
+        Ok(report) => {
+            tracing::info!(operator = name, batch = %report.batch, action = posted.action.name(), "{}", report.message);
+            let mut response = Redirect::to(&back).into_response();
+            let flash = flash_cookie(caller.secure, report.render().trim_end());
+            response.headers_mut().append(header::SET_COOKIE, flash);
+            Ok(response)
+        }
+        // The batch changed (or the key was used for something else): nothing was done; the
+        // preview is shown again as the batch is now.
+        Err(OperatorError::Refused(words)) => Ok(shown_again(caller.secure, &posted, &path, None, &words)),
+        Err(e) => Err(link(e.into())),
     }
-    let report = operator
-        .perform(&id, &posted.action, &posted.reason)
-        .await
-        .map_err(|e| WebError::from(e).with_link(&back, "Back to the batch"))?;
-    tracing::info!(operator = name, batch = %report.batch, action = posted.action.name(), "{}", report.message);
-    let mut response = Redirect::to(&back).into_response();
-    response.headers_mut().append(header::SET_COOKIE, flash_cookie(caller.secure, report.render().trim_end()));
+}
+
+/// `GET /batches/{id}/act?action=...&reason=...&key=K`: the preview, reading only. If the
+/// batch's log holds the key, its confirm was done: the page says what it recorded, and
+/// offers nothing to confirm. Never stored by the browser.
+pub async fn one_preview(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    no_store(one_preview_page(&app, &caller, &headers, &id, query).await)
+}
+
+async fn one_preview_page(
+    app: &App,
+    caller: &Caller,
+    headers: &HeaderMap,
+    id: &str,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, WebError> {
+    let access = &caller.access;
+    let name = access.writer()?;
+    let back = format!("/batches/{}", encode(id));
+    let path = format!("{back}/act");
+    let link = |e: WebError| e.with_link(&back, "Back to the batch");
+    refuse_from_elsewhere(headers).map_err(link)?;
+    let fields = query_fields(query).map_err(link)?;
+    let posted = Posted::parse(fields.clone(), ONE_QUERY).map_err(link)?;
+    let key = query_key(&fields).map_err(link)?;
+    let operator = app.monitor.operator().acting_as(name);
+    let title = format!("Preview: {} on {id}", posted.action.name());
+    match operator.find_keyed(id, &posted.action, &posted.reason, &key).await {
+        Ok(Some(report)) => return Ok(one_done(access, &posted, id, &back, &report)),
+        Ok(None) => {}
+        Err(e) => return Err(link(e.into())),
+    }
+    let note = take_note(headers, caller.secure, &path, &key);
+    let clear = note.as_ref().map(|(_, clear)| clear.clone());
+    let note = note.map(|(note, _)| note);
+    let mut response = match operator.preview(id, &posted.action, &posted.reason).await {
+        Ok(preview) => {
+            let mut body = String::new();
+            w!(
+                body,
+                "<h1>Preview: {} on <code>{}</code></h1>\n{}<p>{}</p>\n<p class=\"verdict\">Will record {}; {}.</p>\n\
+                 <dl class=\"facts\"><dt>It will report</dt><dd>{}</dd><dt>Planned against</dt><dd>the batch as of seq \
+                 {} (if it changes before you confirm, nothing is done and this preview is shown again)</dd>\
+                 <dt>As</dt><dd><code>operator:{}</code></dd><dt>Reason</dt><dd>{}</dd></dl>\n<p>Nothing has been \
+                 written yet.</p>\n<form method=\"post\" action=\"{}\">{}\
+                 <p><button type=\"submit\">Confirm: {}</button> <a href=\"{}\">Cancel, back to the batch</a></p></form>\n",
+                esc(posted.action.name()),
+                esc(&preview.batch),
+                note_html(note.as_deref()),
+                esc(&preview.action),
+                esc(records(&preview)),
+                esc(changes_list(&preview)),
+                esc(&preview.message),
+                esc(preview.version),
+                esc(name),
+                esc(posted.reason.trim()),
+                esc(&path),
+                posted.confirm_fields(&preview.plan, &key),
+                esc(posted.action.name()),
+                esc(&back)
+            );
+            preview_page(access, StatusCode::OK, &title, &body)
+        }
+        // Shown again, and refused as the batch is now: say both.
+        Err(OperatorError::Refused(words)) if note.is_some() => {
+            let mut body = String::new();
+            w!(
+                body,
+                "<h1>Preview: {} on <code>{}</code></h1>\n{}<p class=\"verdict\">As the batch is now, it is refused: \
+                 {}</p>\n<p>Nothing was written. <a href=\"{}\">Back to the batch</a></p>\n",
+                esc(posted.action.name()),
+                esc(id),
+                note_html(note.as_deref()),
+                esc(words),
+                esc(&back)
+            );
+            preview_page(access, StatusCode::CONFLICT, &title, &body)
+        }
+        Err(e) => link(e.into()).into_response(),
+    };
+    if let Some(clear) = clear {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
     Ok(response)
 }
 
-/// `POST /bulk`: the same over every batch of the filter (`Monitor::ids`). The confirm
-/// form carries the count previewed; if the filter selects a different number by then,
-/// the new preview is shown instead of acting on batches nobody looked at.
+/// A preview whose confirm was done: what it recorded, by whom and when; nothing to
+/// confirm.
+fn one_done(access: &Access, posted: &Posted, id: &str, back: &str, report: &ActionReport) -> Response {
+    let mut body = String::new();
+    w!(body, "<h1>Done: {} on <code>{}</code></h1>\n", esc(posted.action.name()), esc(id));
+    if let Some(event) = &report.event {
+        w!(
+            body,
+            "<p class=\"verdict\" role=\"status\">Done: {}, seq {}, by <code>{}</code> at {}.</p>\n\
+             <dl class=\"facts\"><dt>Reason</dt><dd>{}</dd></dl>\n",
+            esc(recorded(event)),
+            esc(event.seq),
+            esc(&event.agent),
+            esc(event.at),
+            esc(event.details.get("reason").and_then(serde_json::Value::as_str).unwrap_or_default())
+        );
+    }
+    w!(
+        body,
+        "<p>This preview was confirmed, and what it recorded is above: it cannot be confirmed again, and nothing \
+         more was written. To do it once more, preview it again from the batch's page.</p>\n\
+         <p><a href=\"{}\">Back to the batch</a></p>\n",
+        esc(back)
+    );
+    preview_page(access, StatusCode::OK, &format!("Done: {} on {id}", posted.action.name()), &body)
+}
+
+/// `POST /bulk`: the same over every batch of the filter (`Monitor::ids`). A preview asked
+/// for is answered 303 to its address, `GET /bulk?...&key=K&since=S`. The confirm form
+/// carries the preview's plan (the count and a digest of the ids, their versions and
+/// planned writes); if the filter now selects other batches, or one of them changed, a new
+/// preview is shown instead of acting on batches nobody looked at.
 pub async fn bulk(
     State(app): State<Arc<App>>,
     caller: Caller,
@@ -314,65 +742,213 @@ pub async fn bulk(
 ) -> Result<Response, WebError> {
     let access = &caller.access;
     let name = access.writer()?;
-    let posted = Posted::parse(form, BULK_FIELDS)?;
-    let field = |key: &str| posted.fields.iter().find(|(n, _)| n == key).map(|(_, v)| v.as_str());
-    let filter = Filter::parse(field("q").unwrap_or_default(), field("order"))?;
+    let posted = Posted::parse(form_fields(form)?, BULK_FIELDS)?;
+    let filter = Filter::parse(field(&posted.fields, "q").unwrap_or_default(), field(&posted.fields, "order"))?;
     let back = format!("/batches?{}", filter.url_query());
     let link = |e: WebError| e.with_link(&back, "Back to the batches");
-    let ids = app.monitor.ids(&filter).await.map_err(|e| link(e.into()))?;
     let operator = app.monitor.operator().acting_as(name);
-    let expected = match field("expect") {
-        None | Some("") => None,
-        Some(text) => Some(
-            text.parse::<usize>().map_err(|_| link(InvalidInput::new("expect", text, "expected a count").into()))?,
-        ),
+    let Some(Confirm { plan, key }) = &posted.confirm else {
+        posted.address("/bulk", &[]).map_err(link)?;
+        let since = head(&operator).await.map_err(|e| link(e.into()))?;
+        let address = posted.address("/bulk", &[("key", &fresh_key()), ("since", &since.0.to_string())]);
+        return Ok(Redirect::to(&address.map_err(link)?).into_response());
     };
-    let changed = expected.is_some_and(|n| n != ids.len());
-    if !posted.confirm || changed {
-        let preview = operator.preview_many(&ids, &posted.action, &posted.reason).await.map_err(|e| link(e.into()))?;
-        let status = if changed { StatusCode::CONFLICT } else { StatusCode::OK };
-        let note = match expected {
-            Some(n) if changed => format!(
-                "The filter selected {n} batches when you previewed and selects {} now: nothing was done. Review \
-                 this preview and confirm again.",
-                ids.len()
-            ),
-            _ => String::new(),
-        };
-        let mut response = bulk_preview(access, name, &posted, &filter, &back, &preview, &note);
-        *response.status_mut() = status;
-        return Ok(response);
+    let ids = app.monitor.ids(&filter).await.map_err(|e| link(e.into()))?;
+    match operator.perform_many_confirmed(&ids, &posted.action, &posted.reason, plan, key).await {
+        Ok(outcome) => {
+            let summary = bulk_summary(posted.action.name(), ids.len(), &outcome);
+            tracing::info!(operator = name, action = posted.action.name(), filter = %filter.query(), "{}", summary.lines().next().unwrap_or_default());
+            let mut response = Redirect::to(&back).into_response();
+            response.headers_mut().append(header::SET_COOKIE, flash_cookie(caller.secure, &summary));
+            Ok(response)
+        }
+        Err(OperatorError::Refused(words)) => {
+            let since = head(&operator).await.map_err(|e| link(e.into()))?;
+            Ok(shown_again(caller.secure, &posted, "/bulk", Some(since), &words))
+        }
+        Err(e) => Err(link(e.into())),
     }
-    let outcome = operator.perform_many(&ids, &posted.action, &posted.reason).await.map_err(|e| link(e.into()))?;
-    let summary = bulk_summary(posted.action.name(), ids.len(), &outcome);
-    tracing::info!(operator = name, action = posted.action.name(), filter = %filter.query(), "{}", summary.lines().next().unwrap_or_default());
-    let mut response = Redirect::to(&back).into_response();
-    response.headers_mut().append(header::SET_COOKIE, flash_cookie(caller.secure, &summary));
+}
+
+/// The store's head: a confirm of a preview asked for now writes after it, so its page looks
+/// for its key among the batches changed since.
+async fn head(operator: &Operator) -> Result<Seq, OperatorError> {
+    Ok(operator.store().await?.head().await?)
+}
+
+/// `GET /bulk?q=...&action=...&key=K&since=S`: the bulk preview, reading only. If a batch
+/// holds the key its confirm derives for it, the confirm was done: the page says on how
+/// many batches, and offers nothing to confirm. Never stored by the browser.
+pub async fn bulk_preview(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    headers: HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Response {
+    no_store(bulk_preview_page(&app, &caller, &headers, query).await)
+}
+
+async fn bulk_preview_page(
+    app: &App,
+    caller: &Caller,
+    headers: &HeaderMap,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, WebError> {
+    let access = &caller.access;
+    let name = access.writer()?;
+    refuse_from_elsewhere(headers)?;
+    let fields = query_fields(query)?;
+    let posted = Posted::parse(fields.clone(), BULK_QUERY)?;
+    let key = query_key(&fields)?;
+    let since = field(&fields, "since").unwrap_or_default();
+    let since = since.parse::<i64>().ok().filter(|s| *s >= 0).map(Seq).ok_or_else(|| {
+        InvalidInput::new("since", since, "required: the store's seq when the preview was asked for, a whole number")
+    })?;
+    let filter = Filter::parse(field(&posted.fields, "q").unwrap_or_default(), field(&posted.fields, "order"))?;
+    let back = format!("/batches?{}", filter.url_query());
+    let link = |e: WebError| e.with_link(&back, "Back to the batches");
+    let operator = app.monitor.operator().acting_as(name);
+    let (mut done, unfinished) = keyed_since(&operator, since, &key).await.map_err(|e| link(e.into()))?;
+    if !done.is_empty() {
+        return Ok(bulk_done(access, &posted, &filter, &back, &done));
+    }
+    let ids = app.monitor.ids(&filter).await.map_err(|e| link(e.into()))?;
+    if let Some(seen) = unfinished {
+        let rest: Vec<BatchId> = ids.iter().filter(|id| !seen.contains(*id)).cloned().collect();
+        done = operator.find_keyed_many(&rest, &key).await.map_err(|e| link(e.into()))?;
+        if !done.is_empty() {
+            return Ok(bulk_done(access, &posted, &filter, &back, &done));
+        }
+    }
+    let note = take_note(headers, caller.secure, "/bulk", &key);
+    let preview = operator.preview_many(&ids, &posted.action, &posted.reason).await.map_err(|e| link(e.into()))?;
+    let mut response = bulk_preview_body(
+        access,
+        name,
+        &posted,
+        &key,
+        &filter,
+        &back,
+        &preview,
+        note.as_ref().map(|(n, _)| n.as_str()),
+    );
+    if let Some((_, clear)) = note {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
     Ok(response)
 }
 
-fn bulk_preview(
+/// Change-feed entries read per call when a bulk preview looks for its key.
+const CHANGE_PAGE: usize = 1_000;
+
+/// The events a bulk confirm with `key` recorded on the batches changed after `since` (the
+/// store's head when the preview was asked for: the confirm wrote after it, perhaps taking
+/// the batches out of the filter, as a rerun of `state:failed` does), up to
+/// `MAX_BULK_BATCHES` batches; if more changed, also the batches looked at, so that the
+/// caller looks at the filter's others too.
+async fn keyed_since(
+    operator: &Operator,
+    since: Seq,
+    key: &IdempotencyKey,
+) -> Result<(Vec<Event>, Option<HashSet<BatchId>>), OperatorError> {
+    let store = operator.store().await?;
+    let mut seen: HashSet<BatchId> = HashSet::new();
+    let mut done = Vec::new();
+    let mut cursor = since;
+    loop {
+        let page = store.changes(cursor, CHANGE_PAGE).await?;
+        let changed: Vec<BatchId> =
+            page.changes.iter().map(|(_, id)| id.clone()).filter(|id| seen.insert(id.clone())).collect();
+        done.extend(operator.find_keyed_many(&changed, key).await?);
+        if page.changes.len() < CHANGE_PAGE || page.next >= page.head || page.next <= cursor {
+            return Ok((done, None));
+        }
+        if seen.len() >= MAX_BULK_BATCHES {
+            return Ok((done, Some(seen)));
+        }
+        cursor = page.next;
+    }
+}
+
+/// A bulk preview whose confirm was done: on how many batches, the first of them; nothing
+/// to confirm.
+fn bulk_done(access: &Access, posted: &Posted, filter: &Filter, back: &str, done: &[Event]) -> Response {
+    let mut body = String::new();
+    let q = filter.query();
+    let (first, last) = (done.iter().map(|e| e.seq).min(), done.iter().map(|e| e.seq).max());
+    w!(body, "<h1>Done: {} on {} batches</h1>\n", esc(posted.action.name()), esc(done.len()));
+    w!(
+        body,
+        "<p class=\"verdict\" role=\"status\">Done: this preview was confirmed, and its confirm recorded {} on {} \
+         batches (seq {} to {}).</p>\n<dl class=\"facts\"><dt>Filter</dt><dd><a href=\"{}\"><code>{}</code></a></dd>\
+         <dt>Reason</dt><dd>{}</dd></dl>\n",
+        esc(posted.action.name()),
+        esc(done.len()),
+        esc(first.unwrap_or_default()),
+        esc(last.unwrap_or_default()),
+        esc(back),
+        esc(if q.is_empty() { "every batch" } else { &q }),
+        esc(posted.reason.trim())
+    );
+    let mut sample: Vec<&Event> = done.iter().collect();
+    sample.sort_by_key(|e| e.seq);
+    w!(
+        body,
+        "<table class=\"grid\"><caption>The first {} of the {} batches it was done on</caption><thead><tr>\
+         <th scope=\"col\">Batch</th><th scope=\"col\">Recorded</th><th scope=\"col\">Seq</th><th scope=\"col\">By\
+         </th><th scope=\"col\">At</th></tr></thead><tbody>\n",
+        esc(sample.len().min(BULK_DONE_SAMPLE)),
+        esc(done.len())
+    );
+    for event in sample.iter().take(BULK_DONE_SAMPLE) {
+        w!(
+            body,
+            "<tr><th scope=\"row\"><a href=\"/batches/{}\">{}</a></th><td>{}</td><td>{}</td><td><code>{}</code></td>\
+             <td>{}</td></tr>\n",
+            esc(encode(event.batch_id.as_str())),
+            esc(&event.batch_id),
+            esc(recorded(event)),
+            esc(event.seq),
+            esc(&event.agent),
+            esc(event.at)
+        );
+    }
+    body.push_str("</tbody></table>\n");
+    w!(
+        body,
+        "<p>It cannot be confirmed again, and nothing more was written. To do it once more, preview it again from \
+         the batches.</p>\n<p><a href=\"{}\">Back to the batches</a></p>\n",
+        esc(back)
+    );
+    preview_page(access, StatusCode::OK, &format!("Done: {} on {} batches", posted.action.name(), done.len()), &body)
+}
+
+/// How many batches a done bulk preview lists.
+const BULK_DONE_SAMPLE: usize = 10;
+
+#[allow(clippy::too_many_arguments)]
+fn bulk_preview_body(
     access: &Access,
     name: &str,
     posted: &Posted,
+    key: &IdempotencyKey,
     filter: &Filter,
     back: &str,
     preview: &BulkPreview,
-    note: &str,
+    note: Option<&str>,
 ) -> Response {
     let mut body = String::new();
     let q = filter.query();
     w!(body, "<h1>Preview: {} on {} batches</h1>\n", esc(posted.action.name()), esc(preview.total));
-    if !note.is_empty() {
-        w!(body, "<p class=\"error\" role=\"alert\">{}</p>\n", esc(note));
-    }
+    body.push_str(&note_html(note));
     let refused = preview.total - preview.applicable;
     w!(
         body,
         "<p>{}</p>\n<dl class=\"facts\"><dt>Filter</dt><dd><a href=\"{}\"><code>{}</code></a></dd>\
          <dt>Batches</dt><dd>{} selected: {} would be acted on, {} refused</dd>\
          <dt>As</dt><dd><code>operator:{}</code></dd><dt>Reason</dt><dd>{}</dd></dl>\n\
-         <p>Nothing has been written yet.</p>\n",
+         <p>Nothing has been written yet. If the filter selects other batches, or one of them changes, before you \
+         confirm, nothing is done and this preview is shown again.</p>\n",
         esc(posted.action.to_string()),
         esc(back),
         esc(if q.is_empty() { "every batch" } else { &q }),
@@ -408,11 +984,9 @@ fn bulk_preview(
     if preview.applicable > 0 {
         w!(
             body,
-            "<form method=\"post\" action=\"/bulk\">{}<input type=\"hidden\" name=\"expect\" value=\"{}\">\
-             <input type=\"hidden\" name=\"confirm\" value=\"1\"><p><button type=\"submit\">Confirm: {} on {} \
-             batches</button> <a href=\"{}\">Cancel, back to the batches</a></p></form>\n",
-            hidden_fields(&posted.fields.iter().filter(|(n, _)| n != "expect").cloned().collect::<Vec<_>>()),
-            esc(preview.total),
+            "<form method=\"post\" action=\"/bulk\">{}<p><button type=\"submit\">Confirm: {} on {} batches</button> \
+             <a href=\"{}\">Cancel, back to the batches</a></p></form>\n",
+            posted.confirm_fields(&preview.plan, key),
             esc(posted.action.name()),
             esc(preview.applicable),
             esc(back)
@@ -420,7 +994,12 @@ fn bulk_preview(
     } else {
         w!(body, "<p>Nothing to do. <a href=\"{}\">Back to the batches</a></p>\n", esc(back));
     }
-    preview_page(access, &format!("Preview: {} on {} batches", posted.action.name(), preview.total), &body)
+    preview_page(
+        access,
+        StatusCode::OK,
+        &format!("Preview: {} on {} batches", posted.action.name(), preview.total),
+        &body,
+    )
 }
 
 fn refusals_table(refused: &[(BatchId, String)], total: usize) -> String {
@@ -448,16 +1027,25 @@ fn refusals_table(refused: &[(BatchId, String)], total: usize) -> String {
     out
 }
 
-/// The outcome counts, then the first refusals and the error that stopped it, if any.
+/// The outcome counts, what the first writes were, the first refusals and the error that
+/// stopped it, if any.
 fn bulk_summary(action: &str, total: usize, outcome: &BulkOutcome) -> String {
-    let mut out = format!(
-        "{action} on {total} batches: {} performed, {} refused",
-        outcome.performed.len(),
-        outcome.refused.len()
-    );
+    let already = outcome.performed.iter().filter(|r| r.already_done).count();
+    let written = outcome.performed.len() - already;
+    let mut out = format!("{action} on {total} batches: {written} performed");
+    if already > 0 {
+        w!(out, ", {already} already done (nothing written for them)");
+    }
+    w!(out, ", {} refused", outcome.refused.len());
     if let Some((id, error)) = &outcome.stopped {
         let left = total.saturating_sub(outcome.performed.len() + outcome.refused.len());
         w!(out, ", stopped at {id} ({left} not attempted): {error}");
+    }
+    for report in outcome.performed.iter().take(3) {
+        w!(out, "\n  {}", report.message);
+    }
+    if outcome.performed.len() > 3 {
+        w!(out, "\n  ... and {} more", outcome.performed.len() - 3);
     }
     for (id, words) in outcome.refused.iter().take(3) {
         w!(out, "\n  refused {id}: {words}");

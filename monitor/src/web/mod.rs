@@ -30,7 +30,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 
 use self::html::{Nav, Page, esc, w};
 use crate::data::Monitor;
@@ -96,8 +96,10 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
     axum::Router::new()
         .merge(pages)
         .merge(reads)
-        .route("/batches/{id}/act", post(actions::one))
-        .route("/bulk", post(actions::bulk))
+        // A preview is asked for with a POST and answered 303 to its address, a GET (never
+        // stored, so Back asks again and sees it done); the confirm is a POST (`actions`).
+        .route("/batches/{id}/act", get(actions::one_preview).post(actions::one))
+        .route("/bulk", get(actions::bulk_preview).post(actions::bulk))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", get(auth::logout_form).post(auth::logout))
         .route("/assets/monitor.css", get(assets::css))

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autocomp_model::{Batch, RESULT_KEY, Timestamp};
+use autocomp_model::{Batch, RESULT_KEY, Seq, Timestamp};
 use autocomp_ops::operator::{Explanation, describe_lock, report_summary};
 use autocomp_sboi::PageKey;
+use autocomp_store::{BatchHead, LogPage};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -288,12 +289,15 @@ fn filter_form(q: &str, filter: &Filter) -> String {
         let selected = if value == order_name(filter) { " selected" } else { "" };
         w!(out, "<option value=\"{}\"{selected}>{}</option>", esc(value), esc(label));
     }
-    out.push_str(
+    let states: Vec<&str> = StateFilter::ALL.iter().map(|state| state.as_str()).collect();
+    w!(
+        out,
         "</select> <button type=\"submit\">Apply</button></p>\
          <p id=\"filter-help\" class=\"help\">Terms: <code>component:NAME</code>, <code>state:STATE</code> \
-         (ready, waiting, working, retrying, failed, success, overdue; needs <code>component:</code>), \
+         ({}; needs <code>component:</code>), \
          <code>type:TYPE</code>, <code>priority:N</code>, <code>priority:&gt;=N</code>, <code>priority:&lt;=N</code>, \
          and a bare word for an id prefix.</p></form>\n",
+        esc(states.join(", "))
     );
     out
 }
@@ -358,22 +362,49 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
     out
 }
 
+/// The query of a batch's page: `before=SEQ` shows the events before that seq.
+#[derive(Debug, Deserialize, Default)]
+pub struct BatchQuery {
+    pub before: Option<String>,
+}
+
+impl BatchQuery {
+    fn before(query: Result<Query<BatchQuery>, QueryRejection>) -> Result<Option<Seq>, WebError> {
+        let query = query
+            .map(|Query(q)| q)
+            .map_err(|e| WebError::invalid(autocomp_model::InvalidInput::new("query string", "", e.body_text())))?;
+        match query.before.as_deref() {
+            None | Some("") => Ok(None),
+            Some(text) => match text.parse::<i64>() {
+                Ok(seq) if seq > 0 => Ok(Some(Seq(seq))),
+                _ => Err(WebError::invalid(autocomp_model::InvalidInput::new(
+                    "before",
+                    text,
+                    "not a seq: a page's \"Older events\" link gives one",
+                ))),
+            },
+        }
+    }
+}
+
 pub async fn batch(
     State(app): State<Arc<App>>,
     caller: Caller,
     headers: HeaderMap,
     uri: axum::http::Uri,
     Path(id): Path<String>,
+    query: Result<Query<BatchQuery>, QueryRejection>,
 ) -> Result<Response, WebError> {
-    let page = app.monitor.batch(&id).await?;
-    let b = &page.batch;
+    let before = BatchQuery::before(query)?;
+    let page = app.monitor.batch(&id, before).await?;
+    let head = &page.head;
     let mut body = String::new();
-    w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(&b.id));
-    body.push_str(&summary(b));
+    w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(head.id()));
+    body.push_str(&summary(head));
     body.push_str(&states(&page.explanations));
-    body.push_str(&metadata(b));
-    body.push_str(&open_runs(b));
-    body.push_str(&log(b));
+    body.push_str(&metadata(head));
+    body.push_str(&open_runs(head));
+    body.push_str(&log(head, &page.log, before));
     body.push_str("<h2 id=\"explanations\">Why each component is (not) ready</h2>\n");
     if page.explanations.is_empty() {
         body.push_str("<p>No component has run a pass against this store yet.</p>\n");
@@ -382,14 +413,36 @@ pub async fn batch(
         body.push_str(&explain(explanation));
     }
     let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
-    let types: Vec<String> = b.effective().iter().map(|e| e.event_type.to_string()).collect();
+    let types: Vec<String> = head.summary.effective.iter().map(|e| e.event_type.to_string()).collect();
     body.push_str("<h2 id=\"actions\">Actions</h2>\n");
-    body.push_str(&action_forms(&caller.access, &Target::One(b), &components, &types, Some(b.priority), &here(&uri)));
-    let title = format!("Batch {}", b.id);
+    let target = without_log(head);
+    let priority = Some(head.summary.priority);
+    body.push_str(&action_forms(&caller.access, &Target::One(&target), &components, &types, priority, &here(&uri)));
+    let title = format!("Batch {}", head.id());
     Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
 }
 
-fn summary(b: &Batch) -> String {
+/// The batch as the action forms take it: they name it by its id; its log is not read.
+fn without_log(head: &BatchHead) -> Batch {
+    let s = &head.summary;
+    Batch {
+        id: s.id.clone(),
+        batch_type: s.batch_type.clone(),
+        priority: s.priority,
+        metadata: head.metadata.clone(),
+        created_seq: s.created_seq,
+        modified_seq: s.modified_seq,
+        changed_seq: s.changed_seq,
+        created_at: head.created_at,
+        modified_at: head.modified_at,
+        events: Vec::new(),
+        open_runs: head.open_runs.clone(),
+        as_of: head.as_of,
+    }
+}
+
+fn summary(head: &BatchHead) -> String {
+    let s = &head.summary;
     let mut out = String::new();
     w!(
         out,
@@ -399,16 +452,19 @@ fn summary(b: &Batch) -> String {
          <tr><th scope=\"row\">Location</th><td>{}</td></tr>\
          <tr><th scope=\"row\">Registered</th><td>seq {}, {}</td></tr>\
          <tr><th scope=\"row\">Last content change</th><td>seq {}, {}</td></tr>\
+         <tr><th scope=\"row\">Stored</th><td>{} events, {:.1} MiB of details and metadata</td></tr>\
          <tr><th scope=\"row\">Read at</th><td>{} (store clock)</td></tr>\
          </tbody></table>\n",
-        esc(&b.batch_type),
-        esc(b.priority),
-        b.location().map_or("<em>none</em>".to_owned(), |l| format!("<code>{}</code>", esc(l))),
-        esc(b.created_seq),
-        time(b.created_at),
-        esc(b.modified_seq),
-        time(b.modified_at),
-        time(b.as_of)
+        esc(&s.batch_type),
+        esc(s.priority),
+        head.location().map_or("<em>none</em>".to_owned(), |l| format!("<code>{}</code>", esc(l))),
+        esc(s.created_seq),
+        time(head.created_at),
+        esc(s.modified_seq),
+        time(head.modified_at),
+        esc(head.event_count),
+        head.stored_bytes as f64 / (1024.0 * 1024.0),
+        time(head.as_of)
     );
     out
 }
@@ -437,16 +493,20 @@ fn states(explanations: &[Explanation]) -> String {
     out
 }
 
-fn metadata(b: &Batch) -> String {
+fn metadata(head: &BatchHead) -> String {
     format!(
         "<h2>Metadata</h2>\n{}\n",
-        if b.metadata.is_empty() { "<p>None.</p>".to_owned() } else { json_block(&Value::Object(b.metadata.clone())) }
+        if head.metadata.is_empty() {
+            "<p>None.</p>".to_owned()
+        } else {
+            json_block(&Value::Object(head.metadata.clone()))
+        }
     )
 }
 
-fn open_runs(b: &Batch) -> String {
+fn open_runs(head: &BatchHead) -> String {
     let mut out = String::from("<h2>Open runs</h2>\n");
-    if b.open_runs.is_empty() {
+    if head.open_runs.is_empty() {
         out.push_str("<p>None: no component is working on it.</p>\n");
         return out;
     }
@@ -454,7 +514,7 @@ fn open_runs(b: &Batch) -> String {
         "<table class=\"grid\"><caption>Open runs</caption><thead><tr><th scope=\"col\">Component</th>\
          <th scope=\"col\">Generation</th><th scope=\"col\">Held by</th><th scope=\"col\">Since</th></tr></thead><tbody>\n",
     );
-    for run in &b.open_runs {
+    for run in &head.open_runs {
         w!(
             out,
             "<tr><th scope=\"row\">{}</th><td>{}</td><td>{} on {} pid {}</td><td>{} ({})</td></tr>\n",
@@ -464,32 +524,63 @@ fn open_runs(b: &Batch) -> String {
             esc(&run.holder.host),
             esc(run.holder.pid),
             time(run.started_at),
-            esc(age(b.as_of.since(run.started_at)))
+            esc(age(head.as_of.since(run.started_at)))
         );
     }
     out.push_str("</tbody></table>\n");
     out
 }
 
-fn log(b: &Batch) -> String {
+/// Links to the pages of the log around this one, above the page (its events are oldest
+/// first): older events (`?before=`), and back to the newest when this is not it.
+fn log_pager(head: &BatchHead, log: &LogPage, before: Option<Seq>) -> String {
+    if log.older.is_none() && before.is_none() {
+        return String::new();
+    }
+    let path = format!("/batches/{}", encode(head.id().as_str()));
+    let mut out = String::from("<nav class=\"pager\" aria-label=\"Pages of the log\"><p>");
+    if let Some(older) = log.older {
+        w!(out, "<a href=\"{}?before={}#log\" rel=\"prev\">Older events</a> ", esc(&path), esc(older));
+    }
+    if before.is_some() {
+        w!(out, "<a href=\"{}#log\">Newest events</a>", esc(&path));
+    }
+    out.push_str("</p></nav>\n");
+    out
+}
+
+fn log(head: &BatchHead, log: &LogPage, before: Option<Seq>) -> String {
     let mut out = String::new();
     w!(out, "<h2 id=\"log\">Log</h2>\n");
-    if b.events.is_empty() {
+    if log.total == 0 {
         out.push_str("<p>No events yet: the batch waits for its first one.</p>\n");
         return out;
     }
-    let effective: Vec<_> = b.effective().iter().map(|e| e.seq).collect();
+    let pager = log_pager(head, log, before);
+    if log.events.is_empty() {
+        w!(out, "<p>No events before seq {} on this page.</p>\n", esc(before.unwrap_or_default()));
+        out.push_str(&pager);
+        return out;
+    }
+    let effective: Vec<Seq> = head.summary.effective.iter().map(|e| e.seq).collect();
+    let which = if log.events.len() as u64 == log.total {
+        format!("{} events, oldest first", log.total)
+    } else {
+        let (first, last) = (log.events[0].seq, log.events[log.events.len() - 1].seq);
+        format!("events seq {first} to {last}, {} of {}, oldest first", log.events.len(), log.total)
+    };
+    out.push_str(&pager);
     w!(
         out,
         "<div class=\"scroll\" role=\"region\" aria-labelledby=\"log-caption\" tabindex=\"0\">\n\
-         <table class=\"grid log\"><caption id=\"log-caption\">Log: {} events, oldest first (append-only; \
+         <table class=\"grid log\"><caption id=\"log-caption\">Log: {} (append-only; \
          <span class=\"effective-mark\">effective</span> events are what triggers see)</caption>\n\
          <thead><tr><th scope=\"col\">Seq</th><th scope=\"col\">Time</th><th scope=\"col\">Type</th>\
          <th scope=\"col\">Outcome</th><th scope=\"col\">Agent</th><th scope=\"col\">Summary</th>\
          <th scope=\"col\">Report</th></tr></thead><tbody>\n",
-        esc(b.events.len())
+        esc(which)
     );
-    for e in &b.events {
+    for e in &log.events {
         let is_effective = effective.contains(&e.seq);
         w!(
             out,

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_model::{ComponentState, Outcome};
-use autocomp_ops::operator::{AlertDefaults, Format, Operator, OperatorError, RestartFrom, TableFormat};
+use autocomp_model::{ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
+use autocomp_ops::operator::{
+    Action, AlertDefaults, Format, LogSpan, Operator, OperatorError, RestartFrom, SHOW_EVENTS, TableFormat,
+};
 use clap::{ArgGroup, Parser, Subcommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
@@ -71,6 +73,9 @@ enum Command {
         /// Kept in the batch's metadata with the operator's name.
         #[arg(long)]
         reason: Option<String>,
+        /// The answer as text or JSON (as the actions').
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Record an event by hand (e.g. a Data_Received for a batch delivered outside the
     /// pipeline). The type must be one the pipeline records or waits for.
@@ -84,13 +89,27 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        /// The answer as text or JSON (as the actions').
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
-    /// A batch's log with every report, its effective view, component states and open runs.
+    /// A batch's effective view, component states, open runs and the newest page of its
+    /// log with every report (oldest first within the page); it says how to see older events.
+    /// Never reads the whole log unless --all asks for it.
     Show {
         /// The batch id.
         id: String,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Only events older than this seq: the page before one shown (its "older events").
+        #[arg(long, value_name = "SEQ", conflicts_with = "all", value_parser = clap::value_parser!(i64).range(1..))]
+        before: Option<i64>,
+        /// Events per page (1 to 1000) [default: 50]
+        #[arg(long, value_name = "N", conflicts_with = "all", value_parser = clap::value_parser!(u16).range(1..=1000))]
+        limit: Option<u16>,
+        /// The whole log, oldest first, read and printed a page at a time.
+        #[arg(long)]
+        all: bool,
     },
     /// Each batch's state per component: success, failed, working (open run), ready
     /// (trigger holds) or waiting.
@@ -114,6 +133,8 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Append a Reset marker for a starting event type and every type whose effective event
     /// has a higher seq (was recorded after it): those steps trigger again.
@@ -130,10 +151,12 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Fence the component's running worker on the batch (it stops within seconds and can
-    /// record nothing) and record a failure flagged `cancelled`. With no running worker,
-    /// only the failure is recorded.
+    /// record nothing) and record a failure flagged `cancelled`. With no running worker it
+    /// is refused (exit 1, nothing written) unless --record-anyway.
     Cancel {
         /// The batch id.
         id: String,
@@ -142,8 +165,15 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        /// Record the cancelled failure even when the component has no open run on the batch.
+        #[arg(long)]
+        record_anyway: bool,
+        #[command(flatten)]
+        guard: Guard,
     },
-    /// Record a success flagged `skipped` for the component, so the next ones may run.
+    /// Record a success flagged `skipped` for the component, so the next ones may run. Over
+    /// a success that counts (not skipped, not stale) it is refused (exit 1, nothing
+    /// written) unless --force.
     Skip {
         /// The batch id.
         id: String,
@@ -152,6 +182,11 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        /// Skip even when the component's effective event is already a success.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Set a batch's priority (higher runs first); recorded as a `Prioritized` event.
     Prioritize {
@@ -162,6 +197,8 @@ enum Command {
         /// Why: recorded with the event for whoever reads the log later (required).
         #[arg(long, required = true)]
         reason: String,
+        #[command(flatten)]
+        guard: Guard,
     },
     /// Why a batch is or is not ready for a component: each trigger clause in the store and
     /// in the index, the retry window of a transient failure, attempts, open run, locks.
@@ -242,6 +279,47 @@ enum Command {
     },
 }
 
+/// What every action (rerun, restart, cancel, skip, prioritize) takes besides its own input.
+#[derive(clap::Args)]
+struct Guard {
+    /// Write nothing: print what it would record, the state changes and the batch's version
+    /// (for --expect-version).
+    #[arg(long)]
+    dry_run: bool,
+    /// Act only if the batch's version (its changed_seq, which every event, claim and
+    /// release moves; --dry-run prints it) is still N; else exit 2 naming the field and
+    /// the version now, nothing written.
+    #[arg(long, value_name = "N", conflicts_with = "dry_run")]
+    expect_version: Option<i64>,
+    /// An idempotency key for retries from scripts (1-128 printable ASCII characters,
+    /// starting with a letter or digit): it is recorded with the event, and a repeated
+    /// command with the same key on the same batch writes nothing and answers "already
+    /// done" with the earlier seq (exit 0). Use a new key for each new request.
+    #[arg(long, value_name = "K", conflicts_with = "dry_run")]
+    key: Option<String>,
+    /// The answer as text, or as JSON: batch, already_done, event (seq, type, outcome,
+    /// agent, at, flags; resets and supersedes for a Reset), changes, message.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+impl Guard {
+    async fn act(self, operator: &Operator, id: &str, action: Action, reason: &str) -> Result<String, OperatorError> {
+        if self.dry_run {
+            return Ok(operator.preview(id, &action, reason).await?.render_as(self.format));
+        }
+        let key = match &self.key {
+            Some(text) => {
+                Some(IdempotencyKey::new(text.as_str()).map_err(|e| InvalidInput::new("--key", text, e.reason))?)
+            }
+            None => None,
+        };
+        let version = self.expect_version.map(Seq);
+        let report = operator.perform_expecting(id, &action, reason, version, key.as_ref()).await?;
+        Ok(report.render_as(self.format))
+    }
+}
+
 #[derive(Subcommand)]
 enum PipelineAction {
     /// Retire a component that no longer runs (renamed, removed): it leaves `status`,
@@ -310,24 +388,43 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
     let operator = Operator::new(&config_dir, overrides, cli.operator)?;
     Ok(match cli.command {
-        Command::Add { id, batch_type, priority, location, reason } => {
-            operator.add(&id, &batch_type, priority, location.as_deref(), reason.as_deref()).await?.render()
+        Command::Add { id, batch_type, priority, location, reason, format } => {
+            operator.add(&id, &batch_type, priority, location.as_deref(), reason.as_deref()).await?.render_as(format)
         }
-        Command::Event { id, event_type, outcome, reason } => {
-            operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render()
+        Command::Event { id, event_type, outcome, reason, format } => {
+            operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render_as(format)
         }
-        Command::Show { id, format } => operator.show(&id).await?.render(format),
+        Command::Show { id, format, all: true, .. } => {
+            let mut stdout = QuietOnClose::new(std::io::stdout().lock());
+            match operator.show_all(&id, format, &mut stdout).await {
+                Ok(()) => stdout.flush().or_else(|e| stdout.closed_or(e)).map(|()| String::new()),
+                Err(_) if stdout.closed => Ok(String::new()),
+                Err(e) => Err(e),
+            }?
+        }
+        Command::Show { id, format, before, limit, all: false } => {
+            let limit = limit.map_or(SHOW_EVENTS, usize::from);
+            operator.show_page(&id, LogSpan::Page { before: before.map(Seq), limit }).await?.render(format)
+        }
         Command::Status { component, state, format } => {
             operator.status(component.as_deref(), state).await?.render(format)
         }
-        Command::Rerun { id, component, reason } => operator.rerun(&id, &component, &reason).await?.render(),
-        Command::Restart { id, from_first_failure: _, from, reason } => {
-            let from = from.map_or(RestartFrom::FirstFailure, RestartFrom::Type);
-            operator.restart(&id, from, &reason).await?.render()
+        Command::Rerun { id, component, reason, guard } => {
+            guard.act(&operator, &id, Action::Rerun { component }, &reason).await?
         }
-        Command::Cancel { id, component, reason } => operator.cancel(&id, &component, &reason).await?.render(),
-        Command::Skip { id, component, reason } => operator.skip(&id, &component, &reason).await?.render(),
-        Command::Prioritize { id, priority, reason } => operator.prioritize(&id, priority, &reason).await?.render(),
+        Command::Restart { id, from_first_failure: _, from, reason, guard } => {
+            let from = from.map_or(RestartFrom::FirstFailure, RestartFrom::Type);
+            guard.act(&operator, &id, Action::Restart { from }, &reason).await?
+        }
+        Command::Cancel { id, component, reason, record_anyway, guard } => {
+            guard.act(&operator, &id, Action::Cancel { component, record_anyway }, &reason).await?
+        }
+        Command::Skip { id, component, reason, force, guard } => {
+            guard.act(&operator, &id, Action::Skip { component, force }, &reason).await?
+        }
+        Command::Prioritize { id, priority, reason, guard } => {
+            guard.act(&operator, &id, Action::Prioritize { priority }, &reason).await?
+        }
         Command::Explain { id, component, format } => operator.explain(&id, &component).await?.render(format),
         Command::Ready { component, format } => operator.ready(&component).await?.render(format),
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
@@ -345,4 +442,36 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
         Command::Demo { .. } | Command::New(_) => String::new(),
     })
+}
+
+/// Stdout for output written as it is made (`show --all`): a reader that stops reading
+/// (`| head`) ends the output quietly, as it does for the other commands.
+struct QuietOnClose<W: Write> {
+    inner: std::io::BufWriter<W>,
+    closed: bool,
+}
+
+impl<W: Write> QuietOnClose<W> {
+    fn new(inner: W) -> Self {
+        Self { inner: std::io::BufWriter::new(inner), closed: false }
+    }
+
+    /// `Ok` when the reader went away, else the error as an operator error.
+    fn closed_or(&mut self, error: std::io::Error) -> Result<(), OperatorError> {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            self.closed = true;
+            return Ok(());
+        }
+        Err(OperatorError::Run(autocomp_framework::exit::RunError::Usage(format!("cannot write the output: {error}"))))
+    }
+}
+
+impl<W: Write> Write for QuietOnClose<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| self.closed |= e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().inspect_err(|e| self.closed |= e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
 }

@@ -7,20 +7,44 @@
 //! one function whatever asks for it: the CLI performs the plan, the monitor previews it
 //! first (the same checks and refusals, the event it would append and the state changes
 //! that follow) and may act on many batches at once.
+//!
+//! **Honest answers.** Every answer names exactly what was written: the event's type, seq
+//! and outcome (and flags), and for a `Reset` the types it supersedes. `skip` over a
+//! success that counts is refused unless forced; `cancel` with no open run is refused unless
+//! asked to record the cancelled failure anyway.
+//!
+//! **Confirming what was previewed, once.** A preview carries a plan token
+//! ([`ActionPreview::plan`]: the batch's version, its `changed_seq`, and the write planned
+//! against it); [`Operator::perform_confirmed`] re-plans and acts only if both are still
+//! the same, else refuses saying what changed. A bulk preview's token is a digest of the
+//! distinct ids with each batch's version and planned write ([`BulkPreview::plan`]). A
+//! confirm may carry an idempotency key: it is recorded in the event's details (and given
+//! to the store as the append's key, where the store takes one), and a confirm whose key
+//! the batch's log already holds writes nothing and answers "already done" with the earlier
+//! seq. Within one process the writes on one batch are made one at a time (look for the key,
+//! re-plan, write), so a double submit cannot slip between the look and the write; across
+//! processes the store's idempotency key closes that gap for appends (rerun, restart,
+//! skip), while `cancel_run` and `prioritize` take no key in the store yet.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchType, ComponentName, ComponentState, Event, EventType, InvalidInput, NewBatch,
-    NewEvent, Outcome, Run, RunState, Seq,
+    Agent, Batch, BatchId, BatchType, ComponentName, ComponentState, Event, EventType, IdempotencyKey, InvalidInput,
+    NewBatch, NewEvent, Outcome, Run, RunState, Seq,
 };
 use autocomp_store::{CreateOutcome, ObjectStore, StoreError};
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
+use super::views::{Format, json_document};
 use super::{Operator, OperatorError, PRIORITIZED, Step, check_reason, unknown_batch};
+
+/// The key of an operator event's details that holds the idempotency key of the request
+/// that wrote it.
+const KEY_DETAIL: &str = "idempotency_key";
 
 /// Most batches one bulk action may name: bounds the work (and the store reads) of one
 /// request.
@@ -53,11 +77,16 @@ pub struct StateChange {
 #[derive(Debug, Clone)]
 pub struct ActionReport {
     pub batch: BatchId,
-    /// One line: what was recorded.
+    /// One line: what was recorded (type, seq, outcome; for a Reset the types it
+    /// supersedes), or that the request was already done and at which seq.
     pub message: String,
-    /// The event appended, if any (`add` registers a batch, no event).
+    /// The event appended, if any (`add` registers a batch, no event); for a request already
+    /// done, the event it recorded earlier.
     pub event: Option<Event>,
     pub changes: Vec<StateChange>,
+    /// The request's idempotency key was found in the batch's log: nothing was written now,
+    /// `event` is what the earlier attempt recorded.
+    pub already_done: bool,
 }
 
 impl ActionReport {
@@ -68,6 +97,65 @@ impl ActionReport {
         }
         out
     }
+
+    /// `batch`, `already_done`, `event` (`seq`, `type`, `outcome`, `agent`, `at`, and
+    /// `resets` with `supersedes` for a Reset, `flags`), `changes`, `message`.
+    pub fn to_json(&self) -> Value {
+        let changes: Vec<Value> = self
+            .changes
+            .iter()
+            .map(|c| json!({"component": c.component, "before": c.before.as_str(), "after": c.after.as_str()}))
+            .collect();
+        json!({
+            "batch": self.batch,
+            "already_done": self.already_done,
+            "event": self.event.as_ref().map(event_json),
+            "changes": changes,
+            "message": self.message,
+        })
+    }
+
+    pub fn render_as(&self, format: Format) -> String {
+        match format {
+            Format::Text => self.render(),
+            Format::Json => json_document(&self.to_json()),
+        }
+    }
+}
+
+/// What an event is, for an answer: everything but the details' free text.
+fn event_json(event: &Event) -> Value {
+    let flags: Vec<&str> = ["cancelled", "skipped", "transient"].into_iter().filter(|f| event.flag(f)).collect();
+    let mut value = json!({
+        "seq": event.seq,
+        "type": event.event_type,
+        "outcome": event.outcome.as_str(),
+        "agent": event.agent,
+        "at": event.at,
+        "flags": flags,
+    });
+    if event.event_type.is_reset() {
+        value["resets"] = json!(event.resets);
+        value["supersedes"] = event.details.get("superseded").cloned().unwrap_or_else(|| json!([]));
+    }
+    value
+}
+
+/// Exactly what an event is: `Reset (seq 12, success) superseding Checked, Audited`,
+/// `Probed (seq 13, failure, flagged cancelled)`.
+fn wrote(event: &Event) -> String {
+    let mut out = format!("{} (seq {}, {}", event.event_type, event.seq, event.outcome.as_str());
+    for flag in ["cancelled", "skipped"] {
+        if event.flag(flag) {
+            write!(out, ", flagged {flag}").ok();
+        }
+    }
+    out.push(')');
+    if !event.resets.is_empty() {
+        let types: Vec<&str> = event.resets.iter().map(EventType::as_str).collect();
+        write!(out, " superseding {}", types.join(", ")).ok();
+    }
+    out
 }
 
 /// An operator's action on one batch: what the CLI's `rerun`, `restart`, `cancel`, `skip`
@@ -79,9 +167,11 @@ pub enum Action {
     /// A Reset marker for the starting type and every type recorded after it.
     Restart { from: RestartFrom },
     /// Fences the component's running worker and records a failure flagged `cancelled`.
-    Cancel { component: String },
-    /// Records a success flagged `skipped` for the component.
-    Skip { component: String },
+    /// With no open run it is refused unless `record_anyway`.
+    Cancel { component: String, record_anyway: bool },
+    /// Records a success flagged `skipped` for the component. Over a success that counts
+    /// (not skipped, not stale) it is refused unless `force`.
+    Skip { component: String, force: bool },
     /// Sets the batch's priority (higher runs first) and records `Prioritized`.
     Prioritize { priority: i32 },
 }
@@ -97,6 +187,16 @@ impl Action {
             Action::Prioritize { .. } => "prioritize",
         }
     }
+
+    /// The component it names, if any.
+    fn component(&self) -> Option<&str> {
+        match self {
+            Action::Rerun { component } | Action::Cancel { component, .. } | Action::Skip { component, .. } => {
+                Some(component)
+            }
+            Action::Restart { .. } | Action::Prioritize { .. } => None,
+        }
+    }
 }
 
 impl fmt::Display for Action {
@@ -109,12 +209,22 @@ impl fmt::Display for Action {
             Action::Restart { from: RestartFrom::Type(start) } => {
                 write!(f, "restart from {start}: supersede it and every result recorded after it")
             }
-            Action::Cancel { component } => {
+            Action::Cancel { component, record_anyway: false } => {
                 write!(f, "cancel {component}: stop its running worker and record a cancelled failure")
             }
-            Action::Skip { component } => {
+            Action::Cancel { component, record_anyway: true } => write!(
+                f,
+                "cancel {component}: stop its running worker, if any, and record a cancelled failure (even with no \
+                 worker running)"
+            ),
+            Action::Skip { component, force: false } => {
                 write!(f, "skip {component}: record a skipped success so the steps after it may run")
             }
+            Action::Skip { component, force: true } => write!(
+                f,
+                "skip {component}: record a skipped success so the steps after it may run (forced: even over a \
+                 success)"
+            ),
             Action::Prioritize { priority } => {
                 write!(f, "prioritize: set the priority to {priority} (higher runs first)")
             }
@@ -131,6 +241,8 @@ pub struct ActionPreview {
     pub action: String,
     /// The event type it would append (`Reset`, the component's type, `Prioritized`).
     pub records: String,
+    /// The outcome of the event it would append.
+    pub outcome: Outcome,
     /// The types a `Reset` would supersede; empty for the other actions.
     pub resets: Vec<EventType>,
     /// The components whose state would change. `perform` reports the same changes unless
@@ -139,6 +251,51 @@ pub struct ActionPreview {
     /// The message `perform` would print, with the seq the store would assign next if
     /// nothing else were written first.
     pub message: String,
+    /// The batch's version the plan was made against: its `changed_seq`, which every event,
+    /// claim and release moves (what the CLI's `--expect-version` compares).
+    pub version: Seq,
+    /// The plan token: the version and the planned write, for a confirm to post back
+    /// ([`Operator::perform_confirmed`] acts only if both are unchanged).
+    pub plan: String,
+}
+
+impl ActionPreview {
+    /// The CLI's `--dry-run`: what it would record, the state changes, the version.
+    pub fn render_as(&self, format: Format) -> String {
+        match format {
+            Format::Json => {
+                let changes: Vec<Value> = self
+                    .changes
+                    .iter()
+                    .map(|c| json!({"component": c.component, "before": c.before.as_str(), "after": c.after.as_str()}))
+                    .collect();
+                json_document(&json!({
+                    "batch": self.batch,
+                    "action": self.action,
+                    "records": self.records,
+                    "outcome": self.outcome.as_str(),
+                    "resets": self.resets,
+                    "changes": changes,
+                    "message": self.message,
+                    "version": self.version,
+                    "plan": self.plan,
+                }))
+            }
+            Format::Text => {
+                let mut out = format!("dry run, nothing written: {}\nit would say: {}\n", self.action, self.message);
+                for change in &self.changes {
+                    writeln!(out, "  {}: {} -> {}", change.component, change.before, change.after).ok();
+                }
+                writeln!(
+                    out,
+                    "batch version {0}: add `--expect-version {0}` to act only if {1} has not changed since",
+                    self.version, self.batch
+                )
+                .ok();
+                out
+            }
+        }
+    }
 }
 
 /// What one action would do to many batches.
@@ -152,6 +309,10 @@ pub struct BulkPreview {
     pub sample: Vec<ActionPreview>,
     /// The first refusals, in the order named, each in the words `perform` would use.
     pub refused: Vec<(BatchId, String)>,
+    /// The plan token: `TOTAL:DIGEST`, the SHA-256 (hex) of the distinct ids in order, each
+    /// with its version and planned write (or refusal), for a confirm to post back
+    /// ([`Operator::perform_many_confirmed`] acts only if it is unchanged).
+    pub plan: String,
 }
 
 /// What one action did to many batches, in the order named.
@@ -237,6 +398,7 @@ impl Operator {
             message: message(&recorded),
             changes: changes_since(store, pipeline, batch).await?,
             event: Some(recorded),
+            already_done: false,
         })
     }
 
@@ -277,7 +439,7 @@ impl Operator {
             ),
             CreateOutcome::AlreadyExists(_) => format!("{id}: already registered exactly so; nothing changed"),
         };
-        Ok(ActionReport { batch: id, message, event: None, changes: Vec::new() })
+        Ok(ActionReport { batch: id, message, event: None, changes: Vec::new(), already_done: false })
     }
 
     /// `autocomp event`: records an event by hand (e.g. a `Data_Received` for a batch
@@ -300,10 +462,7 @@ impl Operator {
         let summary = format!("recorded by hand by {agent}: {reason}");
         let details = self.details("event", reason, summary, json!({}));
         let event = NewEvent::new(event_type, outcome, agent).with_details(details);
-        self.append(store.as_ref(), &pipeline, &batch, event, |e| {
-            format!("{}: recorded {} {} (seq {})", batch.id, e.event_type, e.outcome.as_str(), e.seq)
-        })
-        .await
+        self.append(store.as_ref(), &pipeline, &batch, event, |e| format!("{}: recorded {}", batch.id, wrote(e))).await
     }
 
     /// Event types the pipeline records or any trigger mentions, and those the component
@@ -364,15 +523,17 @@ impl Operator {
     /// `autocomp cancel`: fences the component's running worker (its run is closed as
     /// cancelled and the claim generation bumped, in the store, in the same transaction as
     /// the recorded failure flagged `cancelled`). The worker notices within a second, stops,
-    /// and cannot record anything. With no open run only the failure is recorded.
+    /// and cannot record anything. With no open run it is refused (see [`Action::Cancel`]'s
+    /// `record_anyway`).
     pub async fn cancel(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
-        self.perform(id, &Action::Cancel { component: component.to_owned() }, reason).await
+        self.perform(id, &Action::Cancel { component: component.to_owned(), record_anyway: false }, reason).await
     }
 
     /// `autocomp skip`: records a success flagged `skipped` for the component, so the
-    /// components that require its event type may run.
+    /// components that require its event type may run. Over a success it is refused (see
+    /// [`Action::Skip`]'s `force`).
     pub async fn skip(&self, id: &str, component: &str, reason: &str) -> Result<ActionReport, OperatorError> {
-        self.perform(id, &Action::Skip { component: component.to_owned() }, reason).await
+        self.perform(id, &Action::Skip { component: component.to_owned(), force: false }, reason).await
     }
 
     /// `autocomp prioritize`: the new priority and a `Prioritized` event saying who and
@@ -386,7 +547,42 @@ impl Operator {
     /// refusals in the same words, the same one store call.
     pub async fn perform(&self, id: &str, action: &Action, reason: &str) -> Result<ActionReport, OperatorError> {
         let prepared = self.prepare(action, reason).await?;
-        self.perform_prepared(&prepared, id).await
+        self.perform_prepared(&prepared, id, Expect::Nothing, None).await
+    }
+
+    /// `perform` as the CLI's `--expect-version` and `--key` ask: refused (an input error
+    /// naming `--expect-version`, exit 2) unless the batch's version (its `changed_seq`) is
+    /// still `version`; with `key`, a request whose key the batch's log already holds writes
+    /// nothing and answers "already done" naming the earlier seq.
+    pub async fn perform_expecting(
+        &self,
+        id: &str,
+        action: &Action,
+        reason: &str,
+        version: Option<Seq>,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<ActionReport, OperatorError> {
+        let prepared = self.prepare(action, reason).await?;
+        let expect = version.map_or(Expect::Nothing, Expect::Version);
+        self.perform_prepared(&prepared, id, expect, key).await
+    }
+
+    /// Confirms a preview: `plan` is its [`ActionPreview::plan`], `key` the confirm's
+    /// idempotency key. A request whose key the batch's log already holds writes nothing and
+    /// answers "already done" naming the earlier seq; otherwise the action is re-planned and
+    /// performed only if the batch's version and the planned write are those previewed, else
+    /// it is refused (`OperatorError::Refused`) saying what changed, with nothing written.
+    pub async fn perform_confirmed(
+        &self,
+        id: &str,
+        action: &Action,
+        reason: &str,
+        plan: &str,
+        key: &IdempotencyKey,
+    ) -> Result<ActionReport, OperatorError> {
+        let prepared = self.prepare(action, reason).await?;
+        let token = PlanToken::parse(plan)?;
+        self.perform_prepared(&prepared, id, Expect::Plan(token), Some(key)).await
     }
 
     /// What `perform` would do to batch `id`, or its refusal in the same words; writes
@@ -411,18 +607,27 @@ impl Operator {
         let ids = distinct_within_bound(ids)?;
         let prepared = self.prepare(action, reason).await?;
         let mut next = prepared.store.head().await?;
-        let mut preview = BulkPreview { total: ids.len(), applicable: 0, sample: Vec::new(), refused: Vec::new() };
+        let mut preview = BulkPreview {
+            total: ids.len(),
+            applicable: 0,
+            sample: Vec::new(),
+            refused: Vec::new(),
+            plan: String::new(),
+        };
+        let mut digest = BulkDigest::default();
         for page in ids.chunks(BULK_READ_PAGE) {
             let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
             let mut found: HashMap<BatchId, Batch> =
                 prepared.store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
             for id in page {
-                let planned = match found.remove(&id) {
-                    Some(batch) => self.plan(&prepared, &batch).map(|plan| (batch, plan)),
+                let batch = found.remove(&id);
+                let planned = match &batch {
+                    Some(batch) => self.plan(&prepared, batch),
                     None => Err(unknown_batch(id.as_str()).into()),
                 };
-                match planned {
-                    Ok((batch, plan)) => {
+                digest.add(&id, batch.as_ref(), planned.as_ref().ok());
+                match (batch, planned) {
+                    (Some(batch), Ok(plan)) => {
                         preview.applicable += 1;
                         // Performed in this order, each appends one event.
                         next = Seq(next.0 + 1);
@@ -430,7 +635,8 @@ impl Operator {
                             preview.sample.push(prepared.preview(&batch, plan, next));
                         }
                     }
-                    Err(error) => {
+                    (_, planned) => {
+                        let error = planned.err().unwrap_or_else(|| unknown_batch(id.as_str()).into());
                         let words = refusal_words(error)?;
                         if preview.refused.len() < BULK_SAMPLE {
                             preview.refused.push((id, words));
@@ -439,6 +645,7 @@ impl Operator {
                 }
             }
         }
+        preview.plan = digest.token();
         Ok(preview)
     }
 
@@ -454,9 +661,76 @@ impl Operator {
     ) -> Result<BulkOutcome, OperatorError> {
         let ids = distinct_within_bound(ids)?;
         let prepared = self.prepare(action, reason).await?;
+        let plans = ids.iter().map(|id| (*id, Expect::Nothing, None)).collect();
+        Ok(self.perform_each(&prepared, plans).await)
+    }
+
+    /// Confirms a bulk preview: `plan` is its [`BulkPreview::plan`], `key` the confirm's
+    /// idempotency key (each batch's key is derived from it and the batch id). Unless some
+    /// batch's log already holds its key (a repeated confirm: what it did is answered as
+    /// already done, and the rest is done), the ids, their versions and planned writes must
+    /// be those previewed, else it is refused (`OperatorError::Refused`) saying so, with
+    /// nothing written; each batch is then written only if it did not change since this
+    /// check (else it is listed as refused).
+    pub async fn perform_many_confirmed(
+        &self,
+        ids: &[BatchId],
+        action: &Action,
+        reason: &str,
+        plan: &str,
+        key: &IdempotencyKey,
+    ) -> Result<BulkOutcome, OperatorError> {
+        let ids = distinct_within_bound(ids)?;
+        let prepared = self.prepare(action, reason).await?;
+        let (previewed, _) = BulkDigest::parse(plan)?;
+        let keys: HashMap<&BatchId, IdempotencyKey> = ids.iter().map(|id| (*id, derived_key(key, id))).collect();
+        let mut digest = BulkDigest::default();
+        let mut versions: HashMap<BatchId, Seq> = HashMap::new();
+        let mut repeated = false;
+        for page in ids.chunks(BULK_READ_PAGE) {
+            let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
+            let mut found: HashMap<BatchId, Batch> =
+                prepared.store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+            for id in page {
+                let batch = found.remove(&id);
+                let planned = batch.as_ref().map(|batch| self.plan(&prepared, batch));
+                digest.add(&id, batch.as_ref(), planned.as_ref().and_then(|p| p.as_ref().ok()));
+                if let Some(batch) = batch {
+                    repeated |= keyed(&batch, &keys[&id]).is_some();
+                    versions.insert(id, batch.changed_seq);
+                }
+            }
+        }
+        let now = digest.token();
+        if !repeated && now != plan {
+            let (count, _) = BulkDigest::parse(&now)?;
+            return Err(OperatorError::Refused(format!(
+                "the batches changed since your preview ({previewed} batches then, {count} now; a batch was written \
+                 since, or what the action would write on it differs): nothing was done; review and confirm again"
+            )));
+        }
+        let plans = ids
+            .iter()
+            .map(|id| {
+                // A repeated confirm does what the first left undone, as the batches are now.
+                let expect = match versions.get(*id) {
+                    Some(version) if !repeated => Expect::Batch(*version),
+                    _ => Expect::Nothing,
+                };
+                (*id, expect, Some(&keys[id]))
+            })
+            .collect();
+        Ok(self.perform_each(&prepared, plans).await)
+    }
+
+    async fn perform_each(
+        &self,
+        prepared: &Arc<Prepared>,
+        plans: Vec<(&BatchId, Expect, Option<&IdempotencyKey>)>,
+    ) -> BulkOutcome {
         let mut outcome = BulkOutcome { performed: Vec::new(), refused: Vec::new(), stopped: None };
-        for id in ids {
-            match self.perform_prepared(&prepared, id.as_str()).await {
+        for (id, expect, key) in plans {
+            match self.perform_prepared(prepared, id.as_str(), expect, key).await {
                 Ok(report) => outcome.performed.push(report),
                 Err(error) => match refusal_words(error) {
                     Ok(words) => outcome.refused.push((id.clone(), words)),
@@ -467,18 +741,94 @@ impl Operator {
                 },
             }
         }
-        Ok(outcome)
+        outcome
     }
 
-    async fn perform_prepared(&self, prepared: &Prepared, id: &str) -> Result<ActionReport, OperatorError> {
+    /// The one way an action is performed on one batch: one write at a time on the batch in
+    /// this process; the request's key looked for in the log; the expectation checked; the
+    /// plan made and written. It runs as a task of its own, so a caller that gives up (a web
+    /// request whose client went away) cannot end it between the write and the end of its
+    /// turn on the batch: the next request with the same key finds the write.
+    async fn perform_prepared(
+        &self,
+        prepared: &Arc<Prepared>,
+        id: &str,
+        expect: Expect,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<ActionReport, OperatorError> {
+        let (operator, prepared, id, key) = (self.clone(), Arc::clone(prepared), id.to_owned(), key.cloned());
+        let task = tokio::spawn(async move { operator.perform_in_turn(&prepared, &id, expect, key.as_ref()).await });
+        match task.await {
+            Ok(answer) => answer,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(StoreError::Unavailable(format!(
+                "the write was cancelled ({error}: the process is shutting down); whether it was made, `autocomp \
+                 show` tells"
+            ))
+            .into()),
+        }
+    }
+
+    async fn perform_in_turn(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        expect: Expect,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<ActionReport, OperatorError> {
+        let valid = BatchId::new(id)?;
+        let _turn = one_at_a_time(&prepared.store, &valid).await;
         let batch = self.batch(prepared.store.as_ref(), id).await?;
+        if let Some(key) = key
+            && let Some(earlier) = keyed(&batch, key)
+        {
+            return prepared.already_done(&batch, earlier, key);
+        }
+        let now = batch.changed_seq;
+        match &expect {
+            Expect::Nothing => {}
+            Expect::Version(version) if *version != now => {
+                return Err(InvalidInput::new(
+                    "--expect-version",
+                    version.to_string(),
+                    format!(
+                        "batch {id} is at version {now} now: it changed since (`autocomp show {id}` tells how); \
+                         nothing was done"
+                    ),
+                )
+                .into());
+            }
+            Expect::Plan(token) if token.version != now => {
+                return Err(OperatorError::Refused(format!(
+                    "the batch changed since your preview (seq {} -> {now}): nothing was done; review and confirm \
+                     again",
+                    token.version
+                )));
+            }
+            Expect::Batch(version) if *version != now => {
+                return Err(OperatorError::Refused(format!(
+                    "{id} changed since the preview was checked (seq {version} -> {now}): nothing was done on it"
+                )));
+            }
+            Expect::Version(_) | Expect::Plan(_) | Expect::Batch(_) => {}
+        }
         let plan = self.plan(prepared, &batch)?;
-        prepared.execute(&batch, plan).await
+        if let Expect::Plan(token) = &expect {
+            let writes = plan.write.describe();
+            if token.writes != writes {
+                return Err(OperatorError::Refused(format!(
+                    "what this action would write changed since your preview ({} -> {writes}): nothing was done; \
+                     review and confirm again",
+                    token.writes
+                )));
+            }
+        }
+        prepared.execute(&batch, plan, key).await
     }
 
     /// Every check that does not depend on the batch, in the order the CLI has always made
     /// them, so the same bad input gets the same error whichever check it fails first.
-    async fn prepare(&self, action: &Action, reason: &str) -> Result<Prepared, OperatorError> {
+    async fn prepare(&self, action: &Action, reason: &str) -> Result<Arc<Prepared>, OperatorError> {
         let reason = check_reason(reason)?.to_owned();
         let agent = self.agent()?;
         // The starting type is checked before the store is touched.
@@ -494,11 +844,11 @@ impl Operator {
         let target = match action {
             Action::Rerun { component } => Target::Rerun(step(component)?),
             Action::Restart { .. } => Target::Restart(start_type),
-            Action::Cancel { component } => Target::Cancel(step(component)?),
-            Action::Skip { component } => Target::Skip(step(component)?),
+            Action::Cancel { component, record_anyway } => Target::Cancel(step(component)?, *record_anyway),
+            Action::Skip { component, force } => Target::Skip(step(component)?, *force),
             Action::Prioritize { priority } => Target::Prioritize(*priority),
         };
-        Ok(Prepared { action: action.clone(), target, reason, agent, store, pipeline })
+        Ok(Arc::new(Prepared { action: action.clone(), target, reason, agent, store, pipeline }))
     }
 
     /// What the prepared action writes on `batch`, or why it is refused: the one place each
@@ -522,9 +872,9 @@ impl Operator {
                 let summary = format!("rerun of {} requested by {agent}: {reason}", step.name());
                 let extra = json!({"component": step.name(), "superseded": superseded(batch, &types)});
                 let event = NewEvent::reset(types, agent.clone(), self.details(action, reason, summary, extra));
-                let (event_type, name) = (step.event_type().clone(), step.name().clone());
+                let name = step.name().clone();
                 Plan::new(Write::Append(event), move |e, _| {
-                    format!("{id}: recorded Reset of {event_type} (seq {}): {name} may run again", e.seq)
+                    format!("{id}: recorded {}: {name} may run again", wrote(e))
                 })
             }
             Target::Restart(start_type) => {
@@ -557,49 +907,90 @@ impl Operator {
                 after.sort_by_key(|e| e.seq);
                 let types: Vec<EventType> = after.iter().map(|e| e.event_type.clone()).collect();
                 refuse_if_working(batch, prepared.pipeline.iter().filter(|s| types.contains(s.event_type())), action)?;
-                let named = types.iter().map(EventType::as_str).collect::<Vec<_>>().join(", ");
                 let summary =
                     format!("restart from {} (seq {}) requested by {agent}: {reason}", start.event_type, start.seq);
                 let extra =
                     json!({"from": start.event_type, "from_seq": start.seq, "superseded": superseded(batch, &types)});
                 let event = NewEvent::reset(types, agent.clone(), self.details(action, reason, summary, extra));
-                let from_type = start.event_type.clone();
+                let (from_type, from_seq) = (start.event_type.clone(), start.seq);
                 Plan::new(Write::Append(event), move |e, _| {
-                    format!("{id}: recorded Reset (seq {}) of {from_type} and everything after it: {named}", e.seq)
+                    format!(
+                        "{id}: recorded {}: restart from {from_type} (seq {from_seq}) and everything recorded after it",
+                        wrote(e)
+                    )
                 })
             }
-            Target::Cancel(step) => {
+            Target::Cancel(step, record_anyway) => {
+                let name = step.name().clone();
+                let open = batch.open_run(&name);
+                if open.is_none() && !record_anyway {
+                    return Err(OperatorError::Refused(format!(
+                        "{name} has no open run on {}: nothing to cancel; --record-anyway records a cancelled failure \
+                         anyway",
+                        batch.id
+                    )));
+                }
                 let summary = format!("cancelled by {agent}: {reason}");
                 let extra = json!({"cancelled": true, "component": step.name()});
                 let event = NewEvent::new(step.event_type().clone(), Outcome::Failure, agent.clone())
                     .with_details(self.details(action, reason, summary, extra));
-                let name = step.name().clone();
+                let planned_a_run = open.is_some();
                 Plan::new(Write::Cancel(name.clone(), event), move |e, run| match run {
                     Some(run) => format!(
-                        "{id}: cancelled run {} of {name} (held by {} on {} pid {} since {}); recorded a cancelled {} \
-                         failure (seq {}); the worker is fenced and stops within seconds",
+                        "{id}: recorded {}: cancelled run {} of {name} (held by {} on {} pid {} since {}); the worker \
+                         is fenced and stops within seconds",
+                        wrote(e),
                         run.generation,
                         run.holder.agent,
                         run.holder.host,
                         run.holder.pid,
                         run.started_at,
-                        e.event_type,
-                        e.seq
                     ),
-                    None => format!(
-                        "{id}: {name} had no open run; recorded a cancelled {} failure (seq {})",
-                        e.event_type, e.seq
+                    None if planned_a_run => format!(
+                        "{id}: recorded {}: {name}'s run ended before the cancel reached the store, so no run was \
+                         cancelled; the failure is recorded all the same",
+                        wrote(e)
                     ),
+                    None => format!("{id}: recorded {}: {name} had no open run; recorded anyway as asked", wrote(e)),
                 })
             }
-            Target::Skip(step) => {
+            Target::Skip(step, force) => {
                 refuse_if_working(batch, [step], action)?;
+                // A success that counts: not an earlier skip, not worked out from content the
+                // batch no longer has.
+                let success = batch
+                    .effective()
+                    .get(step.event_type())
+                    .filter(|e| e.outcome == Outcome::Success && !e.is_skipped() && !e.is_stale_at(batch.modified_seq));
+                if let Some(success) = success
+                    && !force
+                {
+                    return Err(OperatorError::Refused(format!(
+                        "{} already succeeded on {}: its effective {} is a success (seq {}, by {}); a skip would \
+                         record a skipped success over it; nothing recorded; --force skips anyway",
+                        step.name(),
+                        batch.id,
+                        success.event_type,
+                        success.seq,
+                        success.agent
+                    )));
+                }
                 let summary = format!("skipped by {agent}: {reason}");
-                let extra = json!({"skipped": true, "component": step.name()});
+                let mut extra = json!({"skipped": true, "component": step.name()});
+                if let Some(success) = success {
+                    extra["forced_over"] = json!({"seq": success.seq, "agent": success.agent});
+                }
+                let over = success.map(|e| e.seq);
                 let event = NewEvent::new(step.event_type().clone(), Outcome::Success, agent.clone())
                     .with_details(self.details(action, reason, summary, extra));
-                Plan::new(Write::Append(event), move |e, _| {
-                    format!("{id}: recorded a skipped {} success (seq {})", e.event_type, e.seq)
+                let name = step.name().clone();
+                Plan::new(Write::Append(event), move |e, _| match over {
+                    Some(over) => format!(
+                        "{id}: recorded {} over {name}'s success (seq {over}), as forced: the steps after {name} may \
+                         run",
+                        wrote(e)
+                    ),
+                    None => format!("{id}: recorded {}: the steps after {name} may run", wrote(e)),
                 })
             }
             Target::Prioritize(priority) => {
@@ -608,7 +999,7 @@ impl Operator {
                 let event = NewEvent::new(EventType::new(PRIORITIZED)?, Outcome::Success, agent.clone())
                     .with_details(self.details(action, reason, summary, json!({})));
                 Plan::new(Write::Prioritize(priority, event), move |e, _| {
-                    format!("{id}: priority {previous} -> {priority} (seq {})", e.seq)
+                    format!("{id}: recorded {}: priority {previous} -> {priority}", wrote(e))
                 })
             }
         }
@@ -631,8 +1022,10 @@ enum Target {
     Rerun(Step),
     /// `None`: from the first failure.
     Restart(Option<EventType>),
-    Cancel(Step),
-    Skip(Step),
+    /// With `record_anyway`.
+    Cancel(Step, bool),
+    /// With `force`.
+    Skip(Step, bool),
     Prioritize(i32),
 }
 
@@ -650,6 +1043,27 @@ impl Write {
         match self {
             Write::Append(event) | Write::Cancel(_, event) | Write::Prioritize(_, event) => event,
         }
+    }
+
+    fn event_mut(&mut self) -> &mut NewEvent {
+        match self {
+            Write::Append(event) | Write::Cancel(_, event) | Write::Prioritize(_, event) => event,
+        }
+    }
+
+    /// What it writes, for a plan token: `Reset/success/Checked,Audited`, `Probed/failure`,
+    /// `Prioritized/success/priority=5`.
+    fn describe(&self) -> String {
+        let event = self.event();
+        let mut out = format!("{}/{}", event.event_type, event.outcome.as_str());
+        if !event.resets.is_empty() {
+            let types: Vec<&str> = event.resets.iter().map(EventType::as_str).collect();
+            write!(out, "/{}", types.join(",")).ok();
+        }
+        if let Write::Prioritize(priority, _) = self {
+            write!(out, "/priority={priority}").ok();
+        }
+        out
     }
 }
 
@@ -673,23 +1087,207 @@ impl Plan {
     }
 }
 
+/// What a write must still match when it is made.
+enum Expect {
+    Nothing,
+    /// The CLI's `--expect-version`: the batch's version.
+    Version(Seq),
+    /// A confirmed preview's plan token: the version and the planned write.
+    Plan(PlanToken),
+    /// A bulk confirm's check: the version read when the digest was checked.
+    Batch(Seq),
+}
+
+/// A single preview's plan token, `VERSION:WRITES` ([`Write::describe`]).
+struct PlanToken {
+    version: Seq,
+    writes: String,
+}
+
+impl PlanToken {
+    fn new(version: Seq, write: &Write) -> PlanToken {
+        PlanToken { version, writes: write.describe() }
+    }
+
+    fn parse(text: &str) -> Result<PlanToken, InvalidInput> {
+        let bad = || InvalidInput::new("plan", text, "expected VERSION:WRITES, as the preview's confirm form posts it");
+        let (version, writes) = text.split_once(':').ok_or_else(bad)?;
+        let version = version.parse::<i64>().map_err(|_| bad())?;
+        if writes.is_empty() {
+            return Err(bad());
+        }
+        Ok(PlanToken { version: Seq(version), writes: writes.to_owned() })
+    }
+}
+
+impl fmt::Display for PlanToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.version, self.writes)
+    }
+}
+
+/// A bulk preview's plan token, `TOTAL:SHA256`: the distinct ids in order, each with its
+/// version and planned write, or `-` for an id with no batch and `refused` for a refusal.
+#[derive(Default)]
+struct BulkDigest {
+    lines: BTreeMap<String, String>,
+}
+
+impl BulkDigest {
+    fn add(&mut self, id: &BatchId, batch: Option<&Batch>, plan: Option<&Plan>) {
+        let version = batch.map_or("-".to_owned(), |b| b.changed_seq.to_string());
+        let writes = plan.map_or("refused".to_owned(), |p| p.write.describe());
+        self.lines.insert(id.as_str().to_owned(), format!("{version}\t{writes}"));
+    }
+
+    fn token(&self) -> String {
+        let mut hash = Sha256::new();
+        for (id, line) in &self.lines {
+            hash.update(id.as_bytes());
+            hash.update(b"\t");
+            hash.update(line.as_bytes());
+            hash.update(b"\n");
+        }
+        format!("{}:{}", self.lines.len(), hex::encode(hash.finalize()))
+    }
+
+    /// The count and the digest of a token.
+    fn parse(text: &str) -> Result<(usize, String), InvalidInput> {
+        let bad =
+            || InvalidInput::new("plan", text, "expected COUNT:DIGEST, as the bulk preview's confirm form posts it");
+        let (count, digest) = text.split_once(':').ok_or_else(bad)?;
+        let count = count.parse::<usize>().map_err(|_| bad())?;
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        Ok((count, digest.to_owned()))
+    }
+}
+
+/// Each batch's key of a bulk confirm: the SHA-256 (hex) of the bulk key and the batch id.
+fn derived_key(bulk: &IdempotencyKey, batch: &BatchId) -> IdempotencyKey {
+    let mut hash = Sha256::new();
+    hash.update(bulk.as_str().as_bytes());
+    hash.update(b"\n");
+    hash.update(batch.as_str().as_bytes());
+    IdempotencyKey::new(hex::encode(hash.finalize())).expect("64 hex digits are a valid idempotency key")
+}
+
+/// The event of the batch's log a request with `key` recorded, if any.
+fn keyed<'b>(batch: &'b Batch, key: &IdempotencyKey) -> Option<&'b Event> {
+    batch.events.iter().find(|e| e.details.get(KEY_DETAIL).and_then(Value::as_str) == Some(key.as_str()))
+}
+
+/// Per (store, batch) in this process: the writes on one batch go one at a time, so a
+/// request looks for its key and re-plans only after the one before it wrote.
+type Turns = Mutex<HashMap<(usize, BatchId), Weak<tokio::sync::Mutex<()>>>>;
+static TURNS: LazyLock<Turns> = LazyLock::new(Turns::default);
+
+async fn one_at_a_time(store: &Arc<dyn ObjectStore>, batch: &BatchId) -> tokio::sync::OwnedMutexGuard<()> {
+    let key = (Arc::as_ptr(store).cast::<()>() as usize, batch.clone());
+    let turn = {
+        let mut turns = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        turns.retain(|_, turn| turn.strong_count() > 0);
+        match turns.get(&key).and_then(Weak::upgrade) {
+            Some(turn) => turn,
+            None => {
+                let turn = Arc::new(tokio::sync::Mutex::new(()));
+                turns.insert(key, Arc::downgrade(&turn));
+                turn
+            }
+        }
+    };
+    turn.lock_owned().await
+}
+
 impl Prepared {
-    /// Makes the plan's one store call and reports what changed.
-    async fn execute(&self, batch: &Batch, plan: Plan) -> Result<ActionReport, OperatorError> {
+    /// Makes the plan's one store call and reports what changed. With `key`, the event's
+    /// details record it, and an append gives it to the store as the append's idempotency
+    /// key: a concurrent request with the same key from another process gets this event back
+    /// instead of writing a second.
+    async fn execute(
+        &self,
+        batch: &Batch,
+        plan: Plan,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<ActionReport, OperatorError> {
         let store = self.store.as_ref();
-        let (recorded, closed) = match plan.write {
-            Write::Append(event) => (store.append_event(&batch.id, event).await?, None),
+        let Plan { mut write, message } = plan;
+        let mut head = None;
+        if let Some(key) = key {
+            let event = write.event_mut();
+            if let Value::Object(details) = &mut event.details {
+                details.insert(KEY_DETAIL.into(), json!(key));
+            }
+            if let Write::Append(event) = &mut write {
+                event.idempotency_key = Some(key.clone());
+                head = Some(store.head().await?);
+            }
+        }
+        let (recorded, closed) = match write {
+            Write::Append(event) => match store.append_event(&batch.id, event).await {
+                // The key was used for another event (another batch, another request).
+                Err(StoreError::Conflict(words)) => {
+                    return Err(OperatorError::Refused(format!("{words}; nothing written")));
+                }
+                other => (other?, None),
+            },
             Write::Cancel(component, event) => {
                 let cancellation = store.cancel_run(&batch.id, &component, event).await?;
                 (cancellation.event, cancellation.run)
             }
             Write::Prioritize(priority, event) => (store.prioritize(&batch.id, priority, event).await?, None),
         };
+        // The store answered with an event older than this call: another process's request
+        // with the same key wrote it first.
+        if let (Some(key), Some(head)) = (key, head)
+            && recorded.seq <= head
+        {
+            return self.already_done(batch, &recorded, key);
+        }
         Ok(ActionReport {
             batch: batch.id.clone(),
-            message: (plan.message)(&recorded, closed.as_ref()),
+            message: message(&recorded, closed.as_ref()),
             changes: changes_since(store, &self.pipeline, batch).await?,
             event: Some(recorded),
+            already_done: false,
+        })
+    }
+
+    /// The answer to a request whose key the log holds: what it wrote then, if it was this
+    /// action; else a refusal (the key was used for something else).
+    fn already_done(
+        &self,
+        batch: &Batch,
+        earlier: &Event,
+        key: &IdempotencyKey,
+    ) -> Result<ActionReport, OperatorError> {
+        let detail = |name: &str| earlier.details.get(name).and_then(Value::as_str);
+        let same = detail("action") == Some(self.action.name())
+            && self.action.component().is_none_or(|component| detail("component") == Some(component));
+        if !same {
+            return Err(OperatorError::Refused(format!(
+                "the key {key} was already used on {} for another request ({} by {}, {}); nothing was done: a new \
+                 request needs a new key",
+                batch.id,
+                detail("action").unwrap_or("an event"),
+                earlier.agent,
+                wrote(earlier)
+            )));
+        }
+        Ok(ActionReport {
+            batch: batch.id.clone(),
+            message: format!(
+                "{}: already done: seq {} — this request recorded {} (by {} at {}); nothing was written now",
+                batch.id,
+                earlier.seq,
+                wrote(earlier),
+                earlier.agent,
+                earlier.at
+            ),
+            event: Some(earlier.clone()),
+            changes: Vec::new(),
+            already_done: true,
         })
     }
 
@@ -699,6 +1297,7 @@ impl Prepared {
         // The effective view needs the log in seq order, whatever seq the caller expected.
         let last = batch.events.last().map_or(batch.changed_seq, |e| e.seq.max(batch.changed_seq));
         let seq = seq.max(Seq(last.0 + 1));
+        let token = PlanToken::new(batch.changed_seq, &plan.write);
         let event = plan.write.event().clone().recorded(&batch.id, seq, batch.as_of);
         let mut after = batch.clone();
         let mut closed = None;
@@ -720,9 +1319,12 @@ impl Prepared {
             batch: batch.id.clone(),
             action: self.action.to_string(),
             records: event.event_type.to_string(),
+            outcome: event.outcome,
             resets: event.resets.clone(),
             changes: changes(&states(&self.pipeline, batch), &states(&self.pipeline, &after)),
             message: (plan.message)(&event, closed.as_ref()),
+            version: batch.changed_seq,
+            plan: token.to_string(),
         }
     }
 }
@@ -790,6 +1392,38 @@ impl Operator {
             "retired {name} (records {}, last seen {seen}) from the pipeline: {reason}\n",
             retired.descriptor.event_type
         ))
+    }
+
+    /// What a confirm of `action` with `key` already did on batch `id`; reads only. The
+    /// answer `perform_confirmed` would give it ("already done", with the event recorded
+    /// then), a refusal if the key was used on the batch for another request, or `None` while
+    /// the batch's log does not hold the key.
+    pub async fn find_keyed(
+        &self,
+        id: &str,
+        action: &Action,
+        reason: &str,
+        key: &IdempotencyKey,
+    ) -> Result<Option<ActionReport>, OperatorError> {
+        let prepared = self.prepare(action, reason).await?;
+        let batch = self.batch(prepared.store.as_ref(), id).await?;
+        keyed(&batch, key).map(|earlier| prepared.already_done(&batch, earlier, key)).transpose()
+    }
+
+    /// The events a bulk confirm with `key` recorded on any of `ids` (each batch's key
+    /// derived from `key` and its id, as `perform_many_confirmed` does); reads only. An id
+    /// with no batch has none.
+    pub async fn find_keyed_many(&self, ids: &[BatchId], key: &IdempotencyKey) -> Result<Vec<Event>, OperatorError> {
+        let ids = distinct_within_bound(ids)?;
+        let store = self.store().await?;
+        let mut found = Vec::new();
+        for page in ids.chunks(BULK_READ_PAGE) {
+            let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
+            for batch in store.get_batches(&page).await? {
+                found.extend(keyed(&batch, &derived_key(key, &batch.id)).cloned());
+            }
+        }
+        Ok(found)
     }
 }
 

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use autocomp_model::{
-    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput, NotReady,
-    RegisteredComponent, Trigger,
+    Agent, Batch, BatchFacts, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput,
+    NotReady, RegisteredComponent, Trigger,
 };
 use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
 use autocomp_store::{ObjectStore, StoreError, open_store};
@@ -38,8 +38,8 @@ pub use actions::{
 };
 pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_too_long};
 pub use views::{
-    BatchView, CandidateView, Explanation, Format, LockView, LocksView, PipelineView, ReadyView, StatusView,
-    TableFormat, describe_lock, report_summary,
+    BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,
+    StatusView, TableFormat, describe_lock, report_summary,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's
@@ -141,12 +141,13 @@ impl Step {
         self.descriptor().retry_trigger()
     }
 
-    /// Whether the runner's store re-check passes; otherwise why not.
-    pub fn ready_in_store(&self, batch: &Batch) -> Result<(), NotReady> {
+    /// Whether the runner's store re-check passes; otherwise why not. On a whole batch, a
+    /// batch's head or a summary with the time it was read (`SummaryAt`).
+    pub fn ready_in_store(&self, batch: &impl BatchFacts) -> Result<(), NotReady> {
         self.descriptor().readiness(batch)
     }
 
-    pub fn state_of(&self, batch: &Batch) -> ComponentState {
+    pub fn state_of(&self, batch: &impl BatchFacts) -> ComponentState {
         self.descriptor().state_of(batch)
     }
 }

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_model::{Batch, BatchId, Clause, ComponentName, Event, EventType, Run, Seq, Timestamp, Trigger};
+use autocomp_model::{
+    BatchFacts, BatchId, BatchSummary, Clause, ComponentName, Event, EventType, Run, Seq, SummaryAt, Timestamp, Trigger,
+};
 use autocomp_sboi::{EngineOptions, IndexEngine, IndexError, IndexedBatch};
-use autocomp_store::ObjectStore;
+use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
@@ -57,14 +59,21 @@ struct Seen {
     locks: Vec<HeldLock>,
 }
 
-/// Every batch in the store, page by page.
-async fn all_batches(store: &dyn ObjectStore) -> Result<Vec<Batch>, OperatorError> {
-    let (mut all, mut after) = (Vec::new(), None::<BatchId>);
+/// The whole log of a batch, oldest first, a page (`MAX_LOG_PAGE` events) at a time: `each`
+/// gets every page in turn, and no more than one page is held.
+async fn for_each_page(
+    store: &dyn ObjectStore,
+    batch: &BatchId,
+    mut each: impl FnMut(&[Event]) -> Result<(), OperatorError>,
+) -> Result<(), OperatorError> {
+    let mut after = Seq::ZERO;
     loop {
-        let page = store.list_batches(after.as_ref(), PAGE).await?;
-        let Some(last) = page.last() else { return Ok(all) };
-        after = Some(last.id.clone());
-        all.extend(page);
+        let page = store.log_page(batch, LogCursor::After(after), MAX_LOG_PAGE).await?;
+        each(&page.events)?;
+        match page.newer {
+            Some(newer) => after = newer,
+            None => return Ok(()),
+        }
     }
 }
 
@@ -180,11 +189,85 @@ fn report_line(event: &Event) -> String {
     notes.join("; ")
 }
 
-/// `autocomp show`: one batch, its log and reports, effective view, states and open runs.
+/// How many events `autocomp show` lists unless told otherwise: the newest page.
+pub const SHOW_EVENTS: usize = 50;
+
+/// Which events of the log `autocomp show` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogSpan {
+    /// The newest `limit` events before this seq (`None`: the newest of all).
+    Page { before: Option<Seq>, limit: usize },
+    /// The whole log, read a page at a time and written as it is read (`--all`).
+    All,
+}
+
+impl Default for LogSpan {
+    fn default() -> Self {
+        LogSpan::Page { before: None, limit: SHOW_EVENTS }
+    }
+}
+
+/// `autocomp show`: one batch without reading its whole log: its head (header, effective
+/// view, open runs, each component's state) and one page of its log, with how to see the
+/// rest.
 #[derive(Debug, Clone)]
 pub struct BatchView {
-    pub batch: Batch,
+    pub head: BatchHead,
     pub components: Vec<(ComponentName, ComponentState)>,
+    /// The page shown (events oldest first); with `LogSpan::All` it is empty and the log is
+    /// written after the head, page by page.
+    pub log: LogPage,
+    pub span: LogSpan,
+}
+
+/// One event as `show --format json` lists it.
+fn event_json(e: &Event) -> Value {
+    let mut event = json!({
+        "seq": e.seq, "type": e.event_type, "outcome": e.outcome, "agent": e.agent,
+        "at": e.at, "details": e.details,
+    });
+    if let Some(run) = &e.run {
+        event["run"] = json!({"component": run.component, "generation": run.generation});
+    }
+    if !e.resets.is_empty() {
+        event["resets"] = json!(e.resets);
+    }
+    event
+}
+
+/// The log's table rows, one per event.
+fn log_rows(events: &[Event]) -> Vec<Vec<String>> {
+    events
+        .iter()
+        .map(|e| {
+            vec![
+                format!("  {}", e.seq),
+                e.at.to_string(),
+                e.event_type.to_string(),
+                e.outcome.as_str().to_owned(),
+                e.agent.to_string(),
+                report_line(e),
+            ]
+        })
+        .collect()
+}
+
+const LOG_HEADER: [&str; 6] = ["  seq", "at", "type", "outcome", "agent", "report"];
+
+/// Each event's details, pretty, under its seq and type.
+fn write_reports(out: &mut String, events: &[Event]) {
+    for e in events {
+        let details = serde_json::to_string_pretty(&e.details).unwrap_or_default();
+        writeln!(out, "  seq {} {}:", e.seq, e.event_type).ok();
+        for line in details.lines() {
+            writeln!(out, "    {line}").ok();
+        }
+    }
+}
+
+/// Bytes as people read them.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 impl BatchView {
@@ -192,61 +275,70 @@ impl BatchView {
         render_as(format, || self.to_json(), || self.to_text())
     }
 
+    /// The commands that show the pages before and after this one.
+    fn page_commands(&self) -> (Option<String>, Option<String>) {
+        let id = self.head.id();
+        let limit = match self.span {
+            LogSpan::Page { limit, .. } if limit != SHOW_EVENTS => format!(" --limit {limit}"),
+            _ => String::new(),
+        };
+        let older = self.log.older.map(|seq| format!("autocomp show {id} --before {seq}{limit}"));
+        // The page after: the newest events before the first event after it, if any.
+        let newer = self.log.newer.map(|_| format!("autocomp show {id}{limit}"));
+        (older, newer)
+    }
+
     pub fn to_json(&self) -> Value {
-        let b = &self.batch;
-        let effective: serde_json::Map<String, Value> = b
-            .effective()
+        let h = &self.head;
+        let s = &h.summary;
+        let effective: serde_json::Map<String, Value> = s
+            .effective
             .iter()
             .map(|e| (e.event_type.to_string(), json!({"seq": e.seq, "outcome": e.outcome})))
             .collect();
         let components: serde_json::Map<String, Value> =
             self.components.iter().map(|(name, state)| (name.to_string(), json!(state.as_str()))).collect();
-        let events: Vec<Value> = b
-            .events
-            .iter()
-            .map(|e| {
-                let mut event = json!({
-                    "seq": e.seq, "type": e.event_type, "outcome": e.outcome, "agent": e.agent,
-                    "at": e.at, "details": e.details,
-                });
-                if let Some(run) = &e.run {
-                    event["run"] = json!({"component": run.component, "generation": run.generation});
-                }
-                if !e.resets.is_empty() {
-                    event["resets"] = json!(e.resets);
-                }
-                event
-            })
-            .collect();
+        let (older, _) = self.page_commands();
         json!({
-            "id": b.id,
-            "type": b.batch_type,
-            "priority": b.priority,
-            "location": b.location(),
-            "metadata": b.metadata,
-            "created_seq": b.created_seq,
-            "modified_seq": b.modified_seq,
-            "created_at": b.created_at,
-            "modified_at": b.modified_at,
-            "as_of": b.as_of,
+            "id": s.id,
+            "type": s.batch_type,
+            "priority": s.priority,
+            "location": h.location(),
+            "metadata": h.metadata,
+            "created_seq": s.created_seq,
+            "modified_seq": s.modified_seq,
+            "created_at": h.created_at,
+            "modified_at": h.modified_at,
+            "as_of": h.as_of,
+            "stored_bytes": h.stored_bytes,
             "components": components,
             "effective": effective,
-            "open_runs": b.open_runs.iter().map(run_json).collect::<Vec<_>>(),
-            "events": events,
+            "open_runs": h.open_runs.iter().map(run_json).collect::<Vec<_>>(),
+            "events": self.log.events.iter().map(event_json).collect::<Vec<_>>(),
+            "log": {
+                "total": self.log.total,
+                "shown": self.log.events.len(),
+                "older_before": self.log.older,
+                "newer_after": self.log.newer,
+                "older_command": older,
+            },
         })
     }
 
-    fn to_text(&self) -> String {
-        let b = &self.batch;
+    /// Everything above the log.
+    fn head_text(&self) -> String {
+        let h = &self.head;
+        let s = &h.summary;
         let mut out = String::new();
-        writeln!(out, "batch {}  type {}  priority {}", b.id, b.batch_type, b.priority).ok();
-        writeln!(out, "location {}", b.location().unwrap_or("(none)")).ok();
+        writeln!(out, "batch {}  type {}  priority {}", s.id, s.batch_type, s.priority).ok();
+        writeln!(out, "location {}", h.location().unwrap_or("(none)")).ok();
         writeln!(
             out,
             "registered seq {} at {}; last content change seq {} at {}",
-            b.created_seq, b.created_at, b.modified_seq, b.modified_at
+            s.created_seq, h.created_at, s.modified_seq, h.modified_at
         )
         .ok();
+        writeln!(out, "stores {} of details and metadata in {} events", mebibytes(h.stored_bytes), h.event_count).ok();
         if !self.components.is_empty() {
             writeln!(out, "\ncomponents:").ok();
             let width = self.components.iter().map(|(name, _)| name.as_str().len()).max().unwrap_or(0);
@@ -255,44 +347,45 @@ impl BatchView {
             }
         }
         writeln!(out, "\nopen runs:").ok();
-        if b.open_runs.is_empty() {
+        if h.open_runs.is_empty() {
             writeln!(out, "  none").ok();
         }
-        for run in &b.open_runs {
-            writeln!(out, "  {}: {}", run.component, describe_run(run, b.as_of)).ok();
+        for run in &h.open_runs {
+            writeln!(out, "  {}: {}", run.component, describe_run(run, h.as_of)).ok();
         }
         writeln!(out, "\neffective view:").ok();
-        if b.effective().is_empty() {
+        if s.effective.is_empty() {
             writeln!(out, "  (empty)").ok();
         }
-        let width = b.effective().iter().map(|e| e.event_type.as_str().len()).max().unwrap_or(0);
-        for e in b.effective().iter() {
+        let width = s.effective.iter().map(|e| e.event_type.as_str().len()).max().unwrap_or(0);
+        for e in &s.effective {
             writeln!(out, "  {:<width$}  seq {}  {}", e.event_type, e.seq, e.outcome.as_str()).ok();
         }
-        writeln!(out, "\nlog ({} events, oldest first):", b.events.len()).ok();
-        let rows: Vec<Vec<String>> = b
-            .events
-            .iter()
-            .map(|e| {
-                vec![
-                    format!("  {}", e.seq),
-                    e.at.to_string(),
-                    e.event_type.to_string(),
-                    e.outcome.as_str().to_owned(),
-                    e.agent.to_string(),
-                    report_line(e),
-                ]
-            })
-            .collect();
-        out.push_str(&table(&["  seq", "at", "type", "outcome", "agent", "report"], &rows));
-        writeln!(out, "\nreports:").ok();
-        for e in &b.events {
-            let details = serde_json::to_string_pretty(&e.details).unwrap_or_default();
-            writeln!(out, "  seq {} {}:", e.seq, e.event_type).ok();
-            for line in details.lines() {
-                writeln!(out, "    {line}").ok();
+        out
+    }
+
+    fn to_text(&self) -> String {
+        let mut out = self.head_text();
+        let (total, shown) = (self.log.total, self.log.events.len());
+        let which = match self.span {
+            _ if shown as u64 == total => format!("{total} events, oldest first"),
+            LogSpan::Page { before: Some(before), .. } => {
+                format!("{total} events; the {shown} before seq {before}, oldest first")
             }
+            _ => format!("{total} events; the newest {shown}, oldest first"),
+        };
+        writeln!(out, "\nlog ({which}):").ok();
+        out.push_str(&table(&LOG_HEADER, &log_rows(&self.log.events)));
+        let (older, newer) = self.page_commands();
+        if let Some(older) = older {
+            writeln!(out, "  older events: {older} (--limit N: up to {MAX_LOG_PAGE} a page; --all: the whole log)")
+                .ok();
         }
+        if let Some(newer) = newer {
+            writeln!(out, "  newer events: {newer}").ok();
+        }
+        writeln!(out, "\nreports:").ok();
+        write_reports(&mut out, &self.log.events);
         out
     }
 }
@@ -305,23 +398,37 @@ pub struct StatusView {
 }
 
 impl StatusView {
+    /// Written row by row into the output, never as a tree of values or cells first: a
+    /// store of 200,000 batches renders in tens of megabytes, not hundreds.
     pub fn render(&self, format: TableFormat) -> String {
         match format {
             TableFormat::Json => {
-                let rows: Vec<Value> = self
-                    .rows
-                    .iter()
-                    .map(|(id, states)| {
-                        let components: serde_json::Map<String, Value> = self
-                            .components
-                            .iter()
-                            .zip(states)
-                            .map(|(name, state)| (name.to_string(), json!(state.as_str())))
-                            .collect();
-                        json!({"id": id, "components": components})
-                    })
-                    .collect();
-                json_document(&Value::Array(rows))
+                if self.rows.is_empty() {
+                    return json_document(&Value::Array(Vec::new()));
+                }
+                // Each row as `json_document` would write it in the array, so the output
+                // is the same document: keys (and component names) in name order.
+                let mut names: Vec<(usize, &ComponentName)> = self.components.iter().enumerate().collect();
+                names.sort_by(|a, b| a.1.cmp(b.1));
+                let mut out = String::with_capacity(self.rows.len() * (40 + 30 * self.components.len()));
+                out.push('[');
+                for (n, (id, states)) in self.rows.iter().enumerate() {
+                    out.push_str(if n == 0 { "\n  {\n" } else { ",\n  {\n" });
+                    if names.is_empty() {
+                        out.push_str("    \"components\": {},\n");
+                    } else {
+                        out.push_str("    \"components\": {\n");
+                        for (i, (column, name)) in names.iter().enumerate() {
+                            let comma = if i + 1 < names.len() { "," } else { "" };
+                            writeln!(out, "      {}: \"{}\"{comma}", json!(name), states[*column]).ok();
+                        }
+                        out.push_str("    },\n");
+                    }
+                    writeln!(out, "    \"id\": {}", json!(id)).ok();
+                    out.push_str("  }");
+                }
+                out.push_str("\n]\n");
+                out
             }
             // Ids, component names and states are all [A-Za-z0-9._-]: nothing to quote.
             TableFormat::Csv => {
@@ -339,17 +446,31 @@ impl StatusView {
                 }
                 out
             }
+            // As `table` lays it out: left-aligned columns two spaces apart.
             TableFormat::Table => {
-                let mut header = vec!["batch"];
-                header.extend(self.components.iter().map(ComponentName::as_str));
-                let rows: Vec<Vec<String>> = self
-                    .rows
-                    .iter()
-                    .map(|(id, states)| {
-                        std::iter::once(id.to_string()).chain(states.iter().map(ToString::to_string)).collect()
-                    })
-                    .collect();
-                table(&header, &rows)
+                let mut widths: Vec<usize> =
+                    std::iter::once("batch".len()).chain(self.components.iter().map(|c| c.as_str().len())).collect();
+                for (id, states) in &self.rows {
+                    widths[0] = widths[0].max(id.as_str().len());
+                    for (width, state) in widths[1..].iter_mut().zip(states) {
+                        *width = (*width).max(state.as_str().len());
+                    }
+                }
+                let line_length = widths.iter().map(|w| w + 2).sum::<usize>();
+                let mut out = String::with_capacity((self.rows.len() + 1) * line_length);
+                let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+                    let start = out.len();
+                    for (cell, width) in cells.zip(&widths) {
+                        write!(out, "{cell:<width$}  ").ok();
+                    }
+                    out.truncate(out[start..].trim_end().len() + start);
+                    out.push('\n');
+                };
+                line(&mut std::iter::once("batch").chain(self.components.iter().map(ComponentName::as_str)));
+                for (id, states) in &self.rows {
+                    line(&mut std::iter::once(id.as_str()).chain(states.iter().map(|s| s.as_str())));
+                }
+                out
             }
         }
     }
@@ -447,14 +568,15 @@ pub struct ClauseCheck {
     pub index: Option<bool>,
 }
 
-fn checks(trigger: &Trigger, batch: &Batch, indexed: Option<&IndexedBatch>) -> Vec<ClauseCheck> {
+fn checks(trigger: &Trigger, batch: &impl BatchFacts, indexed: Option<&IndexedBatch>) -> Vec<ClauseCheck> {
+    let now = batch.read_at();
     trigger
-        .explain(batch, batch.as_of)
+        .explain(batch, now)
         .into_iter()
         .map(|(clause, store)| ClauseCheck {
             clause: clause.to_string(),
             store,
-            index: indexed.map(|doc| holds_in_index(&clause, doc, batch.as_of)),
+            index: indexed.map(|doc| holds_in_index(&clause, doc, now)),
         })
         .collect()
 }
@@ -699,13 +821,13 @@ impl Explanation {
 /// the first required type without an effective success, the step that records it and what
 /// that step's state is; a step that is itself waiting is followed further. Bounded by the
 /// pipeline's length, so a cycle in the configuration cannot loop.
-fn held_up_by(pipeline: &[Step], step: &Step, batch: &Batch) -> Vec<String> {
+fn held_up_by(pipeline: &[Step], step: &Step, batch: &BatchHead) -> Vec<String> {
     let mut causes = Vec::new();
     let mut current = step;
     for _ in 0..pipeline.len() {
-        let effective = batch.effective();
+        // A stale success counts as none: the requirement does not hold.
         let missing = current.trigger().requires.iter().find(|required| {
-            !effective.get(required).is_some_and(|event| event.outcome == autocomp_model::Outcome::Success)
+            !batch.summary.current_of(required).is_some_and(|event| event.outcome == autocomp_model::Outcome::Success)
         });
         let Some(missing) = missing else { break };
         let Some(producer) = pipeline.iter().find(|other| other.event_type() == missing) else {
@@ -713,7 +835,7 @@ fn held_up_by(pipeline: &[Step], step: &Step, batch: &Batch) -> Vec<String> {
             break;
         };
         let state = producer.state_of(batch);
-        let what = match (state, effective.get(missing)) {
+        let what = match (state, batch.effective_event(missing)) {
             (ComponentState::Failed | ComponentState::Retrying, Some(event)) => {
                 let said = report_summary(event).into_iter().next().map(|line| format!(": {line}")).unwrap_or_default();
                 let kind = if state == ComponentState::Retrying { "failed transiently (retrying)" } else { "failed" };
@@ -841,13 +963,85 @@ impl LocksView {
 }
 
 impl Operator {
-    /// `autocomp show`.
+    /// `autocomp show`: the batch's head and the newest page of its log.
     pub async fn show(&self, id: &str) -> Result<BatchView, OperatorError> {
+        self.show_page(id, LogSpan::default()).await
+    }
+
+    /// `autocomp show --before SEQ --limit N`: the batch's head and one page of its log;
+    /// never the whole log (`LogSpan::All` reads none of it: see `show_all`).
+    pub async fn show_page(&self, id: &str, span: LogSpan) -> Result<BatchView, OperatorError> {
         let store = self.store().await?;
         let pipeline = self.pipeline(store.as_ref()).await?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let components = pipeline.iter().map(|step| (step.name().clone(), step.state_of(&batch))).collect();
-        Ok(BatchView { batch, components })
+        let head = self.head(store.as_ref(), id).await?;
+        let components = pipeline.iter().map(|step| (step.name().clone(), step.state_of(&head))).collect();
+        let log = match span {
+            LogSpan::Page { before, limit } => {
+                let cursor = before.map_or(LogCursor::Newest, LogCursor::Before);
+                store.log_page(head.id(), cursor, limit).await?
+            }
+            LogSpan::All => LogPage { events: Vec::new(), total: head.event_count, older: None, newer: None },
+        };
+        Ok(BatchView { head, components, log, span })
+    }
+
+    /// `autocomp show --all`: the head, then the whole log oldest first, read and written a
+    /// page at a time (`MAX_LOG_PAGE` events), so the log is never all in memory. Text lists
+    /// the log, then goes through it again for the reports; JSON streams `events`.
+    pub async fn show_all(&self, id: &str, format: Format, out: &mut dyn std::io::Write) -> Result<(), OperatorError> {
+        let view = self.show_page(id, LogSpan::All).await?;
+        let store = self.store().await?;
+        let batch = view.head.id().clone();
+        let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the output: {e}"));
+        let mut write = |text: &str| out.write_all(autocomp_http::for_terminal(text).as_bytes()).map_err(written);
+        match format {
+            Format::Json => {
+                let mut head = view.to_json();
+                if let Some(object) = head.as_object_mut() {
+                    object.remove("events");
+                    object["log"]["shown"] = json!(view.head.event_count);
+                }
+                let head = format!("{head:#}");
+                write(head.strip_suffix('}').unwrap_or(&head).trim_end())?;
+                write(",\n  \"events\": [")?;
+                let mut first = true;
+                for_each_page(store.as_ref(), &batch, |events| {
+                    for event in events {
+                        write(if first { "\n    " } else { ",\n    " })?;
+                        write(&event_json(event).to_string())?;
+                        first = false;
+                    }
+                    Ok(())
+                })
+                .await?;
+                write("\n  ]\n}\n")
+            }
+            Format::Text => {
+                write(&view.head_text())?;
+                write(&format!("\nlog ({} events, oldest first):\n", view.head.event_count))?;
+                let mut header = Some(&LOG_HEADER);
+                for_each_page(store.as_ref(), &batch, |events| {
+                    let rows = log_rows(events);
+                    let text = match header.take() {
+                        Some(header) => table(header, &rows),
+                        // Later pages: the rows alone, aligned within their page.
+                        None => table(&LOG_HEADER, &rows)
+                            .split_once('\n')
+                            .map(|(_, rows)| rows.to_owned())
+                            .unwrap_or_default(),
+                    };
+                    write(&text)
+                })
+                .await?;
+                write("\nreports:\n")?;
+                for_each_page(store.as_ref(), &batch, |events| {
+                    let mut text = String::new();
+                    write_reports(&mut text, events);
+                    write(&text)
+                })
+                .await
+            }
+        }
     }
 
     /// `autocomp pipeline`: the registry, active components in pipeline order, then the
@@ -874,45 +1068,64 @@ impl Operator {
             Some(name) => vec![self.step(&pipeline, name)?],
             None => pipeline.iter().collect(),
         };
-        let rows = all_batches(store.as_ref())
-            .await?
-            .iter()
-            .map(|batch| (batch.id.clone(), steps.iter().map(|step| step.state_of(batch)).collect::<Vec<_>>()))
-            .filter(|(_, states)| state.is_none_or(|wanted| states.contains(&wanted)))
-            .collect();
+        // Summaries a page at a time, never a log: a summary holds all a state depends on.
+        // Time-based clauses are evaluated at this host's clock as the page is read.
+        let (mut rows, mut after) = (Vec::new(), None::<BatchId>);
+        loop {
+            let page = store.list_summaries(after.as_ref(), PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            let at = Timestamp::now();
+            rows.extend(
+                page.iter()
+                    .map(|summary| {
+                        let facts = SummaryAt { summary, at };
+                        (summary.id.clone(), steps.iter().map(|step| step.state_of(&facts)).collect::<Vec<_>>())
+                    })
+                    .filter(|(_, states)| state.is_none_or(|wanted| states.contains(&wanted))),
+            );
+        }
         Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows })
     }
 
-    /// `autocomp explain`. Catches the index up first, as a component's pass would.
+    /// `autocomp explain`. Catches the index up first, as a component's pass would. Reads
+    /// the batch's head, never its log.
     pub async fn explain(&self, id: &str, component: &str) -> Result<Explanation, OperatorError> {
         let store = self.store().await?;
         let pipeline = self.pipeline(store.as_ref()).await?;
         let step = self.step(&pipeline, component)?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let seen = self.explain_context(&store, &batch).await?;
-        self.explain_step(store.as_ref(), &pipeline, step, &batch, &seen).await
+        let head = self.head(store.as_ref(), id).await?;
+        let seen = self.explain_context(&store, head.id()).await?;
+        self.explain_step(store.as_ref(), &pipeline, step, &head, &seen).await
     }
 
     /// `explain` for every component of the pipeline at once (the monitor's batch page):
-    /// one index catch-up and one read of the lock service for all of them.
-    pub async fn explain_all(&self, id: &str) -> Result<(Batch, Vec<Explanation>), OperatorError> {
+    /// one index catch-up and one read of the lock service for all of them, and the batch's
+    /// head (never its log) they are all explained from.
+    pub async fn explain_all(&self, id: &str) -> Result<(BatchHead, Vec<Explanation>), OperatorError> {
         let store = self.store().await?;
         let pipeline = self.pipeline(store.as_ref()).await?;
-        let batch = self.batch(store.as_ref(), id).await?;
-        let seen = self.explain_context(&store, &batch).await?;
+        let head = self.head(store.as_ref(), id).await?;
+        let seen = self.explain_context(&store, head.id()).await?;
         let mut explanations = Vec::with_capacity(pipeline.len());
         for step in &pipeline {
-            explanations.push(self.explain_step(store.as_ref(), &pipeline, step, &batch, &seen).await?);
+            explanations.push(self.explain_step(store.as_ref(), &pipeline, step, &head, &seen).await?);
         }
-        Ok((batch, explanations))
+        Ok((head, explanations))
+    }
+
+    /// A batch's head, naming the id if it is malformed or unknown.
+    pub(crate) async fn head(&self, store: &dyn ObjectStore, id: &str) -> Result<BatchHead, OperatorError> {
+        let id = BatchId::new(id)?;
+        Ok(store.batch_head(&id).await?)
     }
 
     /// What every component's explanation of one batch shares: the index's side, the heads
     /// and the locks held.
-    async fn explain_context(&self, store: &Arc<dyn ObjectStore>, batch: &Batch) -> Result<Seen, OperatorError> {
+    async fn explain_context(&self, store: &Arc<dyn ObjectStore>, batch: &BatchId) -> Result<Seen, OperatorError> {
         let index = self.index(store)?;
         let index_cursor = index.catch_up().await?.cursor();
-        let indexed = index.document(&batch.id).await?;
+        let indexed = index.document(batch).await?;
         let store_head = store.head().await?;
         let locks = self.held_locks().await?;
         Ok(Seen { index_cursor, indexed, store_head, locks })
@@ -923,20 +1136,21 @@ impl Operator {
         store: &dyn ObjectStore,
         pipeline: &[Step],
         step: &Step,
-        batch: &Batch,
+        head: &BatchHead,
         seen: &Seen,
     ) -> Result<Explanation, OperatorError> {
         let find_lock = |path: String| seen.locks.iter().find(|l| l.path == path).cloned();
         let indexed = seen.indexed.as_ref();
-        let clauses = checks(step.trigger(), batch, indexed);
+        let id = head.id();
+        let clauses = checks(step.trigger(), head, indexed);
         let (ready_in_store, ready_in_index) = all_hold(&clauses);
-        let result = batch.effective().get(step.event_type()).cloned();
+        let result = head.effective_event(step.event_type()).cloned();
         let retry = match (step.retry_trigger(), &result) {
             (Some(retry), Some(failure)) if failure.is_transient_failure() => {
-                let clauses = checks(&retry, batch, indexed);
+                let clauses = checks(&retry, head, indexed);
                 let (ready_in_store, ready_in_index) = all_hold(&clauses);
                 let backoff = retry.settled_for.unwrap_or_default();
-                let opens_at = Timestamp(batch.last_activity_at().millis().saturating_add(backoff.as_millis() as i64));
+                let opens_at = Timestamp(head.last_activity_at().millis().saturating_add(backoff.as_millis() as i64));
                 Some(RetryWindow {
                     failure: failure.clone(),
                     backoff,
@@ -948,34 +1162,34 @@ impl Operator {
             }
             _ => None,
         };
-        let failed_attempts =
-            store.failed_attempts(&batch.id, step.name(), batch.last_reset_of(step.event_type())).await?;
+        let failed_attempts = store.failed_attempts(id, step.name(), head.last_reset_of(step.event_type())).await?;
         Ok(Explanation {
             component: step.name().clone(),
             event_type: step.event_type().clone(),
-            state: step.state_of(batch),
-            as_of: batch.as_of,
+            state: step.state_of(head),
+            as_of: head.as_of,
             clauses,
             ready_in_store,
             ready_in_index,
             retry,
-            refusal: step.ready_in_store(batch).err(),
+            refusal: step.ready_in_store(head).err(),
             result,
-            open_run: batch.open_run(step.name()).cloned(),
-            batch_lock: find_lock(format!("batch/{}/{}", step.name(), batch.id)),
+            open_run: head.open_run(step.name()).cloned(),
+            batch_lock: find_lock(format!("batch/{}/{}", step.name(), id)),
             poll_lock: find_lock(format!("poll/{}", step.name())),
             failed_attempts,
             max_attempts: step.descriptor().max_attempts,
             index_cursor: seen.index_cursor,
             store_head: seen.store_head,
-            held_up_by: held_up_by(pipeline, step, batch),
-            batch: batch.id.clone(),
+            held_up_by: held_up_by(pipeline, step, head),
+            batch: id.clone(),
         })
     }
 
     /// `autocomp ready`: the index's candidates (the trigger's, then its transient-failure
-    /// retries), each re-checked in the store and against the batch locks, as a pass would;
-    /// the first `queue_size` that pass are what it would claim. Touches nothing.
+    /// retries), each re-checked in the store (its summary) and against the batch locks, as a
+    /// pass would; the first `queue_size` that pass are what it would claim. Touches nothing
+    /// and reads no log.
     pub async fn ready(&self, component: &str) -> Result<ReadyView, OperatorError> {
         let store = self.store().await?;
         let pipeline = self.pipeline(store.as_ref()).await?;
@@ -990,27 +1204,31 @@ impl Operator {
             }
         }
         let held = self.held_locks().await?;
-        let mut batches: BTreeMap<BatchId, Batch> = BTreeMap::new();
+        // Summaries, never logs: every candidate the index lists may be re-checked.
+        let mut batches: BTreeMap<BatchId, BatchSummary> = BTreeMap::new();
         for chunk in ids.chunks(PAGE) {
-            batches.extend(store.get_batches(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
+            batches.extend(store.get_summaries(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
         }
+        let now = Timestamp::now();
         let queue_size = step.descriptor().queue_size;
         let mut candidates = Vec::with_capacity(ids.len());
         let mut claimed = 0;
         for id in ids {
-            let Some(batch) = batches.get(&id) else {
+            let Some(summary) = batches.get(&id) else {
                 let verdict = "skip: the index lists it, the store does not have it (`autocomp reindex`)".into();
                 candidates.push(CandidateView { id, priority: 0, would_claim: false, verdict });
                 continue;
             };
             let path = format!("batch/{}/{}", step.name(), id);
-            let verdict = match (step.ready_in_store(batch), held.iter().find(|l| l.path == path)) {
+            let facts = SummaryAt { summary, at: now };
+            let verdict = match (step.ready_in_store(&facts), held.iter().find(|l| l.path == path)) {
                 (Err(refusal), _) => format!("skip: {refusal} (the index lags)"),
                 (Ok(()), Some(lock)) => format!("skip: locked, {}", describe_lock(Some(lock), Timestamp::now())),
                 (Ok(()), None) if claimed >= queue_size => "left for the next pass (queue full)".into(),
                 (Ok(()), None) => {
                     claimed += 1;
-                    let since = batch.last_reset_of(step.event_type());
+                    // Attempts count from the newest Reset of its type: the head knows it.
+                    let since = store.batch_head(&id).await?.last_reset_of(step.event_type());
                     let attempts = store.failed_attempts(&id, step.name(), since).await?;
                     if attempts >= step.descriptor().max_attempts {
                         format!(
@@ -1023,7 +1241,7 @@ impl Operator {
                 }
             };
             let would_claim = verdict.starts_with("would claim");
-            candidates.push(CandidateView { id, priority: batch.priority, would_claim, verdict });
+            candidates.push(CandidateView { id, priority: summary.priority, would_claim, verdict });
         }
         Ok(ReadyView { component: step.name().clone(), queue_size, candidates })
     }
@@ -1125,7 +1343,7 @@ impl Operator {
 mod tests {
     use std::time::Duration;
 
-    use autocomp_model::{Agent, BatchType, EventType, NewBatch, NewEvent, Outcome, Trigger};
+    use autocomp_model::{Agent, Batch, BatchType, EventType, NewBatch, NewEvent, Outcome, Trigger};
     use autocomp_store::{ObjectStore, SqliteStore};
     use serde_json::json;
 
@@ -1133,6 +1351,11 @@ mod tests {
 
     fn ty(name: &str) -> EventType {
         EventType::new(name).unwrap()
+    }
+
+    /// Every batch in the store, whole.
+    async fn all_batches(store: &dyn ObjectStore) -> Vec<Batch> {
+        store.list_batches(None, 1_000).await.unwrap()
     }
 
     /// The index side of `explain` answers each clause as the store does, on batches that
@@ -1187,7 +1410,7 @@ mod tests {
             Trigger { settled_for: Some(Duration::ZERO), ..Trigger::default() },
         ];
         let mut compared = 0;
-        for batch in all_batches(&store).await.unwrap() {
+        for batch in all_batches(&store).await {
             let indexed = engine.get(&batch.id).unwrap().expect("indexed");
             for trigger in &triggers {
                 for check in checks(trigger, &batch, Some(&indexed)) {
@@ -1205,3 +1428,7 @@ mod tests {
 #[cfg(test)]
 #[path = "explain_tests.rs"]
 mod explain_tests;
+
+#[cfg(test)]
+#[path = "show_tests.rs"]
+mod show_tests;
