@@ -70,17 +70,22 @@ impl Demo {
         panic!("the pipeline did not settle in 4 rounds");
     }
 
-    /// `autocomp status --format json` for the batch: {component: state}.
-    fn states(&self) -> serde_json::Map<String, Value> {
+    /// `autocomp ARGS` on the demo's pipeline: its stdout, after a successful exit.
+    fn autocomp(&self, args: &[&str]) -> String {
         let output = Command::new(binary("autocomp"))
             .arg("--config-dir")
             .arg(self.root.join("config"))
-            .args(["status", "--format", "json"])
+            .args(args)
             .env_remove("AUTOCOMP_STORE")
             .output()
             .unwrap();
-        assert!(output.status.success(), "status: {}", String::from_utf8_lossy(&output.stderr));
-        let rows: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert!(output.status.success(), "autocomp {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// `autocomp status --format json` for the batch: {component: state}.
+    fn states(&self) -> serde_json::Map<String, Value> {
+        let rows: Value = serde_json::from_str(&self.autocomp(&["status", "--format", "json"])).unwrap();
         rows[0]["components"].as_object().unwrap().clone()
     }
 
@@ -144,6 +149,11 @@ fn a_tampered_redelivery_is_caught_and_a_benign_one_is_verified_and_archived_aga
     let states = demo.states();
     assert_eq!(states["checksum-verifier"], "failed", "{states:?}");
     assert_eq!(states["archiver"], "stale", "the archive holds content the batch no longer has: {states:?}");
+    let shown = demo.autocomp(&["show", demo.id.as_str()]);
+    let archived_line = shown.lines().find(|line| line.trim_start().starts_with("Data_Archived")).unwrap();
+    assert!(archived_line.contains("stale: worked out from the content of seq"), "{shown}");
+    let explained = demo.autocomp(&["explain", demo.id.as_str(), "--component", "archiver"]);
+    assert!(explained.contains("(stale: the batch's content changed after it was worked out"), "{explained}");
 
     // Benign: a file added and the manifests made again by the reference tool.
     std::fs::write(demo.delivery().join("data/page-0004.txt"), "a page the scanner sent late\n").unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use autocomp_model::{Batch, RESULT_KEY, Seq, Timestamp};
-use autocomp_ops::operator::{Explanation, describe_lock, report_summary};
+use autocomp_ops::operator::{Explanation, describe_lock, report_summary, size_text};
 use autocomp_sboi::PageKey;
 use autocomp_store::{BatchHead, LogPage};
 use axum::extract::rejection::QueryRejection;
@@ -452,7 +452,7 @@ fn summary(head: &BatchHead) -> String {
          <tr><th scope=\"row\">Location</th><td>{}</td></tr>\
          <tr><th scope=\"row\">Registered</th><td>seq {}, {}</td></tr>\
          <tr><th scope=\"row\">Last content change</th><td>seq {}, {}</td></tr>\
-         <tr><th scope=\"row\">Stored</th><td>{} events, {:.1} MiB of details and metadata</td></tr>\
+         <tr><th scope=\"row\">Stored</th><td>{} events, {} of details and metadata</td></tr>\
          <tr><th scope=\"row\">Read at</th><td>{} (store clock)</td></tr>\
          </tbody></table>\n",
         esc(&s.batch_type),
@@ -463,7 +463,7 @@ fn summary(head: &BatchHead) -> String {
         esc(s.modified_seq),
         time(head.modified_at),
         esc(head.event_count),
-        head.stored_bytes as f64 / (1024.0 * 1024.0),
+        esc(size_text(head.stored_bytes)),
         time(head.as_of)
     );
     out

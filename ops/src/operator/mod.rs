@@ -39,7 +39,7 @@ pub use actions::{
 pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_too_long};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,
-    StatusView, TableFormat, describe_lock, report_summary,
+    StatusView, TableFormat, describe_lock, report_summary, size_text,
 };
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's

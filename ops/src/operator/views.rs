@@ -266,8 +266,13 @@ fn write_reports(out: &mut String, events: &[Event]) {
 }
 
 /// Bytes as people read them.
-fn mebibytes(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+/// A size as people read it: `812 bytes`, `17.9 KiB`, `3.2 MiB`.
+pub fn size_text(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0)),
+    }
 }
 
 impl BatchView {
@@ -338,7 +343,7 @@ impl BatchView {
             s.created_seq, h.created_at, s.modified_seq, h.modified_at
         )
         .ok();
-        writeln!(out, "stores {} of details and metadata in {} events", mebibytes(h.stored_bytes), h.event_count).ok();
+        writeln!(out, "stores {} of details and metadata in {} events", size_text(h.stored_bytes), h.event_count).ok();
         if !self.components.is_empty() {
             writeln!(out, "\ncomponents:").ok();
             let width = self.components.iter().map(|(name, _)| name.as_str().len()).max().unwrap_or(0);
@@ -359,7 +364,15 @@ impl BatchView {
         }
         let width = s.effective.iter().map(|e| e.event_type.as_str().len()).max().unwrap_or(0);
         for e in &s.effective {
-            writeln!(out, "  {:<width$}  seq {}  {}", e.event_type, e.seq, e.outcome.as_str()).ok();
+            let note = match e.content_seq {
+                Some(content) if e.is_stale_at(s.modified_seq) => {
+                    format!("  stale: worked out from the content of seq {content}, changed since")
+                }
+                _ if e.skipped => "  skipped".to_owned(),
+                _ if e.transient => "  transient".to_owned(),
+                _ => String::new(),
+            };
+            writeln!(out, "  {:<width$}  seq {}  {}{note}", e.event_type, e.seq, e.outcome.as_str()).ok();
         }
         out
     }
@@ -763,12 +776,17 @@ impl Explanation {
         match &self.result {
             Some(e) => writeln!(
                 out,
-                "result: {} {} seq {} by {} at {}",
+                "result: {} {} seq {} by {} at {}{}",
                 e.event_type,
                 e.outcome.as_str(),
                 e.seq,
                 e.agent,
-                e.at
+                e.at,
+                if self.state == ComponentState::Stale {
+                    " (stale: the batch's content changed after it was worked out; it counts for nothing)"
+                } else {
+                    ""
+                }
             ),
             None => writeln!(out, "result: none"),
         }
@@ -1351,6 +1369,14 @@ mod tests {
 
     fn ty(name: &str) -> EventType {
         EventType::new(name).unwrap()
+    }
+
+    #[test]
+    fn sizes_read_in_the_unit_that_fits() {
+        assert_eq!(size_text(0), "0 bytes");
+        assert_eq!(size_text(1023), "1023 bytes");
+        assert_eq!(size_text(2765), "2.7 KiB");
+        assert_eq!(size_text(64 * 1024 * 1024), "64.0 MiB");
     }
 
     /// Every batch in the store, whole.
