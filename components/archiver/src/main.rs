@@ -53,11 +53,7 @@ impl Component for Archiver {
             Ok(_) => return Err(refused("not a directory".into())),
             Err(e) => return Err(refused(format!("{e} (it must exist: create it, or mount the share)"))),
         }
-        // Writable by this user: a probe file, made and removed at once.
-        let probe = root.join(format!(".autocomp-write-check.{}", std::process::id()));
-        std::fs::write(&probe, b"").map_err(|e| refused(format!("cannot write into it: {e}")))?;
-        std::fs::remove_file(&probe).ok();
-        Ok(())
+        writable(root).map_err(|e| refused(format!("cannot write into it: {e}")))
     }
 
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
@@ -149,6 +145,20 @@ impl Component for Archiver {
         ));
         context.set_result(&json!({ "archive": target.display().to_string(), "version": version }))?;
         Ok(())
+    }
+}
+
+/// Whether this process may create entries in `dir` (a read-only mount included). Asked of
+/// the kernel (access(2)), not by writing a probe: a file made in the archive root would
+/// show there to anyone watching it, as something that is not a batch.
+fn writable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call; access only reads it.
+    match unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 
