@@ -7,7 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
-use autocomp_model::Outcome;
+use autocomp_model::{Agent, EventType, NewEvent, Outcome};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const PASS_LIMIT: Duration = Duration::from_secs(30);
@@ -163,6 +163,41 @@ fn a_panic_is_recorded_as_a_failure_and_the_batch_is_not_retried() {
     // Blocked by its own failure: the next cron start does nothing, and says nothing.
     let second = pipeline.run(&[]);
     assert_eq!((second.code, second.stdout.as_str(), second.stderr.as_str()), (Some(0), "", ""), "{}", second.show());
+    assert_eq!(pipeline.events(&id, PROBED).len(), 1);
+}
+
+/// A batch at its size cap refuses a big result: the runner records a short failure saying
+/// so instead, and the batch waits for a person rather than being worked on at every pass.
+#[test]
+fn a_result_over_the_batchs_size_cap_is_recorded_as_a_short_failure_saying_so() {
+    let pipeline = Pipeline::new(PROBE);
+    let id = pipeline.register(1).remove(0);
+    // 800 KB of earlier reports, written through the test's own (uncapped) handle.
+    for n in 0..4 {
+        let details = serde_json::json!({ "note": "y".repeat(200_000), "n": n });
+        let note = NewEvent::new(EventType::new("Noted").unwrap(), Outcome::Success, Agent::new("test").unwrap())
+            .with_details(details);
+        pipeline.block_on(pipeline.any_store().append_event(&id, note)).unwrap();
+    }
+    let capped = format!("sqlite://{}?max_batch_bytes=1MiB", pipeline.path("store.db").display());
+    pipeline.use_backend("store", &capped);
+    pipeline.configure(
+        "[settings]
+result_bytes = 400000
+",
+    );
+
+    let first = pipeline.run(&[]);
+    assert_eq!(first.code, Some(1), "{}", first.show());
+    let probed = pipeline.events(&id, PROBED);
+    assert_eq!(probed.len(), 1, "{probed:?}");
+    assert_eq!(probed[0].outcome, Outcome::Failure);
+    let said = summary(&probed[0]);
+    assert!(said.contains("the store refused the result") && said.contains("max_batch_bytes"), "{said}");
+    assert_no_open_runs(&pipeline);
+
+    let second = pipeline.run(&[]);
+    assert_eq!((second.code, second.stdout.as_str()), (Some(0), ""), "{}", second.show());
     assert_eq!(pipeline.events(&id, PROBED).len(), 1);
 }
 

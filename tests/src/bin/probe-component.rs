@@ -36,6 +36,8 @@ struct Settings {
     /// When set, the `{"pages": N}` result of this event type is read, typed, and recorded
     /// as `{"pages_seen": N}`; a batch without it fails.
     read_pages_of: Option<String>,
+    /// When set, a result of about this many bytes is recorded (`{"padding": "xx..."}`).
+    result_bytes: Option<usize>,
 }
 
 #[derive(Debug, serde::Serialize, Deserialize)]
@@ -54,6 +56,7 @@ impl Default for Settings {
             wait_for: None,
             pages: None,
             read_pages_of: None,
+            result_bytes: None,
         }
     }
 }
@@ -135,6 +138,9 @@ impl Component for Probe {
                 return Err(WorkError::permanent(format!("no {earlier} result to read")));
             };
             context.set_result(&serde_json::json!({ "pages_seen": pages }))?;
+        }
+        if let Some(bytes) = settings.result_bytes {
+            context.set_result(&serde_json::json!({ "padding": "x".repeat(bytes) }))?;
         }
         if let Some(ledger) = &settings.ledger {
             let line = format!("{} {} {} {}\n", std::process::id(), batch.id, start, now_ns());
