@@ -616,9 +616,7 @@ impl Operator {
         };
         let mut digest = BulkDigest::default();
         for page in ids.chunks(BULK_READ_PAGE) {
-            let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
-            let mut found: HashMap<BatchId, Batch> =
-                prepared.store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+            let (page, mut found) = batches_by_id(prepared.store.as_ref(), page).await?;
             for id in page {
                 let batch = found.remove(&id);
                 let planned = match &batch {
@@ -688,9 +686,7 @@ impl Operator {
         let mut versions: HashMap<BatchId, Seq> = HashMap::new();
         let mut repeated = false;
         for page in ids.chunks(BULK_READ_PAGE) {
-            let page: Vec<BatchId> = page.iter().map(|id| (*id).clone()).collect();
-            let mut found: HashMap<BatchId, Batch> =
-                prepared.store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+            let (page, mut found) = batches_by_id(prepared.store.as_ref(), page).await?;
             for id in page {
                 let batch = found.remove(&id);
                 let planned = batch.as_ref().map(|batch| self.plan(&prepared, batch));
@@ -1450,4 +1446,15 @@ fn configured_event_types(config_dir: &Path) -> Vec<EventType> {
         }
     }
     types
+}
+
+/// One page of a bulk action's ids and the batches among them that exist, by id: one store
+/// read, whatever the page's size.
+async fn batches_by_id(
+    store: &dyn ObjectStore,
+    ids: &[&BatchId],
+) -> Result<(Vec<BatchId>, HashMap<BatchId, Batch>), OperatorError> {
+    let page: Vec<BatchId> = ids.iter().map(|id| (*id).clone()).collect();
+    let found = store.get_batches(&page).await?.into_iter().map(|b| (b.id.clone(), b)).collect();
+    Ok((page, found))
 }

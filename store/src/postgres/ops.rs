@@ -476,6 +476,28 @@ impl PgStore {
         classify(&self.inner.options, &error, false)
     }
 
+    /// One page of an id-ordered listing: `sql` takes the id to start after (`$1`, "" for the
+    /// first page) and the page size (`$2`); each row is read by `from_row`.
+    async fn list_page<T: Send>(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        after: Option<&BatchId>,
+        limit: usize,
+        from_row: fn(&tokio_postgres::Row) -> Result<T, Failure>,
+    ) -> StoreResult<Vec<T>> {
+        let after = after.map_or("", BatchId::as_str);
+        self.run(operation, Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, sql).await?;
+                let rows =
+                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(from_row).collect()
+            })
+        })
+        .await
+    }
+
     async fn load_batches(&self, ids: Vec<String>) -> StoreResult<HashMap<String, Batch>> {
         self.run("get_batches", Retry::Safe, move |client, _| {
             let ids = ids.clone();
@@ -589,17 +611,8 @@ impl ObjectStore for PgStore {
         if limit > MAX_BATCH_PAGE {
             return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
         }
-        let after = after.map_or("", BatchId::as_str);
-        self.run("list_batches", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                let sql = format!("{BATCH_SELECT} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
-                let statement = prepare(client, &sql).await?;
-                let rows =
-                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
-                rows.iter().map(batch_from_row).collect()
-            })
-        })
-        .await
+        let sql = format!("{BATCH_SELECT} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
+        self.list_page("list_batches", &sql, after, limit, batch_from_row).await
     }
 
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
@@ -661,17 +674,8 @@ impl ObjectStore for PgStore {
         if limit > MAX_BATCH_PAGE {
             return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
         }
-        let after = after.map_or("", BatchId::as_str);
-        self.run("list_summaries", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
-                let statement = prepare(client, &sql).await?;
-                let rows =
-                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
-                rows.iter().map(summary_from_row).collect()
-            })
-        })
-        .await
+        let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
+        self.list_page("list_summaries", &sql, after, limit, summary_from_row).await
     }
 
     /// One statement, so one snapshot: the summary, the batch row's own columns, its open
