@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use autocomp_model::{ComponentDescriptor, ComponentName, EventType, Schedule, Trigger, duration_text};
+use autocomp_model::{ComponentDescriptor, ComponentName, EventType, PoolName, Schedule, Trigger, duration_text};
 use serde::Deserialize;
 
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
@@ -159,6 +159,12 @@ pub struct ComponentConfig {
     /// retry's backoff, a trigger's `settled_for`) is noticed. At least 1s.
     #[serde(with = "duration_text")]
     pub watch_heartbeat: Duration,
+    /// Resource pools (`autocomp pool set NAME SIZE`) each batch's work holds a slot of
+    /// while it runs, across all hosts; a batch without a free slot waits for a later pass.
+    pub pools: Vec<PoolName>,
+    /// Pause this component after this many consecutive permanent failures on distinct
+    /// batches (its circuit opens; `autocomp resume` closes it). Unset: never.
+    pub break_after: Option<u32>,
     /// Trigger clauses replacing the component's defaults, clause by clause.
     pub trigger: toml::Table,
     /// Component-specific settings, checked by the component's `Settings` type.
@@ -184,6 +190,8 @@ impl Default for ComponentConfig {
             silent_after: None,
             schedule: None,
             watch_heartbeat: Duration::from_secs(60),
+            pools: Vec::new(),
+            break_after: None,
             trigger: toml::Table::new(),
             settings: toml::Table::new(),
         }
@@ -215,6 +223,14 @@ impl ComponentConfig {
             overdue_after: if source { None } else { self.overdue_after },
             silent_after: self.silent_after,
             schedule: self.schedule.clone(),
+            manual: false,
+            pools: {
+                let mut pools = self.pools.clone();
+                pools.sort();
+                pools.dedup();
+                pools
+            },
+            break_after: self.break_after,
         }
     }
 
@@ -234,6 +250,9 @@ impl ComponentConfig {
         }
         if self.max_attempts == 0 {
             return Err(ConfigError::new(file, "max_attempts = 0: must be at least 1"));
+        }
+        if self.break_after == Some(0) {
+            return Err(ConfigError::new(file, "break_after = 0: must be at least 1 (leave it out to never break)"));
         }
         // Durations that cannot mean anything at zero (a zero wait or grace can: do not wait).
         let zeros = [

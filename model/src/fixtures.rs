@@ -28,6 +28,9 @@ pub(crate) fn descriptor() -> ComponentDescriptor {
         overdue_after: None,
         silent_after: None,
         schedule: None,
+        manual: false,
+        pools: Vec::new(),
+        break_after: None,
     }
 }
 

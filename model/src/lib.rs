@@ -14,6 +14,7 @@ mod schedule;
 #[cfg(feature = "json-schema")]
 pub mod schema;
 mod selection;
+mod steering;
 mod summary;
 mod time;
 mod trigger;
@@ -22,7 +23,9 @@ mod work;
 pub use batch::check_object;
 pub use batch::{Batch, CONTENT_SEQ_KEY, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use effective::EffectiveView;
-pub use names::{Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, is_concealing};
+pub use names::{
+    Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, PoolName, is_concealing,
+};
 pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
     Retirement,
@@ -30,6 +33,10 @@ pub use registry::{
 pub use report::{Failure, RESULT_KEY, Report};
 pub use schedule::Schedule;
 pub use selection::Selection;
+pub use steering::{
+    Applied, Breaker, Hold, HoldKind, MAX_BREAKER_BATCHES, MAX_POOL_SIZE, Pool, Steering, SteeringChange,
+    SteeringEntry, SteeringRefusal, SteeringRequest,
+};
 pub use summary::{BatchFacts, BatchSummary, EventSummary, SummaryAt, SummaryHeader, SummaryState};
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};

@@ -239,6 +239,20 @@ validated_name!(
 );
 
 validated_name!(
+    /// A resource pool's name, e.g. `tape`: a shared resource that takes so many batches'
+    /// work at a time across all hosts; it names the pool's slot locks.
+    PoolName,
+    Grammar {
+        field: "pool",
+        max_len: 64,
+        first: alnum,
+        rest: id_char,
+        description: "1-64 characters of [A-Za-z0-9._-] starting with a letter or digit",
+        pattern: r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    }
+);
+
+validated_name!(
     /// A client-chosen key that makes a retried append return the first one's event.
     IdempotencyKey,
     Grammar {

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::work::check_work;
 use super::{
-    Agent, BatchFacts, ComponentName, EventType, InvalidInput, Outcome, Schedule, SummaryAt, Timestamp, Trigger,
-    WorkDone, WorkHistory, duration_text,
+    Agent, BatchFacts, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt, Timestamp,
+    Trigger, WorkDone, WorkHistory, duration_text,
 };
 
 /// Longest `version` and `host` accepted in the registry.
@@ -58,6 +58,18 @@ pub struct ComponentDescriptor {
     /// once it has missed a few scheduled passes (unless `silent_after` is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// A human step: declared by an operator (`autocomp step add`), with a trigger and no
+    /// binary; a person records its event (`autocomp approve` / `reject`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
+    /// The resource pools a batch's work holds a slot of, for its whole duration; taken in
+    /// name order (one global order, so two components cannot wait on each other).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolName>,
+    /// Consecutive permanent failures on distinct batches after which the component pauses
+    /// itself (its circuit opens); unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub break_after: Option<u32>,
 }
 
 impl ComponentDescriptor {
@@ -68,6 +80,13 @@ impl ComponentDescriptor {
         }
         if self.queue_size == 0 {
             return Err(InvalidInput::new("queue_size", "0", "must be at least 1"));
+        }
+        if self.break_after == Some(0) {
+            return Err(InvalidInput::new("break_after", "0", "must be at least 1 (leave it out to never break)"));
+        }
+        if self.pools.windows(2).any(|pair| pair[0] >= pair[1]) {
+            let pools: Vec<&str> = self.pools.iter().map(PoolName::as_str).collect();
+            return Err(InvalidInput::new("pools", pools.join(","), "must be distinct, in name order"));
         }
         Ok(())
     }
@@ -140,6 +159,7 @@ impl ComponentDescriptor {
                 true => ComponentState::Ready,
                 false => ComponentState::Retrying,
             },
+            Some(_) | None if self.manual && ready() => ComponentState::Person,
             Some(_) if ready() => ComponentState::Ready,
             Some(_) => ComponentState::Failed,
             None if ready() => ComponentState::Ready,
@@ -185,13 +205,16 @@ pub enum ComponentState {
     Working,
     /// A pass would work on it now.
     Ready,
+    /// Ready for a human step: waiting for a person to approve or reject it.
+    Person,
     /// Anything else: what it requires has not happened yet.
     Waiting,
 }
 
 impl ComponentState {
-    pub const ALL: [ComponentState; 8] = [
+    pub const ALL: [ComponentState; 9] = [
         ComponentState::Ready,
+        ComponentState::Person,
         ComponentState::Waiting,
         ComponentState::Working,
         ComponentState::Retrying,
@@ -210,6 +233,7 @@ impl ComponentState {
             ComponentState::Retrying => "retrying",
             ComponentState::Working => "working",
             ComponentState::Ready => "ready",
+            ComponentState::Person => "person",
             ComponentState::Waiting => "waiting",
         }
     }
@@ -219,7 +243,7 @@ impl ComponentState {
             InvalidInput::new(
                 "state",
                 text,
-                "expected ready, waiting, working, retrying, failed, stale, skipped or success",
+                "expected ready, person, waiting, working, retrying, failed, stale, skipped or success",
             )
         })
     }

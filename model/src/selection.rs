@@ -127,7 +127,13 @@ impl Selection {
             ComponentState::Success => {
                 idle.and(Selection::Succeeded(own.clone())).and(Selection::Skipped(own.clone()).negate())
             }
-            ComponentState::Ready => {
+            // A human step's ready batches wait for a person; no pass works on them.
+            ComponentState::Ready | ComponentState::Person
+                if (state == ComponentState::Person) != descriptor.manual =>
+            {
+                Selection::nothing()
+            }
+            ComponentState::Ready | ComponentState::Person => {
                 idle.and(Selection::Succeeded(own.clone()).negate()).and(stale.negate()).and(ready)
             }
             ComponentState::Retrying if retried => {

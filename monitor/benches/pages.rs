@@ -102,6 +102,9 @@ fn descriptor(step: usize) -> ComponentDescriptor {
         overdue_after: None,
         silent_after: None,
         schedule: None,
+        manual: false,
+        pools: Vec::new(),
+        break_after: None,
     }
 }
 

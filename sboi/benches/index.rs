@@ -572,6 +572,36 @@ impl<S> TimedStore<S> {
 
 #[async_trait]
 impl<S: ObjectStore> ObjectStore for TimedStore<S> {
+    async fn steering(&self) -> StoreResult<autocomp_model::Steering> {
+        self.inner.steering().await
+    }
+    async fn steer(&self, request: autocomp_model::SteeringRequest) -> StoreResult<autocomp_store::Steered> {
+        self.inner.steer(request).await
+    }
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<autocomp_model::SteeringEntry>> {
+        self.inner.steering_log(limit).await
+    }
+    async fn enqueue_notices(
+        &self,
+        notices: Vec<autocomp_store::NewNotice>,
+        cursor: Option<autocomp_store::CursorMove>,
+    ) -> StoreResult<autocomp_store::Enqueued> {
+        self.inner.enqueue_notices(notices, cursor).await
+    }
+    async fn take_notices(
+        &self,
+        holder: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> StoreResult<Vec<autocomp_store::Notice>> {
+        self.inner.take_notices(holder, limit, lease).await
+    }
+    async fn settle_notice(&self, key: &str, holder: &str, outcome: autocomp_store::NoticeOutcome) -> StoreResult<()> {
+        self.inner.settle_notice(key, holder, outcome).await
+    }
+    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<autocomp_store::Notice>> {
+        self.inner.recent_notices(limit).await
+    }
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         self.timed(self.inner.create_batch(batch)).await
     }

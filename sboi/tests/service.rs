@@ -276,6 +276,9 @@ fn checker() -> ComponentDescriptor {
         overdue_after: None,
         silent_after: None,
         schedule: None,
+        manual: false,
+        pools: Vec::new(),
+        break_after: None,
     }
 }
 

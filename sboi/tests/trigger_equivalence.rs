@@ -163,6 +163,9 @@ fn state_selection() -> impl Strategy<Value = Selection> {
                 overdue_after: None,
                 silent_after: None,
                 schedule: None,
+                manual: false,
+                pools: Vec::new(),
+                break_after: None,
             };
             Selection::component_state(&descriptor, ComponentState::ALL[state])
         },

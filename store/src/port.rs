@@ -12,8 +12,10 @@ use serde_json::{Map, Value};
 
 use autocomp_model::{
     Agent, Batch, BatchFacts, BatchId, BatchSummary, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent,
-    PassRecord, RegisteredComponent, Run, RunHolder, Seq, Timestamp,
+    PassRecord, RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest, Timestamp,
 };
+
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -476,6 +478,39 @@ pub trait ObjectStore: Send + Sync {
         by: &Agent,
         reason: &str,
     ) -> StoreResult<RegisteredComponent>;
+
+    /// The pipeline's steering state: holds (paused, draining, circuit open), resource pools
+    /// and breaker counts, as the last change left it (`Steering::default()` before any).
+    async fn steering(&self) -> StoreResult<Steering>;
+
+    /// Applies a steering change as `Steering::apply` decides it, in one transaction: the new
+    /// state, its entry in the steering log (when it has one), and a seq taken from the
+    /// store's counter so the head moves and every watcher wakes to honour it. Refused
+    /// (nothing written) as `Invalid` or `Conflict` as `apply` refuses it.
+    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>;
+
+    /// The newest `limit` (1 to `MAX_STEERING_LOG_PAGE`) entries of the steering log,
+    /// newest first: who paused, resumed, resized a pool or opened a circuit, when and why.
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>>;
+
+    /// Adds the notices whose keys the outbox does not hold yet and, with `cursor`, moves the
+    /// notifiers' cursor from `cursor.from` to `cursor.to` if it is still at `from` (another
+    /// notifier may have moved it: then it stays). Answers how many were new and the cursor.
+    /// `cursor: None` only reads the cursor (`Seq::ZERO` before any move).
+    async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued>;
+
+    /// Takes up to `limit` pending notices that are due (never sent, past their retry time,
+    /// not leased to another notifier) for `holder`, leased to it for `lease`: no other
+    /// notifier takes them until it settles them or the lease runs out. Oldest first.
+    async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>>;
+
+    /// Settles a notice `holder` took: sent (never taken again), or failed (taken again once
+    /// `retry_in` has passed, its attempts counted). A `Conflict` when the notice is not
+    /// leased to `holder` (its lease ran out and another took it, or it was sent).
+    async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()>;
+
+    /// The newest `limit` notices (1 to `MAX_NOTICES_PER_CALL`), pending and sent, newest first.
+    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>>;
 
     /// How many batches the store holds (the default pages through `list_batches`).
     async fn count_batches(&self) -> StoreResult<u64> {

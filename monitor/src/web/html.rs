@@ -187,6 +187,7 @@ pub fn state_icon(state: ComponentState) -> &'static str {
         ComponentState::Retrying => "↻",
         ComponentState::Working => "◐",
         ComponentState::Ready => "▷",
+        ComponentState::Person => "☛",
         ComponentState::Waiting => "◌",
     }
 }

@@ -316,6 +316,9 @@ mod tests {
             overdue_after: None,
             silent_after: None,
             schedule: None,
+            manual: false,
+            pools: Vec::new(),
+            break_after: None,
         };
         tune(&mut descriptor);
         let phase = PassPhase::Ended { outcome: PassOutcome::Ok, summary: String::new(), duration_ms: 1, work };

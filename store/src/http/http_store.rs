@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::wire::{self, op};
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
     StoreError, StoreResult,
@@ -19,7 +20,7 @@ use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_
 use autocomp_http::error::ErrorBody;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
-    RegisteredComponent, Run, RunHolder, Seq,
+    RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
 };
 
 pub struct HttpStore {
@@ -276,5 +277,42 @@ impl ObjectStore for HttpStore {
         // Repeated after it was done, it would answer that the component is retired already.
         let request = wire::RetireComponent { name: name.clone(), by: by.clone(), reason: reason.to_string() };
         self.call::<op::RetireComponent>(&request, Retry::OnlyUnsent).await
+    }
+
+    async fn steering(&self) -> StoreResult<Steering> {
+        self.call::<op::Steering>(&wire::Empty {}, Retry::Safe).await
+    }
+
+    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
+        // Repeated after it was done, a pause would answer that it is paused already, and a
+        // breaker's count would count twice.
+        self.call::<op::Steer>(&request, Retry::OnlyUnsent).await
+    }
+
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
+        self.call::<op::SteeringLog>(&wire::Limit { limit }, Retry::Safe).await
+    }
+
+    async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
+        // Safe to repeat: keys already held are not added again, and the cursor moves only from
+        // where it was read.
+        self.call::<op::EnqueueNotices>(&wire::EnqueueNotices { notices, cursor }, Retry::Safe).await
+    }
+
+    async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
+        let request = wire::TakeNotices { holder: holder.to_owned(), limit, lease_ms: lease.as_millis() as u64 };
+        // A repeat would take (and lease) the next ones; the first answer's are leased until
+        // their lease runs out, then taken again: late, never lost.
+        self.call::<op::TakeNotices>(&request, Retry::OnlyUnsent).await
+    }
+
+    async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
+        let request = wire::SettleNotice { key: key.to_owned(), holder: holder.to_owned(), outcome };
+        let _: wire::Empty = self.call::<op::SettleNotice>(&request, Retry::OnlyUnsent).await?;
+        Ok(())
+    }
+
+    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
+        self.call::<op::RecentNotices>(&wire::Limit { limit }, Retry::Safe).await
     }
 }

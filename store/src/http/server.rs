@@ -151,6 +151,23 @@ impl StoreService {
                 let retired = store.retire_component(&request.name, &request.by, &request.reason).await?;
                 return Ok(reply.send(retired));
             }
+            R::Steering(wire::Empty {}, reply) => reply.send(store.steering().await?),
+            R::Steer(request, reply) => reply.send(store.steer(request).await?),
+            R::SteeringLog(request, reply) => reply.send(store.steering_log(request.limit).await?),
+            R::EnqueueNotices(request, reply) => {
+                let enqueued = store.enqueue_notices(request.notices, request.cursor).await?;
+                return Ok(reply.send(enqueued));
+            }
+            R::TakeNotices(request, reply) => {
+                let lease = Duration::from_millis(request.lease_ms);
+                let taken = store.take_notices(&request.holder, request.limit, lease).await?;
+                return Ok(reply.send(taken));
+            }
+            R::SettleNotice(request, reply) => {
+                store.settle_notice(&request.key, &request.holder, request.outcome).await?;
+                return Ok(reply.send(wire::Empty {}));
+            }
+            R::RecentNotices(request, reply) => reply.send(store.recent_notices(request.limit).await?),
         };
         if write {
             self.changed.notify_waiters();

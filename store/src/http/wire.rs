@@ -6,11 +6,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogCursor, LogPage, StoreError};
 use autocomp_http::error::ErrorDetail;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
-    Run, RunHolder, Seq,
+    Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
 };
 
 autocomp_http::operations! {
@@ -75,6 +76,20 @@ autocomp_http::operations! {
         read components: Components(Empty) -> Vec<RegisteredComponent>;
         /// An operator's `pipeline forget`: marks the component retired (by whom, why) and answers it. 400 naming the component when the registry does not hold it; 409 conflict when it is retired already.
         write retire_component: RetireComponent(RetireComponent) -> RegisteredComponent;
+        /// The pipeline's steering state: holds (paused, draining, circuit open), resource pools and breaker counts.
+        read steering: Steering(Empty) -> Steering;
+        /// Applies a steering change (pause, resume, pool size, a breaker's count) in one transaction with its log entry; moves the head so watchers wake. 409 conflict when the state does not allow it (already paused, not paused, changed since expect_version).
+        write steer: Steer(SteeringRequest) -> Steered;
+        /// The newest `limit` (1 to 1000) entries of the steering log, newest first.
+        read steering_log: SteeringLog(Limit) -> Vec<SteeringEntry>;
+        /// Adds the notices the outbox does not hold yet (by key) and moves the notifiers' cursor if it is still at cursor.from; answers how many were new and the cursor.
+        write enqueue_notices: EnqueueNotices(EnqueueNotices) -> Enqueued;
+        /// Leases up to `limit` due notices to `holder` for lease_ms: no other notifier takes them meanwhile.
+        write take_notices: TakeNotices(TakeNotices) -> Vec<Notice>;
+        /// Settles a notice its holder took: sent, or failed (retried after retry_in). 409 conflict when it is not leased to that holder.
+        write settle_notice: SettleNotice(SettleNotice) -> Empty;
+        /// The newest `limit` notices (1 to 1000), pending and sent, newest first.
+        read recent_notices: RecentNotices(Limit) -> Vec<Notice>;
     }
 }
 
@@ -305,6 +320,36 @@ pub struct RetireComponent {
     pub name: ComponentName,
     pub by: Agent,
     pub reason: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    pub limit: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueNotices {
+    pub notices: Vec<NewNotice>,
+    #[serde(default)]
+    pub cursor: Option<CursorMove>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakeNotices {
+    pub holder: String,
+    pub limit: usize,
+    pub lease_ms: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SettleNotice {
+    pub key: String,
+    pub holder: String,
+    pub outcome: NoticeOutcome,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]

@@ -8,6 +8,7 @@
 mod ops;
 mod options;
 mod schema;
+mod steering;
 mod text;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

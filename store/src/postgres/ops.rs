@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use super::text::{self, unjsoned, untext};
 use super::{Failure, PgStore, Retry, classify};
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
     StoreError, StoreResult, check_log_limit,
@@ -24,8 +25,8 @@ use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, BatchType, ComponentDescriptor, ComponentName, Event, EventSummary, EventType,
     HostRecord, IdempotencyKey, NewBatch, NewEvent, Outcome, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
-    Retirement, Run, RunHolder, RunRef, RunState, Seq, SummaryHeader, SummaryState, Timestamp, WorkHistory, WorkResult,
-    WorkTallies, WorkTally,
+    Retirement, Run, RunHolder, RunRef, RunState, Seq, Steering, SteeringEntry, SteeringRequest, SummaryHeader,
+    SummaryState, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
 
 /// One attempt of an operation on one connection.
@@ -211,7 +212,7 @@ struct HostRow {
 
 /// Stored values were validated on the way in; failing now means someone edited the
 /// database behind the store's back.
-fn corrupt(what: &str, error: impl std::fmt::Display) -> Failure {
+pub(super) fn corrupt(what: &str, error: impl std::fmt::Display) -> Failure {
     Failure::Final(StoreError::Unavailable(format!("the PostgreSQL store holds an invalid {what}: {error}")))
 }
 
@@ -472,7 +473,7 @@ impl PgStore {
         write_rules::over_batch_cap(batch, what, holds, would, self.inner.options.max_batch_bytes)
     }
 
-    fn read_failure(&self, error: tokio_postgres::Error) -> Failure {
+    pub(super) fn read_failure(&self, error: tokio_postgres::Error) -> Failure {
         classify(&self.inner.options, &error, false)
     }
 
@@ -533,7 +534,7 @@ impl PgStore {
     }
 }
 
-async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
+pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
     client.prepare_cached(sql).await.map_err(|e| match e.code() {
         // The schema is missing or other than this release expects: not something a retry fixes.
         Some(code) if code.code().starts_with("42") => {
@@ -1338,6 +1339,34 @@ impl ObjectStore for PgStore {
             }
             _ => component_from_json(&answer).map_err(Failure::into_error),
         }
+    }
+
+    async fn steering(&self) -> StoreResult<Steering> {
+        self.pg_steering().await
+    }
+
+    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
+        self.pg_steer(request).await
+    }
+
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
+        self.pg_steering_log(limit).await
+    }
+
+    async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
+        self.pg_enqueue_notices(notices, cursor).await
+    }
+
+    async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
+        self.pg_take_notices(holder, limit, lease).await
+    }
+
+    async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
+        self.pg_settle_notice(key, holder, outcome).await
+    }
+
+    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
+        self.pg_recent_notices(limit).await
     }
 }
 

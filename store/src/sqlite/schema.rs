@@ -10,7 +10,7 @@ use autocomp_model::Timestamp;
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8)];
+const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8), (9, V9)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -206,6 +206,44 @@ END;
 -- A batch's Reset markers alone, newest last: what `batch_head` reads for the newest Reset
 -- of each type, without reading the rest of the log.
 CREATE INDEX events_resets ON events (batch_id, seq) WHERE type = 'Reset';
+"#;
+
+const V9: &str = r#"
+-- Steering the pipeline: one record of the holds, pools and breaker counts (the model's
+-- `Steering`, as JSON), and the append-only log of the changes operators and breakers made.
+CREATE TABLE steering (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    state TEXT NOT NULL
+);
+INSERT INTO steering (id, state) VALUES (1, '{"version":0}');
+CREATE TABLE steering_log (
+    version INTEGER PRIMARY KEY,
+    at      INTEGER NOT NULL,
+    entry   TEXT NOT NULL
+);
+
+-- The notification outbox: each item once per channel (its key), claimed by one notifier at
+-- a time (a lease) and marked sent once; the notifiers' cursor in the change feed.
+CREATE TABLE notices (
+    key         TEXT PRIMARY KEY,
+    channel     TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    body        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    last_error  TEXT,
+    due_at      INTEGER NOT NULL,
+    holder      TEXT,
+    lease_until INTEGER,
+    sent_at     INTEGER
+);
+CREATE INDEX notices_pending ON notices (due_at) WHERE sent_at IS NULL;
+CREATE INDEX notices_recent ON notices (created_at);
+CREATE TABLE notice_cursor (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
+INSERT INTO notice_cursor (id, seq) VALUES (1, 0);
 "#;
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {

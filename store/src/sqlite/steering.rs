@@ -1,0 +1,184 @@
+//! The embedded store's steering record and its log, and the notification outbox: each
+//! change or take is one immediate transaction, so concurrent processes on one file apply
+//! them one at a time.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+
+use super::unavailable;
+use crate::pipeline_state::{self, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use crate::port::{StoreError, StoreResult};
+use autocomp_model::{Seq, Steering, SteeringEntry, SteeringRequest, Timestamp};
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("the store file's {what} does not read: {e}"))
+}
+
+fn load(conn: &Connection) -> StoreResult<Steering> {
+    let text: String =
+        conn.query_row("SELECT state FROM steering WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
+    serde_json::from_str(&text).map_err(|e| corrupt("steering record", e))
+}
+
+pub fn steering(conn: &mut Connection) -> StoreResult<Steering> {
+    load(conn)
+}
+
+pub fn steer(conn: &mut Connection, request: &SteeringRequest) -> StoreResult<Steered> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+    let mut steering = load(&tx)?;
+    let at = Timestamp::now();
+    let applied = steering.apply(request, at).map_err(pipeline_state::refused)?;
+    let state = serde_json::to_string(&steering).map_err(|e| corrupt("steering record", e))?;
+    tx.execute("UPDATE steering SET state = ?1 WHERE id = 1", [state]).map_err(unavailable)?;
+    if let Some(entry) = &applied.entry {
+        let text = serde_json::to_string(entry).map_err(|e| corrupt("steering log", e))?;
+        tx.execute(
+            "INSERT INTO steering_log (version, at, entry) VALUES (?1, ?2, ?3)",
+            params![entry.version as i64, at.millis(), text],
+        )
+        .map_err(unavailable)?;
+    }
+    // The head moves, so watchers sleeping in the change feed wake and honour the change.
+    tx.execute("UPDATE store_head SET seq = seq + 1 WHERE id = 1", []).map_err(unavailable)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(Steered { steering, entry: applied.entry, circuit_opened: applied.circuit_opened })
+}
+
+pub fn steering_log(conn: &mut Connection, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
+    let mut statement =
+        conn.prepare_cached("SELECT entry FROM steering_log ORDER BY version DESC LIMIT ?1").map_err(unavailable)?;
+    let texts: Vec<String> =
+        statement.query_map([limit as i64], |row| row.get(0)).and_then(Iterator::collect).map_err(unavailable)?;
+    texts.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("steering log", e))).collect()
+}
+
+pub fn enqueue_notices(
+    conn: &mut Connection,
+    notices: &[NewNotice],
+    cursor: Option<CursorMove>,
+) -> StoreResult<Enqueued> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+    let now = Timestamp::now().millis();
+    let mut added = 0;
+    for notice in notices {
+        added += tx
+            .execute(
+                "INSERT INTO notices (key, channel, subject, body, created_at, due_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+                 ON CONFLICT (key) DO NOTHING",
+                params![notice.key, notice.channel, notice.subject, notice.body.to_string(), now],
+            )
+            .map_err(unavailable)? as u64;
+    }
+    if let Some(CursorMove { from, to }) = cursor {
+        tx.execute("UPDATE notice_cursor SET seq = ?2 WHERE id = 1 AND seq = ?1", params![from.0, to.0])
+            .map_err(unavailable)?;
+    }
+    let cursor =
+        tx.query_row("SELECT seq FROM notice_cursor WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(Enqueued { added, cursor: Seq(cursor) })
+}
+
+const NOTICE_COLUMNS: &str = "key, channel, subject, body, created_at, attempts, last_error, sent_at";
+
+fn notice_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Notice, String)> {
+    let body: String = row.get(3)?;
+    Ok((
+        Notice {
+            key: row.get(0)?,
+            channel: row.get(1)?,
+            subject: row.get(2)?,
+            body: Value::Null,
+            created_at: Timestamp(row.get(4)?),
+            attempts: row.get(5)?,
+            last_error: row.get(6)?,
+            sent_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
+        },
+        body,
+    ))
+}
+
+fn with_bodies(rows: Vec<(Notice, String)>) -> StoreResult<Vec<Notice>> {
+    rows.into_iter()
+        .map(|(mut notice, body)| {
+            notice.body = serde_json::from_str(&body).map_err(|e| corrupt("notice body", e))?;
+            Ok(notice)
+        })
+        .collect()
+}
+
+pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+    let now = Timestamp::now().millis();
+    let rows = {
+        let mut statement = tx
+            .prepare_cached(&format!(
+                "SELECT {NOTICE_COLUMNS} FROM notices
+                 WHERE sent_at IS NULL AND due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
+                 ORDER BY created_at, key LIMIT ?2"
+            ))
+            .map_err(unavailable)?;
+        statement
+            .query_map(params![now, limit as i64], notice_row)
+            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+            .map_err(unavailable)?
+    };
+    let until = now + lease.as_millis() as i64;
+    for (notice, _) in &rows {
+        tx.execute(
+            "UPDATE notices SET holder = ?2, lease_until = ?3 WHERE key = ?1",
+            params![notice.key, holder, until],
+        )
+        .map_err(unavailable)?;
+    }
+    tx.commit().map_err(unavailable)?;
+    with_bodies(rows)
+}
+
+pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+    let now = Timestamp::now().millis();
+    let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
+        .query_row("SELECT holder, lease_until, sent_at FROM notices WHERE key = ?1", [key], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()
+        .map_err(unavailable)?;
+    match held {
+        None => return Err(StoreError::Conflict(format!("notice {key} is not in the outbox"))),
+        Some((_, _, Some(_))) => return Err(StoreError::Conflict(format!("notice {key} was sent already"))),
+        Some((Some(h), Some(until), None)) if h == holder && until > now => {}
+        Some(_) => {
+            return Err(StoreError::Conflict(format!(
+                "notice {key} is not leased to {holder} (its lease ran out, or another notifier took it)"
+            )));
+        }
+    }
+    match outcome {
+        NoticeOutcome::Sent => tx.execute(
+            "UPDATE notices SET sent_at = ?2, holder = NULL, lease_until = NULL WHERE key = ?1",
+            params![key, now],
+        ),
+        NoticeOutcome::Failed { retry_in, .. } => tx.execute(
+            "UPDATE notices SET attempts = attempts + 1, last_error = ?2, due_at = ?3, holder = NULL,
+                    lease_until = NULL WHERE key = ?1",
+            params![key, pipeline_state::kept_error(outcome), now + retry_in.as_millis() as i64],
+        ),
+    }
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)
+}
+
+pub fn recent_notices(conn: &mut Connection, limit: usize) -> StoreResult<Vec<Notice>> {
+    let mut statement = conn
+        .prepare_cached(&format!("SELECT {NOTICE_COLUMNS} FROM notices ORDER BY created_at DESC, key DESC LIMIT ?1"))
+        .map_err(unavailable)?;
+    let rows = statement
+        .query_map([limit as i64], notice_row)
+        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+        .map_err(unavailable)?;
+    with_bodies(rows)
+}
