@@ -1,12 +1,12 @@
 //! HTML building: [`esc`], the one escaping function every interpolated value goes through
 //! (with [`attr`], its twin for form values that are posted back),
 //! the page layout (landmarks, skip link, assets, the sign-in line) and the small pieces
-//! several pages share (a state with its icon, times, JSON blocks).
+//! several pages share (a state or a hold with its icon, times, JSON blocks).
 
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
-use autocomp_model::{ComponentState, Timestamp};
+use autocomp_model::{ComponentState, HoldKind, Timestamp};
 use serde_json::Value;
 
 use super::access::Access;
@@ -92,6 +92,8 @@ impl<T: Display> Display for Esc<T> {
 pub enum Nav {
     Overview,
     Batches,
+    /// The batches waiting for a person at a human step.
+    Waiting,
     None,
 }
 
@@ -125,7 +127,11 @@ impl Page<'_> {
             esc(assets::CSS.url()),
             esc(assets::JS.url())
         );
-        for (nav, href, label) in [(Nav::Overview, "/", "Overview"), (Nav::Batches, "/batches", "Batches")] {
+        for (nav, href, label) in [
+            (Nav::Overview, "/", "Overview"),
+            (Nav::Batches, "/batches", "Batches"),
+            (Nav::Waiting, "/waiting", "Waiting for a person"),
+        ] {
             let current = if nav == self.nav { " aria-current=\"page\"" } else { "" };
             w!(out, "<li><a href=\"{}\"{current}>{}</a></li>", esc(href), esc(label));
         }
@@ -192,12 +198,22 @@ pub fn state_icon(state: ComponentState) -> &'static str {
     }
 }
 
+/// What a state means, for the badge's tooltip where the name alone says little.
+pub fn state_meaning(state: ComponentState) -> Option<&'static str> {
+    match state {
+        ComponentState::Person => Some("waiting for a person: a human step, approved or rejected on the batch's page"),
+        _ => None,
+    }
+}
+
 /// A state as text with its icon; the class only adds colour. `overdue` is written out too.
+/// `person` (a human step's batch waiting for a decision) carries its meaning as a tooltip.
 pub fn state_badge(state: ComponentState, overdue: bool) -> String {
     let mut out = String::new();
+    let title = state_meaning(state).map(|m| format!(" title=\"{}\"", esc(m))).unwrap_or_default();
     w!(
         out,
-        "<span class=\"state state-{}\"><span class=\"icon\" aria-hidden=\"true\">{}</span> {}</span>",
+        "<span class=\"state state-{}\"{title}><span class=\"icon\" aria-hidden=\"true\">{}</span> {}</span>",
         esc(state.as_str()),
         esc(state_icon(state)),
         esc(state.as_str())
@@ -208,6 +224,24 @@ pub fn state_badge(state: ComponentState, overdue: bool) -> String {
         );
     }
     out
+}
+
+/// A hold (paused, draining, circuit open) as text with its icon; the class only adds colour.
+pub fn hold_badge(kind: HoldKind) -> String {
+    let icon = match kind {
+        HoldKind::Pause => "‖",
+        HoldKind::Drain => "⤓",
+        HoldKind::Circuit => "⊘",
+    };
+    let class = match kind {
+        HoldKind::Pause => "paused",
+        HoldKind::Drain => "draining",
+        HoldKind::Circuit => "circuit",
+    };
+    format!(
+        "<span class=\"hold hold-{class}\"><span class=\"icon\" aria-hidden=\"true\">{icon}</span> {}</span>",
+        esc(kind.as_str())
+    )
 }
 
 /// pass / FAIL / absent, as `explain` words it, with an icon.

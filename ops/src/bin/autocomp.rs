@@ -10,7 +10,8 @@ use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_model::{ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
 use autocomp_ops::operator::{
-    Action, AlertDefaults, Format, LogSpan, Operator, OperatorError, RestartFrom, SHOW_EVENTS, TableFormat,
+    Action, AlertDefaults, Format, HumanStep, LogSpan, Operator, OperatorError, RestartFrom, SHOW_EVENTS, Scope,
+    SteerAction, TableFormat,
 };
 use clap::{ArgGroup, Parser, Subcommand};
 
@@ -200,6 +201,84 @@ enum Command {
         #[command(flatten)]
         guard: Guard,
     },
+    /// A person's approval at a human step the batch waits at (`status --state person`):
+    /// records the step's event as a success flagged `approved`, so the steps after it run.
+    Approve {
+        /// The batch id.
+        id: String,
+        /// The human step (declared with `autocomp step add`).
+        #[arg(long)]
+        step: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+        #[command(flatten)]
+        guard: Guard,
+    },
+    /// A person's rejection at a human step: records the step's event as a failure flagged
+    /// `rejected`; with --restart-from, a Reset from that type instead (as `restart --from`),
+    /// so the batch is redone from there and comes to the step again.
+    Reject {
+        /// The batch id.
+        id: String,
+        /// The human step (declared with `autocomp step add`).
+        #[arg(long)]
+        step: String,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+        /// Send the batch back: supersede this type's result and every result after it.
+        #[arg(long, value_name = "TYPE")]
+        restart_from: Option<String>,
+        #[command(flatten)]
+        guard: Guard,
+    },
+    /// Stop a component (or the whole pipeline: --all) from claiming new work, on every host,
+    /// from its next claim; running work goes on to its result. A paused cron pass prints
+    /// nothing and exits 0; `status`, `pipeline` and `alerts` say who paused it and why.
+    Pause {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[command(flatten)]
+        steer: SteerArgs,
+    },
+    /// Pause for maintenance: as `pause`, and with --wait return only once nothing in the
+    /// scope runs any more (exit 1 if --timeout passes first).
+    Drain {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[command(flatten)]
+        steer: SteerArgs,
+        /// Return once nothing in the scope runs.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this long (exit 1).
+        #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Lift a pause, drain or open circuit of a component (or of the whole pipeline: --all).
+    Resume {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[command(flatten)]
+        steer: SteerArgs,
+        /// After an open circuit: also rerun the batches that failed while it was breaking.
+        #[arg(long)]
+        rerun_failed: bool,
+    },
+    /// Resource pools: a shared resource (a tape library, an API) that takes at most SIZE
+    /// batches' work at once across all hosts; components name the pools their work holds
+    /// (`pools = ["tape"]` in their config).
+    Pool {
+        #[command(subcommand)]
+        action: PoolAction,
+    },
+    /// Human steps: a step of the pipeline that a person decides (approve / reject), with a
+    /// trigger like any component and no binary.
+    Step {
+        #[command(subcommand)]
+        action: StepAction,
+    },
     /// Why a batch is or is not ready for a component: each trigger clause in the store and
     /// in the index, the retry window of a transient failure, attempts, open run, locks.
     Explain {
@@ -229,7 +308,8 @@ enum Command {
     /// line that mails exactly the news): batches ready longer than their component's
     /// overdue_after (else --ready-after), runs past their max_runtime, components no host
     /// has run for their silent_after (else for --silent-periods passes of their schedule,
-    /// else for --silent-after), an index behind the store.
+    /// else for --silent-after), an index behind the store, components paused longer than
+    /// --paused-after or with their circuit open.
     Alerts {
         /// Default for components whose config sets no overdue_after.
         #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
@@ -244,6 +324,10 @@ enum Command {
         /// Store changes the index may be behind.
         #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
         index_lag: u64,
+        /// A component (or the pipeline) paused or draining longer than this (an open
+        /// circuit is reported at once).
+        #[arg(long, value_name = "AGE", default_value = "4h", value_parser = humantime::parse_duration)]
+        paused_after: Duration,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -318,6 +402,93 @@ impl Guard {
         let report = operator.perform_expecting(id, &action, reason, version, key.as_ref()).await?;
         Ok(report.render_as(self.format))
     }
+}
+
+/// Which part of the pipeline a pause, drain or resume is about.
+#[derive(clap::Args)]
+#[command(group(ArgGroup::new("scope").required(true).args(["component", "all"])))]
+struct ScopeArgs {
+    /// The component.
+    component: Option<String>,
+    /// The whole pipeline: every component.
+    #[arg(long)]
+    all: bool,
+}
+
+impl ScopeArgs {
+    fn scope(self) -> Scope {
+        match self.component {
+            Some(name) if !self.all => Scope::Component(name),
+            _ => Scope::All,
+        }
+    }
+}
+
+/// What every steering action (pause, drain, resume, pool set) takes besides its own input.
+#[derive(clap::Args)]
+struct SteerArgs {
+    /// Why: recorded in the steering log for whoever reads it later (required).
+    #[arg(long, required = true)]
+    reason: String,
+    /// Write nothing: print what it would record and the steering version (for
+    /// --expect-version).
+    #[arg(long)]
+    dry_run: bool,
+    /// Act only if the steering state's version (every pause, resume, pool change and
+    /// breaker count moves it; --dry-run prints it) is still N; else exit 1, nothing written.
+    #[arg(long, value_name = "N", conflicts_with = "dry_run")]
+    expect_version: Option<u64>,
+    /// The answer as text or JSON.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+impl SteerArgs {
+    async fn act(self, operator: &Operator, action: SteerAction) -> Result<String, OperatorError> {
+        if self.dry_run {
+            return Ok(operator.preview_steer(&action, &self.reason).await?.render(self.format));
+        }
+        Ok(operator.steer(&action, &self.reason, self.expect_version).await?.render(self.format))
+    }
+}
+
+#[derive(Subcommand)]
+enum PoolAction {
+    /// Create a pool or change its size (0 closes it: work needing it waits).
+    Set {
+        /// The pool's name, e.g. tape.
+        name: String,
+        /// At most this many batches' work holds a slot at once, across all hosts (0 to 1000).
+        #[arg(value_parser = clap::value_parser!(u32).range(0..=1000))]
+        size: u32,
+        #[command(flatten)]
+        steer: SteerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum StepAction {
+    /// Declare (or change) a human step: batches for which what it requires succeeded wait
+    /// for a person at it (`status --state person`, the monitor's "waiting for a person").
+    Add {
+        /// The step's name, as components are named (e.g. roundtrip-qa).
+        name: String,
+        /// The event type its decision records (e.g. Roundtrip_Approved).
+        #[arg(long, value_name = "TYPE")]
+        event_type: String,
+        /// The types that must have succeeded first (repeat or separate with commas).
+        #[arg(long, value_name = "TYPE", value_delimiter = ',', required = true)]
+        requires: Vec<String>,
+        /// Only batches of these types (repeat or separate with commas) [default: all].
+        #[arg(long, value_name = "TYPE", value_delimiter = ',')]
+        types: Vec<String>,
+        /// Waiting for a person longer than this is overdue (alerts, notifications).
+        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+        overdue_after: Option<Duration>,
+        /// Why: recorded in the registry (required).
+        #[arg(long, required = true)]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -425,14 +596,49 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Prioritize { id, priority, reason, guard } => {
             guard.act(&operator, &id, Action::Prioritize { priority }, &reason).await?
         }
+        Command::Approve { id, step, reason, guard } => {
+            guard.act(&operator, &id, Action::Approve { step }, &reason).await?
+        }
+        Command::Reject { id, step, reason, restart_from, guard } => {
+            guard.act(&operator, &id, Action::Reject { step, restart_from }, &reason).await?
+        }
+        Command::Pause { scope, steer } => steer.act(&operator, SteerAction::Pause { scope: scope.scope() }).await?,
+        Command::Drain { scope, steer, wait, timeout } => {
+            let scope = scope.scope();
+            let format = steer.format;
+            let recorded = match steer.act(&operator, SteerAction::Drain { scope: scope.clone() }).await {
+                Ok(text) => text,
+                // Draining already (or paused): --wait still waits.
+                Err(OperatorError::Refused(message)) if wait && message.contains("already") => format!("{message}\n"),
+                Err(e) => return Err(e),
+            };
+            if wait && format == Format::Text {
+                recorded + &operator.wait_drained(&scope, timeout).await? + "\n"
+            } else if wait {
+                operator.wait_drained(&scope, timeout).await?;
+                recorded
+            } else {
+                recorded
+            }
+        }
+        Command::Resume { scope, steer, rerun_failed } => {
+            steer.act(&operator, SteerAction::Resume { scope: scope.scope(), rerun_failed }).await?
+        }
+        Command::Pool { action: PoolAction::Set { name, size, steer } } => {
+            steer.act(&operator, SteerAction::SetPool { pool: name, size }).await?
+        }
+        Command::Step { action: StepAction::Add { name, event_type, requires, types, overdue_after, reason } } => {
+            let step = HumanStep { name, event_type, requires, types, overdue_after };
+            operator.declare_step(&step, &reason).await?
+        }
         Command::Explain { id, component, format } => operator.explain(&id, &component).await?.render(format),
         Command::Ready { component, format } => operator.ready(&component).await?.render(format),
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
         Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
             operator.forget(&component, &reason).await?
         }
-        Command::Alerts { ready_after, silent_after, silent_periods, index_lag, format } => {
-            let defaults = AlertDefaults { ready_after, silent_after, silent_periods, index_lag };
+        Command::Alerts { ready_after, silent_after, silent_periods, index_lag, paused_after, format } => {
+            let defaults = AlertDefaults { ready_after, silent_after, silent_periods, index_lag, paused_after };
             operator.alerts(&defaults).await?.render(format)
         }
         Command::Metrics { ready_after } => {

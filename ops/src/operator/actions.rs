@@ -174,6 +174,13 @@ pub enum Action {
     Skip { component: String, force: bool },
     /// Sets the batch's priority (higher runs first) and records `Prioritized`.
     Prioritize { priority: i32 },
+    /// A person's approval at a human step (a manual component) the batch waits at: its
+    /// event, a success flagged `approved`.
+    Approve { step: String },
+    /// A person's rejection at a human step: its event, a failure flagged `rejected`; with
+    /// `restart_from`, instead a Reset from that type (as `restart --from`) flagged
+    /// `rejected`, so the batch goes back to be redone and comes to the step again.
+    Reject { step: String, restart_from: Option<String> },
 }
 
 impl Action {
@@ -185,6 +192,8 @@ impl Action {
             Action::Cancel { .. } => "cancel",
             Action::Skip { .. } => "skip",
             Action::Prioritize { .. } => "prioritize",
+            Action::Approve { .. } => "approve",
+            Action::Reject { .. } => "reject",
         }
     }
 
@@ -194,6 +203,7 @@ impl Action {
             Action::Rerun { component } | Action::Cancel { component, .. } | Action::Skip { component, .. } => {
                 Some(component)
             }
+            Action::Approve { step } | Action::Reject { step, .. } => Some(step),
             Action::Restart { .. } | Action::Prioritize { .. } => None,
         }
     }
@@ -228,6 +238,15 @@ impl fmt::Display for Action {
             Action::Prioritize { priority } => {
                 write!(f, "prioritize: set the priority to {priority} (higher runs first)")
             }
+            Action::Approve { step } => write!(f, "approve {step}: record its success, so the steps after it may run"),
+            Action::Reject { step, restart_from: None } => {
+                write!(f, "reject {step}: record its failure (it stays failed until rerun)")
+            }
+            Action::Reject { step, restart_from: Some(start) } => write!(
+                f,
+                "reject {step} and restart from {start}: supersede {start} and every result recorded after it, so \
+                 the batch is redone from there and comes to {step} again"
+            ),
         }
     }
 }
@@ -832,6 +851,10 @@ impl Operator {
             Action::Restart { from: RestartFrom::Type(text) } => {
                 Some(EventType::new(text.as_str()).map_err(|e| InvalidInput::new("--from", text.as_str(), e.reason))?)
             }
+            Action::Reject { restart_from: Some(text), .. } => Some(
+                EventType::new(text.as_str())
+                    .map_err(|e| InvalidInput::new("--restart-from", text.as_str(), e.reason))?,
+            ),
             _ => None,
         };
         let store = self.store().await?;
@@ -843,6 +866,8 @@ impl Operator {
             Action::Cancel { component, record_anyway } => Target::Cancel(step(component)?, *record_anyway),
             Action::Skip { component, force } => Target::Skip(step(component)?, *force),
             Action::Prioritize { priority } => Target::Prioritize(*priority),
+            Action::Approve { step: name } => Target::Approve(human_step(step(name)?)?),
+            Action::Reject { step: name, .. } => Target::Reject(human_step(step(name)?)?, start_type),
         };
         Ok(Arc::new(Prepared { action: action.clone(), target, reason, agent, store, pipeline }))
     }
@@ -874,34 +899,7 @@ impl Operator {
                 })
             }
             Target::Restart(start_type) => {
-                let view = batch.effective();
-                let bookkeeping = |e: &&Event| e.event_type.as_str() != PRIORITIZED;
-                let start = match start_type {
-                    Some(start_type) => view.get(start_type).ok_or_else(|| {
-                        let text = start_type.as_str();
-                        let effective: Vec<&str> = view.iter().map(|e| e.event_type.as_str()).collect();
-                        InvalidInput::new(
-                            "--from",
-                            text,
-                            format!(
-                                "batch {} has no effective {text} event (effective: {})",
-                                batch.id,
-                                effective.join(", ")
-                            ),
-                        )
-                    })?,
-                    None => view
-                        .iter()
-                        .filter(bookkeeping)
-                        .filter(|e| e.outcome == Outcome::Failure)
-                        .min_by_key(|e| e.seq)
-                        .ok_or_else(|| {
-                            OperatorError::Refused(format!("{} has no failed step to restart from", batch.id))
-                        })?,
-                };
-                let mut after: Vec<&Event> = view.iter().filter(bookkeeping).filter(|e| e.seq >= start.seq).collect();
-                after.sort_by_key(|e| e.seq);
-                let types: Vec<EventType> = after.iter().map(|e| e.event_type.clone()).collect();
+                let (start, types) = restart_span(batch, start_type.as_ref(), "--from")?;
                 refuse_if_working(batch, prepared.pipeline.iter().filter(|s| types.contains(s.event_type())), action)?;
                 let summary =
                     format!("restart from {} (seq {}) requested by {agent}: {reason}", start.event_type, start.seq);
@@ -912,6 +910,50 @@ impl Operator {
                 Plan::new(Write::Append(event), move |e, _| {
                     format!(
                         "{id}: recorded {}: restart from {from_type} (seq {from_seq}) and everything recorded after it",
+                        wrote(e)
+                    )
+                })
+            }
+            Target::Approve(step) => {
+                refuse_unless_waiting_for_a_person(step, batch, action)?;
+                let summary = format!("approved by {agent}: {reason}");
+                let extra = json!({"approved": true, "component": step.name()});
+                let event = NewEvent::new(step.event_type().clone(), Outcome::Success, agent.clone())
+                    .with_details(self.details(action, reason, summary, extra));
+                let name = step.name().clone();
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!("{id}: recorded {}: approved at {name}; the steps after it may run", wrote(e))
+                })
+            }
+            Target::Reject(step, None) => {
+                refuse_unless_waiting_for_a_person(step, batch, action)?;
+                let summary = format!("rejected by {agent}: {reason}");
+                let extra = json!({"rejected": true, "component": step.name()});
+                let event = NewEvent::new(step.event_type().clone(), Outcome::Failure, agent.clone())
+                    .with_details(self.details(action, reason, summary, extra));
+                let name = step.name().clone();
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!("{id}: recorded {}: rejected at {name}; it stays failed until rerun", wrote(e))
+                })
+            }
+            Target::Reject(step, Some(start_type)) => {
+                refuse_unless_waiting_for_a_person(step, batch, action)?;
+                let (start, types) = restart_span(batch, Some(start_type), "--restart-from")?;
+                refuse_if_working(batch, prepared.pipeline.iter().filter(|s| types.contains(s.event_type())), action)?;
+                let summary = format!(
+                    "rejected at {} by {agent}, restart from {} (seq {}): {reason}",
+                    step.name(),
+                    start.event_type,
+                    start.seq
+                );
+                let extra = json!({"rejected": true, "component": step.name(), "from": start.event_type,
+                                   "from_seq": start.seq, "superseded": superseded(batch, &types)});
+                let event = NewEvent::reset(types, agent.clone(), self.details(action, reason, summary, extra));
+                let (name, from_type) = (step.name().clone(), start.event_type.clone());
+                Plan::new(Write::Append(event), move |e, _| {
+                    format!(
+                        "{id}: recorded {}: rejected at {name}; restart from {from_type}: the batch is redone from \
+                         there and comes to {name} again",
                         wrote(e)
                     )
                 })
@@ -1002,6 +1044,38 @@ impl Operator {
     }
 }
 
+/// Where a restart starts on `batch` (the effective event of `start_type`, or the first
+/// effective failure) and the types it supersedes: that one and every type recorded after it,
+/// operator bookkeeping (`Prioritized`) left alone. `field` names the option for errors.
+fn restart_span<'b>(
+    batch: &'b Batch,
+    start_type: Option<&EventType>,
+    field: &str,
+) -> Result<(&'b Event, Vec<EventType>), OperatorError> {
+    let view = batch.effective();
+    let bookkeeping = |e: &&Event| e.event_type.as_str() != PRIORITIZED;
+    let start = match start_type {
+        Some(start_type) => view.get(start_type).ok_or_else(|| {
+            let text = start_type.as_str();
+            let effective: Vec<&str> = view.iter().map(|e| e.event_type.as_str()).collect();
+            InvalidInput::new(
+                field,
+                text,
+                format!("batch {} has no effective {text} event (effective: {})", batch.id, effective.join(", ")),
+            )
+        })?,
+        None => view
+            .iter()
+            .filter(bookkeeping)
+            .filter(|e| e.outcome == Outcome::Failure)
+            .min_by_key(|e| e.seq)
+            .ok_or_else(|| OperatorError::Refused(format!("{} has no failed step to restart from", batch.id)))?,
+    };
+    let mut after: Vec<&Event> = view.iter().filter(bookkeeping).filter(|e| e.seq >= start.seq).collect();
+    after.sort_by_key(|e| e.seq);
+    Ok((start, after.iter().map(|e| e.event_type.clone()).collect()))
+}
+
 /// An action checked against everything but a batch, ready to be planned on any number.
 struct Prepared {
     action: Action,
@@ -1023,6 +1097,37 @@ enum Target {
     /// With `force`.
     Skip(Step, bool),
     Prioritize(i32),
+    /// A human step.
+    Approve(Step),
+    /// A human step, and the type to restart from, if any.
+    Reject(Step, Option<EventType>),
+}
+
+/// `step` if it is a human step (a manual component), else an input error naming it.
+fn human_step(step: Step) -> Result<Step, OperatorError> {
+    if step.descriptor().manual {
+        return Ok(step);
+    }
+    Err(InvalidInput::new(
+        "step",
+        step.name().as_str(),
+        "not a human step: a component works on it (`autocomp step add` declares a step a person decides)",
+    )
+    .into())
+}
+
+/// A human step's decision needs the batch to be waiting for a person there.
+fn refuse_unless_waiting_for_a_person(step: &Step, batch: &Batch, action: &str) -> Result<(), OperatorError> {
+    let state = step.state_of(batch);
+    if state == ComponentState::Person {
+        return Ok(());
+    }
+    Err(OperatorError::Refused(format!(
+        "{} is not waiting for a person at {} (it is {state}); nothing recorded (an {action} decides a batch the step \
+         is ready for)",
+        batch.id,
+        step.name()
+    )))
 }
 
 /// The one store call an action makes on one batch.

@@ -1,7 +1,8 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
 //! the news: batches ready for longer than their component's threshold, runs past their
 //! `max_runtime`, components no host has run for too long, an index far behind the store,
-//! lock nodes autocomp did not make (when a locks backend is configured). Counts come from
+//! lock nodes autocomp did not make (when a locks backend is configured), components paused
+//! too long or with their circuit open. Counts come from
 //! the index and the registry; the store is read only for its open runs.
 //! The monitor's overdue marks and the metrics use the same rules (`is_overdue`,
 //! `overdue_runs`, `SilenceRule`).
@@ -9,7 +10,8 @@
 use std::time::Duration;
 
 use autocomp_model::{
-    Batch, BatchId, ComponentName, ComponentState, RegisteredComponent, Run, Schedule, Selection, Timestamp,
+    Batch, BatchId, ComponentName, ComponentState, Hold, HoldKind, RegisteredComponent, Run, Schedule, Selection,
+    Timestamp,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -31,6 +33,9 @@ pub struct AlertDefaults {
     pub silent_periods: u32,
     /// Store changes the index may be behind.
     pub index_lag: u64,
+    /// A component (or the pipeline) paused or draining longer than this. An open circuit
+    /// is news at once.
+    pub paused_after: Duration,
 }
 
 impl Default for AlertDefaults {
@@ -40,6 +45,7 @@ impl Default for AlertDefaults {
             silent_after: Duration::from_secs(3600),
             silent_periods: 3,
             index_lag: 10_000,
+            paused_after: Duration::from_secs(4 * 3600),
         }
     }
 }
@@ -110,6 +116,9 @@ pub enum Alert {
     /// Something at a lock path (or in the lock tree) that no lock service made: no pass
     /// takes that lock while it is there, and someone else wrote it.
     ForeignLock { path: String, reason: String },
+    /// A component (`None`: the whole pipeline) held longer than `paused_after`, or its
+    /// circuit open (at once).
+    Held { component: Option<ComponentName>, hold: Hold },
 }
 
 impl Alert {
@@ -138,6 +147,20 @@ impl Alert {
                 "locks: {path} is not a lock autocomp made: {reason}; no pass takes it while it is there \
                  (`autocomp locks`; delete it once you know who made it)"
             ),
+            Alert::Held { component, hold } => {
+                let (what, resume) = match component {
+                    Some(name) => (name.to_string(), format!("autocomp resume {name}")),
+                    None => ("the whole pipeline".to_owned(), "autocomp resume --all".to_owned()),
+                };
+                let rerun = if hold.kind == HoldKind::Circuit { " --rerun-failed" } else { "" };
+                format!(
+                    "{what}: {} for {} by {}: {} (`{resume}{rerun} --reason ...`)",
+                    hold.kind.as_str(),
+                    ago(hold.since),
+                    hold.by,
+                    hold.reason
+                )
+            }
             Alert::IndexLag { behind, index_seq, store_head } => format!(
                 "index: {behind} changes behind the store (index at seq {index_seq}, store at {store_head}; \
                  is the index service following?)"
@@ -193,7 +216,9 @@ pub fn overdue_after(step: &Step, default: Duration) -> Duration {
 /// `max_runtime` (by its open run), measured by the store's clock when the batch was read.
 pub fn is_overdue(step: &Step, batch: &Batch, ready_after: Duration) -> bool {
     match step.state_of(batch) {
-        ComponentState::Ready => batch.as_of.since(batch.last_activity_at()) >= overdue_after(step, ready_after),
+        ComponentState::Ready | ComponentState::Person => {
+            batch.as_of.since(batch.last_activity_at()) >= overdue_after(step, ready_after)
+        }
         ComponentState::Working => batch
             .open_run(step.name())
             .is_some_and(|run| batch.as_of.since(run.started_at) >= step.descriptor().max_runtime),
@@ -203,8 +228,14 @@ pub fn is_overdue(step: &Step, batch: &Batch, ready_after: Duration) -> bool {
 
 /// The batches ready for `step` longer than its threshold, as an index selection.
 pub fn ready_too_long(step: &Step, ready_after: Duration) -> Selection {
-    Selection::component_state(step.descriptor(), ComponentState::Ready)
+    Selection::component_state(step.descriptor(), ready_state(step))
         .and(Selection::QuietFor(overdue_after(step, ready_after)))
+}
+
+/// The state of a batch that waits for the step to do it: `person` at a human step, else
+/// `ready`.
+pub fn ready_state(step: &Step) -> ComponentState {
+    if step.descriptor().manual { ComponentState::Person } else { ComponentState::Ready }
 }
 
 impl Step {
@@ -272,8 +303,18 @@ impl Operator {
             }
             let rule = SilenceRule::of(&step.registered, defaults);
             let last_seen = last_seen(&step.registered);
-            if rule.is_silent(last_seen, now) {
+            // A human step has no passes to miss.
+            if !step.descriptor().manual && rule.is_silent(last_seen, now) {
                 alerts.push(Alert::Silent { component: step.name().clone(), last_seen, threshold: rule.describe() });
+            }
+        }
+
+        let steering = store.steering().await?;
+        let held = steering.pipeline.iter().map(|hold| (None, hold));
+        let held = held.chain(steering.components.iter().map(|(name, hold)| (Some(name), hold)));
+        for (component, hold) in held {
+            if hold.kind == HoldKind::Circuit || now.since(hold.since) >= defaults.paused_after {
+                alerts.push(Alert::Held { component: component.cloned(), hold: hold.clone() });
             }
         }
 

@@ -2,14 +2,19 @@
 //! `autocomp metrics` (node_exporter's textfile collector on hosts without a monitor): batches
 //! per component and state, how long the oldest ready and working batches have waited, time
 //! since each component's last pass and what silence means for it, results per outcome and
-//! work durations (from the passes' reports the registry tallies), index lag. Counted by the
+//! work durations (from the passes' reports the registry tallies), holds, circuit breakers and
+//! resource pools (from the steering state), index lag. Counted by the
 //! index and read from the registry; of the store only its open runs are read.
 
 use std::fmt::Write as _;
 
-use autocomp_model::{ComponentState, DURATION_BOUNDS_MS, Selection, Timestamp, WorkHistory, WorkResult, WorkTallies};
+use std::collections::BTreeMap;
 
-use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen};
+use autocomp_model::{
+    ComponentState, DURATION_BOUNDS_MS, HoldKind, PoolName, Selection, Timestamp, WorkHistory, WorkResult, WorkTallies,
+};
+
+use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen, ready_state};
 use super::{Operator, OperatorError};
 use Kind::{Counter, Gauge, Histogram, Summary};
 
@@ -49,7 +54,44 @@ const fn metric(name: &'static str, kind: Kind, labels: &'static [&'static str],
     Metric { name, kind, help, labels }
 }
 
+/// A pool's size, slots in use and batches waiting, as the metrics count them.
+type PoolTally = (f64, f64, f64);
+
 const COMPONENT: &[&str] = &["component"];
+const POOL: &[&str] = &["pool"];
+
+const HELD: Metric = metric(
+    "autocomp_component_held",
+    Gauge,
+    COMPONENT,
+    "1 while the component claims no new work: paused, draining or its circuit open (its own hold or the whole pipeline's).",
+);
+const CIRCUIT_OPEN: Metric = metric(
+    "autocomp_circuit_open",
+    Gauge,
+    COMPONENT,
+    "1 while the component's circuit breaker holds it (components with break_after).",
+);
+const BREAKER_FAILURES: Metric = metric(
+    "autocomp_breaker_consecutive_failures",
+    Gauge,
+    COMPONENT,
+    "Consecutive permanent failures on distinct batches the circuit breaker counts (components with break_after).",
+);
+const POOL_SIZE: Metric =
+    metric("autocomp_pool_size", Gauge, POOL, "A resource pool's size: batches' work it takes at once.");
+const POOL_IN_USE: Metric = metric(
+    "autocomp_pool_slots_in_use",
+    Gauge,
+    POOL,
+    "Open runs of the components that declare the pool: each holds one of its slots.",
+);
+const POOL_WAITING: Metric = metric(
+    "autocomp_pool_waiting",
+    Gauge,
+    POOL,
+    "Batches ready for the components that declare the pool: each waits for a pass and a free slot.",
+);
 
 const BATCHES: Metric = metric("autocomp_batches", Gauge, &["component", "state"], "Batches per component and state.");
 const BATCHES_OVERDUE: Metric = metric(
@@ -188,7 +230,7 @@ impl Operator {
         }
         let counts = index.tally(&selections, false).await?;
         let ready: Vec<Selection> =
-            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ComponentState::Ready)).collect();
+            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ready_state(s))).collect();
         let oldest_ready = index.tally(&ready, true).await?;
 
         let mut out = String::new();
@@ -272,6 +314,41 @@ impl Operator {
         let mut family = MAX_RUNTIME.write(&mut out);
         for step in &pipeline {
             family.sample(&[step.name().as_str()], step.descriptor().max_runtime.as_secs_f64());
+        }
+        let steering = store.steering().await?;
+        let mut family = HELD.write(&mut out);
+        for step in &pipeline {
+            family.sample(&[step.name().as_str()], f64::from(u8::from(steering.hold_of(step.name()).is_some())));
+        }
+        let mut family = CIRCUIT_OPEN.write(&mut out);
+        for step in pipeline.iter().filter(|step| step.descriptor().break_after.is_some()) {
+            let open = steering.components.get(step.name()).is_some_and(|hold| hold.kind == HoldKind::Circuit);
+            family.sample(&[step.name().as_str()], f64::from(u8::from(open)));
+        }
+        let mut family = BREAKER_FAILURES.write(&mut out);
+        for step in pipeline.iter().filter(|step| step.descriptor().break_after.is_some()) {
+            let count = steering.breakers.get(step.name()).map_or(0, |breaker| breaker.consecutive);
+            family.sample(&[step.name().as_str()], f64::from(count));
+        }
+        // Every open run of a component that declares a pool holds one of its slots; every
+        // batch ready for it waits for a pass and a slot.
+        let mut pools: BTreeMap<&PoolName, PoolTally> = BTreeMap::new();
+        for (name, pool) in &steering.pools {
+            pools.entry(name).or_default().0 = f64::from(pool.size);
+        }
+        for (step, tally) in pipeline.iter().zip(&oldest_ready) {
+            let running = runs.iter().filter(|run| run.component == *step.name()).count() as f64;
+            for pool in &step.descriptor().pools {
+                let entry = pools.entry(pool).or_default();
+                entry.1 += running;
+                entry.2 += tally.count as f64;
+            }
+        }
+        for (metric, which) in [(&POOL_SIZE, 0), (&POOL_IN_USE, 1), (&POOL_WAITING, 2)] {
+            let mut family = metric.write(&mut out);
+            for (name, pool) in &pools {
+                family.sample(&[name.as_str()], [pool.0, pool.1, pool.2][which]);
+            }
         }
         let index_seq = index.catch_up().await?.cursor();
         let head = store.head().await?;
@@ -390,6 +467,7 @@ mod tests {
     const PINNED: &str = r#"# HELP autocomp_batches Batches per component and state.
 # TYPE autocomp_batches gauge
 autocomp_batches{component="trigger",state="ready"} 0
+autocomp_batches{component="trigger",state="person"} 0
 autocomp_batches{component="trigger",state="waiting"} 0
 autocomp_batches{component="trigger",state="working"} 0
 autocomp_batches{component="trigger",state="retrying"} 0
@@ -398,6 +476,7 @@ autocomp_batches{component="trigger",state="stale"} 0
 autocomp_batches{component="trigger",state="skipped"} 0
 autocomp_batches{component="trigger",state="success"} 4
 autocomp_batches{component="checker",state="ready"} 1
+autocomp_batches{component="checker",state="person"} 0
 autocomp_batches{component="checker",state="waiting"} 0
 autocomp_batches{component="checker",state="working"} 1
 autocomp_batches{component="checker",state="retrying"} 0
@@ -406,6 +485,7 @@ autocomp_batches{component="checker",state="stale"} 0
 autocomp_batches{component="checker",state="skipped"} 0
 autocomp_batches{component="checker",state="success"} 1
 autocomp_batches{component="auditor",state="ready"} 1
+autocomp_batches{component="auditor",state="person"} 0
 autocomp_batches{component="auditor",state="waiting"} 3
 autocomp_batches{component="auditor",state="working"} 0
 autocomp_batches{component="auditor",state="retrying"} 0
@@ -517,6 +597,21 @@ autocomp_work_duration_last_hour_seconds_count{component="auditor"} 0
 autocomp_max_runtime_seconds{component="trigger"} 3600
 autocomp_max_runtime_seconds{component="checker"} 1.5
 autocomp_max_runtime_seconds{component="auditor"} 3600
+# HELP autocomp_component_held 1 while the component claims no new work: paused, draining or its circuit open (its own hold or the whole pipeline's).
+# TYPE autocomp_component_held gauge
+autocomp_component_held{component="trigger"} 0
+autocomp_component_held{component="checker"} 0
+autocomp_component_held{component="auditor"} 0
+# HELP autocomp_circuit_open 1 while the component's circuit breaker holds it (components with break_after).
+# TYPE autocomp_circuit_open gauge
+# HELP autocomp_breaker_consecutive_failures Consecutive permanent failures on distinct batches the circuit breaker counts (components with break_after).
+# TYPE autocomp_breaker_consecutive_failures gauge
+# HELP autocomp_pool_size A resource pool's size: batches' work it takes at once.
+# TYPE autocomp_pool_size gauge
+# HELP autocomp_pool_slots_in_use Open runs of the components that declare the pool: each holds one of its slots.
+# TYPE autocomp_pool_slots_in_use gauge
+# HELP autocomp_pool_waiting Batches ready for the components that declare the pool: each waits for a pass and a free slot.
+# TYPE autocomp_pool_waiting gauge
 # HELP autocomp_store_head The store's newest change (seq).
 # TYPE autocomp_store_head gauge
 autocomp_store_head 11

@@ -15,6 +15,7 @@
 mod actions;
 mod alerts;
 mod metrics;
+mod steering;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -36,7 +37,8 @@ use autocomp_framework::locks::{LockError, LockService, open_locks};
 pub use actions::{
     Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
 };
-pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_too_long};
+pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_state, ready_too_long};
+pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,
     StatusView, TableFormat, describe_lock, report_summary, size_text,

@@ -229,7 +229,7 @@ fn status_renders_row_by_row_exactly_as_from_values() {
         (names(&[]), vec![(id("B1"), vec![])]),
         (names(&["verifier"]), vec![]),
     ] {
-        let view = crate::operator::StatusView { components: components.clone(), rows: rows.clone() };
+        let view = crate::operator::StatusView { components: components.clone(), rows: rows.clone(), held: Vec::new() };
         let values: Vec<Value> = rows
             .iter()
             .map(|(id, states)| {

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::{Operator, OperatorError, Step};
 use autocomp_framework::exit::RunError;
 use autocomp_framework::locks::HeldLock;
-use autocomp_model::{ComponentState, NotReady, RegisteredComponent};
+use autocomp_model::{ComponentState, NotReady, RegisteredComponent, Steering, SteeringEntry};
 
 /// `--format` of the single-batch views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -408,6 +408,8 @@ impl BatchView {
 pub struct StatusView {
     pub components: Vec<ComponentName>,
     pub rows: Vec<(BatchId, Vec<ComponentState>)>,
+    /// The holds on the pipeline (`hold_lines`), written under the table.
+    pub held: Vec<String>,
 }
 
 impl StatusView {
@@ -483,6 +485,12 @@ impl StatusView {
                 for (id, states) in &self.rows {
                     line(&mut std::iter::once(id.as_str()).chain(states.iter().map(|s| s.as_str())));
                 }
+                if !self.held.is_empty() {
+                    out.push_str("\nheld (no new work is claimed):\n");
+                    for held in &self.held {
+                        writeln!(out, "  {held}").ok();
+                    }
+                }
                 out
             }
         }
@@ -495,6 +503,10 @@ impl StatusView {
 pub struct PipelineView {
     /// In pipeline order, retired ones last.
     pub components: Vec<RegisteredComponent>,
+    /// Holds, pools and breaker counts.
+    pub steering: Steering,
+    /// The newest entries of the steering log, newest first.
+    pub log: Vec<SteeringEntry>,
     /// The store's clock, for ages.
     pub now: Timestamp,
 }
@@ -524,7 +536,7 @@ impl PipelineView {
                 entry
             })
             .collect();
-        json!({"now": self.now, "components": components})
+        json!({"now": self.now, "components": components, "steering": self.steering, "steering_log": self.log})
     }
 
     fn to_text(&self) -> String {
@@ -552,9 +564,11 @@ impl PipelineView {
                     Some(t) => format!("{} ago", age(self.now.since(t))),
                     None => "never".into(),
                 };
-                let state = match &c.retired {
-                    Some(r) => format!("retired {} by {}: {}", r.at, r.by, r.reason),
-                    None => "active".into(),
+                let state = match (&c.retired, self.steering.hold_of(&d.name)) {
+                    (Some(r), _) => format!("retired {} by {}: {}", r.at, r.by, r.reason),
+                    (None, Some(hold)) => hold.kind.as_str().to_owned(),
+                    (None, None) if d.manual => "human step".into(),
+                    (None, None) => "active".into(),
                 };
                 vec![
                     d.name.to_string(),
@@ -567,7 +581,44 @@ impl PipelineView {
                 ]
             })
             .collect();
-        table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows)
+        let mut out =
+            table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows);
+        out.push_str(&self.steering_text());
+        out
+    }
+
+    /// Holds, pools, breaker counts and the newest steering changes, each section only when
+    /// it has something to say.
+    fn steering_text(&self) -> String {
+        let mut out = String::new();
+        let held = super::hold_lines(&self.steering);
+        if !held.is_empty() {
+            out.push_str("\nheld (no new work is claimed):\n");
+            for line in held {
+                writeln!(out, "  {line}").ok();
+            }
+        }
+        if !self.steering.pools.is_empty() {
+            out.push_str("\npools:\n");
+            for (name, pool) in &self.steering.pools {
+                writeln!(out, "  {name}: size {} (set by {} at {}: {})", pool.size, pool.by, pool.since, pool.reason)
+                    .ok();
+            }
+        }
+        if !self.steering.breakers.is_empty() {
+            out.push_str("\ncircuit breakers:\n");
+            for (name, breaker) in &self.steering.breakers {
+                let last = breaker.last.as_deref().map(|last| format!(", last: {last}")).unwrap_or_default();
+                writeln!(out, "  {name}: {} consecutive failures{last}", breaker.consecutive).ok();
+            }
+        }
+        if !self.log.is_empty() {
+            out.push_str("\nsteering log (newest first):\n");
+            for entry in &self.log {
+                writeln!(out, "  {} v{} {}: {} ({})", entry.at, entry.version, entry.by, entry.said, entry.reason).ok();
+            }
+        }
+        out
     }
 }
 
@@ -1070,7 +1121,8 @@ impl Operator {
             self.pipeline(store.as_ref()).await?.into_iter().map(|step| step.registered).collect();
         let retired = store.components().await?.into_iter().filter(RegisteredComponent::is_retired);
         let components = active.into_iter().chain(retired).collect();
-        Ok(PipelineView { components, now: Timestamp::now() })
+        let (steering, log) = self.steering().await?;
+        Ok(PipelineView { components, steering, log, now: Timestamp::now() })
     }
 
     /// `autocomp status`: every batch (or those where the component, or any component, is
@@ -1103,7 +1155,8 @@ impl Operator {
                     .filter(|(_, states)| state.is_none_or(|wanted| states.contains(&wanted))),
             );
         }
-        Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows })
+        let held = super::hold_lines(&store.steering().await?);
+        Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows, held })
     }
 
     /// `autocomp explain`. Catches the index up first, as a component's pass would. Reads

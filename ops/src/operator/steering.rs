@@ -1,0 +1,519 @@
+//! The operator's steering of the whole pipeline: pause, drain and resume (one component or
+//! all of it), resource pool sizes, and human steps (declared here, decided by `approve` and
+//! `reject`). A steering action is one store call (`steer`) that the store records in its
+//! steering log with the operator and the reason, previewed and confirmed like a batch
+//! action (the plan is the steering state's version), by the CLI and the monitor alike.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::views::{Format, json_document};
+use super::{ActionReport, Operator, OperatorError, check_reason};
+use crate::operator::actions::Action;
+use autocomp_model::{
+    BatchId, ComponentName, InvalidInput, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest,
+    Timestamp,
+};
+use autocomp_store::{ObjectStore, StoreError};
+
+/// How often `drain --wait` looks at the open runs.
+const DRAIN_POLL: Duration = Duration::from_millis(500);
+/// Most entries of the steering log `pipeline` shows.
+pub const LOG_SHOWN: usize = 20;
+
+/// Which part of the pipeline a pause, drain or resume is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every component (`--all`).
+    All,
+    Component(String),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::All => f.write_str("the whole pipeline"),
+            Scope::Component(name) => f.write_str(name),
+        }
+    }
+}
+
+/// An operator's action on the pipeline as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SteerAction {
+    /// No new work is claimed; work already running goes on to its result.
+    Pause { scope: Scope },
+    /// A pause whose point is that running work finishes (`drain --wait` waits for it).
+    Drain { scope: Scope },
+    /// Lifts the hold (a pause, a drain or an open circuit); with `rerun_failed`, the
+    /// batches that failed while the circuit was breaking are rerun.
+    Resume { scope: Scope, rerun_failed: bool },
+    /// Creates or resizes a resource pool.
+    SetPool { pool: String, size: u32 },
+}
+
+impl SteerAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SteerAction::Pause { .. } => "pause",
+            SteerAction::Drain { .. } => "drain",
+            SteerAction::Resume { .. } => "resume",
+            SteerAction::SetPool { .. } => "pool set",
+        }
+    }
+
+    fn scope(&self) -> Option<&Scope> {
+        match self {
+            SteerAction::Pause { scope } | SteerAction::Drain { scope } | SteerAction::Resume { scope, .. } => {
+                Some(scope)
+            }
+            SteerAction::SetPool { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for SteerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SteerAction::Pause { scope } => write!(f, "pause {scope}: claim no new work; running work goes on"),
+            SteerAction::Drain { scope } => {
+                write!(f, "drain {scope}: claim no new work and let running work finish")
+            }
+            SteerAction::Resume { scope, rerun_failed: false } => write!(f, "resume {scope}: claim work again"),
+            SteerAction::Resume { scope, rerun_failed: true } => {
+                write!(f, "resume {scope} and rerun the batches that failed while its circuit was breaking")
+            }
+            SteerAction::SetPool { pool, size } => write!(f, "pool {pool}: at most {size} batches' work at once"),
+        }
+    }
+}
+
+/// What a steering action would do, with nothing written: confirm it with `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SteerPreview {
+    pub action: SteerAction,
+    /// The action in one line.
+    pub summary: String,
+    /// The steering state's version it was planned against (the confirm's plan).
+    pub version: u64,
+    /// What it would record ("paused archiver").
+    pub would: String,
+    /// Work running now in its scope, which a pause or drain lets finish.
+    pub running: Vec<Run>,
+    /// The batches `resume --rerun-failed` would rerun.
+    pub reruns: Vec<BatchId>,
+}
+
+impl SteerPreview {
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => json_document(&json!({
+                "action": self.action.name(),
+                "summary": self.summary,
+                "version": self.version,
+                "would": self.would,
+                "running": self.running.iter().map(run_json).collect::<Vec<_>>(),
+                "reruns": self.reruns,
+            })),
+            Format::Text => {
+                let mut out = format!("{}\nwould record: {}\n", self.summary, self.would);
+                if !self.running.is_empty() {
+                    out.push_str(&format!("running now (goes on to its result): {}\n", runs_text(&self.running)));
+                }
+                if !self.reruns.is_empty() {
+                    out.push_str(&format!("would rerun: {}\n", ids_text(&self.reruns)));
+                }
+                out.push_str(&format!("steering version: {} (--expect-version)\n", self.version));
+                out
+            }
+        }
+    }
+}
+
+/// What a steering action did.
+#[derive(Debug)]
+pub struct SteerReport {
+    pub message: String,
+    /// Its entry in the steering log.
+    pub entry: Option<SteeringEntry>,
+    /// A repeated confirm: the log held this change already, nothing was written.
+    pub already_done: bool,
+    /// Work running in its scope when it was recorded.
+    pub running: Vec<Run>,
+    /// `resume --rerun-failed`: each batch rerun.
+    pub reruns: Vec<ActionReport>,
+    /// `resume --rerun-failed`: batches whose rerun was refused, and why.
+    pub refused: Vec<(BatchId, String)>,
+}
+
+impl SteerReport {
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Json => json_document(&json!({
+                "message": self.message,
+                "already_done": self.already_done,
+                "entry": self.entry,
+                "running": self.running.iter().map(run_json).collect::<Vec<_>>(),
+                "reruns": self.reruns.iter().map(|r| json!({"batch": r.batch, "message": r.message})).collect::<Vec<_>>(),
+                "refused": self.refused.iter().map(|(id, why)| json!({"batch": id, "reason": why})).collect::<Vec<_>>(),
+            })),
+            Format::Text => {
+                let mut out = format!("{}\n", self.message);
+                if !self.running.is_empty() {
+                    out.push_str(&format!("still running (goes on to its result): {}\n", runs_text(&self.running)));
+                }
+                for rerun in &self.reruns {
+                    out.push_str(&format!("{}\n", rerun.message));
+                }
+                for (id, why) in &self.refused {
+                    out.push_str(&format!("{id}: not rerun: {why}\n"));
+                }
+                out
+            }
+        }
+    }
+}
+
+fn run_json(run: &Run) -> Value {
+    json!({"batch": run.batch_id, "component": run.component, "agent": run.holder.agent, "host": run.holder.host,
+           "started_at": run.started_at})
+}
+
+fn runs_text(runs: &[Run]) -> String {
+    let shown: Vec<String> = runs.iter().take(10).map(|run| format!("{} on {}", run.component, run.batch_id)).collect();
+    let more = runs.len().saturating_sub(shown.len());
+    if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+}
+
+fn ids_text(ids: &[BatchId]) -> String {
+    let shown: Vec<&str> = ids.iter().take(20).map(BatchId::as_str).collect();
+    let more = ids.len().saturating_sub(shown.len());
+    if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+}
+
+/// A steering action checked and turned into the store's request.
+struct Planned {
+    request: SteeringRequest,
+    /// The component its scope names, if any.
+    component: Option<ComponentName>,
+}
+
+impl Operator {
+    /// Checks the action's input and names the store request it makes (nothing read yet
+    /// besides the pipeline, for the component's name).
+    async fn plan_steer(
+        &self,
+        store: &dyn ObjectStore,
+        action: &SteerAction,
+        reason: &str,
+    ) -> Result<Planned, OperatorError> {
+        let reason = check_reason(reason)?.to_owned();
+        let by = self.agent()?;
+        let component = match action.scope() {
+            Some(Scope::Component(name)) => {
+                let pipeline = self.pipeline(store).await?;
+                Some(self.step(&pipeline, name)?.name().clone())
+            }
+            _ => None,
+        };
+        let change = match action {
+            SteerAction::Pause { .. } => SteeringChange::Pause { component: component.clone(), drain: false },
+            SteerAction::Drain { .. } => SteeringChange::Pause { component: component.clone(), drain: true },
+            SteerAction::Resume { .. } => SteeringChange::Resume { component: component.clone() },
+            SteerAction::SetPool { pool, size } => {
+                let pool = PoolName::new(pool.as_str())?;
+                SteeringChange::SetPool { pool, size: *size }
+            }
+        };
+        Ok(Planned { request: SteeringRequest { change, by, reason, expect_version: None }, component })
+    }
+
+    /// The open runs in the scope: of the component, or of every component.
+    async fn running_in(
+        &self,
+        store: &dyn ObjectStore,
+        component: Option<&ComponentName>,
+    ) -> Result<Vec<Run>, OperatorError> {
+        Ok(store.open_runs(component).await?)
+    }
+
+    /// What `steer` would do, or its refusal in the same words; writes nothing.
+    pub async fn preview_steer(&self, action: &SteerAction, reason: &str) -> Result<SteerPreview, OperatorError> {
+        let store = self.store().await?;
+        let planned = self.plan_steer(store.as_ref(), action, reason).await?;
+        let steering = store.steering().await?;
+        let reruns = reruns_of(&steering, action, planned.component.as_ref());
+        let mut after = steering.clone();
+        let applied = after.apply(&planned.request, Timestamp::now()).map_err(refusal)?;
+        let would = applied.entry.map(|entry| entry.said).unwrap_or_default();
+        let running = match action {
+            SteerAction::SetPool { .. } | SteerAction::Resume { .. } => Vec::new(),
+            _ => self.running_in(store.as_ref(), planned.component.as_ref()).await?,
+        };
+        Ok(SteerPreview {
+            action: action.clone(),
+            summary: action.to_string(),
+            version: steering.version,
+            would,
+            running,
+            reruns,
+        })
+    }
+
+    /// Performs a steering action: one `steer` call recording the operator and the reason.
+    /// With `expect_version` (a confirmed preview, or `--expect-version`) it acts only if
+    /// the steering state is still at that version; a repeat of a change the log already
+    /// holds at the next version, by the same operator, answers "already done". `resume
+    /// --rerun-failed` then reruns, one by one, the batches the breaker remembered.
+    pub async fn steer(
+        &self,
+        action: &SteerAction,
+        reason: &str,
+        expect_version: Option<u64>,
+    ) -> Result<SteerReport, OperatorError> {
+        let store = self.store().await?;
+        let mut planned = self.plan_steer(store.as_ref(), action, reason).await?;
+        let before = store.steering().await?;
+        let version = expect_version.unwrap_or(before.version);
+        // The reruns are the breaker's list at the version the change is made against.
+        let reruns =
+            if version == before.version { reruns_of(&before, action, planned.component.as_ref()) } else { Vec::new() };
+        planned.request.expect_version = Some(version);
+        let steered = match store.steer(planned.request.clone()).await {
+            Ok(steered) => steered,
+            Err(StoreError::Conflict(message)) if expect_version.is_some() => {
+                if let Some(entry) = self.already_done(store.as_ref(), &planned.request, version).await? {
+                    return Ok(SteerReport {
+                        message: format!("already done at steering version {}: {}", entry.version, entry.said),
+                        entry: Some(entry),
+                        already_done: true,
+                        running: Vec::new(),
+                        reruns: Vec::new(),
+                        refused: Vec::new(),
+                    });
+                }
+                return Err(OperatorError::Refused(format!("{message}; nothing was done")));
+            }
+            Err(StoreError::Conflict(message)) if message.contains("changed since the preview") => {
+                // Someone else changed the steering between the read and the write: say so.
+                return Err(OperatorError::Refused(format!(
+                    "the pipeline's steering changed while this was asked; nothing was done: ask again ({message})"
+                )));
+            }
+            Err(StoreError::Conflict(message)) => return Err(OperatorError::Refused(message)),
+            Err(e) => return Err(e.into()),
+        };
+        let entry = steered.entry;
+        let running = match action {
+            SteerAction::Pause { .. } | SteerAction::Drain { .. } => {
+                self.running_in(store.as_ref(), planned.component.as_ref()).await?
+            }
+            _ => Vec::new(),
+        };
+        let mut report = SteerReport {
+            message: entry
+                .as_ref()
+                .map(|e| format!("recorded at steering version {}: {}", e.version, e.said))
+                .unwrap_or_default(),
+            entry,
+            already_done: false,
+            running,
+            reruns: Vec::new(),
+            refused: Vec::new(),
+        };
+        if let Some(component) = &planned.component {
+            for id in reruns {
+                let rerun = Action::Rerun { component: component.to_string() };
+                match self.perform(id.as_str(), &rerun, &planned.request.reason).await {
+                    Ok(done) => report.reruns.push(done),
+                    Err(OperatorError::Refused(why)) => report.refused.push((id, why)),
+                    Err(OperatorError::Input(e)) => report.refused.push((id, e.to_string())),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// The log's entry for `request` made at `version` by the same operator, if the log holds
+    /// one: a confirm sent twice.
+    async fn already_done(
+        &self,
+        store: &dyn ObjectStore,
+        request: &SteeringRequest,
+        version: u64,
+    ) -> Result<Option<SteeringEntry>, OperatorError> {
+        let log = store.steering_log(super::steering::LOG_SHOWN).await?;
+        Ok(log.into_iter().find(|entry| {
+            entry.version == version + 1
+                && entry.by == request.by
+                && entry.change == request.change
+                && entry.reason == request.reason
+        }))
+    }
+
+    /// `drain --wait`: waits until nothing in the scope runs (polling the open runs), at most
+    /// `timeout`. Answers how long it waited; a timeout is `Refused` naming what still runs.
+    pub async fn wait_drained(&self, scope: &Scope, timeout: Duration) -> Result<String, OperatorError> {
+        let store = self.store().await?;
+        let component = match scope {
+            Scope::All => None,
+            Scope::Component(name) => {
+                let pipeline = self.pipeline(store.as_ref()).await?;
+                Some(self.step(&pipeline, name)?.name().clone())
+            }
+        };
+        let started = tokio::time::Instant::now();
+        let deadline = started + timeout;
+        loop {
+            let running = self.running_in(store.as_ref(), component.as_ref()).await?;
+            if running.is_empty() {
+                let waited = humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
+                return Ok(format!("drained: nothing of {scope} runs (waited {waited})"));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(OperatorError::Refused(format!(
+                    "{scope} still runs after {}: {}",
+                    humantime::format_duration(timeout),
+                    runs_text(&running)
+                )));
+            }
+            tokio::time::sleep(DRAIN_POLL.min(deadline - tokio::time::Instant::now())).await;
+        }
+    }
+
+    /// The steering state and the newest entries of its log.
+    pub async fn steering(&self) -> Result<(Steering, Vec<SteeringEntry>), OperatorError> {
+        let store = self.store().await?;
+        let steering = store.steering().await?;
+        let log = store.steering_log(LOG_SHOWN).await?;
+        Ok((steering, log))
+    }
+}
+
+/// A human step as `autocomp step add` declares it: a component without a binary, whose
+/// event a person records (`approve` / `reject`) once its trigger holds.
+#[derive(Debug, Clone, Default)]
+pub struct HumanStep {
+    pub name: String,
+    pub event_type: String,
+    pub requires: Vec<String>,
+    /// Batch types it applies to (all when empty).
+    pub types: Vec<String>,
+    /// Waiting for a person longer than this is overdue (alerts, notifications).
+    pub overdue_after: Option<Duration>,
+}
+
+impl Operator {
+    /// `autocomp step add`: records the human step in the component registry, as a pass of
+    /// `operator:<name>` would (the registry's host record says who declared it and why).
+    /// Its trigger: `requires` the listed types, `blocked_by` its own type (one decision per
+    /// batch until an operator reruns it), optionally limited to batch types. Declaring it
+    /// again with other settings updates it; a name or event type a component already uses
+    /// is refused.
+    pub async fn declare_step(&self, step: &HumanStep, reason: &str) -> Result<String, OperatorError> {
+        let reason = check_reason(reason)?;
+        let agent = self.agent()?;
+        let name = ComponentName::new(step.name.as_str())?;
+        let event_type = autocomp_model::EventType::new(step.event_type.as_str())?;
+        let field = |field: &'static str| move |e: InvalidInput| InvalidInput::new(field, e.value, e.reason);
+        let requires = step
+            .requires
+            .iter()
+            .map(|t| autocomp_model::EventType::new(t.as_str()).map_err(field("--requires")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if requires.is_empty() {
+            return Err(
+                InvalidInput::new("--requires", "", "a human step needs what it decides on: name a type").into()
+            );
+        }
+        let types = step
+            .types
+            .iter()
+            .map(|t| autocomp_model::BatchType::new(t.as_str()).map_err(field("--types")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let store = self.store().await?;
+        let pipeline = self.pipeline(store.as_ref()).await?;
+        if let Some(other) = pipeline.iter().find(|s| *s.name() == name && !s.descriptor().manual) {
+            return Err(InvalidInput::new(
+                "step",
+                name.as_str(),
+                format!("{} is a component with a binary (it records {})", other.name(), other.event_type()),
+            )
+            .into());
+        }
+        let trigger = autocomp_model::Trigger {
+            requires,
+            blocked_by: vec![event_type.clone()],
+            types,
+            ..autocomp_model::Trigger::default()
+        };
+        let descriptor = autocomp_model::ComponentDescriptor {
+            name: name.clone(),
+            version: "manual".into(),
+            event_type: event_type.clone(),
+            trigger,
+            max_attempts: 1,
+            retry_backoff: Duration::from_secs(300),
+            queue_size: 1,
+            max_runtime: Duration::from_secs(86_400),
+            source: false,
+            overdue_after: step.overdue_after,
+            silent_after: None,
+            schedule: None,
+            manual: true,
+            pools: Vec::new(),
+            break_after: None,
+        };
+        let summary = format!("declared by {agent}: {reason}");
+        let phase = autocomp_model::PassPhase::Ended {
+            outcome: autocomp_model::PassOutcome::Idle,
+            summary: summary.chars().take(2_000).collect(),
+            duration_ms: 0,
+            work: Vec::new(),
+        };
+        let pass = autocomp_model::PassRecord { descriptor, host: agent.to_string(), phase };
+        match store.record_pass(pass).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(message)) => {
+                return Err(InvalidInput::new("--event-type", event_type.as_str(), message).into());
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(format!(
+            "{name}: human step recorded in the pipeline; batches ready for it wait for a person (`autocomp status \
+             --component {name} --state person`; `autocomp approve ID --step {name}`)\n"
+        ))
+    }
+}
+
+/// The batches a resume would rerun: the breaker's list of the component, for
+/// `resume --rerun-failed` of a component.
+fn reruns_of(steering: &Steering, action: &SteerAction, component: Option<&ComponentName>) -> Vec<BatchId> {
+    match (action, component) {
+        (SteerAction::Resume { rerun_failed: true, .. }, Some(component)) => {
+            steering.breakers.get(component).map(|b| b.failed.clone()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn refusal(refusal: autocomp_model::SteeringRefusal) -> OperatorError {
+    match refusal {
+        autocomp_model::SteeringRefusal::Invalid(e) => OperatorError::Input(e),
+        autocomp_model::SteeringRefusal::Conflict(message) => OperatorError::Refused(message),
+    }
+}
+
+/// One line per hold, for `status` and `pipeline`: `archiver: paused by operator:ann since
+/// 2026-11-27T10:00:00Z: tape maintenance`.
+pub fn hold_lines(steering: &Steering) -> Vec<String> {
+    let line = |what: &str, hold: &autocomp_model::Hold| {
+        format!("{what}: {} by {} since {}: {}", hold.kind.as_str(), hold.by, hold.since, hold.reason)
+    };
+    let mut lines: Vec<String> = steering.pipeline.iter().map(|hold| line("the whole pipeline", hold)).collect();
+    lines.extend(steering.components.iter().map(|(name, hold)| line(name.as_str(), hold)));
+    lines
+}

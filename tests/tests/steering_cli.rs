@@ -1,0 +1,250 @@
+//! The operator steering the pipeline through the `autocomp` CLI, against a real store that
+//! the probe component works on: human steps (declared, waited at, approved, rejected with
+//! and without a restart), pause / drain / resume with who and why shown by `status`,
+//! `pipeline`, `alerts` and the metrics, `drain --wait` returning once running work ends,
+//! pool sizes, and `resume --rerun-failed` after an open circuit. Input errors name the
+//! field and change nothing.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until};
+use autocomp_model::{Agent, BatchId, ComponentName, HoldKind, Outcome, SteeringChange, SteeringRequest};
+use serde_json::Value;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+
+fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
+    let mut command = Command::new(binary("autocomp"));
+    command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG", "USER"] {
+        command.env_remove(var);
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
+}
+
+fn ok(pipeline: &Pipeline, args: &[&str]) -> String {
+    let done = autocomp(pipeline, args);
+    assert_eq!(done.code, Some(0), "autocomp {args:?}\n{}", done.show());
+    done.stdout
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+/// The pipeline with the probe registered by an idle pass and a human step `qa` after it.
+fn pipeline_with_a_human_step() -> Pipeline {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure("");
+    let idle = pipeline.run(&[]);
+    assert_eq!(idle.code, Some(0), "{}", idle.show());
+    ok(
+        &pipeline,
+        &["step", "add", "qa", "--event-type", "Roundtrip_Approved", "--requires", "Probed", "--reason", "manual QA"],
+    );
+    pipeline
+}
+
+fn state(pipeline: &Pipeline, id: &str, component: &str) -> String {
+    let rows = json(&ok(pipeline, &["status", "--format", "json"]));
+    let row = rows.as_array().unwrap().iter().find(|row| row["id"] == id).expect("the batch's row");
+    row["components"][component].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_human_step_waits_for_a_person_who_approves_or_rejects_it() {
+    let pipeline = pipeline_with_a_human_step();
+    let ids = pipeline.register(3);
+    assert_eq!(state(&pipeline, "B0001", "qa"), "waiting", "nothing probed yet");
+    assert_eq!(pipeline.run(&[]).code, Some(0));
+    for id in &ids {
+        assert_eq!(state(&pipeline, id.as_str(), "qa"), "person");
+    }
+    let listed = ok(&pipeline, &["status", "--component", "qa", "--state", "person", "--format", "csv"]);
+    assert_eq!(listed.lines().count(), 4, "a header and three batches waiting for a person:\n{listed}");
+
+    // A person approves B0001: a success by the operator, with the reason.
+    let said = ok(&pipeline, &["approve", "B0001", "--step", "qa", "--reason", "pages look right"]);
+    assert!(said.contains("approved at qa") && said.contains("person -> success"), "{said}");
+    let approval = pipeline.events(&ids[0], "Roundtrip_Approved");
+    assert_eq!(approval.len(), 1);
+    assert_eq!((approval[0].outcome, approval[0].agent.as_str()), (Outcome::Success, "operator:ann"));
+    assert_eq!(approval[0].details["approved"], true);
+    assert_eq!(approval[0].details["reason"], "pages look right");
+
+    // Once decided, it is not waiting any more: a second approval is refused, nothing written.
+    let again = autocomp(&pipeline, &["approve", "B0001", "--step", "qa", "--reason", "twice"]);
+    assert_eq!(again.code, Some(1), "{}", again.show());
+    assert!(again.stderr.contains("not waiting for a person"), "{}", again.show());
+    assert_eq!(pipeline.events(&ids[0], "Roundtrip_Approved").len(), 1);
+
+    // A plain rejection is a failure that stays.
+    ok(&pipeline, &["reject", "B0002", "--step", "qa", "--reason", "pages missing"]);
+    assert_eq!(state(&pipeline, "B0002", "qa"), "failed");
+    assert_eq!(pipeline.events(&ids[1], "Roundtrip_Approved")[0].details["rejected"], true);
+
+    // A rejection with a restart sends the batch back: the probe runs again, then qa waits again.
+    let said = ok(&pipeline, &["reject", "B0003", "--step", "qa", "--reason", "rescan", "--restart-from", "Probed"]);
+    assert!(said.contains("restart from Probed"), "{said}");
+    assert_eq!(state(&pipeline, "B0003", "probe"), "ready");
+    assert_eq!(state(&pipeline, "B0003", "qa"), "waiting");
+    assert_eq!(pipeline.run(&[]).code, Some(0));
+    assert_eq!(state(&pipeline, "B0003", "qa"), "person");
+
+    // Input errors name the field; nothing is written.
+    let head = pipeline.head();
+    let not_human = autocomp(&pipeline, &["approve", "B0003", "--step", "probe", "--reason", "x"]);
+    assert_eq!(not_human.code, Some(2), "{}", not_human.show());
+    assert!(not_human.stderr.contains("invalid step \"probe\": not a human step"), "{}", not_human.show());
+    let bad_type = autocomp(&pipeline, &["reject", "B0003", "--step", "qa", "--reason", "x", "--restart-from", "No"]);
+    assert_eq!(bad_type.code, Some(2), "{}", bad_type.show());
+    assert!(bad_type.stderr.contains("--restart-from"), "{}", bad_type.show());
+    assert_eq!(pipeline.head(), head, "refusals wrote nothing");
+
+    // A human step is in the pipeline, marked, and is never called silent.
+    let view = ok(&pipeline, &["pipeline"]);
+    assert!(view.lines().any(|l| l.starts_with("qa") && l.contains("human step")), "{view}");
+    let alerts = autocomp(&pipeline, &["alerts", "--silent-after", "1s", "--ready-after", "1h"]);
+    assert!(!alerts.stdout.contains("qa: no pass"), "{}", alerts.show());
+}
+
+#[test]
+fn a_paused_component_is_shown_with_who_and_why_and_alerts_report_it_once_too_long() {
+    let pipeline = pipeline_with_a_human_step();
+    pipeline.register(1);
+    let said = ok(&pipeline, &["pause", "probe", "--reason", "scanner maintenance"]);
+    assert!(said.contains("paused probe"), "{said}");
+
+    // A paused cron pass is quiet, exits 0 and claims nothing.
+    let paused = pipeline.run(&[]);
+    assert_eq!((paused.code, paused.stdout.as_str(), paused.stderr.as_str()), (Some(0), "", ""), "{}", paused.show());
+    assert!(pipeline.events(&BatchId::new("B0001").unwrap(), "Probed").is_empty());
+
+    let status = ok(&pipeline, &["status"]);
+    assert!(status.contains("probe: paused by operator:ann since"), "{status}");
+    assert!(status.contains("scanner maintenance"), "{status}");
+    let view = ok(&pipeline, &["pipeline"]);
+    assert!(view.lines().any(|l| l.starts_with("probe") && l.contains("paused")), "{view}");
+    assert!(view.contains("steering log (newest first):"), "{view}");
+    let view = json(&ok(&pipeline, &["pipeline", "--format", "json"]));
+    assert_eq!(view["steering"]["components"]["probe"]["reason"], "scanner maintenance");
+    assert_eq!(view["steering_log"][0]["by"], "operator:ann");
+
+    let quiet = autocomp(&pipeline, &["alerts", "--paused-after", "1h"]);
+    assert!(!quiet.stdout.contains("probe: paused"), "{}", quiet.show());
+    let alerts = autocomp(&pipeline, &["alerts", "--paused-after", "0s"]);
+    assert_eq!(alerts.code, Some(1), "{}", alerts.show());
+    assert!(alerts.stdout.contains("probe: paused for"), "{}", alerts.show());
+    assert!(alerts.stdout.contains("autocomp resume probe"), "{}", alerts.show());
+
+    let metrics = ok(&pipeline, &["metrics"]);
+    assert!(metrics.contains("autocomp_component_held{component=\"probe\"} 1"), "{metrics}");
+    assert!(metrics.contains("autocomp_component_held{component=\"qa\"} 0"), "{metrics}");
+
+    // Pausing twice is refused naming the first; resume lets the next pass work.
+    let twice = autocomp(&pipeline, &["pause", "probe", "--reason", "again"]);
+    assert_eq!(twice.code, Some(1), "{}", twice.show());
+    assert!(twice.stderr.contains("paused already, by operator:ann"), "{}", twice.show());
+    ok(&pipeline, &["resume", "probe", "--reason", "scanner back"]);
+    let worked = pipeline.run(&[]);
+    assert_eq!(worked.code, Some(0), "{}", worked.show());
+    assert_eq!(pipeline.events(&BatchId::new("B0001").unwrap(), "Probed").len(), 1);
+    let status = ok(&pipeline, &["status"]);
+    assert!(!status.contains("held"), "{status}");
+}
+
+#[test]
+fn drain_wait_returns_once_the_running_work_has_finished() {
+    let pipeline = Pipeline::new(PROBE);
+    let (started, gate) = pipeline.hold_work_at_a_gate("");
+    pipeline.register(1);
+    let worker = pipeline.spawn(&[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let began = wait_until(deadline, || std::fs::read_dir(&started).map(|d| d.count() > 0).unwrap_or(false));
+    assert!(began, "the probe did not start its work");
+    let mut drain = Command::new(binary("autocomp"));
+    drain.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]);
+    drain.args(["drain", "probe", "--reason", "maintenance", "--wait", "--timeout", "60s"]);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
+        drain.env_remove(var);
+    }
+    drain.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut drain = drain.spawn().unwrap();
+    // The drain is recorded while the work still runs, and it waits.
+    let recorded = wait_until(Instant::now() + Duration::from_secs(30), || {
+        let steering = pipeline.block_on(pipeline.any_store().steering()).unwrap();
+        steering.components.get(&ComponentName::new("probe").unwrap()).is_some_and(|h| h.kind == HoldKind::Drain)
+    });
+    assert!(recorded, "the drain was not recorded");
+    assert!(drain.try_wait().unwrap().is_none(), "drain --wait returned while the probe still worked");
+    std::fs::write(&gate, "").unwrap();
+    let drained = finish(drain, Duration::from_secs(60));
+    assert_eq!(drained.code, Some(0), "{}", drained.show());
+    assert!(drained.stdout.contains("drained: nothing of probe runs"), "{}", drained.show());
+    assert!(pipeline.open_runs().is_empty());
+    let worker = finish(worker, Duration::from_secs(30));
+    assert_eq!(worker.code, Some(0), "{}", worker.show());
+
+    // With nothing running it returns at once; a timeout with work running is exit 1.
+    let again = ok(&pipeline, &["drain", "probe", "--reason", "again", "--wait", "--timeout", "5s"]);
+    assert!(again.contains("drained"), "{again}");
+}
+
+#[test]
+fn pools_resume_with_reruns_and_bad_input_change_nothing() {
+    let pipeline = pipeline_with_a_human_step();
+    let store = pipeline.any_store();
+    let said = ok(&pipeline, &["pool", "set", "tape", "2", "--reason", "two drives"]);
+    assert!(said.contains("pool tape: size 2 (new)"), "{said}");
+    let said = ok(&pipeline, &["pool", "set", "tape", "3", "--reason", "a third drive", "--format", "json"]);
+    assert_eq!(json(&said)["entry"]["said"], "pool tape: size 3 (was 2)");
+    let view = ok(&pipeline, &["pipeline"]);
+    assert!(view.contains("tape: size 3 (set by operator:ann"), "{view}");
+
+    // A breaker that opened after failures on two batches: resume --rerun-failed reruns them.
+    let ids = pipeline.register(2);
+    assert_eq!(pipeline.run(&[]).code, Some(0));
+    for id in &ids {
+        let request = SteeringRequest {
+            change: SteeringChange::Outcome {
+                component: ComponentName::new("probe").unwrap(),
+                batch: id.clone(),
+                failed: true,
+                break_after: 2,
+                summary: "disk full".into(),
+            },
+            by: Agent::new("probe/1.0@host#1").unwrap(),
+            reason: "circuit breaker".into(),
+            expect_version: None,
+        };
+        pipeline.block_on(store.steer(request)).unwrap();
+    }
+    let alerts = autocomp(&pipeline, &["alerts"]);
+    assert!(alerts.stdout.contains("probe: circuit open for"), "{}", alerts.show());
+    assert!(alerts.stdout.contains("--rerun-failed"), "{}", alerts.show());
+    let preview = ok(&pipeline, &["resume", "probe", "--rerun-failed", "--reason", "disk replaced", "--dry-run"]);
+    assert!(preview.contains("would rerun: B0001, B0002"), "{preview}");
+    let done = ok(&pipeline, &["resume", "probe", "--rerun-failed", "--reason", "disk replaced"]);
+    assert!(done.contains("resumed probe (its circuit was open after 2 consecutive failures)"), "{done}");
+    for id in &ids {
+        let resets = pipeline.events(id, "Reset");
+        assert_eq!(resets.len(), 1, "{id} rerun once: {done}");
+    }
+    assert_eq!(state(&pipeline, "B0001", "probe"), "ready");
+
+    // Bad input: named, nothing written.
+    let version = pipeline.block_on(store.steering()).unwrap().version;
+    for (args, field) in [
+        (&["pool", "set", "tape drive", "2", "--reason", "x"][..], "pool"),
+        (&["pause", "nosuch", "--reason", "x"][..], "component"),
+        (&["pause", "probe", "--reason", ""][..], "reason"),
+        (&["resume", "probe", "--reason", "x", "--expect-version", "0"][..], "version"),
+    ] {
+        let refused = autocomp(&pipeline, args);
+        assert_ne!(refused.code, Some(0), "{args:?}: {}", refused.show());
+        assert!(refused.stderr.contains(field), "{args:?} names {field}: {}", refused.show());
+    }
+    assert_eq!(pipeline.block_on(store.steering()).unwrap().version, version, "nothing changed");
+}
