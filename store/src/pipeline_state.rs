@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{
-    InvalidInput, Seq, Steering, SteeringEntry, SteeringRefusal, SteeringRequest, Timestamp, is_concealing,
+    InvalidInput, Seq, Steering, SteeringChange, SteeringEntry, SteeringRefusal, SteeringRequest, Timestamp,
+    is_concealing,
 };
 
 /// Most entries one read of the steering log returns.
@@ -23,6 +24,11 @@ pub const MAX_NOTICE_KEY_CHARS: usize = 300;
 pub const MAX_NOTICE_BYTES: usize = 64 * 1024;
 /// Longest lease a notifier may take on the notices it sends.
 pub const MAX_NOTICE_LEASE: Duration = Duration::from_secs(3_600);
+/// Longest a notifier may put off a failed notice's next delivery (`NoticeOutcome::Failed`).
+pub const MAX_NOTICE_RETRY: Duration = Duration::from_secs(7 * 24 * 3_600);
+/// Longest failure summary a breaker's count (`SteeringChange::Outcome`) is kept with in the
+/// steering log; the rest is cut, marked with `…`.
+pub const MAX_OUTCOME_SUMMARY_CHARS: usize = 2_000;
 
 /// What `ObjectStore::steer` did: the state after the change, and its log entry (none for a
 /// breaker count that opened nothing).
@@ -113,6 +119,19 @@ pub(crate) fn check_steering(request: &SteeringRequest) -> StoreResult<()> {
     Ok(())
 }
 
+/// The request as every backend applies it: a breaker count's failure summary (a command's
+/// output, of any length) cut to `MAX_OUTCOME_SUMMARY_CHARS`, since the change is kept whole in
+/// the log entry of the count that opens the circuit.
+pub(crate) fn bounded(mut request: SteeringRequest) -> SteeringRequest {
+    if let SteeringChange::Outcome { summary, .. } = &mut request.change
+        && let Some((at, _)) = summary.char_indices().nth(MAX_OUTCOME_SUMMARY_CHARS)
+    {
+        summary.truncate(at);
+        summary.push('…');
+    }
+    request
+}
+
 pub(crate) fn check_log_limit(limit: usize) -> StoreResult<()> {
     if limit == 0 || limit > MAX_STEERING_LOG_PAGE {
         let why = format!("must be 1 to {MAX_STEERING_LOG_PAGE}");
@@ -151,10 +170,15 @@ pub(crate) fn check_key(key: &str) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn check_take(holder: &str, limit: usize, lease: Duration) -> StoreResult<()> {
+fn check_holder(holder: &str) -> StoreResult<()> {
     if holder.is_empty() || holder.chars().count() > 255 || holder.chars().any(char::is_control) {
         return Err(InvalidInput::new("holder", holder, "must be 1-255 printable characters").into());
     }
+    Ok(())
+}
+
+pub(crate) fn check_take(holder: &str, limit: usize, lease: Duration) -> StoreResult<()> {
+    check_holder(holder)?;
     if limit == 0 || limit > MAX_NOTICES_PER_CALL {
         let why = format!("must be 1 to {MAX_NOTICES_PER_CALL}");
         return Err(InvalidInput::new("limit", limit.to_string(), why).into());
@@ -162,6 +186,21 @@ pub(crate) fn check_take(holder: &str, limit: usize, lease: Duration) -> StoreRe
     if lease.is_zero() || lease > MAX_NOTICE_LEASE {
         let why = format!("must be more than 0 and at most {}", humantime::format_duration(MAX_NOTICE_LEASE));
         return Err(InvalidInput::new("lease", humantime::format_duration(lease).to_string(), why).into());
+    }
+    Ok(())
+}
+
+/// A settle every backend accepts: a notice key, a holder as `check_take` accepts it, and a
+/// retry time of at most `MAX_NOTICE_RETRY` (an unbounded one overflowed the store's clock:
+/// `Duration::MAX` wrapped around to a time already past, so "much later" meant "at once").
+pub(crate) fn check_settle(key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
+    check_key(key)?;
+    check_holder(holder)?;
+    if let NoticeOutcome::Failed { retry_in, .. } = outcome
+        && *retry_in > MAX_NOTICE_RETRY
+    {
+        let why = format!("must be at most {}", humantime::format_duration(MAX_NOTICE_RETRY));
+        return Err(InvalidInput::new("retry_in", humantime::format_duration(*retry_in).to_string(), why).into());
     }
     Ok(())
 }

@@ -14,6 +14,9 @@ use serde_json::{Map, Value, json};
 #[path = "contract/bounded.rs"]
 mod bounded;
 use bounded::*;
+#[path = "contract/steering.rs"]
+mod steering;
+use steering::*;
 
 struct Fixture {
     store: Arc<dyn ObjectStore>,
@@ -1719,4 +1722,17 @@ contract!(
     a_batch_at_its_byte_cap_refuses_more_and_writes_nothing,
     summaries_read_every_flag_as_the_whole_batch_does,
     listings_say_what_each_whole_batch_says,
+    a_pause_reads_back_who_why_and_since_and_the_log_lists_it_newest_first,
+    bad_steering_requests_are_refused_by_name_and_change_nothing,
+    a_steer_wakes_every_watcher_but_adds_nothing_to_the_change_feed,
+    the_breaker_opens_the_circuit_at_break_after_distinct_failures,
+    concurrent_steers_lose_no_change,
+    enqueue_adds_each_key_once_and_moves_the_cursor_only_from_where_it_was,
+    a_taken_notice_is_leased_to_its_holder_and_sent_once,
+    a_failed_notice_is_due_again_after_retry_in_with_its_attempts_counted,
+    an_expired_lease_lets_another_holder_take_it_and_refuses_the_first,
+    concurrent_takers_never_get_the_same_notice,
+    bad_notice_input_is_refused_by_name_and_writes_nothing,
+    notice_text_round_trips_every_character,
+    notices_found_together_sort_by_the_bytes_of_their_keys_whatever_the_locale,
 );

@@ -287,6 +287,157 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     assert_eq!(http.head().await.unwrap(), head);
 }
 
+#[tokio::test]
+async fn steering_and_the_outbox_answer_through_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let service = Service::start(&db);
+    let local = SqliteStore::open(&db).await.unwrap();
+    steering_and_the_outbox_through(&service, &local).await;
+}
+
+#[tokio::test]
+async fn steering_and_the_outbox_answer_through_the_service_over_postgresql() {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let service = Service::serve(&url, free_port(), &[]);
+    let local = PgStore::open(&url).await.unwrap();
+    steering_and_the_outbox_through(&service, &local).await;
+}
+
+/// Steering and the outbox through the service: the answers a direct client of the same
+/// database reads, refusals as their HTTP status naming the field, writes behind the token,
+/// and a long poll woken by a steer.
+async fn steering_and_the_outbox_through(service: &Service, local: &dyn ObjectStore) {
+    let http = Arc::new(service.client());
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    let pause = |by: &str| SteeringRequest {
+        change: SteeringChange::Pause { component: Some(component("archiver")), drain: false },
+        by: agent(by),
+        reason: "tape maintenance".into(),
+        expect_version: None,
+    };
+
+    // A steer moves the head: a long poll parked at the service answers it at once.
+    let head = http.head().await.unwrap();
+    let waiter = {
+        let http = Arc::clone(&http);
+        tokio::spawn(async move { http.wait_for_change(head, Duration::from_secs(20)).await.unwrap() })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_async(deadline, "the long poll to park", async || {
+        metrics(service).contains("autocomp_store_long_polls_waiting 1")
+    })
+    .await;
+    let steered_at = Instant::now();
+    let steered = http.steer(pause("operator:ann")).await.unwrap();
+    let moved = waiter.await.unwrap();
+    let delay = steered_at.elapsed();
+    assert!(moved > head && delay < Duration::from_secs(1), "answered {moved:?} {delay:?} after the steer");
+    assert_eq!(steered.entry.as_ref().map(|e| e.said.as_str()), Some("paused archiver"));
+    let hold = steered.steering.hold_of(&component("archiver")).unwrap();
+    assert_eq!((hold.kind, hold.by.as_str()), (HoldKind::Pause, "operator:ann"));
+    assert_eq!(http.steering().await.unwrap(), steered.steering, "read back as answered");
+    assert_eq!(local.steering().await.unwrap(), steered.steering, "what the store holds");
+    let log = http.steering_log(10).await.unwrap();
+    assert_eq!(log, local.steering_log(10).await.unwrap());
+    assert_eq!(log, [steered.entry.clone().unwrap()]);
+    assert!(local.changes(head, 10).await.unwrap().changes.is_empty(), "no batch changed");
+
+    // Refusals: a conflict is a 409 naming the first pauser, bad input a 400 naming the field.
+    let conflict = http.steer(pause("operator:bob")).await.unwrap_err();
+    assert!(matches!(&conflict, StoreError::Conflict(m) if m.contains("by operator:ann")), "{conflict}");
+    let body = |value: Value| value.to_string().into_bytes();
+    let again = json!({"change": {"pause": {"component": "archiver"}}, "by": "operator:bob", "reason": "again"});
+    let (status, answer) = post(&url("steer"), Some(TOKEN), &body(again.clone()));
+    assert_eq!((status, answer["error"]["kind"].as_str()), (409, Some("conflict")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("operator:ann"), "{answer}");
+    let stale = json!({"change": {"resume": {}}, "by": "operator:bob", "reason": "r", "expect_version": 0});
+    assert_eq!(post(&url("steer"), Some(TOKEN), &body(stale)).0, 409);
+    let invalid = [
+        ("steer", json!({"change": {"pause": {}}, "by": "operator:bob", "reason": ""}), "reason"),
+        ("steer", json!({"change": {"pause": {}}, "by": "operator:bob", "reason": "a\u{1b}b"}), "reason"),
+        (
+            "steer",
+            json!({"change": {"set_pool": {"pool": "tape", "size": 1001}}, "by": "operator:bob", "reason": "r"}),
+            "size",
+        ),
+        ("steering_log", json!({"limit": 0}), "limit"),
+        ("recent_notices", json!({"limit": 1001}), "limit"),
+        (
+            "enqueue_notices",
+            json!({"notices": [{"key": "k", "channel": "sms", "subject": "s", "body": {}}]}),
+            "channel",
+        ),
+        (
+            "enqueue_notices",
+            json!({"notices": [{"key": "a b", "channel": "mail", "subject": "s", "body": {}}]}),
+            "notice key",
+        ),
+        ("take_notices", json!({"holder": "h", "limit": 1, "lease_ms": 0}), "lease"),
+        ("take_notices", json!({"holder": "h", "limit": 0, "lease_ms": 1000}), "limit"),
+        (
+            "settle_notice",
+            json!({"key": "k", "holder": "h", "outcome": {"failed": {"error": "e", "retry_in": "1y"}}}),
+            "retry_in",
+        ),
+    ];
+    for (op, request, field) in invalid {
+        let (status, answer) = post(&url(op), Some(TOKEN), &body(request));
+        assert_eq!((status, answer["error"]["kind"].as_str()), (400, Some("invalid")), "{op}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{op}: {answer}");
+    }
+    // Writes need the token; reads do not (on loopback).
+    for (op, request) in [
+        ("steer", again),
+        ("enqueue_notices", json!({"notices": []})),
+        ("take_notices", json!({"holder": "h", "limit": 1, "lease_ms": 1000})),
+        ("settle_notice", json!({"key": "k", "holder": "h", "outcome": "sent"})),
+    ] {
+        assert_eq!(post(&url(op), None, &body(request)).0, 401, "{op}");
+    }
+    assert_eq!(post(&url("steering"), None, b"{}").0, 200);
+    assert_eq!(local.steering().await.unwrap(), steered.steering, "the refusals changed nothing");
+    assert_eq!(local.steering_log(10).await.unwrap(), log);
+
+    // The outbox: enqueued once, taken by one holder, settled once.
+    let notice = |key: &str| NewNotice {
+        key: key.into(),
+        channel: "webhook".into(),
+        subject: format!("about {key}"),
+        body: json!({"batch": "B1", "text": "nul \u{0} kept"}),
+    };
+    let cursor = Some(CursorMove { from: Seq::ZERO, to: Seq(7) });
+    let head = local.head().await.unwrap();
+    let enqueued = http.enqueue_notices(vec![notice("n1"), notice("n2")], cursor).await.unwrap();
+    assert_eq!(enqueued, Enqueued { added: 2, cursor: Seq(7) });
+    assert_eq!(http.enqueue_notices(vec![notice("n1")], cursor).await.unwrap(), Enqueued { added: 0, cursor: Seq(7) });
+    let take = json!({"holder": "notifier-a", "limit": 1, "lease_ms": 60_000});
+    let (status, taken) = post(&url("take_notices"), Some(TOKEN), &body(take));
+    assert_eq!(status, 200, "{taken}");
+    assert_eq!(taken[0]["key"], "n1", "{taken}");
+    assert_eq!(taken[0]["body"]["text"], "nul \u{0} kept");
+    let other = http.take_notices("notifier-b", 10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(other.iter().map(|n| n.key.as_str()).collect::<Vec<_>>(), ["n2"], "not a's");
+    let sent = json!({"key": "n1", "holder": "notifier-a", "outcome": "sent"});
+    assert_eq!(post(&url("settle_notice"), Some(TOKEN), &body(sent.clone())), (200, json!({})));
+    let (status, answer) = post(&url("settle_notice"), Some(TOKEN), &body(sent));
+    assert_eq!((status, answer["error"]["kind"].as_str()), (409, Some("conflict")), "{answer}");
+    let refused = http.settle_notice("n2", "notifier-a", NoticeOutcome::Sent).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Conflict(m) if m.contains("not leased to notifier-a")), "{refused}");
+    let failed = NoticeOutcome::Failed { error: "502 from the receiver".into(), retry_in: Duration::ZERO };
+    http.settle_notice("n2", "notifier-b", failed).await.unwrap();
+    let retried = http.take_notices("notifier-a", 10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!((retried.len(), retried[0].attempts), (1, 1));
+    assert_eq!(retried[0].last_error.as_deref(), Some("502 from the receiver"));
+    let recent = http.recent_notices(10).await.unwrap();
+    assert_eq!(recent, local.recent_notices(10).await.unwrap());
+    assert_eq!(
+        recent.iter().map(|n| (n.key.as_str(), n.sent_at.is_some())).collect::<Vec<_>>(),
+        [("n2", false), ("n1", true)]
+    );
+    assert_eq!(local.head().await.unwrap(), head, "the outbox takes no seq");
+}
+
 /// From JSON, as a component's report arrives: fields added later keep their defaults.
 fn descriptor(name: &str, event_type: &str) -> ComponentDescriptor {
     serde_json::from_value(json!({

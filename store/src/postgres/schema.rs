@@ -902,9 +902,10 @@ BEGIN
 END $$;
 
 -- The notification outbox: each item once per channel (its key), leased to one notifier at a
--- time and marked sent once; and the notifiers' cursor in the change feed.
+-- time and marked sent once; and the notifiers' cursor in the change feed. Keys sort by their
+-- bytes (COLLATE "C"), as the embedded store sorts them, whatever the database's locale.
 CREATE TABLE notices (
-    key         text PRIMARY KEY,
+    key         text COLLATE "C" PRIMARY KEY,
     channel     text NOT NULL,
     subject     text NOT NULL,
     body        jsonb NOT NULL,
@@ -927,9 +928,13 @@ INSERT INTO notice_cursor (id, seq) VALUES (1, 0);
 CREATE FUNCTION autocomp_enqueue_notices(p_keys text[], p_channels text[], p_subjects text[], p_bodies jsonb[],
                                          p_from bigint, p_to bigint, OUT r_added bigint, OUT r_cursor bigint)
     LANGUAGE plpgsql AS $$
+DECLARE
+    -- One time for the whole call (autocomp_now is the clock's, per row): a call's notices
+    -- were found together and sort by key among themselves, as on every backend.
+    t bigint := autocomp_now();
 BEGIN
     INSERT INTO notices (key, channel, subject, body, created_at, due_at)
-    SELECT k, c, s, b, autocomp_now(), autocomp_now()
+    SELECT k, c, s, b, t, t
     FROM unnest(p_keys, p_channels, p_subjects, p_bodies) AS n (k, c, s, b)
     ON CONFLICT (key) DO NOTHING;
     GET DIAGNOSTICS r_added = ROW_COUNT;

@@ -15,8 +15,21 @@ use crate::pipeline_state::{self, CursorMove, Enqueued, NewNotice, Notice, Notic
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{Seq, Steering, SteeringEntry, SteeringRequest, Timestamp};
 
-/// How many times a change is computed again after another writer moved the record first.
-const STEER_ATTEMPTS: usize = 20;
+/// How long a change is computed again after other writers moved the record first, before it
+/// is given up as `Unavailable`: long enough for any burst of concurrent changes (a pipeline's
+/// runners each counting a failure), which a fixed number of attempts was not.
+const STEER_PATIENCE: Duration = Duration::from_secs(30);
+/// The longest pause between two attempts; each pause is drawn at random up to a bound that
+/// doubles with every lost race, so writers that collided spread out instead of colliding again.
+const STEER_MAX_PAUSE_MS: u64 = 64;
+
+/// A pause of 0 to `bound_ms` milliseconds, drawn at random.
+fn jitter(bound_ms: u64) -> Duration {
+    use std::hash::BuildHasher;
+    // Each `RandomState` is keyed anew: a different draw per call, per process.
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    Duration::from_micros(random % (bound_ms * 1_000 + 1))
+}
 
 const NOTICE_COLUMNS: &str = "key, channel, subject, body, created_at, attempts, last_error, sent_at";
 
@@ -57,7 +70,10 @@ impl PgStore {
 
     pub(super) async fn pg_steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
         pipeline_state::check_steering(&request)?;
-        for _ in 0..STEER_ATTEMPTS {
+        let request = pipeline_state::bounded(request);
+        let deadline = tokio::time::Instant::now() + STEER_PATIENCE;
+        let mut lost = 0u32;
+        loop {
             let (mut steering, version, at) = self.read_steering().await?;
             let applied = steering.apply(&request, at).map_err(pipeline_state::refused)?;
             let state = serde_json::to_value(&steering).map_err(|e| StoreError::Unavailable(e.to_string()))?;
@@ -82,10 +98,17 @@ impl PgStore {
             if written {
                 return Ok(Steered { steering, entry: applied.entry, circuit_opened: applied.circuit_opened });
             }
+            // Another writer changed the record since it was read: compute the change again.
+            lost += 1;
+            let pause = jitter((1u64 << lost.min(6)).min(STEER_MAX_PAUSE_MS));
+            if tokio::time::Instant::now() + pause >= deadline {
+                return Err(StoreError::Unavailable(format!(
+                    "the steering record kept changing under {lost} attempts to change it over {}; try again",
+                    humantime::format_duration(STEER_PATIENCE)
+                )));
+            }
+            tokio::time::sleep(pause).await;
         }
-        Err(StoreError::Unavailable(format!(
-            "the steering record kept changing under {STEER_ATTEMPTS} attempts to change it; try again"
-        )))
     }
 
     pub(super) async fn pg_steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
@@ -158,7 +181,7 @@ impl PgStore {
     }
 
     pub(super) async fn pg_settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        pipeline_state::check_key(key)?;
+        pipeline_state::check_settle(key, holder, &outcome)?;
         let (sent, retry_ms) = match &outcome {
             NoticeOutcome::Sent => (true, 0i64),
             NoticeOutcome::Failed { retry_in, .. } => (false, retry_in.as_millis() as i64),

@@ -27,6 +27,7 @@ pub fn steering(conn: &mut Connection) -> StoreResult<Steering> {
 }
 
 pub fn steer(conn: &mut Connection, request: &SteeringRequest) -> StoreResult<Steered> {
+    let request = &pipeline_state::bounded(request.clone());
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let mut steering = load(&tx)?;
     let at = Timestamp::now();
@@ -139,6 +140,7 @@ pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Du
 }
 
 pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
+    pipeline_state::check_settle(key, holder, outcome)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let now = Timestamp::now().millis();
     let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
