@@ -187,6 +187,9 @@ pub struct Applied {
     pub entry: Option<SteeringEntry>,
     /// The breaker opened the circuit with this change (a notification goes out).
     pub circuit_opened: bool,
+    /// False when the change left the state as it was (a success with nothing counted):
+    /// the version did not move and a store writes nothing.
+    pub changed: bool,
 }
 
 impl Steering {
@@ -288,10 +291,14 @@ impl Steering {
                 let open = self.components.get(component).is_some_and(|h| h.kind == HoldKind::Circuit);
                 let breaker = self.breakers.entry(component.clone()).or_default();
                 if !*failed {
+                    // Nothing counted: nothing to reset. A success while the circuit is open
+                    // (work that was already running) keeps the failed list, which
+                    // `resume --rerun-failed` needs.
                     if open || breaker.consecutive == 0 {
-                        // A success while the circuit is open (work that was already running)
-                        // keeps the failed list: resume --rerun-failed needs it.
-                        return Ok(self.bumped(None, false));
+                        if breaker.consecutive == 0 && breaker.failed.is_empty() {
+                            self.breakers.remove(component);
+                        }
+                        return Ok(Applied { entry: None, circuit_opened: false, changed: false });
                     }
                     self.breakers.remove(component);
                     return Ok(self.bumped(None, false));
@@ -327,7 +334,7 @@ impl Steering {
 
     fn bumped(&mut self, entry: Option<SteeringEntry>, circuit_opened: bool) -> Applied {
         self.version += 1;
-        Applied { entry, circuit_opened }
+        Applied { entry, circuit_opened, changed: true }
     }
 }
 
@@ -438,6 +445,9 @@ mod tests {
         }
         s.apply(&success, at).unwrap();
         assert!(s.breakers.is_empty());
+        let version = s.version;
+        assert!(!s.apply(&success, at).unwrap().changed, "a success with nothing counted changes nothing");
+        assert_eq!(s.version, version);
         for batch in ["B3", "B4"] {
             assert!(!s.apply(&failure(batch, 3), at).unwrap().circuit_opened);
         }

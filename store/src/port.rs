@@ -485,7 +485,8 @@ pub trait ObjectStore: Send + Sync {
 
     /// Applies a steering change as `Steering::apply` decides it, in one transaction: the new
     /// state, its entry in the steering log (when it has one), and a seq taken from the
-    /// store's counter so the head moves and every watcher wakes to honour it. Refused
+    /// store's counter so the head moves and every watcher wakes to honour it. A change that
+    /// leaves the state as it was (a success with no breaker count) writes nothing. Refused
     /// (nothing written) as `Invalid` or `Conflict` as `apply` refuses it.
     async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>;
 
@@ -506,7 +507,8 @@ pub trait ObjectStore: Send + Sync {
 
     /// Settles a notice `holder` took: sent (never taken again), or failed (taken again once
     /// `retry_in` has passed, its attempts counted). A `Conflict` when the notice is not
-    /// leased to `holder` (its lease ran out and another took it, or it was sent).
+    /// leased to `holder` now (its lease ran out, whether or not another took it since, or it
+    /// was sent); `Invalid` naming `holder` or `retry_in` (at most `MAX_NOTICE_RETRY`).
     async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()>;
 
     /// The newest `limit` notices (1 to `MAX_NOTICES_PER_CALL`), pending and sent, newest first.

@@ -76,6 +76,10 @@ impl PgStore {
         loop {
             let (mut steering, version, at) = self.read_steering().await?;
             let applied = steering.apply(&request, at).map_err(pipeline_state::refused)?;
+            if !applied.changed {
+                // Nothing to write: the head stays, no watcher wakes.
+                return Ok(Steered { steering, entry: None, circuit_opened: false });
+            }
             let state = serde_json::to_value(&steering).map_err(|e| StoreError::Unavailable(e.to_string()))?;
             let entry = match &applied.entry {
                 Some(entry) => Some(serde_json::to_value(entry).map_err(|e| StoreError::Unavailable(e.to_string()))?),

@@ -32,6 +32,10 @@ pub fn steer(conn: &mut Connection, request: &SteeringRequest) -> StoreResult<St
     let mut steering = load(&tx)?;
     let at = Timestamp::now();
     let applied = steering.apply(request, at).map_err(pipeline_state::refused)?;
+    if !applied.changed {
+        // Nothing to write: the head stays, no watcher wakes.
+        return Ok(Steered { steering, entry: None, circuit_opened: false });
+    }
     let state = serde_json::to_string(&steering).map_err(|e| corrupt("steering record", e))?;
     tx.execute("UPDATE steering SET state = ?1 WHERE id = 1", [state]).map_err(unavailable)?;
     if let Some(entry) = &applied.entry {
