@@ -187,6 +187,16 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         let runner = Runner::new(component, settings, trigger, component_config, pipeline, shutdown.clone())?;
         if args.dry_run {
             let dry = runner.dry_run(&selection, args.dry_run_limit).await?;
+            if let Some(held) = &dry.held {
+                // On stderr, first: stdout stays one line per batch for whatever reads it.
+                writeln!(
+                    std::io::stderr().lock(),
+                    "{}: dry run: claiming nothing now: {}",
+                    runner.name(),
+                    crate::for_terminal(held)
+                )
+                .ok();
+            }
             let mut stdout = std::io::stdout().lock();
             for line in &dry.lines {
                 // A closed stdout (`| head`) ends the listing, not the process with a panic.

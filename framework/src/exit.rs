@@ -6,8 +6,9 @@
 //! persistent node, foreign data, a record naming another session than its owner) or a lock
 //! tree whose ACL this identity may not fix. It does not go away by itself, so it needs a
 //! person: `autocomp locks` and `autocomp alerts` name it. The poll lock's path foreign ends
-//! the pass at once with 6; a batch's is skipped (the others are worked on) and the pass then
-//! ends with 6 unless 4 or 5 wins.
+//! the pass at once with 6; a batch's is skipped (the others are worked on), as is a pool
+//! slot's (the pool's other slots are tried), and the pass then ends with 6 unless 4 or 5
+//! wins.
 
 use std::process::ExitCode;
 

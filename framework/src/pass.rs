@@ -16,8 +16,11 @@ pub(crate) struct PassOutcome {
     pub code: u8,
     /// A batch timed out: the process must exit, so its hung work cannot hold anything.
     pub timed_out: bool,
-    /// Batches the pass took up (recorded, released, fenced, ...): 0 for an idle pass.
+    /// Batches the pass took up (recorded, released, fenced, ...): 0 for an idle pass, a
+    /// held one, or one whose batches all wait for a pool.
     pub handled: usize,
+    /// Batches left for a later pass because a pool they need was full.
+    pub waiting: usize,
 }
 
 /// One pass and its exit code.
@@ -36,6 +39,12 @@ pub(crate) async fn pass<C: Component>(
                 )
             }
             BatchResult::Busy { id } => eprintln!("{}: batch {id} is locked by another worker", runner.name()),
+            // A cron pass says nothing (waiting is normal; the registry's pass summary counts
+            // them); a manual run asked for this very batch.
+            BatchResult::WaitingForPool { id, pool } if matches!(selection, Selection::Batch { .. }) => eprintln!(
+                "{}: batch {id} waits for pool {pool}: every slot is in use; nothing claimed, try again later",
+                runner.name()
+            ),
             _ => {}
         }
     }
@@ -43,7 +52,7 @@ pub(crate) async fn pass<C: Component>(
     if timed_out {
         error!("a batch timed out; exiting so its hung work cannot hold anything");
     }
-    Ok(PassOutcome { code: summary.exit_code(), timed_out, handled: summary.results.len() })
+    Ok(PassOutcome { code: summary.exit_code(), timed_out, handled: summary.taken_up(), waiting: summary.waiting() })
 }
 
 /// What a long-running loop (`--schedule`, `--watch`) does after a pass.
@@ -52,6 +61,9 @@ pub(crate) enum PassEnd {
     Continue {
         /// Batches the pass took up: a watcher that worked on some looks again at once.
         handled: usize,
+        /// Batches left waiting for a pool: a watcher looks again soon, as a slot frees
+        /// without the store moving (its holder's result is recorded just before).
+        waiting: usize,
     },
     /// Exit with this code: the lock service was lost or a batch timed out.
     Stop(u8),
@@ -65,7 +77,7 @@ pub(crate) enum PassEnd {
 pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u8) -> PassEnd {
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0 },
+        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0, waiting: 0 },
         Err(e) => return PassEnd::Error(e),
     };
     if outcome.code == exit::FAILED {
@@ -74,5 +86,5 @@ pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u
     if outcome.code == exit::LOCKS_LOST || outcome.timed_out {
         return PassEnd::Stop(outcome.code);
     }
-    PassEnd::Continue { handled: outcome.handled }
+    PassEnd::Continue { handled: outcome.handled, waiting: outcome.waiting }
 }

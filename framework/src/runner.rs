@@ -1,7 +1,9 @@
-//! One pass of a component: poll lock, ask the index, try-lock the candidates, re-check them
-//! against the store and claim them together (one commit per round), release the poll lock,
-//! work in parallel with a time bound, record each result fenced by its claim generation
-//! (results that finish together share the store's group commit), unlock.
+//! One pass of a component: poll lock, the pipeline's steering (a paused, draining or
+//! circuit-broken component claims nothing), ask the index, try-lock the candidates, re-check
+//! them against the store, take a slot of each resource pool the component names, and claim
+//! them together (one commit per round), release the poll lock, work in parallel with a time
+//! bound, record each result fenced by its claim generation (results that finish together
+//! share the store's group commit), tell the circuit breaker, unlock.
 //! Outcome rules: permanent/transient errors, panics, timeouts, attempts,
 //! graceful shutdown (release claims without events).
 
@@ -13,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use autocomp_model::{
-    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, IdempotencyKey, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, Report, RunHolder, RunState, Seq, Timestamp, Trigger, WorkDone, WorkResult,
+    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome,
+    PassOutcome, PassPhase, PassRecord, PoolName, Report, RunHolder, RunState, Seq, Steering, SteeringChange,
+    SteeringRequest, Timestamp, Trigger, WorkDone, WorkResult,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
@@ -99,39 +102,100 @@ pub enum BatchResult {
         /// The batch.
         id: BatchId,
     },
+    /// Locked and ready, but every slot of a resource pool its work needs was taken: its
+    /// lock was let go of, it was neither claimed nor counted as an attempt, and a later
+    /// pass takes it up. Not a failure.
+    WaitingForPool {
+        /// The batch.
+        id: BatchId,
+        /// The first pool (in the descriptor's order) that had no free slot.
+        pool: PoolName,
+    },
+}
+
+impl BatchResult {
+    /// Whether the pass took the batch up (claimed it, or answered a manual run about it),
+    /// rather than leaving it for a later pass because a pool was full.
+    pub fn taken_up(&self) -> bool {
+        !matches!(self, BatchResult::WaitingForPool { .. })
+    }
 }
 
 /// What one pass did: how each batch it took up ended.
 #[derive(Debug, Default)]
 pub struct PassSummary {
-    /// One per batch taken up, in no particular order; empty for an idle pass.
+    /// One per batch taken up (or left waiting for a pool), in no particular order; empty
+    /// for an idle pass.
     pub results: Vec<BatchResult>,
-    /// Batch lock paths that held a node no lock service made (skipped, an alarm: exit 6).
+    /// Lock paths (a batch's, a pool slot's) that held a node no lock service made (skipped,
+    /// an alarm: exit 6).
     pub foreign_locks: Vec<String>,
+    /// Why the pass stopped claiming (or never started) because the component or the whole
+    /// pipeline is held (paused, draining, its circuit open), as `held_reason` words it.
+    pub held: Option<String>,
 }
 
 impl PassSummary {
-    /// How the registry shows the pass.
+    /// How the registry shows the pass: idle when it took nothing up (a held pass, one whose
+    /// batches all wait for a pool).
     pub fn pass_outcome(&self) -> PassOutcome {
         match self.exit_code() {
-            _ if self.results.is_empty() && self.foreign_locks.is_empty() => PassOutcome::Idle,
+            _ if self.taken_up() == 0 && self.foreign_locks.is_empty() => PassOutcome::Idle,
             exit::OK => PassOutcome::Ok,
             exit::FAILED => PassOutcome::Failed,
             _ => PassOutcome::Error,
         }
     }
 
-    /// One line: how many batches and how each ended.
+    /// Batches the pass took up (see [`BatchResult::taken_up`]).
+    pub fn taken_up(&self) -> usize {
+        self.results.iter().filter(|r| r.taken_up()).count()
+    }
+
+    /// Batches left for a later pass because a pool they need was full.
+    pub fn waiting(&self) -> usize {
+        self.results.len() - self.taken_up()
+    }
+
+    /// One line: how many batches and how each ended, which pools batches wait for, and the
+    /// hold that stopped the claims. At most `MAX_DESCRIBED_CHARS` (the registry's limit; an
+    /// operator's reason for a hold may be long).
     pub fn describe(&self) -> String {
-        let foreign = match self.foreign_locks.len() {
-            0 => String::new(),
-            n => format!("; {n} batch lock{} not made by autocomp (`autocomp locks`)", if n == 1 { "" } else { "s" }),
-        };
-        if self.results.is_empty() {
-            return format!("nothing ready{foreign}");
+        let line = self.describe_whole();
+        if line.chars().count() <= MAX_DESCRIBED_CHARS {
+            return line;
+        }
+        let cut = line.char_indices().nth(MAX_DESCRIBED_CHARS - 1).map_or(line.len(), |(at, _)| at);
+        format!("{}…", &line[..cut])
+    }
+
+    fn describe_whole(&self) -> String {
+        let mut notes = Vec::new();
+        let mut waits: std::collections::BTreeMap<&PoolName, usize> = std::collections::BTreeMap::new();
+        for result in &self.results {
+            if let BatchResult::WaitingForPool { pool, .. } = result {
+                *waits.entry(pool).or_default() += 1;
+            }
+        }
+        for (pool, n) in waits {
+            notes.push(format!("{} for pool {pool}", wait_for(n)));
+        }
+        if let Some(held) = &self.held {
+            notes.push(format!("held: {held}"));
+        }
+        match self.foreign_locks.len() {
+            0 => {}
+            n => {
+                notes.push(format!("{n} lock{} not made by autocomp (`autocomp locks`)", if n == 1 { "" } else { "s" }))
+            }
+        }
+        let taken_up = self.taken_up();
+        if taken_up == 0 {
+            let nothing = if self.held.is_some() || self.waiting() > 0 { "nothing claimed" } else { "nothing ready" };
+            return [nothing.to_owned()].into_iter().chain(notes).collect::<Vec<_>>().join("; ");
         }
         let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-        for result in &self.results {
+        for result in self.results.iter().filter(|r| r.taken_up()) {
             let kind = match result {
                 BatchResult::Recorded { timed_out: true, .. } => "timed out",
                 BatchResult::Recorded { outcome, .. } => outcome.as_str(),
@@ -141,12 +205,13 @@ impl PassSummary {
                 BatchResult::StoreUnreachable { .. } => "store unreachable",
                 BatchResult::NotReady { .. } => "not ready",
                 BatchResult::Busy { .. } => "locked elsewhere",
+                BatchResult::WaitingForPool { .. } => unreachable!("filtered out above"),
             };
             *counts.entry(kind).or_default() += 1;
         }
         let parts: Vec<String> = counts.into_iter().map(|(kind, n)| format!("{n} {kind}")).collect();
-        let n = self.results.len();
-        format!("{n} batch{}: {}{foreign}", if n == 1 { "" } else { "es" }, parts.join(", "))
+        let line = format!("{taken_up} batch{}: {}", if taken_up == 1 { "" } else { "es" }, parts.join(", "));
+        [line].into_iter().chain(notes).collect::<Vec<_>>().join("; ")
     }
 
     /// Each recorded result, for the registry's tallies.
@@ -189,6 +254,9 @@ impl PassSummary {
         if failed { exit::FAILED } else { exit::OK }
     }
 }
+
+/// The longest pass summary the component registry takes.
+const MAX_DESCRIBED_CHARS: usize = 2_000;
 
 /// Who this process is, as recorded in runs, events and lock nodes.
 #[derive(Debug, Clone)]
@@ -240,13 +308,24 @@ fn hostname() -> String {
     if clean.is_empty() { "localhost".into() } else { clean }
 }
 
-/// A batch this pass claimed: its snapshot from the re-check, its run, its lock and the
-/// checkpoint an earlier attempt left.
+/// A batch this pass claimed: its snapshot from the re-check, its run, its lock, the slots
+/// of the resource pools its work holds (released with the lock, on every path), the
+/// checkpoint an earlier attempt left, and whether the component's circuit breaker was
+/// counting failures when it was claimed (then a success is reported to reset it).
 struct Claimed {
     batch: Batch,
     claim: Claim,
     lock: Box<dyn Lock>,
+    slots: Slots,
     checkpoint: Option<serde_json::Value>,
+    breaker_counting: bool,
+}
+
+impl Claimed {
+    /// The batch lock and the pool slots, to be released together.
+    fn locks(lock: Box<dyn Lock>, slots: Slots) -> impl Iterator<Item = Box<dyn Lock>> {
+        std::iter::once(lock).chain(slots)
+    }
 }
 
 /// What a claim needs to know of the attempts before it, read before the claim: the failed
@@ -463,12 +542,18 @@ impl<C: Component> Runner<C> {
         Ok(summary)
     }
 
-    /// Steps 2-4: candidates, try-lock, re-check against the store, claim. In rounds: lock
-    /// as many candidates as the queue has room for, re-check them with one store read and
-    /// claim the ready ones in one store transaction (one commit, durable before any work);
-    /// a round that loses some (locked elsewhere, no longer ready) is followed by another
-    /// until the queue is full or the candidates run out. Claimed batches go into `claimed`
-    /// as soon as their claims commit, so the caller can release them on an error.
+    /// Steps 2-4: steering, candidates, try-lock, re-check against the store, pool slots,
+    /// claim. The pipeline's steering is read first (one store read): a held component (its
+    /// own hold or the whole pipeline's) asks the index for nothing and claims nothing; a
+    /// manual run is answered `NotReady` saying who holds it, unless forced. Then in rounds:
+    /// read the steering again (a hold that lands mid-pass stops further claims; the pool
+    /// sizes are this read's), lock as many candidates as the queue has room for, re-check
+    /// them with one store read, take their pool slots, and claim the ready ones in one store
+    /// transaction (one commit, durable before any work); a round that loses some (locked
+    /// elsewhere, no longer ready) is followed by another until the queue is full, the
+    /// candidates run out or a pool is full (every batch of the component needs the same
+    /// pools). Claimed batches go into `claimed` as soon as their claims commit, so the caller
+    /// can release them on an error.
     async fn claim_batches(
         self: &Arc<Self>,
         selection: &Selection,
@@ -476,16 +561,40 @@ impl<C: Component> Runner<C> {
         summary: &mut PassSummary,
         claimed: &mut Vec<Claimed>,
     ) -> Result<(), RunError> {
-        let (candidates, manual, force) = match selection {
-            Selection::Ready => (self.candidates().await?, false, false),
-            Selection::Batch { id, force } => (vec![id.clone()], true, *force),
+        let (manual, force) = match selection {
+            Selection::Ready => (false, false),
+            Selection::Batch { force, .. } => (true, *force),
+        };
+        let mut steering = PassSteering::default();
+        steering.now = self.pipeline.store.steering().await?;
+        if !force && let Some(held) = held_reason(&self.name, &steering.now) {
+            debug!(component = %self.name, "held, claiming nothing: {held}");
+            if let Selection::Batch { id, .. } = selection {
+                summary.results.push(BatchResult::NotReady { id: id.clone(), reason: held.clone() });
+            }
+            summary.held = Some(held);
+            return Ok(());
+        }
+        let candidates = match selection {
+            Selection::Ready => self.candidates().await?,
+            Selection::Batch { id, .. } => vec![id.clone()],
         };
         let mut candidates = candidates.into_iter();
         let session = self.pipeline.locks.session();
+        let mut first_round = true;
         loop {
             let room = self.config.queue_size.saturating_sub(claimed.len()).min(MAX_CLAIMS_PER_ROUND);
             if room == 0 || self.must_stop_claiming(&session) {
                 break;
+            }
+            if !std::mem::take(&mut first_round) {
+                steering.now = self.pipeline.store.steering().await?;
+                if !force && let Some(held) = held_reason(&self.name, &steering.now) {
+                    let claimed = claimed.len();
+                    info!(component = %self.name, claimed, "held mid-pass, claiming nothing more: {held}");
+                    summary.held = Some(held);
+                    break;
+                }
             }
             let mut locked = self.lock_round(&mut candidates, room, holder, &session, manual, summary).await?;
             if self.must_stop_claiming(&session) {
@@ -495,7 +604,12 @@ impl<C: Component> Runner<C> {
             if locked.is_empty() {
                 break;
             }
-            self.claim_round(locked, manual, force, summary, claimed).await?;
+            let waiting = summary.waiting();
+            self.claim_round(locked, manual, force, &mut steering, summary, claimed).await?;
+            if summary.waiting() > waiting {
+                // A pool is full: the next round's batches would wait for it too.
+                break;
+            }
         }
         Ok(())
     }
@@ -551,20 +665,22 @@ impl<C: Component> Runner<C> {
         Ok(locked)
     }
 
-    /// One round's claims of the batches it locked: the store re-check (one read), each
-    /// ready batch's attempt count and checkpoint (read a few at a time, before the claim),
-    /// then the claims (one transaction). Batches past `max_attempts` get their give-up
-    /// recorded (together, so they share commits) instead of work. Every lock not handed to a
-    /// claimed batch is released before this returns, whichever way it returns.
+    /// One round's claims of the batches it locked: the store re-check (one read), the pool
+    /// slots of the ready ones (a batch with none free waits, unclaimed), each remaining
+    /// batch's attempt count and checkpoint (read a few at a time, before the claim), then
+    /// the claims (one transaction). Batches past `max_attempts` get their give-up recorded
+    /// (together, so they share commits) instead of work. Every lock (and slot) not handed to
+    /// a claimed batch is released before this returns, whichever way it returns.
     async fn claim_round(
         &self,
         mut locked: HeldLocks,
         manual: bool,
         force: bool,
+        steering: &mut PassSteering,
         summary: &mut PassSummary,
         claimed: &mut Vec<Claimed>,
     ) -> Result<(), RunError> {
-        let round = self.claim_locked(&mut locked, manual, force, summary, claimed).await;
+        let round = self.claim_locked(&mut locked, manual, force, steering, summary, claimed).await;
         locked.release_all().await;
         round
     }
@@ -575,13 +691,16 @@ impl<C: Component> Runner<C> {
         locked: &mut HeldLocks,
         manual: bool,
         force: bool,
+        steering: &mut PassSteering,
         summary: &mut PassSummary,
         claimed: &mut Vec<Claimed>,
     ) -> Result<(), RunError> {
         let ready = self.recheck(locked, manual, force, summary).await?;
+        let ready = self.take_slots(locked, ready, steering, summary).await?;
         if ready.is_empty() {
             return Ok(());
         }
+        let breaker_counting = steering.now.breakers.contains_key(&self.name);
         let earlier = self.read_earlier_attempts(&ready, force).await?;
         let ids: Vec<BatchId> = ready.iter().map(|batch| batch.id.clone()).collect();
         let answers = self.pipeline.store.claim_many(&ids, &self.name, &self.run_holder()).await?;
@@ -607,8 +726,9 @@ impl<C: Component> Runner<C> {
                     "took over a run whose holder died or stalled; it is marked abandoned");
             }
             let failed_attempts = earlier.after(&batch, &self.name, &claim);
-            let lock = locked.take(&batch.id).expect("a ready batch is one the round locked");
-            fresh.push((Claimed { batch, claim, lock, checkpoint: earlier.checkpoint }, failed_attempts));
+            let (lock, slots) = locked.take(&batch.id).expect("a ready batch is one the round locked");
+            let checkpoint = earlier.checkpoint;
+            fresh.push((Claimed { batch, claim, lock, slots, checkpoint, breaker_counting }, failed_attempts));
         }
         // The batches the store refused to claim: free before any give-up is recorded.
         locked.release_all().await;
@@ -671,6 +791,102 @@ impl<C: Component> Runner<C> {
             Some(error) => Err(error),
             None => Ok(ready),
         }
+    }
+
+    /// Takes a slot of each pool the component names for each ready batch, in order, and
+    /// keeps them with the batch's lock; returns the batches that got them. Once a pool has
+    /// no free slot, that batch and the ones after it wait for it (every batch needs the same
+    /// pools): their locks are released at once and they are answered `WaitingForPool`,
+    /// neither claimed nor counted as an attempt. A pool's size is the round's steering read.
+    async fn take_slots(
+        &self,
+        locked: &mut HeldLocks,
+        ready: Vec<Batch>,
+        steering: &mut PassSteering,
+        summary: &mut PassSummary,
+    ) -> Result<Vec<Batch>, RunError> {
+        if self.descriptor.pools.is_empty() || ready.is_empty() {
+            return Ok(ready);
+        }
+        let holder = self.lock_holder();
+        let mut full: Option<PoolName> = None;
+        let mut slotted = Vec::new();
+        let mut waiting = Vec::new();
+        for batch in ready {
+            if full.is_none() {
+                match self.slots_for(&holder, steering, summary).await? {
+                    Ok(slots) => {
+                        locked.add_slots(&batch.id, slots);
+                        slotted.push(batch);
+                        continue;
+                    }
+                    Err(pool) => full = Some(pool),
+                }
+            }
+            let pool = full.clone().expect("set above");
+            debug!(batch = %batch.id, %pool, "every slot of pool {pool} is taken; left for a later pass");
+            waiting.push(BatchResult::WaitingForPool { id: batch.id, pool });
+        }
+        let left: HashSet<&BatchId> = waiting
+            .iter()
+            .filter_map(|r| match r {
+                BatchResult::WaitingForPool { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect();
+        locked.release_where(|id| left.contains(id)).await;
+        if let Some(pool) = full {
+            // Info, not a warning: a full pool is the pool doing its job.
+            info!(%pool, waiting = left.len(), "{} for pool {pool}: every slot is in use", wait_for(left.len()));
+        }
+        summary.results.extend(waiting);
+        Ok(slotted)
+    }
+
+    /// One slot of each of the component's pools, in the descriptor's order (one global
+    /// order, so two batches never each hold a slot the other waits for; none waits anyway:
+    /// every try is at once), or the first pool without a free one (the slots taken so far
+    /// released). A pool the steering does not define has size 0, warned about once a pass.
+    async fn slots_for(
+        &self,
+        holder: &LockHolder,
+        steering: &mut PassSteering,
+        summary: &mut PassSummary,
+    ) -> Result<Result<Slots, PoolName>, RunError> {
+        let mut taken: Slots = Vec::new();
+        for pool in &self.descriptor.pools {
+            let size = steering.size_of(pool);
+            let mut slot = None;
+            for index in 0..size {
+                let path = LockPath::Slot(pool.clone(), index);
+                match self.pipeline.locks.try_lock(&path, holder, std::time::Duration::ZERO).await {
+                    Ok(Some(lock)) => {
+                        slot = Some(lock);
+                        break;
+                    }
+                    Ok(None) => {}
+                    // Not a lock at all: an alarm (logged as it was found); the other slots
+                    // may be free.
+                    Err(LockError::Foreign { path, .. }) => {
+                        if !summary.foreign_locks.contains(&path) {
+                            summary.foreign_locks.push(path);
+                        }
+                    }
+                    Err(e) => {
+                        release_locks(taken).await;
+                        return Err(e.into());
+                    }
+                }
+            }
+            match slot {
+                Some(lock) => taken.push(lock),
+                None => {
+                    release_locks(taken).await;
+                    return Ok(Err(pool.clone()));
+                }
+            }
+        }
+        Ok(Ok(taken))
     }
 
     /// Each ready batch's failed attempts since its last reset (not read when forced: a
@@ -879,9 +1095,11 @@ impl<C: Component> Runner<C> {
         }
     }
 
-    /// Records the result, fenced by the claim, after checking we still hold the lock.
+    /// Records the result, fenced by the claim, after checking we still hold the lock; then
+    /// releases the lock and the pool slots, and tells the circuit breaker (if the component
+    /// has one) of a permanent failure, or of a success while it was counting.
     async fn record(&self, claimed: Claimed, report: Report, timed_out: bool) -> BatchResult {
-        let Claimed { batch, claim, lock, .. } = claimed;
+        let Claimed { batch, claim, lock, slots, breaker_counting, .. } = claimed;
         let id = batch.id.clone();
         let mut session = self.pipeline.locks.session();
         // While disconnected, hold the commit: the session may come back, or be lost.
@@ -894,7 +1112,7 @@ impl<C: Component> Runner<C> {
             error!(batch = %id, "lost the batch lock before recording; nothing recorded");
             // Fenced if someone took the batch over meanwhile; otherwise it is ready again.
             self.pipeline.store.release(&id, &self.name, claim.generation()).await.ok();
-            release_quietly(lock).await;
+            release_locks(Claimed::locks(lock, slots)).await;
             return BatchResult::NotRecorded { id };
         }
         let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
@@ -947,7 +1165,7 @@ impl<C: Component> Runner<C> {
                     Outcome::Failure => WorkResult::Failure,
                 };
                 let work = WorkDone { result, duration_ms: report.duration_ms };
-                BatchResult::Recorded { id, outcome: report.outcome, timed_out, work }
+                BatchResult::Recorded { id: id.clone(), outcome: report.outcome, timed_out, work }
             }
             Err(e) if e.is_fenced() => {
                 warn!(batch = %id, "result refused, another worker took the batch over: {e}");
@@ -962,8 +1180,48 @@ impl<C: Component> Runner<C> {
                 BatchResult::NotRecorded { id }
             }
         };
-        release_quietly(lock).await;
+        release_locks(Claimed::locks(lock, slots)).await;
+        if let BatchResult::Recorded { id, outcome, .. } = &result {
+            let failed = *outcome == Outcome::Failure && !report.transient;
+            if failed || (breaker_counting && *outcome == Outcome::Success) {
+                self.tell_breaker(id, failed, &report).await;
+            }
+        }
         result
+    }
+
+    /// Counts a permanent failure toward the component's circuit breaker, or resets its count
+    /// after a success; says so when the count opens the circuit (the hold stops the next
+    /// claims). A breaker that cannot be told is warned about: the result stands.
+    async fn tell_breaker(&self, id: &BatchId, failed: bool, report: &Report) {
+        let Some(break_after) = self.descriptor.break_after else { return };
+        let notes = report_notes(report);
+        let summary = if notes.is_empty() { report.outcome.as_str().to_owned() } else { notes.join("; ") };
+        let request = SteeringRequest {
+            change: SteeringChange::Outcome {
+                component: self.name.clone(),
+                batch: id.clone(),
+                failed,
+                break_after,
+                summary,
+            },
+            by: self.identity.agent.clone(),
+            reason: "circuit breaker".into(),
+            expect_version: None,
+        };
+        match self.pipeline.store.steer(request).await {
+            Ok(steered) if steered.circuit_opened => {
+                let reason = steered.steering.components.get(&self.name).map_or("", |hold| hold.reason.as_str());
+                warn!(
+                    component = %self.name,
+                    "circuit breaker opened, {} claims no new work until `autocomp resume {}`: {reason}",
+                    self.name,
+                    self.name
+                );
+            }
+            Ok(_) => debug!(batch = %id, failed, "told the circuit breaker"),
+            Err(e) => warn!(batch = %id, failed, "cannot tell the circuit breaker of this result: {e}"),
+        }
     }
 
     /// Graceful shutdown: close the run without an event so the batch is ready again.
@@ -972,7 +1230,7 @@ impl<C: Component> Runner<C> {
         if let Err(e) = self.pipeline.store.release(&id, &self.name, claimed.claim.generation()).await {
             warn!(batch = %id, "cannot release the claim: {e}");
         }
-        release_quietly(claimed.lock).await;
+        release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
         BatchResult::Released { id }
     }
 
@@ -985,18 +1243,27 @@ impl<C: Component> Runner<C> {
             Err(e) if e.is_fenced() => debug!(batch = %id, "claim already taken over: {e}"),
             Err(e) => warn!(batch = %id, "cannot release the claim: {e}"),
         }
-        release_quietly(claimed.lock).await;
+        release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
         BatchResult::NotRecorded { id }
+    }
+
+    /// Why the component claims nothing now, if it is held (its own hold or the whole
+    /// pipeline's): one store read. A watcher asks before it asks the index.
+    pub async fn held(&self) -> Result<Option<String>, RunError> {
+        Ok(held_reason(&self.name, &self.pipeline.store.steering().await?))
     }
 
     /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
     /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
-    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out.
+    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out. A
+    /// held component (unless forced) says so, and each batch it would claim says it waits
+    /// for the resume. Pool slots are not tried (that would take locks).
     pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
         let (mut candidates, force) = match selection {
             Selection::Ready => (self.all_candidates().await?, false),
             Selection::Batch { id, force } => (vec![id.clone()], *force),
         };
+        let held = if force { None } else { self.held().await? };
         let shown = match limit {
             Some(0) => candidates.len(),
             Some(limit) => limit,
@@ -1010,6 +1277,10 @@ impl<C: Component> Runner<C> {
             let batch = self.pipeline.store.get_batch(&id).await?;
             let verdict = match self.descriptor.readiness(&batch) {
                 _ if would_claim >= self.config.queue_size => "would leave for the next pass (queue full)".to_owned(),
+                Ok(()) if held.is_some() => {
+                    would_claim += 1;
+                    format!("would claim once resumed (held): every trigger clause holds (priority {})", batch.priority)
+                }
                 Ok(()) => {
                     would_claim += 1;
                     format!("would claim: every trigger clause holds (priority {})", batch.priority)
@@ -1023,7 +1294,7 @@ impl<C: Component> Runner<C> {
             };
             lines.push(format!("{id} {verdict}"));
         }
-        Ok(DryRun { lines, not_shown })
+        Ok(DryRun { lines, not_shown, held })
     }
 
     /// Every candidate the index offers, in the order `candidates` gives them, without the
@@ -1048,6 +1319,8 @@ pub struct DryRun {
     pub lines: Vec<String>,
     /// Candidates the index offers beyond the listed ones.
     pub not_shown: usize,
+    /// Why nothing would be claimed now: the component (or the whole pipeline) is held.
+    pub held: Option<String>,
 }
 
 const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -1071,21 +1344,30 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The batch locks a claim round holds and has not handed to a claimed batch. Releasing is
-/// async, so the round releases them itself on every path it takes (`release_where`,
-/// `release_all`); a guard dropped still holding some (a panic, a dropped pass) hands them
-/// to a task that releases them, rather than leaving them held until the process exits.
+/// The batch locks a claim round holds and has not handed to a claimed batch, with the pool
+/// slots taken for each. Releasing is async, so the round releases them itself on every path
+/// it takes (`release_where`, `release_all`); a guard dropped still holding some (a panic, a
+/// dropped pass) hands them to a task that releases them, rather than leaving them held
+/// until the process exits.
 #[derive(Default)]
 struct HeldLocks {
     /// Batch ids in the order they were locked (the candidates' order), released ones too.
     order: Vec<BatchId>,
     locks: HashMap<BatchId, Box<dyn Lock>>,
+    /// The pool slots taken for a locked batch: they go wherever its lock goes.
+    slots: HashMap<BatchId, Slots>,
 }
 
 impl HeldLocks {
     fn insert(&mut self, id: BatchId, lock: Box<dyn Lock>) {
         self.order.push(id.clone());
         self.locks.insert(id, lock);
+    }
+
+    /// Keeps `slots` with the lock of `id` (which the round holds).
+    fn add_slots(&mut self, id: &BatchId, slots: Slots) {
+        debug_assert!(self.locks.contains_key(id), "slots for a batch the round does not hold");
+        self.slots.entry(id.clone()).or_default().extend(slots);
     }
 
     fn len(&self) -> usize {
@@ -1101,27 +1383,39 @@ impl HeldLocks {
         self.order.iter().filter(|id| self.locks.contains_key(*id)).cloned().collect()
     }
 
-    /// Hands the lock of `id` over: releasing it is the caller's business from then on.
-    fn take(&mut self, id: &BatchId) -> Option<Box<dyn Lock>> {
-        self.locks.remove(id)
+    /// Hands the lock of `id` and its pool slots over: releasing them is the caller's
+    /// business from then on.
+    fn take(&mut self, id: &BatchId) -> Option<(Box<dyn Lock>, Slots)> {
+        let lock = self.locks.remove(id)?;
+        Some((lock, self.slots.remove(id).unwrap_or_default()))
     }
 
-    /// Releases the locks of the batches `unwanted` picks, all at once; keeps the others.
+    /// Releases the locks (and slots) of the batches `unwanted` picks, all at once; keeps
+    /// the others.
     async fn release_where(&mut self, unwanted: impl Fn(&BatchId) -> bool) {
-        release_locks(self.locks.extract_if(|id, _| unwanted(id)).map(|(_, lock)| lock).collect::<Vec<_>>()).await;
+        let mut released: Vec<_> = self.locks.extract_if(|id, _| unwanted(id)).map(|(_, lock)| lock).collect();
+        released.extend(self.slots.extract_if(|id, _| unwanted(id)).flat_map(|(_, slots)| slots));
+        release_locks(released).await;
     }
 
     async fn release_all(&mut self) {
-        release_locks(self.locks.drain().map(|(_, lock)| lock).collect::<Vec<_>>()).await;
+        release_locks(self.drain()).await;
+    }
+
+    /// Every lock and slot still held, taken out of the guard.
+    fn drain(&mut self) -> Vec<Box<dyn Lock>> {
+        let mut all: Vec<_> = self.locks.drain().map(|(_, lock)| lock).collect();
+        all.extend(self.slots.drain().flat_map(|(_, slots)| slots));
+        all
     }
 }
 
 impl Drop for HeldLocks {
     fn drop(&mut self) {
-        if self.locks.is_empty() {
+        if self.locks.is_empty() && self.slots.is_empty() {
             return;
         }
-        let locks: Vec<_> = self.locks.drain().map(|(_, lock)| lock).collect();
+        let locks = self.drain();
         warn!(locks = locks.len(), "a claim round ended without releasing its batch locks; releasing them now");
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(release_locks(locks))),
@@ -1130,6 +1424,52 @@ impl Drop for HeldLocks {
             Err(_) => warn!("no runtime to release the batch locks on; they end with the process"),
         }
     }
+}
+
+/// "1 batch waits", "2 batches wait".
+fn wait_for(n: usize) -> String {
+    if n == 1 { "1 batch waits".to_owned() } else { format!("{n} batches wait") }
+}
+
+/// The pool slots a batch's work holds, one per pool the component names.
+type Slots = Vec<Box<dyn Lock>>;
+
+/// The pipeline's steering as a pass goes by it: the newest read (at the start of the
+/// current claim round), and the pools it found no size for, warned about once a pass.
+#[derive(Default)]
+struct PassSteering {
+    now: Steering,
+    warned: HashSet<PoolName>,
+}
+
+impl PassSteering {
+    /// The pool's size; 0 (every batch needing it waits) for a pool the store does not define.
+    fn size_of(&mut self, pool: &PoolName) -> u32 {
+        if let Some(defined) = self.now.pool(pool) {
+            return defined.size;
+        }
+        if self.warned.insert(pool.clone()) {
+            warn!(%pool, "pool {pool} has no size: autocomp pool set {pool} N (until then no batch gets a slot of it)");
+        }
+        0
+    }
+}
+
+/// Why `component` claims nothing, if it is held: its own hold (a pause, a drain, its open
+/// circuit) else the whole pipeline's, in one line naming who, since when, why and the
+/// command that lifts it.
+pub(crate) fn held_reason(component: &ComponentName, steering: &Steering) -> Option<String> {
+    let (hold, what, resume) = match steering.components.get(component) {
+        Some(hold) => (hold, component.to_string(), format!("autocomp resume {component}")),
+        None => (steering.pipeline.as_ref()?, "the pipeline".to_owned(), "autocomp resume --all".to_owned()),
+    };
+    let reason = &hold.reason;
+    Some(match hold.kind {
+        // The reason says "circuit open: N consecutive failures, last: ...", and `by` is the
+        // runner whose failure opened it.
+        HoldKind::Circuit => format!("{what} is held since {}: {reason} ({resume})", hold.since),
+        kind => format!("{what} is {} by {} since {}: {reason} ({resume})", kind.as_str(), hold.by, hold.since),
+    })
 }
 
 /// Releases several locks at once (each may be a round trip to the lock service).
@@ -1208,6 +1548,17 @@ pub(crate) fn report_of(result: Result<(), WorkError>, mut report: Report) -> Re
 fn summary_line(id: &BatchId, event_type: &EventType, report: &Report) -> String {
     let seconds = report.duration_ms as f64 / 1000.0;
     let mut line = format!("{id} {event_type} {} {seconds:.1}s", report.outcome.as_str());
+    let notes = report_notes(report);
+    if !notes.is_empty() {
+        line.push_str(": ");
+        line.push_str(&notes.join("; "));
+    }
+    line
+}
+
+/// What the summary line says of a report after its outcome: transient, its summary, its
+/// first failure (also what a circuit breaker keeps of a failure).
+fn report_notes(report: &Report) -> Vec<String> {
     let mut notes = Vec::new();
     if report.transient {
         notes.push("transient, will retry".to_owned());
@@ -1220,11 +1571,7 @@ fn summary_line(id: &BatchId, event_type: &EventType, report: &Report) -> String
         let reference = if first.reference.is_empty() { "the batch" } else { first.reference.as_str() };
         notes.push(format!("{} failures, first: {reference}: {}", report.failures_total, first.description));
     }
-    if !notes.is_empty() {
-        line.push_str(": ");
-        line.push_str(&notes.join("; "));
-    }
-    line
+    notes
 }
 
 #[cfg(test)]
@@ -1253,7 +1600,8 @@ mod tests {
         held.release_where(|id| id == &ids[1]).await;
         assert!(!file(&ids[1]).exists(), "release_where did not release B2");
         assert_eq!(held.ids(), vec![ids[0].clone(), ids[2].clone()], "the others stay held, in lock order");
-        let taken = held.take(&ids[0]).expect("B1 is held");
+        let (taken, no_slots) = held.take(&ids[0]).expect("B1 is held");
+        assert!(no_slots.is_empty());
         drop(held);
 
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -1263,6 +1611,64 @@ mod tests {
         }
         assert!(file(&ids[0]).exists() && taken.still_held().await.unwrap(), "a lock taken out is the taker's");
         taken.release().await.unwrap();
+    }
+
+    #[test]
+    fn a_hold_is_worded_with_who_since_when_why_and_the_command_that_lifts_it() {
+        let name = ComponentName::new("checksum-verifier").unwrap();
+        let mut steering = Steering::default();
+        assert_eq!(held_reason(&name, &steering), None);
+        let hold = |kind, by: &str, reason: &str| autocomp_model::Hold {
+            kind,
+            by: Agent::new(by).unwrap(),
+            reason: reason.into(),
+            since: Timestamp(0),
+        };
+        steering.pipeline = Some(hold(HoldKind::Drain, "operator:bob", "db upgrade"));
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "the pipeline is draining by operator:bob since 1970-01-01T00:00:00.000Z: db upgrade \
+             (autocomp resume --all)"
+        );
+        // The component's own hold comes first: resuming the pipeline would not lift it.
+        steering.components.insert(name.clone(), hold(HoldKind::Pause, "operator:ann", "tape maintenance"));
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "checksum-verifier is paused by operator:ann since 1970-01-01T00:00:00.000Z: tape maintenance \
+             (autocomp resume checksum-verifier)"
+        );
+        let circuit = hold(HoldKind::Circuit, "checksum-verifier/1.0@h#1", "circuit open: 3 consecutive failures");
+        steering.components.insert(name.clone(), circuit);
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "checksum-verifier is held since 1970-01-01T00:00:00.000Z: circuit open: 3 consecutive failures \
+             (autocomp resume checksum-verifier)"
+        );
+    }
+
+    #[test]
+    fn a_pass_whose_batches_wait_for_a_pool_is_idle_exits_0_and_says_which_pool() {
+        let tape = PoolName::new("tape").unwrap();
+        let waiting = |id: &str| BatchResult::WaitingForPool { id: BatchId::new(id).unwrap(), pool: tape.clone() };
+        let mut summary = PassSummary { results: vec![waiting("B1"), waiting("B2")], ..PassSummary::default() };
+        assert_eq!(summary.describe(), "nothing claimed; 2 batches wait for pool tape");
+        assert_eq!((summary.exit_code(), summary.pass_outcome()), (exit::OK, PassOutcome::Idle));
+        assert_eq!((summary.taken_up(), summary.waiting()), (0, 2));
+        let work = WorkDone { result: WorkResult::Success, duration_ms: 5 };
+        let id = BatchId::new("B3").unwrap();
+        summary.results.push(BatchResult::Recorded { id, outcome: Outcome::Success, timed_out: false, work });
+        summary.held = Some("probe is paused by operator:ann since T: x (autocomp resume probe)".into());
+        assert_eq!(
+            summary.describe(),
+            "1 batch: 1 success; 2 batches wait for pool tape; held: probe is paused by operator:ann since T: x \
+             (autocomp resume probe)"
+        );
+        assert_eq!((summary.exit_code(), summary.pass_outcome()), (exit::OK, PassOutcome::Ok));
+        let held_only = PassSummary { held: Some("the pipeline is paused".into()), ..PassSummary::default() };
+        assert_eq!(held_only.describe(), "nothing claimed; held: the pipeline is paused");
+        assert_eq!(held_only.pass_outcome(), PassOutcome::Idle);
+        let long = PassSummary { held: Some("x".repeat(5_000)), ..PassSummary::default() };
+        assert_eq!(long.describe().chars().count(), MAX_DESCRIBED_CHARS, "the registry refuses longer");
     }
 
     #[test]

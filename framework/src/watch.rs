@@ -1,7 +1,9 @@
 //! `--watch`: a component that stays up and starts a pass as soon as the index offers it a
-//! batch, sleeping in the store's change feed (a long poll) in between. Each pass is exactly
-//! a cron pass (poll lock, claims, fencing, results, registry); a heartbeat pass keeps the
-//! registry fresh and catches readiness that only time brings.
+//! batch, sleeping in the store's change feed (a long poll) in between; while the component
+//! is held (paused, draining, circuit open) it asks nothing and sleeps until the steering
+//! moves the store. Each pass is exactly a cron pass (poll lock, claims, fencing, results,
+//! registry); a heartbeat pass keeps the registry fresh and catches readiness that only time
+//! brings.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +24,11 @@ use crate::runner::{Runner, Selection, stop_requested};
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// How long a wake waits for another process to finish writing an embedded index.
 const INDEX_WAIT: Duration = Duration::from_secs(2);
+/// After a pass whose batches waited for a full pool, the next look comes this soon, then
+/// twice as late each time they still wait, up to `POOL_RETRY_MAX`: a slot frees without
+/// the store moving (its holder records its result just before releasing it, or dies).
+const POOL_RETRY_FIRST: Duration = Duration::from_millis(500);
+const POOL_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// What wakes a watcher and what it asks.
 pub struct Watched {
@@ -45,6 +52,7 @@ pub async fn run_watching<C: Component>(
     // The first pass runs at once, as a cron start would: it registers the component and
     // takes whatever is ready already.
     let mut last_pass: Option<Instant> = None;
+    let mut pool_retry: Option<Duration> = None;
     loop {
         if *shutdown.borrow() {
             return Ok(worst);
@@ -54,6 +62,11 @@ pub async fn run_watching<C: Component>(
         let seen = store.head().await?;
         let heartbeat_due = last_pass.is_none_or(|at| at.elapsed() >= heartbeat);
         let offered = if heartbeat_due {
+            0
+        } else if let Some(held) = runner.held().await? {
+            // Held: no pass (it would claim nothing) until the steering changes, which moves
+            // the head and wakes the wait below, or the heartbeat (which reports the hold).
+            debug!("held, not looking for work: {held}");
             0
         } else {
             // Every watcher woke on the same change; with an embedded index one of them is
@@ -68,10 +81,15 @@ pub async fn run_watching<C: Component>(
         let (sleep_from, go_again) = if heartbeat_due || offered > 0 {
             debug!(offered, heartbeat_due, "starting a pass");
             last_pass = Some(Instant::now());
-            let handled = match pass_verdict(pass(runner, &Selection::Ready).await, &mut worst) {
+            let (handled, waiting) = match pass_verdict(pass(runner, &Selection::Ready).await, &mut worst) {
                 PassEnd::Stop(code) => return Ok(code),
                 PassEnd::Error(e) => return Err(e),
-                PassEnd::Continue { handled } => handled,
+                PassEnd::Continue { handled, waiting } => (handled, waiting),
+            };
+            pool_retry = match (waiting, pool_retry) {
+                (0, _) => None,
+                (_, None) => Some(POOL_RETRY_FIRST),
+                (_, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
             };
             if *shutdown.borrow() {
                 return Ok(worst);
@@ -87,13 +105,15 @@ pub async fn run_watching<C: Component>(
             }
             (seen, handled > 0)
         } else {
+            // Nothing offered (or held): nothing waits for a pool slot either.
+            pool_retry = None;
             (seen, false)
         };
         if go_again {
             continue;
         }
         let until_heartbeat = heartbeat.saturating_sub(last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
-        let wait = until_heartbeat.min(LONGEST_WAIT);
+        let wait = until_heartbeat.min(LONGEST_WAIT).min(pool_retry.unwrap_or(LONGEST_WAIT));
         tokio::select! {
             head = store.wait_for_change(sleep_from, wait) => {
                 let head = head?;

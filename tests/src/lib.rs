@@ -2,7 +2,8 @@
 //! processes, so this finds (building once if needed) the binaries of the workspace in the
 //! same profile as the test itself, and gives them a `Pipeline` fixture: a temp dir with a
 //! store (an embedded SQLite file, or any store URL such as a PostgreSQL database), index and
-//! lock dir, the probe component's config, and store read-backs.
+//! lock dir, the probe component's config, store read-backs and steering (as an operator's
+//! pause or pool size would set it).
 
 pub mod netns;
 pub mod services;
@@ -407,6 +408,49 @@ impl Pipeline {
                 }
             })
             .collect()
+    }
+}
+
+/// The most ledger entries whose work ran at once (intervals from start to end; one that
+/// ends as another starts does not overlap it).
+pub fn max_concurrency(ledger: &[LedgerEntry]) -> usize {
+    // Ends sort before starts at the same instant: (time, 0) for an end, (time, 1) for a start.
+    let mut edges: Vec<(u128, u8)> = ledger.iter().flat_map(|e| [(e.start, 1), (e.end, 0)]).collect();
+    edges.sort();
+    let (mut open, mut most) = (0usize, 0usize);
+    for (_, start) in edges {
+        if start == 1 {
+            open += 1;
+            most = most.max(open);
+        } else {
+            open -= 1;
+        }
+    }
+    most
+}
+
+impl Pipeline {
+    /// Applies a steering change as an operator would (`operator:tester`), through the store
+    /// port, as `autocomp pause` and the others do; panics if the store refuses it.
+    pub fn steer(&self, change: autocomp_model::SteeringChange) -> autocomp_store::Steered {
+        let request = autocomp_model::SteeringRequest {
+            change,
+            by: Agent::new("operator:tester").unwrap(),
+            reason: "steered by the test".into(),
+            expect_version: None,
+        };
+        self.block_on(self.store.steer(request)).expect("the store takes the steering change")
+    }
+
+    /// The pipeline's steering state as the store holds it.
+    pub fn steering(&self) -> autocomp_model::Steering {
+        self.block_on(self.store.steering()).expect("steering readable")
+    }
+
+    /// The probe's registry entry: its hosts' last passes.
+    pub fn probe_registered(&self) -> Option<autocomp_model::RegisteredComponent> {
+        let components = self.block_on(self.store.components()).expect("registry readable");
+        components.into_iter().find(|c| c.name().as_str() == PROBE_NAME)
     }
 }
 

@@ -1,6 +1,7 @@
-//! The lock port: try-locks on `poll/<component>` and
-//! `batch/<component>/<batch-id>`, each naming its holder, plus the lock service's session
-//! state so the runner can hold commits while disconnected and stop when the session is lost.
+//! The lock port: try-locks on `poll/<component>`, `batch/<component>/<batch-id>` and
+//! `slot/<pool>/<index>` (one slot of a resource pool), each naming its holder, plus the lock
+//! service's session state so the runner can hold commits while disconnected and stop when
+//! the session is lost.
 //! Adapters: `local` (flock files; the OS frees them on death) and `zk` (one ephemeral
 //! ZooKeeper node per lock; the server frees them when the session ends).
 //!
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_model::{BatchId, ComponentName, InvalidInput, Timestamp};
+use autocomp_model::{BatchId, ComponentName, InvalidInput, PoolName, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use local::LocalLocks;
@@ -49,14 +50,35 @@ pub enum LockPath {
     Poll(ComponentName),
     /// One worker per (component, batch) across all hosts.
     Batch(ComponentName, BatchId),
+    /// Slot `index` (0 to the pool's size - 1) of a resource pool: a pool of size N is N
+    /// such locks, and a batch's work holds one of each pool its component names.
+    Slot(PoolName, u32),
 }
 
 impl LockPath {
-    /// `poll/<component>` or `batch/<component>/<batch-id>`.
+    /// `poll/<component>`, `batch/<component>/<batch-id>` or `slot/<pool>/<index>`.
     pub fn relative(&self) -> String {
         match self {
             LockPath::Poll(component) => format!("poll/{component}"),
             LockPath::Batch(component, batch) => format!("batch/{component}/{batch}"),
+            LockPath::Slot(pool, index) => format!("slot/{pool}/{index}"),
+        }
+    }
+
+    /// The lock a [`LockPath::relative`] path (as [`HeldLock::path`] lists it) names, or
+    /// `None` if it names none (a node someone else put in the lock tree).
+    pub fn parse(relative: &str) -> Option<Self> {
+        let parts: Vec<&str> = relative.split('/').collect();
+        match parts.as_slice() {
+            ["poll", component] => Some(LockPath::Poll(ComponentName::new(*component).ok()?)),
+            ["batch", component, batch] => {
+                Some(LockPath::Batch(ComponentName::new(*component).ok()?, BatchId::new(*batch).ok()?))
+            }
+            // Only the index as `relative` writes it: `01` would be a second name for slot 1.
+            ["slot", pool, index] if index.parse::<u32>().is_ok_and(|n| n.to_string() == *index) => {
+                Some(LockPath::Slot(PoolName::new(*pool).ok()?, index.parse().ok()?))
+            }
+            _ => None,
         }
     }
 }
@@ -195,4 +217,37 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     }
     let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
     Err(InvalidInput::new("locks url", autocomp_http::display_url(url), reason).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lock_path_parses_back_from_its_relative_form_and_nothing_else_does() {
+        let paths = [
+            LockPath::Poll(ComponentName::new("probe").unwrap()),
+            LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new("B0001").unwrap()),
+            LockPath::Slot(PoolName::new("tape").unwrap(), 0),
+            LockPath::Slot(PoolName::new("tape").unwrap(), 12),
+        ];
+        for path in paths {
+            assert_eq!(LockPath::parse(&path.relative()), Some(path.clone()), "{}", path.relative());
+        }
+        assert_eq!(LockPath::Slot(PoolName::new("tape").unwrap(), 3).relative(), "slot/tape/3");
+        for junk in [
+            "",
+            "poll",
+            "poll/",
+            "poll/a/b",
+            "batch/probe",
+            "slot/tape",
+            "slot/tape/x",
+            "slot/tape/01",
+            "slot/tape/-1",
+            "other/x",
+        ] {
+            assert_eq!(LockPath::parse(junk), None, "{junk}");
+        }
+    }
 }

@@ -1,11 +1,12 @@
 //! ZooKeeper locks, selected by `zk://host:port[,host:port...]/chroot` (or `zks://` for TLS):
 //! the URL's syntax, the pipeline's ZooKeeper identity and the ACL of every node we create.
 //!
-//! A lock is ONE ephemeral node at `<chroot>/poll/<component>` or
-//! `<chroot>/batch/<component>/<batch-id>` whose data is the JSON `LockHolder` plus the session
-//! id that created it. Its parents are container nodes, created on demand (another process
-//! creating them first, or the server removing an emptied one meanwhile, is expected), which
-//! the server deletes once empty; the chroot itself (and any ancestor we create) is a
+//! A lock is ONE ephemeral node at `<chroot>/poll/<component>`,
+//! `<chroot>/batch/<component>/<batch-id>` or `<chroot>/slot/<pool>/<index>` (a resource
+//! pool's slot) whose data is the JSON `LockHolder` plus the session id that created it. Its
+//! parents are container nodes, created on demand (another process creating them first, or
+//! the server removing an emptied one meanwhile, is expected), which the server deletes once
+//! empty; the chroot itself (and any ancestor we create) is a
 //! persistent node, so once made it cannot be taken over by whoever re-creates it first.
 //! Try-lock is one create: NodeExists means busy, unless the node is not one a lock service
 //! made (persistent, foreign data, or a record naming another session than its owner): that is
@@ -18,9 +19,10 @@
 //! identity per `user:password` line, and every node we create carries `auth` (each of those
 //! identities) with all rights plus `world:anyone` read, so only the pipeline's identities can
 //! create, change or delete under the chroot (ZooKeeper checks a delete against the parent's
-//! ACL: the containers' ACL is what protects a lock). At connect the chroot, `poll`, `batch` and
-//! each `batch/<component>` are brought to that ACL (our identities added, the world left read
-//! only). Without an identity nodes stay open to anyone, as before, with one warning.
+//! ACL: the containers' ACL is what protects a lock). At connect the chroot, `poll`, `batch`,
+//! `slot`, each `batch/<component>` and each `slot/<pool>` are brought to that ACL (our
+//! identities added, the world left read only). Without an identity nodes stay open to
+//! anyone, as before, with one warning.
 //!
 //! A create or delete whose reply is lost with the connection may or may not have happened.
 //! A create is retried once the session is back, and a NodeExists after such a retry is
@@ -661,16 +663,19 @@ impl Shared {
     }
 
     /// With an identity: creates the chroot if missing, then brings the ACLs of the chroot,
-    /// `poll`, `batch` and every `batch/<component>` to ours: each of our identities with all
-    /// rights, the world with no more than read (other identities' entries are left: during
-    /// a secret rotation both are ours). A directory whose ACL we cannot change while it lets
-    /// others write (or keeps us out) is an alarm: locks under it cannot be trusted.
+    /// `poll`, `batch`, `slot`, every `batch/<component>` and every `slot/<pool>` to ours: each
+    /// of our identities with all rights, the world with no more than read (other identities'
+    /// entries are left: during a secret rotation both are ours). A directory whose ACL we
+    /// cannot change while it lets others write (or keeps us out) is an alarm: locks under it
+    /// cannot be trusted.
     async fn protect_tree(&self) -> Result<(), LockError> {
         let probe = format!("{}/poll", self.root);
         self.create_parents(&probe).await?;
         let ours = pipeline_acl(&self.digests);
-        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch")];
-        dirs.extend(self.children("batch").await?.into_iter().map(|c| self.node_of(&format!("batch/{c}"))));
+        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch"), self.node_of("slot")];
+        for parent in ["batch", "slot"] {
+            dirs.extend(self.children(parent).await?.into_iter().map(|c| self.node_of(&format!("{parent}/{c}"))));
+        }
         let client = self.client()?;
         // Every read is sent when its future is made: one round trip for all of them.
         let reads: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
@@ -966,9 +971,12 @@ impl LockService for ZkLocks {
     async fn held(&self) -> Result<Vec<HeldLock>, LockError> {
         let shared = &self.shared;
         let mut paths: Vec<String> = shared.children("poll").await?.into_iter().map(|c| format!("poll/{c}")).collect();
-        for component in shared.children("batch").await? {
-            let under = format!("batch/{component}");
-            paths.extend(shared.children(&under).await?.into_iter().map(|batch| format!("{under}/{batch}")));
+        // Two levels under each: `batch/<component>/<batch-id>`, `slot/<pool>/<index>`.
+        for parent in ["batch", "slot"] {
+            for child in shared.children(parent).await? {
+                let under = format!("{parent}/{child}");
+                paths.extend(shared.children(&under).await?.into_iter().map(|leaf| format!("{under}/{leaf}")));
+            }
         }
         // Every read is sent when its future is made: one round trip for all of them.
         let client = shared.client()?;
