@@ -5,5 +5,6 @@
 //! crate. The `autocomp` binary is a thin command line over these.
 
 pub mod demo;
+pub mod notify;
 pub mod operator;
 pub mod scaffold;

@@ -23,6 +23,7 @@ pub mod bench;
 pub mod chromium;
 pub mod http1;
 pub mod postgres;
+pub mod smtp;
 
 pub use postgres::{Options, Postgres, shared};
 
