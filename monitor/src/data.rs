@@ -1,19 +1,20 @@
 //! What the monitor's pages show, read through the ports: counts and pages of batches from
 //! the batch index (never a scan of the store per request), the batches of one page as the
-//! store summarizes them, one batch's head and a page of its log (never the whole log), and
-//! explanations from the operator's own `explain`. Rendering is elsewhere; everything here is
-//! plain data.
+//! store summarizes them, one batch's head and a page of its log (never the whole log),
+//! explanations from the operator's own `explain`, the pipeline's steering (holds, pools,
+//! breakers and the newest entries of its log) and the batches waiting for a person at each
+//! human step. Rendering is elsewhere; everything here is plain data.
 
 use std::time::Duration;
 
 use autocomp_model::{
-    BatchId, BatchType, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, SummaryAt,
-    Timestamp,
+    BatchId, BatchType, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Steering,
+    SteeringEntry, SummaryAt, Timestamp,
 };
 use autocomp_ops::operator::{
-    AlertDefaults, Explanation, Operator, OperatorError, SHOW_EVENTS, Step, overdue_after, ready_too_long,
+    AlertDefaults, Explanation, Operator, OperatorError, SHOW_EVENTS, Step, overdue_after, ready_state, ready_too_long,
 };
-use autocomp_sboi::{PageKey, PageRequest, Tally};
+use autocomp_sboi::{PageKey, PageOrder, PageRequest, Tally};
 use autocomp_store::{BatchHead, BatchListing, LogCursor, LogPage, ObjectStore};
 
 use crate::filter::{Filter, StateFilter};
@@ -52,8 +53,16 @@ pub struct OverviewRow {
     pub component: RegisteredComponent,
     /// Per state, in `StateFilter::ALL` order (overdue last).
     pub counts: Vec<(StateFilter, u64)>,
-    /// The last activity of the batch ready the longest, if any is ready.
+    /// The last activity of the batch ready the longest (at a human step: waiting for a
+    /// person the longest), if any is.
     pub oldest_ready: Option<Timestamp>,
+}
+
+impl OverviewRow {
+    /// The count of one state.
+    pub fn count(&self, state: StateFilter) -> u64 {
+        self.counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +72,47 @@ pub struct Overview {
     pub head: Seq,
     /// The store's clock: ages are measured against it.
     pub now: Timestamp,
+    /// The pipeline's holds, pools and breaker counts.
+    pub steering: Steering,
+    /// The newest entries of the steering log, newest first.
+    pub steering_log: Vec<SteeringEntry>,
 }
+
+/// The batches waiting for a person at each human step.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    /// One per human step (a component declared `manual`), in pipeline order.
+    pub steps: Vec<WaitingAt>,
+    /// The store's clock: waits are measured against it.
+    pub now: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+pub struct WaitingAt {
+    pub step: ComponentName,
+    /// The type a decision records.
+    pub event_type: autocomp_model::EventType,
+    /// Waiting longer than this is overdue.
+    pub overdue_after: Duration,
+    /// Batches the index counts in state `person` (all of them, not only those listed).
+    pub total: u64,
+    /// At most `WAITING_SHOWN` of them, the longest waiting first.
+    pub batches: Vec<WaitingBatch>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WaitingBatch {
+    pub id: BatchId,
+    pub batch_type: BatchType,
+    pub priority: i32,
+    /// Its last activity: it has waited since then.
+    pub since: Timestamp,
+    pub overdue: bool,
+}
+
+/// The most batches the waiting list reads per human step (the first registered, then
+/// ordered by how long they have waited); the matrix lists every one.
+pub const WAITING_SHOWN: usize = 500;
 
 /// One batch's cell for one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +184,9 @@ fn is_overdue(
     ready_after: Duration,
 ) -> bool {
     match state {
-        ComponentState::Ready => now.since(listing.summary.last_activity) >= overdue_after(step, ready_after),
+        ComponentState::Ready | ComponentState::Person => {
+            now.since(listing.summary.last_activity) >= overdue_after(step, ready_after)
+        }
         ComponentState::Working => {
             listing.open_run(step.name()).is_some_and(|run| now.since(run.started_at) >= step.descriptor().max_runtime)
         }
@@ -188,7 +239,7 @@ impl Monitor {
         }
         let tallies = index.tally(&selections, false).await?;
         let ready: Vec<Selection> =
-            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ComponentState::Ready)).collect();
+            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ready_state(s))).collect();
         let oldest_ready = index.tally(&ready, true).await?;
         let overdue_runs = self.operator.overdue_runs(&pipeline).await?;
         let batches = tallies.first().map_or(0, |t| t.count);
@@ -209,7 +260,52 @@ impl Monitor {
                 oldest_ready: oldest_ready[i].quietest,
             });
         }
-        Ok(Overview { rows, batches, head, now: Timestamp::now() })
+        let (steering, steering_log) = self.operator.steering().await?;
+        Ok(Overview { rows, batches, head, now: Timestamp::now(), steering, steering_log })
+    }
+
+    /// The batches in state `person` at each human step: counted by the index, the first
+    /// `WAITING_SHOWN` of them read from the store (their state checked there again), the
+    /// longest waiting first.
+    pub async fn waiting(&self) -> Result<Waiting, OperatorError> {
+        let store = self.operator.store().await?;
+        let pipeline = self.operator.pipeline(store.as_ref()).await?;
+        let index = self.operator.index(&store)?;
+        let steps: Vec<&Step> = pipeline.iter().filter(|s| s.descriptor().manual).collect();
+        let selections: Vec<Selection> =
+            steps.iter().map(|s| Selection::component_state(s.descriptor(), ComponentState::Person)).collect();
+        let tallies = if selections.is_empty() { Vec::new() } else { index.tally(&selections, false).await? };
+        let now = Timestamp::now();
+        let mut out = Vec::with_capacity(steps.len());
+        for ((step, selection), tally) in steps.into_iter().zip(selections).zip(tallies) {
+            let request = PageRequest { selection, order: PageOrder::Oldest, after: None, limit: WAITING_SHOWN };
+            let page = index.page(&request).await?;
+            let threshold = overdue_after(step, self.settings.ready_overdue_after);
+            let mut batches: Vec<WaitingBatch> = listings(store.as_ref(), &page.batches)
+                .await?
+                .into_iter()
+                .filter(|l| step.state_of(&SummaryAt { summary: &l.summary, at: now }) == ComponentState::Person)
+                .map(|l| {
+                    let since = l.summary.last_activity;
+                    WaitingBatch {
+                        id: l.summary.id,
+                        batch_type: l.summary.batch_type,
+                        priority: l.summary.priority,
+                        since,
+                        overdue: now.since(since) >= threshold,
+                    }
+                })
+                .collect();
+            batches.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.id.cmp(&b.id)));
+            out.push(WaitingAt {
+                step: step.name().clone(),
+                event_type: step.event_type().clone(),
+                overdue_after: threshold,
+                total: tally.count,
+                batches,
+            });
+        }
+        Ok(Waiting { steps: out, now })
     }
 
     /// One page of the batch x component matrix.

@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use autocomp_model::{BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, InvalidInput, Selection};
 use autocomp_sboi::{PageKey, PageOrder};
 
-/// A component's state as the monitor filters on it: the six states, or `overdue`.
+/// A component's state as the monitor filters on it: one of `ComponentState::ALL` (`person`
+/// included: a human step's batches waiting for a decision), or `overdue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StateFilter {
     State(ComponentState),
@@ -282,7 +283,7 @@ mod tests {
         let names: Vec<&str> = StateFilter::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             names,
-            ["ready", "waiting", "working", "retrying", "failed", "stale", "skipped", "success", "overdue"]
+            ["ready", "person", "waiting", "working", "retrying", "failed", "stale", "skipped", "success", "overdue"]
         );
         for state in StateFilter::ALL {
             assert_eq!(StateFilter::parse(state.as_str()).unwrap(), state);

@@ -8,7 +8,11 @@
 //! pages, and once confirmed it says what was done instead of offering a confirm.
 //! Confirms: a confirm posts back the preview's plan and key, acts only on the batch as
 //! previewed (else a redirect to a fresh preview saying what changed) and once (a repeat
-//! says already done); skip and cancel refuse unless forced.
+//! says already done); skip and cancel refuse unless forced. Steering (pause, drain, resume,
+//! resume and rerun failed, pool sizes): admins only, previewed (what it records, what runs,
+//! what it reruns) and confirmed once against the previewed version. Human steps: the
+//! waiting list, `person` in counts, filters and exports, the decision beside its evidence,
+//! approve and reject by operators.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
@@ -1359,5 +1363,443 @@ async fn a_bulk_preview_reached_again_after_its_confirm_says_it_was_done() {
     );
     assert!(back.body.contains("<a href=\"/batches/B1\">B1</a>"), "{}", back.body);
     assert!(!back.body.contains("name=\"confirm\""), "nothing to confirm: {}", back.body);
+    assert_eq!(f.head().await, head, "nothing written");
+}
+
+/// The hidden fields of the steering preview's confirm form, as the browser posts them.
+fn steer_confirm_fields(page: &str) -> Vec<(String, String)> {
+    let form = page
+        .split("<form method=\"post\" action=\"/steer\">")
+        .nth(1)
+        .filter(|form| form.contains("name=\"confirm\""))
+        .unwrap_or_else(|| panic!("no steering confirm form in {page}"));
+    let form = &form[..form.find("</form>").expect("the form's end")];
+    let mut fields = Vec::new();
+    for input in form.split("<input type=\"hidden\" ").skip(1) {
+        let attribute = |name: &str| {
+            let start = input.find(&format!("{name}=\"")).expect("the attribute") + name.len() + 2;
+            unescape(&input[start..start + input[start..].find('"').expect("its end")])
+        };
+        fields.push((attribute("name"), attribute("value")));
+    }
+    for name in ["version", "confirm", "reason", "action"] {
+        assert!(fields.iter().any(|(n, _)| n == name), "no {name} in the confirm form: {fields:?}");
+    }
+    fields
+}
+
+impl Fixture {
+    /// The steering state and its newest log entries.
+    async fn steering(&self) -> (autocomp_model::Steering, Vec<autocomp_model::SteeringEntry>) {
+        self.monitor.operator().steering().await.unwrap()
+    }
+
+    async fn steering_version(&self) -> u64 {
+        self.steering().await.0.version
+    }
+
+    /// Posts the steering preview's confirm form.
+    async fn confirm_steer(&self, preview: &Answer, extra: Fields<'_>) -> Answer {
+        let fields = steer_confirm_fields(&preview.body);
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        self.post("/steer", &fields, extra).await
+    }
+
+    /// Declares the human step `review` (records Reviewed once Probed succeeded): B1 and B2
+    /// wait for a person there.
+    async fn declare_review(&self) {
+        let step = autocomp_ops::operator::HumanStep {
+            name: "review".into(),
+            event_type: "Reviewed".into(),
+            requires: vec!["Probed".into()],
+            ..Default::default()
+        };
+        let operator = self.monitor.operator().acting_as("setup");
+        operator.declare_step(&step, "a person looks at every probe").await.unwrap();
+    }
+}
+
+/// Pausing, draining, resuming and pool sizes are pipeline-wide: an admin's. Operators and
+/// viewers see the steering but no forms, and their requests are refused changing nothing.
+#[tokio::test]
+async fn steering_is_an_admins_and_others_see_it_without_forms() {
+    let f = fixture().await;
+    let form = [("action", "pause"), ("component", "probe"), ("reason", REASON)];
+    let confirm = [("action", "pause"), ("component", "probe"), ("reason", REASON), ("version", "0"), ("confirm", "1")];
+    let address = format!("/steer?action=pause&component=probe&reason=why&since=0&key={}", "ab".repeat(16));
+    let head = f.head().await;
+    let anonymous = f.get("/", &[]).await.body;
+    assert!(anonymous.contains("id=\"steering\"") && anonymous.contains("Sign in</a> as an admin"), "{anonymous}");
+    assert!(!anonymous.contains("action=\"/steer\""), "{anonymous}");
+    assert_eq!(f.post("/steer", &form, &[]).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(f.post("/steer", &confirm, &[]).await.status, StatusCode::UNAUTHORIZED);
+    for (name, role) in [("tester", "an operator"), ("vera", "a viewer")] {
+        let cookie = f.sign_in(name).await;
+        let extra = [("cookie", cookie.as_str())];
+        let page = f.get("/", &extra).await.body;
+        assert!(page.contains("Each component&#39;s hold") || page.contains("Each component's hold"), "{page}");
+        assert!(page.contains("pausing, draining, resuming and pool sizes need the admin role"), "{page}");
+        assert!(!page.contains("action=\"/steer\"") && !page.contains("value=\"pause\""), "{name}: {page}");
+        for answer in [
+            f.post("/steer", &form, &extra).await,
+            f.post("/steer", &confirm, &extra).await,
+            f.get(&address, &extra).await,
+        ] {
+            assert_eq!(answer.status, StatusCode::FORBIDDEN, "{name}: {}", answer.body);
+            let words = format!("needs the admin role; the account {name} is {role}; nothing was changed");
+            assert!(answer.body.contains(&words), "{name}: {}", answer.body);
+            assert!(!answer.body.contains("name=\"confirm\""));
+        }
+    }
+    // From another site, even an admin's session is refused.
+    let admin = f.sign_in("root").await;
+    let page = f.get("/", &[("cookie", &admin)]).await.body;
+    assert!(page.contains("action=\"/steer\"") && page.contains("value=\"pause\""), "{page}");
+    let elsewhere = f.post("/steer", &confirm, &[("cookie", &admin), ("origin", "http://evil.example")]).await;
+    assert_eq!(elsewhere.status, StatusCode::FORBIDDEN, "{}", elsewhere.body);
+    let elsewhere = f.get(&address, &[("cookie", &admin), ("sec-fetch-site", "cross-site")]).await;
+    assert_eq!(elsewhere.status, StatusCode::FORBIDDEN, "{}", elsewhere.body);
+    let read_only = fixture_with(WebOptions::default()).await;
+    assert_eq!(read_only.post("/steer", &confirm, &[]).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(f.head().await, head, "nothing written");
+    assert_eq!(f.steering_version().await, 0, "nothing steered");
+}
+
+/// A pause is previewed (what it would record, what runs now), confirmed once: a second
+/// submit of the same confirm answers "already done", Back to the preview says it is done,
+/// and a confirm that finds the steering changed since its preview does nothing and is shown
+/// a fresh preview saying so.
+#[tokio::test]
+async fn a_pause_is_previewed_confirmed_once_and_a_stale_confirm_changes_nothing() {
+    let f = fixture().await;
+    let cookie = f.sign_in("root").await;
+    let extra = [("cookie", cookie.as_str())];
+    // Something runs: the pause lets it go on, and the preview says so.
+    let holder = autocomp_model::RunHolder {
+        agent: Agent::new("probe/1.0@host1#77").unwrap(),
+        host: "host1".into(),
+        pid: 77,
+        claim_key: None,
+    };
+    f.store.claim(&id("B3"), &autocomp_model::ComponentName::new("probe").unwrap(), &holder).await.unwrap();
+    let form = [("action", "pause"), ("component", "probe"), ("reason", REASON)];
+    let asked = f.post("/steer", &form, &extra).await;
+    assert_eq!(asked.status, StatusCode::SEE_OTHER, "{}", asked.body);
+    let address = asked.header(header::LOCATION).to_owned();
+    let names: Vec<String> = query_pairs(&address).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["action", "component", "reason", "since", "key"], "{address}");
+    assert!(address.starts_with("/steer?action=pause&component=probe&reason=the+disk+was+full&since=0&key="));
+    let preview = f.follow(CLIENT, &asked, &extra).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.body);
+    assert_eq!(preview.header(header::CACHE_CONTROL), "no-store");
+    for words in [
+        "Will record: paused probe.",
+        "steering version 0",
+        "<code>operator:root</code>",
+        "Running now: 1 runs, which go on to their result",
+        "<a href=\"/batches/B3\">B3</a>",
+        "Nothing has been written yet",
+    ] {
+        assert!(preview.body.contains(words), "{words}: {}", preview.body);
+    }
+    let fields = steer_confirm_fields(&preview.body);
+    assert!(fields.contains(&("version".into(), "0".into())), "{fields:?}");
+    assert_eq!(f.steering_version().await, 0, "a preview steers nothing");
+
+    let done = f.confirm_steer(&preview, &extra).await;
+    assert_eq!((done.status, done.header(header::LOCATION)), (StatusCode::SEE_OTHER, "/#steering"), "{}", done.body);
+    assert!(flash(&done).starts_with("recorded at steering version 1: paused probe"), "{}", flash(&done));
+    let (steering, log) = f.steering().await;
+    let hold = &steering.components[&autocomp_model::ComponentName::new("probe").unwrap()];
+    assert_eq!(
+        (hold.kind, hold.by.to_string(), hold.reason.as_str()),
+        (autocomp_model::HoldKind::Pause, "operator:root".into(), REASON)
+    );
+    assert_eq!((steering.version, log.len()), (1, 1));
+
+    // The same confirm again (a double click): already done, nothing more.
+    let again = f.confirm_steer(&preview, &extra).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "{}", again.body);
+    assert!(flash(&again).starts_with("already done at steering version 1: paused probe"), "{}", flash(&again));
+    assert_eq!(f.steering_version().await, 1);
+    // Back: the preview's address says it was done, with nothing to confirm.
+    let back = f.get(&address, &extra).await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert!(
+        back.body.contains("Done: paused probe, steering version 1, by <code>operator:root</code>"),
+        "{}",
+        back.body
+    );
+    assert!(!back.body.contains("name=\"confirm\""), "{}", back.body);
+    // The overview shows the hold, who, why, and the log.
+    let overview = f.get("/", &extra).await.body;
+    assert!(overview.contains("hold-paused") && overview.contains("operator:root"), "{overview}");
+    assert!(overview.contains("<td>paused probe</td>"), "{overview}");
+    assert!(overview.contains("value=\"resume\"") && overview.contains("value=\"drain\""), "{overview}");
+
+    // A drain previewed, then someone else resumes the component: the confirm changes
+    // nothing and leads to a fresh preview that says why.
+    let drain = [("action", "drain"), ("component", "probe"), ("reason", REASON)];
+    let preview = f.preview("/steer", &drain, &extra).await;
+    assert!(preview.body.contains("Will record: draining probe."), "{}", preview.body);
+    let other = f.monitor.operator().acting_as("ann");
+    let resume = autocomp_ops::operator::SteerAction::Resume {
+        scope: autocomp_ops::operator::Scope::Component("probe".into()),
+        rerun_failed: false,
+    };
+    other.steer(&resume, "back to work", None).await.unwrap();
+    let stale = f.confirm_steer(&preview, &extra).await;
+    assert_eq!(stale.status, StatusCode::SEE_OTHER, "{}", stale.body);
+    assert!(stale.header(header::LOCATION).starts_with("/steer?action=drain"), "{}", stale.header(header::LOCATION));
+    assert_eq!(f.steering_version().await, 2, "the stale confirm changed nothing");
+    let shown = f.follow(CLIENT, &stale, &extra).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert!(shown.body.contains("changed since the preview (version 1, now 2)"), "{}", shown.body);
+    assert!(shown.body.contains("nothing was done"), "{}", shown.body);
+    assert!(steer_confirm_fields(&shown.body).contains(&("version".into(), "2".into())));
+    assert!(shown.cookies().iter().any(|c| c.starts_with("autocomp_note_") && c.contains("Max-Age=0")));
+}
+
+/// Bad steering input is a 400 naming the field; a refusal is the operator module's; nothing
+/// is changed by either.
+#[tokio::test]
+async fn bad_steering_input_names_the_field_and_changes_nothing() {
+    let f = fixture().await;
+    let cookie = f.sign_in("root").await;
+    let extra = [("cookie", cookie.as_str())];
+    let posts: [(Fields, &str); 12] = [
+        (&[("action", "pause"), ("component", "probe"), ("reason", " ")], "--reason"),
+        (&[("action", "pause"), ("component", "probe")], "--reason"),
+        (&[("action", "explode"), ("component", "probe"), ("reason", REASON)], "action"),
+        (&[("action", "pause"), ("reason", REASON)], "component"),
+        (&[("action", "pause"), ("all", "1"), ("component", "probe"), ("reason", REASON)], "all"),
+        (&[("action", "pause"), ("all", "yes"), ("reason", REASON)], "all"),
+        (&[("action", "resume-rerun-failed"), ("all", "1"), ("reason", REASON)], "action"),
+        (&[("action", "pool"), ("pool", "tape"), ("size", "many"), ("reason", REASON)], "size"),
+        (&[("action", "pool"), ("pool", "tape"), ("size", "1001"), ("reason", REASON)], "size"),
+        (&[("action", "pool"), ("size", "2"), ("reason", REASON)], "pool"),
+        (&[("action", "pause"), ("component", "probe"), ("size", "2"), ("reason", REASON)], "size"),
+        (&[("action", "pause"), ("component", "probe"), ("reason", REASON), ("colour", "red")], "colour"),
+    ];
+    for (form, field) in posts {
+        let page = f.post("/steer", form, &extra).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{form:?}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{form:?}: {}", page.body);
+        assert!(page.body.contains("Nothing was changed."), "{form:?}: {}", page.body);
+    }
+    // What only the pipeline can say, said by the preview: a component it does not have.
+    let page = f.preview("/steer", &[("action", "pause"), ("component", "nosuch"), ("reason", REASON)], &extra).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(
+        page.body.contains("<code>component</code>") && page.body.contains("known: probe, checker"),
+        "{}",
+        page.body
+    );
+    // A confirm without the previewed version, or a version that is not one.
+    for (version, field) in [(None, "version"), (Some("soon"), "version")] {
+        let mut form = vec![("action", "pause"), ("component", "probe"), ("reason", REASON), ("confirm", "1")];
+        form.extend(version.map(|v| ("version", v)));
+        let page = f.post("/steer", &form, &extra).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{form:?}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{}", page.body);
+    }
+    // The preview's address is checked as the form is.
+    let key = "0123456789abcdef0123456789abcdef";
+    let address = format!("/steer?action=pause&component=probe&reason=why&since=0&key={key}");
+    assert_eq!(f.get(&address, &extra).await.status, StatusCode::OK);
+    for (uri, field) in [
+        (address.replace("&since=0", ""), "since"),
+        (address.replace(&format!("&key={key}"), ""), "key"),
+        (format!("{address}&confirm=1"), "confirm"),
+        (format!("{address}&version=0"), "version"),
+        (address.replace("reason=why", "reason=+"), "--reason"),
+    ] {
+        let page = f.get(&uri, &extra).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{uri}: {}", page.body);
+        assert_eq!(page.header(header::CACHE_CONTROL), "no-store");
+    }
+    // Refused as the pipeline is: resuming what is not paused.
+    let refused =
+        f.preview("/steer", &[("action", "resume"), ("component", "probe"), ("reason", REASON)], &extra).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(refused.body.contains("probe is not paused"), "{}", refused.body);
+    assert!(!refused.body.contains("name=\"confirm\""));
+    assert_eq!(f.steering_version().await, 0, "nothing steered");
+}
+
+/// The whole pipeline's pause and a pool's size, through the same preview and confirm; the
+/// overview shows both.
+#[tokio::test]
+async fn the_whole_pipeline_is_paused_and_a_pool_sized_from_the_overview() {
+    let f = fixture().await;
+    let cookie = f.sign_in("root").await;
+    let extra = [("cookie", cookie.as_str())];
+    let (preview, done) =
+        f.preview_and_confirm_steer(&[("action", "pause"), ("all", "1"), ("reason", REASON)], &extra).await;
+    assert!(preview.body.contains("Will record: paused the pipeline."), "{}", preview.body);
+    assert!(flash(&done).contains("paused the pipeline"), "{}", flash(&done));
+    let (preview, done) = f
+        .preview_and_confirm_steer(&[("action", "pool"), ("pool", "tape"), ("size", "2"), ("reason", REASON)], &extra)
+        .await;
+    assert!(preview.body.contains("Will record: pool tape: size 2 (new)."), "{}", preview.body);
+    assert!(flash(&done).contains("pool tape: size 2 (new)"), "{}", flash(&done));
+    let (steering, _) = f.steering().await;
+    assert_eq!(steering.pipeline.as_ref().map(|h| h.kind), Some(autocomp_model::HoldKind::Pause));
+    assert_eq!(steering.pools.values().map(|p| p.size).collect::<Vec<_>>(), [2]);
+    let overview = f.get("/", &extra).await.body;
+    assert!(overview.contains("The whole pipeline is "), "{overview}");
+    assert!(overview.contains("with the whole pipeline"), "{overview}");
+    assert!(overview.contains("<th scope=\"row\">tape</th><td class=\"num\">2</td>"), "{overview}");
+    assert!(overview.contains("Resume the whole pipeline"), "{overview}");
+}
+
+impl Fixture {
+    /// Asks for a steering preview and posts its confirm form.
+    async fn preview_and_confirm_steer(&self, form: Fields<'_>, extra: Fields<'_>) -> (Answer, Answer) {
+        let preview = self.preview("/steer", form, extra).await;
+        assert_eq!(preview.status, StatusCode::OK, "the preview of {form:?}: {}", preview.body);
+        let done = self.confirm_steer(&preview, extra).await;
+        assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+        (preview, done)
+    }
+}
+
+/// An open circuit: the overview offers "Resume and rerun failed", whose preview names the
+/// batches it would rerun, and whose confirm lifts the hold and reruns exactly those.
+#[tokio::test]
+async fn an_open_circuit_is_resumed_and_its_failed_batches_rerun() {
+    let f = fixture().await;
+    let checker = autocomp_model::ComponentName::new("checker").unwrap();
+    f.store
+        .steer(autocomp_model::SteeringRequest {
+            change: autocomp_model::SteeringChange::Outcome {
+                component: checker.clone(),
+                batch: id("B1"),
+                failed: true,
+                break_after: 1,
+                summary: "B1: the disk was full".into(),
+            },
+            by: Agent::new("checker/1.0@host1#9").unwrap(),
+            reason: "breaker".into(),
+            expect_version: None,
+        })
+        .await
+        .unwrap();
+    let cookie = f.sign_in("root").await;
+    let extra = [("cookie", cookie.as_str())];
+    let overview = f.get("/", &extra).await.body;
+    assert!(
+        overview.contains("hold-circuit") && overview.contains("circuit open: 1 consecutive failures"),
+        "{overview}"
+    );
+    assert!(overview.contains("value=\"resume-rerun-failed\">Resume and rerun failed</button>"), "{overview}");
+    let before = f.events("B1").await.len();
+    let form = [("action", "resume-rerun-failed"), ("component", "checker"), ("reason", REASON)];
+    let (preview, done) = f.preview_and_confirm_steer(&form, &extra).await;
+    assert!(preview.body.contains("Would rerun 1 batches"), "{}", preview.body);
+    assert!(preview.body.contains("<a href=\"/batches/B1\">B1</a>"), "{}", preview.body);
+    let flash = flash(&done);
+    assert!(flash.contains("resumed checker (its circuit was open after 1 consecutive failures)"), "{flash}");
+    assert!(flash.contains("B1: recorded Reset"), "{flash}");
+    assert!(f.steering().await.0.components.is_empty());
+    let events = f.events("B1").await;
+    assert_eq!(events.len(), before + 1, "one rerun");
+    assert_eq!(events.last().unwrap().resets, vec![ty("Checked")]);
+    assert_eq!(events.last().unwrap().agent.as_str(), "operator:root");
+}
+
+/// A human step's waiting batches: listed per step with how long they waited, counted and
+/// filtered as `person`; the batch page puts the decision beside the evidence; approve and
+/// reject are previewed and confirmed once, by operators only.
+#[tokio::test]
+async fn batches_waiting_for_a_person_are_listed_and_decided_by_operators() {
+    let f = fixture().await;
+    f.declare_review().await;
+    let waiting = f.get("/waiting", &[]).await;
+    assert_eq!(waiting.status, StatusCode::OK, "{}", waiting.body);
+    assert!(waiting.body.contains("2 batches wait for a person at review"), "{}", waiting.body);
+    let (b1, b2) = (waiting.body.find(">B1</a>").expect("B1"), waiting.body.find(">B2</a>").expect("B2"));
+    assert!(b1 < b2, "the longest waiting first: {}", waiting.body);
+    assert!(!waiting.body.contains(">B3</a>"), "B3 waits for its data, not a person");
+    let overview = f.get("/", &[]).await.body;
+    assert!(overview.contains("2 batches wait for a person (review: 2)") && overview.contains("href=\"/waiting\""));
+    assert!(
+        overview.contains("/batches?q=component%3Areview+state%3Aperson\" aria-label=\"2 batches person for review\""),
+        "{overview}"
+    );
+    let matrix = f.get("/batches?q=component:review+state:person", &[]).await.body;
+    assert!(matrix.contains("<strong>2</strong> batches match") && matrix.contains("state-person"), "{matrix}");
+    let csv = f.get("/batches.csv?q=component:review+state:person", &[]).await.body;
+    assert!(csv.lines().nth(1).is_some_and(|l| l.ends_with(",person")), "{csv}");
+
+    // The batch page: the evidence and the decision together, before the rest.
+    let viewer = f.sign_in("vera").await;
+    let page = f.get("/batches/B2", &[("cookie", &viewer)]).await.body;
+    let decision = page.find("Waiting for a person at review").expect("the decision section");
+    assert!(decision < page.find("Each component's state").expect("the states"), "first: {page}");
+    assert!(page.contains("Evidence for review") && page.contains("<code>Probed</code>"), "{page}");
+    assert!(page.contains("is a viewer: it may read but not act") && !page.contains("value=\"approve\""), "{page}");
+    let refused = f
+        .post(
+            "/batches/B2/act",
+            &[("action", "approve"), ("step", "review"), ("reason", REASON)],
+            &[("cookie", &viewer)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let page = f.get("/batches/B2", &extra).await.body;
+    assert!(page.contains("name=\"action\" value=\"approve\"") && page.contains("name=\"action\" value=\"reject\""));
+    assert!(page.contains("name=\"restart_from\"><option value=\"\">no restart"), "{page}");
+    assert!(page.contains("<option value=\"Probed\">Probed</option>"), "{page}");
+    let head = f.head().await;
+    let approve = [("action", "approve"), ("step", "review"), ("reason", REASON)];
+    let (preview, done) = f.preview_and_confirm("/batches/B2/act", &approve, &extra).await;
+    assert!(
+        preview.body.contains("Will record Reviewed (success); review: person\u{a0}→\u{a0}success"),
+        "{}",
+        preview.body
+    );
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let event = f.events("B2").await.last().unwrap().clone();
+    assert_eq!(
+        (event.event_type.as_str(), event.outcome, event.agent.as_str()),
+        ("Reviewed", Outcome::Success, "operator:tester")
+    );
+    assert!(event.flag("approved"), "{event:?}");
+    let again = f.confirm_from(CLIENT, "/batches/B2/act", &preview, &extra).await;
+    assert!(flash(&again).contains("already done"), "{}", flash(&again));
+    assert_eq!(f.head().await.0, head.0 + 1, "one event");
+    assert!(!f.get("/waiting", &[]).await.body.contains(">B2</a>"));
+
+    // Rejected, and sent back to be probed again.
+    let reject = [("action", "reject"), ("step", "review"), ("restart_from", "Probed"), ("reason", REASON)];
+    let (preview, done) = f.preview_and_confirm("/batches/B1/act", &reject, &extra).await;
+    assert!(preview.body.contains("superseding"), "{}", preview.body);
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let event = f.events("B1").await.last().unwrap().clone();
+    assert!(event.event_type.is_reset() && event.resets.contains(&ty("Probed")) && event.flag("rejected"), "{event:?}");
+
+    // Bad decisions name the field, or are refused in the operator module's words.
+    let head = f.head().await;
+    for (form, field) in [
+        (&[("action", "approve"), ("step", "probe"), ("reason", REASON)][..], "step"),
+        (&[("action", "approve"), ("reason", REASON)][..], "step"),
+        (
+            &[("action", "approve"), ("step", "review"), ("restart_from", "Probed"), ("reason", REASON)][..],
+            "restart_from",
+        ),
+        (&[("action", "rerun"), ("component", "probe"), ("step", "review"), ("reason", REASON)][..], "step"),
+    ] {
+        let page = f.preview("/batches/B3/act", form, &extra).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{form:?}: {}", page.body);
+        assert!(page.body.contains(&format!("<code>{field}</code>")), "{form:?}: {}", page.body);
+    }
+    let refused = f.preview("/batches/B3/act", &approve, &extra).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert!(refused.body.contains("B3 is not waiting for a person at review"), "{}", refused.body);
     assert_eq!(f.head().await, head, "nothing written");
 }

@@ -18,6 +18,10 @@
 //!   with no Confirm, and writes nothing;
 //! - a viewer shown no actions and refused a POST; forged, signed-out and expired sessions
 //!   refused; writes from another site refused; nothing written by any of them;
+//! - an admin pausing a component with the overview's buttons (previewed, confirmed, the
+//!   hold in the store), which an operator then sees without buttons; the operator finding a
+//!   batch on the list of those waiting for a person at a human step (`autocomp step add`)
+//!   and approving it beside its evidence, the approval in the store;
 //! - no serious or critical axe-core finding on the pages.
 //!
 //! Screenshots go to `target/test-screenshots/monitor/`. Each test has its own demo dir and
@@ -43,10 +47,13 @@ use serde_json::Value;
 const COMPONENT: &str = "checksum-verifier";
 const EVENT_TYPE: &str = "Checksums_Verified";
 /// The states `autocomp status` reports; the overview adds `overdue`.
-const STATES: [&str; 8] = ["ready", "waiting", "working", "retrying", "failed", "stale", "skipped", "success"];
+const STATES: [&str; 9] =
+    ["ready", "person", "waiting", "working", "retrying", "failed", "stale", "skipped", "success"];
 const OPERATOR: &str = "alice";
 /// An account that may read but not act.
 const VIEWER: &str = "vera";
+/// An account that may also steer the whole pipeline (only where a test asks for it).
+const ADMIN: &str = "ada";
 const REASON: &str = "the manifest was fixed upstream";
 /// The limit on anything the tests wait for: the monitor coming up, a page showing something.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -246,12 +253,17 @@ impl Monitor {
 
     /// With more flags. Every monitor of one demo has the same accounts.
     async fn start_with(demo: &Demo, flags: &[&str]) -> Monitor {
+        Monitor::start_with_accounts(demo, &[(OPERATOR, "operator"), (VIEWER, "viewer")], flags).await
+    }
+
+    /// With these accounts (name, role), if the demo's monitors have none yet.
+    async fn start_with_accounts(demo: &Demo, accounts: &[(&str, &str)], flags: &[&str]) -> Monitor {
         let users_file = demo.dir.path().join("monitor.users");
         let password_file = demo.dir.path().join("monitor.password");
         if !users_file.exists() {
             let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
             let password = format!("monitor-e2e-{}-{nanos}", std::process::id());
-            let lines = [users_line(OPERATOR, "operator", &password), users_line(VIEWER, "viewer", &password)];
+            let lines: Vec<String> = accounts.iter().map(|(name, role)| users_line(name, role, &password)).collect();
             std::fs::write(&users_file, format!("{}\n", lines.join("\n"))).expect("users file");
             use std::os::unix::fs::PermissionsExt as _;
             std::fs::set_permissions(&users_file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
@@ -1394,5 +1406,104 @@ async fn a_confirm_records_once_double_clicked_or_resubmitted_and_back_shows_it_
     assert_eq!(demo.head().await, head, "Back, reload and Forward wrote nothing");
     assert_eq!(new_events(&demo, &id, before).len(), 1);
     assert_eq!(demo.show(&id)["priority"], 9);
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_pauses_a_component_and_an_operator_approves_a_batch_at_a_human_step() {
+    let demo = Demo::run();
+    demo.cli(&[
+        "step",
+        "add",
+        "review",
+        "--event-type",
+        "Reviewed",
+        "--requires",
+        "Data_Archived",
+        "--reason",
+        "a person looks at every archived bag",
+    ]);
+    let waiting = in_state(&demo.status(), "review", "person");
+    assert!(!waiting.is_empty(), "the archived batches wait for a person at review: {:?}", demo.status());
+    let accounts = [(OPERATOR, "operator"), (VIEWER, "viewer"), (ADMIN, "admin")];
+    let monitor = Monitor::start_with_accounts(&demo, &accounts, &[]).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    // The admin pauses the component with its row's Pause button.
+    ui.goto("/").await;
+    ui.wait_for(|at| at == "/", "Steering").await;
+    ui.sign_in_as(ADMIN, &monitor.password).await;
+    let row = |field: &str| format!("//form[.//input[@name='component' and @value='{COMPONENT}']]{field}");
+    ui.type_into("the component's steering reason", Locator::XPath(&row("//input[@name='reason']")), REASON).await;
+    ui.click("Pause", Locator::XPath(&row("//button[@value='pause']"))).await;
+    let preview = ui.wait_for(|at| at.starts_with("/steer?"), "Nothing has been written yet").await;
+    assert!(preview.contains(&format!("Will record: paused {COMPONENT}.")), "{preview}");
+    assert!(preview.contains("steering version 0"), "{preview}");
+    let steering = demo.store().await.steering().await.expect("the steering reads");
+    assert_eq!(steering.version, 0, "a preview steers nothing");
+    ui.screenshot("steer-preview.png").await;
+    ui.confirm().await;
+    let text = ui.wait_for(|at| at == "/", &format!("recorded at steering version 1: paused {COMPONENT}")).await;
+    assert!(text.contains(&format!("operator:{ADMIN}")), "{text}");
+    let steering = demo.store().await.steering().await.expect("the steering reads");
+    let hold = steering.components.get(&ComponentName::new(COMPONENT).expect("a name")).expect("a hold");
+    assert_eq!(format!("{:?}", hold.kind), "Pause");
+    assert_eq!((hold.by.to_string(), hold.reason.as_str()), (format!("operator:{ADMIN}"), REASON));
+    assert_eq!(steering.version, 1);
+    ui.assert_accessible("overview, signed in as an admin").await;
+    ui.screenshot("steered.png").await;
+    // Back to the preview: done, nothing to confirm, nothing written.
+    ui.client.back().await.expect("Back");
+    let text = ui.wait_for(|at| at.starts_with("/steer?"), "Done: ").await;
+    assert!(text.contains(&format!("Done: paused {COMPONENT}, steering version 1")), "{text}");
+    assert!(ui.client.find(Locator::XPath(CONFIRM)).await.is_err(), "no Confirm button:\n{text}");
+    assert_eq!(demo.store().await.steering().await.expect("the steering reads").version, 1);
+
+    // An operator sees the hold and no steering buttons; approves a batch waiting at review.
+    ui.goto("/").await;
+    ui.wait_for(|at| at == "/", "Sign out").await;
+    ui.click("Sign out", Locator::Css("form[action='/logout'] button[type='submit']")).await;
+    ui.wait_for(|at| at == "/", "Sign in").await;
+    ui.sign_in(&monitor.password).await;
+    let text = ui.wait_for(|at| at == "/", "need the admin role").await;
+    assert!(text.contains("paused"), "{text}");
+    let steer_forms = ui.script("return document.querySelectorAll('form[action=\"/steer\"]').length;").await;
+    assert_eq!(steer_forms, serde_json::json!(0), "no steering forms for an operator:\n{text}");
+    ui.click("the waiting list", Locator::Css("main a[href='/waiting']")).await;
+    let text = ui.wait_for(|at| at == "/waiting", "wait for a person at review").await;
+    assert!(text.contains(&format!("{} batches wait for a person at review", waiting.len())), "{text}");
+    let first = ui
+        .script("return document.querySelector('main table tbody th a').innerText.trim();")
+        .await
+        .as_str()
+        .expect("a batch link")
+        .to_owned();
+    assert!(waiting.contains(&first), "{first} is one of {waiting:?}");
+    ui.assert_accessible("the waiting list").await;
+    ui.click("the first waiting batch", Locator::Css("main table tbody th a")).await;
+    let page = format!("/batches/{first}");
+    let text = ui.wait_for(|at| at == page, "Waiting for a person at review").await;
+    assert!(text.contains("Evidence for review") && text.contains("Data_Archived"), "{text}");
+    ui.assert_accessible("batch page waiting for a person").await;
+    ui.screenshot("decision.png").await;
+    let before = events(&demo.show(&first));
+    let preview = ui.preview(&page, "approve", &[("reason", REASON)]).await;
+    assert!(preview.contains("Will record Reviewed (success)"), "{preview}");
+    assert!(names_change(&preview, "review", "person", "success"), "{preview}");
+    assert_eq!(events(&demo.show(&first)), before, "a preview writes nothing");
+    ui.confirm().await;
+    ui.wait_for(|at| at == page, "approved at review").await;
+    let show = demo.show(&first);
+    let after = events(&show);
+    assert_eq!(after.len(), before.len() + 1, "one event: {after:#?}");
+    let approval = &after[before.len()];
+    assert_eq!((approval["type"].as_str(), approval["outcome"].as_str()), (Some("Reviewed"), Some("success")));
+    assert_eq!(approval["agent"], format!("operator:{OPERATOR}"), "{approval:#}");
+    assert_eq!(approval["details"]["reason"], REASON, "{approval:#}");
+    assert_eq!(approval["details"]["approved"], true, "{approval:#}");
+    assert_eq!(show["components"]["review"], "success", "{show:#}");
+    let left = in_state(&demo.status(), "review", "person");
+    assert_eq!(left.len(), waiting.len() - 1, "{left:?}");
     browser.close().await;
 }

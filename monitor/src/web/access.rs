@@ -63,10 +63,15 @@ impl Access {
         self.at_least(Role::Operator, "acting on batches")
     }
 
-    /// The name of an admin, or why not: what changes the whole pipeline's settings asks
-    /// this.
+    /// Whether the account may steer the whole pipeline (pause, drain, resume, pools).
+    pub fn may_steer(&self) -> bool {
+        self.role().is_some_and(|role| role >= Role::Admin)
+    }
+
+    /// The name of an admin, or why not: what changes the whole pipeline (pause, drain,
+    /// resume, pool sizes) asks this.
     pub fn admin(&self) -> Result<&str, WebError> {
-        self.at_least(Role::Admin, "changing pipeline-wide settings")
+        self.at_least(Role::Admin, "steering the whole pipeline (pause, drain, resume, pool sizes)")
     }
 
     fn at_least(&self, needed: Role, what: &str) -> Result<&str, WebError> {
@@ -111,6 +116,8 @@ mod tests {
         assert_eq!(signed_in(Role::Operator).admin().unwrap_err().status(), StatusCode::FORBIDDEN);
         assert_eq!(signed_in(Role::Admin).writer().ok(), Some("Åsa"));
         assert_eq!(signed_in(Role::Admin).admin().ok(), Some("Åsa"));
+        assert!(signed_in(Role::Admin).may_steer() && !signed_in(Role::Operator).may_steer());
+        assert!(!Access::ReadOnly.may_steer() && !Access::SignedOut.may_steer());
         assert_eq!(Access::SignedOut.writer().unwrap_err().status(), StatusCode::UNAUTHORIZED);
         assert_eq!(Access::ReadOnly.writer().unwrap_err().status(), StatusCode::FORBIDDEN);
         assert!(!Access::SignedOut.may_read() && !Access::ReadOnly.may_read());

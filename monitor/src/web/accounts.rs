@@ -32,9 +32,10 @@ pub const PROXY_ONLY: &str = "-";
 pub enum Role {
     /// Reads every page and export.
     Viewer,
-    /// Also acts on batches: rerun, restart, cancel, skip, prioritize, one or in bulk.
+    /// Also acts on batches: rerun, restart, cancel, skip, prioritize, one or in bulk, and
+    /// approves or rejects a batch waiting at a human step.
     Operator,
-    /// Also changes what is pipeline-wide (nothing the monitor offers yet is).
+    /// Also changes what is pipeline-wide: pause, drain, resume, pools.
     Admin,
 }
 

@@ -2,7 +2,9 @@
 //! (`Operator::preview`, `preview_many`), and only on the confirming POST the write itself
 //! (`perform_confirmed`, `perform_many_confirmed`) as the signed-in operator, then a redirect
 //! (303) to the page the action came from, whose flash says what was written. Input and
-//! refusals come back in the operator module's own words.
+//! refusals come back in the operator module's own words. The decision at a human step
+//! (`approve`, `reject` with an optional `restart_from`) is one of these actions, offered on
+//! the batch's page while the batch waits there (`decision_forms`).
 //!
 //! **Post/Redirect/Get.** The action form posts to `POST /batches/{id}/act` (or `POST /bulk`);
 //! the fields are checked as ever, and the answer is 303 to the preview's address, a GET
@@ -66,7 +68,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use super::access::Access;
 use super::auth::{decode, flash_cookie};
 use super::gate::Caller;
-use super::html::{Nav, Page, esc, hidden_fields, w};
+use super::html::{Nav, Page, attr, esc, hidden_fields, w};
 use super::sessions::cookie;
 use super::{App, WebError, html_response};
 use crate::filter::{Filter, encode};
@@ -84,6 +86,91 @@ pub enum Target<'a> {
 /// `from` for a restart at the first failure (an event type cannot contain `-`).
 const FIRST_FAILURE: &str = "first-failure";
 
+/// Why the page offers no action forms to this request (read only, signed out, a viewer),
+/// or `None` for an operator or an admin.
+fn why_no_forms(access: &Access, here: &str) -> Option<String> {
+    let mut out = String::new();
+    match access {
+        Access::ReadOnly => out.push_str("<p>This monitor is read only (started without accounts): no actions.</p>\n"),
+        Access::SignedOut => {
+            w!(out, "<p><a href=\"/login?next={}\">Sign in</a> to act.</p>\n", esc(encode(here)))
+        }
+        Access::SignedIn { name, role, .. } if !access.may_act() => w!(
+            out,
+            "<p>Your account <strong>{}</strong> is a {}: it may read but not act on batches.</p>\n",
+            esc(name),
+            esc(role)
+        ),
+        Access::SignedIn { .. } => return None,
+    }
+    Some(out)
+}
+
+/// The decision at a human step the batch waits at: Approve, and Reject with an optional
+/// type to restart from (one of the batch's effective `types`), each previewed first like
+/// every batch action; or why there are none.
+pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[String], here: &str) -> String {
+    if let Some(why) = why_no_forms(access, here) {
+        return why;
+    }
+    let mut out = String::new();
+    let url = format!("/batches/{}/act", encode(batch.id.as_str()));
+    w!(
+        out,
+        "<p class=\"help\">Each decision is previewed first; nothing is written until you confirm. It is recorded as \
+         <code>operator:{}</code> with your reason.</p>\n<div class=\"actions\">\n",
+        esc(access.name().unwrap_or_default())
+    );
+    let forms: [(&str, &str, String); 2] = [
+        ("approve", "Approve", format!("Record {step}'s success, so the steps after it may run.")),
+        (
+            "reject",
+            "Reject",
+            format!(
+                "Record {step}'s failure (it stays failed until rerun), or send the batch back: restart it from a \
+                 step so it is redone and comes to {step} again."
+            ),
+        ),
+    ];
+    for (action, label, help) in forms {
+        let id = format!("decide-{step}-{action}");
+        w!(
+            out,
+            "<form method=\"post\" action=\"{}\" class=\"action\"><fieldset><legend id=\"{id}-legend\">{} at {}</legend>\
+             <p class=\"help\">{}</p><input type=\"hidden\" name=\"action\" value=\"{}\">\
+             <input type=\"hidden\" name=\"step\" value=\"{}\">",
+            esc(&url),
+            esc(label),
+            esc(step),
+            esc(help),
+            esc(action),
+            attr(step),
+            id = esc(&id)
+        );
+        if action == "reject" {
+            w!(
+                out,
+                "<p><label for=\"{0}-restart-from\">Restart from (optional)</label><select id=\"{0}-restart-from\" \
+                 name=\"restart_from\"><option value=\"\">no restart: record the rejection</option>",
+                esc(&id)
+            );
+            for t in types {
+                w!(out, "<option value=\"{}\">{}</option>", attr(t), esc(t));
+            }
+            out.push_str("</select></p>");
+        }
+        w!(
+            out,
+            "<p><label for=\"{0}-reason\">Reason (required)</label><input id=\"{0}-reason\" name=\"reason\" required \
+             maxlength=\"2000\"></p><p><button type=\"submit\">Preview {1}</button></p></fieldset></form>\n",
+            esc(&id),
+            esc(action)
+        );
+    }
+    out.push_str("</div>\n");
+    out
+}
+
 /// The action forms, or why there are none (read only, not signed in). `components` and
 /// `types` fill the selects; `priority` is the batch's current one.
 pub fn action_forms(
@@ -94,27 +181,10 @@ pub fn action_forms(
     priority: Option<i32>,
     here: &str,
 ) -> String {
-    let mut out = String::new();
-    match access {
-        Access::ReadOnly => {
-            out.push_str("<p>This monitor is read only (started without accounts): no actions.</p>\n");
-            return out;
-        }
-        Access::SignedOut => {
-            w!(out, "<p><a href=\"/login?next={}\">Sign in</a> to act.</p>\n", esc(encode(here)));
-            return out;
-        }
-        Access::SignedIn { name, role, .. } if !access.may_act() => {
-            w!(
-                out,
-                "<p>Your account <strong>{}</strong> is a {}: it may read but not act on batches.</p>\n",
-                esc(name),
-                esc(role)
-            );
-            return out;
-        }
-        Access::SignedIn { .. } => {}
+    if let Some(why) = why_no_forms(access, here) {
+        return why;
     }
+    let mut out = String::new();
     let (action_url, hidden, prefix, scope) = match target {
         Target::One(batch) => (
             format!("/batches/{}/act", encode(batch.id.as_str())),
@@ -246,7 +316,7 @@ struct Confirm {
 }
 
 /// A checkbox: absent or empty is unchecked, `1` checked.
-fn checkbox(name: &str, value: Option<&str>) -> Result<bool, InvalidInput> {
+pub(super) fn checkbox(name: &str, value: Option<&str>) -> Result<bool, InvalidInput> {
     match value {
         None | Some("") => Ok(false),
         Some("1") => Ok(true),
@@ -255,26 +325,28 @@ fn checkbox(name: &str, value: Option<&str>) -> Result<bool, InvalidInput> {
 }
 
 /// The fields of a posted form.
-fn form_fields(form: Result<Form<Vec<(String, String)>>, FormRejection>) -> Result<Vec<(String, String)>, WebError> {
+pub(super) fn form_fields(
+    form: Result<Form<Vec<(String, String)>>, FormRejection>,
+) -> Result<Vec<(String, String)>, WebError> {
     let Form(fields) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
     Ok(fields)
 }
 
 /// The fields of a preview's address.
-fn query_fields(
+pub(super) fn query_fields(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Vec<(String, String)>, WebError> {
     let Query(fields) = query.map_err(|e| WebError::invalid(InvalidInput::new("query", "", e.body_text())))?;
     Ok(fields)
 }
 
-fn field<'f>(fields: &'f [(String, String)], name: &str) -> Option<&'f str> {
+pub(super) fn field<'f>(fields: &'f [(String, String)], name: &str) -> Option<&'f str> {
     fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
 /// The key a preview's address carries: its confirm form's, made by the POST that led
 /// here (or by a confirm that found the batch changed).
-fn query_key(fields: &[(String, String)]) -> Result<IdempotencyKey, WebError> {
+pub(super) fn query_key(fields: &[(String, String)]) -> Result<IdempotencyKey, WebError> {
     let key = field(fields, "key").unwrap_or_default();
     if key.is_empty() {
         return Err(InvalidInput::new(
@@ -287,21 +359,27 @@ fn query_key(fields: &[(String, String)]) -> Result<IdempotencyKey, WebError> {
     Ok(IdempotencyKey::new(key).map_err(|e| InvalidInput::new("key", key, e.reason))?)
 }
 
+/// Every field is one of `known`, and none is given twice; else 400 naming it.
+pub(super) fn check_names(fields: &[(String, String)], known: &[&str]) -> Result<(), WebError> {
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if !known.contains(&name.as_str()) {
+            return Err(InvalidInput::new(
+                name.as_str(),
+                value.as_str(),
+                format!("not a field of this form (fields: {})", known.join(", ")),
+            )
+            .into());
+        }
+        if fields[..i].iter().any(|(earlier, _)| earlier == name) {
+            return Err(InvalidInput::new(name.as_str(), value.as_str(), "given twice").into());
+        }
+    }
+    Ok(())
+}
+
 impl Posted {
     fn parse(fields: Vec<(String, String)>, known: &[&str]) -> Result<Posted, WebError> {
-        for (i, (name, value)) in fields.iter().enumerate() {
-            if !known.contains(&name.as_str()) {
-                return Err(InvalidInput::new(
-                    name.as_str(),
-                    value.as_str(),
-                    format!("not a field of this form (fields: {})", known.join(", ")),
-                )
-                .into());
-            }
-            if fields[..i].iter().any(|(earlier, _)| earlier == name) {
-                return Err(InvalidInput::new(name.as_str(), value.as_str(), "given twice").into());
-            }
-        }
+        check_names(&fields, known)?;
         let get = |name: &str| field(&fields, name);
         let required = |name: &str| match get(name) {
             Some(value) if !value.trim().is_empty() => Ok(value.trim().to_owned()),
@@ -319,6 +397,21 @@ impl Posted {
         };
         only_for("force", force, "skip")?;
         only_for("record_anyway", record_anyway, "cancel")?;
+        let restart_from = get("restart_from").map(str::trim).filter(|t| !t.is_empty());
+        if let Some(start) = restart_from
+            && text != "reject"
+        {
+            return Err(
+                InvalidInput::new("restart_from", start, format!("only a reject takes it, not a {text}")).into()
+            );
+        }
+        if let Some(step) = get("step")
+            && !["approve", "reject"].contains(&text)
+        {
+            return Err(
+                InvalidInput::new("step", step, format!("only an approve or a reject takes it, not a {text}")).into()
+            );
+        }
         let action = match text {
             "rerun" => Action::Rerun { component: required("component")? },
             "cancel" => Action::Cancel { component: required("component")?, record_anyway },
@@ -335,10 +428,15 @@ impl Posted {
                     .map_err(|_| InvalidInput::new("priority", value, "expected a whole number (higher runs first)"))?;
                 Action::Prioritize { priority }
             }
+            "approve" => Action::Approve { step: required("step")? },
+            "reject" => Action::Reject { step: required("step")?, restart_from: restart_from.map(str::to_owned) },
             other => {
-                return Err(
-                    InvalidInput::new("action", other, "expected rerun, restart, cancel, skip or prioritize").into()
-                );
+                return Err(InvalidInput::new(
+                    "action",
+                    other,
+                    "expected rerun, restart, cancel, skip, prioritize, approve or reject",
+                )
+                .into());
             }
         };
         let confirm = match get("confirm") {
@@ -399,21 +497,35 @@ impl Posted {
 
 /// The longest preview's address: a reason of 2000 characters and a filter of 1000, each
 /// character percent-encoded as up to 12, fit.
-const MAX_ADDRESS: usize = 48 << 10;
+pub(super) const MAX_ADDRESS: usize = 48 << 10;
 
 /// A new idempotency key: 128 random bits from the OS, as hex.
-fn fresh_key() -> String {
+pub(super) fn fresh_key() -> String {
     let mut random = [0u8; 16];
     OsRng.fill_bytes(&mut random);
     hex::encode(random)
 }
 
-const ONE_FIELDS: &[&str] =
-    &["action", "component", "from", "priority", "reason", "force", "record_anyway", "confirm", "plan", "key"];
+const ONE_FIELDS: &[&str] = &[
+    "action",
+    "component",
+    "step",
+    "from",
+    "restart_from",
+    "priority",
+    "reason",
+    "force",
+    "record_anyway",
+    "confirm",
+    "plan",
+    "key",
+];
 const BULK_FIELDS: &[&str] = &[
     "action",
     "component",
+    "step",
     "from",
+    "restart_from",
     "priority",
     "reason",
     "force",
@@ -425,9 +537,23 @@ const BULK_FIELDS: &[&str] = &[
     "order",
 ];
 /// A preview's address: the action's fields and its key, never `confirm` or `plan`.
-const ONE_QUERY: &[&str] = &["action", "component", "from", "priority", "reason", "force", "record_anyway", "key"];
-const BULK_QUERY: &[&str] =
-    &["action", "component", "from", "priority", "reason", "force", "record_anyway", "key", "q", "order", "since"];
+const ONE_QUERY: &[&str] =
+    &["action", "component", "step", "from", "restart_from", "priority", "reason", "force", "record_anyway", "key"];
+const BULK_QUERY: &[&str] = &[
+    "action",
+    "component",
+    "step",
+    "from",
+    "restart_from",
+    "priority",
+    "reason",
+    "force",
+    "record_anyway",
+    "key",
+    "q",
+    "order",
+    "since",
+];
 
 /// How long a note for a preview shown again waits for its page (the redirect is
 /// followed at once).
@@ -437,7 +563,7 @@ const MAX_NOTE_CHARS: usize = 1_000;
 
 /// The cookie that carries the note of a preview shown again to the one page with its key,
 /// and only to the preview's path.
-fn note_cookie(secure: bool, path: &str, key: &str, note: Option<&str>) -> HeaderValue {
+pub(super) fn note_cookie(secure: bool, path: &str, key: &str, note: Option<&str>) -> HeaderValue {
     let mut text = format!("autocomp_note_{key}=");
     match note {
         Some(note) => {
@@ -457,7 +583,12 @@ fn note_cookie(secure: bool, path: &str, key: &str, note: Option<&str>) -> Heade
 
 /// The note the request carries for the preview with `key`, if any, and the header that
 /// clears it.
-fn take_note(headers: &HeaderMap, secure: bool, path: &str, key: &IdempotencyKey) -> Option<(String, HeaderValue)> {
+pub(super) fn take_note(
+    headers: &HeaderMap,
+    secure: bool,
+    path: &str,
+    key: &IdempotencyKey,
+) -> Option<(String, HeaderValue)> {
     // Only a key this monitor made (hex) names a note.
     if !key.as_str().bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -488,7 +619,7 @@ fn shown_again(secure: bool, posted: &Posted, path: &str, since: Option<Seq>, no
 /// actionable preview in front of an operator. An `Origin`, if sent, must be this host.
 /// Neither header (an old browser, a script): as for the POST, the session cookie
 /// (SameSite=Strict) is the line.
-fn refuse_from_elsewhere(headers: &HeaderMap) -> Result<(), WebError> {
+pub(super) fn refuse_from_elsewhere(headers: &HeaderMap) -> Result<(), WebError> {
     let refuse = |why: String| {
         Err(WebError::new(
             StatusCode::FORBIDDEN,
@@ -522,7 +653,7 @@ fn refuse_from_elsewhere(headers: &HeaderMap) -> Result<(), WebError> {
 
 /// A preview's answer is never stored: Back and Forward ask for it again, and see what it
 /// became (done, or changed).
-fn no_store(answer: Result<Response, WebError>) -> Response {
+pub(super) fn no_store(answer: Result<Response, WebError>) -> Response {
     let mut response = answer.unwrap_or_else(IntoResponse::into_response);
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
@@ -573,7 +704,7 @@ fn recorded(event: &Event) -> String {
 }
 
 /// The note above a preview shown again, if any.
-fn note_html(note: Option<&str>) -> String {
+pub(super) fn note_html(note: Option<&str>) -> String {
     note.map(|note| format!("<p class=\"error\" role=\"alert\">{}</p>\n", esc(note))).unwrap_or_default()
 }
 

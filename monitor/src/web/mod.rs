@@ -1,11 +1,13 @@
-//! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page),
-//! the operator's actions as preview-then-confirm forms, CSV/NDJSON export, and what every
-//! response shares (security headers, the Host check, who is asking, the cross-site write
-//! guard, error pages).
+//! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page,
+//! the batches waiting for a person), the operator's actions (and an admin's steering of the
+//! whole pipeline) as preview-then-confirm forms, CSV/NDJSON export, and what every response
+//! shares (security headers, the Host check, who is asking, the cross-site write guard, error
+//! pages).
 //!
 //! `pages` renders what `data` reads; `actions` goes through the operator module's own
-//! `preview`/`perform`, so a write from the browser is exactly a write from the CLI, recorded
-//! as the signed-in account (`accounts`, `sessions`, `gate`).
+//! `preview`/`perform`, and `steering` through its `preview_steer`/`steer`, so a write from
+//! the browser is exactly a write from the CLI, recorded as the signed-in account
+//! (`accounts`, `sessions`, `gate`).
 
 pub mod access;
 pub mod accounts;
@@ -18,6 +20,7 @@ pub mod html;
 pub mod limits;
 mod pages;
 pub mod sessions;
+mod steering;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -86,6 +89,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .route("/", get(pages::overview))
         .route("/batches", get(pages::batches))
         .route("/batches/{id}", get(pages::batch))
+        .route("/waiting", get(pages::waiting))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));
     let reads = axum::Router::new()
@@ -100,6 +104,8 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         // stored, so Back asks again and sees it done); the confirm is a POST (`actions`).
         .route("/batches/{id}/act", get(actions::one_preview).post(actions::one))
         .route("/bulk", get(actions::bulk_preview).post(actions::bulk))
+        // The same for steering the whole pipeline (admins only).
+        .route("/steer", get(steering::steer_preview).post(steering::steer))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", get(auth::logout_form).post(auth::logout))
         .route("/assets/monitor.css", get(assets::css))

@@ -1,11 +1,13 @@
-//! The three read pages (overview, batch matrix, one batch) rendered from `data`, and the
-//! ETag every one of them carries: the store's head plus what else the page depends on,
-//! so a poll of an unchanged page costs one head read and answers 304.
+//! The read pages rendered from `data`: the overview (with the pipeline's steering), the
+//! batch matrix, one batch (with the decision at a human step it waits at, beside its
+//! evidence) and the batches waiting for a person; and the ETag every one of them carries:
+//! the store's head (which every write and every steering change moves) plus what else the
+//! page depends on, so a poll of an unchanged page costs one head read and answers 304.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autocomp_model::{Batch, RESULT_KEY, Seq, Timestamp};
+use autocomp_model::{Batch, ComponentState, Event, RESULT_KEY, Seq, Timestamp};
 use autocomp_ops::operator::{Explanation, describe_lock, report_summary, size_text};
 use autocomp_sboi::PageKey;
 use autocomp_store::{BatchHead, LogPage};
@@ -18,11 +20,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::actions::{Target, action_forms};
+use super::access::Access;
+use super::actions::{Target, action_forms, decision_forms};
 use super::auth;
 use super::gate::Caller;
-use super::html::{Nav, Page, age, check, esc, json_block, state_badge, time, w};
-use super::{App, WebError, assets, html_response};
+use super::html::{Nav, Page, age, check, esc, hold_badge, json_block, state_badge, time, w};
+use super::{App, WebError, assets, html_response, steering};
 use crate::data::Matrix;
 use crate::filter::{Filter, StateFilter, encode, format_after, parse_after};
 
@@ -144,6 +147,35 @@ pub async fn overview(
         body.push_str("<p>No component has run a pass against this store yet: the pipeline is empty.</p>\n");
         return Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body));
     }
+    let person = StateFilter::State(ComponentState::Person);
+    let human: Vec<(&str, u64)> = overview
+        .rows
+        .iter()
+        .filter(|row| row.component.descriptor.manual)
+        .map(|row| (row.component.descriptor.name.as_str(), row.count(person)))
+        .collect();
+    if !human.is_empty() {
+        let total: u64 = human.iter().map(|(_, n)| n).sum();
+        let each: Vec<String> = human.iter().map(|(step, n)| format!("{step}: {n}")).collect();
+        w!(
+            body,
+            "<p class=\"verdict\">{} batches wait for a person ({}): <a href=\"/waiting\">the list, the longest waiting \
+             first</a>.</p>\n",
+            esc(total),
+            esc(each.join(", "))
+        );
+    }
+    if let Some(hold) = &overview.steering.pipeline {
+        w!(
+            body,
+            "<p class=\"verdict\">The whole pipeline is {} by <code>{}</code> since {}: {} (<a href=\"#steering\">\
+             steering</a>).</p>\n",
+            hold_badge(hold.kind),
+            esc(&hold.by),
+            time(hold.since),
+            esc(&hold.reason)
+        );
+    }
     body.push_str(
         "<div class=\"scroll\" role=\"region\" aria-labelledby=\"overview-caption\" tabindex=\"0\">\n\
          <table class=\"grid\">\n<caption id=\"overview-caption\">Batches per component and state \
@@ -154,7 +186,7 @@ pub async fn overview(
         w!(body, "<th scope=\"col\" class=\"num\">{}</th>", esc(state.as_str()));
     }
     body.push_str(
-        "<th scope=\"col\" class=\"num\">Total</th><th scope=\"col\">Oldest ready since</th>\
+        "<th scope=\"col\" class=\"num\">Total</th><th scope=\"col\">Oldest ready (or waiting for a person) since</th>\
          <th scope=\"col\">Hosts (last pass)</th><th scope=\"col\">Last seen</th></tr></thead>\n<tbody>\n",
     );
     for row in &overview.rows {
@@ -162,11 +194,17 @@ pub async fn overview(
         let name = component.name();
         w!(
             body,
-            "<tr><th scope=\"row\"><a href=\"/batches?{}\">{}</a></th><td><code>{}</code></td>",
+            "<tr><th scope=\"row\"><a href=\"/batches?{}\">{}</a>",
             esc(Filter { component: Some(name.clone()), ..Filter::default() }.url_query()),
-            esc(name),
-            esc(&component.descriptor.event_type)
+            esc(name)
         );
+        if component.descriptor.manual {
+            body.push_str(" <small>(human step)</small>");
+        }
+        if let Some(hold) = overview.steering.hold_of(name) {
+            w!(body, "<br><a href=\"#steering\">{}</a>", hold_badge(hold.kind));
+        }
+        w!(body, "</th><td><code>{}</code></td>", esc(&component.descriptor.event_type));
         let mut total = 0;
         for (state, count) in &row.counts {
             if *state != StateFilter::Overdue {
@@ -215,6 +253,7 @@ pub async fn overview(
         body.push_str("</tr>\n");
     }
     body.push_str("</tbody></table></div>\n");
+    body.push_str(&steering::section(&caller.access, &overview, &here(&uri)));
     Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body))
 }
 
@@ -401,6 +440,12 @@ pub async fn batch(
     let mut body = String::new();
     w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(head.id()));
     body.push_str(&summary(head));
+    let types: Vec<String> = head.summary.effective.iter().map(|e| e.event_type.to_string()).collect();
+    let target = without_log(head);
+    // A human step it waits at: the evidence and the decision, first.
+    for e in page.explanations.iter().filter(|e| e.state == ComponentState::Person) {
+        body.push_str(&decision(&caller.access, head, &target, e, &page.explanations, &types, &here(&uri)));
+    }
     body.push_str(&states(&page.explanations));
     body.push_str(&metadata(head));
     body.push_str(&open_runs(head));
@@ -413,13 +458,146 @@ pub async fn batch(
         body.push_str(&explain(explanation));
     }
     let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
-    let types: Vec<String> = head.summary.effective.iter().map(|e| e.event_type.to_string()).collect();
     body.push_str("<h2 id=\"actions\">Actions</h2>\n");
-    let target = without_log(head);
     let priority = Some(head.summary.priority);
     body.push_str(&action_forms(&caller.access, &Target::One(&target), &components, &types, priority, &here(&uri)));
     let title = format!("Batch {}", head.id());
     Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
+}
+
+/// A human step the batch waits at: the effective results of the steps before it (what the
+/// person decides on), each with its report's summary and its result, then the Approve and
+/// Reject forms.
+fn decision(
+    access: &Access,
+    head: &BatchHead,
+    target: &Batch,
+    step: &Explanation,
+    explanations: &[Explanation],
+    types: &[String],
+    here: &str,
+) -> String {
+    let mut out = String::new();
+    let name = step.component.as_str();
+    w!(
+        out,
+        "<section class=\"decision\" id=\"decide-{0}\" aria-labelledby=\"decide-{0}-heading\">\
+         <h2 id=\"decide-{0}-heading\">Waiting for a person at {0}</h2>\n<p>{1} <code>{2}</code> is a human step: \
+         a person approves the batch (its steps after it may run) or rejects it. Decide on the evidence below, the \
+         effective results of the steps before it.</p>\n",
+        esc(name),
+        state_badge(ComponentState::Person, false),
+        esc(&step.event_type)
+    );
+    let mut evidence: Vec<&Event> = head.effective.iter().filter(|e| e.event_type != step.event_type).collect();
+    evidence.sort_by_key(|e| e.seq);
+    if evidence.is_empty() {
+        out.push_str("<p>No step before it has recorded a result on this batch.</p>\n");
+    } else {
+        w!(
+            out,
+            "<table class=\"grid\"><caption>Evidence for {}: the effective results before it</caption><thead><tr>\
+             <th scope=\"col\">Step</th><th scope=\"col\">Result</th><th scope=\"col\">Outcome</th>\
+             <th scope=\"col\">Seq</th><th scope=\"col\">By</th><th scope=\"col\">At</th><th scope=\"col\">Report</th>\
+             </tr></thead><tbody>\n",
+            esc(name)
+        );
+        for e in evidence {
+            let by_step = explanations.iter().find(|x| x.event_type == e.event_type).map(|x| x.component.as_str());
+            w!(
+                out,
+                "<tr><th scope=\"row\">{}</th><td><code>{}</code></td><td class=\"outcome-{}\">{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}",
+                esc(by_step.unwrap_or("–")),
+                esc(&e.event_type),
+                esc(e.outcome.as_str()),
+                esc(e.outcome.as_str()),
+                esc(e.seq),
+                esc(&e.agent),
+                time(e.at),
+                esc(report_summary(e).join("; "))
+            );
+            if let Some(result) = e.details.get(RESULT_KEY) {
+                w!(
+                    out,
+                    "<details id=\"evidence-{}-{}\"><summary>Result</summary>{}</details>",
+                    esc(name),
+                    esc(e.seq),
+                    json_block(result)
+                );
+            }
+            out.push_str("</td></tr>\n");
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    out.push_str(&decision_forms(access, target, name, types, here));
+    out.push_str("</section>\n");
+    out
+}
+
+/// `GET /waiting`: every batch in state `person`, per human step, the longest waiting
+/// first, with how long it has waited.
+pub async fn waiting(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Result<Response, WebError> {
+    let waiting = app.monitor.waiting().await?;
+    let mut body = String::from("<h1>Waiting for a person</h1>\n");
+    if waiting.steps.is_empty() {
+        body.push_str(
+            "<p>The pipeline has no human step (<code>autocomp step add</code> declares one): no batch waits for a \
+             person.</p>\n",
+        );
+    }
+    for at in &waiting.steps {
+        let step = at.step.as_str();
+        let all = Filter::for_state(&at.step, StateFilter::State(ComponentState::Person));
+        w!(
+            body,
+            "<h2 id=\"waiting-{0}\">{0} <small>records <code>{1}</code></small></h2>\n<p>{2} batches wait for a person \
+             at {0} (overdue after {3}). <a href=\"/batches?{4}\">All of them in the batch list</a>.</p>\n",
+            esc(step),
+            esc(&at.event_type),
+            esc(at.total),
+            esc(humantime::format_duration(at.overdue_after)),
+            esc(all.url_query())
+        );
+        if at.batches.is_empty() {
+            continue;
+        }
+        w!(
+            body,
+            "<table class=\"grid\"><caption>{}{} batches waiting at {}, the longest waiting first</caption><thead><tr>\
+             <th scope=\"col\">Batch</th><th scope=\"col\">Type</th><th scope=\"col\" class=\"num\">Priority</th>\
+             <th scope=\"col\">Waiting since</th><th scope=\"col\">Waited</th></tr></thead><tbody>\n",
+            if (at.batches.len() as u64) < at.total { "The first " } else { "" },
+            esc(at.batches.len()),
+            esc(step)
+        );
+        for b in &at.batches {
+            let overdue = if b.overdue {
+                " <span class=\"overdue\"><span class=\"icon\" aria-hidden=\"true\">⚠\u{fe0e}</span> overdue</span>"
+            } else {
+                ""
+            };
+            w!(
+                body,
+                "<tr><th scope=\"row\"><a href=\"/batches/{}#decide-{}\">{}</a></th><td>{}</td><td class=\"num\">{}</td>\
+                 <td>{}</td><td>{}{overdue}</td></tr>\n",
+                esc(encode(b.id.as_str())),
+                esc(step),
+                esc(&b.id),
+                esc(&b.batch_type),
+                esc(b.priority),
+                time(b.since),
+                esc(age(waiting.now.since(b.since)))
+            );
+        }
+        body.push_str("</tbody></table>\n");
+    }
+    Ok(respond(&headers, &caller, "Waiting for a person", Nav::Waiting, &here(&uri), &body))
 }
 
 /// The batch as the action forms take it: they name it by its id; its log is not read.
@@ -486,7 +664,7 @@ fn states(explanations: &[Explanation]) -> String {
             esc(&e.component),
             esc(&e.event_type),
             state_badge(e.state, false),
-            esc(e.verdict())
+            esc(verdict(e))
         );
     }
     out.push_str("</tbody></table>\n");
@@ -652,6 +830,14 @@ fn clause_table<'c>(
     out
 }
 
+/// The explanation's verdict; at a human step the batch is ready for, what that means.
+fn verdict(e: &Explanation) -> String {
+    if e.state == ComponentState::Person {
+        return format!("waiting for a person: every clause holds; approve or reject it at {} (above)", e.component);
+    }
+    e.verdict()
+}
+
 fn explain(e: &Explanation) -> String {
     let mut out = String::new();
     w!(
@@ -661,7 +847,7 @@ fn explain(e: &Explanation) -> String {
         esc(&e.component),
         esc(&e.event_type),
         state_badge(e.state, false),
-        esc(e.verdict())
+        esc(verdict(e))
     );
     if let Some(refusal) = &e.refusal {
         w!(out, "<p>Not ready because of <code>{}</code>: {}</p>\n", esc(refusal.clause), esc(&refusal.reason));
