@@ -39,6 +39,7 @@ pub use autocomp_model::{
 pub use autocomp_store::StoreError;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
+pub use runner::hostname;
 pub use source::{Source, SourceContext, source_main};
 
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.

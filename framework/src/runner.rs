@@ -302,7 +302,8 @@ pub(crate) async fn record_pass(
     }
 }
 
-fn hostname() -> String {
+/// This host's name as locks, runs and the registry record it (`localhost` when unknown).
+pub fn hostname() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let clean: String = raw.trim().chars().filter(|c| c.is_ascii_graphic()).take(255).collect();
     if clean.is_empty() { "localhost".into() } else { clean }

@@ -16,7 +16,7 @@ mod write_rules;
 
 pub use http::HttpStore;
 pub use open::open_store;
-pub use pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES, LogCursor,
     LogPage, MAX_LOG_PAGE, ObjectStore, StoreError, StoreResult,

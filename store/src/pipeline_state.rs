@@ -14,6 +14,10 @@ use autocomp_model::{
     is_concealing,
 };
 
+/// The notifiers' cursor before any notifier ran: the first starts at the store's head
+/// (even an empty store's, 0), so it never mistakes a later pass for the first.
+pub const CURSOR_UNSET: Seq = Seq(-1);
+
 /// Most entries one read of the steering log returns.
 pub const MAX_STEERING_LOG_PAGE: usize = 1_000;
 /// Most notices one enqueue or take handles.

@@ -497,7 +497,7 @@ pub trait ObjectStore: Send + Sync {
     /// Adds the notices whose keys the outbox does not hold yet and, with `cursor`, moves the
     /// notifiers' cursor from `cursor.from` to `cursor.to` if it is still at `from` (another
     /// notifier may have moved it: then it stays). Answers how many were new and the cursor.
-    /// `cursor: None` only reads the cursor (`Seq::ZERO` before any move).
+    /// `cursor: None` only reads the cursor (`CURSOR_UNSET` before any notifier moved it).
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued>;
 
     /// Takes up to `limit` pending notices that are due (never sent, past their retry time,

@@ -669,3 +669,70 @@ async fn mail_goes_over_starttls_and_smtps_trusting_a_private_ca_and_not_without
         assert_eq!(sum(&passes, "failed"), 0, "{passes:#?}");
     }
 }
+
+/// `autocomp` or `autocomp-monitor` with the pipeline's config dir (its `autocomp.toml` names
+/// the test's store and index) and nothing from the environment that would change it.
+fn binary_in(pipeline: &Pipeline, name: &str, args: &[&str]) -> Command {
+    let dir = pipeline.dir.path();
+    let shared = format!(
+        "store = \"sqlite://{}\"\nindex = \"local:{}\"\n",
+        dir.join("store.db").display(),
+        dir.join("index").display()
+    );
+    std::fs::write(pipeline.config_dir().join("autocomp.toml"), shared).unwrap();
+    let mut command = Command::new(autocomp_e2e::binary(name));
+    command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
+    for var in
+        ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG", "AUTOCOMP_CA_FILE"]
+    {
+        command.env_remove(var);
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    command
+}
+
+#[tokio::test]
+async fn the_cli_and_the_monitor_run_the_notifier_and_each_item_still_goes_out_once() {
+    let (sink, receiver) = (SmtpSink::start(), Receiver::start());
+    let pipeline = Pipeline::new().await;
+    let config = pipeline.configure("events = [\"failure\"]", &sink, &receiver);
+    pipeline.first_pass(&config).await;
+
+    // From cron: quiet with nothing to send.
+    let idle = finish(binary_in(&pipeline, "autocomp", &["notify"]).spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!((idle.code, idle.stdout.as_str()), (Some(0), ""), "{}", idle.show());
+
+    // Inside the monitor, every second, while cron runs too.
+    let mut monitor = binary_in(&pipeline, "autocomp-monitor", &["--listen", "127.0.0.1:0", "--notify-every", "1s"]);
+    let mut monitor = KillOnDrop(monitor.spawn().unwrap());
+    let seq = pipeline.batch("B1", &[("Checked", Outcome::Failure, failure("disk full"))]).await[1].seq;
+    let cron = finish(binary_in(&pipeline, "autocomp", &["notify"]).spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(cron.code, Some(0), "{}", cron.show());
+    let delivered = wait_until_async(Instant::now() + Duration::from_secs(30), async || {
+        receiver.accepted().len() == 1 && sink.messages().len() == 1
+    })
+    .await;
+    assert!(delivered, "mails {:#?}, hooks {:#?}", sink.messages(), receiver.requests());
+    // A few more monitor passes and another cron run send nothing more.
+    let again = finish(binary_in(&pipeline, "autocomp", &["notify"]).spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!((again.code, again.stdout.as_str()), (Some(0), ""), "{}", again.show());
+    let outbox = pipeline.store.recent_notices(100).await.unwrap();
+    let sent: Vec<&str> = outbox.iter().filter(|n| n.sent_at.is_some()).map(|n| n.key.as_str()).collect();
+    assert_eq!(sent.len(), 2, "{outbox:#?}");
+    // Not a wait for a condition: a window in which the monitor makes three more passes,
+    // none of which may send anything again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(monitor.0.try_wait().unwrap().is_none(), "the monitor keeps serving");
+    assert_eq!(receiver.requests().len(), 1, "the webhook went out once");
+    assert_eq!(mail_keys(&sink.messages()), [format!("mail:failure:B1:{seq}")], "one mail");
+}
+
+/// A child process killed (and reaped) when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}

@@ -107,6 +107,11 @@ struct Cli {
     /// component's max_runtime is overdue too).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
     ready_overdue_after: Duration,
+    /// Run the notifier (`autocomp notify`, as notify.toml in the config dir says) every
+    /// DURATION inside the monitor, instead of from cron. Several monitors, or monitors and
+    /// cron notifiers together, still send each item once.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    notify_every: Option<Duration>,
     /// More logging (-v debug for autocomp: a line per request; -vv debug for everything;
     /// -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -218,6 +223,13 @@ async fn main() -> ExitCode {
         Ok(Err(error)) => return fail(USAGE, error),
         Err(stopped) => return stopped,
     };
+    if let Some(every) = cli.notify_every {
+        let config = match autocomp_ops::notify::NotifyConfig::load(operator.config_dir()) {
+            Ok(config) => config,
+            Err(error) => return fail(USAGE, error),
+        };
+        tokio::spawn(notify_every(operator.clone(), config, every.max(Duration::from_secs(1))));
+    }
     let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
     let monitor = Monitor::new(operator, settings);
     let mode = match (&accounts, &trusted_user_header) {
@@ -250,6 +262,29 @@ async fn main() -> ExitCode {
     };
     launch.ready(web::router(monitor, options));
     exit_code(launch.served().await)
+}
+
+/// `--notify-every`: a notifier pass every `every`, for as long as the monitor serves. A pass
+/// that fails (the store or index down) is logged and tried again at the next tick.
+async fn notify_every(operator: Operator, config: autocomp_ops::notify::NotifyConfig, every: Duration) {
+    let holder = format!("monitor@{}#{}", autocomp_framework::hostname(), std::process::id());
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let pass = async {
+            let store = operator.store().await?;
+            let index = operator.index(&store)?;
+            autocomp_ops::notify::notify_once(store, index, &config, &holder).await
+        };
+        match pass.await {
+            Ok(report) if report.failed > 0 => {
+                tracing::warn!(sent = report.sent, failed = report.failed, "notify: some deliveries failed")
+            }
+            Ok(report) => tracing::debug!(found = report.found, sent = report.sent, "notify pass"),
+            Err(error) => tracing::warn!("notify: the pass failed: {error}"),
+        }
+    }
 }
 
 /// The `Host` names to answer to: the ones given, else the listen address (and the

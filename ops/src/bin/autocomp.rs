@@ -338,6 +338,12 @@ enum Command {
         #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
         ready_after: Duration,
     },
+    /// Send what is news by mail and/or webhook, as notify.toml in the config dir says:
+    /// permanent failures, open circuits, long pauses, overdue work, batches waiting for a
+    /// person, a daily digest. Each item goes out once per channel however many notifiers run
+    /// (from cron on several hosts, or inside the monitor). Prints nothing when all went out;
+    /// a delivery that failed (tried again by a later run) is printed and exits 1.
+    Notify,
     /// Rebuild the batch index from the store, with a progress bar.
     Reindex,
     /// Every held lock with its holder and age.
@@ -643,6 +649,18 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Metrics { ready_after } => {
             operator.metrics(&AlertDefaults { ready_after, ..AlertDefaults::default() }).await?
+        }
+        Command::Notify => {
+            let config = autocomp_ops::notify::NotifyConfig::load(operator.config_dir())?;
+            let store = operator.store().await?;
+            let index = operator.index(&store)?;
+            let holder = format!("notify@{}#{}", autocomp_framework::hostname(), std::process::id());
+            let report = autocomp_ops::notify::notify_once(store, index, &config, &holder).await?;
+            tracing::info!(found = report.found, sent = report.sent, failed = report.failed, "notify pass");
+            if report.failed > 0 {
+                return Err(OperatorError::Refused(report.render().trim_end().to_owned()));
+            }
+            report.notes.iter().map(|note| format!("notify: {note}\n")).collect()
         }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),

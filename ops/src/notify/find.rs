@@ -13,7 +13,7 @@ use autocomp_model::{
     Timestamp,
 };
 use autocomp_sboi::{BatchIndex, PageOrder, PageRequest};
-use autocomp_store::{CursorMove, LogCursor, ObjectStore, StoreError};
+use autocomp_store::{CURSOR_UNSET, CursorMove, LogCursor, ObjectStore, StoreError};
 use chrono::Timelike as _;
 use serde_json::{Map, Value, json};
 
@@ -108,15 +108,15 @@ impl Finder<'_> {
 
     async fn feed(&self, found: &mut Found) -> Result<(), OperatorError> {
         let cursor = self.store.enqueue_notices(Vec::new(), None).await?.cursor;
-        if cursor == Seq::ZERO {
+        if cursor == CURSOR_UNSET {
             let head = self.store.head().await?;
             if head > Seq::ZERO {
                 found.notes.push(format!(
                     "first run: the notifiers' cursor starts at the store's head (seq {head}); what happened before \
                      is not notified"
                 ));
-                found.cursor = Some(CursorMove { from: cursor, to: head });
             }
+            found.cursor = Some(CursorMove { from: cursor, to: head });
             return Ok(());
         }
         if !self.config.wants(EventKind::Failure) && !self.config.wants(EventKind::Success) {

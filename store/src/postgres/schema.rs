@@ -923,7 +923,8 @@ CREATE TABLE notice_cursor (
     id  integer PRIMARY KEY CHECK (id = 1),
     seq bigint NOT NULL
 );
-INSERT INTO notice_cursor (id, seq) VALUES (1, 0);
+-- -1: no notifier has run yet (the first one starts at the head, whatever it is).
+INSERT INTO notice_cursor (id, seq) VALUES (1, -1);
 
 CREATE FUNCTION autocomp_enqueue_notices(p_keys text[], p_channels text[], p_subjects text[], p_bodies jsonb[],
                                          p_from bigint, p_to bigint, OUT r_added bigint, OUT r_cursor bigint)

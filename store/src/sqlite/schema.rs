@@ -243,7 +243,8 @@ CREATE TABLE notice_cursor (
     id  INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL
 );
-INSERT INTO notice_cursor (id, seq) VALUES (1, 0);
+-- -1: no notifier has run yet (the first one starts at the head, whatever it is).
+INSERT INTO notice_cursor (id, seq) VALUES (1, -1);
 "#;
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {

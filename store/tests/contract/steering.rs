@@ -362,17 +362,17 @@ pub async fn concurrent_steers_lose_no_change(f: Fixture) {
 pub async fn enqueue_adds_each_key_once_and_moves_the_cursor_only_from_where_it_was(f: Fixture) {
     register(&f.store, "B1").await;
     let head = f.store.head().await.unwrap();
-    assert_eq!(f.store.enqueue_notices(vec![], None).await.unwrap(), Enqueued { added: 0, cursor: Seq::ZERO });
+    assert_eq!(f.store.enqueue_notices(vec![], None).await.unwrap(), Enqueued { added: 0, cursor: CURSOR_UNSET });
     let first = f
         .store
-        .enqueue_notices(vec![notice("mail:a"), notice("mail:b")], Some(CursorMove { from: Seq::ZERO, to: Seq(10) }));
+        .enqueue_notices(vec![notice("mail:a"), notice("mail:b")], Some(CursorMove { from: CURSOR_UNSET, to: Seq(10) }));
     assert_eq!(first.await.unwrap(), Enqueued { added: 2, cursor: Seq(10) });
 
     // Another notifier found the same item (and one more), reading the cursor before it moved.
     tick().await;
     let changed = NewNotice { subject: "another subject".into(), ..notice("mail:a") };
     let second =
-        f.store.enqueue_notices(vec![changed, notice("mail:c")], Some(CursorMove { from: Seq::ZERO, to: Seq(20) }));
+        f.store.enqueue_notices(vec![changed, notice("mail:c")], Some(CursorMove { from: CURSOR_UNSET, to: Seq(20) }));
     assert_eq!(
         second.await.unwrap(),
         Enqueued { added: 1, cursor: Seq(10) },
@@ -550,7 +550,7 @@ pub async fn bad_notice_input_is_refused_by_name_and_writes_nothing(f: Fixture) 
     for (bad, field) in cases {
         // With a good notice beside it: the whole call is refused.
         let answer =
-            f.store.enqueue_notices(vec![notice("good"), bad], Some(CursorMove { from: Seq::ZERO, to: Seq(5) }));
+            f.store.enqueue_notices(vec![notice("good"), bad], Some(CursorMove { from: CURSOR_UNSET, to: Seq(5) }));
         assert_eq!(invalid_field(answer.await), field);
     }
     let many = (0..=MAX_NOTICES_PER_CALL).map(|n| notice(&format!("k{n}"))).collect();
@@ -558,7 +558,7 @@ pub async fn bad_notice_input_is_refused_by_name_and_writes_nothing(f: Fixture) 
     let backwards = Some(CursorMove { from: Seq(5), to: Seq(4) });
     assert_eq!(invalid_field(f.store.enqueue_notices(vec![notice("good")], backwards).await), "cursor");
     assert!(f.store.recent_notices(10).await.unwrap().is_empty(), "nothing was written");
-    assert_eq!(f.store.enqueue_notices(vec![], None).await.unwrap().cursor, Seq::ZERO, "the cursor did not move");
+    assert_eq!(f.store.enqueue_notices(vec![], None).await.unwrap().cursor, CURSOR_UNSET, "the cursor did not move");
 
     f.store.enqueue_notices(vec![notice("good")], None).await.unwrap();
     let takes = [
