@@ -32,8 +32,8 @@ pub use autocomp_http::for_terminal;
 #[doc(inline)]
 pub use autocomp_model::{
     Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
-    IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, Report, Timestamp, Trigger, TriggerBuilder, TypeNames,
-    duration_text,
+    IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, Report, SteeringChange, Timestamp, Trigger,
+    TriggerBuilder, TypeNames, duration_text,
 };
 #[doc(inline)]
 pub use autocomp_store::StoreError;

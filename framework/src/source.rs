@@ -15,7 +15,7 @@ use autocomp_store::{ObjectStore, StoreError, open_store};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cli::{RunnerArgs, init_logging};
 use crate::component::SettingError;
@@ -258,14 +258,30 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
     let started = Instant::now();
     let outcome = match open_store(&store_url).await {
         Ok(store) => {
-            let mut context = context(store.as_ref(), Some(lock.as_ref()));
-            let passed = source.pass(&plan, &mut context).await.map(|()| context.problems);
+            // A source honours a pause of itself or of the whole pipeline as a component does:
+            // no deliveries registered while held (a manual run says so; --force runs anyway).
+            let steering = store.steering().await?;
+            let held = crate::runner::held_reason(&component, &steering).filter(|_| !args.force);
+            let passed = match &held {
+                Some(why) => {
+                    debug!("{why}; nothing registered");
+                    if only.is_some() {
+                        eprintln!("{}", crate::for_terminal(&format!("{why} (use --force to run it anyway)")));
+                    }
+                    Ok(usize::from(only.is_some()))
+                }
+                None => {
+                    let mut context = context(store.as_ref(), Some(lock.as_ref()));
+                    source.pass(&plan, &mut context).await.map(|()| context.problems)
+                }
+            };
             let descriptor =
                 loaded.component.descriptor(component, source.version(), event_type, Trigger::default(), true);
-            let (outcome, summary) = match &passed {
-                Ok(0) => (PassOutcome::Ok, source.pass_summary(0)),
-                Ok(problems) => (PassOutcome::Failed, source.pass_summary(*problems)),
-                Err(e) => (PassOutcome::Error, e.to_string()),
+            let (outcome, summary) = match (&passed, &held) {
+                (Ok(_), Some(why)) => (PassOutcome::Idle, format!("nothing registered: {why}")),
+                (Ok(0), None) => (PassOutcome::Ok, source.pass_summary(0)),
+                (Ok(problems), None) => (PassOutcome::Failed, source.pass_summary(*problems)),
+                (Err(e), _) => (PassOutcome::Error, e.to_string()),
             };
             let phase =
                 PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };

@@ -292,6 +292,13 @@ impl TempPipeline {
     pub fn events(&self, id: &str, event_type: &str) -> Vec<Event> {
         self.batch(id).events.into_iter().filter(|e| e.event_type == *event_type).collect()
     }
+    /// Applies a steering change (a pause, a resume, a pool size) as `operator:test` would.
+    pub fn steer(&self, change: autocomp_model::SteeringChange) {
+        let by = autocomp_model::Agent::new("operator:test").expect("a valid agent");
+        let request = autocomp_model::SteeringRequest { change, by, reason: "test".into(), expect_version: None };
+        self.block_on(self.store.steer(request)).unwrap_or_else(|e| panic!("steering: {e}"));
+    }
+
     /// Runs a future on the pipeline's runtime (e.g. holding a lock as another process would).
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)

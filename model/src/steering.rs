@@ -198,6 +198,12 @@ impl Steering {
         self.components.get(component).or(self.pipeline.as_ref())
     }
 
+    /// Every hold: the whole pipeline's first (`None`), then each component's by name.
+    pub fn holds(&self) -> impl Iterator<Item = (Option<&ComponentName>, &Hold)> {
+        let pipeline = self.pipeline.iter().map(|hold| (None, hold));
+        pipeline.chain(self.components.iter().map(|(name, hold)| (Some(name), hold)))
+    }
+
     pub fn pool(&self, pool: &PoolName) -> Option<&Pool> {
         self.pools.get(pool)
     }

@@ -118,6 +118,28 @@ fn a_settled_folder_is_registered_once() {
 }
 
 #[test]
+fn a_paused_pipeline_registers_nothing_until_it_is_resumed() {
+    use autocomp_framework::SteeringChange;
+    let pipeline = Pipeline::new("", "settle_for = \"1h\"\n");
+    let folder = pipeline.folder("B400022028241-RT1");
+    write_payload(&folder);
+    write_marker(&folder, "tagmanifest-sha256.txt");
+    pipeline.steer(SteeringChange::Pause { component: None, drain: false });
+    let paused = pipeline.run(&[]);
+    assert_eq!((paused.code, paused.stdout.as_str(), paused.stderr.as_str()), (Some(0), "", ""));
+    assert_eq!(pipeline.batch_count(), 0, "nothing registered while the pipeline is paused");
+    let manual = pipeline.run(&["--batch", "B400022028241-RT1"]);
+    assert_eq!(manual.code, Some(1), "{}{}", manual.stdout, manual.stderr);
+    assert!(manual.stderr.contains("the pipeline is paused by operator:test"), "{}", manual.stderr);
+    assert_eq!(pipeline.batch_count(), 0);
+
+    pipeline.steer(SteeringChange::Resume { component: None });
+    let resumed = pipeline.run(&[]);
+    assert_eq!(resumed.code, Some(0), "{}{}", resumed.stdout, resumed.stderr);
+    assert!(resumed.stdout.starts_with("B400022028241-RT1 registered"), "{}", resumed.stdout);
+}
+
+#[test]
 fn an_unsettled_folder_waits_until_nothing_changed_for_settle_for() {
     let pipeline = Pipeline::new("", "settle_for = \"3s\"\n");
     let folder = pipeline.folder("B2-RT1");

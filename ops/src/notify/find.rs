@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::config::{EventKind, NotifyConfig};
 use super::text::{quote, subject};
-use crate::operator::{OperatorError, Step, overdue_after, ready_too_long, report_summary};
+use crate::operator::{OperatorError, Step, held_too_long, overdue_after, ready_too_long, report_summary, run_overdue};
 
 /// Batches one page of the change feed lists.
 const FEED_PAGE: usize = 1_000;
@@ -266,11 +266,8 @@ impl Finder<'_> {
     }
 
     fn paused(&self, steering: &autocomp_model::Steering, items: &mut Vec<Item>) {
-        let held = steering.pipeline.iter().map(|hold| (None, hold));
-        let held = held.chain(steering.components.iter().map(|(name, hold)| (Some(name), hold)));
-        for (component, hold) in held {
-            let long = self.now.since(hold.since) >= self.config.paused_too_long;
-            if hold.kind == HoldKind::Circuit || !long {
+        for (component, hold) in steering.holds() {
+            if !held_too_long(hold, self.now, self.config.paused_too_long) {
                 continue;
             }
             let (what, scope, resume) = match component {
@@ -346,11 +343,10 @@ impl Finder<'_> {
                     })),
                 });
             }
-            // A run past its max_runtime (the rule of `Operator::overdue_runs`).
+            // A run past its max_runtime.
             let max_runtime = step.descriptor().max_runtime;
             let runs = self.store.open_runs(Some(step.name())).await?;
-            let mut late: Vec<_> =
-                runs.into_iter().filter(|run| self.now.since(run.started_at) >= max_runtime).collect();
+            let mut late: Vec<_> = runs.into_iter().filter(|run| run_overdue(step, run, self.now)).collect();
             late.sort_by_key(|run| run.started_at);
             for run in late.into_iter().take(MAX_PER_COMPONENT) {
                 let text = format!(

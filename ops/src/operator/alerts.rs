@@ -226,6 +226,17 @@ pub fn is_overdue(step: &Step, batch: &Batch, ready_after: Duration) -> bool {
     }
 }
 
+/// Whether `run` of `step` has been working longer than its `max_runtime` at `now`.
+pub fn run_overdue(step: &Step, run: &Run, now: Timestamp) -> bool {
+    now.since(run.started_at) >= step.descriptor().max_runtime
+}
+
+/// Whether a pause or drain has held longer than `after` at `now` (an open circuit is news
+/// at once, by its own rule).
+pub fn held_too_long(hold: &Hold, now: Timestamp, after: Duration) -> bool {
+    hold.kind != HoldKind::Circuit && now.since(hold.since) >= after
+}
+
 /// The batches ready for `step` longer than its threshold, as an index selection.
 pub fn ready_too_long(step: &Step, ready_after: Duration) -> Selection {
     Selection::component_state(step.descriptor(), ready_state(step))
@@ -268,7 +279,7 @@ impl Operator {
             .into_iter()
             .filter(|run| {
                 let step = steps.iter().find(|step| *step.name() == run.component);
-                step.is_some_and(|step| now.since(run.started_at) >= step.descriptor().max_runtime)
+                step.is_some_and(|step| run_overdue(step, run, now))
             })
             .collect())
     }
@@ -310,10 +321,8 @@ impl Operator {
         }
 
         let steering = store.steering().await?;
-        let held = steering.pipeline.iter().map(|hold| (None, hold));
-        let held = held.chain(steering.components.iter().map(|(name, hold)| (Some(name), hold)));
-        for (component, hold) in held {
-            if hold.kind == HoldKind::Circuit || now.since(hold.since) >= defaults.paused_after {
+        for (component, hold) in steering.holds() {
+            if hold.kind == HoldKind::Circuit || held_too_long(hold, now, defaults.paused_after) {
                 alerts.push(Alert::Held { component: component.cloned(), hold: hold.clone() });
             }
         }

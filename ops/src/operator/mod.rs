@@ -37,7 +37,10 @@ use autocomp_framework::locks::{LockError, LockService, open_locks};
 pub use actions::{
     Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
 };
-pub use alerts::{Alert, AlertDefaults, AlertsView, is_overdue, overdue_after, ready_state, ready_too_long};
+pub use alerts::{
+    Alert, AlertDefaults, AlertsView, held_too_long, is_overdue, overdue_after, ready_state, ready_too_long,
+    run_overdue,
+};
 pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,

@@ -513,7 +513,7 @@ pub fn hold_lines(steering: &Steering) -> Vec<String> {
     let line = |what: &str, hold: &autocomp_model::Hold| {
         format!("{what}: {} by {} since {}: {}", hold.kind.as_str(), hold.by, hold.since, hold.reason)
     };
-    let mut lines: Vec<String> = steering.pipeline.iter().map(|hold| line("the whole pipeline", hold)).collect();
-    lines.extend(steering.components.iter().map(|(name, hold)| line(name.as_str(), hold)));
-    lines
+    let name =
+        |component: Option<&ComponentName>| component.map_or("the whole pipeline".to_owned(), ToString::to_string);
+    steering.holds().map(|(component, hold)| line(&name(component), hold)).collect()
 }
