@@ -363,9 +363,10 @@ pub async fn enqueue_adds_each_key_once_and_moves_the_cursor_only_from_where_it_
     register(&f.store, "B1").await;
     let head = f.store.head().await.unwrap();
     assert_eq!(f.store.enqueue_notices(vec![], None).await.unwrap(), Enqueued { added: 0, cursor: CURSOR_UNSET });
-    let first = f
-        .store
-        .enqueue_notices(vec![notice("mail:a"), notice("mail:b")], Some(CursorMove { from: CURSOR_UNSET, to: Seq(10) }));
+    let first = f.store.enqueue_notices(
+        vec![notice("mail:a"), notice("mail:b")],
+        Some(CursorMove { from: CURSOR_UNSET, to: Seq(10) }),
+    );
     assert_eq!(first.await.unwrap(), Enqueued { added: 2, cursor: Seq(10) });
 
     // Another notifier found the same item (and one more), reading the cursor before it moved.
