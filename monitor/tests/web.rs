@@ -1650,7 +1650,12 @@ async fn the_whole_pipeline_is_paused_and_a_pool_sized_from_the_overview() {
     let overview = f.get("/", &extra).await.body;
     assert!(overview.contains("The whole pipeline is "), "{overview}");
     assert!(overview.contains("with the whole pipeline"), "{overview}");
-    assert!(overview.contains("<th scope=\"row\">tape</th><td class=\"num\">2</td>"), "{overview}");
+    assert!(
+        overview.contains(
+            "<th scope=\"row\">tape</th><td class=\"num\">2</td><td class=\"num\">0</td><td class=\"num\">0</td>"
+        ),
+        "size 2, none in use, none waiting: {overview}"
+    );
     assert!(overview.contains("Resume the whole pipeline"), "{overview}");
 }
 

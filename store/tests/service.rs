@@ -406,7 +406,7 @@ async fn steering_and_the_outbox_through(service: &Service, local: &dyn ObjectSt
         subject: format!("about {key}"),
         body: json!({"batch": "B1", "text": "nul \u{0} kept"}),
     };
-    let cursor = Some(CursorMove { from: Seq::ZERO, to: Seq(7) });
+    let cursor = Some(CursorMove { from: CURSOR_UNSET, to: Seq(7) });
     let head = local.head().await.unwrap();
     let enqueued = http.enqueue_notices(vec![notice("n1"), notice("n2")], cursor).await.unwrap();
     assert_eq!(enqueued, Enqueued { added: 2, cursor: Seq(7) });

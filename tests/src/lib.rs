@@ -468,3 +468,32 @@ pub fn disjoint_by_batch(ledger: &[LedgerEntry]) -> std::collections::BTreeMap<S
     }
     by_batch
 }
+
+/// Waits (at most 30 s) until `condition` holds while the probe `child` still runs; kills it
+/// and fails the test if it exits first or the condition never holds.
+pub fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
+    let held = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
+        condition()
+    });
+    if !held {
+        child.kill().ok();
+        child.wait().ok();
+        panic!("the probe never got to {what}");
+    }
+}
+
+/// `(batch, pid)` of every batch whose work began (the probe's `started` setting writes a
+/// file per batch holding the pid working it), sorted.
+pub fn started(dir: &std::path::Path) -> Vec<(String, u32)> {
+    let mut found: Vec<(String, u32)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let pid = std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()?;
+            Some((e.file_name().into_string().ok()?, pid))
+        })
+        .collect();
+    found.sort();
+    found
+}

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{
+    Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until, wait_while_running,
+};
 use autocomp_model::{Agent, EventType, NewEvent, Outcome};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
@@ -32,19 +34,6 @@ fn signal(child: &Child, signal: libc::c_int) {
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
     let sent = unsafe { libc::kill(pid, signal) };
     assert_eq!(sent, 0, "kill({pid}, {signal}) failed: {}", std::io::Error::last_os_error());
-}
-
-/// Waits (at most 15 s) until `condition` holds while the probe still runs; kills it if not.
-fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
-    let held = wait_until(Instant::now() + Duration::from_secs(15), || {
-        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
-        condition()
-    });
-    if !held {
-        child.kill().ok();
-        child.wait().ok();
-        panic!("the probe never got to {what}");
-    }
 }
 
 /// Waits until the probe has claimed a batch (its run is open in the store).

@@ -9,7 +9,9 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::ZooKeeper;
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, max_concurrency, wait_until};
+use autocomp_e2e::{
+    PROBED, Pipeline, disjoint_by_batch, finish, max_concurrency, started, wait_until, wait_while_running,
+};
 use autocomp_framework::locks::{HeldLock, LockPath, LockService, open_locks};
 use autocomp_model::{BatchId, ComponentName, HoldKind, Outcome, PoolName, SteeringChange};
 
@@ -65,33 +67,6 @@ fn cpu_ticks(pid: u32) -> u64 {
     let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
     let fields: Vec<&str> = after.split(' ').collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-/// Waits (at most 30 s) until `condition` holds while `child` still runs; kills it if not.
-fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
-    let held = wait_until(Instant::now() + Duration::from_secs(30), || {
-        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
-        condition()
-    });
-    if !held {
-        child.kill().ok();
-        child.wait().ok();
-        panic!("the probe never got to {what}");
-    }
-}
-
-/// The batches whose work began (the probe's `started` setting), with the pid working each.
-fn started(dir: &std::path::Path) -> Vec<(String, u32)> {
-    let mut found: Vec<(String, u32)> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let pid = std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()?;
-            Some((e.file_name().into_string().ok()?, pid))
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 /// The lock service as the test sees it: its own session (ZooKeeper) on its own runtime.

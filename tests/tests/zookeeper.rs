@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::{Options, Znode, ZooKeeper, four_letter, free_ports};
-use autocomp_e2e::{Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{
+    Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, started, wait_until, wait_while_running,
+};
 use autocomp_framework::locks::{
     HeldLock, LockError, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks,
 };
@@ -202,33 +204,6 @@ impl Drop for KillOnDrop {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
-}
-
-/// Waits (at most 30 s) until `condition` holds while the probe still runs; kills it if not.
-fn wait_while_running(child: &mut Child, what: &str, mut condition: impl FnMut() -> bool) {
-    let held = wait_until(Instant::now() + Duration::from_secs(30), || {
-        assert!(child.try_wait().unwrap().is_none(), "the probe exited before {what}");
-        condition()
-    });
-    if !held {
-        child.kill().ok();
-        child.wait().ok();
-        panic!("the probe never got to {what}");
-    }
-}
-
-/// `(batch, pid)` of every batch whose work began (the probe's `started` setting).
-fn started(dir: &std::path::Path) -> Vec<(String, u32)> {
-    let mut found: Vec<(String, u32)> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let pid = std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()?;
-            Some((e.file_name().into_string().ok()?, pid))
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 /// One ledger line: the probe appends `pid batch start_ns end_ns` after each batch's work.

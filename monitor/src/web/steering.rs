@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use autocomp_model::{ComponentName, InvalidInput, MAX_POOL_SIZE, SteeringChange, SteeringEntry};
+use autocomp_model::{ComponentName, ComponentState, InvalidInput, MAX_POOL_SIZE, SteeringChange, SteeringEntry};
 use autocomp_ops::operator::{Format, OperatorError, Scope, SteerAction, SteerPreview, check_reason};
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
@@ -40,7 +40,7 @@ use super::gate::Caller;
 use super::html::{Nav, Page, age, attr, esc, hidden_fields, hold_badge, time, w};
 use super::{App, WebError, html_response};
 use crate::data::Overview;
-use crate::filter::encode;
+use crate::filter::{StateFilter, encode};
 
 /// Where a steering action comes from and goes back to.
 const BACK: &str = "/#steering";
@@ -559,7 +559,8 @@ pub fn section(access: &Access, overview: &Overview, here: &str) -> String {
     } else {
         out.push_str(
             "<table class=\"grid\"><caption>Resource pools</caption><thead><tr><th scope=\"col\">Pool</th>\
-             <th scope=\"col\" class=\"num\">Size</th><th scope=\"col\">Used by</th><th scope=\"col\">Set by</th>\
+             <th scope=\"col\" class=\"num\">Size</th><th scope=\"col\" class=\"num\">In use</th>\
+             <th scope=\"col\" class=\"num\">Waiting</th><th scope=\"col\">Used by</th><th scope=\"col\">Set by</th>\
              <th scope=\"col\">Since</th><th scope=\"col\">Why</th>",
         );
         if admin {
@@ -568,17 +569,22 @@ pub fn section(access: &Access, overview: &Overview, here: &str) -> String {
         out.push_str("</tr></thead><tbody>\n");
         for pool in &pools {
             let sized = steering.pools.iter().find(|(p, _)| p.as_str() == pool).map(|(_, sized)| sized);
-            let users: Vec<&str> = overview
+            let user_rows: Vec<_> = overview
                 .rows
                 .iter()
                 .filter(|r| r.component.descriptor.pools.iter().any(|p| p.as_str() == pool))
-                .map(|r| r.component.descriptor.name.as_str())
                 .collect();
+            let users: Vec<&str> = user_rows.iter().map(|r| r.component.descriptor.name.as_str()).collect();
+            // Each open run of a component declaring the pool holds one of its slots; each
+            // batch ready for one waits for a pass and a slot (as the metrics count them).
+            let count = |state| user_rows.iter().map(|r| r.count(StateFilter::State(state))).sum::<u64>();
+            let (in_use, waiting) = (count(ComponentState::Working), count(ComponentState::Ready));
             w!(out, "<tr><th scope=\"row\">{}</th>", esc(pool));
             match sized {
                 Some(sized) => w!(
                     out,
-                    "<td class=\"num\">{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
+                    "<td class=\"num\">{}</td><td class=\"num\">{in_use}</td><td class=\"num\">{waiting}</td>\
+                     <td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
                     esc(sized.size),
                     esc(if users.is_empty() { "none".to_owned() } else { users.join(", ") }),
                     esc(&sized.by),
@@ -587,7 +593,8 @@ pub fn section(access: &Access, overview: &Overview, here: &str) -> String {
                 ),
                 None => w!(
                     out,
-                    "<td class=\"num\">0</td><td>{}</td><td colspan=\"3\">never sized: no batch gets a slot</td>",
+                    "<td class=\"num\">0</td><td class=\"num\">{in_use}</td><td class=\"num\">{waiting}</td>\
+                     <td>{}</td><td colspan=\"3\">never sized: no batch gets a slot</td>",
                     esc(if users.is_empty() { "none".to_owned() } else { users.join(", ") })
                 ),
             }

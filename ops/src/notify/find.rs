@@ -646,16 +646,3 @@ fn of_total(total: u64, case: &str) -> String {
 fn ago(now: Timestamp, since: Timestamp) -> String {
     humantime::format_duration(Duration::from_secs(now.since(since).as_secs())).to_string()
 }
-
-/// The pipeline's components as the registry holds them (retired ones left out), by name.
-pub async fn pipeline(store: &dyn ObjectStore) -> Result<Vec<Step>, OperatorError> {
-    let mut steps: Vec<Step> = store
-        .components()
-        .await?
-        .into_iter()
-        .filter(|registered| !registered.is_retired())
-        .map(|registered| Step { registered })
-        .collect();
-    steps.sort_by(|a, b| a.name().cmp(b.name()));
-    Ok(steps)
-}

@@ -84,7 +84,7 @@ pub async fn notify_once(
     config: &NotifyConfig,
     holder: &str,
 ) -> Result<NotifyReport, OperatorError> {
-    let pipeline = find::pipeline(store.as_ref()).await?;
+    let pipeline = crate::operator::pipeline_of(store.as_ref()).await?;
     let finder = Finder { store: store.as_ref(), index: index.as_ref(), config, pipeline, now: Timestamp::now() };
     let found = finder.find().await?;
     for note in &found.notes {

@@ -287,25 +287,7 @@ impl Operator {
     /// left out), in pipeline order: a component after those recording the types it
     /// `requires` (then by name), so tables read left to right the way batches move.
     pub async fn pipeline(&self, store: &dyn ObjectStore) -> Result<Vec<Step>, OperatorError> {
-        let steps: Vec<Step> = store
-            .components()
-            .await?
-            .into_iter()
-            .filter(|registered| !registered.is_retired())
-            .map(|registered| Step { registered })
-            .collect();
-        // Depth in the `requires` graph; bounded by the number of steps, so a cycle ends.
-        let mut depth = vec![0usize; steps.len()];
-        for _ in 0..steps.len() {
-            for (i, step) in steps.iter().enumerate() {
-                let producers =
-                    steps.iter().enumerate().filter(|(_, p)| step.trigger().requires.contains(p.event_type()));
-                depth[i] = producers.map(|(j, _)| depth[j] + 1).max().unwrap_or(0).min(steps.len());
-            }
-        }
-        let mut ordered: Vec<(usize, Step)> = depth.into_iter().zip(steps).collect();
-        ordered.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.name().cmp(y.name())));
-        Ok(ordered.into_iter().map(|(_, step)| step).collect())
+        pipeline_of(store).await
     }
 
     /// The pipeline's component called `name`, or an error naming it and the known ones.
@@ -369,6 +351,30 @@ impl Operator {
         }
         Value::Object(details)
     }
+}
+
+/// The components of the pipeline, from the store's component registry (retired ones left
+/// out), in pipeline order: a component after those recording the types it `requires` (then
+/// by name), so tables read left to right the way batches move.
+pub async fn pipeline_of(store: &dyn ObjectStore) -> Result<Vec<Step>, OperatorError> {
+    let steps: Vec<Step> = store
+        .components()
+        .await?
+        .into_iter()
+        .filter(|registered| !registered.is_retired())
+        .map(|registered| Step { registered })
+        .collect();
+    // Depth in the `requires` graph; bounded by the number of steps, so a cycle ends.
+    let mut depth = vec![0usize; steps.len()];
+    for _ in 0..steps.len() {
+        for (i, step) in steps.iter().enumerate() {
+            let producers = steps.iter().enumerate().filter(|(_, p)| step.trigger().requires.contains(p.event_type()));
+            depth[i] = producers.map(|(j, _)| depth[j] + 1).max().unwrap_or(0).min(steps.len());
+        }
+    }
+    let mut ordered: Vec<(usize, Step)> = depth.into_iter().zip(steps).collect();
+    ordered.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.name().cmp(y.name())));
+    Ok(ordered.into_iter().map(|(_, step)| step).collect())
 }
 
 /// Who runs this process when `--as` is not given: `$USER`, `$LOGNAME`, or the login name
