@@ -12,6 +12,7 @@ pub mod pipeline_state;
 pub mod port;
 pub mod postgres;
 pub mod sqlite;
+mod steering_rules;
 mod write_rules;
 
 pub use http::HttpStore;

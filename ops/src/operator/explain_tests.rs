@@ -53,3 +53,40 @@ async fn explain_follows_the_requires_chain_to_the_failure_that_holds_the_batch_
     assert_eq!(operator.explain("B1", "checker").await.unwrap().held_up_by.len(), 1);
     assert!(operator.explain("B1", "verifier").await.unwrap().held_up_by.is_empty());
 }
+
+#[tokio::test]
+async fn explain_says_a_held_component_is_held_and_a_human_step_waits_for_a_person() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends {
+        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
+        index: Some(format!("local:{}", dir.path().join("index").display())),
+        locks: Some(format!("local:{}", dir.path().join("locks").display())),
+    };
+    let operator = Operator::new(dir.path(), backends, Some("ann".into())).unwrap();
+    let store = operator.store().await.unwrap();
+    let trigger = Trigger::builder().requires("Data_Received").blocked_by("Verified").build();
+    autocomp_framework::testing::register_component(store.as_ref(), "verifier", "Verified", trigger).await;
+    let step = crate::operator::HumanStep {
+        name: "qa".into(),
+        event_type: "Approved".into(),
+        requires: vec!["Data_Received".into()],
+        ..Default::default()
+    };
+    operator.declare_step(&step, "manual QA").await.unwrap();
+    let id = autocomp_model::BatchId::new("B1").unwrap();
+    store.create_batch(NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, Agent::new("t").unwrap());
+    store.append_event(&id, received).await.unwrap();
+
+    let qa = operator.explain("B1", "qa").await.unwrap();
+    assert!(qa.verdict().starts_with("waiting for a person: every clause holds"), "{}", qa.verdict());
+    assert_eq!(qa.state, autocomp_model::ComponentState::Person);
+
+    let pause = crate::operator::SteerAction::Pause { scope: crate::operator::Scope::Component("verifier".into()) };
+    operator.steer(&pause, "disk swap", None).await.unwrap();
+    let verifier = operator.explain("B1", "verifier").await.unwrap();
+    let verdict = verifier.verdict();
+    assert!(verdict.starts_with("held: paused by operator:ann since "), "{verdict}");
+    assert!(verdict.ends_with(": disk swap (ready otherwise)"), "{verdict}");
+    assert_eq!(verifier.to_json()["held"].as_str().map(|h| h.contains("disk swap")), Some(true));
+}

@@ -57,6 +57,7 @@ struct Seen {
     indexed: Option<IndexedBatch>,
     store_head: Seq,
     locks: Vec<HeldLock>,
+    steering: Steering,
 }
 
 /// The whole log of a batch, oldest first, a page (`MAX_LOG_PAGE` events) at a time: `each`
@@ -712,6 +713,11 @@ pub struct Explanation {
     /// When a required step has not succeeded: the chain of steps back to what holds the
     /// batch up ("checksum-verifier failed at seq 54: ..."), nearest first.
     pub held_up_by: Vec<String>,
+    /// A human step: a person decides it (`approve` / `reject`), no pass works on it.
+    pub manual: bool,
+    /// Why no pass claims anything of the component now, when it is held: "paused by
+    /// operator:ann since ...: reason" (its own hold, else the whole pipeline's).
+    pub held: Option<String>,
 }
 
 impl Explanation {
@@ -720,8 +726,16 @@ impl Explanation {
         if let Some(run) = &self.open_run {
             return format!("working: run {} held by {}", run.generation, run.holder.agent);
         }
+        if let Some(held) = &self.held {
+            let otherwise = if self.refusal.is_none() { " (ready otherwise)" } else { "" };
+            return format!("held: {held}{otherwise}");
+        }
         // The refusal is the readiness rule's own answer; the clauses only say why.
         match &self.refusal {
+            None if self.manual => {
+                "waiting for a person: every clause holds in the store (`autocomp approve` or `reject` decides it)"
+                    .into()
+            }
             None if self.ready_in_store => "ready: every clause holds in the store".into(),
             None => match self.retry.as_ref().filter(|r| r.ready_in_store) {
                 Some(retry) => format!("ready to retry its transient failure (seq {})", retry.failure.seq),
@@ -771,6 +785,8 @@ impl Explanation {
             "index_cursor": self.index_cursor,
             "store_head": self.store_head,
             "held_up_by": self.held_up_by,
+            "manual": self.manual,
+            "held": self.held,
         })
     }
 
@@ -1199,7 +1215,8 @@ impl Operator {
         let indexed = index.document(batch).await?;
         let store_head = store.head().await?;
         let locks = self.held_locks().await?;
-        Ok(Seen { index_cursor, indexed, store_head, locks })
+        let steering = store.steering().await?;
+        Ok(Seen { index_cursor, indexed, store_head, locks, steering })
     }
 
     async fn explain_step(
@@ -1254,6 +1271,12 @@ impl Operator {
             store_head: seen.store_head,
             held_up_by: held_up_by(pipeline, step, head),
             batch: id.clone(),
+            manual: step.descriptor().manual,
+            held: seen.steering.hold_of(step.name()).map(|hold| {
+                let whose =
+                    if seen.steering.components.contains_key(step.name()) { "" } else { "the whole pipeline is " };
+                format!("{whose}{} by {} since {}: {}", hold.kind.as_str(), hold.by, hold.since, hold.reason)
+            }),
         })
     }
 

@@ -11,8 +11,9 @@ use serde_json::Value;
 use super::ops::{corrupt, prepare};
 use super::text::{self, unjsoned, untext};
 use super::{PgStore, Retry};
-use crate::pipeline_state::{self, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{StoreError, StoreResult};
+use crate::steering_rules;
 use autocomp_model::{Seq, Steering, SteeringEntry, SteeringRequest, Timestamp};
 
 /// How long a change is computed again after other writers moved the record first, before it
@@ -69,13 +70,13 @@ impl PgStore {
     }
 
     pub(super) async fn pg_steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
-        pipeline_state::check_steering(&request)?;
-        let request = pipeline_state::bounded(request);
+        steering_rules::check_steering(&request)?;
+        let request = steering_rules::bounded(request);
         let deadline = tokio::time::Instant::now() + STEER_PATIENCE;
         let mut lost = 0u32;
         loop {
             let (mut steering, version, at) = self.read_steering().await?;
-            let applied = steering.apply(&request, at).map_err(pipeline_state::refused)?;
+            let applied = steering.apply(&request, at).map_err(steering_rules::refused)?;
             if !applied.changed {
                 // Nothing to write: the head stays, no watcher wakes.
                 return Ok(Steered { steering, entry: None, circuit_opened: false });
@@ -116,7 +117,7 @@ impl PgStore {
     }
 
     pub(super) async fn pg_steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
-        pipeline_state::check_log_limit(limit)?;
+        steering_rules::check_log_limit(limit)?;
         self.run("steering_log", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let statement =
@@ -135,8 +136,8 @@ impl PgStore {
         notices: Vec<NewNotice>,
         cursor: Option<CursorMove>,
     ) -> StoreResult<Enqueued> {
-        pipeline_state::check_notices(&notices)?;
-        pipeline_state::check_cursor(&cursor)?;
+        steering_rules::check_notices(&notices)?;
+        steering_rules::check_cursor(&cursor)?;
         let keys: Vec<&str> = notices.iter().map(|n| n.key.as_str()).collect();
         let channels: Vec<&str> = notices.iter().map(|n| n.channel.as_str()).collect();
         let subjects: Vec<String> = notices.iter().map(|n| text::text(&n.subject).into_owned()).collect();
@@ -164,7 +165,7 @@ impl PgStore {
         limit: usize,
         lease: Duration,
     ) -> StoreResult<Vec<Notice>> {
-        pipeline_state::check_take(holder, limit, lease)?;
+        steering_rules::check_take(holder, limit, lease)?;
         let (limit, lease_ms) = (limit as i32, lease.as_millis() as i64);
         let holder = &text::text(holder).into_owned();
         let mut taken = self
@@ -185,12 +186,12 @@ impl PgStore {
     }
 
     pub(super) async fn pg_settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        pipeline_state::check_settle(key, holder, &outcome)?;
+        steering_rules::check_settle(key, holder, &outcome)?;
         let (sent, retry_ms) = match &outcome {
             NoticeOutcome::Sent => (true, 0i64),
             NoticeOutcome::Failed { retry_in, .. } => (false, retry_in.as_millis() as i64),
         };
-        let error = pipeline_state::kept_error(&outcome).map(|e| text::text(&e).into_owned());
+        let error = steering_rules::kept_error(&outcome).map(|e| text::text(&e).into_owned());
         let holder_text = text::text(holder).into_owned();
         let (error, holder_text) = (&error, &holder_text);
         let answer: String = self
@@ -216,7 +217,7 @@ impl PgStore {
     }
 
     pub(super) async fn pg_recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
-        pipeline_state::check_take("reader", limit, Duration::from_secs(1))?;
+        steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.run("recent_notices", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let sql = format!("SELECT {NOTICE_COLUMNS} FROM notices ORDER BY created_at DESC, key DESC LIMIT $1");

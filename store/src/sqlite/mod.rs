@@ -18,11 +18,12 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 
-use crate::pipeline_state::{self, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
     StoreError, StoreResult,
 };
+use crate::steering_rules;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
@@ -463,35 +464,35 @@ impl ObjectStore for SqliteStore {
     }
 
     async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
-        pipeline_state::check_steering(&request)?;
+        steering_rules::check_steering(&request)?;
         self.with_connection(move |conn| steering::steer(conn, &request)).await
     }
 
     async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
-        pipeline_state::check_log_limit(limit)?;
+        steering_rules::check_log_limit(limit)?;
         self.with_connection(move |conn| steering::steering_log(conn, limit)).await
     }
 
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
-        pipeline_state::check_notices(&notices)?;
-        pipeline_state::check_cursor(&cursor)?;
+        steering_rules::check_notices(&notices)?;
+        steering_rules::check_cursor(&cursor)?;
         self.with_connection(move |conn| steering::enqueue_notices(conn, &notices, cursor)).await
     }
 
     async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
-        pipeline_state::check_take(holder, limit, lease)?;
+        steering_rules::check_take(holder, limit, lease)?;
         let holder = holder.to_owned();
         self.with_connection(move |conn| steering::take_notices(conn, &holder, limit, lease)).await
     }
 
     async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        pipeline_state::check_key(key)?;
+        steering_rules::check_key(key)?;
         let (key, holder) = (key.to_owned(), holder.to_owned());
         self.with_connection(move |conn| steering::settle_notice(conn, &key, &holder, &outcome)).await
     }
 
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
-        pipeline_state::check_take("reader", limit, Duration::from_secs(1))?;
+        steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.with_connection(move |conn| steering::recent_notices(conn, limit)).await
     }
 

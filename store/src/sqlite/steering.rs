@@ -8,8 +8,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
 use super::unavailable;
-use crate::pipeline_state::{self, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{StoreError, StoreResult};
+use crate::steering_rules;
 use autocomp_model::{Seq, Steering, SteeringEntry, SteeringRequest, Timestamp};
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -27,11 +28,11 @@ pub fn steering(conn: &mut Connection) -> StoreResult<Steering> {
 }
 
 pub fn steer(conn: &mut Connection, request: &SteeringRequest) -> StoreResult<Steered> {
-    let request = &pipeline_state::bounded(request.clone());
+    let request = &steering_rules::bounded(request.clone());
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let mut steering = load(&tx)?;
     let at = Timestamp::now();
-    let applied = steering.apply(request, at).map_err(pipeline_state::refused)?;
+    let applied = steering.apply(request, at).map_err(steering_rules::refused)?;
     if !applied.changed {
         // Nothing to write: the head stays, no watcher wakes.
         return Ok(Steered { steering, entry: None, circuit_opened: false });
@@ -144,7 +145,7 @@ pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Du
 }
 
 pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
-    pipeline_state::check_settle(key, holder, outcome)?;
+    steering_rules::check_settle(key, holder, outcome)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let now = Timestamp::now().millis();
     let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
@@ -171,7 +172,7 @@ pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &N
         NoticeOutcome::Failed { retry_in, .. } => tx.execute(
             "UPDATE notices SET attempts = attempts + 1, last_error = ?2, due_at = ?3, holder = NULL,
                     lease_until = NULL WHERE key = ?1",
-            params![key, pipeline_state::kept_error(outcome), now + retry_in.as_millis() as i64],
+            params![key, steering_rules::kept_error(outcome), now + retry_in.as_millis() as i64],
         ),
     }
     .map_err(unavailable)?;
