@@ -65,6 +65,13 @@ impl From<CallError> for StoreError {
                         "$AUTOCOMP_TOKEN or $AUTOCOMP_TOKEN_FILE",
                         e.message,
                     )),
+                    // A service of an older release than this client: it cannot be waited out,
+                    // and a pass must not go on without what it asked (a pause it cannot read).
+                    "unknown_operation" => StoreError::Unavailable(format!(
+                        "the store service does not have this operation ({}): it runs an older release than this \
+                         host; upgrade the store service first",
+                        e.message
+                    )),
                     _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
                 }
             }
@@ -80,5 +87,22 @@ pub fn store_error_is_permanent(url: &str, error: &StoreError) -> bool {
         StoreError::Invalid(_) => true,
         StoreError::Unavailable(message) => url.starts_with("sqlite://") || message.contains("newer than this release"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_the_service_does_not_know_says_the_service_is_older() {
+        let body: autocomp_http::error::ErrorBody = serde_json::from_value(serde_json::json!({
+            "error": {"kind": "unknown_operation", "message": "no operation named \"steering\""}
+        }))
+        .unwrap();
+        let error = StoreError::from(CallError::Api { status: StatusCode::NOT_FOUND, body });
+        let StoreError::Unavailable(message) = error else { panic!("{error:?}") };
+        assert!(message.contains("older release than this host; upgrade the store service first"), "{message}");
+        assert!(message.contains("\"steering\""), "{message}");
     }
 }
