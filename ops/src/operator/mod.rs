@@ -16,6 +16,7 @@ mod actions;
 mod alerts;
 mod metrics;
 mod steering;
+mod timeline;
 mod views;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ pub use alerts::{
     run_overdue,
 };
 pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};
+pub use timeline::{Attempt, StartFrom, StepSpec, StepTimeline, TIMELINE_EVENTS, Timeline, duration_text};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,
     StatusView, TableFormat, describe_lock, report_summary, size_text,

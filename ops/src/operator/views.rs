@@ -219,6 +219,8 @@ pub struct BatchView {
     /// written after the head, page by page.
     pub log: LogPage,
     pub span: LogSpan,
+    /// Per step, its attempts, waits and runs (`timeline::Timeline`).
+    pub timeline: super::Timeline,
 }
 
 /// One event as `show --format json` lists it.
@@ -320,6 +322,7 @@ impl BatchView {
             "components": components,
             "effective": effective,
             "open_runs": h.open_runs.iter().map(run_json).collect::<Vec<_>>(),
+            "timeline": self.timeline.to_json(),
             "events": self.log.events.iter().map(event_json).collect::<Vec<_>>(),
             "log": {
                 "total": self.log.total,
@@ -375,6 +378,7 @@ impl BatchView {
             };
             writeln!(out, "  {:<width$}  seq {}  {}{note}", e.event_type, e.seq, e.outcome.as_str()).ok();
         }
+        out.push_str(&self.timeline.to_text());
         out
     }
 
@@ -1067,7 +1071,8 @@ impl Operator {
             }
             LogSpan::All => LogPage { events: Vec::new(), total: head.event_count, older: None, newer: None },
         };
-        Ok(BatchView { head, components, log, span })
+        let timeline = super::timeline::timeline_of(store.as_ref(), &pipeline, &head).await?;
+        Ok(BatchView { head, components, log, span, timeline })
     }
 
     /// `autocomp show --all`: the head, then the whole log oldest first, read and written a
