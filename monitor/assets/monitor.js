@@ -69,7 +69,8 @@
     }
     window.scrollTo(x, y);
     document.title = doc.title;
-    if (status) status.textContent = "Updated at " + new Date().toLocaleTimeString();
+    // UTC in the pages' own format (the footer names it); the browser's clock, so said.
+    if (status) status.textContent = "Updated at " + new Date().toISOString() + " (this browser's clock)";
   }
 
   function poll() {

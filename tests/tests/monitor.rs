@@ -22,6 +22,8 @@
 //!   hold in the store), which an operator then sees without buttons; the operator finding a
 //!   batch on the list of those waiting for a person at a human step (`autocomp step add`)
 //!   and approving it beside its evidence, the approval in the store;
+//! - the pipeline graph's nodes and counts equal `autocomp status`;
+//! - every page fitting a 400 px screen in light and dark, and the alerts page;
 //! - no serious or critical axe-core finding on the pages.
 //!
 //! Screenshots go to `target/test-screenshots/monitor/`. Each test has its own demo dir and
@@ -1505,5 +1507,171 @@ async fn an_admin_pauses_a_component_and_an_operator_approves_a_batch_at_a_human
     assert_eq!(show["components"]["review"], "success", "{show:#}");
     let left = in_state(&demo.status(), "review", "person");
     assert_eq!(left.len(), waiting.len() - 1, "{left:?}");
+    browser.close().await;
+}
+
+/// Sends a Chrome DevTools Protocol command to the browser's page through ChromeDriver's
+/// `goog/cdp/execute` (what fantoccini has no call for: device metrics, emulated media).
+async fn devtools(browser: &Browser, command: &str, params: Value) {
+    let session = browser.client().session_id().await.expect("the session id").expect("a session");
+    let url = format!("{}/session/{session}/goog/cdp/execute", browser.webdriver_url());
+    let body = serde_json::json!({ "cmd": command, "params": params }).to_string();
+    let response = http()
+        .post(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{command}: {e}"));
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, StatusCode::OK, "{command}: {text}");
+}
+
+/// A phone's width: every page fits 400 px (wide tables scroll inside their own region, never
+/// the page), in the light and the dark theme, which `prefers-color-scheme` picks; the alerts
+/// page passes axe in both. Screenshots of each page at 400 px, light and dark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_fits_a_400_px_screen_in_light_and_dark_and_the_alerts_page_is_accessible() {
+    let demo = Demo::run();
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    // A human step: the waiting list has a table, and with everything ready (or waiting for a
+    // person) overdue at once, the alerts page has its batches to list.
+    let step = ["step", "add", "review", "--event-type", "Reviewed", "--requires", "Data_Archived", "--reason", "look"];
+    demo.cli(&step);
+    assert!(!in_state(&demo.status(), "review", "person").is_empty(), "{:?}", demo.status());
+    let monitor = Monitor::start_with(&demo, &["--ready-overdue-after", "0s"]).await;
+    let browser = Browser::start().await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    let metrics = serde_json::json!({ "width": 400, "height": 860, "deviceScaleFactor": 1, "mobile": false });
+    devtools(&browser, "Emulation.setDeviceMetricsOverride", metrics).await;
+
+    let list = format!("/batches?q=component%3A{COMPONENT}+state%3Afailed");
+    let page = format!("/batches/{id}");
+    let pages = [
+        ("overview", "/", "Overview"),
+        ("matrix", list.as_str(), "batches match"),
+        ("batch", page.as_str(), "Log"),
+        ("waiting", "/waiting", "Waiting for a person"),
+        ("alerts", "/alerts", "Alerts"),
+        ("login", "/login", "Password"),
+    ];
+    // The page's width, and the width it has beside a vertical scrollbar (at most 400).
+    const WIDTHS: &str = "return [window.innerWidth, document.documentElement.scrollWidth, \
+                          window.matchMedia('(prefers-color-scheme: dark)').matches, \
+                          getComputedStyle(document.body).backgroundColor, \
+                          document.documentElement.clientWidth];";
+    // Signed in, the pages carry the action forms too.
+    for (theme, dark, signed_in) in [("light", false, false), ("dark", true, false), ("dark-signed-in", true, true)] {
+        let value = if dark { "dark" } else { "light" };
+        let media = serde_json::json!({ "features": [{ "name": "prefers-color-scheme", "value": value }] });
+        devtools(&browser, "Emulation.setEmulatedMedia", media).await;
+        if signed_in {
+            ui.goto(&page).await;
+            ui.sign_in(&monitor.password).await;
+        }
+        for (name, path, needle) in pages {
+            if signed_in && path == "/login" {
+                continue;
+            }
+            ui.goto(path).await;
+            ui.wait_for(|at| at == path, needle).await;
+            let widths = ui.script(WIDTHS).await;
+            assert_eq!(widths[0], 400, "{name} ({theme}): the viewport is 400 px wide: {widths}");
+            assert_eq!(widths[2], dark, "{name} ({theme}): the emulated colour scheme: {widths}");
+            let background = if dark { "rgb(22, 24, 28)" } else { "rgb(255, 255, 255)" };
+            assert_eq!(widths[3], background, "{name} ({theme}): the theme's background: {widths}");
+            let (scroll, room) = (widths[1].as_u64().unwrap_or(u64::MAX), widths[4].as_u64().unwrap_or(0));
+            if scroll > 400 || scroll > room {
+                // Which elements stick out, to say what to fix.
+                let wide = ui
+                    .script(
+                        "return Array.from(document.querySelectorAll('body *')).filter(e => \
+                         e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5 && \
+                         !e.closest('.scroll')).slice(0, 10).map(e => e.tagName + '.' + e.className + ' ' + \
+                         Math.round(e.getBoundingClientRect().right));",
+                    )
+                    .await;
+                panic!("{name} ({theme}): the page is {scroll} px wide, {room} px fit: {wide}");
+            }
+            ui.screenshot(&format!("narrow-{name}-{theme}.png")).await;
+        }
+        ui.goto("/alerts").await;
+        ui.wait_for(|at| at == "/alerts", "batches ready for longer than 0s").await;
+        let link = "a[href='/batches?q=component%3Areview+state%3Aperson']";
+        let found = ui.script(&format!("return document.querySelectorAll(\"{link}\").length;")).await;
+        assert_eq!(found, 1, "the alert links to the batches waiting at review");
+        ui.assert_accessible(&format!("alerts page, 400 px, {theme}")).await;
+        ui.goto("/").await;
+        ui.wait_for(|at| at == "/", "Overview").await;
+        // Every state column of the overview is there, in its scrolling region.
+        let columns = ui
+            .script("return Array.from(document.querySelectorAll('.scroll table.grid thead th')).map(th => th.textContent);")
+            .await;
+        for state in STATES {
+            assert!(columns.as_array().is_some_and(|c| c.iter().any(|th| th == state)), "{state} in {columns}");
+        }
+    }
+    browser.close().await;
+}
+
+/// The pipeline graph (`/graph`): a node per component of `autocomp status`, each non-zero
+/// count of it a link whose text is the count status gives, nothing serious for axe-core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_graph_shows_each_component_with_the_counts_of_autocomp_status() {
+    let demo = Demo::run();
+    let states = demo.status();
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    ui.goto("/graph").await;
+    ui.wait_for(|at| at == "/graph", "Pipeline graph").await;
+    let components: BTreeSet<String> = states.values().flat_map(|row| row.keys().cloned()).collect();
+    let expected: BTreeMap<(String, String), u64> = components
+        .iter()
+        .flat_map(|c| STATES.map(|s| ((c.clone(), s.to_owned()), in_state(&states, c, s).len() as u64)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // The counts come from the batch index, which the components commit to as they go.
+    poll("the graph's counts to equal autocomp status", async || {
+        let nodes: BTreeSet<String> = serde_json::from_value(
+            ui.script(
+                "return Array.from(document.querySelectorAll('#graph svg [data-component]'))\
+                 .map(g => g.getAttribute('data-component'));",
+            )
+            .await,
+        )
+        .expect("strings");
+        let links: Vec<(String, String)> = serde_json::from_value(
+            ui.script(
+                "return Array.from(document.querySelectorAll('#graph svg a'))\
+                 .map(a => [a.getAttribute('href'), a.textContent.trim()]);",
+            )
+            .await,
+        )
+        .expect("pairs of strings");
+        let mut shown = BTreeMap::new();
+        for (href, text) in links {
+            let (component, state) = count_link(&href).ok_or_else(|| format!("not a count link: {href}"))?;
+            let count = text.strip_suffix(&format!(" {state}")).and_then(|n| n.parse::<u64>().ok());
+            let count = count.ok_or_else(|| format!("{href} says {text:?}"))?;
+            if state != "overdue" {
+                shown.insert((component, state), count);
+            }
+        }
+        if nodes == components && shown == expected {
+            Ok(())
+        } else {
+            Err(format!("nodes {nodes:?}\ngraph {shown:?}\nstatus {expected:?}"))
+        }
+    })
+    .await;
+    assert!(expected.contains_key(&(COMPONENT.to_owned(), "failed".to_owned())), "{expected:?}");
+    ui.assert_accessible("pipeline graph").await;
+    ui.screenshot("graph.png").await;
+    // The overview carries the graph too, under its table.
+    ui.goto("/").await;
+    ui.wait_for(|at| at == "/", "Pipeline graph").await;
+    ui.assert_accessible("overview with the graph").await;
     browser.close().await;
 }

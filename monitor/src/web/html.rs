@@ -92,8 +92,12 @@ impl<T: Display> Display for Esc<T> {
 pub enum Nav {
     Overview,
     Batches,
+    /// The pipeline graph.
+    Graph,
     /// The batches waiting for a person at a human step.
     Waiting,
+    /// What `autocomp alerts` reports.
+    Alerts,
     None,
 }
 
@@ -130,7 +134,9 @@ impl Page<'_> {
         for (nav, href, label) in [
             (Nav::Overview, "/", "Overview"),
             (Nav::Batches, "/batches", "Batches"),
+            (Nav::Graph, "/graph", "Graph"),
             (Nav::Waiting, "/waiting", "Waiting for a person"),
+            (Nav::Alerts, "/alerts", "Alerts"),
         ] {
             let current = if nav == self.nav { " aria-current=\"page\"" } else { "" };
             w!(out, "<li><a href=\"{}\"{current}>{}</a></li>", esc(href), esc(label));
@@ -154,7 +160,8 @@ impl Page<'_> {
         }
         out.push_str(
             "</main>\n<footer><p><span id=\"live-status\"></span></p>\
-             <p>Times are UTC, by the store's clock.</p></footer>\n</body>\n</html>\n",
+             <p>Times are UTC, written <code>YYYY-MM-DDThh:mm:ss.sssZ</code>, by the store's clock.</p></footer>\n\
+             </body>\n</html>\n",
         );
         out
     }
@@ -254,8 +261,10 @@ pub fn check(holds: Option<bool>) -> String {
     format!("<span class=\"check {class}\"><span class=\"icon\" aria-hidden=\"true\">{icon}</span> {text}</span>")
 }
 
+/// A time as every page writes it: UTC, RFC 3339 with milliseconds (`2026-11-27T01:13:27.123Z`,
+/// as `Timestamp` displays it and the CLI prints it), the footer saying so.
 pub fn time(at: Timestamp) -> String {
-    format!("<time datetime=\"{0}\">{0}</time>", esc(at))
+    format!("<time datetime=\"{0}\" title=\"UTC\">{0}</time>", esc(at))
 }
 
 /// Whole seconds, as `1h 5m 3s`.

@@ -1,5 +1,6 @@
-//! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page,
-//! the batches waiting for a person), the operator's actions (and an admin's steering of the
+//! The monitor over HTTP: server-rendered HTML pages (overview, batch matrix, batch page with
+//! its timeline, the pipeline graph, the batches waiting for a person, the alerts), the
+//! operator's actions (and an admin's steering of the
 //! whole pipeline) as preview-then-confirm forms, CSV/NDJSON export, and what every response
 //! shares (security headers, the Host check, who is asking, the cross-site write guard, error
 //! pages).
@@ -12,15 +13,18 @@
 pub mod access;
 pub mod accounts;
 mod actions;
+mod alerts;
 mod assets;
 pub mod auth;
 mod export;
 pub mod gate;
+mod graph;
 pub mod html;
 pub mod limits;
 mod pages;
 pub mod sessions;
 mod steering;
+mod timeline;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -90,6 +94,8 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .route("/batches", get(pages::batches))
         .route("/batches/{id}", get(pages::batch))
         .route("/waiting", get(pages::waiting))
+        .route("/graph", get(graph::page))
+        .route("/alerts", get(alerts::alerts))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));
     let reads = axum::Router::new()

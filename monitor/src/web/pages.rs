@@ -253,6 +253,7 @@ pub async fn overview(
         body.push_str("</tr>\n");
     }
     body.push_str("</tbody></table></div>\n");
+    body.push_str(&super::graph::svg(&overview));
     body.push_str(&steering::section(&caller.access, &overview, &here(&uri)));
     Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body))
 }
@@ -449,6 +450,7 @@ pub async fn batch(
     body.push_str(&states(&page.explanations));
     body.push_str(&metadata(head));
     body.push_str(&open_runs(head));
+    body.push_str(&super::timeline::section(&app.monitor.operator().timeline(head).await?));
     body.push_str(&log(head, &page.log, before));
     body.push_str("<h2 id=\"explanations\">Why each component is (not) ready</h2>\n");
     if page.explanations.is_empty() {
@@ -496,7 +498,8 @@ fn decision(
     } else {
         w!(
             out,
-            "<table class=\"grid\"><caption>Evidence for {}: the effective results before it</caption><thead><tr>\
+            "<div class=\"scroll\" role=\"region\" aria-label=\"Evidence for {0}\" tabindex=\"0\">\
+             <table class=\"grid\"><caption>Evidence for {0}: the effective results before it</caption><thead><tr>\
              <th scope=\"col\">Step</th><th scope=\"col\">Result</th><th scope=\"col\">Outcome</th>\
              <th scope=\"col\">Seq</th><th scope=\"col\">By</th><th scope=\"col\">At</th><th scope=\"col\">Report</th>\
              </tr></thead><tbody>\n",
@@ -528,7 +531,7 @@ fn decision(
             }
             out.push_str("</td></tr>\n");
         }
-        out.push_str("</tbody></table>\n");
+        out.push_str("</tbody></table></div>\n");
     }
     out.push_str(&decision_forms(access, target, name, types, here));
     out.push_str("</section>\n");
@@ -569,7 +572,8 @@ pub async fn waiting(
         }
         w!(
             body,
-            "<table class=\"grid\"><caption>{}{} batches waiting at {}, the longest waiting first</caption><thead><tr>\
+            "<div class=\"scroll\" role=\"region\" aria-label=\"Waiting at {2}\" tabindex=\"0\">\
+             <table class=\"grid\"><caption>{0}{1} batches waiting at {2}, the longest waiting first</caption><thead><tr>\
              <th scope=\"col\">Batch</th><th scope=\"col\">Type</th><th scope=\"col\" class=\"num\">Priority</th>\
              <th scope=\"col\">Waiting since</th><th scope=\"col\">Waited</th></tr></thead><tbody>\n",
             if (at.batches.len() as u64) < at.total { "The first " } else { "" },
@@ -595,7 +599,7 @@ pub async fn waiting(
                 esc(age(waiting.now.since(b.since)))
             );
         }
-        body.push_str("</tbody></table>\n");
+        body.push_str("</tbody></table></div>\n");
     }
     Ok(respond(&headers, &caller, "Waiting for a person", Nav::Waiting, &here(&uri), &body))
 }
@@ -652,7 +656,8 @@ fn states(explanations: &[Explanation]) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "<table class=\"grid\"><caption>Each component's state</caption><thead><tr>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Each component's state\" tabindex=\"0\">\
+         <table class=\"grid\"><caption>Each component's state</caption><thead><tr>\
          <th scope=\"col\">Component</th><th scope=\"col\">Records</th><th scope=\"col\">State</th>\
          <th scope=\"col\">Verdict</th></tr></thead><tbody>\n",
     );
@@ -667,7 +672,7 @@ fn states(explanations: &[Explanation]) -> String {
             esc(verdict(e))
         );
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
     out
 }
 
@@ -689,7 +694,8 @@ fn open_runs(head: &BatchHead) -> String {
         return out;
     }
     out.push_str(
-        "<table class=\"grid\"><caption>Open runs</caption><thead><tr><th scope=\"col\">Component</th>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Open runs\" tabindex=\"0\">\
+         <table class=\"grid\"><caption>Open runs</caption><thead><tr><th scope=\"col\">Component</th>\
          <th scope=\"col\">Generation</th><th scope=\"col\">Held by</th><th scope=\"col\">Since</th></tr></thead><tbody>\n",
     );
     for run in &head.open_runs {
@@ -705,7 +711,7 @@ fn open_runs(head: &BatchHead) -> String {
             esc(age(head.as_of.since(run.started_at)))
         );
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
     out
 }
 
@@ -808,7 +814,8 @@ fn clause_table<'c>(
     }
     w!(
         out,
-        "<table class=\"grid clauses\"><caption>{}</caption><thead><tr><th scope=\"col\">Clause</th>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"{0}\" tabindex=\"0\">\
+         <table class=\"grid clauses\"><caption>{0}</caption><thead><tr><th scope=\"col\">Clause</th>\
          <th scope=\"col\">Store</th><th scope=\"col\">Index</th></tr></thead><tbody>\n",
         esc(caption)
     );
@@ -823,7 +830,7 @@ fn clause_table<'c>(
     }
     w!(
         out,
-        "</tbody><tfoot><tr><th scope=\"row\">All clauses</th><td>{}</td><td>{}</td></tr></tfoot></table>\n",
+        "</tbody><tfoot><tr><th scope=\"row\">All clauses</th><td>{}</td><td>{}</td></tr></tfoot></table></div>\n",
         check(Some(store)),
         check(index)
     );
