@@ -3,20 +3,19 @@
 //! to the first, with the header, states and open runs of the whole batch; the batch list
 //! shows every batch's states as the whole batches give them.
 
+mod support;
+
 use std::sync::Arc;
 
-use autocomp_framework::config::Backends;
-use autocomp_model::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Trigger,
-};
+use autocomp_model::{Agent, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Trigger};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_ops::operator::Operator;
 use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
 use serde_json::json;
+use support::{id, temp_pipeline};
 use tower::ServiceExt;
 
 const HOST: &str = "monitor.test:7072";
@@ -28,21 +27,9 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
-fn id(text: &str) -> BatchId {
-    BatchId::new(text).unwrap()
-}
-
 /// `probe` records Probed after Data_Received; B1 has a log of `notes` events more.
 async fn fixture(notes: usize) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let backends = Backends {
-        store: Some(format!("sqlite://{}", root.join("store.db").display())),
-        index: Some(format!("local:{}", root.join("index").display())),
-        locks: Some(format!("local:{}", root.join("locks").display())),
-    };
-    let operator = Operator::new(root, backends, None).unwrap();
-    let store = operator.store().await.unwrap();
+    let (operator, store, dir) = temp_pipeline(None).await;
     let trigger = Trigger::builder().requires("Data_Received").build();
     autocomp_framework::testing::register_component(store.as_ref(), "probe", "Probed", trigger).await;
     let agent = Agent::new("test").unwrap();

@@ -4,11 +4,13 @@
 //! (and of `autocomp status`), each a link to exactly its list; sources, human steps and
 //! held components marked; the SVG well-formed; twenty components drawn without overlap.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use autocomp_framework::config::{Backends, ComponentConfig};
+use autocomp_framework::config::ComponentConfig;
 use autocomp_model::{
     Agent, BatchId, BatchType, ComponentName, ComponentState, EventType, NewBatch, NewEvent, Outcome, PassOutcome,
     PassPhase, PassRecord, Trigger,
@@ -20,6 +22,7 @@ use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
+use support::temp_pipeline;
 use tower::ServiceExt;
 
 struct Fixture {
@@ -51,19 +54,7 @@ const HUMAN: (bool, bool) = (false, true);
 
 /// An empty pipeline in a temp dir, read by an operator named tester.
 async fn empty() -> (Operator, Arc<dyn ObjectStore>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    std::fs::create_dir(root.join("config")).unwrap();
-    let shared = format!(
-        "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
-        root.join("store.db").display(),
-        root.join("index").display(),
-        root.join("locks").display()
-    );
-    std::fs::write(root.join("config/autocomp.toml"), shared).unwrap();
-    let operator = Operator::new(&root.join("config"), Backends::default(), Some("tester".into())).unwrap();
-    let store = operator.store().await.unwrap();
-    (operator, store, dir)
+    temp_pipeline(Some("tester")).await
 }
 
 fn fixture_of(operator: Operator, store: Arc<dyn ObjectStore>, dir: tempfile::TempDir) -> Fixture {

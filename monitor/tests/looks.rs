@@ -5,22 +5,22 @@
 //! its one time convention (UTC) and writes its times in it; the stylesheet follows the
 //! system's dark mode and keeps narrow screens from scrolling sideways.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_framework::config::Backends;
 use autocomp_model::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, SteeringChange, SteeringRequest,
-    Trigger,
+    Agent, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, SteeringChange, SteeringRequest, Trigger,
 };
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_ops::operator::Operator;
 use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
+use support::{id, temp_pipeline};
 use tower::ServiceExt;
 
 struct Fixture {
@@ -29,26 +29,11 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
-fn id(text: &str) -> BatchId {
-    BatchId::new(text).unwrap()
-}
-
 /// `probe` records Probed after Data_Received, `checker` records Checked after Probed. B1:
 /// probed, so ready for the checker; B2: nothing yet. The monitor counts a batch overdue
 /// after `ready_overdue_after`.
 async fn fixture(ready_overdue_after: Duration) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    std::fs::create_dir(root.join("config")).unwrap();
-    let shared = format!(
-        "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
-        root.join("store.db").display(),
-        root.join("index").display(),
-        root.join("locks").display()
-    );
-    std::fs::write(root.join("config/autocomp.toml"), shared).unwrap();
-    let operator = Operator::new(&root.join("config"), Backends::default(), None).unwrap();
-    let store = operator.store().await.unwrap();
+    let (operator, store, dir) = temp_pipeline(None).await;
     for (name, event_type, requires) in [("probe", "Probed", "Data_Received"), ("checker", "Checked", "Probed")] {
         let trigger = Trigger::builder().requires(requires).build();
         autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;

@@ -3,40 +3,28 @@
 //! labelled, and the table beside the drawing gives the same numbers the operator's
 //! `Timeline` computes.
 
+mod support;
+
 use std::sync::Arc;
 
-use autocomp_framework::config::Backends;
-use autocomp_model::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Trigger,
-};
+use autocomp_model::{Agent, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Trigger};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_ops::operator::{Operator, duration_text};
+use autocomp_ops::operator::duration_text;
 use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
 use serde_json::json;
+use support::{id, temp_pipeline};
 use tower::ServiceExt;
 
 const HOST: &str = "monitor.test:7072";
 
-fn id(text: &str) -> BatchId {
-    BatchId::new(text).unwrap()
-}
-
 /// `probe` records Probed after Data_Received; on B1 it failed transiently (ran 1.5 s),
 /// then succeeded (ran 250 ms).
 async fn fixture() -> (axum::Router, Arc<dyn ObjectStore>, Monitor, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let backends = Backends {
-        store: Some(format!("sqlite://{}", root.join("store.db").display())),
-        index: Some(format!("local:{}", root.join("index").display())),
-        locks: Some(format!("local:{}", root.join("locks").display())),
-    };
-    let operator = Operator::new(root, backends, None).unwrap();
-    let store = operator.store().await.unwrap();
+    let (operator, store, dir) = temp_pipeline(None).await;
     let trigger = Trigger::builder().requires("Data_Received").build();
     autocomp_framework::testing::register_component(store.as_ref(), "probe", "Probed", trigger).await;
     let agent = Agent::new("test").unwrap();

@@ -14,24 +14,25 @@
 //! waiting list, `person` in counts, filters and exports, the decision beside its evidence,
 //! approve and reject by operators.
 
+mod support;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use autocomp_test_servers::wait_for_async;
 
-use autocomp_framework::config::Backends;
-use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Trigger};
+use autocomp_model::{Agent, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Trigger};
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::accounts::{Accounts, Users, hash_password};
 use autocomp_monitor::web::sessions::SessionLimits;
 use autocomp_monitor::web::{self, WebOptions};
-use autocomp_ops::operator::Operator;
 use autocomp_store::ObjectStore;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use serde_json::json;
+use support::{id, temp_pipeline};
 use tower::ServiceExt;
 
 /// Every account's password in these tests.
@@ -95,31 +96,16 @@ fn ty(name: &str) -> EventType {
     EventType::new(name).unwrap()
 }
 
-fn id(text: &str) -> BatchId {
-    BatchId::new(text).unwrap()
-}
-
 /// `probe` records Probed after Data_Received, `checker` records Checked after Probed. B1:
 /// the checker failed; B2: probed, ready for the checker; B3: hostile metadata, waiting.
 async fn fixture_with(mut options: WebOptions) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let users = root.join("users");
+    let (operator, store, dir) = temp_pipeline(None).await;
+    let users = dir.path().join("users");
     std::fs::write(&users, users_file()).unwrap();
     if options.accounts.is_some() {
         options.accounts = Some(Arc::new(Accounts::load(&users).unwrap()));
     }
     let accounts = options.accounts.clone();
-    std::fs::create_dir(root.join("config")).unwrap();
-    let shared = format!(
-        "store = \"sqlite://{}\"\nindex = \"local:{}\"\nlocks = \"local:{}\"\n",
-        root.join("store.db").display(),
-        root.join("index").display(),
-        root.join("locks").display()
-    );
-    std::fs::write(root.join("config/autocomp.toml"), shared).unwrap();
-    let operator = Operator::new(&root.join("config"), Backends::default(), None).unwrap();
-    let store = operator.store().await.unwrap();
     for (name, event_type, requires) in [("probe", "Probed", "Data_Received"), ("checker", "Checked", "Probed")] {
         let trigger = Trigger::builder().requires(requires).build();
         autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;

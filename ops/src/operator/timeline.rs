@@ -29,6 +29,7 @@ use autocomp_model::{ComponentName, ComponentState, Event, EventType, Outcome, R
 use autocomp_store::{BatchHead, LogCursor, MAX_LOG_PAGE, ObjectStore};
 use serde_json::{Value, json};
 
+use super::views::table;
 use super::{Operator, OperatorError, Step};
 
 /// Most events a timeline reads: the newest page of the log (and the first event).
@@ -411,25 +412,6 @@ impl Timeline {
         writeln!(out, "  ({})", self.basis()).ok();
         out
     }
-}
-
-/// Left-aligned columns, two spaces apart (as the other views' tables).
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 /// A duration as the timeline shows it: `350ms`, `2.5s`, `1m 5s`, `2h 3m 10s`.

@@ -83,12 +83,12 @@ fn age(duration: Duration) -> String {
     humantime::format_duration(Duration::from_secs(duration.as_secs())).to_string()
 }
 
-/// Left-aligned columns, two spaces apart.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Left-aligned columns, two spaces apart (widths in characters, as `format!` pads).
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.chars().count());
         }
     }
     let line = |cells: Vec<&str>| {
