@@ -14,6 +14,7 @@
 
 mod actions;
 mod alerts;
+mod columns;
 mod metrics;
 mod steering;
 mod timeline;

@@ -29,7 +29,7 @@ use autocomp_model::{ComponentName, ComponentState, Event, EventType, Outcome, R
 use autocomp_store::{BatchHead, LogCursor, MAX_LOG_PAGE, ObjectStore};
 use serde_json::{Value, json};
 
-use super::views::table;
+use super::columns::table;
 use super::{Operator, OperatorError, Step};
 
 /// Most events a timeline reads: the newest page of the log (and the first event).

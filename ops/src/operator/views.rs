@@ -16,6 +16,7 @@ use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
+use super::columns::table;
 use super::{Operator, OperatorError, Step};
 use autocomp_framework::exit::RunError;
 use autocomp_framework::locks::HeldLock;
@@ -81,25 +82,6 @@ async fn for_each_page(
 /// Whole seconds, as `1m 5s`.
 fn age(duration: Duration) -> String {
     humantime::format_duration(Duration::from_secs(duration.as_secs())).to_string()
-}
-
-/// Left-aligned columns, two spaces apart (widths in characters, as `format!` pads).
-pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
-        format!("{}\n", padded.join("  ").trim_end())
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 fn run_json(run: &Run) -> Value {
