@@ -115,10 +115,27 @@ pub struct WaitingBatch {
 pub const WAITING_SHOWN: usize = 500;
 
 /// One batch's cell for one component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cell {
     pub state: ComponentState,
     pub overdue: bool,
+    /// A failed cell's failure in short (its effective event's `details.summary`, at most
+    /// `FAILURE_SUMMARY_CHARS`), once `Monitor::failure_summaries` has read it.
+    pub failure: Option<String>,
+}
+
+/// The most characters of a failure's summary a matrix cell shows.
+pub const FAILURE_SUMMARY_CHARS: usize = 80;
+
+/// `text` cut to `FAILURE_SUMMARY_CHARS` characters, an ellipsis marking a cut.
+fn cut(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() <= FAILURE_SUMMARY_CHARS {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(FAILURE_SUMMARY_CHARS - 1).collect();
+    out.push('…');
+    out
 }
 
 /// A batch as a row of the matrix (and an export) shows it: read from its summary, never
@@ -322,7 +339,8 @@ impl Monitor {
         let now = Timestamp::now();
         let ready_after = self.settings.ready_overdue_after;
         let overdue_only = filter.state == Some(StateFilter::Overdue);
-        let filtered = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
+        // `overdue` with a component: overdue there; without one: overdue at any component.
+        let filtered = filter.component.as_ref().and_then(|c| pipeline.iter().position(|s| s.name() == c));
         let rows = listed
             .into_iter()
             .map(|listing| {
@@ -331,14 +349,17 @@ impl Monitor {
                     .iter()
                     .map(|step| {
                         let state = step.state_of(&facts);
-                        Cell { state, overdue: is_overdue(step, &listing, state, now, ready_after) }
+                        Cell { state, overdue: is_overdue(step, &listing, state, now, ready_after), failure: None }
                     })
                     .collect();
                 MatrixRow { cells, batch: listing.into() }
             })
             .filter(|row| {
-                let position = |step: &Step| pipeline.iter().position(|s| s.name() == step.name());
-                !overdue_only || filtered.and_then(position).is_some_and(|i| row.cells[i].overdue)
+                !overdue_only
+                    || match filtered {
+                        Some(i) => row.cells[i].overdue,
+                        None => row.cells.iter().any(|cell| cell.overdue),
+                    }
             })
             .collect();
         Ok(Matrix {
@@ -347,6 +368,41 @@ impl Monitor {
             next: page.next,
             total: total.first().map_or(0, |t| t.count),
         })
+    }
+
+    /// Fills in the failure summary of each failed cell of `matrix`: the head of each batch
+    /// with one is read (at most a page of them; never a log), its failed component's
+    /// effective event's `details.summary` cut short. A batch gone since the page was read
+    /// keeps its cells as they were.
+    pub async fn failure_summaries(&self, matrix: &mut Matrix) -> Result<(), OperatorError> {
+        let store = self.operator.store().await?;
+        let pipeline = self.operator.pipeline(store.as_ref()).await?;
+        let event_types: Vec<Option<&autocomp_model::EventType>> = matrix
+            .components
+            .iter()
+            .map(|name| pipeline.iter().find(|s| s.name() == name).map(Step::event_type))
+            .collect();
+        for row in &mut matrix.rows {
+            if !row.cells.iter().any(|cell| cell.state == ComponentState::Failed) {
+                continue;
+            }
+            let Ok(head) = store.batch_head(&row.batch.id).await else { continue };
+            for (cell, event_type) in row.cells.iter_mut().zip(&event_types) {
+                if cell.state != ComponentState::Failed {
+                    continue;
+                }
+                let failure = head
+                    .effective
+                    .iter()
+                    .find(|e| Some(&e.event_type) == *event_type && e.outcome == autocomp_model::Outcome::Failure);
+                cell.failure = failure
+                    .and_then(|e| e.details.get("summary"))
+                    .and_then(serde_json::Value::as_str)
+                    .filter(|summary| !summary.trim().is_empty())
+                    .map(cut);
+            }
+        }
+        Ok(())
     }
 
     /// The ids the filter selects, in its order, at most `MAX_BULK` (bulk actions and
@@ -383,13 +439,17 @@ impl Monitor {
             }
         }
         if filter.state == Some(StateFilter::Overdue) {
-            let step = filter.component.as_ref().and_then(|c| pipeline.iter().find(|s| s.name() == c));
+            // The filtered component, or (without one) every component: overdue at any.
+            let steps: Vec<&Step> = match &filter.component {
+                Some(c) => pipeline.iter().filter(|s| s.name() == c).collect(),
+                None => pipeline.iter().collect(),
+            };
             let now = Timestamp::now();
             let overdue: std::collections::HashSet<BatchId> = listings(store.as_ref(), &ids)
                 .await?
                 .into_iter()
                 .filter(|listing| {
-                    step.is_some_and(|step| {
+                    steps.iter().any(|step| {
                         let state = step.state_of(&SummaryAt { summary: &listing.summary, at: now });
                         is_overdue(step, listing, state, now, self.settings.ready_overdue_after)
                     })
@@ -412,19 +472,37 @@ impl Monitor {
         Ok(BatchPage { head, log, explanations })
     }
 
-    /// The filter as an index selection; the component must be one of the pipeline.
+    /// The filter as an index selection; the component must be one of the pipeline. Without
+    /// `component:`, a state is that state at any component of the pipeline.
     fn selection(&self, pipeline: &[Step], filter: &Filter) -> Result<Selection, OperatorError> {
-        let step = match &filter.component {
-            Some(name) => Some(self.operator.step(pipeline, name.as_str())?),
-            None => None,
+        let steps: Vec<&Step> = match &filter.component {
+            Some(name) => vec![self.operator.step(pipeline, name.as_str())?],
+            None => pipeline.iter().collect(),
         };
-        let mut selection = filter.selection(step.map(Step::descriptor));
-        if let (Some(step), Some(StateFilter::Overdue)) = (step, filter.state) {
-            let working =
-                Selection::Running(step.name().clone()).and(Selection::QuietFor(step.descriptor().max_runtime));
-            let ready = ready_too_long(step, self.settings.ready_overdue_after);
-            selection = selection.and(Selection::Or(vec![ready, working]));
+        let descriptors: Vec<_> = steps.iter().map(|step| step.descriptor()).collect();
+        let mut selection = filter.selection(&descriptors);
+        if filter.state == Some(StateFilter::Overdue) {
+            let mut any = Vec::with_capacity(steps.len() * 2);
+            for step in steps {
+                any.push(ready_too_long(step, self.settings.ready_overdue_after));
+                any.push(
+                    Selection::Running(step.name().clone()).and(Selection::QuietFor(step.descriptor().max_runtime)),
+                );
+            }
+            selection = selection.and(Selection::Or(any));
         }
         Ok(selection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_summary_is_cut_with_an_ellipsis() {
+        assert_eq!(super::cut("  disk full "), "disk full");
+        let long = "é".repeat(200);
+        let cut = super::cut(&long);
+        assert_eq!(cut.chars().count(), super::FAILURE_SUMMARY_CHARS);
+        assert!(cut.ends_with('…'));
     }
 }

@@ -121,9 +121,6 @@ impl Filter {
                 }
             }
         }
-        if filter.state.is_some() && filter.component.is_none() {
-            return Err(InvalidInput::new("q", q, "`state:` needs `component:` (a batch has a state per component)"));
-        }
         Ok(filter)
     }
 
@@ -172,11 +169,15 @@ impl Filter {
     }
 
     /// The filter as an index selection, apart from `overdue`, whose time bound depends on
-    /// the component (`Monitor` adds it).
-    pub fn selection(&self, descriptor: Option<&ComponentDescriptor>) -> Selection {
+    /// the component (`Monitor` adds it). `descriptors`: the filtered component's, or, with
+    /// no `component:`, every component of the pipeline: a bare `state:S` selects the batches
+    /// in state S at any of them.
+    pub fn selection(&self, descriptors: &[&ComponentDescriptor]) -> Selection {
         let mut selection = Selection::All;
-        if let (Some(descriptor), Some(StateFilter::State(state))) = (descriptor, self.state) {
-            selection = selection.and(Selection::component_state(descriptor, state));
+        if let Some(StateFilter::State(state)) = self.state {
+            let mut any: Vec<Selection> =
+                descriptors.iter().map(|descriptor| Selection::component_state(descriptor, state)).collect();
+            selection = selection.and(if any.len() == 1 { any.remove(0) } else { Selection::Or(any) });
         }
         if let Some(batch_type) = &self.batch_type {
             selection = selection.and(Selection::BatchType(batch_type.clone()));
@@ -255,7 +256,7 @@ mod tests {
     fn a_bare_word_is_an_id_prefix_and_an_empty_query_is_everything() {
         assert_eq!(Filter::parse("B2020", None).unwrap().id_prefix.as_deref(), Some("B2020"));
         assert_eq!(Filter::parse("  ", None).unwrap(), Filter::default());
-        assert_eq!(Filter::default().selection(None), Selection::All);
+        assert_eq!(Filter::default().selection(&[]), Selection::All);
     }
 
     #[test]
@@ -264,7 +265,6 @@ mod tests {
             ("colour:red", None, "q", "colour:red"),
             ("component:Bad/Name", None, "component", "Bad/Name"),
             ("component:a state:stuck", None, "state", "stuck"),
-            ("state:failed", None, "q", "state:failed"),
             ("priority:high", None, "priority", "high"),
             ("../etc", None, "id prefix", "../etc"),
             ("component:a component:b", None, "q", "component:b"),
@@ -276,6 +276,15 @@ mod tests {
         }
         let long = "x".repeat(MAX_QUERY_CHARS + 1);
         assert_eq!(Filter::parse(&long, None).unwrap_err().field, "q");
+    }
+
+    #[test]
+    fn a_bare_state_is_that_state_at_any_component() {
+        let filter = Filter::parse("state:failed", None).unwrap();
+        assert_eq!((filter.component.as_ref(), filter.state), (None, Some(StateFilter::State(ComponentState::Failed))));
+        assert_eq!(filter.query(), "state:failed");
+        // No component at all: no batch is failed anywhere.
+        assert_eq!(filter.selection(&[]), Selection::nothing());
     }
 
     #[test]

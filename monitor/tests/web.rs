@@ -712,7 +712,7 @@ async fn bad_input_is_a_400_naming_the_field_and_the_value() {
         ("/batches?after=12", "after", "12"),
         ("/batches?order=newest", "order", "newest"),
         ("/batches/NOSUCH", "batch id", "NOSUCH"),
-        ("/batches.csv?q=state:failed", "q", "state:failed"),
+        ("/batches.csv?q=state:stuck", "state", "stuck"),
     ];
     for (uri, field, value) in gets {
         let page = f.get(uri, &[]).await;
@@ -766,6 +766,161 @@ async fn bad_input_is_a_400_naming_the_field_and_the_value() {
         assert!(page.body.contains(&format!("<code>{field}</code>")), "{form:?}: {}", page.body);
     }
     assert_eq!(f.head().await, head, "nothing written");
+}
+
+/// The batch ids a matrix page lists, in its order.
+fn listed(page: &str) -> Vec<String> {
+    page.split("<tr><th scope=\"row\"><a href=\"/batches/")
+        .skip(1)
+        .map(|row| row[..row.find('"').unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_bare_state_lists_the_batches_in_it_at_any_component() {
+    let f = fixture().await;
+    // B4 failed at the probe, B5 failed there before and succeeded since.
+    let agent = Agent::new("test").unwrap();
+    let stories: [(&str, &[(&str, Outcome)]); 2] = [
+        ("B4", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Failure)]),
+        ("B5", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Failure), ("Probed", Outcome::Success)]),
+    ];
+    for (batch, events) in stories {
+        f.store.create_batch(NewBatch::new(id(batch), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+        for (event_type, outcome) in events {
+            f.store.append_event(&id(batch), NewEvent::new(ty(event_type), *outcome, agent.clone())).await.unwrap();
+        }
+    }
+    let page = f.get("/batches?q=state:failed", &[]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(listed(&page.body), ["B1", "B4"], "failed at the checker, failed at the probe");
+    assert!(page.body.contains("<strong>2</strong> batches match <code>state:failed</code>"), "{}", page.body);
+    // With a component, still that component's state only.
+    let at_probe = f.get("/batches?q=component:probe+state:failed", &[]).await;
+    assert_eq!(listed(&at_probe.body), ["B4"]);
+    // The exports list the same batches.
+    let csv = f.get("/batches.csv?q=state:failed", &[]).await;
+    assert_eq!(csv.status, StatusCode::OK, "{}", csv.body);
+    let ids: Vec<&str> = csv.body.lines().skip(1).map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(ids, ["B1", "B4"]);
+    // Any other state too: B2 and B5 are ready for the checker (B3 waits for its data).
+    let ready = f.get("/batches?q=state:ready", &[]).await;
+    assert_eq!(listed(&ready.body), ["B2", "B5"]);
+    // The overview's state columns link to it.
+    let overview = f.get("/", &[]).await;
+    assert!(overview.body.contains("<a href=\"/batches?q=state%3Afailed\""), "{}", overview.body);
+}
+
+#[tokio::test]
+async fn a_failed_cell_shows_its_failures_summary_cut_short_and_escaped() {
+    let f = fixture().await;
+    let agent = Agent::new("test").unwrap();
+    let long = format!("<b>disk</b> full on /data & {}", "x".repeat(200));
+    let batch = id("B4");
+    f.store.create_batch(NewBatch::new(batch.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+    f.store.append_event(&batch, NewEvent::new(ty("Data_Received"), Outcome::Success, agent.clone())).await.unwrap();
+    let failure = NewEvent::new(ty("Probed"), Outcome::Failure, agent.clone()).with_details(json!({"summary": long}));
+    f.store.append_event(&batch, failure).await.unwrap();
+    let page = f.get("/batches?q=state:failed", &[]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let row = &page.body[page.body.find("<a href=\"/batches/B4\">").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    let shown: String = long.chars().take(79).collect::<String>() + "…";
+    let escaped = shown.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    assert!(row.contains(&format!("<small class=\"failure-summary\">{escaped}</small>")), "{row}");
+    assert!(!row.contains("<b>"), "{row}");
+    // B1's checker failed without a summary: its cell shows the state alone.
+    let row = &page.body[page.body.find("<a href=\"/batches/B1\">").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("failed") && !row.contains("failure-summary"), "{row}");
+}
+
+#[tokio::test]
+async fn a_batch_page_opens_with_its_failure_and_actions_on_the_failed_component() {
+    let f = fixture().await;
+    let cookie = f.sign_in("tester").await;
+    let agent = Agent::new("test").unwrap();
+    f.store
+        .append_event(
+            &id("B1"),
+            NewEvent::new(ty("Checked"), Outcome::Failure, agent)
+                .with_details(json!({"summary": "checksum <mismatch>"})),
+        )
+        .await
+        .unwrap();
+    let page = f.get("/batches/B1", &[("cookie", &cookie)]).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let body = &page.body;
+    // The verdict right under the heading, with the failure's summary.
+    let verdict = body.find("<p class=\"verdict\" id=\"failed-checker\">").expect("a verdict");
+    assert!(verdict < body.find("<caption>Batch</caption>").unwrap(), "the verdict first");
+    let line = &body[verdict..verdict + body[verdict..].find("</p>").unwrap()];
+    assert!(line.contains("<a href=\"#explain-checker\">checker</a>") && line.contains("failed"), "{line}");
+    assert!(line.contains("checksum &lt;mismatch&gt;") && line.contains("<a href=\"#actions\">"), "{line}");
+    // The actions beside the states, before the log; the checker chosen, not the probe.
+    let actions = body.find("<h2 id=\"actions\">").unwrap();
+    assert!(body.find("<caption>Each component's state</caption>").unwrap() < actions, "after the states");
+    assert!(actions < body.find("<h2 id=\"log\">").unwrap(), "before the log");
+    for form in ["one-rerun", "one-cancel", "one-skip"] {
+        let select = &body[body.find(&format!("<select id=\"{form}-component\"")).unwrap()..];
+        let select = &select[..select.find("</select>").unwrap()];
+        assert!(
+            select.contains("<option value=\"checker\" selected>") && !select.contains("\"probe\" selected"),
+            "{select}"
+        );
+    }
+    // A batch with no failure: no verdict line, the first component chosen as before.
+    let page = f.get("/batches/B2", &[("cookie", &cookie)]).await;
+    assert!(!page.body.contains("id=\"failed-"), "{}", page.body);
+    assert!(!page.body.contains("\" selected>"), "nothing preselected: {}", page.body);
+}
+
+#[tokio::test]
+async fn a_bad_filter_is_shown_beside_the_box_that_still_holds_it() {
+    let f = fixture().await;
+    let cases = [
+        ("/batches?q=colour:red+B1", "colour:red B1", "q", "<code>colour:</code>"),
+        ("/batches?q=component:nosuch+state:failed", "component:nosuch state:failed", "component", "nosuch"),
+        ("/batches?q=%3Cb%3E", "&lt;b&gt;", "id prefix", "&lt;b&gt;"),
+    ];
+    for (uri, typed, field, words) in cases {
+        let page = f.get(uri, &[]).await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri}: {}", page.body);
+        assert!(page.header(header::ETAG).is_empty(), "{uri}: a 400 is not cached");
+        assert!(
+            page.body.contains(&format!(
+                "<input id=\"filter-q\" name=\"q\" value=\"{typed}\" size=\"50\" \
+                 aria-describedby=\"filter-error filter-help\" aria-invalid=\"true\">"
+            )),
+            "{uri}: the box holds what was typed: {}",
+            page.body
+        );
+        let error = &page.body[page.body.find("<p id=\"filter-error\"").expect("the error beside the box")..];
+        let error = &error[..error.find("</p>").unwrap()];
+        assert!(error.contains(&format!("<code>{field}</code>")) && error.contains(words), "{uri}: {error}");
+        assert!(!page.body.contains('`'), "{uri}: no raw backticks: {}", page.body);
+        assert!(!page.body.contains("<h1>Bad input</h1>") && page.body.contains("<h1>Batches</h1>"), "{uri}");
+        assert!(!page.body.contains("<table class=\"grid matrix\">"), "{uri}: nothing listed");
+    }
+    // A bad order marks the order.
+    let page = f.get("/batches?q=B1&order=newest", &[]).await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST);
+    assert!(
+        page.body.contains(
+            "<select id=\"filter-order\" name=\"order\" aria-describedby=\"filter-error\" aria-invalid=\"true\">"
+        ),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("value=\"B1\" size=\"50\" aria-describedby=\"filter-error filter-help\">"),
+        "{}",
+        page.body
+    );
+    // A good filter has neither.
+    let page = f.get("/batches?q=B1", &[]).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(!page.body.contains("aria-invalid") && !page.body.contains("filter-error"), "{}", page.body);
 }
 
 #[tokio::test]

@@ -529,7 +529,7 @@ impl Ui<'_> {
     }
 
     /// The matrix: its column headers after the batch column and, per row, the batch id and
-    /// its cells under those headers.
+    /// its cells under those headers (a failed cell's state, without its failure's summary).
     async fn matrix(&self) -> (Vec<String>, Vec<(String, Vec<String>)>) {
         let value = self
             .script(
@@ -539,7 +539,11 @@ impl Ui<'_> {
                  const head = Array.from(table.querySelectorAll('thead th')).map(th => th.innerText.trim());\
                  const rows = Array.from(table.querySelectorAll('tbody tr')).map(tr => [\
                    tr.querySelector('th').innerText.trim(),\
-                   Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim())]);\
+                   Array.from(tr.querySelectorAll('td')).map(td => {\
+                     const failure = td.querySelector('.failure-summary');\
+                     const text = td.innerText;\
+                     return (failure ? text.slice(0, text.lastIndexOf(failure.innerText)) : text).trim();\
+                   })]);\
                  return [head, rows];",
             )
             .await;

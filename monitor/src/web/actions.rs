@@ -173,12 +173,15 @@ pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[Strin
 
 /// The action forms, or why there are none (read only, not signed in). `components` and
 /// `types` fill the selects; `priority` is the batch's current one.
+/// `preselect`: the component the component selects start at (a batch page's failed
+/// component), else the first.
 pub fn action_forms(
     access: &Access,
     target: &Target,
     components: &[String],
     types: &[String],
     priority: Option<i32>,
+    preselect: Option<&str>,
     here: &str,
 ) -> String {
     if let Some(why) = why_no_forms(access, here) {
@@ -214,8 +217,10 @@ pub fn action_forms(
             esc(label),
             esc(name)
         );
+        let chosen = preselect.filter(|p| name == "component" && options.iter().any(|(value, _)| value == p));
         for (value, text) in options {
-            w!(out, "<option value=\"{}\">{}</option>", esc(value), esc(text));
+            let selected = if chosen == Some(value.as_str()) { " selected" } else { "" };
+            w!(out, "<option value=\"{}\"{selected}>{}</option>", esc(value), esc(text));
         }
         out.push_str("</select></p>");
     };

@@ -213,6 +213,26 @@ pub fn state_meaning(state: ComponentState) -> Option<&'static str> {
     }
 }
 
+/// Text whose `quoted` parts are code (as the operator's messages write names and values):
+/// escaped, each backtick pair a `<code>` span; an unpaired backtick stays as it is.
+pub fn code_spans(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut parts = text.split('`').peekable();
+    let mut inside = false;
+    while let Some(part) = parts.next() {
+        if inside && parts.peek().is_none() {
+            // The last backtick has no partner.
+            w!(out, "`{}", esc(part));
+        } else if inside {
+            w!(out, "<code>{}</code>", esc(part));
+        } else {
+            w!(out, "{}", esc(part));
+        }
+        inside = !inside;
+    }
+    out
+}
+
 /// A state as text with its icon; the class only adds colour. `overdue` is written out too.
 /// `person` (a human step's batch waiting for a decision) carries its meaning as a tooltip.
 pub fn state_badge(state: ComponentState, overdue: bool) -> String {
@@ -299,6 +319,16 @@ mod tests {
         );
         assert_eq!(esc("plain text, ünïcode ✓").to_string(), "plain text, ünïcode ✓");
         assert_eq!(esc(42).to_string(), "42");
+    }
+
+    #[test]
+    fn quoted_parts_become_code_spans_and_everything_is_escaped() {
+        assert_eq!(
+            code_spans("unknown filter `<b>:` (known: `a:`)"),
+            "unknown filter <code>&lt;b&gt;:</code> (known: <code>a:</code>)"
+        );
+        assert_eq!(code_spans("no quotes"), "no quotes");
+        assert_eq!(code_spans("odd ` one"), "odd ` one");
     }
 
     #[test]

@@ -39,7 +39,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use self::html::{Nav, Page, esc, w};
+use self::html::{Nav, Page, code_spans, esc, w};
 use crate::data::Monitor;
 
 /// How the web monitor is run.
@@ -231,7 +231,7 @@ impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let error = *self.0;
         let mut body = String::new();
-        w!(body, "<h1>{}</h1>\n<p class=\"error\">{}</p>\n", esc(&error.title), esc(&error.words));
+        w!(body, "<h1>{}</h1>\n<p class=\"error\">{}</p>\n", esc(&error.title), code_spans(&error.words));
         if let Some(input) = &error.input {
             w!(
                 body,
@@ -239,7 +239,7 @@ impl IntoResponse for WebError {
                  <dt>Why</dt><dd>{}</dd></dl>\n",
                 esc(&input.field),
                 esc(&input.value),
-                esc(&input.reason)
+                code_spans(&input.reason)
             );
         }
         if error.status.is_client_error() && error.status != StatusCode::NOT_FOUND {

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use autocomp_model::{Batch, ComponentState, Event, RESULT_KEY, Seq, Timestamp};
-use autocomp_ops::operator::{Explanation, describe_lock, report_summary, size_text};
+use autocomp_model::{Batch, ComponentState, Event, InvalidInput, Outcome, RESULT_KEY, Seq, Timestamp};
+use autocomp_ops::operator::{Explanation, OperatorError, describe_lock, report_summary, size_text};
 use autocomp_sboi::PageKey;
 use autocomp_store::{BatchHead, LogPage};
 use axum::extract::rejection::QueryRejection;
@@ -24,7 +24,7 @@ use super::access::Access;
 use super::actions::{Target, action_forms, decision_forms};
 use super::auth;
 use super::gate::Caller;
-use super::html::{Nav, Page, age, check, esc, hold_badge, json_block, state_badge, time, w};
+use super::html::{Nav, Page, age, check, code_spans, esc, hold_badge, json_block, state_badge, time, w};
 use super::{App, WebError, assets, html_response, steering};
 use crate::data::Matrix;
 use crate::filter::{Filter, StateFilter, encode, format_after, parse_after};
@@ -112,11 +112,23 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
 /// A GET page: its layout, the one-time message if the request carries one (cleared by
 /// the response), and the live region.
 fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
+    respond_with(StatusCode::OK, headers, caller, title, nav, here, body)
+}
+
+fn respond_with(
+    status: StatusCode,
+    headers: &HeaderMap,
+    caller: &Caller,
+    title: &str,
+    nav: Nav,
+    here: &str,
+    body: &str,
+) -> Response {
     let access = &caller.access;
     let flash = auth::take_flash(headers, caller.secure);
     let page =
         Page { title, nav, access: Some(access), flash: flash.as_ref().map(|(m, _)| m.as_str()), live: true, here };
-    let mut response = html_response(StatusCode::OK, page.render(body));
+    let mut response = html_response(status, page.render(body));
     if let Some((_, clear)) = flash {
         response.headers_mut().append(header::SET_COOKIE, clear);
     }
@@ -183,7 +195,14 @@ pub async fn overview(
          <th scope=\"col\">Records</th>",
     );
     for state in StateFilter::ALL {
-        w!(body, "<th scope=\"col\" class=\"num\">{}</th>", esc(state.as_str()));
+        // The batches in this state at any component.
+        w!(
+            body,
+            "<th scope=\"col\" class=\"num\"><a href=\"/batches?{}\" title=\"the batches {} at any component\">{}</a></th>",
+            esc(Filter { state: Some(state), ..Filter::default() }.url_query()),
+            esc(state.as_str()),
+            esc(state.as_str())
+        );
     }
     body.push_str(
         "<th scope=\"col\" class=\"num\">Total</th><th scope=\"col\">Oldest ready (or waiting for a person) since</th>\
@@ -266,12 +285,31 @@ pub async fn batches(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, WebError> {
     let query = ListQuery::from(query)?;
-    let filter = query.filter()?;
     let after = query.after()?;
-    let matrix = app.monitor.matrix(&filter, after).await?;
     let q = query.q.clone().unwrap_or_default();
+    // A filter the monitor cannot apply (a bad term, an unknown component) is shown beside
+    // the box that still holds it, not on a page of its own.
+    let applied = match Filter::parse(&q, query.order.as_deref()) {
+        Ok(filter) => match app.monitor.matrix(&filter, after).await {
+            Ok(matrix) => Ok((filter, matrix)),
+            Err(OperatorError::Input(input)) => Err(input),
+            Err(error) => return Err(error.into()),
+        },
+        Err(input) => Err(input),
+    };
+    let (filter, mut matrix) = match applied {
+        Ok(applied) => applied,
+        Err(input) => {
+            let mut body = String::from("<h1>Batches</h1>\n");
+            body.push_str(&filter_form(&q, query.order.as_deref().unwrap_or_default(), Some(&input)));
+            body.push_str("<p>Nothing is listed until the filter is fixed. Nothing was changed.</p>\n");
+            let (status, here) = (StatusCode::BAD_REQUEST, here(&uri));
+            return Ok(respond_with(status, &headers, &caller, "Batches: bad filter", Nav::Batches, &here, &body));
+        }
+    };
+    app.monitor.failure_summaries(&mut matrix).await?;
     let mut body = String::from("<h1>Batches</h1>\n");
-    body.push_str(&filter_form(&q, &filter));
+    body.push_str(&filter_form(&q, order_name(&filter), None));
     body.push_str(&matrix_table(&filter, after, &matrix));
     let url_query = filter.url_query();
     if after.is_some() || matrix.next.is_some() {
@@ -307,34 +345,53 @@ pub async fn batches(
             body,
             "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}</details>\n",
             esc(matrix.total),
-            action_forms(&caller.access, &target, &components, &types, None, &here(&uri))
+            action_forms(&caller.access, &target, &components, &types, None, None, &here(&uri))
         );
     }
     let title = if q.trim().is_empty() { "Batches".to_owned() } else { format!("Batches: {}", q.trim()) };
     Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
 }
 
-fn filter_form(q: &str, filter: &Filter) -> String {
+/// The filter box holding `q` (as typed), the order, and `error` beside them when the
+/// filter could not be applied.
+fn filter_form(q: &str, order: &str, error: Option<&InvalidInput>) -> String {
     let mut out = String::new();
+    let invalid = |on_order: bool| match error {
+        Some(input) if (input.field == "order") == on_order => " aria-invalid=\"true\"",
+        _ => "",
+    };
+    let described = if error.is_some() { "filter-error filter-help" } else { "filter-help" };
     w!(
         out,
         "<form method=\"get\" action=\"/batches\" class=\"filter\" role=\"search\">\
          <p><label for=\"filter-q\">Filter</label>\
-         <input id=\"filter-q\" name=\"q\" value=\"{}\" size=\"50\" aria-describedby=\"filter-help\"> \
+         <input id=\"filter-q\" name=\"q\" value=\"{}\" size=\"50\" aria-describedby=\"{described}\"{}> \
          <label for=\"filter-order\">Order</label>\
-         <select id=\"filter-order\" name=\"order\">",
-        esc(q)
+         <select id=\"filter-order\" name=\"order\"{}{}>",
+        esc(q),
+        invalid(false),
+        if error.is_some() { " aria-describedby=\"filter-error\"" } else { "" },
+        invalid(true)
     );
     for (value, label) in [("oldest", "oldest first"), ("priority", "highest priority first")] {
-        let selected = if value == order_name(filter) { " selected" } else { "" };
+        let selected = if value == order { " selected" } else { "" };
         w!(out, "<option value=\"{}\"{selected}>{}</option>", esc(value), esc(label));
+    }
+    out.push_str("</select> <button type=\"submit\">Apply</button></p>");
+    if let Some(input) = error {
+        w!(
+            out,
+            "<p id=\"filter-error\" class=\"error\" role=\"alert\">Not applied: <code>{}</code> <code>{}</code>: {}</p>",
+            esc(&input.field),
+            esc(&input.value),
+            code_spans(&input.reason)
+        );
     }
     let states: Vec<&str> = StateFilter::ALL.iter().map(|state| state.as_str()).collect();
     w!(
         out,
-        "</select> <button type=\"submit\">Apply</button></p>\
-         <p id=\"filter-help\" class=\"help\">Terms: <code>component:NAME</code>, <code>state:STATE</code> \
-         ({}; needs <code>component:</code>), \
+        "<p id=\"filter-help\" class=\"help\">Terms: <code>component:NAME</code>, <code>state:STATE</code> \
+         ({}; with <code>component:</code> that component's state, without it the state at any component), \
          <code>type:TYPE</code>, <code>priority:N</code>, <code>priority:&gt;=N</code>, <code>priority:&lt;=N</code>, \
          and a bare word for an id prefix.</p></form>\n",
         esc(states.join(", "))
@@ -394,7 +451,11 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
         );
         for cell in &row.cells {
             let overdue = if cell.overdue { " overdue-cell" } else { "" };
-            w!(out, "<td class=\"cell{overdue}\">{}</td>", state_badge(cell.state, cell.overdue));
+            w!(out, "<td class=\"cell{overdue}\">{}", state_badge(cell.state, cell.overdue));
+            if let Some(failure) = &cell.failure {
+                w!(out, "<br><small class=\"failure-summary\">{}</small>", esc(failure));
+            }
+            out.push_str("</td>");
         }
         out.push_str("</tr>\n");
     }
@@ -440,6 +501,7 @@ pub async fn batch(
     let head = &page.head;
     let mut body = String::new();
     w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(head.id()));
+    body.push_str(&failures(&page.explanations));
     body.push_str(&summary(head));
     let types: Vec<String> = head.summary.effective.iter().map(|e| e.event_type.to_string()).collect();
     let target = without_log(head);
@@ -448,6 +510,21 @@ pub async fn batch(
         body.push_str(&decision(&caller.access, head, &target, e, &page.explanations, &types, &here(&uri)));
     }
     body.push_str(&states(&page.explanations));
+    // The actions beside the verdict, the failed component (the first in pipeline order
+    // whose effective result is a failure) chosen in them.
+    let failed = page.explanations.iter().find(|e| e.result.as_ref().is_some_and(|r| r.outcome == Outcome::Failure));
+    let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
+    body.push_str("<h2 id=\"actions\">Actions</h2>\n");
+    let (priority, preselect) = (Some(head.summary.priority), failed.map(|e| e.component.as_str()));
+    body.push_str(&action_forms(
+        &caller.access,
+        &Target::One(&target),
+        &components,
+        &types,
+        priority,
+        preselect,
+        &here(&uri),
+    ));
     body.push_str(&metadata(head));
     body.push_str(&open_runs(head));
     body.push_str(&super::timeline::section(&app.monitor.operator().timeline(head).await?));
@@ -459,10 +536,6 @@ pub async fn batch(
     for explanation in &page.explanations {
         body.push_str(&explain(explanation));
     }
-    let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
-    body.push_str("<h2 id=\"actions\">Actions</h2>\n");
-    let priority = Some(head.summary.priority);
-    body.push_str(&action_forms(&caller.access, &Target::One(&target), &components, &types, priority, &here(&uri)));
     let title = format!("Batch {}", head.id());
     Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
 }
@@ -648,6 +721,30 @@ fn summary(head: &BatchHead) -> String {
         esc(size_text(head.stored_bytes)),
         time(head.as_of)
     );
+    out
+}
+
+/// The verdict first: each component whose effective result is a failure, in pipeline
+/// order, with its report's summary and a way to the actions.
+fn failures(explanations: &[Explanation]) -> String {
+    let mut out = String::new();
+    for e in explanations {
+        let Some(failure) = e.result.as_ref().filter(|r| r.outcome == Outcome::Failure) else { continue };
+        let notes = report_summary(failure);
+        w!(
+            out,
+            "<p class=\"verdict\" id=\"failed-{1}\">{0} at <a href=\"#explain-{1}\">{1}</a>: <code>{2}</code> seq {3} \
+             by {4} at {5}{6}{7} (<a href=\"#actions\">actions</a>).</p>\n",
+            state_badge(e.state, false),
+            esc(&e.component),
+            esc(&failure.event_type),
+            esc(failure.seq),
+            esc(&failure.agent),
+            time(failure.at),
+            if notes.is_empty() { "" } else { ": " },
+            esc(notes.join("; "))
+        );
+    }
     out
 }
 
