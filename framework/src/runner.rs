@@ -205,7 +205,7 @@ impl PassSummary {
                 BatchResult::StoreUnreachable { .. } => "store unreachable",
                 BatchResult::NotReady { .. } => "not ready",
                 BatchResult::Busy { .. } => "locked elsewhere",
-                BatchResult::WaitingForPool { .. } => unreachable!("filtered out above"),
+                BatchResult::WaitingForPool { .. } => "waiting for a pool",
             };
             *counts.entry(kind).or_default() += 1;
         }

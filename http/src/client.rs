@@ -137,7 +137,7 @@ impl HttpClient {
         if options.bases.iter().any(|base| base.starts_with("https://")) {
             builder = builder.use_preconfigured_tls(tls.config()?);
         }
-        let http = builder.build().map_err(|e| InvalidInput::new(what, options.bases.join(","), chain(&e)))?;
+        let http = builder.build().map_err(|e| InvalidInput::new(what, options.bases.join(","), error_chain(&e)))?;
         Ok(Self {
             bases: options.bases,
             current: AtomicUsize::new(0),
@@ -191,7 +191,8 @@ impl HttpClient {
                 },
                 Err(error) => {
                     let unsent = error.is_connect();
-                    let mut message = format!("{} at {base} unreachable ({operation}): {}", self.what, chain(&error));
+                    let mut message =
+                        format!("{} at {base} unreachable ({operation}): {}", self.what, error_chain(&error));
                     if !unsent && retry == Retry::OnlyUnsent {
                         message
                             .push_str("; it may have been done before the connection broke: look before repeating it");
@@ -257,7 +258,7 @@ impl HttpClient {
                 "{} at {}: reading the answer to {operation}: {}",
                 self.what,
                 base,
-                chain(&e)
+                error_chain(&e)
             ))
         })?;
         self.reached.store(true, Ordering::Relaxed);
@@ -287,8 +288,9 @@ impl HttpClient {
     }
 }
 
-/// reqwest's errors keep the useful part ("Connection refused") in their sources.
-fn chain(error: &dyn std::error::Error) -> String {
+/// An error with its sources, on one line: reqwest's errors keep the useful part
+/// ("Connection refused") in their sources.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {

@@ -719,9 +719,13 @@ async fn the_cli_and_the_monitor_run_the_notifier_and_each_item_still_goes_out_o
     let outbox = pipeline.store.recent_notices(100).await.unwrap();
     let sent: Vec<&str> = outbox.iter().filter(|n| n.sent_at.is_some()).map(|n| n.key.as_str()).collect();
     assert_eq!(sent.len(), 2, "{outbox:#?}");
-    // Not a wait for a condition: a window in which the monitor makes three more passes,
-    // none of which may send anything again.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A window in which the monitor makes three more passes, none of which may send
+    // anything again: watched throughout, so a repeat fails the test as it happens.
+    let repeated = wait_until_async(Instant::now() + Duration::from_secs(3), async || {
+        receiver.requests().len() > 1 || sink.messages().len() > 1
+    })
+    .await;
+    assert!(!repeated, "a notice went out twice");
     assert!(monitor.0.try_wait().unwrap().is_none(), "the monitor keeps serving");
     assert_eq!(receiver.requests().len(), 1, "the webhook went out once");
     assert_eq!(mail_keys(&sink.messages()), [format!("mail:failure:B1:{seq}")], "one mail");

@@ -247,16 +247,9 @@ impl Webhook {
     }
 }
 
-/// An error with its sources, on one line.
+/// An error with its sources, on one line, bounded.
 fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text::one_line(&text, 400)
+    text::one_line(&autocomp_http::client::error_chain(error), 400)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use autocomp_store::pipeline_state::{
     MAX_OUTCOME_SUMMARY_CHARS, MAX_STEERING_LOG_PAGE,
 };
 use autocomp_store::*;
+use autocomp_test_servers::wait_until_async;
 use serde_json::json;
 
 use super::{Fixture, agent, component, id, register, tick};
@@ -445,13 +446,15 @@ pub async fn a_failed_notice_is_due_again_after_retry_in_with_its_attempts_count
         if settled.elapsed() < RETRY_IN - Duration::from_millis(50) {
             assert!(early.is_empty(), "taken again before its retry time: {early:?}");
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
         let mut again = early;
-        while again.is_empty() {
-            assert!(Instant::now() < deadline, "n1 never came due again");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            again = f.store.take_notices("notifier-b", 10, LONG).await.unwrap();
-        }
+        let due = wait_until_async(Instant::now() + Duration::from_secs(10), async || {
+            if again.is_empty() {
+                again = f.store.take_notices("notifier-b", 10, LONG).await.unwrap();
+            }
+            !again.is_empty()
+        })
+        .await;
+        assert!(due, "n1 never came due again");
         let waited = settled.elapsed();
         assert!(waited >= RETRY_IN - Duration::from_millis(5), "due again after {waited:?}");
         assert_eq!(keys(&again), ["n1"]);
@@ -476,15 +479,13 @@ pub async fn an_expired_lease_lets_another_holder_take_it_and_refuses_the_first(
     f.store.enqueue_notices(vec![notice("n1")], None).await.unwrap();
     let taken_at = Instant::now();
     assert_eq!(keys(&f.store.take_notices("notifier-a", 10, LEASE).await.unwrap()), ["n1"]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let taken = loop {
-        let taken = f.store.take_notices("notifier-b", 10, LONG).await.unwrap();
-        if !taken.is_empty() {
-            break taken;
-        }
-        assert!(Instant::now() < deadline, "the lease never ran out");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let mut taken = Vec::new();
+    let took = wait_until_async(Instant::now() + Duration::from_secs(10), async || {
+        taken = f.store.take_notices("notifier-b", 10, LONG).await.unwrap();
+        !taken.is_empty()
+    })
+    .await;
+    assert!(took, "the lease never ran out");
     let waited = taken_at.elapsed();
     assert!(waited >= LEASE - Duration::from_millis(5), "taken over after {waited:?}, within the lease");
     assert_eq!((keys(&taken), taken[0].attempts), (vec!["n1"], 0));
