@@ -127,6 +127,12 @@ impl Event {
         self.details.get(name).and_then(Value::as_bool).unwrap_or(false)
     }
 
+    /// What the run printed, if its report kept any (`Report::output`).
+    pub fn output(&self) -> Option<crate::RunOutput> {
+        let output = self.details.get(crate::OUTPUT_KEY)?;
+        serde_json::from_value(output.clone()).ok()
+    }
+
     /// A failure the component said may succeed if retried.
     pub fn is_transient_failure(&self) -> bool {
         self.outcome == Outcome::Failure && self.flag("transient")

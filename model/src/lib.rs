@@ -8,6 +8,7 @@ mod effective;
 #[cfg(test)]
 mod fixtures;
 mod names;
+mod output;
 mod registry;
 mod report;
 mod schedule;
@@ -26,11 +27,12 @@ pub use effective::EffectiveView;
 pub use names::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, PoolName, is_concealing,
 };
+pub use output::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
 pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
     Retirement,
 };
-pub use report::{Failure, RESULT_KEY, Report};
+pub use report::{Failure, OUTPUT_KEY, RESULT_KEY, Report};
 pub use schedule::Schedule;
 pub use selection::Selection;
 pub use steering::{
@@ -41,8 +43,9 @@ pub use summary::{BatchFacts, BatchSummary, EventSummary, SummaryAt, SummaryHead
 pub use time::{Seq, Timestamp};
 pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
 pub use work::{
-    DURATION_BOUNDS_MS, DURATION_BUCKETS, MAX_WORK_PER_PASS, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkDone,
-    WorkHistory, WorkResult, WorkTallies, WorkTally,
+    BacklogSample, DURATION_BOUNDS_MS, DURATION_BUCKETS, MAX_BACKLOG_SAMPLES, MAX_WORK_PER_PASS, SeriesStep,
+    WORK_HOURS_KEPT, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkDone, WorkHistory, WorkPoint, WorkResult,
+    WorkTallies, WorkTally,
 };
 
 /// The largest `details` or `metadata` document the store accepts, serialized.

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Outcome;
+use super::{Outcome, RunOutput};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -43,10 +43,16 @@ pub struct Report {
     /// later components read it typed with `Batch::result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+    /// What the run printed (a command's stdout and stderr, a Rust component's log lines),
+    /// bounded; under the details key `output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<RunOutput>,
 }
 
 /// The details key a component's structured result is recorded under.
 pub const RESULT_KEY: &str = "result";
+/// The details key a run's output is recorded under.
+pub const OUTPUT_KEY: &str = "output";
 
 fn is_false(flag: &bool) -> bool {
     !flag
@@ -66,6 +72,7 @@ impl Report {
             cancelled: false,
             skipped: false,
             result: None,
+            output: None,
         }
     }
 

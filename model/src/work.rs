@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::InvalidInput;
+use super::{ComponentName, InvalidInput, Timestamp};
 
 /// Most batches one pass may report (a pass claims at most its `queue_size`).
 pub const MAX_WORK_PER_PASS: usize = 100_000;
@@ -189,6 +189,75 @@ pub struct WorkHistory {
 pub const WORK_MINUTES_KEPT: i64 = 120;
 /// The minutes counted as the last hour: the current one and the 59 before it.
 pub const WORK_MINUTES_IN_HOUR: i64 = 60;
+
+/// How many hours of per-hour tallies and backlog samples the registry keeps: 31 days, so a
+/// 30-day chart is always whole.
+pub const WORK_HOURS_KEPT: i64 = 24 * 31;
+
+/// The steps a component's history is kept in: minutes for the last `WORK_MINUTES_KEPT`,
+/// hours for the last `WORK_HOURS_KEPT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SeriesStep {
+    Minute,
+    Hour,
+}
+
+impl SeriesStep {
+    pub fn millis(self) -> i64 {
+        match self {
+            SeriesStep::Minute => 60_000,
+            SeriesStep::Hour => 3_600_000,
+        }
+    }
+
+    /// How many steps back the registry keeps.
+    pub fn kept(self) -> i64 {
+        match self {
+            SeriesStep::Minute => WORK_MINUTES_KEPT,
+            SeriesStep::Hour => WORK_HOURS_KEPT,
+        }
+    }
+
+    /// The number of the step `at` falls in (milliseconds since the epoch / step).
+    pub fn index_of(self, at: Timestamp) -> i64 {
+        at.millis().div_euclid(self.millis())
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeriesStep::Minute => "minute",
+            SeriesStep::Hour => "hour",
+        }
+    }
+}
+
+/// One step of a component's history, in store time: what its recorded work came to in that
+/// minute or hour, and its backlog (batches ready for it) as last sampled in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+pub struct WorkPoint {
+    pub component: ComponentName,
+    /// Where the step starts.
+    pub at: Timestamp,
+    #[serde(default)]
+    pub tallies: WorkTallies,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u64>,
+}
+
+/// A component's backlog as sampled now: how many batches are ready for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BacklogSample {
+    pub component: ComponentName,
+    pub ready: u64,
+}
+
+/// Most samples one `record_backlog` takes (one per component).
+pub const MAX_BACKLOG_SAMPLES: usize = 10_000;
 
 pub(crate) fn check_work(work: &[WorkDone]) -> Result<(), InvalidInput> {
     if work.len() > MAX_WORK_PER_PASS {

@@ -11,6 +11,7 @@ mod open;
 pub mod pipeline_state;
 pub mod port;
 pub mod postgres;
+mod series;
 pub mod sqlite;
 mod steering_rules;
 mod write_rules;

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use autocomp_model::{
-    Agent, Batch, BatchFacts, BatchId, BatchSummary, ComponentName, Event, EventType, InvalidInput, NewBatch, NewEvent,
-    PassRecord, RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest, Timestamp,
+    Agent, BacklogSample, Batch, BatchFacts, BatchId, BatchSummary, ComponentName, Event, EventType, InvalidInput,
+    NewBatch, NewEvent, PassRecord, RegisteredComponent, Run, RunHolder, Seq, SeriesStep, Steering, SteeringEntry,
+    SteeringRequest, Timestamp, WorkPoint,
 };
 
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
@@ -513,6 +514,22 @@ pub trait ObjectStore: Send + Sync {
 
     /// The newest `limit` notices (1 to `MAX_NOTICES_PER_CALL`), pending and sent, newest first.
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>>;
+
+    /// What components' work came to over time, per minute (the last `WORK_MINUTES_KEPT`) or
+    /// per hour (the last `WORK_HOURS_KEPT`), from the step holding `since` on, of one
+    /// component or all: only the steps with results or a backlog sample, by component and
+    /// time, in store time.
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>>;
+
+    /// Records each component's backlog as sampled now (the monitor samples it): the newest
+    /// sample of the current minute and of the current hour, by the store's clock. Samples
+    /// older than the registry keeps are dropped. Takes no seq.
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()>;
 
     /// How many batches the store holds (the default pages through `list_batches`).
     async fn count_batches(&self) -> StoreResult<u64> {

@@ -215,6 +215,24 @@ pub(crate) fn client_key_prefix(tag: &str) -> String {
     format!("{tag}.{host}.{}.{}", std::process::id(), started.as_nanos())
 }
 
+/// Refuses more backlog samples than one call takes, and two samples of one component.
+pub(crate) fn check_backlog(samples: &[autocomp_model::BacklogSample]) -> Result<(), InvalidInput> {
+    if samples.len() > autocomp_model::MAX_BACKLOG_SAMPLES {
+        return Err(InvalidInput::new(
+            "samples",
+            samples.len().to_string(),
+            format!("at most {} per call", autocomp_model::MAX_BACKLOG_SAMPLES),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for sample in samples {
+        if !seen.insert(sample.component.as_str()) {
+            return Err(InvalidInput::new("component", sample.component.as_str(), "sampled twice in one call"));
+        }
+    }
+    Ok(())
+}
+
 /// The smallest `max_batch_bytes` a store takes: one document of the largest size an event's
 /// details may have fits in an empty batch, and a typo (`64` for `64MiB`) is caught.
 pub const MIN_MAX_BATCH_BYTES: u64 = autocomp_model::MAX_DOCUMENT_BYTES as u64;

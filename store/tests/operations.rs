@@ -1661,6 +1661,57 @@ async fn reported_work_adds_up_per_result_in_total_and_over_the_last_hour(f: Fix
     assert!(f.store.components().await.unwrap().iter().all(|c| c.name().as_str() != "page-counter-2"));
 }
 
+async fn work_series_hold_each_minute_and_hour_with_the_backlog_sampled_in_it(f: Fixture) {
+    use WorkResult::{Failure, Success};
+    let counter = descriptor("page-counter", "Pages_Counted");
+    let archiver = descriptor("archiver", "Data_Archived");
+    let before = Timestamp(Timestamp::now().millis() - 1_000);
+    assert_eq!(f.store.work_series(SeriesStep::Hour, before, None).await.unwrap(), [], "nothing yet");
+    f.store.record_pass(pass(&counter, "host-a", worked(&[(Success, 8), (Failure, 2_000)]))).await.unwrap();
+    f.store.record_pass(pass(&archiver, "host-a", worked(&[(Success, 30)]))).await.unwrap();
+    let samples = |ready: u64| {
+        vec![
+            BacklogSample { component: component("page-counter"), ready },
+            BacklogSample { component: component("archiver"), ready: 1 },
+        ]
+    };
+    f.store.record_backlog(samples(7)).await.unwrap();
+    f.store.record_backlog(samples(5)).await.unwrap();
+    let since = Timestamp(Timestamp::now().millis() - 2 * 3_600_000);
+    for step in [SeriesStep::Minute, SeriesStep::Hour] {
+        let points = f.store.work_series(step, since, None).await.unwrap();
+        let names: Vec<&str> = points.iter().map(|p| p.component.as_str()).collect();
+        // Everything happened within a step or two; the same on both backends and steps.
+        assert!(names.first() == Some(&"archiver") && names.last() == Some(&"page-counter"), "{step:?}: {names:?}");
+        let counter_points: Vec<&WorkPoint> =
+            points.iter().filter(|p| p.component.as_str() == "page-counter").collect();
+        let results: u64 = counter_points.iter().map(|p| p.tallies.combined().results).sum();
+        let failures: u64 = counter_points.iter().map(|p| p.tallies.failure.results).sum();
+        assert_eq!((results, failures), (2, 1), "{step:?}");
+        let newest = counter_points.last().unwrap();
+        assert_eq!(newest.backlog, Some(5), "{step:?}: the newest sample of the step replaces the one before");
+        assert_eq!(newest.at.millis() % step.millis(), 0, "a point starts at its step");
+        assert!(newest.at <= Timestamp::now() && newest.at.millis() > Timestamp::now().millis() - 2 * step.millis());
+    }
+    let only = f.store.work_series(SeriesStep::Minute, since, Some(&component("archiver"))).await.unwrap();
+    assert!(!only.is_empty() && only.iter().all(|p| p.component.as_str() == "archiver"), "{only:?}");
+    let later = Timestamp(Timestamp::now().millis() + 3 * 3_600_000);
+    assert_eq!(f.store.work_series(SeriesStep::Hour, later, None).await.unwrap(), [], "since is honoured");
+
+    let twice = vec![
+        BacklogSample { component: component("archiver"), ready: 1 },
+        BacklogSample { component: component("archiver"), ready: 2 },
+    ];
+    match f.store.record_backlog(twice).await {
+        Err(StoreError::Invalid(input)) => {
+            assert_eq!((input.field.as_str(), input.value.as_str()), ("component", "archiver"))
+        }
+        other => panic!("a component sampled twice must be refused by name: {other:?}"),
+    }
+    let newest = f.store.work_series(SeriesStep::Minute, since, Some(&component("archiver"))).await.unwrap();
+    assert_eq!(newest.last().unwrap().backlog, Some(1), "the refused call changed nothing");
+}
+
 /// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
@@ -1714,6 +1765,7 @@ contract!(
     registry_writes_take_no_seq_and_stay_out_of_the_change_feed,
     concurrent_first_passes_of_one_event_type_let_exactly_one_in,
     reported_work_adds_up_per_result_in_total_and_over_the_last_hour,
+    work_series_hold_each_minute_and_hour_with_the_backlog_sampled_in_it,
     summaries_equal_the_summary_of_each_whole_batch,
     running_names_each_component_with_an_open_run_once,
     run_state_tells_a_holder_whether_its_generation_is_still_the_open_one,

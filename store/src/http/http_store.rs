@@ -22,6 +22,7 @@ use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
 };
+use autocomp_model::{BacklogSample, SeriesStep, Timestamp, WorkPoint};
 
 pub struct HttpStore {
     client: HttpClient,
@@ -314,5 +315,20 @@ impl ObjectStore for HttpStore {
 
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
         self.call::<op::RecentNotices>(&wire::Limit { limit }, Retry::Safe).await
+    }
+
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>> {
+        let request = wire::WorkSeriesRequest { step, since, component: component.cloned() };
+        self.call::<op::WorkSeries>(&request, Retry::Safe).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
+        // A sample replaces the step's last one: sending it twice changes nothing.
+        self.call::<op::RecordBacklog>(&wire::RecordBacklog { samples }, Retry::Safe).await.map(|_| ())
     }
 }

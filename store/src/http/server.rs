@@ -168,6 +168,15 @@ impl StoreService {
                 return Ok(reply.send(wire::Empty {}));
             }
             R::RecentNotices(request, reply) => reply.send(store.recent_notices(request.limit).await?),
+            R::WorkSeries(request, reply) => {
+                let points = store.work_series(request.step, request.since, request.component.as_ref()).await?;
+                return Ok(reply.send(points));
+            }
+            R::RecordBacklog(request, reply) => {
+                store.record_backlog(request.samples).await?;
+                // Like the registry's passes, samples take no seq: no long poll wakes.
+                return Ok(reply.send(wire::Empty {}));
+            }
         };
         if write {
             self.changed.notify_waiters();

@@ -13,6 +13,7 @@ use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
     Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
 };
+use autocomp_model::{BacklogSample, SeriesStep, Timestamp, WorkPoint};
 
 autocomp_http::operations! {
     /// A request to the store service: one variant per `ObjectStore` operation, each with
@@ -90,6 +91,10 @@ autocomp_http::operations! {
         write settle_notice: SettleNotice(SettleNotice) -> Empty;
         /// The newest `limit` notices (1 to 1000), pending and sent, newest first.
         read recent_notices: RecentNotices(Limit) -> Vec<Notice>;
+        /// Components' work over time, per minute (the last 120) or per hour (the last 744), from the step holding `since` on, of one component or all: only steps with results or a backlog sample, by component and time, in store time.
+        read work_series: WorkSeries(WorkSeriesRequest) -> Vec<WorkPoint>;
+        /// Records each component's backlog (batches ready for it) as sampled now: the newest sample of the current minute and hour, by the store's clock (at most 10000 samples, each component once). Takes no seq.
+        write record_backlog: RecordBacklog(RecordBacklog) -> Empty;
     }
 }
 
@@ -107,6 +112,23 @@ pub struct Created {
     /// False when an identical batch already existed and nothing changed.
     pub created: bool,
     pub batch: Batch,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkSeriesRequest {
+    pub step: SeriesStep,
+    /// Milliseconds since the epoch: the first step read is the one holding it.
+    pub since: Timestamp,
+    /// One component; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<ComponentName>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordBacklog {
+    pub samples: Vec<BacklogSample>,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]

@@ -28,6 +28,7 @@ use autocomp_model::{
     Retirement, Run, RunHolder, RunRef, RunState, Seq, Steering, SteeringEntry, SteeringRequest, SummaryHeader,
     SummaryState, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
 };
+use autocomp_model::{BacklogSample, SeriesStep, WorkPoint};
 
 /// One attempt of an operation on one connection.
 pub(crate) type Attempt<'c, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'c>>;
@@ -1367,6 +1368,19 @@ impl ObjectStore for PgStore {
 
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
         self.pg_recent_notices(limit).await
+    }
+
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>> {
+        self.pg_work_series(step, since, component).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
+        self.pg_record_backlog(samples).await
     }
 }
 

@@ -8,7 +8,7 @@ use crate::port::{StoreError, StoreResult};
 use autocomp_model::{InvalidInput, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT};
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -984,6 +984,84 @@ BEGIN
 END $$;
 "#;
 
+const V7: &str = r#"
+-- The registry's longer history, for the monitor's charts: result tallies per hour of store
+-- time (kept 31 days, like the minutes' two hours), and each component's backlog (batches
+-- ready for it) as the monitor samples it, the newest sample per minute and per hour.
+CREATE TABLE component_work_hours (
+    component       text COLLATE "C" NOT NULL,
+    hour            bigint NOT NULL,
+    result          text NOT NULL,
+    results         bigint NOT NULL,
+    duration_ms_sum bigint NOT NULL,
+    buckets         bigint[] NOT NULL,
+    PRIMARY KEY (component, hour, result)
+);
+CREATE TABLE component_backlog (
+    component text COLLATE "C" NOT NULL,
+    step      text NOT NULL,
+    at        bigint NOT NULL,
+    ready     bigint NOT NULL,
+    PRIMARY KEY (component, step, at)
+);
+
+-- As before, and the pass's work added to the current hour too.
+CREATE OR REPLACE FUNCTION autocomp_record_pass(p_name text, p_event_type text, p_descriptor jsonb, p_host text,
+    p_version text, p_ended boolean, p_outcome text, p_summary text, p_duration_ms bigint, p_work jsonb)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    other text;
+    this_minute bigint := autocomp_now() / 60000;
+    this_hour bigint := autocomp_now() / 3600000;
+BEGIN
+    other := autocomp_record_pass(p_name, p_event_type, p_descriptor, p_host, p_version, p_ended, p_outcome,
+        p_summary, p_duration_ms);
+    IF other IS NOT NULL OR p_work IS NULL OR jsonb_array_length(p_work) = 0 THEN
+        RETURN other;
+    END IF;
+    INSERT INTO component_work_totals AS w (component, result, results, duration_ms_sum, buckets)
+        SELECT p_name, t.result, t.results, t.duration_ms_sum, t.buckets
+        FROM jsonb_to_recordset(p_work) AS t(result text, results bigint, duration_ms_sum bigint, buckets bigint[])
+        ON CONFLICT (component, result) DO UPDATE SET
+            results = w.results + excluded.results,
+            duration_ms_sum = w.duration_ms_sum + excluded.duration_ms_sum,
+            buckets = autocomp_add_counts(w.buckets, excluded.buckets);
+    INSERT INTO component_work_minutes AS w (component, minute, result, results, duration_ms_sum, buckets)
+        SELECT p_name, this_minute, t.result, t.results, t.duration_ms_sum, t.buckets
+        FROM jsonb_to_recordset(p_work) AS t(result text, results bigint, duration_ms_sum bigint, buckets bigint[])
+        ON CONFLICT (component, minute, result) DO UPDATE SET
+            results = w.results + excluded.results,
+            duration_ms_sum = w.duration_ms_sum + excluded.duration_ms_sum,
+            buckets = autocomp_add_counts(w.buckets, excluded.buckets);
+    INSERT INTO component_work_hours AS w (component, hour, result, results, duration_ms_sum, buckets)
+        SELECT p_name, this_hour, t.result, t.results, t.duration_ms_sum, t.buckets
+        FROM jsonb_to_recordset(p_work) AS t(result text, results bigint, duration_ms_sum bigint, buckets bigint[])
+        ON CONFLICT (component, hour, result) DO UPDATE SET
+            results = w.results + excluded.results,
+            duration_ms_sum = w.duration_ms_sum + excluded.duration_ms_sum,
+            buckets = autocomp_add_counts(w.buckets, excluded.buckets);
+    DELETE FROM component_work_minutes WHERE component = p_name AND minute < this_minute - @WORK_MINUTES_KEPT@;
+    DELETE FROM component_work_hours WHERE component = p_name AND hour < this_hour - @WORK_HOURS_KEPT@;
+    RETURN NULL;
+END $$;
+
+-- Each component's backlog as sampled now: the newest sample of the current minute and hour.
+CREATE FUNCTION autocomp_record_backlog(p_components text[], p_ready bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    this_minute bigint := autocomp_now() / 60000;
+    this_hour bigint := autocomp_now() / 3600000;
+BEGIN
+    INSERT INTO component_backlog AS b (component, step, at, ready)
+        SELECT s.component, steps.step, steps.at, s.ready
+        FROM unnest(p_components, p_ready) AS s(component, ready),
+             (VALUES ('minute', this_minute), ('hour', this_hour)) AS steps(step, at)
+        ON CONFLICT (component, step, at) DO UPDATE SET ready = excluded.ready;
+    DELETE FROM component_backlog WHERE step = 'minute' AND at < this_minute - @WORK_MINUTES_KEPT@;
+    DELETE FROM component_backlog WHERE step = 'hour' AND at < this_hour - @WORK_HOURS_KEPT@;
+END $$;
+"#;
+
 /// Applies the missing migrations in one transaction under the migration lock; returns the
 /// versions applied (none when another process got there first).
 pub async fn migrate(client: &mut Client, target: &str) -> StoreResult<Vec<i32>> {
@@ -1012,7 +1090,8 @@ pub async fn migrate_up_to(client: &mut Client, target: &str, version: i32) -> S
         let sql = sql
             .replace("@FEED_LOCK@", &FEED_LOCK.to_string())
             .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
-            .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string());
+            .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
+            .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
         tx.batch_execute(&sql).await.map_err(|e| {
             StoreError::Unavailable(format!("migration to schema {version} failed: {}", super::describe_error(&e)))
         })?;

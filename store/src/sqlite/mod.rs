@@ -4,6 +4,7 @@
 //! counter inside that transaction, which makes seqs strictly increasing in commit order
 //! (the component registry's writes change no batch and take no seq).
 
+mod history;
 mod ops;
 mod rows;
 mod schema;
@@ -25,8 +26,9 @@ use crate::port::{
 };
 use crate::steering_rules;
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent, PassRecord,
-    RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
+    Agent, BacklogSample, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent,
+    PassRecord, RegisteredComponent, Run, RunHolder, Seq, SeriesStep, Steering, SteeringEntry, SteeringRequest,
+    Timestamp, WorkPoint,
 };
 
 pub use schema::LATEST_VERSION;
@@ -494,6 +496,21 @@ impl ObjectStore for SqliteStore {
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
         steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.with_connection(move |conn| steering::recent_notices(conn, limit)).await
+    }
+
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>> {
+        let component = component.cloned();
+        self.with_connection(move |conn| history::work_series(conn, step, since, component.as_ref())).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
+        crate::write_rules::check_backlog(&samples)?;
+        self.with_connection(move |conn| history::record_backlog(conn, &samples)).await
     }
 
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {

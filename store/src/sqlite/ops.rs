@@ -15,10 +15,10 @@ use crate::port::{
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, EventType, HostRecord, NewBatch, NewEvent, PassOutcome,
-    PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder, RunState, Seq, Timestamp,
-    WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkHistory, WorkResult, WorkTallies, WorkTally,
+    PassPhase, PassRecord, RegisteredComponent, Retirement, Run, RunHolder, RunState, Seq, Timestamp, WorkTallies,
 };
 
+use super::history::{add_work, load_work};
 use super::rows::{
     EVENT_COLUMNS, NameCache, event_from_row, event_from_row_of, load_batch, load_batches, query_runs, stored,
     stored_json,
@@ -657,128 +657,6 @@ pub fn record_pass(conn: &mut Connection, pass: &PassRecord) -> StoreResult<()> 
         add_work(&tx, name, now, &WorkTallies::of(work))?;
     }
     tx.commit().map_err(unavailable)
-}
-
-/// Adds a pass's results to the component's totals and to the current minute's tallies, and
-/// drops minutes older than the registry keeps.
-fn add_work(tx: &Transaction, component: &str, now: Timestamp, tallies: &WorkTallies) -> StoreResult<()> {
-    let minute = minute_of(now);
-    for (result, tally) in tallies.non_empty() {
-        let key = (component, result.as_str());
-        let total: Option<WorkTally> = tx
-            .prepare_cached(
-                "SELECT results, duration_ms_sum, buckets FROM component_work_totals WHERE component = ?1 AND result = ?2",
-            )
-            .and_then(|mut statement| statement.query_row(params![key.0, key.1], |row| tally_at(row, 0)).optional())
-            .map_err(unavailable)?;
-        let total = merged(total, tally);
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO component_work_totals (component, result, results, duration_ms_sum, buckets)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .and_then(|mut statement| {
-            statement.execute(params![
-                key.0,
-                key.1,
-                stored_count(total.results),
-                stored_count(total.duration_ms_sum),
-                buckets_text(&total)
-            ])
-        })
-        .map_err(unavailable)?;
-        let current: Option<WorkTally> = tx
-            .prepare_cached(
-                "SELECT results, duration_ms_sum, buckets FROM component_work_minutes
-                 WHERE component = ?1 AND minute = ?2 AND result = ?3",
-            )
-            .and_then(|mut statement| {
-                statement.query_row(params![key.0, minute, key.1], |row| tally_at(row, 0)).optional()
-            })
-            .map_err(unavailable)?;
-        let current = merged(current, tally);
-        tx.prepare_cached(
-            "INSERT OR REPLACE INTO component_work_minutes (component, minute, result, results, duration_ms_sum, buckets)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .and_then(|mut statement| {
-            statement.execute(params![
-                key.0,
-                minute,
-                key.1,
-                stored_count(current.results),
-                stored_count(current.duration_ms_sum),
-                buckets_text(&current)
-            ])
-        })
-        .map_err(unavailable)?;
-    }
-    tx.prepare_cached("DELETE FROM component_work_minutes WHERE component = ?1 AND minute < ?2")
-        .and_then(|mut statement| statement.execute(params![component, minute - WORK_MINUTES_KEPT]))
-        .map_err(unavailable)?;
-    Ok(())
-}
-
-fn stored_count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn minute_of(at: Timestamp) -> i64 {
-    at.millis().div_euclid(60_000)
-}
-
-fn merged(stored: Option<WorkTally>, added: &WorkTally) -> WorkTally {
-    let mut tally = stored.unwrap_or_default();
-    tally.add(added);
-    tally
-}
-
-fn buckets_text(tally: &WorkTally) -> String {
-    serde_json::to_string(&tally.buckets).expect("counts always serialize")
-}
-
-/// A tally stored as `results, duration_ms_sum, buckets` from column `first` on.
-fn tally_at(row: &Row, first: usize) -> rusqlite::Result<WorkTally> {
-    let buckets: String = row.get(first + 2)?;
-    Ok(WorkTally {
-        results: row.get::<_, i64>(first)?.max(0) as u64,
-        duration_ms_sum: row.get::<_, i64>(first + 1)?.max(0) as u64,
-        buckets: serde_json::from_str(&buckets).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(first + 2, rusqlite::types::Type::Text, Box::new(e))
-        })?,
-    })
-}
-
-/// Each component's work history (or the one named): totals, and the last hour's minutes.
-fn load_work(tx: &Connection, only: Option<&str>) -> StoreResult<std::collections::HashMap<String, WorkHistory>> {
-    let mut histories: std::collections::HashMap<String, WorkHistory> = std::collections::HashMap::new();
-    let since = minute_of(Timestamp::now()) - (WORK_MINUTES_IN_HOUR - 1);
-    let queries = [
-        "SELECT component, result, results, duration_ms_sum, buckets FROM component_work_totals
-         WHERE ?1 IS NULL OR component = ?1",
-        "SELECT component, result, results, duration_ms_sum, buckets FROM component_work_minutes
-         WHERE (?1 IS NULL OR component = ?1) AND minute >= ?2",
-    ];
-    for (i, sql) in queries.into_iter().enumerate() {
-        let mut statement = tx.prepare_cached(sql).map_err(unavailable)?;
-        let read = |row: &Row| {
-            let result = WorkResult::parse(&row.get::<_, String>(1)?)
-                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, Box::new(e)))?;
-            Ok((row.get::<_, String>(0)?, result, tally_at(row, 2)?))
-        };
-        let rows = if i == 0 {
-            statement.query_map(params![only], read)
-        } else {
-            statement.query_map(params![only, since], read)
-        }
-        .map_err(unavailable)?;
-        for row in rows {
-            let (component, result, tally) = row.map_err(unavailable)?;
-            let history = histories.entry(component).or_default();
-            let tallies = if i == 0 { &mut history.total } else { &mut history.last_hour };
-            tallies.get_mut(result).add(&tally);
-        }
-    }
-    Ok(histories)
 }
 
 /// `ObjectStore::components`: the registry, one consistent snapshot.

@@ -10,7 +10,8 @@ use autocomp_model::Timestamp;
 use super::unavailable;
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8), (9, V9)];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8), (9, V9), (10, V10)];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -245,6 +246,28 @@ CREATE TABLE notice_cursor (
 );
 -- -1: no notifier has run yet (the first one starts at the head, whatever it is).
 INSERT INTO notice_cursor (id, seq) VALUES (1, -1);
+"#;
+
+const V10: &str = r#"
+-- The registry's longer history, for the monitor's charts: result tallies per hour of store
+-- time (kept 31 days, like the minutes' two hours), and each component's backlog (batches
+-- ready for it) as the monitor samples it, the newest sample per minute and per hour.
+CREATE TABLE component_work_hours (
+    component       TEXT NOT NULL,
+    hour            INTEGER NOT NULL,
+    result          TEXT NOT NULL,
+    results         INTEGER NOT NULL,
+    duration_ms_sum INTEGER NOT NULL,
+    buckets         TEXT NOT NULL,
+    PRIMARY KEY (component, hour, result)
+) WITHOUT ROWID;
+CREATE TABLE component_backlog (
+    component TEXT NOT NULL,
+    step      TEXT NOT NULL,
+    at        INTEGER NOT NULL,
+    ready     INTEGER NOT NULL,
+    PRIMARY KEY (component, step, at)
+) WITHOUT ROWID;
 "#;
 
 pub fn migrate(conn: &mut Connection) -> StoreResult<()> {
