@@ -112,14 +112,15 @@ pub fn main<C: Component>(component: C) -> ExitCode {
 
 /// Logging for command-line programs (components, `autocomp`): quiet text for cron by
 /// default (warnings only: cron mails any output), `-v` info, `-vv` debug. JSON goes to a
-/// log collector, not a mailbox, so it starts at info.
+/// log collector, not a mailbox, so it starts at info. Whatever the level, a work thread's
+/// info lines and above are kept as its run's output.
 pub fn init_logging(verbose: u8, format: LogFormat) {
     let level = match (verbose, format) {
         (0, LogFormat::Text) => "warn",
         (0, LogFormat::Json) | (1, _) => "info",
         _ => "debug",
     };
-    autocomp_http::logging::init(level, format);
+    autocomp_http::logging::init_with(level, format, Some(crate::output::layer()));
 }
 
 /// Runs the component with parsed arguments; returns the documented exit code.

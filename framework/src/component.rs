@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use autocomp_model::{Batch, BatchId, ComponentName, Failure, Report, Trigger};
+use autocomp_model::{
+    Batch, BatchId, ComponentName, DEFAULT_OUTPUT_BYTES, Failure, OutputStream, Report, RunOutput, Trigger,
+};
 use autocomp_store::ObjectStore;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -166,6 +168,15 @@ impl From<autocomp_model::InvalidInput> for WorkError {
     }
 }
 
+/// `output` within `budget`, or `None` when it holds nothing (or the budget is 0).
+pub(crate) fn fitted_output(output: RunOutput, budget: usize) -> Option<RunOutput> {
+    if budget == 0 {
+        return None;
+    }
+    let output = output.fit(budget);
+    (!output.is_empty()).then_some(output)
+}
+
 /// Largest structured result, serialized: half the store's document limit, leaving the
 /// rest of the event's report room.
 pub const MAX_RESULT_BYTES: usize = autocomp_model::MAX_DOCUMENT_BYTES / 2;
@@ -187,10 +198,13 @@ pub(crate) struct CheckpointWriter {
 
 /// What `work` gets besides the batch: where the batch's files are, the report it fills in
 /// (failures, summary, result), the checkpoint an earlier attempt saved and the way to save
-/// its own, and whether the runner has cancelled it.
+/// its own, whether the runner has cancelled it, and the output it keeps with the result.
 pub struct WorkContext {
     location: Option<PathBuf>,
     report: Report,
+    /// Streams the component set itself (`set_output`), and the captured `log`.
+    output: RunOutput,
+    output_budget: usize,
     checkpoint: Option<Value>,
     checkpoints: Option<CheckpointWriter>,
     cancelled: Arc<AtomicBool>,
@@ -198,10 +212,12 @@ pub struct WorkContext {
 
 impl WorkContext {
     /// The context of a run: the checkpoint it starts from, where it saves its own
-    /// (`None`: in memory only) and the flag the runner sets to cancel it.
+    /// (`None`: in memory only), the flag the runner sets to cancel it, and how many bytes
+    /// of output its result keeps.
     pub(crate) fn new(
         batch: &Batch,
         failures_cap: usize,
+        output_budget: usize,
         checkpoint: Option<Value>,
         checkpoints: Option<CheckpointWriter>,
         cancelled: Arc<AtomicBool>,
@@ -209,6 +225,8 @@ impl WorkContext {
         Self {
             location: batch.location().map(PathBuf::from),
             report: Report::new(failures_cap),
+            output: RunOutput::default(),
+            output_budget,
             checkpoint,
             checkpoints,
             cancelled,
@@ -216,9 +234,9 @@ impl WorkContext {
     }
 
     /// A context attached to no run, for testing a component's `work` directly:
-    /// checkpoints stay in memory, nothing is cancelled.
+    /// checkpoints stay in memory, nothing is cancelled, output has the default budget.
     pub fn detached(batch: &Batch, failures_cap: usize) -> Self {
-        Self::new(batch, failures_cap, None, None, Arc::new(AtomicBool::new(false)))
+        Self::new(batch, failures_cap, DEFAULT_OUTPUT_BYTES, None, None, Arc::new(AtomicBool::new(false)))
     }
 
     /// The report so far.
@@ -314,9 +332,34 @@ impl WorkContext {
         Ok(())
     }
 
-    /// The report as `work` left it, for the runner to record.
+    /// How many bytes of output the result keeps, all streams together (`max_output` in
+    /// the component's config; 0: none). A component capturing output itself (a command's
+    /// stdout and stderr) sizes its capture with it.
+    pub fn output_budget(&self) -> usize {
+        self.output_budget
+    }
+
+    /// Keeps `stream` as part of the run's output (replacing one of the same name), e.g. a
+    /// command's `stdout` captured with `OutputCapture`. The runner fits every stream into
+    /// [`WorkContext::output_budget`]. The `log` stream is the framework's: the work
+    /// thread's log lines.
+    pub fn set_output(&mut self, stream: OutputStream) {
+        self.output.set(stream);
+    }
+
+    /// Adds the work thread's captured log lines, unless the component set a `log` itself.
+    pub(crate) fn add_log(&mut self, log: OutputStream) {
+        if self.output.stream(&log.name).is_none() {
+            self.output.set(log);
+        }
+    }
+
+    /// The report as `work` left it, its output fitted into the budget, for the runner to
+    /// record.
     pub(crate) fn into_report(self) -> Report {
-        self.report
+        let mut report = self.report;
+        report.output = fitted_output(self.output, self.output_budget);
+        report
     }
 }
 
@@ -370,5 +413,25 @@ mod tests {
         assert!(context.report().result.is_none(), "nothing set");
         context.set_result(&serde_json::json!({"pages": 412})).unwrap();
         assert_eq!(context.into_report().result, Some(serde_json::json!({"pages": 412})));
+    }
+
+    #[test]
+    fn output_set_by_the_work_is_fitted_into_the_budget_and_absent_when_empty() {
+        let batch = crate::testing::TestBatch::new("B1").build();
+        let stream =
+            |name: &str, text: &str| OutputStream { name: name.into(), head: text.into(), ..Default::default() };
+        let context = WorkContext::detached(&batch, 10);
+        assert_eq!(context.output_budget(), DEFAULT_OUTPUT_BYTES);
+        assert_eq!(context.into_report().output, None, "nothing printed: no output");
+        let mut context = WorkContext::new(&batch, 10, 100, None, None, Arc::new(AtomicBool::new(false)));
+        context.set_output(stream("stdout", &"o".repeat(500)));
+        context.set_output(stream("stderr", "oops\n"));
+        context.add_log(stream("stderr", "not this one"));
+        let output = context.into_report().output.unwrap();
+        assert_eq!(output.stream("stderr").unwrap().head, "oops\n");
+        assert_eq!(output.stream("stdout").unwrap().kept_bytes(), 95);
+        let mut context = WorkContext::new(&batch, 10, 0, None, None, Arc::new(AtomicBool::new(false)));
+        context.set_output(stream("stdout", "x"));
+        assert_eq!(context.into_report().output, None, "max_output = 0 keeps none");
     }
 }

@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use autocomp_model::{ComponentDescriptor, ComponentName, EventType, PoolName, Schedule, Trigger, duration_text};
+use autocomp_model::{
+    ComponentDescriptor, ComponentName, DEFAULT_OUTPUT_BYTES, EventType, MAX_OUTPUT_BYTES, PoolName, Schedule, Trigger,
+    duration_text,
+};
 use serde::Deserialize;
 
 /// Where configs live unless `--config` / `--config-dir` / `AUTOCOMP_CONFIG_DIR` say otherwise.
@@ -140,6 +143,11 @@ pub struct ComponentConfig {
     pub cancel_grace: Duration,
     /// Failures kept in a report; the true count is always reported.
     pub max_reported_failures: usize,
+    /// Bytes of a run's output kept with its result, all streams together (head and tail
+    /// of each): `64KiB` (the default), `1MiB`, or a number of bytes; at most
+    /// [`MAX_OUTPUT_BYTES`]; 0 keeps none.
+    #[serde(deserialize_with = "size_text")]
+    pub max_output: usize,
     /// A batch ready for this component longer than this needs a person: the monitor marks
     /// it overdue and `autocomp alerts` reports it (default: their `--ready-overdue-after`
     /// / `--ready-after`, 1h). Recorded in the registry, so readers on other hosts know it.
@@ -186,6 +194,7 @@ impl Default for ComponentConfig {
             shutdown_grace: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
             max_reported_failures: 100,
+            max_output: DEFAULT_OUTPUT_BYTES,
             overdue_after: None,
             silent_after: None,
             schedule: None,
@@ -265,6 +274,16 @@ impl ComponentConfig {
                 return Err(ConfigError::new(file, format!("{key} = \"0s\": must be more than 0 ({why})")));
             }
         }
+        if self.max_output > MAX_OUTPUT_BYTES {
+            return Err(ConfigError::new(
+                file,
+                format!(
+                    "max_output = {} bytes: must be at most {MAX_OUTPUT_BYTES} (512KiB: the output travels in the \
+                     result event, which the store takes up to 1 MiB)",
+                    self.max_output
+                ),
+            ));
+        }
         if self.watch_heartbeat < MIN_WATCH_HEARTBEAT {
             return Err(ConfigError::new(
                 file,
@@ -276,6 +295,36 @@ impl ComponentConfig {
         }
         Ok(())
     }
+}
+
+/// A size as config files write it: a number of bytes (`65536`, `"65536"`), or a number
+/// with a unit (`"64KiB"`, `"1 MiB"`, `"100B"`; KiB and MiB are 1024 and 1024²).
+fn size_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(deserializer)? {
+        Size::Bytes(bytes) => usize::try_from(bytes).map_err(serde::de::Error::custom),
+        Size::Text(text) => parse_size(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+fn parse_size(text: &str) -> Result<usize, String> {
+    let trimmed = text.trim();
+    let digits = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits);
+    let factor = match unit.trim() {
+        "" | "B" => Some(1),
+        "KiB" => Some(1024),
+        "MiB" => Some(1024 * 1024),
+        _ => None,
+    };
+    let bytes = factor.zip(number.parse::<usize>().ok()).and_then(|(factor, n)| n.checked_mul(factor));
+    bytes
+        .ok_or_else(|| format!("invalid size {text:?}: write a number of bytes (65536) or one with KiB or MiB (64KiB)"))
 }
 
 /// Everything a component run needs from its configuration files.
@@ -364,6 +413,30 @@ mod tests {
         assert!(err.contains("max_threadz"), "{err}");
         let err = toml::from_str::<ComponentConfig>("max_runtime = \"soon\"").unwrap_err().to_string();
         assert!(err.contains("soon"), "{err}");
+    }
+
+    #[test]
+    fn max_output_reads_sizes_and_refuses_too_much_naming_key_and_value() {
+        assert_eq!(ComponentConfig::default().max_output, DEFAULT_OUTPUT_BYTES);
+        for (text, bytes) in [("\"64KiB\"", 65536), ("\"1 MiB\"", 1 << 20), ("1000", 1000), ("\"100B\"", 100), ("0", 0)]
+        {
+            let config: ComponentConfig = toml::from_str(&format!("max_output = {text}")).unwrap();
+            assert_eq!(config.max_output, bytes, "{text}");
+        }
+        for bad in ["\"lots\"", "\"64KB\"", "-1", "\"1.5MiB\""] {
+            let err = toml::from_str::<ComponentConfig>(&format!("max_output = {bad}")).unwrap_err().to_string();
+            assert!(err.contains("max_output"), "{bad}: {err}");
+        }
+        let err = toml::from_str::<ComponentConfig>("max_output = \"lots\"").unwrap_err().to_string();
+        assert!(err.contains("invalid size \"lots\""), "{err}");
+        let config: ComponentConfig = toml::from_str("max_output = \"1MiB\"").unwrap();
+        let err = config.check(Path::new("x.toml")).unwrap_err().to_string();
+        assert!(
+            err.contains("x.toml") && err.contains("max_output = 1048576 bytes") && err.contains("at most"),
+            "{err}"
+        );
+        let config: ComponentConfig = toml::from_str("max_output = \"512KiB\"").unwrap();
+        config.check(Path::new("x.toml")).unwrap();
     }
 
     #[test]

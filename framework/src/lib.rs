@@ -18,6 +18,7 @@ mod component;
 pub mod config;
 pub mod exit;
 pub mod locks;
+mod output;
 mod pass;
 mod runner;
 mod source;
@@ -35,12 +36,18 @@ pub use autocomp_model::{
     IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, Report, SteeringChange, Timestamp, Trigger,
     TriggerBuilder, TypeNames, duration_text,
 };
+/// A run's output (`WorkContext::set_output`): streams kept within a budget.
+#[doc(inline)]
+pub use autocomp_model::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
 #[doc(inline)]
 pub use autocomp_store::StoreError;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
 pub use runner::hostname;
 pub use source::{Source, SourceContext, source_main};
+/// How a component logs: its work's `info!`, `warn!` and `error!` lines (on the work thread)
+/// are kept with the run's result as its `log` output, whatever level stderr shows.
+pub use tracing;
 
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.
 pub mod prelude {

@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, PoolName, Report, RunHolder, RunState, Seq, Steering, SteeringChange,
-    SteeringRequest, Timestamp, Trigger, WorkDone, WorkResult,
+    PassOutcome, PassPhase, PassRecord, PoolName, Report, RunHolder, RunOutput, RunState, Seq, Steering,
+    SteeringChange, SteeringRequest, Timestamp, Trigger, WorkDone, WorkResult,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
@@ -25,10 +25,11 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Semaphore, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::component::{CheckpointWriter, Component, WorkContext, WorkError};
+use crate::component::{CheckpointWriter, Component, WorkContext, WorkError, fitted_output};
 use crate::config::ComponentConfig;
 use crate::exit::{self, RunError};
 use crate::locks::{Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use crate::output::LogCapture;
 
 /// The three ports a runner works against; nothing here knows which adapters they are.
 #[derive(Clone)]
@@ -965,7 +966,9 @@ impl<C: Component> Runner<C> {
         }
         let cancelled = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
-        let finished = self.spawn_work(&claimed, Arc::clone(&cancelled));
+        // The work thread's log lines; shared so a timed-out run keeps what it logged.
+        let log = (self.config.max_output > 0).then(|| LogCapture::new(self.config.max_output));
+        let finished = self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone());
         tokio::pin!(finished);
         let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
         let grace = self.config.shutdown_grace;
@@ -1000,6 +1003,11 @@ impl<C: Component> Runner<C> {
             );
             report.timed_out = true;
             report.duration_ms = started.elapsed().as_millis() as u64;
+            // What the work logged until now; streams it would have set itself are lost
+            // with the work, which has not returned.
+            if let Some(log) = log.as_ref().and_then(LogCapture::finish) {
+                report.output = fitted_output(RunOutput { streams: vec![log] }, self.config.max_output);
+            }
             let result = self.record(claimed, report, true).await;
             self.let_cancelled_work_clean_up(finished).await;
             return result;
@@ -1059,6 +1067,7 @@ impl<C: Component> Runner<C> {
         &self,
         claimed: &Claimed,
         cancelled: Arc<AtomicBool>,
+        log: Option<LogCapture>,
     ) -> impl Future<Output = Result<(Result<(), WorkError>, Report), ()>> + use<C> {
         let (sender, receiver) = oneshot::channel();
         let component = Arc::clone(&self.component);
@@ -1074,12 +1083,18 @@ impl<C: Component> Runner<C> {
         let mut context = WorkContext::new(
             &batch,
             self.config.max_reported_failures,
+            self.config.max_output,
             claimed.checkpoint.clone(),
             Some(checkpoints),
             cancelled,
         );
         let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
+            let installed = log.as_ref().map(LogCapture::install);
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| component.work(&batch, &settings, &mut context)));
+            drop(installed);
+            if let Some(log) = log.as_ref().and_then(LogCapture::finish) {
+                context.add_log(log);
+            }
             let result = result.unwrap_or_else(|panic| {
                 let message = panic
                     .downcast_ref::<&str>()
@@ -1132,6 +1147,13 @@ impl<C: Component> Runner<C> {
         };
         let mut report = within_document_limit(report);
         let mut appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+        if let (Err(StoreError::Invalid(refusal)), Some(_)) = (&appended, &report.output) {
+            // The output is what the result can best do without: the same result, smaller.
+            warn!(batch = %id, "the store refused the result: {refusal}; recording it without its output");
+            report.output = None;
+            report.summary = with_note(&report.summary, "output dropped: the batch is at its size cap");
+            appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+        }
         if let Err(StoreError::Invalid(refusal)) = &appended {
             // The store refused the result itself (the batch is at its size cap, say): record
             // that in a few bytes, so the batch waits for a person instead of being worked
@@ -1506,10 +1528,19 @@ async fn session_lost(session: &mut watch::Receiver<SessionState>) {
 
 /// A report the store would refuse as too large (a huge result or failure details) becomes
 /// a failure saying so, with the failures' count kept: refused, it would record nothing.
-fn within_document_limit(report: Report) -> Report {
-    let size = serde_json::to_vec(&report.to_details()).map_or(usize::MAX, |bytes| bytes.len());
+fn within_document_limit(mut report: Report) -> Report {
+    let size_of = |report: &Report| serde_json::to_vec(&report.to_details()).map_or(usize::MAX, |bytes| bytes.len());
+    let mut size = size_of(&report);
     if size <= autocomp_model::MAX_DOCUMENT_BYTES {
         return report;
+    }
+    if report.output.take().is_some() {
+        // The output goes first: the result and the failures are what later steps read.
+        report.summary = with_note(&report.summary, "output dropped: the report was over the store's limit per event");
+        size = size_of(&report);
+        if size <= autocomp_model::MAX_DOCUMENT_BYTES {
+            return report;
+        }
     }
     let mut trimmed = Report::new(report.failures_cap);
     trimmed.outcome = Outcome::Failure;
@@ -1522,6 +1553,11 @@ fn within_document_limit(report: Report) -> Report {
         report.failures_total
     );
     trimmed
+}
+
+/// `summary; note`, or the note alone.
+fn with_note(summary: &str, note: &str) -> String {
+    if summary.is_empty() { note.to_owned() } else { format!("{summary}; {note}") }
 }
 
 fn failed_report(config: &ComponentConfig, summary: &str) -> Report {
@@ -1581,6 +1617,24 @@ mod tests {
 
     use super::*;
     use crate::locks::LocalLocks;
+
+    #[test]
+    fn a_report_over_the_document_limit_loses_its_output_before_its_result() {
+        let mut report = Report::new(10);
+        report.summary = "2 pages".into();
+        report.result = Some(serde_json::json!({"pages": 2}));
+        let huge = autocomp_model::OutputStream {
+            name: "log".into(),
+            head: "x".repeat(autocomp_model::MAX_DOCUMENT_BYTES),
+            ..Default::default()
+        };
+        report.output = Some(RunOutput { streams: vec![huge] });
+        let kept = within_document_limit(report.clone());
+        assert_eq!((kept.outcome, kept.result.clone(), kept.output.clone()), (Outcome::Success, report.result, None));
+        assert!(kept.summary.starts_with("2 pages; output dropped"), "{}", kept.summary);
+        let small = Report { output: Some(RunOutput::default()), ..Report::new(10) };
+        assert_eq!(within_document_limit(small.clone()), small, "within the limit: untouched");
+    }
 
     /// A round's batch locks end released on every path: those it lets go of explicitly at
     /// once, and those it never got to (a panic, a dropped pass) when the guard is dropped.

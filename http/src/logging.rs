@@ -16,19 +16,34 @@ pub enum LogFormat {
     Json,
 }
 
+/// A layer a program adds beside the stderr log (the framework's capture of a run's log
+/// lines): it sees every event at INFO and above, whatever level stderr logs at.
+pub type ExtraLayer = Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static>;
+
 /// Installs the process's log subscriber on stderr. `filter` is the default
 /// `tracing_subscriber::EnvFilter` directive (e.g. `warn`, `info,autocomp_store=debug`).
 pub fn init(filter: &str, format: LogFormat) {
+    init_with(filter, format, None);
+}
+
+/// [`init`], plus `extra` under a filter of its own (INFO and above): the stderr log keeps
+/// its level (`warn` under cron) while `extra` still sees the info lines.
+pub fn init_with(filter: &str, format: LogFormat, extra: Option<ExtraLayer>) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| filter.into());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
     // A filter of its own, after the EnvFilter, so no `-vv` or `RUST_LOG` can turn it off.
     let no_statements = tracing_subscriber::filter::filter_fn(|metadata| !logs_statement_parameters(metadata));
-    match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).finish().with(no_statements).init(),
-        LogFormat::Json => builder.json().finish().with(no_statements).init(),
-    }
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let stderr = match format {
+        LogFormat::Text => stderr.with_ansi(std::io::stderr().is_terminal()).boxed(),
+        LogFormat::Json => stderr.json().boxed(),
+    };
+    // Per-layer filters: the stderr filters must not hide info events from `extra`.
+    let stderr = stderr.with_filter(filter).with_filter(no_statements);
+    let extra = extra.map(|layer| layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    tracing_subscriber::registry().with(extra).with(stderr).init();
 }
 
 /// Log targets that print SQL parameters (batch metadata, reports, checkpoints: user data

@@ -1,5 +1,5 @@
-//! One command run under supervision: its own process group, the tails of its stdout and
-//! stderr, its exit noticed without reaping it early, and the whole group killed on
+//! One command run under supervision: its own process group, its stdout and stderr kept
+//! within a budget (head and tail, `OutputCapture`), its exit noticed without reaping it early, and the whole group killed on
 //! cancellation (SIGTERM, a grace, SIGKILL), when it exits, or when this process exits.
 
 use std::io::{self, Read};
@@ -10,37 +10,47 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
-/// How much of each output stream a report keeps (the end is what explains a failure).
-pub const TAIL_BYTES: usize = 2048;
+use autocomp_framework::{OutputCapture, OutputStream};
 /// Longest pause between two looks at the child and the cancellation flag.
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// How long to wait for the output readers once the group is gone: only a process that left
 /// the group (setsid) and kept our pipes can hold them open longer, and we do not wait for it.
 const READER_WAIT: Duration = Duration::from_secs(1);
 
+/// What the command printed: `stdout` and `stderr`, each within its limit.
+pub struct Printed {
+    pub stdout: OutputStream,
+    pub stderr: OutputStream,
+}
+
 pub struct Finished {
     pub status: ExitStatus,
-    pub stdout_tail: String,
-    pub stderr_tail: String,
+    pub printed: Printed,
 }
 
 pub enum Outcome {
     Finished(Finished),
     /// Cancelled (timeout, shutdown, operator): the group was killed.
     Cancelled {
-        stderr_tail: String,
+        printed: Printed,
     },
 }
 
-/// Runs `command` to completion or until `cancelled()` turns true; `grace` is the time
-/// between SIGTERM and SIGKILL on cancellation.
-pub fn run(command: &mut Command, grace: Duration, cancelled: impl Fn() -> bool) -> io::Result<Outcome> {
+/// Runs `command` to completion or until `cancelled()` turns true, keeping at most
+/// `output_limit` bytes of each of its stdout and stderr; `grace` is the time between
+/// SIGTERM and SIGKILL on cancellation.
+pub fn run(
+    command: &mut Command,
+    grace: Duration,
+    output_limit: usize,
+    cancelled: impl Fn() -> bool,
+) -> io::Result<Outcome> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = command.spawn()?;
     // process_group(0) made the child the leader of a new group whose id is its pid.
     let group = Group::new(child.id() as libc::pid_t);
-    let stdout = Tail::capture(child.stdout.take());
-    let stderr = Tail::capture(child.stderr.take());
+    let stdout = Reader::capture("stdout", output_limit, child.stdout.take());
+    let stderr = Reader::capture("stderr", output_limit, child.stderr.take());
 
     // Short commands should not pay the full poll interval: start fast, back off.
     let mut pause = Duration::from_millis(2);
@@ -65,13 +75,8 @@ pub fn run(command: &mut Command, grace: Duration, cancelled: impl Fn() -> bool)
     // outlives its run (a daemon meant to stay must detach with setsid). The leader is not
     // reaped yet, so the group id cannot have been reused by an unrelated process.
     let status = group.kill_and_reap(&mut child)?;
-    let stdout_tail = stdout.finish();
-    let stderr_tail = stderr.finish();
-    Ok(if was_cancelled {
-        Outcome::Cancelled { stderr_tail }
-    } else {
-        Outcome::Finished(Finished { status, stdout_tail, stderr_tail })
-    })
+    let printed = Printed { stdout: stdout.finish(), stderr: stderr.finish() };
+    Ok(if was_cancelled { Outcome::Cancelled { printed } } else { Outcome::Finished(Finished { status, printed }) })
 }
 
 /// A live process group, registered so that it is killed if this process exits first.
@@ -174,53 +179,39 @@ mod live_groups {
     }
 }
 
-/// The last `TAIL_BYTES` of a stream, read on its own thread so a chatty command never
-/// blocks on a full pipe.
-struct Tail {
-    bytes: Arc<Mutex<Vec<u8>>>,
+/// A stream read on its own thread into its capture, so a chatty command never blocks on a
+/// full pipe; the capture keeps its head and tail within its limit however much it prints.
+struct Reader {
+    capture: Arc<Mutex<Option<OutputCapture>>>,
+    name: String,
     done: mpsc::Receiver<()>,
 }
 
-impl Tail {
-    fn capture(source: Option<impl Read + Send + 'static>) -> Tail {
-        let bytes = Arc::new(Mutex::new(Vec::new()));
+impl Reader {
+    fn capture(name: &str, limit: usize, source: Option<impl Read + Send + 'static>) -> Reader {
+        let capture = Arc::new(Mutex::new(Some(OutputCapture::new(name, limit))));
         let (sender, done) = mpsc::channel();
         if let Some(mut source) = source {
-            let sink = Arc::clone(&bytes);
+            let sink = Arc::clone(&capture);
             std::thread::spawn(move || {
                 let mut chunk = [0u8; 8192];
                 while let Ok(n @ 1..) = source.read(&mut chunk) {
                     let mut kept = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    kept.extend_from_slice(&chunk[..n]);
-                    // Trim in bulk, not per chunk, so the cost stays linear.
-                    if kept.len() > 4 * TAIL_BYTES {
-                        let excess = kept.len() - TAIL_BYTES;
-                        kept.drain(..excess);
-                    }
+                    // Taken by `finish`: a reader that outlived the wait drops the rest.
+                    let Some(kept) = kept.as_mut() else { break };
+                    kept.push(&chunk[..n]);
                 }
                 sender.send(()).ok();
             });
         }
-        Tail { bytes, done }
+        Reader { capture, name: name.to_owned(), done }
     }
 
-    fn finish(self) -> String {
+    fn finish(self) -> OutputStream {
         self.done.recv_timeout(READER_WAIT).ok();
-        let kept = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        tail_text(&kept)
+        let taken = self.capture.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.map_or_else(|| OutputStream { name: self.name, ..Default::default() }, OutputCapture::finish)
     }
-}
-
-/// The last `TAIL_BYTES` as text, cut at a character boundary, marked when cut.
-pub fn tail_text(bytes: &[u8]) -> String {
-    let mut start = bytes.len().saturating_sub(TAIL_BYTES);
-    let cut = start > 0;
-    // Do not start inside a multi-byte UTF-8 character (continuation bytes are 0b10xxxxxx).
-    while start < bytes.len() && cut && bytes[start] & 0xC0 == 0x80 {
-        start += 1;
-    }
-    let text = String::from_utf8_lossy(&bytes[start..]);
-    if cut { format!("...{text}") } else { text.into_owned() }
 }
 
 #[cfg(test)]
@@ -228,13 +219,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tails_keep_the_end_and_cut_at_a_character() {
-        assert_eq!(tail_text(b"short"), "short");
-        let mut long = "é".repeat(TAIL_BYTES).into_bytes();
-        long.extend_from_slice(b"the end");
-        let tail = tail_text(&long);
-        assert!(tail.starts_with("...é") && tail.ends_with("the end"), "{tail}");
-        assert!(tail.len() <= TAIL_BYTES + 3);
+    fn long_output_keeps_its_head_and_tail_within_the_limit() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo first; i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo last"]);
+        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), 100, || false).unwrap() else {
+            panic!("not cancelled, so it must finish");
+        };
+        let stdout = finished.printed.stdout;
+        assert!(stdout.head.starts_with("first\n") && stdout.tail.ends_with("last\n"), "{stdout:?}");
+        assert!(stdout.kept_bytes() <= 100 && stdout.omitted_bytes > 0, "{stdout:?}");
+        assert_eq!(finished.printed.stderr.total_bytes(), 0);
     }
 
     #[test]
@@ -247,7 +241,7 @@ mod tests {
         command.args(["-c", script, "sh"]).arg(&pgid_file);
         // Cancel as soon as the command has started (its pgid is written).
         let written = || std::fs::read_to_string(&pgid_file).is_ok_and(|text| text.ends_with('\n'));
-        let outcome = run(&mut command, Duration::from_millis(300), written).unwrap();
+        let outcome = run(&mut command, Duration::from_millis(300), 1024, written).unwrap();
         assert!(matches!(outcome, Outcome::Cancelled { .. }));
         let pgid: i32 = std::fs::read_to_string(&pgid_file).unwrap().trim().parse().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -261,11 +255,13 @@ mod tests {
     fn a_finished_command_reports_its_status_and_output() {
         let mut command = Command::new("sh");
         command.args(["-c", "echo out; echo err >&2; exit 4"]);
-        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), || false).unwrap() else {
+        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), 1024, || false).unwrap() else {
             panic!("not cancelled, so it must finish");
         };
         assert_eq!(finished.status.code(), Some(4));
-        assert_eq!((finished.stdout_tail.as_str(), finished.stderr_tail.as_str()), ("out\n", "err\n"));
+        let printed = finished.printed;
+        assert_eq!((printed.stdout.name.as_str(), printed.stdout.text().as_str()), ("stdout", "out\n"));
+        assert_eq!((printed.stderr.name.as_str(), printed.stderr.text().as_str()), ("stderr", "err\n"));
     }
 
     /// Live (non-zombie) processes of a group, from /proc.

@@ -25,8 +25,11 @@ const AFTER_HELP: &str = "The command runs once per ready batch, in its own proc
 {batch_id} and {batch_dir} replaced in every word and AUTOCOMP_BATCH_ID / AUTOCOMP_BATCH_DIR set \
 (inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code). \
 Its exit status: 0 success; 75 (EX_TEMPFAIL) a transient failure, retried after retry_backoff; \
-anything else a failure, with the end of its stderr in the report. On timeout or cancellation \
-the whole group gets SIGTERM, then SIGKILL after `kill_grace` ([settings], default 5s).\n\n";
+anything else a failure, with the last line of its stderr in the report. Its stdout and stderr \
+are kept with the run's result (the first and the last bytes of each, `max_output` in the config \
+file, default 64KiB for both together: half each when both are long): `autocomp logs ID` prints them, the monitor's \
+batch page shows them. On timeout or cancellation the whole group gets SIGTERM, then SIGKILL \
+after `kill_grace` ([settings], default 5s).\n\n";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -128,26 +131,34 @@ impl Component for Exec {
             // Never let a value inherited from our own environment pose as this batch's.
             None => command.env_remove("AUTOCOMP_BATCH_DIR"),
         };
-        let outcome = child::run(&mut command, settings.kill_grace, || context.is_cancelled()).with_path(&program)?;
+        // Each stream is captured within the whole budget; the runner then fits both into
+        // it: half each when both are long, and a quiet stream leaves its share to the other.
+        let limit = context.output_budget();
+        let cancelled = || context.is_cancelled();
+        let outcome = child::run(&mut command, settings.kill_grace, limit, cancelled).with_path(&program)?;
         let finished = match outcome {
-            child::Outcome::Cancelled { stderr_tail } => {
-                return Err(WorkError::permanent(format!(
-                    "cancelled: killed the process group of `{program}`{}",
-                    last_line(&stderr_tail).map(|l| format!(" (last stderr: {l})")).unwrap_or_default()
-                )));
+            child::Outcome::Cancelled { printed } => {
+                let said = printed.stderr.last_line().map(|l| format!(" (last stderr: {l})")).unwrap_or_default();
+                keep_output(context, printed);
+                return Err(WorkError::permanent(format!("cancelled: killed the process group of `{program}`{said}")));
             }
             child::Outcome::Finished(finished) => finished,
         };
+        let printed = finished.printed;
+        // The whole output (head and tail) is the run's output; the failure keeps the ends
+        // of both streams too, as it always has, for whatever reads the failure alone.
         let details = json!({
             "command": words,
             "exit_code": finished.status.code(),
-            "stderr_tail": finished.stderr_tail,
-            "stdout_tail": finished.stdout_tail,
+            "stderr_tail": tail_text(&printed.stderr.text()),
+            "stdout_tail": tail_text(&printed.stdout.text()),
         });
-        let stderr_line = last_line(&finished.stderr_tail).unwrap_or("no output on stderr").to_owned();
+        let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
+        let stdout_line = printed.stdout.last_line().map(str::to_owned);
+        keep_output(context, printed);
         match finished.status.code() {
             Some(0) => {
-                let said = last_line(&finished.stdout_tail).map(|l| format!(": {l}")).unwrap_or_default();
+                let said = stdout_line.map(|l| format!(": {l}")).unwrap_or_default();
                 context.set_summary(format!("`{program}` exited 0{said}"));
                 Ok(())
             }
@@ -195,8 +206,27 @@ fn substitute(command: &[String], batch_id: &str, dir: Option<&Path>) -> Result<
         .collect()
 }
 
-fn last_line(text: &str) -> Option<&str> {
-    text.lines().map(str::trim).rfind(|line| !line.is_empty())
+/// How much of each stream a failure's details keep (the end is what explains a failure).
+const TAIL_BYTES: usize = 2048;
+
+/// The last `TAIL_BYTES` of `text`, cut at a character boundary, marked when cut.
+fn tail_text(text: &str) -> String {
+    if text.len() <= TAIL_BYTES {
+        return text.to_owned();
+    }
+    let mut start = text.len() - TAIL_BYTES;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+/// Both streams go with the run's result (the runner drops one that printed nothing).
+fn keep_output(context: &mut WorkContext, printed: child::Printed) {
+    if context.output_budget() > 0 {
+        context.set_output(printed.stdout);
+        context.set_output(printed.stderr);
+    }
 }
 
 fn main() -> ExitCode {
@@ -208,6 +238,15 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tails_keep_the_end_and_cut_at_a_character() {
+        assert_eq!(tail_text("short"), "short");
+        let long = "é".repeat(TAIL_BYTES) + "the end";
+        let tail = tail_text(&long);
+        assert!(tail.starts_with("...é") && tail.ends_with("the end"), "{tail}");
+        assert!(tail.len() <= TAIL_BYTES + 3);
+    }
 
     #[test]
     fn placeholders_are_replaced_in_every_word() {

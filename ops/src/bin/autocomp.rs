@@ -10,8 +10,8 @@ use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_model::{ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
 use autocomp_ops::operator::{
-    Action, AlertDefaults, Format, HumanStep, LogSpan, Operator, OperatorError, RestartFrom, SHOW_EVENTS, Scope,
-    SteerAction, TableFormat,
+    Action, AlertDefaults, Format, HumanStep, LogSpan, LogsQuery, Operator, OperatorError, RestartFrom, SHOW_EVENTS,
+    Scope, SteerAction, TableFormat,
 };
 use clap::{ArgGroup, Parser, Subcommand};
 
@@ -111,6 +111,24 @@ enum Command {
         /// The whole log, oldest first, read and printed a page at a time.
         #[arg(long)]
         all: bool,
+    },
+    /// What each run of a batch printed, kept with its result (a command's stdout and
+    /// stderr, a Rust component's log lines; head and tail within the component's
+    /// max_output): per attempt, oldest first, the attempts that kept any output.
+    Logs {
+        /// The batch id.
+        id: String,
+        /// Only this component's runs.
+        #[arg(long)]
+        component: Option<String>,
+        /// Only its Nth run on the batch (1 is the first), with or without output.
+        #[arg(long, value_name = "N")]
+        attempt: Option<u32>,
+        /// Only this stream: stdout, stderr (autocomp-exec) or log (Rust components).
+        #[arg(long, value_name = "NAME")]
+        stream: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Each batch's state per component: success, failed, working (open run), ready
     /// (trigger holds) or waiting.
@@ -582,6 +600,15 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Show { id, format, before, limit, all: false } => {
             let limit = limit.map_or(SHOW_EVENTS, usize::from);
             operator.show_page(&id, LogSpan::Page { before: before.map(Seq), limit }).await?.render(format)
+        }
+        Command::Logs { id, component, attempt, stream, format } => {
+            let query = LogsQuery { component, attempt, stream };
+            let mut stdout = QuietOnClose::new(std::io::stdout().lock());
+            match operator.logs(&id, &query, format, &mut stdout).await {
+                Ok(()) => stdout.flush().or_else(|e| stdout.closed_or(e)).map(|()| String::new()),
+                Err(_) if stdout.closed => Ok(String::new()),
+                Err(e) => Err(e),
+            }?
         }
         Command::Status { component, state, format } => {
             operator.status(component.as_deref(), state).await?.render(format)

@@ -1,6 +1,6 @@
 //! The operator's side of a pipeline, behind the `autocomp` CLI: append-only
 //! actions (`add`, `event`, `rerun`, `restart`, `cancel`, `skip`, `prioritize`) and views
-//! (`show`, `status`, `explain`, `ready`, `reindex`, `locks`). The binary only parses
+//! (`show`, `logs`, `status`, `explain`, `ready`, `reindex`, `locks`). The binary only parses
 //! arguments and prints what these functions return.
 //!
 //! Every write is one store operation recording the operator (`operator:<name>`) as the
@@ -16,6 +16,7 @@ mod actions;
 mod alerts;
 mod columns;
 mod metrics;
+mod output;
 mod steering;
 mod timeline;
 mod views;
@@ -43,6 +44,7 @@ pub use alerts::{
     Alert, AlertDefaults, AlertsView, held_too_long, is_overdue, overdue_after, ready_state, ready_too_long,
     run_overdue,
 };
+pub use output::LogsQuery;
 pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};
 pub use timeline::{Attempt, StartFrom, StepSpec, StepTimeline, TIMELINE_EVENTS, Timeline, duration_text};
 pub use views::{

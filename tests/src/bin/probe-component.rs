@@ -108,6 +108,8 @@ impl Component for Probe {
         // The simulated work: `work_time`, or until cancelled.
         let deadline = Instant::now() + settings.work_time;
         wait_until_every(Duration::from_millis(5).min(settings.work_time), deadline, || context.is_cancelled());
+        // Kept as the run's `log` output (what `autocomp logs` shows), whatever stderr logs.
+        autocomp_framework::tracing::info!(behaviour = settings.behaviour.as_str(), "probe worked on {}", batch.id);
         let result = match settings.behaviour.as_str() {
             "succeed" => Ok(()),
             "fail" => {

@@ -1,0 +1,190 @@
+//! Every run keeps its output, end to end: real `autocomp-exec` passes running `sh -c`
+//! commands that print to stdout and stderr (a NUL byte, a terminal escape, more than the
+//! 64 KiB budget), over SQLite and PostgreSQL, read back with the real `autocomp logs`; a
+//! Rust component's info line kept while cron-mode stderr shows only warnings, and kept by a
+//! run that times out; a batch at its size cap keeping the result without its output.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use autocomp_e2e::services::TOKEN;
+use autocomp_e2e::{Finished, Pipeline, binary, finish};
+use autocomp_test_servers::postgres;
+use serde_json::Value;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+
+/// A head line, a NUL and an escape on stderr, ~110 KB of stdout, a tail line, a last
+/// stderr line, exit 1.
+const NOISY: &str = r#"echo 'first stdout line'; printf 'nul\000byte \033[31mred\n' >&2; i=0;
+    while [ $i -lt 3000 ]; do echo "filler line $i of the stdout stream"; i=$((i+1)); done;
+    echo 'last stdout line'; echo 'fatal: page 7 is unreadable' >&2; exit 1"#;
+
+fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
+    let mut command = Command::new(binary("autocomp"));
+    command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
+        command.env_remove(var);
+    }
+    command.env_remove("RUST_LOG").env_remove("PGUSER").env_remove("PGPASSWORD").env("AUTOCOMP_TOKEN", TOKEN);
+    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
+}
+
+fn ok(pipeline: &Pipeline, args: &[&str]) -> String {
+    let done = autocomp(pipeline, args);
+    assert_eq!(done.code, Some(0), "autocomp {args:?}\n{}", done.show());
+    done.stdout
+}
+
+/// One `autocomp-exec` pass as component `ocr` running `script`; the batch fails, the pass
+/// exits 1.
+fn exec_pass(pipeline: &Pipeline, script: &str) {
+    let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", script];
+    let run = finish(pipeline.command(&args).spawn().expect("autocomp-exec starts"), Duration::from_secs(60));
+    assert_eq!(run.code, Some(1), "the batch failed, the pass did not: {}", run.show());
+    assert!(run.stdout.contains("fatal: page 7 is unreadable"), "the failure quotes stderr: {}", run.show());
+}
+
+fn exec_pipeline(store_url: Option<&str>) -> Pipeline {
+    let pipeline = match store_url {
+        Some(url) => Pipeline::with_store(binary("autocomp-exec"), url),
+        None => Pipeline::new(binary("autocomp-exec")),
+    };
+    std::fs::write(pipeline.config_dir().join("ocr.toml"), "").unwrap();
+    pipeline
+}
+
+/// What `autocomp logs` must show of a NOISY run: the stderr lines (the escape and NUL
+/// visible), the head and the tail of stdout with the cut between them, nothing that acts
+/// on a terminal.
+fn assert_noisy_output_shown(shown: &str) {
+    assert!(!shown.chars().any(autocomp_http::terminal::is_concealing), "{shown}");
+    assert!(shown.contains("== ocr attempt 1 (seq "), "{shown}");
+    assert!(shown.contains("--- stderr ---\nnul\\u0000byte \\u001b[31mred\nfatal: page 7 is unreadable\n"), "{shown}");
+    assert!(shown.contains("--- stdout, ") && shown.contains("first stdout line\n"), "{shown}");
+    assert!(shown.contains(" bytes not kept ...]\n") && shown.contains("last stdout line\n"), "{shown}");
+    assert!(!shown.contains("filler line 1500 "), "the middle is not kept");
+}
+
+#[test]
+fn a_failed_commands_output_is_kept_per_attempt_and_shown_by_autocomp_logs() {
+    let pipeline = exec_pipeline(None);
+    let id = pipeline.register(1).remove(0);
+    let empty = pipeline.register_one("B0002", false);
+    exec_pass(&pipeline, NOISY);
+
+    let shown = ok(&pipeline, &["logs", id.as_str()]);
+    assert_noisy_output_shown(&shown);
+    let stdout = ok(&pipeline, &["logs", id.as_str(), "--stream", "stdout"]);
+    assert!(!stdout.contains("--- stderr") && stdout.contains("last stdout line"), "{stdout}");
+
+    // Kept within the budget, every byte counted.
+    let events = pipeline.events(&id, "Ocr_Done");
+    let output = events[0].output().expect("the result keeps its output");
+    let kept: usize = output.streams.iter().map(|s| s.kept_bytes()).sum();
+    assert!(kept <= 64 * 1024, "{kept} bytes kept");
+    let stdout = output.stream("stdout").unwrap();
+    assert!(stdout.total_bytes() > 100_000 && stdout.omitted_bytes > 0, "{}", stdout.total_bytes());
+
+    // A second attempt after a rerun: numbered per component, selected with --attempt.
+    ok(&pipeline, &["rerun", id.as_str(), "--component", "ocr", "--reason", "try again"]);
+    exec_pass(&pipeline, "echo 'second try' >&2; echo 'fatal: page 7 is unreadable' >&2; exit 1");
+    let second = ok(&pipeline, &["logs", id.as_str(), "--component", "ocr", "--attempt", "2"]);
+    assert!(second.starts_with("== ocr attempt 2 (seq ") && second.contains("second try\n"), "{second}");
+    assert!(!second.contains("attempt 1") && !second.contains("first stdout line"), "{second}");
+    let both = ok(&pipeline, &["logs", id.as_str(), "--format", "json"]);
+    let both: Value = serde_json::from_str(&both).unwrap_or_else(|e| panic!("{e}: {both}"));
+    let attempts: Vec<(&str, u64)> = both
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["component"].as_str().unwrap(), a["attempt"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(attempts, [("ocr", 1), ("ocr", 2)]);
+    assert_eq!(both[0]["outcome"], "failure");
+    let stderr = both[0]["output"]["streams"].as_array().unwrap().iter().find(|s| s["name"] == "stderr").unwrap();
+    assert_eq!(stderr["head"], "nul\u{0}byte \u{1b}[31mred\nfatal: page 7 is unreadable\n");
+
+    // Bad input names the field and the value; exit 2.
+    let missing = autocomp(&pipeline, &["logs", id.as_str(), "--component", "ocr", "--attempt", "9"]);
+    assert_eq!(missing.code, Some(2), "{}", missing.show());
+    assert!(missing.stderr.contains("--attempt") && missing.stderr.contains('9'), "{}", missing.show());
+    assert!(missing.stderr.contains("ocr ran 2 time(s)"), "{}", missing.show());
+    let unknown = autocomp(&pipeline, &["logs", id.as_str(), "--component", "nosuch"]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.show());
+    assert!(unknown.stderr.contains("nosuch"), "{}", unknown.show());
+    let no_batch = autocomp(&pipeline, &["logs", "B9999"]);
+    assert_eq!(no_batch.code, Some(2), "{}", no_batch.show());
+    assert!(no_batch.stderr.contains("B9999"), "{}", no_batch.show());
+
+    // A batch no run has printed for: said so, or an empty array; exit 0.
+    assert_eq!(ok(&pipeline, &["logs", empty.as_str()]), "B0002: no run kept any output\n");
+    assert_eq!(ok(&pipeline, &["logs", empty.as_str(), "--format", "json"]), "[]\n");
+}
+
+#[test]
+fn output_round_trips_through_postgresql() {
+    let url = postgres::shared().unique_database();
+    let pipeline = exec_pipeline(Some(&url));
+    let id = pipeline.register(1).remove(0);
+    exec_pass(&pipeline, NOISY);
+    assert_noisy_output_shown(&ok(&pipeline, &["logs", id.as_str()]));
+    let recorded = pipeline.block_on(pipeline.any_store().get_batch(&id)).unwrap();
+    let result = recorded.events.iter().find(|e| e.event_type.as_str() == "Ocr_Done").unwrap();
+    let stderr = result.output().unwrap().stream("stderr").cloned().unwrap();
+    assert_eq!(stderr.head, "nul\u{0}byte \u{1b}[31mred\nfatal: page 7 is unreadable\n", "byte for byte");
+}
+
+#[test]
+fn a_rust_components_info_lines_are_kept_while_cron_stderr_shows_only_warnings() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure("");
+    let id = pipeline.register(1).remove(0);
+    let run = pipeline.run(&[]);
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    assert!(!run.stderr.contains("probe worked on"), "cron mode logs warnings only: {}", run.show());
+    let shown = ok(&pipeline, &["logs", id.as_str(), "--component", "probe"]);
+    assert!(shown.starts_with("== probe attempt 1 (seq "), "{shown}");
+    assert!(shown.contains("--- log ---\nINFO probe worked on B0001 behaviour=succeed\n"), "{shown}");
+}
+
+#[test]
+fn a_batch_at_its_size_cap_keeps_the_result_without_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?max_batch_bytes=1MiB", dir.path().join("store.db").display());
+    let pipeline = exec_pipeline(Some(&url));
+    let id = pipeline.register(1).remove(0);
+    // About 1,000,000 of the 1,048,576 bytes stored: room for a small result, not for 64 KiB.
+    let agent = autocomp_model::Agent::new("operator:ann").unwrap();
+    for n in 0..10 {
+        let note = autocomp_model::NewEvent::new(
+            autocomp_model::EventType::new("Note_Made").unwrap(),
+            autocomp_model::Outcome::Success,
+            agent.clone(),
+        )
+        .with_details(serde_json::json!({"summary": format!("note {n} {}", "x".repeat(100_000))}));
+        pipeline.block_on(pipeline.any_store().append_event(&id, note)).unwrap();
+    }
+    exec_pass(&pipeline, NOISY);
+    let result = pipeline.events(&id, "Ocr_Done").remove(0);
+    assert_eq!(result.outcome, autocomp_model::Outcome::Failure);
+    assert_eq!(result.output(), None, "the output went, the result stayed");
+    let summary = result.details["summary"].as_str().unwrap();
+    assert!(summary.contains("output dropped: the batch is at its size cap"), "{summary}");
+    assert_eq!(result.details["failures"][0]["description"], "fatal: page 7 is unreadable");
+    assert_eq!(ok(&pipeline, &["logs", id.as_str()]), "B0001: no run kept any output\n");
+}
+
+#[test]
+fn a_timed_out_run_keeps_what_it_logged_before_the_timeout() {
+    let pipeline = Pipeline::new(PROBE);
+    // The probe logs its info line, then hangs, ignoring cancellation.
+    pipeline.configure("max_runtime = \"1s\"\ncancel_grace = \"1s\"\n\n[settings]\nbehaviour = \"hang\"\n");
+    let id = pipeline.register(1).remove(0);
+    let run = finish(pipeline.spawn(&[]), Duration::from_secs(30));
+    assert_eq!(run.code, Some(1), "{}", run.show());
+    let shown = ok(&pipeline, &["logs", id.as_str()]);
+    assert!(shown.starts_with("== probe attempt 1 (seq ") && shown.contains("failure (timed out)"), "{shown}");
+    assert!(shown.contains("INFO probe worked on B0001 behaviour=hang\n"), "{shown}");
+}
