@@ -127,6 +127,32 @@ impl Event {
         self.details.get(name).and_then(Value::as_bool).unwrap_or(false)
     }
 
+    /// Why a failure failed, in one line, for lists and summaries: its first reported
+    /// failure as `type: description` (what differs between batches, the file it names, is
+    /// left out, so equal reasons read alike), or else its summary. `None` for a success or
+    /// a failure that says nothing.
+    pub fn failure_reason(&self) -> Option<String> {
+        fn text<'v>(key: &str, value: &'v Value) -> &'v str {
+            value.get(key).and_then(Value::as_str).map(str::trim).unwrap_or("")
+        }
+        if self.outcome != Outcome::Failure {
+            return None;
+        }
+        let first = self.details.get("failures").and_then(Value::as_array).and_then(|f| f.first());
+        if let Some(first) = first {
+            let (kind, description) = (text("type", first), text("description", first));
+            let reason = match (kind.is_empty(), description.is_empty()) {
+                (_, true) => kind.to_owned(),
+                (true, false) => description.to_owned(),
+                (false, false) => format!("{kind}: {description}"),
+            };
+            if !reason.is_empty() {
+                return Some(reason);
+            }
+        }
+        Some(text("summary", &self.details).to_owned()).filter(|summary| !summary.is_empty())
+    }
+
     /// What the run printed, if its report kept any (`Report::output`).
     pub fn output(&self) -> Option<crate::RunOutput> {
         let output = self.details.get(crate::OUTPUT_KEY)?;
@@ -424,4 +450,27 @@ pub fn check_object(field: &str, document: &Value) -> Result<(), InvalidInput> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::fixtures::event;
+
+    #[test]
+    fn a_failures_reason_is_its_first_failure_without_the_file_it_names_or_else_its_summary() {
+        let failed = |details| event(1, "Checksums_Verified", Outcome::Failure, details, 0);
+        let checksum = json!({"summary": "checked 7 files (13.3 kB)", "failures": [
+            {"reference": "data/1.tif", "type": "missing", "description": "listed in manifest-md5.txt but not in the bag"},
+            {"reference": "data/2.tif", "type": "extra", "description": "in no manifest"}]});
+        let reason = failed(checksum).failure_reason();
+        assert_eq!(reason.as_deref(), Some("missing: listed in manifest-md5.txt but not in the bag"));
+        let cancelled = json!({"summary": "cancelled by alice: stuck", "failures": []});
+        assert_eq!(failed(cancelled).failure_reason().as_deref(), Some("cancelled by alice: stuck"));
+        assert_eq!(failed(json!({"summary": "  "})).failure_reason(), None, "says nothing");
+        let success = event(1, "Checksums_Verified", Outcome::Success, json!({"summary": "ok"}), 0);
+        assert_eq!(success.failure_reason(), None);
+    }
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use autocomp_framework::config::Backends;
 use autocomp_model::{
-    BatchId, ComponentDescriptor, ComponentName, EventType, PassOutcome, PassPhase, PassRecord, Trigger, WorkDone,
-    WorkResult,
+    BacklogSample, BatchId, ComponentDescriptor, ComponentName, EventType, PassOutcome, PassPhase, PassRecord, Trigger,
+    WorkDone, WorkResult,
 };
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{WebOptions, router};
@@ -33,6 +33,7 @@ const WARM_UP: usize = 5;
 const OVERVIEW_GOAL_MS: f64 = 100.0;
 const MATRIX_GOAL_MS: f64 = 100.0;
 const BATCH_GOAL_MS: f64 = 50.0;
+const PAGE_GOAL_MS: f64 = 100.0;
 const METRICS_GOAL_MS: f64 = 200.0;
 const MATRIX_BYTES_GOAL: usize = 200 * 1024;
 
@@ -125,6 +126,11 @@ async fn run(batches: usize, store_path: &Path) {
         let pass = PassRecord { descriptor: descriptor(step), host: "bench-host".into(), phase: ended };
         store.record_pass(pass).await.expect("report a pass's work");
     }
+    // A backlog sample per component, so the charts have one to draw.
+    let samples = (0..STEPS.len())
+        .map(|step| BacklogSample { component: descriptor(step).name, ready: 1_000 * step as u64 })
+        .collect();
+    store.record_backlog(samples).await.expect("record backlog samples");
     let ids = sample_ids(&store, batches).await;
     drop(store);
 
@@ -147,9 +153,18 @@ async fn run(batches: usize, store_path: &Path) {
     let failed = "/batches?q=component%3Achecksum-verifier+state%3Afailed";
     let (matrix_html, _) = get(&app, failed).await;
     let pages = [
-        ("overview `/`", "/".to_owned(), OVERVIEW_GOAL_MS),
+        ("overview `/` (needs a person, counts, graph)", "/".to_owned(), OVERVIEW_GOAL_MS),
         ("matrix, component:checksum-verifier state:failed", failed.to_owned(), MATRIX_GOAL_MS),
+        ("matrix, `state:failed` (failed at any component)", "/batches?q=state%3Afailed".to_owned(), MATRIX_GOAL_MS),
         ("matrix, all batches, highest priority first", "/batches?q=&order=priority".to_owned(), MATRIX_GOAL_MS),
+        ("pipeline graph `/graph`", "/graph".to_owned(), PAGE_GOAL_MS),
+        ("charts `/charts` (every component, last hour)", "/charts".to_owned(), PAGE_GOAL_MS),
+        (
+            "charts, one component, 30 days per hour",
+            "/charts?component=checksum-verifier&range=month".to_owned(),
+            PAGE_GOAL_MS,
+        ),
+        ("alerts `/alerts`", "/alerts".to_owned(), PAGE_GOAL_MS),
         ("`/metrics` (Prometheus text)", "/metrics".to_owned(), METRICS_GOAL_MS),
     ];
     println!(

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use autocomp_model::{
-    BatchId, BatchType, ComponentName, ComponentState, InvalidInput, RegisteredComponent, Selection, Seq, Steering,
-    SteeringEntry, SummaryAt, Timestamp,
+    BatchId, BatchType, ComponentName, ComponentState, Event, InvalidInput, RegisteredComponent, Selection, Seq,
+    Steering, SteeringEntry, SummaryAt, Timestamp,
 };
 use autocomp_ops::operator::{
     AlertDefaults, Explanation, Operator, OperatorError, SHOW_EVENTS, Step, overdue_after, ready_state, ready_too_long,
@@ -119,7 +119,7 @@ pub const WAITING_SHOWN: usize = 500;
 pub struct Cell {
     pub state: ComponentState,
     pub overdue: bool,
-    /// A failed cell's failure in short (its effective event's `details.summary`, at most
+    /// A failed cell's failure in short (its effective event's `Event::failure_reason`, at most
     /// `FAILURE_SUMMARY_CHARS`), once `Monitor::failure_summaries` has read it.
     pub failure: Option<String>,
 }
@@ -128,7 +128,7 @@ pub struct Cell {
 pub const FAILURE_SUMMARY_CHARS: usize = 80;
 
 /// `text` cut to `FAILURE_SUMMARY_CHARS` characters, an ellipsis marking a cut.
-fn cut(text: &str) -> String {
+pub(crate) fn cut(text: &str) -> String {
     let text = text.trim();
     if text.chars().count() <= FAILURE_SUMMARY_CHARS {
         return text.to_owned();
@@ -395,11 +395,7 @@ impl Monitor {
                     .effective
                     .iter()
                     .find(|e| Some(&e.event_type) == *event_type && e.outcome == autocomp_model::Outcome::Failure);
-                cell.failure = failure
-                    .and_then(|e| e.details.get("summary"))
-                    .and_then(serde_json::Value::as_str)
-                    .filter(|summary| !summary.trim().is_empty())
-                    .map(cut);
+                cell.failure = failure.and_then(Event::failure_reason).map(|reason| cut(&reason));
             }
         }
         Ok(())

@@ -10,4 +10,6 @@
 
 pub mod data;
 pub mod filter;
+pub mod needs;
+pub mod sampler;
 pub mod web;

@@ -602,6 +602,17 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<autocomp_store::Notice>> {
         self.inner.recent_notices(limit).await
     }
+    async fn work_series(
+        &self,
+        step: autocomp_model::SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<autocomp_model::WorkPoint>> {
+        self.inner.work_series(step, since, component).await
+    }
+    async fn record_backlog(&self, samples: Vec<autocomp_model::BacklogSample>) -> StoreResult<()> {
+        self.inner.record_backlog(samples).await
+    }
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         self.timed(self.inner.create_batch(batch)).await
     }

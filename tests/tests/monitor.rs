@@ -24,6 +24,9 @@
 //!   and approving it beside its evidence, the approval in the store;
 //! - the pipeline graph's nodes and counts equal `autocomp status`;
 //! - every page fitting a 400 px screen in light and dark, and the alerts page;
+//! - the pictures (overview, graph, charts, a failed batch's page and its timeline) at 1400
+//!   and 400 px in light and dark, with a failing command's reason in the list and its
+//!   stderr on its batch page, and its failures in the charts' numbers;
 //! - no serious or critical axe-core finding on the pages.
 //!
 //! Screenshots go to `target/test-screenshots/monitor/`. Each test has its own demo dir and
@@ -1677,5 +1680,99 @@ async fn the_graph_shows_each_component_with_the_counts_of_autocomp_status() {
     ui.goto("/").await;
     ui.wait_for(|at| at == "/", "Pipeline graph").await;
     ui.assert_accessible("overview with the graph").await;
+    browser.close().await;
+}
+
+/// A command step after the archiver that fails on every batch, saying why on stderr; run
+/// once over the demo's archived batches with `autocomp-exec`.
+const SCANNER: &str = "virus-scan";
+const SCANNER_STDERR: &str = "clamd: cannot connect to /run/clamav/clamd.ctl";
+
+fn run_a_failing_command_step(demo: &Demo) {
+    let script = format!("echo \"scanning $AUTOCOMP_BATCH_ID\"; echo '{SCANNER_STDERR}' >&2; exit 3");
+    let mut command = command("autocomp-exec");
+    command
+        .args(["--name", SCANNER, "--event-type", "Virus_Scanned", "--requires", "Data_Archived", "--", "sh", "-c"])
+        .arg(&script)
+        .env("AUTOCOMP_CONFIG_DIR", demo.config_dir());
+    let done = run(command, Duration::from_secs(120));
+    // Exit 1: the pass recorded failures (the documented code for "some batches failed").
+    assert!(matches!(done.code, Some(0 | 1)), "autocomp-exec\n{}", done.show());
+    assert!(!in_state(&demo.status(), SCANNER, "failed").is_empty(), "{:?}", demo.status());
+}
+
+/// The pictures an operator looks at, saved as artefacts at 1400 and 400 px in light and
+/// dark (overview, graph, charts, a failed batch's page with its timeline), and what a person
+/// looks for in them: the failing reason in the list, the failing command's stderr on its
+/// batch page, the failures in the charts' numbers; axe-core finds nothing serious on the
+/// charts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_show_the_failing_reason_in_the_list_and_the_commands_stderr_on_its_page() {
+    let demo = Demo::run();
+    run_a_failing_command_step(&demo);
+    let failed = in_state(&demo.status(), SCANNER, "failed");
+    let id = failed.iter().next().expect("a failed batch").clone();
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+
+    // The list of what failed at the step names the reason in each failed row.
+    let list = format!("/batches?q=component%3A{SCANNER}+state%3Afailed");
+    ui.goto(&list).await;
+    let text = ui.wait_for(|at| at == list, "batches match").await;
+    assert!(text.contains(SCANNER_STDERR), "the failing reason (its stderr's last line) in the list:\n{text}");
+    // The batch page shows what the command printed on stderr, and its stdout.
+    let page = format!("/batches/{id}");
+    ui.goto(&page).await;
+    let text = ui.wait_for(|at| at == page, SCANNER_STDERR).await;
+    assert!(text.contains(&format!("scanning {id}")), "the command's stdout on the page:\n{text}");
+    // The charts count the step's failures in the table behind the results chart.
+    let charts = format!("/charts?component={SCANNER}");
+    ui.goto(&charts).await;
+    ui.wait_for(|at| at == charts, SCANNER).await;
+    let cells =
+        ui.script("return Array.from(document.querySelectorAll('table td')).map(td => td.textContent.trim());").await;
+    let shows_failures = cells.as_array().is_some_and(|cells| cells.iter().any(|c| c == &failed.len().to_string()));
+    assert!(shows_failures, "{} failures in the charts' tables: {cells}", failed.len());
+    ui.assert_accessible("charts of the failing step").await;
+
+    let pages = [
+        ("overview", "/".to_owned(), "Overview"),
+        ("graph", "/graph".to_owned(), "Pipeline graph"),
+        ("charts", charts.clone(), SCANNER),
+        ("failed-batch", page.clone(), SCANNER_STDERR),
+    ];
+    for (width, height) in [(1400, 1000), (400, 860)] {
+        let metrics = serde_json::json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false });
+        devtools(&browser, "Emulation.setDeviceMetricsOverride", metrics).await;
+        for theme in ["light", "dark"] {
+            let media = serde_json::json!({ "features": [{ "name": "prefers-color-scheme", "value": theme }] });
+            devtools(&browser, "Emulation.setEmulatedMedia", media).await;
+            for (name, path, needle) in &pages {
+                ui.goto(path).await;
+                ui.wait_for(|at| at == path.as_str(), needle).await;
+                let overflow = ui
+                    .script("return document.documentElement.scrollWidth - document.documentElement.clientWidth;")
+                    .await;
+                if overflow.as_i64().is_none_or(|o| o > 0) {
+                    // Which elements stick out, to say what to fix.
+                    let wide = ui
+                        .script(
+                            "return Array.from(document.querySelectorAll('body *')).filter(e => \
+                             e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5 && \
+                             !e.closest('.scroll')).slice(0, 10).map(e => e.tagName + '.' + e.className + ' ' + \
+                             Math.round(e.getBoundingClientRect().right));",
+                        )
+                        .await;
+                    panic!("{name} at {width} px ({theme}) overflows by {overflow}: {wide}");
+                }
+                ui.screenshot(&format!("pictures-{name}-{width}-{theme}.png")).await;
+            }
+            // The timeline, on its own.
+            ui.goto(&page).await;
+            ui.wait_for(|at| at == page, "Timeline").await;
+            ui.script("document.getElementById('timeline')?.scrollIntoView(); return null;").await;
+            ui.screenshot(&format!("pictures-timeline-{width}-{theme}.png")).await;
+        }
+    }
     browser.close().await;
 }

@@ -112,6 +112,12 @@ struct Cli {
     /// cron notifiers together, still send each item once.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     notify_every: Option<Duration>,
+    /// Sample each component's backlog (batches ready for it, counted by the index) every
+    /// DURATION and record it in the store's registry for the /charts page, which keeps a
+    /// sample per minute for 2 hours and per hour for 31 days. 0 turns sampling off (another
+    /// monitor may sample: several sampling the same minute keep the newest).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    sample_every: Duration,
     /// More logging (-v debug for autocomp: a line per request; -vv debug for everything;
     /// -vvv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -229,6 +235,9 @@ async fn main() -> ExitCode {
             Err(error) => return fail(USAGE, error),
         };
         tokio::spawn(notify_every(operator.clone(), config, every.max(Duration::from_secs(1))));
+    }
+    if !cli.sample_every.is_zero() {
+        tokio::spawn(autocomp_monitor::sampler::run(operator.clone(), cli.sample_every));
     }
     let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
     let monitor = Monitor::new(operator, settings);

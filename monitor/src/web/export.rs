@@ -139,8 +139,14 @@ fn render(page: &Matrix, format: Format) -> String {
                     .filter(|(_, cell)| cell.overdue)
                     .map(|(c, _)| c.to_string())
                     .collect();
+                // How long it has been in the pipeline, as the list's column: keys are
+                // named, so adding them breaks no reader (the CSV's columns are positional
+                // and stay as they were).
+                let last_activity = b.listing.summary.last_activity;
                 let line = json!({
                     "id": b.id, "type": b.batch_type, "priority": b.priority, "created_at": b.created_at,
+                    "last_activity": last_activity,
+                    "in_pipeline_seconds": last_activity.since(b.created_at).as_secs(),
                     "components": components, "overdue": overdue,
                 });
                 out.push_str(&line.to_string());

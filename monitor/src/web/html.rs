@@ -94,6 +94,8 @@ pub enum Nav {
     Batches,
     /// The pipeline graph.
     Graph,
+    /// Each component's results, durations and backlog over time.
+    Charts,
     /// The batches waiting for a person at a human step.
     Waiting,
     /// What `autocomp alerts` reports.
@@ -135,6 +137,7 @@ impl Page<'_> {
             (Nav::Overview, "/", "Overview"),
             (Nav::Batches, "/batches", "Batches"),
             (Nav::Graph, "/graph", "Graph"),
+            (Nav::Charts, "/charts", "Charts"),
             (Nav::Waiting, "/waiting", "Waiting for a person"),
             (Nav::Alerts, "/alerts", "Alerts"),
         ] {

@@ -16,14 +16,18 @@ mod actions;
 mod alerts;
 mod assets;
 pub mod auth;
+mod charts;
 mod export;
 pub mod gate;
 mod graph;
 pub mod html;
 pub mod limits;
+mod needs;
+mod output;
 mod pages;
 pub mod sessions;
 mod steering;
+mod svg;
 mod timeline;
 
 use std::net::IpAddr;
@@ -95,6 +99,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .route("/batches/{id}", get(pages::batch))
         .route("/waiting", get(pages::waiting))
         .route("/graph", get(graph::page))
+        .route("/charts", get(charts::page))
         .route("/alerts", get(alerts::alerts))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), pages::etag))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));

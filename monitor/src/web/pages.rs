@@ -146,7 +146,10 @@ pub async fn overview(
     uri: axum::http::Uri,
 ) -> Result<Response, WebError> {
     let overview = app.monitor.overview().await?;
+    let needs = app.monitor.needs(&overview).await?;
     let mut body = String::from("<h1>Overview</h1>\n");
+    // What a person has to act on comes first; the counts it was drawn from follow.
+    body.push_str(&super::needs::section(&needs));
     w!(
         body,
         "<p>{} batches in the store; store head seq {}. A batch is <em>overdue</em> when ready longer than its \
@@ -158,35 +161,6 @@ pub async fn overview(
     if overview.rows.is_empty() {
         body.push_str("<p>No component has run a pass against this store yet: the pipeline is empty.</p>\n");
         return Ok(respond(&headers, &caller, "Overview", Nav::Overview, &here(&uri), &body));
-    }
-    let person = StateFilter::State(ComponentState::Person);
-    let human: Vec<(&str, u64)> = overview
-        .rows
-        .iter()
-        .filter(|row| row.component.descriptor.manual)
-        .map(|row| (row.component.descriptor.name.as_str(), row.count(person)))
-        .collect();
-    if !human.is_empty() {
-        let total: u64 = human.iter().map(|(_, n)| n).sum();
-        let each: Vec<String> = human.iter().map(|(step, n)| format!("{step}: {n}")).collect();
-        w!(
-            body,
-            "<p class=\"verdict\">{} batches wait for a person ({}): <a href=\"/waiting\">the list, the longest waiting \
-             first</a>.</p>\n",
-            esc(total),
-            esc(each.join(", "))
-        );
-    }
-    if let Some(hold) = &overview.steering.pipeline {
-        w!(
-            body,
-            "<p class=\"verdict\">The whole pipeline is {} by <code>{}</code> since {}: {} (<a href=\"#steering\">\
-             steering</a>).</p>\n",
-            hold_badge(hold.kind),
-            esc(&hold.by),
-            time(hold.since),
-            esc(&hold.reason)
-        );
     }
     body.push_str(
         "<div class=\"scroll\" role=\"region\" aria-labelledby=\"overview-caption\" tabindex=\"0\">\n\
@@ -427,7 +401,8 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
          <div class=\"scroll\" role=\"region\" aria-labelledby=\"matrix-caption\" tabindex=\"0\">\n\
          <table class=\"grid matrix\">\n<caption id=\"matrix-caption\">{} of {} batches, {}, each component's \
          state</caption>\n<thead><tr><th scope=\"col\">Batch</th><th scope=\"col\">Type</th>\
-         <th scope=\"col\" class=\"num\">Priority</th>",
+         <th scope=\"col\" class=\"num\">Priority</th><th scope=\"col\" class=\"num duration\" \
+         title=\"from its creation to its last activity\">In pipeline</th>",
         esc(matrix.rows.len()),
         esc(matrix.total),
         esc(match filter.order {
@@ -449,6 +424,15 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
             esc(&batch.batch_type),
             esc(batch.priority)
         );
+        let last = batch.listing.summary.last_activity;
+        w!(
+            out,
+            "<td class=\"num duration\" title=\"created {}, last activity {} (UTC): {}\">{}</td>",
+            esc(batch.created_at),
+            esc(last),
+            esc(age(last.since(batch.created_at))),
+            esc(short_age(last.since(batch.created_at)))
+        );
         for cell in &row.cells {
             let overdue = if cell.overdue { " overdue-cell" } else { "" };
             w!(out, "<td class=\"cell{overdue}\">{}", state_badge(cell.state, cell.overdue));
@@ -461,6 +445,12 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
     }
     out.push_str("</tbody></table></div>\n");
     out
+}
+
+/// A duration as `age` writes it (whole seconds, the model's `humantime` words), cut to its
+/// two largest units: a list column stays narrow, and the cell's title has it exactly.
+fn short_age(duration: std::time::Duration) -> String {
+    age(duration).split(' ').take(2).collect::<Vec<_>>().join(" ")
 }
 
 /// The query of a batch's page: `before=SEQ` shows the events before that seq.
@@ -529,6 +519,8 @@ pub async fn batch(
     body.push_str(&open_runs(head));
     body.push_str(&super::timeline::section(&app.monitor.operator().timeline(head).await?));
     body.push_str(&log(head, &page.log, before));
+    // What the runs on this page of the log printed, an attempt per `<details>`.
+    body.push_str(&super::output::section(&page.log.events));
     body.push_str("<h2 id=\"explanations\">Why each component is (not) ready</h2>\n");
     if page.explanations.is_empty() {
         body.push_str("<p>No component has run a pass against this store yet.</p>\n");
@@ -744,6 +736,8 @@ fn failures(explanations: &[Explanation]) -> String {
             if notes.is_empty() { "" } else { ": " },
             esc(notes.join("; "))
         );
+        // The end of what the failed run printed to stderr (or logged): usually the reason.
+        out.push_str(&super::output::verdict_tail(failure));
     }
     out
 }
@@ -885,11 +879,19 @@ fn log(head: &BatchHead, log: &LogPage, before: Option<Seq>) -> String {
                 json_block(result)
             );
         }
+        // The run's output has a section of its own (below the log): not twice on the page.
+        let mut details = e.details.clone();
+        let had_output = details.as_object_mut().and_then(|d| d.remove(autocomp_model::OUTPUT_KEY)).is_some();
         w!(
             out,
-            "<details id=\"report-{}\"><summary>Full report</summary>{}</details>",
+            "<details id=\"report-{}\"><summary>Full report</summary>{}{}</details>",
             esc(e.seq),
-            json_block(&e.details)
+            json_block(&details),
+            if had_output {
+                format!("<p>Its output: <a href=\"#output-{}\">under Run output</a>.</p>", esc(e.seq))
+            } else {
+                String::new()
+            }
         );
         out.push_str("</td></tr>\n");
     }

@@ -22,7 +22,8 @@ async fn explain_follows_the_requires_chain_to_the_failure_that_holds_the_batch_
         ("checker", "Checked", "Verified"),
         ("archiver", "Archived", "Checked"),
     ] {
-        let trigger = Trigger::builder().requires(requires).build();
+        // Blocked by its own type, as a component is unless its config says otherwise.
+        let trigger = Trigger::builder().requires(requires).blocked_by(event_type).build();
         autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
     }
     let id = autocomp_model::BatchId::new("B1").unwrap();
@@ -51,7 +52,11 @@ async fn explain_follows_the_requires_chain_to_the_failure_that_holds_the_batch_
 
     // The step next to the failure names it directly; the failed step itself is held up by nothing.
     assert_eq!(operator.explain("B1", "checker").await.unwrap().held_up_by.len(), 1);
-    assert!(operator.explain("B1", "verifier").await.unwrap().held_up_by.is_empty());
+    let verifier = operator.explain("B1", "verifier").await.unwrap();
+    assert!(verifier.held_up_by.is_empty());
+    // Its verdict is its result and why, not "not ready: blocked_by Verified".
+    let verdict = format!("failed at seq {}: 2 files differ from the manifest (a rerun tries again)", failure.seq);
+    assert_eq!(verifier.verdict(), verdict);
 }
 
 #[tokio::test]

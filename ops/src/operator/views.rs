@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autocomp_model::{
-    BatchFacts, BatchId, BatchSummary, Clause, ComponentName, Event, EventType, Run, Seq, SummaryAt, Timestamp, Trigger,
+    BatchFacts, BatchId, BatchSummary, Clause, ComponentName, Event, EventType, Outcome, Run, Seq, SummaryAt,
+    Timestamp, Trigger,
 };
 use autocomp_sboi::{EngineOptions, IndexEngine, IndexError, IndexedBatch};
 use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
@@ -708,6 +709,13 @@ pub struct Explanation {
 
 impl Explanation {
     /// One line: the verdict.
+    /// Whether the component's own effective result is what blocks it (its event type is in
+    /// its `blocked_by`, as every component's is by default).
+    fn own_result_blocks(&self) -> bool {
+        let own = format!("blocked_by {}", self.event_type);
+        self.result.is_some() && self.clauses.iter().any(|c| c.clause == own && !c.store)
+    }
+
     pub fn verdict(&self) -> String {
         if let Some(run) = &self.open_run {
             return format!("working: run {} held by {}", run.generation, run.holder.agent);
@@ -729,6 +737,18 @@ impl Explanation {
             },
             Some(refusal) if refusal.clause == "source" => format!("source: {refusal}"),
             Some(refusal) if refusal.retrying => format!("retrying: {refusal}"),
+            // Blocked by its own result: the step is done (or failed), not waiting for anything.
+            Some(refusal) if refusal.clause == "blocked_by" && self.own_result_blocks() => {
+                let result = self.result.as_ref().expect("own_result_blocks checked it");
+                match result.failure_reason().filter(|_| result.outcome == Outcome::Failure) {
+                    Some(reason) => format!("failed at seq {}: {reason} (a rerun tries again)", result.seq),
+                    None if result.outcome == Outcome::Failure => {
+                        format!("failed at seq {} (a rerun tries again)", result.seq)
+                    }
+                    None if result.is_skipped() => format!("done: skipped at seq {} by {}", result.seq, result.agent),
+                    None => format!("done: its result is a success, seq {}", result.seq),
+                }
+            }
             Some(refusal) => format!("not ready: {refusal}"),
         }
     }

@@ -1,0 +1,83 @@
+//! A run's output on the monitor's batch page (a real embedded pipeline, called through its
+//! router): an `autocomp-exec`-like failure whose stderr holds markup, an escape sequence and
+//! a NUL shows it escaped and visible, in its attempt's open `<details>`, and its last lines
+//! beside the verdict.
+
+mod support;
+
+use autocomp_model::{
+    Agent, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, OutputStream, RunHolder, RunOutput,
+    Trigger,
+};
+use autocomp_monitor::data::{Monitor, Settings};
+use autocomp_monitor::web::{self, WebOptions};
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode, header};
+use serde_json::json;
+use support::{id, temp_pipeline};
+use tower::ServiceExt;
+
+const HOST: &str = "monitor.test:7072";
+
+async fn get(router: &axum::Router, uri: &str) -> (StatusCode, String) {
+    let mut request = Request::get(uri).header(header::HOST, HOST).body(Body::empty()).unwrap();
+    request.extensions_mut().insert(ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 40_000))));
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_failed_commands_stderr_is_shown_escaped_on_the_batch_page() {
+    let (operator, store, _dir) = temp_pipeline(None).await;
+    let trigger = Trigger::builder().requires("Data_Received").build();
+    autocomp_framework::testing::register_component(store.as_ref(), "ocr", "Ocr_Done", trigger).await;
+    let agent = Agent::new("ocr/0.1.0@h#1").unwrap();
+    store.create_batch(NewBatch::new(id("B1"), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, agent.clone());
+    store.append_event(&id("B1"), received).await.unwrap();
+
+    // What autocomp-exec records for `sh -c '...; exit 1'`.
+    let ocr = ComponentName::new("ocr").unwrap();
+    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+    let generation = store.claim(&id("B1"), &ocr, &holder).await.unwrap().generation();
+    let stream = |name: &str, head: &str| OutputStream { name: name.into(), head: head.into(), ..Default::default() };
+    let output = RunOutput {
+        streams: vec![
+            stream("stdout", "reading pages\n"),
+            stream("stderr", "nul\0byte \u{1b}[31mred <script>alert(1)</script>\nfatal: page 7 is unreadable\n"),
+        ],
+    };
+    let details = json!({
+        "duration_ms": 1200,
+        "failures": [{"reference": "sh", "type": "exit_status", "description": "fatal: page 7 is unreadable"}],
+        "failures_total": 1,
+        "failures_cap": 100,
+        "summary": "`sh` exited with status 1",
+        "output": output,
+    });
+    let result = NewEvent::new(EventType::new("Ocr_Done").unwrap(), Outcome::Failure, agent.clone())
+        .with_details(details)
+        .in_run(ocr.clone(), generation);
+    store.append_event(&id("B1"), result).await.unwrap();
+
+    let monitor = Monitor::new(operator, Settings::default());
+    let router = web::router(monitor, WebOptions { host_names: vec![HOST.into()], ..WebOptions::default() });
+    let (status, page) = get(&router, "/batches/B1").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(!page.contains('\u{1b}') && !page.contains('\0'), "no raw control character reaches the page");
+    assert!(!page.contains("<script>alert(1)"), "markup from the output is escaped");
+    let escaped = "nul\\u0000byte \\u001b[31mred &lt;script&gt;alert(1)&lt;/script&gt;\nfatal: page 7 is unreadable\n";
+    assert!(page.contains(escaped), "{page}");
+    assert!(page.contains("<h2 id=\"output\">Run output</h2>"), "{page}");
+    assert!(page.contains("\" open><summary><code>ocr</code> run "), "the failed attempt is open: {page}");
+    assert!(page.contains("<strong>stderr</strong>"), "stderr is marked: {page}");
+    assert!(page.contains("reading pages\n</pre>"), "stdout too: {page}");
+    assert!(!page.contains("&quot;head&quot;"), "the full report leaves the output to its section: {page}");
+    // Beside the verdict, before the Actions: the end of its stderr.
+    let verdict = page.find("id=\"failed-ocr\"").expect("the verdict");
+    let tail = page.find("verdict-output").expect("the stderr's end beside the verdict");
+    assert!(verdict < tail && tail < page.find("id=\"actions\"").unwrap(), "{page}");
+}
