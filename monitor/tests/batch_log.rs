@@ -11,12 +11,9 @@ use autocomp_model::{Agent, BatchType, ComponentName, EventType, NewBatch, NewEv
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_store::ObjectStore;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use serde_json::json;
 use support::{id, temp_pipeline};
-use tower::ServiceExt;
 
 const HOST: &str = "monitor.test:7072";
 
@@ -50,12 +47,7 @@ async fn fixture(notes: usize) -> Fixture {
 
 impl Fixture {
     async fn get(&self, uri: &str) -> (StatusCode, String) {
-        let mut request = Request::get(uri).header(header::HOST, HOST).body(Body::empty()).unwrap();
-        request.extensions_mut().insert(ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 40_000))));
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, String::from_utf8(bytes.to_vec()).unwrap())
+        support::get_as(&self.router, HOST, [127, 0, 0, 1], uri).await
     }
 }
 

@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use autocomp_framework::config::ComponentConfig;
@@ -19,11 +18,8 @@ use autocomp_monitor::sampler;
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::Operator;
 use autocomp_store::ObjectStore;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use support::{id, temp_pipeline};
-use tower::ServiceExt;
 
 struct Fixture {
     router: axum::Router,
@@ -73,12 +69,7 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn get(&self, uri: &str) -> (StatusCode, String) {
-        let mut request = Request::get(uri).header(header::HOST, "monitor.test").body(Body::empty()).unwrap();
-        request.extensions_mut().insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000))));
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, String::from_utf8(bytes.to_vec()).unwrap())
+        support::get_as(&self.router, "monitor.test", [127, 0, 0, 1], uri).await
     }
 }
 

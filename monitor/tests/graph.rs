@@ -7,7 +7,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use autocomp_framework::config::ComponentConfig;
@@ -19,11 +18,8 @@ use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::{Operator, Scope, SteerAction};
 use autocomp_store::ObjectStore;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use support::temp_pipeline;
-use tower::ServiceExt;
 
 struct Fixture {
     router: axum::Router,
@@ -98,12 +94,7 @@ async fn fixture() -> Fixture {
 
 impl Fixture {
     async fn get(&self, uri: &str) -> (StatusCode, String) {
-        let mut request = Request::get(uri).header(header::HOST, "monitor.test").body(Body::empty()).unwrap();
-        request.extensions_mut().insert(ConnectInfo(SocketAddr::new("127.0.0.1".parse::<IpAddr>().unwrap(), 40_000)));
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, String::from_utf8(bytes.to_vec()).unwrap())
+        support::get_as(&self.router, "monitor.test", [127, 0, 0, 1], uri).await
     }
 }
 

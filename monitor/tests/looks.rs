@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +16,8 @@ use autocomp_model::{
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_store::ObjectStore;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use support::{id, temp_pipeline};
-use tower::ServiceExt;
 
 struct Fixture {
     router: axum::Router,
@@ -53,12 +49,7 @@ async fn fixture(ready_overdue_after: Duration) -> Fixture {
 
 impl Fixture {
     async fn get(&self, uri: &str) -> (StatusCode, String) {
-        let mut request = Request::get(uri).header(header::HOST, "monitor.test").body(Body::empty()).unwrap();
-        request.extensions_mut().insert(ConnectInfo(SocketAddr::from(([10, 9, 9, 9], 40_000))));
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        (status, String::from_utf8(bytes.to_vec()).unwrap())
+        support::get_as(&self.router, "monitor.test", [10, 9, 9, 9], uri).await
     }
 
     /// The checker's circuit opens after one failure, as a worker's breaker records it.

@@ -12,12 +12,9 @@ use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::duration_text;
 use autocomp_store::ObjectStore;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use serde_json::json;
 use support::{id, temp_pipeline};
-use tower::ServiceExt;
 
 const HOST: &str = "monitor.test:7072";
 
@@ -49,12 +46,7 @@ async fn fixture() -> (axum::Router, Arc<dyn ObjectStore>, Monitor, tempfile::Te
 }
 
 async fn get(router: &axum::Router, uri: &str) -> (StatusCode, String) {
-    let mut request = Request::get(uri).header(header::HOST, HOST).body(Body::empty()).unwrap();
-    request.extensions_mut().insert(ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 40_000))));
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
+    support::get_as(router, HOST, [127, 0, 0, 1], uri).await
 }
 
 /// The table row whose header cell is `label`: its cells' text, tags removed.

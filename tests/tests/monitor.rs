@@ -515,6 +515,18 @@ impl Ui<'_> {
         .await
     }
 
+    /// The elements that stick out past the page's width (outside a scrolling region), to
+    /// say what to fix when a page is too wide.
+    async fn sticking_out(&self) -> Value {
+        self.script(
+            "return Array.from(document.querySelectorAll('body *')).filter(e => \
+             e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5 && \
+             !e.closest('.scroll')).slice(0, 10).map(e => e.tagName + '.' + e.className + ' ' + \
+             Math.round(e.getBoundingClientRect().right));",
+        )
+        .await
+    }
+
     async fn screenshot(&self, name: &str) {
         let path = chromium::screenshot(self.client, screenshot_dir().join(name)).await;
         eprintln!("screenshot: {}", path.display());
@@ -1590,15 +1602,7 @@ async fn every_page_fits_a_400_px_screen_in_light_and_dark_and_the_alerts_page_i
             assert_eq!(widths[3], background, "{name} ({theme}): the theme's background: {widths}");
             let (scroll, room) = (widths[1].as_u64().unwrap_or(u64::MAX), widths[4].as_u64().unwrap_or(0));
             if scroll > 400 || scroll > room {
-                // Which elements stick out, to say what to fix.
-                let wide = ui
-                    .script(
-                        "return Array.from(document.querySelectorAll('body *')).filter(e => \
-                         e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5 && \
-                         !e.closest('.scroll')).slice(0, 10).map(e => e.tagName + '.' + e.className + ' ' + \
-                         Math.round(e.getBoundingClientRect().right));",
-                    )
-                    .await;
+                let wide = ui.sticking_out().await;
                 panic!("{name} ({theme}): the page is {scroll} px wide, {room} px fit: {wide}");
             }
             ui.screenshot(&format!("narrow-{name}-{theme}.png")).await;
@@ -1754,15 +1758,7 @@ async fn screenshots_show_the_failing_reason_in_the_list_and_the_commands_stderr
                     .script("return document.documentElement.scrollWidth - document.documentElement.clientWidth;")
                     .await;
                 if overflow.as_i64().is_none_or(|o| o > 0) {
-                    // Which elements stick out, to say what to fix.
-                    let wide = ui
-                        .script(
-                            "return Array.from(document.querySelectorAll('body *')).filter(e => \
-                             e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5 && \
-                             !e.closest('.scroll')).slice(0, 10).map(e => e.tagName + '.' + e.className + ' ' + \
-                             Math.round(e.getBoundingClientRect().right));",
-                        )
-                        .await;
+                    let wide = ui.sticking_out().await;
                     panic!("{name} at {width} px ({theme}) overflows by {overflow}: {wide}");
                 }
                 ui.screenshot(&format!("pictures-{name}-{width}-{theme}.png")).await;

@@ -10,14 +10,14 @@ use autocomp_model::{ComponentName, InvalidInput, SeriesStep, Timestamp, WorkRes
 use autocomp_ops::operator::{OperatorError, duration_text};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::gate::Caller;
-use super::html::{Nav, Page, esc, w};
+use super::html::{Nav, esc, w};
 use super::svg::{self, HEIGHT, LEFT, PLOT_H, PLOT_W, TOP, WIDTH};
-use super::{App, WebError, auth, html_response};
+use super::{App, WebError};
 use crate::filter::encode;
 
 /// `/charts?component=NAME&range=hour|day|month`; both optional.
@@ -715,21 +715,7 @@ pub async fn page(
         Some(c) => format!("Charts: {c}"),
         None => "Charts".to_owned(),
     };
-    let here = uri.path_and_query().map_or("/charts".into(), |pq| pq.as_str().to_owned());
-    let flash = auth::take_flash(&headers, caller.secure);
-    let page = Page {
-        title: &title,
-        nav: Nav::Charts,
-        access: Some(&caller.access),
-        flash: flash.as_ref().map(|(m, _)| m.as_str()),
-        live: true,
-        here: &here,
-    };
-    let mut response = html_response(StatusCode::OK, page.render(&body));
-    if let Some((_, clear)) = flash {
-        response.headers_mut().append(header::SET_COOKIE, clear);
-    }
-    Ok(response)
+    Ok(super::pages::respond(&headers, &caller, &title, Nav::Charts, &super::pages::here(&uri), &body))
 }
 
 #[cfg(test)]

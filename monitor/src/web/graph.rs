@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use autocomp_model::HoldKind;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::gate::Caller;
-use super::html::{Nav, Page, esc, w};
-use super::{App, WebError, auth, html_response};
+use super::html::{Nav, esc, w};
+use super::{App, WebError};
 use crate::data::{Overview, OverviewRow};
 use crate::filter::{Filter, StateFilter};
 
@@ -481,21 +481,7 @@ pub async fn page(
         );
         body.push_str(&svg(&overview));
     }
-    let here = uri.path_and_query().map_or("/graph".into(), |pq| pq.as_str().to_owned());
-    let flash = auth::take_flash(&headers, caller.secure);
-    let page = Page {
-        title: "Pipeline graph",
-        nav: Nav::Graph,
-        access: Some(&caller.access),
-        flash: flash.as_ref().map(|(m, _)| m.as_str()),
-        live: true,
-        here: &here,
-    };
-    let mut response = html_response(StatusCode::OK, page.render(&body));
-    if let Some((_, clear)) = flash {
-        response.headers_mut().append(header::SET_COOKIE, clear);
-    }
-    Ok(response)
+    Ok(super::pages::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::pages::here(&uri), &body))
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
 
 /// A GET page: its layout, the one-time message if the request carries one (cleared by
 /// the response), and the live region.
-fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
+pub(super) fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
     respond_with(StatusCode::OK, headers, caller, title, nav, here, body)
 }
 
@@ -135,7 +135,8 @@ fn respond_with(
     response
 }
 
-fn here(uri: &axum::http::Uri) -> String {
+/// The page's own address, path and query, for the live region and sign-in's return.
+pub(super) fn here(uri: &axum::http::Uri) -> String {
     uri.path_and_query().map_or("/".into(), |pq| pq.as_str().to_owned())
 }
 
