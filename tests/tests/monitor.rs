@@ -1729,6 +1729,7 @@ async fn screenshots_show_the_failing_reason_in_the_list_and_the_commands_stderr
     ui.goto(&page).await;
     let text = ui.wait_for(|at| at == page, SCANNER_STDERR).await;
     assert!(text.contains(&format!("scanning {id}")), "the command's stdout on the page:\n{text}");
+    ui.assert_accessible("a failed command's batch page, with its output").await;
     // The charts count the step's failures in the table behind the results chart.
     let charts = format!("/charts?component={SCANNER}");
     ui.goto(&charts).await;
