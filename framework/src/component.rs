@@ -41,6 +41,20 @@ pub trait Component: Send + Sync + 'static {
         true
     }
 
+    /// The JSON Schema of the structured result `work` records with `set_result`, published
+    /// in the component registry so that the steps reading it can be checked against it
+    /// before they run. `None` (the default): it publishes none.
+    fn result_schema(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The structured results of earlier steps `work` reads, each with the schema it expects:
+    /// a pass refuses to start (exit 2) when a producer's published schema does not give what
+    /// it expects. Empty (the default): it reads none.
+    fn reads(&self) -> Vec<autocomp_model::ResultRead> {
+        Vec::new()
+    }
+
     /// Checks the settings at the start of every pass, before anything is locked or claimed
     /// (a root directory exists and is writable, a tool is installed): a refusal ends the
     /// pass with exit 2 naming the key, and no batch is touched, so a configuration mistake

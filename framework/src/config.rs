@@ -240,6 +240,8 @@ impl ComponentConfig {
                 pools
             },
             break_after: self.break_after,
+            result_schema: None,
+            reads: Vec::new(),
         }
     }
 

@@ -395,7 +395,9 @@ impl<C: Component> Runner<C> {
             )));
         }
         let identity = Identity::of(component.name(), component.version())?;
-        let descriptor = config.descriptor(name.clone(), component.version(), event_type.clone(), trigger, false);
+        let mut descriptor = config.descriptor(name.clone(), component.version(), event_type.clone(), trigger, false);
+        descriptor.result_schema = component.result_schema();
+        descriptor.reads = component.reads();
         descriptor.validate().map_err(usage)?;
         let retry_trigger = descriptor.retry_trigger();
         Ok(Arc::new(Self {

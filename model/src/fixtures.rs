@@ -31,6 +31,8 @@ pub(crate) fn descriptor() -> ComponentDescriptor {
         manual: false,
         pools: Vec::new(),
         break_after: None,
+        result_schema: None,
+        reads: Vec::new(),
     }
 }
 

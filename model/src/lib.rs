@@ -30,7 +30,7 @@ pub use names::{
 pub use output::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
 pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
-    Retirement,
+    ResultRead, Retirement,
 };
 pub use report::{Failure, OUTPUT_KEY, RESULT_KEY, Report};
 pub use schedule::Schedule;

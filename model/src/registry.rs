@@ -70,6 +70,24 @@ pub struct ComponentDescriptor {
     /// itself (its circuit opens); unset: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub break_after: Option<u32>,
+    /// The JSON Schema of the structured result it records (`Report::result`), when it
+    /// publishes one: what a later step that reads the result may rely on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_schema: Option<serde_json::Value>,
+    /// The results of earlier steps it reads, each with the schema it expects: a pass
+    /// refuses to start when a producer's published schema does not give what it expects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<ResultRead>,
+}
+
+/// A step's reading of another step's structured result: the event type whose result it
+/// reads and the JSON Schema of what it expects to find there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ResultRead {
+    pub event_type: EventType,
+    pub schema: serde_json::Value,
 }
 
 impl ComponentDescriptor {

@@ -106,6 +106,8 @@ fn descriptor(step: usize) -> ComponentDescriptor {
         manual: false,
         pools: Vec::new(),
         break_after: None,
+        result_schema: None,
+        reads: Vec::new(),
     }
 }
 

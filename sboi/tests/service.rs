@@ -279,6 +279,8 @@ fn checker() -> ComponentDescriptor {
         manual: false,
         pools: Vec::new(),
         break_after: None,
+        result_schema: None,
+        reads: Vec::new(),
     }
 }
 

@@ -166,6 +166,8 @@ fn state_selection() -> impl Strategy<Value = Selection> {
                 manual: false,
                 pools: Vec::new(),
                 break_after: None,
+                result_schema: None,
+                reads: Vec::new(),
             };
             Selection::component_state(&descriptor, ComponentState::ALL[state])
         },

@@ -396,6 +396,8 @@ mod tests {
             manual: false,
             pools: Vec::new(),
             break_after: None,
+            result_schema: None,
+            reads: Vec::new(),
         };
         tune(&mut descriptor);
         let phase = PassPhase::Ended { outcome: PassOutcome::Ok, summary: String::new(), duration_ms: 1, work };

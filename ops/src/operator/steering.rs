@@ -466,6 +466,8 @@ impl Operator {
             manual: true,
             pools: Vec::new(),
             break_after: None,
+            result_schema: None,
+            reads: Vec::new(),
         };
         let summary = format!("declared by {agent}: {reason}");
         let phase = autocomp_model::PassPhase::Ended {
