@@ -319,7 +319,7 @@ async fn failed_attempts_count_abandoned_and_transient_runs_since_a_seq(f: Fixtu
     assert_eq!(f.store.failed_attempts(&b, &component("other"), Seq::ZERO).await.unwrap(), 0);
 }
 
-async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result(f: Fixture) {
+async fn checkpoints_survive_an_abandoned_run_and_a_transient_failure_and_vanish_with_a_result(f: Fixture) {
     register(&f.store, "B1").await;
     let (b, c) = (id("B1"), component("archiver"));
     assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None);
@@ -335,7 +335,16 @@ async fn checkpoints_survive_an_abandoned_run_and_vanish_with_a_result(f: Fixtur
     let err = f.store.save_checkpoint(&b, &c, second.generation(), json!([1])).await.unwrap_err();
     assert!(matches!(&err, StoreError::Invalid(e) if e.field == "checkpoint"), "{err}");
 
-    let done = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("b")).in_run(c.clone(), second.generation());
+    // A transient failure is retried: the retry resumes from the checkpoint too.
+    f.store.save_checkpoint(&b, &c, second.generation(), json!({"copied": 25})).await.unwrap();
+    let transient = NewEvent::new(ty("Data_Archived"), Outcome::Failure, agent("b"))
+        .with_details(json!({"transient": true, "summary": "share unmounted"}))
+        .in_run(c.clone(), second.generation());
+    f.store.append_event(&b, transient).await.unwrap();
+    assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), Some(json!({"copied": 25})), "kept for the retry");
+
+    let third = f.store.claim(&b, &c, &holder("c")).await.unwrap();
+    let done = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("c")).in_run(c.clone(), third.generation());
     f.store.append_event(&b, done).await.unwrap();
     assert_eq!(f.store.load_checkpoint(&b, &c).await.unwrap(), None, "a recorded result ends the checkpoint");
 }
@@ -1741,7 +1750,7 @@ contract!(
     claims_fence_stale_and_closed_runs,
     release_closes_a_run_without_an_event,
     failed_attempts_count_abandoned_and_transient_runs_since_a_seq,
-    checkpoints_survive_an_abandoned_run_and_vanish_with_a_result,
+    checkpoints_survive_an_abandoned_run_and_a_transient_failure_and_vanish_with_a_result,
     the_change_feed_lists_each_changed_batch_once_in_order,
     an_idempotent_retry_returns_the_first_event,
     bad_input_is_refused_by_name_and_writes_nothing,

@@ -1060,6 +1060,72 @@ BEGIN
     DELETE FROM component_backlog WHERE step = 'minute' AND at < this_minute - @WORK_MINUTES_KEPT@;
     DELETE FROM component_backlog WHERE step = 'hour' AND at < this_hour - @WORK_HOURS_KEPT@;
 END $$;
+
+-- `autocomp_append_group` as before, except that a transient failure keeps the run's
+-- checkpoint: the retry resumes from it, as it would after an abandoned run.
+CREATE OR REPLACE FUNCTION autocomp_append_group(p_batches text[], p_types text[], p_outcomes text[], p_agents text[],
+    p_details jsonb[], p_run_components text[], p_run_generations bigint[], p_resets jsonb[], p_keys text[],
+    p_max_batch_bytes bigint)
+RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    locked text[];
+    i integer;
+    held bigint;
+    size bigint;
+BEGIN
+    SELECT array_agg(id) INTO locked FROM (
+        SELECT id FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE
+    ) ids;
+    FOR i IN 1 .. coalesce(array_length(p_batches, 1), 0) LOOP
+        r_index := i;
+        r_seq := NULL;
+        r_at := NULL;
+        r_earlier := NULL;
+        r_refused := NULL;
+        r_reason := NULL;
+        IF p_keys[i] IS NOT NULL THEN
+            -- A retry of an append that committed (maybe earlier in this very group).
+            SELECT to_jsonb(e) - 'idempotency_key' INTO r_earlier FROM events e WHERE idempotency_key = p_keys[i];
+        END IF;
+        IF r_earlier IS NULL THEN
+            IF locked IS NULL OR NOT p_batches[i] = ANY (locked) THEN
+                r_refused := 'AC404';
+                r_reason := p_batches[i];
+            ELSIF p_run_components[i] IS NOT NULL THEN
+                r_reason := autocomp_fence_refusal(p_batches[i], p_run_components[i], p_run_generations[i]);
+                IF r_reason IS NOT NULL THEN
+                    r_refused := 'AC410';
+                END IF;
+            END IF;
+            IF r_refused IS NULL THEN
+                SELECT stored_bytes INTO held FROM batches WHERE id = p_batches[i];
+                size := octet_length(p_details[i]::text);
+                IF held + size > p_max_batch_bytes THEN
+                    r_refused := 'AC413';
+                    r_reason := format('%s %s', held, held + size);
+                END IF;
+            END IF;
+        END IF;
+        IF r_earlier IS NULL AND r_refused IS NULL THEN
+            PERFORM pg_advisory_xact_lock_shared(@FEED_LOCK@);
+            r_seq := nextval('store_seq');
+            r_at := autocomp_now();
+            PERFORM autocomp_insert_event(r_seq, r_at, p_batches[i], p_types[i], p_outcomes[i], p_agents[i],
+                p_details[i], p_run_components[i], p_run_generations[i], p_resets[i], p_keys[i]);
+            IF p_run_components[i] IS NOT NULL THEN
+                UPDATE runs SET state = 'recorded', ended_at = r_at,
+                        transient = COALESCE((p_details[i] ->> 'transient')::boolean, false)
+                    WHERE batch_id = p_batches[i] AND component = p_run_components[i]
+                      AND generation = p_run_generations[i];
+                IF NOT COALESCE((p_details[i] ->> 'transient')::boolean, false) THEN
+                    DELETE FROM checkpoints WHERE batch_id = p_batches[i] AND component = p_run_components[i];
+                END IF;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;
 "#;
 
 /// Applies the missing migrations in one transaction under the migration lock; returns the

@@ -442,11 +442,15 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> Store
             params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
         )
         .map_err(unavailable)?;
-        tx.execute(
-            "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
-            params![batch.as_str(), run.component.as_str()],
-        )
-        .map_err(unavailable)?;
+        // A transient failure keeps the checkpoint: the retry resumes from it, as it would
+        // after an abandoned run. Any other result ends what the checkpoint was for.
+        if !transient {
+            tx.execute(
+                "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
+                params![batch.as_str(), run.component.as_str()],
+            )
+            .map_err(unavailable)?;
+        }
     }
     summary::touch(tx, batch, seq, |state| {
         state.record(&event);
