@@ -16,6 +16,7 @@
 mod cli;
 mod component;
 pub mod config;
+mod contract;
 pub mod exit;
 pub mod locks;
 mod output;
@@ -33,8 +34,8 @@ pub use autocomp_http::for_terminal;
 #[doc(inline)]
 pub use autocomp_model::{
     Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
-    IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, Report, SteeringChange, Timestamp, Trigger,
-    TriggerBuilder, TypeNames, duration_text,
+    IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome, RESULT_KEY, Report, ResultRead, SteeringChange,
+    Timestamp, Trigger, TriggerBuilder, TypeNames, duration_text,
 };
 /// A run's output (`WorkContext::set_output`): streams kept within a budget.
 #[doc(inline)]
@@ -43,7 +44,15 @@ pub use autocomp_model::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, 
 pub use autocomp_store::StoreError;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
+pub use contract::{reads_result, result_schema_of};
 pub use runner::hostname;
+/// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
+/// publishes its result's ([`result_schema_of`]) and declares the ones it reads
+/// ([`reads_result`]) without depending on `schemars` itself.
+pub use schemars;
+/// JSON values, as results and settings are read and written: `serde_json::to_value`,
+/// `from_value` and the rest without depending on `serde_json` itself.
+pub use serde_json;
 pub use source::{Source, SourceContext, source_main};
 /// How a component logs: its work's `info!`, `warn!` and `error!` lines (on the work thread)
 /// are kept with the run's result as its `log` output, whatever level stderr shows.
@@ -52,8 +61,10 @@ pub use tracing;
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.
 pub mod prelude {
     pub use crate::component::{Component, IoResultExt, SettingError, WorkContext, WorkError};
+    /// `#[derive(JsonSchema)]` on a result type resolves `schemars` through this.
+    pub use crate::schemars::{self, JsonSchema};
+    pub use crate::serde_json::{self, Value, json};
     pub use crate::source::{Source, SourceContext};
-    pub use crate::{Batch, Outcome, Trigger};
+    pub use crate::{Batch, Outcome, ResultRead, Trigger, reads_result, result_schema_of};
     pub use serde::{Deserialize, Serialize};
-    pub use serde_json::{Value, json};
 }

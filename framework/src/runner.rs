@@ -458,8 +458,13 @@ impl<C: Component> Runner<C> {
     /// reports how it ended, an idle one only that).
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let started = Instant::now();
-        if let Err(refused) = self.component.check_settings(&self.settings) {
-            let message = format!("[settings] {}: {}", refused.key, refused.message);
+        // A setting refused, or a result it reads that its producer no longer publishes as
+        // expected (only a component that reads some pays the registry read).
+        let refused = match self.component.check_settings(&self.settings) {
+            Err(refused) => Err(format!("[settings] {}: {}", refused.key, refused.message)),
+            Ok(()) => crate::contract::check_reads(self.pipeline.store.as_ref(), &self.descriptor).await,
+        };
+        if let Err(message) = refused {
             let phase = PassPhase::Ended {
                 outcome: PassOutcome::Error,
                 summary: format!("not started: {message}"),

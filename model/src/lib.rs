@@ -3,6 +3,7 @@
 //! Everything here is plain data and pure functions; no I/O.
 
 mod batch;
+mod contract;
 pub mod duration_text;
 mod effective;
 #[cfg(test)]
@@ -23,6 +24,7 @@ mod work;
 
 pub use batch::check_object;
 pub use batch::{Batch, CONTENT_SEQ_KEY, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
+pub use contract::{Incompatibility, ReadCheck, check_read, check_reads, published_fields, required_fields};
 pub use effective::EffectiveView;
 pub use names::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, PoolName, is_concealing,

@@ -4,7 +4,8 @@
 //! within a column; each required type is an edge from the component recording it to the one
 //! requiring it, labelled with the type; a type no component records is a small input node.
 //! Sources, human steps and held components are drawn (and worded) distinctly, and each node
-//! lists its non-zero counts by state, each a link to its list. The `/graph` page shows it.
+//! lists its non-zero counts by state, each a link to its list. The `/graph` page shows it,
+//! and under it the results the steps publish and what reads them (`contracts`).
 
 use std::sync::Arc;
 
@@ -480,6 +481,7 @@ pub async fn page(
             esc(overview.head)
         );
         body.push_str(&svg(&overview));
+        body.push_str(&super::contracts::section(&overview));
     }
     Ok(super::pages::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::pages::here(&uri), &body))
 }

@@ -298,7 +298,8 @@ pub fn age(duration: Duration) -> String {
 /// Pretty JSON in a `<pre>`.
 pub fn json_block(value: &Value) -> String {
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    format!("<pre class=\"json\">{}</pre>", esc(text))
+    // It scrolls when long: reachable from the keyboard, as the other scrolling regions.
+    format!("<pre class=\"json\" tabindex=\"0\">{}</pre>", esc(text))
 }
 
 /// Hidden inputs carrying `fields` unchanged (a preview's confirm form re-posts them).

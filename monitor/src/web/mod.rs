@@ -17,6 +17,7 @@ mod alerts;
 mod assets;
 pub mod auth;
 mod charts;
+mod contracts;
 mod export;
 pub mod gate;
 mod graph;

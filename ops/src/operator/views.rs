@@ -524,7 +524,72 @@ impl PipelineView {
                 entry
             })
             .collect();
-        json!({"now": self.now, "components": components, "steering": self.steering, "steering_log": self.log})
+        let contracts: Vec<Value> = self
+            .read_checks()
+            .iter()
+            .map(|check| {
+                json!({
+                    "reader": check.reader.name,
+                    "reader_version": check.reader.version,
+                    "event_type": check.read.event_type,
+                    "requires": autocomp_model::required_fields(&check.read.schema),
+                    "producer": check.producer.map(|p| &p.name),
+                    "producer_version": check.producer.map(|p| &p.version),
+                    // null: not checked (no producer registered, or it publishes no schema).
+                    "compatible": check.verdict.as_ref().map(Result::is_ok),
+                    "broken": check.broken(),
+                })
+            })
+            .collect();
+        json!({
+            "now": self.now,
+            "components": components,
+            "contracts": contracts,
+            "steering": self.steering,
+            "steering_log": self.log,
+        })
+    }
+
+    /// Each read of an active component, checked against what its producer publishes
+    /// (`model::check_reads`): a broken contract shows before a pass refuses to start.
+    pub fn read_checks(&self) -> Vec<autocomp_model::ReadCheck<'_>> {
+        let active: Vec<&autocomp_model::ComponentDescriptor> =
+            self.components.iter().filter(|c| !c.is_retired()).map(|c| &c.descriptor).collect();
+        active.iter().flat_map(|reader| autocomp_model::check_reads(reader, &active)).collect()
+    }
+
+    /// The results the steps publish (their top-level fields) and read (the fields they
+    /// require), and every broken contract; nothing when no step publishes or reads one.
+    fn results_text(&self) -> String {
+        let mut out = String::new();
+        for c in self.components.iter().filter(|c| !c.is_retired()) {
+            let d = &c.descriptor;
+            if let Some(schema) = &d.result_schema {
+                let fields = autocomp_model::published_fields(schema);
+                let fields = if fields.is_empty() { "(no fields listed)".to_owned() } else { fields.join(", ") };
+                writeln!(out, "  {} {} result: {fields}", d.name, d.event_type).ok();
+            }
+        }
+        let checks = self.read_checks();
+        for check in &checks {
+            let fields = autocomp_model::required_fields(&check.read.schema);
+            let fields = if fields.is_empty() { "(no field required)".to_owned() } else { fields.join(", ") };
+            let verdict = match (&check.verdict, check.producer) {
+                (_, None) => " (no component records it yet: not checked)".to_owned(),
+                (None, Some(p)) => format!(" ({} publishes no schema: not checked)", p.name),
+                (Some(Ok(())), Some(p)) => format!(" (compatible with {} {})", p.name, p.version),
+                (Some(Err(_)), Some(_)) => " (BROKEN: see below)".to_owned(),
+            };
+            writeln!(out, "  {} reads {}: {fields}{verdict}", check.reader.name, check.read.event_type).ok();
+        }
+        let broken: Vec<String> = checks.iter().filter_map(|check| check.broken()).collect();
+        if !broken.is_empty() {
+            out.push_str("\nbroken contracts (the reader's passes do not start, exit 2):\n");
+            for line in broken {
+                writeln!(out, "  {line}").ok();
+            }
+        }
+        if out.is_empty() { out } else { format!("\nresults and what reads them:\n{out}") }
     }
 
     fn to_text(&self) -> String {
@@ -571,6 +636,7 @@ impl PipelineView {
             .collect();
         let mut out =
             table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows);
+        out.push_str(&self.results_text());
         out.push_str(&self.steering_text());
         out
     }

@@ -1,0 +1,112 @@
+//! The results the steps publish and what reads them, under the pipeline graph (`/graph`)
+//! and in `autocomp pipeline`: a producer's result schema shown as escaped JSON, a reader's
+//! expectation checked against it, a broken contract named in words (field and both
+//! versions).
+
+mod support;
+
+use autocomp_framework::config::ComponentConfig;
+use autocomp_model::{ComponentName, EventType, PassOutcome, PassPhase, PassRecord, ResultRead, Trigger};
+use autocomp_monitor::data::{Monitor, Settings};
+use autocomp_monitor::web::{self, WebOptions};
+use autocomp_ops::operator::Format;
+use autocomp_store::ObjectStore;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use support::temp_pipeline;
+
+/// A pass of `name` recording `event_type`, requiring `requires`, publishing `schema` and
+/// reading `reads`.
+async fn register(
+    store: &dyn ObjectStore,
+    (name, version): (&str, &str),
+    (event_type, requires): (&str, &str),
+    schema: Option<Value>,
+    reads: Vec<ResultRead>,
+) {
+    let trigger = Trigger::builder().requires(requires).blocked_by(event_type).build();
+    let own = EventType::new(event_type).unwrap();
+    let mut descriptor =
+        ComponentConfig::default().descriptor(ComponentName::new(name).unwrap(), version, own, trigger, false);
+    descriptor.result_schema = schema;
+    descriptor.reads = reads;
+    let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1, work: vec![] };
+    store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.unwrap();
+}
+
+/// The archiver's result, its description holding markup that must be shown as text.
+fn archived(path_field: &str) -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Archived",
+        "description": "Where the <b>archive</b> & its size",
+        "type": "object",
+        "properties": {path_field: {"type": "string"}, "size": {"type": "integer", "minimum": 0}},
+        "required": [path_field, "size"]
+    })
+}
+
+fn expects_archive_path() -> Vec<ResultRead> {
+    let schema = json!({
+        "type": "object",
+        "properties": {"archive_path": {"type": "string"}},
+        "required": ["archive_path"]
+    });
+    vec![ResultRead { event_type: EventType::new("Data_Archived").unwrap(), schema }]
+}
+
+#[tokio::test]
+async fn the_graph_page_shows_each_published_schema_escaped_and_flags_a_broken_contract() {
+    let (operator, store, _dir) = temp_pipeline(Some("tester")).await;
+    let s = store.as_ref();
+    register(s, ("archiver", "0.2.0"), ("Data_Archived", "Data_Received"), Some(archived("archive_path")), vec![])
+        .await;
+    register(s, ("access-copy", "0.1.0"), ("Access_Copied", "Data_Archived"), None, expects_archive_path()).await;
+    let monitor = Monitor::new(operator.clone(), Settings::default());
+    let router = web::router(monitor, WebOptions::default());
+
+    let (status, page) = support::get(&router, "/graph").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<h2>Results and what reads them</h2>"), "{page}");
+    assert!(page.contains("<pre class=\"json\" tabindex=\"0\">"), "{page}");
+    // The schema as pretty JSON, escaped: its markup is text, not elements.
+    assert!(page.contains("Where the &lt;b&gt;archive&lt;/b&gt; &amp; its size"), "{page}");
+    assert!(!page.contains("<b>archive</b>"), "{page}");
+    assert!(page.contains("&quot;archive_path&quot;: {"), "{page}");
+    assert!(page.contains("publishes Data_Archived: archive_path: string, size: integer"), "{page}");
+    assert!(page.contains("Reads Data_Archived's result, requiring archive_path: string: compatible with what archiver 0.2.0 publishes."), "{page}");
+    assert!(!page.contains("Broken contracts"), "{page}");
+    let text = operator.pipeline_view().await.unwrap().render(Format::Text);
+    assert!(text.contains("archiver Data_Archived result: archive_path: string, size: integer"), "{text}");
+    assert!(
+        text.contains("access-copy reads Data_Archived: archive_path: string (compatible with archiver 0.2.0)"),
+        "{text}"
+    );
+
+    // A new archiver renames the field: the page and `autocomp pipeline` say whose pass
+    // will not start, on which field, between which versions.
+    register(s, ("archiver", "0.3.0"), ("Data_Archived", "Data_Received"), Some(archived("path")), vec![]).await;
+    let (_, page) = support::get(&router, "/graph").await;
+    let broken = "access-copy 0.1.0 reads Data_Archived's result expecting archive_path (string, required), but \
+                  archiver 0.3.0 publishes no archive_path (renamed or removed?)";
+    assert!(page.contains("<strong>Broken contracts</strong>"), "{page}");
+    assert!(page.contains(&format!("<li>{}</li>", broken.replace('\'', "&#39;"))), "{page}");
+    assert!(page.contains("<details open><summary><strong>access-copy</strong>"), "{page}");
+    let view = operator.pipeline_view().await.unwrap();
+    let text = view.render(Format::Text);
+    assert!(text.contains("broken contracts (the reader's passes do not start, exit 2):"), "{text}");
+    assert!(text.contains(broken), "{text}");
+    let json = view.to_json();
+    let contract = &json["contracts"][0];
+    assert_eq!((contract["reader"].as_str(), contract["compatible"].as_bool()), (Some("access-copy"), Some(false)));
+    assert_eq!(contract["requires"], json!(["archive_path: string"]));
+    let archiver = json["components"].as_array().unwrap().iter().find(|c| c["descriptor"]["name"] == "archiver");
+    assert_eq!(archiver.unwrap()["descriptor"]["result_schema"], archived("path"));
+
+    // Nothing published or read: no section at all.
+    let (plain, plain_store, _plain_dir) = temp_pipeline(Some("tester")).await;
+    register(plain_store.as_ref(), ("probe", "1.0.0"), ("Probed", "Data_Received"), None, vec![]).await;
+    let router = web::router(Monitor::new(plain, Settings::default()), WebOptions::default());
+    let (_, page) = support::get(&router, "/graph").await;
+    assert!(page.contains("<svg") && !page.contains("Results and what reads them"), "{page}");
+}
