@@ -1,10 +1,13 @@
 //! `autocomp-exec`: any command as an autonomous component. Owns the command line (name,
-//! event type, trigger, the command), the `{batch_id}`/`{batch_dir}` substitution and the
-//! mapping of exit statuses onto outcomes; `child` owns running and killing the command.
+//! event type, trigger, result schema and reads, the command), its `[settings]`, the
+//! `{batch_id}`/`{batch_dir}` substitution and the mapping of exit statuses and result files
+//! onto outcomes; `child` owns running and killing the command, `protocol` the files a
+//! command reads and writes (docs/command-protocol.md).
 
 mod child;
+mod protocol;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -14,22 +17,37 @@ use autocomp_framework::exit::EXIT_CODES_HELP;
 use autocomp_framework::prelude::*;
 // Not re-exported by the framework: the validated component name and the duration format
 // of config files.
+use autocomp_framework::ResultRead;
 use autocomp_framework::{ComponentName, duration_text};
 use clap::Parser;
-use serde_json::json;
+use serde_json::{Map, json};
+
+use protocol::{BatchFile, ResultFile, RunFiles};
 
 /// EX_TEMPFAIL from sysexits.h: "try again later".
 const EXIT_TRANSIENT: i32 = 75;
 
 const AFTER_HELP: &str = "The command runs once per ready batch, in its own process group, with \
-{batch_id} and {batch_dir} replaced in every word and AUTOCOMP_BATCH_ID / AUTOCOMP_BATCH_DIR set \
-(inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code). \
-Its exit status: 0 success; 75 (EX_TEMPFAIL) a transient failure, retried after retry_backoff; \
-anything else a failure, with the last line of its stderr in the report. Its stdout and stderr \
-are kept with the run's result (the first and the last bytes of each, `max_output` in the config \
-file, default 64KiB for both together: half each when both are long): `autocomp logs ID` prints them, the monitor's \
-batch page shows them. On timeout or cancellation the whole group gets SIGTERM, then SIGKILL \
-after `kill_grace` ([settings], default 5s).\n\n";
+{batch_id} and {batch_dir} replaced in every word. It speaks the command protocol, version 1 \
+(docs/command-protocol.md): besides AUTOCOMP_PROTOCOL=1, AUTOCOMP_BATCH_ID and AUTOCOMP_BATCH_DIR \
+(inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code), it \
+gets AUTOCOMP_BATCH_FILE (JSON: the batch, its effective events with their structured results, \
+the checkpoint), AUTOCOMP_SETTINGS_FILE (JSON: the config's [settings] but kill_grace and \
+settings_schema) and AUTOCOMP_RESULT_FILE, a path where it may write a JSON object with any of \
+protocol, result, summary, failures, transient, checkpoint (nothing else; at most 1 MiB). The \
+files live in a private directory removed after the run. Its exit status: 0 success (a failure \
+when the result file gives failures, transient when it says \"transient\": true); 75 \
+(EX_TEMPFAIL) a transient failure, retried after retry_backoff; anything else, or a signal, a \
+failure (type exit_status or signal, with the last line of its stderr) unless the result file \
+gives the failures. A malformed result file is a failure of type result_file saying what is \
+wrong; a result not matching --result-schema a failure of type result_schema naming the path. \
+Its stdout and stderr are the run's output, kept with its result (the first and the last bytes \
+of each, `max_output` in the config file, default 64KiB for both together: half each when both \
+are long): `autocomp logs ID` prints them, the monitor's batch page shows them. With \
+settings_schema = \"FILE\" in [settings] (a JSON Schema, relative to the config file's \
+directory) the other settings are checked at every pass start: a mismatch ends the pass with exit \
+2 before any batch is touched. On timeout or cancellation the whole group gets SIGTERM, then \
+SIGKILL after `kill_grace` ([settings], default 5s).\n\n";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,6 +69,15 @@ struct ExecCli {
     /// Event types whose presence blocks it, besides its own event type.
     #[arg(long, value_delimiter = ',', value_parser = event_type, value_name = "TYPES")]
     blocked_by: Vec<EventType>,
+    /// A JSON Schema of the `result` the command writes: published in the component registry
+    /// for the steps that read it, and a result not matching it is a failure (result_schema).
+    #[arg(long, value_name = "FILE")]
+    result_schema: Option<PathBuf>,
+    /// The command reads TYPE's structured result (in AUTOCOMP_BATCH_FILE) expecting the JSON
+    /// Schema in FILE: a pass refuses to start when TYPE's producer does not publish what it
+    /// expects. Repeatable.
+    #[arg(long, value_name = "TYPE=FILE", value_parser = read_arg)]
+    reads: Vec<(EventType, PathBuf)>,
     #[command(flatten)]
     runner: RunnerArgs,
     /// The command and its arguments, after `--`.
@@ -66,18 +93,87 @@ fn event_type(text: &str) -> Result<EventType, String> {
     EventType::new(text).map_err(|e| e.to_string())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+fn read_arg(text: &str) -> Result<(EventType, PathBuf), String> {
+    let (kind, file) = text.split_once('=').ok_or_else(|| format!("expected TYPE=FILE, got {text:?}"))?;
+    if file.is_empty() {
+        return Err(format!("expected TYPE=FILE, got {text:?}: no file"));
+    }
+    Ok((event_type(kind)?, PathBuf::from(file)))
+}
+
+/// Reads `file` as a JSON Schema (for `flag`): parsed and compiled, or what is wrong.
+fn load_schema(flag: &str, file: &Path) -> Result<(Value, jsonschema::Validator), String> {
+    let name = || format!("{flag} {}", file.display());
+    let text = std::fs::read(file).map_err(|e| format!("{}: cannot read: {e}", name()))?;
+    let schema: Value = serde_json::from_slice(&text).map_err(|e| format!("{}: not JSON: {e}", name()))?;
+    let validator =
+        jsonschema::validator_for(&schema).map_err(|e| format!("{}: not a valid JSON Schema: {e}", name()))?;
+    Ok((schema, validator))
+}
+
+/// The `[settings]` table: exec's own keys, typed, and every other key, passed to the
+/// command as JSON in AUTOCOMP_SETTINGS_FILE.
+#[derive(Debug, Clone, PartialEq)]
 struct Settings {
     /// Between SIGTERM and SIGKILL when the run is cancelled.
-    #[serde(with = "duration_text")]
     kill_grace: Duration,
+    /// A JSON Schema the command's settings are checked against at every pass start
+    /// (relative to the config file's directory).
+    settings_schema: Option<PathBuf>,
+    /// The command's settings: every other key. A TOML value without a JSON form (a
+    /// datetime, a float that is not a number) becomes its TOML text.
+    command: Map<String, Value>,
 }
+
+const KILL_GRACE: &str = "kill_grace";
+const SETTINGS_SCHEMA: &str = "settings_schema";
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { kill_grace: Duration::from_secs(5) }
+        Self { kill_grace: Duration::from_secs(5), settings_schema: None, command: Map::new() }
     }
+}
+
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let mut settings = Settings::default();
+        if let Some(value) = table.remove(KILL_GRACE) {
+            settings.kill_grace =
+                duration_text::deserialize(value).map_err(|e| D::Error::custom(format!("{KILL_GRACE}: {e}")))?;
+        }
+        match table.remove(SETTINGS_SCHEMA) {
+            None => {}
+            Some(toml::Value::String(file)) if !file.is_empty() => settings.settings_schema = Some(file.into()),
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "{SETTINGS_SCHEMA}: expected the path of a JSON Schema file, got {other}"
+                )));
+            }
+        }
+        settings.command = table.into_iter().map(|(key, value)| (key, toml_to_json(value))).collect();
+        Ok(settings)
+    }
+}
+
+/// A TOML value as JSON; what JSON cannot hold (a datetime, nan, inf) becomes its TOML text.
+fn toml_to_json(value: toml::Value) -> Value {
+    match value {
+        toml::Value::String(text) => Value::String(text),
+        toml::Value::Integer(number) => Value::from(number),
+        toml::Value::Float(number) => serde_json::Number::from_f64(number)
+            .map_or_else(|| Value::String(toml::Value::Float(number).to_string()), Value::Number),
+        toml::Value::Boolean(flag) => Value::Bool(flag),
+        toml::Value::Datetime(datetime) => Value::String(datetime.to_string()),
+        toml::Value::Array(items) => Value::Array(items.into_iter().map(toml_to_json).collect()),
+        toml::Value::Table(table) => Value::Object(table.into_iter().map(|(k, v)| (k, toml_to_json(v))).collect()),
+    }
+}
+
+/// `/limits/max_pages` as `limits.max_pages` (the way a TOML key is written).
+fn dotted_key(pointer: &str) -> String {
+    pointer.split('/').skip(1).map(|part| part.replace("~1", "/").replace("~0", "~")).collect::<Vec<_>>().join(".")
 }
 
 struct Exec {
@@ -85,9 +181,31 @@ struct Exec {
     event_type: EventType,
     trigger: Trigger,
     command: Vec<String>,
+    /// Where `settings_schema` is relative to: the config file's directory.
+    config_dir: PathBuf,
+    /// `--result-schema`: the file, the schema, compiled.
+    result_schema: Option<(PathBuf, Value, jsonschema::Validator)>,
+    /// `--reads`.
+    reads: Vec<ResultRead>,
 }
 
 impl Exec {
+    /// The component the command line describes, its schema files read: an error names the
+    /// flag and the file.
+    fn from_cli(cli: &ExecCli) -> Result<Self, String> {
+        let mut exec = Self::new(cli);
+        if let Some(file) = &cli.result_schema {
+            let (schema, validator) = load_schema("--result-schema", file)?;
+            exec.result_schema = Some((file.clone(), schema, validator));
+        }
+        for (event_type, file) in &cli.reads {
+            let flag = format!("--reads {event_type}={}", file.display());
+            let (schema, _) = load_schema(&flag, file)?;
+            exec.reads.push(ResultRead { event_type: event_type.clone(), schema });
+        }
+        Ok(exec)
+    }
+
     fn new(cli: &ExecCli) -> Self {
         // Blocked by its own type, so it runs once per batch until an operator reruns it.
         let mut blocked_by = vec![cli.event_type.clone()];
@@ -100,7 +218,44 @@ impl Exec {
         let requires: Vec<&str> = cli.requires.iter().map(EventType::as_str).collect();
         let blocked_by: Vec<&str> = blocked_by.iter().map(EventType::as_str).collect();
         let trigger = Trigger::builder().requires(&requires[..]).blocked_by(&blocked_by[..]).build();
-        Self { name: cli.name.clone(), event_type: cli.event_type.clone(), trigger, command: cli.command.clone() }
+        let config_dir = match &cli.runner.config {
+            Some(file) => file.parent().map(Path::to_path_buf).unwrap_or_default(),
+            None => cli.runner.config_dir.clone(),
+        };
+        Self {
+            name: cli.name.clone(),
+            event_type: cli.event_type.clone(),
+            trigger,
+            command: cli.command.clone(),
+            config_dir,
+            result_schema: None,
+            reads: Vec::new(),
+        }
+    }
+
+    /// Records the command's `result`, unless it does not match `--result-schema`: then one
+    /// `result_schema` failure per mismatch, naming where in the result it is.
+    fn record_result(&self, context: &mut WorkContext, result: Value) {
+        if let Some((file, _, validator)) = &self.result_schema {
+            let mut matches = true;
+            for error in validator.iter_errors(&result) {
+                matches = false;
+                let path = error.instance_path().as_str();
+                let place = if path.is_empty() { "the result itself".to_owned() } else { format!("`{path}`") };
+                context.add_failure(
+                    "",
+                    "result_schema",
+                    format!("the result does not match --result-schema {} at {place}: {error}", file.display()),
+                    json!({"instance_path": path, "schema_path": error.schema_path().as_str()}),
+                );
+            }
+            if !matches {
+                return;
+            }
+        }
+        if let Err(error) = context.set_result(&result) {
+            context.add_failure("", "result_file", error.to_string(), Value::Null);
+        }
     }
 }
 
@@ -119,13 +274,44 @@ impl Component for Exec {
     fn trigger(&self) -> Trigger {
         self.trigger.clone()
     }
+    fn result_schema(&self) -> Option<Value> {
+        self.result_schema.as_ref().map(|(_, schema, _)| schema.clone())
+    }
+    fn reads(&self) -> Vec<ResultRead> {
+        self.reads.clone()
+    }
+
+    fn check_settings(&self, settings: &Settings) -> Result<(), SettingError> {
+        let Some(file) = &settings.settings_schema else {
+            return Ok(());
+        };
+        let path = self.config_dir.join(file);
+        let (_, validator) =
+            load_schema(SETTINGS_SCHEMA, &path).map_err(|message| SettingError::new(SETTINGS_SCHEMA, message))?;
+        let command = Value::Object(settings.command.clone());
+        let Some(error) = validator.iter_errors(&command).next() else {
+            return Ok(());
+        };
+        let pointer = error.instance_path().as_str();
+        let key = if pointer.is_empty() { SETTINGS_SCHEMA.to_owned() } else { dotted_key(pointer) };
+        Err(SettingError::new(key, format!("{error} (settings_schema {})", path.display())))
+    }
 
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
         let dir = context.location().ok().map(Path::to_path_buf);
         let words = substitute(&self.command, batch.id.as_str(), dir.as_deref())?;
         let program = words[0].clone();
+        // The run's private directory goes when `files` is dropped: however the run ends.
+        let batch_file = BatchFile::of(self.name.as_str(), batch, context.checkpoint());
+        let files = RunFiles::create(&batch_file, &settings.command).with_path(std::env::temp_dir())?;
         let mut command = Command::new(&program);
-        command.args(&words[1..]).env("AUTOCOMP_BATCH_ID", batch.id.as_str());
+        command
+            .args(&words[1..])
+            .env("AUTOCOMP_BATCH_ID", batch.id.as_str())
+            .env(protocol::ENV_PROTOCOL, protocol::PROTOCOL.to_string())
+            .env(protocol::ENV_BATCH_FILE, files.batch_file())
+            .env(protocol::ENV_SETTINGS_FILE, files.settings_file())
+            .env(protocol::ENV_RESULT_FILE, files.result_file());
         match &dir {
             Some(dir) => command.env("AUTOCOMP_BATCH_DIR", dir),
             // Never let a value inherited from our own environment pose as this batch's.
@@ -144,6 +330,8 @@ impl Component for Exec {
             }
             child::Outcome::Finished(finished) => finished,
         };
+        let written = protocol::read_result(&files.result_file());
+        drop(files);
         let printed = finished.printed;
         // The whole output (head and tail) is the run's output; the failure keeps the ends
         // of both streams too, as it always has, for whatever reads the failure alone.
@@ -156,26 +344,71 @@ impl Component for Exec {
         let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
         let stdout_line = printed.stdout.last_line().map(str::to_owned);
         keep_output(context, printed);
+
+        // A malformed result file is a permanent failure, whatever the exit status said.
+        let (mut file, malformed) = match written {
+            Ok(file) => (file.unwrap_or_default(), false),
+            Err(problem) => {
+                context.add_failure("", "result_file", problem, Value::Null);
+                (ResultFile::default(), true)
+            }
+        };
+        if let Some(checkpoint) = file.checkpoint.take() {
+            context.save_checkpoint(checkpoint)?;
+        }
+        if let Some(result) = file.result.take() {
+            self.record_result(context, result);
+        }
+        let gave_failures = !file.failures.is_empty();
+        for failure in file.failures {
+            context.add_failure(failure.reference, failure.kind, failure.description, failure.details);
+        }
+        let summary = file.summary.filter(|s| !s.is_empty());
         match finished.status.code() {
             Some(0) => {
-                let said = stdout_line.map(|l| format!(": {l}")).unwrap_or_default();
-                context.set_summary(format!("`{program}` exited 0{said}"));
+                let summary = match (summary, malformed) {
+                    (_, true) => format!("`{program}` exited 0 but its result file is malformed"),
+                    (Some(summary), false) => summary,
+                    (None, false) => {
+                        format!("`{program}` exited 0{}", stdout_line.map(|l| format!(": {l}")).unwrap_or_default())
+                    }
+                };
+                context.set_summary(summary);
+                if file.transient && !malformed {
+                    return Err(WorkError::transient(format!("`{program}` reported a transient failure")));
+                }
                 Ok(())
             }
             Some(EXIT_TRANSIENT) => {
-                context.add_failure(&program, "exit_status", stderr_line, details);
+                if !gave_failures {
+                    context.add_failure(&program, "exit_status", stderr_line, details);
+                }
+                if let Some(summary) = summary {
+                    context.set_summary(summary);
+                }
+                if malformed {
+                    context
+                        .set_summary(format!("`{program}` exited {EXIT_TRANSIENT} but its result file is malformed"));
+                    return Ok(());
+                }
                 Err(WorkError::transient(format!("`{program}` exited {EXIT_TRANSIENT} (temporary failure)")))
             }
             Some(code) => {
-                context.add_failure(&program, "exit_status", stderr_line, details);
-                context.set_summary(format!("`{program}` exited with status {code}"));
+                if !gave_failures {
+                    context.add_failure(&program, "exit_status", stderr_line, details);
+                }
+                let said = summary.map(|s| format!(": {s}")).unwrap_or_default();
+                context.set_summary(format!("`{program}` exited with status {code}{said}"));
                 Ok(())
             }
             None => {
                 use std::os::unix::process::ExitStatusExt;
                 let signal = finished.status.signal().unwrap_or_default();
-                context.add_failure(&program, "signal", stderr_line, details);
-                context.set_summary(format!("`{program}` was killed by signal {signal}"));
+                if !gave_failures {
+                    context.add_failure(&program, "signal", stderr_line, details);
+                }
+                let said = summary.map(|s| format!(": {s}")).unwrap_or_default();
+                context.set_summary(format!("`{program}` was killed by signal {signal}{said}"));
                 Ok(())
             }
         }
@@ -231,7 +464,13 @@ fn keep_output(context: &mut WorkContext, printed: child::Printed) {
 
 fn main() -> ExitCode {
     let cli = ExecCli::parse();
-    let component = Exec::new(&cli);
+    let component = match Exec::from_cli(&cli) {
+        Ok(component) => component,
+        Err(message) => {
+            eprintln!("autocomp-exec: {message}");
+            return ExitCode::from(autocomp_framework::exit::USAGE);
+        }
+    };
     autocomp_framework::run(component, cli.runner)
 }
 
@@ -277,5 +516,64 @@ mod tests {
         let names = |types: &[EventType]| types.iter().map(|t| t.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&trigger.requires), ["A", "B"]);
         assert_eq!(names(&trigger.blocked_by), ["Ocr_Done", "C"]);
+    }
+
+    #[test]
+    fn settings_keep_kill_grace_typed_and_pass_the_rest_as_json() {
+        use autocomp_framework::testing::settings;
+        let parsed: Settings = settings(
+            "kill_grace = \"2s\"\nsettings_schema = \"s.json\"\nlang = \"nl\"\nn = 3\nx = 0.5\nnan = nan\n\
+             when = 1979-05-27T07:32:00Z\nday = 1979-05-27\nt = { a = [true, 1] }\n",
+        );
+        assert_eq!(parsed.kill_grace, Duration::from_secs(2));
+        assert_eq!(parsed.settings_schema, Some(PathBuf::from("s.json")));
+        let expected = json!({"lang": "nl", "n": 3, "x": 0.5, "nan": "nan", "when": "1979-05-27T07:32:00Z",
+                              "day": "1979-05-27", "t": {"a": [true, 1]}});
+        assert_eq!(Value::Object(parsed.command), expected);
+        assert_eq!(settings::<Settings>(""), Settings::default());
+        let table: toml::Table = "kill_grace = \"soon\"".parse().unwrap();
+        let error = autocomp_framework::config::settings::<Settings>(&table, Path::new("x.toml")).unwrap_err();
+        assert!(error.to_string().contains("kill_grace"), "{error}");
+        let table: toml::Table = "settings_schema = 3".parse().unwrap();
+        let error = autocomp_framework::config::settings::<Settings>(&table, Path::new("x.toml")).unwrap_err();
+        assert!(error.to_string().contains("settings_schema: expected the path"), "{error}");
+    }
+
+    #[test]
+    fn a_settings_schema_names_the_key_and_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = r#"{"type": "object", "required": ["lang"], "properties": {"lang": {"enum": ["nl"]},
+            "limits": {"properties": {"max/pages": {"type": "integer"}}}}}"#;
+        std::fs::write(dir.path().join("s.json"), schema).unwrap();
+        let cli = ExecCli::try_parse_from(["autocomp-exec", "--name", "ocr", "--event-type", "Ocr_Done", "--", "true"])
+            .unwrap();
+        let mut exec = Exec::new(&cli);
+        exec.config_dir = dir.path().to_path_buf();
+        let check = |toml: &str| {
+            let settings: Settings =
+                autocomp_framework::testing::settings(&format!("settings_schema = \"s.json\"\n{toml}"));
+            exec.check_settings(&settings).map_err(|e| (e.key, e.message))
+        };
+        assert!(check("lang = \"nl\"").is_ok());
+        let (key, message) = check("lang = \"fr\"").unwrap_err();
+        assert_eq!(key, "lang");
+        assert!(message.contains("\"fr\"") && message.contains("s.json"), "{message}");
+        let (key, message) = check("lang = \"nl\"\nlimits = { \"max/pages\" = \"x\" }").unwrap_err();
+        assert_eq!((key.as_str(), message.contains("\"x\" is not of type \"integer\"")), ("limits.max/pages", true));
+        let (key, message) = check("").unwrap_err();
+        assert_eq!(key, "settings_schema");
+        assert!(message.contains("\"lang\" is a required property"), "{message}");
+        std::fs::write(dir.path().join("s.json"), "{").unwrap();
+        let (key, message) = check("lang = \"nl\"").unwrap_err();
+        assert_eq!(key, "settings_schema");
+        assert!(message.contains("not JSON"), "{message}");
+    }
+
+    #[test]
+    fn reads_name_a_type_and_a_file() {
+        assert_eq!(read_arg("Pages_Counted=a=b.json").unwrap().1, PathBuf::from("a=b.json"));
+        assert!(read_arg("Pages_Counted").unwrap_err().contains("TYPE=FILE"));
+        assert!(read_arg("Pages_Counted=").is_err());
+        assert!(read_arg("1st=x.json").is_err());
     }
 }

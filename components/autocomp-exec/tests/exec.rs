@@ -127,7 +127,9 @@ fn a_hung_command_is_timed_out_and_its_whole_process_group_killed() {
     let folder = add_batch(&pipeline, "B5-RT1");
     // The shell writes its pid (= the group id: it leads its group) and leaves a background
     // sleep behind besides the foreground one: both must die.
-    let script = "echo $$ > \"$AUTOCOMP_BATCH_DIR/pgid\"; sleep 300 & sleep 300";
+    // It also notes where its result file goes: the run's private directory must be gone.
+    let script = "echo $$ > \"$AUTOCOMP_BATCH_DIR/pgid\"; echo \"$AUTOCOMP_RESULT_FILE\" > \"$AUTOCOMP_BATCH_DIR/result\"; \
+                  sleep 300 & sleep 300";
     let run = exec(&pipeline, &with_command(&["sh", "-c", script]));
     assert_eq!(run.code, Some(1), "{}{}", run.stdout, run.stderr);
     assert!(run.elapsed >= Duration::from_secs(2), "{:?}", run.elapsed);
@@ -147,6 +149,51 @@ fn a_hung_command_is_timed_out_and_its_whole_process_group_killed() {
         Command::new("kill").args(["-KILL", "--", &format!("-{pgid}")]).status().ok();
     }
     assert!(survivors.is_empty(), "processes of group {pgid} survived: {survivors:?}");
+    let result = PathBuf::from(std::fs::read_to_string(folder.join("result")).unwrap().trim());
+    assert!(!result.parent().unwrap().exists(), "the run's directory {} is removed", result.display());
+}
+
+#[test]
+fn the_command_gets_the_protocol_files_in_a_private_directory_removed_afterwards() {
+    let pipeline = pipeline("ocr", "[settings]\nkill_grace = \"1s\"\nlanguage = \"nl\"\n");
+    let folder = add_batch(&pipeline, "B7-RT1");
+    let script = "cd \"$AUTOCOMP_BATCH_DIR\" && echo \"$AUTOCOMP_PROTOCOL\" > protocol && \
+                  cp \"$AUTOCOMP_BATCH_FILE\" batch.json && cp \"$AUTOCOMP_SETTINGS_FILE\" settings.json && \
+                  stat -c %a \"$(dirname \"$AUTOCOMP_BATCH_FILE\")\" > mode && echo \"$AUTOCOMP_RESULT_FILE\" > result && \
+                  [ ! -e \"$AUTOCOMP_RESULT_FILE\" ] && [ \"$(dirname \"$AUTOCOMP_RESULT_FILE\")\" = \"$(dirname \"$AUTOCOMP_SETTINGS_FILE\")\" ] && \
+                  printf '{\"result\": {\"pages\": 1}, \"summary\": \"1 page\"}' > \"$AUTOCOMP_RESULT_FILE\"";
+    let run = exec(&pipeline, &with_command(&["sh", "-c", script]));
+    assert_eq!(run.code, Some(0), "{}{}", run.stdout, run.stderr);
+    let read = |name: &str| std::fs::read_to_string(folder.join(name)).unwrap();
+    assert_eq!(read("protocol"), "1\n");
+    assert_eq!(read("mode"), "700\n");
+    assert_eq!(read("settings.json"), r#"{"language":"nl"}"#);
+    let batch: serde_json::Value = serde_json::from_str(&read("batch.json")).unwrap();
+    assert_eq!((&batch["protocol"], &batch["component"], &batch["checkpoint"]), (&1.into(), &"ocr".into(), &().into()));
+    assert_eq!(batch["batch"]["id"], "B7-RT1");
+    assert_eq!(batch["batch"]["location"], folder.display().to_string());
+    assert_eq!(batch["batch"]["events"]["Data_Received"]["outcome"], "success", "{batch}");
+    assert_eq!(batch["batch"]["events"]["Data_Received"]["result"], serde_json::Value::Null, "{batch}");
+    let result = std::path::PathBuf::from(read("result").trim());
+    assert!(!result.parent().unwrap().exists(), "the run's directory {} is removed", result.display());
+    let event = pipeline.events("B7-RT1", "Ocr_Done").remove(0);
+    assert_eq!(event.outcome, Outcome::Success);
+    assert_eq!(event.details["summary"], "1 page");
+    assert_eq!(event.details["result"], serde_json::json!({"pages": 1}));
+}
+
+#[test]
+fn a_schema_flag_with_a_bad_file_is_a_usage_error_naming_the_flag_and_the_file() {
+    let pipeline = pipeline("ocr", "");
+    let missing = pipeline.root().join("missing.json");
+    let missing = missing.display().to_string();
+    let reads = format!("Data_Received={missing}");
+    for flag in [["--result-schema", missing.as_str()], ["--reads", reads.as_str()]] {
+        let args = [&OCR[..], &flag[..], &["--", "true"]].concat();
+        let run = exec(&pipeline, &args);
+        assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(flag[0]) && run.stderr.contains(&missing), "{}", run.stderr);
+    }
 }
 
 /// Processes of a group that are still alive (zombies waiting for init do not count).
