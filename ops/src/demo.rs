@@ -271,13 +271,7 @@ fn write_sample_bag(root: &Path, n: usize, defect: Defect) -> std::io::Result<()
     let octets: usize = payload.iter().map(|(_, bytes)| bytes.len()).sum();
     let tag_files = [
         ("bagit.txt", "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n".to_owned()),
-        (
-            "bag-info.txt",
-            format!(
-                "Source-Organization: autocomp demo\nPayload-Oxum: {octets}.{}\nBag-Count: 1 of 1\n",
-                payload.len()
-            ),
-        ),
+        ("bag-info.txt", bag_info(root, n, octets, payload.len())),
         ("manifest-md5.txt", manifest(md5_hex)),
         ("manifest-sha256.txt", manifest(sha256_hex)),
     ];
@@ -298,6 +292,26 @@ fn write_sample_bag(root: &Path, n: usize, defect: Defect) -> std::io::Result<()
     }
     // Written last: its presence tells batch-trigger the delivery is complete.
     std::fs::write(root.join("tagmanifest-sha256.txt"), tagmanifest)
+}
+
+/// The metadata a real delivery declares (RFC 8493 §2.2.2), so that a step reading it (the
+/// structure checker's result, a cataloguing step) finds it on every sample bag.
+fn bag_info(root: &Path, n: usize, octets: usize, files: usize) -> String {
+    let id = root.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let today = chrono::Utc::now().format("%Y-%m-%d");
+    format!(
+        "Source-Organization: autocomp demo scanning bureau\n\
+         Organization-Address: 1 Archive Lane, Aarhus, Denmark\n\
+         Contact-Name: Demo Operator\n\
+         Contact-Email: scanning@example.org\n\
+         External-Identifier: {id}\n\
+         External-Description: Sample round-trip delivery {n}: three scanned pages and a nested scan\n\
+         Bagging-Date: {today}\n\
+         Bag-Size: {:.1} kB\n\
+         Payload-Oxum: {octets}.{files}\n\
+         Bag-Count: 1 of 1\n",
+        octets as f64 / 1000.0
+    )
 }
 
 fn md5_hex(bytes: &[u8]) -> String {

@@ -12,6 +12,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use archiver::FileDigest;
 use autocomp_framework::WorkError;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -46,6 +47,8 @@ pub struct Progress {
     pub files: u64,
     pub bytes: u64,
     pub problems: Vec<Problem>,
+    /// Each regular file copied and verified, with its copy's sha256: the copy's fixity.
+    pub digests: Vec<FileDigest>,
     last_checkpoint: Cell<Instant>,
     buffer: Vec<u8>,
 }
@@ -57,6 +60,7 @@ impl Progress {
             files: 0,
             bytes: 0,
             problems: Vec::new(),
+            digests: Vec::new(),
             last_checkpoint: Cell::new(Instant::now()),
             buffer: vec![0; CHUNK],
         }
@@ -186,6 +190,8 @@ fn copy_file(
             description: "the archived copy's sha256 differs from the source's".into(),
             details: json!({ "source_sha256": source_sha256, "copy_sha256": copy_sha256 }),
         });
+    } else {
+        progress.digests.push(FileDigest { path: reference, sha256: copy_sha256, bytes: copied });
     }
     progress.files += 1;
     Ok(())

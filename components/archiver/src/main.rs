@@ -3,13 +3,15 @@
 //! publishes it atomically under `<archive_root>/<batch id>`. A batch re-delivered after it
 //! was archived is verified again and then archived as a new version beside the old one
 //! (`<batch id>.v2`, `.v3`, ...); an old copy is never overwritten unless `replace = true`.
-//! `copy` owns the file work.
+//! `copy` owns the file work. Its result is an `archiver::ArchivedCopy` (this crate's
+//! library): the copy's path and version and its fixity, for the steps after it.
 
 mod copy;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use archiver::{ArchivedCopy, Fixity};
 use autocomp_framework::EventType;
 use autocomp_framework::prelude::*;
 use serde_json::json;
@@ -43,6 +45,9 @@ impl Component for Archiver {
     }
     fn trigger(&self) -> Trigger {
         Trigger::builder().requires(["Checksums_Verified", "Structure_Checked"]).blocked_by("Data_Archived").build()
+    }
+    fn result_schema(&self) -> Option<Value> {
+        Some(autocomp_framework::result_schema_of::<ArchivedCopy>())
     }
 
     fn check_settings(&self, settings: &Settings) -> Result<(), SettingError> {
@@ -143,8 +148,8 @@ impl Component for Archiver {
             progress.files,
             progress.bytes
         ));
-        context.set_result(&json!({ "archive": target.display().to_string(), "version": version }))?;
-        Ok(())
+        let fixity = Fixity::of_files(std::mem::take(&mut progress.digests));
+        context.set_result(&ArchivedCopy { archive_path: target.display().to_string(), version, fixity })
     }
 }
 
@@ -220,6 +225,16 @@ mod tests {
         assert!(run.succeeded(), "{:?}", run.report);
         assert_eq!(std::fs::read_to_string(root.join("B1/data/page.txt")).unwrap(), "a page\n");
         assert!(run.report.summary.starts_with(&format!("archived to {} (1 files", root.join("B1").display())));
+
+        let archived = run.result::<ArchivedCopy>().expect("a result");
+        assert_eq!((archived.archive_path.as_str(), archived.version), (&*root.join("B1").to_string_lossy(), 1));
+        assert_eq!(archived.fixity, Fixity::compute(&root.join("B1")).unwrap(), "the copy's fixity");
+        assert_eq!((archived.fixity.files, archived.fixity.bytes), (1, 7));
+        // A later step reads it typed from the batch's event.
+        let later = TestBatch::new("B1").with_result("Data_Archived", run.report.result.as_ref().unwrap()).build();
+        assert_eq!(later.result::<ArchivedCopy>("Data_Archived").unwrap(), Some(archived));
+        let schema = Archiver.result_schema().expect("a published schema");
+        assert_eq!(schema["required"], json!(["archive_path", "version", "fixity"]), "{schema:#}");
     }
 
     #[test]

@@ -66,11 +66,13 @@ pub struct Totals {
     pub algorithms: BTreeSet<Algorithm>,
     /// Manifest lines skipped because they hold no `checksum path` pair.
     pub ignored_lines: usize,
+    /// The manifests read, by file name (payload then tag manifests; a plain manifest's path).
+    pub manifests: Vec<String>,
 }
 
 impl Totals {
     fn new(against: Against) -> Self {
-        Totals { against, files: 0, bytes: 0, algorithms: BTreeSet::new(), ignored_lines: 0 }
+        Totals { against, files: 0, bytes: 0, algorithms: BTreeSet::new(), ignored_lines: 0, manifests: Vec::new() }
     }
 
     /// One line for the report, e.g. `verified 1,234 files (5.6 GB) against md5+sha256 (BagIt
@@ -191,6 +193,7 @@ impl Reader<'_> {
         if version.has_tag_manifests() {
             manifests.extend(tag_manifests);
         }
+        totals.manifests = manifests.iter().map(|(file, _)| file.clone()).collect();
         let bag = BagFacts { version, encoding, on_disk };
         let mut entries: BTreeMap<String, Vec<Expected>> = BTreeMap::new();
         for (file, algorithm) in &manifests {
@@ -447,6 +450,7 @@ impl Reader<'_> {
 
     fn verify_plain(mut self, manifest: &str, settings: &VerifySettings, sink: &mut dyn Sink) -> Result<Totals, Abort> {
         let mut totals = Totals::new(Against::Plain(manifest.to_owned()));
+        totals.manifests.push(manifest.to_owned());
         let Some(bytes) = read_small(self.root, manifest, sink)? else { return Ok(totals) };
         let mut entries: BTreeMap<String, Vec<Expected>> = BTreeMap::new();
         let algorithm_name = manifest.rsplit('/').next().unwrap_or(manifest);
