@@ -21,7 +21,12 @@ const DEFAULT_REQUIRES: &str = "Data_Received";
                         workspace the crate uses the workspace's dependencies and is added to its members \
                         (unless a pattern there covers it already); elsewhere it depends on the framework \
                         sources this autocomp was built from. Nothing is written when any input is invalid \
-                        or DIR exists.")]
+                        or DIR exists.\n\n\
+                        With --lang python it writes DIR/NAME.py (a step for autocomp-exec: a work function on \
+                        the autocomp_step module of contrib/python), DIR/test_NAME.py (its unittest), DIR/NAME.toml \
+                        and DIR/README.md (the autocomp-exec command and crontab line), with '-' in NAME as '_' \
+                        in the Python file names; with --lang shell DIR/NAME.sh, DIR/test_NAME.sh, DIR/NAME.toml \
+                        and DIR/README.md. DIR defaults to ./NAME for both.")]
 pub struct NewArgs {
     /// The component's name (also its crate and binary name), e.g. page-counter.
     pub name: String,
@@ -32,9 +37,32 @@ pub struct NewArgs {
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
     pub requires: Vec<String>,
     /// Where to write the crate (must not exist) [default: components/NAME in the autocomp
-    /// workspace holding the current directory, else ./NAME].
+    /// workspace holding the current directory, else ./NAME; ./NAME for python and shell].
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// rust (a component crate), python (a step for autocomp-exec on the autocomp_step
+    /// module, contrib/python) or shell (an sh script for autocomp-exec).
+    #[arg(long, value_name = "LANG", default_value = "rust")]
+    pub lang: String,
+}
+
+/// The language `autocomp new` writes the step in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    Rust,
+    Python,
+    Shell,
+}
+
+impl Lang {
+    fn parse(text: &str) -> Result<Self, InvalidInput> {
+        match text {
+            "rust" => Ok(Lang::Rust),
+            "python" => Ok(Lang::Python),
+            "shell" => Ok(Lang::Shell),
+            _ => Err(InvalidInput::new("--lang", text, "must be rust, python or shell")),
+        }
+    }
 }
 
 /// Writes the crate and its config; returns what was written, for the terminal.
@@ -57,9 +85,15 @@ struct Plan {
     /// What the output says about the workspace (the member added, or the pattern covering it).
     membership: Option<String>,
     workspace: Option<PathBuf>,
+    /// For a Python or shell step: what its next steps say.
+    script: Option<ScriptNext>,
 }
 
 fn plan(args: &NewArgs, cwd: &Path) -> Result<Plan, OperatorError> {
+    let lang = Lang::parse(&args.lang)?;
+    if lang != Lang::Rust {
+        return plan_script(args, cwd, lang);
+    }
     let name = crate_name(&args.name)?;
     let event_type = EventType::new(args.event_type.as_str())?;
     let requires = requires(&args.requires, &event_type)?;
@@ -158,7 +192,159 @@ fn plan(args: &NewArgs, cwd: &Path) -> Result<Plan, OperatorError> {
         // The layout main.rs is written in (the workspace's), so `cargo fmt` leaves it as it is.
         files.push(("rustfmt.toml".to_owned(), RUSTFMT_TOML.to_owned()));
     }
-    Ok(Plan { target, name: name.as_str().to_owned(), files, manifest, membership, workspace })
+    Ok(Plan { target, name: name.as_str().to_owned(), files, manifest, membership, workspace, script: None })
+}
+
+/// A Python or shell step for `autocomp-exec`: no crate, nothing added to a workspace.
+fn plan_script(args: &NewArgs, cwd: &Path, lang: Lang) -> Result<Plan, OperatorError> {
+    let name = ComponentName::new(args.name.as_str())?;
+    let event_type = EventType::new(args.event_type.as_str())?;
+    let requires = requires(&args.requires, &event_type)?;
+    let stem = match lang {
+        Lang::Python => python_module(name.as_str())?,
+        _ => name.as_str().to_owned(),
+    };
+    let target = match &args.dir {
+        Some(dir) => absolute(cwd, dir),
+        None => cwd.join(name.as_str()),
+    };
+    if target.symlink_metadata().is_ok() {
+        let shown = target.display().to_string();
+        return Err(
+            InvalidInput::new("directory", shown, "already exists; autocomp new writes only a new directory").into()
+        );
+    }
+    let parent = target.parent().ok_or_else(|| {
+        InvalidInput::new("directory", target.display().to_string(), "has no parent directory to write it in")
+    })?;
+    // A directory a members pattern covers (components/*) without a Cargo.toml would break
+    // every cargo command in the workspace.
+    if let Some(Workspace::Autocomp(root)) = find_workspace(parent) {
+        let member = relative_member(&root, &target)?;
+        if let Some(pattern) = workspace_patterns(&root).into_iter().find(|p| pattern_covers(p, &member)) {
+            let reason = format!(
+                "is covered by the workspace members pattern \"{pattern}\" of {}, and a directory there must be a \
+                 crate; choose another --dir",
+                root.join("Cargo.toml").display()
+            );
+            return Err(InvalidInput::new("directory", target.display().to_string(), reason).into());
+        }
+    }
+    let text = Texts { name: name.as_str(), event_type: event_type.as_str(), requires: &requires };
+    let script = ScriptNext {
+        lang,
+        stem: stem.clone(),
+        event_type: event_type.as_str().to_owned(),
+        requires: requires.join(","),
+        python_path: python_path(),
+    };
+    let files = match lang {
+        Lang::Python => vec![
+            (format!("{stem}.py"), text.python_step()),
+            (format!("test_{stem}.py"), text.python_test(&stem)),
+            (format!("{}.toml", name.as_str()), text.script_config_toml()),
+            ("README.md".to_owned(), text.script_readme(&script, &target)),
+        ],
+        _ => vec![
+            (format!("{stem}.sh"), text.shell_step()),
+            (format!("test_{stem}.sh"), text.shell_test(&stem)),
+            (format!("{}.toml", name.as_str()), text.script_config_toml()),
+            ("README.md".to_owned(), text.script_readme(&script, &target)),
+        ],
+    };
+    Ok(Plan {
+        target,
+        name: name.as_str().to_owned(),
+        files,
+        manifest: None,
+        membership: None,
+        workspace: None,
+        script: Some(script),
+    })
+}
+
+/// What the output and the README of a Python or shell step say.
+#[derive(Debug)]
+struct ScriptNext {
+    lang: Lang,
+    /// The file name stem: `NAME` ('-' as '_' for Python, an importable module name).
+    stem: String,
+    event_type: String,
+    /// The required types, comma-separated, for `--requires`.
+    requires: String,
+    /// `contrib/python` of the sources this autocomp was built from, when it is still there.
+    python_path: Option<String>,
+}
+
+impl ScriptNext {
+    fn file(&self, dir: &Path) -> PathBuf {
+        dir.join(match self.lang {
+            Lang::Python => format!("{}.py", self.stem),
+            _ => format!("{}.sh", self.stem),
+        })
+    }
+
+    /// `PYTHONPATH=... ` when the module is not installed (the sources' contrib/python).
+    fn env(&self) -> String {
+        match (&self.python_path, self.lang) {
+            (Some(path), Lang::Python) => format!("PYTHONPATH={path} "),
+            _ => String::new(),
+        }
+    }
+
+    fn exec(&self, name: &str, dir: &Path, extra: &str) -> String {
+        let interpreter = if self.lang == Lang::Python { "python3" } else { "sh" };
+        format!(
+            "{}autocomp-exec --name {name} --event-type {} --requires {}{extra} -- {interpreter} {}",
+            self.env(),
+            self.event_type,
+            self.requires,
+            self.file(dir).display()
+        )
+    }
+
+    fn test(&self, dir: &Path) -> String {
+        match self.lang {
+            Lang::Python => format!("cd {} && {}python3 -m unittest test_{}", dir.display(), self.env(), self.stem),
+            _ => format!("cd {} && sh test_{}.sh", dir.display(), self.stem),
+        }
+    }
+}
+
+/// Where the autocomp_step module is in the sources this autocomp was built from.
+fn python_path() -> Option<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).with_file_name("contrib").join("python");
+    path.join("autocomp_step/__init__.py").is_file().then(|| path.to_str().map(str::to_owned)).flatten()
+}
+
+/// The Python module name of a component name ('-' as '_'), refused when Python could not
+/// import it or it would shadow a module the step or its test imports.
+fn python_module(name: &str) -> Result<String, InvalidInput> {
+    let module = name.replace('-', "_");
+    let refuse = |reason: &str| Err(InvalidInput::new("component", name, reason));
+    if !module.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') || module.contains('.') {
+        return refuse("must start with a letter and hold no '.': it is also the step's Python module name");
+    }
+    if PYTHON_RESERVED.split_whitespace().any(|word| word == module) {
+        return refuse(
+            "is a Python keyword or a module the step imports (its file would shadow it); choose another name",
+        );
+    }
+    Ok(module)
+}
+
+/// Python keywords and the modules a generated step, its test and autocomp_step import.
+const PYTHON_RESERVED: &str = "False None True and as assert async await break class continue def del elif else \
+    except finally for from global if import in is lambda nonlocal not or pass raise return try while with yield \
+    autocomp_step autocomp_step_build contextlib dataclasses io json os pathlib subprocess sys tempfile test \
+    tests textwrap traceback typing unittest";
+
+/// The `members` patterns of the workspace at `root`.
+fn workspace_patterns(root: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(root.join("Cargo.toml")) else { return Vec::new() };
+    let Ok(manifest) = text.parse::<toml::Table>() else { return Vec::new() };
+    let members = manifest.get("workspace").and_then(|w| w.get("members")).and_then(toml::Value::as_array);
+    members.into_iter().flatten().filter_map(toml::Value::as_str).map(str::to_owned).collect()
 }
 
 /// A component name that is also a good crate and binary name.
@@ -610,6 +796,28 @@ impl Plan {
         }
         let config = self.target.join(format!("{}.toml", self.name));
         let name = &self.name;
+        if let Some(script) = &self.script {
+            out.push_str("\nNext:\n");
+            writeln!(out, "  {}   # its tests, no autocomp needed", script.test(&self.target)).ok();
+            let what = if script.lang == Lang::Python { "work() in the .py file" } else { "the .sh script" };
+            writeln!(out, "  make {what} the real step, and the test_ file its tests").ok();
+            writeln!(
+                out,
+                "  cp {} CONFIG_DIR/{name}.toml   # CONFIG_DIR holds autocomp.toml (/etc/autocomp by default)",
+                config.display()
+            )
+            .ok();
+            let dry_run = script.exec(name, &self.target, " --config-dir CONFIG_DIR --dry-run");
+            writeln!(out, "  {dry_run}   # what one pass would claim").ok();
+            writeln!(
+                out,
+                "  {}   # one pass, as cron starts it",
+                script.exec(name, &self.target, " --config-dir CONFIG_DIR")
+            )
+            .ok();
+            writeln!(out, "  (the crontab line: {})", self.target.join("README.md").display()).ok();
+            return out;
+        }
         match (&self.manifest, &self.membership) {
             (Some((manifest, _)), Some(said)) => writeln!(out, "{} {said}", manifest.display()).ok(),
             (None, Some(said)) => writeln!(out, "({said})").ok(),
@@ -618,7 +826,15 @@ impl Plan {
         out.push_str("\nNext:\n");
         let binary = match &self.workspace {
             Some(root) => {
-                writeln!(out, "  cd {} && cargo build -p {name} && cargo test -p {name}", root.display()).ok();
+                // `--workspace` resolves the dependencies' features as the workspace build did
+                // (`-p NAME` alone unifies fewer, and rebuilds some eighty dependency crates);
+                // `--bin` builds and tests this crate alone.
+                writeln!(
+                    out,
+                    "  cd {} && cargo build --workspace --bin {name} && cargo test --workspace --bin {name}",
+                    root.display()
+                )
+                .ok();
                 root.join("target/debug").join(name)
             }
             None => {
@@ -737,6 +953,67 @@ impl Texts<'_> {
 
     fn cargo_toml_in_workspace(&self) -> String {
         CARGO_TOML_IN_WORKSPACE.replace("@NAME@", self.name).replace("@DESCRIPTION@", &self.description())
+    }
+
+    /// The required types as a Python list or TOML array: `"A", "B"`.
+    fn quoted_requires(&self) -> String {
+        let quoted: Vec<String> = self.requires.iter().map(|t| format!("\"{t}\"")).collect();
+        quoted.join(", ")
+    }
+
+    fn first_required(&self) -> &str {
+        self.requires.first().map_or(DEFAULT_REQUIRES, String::as_str)
+    }
+
+    fn script(&self, template: &str, stem: &str) -> String {
+        template
+            .replace("@NAME@", self.name)
+            .replace("@TYPE@", self.event_type)
+            .replace("@REQUIRES@", &self.quoted_requires())
+            .replace("@REQUIRES_WORDS@", &self.requires.join(" "))
+            .replace("@FIRST@", self.first_required())
+            .replace("@STEM@", stem)
+    }
+
+    fn python_step(&self) -> String {
+        self.script(PYTHON_STEP, "")
+    }
+
+    fn python_test(&self, stem: &str) -> String {
+        self.script(PYTHON_TEST, stem)
+    }
+
+    fn shell_step(&self) -> String {
+        self.script(SHELL_STEP, "")
+    }
+
+    fn shell_test(&self, stem: &str) -> String {
+        self.script(SHELL_TEST, stem)
+    }
+
+    fn script_config_toml(&self) -> String {
+        self.script(SCRIPT_CONFIG_TOML, "")
+    }
+
+    fn script_readme(&self, script: &ScriptNext, dir: &Path) -> String {
+        let what = if script.lang == Lang::Python { "Python" } else { "shell" };
+        let docs = if script.lang == Lang::Python { "docs/python-steps.md" } else { "docs/command-protocol.md" };
+        format!(
+            "# {name}\n\n\
+             A {what} step for `autocomp-exec`: records `{event_type}` with the number of files in the batch's \
+             directory, after `{requires}` (whose results it reads). Written by `autocomp new`; the guide is \
+             {docs} in the autocomp repository.\n\n\
+             Its tests, without autocomp:\n\n    {test}\n\n\
+             Copy `{name}.toml` into the config dir (the one holding autocomp.toml, /etc/autocomp by default), \
+             then one pass:\n\n    {exec}\n\n\
+             Under cron (`crontab -e`; stderr appended to a log, stdout mailed: one line per batch):\n\n    \
+             */10 * * * *  {exec} 2>>/var/log/autocomp/{name}.log\n",
+            name = self.name,
+            event_type = self.event_type,
+            requires = self.requires.join("`, `"),
+            test = script.test(dir),
+            exec = script.exec(self.name, dir, ""),
+        )
     }
 
     fn cargo_toml_standalone(&self, framework: &str) -> String {
@@ -887,6 +1164,171 @@ event_type = "@TYPE@"
 # min_files = 0              # fewer files in the batch's directory fail the batch
 "#;
 
+// The generated Python step: a work function on autocomp_step, reading the required steps'
+// results and returning its own.
+const PYTHON_STEP: &str = r##""""@NAME@: records @TYPE@ with the number of files in the batch's directory.
+
+A step for autocomp-exec (README.md): work() gets the batch and the [settings] of @NAME@.toml,
+and returns the structured result, or raises TransientFailure (retried later) or
+PermanentFailure.
+"""
+
+from typing import Any, Dict
+
+from autocomp_step import Batch, Failure, PermanentFailure, Result, TransientFailure, run
+
+#: The event types this step requires (autocomp-exec --requires); work() reads their results.
+REQUIRES = [@REQUIRES@]
+
+
+def work(batch: Batch, settings: Dict[str, Any]) -> Result:
+    if batch.location is None:
+        raise PermanentFailure("the batch has no location")
+    try:
+        files = sum(1 for entry in batch.location.iterdir() if entry.is_file())
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as error:
+        raise PermanentFailure(f"{batch.location}: {error.strerror}") from None
+    except OSError as error:  # a share offline, a stale mount: try again later
+        raise TransientFailure(f"{batch.location}: {error.strerror}") from None
+    # What the earlier steps recorded as their results (None for one that recorded none).
+    earlier = {event_type: batch.result(event_type) for event_type in REQUIRES}
+    result = {"files": files, "earlier": earlier}
+    min_files = int(settings.get("min_files", 0))
+    if files < min_files:
+        failure = Failure("", "too_few_files", f"{files} files, fewer than min_files = {min_files}")
+        return Result(result, summary=failure.description, failures=[failure])
+    return Result(result, summary=f"{files} files")
+
+
+if __name__ == "__main__":
+    run(work)
+"##;
+
+const PYTHON_TEST: &str = r##""""Tests of @NAME@'s work() on real directories, without autocomp:
+
+    python3 -m unittest test_@STEM@
+
+(with autocomp_step installed, or PYTHONPATH naming contrib/python of the autocomp sources).
+"""
+
+import tempfile
+import unittest
+from pathlib import Path
+
+from autocomp_step import Batch, PermanentFailure
+
+from @STEM@ import work
+
+
+class WorkTest(unittest.TestCase):
+    def setUp(self) -> None:
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.dir = Path(temp.name)
+
+    def test_records_the_number_of_files_and_reads_the_earlier_result(self) -> None:
+        (self.dir / "page-1.txt").write_text("one")
+        (self.dir / "page-2.txt").write_text("two")
+        (self.dir / "not-a-file").mkdir()
+        batch = Batch("B1", location=self.dir, results={"@FIRST@": {"pages": 2}})
+
+        returned = work(batch, {})
+
+        self.assertEqual(list(returned.failures), [])
+        self.assertEqual(returned.result["files"], 2)
+        self.assertEqual(returned.result["earlier"]["@FIRST@"], {"pages": 2})
+
+    def test_fewer_files_than_min_files_fail_the_batch_with_the_count(self) -> None:
+        (self.dir / "page-1.txt").write_text("one")
+
+        returned = work(Batch("B1", location=self.dir), {"min_files": 2})
+
+        self.assertEqual([failure.type for failure in returned.failures], ["too_few_files"])
+        self.assertEqual(returned.result["files"], 1)
+
+    def test_a_missing_directory_is_a_permanent_failure_naming_it(self) -> None:
+        with self.assertRaises(PermanentFailure) as raised:
+            work(Batch("B1", location=self.dir / "not-delivered"), {})
+        self.assertIn("not-delivered", str(raised.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
+"##;
+
+// The generated shell step: sh, with python3 -c for the JSON it reads.
+const SHELL_STEP: &str = r##"#!/bin/sh
+# @NAME@: records @TYPE@ with the number of files in the batch's directory. A step for
+# autocomp-exec (README.md): exit 0 success, 75 retry later, anything else a failure; the
+# JSON it reads (settings, the earlier steps' results) through python3 -c.
+set -eu
+dir=${AUTOCOMP_BATCH_DIR:?is not set: run this under autocomp-exec (README.md)}
+if [ ! -d "$dir" ]; then
+    echo "$dir: no such directory" >&2
+    exit 1
+fi
+files=$(find "$dir" -mindepth 1 -maxdepth 1 -type f | wc -l | tr -d ' ')
+min_files=$(python3 -c 'import json, os
+print(int(json.load(open(os.environ["AUTOCOMP_SETTINGS_FILE"])).get("min_files", 0)))')
+# The earlier steps' results, by event type (null for one that recorded none).
+earlier=$(python3 -c 'import json, os, sys
+events = json.load(open(os.environ["AUTOCOMP_BATCH_FILE"]))["batch"]["events"]
+print(json.dumps({t: (events.get(t) or {}).get("result") for t in sys.argv[1:]}))' @REQUIRES_WORDS@)
+failures=
+if [ "$files" -lt "$min_files" ]; then
+    failures=", \"failures\": [{\"reference\": \"\", \"type\": \"too_few_files\", \"description\": \"$files files, fewer than min_files = $min_files\"}]"
+fi
+printf '{"protocol": 1, "result": {"files": %s, "earlier": %s}%s}\n' "$files" "$earlier" "$failures" \
+    >"$AUTOCOMP_RESULT_FILE"
+"##;
+
+const SHELL_TEST: &str = r##"#!/bin/sh
+# Tests of @STEM@.sh without autocomp: the files autocomp-exec would hand it, in a temp dir.
+#     sh test_@STEM@.sh
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/B1/not-a-file"
+echo one >"$tmp/B1/page-1.txt"
+echo two >"$tmp/B1/page-2.txt"
+printf '{"protocol": 1, "component": "@NAME@", "batch": {"id": "B1", "type": "RoundTrip", "priority": 0, "metadata": {}, "location": "%s", "events": {"@FIRST@": {"outcome": "success", "result": {"pages": 2}}}}, "checkpoint": null}\n' \
+    "$tmp/B1" >"$tmp/batch.json"
+
+# Runs the step with the settings $1; fails the test unless it exits 0.
+step() {
+    printf '%s\n' "$1" >"$tmp/settings.json"
+    rm -f "$tmp/result.json"
+    AUTOCOMP_PROTOCOL=1 AUTOCOMP_BATCH_ID=B1 AUTOCOMP_BATCH_DIR="$tmp/B1" AUTOCOMP_BATCH_FILE="$tmp/batch.json" \
+        AUTOCOMP_SETTINGS_FILE="$tmp/settings.json" AUTOCOMP_RESULT_FILE="$tmp/result.json" \
+        sh "$here/@STEM@.sh" || { echo "FAIL: the step exited $? with settings $1" >&2; exit 1; }
+}
+# Checks the Python expression $1 on the result file `r`; $2 says what it tests.
+expect() {
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' \
+        "$tmp/result.json" "$1" || { echo "FAIL: $2: $(cat "$tmp/result.json")" >&2; exit 1; }
+}
+
+step '{}'
+expect 'r["result"]["files"] == 2 and "failures" not in r' "records the number of files"
+expect 'r["result"]["earlier"]["@FIRST@"] == {"pages": 2}' "reads the earlier result"
+step '{"min_files": 3}'
+expect 'r["failures"][0]["type"] == "too_few_files" and r["result"]["files"] == 2' "too few files fail the batch"
+echo "ok: 3 tests passed"
+"##;
+
+const SCRIPT_CONFIG_TOML: &str = r#"# @NAME@'s config: copy it into the config dir, next to autocomp.toml
+# (/etc/autocomp by default); autocomp-exec --name @NAME@ reads it.
+event_type = "@TYPE@"
+
+# [trigger]                  # replaces the command line's --requires and --blocked-by, clause by clause
+# requires = [@REQUIRES@]
+# blocked_by = ["@TYPE@"]
+
+# [settings]                 # the step's settings (autocomp-exec's own: kill_grace, settings_schema)
+# min_files = 0              # fewer files in the batch's directory fail the batch
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1014,6 +1456,94 @@ exclude = ["x"]
             let diff = String::from_utf8_lossy(&check.stdout);
             assert!(check.status.success(), "{name}: rustfmt would change it:\n{diff}{}", text.main_rs());
         }
+    }
+
+    fn script_args(name: &str, lang: &str, dir: &Path) -> NewArgs {
+        NewArgs {
+            name: name.into(),
+            event_type: "Files_Counted".into(),
+            requires: vec!["Data_Received".into(), "Pages_Counted".into()],
+            dir: Some(dir.to_path_buf()),
+            lang: lang.into(),
+        }
+    }
+
+    /// The generated Python step passes its own unittest (real python3, the module from
+    /// contrib/python), and the shell step its test script.
+    #[test]
+    fn the_generated_python_and_shell_steps_pass_their_own_tests() {
+        let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).with_file_name("contrib").join("python");
+        let outside = tempfile::tempdir().unwrap();
+        for (lang, test) in [
+            ("python", vec!["python3", "-m", "unittest", "test_page_counter"]),
+            ("shell", vec!["sh", "test_page-counter.sh"]),
+        ] {
+            let dir = outside.path().join(lang).join("page-counter");
+            let plan = plan(&script_args("page-counter", lang, &dir), outside.path()).unwrap();
+            assert!(plan.manifest.is_none() && plan.workspace.is_none(), "{plan:?}");
+            let shown = plan.write().unwrap();
+            assert!(shown.contains("autocomp-exec --name page-counter --event-type Files_Counted"), "{shown}");
+            assert!(shown.contains("--requires Data_Received,Pages_Counted"), "{shown}");
+            let config = std::fs::read_to_string(dir.join("page-counter.toml")).unwrap();
+            assert!(config.parse::<toml::Table>().is_ok() && config.contains("event_type = \"Files_Counted\""));
+            let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+            assert!(readme.contains("*/10 * * * *  ") && readme.contains("2>>/var/log/autocomp/page-counter.log"));
+            let run = std::process::Command::new(test[0])
+                .args(&test[1..])
+                .current_dir(&dir)
+                .env("PYTHONPATH", &contrib)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .output()
+                .expect("python3 and sh run");
+            let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+            assert!(run.status.success(), "{lang}: {said}");
+            assert!(said.contains("Ran 3 tests") || said.contains("ok: 3 tests passed"), "{lang}: {said}");
+        }
+        let files = |dir: &str| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(outside.path().join(dir).join("page-counter"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| !n.starts_with("__pycache__"))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(files("python"), ["README.md", "page-counter.toml", "page_counter.py", "test_page_counter.py"]);
+        assert_eq!(files("shell"), ["README.md", "page-counter.sh", "page-counter.toml", "test_page-counter.sh"]);
+    }
+
+    #[test]
+    fn a_bad_lang_or_python_name_is_refused_naming_the_field_and_value() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = outside.path().join("x");
+        let Err(OperatorError::Input(e)) = plan(&script_args("x", "perl", &dir), outside.path()) else {
+            panic!("perl accepted")
+        };
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("--lang", "perl"));
+        for bad in ["json", "import", "9lives", "a.b"] {
+            let Err(OperatorError::Input(e)) = plan(&script_args(bad, "python", &dir), outside.path()) else {
+                panic!("{bad} accepted")
+            };
+            assert_eq!((e.field.as_str(), e.value.as_str()), ("component", bad));
+        }
+        assert_eq!(python_module("page-counter").unwrap(), "page_counter");
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_script_step_under_a_members_pattern_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("Cargo.toml"), "[workspace]\nmembers = [\"framework\", \"components/*\"]\n")
+            .unwrap();
+        std::fs::create_dir(root.path().join("components")).unwrap();
+        let dir = root.path().join("components/ocr");
+        let Err(OperatorError::Input(e)) = plan(&script_args("ocr", "shell", &dir), root.path()) else {
+            panic!("written under components/*")
+        };
+        assert_eq!(e.field, "directory");
+        assert!(e.reason.contains("components/*"), "{e}");
+        let beside = root.path().join("steps/ocr");
+        assert!(plan(&script_args("ocr", "shell", &beside), root.path()).is_ok());
     }
 
     #[test]

@@ -130,10 +130,93 @@ fn a_new_component_builds_passes_its_tests_and_records_its_result_in_a_pass() {
     assert_eq!(refused.details["failures"][0]["type"], "too_few_files", "{refused:?}");
 }
 
+/// `autocomp new --lang python` and `--lang shell`: the step passes its own test, and a real
+/// `autocomp-exec` pass runs it (the Python one on contrib/python through PYTHONPATH, no
+/// install), recording its structured result, and a failure below `min_files`.
+#[test]
+fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pass() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace holds tests/");
+    let python_path = workspace.join("contrib/python");
+    for (lang, file, test) in [
+        ("python", "files_listed.py", &["python3", "-m", "unittest", "test_files_listed"][..]),
+        ("shell", "files-listed.sh", &["sh", "test_files-listed.sh"][..]),
+    ] {
+        let outside = tempfile::tempdir().expect("temp dir");
+        let dir = outside.path().join("files-listed");
+        let dir_arg = dir.to_str().unwrap();
+        let output = autocomp_new(
+            outside.path(),
+            &["files-listed", "--lang", lang, "--event-type", "Files_Listed", "--dir", dir_arg],
+        );
+        assert!(output.status.success(), "{lang}: {}", show(&output));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let step = dir.join(file);
+        let config = dir.join("files-listed.toml");
+        for written in [&step, &config, &dir.join("README.md")] {
+            assert!(written.is_file(), "{} not written", written.display());
+            assert!(
+                stdout.lines().any(|l| l == written.to_str().unwrap()),
+                "{} not listed:\n{stdout}",
+                written.display()
+            );
+        }
+        let exec_line = "autocomp-exec --name files-listed --event-type Files_Listed --requires Data_Received";
+        assert!(stdout.contains(exec_line) && stdout.contains("--dry-run"), "no next steps:\n{stdout}");
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(readme.contains(exec_line) && readme.contains("2>>/var/log/autocomp/files-listed.log"), "{readme}");
+
+        let tested = Command::new(test[0])
+            .args(&test[1..])
+            .current_dir(&dir)
+            .env("PYTHONPATH", &python_path)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output()
+            .expect("the step's test runs");
+        assert!(tested.status.success(), "{lang}: its own test failed: {}", show(&tested));
+
+        let pipeline = TempPipeline::new();
+        let generated = std::fs::read_to_string(&config).unwrap();
+        assert!(generated.contains("event_type = \"Files_Listed\""), "{generated}");
+        pipeline.configure("files-listed", &format!("{generated}\n[settings]\nmin_files = 1\n"));
+        let delivered = pipeline.root().join("deliveries/B1");
+        std::fs::create_dir_all(delivered.join("data")).unwrap();
+        for name in ["bagit.txt", "manifest-md5.txt", "data/page-1.txt"] {
+            std::fs::write(delivered.join(name), name).unwrap();
+        }
+        let empty = pipeline.root().join("deliveries/B2");
+        std::fs::create_dir_all(&empty).unwrap();
+        pipeline.add_batch("B1", &delivered);
+        pipeline.add_batch("B2", &empty);
+
+        let interpreter = if lang == "python" { "python3" } else { "sh" };
+        let mut exec = pipeline.command(&binary("autocomp-exec"));
+        exec.args(["--name", "files-listed", "--event-type", "Files_Listed", "--requires", "Data_Received", "--"])
+            .args([interpreter, step.to_str().unwrap()])
+            .env("PYTHONPATH", &python_path)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let pass =
+            autocomp_e2e::finish(exec.spawn().expect("autocomp-exec starts"), std::time::Duration::from_secs(60));
+
+        assert_eq!(pass.code, Some(1), "{lang}: one batch failed: {}", pass.show());
+        let listed = pipeline.event("B1", "Files_Listed").expect("B1 has its event");
+        assert_eq!(listed.outcome, Outcome::Success, "{lang}: {listed:?}");
+        // Files directly in the batch's directory, and the earlier step's result (none).
+        assert_eq!(listed.details["result"], json!({"files": 2, "earlier": {"Data_Received": null}}), "{lang}");
+        let refused = pipeline.event("B2", "Files_Listed").expect("B2 has its event");
+        assert_eq!(refused.outcome, Outcome::Failure, "{lang}: {refused:?}");
+        assert_eq!(refused.details["result"]["files"], 0, "{lang}: {refused:?}");
+        assert_eq!(refused.details["failures"][0]["type"], "too_few_files", "{lang}: {refused:?}");
+    }
+}
+
 #[test]
 fn bad_input_exits_2_naming_the_field_and_the_value_and_writes_nothing() {
     let outside = tempfile::tempdir().expect("temp dir");
-    let cases: [(&[&str], &str, &str); 5] = [
+    let cases: [(&[&str], &str, &str); 7] = [
+        (&["good-name", "--event-type", "Done", "--lang", "perl"], "--lang", "\"perl\""),
+        (&["json", "--event-type", "Done", "--lang", "python"], "component", "\"json\""),
         (&["Bad Name", "--event-type", "Done"], "component", "\"Bad Name\""),
         (&["9lives", "--event-type", "Done"], "component", "\"9lives\""),
         (&["good-name", "--event-type", "1Done"], "event type", "\"1Done\""),
