@@ -23,6 +23,14 @@ const STEPS: [(&str, &str); 4] = [
     ("structure-checker", "Structure_Checked"),
     ("archiver", "Data_Archived"),
 ];
+/// The Python step that joins the demo after the archiver through `autocomp-exec` and the
+/// command protocol, reading the archiver's and the structure checker's results. Left out
+/// when `python3` is not installed.
+const PYTHON_STEP: (&str, &str) = ("catalogue", "Catalogued");
+/// The step and the module it imports, written into the demo dir (the binary carries them,
+/// so an installed `autocomp` needs no source tree).
+const PYTHON_STEP_SOURCE: &str = include_str!("../../contrib/python/examples/catalogue.py");
+const PYTHON_MODULE_SOURCE: &str = include_str!("../../contrib/python/autocomp_step/__init__.py");
 const MAX_ROUNDS: usize = 12;
 
 /// How a sample delivery is broken, if at all.
@@ -64,9 +72,14 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
         println!("continuing the demo in {}", dir.display());
     }
     write_config(&dir).map_err(|e| io("cannot write the demo config", e))?;
+    let python = python_step(&dir, &binaries).map_err(|e| io("cannot write the Python step", e))?;
+    if python.is_none() {
+        println!("python3 is not installed: the demo's Python step ({}) is left out", PYTHON_STEP.0);
+    }
 
     let store = SqliteStore::open(dir.join("store.db")).await?;
-    let expected = std::fs::read_dir(&incoming).map(|d| d.count()).unwrap_or(batches) * STEPS.len();
+    let steps = STEPS.len() + usize::from(python.is_some());
+    let expected = std::fs::read_dir(&incoming).map(|d| d.count()).unwrap_or(batches) * steps;
     let progress = ProgressBar::new(expected as u64).with_style(
         ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} results {msg}").expect("valid template"),
     );
@@ -76,7 +89,14 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
         let mut processed = 0;
         for (component, _) in STEPS {
             progress.set_message(component);
-            processed += run_component(&binaries.join(component), component, &dir)?;
+            let mut command = Command::new(binaries.join(component));
+            command.arg("--config-dir").arg(&config_dir);
+            processed += run_component(command, component, &dir)?;
+            progress.set_position(recorded_results(&store).await? as u64);
+        }
+        if let Some(step) = &python {
+            progress.set_message(PYTHON_STEP.0);
+            processed += run_component(step.command(&config_dir), PYTHON_STEP.0, &dir)?;
             progress.set_position(recorded_results(&store).await? as u64);
         }
         if processed == 0 {
@@ -129,20 +149,63 @@ fn locate_binaries() -> Result<PathBuf, RunError> {
     Ok(dir)
 }
 
-/// Runs one pass like cron would; returns how many batches it processed (stdout lines).
-fn run_component(binary: &Path, component: &str, dir: &Path) -> Result<usize, RunError> {
+/// The demo's Python step, as cron would run it: `autocomp-exec` running `python3 catalogue.py`
+/// with the `autocomp_step` module on its path.
+struct PythonStep {
+    exec: PathBuf,
+    steps_dir: PathBuf,
+}
+
+impl PythonStep {
+    fn command(&self, config_dir: &Path) -> Command {
+        let (name, event_type) = PYTHON_STEP;
+        let mut command = Command::new(&self.exec);
+        command
+            .arg("--config-dir")
+            .arg(config_dir)
+            .args(["--name", name, "--event-type", event_type, "--requires", "Data_Archived,Structure_Checked"])
+            .arg("--")
+            .arg("python3")
+            .arg(self.steps_dir.join("catalogue.py"))
+            .env("PYTHONPATH", &self.steps_dir)
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        command
+    }
+}
+
+/// Writes the Python step and its module into `DIR/steps` when `python3` and `autocomp-exec`
+/// are there to run it; `None` otherwise (the demo runs without it).
+fn python_step(dir: &Path, binaries: &Path) -> std::io::Result<Option<PythonStep>> {
+    let exec = binaries.join("autocomp-exec");
+    let has_python = Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !has_python || !exec.is_file() {
+        return Ok(None);
+    }
+    let steps_dir = dir.join("steps");
+    std::fs::create_dir_all(steps_dir.join("autocomp_step"))?;
+    std::fs::write(steps_dir.join("autocomp_step/__init__.py"), PYTHON_MODULE_SOURCE)?;
+    std::fs::write(steps_dir.join("catalogue.py"), PYTHON_STEP_SOURCE)?;
+    Ok(Some(PythonStep { exec, steps_dir }))
+}
+
+/// Runs one pass like cron would (`command` with its arguments); returns how many batches it
+/// processed (stdout lines).
+fn run_component(mut command: Command, component: &str, dir: &Path) -> Result<usize, RunError> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("logs").join(format!("{component}.log")))
         .map_err(|e| RunError::Usage(format!("cannot open the log of {component}: {e}")))?;
-    let output = Command::new(binary)
-        .arg("--config-dir")
-        .arg(dir.join("config"))
+    let output = command
         .stdin(Stdio::null())
         .stderr(log)
         .output()
-        .map_err(|e| RunError::Usage(format!("cannot start {}: {e}", binary.display())))?;
+        .map_err(|e| RunError::Usage(format!("cannot start {component}: {e}")))?;
     match output.status.code() {
         Some(0 | 1 | 3) => {}
         other => {
@@ -169,7 +232,7 @@ async fn all_batches(store: &SqliteStore) -> Result<Vec<Batch>, StoreError> {
 }
 
 async fn recorded_results(store: &SqliteStore) -> Result<usize, StoreError> {
-    let steps: Vec<&str> = STEPS.iter().map(|(_, event_type)| *event_type).collect();
+    let steps: Vec<&str> = STEPS.iter().chain([&PYTHON_STEP]).map(|(_, event_type)| *event_type).collect();
     Ok(all_batches(store)
         .await?
         .iter()
@@ -181,8 +244,11 @@ async fn print_table(store: &SqliteStore) -> Result<(), RunError> {
     // The pipeline as the components' own passes registered it (no config file says it).
     let pipeline: Vec<ComponentDescriptor> =
         store.components().await?.into_iter().filter(|c| !c.is_retired()).map(|c| c.descriptor).collect();
-    let ordered: Vec<_> =
-        STEPS.iter().filter_map(|(name, _)| pipeline.iter().find(|step| step.name.as_str() == *name)).collect();
+    let ordered: Vec<_> = STEPS
+        .iter()
+        .chain([&PYTHON_STEP])
+        .filter_map(|(name, _)| pipeline.iter().find(|step| step.name.as_str() == *name))
+        .collect();
     let batches = all_batches(store).await?;
     let mut out = std::io::stdout().lock();
     let mut header = format!("{:<19}", "batch");
