@@ -715,7 +715,7 @@ pub async fn page(
         Some(c) => format!("Charts: {c}"),
         None => "Charts".to_owned(),
     };
-    Ok(super::pages::respond(&headers, &caller, &title, Nav::Charts, &super::pages::here(&uri), &body))
+    Ok(super::respond(&headers, &caller, &title, Nav::Charts, &super::here(&uri), &body))
 }
 
 #[cfg(test)]

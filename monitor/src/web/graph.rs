@@ -483,7 +483,7 @@ pub async fn page(
         body.push_str(&svg(&overview));
         body.push_str(&super::contracts::section(&overview));
     }
-    Ok(super::pages::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::pages::here(&uri), &body))
+    Ok(super::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::here(&uri), &body))
 }
 
 #[cfg(test)]

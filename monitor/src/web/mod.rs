@@ -39,11 +39,12 @@ use autocomp_framework::exit::UNREACHABLE;
 use autocomp_model::InvalidInput;
 use autocomp_ops::operator::OperatorError;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
+use self::gate::Caller;
 use self::html::{Nav, Page, code_spans, esc, w};
 use crate::data::Monitor;
 
@@ -164,6 +165,37 @@ async fn log_request(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     tracing::debug!(%method, path, status = response.status().as_u16(), ms = started.elapsed().as_millis() as u64);
     response
+}
+
+/// A GET page: its layout, the one-time message if the request carries one (cleared by
+/// the response), and the live region.
+pub(crate) fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
+    respond_with(StatusCode::OK, headers, caller, title, nav, here, body)
+}
+
+pub(crate) fn respond_with(
+    status: StatusCode,
+    headers: &HeaderMap,
+    caller: &Caller,
+    title: &str,
+    nav: Nav,
+    here: &str,
+    body: &str,
+) -> Response {
+    let access = &caller.access;
+    let flash = auth::take_flash(headers, caller.secure);
+    let page =
+        Page { title, nav, access: Some(access), flash: flash.as_ref().map(|(m, _)| m.as_str()), live: true, here };
+    let mut response = html_response(status, page.render(body));
+    if let Some((_, clear)) = flash {
+        response.headers_mut().append(header::SET_COOKIE, clear);
+    }
+    response
+}
+
+/// The page's own address, path and query, for the live region and sign-in's return.
+pub(crate) fn here(uri: &axum::http::Uri) -> String {
+    uri.path_and_query().map_or("/".into(), |pq| pq.as_str().to_owned())
 }
 
 pub(crate) fn html_response(status: StatusCode, page: String) -> Response {

@@ -24,8 +24,8 @@ use super::access::Access;
 use super::actions::{Target, action_forms, decision_forms};
 use super::auth;
 use super::gate::Caller;
-use super::html::{Nav, Page, age, check, code_spans, esc, hold_badge, json_block, state_badge, time, w};
-use super::{App, WebError, assets, html_response, steering};
+use super::html::{Nav, age, check, code_spans, esc, hold_badge, json_block, state_badge, time, w};
+use super::{App, WebError, assets, here, respond, respond_with, steering};
 use crate::data::Matrix;
 use crate::filter::{Filter, StateFilter, encode, format_after, parse_after};
 
@@ -107,37 +107,6 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
         response.headers_mut().insert(header::ETAG, tag_value);
     }
     response
-}
-
-/// A GET page: its layout, the one-time message if the request carries one (cleared by
-/// the response), and the live region.
-pub(super) fn respond(headers: &HeaderMap, caller: &Caller, title: &str, nav: Nav, here: &str, body: &str) -> Response {
-    respond_with(StatusCode::OK, headers, caller, title, nav, here, body)
-}
-
-fn respond_with(
-    status: StatusCode,
-    headers: &HeaderMap,
-    caller: &Caller,
-    title: &str,
-    nav: Nav,
-    here: &str,
-    body: &str,
-) -> Response {
-    let access = &caller.access;
-    let flash = auth::take_flash(headers, caller.secure);
-    let page =
-        Page { title, nav, access: Some(access), flash: flash.as_ref().map(|(m, _)| m.as_str()), live: true, here };
-    let mut response = html_response(status, page.render(body));
-    if let Some((_, clear)) = flash {
-        response.headers_mut().append(header::SET_COOKIE, clear);
-    }
-    response
-}
-
-/// The page's own address, path and query, for the live region and sign-in's return.
-pub(super) fn here(uri: &axum::http::Uri) -> String {
-    uri.path_and_query().map_or("/".into(), |pq| pq.as_str().to_owned())
 }
 
 pub async fn overview(
