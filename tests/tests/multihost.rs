@@ -73,8 +73,12 @@ fn two_hosts_per_component_end_every_batch_where_the_embedded_run_does(backend: 
         Command::new(binary("autocomp")).args(["demo", "--batches", "20", "--dir"]).arg(embedded.path()).output();
     let demo = demo.unwrap();
     assert!(demo.status.success(), "demo: {}", String::from_utf8_lossy(&demo.stderr));
-    let expected = status(&embedded.path().join("config"), &[]);
+    let mut expected = status(&embedded.path().join("config"), &[]);
     assert_eq!(expected.len(), 20);
+    // The demo's Python step runs after these; the hosts here run the Rust components only.
+    for components in expected.values_mut() {
+        components.remove("catalogue");
+    }
 
     // The same deliveries and component configs, pointed at the services.
     let dir = tempfile::tempdir().unwrap();
