@@ -588,7 +588,8 @@ fn status_show_explain_and_reindex_on_the_demo_pipeline() {
         done
     };
     let broken = "B400022028244-RT1"; // the fourth sample has a flipped byte
-    let pipeline_order = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver"];
+    // The demo's Python step (catalogue) comes after the archiver.
+    let pipeline_order = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver", "catalogue"];
 
     // JSON: an array of {id, components}.
     let status = json(&run(&["status", "--format", "json"]));
@@ -603,8 +604,8 @@ fn status_show_explain_and_reindex_on_the_demo_pipeline() {
     let lines: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
     assert_eq!(lines[0], [&["id"][..], &pipeline_order[..]].concat());
     assert_eq!(lines.len(), 5, "{csv}");
-    assert!(lines[1..].iter().all(|l| l.len() == 5), "{csv}");
-    assert!(lines.contains(&vec![broken, "success", "failed", "success", "waiting"]), "{csv}");
+    assert!(lines[1..].iter().all(|l| l.len() == 6), "{csv}");
+    assert!(lines.contains(&vec![broken, "success", "failed", "success", "waiting", "waiting"]), "{csv}");
     // Filters and the table.
     let failed = json(&run(&["status", "--state", "failed", "--format", "json"]));
     assert_eq!(failed.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect::<Vec<_>>(), [broken]);

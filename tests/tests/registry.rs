@@ -172,7 +172,8 @@ fn the_cli_runs_on_backends_from_the_environment_without_a_config_dir() {
     let status = states(&autocomp(&["status", "--format", "json"]));
     let id = status.keys().next().unwrap().clone();
     let components: Vec<&String> = status[&id].keys().collect();
-    assert_eq!(components, ["archiver", "batch-trigger", "checksum-verifier", "structure-checker"]);
+    // The demo's four Rust steps and its Python step (catalogue, run through autocomp-exec).
+    assert_eq!(components, ["archiver", "batch-trigger", "catalogue", "checksum-verifier", "structure-checker"]);
     let shown = json(&autocomp(&["show", &id, "--format", "json"]));
     assert_eq!(shown["id"], id.as_str());
     let recorded =
