@@ -95,7 +95,6 @@ pub(crate) fn refusal(reader: &ComponentDescriptor, producers: &[&ComponentDescr
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use autocomp_model::{ComponentName, Trigger};
     use serde::{Deserialize, Serialize};
@@ -125,26 +124,10 @@ mod tests {
         note: Option<String>,
     }
 
+    /// A component as its config's defaults describe it (the runner's own descriptor).
     fn descriptor(name: &str, version: &str, event_type: &str) -> ComponentDescriptor {
-        ComponentDescriptor {
-            name: ComponentName::new(name).unwrap(),
-            version: version.into(),
-            event_type: EventType::new(event_type).unwrap(),
-            trigger: Trigger::default(),
-            max_attempts: 3,
-            retry_backoff: Duration::from_secs(60),
-            queue_size: 1,
-            max_runtime: Duration::from_secs(60),
-            source: false,
-            overdue_after: None,
-            silent_after: None,
-            schedule: None,
-            manual: false,
-            pools: Vec::new(),
-            break_after: None,
-            result_schema: None,
-            reads: Vec::new(),
-        }
+        let (name, event_type) = (ComponentName::new(name).unwrap(), EventType::new(event_type).unwrap());
+        crate::config::ComponentConfig::default().descriptor(name, version, event_type, Trigger::default(), false)
     }
 
     #[test]
