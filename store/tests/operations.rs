@@ -1368,6 +1368,40 @@ async fn wait_for_change_wakes_when_the_store_moves_and_times_out_when_not(f: Fi
     assert_eq!(changed.changes, vec![(event.seq, id("B1"))]);
 }
 
+/// Wake-ups are pushed (PostgreSQL's notifications, the store file's watch): a commit made
+/// through another handle, as another process makes it, wakes a waiter well before its
+/// fallback look (every 2 s). The first round may still be polling while the listen
+/// connection or the watch starts; the later rounds must be woken by the push.
+async fn a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look(f: Fixture) {
+    register(&f.store, "B1").await;
+    let writer = open_store(&f.url).await.unwrap();
+    for round in 0..4 {
+        let head = f.store.head().await.unwrap();
+        let (waiting, started) = tokio::sync::oneshot::channel();
+        let waiter = {
+            let store = Arc::clone(&f.store);
+            tokio::spawn(async move {
+                let _ = waiting.send(());
+                let answer = store.wait_for_change(head, Duration::from_secs(20)).await.unwrap();
+                (answer, std::time::Instant::now())
+            })
+        };
+        started.await.unwrap();
+        // The waiter must be asleep when the commit lands (else its first read sees it and
+        // nothing is woken): give it time to get there; that it is still waiting is checked.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "round {round}: nothing changed yet, so it still waits");
+        let event = record(&writer, "B1", "Data_Received", Outcome::Success).await;
+        let committed = std::time::Instant::now();
+        let (answer, woke) = waiter.await.unwrap();
+        assert_eq!(answer, event.seq, "round {round}: it answers the new head");
+        let delay = woke.saturating_duration_since(committed);
+        if round > 0 {
+            assert!(delay < Duration::from_millis(500), "round {round}: woke {delay:?} after the commit");
+        }
+    }
+}
+
 /// From JSON, as a component's report arrives: fields added later keep their defaults.
 fn descriptor(name: &str, event_type: &str) -> ComponentDescriptor {
     serde_json::from_value(json!({
@@ -1764,6 +1798,7 @@ contract!(
     claim_many_claims_each_batch_as_a_single_claim_would,
     claim_many_with_a_claim_key_retries_like_claim_and_refuses_a_bad_holder,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
+    a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_first_pass_registers_the_component_and_its_host,
     an_identical_pass_moves_last_seen_but_not_changed_at,
     a_changed_trigger_or_version_updates_the_descriptor_and_changed_at,

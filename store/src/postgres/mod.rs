@@ -6,6 +6,7 @@
 //! transaction, so no transaction ever waits on a client.
 
 mod history;
+mod listen;
 mod ops;
 mod options;
 mod schema;
@@ -42,6 +43,8 @@ struct Inner {
     keys_made: AtomicU64,
     /// Appends waiting to be sent together (group commit).
     appends: std::sync::Mutex<ops::AppendQueue>,
+    /// Wakes `wait_for_change` when the server notifies a commit.
+    listener: listen::Listener,
 }
 
 /// Whether an operation may be sent again after a failure that left unknown whether it ran.
@@ -90,6 +93,7 @@ impl PgStore {
                 keys_made: AtomicU64::new(0),
                 appends: Default::default(),
                 reached: AtomicBool::new(false),
+                listener: listen::Listener::new(options.listen),
                 options,
             }),
         };
@@ -244,16 +248,7 @@ impl deadpool_postgres::Connect for Connector {
                 + '_,
         >,
     > {
-        let mut config = config.clone();
-        if let Some(file) = &self.password_file {
-            match options::read_password_file(file) {
-                Ok(password) => {
-                    config.password(password);
-                }
-                // The password read when the store was opened is tried instead.
-                Err(error) => tracing::warn!(store = %self.target, "{error}"),
-            }
-        }
+        let config = with_current_password(config, self.password_file.as_deref(), &self.target);
         let tls = self.tls.clone();
         Box::pin(async move {
             let (client, connection) = config.connect(tls).await?;
@@ -263,6 +258,30 @@ impl deadpool_postgres::Connect for Connector {
             Ok((client, task))
         })
     }
+}
+
+/// The connection settings with the password read again from `password_file`, if any.
+fn with_current_password(
+    config: &tokio_postgres::Config,
+    password_file: Option<&std::path::Path>,
+    target: &str,
+) -> tokio_postgres::Config {
+    let mut config = config.clone();
+    if let Some(file) = password_file {
+        match options::read_password_file(file) {
+            Ok(password) => {
+                config.password(password);
+            }
+            // The password read when the store was opened is tried instead.
+            Err(error) => tracing::warn!(store = %target, "{error}"),
+        }
+    }
+    config
+}
+
+/// What a connection outside the pool (the listener's) connects with.
+fn config_for_new_connection(options: &PgOptions) -> tokio_postgres::Config {
+    with_current_password(&options.config, options.password_file.as_deref(), &options.target)
 }
 
 async fn connect_once(

@@ -41,6 +41,9 @@ pub(crate) type Within<'c, 'a> = std::marker::PhantomData<&'c &'a ()>;
 /// How often a conditional write reads again before giving up (each retry means another
 /// writer changed the batch in between: an operator racing a component).
 const CONDITIONAL_ROUNDS: usize = 20;
+/// How often a waiter that is woken by notifications still reads the head, in case they
+/// cannot reach it: one cheap read per process every two seconds while idle.
+const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// A batch with its log (as arrays of columns: no JSON is built on the server) and open runs.
 const BATCH_SELECT: &str = "SELECT b.id, b.type, b.priority, b.metadata::text, b.created_seq, b.modified_seq,
@@ -1095,11 +1098,17 @@ impl ObjectStore for PgStore {
         self.horizon().await
     }
 
-    /// Polls the sequence every 25 ms (one cheap read, no lock), and only when a seq past
-    /// `since` was taken waits for the horizon: a commit wakes it within ~25 ms.
+    /// Sleeps until the server notifies a commit (`listen=on`, the default), or polls the
+    /// sequence every 25 ms while not listening (one cheap read, no lock); only when a seq
+    /// past `since` was taken does it wait for the horizon. While listening it still looks
+    /// every `LISTENING_POLL`, in case the notifications cannot reach it (a PgBouncer in
+    /// transaction mode should say `listen=off`).
     async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut wakes = self.inner.listener.wakes(&self.inner.options);
         loop {
+            // Before the read: a commit after it wakes the wait below.
+            let listening = wakes.as_mut().is_some_and(|wakes| wakes.listening());
             if self.latest_seq_taken().await? > since {
                 let head = self.horizon().await?;
                 if head > since {
@@ -1109,7 +1118,17 @@ impl ObjectStore for PgStore {
             if tokio::time::Instant::now() >= deadline {
                 return self.horizon().await;
             }
-            tokio::time::sleep_until((tokio::time::Instant::now() + Duration::from_millis(25)).min(deadline)).await;
+            let poll = if listening { LISTENING_POLL } else { Duration::from_millis(25) };
+            let woken = async {
+                match wakes.as_mut() {
+                    Some(wakes) => wakes.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until((tokio::time::Instant::now() + poll).min(deadline)) => {}
+            }
         }
     }
 

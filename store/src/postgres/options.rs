@@ -71,10 +71,14 @@ pub struct PgOptions {
     pub password_file: Option<PathBuf>,
     /// The most bytes of details and metadata one batch may store (see `SqliteOptions`).
     pub max_batch_bytes: u64,
+    /// `listen=on` (the default): waiters for a store change are woken by the server's
+    /// notifications on a connection of their own; `listen=off` polls instead (for a
+    /// PgBouncer in transaction mode, which cannot pass LISTEN on).
+    pub listen: bool,
 }
 
 const OWN_OPTIONS: &str =
-    "pool_size, retry_for, migrate, password_file, max_batch_bytes, sslmode, sslrootcert, connect_timeout";
+    "pool_size, retry_for, migrate, listen, password_file, max_batch_bytes, sslmode, sslrootcert, connect_timeout";
 /// The libpq options tokio-postgres understands, passed on to it as they are.
 const LIBPQ_OPTIONS: &[&str] = &[
     "user",
@@ -137,6 +141,7 @@ impl PgOptions {
             root_certificates: None,
             password_file: None,
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+            listen: true,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -172,6 +177,13 @@ impl PgOptions {
                         "true" => true,
                         "false" => false,
                         other => return Err(invalid(format!("migrate={other:?} is not true or false"))),
+                    }
+                }
+                "listen" => {
+                    options.listen = match value {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        other => return Err(invalid(format!("listen={other:?} is not on or off"))),
                     }
                 }
                 "sslmode" => {

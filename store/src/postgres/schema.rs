@@ -8,7 +8,7 @@ use crate::port::{StoreError, StoreResult};
 use autocomp_model::{InvalidInput, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT};
 
 /// Ordered migrations; never edit a released one, append a new one.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6), (7, V7), (8, V8)];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -1126,6 +1126,23 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END $$;
+"#;
+
+const V8: &str = r#"
+-- Pushed wake-ups: a commit that moves the head (a batch row written: created, appended to,
+-- claimed, released, changed; or the steering) notifies `autocomp_store_changed`, so the
+-- processes listening there (watchers, sboi, the store service) wake at once instead of
+-- polling. Statement-level: one NOTIFY per statement, and PostgreSQL folds a transaction's
+-- identical notifications into one, delivered when (and only if) it commits.
+CREATE FUNCTION autocomp_notify_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('autocomp_store_changed', '');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER batches_notify AFTER INSERT OR UPDATE ON batches
+    FOR EACH STATEMENT EXECUTE FUNCTION autocomp_notify_changed();
+CREATE TRIGGER steering_notify AFTER UPDATE ON steering
+    FOR EACH STATEMENT EXECUTE FUNCTION autocomp_notify_changed();
 "#;
 
 /// Applies the missing migrations in one transaction under the migration lock; returns the

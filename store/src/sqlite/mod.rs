@@ -10,6 +10,7 @@ mod rows;
 mod schema;
 mod steering;
 mod summary;
+mod wakes;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,12 @@ use autocomp_model::{
 };
 
 pub use schema::LATEST_VERSION;
+
+/// How often a waiter woken by file notifications still reads the head, in case one is
+/// missed (a file system that does not deliver them for another host's writes).
+const WATCHING_POLL: Duration = Duration::from_secs(2);
+/// How long after a file notification a waiter keeps looking for the commit it announced.
+const SETTLE_FOR: Duration = Duration::from_secs(1);
 
 /// SQLite's `synchronous` setting, the durability/speed trade-off of a commit in WAL mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +110,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// `SqliteOptions::max_batch_bytes`.
     max_batch_bytes: u64,
+    /// Wakes `wait_for_change` when the store file is written.
+    wakes: wakes::SharedWakes,
 }
 
 pub(crate) fn unavailable(error: rusqlite::Error) -> StoreError {
@@ -140,7 +149,8 @@ impl SqliteStore {
         let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
             .await
             .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
-        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path, max_batch_bytes })
+        let wakes = Arc::new(wakes::FileWakes::new(&path));
+        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path, max_batch_bytes, wakes })
     }
 
     fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
@@ -228,6 +238,7 @@ impl SqliteStore {
         Ok(Self {
             connection: Arc::new(Mutex::new(connection)),
             appends: Arc::default(),
+            wakes: Arc::new(wakes::FileWakes::new(&path)),
             path,
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
         })
@@ -418,6 +429,42 @@ impl ObjectStore for SqliteStore {
 
     async fn head(&self) -> StoreResult<Seq> {
         self.with_connection(ops::head).await
+    }
+
+    /// Sleeps until the store file is written (a file watch; any process's commit), then
+    /// reads the head; polls every 50 ms where the file cannot be watched, and every
+    /// `WATCHING_POLL` anyway. A commit writes its WAL frames before it becomes visible
+    /// (the WAL index is shared memory, which no notification reports), so a wake that finds
+    /// the head unmoved looks again soon, backing off, for `SETTLE_FOR`.
+    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut wakes = self.wakes.wakes();
+        let mut settling: Option<(tokio::time::Instant, Duration)> = None;
+        loop {
+            // Before the read: a commit after it wakes the wait below.
+            let watching = wakes.watching();
+            let head = self.head().await?;
+            let now = tokio::time::Instant::now();
+            if head > since || now >= deadline {
+                return Ok(head);
+            }
+            let poll = match settling {
+                Some((until, pause)) if now < until => {
+                    settling = Some((until, (pause * 2).min(Duration::from_millis(50))));
+                    pause
+                }
+                _ if watching => WATCHING_POLL,
+                _ => Duration::from_millis(50),
+            };
+            tokio::select! {
+                _ = wakes.changed() => {
+                    if settling.is_none_or(|(until, _)| now >= until) {
+                        settling = Some((tokio::time::Instant::now() + SETTLE_FOR, Duration::from_millis(2)));
+                    }
+                }
+                _ = tokio::time::sleep_until((now + poll).min(deadline)) => {}
+            }
+        }
     }
 
     async fn cancel_run(

@@ -1,0 +1,147 @@
+//! Pushed wake-ups from PostgreSQL: a connection of the store handle's own that `LISTEN`s on
+//! the channel the schema's triggers notify at every commit moving the head. Waiters for a
+//! change (`wait_for_change`) sleep on its counter instead of polling; while it is not
+//! connected (starting, the server restarting, `listen=off`) they poll as before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_postgres::AsyncMessage;
+
+use super::options::PgOptions;
+
+/// The channel `autocomp_notify_changed` (schema 8) notifies.
+const CHANNEL: &str = "autocomp_store_changed";
+/// Reconnecting after a lost listen connection starts this soon and backs off to the longest.
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_LONGEST: Duration = Duration::from_secs(30);
+
+/// What the listen task shares with the waiters.
+struct Shared {
+    /// Bumped on every notification and whenever listening starts or stops, so a waiter
+    /// re-reads the head then (a change may have come while nobody listened).
+    wakes: watch::Sender<u64>,
+    /// The LISTEN is in place: a commit from now on is notified.
+    listening: AtomicBool,
+}
+
+impl Shared {
+    fn wake(&self) {
+        self.wakes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn set_listening(&self, now: bool) {
+        if self.listening.swap(now, Ordering::SeqCst) != now {
+            self.wake();
+        }
+    }
+}
+
+/// One per store handle; the task starts with the first waiter and ends with the handle.
+pub(super) struct Listener {
+    shared: Arc<Shared>,
+    enabled: bool,
+    task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+/// A waiter's view: whether to sleep until woken or poll, and the wake-ups.
+pub(super) struct Wakes {
+    shared: Arc<Shared>,
+    receiver: watch::Receiver<u64>,
+}
+
+impl Wakes {
+    /// Whether a commit made after this call wakes `changed`: only then may a waiter sleep
+    /// longer than a poll.
+    pub(super) fn listening(&mut self) -> bool {
+        self.receiver.borrow_and_update();
+        self.shared.listening.load(Ordering::SeqCst)
+    }
+
+    /// Resolves at the next wake-up after the last `listening` call.
+    pub(super) async fn changed(&mut self) {
+        if self.receiver.changed().await.is_err() {
+            // The handle is gone; nothing will wake us again.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Listener {
+    pub(super) fn new(enabled: bool) -> Self {
+        let (wakes, _) = watch::channel(0);
+        Self {
+            shared: Arc::new(Shared { wakes, listening: AtomicBool::new(false) }),
+            enabled,
+            task: Default::default(),
+        }
+    }
+
+    /// The wake-ups, starting the listen task on first use; `None` with `listen=off`.
+    pub(super) fn wakes(&self, options: &PgOptions) -> Option<Wakes> {
+        if !self.enabled {
+            return None;
+        }
+        let receiver = self.shared.wakes.subscribe();
+        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if task.is_none() {
+            let (shared, options) = (Arc::clone(&self.shared), options.clone());
+            *task = Some(tokio::spawn(listen_forever(shared, options)).abort_handle());
+        }
+        Some(Wakes { shared: Arc::clone(&self.shared), receiver })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+/// Connects, listens and passes notifications on until the connection ends, then again
+/// after a pause; waiters poll meanwhile.
+async fn listen_forever(shared: Arc<Shared>, options: PgOptions) {
+    let mut pause = RECONNECT_FIRST;
+    loop {
+        match listen_once(&shared, &options).await {
+            Ok(()) => pause = RECONNECT_FIRST,
+            Err(error) => {
+                tracing::debug!(store = %options.target, "listening for store changes: {error}; polling meanwhile");
+            }
+        }
+        shared.set_listening(false);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECONNECT_LONGEST);
+    }
+}
+
+/// One listen connection, until it ends. `Ok` when it had been listening (a restart: retry
+/// soon), `Err` when it never got that far.
+async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String> {
+    let tls = options.tls().map_err(|e| e.to_string())?;
+    let config = super::config_for_new_connection(options);
+    let (client, mut connection) = config.connect(tls).await.map_err(|e| super::describe_error(&e))?;
+    let statement = format!("LISTEN {CHANNEL}");
+    let listen = client.batch_execute(&statement);
+    tokio::pin!(listen);
+    let mut listened = false;
+    loop {
+        tokio::select! {
+            done = &mut listen, if !listened => {
+                done.map_err(|e| super::describe_error(&e))?;
+                listened = true;
+                shared.set_listening(true);
+            }
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
+                Some(Ok(AsyncMessage::Notification(_))) => shared.wake(),
+                Some(Ok(_)) => {}
+                Some(Err(error)) if !listened => return Err(super::describe_error(&error)),
+                Some(Err(_)) | None => return Ok(()),
+            },
+        }
+    }
+}
