@@ -117,6 +117,11 @@ pub struct ComponentConfig {
     pub max_threads: usize,
     /// Batches claimed per start.
     pub queue_size: usize,
+    /// How far a pass's claims may grow under a backlog of quick work: a pass that filled
+    /// its queue, with every batch's work under 100 ms on average, claims twice as many the
+    /// next time, up to this; a pass that did not fill it (the backlog is gone) or whose work
+    /// was slow goes back to `queue_size`. Set it to `queue_size` to keep passes one size.
+    pub queue_grows_to: usize,
     /// Longest a batch's work may take before it is recorded as timed out.
     #[serde(with = "duration_text")]
     pub max_runtime: Duration,
@@ -185,6 +190,7 @@ impl Default for ComponentConfig {
             event_type: None,
             max_threads: 2,
             queue_size: 10,
+            queue_grows_to: 100,
             max_runtime: Duration::from_secs(3600),
             poll_lock_timeout: Duration::from_secs(10),
             batch_lock_timeout: Duration::from_millis(500),
@@ -254,7 +260,11 @@ impl ComponentConfig {
     }
 
     fn check(&self, file: &Path) -> Result<(), ConfigError> {
-        for (key, value) in [("max_threads", self.max_threads), ("queue_size", self.queue_size)] {
+        for (key, value) in [
+            ("max_threads", self.max_threads),
+            ("queue_size", self.queue_size),
+            ("queue_grows_to", self.queue_grows_to),
+        ] {
             if value == 0 {
                 return Err(ConfigError::new(file, format!("{key} = 0: must be at least 1")));
             }

@@ -21,6 +21,7 @@ pub mod exit;
 pub mod locks;
 mod output;
 mod pass;
+mod reports;
 mod runner;
 mod source;
 // Also in the crate's own unit tests, which build batches with it.

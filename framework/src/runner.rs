@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use autocomp_model::{
@@ -30,6 +30,7 @@ use crate::config::ComponentConfig;
 use crate::exit::{self, RunError};
 use crate::locks::{Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 use crate::output::LogCapture;
+use crate::reports::{Reports, Write};
 
 /// The three ports a runner works against; nothing here knows which adapters they are.
 #[derive(Clone)]
@@ -371,6 +372,11 @@ pub struct Runner<C: Component> {
     pipeline: Pipeline,
     identity: Identity,
     shutdown: watch::Receiver<bool>,
+    /// What the registry has been told and what waits to be (a watcher coalesces).
+    reports: Reports,
+    /// How many batches the next pass claims at most: `queue_size`, grown under a backlog of
+    /// quick work up to `queue_grows_to` (`adapt_queue`).
+    claim_limit: AtomicUsize,
 }
 
 impl<C: Component> Runner<C> {
@@ -407,10 +413,12 @@ impl<C: Component> Runner<C> {
             event_type,
             descriptor,
             retry_trigger,
-            config,
+            claim_limit: AtomicUsize::new(config.queue_size),
             pipeline,
             identity,
             shutdown,
+            reports: Reports::default(),
+            config,
         }))
     }
 
@@ -440,7 +448,7 @@ impl<C: Component> Runner<C> {
     /// Watch mode asks this between passes; a pass re-checks each one against the store.
     pub async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
         // Ask for more than we will claim: other hosts may hold some of them.
-        let wanted = self.config.queue_size.saturating_mul(4).max(16);
+        let wanted = self.claim_limit().saturating_mul(4).max(16);
         let limited = |t: &Trigger| Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() };
         let mut ids = self.pipeline.index.query(&limited(&self.descriptor.trigger)).await?;
         if let Some(retry) = &self.retry_trigger {
@@ -486,23 +494,76 @@ impl<C: Component> Runner<C> {
             Err(e) => (PassOutcome::Error, e.to_string()),
         };
         let work = match &passed {
-            Ok(summary) => summary.work(),
+            Ok(summary) => {
+                if matches!(selection, Selection::Ready) {
+                    self.adapt_queue(summary);
+                }
+                summary.work()
+            }
             Err(_) => Vec::new(),
         };
         let phase = PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work };
-        if let Err(e) = self.report_pass(phase).await {
-            match (&passed, e) {
-                (Ok(_), RunError::Usage(message)) => return Err(RunError::Usage(message)),
-                (_, e) => warn!("cannot report the pass to the component registry: {e}"),
+        if let Write::Now(phase) = self.reports.ended(phase, started) {
+            let reported = self.report_pass(phase).await;
+            if let (Ok(_), Err(RunError::Usage(message))) = (&passed, reported) {
+                return Err(RunError::Usage(message));
             }
         }
         passed
     }
 
+    /// From now on the registry hears of this runner's passes as a watcher's: ends written
+    /// together at most once a second and before it sleeps, idle ones at its heartbeat.
+    pub fn coalesce_reports(&self) {
+        self.reports.coalesce();
+    }
+
+    /// Writes what the registry has not been told: everything (a heartbeat, shutdown), or
+    /// only ends with recorded results. An event type clash is a usage error (exit 2); an
+    /// outage is a warning, as for any report.
+    pub async fn flush_reports(&self, everything: bool) -> Result<(), RunError> {
+        match self.reports.flush(everything) {
+            Write::Now(phase) => match self.report_pass(phase).await {
+                Err(RunError::Usage(message)) => Err(RunError::Usage(message)),
+                _ => Ok(()),
+            },
+            Write::Nothing => Ok(()),
+        }
+    }
+
+    /// The most batches the next pass claims.
+    fn claim_limit(&self) -> usize {
+        self.claim_limit.load(Ordering::Relaxed)
+    }
+
+    /// After a pass that looked for ready work: one that filled its queue with quick work
+    /// (a backlog draining) claims twice as many the next time, up to `queue_grows_to`; one
+    /// that did not, or whose work was slow, goes back to `queue_size`. Large passes spread
+    /// a pass's fixed cost (locks, the index, commits) over many batches; small ones keep a
+    /// trickle's latency low and slow work from being claimed long before it can start.
+    fn adapt_queue(&self, summary: &PassSummary) {
+        let limit = self.claim_limit();
+        let work = summary.work();
+        let quick = !work.is_empty()
+            && work.iter().map(|done| done.duration_ms).sum::<u64>() <= QUICK_WORK_MS * work.len() as u64;
+        let ceiling = self.config.queue_grows_to.max(self.config.queue_size);
+        let next = if summary.taken_up() >= limit && quick { (limit * 2).min(ceiling) } else { self.config.queue_size };
+        if next != limit {
+            debug!(from = limit, to = next, "claims per pass");
+            self.claim_limit.store(next, Ordering::Relaxed);
+        }
+    }
+
     /// Tells the registry what this component is and how its pass stands. An event type
     /// another component already records is a configuration error (exit 2).
     async fn report_pass(&self, phase: PassPhase) -> Result<(), RunError> {
-        record_pass(self.pipeline.store.as_ref(), &self.descriptor, &self.identity, phase).await
+        let reported = record_pass(self.pipeline.store.as_ref(), &self.descriptor, &self.identity, phase).await;
+        match &reported {
+            Ok(()) => self.reports.written(),
+            Err(RunError::Usage(_)) => {}
+            Err(e) => warn!("cannot report the pass to the component registry: {e}"),
+        }
+        reported
     }
 
     async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
@@ -526,16 +587,12 @@ impl<C: Component> Runner<C> {
             release_quietly(poll_lock).await;
             return Err(e);
         }
-        if !claimed.is_empty() {
+        if !claimed.is_empty() && self.reports.report_start() {
             // Before any work: a component whose event type another one records must not work.
-            let reported = self.report_pass(PassPhase::Started).await;
-            if let Err(e) = reported {
-                if let RunError::Usage(_) = e {
-                    futures_util::future::join_all(claimed.into_iter().map(|batch| self.release(batch))).await;
-                    release_quietly(poll_lock).await;
-                    return Err(e);
-                }
-                warn!("cannot report the pass to the component registry: {e}");
+            if let Err(e @ RunError::Usage(_)) = self.report_pass(PassPhase::Started).await {
+                futures_util::future::join_all(claimed.into_iter().map(|batch| self.release(batch))).await;
+                release_quietly(poll_lock).await;
+                return Err(e);
             }
         }
         let poll_lock = if self.config.hold_poll_lock {
@@ -592,7 +649,7 @@ impl<C: Component> Runner<C> {
         let session = self.pipeline.locks.session();
         let mut first_round = true;
         loop {
-            let room = self.config.queue_size.saturating_sub(claimed.len()).min(MAX_CLAIMS_PER_ROUND);
+            let room = self.claim_limit().saturating_sub(claimed.len()).min(MAX_CLAIMS_PER_ROUND);
             if room == 0 || self.must_stop_claiming(&session) {
                 break;
             }
@@ -1358,6 +1415,8 @@ const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// At most this many batches are re-checked and claimed in one store call: a huge
 /// `queue_size` is claimed in several commits, each well within the stores' page limits.
 const MAX_CLAIMS_PER_ROUND: usize = 1_000;
+/// Work this quick on average (per batch) lets a pass's claims grow under a backlog.
+const QUICK_WORK_MS: u64 = 100;
 
 /// A claim round's attempt counts and checkpoint reads in flight at once: enough to keep the
 /// store busy without queueing a thread per claimed batch on its connection.

@@ -48,6 +48,22 @@ pub async fn run_watching<C: Component>(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<u8, RunError> {
     let Watched { store, index } = watched;
+    runner.coalesce_reports();
+    let watched = watch_loop(runner, &store, &index, heartbeat, &mut shutdown).await;
+    // Whatever the registry has not heard yet, however the watch ended.
+    let flushed = runner.flush_reports(true).await;
+    let code = watched?;
+    flushed?;
+    Ok(code)
+}
+
+async fn watch_loop<C: Component>(
+    runner: &Arc<Runner<C>>,
+    store: &Arc<dyn ObjectStore>,
+    index: &Arc<dyn BatchIndex>,
+    heartbeat: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<u8, RunError> {
     let mut worst = exit::OK;
     // The first pass runs at once, as a cron start would: it registers the component and
     // takes whatever is ready already.
@@ -61,22 +77,23 @@ pub async fn run_watching<C: Component>(
         // so readiness between the question and the wait is never slept through.
         let seen = store.head().await?;
         let heartbeat_due = last_pass.is_none_or(|at| at.elapsed() >= heartbeat);
-        let offered = if heartbeat_due {
-            0
-        } else if let Some(held) = runner.held().await? {
+        let held = if heartbeat_due { None } else { runner.held().await? };
+        let (offered, covered) = if let Some(held) = held {
             // Held: no pass (it would claim nothing) until the steering changes, which moves
             // the head and wakes the wait below, or the heartbeat (which reports the hold).
             debug!("held, not looking for work: {held}");
-            0
+            (0, true)
         } else {
-            // Every watcher woke on the same change; with an embedded index one of them is
-            // writing it, and the others must see its commit or sleep through the batch.
-            // Past the bound the pass's store re-check is the safety net, the next change or
-            // heartbeat the retry.
-            if !index.covers(seen, INDEX_WAIT).await? {
+            // Every watcher woke on the same change; with an embedded index another process
+            // may be writing it. Past the bound the pass's store re-check is the safety net,
+            // and the index is asked again (below) rather than slept on: nothing else might
+            // move the store, and the work it holds back would wait for a heartbeat.
+            let covered = index.covers(seen, INDEX_WAIT).await?;
+            if !covered {
                 debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
             }
-            runner.candidates().await?.len()
+            let offered = if heartbeat_due { 0 } else { runner.candidates().await?.len() };
+            (offered, covered)
         };
         let (sleep_from, go_again) = if heartbeat_due || offered > 0 {
             debug!(offered, heartbeat_due, "starting a pass");
@@ -86,6 +103,9 @@ pub async fn run_watching<C: Component>(
                 PassEnd::Error(e) => return Err(e),
                 PassEnd::Continue { handled, waiting } => (handled, waiting),
             };
+            if heartbeat_due {
+                runner.flush_reports(true).await?;
+            }
             pool_retry = match (waiting, pool_retry) {
                 (0, _) => None,
                 (_, None) => Some(POOL_RETRY_FIRST),
@@ -103,15 +123,17 @@ pub async fn run_watching<C: Component>(
             if handled > 0 {
                 debug!(handled, "pass worked; looking again");
             }
-            (seen, handled > 0)
+            (seen, handled > 0 || !covered)
         } else {
             // Nothing offered (or held): nothing waits for a pool slot either.
             pool_retry = None;
-            (seen, false)
+            (seen, !covered)
         };
         if go_again {
             continue;
         }
+        // About to sleep: the monitor should not wait for results already recorded.
+        runner.flush_reports(false).await?;
         let until_heartbeat = heartbeat.saturating_sub(last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
         let wait = until_heartbeat.min(LONGEST_WAIT).min(pool_retry.unwrap_or(LONGEST_WAIT));
         tokio::select! {
@@ -121,7 +143,7 @@ pub async fn run_watching<C: Component>(
                     debug!(?head, "the store moved");
                 }
             }
-            _ = stop_requested(&mut shutdown) => {
+            _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");
                 return Ok(worst);
             }
