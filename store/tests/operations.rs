@@ -1402,6 +1402,30 @@ async fn a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look(f: F
     }
 }
 
+/// `listen=off` (a PgBouncer in transaction mode) polls: a commit through another handle
+/// still wakes a waiter within its 25 ms poll, and the store works as ever.
+#[tokio::test]
+async fn postgres_with_listen_off_still_wakes_waiters_by_polling() {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let polling: Arc<dyn ObjectStore> = Arc::new(
+        PgStore::open(&format!("{url}{}listen=off", if url.contains('?') { "&" } else { "?" })).await.unwrap(),
+    );
+    let writer = open_store(&url).await.unwrap();
+    register(&writer, "B1").await;
+    let head = polling.head().await.unwrap();
+    let waiter = {
+        let store = Arc::clone(&polling);
+        tokio::spawn(async move {
+            (store.wait_for_change(head, Duration::from_secs(20)).await.unwrap(), std::time::Instant::now())
+        })
+    };
+    let event = record(&writer, "B1", "Data_Received", Outcome::Success).await;
+    let committed = std::time::Instant::now();
+    let (answer, woke) = waiter.await.unwrap();
+    assert_eq!(answer, event.seq);
+    assert!(woke.saturating_duration_since(committed) < Duration::from_millis(500));
+}
+
 /// From JSON, as a component's report arrives: fields added later keep their defaults.
 fn descriptor(name: &str, event_type: &str) -> ComponentDescriptor {
     serde_json::from_value(json!({

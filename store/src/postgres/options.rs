@@ -473,6 +473,8 @@ mod tests {
         assert_eq!(options.pool_size, 4);
         assert_eq!(options.retry_for, Duration::from_secs(10));
         assert_eq!(options.tls, TlsMode::Disable);
+        assert!(options.listen, "listening is the default");
+        assert!(!PgOptions::parse("postgres://u@h/db?listen=off").unwrap().listen);
     }
 
     #[test]
@@ -528,6 +530,7 @@ mod tests {
             ("postgres://u:hunter2@h/db?sslmode=sometimes", "sslmode"),
             ("postgres://u:hunter2@h/db?colour=blue", "colour"),
             ("postgres://u:hunter2@h/db?migrate=maybe", "migrate"),
+            ("postgres://u:hunter2@h/db?listen=sometimes", "listen"),
             ("postgres://u:hunter2@h", "database"),
             ("postgres://u:hun/ter2@h/db?pool_size=0", "pool_size"),
             ("postgres://u:hun@ter2@h/db?colour=blue", "colour"),
