@@ -48,6 +48,10 @@ pub struct Pipeline {
 pub enum Selection {
     /// Whatever the index says is ready (the cron case).
     Ready,
+    /// These candidates, which the index offered a moment ago (a watcher asks it before it
+    /// decides to start a pass; asking again would double the pass's index queries). Each is
+    /// locked and re-checked against the store like any other.
+    Offered(Vec<BatchId>),
     /// Exactly this batch; `force` ignores the trigger (it is still locked and recorded).
     Batch {
         /// The batch.
@@ -495,7 +499,7 @@ impl<C: Component> Runner<C> {
         };
         let work = match &passed {
             Ok(summary) => {
-                if matches!(selection, Selection::Ready) {
+                if matches!(selection, Selection::Ready | Selection::Offered(_)) {
                     self.adapt_queue(summary);
                 }
                 summary.work()
@@ -628,7 +632,7 @@ impl<C: Component> Runner<C> {
         claimed: &mut Vec<Claimed>,
     ) -> Result<(), RunError> {
         let (manual, force) = match selection {
-            Selection::Ready => (false, false),
+            Selection::Ready | Selection::Offered(_) => (false, false),
             Selection::Batch { force, .. } => (true, *force),
         };
         let mut steering = PassSteering::default();
@@ -643,6 +647,7 @@ impl<C: Component> Runner<C> {
         }
         let candidates = match selection {
             Selection::Ready => self.candidates().await?,
+            Selection::Offered(ids) => ids.clone(),
             Selection::Batch { id, .. } => vec![id.clone()],
         };
         let mut candidates = candidates.into_iter();
@@ -1347,7 +1352,7 @@ impl<C: Component> Runner<C> {
     /// for the resume. Pool slots are not tried (that would take locks).
     pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
         let (mut candidates, force) = match selection {
-            Selection::Ready => (self.all_candidates().await?, false),
+            Selection::Ready | Selection::Offered(_) => (self.all_candidates().await?, false),
             Selection::Batch { id, force } => (vec![id.clone()], *force),
         };
         let held = if force { None } else { self.held().await? };

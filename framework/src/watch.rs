@@ -82,7 +82,7 @@ async fn watch_loop<C: Component>(
             // Held: no pass (it would claim nothing) until the steering changes, which moves
             // the head and wakes the wait below, or the heartbeat (which reports the hold).
             debug!("held, not looking for work: {held}");
-            (0, true)
+            (Vec::new(), true)
         } else {
             // Every watcher woke on the same change; with an embedded index another process
             // may be writing it. Past the bound the pass's store re-check is the safety net,
@@ -92,13 +92,15 @@ async fn watch_loop<C: Component>(
             if !covered {
                 debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
             }
-            let offered = if heartbeat_due { 0 } else { runner.candidates().await?.len() };
+            let offered = if heartbeat_due { Vec::new() } else { runner.candidates().await? };
             (offered, covered)
         };
-        let (sleep_from, go_again) = if heartbeat_due || offered > 0 {
-            debug!(offered, heartbeat_due, "starting a pass");
+        let (sleep_from, go_again) = if heartbeat_due || !offered.is_empty() {
+            debug!(offered = offered.len(), heartbeat_due, "starting a pass");
             last_pass = Some(Instant::now());
-            let (handled, waiting) = match pass_verdict(pass(runner, &Selection::Ready).await, &mut worst) {
+            // A heartbeat asks the index itself; otherwise the pass takes what it was offered.
+            let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered) };
+            let (handled, waiting) = match pass_verdict(pass(runner, &selection).await, &mut worst) {
                 PassEnd::Stop(code) => return Ok(code),
                 PassEnd::Error(e) => return Err(e),
                 PassEnd::Continue { handled, waiting } => (handled, waiting),

@@ -1,7 +1,8 @@
 //! The index engine: one tantivy directory, caught up from any `ObjectStore`'s change feed.
 //! The feed cursor rides in the commit payload, so documents and cursor are committed
 //! together: a crash between steps re-applies a page (an idempotent upsert), never skips one.
-//! One process writes at a time (tantivy's flock); the others read what is committed.
+//! One process writes at a time (tantivy's flock); the others read what is committed, and
+//! a fresh query corrects that with the feed since (`fresh`), so it needs no writer.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,13 +22,21 @@ use tantivy::index::SegmentId;
 use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery};
 use tantivy::schema::Value;
 use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError, Term,
+    DocAddress, Index, IndexReader, IndexWriter, Opstamp, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError,
+    Term,
 };
 
 use crate::bitsets::TermBitsets;
 use crate::browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 use crate::document::{Fields, IndexedBatch, SCHEMA_VERSION, Vocabulary};
 use crate::query::{BlockedBy, listing_page, selection_query, trigger_query};
+
+mod fresh;
+pub use fresh::{Corrections, FreshAnswer};
+
+/// The default `EngineOptions::max_corrections`: at 10,000 changed batches a fresh query
+/// reads as many summaries, tens of milliseconds, still far less than a catch-up of them.
+pub const MAX_CORRECTIONS: usize = 10_000;
 
 /// How many times a read retries when another process commits between its reload and its
 /// read of meta.json (`IndexEngine::snapshot`).
@@ -55,6 +64,9 @@ pub struct EngineOptions {
     /// writer): a catch-up then neither opens a writer nor waits for merges. Off, each write
     /// takes the writer and releases it (many short processes sharing one directory).
     pub keep_writer: bool,
+    /// Most batches changed since the last commit that a fresh query (`query_fresh`)
+    /// evaluates from the store itself; past it the index must catch up first.
+    pub max_corrections: usize,
 }
 
 impl Default for EngineOptions {
@@ -65,6 +77,7 @@ impl Default for EngineOptions {
             writer_threads: 2,
             writer_memory_bytes: 256 << 20,
             keep_writer: false,
+            max_corrections: MAX_CORRECTIONS,
         }
     }
 }
@@ -136,6 +149,18 @@ pub struct Repaired {
     pub deleted: usize,
 }
 
+/// A commit's segments, each with its delete generation, sorted: equal lists, equal documents.
+type Segments = Vec<(SegmentId, Option<Opstamp>)>;
+
+/// The committed index as one commit left it (`IndexEngine::snapshot`).
+struct Snapshot {
+    searcher: Searcher,
+    /// The vocabulary the commit's documents were built with.
+    vocabulary: Arc<Vocabulary>,
+    /// The commit's cursor: every store change up to it is in `searcher`'s documents.
+    cursor: Seq,
+}
+
 /// What each commit records next to its documents.
 #[derive(Serialize, Deserialize)]
 struct CommitPayload {
@@ -155,8 +180,8 @@ pub struct IndexEngine {
     bitsets: TermBitsets,
     /// The writer between writes, with `EngineOptions::keep_writer`.
     kept_writer: Mutex<Option<IndexWriter>>,
-    /// The vocabulary of the last commit `snapshot` read, by its segments.
-    vocabulary_cache: Mutex<Option<(Vec<SegmentId>, Arc<Vocabulary>)>>,
+    /// The vocabulary and cursor of the last commit `snapshot` read, by its segments.
+    snapshot_cache: Mutex<Option<(Segments, Arc<Vocabulary>, Seq)>>,
     /// meta.json as it was when the reader last reloaded (see `searcher`).
     reloaded_for: Mutex<Option<Vec<u8>>>,
 }
@@ -203,7 +228,7 @@ impl IndexEngine {
             options,
             bitsets: TermBitsets::default(),
             kept_writer: Mutex::new(None),
-            vocabulary_cache: Mutex::new(None),
+            snapshot_cache: Mutex::new(None),
             reloaded_for: Mutex::new(None),
         };
         engine.committed_cursor()?;
@@ -508,36 +533,39 @@ impl IndexEngine {
             .map_err(|e| self.fail(e))
     }
 
-    /// A searcher of the last commit and the vocabulary its documents were built with.
-    /// meta.json may already be a newer commit's (another process commits between the
-    /// reload and the read): its vocabulary is taken only when its segments are the
-    /// searcher's, retrying otherwise. Segments tell commits of different vocabularies
-    /// apart because growing one rewrites every document (`rewrite_for`), and with no
-    /// document any vocabulary answers alike.
-    fn snapshot(&self) -> IndexResult<(Searcher, Arc<Vocabulary>)> {
+    /// A searcher of the last commit, with the vocabulary its documents were built with and
+    /// the cursor committed with them. meta.json may already be a newer commit's (another
+    /// process commits between the reload and the read): its payload is taken only when its
+    /// segments, with their delete generations, are the searcher's, retrying otherwise.
+    /// Equal segments mean equal documents, since every write adds a segment or bumps one's
+    /// deletes: so the pair is what that commit held, whichever of several commits with these
+    /// documents it was (a merge saves the same payload with new segments; a commit that
+    /// moves only the cursor leaves the documents as they were). Vocabularies differ only
+    /// across a rewrite of every document (`rewrite_for`), which shares no segment.
+    fn snapshot(&self) -> IndexResult<Snapshot> {
         for _ in 0..SNAPSHOT_ATTEMPTS {
             let searcher = self.searcher()?;
-            // Sorted (a BTreeMap's keys), as the commit's below.
-            let segments: Vec<SegmentId> = searcher.generation().segments().keys().copied().collect();
-            if segments.is_empty() {
-                return Ok((searcher, Arc::default()));
-            }
+            // Sorted by id (a BTreeMap's keys), as the commit's below.
+            let segments: Segments =
+                searcher.generation().segments().iter().map(|(id, deletes)| (*id, *deletes)).collect();
             {
-                let cached = self.vocabulary_cache.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((cached_segments, vocabulary)) = cached.as_ref()
+                let cached = self.snapshot_cache.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((cached_segments, vocabulary, cursor)) = cached.as_ref()
                     && *cached_segments == segments
                 {
-                    return Ok((searcher, Arc::clone(vocabulary)));
+                    return Ok(Snapshot { searcher, vocabulary: Arc::clone(vocabulary), cursor: *cursor });
                 }
             }
             let metas = self.index.load_metas().map_err(|e| self.fail(e))?;
-            let mut committed: Vec<SegmentId> = metas.segments.iter().map(|segment| segment.id()).collect();
+            let mut committed: Segments =
+                metas.segments.iter().map(|segment| (segment.id(), segment.delete_opstamp())).collect();
             committed.sort();
             if committed == segments {
-                let vocabulary = Arc::new(self.payload_of(metas.payload.as_deref())?.vocabulary);
-                *self.vocabulary_cache.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((segments, Arc::clone(&vocabulary)));
-                return Ok((searcher, vocabulary));
+                let payload = self.payload_of(metas.payload.as_deref())?;
+                let vocabulary = Arc::new(payload.vocabulary);
+                *self.snapshot_cache.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((segments, Arc::clone(&vocabulary), payload.cursor));
+                return Ok(Snapshot { searcher, vocabulary, cursor: payload.cursor });
             }
         }
         Err(self.fail(format!("the index changed under {SNAPSHOT_ATTEMPTS} reads in a row; try again")))
@@ -576,7 +604,7 @@ impl IndexEngine {
         // is in the documents compared. A batch changed since is not drift but a change the
         // feed brings (and the catch-up rewrites its document whole anyway).
         let indexed_through = self.committed_cursor()?;
-        let (searcher, vocabulary) = self.snapshot()?;
+        let Snapshot { searcher, vocabulary, .. } = self.snapshot()?;
         let through = page.last().filter(|_| !to_end).map(|last| &last.id);
         let addresses =
             searcher.search(&listing_page(&self.fields, after, through), &DocSetCollector).map_err(|e| self.fail(e))?;
@@ -664,22 +692,36 @@ impl IndexEngine {
     /// beside the new on one index. Not for production use.
     #[doc(hidden)]
     pub fn query_with(&self, trigger: &Trigger, now: Timestamp, blocked_by: BlockedBy) -> IndexResult<Vec<BatchId>> {
-        let (searcher, vocabulary) = self.snapshot()?;
+        if trigger.limit == Some(0) {
+            return Ok(Vec::new());
+        }
+        let snapshot = self.snapshot()?;
+        let limit = trigger.limit.unwrap_or(usize::MAX);
+        let hits = self.search(&snapshot, trigger, now, limit, blocked_by)?;
+        self.ids_of(&snapshot.searcher, hits.into_iter())
+    }
+
+    /// The documents of `snapshot` ready for `trigger`, in trigger order, at most `limit`
+    /// (at least one).
+    fn search(
+        &self,
+        snapshot: &Snapshot,
+        trigger: &Trigger,
+        now: Timestamp,
+        limit: usize,
+        blocked_by: BlockedBy,
+    ) -> IndexResult<Vec<DocAddress>> {
+        let searcher = &snapshot.searcher;
         // Never more than the index holds: tantivy sizes its collector by the limit, and a
         // trigger's limit may be any number a config or a request body spells.
-        let everything = (searcher.num_docs() as usize).max(1);
-        let limit = match trigger.limit {
-            Some(0) => return Ok(Vec::new()),
-            Some(limit) => limit.min(everything),
-            None => everything,
-        };
+        let limit = limit.clamp(1, (searcher.num_docs() as usize).max(1));
         let order = (
             (SortByStaticFastValue::<i64>::for_field("priority"), Order::Desc),
             (SortByStaticFastValue::<i64>::for_field("created_seq"), Order::Asc),
         );
-        let query = trigger_query(&self.fields, trigger, now, &vocabulary, blocked_by);
+        let query = trigger_query(&self.fields, trigger, now, &snapshot.vocabulary, blocked_by);
         let hits = searcher.search(&query, &TopDocs::with_limit(limit).order_by(order)).map_err(|e| self.fail(e))?;
-        self.ids_of(&searcher, hits.into_iter().map(|(_, address)| address))
+        Ok(hits.into_iter().map(|(_, address)| address).collect())
     }
 
     /// Reads ids from the stored documents: a hit's stored document is one cached block
@@ -705,7 +747,7 @@ impl IndexEngine {
 
     /// One page of a selection at store time `now`, after `request.after` in its order.
     pub fn page_at(&self, request: &PageRequest, now: Timestamp) -> IndexResult<Page> {
-        let (searcher, vocabulary) = self.snapshot()?;
+        let Snapshot { searcher, vocabulary, .. } = self.snapshot()?;
         let limit = request.limit.min(MAX_PAGE);
         if limit == 0 {
             return Ok(Page { batches: Vec::new(), next: None });

@@ -14,7 +14,10 @@ mod query;
 
 pub use browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
 pub use document::{IndexedBatch, SCHEMA_VERSION};
-pub use engine::{CatchUp, Drift, EngineOptions, IndexEngine, IndexError, IndexResult, Repaired};
+pub use engine::{
+    CatchUp, Corrections, Drift, EngineOptions, FreshAnswer, IndexEngine, IndexError, IndexResult, MAX_CORRECTIONS,
+    Repaired,
+};
 pub use http::HttpIndex;
 pub use port::{BatchIndex, LocalIndex, open_index};
 pub use query::BlockedBy;

@@ -1,6 +1,6 @@
 //! The batch-index port: "which batches are ready for this trigger". The embedded adapter
-//! (`LocalIndex`) opens the index directory in-process and catches up from the store before
-//! each query; `HttpIndex` (in `http/`) asks the `sboi` service, which follows the store.
+//! (`LocalIndex`) opens the index directory in-process and answers from its last commit
+//! corrected by the store's change feed; `HttpIndex` (in `http/`) asks the `sboi` service.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,16 +18,18 @@ use crate::http::HttpIndex;
 #[async_trait]
 pub trait BatchIndex: Send + Sync {
     /// The batches ready for `trigger`, in trigger order, as fresh as the adapter can make
-    /// them. The caller re-checks each against the store: the index may lag.
+    /// them (both adapters: as of the store's head when asked, unless more changed since
+    /// the last commit than a query corrects). The caller re-checks each against the store.
     async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>>;
 
     /// Brings the index up to the store's head (or lets another writer do it).
     async fn catch_up(&self) -> IndexResult<CatchUp>;
 
     /// Waits, at most `bound`, until `query` would see every store change up to `seq`;
-    /// whether it does. A long-lived process woken by a store change asks this first: an
-    /// embedded index that another process is writing answers from its last commit, and the
-    /// change that woke the caller may not be in it yet.
+    /// whether it does. A long-lived process woken by a store change asks this first. The
+    /// embedded index answers at once while the changes since its last commit are few
+    /// enough for a query to correct; past that it catches up, or waits for the process
+    /// that holds the writer to commit.
     async fn covers(&self, seq: Seq, bound: Duration) -> IndexResult<bool>;
 
     /// Rebuilds the index from the whole store; returns the number of batches indexed.
@@ -45,50 +47,93 @@ pub trait BatchIndex: Send + Sync {
     async fn page(&self, request: &PageRequest) -> IndexResult<Page>;
 }
 
-/// The embedded index: a tantivy directory on this host, caught up in-process.
+/// The embedded index: a tantivy directory on this host. Queries answer fresh from the last
+/// commit corrected by the store's change feed (`IndexEngine::query_fresh`), so no commit
+/// (nor another process's writer) is on their path; catching up runs after them, in the
+/// background, to keep the corrections few.
 pub struct LocalIndex {
-    engine: IndexEngine,
+    engine: Arc<IndexEngine>,
     store: Arc<dyn ObjectStore>,
+    /// Held by this process's writes (a background catch-up among them): one at a time, so
+    /// they do not refuse each other the directory's writer with `WriterBusy`.
+    writing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl LocalIndex {
     pub fn new(engine: IndexEngine, store: Arc<dyn ObjectStore>) -> Self {
-        Self { engine, store }
+        Self { engine: Arc::new(engine), store, writing: Arc::default() }
     }
 
     pub fn engine(&self) -> &IndexEngine {
         &self.engine
+    }
+
+    /// Starts a catch-up as a task of the current runtime unless one (or another write of
+    /// this process) is running. A failure only leaves the next fresh query more to correct.
+    fn catch_up_in_background(&self) {
+        let Ok(writing) = Arc::clone(&self.writing).try_lock_owned() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (engine, store) = (Arc::clone(&self.engine), Arc::clone(&self.store));
+        runtime.spawn(async move {
+            let _writing = writing;
+            if let Err(error) = engine.catch_up(store.as_ref()).await {
+                tracing::warn!("index: background catch-up: {error}");
+            }
+        });
+    }
+
+    /// Catches up after any write of this process.
+    async fn catch_up_now(&self) -> IndexResult<CatchUp> {
+        let _writing = self.writing.lock().await;
+        self.engine.catch_up(self.store.as_ref()).await
     }
 }
 
 #[async_trait]
 impl BatchIndex for LocalIndex {
     async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>> {
-        // A busy writer elsewhere is fine: it is catching up for us, and the runner
-        // re-checks every candidate against the store anyway.
-        self.engine.catch_up(self.store.as_ref()).await?;
         // Embedded means same host as the store file, so this clock is the store's clock.
+        if let Some(answer) = self.engine.query_fresh(self.store.as_ref(), trigger, Timestamp::now()).await? {
+            if answer.corrections > 0 {
+                self.catch_up_in_background();
+            }
+            return Ok(answer.batches);
+        }
+        // Too much to correct: catch up first, as before fresh queries. A busy writer
+        // elsewhere is fine: it is catching up for us, and the runner re-checks every
+        // candidate against the store anyway.
+        self.catch_up_now().await?;
         self.engine.query_at(trigger, Timestamp::now())
     }
 
     async fn catch_up(&self) -> IndexResult<CatchUp> {
-        self.engine.catch_up(self.store.as_ref()).await
+        self.catch_up_now().await
     }
 
     async fn rebuild(&self) -> IndexResult<usize> {
+        let _writing = self.writing.lock().await;
         self.engine.rebuild(self.store.as_ref()).await
     }
 
     async fn covers(&self, seq: Seq, bound: Duration) -> IndexResult<bool> {
-        // Catching up ourselves covers the head at once; while another process holds the
-        // writer, its commits are what we wait for (it commits within milliseconds).
+        // A fresh query corrects whatever changed since the last commit, within a bound: it
+        // covers the head at once, whoever holds the writer.
+        if self.engine.fresh_through(self.store.as_ref()).await?.is_some_and(|through| through >= seq) {
+            self.catch_up_in_background();
+            return Ok(true);
+        }
+        // Past the bound: catching up ourselves covers the head at once; while another
+        // process holds the writer, its commits are what we wait for.
         let deadline = tokio::time::Instant::now() + bound;
         loop {
-            match self.engine.catch_up(self.store.as_ref()).await? {
+            match self.catch_up_now().await? {
                 // Drained the feed after `seq` was read: everything up to it is committed.
                 CatchUp::UpToDate { .. } | CatchUp::Applied { .. } => return Ok(true),
                 CatchUp::WriterBusy { cursor } if cursor >= seq => return Ok(true),
                 CatchUp::WriterBusy { .. } => {}
+            }
+            if self.engine.fresh_through(self.store.as_ref()).await?.is_some_and(|through| through >= seq) {
+                return Ok(true);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(false);
@@ -102,12 +147,12 @@ impl BatchIndex for LocalIndex {
     }
 
     async fn tally(&self, selections: &[Selection], quietest: bool) -> IndexResult<Vec<Tally>> {
-        self.engine.catch_up(self.store.as_ref()).await?;
+        self.catch_up_now().await?;
         self.engine.tally_at(selections, Timestamp::now(), quietest)
     }
 
     async fn page(&self, request: &PageRequest) -> IndexResult<Page> {
-        self.engine.catch_up(self.store.as_ref()).await?;
+        self.catch_up_now().await?;
         self.engine.page_at(request, Timestamp::now())
     }
 }

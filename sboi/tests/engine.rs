@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use autocomp_model::*;
-use autocomp_sboi::{BatchIndex, CatchUp, IndexEngine, LocalIndex, open_index};
+use autocomp_sboi::{BatchIndex, CatchUp, EngineOptions, FreshAnswer, IndexEngine, LocalIndex, open_index};
 use autocomp_store::*;
 use serde_json::json;
 
@@ -50,10 +50,81 @@ async fn local_index_sees_every_change_before_answering() {
     store.set_priority(&id("B"), 9).await.unwrap();
     assert_eq!(index.query(&trigger).await.unwrap(), vec![id("B"), id("A")]);
 
+    // The queries corrected the last commit and left the catch-up to a background task:
+    // an explicit catch-up waits for it, then finds nothing left.
+    assert_eq!(index.catch_up().await.unwrap(), CatchUp::UpToDate { cursor: store.head().await.unwrap() });
     let indexed = index.engine().get(&id("B")).unwrap().expect("B is indexed");
     assert_eq!(indexed.priority, 9);
     assert_eq!(indexed.present, vec!["Data_Received".to_owned()]);
-    assert_eq!(index.catch_up().await.unwrap(), CatchUp::UpToDate { cursor: store.head().await.unwrap() });
+}
+
+#[tokio::test]
+async fn a_fresh_query_sees_a_write_after_the_last_commit_while_another_process_holds_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(dir.path()).await;
+    add(&store, "A", &[("Data_Received", Outcome::Success)]).await;
+    let index_dir = dir.path().join("index");
+    let index = LocalIndex::new(IndexEngine::open(&index_dir).unwrap(), store.clone());
+    index.catch_up().await.unwrap();
+    let committed = index.engine().committed_cursor().unwrap();
+
+    // Another handle on the directory holds the writer (as another process would): nothing
+    // this process does can commit until it lets go.
+    let other = tantivy_writer_holder(&index_dir);
+    add(&store, "B", &[("Data_Received", Outcome::Success)]).await;
+    store.set_priority(&id("B"), 5).await.unwrap();
+    store
+        .append_event(&id("A"), NewEvent::new(ty("Archived"), Outcome::Success, Agent::new("t").unwrap()))
+        .await
+        .unwrap();
+    let head = store.head().await.unwrap();
+    let trigger =
+        Trigger { requires: vec![ty("Data_Received")], blocked_by: vec![ty("Archived")], ..Trigger::default() };
+
+    // At once: B (new, first by priority), not A (archived since the commit, with an event
+    // type the committed vocabulary does not know).
+    assert!(index.covers(head, std::time::Duration::ZERO).await.unwrap());
+    assert_eq!(index.query(&trigger).await.unwrap(), vec![id("B")]);
+    let fresh = index.engine().query_fresh(store.as_ref(), &trigger, Timestamp::now()).await.unwrap().unwrap();
+    assert_eq!(fresh, FreshAnswer { batches: vec![id("B")], as_of: head, committed, corrections: 2 });
+    // Nothing was committed: the background catch-up found the writer busy.
+    assert_eq!(index.engine().committed_cursor().unwrap(), committed);
+    assert_eq!(index.engine().query_at(&trigger, Timestamp::now()).unwrap(), vec![id("A")]);
+    assert_eq!(index.catch_up().await.unwrap(), CatchUp::WriterBusy { cursor: committed });
+
+    drop(other);
+    assert!(matches!(index.catch_up().await.unwrap(), CatchUp::Applied { batches: 2, .. }));
+    let caught_up = index.engine().query_fresh(store.as_ref(), &trigger, Timestamp::now()).await.unwrap().unwrap();
+    assert_eq!(caught_up, FreshAnswer { batches: vec![id("B")], as_of: head, committed: head, corrections: 0 });
+}
+
+#[tokio::test]
+async fn past_the_bound_a_query_catches_up_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(dir.path()).await;
+    let options = EngineOptions { max_corrections: 2, ..EngineOptions::default() };
+    let index = LocalIndex::new(IndexEngine::open_with(dir.path().join("index"), options).unwrap(), store.clone());
+    let trigger = Trigger { requires: vec![ty("Data_Received")], limit: Some(2), ..Trigger::default() };
+    for name in ["A", "B"] {
+        add(&store, name, &[("Data_Received", Outcome::Success)]).await;
+    }
+    // Two changed batches: corrected, nothing committed on the way.
+    assert_eq!(index.engine().fresh_through(store.as_ref()).await.unwrap(), Some(store.head().await.unwrap()));
+    let fresh = index.engine().query_fresh(store.as_ref(), &trigger, Timestamp::now()).await.unwrap().unwrap();
+    assert_eq!((fresh.batches, fresh.corrections), (vec![id("A"), id("B")], 2));
+    assert_eq!(index.engine().committed_cursor().unwrap(), Seq::ZERO);
+
+    add(&store, "C", &[("Data_Received", Outcome::Success)]).await;
+    assert_eq!(index.engine().fresh_through(store.as_ref()).await.unwrap(), None);
+    assert_eq!(index.engine().query_fresh(store.as_ref(), &trigger, Timestamp::now()).await.unwrap(), None);
+    // The port catches up, then answers from the commit.
+    assert_eq!(index.query(&trigger).await.unwrap(), vec![id("A"), id("B")]);
+    assert_eq!(index.engine().committed_cursor().unwrap(), store.head().await.unwrap());
+    // A limit of zero answers nothing, corrected or not.
+    let none = Trigger { limit: Some(0), ..trigger };
+    add(&store, "D", &[("Data_Received", Outcome::Success)]).await;
+    let fresh = index.engine().query_fresh(store.as_ref(), &none, Timestamp::now()).await.unwrap().unwrap();
+    assert_eq!((fresh.batches, fresh.corrections), (vec![], 1));
 }
 
 #[tokio::test]
@@ -153,7 +224,6 @@ fn drift_by_hand(index_dir: &std::path::Path, lost: &BatchId, stray: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_of_a_store_that_fits_in_one_page_repairs_its_drift() {
-    use autocomp_sboi::EngineOptions;
     use autocomp_sboi::http::{Follower, Reconciled};
 
     let dir = tempfile::tempdir().unwrap();
@@ -175,8 +245,8 @@ async fn a_reconcile_of_a_store_that_fits_in_one_page_repairs_its_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_repairs_drift_while_catch_ups_go_on() {
+    use autocomp_sboi::IndexedBatch;
     use autocomp_sboi::http::{Follower, Reconciled};
-    use autocomp_sboi::{EngineOptions, IndexedBatch};
 
     let dir = tempfile::tempdir().unwrap();
     let store = store_in(dir.path()).await;

@@ -21,7 +21,7 @@ fn small_commits() -> EngineOptions {
         commit_every: 200,
         writer_threads: 1,
         writer_memory_bytes: 15 << 20,
-        keep_writer: false,
+        ..EngineOptions::default()
     }
 }
 

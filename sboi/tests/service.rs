@@ -17,7 +17,7 @@ use autocomp_test_servers::{XorShift, wait_for, wait_until, wait_until_async_eve
 
 use autocomp_http::api::Requests;
 use autocomp_model::*;
-use autocomp_sboi::http::wire::IndexRequest;
+use autocomp_sboi::http::wire::{IndexRequest, QueryAnswer};
 use autocomp_sboi::{
     BatchIndex, CatchUp, HttpIndex, IndexEngine, IndexError, LocalIndex, MAX_PAGE, PageKey, PageOrder, PageRequest,
     Tally, open_index,
@@ -42,22 +42,18 @@ impl Service {
 
     /// Serves the index in `dir/index`, following the store at `store`.
     fn following(store: &str, dir: &Path) -> Service {
+        Self::with_args(store, dir, &[])
+    }
+
+    /// `following`, with more arguments for `sboi serve`.
+    fn with_args(store: &str, dir: &Path, more: &[&str]) -> Service {
         let port = free_port();
         let index_dir = dir.join("index");
-        let child = sboi(&[
-            "serve",
-            "--store",
-            store,
-            "--index-dir",
-            index_dir.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--reconcile-every",
-            "0",
-        ])
-        .env("AUTOCOMP_TOKEN", TOKEN)
-        .spawn()
-        .expect("start sboi");
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["serve", "--store", store, "--index-dir", index_dir.to_str().unwrap(), "--listen", &listen];
+        args.extend(["--reconcile-every", "0"]);
+        args.extend(more);
+        let child = sboi(&args).env("AUTOCOMP_TOKEN", TOKEN).spawn().expect("start sboi");
         let mut service = Service { child, port, index_dir };
         service.wait_healthy();
         service
@@ -635,9 +631,24 @@ async fn metrics_show_the_index_lag_and_fresh_queries_say_when_they_are_stale() 
     assert_eq!(service.gauge("sboi_index_lag"), 2.0);
     assert_eq!(service.gauge("sboi_store_head_seq"), (head.0 + 2) as f64);
     let trigger = Trigger { requires: vec![ty("Structure_Checked")], ..Trigger::default() };
+    // A fresh query corrects the committed answer with the two changes since: exact at once,
+    // although nothing can be indexed.
+    let answer = index.query_with(&trigger, true).await.unwrap();
+    let expected = vec![id("B0002"), id("B0001")];
+    assert_eq!(answer, QueryAnswer { batches: expected, indexed_seq: Seq(head.0 + 2), stale: false, corrected: 2 });
+    assert_eq!(service.gauge("sboi_index_lag"), 2.0);
+    let answer = index.query_with(&trigger, false).await.unwrap();
+    assert!(answer.stale && answer.batches.is_empty() && answer.indexed_seq == head, "{answer:?}");
+
+    // Past the bound of corrections (none here), a fresh query waits for the index, in vain.
+    drop(index);
+    drop(service);
+    let service = Service::with_args(&store_url(dir.path()), dir.path(), &["--max-corrections", "0"]);
+    let index = service.index();
     let asked = Instant::now();
     let answer = index.query_with(&trigger, true).await.unwrap();
     assert!(answer.stale && answer.batches.is_empty() && answer.indexed_seq == head, "{answer:?}");
+    assert_eq!(answer.corrected, 0);
     assert!(asked.elapsed() < Duration::from_secs(4), "a fresh query is bounded: {:?}", asked.elapsed());
 
     drop(writer);

@@ -3,13 +3,17 @@
 //! selections (the monitor's counts and pages, components' states among them) compared with
 //! `Selection::matches_at`, after each catch-up and after a rebuild into a fresh index.
 //! Event types first seen in later parts of a history grow the index's vocabulary in the
-//! middle of a catch-up (and of the rebuild). `PROPTEST_CASES` raises the number of
-//! histories (default 96, each with 24 triggers and 24 selections at four points).
+//! middle of a catch-up (and of the rebuild). Fresh queries (`IndexEngine::query_fresh`)
+//! are held to `Trigger::select` at the store's head while the index is behind it by a part
+//! of the history (new batches, new event types, resets, priority and content changes), or,
+//! in one part, by what was written after a catch-up stopped at a random point of it. `PROPTEST_CASES` raises the
+//! number of histories (default 96, each with 24 triggers and 24 selections at four points,
+//! and the 24 triggers fresh at three more).
 
 use std::time::Duration;
 
 use autocomp_model::*;
-use autocomp_sboi::{EngineOptions, IndexEngine, PageKey, PageOrder, PageRequest, Tally};
+use autocomp_sboi::{EngineOptions, IndexEngine, MAX_CORRECTIONS, PageKey, PageOrder, PageRequest, Tally};
 use autocomp_store::*;
 use proptest::prelude::*;
 use serde_json::{Map, json};
@@ -191,6 +195,42 @@ fn without_late_types(op: &Op) -> Op {
 
 type Selections = [(Selection, i64, PageOrder, usize)];
 
+/// Every trigger as a fresh query against `Trigger::select` over the store's batches now,
+/// whatever the index has committed of them: corrected by the batches changed since.
+async fn check_fresh(
+    engine: &IndexEngine,
+    store: &SqliteStore,
+    triggers: &[(Trigger, i64)],
+) -> Result<(), TestCaseError> {
+    let batches = store.list_batches(None, 100).await.unwrap();
+    let head = store.head().await.unwrap();
+    let corrections = engine.corrections(store).await.unwrap().expect("fewer changes than the bound");
+    prop_assert_eq!(corrections.as_of(), head);
+    prop_assert_eq!(corrections.committed(), engine.committed_cursor().unwrap());
+    let changed = batches.iter().filter(|b| b.changed_seq > corrections.committed()).count();
+    prop_assert_eq!(corrections.len(), changed, "one correction per batch changed since the commit");
+    for (n, (trigger, offset_ms)) in triggers.iter().enumerate() {
+        let now = Timestamp(Timestamp::now().millis() + offset_ms);
+        let expected = trigger.select(&batches, now);
+        // The whole path once per point; the rest from the same corrections.
+        let answered = if n == 0 {
+            engine.query_fresh(store, trigger, now).await.unwrap().expect("fewer changes than the bound")
+        } else {
+            engine.query_corrected(&corrections, trigger, now).unwrap()
+        };
+        prop_assert_eq!(
+            &answered.batches,
+            &expected,
+            "fresh: trigger {:?} at {}, {} corrections",
+            trigger,
+            now,
+            changed
+        );
+        prop_assert_eq!(answered.as_of, head);
+    }
+    Ok(())
+}
+
 /// Every trigger against `Trigger::select`, every selection's tally and pages against
 /// `Selection::matches_at`, over the store's batches now.
 async fn check(
@@ -310,6 +350,9 @@ proptest! {
     #[test]
     fn the_index_answers_exactly_what_matches_holds(
         ops in prop::collection::vec(op(), 1..80),
+        // One part is caught up to a point in its middle (percent of its ops) before the
+        // rest is written; the others are written whole after the previous part's catch-up.
+        (cut_part, cut) in (0..3usize, 0..=100usize),
         triggers in prop::collection::vec((trigger(), 0..3_000i64), 24),
         selections in prop::collection::vec(
             (selection(), 0..3_000i64, prop_oneof![Just(PageOrder::Oldest), Just(PageOrder::Priority)], 1..5usize),
@@ -328,14 +371,24 @@ proptest! {
                 writer_threads: 1,
                 writer_memory_bytes: 15 << 20,
                 keep_writer: false,
+                max_corrections: MAX_CORRECTIONS,
             };
             let engine = IndexEngine::open_with(dir.path().join("index"), engine_options.clone()).unwrap();
             let third = ops.len().div_ceil(3);
             for (part, ops) in ops.chunks(third).enumerate() {
-                for op in ops {
+                let cut = if part == cut_part { ops.len() * cut / 100 } else { 0 };
+                for (n, op) in ops.iter().enumerate() {
+                    // Each commit costs fsyncs: a catch-up at the start of a part is the
+                    // previous part's, done already.
+                    if n == cut && n > 0 {
+                        engine.catch_up(&store).await.unwrap();
+                    }
                     let op = if part == 0 { without_late_types(op) } else { op.clone() };
                     apply(&store, &op).await;
                 }
+                // Behind the store by the ops after the cut (by every op so far in the first
+                // part without a cut: the index is empty then).
+                check_fresh(&engine, &store, &triggers).await?;
                 engine.catch_up(&store).await.unwrap();
                 check(&engine, &store, &triggers, &selections).await?;
             }

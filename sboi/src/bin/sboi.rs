@@ -12,7 +12,7 @@ use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
 use autocomp_http::logging::LogFormat;
 use autocomp_http::service::init_logging;
 use autocomp_sboi::http::IndexService;
-use autocomp_sboi::{EngineOptions, IndexEngine};
+use autocomp_sboi::{EngineOptions, IndexEngine, MAX_CORRECTIONS};
 use autocomp_store::http::store_error_is_permanent;
 use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
 use clap::{Parser, Subcommand};
@@ -56,6 +56,10 @@ enum Command {
         /// 6h, 1d; 0 never). Changes are indexed meanwhile: it takes the writer only to fix.
         #[arg(long, default_value = "1d", value_parser = parse_period)]
         reconcile_every: Duration,
+        /// Most batches changed since the index's last commit that a fresh query evaluates
+        /// from the store itself; past that it waits (at most 2s) for the index to catch up.
+        #[arg(long, default_value_t = MAX_CORRECTIONS)]
+        max_corrections: usize,
         #[command(flatten)]
         service: ServiceArgs,
     },
@@ -71,7 +75,7 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Serve { store: store_url, index_dir, listen, reconcile_every, service } = cli.command;
+    let Command::Serve { store: store_url, index_dir, listen, reconcile_every, max_corrections, service } = cli.command;
     init_logging(service.verbose, cli.log_format);
     let token = match service.token() {
         Ok(token) => token,
@@ -81,7 +85,7 @@ async fn main() -> ExitCode {
     // indexing thread: a catch-up commits a few documents at a time, and each thread's
     // segment costs its own fsyncs per commit (index lag), where indexing speed is bound by
     // the store's reads anyway.
-    let options = EngineOptions { keep_writer: true, writer_threads: 1, ..EngineOptions::default() };
+    let options = EngineOptions { keep_writer: true, writer_threads: 1, max_corrections, ..EngineOptions::default() };
     let engine = match IndexEngine::open_with(&index_dir, options) {
         Ok(engine) => engine,
         Err(error) => return fail(5, format!("cannot open the index: {error}")),

@@ -36,8 +36,9 @@ impl HttpIndex {
         Ok(Self { client })
     }
 
-    /// The whole answer of `/v1/query`: with `fresh`, the service first catches up to the
-    /// store's head (bounded); `stale` says whether the index may miss recent changes.
+    /// The whole answer of `/v1/query`: with `fresh`, as of the store's head (the service
+    /// corrects its committed answer with the changes since, or past its bound of
+    /// corrections waits, bounded, for its index); `stale` says whether it may miss some.
     pub async fn query_with(&self, trigger: &Trigger, fresh: bool) -> IndexResult<QueryAnswer> {
         self.call::<op::Query>(&wire::QueryRequest { trigger: trigger.clone(), fresh }, None).await
     }
@@ -69,8 +70,8 @@ impl BatchIndex for HttpIndex {
     }
 
     async fn covers(&self, _seq: Seq, _bound: Duration) -> IndexResult<bool> {
-        // The service's queries are fresh: it waits until its index covers the store's head
-        // at request time, which is at least `seq`, before it answers.
+        // The service's queries are fresh: they answer as of the store's head at request
+        // time, which is at least `seq` (or say `stale`, which `query` logs).
         Ok(true)
     }
 

@@ -1,7 +1,8 @@
 //! The sboi service (`sboi serve`): the `BatchIndex` port as JSON over HTTP, one
 //! `POST /v1/<operation>` per port method, answered from an index directory the `Follower`
-//! keeps caught up. It adds fresh-or-stale answers, the token for rebuilds, and index lag
-//! on `/metrics`. Built from the store service's shared parts (`autocomp_store::http::service`).
+//! keeps caught up. It adds fresh-or-stale answers (a fresh query corrects the committed
+//! answer with the store's changes since), the token for rebuilds, and index lag on
+//! `/metrics`. Built from the store service's shared parts (`autocomp_store::http::service`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,8 +27,10 @@ pub fn openapi() -> String {
     autocomp_http::service::openapi::<IndexService>()
 }
 
-/// How long a fresh query waits for the index to reach the store's head (and a `catch_up`
-/// request for a rebuild in progress) before answering with what is indexed.
+/// How long a fresh query reads the store's changes to correct the index's answer with, or
+/// (past `EngineOptions::max_corrections`) waits for the index to reach the store's head,
+/// and how long a `catch_up` request waits for a rebuild in progress, before answering with
+/// what is indexed.
 pub const FRESH_BOUND: Duration = Duration::from_secs(2);
 
 /// How long `/metrics` waits for the store's head before reporting the last one seen.
@@ -119,19 +122,42 @@ impl IndexService {
     }
 
     async fn query(&self, request: QueryRequest) -> Result<QueryAnswer, ApiError> {
+        let follower = Arc::clone(&self.follower);
+        let trigger = request.trigger;
         let stale = if request.fresh {
-            !self.freshen().await
+            // The committed index corrected by the store's changes since: fresh without
+            // waiting for the follower to commit them.
+            let corrections = follower.engine().corrections(follower.store());
+            match tokio::time::timeout(FRESH_BOUND, corrections).await {
+                Ok(Ok(Some(corrections))) => {
+                    self.follower.saw_head(corrections.as_of());
+                    // Like the embedded adapter, this host's clock stands for the store's.
+                    let answer =
+                        blocking(move || follower.engine().query_corrected(&corrections, &trigger, Timestamp::now()))
+                            .await?;
+                    return Ok(QueryAnswer {
+                        batches: answer.batches,
+                        indexed_seq: answer.as_of,
+                        stale: false,
+                        corrected: answer.corrections,
+                    });
+                }
+                // Too many changes to correct: wait (bounded) for the follower to index them.
+                Ok(Ok(None)) => !self.freshen().await,
+                Ok(Err(error)) => {
+                    tracing::debug!("fresh query: cannot correct the index's answer: {error}");
+                    !self.freshen().await
+                }
+                Err(_) => true,
+            }
         } else {
             let progress = self.follower.progress();
             progress.indexed_seq < progress.store_head
         };
         // Read before the query: the searcher it opens holds at least this much.
         let indexed_seq = self.follower.progress().indexed_seq;
-        let follower = Arc::clone(&self.follower);
-        let trigger = request.trigger;
-        // Like the embedded adapter, this host's clock stands for the store's.
         let batches = blocking(move || follower.engine().query_at(&trigger, Timestamp::now())).await?;
-        Ok(QueryAnswer { batches, indexed_seq, stale })
+        Ok(QueryAnswer { batches, indexed_seq, stale, corrected: 0 })
     }
 
     /// Catches up (bounded) before a monitor's read; the cursor the read sees at least, and

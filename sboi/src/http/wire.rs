@@ -45,7 +45,9 @@ pub struct QueryRequest {
     /// As `autocomp_model::Trigger` serializes (the `[trigger]` of a component's config).
     #[serde(deserialize_with = "Trigger::deserialize_object")]
     pub trigger: Trigger,
-    /// First bring the index up to the store's head as it is now (bounded; see `stale`).
+    /// Answer as of the store's head as it is now: the committed index's answer corrected by
+    /// the batches changed since its last commit, or, when more changed than a query
+    /// corrects, after the index caught up (bounded; see `stale`).
     #[serde(default = "fresh_by_default")]
     pub fresh: bool,
 }
@@ -58,11 +60,18 @@ fn fresh_by_default() -> bool {
 pub struct QueryAnswer {
     /// The ready batches in trigger order (priority descending, then oldest first), limited.
     pub batches: Vec<BatchId>,
-    /// Every store change up to this seq was in the index the query read.
+    /// Every store change up to this seq is in the answer: the store's head a fresh query
+    /// corrected to, otherwise the cursor of the index it read (which may be ahead of
+    /// `/metrics`' `sboi_indexed_seq`: corrections are not indexed).
     pub indexed_seq: Seq,
-    /// The index may miss recent changes: a fresh query could not catch up in its bound (or
-    /// reach the store), or a non-fresh query found the index behind the last head it saw.
+    /// The answer may miss recent changes: a fresh query could neither correct nor catch up
+    /// in its bound (or reach the store), or a non-fresh query found the index behind the
+    /// last head it saw.
     pub stale: bool,
+    /// Batches changed since the index's last commit that a fresh query evaluated from the
+    /// store instead of the index (0 for every other answer).
+    #[serde(default)]
+    pub corrected: usize,
 }
 
 /// `POST /v1/document`.
