@@ -66,6 +66,69 @@ fn a_watcher_works_a_batch_registered_after_it_started_within_a_second_or_two() 
     assert_nothing_claimed(&pipeline);
 }
 
+/// Another process holding the embedded index's writer (a catch-up that stalls, a rebuild)
+/// must not hide fresh work: the watcher answers from the index's last commit corrected by
+/// the store's changes since, so a batch registered while the writer is held is worked as
+/// quickly as one registered without, with no unrelated store change to wake anything.
+#[test]
+fn a_watcher_works_a_new_batch_while_another_process_holds_the_index_writer() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(SLOW_HEARTBEAT);
+    let watcher = start_watcher(&pipeline);
+    // The writer lock is tantivy's, on the index directory: held here as another process's
+    // catch-up would hold it, for the whole test.
+    let index = tantivy::Index::open_in_dir(pipeline.path("index")).expect("the watcher made the index");
+    let writer: tantivy::IndexWriter = index.writer(15_000_000).expect("nobody holds the writer between passes");
+    for n in 1..=3 {
+        let id = pipeline.register_one(&format!("B{n:04}"), true);
+        let registered = Instant::now();
+        let worked = wait_until(registered + Duration::from_secs(10), || probed(&pipeline, &id) == 1);
+        assert!(worked, "batch {id} was not worked within 10 s while the index writer was held elsewhere");
+        assert!(registered.elapsed() < Duration::from_secs(3), "batch {id} took {:?}", registered.elapsed());
+    }
+    drop(writer);
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert_nothing_claimed(&pipeline);
+}
+
+/// A backlog of quick work drains in growing passes (10, 20, 40, 80: `queue_grows_to`), back
+/// to `queue_size` once it is gone; the registry, written together rather than per pass,
+/// still counts every result exactly once.
+#[test]
+fn a_backlog_of_quick_work_drains_in_growing_passes_and_the_registry_counts_every_result() {
+    const BACKLOG: usize = 400;
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(&format!("{SLOW_HEARTBEAT}\nqueue_size = 10\nqueue_grows_to = 80\nmax_threads = 2\n"));
+    let ids = pipeline.register(BACKLOG);
+    // Debug logging is plentiful (the index's too): into a file, which never fills up as an
+    // undrained pipe would and block the watcher's writes.
+    let log_path = pipeline.path("watcher.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let watcher = pipeline.command(&["--watch", "-vv"]).stderr(log).spawn().expect("the probe starts");
+    let done = wait_until(Instant::now() + Duration::from_secs(120), || probed(&pipeline, &ids[BACKLOG - 1]) == 1);
+    // Then one more, alone: the pass after the backlog is small again.
+    let last = pipeline.register_one("Z0001", true);
+    let worked = done && wait_until(Instant::now() + Duration::from_secs(20), || probed(&pipeline, &last) == 1);
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert!(worked, "the backlog was not worked within the deadline: {}", finished.show());
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    for id in &ids {
+        assert_eq!(probed(&pipeline, id), 1, "{id}");
+    }
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    let grown: Vec<&str> = logged.lines().filter(|l| l.contains("claims per pass")).collect();
+    for step in ["from=10 to=20", "from=20 to=40", "from=40 to=80", "to=10"] {
+        assert!(grown.iter().any(|l| l.contains(step)), "no pass size change {step}: {grown:#?}");
+    }
+    let registry = pipeline.block_on(pipeline.any_store().components()).unwrap();
+    let successes = registry[0].work.total.success.results;
+    assert_eq!(successes, BACKLOG as u64 + 1, "every result counted once");
+    assert_nothing_claimed(&pipeline);
+}
+
 #[test]
 fn a_chain_of_watchers_sharing_an_embedded_index_moves_every_batch_through_both_stages() {
     // Every watcher wakes on the same store change and catches the one index dir up; the
