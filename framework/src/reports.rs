@@ -76,23 +76,38 @@ impl Reports {
             pending.summary = summary;
         }
         pending.work.extend(work);
-        let due = pending.last_written.is_none_or(|at| at.elapsed() >= REPORT_EVERY);
         let full = pending.work.len() >= MAX_WORK_PER_PASS / 2;
-        if !pending.work.is_empty() && (due || full) { pending.take() } else { Write::Nothing }
+        if !pending.work.is_empty() && (pending.due() || full) { pending.take() } else { Write::Nothing }
     }
 
     /// What is kept: all of it with `everything` (a heartbeat, shutdown), else only when it
-    /// holds recorded results (before a watcher sleeps: the monitor should not wait for them).
+    /// holds recorded results and `REPORT_EVERY` has passed since the last write (a watcher
+    /// about to sleep: the monitor should not wait long for them, and a trickle of batches
+    /// should not cost a registry commit each, beside the next stage's claim).
     pub(crate) fn flush(&self, everything: bool) -> Write {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.passes == 0 || (!everything && pending.work.is_empty()) {
+        if pending.passes == 0 || (!everything && (pending.work.is_empty() || !pending.due())) {
             return Write::Nothing;
         }
         pending.take()
     }
+
+    /// How soon results kept now become due (a watcher sleeps no longer); `None` when none
+    /// are kept.
+    pub(crate) fn results_due_in(&self) -> Option<Duration> {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.work.is_empty() {
+            return None;
+        }
+        Some(pending.last_written.map_or(Duration::ZERO, |at| REPORT_EVERY.saturating_sub(at.elapsed())))
+    }
 }
 
 impl Pending {
+    fn due(&self) -> bool {
+        self.last_written.is_none_or(|at| at.elapsed() >= REPORT_EVERY)
+    }
+
     fn take(&mut self) -> Write {
         let passes = std::mem::take(&mut self.passes);
         let started = self.first_started.take().unwrap_or_else(Instant::now);
@@ -161,8 +176,10 @@ mod tests {
             Write::Nothing
         ));
         assert!(matches!(reports.ended(ended(PassOutcome::Idle, "nothing ready", 0), Instant::now()), Write::Nothing));
-        let Write::Now(PassPhase::Ended { outcome, summary, work, .. }) = reports.flush(false) else {
-            panic!("results are waiting: written before the watcher sleeps");
+        assert!(matches!(reports.flush(false), Write::Nothing), "the last write was just now");
+        assert!(reports.results_due_in().is_some_and(|due| due <= REPORT_EVERY));
+        let Write::Now(PassPhase::Ended { outcome, summary, work, .. }) = reports.flush(true) else {
+            panic!("results are waiting: written at the heartbeat or exit");
         };
         assert_eq!(outcome, PassOutcome::Failed, "the worst outcome shows");
         assert_eq!(summary, "3 passes; the one that counts: 1 batch: 1 failure");

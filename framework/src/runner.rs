@@ -535,6 +535,12 @@ impl<C: Component> Runner<C> {
         }
     }
 
+    /// How soon results not yet written to the registry are due (`flush_reports(false)`
+    /// then writes them); `None` when there are none.
+    pub fn results_due_in(&self) -> Option<std::time::Duration> {
+        self.reports.results_due_in()
+    }
+
     /// The most batches the next pass claims.
     fn claim_limit(&self) -> usize {
         self.claim_limit.load(Ordering::Relaxed)

@@ -134,10 +134,15 @@ async fn watch_loop<C: Component>(
         if go_again {
             continue;
         }
-        // About to sleep: the monitor should not wait for results already recorded.
+        // About to sleep: results already recorded go to the registry once a second's worth
+        // has passed since its last write, and the sleep ends by then.
         runner.flush_reports(false).await?;
+        let results_due = runner.results_due_in();
         let until_heartbeat = heartbeat.saturating_sub(last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
-        let wait = until_heartbeat.min(LONGEST_WAIT).min(pool_retry.unwrap_or(LONGEST_WAIT));
+        let wait = until_heartbeat
+            .min(LONGEST_WAIT)
+            .min(pool_retry.unwrap_or(LONGEST_WAIT))
+            .min(results_due.unwrap_or(LONGEST_WAIT));
         tokio::select! {
             head = store.wait_for_change(sleep_from, wait) => {
                 let head = head?;

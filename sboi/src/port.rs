@@ -57,15 +57,39 @@ pub struct LocalIndex {
     /// Held by this process's writes (a background catch-up among them): one at a time, so
     /// they do not refuse each other the directory's writer with `WriterBusy`.
     writing: Arc<tokio::sync::Mutex<()>>,
+    /// When this process last started a background catch-up (`catch_up_soon`).
+    last_background: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// A fresh query correcting this many changes starts a catch-up at once; fewer wait for
+/// `BACKGROUND_CATCH_UP_EVERY`. Every process on the host answers fresh, so the index need
+/// not be current, only near: a commit per change from each of several watchers would cost
+/// the host a writer's setup and several fsyncs per change, for answers no fresher.
+const CATCH_UP_AT: usize = 256;
+const BACKGROUND_CATCH_UP_EVERY: Duration = Duration::from_secs(1);
 
 impl LocalIndex {
     pub fn new(engine: IndexEngine, store: Arc<dyn ObjectStore>) -> Self {
-        Self { engine: Arc::new(engine), store, writing: Arc::default() }
+        Self { engine: Arc::new(engine), store, writing: Arc::default(), last_background: Default::default() }
     }
 
     pub fn engine(&self) -> &IndexEngine {
         &self.engine
+    }
+
+    /// After a fresh query that corrected `corrections` changes: a background catch-up when
+    /// they are many, or when this process has not tried one for a while.
+    fn catch_up_soon(&self, corrections: usize) {
+        if corrections == 0 {
+            return;
+        }
+        let mut last = self.last_background.lock().unwrap_or_else(|p| p.into_inner());
+        if corrections < CATCH_UP_AT && last.is_some_and(|at| at.elapsed() < BACKGROUND_CATCH_UP_EVERY) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        drop(last);
+        self.catch_up_in_background();
     }
 
     /// Starts a catch-up as a task of the current runtime unless one (or another write of
@@ -94,9 +118,7 @@ impl BatchIndex for LocalIndex {
     async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>> {
         // Embedded means same host as the store file, so this clock is the store's clock.
         if let Some(answer) = self.engine.query_fresh(self.store.as_ref(), trigger, Timestamp::now()).await? {
-            if answer.corrections > 0 {
-                self.catch_up_in_background();
-            }
+            self.catch_up_soon(answer.corrections);
             return Ok(answer.batches);
         }
         // Too much to correct: catch up first, as before fresh queries. A busy writer
@@ -118,8 +140,8 @@ impl BatchIndex for LocalIndex {
     async fn covers(&self, seq: Seq, bound: Duration) -> IndexResult<bool> {
         // A fresh query corrects whatever changed since the last commit, within a bound: it
         // covers the head at once, whoever holds the writer.
+        // (The query that follows starts a catch-up if its corrections call for one.)
         if self.engine.fresh_through(self.store.as_ref()).await?.is_some_and(|through| through >= seq) {
-            self.catch_up_in_background();
             return Ok(true);
         }
         // Past the bound: catching up ourselves covers the head at once; while another
