@@ -923,10 +923,16 @@ impl ObjectStore for PgStore {
         let ids = &ids;
         self.run("claim_many", Retry::Safe, |client, _| {
             Box::pin(async move {
+                // The claims commit without waiting for their WAL flush (`synchronous_commit`
+                // off for this transaction alone): they survive the client at once and the
+                // server's crash with the next synchronous commit, the work's result, which
+                // flushes the WAL up to itself, claims included. Lost with the server before
+                // then, they leave batches that are simply ready again.
                 let statement = prepare(
                     client,
                     "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current
-                     FROM autocomp_claim_many($1, $2, $3, $4, $5, $6)",
+                     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+                          autocomp_claim_many($1, $2, $3, $4, $5, $6)",
                 )
                 .await?;
                 let rows = client

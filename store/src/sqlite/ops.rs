@@ -842,6 +842,32 @@ pub fn claim_many(
     if batches.len() > MAX_BATCH_PAGE {
         return Err(page_too_large("batches", batches.len(), MAX_BATCH_PAGE));
     }
+    // A pass's claims survive its process at once (the commit is in the WAL file) and a
+    // power loss with the next synced commit: the result of their work, which syncs the
+    // whole WAL, claims included. Lost with the machine before then, they leave batches
+    // that are simply ready again, as if never claimed. Sparing the claim its fsync halves
+    // the syncs per batch and stage.
+    let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(unavailable)?;
+    let relaxed = synchronous > SYNCHRONOUS_NORMAL;
+    if relaxed {
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).map_err(unavailable)?;
+    }
+    let claimed = claim_each(conn, batches, component, holder);
+    if relaxed {
+        conn.pragma_update(None, "synchronous", synchronous).map_err(unavailable)?;
+    }
+    claimed
+}
+
+/// SQLite's `synchronous = NORMAL`, as `PRAGMA synchronous` reads it.
+const SYNCHRONOUS_NORMAL: i64 = 1;
+
+fn claim_each(
+    conn: &mut Connection,
+    batches: &[BatchId],
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Vec<StoreResult<Claim>>> {
     let mut tx = write_tx(conn)?;
     let mut answers = Vec::with_capacity(batches.len());
     for batch in batches {
