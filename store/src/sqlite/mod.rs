@@ -274,11 +274,18 @@ impl SqliteStore {
         F: FnOnce(&mut Connection) -> StoreResult<T> + Send + 'static,
     {
         let connection = Arc::clone(&self.connection);
+        let wakes = Arc::clone(&self.wakes);
         tokio::task::spawn_blocking(move || {
             // A panic mid-transaction rolled the transaction back when it unwound; the
             // connection itself is still sound.
             let mut conn = connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            work(&mut conn)
+            let before = conn.total_changes();
+            let done = work(&mut conn);
+            if conn.total_changes() != before {
+                // Committed (or rolled back: a spurious wake costs a waiter one head read).
+                wakes.announce();
+            }
+            done
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?

@@ -1,6 +1,9 @@
 //! Pushed wake-ups for an embedded store: a file watch (inotify on Linux) on the store file's
-//! directory, so a commit by any process on the host (it writes the `-wal` file) wakes the
-//! waiters in `wait_for_change` at once instead of at their next poll.
+//! directory, so a commit by any process on the host wakes the waiters in `wait_for_change`
+//! at once instead of at their next poll. A commit writes its WAL frames before it becomes
+//! visible (the WAL index is shared memory, which no notification reports), so after each
+//! write it commits a handle also appends a byte to `<store>-wake`: the notification waiters
+//! can trust to come after the change is there to read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +21,13 @@ pub(super) struct FileWakes {
     /// Set at the first waiter: the watch is started once, and a failed start not retried.
     started: AtomicBool,
     watcher: Mutex<Option<RecommendedWatcher>>,
+    /// `<store>-wake`, opened at the first announcement (`None` inside once it cannot be:
+    /// waiters then rely on the WAL's own notifications and their polls).
+    announcer: Mutex<Option<Option<std::fs::File>>>,
 }
+
+/// `<store>-wake` is emptied once it has grown this long.
+const WAKE_FILE_MAX: u64 = 4096;
 
 /// A waiter's view of the wake-ups.
 pub(super) struct Wakes {
@@ -50,6 +59,7 @@ impl FileWakes {
             watching: AtomicBool::new(false),
             started: AtomicBool::new(false),
             watcher: Mutex::new(None),
+            announcer: Mutex::new(None),
         }
     }
 
@@ -69,6 +79,30 @@ impl FileWakes {
             }
         }
         Wakes { receiver, watching: self.watching.load(Ordering::SeqCst) }
+    }
+
+    /// After a commit: one byte appended to `<store>-wake` (no sync: only the notification
+    /// matters), so every waiter on the host wakes now that the change can be read.
+    pub(super) fn announce(&self) {
+        use std::io::Write;
+        let mut announcer = self.announcer.lock().unwrap_or_else(|p| p.into_inner());
+        let file = announcer.get_or_insert_with(|| {
+            let mut path = self.path.clone().into_os_string();
+            path.push("-wake");
+            match std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+                Ok(file) => Some(file),
+                Err(error) => {
+                    tracing::debug!(file = %std::path::Path::new(&path).display(), "cannot announce commits: {error}");
+                    None
+                }
+            }
+        });
+        if let Some(file) = file {
+            let written = file.write_all(b".");
+            if written.is_err() || file.metadata().is_ok_and(|meta| meta.len() > WAKE_FILE_MAX) {
+                let _ = file.set_len(0);
+            }
+        }
     }
 
     fn watch(&self) -> notify::Result<RecommendedWatcher> {
