@@ -605,15 +605,14 @@ impl<C: Component> Runner<C> {
                 return Err(e);
             }
         }
-        let poll_lock = if self.config.hold_poll_lock {
-            Some(poll_lock)
-        } else {
+        if self.config.hold_poll_lock {
+            summary.results.extend(self.work_all(claimed).await);
             release_quietly(poll_lock).await;
-            None
-        };
-        summary.results.extend(self.work_all(claimed).await);
-        if let Some(lock) = poll_lock {
-            release_quietly(lock).await;
+        } else {
+            // The claims are made: the poll lock guards nothing more. Its release (a write to
+            // the lock service) goes on beside the work instead of before it.
+            let (_, results) = tokio::join!(release_quietly(poll_lock), self.work_all(claimed));
+            summary.results.extend(results);
         }
         Ok(summary)
     }

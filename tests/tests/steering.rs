@@ -180,9 +180,12 @@ fn a_paused_watcher_finishes_its_work_sleeps_without_spinning_and_works_within_s
     // Paused with a ready batch: not worked, and no loop of passes (CPU time, and no pass
     // reported to the registry).
     let last_seen = |p: &Pipeline| p.probe_registered().and_then(|c| c.last_seen());
-    // The pass that recorded B0001 reports its end just after the event: let it land.
+    // The pass that recorded B0001 reports its end after the event (a watcher writes its
+    // passes to the registry together, within a second): let it land.
     let settled = wait_until(Instant::now() + Duration::from_secs(10), || {
-        pipeline.probe_registered().is_some_and(|c| c.hosts.iter().all(|h| !h.running()))
+        pipeline
+            .probe_registered()
+            .is_some_and(|c| c.hosts.iter().all(|h| !h.running()) && c.work.total.success.results == 1)
     });
     assert!(settled, "the watcher's pass never reported its end");
     let (seen_before, ticks_before, window) = (last_seen(&pipeline), cpu_ticks(watcher.id()), Instant::now());
