@@ -580,12 +580,24 @@ impl<C: Component> Runner<C> {
         let holder = self.lock_holder();
         let poll_path = LockPath::Poll(self.name.clone());
         let mut shutdown = self.shutdown.clone();
+        let asked = Instant::now();
         let poll_lock = tokio::select! {
             lock = self.pipeline.locks.try_lock(&poll_path, &holder, self.config.poll_lock_timeout) => lock?,
             _ = stop_requested(&mut shutdown) => return Ok(PassSummary::default()),
         };
         let Some(poll_lock) = poll_lock else {
             return Err(RunError::PollLockBusy(self.name.to_string()));
+        };
+        // Candidates offered before a wait for the poll lock are another pass's leftovers by
+        // now (it held the lock to claim them): ask the index again rather than lock and
+        // re-check batches that are most likely done.
+        let asked_again;
+        let selection = match selection {
+            Selection::Offered(_) if asked.elapsed() > OFFER_FRESH_FOR => {
+                asked_again = Selection::Ready;
+                &asked_again
+            }
+            _ => selection,
         };
         let mut summary = PassSummary::default();
         let mut claimed = Vec::new();
@@ -1425,6 +1437,9 @@ const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// At most this many batches are re-checked and claimed in one store call: a huge
 /// `queue_size` is claimed in several commits, each well within the stores' page limits.
 const MAX_CLAIMS_PER_ROUND: usize = 1_000;
+/// How long the candidates a watcher was offered stay worth claiming: a poll lock that
+/// took longer to get was held by another pass, which claimed from the same answer.
+const OFFER_FRESH_FOR: std::time::Duration = std::time::Duration::from_millis(20);
 /// Work this quick on average (per batch) lets a pass's claims grow under a backlog.
 const QUICK_WORK_MS: u64 = 100;
 

@@ -88,11 +88,14 @@ async fn watch_loop<C: Component>(
             // may be writing it. Past the bound the pass's store re-check is the safety net,
             // and the index is asked again (below) rather than slept on: nothing else might
             // move the store, and the work it holds back would wait for a heartbeat.
+            let asked = Instant::now();
             let covered = index.covers(seen, INDEX_WAIT).await?;
+            let covered_in = asked.elapsed();
             if !covered {
                 debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
             }
             let offered = if heartbeat_due { Vec::new() } else { runner.candidates().await? };
+            debug!(covered_in = ?covered_in, asked_in = ?asked.elapsed(), "asked the index");
             (offered, covered)
         };
         let (sleep_from, go_again) = if heartbeat_due || !offered.is_empty() {
