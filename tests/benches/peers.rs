@@ -1,0 +1,1178 @@
+//! Side-by-side benchmark against the job queues users compare autocomp with: the same 4-stage
+//! pipeline of no-op steps on graphile-worker, Procrastinate and Celery + Redis (installed by
+//! `scripts/bench-peers --install`) and on autocomp embedded, over PostgreSQL and as
+//! `autocomp-exec -- true`, each measured for backlog throughput, trickle latency and idle cost.
+//!
+//!     scripts/bench-peers                                  # installs the peers, then runs this
+//!     cargo bench -p autocomp-e2e --bench peers            # the same, peers already installed
+//!
+//! The workload: item -> stage1 -> stage2 -> stage3 -> stage4, every step a no-op. 4 worker
+//! processes with 2 concurrent handlers each: for the peers, 4 workers each running every
+//! stage with concurrency 2 (graphile `concurrency: 2`, `procrastinate worker
+//! --concurrency=2`, `celery worker --concurrency=2`, prefork); for autocomp, one `--watch`
+//! process per stage with the default config (`max_threads = 2`, `queue_size = 10`,
+//! `watch_heartbeat = 60s`: the config files are empty).
+//!
+//! Per system and repetition, in a fresh database / directory:
+//! - backlog: `AUTOCOMP_BENCH_BACKLOG` (5,000) items registered while no worker runs, then the
+//!   workers are started; items/s = items / (last stage-4 finish - workers' spawn), both on the
+//!   machine's wall clock (so worker start-up counts); CPU ms per item = user+system CPU of the
+//!   workers and servers (whole process trees, /proc/<pid>/stat incl. reaped children) over
+//!   that window / items.
+//! - trickle: 20 items/s for `AUTOCOMP_BENCH_TRICKLE_SECS` (30); latency = registration (wall
+//!   clock just before the enqueue call: the bench's for autocomp, the peer's enqueuer for the
+//!   peers) -> stage 4 finished (autocomp: the store timestamp of the `Stage4` event; peers:
+//!   the wall clock in stage 4's handler, appended to a file). p50 / p99.
+//! - idle: after an 11 s settle (PostgreSQL flushes a backend's transaction counts up to 10 s
+//!   late), `AUTOCOMP_BENCH_IDLE_SECS` (30) with nothing to do: CPU of workers + servers as %
+//!   of one core, and PostgreSQL transactions/s of the system's database
+//!   (pg_stat_database xact_commit + xact_rollback) next to statements/s from
+//!   pg_stat_statements, which has no flush lag (pg_stat_database's counts of a busy backend
+//!   can arrive tens of seconds late and land in the idle window).
+//! - burst: `AUTOCOMP_BENCH_BURST` (5,000) items registered at once while the workers idle:
+//!   from the first registration to the first item through stage 4 (the start-up stall's
+//!   case: it must wait for nothing but work), and items/s until the last.
+//!
+//! Systems (`AUTOCOMP_BENCH_ONLY`, a comma list): graphile-worker, procrastinate, celery,
+//! autocomp-embedded, autocomp-pg, autocomp-exec. All of them in order, then all again
+//! (`AUTOCOMP_BENCH_REPS`, 2). One PostgreSQL server (fsync on) for every PG system. Without
+//! the `--bench` argument (`cargo test --benches`) it is a smoke run of autocomp-embedded and
+//! autocomp-exec at tiny sizes, which needs neither npm nor pip.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use autocomp_e2e::services::{Service, TOKEN};
+use autocomp_e2e::zk::ZooKeeper;
+use autocomp_e2e::{binary, wait_until};
+use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Timestamp};
+use autocomp_store::{ObjectStore, open_store};
+use autocomp_test_servers::Postgres;
+
+const GRAPHILE: &str = "graphile-worker";
+const PROCRASTINATE: &str = "procrastinate";
+const CELERY: &str = "celery";
+const EMBEDDED: &str = "autocomp-embedded";
+const OVER_PG: &str = "autocomp-pg";
+const EXEC: &str = "autocomp-exec";
+const SYSTEMS: [&str; 6] = [GRAPHILE, PROCRASTINATE, CELERY, EMBEDDED, OVER_PG, EXEC];
+/// What a smoke run (no `--bench`) runs: nothing that needs npm, pip or a server.
+const SMOKE_SYSTEMS: [&str; 2] = [EMBEDDED, EXEC];
+const INSTALL: &str = "scripts/bench-peers --install";
+
+const STAGES: usize = 4;
+const WORKERS: usize = 4;
+/// Trickle rate: one item every 50 ms.
+const TRICKLE_EVERY: Duration = Duration::from_millis(50);
+/// A backend's transaction counts reach pg_stat_database at most 10 s late (PGSTAT_IDLE_INTERVAL).
+const SETTLE: Duration = Duration::from_secs(11);
+/// Longest the bench waits with no item finishing before it calls the system stuck.
+const STALL: Duration = Duration::from_secs(120);
+/// How often the autocomp store is asked what finished (its reads load the store a little;
+/// the times themselves come from the events, not from when the bench saw them).
+const STORE_POLL: Duration = Duration::from_millis(100);
+
+struct Config {
+    full: bool,
+    backlog: u64,
+    /// Items registered at once while the workers run, after the idle window.
+    burst: u64,
+    trickle: Duration,
+    idle: Duration,
+    settle: Duration,
+    reps: usize,
+    /// Longest one backlog may take.
+    deadline: Duration,
+    systems: Vec<&'static str>,
+    peers: PathBuf,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let full = std::env::args().skip(1).any(|a| a == "--bench");
+        let number = |name: &str, default: u64| -> u64 {
+            std::env::var(name)
+                .ok()
+                .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{name}={s:?} is not a number")))
+                .unwrap_or(default)
+        };
+        let only = std::env::var("AUTOCOMP_BENCH_ONLY").unwrap_or_default();
+        let named: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let systems: Vec<&'static str> = if full {
+            for name in &named {
+                assert!(SYSTEMS.contains(name), "AUTOCOMP_BENCH_ONLY names {name:?}; the systems are {SYSTEMS:?}");
+            }
+            SYSTEMS.iter().copied().filter(|s| named.is_empty() || named.contains(s)).collect()
+        } else if !named.is_empty() && named.iter().all(|n| SYSTEMS.contains(n)) {
+            // A smoke run of what is named (e.g. a peer, to try its scripts at a tiny size);
+            // a list meant for another bench (`embedded`, `services`) is not ours: ignored.
+            SYSTEMS.iter().copied().filter(|s| named.contains(s)).collect()
+        } else {
+            SMOKE_SYSTEMS.to_vec()
+        };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace dir").to_path_buf();
+        let peers =
+            std::env::var_os("AUTOCOMP_PEERS_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target/peers"));
+        if full {
+            Config {
+                full,
+                backlog: number("AUTOCOMP_BENCH_BACKLOG", 5_000),
+                burst: number("AUTOCOMP_BENCH_BURST", 5_000),
+                trickle: Duration::from_secs(number("AUTOCOMP_BENCH_TRICKLE_SECS", 30)),
+                idle: Duration::from_secs(number("AUTOCOMP_BENCH_IDLE_SECS", 30)),
+                settle: SETTLE,
+                reps: number("AUTOCOMP_BENCH_REPS", 2) as usize,
+                deadline: Duration::from_secs(number("AUTOCOMP_BENCH_DEADLINE_SECS", 1_200)),
+                systems,
+                peers,
+            }
+        } else {
+            Config {
+                full,
+                backlog: 20,
+                burst: 20,
+                trickle: Duration::from_secs(1),
+                idle: Duration::from_secs(1),
+                settle: Duration::ZERO,
+                reps: 1,
+                deadline: Duration::from_secs(120),
+                systems,
+                peers,
+            }
+        }
+    }
+
+    fn uses_postgres(&self) -> bool {
+        self.systems.iter().any(|s| [GRAPHILE, PROCRASTINATE, OVER_PG].contains(s))
+    }
+}
+
+fn main() {
+    let config = Config::from_env();
+    println!("# autocomp vs job queues: 4-stage no-op pipeline ({})", if config.full { "full" } else { "smoke run" });
+    println!(
+        "machine: {} cores, {}, load average {}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        Timestamp::now(),
+        load_average()
+    );
+    println!(
+        "backlog {} items, trickle {} s at 20 items/s, idle {} s (after a {} s settle), {} rep(s); systems: {}",
+        config.backlog,
+        config.trickle.as_secs(),
+        config.idle.as_secs(),
+        config.settle.as_secs(),
+        config.reps,
+        config.systems.join(", ")
+    );
+    for system in &config.systems {
+        if let Err(missing) = peer_installed(system, &config.peers) {
+            panic!(
+                "{system} is not installed ({missing}): run `{INSTALL}` (AUTOCOMP_PEERS_DIR: {})",
+                config.peers.display()
+            );
+        }
+    }
+    let postgres = config.uses_postgres().then(|| {
+        // pg_stat_statements: a count of statements with no flush lag, to check the idle
+        // transaction rate against (pg_stat_database's counters reach it up to tens of
+        // seconds late: see `measure`).
+        let options = autocomp_test_servers::Options::default()
+            .setting("shared_preload_libraries", "pg_stat_statements")
+            .setting("pg_stat_statements.track_utility", "on");
+        let server = Postgres::start_with(options);
+        server.psql("postgres", "create extension pg_stat_statements");
+        let version = server.psql("postgres", "show server_version");
+        println!("PostgreSQL {} (fsync on), port {}", version.trim(), server.port());
+        server
+    });
+    let mut results: Vec<Measured> = Vec::new();
+    for rep in 1..=config.reps {
+        for system in &config.systems {
+            println!("\n## {system}, rep {rep}");
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                measure(system, rep, &config, postgres.as_ref())
+            }));
+            let result = outcome.map_err(|panic| {
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".into())
+            });
+            if let Err(why) = &result {
+                println!("FAILED: {}", why.lines().next().unwrap_or_default());
+            }
+            results.push(Measured { system, rep, result });
+        }
+    }
+    println!();
+    print_table(&results);
+    println!("\nload average after: {}", load_average());
+    let failed: Vec<String> =
+        results.iter().filter(|m| m.result.is_err()).map(|m| format!("{} rep {}", m.system, m.rep)).collect();
+    assert!(failed.is_empty(), "failed: {}", failed.join(", "));
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `Err(what is missing)` when a peer's install is not in the cache dir.
+fn peer_installed(system: &str, peers: &Path) -> Result<(), String> {
+    let need = |path: PathBuf| if path.exists() { Ok(()) } else { Err(format!("{} is missing", path.display())) };
+    match system {
+        GRAPHILE => {
+            need(peers.join("node/node_modules/graphile-worker/package.json"))?;
+            which("node")
+        }
+        PROCRASTINATE => need(peers.join("venv/bin/procrastinate")),
+        CELERY => {
+            need(peers.join("venv/bin/celery"))?;
+            which("redis-server")
+        }
+        _ => Ok(()),
+    }
+}
+
+fn which(program: &str) -> Result<(), String> {
+    let found = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false);
+    if found { Ok(()) } else { Err(format!("no {program} on PATH")) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes and their CPU
+
+/// A process the bench started, in a process group of its own (Celery's prefork children,
+/// a shell's children) so that stopping it stops them all: SIGTERM to the group, then SIGKILL
+/// after a grace period. Dropping it stops it, also when the bench panics.
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `command` with stdout and stderr appended to `log` (unless already redirected).
+    fn spawn(name: &str, mut command: Command, log: &Path) -> Proc {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("a log file");
+        command.stdin(Stdio::null()).stdout(file.try_clone().expect("log handle")).stderr(file).process_group(0);
+        Self::spawn_configured(name, command, log)
+    }
+
+    fn spawn_configured(name: &str, mut command: Command, log: &Path) -> Proc {
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({command:?}): {e}"));
+        Proc { name: name.to_owned(), child, log: log.to_owned() }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|status| format!("{} exited ({status})", self.name))
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        format!("--- {} ({})\n{}\n", self.name, self.log.display(), lines[lines.len().saturating_sub(20)..].join("\n"))
+    }
+
+    fn stop(&mut self, grace: Duration) {
+        let group = -(self.child.id() as libc::pid_t);
+        if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) on the process group of a child we spawned and have not reaped.
+            unsafe { libc::kill(group, libc::SIGTERM) };
+            wait_until(Instant::now() + grace, || self.child.try_wait().ok().flatten().is_some());
+        }
+        // Whatever is left of the group (a worker's children), and the leader if it hung.
+        // SAFETY: as above; the group id stays ours while any member lives.
+        unsafe { libc::kill(group, libc::SIGKILL) };
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(10));
+    }
+}
+
+/// Clock ticks of CPU (user + system, of the processes and of their reaped children) used by
+/// the process trees under `roots`, live descendants included, counted once each.
+fn tree_ticks(roots: &[u32]) -> u64 {
+    let mut table: HashMap<u32, (u32, u64)> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: ppid is the 2nd; utime, stime,
+        // cutime and cstime the 12th to 15th.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        table.insert(pid, (field(1) as u32, field(11) + field(12) + field(13) + field(14)));
+    }
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (&pid, &(parent, _)) in &table {
+        children.entry(parent).or_default().push(pid);
+    }
+    let mut seen = HashSet::new();
+    let mut pending: Vec<u32> = roots.to_vec();
+    let mut total = 0;
+    while let Some(pid) = pending.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        total += table.get(&pid).map_or(0, |&(_, ticks)| ticks);
+        pending.extend(children.get(&pid).into_iter().flatten());
+    }
+    total
+}
+
+fn ticks_to_ms(ticks: u64) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 * 1000.0 / per_second
+}
+
+/// This process's children whose command name is `comm` (the harnesses' servers: ZooKeeper's
+/// `java`, `sboi`), which the harnesses do not hand out.
+fn children_named(comm: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if name.trim() == comm && parent == Some(me) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+// ---------------------------------------------------------------------------------------------
+// The systems
+
+/// One item that went through stage 4: when it was registered and when stage 4 finished it,
+/// in ms of the machine's wall clock.
+#[derive(Debug, Clone, Copy)]
+struct Done {
+    id: u64,
+    registered: i64,
+    finished: i64,
+}
+
+/// A pipeline under test, in its own database or directory, its servers running.
+trait System {
+    /// Registers items `first..first + count` at once, with no worker running; returns when
+    /// they are all registered.
+    fn register_backlog(&mut self, first: u64, count: u64);
+    /// Registers item `id` now (the trickle); may return before it is stored.
+    fn register_one(&mut self, id: u64);
+    /// Waits until everything `register_one` was given is registered.
+    fn registered_all(&mut self);
+    fn start_workers(&mut self);
+    /// The items that finished stage 4 since the last call.
+    fn poll_done(&mut self) -> Vec<Done>;
+    fn worker_pids(&self) -> Vec<u32>;
+    fn server_pids(&self) -> Vec<u32>;
+    /// `Some(why)` when a worker or server died.
+    fn dead(&mut self) -> Option<String>;
+    fn logs(&self) -> String;
+}
+
+/// What one system run measured.
+struct Results {
+    backlog_per_s: f64,
+    backlog_secs: f64,
+    cpu_ms_per_item: f64,
+    trickle_p50: f64,
+    trickle_p99: f64,
+    trickle_items: usize,
+    idle_cpu_percent: f64,
+    idle_pg_tx_per_s: Option<f64>,
+    /// Statements/s from pg_stat_statements (no flush lag; COMMITs count as statements).
+    idle_pg_statements_per_s: Option<f64>,
+    /// A burst registered while the workers idle: from its first registration to the first
+    /// item through stage 4, and items/s until the last.
+    burst_first_ms: f64,
+    burst_per_s: f64,
+}
+
+struct Measured {
+    system: &'static str,
+    rep: usize,
+    result: Result<Results, String>,
+}
+
+fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&Postgres>) -> Results {
+    let postgres = postgres.filter(|_| [GRAPHILE, PROCRASTINATE, OVER_PG].contains(&system));
+    let database = postgres.map(|pg| {
+        let name = format!("{}_r{rep}", system.replace('-', "_"));
+        pg.create_database(&name);
+        name
+    });
+    let url = |pg: Option<&Postgres>| pg.expect("PostgreSQL runs").url(database.as_deref().unwrap());
+    let mut sys: Box<dyn System> = match system {
+        GRAPHILE | PROCRASTINATE | CELERY => {
+            let database_url = (system != CELERY).then(|| url(postgres));
+            Box::new(Peer::start(system, database_url, &config.peers))
+        }
+        EMBEDDED | EXEC => Box::new(Autocomp::embedded(system == EXEC)),
+        OVER_PG => Box::new(Autocomp::over_postgres(&url(postgres))),
+        other => unreachable!("no system {other}"),
+    };
+    // (transactions from pg_stat_database, statements from pg_stat_statements) of the system's
+    // database. The first is what was asked for, but a backend reports its counts only when
+    // it flushes its pending stats, which under load can be tens of seconds late (seen: a
+    // Procrastinate run's backlog counted in the idle window); the second has no lag.
+    let pg_tx = |pg: Option<&Postgres>| -> Option<(u64, u64)> {
+        let pg = pg?;
+        let name = database.as_deref().unwrap();
+        let sql = format!(
+            "select (select xact_commit + xact_rollback from pg_stat_database where datname = '{name}'), \
+             (select coalesce(sum(calls), 0) from pg_stat_statements where dbid = \
+              (select oid from pg_database where datname = '{name}'))"
+        );
+        let out = pg.psql("postgres", &sql);
+        let (xacts, statements) = out.trim().split_once('|')?;
+        Some((xacts.parse().ok()?, statements.parse().ok()?))
+    };
+    let server_pids = || {
+        let mut pids = sys_server_pids(system, postgres);
+        pids.sort();
+        pids
+    };
+
+    // Backlog: everything registered first, then the workers start.
+    let backlog = config.backlog;
+    let registering = Instant::now();
+    sys.register_backlog(0, backlog);
+    println!("registered {backlog} items in {:.1} s (not measured)", registering.elapsed().as_secs_f64());
+    let servers = [server_pids(), sys.server_pids()].concat();
+    let servers_before = tree_ticks(&servers);
+    let spawned_ms = now_ms();
+    sys.start_workers();
+    let mut done: BTreeMap<u64, Done> = BTreeMap::new();
+    wait_for_items(sys.as_mut(), &mut done, 0..backlog, config.deadline, "the backlog");
+    let workers = sys.worker_pids();
+    let cpu = ticks_to_ms(tree_ticks(&workers) + tree_ticks(&servers).saturating_sub(servers_before));
+    let last = done.values().map(|d| d.finished).max().unwrap_or(spawned_ms);
+    let backlog_secs = (last - spawned_ms).max(1) as f64 / 1000.0;
+    let backlog_per_s = backlog as f64 / backlog_secs;
+    let cpu_ms_per_item = cpu / backlog as f64;
+    println!(
+        "backlog: {backlog} items in {backlog_secs:.1} s from the workers' spawn = {backlog_per_s:.1} items/s; \
+         CPU {cpu:.0} ms = {cpu_ms_per_item:.2} ms/item (workers + servers)"
+    );
+
+    // Trickle: one item every 50 ms.
+    let first = backlog;
+    let count = (config.trickle.as_millis() / TRICKLE_EVERY.as_millis()) as u64;
+    let start = Instant::now();
+    for n in 0..count {
+        let at = start + TRICKLE_EVERY * n as u32;
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        sys.register_one(first + n);
+        for item in sys.poll_done() {
+            done.insert(item.id, item);
+        }
+    }
+    sys.registered_all();
+    let behind = start.elapsed().as_secs_f64() - config.trickle.as_secs_f64();
+    if behind > 0.5 {
+        println!("(registering fell {behind:.1} s behind the 50 ms pacing)");
+    }
+    wait_for_items(sys.as_mut(), &mut done, first..first + count, Duration::from_secs(300), "the trickle");
+    let mut latencies: Vec<i64> = (first..first + count).map(|id| done[&id].finished - done[&id].registered).collect();
+    latencies.sort();
+    let pick = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize] as f64;
+    let (trickle_p50, trickle_p99) = (pick(0.5), pick(0.99));
+    println!(
+        "trickle: {count} items, registration -> stage 4: p50 {trickle_p50:.0} ms, p99 {trickle_p99:.0} ms, \
+         max {} ms",
+        latencies.last().unwrap()
+    );
+
+    // Idle.
+    if !config.settle.is_zero() {
+        std::thread::sleep(config.settle);
+    }
+    let tree = || tree_ticks(&workers) + tree_ticks(&servers);
+    let (cpu_before, tx_before) = (tree(), pg_tx(postgres));
+    let idle_start = Instant::now();
+    let mut died = None;
+    wait_until(idle_start + config.idle, || {
+        died = sys.dead();
+        died.is_some()
+    });
+    if let Some(why) = died {
+        panic!("{why} while idle\n{}", sys.logs());
+    }
+    let seconds = idle_start.elapsed().as_secs_f64();
+    let (cpu_after, tx_after) = (tree(), pg_tx(postgres));
+    let idle_cpu_percent = ticks_to_ms(cpu_after - cpu_before) / seconds / 10.0;
+    let idle_pg_tx_per_s = tx_before.zip(tx_after).map(|(before, after)| (after.0 - before.0) as f64 / seconds);
+    let idle_pg_statements_per_s = tx_before.zip(tx_after).map(|(before, after)| (after.1 - before.1) as f64 / seconds);
+    println!(
+        "idle {seconds:.0} s: CPU {idle_cpu_percent:.2}% of a core (workers + servers){}",
+        idle_pg_tx_per_s
+            .zip(idle_pg_statements_per_s)
+            .map(|(tx, st)| format!(", PostgreSQL {tx:.1} tx/s (pg_stat_database), {st:.1} statements/s"))
+            .unwrap_or_default()
+    );
+    // Burst: `burst` items registered at once while the workers idle (a delivery of many
+    // batches, the start-up stall's case): how soon the first is through every stage, and
+    // how fast the rest follow. Times are the items' own (registration, stage 4).
+    let first = first + count;
+    let burst = config.burst;
+    let burst_start = now_ms();
+    sys.register_backlog(first, burst);
+    wait_for_items(sys.as_mut(), &mut done, first..first + burst, config.deadline, "the burst");
+    let burst_items: Vec<&Done> = (first..first + burst).map(|id| &done[&id]).collect();
+    let first_finish = burst_items.iter().map(|d| d.finished).min().unwrap_or(burst_start);
+    let last_finish = burst_items.iter().map(|d| d.finished).max().unwrap_or(burst_start);
+    let burst_first_ms = (first_finish - burst_start) as f64;
+    let burst_per_s = burst as f64 / ((last_finish - burst_start).max(1) as f64 / 1000.0);
+    println!(
+        "burst: {burst} items registered while idle; the first through stage 4 after {burst_first_ms:.0} ms, \
+         all at {burst_per_s:.1} items/s"
+    );
+    drop(sys);
+    if let (Some(pg), Some(name)) = (postgres, &database) {
+        // Frees the disk; the next run has a database of its own anyway.
+        pg.psql("postgres", &format!("drop database \"{name}\" with (force)"));
+    }
+    Results {
+        backlog_per_s,
+        backlog_secs,
+        cpu_ms_per_item,
+        trickle_p50,
+        trickle_p99,
+        trickle_items: count as usize,
+        idle_cpu_percent,
+        idle_pg_tx_per_s,
+        idle_pg_statements_per_s,
+        burst_first_ms,
+        burst_per_s,
+    }
+}
+
+/// The servers a system shares with others or that the harnesses own: the PostgreSQL
+/// postmaster (its backends are its children) for the PG systems.
+fn sys_server_pids(system: &str, postgres: Option<&Postgres>) -> Vec<u32> {
+    match (system, postgres) {
+        (GRAPHILE | PROCRASTINATE | OVER_PG, Some(pg)) => vec![pg.pid()],
+        _ => Vec::new(),
+    }
+}
+
+/// Polls until every item of `ids` finished stage 4, at most `limit`, failing when nothing
+/// finishes for [`STALL`] or a process dies.
+fn wait_for_items(
+    sys: &mut dyn System,
+    done: &mut BTreeMap<u64, Done>,
+    ids: std::ops::Range<u64>,
+    limit: Duration,
+    what: &str,
+) {
+    let deadline = Instant::now() + limit;
+    let mut progress = Instant::now();
+    let mut died = None;
+    let mut stalled = false;
+    let all = wait_until(deadline, || {
+        let new = sys.poll_done();
+        if !new.is_empty() {
+            progress = Instant::now();
+        }
+        for item in new {
+            done.insert(item.id, item);
+        }
+        died = sys.dead();
+        stalled = progress.elapsed() > STALL;
+        died.is_some() || stalled || ids.clone().all(|id| done.contains_key(&id))
+    });
+    let finished = ids.clone().filter(|id| done.contains_key(id)).count();
+    if let Some(why) = died {
+        panic!("{why} during {what} ({finished} of {} finished)\n{}", ids.end - ids.start, sys.logs());
+    }
+    if stalled || !all {
+        panic!(
+            "{what}: only {finished} of {} items finished ({})\n{}",
+            ids.end - ids.start,
+            if stalled { format!("none for {STALL:?}") } else { format!("within {limit:?}") },
+            sys.logs()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The peers
+
+/// A peer job queue: its worker and enqueuer scripts (tests/assets/peers, copied into a temp
+/// dir next to the installed packages), its 4 workers, Redis for Celery, and the file stage 4
+/// appends finished items to.
+struct Peer {
+    // Dropped first: the workers, then the enqueuer, then Redis.
+    workers: Vec<Proc>,
+    enqueuer: Enqueuer,
+    redis: Option<Proc>,
+    system: &'static str,
+    peers: PathBuf,
+    env: Vec<(String, String)>,
+    done_file: PathBuf,
+    /// Bytes of the done file already read.
+    read: usize,
+    dir: tempfile::TempDir,
+}
+
+/// A peer's enqueuer process: the bench writes commands to its stdin, it answers "ok" to each.
+struct Enqueuer {
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    unanswered: usize,
+    proc: Proc,
+}
+
+impl Enqueuer {
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("the enqueuer's stdin");
+        writeln!(stdin, "{command}")
+            .unwrap_or_else(|e| panic!("the enqueuer took no command: {e}\n{}", self.proc.log_tail()));
+        stdin.flush().ok();
+        self.unanswered += 1;
+    }
+
+    /// Waits for the line `expected` (the enqueuer's readiness or an answer).
+    fn expect(&mut self, expected: &str, limit: Duration) {
+        match self.lines.recv_timeout(limit) {
+            Ok(line) if line.trim() == expected => {}
+            Ok(line) => panic!("the enqueuer said {line:?}, not {expected:?}\n{}", self.proc.log_tail()),
+            Err(_) => panic!("no {expected:?} from the enqueuer within {limit:?}\n{}", self.proc.log_tail()),
+        }
+    }
+
+    fn answered_all(&mut self, limit: Duration) {
+        while self.unanswered > 0 {
+            self.expect("ok", limit);
+            self.unanswered -= 1;
+        }
+    }
+}
+
+impl Drop for Enqueuer {
+    fn drop(&mut self) {
+        // EOF on stdin ends it cleanly; Proc's drop kills it if it does not.
+        self.stdin.take();
+        let proc = &mut self.proc;
+        wait_until(Instant::now() + Duration::from_secs(5), || proc.exited().is_some());
+    }
+}
+
+impl Peer {
+    fn start(system: &'static str, database_url: Option<String>, peers: &Path) -> Peer {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/peers");
+        // The scripts next to the installed packages: node resolves `graphile-worker` from
+        // the script's own dir; Python's bytecode caches land here, not in the work tree.
+        for file in ["graphile.mjs", "peers_procrastinate.py", "peers_celery.py"] {
+            std::fs::copy(assets.join(file), dir.path().join(file)).expect("a peer script copied");
+        }
+        std::os::unix::fs::symlink(peers.join("node/node_modules"), dir.path().join("node_modules"))
+            .expect("node_modules linked");
+        let done_file = dir.path().join("done.txt");
+        std::fs::write(&done_file, "").unwrap();
+        let mut env = vec![
+            ("DONE_FILE".to_owned(), done_file.display().to_string()),
+            ("PYTHONPATH".to_owned(), dir.path().display().to_string()),
+        ];
+        if let Some(url) = database_url {
+            env.push(("DATABASE_URL".into(), url));
+        }
+        let redis = (system == CELERY).then(|| {
+            let (proc, url) = start_redis(dir.path());
+            env.push(("REDIS_URL".into(), url));
+            proc
+        });
+        let enqueuer_command = match system {
+            GRAPHILE => vec!["node".to_owned(), "graphile.mjs".into(), "enqueue".into()],
+            PROCRASTINATE => python(peers, &["-m", "peers_procrastinate", "enqueue"]),
+            _ => python(peers, &["-m", "peers_celery", "enqueue"]),
+        };
+        let log = dir.path().join("enqueuer.log");
+        let mut command = peer_command(&enqueuer_command, dir.path(), &env);
+        let log_file = std::fs::File::create(&log).unwrap();
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log_file).process_group(0);
+        let mut proc = Proc::spawn_configured("enqueuer", command, &log);
+        let stdin = proc.child.stdin.take();
+        let stdout = proc.child.stdout.take().expect("the enqueuer's stdout");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut enqueuer = Enqueuer { stdin, lines, unanswered: 0, proc };
+        // Creating the schema (graphile's migrations, procrastinate's schema) happens here.
+        enqueuer.expect("ready", Duration::from_secs(120));
+        Peer { workers: Vec::new(), enqueuer, redis, system, peers: peers.to_owned(), env, done_file, read: 0, dir }
+    }
+}
+
+fn python(peers: &Path, args: &[&str]) -> Vec<String> {
+    let mut command = vec![peers.join("venv/bin/python").display().to_string()];
+    command.extend(args.iter().map(|a| a.to_string()));
+    command
+}
+
+fn peer_command(argv: &[String], dir: &Path, env: &[(String, String)]) -> Command {
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]).current_dir(dir);
+    for var in ["PGUSER", "PGPASSWORD", "PGDATABASE", "PGHOST", "PGPORT", "NODE_OPTIONS", "PYTHONSTARTUP"] {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command
+}
+
+/// `redis-server` on a free loopback port, its files in `dir`, Redis's defaults otherwise
+/// (RDB snapshots, no AOF: a job is not fsynced, unlike PostgreSQL's); waits until it answers PING.
+fn start_redis(dir: &Path) -> (Proc, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut command = Command::new("redis-server");
+    command.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"]).arg(dir);
+    let mut proc = Proc::spawn("redis-server", command, &dir.join("redis.log"));
+    let ping = || -> Option<()> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.write_all(b"PING\r\n").ok()?;
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer).ok()?;
+        (&answer == b"+PONG\r\n").then_some(())
+    };
+    let up = wait_until(Instant::now() + Duration::from_secs(30), || proc.exited().is_some() || ping().is_some());
+    assert!(up && proc.exited().is_none(), "redis-server did not answer PING\n{}", proc.log_tail());
+    (proc, format!("redis://127.0.0.1:{port}/0"))
+}
+
+impl System for Peer {
+    fn register_backlog(&mut self, first: u64, count: u64) {
+        self.enqueuer.send(&format!("backlog {first} {count}"));
+        self.enqueuer.answered_all(Duration::from_secs(600));
+    }
+
+    fn register_one(&mut self, id: u64) {
+        self.enqueuer.send(&format!("one {id}"));
+    }
+
+    fn registered_all(&mut self) {
+        self.enqueuer.answered_all(Duration::from_secs(60));
+    }
+
+    fn start_workers(&mut self) {
+        for n in 1..=WORKERS {
+            let argv = match self.system {
+                GRAPHILE => vec!["node".to_owned(), "graphile.mjs".into(), "worker".into()],
+                PROCRASTINATE => vec![
+                    self.peers.join("venv/bin/procrastinate").display().to_string(),
+                    "--app=peers_procrastinate.app".into(),
+                    "worker".into(),
+                    "--concurrency=2".into(),
+                ],
+                _ => vec![
+                    self.peers.join("venv/bin/celery").display().to_string(),
+                    "-A".into(),
+                    "peers_celery".into(),
+                    "worker".into(),
+                    "--concurrency=2".into(),
+                    "-n".into(),
+                    format!("w{n}@%h"),
+                ],
+            };
+            let command = peer_command(&argv, self.dir.path(), &self.env);
+            let log = self.dir.path().join(format!("worker{n}.log"));
+            self.workers.push(Proc::spawn(&format!("{} worker {n}", self.system), command, &log));
+        }
+    }
+
+    fn poll_done(&mut self) -> Vec<Done> {
+        let text = std::fs::read(&self.done_file).unwrap_or_default();
+        let Some(end) = text.iter().rposition(|&b| b == b'\n').map(|i| i + 1) else { return Vec::new() };
+        if end <= self.read {
+            return Vec::new();
+        }
+        let new = String::from_utf8_lossy(&text[self.read..end]).into_owned();
+        self.read = end;
+        new.lines()
+            .map(|line| {
+                let numbers: Vec<i64> = line.split(' ').map(|n| n.parse().expect("a number")).collect();
+                Done { id: numbers[0] as u64, registered: numbers[1], finished: numbers[2] }
+            })
+            .collect()
+    }
+
+    fn worker_pids(&self) -> Vec<u32> {
+        self.workers.iter().map(Proc::pid).collect()
+    }
+
+    fn server_pids(&self) -> Vec<u32> {
+        self.redis.iter().map(Proc::pid).collect()
+    }
+
+    fn dead(&mut self) -> Option<String> {
+        self.workers.iter_mut().chain(self.redis.as_mut()).find_map(Proc::exited)
+    }
+
+    fn logs(&self) -> String {
+        self.workers.iter().chain(&self.redis).chain([&self.enqueuer.proc]).map(Proc::log_tail).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// autocomp
+
+/// autocomp: a config dir, the store (SQLite file or a PostgreSQL database, the bench's handle
+/// on it registers the items and reads the results), for `autocomp-pg` `sboi serve` and
+/// ZooKeeper, and one `--watch` process per stage.
+struct Autocomp {
+    // Dropped first: the watchers, then the services, then ZooKeeper and the dir.
+    workers: Vec<Proc>,
+    services: Vec<Service>,
+    zookeeper: Option<ZooKeeper>,
+    exec: bool,
+    /// `autocomp-exec` or the probe component, found (and built if need be) before any
+    /// clock starts.
+    program: PathBuf,
+    store: Arc<dyn ObjectStore>,
+    runtime: tokio::runtime::Runtime,
+    /// Registration time of every item not seen finished yet.
+    pending: HashMap<u64, i64>,
+    /// Where the bench's reading of the change feed is.
+    since: Seq,
+    last_poll: Option<Instant>,
+    dir: tempfile::TempDir,
+}
+
+fn batch_id(n: u64) -> BatchId {
+    BatchId::new(format!("I{n:07}")).unwrap()
+}
+
+fn item_of(id: &BatchId) -> Option<u64> {
+    id.as_str().strip_prefix('I')?.parse().ok()
+}
+
+fn stage_event(stage: usize) -> String {
+    format!("Stage{stage}")
+}
+
+const RECEIVED: &str = "Data_Received";
+
+impl Autocomp {
+    fn embedded(exec: bool) -> Autocomp {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let store = format!("sqlite://{}", dir.path().join("store.db").display());
+        let index = format!("local:{}", dir.path().join("index").display());
+        let locks = format!("local:{}", dir.path().join("locks").display());
+        Self::with_backends(dir, exec, &store, &index, &locks, Vec::new(), None)
+    }
+
+    fn over_postgres(store: &str) -> Autocomp {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let logs = dir.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let index = Service::index(store, &dir.path().join("index"), &logs);
+        let zookeeper = ZooKeeper::standalone();
+        let (index_url, locks) = (index.url(), zookeeper.url("autocomp", "10s"));
+        Self::with_backends(dir, false, store, &index_url, &locks, vec![index], Some(zookeeper))
+    }
+
+    fn with_backends(
+        dir: tempfile::TempDir,
+        exec: bool,
+        store: &str,
+        index: &str,
+        locks: &str,
+        services: Vec<Service>,
+        zookeeper: Option<ZooKeeper>,
+    ) -> Autocomp {
+        let config = dir.path().join("config");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+        std::fs::write(
+            config.join("autocomp.toml"),
+            format!("store = \"{store}\"\nindex = \"{index}\"\nlocks = \"{locks}\"\n"),
+        )
+        .unwrap();
+        for stage in 1..=STAGES {
+            // Empty: every setting at its default (max_threads 2, queue_size 10, ...).
+            std::fs::write(config.join(format!("stage{stage}.toml")), "").unwrap();
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let store = runtime
+            .block_on(open_store(store))
+            .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_http::display_url(store)));
+        let program = if exec { binary("autocomp-exec") } else { PathBuf::from(env!("CARGO_BIN_EXE_probe-component")) };
+        Autocomp {
+            workers: Vec::new(),
+            services,
+            zookeeper,
+            exec,
+            program,
+            store,
+            runtime,
+            pending: HashMap::new(),
+            since: Seq::ZERO,
+            last_poll: None,
+            dir,
+        }
+    }
+
+    fn register(&mut self, ids: &[u64]) {
+        let store = Arc::clone(&self.store);
+        let stamped: Vec<(u64, i64)> = self.runtime.block_on(async move {
+            // Up to 16 at once: the store's pool (PostgreSQL) or its writer (SQLite) decides.
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut stamped = Vec::with_capacity(ids.len());
+            for &n in ids {
+                if tasks.len() >= 16 {
+                    stamped.push(tasks.join_next().await.unwrap().expect("a registration task"));
+                }
+                let store = Arc::clone(&store);
+                tasks.spawn(async move {
+                    let registered = now_ms();
+                    let id = batch_id(n);
+                    let new = NewBatch::new(id.clone(), BatchType::new("Item").unwrap());
+                    store.create_batch(new).await.expect("batch registered");
+                    let agent = Agent::new("bench-trigger/peers@localhost#1").unwrap();
+                    let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent);
+                    store.append_event(&id, event).await.expect("Data_Received recorded");
+                    (n, registered)
+                });
+            }
+            while let Some(result) = tasks.join_next().await {
+                stamped.push(result.expect("a registration task"));
+            }
+            stamped
+        });
+        self.pending.extend(stamped);
+    }
+}
+
+impl System for Autocomp {
+    fn register_backlog(&mut self, first: u64, count: u64) {
+        let ids: Vec<u64> = (first..first + count).collect();
+        self.register(&ids);
+    }
+
+    fn register_one(&mut self, id: u64) {
+        self.register(&[id]);
+    }
+
+    fn registered_all(&mut self) {}
+
+    fn start_workers(&mut self) {
+        let config = self.dir.path().join("config");
+        for stage in 1..=STAGES {
+            let name = format!("stage{stage}");
+            let requires = if stage == 1 { RECEIVED.to_owned() } else { stage_event(stage - 1) };
+            let mut command = if self.exec {
+                let mut command = Command::new(&self.program);
+                command.args(["--name", &name, "--event-type", &stage_event(stage), "--requires", &requires]);
+                command
+            } else {
+                let mut command = Command::new(&self.program);
+                command
+                    .env("PROBE_NAME", &name)
+                    .env("PROBE_EVENT_TYPE", stage_event(stage))
+                    .env("PROBE_REQUIRES", &requires);
+                command
+            };
+            command.arg("--config-dir").arg(&config).arg("--watch");
+            if self.exec {
+                command.args(["--", "true"]);
+            }
+            for var in [
+                "AUTOCOMP_STORE",
+                "AUTOCOMP_INDEX",
+                "AUTOCOMP_LOCKS",
+                "AUTOCOMP_CONFIG_DIR",
+                "AUTOCOMP_TOKEN_FILE",
+                "AUTOCOMP_ZK_AUTH",
+                "RUST_LOG",
+                "PGUSER",
+                "PGPASSWORD",
+            ] {
+                command.env_remove(var);
+            }
+            // What the test sboi service asks of readers; the embedded backends ignore it.
+            command.env("AUTOCOMP_TOKEN", TOKEN);
+            // AUTOCOMP_BENCH_WORKER_LOGS=DIR: the workers log at debug level into DIR, kept
+            // after the run (where a stage's time goes; it slows them a little).
+            let log = match std::env::var_os("AUTOCOMP_BENCH_WORKER_LOGS").map(PathBuf::from) {
+                Some(dir) => {
+                    std::fs::create_dir_all(&dir).expect("AUTOCOMP_BENCH_WORKER_LOGS is a directory");
+                    command.arg("-vv");
+                    dir.join(format!("{name}.log"))
+                }
+                None => self.dir.path().join("logs").join(format!("{name}.log")),
+            };
+            self.workers.push(Proc::spawn(&name, command, &log));
+        }
+    }
+
+    fn poll_done(&mut self) -> Vec<Done> {
+        if self.last_poll.is_some_and(|at| at.elapsed() < STORE_POLL) {
+            return Vec::new();
+        }
+        self.last_poll = Some(Instant::now());
+        let store = Arc::clone(&self.store);
+        let (since, pending) = (self.since, &self.pending);
+        let (next, finished) = self.runtime.block_on(async move {
+            // The batches changed since the last poll, each once; of those still pending,
+            // the ones whose Stage4 is recorded.
+            let mut cursor = since;
+            let mut changed = Vec::new();
+            loop {
+                let page = store.changes(cursor, 1_000).await.expect("the change feed reads");
+                let empty = page.changes.is_empty();
+                changed.extend(
+                    page.changes
+                        .into_iter()
+                        .map(|(_, id)| id)
+                        .filter(|id| item_of(id).is_some_and(|n| pending.contains_key(&n))),
+                );
+                cursor = page.next;
+                if empty || cursor >= page.head {
+                    break;
+                }
+            }
+            let last = EventType::new(stage_event(STAGES)).unwrap();
+            let mut finished = Vec::new();
+            for chunk in changed.chunks(200) {
+                for batch in store.get_batches(chunk).await.expect("batches read") {
+                    let stage4 = batch.events.iter().find(|e| e.event_type == last && e.outcome == Outcome::Success);
+                    if let (Some(event), Some(n)) = (stage4, item_of(&batch.id)) {
+                        finished.push((n, event.at.millis()));
+                    }
+                }
+            }
+            (cursor, finished)
+        });
+        self.since = next;
+        finished
+            .into_iter()
+            .filter_map(|(id, at)| {
+                let registered = self.pending.remove(&id)?;
+                Some(Done { id, registered, finished: at })
+            })
+            .collect()
+    }
+
+    fn worker_pids(&self) -> Vec<u32> {
+        self.workers.iter().map(Proc::pid).collect()
+    }
+
+    fn server_pids(&self) -> Vec<u32> {
+        let mut pids = children_named("sboi");
+        if self.zookeeper.is_some() {
+            pids.extend(children_named("java"));
+        }
+        pids
+    }
+
+    fn dead(&mut self) -> Option<String> {
+        self.workers.iter_mut().find_map(Proc::exited)
+    }
+
+    fn logs(&self) -> String {
+        let mut text: String = self.workers.iter().map(Proc::log_tail).collect();
+        for service in &self.services {
+            let log = service.logs();
+            let lines: Vec<&str> = log.lines().collect();
+            text.push_str(&format!("--- service\n{}\n", lines[lines.len().saturating_sub(20)..].join("\n")));
+        }
+        text
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+fn print_table(results: &[Measured]) {
+    let graphile: HashMap<usize, &Results> = results
+        .iter()
+        .filter(|m| m.system == GRAPHILE)
+        .filter_map(|m| m.result.as_ref().ok().map(|r| (m.rep, r)))
+        .collect();
+    let header = [
+        "system",
+        "rep",
+        "backlog items/s",
+        "items/s vs graphile",
+        "trickle p50 / p99 ms",
+        "idle CPU %",
+        "idle PG tx/s (statements/s)",
+        "CPU ms per item",
+        "CPU/item vs graphile",
+        "burst: first through ms, items/s",
+    ];
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut ordered: Vec<&Measured> = results.iter().collect();
+    ordered.sort_by_key(|m| (SYSTEMS.iter().position(|s| *s == m.system), m.rep));
+    for m in ordered {
+        let mut row = vec![m.system.to_owned(), m.rep.to_string()];
+        match &m.result {
+            Ok(r) => {
+                let base = graphile.get(&m.rep);
+                row.push(format!("{:.1} ({:.1} s)", r.backlog_per_s, r.backlog_secs));
+                row.push(base.map_or("-".into(), |b| format!("{:.2}x", r.backlog_per_s / b.backlog_per_s)));
+                row.push(format!("{:.0} / {:.0} (n={})", r.trickle_p50, r.trickle_p99, r.trickle_items));
+                row.push(format!("{:.2}", r.idle_cpu_percent));
+                row.push(
+                    r.idle_pg_tx_per_s
+                        .zip(r.idle_pg_statements_per_s)
+                        .map_or("-".into(), |(tx, st)| format!("{tx:.1} ({st:.1})")),
+                );
+                row.push(format!("{:.2}", r.cpu_ms_per_item));
+                row.push(base.map_or("-".into(), |b| format!("{:.2}x", r.cpu_ms_per_item / b.cpu_ms_per_item)));
+                row.push(format!("{:.0}, {:.1}", r.burst_first_ms, r.burst_per_s));
+            }
+            Err(why) => {
+                row.push(format!("FAILED: {}", why.lines().next().unwrap_or_default().replace('|', "/")));
+                row.extend(std::iter::repeat_n("-".to_owned(), header.len() - 3));
+            }
+        }
+        rows.push(row);
+    }
+    println!("| {} |", header.join(" | "));
+    println!(
+        "|{}|",
+        header.iter().enumerate().map(|(i, _)| if i < 2 { "---" } else { "---:" }).collect::<Vec<_>>().join("|")
+    );
+    for row in rows {
+        println!("| {} |", row.join(" | "));
+    }
+}
