@@ -5,8 +5,8 @@
 //!
 //!     AUTOCOMP_BENCH_WORKERS=100,500 cargo bench -p autocomp-e2e --bench capacity
 //!
-//! Backends: a 3-node ZooKeeper ensemble (`autocomp_e2e::zk`, `maxClientCnxns` lifted, see
-//! `lift_connection_cap`), one PostgreSQL server (fsync on, `track_functions=all`), and per
+//! Backends: a 3-node ZooKeeper ensemble (`autocomp_e2e::zk`, which lifts ZooKeeper's cap of
+//! 60 connections per client address), one PostgreSQL server (fsync on, `track_functions=all`), and per
 //! worker count a fresh database with two `sboi serve` processes following it.
 //!
 //! Workers: each has its own ZooKeeper session (`open_locks` with the ensemble's `zk://` URL),
@@ -837,24 +837,6 @@ fn zk_node(port: u16) -> Option<(String, String)> {
     })
 }
 
-/// ZooKeeper refuses a 61st connection from one address to one server (`maxClientCnxns`,
-/// default 60), and every simulated worker connects from 127.0.0.1: lifts the cap node by
-/// node (a rolling restart; the other two keep the quorum), before any session exists. Real
-/// workers on many hosts would not meet it; a host running over 60 workers per server would.
-fn lift_connection_cap(zookeeper: &mut ZooKeeper) {
-    for n in 0..3 {
-        let port = zookeeper.client_port(n);
-        let (_, config) = zk_node(port).unwrap_or_else(|| panic!("ZooKeeper node {n} (port {port}) not found"));
-        let mut text = std::fs::read_to_string(&config).unwrap();
-        if !text.contains("maxClientCnxns=") {
-            text.push_str("maxClientCnxns=0\n");
-            std::fs::write(&config, text).unwrap();
-        }
-        zookeeper.kill(n);
-        zookeeper.restart(n);
-    }
-}
-
 /// `mntr` of one node as name -> value.
 fn mntr(port: u16) -> BTreeMap<String, String> {
     zk::four_letter(port, "mntr")
@@ -1362,7 +1344,6 @@ fn main() {
     progress("starting");
     let settings = Settings::from_env();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    let max_workers = settings.workers.iter().copied().max().unwrap_or(0);
     println!("# Capacity benchmark ({})\n", if settings.smoke { "smoke run" } else { "full" });
     println!(
         "machine: {} cores shared by ZooKeeper (3 JVMs), PostgreSQL, 2 sboi services per run and this \
@@ -1379,11 +1360,8 @@ fn main() {
     // Production's container check interval (60 s), not the tests' 500 ms: an emptied
     // `batch/<component>` parent is not deleted and re-created between passes.
     progress("starting the ZooKeeper ensemble");
-    let mut zookeeper = ZooKeeper::start(zk::Options { nodes: 3, ..zk::Options::default() });
-    if max_workers > 40 {
-        progress("lifting maxClientCnxns (a rolling restart)");
-        lift_connection_cap(&mut zookeeper);
-    }
+    // The harness lifts ZooKeeper's cap of 60 connections per client address.
+    let zookeeper = ZooKeeper::start(zk::Options { nodes: 3, ..zk::Options::default() });
     progress("starting PostgreSQL");
     let pg = Postgres::start_with(PgOptions::default().setting("track_functions", "all"));
     let backends = Backends { zookeeper: &zookeeper, pg: &pg, logs: logs.path() };

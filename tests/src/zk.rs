@@ -140,10 +140,12 @@ impl ZooKeeper {
         for n in 0..count {
             let node_dir = dir.path().join(format!("zk{}", n + 1));
             std::fs::create_dir_all(node_dir.join("data")).expect("ZooKeeper data dir");
+            // Every test client connects from one address (loopback): no cap on connections
+            // per address (ZooKeeper's default is 60; the capacity bench opens hundreds).
             let mut config = format!(
                 "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress={}\n\
                  minSessionTimeout=2000\nmaxSessionTimeout=60000\nadmin.enableServer=false\n\
-                 4lw.commands.whitelist=*\n",
+                 4lw.commands.whitelist=*\nmaxClientCnxns=0\n",
                 node_dir.join("data").display(),
                 ports[n],
                 addr(n),
