@@ -617,14 +617,19 @@ impl<C: Component> Runner<C> {
                 return Err(e);
             }
         }
-        if self.config.hold_poll_lock {
-            summary.results.extend(self.work_all(claimed).await);
-            release_quietly(poll_lock).await;
+        let poll_lock = if self.config.hold_poll_lock {
+            Some(poll_lock)
         } else {
-            // The claims are made: the poll lock guards nothing more. Its release (a write to
-            // the lock service) goes on beside the work instead of before it.
-            let (_, results) = tokio::join!(release_quietly(poll_lock), self.work_all(claimed));
-            summary.results.extend(results);
+            // The claims are made: the poll lock guards nothing more. Released beside the
+            // work instead (one lock-service write off the stage's path), a pass whose
+            // ZooKeeper went silent mid-work exited after its session could have expired in
+            // one run of three of tests/tests/zookeeper.rs (not yet understood), so first.
+            release_quietly(poll_lock).await;
+            None
+        };
+        summary.results.extend(self.work_all(claimed).await);
+        if let Some(lock) = poll_lock {
+            release_quietly(lock).await;
         }
         Ok(summary)
     }
