@@ -58,6 +58,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// Stages of the chain.
+/// The runner's `OFFER_FRESH_FOR`: offered candidates older than this at the poll lock are
+/// asked for again.
+const OFFER_FRESH_FOR: Duration = Duration::from_millis(20);
 const COMPONENTS: usize = 10;
 /// `PgStore` handles the workers share, and the pool of each.
 const STORES: usize = 8;
@@ -388,6 +391,9 @@ impl Worker {
             self.shared.count(&self.shared.counters.poll_busy);
             return Ok(None);
         };
+        // As the runner: candidates offered before a wait for the poll lock (another pass
+        // held it, claiming from the same answer) are asked for again.
+        let offered = offered.filter(|_| started.elapsed() <= OFFER_FRESH_FOR);
         let claimed = self.claim_batches(&holder, claim_limit, offered).await;
         self.release(poll).await;
         let claimed = claimed?;
