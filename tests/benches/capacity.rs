@@ -33,6 +33,7 @@
 //!
 //! Without `--bench` (`cargo test --all-targets`) it is a smoke run: 20 workers, 4 s.
 
+use autocomp_test_servers::bench::{load_average, proc_stat};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -769,21 +770,6 @@ async fn feed(
 // ---------------------------------------------------------------------------------------------
 // Backend accounting: /proc, psql, ZooKeeper's four-letter words
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
-}
-
-/// `/proc/<pid>/stat`: (ppid, own utime+stime, reaped children's) in seconds.
-fn proc_stat(pid: &str) -> Option<(u32, f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let at = |field: usize| fields.get(field - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    let ppid = fields.get(1)?.parse().ok()?;
-    Some((ppid, (at(14) + at(15)) / clock_ticks(), (at(16) + at(17)) / clock_ticks()))
-}
-
 fn pids() -> impl Iterator<Item = String> {
     std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| {
         let name = entry.file_name().to_str()?.to_owned();
@@ -822,12 +808,6 @@ fn tree_cpu(pid: &str) -> f64 {
 
 fn own_cpu() -> f64 {
     proc_stat("self").map_or(0.0, |(_, cpu, _)| cpu)
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// A ZooKeeper node's java process and its `zoo.cfg`, found by its client port.

@@ -39,6 +39,7 @@
 //! the `--bench` argument (`cargo test --benches`) it is a smoke run of autocomp-embedded and
 //! autocomp-exec at tiny sizes, which needs neither npm nor pip.
 
+use autocomp_test_servers::bench::load_average;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -218,12 +219,6 @@ fn main() {
     let failed: Vec<String> =
         results.iter().filter(|m| m.result.is_err()).map(|m| format!("{} rep {}", m.system, m.rep)).collect();
     assert!(failed.is_empty(), "failed: {}", failed.join(", "));
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// `Err(what is missing)` when a peer's install is not in the cache dir.

@@ -30,6 +30,7 @@
 //! bench process spent per operation (from /proc), and how many appends shared a commit
 //! (distinct `xmin` of the events written).
 
+use autocomp_test_servers::bench::{load_average, proc_stat};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -184,22 +185,6 @@ fn p50_p99(sorted: &[Duration]) -> String {
 // ---------------------------------------------------------------------------------------------
 // CPU accounting from /proc
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
-}
-
-/// `/proc/<pid>/stat` fields after the command: (ppid, utime+stime, cutime+cstime) in seconds.
-fn proc_stat(pid: &str) -> Option<(u32, f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // fields[0] is the state (field 3); ppid is field 4, utime 14, stime 15, cutime 16, cstime 17.
-    let at = |field: usize| fields.get(field - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    let ppid = fields.get(1)?.parse().ok()?;
-    Some((ppid, (at(14) + at(15)) / clock_ticks(), (at(16) + at(17)) / clock_ticks()))
-}
-
 /// CPU seconds of the PostgreSQL server: the postmaster, its live children, and the children
 /// it has reaped.
 fn server_cpu(postmaster: u32) -> f64 {
@@ -273,12 +258,6 @@ impl CpuUse {
             self.wall
         )
     }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// Events and the transactions that wrote them (distinct `xmin`): how many appends shared

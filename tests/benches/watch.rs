@@ -12,6 +12,7 @@
 //! it; `AUTOCOMP_BENCH_ONLY` (`embedded`, `services`) runs one setup. Without the `--bench`
 //! argument that `cargo bench` passes it does a smoke run with small numbers.
 
+use autocomp_test_servers::bench::load_average;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -59,12 +60,6 @@ fn main() {
         let backends = Backends::services(dir.path());
         run(&backends, dir.path(), &bags, batches, idle);
     }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// The good deliveries of `autocomp demo` (it writes 20, 4 deliberately broken), run once

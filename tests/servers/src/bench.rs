@@ -30,3 +30,27 @@ impl BenchScale {
         Self { scale, smoke: false }
     }
 }
+
+/// The machine's load average over 1, 5 and 15 minutes, as `/proc/loadavg` says it.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `/proc/<pid>/stat`'s times.
+pub fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// `/proc/<pid>/stat` fields after the command: (ppid, utime+stime, cutime+cstime) in seconds.
+pub fn proc_stat(pid: &str) -> Option<(u32, f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // fields[0] is the state (field 3); ppid is field 4, utime 14, stime 15, cutime 16, cstime 17.
+    let at = |field: usize| fields.get(field - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ppid = fields.get(1)?.parse().ok()?;
+    Some((ppid, (at(14) + at(15)) / clock_ticks(), (at(16) + at(17)) / clock_ticks()))
+}
