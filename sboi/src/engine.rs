@@ -360,7 +360,16 @@ impl IndexEngine {
         }
         let index = self.index.clone();
         let (threads, memory) = (self.options.writer_threads.max(1), self.options.writer_memory_bytes);
-        match tokio::task::spawn_blocking(move || index.writer_with_num_threads(threads, memory)).await {
+        let opened = tokio::task::spawn_blocking(move || {
+            let writer = index.writer_with_num_threads(threads, memory)?;
+            // A writer that died before its commit (a process that exited mid-catch-up: the
+            // embedded index catches up in the background) leaves files no commit names;
+            // the next writer reaches the same names (a segment's `.del` at the same opstamp)
+            // and tantivy refuses to overwrite them. Sweep them before writing.
+            writer.garbage_collect_files().wait()?;
+            Ok(writer)
+        });
+        match opened.await {
             Ok(Ok(writer)) => Ok(Some(writer)),
             Ok(Err(TantivyError::LockFailure(LockError::LockBusy, _))) => Ok(None),
             Ok(Err(e)) => Err(self.fail(e)),

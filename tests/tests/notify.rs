@@ -726,7 +726,13 @@ async fn the_cli_and_the_monitor_run_the_notifier_and_each_item_still_goes_out_o
     })
     .await;
     assert!(!repeated, "a notice went out twice");
-    assert!(monitor.0.try_wait().unwrap().is_none(), "the monitor keeps serving");
+    if let Some(status) = monitor.0.try_wait().unwrap() {
+        let mut said = String::new();
+        if let Some(mut stderr) = monitor.0.stderr.take() {
+            std::io::Read::read_to_string(&mut stderr, &mut said).ok();
+        }
+        panic!("the monitor exited ({status}) instead of serving on:\n{said}");
+    }
     assert_eq!(receiver.requests().len(), 1, "the webhook went out once");
     assert_eq!(mail_keys(&sink.messages()), [format!("mail:failure:B1:{seq}")], "one mail");
 }
