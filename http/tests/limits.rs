@@ -3,7 +3,7 @@
 //! service waiting for the body, closed when its head or body is too slow, closed at once
 //! over the connection caps. A real router served on loopback, spoken to over raw TCP.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! without dropping one in flight, and with a client CA (mTLS) only a client with a
 //! certificate it signed gets an answer. Bad TLS files are bad input naming where they came from.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

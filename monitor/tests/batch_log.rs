@@ -3,7 +3,7 @@
 //! to the first, with the header, states and open runs of the whole batch; the batch list
 //! shows every batch's states as the whole batches give them.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! recorded, every range drawn, bad input a 400 naming the field and value; and the sampler
 //! recording each (not retired) component's ready count.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! expectation checked against it, a broken contract named in words (field and both
 //! versions).
 
-mod support;
+use crate::support;
 
 use autocomp_framework::config::ComponentConfig;
 use autocomp_model::{ComponentName, EventType, PassOutcome, PassPhase, PassRecord, ResultRead, Trigger};

@@ -4,7 +4,7 @@
 //! (and of `autocomp status`), each a link to exactly its list; sources, human steps and
 //! held components marked; the SVG well-formed; twenty components drawn without overlap.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

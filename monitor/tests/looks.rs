@@ -5,7 +5,7 @@
 //! its one time convention (UTC) and writes its times in it; the stylesheet follows the
 //! system's dark mode and keeps narrow screens from scrolling sideways.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

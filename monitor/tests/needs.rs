@@ -4,7 +4,7 @@
 //! those batches, a paused component with a link to where admins act, overdue work with its
 //! list, one line when nothing needs a person; and the batch list's time-in-pipeline column.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

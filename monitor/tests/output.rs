@@ -3,7 +3,7 @@
 //! a NUL shows it escaped and visible, in its attempt's open `<details>`, and its last lines
 //! beside the verdict.
 
-mod support;
+use crate::support;
 
 use autocomp_model::{
     Agent, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, OutputStream, RunHolder, RunOutput,

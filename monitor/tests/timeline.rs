@@ -3,7 +3,7 @@
 //! labelled, and the table beside the drawing gives the same numbers the operator's
 //! `Timeline` computes.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

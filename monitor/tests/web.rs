@@ -14,7 +14,7 @@
 //! waiting list, `person` in counts, filters and exports, the decision beside its evidence,
 //! approve and reject by operators.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};

@@ -90,7 +90,13 @@ async fn child_process_entry() {
 
 fn spawn_child(mode: &str, dir: &Path) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            &autocomp_test_servers::this_module_test!("child_process_entry"),
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(CHILD_MODE, mode)
         .env("WORK_DIR", dir)
         .stdout(Stdio::null())

@@ -949,7 +949,7 @@ fn the_checked_in_openapi_document_is_the_generated_one() {
     autocomp_test_servers::assert_generated(
         concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"),
         &autocomp_sboi::http::server::openapi(),
-        "cargo test -p autocomp-sboi --test service the_checked_in_openapi_document_is_the_generated_one",
+        "cargo test -p autocomp-sboi --test integration service::the_checked_in_openapi_document_is_the_generated_one",
     );
 }
 

@@ -257,7 +257,13 @@ impl ChildProcess {
     fn spawn(mode: &str, name: &str, env: &[(&str, String)]) -> Self {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
-            .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1", "-q"])
+            .args([
+                "--exact",
+                &autocomp_test_servers::this_module_test!("child_process_entry"),
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
             .env(CHILD_MODE, mode)
             .stdin(if mode == "open" { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())

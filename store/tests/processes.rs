@@ -47,7 +47,13 @@ async fn child_process_entry() {
 
 fn spawn_writer(store: &Path, mode: &str, writer: &str, count: usize) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            &autocomp_test_servers::this_module_test!("child_process_entry"),
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(CHILD_MODE, mode)
         .env("STORE_PATH", store)
         .env("WRITER", writer)

@@ -843,7 +843,7 @@ fn the_checked_in_openapi_document_is_the_generated_one() {
     autocomp_test_servers::assert_generated(
         concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json"),
         &autocomp_store::http::server::openapi(),
-        "cargo test -p autocomp-store --test service the_checked_in_openapi_document_is_the_generated_one",
+        "cargo test -p autocomp-store --test integration service::the_checked_in_openapi_document_is_the_generated_one",
     );
 }
 

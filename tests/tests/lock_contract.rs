@@ -403,7 +403,13 @@ impl HolderProcess {
     /// Starts one and waits (blocking) until it holds its locks.
     fn start(url: &str) -> Self {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "holder_process_entry", "--nocapture", "--test-threads=1", "-q"])
+            .args([
+                "--exact",
+                &autocomp_test_servers::this_module_test!("holder_process_entry"),
+                "--nocapture",
+                "--test-threads=1",
+                "-q",
+            ])
             .env(HOLDER_URL, url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

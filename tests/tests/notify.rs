@@ -546,7 +546,13 @@ async fn child_notifier_entry() {
 fn notifier_process(pipeline: &Pipeline, passes: usize, env: &[(&str, &Path)]) -> std::process::Child {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", "child_notifier_entry", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            &autocomp_test_servers::this_module_test!("child_notifier_entry"),
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(CHILD, pipeline.dir.path())
         .env("NOTIFY_PASSES", passes.to_string())
         .env_remove("RUST_LOG")

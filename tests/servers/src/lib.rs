@@ -132,3 +132,13 @@ pub fn assert_generated(path: &str, generated: &str, command: &str) {
         );
     }
 }
+
+/// The name libtest gives `$test`, a test in the calling file, for `--exact` when a test
+/// re-runs its own binary as a child process: each crate's tests are one binary with every
+/// file a module, so the name is `module::test`.
+#[macro_export]
+macro_rules! this_module_test {
+    ($test:literal) => {
+        format!("{}::{}", module_path!().split_once("::").map_or(module_path!(), |(_, module)| module), $test)
+    };
+}

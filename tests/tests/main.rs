@@ -1,0 +1,30 @@
+//! End-to-end tests: the pipeline's binaries run as users run them, against real servers.
+//! One test binary per crate, each file a module: a test binary links the whole stack, and
+//! one per file filled a CI machine's disk. Run one file's tests with a filter: `module::`.
+
+mod chaos;
+mod contracts;
+mod demo;
+mod disk_full;
+mod layers;
+mod lock_contract;
+mod logs;
+mod metrics;
+mod monitor;
+mod multihost;
+mod notify;
+mod operator;
+mod output;
+mod partition;
+mod postgres;
+mod protocol;
+mod python_step;
+mod redelivery;
+mod registry;
+mod runner;
+mod scaffold;
+mod steering;
+mod steering_cli;
+mod watch;
+mod zk_security;
+mod zookeeper;
