@@ -3,7 +3,7 @@
 //! rebuild. Children are this test binary re-run with `CHILD_MODE` set.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -89,14 +89,7 @@ async fn child_process_entry() {
 }
 
 fn spawn_child(mode: &str, dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &autocomp_test_servers::this_module_test!("child_process_entry"),
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    autocomp_test_servers::this_binary_running!("child_process_entry")
         .env(CHILD_MODE, mode)
         .env("WORK_DIR", dir)
         .stdout(Stdio::null())

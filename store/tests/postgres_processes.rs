@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
@@ -255,15 +255,8 @@ struct ChildProcess {
 
 impl ChildProcess {
     fn spawn(mode: &str, name: &str, env: &[(&str, String)]) -> Self {
-        let mut command = Command::new(std::env::current_exe().unwrap());
+        let mut command = autocomp_test_servers::this_binary_running!("child_process_entry");
         command
-            .args([
-                "--exact",
-                &autocomp_test_servers::this_module_test!("child_process_entry"),
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
             .env(CHILD_MODE, mode)
             .stdin(if mode == "open" { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())

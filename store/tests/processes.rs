@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_model::*;
@@ -46,14 +46,7 @@ async fn child_process_entry() {
 }
 
 fn spawn_writer(store: &Path, mode: &str, writer: &str, count: usize) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &autocomp_test_servers::this_module_test!("child_process_entry"),
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    autocomp_test_servers::this_binary_running!("child_process_entry")
         .env(CHILD_MODE, mode)
         .env("STORE_PATH", store)
         .env("WRITER", writer)

@@ -6,7 +6,7 @@
 //! is tested with it: framework/src/locks/local.rs and tests/tests/zookeeper.rs.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -402,14 +402,7 @@ impl HolderProcess {
 
     /// Starts one and waits (blocking) until it holds its locks.
     fn start(url: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                &autocomp_test_servers::this_module_test!("holder_process_entry"),
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
+        let mut child = autocomp_test_servers::this_binary_running!("holder_process_entry")
             .env(HOLDER_URL, url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -544,15 +544,8 @@ async fn child_notifier_entry() {
 
 /// Runs `passes` notifier passes in a process of their own, with `env` set; their reports.
 fn notifier_process(pipeline: &Pipeline, passes: usize, env: &[(&str, &Path)]) -> std::process::Child {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = autocomp_test_servers::this_binary_running!("child_notifier_entry");
     command
-        .args([
-            "--exact",
-            &autocomp_test_servers::this_module_test!("child_notifier_entry"),
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
         .env(CHILD, pipeline.dir.path())
         .env("NOTIFY_PASSES", passes.to_string())
         .env_remove("RUST_LOG")

@@ -133,12 +133,23 @@ pub fn assert_generated(path: &str, generated: &str, command: &str) {
     }
 }
 
-/// The name libtest gives `$test`, a test in the calling file, for `--exact` when a test
-/// re-runs its own binary as a child process: each crate's tests are one binary with every
-/// file a module, so the name is `module::test`.
+/// The running test binary as a child process that runs only `$test`, a test of the calling
+/// file, with its output unbuffered: how the process tests start their children. Each
+/// crate's tests are one binary with every file a module, so `--exact` gets `module::test`.
 #[macro_export]
-macro_rules! this_module_test {
+macro_rules! this_binary_running {
     ($test:literal) => {
-        format!("{}::{}", module_path!().split_once("::").map_or(module_path!(), |(_, module)| module), $test)
+        $crate::test_binary_running(&format!(
+            "{}::{}",
+            module_path!().split_once("::").map_or(module_path!(), |(_, module)| module),
+            $test
+        ))
     };
+}
+
+/// [`this_binary_running!`]'s command for the test named `test` in full.
+pub fn test_binary_running(test: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary's path"));
+    command.args(["--exact", test, "--nocapture", "--test-threads=1", "-q"]);
+    command
 }
