@@ -125,7 +125,10 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
         binaries.join("autocomp-monitor").display(),
         config_dir.display()
     );
-    println!("  crontab.example in the source tree: how cron runs these components on a real host");
+    println!(
+        "  crontab.example (in the source tree, or /usr/share/doc/autocomp/examples/ from the package): how cron \
+         runs these components on a real host; the package's timers and watch units do the same under systemd"
+    );
     Ok(())
 }
 

@@ -670,6 +670,9 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
     async fn head(&self) -> StoreResult<Seq> {
         self.timed(self.inner.head()).await
     }
+    async fn about(&self) -> StoreResult<autocomp_store::StoreAbout> {
+        self.inner.about().await
+    }
     async fn record_pass(&self, pass: autocomp_model::PassRecord) -> StoreResult<()> {
         self.inner.record_pass(pass).await
     }

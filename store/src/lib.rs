@@ -21,7 +21,7 @@ pub use open::open_store;
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES, LogCursor,
-    LogPage, MAX_LOG_PAGE, ObjectStore, StoreError, StoreResult,
+    LogPage, MAX_LOG_PAGE, ObjectStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};

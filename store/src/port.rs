@@ -59,6 +59,22 @@ impl CreateOutcome {
     }
 }
 
+/// A store's description of itself (`ObjectStore::about`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StoreAbout {
+    /// The backend holding the data: `sqlite` or `postgres` (behind the store service, the
+    /// service's backend).
+    pub backend: String,
+    /// The schema version the store is at.
+    pub schema_version: i64,
+    /// The schema version the release that opened it needs (behind the store service, the
+    /// service's release).
+    pub schema_wanted: i64,
+    /// The store's clock when it answered, in milliseconds since the epoch: what stamps the
+    /// registry's passes and the work series.
+    pub clock: Timestamp,
+}
+
 /// A fresh claim: the generation to fence the result with, and the run it superseded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Claim {
@@ -417,6 +433,10 @@ pub trait ObjectStore: Send + Sync {
 
     /// The newest seq in the store.
     async fn head(&self) -> StoreResult<Seq>;
+
+    /// What the store says of itself: its backend, its schema against this release's and
+    /// its clock (`autocomp doctor` compares that with the host's). Changes nothing.
+    async fn about(&self) -> StoreResult<StoreAbout>;
 
     /// Waits until the head passes `since` or `timeout` elapses, and returns the head: how a
     /// follower of the change feed sleeps without missing a change. The store service

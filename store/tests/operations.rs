@@ -483,6 +483,35 @@ async fn an_old_store_file_is_upgraded_in_place() {
     assert_eq!(store.load_checkpoint(&id("B1"), &component("c")).await.unwrap(), Some(json!({"step": 1})));
 }
 
+/// `migrate=false` (how `autocomp doctor` opens a store) looks without writing: an older file
+/// is refused with what to do and left at its version, a missing one is not created.
+#[tokio::test]
+async fn without_migrate_an_old_file_is_refused_untouched_and_a_missing_one_is_not_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    SqliteStore::create_at_schema_version(&path, 6).unwrap();
+    let looking = |path: &std::path::Path| format!("sqlite://{}?migrate=false", path.display());
+    let err = open_store(&looking(&path)).await.err().expect("an old file is refused");
+    let text = err.to_string();
+    assert!(text.contains("schema version 6") && text.contains(&format!("needs {LATEST_SCHEMA_VERSION}")), "{text}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn.query_row("SELECT MAX(version) FROM schema_version", [], |row| row.get(0)).unwrap();
+    assert_eq!(version, 6, "nothing was migrated");
+
+    let missing = dir.path().join("typo.db");
+    let err = open_store(&looking(&missing)).await.err().expect("a missing file is refused");
+    assert!(err.to_string().contains("no store file"), "{err}");
+    assert!(!missing.exists(), "no file was made for a mistyped path");
+
+    let err = open_store(&format!("sqlite://{}?migrate=maybe", path.display())).await.err().expect("refused");
+    assert!(err.to_string().contains("migrate=\"maybe\""), "{err}");
+
+    // Current, it opens and reads as usual.
+    SqliteStore::open(&path).await.unwrap();
+    let store = open_store(&looking(&path)).await.unwrap();
+    assert_eq!(store.about().await.unwrap().schema_version, LATEST_SCHEMA_VERSION);
+}
+
 /// A process of the previous release may still hold the file after the upgrade: its writes
 /// move `changed_seq` without the summary (or leave it empty). Such summaries are computed
 /// from the log instead of trusted, on read and on the next write.
@@ -1779,6 +1808,18 @@ async fn work_series_hold_each_minute_and_hour_with_the_backlog_sampled_in_it(f:
     assert_eq!(newest.last().unwrap().backlog, Some(1), "the refused call changed nothing");
 }
 
+async fn about_names_the_backend_its_current_schema_and_a_clock_near_the_hosts(f: Fixture) {
+    let before = Timestamp::now();
+    let about = f.store.about().await.unwrap();
+    let after = Timestamp::now();
+    let backend = if f.url.starts_with("sqlite:") { "sqlite" } else { "postgres" };
+    assert_eq!(about.backend, backend);
+    assert_eq!(about.schema_version, about.schema_wanted, "a store this release opened is current: {about:?}");
+    // The servers run on this host: one clock, read within the call.
+    assert!(about.clock.0 >= before.0 - 5 && about.clock.0 <= after.0 + 5, "{about:?} not in {before:?}..{after:?}");
+    assert_eq!(f.store.head().await.unwrap(), Seq(0), "asking wrote nothing");
+}
+
 /// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
@@ -1798,6 +1839,7 @@ macro_rules! contract {
 }
 
 contract!(
+    about_names_the_backend_its_current_schema_and_a_clock_near_the_hosts,
     create_is_idempotent_when_identical_and_refuses_conflicts,
     events_get_increasing_seqs_and_store_time,
     unknown_batches_are_not_found,

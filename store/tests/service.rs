@@ -242,6 +242,12 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     assert!(matches!(http.run_state(&id("nope"), &archiver).await.unwrap_err(), StoreError::NotFound(_)));
     assert_eq!(http.changes(Seq::ZERO, 100).await.unwrap(), local.changes(Seq::ZERO, 100).await.unwrap());
     assert_eq!(http.head().await.unwrap(), local.head().await.unwrap());
+    let (remote, here) = (http.about().await.unwrap(), local.about().await.unwrap());
+    assert_eq!(
+        (&remote.backend, remote.schema_version, remote.schema_wanted),
+        (&here.backend, here.schema_version, here.schema_wanted)
+    );
+    assert!((remote.clock.0 - here.clock.0).abs() < 5_000, "one host, one clock: {remote:?} {here:?}");
     assert_eq!(http.count_batches().await.unwrap(), 2);
     assert_eq!(http.failed_attempts(&id("B1"), &archiver, Seq::ZERO).await.unwrap(), 0);
     assert_eq!(event, local.get_batch(&id("B1")).await.unwrap().events[0]);

@@ -181,6 +181,31 @@ impl Lock for LocalLock {
 
 /// What flock locks do that ZooKeeper's do not; the promises both keep are tested by the
 /// contract suite (tests/tests/lock_contract.rs).
+/// `inspect_locks` for `local:<dir>`: the directory is one this user can make lock files
+/// in (a missing one is made at the first lock, so its nearest existing parent must be).
+/// The probe file it makes is removed at once.
+pub(super) fn inspect(dir: &Path) -> Result<super::LockInspection, LockError> {
+    let mut problems = Vec::new();
+    let description = if dir.as_os_str().is_empty() {
+        return Err(InvalidInput::new("locks url", "local:", "names no directory; write local:/path/to/locks").into());
+    } else if dir.is_dir() {
+        let probe = dir.join(format!(".doctor-{}.lock", std::process::id()));
+        match OpenOptions::new().write(true).create_new(true).open(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            Err(e) => problems.push(format!("cannot make a lock file in {}: {e}", dir.display())),
+        }
+        format!("flock lock directory {}", dir.display())
+    } else if dir.exists() {
+        problems.push(format!("{} is not a directory", dir.display()));
+        format!("flock lock directory {}", dir.display())
+    } else {
+        format!("flock lock directory {} (not made yet: the first lock makes it)", dir.display())
+    };
+    Ok(super::LockInspection { description, problems })
+}
+
 #[cfg(test)]
 mod tests {
     use autocomp_model::{BatchId, ComponentName, Timestamp};

@@ -196,6 +196,30 @@ pub trait Lock: Send + Sync {
     async fn release(self: Box<Self>) -> Result<(), LockError>;
 }
 
+/// What `inspect_locks` found: the service as it answered, and each way its lock tree
+/// differs from what the framework sets (empty when none does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInspection {
+    /// What answered, as whom (never a password).
+    pub description: String,
+    /// One line per difference, each saying what to do.
+    pub problems: Vec<String>,
+}
+
+/// Looks at the lock service a URL names without changing it, for `autocomp doctor`: a
+/// ZooKeeper is connected to and authenticated with, and its lock tree's ACLs are read and
+/// compared with the framework's, not set (as a pass's connection does); a local lock
+/// directory is checked to be one this user can make lock files in.
+pub async fn inspect_locks(url: &str) -> Result<LockInspection, LockError> {
+    if let Some(path) = url.strip_prefix("local:") {
+        return local::inspect(std::path::Path::new(path));
+    }
+    if url.starts_with("zk://") || url.starts_with("zks://") {
+        return ZkLocks::inspect(url).await;
+    }
+    open_locks(url).await.map(|_| unreachable!("open_locks refuses every other scheme"))
+}
+
 /// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
 /// `zk://host:port[,host:port...]/chroot[?session_timeout=10s&auth_file=/path]`, or `zks://`
 /// for TLS (`ca_file=`, optional `cert_file=` and `key_file=`; see [`ZkUrl::parse`]). Connects;

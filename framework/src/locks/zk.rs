@@ -374,6 +374,40 @@ impl ZkLocks {
     /// servers) if no session is established within the session timeout. With an identity,
     /// also creates the chroot and brings the ACLs of the lock tree's directories to ours.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let locks = Self::connect_only(url).await?;
+        if locks.shared.identity.is_some()
+            && let Err(e) = locks.shared.protect_tree().await
+        {
+            locks.close().await;
+            return Err(e);
+        }
+        Ok(locks)
+    }
+
+    /// Connects (and authenticates) as `connect` does, but changes nothing in the lock tree,
+    /// then says how its directories' ACLs differ from what `connect` would set them to:
+    /// what `autocomp doctor` reports. The session is closed before it answers.
+    pub async fn inspect(url: &str) -> Result<super::LockInspection, LockError> {
+        let locks = Self::connect_only(url).await?;
+        let found = locks.shared.inspect_tree().await;
+        locks.close().await;
+        let problems = found?;
+        let shared = &locks.shared;
+        let identity = match &shared.identity {
+            Some(source) => {
+                let users: Vec<&str> =
+                    shared.digests.iter().filter_map(|d| d.split_once(':').map(|(u, _)| u)).collect();
+                format!("as {} ({source})", users.join(", "))
+            }
+            None => "with no identity".to_owned(),
+        };
+        Ok(super::LockInspection {
+            description: format!("ZooKeeper {} answered {identity}; lock tree {}", shared.url, shared.root),
+            problems,
+        })
+    }
+
+    async fn connect_only(url: &str) -> Result<Self, LockError> {
         let target = ZkUrl::parse(url)?;
         let shown = display_url(url);
         let identities = Identities::load(&target)?;
@@ -445,14 +479,7 @@ impl ZkLocks {
             reserved: Mutex::new(HashSet::new()),
         });
         watch_session(Arc::downgrade(&shared), watcher);
-        let locks = Self { shared };
-        if identities.is_some()
-            && let Err(e) = locks.shared.protect_tree().await
-        {
-            locks.close().await;
-            return Err(e);
-        }
-        Ok(locks)
+        Ok(Self { shared })
     }
 
     /// Our session id (the `ephemeral_owner` of every node we hold).
@@ -672,19 +699,9 @@ impl Shared {
         let probe = format!("{}/poll", self.root);
         self.create_parents(&probe).await?;
         let ours = pipeline_acl(&self.digests);
-        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch"), self.node_of("slot")];
-        for parent in ["batch", "slot"] {
-            dirs.extend(self.children(parent).await?.into_iter().map(|c| self.node_of(&format!("{parent}/{c}"))));
-        }
         let client = self.client()?;
-        // Every read is sent when its future is made: one round trip for all of them.
-        let reads: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
-        for (dir, read) in dirs.iter().zip(reads) {
-            let (acl, stat) = match read.await {
-                Ok(answer) => answer,
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(self.failed("ACL read", dir, e)),
-            };
+        for (dir, acl, stat) in self.tree_acls().await? {
+            let dir = &dir;
             let wanted = wanted_acl(&acl, &ours);
             if same_entries(&acl, &wanted) {
                 continue;
@@ -722,6 +739,69 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// What `protect_tree` would change, read and not changed: one line per directory whose
+    /// ACL differs from ours (or lets anyone write), and one when no identity is configured.
+    async fn inspect_tree(&self) -> Result<Vec<String>, LockError> {
+        let mut problems = Vec::new();
+        if self.identity.is_none() {
+            problems.push(format!(
+                "no ZooKeeper identity is configured (?auth_file= in the locks URL, or ${AUTH_ENV}): anyone who \
+                 reaches {} can delete or fake the pipeline's locks; give every host the same identity file",
+                self.url
+            ));
+        }
+        let ours = pipeline_acl(&self.digests);
+        for (dir, acl, _) in self.tree_acls().await? {
+            let wanted = if self.identity.is_some() { wanted_acl(&acl, &ours) } else { ours.clone() };
+            if self.identity.is_none() && !lets_the_world_write(&acl) && !same_entries(&acl, &wanted) {
+                problems.push(format!(
+                    "{dir} has the ACL {}: protected by an identity this host does not have; configure it \
+                     (?auth_file=)",
+                    describe_acl(&acl)
+                ));
+            } else if self.identity.is_some() && !same_entries(&acl, &wanted) {
+                let fix = if lets_the_world_write(&acl) || self.holds_an_entry_of(&acl) {
+                    "the next pass on a host with this identity sets it"
+                } else {
+                    "this identity is not in it (a wrong password, or a tree another pipeline made): check \
+                     auth_file against the other hosts'"
+                };
+                problems.push(format!(
+                    "{dir} has the ACL {}, not {}: {fix}",
+                    describe_acl(&acl),
+                    describe_acl(&wanted)
+                ));
+            }
+        }
+        Ok(problems)
+    }
+
+    /// The ACL of each directory of the lock tree that exists: the chroot, `poll`, `batch`,
+    /// `slot`, every `batch/<component>` and every `slot/<pool>`.
+    async fn tree_acls(&self) -> Result<Vec<(String, Vec<zk::Acl>, zk::Stat)>, LockError> {
+        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch"), self.node_of("slot")];
+        for parent in ["batch", "slot"] {
+            dirs.extend(self.children(parent).await?.into_iter().map(|c| self.node_of(&format!("{parent}/{c}"))));
+        }
+        let client = self.client()?;
+        // Every read is sent when its future is made: one round trip for all of them.
+        let reads: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
+        let mut found = Vec::with_capacity(dirs.len());
+        for (dir, read) in dirs.iter().zip(reads) {
+            match read.await {
+                Ok((acl, stat)) => found.push((dir.clone(), acl, stat)),
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(self.failed("ACL read", dir, e)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether one of our identities has rights on a node with this ACL.
+    fn holds_an_entry_of(&self, acl: &[zk::Acl]) -> bool {
+        acl.iter().any(|entry| entry.scheme() == "digest" && self.digests.iter().any(|d| d == entry.id()))
     }
 
     fn reserve(&self, node: &str) -> bool {

@@ -19,7 +19,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 /// prioritize their steps. Every write is appended to the batch's log as an event naming
 /// the operator (--as) and the reason (--reason); nothing is ever edited or deleted.
 const CLI_EXIT_CODES: &str = "Exit codes: 0 ok, 1 an action the batch's state refuses (nothing written) or \
-                              `alerts` printed alerts, 2 usage, config or input error, 4 lock service lost, 5 store or \
+                              `alerts` printed alerts or a `doctor` check failed, 2 usage, config or input error, 4 lock service lost, 5 store or \
                               index unreachable (or the store's disk full), 6 a lock node autocomp did not make \
                               (or a lock tree this identity may not fix).";
 
@@ -349,6 +349,43 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Check this host end to end, one line per check with its verdict and, for a failure,
+    /// the fix: the config files parse; the store answers with these credentials at this
+    /// release's schema; this host's clock against the store's; the index answers and how
+    /// far it lags; the lock service answers, authenticated, with the ACLs the framework
+    /// sets; free space for the store, index and locks; the token, password, identity and
+    /// key files the configuration names are readable, private and strong enough; the
+    /// certificates are valid and do not expire soon; the components run, and none is
+    /// silent or held. Changes nothing. Run it as the pipeline's user (`sudo -u autocomp`).
+    /// Exit 0 when every check passes, 1 otherwise.
+    Doctor {
+        /// Less free space than this (MiB) where the store, index or locks live fails.
+        #[arg(long, value_name = "MiB", default_value_t = 1024)]
+        min_free_mib: u64,
+        /// Store changes the index may be behind.
+        #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
+        index_lag: u64,
+        /// How far this host's clock may be from the store's.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+        max_clock_skew: Duration,
+        /// A certificate that expires sooner than this fails.
+        #[arg(long, value_name = "DURATION", default_value = "30days", value_parser = humantime::parse_duration)]
+        expires_within: Duration,
+        /// Also check this certificate file (a service's --tls-cert or --tls-client-ca).
+        #[arg(long = "cert", value_name = "FILE")]
+        certs: Vec<PathBuf>,
+        /// Also check this private key file (a service's --tls-key).
+        #[arg(long = "key", value_name = "FILE")]
+        keys: Vec<PathBuf>,
+        /// Also check this token file (a service's --token-file).
+        #[arg(long = "token-file", value_name = "FILE")]
+        token_files: Vec<PathBuf>,
+        /// Also check that this file is private (the monitor's users file).
+        #[arg(long = "secret-file", value_name = "FILE")]
+        secret_files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// The pipeline's metrics in the Prometheus text format (for node_exporter's textfile
     /// collector on hosts without a monitor; the monitor serves the same on /metrics).
     Metrics {
@@ -545,6 +582,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if matches!(cli.command, Command::Doctor { .. }) {
+        let code = runtime.block_on(doctor(cli));
+        runtime.shutdown_background();
+        return code;
+    }
     // `alerts` exits 1 when it printed anything, so cron's mail is the alert.
     let alerting = matches!(cli.command, Command::Alerts { .. });
     let code = match runtime.block_on(operate(cli)) {
@@ -568,6 +610,44 @@ fn main() -> ExitCode {
     // Everything is written and printed; do not wait on a backend's background threads.
     runtime.shutdown_background();
     ExitCode::from(code)
+}
+
+/// `autocomp doctor`: prints every check; exit 0 when all pass, 1 otherwise.
+async fn doctor(cli: Cli) -> ExitCode {
+    let Command::Doctor {
+        min_free_mib,
+        index_lag,
+        max_clock_skew,
+        expires_within,
+        certs,
+        keys,
+        token_files,
+        secret_files,
+        format,
+    } = cli.command
+    else {
+        unreachable!("called for doctor only")
+    };
+    use autocomp_ops::doctor::{DoctorOptions, FileKind};
+    let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
+    let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
+    let mut options = DoctorOptions::new(&config_dir, overrides);
+    options.min_free = min_free_mib.saturating_mul(1 << 20);
+    options.index_lag = index_lag;
+    options.max_clock_skew = max_clock_skew;
+    options.expires_within = expires_within;
+    let named = [
+        (FileKind::Certificate, certs),
+        (FileKind::PrivateKey, keys),
+        (FileKind::Tokens, token_files),
+        (FileKind::Secret, secret_files),
+    ];
+    options.extra_files =
+        named.into_iter().flat_map(|(kind, paths)| paths.into_iter().map(move |p| (kind, p))).collect();
+    let report = autocomp_ops::doctor::run(&options).await;
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{}", autocomp_http::for_terminal(&report.render(format))).and_then(|()| stdout.flush());
+    ExitCode::from(u8::from(!report.passed()))
 }
 
 async fn operate(cli: Cli) -> Result<String, OperatorError> {
@@ -691,7 +771,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
-        Command::Demo { .. } | Command::New(_) => String::new(),
+        Command::Demo { .. } | Command::New(_) | Command::Doctor { .. } => String::new(),
     })
 }
 

@@ -41,8 +41,8 @@ pub use actions::{
     Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
 };
 pub use alerts::{
-    Alert, AlertDefaults, AlertsView, held_too_long, is_overdue, overdue_after, ready_state, ready_too_long,
-    run_overdue,
+    Alert, AlertDefaults, AlertsView, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after, ready_state,
+    ready_too_long, run_overdue,
 };
 pub use output::LogsQuery;
 pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};

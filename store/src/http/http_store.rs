@@ -13,7 +13,7 @@ use super::wire::{self, op};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreError, StoreResult,
+    StoreAbout, StoreError, StoreResult,
 };
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
@@ -219,6 +219,10 @@ impl ObjectStore for HttpStore {
 
     async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
         self.call::<op::Changes>(&wire::Changes { since, limit: limit.min(wire::MAX_ITEMS) }, Retry::Safe).await
+    }
+
+    async fn about(&self) -> StoreResult<StoreAbout> {
+        self.call::<op::About>(&wire::Empty {}, Retry::Safe).await
     }
 
     async fn head(&self) -> StoreResult<Seq> {

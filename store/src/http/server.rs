@@ -125,6 +125,7 @@ impl StoreService {
                 reply.send(store.changes(request.since, request.limit).await?)
             }
             R::Head(wire::Empty {}, reply) => reply.send(wire::Head { head: store.head().await? }),
+            R::About(wire::Empty {}, reply) => reply.send(store.about().await?),
             R::WaitForChange(request, reply) => {
                 if request.timeout_ms > MAX_WAIT_MS {
                     let reason = format!("at most {MAX_WAIT_MS} ms");

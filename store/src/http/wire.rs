@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
-use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogCursor, LogPage, StoreError};
+use crate::port::{
+    BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogCursor, LogPage, StoreAbout, StoreError,
+};
 use autocomp_http::error::ErrorDetail;
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, PassRecord, RegisteredComponent,
@@ -63,6 +65,8 @@ autocomp_http::operations! {
         read changes: Changes(Changes) -> ChangePage;
         /// The newest seq in the store.
         read head: Head(Empty) -> Head;
+        /// The service's store: its backend, its schema against the service's release, its clock.
+        read about: About(Empty) -> StoreAbout;
         /// Long poll: answers once the head passes `since`, or after timeout_ms (<= 60000).
         read wait_for_change: WaitForChange(WaitForChange) -> Head;
         /// An operator's cancel: closes the open run as cancelled, fences its holder and appends the failure, in one transaction.

@@ -19,7 +19,7 @@ use super::{Failure, PgStore, Retry, classify};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreError, StoreResult, check_log_limit,
+    StoreAbout, StoreError, StoreResult, check_log_limit,
 };
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
@@ -1102,6 +1102,18 @@ impl ObjectStore for PgStore {
 
     async fn head(&self) -> StoreResult<Seq> {
         self.horizon().await
+    }
+
+    /// The server's clock is `autocomp_now()`, what stamps passes and the work series.
+    async fn about(&self) -> StoreResult<StoreAbout> {
+        let clock = self.read_number("about", "SELECT autocomp_now()").await?;
+        let schema_version = self.schema_version().await?;
+        Ok(StoreAbout {
+            backend: "postgres".into(),
+            schema_version: schema_version.into(),
+            schema_wanted: super::LATEST_VERSION.into(),
+            clock: Timestamp(clock),
+        })
     }
 
     /// Sleeps until the server notifies a commit (`listen=on`, the default), or polls the

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreError, StoreResult,
+    StoreAbout, StoreError, StoreResult,
 };
 use crate::steering_rules;
 use autocomp_model::{
@@ -59,6 +59,10 @@ pub struct SqliteOptions {
     /// that would take it over is refused (`StoreError::Invalid`), so a runaway log cannot
     /// grow without bound.
     pub max_batch_bytes: u64,
+    /// Whether opening brings an older file to this release's schema (the default); with
+    /// `migrate=false` such a file is refused instead, and nothing is written: how `autocomp
+    /// doctor` looks at a store without changing it.
+    pub migrate: bool,
 }
 
 impl Default for SqliteOptions {
@@ -67,13 +71,14 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(30),
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+            migrate: true,
         }
     }
 }
 
 impl SqliteOptions {
     /// Parses the query part of a `sqlite://` URL: `synchronous=full|normal`, `busy_timeout=30s`,
-    /// `max_batch_bytes=64MiB`.
+    /// `max_batch_bytes=64MiB`, `migrate=true|false`.
     pub fn from_query(query: &str) -> Result<Self, String> {
         let mut options = Self::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -91,8 +96,17 @@ impl SqliteOptions {
                         humantime::parse_duration(value).map_err(|e| format!("busy_timeout={value:?}: {e}"))?;
                 }
                 "max_batch_bytes" => options.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value)?,
+                "migrate" => {
+                    options.migrate = match value {
+                        "true" => true,
+                        "false" => false,
+                        other => return Err(format!("migrate={other:?} is not true or false")),
+                    }
+                }
                 other => {
-                    return Err(format!("unknown option {other:?}; known: synchronous, busy_timeout, max_batch_bytes"));
+                    return Err(format!(
+                        "unknown option {other:?}; known: synchronous, busy_timeout, max_batch_bytes, migrate"
+                    ));
                 }
             }
         }
@@ -180,7 +194,19 @@ impl SqliteStore {
                 return Err(not_ours("is an empty file, not a store autocomp made"));
             }
         }
-        let mut conn = Connection::open(path).map_err(describe)?;
+        let mut conn = if options.migrate {
+            Connection::open(path).map_err(describe)?
+        } else {
+            // Nothing is written without migrate: not even a new file for a mistyped path.
+            if !path.exists() {
+                return Err(StoreError::Unavailable(format!(
+                    "there is no store file at {}; the first component pass or `autocomp add` creates it",
+                    path.display()
+                )));
+            }
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            Connection::open_with_flags(path, flags).map_err(describe)?
+        };
         conn.busy_timeout(options.busy_timeout).map_err(describe)?;
         if let Some(reason) = foreign(&conn) {
             return Err(not_ours(reason));
@@ -203,7 +229,18 @@ impl SqliteStore {
         // every execution (23% of a catch-up's CPU, measured in the index benchmark).
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map_err(describe)?;
         rusqlite::vtab::array::load_module(&conn).map_err(describe)?;
-        schema::migrate(&mut conn)?;
+        if options.migrate {
+            schema::migrate(&mut conn)?;
+        } else {
+            let current = schema::schema_version(&conn).unwrap_or(0);
+            if current != LATEST_VERSION {
+                return Err(StoreError::Unavailable(format!(
+                    "the store file {} has schema version {current}, this release needs {LATEST_VERSION}; \
+                     opening it without migrate=false (any component's pass, or an `autocomp` command) migrates it",
+                    path.display()
+                )));
+            }
+        }
         Ok(conn)
     }
 
@@ -436,6 +473,17 @@ impl ObjectStore for SqliteStore {
 
     async fn head(&self) -> StoreResult<Seq> {
         self.with_connection(ops::head).await
+    }
+
+    /// The file is on this host: its clock is the host's.
+    async fn about(&self) -> StoreResult<StoreAbout> {
+        let schema_version = self.with_connection(|conn| schema::schema_version(conn)).await?;
+        Ok(StoreAbout {
+            backend: "sqlite".into(),
+            schema_version,
+            schema_wanted: LATEST_VERSION,
+            clock: Timestamp::now(),
+        })
     }
 
     /// Sleeps until the store file is written (a file watch; any process's commit), then

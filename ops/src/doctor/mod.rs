@@ -1,0 +1,590 @@
+//! `autocomp doctor`: checks one host end to end, one line per check with its verdict and,
+//! for a failure, the fix. It reads and connects but changes nothing: the store is opened
+//! without migrating, the lock tree's ACLs are read and not set, no event is written (an
+//! embedded index may catch up with the store, as any pass's query lets it).
+//!
+//! The checks, in order: the config files parse; the store answers with these credentials
+//! at this release's schema; the host's clock against the store's; the index answers and how
+//! far it lags; the lock service answers, authenticated, with the ACLs the framework sets;
+//! free space where the store, index and locks live; every secret and key file it is told
+//! of is readable, not by others, and strong enough; every certificate is valid for longer
+//! than `expires_within`; the components are registered and neither silent nor held.
+
+mod files;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_framework::config::{Backends, SHARED_FILE};
+use autocomp_model::{HoldKind, Timestamp};
+use autocomp_store::{ObjectStore, StoreAbout, open_store};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::operator::{AlertDefaults, Format, held_too_long};
+use crate::operator::{SilenceRule, last_seen};
+
+pub use files::FileKind;
+
+/// What a check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Ok,
+    Fail,
+    /// Not run: what it needs failed (and says so in its own line) or is not configured.
+    Skipped,
+}
+
+impl Verdict {
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Fail => "FAIL",
+            Verdict::Skipped => "skip",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked: `store`, `clock`, `config autocomp.toml`, `certificate /path`, ...
+    pub check: String,
+    pub verdict: Verdict,
+    /// What was found (never a secret: URLs as `display_url` shows them).
+    pub detail: String,
+    /// For a failure: what to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Check { check: check.into(), verdict: Verdict::Ok, detail: one_line(&detail.into()), fix: None }
+    }
+
+    fn fail(check: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        let detail = one_line(&detail.into());
+        Check { check: check.into(), verdict: Verdict::Fail, detail, fix: Some(fix.into()) }
+    }
+
+    fn skipped(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Check { check: check.into(), verdict: Verdict::Skipped, detail: one_line(&detail.into()), fix: None }
+    }
+}
+
+/// An error's text on one line: a parser's picture of the offending line (`  |`, `1 | ...`,
+/// `  ^^^`) is left out, the other lines joined, so each check stays one line.
+fn one_line(text: &str) -> String {
+    let pictured = |line: &str| {
+        let rest = line.trim_start_matches(|c: char| c.is_ascii_digit() || c == ' ');
+        rest.starts_with('|') || rest.starts_with('^')
+    };
+    let parts: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !pictured(l)).collect();
+    parts.join(": ")
+}
+
+/// What `autocomp doctor` was asked to check, and against which thresholds.
+#[derive(Debug, Clone)]
+pub struct DoctorOptions {
+    pub config_dir: PathBuf,
+    /// The backends from the environment and the command line (they win over autocomp.toml).
+    pub overrides: Backends,
+    /// Less free space than this where the store, index or locks live fails.
+    pub min_free: u64,
+    /// More store changes than this not yet in the index fails.
+    pub index_lag: u64,
+    /// A clock further than this from the store's fails.
+    pub max_clock_skew: Duration,
+    /// A certificate that expires sooner than this fails.
+    pub expires_within: Duration,
+    /// Files besides those the configuration names (a service's `--token-file`,
+    /// `--tls-cert`, `--tls-key`, the monitor's users file).
+    pub extra_files: Vec<(FileKind, PathBuf)>,
+}
+
+impl DoctorOptions {
+    pub fn new(config_dir: &Path, overrides: Backends) -> Self {
+        DoctorOptions {
+            config_dir: config_dir.to_path_buf(),
+            overrides,
+            min_free: 1 << 30,
+            index_lag: AlertDefaults::default().index_lag,
+            max_clock_skew: Duration::from_secs(1),
+            expires_within: Duration::from_secs(30 * 24 * 3600),
+            extra_files: Vec::new(),
+        }
+    }
+}
+
+/// Every check's line, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoctorReport {
+    pub checks: Vec<Check>,
+}
+
+impl DoctorReport {
+    /// Whether no check failed (exit 0).
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|check| check.verdict != Verdict::Fail)
+    }
+
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Text => {
+                let width = self.checks.iter().map(|c| c.check.chars().count()).max().unwrap_or(0);
+                let mut out = String::new();
+                for check in &self.checks {
+                    let fix = check.fix.as_deref().map(|fix| format!(" -- fix: {fix}")).unwrap_or_default();
+                    out.push_str(&format!(
+                        "{:<4}  {:<width$}  {}{fix}\n",
+                        check.verdict.label(),
+                        check.check,
+                        check.detail
+                    ));
+                }
+                let failed = self.checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+                out.push_str(&match failed {
+                    0 => format!("all {} checks passed\n", self.checks.len()),
+                    1 => "1 check failed\n".to_owned(),
+                    n => format!("{n} checks failed\n"),
+                });
+                out
+            }
+            Format::Json => {
+                let document = json!({"passed": self.passed(), "checks": self.checks});
+                serde_json::to_string_pretty(&document).expect("a report always serializes") + "\n"
+            }
+        }
+    }
+}
+
+/// Runs every check. Never fails as a whole: what cannot be reached is a failed check.
+pub async fn run(options: &DoctorOptions) -> DoctorReport {
+    let mut report = DoctorReport::default();
+    let backends = config_checks(options, &mut report.checks);
+    let store = store_checks(options, &backends, &mut report.checks).await;
+    index_check(options, &backends, store.as_ref(), &mut report.checks).await;
+    locks_check(&backends, &mut report.checks).await;
+    report.checks.extend(files::free_space(&local_dirs(&backends), options.min_free));
+    for (kind, path) in named_files(options, &backends) {
+        report.checks.push(files::check_file(kind, &path, options.expires_within));
+    }
+    component_checks(store.as_ref(), &mut report.checks).await;
+    report
+}
+
+/// `autocomp.toml`, every component's file and `notify.toml` parse; the backends they name
+/// (the environment's and the command line's winning).
+fn config_checks(options: &DoctorOptions, checks: &mut Vec<Check>) -> Backends {
+    let dir = &options.config_dir;
+    if !dir.is_dir() {
+        let detail = format!("{} is not a directory", dir.display());
+        if options.overrides.store.is_none() {
+            checks.push(Check::fail(
+                "config",
+                detail,
+                "point --config-dir or $AUTOCOMP_CONFIG_DIR at the directory holding autocomp.toml",
+            ));
+        } else {
+            checks.push(Check::skipped("config", detail + "; the backends come from the environment or flags"));
+        }
+        return options.overrides.clone();
+    }
+    let shared_file = dir.join(SHARED_FILE);
+    let from_file = match std::fs::read_to_string(&shared_file) {
+        Ok(text) => match toml::from_str::<Backends>(&text) {
+            Ok(backends) => {
+                checks.push(Check::ok(format!("config {SHARED_FILE}"), format!("{} parses", shared_file.display())));
+                backends
+            }
+            Err(e) => {
+                let message = autocomp_http::redact::redact_urls_in(e.message());
+                checks.push(Check::fail(
+                    format!("config {SHARED_FILE}"),
+                    format!("{}: {}", shared_file.display(), message.trim()),
+                    "keep only store, index and locks in it, each a URL string",
+                ));
+                Backends::default()
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            checks.push(Check::ok(
+                format!("config {SHARED_FILE}"),
+                format!("{} absent: the backends come from the environment or flags", shared_file.display()),
+            ));
+            Backends::default()
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                format!("config {SHARED_FILE}"),
+                format!("cannot read {}: {e}", shared_file.display()),
+                "let the pipeline's user read it (chmod 640, group autocomp)",
+            ));
+            Backends::default()
+        }
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    names.sort();
+    for file in names.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
+        let Some(name) = file.file_stem().and_then(|s| s.to_str()) else { continue };
+        let check = format!("config {name}.toml");
+        if name == "autocomp" {
+            continue;
+        }
+        if name == "notify" {
+            checks.push(match crate::notify::NotifyConfig::load(dir) {
+                Ok(_) => Check::ok(check, format!("{} parses", file.display())),
+                Err(e) => Check::fail(check, e.to_string(), "see the README's `autocomp notify` for its keys"),
+            });
+            continue;
+        }
+        checks.push(match autocomp_framework::config::load(name, Some(file), dir) {
+            Ok(_) => Check::ok(check, format!("{} parses", file.display())),
+            Err(e) => Check::fail(check, e.to_string(), "see the README's component settings for the keys"),
+        });
+    }
+    let backends = from_file.overridden_by(options.overrides.clone());
+    for (key, value) in [("store", &backends.store), ("index", &backends.index), ("locks", &backends.locks)] {
+        if value.is_none() {
+            checks.push(Check::fail(
+                key,
+                format!("no {key} backend is configured"),
+                format!(
+                    "set `{key} = \"...\"` in {}, ${}, or --{key}",
+                    shared_file.display(),
+                    format!("AUTOCOMP_{key}").to_uppercase()
+                ),
+            ));
+        }
+    }
+    backends
+}
+
+/// `url` with `migrate=false`, so opening it never changes the schema (the store service
+/// has its own release and schema, and no such option).
+fn without_migrating(url: &str) -> String {
+    if !(url.starts_with("sqlite://") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}migrate=false")
+}
+
+/// The store (reachable, credentials accepted, schema current) and the clock beside it.
+async fn store_checks(
+    options: &DoctorOptions,
+    backends: &Backends,
+    checks: &mut Vec<Check>,
+) -> Option<Arc<dyn ObjectStore>> {
+    let url = backends.store.as_deref()?;
+    let shown = autocomp_http::display_url(url);
+    let store = match open_store(&without_migrating(url)).await {
+        Ok(store) => store,
+        Err(e) => {
+            checks.push(Check::fail("store", format!("{shown}: {e}"), store_fix(&e.to_string())));
+            checks.push(Check::skipped("clock", "needs the store"));
+            return None;
+        }
+    };
+    let asked = Instant::now();
+    let before = Timestamp::now();
+    let about = match store.about().await {
+        Ok(about) => about,
+        Err(e) => {
+            checks.push(Check::fail("store", format!("{shown}: {e}"), store_fix(&e.to_string())));
+            checks.push(Check::skipped("clock", "needs the store"));
+            return None;
+        }
+    };
+    let round_trip = asked.elapsed();
+    checks.push(schema_check(&shown, &about));
+    checks.push(clock_check(&about, before, round_trip, options.max_clock_skew, url));
+    Some(store)
+}
+
+fn store_fix(message: &str) -> &'static str {
+    if message.contains("schema version") {
+        "migrate it: `autocomp-store migrate --db URL` for PostgreSQL; any component's pass for a SQLite file"
+    } else if message.contains("password") || message.contains("token") || message.contains("401") {
+        "check the credentials (password_file=, $AUTOCOMP_TOKEN_FILE) against the server's"
+    } else {
+        "check that the store's server runs and this host reaches it (the URL, the firewall, TLS settings)"
+    }
+}
+
+fn schema_check(shown: &str, about: &StoreAbout) -> Check {
+    let detail = format!("{shown}: {} at schema version {}", about.backend, about.schema_version);
+    if about.schema_version == about.schema_wanted {
+        Check::ok("store", detail + " (current)")
+    } else {
+        Check::fail(
+            "store",
+            format!("{detail}, its release needs {}", about.schema_wanted),
+            "migrate it (`autocomp-store migrate --db URL`), or run the store service's release on every host",
+        )
+    }
+}
+
+/// The host's clock against the store's, allowing for half the round trip.
+fn clock_check(about: &StoreAbout, before: Timestamp, round_trip: Duration, allowed: Duration, url: &str) -> Check {
+    if url.starts_with("sqlite://") {
+        return Check::ok("clock", "the store is a file on this host: its clock is this host's");
+    }
+    let midpoint = before.0 + i64::try_from(round_trip.as_millis() / 2).unwrap_or(i64::MAX);
+    let skew_ms = midpoint - about.clock.0;
+    let slack = i64::try_from((allowed + round_trip / 2).as_millis()).unwrap_or(i64::MAX);
+    let text = humantime::format_duration(Duration::from_millis(skew_ms.unsigned_abs())).to_string();
+    let direction = if skew_ms >= 0 { "ahead of" } else { "behind" };
+    let detail = format!("this host is {text} {direction} the store's clock ({})", about.backend);
+    if skew_ms.abs() <= slack {
+        Check::ok("clock", format!("{detail}, within {}", humantime::format_duration(allowed)))
+    } else {
+        Check::fail(
+            "clock",
+            format!("{detail}, more than {}", humantime::format_duration(allowed)),
+            "synchronise the clocks (chrony or systemd-timesyncd on every host and the database server): \
+             silent-component alerts, max_runtime and the work series read the store's clock",
+        )
+    }
+}
+
+/// The index answers; how many store changes it has not taken in yet.
+async fn index_check(
+    options: &DoctorOptions,
+    backends: &Backends,
+    store: Option<&Arc<dyn ObjectStore>>,
+    checks: &mut Vec<Check>,
+) {
+    let Some(url) = backends.index.as_deref() else { return };
+    let Some(store) = store else {
+        checks.push(Check::skipped("index", "needs the store"));
+        return;
+    };
+    let shown = autocomp_http::display_url(url);
+    let answered = async {
+        let index = autocomp_sboi::open_index(url, Arc::clone(store))?;
+        let cursor = index.catch_up().await?.cursor();
+        let head = store.head().await?;
+        Ok::<_, autocomp_sboi::IndexError>((cursor, head))
+    };
+    checks.push(match answered.await {
+        Ok((cursor, head)) => {
+            let behind = u64::try_from(head.0.saturating_sub(cursor.0)).unwrap_or_default();
+            let detail = format!("{shown}: at seq {}, the store at {}: {behind} changes behind", cursor.0, head.0);
+            if behind <= options.index_lag {
+                Check::ok("index", detail)
+            } else {
+                Check::fail(
+                    "index",
+                    format!("{detail}, more than {}", options.index_lag),
+                    "see that the index service runs and follows this store (its log), or `autocomp reindex` \
+                     for the embedded index",
+                )
+            }
+        }
+        Err(e) => Check::fail(
+            "index",
+            format!("{shown}: {e}"),
+            "check that the index service runs and this host reaches it; for the embedded index, that its \
+             directory is the pipeline's and readable",
+        ),
+    });
+}
+
+async fn locks_check(backends: &Backends, checks: &mut Vec<Check>) {
+    let Some(url) = backends.locks.as_deref() else { return };
+    let shown = autocomp_http::display_url(url);
+    checks.push(match autocomp_framework::locks::inspect_locks(url).await {
+        Ok(found) if found.problems.is_empty() && url.starts_with("local:") => Check::ok("locks", found.description),
+        Ok(found) if found.problems.is_empty() => {
+            Check::ok("locks", found.description + "; the lock tree's ACLs are as autocomp sets them")
+        }
+        Ok(found) => Check::fail("locks", format!("{}: {}", found.description, found.problems.join("; ")), {
+            "fix the identity or the ACLs as each problem says (SECURITY.md, rotating the ZooKeeper identity)"
+        }),
+        Err(e) => Check::fail(
+            "locks",
+            format!("{shown}: {e}"),
+            "check that ZooKeeper runs and this host reaches it, and the identity and TLS files of the URL",
+        ),
+    });
+}
+
+/// The directories on this host that hold the store, index or locks.
+fn local_dirs(backends: &Backends) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(path) = backends.store.as_deref().and_then(|url| url.strip_prefix("sqlite://")) {
+        let file = Path::new(path.split_once('?').map_or(path, |(path, _)| path));
+        dirs.extend(file.parent().map(Path::to_path_buf));
+    }
+    for url in [&backends.index, &backends.locks].into_iter().flatten() {
+        if let Some(path) = url.strip_prefix("local:").filter(|p| !p.is_empty()) {
+            dirs.push(PathBuf::from(path));
+        }
+    }
+    dirs.dedup();
+    dirs
+}
+
+/// Every secret, key and certificate file the backends, the environment, `notify.toml` and
+/// the command line name, each once.
+fn named_files(options: &DoctorOptions, backends: &Backends) -> Vec<(FileKind, PathBuf)> {
+    let mut named = Vec::new();
+    if let Some(url) = backends.store.as_deref()
+        && (url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        && let Ok(pg) = autocomp_store::PgOptions::parse(url)
+    {
+        named.extend(pg.password_file.map(|path| (FileKind::Password, path)));
+        named.extend(pg.root_certificates.map(|path| (FileKind::Certificate, PathBuf::from(path))));
+    }
+    if let Some(url) = backends.locks.as_deref()
+        && let Ok(zk) = autocomp_framework::locks::ZkUrl::parse(url)
+    {
+        named.extend(zk.auth_file.map(|path| (FileKind::ZooKeeperIdentities, path)));
+        if let Some(tls) = zk.tls {
+            named.push((FileKind::Certificate, tls.ca_file));
+            if let Some((cert, key)) = tls.client {
+                named.push((FileKind::Certificate, cert));
+                named.push((FileKind::PrivateKey, key));
+            }
+        }
+    }
+    let over_http = [&backends.store, &backends.index]
+        .into_iter()
+        .flatten()
+        .any(|url| url.starts_with("http://") || url.starts_with("https://"));
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if over_http {
+        named.extend(var("AUTOCOMP_TOKEN_FILE").map(|path| (FileKind::Tokens, path)));
+        named.extend(var("AUTOCOMP_CA_FILE").map(|path| (FileKind::Certificate, path)));
+        named.extend(var("AUTOCOMP_CLIENT_CERT").map(|path| (FileKind::Certificate, path)));
+        named.extend(var("AUTOCOMP_CLIENT_KEY").map(|path| (FileKind::PrivateKey, path)));
+    }
+    if let Ok(Some(notify)) = crate::notify::NotifyConfig::load_if_present(&options.config_dir) {
+        let password = notify.mail.and_then(|mail| mail.password_file);
+        named.extend(password.map(|path| (FileKind::Password, notify.dir.join(path))));
+        named.extend(notify.webhook.map(|hook| (FileKind::Password, notify.dir.join(hook.secret_file))));
+    }
+    named.extend(options.extra_files.iter().cloned());
+    let mut seen = std::collections::HashSet::new();
+    named.retain(|(kind, path)| seen.insert((*kind, path.clone())));
+    named
+}
+
+/// Every component in the registry: it runs (not silent by its own rule), and it is not
+/// held by an open circuit or a pause older than the alerts' threshold.
+async fn component_checks(store: Option<&Arc<dyn ObjectStore>>, checks: &mut Vec<Check>) {
+    let Some(store) = store else {
+        checks.push(Check::skipped("components", "needs the store"));
+        return;
+    };
+    let defaults = AlertDefaults::default();
+    let (components, steering) = match tokio::try_join!(store.components(), store.steering()) {
+        Ok(read) => read,
+        Err(e) => {
+            checks.push(Check::fail("components", e.to_string(), "see the store check"));
+            return;
+        }
+    };
+    let now = Timestamp::now();
+    let ago = |at: Timestamp| humantime::format_duration(Duration::from_secs(now.since(at).as_secs())).to_string();
+    let hold_text = |hold: &autocomp_model::Hold| {
+        format!("{} for {} by {}: {}", hold.kind.as_str(), ago(hold.since), hold.by, hold.reason)
+    };
+    if let Some(hold) = steering.holds().find_map(|(component, hold)| component.is_none().then_some(hold)) {
+        let detail = format!("the whole pipeline is {}", hold_text(hold));
+        checks.push(if held_too_long(hold, now, defaults.paused_after) {
+            Check::fail("pipeline", detail, "`autocomp resume --all --reason ...` when the reason is gone")
+        } else {
+            Check::ok("pipeline", detail)
+        });
+    }
+    let live: Vec<_> = components.iter().filter(|c| !c.is_retired()).collect();
+    if live.is_empty() {
+        checks.push(Check::fail(
+            "components",
+            "no component has run against this store",
+            "start the components (their timers, cron lines or --watch units) with this configuration; if they \
+             run, they use another store URL",
+        ));
+        return;
+    }
+    for component in live {
+        let name = component.name();
+        let check = format!("component {name}");
+        let hosts: Vec<&str> = component.hosts.iter().map(|h| h.host.as_str()).collect();
+        let seen = last_seen(component);
+        let mut detail = format!("last pass {} ago on {}", ago(seen), hosts.join(", "));
+        let hold = steering.holds().find_map(|(held, hold)| (held == Some(name)).then_some(hold));
+        if let Some(hold) = hold {
+            detail = format!("{detail}; {}", hold_text(hold));
+        }
+        let rule = SilenceRule::of(component, &defaults);
+        let silent = !component.descriptor.manual && rule.is_silent(seen, now);
+        let circuit_open = hold.is_some_and(|hold| hold.kind == HoldKind::Circuit);
+        let held_long = hold.is_some_and(|hold| held_too_long(hold, now, defaults.paused_after));
+        checks.push(if silent {
+            Check::fail(
+                check,
+                format!("{detail}: silent (after {})", rule.describe()),
+                format!("see why its timer, cron line or watch unit stopped (`journalctl -u 'autocomp-*@{name}*'`)"),
+            )
+        } else if circuit_open {
+            Check::fail(check, detail, format!("`autocomp resume {name} --rerun-failed --reason ...` once fixed"))
+        } else if held_long {
+            Check::fail(check, detail, format!("`autocomp resume {name} --reason ...` when the reason is gone"))
+        } else {
+            Check::ok(check, detail)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parsers_picture_of_the_line_is_dropped_and_the_rest_joined() {
+        let toml_error = "TOML parse error at line 1, column 1\n  |\n1 | max_thredas = 2\n  | ^^^^^^^^^^^\n\
+                          unknown field `max_thredas`, expected `max_threads`\n";
+        assert_eq!(
+            one_line(toml_error),
+            "TOML parse error at line 1, column 1: unknown field `max_thredas`, expected `max_threads`"
+        );
+        assert_eq!(one_line("one line"), "one line");
+    }
+
+    #[test]
+    fn only_the_database_backends_are_opened_without_migrating() {
+        assert_eq!(without_migrating("sqlite:///s.db"), "sqlite:///s.db?migrate=false");
+        assert_eq!(without_migrating("postgres://u@h/db?pool_size=2"), "postgres://u@h/db?pool_size=2&migrate=false");
+        assert_eq!(without_migrating("https://store:7070"), "https://store:7070");
+    }
+
+    #[test]
+    fn the_text_report_is_a_line_per_check_and_a_failure_carries_its_fix() {
+        let report = DoctorReport {
+            checks: vec![
+                Check::ok("store", "sqlite:///s.db: sqlite at schema version 10 (current)"),
+                Check::fail("clock", "this host is 5m ahead", "synchronise the clocks"),
+                Check::skipped("index", "needs the store"),
+            ],
+        };
+        assert!(!report.passed());
+        let text = report.render(Format::Text);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[1].starts_with("FAIL  clock") && lines[1].ends_with("-- fix: synchronise the clocks"));
+        assert!(lines[2].starts_with("skip  index"));
+        assert_eq!(lines[3], "1 check failed");
+        let json: serde_json::Value = serde_json::from_str(&report.render(Format::Json)).unwrap();
+        assert_eq!(json["passed"], false);
+        assert_eq!(json["checks"][1]["fix"], "synchronise the clocks");
+        assert!(json["checks"][0].get("fix").is_none());
+    }
+}
