@@ -149,6 +149,9 @@ pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
         }
     });
     std::io::stdout().flush().ok();
+    // The pass's spans go to the collector before the process ends (a cron pass is over in
+    // seconds, before the exporter's own schedule); bounded, and nothing when telemetry is off.
+    autocomp_http::telemetry::shutdown();
     // Do not wait for a hung work thread: every lock and claim is already released.
     runtime.shutdown_background();
     ExitCode::from(code)

@@ -5,7 +5,9 @@
 //! bound, record each result fenced by its claim generation (results that finish together
 //! share the store's group commit), tell the circuit breaker, unlock.
 //! Outcome rules: permanent/transient errors, panics, timeouts, attempts,
-//! graceful shutdown (release claims without events).
+//! graceful shutdown (release claims without events). With telemetry on, a pass is a trace:
+//! a `pass` span, a `claim` span per round, a `batch` span per batch with its `work` and
+//! `append` (docs/telemetry.md); off, every span here is a disabled one.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use autocomp_http::telemetry;
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentDescriptor, ComponentName, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome,
     PassOutcome, PassPhase, PassRecord, PoolName, Report, RunHolder, RunOutput, RunState, Seq, Steering,
@@ -23,7 +26,7 @@ use autocomp_sboi::BatchIndex;
 use autocomp_store::{Claim, ObjectStore, StoreError};
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Semaphore, oneshot, watch};
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, Span, debug, error, info, warn};
 
 use crate::component::{CheckpointWriter, Component, WorkContext, WorkError, fitted_output};
 use crate::config::ComponentConfig;
@@ -326,6 +329,8 @@ struct Claimed {
     slots: Slots,
     checkpoint: Option<serde_json::Value>,
     breaker_counting: bool,
+    /// The batch's span, from its claim to its unlock (disabled when telemetry is off).
+    span: Span,
 }
 
 impl Claimed {
@@ -469,6 +474,53 @@ impl<C: Component> Runner<C> {
     /// component registry (a pass that claims work says so before working; every pass
     /// reports how it ended, an idle one only that).
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
+        let span = self.pass_span(selection);
+        let passed = self.untraced_pass(selection).instrument(span.clone()).await;
+        let (outcome, taken_up) = match &passed {
+            Ok(summary) => (summary.pass_outcome().as_str(), summary.taken_up()),
+            Err(RunError::PollLockBusy(_)) => ("busy", 0),
+            Err(_) => ("error", 0),
+        };
+        span.record("autocomp.pass.outcome", outcome);
+        span.record("autocomp.pass.batches", taken_up);
+        if outcome == "error" {
+            span.record("otel.status_code", "ERROR");
+        }
+        passed
+    }
+
+    /// The root span of a pass: each pass is a trace of its own, a watcher's too. Disabled
+    /// (and free) when telemetry is off.
+    fn pass_span(&self, selection: &Selection) -> Span {
+        if !telemetry::enabled() {
+            return Span::none();
+        }
+        let selection = match selection {
+            Selection::Ready => "ready",
+            Selection::Offered(_) => "offered",
+            Selection::Batch { force: false, .. } => "batch",
+            Selection::Batch { force: true, .. } => "forced",
+        };
+        tracing::info_span!(target: telemetry::TARGET, parent: None, "pass",
+            autocomp.component = %self.name, autocomp.agent = %self.identity.agent, host.name = %self.identity.host,
+            process.pid = self.identity.pid, autocomp.selection = selection,
+            autocomp.pass.outcome = tracing::field::Empty, autocomp.pass.batches = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty)
+    }
+
+    /// A batch's span, a child of the pass's (the current span), from its claim on; its
+    /// outcome is recorded when known (`record_outcome`).
+    fn batch_span(&self, id: &BatchId) -> Span {
+        if !telemetry::enabled() {
+            return Span::none();
+        }
+        tracing::info_span!(target: telemetry::TARGET, "batch", autocomp.batch_id = %id,
+            autocomp.component = %self.name, autocomp.generation = tracing::field::Empty,
+            autocomp.outcome = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+    }
+
+    /// `run_pass` without its span.
+    async fn untraced_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let started = Instant::now();
         // A setting refused, or a result it reads that its producer no longer publishes as
         // expected (only a component that reads some pays the registry read).
@@ -796,24 +848,41 @@ impl<C: Component> Runner<C> {
         let breaker_counting = steering.now.breakers.contains_key(&self.name);
         let earlier = self.read_earlier_attempts(&ready, force).await?;
         let ids: Vec<BatchId> = ready.iter().map(|batch| batch.id.clone()).collect();
-        let answers = self.pipeline.store.claim_many(&ids, &self.name, &self.run_holder()).await?;
+        // Each batch's span starts at its claim; the round's one store call has its own.
+        let spans: Vec<Span> = ids.iter().map(|id| self.batch_span(id)).collect();
+        let claim_span = match telemetry::enabled() {
+            true => tracing::info_span!(target: telemetry::TARGET, "claim", autocomp.batches = ids.len()),
+            false => Span::none(),
+        };
+        let holder = self.run_holder();
+        let claiming = self.pipeline.store.claim_many(&ids, &self.name, &holder);
+        let answers = claiming.instrument(claim_span).await.inspect_err(|_| {
+            spans.iter().for_each(|span| record_outcome(span, "not_claimed", true));
+        })?;
         let mut failure = (answers.len() != ready.len()).then(|| {
             let message = format!("the store answered {} of {} claims", answers.len(), ready.len());
             RunError::Store(StoreError::Unavailable(message))
         });
         let mut fresh = Vec::new();
-        for ((batch, earlier), answer) in ready.into_iter().zip(earlier).zip(answers) {
+        for (((batch, earlier), answer), span) in ready.into_iter().zip(earlier).zip(answers).zip(spans) {
             let claim = match answer {
                 Ok(claim) => claim,
                 Err(StoreError::NotFound(id)) => {
+                    record_outcome(&span, "missing", true);
                     self.missing(id, manual, &mut failure);
                     continue;
                 }
                 Err(e) => {
+                    record_outcome(&span, "not_claimed", true);
                     failure.get_or_insert(e.into());
                     continue;
                 }
             };
+            span.record("autocomp.generation", claim.generation());
+            if telemetry::enabled() {
+                let took_over = claim.abandoned.is_some();
+                info!(target: telemetry::TARGET, parent: &span, generation = claim.generation(), took_over, "claimed");
+            }
             if let Some(abandoned) = &claim.abandoned {
                 warn!(batch = %batch.id, generation = abandoned.generation, holder = %abandoned.holder.agent,
                     "took over a run whose holder died or stalled; it is marked abandoned");
@@ -821,7 +890,7 @@ impl<C: Component> Runner<C> {
             let failed_attempts = earlier.after(&batch, &self.name, &claim);
             let (lock, slots) = locked.take(&batch.id).expect("a ready batch is one the round locked");
             let checkpoint = earlier.checkpoint;
-            fresh.push((Claimed { batch, claim, lock, slots, checkpoint, breaker_counting }, failed_attempts));
+            fresh.push((Claimed { batch, claim, lock, slots, checkpoint, breaker_counting, span }, failed_attempts));
         }
         // The batches the store refused to claim: free before any give-up is recorded.
         locked.release_all().await;
@@ -840,7 +909,8 @@ impl<C: Component> Runner<C> {
                     "gave up after {failed_attempts} failed attempts (abandoned or transient); max_attempts is {}",
                     self.config.max_attempts
                 );
-                self.record(batch, report, false)
+                let span = batch.span.clone();
+                self.record(batch, report, false).instrument(span)
             })
             .buffer_unordered(RECORDS_IN_FLIGHT)
             .collect()
@@ -1018,7 +1088,8 @@ impl<C: Component> Runner<C> {
         let mut tasks = tokio::task::JoinSet::new();
         for batch in claimed {
             let (runner, permits) = (Arc::clone(self), Arc::clone(&permits));
-            tasks.spawn(async move { runner.work_one(batch, permits).await });
+            let span = batch.span.clone();
+            tasks.spawn(async move { runner.work_one(batch, permits).await }.instrument(span));
         }
         let mut results = Vec::new();
         while let Some(joined) = tasks.join_next().await {
@@ -1059,8 +1130,14 @@ impl<C: Component> Runner<C> {
         let started = Instant::now();
         // The work thread's log lines; shared so a timed-out run keeps what it logged.
         let log = (self.config.max_output > 0).then(|| LogCapture::new(self.config.max_output));
-        let finished = self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone());
-        tokio::pin!(finished);
+        // The work's span ends when the work does (the future is dropped below), not with
+        // the batch's result.
+        let work_span = match telemetry::enabled() {
+            true => tracing::info_span!(target: telemetry::TARGET, "work"),
+            false => Span::none(),
+        };
+        let mut finished =
+            Box::pin(self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone()).instrument(work_span));
         let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
         let grace = self.config.shutdown_grace;
         let outcome = tokio::select! {
@@ -1069,7 +1146,7 @@ impl<C: Component> Runner<C> {
             _ = async { stop_requested(&mut shutdown).await; tokio::time::sleep(grace).await } => {
                 cancelled.store(true, Ordering::Relaxed);
                 info!(batch = %claimed.batch.id, "shutting down: work cancelled, claim released");
-                self.let_cancelled_work_clean_up(finished).await;
+                self.let_cancelled_work_clean_up(finished.as_mut()).await;
                 drop(permit);
                 return self.release(claimed).await;
             }
@@ -1077,7 +1154,7 @@ impl<C: Component> Runner<C> {
                 // Every batch's task sees the loss at once: all work is cancelled together.
                 cancelled.store(true, Ordering::Relaxed);
                 error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
-                self.let_lost_work_go(finished).await;
+                self.let_lost_work_go(finished.as_mut()).await;
                 drop(permit);
                 return self.give_up_after_session_loss(claimed).await;
             }
@@ -1100,9 +1177,10 @@ impl<C: Component> Runner<C> {
                 report.output = fitted_output(RunOutput { streams: vec![log] }, self.config.max_output);
             }
             let result = self.record(claimed, report, true).await;
-            self.let_cancelled_work_clean_up(finished).await;
+            self.let_cancelled_work_clean_up(finished.as_mut()).await;
             return result;
         };
+        drop(finished);
         let mut report = match outcome {
             Ok((result, report)) => report_of(result, report),
             Err(()) => failed_report(&self.config, "the work thread ended without a result"),
@@ -1206,7 +1284,7 @@ impl<C: Component> Runner<C> {
     /// releases the lock and the pool slots, and tells the circuit breaker (if the component
     /// has one) of a permanent failure, or of a success while it was counting.
     async fn record(&self, claimed: Claimed, report: Report, timed_out: bool) -> BatchResult {
-        let Claimed { batch, claim, lock, slots, breaker_counting, .. } = claimed;
+        let Claimed { batch, claim, lock, slots, breaker_counting, span, .. } = claimed;
         let id = batch.id.clone();
         let mut session = self.pipeline.locks.session();
         // While disconnected, hold the commit: the session may come back, or be lost.
@@ -1220,6 +1298,7 @@ impl<C: Component> Runner<C> {
             // Fenced if someone took the batch over meanwhile; otherwise it is ready again.
             self.pipeline.store.release(&id, &self.name, claim.generation()).await.ok();
             release_locks(Claimed::locks(lock, slots)).await;
+            record_outcome(&span, "not_recorded", true);
             return BatchResult::NotRecorded { id };
         }
         let key = IdempotencyKey::new(format!("{}.{}.{}", self.name, id, claim.generation()))
@@ -1237,13 +1316,20 @@ impl<C: Component> Runner<C> {
                 .with_idempotency_key(key.clone())
         };
         let mut report = within_document_limit(report);
-        let mut appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+        // The result's store calls (one, or a smaller result after a refusal).
+        let append_span = match telemetry::enabled() {
+            true => tracing::info_span!(target: telemetry::TARGET, parent: &span, "append",
+                autocomp.event_type = %self.event_type),
+            false => Span::none(),
+        };
+        let mut appended =
+            self.pipeline.store.append_event(&id, event_of(&report)).instrument(append_span.clone()).await;
         if let (Err(StoreError::Invalid(refusal)), Some(_)) = (&appended, &report.output) {
             // The output is what the result can best do without: the same result, smaller.
             warn!(batch = %id, "the store refused the result: {refusal}; recording it without its output");
             report.output = None;
             report.summary = with_note(&report.summary, "output dropped: the batch is at its size cap");
-            appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+            appended = self.pipeline.store.append_event(&id, event_of(&report)).instrument(append_span.clone()).await;
         }
         if let Err(StoreError::Invalid(refusal)) = &appended {
             // The store refused the result itself (the batch is at its size cap, say): record
@@ -1253,8 +1339,9 @@ impl<C: Component> Runner<C> {
             let mut refused = failed_report(&self.config, &format!("the store refused the result: {refusal}"));
             refused.duration_ms = report.duration_ms;
             report = refused;
-            appended = self.pipeline.store.append_event(&id, event_of(&report)).await;
+            appended = self.pipeline.store.append_event(&id, event_of(&report)).instrument(append_span.clone()).await;
         }
+        drop(append_span);
         let line = summary_line(&id, &self.event_type, &report);
         let result = match appended {
             Ok(_) => {
@@ -1295,6 +1382,14 @@ impl<C: Component> Runner<C> {
             }
         };
         release_locks(Claimed::locks(lock, slots)).await;
+        match &result {
+            BatchResult::Recorded { outcome, .. } => {
+                record_outcome(&span, outcome.as_str(), *outcome == Outcome::Failure);
+            }
+            BatchResult::Fenced { .. } => record_outcome(&span, "fenced", true),
+            BatchResult::StoreUnreachable { .. } => record_outcome(&span, "store_unreachable", true),
+            _ => record_outcome(&span, "not_recorded", true),
+        }
         if let BatchResult::Recorded { id, outcome, .. } = &result {
             let failed = *outcome == Outcome::Failure && !report.transient;
             if failed || (breaker_counting && *outcome == Outcome::Success) {
@@ -1345,6 +1440,7 @@ impl<C: Component> Runner<C> {
             warn!(batch = %id, "cannot release the claim: {e}");
         }
         release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
+        record_outcome(&claimed.span, "released", false);
         BatchResult::Released { id }
     }
 
@@ -1358,6 +1454,7 @@ impl<C: Component> Runner<C> {
             Err(e) => warn!(batch = %id, "cannot release the claim: {e}"),
         }
         release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
+        record_outcome(&claimed.span, "not_recorded", true);
         BatchResult::NotRecorded { id }
     }
 
@@ -1589,6 +1686,15 @@ pub(crate) fn held_reason(component: &ComponentName, steering: &Steering) -> Opt
         HoldKind::Circuit => format!("{what} is held since {}: {reason} ({resume})", hold.since),
         kind => format!("{what} is {} by {} since {}: {reason} ({resume})", kind.as_str(), hold.by, hold.since),
     })
+}
+
+/// How a batch ended, on its span (nothing on a disabled one): `success` or `failure` for a
+/// recorded result, else what became of it (`released`, `fenced`, `not_recorded`, ...).
+fn record_outcome(span: &Span, outcome: &str, error: bool) {
+    span.record("autocomp.outcome", outcome);
+    if error {
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 /// Releases several locks at once (each may be a round trip to the lock service).

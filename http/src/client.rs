@@ -2,8 +2,9 @@
 //! operation (typed by its declaration, `api::Operation`), the bearer token, error bodies
 //! mapped back to typed errors, retries that ride out a service restart without ever
 //! repeating a write that is not safe to repeat, failover between several instances of a
-//! service (`http://a:7071,http://b:7071`), and `https://` trusting a private CA
-//! (`tls::ClientTls`).
+//! service (`http://a:7071,http://b:7071`), `https://` trusting a private CA
+//! (`tls::ClientTls`), and inside a trace a client span whose `traceparent` each attempt
+//! carries (`telemetry`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -157,7 +158,11 @@ impl HttpClient {
         retry: Retry,
         timeout: Option<Duration>,
     ) -> Result<O::Answer, CallError> {
-        self.post(O::NAME, request, retry, timeout).await
+        use tracing::Instrument;
+        // Retries and failover included: the span is the caller's wait. Disabled (free)
+        // when telemetry is off or the caller is in no trace.
+        let span = crate::telemetry::client_span(self.what, O::NAME);
+        self.post(O::NAME, request, retry, timeout).instrument(span).await
     }
 
     /// POSTs `request` to `/v1/<operation>` and decodes the answer (see `call`).
@@ -242,6 +247,11 @@ impl HttpClient {
             .body(body);
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        if crate::telemetry::enabled() {
+            let mut headers = reqwest::header::HeaderMap::new();
+            crate::telemetry::inject(&mut headers);
+            request = request.headers(headers);
         }
         request.send().await
     }

@@ -5,7 +5,8 @@
 //! services and clients (`tls`), secrets and certificates read again when their files
 //! change (`reload`), the client with failover and retry (`client`), the one function that
 //! describes a URL without its secrets (`redact`), the one that makes user text safe to
-//! print (`terminal`), logging set-up (`logging`), and the one declaration of each remote
+//! print (`terminal`), logging set-up (`logging`) with optional OpenTelemetry export and
+//! `traceparent` propagation (`telemetry`), and the one declaration of each remote
 //! operation that the routes, the client and the OpenAPI document are made from (`api`).
 //! It knows nothing of batches beyond the validated names of the model.
 
@@ -19,6 +20,7 @@ pub mod reload;
 pub mod serve;
 pub mod service;
 pub mod startup;
+pub mod telemetry;
 pub mod terminal;
 pub mod tls;
 

@@ -1,7 +1,8 @@
 //! The connection loop every service serves its router with: caps on connections (total and
 //! per peer address) applied at accept, before a byte is read; TLS (`tls`) under HTTP/1.1;
-//! a time limit on a request's head and one on its body; graceful shutdown on SIGTERM. The
-//! flags that set them (`ListenArgs`) are shared by every service binary.
+//! a time limit on a request's head and one on its body; graceful shutdown on SIGTERM, after
+//! which the service's last spans are exported (`telemetry`). The flags that set them
+//! (`ListenArgs`) are shared by every service binary.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -213,6 +214,11 @@ pub async fn serve_until(
     let _ = stopping_tx.send(true);
     drop(open);
     let _ = all_closed.recv().await;
+    // A service's way out: the spans of the requests it answered go to the collector now,
+    // bounded by the export timeout (off, this does nothing).
+    if crate::telemetry::enabled() {
+        let _ = tokio::task::spawn_blocking(crate::telemetry::shutdown).await;
+    }
     Ok(())
 }
 

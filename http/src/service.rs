@@ -1,8 +1,9 @@
 //! The routes every autocomp HTTP service shares: the `Rpc` trait a service implements, its
 //! `router` (bearer-token access and the declared length checked before a byte of the body
 //! is read, per-operation metrics in Prometheus text, `/health`, `/openapi.json`, JSON
-//! 404/405), and the service's tokens. What a refusal looks like is `error`'s; what the
-//! operations are is `api`'s; how connections are served and shut down is `serve`'s.
+//! 404/405), a span per operation joining the caller's trace (`telemetry`), and the service's
+//! tokens. What a refusal looks like is `error`'s; what the operations are is `api`'s; how
+//! connections are served and shut down is `serve`'s.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -311,15 +312,23 @@ async fn operation<S: Rpc>(
     Path(operation): Path<String>,
     request: Request,
 ) -> Response {
+    use tracing::Instrument;
     let started = std::time::Instant::now();
     let known = <S::Request as Requests>::OPERATIONS.iter().find(|described| described.name == operation);
+    let label = known.map_or("unknown", |described| described.name);
+    // A child of the caller's span when it sent a `traceparent` and telemetry is on; else
+    // disabled, and instrumenting with it costs nothing.
+    let span = crate::telemetry::server_span(label, request.headers());
     let answer = match known {
         None => Err(ApiError::unknown_operation(&operation)),
-        Some(described) => answer(&*service, described, peer, request).await,
+        Some(described) => answer(&*service, described, peer, request).instrument(span.clone()).await,
     };
     let response = answer.unwrap_or_else(IntoResponse::into_response);
-    let label = known.map_or("unknown", |described| described.name);
     let (status, elapsed) = (response.status(), started.elapsed());
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     service.metrics().observe(label, status, elapsed);
     let ms = elapsed.as_secs_f64() * 1000.0;
     if status.is_server_error() {
