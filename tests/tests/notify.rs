@@ -24,6 +24,7 @@ use autocomp_model::{
 use autocomp_ops::notify::{KEY_HEADER, NotifyConfig, NotifyReport, SIGNATURE_HEADER, notify_once};
 use autocomp_sboi::{BatchIndex, open_index};
 use autocomp_store::{ObjectStore, SqliteStore};
+use autocomp_test_servers::receiver::HttpReceiver;
 use autocomp_test_servers::smtp::{Received, SinkTls, SmtpSink};
 use autocomp_test_servers::wait_until_async;
 use serde_json::{Value, json};
@@ -164,33 +165,17 @@ struct Receiver {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<Request>>>,
     status: Arc<AtomicU16>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: HttpReceiver,
 }
 
 impl Receiver {
     fn start() -> Receiver {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(200));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = (Arc::clone(&requests), Arc::clone(&status));
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async move {
-                let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(state);
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        stopped.await.ok();
-                    })
-                    .await
-                    .unwrap();
-            });
-        });
-        Receiver { addr, requests, status, stop: Some(stop), thread: Some(thread) }
+        let server =
+            HttpReceiver::start(axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(state));
+        Receiver { addr: server.addr, requests, status, _server: server }
     }
 
     fn answer(&self, status: u16) {
@@ -204,17 +189,6 @@ impl Receiver {
     /// The requests it answered with a 2xx.
     fn accepted(&self) -> Vec<Request> {
         self.requests().into_iter().filter(|r| (200..300).contains(&r.status)).collect()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.send(()).ok();
-        }
-        if let Some(thread) = self.thread.take() {
-            thread.join().ok();
-        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{TOKEN, http_get, metric};
 use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until};
+use autocomp_test_servers::receiver::HttpReceiver;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
@@ -72,32 +73,14 @@ struct Inbox {
 struct Collector {
     url: String,
     inbox: Arc<Mutex<Inbox>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: HttpReceiver,
 }
 
 impl Collector {
     fn start() -> Collector {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let state = Arc::clone(&inbox);
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async move {
-                let app = axum::Router::new().fallback(receive).with_state(state);
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        stopped.await.ok();
-                    })
-                    .await
-                    .unwrap();
-            });
-        });
-        Collector { url, inbox, stop: Some(stop), thread: Some(thread) }
+        let server = HttpReceiver::start(axum::Router::new().fallback(receive).with_state(Arc::clone(&inbox)));
+        Collector { url: server.url(), inbox, _server: server }
     }
 
     fn requests(&self) -> Vec<String> {
@@ -106,17 +89,6 @@ impl Collector {
 
     fn spans(&self) -> Vec<Received> {
         self.inbox.lock().unwrap().spans.clone()
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            stop.send(()).ok();
-        }
-        if let Some(thread) = self.thread.take() {
-            thread.join().ok();
-        }
     }
 }
 

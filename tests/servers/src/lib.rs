@@ -15,6 +15,9 @@
 //!
 //! [`http1`]: a bare HTTP/1.1 client for the services' tests, sending bytes exactly as given.
 //!
+//! [`receiver`]: an HTTP server with the routes a test wants (a webhook receiver, an OTLP
+//! collector) on a free loopback port.
+//!
 //! Nothing here is ever a skip: without the server installed the calling test fails, naming
 //! the install command (`.ci/run` installs it). This crate depends on no autocomp crate, so
 //! any crate of the workspace can take it as a dev-dependency.
@@ -23,6 +26,7 @@ pub mod bench;
 pub mod chromium;
 pub mod http1;
 pub mod postgres;
+pub mod receiver;
 pub mod smtp;
 
 pub use postgres::{Options, Postgres, shared};
