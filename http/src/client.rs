@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::api::Operation;
-use super::error::ErrorBody;
+use super::error::{ErrorBody, error_chain};
 use super::tls::ClientTls;
 use autocomp_model::InvalidInput;
 
@@ -296,17 +296,4 @@ impl HttpClient {
             ))),
         }
     }
-}
-
-/// An error with its sources, on one line: reqwest's errors keep the useful part
-/// ("Connection refused") in their sources.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }

@@ -90,7 +90,8 @@ pub(crate) fn settings_from(var: impl Fn(&str) -> Option<String>) -> Result<Opti
 /// not: nothing was built). A configuration it cannot use is an error for the caller to log
 /// as a warning, and no export: telemetry never stops a binary. Called once, by
 /// `logging::init_with`.
-pub(crate) fn layer() -> Result<Option<crate::logging::ExtraLayer>, String> {
+pub(crate) fn layer()
+-> Result<Option<Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>>, String> {
     use tracing_subscriber::Layer;
     let off = |refused: String| format!("OpenTelemetry export off: {refused}");
     let Some(settings) = settings_from(|name| std::env::var(name).ok()).map_err(off)? else {
@@ -255,7 +256,7 @@ impl Collector {
         })
         .join()
         .map_err(|_| "the OTLP client could not be built".to_string())?;
-        let client = built.map_err(|e| format!("the OTLP client: {}", crate::client::error_chain(&e)))?;
+        let client = built.map_err(|e| format!("the OTLP client: {}", crate::error::error_chain(&e)))?;
         Ok(Self { client, failing: AtomicBool::new(false) })
     }
 
@@ -269,7 +270,7 @@ impl Collector {
             .body(body.to_vec())
             .send()
             // The URL is in the warning already, shown without its credentials.
-            .map_err(|e| crate::client::error_chain(&e.without_url()))?;
+            .map_err(|e| crate::error::error_chain(&e.without_url()))?;
         let (status, headers) = (answer.status(), answer.headers().clone());
         let mut bytes = Vec::new();
         answer.take(MAX_ANSWER_BYTES).read_to_end(&mut bytes).map_err(|e| e.to_string())?;

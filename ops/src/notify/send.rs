@@ -249,7 +249,7 @@ impl Webhook {
 
 /// An error with its sources, on one line, bounded.
 fn chain(error: &dyn std::error::Error) -> String {
-    text::one_line(&autocomp_http::client::error_chain(error), 400)
+    text::one_line(&autocomp_http::error::error_chain(error), 400)
 }
 
 #[cfg(test)]
