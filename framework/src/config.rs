@@ -358,11 +358,10 @@ pub struct LoadedConfig {
 /// parse completely.
 pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Result<LoadedConfig, ConfigError> {
     let file = explicit.map(Path::to_path_buf).unwrap_or_else(|| config_dir.join(format!("{component}.toml")));
-    let component_config: ComponentConfig = match read_optional(&file, explicit.is_some())? {
-        Some(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&file, e.to_string()))?,
+    let component_config = match read_optional(&file, explicit.is_some())? {
+        Some(text) => parse_component_file(&text, &file)?,
         None => ComponentConfig::default(),
     };
-    component_config.check(&file)?;
     let shared_file = config_dir.join(SHARED_FILE);
     let backends = match read_optional(&shared_file, false)? {
         // A parse error quotes the offending line, which may be the store URL.
@@ -371,6 +370,15 @@ pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Resu
         None => Backends::default(),
     };
     Ok(LoadedConfig { component: component_config, backends, file, shared_file })
+}
+
+/// A component file's text, parsed and checked as `load` does (the framework's keys and their
+/// bounds; a component's own `[settings]` are its own to check): `autocomp doctor` reads
+/// every component file this way.
+pub fn parse_component_file(text: &str, file: &Path) -> Result<ComponentConfig, ConfigError> {
+    let config: ComponentConfig = toml::from_str(text).map_err(|e| ConfigError::new(file, e.to_string()))?;
+    config.check(file)?;
+    Ok(config)
 }
 
 fn read_optional(file: &Path, required: bool) -> Result<Option<String>, ConfigError> {

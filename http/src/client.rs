@@ -66,7 +66,11 @@ impl ClientOptions {
             let authority = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).unwrap_or("");
             if authority.is_empty() || authority.contains('/') {
                 let expected = "expected http://host:port, or several separated by commas";
-                return Err(InvalidInput::new(field, crate::display_url(url), format!("{base:?}: {expected}")));
+                return Err(InvalidInput::new(
+                    field,
+                    crate::display_url(url),
+                    format!("{:?}: {expected}", crate::display_url(base)),
+                ));
             }
             if !bases.iter().any(|known| known == base) {
                 bases.push(base.to_string());
@@ -138,7 +142,8 @@ impl HttpClient {
         if options.bases.iter().any(|base| base.starts_with("https://")) {
             builder = builder.use_preconfigured_tls(tls.config()?);
         }
-        let http = builder.build().map_err(|e| InvalidInput::new(what, options.bases.join(","), error_chain(&e)))?;
+        let shown: Vec<String> = options.bases.iter().map(|base| crate::display_url(base)).collect();
+        let http = builder.build().map_err(|e| InvalidInput::new(what, shown.join(","), shown_error(&e)))?;
         Ok(Self {
             bases: options.bases,
             current: AtomicUsize::new(0),
@@ -196,8 +201,12 @@ impl HttpClient {
                 },
                 Err(error) => {
                     let unsent = error.is_connect();
-                    let mut message =
-                        format!("{} at {base} unreachable ({operation}): {}", self.what, error_chain(&error));
+                    let mut message = format!(
+                        "{} at {} unreachable ({operation}): {}",
+                        self.what,
+                        crate::display_url(base),
+                        shown_error(&error)
+                    );
                     if !unsent && retry == Retry::OnlyUnsent {
                         message
                             .push_str("; it may have been done before the connection broke: look before repeating it");
@@ -210,7 +219,8 @@ impl HttpClient {
             if may_repeat && tried < self.bases.len() {
                 let next = (index + 1) % self.bases.len();
                 self.current.store(next, Ordering::Relaxed);
-                tracing::warn!(operation, "{} at {base} not answering; trying {}", self.what, self.bases[next]);
+                let (shown, next) = (crate::display_url(base), crate::display_url(&self.bases[next]));
+                tracing::warn!(operation, "{} at {shown} not answering; trying {next}", self.what);
                 continue;
             }
             tried = 0;
@@ -267,8 +277,8 @@ impl HttpClient {
             CallError::Unreachable(format!(
                 "{} at {}: reading the answer to {operation}: {}",
                 self.what,
-                base,
-                error_chain(&e)
+                crate::display_url(base),
+                shown_error(&e)
             ))
         })?;
         self.reached.store(true, Ordering::Relaxed);
@@ -283,8 +293,12 @@ impl HttpClient {
         match serde_json::from_slice::<ErrorBody>(&bytes) {
             Ok(mut body) => {
                 if status == StatusCode::UNAUTHORIZED {
-                    body.error.message =
-                        format!("the {} at {} refused {operation}: {}", self.what, base, body.error.message);
+                    body.error.message = format!(
+                        "the {} at {} refused {operation}: {}",
+                        self.what,
+                        crate::display_url(base),
+                        body.error.message
+                    );
                 }
                 Err(CallError::Api { status, body })
             }
@@ -295,5 +309,35 @@ impl HttpClient {
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             ))),
         }
+    }
+}
+
+/// A client error on one line, its sources included, with every URL in it (reqwest names the
+/// request's, which may carry a user and password) shown as `display_url` shows it.
+fn shown_error(error: &dyn std::error::Error) -> String {
+    crate::redact::redact_urls_in(&error_chain(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_in_a_service_url_is_never_in_an_error() {
+        let Err(refused) = ClientOptions::parse("https://alice:S3cr3t@store:7070/extra", "store url") else {
+            panic!("a base with a path is refused")
+        };
+        assert!(!refused.to_string().contains("S3cr3t") && refused.to_string().contains("alice:***"), "{refused}");
+        // reqwest names the request's URL in its errors.
+        #[derive(Debug)]
+        struct Sending;
+        impl std::fmt::Display for Sending {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "error sending request for url (https://alice:S3cr3t@store:7070/v1/head)")
+            }
+        }
+        impl std::error::Error for Sending {}
+        let shown = shown_error(&Sending);
+        assert!(!shown.contains("S3cr3t") && shown.contains("alice:***@store:7070"), "{shown}");
     }
 }

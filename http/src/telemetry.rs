@@ -59,6 +59,10 @@ pub(crate) fn settings_from(var: impl Fn(&str) -> Option<String>) -> Result<Opti
     else {
         return Ok(None);
     };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        // Not echoed: a mistyped URL may still hold a user and password.
+        return Err("the OTLP endpoint is not an http:// or https:// URL".to_owned());
+    }
     match var("OTEL_TRACES_EXPORTER").as_deref() {
         None | Some("otlp") => {}
         Some("none") => return Ok(None),
@@ -93,7 +97,8 @@ pub(crate) fn settings_from(var: impl Fn(&str) -> Option<String>) -> Result<Opti
 pub(crate) fn layer()
 -> Result<Option<Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>>, String> {
     use tracing_subscriber::Layer;
-    let off = |refused: String| format!("OpenTelemetry export off: {refused}");
+    // The exporter's own errors may quote the endpoint, which may carry a user and password.
+    let off = |refused: String| format!("OpenTelemetry export off: {}", crate::redact::redact_urls_in(&refused));
     let Some(settings) = settings_from(|name| std::env::var(name).ok()).map_err(off)? else {
         return Ok(None);
     };
@@ -315,6 +320,12 @@ mod tests {
 
     fn settings(vars: &[(&str, &str)]) -> Result<Option<Settings>, String> {
         settings_from(|name| vars.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string()))
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_a_url_is_refused_without_echoing_it() {
+        let refused = settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "alice:S3cr3t@collector:4318")]).unwrap_err();
+        assert!(refused.contains("not an http:// or https:// URL") && !refused.contains("S3cr3t"), "{refused}");
     }
 
     #[test]

@@ -20,6 +20,10 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// `autocomp doctor --config-dir <pipeline> args...`, none of the environment that would
 /// change what it checks; at most 60 s.
 fn doctor_with(pipeline: &Pipeline, args: &[&str], wrap: Option<&[&str]>) -> Finished {
+    doctor_env(pipeline, args, wrap, &[])
+}
+
+fn doctor_env(pipeline: &Pipeline, args: &[&str], wrap: Option<&[&str]>, env: &[(&str, &Path)]) -> Finished {
     let autocomp = binary("autocomp");
     let mut command = match wrap {
         Some(wrapper) => {
@@ -36,6 +40,7 @@ fn doctor_with(pipeline: &Pipeline, args: &[&str], wrap: Option<&[&str]>) -> Fin
         "AUTOCOMP_LOCKS",
         "AUTOCOMP_CONFIG_DIR",
         "AUTOCOMP_ZK_AUTH",
+        "AUTOCOMP_TOKEN",
         "AUTOCOMP_TOKEN_FILE",
         "AUTOCOMP_CA_FILE",
         "AUTOCOMP_CLIENT_CERT",
@@ -45,6 +50,7 @@ fn doctor_with(pipeline: &Pipeline, args: &[&str], wrap: Option<&[&str]>) -> Fin
     ] {
         command.env_remove(var);
     }
+    command.envs(env.iter().copied());
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
 }
@@ -118,7 +124,11 @@ fn a_mistyped_config_key_fails_naming_the_file_and_the_key() {
     assert_eq!(finished.code, Some(1), "{}", finished.show());
     let found = assert_verdict(&finished, "config autocomp.toml", "FAIL");
     assert!(found.contains("stor"), "{found}");
-    assert!(finished.stdout.contains("no store backend is configured"), "{}", finished.show());
+    // Each file fails its own line: the component file still says its own mistake, and the
+    // backends autocomp.toml would name are not called missing.
+    assert!(line(&finished, "config probe.toml").contains("max_thredas"), "{}", finished.show());
+    assert!(line(&finished, "store").contains("autocomp.toml does not parse"), "{}", finished.show());
+    assert_verdict(&finished, "store", "skip");
 }
 
 #[test]
@@ -245,7 +255,7 @@ fn zookeeper_with_the_pipelines_identity_passes_and_a_wrong_or_missing_identity_
     assert_verdict(&finished, "locks", "ok");
     let [ca, _, key] = zk.tls_files();
     let found = assert_verdict(&finished, &format!("certificate {}", ca.display()), "FAIL");
-    assert!(found.contains("within 30days") && found.contains("renew"), "{found}");
+    assert!(found.contains("within 30 days") && found.contains("renew"), "{found}");
     assert_verdict(&finished, &format!("private key {}", key.display()), "ok");
     let finished = doctor(&pipeline, &["--expires-within", "1h"]);
     assert_eq!(finished.code, Some(0), "{}", finished.show());
@@ -388,4 +398,48 @@ fn a_store_no_component_has_run_against_fails_and_a_full_disk_threshold_fails() 
     assert!(found.contains("no component has run against this store"), "{found}");
     let disk = finished.stdout.lines().find(|l| l.contains(" disk ")).expect("a disk line");
     assert!(disk.starts_with("FAIL") && disk.contains("less than"), "{disk}");
+}
+
+#[test]
+fn a_store_service_without_the_token_fails_naming_it_and_with_the_token_file_passes() {
+    let pipeline = Pipeline::new(PROBE);
+    let logs = pipeline.path("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let service = autocomp_e2e::services::Service::store(&pipeline.path("served.db"), &logs);
+    pipeline.use_backend("store", &service.url());
+    let finished = doctor(&pipeline, &[]);
+    assert_eq!(finished.code, Some(1), "{}", finished.show());
+    let found = assert_verdict(&finished, "store", "FAIL");
+    assert!(found.contains("token") && found.contains("fix: check the credentials"), "{found}");
+
+    let token = write_private(&pipeline.path("token"), &format!("{}\n", autocomp_e2e::services::TOKEN), 0o600);
+    let finished = doctor_env(&pipeline, &[], None, &[("AUTOCOMP_TOKEN_FILE", &token)]);
+    assert_verdict(&finished, "store", "ok");
+    assert_verdict(&finished, &format!("token file {}", token.display()), "ok");
+    assert!(!finished.stdout.contains("store writes"), "{}", finished.show());
+}
+
+/// Run as root over a pipeline its user owns, the doctor opens neither the embedded store
+/// nor the index: it would leave files (SQLite's -shm, index files) only root can write.
+#[test]
+fn as_root_over_a_pipeline_another_user_owns_it_makes_no_file_there() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test runs as root, as CI runs the suite");
+    let pipeline = worked_pipeline("");
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(pipeline.path("")).status().unwrap();
+    assert!(chown.success());
+    let listing = || {
+        let output = Command::new("find").arg(pipeline.path("")).args(["-printf", "%p %u %s\\n"]).output().unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let before = listing();
+    let finished = doctor(&pipeline, &[]);
+    assert_eq!(finished.code, Some(1), "{}", finished.show());
+    let found = assert_verdict(&finished, "user", "FAIL");
+    assert!(found.contains("sudo -u autocomp"), "{found}");
+    assert_verdict(&finished, "store", "skip");
+    assert_verdict(&finished, "index", "skip");
+    assert_eq!(listing(), before, "the doctor made or changed files in the pipeline's directories");
 }

@@ -357,7 +357,7 @@ enum Command {
     /// key files the configuration names are readable, private and strong enough; the
     /// certificates are valid and do not expire soon; the components run, and none is
     /// silent or held. Changes nothing. Run it as the pipeline's user (`sudo -u autocomp`).
-    /// Exit 0 when every check passes, 1 otherwise.
+    /// Exit 0 when every check passes, 1 otherwise, 2 for a bad flag.
     Doctor {
         /// Less free space than this (MiB) where the store, index or locks live fails.
         #[arg(long, value_name = "MiB", default_value_t = 1024)]
@@ -383,6 +383,10 @@ enum Command {
         /// Also check that this file is private (the monitor's users file).
         #[arg(long = "secret-file", value_name = "FILE")]
         secret_files: Vec<PathBuf>,
+        /// How long the store, the index and the lock service each get to answer.
+        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+        /// A line per check (text), or one JSON document.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -623,6 +627,7 @@ async fn doctor(cli: Cli) -> ExitCode {
         keys,
         token_files,
         secret_files,
+        timeout,
         format,
     } = cli.command
     else {
@@ -636,6 +641,7 @@ async fn doctor(cli: Cli) -> ExitCode {
     options.index_lag = index_lag;
     options.max_clock_skew = max_clock_skew;
     options.expires_within = expires_within;
+    options.timeout = timeout;
     let named = [
         (FileKind::Certificate, certs),
         (FileKind::PrivateKey, keys),

@@ -52,6 +52,12 @@ const MIN_SECRET_CHARS: usize = 12;
 /// Checks one named file as its kind says.
 pub fn check_file(kind: FileKind, path: &Path, expires_within: Duration) -> Check {
     let check = format!("{} {}", kind.noun(), path.display());
+    // A FIFO or a device would block the read, or never end it.
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        return Check::fail(check, "not a regular file", "point the setting at the file itself");
+    }
     let text = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -153,11 +159,21 @@ fn certificates(check: String, text: &str, expires_within: Duration) -> Check {
     } else if left < expires_within {
         Check::fail(
             check,
-            format!("{detail}, within {}", humantime::format_duration(expires_within)),
+            format!("{detail}, within {}", days_or_less(expires_within)),
             "renew it now: the services pick a renewed file up without a restart",
         )
     } else {
         Check::ok(check, detail)
+    }
+}
+
+/// `30 days` (whole days), else as humantime writes it (`12h`).
+fn days_or_less(window: Duration) -> String {
+    let days = window.as_secs() / 86_400;
+    if days >= 1 && window.as_secs().is_multiple_of(86_400) {
+        format!("{days} days")
+    } else {
+        humantime::format_duration(window).to_string()
     }
 }
 
@@ -223,4 +239,29 @@ fn bytes(n: u64) -> String {
         unit += 1;
     }
     if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+}
+
+/// Whether this user may write `file` and make files beside it (SQLite's `-wal` and `-shm`).
+pub fn writable(file: &Path) -> Result<(), String> {
+    for (path, what) in [(file, "the store file"), (file.parent().unwrap_or(Path::new("/")), "its directory")] {
+        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+            return Err(format!("{} holds a NUL byte", path.display()));
+        };
+        // SAFETY: a NUL-terminated path.
+        if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("this user cannot write {what} {}: {e}", path.display()));
+        }
+    }
+    Ok(())
+}
+
+/// The owner of the first of `paths` that exists, if it is not this process's user: what a
+/// doctor run as root must not make files under (they would be root's).
+pub fn owned_by_another(paths: &[&Path]) -> Option<(u32, std::path::PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let (path, meta) = paths.iter().find_map(|path| std::fs::metadata(path).ok().map(|meta| (path, meta)))?;
+    (meta.uid() != me).then(|| (meta.uid(), path.to_path_buf()))
 }

@@ -100,6 +100,8 @@ pub struct DoctorOptions {
     pub max_clock_skew: Duration,
     /// A certificate that expires sooner than this fails.
     pub expires_within: Duration,
+    /// How long the store, the index and the lock service each get to answer.
+    pub timeout: Duration,
     /// Files besides those the configuration names (a service's `--token-file`,
     /// `--tls-cert`, `--tls-key`, the monitor's users file).
     pub extra_files: Vec<(FileKind, PathBuf)>,
@@ -114,6 +116,7 @@ impl DoctorOptions {
             index_lag: AlertDefaults::default().index_lag,
             max_clock_skew: Duration::from_secs(1),
             expires_within: Duration::from_secs(30 * 24 * 3600),
+            timeout: Duration::from_secs(15),
             extra_files: Vec::new(),
         }
     }
@@ -164,11 +167,31 @@ impl DoctorReport {
 /// Runs every check. Never fails as a whole: what cannot be reached is a failed check.
 pub async fn run(options: &DoctorOptions) -> DoctorReport {
     let mut report = DoctorReport::default();
-    let backends = config_checks(options, &mut report.checks);
+    let mut backends = config_checks(options, &mut report.checks);
+    // As root, opening the embedded store or index would leave files root owns (SQLite's
+    // -shm, a catch-up's index files) that the pipeline's user then cannot write.
+    let dirs = local_dirs(&backends);
+    let local: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    if as_root && let Some((uid, path)) = files::owned_by_another(&local) {
+        report.checks.push(Check::fail(
+            "user",
+            format!("running as root, but {} belongs to uid {uid}", path.display()),
+            "run it as the pipeline's user, `sudo -u autocomp autocomp doctor`: as root it would leave files \
+             the pipeline cannot write, so the embedded store and index are not opened",
+        ));
+        for (key, url) in [("store", &mut backends.store), ("index", &mut backends.index)] {
+            if url.as_deref().is_some_and(|u| u.starts_with("sqlite://") || u.starts_with("local:")) {
+                *url = None;
+                report.checks.push(Check::skipped(key, "not opened as root"));
+            }
+        }
+    }
     let store = store_checks(options, &backends, &mut report.checks).await;
     index_check(options, &backends, store.as_ref(), &mut report.checks).await;
-    locks_check(&backends, &mut report.checks).await;
-    report.checks.extend(files::free_space(&local_dirs(&backends), options.min_free));
+    locks_check(options, &backends, &mut report.checks).await;
+    report.checks.extend(files::free_space(&dirs, options.min_free));
     for (kind, path) in named_files(options, &backends) {
         report.checks.push(files::check_file(kind, &path, options.expires_within));
     }
@@ -177,92 +200,100 @@ pub async fn run(options: &DoctorOptions) -> DoctorReport {
 }
 
 /// `autocomp.toml`, every component's file and `notify.toml` parse; the backends they name
-/// (the environment's and the command line's winning).
+/// (the environment's and the command line's winning). Each file is read on its own, so one
+/// that does not parse fails its own line only.
 fn config_checks(options: &DoctorOptions, checks: &mut Vec<Check>) -> Backends {
     let dir = &options.config_dir;
-    if !dir.is_dir() {
+    let shared_file = dir.join(SHARED_FILE);
+    let (from_file, shared_parses) = if dir.is_dir() {
+        let read = shared_config(&shared_file, checks);
+        component_files(dir, checks);
+        read
+    } else {
         let detail = format!("{} is not a directory", dir.display());
         if options.overrides.store.is_none() {
-            checks.push(Check::fail(
-                "config",
-                detail,
-                "point --config-dir or $AUTOCOMP_CONFIG_DIR at the directory holding autocomp.toml",
-            ));
+            let fix = "point --config-dir or $AUTOCOMP_CONFIG_DIR at the directory holding autocomp.toml";
+            checks.push(Check::fail("config", detail, fix));
         } else {
             checks.push(Check::skipped("config", detail + "; the backends come from the environment or flags"));
         }
-        return options.overrides.clone();
+        (Backends::default(), true)
+    };
+    let backends = from_file.overridden_by(options.overrides.clone());
+    for (key, value) in [("store", &backends.store), ("index", &backends.index), ("locks", &backends.locks)] {
+        if value.is_some() {
+            continue;
+        }
+        checks.push(if shared_parses {
+            let env = format!("AUTOCOMP_{}", key.to_uppercase());
+            let fix = format!("set `{key} = \"...\"` in {}, ${env}, or --{key}", shared_file.display());
+            Check::fail(key, format!("no {key} backend is configured"), fix)
+        } else {
+            Check::skipped(key, format!("{SHARED_FILE} does not parse"))
+        });
     }
-    let shared_file = dir.join(SHARED_FILE);
-    let from_file = match std::fs::read_to_string(&shared_file) {
+    backends
+}
+
+/// The backends `autocomp.toml` names, and whether it parses (absent counts as parsing).
+fn shared_config(shared_file: &Path, checks: &mut Vec<Check>) -> (Backends, bool) {
+    let check = format!("config {SHARED_FILE}");
+    match std::fs::read_to_string(shared_file) {
         Ok(text) => match toml::from_str::<Backends>(&text) {
             Ok(backends) => {
-                checks.push(Check::ok(format!("config {SHARED_FILE}"), format!("{} parses", shared_file.display())));
-                backends
+                checks.push(Check::ok(check, format!("{} parses", shared_file.display())));
+                (backends, true)
             }
             Err(e) => {
                 let message = autocomp_http::redact::redact_urls_in(e.message());
-                checks.push(Check::fail(
-                    format!("config {SHARED_FILE}"),
-                    format!("{}: {}", shared_file.display(), message.trim()),
-                    "keep only store, index and locks in it, each a URL string",
-                ));
-                Backends::default()
+                let detail = format!("{}: {}", shared_file.display(), message.trim());
+                checks.push(Check::fail(check, detail, "keep only store, index and locks in it, each a URL string"));
+                (Backends::default(), false)
             }
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            checks.push(Check::ok(
-                format!("config {SHARED_FILE}"),
-                format!("{} absent: the backends come from the environment or flags", shared_file.display()),
-            ));
-            Backends::default()
+            let detail = format!("{} absent: the backends come from the environment or flags", shared_file.display());
+            checks.push(Check::ok(check, detail));
+            (Backends::default(), true)
         }
         Err(e) => {
-            checks.push(Check::fail(
-                format!("config {SHARED_FILE}"),
-                format!("cannot read {}: {e}", shared_file.display()),
-                "let the pipeline's user read it (chmod 640, group autocomp)",
-            ));
-            Backends::default()
+            let detail = format!("cannot read {}: {e}", shared_file.display());
+            checks.push(Check::fail(check, detail, "let the pipeline's user read it (chmod 640, group autocomp)"));
+            (Backends::default(), false)
         }
-    };
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+    }
+}
+
+/// Every other `*.toml` of the config dir: `notify.toml`, and each component's file (the
+/// framework's keys; a component checks its own `[settings]` when it starts).
+fn component_files(dir: &Path, checks: &mut Vec<Check>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
-    names.sort();
-    for file in names.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
-        let Some(name) = file.file_stem().and_then(|s| s.to_str()) else { continue };
-        let check = format!("config {name}.toml");
+    files.sort();
+    for file in files.iter().filter(|p| p.extension().is_some_and(|e| e == "toml")) {
+        let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         if name == "autocomp" {
             continue;
         }
-        if name == "notify" {
-            checks.push(match crate::notify::NotifyConfig::load(dir) {
-                Ok(_) => Check::ok(check, format!("{} parses", file.display())),
-                Err(e) => Check::fail(check, e.to_string(), "see the README's `autocomp notify` for its keys"),
-            });
-            continue;
-        }
-        checks.push(match autocomp_framework::config::load(name, Some(file), dir) {
-            Ok(_) => Check::ok(check, format!("{} parses", file.display())),
-            Err(e) => Check::fail(check, e.to_string(), "see the README's component settings for the keys"),
+        let check = format!("config {name}.toml");
+        let parsed = if name == "notify" {
+            crate::notify::NotifyConfig::load(dir).map(|_| ())
+        } else {
+            std::fs::read_to_string(file)
+                .map_err(|e| autocomp_framework::config::ConfigError::new(file, format!("cannot read: {e}")))
+                .and_then(|text| autocomp_framework::config::parse_component_file(&text, file).map(|_| ()))
+        };
+        let fix = if name == "notify" {
+            "see the README's `autocomp notify` for its keys"
+        } else {
+            "see the README's component settings for the keys"
+        };
+        checks.push(match parsed {
+            Ok(()) => Check::ok(check, format!("{} parses", file.display())),
+            Err(e) => Check::fail(check, e.to_string(), fix),
         });
     }
-    let backends = from_file.overridden_by(options.overrides.clone());
-    for (key, value) in [("store", &backends.store), ("index", &backends.index), ("locks", &backends.locks)] {
-        if value.is_none() {
-            checks.push(Check::fail(
-                key,
-                format!("no {key} backend is configured"),
-                format!(
-                    "set `{key} = \"...\"` in {}, ${}, or --{key}",
-                    shared_file.display(),
-                    format!("AUTOCOMP_{key}").to_uppercase()
-                ),
-            ));
-        }
-    }
-    backends
 }
 
 /// `url` with `migrate=false`, so opening it never changes the schema (the store service
@@ -275,7 +306,8 @@ fn without_migrating(url: &str) -> String {
     format!("{url}{separator}migrate=false")
 }
 
-/// The store (reachable, credentials accepted, schema current) and the clock beside it.
+/// The store (reachable, credentials accepted, schema current, writable by this user) and
+/// the clock beside it.
 async fn store_checks(
     options: &DoctorOptions,
     backends: &Backends,
@@ -283,26 +315,56 @@ async fn store_checks(
 ) -> Option<Arc<dyn ObjectStore>> {
     let url = backends.store.as_deref()?;
     let shown = autocomp_http::display_url(url);
-    let store = match open_store(&without_migrating(url)).await {
-        Ok(store) => store,
-        Err(e) => {
-            checks.push(Check::fail("store", format!("{shown}: {e}"), store_fix(&e.to_string())));
-            checks.push(Check::skipped("clock", "needs the store"));
+    let failed = |checks: &mut Vec<Check>, message: String| {
+        // The option the doctor added is not the user's: leave it out of what it says.
+        let message = message.replace("?migrate=false", "").replace("&migrate=false", "");
+        let fix = store_fix(&message);
+        checks.push(Check::fail("store", format!("{shown}: {message}"), fix));
+        checks.push(Check::skipped("clock", "needs the store"));
+    };
+    let asked = async {
+        let store = open_store(&without_migrating(url)).await?;
+        let before = (Instant::now(), Timestamp::now());
+        let about = store.about().await?;
+        Ok::<_, autocomp_store::StoreError>((store, about, before))
+    };
+    let (store, about, (asked_at, before)) = match tokio::time::timeout(options.timeout, asked).await {
+        Ok(Ok(answered)) => answered,
+        Ok(Err(e)) => {
+            failed(checks, e.to_string());
+            return None;
+        }
+        Err(_) => {
+            failed(checks, format!("no answer within {}", humantime::format_duration(options.timeout)));
             return None;
         }
     };
-    let asked = Instant::now();
-    let before = Timestamp::now();
-    let about = match store.about().await {
-        Ok(about) => about,
-        Err(e) => {
-            checks.push(Check::fail("store", format!("{shown}: {e}"), store_fix(&e.to_string())));
-            checks.push(Check::skipped("clock", "needs the store"));
-            return None;
-        }
-    };
-    let round_trip = asked.elapsed();
+    let round_trip = asked_at.elapsed();
     checks.push(schema_check(&shown, &about));
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let file = Path::new(path.split_once('?').map_or(path, |(path, _)| path));
+        if let Err(reason) = files::writable(file) {
+            checks.push(Check::fail(
+                "store writes",
+                reason,
+                "the store file and its directory must be writable by the pipeline's user (it also writes \
+                 the -wal and -shm files beside it): chown them to it",
+            ));
+        }
+    }
+    if url.starts_with("http://") || url.starts_with("https://") {
+        let token = ["AUTOCOMP_TOKEN", "AUTOCOMP_TOKEN_FILE"]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()));
+        if !token {
+            checks.push(Check::fail(
+                "store writes",
+                "no token ($AUTOCOMP_TOKEN_FILE or $AUTOCOMP_TOKEN): the store service answers reads, but refuses \
+                 every write",
+                "give this host the service's token file in $AUTOCOMP_TOKEN_FILE (/etc/default/autocomp)",
+            ));
+        }
+    }
     checks.push(clock_check(&about, before, round_trip, options.max_clock_skew, url));
     Some(store)
 }
@@ -310,6 +372,10 @@ async fn store_checks(
 fn store_fix(message: &str) -> &'static str {
     if message.contains("schema version") {
         "migrate it: `autocomp-store migrate --db URL` for PostgreSQL; any component's pass for a SQLite file"
+    } else if message.contains("no store file") {
+        "check the path in the store URL; a component's first pass (or `autocomp add`) makes the file"
+    } else if message.contains("invalid store url") || message.contains("unknown option") {
+        "correct the store URL (README, Backends and Multi-host mode list its forms and options)"
     } else if message.contains("password") || message.contains("token") || message.contains("401") {
         "check the credentials (password_file=, $AUTOCOMP_TOKEN_FILE) against the server's"
     } else {
@@ -372,7 +438,12 @@ async fn index_check(
         let head = store.head().await?;
         Ok::<_, autocomp_sboi::IndexError>((cursor, head))
     };
-    checks.push(match answered.await {
+    let within = humantime::format_duration(options.timeout);
+    let answered = match tokio::time::timeout(options.timeout, answered).await {
+        Ok(answered) => answered.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {within}")),
+    };
+    checks.push(match answered {
         Ok((cursor, head)) => {
             let behind = u64::try_from(head.0.saturating_sub(cursor.0)).unwrap_or_default();
             let detail = format!("{shown}: at seq {}, the store at {}: {behind} changes behind", cursor.0, head.0);
@@ -396,10 +467,15 @@ async fn index_check(
     });
 }
 
-async fn locks_check(backends: &Backends, checks: &mut Vec<Check>) {
+async fn locks_check(options: &DoctorOptions, backends: &Backends, checks: &mut Vec<Check>) {
     let Some(url) = backends.locks.as_deref() else { return };
     let shown = autocomp_http::display_url(url);
-    checks.push(match autocomp_framework::locks::inspect_locks(url).await {
+    let within = humantime::format_duration(options.timeout);
+    let inspected = match tokio::time::timeout(options.timeout, autocomp_framework::locks::inspect_locks(url)).await {
+        Ok(inspected) => inspected.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {within}")),
+    };
+    checks.push(match inspected {
         Ok(found) if found.problems.is_empty() && url.starts_with("local:") => Check::ok("locks", found.description),
         Ok(found) if found.problems.is_empty() => {
             Check::ok("locks", found.description + "; the lock tree's ACLs are as autocomp sets them")
