@@ -88,7 +88,8 @@ impl ClientOptions {
                     return Err(InvalidInput::new(
                         field,
                         crate::display_url(url),
-                        format!("unknown parameter {pair:?}; known: retry_for"),
+                        // The name only: an unknown parameter's value may be a secret.
+                        format!("unknown parameter {:?}; known: retry_for", pair.split('=').next().unwrap_or(pair)),
                     ));
                 }
             }
@@ -328,6 +329,10 @@ mod tests {
             panic!("a base with a path is refused")
         };
         assert!(!refused.to_string().contains("S3cr3t") && refused.to_string().contains("alice:***"), "{refused}");
+        let Err(refused) = ClientOptions::parse("https://store:7070?token=S3cr3t", "store url") else {
+            panic!("an unknown parameter is refused")
+        };
+        assert!(!refused.to_string().contains("S3cr3t") && refused.to_string().contains("\"token\""), "{refused}");
         // reqwest names the request's URL in its errors.
         #[derive(Debug)]
         struct Sending;
