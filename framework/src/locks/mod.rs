@@ -217,7 +217,12 @@ pub async fn inspect_locks(url: &str) -> Result<LockInspection, LockError> {
     if url.starts_with("zk://") || url.starts_with("zks://") {
         return ZkLocks::inspect(url).await;
     }
-    open_locks(url).await.map(|_| unreachable!("open_locks refuses every other scheme"))
+    Err(unknown_scheme(url))
+}
+
+fn unknown_scheme(url: &str) -> LockError {
+    let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
+    InvalidInput::new("locks url", autocomp_http::display_url(url), reason).into()
 }
 
 /// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
@@ -239,8 +244,7 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     if url.starts_with("zk://") || url.starts_with("zks://") {
         return Ok(Arc::new(ZkLocks::connect(url).await?));
     }
-    let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
-    Err(InvalidInput::new("locks url", autocomp_http::display_url(url), reason).into())
+    Err(unknown_scheme(url))
 }
 
 #[cfg(test)]

@@ -358,38 +358,7 @@ enum Command {
     /// certificates are valid and do not expire soon; the components run, and none is
     /// silent or held. Changes nothing. Run it as the pipeline's user (`sudo -u autocomp`).
     /// Exit 0 when every check passes, 1 otherwise, 2 for a bad flag.
-    Doctor {
-        /// Less free space than this (MiB) where the store, index or locks live fails.
-        #[arg(long, value_name = "MiB", default_value_t = 1024)]
-        min_free_mib: u64,
-        /// Store changes the index may be behind.
-        #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
-        index_lag: u64,
-        /// How far this host's clock may be from the store's.
-        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
-        max_clock_skew: Duration,
-        /// A certificate that expires sooner than this fails.
-        #[arg(long, value_name = "DURATION", default_value = "30days", value_parser = humantime::parse_duration)]
-        expires_within: Duration,
-        /// Also check this certificate file (a service's --tls-cert or --tls-client-ca).
-        #[arg(long = "cert", value_name = "FILE")]
-        certs: Vec<PathBuf>,
-        /// Also check this private key file (a service's --tls-key).
-        #[arg(long = "key", value_name = "FILE")]
-        keys: Vec<PathBuf>,
-        /// Also check this token file (a service's --token-file).
-        #[arg(long = "token-file", value_name = "FILE")]
-        token_files: Vec<PathBuf>,
-        /// Also check that this file is private (the monitor's users file).
-        #[arg(long = "secret-file", value_name = "FILE")]
-        secret_files: Vec<PathBuf>,
-        /// How long the store, the index and the lock service each get to answer.
-        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
-        timeout: Duration,
-        /// A line per check (text), or one JSON document.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-    },
+    Doctor(DoctorArgs),
     /// The pipeline's metrics in the Prometheus text format (for node_exporter's textfile
     /// collector on hosts without a monitor; the monitor serves the same on /metrics).
     Metrics {
@@ -586,8 +555,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if matches!(cli.command, Command::Doctor { .. }) {
-        let code = runtime.block_on(doctor(cli));
+    if let Command::Doctor(args) = cli.command {
+        let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
+        let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
+        let code = runtime.block_on(doctor(args, &config_dir, overrides));
         runtime.shutdown_background();
         return code;
     }
@@ -616,9 +587,44 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// `autocomp doctor`'s flags.
+#[derive(clap::Args)]
+struct DoctorArgs {
+    /// Less free space than this (MiB) where the store, index or locks live fails.
+    #[arg(long, value_name = "MiB", default_value_t = 1024)]
+    min_free_mib: u64,
+    /// Store changes the index may be behind.
+    #[arg(long, value_name = "CHANGES", default_value_t = 10_000)]
+    index_lag: u64,
+    /// How far this host's clock may be from the store's.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = humantime::parse_duration)]
+    max_clock_skew: Duration,
+    /// A certificate that expires sooner than this fails.
+    #[arg(long, value_name = "DURATION", default_value = "30days", value_parser = humantime::parse_duration)]
+    expires_within: Duration,
+    /// Also check this certificate file (a service's --tls-cert or --tls-client-ca).
+    #[arg(long = "cert", value_name = "FILE")]
+    certs: Vec<PathBuf>,
+    /// Also check this private key file (a service's --tls-key).
+    #[arg(long = "key", value_name = "FILE")]
+    keys: Vec<PathBuf>,
+    /// Also check this token file (a service's --token-file).
+    #[arg(long = "token-file", value_name = "FILE")]
+    token_files: Vec<PathBuf>,
+    /// Also check that this file is private (the monitor's users file).
+    #[arg(long = "secret-file", value_name = "FILE")]
+    secret_files: Vec<PathBuf>,
+    /// How long the store, the index and the lock service each get to answer.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// A line per check (text), or one JSON document.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
 /// `autocomp doctor`: prints every check; exit 0 when all pass, 1 otherwise.
-async fn doctor(cli: Cli) -> ExitCode {
-    let Command::Doctor {
+async fn doctor(args: DoctorArgs, config_dir: &std::path::Path, overrides: Backends) -> ExitCode {
+    let DoctorArgs {
         min_free_mib,
         index_lag,
         max_clock_skew,
@@ -629,14 +635,9 @@ async fn doctor(cli: Cli) -> ExitCode {
         secret_files,
         timeout,
         format,
-    } = cli.command
-    else {
-        unreachable!("called for doctor only")
-    };
+    } = args;
     use autocomp_ops::doctor::{DoctorOptions, FileKind};
-    let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
-    let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
-    let mut options = DoctorOptions::new(&config_dir, overrides);
+    let mut options = DoctorOptions::new(config_dir, overrides);
     options.min_free = min_free_mib.saturating_mul(1 << 20);
     options.index_lag = index_lag;
     options.max_clock_skew = max_clock_skew;
@@ -777,7 +778,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
-        Command::Demo { .. } | Command::New(_) | Command::Doctor { .. } => String::new(),
+        Command::Demo { .. } | Command::New(_) | Command::Doctor(_) => String::new(),
     })
 }
 
