@@ -458,12 +458,12 @@ async fn index_check(
                 )
             }
         }
-        Err(e) => Check::fail(
-            "index",
-            format!("{shown}: {e}"),
-            "check that the index service runs and this host reaches it; for the embedded index, that its \
-             directory is the pipeline's and readable",
-        ),
+        Err(e) => {
+            let outage = "check that the index service runs and this host reaches it; for the embedded index, that \
+                          its directory is the pipeline's and readable";
+            let fix = bad_url_or(&e, "index", outage);
+            Check::fail("index", format!("{shown}: {e}"), fix)
+        }
     });
 }
 
@@ -483,12 +483,23 @@ async fn locks_check(options: &DoctorOptions, backends: &Backends, checks: &mut 
         Ok(found) => Check::fail("locks", format!("{}: {}", found.description, found.problems.join("; ")), {
             "fix the identity or the ACLs as each problem says (SECURITY.md, rotating the ZooKeeper identity)"
         }),
-        Err(e) => Check::fail(
-            "locks",
-            format!("{shown}: {e}"),
-            "check that ZooKeeper runs and this host reaches it, and the identity and TLS files of the URL",
-        ),
+        Err(e) => {
+            let outage =
+                "check that ZooKeeper runs and this host reaches it, and the identity and TLS files of the URL";
+            let fix = bad_url_or(&e, "locks", outage);
+            Check::fail("locks", format!("{shown}: {e}"), fix)
+        }
     });
+}
+
+/// The fix for a backend that did not answer: a URL refused as input is the URL's fault, not
+/// an outage.
+fn bad_url_or(message: &str, key: &str, outage: &'static str) -> String {
+    if message.contains(&format!("invalid {key} url")) {
+        format!("correct the {key} URL (README, Backends and Multi-host mode list its forms)")
+    } else {
+        outage.to_owned()
+    }
 }
 
 /// The directories on this host that hold the store, index or locks.
@@ -633,6 +644,16 @@ mod tests {
             "TOML parse error at line 1, column 1: unknown field `max_thredas`, expected `max_threads`"
         );
         assert_eq!(one_line("one line"), "one line");
+    }
+
+    #[test]
+    fn a_url_refused_as_input_is_the_urls_fault_not_an_outage() {
+        let refused = "invalid locks url \"bogus://x\": unknown scheme";
+        assert!(bad_url_or(refused, "locks", "check that ZooKeeper runs").starts_with("correct the locks URL"));
+        assert_eq!(
+            bad_url_or("no answer within 15s", "locks", "check that ZooKeeper runs"),
+            "check that ZooKeeper runs"
+        );
     }
 
     #[test]
