@@ -157,7 +157,11 @@ fn a_store_file_behind_this_release_fails_with_the_fix_and_stays_as_it_was() {
 #[test]
 fn an_unreachable_postgresql_fails_the_store_and_skips_what_needs_it() {
     let pipeline = Pipeline::new(PROBE);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Bound but never listening, for the whole test: connections are refused, and no server
+    // another test starts meanwhile can take the port.
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = reserved.local_addr().unwrap().port();
     pipeline.use_backend("store", &format!("postgres://autocomp:secret@127.0.0.1:{port}/nowhere?retry_for=0s"));
     let started = Instant::now();
     let finished = doctor(&pipeline, &[]);

@@ -341,16 +341,15 @@ async fn store_checks(
     };
     let round_trip = asked_at.elapsed();
     checks.push(schema_check(&shown, &about));
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let file = Path::new(path.split_once('?').map_or(path, |(path, _)| path));
-        if let Err(reason) = files::writable(file) {
-            checks.push(Check::fail(
-                "store writes",
-                reason,
-                "the store file and its directory must be writable by the pipeline's user (it also writes \
-                 the -wal and -shm files beside it): chown them to it",
-            ));
-        }
+    if let Some(file) = sqlite_file(url)
+        && let Err(reason) = files::writable(file)
+    {
+        checks.push(Check::fail(
+            "store writes",
+            reason,
+            "the store file and its directory must be writable by the pipeline's user (it also writes \
+             the -wal and -shm files beside it): chown them to it",
+        ));
     }
     if url.starts_with("http://") || url.starts_with("https://") {
         let token = ["AUTOCOMP_TOKEN", "AUTOCOMP_TOKEN_FILE"]
@@ -502,11 +501,16 @@ fn bad_url_or(message: &str, key: &str, outage: &'static str) -> String {
     }
 }
 
+/// The file a `sqlite://` store URL names, without its options.
+fn sqlite_file(url: &str) -> Option<&Path> {
+    let path = url.strip_prefix("sqlite://")?;
+    Some(Path::new(path.split_once('?').map_or(path, |(path, _)| path)))
+}
+
 /// The directories on this host that hold the store, index or locks.
 fn local_dirs(backends: &Backends) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(path) = backends.store.as_deref().and_then(|url| url.strip_prefix("sqlite://")) {
-        let file = Path::new(path.split_once('?').map_or(path, |(path, _)| path));
+    if let Some(file) = backends.store.as_deref().and_then(sqlite_file) {
         dirs.extend(file.parent().map(Path::to_path_buf));
     }
     for url in [&backends.index, &backends.locks].into_iter().flatten() {
