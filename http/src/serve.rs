@@ -1,17 +1,17 @@
 //! The connection loop every service serves its router with: caps on connections (total and
-//! per peer address) applied at accept, before a byte is read; TLS (`tls`) under HTTP/1.1;
+//! per peer; who gives up a slot when they run short is `slots`'s) applied at accept, before
+//! a byte is read; TLS (`tls`) under HTTP/1.1;
 //! a time limit on a request's head and one on its body; graceful shutdown on SIGTERM, after
 //! which the service's last spans are exported (`telemetry`). The flags that set them
 //! (`ListenArgs`) are shared by every service binary.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -23,7 +23,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt as _;
 
+use crate::quiet::Quiet;
+use crate::slots::{ConnectionHandle, Slot, Slots};
 use crate::tls::{ServerTls, ServerTlsFiles};
+
+pub use crate::slots::mark_authenticated;
 
 /// How a service listens: TLS, and the limits that keep a slow or hostile client from
 /// holding its memory or its connections. Flatten into a binary's clap command.
@@ -41,11 +45,16 @@ pub struct ListenArgs {
     /// TLS. Needs --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Connections served at once; one more is closed as soon as it is accepted.
+    /// Connections served at once. When they are all held, a newcomer takes the slot of the
+    /// one that has waited longest without a request in progress (a head not yet sent, or
+    /// idle between requests); a quarter is kept for clients that presented a valid token
+    /// or session, which are never evicted. Only when none can go is a newcomer closed as
+    /// soon as it is accepted.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections, value_parser = at_least_one)]
     pub max_connections: u32,
-    /// Connections served at once from one client address (a reverse proxy in front is one
-    /// address: raise this for it).
+    /// Connections served at once from one client: an IPv4 address, an IPv6 /64, or this
+    /// host (all of 127/8 and ::1). A client at its cap gives up its own longest-waiting
+    /// connection for a new one. A reverse proxy in front is one client: raise this for it.
     #[arg(long, value_name = "N", value_parser = at_least_one,
           default_value_t = Limits::default().max_connections_per_ip)]
     pub max_connections_per_ip: u32,
@@ -154,7 +163,7 @@ pub async fn serve_until(
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let watching = tls.as_ref().map(ServerTls::watch);
-    let slots = Arc::new(Slots::new(limits));
+    let slots = Arc::new(Slots::new(limits.max_connections, limits.max_connections_per_ip));
     // Connections watch `stopping` to finish their request and close; each holds a clone
     // of `open` so that its closing is seen as the channel closing.
     let (stopping_tx, stopping) = watch::channel(false);
@@ -177,10 +186,33 @@ pub async fn serve_until(
             },
             () = &mut stop => break,
         };
-        let Some(slot) = slots.take(peer.ip()) else {
-            // Closed before a byte is read: a client over a cap costs an accept, nothing more.
-            drop(stream);
-            continue;
+        let slot = match slots.take(peer.ip()) {
+            Ok((slot, taken)) => {
+                for (evicted, cap) in taken.evicted {
+                    static EVICTED: Quiet = Quiet::new("connection closed for a newcomer");
+                    if EVICTED.allow(Some(peer.ip())) {
+                        tracing::warn!(
+                            peer = %evicted,
+                            "connection closed for a newcomer: {} reached; it had no request in progress",
+                            cap.flag()
+                        );
+                    }
+                }
+                slot
+            }
+            Err(cap) => {
+                // Closed before a byte is read: a client over a cap costs an accept, nothing more.
+                static REFUSED: Quiet = Quiet::new("connection closed at once");
+                if REFUSED.allow(Some(peer.ip())) {
+                    tracing::warn!(
+                        peer = %crate::slots::Peer::of(peer.ip()),
+                        "connection closed at once: {} reached by requests in progress and signed-in clients",
+                        cap.flag()
+                    );
+                }
+                drop(stream);
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let connection = Connection {
@@ -189,21 +221,31 @@ pub async fn serve_until(
             peer,
             limits,
             stopping: stopping.clone(),
-            _slot: slot,
+            evicted: Arc::new(slot),
             _open: open.clone(),
         };
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
-            match acceptor {
-                None => connection.serve(stream).await,
-                Some(acceptor) => {
-                    let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await;
-                    match handshake {
-                        Ok(Ok(stream)) => connection.serve(stream).await,
-                        Ok(Err(error)) => tracing::debug!(peer = %connection.peer, "TLS handshake refused: {error}"),
-                        Err(_) => tracing::debug!(peer = %connection.peer, "TLS handshake timed out"),
+            let evicted = Arc::clone(&connection.evicted);
+            let serving = async move {
+                match acceptor {
+                    None => connection.serve(stream).await,
+                    Some(acceptor) => {
+                        let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await;
+                        match handshake {
+                            Ok(Ok(stream)) => connection.serve(stream).await,
+                            Ok(Err(error)) => {
+                                tracing::debug!(peer = %connection.peer, "TLS handshake refused: {error}")
+                            }
+                            Err(_) => tracing::debug!(peer = %connection.peer, "TLS handshake timed out"),
+                        }
                     }
                 }
+            };
+            // Its slot went to a newcomer: dropping the connection closes its socket.
+            tokio::select! {
+                () = serving => {}
+                () = evicted.evicted() => {}
             }
         });
     }
@@ -229,17 +271,32 @@ struct Connection {
     peer: SocketAddr,
     limits: Limits,
     stopping: watch::Receiver<bool>,
-    _slot: Slot,
+    /// Its slot, also told when the slot is taken from it.
+    evicted: Arc<Slot>,
     _open: mpsc::Sender<()>,
 }
 
 impl Connection {
     async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, io: I) {
         let (router, peer, body_timeout) = (self.router.clone(), self.peer, self.limits.body_timeout);
+        let handle = self.evicted.handle();
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-            let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+            // Evictable until its body has arrived; not while it is answered; again once the
+            // answer is sent (the guard travels in the response body, dropped when written).
+            let waiting = !hyper::body::Body::is_end_stream(request.body());
+            if !waiting {
+                handle.busy();
+            }
+            let guard = InProgress(handle.clone());
+            let arrived = waiting.then(|| handle.clone());
+            let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout, arrived)));
             request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
+            request.extensions_mut().insert(handle.clone());
+            let answer = router.clone().oneshot(request);
+            async move {
+                let response = answer.await?;
+                Ok::<_, Infallible>(response.map(|body| Body::new(Answering { inner: body, _guard: guard })))
+            }
         });
         let connection = self.http.serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
@@ -262,68 +319,36 @@ async fn stopped(stopping: &mut watch::Receiver<bool>) {
     let _ = stopping.wait_for(|stopping| *stopping).await;
 }
 
-/// The connections held, in total and per peer address.
-struct Slots {
-    limits: Limits,
-    held: Mutex<(u32, HashMap<IpAddr, u32>)>,
-    refused: AtomicU64,
-    last_logged: Mutex<Option<Instant>>,
-}
+/// A request in progress on a connection; when it is over (its answer written, or given
+/// up), the connection is idle again.
+struct InProgress(ConnectionHandle);
 
-impl Slots {
-    fn new(limits: Limits) -> Self {
-        Self { limits, held: Mutex::default(), refused: AtomicU64::new(0), last_logged: Mutex::new(None) }
-    }
-
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let ip = ip.to_canonical();
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let (total, per_ip) = &mut *held;
-        let from_ip = per_ip.get(&ip).copied().unwrap_or(0);
-        let full = if *total >= self.limits.max_connections {
-            Some("--max-connections")
-        } else if from_ip >= self.limits.max_connections_per_ip {
-            Some("--max-connections-per-ip")
-        } else {
-            None
-        };
-        if let Some(cap) = full {
-            drop(held);
-            self.refused(ip, cap);
-            return None;
-        }
-        *total += 1;
-        per_ip.insert(ip, from_ip + 1);
-        Some(Slot { slots: Arc::clone(self), ip })
-    }
-
-    /// One log line a minute at most: a flood must not fill the disk with log lines.
-    fn refused(&self, ip: IpAddr, cap: &str) {
-        let count = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
-            *last = Some(Instant::now());
-            tracing::warn!(peer = %ip, refused_total = count, "connection closed at once: {cap} reached");
-        }
-    }
-}
-
-struct Slot {
-    slots: Arc<Slots>,
-    ip: IpAddr,
-}
-
-impl Drop for Slot {
+impl Drop for InProgress {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
-        let (total, per_ip) = &mut *held;
-        *total -= 1;
-        if let Some(count) = per_ip.get_mut(&self.ip) {
-            *count -= 1;
-            if *count == 0 {
-                per_ip.remove(&self.ip);
-            }
-        }
+        self.0.idle();
+    }
+}
+
+/// A response body that holds its request's `InProgress` until hyper has written it.
+struct Answering {
+    inner: Body,
+    _guard: InProgress,
+}
+
+impl hyper::body::Body for Answering {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -339,16 +364,18 @@ impl std::fmt::Display for BodyTimedOut {
 
 impl std::error::Error for BodyTimedOut {}
 
-/// A request body that must arrive within its time, counted from the request's head.
+/// A request body that must arrive within its time, counted from the request's head; its
+/// connection is told when it has arrived (`arrived`, taken then).
 struct TimedBody {
     inner: Incoming,
     deadline: Pin<Box<tokio::time::Sleep>>,
     limit: Duration,
+    arrived: Option<ConnectionHandle>,
 }
 
 impl TimedBody {
-    fn new(inner: Incoming, limit: Duration) -> Self {
-        Self { inner, deadline: Box::pin(tokio::time::sleep(limit)), limit }
+    fn new(inner: Incoming, limit: Duration, arrived: Option<ConnectionHandle>) -> Self {
+        Self { inner, deadline: Box::pin(tokio::time::sleep(limit)), limit, arrived }
     }
 }
 
@@ -359,7 +386,14 @@ impl hyper::body::Body for TimedBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => Poll::Ready(frame.map(|frame| frame.map_err(Into::into))),
+            Poll::Ready(frame) => {
+                if (frame.is_none() || this.inner.is_end_stream())
+                    && let Some(handle) = this.arrived.take()
+                {
+                    handle.busy();
+                }
+                Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
+            }
             Poll::Pending => match this.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.limit))))),
                 Poll::Pending => Poll::Pending,

@@ -175,6 +175,18 @@ impl Access {
     }
 }
 
+impl Access {
+    /// Whether `headers` present one of the tokens (whether or not the request needs one).
+    pub fn token_presented(&self, headers: &HeaderMap) -> bool {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        presented.is_some_and(|token| self.tokens.current().accept(token))
+    }
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -319,6 +331,10 @@ async fn operation<S: Rpc>(
     // A child of the caller's span when it sent a `traceparent` and telemetry is on; else
     // disabled, and instrumenting with it costs nothing.
     let span = crate::telemetry::server_span(label, request.headers());
+    if service.access().token_presented(request.headers()) {
+        // Its connection keeps its slot when a crowd of slow clients comes.
+        crate::serve::mark_authenticated(request.extensions());
+    }
     let answer = match known {
         None => Err(ApiError::unknown_operation(&operation)),
         Some(described) => answer(&*service, described, peer, request).instrument(span.clone()).await,
@@ -331,9 +347,12 @@ async fn operation<S: Rpc>(
     }
     service.metrics().observe(label, status, elapsed);
     let ms = elapsed.as_secs_f64() * 1000.0;
-    if status.is_server_error() {
+    // Any client can cause these at will: one line per client every 10 s, with the count.
+    static UNAVAILABLE: crate::quiet::Quiet = crate::quiet::Quiet::new("request answered unavailable");
+    static REFUSED: crate::quiet::Quiet = crate::quiet::Quiet::new("request refused");
+    if status.is_server_error() && UNAVAILABLE.allow(Some(peer.ip())) {
         tracing::warn!(operation, status = status.as_u16(), ms, %peer, "{} unavailable", S::WHAT);
-    } else if status.is_client_error() {
+    } else if status.is_client_error() && REFUSED.allow(Some(peer.ip())) {
         tracing::warn!(operation, status = status.as_u16(), ms, %peer, "request refused");
     } else {
         tracing::debug!(operation, status = status.as_u16(), ms, %peer, "request");

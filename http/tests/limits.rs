@@ -1,10 +1,13 @@
 //! What a client that does not play by the rules gets from a service's connection loop:
 //! refused from its request's head alone (no token, a body declared too long) without the
-//! service waiting for the body, closed when its head or body is too slow, closed at once
-//! over the connection caps. A real router served on loopback, spoken to over raw TCP.
+//! service waiting for the body, closed when its head or body is too slow; over the
+//! connection caps, all of loopback one client, slow heads and idle connections closed for a
+//! newcomer, a connection that showed its token kept. A real router served on loopback,
+//! spoken to over raw TCP from several 127.0.0.x addresses.
 
 use crate::support;
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use autocomp_test_servers::wait_for_async;
@@ -12,7 +15,8 @@ use autocomp_test_servers::wait_for_async;
 use autocomp_http::serve::Limits;
 use autocomp_http::service::MAX_BODY_BYTES;
 use support::{TOKEN, connect_from, exchange, head, loopback, read_until_closed, serve, status};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// Long enough that a service waiting for it would be seen waiting.
 const PATIENT: Limits = Limits {
@@ -100,37 +104,119 @@ async fn a_stalled_head_is_closed_after_the_header_timeout_and_a_trickled_body_g
     assert_eq!(status(&answer), Some(408), "{}", String::from_utf8_lossy(&answer));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_over_the_caps_are_closed_at_once_and_other_peers_are_still_served() {
-    let limits = Limits { max_connections: 5, max_connections_per_ip: 2, ..PATIENT };
-    let served = serve(limits, None).await;
-    // Two idle connections from 127.0.0.1 fill its share.
-    let mut held = vec![connect_from(loopback(1), served.addr).await, connect_from(loopback(1), served.addr).await];
-    let mut third = connect_from(loopback(1), served.addr).await;
-    let started = Instant::now();
-    let answer = read_until_closed(&mut third, Duration::from_secs(5)).await.expect("closed at once");
-    assert!(answer.is_empty(), "nothing is read or answered: {}", String::from_utf8_lossy(&answer));
-    assert!(started.elapsed() < Duration::from_secs(2));
-
-    // Another peer is served meanwhile.
-    assert_eq!(exchange(loopback(2), served.addr, "echo", r#"{"text": "hi"}"#).await, Some(200));
-
-    // The total cap (on a service of its own: the slot of an exchange just answered may
-    // not be given back yet): 2 + 2 held from two peers, 1 more from a third; the next
-    // connection, from a fourth, is closed at once.
-    let total = serve(limits, None).await;
-    let mut full = Vec::new();
-    for last in [3, 3, 4, 4, 6] {
-        full.push(connect_from(loopback(last), total.addr).await);
+/// Connections from `from` that send a few bytes of a head, then nothing.
+async fn slow_heads(count: usize, from: impl Fn(usize) -> IpAddr, addr: SocketAddr) -> Vec<TcpStream> {
+    let mut heads = Vec::new();
+    for i in 0..count {
+        let mut stream = connect_from(from(i), addr).await;
+        stream.write_all(b"GET /hea").await.unwrap();
+        heads.push(stream);
     }
-    let mut over = connect_from(loopback(5), total.addr).await;
-    assert_eq!(read_until_closed(&mut over, Duration::from_secs(5)).await.as_deref(), Some(&[][..]));
+    heads
+}
 
-    // A connection closed gives its slot back.
-    held.clear();
+/// Whether the service has closed `stream` (it is not read again after).
+async fn closed(stream: &mut TcpStream) -> bool {
+    read_until_closed(stream, Duration::from_millis(200)).await.is_some()
+}
+
+/// One answer on a connection kept open: its status (the body read whole, by its length).
+async fn answer_on(stream: &mut TcpStream) -> Option<u16> {
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+            let length: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())?;
+            if answer.len() >= end + 4 + length {
+                return status(&answer);
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer)).await.ok()? {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+/// A request on a connection kept open.
+async fn ask_on(stream: &mut TcpStream, operation: &str, token: Option<&str>, body: &str) -> Option<u16> {
+    stream.write_all(format!("{}{body}", head(operation, token, body.len())).as_bytes()).await.ok()?;
+    answer_on(stream).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_of_loopback_is_one_peer_and_its_slow_heads_give_way_to_a_newcomer() {
+    let limits = Limits { max_connections: 100, max_connections_per_ip: 4, ..PATIENT };
+    let served = serve(limits, None).await;
+    // A request in progress (a read: open from loopback, no token) is never evicted.
+    let mut reading = connect_from(loopback(1), served.addr).await;
+    let body = r#"{"text": "slow", "sleep_ms": 1500}"#;
+    reading.write_all(format!("{}{body}", head("peek", None, body.len())).as_bytes()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    wait_for_async(deadline, "127.0.0.1 to be served again after its connections closed", async || {
-        exchange(loopback(1), served.addr, "echo", r#"{"text": "again"}"#).await == Some(200)
+    // 10 slow heads from 127.0.0.2-11, one each: one peer with 4 slots, so each newcomer
+    // closes the longest-waiting head, never the read in progress.
+    tokio::time::sleep(Duration::from_millis(200)).await; // the read's head is in
+    let mut heads = slow_heads(10, |i| loopback(2 + i as u8), served.addr).await;
+    let mut still_open = Vec::new();
+    for (i, stream) in heads.iter_mut().enumerate() {
+        if !closed(stream).await {
+            still_open.push(i);
+        }
+    }
+    assert_eq!(still_open, vec![7, 8, 9], "127.0.0.2..11 are one peer; the oldest heads went first");
+    // A newcomer from yet another loopback address is answered: the oldest head gives way.
+    assert_eq!(exchange(loopback(50), served.addr, "echo", r#"{"text": "hi"}"#).await, Some(200));
+    assert!(closed(&mut heads[7]).await, "the oldest head left gave its slot to the newcomer");
+    assert_eq!(answer_on(&mut reading).await, Some(200), "the read in progress was answered");
+    assert!(Instant::now() < deadline);
+
+    // A crowd of its own cannot fill the total either: 4 distinct... all loopback here, so
+    // the total cap is tried with a peer cap above it.
+    let total = serve(Limits { max_connections: 8, max_connections_per_ip: 64, ..PATIENT }, None).await;
+    let mut crowd = slow_heads(30, |i| loopback(2 + (i % 10) as u8), total.addr).await;
+    assert_eq!(exchange(loopback(50), total.addr, "echo", r#"{"text": "hi"}"#).await, Some(200));
+    let mut open = 0;
+    for stream in &mut crowd {
+        open += usize::from(!closed(stream).await);
+    }
+    assert!(open <= 6, "at most 3/4 of 8 slots for connections without a token: {open} still open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_that_showed_its_token_survives_the_crowd() {
+    let limits = Limits { max_connections: 100, max_connections_per_ip: 4, ..PATIENT };
+    let served = serve(limits, None).await;
+    let mut signed = connect_from(loopback(1), served.addr).await;
+    assert_eq!(ask_on(&mut signed, "echo", Some(TOKEN), r#"{"text": "1"}"#).await, Some(200));
+    // A keep-alive connection that read without a token (open on loopback): idle, evictable.
+    let mut anonymous = connect_from(loopback(1), served.addr).await;
+    assert_eq!(ask_on(&mut anonymous, "peek", None, r#"{"text": "1"}"#).await, Some(200));
+
+    let mut crowd = slow_heads(40, |i| loopback(2 + (i % 10) as u8), served.addr).await;
+    assert!(closed(&mut anonymous).await, "the idle connection without a token gave way");
+    assert_eq!(
+        ask_on(&mut signed, "echo", Some(TOKEN), r#"{"text": "2"}"#).await,
+        Some(200),
+        "the connection that showed the token kept its slot"
+    );
+    let mut open = 0;
+    for stream in &mut crowd {
+        open += usize::from(!closed(stream).await);
+    }
+    assert_eq!(open, 3, "the crowd shares what is left of its peer's 4 slots");
+
+    // A connection closed gives its slot back: the token holder's is free again.
+    drop(signed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_async(deadline, "a fourth slow head to be held after the token holder left", async || {
+        let mut more = slow_heads(1, |_| loopback(3), served.addr).await;
+        let mut open = 0;
+        for stream in crowd.iter_mut().chain(&mut more) {
+            open += usize::from(!closed(stream).await);
+        }
+        crowd.extend(more);
+        open == 4
     })
     .await;
 }
