@@ -364,9 +364,7 @@ pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Resu
     };
     let shared_file = config_dir.join(SHARED_FILE);
     let backends = match read_optional(&shared_file, false)? {
-        // A parse error quotes the offending line, which may be the store URL.
-        Some(text) => toml::from_str(&text)
-            .map_err(|e| ConfigError::new(&shared_file, autocomp_http::redact::redact_urls_in(&e.to_string())))?,
+        Some(text) => parse_shared_file(&text, &shared_file)?,
         None => Backends::default(),
     };
     Ok(LoadedConfig { component: component_config, backends, file, shared_file })
@@ -376,16 +374,71 @@ pub fn load(component: &str, explicit: Option<&Path>, config_dir: &Path) -> Resu
 /// bounds; a component's own `[settings]` are its own to check): `autocomp doctor` reads
 /// every component file this way.
 pub fn parse_component_file(text: &str, file: &Path) -> Result<ComponentConfig, ConfigError> {
-    let config: ComponentConfig = toml::from_str(text).map_err(|e| ConfigError::new(file, e.to_string()))?;
+    let config: ComponentConfig = toml::from_str(text).map_err(|e| toml_error(file, text, &e))?;
     config.check(file)?;
     Ok(config)
 }
 
-fn read_optional(file: &Path, required: bool) -> Result<Option<String>, ConfigError> {
+/// The shared file's text, parsed: the backends it names.
+pub fn parse_shared_file(text: &str, file: &Path) -> Result<Backends, ConfigError> {
+    toml::from_str(text).map_err(|e| toml_error(file, text, &e))
+}
+
+/// A TOML error in `file` (whose text is `text`) as a message: the file, the line and column,
+/// and what is wrong; the line itself only when it holds no secret (a URL with a password, a
+/// secret option or key), since cron mails what a pass prints. toml's own rendering quotes
+/// the line whatever it holds.
+pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    let what = autocomp_http::redact::redact_urls_in(error.message().trim());
+    let Some(span) = error.span() else { return ConfigError::new(file, format!("not valid TOML: {what}")) };
+    let at = span.start.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_number = text[..at].matches('\n').count() + 1;
+    let column = text[line_start..at].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let quoted = if holds_secret(line) {
+        " (the line is not shown: it holds a secret)".to_owned()
+    } else {
+        format!("\n    {}\n    {}^", autocomp_http::for_terminal(line), " ".repeat(column - 1))
+    };
+    ConfigError::new(file, format!("not valid TOML at line {line_number}, column {column}: {what}{quoted}"))
+}
+
+/// Whether a configuration line holds a secret: a URL with a password in its userinfo, or a
+/// key (`password = `, `?token=`) the redaction counts as secret.
+fn holds_secret(line: &str) -> bool {
+    let userinfo_password = line.match_indices("://").any(|(at, _)| {
+        let rest = &line[at + 3..];
+        autocomp_http::redact::userinfo_end(rest).is_some_and(|end| rest[..end].contains(':'))
+    });
+    let secret_key = line.match_indices('=').any(|(at, _)| {
+        let before = line[..at].trim_end().trim_end_matches(['"', '\'']);
+        let key_start = before
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '%')))
+            .map_or(0, |i| i + 1);
+        autocomp_http::redact::is_secret_key(&before[key_start..])
+    });
+    userinfo_password || secret_key || autocomp_http::redact::redact_urls_in(line) != line
+}
+
+/// A config file's text, or `None` when it does not exist. One others can change is refused
+/// (see `autocomp_http::file_modes::untrusted_config`): it names where the token goes.
+/// `autocomp`, the components and `autocomp doctor` read every config file this way.
+pub fn read_config_file(file: &Path) -> Result<Option<String>, ConfigError> {
+    if let Some(reason) = autocomp_http::file_modes::untrusted_config(file) {
+        return Err(ConfigError::new(file, reason));
+    }
     match std::fs::read_to_string(file) {
         Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ConfigError::new(file, format!("cannot read: {e}"))),
+    }
+}
+
+fn read_optional(file: &Path, required: bool) -> Result<Option<String>, ConfigError> {
+    match read_config_file(file)? {
+        None if required => Err(ConfigError::new(file, "cannot read: no such file")),
+        read => Ok(read),
     }
 }
 
@@ -507,6 +560,48 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(SHARED_FILE), "store = \"postgres://u:s3/cr@t@db/x\" oops\n").unwrap();
         let error = load("c", None, dir.path()).unwrap_err().to_string();
-        assert!(error.contains("oops") && !error.contains("s3/cr"), "{error}");
+        assert!(error.contains("line 1, column") && !error.contains("s3/cr"), "{error}");
+    }
+
+    #[test]
+    fn a_toml_error_quotes_its_line_only_when_the_line_holds_no_secret() {
+        let file = Path::new("/etc/autocomp/autocomp.toml");
+        for (text, secret) in [
+            ("store = \"postgres://u:p w\\\"@h/db\" oops\n", "p w"),
+            ("store = \"postgres://u:p'x y@h/db\" oops\n", "p'x"),
+            ("index = \"local:/i\"\nstore = \"postgres://h/db?sslmode=require&password=a b\" c\n", "a b"),
+            ("store = \"http://h:7070/?token=T0k en\" x\n", "T0k"),
+            ("[settings]\napi_key = 'K3y oops\n", "K3y"),
+            ("password = \"Pw d\" extra\n", "Pw d"),
+        ] {
+            let error = toml::from_str::<toml::Table>(text).unwrap_err();
+            let shown = toml_error(file, text, &error).to_string();
+            assert!(!shown.contains(secret), "{text:?} shows the secret: {shown}");
+            assert!(shown.starts_with("/etc/autocomp/autocomp.toml: not valid TOML at line "), "{shown}");
+            assert!(shown.contains("is not shown: it holds a secret"), "{shown}");
+        }
+        let text = "index = \"local:/i\"\nstore = \"sqlite:///s.db\" oops\n";
+        let error = toml::from_str::<toml::Table>(text).unwrap_err();
+        let shown = toml_error(file, text, &error).to_string();
+        assert!(shown.contains("line 2, column 26") && shown.contains("store = \"sqlite:///s.db\" oops"), "{shown}");
+        let text = "password_file = \"/run/pw\" x\n";
+        let error = toml::from_str::<toml::Table>(text).unwrap_err();
+        assert!(toml_error(file, text, &error).to_string().contains("/run/pw"), "a file name is no secret");
+    }
+
+    #[test]
+    fn a_config_file_others_can_change_is_refused_naming_mode_and_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join(SHARED_FILE);
+        std::fs::write(&shared, "store = \"sqlite:///s.db\"\n").unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let error = load("c", None, dir.path()).unwrap_err().to_string();
+        assert!(error.contains("autocomp.toml: mode 666") && error.contains("chmod o-w"), "{error}");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(dir.path().join("c.toml"), "").unwrap();
+        std::fs::set_permissions(dir.path().join("c.toml"), std::fs::Permissions::from_mode(0o622)).unwrap();
+        let error = load("c", None, dir.path()).unwrap_err().to_string();
+        assert!(error.contains("c.toml: mode 622"), "{error}");
     }
 }

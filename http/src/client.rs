@@ -108,11 +108,46 @@ pub fn client_token() -> Result<Option<String>, InvalidInput> {
         // A service's token file may list a new token beside the old one; a client shows
         // the first.
         Some(path) => std::fs::read_to_string(&path)
+            .inspect(|_| {
+                crate::file_modes::warn_if_exposed(std::path::Path::new(&path), "the token file $AUTOCOMP_TOKEN_FILE")
+            })
             .map_err(|e| e.to_string())
             .and_then(|text| crate::service::Tokens::parse(&text, "$AUTOCOMP_TOKEN_FILE"))
             .map(|tokens| Some(tokens.shown().to_string()))
             .map_err(|reason| InvalidInput::new("AUTOCOMP_TOKEN_FILE", path, reason)),
     }
+}
+
+/// Warns, once per process and before any connection, when a token would travel over plain
+/// `http://` to a host that is not this one: anyone on the path reads it (as `zk://` and
+/// `sslmode=prefer` warn).
+fn warn_if_token_in_the_clear(bases: &[String]) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let off_host = bases.iter().find(|base| {
+        base.strip_prefix("http://").is_some_and(|rest| {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            let host = match host.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(""),
+                None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+            };
+            !is_loopback(host)
+        })
+    });
+    if let Some(base) = off_host {
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "the token goes in the clear to {} (plain http:// to another host): anyone on the network can read \
+                 it; use https://",
+                crate::display_url(base)
+            );
+        });
+    }
+}
+
+/// `localhost`, or an address in 127/8 or `::1`: the connection never leaves this host.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -144,6 +179,9 @@ impl HttpClient {
             builder = builder.use_preconfigured_tls(tls.config()?);
         }
         let shown: Vec<String> = options.bases.iter().map(|base| crate::display_url(base)).collect();
+        if token.is_some() {
+            warn_if_token_in_the_clear(&options.bases);
+        }
         let http = builder.build().map_err(|e| InvalidInput::new(what, shown.join(","), shown_error(&e)))?;
         Ok(Self {
             bases: options.bases,

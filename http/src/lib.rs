@@ -4,7 +4,8 @@
 //! (`service`), the connection loop with its caps and time limits (`serve`) and who
 //! holds its slots (`slots`), warnings any client can cause summarized per client
 //! (`quiet`), TLS for
-//! services and clients (`tls`), secrets and certificates read again when their files
+//! services and clients (`tls`), the modes a config or secret file must have
+//! (`file_modes`), secrets and certificates read again when their files
 //! change (`reload`), the client with failover and retry (`client`), the one function that
 //! describes a URL without its secrets (`redact`), the one that makes user text safe to
 //! print (`terminal`), logging set-up (`logging`) with optional OpenTelemetry export and
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod client;
 pub mod error;
+pub mod file_modes;
 pub mod launch;
 pub mod logging;
 pub mod quiet;

@@ -18,7 +18,9 @@ const SECRET_KEYS: &[&str] = &[
     "apikey",
 ];
 
-fn is_secret_key(key: &str) -> bool {
+/// Whether a query option, conninfo or configuration key names a secret (`password`,
+/// `sslpassword`, `token`, `api_key`, ...), compared without case.
+pub fn is_secret_key(key: &str) -> bool {
     let key = key.trim().to_ascii_lowercase();
     if key.ends_with("file") {
         return false;
@@ -83,7 +85,10 @@ pub fn userinfo_end(rest: &str) -> Option<usize> {
 }
 
 /// Free text (a parse error quoting a configuration line, say) with every URL in it shown as
-/// [`display_url`] shows it. A URL here runs from its scheme to the next whitespace or quote.
+/// [`display_url`] shows it. A URL here runs from its scheme to the next whitespace or quote,
+/// unless a secret runs on past it: a password whose userinfo ends at an `@` further on the
+/// line hides the line up to there, and a quoted URL's last secret option (whose value may
+/// hold a space or a quote) the rest of the line.
 pub fn redact_urls_in(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     let mut rest = text;
@@ -92,9 +97,7 @@ pub fn redact_urls_in(text: &str) -> String {
         let start = rest[..found]
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
             .map_or(0, |i| i + 1);
-        let end = rest[found..]
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
-            .map_or(rest.len(), |i| found + i);
+        let end = url_end(rest, start, found);
         shown.push_str(&rest[..start]);
         shown.push_str(&display_url(&rest[start..end]));
         rest = &rest[end..];
@@ -103,31 +106,77 @@ pub fn redact_urls_in(text: &str) -> String {
     shown
 }
 
-/// `/path?query#fragment` with the secret options' values replaced.
+/// Where the URL starting at `start`, whose `://` is at `found` in `text`, ends (see
+/// [`redact_urls_in`]).
+fn url_end(text: &str, start: usize, found: usize) -> usize {
+    let word_end = |from: usize| {
+        text[from..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`')).map_or(text.len(), |i| from + i)
+    };
+    let end = word_end(found);
+    let line_end = text[found..].find('\n').map_or(text.len(), |i| found + i);
+    let authority = found + 3;
+    // A password's userinfo ends at the last `@` of the line, as `display_url` reads it.
+    if let Some(at) = userinfo_end(&text[authority..line_end])
+        && text[authority..authority + at].contains(':')
+        && authority + at >= end
+    {
+        return word_end(authority + at + 1).min(line_end);
+    }
+    // A quoted URL (a configuration line) whose last option is a secret: its value may run
+    // past a space or a quote, so the rest of the line is hidden.
+    let quoted = text[..start].ends_with(['"', '\'', '`']);
+    if quoted && end < line_end && display_url(&text[start..end]).ends_with("=***") { line_end } else { end }
+}
+
+/// `/path?query#fragment` with the secret options' values replaced. A secret option's value
+/// runs to the next `&key=` (an `&` followed by something shaped like a key and `=`), so a
+/// raw `? # " ' /` or space inside a password never shows; the fragment is read the same way.
+/// Any other option ends at `& ; # ?`, so a secret option after it is still found.
 fn redact_tail(tail: &str) -> String {
     let Some(start) = tail.find(['?', '#']) else { return tail.to_string() };
     let (path, query) = tail.split_at(start);
     let mut shown = path.to_string();
-    // Separators kept as they are; `&`, `;` and `#` end an option.
-    let mut piece = String::new();
-    for c in query.chars() {
-        if matches!(c, '?' | '&' | ';' | '#') {
-            shown.push_str(&redact_option(&piece));
-            piece.clear();
-            shown.push(c);
-        } else {
-            piece.push(c);
-        }
+    let mut rest = query;
+    while let Some(separator) = rest.chars().next() {
+        shown.push(separator);
+        rest = &rest[separator.len_utf8()..];
+        let end = match rest.split_once('=') {
+            Some((key, _)) if !key.contains(['?', '&', ';', '#']) && is_secret_key(&decoded(key)) => {
+                let value_end = next_option(rest, key.len() + 1);
+                shown.push_str(key);
+                shown.push_str("=***");
+                rest = &rest[value_end..];
+                continue;
+            }
+            _ => rest.find(['?', '&', ';', '#']).unwrap_or(rest.len()),
+        };
+        shown.push_str(&rest[..end]);
+        rest = &rest[end..];
     }
-    shown.push_str(&redact_option(&piece));
     shown
 }
 
-fn redact_option(pair: &str) -> String {
-    match pair.split_once('=') {
-        Some((key, _)) if is_secret_key(&String::from_utf8_lossy(&percent_decode(key))) => format!("{key}=***"),
-        _ => pair.to_string(),
+/// Where the option after a secret value starting at `from` begins: the next `&` followed by
+/// a key (letters, digits, `_ - . %`) and `=`; the end when there is none.
+fn next_option(text: &str, from: usize) -> usize {
+    let mut at = from;
+    while let Some(found) = text[at..].find('&') {
+        let candidate = at + found;
+        let after = &text[candidate + 1..];
+        let key_len = after.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '%')));
+        if let Some(len) = key_len
+            && len > 0
+            && after[len..].starts_with('=')
+        {
+            return candidate;
+        }
+        at = candidate + 1;
     }
+    text.len()
+}
+
+fn decoded(key: &str) -> String {
+    String::from_utf8_lossy(&percent_decode(key)).into_owned()
 }
 
 /// `key=value key2='quoted value'` (libpq's conninfo syntax) with secret values replaced.
@@ -234,10 +283,25 @@ mod tests {
         for (url, shown) in [
             ("postgres://u@db/x?password=hunter2&sslmode=disable", "postgres://u@db/x?password=***&sslmode=disable"),
             ("postgres://u@db/x?sslpassword=k&PassWord=2", "postgres://u@db/x?sslpassword=***&PassWord=***"),
-            ("http://h:1/?auth=abc#token=def", "http://h:1/?auth=***#token=***"),
+            ("http://h:1/?auth=abc#token=def", "http://h:1/?auth=***"),
+            ("http://h:1/?a=1#token=def", "http://h:1/?a=1#token=***"),
+            ("http://h:1/#token=d?e#f&x=1", "http://h:1/#token=***&x=1"),
             ("postgres://u@db/x?password_file=/run/pw", "postgres://u@db/x?password_file=/run/pw"),
             ("postgres://u@db/x?pass%77ord=x", "postgres://u@db/x?pass%77ord=***"),
             ("postgres://db/x?sslpassword=a:b@c&password=d@e", "postgres://db/x?sslpassword=***&password=***"),
+        ] {
+            assert_eq!(display_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_secret_option_runs_to_the_next_key_whatever_it_holds() {
+        for (url, shown) in [
+            ("postgres://db/x?password=a?b#c&sslmode=require", "postgres://db/x?password=***&sslmode=require"),
+            ("postgres://db/x?sslmode=require&password=a b\"c'd/e", "postgres://db/x?sslmode=require&password=***"),
+            ("http://h/?token=x&&y&=z&next=1", "http://h/?token=***&next=1"),
+            ("postgres://db/x?application_name=a?password=b#c", "postgres://db/x?application_name=a?password=***"),
+            ("postgres://db/x?password=", "postgres://db/x?password=***"),
         ] {
             assert_eq!(display_url(url), shown, "{url}");
         }
@@ -257,6 +321,17 @@ mod tests {
             "3 | store = \"postgres://u:***@h/db\"\n  | ^ expected"
         );
         assert_eq!(super::redact_urls_in("at postgres://u:pw@h/db, retrying"), "at postgres://u:***@h/db, retrying");
+        // A password holding a space or a quote: the userinfo still ends at the line's `@`.
+        assert_eq!(
+            super::redact_urls_in("store = \"postgres://u:p w\\\"x@h/db\" oops\nnext line"),
+            "store = \"postgres://u:***@h/db\" oops\nnext line"
+        );
+        // A quoted URL's last secret option hides the rest of its line, not the next one.
+        assert_eq!(
+            super::redact_urls_in("store = \"http://h/?token=a b\" c\nnext"),
+            "store = \"http://h/?token=***\nnext"
+        );
+        assert_eq!(super::redact_urls_in("GET http://h/?token=abc failed"), "GET http://h/?token=*** failed");
     }
 
     #[test]

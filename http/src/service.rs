@@ -100,6 +100,7 @@ impl ServiceToken {
                 let shown = format!("--token-file {}", path.display());
                 let file = path.to_path_buf();
                 let read = move || {
+                    crate::file_modes::warn_if_exposed(&file, "the token file --token-file");
                     let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
                     Tokens::parse(&text, &shown)
                 };

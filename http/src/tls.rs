@@ -34,6 +34,7 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 }
 
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    crate::file_modes::warn_if_exposed(path, "the private key");
     PrivateKeyDer::from_pem_file(path).map_err(|e| format!("cannot read a private key: {}", pem_error(e)))
 }
 

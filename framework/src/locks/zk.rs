@@ -205,7 +205,7 @@ impl Identities {
                 let source = format!("auth_file={}", path.display());
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| invalid_auth(&source, &format!("cannot be read: {e}")))?;
-                warn_if_readable_by_others(path);
+                autocomp_http::file_modes::warn_if_exposed(path, "the ZooKeeper auth file");
                 (source, text)
             }
             None => match std::env::var(AUTH_ENV) {
@@ -238,23 +238,6 @@ impl Identities {
 fn invalid_auth(source: &str, reason: &str) -> LockError {
     InvalidInput::new("ZooKeeper identity", source, reason.to_owned()).into()
 }
-
-#[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path)
-        && meta.permissions().mode() & 0o077 != 0
-    {
-        warn!(
-            "the ZooKeeper auth file {} can be read by others (mode {:o}); chmod 600 it",
-            path.display(),
-            meta.permissions().mode() & 0o777
-        );
-    }
-}
-
-#[cfg(not(unix))]
-fn warn_if_readable_by_others(_: &Path) {}
 
 /// The id ZooKeeper's digest provider gives `user:password`: `user:base64(sha1(user:password))`.
 fn digest_id(credential: &str) -> String {

@@ -2,7 +2,6 @@
 //! by no one else, strong enough), certificates (valid now and for longer than the warning
 //! window) and free space where the pipeline writes.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -68,15 +67,11 @@ pub fn check_file(kind: FileKind, path: &Path, expires_within: Duration) -> Chec
             );
         }
     };
-    if kind != FileKind::Certificate {
-        let mode = std::fs::metadata(path).map(|meta| meta.permissions().mode() & 0o777).unwrap_or(0);
-        if mode & 0o007 != 0 {
-            return Check::fail(
-                check,
-                format!("mode {mode:03o}: others may read or change it"),
-                format!("chmod o-rwx {} (0600, or 0640 with the pipeline's group)", path.display()),
-            );
-        }
+    // The rule the pipeline warns by when it reads the file (one check for both).
+    if kind != FileKind::Certificate
+        && let Some(reason) = autocomp_http::file_modes::exposed_secret(path)
+    {
+        return Check::fail(check, reason.problem(), reason.fix());
     }
     let text = String::from_utf8_lossy(&text);
     match kind {

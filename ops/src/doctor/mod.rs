@@ -235,18 +235,25 @@ fn config_checks(options: &DoctorOptions, checks: &mut Vec<Check>) -> Backends {
     backends
 }
 
+/// What to do about a config file others can change (the pipeline refuses it).
+const UNTRUSTED_CONFIG_FIX: &str =
+    "chmod o-w it (0644, or 0640 with the pipeline's group), in a directory only its owner writes";
+
 /// The backends `autocomp.toml` names, and whether it parses (absent counts as parsing).
 fn shared_config(shared_file: &Path, checks: &mut Vec<Check>) -> (Backends, bool) {
     let check = format!("config {SHARED_FILE}");
+    if let Some(reason) = autocomp_http::file_modes::untrusted_config(shared_file) {
+        checks.push(Check::fail(check, format!("{}: {reason}", shared_file.display()), UNTRUSTED_CONFIG_FIX));
+        return (Backends::default(), false);
+    }
     match std::fs::read_to_string(shared_file) {
-        Ok(text) => match toml::from_str::<Backends>(&text) {
+        Ok(text) => match autocomp_framework::config::parse_shared_file(&text, shared_file) {
             Ok(backends) => {
                 checks.push(Check::ok(check, format!("{} parses", shared_file.display())));
                 (backends, true)
             }
             Err(e) => {
-                let message = autocomp_http::redact::redact_urls_in(e.message());
-                let detail = format!("{}: {}", shared_file.display(), message.trim());
+                let detail = e.to_string();
                 checks.push(Check::fail(check, detail, "keep only store, index and locks in it, each a URL string"));
                 (Backends::default(), false)
             }
@@ -277,12 +284,16 @@ fn component_files(dir: &Path, checks: &mut Vec<Check>) {
             continue;
         }
         let check = format!("config {name}.toml");
+        if let Some(reason) = autocomp_http::file_modes::untrusted_config(file) {
+            checks.push(Check::fail(check, format!("{}: {reason}", file.display()), UNTRUSTED_CONFIG_FIX));
+            continue;
+        }
         let parsed = if name == "notify" {
             crate::notify::NotifyConfig::load(dir).map(|_| ())
         } else {
-            std::fs::read_to_string(file)
-                .map_err(|e| autocomp_framework::config::ConfigError::new(file, format!("cannot read: {e}")))
-                .and_then(|text| autocomp_framework::config::parse_component_file(&text, file).map(|_| ()))
+            autocomp_framework::config::read_config_file(file).and_then(|text| {
+                autocomp_framework::config::parse_component_file(&text.unwrap_or_default(), file).map(|_| ())
+            })
         };
         let fix = if name == "notify" {
             "see the README's `autocomp notify` for its keys"

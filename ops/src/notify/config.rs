@@ -212,10 +212,9 @@ impl NotifyConfig {
     /// `load`, or `None` when the config directory has no `notify.toml` (notifications off).
     pub fn load_if_present(config_dir: &Path) -> Result<Option<Self>, ConfigError> {
         let file = config_dir.join(NOTIFY_FILE);
-        match std::fs::read_to_string(&file) {
-            Ok(text) => Self::parse(&text, &file, config_dir).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(ConfigError::new(&file, format!("cannot read: {e}"))),
+        match autocomp_framework::config::read_config_file(&file)? {
+            Some(text) => Self::parse(&text, &file, config_dir).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -223,12 +222,9 @@ impl NotifyConfig {
     /// from `dir`).
     pub fn parse(text: &str, file: &Path, dir: &Path) -> Result<Self, ConfigError> {
         let error = |message: String| ConfigError::new(file, message);
-        let root: Table = text.parse().map_err(|e: toml::de::Error| {
-            // The message only: toml's own rendering quotes the line, which may hold a secret.
-            let line = e.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
-            let at = line.map(|n| format!(" (line {n})")).unwrap_or_default();
-            error(format!("not valid TOML{at}: {}", e.message().trim()))
-        })?;
+        // toml's own rendering quotes the line, which may hold a secret: this one does not.
+        let root: Table =
+            text.parse().map_err(|e: toml::de::Error| autocomp_framework::config::toml_error(file, text, &e))?;
         let mut config = NotifyConfig {
             file: file.to_path_buf(),
             dir: dir.to_path_buf(),

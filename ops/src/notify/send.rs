@@ -142,6 +142,7 @@ fn unconfigured(channel: &str, config: &NotifyConfig) -> String {
 /// A secret from its file: the content with surrounding whitespace removed. Errors name the
 /// file, never what it holds.
 fn read_secret(path: &Path, key: &str) -> Result<String, String> {
+    autocomp_http::file_modes::warn_if_exposed(path, key);
     let text = std::fs::read_to_string(path).map_err(|e| format!("{key} {}: cannot read: {e}", path.display()))?;
     let secret = text.trim();
     if secret.is_empty() {

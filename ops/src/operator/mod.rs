@@ -187,10 +187,9 @@ impl Operator {
     /// need it.
     pub fn new(config_dir: &Path, overrides: Backends, name: Option<String>) -> Result<Self, OperatorError> {
         let shared_file = config_dir.join(SHARED_FILE);
-        let from_file: Backends = match std::fs::read_to_string(&shared_file) {
-            Ok(text) => toml::from_str(&text).map_err(|e| ConfigError::new(&shared_file, e.to_string()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Backends::default(),
-            Err(e) => return Err(ConfigError::new(&shared_file, format!("cannot read: {e}")).into()),
+        let from_file: Backends = match autocomp_framework::config::read_config_file(&shared_file)? {
+            Some(text) => autocomp_framework::config::parse_shared_file(&text, &shared_file)?,
+            None => Backends::default(),
         };
         Ok(Self {
             config_dir: config_dir.to_path_buf(),

@@ -328,6 +328,7 @@ pub(crate) fn read_password_file(file: &std::path::Path) -> StoreResult<Vec<u8>>
     let invalid = |reason: String| -> StoreError {
         InvalidInput::new("password_file", file.display().to_string(), reason).into()
     };
+    autocomp_http::file_modes::warn_if_exposed(file, "the PostgreSQL password_file");
     let mut password = std::fs::read(file).map_err(|e| invalid(format!("cannot read it: {e}")))?;
     if password.ends_with(b"\n") {
         password.pop();

@@ -1,0 +1,147 @@
+//! A careless setup named before it leaks: a configuration file others can change (it says
+//! where the pipeline sends its token) is refused, and a secret file others can read is
+//! warned about, by the same rules wherever such a file is read (the services, the
+//! components, `autocomp`, the ZooKeeper identity file) and by `autocomp doctor`.
+
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Others may write it.
+const OTHERS_WRITE: u32 = 0o002;
+/// Others may read, write or run it.
+const OTHERS_ANY: u32 = 0o007;
+/// The sticky bit: in a world-writable directory, only a file's owner may replace it.
+const STICKY: u32 = 0o1000;
+
+/// Why a configuration file must not be trusted, if it must not: others may write it (mode
+/// o+w), or the directory holding it (the link's target's, for a symlink) lets everyone
+/// replace it (world-writable without the sticky bit). The reason names the mode and the fix.
+/// A file that does not exist is no one's to judge here (reading it says so).
+pub fn untrusted_config(file: &Path) -> Option<String> {
+    let meta = std::fs::metadata(file).ok()?;
+    let mode = meta.permissions().mode();
+    let real = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let through = if real != file && std::fs::symlink_metadata(file).is_ok_and(|m| m.is_symlink()) {
+        format!(" (a symlink to {})", real.display())
+    } else {
+        String::new()
+    };
+    if mode & OTHERS_WRITE != 0 {
+        return Some(format!(
+            "mode {:03o}{through}: others can change it, and with it where the pipeline sends its token; refused \
+             until `chmod o-w {}`",
+            mode & 0o777,
+            real.display()
+        ));
+    }
+    let dir = real.parent()?;
+    let dir_mode = std::fs::metadata(dir).ok()?.permissions().mode();
+    if dir_mode & OTHERS_WRITE != 0 && dir_mode & STICKY == 0 {
+        return Some(format!(
+            "it is in {} (mode {:03o}){through}, where anyone can replace it; refused until the file is in a \
+             directory others cannot write (`chmod o-w {}`)",
+            dir.display(),
+            dir_mode & 0o777,
+            dir.display()
+        ));
+    }
+    None
+}
+
+/// A secret file others may read or write: its mode, what that means and the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposed {
+    /// The file's permission bits.
+    pub mode: u32,
+    file: PathBuf,
+}
+
+impl Exposed {
+    /// What is wrong: the mode and what it lets others do.
+    pub fn problem(&self) -> String {
+        format!("mode {:03o}: others can read or change it", self.mode)
+    }
+
+    /// The command that mends it.
+    pub fn fix(&self) -> String {
+        format!("chmod o-rwx {} (0600, or 0640 with the pipeline's group)", self.file.display())
+    }
+}
+
+impl std::fmt::Display for Exposed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.problem(), self.fix())
+    }
+}
+
+/// Whether a secret file (tokens, a password, a private key, identities) is exposed: others
+/// may read or write it.
+pub fn exposed_secret(file: &Path) -> Option<Exposed> {
+    let mode = std::fs::metadata(file).ok()?.permissions().mode() & 0o777;
+    (mode & OTHERS_ANY != 0).then(|| Exposed { mode, file: file.to_path_buf() })
+}
+
+/// Warns (once per file per process) when others may read or write the secret file `file`;
+/// `what` says what it is (`the token file`, `the ZooKeeper auth file`). The file is still
+/// used: refusing it would stop a pipeline over a mode, where a warning lets the operator fix it.
+pub fn warn_if_exposed(file: &Path, what: &str) {
+    static WARNED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+    let Some(reason) = exposed_secret(file) else { return };
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.get_or_insert_with(HashSet::new).insert(file.to_path_buf()) {
+        tracing::warn!("{what} {} is not private: {reason}", file.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_config_file_others_can_change_is_untrusted_naming_mode_and_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("autocomp.toml");
+        std::fs::write(&file, "").unwrap();
+        chmod(&file, 0o644);
+        assert_eq!(untrusted_config(&file), None);
+        chmod(&file, 0o666);
+        let reason = untrusted_config(&file).unwrap();
+        assert!(reason.contains("mode 666") && reason.contains("chmod o-w"), "{reason}");
+        assert_eq!(untrusted_config(&dir.path().join("absent.toml")), None);
+    }
+
+    #[test]
+    fn a_symlink_into_a_world_writable_directory_is_untrusted_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::write(open.join("real.toml"), "").unwrap();
+        chmod(&open.join("real.toml"), 0o644);
+        chmod(&open, 0o777);
+        let link = dir.path().join("autocomp.toml");
+        std::os::unix::fs::symlink(open.join("real.toml"), &link).unwrap();
+        let reason = untrusted_config(&link).unwrap();
+        assert!(reason.contains("mode 777") && reason.contains("a symlink to"), "{reason}");
+        chmod(&open, 0o1777);
+        assert_eq!(untrusted_config(&link), None);
+        chmod(&open.join("real.toml"), 0o646);
+        assert!(untrusted_config(&link).unwrap().contains("mode 646"));
+    }
+
+    #[test]
+    fn a_secret_file_others_can_read_is_exposed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "t").unwrap();
+        for (mode, exposed) in [(0o600, false), (0o640, false), (0o644, true), (0o602, true)] {
+            chmod(&file, mode);
+            assert_eq!(exposed_secret(&file).is_some(), exposed, "{mode:o}");
+        }
+    }
+}
