@@ -186,6 +186,20 @@ pub struct IndexEngine {
     reloaded_for: Mutex<Option<Vec<u8>>>,
 }
 
+/// Creates the index directory 0700 whatever the umask (its parents as the umask says): the
+/// index holds the batches' metadata, which `--reads-need-token` keeps from other users. An
+/// existing directory is left as it is.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        created => created,
+    }
+}
+
 impl IndexEngine {
     pub fn open(dir: impl AsRef<Path>) -> IndexResult<Self> {
         Self::open_with(dir, EngineOptions::default())
@@ -195,7 +209,7 @@ impl IndexEngine {
     pub fn open_with(dir: impl AsRef<Path>, options: EngineOptions) -> IndexResult<Self> {
         let dir = dir.as_ref().to_path_buf();
         let fail = |message: String| IndexError::Index { dir: dir.clone(), message };
-        std::fs::create_dir_all(&dir).map_err(|e| fail(format!("cannot create the directory: {e}")))?;
+        create_private_dir(&dir).map_err(|e| fail(format!("cannot create the directory: {e}")))?;
         let index = {
             // Two processes creating the same fresh index would both write meta.json.
             let guard = File::create(dir.join(".autocomp-create.lock"))

@@ -150,6 +150,19 @@ fn foreign(conn: &Connection) -> Option<&'static str> {
     }
 }
 
+/// Creates a new store file empty and 0600 whatever the umask, before SQLite writes a byte
+/// of it: SQLite gives its `-wal` and `-shm` the store file's mode, so all three stay
+/// private (under umask 022 they were 0644, readable past `--reads-need-token`). An
+/// existing file is left as it is.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
         Self::open_with(path, SqliteOptions::default()).await
@@ -195,6 +208,7 @@ impl SqliteStore {
             }
         }
         let mut conn = if options.migrate {
+            create_private(path).map_err(|e| StoreError::Unavailable(format!("store file {}: {e}", path.display())))?;
             Connection::open(path).map_err(describe)?
         } else {
             // Nothing is written without migrate: not even a new file for a mistyped path.
@@ -623,5 +637,30 @@ impl ObjectStore for SqliteStore {
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         let after = after.cloned();
         self.with_connection(move |conn| ops::list_summaries(conn, after.as_ref(), limit)).await
+    }
+}
+
+#[cfg(test)]
+mod file_mode_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use autocomp_model::{BatchId, BatchType, NewBatch};
+
+    use super::*;
+
+    /// Whatever the umask lets through (022 when tests run), a new store file and the `-wal`
+    /// and `-shm` SQLite makes beside it are the owner's alone, and so is `-wake`.
+    #[tokio::test]
+    async fn a_new_store_file_and_its_companions_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("store.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        let batch = NewBatch::new(BatchId::new("B1").unwrap(), BatchType::new("RoundTrip").unwrap());
+        store.create_batch(batch).await.unwrap();
+        for name in ["store.db", "store.db-wal", "store.db-shm", "store.db-wake"] {
+            let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{name}");
+        }
     }
 }

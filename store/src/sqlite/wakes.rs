@@ -89,7 +89,10 @@ impl FileWakes {
         let file = announcer.get_or_insert_with(|| {
             let mut path = self.path.clone().into_os_string();
             path.push("-wake");
-            match std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+            // Private whatever the umask, like the store file beside it.
+            let mut open = std::fs::OpenOptions::new();
+            std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+            match open.create(true).append(true).open(&path) {
                 Ok(file) => Some(file),
                 Err(error) => {
                     tracing::debug!(file = %std::path::Path::new(&path).display(), "cannot announce commits: {error}");
