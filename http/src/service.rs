@@ -21,6 +21,12 @@ use crate::error::ApiError;
 /// Largest request body a service accepts: a 1 MiB details document plus its envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
+/// Largest body of a request that presents no token (a read open from loopback): a read's
+/// body is a few names and numbers, or a page of ids (about 500 of the longest ids, 128
+/// characters; more short ones). Anyone on the host may send these, so none can make the
+/// service hold 4 MiB per connection; a valid token lifts it to `MAX_BODY_BYTES`.
+pub const OPEN_READ_BODY_BYTES: usize = 64 << 10;
+
 /// The shortest bearer token a service accepts (generate one with
 /// `head -c 24 /dev/urandom | base64`: 32 characters).
 pub const MIN_TOKEN_CHARS: usize = 12;
@@ -372,7 +378,16 @@ async fn answer<S: Rpc>(
 ) -> Result<Response, ApiError> {
     let (head, body) = request.into_parts();
     service.access().check(&head.headers, peer, described.write)?;
-    let bytes = read_body(&head.headers, body, MAX_BODY_BYTES).await?;
+    let bytes = if service.access().token_presented(&head.headers) {
+        read_body(&head.headers, body, MAX_BODY_BYTES).await?
+    } else {
+        read_body(&head.headers, body, OPEN_READ_BODY_BYTES).await.map_err(|mut refused| {
+            if refused.status == StatusCode::PAYLOAD_TOO_LARGE {
+                refused.detail.message += " without a token (a bearer token lifts it to 4 MiB; or ask for fewer ids)";
+            }
+            refused
+        })?
+    };
     match S::Request::parse(described.name, Ok(bytes)) {
         Some(Ok(request)) => service.answer(request).await.map(|answered| answered.0),
         Some(Err(refused)) => Err(refused),

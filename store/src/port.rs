@@ -249,6 +249,11 @@ pub struct LogPage {
     /// When newer events exist: the seq to read the page after this one with
     /// (`LogCursor::After`), the last listed event's.
     pub newer: Option<Seq>,
+    /// The events of a page read by size (`ObjectStore::log_page_within`) whose details were
+    /// left out (`details` null), each as (seq, the bytes of its details); read one whole
+    /// with `event_at`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details_left_out: Vec<(Seq, u64)>,
 }
 
 impl LogPage {
@@ -275,8 +280,40 @@ impl LogPage {
             total: events.len() as u64,
             older: page.first().filter(|_| from > 0).map(|event| event.seq),
             newer: page.last().filter(|_| to < events.len()).map(|event| event.seq),
+            details_left_out: Vec::new(),
         }
     }
+
+    /// The page as `log_page_within` answers it: the details of each event whose details
+    /// pass `details_up_to` bytes (compact JSON text) left out and listed.
+    pub fn within(mut self, details_up_to: u64) -> Self {
+        for event in &mut self.events {
+            let bytes = event.details.to_string().len() as u64;
+            if bytes > details_up_to {
+                event.details = Value::Null;
+                self.details_left_out.push((event.seq, bytes));
+            }
+        }
+        self
+    }
+
+    /// The bytes of the event's details when this page left them out.
+    pub fn left_out(&self, seq: Seq) -> Option<u64> {
+        self.details_left_out.iter().find(|(left_out, _)| *left_out == seq).map(|(_, bytes)| *bytes)
+    }
+}
+
+/// How much of an event's details a page read by size shows (`log_page_within`): 16 KiB,
+/// so a monitor page of 50 events holds at most about 800 KiB of details and a page of
+/// `MAX_LOG_PAGE` at most 16 MiB, whatever the events hold (each up to 1 MiB).
+pub const DETAILS_SHOWN_BYTES: u64 = 16 << 10;
+
+/// One event of a batch, whole (details included): what a page read by size links to.
+/// `None` when the batch has no event with that seq.
+pub async fn event_at(store: &dyn ObjectStore, id: &BatchId, seq: Seq) -> StoreResult<Option<Event>> {
+    let before = Seq(seq.0.saturating_sub(1));
+    let page = store.log_page(id, LogCursor::After(before), 1).await?;
+    Ok(page.events.into_iter().next().filter(|event| event.seq == seq))
 }
 
 /// A page size a log page may be asked for: 1 to `MAX_LOG_PAGE`.
@@ -298,8 +335,8 @@ pub trait ObjectStore: Send + Sync {
     /// `run_state` for one run, instead.
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch>;
 
-    /// The named batches that exist, whole, in the order asked; unknown ids are left out.
-    /// Listings read `get_listings` or `get_summaries` instead.
+    /// The named batches that exist, whole, in the order asked, each once however often it is
+    /// named (at its first place); unknown ids are left out. Listings read `get_listings` or `get_summaries` instead.
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>>;
 
     /// Batches in id order, starting after `after`, at most `limit` of them.
@@ -307,7 +344,7 @@ pub trait ObjectStore: Send + Sync {
 
     /// `get_batches` as the batch index needs it: each batch's `BatchSummary` (header,
     /// effective events without details, last activity, running components), in the order
-    /// asked, unknown ids left out. What a catch-up reads. The default summarizes
+    /// asked, each once, unknown ids left out. What a catch-up reads. The default summarizes
     /// `get_batches`; a store that keeps summaries as it writes reads no logs.
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
         Ok(self.get_batches(ids).await?.iter().map(BatchSummary::of).collect())
@@ -337,6 +374,21 @@ pub trait ObjectStore: Send + Sync {
         Ok(LogPage::of(&self.get_batch(id).await?, cursor, limit))
     }
 
+    /// `log_page` read by size: an event whose details pass `details_up_to` bytes (as
+    /// compact JSON text) comes without them (`details` null) and is listed in
+    /// `details_left_out` with their size, so a page costs at most about `limit` times
+    /// `details_up_to` however large its events are; `event_at` reads one whole. The stores
+    /// of this crate leave the details in the database; the default trims a whole page.
+    async fn log_page_within(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: u64,
+    ) -> StoreResult<LogPage> {
+        Ok(self.log_page(id, cursor, limit).await?.within(details_up_to))
+    }
+
     /// The newest run of (batch, component), which is the open one if one is open (every
     /// claim takes a higher generation and abandons the run open before it), with its
     /// generation and state; `None` when the component never claimed the batch. A holder of
@@ -352,8 +404,8 @@ pub trait ObjectStore: Send + Sync {
     }
 
     /// `get_summaries` with what a listing shows beside each summary (`BatchListing`): the
-    /// named batches that exist, in the order asked, unknown ids left out (an id asked twice
-    /// as `get_batches` answers it). Reads no log; the default, for adapters without a
+    /// named batches that exist, in the order asked, unknown ids left out, each once (as
+    /// `get_batches` answers it). Reads no log; the default, for adapters without a
     /// cheaper way, summarizes `get_batches`.
     async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
         let batches = self.get_batches(ids).await?;

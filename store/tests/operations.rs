@@ -1884,6 +1884,8 @@ contract!(
     a_batch_at_its_byte_cap_refuses_more_and_writes_nothing,
     summaries_read_every_flag_as_the_whole_batch_does,
     listings_say_what_each_whole_batch_says,
+    an_id_asked_twice_is_read_and_answered_once,
+    a_log_page_read_by_size_leaves_large_details_out_and_says_their_size,
     a_pause_reads_back_who_why_and_since_and_the_log_lists_it_newest_first,
     bad_steering_requests_are_refused_by_name_and_change_nothing,
     a_steer_wakes_every_watcher_but_adds_nothing_to_the_change_feed,

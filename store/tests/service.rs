@@ -18,16 +18,16 @@ use autocomp_store::http::wire::StoreRequest;
 use autocomp_store::*;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "s3cret-token";
+pub(crate) const TOKEN: &str = "s3cret-token";
 
 /// A running `autocomp-store serve`, killed when dropped.
-struct Service {
+pub(crate) struct Service {
     child: Child,
     port: u16,
 }
 
 impl Service {
-    fn start(db: &Path) -> Service {
+    pub(crate) fn start(db: &Path) -> Service {
         Self::start_on(db, free_port())
     }
 
@@ -35,7 +35,7 @@ impl Service {
         Self::start_with(db, port, &[])
     }
 
-    fn start_with(db: &Path, port: u16, extra: &[&str]) -> Service {
+    pub(crate) fn start_with(db: &Path, port: u16, extra: &[&str]) -> Service {
         Self::serve(&format!("sqlite://{}?synchronous=normal", db.display()), port, extra)
     }
 
@@ -54,7 +54,7 @@ impl Service {
         service
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -70,7 +70,7 @@ impl Service {
         self.child.wait().ok();
     }
 
-    fn client(&self) -> HttpStore {
+    pub(crate) fn client(&self) -> HttpStore {
         HttpStore::with_token(&self.url(), Some(TOKEN.into())).unwrap()
     }
 }
@@ -81,7 +81,7 @@ impl Drop for Service {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

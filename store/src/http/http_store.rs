@@ -18,6 +18,7 @@ use crate::port::{
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use autocomp_http::error::ErrorBody;
+use autocomp_http::service::{MAX_BODY_BYTES, OPEN_READ_BODY_BYTES};
 use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
@@ -29,6 +30,9 @@ pub struct HttpStore {
     /// Makes the idempotency keys of this client unique: host, pid, start time, counter.
     key_prefix: String,
     keys_made: AtomicU64,
+    /// The largest request body the service takes from this client: small without a token
+    /// (reads open from loopback), so pages of ids are cut to fit it.
+    body_limit: usize,
 }
 
 impl HttpStore {
@@ -41,22 +45,96 @@ impl HttpStore {
     /// A client that sends `token` (or none: reads only, from loopback).
     pub fn with_token(url: &str, token: Option<String>) -> StoreResult<Self> {
         let options = ClientOptions::parse(url, "store url")?;
+        let body_limit = if token.is_some() { MAX_BODY_BYTES } else { OPEN_READ_BODY_BYTES };
         let client = HttpClient::new(options, "store service", token)?;
-        Ok(Self { client, key_prefix: crate::write_rules::client_key_prefix("auto"), keys_made: AtomicU64::new(0) })
+        let key_prefix = crate::write_rules::client_key_prefix("auto");
+        Ok(Self { client, key_prefix, keys_made: AtomicU64::new(0), body_limit })
     }
 
     async fn call<O: Operation>(&self, request: &O::Request, retry: Retry) -> StoreResult<O::Answer> {
         self.client.call::<O>(request, retry, None).await.map_err(StoreError::from)
     }
 
-    /// A read by ids, in requests of at most what the service takes, answers concatenated.
+    /// A read by ids, each id once, in requests of at most what the service takes (ids and
+    /// body bytes), answers concatenated. A request the service refuses as too large (its
+    /// answer over `MAX_ANSWER_BYTES`) is asked again as two halves, down to single ids,
+    /// which it always answers: callers never see the cap.
     async fn by_ids<O, Item>(&self, ids: &[BatchId]) -> StoreResult<Vec<Item>>
     where
         O: Operation<Request = wire::ByIds, Answer = Vec<Item>>,
     {
+        let ids = wire::distinct(ids.to_vec());
         let mut answers = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(wire::MAX_ITEMS) {
-            answers.extend(self.call::<O>(&wire::ByIds { ids: chunk.to_vec() }, Retry::Safe).await?);
+        // Still to ask, the next request on top.
+        let mut pending: Vec<&[BatchId]> = self.requests_of(&ids);
+        pending.reverse();
+        while let Some(chunk) = pending.pop() {
+            match self.client.call::<O>(&wire::ByIds { ids: chunk.to_vec() }, Retry::Safe, None).await {
+                Ok(items) => answers.extend(items),
+                Err(CallError::Api { status, .. })
+                    if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && chunk.len() > 1 =>
+                {
+                    let (first, second) = chunk.split_at(chunk.len() / 2);
+                    pending.extend([second, first]);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(answers)
+    }
+
+    /// `ids` cut into requests of at most `MAX_BATCH_PAGE` ids (what the service's stores
+    /// read at once) whose bodies fit `body_limit`.
+    fn requests_of<'a>(&self, ids: &'a [BatchId]) -> Vec<&'a [BatchId]> {
+        // `{"ids":[` and `]}`, with room to spare.
+        const ENVELOPE: usize = 64;
+        let mut requests = Vec::new();
+        let (mut start, mut bytes) = (0, ENVELOPE);
+        for (at, id) in ids.iter().enumerate() {
+            // Quoted and escaped as JSON, and a comma.
+            let size = serde_json::to_string(id.as_str()).map_or(id.as_str().len() * 6, |text| text.len()) + 1;
+            if at > start && (bytes + size > self.body_limit || at - start == crate::write_rules::MAX_BATCH_PAGE) {
+                requests.push(&ids[start..at]);
+                (start, bytes) = (at, ENVELOPE);
+            }
+            bytes += size;
+        }
+        if start < ids.len() {
+            requests.push(&ids[start..]);
+        }
+        requests
+    }
+
+    /// A listing in id order, `limit` items after `after`, in pages the service answers: a
+    /// page refused as too large is asked again at half the size (down to one item).
+    async fn listed<O, Item>(
+        &self,
+        mut after: Option<BatchId>,
+        limit: usize,
+        id_of: fn(&Item) -> &BatchId,
+    ) -> StoreResult<Vec<Item>>
+    where
+        O: Operation<Request = wire::ListBatches, Answer = Vec<Item>>,
+    {
+        let limit = limit.min(wire::MAX_ITEMS);
+        let (mut answers, mut page) = (Vec::new(), limit);
+        while answers.len() < limit {
+            let asked = page.min(limit - answers.len());
+            let request = wire::ListBatches { after: after.clone(), limit: asked };
+            match self.client.call::<O>(&request, Retry::Safe, None).await {
+                Ok(items) => {
+                    let short = items.len() < asked;
+                    answers.extend(items);
+                    match answers.last() {
+                        Some(last) if !short => after = Some(id_of(last).clone()),
+                        _ => break,
+                    }
+                }
+                Err(CallError::Api { status, .. }) if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && asked > 1 => {
+                    page = asked / 2;
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
         Ok(answers)
     }
@@ -87,8 +165,7 @@ impl ObjectStore for HttpStore {
     }
 
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
-        let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
-        self.call::<op::ListBatches>(&request, Retry::Safe).await
+        self.listed::<op::ListBatches, _>(after.cloned(), limit, |batch| &batch.id).await
     }
 
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
@@ -96,8 +173,7 @@ impl ObjectStore for HttpStore {
     }
 
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
-        let request = wire::ListBatches { after: after.cloned(), limit: limit.min(wire::MAX_ITEMS) };
-        self.call::<op::ListSummaries>(&request, Retry::Safe).await
+        self.listed::<op::ListSummaries, _>(after.cloned(), limit, |summary| &summary.id).await
     }
 
     async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
@@ -111,6 +187,21 @@ impl ObjectStore for HttpStore {
     async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
         crate::port::check_log_limit(limit)?;
         self.call::<op::LogPage>(&wire::LogPageRequest::new(id.clone(), cursor, limit), Retry::Safe).await
+    }
+
+    async fn log_page_within(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: u64,
+    ) -> StoreResult<LogPage> {
+        crate::port::check_log_limit(limit)?;
+        let request = wire::LogPageRequest {
+            details_up_to: Some(details_up_to),
+            ..wire::LogPageRequest::new(id.clone(), cursor, limit)
+        };
+        self.call::<op::LogPage>(&request, Retry::Safe).await
     }
 
     async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {

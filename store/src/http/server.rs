@@ -10,12 +10,16 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use tokio::sync::Notify;
 
-use super::wire::{self, MAX_ITEMS, MAX_WAIT_MS, StoreRequest};
-use crate::port::{CreateOutcome, ObjectStore};
+use axum::http::StatusCode;
+use serde::Serialize;
+
+use super::wire::{self, MAX_ANSWER_BYTES, MAX_ITEMS, MAX_WAIT_MS, StoreRequest};
+use crate::port::{CreateOutcome, ObjectStore, StoreError, StoreResult};
+use crate::write_rules::MAX_BATCH_PAGE;
 use autocomp_http::api::{Answered, ApiDoc};
 use autocomp_http::error::ApiError;
 use autocomp_http::service::{Access, Metrics, Rpc, router};
-use autocomp_model::InvalidInput;
+use autocomp_model::{BatchId, InvalidInput};
 
 /// The OpenAPI document of this service, generated from its declarations; the copy in the
 /// repository (`store/openapi.json`) is checked against it by the service tests.
@@ -61,28 +65,69 @@ impl StoreService {
             R::GetBatch(request, reply) => reply.send(store.get_batch(&request.id).await?),
             R::GetBatches(request, reply) => {
                 at_most("ids", request.ids.len())?;
-                reply.send(store.get_batches(&request.ids).await?)
+                one_page("ids", request.ids.len())?;
+                let ids = wire::distinct(request.ids);
+                reply.send(
+                    by_ids(store, &ids, "get_batches", MAX_BATCH_GROUP, |store, ids| store.get_batches(ids)).await?,
+                )
             }
             R::ListBatches(request, reply) => {
                 at_most("limit", request.limit)?;
-                reply.send(store.list_batches(request.after.as_ref(), request.limit).await?)
+                one_page("limit", request.limit)?;
+                let (after, limit) = (request.after, request.limit);
+                reply.send(
+                    listed(
+                        store,
+                        after,
+                        limit,
+                        "list_batches",
+                        MAX_BATCH_GROUP,
+                        |store, after, n| store.list_batches(after, n),
+                        |b| &b.id,
+                    )
+                    .await?,
+                )
             }
             R::GetSummaries(request, reply) => {
                 at_most("ids", request.ids.len())?;
-                reply.send(store.get_summaries(&request.ids).await?)
+                one_page("ids", request.ids.len())?;
+                let ids = wire::distinct(request.ids);
+                reply.send(
+                    by_ids(store, &ids, "get_summaries", MAX_BATCH_PAGE, |store, ids| store.get_summaries(ids)).await?,
+                )
             }
             R::ListSummaries(request, reply) => {
                 at_most("limit", request.limit)?;
-                reply.send(store.list_summaries(request.after.as_ref(), request.limit).await?)
+                one_page("limit", request.limit)?;
+                let (after, limit) = (request.after, request.limit);
+                reply.send(
+                    listed(
+                        store,
+                        after,
+                        limit,
+                        "list_summaries",
+                        MAX_BATCH_PAGE,
+                        |store, after, n| store.list_summaries(after, n),
+                        |s| &s.id,
+                    )
+                    .await?,
+                )
             }
             R::GetListings(request, reply) => {
                 at_most("ids", request.ids.len())?;
-                reply.send(store.get_listings(&request.ids).await?)
+                one_page("ids", request.ids.len())?;
+                let ids = wire::distinct(request.ids);
+                reply.send(
+                    by_ids(store, &ids, "get_listings", MAX_BATCH_PAGE, |store, ids| store.get_listings(ids)).await?,
+                )
             }
             R::BatchHead(request, reply) => reply.send(store.batch_head(&request.id).await?),
             R::LogPage(request, reply) => {
                 let cursor = request.cursor().map_err(ApiError::invalid)?;
-                reply.send(store.log_page(&request.id, cursor, request.limit).await?)
+                reply.send(match request.details_up_to {
+                    None => store.log_page(&request.id, cursor, request.limit).await?,
+                    Some(up_to) => store.log_page_within(&request.id, cursor, request.limit, up_to).await?,
+                })
             }
             R::RunState(request, reply) => {
                 reply.send(wire::RunStateAnswer { run: store.run_state(&request.batch, &request.component).await? })
@@ -229,6 +274,128 @@ impl Drop for Parked<'_> {
     }
 }
 
+/// Most whole batches one read of the backend takes while an answer is built: with
+/// `Budget::group`, what a read holds beside its answer stays small even when every batch
+/// named is at its `max_batch_bytes`. Summaries and listings are read `MAX_BATCH_PAGE` (the
+/// most a backend reads at once) at a time.
+const MAX_BATCH_GROUP: usize = 1_000;
+
+/// One read of the backend, as the port's methods return it.
+type Read<'a, T> = std::pin::Pin<Box<dyn Future<Output = StoreResult<Vec<T>>> + Send + 'a>>;
+
+/// A read by ids, `ids` read a group at a time and counted as they come (`Budget`).
+async fn by_ids<T: Serialize>(
+    store: &dyn ObjectStore,
+    ids: &[BatchId],
+    operation: &str,
+    most: usize,
+    read: for<'a> fn(&'a dyn ObjectStore, &'a [BatchId]) -> Read<'a, T>,
+) -> Result<Vec<T>, ApiError> {
+    let mut budget = Budget::default();
+    let mut answer = Vec::new();
+    let mut rest = ids;
+    while !rest.is_empty() {
+        let (group, later) = rest.split_at(budget.group(most).min(rest.len()));
+        for item in read(store, group).await? {
+            budget.add(&item, operation, "ids")?;
+            answer.push(item);
+        }
+        rest = later;
+    }
+    Ok(answer)
+}
+
+/// A listing in id order, read a page at a time and counted as it comes (`Budget`).
+async fn listed<T: Serialize>(
+    store: &dyn ObjectStore,
+    mut after: Option<BatchId>,
+    limit: usize,
+    operation: &str,
+    most: usize,
+    read: for<'a> fn(&'a dyn ObjectStore, Option<&'a BatchId>, usize) -> Read<'a, T>,
+    id: fn(&T) -> &BatchId,
+) -> Result<Vec<T>, ApiError> {
+    let mut budget = Budget::default();
+    let mut answer: Vec<T> = Vec::new();
+    while answer.len() < limit {
+        let asked = budget.group(most).min(limit - answer.len());
+        let page = read(store, after.as_ref(), asked).await?;
+        let short = page.len() < asked;
+        for item in page {
+            budget.add(&item, operation, "limit")?;
+            answer.push(item);
+        }
+        match answer.last() {
+            Some(last) if !short => after = Some(id(last).clone()),
+            _ => break,
+        }
+    }
+    Ok(answer)
+}
+
+/// An answer's JSON bytes, counted item by item as the answer is read, so a read that
+/// would pass `MAX_ANSWER_BYTES` stops there (413) instead of holding all it names. An
+/// answer of one item is never refused: one batch is bounded by its store's
+/// `max_batch_bytes`, and a caller can ask for nothing smaller.
+#[derive(Default)]
+struct Budget {
+    bytes: u64,
+    items: u64,
+}
+
+impl Budget {
+    fn add<T: Serialize>(&mut self, item: &T, operation: &str, field: &str) -> Result<(), ApiError> {
+        let mut counted = Counted(0);
+        // Writing to a counter cannot fail, nor can serializing what the store has read.
+        serde_json::to_writer(&mut counted, item)
+            .map_err(|e| ApiError::from(StoreError::Unavailable(e.to_string())))?;
+        // The brackets and commas of the JSON array.
+        self.bytes += counted.0 + 1;
+        self.items += 1;
+        if self.items > 1 && self.bytes + 1 > MAX_ANSWER_BYTES {
+            let message = format!(
+                "the answer to {operation} would pass {MAX_ANSWER_BYTES} bytes (64 MiB) at its {} item: ask for \
+                 fewer {field} per request (one batch is always answered, whatever its size)",
+                self.items
+            );
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message));
+        }
+        Ok(())
+    }
+
+    /// How many items to read next: about an eighth of the cap at the average size read so
+    /// far (one until something is read), at most `most`.
+    fn group(&self, most: usize) -> usize {
+        match self.bytes.checked_div(self.items) {
+            None => 1,
+            Some(average) => ((MAX_ANSWER_BYTES / 8) / average.max(1)).clamp(1, most as u64) as usize,
+        }
+    }
+}
+
+/// A `Write` that keeps only the count of the bytes written.
+struct Counted(u64);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the backends of this crate read at most at once (ids asked, repeats included, or a
+/// listing's limit), refused here as they refuse it: the service answers as its store does.
+fn one_page(field: &str, count: usize) -> Result<(), ApiError> {
+    if count > MAX_BATCH_PAGE {
+        return Err(crate::write_rules::page_too_large(field, count, MAX_BATCH_PAGE).into());
+    }
+    Ok(())
+}
+
 fn at_most(field: &str, count: usize) -> Result<(), ApiError> {
     if count > MAX_ITEMS {
         let reason = format!("at most {MAX_ITEMS} per request");
@@ -250,7 +417,10 @@ impl Rpc for StoreService {
             (400, "bad input: unparseable JSON, unknown field, wrong type, invalid name; nothing changed"),
             (404, "no such batch (kind not_found)"),
             (409, "conflict, or fenced: the run is not the current open one; nothing changed"),
-            (413, "body over 4 MiB"),
+            (
+                413,
+                "body over 4 MiB (64 KiB for a read without a token), or an answer of several batches over 64 MiB (kind too_large): ask for fewer",
+            ),
             (503, "the database is unavailable; nothing committed"),
         ],
         health: "Liveness and the store head.",

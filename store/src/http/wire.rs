@@ -25,19 +25,19 @@ autocomp_http::operations! {
         write create_batch: CreateBatch(NewBatch) -> Created;
         /// A batch with its whole log and open runs.
         read get_batch: GetBatch(ById) -> Batch;
-        /// The named batches that exist, in the order asked (at most 100000 ids).
+        /// The named batches that exist, in the order asked, each once however often it is named (at most 100000 ids); 413 too_large when the answer would pass 64 MiB with more than one batch in it: ask for fewer ids.
         read get_batches: GetBatches(ByIds) -> Vec<Batch>;
-        /// Batches in id order after `after`, at most `limit` (<= 100000).
+        /// Batches in id order after `after`, at most `limit` (<= 100000); 413 too_large when the answer would pass 64 MiB with more than one batch in it: ask for a lower limit.
         read list_batches: ListBatches(ListBatches) -> Vec<Batch>;
-        /// The named batches that exist, each as the batch index reads it (BatchSummary: header, effective events without details, last activity, running components), in the order asked (at most 100000 ids).
+        /// The named batches that exist, each as the batch index reads it (BatchSummary: header, effective events without details, last activity, running components), in the order asked, each once (at most 100000 ids; 413 too_large past 64 MiB of answer).
         read get_summaries: GetSummaries(ByIds) -> Vec<BatchSummary>;
         /// Batch summaries (see get_summaries) in id order after `after`, at most `limit` (<= 100000).
         read list_summaries: ListSummaries(ListBatches) -> Vec<BatchSummary>;
-        /// The named batches that exist, each as a listing shows it (its summary, when it was registered, its open runs), in the order asked (at most 100000 ids); no log is read.
+        /// The named batches that exist, each as a listing shows it (its summary, when it was registered, its open runs), in the order asked, each once (at most 100000 ids; 413 too_large past 64 MiB of answer); no log is read.
         read get_listings: GetListings(ByIds) -> Vec<BatchListing>;
         /// A batch without its log: header, metadata, summary, the effective events in full, open runs, the newest Reset of each type, the log's length and the batch's stored bytes; its cost does not grow with the log.
         read batch_head: BatchHead(ById) -> BatchHead;
-        /// A page of a batch's log, in seq order: the newest `limit` (1 to 1000) events, those before `before`, or those after `after` (at most one of the two); `older` and `newer` are the cursors of the neighbouring pages.
+        /// A page of a batch's log, in seq order: the newest `limit` (1 to 1000) events, those before `before`, or those after `after` (at most one of the two); `older` and `newer` are the cursors of the neighbouring pages. With details_up_to, events whose details pass it come without them (see details_left_out).
         read log_page: LogPage(LogPageRequest) -> LogPage;
         /// The newest run of (batch, component), the open one if one is open, with its generation and state (`run` null when never claimed): a holder of generation g may still write exactly while it is that generation and open.
         read run_state: RunState(OfComponent) -> RunStateAnswer;
@@ -106,6 +106,20 @@ autocomp_http::operations! {
 pub const MAX_ITEMS: usize = 100_000;
 /// Longest a `wait_for_change` long poll may be asked to wait.
 pub const MAX_WAIT_MS: u64 = 60_000;
+/// Largest answer (JSON bytes) a read of several batches, summaries or listings may have;
+/// past it the read is refused with 413 `too_large` and the caller asks for fewer ids
+/// (`HttpStore` halves its request by itself). The default `max_batch_bytes` (64 MiB) is the
+/// same figure, so any one batch of a store on defaults fits in one answer; an answer of one
+/// item is never refused (a batch is bounded by its store's `max_batch_bytes`, and
+/// `get_batch` answers it whole too), so a store with a larger cap still reads every batch.
+pub const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
+/// `ids` without repeats, each at its first place: an id asked twice is read and answered
+/// once (eight copies of one large batch cost what one does).
+pub fn distinct(ids: Vec<BatchId>) -> Vec<BatchId> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.into_iter().filter(|id| seen.insert(id.clone())).collect()
+}
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -169,6 +183,10 @@ pub struct LogPageRequest {
     pub after: Option<Seq>,
     /// 1 to 1000.
     pub limit: usize,
+    /// Read by size: details over this many bytes (as JSON text) are left out (null) and
+    /// listed in the page's `details_left_out`; absent: every event whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details_up_to: Option<u64>,
 }
 
 impl LogPageRequest {
@@ -178,7 +196,7 @@ impl LogPageRequest {
             LogCursor::Before(seq) => (Some(seq), None),
             LogCursor::After(seq) => (None, Some(seq)),
         };
-        Self { id, before, after, limit }
+        Self { id, before, after, limit, details_up_to: None }
     }
 
     /// The cursor asked for; both `before` and `after` is bad input naming them.

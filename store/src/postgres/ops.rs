@@ -436,6 +436,67 @@ struct Scope<'a> {
 }
 
 impl PgStore {
+    /// `log_page`, with details over `details_up_to` bytes (as JSON text) left in the
+    /// database: the page's events leave the server without them.
+    async fn log_page_sized(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: Option<u64>,
+    ) -> StoreResult<LogPage> {
+        check_log_limit(limit)?;
+        let up_to = details_up_to.map_or(i64::MAX, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX));
+        let (condition, bound) = match cursor {
+            LogCursor::Newest => ("seq < $2 ORDER BY seq DESC", i64::MAX),
+            LogCursor::Before(seq) => ("seq < $2 ORDER BY seq DESC", seq.0),
+            LogCursor::After(seq) => ("seq > $2 ORDER BY seq", seq.0),
+        };
+        // The size is measured only when a limit is asked: rendering jsonb as text costs.
+        let size = if details_up_to.is_some() { "octet_length(details::text)::bigint" } else { "0::bigint" };
+        let sql = format!(
+            "WITH p AS (SELECT *, {size} AS details_bytes FROM events
+                        WHERE batch_id = $1 AND {condition} LIMIT $3)
+             SELECT b.event_count,
+                (SELECT MIN(seq) FROM events WHERE batch_id = b.id),
+                (SELECT MAX(seq) FROM events WHERE batch_id = b.id),
+                (SELECT jsonb_agg((to_jsonb(p) - 'idempotency_key' - 'details_bytes' - 'details')
+                        || jsonb_build_object('details', CASE WHEN p.details_bytes > $4::bigint THEN 'null'::jsonb
+                                                              ELSE p.details END)
+                        ORDER BY p.seq)::text FROM p),
+                (SELECT jsonb_agg(jsonb_build_array(p.seq, p.details_bytes) ORDER BY p.seq)::text
+                   FROM p WHERE p.details_bytes > $4::bigint)
+             FROM batches b WHERE b.id = $1"
+        );
+        let sql = &sql;
+        let (total, first, last, events, left_out) = self
+            .run("log_page", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(client, sql).await?;
+                    let row = client
+                        .query_opt(&statement, &[&id.as_str(), &bound, &(limit as i64), &up_to])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                    let events = events_from_json(row.get(3))?;
+                    let left_out: Vec<(Seq, u64)> = match row.get::<_, Option<&str>>(4) {
+                        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("event", e))?,
+                        None => Vec::new(),
+                    };
+                    let ends = (row.get::<_, Option<i64>>(1), row.get::<_, Option<i64>>(2));
+                    Ok((row.get::<_, i64>(0), ends.0, ends.1, events, left_out))
+                })
+            })
+            .await?;
+        Ok(LogPage {
+            older: events.first().map(|e| e.seq).filter(|seq| first.is_some_and(|first| first < seq.0)),
+            newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
+            events,
+            total: total.max(0) as u64,
+            details_left_out: left_out,
+        })
+    }
+
     /// Maps a statement's error: the store functions' own refusals (`AC404` unknown batch,
     /// `AC410` fenced), then connection and server failures.
     fn failure(&self, error: tokio_postgres::Error, scope: &Scope<'_>) -> Failure {
@@ -741,41 +802,17 @@ impl ObjectStore for PgStore {
     /// One statement: the page through the log's (batch, seq) index, the log's first and
     /// last seq (index ends) and its length (the batch row's count).
     async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
-        check_log_limit(limit)?;
-        let (condition, bound) = match cursor {
-            LogCursor::Newest => ("seq < $2 ORDER BY seq DESC", i64::MAX),
-            LogCursor::Before(seq) => ("seq < $2 ORDER BY seq DESC", seq.0),
-            LogCursor::After(seq) => ("seq > $2 ORDER BY seq", seq.0),
-        };
-        let sql = format!(
-            "SELECT b.event_count,
-                (SELECT MIN(seq) FROM events WHERE batch_id = b.id),
-                (SELECT MAX(seq) FROM events WHERE batch_id = b.id),
-                (SELECT jsonb_agg(to_jsonb(p) - 'idempotency_key' ORDER BY p.seq)::text FROM (
-                    SELECT * FROM events WHERE batch_id = b.id AND {condition} LIMIT $3) p)
-             FROM batches b WHERE b.id = $1"
-        );
-        let sql = &sql;
-        let (total, first, last, events) = self
-            .run("log_page", Retry::Safe, |client, _| {
-                Box::pin(async move {
-                    let statement = prepare(client, sql).await?;
-                    let row = client
-                        .query_opt(&statement, &[&id.as_str(), &bound, &(limit as i64)])
-                        .await
-                        .map_err(|e| self.read_failure(e))?;
-                    let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
-                    let events = events_from_json(row.get(3))?;
-                    Ok((row.get::<_, i64>(0), row.get::<_, Option<i64>>(1), row.get::<_, Option<i64>>(2), events))
-                })
-            })
-            .await?;
-        Ok(LogPage {
-            older: events.first().map(|e| e.seq).filter(|seq| first.is_some_and(|first| first < seq.0)),
-            newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
-            events,
-            total: total.max(0) as u64,
-        })
+        self.log_page_sized(id, cursor, limit, None).await
+    }
+
+    async fn log_page_within(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: u64,
+    ) -> StoreResult<LogPage> {
+        self.log_page_sized(id, cursor, limit, Some(details_up_to)).await
     }
 
     async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {

@@ -392,7 +392,18 @@ impl ObjectStore for SqliteStore {
 
     async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
         let id = id.clone();
-        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit)).await
+        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit, None)).await
+    }
+
+    async fn log_page_within(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: u64,
+    ) -> StoreResult<LogPage> {
+        let id = id.clone();
+        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit, Some(details_up_to))).await
     }
 
     async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {

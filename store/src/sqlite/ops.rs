@@ -267,9 +267,17 @@ pub fn batch_head(conn: &mut Connection, id: &BatchId) -> StoreResult<BatchHead>
 }
 
 /// `ObjectStore::log_page`: the page through the log's (batch, seq) index, and the log's
-/// first and last seq and length, in one read transaction.
-pub fn log_page(conn: &mut Connection, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+/// first and last seq and length, in one read transaction. Details over `details_up_to`
+/// bytes stay in the file (`octet_length` reads a column's size from its record header).
+pub fn log_page(
+    conn: &mut Connection,
+    id: &BatchId,
+    cursor: LogCursor,
+    limit: usize,
+    details_up_to: Option<u64>,
+) -> StoreResult<LogPage> {
     check_log_limit(limit)?;
+    let up_to = details_up_to.map_or(i64::MAX, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX));
     let tx = read_tx(conn)?;
     let total: i64 = tx
         .prepare_cached("SELECT event_count FROM batches WHERE id = ?1")
@@ -283,17 +291,28 @@ pub fn log_page(conn: &mut Connection, id: &BatchId, cursor: LogCursor, limit: u
     };
     let mut names = NameCache::default();
     let mut events = Vec::with_capacity(limit);
+    let mut details_left_out = Vec::new();
     {
+        // EVENT_COLUMNS, with details too large to show as JSON null, and their size.
+        let columns = "seq, batch_id, type, outcome, agent, at,
+            CASE WHEN octet_length(details) > ?4 THEN 'null' ELSE details END,
+            run_component, run_generation, resets, octet_length(details)";
         let mut statement = tx
-            .prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE batch_id = ?1 AND {sql} LIMIT ?3"))
+            .prepare_cached(&format!("SELECT {columns} FROM events WHERE batch_id = ?1 AND {sql} LIMIT ?3"))
             .map_err(unavailable)?;
-        let mut rows = statement.query(params![id.as_str(), bound, limit as i64]).map_err(unavailable)?;
+        let mut rows = statement.query(params![id.as_str(), bound, limit as i64, up_to]).map_err(unavailable)?;
         while let Some(row) = rows.next().map_err(unavailable)? {
-            events.push(event_from_row_of(row, id, &mut names).map_err(unavailable)?);
+            let event = event_from_row_of(row, id, &mut names).map_err(unavailable)?;
+            let bytes: i64 = row.get(10).map_err(unavailable)?;
+            if bytes > up_to {
+                details_left_out.push((event.seq, bytes as u64));
+            }
+            events.push(event);
         }
     }
     if newest_first {
         events.reverse();
+        details_left_out.reverse();
     }
     let end = |order: &str| -> StoreResult<Option<i64>> {
         tx.prepare_cached(&format!("SELECT seq FROM events WHERE batch_id = ?1 ORDER BY seq {order} LIMIT 1"))
@@ -306,6 +325,7 @@ pub fn log_page(conn: &mut Connection, id: &BatchId, cursor: LogCursor, limit: u
         newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
         events,
         total: total.max(0) as u64,
+        details_left_out,
     })
 }
 

@@ -229,24 +229,18 @@ pub(super) fn load_batches(tx: &Connection, ids: &[BatchId], as_of: Timestamp) -
 }
 
 /// `found` (what a read of `ids` found, in any order) in the order `ids` asked for it:
-/// unknown ids left out, an id asked twice answered twice (a copy).
-pub(super) fn in_asked_order<T: Clone>(ids: &[BatchId], found: Vec<T>, id_of: impl Fn(&T) -> &BatchId) -> Vec<T> {
+/// unknown ids left out, an id asked twice answered once.
+pub(super) fn in_asked_order<T>(ids: &[BatchId], found: Vec<T>, id_of: impl Fn(&T) -> &BatchId) -> Vec<T> {
     let mut first_asked: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
     for (position, id) in ids.iter().enumerate() {
         first_asked.entry(id.as_str()).or_insert(position);
     }
+    // Each batch once, at the place it was first asked: a repeated id costs nothing more
+    // (eight copies of one large batch used to answer eight copies).
     let mut slots: Vec<Option<T>> = (0..ids.len()).map(|_| None).collect();
     for item in found {
         if let Some(&position) = first_asked.get(id_of(&item).as_str()) {
             slots[position] = Some(item);
-        }
-    }
-    if first_asked.len() < ids.len() {
-        for (position, id) in ids.iter().enumerate() {
-            let first = first_asked[id.as_str()];
-            if first != position {
-                slots[position] = slots[first].clone();
-            }
         }
     }
     slots.into_iter().flatten().collect()

@@ -150,7 +150,7 @@ fn summaries_of(tx: &Connection, mut rows: rusqlite::Rows<'_>) -> StoreResult<Ve
 }
 
 /// The summaries of the named batches, in the order asked (unknown ids left out, an id
-/// asked twice answered twice), in one statement.
+/// asked twice answered once), in one statement.
 pub fn read(tx: &Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
     if ids.is_empty() {
         return Ok(Vec::new());

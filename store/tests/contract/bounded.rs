@@ -359,3 +359,61 @@ pub async fn listings_say_what_each_whole_batch_says(f: Fixture) {
     let err = f.store.get_listings(&vec![id("B1"); 10_001]).await.unwrap_err();
     assert!(matches!(&err, StoreError::Invalid(e) if e.field == "ids"), "{err}");
 }
+
+/// A read by ids names a batch as often as it likes; the store reads and answers it once,
+/// at its first place (eight copies of one large batch used to answer eight copies).
+pub async fn an_id_asked_twice_is_read_and_answered_once(f: Fixture) {
+    eventful_batch(&f.store, "B1").await;
+    register(&f.store, "B2").await;
+    let asked = [id("B2"), id("B1"), id("B2"), id("B-missing"), id("B1"), id("B1")];
+    let ids = |found: Vec<BatchId>| found.into_iter().map(|id| id.to_string()).collect::<Vec<_>>();
+    let batches = f.store.get_batches(&asked).await.unwrap();
+    assert_eq!(ids(batches.iter().map(|b| b.id.clone()).collect()), ["B2", "B1"]);
+    let summaries = f.store.get_summaries(&asked).await.unwrap();
+    assert_eq!(ids(summaries.iter().map(|s| s.id.clone()).collect()), ["B2", "B1"]);
+    let listings = f.store.get_listings(&asked).await.unwrap();
+    assert_eq!(ids(listings.iter().map(|l| l.summary.id.clone()).collect()), ["B2", "B1"]);
+}
+
+/// A page read by size holds every event it would hold whole, but an event whose details
+/// pass the limit comes without them, listed with their size; `event_at` reads it whole.
+pub async fn a_log_page_read_by_size_leaves_large_details_out_and_says_their_size(f: Fixture) {
+    register(&f.store, "B1").await;
+    let b1 = id("B1");
+    let step = |details: Value| NewEvent::new(ty("Step_Done"), Outcome::Success, agent("t")).with_details(details);
+    let large = json!({"blob": "x".repeat(40_000)});
+    let mut seqs = Vec::new();
+    for details in [json!({"n": 1}), large.clone(), json!({"n": 3}), large.clone(), json!({"n": 5})] {
+        seqs.push(f.store.append_event(&b1, step(details)).await.unwrap().seq);
+    }
+    let compact = large.to_string().len() as u64;
+    for (cursor, limit) in [(LogCursor::Newest, 10), (LogCursor::Newest, 2), (LogCursor::After(Seq::ZERO), 3)] {
+        let whole = f.store.log_page(&b1, cursor, limit).await.unwrap();
+        assert!(whole.details_left_out.is_empty(), "a plain page leaves nothing out");
+        let sized = f.store.log_page_within(&b1, cursor, limit, port::DETAILS_SHOWN_BYTES).await.unwrap();
+        assert_eq!((sized.total, sized.older, sized.newer), (whole.total, whole.older, whole.newer), "{cursor:?}");
+        assert_eq!(sized.events.len(), whole.events.len());
+        for (sized_event, whole_event) in sized.events.iter().zip(&whole.events) {
+            match sized.left_out(sized_event.seq) {
+                Some(bytes) => {
+                    assert_eq!(sized_event.details, Value::Null, "left out");
+                    assert_eq!(whole_event.details, large);
+                    // As compact JSON text (SQLite) or as PostgreSQL renders jsonb: about it.
+                    assert!(bytes >= compact && bytes < compact + 64, "{bytes} for {compact}");
+                    let mut without = whole_event.clone();
+                    without.details = Value::Null;
+                    assert_eq!(sized_event, &without, "all but the details");
+                }
+                None => assert_eq!(sized_event, whole_event, "small details are shown"),
+            }
+        }
+    }
+    let page = f.store.log_page_within(&b1, LogCursor::Newest, 10, port::DETAILS_SHOWN_BYTES).await.unwrap();
+    let left: Vec<Seq> = page.details_left_out.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(left, [seqs[1], seqs[3]], "in seq order");
+    let full = port::event_at(f.store.as_ref(), &b1, seqs[3]).await.unwrap().expect("the event");
+    assert_eq!((full.seq, &full.details), (seqs[3], &large));
+    assert_eq!(port::event_at(f.store.as_ref(), &b1, Seq(seqs[4].0 + 1)).await.unwrap(), None, "no such event");
+    let err = f.store.log_page_within(&id("B-missing"), LogCursor::Newest, 10, 1).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+}

@@ -1,0 +1,166 @@
+//! Reads of the store service bounded by bytes, not only by count: a repeated id is read
+//! once, an answer of several batches stops at 64 MiB with a 413 naming the cap (and
+//! `HttpStore` pages through it by itself), and a read without a token may send at most
+//! 64 KiB of body, refused from its head when it declares more.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use autocomp_model::*;
+use autocomp_store::*;
+use autocomp_test_servers::http1::post;
+use serde_json::{Value, json};
+
+use super::service::{Service, TOKEN};
+
+fn id(text: &str) -> BatchId {
+    BatchId::new(text).unwrap()
+}
+
+fn new_batch(name: &str) -> NewBatch {
+    NewBatch::new(id(name), BatchType::new("Delivery").unwrap()).with_location(format!("/incoming/{name}"))
+}
+
+fn ids_of(answer: &Value, key: impl Fn(&Value) -> &Value) -> Vec<String> {
+    answer.as_array().unwrap().iter().map(|item| key(item).as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_repeated_id_is_read_and_answered_once_through_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = service.client();
+    for name in ["B1", "B2"] {
+        http.create_batch(new_batch(name)).await.unwrap();
+    }
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    // Eight copies of one batch and another: each once, at its first place (open reads).
+    let body = json!({"ids": ["B1", "B1", "B1", "B1", "B2", "B1", "B1", "B1", "B1"]}).to_string();
+    let (status, answer) = post(&url("get_batches"), None, body.as_bytes());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(ids_of(&answer, |b| &b["id"]), ["B1", "B2"]);
+    let (status, answer) = post(&url("get_summaries"), None, body.as_bytes());
+    assert_eq!((status, ids_of(&answer, |s| &s["id"])), (200, vec!["B1".to_string(), "B2".to_string()]));
+    let (status, answer) = post(&url("get_listings"), None, body.as_bytes());
+    assert_eq!((status, ids_of(&answer, |l| &l["summary"]["id"])), (200, vec!["B1".to_string(), "B2".to_string()]));
+    let through_client = http.get_batches(&[id("B2"), id("B2"), id("B1")]).await.unwrap();
+    assert_eq!(through_client.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B2", "B1"]);
+}
+
+#[tokio::test]
+async fn an_answer_over_64_mib_is_a_413_naming_the_cap_and_the_client_pages_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = service.client();
+    // Two batches of 34 MB each (under the default 64 MiB cap of one batch): 68 MB together.
+    let blob = "x".repeat(1_000_000);
+    for name in ["B1", "B2"] {
+        http.create_batch(new_batch(name)).await.unwrap();
+        for n in 0..34 {
+            let event = NewEvent::new(EventType::new("Step_Done").unwrap(), Outcome::Success, Agent::new("t").unwrap())
+                .with_details(json!({"n": n, "blob": blob}));
+            http.append_event(&id(name), event).await.unwrap();
+        }
+    }
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    let both = json!({"ids": ["B1", "B2"]}).to_string();
+    let (status, answer) = post(&url("get_batches"), None, both.as_bytes());
+    assert_eq!(status, 413, "{}", answer.to_string().chars().take(300).collect::<String>());
+    let error = &answer["error"];
+    assert_eq!(error["kind"], "too_large");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("67108864 bytes") && message.contains("fewer ids"), "{message}");
+    let (status, answer) = post(&url("list_batches"), Some(TOKEN), br#"{"limit": 10}"#);
+    assert_eq!((status, answer["error"]["kind"].as_str()), (413, Some("too_large")));
+    assert!(answer["error"]["message"].as_str().unwrap().contains("fewer limit"), "{answer}");
+    // One batch is always answered, whatever its size.
+    let (status, answer) = post(&url("get_batches"), None, br#"{"ids": ["B2"]}"#);
+    assert_eq!((status, ids_of(&answer, |b| &b["id"])), (200, vec!["B2".to_string()]));
+
+    // The typed client asks again in halves: callers never meet the cap.
+    let anonymous = HttpStore::with_token(&service.url(), None).unwrap();
+    for store in [&http, &anonymous] {
+        let read = store.get_batches(&[id("B2"), id("B1"), id("B2")]).await.unwrap();
+        assert_eq!(read.iter().map(|b| (b.id.as_str(), b.events.len())).collect::<Vec<_>>(), [("B2", 34), ("B1", 34)]);
+        let listed = store.list_batches(None, 10).await.unwrap();
+        assert_eq!(listed.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B1", "B2"]);
+    }
+}
+
+/// Sends `head` (and `body`) on a fresh connection and reads the answer until the service
+/// closes or 10 s pass: (status, the whole answer as text).
+fn exchange(service: &Service, head: &str, body: &[u8]) -> (u16, String) {
+    let address = service.url().trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    // The service may answer and close before all of it is sent: that is the point.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).to_string();
+    let status = text.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+fn head(token: Option<&str>, framing: &str) -> String {
+    let authorization = token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
+    format!(
+        "POST /v1/get_summaries HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nConnection: close\r\n\
+         {authorization}{framing}\r\n\r\n"
+    )
+}
+
+/// A `get_summaries` body of `count` distinct 100-character ids: about 103 bytes an id.
+fn ids_body(count: usize) -> Vec<u8> {
+    let ids: Vec<String> = (0..count).map(|n| format!("B{n:099}")).collect();
+    json!({ "ids": ids }).to_string().into_bytes()
+}
+
+fn chunked(body: &[u8]) -> Vec<u8> {
+    let mut framed = Vec::new();
+    for chunk in body.chunks(8 << 10) {
+        framed.extend(format!("{:x}\r\n", chunk.len()).into_bytes());
+        framed.extend(chunk);
+        framed.extend(b"\r\n");
+    }
+    framed.extend(b"0\r\n\r\n");
+    framed
+}
+
+#[tokio::test]
+async fn a_tokenless_read_body_over_64_kib_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let limit = autocomp_http::service::OPEN_READ_BODY_BYTES;
+    assert_eq!(limit, 64 << 10);
+
+    // 4 MB declared, not a byte of it sent: refused at once from the head.
+    let started = Instant::now();
+    let (status, answer) = exchange(&service, &head(None, "Content-Length: 4000000"), b"");
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("65536 bytes") && answer.contains("token"), "names the limit and what lifts it: {answer}");
+    assert!(started.elapsed() < Duration::from_secs(5), "answered in {:?}", started.elapsed());
+
+    // Chunked: read up to the limit, refused past it.
+    let small = ids_body(600);
+    assert!(small.len() < limit, "{}", small.len());
+    let (status, answer) = exchange(&service, &head(None, "Transfer-Encoding: chunked"), &chunked(&small));
+    assert_eq!(status, 200, "under the limit: {answer}");
+    let large = ids_body(700);
+    assert!(large.len() > limit, "{}", large.len());
+    let (status, answer) = exchange(&service, &head(None, "Transfer-Encoding: chunked"), &chunked(&large));
+    assert_eq!(status, 413, "{answer}");
+    // A token lifts it.
+    let framing = format!("Content-Length: {}", large.len());
+    let (status, answer) = exchange(&service, &head(Some(TOKEN), &framing), &large);
+    assert_eq!(status, 200, "{answer}");
+
+    // The typed client without a token cuts its requests to fit.
+    service.client().create_batch(new_batch(&format!("B{:099}", 2_999))).await.unwrap();
+    let anonymous = HttpStore::with_token(&service.url(), None).unwrap();
+    let asked: Vec<BatchId> = (0..3_000).map(|n| id(&format!("B{n:099}"))).collect();
+    let found = anonymous.get_summaries(&asked).await.unwrap();
+    assert_eq!(found.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), [asked[2_999].clone()]);
+}
