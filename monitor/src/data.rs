@@ -464,7 +464,9 @@ impl Monitor {
         let (head, explanations) = self.operator.explain_all(id).await?;
         let store = self.operator.store().await?;
         let cursor = before.map_or(LogCursor::Newest, LogCursor::Before);
-        let log = store.log_page(head.id(), cursor, self.settings.log_page_size).await?;
+        // By size: an event's details over 16 KiB stay in the store, the page links to them.
+        let shown = autocomp_store::port::DETAILS_SHOWN_BYTES;
+        let log = store.log_page_within(head.id(), cursor, self.settings.log_page_size, shown).await?;
         Ok(BatchPage { head, log, explanations })
     }
 

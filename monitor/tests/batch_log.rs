@@ -125,3 +125,38 @@ async fn the_batch_list_shows_the_states_whole_batches_give() {
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("working") && page.contains("ready"), "{page}");
 }
+
+#[tokio::test]
+async fn an_event_with_large_details_is_summarized_on_the_page_with_a_link_to_it_whole() {
+    let f = fixture(2).await;
+    // 40 events of 1 MB each: the page would have held 40 MB of details.
+    let blob = "x".repeat(1_000_000);
+    let mut seqs = Vec::new();
+    for n in 0..40 {
+        let big = NewEvent::new(EventType::new("Dump_Made").unwrap(), Outcome::Success, Agent::new("test").unwrap())
+            .with_details(json!({"n": n, "dump": blob}));
+        seqs.push(f.store.append_event(&id("B1"), big).await.unwrap().seq.0);
+    }
+    let small = NewEvent::new(EventType::new("Note_Made").unwrap(), Outcome::Success, Agent::new("test").unwrap())
+        .with_details(json!({"summary": "a small note, shown whole"}));
+    f.store.append_event(&id("B1"), small).await.unwrap();
+    let (status, page) = f.get("/batches/B1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.len() < 1_000_000, "the page holds no dump: {} bytes", page.len());
+    assert!(page.contains("a small note, shown whole"), "small details are shown");
+    let link = format!("href=\"/batches/B1/events/{}\"", seqs[39]);
+    assert!(page.contains(&link), "a link to the whole event: {link}");
+    assert!(page.contains("976.6 KiB, are too large to show here"), "says its size");
+    assert_eq!(listed_seqs(&page).len(), 44, "every event is listed, large ones too");
+
+    let (status, whole) = f.get(&format!("/batches/B1/events/{}", seqs[39])).await;
+    assert_eq!(status, StatusCode::OK);
+    let event: serde_json::Value = serde_json::from_str(&whole).unwrap();
+    assert_eq!((event["seq"].as_i64(), event["details"]["n"].as_i64()), (Some(seqs[39]), Some(39)));
+    assert_eq!(event["details"]["dump"].as_str().map(str::len), Some(1_000_000));
+    let (status, missing) = f.get(&format!("/batches/B1/events/{}", seqs[39] + 100)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    let (status, bad) = f.get("/batches/B1/events/soon").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad.contains("seq") && bad.contains("soon"), "names the field and the value");
+}

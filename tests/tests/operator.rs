@@ -766,6 +766,41 @@ fn show_prints_hostile_text_as_visible_escapes_in_text_and_json() {
     assert_eq!(last["details"]["reason"], reason);
 }
 
+/// A page of `show` holds event heads, not megabytes of details: an event whose details
+/// pass 16 KiB is listed with their size and the command that prints it whole.
+#[test]
+fn show_summarizes_an_event_with_large_details_and_event_prints_it_whole() {
+    let pipeline = new_pipeline();
+    let id = pipeline.register(1).remove(0);
+    let dump = "x".repeat(500_000);
+    let big = autocomp_model::NewEvent::new(
+        autocomp_model::EventType::new("Dump_Made").unwrap(),
+        Outcome::Success,
+        Agent::new("test").unwrap(),
+    )
+    .with_details(serde_json::json!({"dump": dump}));
+    let seq = pipeline.block_on(pipeline.store().append_event(&id, big)).unwrap().seq.0;
+
+    let text = autocomp(&pipeline, &["show", "B0001"]);
+    assert_eq!(text.code, Some(0), "{}", text.show());
+    assert!(text.stdout.len() < 100_000, "no dump printed: {} bytes", text.stdout.len());
+    let command = format!("autocomp show B0001 --event {seq}");
+    assert!(text.stdout.contains(&format!("details of 488.3 KiB left out; print them: {command}")), "{}", text.show());
+    let shown = json(&autocomp(&pipeline, &["show", "B0001", "--format", "json"]));
+    let listed = shown["events"].as_array().unwrap().iter().find(|e| e["seq"] == seq).unwrap().clone();
+    assert_eq!(listed["details"], Value::Null);
+    assert_eq!(
+        (listed["details_left_out"]["bytes"].as_u64(), listed["details_left_out"]["command"].as_str()),
+        (Some(500_011), Some(command.as_str()))
+    );
+    let all = autocomp(&pipeline, &["show", "B0001", "--all"]);
+    assert!(all.stdout.contains(&command) && all.stdout.len() < 100_000, "{}", all.show());
+
+    let whole = json(&autocomp(&pipeline, &["show", "B0001", "--event", &seq.to_string()]));
+    assert_eq!((whole["seq"].as_i64(), whole["details"]["dump"].as_str().map(str::len)), (Some(seq), Some(500_000)));
+    assert_refused_input(&pipeline, &["show", "B0001", "--event", &(seq + 100).to_string()], &["--event"]);
+}
+
 /// Before any component's first pass the registry is empty: `autocomp event` must say how
 /// to get going rather than list no types, and accepts the event types the component files
 /// in the config dir name, so a fresh pipeline's first events can be recorded by hand.

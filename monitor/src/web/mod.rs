@@ -108,6 +108,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
     let reads = axum::Router::new()
         .route("/batches.csv", get(export::csv))
         .route("/batches.ndjson", get(export::ndjson))
+        .route("/batches/{id}/events/{seq}", get(pages::event))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app), gate::reads));
     axum::Router::new()

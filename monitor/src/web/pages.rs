@@ -448,6 +448,34 @@ impl BatchQuery {
     }
 }
 
+/// One event of a batch, whole, as JSON (a download): where a page of the log that left an
+/// event's details out links to. 404 when the batch has no event with that seq.
+pub async fn event(State(app): State<Arc<App>>, Path((id, seq)): Path<(String, String)>) -> Result<Response, WebError> {
+    let batch = autocomp_model::BatchId::new(&id)?;
+    let seq = match seq.parse::<i64>() {
+        Ok(seq) if seq > 0 => Seq(seq),
+        _ => return Err(WebError::invalid(InvalidInput::new("seq", seq, "not a seq: the log lists each event's"))),
+    };
+    let store = app.monitor.operator().store().await?;
+    let found = autocomp_store::port::event_at(store.as_ref(), &batch, seq).await.map_err(OperatorError::from)?;
+    let Some(event) = found else {
+        let words = format!("Batch {batch} has no event with seq {seq}.");
+        return Err(WebError::new(StatusCode::NOT_FOUND, "No such event", words));
+    };
+    let body =
+        serde_json::to_vec_pretty(&event).map_err(|e| InvalidInput::new("event", seq.to_string(), e.to_string()))?;
+    let disposition = format!("attachment; filename=\"event-{seq}.json\"");
+    let disposition = HeaderValue::from_str(&disposition).expect("digits and ASCII");
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("application/json")),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        body,
+    )
+        .into_response())
+}
+
 pub async fn batch(
     State(app): State<Arc<App>>,
     caller: Caller,
@@ -825,6 +853,7 @@ fn log(head: &BatchHead, log: &LogPage, before: Option<Seq>) -> String {
          <th scope=\"col\">Report</th></tr></thead><tbody>\n",
         esc(which)
     );
+    let path = format!("/batches/{}", encode(head.id().as_str()));
     for e in &log.events {
         let is_effective = effective.contains(&e.seq);
         w!(
@@ -841,6 +870,19 @@ fn log(head: &BatchHead, log: &LogPage, before: Option<Seq>) -> String {
             esc(&e.agent),
             esc(report_summary(e).join("; "))
         );
+        if let Some(bytes) = log.left_out(e.seq) {
+            // Read by size: a page costs its events' heads, not their megabytes of details.
+            w!(
+                out,
+                "<p class=\"left-out\">Its details, {}, are too large to show here: \
+                 <a href=\"{}/events/{}\" download=\"event-{}.json\">the whole event (JSON)</a>.</p></td></tr>\n",
+                esc(size_text(bytes)),
+                esc(&path),
+                esc(e.seq),
+                esc(e.seq)
+            );
+            continue;
+        }
         if let Some(result) = e.details.get(RESULT_KEY) {
             w!(
                 out,

@@ -111,6 +111,11 @@ enum Command {
         /// The whole log, oldest first, read and printed a page at a time.
         #[arg(long)]
         all: bool,
+        /// One event whole, its details included (a page shows details over 16 KiB as their
+        /// size and this command).
+        #[arg(long, value_name = "SEQ", conflicts_with_all = ["all", "before", "limit"],
+              value_parser = clap::value_parser!(i64).range(1..))]
+        event: Option<i64>,
     },
     /// What each run of a batch printed, kept with its result (a command's stdout and
     /// stderr, a Rust component's log lines; head and tail within the component's
@@ -676,6 +681,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Event { id, event_type, outcome, reason, format } => {
             operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render_as(format)
         }
+        Command::Show { id, event: Some(seq), .. } => operator.show_event(&id, seq).await?,
         Command::Show { id, format, all: true, .. } => {
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
             match operator.show_all(&id, format, &mut stdout).await {
@@ -684,7 +690,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
                 Err(e) => Err(e),
             }?
         }
-        Command::Show { id, format, before, limit, all: false } => {
+        Command::Show { id, format, before, limit, all: false, event: None } => {
             let limit = limit.map_or(SHOW_EVENTS, usize::from);
             operator.show_page(&id, LogSpan::Page { before: before.map(Seq), limit }).await?.render(format)
         }

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use autocomp_model::{ComponentName, Event, InvalidInput, RunOutput, Seq};
+use autocomp_store::port::DETAILS_SHOWN_BYTES;
 use autocomp_store::{LogCursor, MAX_LOG_PAGE};
 use serde_json::json;
 
@@ -55,7 +56,10 @@ impl Operator {
         let mut shown = 0usize;
         let mut after = Seq::ZERO;
         loop {
-            let page = store.log_page(head.id(), LogCursor::After(after), MAX_LOG_PAGE).await?;
+            // By size: a page of a thousand events whose output is near 1 MiB each must not
+            // be held at once; an event a page left out is read alone below when wanted.
+            let page =
+                store.log_page_within(head.id(), LogCursor::After(after), MAX_LOG_PAGE, DETAILS_SHOWN_BYTES).await?;
             for event in &page.events {
                 let Some(run) = &event.run else { continue };
                 let number = match attempts.iter_mut().find(|(name, _)| *name == run.component) {
@@ -71,6 +75,11 @@ impl Operator {
                 if component.as_ref().is_some_and(|wanted| *wanted != run.component) {
                     continue;
                 }
+                let whole = match page.left_out(event.seq) {
+                    Some(_) => autocomp_store::port::event_at(store.as_ref(), head.id(), event.seq).await?,
+                    None => None,
+                };
+                let event = whole.as_ref().unwrap_or(event);
                 let output = event.output().map(|output| selected_streams(output, query.stream.as_deref()));
                 let chosen = match query.attempt {
                     Some(wanted) => wanted == number,

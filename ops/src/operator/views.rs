@@ -13,6 +13,7 @@ use autocomp_model::{
     Timestamp, Trigger,
 };
 use autocomp_sboi::{EngineOptions, IndexEngine, IndexError, IndexedBatch};
+use autocomp_store::port::DETAILS_SHOWN_BYTES;
 use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -62,17 +63,18 @@ struct Seen {
     steering: Steering,
 }
 
-/// The whole log of a batch, oldest first, a page (`MAX_LOG_PAGE` events) at a time: `each`
-/// gets every page in turn, and no more than one page is held.
+/// The whole log of a batch, oldest first, a page (`MAX_LOG_PAGE` events) at a time, read by
+/// size (details over `DETAILS_SHOWN_BYTES` left out): `each` gets every page in turn, and no
+/// more than one page is held.
 async fn for_each_page(
     store: &dyn ObjectStore,
     batch: &BatchId,
-    mut each: impl FnMut(&[Event]) -> Result<(), OperatorError>,
+    mut each: impl FnMut(&LogPage) -> Result<(), OperatorError>,
 ) -> Result<(), OperatorError> {
     let mut after = Seq::ZERO;
     loop {
-        let page = store.log_page(batch, LogCursor::After(after), MAX_LOG_PAGE).await?;
-        each(&page.events)?;
+        let page = store.log_page_within(batch, LogCursor::After(after), MAX_LOG_PAGE, DETAILS_SHOWN_BYTES).await?;
+        each(&page)?;
         match page.newer {
             Some(newer) => after = newer,
             None => return Ok(()),
@@ -206,12 +208,16 @@ pub struct BatchView {
     pub timeline: super::Timeline,
 }
 
-/// One event as `show --format json` lists it.
-fn event_json(e: &Event) -> Value {
+/// One event as `show --format json` lists it; details a page left out are null, with
+/// their size and the command that prints them (`details_left_out`).
+fn event_json(e: &Event, page: Option<&LogPage>) -> Value {
     let mut event = json!({
         "seq": e.seq, "type": e.event_type, "outcome": e.outcome, "agent": e.agent,
         "at": e.at, "details": e.details,
     });
+    if let Some(bytes) = page.and_then(|page| page.left_out(e.seq)) {
+        event["details_left_out"] = json!({"bytes": bytes, "command": event_command(&e.batch_id, e.seq)});
+    }
     if let Some(run) = &e.run {
         event["run"] = json!({"component": run.component, "generation": run.generation});
     }
@@ -240,9 +246,27 @@ fn log_rows(events: &[Event]) -> Vec<Vec<String>> {
 
 const LOG_HEADER: [&str; 6] = ["  seq", "at", "type", "outcome", "agent", "report"];
 
-/// Each event's details, pretty, under its seq and type.
-fn write_reports(out: &mut String, events: &[Event]) {
-    for e in events {
+/// The command that prints one event whole.
+fn event_command(batch: &BatchId, seq: Seq) -> String {
+    format!("autocomp show {batch} --event {seq}")
+}
+
+/// Each event's details, pretty, under its seq and type; details the page left out (too
+/// large to show) as their size and the command that prints them.
+fn write_reports(out: &mut String, page: &LogPage) {
+    for e in &page.events {
+        if let Some(bytes) = page.left_out(e.seq) {
+            let command = event_command(&e.batch_id, e.seq);
+            writeln!(
+                out,
+                "  seq {} {}: details of {} left out; print them: {command}",
+                e.seq,
+                e.event_type,
+                size_text(bytes)
+            )
+            .ok();
+            continue;
+        }
         let details = serde_json::to_string_pretty(&e.details).unwrap_or_default();
         writeln!(out, "  seq {} {}:", e.seq, e.event_type).ok();
         for line in details.lines() {
@@ -306,7 +330,7 @@ impl BatchView {
             "effective": effective,
             "open_runs": h.open_runs.iter().map(run_json).collect::<Vec<_>>(),
             "timeline": self.timeline.to_json(),
-            "events": self.log.events.iter().map(event_json).collect::<Vec<_>>(),
+            "events": self.log.events.iter().map(|e| event_json(e, Some(&self.log))).collect::<Vec<_>>(),
             "log": {
                 "total": self.log.total,
                 "shown": self.log.events.len(),
@@ -386,7 +410,7 @@ impl BatchView {
             writeln!(out, "  newer events: {newer}").ok();
         }
         writeln!(out, "\nreports:").ok();
-        write_reports(&mut out, &self.log.events);
+        write_reports(&mut out, &self.log);
         out
     }
 }
@@ -1135,9 +1159,15 @@ impl Operator {
         let log = match span {
             LogSpan::Page { before, limit } => {
                 let cursor = before.map_or(LogCursor::Newest, LogCursor::Before);
-                store.log_page(head.id(), cursor, limit).await?
+                store.log_page_within(head.id(), cursor, limit, DETAILS_SHOWN_BYTES).await?
             }
-            LogSpan::All => LogPage { events: Vec::new(), total: head.event_count, older: None, newer: None },
+            LogSpan::All => LogPage {
+                events: Vec::new(),
+                total: head.event_count,
+                older: None,
+                newer: None,
+                details_left_out: Vec::new(),
+            },
         };
         let timeline = super::timeline::timeline_of(store.as_ref(), &pipeline, &head).await?;
         Ok(BatchView { head, components, log, span, timeline })
@@ -1163,10 +1193,10 @@ impl Operator {
                 write(head.strip_suffix('}').unwrap_or(&head).trim_end())?;
                 write(",\n  \"events\": [")?;
                 let mut first = true;
-                for_each_page(store.as_ref(), &batch, |events| {
-                    for event in events {
+                for_each_page(store.as_ref(), &batch, |page| {
+                    for event in &page.events {
                         write(if first { "\n    " } else { ",\n    " })?;
-                        write(&event_json(event).to_string())?;
+                        write(&event_json(event, Some(page)).to_string())?;
                         first = false;
                     }
                     Ok(())
@@ -1178,8 +1208,8 @@ impl Operator {
                 write(&view.head_text())?;
                 write(&format!("\nlog ({} events, oldest first):\n", view.head.event_count))?;
                 let mut header = Some(&LOG_HEADER);
-                for_each_page(store.as_ref(), &batch, |events| {
-                    let rows = log_rows(events);
+                for_each_page(store.as_ref(), &batch, |page| {
+                    let rows = log_rows(&page.events);
                     let text = match header.take() {
                         Some(header) => table(header, &rows),
                         // Later pages: the rows alone, aligned within their page.
@@ -1192,9 +1222,9 @@ impl Operator {
                 })
                 .await?;
                 write("\nreports:\n")?;
-                for_each_page(store.as_ref(), &batch, |events| {
+                for_each_page(store.as_ref(), &batch, |page| {
                     let mut text = String::new();
-                    write_reports(&mut text, events);
+                    write_reports(&mut text, page);
                     write(&text)
                 })
                 .await
@@ -1210,6 +1240,22 @@ impl Operator {
             self.pipeline(store.as_ref()).await?.into_iter().map(|step| step.registered).collect();
         let retired = store.components().await?.into_iter().filter(RegisteredComponent::is_retired);
         let components = active.into_iter().chain(retired).collect();
+    /// `autocomp show ID --event SEQ`: one event whole, details included (what a page that
+    /// left them out names), as JSON in either format: details are JSON.
+    pub async fn show_event(&self, id: &str, seq: i64) -> Result<String, OperatorError> {
+        let store = self.store().await?;
+        let head = self.head(store.as_ref(), id).await?;
+        let found = autocomp_store::port::event_at(store.as_ref(), head.id(), Seq(seq)).await?;
+        let event = found.ok_or_else(|| {
+            autocomp_model::InvalidInput::new(
+                "--event",
+                seq.to_string(),
+                format!("batch {} has no event with this seq", head.id()),
+            )
+        })?;
+        Ok(format!("{:#}\n", event_json(&event, None)))
+    }
+
         let (steering, log) = self.steering().await?;
         Ok(PipelineView { components, steering, log, now: Timestamp::now() })
     }
