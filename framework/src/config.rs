@@ -399,7 +399,8 @@ pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigErr
     let quoted = if holds_secret(line) {
         " (the line is not shown: it holds a secret)".to_owned()
     } else {
-        format!("\n    {}\n    {}^", autocomp_http::for_terminal(line), " ".repeat(column - 1))
+        // toml's gutter, which `autocomp doctor` leaves out of its one-line checks.
+        format!("\n  | {}\n  | {}^", autocomp_http::for_terminal(line), " ".repeat(column - 1))
     };
     ConfigError::new(file, format!("not valid TOML at line {line_number}, column {column}: {what}{quoted}"))
 }

@@ -322,6 +322,35 @@ fn secret_files_others_can_read_or_too_short_fail_and_good_ones_pass() {
     assert!(found.contains("cannot read it"), "{found}");
 }
 
+/// A config file others can change is what a local user edits to send the token to his own
+/// listener: doctor fails it (the pipeline refuses it) with the mode and the fix, whether it
+/// is the file itself or a symlink into a directory anyone can write.
+#[test]
+fn a_config_file_others_can_change_fails_and_so_does_a_symlink_into_an_open_directory() {
+    let pipeline = worked_pipeline("");
+    let own = write_private(&pipeline.config_dir().join("probe.toml"), "", 0o666);
+    let finished = doctor(&pipeline, &[]);
+    assert_eq!(finished.code, Some(1), "{}", finished.show());
+    let found = assert_verdict(&finished, "config probe.toml", "FAIL");
+    assert!(found.contains("mode 666") && found.contains("chmod o-w"), "{found}");
+    assert_verdict(&finished, "config autocomp.toml", "ok");
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let shared = pipeline.config_dir().join("autocomp.toml");
+    let open = pipeline.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::rename(&shared, open.join("autocomp.toml")).unwrap();
+    std::os::unix::fs::symlink(open.join("autocomp.toml"), &shared).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let finished = doctor(&pipeline, &[]);
+    assert_eq!(finished.code, Some(1), "{}", finished.show());
+    let found = assert_verdict(&finished, "config autocomp.toml", "FAIL");
+    assert!(found.contains("mode 777") && found.contains("a symlink to"), "{found}");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let finished = doctor(&pipeline, &[]);
+    assert_verdict(&finished, "config autocomp.toml", "ok");
+}
+
 /// A self-signed certificate valid until `not_after` (year, month, day), PEM, in `path`.
 fn certificate(path: &Path, not_after: (i32, u8, u8)) -> PathBuf {
     let key = rcgen::KeyPair::generate().unwrap();

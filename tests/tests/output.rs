@@ -188,3 +188,32 @@ fn a_timed_out_run_keeps_what_it_logged_before_the_timeout() {
     assert!(shown.starts_with("== probe attempt 1 (seq ") && shown.contains("failure (timed out)"), "{shown}");
     assert!(shown.contains("INFO probe worked on B0001 behaviour=hang\n"), "{shown}");
 }
+
+/// A line feed in a reason, a report or a file name cannot forge a line of `show`: each
+/// single-line field shows it as `\u000a`, and an invisible character (a tag character, a
+/// soft hyphen, a Hangul filler) shows as its escape, as the monitor marks it.
+#[test]
+fn a_line_feed_in_a_reason_stays_on_its_line_in_show() {
+    let pipeline = exec_pipeline(None);
+    let id = pipeline.register(1).remove(0);
+    exec_pass(&pipeline, "echo 'fatal: page 7 is unreadable' >&2; exit 1");
+    let forged = "try again\nFAKE line: ocr success\u{e0041}\u{ad}\u{3164}";
+    ok(&pipeline, &["rerun", id.as_str(), "--component", "ocr", "--reason", forged]);
+    let filed = pipeline.path("scans\nFAKE location");
+    ok(&pipeline, &["add", "B0002", "--type", "RoundTrip", "--location", filed.to_str().unwrap()]);
+
+    for batch in [id.as_str(), "B0002"] {
+        let shown = ok(&pipeline, &["show", batch]);
+        let forged_lines: Vec<&str> = shown.lines().filter(|line| line.trim_start().starts_with("FAKE")).collect();
+        assert!(forged_lines.is_empty(), "show prints a forged line {forged_lines:?}:\n{shown}");
+        for invisible in ['\u{e0041}', '\u{ad}', '\u{3164}'] {
+            assert!(!shown.contains(invisible), "show prints {invisible:?} raw:\n{shown}");
+        }
+        let expected = if batch == "B0002" {
+            "scans\\u000aFAKE location"
+        } else {
+            "try again\\u000aFAKE line: ocr success\\udb40\\udc41\\u00ad\\u3164"
+        };
+        assert!(shown.contains(expected), "{shown}");
+    }
+}

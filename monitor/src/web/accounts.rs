@@ -289,37 +289,9 @@ fn read(path: &Path) -> Result<Users, String> {
     Users::parse(&format!("users file {shown}"), &text)
 }
 
-/// Characters that are invisible or change the order of the text around them: what the
-/// model calls concealing (bidi embeddings, overrides, isolates and marks, zero-width
-/// characters, the line and paragraph separators) other than the controls, which callers
-/// judge on their own, and besides them the other format characters (general category Cf)
-/// and the blank Hangul fillers, which a name or a page must not hide behind either.
-/// Variation selectors are not among them: emoji need them.
-pub fn invisible(c: char) -> bool {
-    (autocomp_model::is_concealing(c) && !c.is_control())
-        || matches!(
-            c as u32,
-            0x00AD
-                | 0x0600..=0x0605
-                | 0x06DD
-                | 0x070F
-                | 0x0890..=0x0891
-                | 0x08E2
-                | 0x115F..=0x1160
-                | 0x17B4..=0x17B5
-                | 0x180E
-                | 0x206A..=0x206F
-                | 0x3164
-                | 0xFFA0
-                | 0xFFF9..=0xFFFB
-                | 0x110BD
-                | 0x110CD
-                | 0x13430..=0x1343F
-                | 0x1BCA0..=0x1BCA3
-                | 0x1D173..=0x1D17A
-                | 0xE0000..=0xE007F
-        )
-}
+/// Characters that are invisible or change the order of the text around them: one list,
+/// which the terminal marks too, so a page and `autocomp show` show the same text.
+pub use autocomp_http::terminal::invisible;
 
 #[cfg(test)]
 mod tests {

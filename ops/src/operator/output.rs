@@ -172,7 +172,7 @@ fn attempt_text(attempt: &Attempt<'_>) -> String {
         } else {
             String::new()
         };
-        text.push_str(&format!("--- {}{cut} ---\n", stream.name));
+        text.push_str(&format!("--- {}{cut} ---\n", autocomp_http::terminal::one_line(&stream.name)));
         let body = stream.text();
         text.push_str(&body);
         if !body.ends_with('\n') {

@@ -513,7 +513,8 @@ fn refusal(refusal: autocomp_model::SteeringRefusal) -> OperatorError {
 /// 2026-11-27T10:00:00Z: tape maintenance`.
 pub fn hold_lines(steering: &Steering) -> Vec<String> {
     let line = |what: &str, hold: &autocomp_model::Hold| {
-        format!("{what}: {} by {} since {}: {}", hold.kind.as_str(), hold.by, hold.since, hold.reason)
+        let reason = autocomp_http::terminal::one_line(&hold.reason);
+        format!("{what}: {} by {} since {}: {reason}", hold.kind.as_str(), hold.by, hold.since)
     };
     let name =
         |component: Option<&ComponentName>| component.map_or("the whole pipeline".to_owned(), ToString::to_string);

@@ -347,7 +347,7 @@ impl BatchView {
         let s = &h.summary;
         let mut out = String::new();
         writeln!(out, "batch {}  type {}  priority {}", s.id, s.batch_type, s.priority).ok();
-        writeln!(out, "location {}", h.location().unwrap_or("(none)")).ok();
+        writeln!(out, "location {}", autocomp_http::terminal::one_line(h.location().unwrap_or("(none)"))).ok();
         writeln!(
             out,
             "registered seq {} at {}; last content change seq {} at {}",
@@ -679,21 +679,24 @@ impl PipelineView {
         if !self.steering.pools.is_empty() {
             out.push_str("\npools:\n");
             for (name, pool) in &self.steering.pools {
-                writeln!(out, "  {name}: size {} (set by {} at {}: {})", pool.size, pool.by, pool.since, pool.reason)
-                    .ok();
+                let reason = autocomp_http::terminal::one_line(&pool.reason);
+                writeln!(out, "  {name}: size {} (set by {} at {}: {reason})", pool.size, pool.by, pool.since).ok();
             }
         }
         if !self.steering.breakers.is_empty() {
             out.push_str("\ncircuit breakers:\n");
             for (name, breaker) in &self.steering.breakers {
-                let last = breaker.last.as_deref().map(|last| format!(", last: {last}")).unwrap_or_default();
+                let last =
+                    breaker.last.as_deref().map(|last| format!(", last: {}", autocomp_http::terminal::one_line(last)));
+                let last = last.unwrap_or_default();
                 writeln!(out, "  {name}: {} consecutive failures{last}", breaker.consecutive).ok();
             }
         }
         if !self.log.is_empty() {
             out.push_str("\nsteering log (newest first):\n");
             for entry in &self.log {
-                writeln!(out, "  {} v{} {}: {} ({})", entry.at, entry.version, entry.by, entry.said, entry.reason).ok();
+                let (said, reason) = (&entry.said, autocomp_http::terminal::one_line(&entry.reason));
+                writeln!(out, "  {} v{} {}: {said} ({reason})", entry.at, entry.version, entry.by).ok();
             }
         }
         out
@@ -831,7 +834,10 @@ impl Explanation {
             Some(refusal) if refusal.clause == "blocked_by" && self.own_result_blocks() => {
                 let result = self.result.as_ref().expect("own_result_blocks checked it");
                 match result.failure_reason().filter(|_| result.outcome == Outcome::Failure) {
-                    Some(reason) => format!("failed at seq {}: {reason} (a rerun tries again)", result.seq),
+                    Some(reason) => {
+                        let reason = autocomp_http::terminal::one_line(&reason);
+                        format!("failed at seq {}: {reason} (a rerun tries again)", result.seq)
+                    }
                     None if result.outcome == Outcome::Failure => {
                         format!("failed at seq {} (a rerun tries again)", result.seq)
                     }
@@ -1018,7 +1024,9 @@ fn held_up_by(pipeline: &[Step], step: &Step, batch: &BatchHead) -> Vec<String> 
         let state = producer.state_of(batch);
         let what = match (state, batch.effective_event(missing)) {
             (ComponentState::Failed | ComponentState::Retrying, Some(event)) => {
-                let said = report_summary(event).into_iter().next().map(|line| format!(": {line}")).unwrap_or_default();
+                let said = report_summary(event).into_iter().next();
+                let said =
+                    said.map(|line| format!(": {}", autocomp_http::terminal::one_line(&line))).unwrap_or_default();
                 let kind = if state == ComponentState::Retrying { "failed transiently (retrying)" } else { "failed" };
                 format!("{} {kind} at seq {}{said}", producer.name(), event.seq)
             }
@@ -1394,7 +1402,8 @@ impl Operator {
             held: seen.steering.hold_of(step.name()).map(|hold| {
                 let whose =
                     if seen.steering.components.contains_key(step.name()) { "" } else { "the whole pipeline is " };
-                format!("{whose}{} by {} since {}: {}", hold.kind.as_str(), hold.by, hold.since, hold.reason)
+                let reason = autocomp_http::terminal::one_line(&hold.reason);
+                format!("{whose}{} by {} since {}: {reason}", hold.kind.as_str(), hold.by, hold.since)
             }),
         })
     }
