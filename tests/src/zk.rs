@@ -195,7 +195,37 @@ impl ZooKeeper {
             zookeeper.spawn(n);
         }
         zookeeper.wait_serving(&(0..count).collect::<Vec<_>>());
+        if zookeeper.options.secure {
+            // As SECURITY.md has a protected deployment do: nobody without an identity
+            // creates or deletes at the top (autocomp refuses a lock tree there otherwise).
+            zookeeper.open_the_root(false);
+        }
         zookeeper
+    }
+
+    /// Sets the ACL of `/` on a secure server: `open`, ZooKeeper's default (the world may do
+    /// anything); closed, what SECURITY.md says to set (`setAcl / world:anyone:r,auth::cdrwa`
+    /// after `addauth digest` as the pipeline: the world reads, only the pipeline's identity
+    /// creates or deletes top-level nodes).
+    pub fn open_the_root(&self, open: bool) {
+        use zookeeper_client::{Acl, AuthId, Permission};
+        let acl = if open {
+            vec![Acl::new(Permission::ALL, AuthId::anyone())]
+        } else {
+            vec![Acl::new(Permission::READ, AuthId::anyone()), Acl::new(Permission::ALL, AuthId::new("auth", ""))]
+        };
+        let hosts = self.hosts();
+        let set = move || {
+            let credential = format!("{PIPELINE_USER}:{PIPELINE_PASSWORD}");
+            session(&hosts, Some(&credential), |client| async move {
+                client.set_acl("/", &acl, None).await.unwrap_or_else(|e| panic!("cannot set the ACL of /: {e}"));
+            })
+        };
+        // Servers on hosts of a test network are reached from inside one of them.
+        match &self.nodes[0].host {
+            Some(host) => host.within(set),
+            None => set(),
+        }
     }
 
     fn spawn(&mut self, n: usize) {
@@ -260,6 +290,12 @@ impl ZooKeeper {
     /// The locks URL for a chroot, e.g. `url("autocomp", "3s")`: plain, no identity.
     pub fn url(&self, chroot: &str, session_timeout: &str) -> String {
         format!("zk://{}/{chroot}?session_timeout={session_timeout}", self.hosts())
+    }
+
+    /// A CA that signed nothing the servers present: a `ca_file=` that makes them impostors.
+    pub fn other_ca(&self) -> PathBuf {
+        assert!(self.options.secure, "only a secure server has certificates");
+        self.dir.path().join("tls/other-ca.pem")
     }
 
     /// The pipeline's auth file on a secure server (`user:password`, mode 600).
@@ -409,21 +445,48 @@ impl ZooKeeper {
 
     /// Runs `f` with a fresh client session on a runtime of its own, then closes the session.
     pub fn with_client<T, F: Future<Output = T>>(&self, f: impl FnOnce(zookeeper_client::Client) -> F) -> T {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        runtime.block_on(async {
-            let client = zookeeper_client::Client::connector()
-                .with_session_timeout(Duration::from_secs(5))
-                .connect(&self.hosts())
-                .await
-                .unwrap_or_else(|e| panic!("the test cannot connect to ZooKeeper at {}: {e}", self.hosts()));
-            let mut state = client.state_watcher();
-            let result = f(client).await;
-            // The session closes once the last client clone is dropped (in `f`).
-            let closed = async { while !state.changed().await.is_terminated() {} };
-            tokio::time::timeout(Duration::from_secs(2), closed).await.ok();
-            result
-        })
+        self.client_session(None, f)
     }
+
+    /// `with_client`, the session authenticated as the pipeline (a secure server's identity).
+    pub fn with_pipeline_client<T, F: Future<Output = T>>(&self, f: impl FnOnce(zookeeper_client::Client) -> F) -> T {
+        self.client_session(Some(format!("{PIPELINE_USER}:{PIPELINE_PASSWORD}")), f)
+    }
+
+    fn client_session<T, F: Future<Output = T>>(
+        &self,
+        credential: Option<String>,
+        f: impl FnOnce(zookeeper_client::Client) -> F,
+    ) -> T {
+        session(&self.hosts(), credential.as_deref(), f)
+    }
+}
+
+/// Runs `f` with a fresh client session of `hosts` (authenticated with the digest
+/// `credential` if given) on a runtime of its own, then closes the session.
+fn session<T, F: Future<Output = T>>(
+    hosts: &str,
+    credential: Option<&str>,
+    f: impl FnOnce(zookeeper_client::Client) -> F,
+) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let mut connector = zookeeper_client::Client::connector();
+        if let Some(credential) = credential {
+            connector = connector.with_auth("digest", credential.as_bytes());
+        }
+        let client = connector
+            .with_session_timeout(Duration::from_secs(5))
+            .connect(hosts)
+            .await
+            .unwrap_or_else(|e| panic!("the test cannot connect to ZooKeeper at {hosts}: {e}"));
+        let mut state = client.state_watcher();
+        let result = f(client).await;
+        // The session closes once the last client clone is dropped (in `f`).
+        let closed = async { while !state.changed().await.is_terminated() {} };
+        tokio::time::timeout(Duration::from_secs(2), closed).await.ok();
+        result
+    })
 }
 
 impl Drop for ZooKeeper {
@@ -444,7 +507,8 @@ pub struct Znode {
 }
 
 /// A CA, a server certificate for `addrs` (and localhost) and a client certificate, in
-/// `<dir>/tls`, made by openssl; the server's key and certificate in one PEM keystore.
+/// `<dir>/tls`, made by openssl; the server's key and certificate in one PEM keystore; and
+/// another CA, which signed none of them.
 fn make_certificates(dir: &std::path::Path, addrs: &[Ipv4Addr]) {
     let tls = dir.join("tls");
     std::fs::create_dir_all(&tls).expect("tls dir");
@@ -465,7 +529,10 @@ fn make_certificates(dir: &std::path::Path, addrs: &[Ipv4Addr]) {
             openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem -days 2 \
                 -extfile $who.ext
         done
-        cat server.key server.pem > server-keystore.pem";
+        cat server.key server.pem > server-keystore.pem
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem -days 2 \
+            -subj '/CN=another test CA' -addext basicConstraints=critical,CA:TRUE \
+            -addext keyUsage=critical,keyCertSign,cRLSign";
     let made = Command::new("sh").arg("-c").arg(script).current_dir(&tls).output();
     let made =
         made.unwrap_or_else(|e| panic!("openssl does not run ({e}): install it with `apt-get install -y openssl`"));

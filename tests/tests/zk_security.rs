@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use autocomp_e2e::zk::{self, PIPELINE_USER, ZooKeeper};
-use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish};
+use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
 use autocomp_framework::exit;
 use autocomp_framework::locks::{LockError, LockHolder, LockPath, open_locks};
 use autocomp_model::{BatchId, ComponentName, Timestamp};
@@ -267,4 +267,110 @@ fn a_node_at_a_lock_path_that_no_lock_service_made_is_an_alarm_not_busy() {
     for id in &ids {
         assert_eq!(pipeline.events(id, PROBED).len(), 1);
     }
+}
+
+/// Waits until the server has reaped the emptied containers under `/autocomp` (the pass's
+/// `poll` and `batch`): the state between passes, when only persistent nodes are left.
+fn between_passes(zookeeper: &ZooKeeper) {
+    let persistent = || {
+        let tree = zookeeper.tree("/autocomp");
+        tree.iter().all(|node| node.path == "/autocomp" || node.path == "/autocomp/anchor")
+    };
+    let reaped = wait_until(std::time::Instant::now() + Duration::from_secs(30), persistent);
+    assert!(reaped, "containers not reaped: {:?}", zookeeper.tree("/autocomp"));
+}
+
+#[test]
+fn a_client_without_the_identity_can_neither_delete_nor_take_the_lock_root_between_passes() {
+    let zookeeper = secured();
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.use_locks(&zookeeper.auth_url("autocomp", "10s"));
+    pipeline.register(2);
+    let first = pass(&pipeline);
+    assert_eq!(first.code, Some(0), "{}", first.show());
+
+    // `/` as ZooKeeper ships it (the world may create and delete there), the tree between
+    // passes: the tester deleted `/autocomp` and made it again as his own here.
+    zookeeper.open_the_root(true);
+    between_passes(&zookeeper);
+    let attempts = zookeeper.with_client(|client| async move {
+        let open = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
+        vec![
+            ("delete the lock tree", client.delete("/autocomp", None).await.err()),
+            ("delete its anchor", client.delete("/autocomp/anchor", None).await.err()),
+            ("make the lock tree again as its own", client.create("/autocomp", b"", &open).await.err()),
+            ("change the lock tree's ACL", client.set_acl("/autocomp", &zkc::Acls::anyone_all(), None).await.err()),
+        ]
+    });
+    let refused: Vec<_> = attempts.iter().map(|(what, error)| (*what, error.clone())).collect();
+    assert_eq!(
+        refused,
+        [
+            ("delete the lock tree", Some(zkc::Error::NotEmpty)),
+            ("delete its anchor", Some(zkc::Error::NoAuth)),
+            ("make the lock tree again as its own", Some(zkc::Error::NodeExists)),
+            ("change the lock tree's ACL", Some(zkc::Error::NoAuth)),
+        ],
+        "what a client without the pipeline's identity could do to the lock tree"
+    );
+
+    // The pipeline refuses to go on under a `/` the world may write (exit 2, with the fix)...
+    let refused = pass(&pipeline);
+    assert_eq!(refused.code, Some(i32::from(exit::USAGE)), "{}", refused.show());
+    assert!(refused.stderr.contains("setAcl /"), "{}", refused.show());
+    // ... and once `/` is closed again, the next pass works on the same tree.
+    zookeeper.open_the_root(false);
+    let more = pipeline.register_one("B0003", true);
+    let next = pass(&pipeline);
+    assert_eq!(next.code, Some(0), "{}", next.show());
+    assert_eq!(pipeline.events(&more, PROBED).len(), 1, "{}", next.show());
+
+    // `/` closed to everyone but readers (`setAcl / world:anyone:r`, once the tree exists):
+    // the pipeline may not even ask to create its chroot there, and still works.
+    zookeeper.with_pipeline_client(|client| async move {
+        client.set_acl("/", &zkc::Acls::anyone_read(), None).await.expect("setAcl / world:anyone:r")
+    });
+    let last = pipeline.register_one("B0004", true);
+    let closed = pass(&pipeline);
+    assert_eq!(closed.code, Some(0), "{}", closed.show());
+    assert_eq!(pipeline.events(&last, PROBED).len(), 1, "{}", closed.show());
+}
+
+/// The `locks` line of `autocomp doctor`'s report.
+fn doctor_locks_line(pipeline: &Pipeline) -> String {
+    let finished = autocomp(pipeline, &["doctor"]);
+    let line = finished.stdout.lines().find(|line| line.get(6..).is_some_and(|rest| rest.starts_with("locks  ")));
+    line.unwrap_or_else(|| panic!("no locks line:\n{}", finished.show())).to_owned()
+}
+
+#[test]
+fn a_lock_tree_under_a_parent_anyone_may_write_is_refused_naming_the_fix_and_a_deeper_one_works() {
+    let zookeeper = secured();
+    zookeeper.open_the_root(true);
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.register(2);
+
+    // One level under a world-writable `/`, with an identity: a configuration error.
+    pipeline.use_locks(&zookeeper.auth_url("autocomp", "10s"));
+    let refused = pass(&pipeline);
+    assert_eq!(refused.code, Some(i32::from(exit::USAGE)), "{}", refused.show());
+    for fix in ["world:anyone", "/autocomp/pipeline", "setAcl / world:anyone:r"] {
+        assert!(refused.stderr.contains(fix), "the message names `{fix}`: {}", refused.show());
+    }
+    assert!(zookeeper.tree("/autocomp").is_empty(), "a refused lock tree was made: {:?}", zookeeper.tree("/autocomp"));
+    let listed = autocomp(&pipeline, &["locks"]);
+    assert_eq!(listed.code, Some(i32::from(exit::USAGE)), "{}", listed.show());
+    let doctor = doctor_locks_line(&pipeline);
+    assert!(doctor.starts_with("FAIL") && doctor.contains("setAcl /"), "{doctor}");
+
+    // One level deeper: autocomp makes `/autocomp` itself, with the pipeline's ACL.
+    pipeline.use_locks(&zookeeper.auth_url("autocomp/pipeline", "10s"));
+    let worked = pass(&pipeline);
+    assert_eq!(worked.code, Some(0), "{}", worked.show());
+    let doctor = doctor_locks_line(&pipeline);
+    assert!(doctor.starts_with("ok"), "{doctor}");
+    let attempts = zookeeper.with_client(|client| async move {
+        [client.delete("/autocomp/pipeline", None).await.err(), client.delete("/autocomp", None).await.err()]
+    });
+    assert_eq!(attempts, [Some(zkc::Error::NoAuth), Some(zkc::Error::NotEmpty)], "deleting the lock tree");
 }

@@ -32,6 +32,7 @@
 
 mod local;
 mod zk;
+mod zk_tls;
 
 use std::sync::Arc;
 use std::time::Duration;

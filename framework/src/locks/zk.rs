@@ -21,8 +21,14 @@
 //! create, change or delete under the chroot (ZooKeeper checks a delete against the parent's
 //! ACL: the containers' ACL is what protects a lock). At connect the chroot, `poll`, `batch`,
 //! `slot`, each `batch/<component>` and each `slot/<pool>` are brought to that ACL (our
-//! identities added, the world left read only). Without an identity nodes stay open to
-//! anyone, as before, with one warning.
+//! identities added, the world left read only), and a persistent child, `<chroot>/anchor`, is
+//! kept under the chroot: never empty, the chroot cannot be deleted (and made again by someone
+//! else as theirs) even where its parent lets the world delete children, and only our
+//! identities may delete the anchor. A chroot whose parent lets anyone without an identity
+//! create or delete children (`world:anyone` or an `ip:` entry with c or d, as `/` is by
+//! ZooKeeper's default) is refused as a configuration error naming the two ways out: a chroot
+//! one level down, whose parent we make with our ACL, or `setAcl` on the parent. Without an
+//! identity nodes stay open to anyone, as before, with one warning.
 //!
 //! A create or delete whose reply is lost with the connection may or may not have happened.
 //! A create is retried once the session is back, and a NodeExists after such a retry is
@@ -70,6 +76,13 @@ const RETRY_PAUSE: Duration = Duration::from_millis(10);
 const IN_PROCESS_PAUSE: Duration = Duration::from_millis(10);
 /// How long `close` waits for each deletion and for the server to end the session.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
+/// The persistent child that keeps the chroot from ever being empty, so ZooKeeper refuses to
+/// delete it (NotEmpty) whatever its parent's ACL, and only the pipeline's identities (the
+/// chroot's ACL) may delete the child. Not `poll`, `batch` or `slot`: no lock lives under it.
+pub(super) const ANCHOR: &str = "anchor";
+/// What the anchor holds, for whoever lists the tree with zkCli.
+const ANCHOR_DATA: &[u8] = b"autocomp: keeps this lock tree from being deleted or taken over; leave it";
 
 /// A parsed `zk://` or `zks://` locks URL. It never holds a secret: the identity is read
 /// from `auth_file` (or `$AUTOCOMP_ZK_AUTH`) at connect, so the URL can be shown as is.
@@ -414,7 +427,23 @@ impl ZkLocks {
             }
             None => futures_util::future::Either::Right(connector.connect(&target.hosts)),
         };
-        let client = match tokio::time::timeout(target.session_timeout * 2, connecting).await {
+        let connected = tokio::time::timeout(target.session_timeout * 2, connecting);
+        let answer = match &target.tls {
+            Some(tls) => {
+                // The client retries a server whose certificate fails as if it were down:
+                // without a session soon, see whether that is why (then a configuration error).
+                let untrusted = async {
+                    tokio::time::sleep(super::zk_tls::PROBE_AFTER).await;
+                    super::zk_tls::untrusted(&target.hosts, tls).await
+                };
+                tokio::select! {
+                    answer = connected => answer,
+                    Some(reason) = untrusted => return Err(InvalidInput::new("locks url", shown, reason).into()),
+                }
+            }
+            None => connected.await,
+        };
+        let client = match answer {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable("no answer".into())),
@@ -611,6 +640,14 @@ fn lets_the_world_write(acl: &[zk::Acl]) -> bool {
     acl.iter().any(|entry| entry.scheme() == "world" && entry.permission() != zk::Permission::READ)
 }
 
+/// Whether an ACL entry lets a client with no identity create or delete children: the world,
+/// or an address (every local user of a host shares its address).
+fn lets_strangers_add_or_remove(entry: &zk::Acl) -> bool {
+    let changes_children =
+        entry.permission().has(zk::Permission::CREATE) || entry.permission().has(zk::Permission::DELETE);
+    changes_children && matches!(entry.scheme(), "world" | "ip")
+}
+
 fn same_entries(a: &[zk::Acl], b: &[zk::Acl]) -> bool {
     a.len() == b.len() && a.iter().all(|entry| b.contains(entry))
 }
@@ -679,6 +716,9 @@ impl Shared {
     /// cannot change while it lets others write (or keeps us out) is an alarm: locks under it
     /// cannot be trusted.
     async fn protect_tree(&self) -> Result<(), LockError> {
+        if let Some(problem) = self.open_parent().await? {
+            return Err(InvalidInput::new("locks url", self.url.clone(), problem).into());
+        }
         let probe = format!("{}/poll", self.root);
         self.create_parents(&probe).await?;
         let ours = pipeline_acl(&self.digests);
@@ -721,7 +761,58 @@ impl Shared {
                 Err(e) => return Err(self.failed("ACL change", dir, e)),
             }
         }
-        Ok(())
+        self.create_anchor().await
+    }
+
+    /// Creates the chroot's anchor (`ANCHOR`) with our ACL if it is missing.
+    async fn create_anchor(&self) -> Result<(), LockError> {
+        let anchor = self.node_of(ANCHOR);
+        let anchor = anchor.as_str();
+        let (answer, _) = self
+            .call(|client| async move {
+                client.create(anchor, ANCHOR_DATA, &self.options(zk::CreateMode::Persistent)).await
+            })
+            .await?;
+        match answer {
+            Ok(_) => {
+                info!(node = anchor, "made the lock tree's anchor: the chroot can no longer be deleted");
+                Ok(())
+            }
+            Err(zk::Error::NodeExists) => Ok(()),
+            Err(e) => Err(self.failed("create", anchor, e)),
+        }
+    }
+
+    /// Why the chroot's parent lets someone without an identity take the lock tree (create
+    /// or delete its children: the chroot itself), with the two ways out; `None` if it does
+    /// not, or if it does not exist yet (then `create_parents` makes it, with our ACL, and a
+    /// node of ours is under each ancestor it makes, so none of them can be deleted).
+    async fn open_parent(&self) -> Result<Option<String>, LockError> {
+        let parent = parent_of(&self.root);
+        let (answer, _) = self.call(|client| async move { client.get_acl(parent).await }).await?;
+        let acl = match answer {
+            Ok((acl, _)) => acl,
+            // Neither read nor admin for us: the world cannot read it either, closed enough
+            // for us not to judge.
+            Err(zk::Error::NoNode | zk::Error::NoAuth) => return Ok(None),
+            Err(e) => return Err(self.failed("ACL read", parent, e)),
+        };
+        let open: Vec<zk::Acl> = acl.iter().filter(|entry| lets_strangers_add_or_remove(entry)).cloned().collect();
+        if open.is_empty() {
+            return Ok(None);
+        }
+        let root = &self.root;
+        let deeper = format!("{root}/pipeline");
+        Ok(Some(format!(
+            "the lock tree {root} is a child of {parent}, whose ACL ({}) lets anyone who reaches ZooKeeper, \
+             without an identity, create or delete its children: delete the lock tree or make it first as \
+             theirs, and stop every pass. Either move the lock tree one level down, into a node autocomp \
+             makes with the pipeline's ACL (chroot {deeper} instead of {root} in the locks URL), or take create \
+             and delete on {parent} from the world: in zkCli, `addauth digest <user>:<password>` as the \
+             pipeline (or an admin identity) then `setAcl {parent} world:anyone:r,auth::cdrwa` (keep \
+             world:anyone:r: clients read {parent}, and /zookeeper below it)",
+            describe_acl(&open)
+        )))
     }
 
     /// What `protect_tree` would change, read and not changed: one line per directory whose
@@ -734,6 +825,17 @@ impl Shared {
                  reaches {} can delete or fake the pipeline's locks; give every host the same identity file",
                 self.url
             ));
+        }
+        if self.identity.is_some() {
+            problems.extend(self.open_parent().await?);
+            let anchor = self.node_of(ANCHOR);
+            if self.owner_of(&self.root).await?.is_some() && self.owner_of(&anchor).await?.is_none() {
+                problems.push(format!(
+                    "{anchor} is missing, so {} can be deleted once empty: the next pass on a host with this \
+                     identity makes it",
+                    self.root
+                ));
+            }
         }
         let ours = pipeline_acl(&self.digests);
         for (dir, acl, _) in self.tree_acls().await? {
@@ -761,10 +863,11 @@ impl Shared {
         Ok(problems)
     }
 
-    /// The ACL of each directory of the lock tree that exists: the chroot, `poll`, `batch`,
-    /// `slot`, every `batch/<component>` and every `slot/<pool>`.
+    /// The ACL of each directory of the lock tree that exists: the chroot, its anchor, `poll`,
+    /// `batch`, `slot`, every `batch/<component>` and every `slot/<pool>`.
     async fn tree_acls(&self) -> Result<Vec<(String, Vec<zk::Acl>, zk::Stat)>, LockError> {
-        let mut dirs = vec![self.root.clone(), self.node_of("poll"), self.node_of("batch"), self.node_of("slot")];
+        let mut dirs = vec![self.root.clone(), self.node_of(ANCHOR)];
+        dirs.extend(["poll", "batch", "slot"].map(|dir| self.node_of(dir)));
         for parent in ["batch", "slot"] {
             dirs.extend(self.children(parent).await?.into_iter().map(|c| self.node_of(&format!("{parent}/{c}"))));
         }
@@ -885,6 +988,11 @@ impl Shared {
                     pending.pop();
                 }
                 Err(zk::Error::NodeExists) => {
+                    pending.pop();
+                }
+                // ZooKeeper checks the parent's ACL before whether the node exists: under a
+                // parent closed to us (`setAcl / world:anyone:r`) an existing chroot is NoAuth.
+                Err(zk::Error::NoAuth) if self.owner_of(dir).await?.is_some() => {
                     pending.pop();
                 }
                 Err(zk::Error::NoNode) if parent_of(dir) != "/" => pending.push(parent_of(dir)),
@@ -1256,6 +1364,18 @@ mod tests {
         // What an older release reads of ours: the holder, the session ignored.
         let read: LockHolder = serde_json::from_slice(&record(Some("0x2a"))).unwrap();
         assert_eq!(read, holder);
+    }
+
+    #[test]
+    fn a_parent_is_open_when_the_world_or_an_address_may_create_or_delete_children() {
+        let entry = |permission, scheme, id| zk::Acl::new(permission, zk::AuthId::new(scheme, id));
+        let (all, read) = (zk::Permission::ALL, zk::Permission::READ);
+        assert!(lets_strangers_add_or_remove(&entry(all, "world", "anyone")), "ZooKeeper's default for /");
+        assert!(lets_strangers_add_or_remove(&entry(zk::Permission::CREATE, "world", "anyone")));
+        assert!(lets_strangers_add_or_remove(&entry(read | zk::Permission::DELETE, "ip", "127.0.0.1")));
+        assert!(!lets_strangers_add_or_remove(&entry(read, "world", "anyone")), "setAcl / world:anyone:r");
+        assert!(!lets_strangers_add_or_remove(&entry(read | zk::Permission::ADMIN, "world", "anyone")));
+        assert!(!lets_strangers_add_or_remove(&entry(all, "digest", "admin:x")), "an identity is not a stranger");
     }
 
     #[test]
