@@ -35,6 +35,9 @@ pub enum CallError {
     Api { status: StatusCode, body: ErrorBody },
     /// No usable answer: unreachable, timed out, or an answer that is not ours.
     Unreachable(String),
+    /// The service's certificate failed verification (unknown CA, wrong host name, expired):
+    /// a configuration error of this host, never retried (no wait makes it pass).
+    Untrusted(InvalidInput),
 }
 
 /// A JSON-over-HTTP client for one autocomp service, at one or several addresses.
@@ -49,6 +52,8 @@ pub struct HttpClient {
     /// Until the service has answered once, a refused connection fails at once: a cron
     /// start against a service that is down should exit 5 now, not in `retry_for`.
     reached: AtomicBool,
+    /// `$AUTOCOMP_CA_FILE` as read, for the message when a certificate is not trusted.
+    ca_file: Option<std::path::PathBuf>,
 }
 
 /// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`, or several
@@ -191,6 +196,7 @@ impl HttpClient {
             token,
             retry_for: options.retry_for,
             reached: AtomicBool::new(false),
+            ca_file: tls.ca_file.clone(),
         })
     }
 
@@ -238,6 +244,14 @@ impl HttpClient {
                     }
                     Err(other) => return Err(other),
                 },
+                Err(error) if let Some(reason) = untrusted_certificate(&error) => {
+                    let trusted = self.ca_file.as_ref().map_or("the system's CAs and webpki's".into(), |ca| {
+                        format!("$AUTOCOMP_CA_FILE={}", ca.display())
+                    });
+                    let reason = format!("the server's certificate is not trusted: {reason} (trusting {trusted})");
+                    // Another instance may have a good one: failover, but never a wait.
+                    (CallError::Untrusted(InvalidInput::new(self.what, crate::display_url(base), reason)), true)
+                }
                 Err(error) => {
                     let unsent = error.is_connect();
                     let mut message = format!(
@@ -263,6 +277,9 @@ impl HttpClient {
                 continue;
             }
             tried = 0;
+            if matches!(error, CallError::Untrusted(_)) {
+                return Err(error);
+            }
             // Until the service has answered once, a refused connection fails at once.
             let may_retry = may_repeat && self.reached.load(Ordering::Relaxed);
             if !may_retry || started.elapsed() + pause > self.retry_for {
@@ -349,6 +366,23 @@ impl HttpClient {
             ))),
         }
     }
+}
+
+/// Why the server's certificate failed verification, if that is why `error` happened: a
+/// `rustls::Error::InvalidCertificate` somewhere in its sources (an `io::Error` hides its
+/// inner error from `source()`, and hyper wraps one `io::Error` in another: each is opened).
+fn untrusted_certificate(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(rustls::Error::InvalidCertificate(reason)) = error.downcast_ref::<rustls::Error>() {
+            return Some(reason.to_string());
+        }
+        next = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    None
 }
 
 /// A client error on one line, its sources included, with every URL in it (reqwest names the

@@ -29,6 +29,7 @@ mod scaffold;
 mod steering;
 mod steering_cli;
 mod telemetry;
+mod tls_trust;
 mod watch;
 mod zk_security;
 mod zookeeper;

@@ -38,6 +38,8 @@ impl From<CallError> for StoreError {
     fn from(error: CallError) -> Self {
         match error {
             CallError::Unreachable(message) => StoreError::Unavailable(message),
+            // A certificate that fails verification: this host's configuration, exit 2.
+            CallError::Untrusted(e) => StoreError::Invalid(e),
             CallError::Api { status, body } => {
                 let e = body.error;
                 let batch = || e.batch.as_deref().and_then(|b| BatchId::new(b).ok());
