@@ -109,7 +109,10 @@ fn database_url(db: Option<String>, db_file: Option<std::path::PathBuf>) -> Resu
             format!("--db-file {}: --db (or $AUTOCOMP_STORE_DB) is given too; give the database once", file.display()),
         )),
         (Some(db), None) => Ok(db),
-        (None, Some(file)) => match std::fs::read_to_string(&file) {
+        // The file holds the database URL, password and all.
+        (None, Some(file)) => match std::fs::read_to_string(&file)
+            .inspect(|_| autocomp_http::file_modes::warn_if_exposed(&file, "the database URL file --db-file"))
+        {
             Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
             Ok(_) => {
                 Err(fail(2, format!("--db-file {}: the file is empty; write the database URL in it", file.display())))
