@@ -278,14 +278,10 @@ impl Accounts {
 }
 
 fn read(path: &Path) -> Result<Users, String> {
-    use std::os::unix::fs::PermissionsExt;
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("users file {shown}: {e}"))?;
-    if let Ok(meta) = std::fs::metadata(path)
-        && meta.permissions().mode() & 0o004 != 0
-    {
-        tracing::warn!("users file {shown} is readable by every user on this host: chmod o-r it");
-    }
+    // The rule every secret file is read by (once per process, however often it reloads).
+    autocomp_http::file_modes::warn_if_exposed(path, "the users file");
     Users::parse(&format!("users file {shown}"), &text)
 }
 
