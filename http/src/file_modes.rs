@@ -16,9 +16,10 @@ const OTHERS_ANY: u32 = 0o007;
 const STICKY: u32 = 0o1000;
 
 /// Why a configuration file must not be trusted, if it must not: others may write it (mode
-/// o+w), or the directory holding it (the link's target's, for a symlink) lets everyone
-/// replace it (world-writable without the sticky bit). The reason names the mode and the fix.
-/// A file that does not exist is no one's to judge here (reading it says so).
+/// o+w, the link's target for a symlink), or a directory on its way (the file's, each link's
+/// and their ancestors) lets everyone replace what it holds (world-writable without the
+/// sticky bit). The reason names the mode and the fix. A file that does not exist is no
+/// one's to judge here (reading it says so).
 pub fn untrusted_config(file: &Path) -> Option<String> {
     let meta = std::fs::metadata(file).ok()?;
     let mode = meta.permissions().mode();
@@ -36,16 +37,31 @@ pub fn untrusted_config(file: &Path) -> Option<String> {
             real.display()
         ));
     }
-    let dir = real.parent()?;
-    let dir_mode = std::fs::metadata(dir).ok()?.permissions().mode();
-    if dir_mode & OTHERS_WRITE != 0 && dir_mode & STICKY == 0 {
-        return Some(format!(
-            "it is in {} (mode {:03o}){through}, where anyone can replace it; refused until the file is in a \
-             directory others cannot write (`chmod o-w {}`)",
-            dir.display(),
-            dir_mode & 0o777,
-            dir.display()
-        ));
+    let (dir, dir_mode) = replaceable_by_anyone(file)?;
+    Some(format!(
+        "it is reached through {} (mode {:03o}){through}, where anyone can replace what it holds; refused until \
+         that directory is not world-writable (`chmod o-w {}`) or has the sticky bit",
+        dir.display(),
+        dir_mode & 0o777,
+        dir.display()
+    ))
+}
+
+/// The first directory on the way to `file` (its own, each symlink's on the chain, and
+/// their ancestors) that anyone may write without the sticky bit, with its mode.
+fn replaceable_by_anyone(file: &Path) -> Option<(PathBuf, u32)> {
+    let mut hop = file.to_path_buf();
+    // As many links as the kernel follows (ELOOP beyond).
+    for _ in 0..40 {
+        let parent = hop.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(parent).ok()?;
+        for ancestor in dir.ancestors() {
+            let mode = std::fs::metadata(ancestor).ok()?.permissions().mode();
+            if mode & OTHERS_WRITE != 0 && mode & STICKY == 0 {
+                return Some((ancestor.to_path_buf(), mode));
+            }
+        }
+        hop = dir.join(std::fs::read_link(&hop).ok()?);
     }
     None
 }
@@ -132,6 +148,31 @@ mod tests {
         assert_eq!(untrusted_config(&link), None);
         chmod(&open.join("real.toml"), 0o646);
         assert!(untrusted_config(&link).unwrap().contains("mode 646"));
+    }
+
+    #[test]
+    fn a_link_on_the_way_or_an_ancestor_anyone_can_write_is_untrusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (open, safe) = (dir.path().join("open"), dir.path().join("safe"));
+        std::fs::create_dir(&open).unwrap();
+        std::fs::create_dir(&safe).unwrap();
+        std::fs::write(safe.join("real.toml"), "").unwrap();
+        chmod(&safe.join("real.toml"), 0o644);
+        // autocomp.toml -> open/hop -> safe/real.toml: anyone may replace the hop.
+        std::os::unix::fs::symlink(safe.join("real.toml"), open.join("hop")).unwrap();
+        let link = dir.path().join("autocomp.toml");
+        std::os::unix::fs::symlink(open.join("hop"), &link).unwrap();
+        chmod(&open, 0o777);
+        assert!(untrusted_config(&link).unwrap().contains(&open.display().to_string()));
+        chmod(&open, 0o755);
+        assert_eq!(untrusted_config(&link), None);
+        // A file below a directory anyone may rename things in.
+        std::fs::create_dir(open.join("etc")).unwrap();
+        std::fs::write(open.join("etc/autocomp.toml"), "").unwrap();
+        chmod(&open.join("etc/autocomp.toml"), 0o644);
+        chmod(&open, 0o777);
+        assert!(untrusted_config(&open.join("etc/autocomp.toml")).unwrap().contains("mode 777"));
+        chmod(&open, 0o755);
     }
 
     #[test]
