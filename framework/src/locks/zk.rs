@@ -723,7 +723,11 @@ impl Shared {
         self.create_parents(&probe).await?;
         let ours = pipeline_acl(&self.digests);
         let client = self.client()?;
-        for (dir, acl, stat) in self.tree_acls().await? {
+        let dirs = self.tree_acls().await?;
+        let anchor = self.node_of(ANCHOR);
+        // Made once: a create refused as NodeExists would cost a write at every pass.
+        let anchored = dirs.iter().any(|(dir, ..)| *dir == anchor);
+        for (dir, acl, stat) in dirs {
             let dir = &dir;
             let wanted = wanted_acl(&acl, &ours);
             if same_entries(&acl, &wanted) {
@@ -761,7 +765,7 @@ impl Shared {
                 Err(e) => return Err(self.failed("ACL change", dir, e)),
             }
         }
-        self.create_anchor().await
+        if anchored { Ok(()) } else { self.create_anchor().await }
     }
 
     /// Creates the chroot's anchor (`ANCHOR`) with our ACL if it is missing.
