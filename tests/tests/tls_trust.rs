@@ -34,6 +34,7 @@ fn assert_refused_at_once(finished: &Finished, reason: &str) {
     assert!(finished.elapsed < AT_ONCE, "not at once: {}", finished.show());
     assert!(finished.stderr.contains(reason), "the reason `{reason}` is named: {}", finished.show());
     assert!(!finished.stderr.contains("retrying"), "retried: {}", finished.show());
+    println!("refused (exit 2) after {:?}: {}", finished.elapsed, finished.stderr.trim());
 }
 
 #[test]
