@@ -41,10 +41,15 @@ impl Quiet {
     /// Whether to log this warning from `client` now: true for its first in an interval;
     /// the others are counted and summarized at the interval's end.
     pub fn allow(&'static self, client: Option<IpAddr>) -> bool {
+        self.allow_peer(client.map(Peer::of))
+    }
+
+    /// `allow` for a client known as its `Peer` already.
+    pub fn allow_peer(&'static self, peer: Option<Peer>) -> bool {
         if !self.registered.swap(true, Ordering::Relaxed) {
             register(self);
         }
-        self.allow_at(client.map(Peer::of), Instant::now())
+        self.allow_at(peer, Instant::now())
     }
 
     fn allow_at(&self, peer: Option<Peer>, now: Instant) -> bool {

@@ -186,33 +186,10 @@ pub async fn serve_until(
             },
             () = &mut stop => break,
         };
-        let slot = match slots.take(peer.ip()) {
-            Ok((slot, taken)) => {
-                for (evicted, cap) in taken.evicted {
-                    static EVICTED: Quiet = Quiet::new("connection closed for a newcomer");
-                    if EVICTED.allow(Some(peer.ip())) {
-                        tracing::warn!(
-                            peer = %evicted,
-                            "connection closed for a newcomer: {} reached; it had no request in progress",
-                            cap.flag()
-                        );
-                    }
-                }
-                slot
-            }
-            Err(cap) => {
-                // Closed before a byte is read: a client over a cap costs an accept, nothing more.
-                static REFUSED: Quiet = Quiet::new("connection closed at once");
-                if REFUSED.allow(Some(peer.ip())) {
-                    tracing::warn!(
-                        peer = %crate::slots::Peer::of(peer.ip()),
-                        "connection closed at once: {} reached by requests in progress and signed-in clients",
-                        cap.flag()
-                    );
-                }
-                drop(stream);
-                continue;
-            }
+        let Some(slot) = admit(&slots, peer) else {
+            // Closed before a byte is read: a client over a cap costs an accept, nothing more.
+            drop(stream);
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let connection = Connection {
@@ -227,24 +204,9 @@ pub async fn serve_until(
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
         tokio::spawn(async move {
             let evicted = Arc::clone(&connection.evicted);
-            let serving = async move {
-                match acceptor {
-                    None => connection.serve(stream).await,
-                    Some(acceptor) => {
-                        let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await;
-                        match handshake {
-                            Ok(Ok(stream)) => connection.serve(stream).await,
-                            Ok(Err(error)) => {
-                                tracing::debug!(peer = %connection.peer, "TLS handshake refused: {error}")
-                            }
-                            Err(_) => tracing::debug!(peer = %connection.peer, "TLS handshake timed out"),
-                        }
-                    }
-                }
-            };
             // Its slot went to a newcomer: dropping the connection closes its socket.
             tokio::select! {
-                () = serving => {}
+                () = connection.run(stream, acceptor) => {}
                 () = evicted.evicted() => {}
             }
         });
@@ -264,6 +226,37 @@ pub async fn serve_until(
     Ok(())
 }
 
+/// A slot for a newcomer from `peer`, logging (summarized per client) what was evicted for
+/// it, or that it is refused.
+fn admit(slots: &Arc<Slots>, peer: SocketAddr) -> Option<Slot> {
+    match slots.take(peer.ip()) {
+        Ok((slot, taken)) => {
+            for (evicted, cap) in taken.evicted {
+                static EVICTED: Quiet = Quiet::new("connection closed for a newcomer");
+                if EVICTED.allow_peer(Some(evicted)) {
+                    tracing::warn!(
+                        peer = %evicted,
+                        "connection closed for a newcomer: {} reached; it had no request in progress",
+                        cap.flag()
+                    );
+                }
+            }
+            Some(slot)
+        }
+        Err(cap) => {
+            static REFUSED: Quiet = Quiet::new("connection closed at once");
+            if REFUSED.allow(Some(peer.ip())) {
+                tracing::warn!(
+                    peer = %crate::slots::Peer::of(peer.ip()),
+                    "connection closed at once: {} reached by requests in progress and signed-in clients",
+                    cap.flag()
+                );
+            }
+            None
+        }
+    }
+}
+
 /// One accepted connection, holding its slot under the caps until it closes.
 struct Connection {
     router: Router,
@@ -277,6 +270,16 @@ struct Connection {
 }
 
 impl Connection {
+    /// Its TLS handshake, if any, then its requests.
+    async fn run(self, stream: tokio::net::TcpStream, acceptor: Option<tokio_rustls::TlsAcceptor>) {
+        let Some(acceptor) = acceptor else { return self.serve(stream).await };
+        match tokio::time::timeout(self.limits.header_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => self.serve(stream).await,
+            Ok(Err(error)) => tracing::debug!(peer = %self.peer, "TLS handshake refused: {error}"),
+            Err(_) => tracing::debug!(peer = %self.peer, "TLS handshake timed out"),
+        }
+    }
+
     async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, io: I) {
         let (router, peer, body_timeout) = (self.router.clone(), self.peer, self.limits.body_timeout);
         let handle = self.evicted.handle();

@@ -220,3 +220,94 @@ async fn a_keep_alive_connection_that_showed_its_token_survives_the_crowd() {
     })
     .await;
 }
+
+/// The environment variable that makes `a_service_process_for_the_log_test` serve.
+const LOG_CHILD: &str = "AUTOCOMP_TEST_SERVE_FOR_THE_LOG";
+
+/// The service process of the log test below: this test binary again, logging as a service
+/// binary does (to stderr), serving the test service until killed. Does nothing in a normal
+/// run.
+#[test]
+fn a_service_process_for_the_log_test() {
+    if std::env::var_os(LOG_CHILD).is_none() {
+        return;
+    }
+    autocomp_http::logging::init("info", autocomp_http::logging::LogFormat::Text);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let served = serve(PATIENT, None).await;
+        println!("listening on {}", served.addr);
+        std::future::pending::<()>().await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_refused_requests_from_one_client_are_a_few_log_lines_with_the_count() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "limits::a_service_process_for_the_log_test", "--nocapture", "--test-threads=1"])
+        .env(LOG_CHILD, "1")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let child = Killed(child);
+    let addr: SocketAddr = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            // After libtest's "test ... " on the same line.
+            .find_map(|line| line.split("listening on ").nth(1)?.trim().parse().ok())
+            .expect("the service process says where it listens")
+    })
+    .await
+    .unwrap();
+
+    // 10,000 writes without a token, over 4 keep-alive connections from 127.0.0.2-5: one
+    // client (all of loopback).
+    let senders: Vec<_> = (0..4u8)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut stream = connect_from(loopback(2 + i), addr).await;
+                let mut refused = 0;
+                for _ in 0..2_500 {
+                    refused += usize::from(ask_on(&mut stream, "echo", None, "").await == Some(401));
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for sender in senders {
+        refused += sender.await.unwrap();
+    }
+    assert_eq!(refused, 10_000);
+
+    // The first is logged at once, the rest counted and summed up at the interval's end.
+    let lines = || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines().filter(|l| l.contains("request refused")).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let counted = |lines: &[String]| -> u64 {
+        let left_out = |l: &String| l.split("left_out=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok();
+        lines.iter().map(|l| left_out(l).unwrap_or(1)).sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    wait_for_async(deadline, "the log to account for all 10,000 refusals", async || counted(&lines()) >= 10_000).await;
+    let lines = lines();
+    assert_eq!(counted(&lines), 10_000, "{lines:#?}");
+    assert!(lines.len() <= 10, "a few lines, not one per request: {lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("more from loopback")), "{lines:#?}");
+    drop(child);
+}

@@ -1,5 +1,6 @@
 //! Signing in and out: the sign-in form (an account's name and password, checked against
-//! its argon2 hash off the async threads, rate-limited per client address and per account),
+//! its argon2 hash off the async threads, limited per client address and slowed down per
+//! account and address, the same for known and unknown names),
 //! the session cookie (a random id, HttpOnly, SameSite=Strict, Secure over TLS), signing out
 //! (the session deleted server-side); the refusal of cross-site writes before anything else;
 //! and the one-time result message carried across a redirect.
@@ -20,11 +21,12 @@ use super::access::Access;
 use super::accounts::{MAX_NAME_CHARS, PROXY_ONLY, account_name, verify_password};
 use super::gate::Caller;
 use super::html::{Nav, Page, attr, esc, w};
-use super::limits::{Quiet, address_key};
+use super::limits::address_key;
 use super::sessions::Holder;
 use super::sessions::{SESSION_COOKIE, cookie};
 use super::{App, WebError};
 use crate::filter::encode;
+use autocomp_http::quiet::Quiet;
 
 pub const FLASH_COOKIE: &str = "autocomp_flash";
 
@@ -88,14 +90,10 @@ pub async fn refuse_cross_site(request: Request, next: Next) -> Response {
     }
     match cross_site(request.headers()) {
         Some(why) => {
-            static QUIET: Quiet = Quiet::new();
-            if let Some(left_out) = QUIET.allow() {
-                tracing::warn!(
-                    method = %request.method(),
-                    path = request.uri().path(),
-                    left_out,
-                    "refused a cross-site write: {why}"
-                );
+            static QUIET: Quiet = Quiet::new("refused a cross-site write");
+            let peer = request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>();
+            if QUIET.allow(peer.map(|peer| peer.0.ip())) {
+                tracing::warn!(method = %request.method(), path = request.uri().path(), "refused a cross-site write: {why}");
             }
             WebError::new(StatusCode::FORBIDDEN, "Cross-site request refused", format!("{why}; nothing was changed"))
                 .into_response()
@@ -126,12 +124,26 @@ pub struct NextParam {
     next: Option<String>,
 }
 
-/// Only a path of this site: never `//host` or `https://...` (an open redirect).
+/// Only a path of this site: never `//host` or `https://...` (an open redirect), and no
+/// control character anywhere: browsers drop a TAB or a line feed from a URL, so `/\t/host`
+/// is `//host` to them, and CR, LF, VT or DEL cannot go in a `Location` header at all.
 fn local_path(next: Option<&str>) -> &str {
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path,
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && !path.chars().any(is_control) =>
+        {
+            path
+        }
         _ => "/",
     }
+}
+
+/// C0, DEL, C1, and the Unicode line and paragraph separators.
+fn is_control(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 fn login_page(app: &App, access: &Access, next: &str, name: &str, problem: Option<&str>) -> String {
@@ -183,22 +195,24 @@ pub struct LoginForm {
     next: Option<String>,
 }
 
-/// 429: too many failed sign-ins from this address or for this account.
-fn too_many(wait: Duration, whom: &str) -> Response {
+/// 429: too many failed sign-ins from this address (whatever the name: the answer says
+/// nothing of which names exist).
+fn too_many(wait: Duration) -> Response {
     let seconds = wait.as_secs().max(1);
     let mut response = WebError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "Too many failed sign-ins",
-        format!("too many failed sign-ins {whom}: try again in {seconds} s; you are not signed in"),
+        format!("too many failed sign-ins from your address: try again in {seconds} s; you are not signed in"),
     )
     .into_response();
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }
 
-/// `POST /login`: the address's and the account's failure counts first (429 before any
-/// hashing), then the password against the account's hash (an unknown name costs the same),
-/// then a new session and its cookie.
+/// `POST /login`: the address's failure count first (429 before any hashing), then the
+/// wait this address's failures at this name have earned, then the password against the
+/// account's hash (an unknown name costs the same, and waits the same), then a new session
+/// and its cookie.
 pub async fn login(
     State(app): State<Arc<App>>,
     caller: Caller,
@@ -211,27 +225,19 @@ pub async fn login(
     let Form(form) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
     let next = local_path(form.next.as_deref()).to_owned();
     let address = address_key(caller.client);
-    if let Err(wait) = app.limiter.check(&address) {
-        static QUIET: Quiet = Quiet::new();
-        if let Some(left_out) = QUIET.allow() {
-            tracing::warn!(client = %address, left_out, "sign-in refused: too many failures from this address");
-        }
-        return Ok(too_many(wait, "from your address"));
+    if let Some(refused) = address_limited(&app, &caller, &address) {
+        return Ok(refused);
     }
     let name = account_name("name", &form.name)
         .map_err(|e| WebError::invalid(e).with_link(&format!("/login?next={}", encode(&next)), "Sign in again"))?;
+    // Slower with each failure of this name from this address; other addresses' failures
+    // count for nothing here, so a guesser cannot keep the account's owner out.
+    let delay = app.limiter.pair_delay(&address, &name);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let users = accounts.current();
     let account = users.get(&name).cloned();
-    let account_key = format!("account:{name}");
-    if account.is_some()
-        && let Err(wait) = app.limiter.check(&account_key)
-    {
-        static QUIET: Quiet = Quiet::new();
-        if let Some(left_out) = QUIET.allow() {
-            tracing::warn!(account = %name, left_out, "sign-in refused: too many failures for this account");
-        }
-        return Ok(too_many(wait, "for this account"));
-    }
     // A proxy-only account is checked against the decoy too: its answer takes as long.
     let hash = match &account {
         Some(account) if account.hash != PROXY_ONLY => account.hash.clone(),
@@ -245,24 +251,19 @@ pub async fn login(
         })?;
     // Again now that it is our turn: guesses sent all at once must not all pass the check
     // before the first failure is counted.
-    if let Err(wait) = app.limiter.check(&address) {
-        return Ok(too_many(wait, "from your address"));
-    }
-    if account.is_some()
-        && let Err(wait) = app.limiter.check(&account_key)
-    {
-        return Ok(too_many(wait, "for this account"));
+    if let Some(refused) = address_limited(&app, &caller, &address) {
+        return Ok(refused);
     }
     let verified = tokio::task::spawn_blocking(move || verify_password(&hash, &password)).await.unwrap_or(false);
     drop(permit);
     let account = match account {
         Some(account) if verified => account,
         _ => {
-            app.limiter.fail(&address);
-            if users.get(&name).is_some() {
-                app.limiter.fail(&account_key);
+            app.limiter.fail_pair(&address, &name);
+            static QUIET: Quiet = Quiet::new("sign-in refused");
+            if QUIET.allow(caller.client) {
+                tracing::warn!(account = %name, client = %address, "sign-in refused: wrong name or password");
             }
-            tracing::warn!(account = %name, client = %address, "sign-in refused: wrong name or password");
             let page =
                 login_page(&app, access, &next, &name, Some("Wrong account name or password; you are not signed in."));
             return Ok(super::html_response(StatusCode::UNAUTHORIZED, page));
@@ -279,6 +280,16 @@ pub async fn login(
         .headers_mut()
         .append(header::SET_COOKIE, set_cookie(caller.secure, SESSION_COOKIE, Some(&id), Some(max_age)));
     Ok(response)
+}
+
+/// 429 when `address` has used up its failures, whatever name it tries.
+fn address_limited(app: &App, caller: &Caller, address: &str) -> Option<Response> {
+    let wait = app.limiter.check(address).err()?;
+    static QUIET: Quiet = Quiet::new("sign-in refused: too many failures from this address");
+    if QUIET.allow(caller.client) {
+        tracing::warn!(client = %address, "sign-in refused: too many failures from this address");
+    }
+    Some(too_many(wait))
 }
 
 pub async fn logout_form(access: Access) -> Response {
@@ -347,5 +358,8 @@ mod tests {
         assert_eq!(local_path(Some("//evil.example")), "/");
         assert_eq!(local_path(Some("https://evil.example")), "/");
         assert_eq!(local_path(Some("/batches?q=x")), "/batches?q=x");
+        for bad in ["/\t/evil.example", "/\u{b}x", "/\r\nSet-Cookie: a=b", "/\n", "/\u{7f}", "/\u{85}", "/\u{2028}"] {
+            assert_eq!(local_path(Some(bad)), "/", "{bad:?}");
+        }
     }
 }

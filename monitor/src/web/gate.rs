@@ -15,10 +15,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::Access;
 use super::accounts::account_name;
-use super::limits::Quiet;
 use super::sessions::{SESSION_COOKIE, cookie};
 use super::{App, WebError};
 use crate::filter::encode;
+use autocomp_http::quiet::Quiet;
 
 /// What `identify` found out about a request, in its extensions.
 #[derive(Debug, Clone)]
@@ -84,6 +84,10 @@ pub async fn identify(State(app): State<Arc<App>>, mut request: Request, next: N
     let secure = options.secure_cookies
         || (from_proxy && headers.get("x-forwarded-proto").is_some_and(|proto| proto == "https"));
     let (access, session) = app.access_of(headers, from_proxy, peer);
+    if let Access::SignedIn { .. } = access {
+        // Its connection keeps its slot when a crowd of slow clients comes.
+        autocomp_http::serve::mark_authenticated(request.extensions());
+    }
     request.extensions_mut().insert(Caller { access, client, session, secure });
     next.run(request).await
 }
@@ -96,15 +100,10 @@ impl App {
             && let Some(value) = headers.get(name)
         {
             if !from_proxy {
-                let peer = peer.map_or("an unknown address".into(), |p| p.to_string());
-                static QUIET: Quiet = Quiet::new();
-                if let Some(left_out) = QUIET.allow() {
-                    tracing::warn!(
-                        header = %name,
-                        %peer,
-                        left_out,
-                        "ignored the user header: {peer} is not a --trusted-proxy address"
-                    );
+                static QUIET: Quiet = Quiet::new("ignored the user header from an address that is not a proxy's");
+                if QUIET.allow(peer) {
+                    let peer = peer.map_or("an unknown address".into(), |p| p.to_string());
+                    tracing::warn!(header = %name, %peer, "ignored the user header: {peer} is not a --trusted-proxy address");
                 }
             } else {
                 let text = String::from_utf8_lossy(value.as_bytes());
@@ -114,11 +113,20 @@ impl App {
                         (Access::SignedIn { name: account.name, role: account.role, via_proxy: true }, None)
                     }
                     Ok(None) => {
-                        tracing::warn!(header = %name, "the proxy named {text:?}, which has no account in the users file");
+                        static QUIET: Quiet = Quiet::new("the proxy named a user without an account");
+                        if QUIET.allow(peer) {
+                            tracing::warn!(
+                                header = %name,
+                                "the proxy named {text:?}, which has no account in the users file"
+                            );
+                        }
                         (Access::SignedOut, None)
                     }
                     Err(error) => {
-                        tracing::warn!("the proxy's user header is refused: {error}");
+                        static QUIET: Quiet = Quiet::new("the proxy's user header refused");
+                        if QUIET.allow(peer) {
+                            tracing::warn!("the proxy's user header is refused: {error}");
+                        }
                         (Access::SignedOut, None)
                     }
                 };
@@ -162,13 +170,10 @@ pub async fn check_host(State(app): State<Arc<App>>, request: Request, next: Nex
     if names.iter().any(|name| host_matches(name, &host)) {
         return next.run(request).await;
     }
-    static QUIET: Quiet = Quiet::new();
-    if let Some(left_out) = QUIET.allow() {
-        tracing::warn!(
-            host,
-            left_out,
-            "refused a request for a host name that is not this monitor's (see --host-name)"
-        );
+    static QUIET: Quiet = Quiet::new("refused a request for a host name that is not this monitor's");
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|peer| peer.0.ip());
+    if QUIET.allow(peer) {
+        tracing::warn!(host, "refused a request for a host name that is not this monitor's (see --host-name)");
     }
     WebError::new(
         StatusCode::MISDIRECTED_REQUEST,

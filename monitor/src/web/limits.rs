@@ -1,46 +1,19 @@
-//! The sign-in rate limit: failed sign-ins counted per client address and per account in a
-//! sliding window; past the limit, sign-in answers 429 with Retry-After before any password
-//! is hashed. Memory is bounded: a fixed number of keys, each holding at most its limit's
-//! worth of timestamps. Also `Quiet`: warnings any client can cause, at most one per 10 s.
+//! The sign-in rate limit, which slows a guesser down without locking anyone else out:
+//! failed sign-ins are counted per client address and per (account, address) in a sliding
+//! window. An address past its limit is answered 429 with Retry-After before any password
+//! is hashed, whatever name it tries; an account's failures from one address make that
+//! address's next tries at that name wait longer each time (`pair_delay`), and nothing is
+//! counted per account alone, so nobody's guesses delay or refuse the right password from
+//! an address with no failures of its own. Memory is bounded: a fixed number of keys, each
+//! holding at most its limit's worth of timestamps. Warnings any client can cause go through
+//! `autocomp_http::quiet` (one line per client every 10 s, with the count).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-/// A warning a client can trigger at will (a refused Host, a spoofed proxy header, a
-/// cross-site form, a rate-limited sign-in), logged at most once per 10 s per call site so
-/// that nobody can fill the disk with them; the next line says how many were left out.
-pub struct Quiet {
-    last: AtomicU64,
-    left_out: AtomicU64,
-}
-
-impl Quiet {
-    pub const fn new() -> Quiet {
-        Quiet { last: AtomicU64::new(0), left_out: AtomicU64::new(0) }
-    }
-
-    /// `Some(left out since the last line)` when a line may be logged now.
-    pub fn allow(&self) -> Option<u64> {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let last = self.last.load(Ordering::Relaxed);
-        if now >= last + 10 && self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            return Some(self.left_out.swap(0, Ordering::Relaxed));
-        }
-        self.left_out.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
-impl Default for Quiet {
-    fn default() -> Self {
-        Quiet::new()
-    }
-}
-
-/// How many failed sign-ins a key may have in a window.
+/// How many failed sign-ins an address may have in a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SignInLimit {
     pub failures: u32,
@@ -56,7 +29,7 @@ impl Default for SignInLimit {
 /// Most keys remembered; beyond it the one whose last failure is oldest is forgotten.
 const MAX_KEYS: usize = 10_000;
 
-/// Failures per key (`addr:...` or `account:...`).
+/// Failures per key (`addr:...`, or `pair:<address>:<account name>`).
 pub struct Limiter {
     limit: SignInLimit,
     max_keys: usize,
@@ -77,6 +50,10 @@ pub fn address_key(address: Option<IpAddr>) -> String {
         },
         None => "addr:unknown".into(),
     }
+}
+
+fn pair_key(address: &str, name: &str) -> String {
+    format!("pair:{address}:{name}")
 }
 
 impl Limiter {
@@ -106,6 +83,34 @@ impl Limiter {
         // Whole seconds, rounded up: Retry-After has no fractions.
         let wait = (oldest + self.limit.window).saturating_duration_since(now);
         Err(Duration::from_secs(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(Duration::from_secs(1)))
+    }
+
+    /// How long a try at `name` from `address` waits first: nothing after no failure of
+    /// that pair in the window, then `window / 60` (1 s for a minute), doubling with each
+    /// further failure, at most a quarter of the window. Known and unknown names alike.
+    pub fn pair_delay(&self, address: &str, name: &str) -> Duration {
+        self.pair_delay_at(&pair_key(address, name), Instant::now())
+    }
+
+    fn pair_delay_at(&self, key: &str, now: Instant) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(times) = map.get_mut(key) else { return Duration::ZERO };
+        while times.front().is_some_and(|t| now.saturating_duration_since(*t) >= self.limit.window) {
+            times.pop_front();
+        }
+        let failures = times.len() as u32;
+        if failures == 0 {
+            map.remove(key);
+            return Duration::ZERO;
+        }
+        let base = self.limit.window / 60;
+        base.saturating_mul(1 << (failures - 1).min(20)).min(self.limit.window / 4)
+    }
+
+    /// Counts a failed sign-in at `name` from `address`.
+    pub fn fail_pair(&self, address: &str, name: &str) {
+        self.fail(address);
+        self.fail(&pair_key(address, name));
     }
 
     /// Counts a failed sign-in against `key`.
@@ -171,14 +176,20 @@ mod tests {
     }
 
     #[test]
-    fn a_warning_anyone_can_cause_is_logged_once_in_ten_seconds() {
-        let quiet = Quiet::new();
-        assert_eq!(quiet.allow(), Some(0));
-        for _ in 0..1000 {
-            assert_eq!(quiet.allow(), None);
+    fn a_pairs_failures_slow_its_next_tries_down_and_no_one_elses() {
+        let limiter = Limiter::new(SignInLimit::default());
+        let t0 = Instant::now();
+        let pair = pair_key("addr:10.0.0.1", "admin");
+        assert_eq!(limiter.pair_delay_at(&pair, t0), Duration::ZERO);
+        let mut delays = Vec::new();
+        for i in 0..5 {
+            limiter.fail_at(&pair, t0 + Duration::from_secs(i));
+            delays.push(limiter.pair_delay_at(&pair, t0 + Duration::from_secs(i)).as_secs());
         }
-        quiet.last.store(0, Ordering::Relaxed);
-        assert_eq!(quiet.allow(), Some(1000), "the next line counts what was left out");
+        assert_eq!(delays, [1, 2, 4, 8, 15], "doubling, at most a quarter of the window");
+        let other = pair_key("addr:10.0.0.2", "admin");
+        assert_eq!(limiter.pair_delay_at(&other, t0 + Duration::from_secs(5)), Duration::ZERO);
+        assert_eq!(limiter.pair_delay_at(&pair, t0 + Duration::from_secs(64)), Duration::ZERO, "all left the window");
     }
 
     #[test]
