@@ -274,11 +274,12 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// Most whole batches one read of the backend takes while an answer is built: with
-/// `Budget::group`, what a read holds beside its answer stays small even when every batch
-/// named is at its `max_batch_bytes`. Summaries and listings are read `MAX_BATCH_PAGE` (the
+/// Most whole batches one read of the backend takes while an answer is built (with
+/// `Budget::group`, fewer when those read so far are large): repeats are gone and the answer
+/// stops at the cap, so what one group holds beyond it takes distinct batches near their
+/// `max_batch_bytes`, which only a writer can make. Summaries and listings are read `MAX_BATCH_PAGE` (the
 /// most a backend reads at once) at a time.
-const MAX_BATCH_GROUP: usize = 1_000;
+const MAX_BATCH_GROUP: usize = 100;
 
 /// One read of the backend, as the port's methods return it.
 type Read<'a, T> = std::pin::Pin<Box<dyn Future<Output = StoreResult<Vec<T>>> + Send + 'a>>;
@@ -341,6 +342,8 @@ async fn listed<T: Serialize>(
 struct Budget {
     bytes: u64,
     items: u64,
+    /// The size of the last group read.
+    last_group: usize,
 }
 
 impl Budget {
@@ -364,12 +367,15 @@ impl Budget {
     }
 
     /// How many items to read next: about an eighth of the cap at the average size read so
-    /// far (one until something is read), at most `most`.
-    fn group(&self, most: usize) -> usize {
-        match self.bytes.checked_div(self.items) {
-            None => 1,
-            Some(average) => ((MAX_ANSWER_BYTES / 8) / average.max(1)).clamp(1, most as u64) as usize,
-        }
+    /// far, at most `most`; until something is found, one, then twice the last (so ids
+    /// that name nothing are not read one by one).
+    fn group(&mut self, most: usize) -> usize {
+        let next = match self.bytes.checked_div(self.items) {
+            None => self.last_group.saturating_mul(2),
+            Some(average) => usize::try_from((MAX_ANSWER_BYTES / 8) / average.max(1)).unwrap_or(most),
+        };
+        self.last_group = next.clamp(1, most);
+        self.last_group
     }
 }
 
