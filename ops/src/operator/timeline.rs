@@ -423,6 +423,31 @@ pub fn duration_text(duration: Duration) -> String {
     }
 }
 
+/// The newest `TIMELINE_EVENTS` of the log, read by size: an event whose details a page
+/// leaves out (over `DETAILS_SHOWN_BYTES`, usually for its kept output) is read again alone
+/// and keeps only its small values (flags, duration), so the page never holds a thousand
+/// megabyte-sized events at once: a page view costs about one event beyond the page.
+async fn timeline_page(store: &dyn ObjectStore, head: &BatchHead) -> Result<autocomp_store::LogPage, OperatorError> {
+    use autocomp_store::port::{DETAILS_SHOWN_BYTES, event_at};
+    let mut page = store.log_page_within(head.id(), LogCursor::Newest, TIMELINE_EVENTS, DETAILS_SHOWN_BYTES).await?;
+    for (seq, _) in std::mem::take(&mut page.details_left_out) {
+        let Some(whole) = event_at(store, head.id(), seq).await? else { continue };
+        let small = match whole.details {
+            Value::Object(details) => Value::Object(
+                details
+                    .into_iter()
+                    .filter(|(_, value)| value.to_string().len() as u64 <= DETAILS_SHOWN_BYTES)
+                    .collect(),
+            ),
+            _ => Value::Null,
+        };
+        if let Some(event) = page.events.iter_mut().find(|event| event.seq == seq) {
+            event.details = small;
+        }
+    }
+    Ok(page)
+}
+
 /// The timeline of the batch `head` heads, as `Timeline` documents it: one page of the log
 /// (the newest `TIMELINE_EVENTS`), its first event when the log is longer, and one
 /// `failed_attempts` per step.
@@ -431,7 +456,7 @@ pub(crate) async fn timeline_of(
     pipeline: &[Step],
     head: &BatchHead,
 ) -> Result<Timeline, OperatorError> {
-    let page = store.log_page(head.id(), LogCursor::Newest, TIMELINE_EVENTS).await?;
+    let page = timeline_page(store, head).await?;
     let first = match page.older {
         Some(_) => store.log_page(head.id(), LogCursor::After(Seq::ZERO), 1).await?.events.into_iter().next(),
         None => None,
