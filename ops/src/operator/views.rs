@@ -1240,14 +1240,6 @@ impl Operator {
         }
     }
 
-    /// `autocomp pipeline`: the registry, active components in pipeline order, then the
-    /// retired ones.
-    pub async fn pipeline_view(&self) -> Result<PipelineView, OperatorError> {
-        let store = self.store().await?;
-        let active: Vec<RegisteredComponent> =
-            self.pipeline(store.as_ref()).await?.into_iter().map(|step| step.registered).collect();
-        let retired = store.components().await?.into_iter().filter(RegisteredComponent::is_retired);
-        let components = active.into_iter().chain(retired).collect();
     /// `autocomp show ID --event SEQ`: one event whole, details included (what a page that
     /// left them out names), as JSON in either format: details are JSON.
     pub async fn show_event(&self, id: &str, seq: i64) -> Result<String, OperatorError> {
@@ -1264,6 +1256,14 @@ impl Operator {
         Ok(format!("{:#}\n", event_json(&event, None)))
     }
 
+    /// `autocomp pipeline`: the registry, active components in pipeline order, then the
+    /// retired ones.
+    pub async fn pipeline_view(&self) -> Result<PipelineView, OperatorError> {
+        let store = self.store().await?;
+        let active: Vec<RegisteredComponent> =
+            self.pipeline(store.as_ref()).await?.into_iter().map(|step| step.registered).collect();
+        let retired = store.components().await?.into_iter().filter(RegisteredComponent::is_retired);
+        let components = active.into_iter().chain(retired).collect();
         let (steering, log) = self.steering().await?;
         Ok(PipelineView { components, steering, log, now: Timestamp::now() })
     }
