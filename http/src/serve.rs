@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -164,6 +165,7 @@ pub async fn serve_until(
 ) -> std::io::Result<()> {
     let watching = tls.as_ref().map(ServerTls::watch);
     let slots = Arc::new(Slots::new(limits.max_connections, limits.max_connections_per_ip));
+    let lingering = Arc::new(AtomicU32::new(0));
     // Connections watch `stopping` to finish their request and close; each holds a clone
     // of `open` so that its closing is seen as the channel closing.
     let (stopping_tx, stopping) = watch::channel(false);
@@ -186,6 +188,10 @@ pub async fn serve_until(
             },
             () = &mut stop => break,
         };
+        // Under a flood of connections `accept` is always ready: let the connections just
+        // spawned read their heads before more are admitted, or a newcomer could be evicted
+        // for the next ones before it was ever read.
+        tokio::task::yield_now().await;
         let Some(slot) = admit(&slots, peer) else {
             // Closed before a byte is read: a client over a cap costs an accept, nothing more.
             drop(stream);
@@ -199,15 +205,23 @@ pub async fn serve_until(
             limits,
             stopping: stopping.clone(),
             evicted: Arc::new(slot),
+            requested: Arc::new(AtomicBool::new(false)),
             _open: open.clone(),
         };
         let acceptor = tls.as_ref().map(|tls| tls.acceptor());
+        let lingering = Arc::clone(&lingering);
         tokio::spawn(async move {
-            let evicted = Arc::clone(&connection.evicted);
+            let (evicted, requested) = (Arc::clone(&connection.evicted), Arc::clone(&connection.requested));
+            let run = connection.run(stream, acceptor);
+            tokio::pin!(run);
             // Its slot went to a newcomer: dropping the connection closes its socket.
             tokio::select! {
-                () = connection.run(stream, acceptor) => {}
-                () = evicted.evicted() => {}
+                () = &mut run => {}
+                () = evicted.evicted() => {
+                    if !requested.load(Ordering::Relaxed) {
+                        linger(&lingering, limits.max_connections, limits.header_timeout).await;
+                    }
+                }
             }
         });
     }
@@ -224,6 +238,21 @@ pub async fn serve_until(
         let _ = tokio::task::spawn_blocking(crate::telemetry::shutdown).await;
     }
     Ok(())
+}
+
+/// How long an evicted connection that never sent a whole request is held, unread, before
+/// it is closed: a client that opens a new connection whenever one is closed would
+/// otherwise turn the accept queue over as fast as it can (filling it, so that a newcomer's
+/// connection waits for a SYN retransmission), where now it waits this long for each.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Holds an evicted connection (the caller's, not polled meanwhile) for `LINGER` (at most
+/// the header timeout), unless `max` are lingering already: their descriptors are bounded.
+async fn linger(lingering: &AtomicU32, max: u32, header_timeout: Duration) {
+    if lingering.fetch_add(1, Ordering::Relaxed) < max {
+        tokio::time::sleep(LINGER.min(header_timeout)).await;
+    }
+    lingering.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A slot for a newcomer from `peer`, logging (summarized per client) what was evicted for
@@ -266,6 +295,8 @@ struct Connection {
     stopping: watch::Receiver<bool>,
     /// Its slot, also told when the slot is taken from it.
     evicted: Arc<Slot>,
+    /// Whether a whole request head ever arrived.
+    requested: Arc<AtomicBool>,
     _open: mpsc::Sender<()>,
 }
 
@@ -283,6 +314,7 @@ impl Connection {
     async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, io: I) {
         let (router, peer, body_timeout) = (self.router.clone(), self.peer, self.limits.body_timeout);
         let handle = self.evicted.handle();
+        let requested = Arc::clone(&self.requested);
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             // Evictable until its body has arrived; not while it is answered; again once the
             // answer is sent (the guard travels in the response body, dropped when written).
@@ -290,6 +322,7 @@ impl Connection {
             if !waiting {
                 handle.busy();
             }
+            requested.store(true, Ordering::Relaxed);
             let guard = InProgress(handle.clone());
             let arrived = waiting.then(|| handle.clone());
             let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout, arrived)));

@@ -115,9 +115,32 @@ async fn slow_heads(count: usize, from: impl Fn(usize) -> IpAddr, addr: SocketAd
     heads
 }
 
-/// Whether the service has closed `stream` (it is not read again after).
+/// Whether the service closes `stream` within the second an evicted slow head is held
+/// (and a margin); it is not read again after.
 async fn closed(stream: &mut TcpStream) -> bool {
-    read_until_closed(stream, Duration::from_millis(200)).await.is_some()
+    read_until_closed(stream, Duration::from_millis(1_500)).await.is_some()
+}
+
+/// How many of `streams` the service keeps open (`closed`, all at once); the streams back.
+async fn still_open(streams: Vec<TcpStream>) -> (Vec<TcpStream>, Vec<usize>) {
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                let closed = closed(&mut stream).await;
+                (stream, closed)
+            })
+        })
+        .collect();
+    let (mut streams, mut open) = (Vec::new(), Vec::new());
+    for (i, task) in tasks.into_iter().enumerate() {
+        let (stream, closed) = task.await.unwrap();
+        if !closed {
+            open.push(i);
+        }
+        streams.push(stream);
+    }
+    (streams, open)
 }
 
 /// One answer on a connection kept open: its status (the body read whole, by its length).
@@ -157,14 +180,9 @@ async fn all_of_loopback_is_one_peer_and_its_slow_heads_give_way_to_a_newcomer()
     // 10 slow heads from 127.0.0.2-11, one each: one peer with 4 slots, so each newcomer
     // closes the longest-waiting head, never the read in progress.
     tokio::time::sleep(Duration::from_millis(200)).await; // the read's head is in
-    let mut heads = slow_heads(10, |i| loopback(2 + i as u8), served.addr).await;
-    let mut still_open = Vec::new();
-    for (i, stream) in heads.iter_mut().enumerate() {
-        if !closed(stream).await {
-            still_open.push(i);
-        }
-    }
-    assert_eq!(still_open, vec![7, 8, 9], "127.0.0.2..11 are one peer; the oldest heads went first");
+    let heads = slow_heads(10, |i| loopback(2 + i as u8), served.addr).await;
+    let (mut heads, open) = still_open(heads).await;
+    assert_eq!(open, vec![7, 8, 9], "127.0.0.2..11 are one peer; the oldest heads went first");
     // A newcomer from yet another loopback address is answered: the oldest head gives way.
     assert_eq!(exchange(loopback(50), served.addr, "echo", r#"{"text": "hi"}"#).await, Some(200));
     assert!(closed(&mut heads[7]).await, "the oldest head left gave its slot to the newcomer");
@@ -174,13 +192,10 @@ async fn all_of_loopback_is_one_peer_and_its_slow_heads_give_way_to_a_newcomer()
     // A crowd of its own cannot fill the total either: 4 distinct... all loopback here, so
     // the total cap is tried with a peer cap above it.
     let total = serve(Limits { max_connections: 8, max_connections_per_ip: 64, ..PATIENT }, None).await;
-    let mut crowd = slow_heads(30, |i| loopback(2 + (i % 10) as u8), total.addr).await;
+    let crowd = slow_heads(30, |i| loopback(2 + (i % 10) as u8), total.addr).await;
     assert_eq!(exchange(loopback(50), total.addr, "echo", r#"{"text": "hi"}"#).await, Some(200));
-    let mut open = 0;
-    for stream in &mut crowd {
-        open += usize::from(!closed(stream).await);
-    }
-    assert!(open <= 6, "at most 3/4 of 8 slots for connections without a token: {open} still open");
+    let (_crowd, open) = still_open(crowd).await;
+    assert!(open.len() <= 6, "at most 3/4 of 8 slots for connections without a token: {open:?} still open");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,30 +208,26 @@ async fn a_keep_alive_connection_that_showed_its_token_survives_the_crowd() {
     let mut anonymous = connect_from(loopback(1), served.addr).await;
     assert_eq!(ask_on(&mut anonymous, "peek", None, r#"{"text": "1"}"#).await, Some(200));
 
-    let mut crowd = slow_heads(40, |i| loopback(2 + (i % 10) as u8), served.addr).await;
+    let crowd = slow_heads(40, |i| loopback(2 + (i % 10) as u8), served.addr).await;
     assert!(closed(&mut anonymous).await, "the idle connection without a token gave way");
     assert_eq!(
         ask_on(&mut signed, "echo", Some(TOKEN), r#"{"text": "2"}"#).await,
         Some(200),
         "the connection that showed the token kept its slot"
     );
-    let mut open = 0;
-    for stream in &mut crowd {
-        open += usize::from(!closed(stream).await);
-    }
-    assert_eq!(open, 3, "the crowd shares what is left of its peer's 4 slots");
+    let (crowd, open) = still_open(crowd).await;
+    assert_eq!(open.len(), 3, "the crowd shares what is left of its peer's 4 slots");
 
     // A connection closed gives its slot back: the token holder's is free again.
     drop(signed);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut crowd: Vec<TcpStream> =
+        crowd.into_iter().enumerate().filter(|(i, _)| open.contains(i)).map(|(_, s)| s).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
     wait_for_async(deadline, "a fourth slow head to be held after the token holder left", async || {
-        let mut more = slow_heads(1, |_| loopback(3), served.addr).await;
-        let mut open = 0;
-        for stream in crowd.iter_mut().chain(&mut more) {
-            open += usize::from(!closed(stream).await);
-        }
-        crowd.extend(more);
-        open == 4
+        crowd.extend(slow_heads(1, |_| loopback(3), served.addr).await);
+        let (kept, open) = still_open(std::mem::take(&mut crowd)).await;
+        crowd = kept.into_iter().enumerate().filter(|(i, _)| open.contains(i)).map(|(_, s)| s).collect();
+        crowd.len() == 4
     })
     .await;
 }
