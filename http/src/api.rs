@@ -43,6 +43,56 @@ impl<A: Serialize> Reply<A> {
     }
 }
 
+impl<A: Serialize> Reply<A> {
+    /// Answers with `A`'s JSON text written piece by piece as the service reads it, for an
+    /// answer too large to hold whole: each piece is sent before more than `PIECES_AHEAD`
+    /// wait, so the service holds about one piece per reader whatever the answer's size. The
+    /// status (200) goes first, so whatever can refuse the request must be decided before;
+    /// a failure after it cuts the body short (`Pieces::fail`), which a client reads as an
+    /// error, never as a shorter answer. The pieces must make exactly `A`'s JSON.
+    pub fn stream(self) -> (Pieces, Answered) {
+        let (sender, receiver) = tokio::sync::mpsc::channel(PIECES_AHEAD);
+        let body = axum::body::Body::new(Streamed(receiver));
+        let response = ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
+        (Pieces(sender), Answered(response))
+    }
+}
+
+/// Pieces of a streamed answer sent but not yet written to the client (`Reply::stream`).
+const PIECES_AHEAD: usize = 2;
+
+/// The writing end of a streamed answer (`Reply::stream`).
+pub struct Pieces(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>);
+
+impl Pieces {
+    /// Sends the answer's next piece, waiting while the client has not taken the earlier
+    /// ones. False once the client has gone: stop reading.
+    pub async fn send(&self, piece: Vec<u8>) -> bool {
+        self.0.send(Ok(Bytes::from(piece))).await.is_ok()
+    }
+
+    /// Cuts the answer short: its body ends in an error (the connection is closed without
+    /// the last chunk), so the client cannot take what was sent for a whole answer.
+    pub async fn fail(self, why: String) {
+        let _ = self.0.send(Err(std::io::Error::other(why))).await;
+    }
+}
+
+/// The body of a streamed answer: what `Pieces` sends, as it comes.
+struct Streamed(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for Streamed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|piece| piece.map(|piece| piece.map(hyper::body::Frame::data)))
+    }
+}
+
 /// A request answered (see `Reply`).
 pub struct Answered(pub(crate) Response);
 

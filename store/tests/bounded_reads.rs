@@ -164,3 +164,57 @@ async fn a_tokenless_read_body_over_64_kib_is_refused_before_it_is_read() {
     let found = anonymous.get_summaries(&asked).await.unwrap();
     assert_eq!(found.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), [asked[2_999].clone()]);
 }
+
+/// The JSON of a batch without `as_of` (the clock of each read).
+fn without_clock(mut batch: Value) -> Value {
+    batch.as_object_mut().unwrap().remove("as_of").expect("a batch has as_of");
+    batch
+}
+
+#[tokio::test]
+async fn a_large_batch_is_written_as_read_and_reads_as_the_store_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let service = Service::start(&db);
+    let http = service.client();
+    // Past the 1 MiB read whole: 3 events of 1 MB among 100 small ones (more than one page
+    // of the log), metadata naming "events" itself, an open run; and a small batch.
+    let mut large = new_batch("LARGE");
+    large.metadata.as_object_mut().unwrap().insert("events".into(), json!([]));
+    http.create_batch(large).await.unwrap();
+    http.create_batch(new_batch("SMALL")).await.unwrap();
+    let blob = "x".repeat(1_000_000);
+    for n in 0..103 {
+        let details =
+            if n % 40 == 5 { json!({"n": n, "blob": blob}) } else { json!({"n": n, "quote": "\"events\":[]"}) };
+        let event = NewEvent::new(EventType::new("Step_Done").unwrap(), Outcome::Success, Agent::new("t").unwrap())
+            .with_details(details);
+        http.append_event(&id("LARGE"), event).await.unwrap();
+    }
+    let holder = RunHolder { agent: Agent::new("t").unwrap(), host: "host".into(), pid: 1, claim_key: None };
+    http.claim(&id("LARGE"), &ComponentName::new("step").unwrap(), &holder).await.unwrap();
+
+    let direct = SqliteStore::open(&db).await.unwrap();
+    let held = |name: &'static str| {
+        let direct = &direct;
+        async move { without_clock(serde_json::to_value(direct.get_batch(&id(name)).await.unwrap()).unwrap()) }
+    };
+    let (large, small) = (held("LARGE").await, held("SMALL").await);
+    let url = |op: &str| format!("{}/v1/{op}", service.url());
+    let (status, answer) = post(&url("get_batch"), None, br#"{"id": "LARGE"}"#);
+    assert_eq!(status, 200);
+    assert_eq!(without_clock(answer), large);
+    let (status, answer) = post(&url("get_batches"), None, br#"{"ids": ["SMALL", "LARGE", "NONE", "SMALL"]}"#);
+    assert_eq!(status, 200);
+    let answered: Vec<Value> = answer.as_array().unwrap().iter().cloned().map(without_clock).collect();
+    assert_eq!(answered, [small.clone(), large.clone()]);
+    let (status, answer) = post(&url("list_batches"), None, br#"{"limit": 10}"#);
+    assert_eq!(status, 200);
+    let answered: Vec<Value> = answer.as_array().unwrap().iter().cloned().map(without_clock).collect();
+    assert_eq!(answered, [large.clone(), small]);
+    // The typed client reads it unchanged; an unknown batch is still a 404 before anything.
+    let read = http.get_batch(&id("LARGE")).await.unwrap();
+    assert_eq!(without_clock(serde_json::to_value(read).unwrap()), large);
+    let (status, answer) = post(&url("get_batch"), None, br#"{"id": "NONE"}"#);
+    assert_eq!((status, answer["error"]["kind"].as_str()), (404, Some("not_found")));
+}

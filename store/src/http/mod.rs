@@ -6,6 +6,7 @@
 mod errors;
 mod http_store;
 pub mod server;
+mod stream;
 pub mod wire;
 
 pub use errors::store_error_is_permanent;

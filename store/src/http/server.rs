@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use axum::http::StatusCode;
 use serde::Serialize;
 
+use super::stream;
 use super::wire::{self, MAX_ANSWER_BYTES, MAX_ITEMS, MAX_WAIT_MS, StoreRequest};
 use crate::port::{CreateOutcome, ObjectStore, StoreError, StoreResult};
 use crate::write_rules::MAX_BATCH_PAGE;
@@ -62,31 +63,27 @@ impl StoreService {
                 CreateOutcome::Created(batch) => wire::Created { created: true, batch },
                 CreateOutcome::AlreadyExists(batch) => wire::Created { created: false, batch },
             }),
-            R::GetBatch(request, reply) => reply.send(store.get_batch(&request.id).await?),
+            // Whole batches are written as they are read (`stream`), never held whole.
+            R::GetBatch(request, reply) => {
+                let found = stream::sized(store, std::slice::from_ref(&request.id), "get_batch", "ids").await?;
+                let batch = found.into_iter().next().ok_or(StoreError::NotFound(request.id))?;
+                stream::batch(Arc::clone(&self.store), batch, reply)
+            }
             R::GetBatches(request, reply) => {
                 at_most("ids", request.ids.len())?;
                 one_page("ids", request.ids.len())?;
                 let ids = wire::distinct(request.ids);
-                reply.send(
-                    by_ids(store, &ids, "get_batches", MAX_BATCH_GROUP, |store, ids| store.get_batches(ids)).await?,
-                )
+                let found = stream::sized(store, &ids, "get_batches", "ids").await?;
+                stream::batches(Arc::clone(&self.store), found, reply)
             }
             R::ListBatches(request, reply) => {
                 at_most("limit", request.limit)?;
                 one_page("limit", request.limit)?;
-                let (after, limit) = (request.after, request.limit);
-                reply.send(
-                    listed(
-                        store,
-                        after,
-                        limit,
-                        "list_batches",
-                        MAX_BATCH_GROUP,
-                        |store, after, n| store.list_batches(after, n),
-                        |b| &b.id,
-                    )
-                    .await?,
-                )
+                // The ids from the summaries (no logs read), then as `get_batches`.
+                let listed = store.list_summaries(request.after.as_ref(), request.limit).await?;
+                let ids: Vec<BatchId> = listed.into_iter().map(|summary| summary.id).collect();
+                let found = stream::sized(store, &ids, "list_batches", "limit").await?;
+                stream::batches(Arc::clone(&self.store), found, reply)
             }
             R::GetSummaries(request, reply) => {
                 at_most("ids", request.ids.len())?;
@@ -273,13 +270,6 @@ impl Drop for Parked<'_> {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
-
-/// Most whole batches one read of the backend takes while an answer is built (with
-/// `Budget::group`, fewer when those read so far are large): repeats are gone and the answer
-/// stops at the cap, so what one group holds beyond it takes distinct batches near their
-/// `max_batch_bytes`, which only a writer can make. Summaries and listings are read `MAX_BATCH_PAGE` (the
-/// most a backend reads at once) at a time.
-const MAX_BATCH_GROUP: usize = 100;
 
 /// One read of the backend, as the port's methods return it.
 type Read<'a, T> = std::pin::Pin<Box<dyn Future<Output = StoreResult<Vec<T>>> + Send + 'a>>;
