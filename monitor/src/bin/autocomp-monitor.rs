@@ -80,8 +80,10 @@ struct Cli {
     /// A signed-in session this old ends, however busy.
     #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = humantime::parse_duration)]
     session_max_age: Duration,
-    /// Failed sign-ins allowed per client address, and per account, within
-    /// --sign-in-window; beyond them sign-in answers 429 with Retry-After.
+    /// Failed sign-ins allowed per client address within --sign-in-window; beyond them
+    /// sign-in from that address answers 429 with Retry-After. Each failure of one name
+    /// from one address makes that address's next try at it wait longer (window/60,
+    /// doubling, at most a quarter of the window); nothing is counted per account alone.
     #[arg(long, value_name = "N", default_value_t = 5)]
     sign_in_failures: u32,
     /// The window --sign-in-failures counts in.
@@ -158,6 +160,7 @@ fn init_logging(verbose: u8, format: LogFormat) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    autocomp_http::launch::return_large_allocations();
     let cli = Cli::parse();
     if let Some(Command::HashPassword { user, role }) = &cli.command {
         return hash_password_command(user.as_deref(), role.as_deref());

@@ -74,6 +74,7 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    autocomp_http::launch::return_large_allocations();
     let cli = Cli::parse();
     let Command::Serve { store: store_url, index_dir, listen, reconcile_every, max_corrections, service } = cli.command;
     init_logging(service.verbose, cli.log_format);

@@ -80,6 +80,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    autocomp_http::launch::return_large_allocations();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { db, db_file, listen, max_batch_bytes, service } => {
