@@ -20,8 +20,8 @@ use tokio::net::{TcpSocket, TcpStream};
 const UPLOADS: usize = 200;
 const UPLOAD_BYTES: usize = 4 << 20;
 const STALLED: usize = 200;
-/// Clients spread over this many loopback addresses: 50 each, under the per-address cap,
-/// so every one of them is served (the worst case for the service).
+/// Clients spread over this many loopback addresses, 50 each. Since the slots count all of
+/// loopback as one client (64 slots), newcomers take the slots of stalled connections.
 const ADDRESSES: usize = 4;
 const PROBES: usize = 20;
 
