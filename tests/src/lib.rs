@@ -117,6 +117,29 @@ impl Finished {
 /// Polls `condition` every 20 ms until it holds (true) or `deadline` passes (false).
 pub use autocomp_test_servers::wait_until;
 
+/// Removes from `command` the environment that would change what an autocomp binary reads
+/// (backend URLs, the config dir, tokens, certificates, identities, the log filter, a
+/// PostgreSQL password), so a test says everything it means.
+pub fn without_pipeline_env(command: &mut Command) -> &mut Command {
+    for var in [
+        "AUTOCOMP_STORE",
+        "AUTOCOMP_INDEX",
+        "AUTOCOMP_LOCKS",
+        "AUTOCOMP_CONFIG_DIR",
+        "AUTOCOMP_ZK_AUTH",
+        "AUTOCOMP_TOKEN",
+        "AUTOCOMP_TOKEN_FILE",
+        "AUTOCOMP_CA_FILE",
+        "AUTOCOMP_CLIENT_CERT",
+        "AUTOCOMP_CLIENT_KEY",
+        "RUST_LOG",
+        "PGPASSWORD",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
 /// Waits for a spawned component (stdout and stderr piped) to exit, at most `limit`;
 /// kills it and panics if it is still running then.
 pub fn finish(mut child: Child, limit: Duration) -> Finished {

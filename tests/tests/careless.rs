@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use autocomp_e2e::services::{Service, TOKEN};
-use autocomp_e2e::{Finished, Pipeline, binary, finish};
+use autocomp_e2e::{Finished, Pipeline, binary, finish, without_pipeline_env};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 
@@ -24,18 +24,7 @@ const MARK: &str = "Zq9";
 fn autocomp(pipeline: &Pipeline, args: &[&str], env: &[(&str, &str)]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
-    for var in [
-        "AUTOCOMP_STORE",
-        "AUTOCOMP_INDEX",
-        "AUTOCOMP_LOCKS",
-        "AUTOCOMP_CONFIG_DIR",
-        "AUTOCOMP_TOKEN",
-        "AUTOCOMP_TOKEN_FILE",
-        "RUST_LOG",
-        "PGPASSWORD",
-    ] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.envs(env.iter().copied());
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))

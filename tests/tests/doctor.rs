@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::ZooKeeper;
-use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until, without_pipeline_env};
 use autocomp_model::{BatchId, ComponentName, SteeringChange};
 use serde_json::Value;
 
@@ -34,22 +34,7 @@ fn doctor_env(pipeline: &Pipeline, args: &[&str], wrap: Option<&[&str]>, env: &[
         None => Command::new(&autocomp),
     };
     command.arg("doctor").arg("--config-dir").arg(pipeline.config_dir()).args(args);
-    for var in [
-        "AUTOCOMP_STORE",
-        "AUTOCOMP_INDEX",
-        "AUTOCOMP_LOCKS",
-        "AUTOCOMP_CONFIG_DIR",
-        "AUTOCOMP_ZK_AUTH",
-        "AUTOCOMP_TOKEN",
-        "AUTOCOMP_TOKEN_FILE",
-        "AUTOCOMP_CA_FILE",
-        "AUTOCOMP_CLIENT_CERT",
-        "AUTOCOMP_CLIENT_KEY",
-        "RUST_LOG",
-        "PGPASSWORD",
-    ] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.envs(env.iter().copied());
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
