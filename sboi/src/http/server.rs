@@ -224,7 +224,7 @@ impl Rpc for IndexService {
         server: "http://127.0.0.1:7071",
         errors: &[
             (400, "Malformed JSON, a wrong type, an unknown field or an invalid name; the error names the field."),
-            (413, "The body is over 4 MiB."),
+            (413, "The body is over 4 MiB (64 KiB for a query without a token)."),
             (503, "The index directory or the store cannot answer now; retry."),
         ],
         health: "Up, and how far the index has come.",
