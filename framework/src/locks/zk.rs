@@ -56,6 +56,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 use zookeeper_client as zk;
 
+pub use super::zk_tls::ZkTls;
 use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 
 /// The session timeout when the URL does not say `?session_timeout=...`.
@@ -98,15 +99,6 @@ pub struct ZkUrl {
     pub tls: Option<ZkTls>,
     /// `auth_file=`: a file of `user:password` lines, the pipeline's digest identities.
     pub auth_file: Option<PathBuf>,
-}
-
-/// The files of a `zks://` URL (PEM).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkTls {
-    /// `ca_file=`: the CA certificates the servers' certificates must chain to.
-    pub ca_file: PathBuf,
-    /// `cert_file=` and `key_file=`: a client certificate, for servers that ask for one.
-    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl ZkUrl {

@@ -13,14 +13,21 @@
 
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use super::zk::ZkTls;
+/// The files of a `zks://` URL (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkTls {
+    /// `ca_file=`: the CA certificates the servers' certificates must chain to.
+    pub ca_file: PathBuf,
+    /// `cert_file=` and `key_file=`: a client certificate, for servers that ask for one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
 
 /// How long a `zks://` connect waits for its session before the handshakes are tried on their
 /// own: a healthy ensemble answers well within it, so a pass costs no extra handshake.
