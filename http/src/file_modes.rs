@@ -4,7 +4,7 @@
 //! components, `autocomp`, the ZooKeeper identity file) and by `autocomp doctor`.
 
 use std::collections::HashSet;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -15,11 +15,18 @@ const OTHERS_ANY: u32 = 0o007;
 /// The sticky bit: in a world-writable directory, only a file's owner may replace it.
 const STICKY: u32 = 0o1000;
 
+/// Whether `uid` may be trusted with what this process reads: root or this process's user.
+fn trusted_owner(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    uid == 0 || uid == unsafe { libc::geteuid() }
+}
+
 /// Why a configuration file must not be trusted, if it must not: others may write it (mode
-/// o+w, the link's target for a symlink), or a directory on its way (the file's, each link's
-/// and their ancestors) lets everyone replace what it holds (world-writable without the
-/// sticky bit). The reason names the mode and the fix. A file that does not exist is no
-/// one's to judge here (reading it says so).
+/// o+w, the link's target for a symlink), another user owns it or something on its way (a
+/// directory, a symlink: that user can change or replace it, sticky bit or not), or a
+/// directory on its way (the file's, each link's and their ancestors) lets everyone replace
+/// what it holds (world-writable without the sticky bit). The reason names the mode or owner
+/// and the fix. A file that does not exist is no one's to judge here (reading it says so).
 pub fn untrusted_config(file: &Path) -> Option<String> {
     let meta = std::fs::metadata(file).ok()?;
     let mode = meta.permissions().mode();
@@ -35,6 +42,22 @@ pub fn untrusted_config(file: &Path) -> Option<String> {
              until `chmod o-w {}`",
             mode & 0o777,
             real.display()
+        ));
+    }
+    if !trusted_owner(meta.uid()) {
+        return Some(format!(
+            "it is owned by uid {}{through}, neither this user nor root: that user can change where the pipeline \
+             sends its token; refused until `chown root {}` (or this user)",
+            meta.uid(),
+            real.display()
+        ));
+    }
+    if let Some((path, uid)) = owned_by_another_on_the_way(file) {
+        return Some(format!(
+            "it is reached through {} (owned by uid {}, neither this user nor root){through}, whose owner can \
+             replace what it holds; refused until that is owned by root or this user",
+            path.display(),
+            uid
         ));
     }
     let (dir, dir_mode) = replaceable_by_anyone(file)?;
@@ -66,23 +89,56 @@ fn replaceable_by_anyone(file: &Path) -> Option<(PathBuf, u32)> {
     None
 }
 
+/// The first directory (the file's, each symlink's on the chain, and their ancestors) or
+/// symlink on the way to `file` that a user other than root and this one owns, with its uid.
+fn owned_by_another_on_the_way(file: &Path) -> Option<(PathBuf, u32)> {
+    let mut hop = file.to_path_buf();
+    for _ in 0..40 {
+        let parent = hop.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(parent).ok()?;
+        for ancestor in dir.ancestors() {
+            let uid = std::fs::metadata(ancestor).ok()?.uid();
+            if !trusted_owner(uid) {
+                return Some((ancestor.to_path_buf(), uid));
+            }
+        }
+        let link = std::fs::symlink_metadata(&hop).ok()?;
+        if !link.is_symlink() {
+            return None;
+        }
+        if !trusted_owner(link.uid()) {
+            return Some((hop, link.uid()));
+        }
+        hop = dir.join(std::fs::read_link(&hop).ok()?);
+    }
+    None
+}
+
 /// A secret file others may read or write: its mode, what that means and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exposed {
     /// The file's permission bits.
     pub mode: u32,
+    /// Its owner, when that is neither root nor this process's user.
+    pub foreign_owner: Option<u32>,
     file: PathBuf,
 }
 
 impl Exposed {
     /// What is wrong: the mode and what it lets others do.
     pub fn problem(&self) -> String {
-        format!("mode {:03o}: others can read or change it", self.mode)
+        match self.foreign_owner {
+            Some(uid) => format!("owned by uid {uid}, neither this user nor root: that user can read or change it"),
+            None => format!("mode {:03o}: others can read or change it", self.mode),
+        }
     }
 
     /// The command that mends it.
     pub fn fix(&self) -> String {
-        format!("chmod o-rwx {} (0600, or 0640 with the pipeline's group)", self.file.display())
+        match self.foreign_owner {
+            Some(_) => format!("chown root {} (or this user), then 0600 or 0640", self.file.display()),
+            None => format!("chmod o-rwx {} (0600, or 0640 with the pipeline's group)", self.file.display()),
+        }
     }
 }
 
@@ -95,8 +151,14 @@ impl std::fmt::Display for Exposed {
 /// Whether a secret file (tokens, a password, a private key, identities) is exposed: others
 /// may read or write it.
 pub fn exposed_secret(file: &Path) -> Option<Exposed> {
-    let mode = std::fs::metadata(file).ok()?.permissions().mode() & 0o777;
-    (mode & OTHERS_ANY != 0).then(|| Exposed { mode, file: file.to_path_buf() })
+    let meta = std::fs::metadata(file).ok()?;
+    let mode = meta.permissions().mode() & 0o777;
+    let foreign_owner = (!trusted_owner(meta.uid())).then_some(meta.uid());
+    (mode & OTHERS_ANY != 0 || foreign_owner.is_some()).then(|| Exposed {
+        mode,
+        foreign_owner,
+        file: file.to_path_buf(),
+    })
 }
 
 /// Warns (once per file per process) when others may read or write the secret file `file`;
@@ -173,6 +235,39 @@ mod tests {
         chmod(&open, 0o777);
         assert!(untrusted_config(&open.join("etc/autocomp.toml")).unwrap().contains("mode 777"));
         chmod(&open, 0o755);
+    }
+
+    /// Run as root (as CI runs the suite): a file, a directory or a symlink on the way that
+    /// another user owns makes a config file untrusted and a secret file exposed.
+    #[test]
+    fn a_file_or_a_way_another_user_owns_is_untrusted() {
+        use std::os::unix::fs::lchown;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            panic!("this test runs as root, as CI runs the suite (it gives files to uid 65534)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("autocomp.toml");
+        std::fs::write(&file, "").unwrap();
+        chmod(&file, 0o644);
+        assert_eq!(untrusted_config(&file), None);
+        lchown(&file, Some(65534), None).unwrap();
+        assert!(untrusted_config(&file).unwrap().contains("owned by uid 65534"));
+        assert!(exposed_secret(&file).unwrap().problem().contains("uid 65534"));
+        lchown(&file, Some(0), None).unwrap();
+        // A symlink another user owns (in a sticky directory it could still replace it).
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(untrusted_config(&link), None);
+        lchown(&link, Some(65534), None).unwrap();
+        assert!(untrusted_config(&link).unwrap().contains("owned by uid 65534"));
+        // A directory on the way another user owns.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("autocomp.toml"), "").unwrap();
+        chmod(&theirs.join("autocomp.toml"), 0o644);
+        lchown(&theirs, Some(65534), None).unwrap();
+        assert!(untrusted_config(&theirs.join("autocomp.toml")).unwrap().contains("owned by uid 65534"));
     }
 
     #[test]

@@ -171,7 +171,10 @@ pub async fn run(options: &DoctorOptions) -> DoctorReport {
     // As root, opening the embedded store or index would leave files root owns (SQLite's
     // -shm, a catch-up's index files) that the pipeline's user then cannot write.
     let dirs = local_dirs(&backends);
-    let local: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    // The config dir too: as root over the pipeline user's files, its config is refused as
+    // another user's, and the fix is to run as that user.
+    let local: Vec<&Path> =
+        dirs.iter().map(PathBuf::as_path).chain(std::iter::once(options.config_dir.as_path())).collect();
     // SAFETY: geteuid has no preconditions.
     let as_root = unsafe { libc::geteuid() } == 0;
     if as_root && let Some((uid, path)) = files::owned_by_another(&local) {
@@ -236,8 +239,8 @@ fn config_checks(options: &DoctorOptions, checks: &mut Vec<Check>) -> Backends {
 }
 
 /// What to do about a config file others can change (the pipeline refuses it).
-const UNTRUSTED_CONFIG_FIX: &str =
-    "chmod o-w it (0644, or 0640 with the pipeline's group), in a directory only its owner writes";
+const UNTRUSTED_CONFIG_FIX: &str = "let only root or the pipeline's user own and write it (chmod o-w, chown), in a \
+                                    directory only they write; as root over the pipeline's files, run as its user";
 
 /// The backends `autocomp.toml` names, and whether it parses (absent counts as parsing).
 fn shared_config(shared_file: &Path, checks: &mut Vec<Check>) -> (Backends, bool) {
