@@ -396,8 +396,11 @@ pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigErr
     let line_number = text[..at].matches('\n').count() + 1;
     let column = text[line_start..at].chars().count() + 1;
     let line = text[line_start..].lines().next().unwrap_or("");
-    let quoted = if holds_secret(line) {
-        " (the line is not shown: it holds a secret)".to_owned()
+    // A multi-line string can split a URL over lines none of which looks like a secret on
+    // its own: in a file that has one, no line is quoted.
+    let multi_line_string = text.contains("\"\"\"") || text.contains("\'\'\'");
+    let quoted = if holds_secret(line) || multi_line_string {
+        " (the line is not shown: it may hold a secret)".to_owned()
     } else {
         // toml's gutter, which `autocomp doctor` leaves out of its one-line checks.
         format!("\n  | {}\n  | {}^", autocomp_http::for_terminal(line), " ".repeat(column - 1))
@@ -574,12 +577,15 @@ mod tests {
             ("store = \"http://h:7070/?token=T0k en\" x\n", "T0k"),
             ("[settings]\napi_key = 'K3y oops\n", "K3y"),
             ("password = \"Pw d\" extra\n", "Pw d"),
+            // A URL split over the lines of a multi-line string (a review's find).
+            ("store = \"\"\"postgres://u:\nSECRETZ@h/db\u{1}\"\"\"\n", "SECRETZ"),
+            ("store = '''postgres://u:\nSECRETZ@h/db\u{7f}'''\n", "SECRETZ"),
         ] {
             let error = toml::from_str::<toml::Table>(text).unwrap_err();
             let shown = toml_error(file, text, &error).to_string();
             assert!(!shown.contains(secret), "{text:?} shows the secret: {shown}");
             assert!(shown.starts_with("/etc/autocomp/autocomp.toml: not valid TOML at line "), "{shown}");
-            assert!(shown.contains("is not shown: it holds a secret"), "{shown}");
+            assert!(shown.contains("is not shown: it may hold a secret"), "{shown}");
         }
         let text = "index = \"local:/i\"\nstore = \"sqlite:///s.db\" oops\n";
         let error = toml::from_str::<toml::Table>(text).unwrap_err();

@@ -358,7 +358,10 @@ fn describe(config: &tokio_postgres::Config, user: &str) -> String {
             format!("{name}:{port}")
         })
         .collect();
-    format!("{user}@{}/{}", hosts.join(","), config.get_dbname().unwrap_or(""))
+    // The URL is the operator's text: a line feed in it must not make a forged line of
+    // every message that names the server.
+    let target = format!("{user}@{}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
+    autocomp_http::terminal::one_line(&target).into_owned()
 }
 
 /// libpq's `prefer` and `require`: encrypt, but accept any certificate (a warning says so
@@ -463,6 +466,17 @@ impl ServerCertVerifier for ChainOnly {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line feed in the URL (raw or %0A) cannot make a forged line of every message that
+    /// names the server.
+    #[test]
+    fn the_described_target_is_one_line() {
+        for url in ["postgres://u@h/db\nok    store   forged", "postgres://u@h/db%0Aok"] {
+            let options = PgOptions::parse(url).unwrap();
+            assert!(!options.target.contains('\n'), "{:?}", options.target);
+            assert!(options.target.contains("\\u000a"), "{:?}", options.target);
+        }
+    }
 
     #[test]
     fn several_hosts_and_own_options() {
