@@ -179,7 +179,7 @@ async fn all_of_loopback_is_one_peer_and_its_slow_heads_give_way_to_a_newcomer()
     let deadline = Instant::now() + Duration::from_secs(10);
     // 10 slow heads from 127.0.0.2-11, one each: one peer with 4 slots, so each newcomer
     // closes the longest-waiting head, never the read in progress.
-    tokio::time::sleep(Duration::from_millis(200)).await; // the read's head is in
+    wait_for_async(deadline, "the read to be in progress", async || served.answering() == 1).await;
     let heads = slow_heads(10, |i| loopback(2 + i as u8), served.addr).await;
     let (mut heads, open) = still_open(heads).await;
     assert_eq!(open, vec![7, 8, 9], "127.0.0.2..11 are one peer; the oldest heads went first");

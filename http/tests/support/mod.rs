@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use autocomp_http::api::{Answered, ApiDoc};
@@ -41,6 +42,8 @@ autocomp_http::operations! {
 pub struct TestService {
     access: Access,
     metrics: Metrics,
+    /// Requests whose answer is being made now: a test waits on it instead of sleeping.
+    answering: Arc<AtomicUsize>,
 }
 
 #[async_trait::async_trait]
@@ -70,7 +73,9 @@ impl Rpc for TestService {
         let (echo, reply) = match request {
             TestRequest::Echo(echo, reply) | TestRequest::Peek(echo, reply) => (echo, reply),
         };
+        self.answering.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(echo.sleep_ms)).await;
+        self.answering.fetch_sub(1, Ordering::SeqCst);
         Ok(reply.send(echo))
     }
 
@@ -86,7 +91,15 @@ impl Rpc for TestService {
 /// The test service served on a free loopback port until dropped.
 pub struct Served {
     pub addr: SocketAddr,
+    answering: Arc<AtomicUsize>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Served {
+    /// How many requests the service is answering now (their heads and bodies are in).
+    pub fn answering(&self) -> usize {
+        self.answering.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Served {
@@ -100,12 +113,17 @@ impl Drop for Served {
 pub async fn serve(limits: Limits, tls: Option<Arc<ServerTls>>) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free loopback port");
     let addr = listener.local_addr().unwrap();
-    let service = Arc::new(TestService { access: Access::new(TOKEN), metrics: Metrics::new("test") });
+    let answering = Arc::new(AtomicUsize::new(0));
+    let service = Arc::new(TestService {
+        access: Access::new(TOKEN),
+        metrics: Metrics::new("test"),
+        answering: Arc::clone(&answering),
+    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(serve_until(listener, router(service), limits, tls, async {
         let _ = stopped.await;
     }));
-    Served { addr, stop: Some(stop) }
+    Served { addr, answering, stop: Some(stop) }
 }
 
 pub fn loopback(last: u8) -> IpAddr {
