@@ -1094,6 +1094,20 @@ async fn over_http(addr: SocketAddr, text: &str) -> String {
     answer.split("\r\n\r\n").next().unwrap().to_ascii_lowercase()
 }
 
+/// `POST /login` as the tester with `next` as sent on the wire; the answer's head.
+async fn sign_in_over_http(addr: SocketAddr, next: &str) -> String {
+    let body = format!("name=tester&password={}&next={next}", autocomp_monitor::filter::encode(PASSWORD));
+    over_http(
+        addr,
+        &format!(
+            "POST /login HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\nContent-Type: \
+             application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_next_holding_a_control_character_goes_to_the_overview_never_off_site_or_to_a_500() {
     let f = fixture().await;
@@ -1104,31 +1118,12 @@ async fn a_next_holding_a_control_character_goes_to_the_overview_never_off_site_
             over_http(addr, &format!("GET /login?next={next} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"))
                 .await;
         assert!(head.starts_with("http/1.1 200"), "GET /login?next={next}: {head}");
-        let body = format!("name=tester&password={}&next={next}", autocomp_monitor::filter::encode(PASSWORD));
-        let head = over_http(
-            addr,
-            &format!(
-                "POST /login HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\nContent-Type: \
-                 application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            ),
-        )
-        .await;
+        let head = sign_in_over_http(addr, next).await;
         assert!(head.starts_with("http/1.1 303"), "POST next={next}: {head}");
         assert!(head.contains("\r\nlocation: /\r\n"), "to the overview, for next={next}: {head}");
     }
     // The text "%09" itself (sent as %2509) is a path of this site: kept, still on-site.
-    let body =
-        format!("name=tester&password={}&next=%2F%2509%2Fevil.example", autocomp_monitor::filter::encode(PASSWORD));
-    let head = over_http(
-        addr,
-        &format!(
-            "POST /login HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\nContent-Type: \
-             application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    )
-    .await;
+    let head = sign_in_over_http(addr, "%2F%2509%2Fevil.example").await;
     assert!(head.contains("\r\nlocation: /%09/evil.example\r\n"), "{head}");
 }
 
