@@ -6,6 +6,7 @@
 //! `open_store`, which picks an adapter by URL. The data it keeps is `autocomp_model`'s.
 //! Nothing here knows about indexes, locks or components.
 
+mod error;
 pub mod http;
 mod open;
 pub mod pipeline_state;
