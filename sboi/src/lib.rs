@@ -9,6 +9,8 @@ mod browse;
 mod document;
 mod engine;
 pub mod http;
+mod local;
+mod open;
 mod port;
 mod query;
 
@@ -19,5 +21,7 @@ pub use engine::{
     Repaired,
 };
 pub use http::HttpIndex;
-pub use port::{BatchIndex, LocalIndex, open_index};
+pub use local::LocalIndex;
+pub use open::open_index;
+pub use port::BatchIndex;
 pub use query::BlockedBy;
