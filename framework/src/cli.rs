@@ -19,11 +19,11 @@ use crate::component::Component;
 use crate::config::{self, Backends, DEFAULT_CONFIG_DIR};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::open_locks;
-use crate::pass::{PassEnd, pass, pass_verdict};
-use crate::runner::{Pipeline, Runner, Selection, stop_requested};
+use crate::runner::{Pipeline, Runner, Selection, Setup, stop_requested};
+use crate::verdict::{PassEnd, pass, pass_verdict};
 use crate::watch::{Watched, run_watching};
 
-pub use autocomp_http::logging::LogFormat;
+pub use autocomp_toolkit::logging::LogFormat;
 
 /// The flags every component accepts.
 #[derive(Debug, Clone, Args)]
@@ -120,7 +120,7 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
         (0, LogFormat::Json) | (1, _) => "info",
         _ => "debug",
     };
-    autocomp_http::logging::init_with(level, format, Some(crate::output::layer()));
+    autocomp_toolkit::logging::init_with(level, format, Some(crate::output::layer()));
 }
 
 /// Runs the component with parsed arguments; returns the documented exit code.
@@ -151,7 +151,7 @@ pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
     std::io::stdout().flush().ok();
     // The pass's spans go to the collector before the process ends (a cron pass is over in
     // seconds, before the exporter's own schedule); bounded, and nothing when telemetry is off.
-    autocomp_http::telemetry::shutdown();
+    autocomp_toolkit::telemetry::shutdown();
     // Do not wait for a hung work thread: every lock and claim is already released.
     runtime.shutdown_background();
     ExitCode::from(code)
@@ -188,7 +188,8 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     let locks = open_locks(&locks_url).await?;
     let pipeline = Pipeline { store, index, locks: Arc::clone(&locks) };
     let ran = async {
-        let runner = Runner::new(component, settings, trigger, component_config, pipeline, shutdown.clone())?;
+        let setup = Setup { config: component_config, pipeline, shutdown: shutdown.clone() };
+        let runner = Runner::new(component, settings, trigger, setup)?;
         if args.dry_run {
             let dry = runner.dry_run(&selection, args.dry_run_limit).await?;
             if let Some(held) = &dry.held {

@@ -20,18 +20,15 @@ mod contract;
 pub mod exit;
 pub mod locks;
 mod output;
-mod pass;
 mod reports;
 mod runner;
 mod source;
+mod verdict;
 // Also in the crate's own unit tests, which build batches with it.
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod watch;
 
-/// Makes user text (a file name, a reason, a report line) safe to print on a terminal:
-/// control and bidi characters become visible `\uXXXX` escapes.
-pub use autocomp_http::for_terminal;
 #[doc(inline)]
 pub use autocomp_model::{
     Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, ComponentState, Event, EventType, Failure,
@@ -43,6 +40,9 @@ pub use autocomp_model::{
 pub use autocomp_model::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
 #[doc(inline)]
 pub use autocomp_store::StoreError;
+/// Makes user text (a file name, a reason, a report line) safe to print on a terminal:
+/// control and bidi characters become visible `\uXXXX` escapes.
+pub use autocomp_toolkit::for_terminal;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
 pub use contract::{reads_result, result_schema_of};

@@ -16,8 +16,8 @@ use tracing::{debug, info};
 
 use crate::component::Component;
 use crate::exit::{self, RunError};
-use crate::pass::{PassEnd, pass, pass_verdict};
 use crate::runner::{Runner, Selection, stop_requested};
+use crate::verdict::{PassEnd, pass, pass_verdict};
 
 /// The longest single wait in the change feed. The store service caps its long polls
 /// anyway; a bound here keeps a hung connection from outliving a heartbeat by much.

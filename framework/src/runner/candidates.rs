@@ -1,0 +1,207 @@
+//! Which batches a pass considers: what the index offers (the trigger's answer, retries
+//! last), whether a hold stops the claims, and the re-check of each locked candidate in the
+//! store (the index may lag behind it). `--dry-run` is this phase alone.
+
+use std::collections::{HashMap, HashSet};
+
+use autocomp_model::{Batch, BatchId, ComponentName, HoldKind, Steering, Trigger};
+use tracing::{debug, warn};
+
+use super::lock::HeldLocks;
+use super::pass::Pass;
+use super::{BatchResult, Runner, Selection};
+use crate::component::Component;
+use crate::exit::RunError;
+
+impl<C: Component> Runner<C> {
+    /// The candidates the index offers, in trigger order; retries of transient failures last.
+    /// Watch mode asks this between passes; a pass re-checks each one against the store.
+    pub async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
+        // Ask for more than we will claim: other hosts may hold some of them.
+        self.query_index(Some(self.claim_limit().saturating_mul(4).max(16))).await
+    }
+
+    /// Every candidate the index offers, in the order `candidates` gives them, without the
+    /// cap a pass applies: a dry run counts what it does not list. The trigger's own
+    /// `limit` still holds, as it does for a pass.
+    async fn all_candidates(&self) -> Result<Vec<BatchId>, RunError> {
+        self.query_index(None).await
+    }
+
+    /// The trigger's answer then the retry trigger's (without repeats), each at most `cap`.
+    async fn query_index(&self, cap: Option<usize>) -> Result<Vec<BatchId>, RunError> {
+        let limited = |t: &Trigger| match cap {
+            Some(wanted) => Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() },
+            None => t.clone(),
+        };
+        let mut ids = self.pipeline.index.query(&limited(&self.descriptor.trigger)).await?;
+        if let Some(retry) = &self.retry_trigger {
+            for id in self.pipeline.index.query(&limited(retry)).await? {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Why the component claims nothing now, if it is held (its own hold or the whole
+    /// pipeline's): one store read. A watcher asks before it asks the index.
+    pub async fn held(&self) -> Result<Option<String>, RunError> {
+        Ok(held_reason(&self.name, &self.pipeline.store.steering().await?))
+    }
+
+    /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
+    /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
+    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out. A
+    /// held component (unless forced) says so, and each batch it would claim says it waits
+    /// for the resume. Pool slots are not tried (that would take locks).
+    pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
+        let (mut candidates, force) = match selection {
+            Selection::Ready | Selection::Offered(_) => (self.all_candidates().await?, false),
+            Selection::Batch { id, force } => (vec![id.clone()], *force),
+        };
+        let held = if force { None } else { self.held().await? };
+        let shown = match limit {
+            Some(0) => candidates.len(),
+            Some(limit) => limit,
+            None => self.config.queue_size.saturating_mul(4).max(16),
+        };
+        let not_shown = candidates.len().saturating_sub(shown);
+        candidates.truncate(shown);
+        let mut lines = Vec::new();
+        let mut would_claim = 0;
+        for id in candidates {
+            let batch = self.pipeline.store.get_batch(&id).await?;
+            let verdict = match self.descriptor.readiness(&batch) {
+                _ if would_claim >= self.config.queue_size => "would leave for the next pass (queue full)".to_owned(),
+                Ok(()) if held.is_some() => {
+                    would_claim += 1;
+                    format!("would claim once resumed (held): every trigger clause holds (priority {})", batch.priority)
+                }
+                Ok(()) => {
+                    would_claim += 1;
+                    format!("would claim: every trigger clause holds (priority {})", batch.priority)
+                }
+                Err(_) if force => {
+                    would_claim += 1;
+                    "would claim: forced, trigger ignored".to_owned()
+                }
+                Err(refusal) if refusal.retrying => format!("would skip: {refusal}"),
+                Err(refusal) => format!("would skip: {refusal}"),
+            };
+            lines.push(format!("{id} {verdict}"));
+        }
+        Ok(DryRun { lines, not_shown, held })
+    }
+
+    /// The locked batches the store holds and still finds ready (all it holds, when forced),
+    /// in lock order; the others' locks are released at once. The index lagged behind the
+    /// store, or a manual run asked for a batch that is not ready (answered `NotReady`).
+    pub(super) async fn recheck(&self, locked: &mut HeldLocks, pass: &mut Pass) -> Result<Vec<Batch>, RunError> {
+        let ids = locked.ids();
+        let batches = self.pipeline.store.get_batches(&ids).await?;
+        let mut batches: HashMap<BatchId, Batch> = batches.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
+        let mut ready = Vec::new();
+        let mut missing = None;
+        for id in ids {
+            let Some(batch) = batches.remove(&id) else {
+                self.missing(id, pass.manual, &mut missing);
+                continue;
+            };
+            if !pass.force
+                && let Err(refusal) = self.descriptor.readiness(&batch)
+            {
+                debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
+                if pass.manual {
+                    pass.summary.results.push(BatchResult::NotReady { id, reason: refusal.reason });
+                }
+                continue;
+            }
+            ready.push(batch);
+        }
+        let wanted: HashSet<&BatchId> = ready.iter().map(|batch| &batch.id).collect();
+        locked.release_where(|id| !wanted.contains(id)).await;
+        match missing {
+            Some(error) => Err(error),
+            None => Ok(ready),
+        }
+    }
+
+    /// A batch the store does not have: a manual run names it (exit 2); the index listing
+    /// it is only warned about.
+    pub(super) fn missing(&self, id: BatchId, manual: bool, failure: &mut Option<RunError>) {
+        if manual {
+            failure.get_or_insert(RunError::Usage(format!("batch {id} does not exist")));
+        } else {
+            warn!(batch = %id, "the index lists a batch the store does not have; skipped (`autocomp reindex` rebuilds the index)");
+        }
+    }
+}
+
+/// What `--dry-run` found: a line per candidate listed, and how many more there were.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRun {
+    pub lines: Vec<String>,
+    /// Candidates the index offers beyond the listed ones.
+    pub not_shown: usize,
+    /// Why nothing would be claimed now: the component (or the whole pipeline) is held.
+    pub held: Option<String>,
+}
+
+/// Why `component` claims nothing, if it is held: its own hold (a pause, a drain, its open
+/// circuit) else the whole pipeline's, in one line naming who, since when, why and the
+/// command that lifts it.
+pub(crate) fn held_reason(component: &ComponentName, steering: &Steering) -> Option<String> {
+    let (hold, what, resume) = match steering.components.get(component) {
+        Some(hold) => (hold, component.to_string(), format!("autocomp resume {component}")),
+        None => (steering.pipeline.as_ref()?, "the pipeline".to_owned(), "autocomp resume --all".to_owned()),
+    };
+    let reason = &hold.reason;
+    Some(match hold.kind {
+        // The reason says "circuit open: N consecutive failures, last: ...", and `by` is the
+        // runner whose failure opened it.
+        HoldKind::Circuit => format!("{what} is held since {}: {reason} ({resume})", hold.since),
+        kind => format!("{what} is {} by {} since {}: {reason} ({resume})", kind.as_str(), hold.by, hold.since),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{Agent, Timestamp};
+
+    use super::*;
+
+    #[test]
+    fn a_hold_is_worded_with_who_since_when_why_and_the_command_that_lifts_it() {
+        let name = ComponentName::new("checksum-verifier").unwrap();
+        let mut steering = Steering::default();
+        assert_eq!(held_reason(&name, &steering), None);
+        let hold = |kind, by: &str, reason: &str| autocomp_model::Hold {
+            kind,
+            by: Agent::new(by).unwrap(),
+            reason: reason.into(),
+            since: Timestamp(0),
+        };
+        steering.pipeline = Some(hold(HoldKind::Drain, "operator:bob", "db upgrade"));
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "the pipeline is draining by operator:bob since 1970-01-01T00:00:00.000Z: db upgrade \
+             (autocomp resume --all)"
+        );
+        // The component's own hold comes first: resuming the pipeline would not lift it.
+        steering.components.insert(name.clone(), hold(HoldKind::Pause, "operator:ann", "tape maintenance"));
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "checksum-verifier is paused by operator:ann since 1970-01-01T00:00:00.000Z: tape maintenance \
+             (autocomp resume checksum-verifier)"
+        );
+        let circuit = hold(HoldKind::Circuit, "checksum-verifier/1.0@h#1", "circuit open: 3 consecutive failures");
+        steering.components.insert(name.clone(), circuit);
+        assert_eq!(
+            held_reason(&name, &steering).unwrap(),
+            "checksum-verifier is held since 1970-01-01T00:00:00.000Z: circuit open: 3 consecutive failures \
+             (autocomp resume checksum-verifier)"
+        );
+    }
+}

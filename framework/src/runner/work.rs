@@ -1,0 +1,274 @@
+//! The work phase: each claimed batch's work on its own OS thread (`max_threads` at a
+//! time), bounded by `max_runtime`, cancelled by a shutdown, a lost lock session or a
+//! takeover, panics caught; its outcome handed to `record`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use autocomp_model::{Report, RunOutput, RunState};
+use autocomp_toolkit::telemetry;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tracing::{Instrument, Span, error, info, warn};
+
+use super::pass::Claimed;
+use super::record::{failed_report, report_of};
+use super::{BatchResult, Runner, stop_requested};
+use crate::component::{CheckpointWriter, Component, WorkContext, WorkError, fitted_output};
+use crate::locks::SessionState;
+use crate::output::LogCapture;
+
+/// Whether a claimed batch's work may start: with this thread's permit, or not at all.
+enum Start {
+    Go(OwnedSemaphorePermit),
+    /// A shutdown was requested: release the claim (holding the permit, if one was got).
+    Release(Option<OwnedSemaphorePermit>),
+    /// The lock session was lost: nothing recorded.
+    SessionLost,
+}
+
+impl<C: Component> Runner<C> {
+    /// Steps 5-7 for every claimed batch, `max_threads` at a time.
+    pub(super) async fn work_all(self: &Arc<Self>, claimed: Vec<Claimed>) -> Vec<BatchResult> {
+        let permits = Arc::new(Semaphore::new(self.config.max_threads));
+        let mut tasks = tokio::task::JoinSet::new();
+        for batch in claimed {
+            let (runner, permits) = (Arc::clone(self), Arc::clone(&permits));
+            let span = batch.span.clone();
+            tasks.spawn(async move { runner.work_one(batch, permits).await }.instrument(span));
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(e) => error!("a batch task failed: {e}"),
+            }
+        }
+        results
+    }
+
+    /// One claimed batch from its wait for a thread to its recorded result (or release).
+    async fn work_one(self: Arc<Self>, claimed: Claimed, permits: Arc<Semaphore>) -> BatchResult {
+        let permit = match self.permit_to_start(&claimed, permits).await {
+            Start::Go(permit) => permit,
+            // The permit (if any) is held until the claim is released, as before the split.
+            Start::Release(_permit) => return self.release(claimed).await,
+            Start::SessionLost => return self.give_up_after_session_loss(claimed).await,
+        };
+        if self.shutting_down() {
+            return self.release(claimed).await;
+        }
+        self.run_work(claimed, permit).await
+    }
+
+    /// Waits for a thread's permit, then, cut off from the lock service, for the session to
+    /// come back: start nothing while the server may be expiring the session (another host
+    /// may take this batch the moment it does).
+    async fn permit_to_start(&self, claimed: &Claimed, permits: Arc<Semaphore>) -> Start {
+        let mut shutdown = self.shutdown.clone();
+        let mut session = self.pipeline.locks.session();
+        let permit = tokio::select! {
+            permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = stop_requested(&mut shutdown) => return Start::Release(None),
+            _ = session_lost(&mut session) => return Start::SessionLost,
+        };
+        let suspended = *session.borrow() == SessionState::Suspended;
+        if suspended {
+            warn!(batch = %claimed.batch.id, "lock service unreachable: not starting work until it is back");
+            let back = tokio::select! {
+                back = session_back(&mut session) => back,
+                _ = stop_requested(&mut shutdown) => return Start::Release(Some(permit)),
+            };
+            if !back {
+                drop(permit);
+                return Start::SessionLost;
+            }
+        }
+        Start::Go(permit)
+    }
+
+    /// The work on its thread, bounded by `max_runtime`, cancelled by a shutdown (after
+    /// `shutdown_grace`), a lost lock session or a takeover; its result recorded.
+    async fn run_work(&self, claimed: Claimed, permit: OwnedSemaphorePermit) -> BatchResult {
+        let mut shutdown = self.shutdown.clone();
+        let mut session = self.pipeline.locks.session();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        // The work thread's log lines; shared so a timed-out run keeps what it logged.
+        let log = (self.config.max_output > 0).then(|| LogCapture::new(self.config.max_output));
+        // The work's span ends when the work does (the future is dropped below), not with
+        // the batch's result.
+        let work_span = match telemetry::enabled() {
+            true => tracing::info_span!(target: telemetry::TARGET, "work"),
+            false => Span::none(),
+        };
+        let mut finished =
+            Box::pin(self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone()).instrument(work_span));
+        let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
+        let grace = self.config.shutdown_grace;
+        let outcome = tokio::select! {
+            finished = &mut finished => Some(finished),
+            _ = tokio::time::sleep(self.config.max_runtime) => None,
+            _ = async { stop_requested(&mut shutdown).await; tokio::time::sleep(grace).await } => {
+                cancelled.store(true, Ordering::Relaxed);
+                info!(batch = %claimed.batch.id, "shutting down: work cancelled, claim released");
+                self.let_cancelled_work_clean_up(finished.as_mut()).await;
+                drop(permit);
+                return self.release(claimed).await;
+            }
+            _ = session_lost(&mut session) => {
+                // Every batch's task sees the loss at once: all work is cancelled together.
+                cancelled.store(true, Ordering::Relaxed);
+                error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
+                self.let_lost_work_go(finished.as_mut()).await;
+                drop(permit);
+                return self.give_up_after_session_loss(claimed).await;
+            }
+        };
+        drop(permit);
+        let Some(outcome) = outcome else {
+            // Recorded first, so the result is fenced however long the thread takes; then the
+            // thread gets `cancel_grace` to clean up. One still hung after that cannot hold
+            // anything: the process exits after this pass.
+            cancelled.store(true, Ordering::Relaxed);
+            let result = self.record(claimed, self.timed_out_report(started, log.as_ref()), true).await;
+            self.let_cancelled_work_clean_up(finished.as_mut()).await;
+            return result;
+        };
+        drop(finished);
+        let mut report = match outcome {
+            Ok((result, report)) => report_of(result, report),
+            Err(()) => failed_report(&self.config, "the work thread ended without a result"),
+        };
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        self.record(claimed, report, false).await
+    }
+
+    /// The failure recorded for work past `max_runtime`, with what it logged until now
+    /// (streams it would have set itself are lost with the work, which has not returned).
+    fn timed_out_report(&self, started: Instant, log: Option<&LogCapture>) -> Report {
+        let mut report = failed_report(
+            &self.config,
+            &format!("did not finish within max_runtime {}", humantime::format_duration(self.config.max_runtime)),
+        );
+        report.timed_out = true;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        if let Some(log) = log.and_then(LogCapture::finish) {
+            report.output = fitted_output(RunOutput { streams: vec![log] }, self.config.max_output);
+        }
+        report
+    }
+
+    /// Cancels the work once its run stops being the open, current one in the store (an
+    /// operator's `cancel`, or a takeover): checked every second while the work runs; the
+    /// watch ends when the returned guard is dropped.
+    fn watch_for_takeover(&self, claimed: &Claimed, cancelled: Arc<AtomicBool>) -> AbortOnDrop {
+        let store = Arc::clone(&self.pipeline.store);
+        let (id, component, generation) = (claimed.batch.id.clone(), self.name.clone(), claimed.claim.generation());
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(TAKEOVER_CHECK_INTERVAL).await;
+                // One indexed read of the run, whatever the length of the batch's log.
+                let Ok(run) = store.run_state(&id, &component).await else { continue };
+                let still_ours = run.is_some_and(|run| run.generation == generation && run.state == RunState::Open);
+                if !still_ours {
+                    warn!(batch = %id, "the run was cancelled or taken over; stopping its work");
+                    cancelled.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }))
+    }
+
+    /// Waits up to `cancel_grace` for cancelled work to return (its result is discarded).
+    /// After a lost session another host may take the batch once the server expires the
+    /// session: cancelled work that has not stopped within the lock service's grace is left
+    /// behind, and the pass ends (the process exits 4 without it).
+    async fn let_lost_work_go<F: Future>(&self, work: std::pin::Pin<&mut F>) {
+        let grace = self
+            .pipeline
+            .locks
+            .lost_session_grace()
+            .map_or(self.config.cancel_grace, |g| g.min(self.config.cancel_grace));
+        if tokio::time::timeout(grace, work).await.is_err() {
+            warn!("cancelled work did not stop within {grace:?} of losing the lock session; leaving it behind");
+        }
+    }
+
+    async fn let_cancelled_work_clean_up<F: Future>(&self, work: std::pin::Pin<&mut F>) {
+        if tokio::time::timeout(self.config.cancel_grace, work).await.is_err() {
+            warn!("cancelled work did not return within cancel_grace; leaving it behind");
+        }
+    }
+
+    /// Runs `work` on its own OS thread, panics caught; resolves when it returns.
+    fn spawn_work(
+        &self,
+        claimed: &Claimed,
+        cancelled: Arc<AtomicBool>,
+        log: Option<LogCapture>,
+    ) -> impl Future<Output = Result<(Result<(), WorkError>, Report), ()>> + use<C> {
+        let (sender, receiver) = oneshot::channel();
+        let component = Arc::clone(&self.component);
+        let settings = Arc::clone(&self.settings);
+        let batch = claimed.batch.clone();
+        let checkpoints = CheckpointWriter {
+            store: Arc::clone(&self.pipeline.store),
+            runtime: tokio::runtime::Handle::current(),
+            batch: batch.id.clone(),
+            component: self.name.clone(),
+            generation: claimed.claim.generation(),
+        };
+        let mut context = WorkContext::new(
+            &batch,
+            self.config.max_reported_failures,
+            self.config.max_output,
+            claimed.checkpoint.clone(),
+            Some(checkpoints),
+            cancelled,
+        );
+        let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
+            let installed = log.as_ref().map(LogCapture::install);
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| component.work(&batch, &settings, &mut context)));
+            drop(installed);
+            if let Some(log) = log.as_ref().and_then(LogCapture::finish) {
+                context.add_log(log);
+            }
+            let result = result.unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".into());
+                Err(WorkError::Permanent(format!("panicked: {message}")))
+            });
+            sender.send((result, context.into_report())).ok();
+        });
+        async move {
+            spawned.map_err(|e| error!("cannot start a work thread: {e}"))?;
+            receiver.await.map_err(|_| ())
+        }
+    }
+}
+
+const TAKEOVER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits out a disconnection: true when the session is connected again, false when lost.
+async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
+    let state = session.wait_for(|state| *state != SessionState::Suspended).await.map(|state| *state);
+    state.is_ok_and(|state| state == SessionState::Connected)
+}
+
+/// Resolves once the lock service session is lost (or its state can no longer be known).
+async fn session_lost(session: &mut watch::Receiver<SessionState>) {
+    session.wait_for(|state| *state == SessionState::Lost).await.ok();
+}
