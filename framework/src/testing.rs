@@ -13,7 +13,8 @@ use autocomp_model::{
     Agent, Batch, BatchId, BatchType, ComponentName, Event, EventType, NewBatch, NewEvent, Outcome, PassOutcome,
     PassPhase, PassRecord, Report, Seq, Timestamp, Trigger,
 };
-use autocomp_store::{ObjectStore, SqliteStore, StoreError};
+use autocomp_store::prelude::*;
+use autocomp_store::{SqliteStore, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use autocomp_model::{Batch, BatchId};
-use autocomp_store::{ObjectStore, SqliteStore, StoreError};
+use autocomp_store::prelude::*;
+use autocomp_store::{SqliteStore, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use md5::Md5;
 use sha2::{Digest, Sha256};

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Timestamp, Trigger};
 use autocomp_sboi::{EngineOptions, IndexEngine};
-use autocomp_store::{ObjectStore, SqliteOptions, SqliteStore, Synchronous};
+use autocomp_store::prelude::*;
+use autocomp_store::{SqliteOptions, SqliteStore, Synchronous};
 
 const DEFAULT_BATCHES: usize = 100_000;
 const SMOKE_BATCHES: usize = 1_000;

@@ -43,7 +43,8 @@ use autocomp_model::{
 };
 use autocomp_sboi::{BlockedBy, CatchUp, EngineOptions, IndexEngine};
 use autocomp_store::{
-    ChangePage, Claim, CreateOutcome, ObjectStore, SqliteOptions, SqliteStore, StoreResult, Synchronous,
+    BatchStore, ChangePage, Claim, CreateOutcome, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SqliteOptions,
+    SqliteStore, SteeringStore, StoreResult, Synchronous,
 };
 use rusqlite::Connection;
 use serde_json::{Map, Value, json};
@@ -571,81 +572,51 @@ impl<S> TimedStore<S> {
 }
 
 #[async_trait]
-impl<S: ObjectStore> ObjectStore for TimedStore<S> {
-    async fn steering(&self) -> StoreResult<autocomp_model::Steering> {
-        self.inner.steering().await
-    }
-    async fn steer(&self, request: autocomp_model::SteeringRequest) -> StoreResult<autocomp_store::Steered> {
-        self.inner.steer(request).await
-    }
-    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<autocomp_model::SteeringEntry>> {
-        self.inner.steering_log(limit).await
-    }
-    async fn enqueue_notices(
-        &self,
-        notices: Vec<autocomp_store::NewNotice>,
-        cursor: Option<autocomp_store::CursorMove>,
-    ) -> StoreResult<autocomp_store::Enqueued> {
-        self.inner.enqueue_notices(notices, cursor).await
-    }
-    async fn take_notices(
-        &self,
-        holder: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> StoreResult<Vec<autocomp_store::Notice>> {
-        self.inner.take_notices(holder, limit, lease).await
-    }
-    async fn settle_notice(&self, key: &str, holder: &str, outcome: autocomp_store::NoticeOutcome) -> StoreResult<()> {
-        self.inner.settle_notice(key, holder, outcome).await
-    }
-    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<autocomp_store::Notice>> {
-        self.inner.recent_notices(limit).await
-    }
-    async fn work_series(
-        &self,
-        step: autocomp_model::SeriesStep,
-        since: Timestamp,
-        component: Option<&ComponentName>,
-    ) -> StoreResult<Vec<autocomp_model::WorkPoint>> {
-        self.inner.work_series(step, since, component).await
-    }
-    async fn record_backlog(&self, samples: Vec<autocomp_model::BacklogSample>) -> StoreResult<()> {
-        self.inner.record_backlog(samples).await
-    }
+impl<S: ObjectStore> BatchStore for TimedStore<S> {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         self.timed(self.inner.create_batch(batch)).await
     }
+
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
         self.timed(self.inner.get_batch(id)).await
     }
+
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
         self.timed(self.inner.get_batches(ids)).await
     }
+
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
         self.timed(self.inner.list_batches(after, limit)).await
     }
+
     async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
         self.timed(self.inner.get_summaries(ids)).await
     }
+
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         self.timed(self.inner.list_summaries(after, limit)).await
     }
+
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
         self.timed(self.inner.set_priority(id, priority)).await
     }
+
     async fn record_content_change(&self, id: &BatchId, patch: Map<String, Value>) -> StoreResult<Seq> {
         self.timed(self.inner.record_content_change(id, patch)).await
     }
+
     async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
         self.timed(self.inner.append_event(batch, event)).await
     }
+
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
         self.timed(self.inner.claim(batch, component, holder)).await
     }
+
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
         self.timed(self.inner.release(batch, component, generation)).await
     }
+
     async fn save_checkpoint(
         &self,
         batch: &BatchId,
@@ -655,30 +626,42 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
     ) -> StoreResult<()> {
         self.timed(self.inner.save_checkpoint(batch, component, generation, data)).await
     }
+
     async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
         self.timed(self.inner.load_checkpoint(batch, component)).await
     }
+
     async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
         self.timed(self.inner.open_runs(component)).await
     }
+
     async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
         self.timed(self.inner.failed_attempts(batch, component, since)).await
     }
+
     async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
         self.timed(self.inner.changes(since, limit)).await
     }
+
     async fn head(&self) -> StoreResult<Seq> {
         self.timed(self.inner.head()).await
     }
+
     async fn about(&self) -> StoreResult<autocomp_store::StoreAbout> {
         self.inner.about().await
     }
+}
+
+#[async_trait]
+impl<S: ObjectStore> RegistryStore for TimedStore<S> {
     async fn record_pass(&self, pass: autocomp_model::PassRecord) -> StoreResult<()> {
         self.inner.record_pass(pass).await
     }
+
     async fn components(&self) -> StoreResult<Vec<autocomp_model::RegisteredComponent>> {
         self.inner.components().await
     }
+
     async fn retire_component(
         &self,
         name: &ComponentName,
@@ -686,6 +669,65 @@ impl<S: ObjectStore> ObjectStore for TimedStore<S> {
         reason: &str,
     ) -> StoreResult<autocomp_model::RegisteredComponent> {
         self.inner.retire_component(name, by, reason).await
+    }
+}
+
+#[async_trait]
+impl<S: ObjectStore> SteeringStore for TimedStore<S> {
+    async fn steering(&self) -> StoreResult<autocomp_model::Steering> {
+        self.inner.steering().await
+    }
+
+    async fn steer(&self, request: autocomp_model::SteeringRequest) -> StoreResult<autocomp_store::Steered> {
+        self.inner.steer(request).await
+    }
+
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<autocomp_model::SteeringEntry>> {
+        self.inner.steering_log(limit).await
+    }
+}
+
+#[async_trait]
+impl<S: ObjectStore> OutboxStore for TimedStore<S> {
+    async fn enqueue_notices(
+        &self,
+        notices: Vec<autocomp_store::NewNotice>,
+        cursor: Option<autocomp_store::CursorMove>,
+    ) -> StoreResult<autocomp_store::Enqueued> {
+        self.inner.enqueue_notices(notices, cursor).await
+    }
+
+    async fn take_notices(
+        &self,
+        holder: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> StoreResult<Vec<autocomp_store::Notice>> {
+        self.inner.take_notices(holder, limit, lease).await
+    }
+
+    async fn settle_notice(&self, key: &str, holder: &str, outcome: autocomp_store::NoticeOutcome) -> StoreResult<()> {
+        self.inner.settle_notice(key, holder, outcome).await
+    }
+
+    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<autocomp_store::Notice>> {
+        self.inner.recent_notices(limit).await
+    }
+}
+
+#[async_trait]
+impl<S: ObjectStore> SeriesStore for TimedStore<S> {
+    async fn work_series(
+        &self,
+        step: autocomp_model::SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<autocomp_model::WorkPoint>> {
+        self.inner.work_series(step, since, component).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<autocomp_model::BacklogSample>) -> StoreResult<()> {
+        self.inner.record_backlog(samples).await
     }
 }
 

@@ -38,7 +38,8 @@ use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder,
     Seq, Timestamp,
 };
-use autocomp_store::{ObjectStore, SqliteOptions, SqliteStore, Synchronous};
+use autocomp_store::prelude::*;
+use autocomp_store::{SqliteOptions, SqliteStore, Synchronous};
 use serde_json::{Value, json};
 
 const APPEND_GOAL: f64 = 10_000.0;

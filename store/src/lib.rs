@@ -21,9 +21,16 @@ pub use http::HttpStore;
 pub use open::open_store;
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::{
-    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES, LogCursor,
-    LogPage, MAX_LOG_PAGE, ObjectStore, StoreAbout, StoreError, StoreResult,
+    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES,
+    LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout,
+    StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
+
+/// The store's traits, for callers that hold an `ObjectStore` and call its operations:
+/// `use autocomp_store::prelude::*;` brings every concern's methods into scope.
+pub mod prelude {
+    pub use crate::port::{BatchStore, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore};
+}

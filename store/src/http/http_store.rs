@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use super::wire::{self, op};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
-    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreAbout, StoreError, StoreResult,
+    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
+    OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
@@ -146,7 +146,7 @@ impl HttpStore {
 }
 
 #[async_trait]
-impl ObjectStore for HttpStore {
+impl BatchStore for HttpStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         let answer: wire::Created = self.call::<op::CreateBatch>(&batch, Retry::Safe).await?;
         Ok(if answer.created {
@@ -174,10 +174,6 @@ impl ObjectStore for HttpStore {
 
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
         self.listed::<op::ListSummaries, _>(after.cloned(), limit, |summary| &summary.id).await
-    }
-
-    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
-        self.by_ids::<op::GetListings, _>(ids).await
     }
 
     async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
@@ -208,6 +204,10 @@ impl ObjectStore for HttpStore {
         let request = wire::OfComponent { batch: batch.clone(), component: component.clone() };
         let answer: wire::RunStateAnswer = self.call::<op::RunState>(&request, Retry::Safe).await?;
         Ok(answer.run)
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        self.by_ids::<op::GetListings, _>(ids).await
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
@@ -312,13 +312,13 @@ impl ObjectStore for HttpStore {
         self.call::<op::Changes>(&wire::Changes { since, limit: limit.min(wire::MAX_ITEMS) }, Retry::Safe).await
     }
 
-    async fn about(&self) -> StoreResult<StoreAbout> {
-        self.call::<op::About>(&wire::Empty {}, Retry::Safe).await
-    }
-
     async fn head(&self) -> StoreResult<Seq> {
         let answer: wire::Head = self.call::<op::Head>(&wire::Empty {}, Retry::Safe).await?;
         Ok(answer.head)
+    }
+
+    async fn about(&self) -> StoreResult<StoreAbout> {
+        self.call::<op::About>(&wire::Empty {}, Retry::Safe).await
     }
 
     async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
@@ -351,7 +351,10 @@ impl ObjectStore for HttpStore {
         let answer: wire::Count = self.call::<op::CountBatches>(&wire::Empty {}, Retry::Safe).await?;
         Ok(answer.count)
     }
+}
 
+#[async_trait]
+impl RegistryStore for HttpStore {
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
         // A repeated pass report only moves the host's `last_seen` again, unless it carries
         // work: then a repeat would count its results twice.
@@ -374,7 +377,10 @@ impl ObjectStore for HttpStore {
         let request = wire::RetireComponent { name: name.clone(), by: by.clone(), reason: reason.to_string() };
         self.call::<op::RetireComponent>(&request, Retry::OnlyUnsent).await
     }
+}
 
+#[async_trait]
+impl SteeringStore for HttpStore {
     async fn steering(&self) -> StoreResult<Steering> {
         self.call::<op::Steering>(&wire::Empty {}, Retry::Safe).await
     }
@@ -388,7 +394,10 @@ impl ObjectStore for HttpStore {
     async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
         self.call::<op::SteeringLog>(&wire::Limit { limit }, Retry::Safe).await
     }
+}
 
+#[async_trait]
+impl OutboxStore for HttpStore {
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
         // Safe to repeat: keys already held are not added again, and the cursor moves only from
         // where it was read.
@@ -411,7 +420,10 @@ impl ObjectStore for HttpStore {
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
         self.call::<op::RecentNotices>(&wire::Limit { limit }, Retry::Safe).await
     }
+}
 
+#[async_trait]
+impl SeriesStore for HttpStore {
     async fn work_series(
         &self,
         step: SeriesStep,

@@ -18,8 +18,8 @@ use super::text::{self, unjsoned, untext};
 use super::{Failure, PgStore, Retry, classify};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
-    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreAbout, StoreError, StoreResult, check_log_limit,
+    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
+    OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult, check_log_limit,
 };
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{
@@ -617,7 +617,7 @@ fn optional_json(values: &[EventType]) -> Option<Value> {
 }
 
 #[async_trait]
-impl ObjectStore for PgStore {
+impl BatchStore for PgStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         batch.validate()?;
         let metadata = text::json(&batch.metadata);
@@ -700,39 +700,6 @@ impl ObjectStore for PgStore {
             })
             .await?;
         // As `get_batches` answers: an id asked twice is answered once.
-        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
-    }
-
-    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
-        if ids.len() > MAX_BATCH_PAGE {
-            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-        }
-        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
-        let asked = &asked;
-        let mut found: HashMap<String, BatchListing> = self
-            .run("get_listings", Retry::Safe, |client, _| {
-                Box::pin(async move {
-                    let sql = format!(
-                        "SELECT {SUMMARY_COLUMNS}, b.created_at,
-                            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
-                               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
-                         {SUMMARY_FROM} WHERE b.id = ANY($1)"
-                    );
-                    let statement = prepare(client, &sql).await?;
-                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
-                    rows.iter()
-                        .map(|row| {
-                            let listing = BatchListing {
-                                summary: summary_from_row(row)?,
-                                created_at: Timestamp(row.get(15)),
-                                open_runs: runs_from_json(row.get(16))?,
-                            };
-                            Ok((listing.summary.id.as_str().to_string(), listing))
-                        })
-                        .collect()
-                })
-            })
-            .await?;
         Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
     }
 
@@ -836,6 +803,39 @@ impl ObjectStore for PgStore {
             })
         })
         .await
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let asked = &asked;
+        let mut found: HashMap<String, BatchListing> = self
+            .run("get_listings", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {SUMMARY_COLUMNS}, b.created_at,
+                            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
+                         {SUMMARY_FROM} WHERE b.id = ANY($1)"
+                    );
+                    let statement = prepare(client, &sql).await?;
+                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| {
+                            let listing = BatchListing {
+                                summary: summary_from_row(row)?,
+                                created_at: Timestamp(row.get(15)),
+                                open_runs: runs_from_json(row.get(16))?,
+                            };
+                            Ok((listing.summary.id.as_str().to_string(), listing))
+                        })
+                        .collect()
+                })
+            })
+            .await?;
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
@@ -1295,7 +1295,10 @@ impl ObjectStore for PgStore {
         let count = self.read_number("count_batches", "SELECT COUNT(*) FROM batches").await?;
         Ok(count.max(0) as u64)
     }
+}
 
+#[async_trait]
+impl RegistryStore for PgStore {
     /// One call, one round trip: this runs at every cron start of every component. Repeating
     /// it only moves the host's `last_seen` again, so it is retried like a read.
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
@@ -1415,7 +1418,10 @@ impl ObjectStore for PgStore {
             _ => component_from_json(&answer).map_err(Failure::into_error),
         }
     }
+}
 
+#[async_trait]
+impl SteeringStore for PgStore {
     async fn steering(&self) -> StoreResult<Steering> {
         self.pg_steering().await
     }
@@ -1427,7 +1433,10 @@ impl ObjectStore for PgStore {
     async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
         self.pg_steering_log(limit).await
     }
+}
 
+#[async_trait]
+impl OutboxStore for PgStore {
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
         self.pg_enqueue_notices(notices, cursor).await
     }
@@ -1443,7 +1452,10 @@ impl ObjectStore for PgStore {
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
         self.pg_recent_notices(limit).await
     }
+}
 
+#[async_trait]
+impl SeriesStore for PgStore {
     async fn work_series(
         &self,
         step: SeriesStep,

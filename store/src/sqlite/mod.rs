@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
-    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, ObjectStore,
-    StoreAbout, StoreError, StoreResult,
+    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
+    OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 use crate::steering_rules;
 use autocomp_model::{
@@ -213,7 +213,7 @@ impl SqliteStore {
         } else {
             // Nothing is written without migrate: not even a new file for a mistyped path.
             if !path.exists() {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::NoStoreFile(format!(
                     "there is no store file at {}; the first component pass or `autocomp add` creates it",
                     path.display()
                 )));
@@ -248,7 +248,8 @@ impl SqliteStore {
         } else {
             let current = schema::schema_version(&conn).unwrap_or(0);
             if current != LATEST_VERSION {
-                return Err(StoreError::Unavailable(format!(
+                let mismatch = if current > LATEST_VERSION { StoreError::SchemaNewer } else { StoreError::SchemaOlder };
+                return Err(mismatch(format!(
                     "the store file {} has schema version {current}, this release needs {LATEST_VERSION}; \
                      opening it without migrate=false (any component's pass, or an `autocomp` command) migrates it",
                     path.display()
@@ -277,7 +278,8 @@ impl SqliteStore {
             rusqlite::vtab::array::load_module(&conn).map_err(describe)?;
             let version = schema::schema_version(&conn)?;
             if version != LATEST_VERSION {
-                return Err(StoreError::Unavailable(format!(
+                let mismatch = if version > LATEST_VERSION { StoreError::SchemaNewer } else { StoreError::SchemaOlder };
+                return Err(mismatch(format!(
                     "store file {}: schema version {version}, this release reads {LATEST_VERSION}",
                     opened_path.display()
                 )));
@@ -356,7 +358,7 @@ impl SqliteStore {
 }
 
 #[async_trait]
-impl ObjectStore for SqliteStore {
+impl BatchStore for SqliteStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         batch.validate()?;
         self.with_connection(move |conn| ops::create_batch(conn, &batch)).await
@@ -380,9 +382,14 @@ impl ObjectStore for SqliteStore {
         self.with_connection(move |conn| ops::list_batches(conn, after.as_ref(), limit)).await
     }
 
-    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
         let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_listings(conn, &ids)).await
+        self.with_connection(move |conn| ops::get_summaries(conn, &ids)).await
+    }
+
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        let after = after.cloned();
+        self.with_connection(move |conn| ops::list_summaries(conn, after.as_ref(), limit)).await
     }
 
     async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
@@ -409,6 +416,11 @@ impl ObjectStore for SqliteStore {
     async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
         let (batch, component) = (batch.clone(), component.clone());
         self.with_connection(move |conn| ops::run_state(conn, &batch, &component)).await
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| ops::get_listings(conn, &ids)).await
     }
 
     async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
@@ -564,6 +576,13 @@ impl ObjectStore for SqliteStore {
         self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event, cap)).await
     }
 
+    async fn count_batches(&self) -> StoreResult<u64> {
+        self.with_connection(ops::count_batches).await
+    }
+}
+
+#[async_trait]
+impl RegistryStore for SqliteStore {
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
         pass.validate()?;
         self.with_connection(move |conn| ops::record_pass(conn, &pass)).await
@@ -583,11 +602,10 @@ impl ObjectStore for SqliteStore {
         let (name, by) = (name.clone(), by.clone());
         self.with_connection(move |conn| ops::retire_component(conn, &name, &by, &reason)).await
     }
+}
 
-    async fn count_batches(&self) -> StoreResult<u64> {
-        self.with_connection(ops::count_batches).await
-    }
-
+#[async_trait]
+impl SteeringStore for SqliteStore {
     async fn steering(&self) -> StoreResult<Steering> {
         self.with_connection(steering::steering).await
     }
@@ -601,7 +619,10 @@ impl ObjectStore for SqliteStore {
         steering_rules::check_log_limit(limit)?;
         self.with_connection(move |conn| steering::steering_log(conn, limit)).await
     }
+}
 
+#[async_trait]
+impl OutboxStore for SqliteStore {
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
         steering_rules::check_notices(&notices)?;
         steering_rules::check_cursor(&cursor)?;
@@ -624,7 +645,10 @@ impl ObjectStore for SqliteStore {
         steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.with_connection(move |conn| steering::recent_notices(conn, limit)).await
     }
+}
 
+#[async_trait]
+impl SeriesStore for SqliteStore {
     async fn work_series(
         &self,
         step: SeriesStep,
@@ -638,16 +662,6 @@ impl ObjectStore for SqliteStore {
     async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
         crate::write_rules::check_backlog(&samples)?;
         self.with_connection(move |conn| history::record_backlog(conn, &samples)).await
-    }
-
-    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-        let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_summaries(conn, &ids)).await
-    }
-
-    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
-        let after = after.cloned();
-        self.with_connection(move |conn| ops::list_summaries(conn, after.as_ref(), limit)).await
     }
 }
 
