@@ -36,6 +36,7 @@ use autocomp_model::{
     NewBatch, NewEvent, Outcome, Run, RunState, Seq,
 };
 use autocomp_store::{CreateOutcome, ObjectStore, StoreError};
+use autocomp_store::prelude::*;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
@@ -56,6 +57,10 @@ const BULK_SAMPLE: usize = 10;
 /// Batches read per store call by a bulk preview.
 const BULK_READ_PAGE: usize = 500;
 
+mod form;
+
+pub use form::{ActionForm, checkbox};
+
 /// Where `restart` starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartFrom {
@@ -63,6 +68,11 @@ pub enum RestartFrom {
     FirstFailure,
     /// This event type's effective event.
     Type(String),
+}
+
+impl RestartFrom {
+    /// How a form names the first failure (`from=first-failure`); any other value is a type.
+    pub const FIRST_FAILURE: &'static str = "first-failure";
 }
 
 /// A component whose state the action changed.
@@ -159,8 +169,10 @@ fn wrote(event: &Event) -> String {
 }
 
 /// An operator's action on one batch: what the CLI's `rerun`, `restart`, `cancel`, `skip`
-/// and `prioritize` do, for callers that preview an action before performing it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// and `prioritize` do, for callers that preview an action before performing it. It
+/// (de)serializes as the fields of the monitor's action form ([`ActionForm`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "ActionForm", into = "ActionForm")]
 pub enum Action {
     /// A Reset marker for the component's event type: it runs again if its trigger holds.
     Rerun { component: String },

@@ -38,14 +38,15 @@ use autocomp_framework::exit::{self, RunError};
 use autocomp_framework::locks::{LockError, LockService, open_locks};
 
 pub use actions::{
-    Action, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
+    Action, ActionForm, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
+    checkbox,
 };
 pub use alerts::{
     Alert, AlertDefaults, AlertsView, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after, ready_state,
     ready_too_long, run_overdue,
 };
 pub use output::LogsQuery;
-pub use steering::{HumanStep, Scope, SteerAction, SteerPreview, SteerReport, hold_lines};
+pub use steering::{HumanStep, Scope, SteerAction, SteerForm, SteerPreview, SteerReport, hold_lines};
 pub use timeline::{Attempt, StartFrom, StepSpec, StepTimeline, TIMELINE_EVENTS, Timeline, duration_text};
 pub use views::{
     BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,

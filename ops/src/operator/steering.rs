@@ -18,6 +18,10 @@ use autocomp_model::{
 };
 use autocomp_store::{ObjectStore, StoreError};
 
+mod form;
+
+pub use form::SteerForm;
+
 /// How often `drain --wait` looks at the open runs.
 const DRAIN_POLL: Duration = Duration::from_millis(500);
 /// Most entries of the steering log `pipeline` shows.
@@ -40,8 +44,10 @@ impl fmt::Display for Scope {
     }
 }
 
-/// An operator's action on the pipeline as a whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An operator's action on the pipeline as a whole. It (de)serializes as the fields of the
+/// monitor's steering form ([`SteerForm`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "SteerForm", into = "SteerForm")]
 pub enum SteerAction {
     /// No new work is claimed; work already running goes on to its result.
     Pause { scope: Scope },
