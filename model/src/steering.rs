@@ -156,19 +156,26 @@ pub struct SteeringEntry {
     pub said: String,
 }
 
-/// Why a change was refused; nothing changed.
+/// Why a change was refused; nothing changed. A caller decides on the variant, not the words.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SteeringRefusal {
     Invalid(InvalidInput),
-    /// The state does not allow it (already paused, not paused, moved since the preview).
+    /// The state does not allow it (not paused).
     Conflict(String),
+    /// Held that way already (paused, draining, its circuit open).
+    AlreadyInState(String),
+    /// The steering moved since the version the change was previewed at.
+    ChangedSincePreview(String),
 }
 
 impl fmt::Display for SteeringRefusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SteeringRefusal::Invalid(e) => e.fmt(f),
-            SteeringRefusal::Conflict(message) => f.write_str(message),
+            SteeringRefusal::Conflict(message)
+            | SteeringRefusal::AlreadyInState(message)
+            | SteeringRefusal::ChangedSincePreview(message) => f.write_str(message),
         }
     }
 }
@@ -211,7 +218,7 @@ impl Steering {
     /// Applies `request` at `at`, moving the version, or refuses it leaving `self` as it was.
     pub fn apply(&mut self, request: &SteeringRequest, at: Timestamp) -> Result<Applied, SteeringRefusal> {
         if let Some(expected) = request.expect_version.filter(|v| *v != self.version) {
-            return Err(SteeringRefusal::Conflict(format!(
+            return Err(SteeringRefusal::ChangedSincePreview(format!(
                 "the pipeline's steering changed since the preview (version {expected}, now {}): preview again",
                 self.version
             )));
@@ -229,7 +236,7 @@ impl Steering {
                 };
                 match slot {
                     Some(held) if held.kind == kind || held.kind == HoldKind::Circuit => {
-                        return Err(SteeringRefusal::Conflict(format!(
+                        return Err(SteeringRefusal::AlreadyInState(format!(
                             "{what} is {} already, by {} since {}: {}",
                             held.kind.as_str(),
                             held.by,
@@ -399,7 +406,7 @@ mod tests {
         assert_eq!(s.hold_of(&name("archiver")).unwrap().kind, HoldKind::Pause);
         assert!(s.hold_of(&name("checker")).is_none());
         let again = s.apply(&ask(SteeringChange::Pause { component: Some(name("archiver")), drain: false }), at);
-        let Err(SteeringRefusal::Conflict(message)) = again else { panic!("{again:?}") };
+        let Err(SteeringRefusal::AlreadyInState(message)) = again else { panic!("{again:?}") };
         assert!(message.contains("paused already, by operator:ann"), "{message}");
         assert_eq!(s.version, 1);
         // A drain over a pause is a change of word, not a refusal.
@@ -428,7 +435,7 @@ mod tests {
         s.apply(&ask(SteeringChange::SetPool { pool: PoolName::new("tape").unwrap(), size: 2 }), at).unwrap();
         let mut stale = ask(SteeringChange::SetPool { pool: PoolName::new("tape").unwrap(), size: 3 });
         stale.expect_version = Some(0);
-        assert!(matches!(s.apply(&stale, at), Err(SteeringRefusal::Conflict(_))));
+        assert!(matches!(s.apply(&stale, at), Err(SteeringRefusal::ChangedSincePreview(_))));
         assert_eq!(s.pools[&PoolName::new("tape").unwrap()].size, 2);
         let too_big = ask(SteeringChange::SetPool { pool: PoolName::new("tape").unwrap(), size: MAX_POOL_SIZE + 1 });
         assert!(matches!(s.apply(&too_big, at), Err(SteeringRefusal::Invalid(e)) if e.field == "size"));

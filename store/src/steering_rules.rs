@@ -11,7 +11,11 @@ use autocomp_model::{InvalidInput, SteeringChange, SteeringRefusal, SteeringRequ
 pub(crate) fn refused(refusal: SteeringRefusal) -> StoreError {
     match refusal {
         SteeringRefusal::Invalid(e) => StoreError::Invalid(e),
+        SteeringRefusal::AlreadyInState(message) => StoreError::AlreadyInState(message),
+        SteeringRefusal::ChangedSincePreview(message) => StoreError::ChangedSincePreview(message),
         SteeringRefusal::Conflict(message) => StoreError::Conflict(message),
+        // A refusal this release does not know yet: a conflict, as every refusal was once.
+        other => StoreError::Conflict(other.to_string()),
     }
 }
 

@@ -167,7 +167,7 @@ async fn migrate(db: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error @ StoreError::Invalid(_)) => fail(2, format!("--db: {error}")),
-        Err(error) if error.to_string().contains("newer than this release") => fail(2, error.to_string()),
+        Err(error @ StoreError::SchemaNewer(_)) => fail(2, error.to_string()),
         Err(error) => fail(5, format!("cannot migrate {}: {error}", display_url(db))),
     }
 }

@@ -12,6 +12,7 @@ use crate::port::StoreError;
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         let message = error.to_string();
+        let reason = error.wire_reason().map(str::to_owned);
         match error {
             StoreError::Invalid(input) => ApiError::invalid(input),
             StoreError::NotFound(id) => {
@@ -20,6 +21,11 @@ impl From<StoreError> for ApiError {
                 e
             }
             StoreError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            StoreError::AlreadyInState(_) | StoreError::ChangedSincePreview(_) => {
+                let mut e = ApiError::new(StatusCode::CONFLICT, "conflict", message);
+                e.detail.reason = reason;
+                e
+            }
             StoreError::Fenced { batch, component, generation, reason } => {
                 let mut e = ApiError::new(StatusCode::CONFLICT, "fenced", message);
                 e.detail.batch = Some(batch.to_string());
@@ -29,6 +35,11 @@ impl From<StoreError> for ApiError {
                 e
             }
             StoreError::Unavailable(_) => ApiError::unavailable(message),
+            StoreError::SchemaNewer(_) | StoreError::SchemaOlder(_) | StoreError::NoStoreFile(_) => {
+                let mut e = ApiError::unavailable(message);
+                e.detail.reason = reason;
+                e
+            }
         }
     }
 }
@@ -50,7 +61,11 @@ impl From<CallError> for StoreError {
                         e.reason.unwrap_or(e.message),
                     )),
                     "not_found" if batch().is_some() => StoreError::NotFound(batch().expect("checked")),
-                    "conflict" => StoreError::Conflict(e.message.trim_start_matches("conflict: ").to_string()),
+                    "conflict" => StoreError::from_wire(
+                        false,
+                        e.reason.as_deref(),
+                        e.message.trim_start_matches("conflict: ").to_string(),
+                    ),
                     "fenced" => match (batch(), e.component.as_deref().and_then(|c| ComponentName::new(c).ok())) {
                         (Some(batch), Some(component)) => StoreError::Fenced {
                             batch,
@@ -60,7 +75,7 @@ impl From<CallError> for StoreError {
                         },
                         _ => StoreError::Conflict(e.message),
                     },
-                    "unavailable" => StoreError::Unavailable(e.message),
+                    "unavailable" => StoreError::from_wire(true, e.reason.as_deref(), e.message),
                     // A configuration error of this host, not an outage: exit 2, not 5.
                     "unauthorized" => StoreError::Invalid(InvalidInput::new(
                         "token",
@@ -87,7 +102,8 @@ impl From<CallError> for StoreError {
 pub fn store_error_is_permanent(url: &str, error: &StoreError) -> bool {
     match error {
         StoreError::Invalid(_) => true,
-        StoreError::Unavailable(message) => url.starts_with("sqlite://") || message.contains("newer than this release"),
+        StoreError::SchemaNewer(_) => true,
+        error if error.is_unavailable() => url.starts_with("sqlite://"),
         _ => false,
     }
 }
@@ -106,5 +122,75 @@ mod tests {
         let StoreError::Unavailable(message) = error else { panic!("{error:?}") };
         assert!(message.contains("older release than this host; upgrade the store service first"), "{message}");
         assert!(message.contains("\"steering\""), "{message}");
+    }
+
+    /// The answer's JSON as the service sends it, read back by the client.
+    fn over_the_wire(error: StoreError) -> (serde_json::Value, StoreError) {
+        let api = ApiError::from(error);
+        let status = api.status;
+        let json = serde_json::to_value(autocomp_http::error::ErrorBody { error: *api.detail }).unwrap();
+        let body = serde_json::from_value(json.clone()).unwrap();
+        (json, StoreError::from(CallError::Api { status, body }))
+    }
+
+    #[test]
+    fn a_conflicts_kind_crosses_the_wire_under_the_kind_every_release_knows() {
+        let words = "the pipeline's steering changed since the preview (version 3, now 4): preview again";
+        let (json, back) = over_the_wire(StoreError::ChangedSincePreview(words.into()));
+        let expected = serde_json::json!({"error": {
+            "kind": "conflict", "message": format!("conflict: {words}"), "reason": "changed_since_preview"
+        }});
+        assert_eq!(json, expected);
+        assert!(matches!(&back, StoreError::ChangedSincePreview(m) if m == words), "{back:?}");
+
+        let words = "the pipeline is paused already, by operator:ann since 2026-11-27T10:00:00Z: tape";
+        let (json, back) = over_the_wire(StoreError::AlreadyInState(words.into()));
+        assert_eq!(json["error"]["kind"], "conflict");
+        assert_eq!(json["error"]["reason"], "already_in_state");
+        assert_eq!(back.to_string(), format!("conflict: {words}"));
+        assert!(matches!(back, StoreError::AlreadyInState(_)));
+
+        let (json, back) = over_the_wire(StoreError::Conflict("checker is not paused".into()));
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {"kind": "conflict", "message": "conflict: checker is not paused"}})
+        );
+        assert!(matches!(back, StoreError::Conflict(m) if m == "checker is not paused"));
+    }
+
+    #[test]
+    fn an_outages_kind_crosses_the_wire_under_the_kind_every_release_knows() {
+        let kinds: [(fn(String) -> StoreError, &str); 3] = [
+            (StoreError::SchemaNewer, "schema_newer"),
+            (StoreError::SchemaOlder, "schema_older"),
+            (StoreError::NoStoreFile, "no_store_file"),
+        ];
+        for (kind, reason) in kinds {
+            let (json, back) = over_the_wire(kind("words".into()));
+            let expected = serde_json::json!({"error": {
+                "kind": "unavailable", "message": "store unavailable: words", "reason": reason
+            }});
+            assert_eq!(json, expected);
+            assert_eq!(back.to_string(), "store unavailable: store unavailable: words", "as an outage always read");
+            assert_eq!(back.wire_reason(), Some(reason), "{back:?}");
+        }
+        let (json, back) = over_the_wire(StoreError::Unavailable("disk I/O error".into()));
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {"kind": "unavailable", "message": "store unavailable: disk I/O error"}})
+        );
+        assert!(matches!(back, StoreError::Unavailable(_)));
+    }
+
+    #[test]
+    fn a_schema_newer_than_this_release_is_permanent_and_an_outage_only_for_a_file() {
+        let newer = StoreError::SchemaNewer("schema version 99".into());
+        assert!(store_error_is_permanent("postgres://u@h/db", &newer));
+        let older = StoreError::SchemaOlder("schema version 6".into());
+        assert!(!store_error_is_permanent("postgres://u@h/db", &older));
+        assert!(store_error_is_permanent("sqlite:///s.db", &older));
+        let down = StoreError::Unavailable("connection refused".into());
+        assert!(!store_error_is_permanent("postgres://u@h/db", &down));
+        assert!(store_error_is_permanent("sqlite:///s.db", &down));
     }
 }

@@ -147,7 +147,7 @@ impl PgStore {
             return Ok(());
         }
         if !self.inner.options.migrate {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::SchemaOlder(format!(
                 "the PostgreSQL store {} has schema version {current}, this release needs {LATEST_VERSION}; \
                  run `autocomp-store migrate --db URL` (or drop migrate=false from the URL)",
                 self.inner.options.target
