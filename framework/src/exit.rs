@@ -87,7 +87,7 @@ impl RunError {
             RunError::LocksLost(_) => LOCKS_LOST,
             RunError::ForeignLock(_) => FOREIGN_LOCK,
             RunError::Store(e) | RunError::Index(IndexError::Store(e)) => store_code(e),
-            RunError::Index(IndexError::Index { .. }) => UNREACHABLE,
+            RunError::Index(_) => UNREACHABLE,
         }
     }
 
@@ -100,7 +100,8 @@ impl RunError {
 fn store_code(error: &StoreError) -> u8 {
     match error {
         StoreError::Invalid(_) | StoreError::NotFound(_) => USAGE,
-        StoreError::Unavailable(_) => UNREACHABLE,
-        StoreError::Conflict(_) | StoreError::Fenced { .. } => FAILED,
+        error if error.is_unavailable() => UNREACHABLE,
+        // A conflict or a fenced write, and what a newer store adds: a refused write.
+        _ => FAILED,
     }
 }

@@ -42,7 +42,10 @@ pub const MAX_CORRECTIONS: usize = 10_000;
 /// read of meta.json (`IndexEngine::snapshot`).
 const SNAPSHOT_ATTEMPTS: usize = 20;
 
+/// Why the index could not answer; a caller decides on the variant (and the store error's
+/// kind), never on the words.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexError {
     #[error(transparent)]
     Store(#[from] StoreError),

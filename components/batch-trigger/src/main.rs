@@ -186,7 +186,7 @@ impl Scanner<'_, '_> {
                 self.context.ensure_lock_held().await?;
             }
             if let Err(e) = self.act(&folder, batch, &scan, action, started).await {
-                if matches!(e, StoreError::Unavailable(_)) {
+                if e.is_unavailable() {
                     return Err(e.into());
                 }
                 self.problem(format!("cannot register {}: {e}", folder.path.display()));

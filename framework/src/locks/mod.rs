@@ -123,7 +123,9 @@ pub enum SessionState {
 }
 
 /// Why a lock operation failed (a busy lock is not an error: `try_lock` answers `None`).
+/// A caller decides on the variant (and an `Invalid`'s field), never on the words.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
     /// A bad locks URL or name; retrying does not help.
     #[error(transparent)]
