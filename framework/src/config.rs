@@ -51,7 +51,7 @@ pub struct Backends {
 /// password.
 impl std::fmt::Debug for Backends {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = |url: &Option<String>| url.as_deref().map(autocomp_http::display_url);
+        let shown = |url: &Option<String>| url.as_deref().map(autocomp_toolkit::display_url);
         f.debug_struct("Backends")
             .field("store", &shown(&self.store))
             .field("index", &shown(&self.index))
@@ -389,7 +389,7 @@ pub fn parse_shared_file(text: &str, file: &Path) -> Result<Backends, ConfigErro
 /// secret option or key), since cron mails what a pass prints. toml's own rendering quotes
 /// the line whatever it holds.
 pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
-    let what = autocomp_http::redact::redact_urls_in(error.message().trim());
+    let what = autocomp_toolkit::redact::redact_urls_in(error.message().trim());
     let Some(span) = error.span() else { return ConfigError::new(file, format!("not valid TOML: {what}")) };
     let at = span.start.min(text.len());
     let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
@@ -403,7 +403,7 @@ pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigErr
         " (the line is not shown: it may hold a secret)".to_owned()
     } else {
         // toml's gutter, which `autocomp doctor` leaves out of its one-line checks.
-        format!("\n  | {}\n  | {}^", autocomp_http::for_terminal(line), " ".repeat(column - 1))
+        format!("\n  | {}\n  | {}^", autocomp_toolkit::for_terminal(line), " ".repeat(column - 1))
     };
     ConfigError::new(file, format!("not valid TOML at line {line_number}, column {column}: {what}{quoted}"))
 }
@@ -413,23 +413,23 @@ pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigErr
 fn holds_secret(line: &str) -> bool {
     let userinfo_password = line.match_indices("://").any(|(at, _)| {
         let rest = &line[at + 3..];
-        autocomp_http::redact::userinfo_end(rest).is_some_and(|end| rest[..end].contains(':'))
+        autocomp_toolkit::redact::userinfo_end(rest).is_some_and(|end| rest[..end].contains(':'))
     });
     let secret_key = line.match_indices('=').any(|(at, _)| {
         let before = line[..at].trim_end().trim_end_matches(['"', '\'']);
         let key_start = before
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '%')))
             .map_or(0, |i| i + 1);
-        autocomp_http::redact::is_secret_key(&before[key_start..])
+        autocomp_toolkit::redact::is_secret_key(&before[key_start..])
     });
-    userinfo_password || secret_key || autocomp_http::redact::redact_urls_in(line) != line
+    userinfo_password || secret_key || autocomp_toolkit::redact::redact_urls_in(line) != line
 }
 
 /// A config file's text, or `None` when it does not exist. One others can change is refused
-/// (see `autocomp_http::file_modes::untrusted_config`): it names where the token goes.
+/// (see `autocomp_toolkit::file_modes::untrusted_config`): it names where the token goes.
 /// `autocomp`, the components and `autocomp doctor` read every config file this way.
 pub fn read_config_file(file: &Path) -> Result<Option<String>, ConfigError> {
-    if let Some(reason) = autocomp_http::file_modes::untrusted_config(file) {
+    if let Some(reason) = autocomp_toolkit::file_modes::untrusted_config(file) {
         return Err(ConfigError::new(file, reason));
     }
     match std::fs::read_to_string(file) {

@@ -70,7 +70,7 @@ impl Drop for Installed {
 
 /// The layer the framework's logging installs: appends each event to the capture of the
 /// thread it is emitted on, if there is one (the logging setup filters it to INFO and above).
-pub fn layer() -> autocomp_http::logging::ExtraLayer {
+pub fn layer() -> autocomp_toolkit::logging::ExtraLayer {
     Box::new(CaptureLayer)
 }
 

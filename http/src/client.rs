@@ -15,8 +15,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::api::Operation;
-use super::error::{ErrorBody, error_chain};
-use super::tls::ClientTls;
+use super::error::ErrorBody;
+use autocomp_toolkit::error_chain::error_chain;
+use autocomp_toolkit::tls::ClientTls;
 use autocomp_model::InvalidInput;
 
 /// Whether an operation may be sent again when its first attempt may have been applied.
@@ -73,8 +74,8 @@ impl ClientOptions {
                 let expected = "expected http://host:port, or several separated by commas";
                 return Err(InvalidInput::new(
                     field,
-                    crate::display_url(url),
-                    format!("{:?}: {expected}", crate::display_url(base)),
+                    autocomp_toolkit::display_url(url),
+                    format!("{:?}: {expected}", autocomp_toolkit::display_url(base)),
                 ));
             }
             if !bases.iter().any(|known| known == base) {
@@ -86,13 +87,13 @@ impl ClientOptions {
             match pair.split_once('=') {
                 Some(("retry_for", value)) => {
                     options.retry_for = humantime::parse_duration(value).map_err(|e| {
-                        InvalidInput::new(field, crate::display_url(url), format!("retry_for={value}: {e}"))
+                        InvalidInput::new(field, autocomp_toolkit::display_url(url), format!("retry_for={value}: {e}"))
                     })?;
                 }
                 _ => {
                     return Err(InvalidInput::new(
                         field,
-                        crate::display_url(url),
+                        autocomp_toolkit::display_url(url),
                         // The name only: an unknown parameter's value may be a secret.
                         format!("unknown parameter {:?}; known: retry_for", pair.split('=').next().unwrap_or(pair)),
                     ));
@@ -114,7 +115,7 @@ pub fn client_token() -> Result<Option<String>, InvalidInput> {
         // the first.
         Some(path) => std::fs::read_to_string(&path)
             .inspect(|_| {
-                crate::file_modes::warn_if_exposed(std::path::Path::new(&path), "the token file $AUTOCOMP_TOKEN_FILE")
+                autocomp_toolkit::file_modes::warn_if_exposed(std::path::Path::new(&path), "the token file $AUTOCOMP_TOKEN_FILE")
             })
             .map_err(|e| e.to_string())
             .and_then(|text| crate::service::Tokens::parse(&text, "$AUTOCOMP_TOKEN_FILE"))
@@ -144,7 +145,7 @@ fn warn_if_token_in_the_clear(bases: &[String]) {
             tracing::warn!(
                 "the token goes in the clear to {} (plain http:// to another host): anyone on the network can read \
                  it; use https://",
-                crate::display_url(base)
+                autocomp_toolkit::display_url(base)
             );
         });
     }
@@ -183,7 +184,7 @@ impl HttpClient {
         if options.bases.iter().any(|base| base.starts_with("https://")) {
             builder = builder.use_preconfigured_tls(tls.config()?);
         }
-        let shown: Vec<String> = options.bases.iter().map(|base| crate::display_url(base)).collect();
+        let shown: Vec<String> = options.bases.iter().map(|base| autocomp_toolkit::display_url(base)).collect();
         if token.is_some() {
             warn_if_token_in_the_clear(&options.bases);
         }
@@ -211,7 +212,7 @@ impl HttpClient {
         use tracing::Instrument;
         // Retries and failover included: the span is the caller's wait. Disabled (free)
         // when telemetry is off or the caller is in no trace.
-        let span = crate::telemetry::client_span(self.what, O::NAME);
+        let span = autocomp_toolkit::telemetry::client_span(self.what, O::NAME);
         self.post(O::NAME, request, retry, timeout).instrument(span).await
     }
 
@@ -250,14 +251,14 @@ impl HttpClient {
                     });
                     let reason = format!("the server's certificate is not trusted: {reason} (trusting {trusted})");
                     // Another instance may have a good one: failover, but never a wait.
-                    (CallError::Untrusted(InvalidInput::new(self.what, crate::display_url(base), reason)), true)
+                    (CallError::Untrusted(InvalidInput::new(self.what, autocomp_toolkit::display_url(base), reason)), true)
                 }
                 Err(error) => {
                     let unsent = error.is_connect();
                     let mut message = format!(
                         "{} at {} unreachable ({operation}): {}",
                         self.what,
-                        crate::display_url(base),
+                        autocomp_toolkit::display_url(base),
                         shown_error(&error)
                     );
                     if !unsent && retry == Retry::OnlyUnsent {
@@ -272,7 +273,7 @@ impl HttpClient {
             if may_repeat && tried < self.bases.len() {
                 let next = (index + 1) % self.bases.len();
                 self.current.store(next, Ordering::Relaxed);
-                let (shown, next) = (crate::display_url(base), crate::display_url(&self.bases[next]));
+                let (shown, next) = (autocomp_toolkit::display_url(base), autocomp_toolkit::display_url(&self.bases[next]));
                 tracing::warn!(operation, "{} at {shown} not answering; trying {next}", self.what);
                 continue;
             }
@@ -314,9 +315,9 @@ impl HttpClient {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
-        if crate::telemetry::enabled() {
+        if autocomp_toolkit::telemetry::enabled() {
             let mut headers = reqwest::header::HeaderMap::new();
-            crate::telemetry::inject(&mut headers);
+            autocomp_toolkit::telemetry::inject(&mut headers);
             request = request.headers(headers);
         }
         request.send().await
@@ -333,7 +334,7 @@ impl HttpClient {
             CallError::Unreachable(format!(
                 "{} at {}: reading the answer to {operation}: {}",
                 self.what,
-                crate::display_url(base),
+                autocomp_toolkit::display_url(base),
                 shown_error(&e)
             ))
         })?;
@@ -352,7 +353,7 @@ impl HttpClient {
                     body.error.message = format!(
                         "the {} at {} refused {operation}: {}",
                         self.what,
-                        crate::display_url(base),
+                        autocomp_toolkit::display_url(base),
                         body.error.message
                     );
                 }
@@ -388,7 +389,7 @@ fn untrusted_certificate(error: &(dyn std::error::Error + 'static)) -> Option<St
 /// A client error on one line, its sources included, with every URL in it (reqwest names the
 /// request's, which may carry a user and password) shown as `display_url` shows it.
 fn shown_error(error: &dyn std::error::Error) -> String {
-    crate::redact::redact_urls_in(&error_chain(error))
+    autocomp_toolkit::redact::redact_urls_in(&error_chain(error))
 }
 
 #[cfg(test)]

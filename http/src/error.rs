@@ -130,19 +130,6 @@ pub fn parse_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
     Ok(parsed)
 }
 
-/// An error with its sources, on one line: reqwest's errors keep the useful part
-/// ("Connection refused") in their sources.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

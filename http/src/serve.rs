@@ -26,7 +26,7 @@ use tower::ServiceExt as _;
 
 use crate::quiet::Quiet;
 use crate::slots::{ConnectionHandle, Slot, Slots};
-use crate::tls::{ServerTls, ServerTlsFiles};
+use autocomp_toolkit::tls::{ServerTls, ServerTlsFiles};
 
 pub use crate::slots::mark_authenticated;
 
@@ -234,8 +234,8 @@ pub async fn serve_until(
     let _ = all_closed.recv().await;
     // A service's way out: the spans of the requests it answered go to the collector now,
     // bounded by the export timeout (off, this does nothing).
-    if crate::telemetry::enabled() {
-        let _ = tokio::task::spawn_blocking(crate::telemetry::shutdown).await;
+    if autocomp_toolkit::telemetry::enabled() {
+        let _ = tokio::task::spawn_blocking(autocomp_toolkit::telemetry::shutdown).await;
     }
     Ok(())
 }

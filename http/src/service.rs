@@ -81,7 +81,7 @@ impl Tokens {
 #[derive(Clone)]
 enum TokenSource {
     Fixed(Arc<Tokens>),
-    File(Arc<crate::reload::Reloaded<Tokens>>),
+    File(Arc<autocomp_toolkit::reload::Reloaded<Tokens>>),
 }
 
 impl TokenSource {
@@ -106,11 +106,11 @@ impl ServiceToken {
                 let shown = format!("--token-file {}", path.display());
                 let file = path.to_path_buf();
                 let read = move || {
-                    crate::file_modes::warn_if_exposed(&file, "the token file --token-file");
+                    autocomp_toolkit::file_modes::warn_if_exposed(&file, "the token file --token-file");
                     let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
                     Tokens::parse(&text, &shown)
                 };
-                let reloaded = crate::reload::Reloaded::new("the token file", vec![path.to_path_buf()], read)?;
+                let reloaded = autocomp_toolkit::reload::Reloaded::new("the token file", vec![path.to_path_buf()], read)?;
                 Ok(Self(TokenSource::File(reloaded)))
             }
             None => {
@@ -337,7 +337,7 @@ async fn operation<S: Rpc>(
     let label = known.map_or("unknown", |described| described.name);
     // A child of the caller's span when it sent a `traceparent` and telemetry is on; else
     // disabled, and instrumenting with it costs nothing.
-    let span = crate::telemetry::server_span(label, request.headers());
+    let span = autocomp_toolkit::telemetry::server_span(label, request.headers());
     if service.access().token_presented(request.headers()) {
         // Its connection keeps its slot when a crowd of slow clients comes.
         crate::serve::mark_authenticated(request.extensions());
@@ -463,11 +463,11 @@ pub async fn no_such_path(uri: axum::http::Uri) -> ApiError {
 
 /// Logging for the service binaries: stderr, `RUST_LOG` or `-v` to raise the level (`-v`
 /// logs a line per request).
-pub fn init_logging(verbose: u8, format: crate::logging::LogFormat) {
+pub fn init_logging(verbose: u8, format: autocomp_toolkit::logging::LogFormat) {
     let level = match verbose {
         0 => "info",
         1 => "debug",
         _ => "trace",
     };
-    crate::logging::init(level, format);
+    autocomp_toolkit::logging::init(level, format);
 }

@@ -243,7 +243,7 @@ fn a_service_process_for_the_log_test() {
     if std::env::var_os(LOG_CHILD).is_none() {
         return;
     }
-    autocomp_http::logging::init("info", autocomp_http::logging::LogFormat::Text);
+    autocomp_toolkit::logging::init("info", autocomp_toolkit::logging::LogFormat::Text);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
         let served = serve(PATIENT, None).await;

@@ -12,7 +12,7 @@ use autocomp_test_servers::wait_for_async;
 
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry};
 use autocomp_http::serve::{Limits, ListenArgs};
-use autocomp_http::tls::{ClientTls, ServerTls, ServerTlsFiles};
+use autocomp_toolkit::tls::{ClientTls, ServerTls, ServerTlsFiles};
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };

@@ -12,7 +12,7 @@ use crate::port::{ObjectStore, StoreResult};
 /// or the store service at `http://host:port[?retry_for=30s]`.
 pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
     // Errors name the URL as `display_url` shows it: a mistyped scheme may still carry a password.
-    let shown = autocomp_http::display_url(url);
+    let shown = autocomp_toolkit::display_url(url);
     if let Some(rest) = url.strip_prefix("sqlite://") {
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {

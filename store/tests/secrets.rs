@@ -7,7 +7,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_http::display_url;
+use autocomp_toolkit::display_url;
 use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::http1::get;

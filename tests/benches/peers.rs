@@ -928,7 +928,7 @@ impl Autocomp {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let store = runtime
             .block_on(open_store(store))
-            .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_http::display_url(store)));
+            .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_toolkit::display_url(store)));
         let program = if exec { binary("autocomp-exec") } else { PathBuf::from(env!("CARGO_BIN_EXE_probe-component")) };
         Autocomp {
             workers: Vec::new(),

@@ -401,7 +401,7 @@ fn open(runtime: &tokio::runtime::Runtime, url: &str) -> (Arc<dyn ObjectStore>, 
     }
     let store = runtime
         .block_on(open_store(url))
-        .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_http::display_url(url)));
+        .unwrap_or_else(|e| panic!("the store {} opens: {e}", autocomp_toolkit::display_url(url)));
     (store, None)
 }
 

@@ -748,7 +748,7 @@ fn show_prints_hostile_text_as_visible_escapes_in_text_and_json() {
     // what follows: each must show as an escape, none may reach the terminal as itself.
     let reason = "by hand\u{1b}[31m\u{1b}]0;owned\u{7}\rgone \u{202e}exe.txt\u{9b}2J";
     act(&pipeline, &["skip", "B0001", "--component", "probe", "--reason", reason]);
-    let concealing = |text: &str| text.chars().filter(|c| autocomp_http::terminal::is_concealing(*c)).count();
+    let concealing = |text: &str| text.chars().filter(|c| autocomp_toolkit::terminal::is_concealing(*c)).count();
 
     let text = autocomp(&pipeline, &["show", "B0001"]);
     assert_eq!(text.code, Some(0), "{}", text.show());

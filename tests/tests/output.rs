@@ -59,7 +59,7 @@ fn exec_pipeline(store_url: Option<&str>) -> Pipeline {
 /// visible), the head and the tail of stdout with the cut between them, nothing that acts
 /// on a terminal.
 fn assert_noisy_output_shown(shown: &str) {
-    assert!(!shown.chars().any(autocomp_http::terminal::is_concealing), "{shown}");
+    assert!(!shown.chars().any(autocomp_toolkit::terminal::is_concealing), "{shown}");
     assert!(shown.contains("== ocr attempt 1 (seq "), "{shown}");
     assert!(shown.contains("--- stderr ---\nnul\\u0000byte \\u001b[31mred\nfatal: page 7 is unreadable\n"), "{shown}");
     assert!(shown.contains("--- stdout, ") && shown.contains("first stdout line\n"), "{shown}");

@@ -416,7 +416,7 @@ fn a_command_output_with_nul_and_terminal_escapes_is_recorded_and_shown_safely()
     let run = finish(pipeline.command(&args).spawn().unwrap(), PASS_LIMIT);
     assert_eq!(run.code, Some(1), "the batch failed, the pass did not: {}", run.show());
     assert!(
-        !run.stdout.chars().chain(run.stderr.chars()).any(autocomp_http::terminal::is_concealing),
+        !run.stdout.chars().chain(run.stderr.chars()).any(autocomp_toolkit::terminal::is_concealing),
         "{}",
         run.show()
     );
@@ -430,6 +430,6 @@ fn a_command_output_with_nul_and_terminal_escapes_is_recorded_and_shown_safely()
 
     let shown = autocomp(&pipeline, &["show", id.as_str()]);
     assert_eq!(shown.code, Some(0), "{}", shown.show());
-    assert!(!shown.stdout.chars().any(autocomp_http::terminal::is_concealing), "{}", shown.stdout);
+    assert!(!shown.stdout.chars().any(autocomp_toolkit::terminal::is_concealing), "{}", shown.stdout);
     assert!(shown.stdout.contains(r"bad\u0000byte\u001b]0;owned\u0007\u001b[31mred\u202etxt"), "{}", shown.stdout);
 }

@@ -225,7 +225,7 @@ pub async fn inspect_locks(url: &str) -> Result<LockInspection, LockError> {
 
 fn unknown_scheme(url: &str) -> LockError {
     let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
-    InvalidInput::new("locks url", autocomp_http::display_url(url), reason).into()
+    InvalidInput::new("locks url", autocomp_toolkit::display_url(url), reason).into()
 }
 
 /// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
@@ -237,7 +237,7 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
         if path.is_empty() {
             return Err(InvalidInput::new(
                 "locks url",
-                autocomp_http::display_url(url),
+                autocomp_toolkit::display_url(url),
                 "names no directory; write local:/path/to/locks",
             )
             .into());

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use autocomp_http::redact::display_url;
+use autocomp_toolkit::redact::display_url;
 use autocomp_model::InvalidInput;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -210,7 +210,7 @@ impl Identities {
                 let source = format!("auth_file={}", path.display());
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| invalid_auth(&source, &format!("cannot be read: {e}")))?;
-                autocomp_http::file_modes::warn_if_exposed(path, "the ZooKeeper auth file");
+                autocomp_toolkit::file_modes::warn_if_exposed(path, "the ZooKeeper auth file");
                 (source, text)
             }
             None => match std::env::var(AUTH_ENV) {

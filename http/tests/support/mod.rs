@@ -12,7 +12,7 @@ use autocomp_http::api::{Answered, ApiDoc};
 use autocomp_http::error::ApiError;
 use autocomp_http::serve::{Limits, serve_until};
 use autocomp_http::service::{Access, Metrics, Rpc, router};
-use autocomp_http::tls::ServerTls;
+use autocomp_toolkit::tls::ServerTls;
 use axum::response::{IntoResponse, Response};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_framework::exit::USAGE;
 use autocomp_http::launch::{Launch, exit_code, fail};
-use autocomp_http::logging::LogFormat;
+use autocomp_toolkit::logging::LogFormat;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::accounts::{Accounts, Role, account_name, hash_password};
 use autocomp_monitor::web::limits::SignInLimit;
@@ -155,7 +155,7 @@ fn init_logging(verbose: u8, format: LogFormat) {
         2 => "debug",
         _ => "trace",
     };
-    autocomp_http::logging::init(level, format);
+    autocomp_toolkit::logging::init(level, format);
 }
 
 #[tokio::main]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params};
-use autocomp_http::reload::Reloaded;
+use autocomp_toolkit::reload::Reloaded;
 use autocomp_model::InvalidInput;
 use unicode_normalization::UnicodeNormalization;
 
@@ -281,13 +281,13 @@ fn read(path: &Path) -> Result<Users, String> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("users file {shown}: {e}"))?;
     // The rule every secret file is read by (once per process, however often it reloads).
-    autocomp_http::file_modes::warn_if_exposed(path, "the users file");
+    autocomp_toolkit::file_modes::warn_if_exposed(path, "the users file");
     Users::parse(&format!("users file {shown}"), &text)
 }
 
 /// Characters that are invisible or change the order of the text around them: one list,
 /// which the terminal marks too, so a page and `autocomp show` show the same text.
-pub use autocomp_http::terminal::invisible;
+pub use autocomp_toolkit::terminal::invisible;
 
 #[cfg(test)]
 mod tests {

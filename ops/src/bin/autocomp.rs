@@ -576,13 +576,13 @@ fn main() -> ExitCode {
             // Best effort: a closed stdout (`| head`) just ends the output; the exit code
             // stays what the command's result says.
             let mut stdout = std::io::stdout().lock();
-            if let Err(e) = write!(stdout, "{}", autocomp_http::for_terminal(&output)).and_then(|()| stdout.flush()) {
+            if let Err(e) = write!(stdout, "{}", autocomp_toolkit::for_terminal(&output)).and_then(|()| stdout.flush()) {
                 tracing::debug!("cannot print the output: {e}");
             }
             u8::from(alerting && !output.is_empty())
         }
         Err(e) => {
-            eprintln!("autocomp: {}", autocomp_http::for_terminal(&e.to_string()));
+            eprintln!("autocomp: {}", autocomp_toolkit::for_terminal(&e.to_string()));
             e.code()
         }
     };
@@ -658,7 +658,7 @@ async fn doctor(args: DoctorArgs, config_dir: &std::path::Path, overrides: Backe
         named.into_iter().flat_map(|(kind, paths)| paths.into_iter().map(move |p| (kind, p))).collect();
     let report = autocomp_ops::doctor::run(&options).await;
     let mut stdout = std::io::stdout().lock();
-    let _ = write!(stdout, "{}", autocomp_http::for_terminal(&report.render(format))).and_then(|()| stdout.flush());
+    let _ = write!(stdout, "{}", autocomp_toolkit::for_terminal(&report.render(format))).and_then(|()| stdout.flush());
     ExitCode::from(u8::from(!report.passed()))
 }
 

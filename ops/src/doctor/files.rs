@@ -69,7 +69,7 @@ pub fn check_file(kind: FileKind, path: &Path, expires_within: Duration) -> Chec
     };
     // The rule the pipeline warns by when it reads the file (one check for both).
     if kind != FileKind::Certificate
-        && let Some(reason) = autocomp_http::file_modes::exposed_secret(path)
+        && let Some(reason) = autocomp_toolkit::file_modes::exposed_secret(path)
     {
         return Check::fail(check, reason.problem(), reason.fix());
     }

@@ -245,7 +245,7 @@ const UNTRUSTED_CONFIG_FIX: &str = "let only root or the pipeline's user own and
 /// The backends `autocomp.toml` names, and whether it parses (absent counts as parsing).
 fn shared_config(shared_file: &Path, checks: &mut Vec<Check>) -> (Backends, bool) {
     let check = format!("config {SHARED_FILE}");
-    if let Some(reason) = autocomp_http::file_modes::untrusted_config(shared_file) {
+    if let Some(reason) = autocomp_toolkit::file_modes::untrusted_config(shared_file) {
         checks.push(Check::fail(check, format!("{}: {reason}", shared_file.display()), UNTRUSTED_CONFIG_FIX));
         return (Backends::default(), false);
     }
@@ -287,7 +287,7 @@ fn component_files(dir: &Path, checks: &mut Vec<Check>) {
             continue;
         }
         let check = format!("config {name}.toml");
-        if let Some(reason) = autocomp_http::file_modes::untrusted_config(file) {
+        if let Some(reason) = autocomp_toolkit::file_modes::untrusted_config(file) {
             checks.push(Check::fail(check, format!("{}: {reason}", file.display()), UNTRUSTED_CONFIG_FIX));
             continue;
         }
@@ -328,7 +328,7 @@ async fn store_checks(
     checks: &mut Vec<Check>,
 ) -> Option<Arc<dyn ObjectStore>> {
     let url = backends.store.as_deref()?;
-    let shown = autocomp_http::display_url(url);
+    let shown = autocomp_toolkit::display_url(url);
     let failed = |checks: &mut Vec<Check>, message: String| {
         // The option the doctor added is not the user's: leave it out of what it says.
         let message = message.replace("?migrate=false", "").replace("&migrate=false", "");
@@ -444,7 +444,7 @@ async fn index_check(
         checks.push(Check::skipped("index", "needs the store"));
         return;
     };
-    let shown = autocomp_http::display_url(url);
+    let shown = autocomp_toolkit::display_url(url);
     let answered = async {
         let index = autocomp_sboi::open_index(url, Arc::clone(store))?;
         let cursor = index.catch_up().await?.cursor();
@@ -482,7 +482,7 @@ async fn index_check(
 
 async fn locks_check(options: &DoctorOptions, backends: &Backends, checks: &mut Vec<Check>) {
     let Some(url) = backends.locks.as_deref() else { return };
-    let shown = autocomp_http::display_url(url);
+    let shown = autocomp_toolkit::display_url(url);
     let within = humantime::format_duration(options.timeout);
     let inspected = match tokio::time::timeout(options.timeout, autocomp_framework::locks::inspect_locks(url)).await {
         Ok(inspected) => inspected.map_err(|e| e.to_string()),

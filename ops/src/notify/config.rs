@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use autocomp_framework::config::ConfigError;
-use autocomp_http::display_url;
+use autocomp_toolkit::display_url;
 use autocomp_store::pipeline_state::MAX_NOTICE_RETRY;
 use lettre::message::Mailbox;
 use toml::{Table, Value};

@@ -68,7 +68,7 @@ impl NotifyReport {
             ));
         }
         for error in &self.errors {
-            out.push_str(&format!("notify: not delivered: {}\n", autocomp_http::for_terminal(error)));
+            out.push_str(&format!("notify: not delivered: {}\n", autocomp_toolkit::for_terminal(error)));
         }
         out
     }

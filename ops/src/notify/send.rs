@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use autocomp_http::display_url;
-use autocomp_http::tls::ClientTls;
+use autocomp_toolkit::display_url;
+use autocomp_toolkit::tls::ClientTls;
 use autocomp_store::pipeline_state::MAX_NOTICE_LEASE;
 use autocomp_store::{Notice, NoticeOutcome, ObjectStore, StoreError};
 use hmac::{Hmac, KeyInit as _, Mac as _};
@@ -142,7 +142,7 @@ fn unconfigured(channel: &str, config: &NotifyConfig) -> String {
 /// A secret from its file: the content with surrounding whitespace removed. Errors name the
 /// file, never what it holds.
 fn read_secret(path: &Path, key: &str) -> Result<String, String> {
-    autocomp_http::file_modes::warn_if_exposed(path, key);
+    autocomp_toolkit::file_modes::warn_if_exposed(path, key);
     let text = std::fs::read_to_string(path).map_err(|e| format!("{key} {}: cannot read: {e}", path.display()))?;
     let secret = text.trim();
     if secret.is_empty() {
@@ -250,7 +250,7 @@ impl Webhook {
 
 /// An error with its sources, on one line, bounded.
 fn chain(error: &dyn std::error::Error) -> String {
-    text::one_line(&autocomp_http::error::error_chain(error), 400)
+    text::one_line(&autocomp_toolkit::error_chain::error_chain(error), 400)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! (`for_terminal`), and cut to a bound. A subject made of it cannot add a mail header, and a
 //! mail's text cannot hide or reorder what it says.
 
-use autocomp_http::for_terminal;
+use autocomp_toolkit::for_terminal;
 
 /// Longest subject a notice gets (the outbox takes 500).
 pub const MAX_SUBJECT_CHARS: usize = 200;

@@ -158,7 +158,7 @@ impl Alert {
                     hold.kind.as_str(),
                     ago(hold.since),
                     hold.by,
-                    autocomp_http::terminal::one_line(&hold.reason)
+                    autocomp_toolkit::terminal::one_line(&hold.reason)
                 )
             }
             Alert::IndexLag { behind, index_seq, store_head } => format!(

@@ -7,7 +7,7 @@
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| autocomp_http::terminal::one_line(cell).into_owned()).collect())
+        .map(|row| row.iter().map(|cell| autocomp_toolkit::terminal::one_line(cell).into_owned()).collect())
         .collect();
     let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

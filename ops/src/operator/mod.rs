@@ -268,7 +268,7 @@ impl Operator {
                 self.index(store)?;
                 Err(OperatorError::usage(format!(
                     "this command needs the embedded index (local:/path); the index is {}",
-                    autocomp_http::display_url(&url)
+                    autocomp_toolkit::display_url(&url)
                 )))
             }
         }

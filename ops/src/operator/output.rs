@@ -50,7 +50,7 @@ impl Operator {
         let head = self.head(store.as_ref(), id).await?;
         let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the output: {e}"));
         // Everything printed comes from the batch's runs: neutralized before the terminal.
-        let mut write = |text: &str| out.write_all(autocomp_http::for_terminal(text).as_bytes()).map_err(written);
+        let mut write = |text: &str| out.write_all(autocomp_toolkit::for_terminal(text).as_bytes()).map_err(written);
         // Attempts seen per component so far, in seq order.
         let mut attempts: Vec<(ComponentName, u32)> = Vec::new();
         let mut shown = 0usize;
@@ -172,7 +172,7 @@ fn attempt_text(attempt: &Attempt<'_>) -> String {
         } else {
             String::new()
         };
-        text.push_str(&format!("--- {}{cut} ---\n", autocomp_http::terminal::one_line(&stream.name)));
+        text.push_str(&format!("--- {}{cut} ---\n", autocomp_toolkit::terminal::one_line(&stream.name)));
         let body = stream.text();
         text.push_str(&body);
         if !body.ends_with('\n') {

@@ -519,7 +519,7 @@ fn refusal(refusal: autocomp_model::SteeringRefusal) -> OperatorError {
 /// 2026-11-27T10:00:00Z: tape maintenance`.
 pub fn hold_lines(steering: &Steering) -> Vec<String> {
     let line = |what: &str, hold: &autocomp_model::Hold| {
-        let reason = autocomp_http::terminal::one_line(&hold.reason);
+        let reason = autocomp_toolkit::terminal::one_line(&hold.reason);
         format!("{what}: {} by {} since {}: {reason}", hold.kind.as_str(), hold.by, hold.since)
     };
     let name =

@@ -347,7 +347,7 @@ impl BatchView {
         let s = &h.summary;
         let mut out = String::new();
         writeln!(out, "batch {}  type {}  priority {}", s.id, s.batch_type, s.priority).ok();
-        writeln!(out, "location {}", autocomp_http::terminal::one_line(h.location().unwrap_or("(none)"))).ok();
+        writeln!(out, "location {}", autocomp_toolkit::terminal::one_line(h.location().unwrap_or("(none)"))).ok();
         writeln!(
             out,
             "registered seq {} at {}; last content change seq {} at {}",
@@ -679,7 +679,7 @@ impl PipelineView {
         if !self.steering.pools.is_empty() {
             out.push_str("\npools:\n");
             for (name, pool) in &self.steering.pools {
-                let reason = autocomp_http::terminal::one_line(&pool.reason);
+                let reason = autocomp_toolkit::terminal::one_line(&pool.reason);
                 writeln!(out, "  {name}: size {} (set by {} at {}: {reason})", pool.size, pool.by, pool.since).ok();
             }
         }
@@ -687,7 +687,7 @@ impl PipelineView {
             out.push_str("\ncircuit breakers:\n");
             for (name, breaker) in &self.steering.breakers {
                 let last =
-                    breaker.last.as_deref().map(|last| format!(", last: {}", autocomp_http::terminal::one_line(last)));
+                    breaker.last.as_deref().map(|last| format!(", last: {}", autocomp_toolkit::terminal::one_line(last)));
                 let last = last.unwrap_or_default();
                 writeln!(out, "  {name}: {} consecutive failures{last}", breaker.consecutive).ok();
             }
@@ -695,7 +695,7 @@ impl PipelineView {
         if !self.log.is_empty() {
             out.push_str("\nsteering log (newest first):\n");
             for entry in &self.log {
-                let (said, reason) = (&entry.said, autocomp_http::terminal::one_line(&entry.reason));
+                let (said, reason) = (&entry.said, autocomp_toolkit::terminal::one_line(&entry.reason));
                 writeln!(out, "  {} v{} {}: {said} ({reason})", entry.at, entry.version, entry.by).ok();
             }
         }
@@ -835,7 +835,7 @@ impl Explanation {
                 let result = self.result.as_ref().expect("own_result_blocks checked it");
                 match result.failure_reason().filter(|_| result.outcome == Outcome::Failure) {
                     Some(reason) => {
-                        let reason = autocomp_http::terminal::one_line(&reason);
+                        let reason = autocomp_toolkit::terminal::one_line(&reason);
                         format!("failed at seq {}: {reason} (a rerun tries again)", result.seq)
                     }
                     None if result.outcome == Outcome::Failure => {
@@ -1026,7 +1026,7 @@ fn held_up_by(pipeline: &[Step], step: &Step, batch: &BatchHead) -> Vec<String> 
             (ComponentState::Failed | ComponentState::Retrying, Some(event)) => {
                 let said = report_summary(event).into_iter().next();
                 let said =
-                    said.map(|line| format!(": {}", autocomp_http::terminal::one_line(&line))).unwrap_or_default();
+                    said.map(|line| format!(": {}", autocomp_toolkit::terminal::one_line(&line))).unwrap_or_default();
                 let kind = if state == ComponentState::Retrying { "failed transiently (retrying)" } else { "failed" };
                 format!("{} {kind} at seq {}{said}", producer.name(), event.seq)
             }
@@ -1189,7 +1189,7 @@ impl Operator {
         let store = self.store().await?;
         let batch = view.head.id().clone();
         let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the output: {e}"));
-        let mut write = |text: &str| out.write_all(autocomp_http::for_terminal(text).as_bytes()).map_err(written);
+        let mut write = |text: &str| out.write_all(autocomp_toolkit::for_terminal(text).as_bytes()).map_err(written);
         match format {
             Format::Json => {
                 let mut head = view.to_json();
@@ -1402,7 +1402,7 @@ impl Operator {
             held: seen.steering.hold_of(step.name()).map(|hold| {
                 let whose =
                     if seen.steering.components.contains_key(step.name()) { "" } else { "the whole pipeline is " };
-                let reason = autocomp_http::terminal::one_line(&hold.reason);
+                let reason = autocomp_toolkit::terminal::one_line(&hold.reason);
                 format!("{whose}{} by {} since {}: {reason}", hold.kind.as_str(), hold.by, hold.since)
             }),
         })
@@ -1476,7 +1476,7 @@ impl Operator {
         let url = self.index_url()?;
         if !url.starts_with("local:") {
             let indexed = self.index(&store)?.rebuild().await?;
-            return Ok(format!("reindexed {indexed} batches on {}\n", autocomp_http::display_url(&url)));
+            return Ok(format!("reindexed {indexed} batches on {}\n", autocomp_toolkit::display_url(&url)));
         }
         let options = EngineOptions { page_size: 1_000, ..EngineOptions::default() };
         let (engine, moved_aside) = match self.local_engine(&store, options.clone()) {

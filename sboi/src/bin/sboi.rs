@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_http::display_url;
+use autocomp_toolkit::display_url;
 use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
-use autocomp_http::logging::LogFormat;
+use autocomp_toolkit::logging::LogFormat;
 use autocomp_http::service::init_logging;
 use autocomp_sboi::http::IndexService;
 use autocomp_sboi::{EngineOptions, IndexEngine, MAX_CORRECTIONS};

@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use autocomp_http::display_url;
+use autocomp_toolkit::display_url;
 use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
-use autocomp_http::logging::LogFormat;
+use autocomp_toolkit::logging::LogFormat;
 use autocomp_http::service::init_logging;
 use autocomp_store::http::StoreService;
 use autocomp_store::http::store_error_is_permanent;
@@ -112,7 +112,7 @@ fn database_url(db: Option<String>, db_file: Option<std::path::PathBuf>) -> Resu
         (Some(db), None) => Ok(db),
         // The file holds the database URL, password and all.
         (None, Some(file)) => match std::fs::read_to_string(&file)
-            .inspect(|_| autocomp_http::file_modes::warn_if_exposed(&file, "the database URL file --db-file"))
+            .inspect(|_| autocomp_toolkit::file_modes::warn_if_exposed(&file, "the database URL file --db-file"))
         {
             Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
             Ok(_) => {

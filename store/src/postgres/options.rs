@@ -17,7 +17,7 @@ use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::{Host, SslMode};
 
 use crate::port::{StoreError, StoreResult};
-use autocomp_http::redact::percent_decode;
+use autocomp_toolkit::redact::percent_decode;
 use autocomp_model::InvalidInput;
 
 /// How TLS is used, with libpq's meanings (`sslmode`).
@@ -103,7 +103,7 @@ impl PgOptions {
     /// password may hold `/ ? @ # :` raw or percent-encoded; an `@` in a query value must
     /// then be written `%40`. Without one, the user name ends at the first `@`.
     pub fn parse(url: &str) -> StoreResult<Self> {
-        let shown = autocomp_http::display_url(url);
+        let shown = autocomp_toolkit::display_url(url);
         let invalid = |reason: String| -> StoreError { InvalidInput::new("store url", shown.as_str(), reason).into() };
         let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
             return Err(invalid("expected postgres://user@host[:port][,host2...]/database".into()));
@@ -111,7 +111,7 @@ impl PgOptions {
         // The credentials are taken out here and never given to tokio-postgres's URL parser,
         // which would end them at the first `@` and name the rest of the password as a host.
         // Split as `display_url` splits: with a password at the last `@`, without one at the first.
-        let (userinfo, location) = match autocomp_http::redact::userinfo_end(rest) {
+        let (userinfo, location) = match autocomp_toolkit::redact::userinfo_end(rest) {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
@@ -328,7 +328,7 @@ pub(crate) fn read_password_file(file: &std::path::Path) -> StoreResult<Vec<u8>>
     let invalid = |reason: String| -> StoreError {
         InvalidInput::new("password_file", file.display().to_string(), reason).into()
     };
-    autocomp_http::file_modes::warn_if_exposed(file, "the PostgreSQL password_file");
+    autocomp_toolkit::file_modes::warn_if_exposed(file, "the PostgreSQL password_file");
     let mut password = std::fs::read(file).map_err(|e| invalid(format!("cannot read it: {e}")))?;
     if password.ends_with(b"\n") {
         password.pop();
@@ -361,7 +361,7 @@ fn describe(config: &tokio_postgres::Config, user: &str) -> String {
     // The URL is the operator's text: a line feed in it must not make a forged line of
     // every message that names the server.
     let target = format!("{user}@{}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
-    autocomp_http::terminal::one_line(&target).into_owned()
+    autocomp_toolkit::terminal::one_line(&target).into_owned()
 }
 
 /// libpq's `prefer` and `require`: encrypt, but accept any certificate (a warning says so

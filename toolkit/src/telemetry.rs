@@ -193,7 +193,7 @@ fn in_trace() -> bool {
 
 /// Adds `traceparent` (and `tracestate`) of the current span to an outgoing request's
 /// headers; nothing when export is off or the caller is not inside a trace.
-pub fn inject(headers: &mut axum::http::HeaderMap) {
+pub fn inject(headers: &mut http::HeaderMap) {
     if !enabled() {
         return;
     }
@@ -208,7 +208,7 @@ pub fn inject(headers: &mut axum::http::HeaderMap) {
 /// The span a service answers `operation` in: a child of the caller's span when the request
 /// carries a valid `traceparent`, else a disabled span (requests from outside a trace start
 /// none, so a long poll is not a trace of its own every 30 s).
-pub fn server_span(operation: &str, headers: &axum::http::HeaderMap) -> tracing::Span {
+pub fn server_span(operation: &str, headers: &http::HeaderMap) -> tracing::Span {
     if !enabled() {
         return tracing::Span::none();
     }
@@ -261,7 +261,7 @@ impl Collector {
         })
         .join()
         .map_err(|_| "the OTLP client could not be built".to_string())?;
-        let client = built.map_err(|e| format!("the OTLP client: {}", crate::error::error_chain(&e)))?;
+        let client = built.map_err(|e| format!("the OTLP client: {}", crate::error_chain::error_chain(&e)))?;
         Ok(Self { client, failing: AtomicBool::new(false) })
     }
 
@@ -275,7 +275,7 @@ impl Collector {
             .body(body.to_vec())
             .send()
             // The URL is in the warning already, shown without its credentials.
-            .map_err(|e| crate::error::error_chain(&e.without_url()))?;
+            .map_err(|e| crate::error_chain::error_chain(&e.without_url()))?;
         let (status, headers) = (answer.status(), answer.headers().clone());
         let mut bytes = Vec::new();
         answer.take(MAX_ANSWER_BYTES).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
@@ -369,10 +369,10 @@ mod tests {
     fn hooks_do_nothing_while_export_is_off() {
         // No layer was built in this test process: no span, no header.
         assert!(!enabled());
-        let mut headers = axum::http::HeaderMap::new();
+        let mut headers = http::HeaderMap::new();
         inject(&mut headers);
         assert!(headers.is_empty());
-        let mut incoming = axum::http::HeaderMap::new();
+        let mut incoming = http::HeaderMap::new();
         incoming.insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap());
         assert!(server_span("head", &incoming).is_none());
         assert!(client_span("store service", "head").is_none());
