@@ -199,6 +199,22 @@ pub struct Applied {
     pub changed: bool,
 }
 
+/// A run's outcome as the breaker counts it: `SteeringChange::Outcome`'s fields, borrowed.
+struct RunOutcome<'a> {
+    component: &'a ComponentName,
+    batch: &'a BatchId,
+    failed: bool,
+    break_after: u32,
+    summary: &'a str,
+}
+
+/// What counting an outcome came to: the answer already (no log entry: counts are state, not
+/// news), or the circuit opened, with what the log says.
+enum Counted {
+    Answered(Applied),
+    CircuitOpened(String),
+}
+
 impl Steering {
     /// The hold that keeps the component from claiming: its own, else the pipeline's.
     pub fn hold_of(&self, component: &ComponentName) -> Option<&Hold> {
@@ -224,125 +240,147 @@ impl Steering {
             )));
         }
         check_reason(&request.reason)?;
-        let by = request.by.clone();
-        let hold = |kind| Hold { kind, by: by.clone(), reason: request.reason.clone(), since: at };
         let mut circuit_opened = false;
         let said = match &request.change {
-            SteeringChange::Pause { component, drain } => {
-                let kind = if *drain { HoldKind::Drain } else { HoldKind::Pause };
-                let (slot, what) = match component {
-                    Some(name) => (self.components.get_mut(name), name.to_string()),
-                    None => (self.pipeline.as_mut(), "the pipeline".to_string()),
-                };
-                match slot {
-                    Some(held) if held.kind == kind || held.kind == HoldKind::Circuit => {
-                        return Err(SteeringRefusal::AlreadyInState(format!(
-                            "{what} is {} already, by {} since {}: {}",
-                            held.kind.as_str(),
-                            held.by,
-                            held.since,
-                            held.reason
-                        )));
-                    }
-                    // A pause becomes a drain (or back): the newer word stands.
-                    Some(held) => *held = hold(kind),
-                    None => match component {
-                        Some(name) => {
-                            self.components.insert(name.clone(), hold(kind));
-                        }
-                        None => self.pipeline = Some(hold(kind)),
-                    },
-                }
-                format!("{} {what}", if *drain { "draining" } else { "paused" })
-            }
-            SteeringChange::Resume { component } => match component {
-                Some(name) => {
-                    let Some(held) = self.components.remove(name) else {
-                        let note = match &self.pipeline {
-                            Some(p) => format!(" (the whole pipeline is {}: resume --all)", p.kind.as_str()),
-                            None => String::new(),
-                        };
-                        return Err(SteeringRefusal::Conflict(format!("{name} is not paused{note}")));
-                    };
-                    let breaker = self.breakers.remove(name).unwrap_or_default();
-                    match held.kind {
-                        HoldKind::Circuit => format!(
-                            "resumed {name} (its circuit was open after {} consecutive failures)",
-                            breaker.consecutive
-                        ),
-                        kind => format!("resumed {name} ({} since {})", kind.as_str(), held.since),
-                    }
-                }
-                None => {
-                    let Some(held) = self.pipeline.take() else {
-                        return Err(SteeringRefusal::Conflict("the pipeline is not paused as a whole".into()));
-                    };
-                    let still: Vec<String> = self.components.keys().map(ToString::to_string).collect();
-                    let mut said = format!("resumed the pipeline ({} since {})", held.kind.as_str(), held.since);
-                    if !still.is_empty() {
-                        said.push_str(&format!("; still held on their own: {}", still.join(", ")));
-                    }
-                    said
-                }
-            },
-            SteeringChange::SetPool { pool, size } => {
-                if *size > MAX_POOL_SIZE {
-                    return Err(
-                        InvalidInput::new("size", size.to_string(), format!("must be 0 to {MAX_POOL_SIZE}")).into()
-                    );
-                }
-                let previous = self.pools.insert(
-                    pool.clone(),
-                    Pool { size: *size, by: by.clone(), reason: request.reason.clone(), since: at },
-                );
-                match previous {
-                    Some(old) => format!("pool {pool}: size {} (was {})", size, old.size),
-                    None => format!("pool {pool}: size {size} (new)"),
-                }
-            }
+            SteeringChange::Pause { component, drain } => self.pause(component.as_ref(), *drain, request, at)?,
+            SteeringChange::Resume { component } => self.resume(component.as_ref())?,
+            SteeringChange::SetPool { pool, size } => self.set_pool(pool, *size, request, at)?,
             SteeringChange::Outcome { component, batch, failed, break_after, summary } => {
-                let open = self.components.get(component).is_some_and(|h| h.kind == HoldKind::Circuit);
-                let breaker = self.breakers.entry(component.clone()).or_default();
-                if !*failed {
-                    // Nothing counted: nothing to reset. A success while the circuit is open
-                    // (work that was already running) keeps the failed list, which
-                    // `resume --rerun-failed` needs.
-                    if open || breaker.consecutive == 0 {
-                        if breaker.consecutive == 0 && breaker.failed.is_empty() {
-                            self.breakers.remove(component);
-                        }
-                        return Ok(Applied { entry: None, circuit_opened: false, changed: false });
-                    }
-                    self.breakers.remove(component);
-                    return Ok(self.bumped(None, false));
-                }
-                if !breaker.failed.contains(batch) {
-                    breaker.consecutive += 1;
-                    if breaker.failed.len() < MAX_BREAKER_BATCHES {
-                        breaker.failed.push(batch.clone());
+                let outcome = RunOutcome { component, batch, failed: *failed, break_after: *break_after, summary };
+                match self.count_outcome(&outcome, &request.by, at) {
+                    Counted::Answered(applied) => return Ok(applied),
+                    Counted::CircuitOpened(said) => {
+                        circuit_opened = true;
+                        said
                     }
                 }
-                breaker.last = Some(cut(summary, MAX_BREAKER_SUMMARY_CHARS));
-                let count = breaker.consecutive;
-                if *break_after == 0 || count < *break_after || self.components.contains_key(component) {
-                    return Ok(self.bumped(None, false));
-                }
-                let reason = format!(
-                    "circuit open: {count} consecutive failures, last: {batch}: {}",
-                    cut(summary, MAX_BREAKER_SUMMARY_CHARS)
-                );
-                self.components.insert(
-                    component.clone(),
-                    Hold { kind: HoldKind::Circuit, by: by.clone(), reason: reason.clone(), since: at },
-                );
-                circuit_opened = true;
-                format!("{component}: {reason}")
             }
         };
         let version = self.version + 1;
-        let entry =
-            SteeringEntry { version, at, by, reason: request.reason.clone(), change: request.change.clone(), said };
+        let (by, reason, change) = (request.by.clone(), request.reason.clone(), request.change.clone());
+        let entry = SteeringEntry { version, at, by, reason, change, said };
         Ok(self.bumped(Some(entry), circuit_opened))
+    }
+
+    /// Pauses or drains a component (or the pipeline), or turns a pause into a drain and back.
+    fn pause(
+        &mut self,
+        component: Option<&ComponentName>,
+        drain: bool,
+        request: &SteeringRequest,
+        at: Timestamp,
+    ) -> Result<String, SteeringRefusal> {
+        let kind = if drain { HoldKind::Drain } else { HoldKind::Pause };
+        let hold = Hold { kind, by: request.by.clone(), reason: request.reason.clone(), since: at };
+        let (slot, what) = match component {
+            Some(name) => (self.components.get_mut(name), name.to_string()),
+            None => (self.pipeline.as_mut(), "the pipeline".to_string()),
+        };
+        match slot {
+            Some(held) if held.kind == kind || held.kind == HoldKind::Circuit => {
+                return Err(SteeringRefusal::AlreadyInState(format!(
+                    "{what} is {} already, by {} since {}: {}",
+                    held.kind.as_str(),
+                    held.by,
+                    held.since,
+                    held.reason
+                )));
+            }
+            // A pause becomes a drain (or back): the newer word stands.
+            Some(held) => *held = hold,
+            None => match component {
+                Some(name) => {
+                    self.components.insert(name.clone(), hold);
+                }
+                None => self.pipeline = Some(hold),
+            },
+        }
+        Ok(format!("{} {what}", if drain { "draining" } else { "paused" }))
+    }
+
+    /// Lifts a component's hold (and its breaker's count), or the whole pipeline's.
+    fn resume(&mut self, component: Option<&ComponentName>) -> Result<String, SteeringRefusal> {
+        let Some(name) = component else {
+            let Some(held) = self.pipeline.take() else {
+                return Err(SteeringRefusal::Conflict("the pipeline is not paused as a whole".into()));
+            };
+            let still: Vec<String> = self.components.keys().map(ToString::to_string).collect();
+            let mut said = format!("resumed the pipeline ({} since {})", held.kind.as_str(), held.since);
+            if !still.is_empty() {
+                said.push_str(&format!("; still held on their own: {}", still.join(", ")));
+            }
+            return Ok(said);
+        };
+        let Some(held) = self.components.remove(name) else {
+            let note = match &self.pipeline {
+                Some(p) => format!(" (the whole pipeline is {}: resume --all)", p.kind.as_str()),
+                None => String::new(),
+            };
+            return Err(SteeringRefusal::Conflict(format!("{name} is not paused{note}")));
+        };
+        let breaker = self.breakers.remove(name).unwrap_or_default();
+        Ok(match held.kind {
+            HoldKind::Circuit => {
+                format!("resumed {name} (its circuit was open after {} consecutive failures)", breaker.consecutive)
+            }
+            kind => format!("resumed {name} ({} since {})", kind.as_str(), held.since),
+        })
+    }
+
+    fn set_pool(
+        &mut self,
+        pool: &PoolName,
+        size: u32,
+        request: &SteeringRequest,
+        at: Timestamp,
+    ) -> Result<String, SteeringRefusal> {
+        if size > MAX_POOL_SIZE {
+            return Err(InvalidInput::new("size", size.to_string(), format!("must be 0 to {MAX_POOL_SIZE}")).into());
+        }
+        let pool_now = Pool { size, by: request.by.clone(), reason: request.reason.clone(), since: at };
+        Ok(match self.pools.insert(pool.clone(), pool_now) {
+            Some(old) => format!("pool {pool}: size {} (was {})", size, old.size),
+            None => format!("pool {pool}: size {size} (new)"),
+        })
+    }
+
+    /// Counts a run's outcome toward its component's breaker, opening the circuit (a hold by
+    /// `by`) at `break_after` consecutive failures.
+    fn count_outcome(&mut self, outcome: &RunOutcome, by: &Agent, at: Timestamp) -> Counted {
+        let RunOutcome { component, batch, failed, break_after, summary } = *outcome;
+        let open = self.components.get(component).is_some_and(|h| h.kind == HoldKind::Circuit);
+        let breaker = self.breakers.entry(component.clone()).or_default();
+        if !failed {
+            // Nothing counted: nothing to reset. A success while the circuit is open
+            // (work that was already running) keeps the failed list, which
+            // `resume --rerun-failed` needs.
+            if open || breaker.consecutive == 0 {
+                if breaker.consecutive == 0 && breaker.failed.is_empty() {
+                    self.breakers.remove(component);
+                }
+                return Counted::Answered(Applied { entry: None, circuit_opened: false, changed: false });
+            }
+            self.breakers.remove(component);
+            return Counted::Answered(self.bumped(None, false));
+        }
+        if !breaker.failed.contains(batch) {
+            breaker.consecutive += 1;
+            if breaker.failed.len() < MAX_BREAKER_BATCHES {
+                breaker.failed.push(batch.clone());
+            }
+        }
+        breaker.last = Some(cut(summary, MAX_BREAKER_SUMMARY_CHARS));
+        let count = breaker.consecutive;
+        if break_after == 0 || count < break_after || self.components.contains_key(component) {
+            return Counted::Answered(self.bumped(None, false));
+        }
+        let reason = format!(
+            "circuit open: {count} consecutive failures, last: {batch}: {}",
+            cut(summary, MAX_BREAKER_SUMMARY_CHARS)
+        );
+        let hold = Hold { kind: HoldKind::Circuit, by: by.clone(), reason: reason.clone(), since: at };
+        self.components.insert(component.clone(), hold);
+        Counted::CircuitOpened(format!("{component}: {reason}"))
     }
 
     fn bumped(&mut self, entry: Option<SteeringEntry>, circuit_opened: bool) -> Applied {
