@@ -1,6 +1,6 @@
 //! The crates' dependencies point one way: each crate may depend only on the crates below it
-//! (model <- http <- store <- sboi <- framework <- ops <- monitor; components on the SDK
-//! alone). Read from the manifests, so a new arrow pointing back up fails here, not in review.
+//! (model <- toolkit <- http <- store <- sboi <- framework <- ops <- monitor; components on
+//! the SDK alone; the SDK on nothing of HTTP serving). Read from the manifests, so a new arrow pointing back up fails here, not in review.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,6 +8,7 @@ use std::path::Path;
 /// Our crates from the bottom up: a crate may depend (normally) on those before it only.
 const LAYERS: &[&str] = &[
     "autocomp-model",
+    "autocomp-toolkit",
     "autocomp-http",
     "autocomp-store",
     "autocomp-sboi",
@@ -70,6 +71,14 @@ fn every_crate_depends_only_on_the_crates_below_it() {
             assert!(below, "{layer} depends on {dependency}, which is not below it in {LAYERS:?}");
         }
     }
+}
+
+#[test]
+fn the_sdk_takes_what_binaries_share_from_the_toolkit_and_nothing_of_http_serving() {
+    let packages = our_dependencies();
+    let (sdk, _) = &packages["autocomp-framework"];
+    assert!(sdk.contains(&"autocomp-toolkit".to_owned()), "the SDK uses the toolkit: {sdk:?}");
+    assert!(!sdk.contains(&"autocomp-http".to_owned()), "the SDK depends on the HTTP service toolkit: {sdk:?}");
 }
 
 #[test]
