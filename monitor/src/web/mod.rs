@@ -245,7 +245,9 @@ impl From<OperatorError> for WebError {
     fn from(error: OperatorError) -> Self {
         match error {
             OperatorError::Input(input) => WebError::invalid(input),
-            OperatorError::Refused(words) => WebError::new(StatusCode::CONFLICT, "Refused", words),
+            OperatorError::Refused(words) | OperatorError::AlreadyInState(words) => {
+                WebError::new(StatusCode::CONFLICT, "Refused", words)
+            }
             OperatorError::Run(run) => {
                 let status = if run.code() == UNREACHABLE {
                     StatusCode::SERVICE_UNAVAILABLE
@@ -256,6 +258,8 @@ impl From<OperatorError> for WebError {
                 tracing::warn!(status = status.as_u16(), "{words}");
                 WebError::new(status, "The pipeline cannot be read", words)
             }
+            // An error this release of the operator does not have yet: the server's.
+            other => WebError::new(StatusCode::INTERNAL_SERVER_ERROR, "The pipeline cannot be read", other.to_string()),
         }
     }
 }

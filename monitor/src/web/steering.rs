@@ -249,7 +249,7 @@ pub async fn steer(
             Ok(response)
         }
         // The steering changed since the preview: nothing was done; a fresh preview says so.
-        Err(OperatorError::Refused(words)) => {
+        Err(OperatorError::Refused(words) | OperatorError::AlreadyInState(words)) => {
             let since = operator.steering().await?.0.version;
             let key = fresh_key();
             let mut response = Redirect::to(&steer.address(since, &key)?).into_response();
@@ -303,7 +303,7 @@ async fn steer_preview_page(
     let mut response = match operator.preview_steer(&steer.action, &steer.reason).await {
         Ok(preview) => preview_body(access, name, &steer, &preview, note.as_deref()),
         // Shown again, and refused as the steering is now: say both.
-        Err(OperatorError::Refused(words)) if note.is_some() => {
+        Err(OperatorError::Refused(words) | OperatorError::AlreadyInState(words)) if note.is_some() => {
             let mut body = String::new();
             w!(
                 body,

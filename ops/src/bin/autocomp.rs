@@ -735,7 +735,7 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
             let recorded = match steer.act(&operator, SteerAction::Drain { scope: scope.clone() }).await {
                 Ok(text) => text,
                 // Draining already (or paused): --wait still waits.
-                Err(OperatorError::Refused(message)) if wait && message.contains("already") => format!("{message}\n"),
+                Err(OperatorError::AlreadyInState(message)) if wait => format!("{message}\n"),
                 Err(e) => return Err(e),
             };
             if wait && format == Format::Text {

@@ -60,7 +60,9 @@ pub const PRIORITIZED: &str = "Prioritized";
 /// Longest `--reason` accepted.
 pub const MAX_REASON_CHARS: usize = 2_000;
 
+/// Why an operator command did nothing; a caller decides on the variant, never on the words.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OperatorError {
     /// Bad or unknown input, naming the field and the value; nothing was written (exit 2).
     #[error(transparent)]
@@ -69,6 +71,10 @@ pub enum OperatorError {
     /// nothing was written (exit 1).
     #[error("{0}")]
     Refused(String),
+    /// Refused because the state is that way already (paused, draining, its circuit open);
+    /// nothing was written (exit 1). `drain --wait` waits all the same.
+    #[error("{0}")]
+    AlreadyInState(String),
     /// Configuration, backends, I/O: exit code as for components.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -78,7 +84,7 @@ impl OperatorError {
     pub fn code(&self) -> u8 {
         match self {
             OperatorError::Input(_) => exit::USAGE,
-            OperatorError::Refused(_) => exit::FAILED,
+            OperatorError::Refused(_) | OperatorError::AlreadyInState(_) => exit::FAILED,
             OperatorError::Run(e) => e.code(),
         }
     }

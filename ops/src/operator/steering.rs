@@ -289,7 +289,7 @@ impl Operator {
         planned.request.expect_version = Some(version);
         let steered = match store.steer(planned.request.clone()).await {
             Ok(steered) => steered,
-            Err(StoreError::Conflict(message)) if expect_version.is_some() => {
+            Err(e) if expect_version.is_some() && e.is_conflict() => {
                 if let Some(entry) = self.already_done(store.as_ref(), &planned.request, version).await? {
                     return Ok(SteerReport {
                         message: format!("already done at steering version {}: {}", entry.version, entry.said),
@@ -300,14 +300,23 @@ impl Operator {
                         refused: Vec::new(),
                     });
                 }
-                return Err(OperatorError::Refused(format!("{message}; nothing was done")));
+                return Err(match e {
+                    StoreError::AlreadyInState(message) => {
+                        OperatorError::AlreadyInState(format!("{message}; nothing was done"))
+                    }
+                    StoreError::Conflict(message) | StoreError::ChangedSincePreview(message) => {
+                        OperatorError::Refused(format!("{message}; nothing was done"))
+                    }
+                    other => other.into(),
+                });
             }
-            Err(StoreError::Conflict(message)) if message.contains("changed since the preview") => {
+            Err(StoreError::ChangedSincePreview(message)) => {
                 // Someone else changed the steering between the read and the write: say so.
                 return Err(OperatorError::Refused(format!(
                     "the pipeline's steering changed while this was asked; nothing was done: ask again ({message})"
                 )));
             }
+            Err(StoreError::AlreadyInState(message)) => return Err(OperatorError::AlreadyInState(message)),
             Err(StoreError::Conflict(message)) => return Err(OperatorError::Refused(message)),
             Err(e) => return Err(e.into()),
         };
@@ -511,7 +520,11 @@ fn reruns_of(steering: &Steering, action: &SteerAction, component: Option<&Compo
 fn refusal(refusal: autocomp_model::SteeringRefusal) -> OperatorError {
     match refusal {
         autocomp_model::SteeringRefusal::Invalid(e) => OperatorError::Input(e),
-        autocomp_model::SteeringRefusal::Conflict(message) => OperatorError::Refused(message),
+        autocomp_model::SteeringRefusal::AlreadyInState(message) => OperatorError::AlreadyInState(message),
+        autocomp_model::SteeringRefusal::Conflict(message)
+        | autocomp_model::SteeringRefusal::ChangedSincePreview(message) => OperatorError::Refused(message),
+        // A refusal this release does not know yet: refused, as every refusal was once.
+        other => OperatorError::Refused(other.to_string()),
     }
 }
 
