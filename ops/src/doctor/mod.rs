@@ -10,15 +10,18 @@
 //! of is readable, not by others, and strong enough; every certificate is valid for longer
 //! than `expires_within`; the components are registered and neither silent nor held.
 
+mod backends;
 mod files;
+
+use backends::{index_check, locks_check, sqlite_file, store_checks};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use autocomp_framework::config::{Backends, SHARED_FILE};
 use autocomp_model::{HoldKind, Timestamp};
-use autocomp_store::{ObjectStore, StoreAbout, open_store};
+use autocomp_store::ObjectStore;
 use serde::Serialize;
 use serde_json::json;
 
@@ -310,217 +313,6 @@ fn component_files(dir: &Path, checks: &mut Vec<Check>) {
     }
 }
 
-/// `url` with `migrate=false`, so opening it never changes the schema (the store service
-/// has its own release and schema, and no such option).
-fn without_migrating(url: &str) -> String {
-    if !(url.starts_with("sqlite://") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        return url.to_owned();
-    }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}migrate=false")
-}
-
-/// The store (reachable, credentials accepted, schema current, writable by this user) and
-/// the clock beside it.
-async fn store_checks(
-    options: &DoctorOptions,
-    backends: &Backends,
-    checks: &mut Vec<Check>,
-) -> Option<Arc<dyn ObjectStore>> {
-    let url = backends.store.as_deref()?;
-    let shown = autocomp_toolkit::display_url(url);
-    let failed = |checks: &mut Vec<Check>, message: String| {
-        // The option the doctor added is not the user's: leave it out of what it says.
-        let message = message.replace("?migrate=false", "").replace("&migrate=false", "");
-        let fix = store_fix(&message);
-        checks.push(Check::fail("store", format!("{shown}: {message}"), fix));
-        checks.push(Check::skipped("clock", "needs the store"));
-    };
-    let asked = async {
-        let store = open_store(&without_migrating(url)).await?;
-        let before = (Instant::now(), Timestamp::now());
-        let about = store.about().await?;
-        Ok::<_, autocomp_store::StoreError>((store, about, before))
-    };
-    let (store, about, (asked_at, before)) = match tokio::time::timeout(options.timeout, asked).await {
-        Ok(Ok(answered)) => answered,
-        Ok(Err(e)) => {
-            failed(checks, e.to_string());
-            return None;
-        }
-        Err(_) => {
-            failed(checks, format!("no answer within {}", humantime::format_duration(options.timeout)));
-            return None;
-        }
-    };
-    let round_trip = asked_at.elapsed();
-    checks.push(schema_check(&shown, &about));
-    if let Some(file) = sqlite_file(url)
-        && let Err(reason) = files::writable(file)
-    {
-        checks.push(Check::fail(
-            "store writes",
-            reason,
-            "the store file and its directory must be writable by the pipeline's user (it also writes \
-             the -wal and -shm files beside it): chown them to it",
-        ));
-    }
-    if url.starts_with("http://") || url.starts_with("https://") {
-        let token = ["AUTOCOMP_TOKEN", "AUTOCOMP_TOKEN_FILE"]
-            .iter()
-            .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()));
-        if !token {
-            checks.push(Check::fail(
-                "store writes",
-                "no token ($AUTOCOMP_TOKEN_FILE or $AUTOCOMP_TOKEN): the store service answers reads, but refuses \
-                 every write",
-                "give this host the service's token file in $AUTOCOMP_TOKEN_FILE (/etc/default/autocomp)",
-            ));
-        }
-    }
-    checks.push(clock_check(&about, before, round_trip, options.max_clock_skew, url));
-    Some(store)
-}
-
-fn store_fix(message: &str) -> &'static str {
-    if message.contains("schema version") {
-        "migrate it: `autocomp-store migrate --db URL` for PostgreSQL; any component's pass for a SQLite file"
-    } else if message.contains("no store file") {
-        "check the path in the store URL; a component's first pass (or `autocomp add`) makes the file"
-    } else if message.contains("invalid store url") || message.contains("unknown option") {
-        "correct the store URL (README, Backends and Multi-host mode list its forms and options)"
-    } else if message.contains("password") || message.contains("token") || message.contains("401") {
-        "check the credentials (password_file=, $AUTOCOMP_TOKEN_FILE) against the server's"
-    } else {
-        "check that the store's server runs and this host reaches it (the URL, the firewall, TLS settings)"
-    }
-}
-
-fn schema_check(shown: &str, about: &StoreAbout) -> Check {
-    let detail = format!("{shown}: {} at schema version {}", about.backend, about.schema_version);
-    if about.schema_version == about.schema_wanted {
-        Check::ok("store", detail + " (current)")
-    } else {
-        Check::fail(
-            "store",
-            format!("{detail}, its release needs {}", about.schema_wanted),
-            "migrate it (`autocomp-store migrate --db URL`), or run the store service's release on every host",
-        )
-    }
-}
-
-/// The host's clock against the store's, allowing for half the round trip.
-fn clock_check(about: &StoreAbout, before: Timestamp, round_trip: Duration, allowed: Duration, url: &str) -> Check {
-    if url.starts_with("sqlite://") {
-        return Check::ok("clock", "the store is a file on this host: its clock is this host's");
-    }
-    let midpoint = before.0 + i64::try_from(round_trip.as_millis() / 2).unwrap_or(i64::MAX);
-    let skew_ms = midpoint - about.clock.0;
-    let slack = i64::try_from((allowed + round_trip / 2).as_millis()).unwrap_or(i64::MAX);
-    let text = humantime::format_duration(Duration::from_millis(skew_ms.unsigned_abs())).to_string();
-    let direction = if skew_ms >= 0 { "ahead of" } else { "behind" };
-    let detail = format!("this host is {text} {direction} the store's clock ({})", about.backend);
-    if skew_ms.abs() <= slack {
-        Check::ok("clock", format!("{detail}, within {}", humantime::format_duration(allowed)))
-    } else {
-        Check::fail(
-            "clock",
-            format!("{detail}, more than {}", humantime::format_duration(allowed)),
-            "synchronise the clocks (chrony or systemd-timesyncd on every host and the database server): \
-             silent-component alerts, max_runtime and the work series read the store's clock",
-        )
-    }
-}
-
-/// The index answers; how many store changes it has not taken in yet.
-async fn index_check(
-    options: &DoctorOptions,
-    backends: &Backends,
-    store: Option<&Arc<dyn ObjectStore>>,
-    checks: &mut Vec<Check>,
-) {
-    let Some(url) = backends.index.as_deref() else { return };
-    let Some(store) = store else {
-        checks.push(Check::skipped("index", "needs the store"));
-        return;
-    };
-    let shown = autocomp_toolkit::display_url(url);
-    let answered = async {
-        let index = autocomp_sboi::open_index(url, Arc::clone(store))?;
-        let cursor = index.catch_up().await?.cursor();
-        let head = store.head().await?;
-        Ok::<_, autocomp_sboi::IndexError>((cursor, head))
-    };
-    let within = humantime::format_duration(options.timeout);
-    let answered = match tokio::time::timeout(options.timeout, answered).await {
-        Ok(answered) => answered.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {within}")),
-    };
-    checks.push(match answered {
-        Ok((cursor, head)) => {
-            let behind = u64::try_from(head.0.saturating_sub(cursor.0)).unwrap_or_default();
-            let detail = format!("{shown}: at seq {}, the store at {}: {behind} changes behind", cursor.0, head.0);
-            if behind <= options.index_lag {
-                Check::ok("index", detail)
-            } else {
-                Check::fail(
-                    "index",
-                    format!("{detail}, more than {}", options.index_lag),
-                    "see that the index service runs and follows this store (its log), or `autocomp reindex` \
-                     for the embedded index",
-                )
-            }
-        }
-        Err(e) => {
-            let outage = "check that the index service runs and this host reaches it; for the embedded index, that \
-                          its directory is the pipeline's and readable";
-            let fix = bad_url_or(&e, "index", outage);
-            Check::fail("index", format!("{shown}: {e}"), fix)
-        }
-    });
-}
-
-async fn locks_check(options: &DoctorOptions, backends: &Backends, checks: &mut Vec<Check>) {
-    let Some(url) = backends.locks.as_deref() else { return };
-    let shown = autocomp_toolkit::display_url(url);
-    let within = humantime::format_duration(options.timeout);
-    let inspected = match tokio::time::timeout(options.timeout, autocomp_framework::locks::inspect_locks(url)).await {
-        Ok(inspected) => inspected.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {within}")),
-    };
-    checks.push(match inspected {
-        Ok(found) if found.problems.is_empty() && url.starts_with("local:") => Check::ok("locks", found.description),
-        Ok(found) if found.problems.is_empty() => {
-            Check::ok("locks", found.description + "; the lock tree's ACLs are as autocomp sets them")
-        }
-        Ok(found) => Check::fail("locks", format!("{}: {}", found.description, found.problems.join("; ")), {
-            "fix the identity or the ACLs as each problem says (SECURITY.md, rotating the ZooKeeper identity)"
-        }),
-        Err(e) => {
-            let outage =
-                "check that ZooKeeper runs and this host reaches it, and the identity and TLS files of the URL";
-            let fix = bad_url_or(&e, "locks", outage);
-            Check::fail("locks", format!("{shown}: {e}"), fix)
-        }
-    });
-}
-
-/// The fix for a backend that did not answer: a URL refused as input is the URL's fault, not
-/// an outage.
-fn bad_url_or(message: &str, key: &str, outage: &'static str) -> String {
-    if message.contains(&format!("invalid {key} url")) {
-        format!("correct the {key} URL (README, Backends and Multi-host mode list its forms)")
-    } else {
-        outage.to_owned()
-    }
-}
-
-/// The file a `sqlite://` store URL names, without its options.
-fn sqlite_file(url: &str) -> Option<&Path> {
-    let path = url.strip_prefix("sqlite://")?;
-    Some(Path::new(path.split_once('?').map_or(path, |(path, _)| path)))
-}
-
 /// The directories on this host that hold the store, index or locks.
 fn local_dirs(backends: &Backends) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
@@ -662,23 +454,6 @@ mod tests {
             "TOML parse error at line 1, column 1: unknown field `max_thredas`, expected `max_threads`"
         );
         assert_eq!(one_line("one line"), "one line");
-    }
-
-    #[test]
-    fn a_url_refused_as_input_is_the_urls_fault_not_an_outage() {
-        let refused = "invalid locks url \"bogus://x\": unknown scheme";
-        assert!(bad_url_or(refused, "locks", "check that ZooKeeper runs").starts_with("correct the locks URL"));
-        assert_eq!(
-            bad_url_or("no answer within 15s", "locks", "check that ZooKeeper runs"),
-            "check that ZooKeeper runs"
-        );
-    }
-
-    #[test]
-    fn only_the_database_backends_are_opened_without_migrating() {
-        assert_eq!(without_migrating("sqlite:///s.db"), "sqlite:///s.db?migrate=false");
-        assert_eq!(without_migrating("postgres://u@h/db?pool_size=2"), "postgres://u@h/db?pool_size=2&migrate=false");
-        assert_eq!(without_migrating("https://store:7070"), "https://store:7070");
     }
 
     #[test]
