@@ -24,6 +24,7 @@ mod protocol;
 mod python_step;
 mod redelivery;
 mod registry;
+mod rooms;
 mod runner;
 mod scaffold;
 mod steering;
