@@ -6,8 +6,10 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 
-use super::unavailable;
+use super::{SqliteStore, unavailable};
+use crate::port::SeriesStore;
 use crate::port::StoreResult;
+use async_trait::async_trait;
 use autocomp_model::{
     BacklogSample, ComponentName, SeriesStep, Timestamp, WORK_MINUTES_IN_HOUR, WorkHistory, WorkPoint, WorkResult,
     WorkTallies, WorkTally,
@@ -225,4 +227,22 @@ pub(super) fn record_backlog(conn: &mut Connection, samples: &[BacklogSample]) -
             .map_err(unavailable)?;
     }
     tx.commit().map_err(unavailable)
+}
+
+#[async_trait]
+impl SeriesStore for SqliteStore {
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>> {
+        let component = component.cloned();
+        self.with_connection(move |conn| work_series(conn, step, since, component.as_ref())).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
+        crate::write_rules::check_backlog(&samples)?;
+        self.with_connection(move |conn| record_backlog(conn, &samples)).await
+    }
 }

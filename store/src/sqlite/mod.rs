@@ -4,33 +4,28 @@
 //! counter inside that transaction, which makes seqs strictly increasing in commit order
 //! (the component registry's writes change no batch and take no seq).
 
+mod batches;
 mod history;
-mod ops;
+mod outbox;
+mod reads;
+mod registry;
 mod rows;
+mod runs;
 mod schema;
 mod steering;
 mod summary;
+mod tx;
 mod wakes;
+mod writes;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rusqlite::Connection;
-use serde_json::{Map, Value};
 
-use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
-use crate::port::{
-    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
-};
-use crate::steering_rules;
-use autocomp_model::{
-    Agent, BacklogSample, Batch, BatchId, BatchSummary, ComponentName, Event, InvalidInput, NewBatch, NewEvent,
-    PassRecord, RegisteredComponent, Run, RunHolder, Seq, SeriesStep, Steering, SteeringEntry, SteeringRequest,
-    Timestamp, WorkPoint,
-};
+use crate::port::{StoreError, StoreResult};
+use autocomp_model::{Batch, BatchId, InvalidInput};
 
 pub use schema::LATEST_VERSION;
 
@@ -120,7 +115,7 @@ impl SqliteOptions {
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
     /// Appends waiting for the connection: whoever gets it next commits them all at once.
-    appends: Arc<Mutex<Vec<ops::PendingAppend>>>,
+    appends: Arc<Mutex<Vec<writes::PendingAppend>>>,
     path: PathBuf,
     /// `SqliteOptions::max_batch_bytes`.
     max_batch_bytes: u64,
@@ -302,7 +297,7 @@ impl SqliteStore {
     #[doc(hidden)]
     pub async fn get_batches_one_by_one(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
         let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_batches_one_by_one(conn, &ids)).await
+        self.with_connection(move |conn| reads::get_batches_one_by_one(conn, &ids)).await
     }
 
     /// Writes a store file as an older release left it, for upgrade tests.
@@ -357,314 +352,6 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl BatchStore for SqliteStore {
-    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
-        batch.validate()?;
-        self.with_connection(move |conn| ops::create_batch(conn, &batch)).await
-    }
-
-    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
-        let id = id.clone();
-        self.with_connection(move |conn| {
-            ops::get_batches(conn, std::slice::from_ref(&id))?.pop().ok_or(StoreError::NotFound(id))
-        })
-        .await
-    }
-
-    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-        let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_batches(conn, &ids)).await
-    }
-
-    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
-        let after = after.cloned();
-        self.with_connection(move |conn| ops::list_batches(conn, after.as_ref(), limit)).await
-    }
-
-    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-        let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_summaries(conn, &ids)).await
-    }
-
-    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
-        let after = after.cloned();
-        self.with_connection(move |conn| ops::list_summaries(conn, after.as_ref(), limit)).await
-    }
-
-    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
-        let id = id.clone();
-        self.with_connection(move |conn| ops::batch_head(conn, &id)).await
-    }
-
-    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
-        let id = id.clone();
-        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit, None)).await
-    }
-
-    async fn log_page_within(
-        &self,
-        id: &BatchId,
-        cursor: LogCursor,
-        limit: usize,
-        details_up_to: u64,
-    ) -> StoreResult<LogPage> {
-        let id = id.clone();
-        self.with_connection(move |conn| ops::log_page(conn, &id, cursor, limit, Some(details_up_to))).await
-    }
-
-    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::run_state(conn, &batch, &component)).await
-    }
-
-    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
-        let ids = ids.to_vec();
-        self.with_connection(move |conn| ops::get_listings(conn, &ids)).await
-    }
-
-    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
-        let id = id.clone();
-        self.with_connection(move |conn| ops::set_priority(conn, &id, priority)).await
-    }
-
-    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
-        let (id, cap) = (id.clone(), self.max_batch_bytes);
-        self.with_connection(move |conn| ops::record_content_change(conn, &id, metadata_patch, cap)).await
-    }
-
-    /// Group commit: concurrent appends through this handle (the store service's 16
-    /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
-    /// queue; whichever task holds the connection next commits everything queued by then.
-    async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let pending = ops::PendingAppend { batch: batch.clone(), event, reply };
-        self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
-        let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
-        self.with_connection(move |conn| {
-            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
-            if !group.is_empty() {
-                ops::append_group(conn, group, cap);
-            }
-            Ok(())
-        })
-        .await?;
-        let answer =
-            answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
-        answer?.map_err(|e| self.naming_the_file(e))
-    }
-
-    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
-        holder.validate()?;
-        let (batch, component, holder) = (batch.clone(), component.clone(), holder.clone());
-        self.with_connection(move |conn| ops::claim(conn, &batch, &component, &holder)).await
-    }
-
-    async fn claim_many(
-        &self,
-        batches: &[BatchId],
-        component: &ComponentName,
-        holder: &RunHolder,
-    ) -> StoreResult<Vec<StoreResult<Claim>>> {
-        holder.validate()?;
-        let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
-        self.with_connection(move |conn| ops::claim_many(conn, &batches, &component, &holder)).await
-    }
-
-    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::release(conn, &batch, &component, generation)).await
-    }
-
-    async fn save_checkpoint(
-        &self,
-        batch: &BatchId,
-        component: &ComponentName,
-        generation: i64,
-        data: Value,
-    ) -> StoreResult<()> {
-        autocomp_model::check_object("checkpoint", &data)?;
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::save_checkpoint(conn, &batch, &component, generation, &data)).await
-    }
-
-    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::load_checkpoint(conn, &batch, &component)).await
-    }
-
-    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
-        let component = component.cloned();
-        self.with_connection(move |conn| ops::open_runs(conn, component.as_ref())).await
-    }
-
-    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
-        let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| ops::failed_attempts(conn, &batch, &component, since)).await
-    }
-
-    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-        self.with_connection(move |conn| ops::changes(conn, since, limit)).await
-    }
-
-    async fn head(&self) -> StoreResult<Seq> {
-        self.with_connection(ops::head).await
-    }
-
-    /// The file is on this host: its clock is the host's.
-    async fn about(&self) -> StoreResult<StoreAbout> {
-        let schema_version = self.with_connection(|conn| schema::schema_version(conn)).await?;
-        Ok(StoreAbout {
-            backend: "sqlite".into(),
-            schema_version,
-            schema_wanted: LATEST_VERSION,
-            clock: Timestamp::now(),
-        })
-    }
-
-    /// Sleeps until the store file is written (a file watch; any process's commit), then
-    /// reads the head; polls every 50 ms where the file cannot be watched, and every
-    /// `WATCHING_POLL` anyway. A commit writes its WAL frames before it becomes visible
-    /// (the WAL index is shared memory, which no notification reports), so a wake that finds
-    /// the head unmoved looks again soon, backing off, for `SETTLE_FOR`.
-    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut wakes = self.wakes.wakes();
-        let mut settling: Option<(tokio::time::Instant, Duration)> = None;
-        loop {
-            // Before the read: a commit after it wakes the wait below.
-            let watching = wakes.watching();
-            let head = self.head().await?;
-            let now = tokio::time::Instant::now();
-            if head > since || now >= deadline {
-                return Ok(head);
-            }
-            let poll = match settling {
-                Some((until, pause)) if now < until => {
-                    settling = Some((until, (pause * 2).min(Duration::from_millis(50))));
-                    pause
-                }
-                _ if watching => WATCHING_POLL,
-                _ => Duration::from_millis(50),
-            };
-            tokio::select! {
-                _ = wakes.changed() => {
-                    if settling.is_none_or(|(until, _)| now >= until) {
-                        settling = Some((tokio::time::Instant::now() + SETTLE_FOR, Duration::from_millis(2)));
-                    }
-                }
-                _ = tokio::time::sleep_until((now + poll).min(deadline)) => {}
-            }
-        }
-    }
-
-    async fn cancel_run(
-        &self,
-        batch: &BatchId,
-        component: &ComponentName,
-        event: NewEvent,
-    ) -> StoreResult<Cancellation> {
-        event.validate()?;
-        let (batch, component, cap) = (batch.clone(), component.clone(), self.max_batch_bytes);
-        self.with_connection(move |conn| ops::cancel_run(conn, &batch, &component, event, cap)).await
-    }
-
-    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
-        let (id, cap) = (id.clone(), self.max_batch_bytes);
-        self.with_connection(move |conn| ops::prioritize(conn, &id, priority, event, cap)).await
-    }
-
-    async fn count_batches(&self) -> StoreResult<u64> {
-        self.with_connection(ops::count_batches).await
-    }
-}
-
-#[async_trait]
-impl RegistryStore for SqliteStore {
-    async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
-        pass.validate()?;
-        self.with_connection(move |conn| ops::record_pass(conn, &pass)).await
-    }
-
-    async fn components(&self) -> StoreResult<Vec<RegisteredComponent>> {
-        self.with_connection(ops::components).await
-    }
-
-    async fn retire_component(
-        &self,
-        name: &ComponentName,
-        by: &Agent,
-        reason: &str,
-    ) -> StoreResult<RegisteredComponent> {
-        let reason = crate::write_rules::retirement_reason(reason)?;
-        let (name, by) = (name.clone(), by.clone());
-        self.with_connection(move |conn| ops::retire_component(conn, &name, &by, &reason)).await
-    }
-}
-
-#[async_trait]
-impl SteeringStore for SqliteStore {
-    async fn steering(&self) -> StoreResult<Steering> {
-        self.with_connection(steering::steering).await
-    }
-
-    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
-        steering_rules::check_steering(&request)?;
-        self.with_connection(move |conn| steering::steer(conn, &request)).await
-    }
-
-    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
-        steering_rules::check_log_limit(limit)?;
-        self.with_connection(move |conn| steering::steering_log(conn, limit)).await
-    }
-}
-
-#[async_trait]
-impl OutboxStore for SqliteStore {
-    async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
-        steering_rules::check_notices(&notices)?;
-        steering_rules::check_cursor(&cursor)?;
-        self.with_connection(move |conn| steering::enqueue_notices(conn, &notices, cursor)).await
-    }
-
-    async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take(holder, limit, lease)?;
-        let holder = holder.to_owned();
-        self.with_connection(move |conn| steering::take_notices(conn, &holder, limit, lease)).await
-    }
-
-    async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        steering_rules::check_key(key)?;
-        let (key, holder) = (key.to_owned(), holder.to_owned());
-        self.with_connection(move |conn| steering::settle_notice(conn, &key, &holder, &outcome)).await
-    }
-
-    async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
-        self.with_connection(move |conn| steering::recent_notices(conn, limit)).await
-    }
-}
-
-#[async_trait]
-impl SeriesStore for SqliteStore {
-    async fn work_series(
-        &self,
-        step: SeriesStep,
-        since: Timestamp,
-        component: Option<&ComponentName>,
-    ) -> StoreResult<Vec<WorkPoint>> {
-        let component = component.cloned();
-        self.with_connection(move |conn| history::work_series(conn, step, since, component.as_ref())).await
-    }
-
-    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
-        crate::write_rules::check_backlog(&samples)?;
-        self.with_connection(move |conn| history::record_backlog(conn, &samples)).await
-    }
-}
-
 #[cfg(test)]
 mod file_mode_tests {
     use std::os::unix::fs::PermissionsExt;
@@ -672,6 +359,7 @@ mod file_mode_tests {
     use autocomp_model::{BatchId, BatchType, NewBatch};
 
     use super::*;
+    use crate::port::BatchStore;
 
     /// Whatever the umask lets through (022 when tests run), a new store file and the `-wal`
     /// and `-shm` SQLite makes beside it are the owner's alone, and so is `-wake`.

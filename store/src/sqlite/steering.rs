@@ -1,19 +1,17 @@
-//! The embedded store's steering record and its log, and the notification outbox: each
-//! change or take is one immediate transaction, so concurrent processes on one file apply
-//! them one at a time.
+//! The embedded store's steering record and its log (`SteeringStore`): each change is one
+//! immediate transaction, so concurrent processes on one file apply them one at a time.
 
-use std::time::Duration;
+use rusqlite::{Connection, TransactionBehavior, params};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use serde_json::Value;
-
-use super::unavailable;
-use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use super::{SqliteStore, unavailable};
+use crate::pipeline_state::Steered;
+use crate::port::SteeringStore;
 use crate::port::{StoreError, StoreResult};
 use crate::steering_rules;
-use autocomp_model::{Seq, Steering, SteeringEntry, SteeringRequest, Timestamp};
+use async_trait::async_trait;
+use autocomp_model::{Steering, SteeringEntry, SteeringRequest, Timestamp};
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+pub(super) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("the store file's {what} does not read: {e}"))
 }
 
@@ -61,131 +59,19 @@ pub fn steering_log(conn: &mut Connection, limit: usize) -> StoreResult<Vec<Stee
     texts.iter().map(|text| serde_json::from_str(text).map_err(|e| corrupt("steering log", e))).collect()
 }
 
-pub fn enqueue_notices(
-    conn: &mut Connection,
-    notices: &[NewNotice],
-    cursor: Option<CursorMove>,
-) -> StoreResult<Enqueued> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
-    let now = Timestamp::now().millis();
-    let mut added = 0;
-    for notice in notices {
-        added += tx
-            .execute(
-                "INSERT INTO notices (key, channel, subject, body, created_at, due_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                 ON CONFLICT (key) DO NOTHING",
-                params![notice.key, notice.channel, notice.subject, notice.body.to_string(), now],
-            )
-            .map_err(unavailable)? as u64;
+#[async_trait]
+impl SteeringStore for SqliteStore {
+    async fn steering(&self) -> StoreResult<Steering> {
+        self.with_connection(steering).await
     }
-    if let Some(CursorMove { from, to }) = cursor {
-        tx.execute("UPDATE notice_cursor SET seq = ?2 WHERE id = 1 AND seq = ?1", params![from.0, to.0])
-            .map_err(unavailable)?;
+
+    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
+        steering_rules::check_steering(&request)?;
+        self.with_connection(move |conn| steer(conn, &request)).await
     }
-    let cursor =
-        tx.query_row("SELECT seq FROM notice_cursor WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
-    tx.commit().map_err(unavailable)?;
-    Ok(Enqueued { added, cursor: Seq(cursor) })
-}
 
-const NOTICE_COLUMNS: &str = "key, channel, subject, body, created_at, attempts, last_error, sent_at";
-
-fn notice_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Notice, String)> {
-    let body: String = row.get(3)?;
-    Ok((
-        Notice {
-            key: row.get(0)?,
-            channel: row.get(1)?,
-            subject: row.get(2)?,
-            body: Value::Null,
-            created_at: Timestamp(row.get(4)?),
-            attempts: row.get(5)?,
-            last_error: row.get(6)?,
-            sent_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
-        },
-        body,
-    ))
-}
-
-fn with_bodies(rows: Vec<(Notice, String)>) -> StoreResult<Vec<Notice>> {
-    rows.into_iter()
-        .map(|(mut notice, body)| {
-            notice.body = serde_json::from_str(&body).map_err(|e| corrupt("notice body", e))?;
-            Ok(notice)
-        })
-        .collect()
-}
-
-pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
-    let now = Timestamp::now().millis();
-    let rows = {
-        let mut statement = tx
-            .prepare_cached(&format!(
-                "SELECT {NOTICE_COLUMNS} FROM notices
-                 WHERE sent_at IS NULL AND due_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
-                 ORDER BY created_at, key LIMIT ?2"
-            ))
-            .map_err(unavailable)?;
-        statement
-            .query_map(params![now, limit as i64], notice_row)
-            .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-            .map_err(unavailable)?
-    };
-    let until = now + lease.as_millis() as i64;
-    for (notice, _) in &rows {
-        tx.execute(
-            "UPDATE notices SET holder = ?2, lease_until = ?3 WHERE key = ?1",
-            params![notice.key, holder, until],
-        )
-        .map_err(unavailable)?;
+    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
+        steering_rules::check_log_limit(limit)?;
+        self.with_connection(move |conn| steering_log(conn, limit)).await
     }
-    tx.commit().map_err(unavailable)?;
-    with_bodies(rows)
-}
-
-pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
-    steering_rules::check_settle(key, holder, outcome)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
-    let now = Timestamp::now().millis();
-    let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
-        .query_row("SELECT holder, lease_until, sent_at FROM notices WHERE key = ?1", [key], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-        })
-        .optional()
-        .map_err(unavailable)?;
-    match held {
-        None => return Err(StoreError::Conflict(format!("notice {key} is not in the outbox"))),
-        Some((_, _, Some(_))) => return Err(StoreError::Conflict(format!("notice {key} was sent already"))),
-        Some((Some(h), Some(until), None)) if h == holder && until > now => {}
-        Some(_) => {
-            return Err(StoreError::Conflict(format!(
-                "notice {key} is not leased to {holder} (its lease ran out, or another notifier took it)"
-            )));
-        }
-    }
-    match outcome {
-        NoticeOutcome::Sent => tx.execute(
-            "UPDATE notices SET sent_at = ?2, holder = NULL, lease_until = NULL WHERE key = ?1",
-            params![key, now],
-        ),
-        NoticeOutcome::Failed { retry_in, .. } => tx.execute(
-            "UPDATE notices SET attempts = attempts + 1, last_error = ?2, due_at = ?3, holder = NULL,
-                    lease_until = NULL WHERE key = ?1",
-            params![key, steering_rules::kept_error(outcome), now + retry_in.as_millis() as i64],
-        ),
-    }
-    .map_err(unavailable)?;
-    tx.commit().map_err(unavailable)
-}
-
-pub fn recent_notices(conn: &mut Connection, limit: usize) -> StoreResult<Vec<Notice>> {
-    let mut statement = conn
-        .prepare_cached(&format!("SELECT {NOTICE_COLUMNS} FROM notices ORDER BY created_at DESC, key DESC LIMIT ?1"))
-        .map_err(unavailable)?;
-    let rows = statement
-        .query_map([limit as i64], notice_row)
-        .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
-        .map_err(unavailable)?;
-    with_bodies(rows)
 }

@@ -1,0 +1,241 @@
+//! `BatchStore` on the embedded file: each operation runs its blocking work (`reads`, `writes`,
+//! `runs`) off the async threads on the store's one connection; appends wait in a group commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::{LATEST_VERSION, SETTLE_FOR, SqliteStore, WATCHING_POLL, reads, runs, schema, writes};
+use crate::port::{
+    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
+    StoreAbout, StoreError, StoreResult,
+};
+use autocomp_model::{
+    Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
+};
+
+#[async_trait]
+impl BatchStore for SqliteStore {
+    async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
+        batch.validate()?;
+        self.with_connection(move |conn| writes::create_batch(conn, &batch)).await
+    }
+
+    async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
+        let id = id.clone();
+        self.with_connection(move |conn| {
+            reads::get_batches(conn, std::slice::from_ref(&id))?.pop().ok_or(StoreError::NotFound(id))
+        })
+        .await
+    }
+
+    async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| reads::get_batches(conn, &ids)).await
+    }
+
+    async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
+        let after = after.cloned();
+        self.with_connection(move |conn| reads::list_batches(conn, after.as_ref(), limit)).await
+    }
+
+    async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| reads::get_summaries(conn, &ids)).await
+    }
+
+    async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
+        let after = after.cloned();
+        self.with_connection(move |conn| reads::list_summaries(conn, after.as_ref(), limit)).await
+    }
+
+    async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        let id = id.clone();
+        self.with_connection(move |conn| reads::batch_head(conn, &id)).await
+    }
+
+    async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
+        let id = id.clone();
+        self.with_connection(move |conn| reads::log_page(conn, &id, cursor, limit, None)).await
+    }
+
+    async fn log_page_within(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: u64,
+    ) -> StoreResult<LogPage> {
+        let id = id.clone();
+        self.with_connection(move |conn| reads::log_page(conn, &id, cursor, limit, Some(details_up_to))).await
+    }
+
+    async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| reads::run_state(conn, &batch, &component)).await
+    }
+
+    async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        let ids = ids.to_vec();
+        self.with_connection(move |conn| reads::get_listings(conn, &ids)).await
+    }
+
+    async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq> {
+        let id = id.clone();
+        self.with_connection(move |conn| writes::set_priority(conn, &id, priority)).await
+    }
+
+    async fn record_content_change(&self, id: &BatchId, metadata_patch: Map<String, Value>) -> StoreResult<Seq> {
+        let (id, cap) = (id.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| writes::record_content_change(conn, &id, metadata_patch, cap)).await
+    }
+
+    /// Group commit: concurrent appends through this handle (the store service's 16
+    /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
+    /// queue; whichever task holds the connection next commits everything queued by then.
+    async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let pending = writes::PendingAppend { batch: batch.clone(), event, reply };
+        self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+        let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
+        self.with_connection(move |conn| {
+            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
+            if !group.is_empty() {
+                writes::append_group(conn, group, cap);
+            }
+            Ok(())
+        })
+        .await?;
+        let answer =
+            answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
+        answer?.map_err(|e| self.naming_the_file(e))
+    }
+
+    async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+        holder.validate()?;
+        let (batch, component, holder) = (batch.clone(), component.clone(), holder.clone());
+        self.with_connection(move |conn| runs::claim(conn, &batch, &component, &holder)).await
+    }
+
+    async fn claim_many(
+        &self,
+        batches: &[BatchId],
+        component: &ComponentName,
+        holder: &RunHolder,
+    ) -> StoreResult<Vec<StoreResult<Claim>>> {
+        holder.validate()?;
+        let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
+        self.with_connection(move |conn| runs::claim_many(conn, &batches, &component, &holder)).await
+    }
+
+    async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| runs::release(conn, &batch, &component, generation)).await
+    }
+
+    async fn save_checkpoint(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        data: Value,
+    ) -> StoreResult<()> {
+        autocomp_model::check_object("checkpoint", &data)?;
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| runs::save_checkpoint(conn, &batch, &component, generation, &data)).await
+    }
+
+    async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| runs::load_checkpoint(conn, &batch, &component)).await
+    }
+
+    async fn open_runs(&self, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+        let component = component.cloned();
+        self.with_connection(move |conn| runs::open_runs(conn, component.as_ref())).await
+    }
+
+    async fn failed_attempts(&self, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+        let (batch, component) = (batch.clone(), component.clone());
+        self.with_connection(move |conn| runs::failed_attempts(conn, &batch, &component, since)).await
+    }
+
+    async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+        self.with_connection(move |conn| reads::changes(conn, since, limit)).await
+    }
+
+    async fn head(&self) -> StoreResult<Seq> {
+        self.with_connection(reads::head).await
+    }
+
+    /// The file is on this host: its clock is the host's.
+    async fn about(&self) -> StoreResult<StoreAbout> {
+        let schema_version = self.with_connection(|conn| schema::schema_version(conn)).await?;
+        Ok(StoreAbout {
+            backend: "sqlite".into(),
+            schema_version,
+            schema_wanted: LATEST_VERSION,
+            clock: Timestamp::now(),
+        })
+    }
+
+    /// Sleeps until the store file is written (a file watch; any process's commit), then
+    /// reads the head; polls every 50 ms where the file cannot be watched, and every
+    /// `WATCHING_POLL` anyway. A commit writes its WAL frames before it becomes visible
+    /// (the WAL index is shared memory, which no notification reports), so a wake that finds
+    /// the head unmoved looks again soon, backing off, for `SETTLE_FOR`.
+    async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut wakes = self.wakes.wakes();
+        let mut settling: Option<(tokio::time::Instant, Duration)> = None;
+        loop {
+            // Before the read: a commit after it wakes the wait below.
+            let watching = wakes.watching();
+            let head = self.head().await?;
+            let now = tokio::time::Instant::now();
+            if head > since || now >= deadline {
+                return Ok(head);
+            }
+            let poll = match settling {
+                Some((until, pause)) if now < until => {
+                    settling = Some((until, (pause * 2).min(Duration::from_millis(50))));
+                    pause
+                }
+                _ if watching => WATCHING_POLL,
+                _ => Duration::from_millis(50),
+            };
+            tokio::select! {
+                _ = wakes.changed() => {
+                    if settling.is_none_or(|(until, _)| now >= until) {
+                        settling = Some((tokio::time::Instant::now() + SETTLE_FOR, Duration::from_millis(2)));
+                    }
+                }
+                _ = tokio::time::sleep_until((now + poll).min(deadline)) => {}
+            }
+        }
+    }
+
+    async fn cancel_run(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        event: NewEvent,
+    ) -> StoreResult<Cancellation> {
+        event.validate()?;
+        let (batch, component, cap) = (batch.clone(), component.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| writes::cancel_run(conn, &batch, &component, event, cap)).await
+    }
+
+    async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
+        event.validate()?;
+        let (id, cap) = (id.clone(), self.max_batch_bytes);
+        self.with_connection(move |conn| writes::prioritize(conn, &id, priority, event, cap)).await
+    }
+
+    async fn count_batches(&self) -> StoreResult<u64> {
+        self.with_connection(reads::count_batches).await
+    }
+}

@@ -1,0 +1,250 @@
+//! The embedded file's runs: claims (a pass's claims in one transaction, each in a savepoint),
+//! releases, checkpoints, and the reads of open and failed runs.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+
+use crate::port::{Claim, StoreError, StoreResult};
+use crate::write_rules::{self, MAX_BATCH_PAGE, page_too_large};
+use autocomp_model::{BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
+
+use super::rows::{query_runs, stored_json};
+use super::tx::{check_run_is_current_and_open, next_seq, read_tx, require_batch, write_tx};
+use super::{summary, unavailable};
+
+pub fn claim(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Claim> {
+    let tx = write_tx(conn)?;
+    let claim = claim_in(&tx, batch, component, holder)?;
+    tx.commit().map_err(unavailable)?;
+    Ok(claim)
+}
+
+/// `ObjectStore::claim_many`: every claim in one IMMEDIATE transaction (one commit, one
+/// fsync), each in a savepoint of its own so a refused claim (unknown batch, a claim key
+/// already used) changes nothing and the others still commit. If the commit fails nothing
+/// was claimed and that is the outer error.
+pub fn claim_many(
+    conn: &mut Connection,
+    batches: &[BatchId],
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Vec<StoreResult<Claim>>> {
+    if batches.len() > MAX_BATCH_PAGE {
+        return Err(page_too_large("batches", batches.len(), MAX_BATCH_PAGE));
+    }
+    // A pass's claims survive its process at once (the commit is in the WAL file) and a
+    // power loss with the next synced commit: the result of their work, which syncs the
+    // whole WAL, claims included. Lost with the machine before then, they leave batches
+    // that are simply ready again, as if never claimed. Sparing the claim its fsync halves
+    // the syncs per batch and stage.
+    let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(unavailable)?;
+    let relaxed = synchronous > SYNCHRONOUS_NORMAL;
+    if relaxed {
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).map_err(unavailable)?;
+    }
+    let claimed = claim_each(conn, batches, component, holder);
+    if relaxed {
+        conn.pragma_update(None, "synchronous", synchronous).map_err(unavailable)?;
+    }
+    claimed
+}
+
+/// SQLite's `synchronous = NORMAL`, as `PRAGMA synchronous` reads it.
+const SYNCHRONOUS_NORMAL: i64 = 1;
+
+fn claim_each(
+    conn: &mut Connection,
+    batches: &[BatchId],
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> StoreResult<Vec<StoreResult<Claim>>> {
+    let mut tx = write_tx(conn)?;
+    let mut answers = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let savepoint = tx.savepoint().map_err(unavailable)?;
+        let answer = claim_in(&savepoint, batch, component, holder);
+        match answer {
+            Ok(_) => savepoint.commit().map_err(unavailable)?,
+            // An outage is no answer about this batch: give up on all of them.
+            Err(StoreError::Unavailable(message)) => return Err(StoreError::Unavailable(message)),
+            Err(_) => {} // dropped: rolled back to before this claim
+        }
+        answers.push(answer);
+    }
+    tx.commit().map_err(unavailable)?;
+    Ok(answers)
+}
+
+/// One claim inside the caller's transaction (or savepoint), which commits it.
+fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+    require_batch(tx, batch)?;
+    if let Some(key) = &holder.claim_key {
+        let earlier = query_runs(
+            tx,
+            "WHERE batch_id = ?1 AND component = ?2 AND claim_key = ?3",
+            params![batch.as_str(), component.as_str(), key.as_str()],
+        )?;
+        if let Some(run) = earlier.into_iter().next() {
+            // A retry of a claim that committed: the same run, if it is still the open one.
+            let current: i64 = tx
+                .query_row(
+                    "SELECT generation FROM claims WHERE batch_id = ?1 AND component = ?2",
+                    params![batch.as_str(), component.as_str()],
+                    |row| row.get(0),
+                )
+                .map_err(unavailable)?;
+            return write_rules::retried_claim(run, current, batch, component, holder);
+        }
+    }
+    let seq = next_seq(tx)?;
+    let now = Timestamp::now();
+    let generation: i64 = tx
+        .query_row(
+            "INSERT INTO claims (batch_id, component, generation) VALUES (?1, ?2, 1)
+             ON CONFLICT (batch_id, component) DO UPDATE SET generation = generation + 1
+             RETURNING generation",
+            params![batch.as_str(), component.as_str()],
+            |row| row.get(0),
+        )
+        .map_err(unavailable)?;
+    let mut abandoned = query_runs(
+        tx,
+        "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str()],
+    )?;
+    tx.execute(
+        "UPDATE runs SET state = 'abandoned', ended_at = ?3 WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str(), now.millis()],
+    )
+    .map_err(unavailable)?;
+    for run in &mut abandoned {
+        run.state = RunState::Abandoned;
+        run.ended_at = Some(now);
+    }
+    tx.execute(
+        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open', ?9)",
+        params![
+            batch.as_str(),
+            component.as_str(),
+            generation,
+            holder.agent.as_str(),
+            holder.host,
+            holder.pid,
+            now.millis(),
+            seq.0,
+            holder.claim_key.as_ref().map(|k| k.as_str()),
+        ],
+    )
+    .map_err(unavailable)?;
+    summary::touch(tx, batch, seq, |state| state.run_opened(component))?;
+    let run = Run {
+        batch_id: batch.clone(),
+        component: component.clone(),
+        generation,
+        holder: holder.clone(),
+        started_at: now,
+        claim_seq: seq,
+        state: RunState::Open,
+        ended_at: None,
+        transient: false,
+    };
+    // Generations are strictly increasing and every claim closes the previous open run, so
+    // at most one can have been open.
+    Ok(Claim { run, abandoned: abandoned.pop() })
+}
+
+pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    // Releasing twice is a no-op, so a client may retry a release whose answer it lost.
+    let released_already: bool = tx
+        .query_row(
+            "SELECT 1 FROM runs JOIN claims USING (batch_id, component)
+             WHERE batch_id = ?1 AND component = ?2 AND runs.generation = ?3
+               AND claims.generation = ?3 AND runs.state = 'released'",
+            params![batch.as_str(), component.as_str(), generation],
+            |_| Ok(true),
+        )
+        .optional()
+        .map_err(unavailable)?
+        .unwrap_or(false);
+    if released_already {
+        return Ok(());
+    }
+    check_run_is_current_and_open(&tx, batch, component, generation)?;
+    let seq = next_seq(&tx)?;
+    tx.execute(
+        "UPDATE runs SET state = 'released', ended_at = ?4 WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+        params![batch.as_str(), component.as_str(), generation, Timestamp::now().millis()],
+    )
+    .map_err(unavailable)?;
+    summary::touch(&tx, batch, seq, |state| state.run_closed(component))?;
+    tx.commit().map_err(unavailable)
+}
+
+pub fn save_checkpoint(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    generation: i64,
+    data: &Value,
+) -> StoreResult<()> {
+    let tx = write_tx(conn)?;
+    require_batch(&tx, batch)?;
+    check_run_is_current_and_open(&tx, batch, component, generation)?;
+    tx.execute(
+        "INSERT INTO checkpoints (batch_id, component, data, generation, saved_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (batch_id, component) DO UPDATE
+         SET data = excluded.data, generation = excluded.generation, saved_at = excluded.saved_at",
+        params![batch.as_str(), component.as_str(), data.to_string(), generation, Timestamp::now().millis()],
+    )
+    .map_err(unavailable)?;
+    tx.commit().map_err(unavailable)
+}
+
+pub fn load_checkpoint(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+) -> StoreResult<Option<Value>> {
+    let tx = read_tx(conn)?;
+    require_batch(&tx, batch)?;
+    let data: Option<String> = tx
+        .query_row(
+            "SELECT data FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
+            params![batch.as_str(), component.as_str()],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    data.map(stored_json).transpose().map_err(unavailable)
+}
+
+pub fn open_runs(conn: &mut Connection, component: Option<&ComponentName>) -> StoreResult<Vec<Run>> {
+    let tx = read_tx(conn)?;
+    match component {
+        Some(component) => query_runs(&tx, "WHERE state = 'open' AND component = ?1", [component.as_str()]),
+        None => query_runs(&tx, "WHERE state = 'open'", []),
+    }
+}
+
+pub fn failed_attempts(
+    conn: &mut Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    since: Seq,
+) -> StoreResult<u32> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
+           AND (state = 'abandoned' OR transient = 1)",
+        params![batch.as_str(), component.as_str(), since.0],
+        |row| row.get(0),
+    )
+    .map_err(unavailable)
+}
