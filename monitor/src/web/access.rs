@@ -4,8 +4,8 @@
 
 use axum::http::StatusCode;
 
-use super::WebError;
 pub use super::accounts::Role;
+use super::error::WebError;
 
 /// What the request may do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params};
-use autocomp_toolkit::reload::Reloaded;
 use autocomp_model::InvalidInput;
+use autocomp_toolkit::reload::Reloaded;
 use unicode_normalization::UnicodeNormalization;
 
 /// The shortest password accepted (characters): long enough that a stolen hash is not

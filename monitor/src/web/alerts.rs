@@ -12,9 +12,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 
+use super::app::App;
+use super::auth;
+use super::error::WebError;
 use super::gate::Caller;
+use super::html::html_response;
 use super::html::{Nav, Page, esc, time, w};
-use super::{App, WebError, auth, html_response};
 use crate::filter::{Filter, StateFilter, encode};
 
 pub async fn alerts(

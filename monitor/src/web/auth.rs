@@ -19,12 +19,13 @@ use serde::Deserialize;
 
 use super::access::Access;
 use super::accounts::{MAX_NAME_CHARS, PROXY_ONLY, account_name, verify_password};
+use super::app::App;
+use super::error::WebError;
 use super::gate::Caller;
 use super::html::{Nav, Page, attr, esc, w};
 use super::limits::address_key;
 use super::sessions::Holder;
 use super::sessions::{SESSION_COOKIE, cookie};
-use super::{App, WebError};
 use crate::filter::encode;
 use autocomp_http::quiet::Quiet;
 
@@ -182,7 +183,7 @@ pub async fn login_form(
     let next = query.map(|q| q.0.next).unwrap_or_default();
     let next = local_path(next.as_deref());
     let name = access.name().unwrap_or_default().to_owned();
-    super::html_response(StatusCode::OK, login_page(&app, &access, next, &name, None))
+    super::html::html_response(StatusCode::OK, login_page(&app, &access, next, &name, None))
 }
 
 #[derive(Deserialize)]
@@ -266,7 +267,7 @@ pub async fn login(
             }
             let page =
                 login_page(&app, access, &next, &name, Some("Wrong account name or password; you are not signed in."));
-            return Ok(super::html_response(StatusCode::UNAUTHORIZED, page));
+            return Ok(super::html::html_response(StatusCode::UNAUTHORIZED, page));
         }
     };
     if let Some(old) = &caller.session {
@@ -296,7 +297,7 @@ pub async fn logout_form(access: Access) -> Response {
     let body = "<h1>Sign out</h1>\n<form method=\"post\" action=\"/logout\"><p>\
                 <button type=\"submit\">Sign out</button></p></form>\n";
     let page = Page { title: "Sign out", nav: Nav::None, access: Some(&access), flash: None, live: false, here: "/" };
-    super::html_response(StatusCode::OK, page.render(body))
+    super::html::html_response(StatusCode::OK, page.render(body))
 }
 
 /// `POST /logout`: the session is deleted here, so its cookie is worthless from now on

@@ -14,10 +14,11 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::app::App;
+use super::error::WebError;
 use super::gate::Caller;
 use super::html::{Nav, esc, w};
 use super::svg::{self, HEIGHT, LEFT, PLOT_H, PLOT_W, TOP, WIDTH};
-use super::{App, WebError};
 use crate::filter::encode;
 
 /// `/charts?component=NAME&range=hour|day|month`; both optional.
@@ -715,7 +716,7 @@ pub async fn page(
         Some(c) => format!("Charts: {c}"),
         None => "Charts".to_owned(),
     };
-    Ok(super::respond(&headers, &caller, &title, Nav::Charts, &super::here(&uri), &body))
+    Ok(super::respond::respond(&headers, &caller, &title, Nav::Charts, &super::respond::here(&uri), &body))
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use serde_json::{Map, Value, json};
 
-use super::pages::ListQuery;
-use super::{App, WebError};
+use super::app::App;
+use super::error::WebError;
+use super::list_query::ListQuery;
 use crate::data::{Matrix, Monitor, Settings};
 
 /// Batches read per page while exporting.

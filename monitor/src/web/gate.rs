@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::access::Access;
 use super::accounts::account_name;
+use super::app::App;
+use super::error::WebError;
 use super::sessions::{SESSION_COOKIE, cookie};
-use super::{App, WebError};
 use crate::filter::encode;
 use autocomp_http::quiet::Quiet;
 

@@ -14,9 +14,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 
+use super::app::App;
+use super::error::WebError;
 use super::gate::Caller;
 use super::html::{Nav, esc, w};
-use super::{App, WebError};
 use crate::data::{Overview, OverviewRow};
 use crate::filter::{Filter, StateFilter};
 
@@ -132,17 +133,55 @@ fn depths(specs: &[Spec]) -> Vec<u32> {
 /// enough for its text and for its incoming edges' labels.
 pub fn layout(specs: &[Spec]) -> Layout {
     let depth = depths(specs);
-    let produced = |t: &str| specs.iter().any(|s| s.event_type == t);
-    // A type no component records: one input node per column of its consumers, just left of
-    // them (no long edge from one input across the drawing).
+    let inputs = inputs(specs, &depth);
+    let mut nodes = nodes(specs, &depth, &inputs);
+    let mut edges = edges(specs, &depth, &inputs);
+    // Ports: the edges into a node, in the order of their producers' columns and rows below.
+    let mut incoming = vec![0u32; nodes.len()];
+    for edge in &mut edges {
+        edge.port = incoming[edge.to];
+        incoming[edge.to] += 1;
+    }
+    for (node, ports) in nodes.iter_mut().zip(&incoming) {
+        node.height = node.height.max((ports + 1) * PORT_GAP);
+    }
+    let columns = nodes.iter().map(|n| n.column + 1).max().unwrap_or(0);
+    let tallest = place(&mut nodes, &edges, columns);
+    // Ports again: top to bottom by where each edge comes from, so arrivals do not cross.
+    for (to, ports) in incoming.iter().enumerate() {
+        let mut into: Vec<usize> = (0..edges.len()).filter(|&e| edges[e].to == to).collect();
+        into.sort_by_key(|&e| (nodes[edges[e].from].y + nodes[edges[e].from].height / 2, e));
+        for (port, e) in into.into_iter().enumerate() {
+            edges[e].port = port as u32;
+            edges[e].ports = *ports;
+        }
+    }
+    let width = if columns == 0 { 2 * MARGIN } else { 2 * MARGIN + columns * NODE_W + (columns - 1) * GAP_X };
+    Layout { nodes, edges, width, height: tallest + 2 * MARGIN }
+}
+
+/// Whether a component records `event_type`.
+fn produced(specs: &[Spec], event_type: &str) -> bool {
+    specs.iter().any(|s| s.event_type == event_type)
+}
+
+/// A type no component records: one input node per column of its consumers, just left of
+/// them (no long edge from one input across the drawing).
+fn inputs<'s>(specs: &'s [Spec], depth: &[u32]) -> Vec<(&'s str, u32)> {
     let mut inputs: Vec<(&str, u32)> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         for t in &spec.requires {
-            if !produced(t) && !inputs.contains(&(t, depth[i])) {
+            if !produced(specs, t) && !inputs.contains(&(t, depth[i])) {
                 inputs.push((t, depth[i]));
             }
         }
     }
+    inputs
+}
+
+/// The components' and the inputs' boxes, each in its column (no column empty), not yet
+/// placed in it.
+fn nodes(specs: &[Spec], depth: &[u32], inputs: &[(&str, u32)]) -> Vec<Placed> {
     // Make room in front when a component of the first column requires one.
     let shift = u32::from(inputs.iter().any(|(_, d)| *d == 0));
     let mut nodes: Vec<Placed> = specs
@@ -157,7 +196,7 @@ pub fn layout(specs: &[Spec]) -> Layout {
             height: spec.lines * LINE + 2 * PAD,
         })
         .collect();
-    for (t, d) in &inputs {
+    for (t, d) in inputs {
         nodes.push(Placed {
             kind: NodeKind::Input((*t).to_owned()),
             column: d + shift - 1,
@@ -174,11 +213,16 @@ pub fn layout(specs: &[Spec]) -> Layout {
     for node in &mut nodes {
         node.column = used.binary_search(&node.column).unwrap_or(0) as u32;
     }
+    nodes
+}
+
+/// An edge from each producer (or input) of a required type to its consumer.
+fn edges(specs: &[Spec], depth: &[u32], inputs: &[(&str, u32)]) -> Vec<Edge> {
     let mut edges = Vec::new();
     for (to, spec) in specs.iter().enumerate() {
         for t in &spec.requires {
             let mut from: Vec<usize> = (0..specs.len()).filter(|&j| j != to && specs[j].event_type == *t).collect();
-            if !produced(t) {
+            if !produced(specs, t) {
                 from.extend(inputs.iter().position(|i| *i == (t, depth[to])).map(|k| specs.len() + k));
             }
             for from in from {
@@ -186,17 +230,12 @@ pub fn layout(specs: &[Spec]) -> Layout {
             }
         }
     }
-    // Ports: the edges into a node, in the order of their producers' columns and rows below.
-    let mut incoming = vec![0u32; nodes.len()];
-    for edge in &mut edges {
-        edge.port = incoming[edge.to];
-        incoming[edge.to] += 1;
-    }
-    for (node, ports) in nodes.iter_mut().zip(&incoming) {
-        node.height = node.height.max((ports + 1) * PORT_GAP);
-    }
-    let columns = nodes.iter().map(|n| n.column + 1).max().unwrap_or(0);
-    // Column by column: a node's place follows the mean height of its producers placed so far.
+    edges
+}
+
+/// Places the nodes column by column: a node's place follows the mean height of its
+/// producers placed so far; each column centred on the tallest, whose height it returns.
+fn place(nodes: &mut [Placed], edges: &[Edge], columns: u32) -> u32 {
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); columns as usize];
     let mut heights = vec![0u32; columns as usize];
     for c in 0..columns {
@@ -232,17 +271,7 @@ pub fn layout(specs: &[Spec]) -> Layout {
             nodes[i].y += offset;
         }
     }
-    // Ports again: top to bottom by where each edge comes from, so arrivals do not cross.
-    for (to, ports) in incoming.iter().enumerate() {
-        let mut into: Vec<usize> = (0..edges.len()).filter(|&e| edges[e].to == to).collect();
-        into.sort_by_key(|&e| (nodes[edges[e].from].y + nodes[edges[e].from].height / 2, e));
-        for (port, e) in into.into_iter().enumerate() {
-            edges[e].port = port as u32;
-            edges[e].ports = *ports;
-        }
-    }
-    let width = if columns == 0 { 2 * MARGIN } else { 2 * MARGIN + columns * NODE_W + (columns - 1) * GAP_X };
-    Layout { nodes, edges, width, height: tallest + 2 * MARGIN }
+    tallest
 }
 
 /// At most `max` characters, an ellipsis marking a cut.
@@ -483,7 +512,7 @@ pub async fn page(
         body.push_str(&svg(&overview));
         body.push_str(&super::contracts::section(&overview));
     }
-    Ok(super::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::here(&uri), &body))
+    Ok(super::respond::respond(&headers, &caller, "Pipeline graph", Nav::Graph, &super::respond::here(&uri), &body))
 }
 
 #[cfg(test)]

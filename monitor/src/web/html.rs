@@ -7,6 +7,8 @@ use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
 
 use autocomp_model::{ComponentState, HoldKind, Timestamp};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::access::Access;
@@ -309,6 +311,12 @@ pub fn hidden_fields(fields: &[(String, String)]) -> String {
         w!(out, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(name), attr(value));
     }
     out
+}
+
+/// A rendered page as the answer: HTML, revalidated before reuse, never shared.
+pub(crate) fn html_response(status: StatusCode, page: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache, private")], page)
+        .into_response()
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! (a command's stdout and stderr, a Rust component's log lines), and the last lines of a
 //! failed attempt's stderr (or log) beside its verdict. Owns how run output reaches HTML.
 
-use autocomp_toolkit::terminal::for_terminal;
 use autocomp_model::{Event, Outcome, OutputStream, RunOutput};
+use autocomp_toolkit::terminal::for_terminal;
 
 use super::html::{esc, time, w};
 
