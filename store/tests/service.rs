@@ -351,7 +351,7 @@ async fn steering_and_the_outbox_through(service: &Service, local: &dyn ObjectSt
 
     // Refusals: a conflict is a 409 naming the first pauser, bad input a 400 naming the field.
     let conflict = http.steer(pause("operator:bob")).await.unwrap_err();
-    assert!(matches!(&conflict, StoreError::Conflict(m) if m.contains("by operator:ann")), "{conflict}");
+    assert!(matches!(&conflict, StoreError::AlreadyInState(m) if m.contains("by operator:ann")), "{conflict}");
     let body = |value: Value| value.to_string().into_bytes();
     let again = json!({"change": {"pause": {"component": "archiver"}}, "by": "operator:bob", "reason": "again"});
     let (status, answer) = post(&url("steer"), Some(TOKEN), &body(again.clone()));

@@ -62,6 +62,14 @@ fn conflict<T: std::fmt::Debug>(answer: StoreResult<T>) -> String {
     }
 }
 
+/// The message of an `AlreadyInState` (held that way already); panics on any other answer.
+fn already<T: std::fmt::Debug>(answer: StoreResult<T>) -> String {
+    match answer {
+        Err(StoreError::AlreadyInState(message)) => message,
+        other => panic!("expected AlreadyInState, got {other:?}"),
+    }
+}
+
 fn notice(key: &str) -> NewNotice {
     NewNotice {
         key: key.into(),
@@ -141,7 +149,7 @@ pub async fn a_pause_reads_back_who_why_and_since_and_the_log_lists_it_newest_fi
 
     // A second pause is refused naming the first pauser, and changes nothing.
     let head = f.store.head().await.unwrap();
-    let message = conflict(f.store.steer(ask(pause("archiver"), "operator:carol", "again")).await);
+    let message = already(f.store.steer(ask(pause("archiver"), "operator:carol", "again")).await);
     assert!(message.contains("archiver is paused already, by operator:ann"), "{message}");
     assert!(message.contains("tape maintenance"), "{message}");
     // Resuming what is not held, or confirming a stale preview, likewise.
@@ -152,7 +160,10 @@ pub async fn a_pause_reads_back_who_why_and_since_and_the_log_lists_it_newest_fi
     let message = conflict(f.store.steer(ask(SteeringChange::Resume { component: None }, "operator:ann", "r")).await);
     assert!(message.contains("not paused"), "{message}");
     let stale = SteeringRequest { expect_version: Some(3), ..ask(pause("loader"), "operator:ann", "planned") };
-    let message = conflict(f.store.steer(stale).await);
+    let message = match f.store.steer(stale).await {
+        Err(StoreError::ChangedSincePreview(message)) => message,
+        other => panic!("expected ChangedSincePreview, got {other:?}"),
+    };
     assert!(message.contains("version 3, now 4"), "{message}");
     assert_eq!(f.store.steering().await.unwrap(), steering, "the refusals changed nothing");
     assert_eq!(f.store.steering_log(10).await.unwrap(), log, "and logged nothing");
@@ -278,7 +289,7 @@ pub async fn the_breaker_opens_the_circuit_at_break_after_distinct_failures(f: F
     assert_eq!(breaker.failed, [id("B1"), id("B2"), id("B3"), id("B4")]);
     assert_eq!(breaker.last.as_deref(), Some("B4: disk full"));
     assert_eq!(f.store.steering_log(10).await.unwrap(), [entry], "only the opening");
-    let message = conflict(f.store.steer(ask(pause("archiver"), "operator:ann", "r")).await);
+    let message = already(f.store.steer(ask(pause("archiver"), "operator:ann", "r")).await);
     assert!(message.contains("circuit open already"), "{message}");
 
     let resumed =
