@@ -461,7 +461,8 @@ impl Monitor {
     /// (the newest, or the events before `before`), and every component's explanation,
     /// clause by clause in the store and in the index. Reads as much whatever the log's length.
     pub async fn batch(&self, id: &str, before: Option<Seq>) -> Result<BatchPage, OperatorError> {
-        let (head, explanations) = self.operator.explain_all(id).await?;
+        let id = autocomp_model::BatchId::new(id)?;
+        let (head, explanations) = self.operator.explain_all(&id).await?;
         let store = self.operator.store().await?;
         let cursor = before.map_or(LogCursor::Newest, LogCursor::Before);
         // By size: an event's details over 16 KiB stay in the store, the page links to them.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_model::{ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
+use autocomp_model::{BatchId, ComponentName, ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
 use autocomp_ops::operator::{
     Action, AlertDefaults, Format, HumanStep, LogSpan, LogsQuery, Operator, OperatorError, RestartFrom, SHOW_EVENTS,
     Scope, SteerAction, TableFormat,
@@ -681,10 +681,10 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Event { id, event_type, outcome, reason, format } => {
             operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render_as(format)
         }
-        Command::Show { id, event: Some(seq), .. } => operator.show_event(&id, seq).await?,
+        Command::Show { id, event: Some(seq), .. } => operator.show_event(&BatchId::new(&id)?, seq).await?,
         Command::Show { id, format, all: true, .. } => {
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
-            match operator.show_all(&id, format, &mut stdout).await {
+            match operator.show_all(&BatchId::new(&id)?, format, &mut stdout).await {
                 Ok(()) => stdout.flush().or_else(|e| stdout.closed_or(e)).map(|()| String::new()),
                 Err(_) if stdout.closed => Ok(String::new()),
                 Err(e) => Err(e),
@@ -692,19 +692,21 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Show { id, format, before, limit, all: false, event: None } => {
             let limit = limit.map_or(SHOW_EVENTS, usize::from);
-            operator.show_page(&id, LogSpan::Page { before: before.map(Seq), limit }).await?.render(format)
+            let span = LogSpan::Page { before: before.map(Seq), limit };
+            operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
         }
         Command::Logs { id, component, attempt, stream, format } => {
             let query = LogsQuery { component, attempt, stream };
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
-            match operator.logs(&id, &query, format, &mut stdout).await {
+            match operator.logs(&BatchId::new(&id)?, &query, format, &mut stdout).await {
                 Ok(()) => stdout.flush().or_else(|e| stdout.closed_or(e)).map(|()| String::new()),
                 Err(_) if stdout.closed => Ok(String::new()),
                 Err(e) => Err(e),
             }?
         }
         Command::Status { component, state, format } => {
-            operator.status(component.as_deref(), state).await?.render(format)
+            let component = component.as_deref().map(ComponentName::new).transpose()?;
+            operator.status(component.as_ref(), state).await?.render(format)
         }
         Command::Rerun { id, component, reason, guard } => {
             guard.act(&operator, &id, Action::Rerun { component }, &reason).await?
@@ -757,8 +759,12 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
             let step = HumanStep { name, event_type, requires, types, overdue_after };
             operator.declare_step(&step, &reason).await?
         }
-        Command::Explain { id, component, format } => operator.explain(&id, &component).await?.render(format),
-        Command::Ready { component, format } => operator.ready(&component).await?.render(format),
+        Command::Explain { id, component, format } => {
+            // The component first: a bad name is the error when both are bad, as before.
+            let component = ComponentName::new(&component)?;
+            operator.explain(&BatchId::new(&id)?, &component).await?.render(format)
+        }
+        Command::Ready { component, format } => operator.ready(&ComponentName::new(&component)?).await?.render(format),
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
         Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
             operator.forget(&component, &reason).await?

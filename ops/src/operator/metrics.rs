@@ -15,7 +15,7 @@ use autocomp_model::{
 };
 
 use super::alerts::{AlertDefaults, MISSED_PASSES_CAP, SilenceRule, last_seen, ready_state};
-use super::{Operator, OperatorError};
+use super::{Operator, OperatorError, Step};
 use Kind::{Counter, Gauge, Histogram, Summary};
 
 /// A metric family's type, as its `# TYPE` line names it.
@@ -214,73 +214,84 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-impl Operator {
-    /// The pipeline's metrics as Prometheus text. `defaults` gives the overdue and silence
-    /// thresholds of components whose config sets none.
-    pub async fn metrics(&self, defaults: &AlertDefaults) -> Result<String, OperatorError> {
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        let index = self.index(&store)?;
-        let now = Timestamp::now();
-        let seconds = |since: Timestamp| now.since(since).as_secs_f64();
+/// What the metrics are computed from, read once: the pipeline, the index's tallies, the
+/// open runs and the steering state, at one clock reading.
+struct Reading<'a> {
+    pipeline: &'a [Step],
+    now: Timestamp,
+    /// Per step, a tally per state and then the overdue one (`state_selections`).
+    counts: Vec<autocomp_sboi::Tally>,
+    /// Per step, the batches ready for it and the quietest one's last activity.
+    oldest_ready: Vec<autocomp_sboi::Tally>,
+    runs: Vec<autocomp_model::Run>,
+    steering: autocomp_model::Steering,
+}
 
-        let mut selections = Vec::new();
-        for step in &pipeline {
-            selections.extend(step.state_selections(defaults.ready_after));
-        }
-        let counts = index.tally(&selections, false).await?;
-        let ready: Vec<Selection> =
-            pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ready_state(s))).collect();
-        let oldest_ready = index.tally(&ready, true).await?;
+impl Reading<'_> {
+    fn seconds(&self, since: Timestamp) -> f64 {
+        self.now.since(since).as_secs_f64()
+    }
 
-        let mut out = String::new();
+    /// Batches per component and state, overdue batches, and the oldest ready and working
+    /// batches' ages.
+    fn write_batches(&self, out: &mut String) {
+        let pipeline = self.pipeline;
         let per_step = ComponentState::ALL.len() + 1;
-        let mut family = BATCHES.write(&mut out);
+        let mut family = BATCHES.write(out);
         for (i, step) in pipeline.iter().enumerate() {
-            for (state, tally) in ComponentState::ALL.iter().zip(&counts[i * per_step..]) {
+            for (state, tally) in ComponentState::ALL.iter().zip(&self.counts[i * per_step..]) {
                 family.sample(&[step.name().as_str(), state.as_str()], tally.count as f64);
             }
         }
-        let mut family = BATCHES_OVERDUE.write(&mut out);
+        let mut family = BATCHES_OVERDUE.write(out);
         for (i, step) in pipeline.iter().enumerate() {
-            family.sample(&[step.name().as_str()], counts[(i + 1) * per_step - 1].count as f64);
+            family.sample(&[step.name().as_str()], self.counts[(i + 1) * per_step - 1].count as f64);
         }
-        let mut family = OLDEST_READY_AGE.write(&mut out);
-        for (step, tally) in pipeline.iter().zip(&oldest_ready) {
-            family.sample(&[step.name().as_str()], tally.quietest.map_or(0.0, seconds));
+        let mut family = OLDEST_READY_AGE.write(out);
+        for (step, tally) in pipeline.iter().zip(&self.oldest_ready) {
+            family.sample(&[step.name().as_str()], tally.quietest.map_or(0.0, |t| self.seconds(t)));
         }
-        let runs = self.open_runs_of(&pipeline).await?;
-        let mut family = OLDEST_WORKING_AGE.write(&mut out);
-        for step in &pipeline {
-            let oldest = runs.iter().filter(|run| run.component == *step.name()).map(|run| run.started_at).min();
-            family.sample(&[step.name().as_str()], oldest.map_or(0.0, seconds));
+        let mut family = OLDEST_WORKING_AGE.write(out);
+        for step in pipeline {
+            let oldest = self.runs.iter().filter(|run| run.component == *step.name()).map(|run| run.started_at).min();
+            family.sample(&[step.name().as_str()], oldest.map_or(0.0, |t| self.seconds(t)));
         }
-        let mut family = LAST_PASS_AGE.write(&mut out);
-        for step in &pipeline {
-            family.sample(&[step.name().as_str()], seconds(last_seen(&step.registered)));
+    }
+
+    /// Time since each component's last pass, and what silence means for it.
+    fn write_silence(&self, out: &mut String, defaults: &AlertDefaults) {
+        let pipeline = self.pipeline;
+        let mut family = LAST_PASS_AGE.write(out);
+        for step in pipeline {
+            family.sample(&[step.name().as_str()], self.seconds(last_seen(&step.registered)));
         }
         // Each component is silent by one rule; its series says which (see `SilenceRule`).
         let rules: Vec<SilenceRule> = pipeline.iter().map(|step| SilenceRule::of(&step.registered, defaults)).collect();
-        let mut family = SILENT_AFTER.write(&mut out);
+        let mut family = SILENT_AFTER.write(out);
         for (step, rule) in pipeline.iter().zip(&rules) {
             if let SilenceRule::After(after) = rule {
                 family.sample(&[step.name().as_str()], after.as_secs_f64());
             }
         }
-        let mut family = MISSED_PASSES.write(&mut out);
+        let mut family = MISSED_PASSES.write(out);
         for (step, rule) in pipeline.iter().zip(&rules) {
             if let SilenceRule::MissedPasses { schedule, .. } = rule {
-                let missed = schedule.missed_since(last_seen(&step.registered), now, MISSED_PASSES_CAP);
+                let missed = schedule.missed_since(last_seen(&step.registered), self.now, MISSED_PASSES_CAP);
                 family.sample(&[step.name().as_str()], missed as f64);
             }
         }
+    }
+
+    /// Results per outcome and work durations, from the passes' reports the registry
+    /// tallies; then each component's max_runtime.
+    fn write_work(&self, out: &mut String) {
         // Sources register deliveries rather than work on batches: they have no results.
-        let workers: Vec<_> = pipeline.iter().filter(|step| !step.descriptor().source).collect();
+        let workers: Vec<_> = self.pipeline.iter().filter(|step| !step.descriptor().source).collect();
         type Window = fn(&WorkHistory) -> &WorkTallies;
         let results: [(&Metric, Window); 2] =
             [(&RESULTS_TOTAL, |work| &work.total), (&RESULTS_LAST_HOUR, |work| &work.last_hour)];
         for (metric, window) in results {
-            let mut family = metric.write(&mut out);
+            let mut family = metric.write(out);
             for step in &workers {
                 for result in WorkResult::ALL {
                     let count = window(&step.registered.work).get(result).results;
@@ -288,7 +299,7 @@ impl Operator {
                 }
             }
         }
-        let mut family = WORK_DURATION.write(&mut out);
+        let mut family = WORK_DURATION.write(out);
         for step in &workers {
             let all = step.registered.work.total.combined();
             let component = &[step.name().as_str()];
@@ -300,7 +311,7 @@ impl Operator {
             family.bucket(component, "+Inf", all.results as f64);
             family.sum_and_count(component, all.duration_ms_sum as f64 / 1000.0, all.results as f64);
         }
-        let mut family = WORK_DURATION_LAST_HOUR.write(&mut out);
+        let mut family = WORK_DURATION_LAST_HOUR.write(out);
         for step in &workers {
             let all = step.registered.work.last_hour.combined();
             let component = &[step.name().as_str()];
@@ -311,33 +322,42 @@ impl Operator {
             }
             family.sum_and_count(component, all.duration_ms_sum as f64 / 1000.0, all.results as f64);
         }
-        let mut family = MAX_RUNTIME.write(&mut out);
-        for step in &pipeline {
+        let mut family = MAX_RUNTIME.write(out);
+        for step in self.pipeline {
             family.sample(&[step.name().as_str()], step.descriptor().max_runtime.as_secs_f64());
         }
-        let steering = store.steering().await?;
-        let mut family = HELD.write(&mut out);
-        for step in &pipeline {
+    }
+
+    /// Holds and circuit breakers, from the steering state.
+    fn write_holds(&self, out: &mut String) {
+        let steering = &self.steering;
+        let mut family = HELD.write(out);
+        for step in self.pipeline {
             family.sample(&[step.name().as_str()], f64::from(u8::from(steering.hold_of(step.name()).is_some())));
         }
-        let mut family = CIRCUIT_OPEN.write(&mut out);
-        for step in pipeline.iter().filter(|step| step.descriptor().break_after.is_some()) {
+        let breaking = || self.pipeline.iter().filter(|step| step.descriptor().break_after.is_some());
+        let mut family = CIRCUIT_OPEN.write(out);
+        for step in breaking() {
             let open = steering.components.get(step.name()).is_some_and(|hold| hold.kind == HoldKind::Circuit);
             family.sample(&[step.name().as_str()], f64::from(u8::from(open)));
         }
-        let mut family = BREAKER_FAILURES.write(&mut out);
-        for step in pipeline.iter().filter(|step| step.descriptor().break_after.is_some()) {
+        let mut family = BREAKER_FAILURES.write(out);
+        for step in breaking() {
             let count = steering.breakers.get(step.name()).map_or(0, |breaker| breaker.consecutive);
             family.sample(&[step.name().as_str()], f64::from(count));
         }
-        // Every open run of a component that declares a pool holds one of its slots; every
-        // batch ready for it waits for a pass and a slot.
+    }
+
+    /// Resource pools: size, slots in use, batches waiting. Every open run of a component
+    /// that declares a pool holds one of its slots; every batch ready for it waits for a pass
+    /// and a slot.
+    fn write_pools(&self, out: &mut String) {
         let mut pools: BTreeMap<&PoolName, PoolTally> = BTreeMap::new();
-        for (name, pool) in &steering.pools {
+        for (name, pool) in &self.steering.pools {
             pools.entry(name).or_default().0 = f64::from(pool.size);
         }
-        for (step, tally) in pipeline.iter().zip(&oldest_ready) {
-            let running = runs.iter().filter(|run| run.component == *step.name()).count() as f64;
+        for (step, tally) in self.pipeline.iter().zip(&self.oldest_ready) {
+            let running = self.runs.iter().filter(|run| run.component == *step.name()).count() as f64;
             for pool in &step.descriptor().pools {
                 let entry = pools.entry(pool).or_default();
                 entry.1 += running;
@@ -345,280 +365,52 @@ impl Operator {
             }
         }
         for (metric, which) in [(&POOL_SIZE, 0), (&POOL_IN_USE, 1), (&POOL_WAITING, 2)] {
-            let mut family = metric.write(&mut out);
+            let mut family = metric.write(out);
             for (name, pool) in &pools {
                 family.sample(&[name.as_str()], [pool.0, pool.1, pool.2][which]);
             }
         }
-        let index_seq = index.catch_up().await?.cursor();
-        let head = store.head().await?;
-        STORE_HEAD.write(&mut out).sample(&[], head.0 as f64);
-        INDEX_LAG.write(&mut out).sample(&[], head.0.saturating_sub(index_seq.0).max(0) as f64);
-        Ok(out)
+    }
+}
+
+/// The pipeline's metrics as Prometheus text. `defaults` gives the overdue and silence
+/// thresholds of components whose config sets none.
+async fn metrics_text(operator: &Operator, defaults: &AlertDefaults) -> Result<String, OperatorError> {
+    let store = operator.store().await?;
+    let pipeline = operator.pipeline(store.as_ref()).await?;
+    let index = operator.index(&store)?;
+    let now = Timestamp::now();
+    let mut selections = Vec::new();
+    for step in &pipeline {
+        selections.extend(step.state_selections(defaults.ready_after));
+    }
+    let counts = index.tally(&selections, false).await?;
+    let ready: Vec<Selection> =
+        pipeline.iter().map(|s| Selection::component_state(s.descriptor(), ready_state(s))).collect();
+    let oldest_ready = index.tally(&ready, true).await?;
+    let runs = operator.open_runs_of(&pipeline).await?;
+    let steering = store.steering().await?;
+    let reading = Reading { pipeline: &pipeline, now, counts, oldest_ready, runs, steering };
+    let mut out = String::new();
+    reading.write_batches(&mut out);
+    reading.write_silence(&mut out, defaults);
+    reading.write_work(&mut out);
+    reading.write_holds(&mut out);
+    reading.write_pools(&mut out);
+    let index_seq = index.catch_up().await?.cursor();
+    let head = store.head().await?;
+    STORE_HEAD.write(&mut out).sample(&[], head.0 as f64);
+    INDEX_LAG.write(&mut out).sample(&[], head.0.saturating_sub(index_seq.0).max(0) as f64);
+    Ok(out)
+}
+
+impl Operator {
+    /// The pipeline's metrics as Prometheus text: see `metrics_text`.
+    pub async fn metrics(&self, defaults: &AlertDefaults) -> Result<String, OperatorError> {
+        metrics_text(self, defaults).await
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use autocomp_framework::config::Backends;
-    use autocomp_model::{
-        Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Outcome,
-        PassOutcome, PassPhase, PassRecord, RunHolder, Schedule, Trigger, WorkDone,
-    };
-
-    use super::*;
-
-    /// Registers `name` as having ended a pass that reported `work`.
-    async fn register(
-        store: &dyn autocomp_store::ObjectStore,
-        name: &str,
-        event_type: &str,
-        requires: &str,
-        tune: impl FnOnce(&mut ComponentDescriptor),
-        work: Vec<WorkDone>,
-    ) {
-        let own = EventType::new(event_type).unwrap();
-        let mut descriptor = ComponentDescriptor {
-            name: ComponentName::new(name).unwrap(),
-            version: "1.0.0".into(),
-            event_type: own.clone(),
-            trigger: Trigger::builder().requires(requires).blocked_by(event_type).build(),
-            max_attempts: 3,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 10,
-            max_runtime: Duration::from_secs(3600),
-            source: false,
-            overdue_after: None,
-            silent_after: None,
-            schedule: None,
-            manual: false,
-            pools: Vec::new(),
-            break_after: None,
-            result_schema: None,
-            reads: Vec::new(),
-        };
-        tune(&mut descriptor);
-        let phase = PassPhase::Ended { outcome: PassOutcome::Ok, summary: String::new(), duration_ms: 1, work };
-        store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.unwrap();
-    }
-
-    fn done(result: WorkResult, duration_ms: u64) -> WorkDone {
-        WorkDone { result, duration_ms }
-    }
-
-    /// The value of each series that depends on the wall clock, replaced.
-    fn without_ages(text: &str) -> String {
-        let lines = text.lines().map(|line| match line.rsplit_once(' ') {
-            Some((series, _)) if !line.starts_with('#') && series.contains("_age_seconds") => format!("{series} AGE"),
-            _ => line.to_owned(),
-        });
-        lines.map(|line| line + "\n").collect()
-    }
-
-    /// Every family, each kind of sample and label, both silence rules, sources
-    /// without results: the text for one fixed registry and set of batches.
-    #[tokio::test]
-    async fn the_text_for_a_fixed_pipeline_is_pinned() {
-        let dir = tempfile::tempdir().unwrap();
-        let store_url = format!("sqlite://{}", dir.path().join("store.db").display());
-        let index_url = format!("local:{}", dir.path().join("index").display());
-        let backends = Backends { store: Some(store_url), index: Some(index_url), locks: None };
-        let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
-        let store = operator.store().await.unwrap();
-        let silent = |d: &mut ComponentDescriptor| {
-            d.source = true;
-            d.silent_after = Some(Duration::from_secs(600));
-        };
-        register(store.as_ref(), "trigger", "Data_Received", "Delivered", silent, vec![]).await;
-        let yearly = |d: &mut ComponentDescriptor| {
-            d.schedule = Some(Schedule::parse("0 0 1 1 *").unwrap());
-            d.max_runtime = Duration::from_millis(1500);
-        };
-        let work = vec![
-            done(WorkResult::Success, 3),
-            done(WorkResult::Success, 40),
-            done(WorkResult::Failure, 700),
-            done(WorkResult::Transient, 5_000_000),
-        ];
-        register(store.as_ref(), "checker", "Checked", "Data_Received", yearly, work).await;
-        register(store.as_ref(), "auditor", "Audited", "Checked", |_| {}, vec![]).await;
-
-        let agent = Agent::new("test").unwrap();
-        for (batch, events) in [
-            ("B1", &[("Data_Received", Outcome::Success)][..]),
-            ("B2", &[("Data_Received", Outcome::Success), ("Checked", Outcome::Failure)]),
-            ("B3", &[("Data_Received", Outcome::Success), ("Checked", Outcome::Success)]),
-            ("B4", &[("Data_Received", Outcome::Success)]),
-        ] {
-            let batch = BatchId::new(batch).unwrap();
-            store.create_batch(NewBatch::new(batch.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
-            for (event_type, outcome) in events {
-                let event = NewEvent::new(EventType::new(*event_type).unwrap(), *outcome, agent.clone());
-                store.append_event(&batch, event).await.unwrap();
-            }
-        }
-        let holder = RunHolder { agent: Agent::new("checker").unwrap(), host: "host1".into(), pid: 7, claim_key: None };
-        store.claim(&BatchId::new("B4").unwrap(), &ComponentName::new("checker").unwrap(), &holder).await.unwrap();
-
-        let text = operator.metrics(&AlertDefaults::default()).await.unwrap();
-        assert_eq!(without_ages(&text), PINNED, "{text}");
-    }
-
-    const PINNED: &str = r#"# HELP autocomp_batches Batches per component and state.
-# TYPE autocomp_batches gauge
-autocomp_batches{component="trigger",state="ready"} 0
-autocomp_batches{component="trigger",state="person"} 0
-autocomp_batches{component="trigger",state="waiting"} 0
-autocomp_batches{component="trigger",state="working"} 0
-autocomp_batches{component="trigger",state="retrying"} 0
-autocomp_batches{component="trigger",state="failed"} 0
-autocomp_batches{component="trigger",state="stale"} 0
-autocomp_batches{component="trigger",state="skipped"} 0
-autocomp_batches{component="trigger",state="success"} 4
-autocomp_batches{component="checker",state="ready"} 1
-autocomp_batches{component="checker",state="person"} 0
-autocomp_batches{component="checker",state="waiting"} 0
-autocomp_batches{component="checker",state="working"} 1
-autocomp_batches{component="checker",state="retrying"} 0
-autocomp_batches{component="checker",state="failed"} 1
-autocomp_batches{component="checker",state="stale"} 0
-autocomp_batches{component="checker",state="skipped"} 0
-autocomp_batches{component="checker",state="success"} 1
-autocomp_batches{component="auditor",state="ready"} 1
-autocomp_batches{component="auditor",state="person"} 0
-autocomp_batches{component="auditor",state="waiting"} 3
-autocomp_batches{component="auditor",state="working"} 0
-autocomp_batches{component="auditor",state="retrying"} 0
-autocomp_batches{component="auditor",state="failed"} 0
-autocomp_batches{component="auditor",state="stale"} 0
-autocomp_batches{component="auditor",state="skipped"} 0
-autocomp_batches{component="auditor",state="success"} 0
-# HELP autocomp_batches_overdue Batches ready for a component longer than its overdue_after (monitor default otherwise).
-# TYPE autocomp_batches_overdue gauge
-autocomp_batches_overdue{component="trigger"} 0
-autocomp_batches_overdue{component="checker"} 0
-autocomp_batches_overdue{component="auditor"} 0
-# HELP autocomp_oldest_ready_age_seconds How long the batch ready the longest has been ready (since its last activity); 0 when none is.
-# TYPE autocomp_oldest_ready_age_seconds gauge
-autocomp_oldest_ready_age_seconds{component="trigger"} AGE
-autocomp_oldest_ready_age_seconds{component="checker"} AGE
-autocomp_oldest_ready_age_seconds{component="auditor"} AGE
-# HELP autocomp_oldest_working_age_seconds How long the oldest open run of a component has been running; 0 when none is.
-# TYPE autocomp_oldest_working_age_seconds gauge
-autocomp_oldest_working_age_seconds{component="trigger"} AGE
-autocomp_oldest_working_age_seconds{component="checker"} AGE
-autocomp_oldest_working_age_seconds{component="auditor"} AGE
-# HELP autocomp_last_pass_age_seconds Seconds since any host last reported a pass of the component.
-# TYPE autocomp_last_pass_age_seconds gauge
-autocomp_last_pass_age_seconds{component="trigger"} AGE
-autocomp_last_pass_age_seconds{component="checker"} AGE
-autocomp_last_pass_age_seconds{component="auditor"} AGE
-# HELP autocomp_silent_after_seconds No pass on any host for this long makes the component silent (components silent by time, not schedule).
-# TYPE autocomp_silent_after_seconds gauge
-autocomp_silent_after_seconds{component="trigger"} 600
-autocomp_silent_after_seconds{component="auditor"} 3600
-# HELP autocomp_missed_passes Passes of its crontab schedule since any host last ran the component (components silent by schedule).
-# TYPE autocomp_missed_passes gauge
-autocomp_missed_passes{component="checker"} 0
-# HELP autocomp_results_total Results recorded by a component's passes since it was registered, by outcome.
-# TYPE autocomp_results_total counter
-autocomp_results_total{component="checker",outcome="success"} 2
-autocomp_results_total{component="checker",outcome="failure"} 1
-autocomp_results_total{component="checker",outcome="transient"} 1
-autocomp_results_total{component="auditor",outcome="success"} 0
-autocomp_results_total{component="auditor",outcome="failure"} 0
-autocomp_results_total{component="auditor",outcome="transient"} 0
-# HELP autocomp_results_last_hour Results recorded by a component's passes in the last hour of store time, by outcome.
-# TYPE autocomp_results_last_hour gauge
-autocomp_results_last_hour{component="checker",outcome="success"} 2
-autocomp_results_last_hour{component="checker",outcome="failure"} 1
-autocomp_results_last_hour{component="checker",outcome="transient"} 1
-autocomp_results_last_hour{component="auditor",outcome="success"} 0
-autocomp_results_last_hour{component="auditor",outcome="failure"} 0
-autocomp_results_last_hour{component="auditor",outcome="transient"} 0
-# HELP autocomp_work_duration_seconds How long a component's work on a batch took, every outcome, since it was registered.
-# TYPE autocomp_work_duration_seconds histogram
-autocomp_work_duration_seconds_bucket{component="checker",le="0.001"} 0
-autocomp_work_duration_seconds_bucket{component="checker",le="0.002"} 0
-autocomp_work_duration_seconds_bucket{component="checker",le="0.005"} 1
-autocomp_work_duration_seconds_bucket{component="checker",le="0.01"} 1
-autocomp_work_duration_seconds_bucket{component="checker",le="0.025"} 1
-autocomp_work_duration_seconds_bucket{component="checker",le="0.05"} 2
-autocomp_work_duration_seconds_bucket{component="checker",le="0.1"} 2
-autocomp_work_duration_seconds_bucket{component="checker",le="0.25"} 2
-autocomp_work_duration_seconds_bucket{component="checker",le="0.5"} 2
-autocomp_work_duration_seconds_bucket{component="checker",le="1"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="2.5"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="5"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="10"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="30"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="60"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="120"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="300"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="600"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="1800"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="3600"} 3
-autocomp_work_duration_seconds_bucket{component="checker",le="+Inf"} 4
-autocomp_work_duration_seconds_sum{component="checker"} 5000.743
-autocomp_work_duration_seconds_count{component="checker"} 4
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.001"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.002"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.005"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.01"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.025"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.05"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.1"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.25"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="0.5"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="1"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="2.5"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="5"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="10"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="30"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="60"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="120"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="300"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="600"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="1800"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="3600"} 0
-autocomp_work_duration_seconds_bucket{component="auditor",le="+Inf"} 0
-autocomp_work_duration_seconds_sum{component="auditor"} 0
-autocomp_work_duration_seconds_count{component="auditor"} 0
-# HELP autocomp_work_duration_last_hour_seconds A component's work durations over the last hour of store time: p50 and p95 (estimated within their histogram bucket; absent without results), sum and count.
-# TYPE autocomp_work_duration_last_hour_seconds summary
-autocomp_work_duration_last_hour_seconds{component="checker",quantile="0.5"} 0.05
-autocomp_work_duration_last_hour_seconds{component="checker",quantile="0.95"} 3600
-autocomp_work_duration_last_hour_seconds_sum{component="checker"} 5000.743
-autocomp_work_duration_last_hour_seconds_count{component="checker"} 4
-autocomp_work_duration_last_hour_seconds_sum{component="auditor"} 0
-autocomp_work_duration_last_hour_seconds_count{component="auditor"} 0
-# HELP autocomp_max_runtime_seconds A component's max_runtime: a run older than this is overdue.
-# TYPE autocomp_max_runtime_seconds gauge
-autocomp_max_runtime_seconds{component="trigger"} 3600
-autocomp_max_runtime_seconds{component="checker"} 1.5
-autocomp_max_runtime_seconds{component="auditor"} 3600
-# HELP autocomp_component_held 1 while the component claims no new work: paused, draining or its circuit open (its own hold or the whole pipeline's).
-# TYPE autocomp_component_held gauge
-autocomp_component_held{component="trigger"} 0
-autocomp_component_held{component="checker"} 0
-autocomp_component_held{component="auditor"} 0
-# HELP autocomp_circuit_open 1 while the component's circuit breaker holds it (components with break_after).
-# TYPE autocomp_circuit_open gauge
-# HELP autocomp_breaker_consecutive_failures Consecutive permanent failures on distinct batches the circuit breaker counts (components with break_after).
-# TYPE autocomp_breaker_consecutive_failures gauge
-# HELP autocomp_pool_size A resource pool's size: batches' work it takes at once.
-# TYPE autocomp_pool_size gauge
-# HELP autocomp_pool_slots_in_use Open runs of the components that declare the pool: each holds one of its slots.
-# TYPE autocomp_pool_slots_in_use gauge
-# HELP autocomp_pool_waiting Batches ready for the components that declare the pool: each waits for a pass and a free slot.
-# TYPE autocomp_pool_waiting gauge
-# HELP autocomp_store_head The store's newest change (seq).
-# TYPE autocomp_store_head gauge
-autocomp_store_head 11
-# HELP autocomp_index_lag_changes Store changes the batch index is behind.
-# TYPE autocomp_index_lag_changes gauge
-autocomp_index_lag_changes 0
-"#;
-}
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -15,8 +15,15 @@
 mod actions;
 mod alerts;
 mod columns;
+mod explain;
+mod locks;
+mod logs;
 mod metrics;
-mod output;
+mod pipeline;
+mod ready;
+mod reindex;
+mod show;
+mod status;
 mod steering;
 mod timeline;
 mod views;
@@ -45,13 +52,16 @@ pub use alerts::{
     Alert, AlertDefaults, AlertsView, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after, ready_state,
     ready_too_long, run_overdue,
 };
-pub use output::LogsQuery;
+pub use explain::{ClauseCheck, Explanation, RetryWindow};
+pub use locks::{LockView, LocksView, describe_lock};
+pub use logs::LogsQuery;
+pub use pipeline::PipelineView;
+pub use ready::{CandidateView, ReadyView};
+pub use show::{BatchView, LogSpan, SHOW_EVENTS, report_summary};
+pub use status::StatusView;
 pub use steering::{HumanStep, Scope, SteerAction, SteerForm, SteerPreview, SteerReport, hold_lines};
 pub use timeline::{Attempt, StartFrom, StepSpec, StepTimeline, TIMELINE_EVENTS, Timeline, duration_text};
-pub use views::{
-    BatchView, CandidateView, Explanation, Format, LockView, LocksView, LogSpan, PipelineView, ReadyView, SHOW_EVENTS,
-    StatusView, TableFormat, describe_lock, report_summary, size_text,
-};
+pub use views::{Format, RunView, TableFormat, size_text};
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's
 /// result: `restart` leaves it alone).
@@ -303,15 +313,19 @@ impl Operator {
 
     /// The pipeline's component called `name`, or an error naming it and the known ones.
     pub fn step<'p>(&self, pipeline: &'p [Step], name: &str) -> Result<&'p Step, OperatorError> {
-        let valid = ComponentName::new(name)?;
-        pipeline.iter().find(|step| *step.name() == valid).ok_or_else(|| {
+        self.step_named(pipeline, &ComponentName::new(name)?)
+    }
+
+    /// The pipeline's component called `name`, or an error naming it and the known ones.
+    pub fn step_named<'p>(&self, pipeline: &'p [Step], name: &ComponentName) -> Result<&'p Step, OperatorError> {
+        pipeline.iter().find(|step| step.name() == name).ok_or_else(|| {
             let known: Vec<&str> = pipeline.iter().map(|s| s.name().as_str()).collect();
             let known = if known.is_empty() {
                 "no component has run a pass against this store yet: a component's first pass registers it".to_owned()
             } else {
                 format!("known: {}", known.join(", "))
             };
-            InvalidInput::new("component", name, format!("not a component of the pipeline ({known})")).into()
+            InvalidInput::new("component", name.as_str(), format!("not a component of the pipeline ({known})")).into()
         })
     }
 

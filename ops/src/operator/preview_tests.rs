@@ -184,7 +184,7 @@ async fn prioritize_previews_that_it_unsettles_the_batch() {
     f.batch("B1", &[("Data_Received", Outcome::Success)]).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     autocomp_test_servers::wait_for_async(deadline, "B1 to settle for the archiver", async || {
-        let show = f.operator.show("B1").await.unwrap();
+        let show = f.operator.show(&id("B1")).await.unwrap();
         show.components.iter().any(|(name, state)| name.as_str() == "archiver" && *state == Ready)
     })
     .await;

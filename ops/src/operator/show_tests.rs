@@ -76,7 +76,7 @@ async fn show_lists_the_newest_page_and_says_how_to_see_older_events() {
     let whole = long_batch(&f.store, "B1", 119).await;
     let all: Vec<i64> = whole.events.iter().map(|e| e.seq.0).collect();
 
-    let shown = f.operator.show("B1").await.unwrap().to_json();
+    let shown = f.operator.show(&id("B1")).await.unwrap().to_json();
     assert_eq!(seqs(&shown["events"]), all[all.len() - SHOW_EVENTS..], "the newest page, oldest first");
     assert_eq!((shown["log"]["total"].as_u64(), shown["log"]["shown"].as_u64()), (Some(120), Some(50)));
     let older = shown["log"]["older_before"].as_i64().unwrap();
@@ -85,13 +85,14 @@ async fn show_lists_the_newest_page_and_says_how_to_see_older_events() {
     assert_eq!(shown["effective"]["Note_Made"]["seq"], all[119], "the effective view is the whole log's");
     assert_eq!(shown["components"]["verifier"], "ready");
 
-    let text = f.operator.show("B1").await.unwrap().render(Format::Text);
+    let text = f.operator.show(&id("B1")).await.unwrap().render(Format::Text);
     assert!(text.contains("log (120 events; the newest 50, oldest first):"), "{text}");
     assert!(text.contains(&format!("older events: autocomp show B1 --before {older}")), "{text}");
     assert!(text.contains("note 118") && !text.contains("note 68\n"), "{text}");
 
     // Paging back: the events before, in pages of the size asked, to the first.
-    let page = f.operator.show_page("B1", LogSpan::Page { before: Some(autocomp_model::Seq(older)), limit: 60 });
+    let b1 = id("B1");
+    let page = f.operator.show_page(&b1, LogSpan::Page { before: Some(autocomp_model::Seq(older)), limit: 60 });
     let page = page.await.unwrap();
     let json = page.to_json();
     assert_eq!(seqs(&json["events"]), all[10..70]);
@@ -99,13 +100,13 @@ async fn show_lists_the_newest_page_and_says_how_to_see_older_events() {
     let text = page.render(Format::Text);
     assert!(text.contains(&format!("the 60 before seq {older}")), "{text}");
     assert!(text.contains("newer events: autocomp show B1 --limit 60"), "{text}");
-    let first = f.operator.show_page("B1", LogSpan::Page { before: Some(autocomp_model::Seq(all[10])), limit: 60 });
+    let first = f.operator.show_page(&b1, LogSpan::Page { before: Some(autocomp_model::Seq(all[10])), limit: 60 });
     let first = first.await.unwrap().to_json();
     assert_eq!((seqs(&first["events"]), first["log"]["older_before"].clone()), (all[..10].to_vec(), Value::Null));
 
     // A short log is shown whole, and says nothing of older events.
     batch(&f.store, "B2", vec![event("Data_Received", Outcome::Success, json!({}))]).await;
-    let text = f.operator.show("B2").await.unwrap().render(Format::Text);
+    let text = f.operator.show(&id("B2")).await.unwrap().render(Format::Text);
     assert!(text.contains("log (1 events, oldest first):") && !text.contains("older events"), "{text}");
 }
 
@@ -116,7 +117,7 @@ async fn show_all_writes_every_event_oldest_first_a_page_at_a_time() {
     let all: Vec<i64> = whole.events.iter().map(|e| e.seq.0).collect();
 
     let mut json_out = Vec::new();
-    f.operator.show_all("B1", Format::Json, &mut json_out).await.unwrap();
+    f.operator.show_all(&id("B1"), Format::Json, &mut json_out).await.unwrap();
     let shown: Value = serde_json::from_slice(&json_out).expect("one JSON document");
     assert_eq!(seqs(&shown["events"]), all);
     assert_eq!(shown["events"][5]["details"]["summary"], "note 4");
@@ -124,7 +125,7 @@ async fn show_all_writes_every_event_oldest_first_a_page_at_a_time() {
     assert_eq!(shown["id"], "B1");
 
     let mut text_out = Vec::new();
-    f.operator.show_all("B1", Format::Text, &mut text_out).await.unwrap();
+    f.operator.show_all(&id("B1"), Format::Text, &mut text_out).await.unwrap();
     let text = String::from_utf8(text_out).unwrap();
     assert!(text.contains("log (2346 events, oldest first):"), "{}", &text[..2_000]);
     let (log, reports) = text.split_once("\nreports:\n").unwrap();
@@ -190,13 +191,17 @@ async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches
     for state in ["ready", "waiting", "working", "failed", "stale", "skipped", "success"] {
         assert!(states.contains(&state), "{state} is among {states:?}");
     }
-    let failed = f.operator.status(Some("verifier"), Some(autocomp_model::ComponentState::Stale)).await.unwrap();
+    let failed = f
+        .operator
+        .status(Some(&ComponentName::new("verifier").unwrap()), Some(autocomp_model::ComponentState::Stale))
+        .await
+        .unwrap();
     assert_eq!(failed.rows, [(id("B-received"), vec![autocomp_model::ComponentState::Stale])]);
     assert!(status.render(TableFormat::Csv).starts_with("id,verifier,checker,archiver\n"));
 
     for whole in &batches {
         for step in &pipeline {
-            let explained = f.operator.explain(whole.id.as_str(), step.name().as_str()).await.unwrap();
+            let explained = f.operator.explain(&whole.id, step.name()).await.unwrap();
             let what = format!("{} for {}", whole.id, step.name());
             assert_eq!(explained.state, step.state_of(whole), "{what}");
             assert_eq!(explained.refusal, step.ready_in_store(whole).err(), "{what}");
@@ -206,7 +211,7 @@ async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches
             assert_eq!(explained.clauses.iter().map(|c| c.store).collect::<Vec<_>>(), clauses, "{what}");
         }
     }
-    let held = f.operator.explain("B-reset", "archiver").await.unwrap().held_up_by;
+    let held = f.operator.explain(&id("B-reset"), &ComponentName::new("archiver").unwrap()).await.unwrap().held_up_by;
     assert_eq!(
         held,
         [
@@ -238,13 +243,13 @@ fn status_renders_row_by_row_exactly_as_from_values() {
                 json!({"id": id, "components": map})
             })
             .collect();
-        assert_eq!(view.render(TableFormat::Json), super::json_document(&Value::Array(values)));
+        assert_eq!(view.render(TableFormat::Json), crate::operator::views::json_document(&Value::Array(values)));
         let mut header = vec!["batch"];
         header.extend(components.iter().map(|c| c.as_str()));
         let cells: Vec<Vec<String>> = rows
             .iter()
             .map(|(id, states)| std::iter::once(id.to_string()).chain(states.iter().map(|s| s.to_string())).collect())
             .collect();
-        assert_eq!(view.render(TableFormat::Table), super::table(&header, &cells));
+        assert_eq!(view.render(TableFormat::Table), crate::operator::columns::table(&header, &cells));
     }
 }

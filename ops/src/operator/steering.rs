@@ -182,9 +182,9 @@ impl SteerReport {
     }
 }
 
+/// A run as every view prints it (`RunView`, as `show` and `explain` do).
 fn run_json(run: &Run) -> Value {
-    json!({"batch": run.batch_id, "component": run.component, "agent": run.holder.agent, "host": run.holder.host,
-           "started_at": run.started_at})
+    serde_json::to_value(super::RunView::from(run)).unwrap_or_default()
 }
 
 fn runs_text(runs: &[Run]) -> String {

@@ -1,0 +1,327 @@
+//! `autocomp logs ID`: what each run of a batch printed (a command's stdout and stderr, a
+//! Rust component's log lines), kept with its result event. Owns numbering a component's
+//! attempts on a batch and printing their output, neutralized for the terminal; the JSON of
+//! an attempt is `AttemptJson`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use autocomp_model::{BatchId, ComponentName, Event, InvalidInput, Outcome, RunOutput, Seq, Timestamp};
+use autocomp_store::port::DETAILS_SHOWN_BYTES;
+use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Format, Operator, OperatorError};
+
+/// Which runs' output `logs` prints.
+#[derive(Debug, Clone, Default)]
+pub struct LogsQuery {
+    /// Only this component's runs.
+    pub component: Option<String>,
+    /// Only the Nth attempt (1 = the first run of a component on the batch).
+    pub attempt: Option<u32>,
+    /// Only the stream of this name (`stdout`, `stderr`, `log`).
+    pub stream: Option<String>,
+}
+
+/// One run's result as `logs` shows it.
+struct Attempt<'e> {
+    component: &'e ComponentName,
+    number: u32,
+    event: &'e Event,
+    output: Option<RunOutput>,
+}
+
+/// An attempt in `logs --format json`: which, when, how it ended, and what it printed.
+#[derive(Serialize)]
+struct AttemptJson<'a> {
+    component: &'a ComponentName,
+    attempt: u32,
+    seq: Seq,
+    outcome: Outcome,
+    at: Timestamp,
+    duration_ms: Option<&'a Value>,
+    /// No streams when the run kept no output.
+    output: &'a RunOutput,
+}
+
+const NO_OUTPUT: &RunOutput = &RunOutput { streams: Vec::new() };
+
+/// Writes the selected attempts as they are found: text, or the items of a JSON array.
+struct Writer<'w> {
+    out: &'w mut dyn Write,
+    format: Format,
+    /// Attempts written so far.
+    shown: usize,
+}
+
+impl Writer<'_> {
+    /// Everything printed comes from the batch's runs: neutralized before the terminal.
+    fn write(&mut self, text: &str) -> Result<(), OperatorError> {
+        let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the output: {e}"));
+        self.out.write_all(autocomp_toolkit::for_terminal(text).as_bytes()).map_err(written)
+    }
+
+    fn attempt(&mut self, attempt: &Attempt<'_>) -> Result<(), OperatorError> {
+        match self.format {
+            Format::Text => self.write(&attempt_text(attempt))?,
+            Format::Json => {
+                self.write(if self.shown == 0 { "[\n  " } else { ",\n  " })?;
+                // Through `Value`: keys in name order, as every document prints them.
+                let json = serde_json::to_value(attempt_json(attempt)).unwrap_or_default();
+                self.write(&json.to_string())?;
+            }
+        }
+        self.shown += 1;
+        Ok(())
+    }
+}
+
+/// Each component's runs on the batch so far, in seq order: the attempt numbers.
+#[derive(Default)]
+struct Attempts(Vec<(ComponentName, u32)>);
+
+impl Attempts {
+    /// Counts a run of `component`; its attempt number.
+    fn count(&mut self, component: &ComponentName) -> u32 {
+        match self.0.iter_mut().find(|(name, _)| name == component) {
+            Some((_, count)) => {
+                *count += 1;
+                *count
+            }
+            None => {
+                self.0.push((component.clone(), 1));
+                1
+            }
+        }
+    }
+
+    fn of(&self, component: &ComponentName) -> u32 {
+        self.0.iter().find(|(name, _)| name == component).map_or(0, |(_, count)| *count)
+    }
+
+    fn max(&self) -> u32 {
+        self.0.iter().map(|(_, count)| *count).max().unwrap_or(0)
+    }
+}
+
+/// What `logs` reads a batch's log for.
+struct Selection<'q> {
+    query: &'q LogsQuery,
+    component: Option<ComponentName>,
+}
+
+impl Selection<'_> {
+    /// The attempts of one page the query selects, each written as it is found; `event_at`
+    /// reads alone an event whose details the page left out.
+    async fn page(
+        &self,
+        store: &dyn ObjectStore,
+        page: &LogPage,
+        attempts: &mut Attempts,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        for event in &page.events {
+            let Some(run) = &event.run else { continue };
+            let number = attempts.count(&run.component);
+            if self.component.as_ref().is_some_and(|wanted| *wanted != run.component) {
+                continue;
+            }
+            let whole = match page.left_out(event.seq) {
+                Some(_) => autocomp_store::port::event_at(store, &event.batch_id, event.seq).await?,
+                None => None,
+            };
+            let event = whole.as_ref().unwrap_or(event);
+            let output = event.output().map(|output| selected_streams(output, self.query.stream.as_deref()));
+            let chosen = match self.query.attempt {
+                Some(wanted) => wanted == number,
+                // By default only the attempts that kept some output.
+                None => output.as_ref().is_some_and(|output| !output.streams.is_empty()),
+            };
+            if chosen {
+                writer.attempt(&Attempt { component: &run.component, number, event, output })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing selected: a mistake in the query is an error, an empty answer is not.
+    async fn nothing(
+        &self,
+        operator: &Operator,
+        head: &BatchHead,
+        attempts: &Attempts,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        if let Some(name) = &self.component
+            && attempts.of(name) == 0
+        {
+            let store = operator.store().await?;
+            let pipeline = operator.pipeline(store.as_ref()).await?;
+            operator.step_named(&pipeline, name)?;
+        }
+        if let Some(wanted) = self.query.attempt {
+            let had = match &self.component {
+                Some(name) => format!("{name} ran {} time(s) on {}", attempts.of(name), head.id()),
+                None => format!("no component ran more than {} time(s) on {}", attempts.max(), head.id()),
+            };
+            return Err(InvalidInput::new("--attempt", wanted.to_string(), format!("no such attempt: {had}")).into());
+        }
+        match writer.format {
+            Format::Json => writer.write("[]\n"),
+            Format::Text => {
+                let whose = self.component.as_ref().map(|name| format!(" of {name}")).unwrap_or_default();
+                let what = self.query.stream.as_deref().map(|name| format!(" on {name}")).unwrap_or_default();
+                writer.write(&format!("{}: no run{whose} kept any output{what}\n", head.id()))
+            }
+        }
+    }
+}
+
+/// Writes the output of the batch's runs that `query` selects, oldest first: a header per
+/// attempt, then each stream's text; or a JSON array of them. Reads the log a page at a time
+/// and writes as it goes, so no more than a page of events is held.
+async fn write_logs(
+    operator: &Operator,
+    id: &BatchId,
+    query: &LogsQuery,
+    writer: &mut Writer<'_>,
+) -> Result<(), OperatorError> {
+    let component = query.component.as_deref().map(ComponentName::new).transpose()?;
+    if query.attempt == Some(0) {
+        return Err(InvalidInput::new("--attempt", "0", "attempts are numbered from 1").into());
+    }
+    let store = operator.store().await?;
+    let head = store.batch_head(id).await?;
+    let selection = Selection { query, component };
+    let mut attempts = Attempts::default();
+    let mut after = Seq::ZERO;
+    loop {
+        // By size: a page of a thousand events whose output is near 1 MiB each must not be
+        // held at once; an event a page left out is read alone when wanted.
+        let page = store.log_page_within(head.id(), LogCursor::After(after), MAX_LOG_PAGE, DETAILS_SHOWN_BYTES).await?;
+        selection.page(store.as_ref(), &page, &mut attempts, writer).await?;
+        match page.newer {
+            Some(newer) => after = newer,
+            None => break,
+        }
+    }
+    match writer.shown {
+        0 => selection.nothing(operator, &head, &attempts, writer).await,
+        _ if writer.format == Format::Json => writer.write("\n]\n"),
+        _ => Ok(()),
+    }
+}
+
+/// Only the stream asked for (all without `--stream`).
+fn selected_streams(mut output: RunOutput, stream: Option<&str>) -> RunOutput {
+    if let Some(name) = stream {
+        output.streams.retain(|s| s.name == name);
+    }
+    output
+}
+
+fn attempt_text(attempt: &Attempt<'_>) -> String {
+    let event = attempt.event;
+    let took = event
+        .details
+        .get("duration_ms")
+        .and_then(Value::as_u64)
+        .map_or_else(String::new, |ms| format!(", took {}", super::duration_text(Duration::from_millis(ms))));
+    let mut outcome = event.outcome.as_str().to_owned();
+    for flag in ["timed_out", "transient", "cancelled"] {
+        if event.flag(flag) {
+            outcome = format!("{outcome} ({})", flag.replace('_', " "));
+        }
+    }
+    let mut text = format!(
+        "== {} attempt {} (seq {}): {outcome} at {}{took} ==\n",
+        attempt.component, attempt.number, event.seq, event.at
+    );
+    let streams = attempt.output.as_ref().map_or(&[][..], |output| &output.streams[..]);
+    if streams.is_empty() {
+        text.push_str("(no output kept)\n");
+    }
+    for stream in streams {
+        let cut = if stream.omitted_bytes > 0 {
+            format!(", {} of {} bytes kept", stream.kept_bytes(), stream.total_bytes())
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("--- {}{cut} ---\n", autocomp_toolkit::terminal::one_line(&stream.name)));
+        let body = stream.text();
+        text.push_str(&body);
+        if !body.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
+fn attempt_json<'a>(attempt: &'a Attempt<'_>) -> AttemptJson<'a> {
+    let event = attempt.event;
+    AttemptJson {
+        component: attempt.component,
+        attempt: attempt.number,
+        seq: event.seq,
+        outcome: event.outcome,
+        at: event.at,
+        duration_ms: event.details.get("duration_ms"),
+        output: attempt.output.as_ref().unwrap_or(NO_OUTPUT),
+    }
+}
+
+impl Operator {
+    /// `autocomp logs`: see `write_logs`.
+    pub async fn logs(
+        &self,
+        id: &BatchId,
+        query: &LogsQuery,
+        format: Format,
+        out: &mut dyn Write,
+    ) -> Result<(), OperatorError> {
+        write_logs(self, id, query, &mut Writer { out, format, shown: 0 }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{Agent, EventType, OutputStream, RunRef};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_attempt_reads_as_a_header_and_its_streams_with_the_cut_marked() {
+        let stream =
+            OutputStream { name: "stderr".into(), head: "first\n".into(), tail: "last".into(), omitted_bytes: 90 };
+        let output = RunOutput { streams: vec![stream] };
+        let event = Event {
+            seq: Seq(7),
+            batch_id: BatchId::new("B1").unwrap(),
+            event_type: EventType::new("Ocr_Done").unwrap(),
+            outcome: Outcome::Failure,
+            agent: Agent::new("ocr/1@h#1").unwrap(),
+            at: Timestamp(0),
+            details: json!({"duration_ms": 1500, "timed_out": true, "output": output}),
+            run: Some(RunRef { component: ComponentName::new("ocr").unwrap(), generation: 1 }),
+            resets: Vec::new(),
+        };
+        let component = ComponentName::new("ocr").unwrap();
+        let attempt = Attempt { component: &component, number: 2, event: &event, output: event.output() };
+        let text = attempt_text(&attempt);
+        assert!(text.starts_with("== ocr attempt 2 (seq 7): failure (timed out) at 1970-"), "{text}");
+        assert!(
+            text.contains(
+                ", took 1.5s ==\n--- stderr, 10 of 100 bytes kept ---\nfirst\n[... 90 bytes not kept ...]\nlast\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(attempt_json(&attempt)).unwrap();
+        assert_eq!((json["attempt"].as_u64(), json["seq"].as_i64()), (Some(2), Some(7)));
+        assert_eq!(json["output"]["streams"][0]["tail"], "last");
+        let only_stdout = selected_streams(output, Some("stdout"));
+        assert!(only_stdout.streams.is_empty());
+    }
+}
