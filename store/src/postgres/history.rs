@@ -2,9 +2,10 @@
 //! (tallies per minute or hour, with the backlog samples) and recording backlog samples. The
 //! tallies themselves are written by `autocomp_record_pass` with the pass.
 
-use super::ops::{corrupt, prepare};
+use super::calls::prepare;
+use super::rows::corrupt;
 use super::{PgStore, Retry};
-use crate::port::StoreResult;
+use crate::port::{SeriesStore, StoreResult};
 use crate::series::Points;
 use crate::write_rules;
 use autocomp_model::{BacklogSample, ComponentName, SeriesStep, Timestamp, WorkPoint, WorkResult, WorkTally};
@@ -77,5 +78,21 @@ impl PgStore {
             })
         })
         .await
+    }
+}
+
+#[async_trait::async_trait]
+impl SeriesStore for PgStore {
+    async fn work_series(
+        &self,
+        step: SeriesStep,
+        since: Timestamp,
+        component: Option<&ComponentName>,
+    ) -> StoreResult<Vec<WorkPoint>> {
+        self.pg_work_series(step, since, component).await
+    }
+
+    async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
+        self.pg_record_backlog(samples).await
     }
 }

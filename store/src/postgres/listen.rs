@@ -11,6 +11,12 @@ use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
 use super::options::PgOptions;
+use crate::port::StoreResult;
+use autocomp_model::Seq;
+
+/// How often a waiter that is woken by notifications still reads the head, in case they
+/// cannot reach it: one cheap read per process every two seconds while idle.
+const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// The channel `autocomp_notify_changed` (schema 8) notifies.
 const CHANNEL: &str = "autocomp_store_changed";
@@ -142,6 +148,42 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
                 Some(Err(error)) if !listened => return Err(super::describe_error(&error)),
                 Some(Err(_)) | None => return Ok(()),
             },
+        }
+    }
+}
+
+impl super::PgStore {
+    /// Sleeps until the server notifies a commit (`listen=on`, the default), or polls the
+    /// sequence every 25 ms while not listening (one cheap read, no lock); only when a seq
+    /// past `since` was taken does it wait for the horizon. While listening it still looks
+    /// every `LISTENING_POLL`, in case the notifications cannot reach it (a PgBouncer in
+    /// transaction mode should say `listen=off`).
+    pub(super) async fn pg_wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut wakes = self.inner.listener.wakes(&self.inner.options);
+        loop {
+            // Before the read: a commit after it wakes the wait below.
+            let listening = wakes.as_mut().is_some_and(|wakes| wakes.listening());
+            if self.latest_seq_taken().await? > since {
+                let head = self.horizon().await?;
+                if head > since {
+                    return Ok(head);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return self.horizon().await;
+            }
+            let poll = if listening { LISTENING_POLL } else { Duration::from_millis(25) };
+            let woken = async {
+                match wakes.as_mut() {
+                    Some(wakes) => wakes.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until((tokio::time::Instant::now() + poll).min(deadline)) => {}
+            }
         }
     }
 }

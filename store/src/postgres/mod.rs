@@ -5,13 +5,21 @@
 //! each write is one call of a server-side function (`schema.rs`), one statement, one
 //! transaction, so no transaction ever waits on a client.
 
+mod appends;
+mod batches;
+mod calls;
 mod history;
 mod listen;
-mod ops;
 mod options;
+mod outbox;
+mod reads;
+mod registry;
+mod rows;
+mod runs;
 mod schema;
 mod steering;
 mod text;
+mod writes;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -42,7 +50,7 @@ struct Inner {
     key_prefix: String,
     keys_made: AtomicU64,
     /// Appends waiting to be sent together (group commit).
-    appends: std::sync::Mutex<ops::AppendQueue>,
+    appends: std::sync::Mutex<appends::AppendQueue>,
     /// Wakes `wait_for_change` when the server notifies a commit.
     listener: listen::Listener,
 }
@@ -181,7 +189,7 @@ impl PgStore {
     /// `retry` rule allows, until `retry_for` has passed since the first failure.
     pub(crate) async fn run<'a, T, F>(&'a self, operation: &str, retry: Retry, attempt: F) -> StoreResult<T>
     where
-        F: for<'c> Fn(&'c deadpool_postgres::ClientWrapper, ops::Within<'c, 'a>) -> ops::Attempt<'c, T>,
+        F: for<'c> Fn(&'c deadpool_postgres::ClientWrapper, calls::Within<'c, 'a>) -> calls::Attempt<'c, T>,
     {
         let mut deadline = None;
         let mut pause = Duration::from_millis(50);

@@ -1,0 +1,215 @@
+//! What every PostgreSQL operation shares: one attempt on one connection (`Attempt`), the scope
+//! that turns the server's refusals into errors, prepared statements, pages read in id order,
+//! and the reads of the head and horizon.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use deadpool_postgres::ClientWrapper;
+use serde_json::Value;
+
+use super::rows::{BATCH_SELECT, batch_from_row, corrupt, events_from_json};
+use super::{Failure, PgStore, Retry, classify};
+use crate::port::{LogCursor, LogPage, StoreError, StoreResult, check_log_limit};
+use crate::write_rules::{self};
+use autocomp_model::{Batch, BatchId, ComponentName, EventType, Seq};
+
+/// One attempt of an operation on one connection.
+pub(crate) type Attempt<'c, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'c>>;
+/// Tells the compiler that a connection borrowed for `'c` never outlives the caller's `'a`
+/// (so an attempt may borrow both).
+pub(crate) type Within<'c, 'a> = std::marker::PhantomData<&'c &'a ()>;
+
+/// Most batches one `list_batches` / `get_batches` page returns, and changes one feed page
+/// (the same bounds as the embedded store).
+/// How often a conditional write reads again before giving up (each retry means another
+/// writer changed the batch in between: an operator racing a component).
+pub(super) const CONDITIONAL_ROUNDS: usize = 20;
+
+/// What a fenced or batch-scoped write was about, to turn the server's refusals into errors.
+pub(super) struct Scope<'a> {
+    pub(super) batch: &'a BatchId,
+    pub(super) run: Option<(&'a ComponentName, i64)>,
+}
+
+impl PgStore {
+    /// `log_page`, with details over `details_up_to` bytes (as JSON text) left in the
+    /// database: the page's events leave the server without them.
+    pub(super) async fn log_page_sized(
+        &self,
+        id: &BatchId,
+        cursor: LogCursor,
+        limit: usize,
+        details_up_to: Option<u64>,
+    ) -> StoreResult<LogPage> {
+        check_log_limit(limit)?;
+        let up_to = details_up_to.map_or(i64::MAX, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX));
+        let (condition, bound) = match cursor {
+            LogCursor::Newest => ("seq < $2 ORDER BY seq DESC", i64::MAX),
+            LogCursor::Before(seq) => ("seq < $2 ORDER BY seq DESC", seq.0),
+            LogCursor::After(seq) => ("seq > $2 ORDER BY seq", seq.0),
+        };
+        // The size is measured only when a limit is asked: rendering jsonb as text costs.
+        let size = if details_up_to.is_some() { "octet_length(details::text)::bigint" } else { "0::bigint" };
+        let sql = format!(
+            "WITH p AS (SELECT *, {size} AS details_bytes FROM events
+                        WHERE batch_id = $1 AND {condition} LIMIT $3)
+             SELECT b.event_count,
+                (SELECT MIN(seq) FROM events WHERE batch_id = b.id),
+                (SELECT MAX(seq) FROM events WHERE batch_id = b.id),
+                (SELECT jsonb_agg((to_jsonb(p) - 'idempotency_key' - 'details_bytes' - 'details')
+                        || jsonb_build_object('details', CASE WHEN p.details_bytes > $4::bigint THEN 'null'::jsonb
+                                                              ELSE p.details END)
+                        ORDER BY p.seq)::text FROM p),
+                (SELECT jsonb_agg(jsonb_build_array(p.seq, p.details_bytes) ORDER BY p.seq)::text
+                   FROM p WHERE p.details_bytes > $4::bigint)
+             FROM batches b WHERE b.id = $1"
+        );
+        let sql = &sql;
+        let (total, first, last, events, left_out) = self
+            .run("log_page", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(client, sql).await?;
+                    let row = client
+                        .query_opt(&statement, &[&id.as_str(), &bound, &(limit as i64), &up_to])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                    let events = events_from_json(row.get(3))?;
+                    let left_out: Vec<(Seq, u64)> = match row.get::<_, Option<&str>>(4) {
+                        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("event", e))?,
+                        None => Vec::new(),
+                    };
+                    let ends = (row.get::<_, Option<i64>>(1), row.get::<_, Option<i64>>(2));
+                    Ok((row.get::<_, i64>(0), ends.0, ends.1, events, left_out))
+                })
+            })
+            .await?;
+        Ok(LogPage {
+            older: events.first().map(|e| e.seq).filter(|seq| first.is_some_and(|first| first < seq.0)),
+            newer: events.last().map(|e| e.seq).filter(|seq| last.is_some_and(|last| last > seq.0)),
+            events,
+            total: total.max(0) as u64,
+            details_left_out: left_out,
+        })
+    }
+
+    /// Maps a statement's error: the store functions' own refusals (`AC404` unknown batch,
+    /// `AC410` fenced), then connection and server failures.
+    pub(super) fn failure(&self, error: tokio_postgres::Error, scope: &Scope<'_>) -> Failure {
+        if let Some(db) = error.as_db_error() {
+            match db.code().code() {
+                "AC404" => return Failure::Final(StoreError::NotFound(scope.batch.clone())),
+                "AC413" => {
+                    let what = db.detail().unwrap_or("this write");
+                    return Failure::Final(self.over_cap(scope.batch, db.message(), what));
+                }
+                "AC410" => {
+                    if let Some((component, generation)) = scope.run {
+                        return Failure::Final(StoreError::Fenced {
+                            batch: scope.batch.clone(),
+                            component: component.clone(),
+                            generation,
+                            reason: db.message().to_string(),
+                        });
+                    }
+                }
+                // Two appends with one key at once: the loser rolled back; again, it finds the winner's.
+                "23505" => return Failure::Unsent(super::describe_error(&error)),
+                _ => {}
+            }
+        }
+        classify(&self.inner.options, &error, false)
+    }
+
+    /// `max_batch_bytes`, as the store functions take it.
+    pub(super) fn cap(&self) -> i64 {
+        i64::try_from(self.inner.options.max_batch_bytes).unwrap_or(i64::MAX)
+    }
+
+    /// A write refused by the cap; `sizes` is what the store function said: the bytes the
+    /// batch stores and would store.
+    pub(super) fn over_cap(&self, batch: &BatchId, sizes: &str, what: &str) -> StoreError {
+        let mut numbers = sizes.split(' ').map(|n| n.parse::<u64>().unwrap_or_default());
+        let (holds, would) = (numbers.next().unwrap_or_default(), numbers.next().unwrap_or_default());
+        write_rules::over_batch_cap(batch, what, holds, would, self.inner.options.max_batch_bytes)
+    }
+
+    pub(super) fn read_failure(&self, error: tokio_postgres::Error) -> Failure {
+        classify(&self.inner.options, &error, false)
+    }
+
+    /// One page of an id-ordered listing: `sql` takes the id to start after (`$1`, "" for the
+    /// first page) and the page size (`$2`); each row is read by `from_row`.
+    pub(super) async fn list_page<T: Send>(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        after: Option<&BatchId>,
+        limit: usize,
+        from_row: fn(&tokio_postgres::Row) -> Result<T, Failure>,
+    ) -> StoreResult<Vec<T>> {
+        let after = after.map_or("", BatchId::as_str);
+        self.run(operation, Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, sql).await?;
+                let rows =
+                    client.query(&statement, &[&after, &(limit as i64)]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(from_row).collect()
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn load_batches(&self, ids: Vec<String>) -> StoreResult<HashMap<String, Batch>> {
+        self.run("get_batches", Retry::Safe, move |client, _| {
+            let ids = ids.clone();
+            Box::pin(async move {
+                let statement = prepare(client, &format!("{BATCH_SELECT} WHERE b.id = ANY($1)")).await?;
+                let rows = client.query(&statement, &[&ids]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter().map(|row| batch_from_row(row).map(|batch| (batch.id.as_str().to_string(), batch))).collect()
+            })
+        })
+        .await
+    }
+
+    /// The horizon of the change feed: every seq up to it is committed or gone for good.
+    pub(super) async fn horizon(&self) -> StoreResult<Seq> {
+        self.read_number("head", "SELECT autocomp_horizon()").await.map(Seq)
+    }
+
+    /// The newest seq handed out, committed or not: a cheap "has anything happened?".
+    pub(super) async fn latest_seq_taken(&self) -> StoreResult<Seq> {
+        self.read_number("head", "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM store_seq").await.map(Seq)
+    }
+
+    /// A statement without parameters that answers one number.
+    pub(super) async fn read_number(&self, operation: &str, sql: &'static str) -> StoreResult<i64> {
+        self.run(operation, Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, sql).await?;
+                let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                Ok(row.get(0))
+            })
+        })
+        .await
+    }
+}
+
+pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
+    client.prepare_cached(sql).await.map_err(|e| match e.code() {
+        // The schema is missing or other than this release expects: not something a retry fixes.
+        Some(code) if code.code().starts_with("42") => {
+            let message = e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_string());
+            Failure::Final(StoreError::Unavailable(format!("preparing a store statement: {message}")))
+        }
+        // Anything else (the server ended the connection, is shutting down, ...): a Parse
+        // writes nothing, so it is safe to send again on a fresh connection.
+        _ => Failure::Unsent(super::describe_error(&e)),
+    })
+}
+
+pub(super) fn optional_json(values: &[EventType]) -> Option<Value> {
+    (!values.is_empty()).then(|| Value::Array(values.iter().map(|t| Value::String(t.as_str().into())).collect()))
+}

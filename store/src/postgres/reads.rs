@@ -1,0 +1,187 @@
+//! PostgreSQL's longer reads of batches and of the change feed: summaries, heads, listings, run
+//! states and change pages, each one consistent statement.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::calls::prepare;
+use super::rows::{
+    SUMMARY_COLUMNS, SUMMARY_FROM, corrupt, events_from_json, run_from_json, runs_from_json, summary_from_row,
+};
+use super::text::unjsoned;
+use super::{Failure, PgStore, Retry};
+use crate::port::{BatchHead, BatchListing, ChangePage, StoreError, StoreResult};
+use crate::write_rules::{MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
+use autocomp_model::{BatchId, BatchSummary, ComponentName, EventType, Run, Seq, Timestamp};
+
+impl PgStore {
+    pub(super) async fn pg_get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let asked = &asked;
+        let mut found: HashMap<String, BatchSummary> = self
+            .run("get_summaries", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id = ANY($1)");
+                    let statement = prepare(client, &sql).await?;
+                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| summary_from_row(row).map(|summary| (summary.id.as_str().to_string(), summary)))
+                        .collect()
+                })
+            })
+            .await?;
+        // As `get_batches` answers: an id asked twice is answered once.
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
+    }
+
+    /// One statement, so one snapshot: the summary, the batch row's own columns, its open
+    /// runs, its effective events joined by seq, and the newest Reset of each type through
+    /// the index of Reset markers.
+    pub(super) async fn pg_batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
+        self.run("batch_head", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let sql = format!(
+                    "SELECT {SUMMARY_COLUMNS}, b.metadata::text, b.created_at, b.event_count, b.stored_bytes,
+                        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                           FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
+                        (SELECT jsonb_agg(to_jsonb(e) - 'idempotency_key' ORDER BY e.type)::text
+                           FROM batch_effective x JOIN events e ON e.seq = x.seq WHERE x.batch_id = b.id),
+                        (SELECT jsonb_object_agg(covered, newest)::text FROM (
+                            SELECT covered, MAX(r.seq) newest
+                            FROM events r CROSS JOIN LATERAL jsonb_array_elements_text(r.resets) covered
+                            WHERE r.batch_id = b.id AND r.type = 'Reset' AND r.resets IS NOT NULL
+                            GROUP BY covered) resets),
+                        autocomp_now()
+                     {SUMMARY_FROM} WHERE b.id = $1"
+                );
+                let statement = prepare(client, &sql).await?;
+                let row = client.query_opt(&statement, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
+                let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
+                let summary = summary_from_row(&row)?;
+                let metadata = match serde_json::from_str(row.get::<_, &str>(15)).map(unjsoned) {
+                    Ok(Value::Object(map)) => map,
+                    Ok(_) => Map::new(),
+                    Err(e) => return Err(corrupt("batch", e)),
+                };
+                let open_runs = runs_from_json(row.get(19))?;
+                let last_resets = match row.get::<_, Option<&str>>(21) {
+                    Some(text) => serde_json::from_str::<std::collections::BTreeMap<String, i64>>(text)
+                        .map_err(|e| corrupt("Reset", e))?
+                        .into_iter()
+                        .map(|(covered, seq)| Ok((EventType::new(covered).map_err(|e| corrupt("Reset", e))?, Seq(seq))))
+                        .collect::<Result<_, Failure>>()?,
+                    None => Default::default(),
+                };
+                Ok(BatchHead {
+                    modified_at: Timestamp(row.get(6)),
+                    summary,
+                    metadata,
+                    created_at: Timestamp(row.get(16)),
+                    open_runs,
+                    effective: events_from_json(row.get(20))?,
+                    last_resets,
+                    event_count: row.get::<_, i64>(17).max(0) as u64,
+                    stored_bytes: row.get::<_, i64>(18).max(0) as u64,
+                    as_of: Timestamp(row.get(22)),
+                })
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn pg_run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
+        self.run("run_state", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT EXISTS (SELECT 1 FROM batches WHERE id = $1),
+                            (SELECT to_jsonb(r)::text FROM runs r WHERE batch_id = $1 AND component = $2
+                             ORDER BY generation DESC LIMIT 1)",
+                )
+                .await?;
+                let row = client
+                    .query_one(&statement, &[&batch.as_str(), &component.as_str()])
+                    .await
+                    .map_err(|e| self.read_failure(e))?;
+                if !row.get::<_, bool>(0) {
+                    return Err(Failure::Final(StoreError::NotFound(batch.clone())));
+                }
+                row.get::<_, Option<&str>>(1).map(run_from_json).transpose()
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn pg_get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
+        if ids.len() > MAX_BATCH_PAGE {
+            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
+        }
+        let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let asked = &asked;
+        let mut found: HashMap<String, BatchListing> = self
+            .run("get_listings", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {SUMMARY_COLUMNS}, b.created_at,
+                            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
+                         {SUMMARY_FROM} WHERE b.id = ANY($1)"
+                    );
+                    let statement = prepare(client, &sql).await?;
+                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| {
+                            let listing = BatchListing {
+                                summary: summary_from_row(row)?,
+                                created_at: Timestamp(row.get(15)),
+                                open_runs: runs_from_json(row.get(16))?,
+                            };
+                            Ok((listing.summary.id.as_str().to_string(), listing))
+                        })
+                        .collect()
+                })
+            })
+            .await?;
+        Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
+    }
+
+    pub(super) async fn pg_changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+        if limit > MAX_CHANGE_PAGE {
+            return Err(page_too_large("limit", limit, MAX_CHANGE_PAGE));
+        }
+        // Only up to the horizon: a seq above it may belong to a transaction that has not
+        // committed yet and would be skipped if the cursor passed it.
+        let head = self.horizon().await?;
+        let changes: Vec<(Seq, BatchId)> = self
+            .run("changes", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT changed_seq, id FROM batches WHERE changed_seq > $1 AND changed_seq <= $2
+                         ORDER BY changed_seq LIMIT $3",
+                    )
+                    .await?;
+                    let rows = client
+                        .query(&statement, &[&since.0, &head.0, &(limit as i64)])
+                        .await
+                        .map_err(|e| self.read_failure(e))?;
+                    rows.iter()
+                        .map(|row| {
+                            let id = BatchId::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?;
+                            Ok((Seq(row.get(0)), id))
+                        })
+                        .collect()
+                })
+            })
+            .await?;
+        let next = match changes.last() {
+            Some((seq, _)) if changes.len() == limit => *seq,
+            _ => head.max(since),
+        };
+        Ok(ChangePage { changes, next, head })
+    }
+}

@@ -1,0 +1,402 @@
+//! How the PostgreSQL backend reads its rows: the selects of a batch and of its summary, and the
+//! decoding of batches, events, runs, components and work tallies out of them (arrays of columns
+//! and JSON text), a corrupt value being `Unavailable`.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::Failure;
+use super::text::{unjsoned, untext};
+use crate::port::{Claim, StoreError, StoreResult};
+use crate::write_rules::{self};
+use autocomp_model::{
+    Agent, Batch, BatchId, BatchSummary, BatchType, ComponentDescriptor, ComponentName, Event, EventSummary, EventType,
+    HostRecord, IdempotencyKey, Outcome, PassOutcome, RegisteredComponent, Retirement, Run, RunHolder, RunRef,
+    RunState, Seq, SummaryHeader, SummaryState, Timestamp, WorkHistory, WorkResult, WorkTallies, WorkTally,
+};
+
+/// A batch with its log (as arrays of columns: no JSON is built on the server) and open runs.
+pub(super) const BATCH_SELECT: &str =
+    "SELECT b.id, b.type, b.priority, b.metadata::text, b.created_seq, b.modified_seq,
+        b.changed_seq, b.created_at, b.modified_at,
+        e.seqs, e.types, e.outcomes, e.agents, e.ats, e.details, e.run_components, e.run_generations, e.resets,
+        (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+           FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
+        autocomp_now()
+    FROM batches b
+    LEFT JOIN LATERAL (
+        SELECT array_agg(seq) seqs, array_agg(type) types, array_agg(outcome) outcomes, array_agg(agent) agents,
+               array_agg(at) ats, array_agg(details::text) details, array_agg(run_component) run_components,
+               array_agg(run_generation) run_generations, array_agg(resets::text) resets
+        FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
+    ) e ON true";
+
+/// A batch's summary (`BatchSummary`) from the maintained columns and `batch_effective`, and
+/// its running components from its open runs: columns 0 to 14 of every read that summarizes.
+pub(super) const SUMMARY_COLUMNS: &str =
+    "b.id, b.type, b.priority, b.created_seq, b.modified_seq, b.changed_seq, b.modified_at,
+        b.last_event_at, f.types, f.outcomes, f.seqs, f.transients, f.skipped, f.content_seqs,
+        (SELECT array_agg(DISTINCT r.component ORDER BY r.component) FROM runs r
+           WHERE r.batch_id = b.id AND r.state = 'open')";
+pub(super) const SUMMARY_FROM: &str = "FROM batches b
+    LEFT JOIN LATERAL (
+        SELECT array_agg(type ORDER BY type) types, array_agg(outcome ORDER BY type) outcomes,
+               array_agg(seq ORDER BY type) seqs, array_agg(transient ORDER BY type) transients,
+               array_agg(skipped ORDER BY type) skipped, array_agg(content_seq ORDER BY type) content_seqs
+        FROM batch_effective WHERE batch_id = b.id
+    ) f ON true";
+
+/// A summary out of `SUMMARY_COLUMNS`.
+pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary, Failure> {
+    let header = SummaryHeader {
+        id: BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?,
+        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
+        priority: row.get(2),
+        created_seq: Seq(row.get(3)),
+        modified_seq: Seq(row.get(4)),
+        changed_seq: Seq(row.get(5)),
+        modified_at: Timestamp(row.get(6)),
+    };
+    let mut effective = Vec::new();
+    if let Some(types) = row.get::<_, Option<Vec<String>>>(8) {
+        let outcomes: Vec<String> = row.get(9);
+        let seqs: Vec<i64> = row.get(10);
+        let transients: Vec<bool> = row.get(11);
+        let skipped: Vec<bool> = row.get(12);
+        let content_seqs: Vec<Option<i64>> = row.get(13);
+        for (i, event_type) in types.into_iter().enumerate() {
+            effective.push(EventSummary {
+                event_type: EventType::new(event_type).map_err(|e| corrupt("effective event", e))?,
+                outcome: Outcome::parse(&outcomes[i]).map_err(|e| corrupt("effective event", e))?,
+                seq: Seq(seqs[i]),
+                transient: transients[i],
+                skipped: skipped[i],
+                content_seq: content_seqs[i].map(Seq),
+            });
+        }
+    }
+    let running = row
+        .get::<_, Option<Vec<String>>>(14)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| ComponentName::new(name).map_err(|e| corrupt("run", e)))
+        .collect::<Result<_, _>>()?;
+    let state = SummaryState { last_event_at: Timestamp(row.get(7)), effective, running };
+    Ok(state.summary(header))
+}
+
+/// Runs as `jsonb_agg(to_jsonb(r))` writes them.
+pub(super) fn runs_from_json(text: Option<&str>) -> Result<Vec<Run>, Failure> {
+    let Some(text) = text else { return Ok(Vec::new()) };
+    serde_json::from_str::<Vec<RunRow>>(text)
+        .map_err(|e| corrupt("run", e))?
+        .into_iter()
+        .map(RunRow::into_run)
+        .collect()
+}
+
+/// Events as `jsonb_agg(to_jsonb(e))` writes them.
+pub(super) fn events_from_json(text: Option<&str>) -> Result<Vec<Event>, Failure> {
+    let Some(text) = text else { return Ok(Vec::new()) };
+    let rows: Vec<EventRow> = serde_json::from_str(text).map_err(|e| corrupt("event", e))?;
+    rows.into_iter().map(EventRow::into_event).collect()
+}
+
+/// A row of `events` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+pub(super) struct EventRow {
+    seq: i64,
+    batch_id: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    outcome: String,
+    agent: String,
+    at: i64,
+    details: Value,
+    run_component: Option<String>,
+    run_generation: Option<i64>,
+    resets: Option<Vec<String>>,
+}
+
+/// A row of `runs` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+pub(super) struct RunRow {
+    batch_id: String,
+    component: String,
+    generation: i64,
+    agent: String,
+    host: String,
+    pid: i64,
+    started_at: i64,
+    claim_seq: i64,
+    state: String,
+    ended_at: Option<i64>,
+    transient: bool,
+    claim_key: Option<String>,
+}
+
+/// A component as `autocomp_component` writes it: its `components` row and its hosts.
+#[derive(Deserialize)]
+pub(super) struct ComponentRow {
+    descriptor: Value,
+    registered_at: i64,
+    changed_at: i64,
+    retired_at: Option<i64>,
+    retired_by: Option<String>,
+    retired_reason: Option<String>,
+    hosts: Vec<HostRow>,
+    #[serde(default)]
+    work_totals: Vec<WorkRow>,
+    #[serde(default)]
+    work_last_hour: Vec<WorkRow>,
+}
+
+/// A row of `component_work_totals` or `component_work_minutes` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+pub(super) struct WorkRow {
+    result: String,
+    results: i64,
+    duration_ms_sum: i64,
+    buckets: Vec<i64>,
+}
+
+impl WorkRow {
+    pub(super) fn add_to(self, tallies: &mut WorkTallies) -> Result<(), Failure> {
+        let result = WorkResult::parse(&self.result).map_err(|e| corrupt("component work", e))?;
+        let count = |n: i64| n.max(0) as u64;
+        tallies.get_mut(result).add(&WorkTally {
+            results: count(self.results),
+            duration_ms_sum: count(self.duration_ms_sum),
+            buckets: self.buckets.into_iter().map(count).collect(),
+        });
+        Ok(())
+    }
+}
+
+/// A row of `component_hosts` as `to_jsonb` writes it.
+#[derive(Deserialize)]
+pub(super) struct HostRow {
+    host: String,
+    version: String,
+    last_seen: i64,
+    pass_started_at: Option<i64>,
+    pass_ended_at: Option<i64>,
+    pass_outcome: Option<String>,
+    pass_summary: String,
+    pass_duration_ms: Option<i64>,
+}
+
+/// Stored values were validated on the way in; failing now means someone edited the
+/// database behind the store's back.
+pub(super) fn corrupt(what: &str, error: impl std::fmt::Display) -> Failure {
+    Failure::Final(StoreError::Unavailable(format!("the PostgreSQL store holds an invalid {what}: {error}")))
+}
+
+impl EventRow {
+    pub(super) fn into_event(self) -> Result<Event, Failure> {
+        let run = match (self.run_component, self.run_generation) {
+            (Some(component), Some(generation)) => {
+                Some(RunRef { component: ComponentName::new(component).map_err(|e| corrupt("event", e))?, generation })
+            }
+            _ => None,
+        };
+        Ok(Event {
+            seq: Seq(self.seq),
+            batch_id: BatchId::new(self.batch_id).map_err(|e| corrupt("event", e))?,
+            event_type: EventType::new(self.event_type).map_err(|e| corrupt("event", e))?,
+            outcome: Outcome::parse(&self.outcome).map_err(|e| corrupt("event", e))?,
+            agent: Agent::new(self.agent).map_err(|e| corrupt("event", e))?,
+            at: Timestamp(self.at),
+            details: unjsoned(self.details),
+            run,
+            resets: self
+                .resets
+                .unwrap_or_default()
+                .into_iter()
+                .map(EventType::new)
+                .collect::<Result<_, _>>()
+                .map_err(|e| corrupt("event", e))?,
+        })
+    }
+}
+
+impl RunRow {
+    pub(super) fn into_run(self) -> Result<Run, Failure> {
+        Ok(Run {
+            batch_id: BatchId::new(self.batch_id).map_err(|e| corrupt("run", e))?,
+            component: ComponentName::new(self.component).map_err(|e| corrupt("run", e))?,
+            generation: self.generation,
+            holder: RunHolder {
+                agent: Agent::new(self.agent).map_err(|e| corrupt("run", e))?,
+                host: self.host,
+                pid: u32::try_from(self.pid).map_err(|e| corrupt("run", e))?,
+                claim_key: self.claim_key.map(IdempotencyKey::new).transpose().map_err(|e| corrupt("run", e))?,
+            },
+            started_at: Timestamp(self.started_at),
+            claim_seq: Seq(self.claim_seq),
+            state: RunState::parse(&self.state).map_err(|e| corrupt("run", e))?,
+            ended_at: self.ended_at.map(Timestamp),
+            transient: self.transient,
+        })
+    }
+}
+
+pub(super) fn run_from_json(text: &str) -> Result<Run, Failure> {
+    serde_json::from_str::<RunRow>(text).map_err(|e| corrupt("run", e))?.into_run()
+}
+
+/// What `autocomp_claim` answered, as `claim` answers it: a new run, or for a claim key
+/// already used, that run again while it is still the open current one, else a `Conflict`.
+/// The outer error is a corrupt answer.
+pub(super) fn claim_answer(
+    kind: &str,
+    run: &str,
+    abandoned: Option<&str>,
+    current: i64,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> Result<StoreResult<Claim>, Failure> {
+    let run = run_from_json(run)?;
+    if kind == "retry" {
+        return Ok(write_rules::retried_claim(run, current, batch, component, holder));
+    }
+    let abandoned = abandoned.map(run_from_json).transpose()?;
+    Ok(Ok(Claim { run, abandoned }))
+}
+
+pub(super) fn run_from_value(value: Value) -> Result<Run, Failure> {
+    serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()
+}
+
+/// A pass's tallies as `autocomp_record_pass` takes them.
+pub(super) fn work_json(tallies: &WorkTallies) -> Value {
+    let rows: Vec<Value> = tallies
+        .non_empty()
+        .map(|(result, tally)| {
+            serde_json::json!({
+                "result": result.as_str(),
+                "results": tally.results,
+                "duration_ms_sum": tally.duration_ms_sum,
+                "buckets": tally.buckets,
+            })
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+pub(super) fn component_from_json(text: &str) -> Result<RegisteredComponent, Failure> {
+    let row: ComponentRow = serde_json::from_str(text).map_err(|e| corrupt("component", e))?;
+    let descriptor: ComponentDescriptor =
+        serde_json::from_value(unjsoned(row.descriptor)).map_err(|e| corrupt("component descriptor", e))?;
+    let retired = match (row.retired_at, row.retired_by) {
+        (Some(at), Some(by)) => Some(Retirement {
+            at: Timestamp(at),
+            by: Agent::new(by).map_err(|e| corrupt("component", e))?,
+            reason: row.retired_reason.map(untext).unwrap_or_default(),
+        }),
+        _ => None,
+    };
+    let hosts = row
+        .hosts
+        .into_iter()
+        .map(|host| {
+            Ok(HostRecord {
+                host: host.host,
+                version: host.version,
+                last_seen: Timestamp(host.last_seen),
+                pass_started_at: host.pass_started_at.map(Timestamp),
+                pass_ended_at: host.pass_ended_at.map(Timestamp),
+                outcome: host
+                    .pass_outcome
+                    .map(|text| PassOutcome::parse(&text))
+                    .transpose()
+                    .map_err(|e| corrupt("component host", e))?,
+                summary: untext(host.pass_summary),
+                duration_ms: host.pass_duration_ms.map(|ms| ms.max(0) as u64),
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    let mut work = WorkHistory::default();
+    for total in row.work_totals {
+        total.add_to(&mut work.total)?;
+    }
+    for minute in row.work_last_hour {
+        minute.add_to(&mut work.last_hour)?;
+    }
+    Ok(RegisteredComponent {
+        descriptor,
+        registered_at: Timestamp(row.registered_at),
+        changed_at: Timestamp(row.changed_at),
+        hosts,
+        retired,
+        work,
+    })
+}
+
+pub(super) fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
+    let id = BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?;
+    let metadata: &str = row.get(3);
+    let metadata = match serde_json::from_str(metadata).map(unjsoned).map_err(|e| corrupt("batch", e))? {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let seqs: Vec<i64> = row.get::<_, Option<Vec<i64>>>(9).unwrap_or_default();
+    let mut events = Vec::with_capacity(seqs.len());
+    if !seqs.is_empty() {
+        let types: Vec<&str> = row.get(10);
+        let outcomes: Vec<&str> = row.get(11);
+        let agents: Vec<&str> = row.get(12);
+        let ats: Vec<i64> = row.get(13);
+        let details: Vec<&str> = row.get(14);
+        let run_components: Vec<Option<&str>> = row.get(15);
+        let run_generations: Vec<Option<i64>> = row.get(16);
+        let resets: Vec<Option<&str>> = row.get(17);
+        for (i, seq) in seqs.into_iter().enumerate() {
+            let run = match (run_components[i], run_generations[i]) {
+                (Some(component), Some(generation)) => Some(RunRef {
+                    component: ComponentName::new(component).map_err(|e| corrupt("event", e))?,
+                    generation,
+                }),
+                _ => None,
+            };
+            let resets: Vec<EventType> = match resets[i] {
+                Some(text) => serde_json::from_str(text).map_err(|e| corrupt("event", e))?,
+                None => Vec::new(),
+            };
+            events.push(Event {
+                seq: Seq(seq),
+                batch_id: id.clone(),
+                event_type: EventType::new(types[i]).map_err(|e| corrupt("event", e))?,
+                outcome: Outcome::parse(outcomes[i]).map_err(|e| corrupt("event", e))?,
+                agent: Agent::new(agents[i]).map_err(|e| corrupt("event", e))?,
+                at: Timestamp(ats[i]),
+                details: serde_json::from_str(details[i]).map(unjsoned).map_err(|e| corrupt("event", e))?,
+                run,
+                resets,
+            });
+        }
+    }
+    let open_runs = match row.get::<_, Option<&str>>(18) {
+        Some(runs) => serde_json::from_str::<Vec<RunRow>>(runs)
+            .map_err(|e| corrupt("run", e))?
+            .into_iter()
+            .map(RunRow::into_run)
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    Ok(Batch {
+        id,
+        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
+        priority: row.get(2),
+        metadata,
+        created_seq: Seq(row.get(4)),
+        modified_seq: Seq(row.get(5)),
+        changed_seq: Seq(row.get(6)),
+        created_at: Timestamp(row.get(7)),
+        modified_at: Timestamp(row.get(8)),
+        events,
+        open_runs,
+        as_of: Timestamp(row.get(19)),
+    })
+}
