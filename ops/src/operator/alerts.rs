@@ -14,7 +14,6 @@ use autocomp_model::{
     Timestamp,
 };
 use serde::Serialize;
-use serde_json::json;
 
 use autocomp_framework::exit::RunError;
 
@@ -183,16 +182,9 @@ impl AlertsView {
             Format::Text => self.alerts.iter().map(|a| self.line(a) + "\n").collect(),
             Format::Json if self.alerts.is_empty() => String::new(),
             Format::Json => {
-                let alerts: Vec<_> = self
-                    .alerts
-                    .iter()
-                    .map(|alert| {
-                        let mut value = json!(alert);
-                        value["message"] = json!(self.line(alert));
-                        value
-                    })
-                    .collect();
-                json_document(&json!(alerts))
+                let lines: Vec<AlertLine> =
+                    self.alerts.iter().map(|alert| AlertLine { alert, message: self.line(alert) }).collect();
+                json_document(&serde_json::to_value(lines).expect("alerts serialize to JSON"))
             }
         }
     }
@@ -200,6 +192,14 @@ impl AlertsView {
     fn line(&self, alert: &Alert) -> String {
         alert.line(self.now)
     }
+}
+
+/// An alert as `--format json` prints it: its fields and its line.
+#[derive(Serialize)]
+struct AlertLine<'a> {
+    #[serde(flatten)]
+    alert: &'a Alert,
+    message: String,
 }
 
 fn text(duration: Duration) -> String {
@@ -357,6 +357,8 @@ impl Operator {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn component(extra: serde_json::Value) -> RegisteredComponent {

@@ -28,6 +28,9 @@ mod steering;
 mod timeline;
 mod views;
 
+#[cfg(test)]
+mod shapes_tests;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
