@@ -12,13 +12,13 @@ use std::time::Duration;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_framework::exit::USAGE;
 use autocomp_http::launch::{Launch, exit_code, fail};
-use autocomp_toolkit::logging::LogFormat;
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::accounts::{Accounts, Role, account_name, hash_password};
 use autocomp_monitor::web::limits::SignInLimit;
 use autocomp_monitor::web::sessions::SessionLimits;
 use autocomp_monitor::web::{self, WebOptions};
 use autocomp_ops::operator::Operator;
+use autocomp_toolkit::logging::LogFormat;
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT (requests in flight finish), 2 usage or \
@@ -166,52 +166,12 @@ async fn main() -> ExitCode {
         return hash_password_command(user.as_deref(), role.as_deref());
     }
     init_logging(cli.verbose, cli.log_format);
-    if cli.token_file.is_some() {
-        return fail(
-            USAGE,
-            "--token-file (or $AUTOCOMP_MONITOR_TOKEN_FILE) was removed: the shared token gave nobody an identity. \
-             Give each person an account in a --users file (`name role hash` lines, hashes from \
-             `autocomp-monitor hash-password`)",
-        );
-    }
-    let accounts = match &cli.users {
-        Some(path) => match Accounts::load(path) {
-            Ok(accounts) => Some(Arc::new(accounts)),
-            Err(message) => return fail(USAGE, message),
-        },
-        None => None,
+    let options = match web_options(&cli) {
+        Ok(options) => options,
+        Err(code) => return code,
     };
-    let trusted_user_header = match cli.trusted_user_header.as_deref().map(web::auth::header_name).transpose() {
-        Ok(header) => header,
-        Err(message) => return fail(USAGE, message),
-    };
-    if trusted_user_header.is_some() && accounts.is_none() {
-        return fail(USAGE, "--trusted-user-header needs --users FILE: the proxy names the account, the file its role");
-    }
-    let loopback = cli.listen.ip().is_loopback();
-    let reads_need_sign_in = !cli.public_reads && (cli.reads_need_sign_in || !loopback);
-    if reads_need_sign_in && accounts.is_none() {
-        return fail(
-            USAGE,
-            format!(
-                "reads need sign-in on {} (not a loopback address, or --reads-need-sign-in), and there are no \
-                 accounts: give --users FILE, or --public-reads to let anyone who reaches it read",
-                cli.listen
-            ),
-        );
-    }
-    let host_names = match host_names(&cli.listen, &cli.host_names) {
-        Ok(names) => names,
-        Err(message) => return fail(USAGE, message),
-    };
-    if cli.session_idle.is_zero() || cli.session_max_age.is_zero() || cli.sign_in_window.is_zero() {
-        return fail(USAGE, "--session-idle, --session-max-age and --sign-in-window must be longer than 0s");
-    }
-    if cli.sign_in_failures == 0 {
-        return fail(USAGE, "--sign-in-failures 0: at least 1 failed sign-in must be allowed");
-    }
-    let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
-    let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
+    let overrides = Backends { store: cli.store.clone(), index: cli.index.clone(), locks: cli.locks.clone() };
+    let config_dir = cli.config_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
     let operator = match Operator::new(&config_dir, overrides, None) {
         Ok(operator) => operator,
         Err(error) => return fail(error.code(), error),
@@ -232,19 +192,98 @@ async fn main() -> ExitCode {
         Ok(Err(error)) => return fail(USAGE, error),
         Err(stopped) => return stopped,
     };
+    if let Err(code) = spawn_background(&cli, &operator) {
+        return code;
+    }
+    let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
+    let monitor = Monitor::new(operator, settings);
+    let (mode, reads) =
+        (mode(&options), if options.reads_need_sign_in { "reads need sign-in" } else { "reads are open" });
+    if let Some(accounts) = &options.accounts {
+        accounts.watch();
+    }
+    let bound = &launch.bound;
+    let scheme = if cli.serving.tls_cert.is_some() { "https" } else { "http" };
+    tracing::info!(listen = %bound, store_head = %head, "monitor up: {scheme}://{bound}/; {mode}; {reads}");
+    launch.ready(web::router(monitor, options));
+    exit_code(launch.served().await)
+}
+
+/// The web options the flags ask for, or the usage error (exit 2) that refuses them, checked
+/// before anything is opened.
+fn web_options(cli: &Cli) -> Result<WebOptions, ExitCode> {
+    if cli.token_file.is_some() {
+        return Err(fail(
+            USAGE,
+            "--token-file (or $AUTOCOMP_MONITOR_TOKEN_FILE) was removed: the shared token gave nobody an identity. \
+             Give each person an account in a --users file (`name role hash` lines, hashes from \
+             `autocomp-monitor hash-password`)",
+        ));
+    }
+    let accounts = match &cli.users {
+        Some(path) => Some(Arc::new(Accounts::load(path).map_err(|message| fail(USAGE, message))?)),
+        None => None,
+    };
+    let trusted_user_header = cli
+        .trusted_user_header
+        .as_deref()
+        .map(web::auth::header_name)
+        .transpose()
+        .map_err(|message| fail(USAGE, message))?;
+    if trusted_user_header.is_some() && accounts.is_none() {
+        return Err(fail(
+            USAGE,
+            "--trusted-user-header needs --users FILE: the proxy names the account, the file its role",
+        ));
+    }
+    let loopback = cli.listen.ip().is_loopback();
+    let reads_need_sign_in = !cli.public_reads && (cli.reads_need_sign_in || !loopback);
+    if reads_need_sign_in && accounts.is_none() {
+        return Err(fail(
+            USAGE,
+            format!(
+                "reads need sign-in on {} (not a loopback address, or --reads-need-sign-in), and there are no \
+                 accounts: give --users FILE, or --public-reads to let anyone who reaches it read",
+                cli.listen
+            ),
+        ));
+    }
+    let host_names = host_names(&cli.listen, &cli.host_names).map_err(|message| fail(USAGE, message))?;
+    if cli.session_idle.is_zero() || cli.session_max_age.is_zero() || cli.sign_in_window.is_zero() {
+        return Err(fail(USAGE, "--session-idle, --session-max-age and --sign-in-window must be longer than 0s"));
+    }
+    if cli.sign_in_failures == 0 {
+        return Err(fail(USAGE, "--sign-in-failures 0: at least 1 failed sign-in must be allowed"));
+    }
+    Ok(WebOptions {
+        accounts,
+        trusted_user_header,
+        trusted_proxies: cli.trusted_proxies.clone(),
+        reads_need_sign_in,
+        host_names,
+        sessions: SessionLimits { idle: cli.session_idle, absolute: cli.session_max_age, ..SessionLimits::default() },
+        sign_in_limit: SignInLimit { failures: cli.sign_in_failures, window: cli.sign_in_window },
+        secure_cookies: cli.secure_cookies || cli.serving.tls_cert.is_some(),
+    })
+}
+
+/// The notifier (`--notify-every`) and the sampler (`--sample-every`), running beside the
+/// pages; a notify config that cannot be read is a usage error.
+fn spawn_background(cli: &Cli, operator: &Operator) -> Result<(), ExitCode> {
     if let Some(every) = cli.notify_every {
-        let config = match autocomp_ops::notify::NotifyConfig::load(operator.config_dir()) {
-            Ok(config) => config,
-            Err(error) => return fail(USAGE, error),
-        };
+        let config =
+            autocomp_ops::notify::NotifyConfig::load(operator.config_dir()).map_err(|error| fail(USAGE, error))?;
         tokio::spawn(notify_every(operator.clone(), config, every.max(Duration::from_secs(1))));
     }
     if !cli.sample_every.is_zero() {
         tokio::spawn(autocomp_monitor::sampler::run(operator.clone(), cli.sample_every));
     }
-    let settings = Settings { ready_overdue_after: cli.ready_overdue_after, ..Settings::default() };
-    let monitor = Monitor::new(operator, settings);
-    let mode = match (&accounts, &trusted_user_header) {
+    Ok(())
+}
+
+/// Who may sign in, and how, for the line that says the monitor is up.
+fn mode(options: &WebOptions) -> String {
+    match (&options.accounts, &options.trusted_user_header) {
         (None, _) => "read only (no --users)".to_owned(),
         (Some(accounts), None) => {
             format!("accounts sign in with their passwords ({} in --users)", accounts.current().len())
@@ -252,28 +291,9 @@ async fn main() -> ExitCode {
         (Some(accounts), Some(header)) => format!(
             "accounts sign in with their passwords ({} in --users) or by the {header} header of {}",
             accounts.current().len(),
-            cli.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            options.trusted_proxies.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
         ),
-    };
-    let reads = if reads_need_sign_in { "reads need sign-in" } else { "reads are open" };
-    if let Some(accounts) = &accounts {
-        accounts.watch();
     }
-    let bound = &launch.bound;
-    let scheme = if cli.serving.tls_cert.is_some() { "https" } else { "http" };
-    tracing::info!(listen = %bound, store_head = %head, "monitor up: {scheme}://{bound}/; {mode}; {reads}");
-    let options = WebOptions {
-        accounts,
-        trusted_user_header,
-        trusted_proxies: cli.trusted_proxies,
-        reads_need_sign_in,
-        host_names,
-        sessions: SessionLimits { idle: cli.session_idle, absolute: cli.session_max_age, ..SessionLimits::default() },
-        sign_in_limit: SignInLimit { failures: cli.sign_in_failures, window: cli.sign_in_window },
-        secure_cookies: cli.secure_cookies || cli.serving.tls_cert.is_some(),
-    };
-    launch.ready(web::router(monitor, options));
-    exit_code(launch.served().await)
 }
 
 /// `--notify-every`: a notifier pass every `every`, for as long as the monitor serves. A pass

@@ -82,16 +82,7 @@ pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[Strin
             id = esc(&id)
         );
         if action == "reject" {
-            w!(
-                out,
-                "<p><label for=\"{0}-restart-from\">Restart from (optional)</label><select id=\"{0}-restart-from\" \
-                 name=\"restart_from\"><option value=\"\">no restart: record the rejection</option>",
-                esc(&id)
-            );
-            for t in types {
-                w!(out, "<option value=\"{}\">{}</option>", attr(t), esc(t));
-            }
-            out.push_str("</select></p>");
+            restart_select(&mut out, &id, types);
         }
         w!(
             out,
@@ -103,6 +94,20 @@ pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[Strin
     }
     out.push_str("</div>\n");
     out
+}
+
+/// A rejection's optional restart: a select of the batch's effective `types`.
+fn restart_select(out: &mut String, id: &str, types: &[String]) {
+    w!(
+        out,
+        "<p><label for=\"{0}-restart-from\">Restart from (optional)</label><select id=\"{0}-restart-from\" \
+         name=\"restart_from\"><option value=\"\">no restart: record the rejection</option>",
+        esc(id)
+    );
+    for t in types {
+        w!(out, "<option value=\"{}\">{}</option>", attr(t), esc(t));
+    }
+    out.push_str("</select></p>");
 }
 
 /// The action forms, or why there are none (read only, not signed in). `choices` fill the

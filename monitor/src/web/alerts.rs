@@ -7,17 +7,16 @@
 use std::sync::Arc;
 
 use autocomp_model::ComponentState;
-use autocomp_ops::operator::{Alert, AlertDefaults, ready_state};
+use autocomp_ops::operator::{Alert, AlertDefaults, AlertsView, Step, ready_state};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::app::App;
-use super::auth;
 use super::error::WebError;
 use super::gate::Caller;
-use super::html::html_response;
-use super::html::{Nav, Page, esc, time, w};
+use super::html::{Nav, esc, time, w};
+use super::respond::{here, respond};
 use crate::filter::{Filter, StateFilter, encode};
 
 pub async fn alerts(
@@ -51,36 +50,29 @@ pub async fn alerts(
             esc(view.alerts.len()),
             if view.alerts.len() == 1 { "alert" } else { "alerts" }
         );
-        for alert in &view.alerts {
-            let (href, label) = link(alert, |name| {
-                pipeline.iter().find(|step| step.name() == name).map_or(ComponentState::Ready, ready_state)
-            });
-            w!(
-                body,
-                "<tr><th scope=\"row\">{}</th><td class=\"message\">{}</td><td><a href=\"{}\">{}</a></td></tr>\n",
-                esc(kind(alert)),
-                esc(alert.line(view.now)),
-                esc(href),
-                esc(label)
-            );
-        }
+        body.push_str(&rows(&view, &pipeline));
         body.push_str("</tbody></table></div>\n");
     }
-    let page = Page {
-        title: "Alerts",
-        nav: Nav::Alerts,
-        access: Some(&caller.access),
-        flash: None,
-        live: true,
-        here: uri.path_and_query().map_or("/alerts", |pq| pq.as_str()),
-    };
-    let flash = auth::take_flash(&headers, caller.secure);
-    let page = Page { flash: flash.as_ref().map(|(m, _)| m.as_str()), ..page };
-    let mut response = html_response(StatusCode::OK, page.render(&body));
-    if let Some((_, clear)) = flash {
-        response.headers_mut().append(header::SET_COOKIE, clear);
+    Ok(respond(&headers, &caller, "Alerts", Nav::Alerts, &here(&uri), &body))
+}
+
+/// One row per alert: its kind, its line as `autocomp alerts` words it, where to look.
+fn rows(view: &AlertsView, pipeline: &[Step]) -> String {
+    let mut body = String::new();
+    for alert in &view.alerts {
+        let (href, label) = link(alert, |name| {
+            pipeline.iter().find(|step| step.name() == name).map_or(ComponentState::Ready, ready_state)
+        });
+        w!(
+            body,
+            "<tr><th scope=\"row\">{}</th><td class=\"message\">{}</td><td><a href=\"{}\">{}</a></td></tr>\n",
+            esc(kind(alert)),
+            esc(alert.line(view.now)),
+            esc(href),
+            esc(label)
+        );
     }
-    Ok(response)
+    body
 }
 
 /// The alert's kind, for the row's header.

@@ -18,7 +18,7 @@ use axum::{Form, http};
 use serde::Deserialize;
 
 use super::access::Access;
-use super::accounts::{MAX_NAME_CHARS, PROXY_ONLY, account_name, verify_password};
+use super::accounts::{Account, MAX_NAME_CHARS, PROXY_ONLY, account_name, verify_password};
 use super::app::App;
 use super::error::WebError;
 use super::gate::Caller;
@@ -270,17 +270,24 @@ pub async fn login(
             return Ok(super::html::html_response(StatusCode::UNAUTHORIZED, page));
         }
     };
+    Ok(signed_in(&app, &caller, &account, &next))
+}
+
+/// A new session for `account` (the caller's old one, if any, ended), its cookie, and off
+/// to `next`.
+fn signed_in(app: &App, caller: &Caller, account: &Account, next: &str) -> Response {
     if let Some(old) = &caller.session {
         app.sessions.remove(old);
     }
     let id = app.sessions.create(Holder { account: account.name.clone(), credential: account.hash.clone() });
+    let address = address_key(caller.client);
     tracing::info!(account = %account.name, role = %account.role, client = %address, "signed in");
-    let mut response = Redirect::to(&next).into_response();
+    let mut response = Redirect::to(next).into_response();
     let max_age = app.sessions.limits().absolute.as_secs();
     response
         .headers_mut()
         .append(header::SET_COOKIE, set_cookie(caller.secure, SESSION_COOKIE, Some(&id), Some(max_age)));
-    Ok(response)
+    response
 }
 
 /// 429 when `address` has used up its failures, whatever name it tries.

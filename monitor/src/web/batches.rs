@@ -12,6 +12,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::access::Access;
 use super::action_forms::{Choices, Target, action_forms};
 use super::app::App;
 use super::error::WebError;
@@ -19,7 +20,7 @@ use super::gate::Caller;
 use super::html::{Nav, age, code_spans, esc, state_badge, w};
 use super::list_query::ListQuery;
 use super::respond::{here, respond, respond_with};
-use crate::data::Matrix;
+use crate::data::{Matrix, MatrixRow};
 use crate::filter::{Filter, StateFilter, encode, format_after};
 
 pub async fn batches(
@@ -57,21 +58,7 @@ pub async fn batches(
     body.push_str(&filter_form(&q, order_name(&filter), None));
     body.push_str(&matrix_table(&filter, after, &matrix));
     let url_query = filter.url_query();
-    if after.is_some() || matrix.next.is_some() {
-        body.push_str("<nav class=\"pager\" aria-label=\"Pages\"><p>");
-        if after.is_some() {
-            w!(body, "<a href=\"/batches?{}\">First page</a> ", esc(&url_query));
-        }
-        if let Some(next) = matrix.next {
-            w!(
-                body,
-                "<a href=\"/batches?{}&amp;after={}\" rel=\"next\">Next page</a>",
-                esc(&url_query),
-                esc(encode(&format_after(next)))
-            );
-        }
-        body.push_str("</p></nav>\n");
-    }
+    body.push_str(&pager(&url_query, after, &matrix));
     w!(
         body,
         "<p>Export every batch of this filter: <a href=\"/batches.csv?{0}\" download>CSV</a>, \
@@ -79,28 +66,56 @@ pub async fn batches(
         esc(&url_query)
     );
     if matrix.total > 0 {
-        let components: Vec<String> = matrix.components.iter().map(|c| c.to_string()).collect();
-        let types: Vec<String> = if caller.access.may_act() {
-            app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
-        } else {
-            Vec::new()
-        };
-        let target = Target::Bulk { filter: &filter, total: matrix.total };
-        w!(
-            body,
-            "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}</details>\n",
-            esc(matrix.total),
-            action_forms(
-                &caller.access,
-                &target,
-                &Choices { components: &components, types: &types, preselect: None },
-                None,
-                &here(&uri)
-            )
-        );
+        body.push_str(&bulk_actions(&app, &caller.access, &filter, &matrix, &here(&uri)).await?);
     }
     let title = if q.trim().is_empty() { "Batches".to_owned() } else { format!("Batches: {}", q.trim()) };
     Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
+}
+
+/// Links to the first and the next page of the list, when there is more than one.
+fn pager(url_query: &str, after: Option<PageKey>, matrix: &Matrix) -> String {
+    let mut body = String::new();
+    if after.is_none() && matrix.next.is_none() {
+        return body;
+    }
+    body.push_str("<nav class=\"pager\" aria-label=\"Pages\"><p>");
+    if after.is_some() {
+        w!(body, "<a href=\"/batches?{}\">First page</a> ", esc(url_query));
+    }
+    if let Some(next) = matrix.next {
+        w!(
+            body,
+            "<a href=\"/batches?{}&amp;after={}\" rel=\"next\">Next page</a>",
+            esc(url_query),
+            esc(encode(&format_after(next)))
+        );
+    }
+    body.push_str("</p></nav>\n");
+    body
+}
+
+/// The bulk actions over every batch of the filter, folded away under the list.
+async fn bulk_actions(
+    app: &App,
+    access: &Access,
+    filter: &Filter,
+    matrix: &Matrix,
+    here: &str,
+) -> Result<String, WebError> {
+    let components: Vec<String> = matrix.components.iter().map(|c| c.to_string()).collect();
+    let types: Vec<String> = if access.may_act() {
+        app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
+    } else {
+        Vec::new()
+    };
+    let target = Target::Bulk { filter, total: matrix.total };
+    let choices = Choices { components: &components, types: &types, preselect: None };
+    Ok(format!(
+        "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}\
+         </details>\n",
+        esc(matrix.total),
+        action_forms(access, &target, &choices, None, here)
+    ))
 }
 
 /// The filter box holding `q` (as typed), the order, and `error` beside them when the
@@ -192,35 +207,43 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for row in &matrix.rows {
-        let batch = &row.batch;
-        w!(
-            out,
-            "<tr><th scope=\"row\"><a href=\"/batches/{}\">{}</a></th><td>{}</td><td class=\"num\">{}</td>",
-            esc(encode(batch.id.as_str())),
-            esc(&batch.id),
-            esc(&batch.batch_type),
-            esc(batch.priority)
-        );
-        let last = batch.listing.summary.last_activity;
-        w!(
-            out,
-            "<td class=\"num duration\" title=\"created {}, last activity {} (UTC): {}\">{}</td>",
-            esc(batch.created_at),
-            esc(last),
-            esc(age(last.since(batch.created_at))),
-            esc(short_age(last.since(batch.created_at)))
-        );
-        for cell in &row.cells {
-            let overdue = if cell.overdue { " overdue-cell" } else { "" };
-            w!(out, "<td class=\"cell{overdue}\">{}", state_badge(cell.state, cell.overdue));
-            if let Some(failure) = &cell.failure {
-                w!(out, "<br><small class=\"failure-summary\">{}</small>", esc(failure));
-            }
-            out.push_str("</td>");
-        }
-        out.push_str("</tr>\n");
+        out.push_str(&matrix_row(row));
     }
     out.push_str("</tbody></table></div>\n");
+    out
+}
+
+/// One batch of the matrix: its id, type, priority, time in the pipeline, and each
+/// component's state (with a failure's summary).
+fn matrix_row(row: &MatrixRow) -> String {
+    let mut out = String::new();
+    let batch = &row.batch;
+    w!(
+        out,
+        "<tr><th scope=\"row\"><a href=\"/batches/{}\">{}</a></th><td>{}</td><td class=\"num\">{}</td>",
+        esc(encode(batch.id.as_str())),
+        esc(&batch.id),
+        esc(&batch.batch_type),
+        esc(batch.priority)
+    );
+    let last = batch.listing.summary.last_activity;
+    w!(
+        out,
+        "<td class=\"num duration\" title=\"created {}, last activity {} (UTC): {}\">{}</td>",
+        esc(batch.created_at),
+        esc(last),
+        esc(age(last.since(batch.created_at))),
+        esc(short_age(last.since(batch.created_at)))
+    );
+    for cell in &row.cells {
+        let overdue = if cell.overdue { " overdue-cell" } else { "" };
+        w!(out, "<td class=\"cell{overdue}\">{}", state_badge(cell.state, cell.overdue));
+        if let Some(failure) = &cell.failure {
+            w!(out, "<br><small class=\"failure-summary\">{}</small>", esc(failure));
+        }
+        out.push_str("</td>");
+    }
+    out.push_str("</tr>\n");
     out
 }
 

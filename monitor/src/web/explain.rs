@@ -136,27 +136,42 @@ pub(super) fn explain(e: &Explanation) -> String {
             "<p>The index has no document for this batch (<code>autocomp reindex</code> if the store has it).</p>\n",
         );
     }
-    if let Some(retry) = &e.retry {
-        let window = if retry.opens_at <= e.as_of {
-            format!("open since {}", retry.opens_at)
-        } else {
-            format!("opens at {} (in {})", retry.opens_at, age(retry.opens_at.since(e.as_of)))
-        };
-        w!(
-            out,
-            "<p>Retry of the transient failure seq {} at {}: retry_backoff {}, window {}.</p>\n",
-            esc(retry.failure.seq),
-            time(retry.failure.at),
-            esc(humantime::format_duration(retry.backoff)),
-            esc(window)
-        );
-        out.push_str(&clause_table(
-            &format!("Retry clauses of {}", e.component),
-            retry.clauses.iter().map(|c| (c.clause.as_str(), c.store, c.index)),
-            retry.ready_in_store,
-            retry.ready_in_index,
-        ));
-    }
+    out.push_str(&retry_window(e));
+    out.push_str(&facts(e));
+    out
+}
+
+/// The retry of a transient failure, if one is waited for: its window, and the retry
+/// trigger's clauses.
+fn retry_window(e: &Explanation) -> String {
+    let mut out = String::new();
+    let Some(retry) = &e.retry else { return out };
+    let window = if retry.opens_at <= e.as_of {
+        format!("open since {}", retry.opens_at)
+    } else {
+        format!("opens at {} (in {})", retry.opens_at, age(retry.opens_at.since(e.as_of)))
+    };
+    w!(
+        out,
+        "<p>Retry of the transient failure seq {} at {}: retry_backoff {}, window {}.</p>\n",
+        esc(retry.failure.seq),
+        time(retry.failure.at),
+        esc(humantime::format_duration(retry.backoff)),
+        esc(window)
+    );
+    out.push_str(&clause_table(
+        &format!("Retry clauses of {}", e.component),
+        retry.clauses.iter().map(|c| (c.clause.as_str(), c.store, c.index)),
+        retry.ready_in_store,
+        retry.ready_in_index,
+    ));
+    out
+}
+
+/// The explanation's facts: the effective result, attempts, the open run, the locks and the
+/// index's lag; the end of its section.
+fn facts(e: &Explanation) -> String {
+    let mut out = String::new();
     let result = match &e.result {
         Some(r) => format!("{} {} seq {} by {} at {}", r.event_type, r.outcome.as_str(), r.seq, r.agent, r.at),
         None => "none".into(),

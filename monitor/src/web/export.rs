@@ -10,13 +10,14 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream;
+use futures_util::{Stream, stream};
 use serde_json::{Map, Value, json};
 
 use super::app::App;
 use super::error::WebError;
 use super::list_query::ListQuery;
 use crate::data::{Matrix, Monitor, Settings};
+use crate::filter::Filter;
 
 /// Batches read per page while exporting.
 const EXPORT_PAGE: usize = 500;
@@ -69,10 +70,37 @@ async fn export(
         }
         Format::Ndjson => String::new(),
     };
+    let pages = pages(monitor, filter, first, format);
+    let head = stream::iter([Ok::<_, std::io::Error>(Bytes::from(header_text))]);
+    let body = Body::from_stream(futures_util::StreamExt::chain(head, pages));
+    let (content_type, file) = match format {
+        Format::Csv => ("text/csv; charset=utf-8", "attachment; filename=\"batches.csv\""),
+        Format::Ndjson => ("application/x-ndjson", "attachment; filename=\"batches.ndjson\""),
+    };
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_DISPOSITION, file),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The export's body after its header: the first page, then each next page of the filter
+/// read as the client takes the previous one.
+fn pages(
+    monitor: Monitor,
+    filter: Filter,
+    first: Matrix,
+    format: Format,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
     // Bounded: each page moves the cursor forward; at most MAX_EXPORT batches in all.
     let max_pages = MAX_EXPORT as usize / EXPORT_PAGE + 2;
     let state = Some((monitor, filter, Some(first), None::<PageKey>, 0usize));
-    let pages = stream::unfold(state, move |state| async move {
+    stream::unfold(state, move |state| async move {
         let (monitor, filter, ready, after, done) = state?;
         let page = match ready {
             Some(page) => page,
@@ -91,23 +119,7 @@ async fn export(
             _ => None,
         };
         Some((Ok::<_, std::io::Error>(chunk), next))
-    });
-    let head = stream::iter([Ok::<_, std::io::Error>(Bytes::from(header_text))]);
-    let body = Body::from_stream(futures_util::StreamExt::chain(head, pages));
-    let (content_type, file) = match format {
-        Format::Csv => ("text/csv; charset=utf-8", "attachment; filename=\"batches.csv\""),
-        Format::Ndjson => ("application/x-ndjson", "attachment; filename=\"batches.ndjson\""),
-    };
-    Ok((
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CONTENT_DISPOSITION, file),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        body,
-    )
-        .into_response())
+    })
 }
 
 fn render(page: &Matrix, format: Format) -> String {

@@ -20,23 +20,7 @@ pub fn section(needs: &Needs) -> String {
     for failures in &needs.failures {
         out.push_str(&failed(failures));
     }
-    if let Some(hold) = &needs.pipeline_hold {
-        w!(
-            out,
-            "<li class=\"verdict\">The whole pipeline is {}: {} — <a href=\"#steering\">steering</a></li>\n",
-            held(hold),
-            esc(&hold.reason)
-        );
-    }
-    for (component, hold) in &needs.holds {
-        w!(
-            out,
-            "<li><strong>{}</strong> is {}: {} — <a href=\"#steering\">steering</a></li>\n",
-            esc(component),
-            held(hold),
-            esc(&hold.reason)
-        );
-    }
+    out.push_str(&holds(needs));
     if !needs.person.is_empty() {
         // The words `autocomp` operators know from the waiting list.
         let total: u64 = needs.person.iter().map(|(_, n)| n).sum();
@@ -70,6 +54,29 @@ pub fn section(needs: &Needs) -> String {
         );
     }
     out.push_str("</ul>\n</section>\n");
+    out
+}
+
+/// The whole pipeline's hold and each component's, with their reasons.
+fn holds(needs: &Needs) -> String {
+    let mut out = String::new();
+    if let Some(hold) = &needs.pipeline_hold {
+        w!(
+            out,
+            "<li class=\"verdict\">The whole pipeline is {}: {} — <a href=\"#steering\">steering</a></li>\n",
+            held(hold),
+            esc(&hold.reason)
+        );
+    }
+    for (component, hold) in &needs.holds {
+        w!(
+            out,
+            "<li><strong>{}</strong> is {}: {} — <a href=\"#steering\">steering</a></li>\n",
+            esc(component),
+            held(hold),
+            esc(&hold.reason)
+        );
+    }
     out
 }
 

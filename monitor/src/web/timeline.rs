@@ -91,8 +91,7 @@ fn span(timeline: &Timeline, rows: &[Row<'_>]) -> (Timestamp, Timestamp) {
 
 fn svg(timeline: &Timeline, rows: &[Row<'_>]) -> String {
     let (from, to) = span(timeline, rows);
-    let length = (to.0 - from.0).max(1) as f64;
-    let x = |at: Timestamp| LABELS + (at.0 - from.0) as f64 / length * CHART;
+    let scale = Scale { from, length: (to.0 - from.0).max(1) as f64 };
     let height = TOP + ROW * rows.len() as f64 + 24.0;
     let mut out = String::new();
     let attempts = rows.iter().filter(|r| r.attempt.is_some()).count();
@@ -108,49 +107,7 @@ fn svg(timeline: &Timeline, rows: &[Row<'_>]) -> String {
         esc(to)
     );
     for (i, row) in rows.iter().enumerate() {
-        let y = TOP + ROW * i as f64;
-        let middle = y + ROW / 2.0 + 4.0;
-        w!(out, "<g class=\"timeline-row\"><text class=\"label\" x=\"4\" y=\"{middle:.1}\">{}</text>", esc(&row.label));
-        let text = bar_text(row);
-        match row.attempt {
-            Some(attempt) => {
-                let (start, end) = (x(attempt.start), x(attempt.end.unwrap_or(timeline.as_of)));
-                if let Some(ready) = attempt.ready_at.filter(|ready| *ready < attempt.start) {
-                    let from = x(ready);
-                    w!(
-                        out,
-                        "<rect class=\"wait\" x=\"{from:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"4\"><title>waited {}\
-                         </title></rect>",
-                        y + ROW / 2.0 - 2.0,
-                        (start - from).max(1.0),
-                        esc(or_dash(attempt.waited))
-                    );
-                }
-                w!(
-                    out,
-                    "<rect class=\"bar state-{}\" x=\"{start:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\">\
-                     <title>{}: {}</title></rect>",
-                    esc(attempt.state().as_str()),
-                    y + 3.0,
-                    (end - start).max(2.0),
-                    ROW - 6.0,
-                    esc(&row.label),
-                    esc(&text)
-                );
-                // The label beside the bar, on the side with room.
-                let (at, anchor) = if end < LABELS + CHART / 2.0 { (end + 4.0, "start") } else { (start - 4.0, "end") };
-                w!(
-                    out,
-                    "<text class=\"bar-label\" x=\"{at:.1}\" y=\"{middle:.1}\" text-anchor=\"{anchor}\">{}</text>",
-                    esc(&text)
-                );
-            }
-            None => {
-                let at = row.ready_at.map_or(LABELS, x);
-                w!(out, "<text class=\"bar-label\" x=\"{at:.1}\" y=\"{middle:.1}\">{}</text>", esc(&text));
-            }
-        }
-        out.push_str("</g>\n");
+        out.push_str(&row_svg(&scale, timeline.as_of, TOP + ROW * i as f64, row));
     }
     let axis = TOP + ROW * rows.len() as f64 + 4.0;
     w!(
@@ -164,6 +121,67 @@ fn svg(timeline: &Timeline, rows: &[Row<'_>]) -> String {
         esc(duration_text(to.since(from)))
     );
     out.push_str("</svg>\n</div>\n");
+    out
+}
+
+/// Where a time is drawn: `from` at the left of the chart, the span `length` (ms) across it.
+struct Scale {
+    from: Timestamp,
+    length: f64,
+}
+
+impl Scale {
+    fn x(&self, at: Timestamp) -> f64 {
+        LABELS + (at.0 - self.from.0) as f64 / self.length * CHART
+    }
+}
+
+/// One row of the chart at height `y`: its label, and its attempt's wait and bar (an open
+/// one up to `as_of`) with their words beside it; a step not attempted, its words alone.
+fn row_svg(scale: &Scale, as_of: Timestamp, y: f64, row: &Row<'_>) -> String {
+    let mut out = String::new();
+    let middle = y + ROW / 2.0 + 4.0;
+    w!(out, "<g class=\"timeline-row\"><text class=\"label\" x=\"4\" y=\"{middle:.1}\">{}</text>", esc(&row.label));
+    let text = bar_text(row);
+    match row.attempt {
+        Some(attempt) => {
+            let (start, end) = (scale.x(attempt.start), scale.x(attempt.end.unwrap_or(as_of)));
+            if let Some(ready) = attempt.ready_at.filter(|ready| *ready < attempt.start) {
+                let from = scale.x(ready);
+                w!(
+                    out,
+                    "<rect class=\"wait\" x=\"{from:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"4\"><title>waited {}\
+                     </title></rect>",
+                    y + ROW / 2.0 - 2.0,
+                    (start - from).max(1.0),
+                    esc(or_dash(attempt.waited))
+                );
+            }
+            w!(
+                out,
+                "<rect class=\"bar state-{}\" x=\"{start:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\">\
+                 <title>{}: {}</title></rect>",
+                esc(attempt.state().as_str()),
+                y + 3.0,
+                (end - start).max(2.0),
+                ROW - 6.0,
+                esc(&row.label),
+                esc(&text)
+            );
+            // The label beside the bar, on the side with room.
+            let (at, anchor) = if end < LABELS + CHART / 2.0 { (end + 4.0, "start") } else { (start - 4.0, "end") };
+            w!(
+                out,
+                "<text class=\"bar-label\" x=\"{at:.1}\" y=\"{middle:.1}\" text-anchor=\"{anchor}\">{}</text>",
+                esc(&text)
+            );
+        }
+        None => {
+            let at = row.ready_at.map_or(LABELS, |at| scale.x(at));
+            w!(out, "<text class=\"bar-label\" x=\"{at:.1}\" y=\"{middle:.1}\">{}</text>", esc(&text));
+        }
+    }
+    out.push_str("</g>\n");
     out
 }
 
