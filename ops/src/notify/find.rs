@@ -14,12 +14,13 @@ use autocomp_model::{
 };
 use autocomp_sboi::{BatchIndex, PageOrder, PageRequest};
 use autocomp_store::{CURSOR_UNSET, CursorMove, LogCursor, ObjectStore, StoreError};
-use chrono::Timelike as _;
 use serde_json::{Map, Value, json};
 
 use super::config::{EventKind, NotifyConfig};
 use super::text::{quote, subject};
 use crate::operator::{OperatorError, Step, held_too_long, overdue_after, ready_too_long, report_summary, run_overdue};
+
+mod digest;
 
 /// Batches one page of the change feed lists.
 const FEED_PAGE: usize = 1_000;
@@ -37,9 +38,6 @@ const MAX_PER_COMPONENT: usize = 20;
 /// while the circuit is still open.
 const STEERING_ENTRIES: usize = 200;
 const CIRCUIT_NEWS_FOR: Duration = Duration::from_secs(24 * 3600);
-/// Batches a digest names per human step.
-const DIGEST_IDS: usize = 10;
-const DAY: Duration = Duration::from_secs(24 * 3600);
 
 /// One piece of news, for every channel: the key without its channel, a one-line subject,
 /// the plain text a mail carries, and the facts a webhook receiver reads.
@@ -429,135 +427,7 @@ impl Finder<'_> {
         let page = self.index.page(&request).await?;
         Ok((total, self.store.get_summaries(&page.batches).await?))
     }
-
-    // ---- the day's digest ----
-
-    async fn digest(&self, steering: &autocomp_model::Steering, items: &mut Vec<Item>) -> Result<(), OperatorError> {
-        let Some(utc) = chrono::DateTime::from_timestamp_millis(self.now.millis()) else { return Ok(()) };
-        let at = self.config.digest_at;
-        if (utc.hour(), utc.minute()) < (at.hour, at.minute) {
-            return Ok(());
-        }
-        let date = utc.format("%Y-%m-%d").to_string();
-        // Per step: its states (`ComponentState::ALL` order) and overdue, as the metrics count
-        // them, then its failures of the last day.
-        let mut selections = Vec::new();
-        let mut rows = Vec::new();
-        for step in &self.pipeline {
-            let start = selections.len();
-            selections.extend(step.state_selections(self.config.overdue_after));
-            let failed = Selection::component_state(step.descriptor(), ComponentState::Failed);
-            selections.push(failed.and(Selection::QuietFor(DAY).negate()));
-            rows.push(start..selections.len());
-        }
-        let counts = self.index.tally(&selections, false).await?;
-
-        let mut lines = Vec::new();
-        let (mut states, mut failed_today, mut waiting) = (Map::new(), Map::new(), Map::new());
-        let (mut failed_total, mut waiting_total) = (0u64, 0u64);
-        for (step, range) in self.pipeline.iter().zip(rows) {
-            let row = &counts[range];
-            let (overdue, failed) = (row[ComponentState::ALL.len()].count, row[row.len() - 1].count);
-            let by_state: Map<String, Value> = ComponentState::ALL
-                .iter()
-                .zip(row)
-                .map(|(state, tally)| (state.as_str().into(), json!(tally.count)))
-                .collect();
-            let shown: Vec<String> = ComponentState::ALL
-                .iter()
-                .zip(row)
-                .filter(|(_, tally)| tally.count > 0)
-                .map(|(state, tally)| format!("{} {}", state.as_str(), tally.count))
-                .collect();
-            let overdue_note = if overdue > 0 { format!(" ({overdue} overdue)") } else { String::new() };
-            let shown = if shown.is_empty() { "no batches".to_owned() } else { shown.join(", ") };
-            lines.push(format!("  {}: {shown}{overdue_note}", step.name()));
-            states.insert(step.name().to_string(), Value::Object(by_state));
-            failed_total += failed;
-            if failed > 0 {
-                failed_today.insert(step.name().to_string(), json!(failed));
-            }
-            let person_at = ComponentState::ALL.iter().position(|s| *s == ComponentState::Person).unwrap_or(0);
-            let person = row[person_at].count;
-            if step.descriptor().manual && person > 0 {
-                waiting_total += person;
-                let selection = Selection::component_state(step.descriptor(), ComponentState::Person);
-                let request = PageRequest { selection, order: PageOrder::Oldest, after: None, limit: DIGEST_IDS };
-                let ids: Vec<String> =
-                    self.index.page(&request).await?.batches.iter().map(ToString::to_string).collect();
-                waiting.insert(step.name().to_string(), json!({"count": person, "oldest": ids}));
-            }
-        }
-        let mut text =
-            format!("autocomp's digest for {date} (UTC), made at {}.\n\nBatches per component and state:\n", self.now);
-        if lines.is_empty() {
-            text.push_str("  no component has registered yet\n");
-        }
-        text.push_str(&(lines.join("\n") + "\n"));
-        text.push_str("\nFailed in the last 24 hours (and failed still):");
-        if failed_today.is_empty() {
-            text.push_str(" none\n");
-        } else {
-            text.push('\n');
-            for (name, n) in &failed_today {
-                text.push_str(&format!("  {name}: {n}\n"));
-            }
-        }
-        text.push_str("\nWaiting for a person:");
-        if waiting.is_empty() {
-            text.push_str(" nothing\n");
-        } else {
-            text.push('\n');
-            for (name, wait) in &waiting {
-                let ids: Vec<&str> =
-                    wait["oldest"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                let more = wait["count"].as_u64().unwrap_or(0).saturating_sub(ids.len() as u64);
-                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-                text.push_str(&format!("  {name}: {} ({}{more})\n", wait["count"], ids.join(", ")));
-            }
-        }
-        let held = steering.pipeline.iter().map(|hold| ("the whole pipeline".to_owned(), hold));
-        let held: Vec<(String, &autocomp_model::Hold)> =
-            held.chain(steering.components.iter().map(|(name, hold)| (name.to_string(), hold))).collect();
-        text.push_str("\nHeld (paused, draining, circuit open):");
-        if held.is_empty() {
-            text.push_str(" nothing\n");
-        } else {
-            text.push('\n');
-            for (what, hold) in &held {
-                text.push_str(&format!(
-                    "  {what}: {} by {} since {}: {}\n",
-                    hold.kind.as_str(),
-                    quote(hold.by.as_str()),
-                    hold.since,
-                    quote(&hold.reason)
-                ));
-            }
-        }
-        let held_facts: Vec<Value> = held
-            .iter()
-            .map(|(what, hold)| {
-                json!({"what": what, "hold": hold.kind, "by": hold.by, "reason": hold.reason, "since": hold.since})
-            })
-            .collect();
-        let summary = format!(
-            "[autocomp] digest {date}: {failed_total} failed in 24h, {waiting_total} waiting for a person, {} held",
-            held.len()
-        );
-        items.push(Item {
-            kind: EventKind::Digest,
-            id: format!("digest:{date}"),
-            subject: subject(&summary),
-            text,
-            facts: facts(json!({
-                "date": date, "states": states, "failed_last_24h": failed_today, "waiting_for_person": waiting,
-                "held": held_facts,
-            })),
-        });
-        Ok(())
-    }
 }
-
 #[derive(Default)]
 struct FeedNews {
     items: Vec<Item>,
