@@ -17,8 +17,8 @@ use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::{Host, SslMode};
 
 use crate::port::{StoreError, StoreResult};
-use autocomp_toolkit::redact::percent_decode;
 use autocomp_model::InvalidInput;
+use autocomp_toolkit::redact::percent_decode;
 
 /// How TLS is used, with libpq's meanings (`sslmode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,18 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
+    /// The mode `sslmode=` names, libpq's word for it.
+    fn from_sslmode(value: &str) -> Option<Self> {
+        match value {
+            "disable" => Some(TlsMode::Disable),
+            "prefer" => Some(TlsMode::Prefer),
+            "require" => Some(TlsMode::Require),
+            "verify-ca" => Some(TlsMode::VerifyCa),
+            "verify-full" => Some(TlsMode::VerifyFull),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             TlsMode::Disable => "disable",
@@ -104,7 +116,7 @@ impl PgOptions {
     /// then be written `%40`. Without one, the user name ends at the first `@`.
     pub fn parse(url: &str) -> StoreResult<Self> {
         let shown = autocomp_toolkit::display_url(url);
-        let invalid = |reason: String| -> StoreError { InvalidInput::new("store url", shown.as_str(), reason).into() };
+        let invalid = |reason: String| -> StoreError { invalid_url(&shown, reason) };
         let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
             return Err(invalid("expected postgres://user@host[:port][,host2...]/database".into()));
         };
@@ -117,103 +129,14 @@ impl PgOptions {
         };
         let (url_user, url_password) = match userinfo {
             None => (None, None),
-            Some(userinfo) => {
-                let (user, password) = match userinfo.split_once(':') {
-                    Some((user, password)) => (user, Some(password)),
-                    None => (userinfo, None),
-                };
-                let user = String::from_utf8(percent_decode(user))
-                    .map_err(|_| invalid("the user name is not UTF-8 once percent-decoded".into()))?;
-                (Some(user).filter(|u| !u.is_empty()), password.map(percent_decode))
-            }
+            Some(userinfo) => credentials(userinfo, &shown)?,
         };
         let (base, query) = location.split_once('?').unwrap_or((location, ""));
         let mut passed_on = Vec::new();
-        let mut options = PgOptions {
-            config: tokio_postgres::Config::new(),
-            target: String::new(),
-            user: String::new(),
-            pool_size: 8,
-            connect_timeout: Duration::from_secs(5),
-            retry_for: Duration::from_secs(30),
-            migrate: true,
-            tls: TlsMode::Prefer,
-            root_certificates: None,
-            password_file: None,
-            max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
-            listen: true,
-        };
+        let mut options = PgOptions::defaults();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let duration = |value: &str| -> StoreResult<Duration> {
-                // libpq writes connect_timeout in whole seconds; durations like 10s read too.
-                match value.parse::<u64>() {
-                    Ok(seconds) => Ok(Duration::from_secs(seconds)),
-                    Err(_) => humantime::parse_duration(value).map_err(|e| invalid(format!("{key}={value:?}: {e}"))),
-                }
-            };
-            let path = |value: &str| -> StoreResult<String> {
-                let decoded = String::from_utf8(percent_decode(value)).unwrap_or_default();
-                if decoded.is_empty() {
-                    return Err(invalid(format!("{key}= names no file")));
-                }
-                Ok(decoded)
-            };
-            match key {
-                "pool_size" => {
-                    options.pool_size = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| invalid(format!("pool_size={value:?} is not a number from 1 to 1000")))?;
-                }
-                "retry_for" => options.retry_for = duration(value)?,
-                "max_batch_bytes" => {
-                    options.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value).map_err(invalid)?;
-                }
-                "connect_timeout" => options.connect_timeout = duration(value)?,
-                "migrate" => {
-                    options.migrate = match value {
-                        "true" => true,
-                        "false" => false,
-                        other => return Err(invalid(format!("migrate={other:?} is not true or false"))),
-                    }
-                }
-                "listen" => {
-                    options.listen = match value {
-                        "on" | "true" => true,
-                        "off" | "false" => false,
-                        other => return Err(invalid(format!("listen={other:?} is not on or off"))),
-                    }
-                }
-                "sslmode" => {
-                    options.tls = match value {
-                        "disable" => TlsMode::Disable,
-                        "prefer" => TlsMode::Prefer,
-                        "require" => TlsMode::Require,
-                        "verify-ca" => TlsMode::VerifyCa,
-                        "verify-full" => TlsMode::VerifyFull,
-                        other => {
-                            return Err(invalid(format!(
-                                "sslmode={other:?} is not disable, prefer, require, verify-ca or verify-full"
-                            )));
-                        }
-                    }
-                }
-                "sslrootcert" => options.root_certificates = Some(path(value)?),
-                "password_file" => options.password_file = Some(PathBuf::from(path(value)?)),
-                "password" => {
-                    return Err(invalid(
-                        "put the password in password_file=/path, $PGPASSWORD or the URL's user part".into(),
-                    ));
-                }
-                known if LIBPQ_OPTIONS.contains(&known) => passed_on.push(pair),
-                unknown => {
-                    return Err(invalid(format!(
-                        "unknown option {unknown:?}; autocomp's own: {OWN_OPTIONS}; libpq's: {}",
-                        LIBPQ_OPTIONS.join(", ")
-                    )));
-                }
+            if !options.set(pair, &shown)? {
+                passed_on.push(pair);
             }
         }
         if options.root_certificates.is_some() && !matches!(options.tls, TlsMode::VerifyCa | TlsMode::VerifyFull) {
@@ -223,18 +146,7 @@ impl PgOptions {
                 options.tls.as_str()
             )));
         }
-        // tokio-postgres ends credentials at the first `@` anywhere, even in the query: an
-        // `@` in the database name or a value is passed on encoded (it decodes those).
-        let base = base.replace('@', "%40");
-        let rebuilt = if passed_on.is_empty() {
-            format!("postgres://{base}")
-        } else {
-            format!("postgres://{base}?{}", passed_on.join("&").replace('@', "%40"))
-        };
-        let mut config = tokio_postgres::Config::from_str(&rebuilt).map_err(|e| {
-            // The URL given to tokio-postgres holds no credentials.
-            invalid(format!("{e} (autocomp's own options: {OWN_OPTIONS})"))
-        })?;
+        let mut config = libpq_config(base, &passed_on, &shown)?;
         let user = url_user
             .or_else(|| config.get_user().map(str::to_string))
             .or_else(|| std::env::var("PGUSER").ok())
@@ -246,22 +158,7 @@ impl PgOptions {
         if config.get_hosts().is_empty() {
             return Err(invalid("names no host; write postgres://user@HOST/database".into()));
         }
-        match (url_password, &options.password_file) {
-            (Some(_), Some(_)) => {
-                return Err(invalid("gives a password twice: in the URL and in password_file; keep one".into()));
-            }
-            (Some(password), None) => {
-                config.password(password);
-            }
-            (None, Some(file)) => {
-                config.password(read_password_file(file)?);
-            }
-            (None, None) => {
-                if let Ok(password) = std::env::var("PGPASSWORD") {
-                    config.password(password);
-                }
-            }
-        }
+        options.set_password(&mut config, url_password, &shown)?;
         config.connect_timeout(options.connect_timeout);
         config.ssl_mode(match options.tls {
             TlsMode::Disable => SslMode::Disable,
@@ -275,6 +172,107 @@ impl PgOptions {
         options.user = user;
         options.config = config;
         Ok(options)
+    }
+
+    /// The options a URL that names none of autocomp's own gets.
+    fn defaults() -> Self {
+        PgOptions {
+            config: tokio_postgres::Config::new(),
+            target: String::new(),
+            user: String::new(),
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(5),
+            retry_for: Duration::from_secs(30),
+            migrate: true,
+            tls: TlsMode::Prefer,
+            root_certificates: None,
+            password_file: None,
+            max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+            listen: true,
+        }
+    }
+
+    /// Sets one of autocomp's own options from a query's `key=value`; false for one of
+    /// libpq's, which is passed on to tokio-postgres as it is.
+    fn set(&mut self, pair: &str, shown: &str) -> StoreResult<bool> {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let invalid = |reason: String| -> StoreError { invalid_url(shown, reason) };
+        match key {
+            "pool_size" => {
+                self.pool_size = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| invalid(format!("pool_size={value:?} is not a number from 1 to 1000")))?;
+            }
+            "retry_for" => self.retry_for = option_duration(key, value, shown)?,
+            "max_batch_bytes" => {
+                self.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value).map_err(invalid)?;
+            }
+            "connect_timeout" => self.connect_timeout = option_duration(key, value, shown)?,
+            "migrate" => {
+                self.migrate = match value {
+                    "true" => true,
+                    "false" => false,
+                    other => return Err(invalid(format!("migrate={other:?} is not true or false"))),
+                }
+            }
+            "listen" => {
+                self.listen = match value {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    other => return Err(invalid(format!("listen={other:?} is not on or off"))),
+                }
+            }
+            "sslmode" => {
+                self.tls = TlsMode::from_sslmode(value).ok_or_else(|| {
+                    invalid(format!("sslmode={value:?} is not disable, prefer, require, verify-ca or verify-full"))
+                })?;
+            }
+            "sslrootcert" => self.root_certificates = Some(option_path(key, value, shown)?),
+            "password_file" => self.password_file = Some(PathBuf::from(option_path(key, value, shown)?)),
+            "password" => {
+                return Err(invalid(
+                    "put the password in password_file=/path, $PGPASSWORD or the URL's user part".into(),
+                ));
+            }
+            known if LIBPQ_OPTIONS.contains(&known) => return Ok(false),
+            unknown => {
+                return Err(invalid(format!(
+                    "unknown option {unknown:?}; autocomp's own: {OWN_OPTIONS}; libpq's: {}",
+                    LIBPQ_OPTIONS.join(", ")
+                )));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Gives `config` the password: the URL's, `password_file`'s (never both), else
+    /// `$PGPASSWORD`'s if set.
+    fn set_password(
+        &self,
+        config: &mut tokio_postgres::Config,
+        url_password: Option<Vec<u8>>,
+        shown: &str,
+    ) -> StoreResult<()> {
+        match (url_password, &self.password_file) {
+            (Some(_), Some(_)) => {
+                let reason = "gives a password twice: in the URL and in password_file; keep one";
+                return Err(invalid_url(shown, reason.into()));
+            }
+            (Some(password), None) => {
+                config.password(password);
+            }
+            (None, Some(file)) => {
+                config.password(read_password_file(file)?);
+            }
+            (None, None) => {
+                if let Ok(password) = std::env::var("PGPASSWORD") {
+                    config.password(password);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The TLS connector `sslmode` asks for (also built for `disable`: the pool needs one type).
@@ -320,6 +318,57 @@ impl PgOptions {
     fn bad_root_certificates(&self, reason: String) -> StoreError {
         InvalidInput::new("sslrootcert", self.root_certificates.as_deref().unwrap_or("(the web roots)"), reason).into()
     }
+}
+
+/// The store URL refused as input, named as `display_url` shows it.
+fn invalid_url(shown: &str, reason: String) -> StoreError {
+    InvalidInput::new("store url", shown, reason).into()
+}
+
+/// The user name (percent-decoded, `None` when empty) and the password (percent-decoded
+/// bytes) of a URL's userinfo.
+fn credentials(userinfo: &str, shown: &str) -> StoreResult<(Option<String>, Option<Vec<u8>>)> {
+    let (user, password) = match userinfo.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (userinfo, None),
+    };
+    let user = String::from_utf8(percent_decode(user))
+        .map_err(|_| invalid_url(shown, "the user name is not UTF-8 once percent-decoded".into()))?;
+    Ok((Some(user).filter(|u| !u.is_empty()), password.map(percent_decode)))
+}
+
+/// A duration option's value: whole seconds as libpq writes connect_timeout, or a duration
+/// like 10s.
+fn option_duration(key: &str, value: &str, shown: &str) -> StoreResult<Duration> {
+    match value.parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => humantime::parse_duration(value).map_err(|e| invalid_url(shown, format!("{key}={value:?}: {e}"))),
+    }
+}
+
+/// A file option's value, percent-decoded.
+fn option_path(key: &str, value: &str, shown: &str) -> StoreResult<String> {
+    let decoded = String::from_utf8(percent_decode(value)).unwrap_or_default();
+    if decoded.is_empty() {
+        return Err(invalid_url(shown, format!("{key}= names no file")));
+    }
+    Ok(decoded)
+}
+
+/// tokio-postgres's configuration from the URL's credential-free part and the libpq options
+/// passed on. tokio-postgres ends credentials at the first `@` anywhere, even in the query:
+/// an `@` in the database name or a value is passed on encoded (it decodes those).
+fn libpq_config(base: &str, passed_on: &[&str], shown: &str) -> StoreResult<tokio_postgres::Config> {
+    let base = base.replace('@', "%40");
+    let rebuilt = if passed_on.is_empty() {
+        format!("postgres://{base}")
+    } else {
+        format!("postgres://{base}?{}", passed_on.join("&").replace('@', "%40"))
+    };
+    tokio_postgres::Config::from_str(&rebuilt).map_err(|e| {
+        // The URL given to tokio-postgres holds no credentials.
+        invalid_url(shown, format!("{e} (autocomp's own options: {OWN_OPTIONS})"))
+    })
 }
 
 /// A password file's content without its final line break. Errors name the file, never
