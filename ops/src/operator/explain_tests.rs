@@ -122,6 +122,19 @@ async fn all_batches(store: &dyn ObjectStore) -> Vec<Batch> {
     store.list_batches(None, 1_000).await.unwrap()
 }
 
+/// A trigger per kind of clause (two for `settled_for`: a long quiet and none).
+fn triggers_of_every_clause() -> [Trigger; 7] {
+    [
+        Trigger { requires: vec![ty("Data_Received")], blocked_by: vec![ty("Checked")], ..Trigger::default() },
+        Trigger { repeat_on_change: vec![ty("Indexed")], ..Trigger::default() },
+        Trigger { transiently_failed: vec![ty("Checked")], ..Trigger::default() },
+        Trigger { types: vec![BatchType::new("Other").unwrap()], ..Trigger::default() },
+        Trigger { batches: vec![BatchId::new("B1").unwrap(), BatchId::new("B3").unwrap()], ..Trigger::default() },
+        Trigger { settled_for: Some(Duration::from_secs(3600)), ..Trigger::default() },
+        Trigger { settled_for: Some(Duration::ZERO), ..Trigger::default() },
+    ]
+}
+
 /// The index side of `explain` answers each clause as the store does, on batches that
 /// exercise every clause (the index is caught up, so freshness plays no part).
 #[tokio::test]
@@ -164,15 +177,7 @@ async fn index_clauses_agree_with_the_store_clause_by_clause() {
     let engine = IndexEngine::open(dir.path().join("index")).unwrap();
     engine.catch_up(&store).await.unwrap();
 
-    let triggers = [
-        Trigger { requires: vec![ty("Data_Received")], blocked_by: vec![ty("Checked")], ..Trigger::default() },
-        Trigger { repeat_on_change: vec![ty("Indexed")], ..Trigger::default() },
-        Trigger { transiently_failed: vec![ty("Checked")], ..Trigger::default() },
-        Trigger { types: vec![BatchType::new("Other").unwrap()], ..Trigger::default() },
-        Trigger { batches: vec![BatchId::new("B1").unwrap(), BatchId::new("B3").unwrap()], ..Trigger::default() },
-        Trigger { settled_for: Some(Duration::from_secs(3600)), ..Trigger::default() },
-        Trigger { settled_for: Some(Duration::ZERO), ..Trigger::default() },
-    ];
+    let triggers = triggers_of_every_clause();
     let mut compared = 0;
     for batch in all_batches(&store).await {
         let indexed = engine.get(&batch.id).unwrap().expect("indexed");

@@ -139,9 +139,9 @@ async fn show_all_writes_every_event_oldest_first_a_page_at_a_time() {
     assert_eq!(reports.matches("  seq ").count(), all.len(), "every report");
 }
 
-#[tokio::test]
-async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches_do() {
-    let f = fixture().await;
+/// Batches in every state: new, received, verified and being checked, failed, reset,
+/// skipped, a long log, and one re-delivered after its check (stale); read back whole.
+async fn batches_in_every_state(f: &Fixture) -> Vec<Batch> {
     let ok = |kind| event(kind, Outcome::Success, json!({}));
     let mut batches = vec![
         batch(&f.store, "B-new", vec![]).await,
@@ -180,7 +180,13 @@ async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches
     for b in &mut batches {
         *b = f.store.get_batch(&b.id).await.unwrap();
     }
+    batches
+}
 
+#[tokio::test]
+async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches_do() {
+    let f = fixture().await;
+    let mut batches = batches_in_every_state(&f).await;
     let status = f.operator.status(None, None).await.unwrap();
     let pipeline = f.operator.pipeline(f.store.as_ref()).await.unwrap();
     batches.sort_by(|a, b| a.id.cmp(&b.id));
@@ -201,14 +207,7 @@ async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches
 
     for whole in &batches {
         for step in &pipeline {
-            let explained = f.operator.explain(&whole.id, step.name()).await.unwrap();
-            let what = format!("{} for {}", whole.id, step.name());
-            assert_eq!(explained.state, step.state_of(whole), "{what}");
-            assert_eq!(explained.refusal, step.ready_in_store(whole).err(), "{what}");
-            assert_eq!(explained.result.as_ref(), whole.effective().get(step.event_type()), "{what}");
-            assert_eq!(explained.open_run.as_ref(), whole.open_run(step.name()), "{what}");
-            let clauses: Vec<bool> = step.trigger().explain(whole, whole.as_of).into_iter().map(|(_, s)| s).collect();
-            assert_eq!(explained.clauses.iter().map(|c| c.store).collect::<Vec<_>>(), clauses, "{what}");
+            explains_as_the_whole_batch(&f, whole, step).await;
         }
     }
     let held = f.operator.explain(&id("B-reset"), &ComponentName::new("archiver").unwrap()).await.unwrap().held_up_by;
@@ -219,6 +218,18 @@ async fn status_and_explain_read_summaries_and_heads_yet_answer_as_whole_batches
             "checker waits for Verified: verifier is ready and waits for its next pass"
         ]
     );
+}
+
+/// `explain` of `step` on `whole` from its head says what the whole batch says.
+async fn explains_as_the_whole_batch(f: &Fixture, whole: &Batch, step: &crate::operator::Step) {
+    let explained = f.operator.explain(&whole.id, step.name()).await.unwrap();
+    let what = format!("{} for {}", whole.id, step.name());
+    assert_eq!(explained.state, step.state_of(whole), "{what}");
+    assert_eq!(explained.refusal, step.ready_in_store(whole).err(), "{what}");
+    assert_eq!(explained.result.as_ref(), whole.effective().get(step.event_type()), "{what}");
+    assert_eq!(explained.open_run.as_ref(), whole.open_run(step.name()), "{what}");
+    let clauses: Vec<bool> = step.trigger().explain(whole, whole.as_of).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(explained.clauses.iter().map(|c| c.store).collect::<Vec<_>>(), clauses, "{what}");
 }
 
 /// `status` writes its rows straight into the output; what it writes is the document (and

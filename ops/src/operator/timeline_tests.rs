@@ -185,20 +185,18 @@ fn an_empty_log_has_no_total() {
     assert!(timeline.to_text().contains("timeline (no events yet):"));
 }
 
-/// Through `show` on a real SQLite store: an abandoned run, a transient failure, then a
-/// success of `verifier`; then `archiver`'s success.
-#[tokio::test]
-async fn show_has_the_timeline_of_a_retried_step_from_a_real_store() {
+/// An operator on a SQLite store in `dir` whose pipeline is a verifier (retried at once) and
+/// an archiver after it.
+async fn verifier_and_archiver(dir: &std::path::Path) -> Operator {
     use autocomp_framework::config::{Backends, ComponentConfig};
-    use autocomp_model::{BatchType, NewBatch, NewEvent, PassOutcome, PassPhase, PassRecord, Trigger};
+    use autocomp_model::{PassOutcome, PassPhase, PassRecord, Trigger};
 
-    let dir = tempfile::tempdir().unwrap();
     let backends = Backends {
-        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
-        index: Some(format!("local:{}", dir.path().join("index").display())),
-        locks: Some(format!("local:{}", dir.path().join("locks").display())),
+        store: Some(format!("sqlite://{}", dir.join("store.db").display())),
+        index: Some(format!("local:{}", dir.join("index").display())),
+        locks: Some(format!("local:{}", dir.join("locks").display())),
     };
-    let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
+    let operator = Operator::new(dir, backends, Some("tester".into())).unwrap();
     let store = operator.store().await.unwrap();
     let config = ComponentConfig { retry_backoff: Duration::ZERO, ..ComponentConfig::default() };
     for (name, own, requires) in [("verifier", "Verified", "Data_Received"), ("archiver", "Archived", "Verified")] {
@@ -208,6 +206,18 @@ async fn show_has_the_timeline_of_a_retried_step_from_a_real_store() {
             PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1, work: vec![] };
         store.record_pass(PassRecord { descriptor, host: "host1".into(), phase }).await.unwrap();
     }
+    operator
+}
+
+/// Through `show` on a real SQLite store: an abandoned run, a transient failure, then a
+/// success of `verifier`; then `archiver`'s success.
+#[tokio::test]
+async fn show_has_the_timeline_of_a_retried_step_from_a_real_store() {
+    use autocomp_model::{BatchType, NewBatch, NewEvent};
+
+    let dir = tempfile::tempdir().unwrap();
+    let operator = verifier_and_archiver(dir.path()).await;
+    let store = operator.store().await.unwrap();
     let b1 = BatchId::new("B1").unwrap();
     store.create_batch(NewBatch::new(b1.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
     let agent = Agent::new("test").unwrap();
