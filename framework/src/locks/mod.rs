@@ -32,7 +32,6 @@
 
 mod local;
 mod zk;
-mod zk_tls;
 
 use std::sync::Arc;
 use std::time::Duration;

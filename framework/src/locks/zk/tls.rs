@@ -17,8 +17,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use autocomp_model::InvalidInput;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use zookeeper_client as zk;
+
+use crate::locks::LockError;
 
 /// The files of a `zks://` URL (PEM).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,4 +118,31 @@ fn certificate_error(error: &io::Error) -> Option<String> {
         rustls::Error::InvalidCertificate(reason) => Some(reason.to_string()),
         _ => None,
     }
+}
+
+/// `zks://`'s client options from its files; a file that cannot be read or parsed is named.
+pub(super) fn tls_options(tls: &ZkTls) -> Result<zk::TlsOptions, LockError> {
+    let read = |option: &str, path: &Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            LockError::from(InvalidInput::new(
+                "locks url",
+                format!("{option}={}", path.display()),
+                format!("cannot be read: {e}"),
+            ))
+        })
+    };
+    let bad = |option: &str, path: &Path, e: zk::Error| {
+        LockError::from(InvalidInput::new(
+            "locks url",
+            format!("{option}={}", path.display()),
+            format!("not usable PEM: {e}"),
+        ))
+    };
+    let ca = read("ca_file", &tls.ca_file)?;
+    let mut options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|e| bad("ca_file", &tls.ca_file, e))?;
+    if let Some((cert_file, key_file)) = &tls.client {
+        let (cert, key) = (read("cert_file", cert_file)?, read("key_file", key_file)?);
+        options = options.with_pem_identity(&cert, &key).map_err(|e| bad("cert_file", cert_file, e))?;
+    }
+    Ok(options)
 }

@@ -1,0 +1,297 @@
+//! ZooKeeper locks, selected by `zk://host:port[,host:port...]/chroot` (or `zks://` for TLS):
+//! the URL's syntax, the pipeline's ZooKeeper identity and the ACL of every node we create.
+//!
+//! A lock is ONE ephemeral node at `<chroot>/poll/<component>`,
+//! `<chroot>/batch/<component>/<batch-id>` or `<chroot>/slot/<pool>/<index>` (a resource
+//! pool's slot) whose data is the JSON `LockHolder` plus the session id that created it. Its
+//! parents are container nodes, created on demand (another process creating them first, or
+//! the server removing an emptied one meanwhile, is expected), which the server deletes once
+//! empty; the chroot itself (and any ancestor we create) is a
+//! persistent node, so once made it cannot be taken over by whoever re-creates it first.
+//! Try-lock is one create: NodeExists means busy, unless the node is not one a lock service
+//! made (persistent, foreign data, or a record naming another session than its owner): that is
+//! `LockError::Foreign`, an alarm, never "busy". Waiting is a data watch on the node until the
+//! deadline. Release checks the node is still ours, then deletes it. A lock cycle is so two
+//! ZooKeeper writes (create + delete), on a fresh path too, plus one container create for each
+//! missing parent.
+//!
+//! Identity and ACLs: with `auth_file=` (or `$AUTOCOMP_ZK_AUTH`) the session adds one digest
+//! identity per `user:password` line, and every node we create carries `auth` (each of those
+//! identities) with all rights plus `world:anyone` read, so only the pipeline's identities can
+//! create, change or delete under the chroot (ZooKeeper checks a delete against the parent's
+//! ACL: the containers' ACL is what protects a lock). At connect the chroot, `poll`, `batch`,
+//! `slot`, each `batch/<component>` and each `slot/<pool>` are brought to that ACL (our
+//! identities added, the world left read only), and a persistent child, `<chroot>/anchor`, is
+//! kept under the chroot: never empty, the chroot cannot be deleted (and made again by someone
+//! else as theirs) even where its parent lets the world delete children, and only our
+//! identities may delete the anchor. A chroot whose parent lets anyone without an identity
+//! create or delete children (`world:anyone` or an `ip:` entry with c or d, as `/` is by
+//! ZooKeeper's default) is refused as a configuration error naming the two ways out: a chroot
+//! one level down, whose parent we make with our ACL, or `setAcl` on the parent. Without an
+//! identity nodes stay open to anyone, as before, with one warning.
+//!
+//! A create or delete whose reply is lost with the connection may or may not have happened.
+//! A create is retried once the session is back, and a NodeExists after such a retry is
+//! resolved by the node's `ephemeral_owner`: our session id means we hold it. A delete is never
+//! retried blindly: ownership is read again first, so we can never delete another's lock.
+//!
+//! The session state is published for the runner: Disconnected => Suspended,
+//! SyncConnected => Connected, Expired / Closed / AuthFailed => Lost (every lock is gone),
+//! and Suspended for longer than a client-side deadline below the session timeout => Lost.
+//! `close` deletes whatever is still held and closes the session, so nothing lingers after
+//! the process exits.
+//!
+//! The rooms, each using only the ones before it: `tls` (`zks://`'s files and why a server
+//! is not trusted), `url` (the URL's syntax), `identity` (the pipeline's digest identities),
+//! `session` (the connection, its state and the requests that survive connection trouble),
+//! `protocol` (the lock nodes: take, watch, release) and `acl` (the lock tree's ACLs and the
+//! chroot's anchor). This file holds the lock service itself.
+
+mod acl;
+mod identity;
+mod protocol;
+mod session;
+mod tls;
+mod url;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+use zookeeper_client as zk;
+
+use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use protocol::{NodeData, foreign_reason};
+use session::{LOST_SESSION_GRACE_SHARE, Shared, session_gone};
+pub use tls::ZkTls;
+pub use url::ZkUrl;
+
+/// The session timeout when the URL does not say `?session_timeout=...`.
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the pipeline's ZooKeeper identity comes from when the URL names no `auth_file`:
+/// `user:password` (several identities one per line, as in the file).
+pub const AUTH_ENV: &str = "AUTOCOMP_ZK_AUTH";
+
+/// How often one request is re-sent after connection trouble before giving up.
+const MAX_RETRIES: u32 = 50;
+
+/// Pause before re-sending after connection trouble (the session state may lag the error).
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+
+/// Re-check interval while another task of this process holds or is taking the same path.
+const IN_PROCESS_PAUSE: Duration = Duration::from_millis(10);
+
+/// How long `close` waits for each deletion and for the server to end the session.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+
+/// The ZooKeeper lock service: one session per process.
+pub struct ZkLocks {
+    shared: Arc<Shared>,
+}
+
+impl ZkLocks {
+    /// Connects and opens the session (over TLS for `zks://`, authenticated with the
+    /// identities of `auth_file` or `$AUTOCOMP_ZK_AUTH` if either is set); fails (naming the
+    /// servers) if no session is established within the session timeout. With an identity,
+    /// also creates the chroot and brings the ACLs of the lock tree's directories to ours.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let locks = Self::connect_only(url).await?;
+        if locks.shared.identity.is_some()
+            && let Err(e) = locks.shared.protect_tree().await
+        {
+            locks.close().await;
+            return Err(e);
+        }
+        Ok(locks)
+    }
+
+    /// Connects (and authenticates) as `connect` does, but changes nothing in the lock tree,
+    /// then says how its directories' ACLs differ from what `connect` would set them to:
+    /// what `autocomp doctor` reports. The session is closed before it answers.
+    pub async fn inspect(url: &str) -> Result<super::LockInspection, LockError> {
+        let locks = Self::connect_only(url).await?;
+        let found = locks.shared.inspect_tree().await;
+        locks.close().await;
+        let problems = found?;
+        let shared = &locks.shared;
+        let identity = match &shared.identity {
+            Some(source) => {
+                let users: Vec<&str> =
+                    shared.digests.iter().filter_map(|d| d.split_once(':').map(|(u, _)| u)).collect();
+                format!("as {} ({source})", users.join(", "))
+            }
+            None => "with no identity".to_owned(),
+        };
+        Ok(super::LockInspection {
+            description: format!("ZooKeeper {} answered {identity}; lock tree {}", shared.url, shared.root),
+            problems,
+        })
+    }
+
+    async fn connect_only(url: &str) -> Result<Self, LockError> {
+        Ok(Self { shared: Shared::connect(url).await? })
+    }
+
+    /// Our session id (the `ephemeral_owner` of every node we hold).
+    pub fn session_id(&self) -> i64 {
+        self.shared.session_id
+    }
+
+    /// The absolute node path of a lock.
+    pub fn node_of(&self, path: &LockPath) -> String {
+        self.shared.node_of(&path.relative())
+    }
+}
+
+/// The node a node is under (`/` for a top-level one).
+fn parent_of(node: &str) -> &str {
+    match node.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &node[..i],
+    }
+}
+
+#[async_trait]
+impl LockService for ZkLocks {
+    async fn try_lock(
+        &self,
+        path: &LockPath,
+        holder: &LockHolder,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>, LockError> {
+        let shared = &self.shared;
+        let node = shared.node_of(&path.relative());
+        let record = NodeData { holder: holder.clone(), session: Some(format!("{:#x}", shared.session_id)) };
+        let data = serde_json::to_vec(&record).expect("holders serialize");
+        let mut reserved = false;
+        let taken = shared.take(&node, &data, Instant::now() + wait, &mut reserved).await;
+        match taken {
+            Ok(true) => Ok(Some(Box::new(ZkLock { path: path.clone(), node, shared: Arc::clone(shared) }))),
+            outcome => {
+                if reserved {
+                    shared.unreserve(&node);
+                }
+                outcome.map(|_| None)
+            }
+        }
+    }
+
+    async fn held(&self) -> Result<Vec<HeldLock>, LockError> {
+        let shared = &self.shared;
+        let mut paths: Vec<String> = shared.children("poll").await?.into_iter().map(|c| format!("poll/{c}")).collect();
+        // Two levels under each: `batch/<component>/<batch-id>`, `slot/<pool>/<index>`.
+        for parent in ["batch", "slot"] {
+            for child in shared.children(parent).await? {
+                let under = format!("{parent}/{child}");
+                paths.extend(shared.children(&under).await?.into_iter().map(|leaf| format!("{under}/{leaf}")));
+            }
+        }
+        // Every read is sent when its future is made: one round trip for all of them.
+        let client = shared.client()?;
+        let reads: Vec<_> = paths.iter().map(|path| client.get_data(&shared.node_of(path))).collect();
+        let mut held = Vec::with_capacity(paths.len());
+        for (path, read) in paths.into_iter().zip(reads) {
+            match read.await {
+                Ok((data, stat)) => held.push(HeldLock {
+                    holder: serde_json::from_slice(&data).ok(),
+                    foreign: foreign_reason(&data, &stat),
+                    path,
+                }),
+                Err(zk::Error::NoNode) => {} // released meanwhile
+                Err(e) if session_gone(&e) => return Err(shared.lost()),
+                Err(e) => return Err(shared.failed("read", &shared.node_of(&path), e)),
+            }
+        }
+        held.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(held)
+    }
+
+    fn session(&self) -> watch::Receiver<SessionState> {
+        self.shared.state.subscribe()
+    }
+
+    /// A session given up at 0.75 of its timeout leaves a quarter of it before the server
+    /// expires it: cancelled work gets a tenth, not `cancel_grace`.
+    fn lost_session_grace(&self) -> Option<Duration> {
+        Some(self.shared.session_timeout.mul_f64(LOST_SESSION_GRACE_SHARE))
+    }
+
+    async fn close(&self) {
+        let shared = &self.shared;
+        if *shared.state.borrow() == SessionState::Lost {
+            // Expired, or given up on because the server went silent: there is nothing to
+            // delete or to wait for (the server drops our nodes with the session).
+            shared.closing.store(true, Ordering::Relaxed);
+            shared.client.lock().expect("never poisoned").take();
+            return;
+        }
+        let nodes: Vec<String> = shared.reserved.lock().expect("never poisoned").drain().collect();
+        for node in &nodes {
+            match tokio::time::timeout(CLOSE_WAIT, shared.delete_if_ours(node)).await {
+                Ok(Ok(())) => debug!(node, "deleted a lock still held at close"),
+                Ok(Err(e)) => warn!(node, "cannot delete a lock at close: {e}"),
+                Err(_) => warn!(node, "cannot delete a lock at close: no answer within {CLOSE_WAIT:?}"),
+            }
+        }
+        shared.closing.store(true, Ordering::Relaxed);
+        let Some(client) = shared.client.lock().expect("never poisoned").take() else { return };
+        let mut watcher = client.state_watcher();
+        // The session is closed when the last clone of the client is gone; wait for the
+        // server's answer, so a process exiting right after leaves nothing behind.
+        drop(client);
+        if watcher.peek_state().is_terminated() {
+            return;
+        }
+        let closed = async { while !watcher.changed().await.is_terminated() {} };
+        if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+            warn!("the ZooKeeper session did not close within {CLOSE_WAIT:?}; its nodes go with its timeout");
+        }
+    }
+}
+
+struct ZkLock {
+    path: LockPath,
+    node: String,
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Lock for ZkLock {
+    fn path(&self) -> &LockPath {
+        &self.path
+    }
+
+    /// The node exists and our session owns it.
+    async fn still_held(&self) -> Result<bool, LockError> {
+        if self.shared.is_lost() {
+            return Ok(false);
+        }
+        match self.shared.owner_of(&self.node).await {
+            Ok(stat) => Ok(stat.is_some_and(|stat| stat.ephemeral_owner == self.shared.session_id)),
+            Err(_) if self.shared.is_lost() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let deleted = self.shared.delete_if_ours(&self.node).await;
+        self.shared.unreserve(&self.node);
+        deleted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parents_go_up_to_the_root() {
+        assert_eq!(parent_of("/autocomp/batch/probe/B1"), "/autocomp/batch/probe");
+        assert_eq!(parent_of("/autocomp"), "/");
+    }
+}
