@@ -225,29 +225,23 @@ impl ComponentConfig {
         trigger: Trigger,
         source: bool,
     ) -> ComponentDescriptor {
+        let mut pools = self.pools.clone();
+        pools.sort();
+        pools.dedup();
+        let described = ComponentDescriptor::new(name, version, event_type, trigger).with_limits(
+            self.max_attempts,
+            self.retry_backoff,
+            self.queue_size,
+            self.max_runtime,
+        );
         ComponentDescriptor {
-            name,
-            version: version.to_owned(),
-            event_type,
-            trigger,
-            max_attempts: self.max_attempts,
-            retry_backoff: self.retry_backoff,
-            queue_size: self.queue_size,
-            max_runtime: self.max_runtime,
             source,
             overdue_after: if source { None } else { self.overdue_after },
             silent_after: self.silent_after,
             schedule: self.schedule.clone(),
-            manual: false,
-            pools: {
-                let mut pools = self.pools.clone();
-                pools.sort();
-                pools.dedup();
-                pools
-            },
+            pools,
             break_after: self.break_after,
-            result_schema: None,
-            reads: Vec::new(),
+            ..described
         }
     }
 

@@ -1,8 +1,6 @@
 //! Hand-built batches, events and a descriptor for the model's unit tests (one copy for
 //! every module's tests).
 
-use std::time::Duration;
-
 use serde_json::Map;
 
 use super::{
@@ -15,25 +13,8 @@ pub(crate) fn ty(name: &str) -> EventType {
 }
 
 pub(crate) fn descriptor() -> ComponentDescriptor {
-    ComponentDescriptor {
-        name: ComponentName::new("page-counter").unwrap(),
-        version: "1.0.0".into(),
-        event_type: ty("Pages_Counted"),
-        trigger: Trigger::builder().requires("Checksums_Verified").blocked_by("Pages_Counted").build(),
-        max_attempts: 3,
-        retry_backoff: Duration::from_secs(300),
-        queue_size: 10,
-        max_runtime: Duration::from_secs(3600),
-        source: false,
-        overdue_after: None,
-        silent_after: None,
-        schedule: None,
-        manual: false,
-        pools: Vec::new(),
-        break_after: None,
-        result_schema: None,
-        reads: Vec::new(),
-    }
+    let trigger = Trigger::builder().requires("Checksums_Verified").blocked_by("Pages_Counted").build();
+    ComponentDescriptor::new(ComponentName::new("page-counter").unwrap(), "1.0.0", ty("Pages_Counted"), trigger)
 }
 
 pub(crate) fn event(seq: i64, kind: &str, outcome: Outcome, details: serde_json::Value, at: i64) -> Event {

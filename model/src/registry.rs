@@ -91,6 +91,47 @@ pub struct ResultRead {
 }
 
 impl ComponentDescriptor {
+    /// A component that is `name` at `version`, records `event_type` and works on what
+    /// `trigger` selects, with a component config's defaults for the rest: 3 attempts, a
+    /// transient failure retried after 5 minutes, 10 batches a pass, an hour of work a batch;
+    /// no alerts, schedule, pools or circuit breaker, no result published or read. The other
+    /// fields are public: `ComponentDescriptor { manual: true, ..ComponentDescriptor::new(..) }`.
+    pub fn new(name: ComponentName, version: impl Into<String>, event_type: EventType, trigger: Trigger) -> Self {
+        Self {
+            name,
+            version: version.into(),
+            event_type,
+            trigger,
+            max_attempts: 3,
+            retry_backoff: Duration::from_secs(300),
+            queue_size: 10,
+            max_runtime: Duration::from_secs(3600),
+            source: false,
+            overdue_after: None,
+            silent_after: None,
+            schedule: None,
+            manual: false,
+            pools: Vec::new(),
+            break_after: None,
+            result_schema: None,
+            reads: Vec::new(),
+        }
+    }
+
+    /// With these failed attempts before a give-up, backoff before a transient failure's
+    /// retry, claims per pass and longest work per batch.
+    pub fn with_limits(
+        mut self,
+        max_attempts: u32,
+        retry_backoff: Duration,
+        queue_size: usize,
+        max_runtime: Duration,
+    ) -> Self {
+        (self.max_attempts, self.retry_backoff, self.queue_size, self.max_runtime) =
+            (max_attempts, retry_backoff, queue_size, max_runtime);
+        self
+    }
+
     pub fn validate(&self) -> Result<(), InvalidInput> {
         check_label("version", &self.version)?;
         if self.max_attempts == 0 {

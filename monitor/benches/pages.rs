@@ -90,25 +90,8 @@ fn descriptor(step: usize) -> ComponentDescriptor {
     } else {
         Trigger::builder().requires(STEPS[step - 1].0).blocked_by(event_type).build()
     };
-    ComponentDescriptor {
-        name: ComponentName::new(name).expect("name"),
-        version: "bench".into(),
-        event_type: EventType::new(event_type).expect("event type"),
-        trigger,
-        max_attempts: 3,
-        retry_backoff: Duration::from_secs(300),
-        queue_size: 10,
-        max_runtime: Duration::from_secs(3600),
-        source: step == 0,
-        overdue_after: None,
-        silent_after: None,
-        schedule: None,
-        manual: false,
-        pools: Vec::new(),
-        break_after: None,
-        result_schema: None,
-        reads: Vec::new(),
-    }
+    let (name, event_type) = (ComponentName::new(name).expect("name"), EventType::new(event_type).expect("event type"));
+    ComponentDescriptor { source: step == 0, ..ComponentDescriptor::new(name, "bench", event_type, trigger) }
 }
 
 async fn run(batches: usize, store_path: &Path) {

@@ -255,29 +255,13 @@ async fn documents_and_catch_up_answer_as_the_embedded_index_does() {
 /// `Data_Received` succeeded, and retries its own transient failures after an hour, so no
 /// batch changes state by the clock while a test reads.
 fn checker() -> ComponentDescriptor {
-    ComponentDescriptor {
-        name: ComponentName::new("checker").unwrap(),
-        version: "1".into(),
-        event_type: ty("Checksums_Verified"),
-        trigger: Trigger {
-            requires: vec![ty("Data_Received")],
-            blocked_by: vec![ty("Checksums_Verified")],
-            ..Trigger::default()
-        },
-        max_attempts: 3,
-        retry_backoff: Duration::from_secs(3600),
-        queue_size: 10,
-        max_runtime: Duration::from_secs(600),
-        source: false,
-        overdue_after: None,
-        silent_after: None,
-        schedule: None,
-        manual: false,
-        pools: Vec::new(),
-        break_after: None,
-        result_schema: None,
-        reads: Vec::new(),
-    }
+    let trigger = Trigger {
+        requires: vec![ty("Data_Received")],
+        blocked_by: vec![ty("Checksums_Verified")],
+        ..Trigger::default()
+    };
+    ComponentDescriptor::new(ComponentName::new("checker").unwrap(), "1", ty("Checksums_Verified"), trigger)
+        .with_limits(3, Duration::from_secs(3600), 10, Duration::from_secs(600))
 }
 
 /// Opens a `checker` run on each batch.

@@ -154,25 +154,9 @@ fn state_selection() -> impl Strategy<Value = Selection> {
             if blocked_by_own && !trigger.blocked_by.contains(&event_type) {
                 trigger.blocked_by.push(event_type.clone());
             }
-            let descriptor = ComponentDescriptor {
-                name: ComponentName::new(COMPONENTS[c]).unwrap(),
-                version: "1".into(),
-                event_type,
-                trigger,
-                max_attempts: 3,
-                retry_backoff: Duration::from_millis(backoff_ms),
-                queue_size: 10,
-                max_runtime: Duration::from_secs(60),
-                source: false,
-                overdue_after: None,
-                silent_after: None,
-                schedule: None,
-                manual: false,
-                pools: Vec::new(),
-                break_after: None,
-                result_schema: None,
-                reads: Vec::new(),
-            };
+            let descriptor =
+                ComponentDescriptor::new(ComponentName::new(COMPONENTS[c]).unwrap(), "1", event_type, trigger)
+                    .with_limits(3, Duration::from_millis(backoff_ms), 10, Duration::from_secs(60));
             Selection::component_state(&descriptor, ComponentState::ALL[state])
         },
     )
