@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use autocomp_model::{BatchId, Schedule};
+use autocomp_model::{BatchId, ComponentName, Schedule};
 use autocomp_sboi::open_index;
 use autocomp_store::open_store;
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
@@ -19,7 +19,7 @@ use crate::component::Component;
 use crate::config::{self, Backends, DEFAULT_CONFIG_DIR};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::open_locks;
-use crate::runner::{Pipeline, Runner, Selection, Setup, stop_requested};
+use crate::runner::{DryRun, Pipeline, Runner, Selection, Setup, stop_requested};
 use crate::verdict::{PassEnd, pass, pass_verdict};
 use crate::watch::{Watched, run_watching};
 
@@ -84,8 +84,9 @@ impl RunnerArgs {
     }
 }
 
+/// A binary's command line: the flags every component and source accepts.
 #[derive(Parser)]
-struct ComponentCli {
+struct BinaryCli {
     #[command(flatten)]
     runner: RunnerArgs,
 }
@@ -97,17 +98,19 @@ pub fn main<C: Component>(component: C) -> ExitCode {
         component.name(),
         component.event_type()
     );
-    let command = ComponentCli::command()
-        .name(component.name().to_owned())
-        .version(component.version().to_owned())
-        .about(about)
-        .after_help(EXIT_CODES_HELP);
-    let matches = command.get_matches();
-    let args = match ComponentCli::from_arg_matches(&matches) {
+    let args = command_line(component.name(), component.version(), about, EXIT_CODES_HELP.to_owned());
+    run(component, args)
+}
+
+/// Parses the command line of a binary named `name` (exits on `--help`, `--version` or a
+/// usage error, as clap does).
+pub(crate) fn command_line(name: &str, version: &str, about: String, after_help: String) -> RunnerArgs {
+    let command =
+        BinaryCli::command().name(name.to_owned()).version(version.to_owned()).about(about).after_help(after_help);
+    match BinaryCli::from_arg_matches(&command.get_matches()) {
         Ok(cli) => cli.runner,
         Err(e) => e.exit(),
-    };
-    run(component, args)
+    }
 }
 
 /// Logging for command-line programs (components, `autocomp`): quiet text for cron by
@@ -125,35 +128,65 @@ pub fn init_logging(verbose: u8, format: LogFormat) {
 
 /// Runs the component with parsed arguments; returns the documented exit code.
 pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
-    init_logging(args.verbose, args.log_format);
     let name = component.name().to_owned();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    run_binary(&name, args, Binary::Component, |args| run_async(component, args))
+}
+
+/// What kind of binary runs, for how its runtime starts and ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Binary {
+    /// Work on several threads; at the end the pass's spans go to the collector and a hung
+    /// work thread is not waited for (every lock and claim is already released).
+    Component,
+    /// One thread, dropped as usual at the end.
+    Source,
+}
+
+/// The start and end every component and source binary shares: logging as the flags say,
+/// the async runtime, the exit code of what `body` returns (a busy poll lock quietly, any
+/// other error on stderr), stdout flushed.
+pub(crate) fn run_binary<F>(
+    name: &str,
+    args: RunnerArgs,
+    binary: Binary,
+    body: impl FnOnce(RunnerArgs) -> F,
+) -> ExitCode
+where
+    F: Future<Output = Result<u8, RunError>>,
+{
+    init_logging(args.verbose, args.log_format);
+    let mut builder = match binary {
+        Binary::Component => tokio::runtime::Builder::new_multi_thread(),
+        Binary::Source => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("{name}: cannot start the async runtime: {e}");
             return ExitCode::from(exit::FAILED);
         }
     };
-    let code = runtime.block_on(async {
-        match run_async(component, args).await {
-            Ok(code) => code,
-            Err(RunError::PollLockBusy(component)) => {
-                // The previous pass is still running: normal under cron, so stay quiet.
-                info!("poll lock of {component} busy; another pass is running");
-                exit::POLL_LOCK_BUSY
-            }
-            Err(e) => {
-                eprintln!("{name}: {}", crate::for_terminal(&e.to_string()));
-                e.code()
-            }
+    let code = match runtime.block_on(body(args)) {
+        Ok(code) => code,
+        Err(RunError::PollLockBusy(component)) => {
+            // The previous pass is still running: normal under cron, so stay quiet.
+            info!("poll lock of {component} busy; another pass is running");
+            exit::POLL_LOCK_BUSY
         }
-    });
+        Err(e) => {
+            eprintln!("{name}: {}", crate::for_terminal(&e.to_string()));
+            e.code()
+        }
+    };
     std::io::stdout().flush().ok();
-    // The pass's spans go to the collector before the process ends (a cron pass is over in
-    // seconds, before the exporter's own schedule); bounded, and nothing when telemetry is off.
-    autocomp_toolkit::telemetry::shutdown();
-    // Do not wait for a hung work thread: every lock and claim is already released.
-    runtime.shutdown_background();
+    if binary == Binary::Component {
+        // The pass's spans go to the collector before the process ends (a cron pass is over
+        // in seconds, before the exporter's own schedule); bounded, and nothing when
+        // telemetry is off.
+        autocomp_toolkit::telemetry::shutdown();
+        // Do not wait for a hung work thread: every lock and claim is already released.
+        runtime.shutdown_background();
+    }
     ExitCode::from(code)
 }
 
@@ -192,35 +225,7 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         let runner = Runner::new(component, settings, trigger, setup)?;
         if args.dry_run {
             let dry = runner.dry_run(&selection, args.dry_run_limit).await?;
-            if let Some(held) = &dry.held {
-                // On stderr, first: stdout stays one line per batch for whatever reads it.
-                writeln!(
-                    std::io::stderr().lock(),
-                    "{}: dry run: claiming nothing now: {}",
-                    runner.name(),
-                    crate::for_terminal(held)
-                )
-                .ok();
-            }
-            let mut stdout = std::io::stdout().lock();
-            for line in &dry.lines {
-                // A closed stdout (`| head`) ends the listing, not the process with a panic.
-                if writeln!(stdout, "{}", crate::for_terminal(line)).is_err() {
-                    break;
-                }
-            }
-            stdout.flush().ok();
-            if dry.not_shown > 0 {
-                // On stderr: stdout stays one line per batch for whatever reads it.
-                let name = runner.name();
-                writeln!(
-                    std::io::stderr().lock(),
-                    "{name}: dry run: {} more candidate(s) not shown; --dry-run-limit 0 lists them all, as does \
-                     `autocomp ready --component {name}`",
-                    dry.not_shown
-                )
-                .ok();
-            }
+            print_dry_run(runner.name(), &dry);
             return Ok(exit::OK);
         }
         if args.watch {
@@ -235,6 +240,32 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     // Delete whatever lock is still held and end the lock session before the process exits.
     locks.close().await;
     ran
+}
+
+/// `--dry-run`'s answer: a line per candidate on stdout (a closed stdout ends the listing,
+/// not the process with a panic); a hold and the candidates left out on stderr, so stdout
+/// stays one line per batch for whatever reads it.
+fn print_dry_run(name: &ComponentName, dry: &DryRun) {
+    if let Some(held) = &dry.held {
+        // On stderr, first.
+        writeln!(std::io::stderr().lock(), "{name}: dry run: claiming nothing now: {}", crate::for_terminal(held)).ok();
+    }
+    let mut stdout = std::io::stdout().lock();
+    for line in &dry.lines {
+        if writeln!(stdout, "{}", crate::for_terminal(line)).is_err() {
+            break;
+        }
+    }
+    stdout.flush().ok();
+    if dry.not_shown > 0 {
+        writeln!(
+            std::io::stderr().lock(),
+            "{name}: dry run: {} more candidate(s) not shown; --dry-run-limit 0 lists them all, as does \
+             `autocomp ready --component {name}`",
+            dry.not_shown
+        )
+        .ok();
+    }
 }
 
 /// `--schedule`: a pass at every matching minute; passes never overlap (a pass that runs

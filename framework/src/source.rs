@@ -4,7 +4,6 @@
 //! report and the exit codes; the source decides what to register.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -12,14 +11,13 @@ use autocomp_model::{
     Agent, Batch, BatchId, ComponentName, Event, EventType, NewBatch, NewEvent, PassOutcome, PassPhase, Seq, Trigger,
 };
 use autocomp_store::{ObjectStore, StoreError, open_store};
-use clap::{CommandFactory, FromArgMatches, Parser};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use crate::cli::{RunnerArgs, init_logging};
+use crate::cli::{Binary, RunnerArgs, command_line, run_binary};
 use crate::component::SettingError;
-use crate::config::{self, ConfigError};
+use crate::config::{self, Backends, ConfigError, LoadedConfig};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::{Lock, LockPath, open_locks};
 use crate::runner::{Identity, record_pass};
@@ -151,145 +149,51 @@ impl SourceContext<'_> {
     }
 }
 
-#[derive(Parser)]
-struct SourceCli {
-    #[command(flatten)]
-    runner: RunnerArgs,
-}
-
 /// The whole `main` of a source binary.
 pub fn source_main<S: Source>(source: S) -> ExitCode {
-    let command = SourceCli::command()
-        .name(source.name().to_owned())
-        .version(source.version().to_owned())
-        .about(source.about())
-        .after_help(format!("{}{EXIT_CODES_HELP}", source.help()));
-    let args = match SourceCli::from_arg_matches(&command.get_matches()) {
-        Ok(cli) => cli.runner,
-        Err(e) => e.exit(),
-    };
-    init_logging(args.verbose, args.log_format);
-    let name = source.name().to_owned();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("{name}: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILED);
-        }
-    };
-    let code = match runtime.block_on(run_source(&source, args)) {
-        Ok(code) => code,
-        Err(RunError::PollLockBusy(_)) => {
-            // The previous pass is still running: normal under cron, so stay quiet.
-            info!("poll lock of {name} busy; another pass is running");
-            exit::POLL_LOCK_BUSY
-        }
-        Err(e) => {
-            eprintln!("{name}: {}", crate::for_terminal(&e.to_string()));
-            e.code()
-        }
-    };
-    std::io::stdout().flush().ok();
-    ExitCode::from(code)
+    let after_help = format!("{}{EXIT_CODES_HELP}", source.help());
+    let args = command_line(source.name(), source.version(), source.about(), after_help);
+    run_binary(source.name(), args, Binary::Source, |args| run_source(&source, args))
+}
+
+/// What a source's run knows before it takes a lock: its names and identity, its config
+/// and settings checked, the batch a manual run names, and where the store and locks are.
+struct SourceRun<'a, S: Source> {
+    source: &'a S,
+    args: RunnerArgs,
+    component: ComponentName,
+    event_type: EventType,
+    loaded: LoadedConfig,
+    plan: S::Plan,
+    only: Option<BatchId>,
+    backends: Backends,
+    store_url: String,
+    identity: Identity,
 }
 
 async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunError> {
-    let name = source.name();
-    for (given, flag) in [(args.schedule.is_some(), "--schedule"), (args.watch, "--watch")] {
-        if given {
-            return Err(RunError::Usage(format!(
-                "{name} does not take {flag}: it is a source, not a trigger-driven component; run it from cron"
-            )));
-        }
-    }
-    let component = ComponentName::new(name).map_err(|e| RunError::Usage(e.to_string()))?;
-    let event_type = EventType::new(source.event_type()).map_err(|e| RunError::Usage(e.to_string()))?;
-    let loaded = config::load(name, args.config.as_deref(), &args.config_dir)?;
-    if let Some(configured) = loaded.component.event_type.as_deref().filter(|t| *t != event_type.as_str()) {
-        let message = format!("event_type = {configured:?}, but {name} records {event_type}");
-        return Err(ConfigError::new(&loaded.file, message).into());
-    }
-    if !loaded.component.trigger.is_empty() {
-        let message = format!("[trigger]: {name} is a source and has no trigger; remove the table");
-        return Err(ConfigError::new(&loaded.file, message).into());
-    }
-    let settings: S::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
-    let plan = source.plan(settings).map_err(|refused| {
-        ConfigError::new(&loaded.file, format!("[settings] {}: {}", refused.key, refused.message))
-    })?;
-    let only = match &args.batch {
-        Some(id) => Some(BatchId::new(id.as_str()).map_err(|e| RunError::Usage(e.to_string()))?),
-        None => None,
-    };
-    let backends = loaded.backends.clone().overridden_by(args.backends());
-    let store_url = backends.require_store(&loaded.shared_file)?;
-    let identity = Identity::of(name, source.version())?;
-    let context = |store, lock| SourceContext {
-        name,
-        store,
-        identity: &identity,
-        lock,
-        only: only.clone(),
-        force: args.force,
-        failures_cap: loaded.component.max_reported_failures,
-        problems: 0,
-    };
-    let verdict = |problems: usize| if problems > 0 { exit::FAILED } else { exit::OK };
-
-    if args.dry_run {
+    let run = SourceRun::prepare(source, args)?;
+    if run.args.dry_run {
         // Touches nothing: no lock, no write.
-        let store = open_store(&store_url).await?;
-        let mut context = context(store.as_ref(), None);
-        source.pass(&plan, &mut context).await?;
+        let store = open_store(&run.store_url).await?;
+        let mut context = run.context(store.as_ref(), None);
+        source.pass(&run.plan, &mut context).await?;
         return Ok(verdict(context.problems));
     }
-    let locks = open_locks(&backends.require_locks(&loaded.shared_file)?).await?;
-    let lock = match locks
-        .try_lock(&LockPath::Poll(component.clone()), &identity.lock_holder(), loaded.component.poll_lock_timeout)
-        .await
-    {
+    let locks = open_locks(&run.backends.require_locks(&run.loaded.shared_file)?).await?;
+    let poll_path = LockPath::Poll(run.component.clone());
+    let holder = run.identity.lock_holder();
+    let lock = match locks.try_lock(&poll_path, &holder, run.loaded.component.poll_lock_timeout).await {
         Ok(Some(lock)) => lock,
         not_taken => {
             locks.close().await;
             not_taken?;
-            return Err(RunError::PollLockBusy(name.into()));
+            return Err(RunError::PollLockBusy(source.name().into()));
         }
     };
     let started = Instant::now();
-    let outcome = match open_store(&store_url).await {
-        Ok(store) => {
-            // A source honours a pause of itself or of the whole pipeline as a component does:
-            // no deliveries registered while held (a manual run says so; --force runs anyway).
-            let steering = store.steering().await?;
-            let held = crate::runner::held_reason(&component, &steering).filter(|_| !args.force);
-            let passed = match &held {
-                Some(why) => {
-                    debug!("{why}; nothing registered");
-                    if only.is_some() {
-                        eprintln!("{}", crate::for_terminal(&format!("{why} (use --force to run it anyway)")));
-                    }
-                    Ok(usize::from(only.is_some()))
-                }
-                None => {
-                    let mut context = context(store.as_ref(), Some(lock.as_ref()));
-                    source.pass(&plan, &mut context).await.map(|()| context.problems)
-                }
-            };
-            let descriptor =
-                loaded.component.descriptor(component, source.version(), event_type, Trigger::default(), true);
-            let (outcome, summary) = match (&passed, &held) {
-                (Ok(_), Some(why)) => (PassOutcome::Idle, format!("nothing registered: {why}")),
-                (Ok(0), None) => (PassOutcome::Ok, source.pass_summary(0)),
-                (Ok(problems), None) => (PassOutcome::Failed, source.pass_summary(*problems)),
-                (Err(e), _) => (PassOutcome::Error, e.to_string()),
-            };
-            let phase =
-                PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
-            match report(store.as_ref(), &descriptor, &identity, phase).await {
-                Ok(()) => passed,
-                Err(refused) => Err(refused),
-            }
-        }
+    let outcome = match open_store(&run.store_url).await {
+        Ok(store) => run.locked_pass(store.as_ref(), lock.as_ref(), started).await,
         Err(e) => Err(e.into()),
     };
     if let Err(e) = lock.release().await {
@@ -297,6 +201,95 @@ async fn run_source<S: Source>(source: &S, args: RunnerArgs) -> Result<u8, RunEr
     }
     locks.close().await;
     Ok(verdict(outcome?))
+}
+
+/// A pass's exit code: 1 when an item had a problem.
+fn verdict(problems: usize) -> u8 {
+    if problems > 0 { exit::FAILED } else { exit::OK }
+}
+
+impl<'a, S: Source> SourceRun<'a, S> {
+    /// Checks the flags, the config and the settings, before any lock or store is touched.
+    fn prepare(source: &'a S, args: RunnerArgs) -> Result<Self, RunError> {
+        let name = source.name();
+        for (given, flag) in [(args.schedule.is_some(), "--schedule"), (args.watch, "--watch")] {
+            if given {
+                return Err(RunError::Usage(format!(
+                    "{name} does not take {flag}: it is a source, not a trigger-driven component; run it from cron"
+                )));
+            }
+        }
+        let component = ComponentName::new(name).map_err(|e| RunError::Usage(e.to_string()))?;
+        let event_type = EventType::new(source.event_type()).map_err(|e| RunError::Usage(e.to_string()))?;
+        let loaded = config::load(name, args.config.as_deref(), &args.config_dir)?;
+        if let Some(configured) = loaded.component.event_type.as_deref().filter(|t| *t != event_type.as_str()) {
+            let message = format!("event_type = {configured:?}, but {name} records {event_type}");
+            return Err(ConfigError::new(&loaded.file, message).into());
+        }
+        if !loaded.component.trigger.is_empty() {
+            let message = format!("[trigger]: {name} is a source and has no trigger; remove the table");
+            return Err(ConfigError::new(&loaded.file, message).into());
+        }
+        let settings: S::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
+        let plan = source.plan(settings).map_err(|refused| {
+            ConfigError::new(&loaded.file, format!("[settings] {}: {}", refused.key, refused.message))
+        })?;
+        let only = match &args.batch {
+            Some(id) => Some(BatchId::new(id.as_str()).map_err(|e| RunError::Usage(e.to_string()))?),
+            None => None,
+        };
+        let backends = loaded.backends.clone().overridden_by(args.backends());
+        let store_url = backends.require_store(&loaded.shared_file)?;
+        let identity = Identity::of(name, source.version())?;
+        Ok(Self { source, args, component, event_type, loaded, plan, only, backends, store_url, identity })
+    }
+
+    /// What the source's pass is given: the store, and the poll lock (none in a dry run).
+    fn context<'c>(&'c self, store: &'c dyn ObjectStore, lock: Option<&'c dyn Lock>) -> SourceContext<'c> {
+        SourceContext {
+            name: self.source.name(),
+            store,
+            identity: &self.identity,
+            lock,
+            only: self.only.clone(),
+            force: self.args.force,
+            failures_cap: self.loaded.component.max_reported_failures,
+            problems: 0,
+        }
+    }
+
+    /// The pass under the poll lock, reported to the registry; how many items had problems.
+    /// A source honours a pause of itself or of the whole pipeline as a component does: no
+    /// deliveries registered while held (a manual run says so; --force runs anyway).
+    async fn locked_pass(&self, store: &dyn ObjectStore, lock: &dyn Lock, started: Instant) -> Result<usize, RunError> {
+        let steering = store.steering().await?;
+        let held = crate::runner::held_reason(&self.component, &steering).filter(|_| !self.args.force);
+        let passed = match &held {
+            Some(why) => {
+                debug!("{why}; nothing registered");
+                if self.only.is_some() {
+                    eprintln!("{}", crate::for_terminal(&format!("{why} (use --force to run it anyway)")));
+                }
+                Ok(usize::from(self.only.is_some()))
+            }
+            None => {
+                let mut context = self.context(store, Some(lock));
+                self.source.pass(&self.plan, &mut context).await.map(|()| context.problems)
+            }
+        };
+        let (outcome, summary) = match (&passed, &held) {
+            (Ok(_), Some(why)) => (PassOutcome::Idle, format!("nothing registered: {why}")),
+            (Ok(0), None) => (PassOutcome::Ok, self.source.pass_summary(0)),
+            (Ok(problems), None) => (PassOutcome::Failed, self.source.pass_summary(*problems)),
+            (Err(e), _) => (PassOutcome::Error, e.to_string()),
+        };
+        let phase =
+            PassPhase::Ended { outcome, summary, duration_ms: started.elapsed().as_millis() as u64, work: vec![] };
+        let (name, version, event_type) = (self.component.clone(), self.source.version(), self.event_type.clone());
+        let descriptor = self.loaded.component.descriptor(name, version, event_type, Trigger::default(), true);
+        report(store, &descriptor, &self.identity, phase).await?;
+        passed
+    }
 }
 
 /// Reports the pass to the component registry as the source of its event type, so the

@@ -5,9 +5,11 @@
 //! registry); a heartbeat pass keeps the registry fresh and catches readiness that only time
 //! brings.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use autocomp_model::{BatchId, Seq};
 use autocomp_sboi::BatchIndex;
 use autocomp_store::ObjectStore;
 use tokio::sync::watch;
@@ -49,7 +51,9 @@ pub async fn run_watching<C: Component>(
 ) -> Result<u8, RunError> {
     let Watched { store, index } = watched;
     runner.coalesce_reports();
-    let watched = watch_loop(runner, &store, &index, heartbeat, &mut shutdown).await;
+    let mut watcher =
+        Watcher { runner, store: &store, index: &index, heartbeat, worst: exit::OK, last_pass: None, pool_retry: None };
+    let watched = watch_loop(&mut watcher, &mut shutdown).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;
     let code = watched?;
@@ -57,67 +61,41 @@ pub async fn run_watching<C: Component>(
     Ok(code)
 }
 
-async fn watch_loop<C: Component>(
-    runner: &Arc<Runner<C>>,
-    store: &Arc<dyn ObjectStore>,
-    index: &Arc<dyn BatchIndex>,
+/// A watch in progress: what it watches, and what it remembers between passes.
+struct Watcher<'a, C: Component> {
+    runner: &'a Arc<Runner<C>>,
+    store: &'a Arc<dyn ObjectStore>,
+    index: &'a Arc<dyn BatchIndex>,
     heartbeat: Duration,
+    /// The exit code at shutdown: 1 once a pass failed a batch.
+    worst: u8,
+    /// When the last pass started; `None` before the first, which runs at once, as a cron
+    /// start would: it registers the component and takes whatever is ready already.
+    last_pass: Option<Instant>,
+    /// How soon to look again while batches wait for a pool slot.
+    pool_retry: Option<Duration>,
+}
+
+async fn watch_loop<C: Component>(
+    watcher: &mut Watcher<'_, C>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<u8, RunError> {
-    let mut worst = exit::OK;
-    // The first pass runs at once, as a cron start would: it registers the component and
-    // takes whatever is ready already.
-    let mut last_pass: Option<Instant> = None;
-    let mut pool_retry: Option<Duration> = None;
     loop {
         if *shutdown.borrow() {
-            return Ok(worst);
+            return Ok(watcher.worst);
         }
         // Read before asking the index: a change after this point wakes the wait below,
         // so readiness between the question and the wait is never slept through.
-        let seen = store.head().await?;
-        let heartbeat_due = last_pass.is_none_or(|at| at.elapsed() >= heartbeat);
-        let held = if heartbeat_due { None } else { runner.held().await? };
-        let (offered, covered) = if let Some(held) = held {
-            // Held: no pass (it would claim nothing) until the steering changes, which moves
-            // the head and wakes the wait below, or the heartbeat (which reports the hold).
-            debug!("held, not looking for work: {held}");
-            (Vec::new(), true)
-        } else {
-            // Every watcher woke on the same change; with an embedded index another process
-            // may be writing it. Past the bound the pass's store re-check is the safety net,
-            // and the index is asked again (below) rather than slept on: nothing else might
-            // move the store, and the work it holds back would wait for a heartbeat.
-            let asked = Instant::now();
-            let covered = index.covers(seen, INDEX_WAIT).await?;
-            let covered_in = asked.elapsed();
-            if !covered {
-                debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
-            }
-            let offered = if heartbeat_due { Vec::new() } else { runner.candidates().await? };
-            debug!(covered_in = ?covered_in, asked_in = ?asked.elapsed(), "asked the index");
-            (offered, covered)
-        };
-        let (sleep_from, go_again) = if heartbeat_due || !offered.is_empty() {
-            debug!(offered = offered.len(), heartbeat_due, "starting a pass");
-            last_pass = Some(Instant::now());
-            // A heartbeat asks the index itself; otherwise the pass takes what it was offered.
-            let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered) };
-            let (handled, waiting) = match pass_verdict(pass(runner, &selection).await, &mut worst) {
-                PassEnd::Stop(code) => return Ok(code),
-                PassEnd::Error(e) => return Err(e),
-                PassEnd::Continue { handled, waiting } => (handled, waiting),
-            };
-            if heartbeat_due {
-                runner.flush_reports(true).await?;
-            }
-            pool_retry = match (waiting, pool_retry) {
-                (0, _) => None,
-                (_, None) => Some(POOL_RETRY_FIRST),
-                (_, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
+        let seen = watcher.store.head().await?;
+        let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
+        let (offered, covered) = watcher.look(seen, heartbeat_due).await?;
+        let go_again = if heartbeat_due || !offered.is_empty() {
+            let handled = match watcher.pass(offered, heartbeat_due).await? {
+                ControlFlow::Break(code) => return Ok(code),
+                ControlFlow::Continue(handled) => handled,
             };
             if *shutdown.borrow() {
-                return Ok(worst);
+                return Ok(watcher.worst);
             }
             // A pass that worked on anything goes again at once: a full queue leaves more
             // behind, and whatever arrived while it worked is already in the store. One that
@@ -128,35 +106,95 @@ async fn watch_loop<C: Component>(
             if handled > 0 {
                 debug!(handled, "pass worked; looking again");
             }
-            (seen, handled > 0 || !covered)
+            handled > 0 || !covered
         } else {
             // Nothing offered (or held): nothing waits for a pool slot either.
-            pool_retry = None;
-            (seen, !covered)
+            watcher.pool_retry = None;
+            !covered
         };
         if go_again {
             continue;
         }
+        if let ControlFlow::Break(code) = watcher.sleep(seen, shutdown).await? {
+            return Ok(code);
+        }
+    }
+}
+
+impl<C: Component> Watcher<'_, C> {
+    /// What the index offers now (nothing when held or when a heartbeat pass asks itself),
+    /// and whether it had caught up with the store's head `seen`.
+    async fn look(&self, seen: Seq, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool), RunError> {
+        let held = if heartbeat_due { None } else { self.runner.held().await? };
+        if let Some(held) = held {
+            // Held: no pass (it would claim nothing) until the steering changes, which moves
+            // the head and wakes the wait below, or the heartbeat (which reports the hold).
+            debug!("held, not looking for work: {held}");
+            return Ok((Vec::new(), true));
+        }
+        // Every watcher woke on the same change; with an embedded index another process
+        // may be writing it. Past the bound the pass's store re-check is the safety net,
+        // and the index is asked again (below) rather than slept on: nothing else might
+        // move the store, and the work it holds back would wait for a heartbeat.
+        let asked = Instant::now();
+        let covered = self.index.covers(seen, INDEX_WAIT).await?;
+        let covered_in = asked.elapsed();
+        if !covered {
+            debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
+        }
+        let offered = if heartbeat_due { Vec::new() } else { self.runner.candidates().await? };
+        debug!(covered_in = ?covered_in, asked_in = ?asked.elapsed(), "asked the index");
+        Ok((offered, covered))
+    }
+
+    /// One pass: over what the index offered, or a heartbeat's over what it finds itself.
+    /// Breaks with the exit code when the pass ends the watch; else how many batches it
+    /// took up.
+    async fn pass(&mut self, offered: Vec<BatchId>, heartbeat_due: bool) -> Result<ControlFlow<u8, usize>, RunError> {
+        debug!(offered = offered.len(), heartbeat_due, "starting a pass");
+        self.last_pass = Some(Instant::now());
+        // A heartbeat asks the index itself; otherwise the pass takes what it was offered.
+        let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered) };
+        let (handled, waiting) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
+            PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
+            PassEnd::Error(e) => return Err(e),
+            PassEnd::Continue { handled, waiting } => (handled, waiting),
+        };
+        if heartbeat_due {
+            self.runner.flush_reports(true).await?;
+        }
+        self.pool_retry = match (waiting, self.pool_retry) {
+            (0, _) => None,
+            (_, None) => Some(POOL_RETRY_FIRST),
+            (_, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
+        };
+        Ok(ControlFlow::Continue(handled))
+    }
+
+    /// Sleeps in the store's change feed from `seen` until it moves, the heartbeat, a pool
+    /// retry or results due to the registry; breaks with the exit code on shutdown.
+    async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8>, RunError> {
         // About to sleep: results already recorded go to the registry once a second's worth
         // has passed since its last write, and the sleep ends by then.
-        runner.flush_reports(false).await?;
-        let results_due = runner.results_due_in();
-        let until_heartbeat = heartbeat.saturating_sub(last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
+        self.runner.flush_reports(false).await?;
+        let results_due = self.runner.results_due_in();
+        let until_heartbeat = self.heartbeat.saturating_sub(self.last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
         let wait = until_heartbeat
             .min(LONGEST_WAIT)
-            .min(pool_retry.unwrap_or(LONGEST_WAIT))
+            .min(self.pool_retry.unwrap_or(LONGEST_WAIT))
             .min(results_due.unwrap_or(LONGEST_WAIT));
         tokio::select! {
-            head = store.wait_for_change(sleep_from, wait) => {
+            head = self.store.wait_for_change(seen, wait) => {
                 let head = head?;
-                if head > sleep_from {
+                if head > seen {
                     debug!(?head, "the store moved");
                 }
             }
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");
-                return Ok(worst);
+                return Ok(ControlFlow::Break(self.worst));
             }
         }
+        Ok(ControlFlow::Continue(()))
     }
 }

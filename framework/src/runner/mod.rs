@@ -44,7 +44,7 @@ use crate::exit::RunError;
 use crate::locks::{Lock, LockHolder, LockPath, LockService};
 use crate::reports::{Reports, Write};
 
-pub(crate) use candidates::held_reason;
+pub(crate) use candidates::{DryRun, held_reason};
 pub use identity::{Identity, hostname};
 use pass::{Pass, release_quietly};
 pub(crate) use record::report_of;
