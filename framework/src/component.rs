@@ -225,32 +225,36 @@ pub struct WorkContext {
 }
 
 impl WorkContext {
-    /// The context of a run: the checkpoint it starts from, where it saves its own
-    /// (`None`: in memory only), the flag the runner sets to cancel it, and how many bytes
-    /// of output its result keeps.
-    pub(crate) fn new(
-        batch: &Batch,
-        failures_cap: usize,
-        output_budget: usize,
-        checkpoint: Option<Value>,
-        checkpoints: Option<CheckpointWriter>,
-        cancelled: Arc<AtomicBool>,
-    ) -> Self {
+    /// The context of work on `batch` keeping `failures_cap` failures and `output_budget`
+    /// bytes of output with its result: no checkpoint to start from, its own kept in memory,
+    /// never cancelled (`attached` gives it a run's).
+    pub(crate) fn new(batch: &Batch, failures_cap: usize, output_budget: usize) -> Self {
         Self {
             location: batch.location().map(PathBuf::from),
             report: Report::new(failures_cap),
             output: RunOutput::default(),
             output_budget,
-            checkpoint,
-            checkpoints,
-            cancelled,
+            checkpoint: None,
+            checkpoints: None,
+            cancelled: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Attached to a run: the checkpoint it starts from, where it saves its own, and the
+    /// flag the runner sets to cancel it.
+    pub(crate) fn attached(
+        self,
+        checkpoint: Option<Value>,
+        checkpoints: CheckpointWriter,
+        cancelled: Arc<AtomicBool>,
+    ) -> Self {
+        Self { checkpoint, checkpoints: Some(checkpoints), cancelled, ..self }
     }
 
     /// A context attached to no run, for testing a component's `work` directly:
     /// checkpoints stay in memory, nothing is cancelled, output has the default budget.
     pub fn detached(batch: &Batch, failures_cap: usize) -> Self {
-        Self::new(batch, failures_cap, DEFAULT_OUTPUT_BYTES, None, None, Arc::new(AtomicBool::new(false)))
+        Self::new(batch, failures_cap, DEFAULT_OUTPUT_BYTES)
     }
 
     /// The report so far.
@@ -437,14 +441,14 @@ mod tests {
         let context = WorkContext::detached(&batch, 10);
         assert_eq!(context.output_budget(), DEFAULT_OUTPUT_BYTES);
         assert_eq!(context.into_report().output, None, "nothing printed: no output");
-        let mut context = WorkContext::new(&batch, 10, 100, None, None, Arc::new(AtomicBool::new(false)));
+        let mut context = WorkContext::new(&batch, 10, 100);
         context.set_output(stream("stdout", &"o".repeat(500)));
         context.set_output(stream("stderr", "oops\n"));
         context.add_log(stream("stderr", "not this one"));
         let output = context.into_report().output.unwrap();
         assert_eq!(output.stream("stderr").unwrap().head, "oops\n");
         assert_eq!(output.stream("stdout").unwrap().kept_bytes(), 95);
-        let mut context = WorkContext::new(&batch, 10, 0, None, None, Arc::new(AtomicBool::new(false)));
+        let mut context = WorkContext::new(&batch, 10, 0);
         context.set_output(stream("stdout", "x"));
         assert_eq!(context.into_report().output, None, "max_output = 0 keeps none");
     }

@@ -220,12 +220,9 @@ impl<C: Component> Runner<C> {
             component: self.name.clone(),
             generation: claimed.claim.generation(),
         };
-        let mut context = WorkContext::new(
-            &batch,
-            self.config.max_reported_failures,
-            self.config.max_output,
+        let mut context = WorkContext::new(&batch, self.config.max_reported_failures, self.config.max_output).attached(
             claimed.checkpoint.clone(),
-            Some(checkpoints),
+            checkpoints,
             cancelled,
         );
         let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
