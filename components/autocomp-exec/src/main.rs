@@ -304,19 +304,7 @@ impl Component for Exec {
         // The run's private directory goes when `files` is dropped: however the run ends.
         let batch_file = BatchFile::of(self.name.as_str(), batch, context.checkpoint());
         let files = RunFiles::create(&batch_file, &settings.command).with_path(std::env::temp_dir())?;
-        let mut command = Command::new(&program);
-        command
-            .args(&words[1..])
-            .env("AUTOCOMP_BATCH_ID", batch.id.as_str())
-            .env(protocol::ENV_PROTOCOL, protocol::PROTOCOL.to_string())
-            .env(protocol::ENV_BATCH_FILE, files.batch_file())
-            .env(protocol::ENV_SETTINGS_FILE, files.settings_file())
-            .env(protocol::ENV_RESULT_FILE, files.result_file());
-        match &dir {
-            Some(dir) => command.env("AUTOCOMP_BATCH_DIR", dir),
-            // Never let a value inherited from our own environment pose as this batch's.
-            None => command.env_remove("AUTOCOMP_BATCH_DIR"),
-        };
+        let mut command = command_for(&words, batch, dir.as_deref(), &files);
         // Each stream is captured within the whole budget; the runner then fits both into
         // it: half each when both are long, and a quiet stream leaves its share to the other.
         let limit = context.output_budget();
@@ -332,19 +320,20 @@ impl Component for Exec {
         };
         let written = protocol::read_result(&files.result_file());
         drop(files);
-        let printed = finished.printed;
-        // The whole output (head and tail) is the run's output; the failure keeps the ends
-        // of both streams too, as it always has, for whatever reads the failure alone.
-        let details = json!({
-            "command": words,
-            "exit_code": finished.status.code(),
-            "stderr_tail": tail_text(&printed.stderr.text()),
-            "stdout_tail": tail_text(&printed.stdout.text()),
-        });
-        let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
-        let stdout_line = printed.stdout.last_line().map(str::to_owned);
-        keep_output(context, printed);
+        let ended = Ended::of(words, finished, context);
+        let said = self.take_result_file(context, written)?;
+        ended.verdict(context, said)
+    }
+}
 
+impl Exec {
+    /// What the command's result file says, taken into the run (its checkpoint saved, its
+    /// result checked and kept, its failures added); a malformed one is a failure of its own.
+    fn take_result_file(
+        &self,
+        context: &mut WorkContext,
+        written: Result<Option<ResultFile>, String>,
+    ) -> Result<Said, WorkError> {
         // A malformed result file is a permanent failure, whatever the exit status said.
         let (mut file, malformed) = match written {
             Ok(file) => (file.unwrap_or_default(), false),
@@ -364,28 +353,92 @@ impl Component for Exec {
             context.add_failure(failure.reference, failure.kind, failure.description, failure.details);
         }
         let summary = file.summary.filter(|s| !s.is_empty());
-        match finished.status.code() {
+        Ok(Said { summary, gave_failures, transient: file.transient, malformed })
+    }
+}
+
+/// The command to run for a batch: its words, and the protocol's environment (the batch,
+/// its directory when it has one, the run's files).
+fn command_for(words: &[String], batch: &Batch, dir: Option<&Path>, files: &RunFiles) -> Command {
+    let mut command = Command::new(&words[0]);
+    command
+        .args(&words[1..])
+        .env("AUTOCOMP_BATCH_ID", batch.id.as_str())
+        .env(protocol::ENV_PROTOCOL, protocol::PROTOCOL.to_string())
+        .env(protocol::ENV_BATCH_FILE, files.batch_file())
+        .env(protocol::ENV_SETTINGS_FILE, files.settings_file())
+        .env(protocol::ENV_RESULT_FILE, files.result_file());
+    match dir {
+        Some(dir) => command.env("AUTOCOMP_BATCH_DIR", dir),
+        // Never let a value inherited from our own environment pose as this batch's.
+        None => command.env_remove("AUTOCOMP_BATCH_DIR"),
+    };
+    command
+}
+
+/// What the result file said, once taken into the run.
+struct Said {
+    /// Its summary, when not empty.
+    summary: Option<String>,
+    /// It listed failures (then the exit status adds none of its own).
+    gave_failures: bool,
+    /// It asked for a transient failure.
+    transient: bool,
+    /// It could not be read as the protocol's JSON.
+    malformed: bool,
+}
+
+/// How the command ended, as the outcome tells it: its exit status, the last lines it
+/// printed and what a failure keeps of it.
+struct Ended {
+    program: String,
+    status: std::process::ExitStatus,
+    /// The command, its exit code and the ends of both streams.
+    details: Value,
+    stderr_line: String,
+    stdout_line: Option<String>,
+}
+
+impl Ended {
+    /// The ending of `finished`, whose whole output (head and tail) becomes the run's.
+    fn of(words: Vec<String>, finished: child::Finished, context: &mut WorkContext) -> Self {
+        let printed = finished.printed;
+        // The failure keeps the ends of both streams too, as it always has, for whatever
+        // reads the failure alone.
+        let details = json!({
+            "command": words,
+            "exit_code": finished.status.code(),
+            "stderr_tail": tail_text(&printed.stderr.text()),
+            "stdout_tail": tail_text(&printed.stdout.text()),
+        });
+        let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
+        let stdout_line = printed.stdout.last_line().map(str::to_owned);
+        keep_output(context, printed);
+        Self { program: words[0].clone(), status: finished.status, details, stderr_line, stdout_line }
+    }
+
+    /// The outcome of the exit status and the result file together.
+    fn verdict(self, context: &mut WorkContext, said: Said) -> Result<(), WorkError> {
+        let program = self.program.clone();
+        match self.status.code() {
             Some(0) => {
-                let summary = match (summary, malformed) {
+                let summary = match (said.summary, said.malformed) {
                     (_, true) => format!("`{program}` exited 0 but its result file is malformed"),
                     (Some(summary), false) => summary,
                     (None, false) => {
-                        format!("`{program}` exited 0{}", stdout_line.map(|l| format!(": {l}")).unwrap_or_default())
+                        let line = self.stdout_line.map(|l| format!(": {l}")).unwrap_or_default();
+                        format!("`{program}` exited 0{line}")
                     }
                 };
                 context.set_summary(summary);
-                if file.transient && !malformed {
+                if said.transient && !said.malformed {
                     return Err(WorkError::transient(format!("`{program}` reported a transient failure")));
                 }
                 Ok(())
             }
             Some(EXIT_TRANSIENT) => {
-                if !gave_failures {
-                    context.add_failure(&program, "exit_status", stderr_line, details);
-                }
-                if let Some(summary) = summary {
-                    context.set_summary(summary);
-                }
+                let malformed = said.malformed;
+                self.failed(context, "exit_status", &said, None);
                 if malformed {
                     context
                         .set_summary(format!("`{program}` exited {EXIT_TRANSIENT} but its result file is malformed"));
@@ -394,22 +447,33 @@ impl Component for Exec {
                 Err(WorkError::transient(format!("`{program}` exited {EXIT_TRANSIENT} (temporary failure)")))
             }
             Some(code) => {
-                if !gave_failures {
-                    context.add_failure(&program, "exit_status", stderr_line, details);
-                }
-                let said = summary.map(|s| format!(": {s}")).unwrap_or_default();
-                context.set_summary(format!("`{program}` exited with status {code}{said}"));
+                self.failed(context, "exit_status", &said, Some(format!("exited with status {code}")));
                 Ok(())
             }
             None => {
                 use std::os::unix::process::ExitStatusExt;
-                let signal = finished.status.signal().unwrap_or_default();
-                if !gave_failures {
-                    context.add_failure(&program, "signal", stderr_line, details);
-                }
-                let said = summary.map(|s| format!(": {s}")).unwrap_or_default();
-                context.set_summary(format!("`{program}` was killed by signal {signal}{said}"));
+                let signal = self.status.signal().unwrap_or_default();
+                self.failed(context, "signal", &said, Some(format!("was killed by signal {signal}")));
                 Ok(())
+            }
+        }
+    }
+
+    /// A failing exit: a failure of `kind` unless the result file gave its own; the summary
+    /// `` `program` <how>: <summary> ``, or the result file's own when `how` is `None`.
+    fn failed(self, context: &mut WorkContext, kind: &str, said: &Said, how: Option<String>) {
+        if !said.gave_failures {
+            context.add_failure(&self.program, kind, self.stderr_line, self.details);
+        }
+        match how {
+            Some(how) => {
+                let tail = said.summary.as_ref().map(|s| format!(": {s}")).unwrap_or_default();
+                context.set_summary(format!("`{}` {how}{tail}", self.program));
+            }
+            None => {
+                if let Some(summary) = &said.summary {
+                    context.set_summary(summary.clone());
+                }
             }
         }
     }
