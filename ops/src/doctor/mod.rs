@@ -389,12 +389,8 @@ async fn component_checks(store: Option<&Arc<dyn ObjectStore>>, checks: &mut Vec
         }
     };
     let now = Timestamp::now();
-    let ago = |at: Timestamp| humantime::format_duration(Duration::from_secs(now.since(at).as_secs())).to_string();
-    let hold_text = |hold: &autocomp_model::Hold| {
-        format!("{} for {} by {}: {}", hold.kind.as_str(), ago(hold.since), hold.by, hold.reason)
-    };
     if let Some(hold) = steering.holds().find_map(|(component, hold)| component.is_none().then_some(hold)) {
-        let detail = format!("the whole pipeline is {}", hold_text(hold));
+        let detail = format!("the whole pipeline is {}", hold_text(hold, now));
         checks.push(if held_too_long(hold, now, defaults.paused_after) {
             Check::fail("pipeline", detail, "`autocomp resume --all --reason ...` when the reason is gone")
         } else {
@@ -411,34 +407,52 @@ async fn component_checks(store: Option<&Arc<dyn ObjectStore>>, checks: &mut Vec
         ));
         return;
     }
-    for component in live {
-        let name = component.name();
-        let check = format!("component {name}");
-        let hosts: Vec<&str> = component.hosts.iter().map(|h| h.host.as_str()).collect();
-        let seen = last_seen(component);
-        let mut detail = format!("last pass {} ago on {}", ago(seen), hosts.join(", "));
-        let hold = steering.holds().find_map(|(held, hold)| (held == Some(name)).then_some(hold));
-        if let Some(hold) = hold {
-            detail = format!("{detail}; {}", hold_text(hold));
-        }
-        let rule = SilenceRule::of(component, &defaults);
-        let silent = !component.descriptor.manual && rule.is_silent(seen, now);
-        let circuit_open = hold.is_some_and(|hold| hold.kind == HoldKind::Circuit);
-        let held_long = hold.is_some_and(|hold| held_too_long(hold, now, defaults.paused_after));
-        checks.push(if silent {
-            Check::fail(
-                check,
-                format!("{detail}: silent (after {})", rule.describe()),
-                format!("see why its timer, cron line or watch unit stopped (`journalctl -u 'autocomp-*@{name}*'`)"),
-            )
-        } else if circuit_open {
-            Check::fail(check, detail, format!("`autocomp resume {name} --rerun-failed --reason ...` once fixed"))
-        } else if held_long {
-            Check::fail(check, detail, format!("`autocomp resume {name} --reason ...` when the reason is gone"))
-        } else {
-            Check::ok(check, detail)
-        });
+    checks.extend(live.into_iter().map(|component| component_check(component, &steering, now, &defaults)));
+}
+
+/// One component: silent by its own rule, held by an open circuit, or paused too long; else ok.
+fn component_check(
+    component: &autocomp_model::RegisteredComponent,
+    steering: &autocomp_model::Steering,
+    now: Timestamp,
+    defaults: &AlertDefaults,
+) -> Check {
+    let name = component.name();
+    let check = format!("component {name}");
+    let hosts: Vec<&str> = component.hosts.iter().map(|h| h.host.as_str()).collect();
+    let seen = last_seen(component);
+    let mut detail = format!("last pass {} ago on {}", ago(seen, now), hosts.join(", "));
+    let hold = steering.holds().find_map(|(held, hold)| (held == Some(name)).then_some(hold));
+    if let Some(hold) = hold {
+        detail = format!("{detail}; {}", hold_text(hold, now));
     }
+    let rule = SilenceRule::of(component, defaults);
+    let silent = !component.descriptor.manual && rule.is_silent(seen, now);
+    let circuit_open = hold.is_some_and(|hold| hold.kind == HoldKind::Circuit);
+    let held_long = hold.is_some_and(|hold| held_too_long(hold, now, defaults.paused_after));
+    if silent {
+        Check::fail(
+            check,
+            format!("{detail}: silent (after {})", rule.describe()),
+            format!("see why its timer, cron line or watch unit stopped (`journalctl -u 'autocomp-*@{name}*'`)"),
+        )
+    } else if circuit_open {
+        Check::fail(check, detail, format!("`autocomp resume {name} --rerun-failed --reason ...` once fixed"))
+    } else if held_long {
+        Check::fail(check, detail, format!("`autocomp resume {name} --reason ...` when the reason is gone"))
+    } else {
+        Check::ok(check, detail)
+    }
+}
+
+/// How long ago `at` was, in whole seconds.
+fn ago(at: Timestamp, now: Timestamp) -> String {
+    humantime::format_duration(Duration::from_secs(now.since(at).as_secs())).to_string()
+}
+
+/// A hold in words: `paused for 2h by operator:ann: tape maintenance`.
+fn hold_text(hold: &autocomp_model::Hold, now: Timestamp) -> String {
+    format!("{} for {} by {}: {}", hold.kind.as_str(), ago(hold.since, now), hold.by, hold.reason)
 }
 
 #[cfg(test)]
