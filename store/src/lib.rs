@@ -6,6 +6,7 @@
 //! `open_store`, which picks an adapter by URL. The data it keeps is `autocomp_model`'s.
 //! Nothing here knows about indexes, locks or components.
 
+mod checked;
 mod error;
 pub mod http;
 mod open;
@@ -17,6 +18,7 @@ pub mod sqlite;
 mod steering_rules;
 mod write_rules;
 
+pub use checked::Checked;
 pub use http::HttpStore;
 pub use open::open_store;
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare};
 use super::rows::{EventRow, corrupt};
 use super::text::{self};
-use super::{PgStore, Retry};
+use super::{PgBackend, Retry};
 use crate::port::{StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{BatchId, Event, IdempotencyKey, NewEvent, Seq, Timestamp};
@@ -29,12 +29,11 @@ pub(crate) struct PendingAppend {
     reply: tokio::sync::oneshot::Sender<StoreResult<Event>>,
 }
 
-impl PgStore {
+impl PgBackend {
     /// Group commit: appends through this handle queue, and up to `APPEND_LANES` background
     /// tasks send what is queued as one call of `autocomp_append_group` (one transaction,
     /// one commit flush), each append answered on its own.
     pub(super) async fn pg_append_event(&self, batch: &BatchId, mut event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
         // With a key a retry after a lost answer returns the first event instead of a second.
         if event.idempotency_key.is_none() {
             event.idempotency_key = Some(self.fresh_key());

@@ -13,18 +13,17 @@ use serde_json::{Map, Value};
 use super::calls::{Scope, prepare};
 use super::rows::{BATCH_SELECT, SUMMARY_COLUMNS, SUMMARY_FROM, batch_from_row, run_from_json, summary_from_row};
 use super::text::{self};
-use super::{PgStore, Retry};
+use super::{PgBackend, Retry};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
 };
-use crate::write_rules::{MAX_BATCH_PAGE, page_too_large};
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
 };
 
 #[async_trait]
-impl BatchStore for PgStore {
+impl BatchStore for PgBackend {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         self.pg_create_batch(batch).await
     }
@@ -35,17 +34,11 @@ impl BatchStore for PgStore {
     }
 
     async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-        if ids.len() > MAX_BATCH_PAGE {
-            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-        }
         let mut found = self.load_batches(ids.iter().map(|id| id.as_str().to_string()).collect()).await?;
         Ok(ids.iter().filter_map(|id| found.remove(id.as_str())).collect())
     }
 
     async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
-        if limit > MAX_BATCH_PAGE {
-            return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
-        }
         let sql = format!("{BATCH_SELECT} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
         self.list_page("list_batches", &sql, after, limit, batch_from_row).await
     }
@@ -55,9 +48,6 @@ impl BatchStore for PgStore {
     }
 
     async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
-        if limit > MAX_BATCH_PAGE {
-            return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
-        }
         let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id > $1 ORDER BY b.id LIMIT $2");
         self.list_page("list_summaries", &sql, after, limit, summary_from_row).await
     }
@@ -147,7 +137,6 @@ impl BatchStore for PgStore {
         generation: i64,
         data: Value,
     ) -> StoreResult<()> {
-        autocomp_model::check_object("checkpoint", &data)?;
         let data = &*text::json(&data);
         self.run("save_checkpoint", Retry::Safe, |client, _| {
             Box::pin(async move {

@@ -10,8 +10,8 @@ use deadpool_postgres::ClientWrapper;
 use serde_json::Value;
 
 use super::rows::{BATCH_SELECT, batch_from_row, corrupt, events_from_json};
-use super::{Failure, PgStore, Retry, classify};
-use crate::port::{LogCursor, LogPage, StoreError, StoreResult, check_log_limit};
+use super::{Failure, PgBackend, Retry, classify};
+use crate::port::{LogCursor, LogPage, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{Batch, BatchId, ComponentName, EventType, Seq};
 
@@ -33,7 +33,7 @@ pub(super) struct Scope<'a> {
     pub(super) run: Option<(&'a ComponentName, i64)>,
 }
 
-impl PgStore {
+impl PgBackend {
     /// `log_page`, with details over `details_up_to` bytes (as JSON text) left in the
     /// database: the page's events leave the server without them.
     pub(super) async fn log_page_sized(
@@ -43,7 +43,6 @@ impl PgStore {
         limit: usize,
         details_up_to: Option<u64>,
     ) -> StoreResult<LogPage> {
-        check_log_limit(limit)?;
         let up_to = details_up_to.map_or(i64::MAX, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX));
         let (condition, bound) = match cursor {
             LogCursor::Newest => ("seq < $2 ORDER BY seq DESC", i64::MAX),

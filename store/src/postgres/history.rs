@@ -4,13 +4,12 @@
 
 use super::calls::prepare;
 use super::rows::corrupt;
-use super::{PgStore, Retry};
+use super::{PgBackend, Retry};
 use crate::port::{SeriesStore, StoreResult};
 use crate::series::Points;
-use crate::write_rules;
 use autocomp_model::{BacklogSample, ComponentName, SeriesStep, Timestamp, WorkPoint, WorkResult, WorkTally};
 
-impl PgStore {
+impl PgBackend {
     pub(super) async fn pg_work_series(
         &self,
         step: SeriesStep,
@@ -65,7 +64,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
-        write_rules::check_backlog(&samples)?;
         let components: Vec<&str> = samples.iter().map(|s| s.component.as_str()).collect();
         let ready: Vec<i64> = samples.iter().map(|s| i64::try_from(s.ready).unwrap_or(i64::MAX)).collect();
         let (components, ready) = (&components, &ready);
@@ -82,7 +80,7 @@ impl PgStore {
 }
 
 #[async_trait::async_trait]
-impl SeriesStore for PgStore {
+impl SeriesStore for PgBackend {
     async fn work_series(
         &self,
         step: SeriesStep,

@@ -152,7 +152,7 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
     }
 }
 
-impl super::PgStore {
+impl super::PgBackend {
     /// Sleeps until the server notifies a commit (`listen=on`, the default), or polls the
     /// sequence every 25 ms while not listening (one cheap read, no lock); only when a seq
     /// past `since` was taken does it wait for the horizon. While listening it still looks

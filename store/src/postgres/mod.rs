@@ -27,6 +27,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::error::SqlState;
 
+use crate::checked::Checked;
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{IdempotencyKey, InvalidInput};
 
@@ -36,7 +37,7 @@ pub use schema::LATEST_VERSION;
 /// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).
 /// Clones are cheap and share the pool.
 #[derive(Clone)]
-pub struct PgStore {
+pub struct PgBackend {
     inner: std::sync::Arc<Inner>,
 }
 
@@ -75,11 +76,37 @@ pub(crate) enum Failure {
     Ambiguous(String),
 }
 
+/// PostgreSQL as every caller holds it: the database behind the checks every backend shares
+/// (`Checked`). Clones are cheap and share the pool.
+pub type PgStore = Checked<PgBackend>;
+
 impl PgStore {
     /// Opens the store a `postgres://` URL names, applying missing migrations (unless the URL
     /// says `migrate=false`). Fails at once when no host can be reached (`Unavailable`,
     /// naming hosts and user) or the server refuses the credentials (`Invalid`).
     pub async fn open(url: &str) -> StoreResult<Self> {
+        PgBackend::open(url).await.map(Checked::new)
+    }
+
+    /// Applies the missing migrations (what `autocomp-store migrate` runs); returns the
+    /// versions applied and the version the database is at now.
+    pub async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
+        PgBackend::migrate(url).await
+    }
+
+    /// Brings an empty database to schema `version` as an older release left it, for upgrade
+    /// tests; opening it afterwards migrates the rest.
+    #[doc(hidden)]
+    pub async fn create_at_schema_version(url: &str, version: i32) -> StoreResult<()> {
+        PgBackend::create_at_schema_version(url, version).await
+    }
+}
+
+impl PgBackend {
+    /// Opens the store a `postgres://` URL names, applying missing migrations (unless the URL
+    /// says `migrate=false`). Fails at once when no host can be reached (`Unavailable`,
+    /// naming hosts and user) or the server refuses the credentials (`Invalid`).
+    async fn open(url: &str) -> StoreResult<Self> {
         let options = PgOptions::parse(url)?;
         let tls = options.tls()?;
         let connect = Connector { tls, password_file: options.password_file.clone(), target: options.target.clone() };
@@ -111,7 +138,7 @@ impl PgStore {
 
     /// Applies the missing migrations (what `autocomp-store migrate` runs); returns the
     /// versions applied and the version the database is at now.
-    pub async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
+    async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
         let mut options = PgOptions::parse(url)?;
         options.migrate = false;
         let tls = options.tls()?;
@@ -126,7 +153,7 @@ impl PgStore {
     /// Brings an empty database to schema `version` as an older release left it, for upgrade
     /// tests; opening it afterwards migrates the rest.
     #[doc(hidden)]
-    pub async fn create_at_schema_version(url: &str, version: i32) -> StoreResult<()> {
+    async fn create_at_schema_version(url: &str, version: i32) -> StoreResult<()> {
         let options = PgOptions::parse(url)?;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;

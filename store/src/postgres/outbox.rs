@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::calls::prepare;
 use super::text::{self, unjsoned, untext};
-use super::{PgStore, Retry};
+use super::{PgBackend, Retry};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome};
 use crate::port::{OutboxStore, StoreError, StoreResult};
 use crate::steering_rules;
@@ -28,14 +28,12 @@ fn notice(row: &tokio_postgres::Row) -> Notice {
     }
 }
 
-impl PgStore {
+impl PgBackend {
     pub(super) async fn pg_enqueue_notices(
         &self,
         notices: Vec<NewNotice>,
         cursor: Option<CursorMove>,
     ) -> StoreResult<Enqueued> {
-        steering_rules::check_notices(&notices)?;
-        steering_rules::check_cursor(&cursor)?;
         let keys: Vec<&str> = notices.iter().map(|n| n.key.as_str()).collect();
         let channels: Vec<&str> = notices.iter().map(|n| n.channel.as_str()).collect();
         let subjects: Vec<String> = notices.iter().map(|n| text::text(&n.subject).into_owned()).collect();
@@ -63,7 +61,6 @@ impl PgStore {
         limit: usize,
         lease: Duration,
     ) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take(holder, limit, lease)?;
         let (limit, lease_ms) = (limit as i32, lease.as_millis() as i64);
         let holder = &text::text(holder).into_owned();
         let mut taken = self
@@ -84,7 +81,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        steering_rules::check_settle(key, holder, &outcome)?;
         let (sent, retry_ms) = match &outcome {
             NoticeOutcome::Sent => (true, 0i64),
             NoticeOutcome::Failed { retry_in, .. } => (false, retry_in.as_millis() as i64),
@@ -115,7 +111,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.run("recent_notices", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let sql = format!("SELECT {NOTICE_COLUMNS} FROM notices ORDER BY created_at DESC, key DESC LIMIT $1");
@@ -129,7 +124,7 @@ impl PgStore {
 }
 
 #[async_trait::async_trait]
-impl OutboxStore for PgStore {
+impl OutboxStore for PgBackend {
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
         self.pg_enqueue_notices(notices, cursor).await
     }

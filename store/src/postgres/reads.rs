@@ -10,16 +10,12 @@ use super::rows::{
     SUMMARY_COLUMNS, SUMMARY_FROM, corrupt, events_from_json, run_from_json, runs_from_json, summary_from_row,
 };
 use super::text::unjsoned;
-use super::{Failure, PgStore, Retry};
+use super::{Failure, PgBackend, Retry};
 use crate::port::{BatchHead, BatchListing, ChangePage, StoreError, StoreResult};
-use crate::write_rules::{MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
 use autocomp_model::{BatchId, BatchSummary, ComponentName, EventType, Run, Seq, Timestamp};
 
-impl PgStore {
+impl PgBackend {
     pub(super) async fn pg_get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-        if ids.len() > MAX_BATCH_PAGE {
-            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-        }
         let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
         let asked = &asked;
         let mut found: HashMap<String, BatchSummary> = self
@@ -117,9 +113,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
-        if ids.len() > MAX_BATCH_PAGE {
-            return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-        }
         let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
         let asked = &asked;
         let mut found: HashMap<String, BatchListing> = self
@@ -150,9 +143,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-        if limit > MAX_CHANGE_PAGE {
-            return Err(page_too_large("limit", limit, MAX_CHANGE_PAGE));
-        }
         // Only up to the horizon: a seq above it may belong to a transaction that has not
         // committed yet and would be skipped if the cursor passed it.
         let head = self.horizon().await?;

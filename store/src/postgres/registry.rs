@@ -6,17 +6,16 @@ use async_trait::async_trait;
 use super::calls::prepare;
 use super::rows::{component_from_json, corrupt, work_json};
 use super::text::{self};
-use super::{Failure, PgStore, Retry, classify};
+use super::{Failure, PgBackend, Retry, classify};
 use crate::port::{RegistryStore, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{Agent, ComponentName, PassPhase, PassRecord, RegisteredComponent, WorkTallies};
 
 #[async_trait]
-impl RegistryStore for PgStore {
+impl RegistryStore for PgBackend {
     /// One call, one round trip: this runs at every cron start of every component. Repeating
     /// it only moves the host's `last_seen` again, so it is retried like a read.
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
-        pass.validate()?;
         let descriptor = serde_json::to_value(&pass.descriptor).expect("descriptors always serialize");
         let descriptor = text::json(&descriptor).into_owned();
         let (ended, outcome, summary, duration_ms, work) = match &pass.phase {
@@ -96,8 +95,7 @@ impl RegistryStore for PgStore {
         by: &Agent,
         reason: &str,
     ) -> StoreResult<RegisteredComponent> {
-        let reason = write_rules::retirement_reason(reason)?;
-        let reason = text::text(&reason);
+        let reason = text::text(reason);
         let reason = &&*reason;
         let (outcome, answer) = self
             .run("retire_component", Retry::OnlyUnsent, |client, _| {

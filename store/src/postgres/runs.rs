@@ -5,19 +5,17 @@ use serde_json::Value;
 use super::calls::{Scope, prepare};
 use super::rows::{claim_answer, corrupt};
 use super::text::unjsoned;
-use super::{Failure, PgStore, Retry};
+use super::{Failure, PgBackend, Retry};
 use crate::port::{Claim, StoreError, StoreResult};
-use crate::write_rules::{MAX_BATCH_PAGE, page_too_large};
 use autocomp_model::{BatchId, ComponentName, IdempotencyKey, RunHolder};
 
-impl PgStore {
+impl PgBackend {
     pub(super) async fn pg_claim(
         &self,
         batch: &BatchId,
         component: &ComponentName,
         holder: &RunHolder,
     ) -> StoreResult<Claim> {
-        holder.validate()?;
         // With a claim key a retry returns the run the first attempt opened, instead of
         // abandoning a run we never heard of.
         let holder = holder.keyed(|| self.fresh_key());
@@ -57,10 +55,6 @@ impl PgStore {
         component: &ComponentName,
         holder: &RunHolder,
     ) -> StoreResult<Vec<StoreResult<Claim>>> {
-        holder.validate()?;
-        if batches.len() > MAX_BATCH_PAGE {
-            return Err(page_too_large("batches", batches.len(), MAX_BATCH_PAGE));
-        }
         let Some(first) = batches.first() else { return Ok(Vec::new()) };
         // One key for the whole pass (keys are per batch and component): a retry after a lost
         // answer returns the runs the first attempt opened, as for `claim`.

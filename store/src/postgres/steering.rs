@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::calls::prepare;
 use super::rows::corrupt;
 use super::text::{self, unjsoned};
-use super::{PgStore, Retry};
+use super::{PgBackend, Retry};
 use crate::pipeline_state::Steered;
 use crate::port::{SteeringStore, StoreError, StoreResult};
 use crate::steering_rules;
@@ -29,7 +29,7 @@ fn jitter(bound_ms: u64) -> Duration {
     Duration::from_micros(random % (bound_ms * 1_000 + 1))
 }
 
-impl PgStore {
+impl PgBackend {
     /// The record with its version and the server's clock.
     async fn read_steering(&self) -> StoreResult<(Steering, i64, Timestamp)> {
         self.run("steering", Retry::Safe, |client, _| {
@@ -52,7 +52,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
-        steering_rules::check_steering(&request)?;
         let request = steering_rules::bounded(request);
         let deadline = tokio::time::Instant::now() + STEER_PATIENCE;
         let mut lost = 0u32;
@@ -99,7 +98,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
-        steering_rules::check_log_limit(limit)?;
         self.run("steering_log", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let statement =
@@ -115,7 +113,7 @@ impl PgStore {
 }
 
 #[async_trait::async_trait]
-impl SteeringStore for PgStore {
+impl SteeringStore for PgBackend {
     async fn steering(&self) -> StoreResult<Steering> {
         self.pg_steering().await
     }

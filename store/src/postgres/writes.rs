@@ -7,14 +7,13 @@ use super::appends::busy;
 use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
 use super::rows::{corrupt, run_from_value};
 use super::text::{self, unjsoned};
-use super::{Failure, PgStore, Retry};
+use super::{Failure, PgBackend, Retry};
 use crate::port::{BatchStore, Cancellation, CreateOutcome, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
 
-impl PgStore {
+impl PgBackend {
     pub(super) async fn pg_create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
-        batch.validate()?;
         let metadata = text::json(&batch.metadata);
         let created = self
             .run("create_batch", Retry::Safe, |client, _| {
@@ -94,8 +93,6 @@ impl PgStore {
         component: &ComponentName,
         event: NewEvent,
     ) -> StoreResult<Cancellation> {
-        event.validate()?;
-        write_rules::check_cancellation(&event)?;
         let event = &event;
         self.run("cancel_run", Retry::OnlyUnsent, |client, _| {
             Box::pin(async move {
@@ -153,8 +150,6 @@ impl PgStore {
     }
 
     pub(super) async fn pg_prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
-        write_rules::check_operator_event(&event, "prioritize")?;
         let event = &event;
         self.run("prioritize", Retry::OnlyUnsent, |client, _| {
             Box::pin(async move {

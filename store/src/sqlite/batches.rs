@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{LATEST_VERSION, SETTLE_FOR, SqliteStore, WATCHING_POLL, reads, runs, schema, writes};
+use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, runs, schema, writes};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
@@ -17,9 +17,8 @@ use autocomp_model::{
 };
 
 #[async_trait]
-impl BatchStore for SqliteStore {
+impl BatchStore for SqliteBackend {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
-        batch.validate()?;
         self.with_connection(move |conn| writes::create_batch(conn, &batch)).await
     }
 
@@ -96,7 +95,6 @@ impl BatchStore for SqliteStore {
     /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
     /// queue; whichever task holds the connection next commits everything queued by then.
     async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
         let (reply, answer) = tokio::sync::oneshot::channel();
         let pending = writes::PendingAppend { batch: batch.clone(), event, reply };
         self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
@@ -115,7 +113,6 @@ impl BatchStore for SqliteStore {
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
-        holder.validate()?;
         let (batch, component, holder) = (batch.clone(), component.clone(), holder.clone());
         self.with_connection(move |conn| runs::claim(conn, &batch, &component, &holder)).await
     }
@@ -126,7 +123,6 @@ impl BatchStore for SqliteStore {
         component: &ComponentName,
         holder: &RunHolder,
     ) -> StoreResult<Vec<StoreResult<Claim>>> {
-        holder.validate()?;
         let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
         self.with_connection(move |conn| runs::claim_many(conn, &batches, &component, &holder)).await
     }
@@ -143,7 +139,6 @@ impl BatchStore for SqliteStore {
         generation: i64,
         data: Value,
     ) -> StoreResult<()> {
-        autocomp_model::check_object("checkpoint", &data)?;
         let (batch, component) = (batch.clone(), component.clone());
         self.with_connection(move |conn| runs::save_checkpoint(conn, &batch, &component, generation, &data)).await
     }
@@ -224,13 +219,11 @@ impl BatchStore for SqliteStore {
         component: &ComponentName,
         event: NewEvent,
     ) -> StoreResult<Cancellation> {
-        event.validate()?;
         let (batch, component, cap) = (batch.clone(), component.clone(), self.max_batch_bytes);
         self.with_connection(move |conn| writes::cancel_run(conn, &batch, &component, event, cap)).await
     }
 
     async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
-        event.validate()?;
         let (id, cap) = (id.clone(), self.max_batch_bytes);
         self.with_connection(move |conn| writes::prioritize(conn, &id, priority, event, cap)).await
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+use crate::checked::Checked;
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{Batch, BatchId, InvalidInput};
 
@@ -112,7 +113,7 @@ impl SqliteOptions {
 /// A handle on one store file. Clones share one connection; open more handles (or more
 /// processes) for parallel access: SQLite serializes the writers.
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct SqliteBackend {
     connection: Arc<Mutex<Connection>>,
     /// Appends waiting for the connection: whoever gets it next commits them all at once.
     appends: Arc<Mutex<Vec<writes::PendingAppend>>>,
@@ -158,13 +159,42 @@ fn create_private(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The embedded store as every caller holds it: the file behind the checks every backend
+/// shares (`Checked`).
+pub type SqliteStore = Checked<SqliteBackend>;
+
 impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
-        Self::open_with(path, SqliteOptions::default()).await
+        SqliteBackend::open(path).await.map(Checked::new)
     }
 
     /// Opens (creating if needed) and migrates the store file.
     pub async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> StoreResult<Self> {
+        SqliteBackend::open_with(path, options).await.map(Checked::new)
+    }
+
+    /// Opens a store file that nothing writes while it is open (a benchmark's cached data
+    /// set) strictly read-only: SQLite's `immutable`, so not even the WAL index is touched.
+    /// Writes through this handle fail; a file at another schema version is refused.
+    #[doc(hidden)]
+    pub async fn open_immutable(path: impl AsRef<Path>) -> StoreResult<Self> {
+        SqliteBackend::open_immutable(path).await.map(Checked::new)
+    }
+
+    /// Writes a store file as an older release left it, for upgrade tests.
+    #[doc(hidden)]
+    pub fn create_at_schema_version(path: impl AsRef<Path>, version: i64) -> StoreResult<()> {
+        SqliteBackend::create_at_schema_version(path, version)
+    }
+}
+
+impl SqliteBackend {
+    async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating if needed) and migrates the store file.
+    async fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let opened_path = path.clone();
         let max_batch_bytes = options.max_batch_bytes;
@@ -258,7 +288,7 @@ impl SqliteStore {
     /// set) strictly read-only: SQLite's `immutable`, so not even the WAL index is touched.
     /// Writes through this handle fail; a file at another schema version is refused.
     #[doc(hidden)]
-    pub async fn open_immutable(path: impl AsRef<Path>) -> StoreResult<Self> {
+    async fn open_immutable(path: impl AsRef<Path>) -> StoreResult<Self> {
         let path = path.as_ref().to_path_buf();
         let opened_path = path.clone();
         let connection = tokio::task::spawn_blocking(move || {
@@ -302,7 +332,7 @@ impl SqliteStore {
 
     /// Writes a store file as an older release left it, for upgrade tests.
     #[doc(hidden)]
-    pub fn create_at_schema_version(path: impl AsRef<Path>, version: i64) -> StoreResult<()> {
+    fn create_at_schema_version(path: impl AsRef<Path>, version: i64) -> StoreResult<()> {
         let mut conn = Connection::open(path.as_ref()).map_err(unavailable)?;
         schema::migrate_up_to(&mut conn, version)
     }

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
 use super::steering::corrupt;
-use super::{SqliteStore, unavailable};
+use super::{SqliteBackend, unavailable};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome};
 use crate::port::{OutboxStore, StoreError, StoreResult};
 use crate::steering_rules;
@@ -99,7 +99,6 @@ pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Du
 }
 
 pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &NoticeOutcome) -> StoreResult<()> {
-    steering_rules::check_settle(key, holder, outcome)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let now = Timestamp::now().millis();
     let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
@@ -145,27 +144,22 @@ pub fn recent_notices(conn: &mut Connection, limit: usize) -> StoreResult<Vec<No
 }
 
 #[async_trait]
-impl OutboxStore for SqliteStore {
+impl OutboxStore for SqliteBackend {
     async fn enqueue_notices(&self, notices: Vec<NewNotice>, cursor: Option<CursorMove>) -> StoreResult<Enqueued> {
-        steering_rules::check_notices(&notices)?;
-        steering_rules::check_cursor(&cursor)?;
         self.with_connection(move |conn| enqueue_notices(conn, &notices, cursor)).await
     }
 
     async fn take_notices(&self, holder: &str, limit: usize, lease: Duration) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take(holder, limit, lease)?;
         let holder = holder.to_owned();
         self.with_connection(move |conn| take_notices(conn, &holder, limit, lease)).await
     }
 
     async fn settle_notice(&self, key: &str, holder: &str, outcome: NoticeOutcome) -> StoreResult<()> {
-        steering_rules::check_key(key)?;
         let (key, holder) = (key.to_owned(), holder.to_owned());
         self.with_connection(move |conn| settle_notice(conn, &key, &holder, &outcome)).await
     }
 
     async fn recent_notices(&self, limit: usize) -> StoreResult<Vec<Notice>> {
-        steering_rules::check_take("reader", limit, Duration::from_secs(1))?;
         self.with_connection(move |conn| recent_notices(conn, limit)).await
     }
 }

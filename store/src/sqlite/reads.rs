@@ -4,8 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value};
 
-use crate::port::{BatchHead, BatchListing, ChangePage, LogCursor, LogPage, StoreError, StoreResult, check_log_limit};
-use crate::write_rules::{MAX_BATCH_PAGE, MAX_CHANGE_PAGE, page_too_large};
+use crate::port::{BatchHead, BatchListing, ChangePage, LogCursor, LogPage, StoreError, StoreResult};
 use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, EventType, Run, Seq, Timestamp};
 
 use super::rows::{
@@ -15,9 +14,6 @@ use super::tx::{head_in, read_tx, require_batch};
 use super::{summary, unavailable};
 
 pub fn get_batches(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-    if ids.len() > MAX_BATCH_PAGE {
-        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     load_batches(&tx, ids, Timestamp::now())
 }
@@ -25,9 +21,6 @@ pub fn get_batches(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<Ba
 /// `get_batches` as it was before it became set-based: three statements per batch. Kept
 /// only so the benchmark can measure both in one run.
 pub fn get_batches_one_by_one(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<Batch>> {
-    if ids.len() > MAX_BATCH_PAGE {
-        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     let now = Timestamp::now();
     let mut batches = Vec::with_capacity(ids.len());
@@ -38,9 +31,6 @@ pub fn get_batches_one_by_one(conn: &mut Connection, ids: &[BatchId]) -> StoreRe
 }
 
 pub fn list_batches(conn: &mut Connection, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>> {
-    if limit > MAX_BATCH_PAGE {
-        return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     let ids: Vec<BatchId> = {
         let mut statement =
@@ -55,17 +45,11 @@ pub fn list_batches(conn: &mut Connection, after: Option<&BatchId>, limit: usize
 }
 
 pub fn get_summaries(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
-    if ids.len() > MAX_BATCH_PAGE {
-        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     summary::read(&tx, ids)
 }
 
 pub fn list_summaries(conn: &mut Connection, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
-    if limit > MAX_BATCH_PAGE {
-        return Err(page_too_large("limit", limit, MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     summary::list(&tx, after, limit)
 }
@@ -73,9 +57,6 @@ pub fn list_summaries(conn: &mut Connection, after: Option<&BatchId>, limit: usi
 /// `ObjectStore::get_listings`: the summaries, the batch rows' `created_at` and the open
 /// runs of the page, three statements in one read transaction, the ids bound as one `rarray`.
 pub fn get_listings(conn: &mut Connection, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
-    if ids.len() > MAX_BATCH_PAGE {
-        return Err(page_too_large("ids", ids.len(), MAX_BATCH_PAGE));
-    }
     let tx = read_tx(conn)?;
     let summaries = summary::read(&tx, ids)?;
     let asked: rusqlite::vtab::array::Array =
@@ -195,7 +176,6 @@ pub fn log_page(
     limit: usize,
     details_up_to: Option<u64>,
 ) -> StoreResult<LogPage> {
-    check_log_limit(limit)?;
     let up_to = details_up_to.map_or(i64::MAX, |bytes| i64::try_from(bytes).unwrap_or(i64::MAX));
     let tx = read_tx(conn)?;
     let total: i64 = tx
@@ -268,9 +248,6 @@ pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
 }
 
 pub fn changes(conn: &mut Connection, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-    if limit > MAX_CHANGE_PAGE {
-        return Err(page_too_large("limit", limit, MAX_CHANGE_PAGE));
-    }
     let tx = read_tx(conn)?;
     let head = head_in(&tx)?;
     let changes: Vec<(Seq, BatchId)> = {

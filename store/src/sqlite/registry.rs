@@ -11,7 +11,7 @@ use autocomp_model::{
     WorkTallies,
 };
 
-use super::SqliteStore;
+use super::SqliteBackend;
 use super::history::{add_work, load_work};
 use super::rows::stored;
 use super::tx::{read_tx, write_tx};
@@ -211,9 +211,8 @@ fn host_from_row(row: &Row) -> rusqlite::Result<HostRecord> {
 }
 
 #[async_trait]
-impl RegistryStore for SqliteStore {
+impl RegistryStore for SqliteBackend {
     async fn record_pass(&self, pass: PassRecord) -> StoreResult<()> {
-        pass.validate()?;
         self.with_connection(move |conn| record_pass(conn, &pass)).await
     }
 
@@ -227,8 +226,7 @@ impl RegistryStore for SqliteStore {
         by: &Agent,
         reason: &str,
     ) -> StoreResult<RegisteredComponent> {
-        let reason = crate::write_rules::retirement_reason(reason)?;
-        let (name, by) = (name.clone(), by.clone());
+        let (name, by, reason) = (name.clone(), by.clone(), reason.to_owned());
         self.with_connection(move |conn| retire_component(conn, &name, &by, &reason)).await
     }
 }

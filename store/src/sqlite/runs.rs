@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use crate::port::{Claim, StoreError, StoreResult};
-use crate::write_rules::{self, MAX_BATCH_PAGE, page_too_large};
+use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
 
 use super::rows::{query_runs, stored_json};
@@ -34,9 +34,6 @@ pub fn claim_many(
     component: &ComponentName,
     holder: &RunHolder,
 ) -> StoreResult<Vec<StoreResult<Claim>>> {
-    if batches.len() > MAX_BATCH_PAGE {
-        return Err(page_too_large("batches", batches.len(), MAX_BATCH_PAGE));
-    }
     // A pass's claims survive its process at once (the commit is in the WAL file) and a
     // power loss with the next synced commit: the result of their work, which syncs the
     // whole WAL, claims included. Lost with the machine before then, they leave batches

@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, TransactionBehavior, params};
 
-use super::{SqliteStore, unavailable};
+use super::{SqliteBackend, unavailable};
 use crate::pipeline_state::Steered;
 use crate::port::SteeringStore;
 use crate::port::{StoreError, StoreResult};
@@ -60,18 +60,16 @@ pub fn steering_log(conn: &mut Connection, limit: usize) -> StoreResult<Vec<Stee
 }
 
 #[async_trait]
-impl SteeringStore for SqliteStore {
+impl SteeringStore for SqliteBackend {
     async fn steering(&self) -> StoreResult<Steering> {
         self.with_connection(steering).await
     }
 
     async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered> {
-        steering_rules::check_steering(&request)?;
         self.with_connection(move |conn| steer(conn, &request)).await
     }
 
     async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>> {
-        steering_rules::check_log_limit(limit)?;
         self.with_connection(move |conn| steering_log(conn, limit)).await
     }
 }
