@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 use std::ffi::CString;
-use std::fs::{File, FileTimes, Metadata, OpenOptions};
+use std::fs::{File, FileTimes, Metadata, OpenOptions, Permissions};
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -164,37 +164,48 @@ fn copy_file(
     let source_sha256 = hex::encode(hasher.finalize());
 
     let times = FileTimes::new().set_modified(meta.modified().map_err(at(from))?);
-    output
-        .set_permissions(meta.permissions())
-        .and_then(|()| output.set_times(times))
-        .and_then(|()| output.sync_all())
-        .map_err(at(to))?;
+    let copy_sha256 = seal(&mut output, meta.permissions(), times, &mut progress.buffer).map_err(at(to))?;
+    let reference = relative.display().to_string();
+    match checked(reference, meta.len(), copied, (source_sha256, copy_sha256)) {
+        Ok(digest) => progress.digests.push(digest),
+        Err(problem) => progress.problems.push(problem),
+    }
+    progress.files += 1;
+    Ok(())
+}
+
+/// Gives the copy the source's mode and modification time, syncs it, and hashes it again as
+/// it reached the disk.
+fn seal(output: &mut File, permissions: Permissions, times: FileTimes, buffer: &mut [u8]) -> io::Result<String> {
+    output.set_permissions(permissions).and_then(|()| output.set_times(times)).and_then(|()| output.sync_all())?;
     // Drop the copy's pages from the cache so the re-hash reads what reached the disk.
     // SAFETY: posix_fadvise is advice on our own open descriptor.
     unsafe { libc::posix_fadvise(output.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    output.rewind().map_err(at(to))?;
-    let copy_sha256 = hash_reader(&mut output, &mut progress.buffer).map_err(at(to))?;
+    output.rewind()?;
+    hash_reader(output, buffer)
+}
 
-    let reference = relative.display().to_string();
-    if copied != meta.len() {
-        progress.problems.push(Problem {
+/// A copied file's digest when it is whole and equal to its source (`sums`: the source's
+/// sha256 then the copy's), else the problem with it.
+fn checked(reference: String, expected: u64, copied: u64, sums: (String, String)) -> Result<FileDigest, Problem> {
+    let (source_sha256, copy_sha256) = sums;
+    if copied != expected {
+        return Err(Problem {
             reference,
             kind: "source_changed",
-            description: format!("the source changed while archiving: {} bytes expected, {copied} read", meta.len()),
+            description: format!("the source changed while archiving: {expected} bytes expected, {copied} read"),
             details: Value::Null,
         });
-    } else if copy_sha256 != source_sha256 {
-        progress.problems.push(Problem {
+    }
+    if copy_sha256 != source_sha256 {
+        return Err(Problem {
             reference,
             kind: "copy_mismatch",
             description: "the archived copy's sha256 differs from the source's".into(),
             details: json!({ "source_sha256": source_sha256, "copy_sha256": copy_sha256 }),
         });
-    } else {
-        progress.digests.push(FileDigest { path: reference, sha256: copy_sha256, bytes: copied });
     }
-    progress.files += 1;
-    Ok(())
+    Ok(FileDigest { path: reference, sha256: copy_sha256, bytes: copied })
 }
 
 fn hash_reader(reader: &mut impl Read, buffer: &mut [u8]) -> io::Result<String> {

@@ -64,25 +64,7 @@ impl Component for Archiver {
     fn work(&self, batch: &Batch, settings: &Settings, context: &mut WorkContext) -> Result<(), WorkError> {
         let source = context.location()?.to_path_buf();
         let root = &settings.archive_root;
-        match std::fs::metadata(root) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(WorkError::permanent(format!("archive_root {} is not a directory", root.display()))),
-            // Most likely an unmounted share: worth retrying.
-            Err(e) => return Err(WorkError::transient(format!("archive_root {}: {e}", root.display()))),
-        }
-        if !std::fs::metadata(&source).map(|m| m.is_dir()).with_path(&source)? {
-            return Err(WorkError::permanent(format!("the batch location {} is not a directory", source.display())));
-        }
-        // Copying a batch into a root inside itself would copy its own copy, forever.
-        if let (Ok(source), Ok(root)) = (source.canonicalize(), root.canonicalize())
-            && root.starts_with(&source)
-        {
-            return Err(WorkError::permanent(format!(
-                "archive_root {} is inside the batch {}",
-                root.display(),
-                source.display()
-            )));
-        }
+        check_places(&source, root)?;
         // A batch id is a validated name: always a single, safe path component.
         let first = root.join(batch.id.as_str());
         let (target, version) = match first.symlink_metadata() {
@@ -98,28 +80,7 @@ impl Component for Archiver {
         copy::remove_stale_temps(root, batch.id.as_str(), previous_temp(context).as_deref());
 
         let temp = copy::TempDir::create(root, batch.id.as_str()).with_path(root)?;
-        let mut progress = Progress::new(temp.path());
-        context.save_checkpoint(progress.checkpoint())?;
-        let copied = copy::copy_tree(&source, temp.path(), &mut progress, &mut |progress: &Progress| {
-            if context.is_cancelled() {
-                return Err(CopyError::Cancelled);
-            }
-            if progress.checkpoint_due() {
-                context.save_checkpoint(progress.checkpoint()).map_err(CopyError::Work)?;
-            }
-            Ok(())
-        });
-        match copied {
-            Ok(()) => {}
-            Err(CopyError::Cancelled) => {
-                return Err(WorkError::permanent(format!(
-                    "cancelled after copying {} files; the partial copy was removed",
-                    progress.files
-                )));
-            }
-            Err(CopyError::Work(e)) => return Err(e),
-            Err(CopyError::Io { path, error }) => return Err(WorkError::io(&path, error)),
-        }
+        let mut progress = copy_batch(&source, temp.path(), context)?;
         for problem in progress.problems.drain(..) {
             context.add_failure(problem.reference, problem.kind, problem.description, problem.details);
         }
@@ -150,6 +111,56 @@ impl Component for Archiver {
         ));
         let fixity = Fixity::of_files(std::mem::take(&mut progress.digests));
         context.set_result(&ArchivedCopy { archive_path: target.display().to_string(), version, fixity })
+    }
+}
+
+/// The archive root is a directory (missing: most likely an unmounted share, worth
+/// retrying), the batch's location one too, and the root is not inside the batch.
+fn check_places(source: &Path, root: &Path) -> Result<(), WorkError> {
+    match std::fs::metadata(root) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(WorkError::permanent(format!("archive_root {} is not a directory", root.display()))),
+        // Most likely an unmounted share: worth retrying.
+        Err(e) => return Err(WorkError::transient(format!("archive_root {}: {e}", root.display()))),
+    }
+    if !std::fs::metadata(source).map(|m| m.is_dir()).with_path(source)? {
+        return Err(WorkError::permanent(format!("the batch location {} is not a directory", source.display())));
+    }
+    // Copying a batch into a root inside itself would copy its own copy, forever.
+    if let (Ok(source), Ok(root)) = (source.canonicalize(), root.canonicalize())
+        && root.starts_with(&source)
+    {
+        return Err(WorkError::permanent(format!(
+            "archive_root {} is inside the batch {}",
+            root.display(),
+            source.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Copies the batch into `temp`, saving a checkpoint as it goes and stopping when the run is
+/// cancelled (the partial copy goes with `temp`).
+fn copy_batch(source: &Path, temp: &Path, context: &mut WorkContext) -> Result<Progress, WorkError> {
+    let mut progress = Progress::new(temp);
+    context.save_checkpoint(progress.checkpoint())?;
+    let copied = copy::copy_tree(source, temp, &mut progress, &mut |progress: &Progress| {
+        if context.is_cancelled() {
+            return Err(CopyError::Cancelled);
+        }
+        if progress.checkpoint_due() {
+            context.save_checkpoint(progress.checkpoint()).map_err(CopyError::Work)?;
+        }
+        Ok(())
+    });
+    match copied {
+        Ok(()) => Ok(progress),
+        Err(CopyError::Cancelled) => Err(WorkError::permanent(format!(
+            "cancelled after copying {} files; the partial copy was removed",
+            progress.files
+        ))),
+        Err(CopyError::Work(e)) => Err(e),
+        Err(CopyError::Io { path, error }) => Err(WorkError::io(&path, error)),
     }
 }
 

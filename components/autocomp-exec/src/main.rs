@@ -5,6 +5,7 @@
 //! command reads and writes (docs/command-protocol.md).
 
 mod child;
+mod outcome;
 mod protocol;
 
 use std::path::{Path, PathBuf};
@@ -22,10 +23,8 @@ use autocomp_framework::{ComponentName, duration_text};
 use clap::Parser;
 use serde_json::{Map, json};
 
+use outcome::{Ended, Said, keep_output};
 use protocol::{BatchFile, ResultFile, RunFiles};
-
-/// EX_TEMPFAIL from sysexits.h: "try again later".
-const EXIT_TRANSIENT: i32 = 75;
 
 const AFTER_HELP: &str = "The command runs once per ready batch, in its own process group, with \
 {batch_id} and {batch_dir} replaced in every word. It speaks the command protocol, version 1 \
@@ -376,109 +375,6 @@ fn command_for(words: &[String], batch: &Batch, dir: Option<&Path>, files: &RunF
     command
 }
 
-/// What the result file said, once taken into the run.
-struct Said {
-    /// Its summary, when not empty.
-    summary: Option<String>,
-    /// It listed failures (then the exit status adds none of its own).
-    gave_failures: bool,
-    /// It asked for a transient failure.
-    transient: bool,
-    /// It could not be read as the protocol's JSON.
-    malformed: bool,
-}
-
-/// How the command ended, as the outcome tells it: its exit status, the last lines it
-/// printed and what a failure keeps of it.
-struct Ended {
-    program: String,
-    status: std::process::ExitStatus,
-    /// The command, its exit code and the ends of both streams.
-    details: Value,
-    stderr_line: String,
-    stdout_line: Option<String>,
-}
-
-impl Ended {
-    /// The ending of `finished`, whose whole output (head and tail) becomes the run's.
-    fn of(words: Vec<String>, finished: child::Finished, context: &mut WorkContext) -> Self {
-        let printed = finished.printed;
-        // The failure keeps the ends of both streams too, as it always has, for whatever
-        // reads the failure alone.
-        let details = json!({
-            "command": words,
-            "exit_code": finished.status.code(),
-            "stderr_tail": tail_text(&printed.stderr.text()),
-            "stdout_tail": tail_text(&printed.stdout.text()),
-        });
-        let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
-        let stdout_line = printed.stdout.last_line().map(str::to_owned);
-        keep_output(context, printed);
-        Self { program: words[0].clone(), status: finished.status, details, stderr_line, stdout_line }
-    }
-
-    /// The outcome of the exit status and the result file together.
-    fn verdict(self, context: &mut WorkContext, said: Said) -> Result<(), WorkError> {
-        let program = self.program.clone();
-        match self.status.code() {
-            Some(0) => {
-                let summary = match (said.summary, said.malformed) {
-                    (_, true) => format!("`{program}` exited 0 but its result file is malformed"),
-                    (Some(summary), false) => summary,
-                    (None, false) => {
-                        let line = self.stdout_line.map(|l| format!(": {l}")).unwrap_or_default();
-                        format!("`{program}` exited 0{line}")
-                    }
-                };
-                context.set_summary(summary);
-                if said.transient && !said.malformed {
-                    return Err(WorkError::transient(format!("`{program}` reported a transient failure")));
-                }
-                Ok(())
-            }
-            Some(EXIT_TRANSIENT) => {
-                let malformed = said.malformed;
-                self.failed(context, "exit_status", &said, None);
-                if malformed {
-                    context
-                        .set_summary(format!("`{program}` exited {EXIT_TRANSIENT} but its result file is malformed"));
-                    return Ok(());
-                }
-                Err(WorkError::transient(format!("`{program}` exited {EXIT_TRANSIENT} (temporary failure)")))
-            }
-            Some(code) => {
-                self.failed(context, "exit_status", &said, Some(format!("exited with status {code}")));
-                Ok(())
-            }
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                let signal = self.status.signal().unwrap_or_default();
-                self.failed(context, "signal", &said, Some(format!("was killed by signal {signal}")));
-                Ok(())
-            }
-        }
-    }
-
-    /// A failing exit: a failure of `kind` unless the result file gave its own; the summary
-    /// `` `program` <how>: <summary> ``, or the result file's own when `how` is `None`.
-    fn failed(self, context: &mut WorkContext, kind: &str, said: &Said, how: Option<String>) {
-        if !said.gave_failures {
-            context.add_failure(&self.program, kind, self.stderr_line, self.details);
-        }
-        match how {
-            Some(how) => {
-                let tail = said.summary.as_ref().map(|s| format!(": {s}")).unwrap_or_default();
-                context.set_summary(format!("`{}` {how}{tail}", self.program));
-            }
-            None => {
-                if let Some(summary) = &said.summary {
-                    context.set_summary(summary.clone());
-                }
-            }
-        }
-    }
-}
-
 /// Replaces `{batch_id}` and `{batch_dir}` in every word. The batch id is a validated name;
 /// the words go to the program as separate arguments, never through a shell.
 fn substitute(command: &[String], batch_id: &str, dir: Option<&Path>) -> Result<Vec<String>, WorkError> {
@@ -503,29 +399,6 @@ fn substitute(command: &[String], batch_id: &str, dir: Option<&Path>) -> Result<
         .collect()
 }
 
-/// How much of each stream a failure's details keep (the end is what explains a failure).
-const TAIL_BYTES: usize = 2048;
-
-/// The last `TAIL_BYTES` of `text`, cut at a character boundary, marked when cut.
-fn tail_text(text: &str) -> String {
-    if text.len() <= TAIL_BYTES {
-        return text.to_owned();
-    }
-    let mut start = text.len() - TAIL_BYTES;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("...{}", &text[start..])
-}
-
-/// Both streams go with the run's result (the runner drops one that printed nothing).
-fn keep_output(context: &mut WorkContext, printed: child::Printed) {
-    if context.output_budget() > 0 {
-        context.set_output(printed.stdout);
-        context.set_output(printed.stderr);
-    }
-}
-
 fn main() -> ExitCode {
     let cli = ExecCli::parse();
     let component = match Exec::from_cli(&cli) {
@@ -541,15 +414,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tails_keep_the_end_and_cut_at_a_character() {
-        assert_eq!(tail_text("short"), "short");
-        let long = "é".repeat(TAIL_BYTES) + "the end";
-        let tail = tail_text(&long);
-        assert!(tail.starts_with("...é") && tail.ends_with("the end"), "{tail}");
-        assert!(tail.len() <= TAIL_BYTES + 3);
-    }
 
     #[test]
     fn placeholders_are_replaced_in_every_word() {

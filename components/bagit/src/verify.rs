@@ -176,12 +176,7 @@ impl Reader<'_> {
             ));
         }
 
-        let payload: Vec<Entry> = if is_dir(&self.root.join("data"))? {
-            walk::walk(self.root, "data", sink)?.into_iter().filter(Entry::is_file_like).collect()
-        } else {
-            sink.add(Problem::new("data/", Kind::Missing, "the payload directory data/ is missing"));
-            Vec::new()
-        };
+        let payload = self.payload(sink)?;
         let on_disk: OnDisk = payload.iter().map(|e| (comparable(&e.rel), e.clone())).collect();
 
         let (payload_manifests, tag_manifests) = self.manifest_files()?;
@@ -205,7 +200,29 @@ impl Reader<'_> {
         self.check_completeness(&entries, &payload, &on_disk, sink)?;
         self.check_oxum(version, encoding, &payload, sink)?;
 
-        for (path, expected) in &entries {
+        self.hash_listed(&entries, &on_disk, &mut totals, sink)?;
+        Ok(totals)
+    }
+
+    /// The files under `data/` (a missing `data/` is a problem, and the payload is empty).
+    fn payload(&self, sink: &mut dyn Sink) -> Result<Vec<Entry>, Abort> {
+        if is_dir(&self.root.join("data"))? {
+            Ok(walk::walk(self.root, "data", sink)?.into_iter().filter(Entry::is_file_like).collect())
+        } else {
+            sink.add(Problem::new("data/", Kind::Missing, "the payload directory data/ is missing"));
+            Ok(Vec::new())
+        }
+    }
+
+    /// Hashes every listed file that exists (a missing one is reported already) and compares.
+    fn hash_listed(
+        &mut self,
+        entries: &BTreeMap<String, Vec<Expected>>,
+        on_disk: &OnDisk,
+        totals: &mut Totals,
+        sink: &mut dyn Sink,
+    ) -> Result<(), Abort> {
+        for (path, expected) in entries {
             let actual = if path.starts_with("data/") {
                 match on_disk.get(&comparable(path)) {
                     Some(entry) => entry.path.clone(),
@@ -218,9 +235,9 @@ impl Reader<'_> {
                 }
                 actual
             };
-            self.hash_and_compare(path, &actual, expected, &mut totals, sink)?;
+            self.hash_and_compare(path, &actual, expected, totals, sink)?;
         }
-        Ok(totals)
+        Ok(())
     }
 
     /// `manifest-<alg>.txt` and `tagmanifest-<alg>.txt` files in the bag root, with `<alg>`,
@@ -452,65 +469,7 @@ impl Reader<'_> {
         let mut totals = Totals::new(Against::Plain(manifest.to_owned()));
         totals.manifests.push(manifest.to_owned());
         let Some(bytes) = read_small(self.root, manifest, sink)? else { return Ok(totals) };
-        let mut entries: BTreeMap<String, Vec<Expected>> = BTreeMap::new();
-        let algorithm_name = manifest.rsplit('/').next().unwrap_or(manifest);
-        for (index, line) in bytes.split(|&b| b == b'\n').enumerate() {
-            let number = index + 1;
-            let malformed = |why: String| {
-                Problem::new(manifest, Kind::Malformed, format!("{manifest} line {number} {why}"))
-                    .with_details(json!({ "line": number }))
-            };
-            let Ok(line) = std::str::from_utf8(line) else {
-                sink.add(malformed("is not UTF-8".into()));
-                continue;
-            };
-            let parsed = match manifest::parse_plain_line(line) {
-                Ok(Some(parsed)) => parsed,
-                Ok(None) => continue,
-                Err(why) => {
-                    sink.add(malformed(why));
-                    continue;
-                }
-            };
-            let length = parsed.checksum.len();
-            let algorithm = match settings.plain_algorithm {
-                Some(algorithm) if algorithm.hex_len() == length => algorithm,
-                Some(algorithm) => {
-                    let why = format!("has a checksum of {length} hex digits; {algorithm} has {}", algorithm.hex_len());
-                    sink.add(malformed(why));
-                    continue;
-                }
-                None => match Algorithm::from_hex_len(length) {
-                    Some(algorithm) => algorithm,
-                    None => {
-                        let why = format!("has a checksum of {length} hex digits, which matches no algorithm");
-                        sink.add(malformed(why));
-                        continue;
-                    }
-                },
-            };
-            let path = match normalize_relative(&parsed.path) {
-                Ok(path) => path,
-                Err(why) => {
-                    let why = format!("listed in {manifest} but {why}");
-                    sink.add(Problem::new(&parsed.path, Kind::UnsafePath, why).with_details(json!({ "line": number })));
-                    continue;
-                }
-            };
-            let listed = entries.entry(path.clone()).or_default();
-            match listed.iter().find(|e| e.algorithm == algorithm.name()) {
-                None => listed.push(Expected {
-                    algorithm: algorithm.name().to_owned(),
-                    checksum: parsed.checksum,
-                    manifest: algorithm_name.to_owned(),
-                }),
-                Some(previous) if previous.checksum.eq_ignore_ascii_case(&parsed.checksum) => {}
-                Some(_) => {
-                    let why = format!("{manifest} lists it twice with different checksums (line {number})");
-                    sink.add(Problem::new(&path, Kind::Duplicate, why));
-                }
-            }
-        }
+        let entries = plain_entries(manifest, &bytes, settings, sink);
 
         let files: Vec<Entry> = walk::walk(self.root, "", sink)?.into_iter().filter(Entry::is_file_like).collect();
         let on_disk: OnDisk = files.iter().map(|e| (comparable(&e.rel), e.clone())).collect();
@@ -647,6 +606,81 @@ impl Reader<'_> {
     }
 }
 
+/// The entries of a plain manifest: each listed path with the checksums it is listed with.
+/// A malformed line, an unsafe path or a path listed twice with different checksums is a
+/// problem, and the line is left out.
+fn plain_entries(
+    manifest: &str,
+    bytes: &[u8],
+    settings: &VerifySettings,
+    sink: &mut dyn Sink,
+) -> BTreeMap<String, Vec<Expected>> {
+    let mut entries: BTreeMap<String, Vec<Expected>> = BTreeMap::new();
+    let algorithm_name = manifest.rsplit('/').next().unwrap_or(manifest);
+    for (index, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        let number = index + 1;
+        let malformed = |why: String| {
+            Problem::new(manifest, Kind::Malformed, format!("{manifest} line {number} {why}"))
+                .with_details(json!({ "line": number }))
+        };
+        let Ok(line) = std::str::from_utf8(line) else {
+            sink.add(malformed("is not UTF-8".into()));
+            continue;
+        };
+        let parsed = match manifest::parse_plain_line(line) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => continue,
+            Err(why) => {
+                sink.add(malformed(why));
+                continue;
+            }
+        };
+        let length = parsed.checksum.len();
+        let algorithm = match plain_algorithm(settings.plain_algorithm, length) {
+            Ok(algorithm) => algorithm,
+            Err(why) => {
+                sink.add(malformed(why));
+                continue;
+            }
+        };
+        let path = match normalize_relative(&parsed.path) {
+            Ok(path) => path,
+            Err(why) => {
+                let why = format!("listed in {manifest} but {why}");
+                sink.add(Problem::new(&parsed.path, Kind::UnsafePath, why).with_details(json!({ "line": number })));
+                continue;
+            }
+        };
+        let listed = entries.entry(path.clone()).or_default();
+        match listed.iter().find(|e| e.algorithm == algorithm.name()) {
+            None => listed.push(Expected {
+                algorithm: algorithm.name().to_owned(),
+                checksum: parsed.checksum,
+                manifest: algorithm_name.to_owned(),
+            }),
+            Some(previous) if previous.checksum.eq_ignore_ascii_case(&parsed.checksum) => {}
+            Some(_) => {
+                let why = format!("{manifest} lists it twice with different checksums (line {number})");
+                sink.add(Problem::new(&path, Kind::Duplicate, why));
+            }
+        }
+    }
+    entries
+}
+
+/// The algorithm of a plain manifest's checksum of `length` hex digits: the configured one
+/// if its digests are that long, else the one whose are; why not, if neither.
+fn plain_algorithm(configured: Option<Algorithm>, length: usize) -> Result<Algorithm, String> {
+    match configured {
+        Some(algorithm) if algorithm.hex_len() == length => Ok(algorithm),
+        Some(algorithm) => {
+            Err(format!("has a checksum of {length} hex digits; {algorithm} has {}", algorithm.hex_len()))
+        }
+        None => Algorithm::from_hex_len(length)
+            .ok_or_else(|| format!("has a checksum of {length} hex digits, which matches no algorithm")),
+    }
+}
+
 /// `a`, `a and b`, `a, b and c`.
 fn and_list(items: &BTreeSet<&str>) -> String {
     let items: Vec<&str> = items.iter().copied().collect();
@@ -708,146 +742,5 @@ pub fn human_bytes(bytes: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::problem::Collected;
-
-    #[test]
-    fn summaries_read_like_the_brief() {
-        let mut totals = Totals::new(Against::Bag(Version(0, 97)));
-        totals.files = 1234;
-        totals.bytes = 5_600_000_000;
-        totals.algorithms.extend([Algorithm::Sha256, Algorithm::Md5]);
-        assert_eq!(totals.summary(0), "verified 1,234 files (5.6 GB) against md5+sha256 (BagIt 0.97)");
-        assert_eq!(totals.summary(3), "checked 1,234 files (5.6 GB) against md5+sha256 (BagIt 0.97)");
-        totals.ignored_lines = 1;
-        assert!(totals.summary(0).ends_with("; 1 unparsable manifest line ignored, as bagit does"));
-        assert_eq!(count(1, "file"), "1 file");
-        assert_eq!(count(1_000_000, "file"), "1,000,000 files");
-        assert_eq!(count(2, "directory"), "2 directories");
-        assert_eq!(and_list(&BTreeSet::from(["b", "a", "c"])), "a, b and c");
-        assert_eq!(human_bytes(999), "999 B");
-        assert_eq!(human_bytes(1_500), "1.5 kB");
-    }
-
-    #[test]
-    fn fetch_urls_need_a_scheme_and_host() {
-        assert!(usable_url("https://example.org/x"));
-        assert!(usable_url("file:///tmp/x"));
-        assert!(!usable_url("https:///x"));
-        assert!(!usable_url("example.org/x"));
-        assert!(!usable_url("1http://x"));
-    }
-
-    #[test]
-    fn a_missing_location_aborts_naming_it() {
-        let err = verify(Path::new("/no/such/batch"), &VerifySettings::default(), &mut Collected::default());
-        assert_eq!(err, Err(Abort::Location("batch location /no/such/batch does not exist".into())));
-    }
-
-    fn sha512(bytes: &[u8]) -> String {
-        let mut file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut file, bytes).unwrap();
-        std::io::Seek::rewind(&mut file).unwrap();
-        let digests = algorithm::hash_file(&mut file, &[Algorithm::Sha512], &mut [0; 64], &|| false).unwrap().unwrap();
-        digests.get(Algorithm::Sha512).unwrap().to_owned()
-    }
-
-    /// A BagIt 1.0 bag as RFC 8493 writes it, by hand: `%`, LF and a space in names.
-    fn rfc_bag(root: &Path) {
-        fs::create_dir_all(root.join("data/sub dir")).unwrap();
-        let files = [("data/100%.txt", "data/100%25.txt"), ("data/sub dir/a\nb.txt", "data/sub dir/a%0Ab.txt")];
-        let mut manifest = String::new();
-        for (name, encoded) in files {
-            fs::write(root.join(name), name).unwrap();
-            manifest += &format!("{}  {encoded}\n", sha512(name.as_bytes()));
-        }
-        fs::write(root.join("manifest-sha512.txt"), &manifest).unwrap();
-        let declaration = "BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n";
-        fs::write(root.join("bagit.txt"), declaration).unwrap();
-        let tags = format!(
-            "{}  bagit.txt\n{}  manifest-sha512.txt\n",
-            sha512(declaration.as_bytes()),
-            sha512(manifest.as_bytes())
-        );
-        fs::write(root.join("tagmanifest-sha512.txt"), tags).unwrap();
-    }
-
-    #[test]
-    fn an_rfc_8493_bag_with_encoded_names_verifies() {
-        let dir = tempfile::tempdir().unwrap();
-        rfc_bag(dir.path());
-        let mut sink = Collected::default();
-        let totals = verify(dir.path(), &VerifySettings::default(), &mut sink).unwrap();
-        assert!(sink.problems.is_empty(), "{:#?}", sink.problems);
-        assert_eq!((totals.files, totals.against.clone()), (4, Against::Bag(Version(1, 0))));
-    }
-
-    #[test]
-    fn duplicates_unsupported_algorithms_and_byte_order_marks_are_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        rfc_bag(root);
-        let manifest = fs::read_to_string(root.join("manifest-sha512.txt")).unwrap();
-        let first = manifest.lines().next().unwrap().to_owned();
-        fs::write(root.join("manifest-sha512.txt"), format!("{manifest}{first}\n")).unwrap();
-        fs::write(root.join("manifest-blake2b.txt"), "").unwrap();
-        let declaration = fs::read(root.join("bagit.txt")).unwrap();
-        fs::write(root.join("bagit.txt"), [b"\xEF\xBB\xBF".as_slice(), &declaration].concat()).unwrap();
-        let mut sink = Collected::default();
-        verify(root, &VerifySettings::default(), &mut sink).unwrap();
-        // BagIt 1.0 forbids even an identical repeated line.
-        assert_eq!(sink.paths_of(Kind::Duplicate), ["data/100%.txt"]);
-        assert_eq!(sink.paths_of(Kind::Unsupported), ["manifest-blake2b.txt"]);
-        assert!(sink.paths_of(Kind::Malformed).contains(&"bagit.txt"), "{:#?}", sink.problems);
-        // The edits show in the tag manifest too.
-        assert_eq!(sink.paths_of(Kind::Mismatch), ["bagit.txt", "manifest-sha512.txt"]);
-    }
-
-    #[test]
-    fn a_cancelled_check_stops_without_a_verdict() {
-        struct Stop;
-        impl Sink for Stop {
-            fn add(&mut self, problem: Problem) {
-                panic!("no verdict expected after cancellation: {problem:?}");
-            }
-            fn cancelled(&self) -> bool {
-                true
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        rfc_bag(dir.path());
-        assert_eq!(verify(dir.path(), &VerifySettings::default(), &mut Stop), Err(Abort::Cancelled));
-    }
-
-    #[test]
-    fn plain_manifests_are_verified_with_inferred_algorithms() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        fs::create_dir(root.join("sub")).unwrap();
-        fs::write(root.join("sub/a b.txt"), "hello\n").unwrap();
-        fs::write(root.join("c.txt"), "changed").unwrap();
-        fs::write(root.join("unlisted.txt"), "x").unwrap();
-        fs::write(
-            root.join("SUMS"),
-            "b1946ac92492d2347c6235b4d2611184  ./sub/a b.txt\n\
-             5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03 *sub/a b.txt\n\
-             b1946ac92492d2347c6235b4d2611184  c.txt\n\
-             b1946ac92492d2347c6235b4d2611184  gone.txt\n\
-             b1946ac92492d2347c6235b4d2611184  ../outside.txt\n",
-        )
-        .unwrap();
-        let settings =
-            VerifySettings { plain_manifest: Some("SUMS".to_owned().try_into().unwrap()), ..Default::default() };
-        let mut sink = Collected::default();
-        let totals = verify(root, &settings, &mut sink).unwrap();
-        assert_eq!(sink.paths_of(Kind::Mismatch), ["c.txt"]);
-        assert_eq!(sink.paths_of(Kind::Missing), ["gone.txt"]);
-        assert_eq!(sink.paths_of(Kind::Extra), ["unlisted.txt"]);
-        assert_eq!(sink.paths_of(Kind::UnsafePath), ["../outside.txt"]);
-        assert_eq!(sink.problems.len(), 4, "{:#?}", sink.problems);
-        assert_eq!(totals.files, 2);
-        assert_eq!(totals.algorithms, BTreeSet::from([Algorithm::Md5, Algorithm::Sha256]));
-        assert_eq!(totals.summary(4), "checked 2 files (13 B) against SUMS (md5+sha256)");
-    }
-}
+#[path = "verify_tests.rs"]
+mod tests;

@@ -288,27 +288,7 @@ impl Scanner<'_, '_> {
                 let line = format!("{} registered: {}", folder.id, describe(scan, &location));
                 (line, json!({}), received_key(batch))
             }
-            Action::Redeliver { settled, previous } => {
-                let mut patch = Map::new();
-                patch.insert(FINGERPRINT.into(), scan.fingerprint());
-                patch.insert("location".into(), Value::String(location.clone()));
-                let seq = self.context.record_content_change(&folder.id, patch).await?;
-                let what = describe(scan, &location);
-                // Without a fingerprint the batch was registered by hand (`autocomp add`)
-                // before its files arrived: this is its first delivery.
-                let line = match &previous {
-                    Some(p) => format!(
-                        "{} re-delivered: {what} ({settled}; was {} files, {} bytes)",
-                        folder.id, p["files"], p["bytes"]
-                    ),
-                    None => {
-                        format!("{} registered: {what} ({settled}; the batch existed without a delivery)", folder.id)
-                    }
-                };
-                let details =
-                    json!({ "settled": settled.to_string(), "redelivery": previous.is_some(), "previous": previous });
-                (line, details, IdempotencyKey::new(format!("{NAME}.{seq}.{seq}")).expect("a valid key"))
-            }
+            Action::Redeliver { settled, previous } => self.redeliver(folder, scan, settled, previous).await?,
         };
         let mut report = Report::new(self.context.failures_cap());
         report.duration_ms = started.elapsed().as_millis() as u64;
@@ -327,6 +307,34 @@ impl Scanner<'_, '_> {
             debug!(batch = %folder.id, "cannot print the result line: {e}");
         }
         Ok(())
+    }
+
+    /// Records the new content of a known batch (its fingerprint and location): the line,
+    /// the event's details and its idempotency key (the change's own seq).
+    async fn redeliver(
+        &self,
+        folder: &Folder,
+        scan: &FolderScan,
+        settled: Settled,
+        previous: Option<Value>,
+    ) -> Result<(String, Value, IdempotencyKey), StoreError> {
+        let location = folder.path.display().to_string();
+        let mut patch = Map::new();
+        patch.insert(FINGERPRINT.into(), scan.fingerprint());
+        patch.insert("location".into(), Value::String(location.clone()));
+        let seq = self.context.record_content_change(&folder.id, patch).await?;
+        let what = describe(scan, &location);
+        // Without a fingerprint the batch was registered by hand (`autocomp add`)
+        // before its files arrived: this is its first delivery.
+        let line = match &previous {
+            Some(p) => format!(
+                "{} re-delivered: {what} ({settled}; was {} files, {} bytes)",
+                folder.id, p["files"], p["bytes"]
+            ),
+            None => format!("{} registered: {what} ({settled}; the batch existed without a delivery)", folder.id),
+        };
+        let details = json!({ "settled": settled.to_string(), "redelivery": previous.is_some(), "previous": previous });
+        Ok((line, details, IdempotencyKey::new(format!("{NAME}.{seq}.{seq}")).expect("a valid key")))
     }
 }
 
