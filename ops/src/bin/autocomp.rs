@@ -8,12 +8,16 @@ use std::time::Duration;
 
 use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
-use autocomp_model::{BatchId, ComponentName, ComponentState, IdempotencyKey, InvalidInput, Outcome, Seq};
+use autocomp_model::{BatchId, ComponentName, ComponentState, InvalidInput, Outcome, Seq};
 use autocomp_ops::operator::{
-    Action, AlertDefaults, Format, HumanStep, LogSpan, LogsQuery, Operator, OperatorError, RestartFrom, SHOW_EVENTS,
-    Scope, SteerAction, TableFormat,
+    AlertDefaults, Format, LogSpan, LogsQuery, NewBatchRequest, Operator, OperatorError, SHOW_EVENTS, TableFormat,
 };
-use clap::{ArgGroup, Parser, Subcommand};
+use clap::{Parser, Subcommand};
+
+#[path = "autocomp_cli/act.rs"]
+mod act;
+
+use act::{ActCommand, SteerCommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
 /// prioritize their steps. Every write is appended to the batch's log as an event naming
@@ -61,7 +65,7 @@ enum Command {
     /// records its first one (a source component, or `autocomp event ID --type Data_Received`).
     Add {
         /// The batch id.
-        id: String,
+        id: BatchId,
         /// The batch type, e.g. RoundTrip.
         #[arg(long = "type", value_name = "TYPE")]
         batch_type: String,
@@ -82,7 +86,7 @@ enum Command {
     /// pipeline). The type must be one the pipeline records or waits for.
     Event {
         /// The batch id.
-        id: String,
+        id: BatchId,
         #[arg(long = "type", value_name = "TYPE")]
         event_type: String,
         #[arg(long, value_parser = ["success", "failure"])]
@@ -147,161 +151,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = TableFormat::Table)]
         format: TableFormat,
     },
-    /// Append a Reset marker for the component's event type: it triggers again (if its
-    /// requirements hold). Nothing else changes.
-    Rerun {
-        /// The batch id.
-        id: String,
-        #[arg(long)]
-        component: String,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// Append a Reset marker for a starting event type and every type whose effective event
-    /// has a higher seq (was recorded after it): those steps trigger again.
-    #[command(group(ArgGroup::new("start").required(true).args(["from_first_failure", "from"])))]
-    Restart {
-        /// The batch id.
-        id: String,
-        /// Start at the effective failure with the lowest seq.
-        #[arg(long)]
-        from_first_failure: bool,
-        /// Start at this event type's effective event.
-        #[arg(long, value_name = "TYPE")]
-        from: Option<String>,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// Fence the component's running worker on the batch (it stops within seconds and can
-    /// record nothing) and record a failure flagged `cancelled`. With no running worker it
-    /// is refused (exit 1, nothing written) unless --record-anyway.
-    Cancel {
-        /// The batch id.
-        id: String,
-        #[arg(long)]
-        component: String,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        /// Record the cancelled failure even when the component has no open run on the batch.
-        #[arg(long)]
-        record_anyway: bool,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// Record a success flagged `skipped` for the component, so the next ones may run. Over
-    /// a success that counts (not skipped, not stale) it is refused (exit 1, nothing
-    /// written) unless --force.
-    Skip {
-        /// The batch id.
-        id: String,
-        #[arg(long)]
-        component: String,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        /// Skip even when the component's effective event is already a success.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// Set a batch's priority (higher runs first); recorded as a `Prioritized` event.
-    Prioritize {
-        /// The batch id.
-        id: String,
-        #[arg(allow_negative_numbers = true)]
-        priority: i32,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// A person's approval at a human step the batch waits at (`status --state person`):
-    /// records the step's event as a success flagged `approved`, so the steps after it run.
-    Approve {
-        /// The batch id.
-        id: String,
-        /// The human step (declared with `autocomp step add`).
-        #[arg(long)]
-        step: String,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// A person's rejection at a human step: records the step's event as a failure flagged
-    /// `rejected`; with --restart-from, a Reset from that type instead (as `restart --from`),
-    /// so the batch is redone from there and comes to the step again.
-    Reject {
-        /// The batch id.
-        id: String,
-        /// The human step (declared with `autocomp step add`).
-        #[arg(long)]
-        step: String,
-        /// Why: recorded with the event for whoever reads the log later (required).
-        #[arg(long, required = true)]
-        reason: String,
-        /// Send the batch back: supersede this type's result and every result after it.
-        #[arg(long, value_name = "TYPE")]
-        restart_from: Option<String>,
-        #[command(flatten)]
-        guard: Guard,
-    },
-    /// Stop a component (or the whole pipeline: --all) from claiming new work, on every host,
-    /// from its next claim; running work goes on to its result. A paused cron pass prints
-    /// nothing and exits 0; `status`, `pipeline` and `alerts` say who paused it and why.
-    Pause {
-        #[command(flatten)]
-        scope: ScopeArgs,
-        #[command(flatten)]
-        steer: SteerArgs,
-    },
-    /// Pause for maintenance: as `pause`, and with --wait return only once nothing in the
-    /// scope runs any more (exit 1 if --timeout passes first).
-    Drain {
-        #[command(flatten)]
-        scope: ScopeArgs,
-        #[command(flatten)]
-        steer: SteerArgs,
-        /// Return once nothing in the scope runs.
-        #[arg(long)]
-        wait: bool,
-        /// With --wait: give up after this long (exit 1).
-        #[arg(long, value_name = "AGE", default_value = "1h", value_parser = humantime::parse_duration)]
-        timeout: Duration,
-    },
-    /// Lift a pause, drain or open circuit of a component (or of the whole pipeline: --all).
-    Resume {
-        #[command(flatten)]
-        scope: ScopeArgs,
-        #[command(flatten)]
-        steer: SteerArgs,
-        /// After an open circuit: also rerun the batches that failed while it was breaking.
-        #[arg(long)]
-        rerun_failed: bool,
-    },
-    /// Resource pools: a shared resource (a tape library, an API) that takes at most SIZE
-    /// batches' work at once across all hosts; components name the pools their work holds
-    /// (`pools = ["tape"]` in their config).
-    Pool {
-        #[command(subcommand)]
-        action: PoolAction,
-    },
-    /// Human steps: a step of the pipeline that a person decides (approve / reject), with a
-    /// trigger like any component and no binary.
-    Step {
-        #[command(subcommand)]
-        action: StepAction,
-    },
+    #[command(flatten)]
+    Act(ActCommand),
+    #[command(flatten)]
+    Steer(SteerCommand),
     /// Why a batch is or is not ready for a component: each trigger clause in the store and
     /// in the index, the retry window of a transient failure, attempts, open run, locks.
     Explain {
@@ -402,141 +255,13 @@ enum Command {
     },
 }
 
-/// What every action (rerun, restart, cancel, skip, prioritize) takes besides its own input.
-#[derive(clap::Args)]
-struct Guard {
-    /// Write nothing: print what it would record, the state changes and the batch's version
-    /// (for --expect-version).
-    #[arg(long)]
-    dry_run: bool,
-    /// Act only if the batch's version (its changed_seq, which every event, claim and
-    /// release moves; --dry-run prints it) is still N; else exit 2 naming the field and
-    /// the version now, nothing written.
-    #[arg(long, value_name = "N", conflicts_with = "dry_run")]
-    expect_version: Option<i64>,
-    /// An idempotency key for retries from scripts (1-128 printable ASCII characters,
-    /// starting with a letter or digit): it is recorded with the event, and a repeated
-    /// command with the same key on the same batch writes nothing and answers "already
-    /// done" with the earlier seq (exit 0). Use a new key for each new request.
-    #[arg(long, value_name = "K", conflicts_with = "dry_run")]
-    key: Option<String>,
-    /// The answer as text, or as JSON: batch, already_done, event (seq, type, outcome,
-    /// agent, at, flags; resets and supersedes for a Reset), changes, message.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    format: Format,
-}
-
-impl Guard {
-    async fn act(self, operator: &Operator, id: &str, action: Action, reason: &str) -> Result<String, OperatorError> {
-        if self.dry_run {
-            return Ok(operator.preview(id, &action, reason).await?.render_as(self.format));
-        }
-        let key = match &self.key {
-            Some(text) => {
-                Some(IdempotencyKey::new(text.as_str()).map_err(|e| InvalidInput::new("--key", text, e.reason))?)
-            }
-            None => None,
-        };
-        let version = self.expect_version.map(Seq);
-        let report = operator.perform_expecting(id, &action, reason, version, key.as_ref()).await?;
-        Ok(report.render_as(self.format))
-    }
-}
-
-/// Which part of the pipeline a pause, drain or resume is about.
-#[derive(clap::Args)]
-#[command(group(ArgGroup::new("scope").required(true).args(["component", "all"])))]
-struct ScopeArgs {
-    /// The component.
-    component: Option<String>,
-    /// The whole pipeline: every component.
-    #[arg(long)]
-    all: bool,
-}
-
-impl ScopeArgs {
-    fn scope(self) -> Scope {
-        match self.component {
-            Some(name) if !self.all => Scope::Component(name),
-            _ => Scope::All,
-        }
-    }
-}
-
-/// What every steering action (pause, drain, resume, pool set) takes besides its own input.
-#[derive(clap::Args)]
-struct SteerArgs {
-    /// Why: recorded in the steering log for whoever reads it later (required).
-    #[arg(long, required = true)]
-    reason: String,
-    /// Write nothing: print what it would record and the steering version (for
-    /// --expect-version).
-    #[arg(long)]
-    dry_run: bool,
-    /// Act only if the steering state's version (every pause, resume, pool change and
-    /// breaker count moves it; --dry-run prints it) is still N; else exit 1, nothing written.
-    #[arg(long, value_name = "N", conflicts_with = "dry_run")]
-    expect_version: Option<u64>,
-    /// The answer as text or JSON.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    format: Format,
-}
-
-impl SteerArgs {
-    async fn act(self, operator: &Operator, action: SteerAction) -> Result<String, OperatorError> {
-        if self.dry_run {
-            return Ok(operator.preview_steer(&action, &self.reason).await?.render(self.format));
-        }
-        Ok(operator.steer(&action, &self.reason, self.expect_version).await?.render(self.format))
-    }
-}
-
-#[derive(Subcommand)]
-enum PoolAction {
-    /// Create a pool or change its size (0 closes it: work needing it waits).
-    Set {
-        /// The pool's name, e.g. tape.
-        name: String,
-        /// At most this many batches' work holds a slot at once, across all hosts (0 to 1000).
-        #[arg(value_parser = clap::value_parser!(u32).range(0..=1000))]
-        size: u32,
-        #[command(flatten)]
-        steer: SteerArgs,
-    },
-}
-
-#[derive(Subcommand)]
-enum StepAction {
-    /// Declare (or change) a human step: batches for which what it requires succeeded wait
-    /// for a person at it (`status --state person`, the monitor's "waiting for a person").
-    Add {
-        /// The step's name, as components are named (e.g. roundtrip-qa).
-        name: String,
-        /// The event type its decision records (e.g. Roundtrip_Approved).
-        #[arg(long, value_name = "TYPE")]
-        event_type: String,
-        /// The types that must have succeeded first (repeat or separate with commas).
-        #[arg(long, value_name = "TYPE", value_delimiter = ',', required = true)]
-        requires: Vec<String>,
-        /// Only batches of these types (repeat or separate with commas) [default: all].
-        #[arg(long, value_name = "TYPE", value_delimiter = ',')]
-        types: Vec<String>,
-        /// Waiting for a person longer than this is overdue (alerts, notifications).
-        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
-        overdue_after: Option<Duration>,
-        /// Why: recorded in the registry (required).
-        #[arg(long, required = true)]
-        reason: String,
-    },
-}
-
 #[derive(Subcommand)]
 enum PipelineAction {
     /// Retire a component that no longer runs (renamed, removed): it leaves `status`,
     /// `show` and the monitor. It comes back if it runs a pass again.
     Forget {
         /// The component's name.
-        component: String,
+        component: ComponentName,
         /// Why: recorded in the registry (required).
         #[arg(long, required = true)]
         reason: String,
@@ -551,7 +276,10 @@ fn component_state() -> impl clap::builder::TypedValueParser<Value = ComponentSt
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refused_argument(e),
+    };
     autocomp_framework::init_logging(cli.verbose, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -576,7 +304,8 @@ fn main() -> ExitCode {
             // Best effort: a closed stdout (`| head`) just ends the output; the exit code
             // stays what the command's result says.
             let mut stdout = std::io::stdout().lock();
-            if let Err(e) = write!(stdout, "{}", autocomp_toolkit::for_terminal(&output)).and_then(|()| stdout.flush()) {
+            if let Err(e) = write!(stdout, "{}", autocomp_toolkit::for_terminal(&output)).and_then(|()| stdout.flush())
+            {
                 tracing::debug!("cannot print the output: {e}");
             }
             u8::from(alerting && !output.is_empty())
@@ -590,6 +319,19 @@ fn main() -> ExitCode {
     // Everything is written and printed; do not wait on a backend's background threads.
     runtime.shutdown_background();
     ExitCode::from(code)
+}
+
+/// A bad batch id or component name is refused in the operator module's words, as when the
+/// operator module checked it (`autocomp: batch id "../x": ...`, exit 2); any other bad
+/// argument as clap says it.
+fn refused_argument(error: clap::Error) -> ExitCode {
+    match std::error::Error::source(&error).and_then(|source| source.downcast_ref::<InvalidInput>()) {
+        Some(invalid) => {
+            eprintln!("autocomp: {}", autocomp_toolkit::for_terminal(&invalid.to_string()));
+            ExitCode::from(autocomp_framework::exit::USAGE)
+        }
+        None => error.exit(),
+    }
 }
 
 /// `autocomp doctor`'s flags.
@@ -674,13 +416,34 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
     let overrides = Backends { store: cli.store, index: cli.index, locks: cli.locks };
     let config_dir = cli.config_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_DIR));
     let operator = Operator::new(&config_dir, overrides, cli.operator)?;
-    Ok(match cli.command {
+    match cli.command {
+        Command::Act(command) => command.run(&operator).await,
+        Command::Steer(command) => command.run(&operator).await,
+        command => write_or_read(&operator, command).await,
+    }
+}
+
+/// The writes that are no action on a batch (`add`, `event`, `pipeline forget`), and the
+/// reads.
+async fn write_or_read(operator: &Operator, command: Command) -> Result<String, OperatorError> {
+    Ok(match command {
         Command::Add { id, batch_type, priority, location, reason, format } => {
-            operator.add(&id, &batch_type, priority, location.as_deref(), reason.as_deref()).await?.render_as(format)
+            let request = NewBatchRequest { priority, location: location.as_deref(), reason: reason.as_deref() };
+            operator.add(&id, &batch_type, request).await?.render_as(format)
         }
         Command::Event { id, event_type, outcome, reason, format } => {
             operator.record_event(&id, &event_type, Outcome::parse(&outcome)?, &reason).await?.render_as(format)
         }
+        Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
+            operator.forget(&component, &reason).await?
+        }
+        command => read(operator, command).await?,
+    })
+}
+
+/// The commands that only read (and `reindex`, `notify`, which write no batch).
+async fn read(operator: &Operator, command: Command) -> Result<String, OperatorError> {
+    Ok(match command {
         Command::Show { id, event: Some(seq), .. } => operator.show_event(&BatchId::new(&id)?, seq).await?,
         Command::Show { id, format, all: true, .. } => {
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
@@ -708,57 +471,6 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
             let component = component.as_deref().map(ComponentName::new).transpose()?;
             operator.status(component.as_ref(), state).await?.render(format)
         }
-        Command::Rerun { id, component, reason, guard } => {
-            guard.act(&operator, &id, Action::Rerun { component }, &reason).await?
-        }
-        Command::Restart { id, from_first_failure: _, from, reason, guard } => {
-            let from = from.map_or(RestartFrom::FirstFailure, RestartFrom::Type);
-            guard.act(&operator, &id, Action::Restart { from }, &reason).await?
-        }
-        Command::Cancel { id, component, reason, record_anyway, guard } => {
-            guard.act(&operator, &id, Action::Cancel { component, record_anyway }, &reason).await?
-        }
-        Command::Skip { id, component, reason, force, guard } => {
-            guard.act(&operator, &id, Action::Skip { component, force }, &reason).await?
-        }
-        Command::Prioritize { id, priority, reason, guard } => {
-            guard.act(&operator, &id, Action::Prioritize { priority }, &reason).await?
-        }
-        Command::Approve { id, step, reason, guard } => {
-            guard.act(&operator, &id, Action::Approve { step }, &reason).await?
-        }
-        Command::Reject { id, step, reason, restart_from, guard } => {
-            guard.act(&operator, &id, Action::Reject { step, restart_from }, &reason).await?
-        }
-        Command::Pause { scope, steer } => steer.act(&operator, SteerAction::Pause { scope: scope.scope() }).await?,
-        Command::Drain { scope, steer, wait, timeout } => {
-            let scope = scope.scope();
-            let format = steer.format;
-            let recorded = match steer.act(&operator, SteerAction::Drain { scope: scope.clone() }).await {
-                Ok(text) => text,
-                // Draining already (or paused): --wait still waits.
-                Err(OperatorError::AlreadyInState(message)) if wait => format!("{message}\n"),
-                Err(e) => return Err(e),
-            };
-            if wait && format == Format::Text {
-                recorded + &operator.wait_drained(&scope, timeout).await? + "\n"
-            } else if wait {
-                operator.wait_drained(&scope, timeout).await?;
-                recorded
-            } else {
-                recorded
-            }
-        }
-        Command::Resume { scope, steer, rerun_failed } => {
-            steer.act(&operator, SteerAction::Resume { scope: scope.scope(), rerun_failed }).await?
-        }
-        Command::Pool { action: PoolAction::Set { name, size, steer } } => {
-            steer.act(&operator, SteerAction::SetPool { pool: name, size }).await?
-        }
-        Command::Step { action: StepAction::Add { name, event_type, requires, types, overdue_after, reason } } => {
-            let step = HumanStep { name, event_type, requires, types, overdue_after };
-            operator.declare_step(&step, &reason).await?
-        }
         Command::Explain { id, component, format } => {
             // The component first: a bad name is the error when both are bad, as before.
             let component = ComponentName::new(&component)?;
@@ -766,9 +478,6 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         }
         Command::Ready { component, format } => operator.ready(&ComponentName::new(&component)?).await?.render(format),
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),
-        Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
-            operator.forget(&component, &reason).await?
-        }
         Command::Alerts { ready_after, silent_after, silent_periods, index_lag, paused_after, format } => {
             let defaults = AlertDefaults { ready_after, silent_after, silent_periods, index_lag, paused_after };
             operator.alerts(&defaults).await?.render(format)
@@ -791,6 +500,9 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
         Command::Demo { .. } | Command::New(_) | Command::Doctor(_) => String::new(),
+        // Written by `operate` and `write_or_read` before they ask for a read.
+        Command::Act(_) | Command::Steer(_) | Command::Add { .. } | Command::Event { .. } => String::new(),
+        Command::Pipeline { action: Some(_), .. } => String::new(),
     })
 }
 

@@ -35,12 +35,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use autocomp_model::{
-    Agent, Batch, BatchFacts, BatchId, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput,
-    NotReady, RegisteredComponent, Trigger,
+    Agent, BatchFacts, ComponentDescriptor, ComponentName, ComponentState, EventType, InvalidInput, NotReady,
+    RegisteredComponent, Trigger,
 };
 use autocomp_sboi::{BatchIndex, IndexEngine, IndexError, open_index};
 use autocomp_store::{ObjectStore, StoreError, open_store};
-use serde_json::{Map, Value, json};
 use unicode_normalization::UnicodeNormalization as _;
 
 use autocomp_framework::config::{Backends, ConfigError, SHARED_FILE};
@@ -48,8 +47,8 @@ use autocomp_framework::exit::{self, RunError};
 use autocomp_framework::locks::{LockError, LockService, open_locks};
 
 pub use actions::{
-    Action, ActionForm, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, RestartFrom, StateChange,
-    checkbox,
+    Action, ActionForm, ActionPreview, ActionReport, BulkOutcome, BulkPreview, MAX_BULK_BATCHES, NewBatchRequest,
+    RestartFrom, StateChange, checkbox,
 };
 pub use alerts::{
     Alert, AlertDefaults, AlertsView, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after, ready_state,
@@ -356,28 +355,6 @@ impl Operator {
             .into());
         }
         Ok(Agent::new(format!("operator:{name}"))?)
-    }
-
-    /// Reads a batch, naming the id if it is malformed or unknown.
-    async fn batch(&self, store: &dyn ObjectStore, id: &str) -> Result<Batch, OperatorError> {
-        let id = BatchId::new(id)?;
-        match store.get_batch(&id).await {
-            Ok(batch) => Ok(batch),
-            Err(StoreError::NotFound(_)) => Err(unknown_batch(id.as_str()).into()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The details every operator event carries: what was done, by whom, and why.
-    fn details(&self, action: &str, reason: &str, summary: String, extra: Value) -> Value {
-        let mut details = Map::new();
-        details.insert("action".into(), json!(action));
-        details.insert("reason".into(), json!(reason));
-        details.insert("summary".into(), json!(summary));
-        if let Value::Object(extra) = extra {
-            details.extend(extra);
-        }
-        Value::Object(details)
     }
 }
 

@@ -112,9 +112,9 @@ impl Fixture {
     /// what was done.
     async fn preview_then_perform(&self, batch: &str, action: &Action) -> (ActionPreview, ActionReport) {
         let head = self.store.head().await.unwrap();
-        let preview = self.operator.preview(batch, action, REASON).await.unwrap();
+        let preview = self.operator.preview(&id(batch), action, REASON).await.unwrap();
         assert_eq!(self.store.head().await.unwrap(), head, "a preview writes nothing");
-        let report = self.operator.perform(batch, action, REASON).await.unwrap();
+        let report = self.operator.perform(&id(batch), action, REASON).await.unwrap();
         let event = report.event.as_ref().expect("an event recorded");
         assert_eq!(preview.changes, report.changes, "{action}");
         assert_eq!(preview.message, report.message, "{action}");
@@ -216,16 +216,16 @@ async fn a_preview_refuses_in_the_words_perform_uses_and_writes_nothing() {
     ];
     let head = f.store.head().await.unwrap();
     for (batch, action, reason, words) in cases {
-        let previewed = f.operator.preview(batch, &action, reason).await.unwrap_err();
-        let performed = f.operator.perform(batch, &action, reason).await.unwrap_err();
+        let previewed = f.operator.preview(&id(batch), &action, reason).await.unwrap_err();
+        let performed = f.operator.perform(&id(batch), &action, reason).await.unwrap_err();
         assert_eq!(previewed.to_string(), performed.to_string(), "{action}");
         assert_eq!(previewed.code(), performed.code(), "{action}");
         assert!(previewed.to_string().contains(words), "{action}: {previewed}");
     }
     let nameless = f.operator.acting_as("two words");
     let action = Action::Prioritize { priority: 3 };
-    let previewed = nameless.preview("DONE", &action, REASON).await.unwrap_err();
-    let performed = nameless.perform("DONE", &action, REASON).await.unwrap_err();
+    let previewed = nameless.preview(&id("DONE"), &action, REASON).await.unwrap_err();
+    let performed = nameless.perform(&id("DONE"), &action, REASON).await.unwrap_err();
     assert!(matches!(previewed, OperatorError::Input(ref e) if e.field == "--as"), "{previewed}");
     assert_eq!(previewed.to_string(), performed.to_string());
     assert_eq!(f.store.head().await.unwrap(), head, "nothing was written");
@@ -260,7 +260,7 @@ async fn bulk_actions_preview_and_act_on_exactly_the_batches_named() {
     let refused: Vec<&str> = preview.refused.iter().map(|(b, _)| b.as_str()).collect();
     assert_eq!(refused, ["N1", "NOPE", "N2", "N3"]);
     for (batch, words) in &preview.refused {
-        let alone = f.operator.preview(batch.as_str(), &rerun, REASON).await.unwrap_err();
+        let alone = f.operator.preview(&id(batch.as_str()), &rerun, REASON).await.unwrap_err();
         assert_eq!(words, &alone.to_string());
     }
 
@@ -307,8 +307,8 @@ async fn the_actions_can_run_on_any_thread() {
     fn assert_send<T: Send>(_: &T) {}
     let f = fixture().await;
     let action = Action::Prioritize { priority: 1 };
-    assert_send(&f.operator.preview("B1", &action, REASON));
-    assert_send(&f.operator.perform("B1", &action, REASON));
+    assert_send(&f.operator.preview(&id("B1"), &action, REASON));
+    assert_send(&f.operator.perform(&id("B1"), &action, REASON));
     assert_send(&f.operator.preview_many(&[], &action, REASON));
     assert_send(&f.operator.perform_many(&[], &action, REASON));
 }
@@ -323,7 +323,7 @@ async fn skip_over_a_success_is_refused_unless_forced() {
     f.batch("B1", &[("Data_Received", ok), ("Probed", ok)]).await;
     let success = f.events("B1").await.last().unwrap().seq;
     let head = f.store.head().await.unwrap();
-    let refused = f.operator.perform("B1", &skip("probe"), REASON).await.unwrap_err();
+    let refused = f.operator.perform(&id("B1"), &skip("probe"), REASON).await.unwrap_err();
     assert!(matches!(refused, OperatorError::Refused(_)), "{refused}");
     assert_eq!(refused.code(), 1);
     let words = refused.to_string();
@@ -347,7 +347,7 @@ async fn skip_over_a_success_is_refused_unless_forced() {
         )
     );
     // What stands now is a skip, not a success: skipping it again needs no force.
-    f.operator.perform("B1", &skip("probe"), REASON).await.unwrap();
+    f.operator.perform(&id("B1"), &skip("probe"), REASON).await.unwrap();
 }
 
 /// `cancel` with no open run is refused in the words the brief gives, unless asked to record
@@ -357,7 +357,7 @@ async fn cancel_with_no_open_run_is_refused_unless_recorded_anyway() {
     let f = fixture().await;
     f.batch("B1", &[("Data_Received", Outcome::Success)]).await;
     let head = f.store.head().await.unwrap();
-    let refused = f.operator.perform("B1", &cancel("probe"), REASON).await.unwrap_err();
+    let refused = f.operator.perform(&id("B1"), &cancel("probe"), REASON).await.unwrap_err();
     assert_eq!(
         refused.to_string(),
         "probe has no open run on B1: nothing to cancel; --record-anyway records a cancelled failure anyway"
@@ -388,13 +388,13 @@ async fn every_answer_says_exactly_what_it_wrote() {
     f.batch("B1", &[("Data_Received", ok), ("Probed", ok), ("Checked", failed), ("Audited", ok)]).await;
     let checked = f.events("B1").await[2].seq;
     let rerun = Action::Rerun { component: "checker".into() };
-    let report = f.operator.perform("B1", &rerun, REASON).await.unwrap();
+    let report = f.operator.perform(&id("B1"), &rerun, REASON).await.unwrap();
     let seq = report.event.as_ref().unwrap().seq;
     assert_eq!(
         report.message,
         format!("B1: recorded Reset (seq {seq}, success) superseding Checked: checker may run again")
     );
-    let json = report.to_json();
+    let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["already_done"], false);
     assert_eq!(json["event"]["seq"], seq.0);
     assert_eq!((json["event"]["type"].as_str(), json["event"]["outcome"].as_str()), (Some("Reset"), Some("success")));
@@ -403,7 +403,7 @@ async fn every_answer_says_exactly_what_it_wrote() {
     assert_eq!(json["changes"][0], serde_json::json!({"component": "checker", "before": "failed", "after": "ready"}));
 
     let restart = Action::Restart { from: RestartFrom::Type("Probed".into()) };
-    let report = f.operator.perform("B1", &restart, REASON).await.unwrap();
+    let report = f.operator.perform(&id("B1"), &restart, REASON).await.unwrap();
     let seq = report.event.as_ref().unwrap().seq;
     assert!(
         report.message.starts_with(&format!(
@@ -413,7 +413,7 @@ async fn every_answer_says_exactly_what_it_wrote() {
         report.message
     );
 
-    let report = f.operator.perform("B1", &Action::Prioritize { priority: 4 }, REASON).await.unwrap();
+    let report = f.operator.perform(&id("B1"), &Action::Prioritize { priority: 4 }, REASON).await.unwrap();
     let seq = report.event.as_ref().unwrap().seq;
     assert_eq!(report.message, format!("B1: recorded Prioritized (seq {seq}, success): priority 0 -> 4"));
     let json: serde_json::Value = serde_json::from_str(&report.render_as(crate::operator::Format::Json)).unwrap();
@@ -428,14 +428,14 @@ async fn an_expected_version_that_moved_refuses_naming_the_field() {
     let f = fixture().await;
     f.batch("B1", &[("Data_Received", Outcome::Success)]).await;
     let prioritize = Action::Prioritize { priority: 2 };
-    let preview = f.operator.preview("B1", &prioritize, REASON).await.unwrap();
+    let preview = f.operator.preview(&id("B1"), &prioritize, REASON).await.unwrap();
     let version = preview.version;
     assert_eq!(version, f.store.get_batch(&id("B1")).await.unwrap().changed_seq);
     f.claim("B1", "probe").await;
     let moved = f.store.get_batch(&id("B1")).await.unwrap().changed_seq;
     assert!(moved > version, "a claim moves the batch's version");
     let head = f.store.head().await.unwrap();
-    let refused = f.operator.perform_expecting("B1", &prioritize, REASON, Some(version), None).await.unwrap_err();
+    let refused = f.operator.perform_expecting(&id("B1"), &prioritize, REASON, Some(version), None).await.unwrap_err();
     match &refused {
         OperatorError::Input(e) => {
             assert_eq!((e.field.as_str(), e.value.as_str()), ("--expect-version", version.to_string().as_str()));
@@ -445,7 +445,7 @@ async fn an_expected_version_that_moved_refuses_naming_the_field() {
     }
     assert_eq!(refused.code(), 2);
     assert_eq!(f.store.head().await.unwrap(), head, "nothing written");
-    let done = f.operator.perform_expecting("B1", &prioritize, REASON, Some(moved), None).await.unwrap();
+    let done = f.operator.perform_expecting(&id("B1"), &prioritize, REASON, Some(moved), None).await.unwrap();
     assert!(!done.already_done);
     assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().priority, 2);
 }
@@ -468,25 +468,25 @@ async fn a_repeated_key_writes_once_and_says_already_done() {
     ];
     for (action, text) in &actions {
         let k = key(text);
-        let first = f.operator.perform_expecting("B1", action, REASON, None, Some(&k)).await.unwrap();
+        let first = f.operator.perform_expecting(&id("B1"), action, REASON, None, Some(&k)).await.unwrap();
         assert!(!first.already_done, "{action}");
         let seq = first.event.as_ref().unwrap().seq;
         assert_eq!(first.event.as_ref().unwrap().details["idempotency_key"], *text);
         let head = f.store.head().await.unwrap();
-        let again = f.operator.perform_expecting("B1", action, REASON, None, Some(&k)).await.unwrap();
+        let again = f.operator.perform_expecting(&id("B1"), action, REASON, None, Some(&k)).await.unwrap();
         assert!(again.already_done, "{action}: {}", again.message);
         assert_eq!(again.event.as_ref().unwrap().seq, seq);
         assert!(again.message.starts_with(&format!("B1: already done: seq {seq} ")), "{}", again.message);
         assert!(again.message.contains("nothing was written now"), "{}", again.message);
         assert!(again.changes.is_empty());
         assert_eq!(f.store.head().await.unwrap(), head, "{action}: the repeat wrote nothing");
-        assert_eq!(again.to_json()["already_done"], true);
+        assert_eq!(serde_json::to_value(&again).unwrap()["already_done"], true);
     }
     // The rerun's key, reused for a prioritize: refused, nothing written.
     let head = f.store.head().await.unwrap();
     let reused = f
         .operator
-        .perform_expecting("B1", &Action::Prioritize { priority: 1 }, REASON, None, Some(&key("k-rerun")))
+        .perform_expecting(&id("B1"), &Action::Prioritize { priority: 1 }, REASON, None, Some(&key("k-rerun")))
         .await
         .unwrap_err();
     assert!(matches!(reused, OperatorError::Refused(_)), "{reused}");
@@ -497,7 +497,7 @@ async fn a_repeated_key_writes_once_and_says_already_done() {
     let elsewhere = f
         .operator
         .perform_expecting(
-            "B2",
+            &id("B2"),
             &Action::Skip { component: "probe".into(), force: false },
             REASON,
             None,
@@ -518,7 +518,7 @@ async fn a_confirm_acts_only_if_the_batch_is_as_previewed() {
     let ok = Outcome::Success;
     f.batch("B1", &[("Data_Received", ok), ("Probed", ok), ("Checked", Outcome::Failure)]).await;
     let rerun = Action::Rerun { component: "checker".into() };
-    let preview = f.operator.preview("B1", &rerun, REASON).await.unwrap();
+    let preview = f.operator.preview(&id("B1"), &rerun, REASON).await.unwrap();
     assert_eq!(preview.plan, format!("{}:Reset/success/Checked", preview.version));
     assert_eq!(preview.outcome, Outcome::Success);
 
@@ -527,7 +527,8 @@ async fn a_confirm_acts_only_if_the_batch_is_as_previewed() {
     f.store.append_event(&id("B1"), NewEvent::new(ty("Audited"), ok, agent)).await.unwrap();
     let now = f.store.get_batch(&id("B1")).await.unwrap().changed_seq;
     let head = f.store.head().await.unwrap();
-    let stale = f.operator.perform_confirmed("B1", &rerun, REASON, &preview.plan, &key("tab-a")).await.unwrap_err();
+    let stale =
+        f.operator.perform_confirmed(&id("B1"), &rerun, REASON, &preview.plan, &key("tab-a")).await.unwrap_err();
     assert!(matches!(stale, OperatorError::Refused(_)), "{stale}");
     assert_eq!(
         stale.to_string(),
@@ -540,18 +541,18 @@ async fn a_confirm_acts_only_if_the_batch_is_as_previewed() {
 
     // The same version but another write (a token from another action's preview).
     let forged = format!("{now}:Reset/success/Audited");
-    let other = f.operator.perform_confirmed("B1", &rerun, REASON, &forged, &key("tab-b")).await.unwrap_err();
+    let other = f.operator.perform_confirmed(&id("B1"), &rerun, REASON, &forged, &key("tab-b")).await.unwrap_err();
     assert!(other.to_string().contains("what this action would write changed since your preview"), "{other}");
     assert!(other.to_string().contains("(Reset/success/Audited -> Reset/success/Checked)"), "{other}");
-    let malformed = f.operator.perform_confirmed("B1", &rerun, REASON, "soon", &key("tab-c")).await.unwrap_err();
+    let malformed = f.operator.perform_confirmed(&id("B1"), &rerun, REASON, "soon", &key("tab-c")).await.unwrap_err();
     assert!(matches!(malformed, OperatorError::Input(ref e) if e.field == "plan"), "{malformed}");
     assert_eq!(f.store.head().await.unwrap(), head, "nothing written by any of them");
 
     // A fresh preview confirmed: one Reset, and its repeat is already done.
-    let fresh = f.operator.preview("B1", &rerun, REASON).await.unwrap();
-    let done = f.operator.perform_confirmed("B1", &rerun, REASON, &fresh.plan, &key("tab-d")).await.unwrap();
+    let fresh = f.operator.preview(&id("B1"), &rerun, REASON).await.unwrap();
+    let done = f.operator.perform_confirmed(&id("B1"), &rerun, REASON, &fresh.plan, &key("tab-d")).await.unwrap();
     assert_eq!(done.message, fresh.message);
-    let again = f.operator.perform_confirmed("B1", &rerun, REASON, &fresh.plan, &key("tab-d")).await.unwrap();
+    let again = f.operator.perform_confirmed(&id("B1"), &rerun, REASON, &fresh.plan, &key("tab-d")).await.unwrap();
     assert!(again.already_done && again.event.as_ref().unwrap().seq == done.event.as_ref().unwrap().seq);
     assert_eq!(f.store.head().await.unwrap().0, head.0 + 1, "one event");
 }
@@ -565,18 +566,18 @@ async fn two_previews_of_one_cancel_write_once() {
     f.claim("B1", "probe").await;
     let action = cancel("probe");
     let (a, b) = (
-        f.operator.preview("B1", &action, REASON).await.unwrap(),
-        f.operator.preview("B1", &action, REASON).await.unwrap(),
+        f.operator.preview(&id("B1"), &action, REASON).await.unwrap(),
+        f.operator.preview(&id("B1"), &action, REASON).await.unwrap(),
     );
     assert_eq!(a.plan, b.plan);
-    let done = f.operator.perform_confirmed("B1", &action, REASON, &b.plan, &key("tab-b")).await.unwrap();
+    let done = f.operator.perform_confirmed(&id("B1"), &action, REASON, &b.plan, &key("tab-b")).await.unwrap();
     assert!(done.message.contains("cancelled run 1 of probe"), "{}", done.message);
     let head = f.store.head().await.unwrap();
-    let refused = f.operator.perform_confirmed("B1", &action, REASON, &a.plan, &key("tab-a")).await.unwrap_err();
+    let refused = f.operator.perform_confirmed(&id("B1"), &action, REASON, &a.plan, &key("tab-a")).await.unwrap_err();
     assert!(refused.to_string().starts_with("the batch changed since your preview (seq "), "{refused}");
     assert_eq!(f.store.head().await.unwrap(), head);
     // Previewed afresh, it says why there is nothing to do.
-    let now = f.operator.preview("B1", &action, REASON).await.unwrap_err();
+    let now = f.operator.preview(&id("B1"), &action, REASON).await.unwrap_err();
     assert!(now.to_string().contains("nothing to cancel"), "{now}");
     let cancelled = f.events("B1").await.iter().filter(|e| e.flag("cancelled")).count();
     assert_eq!(cancelled, 1);
@@ -597,10 +598,11 @@ async fn the_same_confirm_twice_at_once_writes_once() {
         ("B1", Action::Prioritize { priority: 3 }),
     ];
     for (batch, action) in cases {
-        let preview = f.operator.preview(batch, &action, REASON).await.unwrap();
+        let preview = f.operator.preview(&id(batch), &action, REASON).await.unwrap();
         let k = key(&format!("double-{}", action.name()));
         let head = f.store.head().await.unwrap();
-        let confirm = || f.operator.perform_confirmed(batch, &action, REASON, &preview.plan, &k);
+        let batch = id(batch);
+        let confirm = || f.operator.perform_confirmed(&batch, &action, REASON, &preview.plan, &k);
         let (one, two) = tokio::join!(confirm(), confirm());
         let (one, two) = (one.unwrap(), two.unwrap());
         assert_eq!(f.store.head().await.unwrap().0, head.0 + 1, "{action}: one event");

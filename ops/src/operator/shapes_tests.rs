@@ -10,7 +10,10 @@ use autocomp_model::{
 };
 use autocomp_store::ObjectStore;
 
-use super::{Action, ActionReport, Alert, AlertsView, Format, Operator, RestartFrom, Scope, SteerAction, SteerReport};
+use super::{
+    Action, ActionReport, Alert, AlertsView, Format, NewBatchRequest, Operator, RestartFrom, Scope, SteerAction,
+    SteerReport,
+};
 use autocomp_framework::config::Backends;
 
 const REASON: &str = "the disk was full";
@@ -38,6 +41,10 @@ async fn fixture() -> Fixture {
 
 fn id(text: &str) -> BatchId {
     BatchId::new(text).unwrap()
+}
+
+fn component(name: &str) -> ComponentName {
+    ComponentName::new(name).unwrap()
 }
 
 impl Fixture {
@@ -76,7 +83,7 @@ async fn a_rerun_report_names_the_reset_and_what_it_supersedes() {
     let f = fixture().await;
     f.batch("B1", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success), ("Checked", Outcome::Failure)])
         .await;
-    let report = f.operator.rerun("B1", "checker", REASON).await.unwrap();
+    let report = f.operator.rerun(&id("B1"), &component("checker"), REASON).await.unwrap();
     assert_eq!(report_json(&report), RERUN_JSON);
     assert_eq!(report.render_as(Format::Text), RERUN_TEXT);
 }
@@ -123,21 +130,25 @@ async fn a_forced_skip_a_cancel_a_prioritize_and_an_add_print_their_events() {
     f.batch("B1", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success), ("Checked", Outcome::Success)])
         .await;
     let skip = Action::Skip { component: "checker".into(), force: true };
-    let report = f.operator.perform("B1", &skip, REASON).await.unwrap();
+    let report = f.operator.perform(&id("B1"), &skip, REASON).await.unwrap();
     assert_eq!(report_json(&report), SKIP_JSON);
 
     f.batch("B2", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success)]).await;
     f.claim("B2", "checker").await;
     let started = f.store.open_runs(None).await.unwrap()[0].started_at;
-    let report = f.operator.cancel("B2", "checker", REASON).await.unwrap();
+    let report = f.operator.cancel(&id("B2"), &component("checker"), REASON).await.unwrap();
     let times = [("started", started), ("at", report.event.as_ref().unwrap().at)];
     assert_eq!(timeless(&report.render_as(Format::Json), &times), CANCEL_JSON);
     assert_eq!(timeless(&report.render_as(Format::Text), &times), CANCEL_TEXT);
 
-    let report = f.operator.prioritize("B2", 7, REASON).await.unwrap();
+    let report = f.operator.prioritize(&id("B2"), 7, REASON).await.unwrap();
     assert_eq!(report_json(&report), PRIORITIZE_JSON);
 
-    let report = f.operator.add("B3", "RoundTrip", 2, None, Some(REASON)).await.unwrap();
+    let report = f
+        .operator
+        .add(&id("B3"), "RoundTrip", NewBatchRequest { priority: 2, location: None, reason: Some(REASON) })
+        .await
+        .unwrap();
     assert_eq!(report.render_as(Format::Json), ADD_JSON);
     assert_eq!(report.render_as(Format::Text), ADD_TEXT);
 }
@@ -223,8 +234,8 @@ async fn a_repeated_key_prints_already_done() {
     f.batch("B1", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Failure)]).await;
     let key = IdempotencyKey::new("k-1").unwrap();
     let rerun = Action::Rerun { component: "probe".into() };
-    f.operator.perform_expecting("B1", &rerun, REASON, None, Some(&key)).await.unwrap();
-    let again = f.operator.perform_expecting("B1", &rerun, REASON, Some(Seq(3)), Some(&key)).await.unwrap();
+    f.operator.perform_expecting(&id("B1"), &rerun, REASON, None, Some(&key)).await.unwrap();
+    let again = f.operator.perform_expecting(&id("B1"), &rerun, REASON, Some(Seq(3)), Some(&key)).await.unwrap();
     assert_eq!(report_json(&again), ALREADY_JSON);
 }
 
@@ -261,7 +272,7 @@ async fn a_dry_run_prints_the_plan_and_its_token() {
     f.batch("B1", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success), ("Checked", Outcome::Failure)])
         .await;
     let restart = Action::Restart { from: RestartFrom::Type("Probed".into()) };
-    let preview = f.operator.preview("B1", &restart, REASON).await.unwrap();
+    let preview = f.operator.preview(&id("B1"), &restart, REASON).await.unwrap();
     assert_eq!(preview.render_as(Format::Json), RESTART_PREVIEW_JSON);
     assert_eq!(preview.render_as(Format::Text), RESTART_PREVIEW_TEXT);
 }
@@ -408,7 +419,7 @@ async fn a_resume_with_reruns_prints_each_rerun_and_refusal() {
     let f = fixture().await;
     f.batch("B1", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success), ("Checked", Outcome::Failure)])
         .await;
-    let rerun = f.operator.rerun("B1", "checker", REASON).await.unwrap();
+    let rerun = f.operator.rerun(&id("B1"), &component("checker"), REASON).await.unwrap();
     let report = SteerReport {
         message: "recorded at steering version 3: resumed checker".into(),
         entry: None,
@@ -514,15 +525,15 @@ async fn the_details_each_action_records_are_pinned() {
     ];
     let mut details = Vec::new();
     for (batch, action) in actions {
-        let report = f.operator.perform(batch, &action, REASON).await.unwrap();
+        let report = f.operator.perform(&id(batch), &action, REASON).await.unwrap();
         details.push(report.event.unwrap().details);
     }
     f.batch("B4", &[("Data_Received", ok), ("Probed", ok), ("Checked", ok)]).await;
     let reject = Action::Reject { step: "review".into(), restart_from: Some("Probed".into()) };
-    details.push(f.operator.perform("B4", &reject, REASON).await.unwrap().event.unwrap().details);
-    let report = f.operator.record_event("B4", "Data_Received", Outcome::Success, REASON).await.unwrap();
+    details.push(f.operator.perform(&id("B4"), &reject, REASON).await.unwrap().event.unwrap().details);
+    let report = f.operator.record_event(&id("B4"), "Data_Received", Outcome::Success, REASON).await.unwrap();
     details.push(report.event.unwrap().details);
-    println!("=== DETAILS_JSON\n{}\n=== END", format!("{:#}", serde_json::Value::Array(details)));
+    assert_eq!(format!("{:#}", serde_json::Value::Array(details)), DETAILS_JSON);
 }
 
 const DETAILS_JSON: &str = r#"[

@@ -7,11 +7,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::{Serialize, Serializer};
 
-use super::views::{Format, json_document};
+use super::views::Format;
 use super::{ActionReport, Operator, OperatorError, check_reason};
-use crate::operator::actions::Action;
+use crate::operator::actions::{Action, json_of};
 use autocomp_model::{
     BatchId, ComponentName, InvalidInput, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest,
     Timestamp,
@@ -96,9 +96,11 @@ impl fmt::Display for SteerAction {
     }
 }
 
-/// What a steering action would do, with nothing written: confirm it with `version`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a steering action would do, with nothing written: confirm it with `version`. Its
+/// JSON has these fields (`action` by its name, `running` as `RunningView`s).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SteerPreview {
+    #[serde(serialize_with = "action_name")]
     pub action: SteerAction,
     /// The action in one line.
     pub summary: String,
@@ -107,6 +109,7 @@ pub struct SteerPreview {
     /// What it would record ("paused archiver").
     pub would: String,
     /// Work running now in its scope, which a pause or drain lets finish.
+    #[serde(serialize_with = "run_views")]
     pub running: Vec<Run>,
     /// The batches `resume --rerun-failed` would rerun.
     pub reruns: Vec<BatchId>,
@@ -115,14 +118,7 @@ pub struct SteerPreview {
 impl SteerPreview {
     pub fn render(&self, format: Format) -> String {
         match format {
-            Format::Json => json_document(&json!({
-                "action": self.action.name(),
-                "summary": self.summary,
-                "version": self.version,
-                "would": self.would,
-                "running": self.running.iter().map(run_json).collect::<Vec<_>>(),
-                "reruns": self.reruns,
-            })),
+            Format::Json => json_of(self),
             Format::Text => {
                 let mut out = format!("{}\nwould record: {}\n", self.summary, self.would);
                 if !self.running.is_empty() {
@@ -138,8 +134,9 @@ impl SteerPreview {
     }
 }
 
-/// What a steering action did.
-#[derive(Debug)]
+/// What a steering action did. Its JSON has these fields (`running` as `RunningView`s,
+/// `reruns` as `{batch, message}`, `refused` as `{batch, reason}`).
+#[derive(Debug, Serialize)]
 pub struct SteerReport {
     pub message: String,
     /// Its entry in the steering log.
@@ -147,24 +144,20 @@ pub struct SteerReport {
     /// A repeated confirm: the log held this change already, nothing was written.
     pub already_done: bool,
     /// Work running in its scope when it was recorded.
+    #[serde(serialize_with = "run_views")]
     pub running: Vec<Run>,
     /// `resume --rerun-failed`: each batch rerun.
+    #[serde(serialize_with = "rerun_views")]
     pub reruns: Vec<ActionReport>,
     /// `resume --rerun-failed`: batches whose rerun was refused, and why.
+    #[serde(serialize_with = "refusal_views")]
     pub refused: Vec<(BatchId, String)>,
 }
 
 impl SteerReport {
     pub fn render(&self, format: Format) -> String {
         match format {
-            Format::Json => json_document(&json!({
-                "message": self.message,
-                "already_done": self.already_done,
-                "entry": self.entry,
-                "running": self.running.iter().map(run_json).collect::<Vec<_>>(),
-                "reruns": self.reruns.iter().map(|r| json!({"batch": r.batch, "message": r.message})).collect::<Vec<_>>(),
-                "refused": self.refused.iter().map(|(id, why)| json!({"batch": id, "reason": why})).collect::<Vec<_>>(),
-            })),
+            Format::Json => json_of(self),
             Format::Text => {
                 let mut out = format!("{}\n", self.message);
                 if !self.running.is_empty() {
@@ -182,9 +175,57 @@ impl SteerReport {
     }
 }
 
-/// A run as every view prints it (`RunView`, as `show` and `explain` do).
-fn run_json(run: &Run) -> Value {
-    serde_json::to_value(super::RunView::from(run)).unwrap_or_default()
+/// A run as a steering answer shows it: whose work on which batch, where, since when. Not
+/// `show`'s run view: a steering answer has always printed these five fields only.
+#[derive(Serialize)]
+struct RunningView<'r> {
+    batch: &'r BatchId,
+    component: &'r ComponentName,
+    agent: &'r autocomp_model::Agent,
+    host: &'r str,
+    started_at: Timestamp,
+}
+
+impl<'r> From<&'r Run> for RunningView<'r> {
+    fn from(run: &'r Run) -> Self {
+        RunningView {
+            batch: &run.batch_id,
+            component: &run.component,
+            agent: &run.holder.agent,
+            host: &run.holder.host,
+            started_at: run.started_at,
+        }
+    }
+}
+
+fn run_views<S: Serializer>(runs: &[Run], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(runs.iter().map(RunningView::from))
+}
+
+fn action_name<S: Serializer>(action: &SteerAction, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(action.name())
+}
+
+/// A batch a resume reran, and what its rerun recorded.
+#[derive(Serialize)]
+struct RerunView<'r> {
+    batch: &'r BatchId,
+    message: &'r str,
+}
+
+fn rerun_views<S: Serializer>(reruns: &[ActionReport], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(reruns.iter().map(|r| RerunView { batch: &r.batch, message: &r.message }))
+}
+
+/// A batch a resume did not rerun, and why.
+#[derive(Serialize)]
+struct RefusalView<'r> {
+    batch: &'r BatchId,
+    reason: &'r str,
+}
+
+fn refusal_views<S: Serializer>(refused: &[(BatchId, String)], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(refused.iter().map(|(batch, reason)| RefusalView { batch, reason }))
 }
 
 fn runs_text(runs: &[Run]) -> String {
@@ -341,7 +382,7 @@ impl Operator {
         if let Some(component) = &planned.component {
             for id in reruns {
                 let rerun = Action::Rerun { component: component.to_string() };
-                match self.perform(id.as_str(), &rerun, &planned.request.reason).await {
+                match self.perform(&id, &rerun, &planned.request.reason).await {
                     Ok(done) => report.reruns.push(done),
                     Err(OperatorError::Refused(why)) => report.refused.push((id, why)),
                     Err(OperatorError::Input(e)) => report.refused.push((id, e.to_string())),
