@@ -118,14 +118,52 @@ pub trait Requests: Sized + Send + 'static {
 /// `/// summary` `read|write name: Variant(Request) -> Answer;`, gives a variant
 /// `Variant(Request, Reply<Answer>)` of the request enum, and a marker type
 /// `module::Variant` implementing `Operation` for the client's `HttpClient::call`.
+///
+/// A write says whether it wakes the service's long polls: `write(wakes)` (what `write`
+/// means) or `write(quiet)` (it moves nothing a reader waits for); `Requests::wakes` answers
+/// it. With `serving Context` after the module, each line ends in how it is answered,
+/// `= |context, request, reply| answer`, and the enum gets `serve(self, &impl Context)`: the
+/// service's whole dispatch, generated from the declarations.
 #[macro_export]
 macro_rules! operations {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $requests:ident in mod $module:ident serving $context:path {
+            $(
+                $(#[doc = $doc:literal])*
+                $access:ident $( ( $effect:ident ) )? $name:ident : $variant:ident ( $request:ty ) -> $answer:ty
+                    = | $served:ident , $body:pat , $reply:ident | $serve:expr ;
+            )*
+        }
+    ) => {
+        $crate::operations! {
+            $(#[$meta])*
+            $vis enum $requests in mod $module {
+                $( $(#[doc = $doc])* $access $( ( $effect ) )? $name : $variant ( $request ) -> $answer ; )*
+            }
+        }
+
+        impl $requests {
+            /// Answers the request as its declaration says.
+            pub async fn serve<C: $context + ?Sized>(
+                self,
+                context: &C,
+            ) -> Result<$crate::api::Answered, $crate::error::ApiError> {
+                Ok(match self {
+                    $( Self::$variant($body, $reply) => {
+                        let $served = context;
+                        $serve
+                    } )*
+                })
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis enum $requests:ident in mod $module:ident {
             $(
                 $(#[doc = $doc:literal])*
-                $access:ident $name:ident : $variant:ident ( $request:ty ) -> $answer:ty ;
+                $access:ident $( ( $effect:ident ) )? $name:ident : $variant:ident ( $request:ty ) -> $answer:ty ;
             )*
         }
     ) => {
@@ -156,6 +194,13 @@ macro_rules! operations {
             pub fn writes(&self) -> bool {
                 match self {
                     $( Self::$variant(..) => $crate::operations!(@write $access), )*
+                }
+            }
+
+            /// Whether answering the request wakes the long polls (`write(wakes)`).
+            pub fn wakes(&self) -> bool {
+                match self {
+                    $( Self::$variant(..) => $crate::operations!(@wakes $access $($effect)?), )*
                 }
             }
         }
@@ -189,6 +234,10 @@ macro_rules! operations {
     };
     (@write read) => { false };
     (@write write) => { true };
+    (@wakes read) => { false };
+    (@wakes write) => { true };
+    (@wakes write wakes) => { true };
+    (@wakes write quiet) => { false };
 }
 
 /// What a service's OpenAPI document says beyond its operations.

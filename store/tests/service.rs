@@ -14,7 +14,7 @@ use autocomp_test_servers::{XorShift, wait_for, wait_for_async};
 
 use autocomp_http::api::Requests;
 use autocomp_model::*;
-use autocomp_store::http::wire::StoreRequest;
+use autocomp_store::http::operations::StoreRequest;
 use autocomp_store::*;
 use serde_json::{Value, json};
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::wire::{self, op};
+use super::operations::op;
+use super::wire;
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
@@ -181,7 +182,6 @@ impl BatchStore for HttpStore {
     }
 
     async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
-        crate::port::check_log_limit(limit)?;
         self.call::<op::LogPage>(&wire::LogPageRequest::new(id.clone(), cursor, limit), Retry::Safe).await
     }
 
@@ -192,7 +192,6 @@ impl BatchStore for HttpStore {
         limit: usize,
         details_up_to: u64,
     ) -> StoreResult<LogPage> {
-        crate::port::check_log_limit(limit)?;
         let request = wire::LogPageRequest {
             details_up_to: Some(details_up_to),
             ..wire::LogPageRequest::new(id.clone(), cursor, limit)

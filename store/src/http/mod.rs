@@ -3,8 +3,10 @@
 //! each declared once (`wire`), and how a `StoreError` crosses the wire both ways
 //! (`errors`). The routes, access rules and client are `autocomp_http`'s.
 
+mod bounded;
 mod errors;
 mod http_store;
+pub mod operations;
 pub mod server;
 mod stream;
 pub mod wire;
