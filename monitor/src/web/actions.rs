@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::{Event, IdempotencyKey};
+use autocomp_model::{BatchId, Event, IdempotencyKey};
 use autocomp_ops::operator::{ActionPreview, ActionReport, OperatorError};
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
@@ -48,7 +48,8 @@ pub async fn one(
         return Ok(Redirect::to(&address).into_response());
     };
     let operator = app.monitor.operator().acting_as(name);
-    match operator.perform_confirmed(&id, &posted.action, &posted.reason, plan, key).await {
+    let batch = BatchId::new(id.as_str()).map_err(|e| link(e.into()))?;
+    match operator.perform_confirmed(&batch, &posted.action, &posted.reason, plan, key).await {
         Ok(report) => {
             tracing::info!(operator = name, batch = %report.batch, action = posted.action.name(), "{}", report.message);
             Ok(done_redirect(caller.secure, &back, report.render().trim_end()))
@@ -93,7 +94,8 @@ async fn one_preview_page(
     let posted = Posted::parse(fields.clone(), Carrier::OneQuery).map_err(link)?;
     let key = query_key(&fields).map_err(link)?;
     let operator = app.monitor.operator().acting_as(name);
-    match operator.find_keyed(id, &posted.action, &posted.reason, &key).await {
+    let batch = BatchId::new(id).map_err(|e| link(e.into()))?;
+    match operator.find_keyed(&batch, &posted.action, &posted.reason, &key).await {
         Ok(Some(report)) => return Ok(one_done(access, &posted, id, &back, &report)),
         Ok(None) => {}
         Err(e) => return Err(link(e.into())),
@@ -101,7 +103,7 @@ async fn one_preview_page(
     let note = Note::take(headers, caller.secure, &path, key.as_str());
     let title = format!("Preview: {} on {id}", posted.action.name());
     let heading = format!("Preview: {} on <code>{}</code>", esc(posted.action.name()), esc(id));
-    let response = match operator.preview(id, &posted.action, &posted.reason).await {
+    let response = match operator.preview(&batch, &posted.action, &posted.reason).await {
         Ok(preview) => {
             let shown = Shown { name, posted: &posted, key: &key, note: note.text() };
             confirm::page(access, Nav::Batches, StatusCode::OK, &title, &preview_body(&shown, &path, &back, &preview))
