@@ -96,7 +96,7 @@ async fn the_graph_page_shows_each_published_schema_escaped_and_flags_a_broken_c
     let text = view.render(Format::Text);
     assert!(text.contains("broken contracts (the reader's passes do not start, exit 2):"), "{text}");
     assert!(text.contains(broken), "{text}");
-    let json = view.to_json();
+    let json = serde_json::to_value(view.json()).unwrap();
     let contract = &json["contracts"][0];
     assert_eq!((contract["reader"].as_str(), contract["compatible"].as_bool()), (Some("access-copy"), Some(false)));
     assert_eq!(contract["requires"], json!(["archive_path: string"]));

@@ -99,9 +99,3 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .layer(middleware::from_fn(layers::security_headers))
         .with_state(app)
 }
-
-/// Serves the monitor on `listener` until SIGTERM or SIGINT, then finishes requests in
-/// flight.
-pub async fn serve(monitor: Monitor, options: WebOptions, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    autocomp_http::serve::serve(listener, router(monitor, options)).await
-}
