@@ -5,6 +5,56 @@
 //! client and its callers run on tokio; the embedded SQLite adapter runs its blocking work off
 //! the async threads.
 
+/// Declares one concern's trait and, from the same lines, its `Checked` impl: a method's
+/// `where checked { ... }` runs before the call is handed to the backend, so an operation's
+/// bound and input checks are declared with it and the wrapper needs no line of its own. A
+/// method with a default body gives it after `=`.
+macro_rules! port_trait {
+    ($(#[$meta:meta])* pub trait $trait:ident { $($methods:tt)* }) => {
+        port_trait!(@munch [$(#[$meta])*] $trait [] [] $($methods)*);
+    };
+    (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]) => {
+        $($meta)*
+        #[async_trait::async_trait]
+        pub trait $trait: Send + Sync {
+            $($declared)*
+        }
+
+        #[async_trait::async_trait]
+        impl<S: $trait> $trait for crate::checked::Checked<S> {
+            $($checked)*
+        }
+    };
+    (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]
+        $(#[$attr:meta])*
+        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty
+            $(where checked { $($check:tt)* })?;
+        $($rest:tt)*
+    ) => {
+        port_trait!(@munch [$($meta)*] $trait
+            [$($declared)* $(#[$attr])* async fn $name(&$self $(, $arg: $ty)*) -> $ret;]
+            [$($checked)* async fn $name(&$self $(, $arg: $ty)*) -> $ret {
+                $($($check)*)?
+                <S as $trait>::$name(&$self.inner $(, $arg)*).await
+            }]
+            $($rest)*);
+    };
+    (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]
+        $(#[$attr:meta])*
+        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty
+            $(where checked { $($check:tt)* })? = $default:block;
+        $($rest:tt)*
+    ) => {
+        port_trait!(@munch [$($meta)*] $trait
+            [$($declared)* $(#[$attr])* async fn $name(&$self $(, $arg: $ty)*) -> $ret $default]
+            [$($checked)* async fn $name(&$self $(, $arg: $ty)*) -> $ret {
+                $($($check)*)?
+                <S as $trait>::$name(&$self.inner $(, $arg)*).await
+            }]
+            $($rest)*);
+    };
+}
+
 mod batches;
 mod outbox;
 mod registry;

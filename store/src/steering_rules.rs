@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use crate::error::{StoreError, StoreResult};
 use crate::pipeline_state::*;
-use crate::port::{StoreError, StoreResult};
 use autocomp_model::{InvalidInput, SteeringChange, SteeringRefusal, SteeringRequest, is_concealing};
 
 pub(crate) fn refused(refusal: SteeringRefusal) -> StoreError {

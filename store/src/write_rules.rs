@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::port::{Claim, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 use autocomp_model::{
     Batch, BatchId, ComponentName, Event, EventType, IdempotencyKey, InvalidInput, NewBatch, NewEvent, Outcome,
     Retirement, Run, RunHolder, RunState,
@@ -20,22 +20,31 @@ pub(crate) const MAX_BATCH_PAGE: usize = 10_000;
 pub(crate) const MAX_CHANGE_PAGE: usize = 100_000;
 
 /// The refusal of a page over its limit.
+/// Refuses more than `max` items (ids asked, a listing's limit) as `page_too_large`.
+pub(crate) fn check_page(field: &str, asked: usize, max: usize) -> StoreResult<()> {
+    if asked > max {
+        return Err(page_too_large(field, asked, max));
+    }
+    Ok(())
+}
+
 pub(crate) fn page_too_large(field: &str, asked: usize, max: usize) -> StoreError {
     InvalidInput::new(field, asked.to_string(), format!("at most {max} per request")).into()
 }
 
 /// A claim whose key already opened `run` (generation `current` being the batch's newest):
-/// a retry after a lost answer gets that run back while it is still the open current one of
-/// the same holder; otherwise the key was spent and the claim is a `Conflict`.
+/// a retry after a lost answer gets that run back (the claim's run, nothing abandoned) while it
+/// is still the open current one of the same holder; otherwise the key was spent and the claim
+/// is a `Conflict`.
 pub(crate) fn retried_claim(
     run: Run,
     current: i64,
     batch: &BatchId,
     component: &ComponentName,
     holder: &RunHolder,
-) -> StoreResult<Claim> {
+) -> StoreResult<Run> {
     if run.state == RunState::Open && run.generation == current && run.holder == *holder {
-        return Ok(Claim { run, abandoned: None });
+        return Ok(run);
     }
     let key = holder.claim_key.as_ref().map_or("", IdempotencyKey::as_str);
     Err(StoreError::Conflict(format!(

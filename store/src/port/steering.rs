@@ -1,28 +1,34 @@
 //! `SteeringStore`: the pipeline's steering state (holds, pools, breakers) and its log, changed by
 //! operators and breakers and honoured by every runner.
 
-use async_trait::async_trait;
-
 use autocomp_model::{Steering, SteeringEntry, SteeringRequest};
 
 use super::StoreResult;
 use crate::pipeline_state::Steered;
+use crate::steering_rules;
 
-/// The pipeline's steering state and log.
-#[async_trait]
-pub trait SteeringStore: Send + Sync {
-    /// The pipeline's steering state: holds (paused, draining, circuit open), resource pools
-    /// and breaker counts, as the last change left it (`Steering::default()` before any).
-    async fn steering(&self) -> StoreResult<Steering>;
+port_trait! {
+    /// The pipeline's steering state and log.
+    pub trait SteeringStore {
+        /// The pipeline's steering state: holds (paused, draining, circuit open), resource pools
+        /// and breaker counts, as the last change left it (`Steering::default()` before any).
+        async fn steering(&self) -> StoreResult<Steering>;
 
-    /// Applies a steering change as `Steering::apply` decides it, in one transaction: the new
-    /// state, its entry in the steering log (when it has one), and a seq taken from the
-    /// store's counter so the head moves and every watcher wakes to honour it. A change that
-    /// leaves the state as it was (a success with no breaker count) writes nothing. Refused
-    /// (nothing written) as `Invalid` or `Conflict` as `apply` refuses it.
-    async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>;
+        /// Applies a steering change as `Steering::apply` decides it, in one transaction: the new
+        /// state, its entry in the steering log (when it has one), and a seq taken from the
+        /// store's counter so the head moves and every watcher wakes to honour it. A change that
+        /// leaves the state as it was (a success with no breaker count) writes nothing. Refused
+        /// (nothing written) as `Invalid` or `Conflict` as `apply` refuses it.
+        async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>
+            where checked {
+                steering_rules::check_steering(&request)?;
+            };
 
-    /// The newest `limit` (1 to `MAX_STEERING_LOG_PAGE`) entries of the steering log,
-    /// newest first: who paused, resumed, resized a pool or opened a circuit, when and why.
-    async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>>;
+        /// The newest `limit` (1 to `MAX_STEERING_LOG_PAGE`) entries of the steering log,
+        /// newest first: who paused, resumed, resized a pool or opened a circuit, when and why.
+        async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>>
+            where checked {
+                steering_rules::check_log_limit(limit)?;
+            };
+    }
 }

@@ -259,7 +259,8 @@ pub(super) fn claim_answer(
 ) -> Result<StoreResult<Claim>, Failure> {
     let run = run_from_json(run)?;
     if kind == "retry" {
-        return Ok(write_rules::retried_claim(run, current, batch, component, holder));
+        return Ok(write_rules::retried_claim(run, current, batch, component, holder)
+            .map(|run| Claim { run, abandoned: None }));
     }
     let abandoned = abandoned.map(run_from_json).transpose()?;
     Ok(Ok(Claim { run, abandoned }))

@@ -95,7 +95,8 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
                     |row| row.get(0),
                 )
                 .map_err(unavailable)?;
-            return write_rules::retried_claim(run, current, batch, component, holder);
+            return write_rules::retried_claim(run, current, batch, component, holder)
+                .map(|run| Claim { run, abandoned: None });
         }
     }
     let seq = next_seq(tx)?;
