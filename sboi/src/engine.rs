@@ -2,36 +2,31 @@
 //! The feed cursor rides in the commit payload, so documents and cursor are committed
 //! together: a crash between steps re-applies a page (an idempotent upsert), never skips one.
 //! One process writes at a time (tantivy's flock); the others read what is committed, and
-//! a fresh query corrects that with the feed since (`fresh`), so it needs no writer.
+//! a fresh query corrects that with the feed since (`fresh`), so it needs no writer. Here:
+//! opening, catching up and rebuilding; what a commit answers is in `reads`, and comparing
+//! the index with the store (and repairing it) in `drift`.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use std::ops::Bound;
-
-use autocomp_model::{BatchId, BatchSummary, Selection, Seq, Timestamp, Trigger};
+use autocomp_model::{BatchId, BatchSummary, Seq};
 use autocomp_store::{ObjectStore, StoreError};
 use serde::{Deserialize, Serialize};
-use tantivy::collector::sort_key::SortByStaticFastValue;
-use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::directory::MmapDirectory;
 use tantivy::directory::error::LockError;
 use tantivy::index::SegmentId;
-use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery};
-use tantivy::schema::Value;
 use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, Opstamp, Order, ReloadPolicy, Searcher, TantivyDocument, TantivyError,
-    Term,
+    DocAddress, Index, IndexReader, IndexWriter, Opstamp, ReloadPolicy, Searcher, TantivyDocument, TantivyError,
 };
 
 use crate::bitsets::TermBitsets;
-use crate::browse::{MAX_PAGE, Page, PageKey, PageOrder, PageRequest, Tally};
-use crate::document::{Fields, IndexedBatch, SCHEMA_VERSION, Vocabulary};
-use crate::query::{BlockedBy, listing_page, selection_query, trigger_query};
+use crate::document::{Fields, SCHEMA_VERSION, Vocabulary};
 
+mod drift;
 mod fresh;
+mod reads;
+pub use drift::{Drift, Repaired};
 pub use fresh::{Corrections, FreshAnswer};
 
 /// The default `EngineOptions::max_corrections`: at 10,000 changed batches a fresh query
@@ -125,31 +120,6 @@ impl Unindexed {
             Unindexed::UpTo(seq) => changed_seq <= seq,
         }
     }
-}
-
-/// Where the index differs from one page of the store (`IndexEngine::drift`).
-#[derive(Debug, Default)]
-pub struct Drift {
-    /// Batches whose document is missing or differs, and is not newer.
-    stale: Vec<BatchSummary>,
-    /// Documents of batches the store did not list.
-    gone: Vec<BatchId>,
-    listed_after: Seq,
-}
-
-impl Drift {
-    pub fn is_empty(&self) -> bool {
-        self.stale.is_empty() && self.gone.is_empty()
-    }
-}
-
-/// What `IndexEngine::repair` changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Repaired {
-    /// Documents written again from the store's batch.
-    pub rewritten: usize,
-    /// Documents of batches the store no longer has, deleted.
-    pub deleted: usize,
 }
 
 /// A commit's segments, each with its delete generation, sorted: equal lists, equal documents.
@@ -610,258 +580,5 @@ impl IndexEngine {
             *reloaded_for = meta;
         }
         Ok(self.reader.searcher())
-    }
-
-    /// Compares one page of the store's batches with the committed index (reads only; see
-    /// `repair`). `page` is what `list_summaries` returned after `after`, read after the store's
-    /// head was `listed_after`; it covers the ids up to its last, or to the end with `to_end`.
-    /// A document is stale when it differs from the page's batch, is not newer (a catch-up
-    /// may have indexed a later version since the page was read) and the batch's change is
-    /// one the index had already applied (a later one is the feed's to bring); it is gone when
-    /// the page lacks its batch and it is not newer than `listed_after`.
-    pub fn drift(
-        &self,
-        page: Vec<BatchSummary>,
-        after: Option<&BatchId>,
-        to_end: bool,
-        listed_after: Seq,
-    ) -> IndexResult<Drift> {
-        // Read before the snapshot, which is then at least this new: every change up to it
-        // is in the documents compared. A batch changed since is not drift but a change the
-        // feed brings (and the catch-up rewrites its document whole anyway).
-        let indexed_through = self.committed_cursor()?;
-        let Snapshot { searcher, vocabulary, .. } = self.snapshot()?;
-        let through = page.last().filter(|_| !to_end).map(|last| &last.id);
-        let addresses =
-            searcher.search(&listing_page(&self.fields, after, through), &DocSetCollector).map_err(|e| self.fail(e))?;
-        let mut indexed: HashMap<String, IndexedBatch> = HashMap::with_capacity(addresses.len());
-        for address in addresses {
-            let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;
-            let summary = self.fields.summary(&document);
-            indexed.insert(summary.id.clone(), summary);
-        }
-        let mut drift = Drift { listed_after, ..Drift::default() };
-        for batch in page {
-            match indexed.remove(batch.id.as_str()) {
-                _ if batch.changed_seq > indexed_through => {}
-                Some(held) if held.changed_seq > batch.changed_seq.0 => {}
-                Some(held) if held == self.fields.summary(&self.fields.document(&batch, &vocabulary)) => {}
-                _ => drift.stale.push(batch),
-            }
-        }
-        drift.gone = indexed
-            .into_values()
-            .filter(|held| held.changed_seq <= listed_after.0)
-            .map(|held| BatchId::new(held.id).map_err(|e| self.fail(e)))
-            .collect::<IndexResult<_>>()?;
-        Ok(drift)
-    }
-
-    /// Fixes what `drift` found, checked again against the index as committed now (it may
-    /// have moved on since): rewrites stale documents, never over a newer one, deletes gone
-    /// ones, and commits with the committed cursor. Holds the writer only for that.
-    pub async fn repair(&self, drift: Drift) -> IndexResult<Repaired> {
-        if drift.is_empty() {
-            return Ok(Repaired::default());
-        }
-        let mut writer = self.wait_for_writer().await?;
-        let CommitPayload { cursor, mut vocabulary, .. } = self.committed()?;
-        let searcher = self.searcher()?;
-        let held = |id: &BatchId| -> IndexResult<Option<IndexedBatch>> {
-            let query =
-                tantivy::query::TermQuery::new(self.fields.id_term(id), tantivy::schema::IndexRecordOption::Basic);
-            let hits = searcher.search(&query, &DocSetCollector).map_err(|e| self.fail(e))?;
-            match hits.into_iter().next() {
-                Some(address) => Ok(Some(self.fields.summary(&searcher.doc(address).map_err(|e| self.fail(e))?))),
-                None => Ok(None),
-            }
-        };
-        let mut rewrite = Vec::new();
-        for batch in drift.stale {
-            match held(&batch.id)? {
-                Some(held) if held.changed_seq > batch.changed_seq.0 => {}
-                Some(held) if held == self.fields.summary(&self.fields.document(&batch, &vocabulary)) => {}
-                _ => rewrite.push(batch),
-            }
-        }
-        let mut delete = Vec::new();
-        for id in drift.gone {
-            if held(&id)?.is_some_and(|held| held.changed_seq <= drift.listed_after.0) {
-                delete.push(id);
-            }
-        }
-        let repaired = Repaired { rewritten: rewrite.len(), deleted: delete.len() };
-        if repaired == Repaired::default() {
-            self.release(writer).await?;
-            return Ok(repaired);
-        }
-        if let Some(grown) = vocabulary.grown_by(&rewrite) {
-            writer = self.rewrite_for(writer, cursor, &grown).await?;
-            vocabulary = grown;
-        }
-        for id in &delete {
-            writer.delete_term(self.fields.id_term(id));
-        }
-        writer = self.index_batches(writer, rewrite, &vocabulary, Unindexed::None).await?;
-        writer = self.commit(writer, cursor, &vocabulary).await?;
-        self.release(writer).await?;
-        Ok(repaired)
-    }
-
-    /// The batches the committed index holds ready for `trigger` at store time `now`, in
-    /// trigger order (priority descending, then oldest first), limited.
-    pub fn query_at(&self, trigger: &Trigger, now: Timestamp) -> IndexResult<Vec<BatchId>> {
-        self.query_with(trigger, now, BlockedBy::Absent)
-    }
-
-    /// `query_at` with `blocked_by` in the shape given: the benchmark times the old shape
-    /// beside the new on one index. Not for production use.
-    #[doc(hidden)]
-    pub fn query_with(&self, trigger: &Trigger, now: Timestamp, blocked_by: BlockedBy) -> IndexResult<Vec<BatchId>> {
-        if trigger.limit == Some(0) {
-            return Ok(Vec::new());
-        }
-        let snapshot = self.snapshot()?;
-        let limit = trigger.limit.unwrap_or(usize::MAX);
-        let hits = self.search(&snapshot, trigger, now, limit, blocked_by)?;
-        self.ids_of(&snapshot.searcher, hits.into_iter())
-    }
-
-    /// The documents of `snapshot` ready for `trigger`, in trigger order, at most `limit`
-    /// (at least one).
-    fn search(
-        &self,
-        snapshot: &Snapshot,
-        trigger: &Trigger,
-        now: Timestamp,
-        limit: usize,
-        blocked_by: BlockedBy,
-    ) -> IndexResult<Vec<DocAddress>> {
-        let searcher = &snapshot.searcher;
-        // Never more than the index holds: tantivy sizes its collector by the limit, and a
-        // trigger's limit may be any number a config or a request body spells.
-        let limit = limit.clamp(1, (searcher.num_docs() as usize).max(1));
-        let order = (
-            (SortByStaticFastValue::<i64>::for_field("priority"), Order::Desc),
-            (SortByStaticFastValue::<i64>::for_field("created_seq"), Order::Asc),
-        );
-        let query = trigger_query(&self.fields, trigger, now, &snapshot.vocabulary, blocked_by);
-        let hits = searcher.search(&query, &TopDocs::with_limit(limit).order_by(order)).map_err(|e| self.fail(e))?;
-        Ok(hits.into_iter().map(|(_, address)| address).collect())
-    }
-
-    /// Reads ids from the stored documents: a hit's stored document is one cached block
-    /// read, where the `id` fast column decodes a dictionary block per hit (12x slower,
-    /// measured in the index benchmark).
-    fn ids_of(&self, searcher: &Searcher, addresses: impl Iterator<Item = DocAddress>) -> IndexResult<Vec<BatchId>> {
-        addresses
-            .map(|address| {
-                let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;
-                let id = document.get_first(self.fields.id).and_then(|v| v.as_str());
-                let id = id.ok_or_else(|| self.fail("a document has no id"))?;
-                BatchId::new(id).map_err(|e| self.fail(e))
-            })
-            .collect()
-    }
-
-    /// Each selection's size in the committed index at store time `now`, and with `quietest`
-    /// the last activity of its quietest batch (that costs a read per selected batch).
-    pub fn tally_at(&self, selections: &[Selection], now: Timestamp, quietest: bool) -> IndexResult<Vec<Tally>> {
-        let searcher = self.searcher()?;
-        self.bitsets.tally(&searcher, &self.fields, selections, now, quietest).map_err(|e| self.fail(e))
-    }
-
-    /// One page of a selection at store time `now`, after `request.after` in its order.
-    pub fn page_at(&self, request: &PageRequest, now: Timestamp) -> IndexResult<Page> {
-        let Snapshot { searcher, vocabulary, .. } = self.snapshot()?;
-        let limit = request.limit.min(MAX_PAGE);
-        if limit == 0 {
-            return Ok(Page { batches: Vec::new(), next: None });
-        }
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, selection_query(&self.fields, &request.selection, now, &vocabulary))];
-        if let Some(after) = request.after {
-            clauses.push((Occur::Must, self.after_key(request.order, after)));
-        }
-        let query = BooleanQuery::new(clauses);
-        // One more than the page, to know whether another follows.
-        let want = (limit + 1).min((searcher.num_docs() as usize).max(1));
-        let created = (SortByStaticFastValue::<i64>::for_field("created_seq"), Order::Asc);
-        let addresses: Vec<DocAddress> = match request.order {
-            PageOrder::Oldest => {
-                let hits = searcher.search(&query, &TopDocs::with_limit(want).order_by(created));
-                hits.map_err(|e| self.fail(e))?.into_iter().map(|(_, a)| a).collect()
-            }
-            PageOrder::Priority => {
-                let priority = (SortByStaticFastValue::<i64>::for_field("priority"), Order::Desc);
-                let hits = searcher.search(&query, &TopDocs::with_limit(want).order_by((priority, created)));
-                hits.map_err(|e| self.fail(e))?.into_iter().map(|(_, a)| a).collect()
-            }
-        };
-        let more = addresses.len() > limit;
-        let mut batches = Vec::with_capacity(limit);
-        let mut last = None;
-        for address in addresses.into_iter().take(limit) {
-            let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;
-            let summary = self.fields.summary(&document);
-            last = Some(PageKey { priority: summary.priority, created_seq: summary.created_seq });
-            batches.push(BatchId::new(summary.id).map_err(|e| self.fail(e))?);
-        }
-        Ok(Page { batches, next: if more { last } else { None } })
-    }
-
-    /// The batches after `key` in `order` (keyset pagination: no offset to count).
-    fn after_key(&self, order: PageOrder, key: PageKey) -> Box<dyn Query> {
-        let later = |field, value: i64| -> Box<dyn Query> {
-            Box::new(RangeQuery::new(Bound::Excluded(Term::from_field_i64(field, value)), Bound::Unbounded))
-        };
-        let created_after = later(self.fields.created_seq, key.created_seq);
-        match order {
-            PageOrder::Oldest => created_after,
-            PageOrder::Priority => {
-                let priority = |bound: (Bound<Term>, Bound<Term>)| -> Box<dyn Query> {
-                    Box::new(RangeQuery::new(bound.0, bound.1))
-                };
-                let at = Term::from_field_i64(self.fields.priority, key.priority);
-                let lower = priority((Bound::Unbounded, Bound::Excluded(at.clone())));
-                let same = priority((Bound::Included(at.clone()), Bound::Included(at)));
-                let same_and_later =
-                    Box::new(BooleanQuery::new(vec![(Occur::Must, same), (Occur::Must, created_after)]));
-                Box::new(BooleanQuery::new(vec![(Occur::Should, lower), (Occur::Should, same_and_later)]))
-            }
-        }
-    }
-
-    /// Every document in the committed index, sorted by id (for checks and `explain`).
-    pub fn dump(&self) -> IndexResult<Vec<IndexedBatch>> {
-        let searcher = self.searcher()?;
-        let limit = (searcher.num_docs() as usize).max(1);
-        let hits = searcher
-            .search(&AllQuery, &TopDocs::with_limit(limit).order_by_string_fast_field("id", Order::Asc))
-            .map_err(|e| self.fail(e))?;
-        hits.into_iter()
-            .map(|(_, address)| {
-                let document: TantivyDocument = searcher.doc(address).map_err(|e| self.fail(e))?;
-                Ok(self.fields.summary(&document))
-            })
-            .collect()
-    }
-
-    /// What the index holds for one batch, if anything.
-    pub fn get(&self, id: &BatchId) -> IndexResult<Option<IndexedBatch>> {
-        let searcher = self.searcher()?;
-        let query = tantivy::query::TermQuery::new(self.fields.id_term(id), tantivy::schema::IndexRecordOption::Basic);
-        let hits = searcher.search(&query, &TopDocs::with_limit(1).order_by_score()).map_err(|e| self.fail(e))?;
-        match hits.first() {
-            Some((_, address)) => {
-                let document: TantivyDocument = searcher.doc(*address).map_err(|e| self.fail(e))?;
-                Ok(Some(self.fields.summary(&document)))
-            }
-            None => Ok(None),
-        }
-    }
-
-    pub fn num_docs(&self) -> IndexResult<u64> {
-        Ok(self.searcher()?.num_docs())
     }
 }
