@@ -13,9 +13,10 @@ const MESSAGE_NAMES: &[&str] =
 /// The string tests a decision on text uses.
 const TESTS: &[&str] = &["contains(", "starts_with(", "ends_with("];
 
-/// Decisions on text that are allowed, each with its reason: (file, code on the line, why).
+/// Decisions on text that are allowed, each with its reason: (where: a file or the directory
+/// it is in, the code on the line, why).
 const ALLOWED: &[(&str, &str, &str)] = &[(
-    "store/src/postgres/mod.rs",
+    "store/src/postgres/",
     "described.starts_with(\"invalid configuration\")",
     "tokio-postgres 0.7 says a configuration error (a password the server asks for and the URL does not \
      give) only in its Display: its Kind::Config has no accessor",
@@ -51,8 +52,16 @@ fn no_decision_in_product_code_reads_an_errors_text() {
     for file in &files {
         let relative = file.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(file).unwrap();
-        found.extend(decisions_on_text(&relative, &text).into_iter().filter(|f| !allowed(f)));
+        found.extend(decisions_on_text(&relative, &text));
     }
+    // An allowance that no longer matches anything goes, so the list says only what is true.
+    for (file, code, _why) in ALLOWED {
+        assert!(
+            found.iter().any(|f| f.file.starts_with(file) && f.code.contains(code)),
+            "ALLOWED {file}: {code}: gone"
+        );
+    }
+    found.retain(|f| !allowed(f));
     let listed: Vec<String> = found.iter().map(ToString::to_string).collect();
     assert!(
         found.is_empty(),
@@ -107,7 +116,7 @@ fn after_the_tests(message: &str) -> bool { message.ends_with("!") }
 }
 
 fn allowed(finding: &Finding) -> bool {
-    ALLOWED.iter().any(|(file, code, _why)| finding.file == *file && finding.code.contains(code))
+    ALLOWED.iter().any(|(file, code, _why)| finding.file.starts_with(file) && finding.code.contains(code))
 }
 
 /// Every workspace member's directory but the tests crate's (and its test servers').
