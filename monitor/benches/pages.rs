@@ -22,7 +22,8 @@ use autocomp_model::{
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{WebOptions, router};
 use autocomp_ops::operator::Operator;
-use autocomp_store::{ObjectStore, SqliteStore};
+use autocomp_store::SqliteStore;
+use autocomp_store::prelude::*;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
