@@ -302,81 +302,89 @@ impl Finder<'_> {
     // ---- the alerts' overdue rules, a human step's waiting batches ----
 
     async fn overdue(&self, items: &mut Vec<Item>) -> Result<(), OperatorError> {
-        let ready_after = self.config.overdue_after;
         for step in &self.pipeline {
-            let threshold = overdue_after(step, ready_after);
-            let selection = ready_too_long(step, ready_after);
-            let (total, summaries) = self.oldest(selection).await?;
-            for summary in &summaries {
-                let since = summary.last_activity;
-                let waits = if step.descriptor().manual { "waiting for a person" } else { "ready" };
-                let whose = if step.descriptor().overdue_after.is_some() {
-                    "its overdue_after"
-                } else {
-                    "notify.overdue_after"
-                };
-                let text = format!(
-                    "{} has been {waits} for {} since {since}, longer than {} ({whose}){}.\n\n\
-                     `autocomp explain {} --component {}` says what holds it.",
-                    summary.id,
+            self.overdue_batches(step, items).await?;
+            self.overdue_runs(step, items).await?;
+        }
+        Ok(())
+    }
+
+    /// A step's batches ready (or waiting for a person) longer than its overdue_after.
+    async fn overdue_batches(&self, step: &Step, items: &mut Vec<Item>) -> Result<(), OperatorError> {
+        let ready_after = self.config.overdue_after;
+        let threshold = overdue_after(step, ready_after);
+        let selection = ready_too_long(step, ready_after);
+        let (total, summaries) = self.oldest(selection).await?;
+        for summary in &summaries {
+            let since = summary.last_activity;
+            let waits = if step.descriptor().manual { "waiting for a person" } else { "ready" };
+            let whose =
+                if step.descriptor().overdue_after.is_some() { "its overdue_after" } else { "notify.overdue_after" };
+            let text = format!(
+                "{} has been {waits} for {} since {since}, longer than {} ({whose}){}.\n\n\
+                 `autocomp explain {} --component {}` says what holds it.",
+                summary.id,
+                step.name(),
+                humantime::format_duration(threshold),
+                of_total(total, "are overdue there"),
+                summary.id,
+                step.name(),
+            );
+            items.push(Item {
+                kind: EventKind::Overdue,
+                id: format!("overdue:{}:{}:{}", step.name(), summary.id, since.millis()),
+                subject: subject(&format!(
+                    "[autocomp] {}: {} {waits} for {}",
                     step.name(),
-                    humantime::format_duration(threshold),
-                    of_total(total, "are overdue there"),
                     summary.id,
-                    step.name(),
-                );
-                items.push(Item {
-                    kind: EventKind::Overdue,
-                    id: format!("overdue:{}:{}:{}", step.name(), summary.id, since.millis()),
-                    subject: subject(&format!(
-                        "[autocomp] {}: {} {waits} for {}",
-                        step.name(),
-                        summary.id,
-                        ago(self.now, since)
-                    )),
-                    text,
-                    facts: facts(json!({
-                        "component": step.name(), "batch": summary.id, "since": since, "state": waits,
-                        "threshold": humantime::format_duration(threshold).to_string(), "overdue_total": total,
-                    })),
-                });
-            }
-            // A run past its max_runtime.
-            let max_runtime = step.descriptor().max_runtime;
-            let runs = self.store.open_runs(Some(step.name())).await?;
-            let mut late: Vec<_> = runs.into_iter().filter(|run| run_overdue(step, run, self.now)).collect();
-            late.sort_by_key(|run| run.started_at);
-            for run in late.into_iter().take(MAX_PER_COMPONENT) {
-                let text = format!(
-                    "{} has been working on {} for {} (since {}), longer than its max_runtime {}; the run is {} \
-                     (pid {}).\n\n`autocomp explain {} --component {}`; `autocomp cancel` stops it.",
+                    ago(self.now, since)
+                )),
+                text,
+                facts: facts(json!({
+                    "component": step.name(), "batch": summary.id, "since": since, "state": waits,
+                    "threshold": humantime::format_duration(threshold).to_string(), "overdue_total": total,
+                })),
+            });
+        }
+        Ok(())
+    }
+
+    /// A step's runs past its max_runtime.
+    async fn overdue_runs(&self, step: &Step, items: &mut Vec<Item>) -> Result<(), OperatorError> {
+        let max_runtime = step.descriptor().max_runtime;
+        let runs = self.store.open_runs(Some(step.name())).await?;
+        let mut late: Vec<_> = runs.into_iter().filter(|run| run_overdue(step, run, self.now)).collect();
+        late.sort_by_key(|run| run.started_at);
+        for run in late.into_iter().take(MAX_PER_COMPONENT) {
+            let text = format!(
+                "{} has been working on {} for {} (since {}), longer than its max_runtime {}; the run is {} \
+                 (pid {}).\n\n`autocomp explain {} --component {}`; `autocomp cancel` stops it.",
+                step.name(),
+                run.batch_id,
+                ago(self.now, run.started_at),
+                run.started_at,
+                humantime::format_duration(max_runtime),
+                quote(run.holder.agent.as_str()),
+                run.holder.pid,
+                run.batch_id,
+                step.name(),
+            );
+            items.push(Item {
+                kind: EventKind::Overdue,
+                id: format!("overdue:{}:{}:{}", step.name(), run.batch_id, run.started_at.millis()),
+                subject: subject(&format!(
+                    "[autocomp] {}: working on {} for {}",
                     step.name(),
                     run.batch_id,
-                    ago(self.now, run.started_at),
-                    run.started_at,
-                    humantime::format_duration(max_runtime),
-                    quote(run.holder.agent.as_str()),
-                    run.holder.pid,
-                    run.batch_id,
-                    step.name(),
-                );
-                items.push(Item {
-                    kind: EventKind::Overdue,
-                    id: format!("overdue:{}:{}:{}", step.name(), run.batch_id, run.started_at.millis()),
-                    subject: subject(&format!(
-                        "[autocomp] {}: working on {} for {}",
-                        step.name(),
-                        run.batch_id,
-                        ago(self.now, run.started_at)
-                    )),
-                    text,
-                    facts: facts(json!({
-                        "component": step.name(), "batch": run.batch_id, "since": run.started_at,
-                        "state": "working", "max_runtime": humantime::format_duration(max_runtime).to_string(),
-                        "run": run.holder_json(),
-                    })),
-                });
-            }
+                    ago(self.now, run.started_at)
+                )),
+                text,
+                facts: facts(json!({
+                    "component": step.name(), "batch": run.batch_id, "since": run.started_at,
+                    "state": "working", "max_runtime": humantime::format_duration(max_runtime).to_string(),
+                    "run": run.holder_json(),
+                })),
+            });
         }
         Ok(())
     }
