@@ -459,6 +459,7 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
         }
         Command::Logs { id, component, attempt, stream, format } => {
+            let component = component.as_deref().map(ComponentName::new).transpose()?;
             let query = LogsQuery { component, attempt, stream };
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
             match operator.logs(&BatchId::new(&id)?, &query, format, &mut stdout).await {
@@ -485,18 +486,7 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
         Command::Metrics { ready_after } => {
             operator.metrics(&AlertDefaults { ready_after, ..AlertDefaults::default() }).await?
         }
-        Command::Notify => {
-            let config = autocomp_ops::notify::NotifyConfig::load(operator.config_dir())?;
-            let store = operator.store().await?;
-            let index = operator.index(&store)?;
-            let holder = format!("notify@{}#{}", autocomp_framework::hostname(), std::process::id());
-            let report = autocomp_ops::notify::notify_once(store, index, &config, &holder).await?;
-            tracing::info!(found = report.found, sent = report.sent, failed = report.failed, "notify pass");
-            if report.failed > 0 {
-                return Err(OperatorError::Refused(report.render().trim_end().to_owned()));
-            }
-            report.notes.iter().map(|note| format!("notify: {note}\n")).collect()
-        }
+        Command::Notify => notify(operator).await?,
         Command::Reindex => operator.reindex().await?,
         Command::Locks { stale, format } => operator.locks_held(stale).await?.render(format),
         Command::Demo { .. } | Command::New(_) | Command::Doctor(_) => String::new(),
@@ -504,6 +494,20 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
         Command::Act(_) | Command::Steer(_) | Command::Add { .. } | Command::Event { .. } => String::new(),
         Command::Pipeline { action: Some(_), .. } => String::new(),
     })
+}
+
+/// `autocomp notify`: one pass of the notifier; a delivery that failed is an error (exit 1).
+async fn notify(operator: &Operator) -> Result<String, OperatorError> {
+    let config = autocomp_ops::notify::NotifyConfig::load(operator.config_dir())?;
+    let store = operator.store().await?;
+    let index = operator.index(&store)?;
+    let holder = format!("notify@{}#{}", autocomp_framework::hostname(), std::process::id());
+    let report = autocomp_ops::notify::notify_once(store, index, &config, &holder).await?;
+    tracing::info!(found = report.found, sent = report.sent, failed = report.failed, "notify pass");
+    if report.failed > 0 {
+        return Err(OperatorError::Refused(report.render().trim_end().to_owned()));
+    }
+    Ok(report.notes.iter().map(|note| format!("notify: {note}\n")).collect())
 }
 
 /// Stdout for output written as it is made (`show --all`): a reader that stops reading

@@ -13,14 +13,15 @@ use super::views::Format;
 use super::{ActionReport, Operator, OperatorError, check_reason};
 use crate::operator::actions::{Action, json_of};
 use autocomp_model::{
-    BatchId, ComponentName, InvalidInput, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest,
-    Timestamp,
+    BatchId, ComponentName, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest, Timestamp,
 };
 use autocomp_store::{ObjectStore, StoreError};
 
 mod form;
+mod step;
 
 pub use form::SteerForm;
+pub use step::HumanStep;
 
 /// How often `drain --wait` looks at the open runs.
 const DRAIN_POLL: Duration = Duration::from_millis(500);
@@ -155,6 +156,21 @@ pub struct SteerReport {
 }
 
 impl SteerReport {
+    /// What a change recorded as `entry` says, with the work still `running` in its scope.
+    fn recorded(entry: Option<SteeringEntry>, running: Vec<Run>) -> SteerReport {
+        SteerReport {
+            message: entry
+                .as_ref()
+                .map(|e| format!("recorded at steering version {}: {}", e.version, e.said))
+                .unwrap_or_default(),
+            entry,
+            already_done: false,
+            running,
+            reruns: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
+
     pub fn render(&self, format: Format) -> String {
         match format {
             Format::Json => json_of(self),
@@ -238,6 +254,21 @@ fn ids_text(ids: &[BatchId]) -> String {
     let shown: Vec<&str> = ids.iter().take(20).map(BatchId::as_str).collect();
     let more = ids.len().saturating_sub(shown.len());
     if more > 0 { format!("{} and {more} more", shown.join(", ")) } else { shown.join(", ") }
+}
+
+/// A steering change the store refused, in the operator's words.
+fn steer_refusal(error: StoreError) -> OperatorError {
+    match error {
+        StoreError::ChangedSincePreview(message) => {
+            // Someone else changed the steering between the read and the write: say so.
+            OperatorError::Refused(format!(
+                "the pipeline's steering changed while this was asked; nothing was done: ask again ({message})"
+            ))
+        }
+        StoreError::AlreadyInState(message) => OperatorError::AlreadyInState(message),
+        StoreError::Conflict(message) => OperatorError::Refused(message),
+        e => e.into(),
+    }
 }
 
 /// A steering action checked and turned into the store's request.
@@ -331,66 +362,72 @@ impl Operator {
         let steered = match store.steer(planned.request.clone()).await {
             Ok(steered) => steered,
             Err(e) if expect_version.is_some() && e.is_conflict() => {
-                if let Some(entry) = self.already_done(store.as_ref(), &planned.request, version).await? {
-                    return Ok(SteerReport {
-                        message: format!("already done at steering version {}: {}", entry.version, entry.said),
-                        entry: Some(entry),
-                        already_done: true,
-                        running: Vec::new(),
-                        reruns: Vec::new(),
-                        refused: Vec::new(),
-                    });
-                }
-                return Err(match e {
-                    StoreError::AlreadyInState(message) => {
-                        OperatorError::AlreadyInState(format!("{message}; nothing was done"))
-                    }
-                    StoreError::Conflict(message) | StoreError::ChangedSincePreview(message) => {
-                        OperatorError::Refused(format!("{message}; nothing was done"))
-                    }
-                    other => other.into(),
-                });
+                return self.confirmed_again(store.as_ref(), &planned.request, version, e).await;
             }
-            Err(StoreError::ChangedSincePreview(message)) => {
-                // Someone else changed the steering between the read and the write: say so.
-                return Err(OperatorError::Refused(format!(
-                    "the pipeline's steering changed while this was asked; nothing was done: ask again ({message})"
-                )));
-            }
-            Err(StoreError::AlreadyInState(message)) => return Err(OperatorError::AlreadyInState(message)),
-            Err(StoreError::Conflict(message)) => return Err(OperatorError::Refused(message)),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(steer_refusal(e)),
         };
-        let entry = steered.entry;
         let running = match action {
             SteerAction::Pause { .. } | SteerAction::Drain { .. } => {
                 self.running_in(store.as_ref(), planned.component.as_ref()).await?
             }
             _ => Vec::new(),
         };
-        let mut report = SteerReport {
-            message: entry
-                .as_ref()
-                .map(|e| format!("recorded at steering version {}: {}", e.version, e.said))
-                .unwrap_or_default(),
-            entry,
-            already_done: false,
-            running,
-            reruns: Vec::new(),
-            refused: Vec::new(),
-        };
+        let mut report = SteerReport::recorded(steered.entry, running);
         if let Some(component) = &planned.component {
-            for id in reruns {
-                let rerun = Action::Rerun { component: component.to_string() };
-                match self.perform(&id, &rerun, &planned.request.reason).await {
-                    Ok(done) => report.reruns.push(done),
-                    Err(OperatorError::Refused(why)) => report.refused.push((id, why)),
-                    Err(OperatorError::Input(e)) => report.refused.push((id, e.to_string())),
-                    Err(e) => return Err(e),
-                }
-            }
+            self.rerun_failed(&mut report, component, reruns, &planned.request.reason).await?;
         }
         Ok(report)
+    }
+
+    /// A confirm whose change the store refused: "already done" if the log holds it (a
+    /// confirm sent twice), else the refusal.
+    async fn confirmed_again(
+        &self,
+        store: &dyn ObjectStore,
+        request: &SteeringRequest,
+        version: u64,
+        refused: StoreError,
+    ) -> Result<SteerReport, OperatorError> {
+        if let Some(entry) = self.already_done(store, request, version).await? {
+            return Ok(SteerReport {
+                message: format!("already done at steering version {}: {}", entry.version, entry.said),
+                entry: Some(entry),
+                already_done: true,
+                running: Vec::new(),
+                reruns: Vec::new(),
+                refused: Vec::new(),
+            });
+        }
+        Err(match refused {
+            StoreError::AlreadyInState(message) => {
+                OperatorError::AlreadyInState(format!("{message}; nothing was done"))
+            }
+            StoreError::Conflict(message) | StoreError::ChangedSincePreview(message) => {
+                OperatorError::Refused(format!("{message}; nothing was done"))
+            }
+            other => other.into(),
+        })
+    }
+
+    /// `resume --rerun-failed`: reruns each batch the breaker remembered, one by one; a
+    /// refused rerun is listed with its reason.
+    async fn rerun_failed(
+        &self,
+        report: &mut SteerReport,
+        component: &ComponentName,
+        reruns: Vec<BatchId>,
+        reason: &str,
+    ) -> Result<(), OperatorError> {
+        let rerun = Action::Rerun { component: component.to_string() };
+        for id in reruns {
+            match self.perform(&id, &rerun, reason).await {
+                Ok(done) => report.reruns.push(done),
+                Err(OperatorError::Refused(why)) => report.refused.push((id, why)),
+                Err(OperatorError::Input(e)) => report.refused.push((id, e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// The log's entry for `request` made at `version` by the same operator, if the log holds
@@ -446,104 +483,6 @@ impl Operator {
         let steering = store.steering().await?;
         let log = store.steering_log(LOG_SHOWN).await?;
         Ok((steering, log))
-    }
-}
-
-/// A human step as `autocomp step add` declares it: a component without a binary, whose
-/// event a person records (`approve` / `reject`) once its trigger holds.
-#[derive(Debug, Clone, Default)]
-pub struct HumanStep {
-    pub name: String,
-    pub event_type: String,
-    pub requires: Vec<String>,
-    /// Batch types it applies to (all when empty).
-    pub types: Vec<String>,
-    /// Waiting for a person longer than this is overdue (alerts, notifications).
-    pub overdue_after: Option<Duration>,
-}
-
-impl Operator {
-    /// `autocomp step add`: records the human step in the component registry, as a pass of
-    /// `operator:<name>` would (the registry's host record says who declared it and why).
-    /// Its trigger: `requires` the listed types, `blocked_by` its own type (one decision per
-    /// batch until an operator reruns it), optionally limited to batch types. Declaring it
-    /// again with other settings updates it; a name or event type a component already uses
-    /// is refused.
-    pub async fn declare_step(&self, step: &HumanStep, reason: &str) -> Result<String, OperatorError> {
-        let reason = check_reason(reason)?;
-        let agent = self.agent()?;
-        let name = ComponentName::new(step.name.as_str())?;
-        let event_type = autocomp_model::EventType::new(step.event_type.as_str())?;
-        let field = |field: &'static str| move |e: InvalidInput| InvalidInput::new(field, e.value, e.reason);
-        let requires = step
-            .requires
-            .iter()
-            .map(|t| autocomp_model::EventType::new(t.as_str()).map_err(field("--requires")))
-            .collect::<Result<Vec<_>, _>>()?;
-        if requires.is_empty() {
-            return Err(
-                InvalidInput::new("--requires", "", "a human step needs what it decides on: name a type").into()
-            );
-        }
-        let types = step
-            .types
-            .iter()
-            .map(|t| autocomp_model::BatchType::new(t.as_str()).map_err(field("--types")))
-            .collect::<Result<Vec<_>, _>>()?;
-        let store = self.store().await?;
-        let pipeline = self.pipeline(store.as_ref()).await?;
-        if let Some(other) = pipeline.iter().find(|s| *s.name() == name && !s.descriptor().manual) {
-            return Err(InvalidInput::new(
-                "step",
-                name.as_str(),
-                format!("{} is a component with a binary (it records {})", other.name(), other.event_type()),
-            )
-            .into());
-        }
-        let trigger = autocomp_model::Trigger {
-            requires,
-            blocked_by: vec![event_type.clone()],
-            types,
-            ..autocomp_model::Trigger::default()
-        };
-        let descriptor = autocomp_model::ComponentDescriptor {
-            name: name.clone(),
-            version: "manual".into(),
-            event_type: event_type.clone(),
-            trigger,
-            max_attempts: 1,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 1,
-            max_runtime: Duration::from_secs(86_400),
-            source: false,
-            overdue_after: step.overdue_after,
-            silent_after: None,
-            schedule: None,
-            manual: true,
-            pools: Vec::new(),
-            break_after: None,
-            result_schema: None,
-            reads: Vec::new(),
-        };
-        let summary = format!("declared by {agent}: {reason}");
-        let phase = autocomp_model::PassPhase::Ended {
-            outcome: autocomp_model::PassOutcome::Idle,
-            summary: summary.chars().take(2_000).collect(),
-            duration_ms: 0,
-            work: Vec::new(),
-        };
-        let pass = autocomp_model::PassRecord { descriptor, host: agent.to_string(), phase };
-        match store.record_pass(pass).await {
-            Ok(()) => {}
-            Err(StoreError::Conflict(message)) => {
-                return Err(InvalidInput::new("--event-type", event_type.as_str(), message).into());
-            }
-            Err(e) => return Err(e.into()),
-        }
-        Ok(format!(
-            "{name}: human step recorded in the pipeline; batches ready for it wait for a person (`autocomp status \
-             --component {name} --state person`; `autocomp approve ID --step {name}`)\n"
-        ))
     }
 }
 

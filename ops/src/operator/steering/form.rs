@@ -29,7 +29,7 @@ pub struct SteerForm {
 
 impl SteerForm {
     /// A field given and not blank, trimmed.
-    fn given<'f>(value: &'f Option<String>) -> Option<&'f str> {
+    fn given(value: &Option<String>) -> Option<&str> {
         value.as_deref().map(str::trim).filter(|v| !v.is_empty())
     }
 
