@@ -1,9 +1,10 @@
 //! The object store: the source of truth of an autocomp pipeline.
 //!
-//! It owns the `ObjectStore` port every other crate talks to, the rules every write obeys
-//! (`write_rules`), its adapters (the embedded SQLite file, PostgreSQL, and `HttpStore`, the
-//! client of the store service), the store service that puts any backend on HTTP, and
-//! `open_store`, which picks an adapter by URL. The data it keeps is `autocomp_model`'s.
+//! It owns the `ObjectStore` port every other crate talks to (a trait per concern, `prelude`
+//! for all of them), the rules every write obeys (`write_rules`) and the checks every SQL
+//! backend gets once (`Checked`), its adapters (the embedded SQLite file, PostgreSQL, and
+//! `HttpStore`, the client of the store service), the store service that puts any backend on
+//! HTTP, and `open_store`, which picks an adapter by URL. The data it keeps is `autocomp_model`'s.
 //! Nothing here knows about indexes, locks or components.
 
 mod checked;

@@ -6,9 +6,9 @@
 //! the async threads.
 
 /// Declares one concern's trait and, from the same lines, its `Checked` impl: a method's
-/// `where checked { ... }` runs before the call is handed to the backend, so an operation's
-/// bound and input checks are declared with it and the wrapper needs no line of its own. A
-/// method with a default body gives it after `=`.
+/// `#[checked(...)]` statements run before the call is handed to the backend, so an
+/// operation's bound and input checks are declared with it and the wrapper needs no line of
+/// its own.
 macro_rules! port_trait {
     ($(#[$meta:meta])* pub trait $trait:ident { $($methods:tt)* }) => {
         port_trait!(@munch [$(#[$meta])*] $trait [] [] $($methods)*);
@@ -26,29 +26,29 @@ macro_rules! port_trait {
         }
     };
     (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]
-        $(#[$attr:meta])*
-        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty
-            $(where checked { $($check:tt)* })?;
+        $(#[doc = $doc:literal])*
+        $(#[checked($($check:tt)*)])?
+        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;
         $($rest:tt)*
     ) => {
         port_trait!(@munch [$($meta)*] $trait
-            [$($declared)* $(#[$attr])* async fn $name(&$self $(, $arg: $ty)*) -> $ret;]
+            [$($declared)* $(#[doc = $doc])* async fn $name(&$self $(, $arg: $ty)*) -> $ret;]
             [$($checked)* async fn $name(&$self $(, $arg: $ty)*) -> $ret {
-                $($($check)*)?
+                $($($check)*;)?
                 <S as $trait>::$name(&$self.inner $(, $arg)*).await
             }]
             $($rest)*);
     };
     (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]
-        $(#[$attr:meta])*
-        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty
-            $(where checked { $($check:tt)* })? = $default:block;
+        $(#[doc = $doc:literal])*
+        $(#[checked($($check:tt)*)])?
+        async fn $name:ident(&$self:ident $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty $default:block
         $($rest:tt)*
     ) => {
         port_trait!(@munch [$($meta)*] $trait
-            [$($declared)* $(#[$attr])* async fn $name(&$self $(, $arg: $ty)*) -> $ret $default]
+            [$($declared)* $(#[doc = $doc])* async fn $name(&$self $(, $arg: $ty)*) -> $ret $default]
             [$($checked)* async fn $name(&$self $(, $arg: $ty)*) -> $ret {
-                $($($check)*)?
+                $($($check)*;)?
                 <S as $trait>::$name(&$self.inner $(, $arg)*).await
             }]
             $($rest)*);

@@ -19,10 +19,8 @@ port_trait! {
     pub trait BatchStore {
         /// Registers a batch. Idempotent when an identical batch exists; a different one with the
         /// same id is a `Conflict`.
-        async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome>
-            where checked {
-                batch.validate()?;
-            };
+        #[checked(batch.validate()?)]
+        async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome>;
 
         /// A whole batch: header, its whole log and open runs. Its cost grows with the log; to
         /// show or decide something about a batch read `batch_head` (and `log_page`), or
@@ -31,35 +29,27 @@ port_trait! {
 
         /// The named batches that exist, whole, in the order asked, each once however often it is
         /// named (at its first place); unknown ids are left out. Listings read `get_listings` or `get_summaries` instead.
-        async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>>
-            where checked {
-                write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?;
-            };
+        #[checked(write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?)]
+        async fn get_batches(&self, ids: &[BatchId]) -> StoreResult<Vec<Batch>>;
 
         /// Batches in id order, starting after `after`, at most `limit` of them.
-        async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>>
-            where checked {
-                write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?;
-            };
+        #[checked(write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?)]
+        async fn list_batches(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<Batch>>;
 
         /// `get_batches` as the batch index needs it: each batch's `BatchSummary` (header,
         /// effective events without details, last activity, running components), in the order
         /// asked, each once, unknown ids left out. What a catch-up reads. The default summarizes
         /// `get_batches`; a store that keeps summaries as it writes reads no logs.
-        async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>>
-            where checked {
-                write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?;
-            } = {
+        #[checked(write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?)]
+        async fn get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
             Ok(self.get_batches(ids).await?.iter().map(BatchSummary::of).collect())
-        };
+        }
 
         /// `list_batches` summarized (see `get_summaries`): what a rebuild and a reconcile read.
-        async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>>
-            where checked {
-                write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?;
-            } = {
+        #[checked(write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?)]
+        async fn list_summaries(&self, after: Option<&BatchId>, limit: usize) -> StoreResult<Vec<BatchSummary>> {
             Ok(self.list_batches(after, limit).await?.iter().map(BatchSummary::of).collect())
-        };
+        }
 
         /// A batch without its log (`BatchHead`): header, metadata, summary, the effective
         /// events in full, open runs, the newest `Reset` of each type, the log's length and the
@@ -67,39 +57,35 @@ port_trait! {
         ///
         /// The default reads the whole batch (`BatchHead::of`), for adapters without a cheaper
         /// way; every store of this crate reads no log.
-        async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> = {
+        async fn batch_head(&self, id: &BatchId) -> StoreResult<BatchHead> {
             Ok(BatchHead::of(&self.get_batch(id).await?))
-        };
+        }
 
         /// A page of a batch's log (at most `limit`, 1 to `MAX_LOG_PAGE`, events; in seq order),
         /// read without reading the rest of the log: the newest events, those before a seq, or
         /// those after one.
         /// The default reads the whole batch (`LogPage::of`), as `batch_head`'s does.
-        async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage>
-            where checked {
-                check_log_limit(limit)?;
-            } = {
+        #[checked(check_log_limit(limit)?)]
+        async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
             check_log_limit(limit)?;
             Ok(LogPage::of(&self.get_batch(id).await?, cursor, limit))
-        };
+        }
 
         /// `log_page` read by size: an event whose details pass `details_up_to` bytes (as
         /// compact JSON text) comes without them (`details` null) and is listed in
         /// `details_left_out` with their size, so a page costs at most about `limit` times
         /// `details_up_to` however large its events are; `event_at` reads one whole. The stores
         /// of this crate leave the details in the database; the default trims a whole page.
+        #[checked(check_log_limit(limit)?)]
         async fn log_page_within(
             &self,
             id: &BatchId,
             cursor: LogCursor,
             limit: usize,
             details_up_to: u64,
-        ) -> StoreResult<LogPage>
-            where checked {
-                check_log_limit(limit)?;
-            } = {
+        ) -> StoreResult<LogPage> {
             Ok(self.log_page(id, cursor, limit).await?.within(details_up_to))
-        };
+        }
 
         /// The newest run of (batch, component), which is the open one if one is open (every
         /// claim takes a higher generation and abandons the run open before it), with its
@@ -111,18 +97,16 @@ port_trait! {
         ///
         /// The default reads the whole batch, which holds open runs only: it answers the open run,
         /// or `None` once none is open, which a holder reads the same way (not its open run).
-        async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> = {
+        async fn run_state(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Run>> {
             Ok(self.get_batch(batch).await?.open_run(component).cloned())
-        };
+        }
 
         /// `get_summaries` with what a listing shows beside each summary (`BatchListing`): the
         /// named batches that exist, in the order asked, unknown ids left out, each once (as
         /// `get_batches` answers it). Reads no log; the default, for adapters without a
         /// cheaper way, summarizes `get_batches`.
-        async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>>
-            where checked {
-                write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?;
-            } = {
+        #[checked(write_rules::check_page("ids", ids.len(), MAX_BATCH_PAGE)?)]
+        async fn get_listings(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchListing>> {
             let batches = self.get_batches(ids).await?;
             Ok(batches
                 .iter()
@@ -132,7 +116,7 @@ port_trait! {
                     open_runs: batch.open_runs.clone(),
                 })
                 .collect())
-        };
+        }
 
         async fn set_priority(&self, id: &BatchId, priority: i32) -> StoreResult<Seq>;
 
@@ -144,17 +128,13 @@ port_trait! {
         /// while that generation is the open, current run of (batch, component), and closes it;
         /// otherwise it fails with `Fenced`. A retried append with the same idempotency key
         /// returns the first append's event.
-        async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event>
-            where checked {
-                event.validate()?;
-            };
+        #[checked(event.validate()?)]
+        async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event>;
 
         /// Opens a new run of (batch, component) with the next generation; a run still open is
         /// marked abandoned (and fenced from then on).
-        async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>
-            where checked {
-                holder.validate()?;
-            };
+        #[checked(holder.validate()?)]
+        async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>;
 
         /// Claims several batches for one component at once, as one transaction (one commit): a
         /// pass claims everything it will work on together. Each answer is what `claim` would
@@ -162,22 +142,19 @@ port_trait! {
         /// `Invalid`) does not keep the others from being claimed. The outer error means nothing
         /// was claimed. The default claims one by one (one transaction each, never an outer error),
         /// for adapters without a cheaper way.
+        #[checked(holder.validate()?; write_rules::check_page("batches", batches.len(), MAX_BATCH_PAGE)?)]
         async fn claim_many(
             &self,
             batches: &[BatchId],
             component: &ComponentName,
             holder: &RunHolder,
-        ) -> StoreResult<Vec<StoreResult<Claim>>>
-            where checked {
-                holder.validate()?;
-                write_rules::check_page("batches", batches.len(), MAX_BATCH_PAGE)?;
-            } = {
+        ) -> StoreResult<Vec<StoreResult<Claim>>> {
             let mut answers = Vec::with_capacity(batches.len());
             for batch in batches {
                 answers.push(self.claim(batch, component, holder).await);
             }
             Ok(answers)
-        };
+        }
 
         /// Closes a run without an event, so the batch is ready again. Releasing a run that is
         /// already released (and still current) is a no-op; `Fenced` if the run is otherwise not
@@ -186,16 +163,14 @@ port_trait! {
 
         /// Saves a run's progress (a JSON object), replacing the previous checkpoint of
         /// (batch, component). Fenced like an append; removed when a run records its result.
+        #[checked(autocomp_model::check_object("checkpoint", &data)?)]
         async fn save_checkpoint(
             &self,
             batch: &BatchId,
             component: &ComponentName,
             generation: i64,
             data: Value,
-        ) -> StoreResult<()>
-            where checked {
-                autocomp_model::check_object("checkpoint", &data)?;
-            };
+        ) -> StoreResult<()>;
 
         /// The last checkpoint of (batch, component), left by this or an earlier attempt.
         async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>>;
@@ -209,10 +184,8 @@ port_trait! {
 
         /// Batches changed after `since` (creations, appends, content and priority changes,
         /// claims, releases), at most `limit`.
-        async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage>
-            where checked {
-                write_rules::check_page("limit", limit, MAX_CHANGE_PAGE)?;
-            };
+        #[checked(write_rules::check_page("limit", limit, MAX_CHANGE_PAGE)?)]
+        async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage>;
 
         /// The newest seq in the store.
         async fn head(&self) -> StoreResult<Seq>;
@@ -224,7 +197,7 @@ port_trait! {
         /// Waits until the head passes `since` or `timeout` elapses, and returns the head: how a
         /// follower of the change feed sleeps without missing a change. The store service
         /// answers at once after its own writes; the default polls every 50 ms.
-        async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> = {
+        async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
             let deadline = tokio::time::Instant::now() + timeout;
             loop {
                 let head = self.head().await?;
@@ -233,7 +206,7 @@ port_trait! {
                 }
                 tokio::time::sleep_until((tokio::time::Instant::now() + Duration::from_millis(50)).min(deadline)).await;
             }
-        };
+        }
 
         /// An operator's cancel, in one transaction: the open run of
         /// (batch, component), if any, is closed as `cancelled` and the claim generation bumped,
@@ -244,35 +217,29 @@ port_trait! {
         /// pid, started_at) to the details. With no open run only the event is appended.
         ///
         /// Adapters that cannot do this atomically must not implement it: the default refuses.
+        #[checked(event.validate()?; write_rules::check_cancellation(&event)?)]
         async fn cancel_run(
             &self,
             batch: &BatchId,
             component: &ComponentName,
             event: NewEvent,
-        ) -> StoreResult<Cancellation>
-            where checked {
-                event.validate()?;
-                write_rules::check_cancellation(&event)?;
-            } = {
+        ) -> StoreResult<Cancellation> {
             let _ = (batch, component, event);
             Err(StoreError::Unavailable("this store adapter does not support cancel_run".into()))
-        };
+        }
 
         /// Sets a batch's priority and appends `event` (the operator's record of the change: no
         /// run, no Reset, no idempotency key) in one transaction. The store adds `priority` and
         /// `previous_priority` to the event's details. Like any event it counts as activity for
         /// `settled_for`. The default refuses (see `cancel_run`).
-        async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event>
-            where checked {
-                event.validate()?;
-                write_rules::check_operator_event(&event, "prioritize")?;
-            } = {
+        #[checked(event.validate()?; write_rules::check_operator_event(&event, "prioritize")?)]
+        async fn prioritize(&self, id: &BatchId, priority: i32, event: NewEvent) -> StoreResult<Event> {
             let _ = (id, priority, event);
             Err(StoreError::Unavailable("this store adapter does not support prioritize".into()))
-        };
+        }
 
         /// How many batches the store holds (the default pages through `list_batches`).
-        async fn count_batches(&self) -> StoreResult<u64> = {
+        async fn count_batches(&self) -> StoreResult<u64> {
             let (mut count, mut after) = (0u64, None::<BatchId>);
             loop {
                 let page = self.list_batches(after.as_ref(), 1_000).await?;
@@ -280,6 +247,6 @@ port_trait! {
                 after = Some(last.id.clone());
                 count += page.len() as u64;
             }
-        };
+        }
     }
 }

@@ -14,10 +14,8 @@ port_trait! {
         /// (last seen, last pass start or end, outcome) always. A retired component that runs
         /// again is back in the pipeline. Refused as a `Conflict` when another component in the
         /// pipeline (not retired) already records the same event type.
-        async fn record_pass(&self, pass: PassRecord) -> StoreResult<()>
-            where checked {
-                pass.validate()?;
-            };
+        #[checked(pass.validate()?)]
+        async fn record_pass(&self, pass: PassRecord) -> StoreResult<()>;
 
         /// Every component in the registry, retired ones included, by name.
         async fn components(&self) -> StoreResult<Vec<RegisteredComponent>>;
@@ -25,15 +23,12 @@ port_trait! {
         /// An operator's `pipeline forget`: marks the component retired (by whom, why) and
         /// returns it. Unknown names are `Invalid` naming the component; retiring a retired
         /// component again is a `Conflict` saying when and by whom it was retired.
+        #[checked(let reason = write_rules::retirement_reason(reason)?; let reason = reason.as_str())]
         async fn retire_component(
             &self,
             name: &ComponentName,
             by: &Agent,
             reason: &str,
-        ) -> StoreResult<RegisteredComponent>
-            where checked {
-                let reason = write_rules::retirement_reason(reason)?;
-                let reason = reason.as_str();
-            };
+        ) -> StoreResult<RegisteredComponent>;
     }
 }

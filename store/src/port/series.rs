@@ -23,9 +23,7 @@ port_trait! {
         /// Records each component's backlog as sampled now (the monitor samples it): the newest
         /// sample of the current minute and of the current hour, by the store's clock. Samples
         /// older than the registry keeps are dropped. Takes no seq.
-        async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()>
-            where checked {
-                write_rules::check_backlog(&samples)?;
-            };
+        #[checked(write_rules::check_backlog(&samples)?)]
+        async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()>;
     }
 }

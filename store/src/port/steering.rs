@@ -19,16 +19,12 @@ port_trait! {
         /// store's counter so the head moves and every watcher wakes to honour it. A change that
         /// leaves the state as it was (a success with no breaker count) writes nothing. Refused
         /// (nothing written) as `Invalid` or `Conflict` as `apply` refuses it.
-        async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>
-            where checked {
-                steering_rules::check_steering(&request)?;
-            };
+        #[checked(steering_rules::check_steering(&request)?)]
+        async fn steer(&self, request: SteeringRequest) -> StoreResult<Steered>;
 
         /// The newest `limit` (1 to `MAX_STEERING_LOG_PAGE`) entries of the steering log,
         /// newest first: who paused, resumed, resized a pool or opened a circuit, when and why.
-        async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>>
-            where checked {
-                steering_rules::check_log_limit(limit)?;
-            };
+        #[checked(steering_rules::check_log_limit(limit)?)]
+        async fn steering_log(&self, limit: usize) -> StoreResult<Vec<SteeringEntry>>;
     }
 }
