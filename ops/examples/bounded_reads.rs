@@ -182,7 +182,7 @@ async fn main() {
             let mut times = Vec::new();
             for _ in 0..20 {
                 let one = Instant::now();
-                let view = operator.show(BIG).await.unwrap();
+                let view = operator.show(&BatchId::new(BIG).unwrap()).await.unwrap();
                 let json = view.render(Format::Json);
                 assert!(json.len() > 1_000);
                 times.push(one.elapsed().as_secs_f64() * 1e3);

@@ -18,7 +18,7 @@ use super::{Format, Operator, OperatorError};
 #[derive(Debug, Clone, Default)]
 pub struct LogsQuery {
     /// Only this component's runs.
-    pub component: Option<String>,
+    pub component: Option<ComponentName>,
     /// Only the Nth attempt (1 = the first run of a component on the batch).
     pub attempt: Option<u32>,
     /// Only the stream of this name (`stdout`, `stderr`, `log`).
@@ -109,7 +109,7 @@ impl Attempts {
 /// What `logs` reads a batch's log for.
 struct Selection<'q> {
     query: &'q LogsQuery,
-    component: Option<ComponentName>,
+    component: Option<&'q ComponentName>,
 }
 
 impl Selection<'_> {
@@ -125,7 +125,7 @@ impl Selection<'_> {
         for event in &page.events {
             let Some(run) = &event.run else { continue };
             let number = attempts.count(&run.component);
-            if self.component.as_ref().is_some_and(|wanted| *wanted != run.component) {
+            if self.component.is_some_and(|wanted| *wanted != run.component) {
                 continue;
             }
             let whole = match page.left_out(event.seq) {
@@ -154,7 +154,7 @@ impl Selection<'_> {
         attempts: &Attempts,
         writer: &mut Writer<'_>,
     ) -> Result<(), OperatorError> {
-        if let Some(name) = &self.component
+        if let Some(name) = self.component
             && attempts.of(name) == 0
         {
             let store = operator.store().await?;
@@ -162,7 +162,7 @@ impl Selection<'_> {
             operator.step_named(&pipeline, name)?;
         }
         if let Some(wanted) = self.query.attempt {
-            let had = match &self.component {
+            let had = match self.component {
                 Some(name) => format!("{name} ran {} time(s) on {}", attempts.of(name), head.id()),
                 None => format!("no component ran more than {} time(s) on {}", attempts.max(), head.id()),
             };
@@ -171,7 +171,7 @@ impl Selection<'_> {
         match writer.format {
             Format::Json => writer.write("[]\n"),
             Format::Text => {
-                let whose = self.component.as_ref().map(|name| format!(" of {name}")).unwrap_or_default();
+                let whose = self.component.map(|name| format!(" of {name}")).unwrap_or_default();
                 let what = self.query.stream.as_deref().map(|name| format!(" on {name}")).unwrap_or_default();
                 writer.write(&format!("{}: no run{whose} kept any output{what}\n", head.id()))
             }
@@ -188,13 +188,12 @@ async fn write_logs(
     query: &LogsQuery,
     writer: &mut Writer<'_>,
 ) -> Result<(), OperatorError> {
-    let component = query.component.as_deref().map(ComponentName::new).transpose()?;
     if query.attempt == Some(0) {
         return Err(InvalidInput::new("--attempt", "0", "attempts are numbered from 1").into());
     }
     let store = operator.store().await?;
     let head = store.batch_head(id).await?;
-    let selection = Selection { query, component };
+    let selection = Selection { query, component: query.component.as_ref() };
     let mut attempts = Attempts::default();
     let mut after = Seq::ZERO;
     loop {
