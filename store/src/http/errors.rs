@@ -160,13 +160,13 @@ mod tests {
 
     #[test]
     fn an_outages_kind_crosses_the_wire_under_the_kind_every_release_knows() {
-        let kinds: [(fn(String) -> StoreError, &str); 3] = [
-            (StoreError::SchemaNewer, "schema_newer"),
-            (StoreError::SchemaOlder, "schema_older"),
-            (StoreError::NoStoreFile, "no_store_file"),
+        let kinds = [
+            (StoreError::SchemaNewer("words".into()), "schema_newer"),
+            (StoreError::SchemaOlder("words".into()), "schema_older"),
+            (StoreError::NoStoreFile("words".into()), "no_store_file"),
         ];
         for (kind, reason) in kinds {
-            let (json, back) = over_the_wire(kind("words".into()));
+            let (json, back) = over_the_wire(kind);
             let expected = serde_json::json!({"error": {
                 "kind": "unavailable", "message": "store unavailable: words", "reason": reason
             }});
