@@ -278,21 +278,21 @@ struct Planned {
     component: Option<ComponentName>,
 }
 
-impl Operator {
+impl Planned {
     /// Checks the action's input and names the store request it makes (nothing read yet
     /// besides the pipeline, for the component's name).
-    async fn plan_steer(
-        &self,
+    async fn new(
+        operator: &Operator,
         store: &dyn ObjectStore,
         action: &SteerAction,
         reason: &str,
     ) -> Result<Planned, OperatorError> {
         let reason = check_reason(reason)?.to_owned();
-        let by = self.agent()?;
+        let by = operator.agent()?;
         let component = match action.scope() {
             Some(Scope::Component(name)) => {
-                let pipeline = self.pipeline(store).await?;
-                Some(self.step(&pipeline, name)?.name().clone())
+                let pipeline = operator.pipeline(store).await?;
+                Some(operator.step(&pipeline, name)?.name().clone())
             }
             _ => None,
         };
@@ -307,20 +307,18 @@ impl Operator {
         };
         Ok(Planned { request: SteeringRequest { change, by, reason, expect_version: None }, component })
     }
+}
 
-    /// The open runs in the scope: of the component, or of every component.
-    async fn running_in(
-        &self,
-        store: &dyn ObjectStore,
-        component: Option<&ComponentName>,
-    ) -> Result<Vec<Run>, OperatorError> {
-        Ok(store.open_runs(component).await?)
-    }
+/// The open runs in the scope: of the component, or of every component.
+async fn running_in(store: &dyn ObjectStore, component: Option<&ComponentName>) -> Result<Vec<Run>, OperatorError> {
+    Ok(store.open_runs(component).await?)
+}
 
+impl Operator {
     /// What `steer` would do, or its refusal in the same words; writes nothing.
     pub async fn preview_steer(&self, action: &SteerAction, reason: &str) -> Result<SteerPreview, OperatorError> {
         let store = self.store().await?;
-        let planned = self.plan_steer(store.as_ref(), action, reason).await?;
+        let planned = Planned::new(self, store.as_ref(), action, reason).await?;
         let steering = store.steering().await?;
         let reruns = reruns_of(&steering, action, planned.component.as_ref());
         let mut after = steering.clone();
@@ -328,7 +326,7 @@ impl Operator {
         let would = applied.entry.map(|entry| entry.said).unwrap_or_default();
         let running = match action {
             SteerAction::SetPool { .. } | SteerAction::Resume { .. } => Vec::new(),
-            _ => self.running_in(store.as_ref(), planned.component.as_ref()).await?,
+            _ => running_in(store.as_ref(), planned.component.as_ref()).await?,
         };
         Ok(SteerPreview {
             action: action.clone(),
@@ -352,7 +350,7 @@ impl Operator {
         expect_version: Option<u64>,
     ) -> Result<SteerReport, OperatorError> {
         let store = self.store().await?;
-        let mut planned = self.plan_steer(store.as_ref(), action, reason).await?;
+        let mut planned = Planned::new(self, store.as_ref(), action, reason).await?;
         let before = store.steering().await?;
         let version = expect_version.unwrap_or(before.version);
         // The reruns are the breaker's list at the version the change is made against.
@@ -362,89 +360,21 @@ impl Operator {
         let steered = match store.steer(planned.request.clone()).await {
             Ok(steered) => steered,
             Err(e) if expect_version.is_some() && e.is_conflict() => {
-                return self.confirmed_again(store.as_ref(), &planned.request, version, e).await;
+                return confirmed_again(store.as_ref(), &planned.request, version, e).await;
             }
             Err(e) => return Err(steer_refusal(e)),
         };
         let running = match action {
             SteerAction::Pause { .. } | SteerAction::Drain { .. } => {
-                self.running_in(store.as_ref(), planned.component.as_ref()).await?
+                running_in(store.as_ref(), planned.component.as_ref()).await?
             }
             _ => Vec::new(),
         };
         let mut report = SteerReport::recorded(steered.entry, running);
         if let Some(component) = &planned.component {
-            self.rerun_failed(&mut report, component, reruns, &planned.request.reason).await?;
+            report.rerun_failed(self, component, reruns, &planned.request.reason).await?;
         }
         Ok(report)
-    }
-
-    /// A confirm whose change the store refused: "already done" if the log holds it (a
-    /// confirm sent twice), else the refusal.
-    async fn confirmed_again(
-        &self,
-        store: &dyn ObjectStore,
-        request: &SteeringRequest,
-        version: u64,
-        refused: StoreError,
-    ) -> Result<SteerReport, OperatorError> {
-        if let Some(entry) = self.already_done(store, request, version).await? {
-            return Ok(SteerReport {
-                message: format!("already done at steering version {}: {}", entry.version, entry.said),
-                entry: Some(entry),
-                already_done: true,
-                running: Vec::new(),
-                reruns: Vec::new(),
-                refused: Vec::new(),
-            });
-        }
-        Err(match refused {
-            StoreError::AlreadyInState(message) => {
-                OperatorError::AlreadyInState(format!("{message}; nothing was done"))
-            }
-            StoreError::Conflict(message) | StoreError::ChangedSincePreview(message) => {
-                OperatorError::Refused(format!("{message}; nothing was done"))
-            }
-            other => other.into(),
-        })
-    }
-
-    /// `resume --rerun-failed`: reruns each batch the breaker remembered, one by one; a
-    /// refused rerun is listed with its reason.
-    async fn rerun_failed(
-        &self,
-        report: &mut SteerReport,
-        component: &ComponentName,
-        reruns: Vec<BatchId>,
-        reason: &str,
-    ) -> Result<(), OperatorError> {
-        let rerun = Action::Rerun { component: component.to_string() };
-        for id in reruns {
-            match self.perform(&id, &rerun, reason).await {
-                Ok(done) => report.reruns.push(done),
-                Err(OperatorError::Refused(why)) => report.refused.push((id, why)),
-                Err(OperatorError::Input(e)) => report.refused.push((id, e.to_string())),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// The log's entry for `request` made at `version` by the same operator, if the log holds
-    /// one: a confirm sent twice.
-    async fn already_done(
-        &self,
-        store: &dyn ObjectStore,
-        request: &SteeringRequest,
-        version: u64,
-    ) -> Result<Option<SteeringEntry>, OperatorError> {
-        let log = store.steering_log(super::steering::LOG_SHOWN).await?;
-        Ok(log.into_iter().find(|entry| {
-            entry.version == version + 1
-                && entry.by == request.by
-                && entry.change == request.change
-                && entry.reason == request.reason
-        }))
     }
 
     /// `drain --wait`: waits until nothing in the scope runs (polling the open runs), at most
@@ -461,7 +391,7 @@ impl Operator {
         let started = tokio::time::Instant::now();
         let deadline = started + timeout;
         loop {
-            let running = self.running_in(store.as_ref(), component.as_ref()).await?;
+            let running = running_in(store.as_ref(), component.as_ref()).await?;
             if running.is_empty() {
                 let waited = humantime::format_duration(Duration::from_secs(started.elapsed().as_secs()));
                 return Ok(format!("drained: nothing of {scope} runs (waited {waited})"));
@@ -483,6 +413,72 @@ impl Operator {
         let steering = store.steering().await?;
         let log = store.steering_log(LOG_SHOWN).await?;
         Ok((steering, log))
+    }
+}
+
+/// A confirm whose change the store refused: "already done" if the log holds it (a confirm
+/// sent twice), else the refusal.
+async fn confirmed_again(
+    store: &dyn ObjectStore,
+    request: &SteeringRequest,
+    version: u64,
+    refused: StoreError,
+) -> Result<SteerReport, OperatorError> {
+    if let Some(entry) = logged(store, request, version).await? {
+        return Ok(SteerReport {
+            message: format!("already done at steering version {}: {}", entry.version, entry.said),
+            entry: Some(entry),
+            already_done: true,
+            running: Vec::new(),
+            reruns: Vec::new(),
+            refused: Vec::new(),
+        });
+    }
+    Err(match refused {
+        StoreError::AlreadyInState(message) => OperatorError::AlreadyInState(format!("{message}; nothing was done")),
+        StoreError::Conflict(message) | StoreError::ChangedSincePreview(message) => {
+            OperatorError::Refused(format!("{message}; nothing was done"))
+        }
+        other => other.into(),
+    })
+}
+
+/// The log's entry for `request` made at `version` by the same operator, if the log holds
+/// one: a confirm sent twice.
+async fn logged(
+    store: &dyn ObjectStore,
+    request: &SteeringRequest,
+    version: u64,
+) -> Result<Option<SteeringEntry>, OperatorError> {
+    let log = store.steering_log(LOG_SHOWN).await?;
+    Ok(log.into_iter().find(|entry| {
+        entry.version == version + 1
+            && entry.by == request.by
+            && entry.change == request.change
+            && entry.reason == request.reason
+    }))
+}
+
+impl SteerReport {
+    /// `resume --rerun-failed`: reruns each batch the breaker remembered, one by one; a
+    /// refused rerun is listed with its reason.
+    async fn rerun_failed(
+        &mut self,
+        operator: &Operator,
+        component: &ComponentName,
+        reruns: Vec<BatchId>,
+        reason: &str,
+    ) -> Result<(), OperatorError> {
+        let rerun = Action::Rerun { component: component.to_string() };
+        for id in reruns {
+            match operator.perform(&id, &rerun, reason).await {
+                Ok(done) => self.reruns.push(done),
+                Err(OperatorError::Refused(why)) => self.refused.push((id, why)),
+                Err(OperatorError::Input(e)) => self.refused.push((id, e.to_string())),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 }
 
