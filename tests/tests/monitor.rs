@@ -40,7 +40,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autocomp_e2e::{Finished, binary, finish};
 use autocomp_model::{Agent, BatchId, ComponentName, RunHolder};
-use autocomp_store::{ObjectStore, SqliteStore};
+use autocomp_store::SqliteStore;
+use autocomp_store::prelude::*;
 use autocomp_test_servers::chromium::{self, Browser, axe_violations, serious_or_critical};
 use autocomp_test_servers::wait_until_async;
 use fantoccini::actions::{InputSource as _, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};

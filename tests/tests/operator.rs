@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
 use autocomp_model::{Agent, ComponentName, Event, Outcome, RunHolder};
-use autocomp_store::ObjectStore;
+use autocomp_store::prelude::*;
 use serde_json::Value;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

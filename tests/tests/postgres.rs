@@ -23,7 +23,8 @@ use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
 use autocomp_model::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, RunHolder,
 };
-use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
+use autocomp_store::prelude::*;
+use autocomp_store::{HttpStore, StoreError, open_store};
 use autocomp_test_servers::postgres::{self, Postgres};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use autocomp_e2e::{binary, finish};
 use autocomp_model::{Batch, BatchId, Outcome, Seq};
-use autocomp_store::{ObjectStore, SqliteStore};
+use autocomp_store::SqliteStore;
+use autocomp_store::prelude::*;
 use serde_json::Value;
 
 const STEPS: [&str; 4] = ["batch-trigger", "structure-checker", "checksum-verifier", "archiver"];

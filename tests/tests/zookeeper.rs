@@ -369,7 +369,7 @@ fn a_holder_frozen_past_its_session_is_refused_its_commit_after_a_takeover() {
         frozen_run.holder.agent.clone(),
     )
     .in_run(ComponentName::new("probe").unwrap(), frozen_run.generation);
-    let refused = pipeline.block_on(autocomp_store::ObjectStore::append_event(pipeline.store(), &id, late));
+    let refused = pipeline.block_on(autocomp_store::BatchStore::append_event(pipeline.store(), &id, late));
     assert!(refused.as_ref().is_err_and(|e| e.is_fenced()), "{refused:?}");
     assert!(pipeline.open_runs().is_empty());
     assert_no_lock_nodes(&zk);
