@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use autocomp_framework::config::Backends;
 use autocomp_model::{
-    Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Outcome,
-    PassOutcome, PassPhase, PassRecord, RunHolder, Schedule, Trigger, WorkDone,
+    Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Outcome, PassOutcome,
+    PassPhase, PassRecord, RunHolder, Schedule, Trigger, WorkDone,
 };
 
 use super::*;
