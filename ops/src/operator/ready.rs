@@ -106,23 +106,22 @@ impl Pass<'_> {
                 candidates.push(CandidateView { id, priority: 0, would_claim: false, verdict });
                 continue;
             };
-            let verdict = self.verdict(&id, summary).await?;
-            let would_claim = verdict.starts_with("would claim");
+            let (would_claim, verdict) = self.verdict(&id, summary).await?;
             candidates.push(CandidateView { id, priority: summary.priority, would_claim, verdict });
         }
         Ok(candidates)
     }
 
     /// Whether the pass would claim the batch, and why (not).
-    async fn verdict(&mut self, id: &BatchId, summary: &BatchSummary) -> Result<String, OperatorError> {
+    async fn verdict(&mut self, id: &BatchId, summary: &BatchSummary) -> Result<(bool, String), OperatorError> {
         let step = self.step;
         let path = format!("batch/{}/{}", step.name(), id);
         let facts = SummaryAt { summary, at: self.now };
         Ok(match (step.ready_in_store(&facts), self.held.iter().find(|l| l.path == path)) {
-            (Err(refusal), _) => format!("skip: {refusal} (the index lags)"),
-            (Ok(()), Some(lock)) => format!("skip: locked, {}", describe_lock(Some(lock), Timestamp::now())),
+            (Err(refusal), _) => (false, format!("skip: {refusal} (the index lags)")),
+            (Ok(()), Some(lock)) => (false, format!("skip: locked, {}", describe_lock(Some(lock), Timestamp::now()))),
             (Ok(()), None) if self.claimed >= step.descriptor().queue_size => {
-                "left for the next pass (queue full)".into()
+                (false, "left for the next pass (queue full)".into())
             }
             (Ok(()), None) => {
                 self.claimed += 1;
@@ -130,11 +129,12 @@ impl Pass<'_> {
                 let since = self.store.batch_head(id).await?.last_reset_of(step.event_type());
                 let attempts = self.store.failed_attempts(id, step.name(), since).await?;
                 let max_attempts = step.descriptor().max_attempts;
-                if attempts >= max_attempts {
+                let verdict = if attempts >= max_attempts {
                     format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}")
                 } else {
                     "would claim".into()
-                }
+                };
+                (true, verdict)
             }
         })
     }
