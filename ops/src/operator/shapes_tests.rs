@@ -339,8 +339,11 @@ const PAUSE_PREVIEW_JSON: &str = r#"{
     {
       "agent": "checker",
       "batch": "B1",
+      "claim_seq": 4,
       "component": "checker",
+      "generation": 1,
       "host": "host1",
+      "pid": 4242,
       "started_at": "<started>"
     }
   ],
@@ -376,8 +379,11 @@ const PAUSE_REPORT_JSON: &str = r#"{
     {
       "agent": "checker",
       "batch": "B1",
+      "claim_seq": 4,
       "component": "checker",
+      "generation": 1,
       "host": "host1",
+      "pid": 4242,
       "started_at": "<started>"
     }
   ]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use super::views::Format;
+use super::views::{Format, RunView};
 use super::{ActionReport, Operator, OperatorError, check_reason};
 use crate::operator::actions::{Action, json_of};
 use autocomp_model::{
@@ -98,7 +98,7 @@ impl fmt::Display for SteerAction {
 }
 
 /// What a steering action would do, with nothing written: confirm it with `version`. Its
-/// JSON has these fields (`action` by its name, `running` as `RunningView`s).
+/// JSON has these fields (`action` by its name, `running` as `RunView`s).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SteerPreview {
     #[serde(serialize_with = "action_name")]
@@ -135,7 +135,7 @@ impl SteerPreview {
     }
 }
 
-/// What a steering action did. Its JSON has these fields (`running` as `RunningView`s,
+/// What a steering action did. Its JSON has these fields (`running` as `RunView`s,
 /// `reruns` as `{batch, message}`, `refused` as `{batch, reason}`).
 #[derive(Debug, Serialize)]
 pub struct SteerReport {
@@ -191,31 +191,8 @@ impl SteerReport {
     }
 }
 
-/// A run as a steering answer shows it: whose work on which batch, where, since when. Not
-/// `show`'s run view: a steering answer has always printed these five fields only.
-#[derive(Serialize)]
-struct RunningView<'r> {
-    batch: &'r BatchId,
-    component: &'r ComponentName,
-    agent: &'r autocomp_model::Agent,
-    host: &'r str,
-    started_at: Timestamp,
-}
-
-impl<'r> From<&'r Run> for RunningView<'r> {
-    fn from(run: &'r Run) -> Self {
-        RunningView {
-            batch: &run.batch_id,
-            component: &run.component,
-            agent: &run.holder.agent,
-            host: &run.holder.host,
-            started_at: run.started_at,
-        }
-    }
-}
-
 fn run_views<S: Serializer>(runs: &[Run], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(runs.iter().map(RunningView::from))
+    serializer.collect_seq(runs.iter().map(RunView::from))
 }
 
 fn action_name<S: Serializer>(action: &SteerAction, serializer: S) -> Result<S::Ok, S::Error> {
