@@ -27,6 +27,7 @@ mod registry;
 mod rooms;
 mod runner;
 mod scaffold;
+mod shape;
 mod steering;
 mod steering_cli;
 mod telemetry;

@@ -120,7 +120,7 @@ fn allowed(finding: &Finding) -> bool {
 }
 
 /// Every workspace member's directory but the tests crate's (and its test servers').
-fn product_crates(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn product_crates(root: &Path) -> Vec<PathBuf> {
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     let workspace: toml::Table = toml::from_str(&manifest).unwrap();
     let mut crates = Vec::new();
