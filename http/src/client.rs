@@ -16,9 +16,9 @@ use serde::de::DeserializeOwned;
 
 use super::api::Operation;
 use super::error::ErrorBody;
+use autocomp_model::InvalidInput;
 use autocomp_toolkit::error_chain::error_chain;
 use autocomp_toolkit::tls::ClientTls;
-use autocomp_model::InvalidInput;
 
 /// Whether an operation may be sent again when its first attempt may have been applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,10 @@ pub fn client_token() -> Result<Option<String>, InvalidInput> {
         // the first.
         Some(path) => std::fs::read_to_string(&path)
             .inspect(|_| {
-                autocomp_toolkit::file_modes::warn_if_exposed(std::path::Path::new(&path), "the token file $AUTOCOMP_TOKEN_FILE")
+                autocomp_toolkit::file_modes::warn_if_exposed(
+                    std::path::Path::new(&path),
+                    "the token file $AUTOCOMP_TOKEN_FILE",
+                )
             })
             .map_err(|e| e.to_string())
             .and_then(|text| crate::service::Tokens::parse(&text, "$AUTOCOMP_TOKEN_FILE"))
@@ -251,7 +254,10 @@ impl HttpClient {
                     });
                     let reason = format!("the server's certificate is not trusted: {reason} (trusting {trusted})");
                     // Another instance may have a good one: failover, but never a wait.
-                    (CallError::Untrusted(InvalidInput::new(self.what, autocomp_toolkit::display_url(base), reason)), true)
+                    (
+                        CallError::Untrusted(InvalidInput::new(self.what, autocomp_toolkit::display_url(base), reason)),
+                        true,
+                    )
                 }
                 Err(error) => {
                     let unsent = error.is_connect();
@@ -273,7 +279,8 @@ impl HttpClient {
             if may_repeat && tried < self.bases.len() {
                 let next = (index + 1) % self.bases.len();
                 self.current.store(next, Ordering::Relaxed);
-                let (shown, next) = (autocomp_toolkit::display_url(base), autocomp_toolkit::display_url(&self.bases[next]));
+                let (shown, next) =
+                    (autocomp_toolkit::display_url(base), autocomp_toolkit::display_url(&self.bases[next]));
                 tracing::warn!(operation, "{} at {shown} not answering; trying {next}", self.what);
                 continue;
             }

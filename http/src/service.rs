@@ -110,7 +110,8 @@ impl ServiceToken {
                     let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
                     Tokens::parse(&text, &shown)
                 };
-                let reloaded = autocomp_toolkit::reload::Reloaded::new("the token file", vec![path.to_path_buf()], read)?;
+                let reloaded =
+                    autocomp_toolkit::reload::Reloaded::new("the token file", vec![path.to_path_buf()], read)?;
                 Ok(Self(TokenSource::File(reloaded)))
             }
             None => {

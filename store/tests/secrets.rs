@@ -7,12 +7,12 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_toolkit::display_url;
 use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::http1::get;
 use autocomp_test_servers::postgres::{Postgres, percent_encode};
 use autocomp_test_servers::{wait_for, wait_until_async};
+use autocomp_toolkit::display_url;
 use proptest::prelude::*;
 use serde_json::json;
 

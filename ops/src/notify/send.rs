@@ -12,10 +12,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use autocomp_toolkit::display_url;
-use autocomp_toolkit::tls::ClientTls;
 use autocomp_store::pipeline_state::MAX_NOTICE_LEASE;
 use autocomp_store::{Notice, NoticeOutcome, ObjectStore, StoreError};
+use autocomp_toolkit::display_url;
+use autocomp_toolkit::tls::ClientTls;
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use lettre::message::header::ContentType;
 use lettre::transport::smtp::authentication::Credentials;

@@ -7,14 +7,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_toolkit::display_url;
 use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
-use autocomp_toolkit::logging::LogFormat;
 use autocomp_http::service::init_logging;
 use autocomp_sboi::http::IndexService;
 use autocomp_sboi::{EngineOptions, IndexEngine, MAX_CORRECTIONS};
 use autocomp_store::http::store_error_is_permanent;
 use autocomp_store::{HttpStore, ObjectStore, StoreError, open_store};
+use autocomp_toolkit::display_url;
+use autocomp_toolkit::logging::LogFormat;
 use clap::{Parser, Subcommand};
 
 const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or configuration error \
