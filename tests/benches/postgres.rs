@@ -44,7 +44,8 @@ use autocomp_model::{
     Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Seq,
 };
 use autocomp_sboi::{CatchUp, EngineOptions, IndexEngine};
-use autocomp_store::{HttpStore, ObjectStore, PgStore, SqliteOptions, SqliteStore, Synchronous};
+use autocomp_store::prelude::*;
+use autocomp_store::{HttpStore, PgStore, SqliteOptions, SqliteStore, Synchronous};
 use autocomp_test_servers::Postgres;
 use serde_json::{Value, json};
 

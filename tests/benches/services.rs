@@ -32,7 +32,8 @@ use autocomp_e2e::percentile;
 use autocomp_e2e::services::{Service, TOKEN, metric};
 use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Timestamp, Trigger};
 use autocomp_sboi::{BatchIndex, HttpIndex, IndexEngine};
-use autocomp_store::{HttpStore, ObjectStore, SqliteOptions, SqliteStore, Synchronous};
+use autocomp_store::prelude::*;
+use autocomp_store::{HttpStore, SqliteOptions, SqliteStore, Synchronous};
 use autocomp_test_servers::wait_until_every;
 
 const GOAL_APPENDS: f64 = 5_000.0;

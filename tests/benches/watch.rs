@@ -22,6 +22,7 @@ use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{binary, copy_tree, percentile, wait_until};
 use autocomp_model::{BatchId, Timestamp};
+use autocomp_store::prelude::*;
 use autocomp_store::{HttpStore, ObjectStore, SqliteStore};
 
 const GOAL_P50: Duration = Duration::from_secs(1);
