@@ -23,7 +23,6 @@ use autocomp_framework::config::{Backends, SHARED_FILE};
 use autocomp_model::{HoldKind, Timestamp};
 use autocomp_store::ObjectStore;
 use serde::Serialize;
-use serde_json::json;
 
 use crate::operator::{AlertDefaults, Format, held_too_long};
 use crate::operator::{SilenceRule, last_seen};
@@ -160,11 +159,18 @@ impl DoctorReport {
                 out
             }
             Format::Json => {
-                let document = json!({"passed": self.passed(), "checks": self.checks});
+                let document = ReportJson { checks: &self.checks, passed: self.passed() };
                 serde_json::to_string_pretty(&document).expect("a report always serializes") + "\n"
             }
         }
     }
+}
+
+/// `doctor --format json`: every check, and whether all passed.
+#[derive(Serialize)]
+struct ReportJson<'r> {
+    checks: &'r [Check],
+    passed: bool,
 }
 
 /// Runs every check. Never fails as a whole: what cannot be reached is a failed check.
