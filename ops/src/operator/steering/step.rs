@@ -92,24 +92,12 @@ impl HumanStep {
             .map(|t| BatchType::new(t.as_str()).map_err(field("--types")))
             .collect::<Result<Vec<_>, _>>()?;
         let trigger = Trigger { requires, blocked_by: vec![event_type.clone()], types, ..Trigger::default() };
-        Ok(ComponentDescriptor {
-            name,
-            version: "manual".into(),
-            event_type,
-            trigger,
-            max_attempts: 1,
-            retry_backoff: Duration::from_secs(300),
-            queue_size: 1,
-            max_runtime: Duration::from_secs(86_400),
-            source: false,
-            overdue_after: self.overdue_after,
-            silent_after: None,
-            schedule: None,
-            manual: true,
-            pools: Vec::new(),
-            break_after: None,
-            result_schema: None,
-            reads: Vec::new(),
-        })
+        let described = ComponentDescriptor::new(name, "manual", event_type, trigger).with_limits(
+            1,
+            Duration::from_secs(300),
+            1,
+            Duration::from_secs(86_400),
+        );
+        Ok(ComponentDescriptor { overdue_after: self.overdue_after, manual: true, ..described })
     }
 }
