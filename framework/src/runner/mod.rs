@@ -47,6 +47,8 @@ use crate::reports::{Reports, Write};
 pub(crate) use candidates::{DryRun, held_reason};
 pub use identity::{Identity, hostname};
 use pass::{Pass, release_quietly};
+// What `testing::run_work` records, as a pass would.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use record::report_of;
 pub(crate) use report::record_pass;
 pub use summary::{BatchResult, PassSummary};
