@@ -64,10 +64,10 @@ port_trait! {
         /// A page of a batch's log (at most `limit`, 1 to `MAX_LOG_PAGE`, events; in seq order),
         /// read without reading the rest of the log: the newest events, those before a seq, or
         /// those after one.
-        /// The default reads the whole batch (`LogPage::of`), as `batch_head`'s does.
+        /// The default reads the whole batch (`LogPage::of`), as `batch_head`'s does; the limit
+        /// is checked by the `Checked` wrapper, as every declared check is.
         #[checked(check_log_limit(limit)?)]
         async fn log_page(&self, id: &BatchId, cursor: LogCursor, limit: usize) -> StoreResult<LogPage> {
-            check_log_limit(limit)?;
             Ok(LogPage::of(&self.get_batch(id).await?, cursor, limit))
         }
 
