@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::{all_hold, checks};
 use crate::operator::Operator;
+use crate::operator::three_steps_tests::{ThreeSteps, three_steps};
 use autocomp_framework::config::Backends;
 
 fn ty(name: &str) -> EventType {
@@ -30,23 +31,7 @@ fn component(name: &str) -> ComponentName {
 
 #[tokio::test]
 async fn explain_follows_the_requires_chain_to_the_failure_that_holds_the_batch_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let backends = Backends {
-        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
-        index: Some(format!("local:{}", dir.path().join("index").display())),
-        locks: Some(format!("local:{}", dir.path().join("locks").display())),
-    };
-    let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
-    let store = operator.store().await.unwrap();
-    for (name, event_type, requires) in [
-        ("verifier", "Verified", "Data_Received"),
-        ("checker", "Checked", "Verified"),
-        ("archiver", "Archived", "Checked"),
-    ] {
-        // Blocked by its own type, as a component is unless its config says otherwise.
-        let trigger = Trigger::builder().requires(requires).blocked_by(event_type).build();
-        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
-    }
+    let ThreeSteps { operator, store, dir: _dir } = three_steps().await;
     let id = autocomp_model::BatchId::new("B1").unwrap();
     store.create_batch(NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
     let agent = Agent::new("test").unwrap();

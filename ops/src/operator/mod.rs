@@ -30,6 +30,8 @@ mod views;
 
 #[cfg(test)]
 mod shapes_tests;
+#[cfg(test)]
+mod three_steps_tests;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

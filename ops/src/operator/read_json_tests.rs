@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use autocomp_framework::config::Backends;
+use crate::operator::three_steps_tests::{ThreeSteps, three_steps};
 use autocomp_framework::locks::{HeldLock, LockHolder};
 use autocomp_model::{
-    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Timestamp, Trigger,
+    Agent, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Timestamp,
 };
 use autocomp_store::ObjectStore;
 use serde_json::{Value, json};
@@ -35,22 +35,7 @@ fn ty(text: &str) -> EventType {
 /// A three-step pipeline; B1 received, verified (with a result), checked with a transient
 /// failure that kept output, and checked again by a run still open; B2 only received.
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let backends = Backends {
-        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
-        index: Some(format!("local:{}", dir.path().join("index").display())),
-        locks: Some(format!("local:{}", dir.path().join("locks").display())),
-    };
-    let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
-    let store = operator.store().await.unwrap();
-    for (name, event_type, requires) in [
-        ("verifier", "Verified", "Data_Received"),
-        ("checker", "Checked", "Verified"),
-        ("archiver", "Archived", "Checked"),
-    ] {
-        let trigger = Trigger::builder().requires(requires).blocked_by(event_type).build();
-        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
-    }
+    let ThreeSteps { operator, store, dir } = three_steps().await;
     let agent = Agent::new("test").unwrap();
     let new = NewBatch::new(id("B1"), BatchType::new("RoundTrip").unwrap()).with_location("/data/b1").with_priority(3);
     store.create_batch(new).await.unwrap();

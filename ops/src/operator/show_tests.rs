@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use autocomp_model::{
-    Agent, Batch, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder, Trigger,
+    Agent, Batch, BatchId, BatchType, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder,
 };
 use autocomp_store::ObjectStore;
 use serde_json::{Value, json};
 
+use crate::operator::three_steps_tests::{ThreeSteps, three_steps};
 use crate::operator::{Format, LogSpan, Operator, SHOW_EVENTS, TableFormat};
-use autocomp_framework::config::Backends;
 
 struct Fixture {
     operator: Operator,
@@ -20,26 +20,8 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
-/// name, event type, required type.
-const PIPELINE: [(&str, &str, &str); 3] = [
-    ("verifier", "Verified", "Data_Received"),
-    ("checker", "Checked", "Verified"),
-    ("archiver", "Archived", "Checked"),
-];
-
 async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let backends = Backends {
-        store: Some(format!("sqlite://{}", dir.path().join("store.db").display())),
-        index: Some(format!("local:{}", dir.path().join("index").display())),
-        locks: Some(format!("local:{}", dir.path().join("locks").display())),
-    };
-    let operator = Operator::new(dir.path(), backends, Some("tester".into())).unwrap();
-    let store = operator.store().await.unwrap();
-    for (name, event_type, requires) in PIPELINE {
-        let trigger = Trigger::builder().requires(requires).blocked_by(event_type).build();
-        autocomp_framework::testing::register_component(store.as_ref(), name, event_type, trigger).await;
-    }
+    let ThreeSteps { operator, store, dir } = three_steps().await;
     Fixture { operator, store, _dir: dir }
 }
 
