@@ -18,7 +18,7 @@ use tracing::{debug, info};
 
 use crate::component::Component;
 use crate::exit::{self, RunError};
-use crate::runner::{Runner, Selection, stop_requested};
+use crate::runner::{Runner, Selection, phases, stop_requested};
 use crate::verdict::{PassEnd, pass, pass_verdict};
 
 /// The longest single wait in the change feed. The store service caps its long polls
@@ -53,7 +53,7 @@ pub async fn run_watching<C: Component>(
     runner.coalesce_reports();
     let mut watcher =
         Watcher { runner, store: &store, index: &index, heartbeat, worst: exit::OK, last_pass: None, pool_retry: None };
-    let watched = watch_loop(&mut watcher, &mut shutdown).await;
+    let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;
     let code = watched?;
@@ -88,7 +88,7 @@ async fn watch_loop<C: Component>(
         // so readiness between the question and the wait is never slept through.
         let seen = watcher.store.head().await?;
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
-        let (offered, covered) = watcher.look(seen, heartbeat_due).await?;
+        let (offered, covered) = phases::look(watcher.look(seen, heartbeat_due)).await?;
         let go_again = if heartbeat_due || !offered.is_empty() {
             let handled = match watcher.pass(offered, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
@@ -115,7 +115,7 @@ async fn watch_loop<C: Component>(
         if go_again {
             continue;
         }
-        if let ControlFlow::Break(code) = watcher.sleep(seen, shutdown).await? {
+        if let ControlFlow::Break(code) = phases::sleep(watcher.sleep(seen, shutdown)).await? {
             return Ok(code);
         }
     }

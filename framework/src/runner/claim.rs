@@ -14,6 +14,7 @@ use tracing::{Instrument, Span, debug, info, warn};
 use super::held_reason;
 use super::lock::HeldLocks;
 use super::pass::{Claimed, Pass, record_outcome};
+use super::phases::{self, Phase};
 use super::{BatchResult, Runner, Selection};
 use crate::component::Component;
 use crate::exit::RunError;
@@ -37,6 +38,7 @@ impl<C: Component> Runner<C> {
         pass: &mut Pass,
     ) -> Result<(), RunError> {
         pass.steering.now = self.pipeline.store.steering().await?;
+        phases::mark(Phase::Steering);
         if !pass.force
             && let Some(held) = held_reason(&self.name, &pass.steering.now)
         {
@@ -52,6 +54,7 @@ impl<C: Component> Runner<C> {
             Selection::Offered(ids) => ids.clone(),
             Selection::Batch { id, .. } => vec![id.clone()],
         };
+        phases::mark(Phase::Index);
         let mut candidates = candidates.into_iter();
         let mut first_round = true;
         loop {
@@ -63,6 +66,7 @@ impl<C: Component> Runner<C> {
                 break;
             }
             let mut locked = self.lock_round(&mut candidates, room, pass).await?;
+            phases::mark(Phase::BatchLocks);
             if self.must_stop_claiming(&pass.session) {
                 locked.release_all().await;
                 break;
@@ -84,6 +88,7 @@ impl<C: Component> Runner<C> {
     /// claims (unless forced); the pool sizes are this read's.
     async fn held_mid_pass(&self, pass: &mut Pass) -> Result<bool, RunError> {
         pass.steering.now = self.pipeline.store.steering().await?;
+        phases::mark(Phase::Steering);
         if !pass.force
             && let Some(held) = held_reason(&self.name, &pass.steering.now)
         {
@@ -104,19 +109,24 @@ impl<C: Component> Runner<C> {
     async fn claim_round(&self, mut locked: HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
         let round = self.claim_locked(&mut locked, pass).await;
         locked.release_all().await;
+        phases::mark(Phase::Release);
         round
     }
 
     /// `claim_round` but for the locks: it releases whatever this leaves in `locked`.
     async fn claim_locked(&self, locked: &mut HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
         let ready = self.recheck(locked, pass).await?;
+        phases::mark(Phase::Recheck);
         let ready = self.take_slots(locked, ready, pass).await?;
+        phases::mark(Phase::BatchLocks);
         if ready.is_empty() {
             return Ok(());
         }
         let breaker_counting = pass.steering.now.breakers.contains_key(&self.name);
         let earlier = self.read_earlier_attempts(&ready, pass.force).await?;
+        phases::mark(Phase::Recheck);
         let (answers, spans) = self.claim_in_store(&ready).await?;
+        phases::mark(Phase::Claim);
         let mut failure = (answers.len() != ready.len()).then(|| {
             let message = format!("the store answered {} of {} claims", answers.len(), ready.len());
             RunError::Store(StoreError::Unavailable(message))
@@ -132,6 +142,7 @@ impl<C: Component> Runner<C> {
         }
         // The batches the store refused to claim: free before any give-up is recorded.
         locked.release_all().await;
+        phases::mark(Phase::Release);
         if let Some(error) = failure {
             pass.claimed.extend(fresh.into_iter().map(|(batch, _)| batch));
             return Err(error);

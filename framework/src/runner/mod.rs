@@ -20,6 +20,7 @@ mod claim;
 mod identity;
 mod lock;
 mod pass;
+pub(crate) mod phases;
 mod record;
 mod report;
 mod summary;
@@ -180,7 +181,9 @@ impl<C: Component> Runner<C> {
     /// reports how it ended, an idle one only that).
     pub async fn run_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let span = self.pass_span(selection);
-        let passed = self.untraced_pass(selection).instrument(span.clone()).await;
+        let took_up = |passed: &Result<PassSummary, RunError>| passed.as_ref().map_or(0, PassSummary::taken_up);
+        let (passed, timings) = phases::timed(self.untraced_pass(selection), took_up).instrument(span.clone()).await;
+        timings.emit(&self.name, took_up(&passed));
         let (outcome, taken_up) = match &passed {
             Ok(summary) => (summary.pass_outcome().as_str(), summary.taken_up()),
             Err(RunError::PollLockBusy(_)) => ("busy", 0),
@@ -233,6 +236,7 @@ impl<C: Component> Runner<C> {
             Err(refused) => Err(format!("[settings] {}: {}", refused.key, refused.message)),
             Ok(()) => crate::contract::check_reads(self.pipeline.store.as_ref(), &self.descriptor).await,
         };
+        phases::mark(phases::Phase::Other);
         if let Err(message) = refused {
             let phase = PassPhase::Ended {
                 outcome: PassOutcome::Error,
@@ -303,6 +307,7 @@ impl<C: Component> Runner<C> {
         let Some(poll_lock) = self.poll_lock(&holder).await? else {
             return Ok(PassSummary::default());
         };
+        phases::mark(phases::Phase::PollLock);
         // Candidates offered before a wait for the poll lock are another pass's leftovers by
         // now (it held the lock to claim them): ask the index again rather than lock and
         // re-check batches that are most likely done.
@@ -320,6 +325,7 @@ impl<C: Component> Runner<C> {
             Ok(()) => self.report_start(&pass.claimed).await,
             Err(e) => Err(e),
         };
+        phases::mark(phases::Phase::Other);
         if let Err(e) = claimed {
             // Whatever was claimed before the error is handed back untouched: ready again,
             // not left open to be counted as an abandoned attempt.
@@ -337,10 +343,13 @@ impl<C: Component> Runner<C> {
             release_quietly(poll_lock).await;
             None
         };
+        phases::mark(phases::Phase::Release);
         let Pass { mut summary, claimed, .. } = pass;
         summary.results.extend(self.work_all(claimed).await);
+        phases::skip();
         if let Some(lock) = poll_lock {
             release_quietly(lock).await;
+            phases::mark(phases::Phase::Release);
         }
         Ok(summary)
     }

@@ -14,6 +14,7 @@ use autocomp_toolkit::telemetry;
 use tracing::{Instrument, Span, debug, error, info, warn};
 
 use super::pass::{Claimed, record_outcome, release_locks};
+use super::phases::{self, Phase};
 use super::{BatchResult, Runner};
 use crate::component::{Component, WorkError};
 use crate::config::ComponentConfig;
@@ -39,7 +40,9 @@ impl<C: Component> Runner<C> {
             Ok(()) => self.recorded(&id, claim.generation(), &report, timed_out),
             Err(e) => not_recorded(id, e),
         };
+        phases::mark(Phase::Append);
         release_locks(Claimed::locks(lock, slots)).await;
+        phases::mark(Phase::Release);
         record_result_outcome(&span, &result);
         if let BatchResult::Recorded { id, outcome, .. } = &result {
             let failed = *outcome == Outcome::Failure && !report.transient;

@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::{Instrument, Span, error, info, warn};
 
 use super::pass::Claimed;
+use super::phases::{self, Phase};
 use super::record::{failed_report, report_of};
 use super::{BatchResult, Runner, stop_requested};
 use crate::component::{CheckpointWriter, Component, WorkContext, WorkError, fitted_output};
@@ -36,7 +37,7 @@ impl<C: Component> Runner<C> {
         for batch in claimed {
             let (runner, permits) = (Arc::clone(self), Arc::clone(&permits));
             let span = batch.span.clone();
-            tasks.spawn(async move { runner.work_one(batch, permits).await }.instrument(span));
+            tasks.spawn(phases::for_batch(async move { runner.work_one(batch, permits).await }).instrument(span));
         }
         let mut results = Vec::new();
         while let Some(joined) = tasks.join_next().await {
@@ -91,6 +92,8 @@ impl<C: Component> Runner<C> {
     /// The work on its thread, bounded by `max_runtime`, cancelled by a shutdown (after
     /// `shutdown_grace`), a lost lock session or a takeover; its result recorded.
     async fn run_work(&self, claimed: Claimed, permit: OwnedSemaphorePermit) -> BatchResult {
+        // Waiting for a work thread is no work of this batch's.
+        phases::mark(Phase::Other);
         let mut shutdown = self.shutdown.clone();
         let mut session = self.pipeline.locks.session();
         let cancelled = Arc::new(AtomicBool::new(false));
@@ -126,6 +129,7 @@ impl<C: Component> Runner<C> {
                 return self.give_up_after_session_loss(claimed).await;
             }
         };
+        phases::mark(Phase::Work);
         drop(permit);
         let Some(outcome) = outcome else {
             // Recorded first, so the result is fenced however long the thread takes; then the
