@@ -8,6 +8,7 @@ pub mod duration_text;
 mod effective;
 #[cfg(test)]
 mod fixtures;
+mod interest;
 mod names;
 mod output;
 mod registry;
@@ -26,6 +27,7 @@ pub use batch::check_object;
 pub use batch::{Batch, CONTENT_SEQ_KEY, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
 pub use contract::{Incompatibility, ReadCheck, check_read, check_reads, published_fields, required_fields};
 pub use effective::EffectiveView;
+pub use interest::{ChangeConcern, ChangeInterest, MAX_CONCERN_PAYLOAD};
 pub use names::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, PoolName, is_concealing,
 };

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::work::check_work;
 use super::{
-    Agent, BatchFacts, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt, Timestamp,
-    Trigger, WorkDone, WorkHistory, duration_text,
+    Agent, BatchFacts, ChangeInterest, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt,
+    Timestamp, Trigger, WorkDone, WorkHistory, duration_text,
 };
 
 /// Longest `version` and `host` accepted in the registry.
@@ -163,6 +163,14 @@ impl ComponentDescriptor {
             settled_for: Some(trigger.settled_for.unwrap_or_default().max(self.retry_backoff)),
             ..trigger.clone()
         })
+    }
+
+    /// What a watcher of this component wakes for: what its trigger and its retry trigger
+    /// read (`Trigger::interest`), and its own event type (a competing worker's result, a
+    /// rerun after a reset of it).
+    pub fn change_interest(&self) -> ChangeInterest {
+        let retry = self.retry_trigger().map_or(ChangeInterest::Types(Default::default()), |t| t.interest());
+        self.trigger.interest().union(retry).with_type(&self.event_type)
     }
 
     /// Whether a pass would work on the batch as read: its trigger holds, or the retry of its

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Batch, BatchFacts, BatchId, BatchSummary, BatchType, EventType, InvalidInput, Outcome, Timestamp};
+use super::{
+    Batch, BatchFacts, BatchId, BatchSummary, BatchType, ChangeInterest, EventType, InvalidInput, Outcome, Timestamp,
+};
 
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +87,17 @@ impl Trigger {
             .chain(self.repeat_on_change.iter().map(Clause::RepeatOnChange))
             .chain(self.transiently_failed.iter().map(Clause::TransientlyFailed))
             .chain(self.settled_for.map(Clause::SettledFor))
+    }
+
+    /// What a watcher with this trigger wakes for: appends of (or resets covering) every
+    /// event type a clause reads. Whatever else can make a batch ready for it concerns
+    /// everyone (`ChangeConcern::Everyone`: a batch created, a priority or content change, a
+    /// run released or cancelled, the steering). Appends of other types can only make a
+    /// batch *less* settled (`settled_for`), never ready: time does that, and a watcher's
+    /// heartbeat looks then.
+    pub fn interest(&self) -> ChangeInterest {
+        let read = [&self.requires, &self.blocked_by, &self.repeat_on_change, &self.transiently_failed];
+        ChangeInterest::Types(read.into_iter().flatten().cloned().collect())
     }
 
     /// The ready batches in trigger order (priority descending, then oldest first), limited.
