@@ -1,6 +1,6 @@
 //! The `LockService` contract: what every lock backend promises, one suite run against each
 //! (flock files in a temp dir; a real standalone ZooKeeper, plain and with TLS and the
-//! pipeline's identity), opened by URL as components open
+//! pipeline's identity; a real PostgreSQL, a database of its own per test), opened by URL as components open
 //! them, so a backend passes the same tests as the other, not a copy of them. Holders in other
 //! processes are this test binary re-run with `HOLDER_URL` set. What one backend does alone
 //! is tested with it: framework/src/locks/local.rs and tests/tests/zookeeper.rs.
@@ -58,6 +58,20 @@ fn zookeeper() -> Backend {
         dead_holder_freed_within: Duration::from_secs(20),
         _dir: None,
         _zookeeper: Some(zookeeper),
+    }
+}
+
+/// `postgres://` on a database of its own in this test process's shared server; holders get
+/// a 2 s lease, which the test's own services see unrenewed and take over soon after a
+/// holder's death (held() looks).
+fn postgres() -> Backend {
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    Backend {
+        holder_url: format!("{url}?lease=2s"),
+        url,
+        dead_holder_freed_within: Duration::from_secs(20),
+        _dir: None,
+        _zookeeper: None,
     }
 }
 
@@ -319,8 +333,8 @@ async fn a_killed_holders_locks_are_freed_within_the_backends_bound(backend: Bac
     locks.close().await;
 }
 
-/// Instantiates every contract test once per backend: `local::NAME`, `zookeeper::NAME` and
-/// `zookeeper_secured::NAME` (TLS and the pipeline's identity on).
+/// Instantiates every contract test once per backend: `local::NAME`, `zookeeper::NAME`,
+/// `zookeeper_secured::NAME` (TLS and the pipeline's identity on) and `postgres::NAME`.
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -339,6 +353,12 @@ macro_rules! contract {
             $(#[test]
             fn $name() {
                 super::runtime().block_on(super::$name(super::zookeeper_secured()))
+            })*
+        }
+        mod postgres {
+            $(#[test]
+            fn $name() {
+                super::runtime().block_on(super::$name(super::postgres()))
             })*
         }
     };
@@ -387,21 +407,21 @@ fn holder_process_entry() {
     });
 }
 
-/// A holder process, holding its locks; killed if dropped.
-struct HolderProcess {
-    child: Child,
+/// A holder process, holding its locks; killed if dropped. Also used by tests/tests/pg_locks.rs.
+pub(crate) struct HolderProcess {
+    pub(crate) child: Child,
     stdin: Option<ChildStdin>,
     _stdout: BufReader<ChildStdout>,
 }
 
 impl HolderProcess {
     /// What a holder process holds.
-    fn paths() -> [LockPath; 2] {
+    pub(crate) fn paths() -> [LockPath; 2] {
         [poll_path("probe"), batch_path("B0001")]
     }
 
     /// Starts one and waits (blocking) until it holds its locks.
-    fn start(url: &str) -> Self {
+    pub(crate) fn start(url: &str) -> Self {
         let mut child = autocomp_test_servers::this_binary_running!("holder_process_entry")
             .env(HOLDER_URL, url)
             .stdin(Stdio::piped())
@@ -425,7 +445,7 @@ impl HolderProcess {
     }
 
     /// Tells it to close its lock service and exit; returns once it has.
-    fn close_and_exit(&mut self) {
+    pub(crate) fn close_and_exit(&mut self) {
         let mut stdin = self.stdin.take().unwrap();
         writeln!(stdin, "close").unwrap();
         drop(stdin);
@@ -434,7 +454,7 @@ impl HolderProcess {
     }
 
     /// SIGKILLs it and reaps it; when it was gone.
-    fn kill(mut self) -> Instant {
+    pub(crate) fn kill(mut self) -> Instant {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         Instant::now()

@@ -19,6 +19,7 @@ mod operator;
 mod output;
 mod packages;
 mod partition;
+mod pg_locks;
 mod postgres;
 mod protocol;
 mod python_step;

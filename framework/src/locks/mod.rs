@@ -2,10 +2,12 @@
 //! `slot/<pool>/<index>` (one slot of a resource pool), each naming its holder, plus the lock
 //! service's session state so the runner can hold commits while disconnected and stop when
 //! the session is lost.
-//! Adapters: `local` (flock files; the OS frees them on death) and `zk` (one ephemeral
-//! ZooKeeper node per lock; the server frees them when the session ends).
+//! Adapters: `local` (flock files; the OS frees them on death), `zk` (one ephemeral
+//! ZooKeeper node per lock; the server frees them when the session ends) and `pg` (one
+//! PostgreSQL row per lock, each process's rows under a lease it renews; another process
+//! takes them over once it has seen the lease not renewed for its whole length).
 //!
-//! What every backend promises (one contract suite runs against both):
+//! What every backend promises (one contract suite runs against all three):
 //! - a path is held by at most one [`Lock`] at a time, across services, sessions and
 //!   processes, another task of the same service included; different paths never exclude
 //!   each other;
@@ -21,16 +23,22 @@
 //!
 //! Where the backends differ:
 //! - a dead holder's locks: flock frees them when the process is gone; ZooKeeper when the
-//!   server expires its session, a session timeout later;
-//! - [`LockService::close`]: ZooKeeper deletes every lock still held and ends the session
-//!   (every [`Lock`] then says it is not held, and nothing works afterwards); local has no
-//!   session and does nothing: its locks go with their [`Lock`]s or the process;
+//!   server expires its session, a session timeout later; PostgreSQL when another lock
+//!   service has seen the holder's lease unrenewed for its whole length (on its own clock)
+//!   and takes it over: on its next look after that (`try_lock` on a held path, `held`, or
+//!   its watch every third of its own lease);
+//! - [`LockService::close`]: ZooKeeper and PostgreSQL delete every lock still held and end
+//!   the session (every [`Lock`] then says it is not held, and nothing works afterwards);
+//!   local has no session and does nothing: its locks go with their [`Lock`]s or the process;
 //! - a [`Lock`] dropped without [`Lock::release`]: local frees it (its file descriptor
-//!   closes); ZooKeeper keeps it until `close` or the end of the session;
+//!   closes); ZooKeeper and PostgreSQL keep it until `close` or the end of the session;
 //! - [`LockService::session`]: always `Connected` locally; ZooKeeper's follows its
-//!   connection, and [`LockService::lost_session_grace`] bounds the work after a loss.
+//!   connection, PostgreSQL's the age of its last lease renewal (`Suspended` at 0.3 of the
+//!   lease, `Lost` at 0.5), and [`LockService::lost_session_grace`] bounds the work after a
+//!   loss.
 
 mod local;
+mod pg;
 mod zk;
 
 use std::sync::Arc;
@@ -41,6 +49,7 @@ use autocomp_model::{BatchId, ComponentName, InvalidInput, PoolName, Timestamp};
 use serde::{Deserialize, Serialize};
 
 pub use local::LocalLocks;
+pub use pg::{DEFAULT_LEASE, PgLocks, PgLocksUrl};
 pub use zk::{AUTH_ENV, DEFAULT_SESSION_TIMEOUT, ZkLocks, ZkTls, ZkUrl};
 
 /// What is locked. Both parts are validated names, so the path is safe as file and node name.
@@ -211,7 +220,8 @@ pub struct LockInspection {
 /// Looks at the lock service a URL names without changing it, for `autocomp doctor`: a
 /// ZooKeeper is connected to and authenticated with, and its lock tree's ACLs are read and
 /// compared with the framework's, not set (as a pass's connection does); a local lock
-/// directory is checked to be one this user can make lock files in.
+/// directory is checked to be one this user can make lock files in; a PostgreSQL database is
+/// connected to and its lock tables (or this user's right to make them) checked.
 pub async fn inspect_locks(url: &str) -> Result<LockInspection, LockError> {
     if let Some(path) = url.strip_prefix("local:") {
         return local::inspect(std::path::Path::new(path));
@@ -219,18 +229,27 @@ pub async fn inspect_locks(url: &str) -> Result<LockInspection, LockError> {
     if url.starts_with("zk://") || url.starts_with("zks://") {
         return ZkLocks::inspect(url).await;
     }
+    if is_postgres(url) {
+        return PgLocks::inspect(url).await;
+    }
     Err(unknown_scheme(url))
 }
 
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
 fn unknown_scheme(url: &str) -> LockError {
-    let reason = "unknown scheme; expected local:/path/to/locks or zk[s]://host:port[,host:port...]/chroot";
+    let reason = "unknown scheme; expected local:/path/to/locks, zk[s]://host:port[,host:port...]/chroot or \
+                  postgres://user@host[:port]/database";
     InvalidInput::new("locks url", autocomp_toolkit::display_url(url), reason).into()
 }
 
 /// Opens the lock service a backend URL names: `local:/var/lib/autocomp/locks`, or
 /// `zk://host:port[,host:port...]/chroot[?session_timeout=10s&auth_file=/path]`, or `zks://`
-/// for TLS (`ca_file=`, optional `cert_file=` and `key_file=`; see [`ZkUrl::parse`]). Connects;
-/// an unreachable ZooKeeper is `Unavailable`, naming the servers.
+/// for TLS (`ca_file=`, optional `cert_file=` and `key_file=`; see [`ZkUrl::parse`]), or
+/// `postgres://user@host[:port][,host2...]/database[?lease=10s&...]` (the store's URL options,
+/// see [`PgLocksUrl::parse`]). Connects; an unreachable server is `Unavailable`, naming it.
 pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     if let Some(path) = url.strip_prefix("local:") {
         if path.is_empty() {
@@ -245,6 +264,9 @@ pub async fn open_locks(url: &str) -> Result<Arc<dyn LockService>, LockError> {
     }
     if url.starts_with("zk://") || url.starts_with("zks://") {
         return Ok(Arc::new(ZkLocks::connect(url).await?));
+    }
+    if is_postgres(url) {
+        return Ok(Arc::new(PgLocks::connect(url).await?));
     }
     Err(unknown_scheme(url))
 }

@@ -209,16 +209,18 @@ pub(super) async fn locks_check(options: &DoctorOptions, backends: &Backends, ch
         Err(_) => Err((format!("no answer within {within}"), false)),
     };
     checks.push(match inspected {
-        Ok(found) if found.problems.is_empty() && url.starts_with("local:") => Check::ok("locks", found.description),
+        // Only ZooKeeper has a lock tree with ACLs; local and PostgreSQL locks say all in the description.
+        Ok(found) if found.problems.is_empty() && !url.starts_with("zk") => Check::ok("locks", found.description),
         Ok(found) if found.problems.is_empty() => {
             Check::ok("locks", found.description + "; the lock tree's ACLs are as autocomp sets them")
         }
         Ok(found) => Check::fail("locks", format!("{}: {}", found.description, found.problems.join("; ")), {
-            "fix the identity or the ACLs as each problem says (SECURITY.md, rotating the ZooKeeper identity)"
+            "do what each problem says (ZooKeeper: SECURITY.md, rotating the ZooKeeper identity; PostgreSQL: the \
+             owner of the lock tables runs the SQL it names)"
         }),
         Err((e, bad_url)) => {
-            let outage =
-                "check that ZooKeeper runs and this host reaches it, and the identity and TLS files of the URL";
+            let outage = "check that ZooKeeper runs (PostgreSQL, for a postgres:// URL) and this host reaches \
+                          it, and the identity and TLS files (or the user and password) of the URL";
             let fix = bad_url_or(bad_url, "locks", outage);
             Check::fail("locks", format!("{shown}: {e}"), fix)
         }

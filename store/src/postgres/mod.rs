@@ -108,19 +108,7 @@ impl PgBackend {
     /// naming hosts and user) or the server refuses the credentials (`Invalid`).
     async fn open(url: &str) -> StoreResult<Self> {
         let options = PgOptions::parse(url)?;
-        let tls = options.tls()?;
-        let connect = Connector { tls, password_file: options.password_file.clone(), target: options.target.clone() };
-        let manager = Manager::from_connect(
-            options.config.clone(),
-            connect,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(options.connect_timeout * 2))
-            .build()
-            .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool for {}: {e}", options.target)))?;
+        let pool = connection_pool(&options, options.pool_size)?;
         let store = Self {
             inner: std::sync::Arc::new(Inner {
                 pool,
@@ -262,6 +250,26 @@ impl PgBackend {
     }
 }
 
+/// A pool of up to `max_size` connections as the URL says (TLS per `sslmode`, each new one
+/// within twice `connect_timeout`, the password read again from `password_file`): the
+/// store's, and the PostgreSQL lock service's (autocomp-framework), which shares the URL syntax.
+/// Connects lazily: the first `get` is the first connection.
+pub fn connection_pool(options: &PgOptions, max_size: usize) -> StoreResult<Pool> {
+    let tls = options.tls()?;
+    let connect = Connector { tls, password_file: options.password_file.clone(), target: options.target.clone() };
+    let manager = Manager::from_connect(
+        options.config.clone(),
+        connect,
+        ManagerConfig { recycling_method: RecyclingMethod::Fast },
+    );
+    Pool::builder(manager)
+        .max_size(max_size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .create_timeout(Some(options.connect_timeout * 2))
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("PostgreSQL pool for {}: {e}", options.target)))
+}
+
 /// How the pool opens a connection: as the URL says, with the password read again from
 /// `password_file` (when the URL names one) for every new connection, so a password rotated
 /// in the file is used from the next connection on, without a restart.
@@ -340,8 +348,9 @@ impl Failure {
     }
 }
 
-/// The server's message (and detail) without the client library's prefixes.
-pub(crate) fn describe_error(error: &tokio_postgres::Error) -> String {
+/// The server's message (and detail) without the client library's prefixes (public for the
+/// PostgreSQL lock service's messages).
+pub fn describe_error(error: &tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return match db.detail() {
             Some(detail) => format!("{} ({detail})", db.message()),

@@ -1,0 +1,252 @@
+//! Leases on the lock service's own monotonic clock: this process's (renewed, and judged by
+//! the age of its last renewal) and the other workers' (watched for a beat that stops).
+//!
+//! The rule, all of it measured on monotonic clocks, never on the database's:
+//! - a holder renews every tenth of its lease (`UPDATE ... SET beat = beat + 1`) and counts a
+//!   renewal from the moment it SENT it; with none for 0.3 of the lease it is `Suspended`
+//!   (start nothing new, hold commits), at 0.5 `Lost` (its locks may be taken soon; cancelled
+//!   work gets [`LOST_GRACE_SHARE`] more);
+//! - a taker takes a worker's locks over only once it has itself seen that worker's beat
+//!   unchanged for a full lease, counted from when the read showing it was ANSWERED, and only if
+//!   the beat is still that value when the takeover runs.
+//!
+//! Why a holder is gone before its locks are taken: the renewal that set the beat the taker
+//! saw was sent before the taker's read was answered, and no later renewal ran before the
+//! takeover (the beat did not change; one running after it finds the worker row gone). So
+//! the holder's last success was sent at least a lease before the takeover: it was `Lost` half
+//! a lease before, and its cancelled work past its grace 0.3 of a lease before. That margin
+//! covers its watchdog's scheduling and any difference in the two clocks' rates.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::locks::SessionState;
+
+/// How often a holder renews, as a share of its lease: three tries before it is suspended.
+pub const RENEW_SHARE: f64 = 0.1;
+/// No renewal for this share of the lease: `Suspended`.
+pub const SUSPENDED_SHARE: f64 = 0.3;
+/// No renewal for this share of the lease: `Lost`.
+pub const LOST_SHARE: f64 = 0.5;
+/// How long cancelled work may run once the lease is lost, as a share of the lease: gone by
+/// 0.7 of it after the last renewal, while no taker acts before 1.0.
+pub const LOST_GRACE_SHARE: f64 = 0.2;
+
+/// What a lease's age means for its holder.
+pub fn judge(age: Duration, lease: Duration) -> SessionState {
+    if age >= lease.mul_f64(LOST_SHARE) {
+        SessionState::Lost
+    } else if age >= lease.mul_f64(SUSPENDED_SHARE) {
+        SessionState::Suspended
+    } else {
+        SessionState::Connected
+    }
+}
+
+/// This process's lease: its worker row, when it was last renewed, and the state published
+/// for the runner.
+pub struct Lease {
+    /// Our row in `autocomp_lock_workers`.
+    pub worker: String,
+    pub ttl: Duration,
+    /// `user@host:port/database`, for messages (never a password).
+    pub target: String,
+    /// When the last successful renewal (or the registration) was sent.
+    renewed: Mutex<Instant>,
+    state: watch::Sender<SessionState>,
+    /// Set by `close`: the end of the lease is ours, not news.
+    closing: AtomicBool,
+}
+
+impl Lease {
+    /// A lease just registered by a statement sent at `sent`.
+    pub fn new(worker: String, ttl: Duration, target: String, sent: Instant) -> Self {
+        Self {
+            worker,
+            ttl,
+            target,
+            renewed: Mutex::new(sent),
+            state: watch::Sender::new(SessionState::Connected),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<SessionState> {
+        self.state.subscribe()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        *self.state.borrow() == SessionState::Lost
+    }
+
+    fn last_renewed(&self) -> Instant {
+        *self.renewed.lock().expect("never poisoned")
+    }
+
+    /// A renewal sent at `sent` succeeded.
+    pub fn renewed(&self, sent: Instant) {
+        {
+            let mut renewed = self.renewed.lock().expect("never poisoned");
+            *renewed = (*renewed).max(sent);
+        }
+        self.judge_now();
+    }
+
+    /// Publishes what the lease's age means now; `Lost` is final.
+    fn judge_now(&self) -> SessionState {
+        let judged = judge(self.last_renewed().elapsed(), self.ttl);
+        let mut before = SessionState::Connected;
+        let changed = self.state.send_if_modified(|state| {
+            before = *state;
+            if *state == SessionState::Lost || *state == judged {
+                return false;
+            }
+            *state = judged;
+            true
+        });
+        if changed {
+            let shown = humantime::format_duration(self.ttl);
+            match judged {
+                SessionState::Connected => {
+                    info!(worker = %self.worker, "renewed the lock lease at {} again", self.target)
+                }
+                SessionState::Suspended => warn!(
+                    worker = %self.worker,
+                    "no lock lease renewal at {} for {:.0}% of the {shown} lease; holding commits until one succeeds",
+                    self.target,
+                    SUSPENDED_SHARE * 100.0
+                ),
+                SessionState::Lost => error!(
+                    worker = %self.worker,
+                    "no lock lease renewal at {} for half the {shown} lease: another host may take every lock \
+                     this process holds once the lease is over; cancelling all work",
+                    self.target
+                ),
+            }
+        }
+        if before == SessionState::Lost { SessionState::Lost } else { judged }
+    }
+
+    /// The lease is gone for a reason other than its age (the worker row was taken over).
+    pub fn lose(&self, why: &str) {
+        if self.state.send_replace(SessionState::Lost) != SessionState::Lost && !self.closing.load(Ordering::Relaxed) {
+            error!(worker = %self.worker, "the lock lease at {} is lost: {why}; cancelling all work", self.target);
+        }
+    }
+
+    /// `close` ends the lease: published as `Lost`, quietly.
+    pub fn end(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        self.state.send_replace(SessionState::Lost);
+    }
+
+    /// Judges the lease at each threshold of its age until it is lost: the runner learns of
+    /// a stalled renewal on time even while the renewal itself hangs.
+    pub async fn watch(&self) {
+        loop {
+            let next = match self.judge_now() {
+                SessionState::Lost => return,
+                SessionState::Connected => self.last_renewed() + self.ttl.mul_f64(SUSPENDED_SHARE),
+                SessionState::Suspended => self.last_renewed() + self.ttl.mul_f64(LOST_SHARE),
+            };
+            let mut state = self.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                // Lost for another reason (taken over, closed).
+                _ = state.wait_for(|s| *s == SessionState::Lost) => return,
+            }
+        }
+    }
+}
+
+/// Other workers' beats as this process saw them: each with the moment the read that first
+/// showed it was answered.
+#[derive(Default)]
+pub struct Observations {
+    seen: HashMap<String, (i64, Instant)>,
+}
+
+impl Observations {
+    /// `worker` had `beat` in a read answered at `answered`: since when (on our clock) it has
+    /// shown that beat, as far as we know.
+    pub fn saw(&mut self, worker: &str, beat: i64, answered: Instant) -> Instant {
+        match self.seen.get_mut(worker) {
+            Some((seen_beat, since)) if *seen_beat == beat => *since,
+            Some(entry) => {
+                *entry = (beat, answered);
+                answered
+            }
+            None => {
+                self.seen.insert(worker.to_owned(), (beat, answered));
+                answered
+            }
+        }
+    }
+
+    /// Forgets the workers no longer listed (closed or taken over).
+    pub fn keep_only<'a>(&mut self, listed: impl IntoIterator<Item = &'a str>) {
+        let listed: std::collections::HashSet<&str> = listed.into_iter().collect();
+        self.seen.retain(|worker, _| listed.contains(worker.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_suspended_at_three_tenths_and_lost_at_half_its_age() {
+        let lease = Duration::from_secs(10);
+        assert_eq!(judge(Duration::from_millis(2_999), lease), SessionState::Connected);
+        assert_eq!(judge(Duration::from_secs(3), lease), SessionState::Suspended);
+        assert_eq!(judge(Duration::from_millis(4_999), lease), SessionState::Suspended);
+        assert_eq!(judge(Duration::from_secs(5), lease), SessionState::Lost);
+        // A renewal every tenth: two may fail before the holder holds its commits.
+        const { assert!(RENEW_SHARE * 3.0 <= SUSPENDED_SHARE + 1e-9) };
+        // Cancelled work is gone before any taker may act (at a full lease).
+        const { assert!(LOST_SHARE + LOST_GRACE_SHARE < 1.0) };
+    }
+
+    #[test]
+    fn a_beat_counts_from_the_answer_that_first_showed_it_and_a_new_beat_starts_over() {
+        let mut seen = Observations::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(4);
+        assert_eq!(seen.saw("w1", 7, t0), t0);
+        assert_eq!(seen.saw("w1", 7, later), t0, "unchanged: still since the first answer");
+        assert_eq!(seen.saw("w1", 8, later), later, "renewed: counted again from this answer");
+        assert_eq!(seen.saw("w2", 8, later), later, "another worker has its own count");
+        seen.keep_only(["w2"]);
+        assert_eq!(seen.saw("w1", 8, later + Duration::from_secs(1)), later + Duration::from_secs(1), "forgotten");
+    }
+
+    #[tokio::test]
+    async fn the_watch_publishes_suspended_then_lost_on_its_own_clock() {
+        let lease = Duration::from_secs(1);
+        let held = std::sync::Arc::new(Lease::new("w".into(), lease, "u@h/db".into(), Instant::now()));
+        let mut state = held.subscribe();
+        let start = Instant::now();
+        let watching = tokio::spawn({
+            let held = std::sync::Arc::clone(&held);
+            async move { held.watch().await }
+        });
+        state.wait_for(|s| *s == SessionState::Suspended).await.unwrap();
+        let suspended = start.elapsed();
+        assert!(suspended >= Duration::from_millis(300) && suspended < Duration::from_secs(5), "{suspended:?}");
+        let renewed = Instant::now();
+        held.renewed(renewed);
+        state.wait_for(|s| *s == SessionState::Connected).await.unwrap();
+        state.wait_for(|s| *s == SessionState::Lost).await.unwrap();
+        let lost = renewed.elapsed();
+        assert!(lost >= Duration::from_millis(500) && lost < Duration::from_secs(5), "lost {lost:?} after a renewal");
+        watching.await.unwrap();
+        held.renewed(Instant::now());
+        assert_eq!(*held.subscribe().borrow(), SessionState::Lost, "lost is final");
+    }
+}

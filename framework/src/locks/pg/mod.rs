@@ -1,0 +1,339 @@
+//! PostgreSQL locks, selected by `postgres://user@host[:port][,host2...]/database[?...]` (or
+//! `postgresql://`): the store's URL syntax (TLS, `password_file`, several hosts, ...) plus
+//! `lease=<duration>` (default 10 s), so a site running PostgreSQL needs no ZooKeeper.
+//!
+//! Each lock service (process) is a worker: one row of `autocomp_lock_workers` with a `beat`
+//! counter it renews every tenth of its lease. A lock is one row of `autocomp_locks`
+//! (`path` primary key, the worker, a claim number unique to the `try_lock` that took it, the
+//! holder's JSON as stored). Try-lock is one `INSERT ... ON CONFLICT DO NOTHING`; a busy path's
+//! row is read to tell busy from foreign (a holder that is not a record we write) and to watch
+//! its worker's beat: a worker seen with the same beat for its whole lease, on this process's
+//! monotonic clock, is taken over by deleting its row if the beat is still that value, which
+//! deletes every lock it held (foreign key, `ON DELETE CASCADE`). Waiting polls until the
+//! deadline. Release deletes the row of that very claim. `close` deletes our worker row and so
+//! every lock still held.
+//!
+//! Liveness never uses the database's clock (see `lease` for the rule and why it is safe):
+//! with no successful renewal for 0.3 of its lease a holder is `Suspended`, at 0.5 `Lost`;
+//! a taker acts after a full lease of its own observation.
+//!
+//! Every statement is its own transaction, unprepared, in one round trip, with no session
+//! state (no advisory locks, LISTEN or temporary tables): it works behind a PgBouncer in
+//! transaction mode. The renewal has a connection of its own, never queued behind lock
+//! operations.
+//!
+//! The rooms, each using only the ones before it: `url` (the URL and `lease=`), `sql` (the
+//! tables and statements), `lease` (the lease rule on our clock), `shared` (the pools, the
+//! statements as sent, renewing and watching the others), `tables` (made on first use, and
+//! what the doctor says). This file holds the lock service itself.
+
+mod lease;
+mod shared;
+mod sql;
+mod tables;
+mod url;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
+use tracing::{info, warn};
+
+use super::{HeldLock, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState};
+use lease::{LOST_GRACE_SHARE, Lease};
+use shared::Shared;
+pub use url::{DEFAULT_LEASE, PgLocksUrl};
+
+/// The first pause of a waiting `try_lock`, doubled up to `MAX_WAIT_PAUSE`.
+const FIRST_WAIT_PAUSE: Duration = Duration::from_millis(20);
+const MAX_WAIT_PAUSE: Duration = Duration::from_millis(100);
+/// How long `close` waits for the server to delete our row.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// The place of the lease's own watch in `PgLocks::tasks`: after the renewal and the watch of
+/// the others.
+const LEASE_WATCH: usize = 2;
+
+/// The PostgreSQL lock service: one worker (lease) per process.
+pub struct PgLocks {
+    shared: Arc<Shared>,
+    /// Renewal, watch of the others, and the lease's own watch: stopped at close (the first
+    /// two also when the service is dropped, so its lease runs out).
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    next_claim: AtomicI64,
+}
+
+impl PgLocks {
+    /// Connects, makes the lock tables if they do not exist, and registers this process's
+    /// worker. An unreachable server is `Unavailable`; refused credentials, a missing
+    /// database or tables this user may not make are `Invalid`.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let shown = autocomp_toolkit::display_url(url);
+        let parsed = PgLocksUrl::parse(url)?;
+        let options = &parsed.options;
+        let pool_of = |size| {
+            autocomp_store::postgres::connection_pool(options, size).map_err(|e| LockError::Unavailable(e.to_string()))
+        };
+        let (pool, beat_pool) = (pool_of(options.pool_size)?, pool_of(1)?);
+        let client = tables::connect(&pool, &parsed, &shown).await?;
+        tables::ensure(&client, &parsed).await?;
+        let worker = new_worker_id();
+        let lease_ms = i64::try_from(parsed.lease.as_millis()).expect("at most 10 minutes");
+        let sent = Instant::now();
+        let registered = client.query_typed(sql::REGISTER, &[(&worker, Type::TEXT), (&lease_ms, Type::INT8)]).await;
+        registered.map_err(|e| {
+            let message = autocomp_store::postgres::describe_error(&e);
+            LockError::Unavailable(format!(
+                "PostgreSQL lock service at {}: registering failed: {message}",
+                options.target
+            ))
+        })?;
+        drop(client);
+        info!(worker, lease = ?parsed.lease, "PostgreSQL lock service at {}", options.target);
+        let shared = Arc::new(Shared {
+            pool,
+            beat_pool,
+            lease: Lease::new(worker, parsed.lease, options.target.clone(), sent),
+            user: options.user.clone(),
+            observations: Default::default(),
+            closed: AtomicBool::new(false),
+        });
+        let tasks = vec![
+            tokio::spawn({
+                let shared = Arc::clone(&shared);
+                async move { shared.renew().await }
+            }),
+            tokio::spawn({
+                let shared = Arc::clone(&shared);
+                async move { shared.watch_others().await }
+            }),
+            tokio::spawn({
+                let shared = Arc::clone(&shared);
+                async move { shared.lease.watch().await }
+            }),
+        ];
+        Ok(Self { shared, tasks: Mutex::new(tasks), next_claim: AtomicI64::new(1) })
+    }
+
+    /// What `autocomp doctor` says of the service a URL names (changes nothing).
+    pub async fn inspect(url: &str) -> Result<LockInspection, LockError> {
+        tables::inspect(url).await
+    }
+
+    /// This process's worker id (its row in `autocomp_lock_workers`).
+    pub fn worker_id(&self) -> &str {
+        &self.shared.lease.worker
+    }
+
+    /// One try: the path is ours (taken now, or by an earlier send of this very claim), or
+    /// busy (`false`), after taking over its holder if we have seen that one stalled.
+    async fn try_once(&self, relative: &str, claim: i64, record: &str) -> Result<TryOutcome, LockError> {
+        let shared = &self.shared;
+        let me = &shared.lease.worker;
+        let take = [
+            (&relative as _, Type::TEXT),
+            (me as _, Type::TEXT),
+            (&claim as _, Type::INT8),
+            (&record as _, Type::TEXT),
+        ];
+        if !shared.run("take a lock", sql::TAKE, &take).await?.is_empty() {
+            return Ok(TryOutcome::Taken);
+        }
+        let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
+        let answered = Instant::now();
+        let Some(row) = rows.first() else { return Ok(TryOutcome::ReleasedMeanwhile) };
+        let (worker, row_claim, holder): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        let (beat, lease_ms): (Option<i64>, Option<i64>) = (row.get(3), row.get(4));
+        if worker == *me {
+            return Ok(if row_claim == claim { TryOutcome::Taken } else { TryOutcome::Busy });
+        }
+        let foreign = match (foreign_reason(&holder), beat) {
+            (Some(reason), _) => Some(reason),
+            (None, None) => Some(format!("names worker {worker}, which has no row in autocomp_lock_workers")),
+            (None, Some(_)) => None,
+        };
+        if let Some(reason) = foreign {
+            return Err(LockError::Foreign {
+                path: relative.to_owned(),
+                reason: format!("its row in autocomp_locks {reason}"),
+            });
+        }
+        let (beat, lease) =
+            (beat.unwrap_or_default(), Duration::from_millis(lease_ms.unwrap_or_default().max(0) as u64));
+        let since = shared.observations.lock().expect("never poisoned").saw(&worker, beat, answered);
+        if since.elapsed() >= lease && shared.take_over(&worker, beat, lease).await? {
+            return Ok(TryOutcome::ReleasedMeanwhile);
+        }
+        Ok(TryOutcome::Busy)
+    }
+
+    /// Stops renewing and watching the others; with `lease_watch_too` (closing) also the
+    /// lease's own watch, which otherwise goes on judging the locks still out there.
+    fn stop_tasks(&self, lease_watch_too: bool) {
+        let tasks = self.tasks.lock().expect("never poisoned");
+        for (n, task) in tasks.iter().enumerate() {
+            if n < LEASE_WATCH || lease_watch_too {
+                task.abort();
+            }
+        }
+    }
+}
+
+enum TryOutcome {
+    Taken,
+    Busy,
+    /// Free now (released, or its stalled holder taken over): try again at once.
+    ReleasedMeanwhile,
+}
+
+impl Drop for PgLocks {
+    /// Dropped without `close`: no more renewals, so the lease (and every lock) runs out.
+    fn drop(&mut self) {
+        self.stop_tasks(false);
+    }
+}
+
+/// Why a stored holder is not one a lock service wrote, if it is not.
+fn foreign_reason(holder: &str) -> Option<String> {
+    match serde_json::from_str::<LockHolder>(holder) {
+        Ok(_) => None,
+        Err(e) => Some(format!("holds no holder record autocomp writes ({e})")),
+    }
+}
+
+/// Unique among every worker there ever was: the pid, the time and a random number.
+fn new_worker_id() -> String {
+    use std::hash::BuildHasher;
+    static MADE: AtomicI64 = AtomicI64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let random = std::collections::hash_map::RandomState::new().hash_one((MADE.fetch_add(1, Ordering::Relaxed), now));
+    format!("{}-{:x}-{random:016x}", std::process::id(), now.as_micros())
+}
+
+#[async_trait]
+impl LockService for PgLocks {
+    async fn try_lock(
+        &self,
+        path: &LockPath,
+        holder: &LockHolder,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>, LockError> {
+        let deadline = Instant::now() + wait;
+        let relative = path.relative();
+        let record = serde_json::to_string(holder).expect("holders serialize");
+        let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
+        let mut pause = FIRST_WAIT_PAUSE;
+        loop {
+            self.shared.usable()?;
+            let retry_at_once = match self.try_once(&relative, claim, &record).await? {
+                TryOutcome::Taken => {
+                    let shared = Arc::clone(&self.shared);
+                    return Ok(Some(Box::new(PgLock { path: path.clone(), relative, claim, shared })));
+                }
+                TryOutcome::Busy => false,
+                TryOutcome::ReleasedMeanwhile => true,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            if !retry_at_once {
+                tokio::time::sleep(pause.min(deadline - now)).await;
+                pause = (pause * 2).min(MAX_WAIT_PAUSE);
+            }
+        }
+    }
+
+    async fn held(&self) -> Result<Vec<HeldLock>, LockError> {
+        let shared = &self.shared;
+        shared.usable()?;
+        // A look at who holds what is also a look at whose lease ran out.
+        shared.take_over_stalled().await?;
+        let rows = shared.run("list the locks", sql::HELD, &[]).await?;
+        let mut held: Vec<HeldLock> = rows
+            .iter()
+            .map(|row| {
+                let (path, holder): (String, String) = (row.get(0), row.get(1));
+                HeldLock { path, holder: serde_json::from_str(&holder).ok(), foreign: foreign_reason(&holder) }
+            })
+            .collect();
+        held.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(held)
+    }
+
+    fn session(&self) -> watch::Receiver<SessionState> {
+        self.shared.lease.subscribe()
+    }
+
+    /// Lost at half the lease after the last renewal, no taker before a full lease: cancelled
+    /// work gets a fifth of the lease, leaving the rest as margin.
+    fn lost_session_grace(&self) -> Option<Duration> {
+        Some(self.shared.lease.ttl.mul_f64(LOST_GRACE_SHARE))
+    }
+
+    async fn close(&self) {
+        let shared = &self.shared;
+        if shared.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.stop_tasks(true);
+        let worker = &shared.lease.worker;
+        let deleted = tokio::time::timeout(CLOSE_WAIT, shared.run("close", sql::CLOSE, &[(worker, Type::TEXT)])).await;
+        match deleted {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(worker, "cannot delete the lock worker at close: {e}; its locks go with its lease"),
+            Err(_) => warn!(
+                worker,
+                "cannot delete the lock worker at close within {CLOSE_WAIT:?}; its locks go with its lease"
+            ),
+        }
+        shared.lease.end();
+    }
+}
+
+struct PgLock {
+    path: LockPath,
+    relative: String,
+    claim: i64,
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl Lock for PgLock {
+    fn path(&self) -> &LockPath {
+        &self.path
+    }
+
+    /// Our row, of this very claim, is there, and the lease is not lost.
+    async fn still_held(&self) -> Result<bool, LockError> {
+        let shared = &self.shared;
+        if shared.lease.is_lost() || shared.closed.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let worker = &shared.lease.worker;
+        let key = [(&self.relative as _, Type::TEXT), (worker as _, Type::TEXT), (&self.claim as _, Type::INT8)];
+        match shared.run("check a lock", sql::STILL_HELD, &key).await {
+            Ok(rows) => Ok(!rows.is_empty() && !shared.lease.is_lost()),
+            Err(_) if shared.lease.is_lost() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let shared = &self.shared;
+        if shared.closed.load(Ordering::Relaxed) {
+            return Ok(()); // closing deleted it
+        }
+        let worker = &shared.lease.worker;
+        let key = [(&self.relative as _, Type::TEXT), (worker as _, Type::TEXT), (&self.claim as _, Type::INT8)];
+        match shared.run("release a lock", sql::RELEASE, &key).await {
+            Ok(_) => Ok(()),
+            Err(_) if shared.lease.is_lost() => Ok(()), // gone with the lease
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The PostgreSQL lock service's tables and every statement it sends.
+//!
+//! Two ordinary (durable) tables in the database the URL names, created on first use:
+//! `autocomp_lock_workers`, one row per lock service (process) with its `beat` counter and its
+//! lease, and `autocomp_locks`, one row per held path naming its worker. A lock row cannot
+//! outlive its worker row (foreign key, `ON DELETE CASCADE`): taking over a dead worker is
+//! deleting its row, and its locks go with it in the same statement.
+//!
+//! No statement reads the server's clock (no `now()`, `clock_timestamp()`, ...): whether a
+//! holder is alive is decided on the taker's own monotonic clock from the `beat` counter
+//! alone, so a step of the database host's wall clock cannot end a lease early. A test below
+//! keeps it so.
+
+/// Everything the service needs, in one simple-protocol batch (one implicit transaction;
+/// nothing prepared, so a PgBouncer in transaction mode passes it on).
+pub const CREATE_TABLES: &str = "
+CREATE TABLE IF NOT EXISTS autocomp_lock_workers (
+    id       text   PRIMARY KEY,
+    beat     bigint NOT NULL,
+    lease_ms bigint NOT NULL CHECK (lease_ms > 0)
+);
+CREATE TABLE IF NOT EXISTS autocomp_locks (
+    path      text   PRIMARY KEY,
+    worker_id text   NOT NULL REFERENCES autocomp_lock_workers (id) ON DELETE CASCADE,
+    claim     bigint NOT NULL,
+    holder    text   NOT NULL
+);
+CREATE INDEX IF NOT EXISTS autocomp_locks_by_worker ON autocomp_locks (worker_id);
+";
+
+/// Whether both tables exist (in the search path): then no CREATE privilege is needed.
+pub const TABLES_EXIST: &str =
+    "SELECT to_regclass('autocomp_lock_workers') IS NOT NULL AND to_regclass('autocomp_locks') IS NOT NULL";
+
+/// For `autocomp doctor`: the role, the schema the tables would be created in, whether the
+/// role may create them there, and whether it may read and write each where it exists
+/// (`has_table_privilege` with a list is true if ANY is held: each is asked on its own).
+pub const PRIVILEGES: &str = "
+SELECT current_user::text, current_schema()::text,
+       COALESCE(has_schema_privilege(current_schema(), 'CREATE'), false),
+       CASE WHEN to_regclass('autocomp_lock_workers') IS NULL THEN true
+            ELSE has_table_privilege('autocomp_lock_workers', 'SELECT')
+                 AND has_table_privilege('autocomp_lock_workers', 'INSERT')
+                 AND has_table_privilege('autocomp_lock_workers', 'UPDATE')
+                 AND has_table_privilege('autocomp_lock_workers', 'DELETE') END,
+       CASE WHEN to_regclass('autocomp_locks') IS NULL THEN true
+            ELSE has_table_privilege('autocomp_locks', 'SELECT')
+                 AND has_table_privilege('autocomp_locks', 'INSERT')
+                 AND has_table_privilege('autocomp_locks', 'DELETE') END";
+
+/// $1 id, $2 lease in milliseconds: a new worker, not renewed yet.
+pub const REGISTER: &str = "INSERT INTO autocomp_lock_workers (id, beat, lease_ms) VALUES ($1, 0, $2)";
+
+/// $1 id: one renewal. No row: the worker was taken over (or deleted by hand).
+pub const RENEW: &str = "UPDATE autocomp_lock_workers SET beat = beat + 1 WHERE id = $1 RETURNING beat";
+
+/// Every worker's beat and lease, for watching who stopped renewing.
+pub const WORKERS: &str = "SELECT id, beat, lease_ms FROM autocomp_lock_workers";
+
+/// $1 id, $2 beat: the takeover of a worker whose beat the taker saw unchanged for a lease;
+/// it happens only if the beat is still that value, and takes every lock of the worker.
+pub const TAKE_OVER: &str = "DELETE FROM autocomp_lock_workers WHERE id = $1 AND beat = $2 RETURNING id";
+
+/// $1 path, $2 worker, $3 claim, $4 holder: takes the path if free. A row back: taken.
+pub const TAKE: &str = "INSERT INTO autocomp_locks (path, worker_id, claim, holder) VALUES ($1, $2, $3, $4) \
+                        ON CONFLICT (path) DO NOTHING RETURNING claim";
+
+/// $1 path: who holds it, and that worker's beat and lease (none: the worker row is gone, only
+/// if someone dropped the foreign key).
+pub const HOLDER_OF: &str = "SELECT l.worker_id, l.claim, l.holder, w.beat, w.lease_ms FROM autocomp_locks l \
+                             LEFT JOIN autocomp_lock_workers w ON w.id = l.worker_id WHERE l.path = $1";
+
+/// $1 path, $2 worker, $3 claim: the very lock one `try_lock` took.
+pub const STILL_HELD: &str = "SELECT 1 FROM autocomp_locks WHERE path = $1 AND worker_id = $2 AND claim = $3";
+
+/// $1 path, $2 worker, $3 claim: releases only the very lock one `try_lock` took.
+pub const RELEASE: &str = "DELETE FROM autocomp_locks WHERE path = $1 AND worker_id = $2 AND claim = $3";
+
+/// How many workers and locks there are, for `autocomp doctor`.
+pub const COUNTS: &str = "SELECT (SELECT count(*) FROM autocomp_lock_workers), (SELECT count(*) FROM autocomp_locks)";
+
+/// Every held path with its stored holder.
+pub const HELD: &str = "SELECT path, holder FROM autocomp_locks";
+
+/// $1 id: the worker's end at close, its locks with it.
+pub const CLOSE: &str = "DELETE FROM autocomp_lock_workers WHERE id = $1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of the service (the doctor's read of privileges aside, which decides
+    /// nothing about leases).
+    const LEASE_STATEMENTS: &[&str] = &[
+        CREATE_TABLES,
+        TABLES_EXIST,
+        REGISTER,
+        RENEW,
+        WORKERS,
+        TAKE_OVER,
+        TAKE,
+        HOLDER_OF,
+        STILL_HELD,
+        RELEASE,
+        HELD,
+        CLOSE,
+        COUNTS,
+    ];
+
+    #[test]
+    fn no_statement_reads_the_servers_clock() {
+        let clock_functions = [
+            "now(",
+            "clock_timestamp",
+            "statement_timestamp",
+            "transaction_timestamp",
+            "current_timestamp",
+            "current_time",
+            "current_date",
+            "localtime",
+            "timeofday",
+            "interval",
+            "timestamptz",
+            "age(",
+            "pg_postmaster_start_time",
+        ];
+        for statement in LEASE_STATEMENTS.iter().chain([&PRIVILEGES]) {
+            let lower = statement.to_lowercase();
+            for function in clock_functions {
+                assert!(!lower.contains(function), "{function} in {statement}");
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The PostgreSQL lock service on its own (the contract every backend keeps is
+//! tests/tests/lock_contract.rs): the lease rule on real servers and processes.
+//!
+//! - a holder that stops renewing (SIGSTOPped) is taken over only once the taker has itself
+//!   seen its beat unchanged for a full lease, and a live one never is;
+//! - the server's clock decides nothing: with `now()` and its kin made to answer a day ahead,
+//!   a live holder keeps its locks;
+//! - a holder whose database goes away is `Suspended` at 0.3 of its lease and `Lost` at 0.5,
+//!   on its own clock, and its locks are taken by no one before a full lease;
+//! - a row no lock service wrote is `Foreign`, never busy;
+//! - `autocomp doctor`'s look: tables absent, present, or not makeable by this role;
+//! - a component end to end with `store` and `locks` both `postgres://`.
+
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{PROBED, Pipeline, finish};
+use autocomp_framework::locks::{
+    LockError, LockHolder, LockPath, LockService, SessionState, inspect_locks, open_locks,
+};
+use autocomp_model::{ComponentName, Timestamp};
+use autocomp_test_servers::postgres::{self, Postgres};
+
+use crate::lock_contract::HolderProcess;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+/// The holders' lease here: short, so a takeover comes soon.
+const LEASE: Duration = Duration::from_secs(2);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime")
+}
+
+fn holder(agent: &str) -> LockHolder {
+    LockHolder { agent: agent.into(), host: "testhost".into(), pid: 4242, since: Timestamp::now() }
+}
+
+fn poll_probe() -> LockPath {
+    LockPath::Poll(ComponentName::new("probe").unwrap())
+}
+
+fn with_lease(url: &str) -> String {
+    format!("{url}?lease={}s", LEASE.as_secs())
+}
+
+/// Tries to take the holder process's poll lock at once, every 50 ms, until `deadline`; when
+/// it was taken, if it was.
+async fn taken_before(locks: &dyn LockService, deadline: Instant) -> Option<Instant> {
+    loop {
+        if let Some(lock) = locks.try_lock(&poll_probe(), &holder("taker"), Duration::ZERO).await.unwrap() {
+            let taken = Instant::now();
+            lock.release().await.unwrap();
+            return Some(taken);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory effects; the pid is our live (unreaped) child.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "kill({pid}, {signal})");
+}
+
+#[test]
+fn a_stalled_holder_is_taken_over_only_after_a_full_lease_as_the_taker_saw_it() {
+    let url = postgres::shared().unique_database();
+    runtime().block_on(async {
+        let taker = open_locks(&url).await.unwrap();
+        let mut holding = tokio::task::block_in_place(|| HolderProcess::start(&with_lease(&url)));
+
+        // Alive and renewing: watched for twice its lease, never taken.
+        let watched = Instant::now() + LEASE * 2;
+        assert_eq!(taken_before(taker.as_ref(), watched).await, None, "a live holder's lock was taken");
+
+        let pid = holding.child.id();
+        signal(pid, libc::SIGSTOP);
+        let stopped = Instant::now();
+        let taken = taken_before(taker.as_ref(), stopped + LEASE * 10).await;
+        let taken = taken.expect("the stalled holder's lock is taken over").duration_since(stopped);
+        println!("a SIGSTOPped holder (lease {LEASE:?}) was taken over {taken:?} after it stopped");
+        // The taker counts from the first answer showing the holder's last beat, which may
+        // come up to a renewal interval (a tenth of the lease) before the stop.
+        assert!(
+            taken + LEASE / 10 >= LEASE,
+            "taken over {taken:?} after the holder stopped: less than a lease after its last renewal"
+        );
+        assert!(taken < LEASE * 3, "taken over only {taken:?} after the holder stopped");
+        assert!(taker.held().await.unwrap().is_empty(), "every lock of the stalled holder went with it");
+
+        // Woken, it finds its lease gone and still closes and exits cleanly.
+        signal(pid, libc::SIGCONT);
+        tokio::task::block_in_place(|| holding.close_and_exit());
+        taker.close().await;
+    });
+}
+
+#[test]
+fn a_server_clock_a_day_ahead_takes_no_live_holders_lock() {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    // Every clock function a statement could name unqualified now answers a day ahead.
+    let ahead = ["now", "clock_timestamp", "statement_timestamp", "transaction_timestamp"]
+        .map(|f| {
+            format!(
+                "CREATE FUNCTION public.{f}() RETURNS timestamptz LANGUAGE sql AS \
+                 $$ SELECT pg_catalog.{f}() + interval '1 day' $$;"
+            )
+        })
+        .join("\n");
+    server.psql(&database, &format!("{ahead}\nALTER DATABASE \"{database}\" SET search_path = public, pg_catalog;"));
+    assert_eq!(server.psql(&database, "SELECT now() > pg_catalog.now() + interval '23 hours'").trim(), "t");
+    runtime().block_on(async {
+        let taker = open_locks(&with_lease(&url)).await.unwrap();
+        let mut holding = tokio::task::block_in_place(|| HolderProcess::start(&with_lease(&url)));
+        let watched = Instant::now() + LEASE * 2;
+        assert_eq!(taken_before(taker.as_ref(), watched).await, None, "a live holder's lock was taken");
+        assert_eq!(taker.held().await.unwrap().len(), 2);
+        tokio::task::block_in_place(|| holding.close_and_exit());
+        taker.close().await;
+    });
+}
+
+#[test]
+fn a_holder_that_loses_its_database_is_suspended_then_lost_on_its_own_clock_before_any_takeover() {
+    let server = Postgres::start();
+    let url = with_lease(&server.create_database("lease"));
+    runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        let grace = locks.lost_session_grace().expect("a lease bounds the work after a loss");
+        assert_eq!(grace, LEASE / 5);
+        let lock = locks.try_lock(&poll_probe(), &holder("holder"), Duration::ZERO).await.unwrap().unwrap();
+        let mut session = locks.session();
+        assert_eq!(*session.borrow(), SessionState::Connected);
+
+        // Counted from the shutdown's start: the sessions end at once, the postmaster later.
+        let stopped = Instant::now();
+        tokio::task::block_in_place(|| server.stop_fast());
+        session.wait_for(|s| *s == SessionState::Suspended).await.unwrap();
+        let suspended = stopped.elapsed();
+        session.wait_for(|s| *s == SessionState::Lost).await.unwrap();
+        let lost = stopped.elapsed();
+        println!("database stopped: suspended after {suspended:?}, lost after {lost:?} (lease {LEASE:?})");
+        // The last renewal was sent at most a tenth of the lease (plus a round trip) before.
+        let renewal = LEASE / 10 + Duration::from_millis(100);
+        assert!(suspended + renewal >= LEASE * 3 / 10, "suspended too early: {suspended:?}");
+        assert!(suspended <= LEASE * 3 / 10 + Duration::from_secs(1), "suspended late: {suspended:?}");
+        assert!(lost + renewal >= LEASE / 2, "lost too early: {lost:?}");
+        assert!(lost <= LEASE / 2 + Duration::from_secs(1), "lost late: {lost:?}");
+        // Work cancelled at the loss is gone before anyone may take the lock.
+        assert!(LEASE / 2 + grace < LEASE);
+        assert!(!lock.still_held().await.unwrap(), "a lost lease holds nothing");
+        match locks.try_lock(&poll_probe(), &holder("again"), Duration::ZERO).await {
+            Err(LockError::Unavailable(_)) => {}
+            other => panic!("a lost lease took a lock: {:?}", other.map(|l| l.is_some())),
+        }
+
+        // Back: the lost holder's row is still there; a new service takes its lock only
+        // after seeing it unrenewed for a full lease.
+        tokio::task::block_in_place(|| server.restart());
+        let next = open_locks(&url).await.unwrap();
+        let first_look = Instant::now();
+        let taken = taken_before(next.as_ref(), first_look + LEASE * 10).await.expect("taken over");
+        let waited = taken.duration_since(first_look);
+        assert!(waited >= LEASE, "the lost holder's lock was taken {waited:?} after the first look");
+        println!("the lost holder's lock was taken over {waited:?} after the next service first looked");
+        lock.release().await.unwrap();
+        locks.close().await;
+        next.close().await;
+    });
+}
+
+#[test]
+fn a_lock_row_no_lock_service_wrote_is_an_alarm_not_busy() {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        // A worker that beats (a long lease) and a lock row whose holder is not a record.
+        server.psql(
+            &database,
+            "INSERT INTO autocomp_lock_workers (id, beat, lease_ms) VALUES ('by-hand', 0, 600000);
+             INSERT INTO autocomp_locks (path, worker_id, claim, holder) VALUES ('poll/probe', 'by-hand', 1, 'junk');",
+        );
+        match locks.try_lock(&poll_probe(), &holder("taker"), Duration::ZERO).await {
+            Err(LockError::Foreign { path, reason }) => {
+                assert_eq!(path, "poll/probe");
+                assert!(reason.contains("autocomp_locks"), "{reason}");
+            }
+            other => panic!("a foreign row answered {:?}", other.map(|l| l.is_some())),
+        }
+        let held = locks.held().await.unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].holder.is_none() && held[0].foreign.is_some(), "{held:?}");
+        locks.close().await;
+    });
+}
+
+#[test]
+fn the_doctor_says_where_the_lock_tables_are_and_who_may_not_make_them() {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    runtime().block_on(async {
+        let fresh = inspect_locks(&url).await.unwrap();
+        assert!(fresh.description.contains("lock tables absent: the first lock service makes them"), "{fresh:?}");
+        assert!(fresh.problems.is_empty(), "{fresh:?}");
+
+        // A role that may not create in the schema (PostgreSQL 15's default for public).
+        server.psql(&database, "CREATE ROLE locker LOGIN; REVOKE CREATE ON SCHEMA public FROM PUBLIC;");
+        let as_locker = url.replacen(postgres::USER, "locker:s3cret", 1);
+        let refused = inspect_locks(&as_locker).await.unwrap();
+        assert!(refused.problems.iter().any(|p| p.contains("may not create them")), "{refused:?}");
+        assert!(!format!("{refused:?}").contains("s3cret"), "{refused:?}");
+        match open_locks(&as_locker).await {
+            Err(LockError::Invalid(input)) => {
+                assert!(input.reason.contains("CREATE TABLE IF NOT EXISTS autocomp_locks"), "{input}");
+                assert!(!input.to_string().contains("s3cret"), "{input}");
+            }
+            other => panic!("the tables were made by a role without the right: {:?}", other.err()),
+        }
+
+        // Made by their owner and granted: the role works with row rights only.
+        let owner = open_locks(&url).await.unwrap();
+        server.psql(
+            &database,
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON autocomp_lock_workers, autocomp_locks TO locker;",
+        );
+        let made = inspect_locks(&as_locker).await.unwrap();
+        assert!(made.problems.is_empty(), "{made:?}");
+        assert!(made.description.contains("lock tables present: 1 workers registered, 0 locks held"), "{made:?}");
+        let locker = open_locks(&as_locker).await.unwrap();
+        let lock = locker.try_lock(&poll_probe(), &holder("locker"), Duration::ZERO).await.unwrap().unwrap();
+        assert_eq!(owner.held().await.unwrap()[0].holder.as_ref().unwrap().agent, "locker");
+        lock.release().await.unwrap();
+        locker.close().await;
+        owner.close().await;
+    });
+}
+
+#[test]
+fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&url);
+    let ids = pipeline.register(12);
+    let ledger = pipeline.path("ledger.txt");
+    pipeline.configure(&format!(
+        "event_type = \"{PROBED}\"\nmax_threads = 2\nbatch_lock_timeout = \"20ms\"\n\n\
+         [trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"{PROBED}\"]\n\n\
+         [settings]\nwork_time = \"50ms\"\nledger = \"{}\"\n",
+        ledger.display()
+    ));
+    // Two passes at once, as two hosts' crons would start them: the locks keep them apart.
+    let passes = [pipeline.spawn(&[]), pipeline.spawn(&[])];
+    for pass in passes {
+        let run = finish(pass, Duration::from_secs(60));
+        assert_eq!(run.code, Some(0), "{}", run.show());
+    }
+    for id in &ids {
+        assert_eq!(pipeline.events(id, PROBED).len(), 1, "{id}: one result");
+    }
+    assert_eq!(pipeline.ledger().len(), ids.len(), "each batch worked once");
+    assert!(pipeline.lock_files().is_empty(), "no local lock file: the locks were PostgreSQL's");
+    // The lock tables were used, and the passes left nothing in them.
+    let left = server.psql(
+        &database,
+        "SELECT (SELECT count(*) FROM autocomp_lock_workers) || ' ' || (SELECT count(*) FROM autocomp_locks)",
+    );
+    assert_eq!(left.trim(), "0 0", "workers and locks left behind");
+    let held = runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        let held = locks.held().await.unwrap();
+        locks.close().await;
+        held
+    });
+    assert!(held.is_empty(), "{held:?}");
+}
