@@ -333,6 +333,74 @@ async fn a_killed_holders_locks_are_freed_within_the_backends_bound(backend: Bac
     locks.close().await;
 }
 
+async fn try_lock_many_takes_each_free_path_and_answers_none_for_each_busy_one(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    assert!(a.try_lock_many(&[], &holder("a")).await.unwrap().is_empty());
+    let held_by_b = take(&b, &batch_path("B0002"), "b").await;
+    let held_by_a = take(&a, &batch_path("B0004"), "a").await;
+    let paths =
+        [batch_path("B0001"), batch_path("B0002"), batch_path("B0003"), batch_path("B0004"), poll_path("probe")];
+    let answers = a.try_lock_many(&paths, &holder("a-many")).await.unwrap();
+    let taken: Vec<bool> = answers.iter().map(Option::is_some).collect();
+    // Busy for another service and for another task of this very one alike.
+    assert_eq!(taken, [true, false, true, false, true], "taken, by path");
+    let locks: Vec<Box<dyn Lock>> = answers.into_iter().flatten().collect();
+    for lock in &locks {
+        assert!(lock.still_held().await.unwrap());
+        assert!(is_busy(&b, lock.path()).await, "{} is free while taken", lock.path().relative());
+    }
+    let shown = b.held().await.unwrap();
+    let a_many: Vec<&str> = shown
+        .iter()
+        .filter(|h| h.holder.as_ref().is_some_and(|h| h.agent == "a-many"))
+        .map(|h| h.path.as_str())
+        .collect();
+    assert_eq!(a_many, ["batch/probe/B0001", "batch/probe/B0003", "poll/probe"]);
+
+    // Another try of the same paths finds every one busy, and takes nothing.
+    let again = b.try_lock_many(&paths, &holder("b")).await.unwrap();
+    assert!(again.iter().all(Option::is_none), "a held path was taken twice");
+    a.release_many(locks).await.unwrap();
+    held_by_a.release().await.unwrap();
+    held_by_b.release().await.unwrap();
+    assert!(b.held().await.unwrap().is_empty(), "{:?}", b.held().await);
+    a.close().await;
+    b.close().await;
+}
+
+async fn release_many_frees_every_path_at_once_whoever_took_it(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    a.release_many(Vec::new()).await.unwrap();
+    let paths =
+        [batch_path("B0001"), batch_path("B0002"), LockPath::Slot(autocomp_model::PoolName::new("tape").unwrap(), 0)];
+    let mut locks: Vec<Box<dyn Lock>> =
+        a.try_lock_many(&paths, &holder("a")).await.unwrap().into_iter().flatten().collect();
+    assert_eq!(locks.len(), 3);
+    // A lock of another service in the same call is released too (by its own service).
+    locks.push(take(&b, &poll_path("probe"), "b").await);
+    // A waiter is handed its path by the release, as by a single lock's.
+    let waiter = {
+        let b = Arc::clone(&b);
+        tokio::spawn(async move { b.try_lock(&batch_path("B0002"), &holder("waiter"), Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    a.release_many(locks).await.unwrap();
+    for path in
+        [batch_path("B0001"), LockPath::Slot(autocomp_model::PoolName::new("tape").unwrap(), 0), poll_path("probe")]
+    {
+        take(&b, &path, "next").await.release().await.unwrap();
+    }
+    let handed = waiter.await.unwrap().unwrap().expect("the waiter gets the released path");
+    assert!(released.elapsed() < Duration::from_secs(10), "the waiter got it {:?} after", released.elapsed());
+    handed.release().await.unwrap();
+    assert!(a.held().await.unwrap().is_empty(), "{:?}", a.held().await);
+    a.close().await;
+    b.close().await;
+}
+
 /// Instantiates every contract test once per backend: `local::NAME`, `zookeeper::NAME`,
 /// `zookeeper_secured::NAME` (TLS and the pipeline's identity on) and `postgres::NAME`.
 macro_rules! contract {
@@ -373,6 +441,8 @@ contract!(
     contending_takers_never_hold_a_path_at_once,
     a_holder_that_closes_and_exits_leaves_nothing_held,
     a_killed_holders_locks_are_freed_within_the_backends_bound,
+    try_lock_many_takes_each_free_path_and_answers_none_for_each_busy_one,
+    release_many_frees_every_path_at_once_whoever_took_it,
 );
 
 // ---------------------------------------------------------------------------------------

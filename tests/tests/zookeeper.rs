@@ -1,6 +1,7 @@
 //! ZooKeeper locks (issue #5) against a real server and real OS processes: what the lock
-//! port does on ZooKeeper alone (one ephemeral node per lock, two writes per cycle, waiting
-//! on a watch, close ending the session, a dropped lock kept until then; what every backend
+//! port does on ZooKeeper alone (one ephemeral node per lock, two writes per cycle, a round of
+//! batch locks one write and their release another, a busy lock no write, waiting on a
+//! watch, close ending the session, a dropped lock kept until then; what every backend
 //! promises is in lock_contract.rs), then the probe component with `locks = "zk://..."`: four
 //! processes over 500 batches, a SIGKILLed and a SIGSTOPped holder, the session lost
 //! mid-work, ZooKeeper restarted and an ensemble's leader killed mid-run, and an unreachable
@@ -93,11 +94,11 @@ fn a_lock_is_one_ephemeral_node_and_a_cycle_costs_two_writes() {
     println!("first lock on an empty server: {first_writes} zxids (chroot and two containers created)");
     assert!(first_writes <= 7, "the first lock took {first_writes} writes");
 
-    // Busy for the other session: one refused create, which the server logs as one
-    // transaction. (Busy for another task of the same session costs no request at all.)
+    // Busy for the other session: found by a read, no write (a refused create would be a
+    // transaction of its own). Busy for another task of the same session: no request at all.
     let before = zk.zxid(0);
     assert!(rt.block_on(b.try_lock(&first, &holder("b"), Duration::ZERO)).unwrap().is_none());
-    assert_eq!(zk.zxid(0) - before, 1, "writes of a busy try-lock");
+    assert_eq!(zk.zxid(0) - before, 0, "writes of a busy try-lock");
     let before = zk.zxid(0);
     assert!(rt.block_on(a.try_lock(&first, &holder("a2"), Duration::ZERO)).unwrap().is_none());
     assert_eq!(zk.zxid(0) - before, 0, "writes of a try-lock busy in its own session");
@@ -142,6 +143,139 @@ fn a_lock_is_one_ephemeral_node_and_a_cycle_costs_two_writes() {
     assert!(!dump.contains(&session), "session {session} still open after close:\n{dump}");
     assert!(!rt.block_on(kept.still_held()).unwrap_or(false));
     rt.block_on(b.close());
+}
+
+/// The writes (zxids) `work` costs on `zk`.
+fn writes_of<T>(zk: &ZooKeeper, work: impl FnOnce() -> T) -> (T, i64) {
+    let before = zk.zxid(0);
+    let done = work();
+    (done, zk.zxid(0) - before)
+}
+
+#[test]
+fn a_round_of_batch_locks_is_one_write_and_their_release_one_more() {
+    // Containers checked once a minute: an emptied parent reaped meanwhile would add writes.
+    let zk = ZooKeeper::start(Options::default());
+    let url = zk.url("autocomp", "10s");
+    let rt = runtime();
+    let a = rt.block_on(open_locks(&url)).unwrap();
+    let b = rt.block_on(open_locks(&url)).unwrap();
+    let warm = rt.block_on(a.try_lock(&batch_path("W0001"), &holder("a"), Duration::ZERO)).unwrap().unwrap();
+    let paths: Vec<LockPath> = (1..=10).map(|n| batch_path(&format!("B{n:04}"))).collect();
+
+    for count in [1, 10] {
+        let (taken, created) = writes_of(&zk, || rt.block_on(a.try_lock_many(&paths[..count], &holder("a"))).unwrap());
+        let locks: Vec<_> = taken.into_iter().flatten().collect();
+        assert_eq!(locks.len(), count);
+        let (released, deleted) = writes_of(&zk, || rt.block_on(a.release_many(locks)));
+        released.unwrap();
+        println!("{count} batch locks: {created} write(s) to take, {deleted} to release");
+        assert_eq!((created, deleted), (1, 1), "writes to take and to release {count} batch locks");
+    }
+
+    // Three of them busy: found by reads, left out of the one multi.
+    let busy: Vec<_> = [1, 4, 7]
+        .iter()
+        .map(|&i| rt.block_on(b.try_lock(&paths[i], &holder("b"), Duration::ZERO)).unwrap().expect("free"))
+        .collect();
+    let (taken, created) = writes_of(&zk, || rt.block_on(a.try_lock_many(&paths, &holder("a"))).unwrap());
+    let taken: Vec<bool> = taken.iter().map(Option::is_some).collect();
+    assert_eq!(taken, [true, false, true, true, false, true, true, false, true, true]);
+    assert_eq!(created, 1, "writes to take 7 of 10 batch locks, 3 busy");
+    let all_busy = writes_of(&zk, || rt.block_on(b.try_lock_many(&paths[1..2], &holder("b")))).1;
+    assert_eq!(all_busy, 0, "writes of a round whose every batch is busy");
+    rt.block_on(b.release_many(busy)).unwrap();
+    rt.block_on(warm.release()).unwrap();
+    rt.block_on(a.close());
+    rt.block_on(b.close());
+}
+
+#[test]
+fn a_busy_poll_lock_costs_no_write_however_many_passes_find_it_busy() {
+    let zk = ZooKeeper::start(Options::default());
+    let url = zk.url("autocomp", "10s");
+    let rt = runtime();
+    let poll = LockPath::Poll(ComponentName::new("probe").unwrap());
+    let holding = rt.block_on(open_locks(&url)).unwrap();
+    let lock = rt.block_on(holding.try_lock(&poll, &holder("holding"), Duration::ZERO)).unwrap().expect("free");
+    let passes: Vec<_> = (0..8).map(|_| rt.block_on(open_locks(&url)).unwrap()).collect();
+
+    // Passes that give up at once, and passes that wait (a watch each) until their timeout.
+    let (_, at_once) = writes_of(&zk, || {
+        for pass in passes.iter().cycle().take(40) {
+            assert!(rt.block_on(pass.try_lock(&poll, &holder("pass"), Duration::ZERO)).unwrap().is_none());
+        }
+    });
+    let (_, waiting) = writes_of(&zk, || {
+        let waits: Vec<_> = passes
+            .iter()
+            .map(|pass| {
+                let (pass, poll) = (Arc::clone(pass), poll.clone());
+                rt.spawn(async move { pass.try_lock(&poll, &holder("pass"), Duration::from_millis(300)).await })
+            })
+            .collect();
+        for wait in waits {
+            assert!(rt.block_on(wait).unwrap().unwrap().is_none(), "a pass got a held poll lock");
+        }
+    });
+    println!("40 passes finding the poll lock busy: {at_once} writes; 8 waiting 300 ms for it: {waiting}");
+    assert_eq!((at_once, waiting), (0, 0), "writes of passes that found the poll lock busy");
+
+    // The herd at a release: 8 waiting passes each get it in turn (and release it at once).
+    // Ideal: the holder's delete, then a create and a delete per pass; every refused create
+    // on top is one waiter that lost a race.
+    let (_, handed) = writes_of(&zk, || {
+        let waiters: Vec<_> = passes
+            .iter()
+            .map(|pass| {
+                let (pass, poll) = (Arc::clone(pass), poll.clone());
+                rt.spawn(async move {
+                    let taken = pass.try_lock(&poll, &holder("pass"), Duration::from_secs(30)).await.unwrap();
+                    taken.expect("every waiter gets the poll lock in turn").release().await.unwrap();
+                })
+            })
+            .collect();
+        let watching = wait_until(Instant::now() + Duration::from_secs(10), || watches(&zk) >= passes.len());
+        assert!(watching, "not every pass watches the poll lock");
+        rt.block_on(lock.release()).unwrap();
+        for waiter in waiters {
+            rt.block_on(waiter).unwrap();
+        }
+    });
+    let refused = handed - 1 - 2 * passes.len() as i64;
+    println!("the poll lock handed through 8 waiting passes: {handed} writes, {refused} of them refused creates");
+    // Without the waiters' backoff every release is raced by all that still wait: 7+6+...+0.
+    let herd = (passes.len() * (passes.len() - 1) / 2) as i64;
+    assert!(refused <= herd, "{refused} refused creates handing the poll lock through 8 waiters");
+    for pass in passes {
+        rt.block_on(pass.close());
+    }
+    rt.block_on(holding.close());
+}
+
+#[test]
+fn a_pass_of_ten_batches_costs_the_writes_of_a_pass_of_one() {
+    let zk = ZooKeeper::start(Options::default());
+    let pipeline = zk_pipeline(&zk, "10s");
+    pipeline.configure("max_threads = 10\nqueue_size = 10\n");
+    // A first pass creates the chroot and the containers.
+    pipeline.register_one("W0001", true);
+    let warm = pipeline.run(&[]);
+    assert_eq!(warm.code, Some(0), "{}", warm.show());
+    let mut costs = Vec::new();
+    for count in [1, 10] {
+        let ids: Vec<BatchId> =
+            (0..count).map(|n| pipeline.register_one(&format!("C{count:02}N{n:02}"), true)).collect();
+        let (finished, writes) = writes_of(&zk, || pipeline.run(&[]));
+        assert_eq!(finished.code, Some(0), "{}", finished.show());
+        assert!(ids.iter().all(|id| pipeline.events(id, PROBED).len() == 1), "{}", finished.show());
+        // The session's own: created at connect, closed at exit.
+        costs.push(writes - 2);
+    }
+    println!("writes of a pass (session aside): 1 batch {}, 10 batches {}", costs[0], costs[1]);
+    assert!(costs[0] <= 4, "a one-batch pass took {} writes", costs[0]);
+    assert!(costs[1] <= costs[0] + 3, "a ten-batch pass took {} writes, a one-batch pass {}", costs[1], costs[0]);
+    assert_no_lock_nodes(&zk);
 }
 
 #[test]

@@ -13,7 +13,10 @@
 //!   each other;
 //! - [`LockService::try_lock`] answers `None` once `wait` has passed with the path still busy,
 //!   and hands a path that is released while it waits to the waiter;
-//! - [`Lock::release`] frees the path at once; [`Lock::still_held`] is `true` until then;
+//! - [`LockService::try_lock_many`] takes each free path at once and answers `None` for each
+//!   busy one, as `try_lock` with no wait does for one;
+//! - [`Lock::release`] and [`LockService::release_many`] free the paths at once;
+//!   [`Lock::still_held`] is `true` until then;
 //! - [`LockService::held`] of any other service lists every held path with the holder its
 //!   taker stored: that is what operators see;
 //! - something at a lock path that no lock service made is [`LockError::Foreign`] to a
@@ -168,6 +171,40 @@ pub trait LockService: Send + Sync {
         wait: Duration,
     ) -> Result<Option<Box<dyn Lock>>, LockError>;
 
+    /// Takes each of `paths` that is free, at once (no wait): one answer per path, in order,
+    /// `None` for a busy one (as `try_lock` with `Duration::ZERO` would answer). A path that
+    /// is not a lock at all is `LockError::Foreign` for the whole call, nothing taken: the
+    /// caller drops it and asks again for the others. Any other error leaves nothing taken.
+    /// The default takes them one by one; ZooKeeper creates the free ones in one `multi`
+    /// (one write, however many paths).
+    async fn try_lock_many(
+        &self,
+        paths: &[LockPath],
+        holder: &LockHolder,
+    ) -> Result<Vec<Option<Box<dyn Lock>>>, LockError> {
+        let mut taken = Vec::with_capacity(paths.len());
+        for path in paths {
+            match self.try_lock(path, holder, Duration::ZERO).await {
+                Ok(lock) => taken.push(lock),
+                Err(e) => {
+                    // Best effort: the error is what the caller needs to hear.
+                    let _ = self.release_many(taken.into_iter().flatten().collect()).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Releases every lock of `locks` (taken from this service) together, each freed when
+    /// this returns, as [`Lock::release`] frees one; the first error if any failed (the others
+    /// are still released). The default releases them side by side; ZooKeeper deletes them in
+    /// one `multi` (one write), releases that other tasks ask for meanwhile joining the next.
+    async fn release_many(&self, locks: Vec<Box<dyn Lock>>) -> Result<(), LockError> {
+        let released = futures_util::future::join_all(locks.into_iter().map(|lock| lock.release())).await;
+        released.into_iter().collect()
+    }
+
     /// Every lock held right now, by any process, sorted by path, each with its holder as
     /// stored: what `autocomp locks` shows.
     async fn held(&self) -> Result<Vec<HeldLock>, LockError>;
@@ -205,6 +242,12 @@ pub trait Lock: Send + Sync {
     /// its own session, local only the very file it locked (an outside `rm` may have let
     /// another holder create a new one).
     async fn release(self: Box<Self>) -> Result<(), LockError>;
+
+    /// The lock as its backend's own type, for a service's `release_many` to tell its own
+    /// locks (which it can release together) from others; `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// What `inspect_locks` found: the service as it answered, and each way its lock tree

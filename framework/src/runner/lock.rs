@@ -3,6 +3,7 @@
 //! `HeldLocks` until a claim takes them over or the round lets them go.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use autocomp_model::{Batch, BatchId, PoolName};
 use tokio::sync::watch;
@@ -13,7 +14,7 @@ use super::summary::wait_for;
 use super::{BatchResult, Runner};
 use crate::component::Component;
 use crate::exit::RunError;
-use crate::locks::{Lock, LockError, LockHolder, LockPath, SessionState};
+use crate::locks::{Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 
 impl<C: Component> Runner<C> {
     /// Claiming stops on a shutdown request and while the lock service is not connected: a
@@ -33,26 +34,38 @@ impl<C: Component> Runner<C> {
         true
     }
 
-    /// Try-locks candidates until `room` are locked, the candidates run out or claiming
-    /// must stop. Locked elsewhere is skipped (answered `Busy` to a manual run).
+    /// Locks candidates until `room` are locked, the candidates run out or claiming must
+    /// stop: as many as there is room for at once (`try_lock_many`: one ZooKeeper write for
+    /// all of them), again for the next ones in place of those locked elsewhere. Only once
+    /// the candidates run out with room left is a busy one waited for, up to
+    /// `batch_lock_timeout` each; still busy, it is skipped (answered `Busy` to a manual run).
     pub(super) async fn lock_round(
         &self,
         candidates: &mut std::vec::IntoIter<BatchId>,
         room: usize,
         pass: &mut Pass,
     ) -> Result<HeldLocks, RunError> {
-        let mut locked = HeldLocks::default();
+        let mut locked = HeldLocks::new(&self.pipeline.locks);
+        let mut busy = Vec::new();
         while locked.len() < room && self.may_claim(&pass.session) {
-            let Some(id) = candidates.next() else { break };
+            let ids: Vec<BatchId> = candidates.by_ref().take(room - locked.len()).collect();
+            if ids.is_empty() {
+                break;
+            }
+            if let Err(e) = self.lock_at_once(ids, &mut locked, &mut busy, pass).await {
+                locked.release_all().await;
+                return Err(e.into());
+            }
+        }
+        for id in busy {
+            let wait = self.config.batch_lock_timeout;
+            let room_left = locked.len() < room && !wait.is_zero() && self.may_claim(&pass.session);
             let path = LockPath::Batch(self.name.clone(), id.clone());
-            match self.pipeline.locks.try_lock(&path, &pass.holder, self.config.batch_lock_timeout).await {
+            let waited =
+                if room_left { self.pipeline.locks.try_lock(&path, &pass.holder, wait).await } else { Ok(None) };
+            match waited {
                 Ok(Some(lock)) => locked.insert(id, lock),
-                Ok(None) => {
-                    debug!(batch = %id, "locked by another worker; skipped");
-                    if pass.manual {
-                        pass.summary.results.push(BatchResult::Busy { id });
-                    }
-                }
+                Ok(None) => skip_busy(id, pass),
                 // Not a lock at all: an alarm (logged as it was found); the other batches go on.
                 Err(LockError::Foreign { path, .. }) => pass.summary.foreign_locks.push(path),
                 Err(e) => {
@@ -62,6 +75,41 @@ impl<C: Component> Runner<C> {
             }
         }
         Ok(locked)
+    }
+
+    /// Try-locks `ids` at once: the locked ones go into `locked`, the busy ones into `busy`. A
+    /// path that is not a lock at all is an alarm (logged as it was found), kept in the pass's
+    /// summary; the other batches are tried again without it.
+    async fn lock_at_once(
+        &self,
+        mut ids: Vec<BatchId>,
+        locked: &mut HeldLocks,
+        busy: &mut Vec<BatchId>,
+        pass: &mut Pass,
+    ) -> Result<(), LockError> {
+        loop {
+            let paths: Vec<LockPath> = ids.iter().map(|id| LockPath::Batch(self.name.clone(), id.clone())).collect();
+            match self.pipeline.locks.try_lock_many(&paths, &pass.holder).await {
+                Ok(answers) => {
+                    for (id, answer) in ids.into_iter().zip(answers) {
+                        match answer {
+                            Some(lock) => locked.insert(id, lock),
+                            None => busy.push(id),
+                        }
+                    }
+                    return Ok(());
+                }
+                Err(LockError::Foreign { path, reason }) => {
+                    let before = ids.len();
+                    ids.retain(|id| LockPath::Batch(self.name.clone(), id.clone()).relative() != path);
+                    if ids.len() == before {
+                        return Err(LockError::Foreign { path, reason }); // none of ours: not to be retried
+                    }
+                    pass.summary.foreign_locks.push(path);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Takes a slot of each pool the component names for each ready batch, in order, and
@@ -138,7 +186,7 @@ impl<C: Component> Runner<C> {
                         }
                     }
                     Err(e) => {
-                        release_locks(taken).await;
+                        release_locks(self.pipeline.locks.as_ref(), taken).await;
                         return Err(e.into());
                     }
                 }
@@ -146,7 +194,7 @@ impl<C: Component> Runner<C> {
             match slot {
                 Some(lock) => taken.push(lock),
                 None => {
-                    release_locks(taken).await;
+                    release_locks(self.pipeline.locks.as_ref(), taken).await;
                     return Ok(Err(pool.clone()));
                 }
             }
@@ -155,13 +203,22 @@ impl<C: Component> Runner<C> {
     }
 }
 
+/// A batch locked by another worker: skipped (answered `Busy` to a manual run).
+fn skip_busy(id: BatchId, pass: &mut Pass) {
+    debug!(batch = %id, "locked by another worker; skipped");
+    if pass.manual {
+        pass.summary.results.push(BatchResult::Busy { id });
+    }
+}
+
 /// The batch locks a claim round holds and has not handed to a claimed batch, with the pool
 /// slots taken for each. Releasing is async, so the round releases them itself on every path
 /// it takes (`release_where`, `release_all`); a guard dropped still holding some (a panic, a
 /// dropped pass) hands them to a task that releases them, rather than leaving them held
 /// until the process exits.
-#[derive(Default)]
 pub(super) struct HeldLocks {
+    /// Where they were taken, which releases them together.
+    service: Arc<dyn LockService>,
     /// Batch ids in the order they were locked (the candidates' order), released ones too.
     order: Vec<BatchId>,
     locks: HashMap<BatchId, Box<dyn Lock>>,
@@ -170,6 +227,10 @@ pub(super) struct HeldLocks {
 }
 
 impl HeldLocks {
+    pub(super) fn new(service: &Arc<dyn LockService>) -> Self {
+        Self { service: Arc::clone(service), order: Vec::new(), locks: HashMap::new(), slots: HashMap::new() }
+    }
+
     pub(super) fn insert(&mut self, id: BatchId, lock: Box<dyn Lock>) {
         self.order.push(id.clone());
         self.locks.insert(id, lock);
@@ -206,11 +267,12 @@ impl HeldLocks {
     pub(super) async fn release_where(&mut self, unwanted: impl Fn(&BatchId) -> bool) {
         let mut released: Vec<_> = self.locks.extract_if(|id, _| unwanted(id)).map(|(_, lock)| lock).collect();
         released.extend(self.slots.extract_if(|id, _| unwanted(id)).flat_map(|(_, slots)| slots));
-        release_locks(released).await;
+        release_locks(self.service.as_ref(), released).await;
     }
 
     pub(super) async fn release_all(&mut self) {
-        release_locks(self.drain()).await;
+        let locks = self.drain();
+        release_locks(self.service.as_ref(), locks).await;
     }
 
     /// Every lock and slot still held, taken out of the guard.
@@ -229,7 +291,10 @@ impl Drop for HeldLocks {
         let locks = self.drain();
         warn!(locks = locks.len(), "a claim round ended without releasing its batch locks; releasing them now");
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(release_locks(locks))),
+            Ok(runtime) => {
+                let service = Arc::clone(&self.service);
+                drop(runtime.spawn(async move { release_locks(service.as_ref(), locks).await }));
+            }
             // No runtime to release on: the locks go with the process (flock) or its
             // session, which the lock service closes at exit.
             Err(_) => warn!("no runtime to release the batch locks on; they end with the process"),
@@ -244,7 +309,7 @@ mod tests {
     use autocomp_model::{ComponentName, Timestamp};
 
     use super::*;
-    use crate::locks::{LocalLocks, LockService};
+    use crate::locks::LocalLocks;
 
     /// A round's batch locks end released on every path: those it lets go of explicitly at
     /// once, and those it never got to (a panic, a dropped pass) when the guard is dropped.
@@ -252,11 +317,11 @@ mod tests {
     #[tokio::test]
     async fn held_locks_are_released_explicitly_or_by_the_guards_drop() {
         let dir = tempfile::tempdir().unwrap();
-        let locks = LocalLocks::new(dir.path());
+        let locks: Arc<dyn LockService> = Arc::new(LocalLocks::new(dir.path()));
         let holder = LockHolder { agent: "test".into(), host: "testhost".into(), pid: 1, since: Timestamp::now() };
         let ids: Vec<BatchId> = ["B1", "B2", "B3"].iter().map(|id| BatchId::new(*id).unwrap()).collect();
         let file = |id: &BatchId| dir.path().join(format!("batch/probe/{id}.lock"));
-        let mut held = HeldLocks::default();
+        let mut held = HeldLocks::new(&locks);
         for id in &ids {
             let path = LockPath::Batch(ComponentName::new("probe").unwrap(), id.clone());
             held.insert(id.clone(), locks.try_lock(&path, &holder, Duration::ZERO).await.unwrap().expect("free"));

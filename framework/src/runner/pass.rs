@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tracing::{Span, warn};
 
 use super::{PassSummary, Selection};
-use crate::locks::{Lock, LockHolder, SessionState};
+use crate::locks::{Lock, LockHolder, LockService, SessionState};
 
 /// What a pass knows while it claims: whether an operator named the batch (`manual`) and
 /// ignores its trigger (`force`), who it is to the lock service, the lock session whose
@@ -100,9 +100,18 @@ pub(super) fn record_outcome(span: &Span, outcome: &str, error: bool) {
     }
 }
 
-/// Releases several locks at once (each may be a round trip to the lock service).
-pub(super) async fn release_locks(locks: impl IntoIterator<Item = Box<dyn Lock>>) {
-    futures_util::future::join_all(locks.into_iter().map(release_quietly)).await;
+/// Releases several locks together (`release_many`: one ZooKeeper write for all of them,
+/// shared with releases other tasks ask for meanwhile); a failure is logged, not fatal: the
+/// locks die with the process (or its session) anyway.
+pub(super) async fn release_locks(service: &dyn LockService, locks: impl IntoIterator<Item = Box<dyn Lock>>) {
+    let locks: Vec<Box<dyn Lock>> = locks.into_iter().collect();
+    if locks.is_empty() {
+        return;
+    }
+    let paths: Vec<String> = locks.iter().map(|lock| lock.path().relative()).collect();
+    if let Err(e) = service.release_many(locks).await {
+        warn!(locks = ?paths, "cannot release the locks: {e}");
+    }
 }
 
 /// Releases a lock; a failure is logged, not fatal: the lock dies with the process anyway.

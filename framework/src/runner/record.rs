@@ -31,7 +31,7 @@ impl<C: Component> Runner<C> {
             error!(batch = %id, "lost the batch lock before recording; nothing recorded");
             // Fenced if someone took the batch over meanwhile; otherwise it is ready again.
             self.pipeline.store.release(&id, &self.name, claim.generation()).await.ok();
-            release_locks(Claimed::locks(lock, slots)).await;
+            release_locks(self.pipeline.locks.as_ref(), Claimed::locks(lock, slots)).await;
             record_outcome(&span, "not_recorded", true);
             return BatchResult::NotRecorded { id };
         }
@@ -41,7 +41,7 @@ impl<C: Component> Runner<C> {
             Err(e) => not_recorded(id, e),
         };
         phases::mark(Phase::Append);
-        release_locks(Claimed::locks(lock, slots)).await;
+        release_locks(self.pipeline.locks.as_ref(), Claimed::locks(lock, slots)).await;
         phases::mark(Phase::Release);
         record_result_outcome(&span, &result);
         if let BatchResult::Recorded { id, outcome, .. } = &result {
@@ -188,7 +188,7 @@ impl<C: Component> Runner<C> {
         if let Err(e) = self.pipeline.store.release(&id, &self.name, claimed.claim.generation()).await {
             warn!(batch = %id, "cannot release the claim: {e}");
         }
-        release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
+        release_locks(self.pipeline.locks.as_ref(), Claimed::locks(claimed.lock, claimed.slots)).await;
         record_outcome(&claimed.span, "released", false);
         BatchResult::Released { id }
     }
@@ -209,7 +209,7 @@ impl<C: Component> Runner<C> {
             Err(e) if e.is_fenced() => debug!(batch = %id, "claim already taken over: {e}"),
             Err(e) => warn!(batch = %id, "cannot release the claim: {e}"),
         }
-        release_locks(Claimed::locks(claimed.lock, claimed.slots)).await;
+        release_locks(self.pipeline.locks.as_ref(), Claimed::locks(claimed.lock, claimed.slots)).await;
         record_outcome(&claimed.span, "not_recorded", true);
         BatchResult::NotRecorded { id }
     }

@@ -8,12 +8,16 @@
 //! the server removing an emptied one meanwhile, is expected), which the server deletes once
 //! empty; the chroot itself (and any ancestor we create) is a
 //! persistent node, so once made it cannot be taken over by whoever re-creates it first.
-//! Try-lock is one create: NodeExists means busy, unless the node is not one a lock service
-//! made (persistent, foreign data, or a record naming another session than its owner): that is
-//! `LockError::Foreign`, an alarm, never "busy". Waiting is a data watch on the node until the
-//! deadline. Release checks the node is still ours, then deletes it. A lock cycle is so two
-//! ZooKeeper writes (create + delete), on a fresh path too, plus one container create for each
-//! missing parent.
+//! Try-lock reads the node first, then creates it if absent: a node there means busy, unless
+//! it is not one a lock service made (persistent, foreign data, or a record naming another
+//! session than its owner): that is `LockError::Foreign`, an alarm, never "busy". The read
+//! costs no zxid where a refused create costs one, so passes finding a lock busy write nothing.
+//! Waiting is a data watch on the node until the deadline; a waiter that lost a race for the
+//! node backs off (a random pause, doubling with each loss) before the next one. Release checks
+//! the node is still ours, then deletes it. A lock cycle is so two ZooKeeper writes (create +
+//! delete), on a fresh path too, plus one container create for each missing parent. A round of
+//! batch locks (`try_lock_many`) is one `multi` of creates, one write however many; releases
+//! go through a queue that deletes all those asked for meanwhile in one `multi`.
 //!
 //! Identity and ACLs: with `auth_file=` (or `$AUTOCOMP_ZK_AUTH`) the session adds one digest
 //! identity per `user:password` line, and every node we create carries `auth` (each of those
@@ -44,11 +48,13 @@
 //! The rooms, each using only the ones before it: `tls` (`zks://`'s files and why a server
 //! is not trusted), `url` (the URL's syntax), `identity` (the pipeline's digest identities),
 //! `session` (the connection, its state and the requests that survive connection trouble),
-//! `protocol` (the lock nodes: take, watch, release) and `acl` (the lock tree's ACLs and the
+//! `protocol` (the lock nodes: take, watch, release), `many` (many locks in one `multi`: a
+//! round's creates, the release queue's deletes) and `acl` (the lock tree's ACLs and the
 //! chroot's anchor). This file holds the lock service itself.
 
 mod acl;
 mod identity;
+mod many;
 mod protocol;
 mod session;
 mod tls;
@@ -59,6 +65,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -134,7 +141,9 @@ impl ZkLocks {
     }
 
     async fn connect_only(url: &str) -> Result<Self, LockError> {
-        Ok(Self { shared: Shared::connect(url).await? })
+        let shared = Shared::connect(url).await?;
+        many::start_release_queue(&shared);
+        Ok(Self { shared })
     }
 
     /// Our session id (the `ephemeral_owner` of every node we hold).
@@ -179,6 +188,57 @@ impl LockService for ZkLocks {
                 outcome.map(|_| None)
             }
         }
+    }
+
+    /// The paths another task of ours holds or is taking are busy without a request; the
+    /// others are read in one round trip, and the free ones created in one `multi`.
+    async fn try_lock_many(
+        &self,
+        paths: &[LockPath],
+        holder: &LockHolder,
+    ) -> Result<Vec<Option<Box<dyn Lock>>>, LockError> {
+        let shared = &self.shared;
+        if shared.is_lost() {
+            return Err(shared.lost());
+        }
+        let record = NodeData { holder: holder.clone(), session: Some(format!("{:#x}", shared.session_id)) };
+        let data = serde_json::to_vec(&record).expect("holders serialize");
+        let nodes: Vec<String> = paths.iter().map(|path| shared.node_of(&path.relative())).collect();
+        let mine: Vec<usize> = (0..nodes.len()).filter(|&i| shared.reserve(&nodes[i])).collect();
+        let asked: Vec<&str> = mine.iter().map(|&i| nodes[i].as_str()).collect();
+        let created = shared.create_many(&asked, &data).await;
+        let mut answers: Vec<Option<Box<dyn Lock>>> = paths.iter().map(|_| None).collect();
+        let created = match created {
+            Ok(created) => created,
+            Err(e) => {
+                mine.iter().for_each(|&i| shared.unreserve(&nodes[i]));
+                return Err(e);
+            }
+        };
+        for (&i, taken) in mine.iter().zip(created) {
+            if taken {
+                let node = nodes[i].clone();
+                answers[i] = Some(Box::new(ZkLock { path: paths[i].clone(), node, shared: Arc::clone(shared) }));
+            } else {
+                shared.unreserve(&nodes[i]);
+            }
+        }
+        Ok(answers)
+    }
+
+    /// This service's own locks in one `multi` (shared with releases asked for meanwhile);
+    /// any other lock by its own `release`.
+    async fn release_many(&self, locks: Vec<Box<dyn Lock>>) -> Result<(), LockError> {
+        let shared = &self.shared;
+        let (ours, others): (Vec<_>, Vec<_>) =
+            locks.into_iter().partition(|lock| zk_lock(lock.as_ref()).is_some_and(|l| Arc::ptr_eq(&l.shared, shared)));
+        let nodes: Vec<String> =
+            ours.iter().filter_map(|lock| zk_lock(lock.as_ref())).map(|l| l.node.clone()).collect();
+        drop(ours);
+        let (deleted, released) =
+            tokio::join!(shared.delete_many(nodes.clone()), join_all(others.into_iter().map(|lock| lock.release())));
+        nodes.iter().for_each(|node| shared.unreserve(node));
+        deleted.and(released.into_iter().collect())
     }
 
     async fn held(&self) -> Result<Vec<HeldLock>, LockError> {
@@ -278,11 +338,21 @@ impl Lock for ZkLock {
         }
     }
 
+    /// Through the release queue: released with whatever other tasks release meanwhile.
     async fn release(self: Box<Self>) -> Result<(), LockError> {
-        let deleted = self.shared.delete_if_ours(&self.node).await;
+        let deleted = self.shared.delete_many(vec![self.node.clone()]).await;
         self.shared.unreserve(&self.node);
         deleted
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+/// The lock as one of ZooKeeper's, if it is one.
+fn zk_lock(lock: &dyn Lock) -> Option<&ZkLock> {
+    lock.as_any().and_then(|any| any.downcast_ref::<ZkLock>())
 }
 
 #[cfg(test)]

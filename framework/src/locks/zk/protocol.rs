@@ -1,6 +1,9 @@
 //! The lock protocol on the session: a lock is one ephemeral node holding its holder's
-//! record; taking it is one create (its container parents made on demand), waiting a data
-//! watch, releasing a delete after an ownership check. A node that is not a lock is foreign.
+//! record; taking it is a read then one create (its container parents made on demand),
+//! waiting a data watch, releasing a delete after an ownership check. A node that is not a
+//! lock is foreign.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -38,6 +41,49 @@ pub(super) fn foreign_reason(data: &[u8], stat: &zk::Stat) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A lock node as a taker found it.
+enum Look {
+    Absent,
+    Present { data: Vec<u8>, stat: zk::Stat, watcher: Option<zk::OneshotWatcher> },
+}
+
+/// How long a waiter that lost races for a node pauses after the next release before it
+/// looks again: a random share of `spread`, which starts at nothing (the first waiter to be
+/// woken creates at once, as the only waiter does) and doubles with every loss up to
+/// `HERD_SPREAD_MAX`. N waiters losing to each other spread out to roughly N create latencies.
+#[derive(Default)]
+struct Herd {
+    spread: Duration,
+}
+
+/// The first spread after a lost race, and the most it grows to.
+const HERD_SPREAD_MIN: Duration = Duration::from_millis(5);
+const HERD_SPREAD_MAX: Duration = Duration::from_millis(500);
+
+impl Herd {
+    fn lost(&mut self) {
+        self.spread = (self.spread * 2).clamp(HERD_SPREAD_MIN, HERD_SPREAD_MAX);
+    }
+
+    async fn pause(&self, deadline: Instant) {
+        if self.spread.is_zero() {
+            return;
+        }
+        let pause = self.spread.mul_f64(random_share());
+        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+    }
+}
+
+/// A number in [0, 1), different in every call (std's hasher keys are random per instance):
+/// no random crate for a jitter.
+fn random_share() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl Shared {
@@ -154,7 +200,12 @@ impl Shared {
         }
     }
 
-    /// Takes the lock at `node` for a task that reserved it, waiting until `deadline`.
+    /// Takes the lock at `node` for a task that reserved it, waiting until `deadline`. The
+    /// node is read before any create: a read costs no zxid where a refused create costs one,
+    /// so passes finding the lock busy write nothing, and the same read sets the watch a
+    /// waiter waits on. A waiter woken by a release that has lost a race for the node before
+    /// (its create refused) first pauses a random share of a spread that doubles with each
+    /// loss: a crowd of waiters spreads its creates out instead of all but one being refused.
     pub(super) async fn take(
         &self,
         node: &str,
@@ -162,6 +213,7 @@ impl Shared {
         deadline: Instant,
         reserved: &mut bool,
     ) -> Result<bool, LockError> {
+        let mut herd = Herd::default();
         loop {
             if self.is_lost() {
                 return Err(self.lost());
@@ -169,45 +221,70 @@ impl Shared {
             if !*reserved {
                 *reserved = self.reserve(node);
             }
-            if *reserved && self.create_lock(node, data).await? {
-                return Ok(true);
+            let waiting = Instant::now() < deadline;
+            if !*reserved && !waiting {
+                return Ok(false); // another task of ours holds or is taking it: no request at all
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            // Busy: unless the node is not a lock at all, wait for the holder's node to go (or
-            // the deadline).
-            let (watched, _) = self.call(|client| async move { client.get_and_watch_data(node).await }).await?;
-            let watcher = match watched {
-                Err(zk::Error::NoNode) if *reserved => continue, // gone already: create again
-                Err(zk::Error::NoNode) => None,                  // another task of ours is taking it
-                Err(e) => return Err(self.failed("watch", node, e)),
-                Ok((data, stat, watcher)) => {
+            let watcher = match self.look(node, waiting).await? {
+                Look::Absent if *reserved => {
+                    if self.create_lock(node, data).await? {
+                        return Ok(true);
+                    }
+                    herd.lost();
+                    continue; // created by someone else first: read (and watch) it again
+                }
+                Look::Absent => None, // another task of ours is taking it
+                Look::Present { data, stat, watcher } => {
                     if let Some(reason) = foreign_reason(&data, &stat) {
                         return Err(self.foreign(node, reason));
                     }
                     if *reserved && stat.ephemeral_owner == self.session_id {
-                        return Ok(true);
+                        return Ok(true); // an earlier create of ours was applied
                     }
-                    Some(watcher)
+                    watcher
                 }
             };
-            let changed = async {
-                match watcher {
-                    Some(watcher) => drop(watcher.changed().await),
-                    None => std::future::pending().await,
-                }
-            };
-            let mut state = self.state.subscribe();
-            tokio::select! {
-                _ = changed => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = state.wait_for(|s| *s == SessionState::Lost) => {}
-                // Another task of ours holds or is taking it: it may be gone without a node
-                // event (a reservation only), so look again soon.
-                _ = tokio::time::sleep(IN_PROCESS_PAUSE), if !*reserved => {}
+            if !waiting {
+                return Ok(false);
             }
+            if self.wait_for_change(watcher, deadline, *reserved).await {
+                herd.pause(deadline).await;
+            }
+        }
+    }
+
+    /// The node as it is now (read with a watch on it if `watch`), or `Absent`.
+    async fn look(&self, node: &str, watch: bool) -> Result<Look, LockError> {
+        let answer = if watch {
+            let (answer, _) = self.call(|client| async move { client.get_and_watch_data(node).await }).await?;
+            answer.map(|(data, stat, watcher)| Look::Present { data, stat, watcher: Some(watcher) })
+        } else {
+            let (answer, _) = self.call(|client| async move { client.get_data(node).await }).await?;
+            answer.map(|(data, stat)| Look::Present { data, stat, watcher: None })
+        };
+        match answer {
+            Ok(look) => Ok(look),
+            Err(zk::Error::NoNode) => Ok(Look::Absent),
+            Err(e) => Err(self.failed("read", node, e)),
+        }
+    }
+
+    /// Waits for the watched node to change (or the deadline, or the session's loss); `true`
+    /// when the node changed. Without a watch (another task of ours holds or is taking the
+    /// node, which may end with no node event: a reservation only), looks again soon.
+    async fn wait_for_change(&self, watcher: Option<zk::OneshotWatcher>, deadline: Instant, reserved: bool) -> bool {
+        let changed = async {
+            match watcher {
+                Some(watcher) => drop(watcher.changed().await),
+                None => std::future::pending().await,
+            }
+        };
+        let mut state = self.state.subscribe();
+        tokio::select! {
+            _ = changed => true,
+            _ = tokio::time::sleep_until(deadline) => false,
+            _ = state.wait_for(|s| *s == SessionState::Lost) => false,
+            _ = tokio::time::sleep(IN_PROCESS_PAUSE), if !reserved => false,
         }
     }
 

@@ -4,12 +4,12 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use autocomp_model::InvalidInput;
 use autocomp_toolkit::redact::display_url;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 use zookeeper_client as zk;
 
@@ -47,6 +47,15 @@ pub(super) struct Shared {
     /// session is shared, so an owner check alone cannot tell our tasks apart), and what
     /// `close` deletes.
     pub(super) reserved: Mutex<HashSet<String>>,
+    /// Where releases are queued, so those asked for while one is on its way are deleted
+    /// together in the next `multi` (set once at connect, with the task serving it).
+    pub(super) releases: OnceLock<mpsc::UnboundedSender<Release>>,
+}
+
+/// Nodes to delete if still ours, and where to answer once they are gone.
+pub(super) struct Release {
+    pub(super) nodes: Vec<String>,
+    pub(super) answer: oneshot::Sender<Result<(), LockError>>,
 }
 
 impl Shared {
@@ -80,6 +89,7 @@ impl Shared {
             state: watch::Sender::new(initial),
             closing: AtomicBool::new(false),
             reserved: Mutex::new(HashSet::new()),
+            releases: OnceLock::new(),
         });
         watch_session(Arc::downgrade(&shared), watcher);
         Ok(shared)
