@@ -129,8 +129,9 @@ impl PgLocks {
         &self.shared.lease.worker
     }
 
-    /// One try: the path is ours (taken now, or by an earlier send of this very claim), or
-    /// busy (`false`), after taking over its holder if we have seen that one stalled.
+    /// One try: the path is ours (taken now, or by an earlier send of this very claim, whose
+    /// answer was lost), busy, or free again (released meanwhile, or its holder taken over
+    /// because we have seen its beat unchanged for its whole lease).
     async fn try_once(&self, relative: &str, claim: i64, record: &str) -> Result<TryOutcome, LockError> {
         let shared = &self.shared;
         let me = &shared.lease.worker;
