@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_model::{BatchId, Seq};
+use autocomp_model::{BatchId, Seq, Timestamp};
 use autocomp_sboi::BatchIndex;
 use autocomp_store::ObjectStore;
 use tokio::sync::watch;
@@ -20,6 +20,8 @@ use crate::component::Component;
 use crate::exit::{self, RunError};
 use crate::runner::{Runner, Selection, phases, stop_requested};
 use crate::verdict::{PassEnd, pass, pass_verdict};
+
+mod feed;
 
 /// The longest single wait in the change feed. The store service caps its long polls
 /// anyway; a bound here keeps a hung connection from outliving a heartbeat by much.
@@ -51,8 +53,16 @@ pub async fn run_watching<C: Component>(
 ) -> Result<u8, RunError> {
     let Watched { store, index } = watched;
     runner.coalesce_reports();
-    let mut watcher =
-        Watcher { runner, store: &store, index: &index, heartbeat, worst: exit::OK, last_pass: None, pool_retry: None };
+    let mut watcher = Watcher {
+        runner,
+        store: &store,
+        index: &index,
+        heartbeat,
+        worst: exit::OK,
+        last_pass: None,
+        pool_retry: None,
+        offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
+    };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;
@@ -74,6 +84,8 @@ struct Watcher<'a, C: Component> {
     last_pass: Option<Instant>,
     /// How soon to look again while batches wait for a pool slot.
     pool_retry: Option<Duration>,
+    /// What the index last answered, corrected by the change feed since.
+    offers: feed::FeedOffers,
 }
 
 async fn watch_loop<C: Component>(
@@ -124,7 +136,7 @@ async fn watch_loop<C: Component>(
 impl<C: Component> Watcher<'_, C> {
     /// What the index offers now (nothing when held or when a heartbeat pass asks itself),
     /// and whether it had caught up with the store's head `seen`.
-    async fn look(&self, seen: Seq, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool), RunError> {
+    async fn look(&mut self, seen: Seq, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool), RunError> {
         let held = if heartbeat_due { None } else { self.runner.held().await? };
         if let Some(held) = held {
             // Held: no pass (it would claim nothing) until the steering changes, which moves
@@ -134,17 +146,24 @@ impl<C: Component> Watcher<'_, C> {
         }
         // Every watcher woke on the same change; with an embedded index another process
         // may be writing it. Past the bound the pass's store re-check is the safety net,
-        // and the index is asked again (below) rather than slept on: nothing else might
-        // move the store, and the work it holds back would wait for a heartbeat.
+        // and the index is asked again rather than slept on: nothing else might move the
+        // store, and the work it holds back would wait for a heartbeat.
         let asked = Instant::now();
-        let covered = self.index.covers(seen, INDEX_WAIT).await?;
-        let covered_in = asked.elapsed();
-        if !covered {
-            debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
+        if heartbeat_due {
+            // The heartbeat's pass asks the index itself; what the watcher held is dropped,
+            // so the next look asks the index in full and no drift outlives a heartbeat.
+            self.offers.forget();
+            let covered = self.index.covers(seen, INDEX_WAIT).await?;
+            debug!(covered_in = ?asked.elapsed(), "asked the index");
+            return Ok((Vec::new(), covered));
         }
-        let offered = if heartbeat_due { Vec::new() } else { self.runner.candidates().await? };
-        debug!(covered_in = ?covered_in, asked_in = ?asked.elapsed(), "asked the index");
-        Ok((offered, covered))
+        // Between the index's full answers, the batches the change feed names since.
+        let ports = feed::Ports { store: self.store.as_ref(), index: self.index.as_ref() };
+        let triggers = self.runner.candidate_triggers();
+        let offer = self.offers.offer(&ports, &triggers, seen, Timestamp::now()).await?;
+        debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
+            direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
+        Ok((offer.ids, offer.covered))
     }
 
     /// One pass: over what the index offered, or a heartbeat's over what it finds itself.

@@ -34,5 +34,6 @@ mod steering_cli;
 mod telemetry;
 mod tls_trust;
 mod watch;
+mod watch_feed;
 mod zk_security;
 mod zookeeper;

@@ -17,8 +17,7 @@ impl<C: Component> Runner<C> {
     /// The candidates the index offers, in trigger order; retries of transient failures last.
     /// Watch mode asks this between passes; a pass re-checks each one against the store.
     pub async fn candidates(&self) -> Result<Vec<BatchId>, RunError> {
-        // Ask for more than we will claim: other hosts may hold some of them.
-        self.query_index(Some(self.claim_limit().saturating_mul(4).max(16))).await
+        self.query_index(Some(self.candidate_cap())).await
     }
 
     /// Every candidate the index offers, in the order `candidates` gives them, without the
@@ -28,15 +27,33 @@ impl<C: Component> Runner<C> {
         self.query_index(None).await
     }
 
-    /// The trigger's answer then the retry trigger's (without repeats), each at most `cap`.
-    async fn query_index(&self, cap: Option<usize>) -> Result<Vec<BatchId>, RunError> {
+    /// The questions `candidates` asks the index, in its order (the trigger, then the retry
+    /// trigger), each limited as it limits them: a watcher answers them from the store's
+    /// change feed between the index's answers (`watch::feed`).
+    pub(crate) fn candidate_triggers(&self) -> Vec<Trigger> {
+        self.limited_triggers(Some(self.candidate_cap()))
+    }
+
+    /// How many candidates each trigger offers a pass: more than it will claim, as other
+    /// hosts may hold some of them.
+    fn candidate_cap(&self) -> usize {
+        self.claim_limit().saturating_mul(4).max(16)
+    }
+
+    /// The trigger and the retry trigger, each at most `cap`.
+    fn limited_triggers(&self, cap: Option<usize>) -> Vec<Trigger> {
         let limited = |t: &Trigger| match cap {
             Some(wanted) => Trigger { limit: Some(t.limit.map_or(wanted, |l| l.min(wanted))), ..t.clone() },
             None => t.clone(),
         };
-        let mut ids = self.pipeline.index.query(&limited(&self.descriptor.trigger)).await?;
-        if let Some(retry) = &self.retry_trigger {
-            for id in self.pipeline.index.query(&limited(retry)).await? {
+        std::iter::once(&self.descriptor.trigger).chain(&self.retry_trigger).map(limited).collect()
+    }
+
+    /// The trigger's answer then the retry trigger's (without repeats), each at most `cap`.
+    async fn query_index(&self, cap: Option<usize>) -> Result<Vec<BatchId>, RunError> {
+        let mut ids = Vec::new();
+        for trigger in self.limited_triggers(cap) {
+            for id in self.pipeline.index.query(&trigger).await? {
                 if !ids.contains(&id) {
                     ids.push(id);
                 }
