@@ -14,6 +14,7 @@ mod open;
 pub mod pipeline_state;
 pub mod port;
 pub mod postgres;
+mod ready_claims;
 mod series;
 pub mod sqlite;
 mod steering_rules;
@@ -29,6 +30,7 @@ pub use port::{
     StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
+pub use ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 

@@ -17,6 +17,8 @@ use bounded::*;
 #[path = "contract/steering.rs"]
 mod steering;
 use steering::*;
+#[path = "contract/ready_claims.rs"]
+pub(crate) mod ready_claims;
 
 struct Fixture {
     store: Arc<dyn ObjectStore>,
@@ -1821,6 +1823,18 @@ async fn about_names_the_backend_its_current_schema_and_a_clock_near_the_hosts(f
 }
 
 /// Instantiates every contract test once per backend: `sqlite::NAME` and `postgres::NAME`.
+async fn claim_ready_claims_the_ready_and_writes_nothing_for_the_rest(f: Fixture) {
+    ready_claims::claim_ready_claims_the_ready_and_writes_nothing_for_the_rest(f.store.as_ref()).await
+}
+
+async fn a_hold_refuses_claim_ready_and_answers_the_steering(f: Fixture) {
+    ready_claims::a_hold_refuses_claim_ready_and_answers_the_steering(f.store.as_ref()).await
+}
+
+async fn a_retried_claim_ready_with_its_key_answers_the_runs_it_opened(f: Fixture) {
+    ready_claims::a_retried_claim_ready_with_its_key_answers_the_runs_it_opened(f.store.as_ref()).await
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1863,6 +1877,9 @@ contract!(
     a_retried_claim_with_its_key_returns_the_run_it_opened,
     claim_many_claims_each_batch_as_a_single_claim_would,
     claim_many_with_a_claim_key_retries_like_claim_and_refuses_a_bad_holder,
+    claim_ready_claims_the_ready_and_writes_nothing_for_the_rest,
+    a_hold_refuses_claim_ready_and_answers_the_steering,
+    a_retried_claim_ready_with_its_key_answers_the_runs_it_opened,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_first_pass_registers_the_component_and_its_host,

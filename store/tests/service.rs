@@ -128,6 +128,23 @@ async fn every_operation_answers_as_postgresql_behind_the_service_does() {
     every_operation_answers_as_the_store_behind_the_service(&service, &local).await;
 }
 
+/// `claim_ready`'s contract through the service (one request per round), over each backend.
+#[tokio::test]
+async fn claim_ready_keeps_its_contract_through_the_service() {
+    use crate::operations::ready_claims::*;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = service.client();
+    claim_ready_claims_the_ready_and_writes_nothing_for_the_rest(&http).await;
+    a_hold_refuses_claim_ready_and_answers_the_steering(&http).await;
+    a_retried_claim_ready_with_its_key_answers_the_runs_it_opened(&http).await;
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let over_postgres = Service::serve(&url, free_port(), &[]);
+    let http = over_postgres.client();
+    claim_ready_claims_the_ready_and_writes_nothing_for_the_rest(&http).await;
+    a_hold_refuses_claim_ready_and_answers_the_steering(&http).await;
+}
+
 /// Each port operation through the service, compared with what a direct client of the same
 /// database reads.
 async fn every_operation_answers_as_the_store_behind_the_service(service: &Service, local: &dyn ObjectStore) {

@@ -16,6 +16,7 @@ use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
+use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use autocomp_http::error::ErrorBody;
@@ -271,6 +272,31 @@ impl BatchStore for HttpStore {
                 }
             })
             .collect())
+    }
+
+    async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+        // Safe to send again after a lost answer, as `claim_many` is: every claim carries the
+        // claim key, and the service answers a batch holding a run it opened as that run.
+        let request = ReadyClaimRequest { holder: request.holder.keyed(|| self.fresh_key()), ..request.clone() };
+        let answer: wire::ReadyClaimsAnswer = self.call::<op::ClaimReady>(&request, Retry::Safe).await?;
+        if !answer.held && answer.answers.len() != request.batches.len() {
+            return Err(StoreError::Unavailable(format!(
+                "the store service answered {} claims for {} batches",
+                answer.answers.len(),
+                request.batches.len()
+            )));
+        }
+        let answers = answer
+            .answers
+            .into_iter()
+            .map(|answer| match answer {
+                wire::ReadyClaimAnswer::Ready(ready) => Ok(*ready),
+                wire::ReadyClaimAnswer::Error(error) => {
+                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into())
+                }
+            })
+            .collect();
+        Ok(ReadyClaims { steering: answer.steering, held: answer.held, answers })
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {

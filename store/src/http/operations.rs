@@ -10,6 +10,7 @@ use super::bounded;
 use super::wire::*;
 use crate::pipeline_state::{Enqueued, Notice, Steered};
 use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogPage, ObjectStore, StoreAbout};
+use crate::ready_claims::ReadyClaimRequest;
 use autocomp_http::error::ApiError;
 use autocomp_model::{
     Batch, BatchSummary, Event, NewBatch, PassRecord, RegisteredComponent, Run, Seq, Steering, SteeringEntry,
@@ -74,6 +75,9 @@ autocomp_http::operations! {
         /// Claims several batches for one component in one transaction (one commit): a pass's claims. Answers one entry per batch, in the order asked, each what claim would answer for it: {"claim": Claim} or {"error": ...} (not_found for an unknown batch, conflict for a claim key already used by a run no longer open); one batch's error does not keep the others from being claimed. An error response means nothing was claimed. With holder.claim_key (one key serves every batch), a retry returns the runs the first attempt opened.
         write(wakes) claim_many: ClaimMany(ClaimManyRequest) -> ClaimManyAnswer
             = |s, r, reply| reply.send(bounded::claim_many(s.store().as_ref(), r).await?);
+        /// A pass's claim round in one transaction (one commit): unless `force`, nothing is claimed while the component or the pipeline is held (held=true, no answers); otherwise each batch is read, re-checked with the descriptor's readiness and claimed only if ready, answered with the batch as read, its claim (null when not ready: nothing written), its failed attempts since its event type's newest Reset and its checkpoint, both as before the claim; an unknown batch is its own not_found. `steering` comes back when its version is not `known_steering`. An error response means nothing was claimed; with holder.claim_key, a retry returns the runs the first attempt opened.
+        write(wakes) claim_ready: ClaimReady(ReadyClaimRequest) -> ReadyClaimsAnswer
+            = |s, r, reply| reply.send(ReadyClaimsAnswer::from(s.store().claim_ready(&r).await?));
         /// Closes a run without an event; releasing twice is a no-op.
         write(wakes) release: Release(RunId) -> Empty
             = |s, r, reply| reply.send(s.store().release(&r.batch, &r.component, r.generation).await.map(|()| Empty {})?);

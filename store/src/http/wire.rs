@@ -8,8 +8,9 @@ use serde_json::{Map, Value};
 
 use crate::pipeline_state::{CursorMove, NewNotice, NoticeOutcome};
 use crate::port::{Claim, CreateOutcome, LogCursor, StoreError};
+use crate::ready_claims::{ReadyAnswer, ReadyClaims};
 use autocomp_http::error::ErrorDetail;
-use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, Run, RunHolder, Seq};
+use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, Run, RunHolder, Seq, Steering};
 use autocomp_model::{BacklogSample, SeriesStep, Timestamp};
 
 /// Most items one request may ask for (ids, batches, changes).
@@ -181,6 +182,40 @@ pub struct ClaimManyAnswer {
 pub enum ClaimAnswer {
     Claim(Claim),
     Error(ErrorDetail),
+}
+
+/// `claim_ready`'s answer (`ReadyClaims`): the steering when it moved from the version the
+/// caller knows, whether a hold refused the whole round, and one entry per batch, in the order
+/// asked: `{"ready": ...}` (claimed, or not ready and untouched when `claim` is null) or
+/// `{"error": ...}` as `claim_many`'s.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReadyClaimsAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<Steering>,
+    pub held: bool,
+    pub answers: Vec<ReadyClaimAnswer>,
+}
+
+/// One batch's entry in `ReadyClaimsAnswer`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReadyClaimAnswer {
+    Ready(Box<ReadyAnswer>),
+    Error(ErrorDetail),
+}
+
+impl From<ReadyClaims> for ReadyClaimsAnswer {
+    fn from(claims: ReadyClaims) -> Self {
+        let answers = claims
+            .answers
+            .into_iter()
+            .map(|answer| match answer {
+                Ok(ready) => ReadyClaimAnswer::Ready(Box::new(ready)),
+                Err(error) => ReadyClaimAnswer::Error(*autocomp_http::error::ApiError::from(error).detail),
+            })
+            .collect();
+        ReadyClaimsAnswer { steering: claims.steering, held: claims.held, answers }
+    }
 }
 
 impl From<CreateOutcome> for Created {

@@ -12,6 +12,7 @@ use super::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreAbout,
     StoreError, StoreResult, check_log_limit,
 };
+use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE};
 
 port_trait! {
@@ -154,6 +155,26 @@ port_trait! {
                 answers.push(self.claim(batch, component, holder).await);
             }
             Ok(answers)
+        }
+
+        /// A pass's claim round in one transaction (one commit): unless forced, a held component
+        /// (its own hold or the whole pipeline's) claims nothing (`held`); otherwise each batch is
+        /// read, re-checked with the descriptor's `readiness` (all of them, when forced) and, if
+        /// ready, claimed as `claim` would claim it, answered with what `failed_attempts` (from
+        /// its event type's newest `Reset`) and `load_checkpoint` answer before the claim. A batch
+        /// no longer ready is answered as read, and nothing is written for it; a batch the store
+        /// does not have is its own `NotFound`. The steering comes back when its version is not
+        /// the one the caller knows. The outer error means nothing was claimed. Adapters that
+        /// cannot do this in one transaction must not implement it: the default refuses.
+        #[checked(
+            request.holder.validate()?;
+            write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;
+            ready_claims::check_distinct(&request.batches)?;
+            request.descriptor.validate()?
+        )]
+        async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+            let _ = request;
+            Err(StoreError::Unavailable("this store adapter does not support claim_ready".into()))
         }
 
         /// Closes a run without an event, so the batch is ready again. Releasing a run that is

@@ -18,6 +18,7 @@ use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
 };
+use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
 };
@@ -149,6 +150,10 @@ impl BatchStore for PgBackend {
             })
         })
         .await
+    }
+
+    async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+        self.pg_claim_ready(request).await
     }
 
     async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {

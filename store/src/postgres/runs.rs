@@ -1,13 +1,17 @@
-//! PostgreSQL's claims (one, or a pass's in one transaction) and checkpoint reads.
+//! PostgreSQL's claims (one, a pass's in one transaction, or a claim round with its re-check,
+//! attempts and checkpoints) and checkpoint reads.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::calls::{Scope, prepare};
-use super::rows::{claim_answer, corrupt};
+use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
+use super::rows::{BATCH_SELECT, batch_from_row, claim_answer, corrupt};
 use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
 use crate::port::{Claim, StoreError, StoreResult};
-use autocomp_model::{BatchId, ComponentName, IdempotencyKey, RunHolder};
+use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
+use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, RunHolder, Steering};
 
 impl PgBackend {
     pub(super) async fn pg_claim(
@@ -137,3 +141,180 @@ impl PgBackend {
         .await
     }
 }
+
+/// What `claim_ready`'s read found of one batch asked, and how it was judged.
+enum Judged {
+    Missing,
+    NotReady(Batch),
+    Ready(Batch),
+}
+
+/// What one call of `autocomp_claim_ready` did: claimed (a row per ready batch, in order), or
+/// nothing because a batch or the steering moved since the read.
+enum Claimed {
+    Rows(Vec<ClaimRow>),
+    Moved,
+}
+
+/// One claimed batch's row of `autocomp_claim_ready`.
+struct ClaimRow {
+    claim: StoreResult<Claim>,
+    failed_attempts: u32,
+    checkpoint: Option<Value>,
+}
+
+impl PgBackend {
+    /// `claim_ready`: one statement reading the steering and the batches, their readiness
+    /// judged here by the rules every backend shares, then one call of `autocomp_claim_ready`
+    /// claiming the ready ones in one transaction, only if nothing judged on moved meanwhile
+    /// (its commit not waiting for its flush, as `claim_many`'s); if something did, both are
+    /// read again, up to `CONDITIONAL_ROUNDS` times. Two round trips when something is ready,
+    /// one when nothing is.
+    pub(super) async fn pg_claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+        // One key for the whole round, as `claim_many`: a call sent again after a lost answer,
+        // and a read again after it, find the runs the first call opened.
+        let request = &ReadyClaimRequest { holder: request.holder.keyed(|| self.fresh_key()), ..request.clone() };
+        for _ in 0..CONDITIONAL_ROUNDS {
+            let (steering, mut found) = self.read_for_claims(&request.batches).await?;
+            if !request.force && ready_claims::holds(&steering, request.component()) {
+                return Ok(ready_claims::refused(steering, request.known_steering));
+            }
+            let judged: Vec<Judged> = request
+                .batches
+                .iter()
+                .map(|id| match found.remove(id) {
+                    None => Judged::Missing,
+                    Some(batch) if ready_claims::wanted(request, &batch) => Judged::Ready(batch),
+                    Some(batch) => Judged::NotReady(batch),
+                })
+                .collect();
+            let rows = match self.claim_judged(request, &judged, steering.version).await? {
+                Claimed::Moved => continue,
+                Claimed::Rows(rows) => rows,
+            };
+            let mut rows = rows.into_iter();
+            let answers = request
+                .batches
+                .iter()
+                .zip(judged)
+                .map(|(id, judged)| match judged {
+                    Judged::Missing => Err(StoreError::NotFound(id.clone())),
+                    Judged::NotReady(batch) => Ok(ready_claims::answer(request, batch, None, 0, None)),
+                    Judged::Ready(batch) => {
+                        let row = rows.next().expect("claim_judged answers a row per ready batch");
+                        let claim = row.claim?;
+                        Ok(ready_claims::answer(request, batch, Some(claim), row.failed_attempts, row.checkpoint))
+                    }
+                })
+                .collect();
+            let steering = ready_claims::moved(steering, request.known_steering);
+            return Ok(ReadyClaims { steering, held: false, answers });
+        }
+        Err(StoreError::Unavailable(format!(
+            "the batches kept changing while they were claimed ({CONDITIONAL_ROUNDS} rounds); nothing was claimed"
+        )))
+    }
+
+    /// The steering (with its version) and the batches that exist among `ids`, whole, in one
+    /// statement: one snapshot.
+    async fn read_for_claims(&self, ids: &[BatchId]) -> StoreResult<(Steering, HashMap<BatchId, Batch>)> {
+        let ids: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
+        let ids = &ids;
+        self.run("claim_ready", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let sql = format!(
+                    "SELECT x.*, s.state, s.version FROM steering s
+                     LEFT JOIN LATERAL ({BATCH_SELECT} WHERE b.id = ANY($1)) x ON true WHERE s.id = 1"
+                );
+                let statement = prepare(client, &sql).await?;
+                let rows = client.query(&statement, &[ids]).await.map_err(|e| self.read_failure(e))?;
+                let first = rows.first().ok_or_else(|| corrupt("steering record", "no row"))?;
+                let mut steering: Steering = serde_json::from_value(unjsoned(first.get(STEERING_COLUMN)))
+                    .map_err(|e| corrupt("steering record", e))?;
+                steering.version = first.get::<_, i64>(STEERING_COLUMN + 1) as u64;
+                let mut found = HashMap::with_capacity(rows.len());
+                for row in rows.iter().filter(|row| row.get::<_, Option<&str>>(0).is_some()) {
+                    let batch = batch_from_row(row)?;
+                    found.insert(batch.id.clone(), batch);
+                }
+                Ok((steering, found))
+            })
+        })
+        .await
+    }
+
+    /// One call of `autocomp_claim_ready` for the ready batches of `judged` (none: no call).
+    async fn claim_judged(
+        &self,
+        request: &ReadyClaimRequest,
+        judged: &[Judged],
+        steering_version: u64,
+    ) -> StoreResult<Claimed> {
+        let ready: Vec<&Batch> = judged
+            .iter()
+            .filter_map(|judged| match judged {
+                Judged::Ready(batch) => Some(batch),
+                _ => None,
+            })
+            .collect();
+        let Some(first) = ready.first() else { return Ok(Claimed::Rows(Vec::new())) };
+        let ids: Vec<&str> = ready.iter().map(|batch| batch.id.as_str()).collect();
+        let stamps: Vec<i64> = ready.iter().map(|batch| batch.changed_seq.0).collect();
+        let since: Vec<i64> = ready.iter().map(|batch| ready_claims::attempts_since(request, batch).0).collect();
+        let (ids, stamps, since, version, ready) = (&ids, &stamps, &since, &(steering_version as i64), &ready);
+        let (component, holder) = (request.component(), &request.holder);
+        self.run("claim_ready", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                // Not waiting for the flush: see `pg_claim_many`.
+                let statement = prepare(
+                    client,
+                    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
+                     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+                          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .await?;
+                let rows = client
+                    .query(
+                        &statement,
+                        &[
+                            ids,
+                            stamps,
+                            since,
+                            version,
+                            &component.as_str(),
+                            &holder.agent.as_str(),
+                            &holder.host,
+                            &i64::from(holder.pid),
+                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
+                        ],
+                    )
+                    .await
+                    .map_err(|e| self.failure(e, &Scope { batch: &first.id, run: None }))?;
+                if rows.first().is_some_and(|row| matches!(row.get::<_, &str>(1), "moved" | "steering_moved")) {
+                    return Ok(Claimed::Moved);
+                }
+                if rows.len() != ready.len() {
+                    return Err(corrupt("answer", format!("{} answers for {} batches", rows.len(), ready.len())));
+                }
+                let mut claimed = Vec::with_capacity(rows.len());
+                for (row, batch) in rows.iter().zip(ready) {
+                    if usize::try_from(row.get::<_, i32>(0)).ok() != Some(claimed.len() + 1) {
+                        return Err(corrupt("answer", "claims answered out of order"));
+                    }
+                    let (kind, run, abandoned, current) = (row.get(1), row.get(2), row.get(3), row.get(4));
+                    let claim = claim_answer(kind, run, abandoned, current, &batch.id, component, holder)?;
+                    let checkpoint = row
+                        .get::<_, Option<&str>>(6)
+                        .map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e)));
+                    let failed_attempts = u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX);
+                    claimed.push(ClaimRow { claim, failed_attempts, checkpoint: checkpoint.transpose()? });
+                }
+                Ok(Claimed::Rows(claimed))
+            })
+        })
+        .await
+    }
+}
+
+/// Where `read_for_claims`'s steering columns start: after `BATCH_SELECT`'s.
+const STEERING_COLUMN: usize = 20;

@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(6, "0006_steering"),
     migration!(7, "0007_history"),
     migration!(8, "0008_change_notify"),
+    migration!(9, "0009_claim_ready"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

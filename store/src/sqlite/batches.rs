@@ -12,6 +12,7 @@ use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
 };
+use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
 };
@@ -125,6 +126,11 @@ impl BatchStore for SqliteBackend {
     ) -> StoreResult<Vec<StoreResult<Claim>>> {
         let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
         self.with_connection(move |conn| runs::claim_many(conn, &batches, &component, &holder)).await
+    }
+
+    async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+        let request = request.clone();
+        self.with_connection(move |conn| runs::claim_ready(conn, &request)).await
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {

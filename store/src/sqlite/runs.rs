@@ -1,14 +1,18 @@
-//! The embedded file's runs: claims (a pass's claims in one transaction, each in a savepoint),
+//! The embedded file's runs: claims (a pass's claims in one transaction, each in a savepoint;
+//! a claim round with its re-check, attempts and checkpoints in one),
 //! releases, checkpoints, and the reads of open and failed runs.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use crate::port::{Claim, StoreError, StoreResult};
-use crate::write_rules::{self};
-use autocomp_model::{BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
+use std::collections::HashMap;
 
-use super::rows::{query_runs, stored_json};
+use crate::port::{Claim, StoreError, StoreResult};
+use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
+use crate::write_rules::{self};
+use autocomp_model::{Batch, BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
+
+use super::rows::{load_batches, query_runs, stored_json};
 use super::tx::{check_run_is_current_and_open, next_seq, read_tx, require_batch, write_tx};
 use super::{summary, unavailable};
 
@@ -34,21 +38,71 @@ pub fn claim_many(
     component: &ComponentName,
     holder: &RunHolder,
 ) -> StoreResult<Vec<StoreResult<Claim>>> {
-    // A pass's claims survive its process at once (the commit is in the WAL file) and a
-    // power loss with the next synced commit: the result of their work, which syncs the
-    // whole WAL, claims included. Lost with the machine before then, they leave batches
-    // that are simply ready again, as if never claimed. Sparing the claim its fsync halves
-    // the syncs per batch and stage.
+    with_relaxed_sync(conn, |conn| claim_each(conn, batches, component, holder))
+}
+
+/// `work` with the connection's `synchronous` at most NORMAL: its commit is not synced. A
+/// pass's claims survive its process at once (the commit is in the WAL file) and a power
+/// loss with the next synced commit: the result of their work, which syncs the whole WAL,
+/// claims included. Lost with the machine before then, they leave batches that are simply
+/// ready again, as if never claimed. Sparing the claim its fsync halves the syncs per batch
+/// and stage.
+fn with_relaxed_sync<T>(conn: &mut Connection, work: impl FnOnce(&mut Connection) -> StoreResult<T>) -> StoreResult<T> {
     let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(unavailable)?;
     let relaxed = synchronous > SYNCHRONOUS_NORMAL;
     if relaxed {
         conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).map_err(unavailable)?;
     }
-    let claimed = claim_each(conn, batches, component, holder);
+    let done = work(conn);
     if relaxed {
         conn.pragma_update(None, "synchronous", synchronous).map_err(unavailable)?;
     }
-    claimed
+    done
+}
+
+/// `ObjectStore::claim_ready`: the steering, the batches, each ready one's attempts and
+/// checkpoint and its claim (in a savepoint, as `claim_many`'s), all in one IMMEDIATE
+/// transaction, so no other writer moves a batch between its re-check and its claim; not
+/// synced, as `claim_many`'s commit.
+pub fn claim_ready(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+    with_relaxed_sync(conn, |conn| claim_ready_in(conn, request))
+}
+
+fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+    let mut tx = write_tx(conn)?;
+    let steering = super::steering::load(&tx)?;
+    if !request.force && ready_claims::holds(&steering, request.component()) {
+        // Dropped: rolled back, nothing was written.
+        return Ok(ready_claims::refused(steering, request.known_steering));
+    }
+    let component = request.component();
+    let read = load_batches(&tx, &request.batches, Timestamp::now())?;
+    let mut found: HashMap<BatchId, Batch> = read.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
+    let mut answers = Vec::with_capacity(request.batches.len());
+    for id in &request.batches {
+        let Some(batch) = found.remove(id) else {
+            answers.push(Err(StoreError::NotFound(id.clone())));
+            continue;
+        };
+        if !ready_claims::wanted(request, &batch) {
+            answers.push(Ok(ready_claims::answer(request, batch, None, 0, None)));
+            continue;
+        }
+        let failed = failed_attempts_in(&tx, id, component, ready_claims::attempts_since(request, &batch))?;
+        let checkpoint = checkpoint_in(&tx, id, component)?;
+        let savepoint = tx.savepoint().map_err(unavailable)?;
+        match claim_in(&savepoint, id, component, &request.holder) {
+            Ok(claim) => {
+                savepoint.commit().map_err(unavailable)?;
+                answers.push(Ok(ready_claims::answer(request, batch, Some(claim), failed, checkpoint)));
+            }
+            // An outage is no answer about this batch: give up on all of them.
+            Err(StoreError::Unavailable(message)) => return Err(StoreError::Unavailable(message)),
+            Err(refused) => answers.push(Err(refused)), // dropped: rolled back to before this claim
+        }
+    }
+    tx.commit().map_err(unavailable)?;
+    Ok(ReadyClaims { steering: ready_claims::moved(steering, request.known_steering), held: false, answers })
 }
 
 /// SQLite's `synchronous = NORMAL`, as `PRAGMA synchronous` reads it.
@@ -213,6 +267,10 @@ pub fn load_checkpoint(
 ) -> StoreResult<Option<Value>> {
     let tx = read_tx(conn)?;
     require_batch(&tx, batch)?;
+    checkpoint_in(&tx, batch, component)
+}
+
+fn checkpoint_in(tx: &Connection, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
     let data: Option<String> = tx
         .query_row(
             "SELECT data FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
@@ -238,6 +296,10 @@ pub fn failed_attempts(
     component: &ComponentName,
     since: Seq,
 ) -> StoreResult<u32> {
+    failed_attempts_in(conn, batch, component, since)
+}
+
+fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
     conn.query_row(
         "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
            AND (state = 'abandoned' OR transient = 1)",

@@ -15,7 +15,7 @@ pub(super) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("the store file's {what} does not read: {e}"))
 }
 
-fn load(conn: &Connection) -> StoreResult<Steering> {
+pub(super) fn load(conn: &Connection) -> StoreResult<Steering> {
     let text: String =
         conn.query_row("SELECT state FROM steering WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
     serde_json::from_str(&text).map_err(|e| corrupt("steering record", e))

@@ -1,0 +1,131 @@
+//! `BatchStore::claim_ready`: a pass's claim round as one store transaction. What it takes
+//! (the batches, the component's descriptor whose `readiness` re-checks each of them, the
+//! holder, the steering version the caller knows), what it answers (each batch as the claim's
+//! transaction read it, with its claim, its failed attempts and its checkpoint; the steering
+//! when it moved) and the decisions every backend shares, so none decides them its own way.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use autocomp_model::{Batch, BatchId, ComponentDescriptor, ComponentName, InvalidInput, Run, RunHolder, Seq, Steering};
+
+use crate::port::{Claim, StoreResult};
+
+/// A claim round as the runner asks it (`claim_ready`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyClaimRequest {
+    /// The batches to claim if they are ready, in the order the answers come (at most
+    /// `MAX_BATCH_PAGE`, each once).
+    pub batches: Vec<BatchId>,
+    /// The component claiming: its name is the runs', its `readiness` the re-check, its event
+    /// type's newest `Reset` where its failed attempts count from.
+    pub descriptor: ComponentDescriptor,
+    pub holder: RunHolder,
+    /// Claim every batch the store has, ready or not, even while the component or the
+    /// pipeline is held: an operator's forced run.
+    #[serde(default)]
+    pub force: bool,
+    /// The steering version the caller holds: the answer carries the steering only when the
+    /// store's is another.
+    #[serde(default)]
+    pub known_steering: Option<u64>,
+}
+
+impl ReadyClaimRequest {
+    pub fn component(&self) -> &ComponentName {
+        &self.descriptor.name
+    }
+}
+
+/// What `claim_ready` did, decided in one transaction.
+#[derive(Debug)]
+pub struct ReadyClaims {
+    /// The steering as the claim's transaction read it, when its version is not the
+    /// `known_steering` asked with (`None`: the caller's is current).
+    pub steering: Option<Steering>,
+    /// The component or the whole pipeline is held (and the request not forced): nothing was
+    /// read or claimed, `answers` is empty.
+    pub held: bool,
+    /// One per batch asked, in the order asked: `NotFound` for a batch the store does not
+    /// have, else what the transaction read and did.
+    pub answers: Vec<StoreResult<ReadyAnswer>>,
+}
+
+/// One batch's answer to `claim_ready`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyAnswer {
+    /// The batch as the claim's transaction read it, before its claim: what its readiness was
+    /// judged on (`as_of` is that read's clock).
+    pub batch: Batch,
+    /// Its claim; `None` when it was not ready, and then nothing was written for it.
+    pub claim: Option<Claim>,
+    /// For a claimed batch, what `failed_attempts` answers from its event type's newest
+    /// `Reset` on, counted before the claim.
+    pub failed_attempts: u32,
+    /// For a claimed batch, what `load_checkpoint` answers.
+    pub checkpoint: Option<Value>,
+}
+
+/// Refuses a request naming a batch twice: its second claim would abandon its first.
+pub(crate) fn check_distinct(batches: &[BatchId]) -> Result<(), InvalidInput> {
+    let mut seen = std::collections::HashSet::with_capacity(batches.len());
+    match batches.iter().find(|id| !seen.insert(*id)) {
+        Some(twice) => Err(InvalidInput::new("batches", twice.as_str(), "names a batch more than once")),
+        None => Ok(()),
+    }
+}
+
+/// Whether `component` claims nothing now: its own hold or the whole pipeline's.
+pub(crate) fn holds(steering: &Steering, component: &ComponentName) -> bool {
+    steering.components.contains_key(component) || steering.pipeline.is_some()
+}
+
+/// The steering to answer: `None` when the caller already holds this version.
+pub(crate) fn moved(steering: Steering, known: Option<u64>) -> Option<Steering> {
+    (known != Some(steering.version)).then_some(steering)
+}
+
+/// A held component's refusal: nothing read, nothing claimed.
+pub(crate) fn refused(steering: Steering, known: Option<u64>) -> ReadyClaims {
+    ReadyClaims { steering: moved(steering, known), held: true, answers: Vec::new() }
+}
+
+/// Whether the transaction claims `batch`: a forced request claims what exists; otherwise
+/// the descriptor's readiness decides, as the runner's re-check did. A batch whose open run
+/// carries the request's claim key is claimed again whatever it says: a retry after a lost
+/// answer, which `claim` answers with the run the first attempt opened.
+pub(crate) fn wanted(request: &ReadyClaimRequest, batch: &Batch) -> bool {
+    request.force || retried_run(request, batch).is_some() || request.descriptor.readiness(batch).is_ok()
+}
+
+/// Where the component's failed attempts on `batch` count from.
+pub(crate) fn attempts_since(request: &ReadyClaimRequest, batch: &Batch) -> Seq {
+    batch.last_reset_of(&request.descriptor.event_type)
+}
+
+/// The open run of ours that a first attempt of this (retried) request opened.
+fn retried_run<'a>(request: &ReadyClaimRequest, batch: &'a Batch) -> Option<&'a Run> {
+    let key = request.holder.claim_key.as_ref()?;
+    batch
+        .open_runs
+        .iter()
+        .find(|run| run.component == request.descriptor.name && run.holder.claim_key.as_ref() == Some(key))
+}
+
+/// The answer for a batch read before its claim. A retried request's batch is answered as
+/// its first attempt read it, without the run that attempt opened: that run is the claim.
+pub(crate) fn answer(
+    request: &ReadyClaimRequest,
+    mut batch: Batch,
+    claim: Option<Claim>,
+    failed_attempts: u32,
+    checkpoint: Option<Value>,
+) -> ReadyAnswer {
+    if let Some(retried) = retried_run(request, &batch).map(|run| run.generation) {
+        batch.open_runs.retain(|run| !(run.component == request.descriptor.name && run.generation == retried));
+    }
+    ReadyAnswer { batch, claim, failed_attempts, checkpoint }
+}
