@@ -26,6 +26,7 @@ mod python_step;
 mod redelivery;
 mod registry;
 mod rooms;
+mod round_trips;
 mod runner;
 mod scaffold;
 mod shape;

@@ -1,6 +1,7 @@
 //! Which batches a pass considers: what the index offers (the trigger's answer, retries
 //! last), whether a hold stops the claims, and the re-check of each locked candidate in the
-//! store (the index may lag behind it). `--dry-run` is this phase alone.
+//! store (the index may lag behind it; the claim re-checks in its transaction, a component
+//! with pools reads first too). `--dry-run` is this phase alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -63,9 +64,12 @@ impl<C: Component> Runner<C> {
     }
 
     /// Why the component claims nothing now, if it is held (its own hold or the whole
-    /// pipeline's): one store read. A watcher asks before it asks the index.
+    /// pipeline's): one store read, kept for the next pass's start. A watcher asks before it
+    /// asks the index.
     pub async fn held(&self) -> Result<Option<String>, RunError> {
-        Ok(held_reason(&self.name, &self.pipeline.store.steering().await?))
+        let steering = self.pipeline.store.steering().await?;
+        self.steering.keep(&steering);
+        Ok(held_reason(&self.name, &steering))
     }
 
     /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
@@ -126,13 +130,8 @@ impl<C: Component> Runner<C> {
                 self.missing(id, pass.manual, &mut missing);
                 continue;
             };
-            if !pass.force
-                && let Err(refusal) = self.descriptor.readiness(&batch)
-            {
-                debug!(batch = %id, clause = refusal.clause, "no longer ready in the store; skipped");
-                if pass.manual {
-                    pass.summary.results.push(BatchResult::NotReady { id, reason: refusal.reason });
-                }
+            if !pass.force && self.descriptor.readiness(&batch).is_err() {
+                self.no_longer_ready(&batch, pass);
                 continue;
             }
             ready.push(batch);
@@ -142,6 +141,20 @@ impl<C: Component> Runner<C> {
         match missing {
             Some(error) => Err(error),
             None => Ok(ready),
+        }
+    }
+
+    /// A batch the store found no longer ready (the index lagged behind it): skipped, and a
+    /// manual run is answered `NotReady` with the clause that does not hold.
+    pub(super) fn no_longer_ready(&self, batch: &Batch, pass: &mut Pass) {
+        let (clause, reason) = match self.descriptor.readiness(batch) {
+            Err(refusal) => (refusal.clause, refusal.reason),
+            // The store judged the same snapshot with the same descriptor: not reached.
+            Ok(()) => ("store", "the store found it not ready".to_owned()),
+        };
+        debug!(batch = %batch.id, clause, "no longer ready in the store; skipped");
+        if pass.manual {
+            pass.summary.results.push(BatchResult::NotReady { id: batch.id.clone(), reason });
         }
     }
 

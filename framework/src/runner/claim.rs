@@ -1,14 +1,15 @@
-//! The claim rounds of a pass: steering (a hold claims nothing), then rounds of lock,
-//! re-check, pool slots and one store transaction claiming the ready batches, each claim's
-//! earlier attempts read first (past `max_attempts` its give-up is recorded instead of work).
-//! This phase drives `candidates` and `lock` and ends a give-up in `record`.
+//! The claim rounds of a pass: steering (a hold claims nothing), then rounds of lock, pool
+//! slots and one store transaction re-checking and claiming the ready batches, which answers
+//! each claim's earlier attempts and checkpoint (past `max_attempts` its give-up is recorded
+//! instead of work) and the steering when it moved. This phase drives `candidates` and `lock`
+//! and ends a give-up in `record`.
 
 use std::sync::Arc;
 
-use autocomp_model::{Batch, BatchId, ComponentName, Outcome, Report, Seq};
-use autocomp_store::{Claim, StoreError};
+use autocomp_model::{Batch, BatchId, ComponentName, Outcome, Report, Seq, Steering};
+use autocomp_store::{Claim, ReadyAnswer, ReadyClaimRequest, ReadyClaims, StoreError};
 use autocomp_toolkit::telemetry;
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use tracing::{Instrument, Span, debug, info, warn};
 
 use super::held_reason;
@@ -20,25 +21,27 @@ use crate::component::Component;
 use crate::exit::RunError;
 
 impl<C: Component> Runner<C> {
-    /// Steps 2-4: steering, candidates, try-lock, re-check against the store, pool slots,
-    /// claim. The pipeline's steering is read first (one store read): a held component (its
-    /// own hold or the whole pipeline's) asks the index for nothing and claims nothing; a
-    /// manual run is answered `NotReady` saying who holds it, unless forced. Then in rounds:
-    /// read the steering again (a hold that lands mid-pass stops further claims; the pool
-    /// sizes are this read's), lock as many candidates as the queue has room for, re-check
-    /// them with one store read, take their pool slots, and claim the ready ones in one store
-    /// transaction (one commit, durable before any work); a round that loses some (locked
-    /// elsewhere, no longer ready) is followed by another until the queue is full, the
-    /// candidates run out or a pool is full (every batch of the component needs the same
-    /// pools). Claimed batches go into `pass.claimed` as soon as their claims commit, so the caller
-    /// can release them on an error.
+    /// Steps 2-4: steering, candidates, try-lock, pool slots, re-check and claim. The
+    /// pipeline's steering comes first (kept from the pass before, read from the store when
+    /// there is none or it holds the component): a held component (its own hold or the whole
+    /// pipeline's) asks the index for nothing and claims nothing; a manual run is answered
+    /// `NotReady` saying who holds it, unless forced. Then in rounds: lock as many candidates
+    /// as the queue has room for, take their pool slots (a component with pools re-checks
+    /// them first, so no slot goes to a batch that is not ready), and re-check and claim them
+    /// in one store transaction (`claim_ready`: one commit, before any work), which claims
+    /// nothing while the component or the pipeline is held (a hold that lands mid-pass stops
+    /// further claims) and answers the steering when its version moved (the pool sizes of the
+    /// next round are that one's); a round that loses some (locked elsewhere, no longer
+    /// ready) is followed by another until the queue is full, the candidates run out or a
+    /// pool is full (every batch of the component needs the same pools). Claimed batches go
+    /// into `pass.claimed` as soon as their claims commit, so the caller can release them on
+    /// an error.
     pub(super) async fn claim_batches(
         self: &Arc<Self>,
         selection: &Selection,
         pass: &mut Pass,
     ) -> Result<(), RunError> {
-        pass.steering.now = self.pipeline.store.steering().await?;
-        phases::mark(Phase::Steering);
+        pass.steering.now = self.steering_at_start(pass.force).await?;
         if !pass.force
             && let Some(held) = held_reason(&self.name, &pass.steering.now)
         {
@@ -56,13 +59,9 @@ impl<C: Component> Runner<C> {
         };
         phases::mark(Phase::Index);
         let mut candidates = candidates.into_iter();
-        let mut first_round = true;
         loop {
             let room = self.claim_limit().saturating_sub(pass.claimed.len()).min(MAX_CLAIMS_PER_ROUND);
             if room == 0 || self.must_stop_claiming(&pass.session) {
-                break;
-            }
-            if !std::mem::take(&mut first_round) && self.held_mid_pass(pass).await? {
                 break;
             }
             let mut locked = self.lock_round(&mut candidates, room, pass).await?;
@@ -76,6 +75,10 @@ impl<C: Component> Runner<C> {
             }
             let waiting = pass.summary.waiting();
             self.claim_round(locked, pass).await?;
+            if pass.summary.held.is_some() {
+                // The claim found the component or the pipeline held: nothing more this pass.
+                break;
+            }
             if pass.summary.waiting() > waiting {
                 // A pool is full: the next round's batches would wait for it too.
                 break;
@@ -84,26 +87,47 @@ impl<C: Component> Runner<C> {
         Ok(())
     }
 
-    /// Reads the steering again before a round: a hold that lands mid-pass stops further
-    /// claims (unless forced); the pool sizes are this read's.
-    async fn held_mid_pass(&self, pass: &mut Pass) -> Result<bool, RunError> {
-        pass.steering.now = self.pipeline.store.steering().await?;
-        phases::mark(Phase::Steering);
-        if !pass.force
-            && let Some(held) = held_reason(&self.name, &pass.steering.now)
-        {
-            let claimed = pass.claimed.len();
-            info!(component = %self.name, claimed, "held mid-pass, claiming nothing more: {held}");
-            pass.summary.held = Some(held);
-            return Ok(true);
+    /// The steering a pass starts with: the one kept from the pass before, unless there is
+    /// none or it holds the component (then the store's, which may have lifted the hold, is
+    /// read and kept). A hold that landed since is not missed: the first claim refuses.
+    async fn steering_at_start(&self, force: bool) -> Result<Steering, RunError> {
+        if let Some(kept) = self.steering.get().filter(|kept| force || held_reason(&self.name, kept).is_none()) {
+            return Ok(kept);
         }
-        Ok(false)
+        let steering = self.pipeline.store.steering().await?;
+        phases::mark(Phase::Steering);
+        self.steering.keep(&steering);
+        Ok(steering)
     }
 
-    /// One round's claims of the batches it locked: the store re-check (one read), the pool
-    /// slots of the ready ones (a batch with none free waits, unclaimed), each remaining
-    /// batch's attempt count and checkpoint (read a few at a time, before the claim), then
-    /// the claims (one transaction). Batches past `max_attempts` get their give-up recorded
+    /// The claim claimed nothing: the component or the pipeline is held (unless forced, a
+    /// hold that landed since the steering this pass went by). No more claims this pass; a
+    /// manual run is answered `NotReady` saying who holds it.
+    async fn held_at_claim(&self, ids: &[BatchId], pass: &mut Pass) -> Result<(), RunError> {
+        let held = match held_reason(&self.name, &pass.steering.now) {
+            Some(held) => held,
+            None => {
+                // The claim's steering was the one this pass knew, yet it held: read it.
+                pass.steering.now = self.pipeline.store.steering().await?;
+                phases::mark(Phase::Steering);
+                self.steering.keep(&pass.steering.now);
+                held_reason(&self.name, &pass.steering.now)
+                    .unwrap_or_else(|| format!("{} was held when it claimed (resumed since)", self.name))
+            }
+        };
+        info!(component = %self.name, claimed = pass.claimed.len(), "held mid-pass, claiming nothing more: {held}");
+        if pass.manual {
+            let refused = ids.iter().map(|id| BatchResult::NotReady { id: id.clone(), reason: held.clone() });
+            pass.summary.results.extend(refused);
+        }
+        pass.summary.held = Some(held);
+        Ok(())
+    }
+
+    /// One round's claims of the batches it locked: the pool slots (a batch with none free
+    /// waits, unclaimed), then one store transaction re-checking and claiming them, which
+    /// answers each claimed batch's attempt count and checkpoint as they were before its
+    /// claim. Batches past `max_attempts` get their give-up recorded
     /// (together, so they share commits) instead of work. Every lock (and slot) not handed to
     /// a claimed batch is released before this returns, whichever way it returns.
     async fn claim_round(&self, mut locked: HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
@@ -115,29 +139,39 @@ impl<C: Component> Runner<C> {
 
     /// `claim_round` but for the locks: it releases whatever this leaves in `locked`.
     async fn claim_locked(&self, locked: &mut HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
-        let ready = self.recheck(locked, pass).await?;
-        phases::mark(Phase::Recheck);
-        let ready = self.take_slots(locked, ready, pass).await?;
-        phases::mark(Phase::BatchLocks);
-        if ready.is_empty() {
+        let ids = self.slotted(locked, pass).await?;
+        if ids.is_empty() {
             return Ok(());
         }
-        let breaker_counting = pass.steering.now.breakers.contains_key(&self.name);
-        let earlier = self.read_earlier_attempts(&ready, pass.force).await?;
-        phases::mark(Phase::Recheck);
-        let (answers, spans) = self.claim_in_store(&ready).await?;
+        let claims = self.claim_in_store(&ids, pass).await?;
         phases::mark(Phase::Claim);
-        let mut failure = (answers.len() != ready.len()).then(|| {
-            let message = format!("the store answered {} of {} claims", answers.len(), ready.len());
+        if let Some(steering) = claims.steering {
+            self.steering.keep(&steering);
+            pass.steering.now = steering;
+        }
+        if claims.held {
+            return self.held_at_claim(&ids, pass).await;
+        }
+        let breaker_counting = pass.steering.now.breakers.contains_key(&self.name);
+        let mut failure = (claims.answers.len() != ids.len()).then(|| {
+            let message = format!("the store answered {} of {} claims", claims.answers.len(), ids.len());
             RunError::Store(StoreError::Unavailable(message))
         });
         let mut fresh = Vec::new();
-        for (((batch, earlier), answer), span) in ready.into_iter().zip(earlier).zip(answers).zip(spans) {
-            let Some(claim) = self.accepted(answer, &span, pass.manual, &mut failure) else { continue };
+        for (id, answer) in ids.into_iter().zip(claims.answers) {
+            let Some(ready) = self.accepted(id, answer, pass.manual, &mut failure) else { continue };
+            let ReadyAnswer { batch, claim, failed_attempts, checkpoint } = ready;
+            let Some(claim) = claim else {
+                self.no_longer_ready(&batch, pass);
+                continue;
+            };
+            let span = self.batch_span(&batch.id);
             log_claim(&batch.id, &claim, &span);
+            // A forced run ignores `max_attempts`.
+            let failed_attempts = if pass.force { 0 } else { failed_attempts };
+            let earlier = EarlierAttempts { since: batch.last_reset_of(&self.event_type), failed_attempts };
             let failed_attempts = earlier.after(&batch, &self.name, &claim);
-            let (lock, slots) = locked.take(&batch.id).expect("a ready batch is one the round locked");
-            let checkpoint = earlier.checkpoint;
+            let (lock, slots) = locked.take(&batch.id).expect("a claimed batch is one the round locked");
             fresh.push((Claimed { batch, claim, lock, slots, checkpoint, breaker_counting, span }, failed_attempts));
         }
         // The batches the store refused to claim: free before any give-up is recorded.
@@ -156,41 +190,64 @@ impl<C: Component> Runner<C> {
         Ok(())
     }
 
-    /// The round's one store call claiming `ready` (in its own span), with each batch's
-    /// span, which starts at its claim; a failed call ends them as not claimed.
-    async fn claim_in_store(&self, ready: &[Batch]) -> Result<(Vec<Result<Claim, StoreError>>, Vec<Span>), RunError> {
-        let ids: Vec<BatchId> = ready.iter().map(|batch| batch.id.clone()).collect();
-        let spans: Vec<Span> = ids.iter().map(|id| self.batch_span(id)).collect();
+    /// The locked batches to claim, in lock order: all of them, or, for a component with
+    /// pools, those the store finds ready (one read first, so no slot goes to a batch that is
+    /// not ready) that got a slot of each pool.
+    async fn slotted(&self, locked: &mut HeldLocks, pass: &mut Pass) -> Result<Vec<BatchId>, RunError> {
+        if self.descriptor.pools.is_empty() {
+            return Ok(locked.ids());
+        }
+        let ready = self.recheck(locked, pass).await?;
+        phases::mark(Phase::Recheck);
+        let ready = self.take_slots(locked, ready, pass).await?;
+        phases::mark(Phase::BatchLocks);
+        Ok(ready.into_iter().map(|batch: Batch| batch.id).collect())
+    }
+
+    /// The round's one store call re-checking and claiming `ids` (in its own span): it goes
+    /// by the steering version this pass knows, and claims all of them when forced. A failed
+    /// call ends a span of each batch as not claimed.
+    async fn claim_in_store(&self, ids: &[BatchId], pass: &Pass) -> Result<ReadyClaims, RunError> {
         let claim_span = match telemetry::enabled() {
             true => tracing::info_span!(target: telemetry::TARGET, "claim", autocomp.batches = ids.len()),
             false => Span::none(),
         };
-        let holder = self.run_holder();
-        let claiming = self.pipeline.store.claim_many(&ids, &self.name, &holder);
-        let answers = claiming.instrument(claim_span).await.inspect_err(|_| {
-            spans.iter().for_each(|span| record_outcome(span, "not_claimed", true));
-        })?;
-        Ok((answers, spans))
+        let request = ReadyClaimRequest {
+            batches: ids.to_vec(),
+            // What readiness reads; the result schema and the reads it declares are not.
+            descriptor: autocomp_model::ComponentDescriptor {
+                result_schema: None,
+                reads: Vec::new(),
+                ..self.descriptor.clone()
+            },
+            holder: self.run_holder(),
+            force: pass.force,
+            known_steering: Some(pass.steering.now.version),
+        };
+        let claiming = self.pipeline.store.claim_ready(&request);
+        Ok(claiming.instrument(claim_span).await.inspect_err(|_| {
+            ids.iter().for_each(|id| record_outcome(&self.batch_span(id), "not_claimed", true));
+        })?)
     }
 
-    /// The claim the store answered for one batch; a refusal ends its span and is kept in
+    /// What the store answered for one batch; a refusal ends a span of it and is kept in
     /// `failure` (the first one wins), a batch the store does not have as `missing` says.
     fn accepted(
         &self,
-        answer: Result<Claim, StoreError>,
-        span: &Span,
+        id: BatchId,
+        answer: Result<ReadyAnswer, StoreError>,
         manual: bool,
         failure: &mut Option<RunError>,
-    ) -> Option<Claim> {
+    ) -> Option<ReadyAnswer> {
         match answer {
-            Ok(claim) => Some(claim),
-            Err(StoreError::NotFound(id)) => {
-                record_outcome(span, "missing", true);
-                self.missing(id, manual, failure);
+            Ok(ready) => Some(ready),
+            Err(StoreError::NotFound(missing)) => {
+                record_outcome(&self.batch_span(&id), "missing", true);
+                self.missing(missing, manual, failure);
                 None
             }
             Err(e) => {
-                record_outcome(span, "not_claimed", true);
+                record_outcome(&self.batch_span(&id), "not_claimed", true);
                 failure.get_or_insert(e.into());
                 None
             }
@@ -215,45 +272,22 @@ impl<C: Component> Runner<C> {
             .collect()
             .await
     }
-
-    /// Each ready batch's failed attempts since its last reset (not read when forced: a
-    /// forced run ignores `max_attempts`) and its checkpoint, `STORE_READS_IN_FLIGHT` at a
-    /// time, in the order of `ready`. Read before the claim, so nothing is claimed when a
-    /// read fails, and nothing is read per batch after it.
-    async fn read_earlier_attempts(&self, ready: &[Batch], force: bool) -> Result<Vec<EarlierAttempts>, StoreError> {
-        let (store, name) = (&self.pipeline.store, &self.name);
-        futures_util::stream::iter(ready)
-            .map(|batch| async move {
-                let since = batch.last_reset_of(&self.event_type);
-                let failed_attempts =
-                    async { if force { Ok(0) } else { store.failed_attempts(&batch.id, name, since).await } };
-                let (failed_attempts, checkpoint) =
-                    tokio::try_join!(failed_attempts, store.load_checkpoint(&batch.id, name))?;
-                Ok(EarlierAttempts { since, failed_attempts, checkpoint })
-            })
-            .buffered(STORE_READS_IN_FLIGHT)
-            .try_collect()
-            .await
-    }
 }
 
-/// What a claim needs to know of the attempts before it, read before the claim: the failed
-/// attempts the store counted since the batch's last reset, and the checkpoint left.
+/// What a claim needs to know of the attempts before it, as the claim's transaction counted
+/// them before claiming: the failed attempts since the batch's last reset.
 struct EarlierAttempts {
     since: Seq,
     failed_attempts: u32,
-    checkpoint: Option<serde_json::Value>,
 }
 
 impl EarlierAttempts {
-    /// The failed attempts as the store counts them once the claim has committed: those read
-    /// before it, plus the run of ours that was open in `batch` (the re-check's snapshot,
-    /// read before the count) since the last reset, which the claim marks abandoned. The
-    /// snapshot, not `claim.abandoned`, says so: a claim retried after a lost answer reports
-    /// no abandoned run although its first try marked one. Holding the batch lock, no other
-    /// worker opens or ends a run of ours meanwhile; one that lost its lock and ends its run
-    /// transiently between the snapshot and the count is counted twice (one attempt fewer
-    /// before giving up; its result is fenced all the same), and the next pass counts right.
+    /// The failed attempts as the store counts them once the claim has committed: those
+    /// counted before it, plus the run of ours that was open in `batch` (the re-check's
+    /// snapshot, read in the same transaction) since the last reset, which the claim marks
+    /// abandoned. The snapshot, not `claim.abandoned`, says so: a claim retried after a lost
+    /// answer reports no abandoned run although its first try marked one (the store answers
+    /// that retry's snapshot without the run the first try opened).
     fn after(&self, batch: &Batch, component: &ComponentName, claim: &Claim) -> u32 {
         let open_since_reset = |run: &autocomp_model::Run| run.claim_seq > self.since;
         let abandoned = batch.open_runs.iter().any(|run| &run.component == component && open_since_reset(run))
@@ -265,10 +299,6 @@ impl EarlierAttempts {
 /// At most this many batches are re-checked and claimed in one store call: a huge
 /// `queue_size` is claimed in several commits, each well within the stores' page limits.
 const MAX_CLAIMS_PER_ROUND: usize = 1_000;
-
-/// A claim round's attempt counts and checkpoint reads in flight at once: enough to keep the
-/// store busy without queueing a thread per claimed batch on its connection.
-const STORE_READS_IN_FLIGHT: usize = 8;
 
 /// Give-up results recorded at once: they queue together for the store's group commit.
 const RECORDS_IN_FLIGHT: usize = 64;

@@ -23,6 +23,7 @@ mod pass;
 pub(crate) mod phases;
 mod record;
 mod report;
+mod steering_cache;
 mod summary;
 mod work;
 
@@ -115,6 +116,9 @@ pub struct Runner<C: Component> {
     /// How many batches the next pass claims at most: `queue_size`, grown under a backlog of
     /// quick work up to `queue_grows_to` (`adapt_queue`).
     claim_limit: AtomicUsize,
+    /// The pipeline's steering as last read, kept across passes: read again only when a
+    /// claim says its version moved, or while it holds the component.
+    steering: steering_cache::SteeringCache,
 }
 
 impl<C: Component> Runner<C> {
@@ -150,6 +154,7 @@ impl<C: Component> Runner<C> {
             identity,
             shutdown,
             reports: Reports::default(),
+            steering: steering_cache::SteeringCache::default(),
             config,
         }))
     }
