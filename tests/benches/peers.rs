@@ -38,6 +38,9 @@
 //! (`AUTOCOMP_BENCH_REPS`, 2). One PostgreSQL server (fsync on) for every PG system. Without
 //! the `--bench` argument (`cargo test --benches`) it is a smoke run of autocomp-embedded and
 //! autocomp-exec at tiny sizes, which needs neither npm nor pip.
+//!
+//! `AUTOCOMP_BENCH_PHASES=1`: the autocomp watchers log their passes' phases, and after the
+//! trickle the bench prints where each stage's time went (`peers/phases.rs`).
 
 use autocomp_test_servers::bench::load_average;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -55,6 +58,9 @@ use autocomp_e2e::{binary, wait_until};
 use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq, Timestamp};
 use autocomp_store::{ObjectStore, open_store};
 use autocomp_test_servers::Postgres;
+
+#[path = "peers/phases.rs"]
+mod phases;
 
 const GRAPHILE: &str = "graphile-worker";
 const PROCRASTINATE: &str = "procrastinate";
@@ -392,6 +398,10 @@ trait System {
     /// `Some(why)` when a worker or server died.
     fn dead(&mut self) -> Option<String>;
     fn logs(&self) -> String;
+    /// Each worker's name and log file, for the phase breakdown (autocomp's watchers only).
+    fn phase_logs(&self) -> Vec<(String, PathBuf)> {
+        Vec::new()
+    }
 }
 
 /// What one system run measured.
@@ -482,6 +492,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     // Trickle: one item every 50 ms.
     let first = backlog;
     let count = (config.trickle.as_millis() / TRICKLE_EVERY.as_millis()) as u64;
+    let phases = phases::Window::open(sys.phase_logs());
     let start = Instant::now();
     for n in 0..count {
         let at = start + TRICKLE_EVERY * n as u32;
@@ -508,6 +519,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
          max {} ms",
         latencies.last().unwrap()
     );
+    if let Some(window) = phases {
+        window.close(system);
+    }
 
     // Idle.
     if !config.settle.is_zero() {
@@ -1034,6 +1048,7 @@ impl System for Autocomp {
                 }
                 None => self.dir.path().join("logs").join(format!("{name}.log")),
             };
+            phases::configure(&mut command, std::env::var_os("AUTOCOMP_BENCH_WORKER_LOGS").is_some());
             self.workers.push(Proc::spawn(&name, command, &log));
         }
     }
@@ -1100,6 +1115,10 @@ impl System for Autocomp {
 
     fn dead(&mut self) -> Option<String> {
         self.workers.iter_mut().find_map(Proc::exited)
+    }
+
+    fn phase_logs(&self) -> Vec<(String, PathBuf)> {
+        self.workers.iter().map(|worker| (worker.name.clone(), worker.log.clone())).collect()
     }
 
     fn logs(&self) -> String {
