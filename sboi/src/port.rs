@@ -18,6 +18,14 @@ pub trait BatchIndex: Send + Sync {
     /// the last commit than a query corrects). The caller re-checks each against the store.
     async fn query(&self, trigger: &Trigger) -> IndexResult<Vec<BatchId>>;
 
+    /// `query`, and whether its answer is as fresh as `query` promises. False when a lagging
+    /// index answered as it was (the service past the changes it corrects): a watcher then
+    /// must not keep the answer as of the head it read. The embedded adapter says true: its
+    /// callers ask `covers` first, which is exact for it.
+    async fn query_checked(&self, trigger: &Trigger) -> IndexResult<(Vec<BatchId>, bool)> {
+        Ok((self.query(trigger).await?, true))
+    }
+
     /// Brings the index up to the store's head (or lets another writer do it).
     async fn catch_up(&self) -> IndexResult<CatchUp>;
 

@@ -34,8 +34,10 @@
 //! backoff) is asked of the index at every look, as before, until the next heartbeat.
 //!
 //! Like sboi's fresh path, a summary read after the feed may show a later change of its
-//! batch (the next look reads that change and judges it again), and an index answer is as
-//! fresh as the index's contract makes it (`BatchIndex::query`).
+//! batch (the next look reads that change and judges it again). A full answer the index
+//! gave from behind the store's head (`BatchIndex::query_checked`: a service past the
+//! changes it corrects) is not held: that trigger is asked directly, and in full again at
+//! the next look.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -292,15 +294,20 @@ impl FeedOffers {
         } else if !matches!(following, Following::Asked) {
             let depth = trigger.limit.map_or(usize::MAX, |limit| limit.saturating_mul(self.depth_factor));
             let depth = depth.max(self.min_depth);
-            let held = full_answer(unsettled, depth, cursor, look).await?;
-            let answer = held.answer(trigger, look.now);
-            *following = Following::Held(Box::new(held));
-            if let Some(ids) = answer {
-                look.offer.refreshed += 1;
-                return Ok(ids);
+            match full_answer(unsettled, depth, cursor, look).await? {
+                Some(held) => {
+                    let answer = held.answer(trigger, look.now);
+                    *following = Following::Held(Box::new(held));
+                    if let Some(ids) = answer {
+                        look.offer.refreshed += 1;
+                        return Ok(ids);
+                    }
+                    debug!("batches not yet settled fill the index's answer; asking it directly until the heartbeat");
+                    *following = Following::Asked;
+                }
+                // Asked again in full at the next look.
+                None => *following = Following::Unknown,
             }
-            debug!("batches not yet settled fill the index's answer; asking it directly until the heartbeat");
-            *following = Following::Asked;
         }
         look.offer.direct += 1;
         look.offer.asked += 1;
@@ -351,10 +358,20 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
 /// The index's answer for `unsettled` (the first `depth`), held with its batches' summaries
 /// as of `cursor`: the reach ends at the last batch unchanged since (`changed_seq`), whose
 /// key the index ordered it by; the feed read on from `cursor` judges the others again.
-async fn full_answer(unsettled: Trigger, depth: usize, cursor: Seq, look: &mut Look<'_>) -> Result<Held, RunError> {
+/// `None` when a lagging index answered from behind the store's head (`query_checked`).
+async fn full_answer(
+    unsettled: Trigger,
+    depth: usize,
+    cursor: Seq,
+    look: &mut Look<'_>,
+) -> Result<Option<Held>, RunError> {
     let asked = Trigger { limit: (depth != usize::MAX).then_some(depth), ..unsettled.clone() };
     look.offer.asked += 1;
-    let ids = look.ports.index.query(&asked).await?;
+    let (ids, fresh) = look.ports.index.query_checked(&asked).await?;
+    if !fresh {
+        debug!("the index answered from behind the store's head; holding nothing of it");
+        return Ok(None);
+    }
     let summaries = summaries_of(look.ports.store, &ids).await?;
     let reach = if ids.len() < depth {
         Reach::Everything
@@ -365,7 +382,7 @@ async fn full_answer(unsettled: Trigger, depth: usize, cursor: Seq, look: &mut L
     for summary in &summaries {
         held.change(&summary.id, Some(summary), look.now);
     }
-    Ok(held)
+    Ok(Some(held))
 }
 
 /// The summaries of `ids` the store has, in that order.

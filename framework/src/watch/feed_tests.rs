@@ -257,3 +257,63 @@ async fn a_trickle_asks_the_index_only_on_the_first_look() {
         assert_eq!((after.asked, after.ids.len()), (0, 0), "{after:?}");
     }
 }
+
+/// An index service past the changes it corrects: it answers as it is, saying so.
+struct Lagging(Arc<dyn BatchIndex>);
+
+#[async_trait::async_trait]
+impl BatchIndex for Lagging {
+    async fn query(&self, trigger: &Trigger) -> autocomp_sboi::IndexResult<Vec<BatchId>> {
+        self.0.query(trigger).await
+    }
+
+    async fn query_checked(&self, trigger: &Trigger) -> autocomp_sboi::IndexResult<(Vec<BatchId>, bool)> {
+        Ok((self.0.query(trigger).await?, false))
+    }
+
+    async fn catch_up(&self) -> autocomp_sboi::IndexResult<autocomp_sboi::CatchUp> {
+        self.0.catch_up().await
+    }
+
+    async fn covers(&self, seq: Seq, bound: Duration) -> autocomp_sboi::IndexResult<bool> {
+        self.0.covers(seq, bound).await
+    }
+
+    async fn rebuild(&self) -> autocomp_sboi::IndexResult<usize> {
+        self.0.rebuild().await
+    }
+
+    async fn document(&self, id: &BatchId) -> autocomp_sboi::IndexResult<Option<autocomp_sboi::IndexedBatch>> {
+        self.0.document(id).await
+    }
+
+    async fn tally(
+        &self,
+        selections: &[autocomp_model::Selection],
+        quietest: bool,
+    ) -> autocomp_sboi::IndexResult<Vec<autocomp_sboi::Tally>> {
+        self.0.tally(selections, quietest).await
+    }
+
+    async fn page(&self, request: &autocomp_sboi::PageRequest) -> autocomp_sboi::IndexResult<autocomp_sboi::Page> {
+        self.0.page(request).await
+    }
+}
+
+/// A full answer from behind the store's head is not held: every look asks again, and
+/// what it offers is the index's own answer.
+#[tokio::test]
+async fn an_answer_from_a_lagging_index_is_never_held() {
+    let mut pipeline = pipeline().await;
+    pipeline.index = Arc::new(Lagging(Arc::clone(&pipeline.index)));
+    let trigger = Trigger { requires: vec![EventType::new("Received").unwrap()], limit: Some(4), ..Trigger::default() };
+    let mut offers = FeedOffers::new(super::DEPTH_FACTOR, super::MIN_DEPTH);
+    for n in 0..3 {
+        apply(&pipeline.store, &Op::Create { batch: n, priority: 0 }).await;
+        let received = Op::Append { batch: n, event_type: 0, success: true, transient: false };
+        apply(&pipeline.store, &received).await;
+        let offer = pipeline.look(&mut offers, std::slice::from_ref(&trigger), Timestamp::now()).await;
+        assert_eq!((offer.asked, offer.from_feed, offer.direct), (2, 0, 1), "{offer:?}");
+        assert_eq!(offer.ids, expected(&pipeline.store, std::slice::from_ref(&trigger), Timestamp::now()).await);
+    }
+}

@@ -65,6 +65,11 @@ impl BatchIndex for HttpIndex {
         Ok(answer.batches)
     }
 
+    async fn query_checked(&self, trigger: &Trigger) -> IndexResult<(Vec<BatchId>, bool)> {
+        let answer = self.query_with(trigger, true).await?;
+        Ok((answer.batches, !answer.stale))
+    }
+
     async fn catch_up(&self) -> IndexResult<CatchUp> {
         self.call::<op::CatchUp>(&Empty {}, None).await
     }
