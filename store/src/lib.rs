@@ -18,6 +18,7 @@ mod ready_claims;
 mod series;
 pub mod sqlite;
 mod steering_rules;
+mod wake_history;
 mod write_rules;
 
 pub use checked::Checked;

@@ -17,8 +17,11 @@ use bounded::*;
 #[path = "contract/steering.rs"]
 mod steering;
 use steering::*;
+#[path = "contract/concerning_waits.rs"]
+mod concerning_waits;
 #[path = "contract/ready_claims.rs"]
 pub(crate) mod ready_claims;
+use concerning_waits::*;
 
 struct Fixture {
     store: Arc<dyn ObjectStore>,
@@ -1882,6 +1885,7 @@ contract!(
     a_retried_claim_ready_with_its_key_answers_the_runs_it_opened,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
+    a_waiter_wakes_only_for_changes_that_concern_it,
     a_first_pass_registers_the_component_and_its_host,
     an_identical_pass_moves_last_seen_but_not_changed_at,
     a_changed_trigger_or_version_updates_the_descriptor_and_changed_at,

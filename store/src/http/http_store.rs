@@ -25,7 +25,7 @@ use autocomp_model::{
     Agent, Batch, BatchId, BatchSummary, ComponentName, Event, IdempotencyKey, NewBatch, NewEvent, PassRecord,
     RegisteredComponent, Run, RunHolder, Seq, Steering, SteeringEntry, SteeringRequest,
 };
-use autocomp_model::{BacklogSample, SeriesStep, Timestamp, WorkPoint};
+use autocomp_model::{BacklogSample, ChangeInterest, SeriesStep, Timestamp, WorkPoint};
 
 pub struct HttpStore {
     client: HttpClient,
@@ -352,6 +352,23 @@ impl BatchStore for HttpStore {
         let answer: wire::Head = self
             .client
             .call::<op::WaitForChange>(&request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
+            .await
+            .map_err(StoreError::from)?;
+        Ok(answer.head)
+    }
+
+    async fn wait_for_change_concerning(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Seq> {
+        let timeout = timeout.min(Duration::from_millis(wire::MAX_WAIT_MS));
+        let request =
+            wire::WaitForChangeConcerning { since, interest: interest.clone(), timeout_ms: timeout.as_millis() as u64 };
+        let answer: wire::Head = self
+            .client
+            .call::<op::WaitForChangeConcerning>(&request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
             .await
             .map_err(StoreError::from)?;
         Ok(answer.head)

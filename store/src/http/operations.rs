@@ -24,6 +24,12 @@ pub trait Serving: Sync {
 
     /// `wait_for_change` as the service answers it: at once after its own writes.
     fn long_poll(&self, since: Seq, timeout: Duration) -> impl Future<Output = Result<Seq, ApiError>> + Send;
+
+    /// `wait_for_change_concerning` as the service answers it.
+    fn long_poll_concerning(
+        &self,
+        request: WaitForChangeConcerning,
+    ) -> impl Future<Output = Result<Seq, ApiError>> + Send;
 }
 
 autocomp_http::operations! {
@@ -111,6 +117,9 @@ autocomp_http::operations! {
         /// Long poll: answers once the head passes `since`, or after timeout_ms (<= 60000).
         read wait_for_change: WaitForChange(WaitForChange) -> Head
             = |s, r, reply| reply.send(Head { head: s.long_poll(r.since, bounded::wait(r.timeout_ms)?).await? });
+        /// Long poll for a watcher: answers once a change after `since` concerns `interest` (an append of one of its event types, or a change that concerns everyone: a batch created, a priority or content change, a run released or cancelled, the steering), or after timeout_ms (<= 60000); it may answer for a change that does not concern it, never sleeps through one that does. `since` should be a head this service answered.
+        read wait_for_change_concerning: WaitForChangeConcerning(WaitForChangeConcerning) -> Head
+            = |s, r, reply| reply.send(Head { head: s.long_poll_concerning(r).await? });
         /// An operator's cancel: closes the open run as cancelled, fences its holder and appends the failure, in one transaction.
         write(wakes) cancel_run: CancelRun(CancelRun) -> Cancellation
             = |s, r, reply| reply.send(s.store().cancel_run(&r.batch, &r.component, r.event).await?);

@@ -86,6 +86,13 @@ impl StoreService {
             }
         }
     }
+
+    /// `wait_for_change_concerning`, parked like a long poll.
+    async fn wait_for_change_concerning(&self, request: wire::WaitForChangeConcerning) -> Result<Seq, ApiError> {
+        let timeout = super::bounded::wait(request.timeout_ms)?;
+        let _parked = Parked::on(&self.waiting);
+        Ok(self.store.wait_for_change_concerning(request.since, &request.interest, timeout).await?)
+    }
 }
 
 impl Serving for StoreService {
@@ -95,6 +102,15 @@ impl Serving for StoreService {
 
     fn long_poll(&self, since: Seq, timeout: Duration) -> impl Future<Output = Result<Seq, ApiError>> + Send {
         self.wait_for_change(since, timeout)
+    }
+
+    /// The store's own announcements include this service's writes (PostgreSQL notifies
+    /// them, an embedded store's handle announces them in `<store>-wake`).
+    fn long_poll_concerning(
+        &self,
+        request: wire::WaitForChangeConcerning,
+    ) -> impl Future<Output = Result<Seq, ApiError>> + Send {
+        self.wait_for_change_concerning(request)
     }
 }
 

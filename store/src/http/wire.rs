@@ -298,6 +298,17 @@ pub struct WaitForChange {
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct WaitForChangeConcerning {
+    pub since: Seq,
+    /// What wakes the poll: `"everything"`, or `{"types": [...]}`: appends of those event
+    /// types and the changes that concern everyone.
+    pub interest: autocomp_model::ChangeInterest,
+    /// At most `MAX_WAIT_MS` (60000).
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CancelRun {
     pub batch: BatchId,
     pub component: ComponentName,

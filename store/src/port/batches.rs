@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq};
+use autocomp_model::{
+    Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
+};
 
 use super::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreAbout,
@@ -227,6 +229,23 @@ port_trait! {
                 }
                 tokio::time::sleep_until((tokio::time::Instant::now() + Duration::from_millis(50)).min(deadline)).await;
             }
+        }
+
+        /// `wait_for_change` for a waiter that cares only about some changes: waits until a change
+        /// after `since` concerns `interest` (an append of one of its event types, or a change that
+        /// concerns everyone: see `ChangeConcern`) or `timeout` elapses, and returns the head. It
+        /// may wake for a change that does not concern it (whatever the store cannot vouch for
+        /// wakes it), never sleep through one that does. `since` should be a head this handle
+        /// read (`head`): the stores of this crate then know what each commit since concerned.
+        /// The default is `wait_for_change`: it wakes for every change.
+        async fn wait_for_change_concerning(
+            &self,
+            since: Seq,
+            interest: &ChangeInterest,
+            timeout: Duration,
+        ) -> StoreResult<Seq> {
+            let _ = interest;
+            self.wait_for_change(since, timeout).await
         }
 
         /// An operator's cancel, in one transaction: the open run of

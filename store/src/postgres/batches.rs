@@ -20,7 +20,8 @@ use crate::port::{
 };
 use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
-    Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
+    Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
+    Timestamp,
 };
 
 #[async_trait]
@@ -200,8 +201,13 @@ impl BatchStore for PgBackend {
         self.pg_changes(since, limit).await
     }
 
+    /// Remembered with the notifications received before it while listening, so a wait from
+    /// this head knows what each commit since concerned (`wait_for_change_concerning`).
     async fn head(&self) -> StoreResult<Seq> {
-        self.horizon().await
+        let mark = self.inner.listener.mark();
+        let head = self.horizon().await?;
+        self.inner.listener.head_read(head, mark);
+        Ok(head)
     }
 
     /// The server's clock is `autocomp_now()`, what stamps passes and the work series.
@@ -218,6 +224,15 @@ impl BatchStore for PgBackend {
 
     async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
         self.pg_wait_for_change(since, timeout).await
+    }
+
+    async fn wait_for_change_concerning(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Seq> {
+        self.pg_wait_for_change_concerning(since, interest, timeout).await
     }
 
     async fn cancel_run(

@@ -1,7 +1,9 @@
 //! Pushed wake-ups from PostgreSQL: a connection of the store handle's own that `LISTEN`s on
-//! the channel the schema's triggers notify at every commit moving the head. Waiters for a
-//! change (`wait_for_change`) sleep on its counter instead of polling; while it is not
-//! connected (starting, the server restarting, `listen=off`) they poll as before.
+//! the channel the schema's triggers notify at every commit moving the head, each saying whom
+//! its commit concerns (schema 10). Waiters for a change (`wait_for_change`) sleep on its
+//! history instead of polling, and those for a concerning change
+//! (`wait_for_change_concerning`) read it; while it is not connected (starting, the server
+//! restarting, `listen=off`) they poll as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +14,8 @@ use tokio_postgres::AsyncMessage;
 
 use super::options::PgOptions;
 use crate::port::StoreResult;
-use autocomp_model::Seq;
+use crate::wake_history::{Waiting, WakeHistory};
+use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
 /// How often a waiter that is woken by notifications still reads the head, in case they
 /// cannot reach it: one cheap read per process every two seconds while idle.
@@ -26,21 +29,17 @@ const RECONNECT_LONGEST: Duration = Duration::from_secs(30);
 
 /// What the listen task shares with the waiters.
 struct Shared {
-    /// Bumped on every notification and whenever listening starts or stops, so a waiter
-    /// re-reads the head then (a change may have come while nobody listened).
-    wakes: watch::Sender<u64>,
+    /// One entry per notification, and one concerning everyone whenever listening starts or
+    /// stops, so a waiter re-reads the head then (a change may have come while nobody listened).
+    history: WakeHistory,
     /// The LISTEN is in place: a commit from now on is notified.
     listening: AtomicBool,
 }
 
 impl Shared {
-    fn wake(&self) {
-        self.wakes.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
     fn set_listening(&self, now: bool) {
         if self.listening.swap(now, Ordering::SeqCst) != now {
-            self.wake();
+            self.history.push(ChangeConcern::Everyone);
         }
     }
 }
@@ -77,11 +76,22 @@ impl Wakes {
 
 impl Listener {
     pub(super) fn new(enabled: bool) -> Self {
-        let (wakes, _) = watch::channel(0);
         Self {
-            shared: Arc::new(Shared { wakes, listening: AtomicBool::new(false) }),
+            shared: Arc::new(Shared { history: WakeHistory::default(), listening: AtomicBool::new(false) }),
             enabled,
             task: Default::default(),
+        }
+    }
+
+    /// Before a head read: the history's mark, if notifications are complete now.
+    pub(super) fn mark(&self) -> Option<u64> {
+        self.shared.listening.load(Ordering::SeqCst).then(|| self.shared.history.mark())
+    }
+
+    /// After a head read that `mark` preceded.
+    pub(super) fn head_read(&self, head: Seq, mark: Option<u64>) {
+        if let Some(mark) = mark {
+            self.shared.history.head_read(head, mark);
         }
     }
 
@@ -90,7 +100,7 @@ impl Listener {
         if !self.enabled {
             return None;
         }
-        let receiver = self.shared.wakes.subscribe();
+        let receiver = self.shared.history.subscribe();
         let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
         if task.is_none() {
             let (shared, options) = (Arc::clone(&self.shared), options.clone());
@@ -143,7 +153,9 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
                 shared.set_listening(true);
             }
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
-                Some(Ok(AsyncMessage::Notification(_))) => shared.wake(),
+                Some(Ok(AsyncMessage::Notification(notified))) => {
+                    shared.history.push(ChangeConcern::from_payload(notified.payload()));
+                }
                 Some(Ok(_)) => {}
                 Some(Err(error)) if !listened => return Err(super::describe_error(&error)),
                 Some(Err(_)) | None => return Ok(()),
@@ -185,5 +197,29 @@ impl super::PgBackend {
                 _ = tokio::time::sleep_until((tokio::time::Instant::now() + poll).min(deadline)) => {}
             }
         }
+    }
+}
+
+impl super::PgBackend {
+    /// `wait_for_change_concerning`: sleeps until a notification concerns `interest`, reading
+    /// what the commits since `since` announced when `since` is a head this handle read while
+    /// listening; otherwise (and while not listening) as `pg_wait_for_change`: any head move.
+    pub(super) async fn pg_wait_for_change_concerning(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Seq> {
+        let Some(mut wakes) = self.inner.listener.wakes(&self.inner.options) else {
+            return self.pg_wait_for_change(since, timeout).await;
+        };
+        let waiting = Waiting {
+            history: &self.inner.listener.shared.history,
+            complete: || wakes.listening(),
+            read_head: || crate::port::BatchStore::head(self),
+            poll_complete: LISTENING_POLL,
+            poll_incomplete: Duration::from_millis(25),
+        };
+        waiting.concerning(since, interest, timeout).await
     }
 }

@@ -14,7 +14,8 @@ use crate::port::{
 };
 use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
-    Batch, BatchId, BatchSummary, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq, Timestamp,
+    Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
+    Timestamp,
 };
 
 #[async_trait]
@@ -168,8 +169,13 @@ impl BatchStore for SqliteBackend {
         self.with_connection(move |conn| reads::changes(conn, since, limit)).await
     }
 
+    /// Remembered with the announcements read before it while watching, so a wait from this
+    /// head knows what each commit since concerned (`wait_for_change_concerning`).
     async fn head(&self) -> StoreResult<Seq> {
-        self.with_connection(reads::head).await
+        let mark = self.wakes.mark();
+        let head = self.with_connection(reads::head).await?;
+        self.wakes.head_read(head, mark);
+        Ok(head)
     }
 
     /// The file is on this host: its clock is the host's.
@@ -217,6 +223,25 @@ impl BatchStore for SqliteBackend {
                 _ = tokio::time::sleep_until((now + poll).min(deadline)) => {}
             }
         }
+    }
+
+    /// Reads what the lines of `<store>-wake` announced since `since` (see `WakeHistory`); where
+    /// the file cannot be watched, any head move wakes it, as `wait_for_change`.
+    async fn wait_for_change_concerning(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Seq> {
+        let mut wakes = self.wakes.wakes();
+        let waiting = crate::wake_history::Waiting {
+            history: &self.wakes.history,
+            complete: || wakes.watching(),
+            read_head: || self.head(),
+            poll_complete: WATCHING_POLL,
+            poll_incomplete: Duration::from_millis(50),
+        };
+        waiting.concerning(since, interest, timeout).await
     }
 
     async fn cancel_run(

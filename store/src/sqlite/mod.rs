@@ -281,6 +281,7 @@ impl SqliteBackend {
                 )));
             }
         }
+        wakes::track_concerns(&conn).map_err(describe)?;
         Ok(conn)
     }
 
@@ -361,7 +362,7 @@ impl SqliteBackend {
             let done = work(&mut conn);
             if conn.total_changes() != before {
                 // Committed (or rolled back: a spurious wake costs a waiter one head read).
-                wakes.announce();
+                wakes.announce(&wakes::take_concern(&conn));
             }
             done
         })

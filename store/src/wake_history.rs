@@ -1,0 +1,294 @@
+//! What a store handle's pushed wake-ups announced, kept for a while, so that
+//! `wait_for_change_concerning` wakes a waiter only for a commit that concerns it.
+//!
+//! Each announcement (a PostgreSQL notification, a line of an embedded store's `<store>-wake`)
+//! says whom its commit concerns (`ChangeConcern`) and becomes one numbered entry. A head read
+//! while the announcements are complete is remembered with the number of entries before it: a
+//! commit past that head was not visible to the read, so it committed after it and its
+//! announcement is a later entry. A waiter from such a head reads the entries since, instead
+//! of waking for every commit in between. Whatever it cannot vouch for wakes it: a head it
+//! did not see read, entries dropped for room, announcements that stopped (an `Everyone`
+//! entry marks every gap).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::port::StoreResult;
+use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
+
+/// Entries kept; a waiter further behind wakes.
+const ENTRIES_KEPT: usize = 4096;
+/// Head reads remembered; a waiter from an older head wakes at its first change.
+const HEADS_KEPT: usize = 64;
+
+pub(crate) struct WakeHistory {
+    state: Mutex<State>,
+    /// The number of entries so far: waiters sleep on its changes.
+    pushed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The latest entries, oldest first; the front one is number `first`.
+    entries: VecDeque<ChangeConcern>,
+    first: u64,
+    /// Heads read while the announcements were complete, each with the number of entries
+    /// before the read; newest last.
+    heads: VecDeque<(Seq, u64)>,
+}
+
+impl State {
+    fn next(&self) -> u64 {
+        self.first + self.entries.len() as u64
+    }
+}
+
+/// What the entries from a number on say to a waiter.
+enum Verdict {
+    /// One concerns it, or some are gone: wake.
+    Wake,
+    /// None concerns it; the next entry to look at.
+    Quiet(u64),
+}
+
+impl Default for WakeHistory {
+    fn default() -> Self {
+        Self { state: Mutex::default(), pushed: watch::channel(0).0 }
+    }
+}
+
+impl WakeHistory {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One announcement (or a gap in them: `Everyone`), waking every waiter.
+    pub(crate) fn push(&self, concern: ChangeConcern) {
+        let next = {
+            let mut state = self.state();
+            if state.entries.len() == ENTRIES_KEPT {
+                state.entries.pop_front();
+                state.first += 1;
+            }
+            state.entries.push_back(concern);
+            state.next()
+        };
+        self.pushed.send_replace(next);
+    }
+
+    /// The number the next entry will have: take it before a head read.
+    pub(crate) fn mark(&self) -> u64 {
+        self.state().next()
+    }
+
+    /// `head` was read after `mark`, and the announcements were complete at the mark.
+    pub(crate) fn head_read(&self, head: Seq, mark: u64) {
+        let mut state = self.state();
+        if state.heads.len() == HEADS_KEPT {
+            state.heads.pop_front();
+        }
+        state.heads.push_back((head, mark));
+    }
+
+    /// The entry from which the commits after `since` show, if `since` is a head read here.
+    /// Of several reads of the same head the latest serves: a commit past it came after each.
+    fn mark_of(&self, since: Seq) -> Option<u64> {
+        self.state().heads.iter().rev().find(|(head, _)| *head == since).map(|(_, mark)| *mark)
+    }
+
+    fn verdict(&self, from: u64, interest: &ChangeInterest) -> Verdict {
+        let state = self.state();
+        if from < state.first {
+            return Verdict::Wake;
+        }
+        let skip = usize::try_from(from - state.first).unwrap_or(usize::MAX);
+        if state.entries.iter().skip(skip).any(|concern| concern.concerns(interest)) {
+            Verdict::Wake
+        } else {
+            Verdict::Quiet(state.next())
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.pushed.subscribe()
+    }
+}
+
+/// How one backend waits: its head read, whether its announcements are complete, and how
+/// often to look at the head meanwhile.
+pub(crate) struct Waiting<'a, Complete, ReadHead> {
+    pub history: &'a WakeHistory,
+    /// Whether a commit from now on is announced (the LISTEN or the file watch is up).
+    pub complete: Complete,
+    /// The backend's head read (which remembers itself in the history).
+    pub read_head: ReadHead,
+    /// How often to read the head while the announcements are complete (in case they
+    /// cannot reach this process although they seem to) and while they are not.
+    pub poll_complete: Duration,
+    pub poll_incomplete: Duration,
+}
+
+impl<Complete, ReadHead, Read> Waiting<'_, Complete, ReadHead>
+where
+    Complete: FnMut() -> bool,
+    ReadHead: FnMut() -> Read,
+    Read: Future<Output = StoreResult<Seq>>,
+{
+    /// Waits until a commit after `since` concerns `interest` (or `timeout`), and returns
+    /// the head. Where the announcements cannot vouch for the commits since `since`, any
+    /// head move wakes it, as `wait_for_change` does.
+    pub(crate) async fn concerning(
+        mut self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Seq> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pushed = self.history.subscribe();
+        // From which entry on the commits after `since` show, once known.
+        let mut from = self.history.mark_of(since);
+        // The entry from which a head move with no entry at all since means the
+        // announcements do not reach us.
+        let mut silent_from = from;
+        loop {
+            pushed.borrow_and_update();
+            let complete = (self.complete)();
+            let mark = self.history.mark();
+            if let Some(entry) = from {
+                match self.history.verdict(entry, interest) {
+                    Verdict::Wake => return (self.read_head)().await,
+                    Verdict::Quiet(next) => from = Some(next),
+                }
+            }
+            if from.is_none() || !complete {
+                let head = (self.read_head)().await?;
+                if head > since {
+                    return Ok(head);
+                }
+                if complete {
+                    // Nothing after `since` yet: whatever comes is announced after the mark.
+                    from = Some(mark);
+                    silent_from = Some(mark);
+                }
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return (self.read_head)().await;
+            }
+            let poll = if complete { self.poll_complete } else { self.poll_incomplete };
+            tokio::select! {
+                _ = pushed.changed() => {}
+                _ = tokio::time::sleep_until((now + poll).min(deadline)) => {
+                    // The head moved without a single announcement since: they do not reach
+                    // us (a pooler that drops notifications, a writer that cannot announce).
+                    if complete && silent_from == Some(self.history.mark()) {
+                        let head = (self.read_head)().await?;
+                        if head > since {
+                            return Ok(head);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    use super::*;
+    use autocomp_model::EventType;
+
+    fn types(names: &[&str]) -> BTreeSet<EventType> {
+        names.iter().map(|n| EventType::new(*n).unwrap()).collect()
+    }
+
+    /// A backend whose head is a number the test moves, announcing as it is told.
+    struct Fake {
+        history: WakeHistory,
+        head: AtomicI64,
+    }
+
+    impl Fake {
+        fn new() -> Arc<Self> {
+            Arc::new(Self { history: WakeHistory::default(), head: AtomicI64::new(5) })
+        }
+
+        async fn head(&self) -> StoreResult<Seq> {
+            let mark = self.history.mark();
+            let head = Seq(self.head.load(Ordering::SeqCst));
+            self.history.head_read(head, mark);
+            Ok(head)
+        }
+
+        fn commit(&self, concern: ChangeConcern) {
+            self.head.fetch_add(1, Ordering::SeqCst);
+            self.history.push(concern);
+        }
+
+        async fn wait(&self, since: Seq, interest: &ChangeInterest, timeout: Duration) -> Seq {
+            let waiting = Waiting {
+                history: &self.history,
+                complete: || true,
+                read_head: || self.head(),
+                poll_complete: Duration::from_millis(100),
+                poll_incomplete: Duration::from_millis(25),
+            };
+            waiting.concerning(since, interest, timeout).await.unwrap()
+        }
+    }
+
+    const QUIET: Duration = Duration::from_millis(300);
+    const LONG: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn commits_after_a_head_read_wake_only_whom_they_concern() {
+        let store = Fake::new();
+        let interest = ChangeInterest::Types(types(&["A_Done"]));
+        let seen = store.head().await.unwrap();
+        // Committed between the head read and the wait: the history vouches for them.
+        store.commit(ChangeConcern::Types(types(&["B_Done"])));
+        store.commit(ChangeConcern::nobody());
+        let started = tokio::time::Instant::now();
+        assert_eq!(store.wait(seen, &interest, QUIET).await, Seq(7), "times out at the head");
+        assert!(started.elapsed() >= QUIET, "slept through what does not concern it");
+        let waiter = {
+            let store = Arc::clone(&store);
+            let interest = interest.clone();
+            tokio::spawn(async move { store.wait(seen, &interest, LONG).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.commit(ChangeConcern::Types(types(&["A_Done", "C_Done"])));
+        let started = tokio::time::Instant::now();
+        assert_eq!(waiter.await.unwrap(), Seq(8));
+        assert!(started.elapsed() < LONG / 2, "woke at the concerning commit");
+        store.commit(ChangeConcern::Everyone);
+        assert_eq!(store.wait(seen, &interest, LONG).await, Seq(9), "everyone wakes at once");
+    }
+
+    #[tokio::test]
+    async fn what_the_history_cannot_vouch_for_wakes() {
+        let store = Fake::new();
+        let interest = ChangeInterest::Types(types(&["A_Done"]));
+        // A head this handle never read: any move wakes.
+        store.commit(ChangeConcern::nobody());
+        assert_eq!(store.wait(Seq(5), &interest, LONG).await, Seq(6));
+        // Entries dropped for room past a remembered head: wakes.
+        let seen = store.head().await.unwrap();
+        for _ in 0..=ENTRIES_KEPT {
+            store.commit(ChangeConcern::nobody());
+        }
+        assert_eq!(store.wait(seen, &interest, LONG).await, Seq(6 + ENTRIES_KEPT as i64 + 1));
+        // The head moved without any announcement reaching us: wakes at the next look.
+        let seen = store.head().await.unwrap();
+        store.head.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(store.wait(seen, &interest, LONG).await, Seq(seen.0 + 1));
+    }
+}

@@ -1,0 +1,84 @@
+//! `wait_for_change_concerning`: a waiter for some event types sleeps through the commits of
+//! other processes that do not concern it, and wakes at once for those that do.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use autocomp_model::{ChangeInterest, EventType, Outcome, Seq};
+use autocomp_store::{ObjectStore, open_store};
+
+use super::{Fixture, record, register};
+
+const QUIET: Duration = Duration::from_millis(600);
+
+/// Waits from the head this handle reads now, with `change` made through `writer` (another
+/// process's handle) in between; how long the wait took.
+async fn wait_after(
+    store: &Arc<dyn ObjectStore>,
+    interest: &ChangeInterest,
+    change: impl Future<Output = ()>,
+    timeout: Duration,
+) -> (Seq, Duration) {
+    let seen = store.head().await.unwrap();
+    change.await;
+    let started = Instant::now();
+    let head = store.wait_for_change_concerning(seen, interest, timeout).await.unwrap();
+    (head, started.elapsed())
+}
+
+pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) {
+    register(&f.store, "B1").await;
+    let writer = open_store(&f.url).await.unwrap();
+    let interest = ChangeInterest::Types([EventType::new("Checksums_Verified").unwrap()].into());
+    // The first waits start the listen connection (the file watch): until then a waiter
+    // cannot tell what the commits since its head concerned, and wakes for any.
+    let mut slept_through = false;
+    for _ in 0..20 {
+        let unrelated = async {
+            record(&writer, "B1", "Data_Received", Outcome::Success).await;
+        };
+        let (_, waited) = wait_after(&f.store, &interest, unrelated, QUIET).await;
+        if waited >= QUIET - Duration::from_millis(50) {
+            slept_through = true;
+            break;
+        }
+    }
+    assert!(slept_through, "an append of a type it does not read never let the waiter sleep");
+    // A claim concerns nobody either.
+    let claim = async {
+        let holder = autocomp_model::RunHolder {
+            agent: autocomp_model::Agent::new("checker/1.0@host#1").unwrap(),
+            host: "host".into(),
+            pid: 1,
+            claim_key: None,
+        };
+        let component = autocomp_model::ComponentName::new("checker").unwrap();
+        writer.claim(&autocomp_model::BatchId::new("B1").unwrap(), &component, &holder).await.unwrap();
+    };
+    let (_, waited) = wait_after(&f.store, &interest, claim, QUIET).await;
+    assert!(waited >= QUIET - Duration::from_millis(50), "a claim woke it after {waited:?}");
+
+    // Asleep, then an append of its type (and, next, a new batch) through the other handle.
+    for what in ["an append of its type", "a new batch"] {
+        let seen = f.store.head().await.unwrap();
+        let waiter = {
+            let (store, interest) = (Arc::clone(&f.store), interest.clone());
+            tokio::spawn(async move {
+                let head = store.wait_for_change_concerning(seen, &interest, Duration::from_secs(20)).await.unwrap();
+                (head, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "{what}: nothing concerning yet, so it still waits");
+        if what == "a new batch" {
+            register(&writer, "B2").await;
+        } else {
+            record(&writer, "B1", "Checksums_Verified", Outcome::Failure).await;
+        }
+        let committed = Instant::now();
+        let (head, woke) = waiter.await.unwrap();
+        assert!(head > seen, "{what}: answers the new head");
+        let delay = woke.saturating_duration_since(committed);
+        assert!(delay < Duration::from_millis(500), "{what}: woke {delay:?} after the commit");
+    }
+}
