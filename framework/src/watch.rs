@@ -190,8 +190,11 @@ impl<C: Component> Watcher<'_, C> {
         Ok(ControlFlow::Continue(handled))
     }
 
-    /// Sleeps in the store's change feed from `seen` until it moves, the heartbeat, a pool
-    /// retry or results due to the registry; breaks with the exit code on shutdown.
+    /// Sleeps in the store's change feed from `seen` until a change concerns the component
+    /// (an append of a type its triggers read or of its own type, or a change that concerns
+    /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
+    /// registry; breaks with the exit code on shutdown. The commits of other stages do not
+    /// wake it: they cannot make a batch ready for it.
     async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8>, RunError> {
         // About to sleep: results already recorded go to the registry once a second's worth
         // has passed since its last write, and the sleep ends by then.
@@ -202,8 +205,9 @@ impl<C: Component> Watcher<'_, C> {
             .min(LONGEST_WAIT)
             .min(self.pool_retry.unwrap_or(LONGEST_WAIT))
             .min(results_due.unwrap_or(LONGEST_WAIT));
+        let interest = self.runner.change_interest();
         tokio::select! {
-            head = self.store.wait_for_change(seen, wait) => {
+            head = self.store.wait_for_change_concerning(seen, &interest, wait) => {
                 let head = head?;
                 if head > seen {
                     debug!(?head, "the store moved");

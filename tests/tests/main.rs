@@ -35,6 +35,7 @@ mod steering_cli;
 mod telemetry;
 mod tls_trust;
 mod watch;
+mod watch_concerns;
 mod watch_feed;
 mod zk_security;
 mod zookeeper;

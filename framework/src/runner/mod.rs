@@ -159,6 +159,11 @@ impl<C: Component> Runner<C> {
         }))
     }
 
+    /// What a watcher of this component wakes for (`ComponentDescriptor::change_interest`).
+    pub fn change_interest(&self) -> autocomp_model::ChangeInterest {
+        self.descriptor.change_interest()
+    }
+
     /// The component's name, as its locks, claims and registry entry carry it.
     pub fn name(&self) -> &ComponentName {
         &self.name
