@@ -352,7 +352,7 @@ fn a_pass_over_the_services_is_one_trace_from_the_component_through_the_store_an
             served.iter().map(|span| span.name.as_str()).collect()
         };
         let store = served("autocomp-store");
-        for operation in ["steering", "claim_many", "append_event", "record_pass"] {
+        for operation in ["steering", "claim_ready", "append_event", "record_pass"] {
             assert!(store.contains(operation), "no store {operation} in the pass's trace: {store:?}");
         }
         assert!(served("sboi").contains("query"), "no sboi query in the pass's trace:\n{}", show(&spans));
