@@ -47,6 +47,10 @@ pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
 pub use contract::{reads_result, result_schema_of};
 pub use runner::hostname;
+/// The runner and `--watch` loop themselves, for running many components' passes in one
+/// process against ports opened by the caller (the capacity bench simulates thousands of
+/// workers as tokio tasks this way): what `main` runs, minus the command line and signals.
+pub use runner::{Pipeline, Runner, Selection, Setup};
 /// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
 /// publishes its result's ([`result_schema_of`]) and declares the ones it reads
 /// ([`reads_result`]) without depending on `schemars` itself.
@@ -58,6 +62,8 @@ pub use source::{Source, SourceContext, source_main};
 /// How a component logs: its work's `info!`, `warn!` and `error!` lines (on the work thread)
 /// are kept with the run's result as its `log` output, whatever level stderr shows.
 pub use tracing;
+/// `--watch`'s loop around a [`Runner`] and what it wakes on (see [`Runner`]).
+pub use watch::{Watched, run_watching};
 
 /// What a component's file needs: `use autocomp_framework::prelude::*;`.
 pub mod prelude {
