@@ -134,6 +134,29 @@ impl Network {
         let port = &self.host(host).port;
         ip(&["-n", &self.switch, "link", "set", port, "up"]).expect("bring the link up");
     }
+
+    /// Cuts `a` and `b` off from each other only, each still reaching every other host: both
+    /// their ports on the bridge become isolated, and a bridge forwards nothing between two
+    /// isolated ports. Silent, as a partition: packets vanish, nothing answers. Every host
+    /// cut this way is cut from every other one so cut, so keep to one pair at a time.
+    pub fn cut_between(&self, a: &str, b: &str) {
+        for host in [a, b] {
+            self.isolate(host, "on");
+        }
+    }
+
+    /// Undoes [`cut_between`](Self::cut_between).
+    pub fn mend_between(&self, a: &str, b: &str) {
+        for host in [a, b] {
+            self.isolate(host, "off");
+        }
+    }
+
+    fn isolate(&self, host: &str, on: &str) {
+        let port = &self.host(host).port;
+        ip(&["-n", &self.switch, "link", "set", "dev", port, "type", "bridge_slave", "isolated", on])
+            .expect("set the bridge port's isolation");
+    }
 }
 
 /// Deletes the namespaces of test processes that no longer run (killed before their drop
