@@ -8,6 +8,10 @@
 //! workers wrote shows none lost, none recorded twice, and no two work intervals on one
 //! batch overlapping. It prints its figures.
 //!
+//! A second run has PostgreSQL as the only service, store and locks (no ZooKeeper), with the
+//! faults that mean something there: a worker host partitioned from the database past the
+//! lease, a pass SIGSTOPped past the lease, PostgreSQL crashed or restarted, passes killed.
+//!
 //! `cargo test` runs the bounded version (240 batches); `AUTOCOMP_CHAOS_SOAK=1` the soak
 //! (1,200 batches), whose figures RELIABILITY.md keeps. `AUTOCOMP_CHAOS_SEED` repeats a run.
 //! ZooKeeper runs as production should: its TLS port and the pipeline's digest identity on
@@ -99,34 +103,50 @@ impl Drop for StopDrivers {
 }
 
 /// Runs a pass after another on `host` (every 200 ms at most, as a busy cron), until
-/// `stop`; returns how the passes ended, by exit code.
-fn drive(host: Host, pipeline: Arc<Pipeline>, running: Arc<Running>, stop: Arc<AtomicBool>) -> BTreeMap<i32, u32> {
+/// `stop`; returns how the passes ended, by exit code. With `watch`, each process is a
+/// `--watch` loop making pass after pass, started again when it exits (a supervisor's
+/// restart) and ended with SIGTERM at `stop`.
+fn drive(
+    host: Host,
+    pipeline: Arc<Pipeline>,
+    running: Arc<Running>,
+    stop: Arc<AtomicBool>,
+    watch: bool,
+) -> BTreeMap<i32, u32> {
     let mut codes = BTreeMap::new();
     let log_path = pipeline.path(&format!("{}.log", host.name));
+    let args: &[&str] = if watch { &["--watch"] } else { &[] };
     while !stop.load(Ordering::Relaxed) {
         let next = Instant::now() + Duration::from_millis(200);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("pass log");
         let child: Child =
-            host.wrap(&pipeline.command(&[])).stdout(Stdio::null()).stderr(log).spawn().expect("a pass starts");
+            host.wrap(&pipeline.command(args)).stdout(Stdio::null()).stderr(log).spawn().expect("a pass starts");
         *running.0.lock().unwrap() = Some(child.id());
-        let ended = finish_clearing(child, &running);
+        let ended = finish_clearing(child, &running, watch.then_some(&*stop));
         *codes.entry(ended).or_default() += 1;
         wait_until(next, || stop.load(Ordering::Relaxed));
     }
     codes
 }
 
-/// Waits for a pass (at most 2 minutes) and forgets its pid before it is reaped.
-fn finish_clearing(mut child: Child, running: &Running) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(120);
+/// Waits for a pass (at most 2 minutes; a `--watch` process until `stop`, then SIGTERM) and
+/// forgets its pid before it is reaped.
+fn finish_clearing(mut child: Child, running: &Running, stop: Option<&AtomicBool>) -> i32 {
+    let limit = if stop.is_some() { Duration::from_secs(30 * 60) } else { Duration::from_secs(120) };
     let mut status = None;
-    wait_until(deadline, || {
+    let mut terminated = false;
+    wait_until(Instant::now() + limit, || {
         let mut guard = running.0.lock().unwrap();
         // Reap only under the lock, so a fault never signals a reaped (reusable) pid.
         if let Some(exited) = child.try_wait().unwrap() {
             *guard = None;
             status = Some(exited);
             return true;
+        }
+        if !terminated && stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
+            // SAFETY: kill(2) on our unreaped child (under the lock).
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            terminated = true;
         }
         false
     });
@@ -195,12 +215,7 @@ fn chaos(network: Network) {
     let soak = std::env::var("AUTOCOMP_CHAOS_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     let batches = if soak { 1_200 } else { 240 };
     let limit = if soak { Duration::from_secs(30 * 60) } else { Duration::from_secs(4 * 60) };
-    let seed = match std::env::var("AUTOCOMP_CHAOS_SEED") {
-        Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|e| panic!("AUTOCOMP_CHAOS_SEED={text:?}: {e}")),
-        Err(_) => SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64,
-    };
-    // xorshift never leaves 0.
-    let seed = seed.max(1);
+    let seed = chaos_seed();
     let mut rng = Rng(seed);
     eprintln!("chaos: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats the fault plan), {batches} batches");
 
@@ -284,7 +299,7 @@ fn chaos(network: Network) {
         .map(|(name, running)| {
             let (host, pipeline) = (network.host(name).clone(), Arc::clone(&pipeline));
             let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
-            std::thread::spawn(move || drive(host, pipeline, running, stop))
+            std::thread::spawn(move || drive(host, pipeline, running, stop, false))
         })
         .collect();
 
@@ -362,10 +377,155 @@ fn chaos(network: Network) {
         zk.logs()
     );
 
-    // The ledger and the store: each batch once, and never two work intervals at once.
+    let (ledger, successes) = assert_each_batch_once(&pipeline, &ids);
+    // How long the pipeline stood still after each fault: until the next result recorded.
+    let stall = |at: i64| successes.iter().find(|t| **t > at).map(|t| Duration::from_millis((t - at) as u64));
+    let longest = injected.iter().filter_map(|(fault, at)| Some((stall(*at)?, *fault))).max();
+    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
+    for (fault, _) in &injected {
+        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
+    }
+    let interrupted = ledger - batches;
+    eprintln!(
+        "chaos figures (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; passes by exit code \
+         {exits:?}; {interrupted} interrupted work intervals redone; 0 lost, 0 recorded twice, 0 overlapping \
+         work intervals; longest from a fault to the next result: {:?}",
+        elapsed.as_secs_f64(),
+        injected.len(),
+        longest.map(|(stall, fault)| format!("{:.1} s ({fault:?})", stall.as_secs_f64())),
+    );
+    assert!(!injected.is_empty(), "no fault struck: the run was too short to say anything");
+}
+
+/// The PostgreSQL workers' lease: a partition or a freeze is held past it.
+const LEASE: Duration = Duration::from_secs(4);
+/// The faults that mean something when PostgreSQL is the only service.
+const POSTGRES_FAULTS: [Fault; 4] = [Fault::PartitionWorker, Fault::RestartStore, Fault::KillPass, Fault::StopPass];
+
+/// The bounded chaos run with PostgreSQL as the only service, store and locks (`lease=4s`):
+/// worker hosts partitioned from the database past the lease, passes SIGSTOPped past the
+/// lease (the other host takes their locks over; woken, they find their lease lost),
+/// passes SIGKILLed, PostgreSQL crashed or restarted. The workers run `--watch`: only a
+/// process that has watched a dead holder's beat for a whole lease takes its locks over.
+#[test]
+fn a_pipeline_on_postgres_locks_under_random_faults_finishes_every_batch_once() {
+    let network = Network::create(&["store", WORKERS[0], WORKERS[1], "control"]);
+    let control = network.host("control").clone();
+    control.within(move || chaos_on_postgres_locks(network));
+}
+
+fn chaos_on_postgres_locks(network: Network) {
+    let batches = 120;
+    let limit = Duration::from_secs(4 * 60);
+    let seed = chaos_seed();
+    let mut rng = Rng(seed);
+    eprintln!("chaos on PostgreSQL locks: seed {seed} (AUTOCOMP_CHAOS_SEED={seed} repeats it), {batches} batches");
+    let store_host = network.host("store");
+    let server = Postgres::start_with(Options {
+        network: Some((store_host.netns.clone(), store_host.addr)),
+        ..Options::default()
+    });
+    let url = server.unique_database();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&format!("{url}?lease={}s", LEASE.as_secs()));
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 4\nmax_attempts = 1000\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \
+         \"500ms\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+    let ids = pipeline.register(batches);
+    let pipeline = Arc::new(pipeline);
+    let count_done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
+    let stop = Arc::new(AtomicBool::new(false));
+    let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
+    let _stop_on_failure = StopDrivers(Arc::clone(&stop), runnings.clone());
+    let drivers: Vec<_> = WORKERS
+        .iter()
+        .zip(&runnings)
+        .map(|(name, running)| {
+            let (host, pipeline) = (network.host(name).clone(), Arc::clone(&pipeline));
+            let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
+            std::thread::spawn(move || drive(host, pipeline, running, stop, true))
+        })
+        .collect();
+
+    let started = Instant::now();
+    let deadline = started + limit;
+    let mut injected: Vec<(Fault, i64)> = Vec::new();
+    let mut server = Store::Postgres(server);
+    while count_done(&pipeline) < batches && Instant::now() < deadline {
+        hold(rng.millis(1_000, 4_000)); // quiet between faults
+        let fault = POSTGRES_FAULTS[rng.below(POSTGRES_FAULTS.len() as u64) as usize];
+        let at = now_ms();
+        let running = &runnings[rng.below(2) as usize];
+        match fault {
+            Fault::PartitionWorker => {
+                let worker = WORKERS[rng.below(2) as usize];
+                network.partition(worker);
+                hold(LEASE + rng.millis(500, 3_000));
+                network.heal(worker);
+            }
+            Fault::RestartStore => server.restart(rng.below(2) == 0),
+            Fault::KillPass if !running.signal(libc::SIGKILL) => continue,
+            Fault::StopPass => {
+                if !running.signal(libc::SIGSTOP) {
+                    continue;
+                }
+                // Past the lease: the other host takes the frozen holder's locks over.
+                hold(LEASE + rng.millis(500, 2_000));
+                running.signal(libc::SIGCONT);
+            }
+            _ => {}
+        }
+        injected.push((fault, at));
+    }
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut exits: BTreeMap<i32, u32> = BTreeMap::new();
+    for driver in drivers {
+        for (code, n) in driver.join().expect("a driver") {
+            *exits.entry(code).or_default() += n;
+        }
+    }
+    let done = count_done(&pipeline);
+    assert_eq!(
+        done,
+        batches,
+        "not every batch finished within {limit:?} (seed {seed}); faults: {injected:?}\n{}",
+        server.logs()
+    );
+    let (ledger, _) = assert_each_batch_once(&pipeline, &ids);
+    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
+    for (fault, _) in &injected {
+        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
+    }
+    eprintln!(
+        "chaos figures on PostgreSQL locks (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; \
+         worker processes by exit code {exits:?}; {} interrupted work intervals redone; 0 lost, 0 recorded twice, \
+         0 overlapping work intervals",
+        elapsed.as_secs_f64(),
+        injected.len(),
+        ledger - batches,
+    );
+    assert!(!injected.is_empty(), "no fault struck: the run was too short to say anything");
+}
+
+/// `AUTOCOMP_CHAOS_SEED`, or one from the clock; never 0 (xorshift never leaves it).
+fn chaos_seed() -> u64 {
+    let seed = match std::env::var("AUTOCOMP_CHAOS_SEED") {
+        Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|e| panic!("AUTOCOMP_CHAOS_SEED={text:?}: {e}")),
+        Err(_) => SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64,
+    };
+    seed.max(1)
+}
+
+/// The ledger and the store: each batch recorded once, successfully, worked on at least
+/// once and never by two at once, no run left open. Returns the number of work intervals
+/// and the times of the results, sorted.
+fn assert_each_batch_once(pipeline: &Pipeline, ids: &[autocomp_model::BatchId]) -> (usize, Vec<i64>) {
     let mut recorded_twice = 0;
     let mut successes: Vec<i64> = Vec::new();
-    for id in &ids {
+    for id in ids {
         let results = pipeline.events(id, PROBED);
         if results.len() != 1 {
             recorded_twice += 1;
@@ -378,23 +538,6 @@ fn chaos(network: Network) {
     let lost = ids.iter().filter(|id| !by_batch.contains_key(id.as_str())).count();
     assert_eq!((recorded_twice, lost), (0, 0), "recorded twice, lost");
     assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
-
-    // How long the pipeline stood still after each fault: until the next result recorded.
     successes.sort_unstable();
-    let stall = |at: i64| successes.iter().find(|t| **t > at).map(|t| Duration::from_millis((t - at) as u64));
-    let longest = injected.iter().filter_map(|(fault, at)| Some((stall(*at)?, *fault))).max();
-    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
-    for (fault, _) in &injected {
-        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
-    }
-    let interrupted = ledger.len() - batches;
-    eprintln!(
-        "chaos figures (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; passes by exit code \
-         {exits:?}; {interrupted} interrupted work intervals redone; 0 lost, 0 recorded twice, 0 overlapping \
-         work intervals; longest from a fault to the next result: {:?}",
-        elapsed.as_secs_f64(),
-        injected.len(),
-        longest.map(|(stall, fault)| format!("{:.1} s ({fault:?})", stall.as_secs_f64())),
-    );
-    assert!(!injected.is_empty(), "no fault struck: the run was too short to say anything");
+    (ledger.len(), successes)
 }

@@ -20,6 +20,7 @@ mod output;
 mod packages;
 mod partition;
 mod pg_locks;
+mod pg_liveness;
 mod postgres;
 mod protocol;
 mod python_step;

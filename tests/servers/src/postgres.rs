@@ -108,13 +108,19 @@ pub struct Options {
     /// certificate connects to `localhost`, and connecting by address (`127.0.0.1`) is a
     /// host-name mismatch; [`TlsFiles::other_ca`] signed nothing of this server.
     pub tls: bool,
+    /// Environment variables of the postmaster (and so of every server process), e.g.
+    /// libfaketime's `LD_PRELOAD` ([`Options::with_clock_file`]).
+    pub environment: Vec<(String, String)>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { settings: Vec::new(), fsync: true, network: None, tls: false }
+        Self { settings: Vec::new(), fsync: true, network: None, tls: false, environment: Vec::new() }
     }
 }
+
+/// libfaketime as Debian's `faketime` package installs it.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// The PEM files of a server started with [`Options::tls`].
 #[derive(Debug, Clone)]
@@ -132,6 +138,26 @@ impl Options {
     /// Serve TLS with a certificate of a test CA: see [`Options::tls`].
     pub fn with_tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Runs the server under libfaketime with its wall clock offset by what `file` says (e.g.
+    /// `+0`, then `+1h`: read again at every clock call, so a write steps the server's clock
+    /// at once). Its monotonic clock stays real, as a stepped host clock leaves it. Fails the
+    /// calling test when libfaketime is not installed, saying how to install it.
+    pub fn with_clock_file(mut self, file: &Path) -> Self {
+        assert!(
+            Path::new(LIBFAKETIME).is_file(),
+            "libfaketime is not installed (no {LIBFAKETIME}): `apt-get install -y faketime` (scripts/test does)"
+        );
+        for (name, value) in [
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", &file.display().to_string()),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ] {
+            self.environment.push((name.to_owned(), value.to_owned()));
+        }
         self
     }
 
@@ -239,6 +265,7 @@ impl Postgres {
             .arg("-D")
             .arg(&self.data)
             .args(self.server_arguments())
+            .envs(self.options.environment.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("the server log"))
             .stderr(log);
