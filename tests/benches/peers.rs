@@ -34,7 +34,8 @@
 //!   case: it must wait for nothing but work), and items/s until the last.
 //!
 //! Systems (`AUTOCOMP_BENCH_ONLY`, a comma list): graphile-worker, procrastinate, celery,
-//! autocomp-embedded, autocomp-pg, autocomp-exec. All of them in order, then all again
+//! autocomp-embedded, autocomp-pg (ZooKeeper locks), autocomp-pg-only (PostgreSQL locks, no
+//! ZooKeeper), autocomp-exec. All of them in order, then all again
 //! (`AUTOCOMP_BENCH_REPS`, 2). One PostgreSQL server (fsync on) for every PG system. Without
 //! the `--bench` argument (`cargo test --benches`) it is a smoke run of autocomp-embedded and
 //! autocomp-exec at tiny sizes, which needs neither npm nor pip.
@@ -67,8 +68,10 @@ const PROCRASTINATE: &str = "procrastinate";
 const CELERY: &str = "celery";
 const EMBEDDED: &str = "autocomp-embedded";
 const OVER_PG: &str = "autocomp-pg";
+/// PostgreSQL store and PostgreSQL locks (no ZooKeeper), `sboi serve` following the store.
+const PG_ONLY: &str = "autocomp-pg-only";
 const EXEC: &str = "autocomp-exec";
-const SYSTEMS: [&str; 6] = [GRAPHILE, PROCRASTINATE, CELERY, EMBEDDED, OVER_PG, EXEC];
+const SYSTEMS: [&str; 7] = [GRAPHILE, PROCRASTINATE, CELERY, EMBEDDED, OVER_PG, PG_ONLY, EXEC];
 /// What a smoke run (no `--bench`) runs: nothing that needs npm, pip or a server.
 const SMOKE_SYSTEMS: [&str; 2] = [EMBEDDED, EXEC];
 const INSTALL: &str = "scripts/bench-peers --install";
@@ -156,7 +159,7 @@ impl Config {
     }
 
     fn uses_postgres(&self) -> bool {
-        self.systems.iter().any(|s| [GRAPHILE, PROCRASTINATE, OVER_PG].contains(s))
+        self.systems.iter().any(|s| [GRAPHILE, PROCRASTINATE, OVER_PG, PG_ONLY].contains(s))
     }
 }
 
@@ -429,7 +432,7 @@ struct Measured {
 }
 
 fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&Postgres>) -> Results {
-    let postgres = postgres.filter(|_| [GRAPHILE, PROCRASTINATE, OVER_PG].contains(&system));
+    let postgres = postgres.filter(|_| [GRAPHILE, PROCRASTINATE, OVER_PG, PG_ONLY].contains(&system));
     let database = postgres.map(|pg| {
         let name = format!("{}_r{rep}", system.replace('-', "_"));
         pg.create_database(&name);
@@ -442,7 +445,8 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
             Box::new(Peer::start(system, database_url, &config.peers))
         }
         EMBEDDED | EXEC => Box::new(Autocomp::embedded(system == EXEC)),
-        OVER_PG => Box::new(Autocomp::over_postgres(&url(postgres))),
+        OVER_PG => Box::new(Autocomp::over_postgres(&url(postgres), true)),
+        PG_ONLY => Box::new(Autocomp::over_postgres(&url(postgres), false)),
         other => unreachable!("no system {other}"),
     };
     // (transactions from pg_stat_database, statements from pg_stat_statements) of the system's
@@ -591,7 +595,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
 /// postmaster (its backends are its children) for the PG systems.
 fn sys_server_pids(system: &str, postgres: Option<&Postgres>) -> Vec<u32> {
     match (system, postgres) {
-        (GRAPHILE | PROCRASTINATE | OVER_PG, Some(pg)) => vec![pg.pid()],
+        (GRAPHILE | PROCRASTINATE | OVER_PG | PG_ONLY, Some(pg)) => vec![pg.pid()],
         _ => Vec::new(),
     }
 }
@@ -908,14 +912,17 @@ impl Autocomp {
         Self::with_backends(dir, exec, &store, &index, &locks, Vec::new(), None)
     }
 
-    fn over_postgres(store: &str) -> Autocomp {
+    /// The store on PostgreSQL, `sboi serve` following it; locks on ZooKeeper, or with
+    /// `zookeeper = false` on the same PostgreSQL (a PostgreSQL-only site).
+    fn over_postgres(store: &str, zookeeper: bool) -> Autocomp {
         let dir = tempfile::tempdir().expect("a temp dir");
         let logs = dir.path().join("logs");
         std::fs::create_dir_all(&logs).unwrap();
         let index = Service::index(store, &dir.path().join("index"), &logs);
-        let zookeeper = ZooKeeper::standalone();
-        let (index_url, locks) = (index.url(), zookeeper.url("autocomp", "10s"));
-        Self::with_backends(dir, false, store, &index_url, &locks, vec![index], Some(zookeeper))
+        let zookeeper = zookeeper.then(ZooKeeper::standalone);
+        let locks = zookeeper.as_ref().map_or_else(|| store.to_string(), |zk| zk.url("autocomp", "10s"));
+        let index_url = index.url();
+        Self::with_backends(dir, false, store, &index_url, &locks, vec![index], zookeeper)
     }
 
     fn with_backends(
