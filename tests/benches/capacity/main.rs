@@ -79,7 +79,8 @@ pub struct Settings {
     locks: Vec<LockBackend>,
     lease: String,
     secs: f64,
-    warmup: f64,
+    /// `AUTOCOMP_BENCH_WARMUP`, seconds; else `warmup_for`'s default.
+    warmup: Option<f64>,
     rate: f64,
     components: usize,
 }
@@ -127,10 +128,17 @@ impl Settings {
             locks,
             lease: std::env::var("AUTOCOMP_BENCH_LEASE").unwrap_or_else(|_| "10s".into()),
             secs,
-            warmup: (secs / 6.0).clamp(2.0, 10.0),
+            warmup: std::env::var("AUTOCOMP_BENCH_WARMUP").ok().and_then(|w| w.trim().parse().ok()),
             rate: number("AUTOCOMP_BENCH_RATE", if smoke { 5.0 } else { 20.0 }),
             components: number("AUTOCOMP_BENCH_COMPONENTS", 10.0) as usize,
         }
+    }
+
+    /// The warm-up before measuring: a sixth of the window (2 to 10 s), and at least a
+    /// second per 100 workers, whose first passes (heartbeat passes, each asking the index
+    /// and contending for its stage's poll lock) all come at the start.
+    fn warmup_for(&self, workers: usize) -> f64 {
+        self.warmup.unwrap_or_else(|| (self.secs / 6.0).clamp(2.0, 10.0).max((workers as f64 / 100.0).min(30.0)))
     }
 
     /// PostgreSQL's `max_connections`: the stores, feeders, listeners and sboi services of a
@@ -163,13 +171,13 @@ fn main() {
         load_average()
     );
     println!(
-        "workers {:?}, locks {:?}, {} stages, feeder {} batches/s, warm-up {:.0} s, measured {:.0} s per run; \
+        "workers {:?}, locks {:?}, {} stages, feeder {} batches/s, warm-up {:?} s, measured {:.0} s per run; \
          PostgreSQL max_connections={}\n",
         settings.workers,
         settings.locks,
         settings.components,
         settings.rate,
-        settings.warmup,
+        settings.workers.iter().map(|n| settings.warmup_for(*n)).collect::<Vec<_>>(),
         settings.secs,
         settings.max_connections()
     );

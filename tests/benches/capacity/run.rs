@@ -148,6 +148,7 @@ pub fn run_at(
     let load_before = load_average();
     let shared = Arc::new(Shared::default());
     phases::follow(Some(Arc::clone(&shared)));
+    let silenced = StdoutSilenced::start();
     let measured = runtime.block_on(async {
         let mut stores: Vec<Arc<dyn ObjectStore>> = Vec::new();
         for _ in 0..STORES {
@@ -194,7 +195,7 @@ pub fn run_at(
             stop.clone(),
         ));
         progress("workers and feeder started; warming up");
-        tokio::time::sleep(Duration::from_secs_f64(settings.warmup)).await;
+        tokio::time::sleep(Duration::from_secs_f64(settings.warmup_for(workers))).await;
         progress("measuring");
         let zk_ports: Vec<u16> =
             backends.zookeeper.map_or_else(Vec::new, |z| (0..3).map(|n| z.client_port(n)).collect());
@@ -238,6 +239,7 @@ pub fn run_at(
             zk_mntr,
         }
     });
+    drop(silenced);
     phases::follow(None);
     drop(services);
     measured
@@ -319,4 +321,44 @@ async fn close_all(sessions: &Sessions) {
         closes.spawn(async move { tokio::time::timeout(Duration::from_secs(5), locks.close()).await.ok() });
     }
     while closes.join_next().await.is_some() {}
+}
+
+/// The runner prints a line per result on stdout, as a cron pass's output; hundreds a second
+/// would bury the report, so while the workers run stdout is /dev/null (the writes are still
+/// made, as the runner makes them).
+struct StdoutSilenced {
+    saved: libc::c_int,
+}
+
+impl StdoutSilenced {
+    fn start() -> Self {
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        // SAFETY: plain descriptor calls on fd 1 and one we open; no Rust object owns them.
+        unsafe {
+            let saved = libc::dup(1);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+            if saved >= 0 && null >= 0 {
+                libc::dup2(null, 1);
+            }
+            if null >= 0 {
+                libc::close(null);
+            }
+            Self { saved }
+        }
+    }
+}
+
+impl Drop for StdoutSilenced {
+    fn drop(&mut self) {
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        if self.saved >= 0 {
+            // SAFETY: `saved` is the duplicate of the real stdout made in `start`.
+            unsafe {
+                libc::dup2(self.saved, 1);
+                libc::close(self.saved);
+            }
+        }
+    }
 }
