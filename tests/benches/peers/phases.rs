@@ -27,6 +27,9 @@ const PHASES: [&str; 12] = [
     "pass",
 ];
 
+/// The phases a pass line sums over its batches, shown per batch.
+const PER_BATCH: [&str; 3] = ["work", "append", "release"];
+
 /// Whether the bench asks for the breakdown.
 pub fn wanted() -> bool {
     std::env::var_os("AUTOCOMP_BENCH_PHASES").is_some_and(|v| v == "1")
@@ -65,7 +68,10 @@ impl Window {
     pub fn close(self, system: &str) {
         let stages: Vec<(String, Stage)> =
             self.logs.iter().map(|(stage, log, from)| (stage.clone(), Stage::read(log, *from))).collect();
-        println!("phases of {system}'s passes that took up work in the trickle, p50 / p90 ms per pass:");
+        println!(
+            "phases of {system}'s passes that took up work in the trickle, p50 / p90 ms per pass \
+             (work, append and release per batch: a pass's batches run in parallel):"
+        );
         let mut header = format!("  {:<14}", "phase");
         for (stage, _) in &stages {
             header.push_str(&format!(" {stage:>17}"));
@@ -84,7 +90,7 @@ impl Window {
             }
             println!("{row}");
         }
-        let rows: [(&str, fn(&Stage) -> String); 3] = [
+        let rows: [(&str, StageCell); 3] = [
             ("passes", |stage| format!("{} ({} batches)", stage.passes.len(), stage.batches)),
             ("idle wake-ups", |stage| stage.idle_wakes.to_string()),
             ("idle / batch", |stage| format!("{:.2}", stage.idle_wakes as f64 / stage.batches.max(1) as f64)),
@@ -98,6 +104,9 @@ impl Window {
         }
     }
 }
+
+/// One cell of a stage's column, worked out from what its watcher logged.
+type StageCell = fn(&Stage) -> String;
 
 /// What one stage's watcher logged in the window: each pass's phases, the batches its
 /// passes took up, and its idle wake-ups.
@@ -124,11 +133,14 @@ impl Stage {
                 .filter_map(|(key, value)| Some((key, value.parse().ok()?)))
                 .collect();
             if logged.starts_with("pass phases") {
-                stage.batches += fields.get("batches").copied().unwrap_or(0);
-                let pass = PHASES
-                    .iter()
-                    .filter_map(|phase| Some((*phase, Duration::from_micros(*fields.get(&*format!("{phase}_us"))?))))
-                    .collect();
+                let batches = fields.get("batches").copied().unwrap_or(0);
+                stage.batches += batches;
+                let took = |phase: &str| {
+                    let us = *fields.get(&*format!("{phase}_us"))?;
+                    Some(if PER_BATCH.contains(&phase) { us / batches.max(1) } else { us })
+                };
+                let pass =
+                    PHASES.iter().filter_map(|phase| Some((*phase, Duration::from_micros(took(phase)?)))).collect();
                 stage.passes.push(pass);
             } else if logged.starts_with("idle wake") {
                 stage.idle_wakes += 1;
