@@ -205,6 +205,17 @@ fn the_doctor_says_where_the_lock_tables_are_and_who_may_not_make_them() {
     let url = server.unique_database();
     let database = url.rsplit('/').next().unwrap().to_owned();
     runtime().block_on(async {
+        // The shared test server runs with synchronous_commit = off (for speed): a lock it
+        // acknowledges could be lost in a crash, and the doctor says so.
+        let careless = inspect_locks(&url).await.unwrap();
+        assert!(
+            careless
+                .problems
+                .iter()
+                .any(|p| p.contains("synchronous_commit is off") && p.contains("SET synchronous_commit = on")),
+            "{careless:?}"
+        );
+        server.psql(&database, &format!("ALTER DATABASE \"{database}\" SET synchronous_commit = on;"));
         let fresh = inspect_locks(&url).await.unwrap();
         assert!(fresh.description.contains("lock tables absent: the first lock service makes them"), "{fresh:?}");
         assert!(fresh.problems.is_empty(), "{fresh:?}");

@@ -79,6 +79,10 @@ pub const RELEASE: &str = "DELETE FROM autocomp_locks WHERE path = $1 AND worker
 /// How many workers and locks there are, for `autocomp doctor`.
 pub const COUNTS: &str = "SELECT (SELECT count(*) FROM autocomp_lock_workers), (SELECT count(*) FROM autocomp_locks)";
 
+/// The session's `synchronous_commit` (the server's, database's or role's): a lock row is
+/// durable when acknowledged only with `on`, `remote_write` or `remote_apply`.
+pub const SYNCHRONOUS_COMMIT: &str = "SELECT current_setting('synchronous_commit')";
+
 /// Every held path with its stored holder.
 pub const HELD: &str = "SELECT path, holder FROM autocomp_locks";
 

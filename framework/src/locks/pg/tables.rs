@@ -117,6 +117,10 @@ pub async fn inspect(url: &str) -> Result<LockInspection, LockError> {
         ));
         "lock tables absent".to_owned()
     };
+    let synchronous: String = client.query_typed_one(sql::SYNCHRONOUS_COMMIT, &[]).await.map_err(unavailable)?.get(0);
+    if let Some(problem) = commit_problem(&user, &synchronous) {
+        problems.push(problem);
+    }
     if !(may_use_workers && may_use_locks) {
         problems.push(format!(
             "user {user} may not read and write the lock tables: GRANT SELECT, INSERT, UPDATE, DELETE ON \
@@ -131,4 +135,39 @@ pub async fn inspect(url: &str) -> Result<LockInspection, LockError> {
         ),
         problems,
     })
+}
+
+/// Why a lock taken under this `synchronous_commit` may not survive the server, if it may
+/// not: acknowledged before it is flushed (`off`: a crash loses it) or before a standby has
+/// it (`local`: a failover loses it), a lost lock row lets a second host take the path while
+/// its first holder still works.
+fn commit_problem(user: &str, synchronous_commit: &str) -> Option<String> {
+    let lost_by = match synchronous_commit {
+        "off" => "a crash of the server",
+        "local" => "a failover to a standby",
+        _ => return None,
+    };
+    Some(format!(
+        "synchronous_commit is {synchronous_commit} for user {user}: a lock is acknowledged before it is durable, so \
+         {lost_by} can lose it and let a second host take a batch its holder still works on; \
+         ALTER ROLE {user} SET synchronous_commit = on"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commit_problem;
+
+    #[test]
+    fn only_a_commit_setting_that_can_lose_an_acknowledged_lock_is_a_problem() {
+        for durable in ["on", "remote_write", "remote_apply"] {
+            assert_eq!(commit_problem("autocomp", durable), None, "{durable}");
+        }
+        let off = commit_problem("autocomp", "off").expect("off loses locks in a crash");
+        assert!(
+            off.contains("a crash of the server") && off.contains("ALTER ROLE autocomp SET synchronous_commit = on")
+        );
+        let local = commit_problem("autocomp", "local").expect("local loses locks in a failover");
+        assert!(local.contains("a failover to a standby"));
+    }
 }
