@@ -351,6 +351,14 @@ impl BatchIndex for CountingIndex {
         self.shared.sample_call(self.queries, started.elapsed());
         answer
     }
+    // Passed on, not left to the default: that would call every answer fresh, and a watcher
+    // would keep a lagging service's answer.
+    async fn query_checked(&self, trigger: &Trigger) -> IndexResult<(Vec<BatchId>, bool)> {
+        let started = Instant::now();
+        let answer = self.inner.query_checked(trigger).await;
+        self.shared.sample_call(self.queries, started.elapsed());
+        answer
+    }
     async fn catch_up(&self) -> IndexResult<CatchUp> {
         self.inner.catch_up().await
     }
