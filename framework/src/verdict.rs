@@ -64,6 +64,10 @@ pub(crate) enum PassEnd {
         /// Batches left waiting for a pool: a watcher looks again soon, as a slot frees
         /// without the store moving (its holder's result is recorded just before).
         waiting: usize,
+        /// Another pass held the poll lock: a watcher looks again soon too, since the holder
+        /// may claim nothing of what this pass was offered, and then nothing it commits wakes
+        /// the watcher.
+        busy: bool,
     },
     /// Exit with this code: the lock service was lost or a batch timed out.
     Stop(u8),
@@ -77,7 +81,7 @@ pub(crate) enum PassEnd {
 pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u8) -> PassEnd {
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0, waiting: 0 },
+        Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0, waiting: 0, busy: true },
         Err(e) => return PassEnd::Error(e),
     };
     if outcome.code == exit::FAILED {
@@ -86,5 +90,5 @@ pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u
     if outcome.code == exit::LOCKS_LOST || outcome.timed_out {
         return PassEnd::Stop(outcome.code);
     }
-    PassEnd::Continue { handled: outcome.handled, waiting: outcome.waiting }
+    PassEnd::Continue { handled: outcome.handled, waiting: outcome.waiting, busy: false }
 }

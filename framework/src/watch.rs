@@ -28,9 +28,10 @@ mod feed;
 const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// How long a wake waits for another process to finish writing an embedded index.
 const INDEX_WAIT: Duration = Duration::from_secs(2);
-/// After a pass whose batches waited for a full pool, the next look comes this soon, then
-/// twice as late each time they still wait, up to `POOL_RETRY_MAX`: a slot frees without
-/// the store moving (its holder records its result just before releasing it, or dies).
+/// After a pass whose batches waited for a full pool, or that found another pass holding
+/// the poll lock, the next look comes this soon, then twice as late each time they still
+/// wait, up to `POOL_RETRY_MAX`: a slot or the poll lock frees without the store moving (its
+/// holder records its result just before releasing it, claims nothing, or dies).
 const POOL_RETRY_FIRST: Duration = Duration::from_millis(500);
 const POOL_RETRY_MAX: Duration = Duration::from_secs(10);
 
@@ -174,18 +175,18 @@ impl<C: Component> Watcher<'_, C> {
         self.last_pass = Some(Instant::now());
         // A heartbeat asks the index itself; otherwise the pass takes what it was offered.
         let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered) };
-        let (handled, waiting) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
+        let (handled, look_again_soon) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
             PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => return Err(e),
-            PassEnd::Continue { handled, waiting } => (handled, waiting),
+            PassEnd::Continue { handled, waiting, busy } => (handled, waiting > 0 || busy),
         };
         if heartbeat_due {
             self.runner.flush_reports(true).await?;
         }
-        self.pool_retry = match (waiting, self.pool_retry) {
-            (0, _) => None,
-            (_, None) => Some(POOL_RETRY_FIRST),
-            (_, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
+        self.pool_retry = match (look_again_soon, self.pool_retry) {
+            (false, _) => None,
+            (true, None) => Some(POOL_RETRY_FIRST),
+            (true, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
         };
         Ok(ControlFlow::Continue(handled))
     }

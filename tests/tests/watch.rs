@@ -6,7 +6,9 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{PROBE_NAME, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_framework::locks::{LocalLocks, LockHolder, LockPath, LockService};
+use autocomp_model::{ComponentName, Timestamp};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// Far longer than any deadline below: a batch a watcher takes must come from the change
@@ -246,6 +248,35 @@ fn a_cron_pass_beside_a_busy_watcher_exits_3_and_one_beside_an_idle_watcher_work
     let finished = finish(watcher, EXIT_LIMIT);
     assert_eq!(finished.code, Some(0), "{}", finished.show());
     assert_eq!(probed(&pipeline, &next), 1, "B0002 worked once");
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
+fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_commit() {
+    let pipeline = Pipeline::new(PROBE);
+    // A watcher's pass over what it was offered does not wait for the poll lock (this long
+    // wait is for its heartbeat and cron passes): it looks again soon instead.
+    pipeline.configure(&format!("{SLOW_HEARTBEAT}\npoll_lock_timeout = \"10m\""));
+    let watcher = start_watcher(&pipeline);
+    // Another pass holds the poll lock (this test, through the same lock files) and will
+    // claim nothing: no commit of its will wake the watcher.
+    let locks = LocalLocks::new(pipeline.path("locks"));
+    let holder =
+        LockHolder { agent: "test".into(), host: "test".into(), pid: std::process::id(), since: Timestamp::now() };
+    let poll = LockPath::Poll(ComponentName::new(PROBE_NAME).unwrap());
+    let held =
+        pipeline.block_on(locks.try_lock(&poll, &holder, Duration::ZERO)).unwrap().expect("the poll lock is free");
+    let id = pipeline.register_one("B0001", true);
+    // Woken by the registration, the watcher finds the poll lock held and claims nothing.
+    let claimed_while_held = wait_until(Instant::now() + Duration::from_secs(2), || !pipeline.open_runs().is_empty());
+    assert!(!claimed_while_held, "a pass claimed while another held the poll lock");
+    pipeline.block_on(held.release()).unwrap();
+    let released = Instant::now();
+    let worked = wait_until(released + Duration::from_secs(10), || probed(&pipeline, &id) == 1);
+    assert!(worked, "the batch was not worked within 10 s of the poll lock freeing");
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
     assert_nothing_claimed(&pipeline);
 }
 

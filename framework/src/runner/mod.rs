@@ -314,7 +314,7 @@ impl<C: Component> Runner<C> {
     async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let holder = self.lock_holder();
         let asked = Instant::now();
-        let Some(poll_lock) = self.poll_lock(&holder).await? else {
+        let Some(poll_lock) = self.poll_lock(&holder, selection).await? else {
             return Ok(PassSummary::default());
         };
         phases::mark(phases::Phase::PollLock);
@@ -365,12 +365,21 @@ impl<C: Component> Runner<C> {
     }
 
     /// The component's poll lock, `None` when a shutdown is requested while waiting for it;
-    /// another pass holding it is `PollLockBusy`.
-    async fn poll_lock(&self, holder: &LockHolder) -> Result<Option<Box<dyn Lock>>, RunError> {
+    /// another pass holding it is `PollLockBusy`. A watcher's pass over what it was offered
+    /// does not wait: the holder claims from the same answer, and its results (of this
+    /// component's event type) wake the watcher to look again. Waiting instead made every
+    /// watcher of a component a queue behind one lock: at 50 watchers a component, most
+    /// passes waited out the whole `poll_lock_timeout` for work already claimed
+    /// (docs/capacity.md).
+    async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<Box<dyn Lock>>, RunError> {
         let poll_path = LockPath::Poll(self.name.clone());
+        let wait = match selection {
+            Selection::Offered(_) => std::time::Duration::ZERO,
+            Selection::Ready | Selection::Batch { .. } => self.config.poll_lock_timeout,
+        };
         let mut shutdown = self.shutdown.clone();
         let poll_lock = tokio::select! {
-            lock = self.pipeline.locks.try_lock(&poll_path, holder, self.config.poll_lock_timeout) => lock?,
+            lock = self.pipeline.locks.try_lock(&poll_path, holder, wait) => lock?,
             _ = stop_requested(&mut shutdown) => return Ok(None),
         };
         match poll_lock {
