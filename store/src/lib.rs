@@ -14,7 +14,6 @@ mod open;
 pub mod pipeline_state;
 pub mod port;
 pub mod postgres;
-mod ready_claims;
 mod series;
 pub mod sqlite;
 mod steering_rules;
@@ -25,13 +24,13 @@ pub use checked::Checked;
 pub use http::HttpStore;
 pub use open::open_store;
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
 pub use port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES,
     LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout,
     StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
-pub use ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
 pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 

@@ -57,6 +57,7 @@ macro_rules! port_trait {
 
 mod batches;
 mod outbox;
+pub(crate) mod ready_claims;
 mod registry;
 mod series;
 mod steering;

@@ -12,11 +12,11 @@ use serde_json::{Map, Value};
 use super::operations::op;
 use super::wire;
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
+use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
-use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
 use autocomp_http::error::ErrorBody;

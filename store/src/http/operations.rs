@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::bounded;
 use super::wire::*;
 use crate::pipeline_state::{Enqueued, Notice, Steered};
+use crate::port::ready_claims::ReadyClaimRequest;
 use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogPage, ObjectStore, StoreAbout};
-use crate::ready_claims::ReadyClaimRequest;
 use autocomp_http::error::ApiError;
 use autocomp_model::{
     Batch, BatchSummary, Event, NewBatch, PassRecord, RegisteredComponent, Run, Seq, Steering, SteeringEntry,

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::pipeline_state::{CursorMove, NewNotice, NoticeOutcome};
+use crate::port::ready_claims::{ReadyAnswer, ReadyClaims};
 use crate::port::{Claim, CreateOutcome, LogCursor, StoreError};
-use crate::ready_claims::{ReadyAnswer, ReadyClaims};
 use autocomp_http::error::ErrorDetail;
 use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, Run, RunHolder, Seq, Steering};
 use autocomp_model::{BacklogSample, SeriesStep, Timestamp};

@@ -10,11 +10,11 @@ use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
 };
 
+use super::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use super::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreAbout,
     StoreError, StoreResult, check_log_limit,
 };
-use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE};
 
 port_trait! {

@@ -14,11 +14,11 @@ use super::calls::{Scope, prepare};
 use super::rows::{BATCH_SELECT, SUMMARY_COLUMNS, SUMMARY_FROM, batch_from_row, run_from_json, summary_from_row};
 use super::text::{self};
 use super::{PgBackend, Retry};
+use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
 };
-use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
     Timestamp,

@@ -9,8 +9,8 @@ use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
 use super::rows::{BATCH_SELECT, batch_from_row, claim_answer, corrupt};
 use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
+use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::port::{Claim, StoreError, StoreResult};
-use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, RunHolder, Steering};
 
 impl PgBackend {

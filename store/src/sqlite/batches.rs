@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, runs, schema, writes};
+use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
     StoreAbout, StoreError, StoreResult,
 };
-use crate::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
     Timestamp,

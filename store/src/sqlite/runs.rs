@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use std::collections::HashMap;
 
+use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::port::{Claim, StoreError, StoreResult};
-use crate::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::write_rules::{self};
 use autocomp_model::{Batch, BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
 
