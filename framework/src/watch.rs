@@ -29,11 +29,18 @@ const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// How long a wake waits for another process to finish writing an embedded index.
 const INDEX_WAIT: Duration = Duration::from_secs(2);
 /// After a pass whose batches waited for a full pool, or that found another pass holding
-/// the poll lock, the next look comes this soon, then twice as late each time they still
-/// wait, up to `POOL_RETRY_MAX`: a slot or the poll lock frees without the store moving (its
-/// holder records its result just before releasing it, claims nothing, or dies).
+/// the poll lock, the next look comes within a quarter of how long they have waited so far,
+/// between `POOL_RETRY_FIRST` and `POOL_RETRY_MAX`: a slot or the poll lock frees without the
+/// store moving (its holder records its result just before releasing it, claims nothing, or
+/// dies). Measured from when the waiting began, not doubled per pass: passes woken by store
+/// changes meanwhile (new batches registered) do not push the next look further away.
 const POOL_RETRY_FIRST: Duration = Duration::from_millis(500);
 const POOL_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// How soon to look again when batches have waited `waited` for a slot or the poll lock.
+fn pool_retry_after(waited: Duration) -> Duration {
+    (waited / 4).clamp(POOL_RETRY_FIRST, POOL_RETRY_MAX)
+}
 
 /// What wakes a watcher and what it asks.
 pub struct Watched {
@@ -61,7 +68,7 @@ pub async fn run_watching<C: Component>(
         heartbeat,
         worst: exit::OK,
         last_pass: None,
-        pool_retry: None,
+        waiting_since: None,
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
@@ -83,8 +90,8 @@ struct Watcher<'a, C: Component> {
     /// When the last pass started; `None` before the first, which runs at once, as a cron
     /// start would: it registers the component and takes whatever is ready already.
     last_pass: Option<Instant>,
-    /// How soon to look again while batches wait for a pool slot.
-    pool_retry: Option<Duration>,
+    /// Since when batches have waited for a pool slot or the poll lock, if they do.
+    waiting_since: Option<Instant>,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
 }
@@ -122,7 +129,7 @@ async fn watch_loop<C: Component>(
             handled > 0 || !covered
         } else {
             // Nothing offered (or held): nothing waits for a pool slot either.
-            watcher.pool_retry = None;
+            watcher.waiting_since = None;
             !covered
         };
         if go_again {
@@ -183,10 +190,10 @@ impl<C: Component> Watcher<'_, C> {
         if heartbeat_due {
             self.runner.flush_reports(true).await?;
         }
-        self.pool_retry = match (look_again_soon, self.pool_retry) {
+        self.waiting_since = match (look_again_soon, self.waiting_since) {
             (false, _) => None,
-            (true, None) => Some(POOL_RETRY_FIRST),
-            (true, Some(retry)) => Some((retry * 2).min(POOL_RETRY_MAX)),
+            (true, None) => Some(Instant::now()),
+            (true, since) => since,
         };
         Ok(ControlFlow::Continue(handled))
     }
@@ -204,7 +211,7 @@ impl<C: Component> Watcher<'_, C> {
         let until_heartbeat = self.heartbeat.saturating_sub(self.last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
         let wait = until_heartbeat
             .min(LONGEST_WAIT)
-            .min(self.pool_retry.unwrap_or(LONGEST_WAIT))
+            .min(self.waiting_since.map_or(LONGEST_WAIT, |since| pool_retry_after(since.elapsed())))
             .min(results_due.unwrap_or(LONGEST_WAIT));
         let interest = self.runner.change_interest();
         tokio::select! {
@@ -220,5 +227,17 @@ impl<C: Component> Watcher<'_, C> {
             }
         }
         Ok(ControlFlow::Continue(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_for_a_slot_is_retried_within_a_quarter_of_its_length_between_the_bounds() {
+        assert_eq!(pool_retry_after(Duration::ZERO), POOL_RETRY_FIRST);
+        assert_eq!(pool_retry_after(Duration::from_secs(8)), Duration::from_secs(2));
+        assert_eq!(pool_retry_after(Duration::from_secs(3600)), POOL_RETRY_MAX);
     }
 }
