@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
 use super::rows::{BATCH_SELECT, batch_from_row, claim_answer, corrupt};
@@ -24,6 +26,7 @@ impl PgBackend {
         // abandoning a run we never heard of.
         let holder = holder.keyed(|| self.fresh_key());
         let holder = &holder;
+        let claimer = &ClaimerArgs::new(component, holder);
         self.run("claim", Retry::Safe, |client, _| {
             Box::pin(async move {
                 let statement = prepare(
@@ -32,17 +35,7 @@ impl PgBackend {
                 )
                 .await?;
                 let row = client
-                    .query_one(
-                        &statement,
-                        &[
-                            &batch.as_str(),
-                            &component.as_str(),
-                            &holder.agent.as_str(),
-                            &holder.host,
-                            &i64::from(holder.pid),
-                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
-                        ],
-                    )
+                    .query_one(&statement, &claimer.after(&[&batch.as_str()]))
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch, run: None }))?;
                 claim_answer(row.get(0), row.get(1), row.get(2), row.get(3), batch, component, holder)?
@@ -66,6 +59,7 @@ impl PgBackend {
         let holder = &holder;
         let ids: Vec<&str> = batches.iter().map(BatchId::as_str).collect();
         let ids = &ids;
+        let claimer = &ClaimerArgs::new(component, holder);
         self.run("claim_many", Retry::Safe, |client, _| {
             Box::pin(async move {
                 // The claims commit without waiting for their WAL flush (`synchronous_commit`
@@ -81,27 +75,12 @@ impl PgBackend {
                 )
                 .await?;
                 let rows = client
-                    .query(
-                        &statement,
-                        &[
-                            ids,
-                            &component.as_str(),
-                            &holder.agent.as_str(),
-                            &holder.host,
-                            &i64::from(holder.pid),
-                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
-                        ],
-                    )
+                    .query(&statement, &claimer.after(&[ids]))
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch: first, run: None }))?;
-                if rows.len() != batches.len() {
-                    return Err(corrupt("answer", format!("{} answers for {} batches", rows.len(), batches.len())));
-                }
+                check_claim_rows(&rows, batches.len())?;
                 let mut answers = Vec::with_capacity(batches.len());
                 for (row, batch) in rows.iter().zip(batches) {
-                    if usize::try_from(row.get::<_, i32>(0)).ok() != Some(answers.len() + 1) {
-                        return Err(corrupt("answer", "claims answered out of order"));
-                    }
                     answers.push(match row.get::<_, &str>(1) {
                         "missing" => Err(StoreError::NotFound(batch.clone())),
                         kind => claim_answer(kind, row.get(2), row.get(3), row.get(4), batch, component, holder)?,
@@ -133,9 +112,7 @@ impl PgBackend {
                 if !row.get::<_, bool>(0) {
                     return Err(Failure::Final(StoreError::NotFound(batch.clone())));
                 }
-                row.get::<_, Option<&str>>(1)
-                    .map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e)))
-                    .transpose()
+                checkpoint_from_text(row.get(1))
             })
         })
         .await
@@ -263,6 +240,7 @@ impl PgBackend {
         let since: Vec<i64> = ready.iter().map(|batch| ready_claims::attempts_since(request, batch).0).collect();
         let (ids, stamps, since, version, ready) = (&ids, &stamps, &since, &(steering_version as i64), &ready);
         let (component, holder) = (request.component(), &request.holder);
+        let claimer = &ClaimerArgs::new(component, holder);
         self.run("claim_ready", Retry::Safe, |client, _| {
             Box::pin(async move {
                 // Not waiting for the flush: see `pg_claim_many`.
@@ -274,40 +252,20 @@ impl PgBackend {
                 )
                 .await?;
                 let rows = client
-                    .query(
-                        &statement,
-                        &[
-                            ids,
-                            stamps,
-                            since,
-                            version,
-                            &component.as_str(),
-                            &holder.agent.as_str(),
-                            &holder.host,
-                            &i64::from(holder.pid),
-                            &holder.claim_key.as_ref().map(IdempotencyKey::as_str),
-                        ],
-                    )
+                    .query(&statement, &claimer.after(&[ids, stamps, since, version]))
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch: &first.id, run: None }))?;
                 if rows.first().is_some_and(|row| matches!(row.get::<_, &str>(1), "moved" | "steering_moved")) {
                     return Ok(Claimed::Moved);
                 }
-                if rows.len() != ready.len() {
-                    return Err(corrupt("answer", format!("{} answers for {} batches", rows.len(), ready.len())));
-                }
+                check_claim_rows(&rows, ready.len())?;
                 let mut claimed = Vec::with_capacity(rows.len());
                 for (row, batch) in rows.iter().zip(ready) {
-                    if usize::try_from(row.get::<_, i32>(0)).ok() != Some(claimed.len() + 1) {
-                        return Err(corrupt("answer", "claims answered out of order"));
-                    }
                     let (kind, run, abandoned, current) = (row.get(1), row.get(2), row.get(3), row.get(4));
                     let claim = claim_answer(kind, run, abandoned, current, &batch.id, component, holder)?;
-                    let checkpoint = row
-                        .get::<_, Option<&str>>(6)
-                        .map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e)));
+                    let checkpoint = checkpoint_from_text(row.get(6))?;
                     let failed_attempts = u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX);
-                    claimed.push(ClaimRow { claim, failed_attempts, checkpoint: checkpoint.transpose()? });
+                    claimed.push(ClaimRow { claim, failed_attempts, checkpoint });
                 }
                 Ok(Claimed::Rows(claimed))
             })
@@ -318,3 +276,50 @@ impl PgBackend {
 
 /// Where `read_for_claims`'s steering columns start: after `BATCH_SELECT`'s.
 const STEERING_COLUMN: usize = 20;
+
+/// The claimer's arguments, which every claim function of the schema takes last and in this
+/// order: the component, the holder's agent, host and pid, and its claim key.
+struct ClaimerArgs<'a> {
+    component: &'a str,
+    agent: &'a str,
+    host: &'a str,
+    pid: i64,
+    claim_key: Option<&'a str>,
+}
+
+impl<'a> ClaimerArgs<'a> {
+    fn new(component: &'a ComponentName, holder: &'a RunHolder) -> Self {
+        Self {
+            component: component.as_str(),
+            agent: holder.agent.as_str(),
+            host: &holder.host,
+            pid: i64::from(holder.pid),
+            claim_key: holder.claim_key.as_ref().map(IdempotencyKey::as_str),
+        }
+    }
+
+    /// The arguments of a call: the function's own (`leading`), then the claimer's.
+    fn after<'s>(&'s self, leading: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
+        let claimer: [&'s (dyn ToSql + Sync); 5] =
+            [&self.component, &self.agent, &self.host, &self.pid, &self.claim_key];
+        leading.iter().copied().chain(claimer).collect()
+    }
+}
+
+/// A claim function's rows (`r_index` first) are one per batch asked, numbered from 1 in the
+/// order asked: the answers are zipped with the batches, so anything else is corrupt.
+fn check_claim_rows(rows: &[Row], asked: usize) -> Result<(), Failure> {
+    if rows.len() != asked {
+        return Err(corrupt("answer", format!("{} answers for {asked} batches", rows.len())));
+    }
+    let numbered = rows.iter().enumerate().all(|(at, row)| usize::try_from(row.get::<_, i32>(0)).ok() == Some(at + 1));
+    if !numbered {
+        return Err(corrupt("answer", "claims answered out of order"));
+    }
+    Ok(())
+}
+
+/// A checkpoint as stored (JSON text, `None`: none saved).
+fn checkpoint_from_text(stored: Option<&str>) -> Result<Option<Value>, Failure> {
+    stored.map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e))).transpose()
+}
