@@ -1,6 +1,7 @@
 //! Reads of the store service bounded by bytes, not only by count: a repeated id is read
 //! once, an answer of several batches stops at 64 MiB with a 413 naming the cap (and
-//! `HttpStore` pages through it by itself), and a read without a token may send at most
+//! `HttpStore` pages through it by itself; a claim round's answer too, its claims made and
+//! answered again in halves by their key), and a read without a token may send at most
 //! 64 KiB of body, refused from its head when it declares more.
 
 use std::io::{Read, Write};
@@ -53,16 +54,7 @@ async fn an_answer_over_64_mib_is_a_413_naming_the_cap_and_the_client_pages_thro
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start(&dir.path().join("store.db"));
     let http = service.client();
-    // Two batches of 34 MB each (under the default 64 MiB cap of one batch): 68 MB together.
-    let blob = "x".repeat(1_000_000);
-    for name in ["B1", "B2"] {
-        http.create_batch(new_batch(name)).await.unwrap();
-        for n in 0..34 {
-            let event = NewEvent::new(EventType::new("Step_Done").unwrap(), Outcome::Success, Agent::new("t").unwrap())
-                .with_details(json!({"n": n, "blob": blob}));
-            http.append_event(&id(name), event).await.unwrap();
-        }
-    }
+    two_batches_over_the_cap_together(&http).await;
     let url = |op: &str| format!("{}/v1/{op}", service.url());
     let both = json!({"ids": ["B1", "B2"]}).to_string();
     let (status, answer) = post(&url("get_batches"), None, both.as_bytes());
@@ -86,6 +78,74 @@ async fn an_answer_over_64_mib_is_a_413_naming_the_cap_and_the_client_pages_thro
         let listed = store.list_batches(None, 10).await.unwrap();
         assert_eq!(listed.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B1", "B2"]);
     }
+}
+
+/// B1 and B2, of 34 MB each (under the default 64 MiB cap of one batch): 68 MB together.
+async fn two_batches_over_the_cap_together(http: &HttpStore) {
+    let blob = "x".repeat(1_000_000);
+    for name in ["B1", "B2"] {
+        http.create_batch(new_batch(name)).await.unwrap();
+        for n in 0..34 {
+            let event = NewEvent::new(EventType::new("Step_Done").unwrap(), Outcome::Success, Agent::new("t").unwrap())
+                .with_details(json!({"n": n, "blob": blob}));
+            http.append_event(&id(name), event).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_claim_round_answered_over_64_mib_is_a_413_and_the_client_claims_it_in_halves_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = service.client();
+    two_batches_over_the_cap_together(&http).await;
+    let descriptor = serde_json::from_value(json!({
+        "name": "archiver", "version": "1.0", "event_type": "Archived",
+        "trigger": {"requires": ["Step_Done"], "blocked_by": ["Archived"]},
+        "max_attempts": 3, "retry_backoff": "90s", "queue_size": 5, "max_runtime": "2h",
+    }))
+    .unwrap();
+    let holder = RunHolder {
+        agent: Agent::new("archiver/1.0@host#1").unwrap(),
+        host: "host".into(),
+        pid: 1,
+        claim_key: Some(IdempotencyKey::new("round-1").unwrap()),
+    };
+    let request =
+        ReadyClaimRequest { batches: vec![id("B1"), id("B2")], descriptor, holder, force: false, known_steering: None };
+
+    // Refused as a whole, the typed client asks again in halves with the round's key: each
+    // batch answered whole, claimed by the run the refused round opened (generation 1), none
+    // abandoned.
+    let claims = http.claim_ready(&request).await.unwrap();
+    assert!(!claims.held);
+    let answered: Vec<(&str, usize, Option<i64>, bool)> = claims
+        .answers
+        .iter()
+        .map(|answer| {
+            let ready = answer.as_ref().unwrap();
+            let claim = ready.claim.as_ref();
+            (
+                ready.batch.id.as_str(),
+                ready.batch.events.len(),
+                claim.map(Claim::generation),
+                claim.is_some_and(|c| c.abandoned.is_some()),
+            )
+        })
+        .collect();
+    assert_eq!(answered, [("B1", 34, Some(1), false), ("B2", 34, Some(1), false)]);
+
+    // The service's 413 names the cap; asked again with the same key, the round claims nothing new.
+    let url = format!("{}/v1/claim_ready", service.url());
+    let (status, answer) = post(&url, Some(TOKEN), &serde_json::to_vec(&request).unwrap());
+    assert_eq!(status, 413, "{}", answer.to_string().chars().take(300).collect::<String>());
+    assert_eq!(answer["error"]["kind"], "too_large");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("67108864 bytes") && message.contains("fewer batches"), "{message}");
+    let mut open: Vec<(String, i64)> =
+        http.open_runs(None).await.unwrap().into_iter().map(|run| (run.batch_id.to_string(), run.generation)).collect();
+    open.sort();
+    assert_eq!(open, [("B1".to_string(), 1), ("B2".to_string(), 1)]);
 }
 
 /// Sends `head` (and `body`) on a fresh connection and reads the answer until the service

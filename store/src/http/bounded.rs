@@ -12,8 +12,9 @@ use serde::Serialize;
 use super::stream;
 use super::wire::{
     ClaimAnswer, ClaimManyAnswer, ClaimManyRequest, ListBatches, LogPageRequest, MAX_ANSWER_BYTES, MAX_ITEMS,
-    MAX_WAIT_MS, distinct,
+    MAX_WAIT_MS, ReadyClaimsAnswer, distinct,
 };
+use crate::port::ready_claims::ReadyClaimRequest;
 use crate::port::{BatchListing, LogPage, ObjectStore, StoreError, StoreResult};
 use crate::write_rules::MAX_BATCH_PAGE;
 use autocomp_http::api::{Answered, Reply};
@@ -98,6 +99,22 @@ pub(super) async fn claim_many(
     at_most("batches", request.batches.len())?;
     let answers = store.claim_many(&request.batches, &request.component, &request.holder).await?;
     Ok(ClaimManyAnswer { answers: answers.into_iter().map(ClaimAnswer::from).collect() })
+}
+
+/// `claim_ready`: the round as the store did it, its answer refused (413) when it would pass
+/// `MAX_ANSWER_BYTES` with more than one batch in it (each batch comes whole, as read). Counted
+/// once the round is done, so its claims stand: `HttpStore` asks again in halves with the same
+/// claim key, which answer the runs it opened, as a retry after a lost answer does.
+pub(super) async fn claim_ready(
+    store: &dyn ObjectStore,
+    request: ReadyClaimRequest,
+) -> Result<ReadyClaimsAnswer, ApiError> {
+    let answer = ReadyClaimsAnswer::from(store.claim_ready(&request).await?);
+    let mut budget = Budget::default();
+    for item in &answer.answers {
+        budget.add(item, "claim_ready", "batches")?;
+    }
+    Ok(answer)
 }
 
 /// One read of the backend, as the port's methods return it.

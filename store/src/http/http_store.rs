@@ -278,25 +278,35 @@ impl BatchStore for HttpStore {
         // Safe to send again after a lost answer, as `claim_many` is: every claim carries the
         // claim key, and the service answers a batch holding a run it opened as that run.
         let request = ReadyClaimRequest { holder: request.holder.keyed(|| self.fresh_key()), ..request.clone() };
-        let answer: wire::ReadyClaimsAnswer = self.call::<op::ClaimReady>(&request, Retry::Safe).await?;
-        if !answer.held && answer.answers.len() != request.batches.len() {
-            return Err(StoreError::Unavailable(format!(
-                "the store service answered {} claims for {} batches",
-                answer.answers.len(),
-                request.batches.len()
-            )));
-        }
-        let answers = answer
-            .answers
-            .into_iter()
-            .map(|answer| match answer {
-                wire::ReadyClaimAnswer::Ready(ready) => Ok(*ready),
-                wire::ReadyClaimAnswer::Error(error) => {
-                    Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into())
+        let mut claims =
+            ReadyClaims { steering: None, held: false, answers: Vec::with_capacity(request.batches.len()) };
+        // Still to ask, the next part on top. An answer over `MAX_ANSWER_BYTES` is refused
+        // after its claims were made: asked again as two halves with the same claim key (down
+        // to single batches, always answered), the service answers the runs it opened.
+        let mut pending: Vec<&[BatchId]> = vec![&request.batches];
+        while let Some(part) = pending.pop() {
+            let asked = ReadyClaimRequest { batches: part.to_vec(), ..request.clone() };
+            let answer = match self.client.call::<op::ClaimReady>(&asked, Retry::Safe, None).await {
+                Ok(answer) => ready_claims(answer, part.len())?,
+                Err(CallError::Api { status, .. })
+                    if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && part.len() > 1 =>
+                {
+                    let (first, second) = part.split_at(part.len() / 2);
+                    pending.extend([second, first]);
+                    continue;
                 }
-            })
-            .collect();
-        Ok(ReadyClaims { steering: answer.steering, held: answer.held, answers })
+                Err(error) => return Err(error.into()),
+            };
+            // Each part is a newer read of the steering than the one before.
+            claims.steering = answer.steering.or(claims.steering);
+            if answer.held {
+                // Held since an earlier part: its claims go unworked, as a retry's finding a
+                // hold leaves them, and are taken over once their holder is gone.
+                return Ok(ReadyClaims { steering: claims.steering, held: true, answers: Vec::new() });
+            }
+            claims.answers.extend(answer.answers);
+        }
+        Ok(claims)
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
@@ -480,4 +490,26 @@ impl SeriesStore for HttpStore {
         // A sample replaces the step's last one: sending it twice changes nothing.
         self.call::<op::RecordBacklog>(&wire::RecordBacklog { samples }, Retry::Safe).await.map(|_| ())
     }
+}
+
+/// `claim_ready`'s answer to a request of `asked` batches, each batch's error as `claim` would
+/// return it.
+fn ready_claims(answer: wire::ReadyClaimsAnswer, asked: usize) -> StoreResult<ReadyClaims> {
+    if !answer.held && answer.answers.len() != asked {
+        return Err(StoreError::Unavailable(format!(
+            "the store service answered {} claims for {asked} batches",
+            answer.answers.len()
+        )));
+    }
+    let answers = answer
+        .answers
+        .into_iter()
+        .map(|answer| match answer {
+            wire::ReadyClaimAnswer::Ready(ready) => Ok(*ready),
+            wire::ReadyClaimAnswer::Error(error) => {
+                Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into())
+            }
+        })
+        .collect();
+    Ok(ReadyClaims { steering: answer.steering, held: answer.held, answers })
 }
