@@ -100,13 +100,19 @@ async fn watch_loop<C: Component>(
     watcher: &mut Watcher<'_, C>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<u8, RunError> {
+    // The head the last sleep ended with: read after whatever woke it, so it may stand for
+    // the next look's (one round trip fewer a stage over PostgreSQL or HTTP).
+    let mut woke_at: Option<Seq> = None;
     loop {
         if *shutdown.borrow() {
             return Ok(watcher.worst);
         }
         // Read before asking the index: a change after this point wakes the wait below,
         // so readiness between the question and the wait is never slept through.
-        let seen = watcher.store.head().await?;
+        let seen = match woke_at.take() {
+            Some(head) => head,
+            None => watcher.store.head().await?,
+        };
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
         let (offered, covered) = phases::look(watcher.look(seen, heartbeat_due)).await?;
         let go_again = if heartbeat_due || !offered.is_empty() {
@@ -135,8 +141,9 @@ async fn watch_loop<C: Component>(
         if go_again {
             continue;
         }
-        if let ControlFlow::Break(code) = phases::sleep(watcher.sleep(seen, shutdown)).await? {
-            return Ok(code);
+        match phases::sleep(watcher.sleep(seen, shutdown)).await? {
+            ControlFlow::Break(code) => return Ok(code),
+            ControlFlow::Continue(head) => woke_at = Some(head),
         }
     }
 }
@@ -203,7 +210,7 @@ impl<C: Component> Watcher<'_, C> {
     /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
     /// registry; breaks with the exit code on shutdown. The commits of other stages do not
     /// wake it: they cannot make a batch ready for it.
-    async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8>, RunError> {
+    async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8, Seq>, RunError> {
         // About to sleep: results already recorded go to the registry once a second's worth
         // has passed since its last write, and the sleep ends by then.
         self.runner.flush_reports(false).await?;
@@ -220,13 +227,13 @@ impl<C: Component> Watcher<'_, C> {
                 if head > seen {
                     debug!(?head, "the store moved");
                 }
+                Ok(ControlFlow::Continue(head))
             }
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");
-                return Ok(ControlFlow::Break(self.worst));
+                Ok(ControlFlow::Break(self.worst))
             }
         }
-        Ok(ControlFlow::Continue(()))
     }
 }
 
