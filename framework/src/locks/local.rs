@@ -70,9 +70,8 @@ impl LocalLocks {
             if !names_same_file(&file_path, &file) {
                 continue; // its previous holder removed it while we were opening it
             }
-            let record = serde_json::to_vec(holder).expect("holders serialize");
             file.set_len(0)
-                .and_then(|()| file.write_all(&record))
+                .and_then(|()| file.write_all(holder.record().as_bytes()))
                 .map_err(|e| unavailable("cannot write the holder into", e))?;
             return Ok(Some(LocalLock { path: path.clone(), file_path, file }));
         }
@@ -129,8 +128,8 @@ impl LockService for LocalLocks {
                 if file.try_lock_shared().is_ok() {
                     continue;
                 }
-                let mut text = String::new();
-                let holder = file.read_to_string(&mut text).ok().and_then(|_| serde_json::from_str(&text).ok());
+                let mut record = Vec::new();
+                let holder = file.read_to_end(&mut record).ok().and_then(|_| LockHolder::from_record(&record).ok());
                 held.push(HeldLock { path: relative.to_owned(), holder, foreign: None });
             }
         }

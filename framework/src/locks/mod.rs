@@ -108,6 +108,19 @@ pub struct LockHolder {
     pub since: Timestamp,
 }
 
+impl LockHolder {
+    /// The record a lock stores of its holder (JSON), what [`LockHolder::from_record`] reads.
+    pub(crate) fn record(&self) -> String {
+        serde_json::to_string(self).expect("holders serialize")
+    }
+
+    /// The holder a lock's stored record names; an error for anything no lock service wrote
+    /// (fields a backend adds to the record, as ZooKeeper's session, are passed over).
+    pub(crate) fn from_record(record: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(record)
+    }
+}
+
 /// A lock someone holds right now, as `autocomp locks` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldLock {

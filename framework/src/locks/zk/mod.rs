@@ -258,7 +258,7 @@ impl LockService for ZkLocks {
         for (path, read) in paths.into_iter().zip(reads) {
             match read.await {
                 Ok((data, stat)) => held.push(HeldLock {
-                    holder: serde_json::from_slice(&data).ok(),
+                    holder: LockHolder::from_record(&data).ok(),
                     foreign: foreign_reason(&data, &stat),
                     path,
                 }),
