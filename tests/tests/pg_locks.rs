@@ -8,6 +8,8 @@
 //! - a holder whose database goes away is `Suspended` at 0.3 of its lease and `Lost` at 0.5,
 //!   on its own clock, and its locks are taken by no one before a full lease;
 //! - a row no lock service wrote is `Foreign`, never busy;
+//! - a service reads no other worker's row until it finds a lock busy, then only its holder's
+//!   until the holder lets it go; many locks are taken in one statement and released in one;
 //! - `autocomp doctor`'s look: tables absent, present, or not makeable by this role;
 //! - a component end to end with `store` and `locks` both `postgres://`.
 
@@ -18,7 +20,7 @@ use autocomp_framework::locks::{
     LockError, LockHolder, LockPath, LockService, SessionState, inspect_locks, open_locks,
 };
 use autocomp_model::{ComponentName, Timestamp};
-use autocomp_test_servers::postgres::{self, Postgres};
+use autocomp_test_servers::postgres::{self, Options, Postgres};
 
 use crate::lock_contract::HolderProcess;
 
@@ -192,10 +194,122 @@ fn a_lock_row_no_lock_service_wrote_is_an_alarm_not_busy() {
             }
             other => panic!("a foreign row answered {:?}", other.map(|l| l.is_some())),
         }
+        // Among many paths, it is the alarm for the whole call, and nothing is taken.
+        let free = LockPath::Poll(ComponentName::new("other").unwrap());
+        match locks.try_lock_many(&[free.clone(), poll_probe()], &holder("taker")).await {
+            Err(LockError::Foreign { path, .. }) => assert_eq!(path, "poll/probe"),
+            other => panic!("a foreign row among many answered {:?}", other.map(|l| l.len())),
+        }
         let held = locks.held().await.unwrap();
         assert_eq!(held.len(), 1, "{held:?}");
         assert!(held[0].holder.is_none() && held[0].foreign.is_some(), "{held:?}");
         locks.close().await;
+    });
+}
+
+/// The calls of the statements `pg_stat_statements` saw whose text contains `text` and none
+/// of `but_not` (never the renewals, nor the test's own reads of the statistics), and the
+/// rows they returned.
+fn statements_like(server: &Postgres, database: &str, text: &str, but_not: &[&str]) -> (i64, i64) {
+    let excluded: String =
+        ["SET beat", "pg_stat"].iter().chain(but_not).map(|not| format!(" AND query NOT LIKE '%{not}%'")).collect();
+    let counted = server.psql(
+        database,
+        &format!(
+            "SELECT coalesce(sum(calls), 0) || ' ' || coalesce(sum(rows), 0) FROM pg_stat_statements \
+             WHERE query LIKE '%{text}%'{excluded}"
+        ),
+    );
+    let mut numbers = counted.split_whitespace().map(|n| n.parse::<i64>().expect("a count"));
+    (numbers.next().expect("calls"), numbers.next().expect("rows"))
+}
+
+/// The watch of the others' beats, as `pg_stat_statements` shows it.
+const WATCH: &str = "w.id = ANY";
+/// `try_lock_many`'s statement: it reads the worker row of each busy path's holder only.
+const TAKE_MANY: &str = "WITH asked";
+
+/// Polls (every third of the lease, the watch's period) until the watch's calls stay the same
+/// for a whole lease; that count, or `None` if they never did by `deadline`.
+fn watch_calls_once_quiet(server: &Postgres, database: &str, deadline: Instant) -> Option<i64> {
+    let mut before = statements_like(server, database, WATCH, &[]).0;
+    let mut quiet_since = Instant::now();
+    while Instant::now() < deadline {
+        std::thread::sleep(LEASE / 3);
+        let now = statements_like(server, database, WATCH, &[]).0;
+        if now != before {
+            (before, quiet_since) = (now, Instant::now());
+        } else if quiet_since.elapsed() >= LEASE {
+            return Some(now);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_service_watches_only_the_holders_of_locks_it_found_busy_and_takes_many_locks_in_one_statement() {
+    let server = Postgres::start_with(Options::default().setting("shared_preload_libraries", "pg_stat_statements"));
+    let url = with_lease(&server.create_database("counted"));
+    server.psql("counted", "CREATE EXTENSION pg_stat_statements");
+    let batch = |n: u32| LockPath::Batch(ComponentName::new("probe").unwrap(), format!("B{n:04}").parse().unwrap());
+    runtime().block_on(async {
+        // Three other workers, each holding a lock; and one that takes and releases free ones.
+        let mut others = Vec::new();
+        for n in 0..3 {
+            let service = open_locks(&url).await.unwrap();
+            let lock = service.try_lock(&batch(n), &holder("other"), Duration::ZERO).await.unwrap().unwrap();
+            others.push((service, lock));
+        }
+        let quiet = open_locks(&url).await.unwrap();
+        server.psql("counted", "SELECT pg_stat_statements_reset()");
+        let lock = quiet.try_lock(&batch(10), &holder("quiet"), Duration::ZERO).await.unwrap().unwrap();
+        lock.release().await.unwrap();
+        let many = quiet.try_lock_many(&[batch(11), batch(12)], &holder("quiet")).await.unwrap();
+        quiet.release_many(many.into_iter().flatten().collect()).await.unwrap();
+        // Two leases: six periods of every worker's watch.
+        tokio::time::sleep(LEASE * 2).await;
+        // None busy: no lock's holder read (`try_lock_many`'s statement reads the worker row
+        // of a busy path's holder only), and no watch.
+        assert_eq!(
+            statements_like(&server, "counted", "autocomp_lock_workers", &[TAKE_MANY]),
+            (0, 0),
+            "a worker that met no busy lock read another worker's row"
+        );
+        assert_eq!(statements_like(&server, "counted", TAKE_MANY, &[]), (1, 2), "one statement, two paths");
+
+        // Busy: its holder (only it, one row a look) is watched until it lets the lock go.
+        assert!(quiet.try_lock(&batch(0), &holder("quiet"), Duration::ZERO).await.unwrap().is_none());
+        let watching = Instant::now() + LEASE * 5;
+        while statements_like(&server, "counted", WATCH, &[]).0 < 2 {
+            assert!(Instant::now() < watching, "the holder of a busy lock is not watched");
+            tokio::time::sleep(LEASE / 10).await;
+        }
+        let (calls, rows) = statements_like(&server, "counted", WATCH, &[]);
+        assert_eq!(rows, calls, "each look read one worker's row, the holder's: {calls} looks, {rows} rows");
+        let (_, lock) = others.remove(0);
+        lock.release().await.unwrap();
+        let settled =
+            tokio::task::block_in_place(|| watch_calls_once_quiet(&server, "counted", Instant::now() + LEASE * 10));
+        assert!(settled.is_some(), "the holder is still watched after it let the lock go");
+
+        // Many paths, some busy: one statement takes the free ones, one releases them.
+        server.psql("counted", "SELECT pg_stat_statements_reset()");
+        let paths: Vec<LockPath> = (0..20).map(batch).collect();
+        let answers = quiet.try_lock_many(&paths, &holder("quiet")).await.unwrap();
+        let taken: Vec<bool> = answers.iter().map(Option::is_some).collect();
+        let expected: Vec<bool> = (0..20).map(|n| n == 0 || n > 2).collect();
+        assert_eq!(taken, expected, "the free paths taken, the busy ones not");
+        // Meeting busy paths, it may watch their holders meanwhile: those looks aside.
+        let sent = || statements_like(&server, "counted", "", &[WATCH]).0;
+        assert_eq!(sent(), 1, "18 locks taken (and 2 busy ones' holders read) in one statement");
+        quiet.release_many(answers.into_iter().flatten().collect()).await.unwrap();
+        assert_eq!(sent(), 2, "and released in one");
+        assert_eq!(quiet.held().await.unwrap().len(), 2, "only the others' locks are left");
+        for (service, lock) in others {
+            lock.release().await.unwrap();
+            service.close().await;
+        }
+        quiet.close().await;
     });
 }
 

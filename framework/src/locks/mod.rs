@@ -28,8 +28,8 @@
 //! - a dead holder's locks: flock frees them when the process is gone; ZooKeeper when the
 //!   server expires its session, a session timeout later; PostgreSQL when another lock
 //!   service has seen the holder's lease unrenewed for its whole length (on its own clock)
-//!   and takes it over: on its next look after that (`try_lock` on a held path, `held`, or
-//!   its watch every third of its own lease);
+//!   and takes it over: on its next look after that (`try_lock` on a held path, `held`, or,
+//!   for the holders of locks it found busy, its watch every third of its own lease);
 //! - [`LockService::close`]: ZooKeeper and PostgreSQL delete every lock still held and end
 //!   the session (every [`Lock`] then says it is not held, and nothing works afterwards);
 //!   local has no session and does nothing: its locks go with their [`Lock`]s or the process;
@@ -189,7 +189,7 @@ pub trait LockService: Send + Sync {
     /// is not a lock at all is `LockError::Foreign` for the whole call, nothing taken: the
     /// caller drops it and asks again for the others. Any other error leaves nothing taken.
     /// The default takes them one by one; ZooKeeper creates the free ones in one `multi`
-    /// (one write, however many paths).
+    /// (one write, however many paths), PostgreSQL in one statement.
     async fn try_lock_many(
         &self,
         paths: &[LockPath],
@@ -212,7 +212,8 @@ pub trait LockService: Send + Sync {
     /// Releases every lock of `locks` (taken from this service) together, each freed when
     /// this returns, as [`Lock::release`] frees one; the first error if any failed (the others
     /// are still released). The default releases them side by side; ZooKeeper deletes them in
-    /// one `multi` (one write), releases that other tasks ask for meanwhile joining the next.
+    /// one `multi` (one write), releases that other tasks ask for meanwhile joining the next;
+    /// PostgreSQL in one statement.
     async fn release_many(&self, locks: Vec<Box<dyn Lock>>) -> Result<(), LockError> {
         let released = futures_util::future::join_all(locks.into_iter().map(|lock| lock.release())).await;
         released.into_iter().collect()

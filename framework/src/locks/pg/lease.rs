@@ -165,11 +165,14 @@ impl Lease {
     }
 }
 
-/// Other workers' beats as this process saw them: each with the moment the read that first
-/// showed it was answered.
+/// Other workers' beats as this process saw them, each with the moment the read that first
+/// showed it was answered; and the workers it watches: the holders of the locks it found busy
+/// (and wants), each until it holds none of them.
 #[derive(Default)]
 pub struct Observations {
     seen: HashMap<String, (i64, Instant)>,
+    /// Each busy path we want, with the worker found holding it.
+    wanted: HashMap<String, String>,
 }
 
 impl Observations {
@@ -189,10 +192,52 @@ impl Observations {
         }
     }
 
-    /// Forgets the workers no longer listed (closed or taken over).
+    /// We want `path`, found held by `worker`: watched while it holds it.
+    pub fn wants(&mut self, path: &str, worker: &str) {
+        if self.wanted.get(path).is_none_or(|holder| holder != worker) {
+            self.wanted.insert(path.to_owned(), worker.to_owned());
+        }
+    }
+
+    /// `path` is no other worker's to watch for us any more (we took it, or hold it).
+    pub fn unwant(&mut self, path: &str) {
+        self.wanted.remove(path);
+    }
+
+    /// The workers we watch, and every path we want of them.
+    pub fn watched(&self) -> (Vec<String>, Vec<String>) {
+        let workers: std::collections::BTreeSet<&String> = self.wanted.values().collect();
+        (workers.into_iter().cloned().collect(), self.wanted.keys().cloned().collect())
+    }
+
+    /// A watch asked whether `worker` still holds `asked` (the paths we wanted of it then) and
+    /// it holds `held` of them (`None`: its row is gone): those it let go are no longer wanted
+    /// of it, and a worker holding none we want is forgotten. `true` if it is still watched.
+    pub fn settle(&mut self, worker: &str, asked: &[String], held: Option<&[String]>) -> bool {
+        for path in asked {
+            let let_go = held.is_none_or(|held| !held.contains(path));
+            if let_go && self.wanted.get(path).is_some_and(|holder| holder == worker) {
+                self.wanted.remove(path);
+            }
+        }
+        let watched = self.wanted.values().any(|holder| holder == worker);
+        if !watched {
+            self.seen.remove(worker);
+        }
+        watched
+    }
+
+    /// `worker` is gone (taken over): nothing of it is watched or remembered.
+    pub fn forget(&mut self, worker: &str) {
+        self.seen.remove(worker);
+        self.wanted.retain(|_, holder| holder != worker);
+    }
+
+    /// Forgets the beats of the workers neither listed nor watched.
     pub fn keep_only<'a>(&mut self, listed: impl IntoIterator<Item = &'a str>) {
-        let listed: std::collections::HashSet<&str> = listed.into_iter().collect();
-        self.seen.retain(|worker, _| listed.contains(worker.as_str()));
+        let mut kept: std::collections::HashSet<&str> = listed.into_iter().collect();
+        kept.extend(self.wanted.values().map(String::as_str));
+        self.seen.retain(|worker, _| kept.contains(worker.as_str()));
     }
 }
 
@@ -224,6 +269,36 @@ mod tests {
         assert_eq!(seen.saw("w2", 8, later), later, "another worker has its own count");
         seen.keep_only(["w2"]);
         assert_eq!(seen.saw("w1", 8, later + Duration::from_secs(1)), later + Duration::from_secs(1), "forgotten");
+    }
+
+    #[test]
+    fn a_worker_is_watched_while_it_holds_a_path_we_want_and_forgotten_after() {
+        let mut seen = Observations::default();
+        assert_eq!(seen.watched(), (vec![], vec![]), "nothing met busy: nobody watched");
+        let t0 = Instant::now();
+        seen.saw("w1", 3, t0);
+        seen.wants("batch/a", "w1");
+        seen.wants("batch/b", "w1");
+        let (workers, mut paths) = seen.watched();
+        paths.sort();
+        assert_eq!((workers, paths.clone()), (vec!["w1".to_owned()], vec!["batch/a".to_owned(), "batch/b".to_owned()]));
+        // Met busy meanwhile: wanted of it even though the watch did not ask.
+        seen.wants("batch/c", "w1");
+        assert!(seen.settle("w1", &paths, Some(&["batch/b".to_owned()])), "still holds one we want");
+        assert!(seen.settle("w1", &["batch/b".to_owned()], Some(&[])), "batch/c is still wanted of it");
+        seen.unwant("batch/c");
+        assert!(!seen.settle("w1", &[], Some(&[])), "holds nothing we want");
+        assert_eq!(seen.watched(), (vec![], vec![]));
+        assert_eq!(seen.saw("w1", 3, t0 + Duration::from_secs(1)), t0 + Duration::from_secs(1), "its beat forgotten");
+
+        // A path moves to another holder; a worker whose row is gone is forgotten.
+        seen.wants("poll/p", "w1");
+        seen.wants("poll/p", "w2");
+        assert_eq!(seen.watched().0, vec!["w2".to_owned()]);
+        assert!(!seen.settle("w2", &["poll/p".to_owned()], None));
+        seen.wants("poll/q", "w3");
+        seen.forget("w3");
+        assert_eq!(seen.watched(), (vec![], vec![]));
     }
 
     #[tokio::test]

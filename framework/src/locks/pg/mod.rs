@@ -11,7 +11,14 @@
 //! monotonic clock, is taken over by deleting its row if the beat is still that value, which
 //! deletes every lock it held (foreign key, `ON DELETE CASCADE`). Waiting polls until the
 //! deadline. Release deletes the row of that very claim. `close` deletes our worker row and so
-//! every lock still held.
+//! every lock still held. `try_lock_many` and `release_many` are one statement each, however
+//! many paths (`many`).
+//!
+//! A service watches only the workers whose locks it found busy: every third of its lease it
+//! reads just their rows, with which of the paths it wants each still holds, and forgets a
+//! worker once it holds none of them. A service that met no busy lock reads no other worker's
+//! row, so the cost of watching grows with contention, not with the number of workers.
+//! `held` (what `autocomp locks` shows) looks at the beats of every holder it lists.
 //!
 //! Liveness never uses the database's clock (see `lease` for the rule and why it is safe):
 //! with no successful renewal for 0.3 of its lease a holder is `Suspended`, at 0.5 `Lost`;
@@ -23,11 +30,13 @@
 //! operations.
 //!
 //! The rooms, each using only the ones before it: `url` (the URL and `lease=`), `sql` (the
-//! tables and statements), `lease` (the lease rule on our clock), `shared` (the pools, the
-//! statements as sent, renewing and watching the others), `tables` (made on first use, and
-//! what the doctor says). This file holds the lock service itself.
+//! tables and statements), `lease` (the lease rule on our clock, and whom we watch), `shared`
+//! (the pools, the statements as sent, renewing and watching the others), `many` (many locks
+//! in one statement), `tables` (made on first use, and what the doctor says). This file holds
+//! the lock service itself.
 
 mod lease;
+mod many;
 mod shared;
 mod sql;
 mod tables;
@@ -38,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -46,7 +56,7 @@ use tracing::{info, warn};
 
 use super::{HeldLock, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState};
 use lease::{LOST_GRACE_SHARE, Lease};
-use shared::Shared;
+use shared::{HolderRow, Met, Shared, foreign_reason};
 pub use url::{DEFAULT_LEASE, PgLocksUrl};
 
 /// The first pause of a waiting `try_lock`, doubled up to `MAX_WAIT_PAUSE`.
@@ -142,34 +152,27 @@ impl PgLocks {
             (&record as _, Type::TEXT),
         ];
         if !shared.run("take a lock", sql::TAKE, &take).await?.is_empty() {
+            shared.took(relative);
             return Ok(TryOutcome::Taken);
         }
         let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
         let answered = Instant::now();
         let Some(row) = rows.first() else { return Ok(TryOutcome::ReleasedMeanwhile) };
-        let (worker, row_claim, holder): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
-        let (beat, lease_ms): (Option<i64>, Option<i64>) = (row.get(3), row.get(4));
-        if worker == *me {
-            return Ok(if row_claim == claim { TryOutcome::Taken } else { TryOutcome::Busy });
-        }
-        let foreign = match (foreign_reason(&holder), beat) {
-            (Some(reason), _) => Some(reason),
-            (None, None) => Some(format!("names worker {worker}, which has no row in autocomp_lock_workers")),
-            (None, Some(_)) => None,
+        let row = HolderRow {
+            worker: row.get(0),
+            claim: row.get(1),
+            holder: row.get(2),
+            beat: row.get(3),
+            lease_ms: row.get(4),
         };
-        if let Some(reason) = foreign {
-            return Err(LockError::Foreign {
-                path: relative.to_owned(),
-                reason: format!("its row in autocomp_locks {reason}"),
-            });
+        match shared.meet_holder(relative, claim, row, answered)? {
+            Met::Ours => Ok(TryOutcome::Taken),
+            Met::Busy => Ok(TryOutcome::Busy),
+            Met::Stalled { worker, beat, lease } if shared.take_over(&worker, beat, lease).await? => {
+                Ok(TryOutcome::ReleasedMeanwhile)
+            }
+            Met::Stalled { .. } => Ok(TryOutcome::Busy),
         }
-        let (beat, lease) =
-            (beat.unwrap_or_default(), Duration::from_millis(lease_ms.unwrap_or_default().max(0) as u64));
-        let since = shared.observations.lock().expect("never poisoned").saw(&worker, beat, answered);
-        if since.elapsed() >= lease && shared.take_over(&worker, beat, lease).await? {
-            return Ok(TryOutcome::ReleasedMeanwhile);
-        }
-        Ok(TryOutcome::Busy)
     }
 
     /// Stops renewing and watching the others; with `lease_watch_too` (closing) also the
@@ -198,14 +201,6 @@ impl Drop for PgLocks {
     }
 }
 
-/// Why a stored holder is not one a lock service wrote, if it is not.
-fn foreign_reason(holder: &str) -> Option<String> {
-    match serde_json::from_str::<LockHolder>(holder) {
-        Ok(_) => None,
-        Err(e) => Some(format!("holds no holder record autocomp writes ({e})")),
-    }
-}
-
 /// Unique among every worker there ever was: the pid, the time and a random number.
 fn new_worker_id() -> String {
     use std::hash::BuildHasher;
@@ -225,7 +220,7 @@ impl LockService for PgLocks {
     ) -> Result<Option<Box<dyn Lock>>, LockError> {
         let deadline = Instant::now() + wait;
         let relative = path.relative();
-        let record = serde_json::to_string(holder).expect("holders serialize");
+        let record = holder.record();
         let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
         let mut pause = FIRST_WAIT_PAUSE;
         loop {
@@ -249,17 +244,67 @@ impl LockService for PgLocks {
         }
     }
 
+    /// Many paths in one statement (and one more only for a path freed meanwhile: released,
+    /// or its holder taken over now).
+    async fn try_lock_many(
+        &self,
+        paths: &[LockPath],
+        holder: &LockHolder,
+    ) -> Result<Vec<Option<Box<dyn Lock>>>, LockError> {
+        self.shared.usable()?;
+        let relative: Vec<String> = paths.iter().map(LockPath::relative).collect();
+        let record = holder.record();
+        let count = i64::try_from(paths.len()).expect("fewer paths than i64::MAX");
+        let first_claim = self.next_claim.fetch_add(count, Ordering::Relaxed);
+        let taken = self.shared.take_many(&relative, first_claim, &record).await?;
+        let answers = paths.iter().zip(relative).zip(taken).enumerate().map(|(i, ((path, relative), taken))| {
+            taken.then(|| {
+                let (shared, claim) = (Arc::clone(&self.shared), first_claim + i as i64);
+                Box::new(PgLock { path: path.clone(), relative, claim, shared }) as Box<dyn Lock>
+            })
+        });
+        Ok(answers.collect())
+    }
+
+    /// This service's own locks in one statement; any other lock by its own `release`.
+    async fn release_many(&self, locks: Vec<Box<dyn Lock>>) -> Result<(), LockError> {
+        let shared = &self.shared;
+        let (ours, others): (Vec<_>, Vec<_>) =
+            locks.into_iter().partition(|lock| pg_lock(lock.as_ref()).is_some_and(|l| Arc::ptr_eq(&l.shared, shared)));
+        let claims: Vec<(String, i64)> =
+            ours.iter().filter_map(|lock| pg_lock(lock.as_ref())).map(|l| (l.relative.clone(), l.claim)).collect();
+        let (released, others) =
+            tokio::join!(shared.release_claims(&claims), join_all(others.into_iter().map(|lock| lock.release())));
+        released.and(others.into_iter().collect())
+    }
+
     async fn held(&self) -> Result<Vec<HeldLock>, LockError> {
         let shared = &self.shared;
         shared.usable()?;
-        // A look at who holds what is also a look at whose lease ran out.
-        shared.take_over_stalled().await?;
         let rows = shared.run("list the locks", sql::HELD, &[]).await?;
+        // A look at who holds what is also a look at whose lease ran out.
+        let me = &shared.lease.worker;
+        let mut holders: Vec<(String, i64, Duration)> = rows
+            .iter()
+            .filter_map(|row| {
+                let (worker, beat, lease_ms): (String, Option<i64>, Option<i64>) = (row.get(2), row.get(3), row.get(4));
+                let lease = Duration::from_millis(lease_ms?.max(0) as u64);
+                (worker != *me).then_some((worker, beat?, lease))
+            })
+            .collect();
+        holders.sort();
+        holders.dedup();
+        let taken_over = shared.observe_holders(holders).await?;
         let mut held: Vec<HeldLock> = rows
             .iter()
+            .filter(|row| !taken_over.contains(&row.get::<_, String>(2)))
             .map(|row| {
                 let (path, holder): (String, String) = (row.get(0), row.get(1));
-                HeldLock { path, holder: serde_json::from_str(&holder).ok(), foreign: foreign_reason(&holder) }
+                HeldLock {
+                    path,
+                    holder: LockHolder::from_record(holder.as_bytes()).ok(),
+                    foreign: foreign_reason(&holder),
+                }
             })
             .collect();
         held.sort_by(|a, b| a.path.cmp(&b.path));
@@ -337,4 +382,13 @@ impl Lock for PgLock {
             Err(e) => Err(e),
         }
     }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+/// The lock as one of PostgreSQL's, if it is one.
+fn pg_lock(lock: &dyn Lock) -> Option<&PgLock> {
+    lock.as_any().and_then(|any| any.downcast_ref::<PgLock>())
 }

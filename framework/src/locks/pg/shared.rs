@@ -1,7 +1,7 @@
 //! What a PostgreSQL lock service and its locks share: the connection pools, the lease, and
 //! the statements as sent (each one statement, its own transaction, retried through
-//! connection trouble while the lease lasts), including the renewal and the watch for
-//! workers that stopped renewing.
+//! connection trouble while the lease lasts), including the renewal and the watch of the
+//! workers holding locks we found busy, for those that stopped renewing.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +31,36 @@ pub struct Shared {
     pub user: String,
     pub observations: Mutex<Observations>,
     pub closed: AtomicBool,
+}
+
+/// A lock row as read with its worker's row (`HOLDER_OF`, `TAKE_MANY`).
+pub struct HolderRow {
+    pub worker: String,
+    pub claim: i64,
+    /// The holder's record as stored.
+    pub holder: String,
+    /// The worker's beat and lease; `None` if its row is gone (only if someone dropped the
+    /// foreign key).
+    pub beat: Option<i64>,
+    pub lease_ms: Option<i64>,
+}
+
+/// What a busy path's row says, as [`Shared::meet_holder`] judged it.
+pub enum Met {
+    /// Ours, of this very claim: taken by an earlier send whose answer was lost.
+    Ours,
+    /// Held by someone else (another task of ours included).
+    Busy,
+    /// Held by a worker whose beat we have seen unchanged for its whole lease.
+    Stalled { worker: String, beat: i64, lease: Duration },
+}
+
+/// Why a stored holder is not one a lock service wrote, if it is not.
+pub fn foreign_reason(holder: &str) -> Option<String> {
+    match crate::locks::LockHolder::from_record(holder.as_bytes()) {
+        Ok(_) => None,
+        Err(e) => Some(format!("holds no holder record autocomp writes ({e})")),
+    }
 }
 
 /// Why one try of a statement failed.
@@ -150,7 +180,8 @@ impl Shared {
         }
     }
 
-    /// Watches the other workers every third of our lease, taking over those seen stalled.
+    /// Every third of our lease, reads the beats of the workers we watch (the holders of
+    /// locks we found busy), taking over those seen stalled; watching nobody, it sends nothing.
     pub async fn watch_others(&self) {
         let every = self.lease.ttl / 3;
         loop {
@@ -158,35 +189,113 @@ impl Shared {
             if self.lease.is_lost() || self.closed.load(Ordering::Relaxed) {
                 return;
             }
-            if let Err(e) = self.take_over_stalled().await {
+            if let Err(e) = self.watch_once().await {
                 debug!("watching the other lock workers failed: {e}");
             }
         }
     }
 
-    /// Reads every worker's beat and takes over each whose beat we have seen unchanged for its
-    /// whole lease.
-    pub async fn take_over_stalled(&self) -> Result<(), LockError> {
-        let rows = self.run("read the workers", sql::WORKERS, &[]).await?;
+    /// Reads the rows of the workers we watch, and which of the paths we want each still
+    /// holds: one that holds none of them any more (or whose row is gone) is forgotten, one
+    /// whose beat we have seen unchanged for its whole lease is taken over.
+    pub async fn watch_once(&self) -> Result<(), LockError> {
+        let (workers, paths) = self.observations.lock().expect("never poisoned").watched();
+        if workers.is_empty() {
+            return Ok(());
+        }
+        let asked = [(&workers as _, Type::TEXT_ARRAY), (&paths as _, Type::TEXT_ARRAY)];
+        let rows = self.run("read the watched lock workers", sql::WATCHED, &asked).await?;
         let answered = Instant::now();
-        let workers: Vec<(String, i64, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
         let stalled: Vec<(String, i64, Duration)> = {
             let mut seen = self.observations.lock().expect("never poisoned");
-            seen.keep_only(workers.iter().map(|(id, _, _)| id.as_str()));
-            workers
-                .into_iter()
-                .filter(|(id, _, _)| *id != self.lease.worker)
-                .filter_map(|(id, beat, lease_ms)| {
-                    let lease = Duration::from_millis(lease_ms.max(0) as u64);
-                    let since = seen.saw(&id, beat, answered);
-                    (since.elapsed() >= lease).then_some((id, beat, lease))
-                })
-                .collect()
+            let mut listed = std::collections::HashSet::new();
+            let mut stalled = Vec::new();
+            for row in &rows {
+                let (id, beat, lease_ms, held): (String, i64, i64, Vec<String>) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
+                listed.insert(id.clone());
+                if !seen.settle(&id, &paths, Some(&held)) {
+                    continue;
+                }
+                let lease = Duration::from_millis(lease_ms.max(0) as u64);
+                if seen.saw(&id, beat, answered).elapsed() >= lease {
+                    stalled.push((id, beat, lease));
+                }
+            }
+            // Gone: closed, or taken over by someone else.
+            for gone in workers.iter().filter(|w| !listed.contains(*w)) {
+                seen.settle(gone, &paths, None);
+            }
+            stalled
         };
-        for (worker, beat, lease) in stalled {
-            self.take_over(&worker, beat, lease).await?;
-        }
+        self.take_over_all(stalled).await?;
         Ok(())
+    }
+
+    /// The holders `held` listed (`(worker, beat, lease)`, ours left out): their beats are
+    /// observed (a look at who holds what is also a look at whose lease ran out) and each
+    /// seen unchanged for its whole lease is taken over. The workers taken over.
+    pub async fn observe_holders(
+        &self,
+        holders: Vec<(String, i64, Duration)>,
+    ) -> Result<std::collections::HashSet<String>, LockError> {
+        let answered = Instant::now();
+        let stalled = {
+            let mut seen = self.observations.lock().expect("never poisoned");
+            seen.keep_only(holders.iter().map(|(id, _, _)| id.as_str()));
+            holders.into_iter().filter(|(id, beat, lease)| seen.saw(id, *beat, answered).elapsed() >= *lease).collect()
+        };
+        self.take_over_all(stalled).await
+    }
+
+    /// Takes over each of `stalled`; those it did.
+    async fn take_over_all(
+        &self,
+        stalled: Vec<(String, i64, Duration)>,
+    ) -> Result<std::collections::HashSet<String>, LockError> {
+        let mut taken = std::collections::HashSet::new();
+        for (worker, beat, lease) in stalled {
+            if self.take_over(&worker, beat, lease).await? {
+                taken.insert(worker);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// What the row of a path we did not take says (read with the holder's beat, at
+    /// `answered`): ours (this claim's, an earlier send of it), busy, or its holder stalled
+    /// (seen with that beat for a full lease). A busy path's holder is watched from now on,
+    /// until it lets the path go; a row no lock service wrote is `Foreign`.
+    pub fn meet_holder(&self, path: &str, claim: i64, row: HolderRow, answered: Instant) -> Result<Met, LockError> {
+        let HolderRow { worker, claim: row_claim, holder, beat, lease_ms } = row;
+        let mut seen = self.observations.lock().expect("never poisoned");
+        if worker == self.lease.worker {
+            seen.unwant(path);
+            return Ok(if row_claim == claim { Met::Ours } else { Met::Busy });
+        }
+        let foreign = match (foreign_reason(&holder), beat) {
+            (Some(reason), _) => Some(reason),
+            (None, None) => Some(format!("names worker {worker}, which has no row in autocomp_lock_workers")),
+            (None, Some(_)) => None,
+        };
+        if let Some(reason) = foreign {
+            return Err(LockError::Foreign {
+                path: path.to_owned(),
+                reason: format!("its row in autocomp_locks {reason}"),
+            });
+        }
+        let (beat, lease) =
+            (beat.unwrap_or_default(), Duration::from_millis(lease_ms.unwrap_or_default().max(0) as u64));
+        seen.wants(path, &worker);
+        if seen.saw(&worker, beat, answered).elapsed() >= lease {
+            return Ok(Met::Stalled { worker, beat, lease });
+        }
+        Ok(Met::Busy)
+    }
+
+    /// `path` is ours now: no other worker is watched for it.
+    pub fn took(&self, path: &str) {
+        self.observations.lock().expect("never poisoned").unwant(path);
     }
 
     /// Takes `worker`'s locks if it still has `beat`, which we saw for at least `lease`: its
@@ -198,6 +307,7 @@ impl Shared {
         if rows.is_empty() {
             return Ok(false); // it renewed, or someone else took it over first
         }
+        self.observations.lock().expect("never poisoned").forget(worker);
         warn!(
             taken_over = worker,
             by = %self.lease.worker,

@@ -54,8 +54,12 @@ pub const REGISTER: &str = "INSERT INTO autocomp_lock_workers (id, beat, lease_m
 /// $1 id: one renewal. No row: the worker was taken over (or deleted by hand).
 pub const RENEW: &str = "UPDATE autocomp_lock_workers SET beat = beat + 1 WHERE id = $1 RETURNING beat";
 
-/// Every worker's beat and lease, for watching who stopped renewing.
-pub const WORKERS: &str = "SELECT id, beat, lease_ms FROM autocomp_lock_workers";
+/// $1 worker ids, $2 paths: the beat and lease of each of the workers a service watches (the
+/// holders of locks it found busy), with those of `$2` each still holds. Only these rows are
+/// read: a service that met no busy lock sends nothing.
+pub const WATCHED: &str = "SELECT w.id, w.beat, w.lease_ms, ARRAY(SELECT l.path FROM autocomp_locks l \
+                           WHERE l.worker_id = w.id AND l.path = ANY($2::text[])) \
+                           FROM autocomp_lock_workers w WHERE w.id = ANY($1::text[])";
 
 /// $1 id, $2 beat: the takeover of a worker whose beat the taker saw unchanged for a lease;
 /// it happens only if the beat is still that value, and takes every lock of the worker.
@@ -70,11 +74,32 @@ pub const TAKE: &str = "INSERT INTO autocomp_locks (path, worker_id, claim, hold
 pub const HOLDER_OF: &str = "SELECT l.worker_id, l.claim, l.holder, w.beat, w.lease_ms FROM autocomp_locks l \
                              LEFT JOIN autocomp_lock_workers w ON w.id = l.worker_id WHERE l.path = $1";
 
+/// $1 paths, $2 their claims, $3 worker, $4 holder: takes each free path in one statement (in
+/// path order, so two takers of overlapping sets never wait on each other in a cycle). One row
+/// per path asked, in the order asked: whether this statement took it, else who holds it (as
+/// `HOLDER_OF` reads it; nothing when it was taken by a transaction this statement's snapshot
+/// does not show: busy, or free again by now). A path held by `$3` with its claim was taken by
+/// an earlier send of this very statement, whose answer was lost.
+pub const TAKE_MANY: &str = "WITH asked AS (SELECT * FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY \
+                             AS a(path, claim, n)), \
+                             taken AS (INSERT INTO autocomp_locks (path, worker_id, claim, holder) \
+                             SELECT path, $3, claim, $4 FROM asked ORDER BY path \
+                             ON CONFLICT (path) DO NOTHING RETURNING path, claim) \
+                             SELECT t.claim IS NOT NULL, l.worker_id, l.claim, l.holder, w.beat, w.lease_ms \
+                             FROM asked a LEFT JOIN taken t ON t.path = a.path AND t.claim = a.claim \
+                             LEFT JOIN autocomp_locks l ON t.path IS NULL AND l.path = a.path \
+                             LEFT JOIN autocomp_lock_workers w ON w.id = l.worker_id ORDER BY a.n";
+
 /// $1 path, $2 worker, $3 claim: the very lock one `try_lock` took.
 pub const STILL_HELD: &str = "SELECT 1 FROM autocomp_locks WHERE path = $1 AND worker_id = $2 AND claim = $3";
 
 /// $1 path, $2 worker, $3 claim: releases only the very lock one `try_lock` took.
 pub const RELEASE: &str = "DELETE FROM autocomp_locks WHERE path = $1 AND worker_id = $2 AND claim = $3";
+
+/// $1 paths, $2 their claims, $3 worker: releases, in one statement, only the very locks
+/// these claims took.
+pub const RELEASE_MANY: &str = "DELETE FROM autocomp_locks WHERE worker_id = $3 AND (path, claim) IN \
+                                (SELECT * FROM unnest($1::text[], $2::bigint[]))";
 
 /// How many workers and locks there are, for `autocomp doctor`.
 pub const COUNTS: &str = "SELECT (SELECT count(*) FROM autocomp_lock_workers), (SELECT count(*) FROM autocomp_locks)";
@@ -83,8 +108,10 @@ pub const COUNTS: &str = "SELECT (SELECT count(*) FROM autocomp_lock_workers), (
 /// durable when acknowledged only with `on`, `remote_write` or `remote_apply`.
 pub const SYNCHRONOUS_COMMIT: &str = "SELECT current_setting('synchronous_commit')";
 
-/// Every held path with its stored holder.
-pub const HELD: &str = "SELECT path, holder FROM autocomp_locks";
+/// Every held path with its stored holder, its worker, and that worker's beat and lease (none:
+/// the worker row is gone, only if someone dropped the foreign key).
+pub const HELD: &str = "SELECT l.path, l.holder, l.worker_id, w.beat, w.lease_ms FROM autocomp_locks l \
+                        LEFT JOIN autocomp_lock_workers w ON w.id = l.worker_id";
 
 /// $1 id: the worker's end at close, its locks with it.
 pub const CLOSE: &str = "DELETE FROM autocomp_lock_workers WHERE id = $1";
@@ -100,12 +127,14 @@ mod tests {
         TABLES_EXIST,
         REGISTER,
         RENEW,
-        WORKERS,
+        WATCHED,
         TAKE_OVER,
         TAKE,
+        TAKE_MANY,
         HOLDER_OF,
         STILL_HELD,
         RELEASE,
+        RELEASE_MANY,
         HELD,
         CLOSE,
         COUNTS,
