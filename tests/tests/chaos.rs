@@ -89,17 +89,81 @@ impl Running {
     }
 }
 
-/// Stops the drivers and kills the passes they run when dropped (a failed test unwinding).
-struct StopDrivers(Arc<AtomicBool>, Vec<Arc<Running>>);
+/// A driver (`drive`) on each worker host, with the pass each runs now for the faults that
+/// strike passes.
+struct Drivers {
+    stop: Arc<AtomicBool>,
+    runnings: Vec<Arc<Running>>,
+    threads: Vec<std::thread::JoinHandle<BTreeMap<i32, u32>>>,
+}
 
-impl Drop for StopDrivers {
+impl Drivers {
+    fn start(network: &Network, pipeline: &Arc<Pipeline>, watch: bool) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
+        let threads = WORKERS
+            .iter()
+            .zip(&runnings)
+            .map(|(name, running)| {
+                let (host, pipeline) = (network.host(name).clone(), Arc::clone(pipeline));
+                let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
+                std::thread::spawn(move || drive(host, pipeline, running, stop, watch))
+            })
+            .collect();
+        Self { stop, runnings, threads }
+    }
+
+    /// The pass running on a worker host picked by `rng`.
+    fn any(&self, rng: &mut Rng) -> &Running {
+        &self.runnings[rng.below(WORKERS.len() as u64) as usize]
+    }
+
+    /// Stops the drivers and waits for them: how their passes ended, by exit code.
+    fn stop(mut self) -> BTreeMap<i32, u32> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut exits: BTreeMap<i32, u32> = BTreeMap::new();
+        for thread in std::mem::take(&mut self.threads) {
+            for (code, n) in thread.join().expect("a driver") {
+                *exits.entry(code).or_default() += n;
+            }
+        }
+        exits
+    }
+}
+
+/// Should the test fail midway (unwinding), the drivers stop and their passes die before the
+/// hosts go.
+impl Drop for Drivers {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-        for running in &self.1 {
+        self.stop.store(true, Ordering::Relaxed);
+        for running in &self.runnings {
             running.signal(libc::SIGCONT);
             running.signal(libc::SIGKILL);
         }
     }
+}
+
+/// The fault: a worker host picked by `rng` is partitioned past `bound` (the lock session or
+/// lease: its locks go) and healed.
+fn partition_a_worker(network: &Network, rng: &mut Rng, bound: Duration) {
+    let worker = WORKERS[rng.below(WORKERS.len() as u64) as usize];
+    network.partition(worker);
+    hold(bound + rng.millis(500, 3_000));
+    network.heal(worker);
+}
+
+/// How many of `ids` have their result recorded.
+fn count_done(pipeline: &Pipeline, ids: &[autocomp_model::BatchId]) -> usize {
+    ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count()
+}
+
+/// How many faults of each kind struck.
+fn by_kind(injected: &[(Fault, i64)]) -> BTreeMap<String, u32> {
+    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
+    for (fault, _) in injected {
+        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
+    }
+    by_kind
 }
 
 /// Runs a pass after another on `host` (every 200 ms at most, as a busy cron), until
@@ -279,29 +343,16 @@ fn chaos(network: Network) {
         pipeline.path("ledger.txt").display()
     ));
     let ids = pipeline.register(batches);
-    let count_done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
     // Counting reads every batch: at most once a second.
     let mut counted = (Instant::now(), 0);
     let mut done = |pipeline: &Pipeline| {
         if counted.0 <= Instant::now() {
-            counted = (Instant::now() + Duration::from_secs(1), count_done(pipeline));
+            counted = (Instant::now() + Duration::from_secs(1), count_done(pipeline, &ids));
         }
         counted.1
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
-    // Should the test fail midway, the drivers stop and their passes die before the hosts go.
-    let _stop_on_failure = StopDrivers(Arc::clone(&stop), runnings.clone());
-    let drivers: Vec<_> = WORKERS
-        .iter()
-        .zip(&runnings)
-        .map(|(name, running)| {
-            let (host, pipeline) = (network.host(name).clone(), Arc::clone(&pipeline));
-            let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
-            std::thread::spawn(move || drive(host, pipeline, running, stop, false))
-        })
-        .collect();
+    let drivers = Drivers::start(&network, &pipeline, false);
 
     // Faults until every batch is done (or the limit): one at a time, 1-4 s apart.
     let started = Instant::now();
@@ -316,12 +367,7 @@ fn chaos(network: Network) {
         let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
         let at = now_ms();
         match fault {
-            Fault::PartitionWorker => {
-                let worker = WORKERS[rng.below(2) as usize];
-                network.partition(worker);
-                hold(SESSION_TIMEOUT + rng.millis(500, 3_000));
-                network.heal(worker);
-            }
+            Fault::PartitionWorker => partition_a_worker(&network, &mut rng, SESSION_TIMEOUT),
             Fault::KillZkLeader => {
                 let leader = zk.leader();
                 zk.kill(leader);
@@ -344,12 +390,12 @@ fn chaos(network: Network) {
                 index.restart();
             }
             Fault::KillPass => {
-                if !runnings[rng.below(2) as usize].signal(libc::SIGKILL) {
+                if !drivers.any(&mut rng).signal(libc::SIGKILL) {
                     continue; // no pass running on that host just then: no fault
                 }
             }
             Fault::StopPass => {
-                let running = &runnings[rng.below(2) as usize];
+                let running = drivers.any(&mut rng);
                 if !running.signal(libc::SIGSTOP) {
                     continue;
                 }
@@ -362,15 +408,9 @@ fn chaos(network: Network) {
         injected.push((fault, at));
     }
     let elapsed = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let mut exits: BTreeMap<i32, u32> = BTreeMap::new();
-    for driver in drivers {
-        for (code, n) in driver.join().expect("a driver") {
-            *exits.entry(code).or_default() += n;
-        }
-    }
+    let exits = drivers.stop();
     assert_eq!(
-        count_done(&pipeline),
+        count_done(&pipeline, &ids),
         batches,
         "not every batch finished within {limit:?} (seed {seed}); faults: {injected:?}\n{}\n{}",
         store.logs(),
@@ -381,10 +421,7 @@ fn chaos(network: Network) {
     // How long the pipeline stood still after each fault: until the next result recorded.
     let stall = |at: i64| successes.iter().find(|t| **t > at).map(|t| Duration::from_millis((t - at) as u64));
     let longest = injected.iter().filter_map(|(fault, at)| Some((stall(*at)?, *fault))).max();
-    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
-    for (fault, _) in &injected {
-        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
-    }
+    let by_kind = by_kind(&injected);
     let interrupted = ledger - batches;
     eprintln!(
         "chaos figures (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; passes by exit code \
@@ -435,39 +472,22 @@ fn chaos_on_postgres_locks(network: Network) {
     ));
     let ids = pipeline.register(batches);
     let pipeline = Arc::new(pipeline);
-    let count_done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
-    let stop = Arc::new(AtomicBool::new(false));
-    let runnings: Vec<Arc<Running>> = WORKERS.iter().map(|_| Arc::default()).collect();
-    let _stop_on_failure = StopDrivers(Arc::clone(&stop), runnings.clone());
-    let drivers: Vec<_> = WORKERS
-        .iter()
-        .zip(&runnings)
-        .map(|(name, running)| {
-            let (host, pipeline) = (network.host(name).clone(), Arc::clone(&pipeline));
-            let (running, stop) = (Arc::clone(running), Arc::clone(&stop));
-            std::thread::spawn(move || drive(host, pipeline, running, stop, true))
-        })
-        .collect();
+    let drivers = Drivers::start(&network, &pipeline, true);
 
     let started = Instant::now();
     let deadline = started + limit;
     let mut injected: Vec<(Fault, i64)> = Vec::new();
     let mut server = Store::Postgres(server);
     let mut freezes: Vec<Freeze> = Vec::new();
-    while count_done(&pipeline) < batches && Instant::now() < deadline {
+    while count_done(&pipeline, &ids) < batches && Instant::now() < deadline {
         hold(rng.millis(1_000, 4_000)); // quiet between faults
         // Every kind once first (a bounded run is short), then at random.
         let kind = if injected.len() < POSTGRES_FAULTS.len() { injected.len() as u64 } else { rng.below(4) };
         let fault = POSTGRES_FAULTS[kind as usize];
         let at = now_ms();
-        let running = &runnings[rng.below(2) as usize];
+        let running = drivers.any(&mut rng);
         match fault {
-            Fault::PartitionWorker => {
-                let worker = WORKERS[rng.below(2) as usize];
-                network.partition(worker);
-                hold(LEASE + rng.millis(500, 3_000));
-                network.heal(worker);
-            }
+            Fault::PartitionWorker => partition_a_worker(&network, &mut rng, LEASE),
             Fault::RestartStore => server.restart(rng.below(2) == 0),
             Fault::KillPass if !running.signal(libc::SIGKILL) => continue,
             Fault::StopPass => {
@@ -484,14 +504,8 @@ fn chaos_on_postgres_locks(network: Network) {
         injected.push((fault, at));
     }
     let elapsed = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let mut exits: BTreeMap<i32, u32> = BTreeMap::new();
-    for driver in drivers {
-        for (code, n) in driver.join().expect("a driver") {
-            *exits.entry(code).or_default() += n;
-        }
-    }
-    let done = count_done(&pipeline);
+    let exits = drivers.stop();
+    let done = count_done(&pipeline, &ids);
     assert_eq!(
         done,
         batches,
@@ -499,10 +513,7 @@ fn chaos_on_postgres_locks(network: Network) {
         server.logs()
     );
     let (ledger, _) = assert_each_batch_once(&pipeline, &ids, &freezes);
-    let mut by_kind: BTreeMap<String, u32> = BTreeMap::new();
-    for (fault, _) in &injected {
-        *by_kind.entry(format!("{fault:?}")).or_default() += 1;
-    }
+    let by_kind = by_kind(&injected);
     eprintln!(
         "chaos figures on PostgreSQL locks (seed {seed}): {batches} batches in {:.0} s; {} faults {by_kind:?}; \
          worker processes by exit code {exits:?}; {} interrupted work intervals redone; 0 lost, 0 recorded twice, \
