@@ -29,7 +29,7 @@ const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// How long a wake waits for another process to finish writing an embedded index.
 const INDEX_WAIT: Duration = Duration::from_secs(2);
 /// After a pass whose batches waited for a full pool, or that found another pass holding
-/// the poll lock, the next look comes within a quarter of how long they have waited so far,
+/// the poll lock, the next look comes within a quarter of how long it has waited so far,
 /// between `POOL_RETRY_FIRST` and `POOL_RETRY_MAX`: a slot or the poll lock frees without the
 /// store moving (its holder records its result just before releasing it, claims nothing, or
 /// dies). Measured from when the waiting began, not doubled per pass: passes woken by store
@@ -69,6 +69,7 @@ pub async fn run_watching<C: Component>(
         worst: exit::OK,
         last_pass: None,
         waiting_since: None,
+        deferring_since: None,
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
@@ -90,8 +91,11 @@ struct Watcher<'a, C: Component> {
     /// When the last pass started; `None` before the first, which runs at once, as a cron
     /// start would: it registers the component and takes whatever is ready already.
     last_pass: Option<Instant>,
-    /// Since when batches have waited for a pool slot or the poll lock, if they do.
+    /// Since when batches have waited for a pool slot, if they do.
     waiting_since: Option<Instant>,
+    /// Since when another pass has held the component's poll lock at every try, if it has:
+    /// until a pass of this watcher gets it, the watcher stays out of the way (below).
+    deferring_since: Option<Instant>,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
 }
@@ -143,7 +147,7 @@ async fn watch_loop<C: Component>(
         }
         match phases::sleep(watcher.sleep(seen, shutdown)).await? {
             ControlFlow::Break(code) => return Ok(code),
-            ControlFlow::Continue(head) => woke_at = Some(head),
+            ControlFlow::Continue(head) => woke_at = head,
         }
     }
 }
@@ -192,7 +196,14 @@ impl<C: Component> Watcher<'_, C> {
         let (handled, look_again_soon) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
             PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => return Err(e),
-            PassEnd::Continue { handled, waiting, busy } => (handled, waiting > 0 || busy),
+            PassEnd::Continue { handled, waiting, busy } => {
+                self.deferring_since = match (busy, self.deferring_since) {
+                    (false, _) => None,
+                    (true, None) => Some(Instant::now()),
+                    (true, since) => since,
+                };
+                (handled, waiting > 0)
+            }
         };
         if heartbeat_due {
             self.runner.flush_reports(true).await?;
@@ -210,7 +221,19 @@ impl<C: Component> Watcher<'_, C> {
     /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
     /// registry; breaks with the exit code on shutdown. The commits of other stages do not
     /// wake it: they cannot make a batch ready for it.
-    async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8, Seq>, RunError> {
+    ///
+    /// A watcher deferring to another pass of its component (it found the poll lock held at
+    /// every try since `deferring_since`) is not woken by changes at all, only by its retry:
+    /// the holder is a watcher woken by the same changes (or a pass that ends), so waking
+    /// every other watcher of the component for each change only had them all look and find
+    /// the lock busy, a herd of store reads (docs/capacity.md). The retry is the bound on how
+    /// long work waits if the holder stops: within a quarter of the time deferred, 0.5-10 s.
+    /// Answers the head read after the wake, if the sleep read one.
+    async fn sleep(
+        &self,
+        seen: Seq,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<ControlFlow<u8, Option<Seq>>, RunError> {
         // About to sleep: results already recorded go to the registry once a second's worth
         // has passed since its last write, and the sleep ends by then.
         self.runner.flush_reports(false).await?;
@@ -220,6 +243,17 @@ impl<C: Component> Watcher<'_, C> {
             .min(LONGEST_WAIT)
             .min(self.waiting_since.map_or(LONGEST_WAIT, |since| pool_retry_after(since.elapsed())))
             .min(results_due.unwrap_or(LONGEST_WAIT));
+        if let Some(since) = self.deferring_since {
+            let wait = wait.min(pool_retry_after(since.elapsed()));
+            debug!(?wait, "another pass holds the poll lock; deferring to it");
+            return tokio::select! {
+                _ = tokio::time::sleep(wait) => Ok(ControlFlow::Continue(None)),
+                _ = stop_requested(shutdown) => {
+                    info!("stopping: no pass running");
+                    Ok(ControlFlow::Break(self.worst))
+                }
+            };
+        }
         let interest = self.runner.change_interest();
         tokio::select! {
             head = self.store.wait_for_change_concerning(seen, &interest, wait) => {
@@ -227,7 +261,7 @@ impl<C: Component> Watcher<'_, C> {
                 if head > seen {
                     debug!(?head, "the store moved");
                 }
-                Ok(ControlFlow::Continue(head))
+                Ok(ControlFlow::Continue(Some(head)))
             }
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");

@@ -281,6 +281,64 @@ fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_c
 }
 
 #[test]
+fn watchers_that_find_the_poll_lock_held_stay_asleep_through_new_batches_until_their_retry() {
+    // Every new batch concerns every watcher of the component; while another pass holds its
+    // poll lock (a watcher would be woken by the same changes), those that found it held
+    // look again only at their retry, not once per change: no herd of looks behind one lock.
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(SLOW_HEARTBEAT);
+    let log_of = |n: usize| std::fs::read_to_string(pipeline.path(&format!("watcher{n}.log"))).unwrap_or_default();
+    let locks = LocalLocks::new(pipeline.path("locks"));
+    let holder =
+        LockHolder { agent: "test".into(), host: "test".into(), pid: std::process::id(), since: Timestamp::now() };
+    let poll = LockPath::Poll(ComponentName::new(PROBE_NAME).unwrap());
+    let mut watchers = Vec::new();
+    for n in 0..3 {
+        let log = std::fs::File::create(pipeline.path(&format!("watcher{n}.log"))).unwrap();
+        let mut watcher = pipeline.command(&["--watch", "-vv"]).stderr(log).spawn().expect("the probe starts");
+        let started = wait_until(Instant::now() + Duration::from_secs(30), || {
+            assert!(watcher.try_wait().unwrap().is_none(), "watcher {n} exited at start");
+            log_of(n).contains("starting a pass")
+        });
+        assert!(started, "watcher {n} never started its first pass");
+        // Its first pass has claimed (nothing) once the poll lock frees: then it sleeps.
+        let lock = pipeline.block_on(locks.try_lock(&poll, &holder, Duration::from_secs(10))).unwrap();
+        pipeline.block_on(lock.expect("the poll lock frees within 10 s").release()).unwrap();
+        watchers.push(watcher);
+    }
+    let looks = |n: usize| log_of(n).lines().filter(|line| line.contains("looked for work")).count();
+    let held =
+        pipeline.block_on(locks.try_lock(&poll, &holder, Duration::ZERO)).unwrap().expect("the poll lock is free");
+    let before: Vec<usize> = (0..3).map(looks).collect();
+    let ids: Vec<_> = (1..=30)
+        .map(|n| {
+            std::thread::sleep(Duration::from_millis(50));
+            pipeline.register_one(&format!("B{n:04}"), true)
+        })
+        .collect();
+    let during: Vec<usize> = (0..3).map(|n| looks(n) - before[n]).collect();
+    println!("looks of each watcher during 30 registrations in 1.5 s while the poll lock was held: {during:?}");
+    assert!(pipeline.open_runs().is_empty(), "a batch was claimed while another held the poll lock");
+    // Woken by the first registration each finds the lock held; then a look at 0.5 s, 1 s
+    // and 1.5 s at most, where each change had woken each watcher before.
+    for (n, count) in during.iter().enumerate() {
+        assert!(*count <= 8, "watcher {n} looked {count} times for 30 new batches behind a held poll lock");
+    }
+    pipeline.block_on(held.release()).unwrap();
+    let all = wait_until(Instant::now() + Duration::from_secs(15), || ids.iter().all(|id| probed(&pipeline, id) == 1));
+    assert!(all, "not every batch was worked within 15 s of the poll lock freeing");
+    for watcher in watchers {
+        sigterm(&watcher);
+        let finished = finish(watcher, EXIT_LIMIT);
+        assert_eq!(finished.code, Some(0), "{}", finished.show());
+    }
+    for id in &ids {
+        assert_eq!(probed(&pipeline, id), 1, "{id} worked once");
+    }
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
 fn watch_refuses_flags_that_make_no_sense_with_it_naming_both() {
     let pipeline = Pipeline::new(PROBE);
     for (other, shown) in [
