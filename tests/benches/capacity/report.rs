@@ -277,7 +277,7 @@ fn print_locks(m: &Measured, results: f64) -> f64 {
                 ],
                 vec!["workers registered / removed in the window".into(), format!("{w_ins:.0} / {w_del:.0}")],
                 vec![
-                    "worker rows read (each worker watching the others)".into(),
+                    "worker rows read (the watch of busy locks' holders, and each renewal's own row)".into(),
                     format!("{worker_rows_read:.0} ({:.0}/s)", worker_rows_read / elapsed),
                 ],
             ];
