@@ -1,7 +1,6 @@
 //! Many locks in one statement: a claim round's batch locks are taken by one `INSERT ...
 //! SELECT FROM unnest(...) ON CONFLICT DO NOTHING` that also reads the holder of each busy
-//! one (a single `try_lock`'s try is the same statement for one path), and released by one
-//! `DELETE` of their (path, claim) pairs. Each is its own
+//! one, and released by one `DELETE` of their (path, claim) pairs. Each is its own
 //! transaction, unprepared, in one round trip, as every statement of the service.
 
 use std::collections::{HashMap, HashSet};
@@ -20,7 +19,7 @@ use crate::locks::LockError;
 const MAX_ROUNDS: usize = 3;
 
 /// What one round said of a path asked.
-pub enum Answer {
+enum Answer {
     Taken,
     Busy,
     /// Free again (released, or not shown to the statement's snapshot): ask once more.
@@ -86,7 +85,7 @@ impl Shared {
     /// One statement taking the `pending` of `paths`: an answer for each, in order (a foreign
     /// row among them is an answer too, so that what the statement took is known and given
     /// back).
-    pub async fn take_round(
+    async fn take_round(
         &self,
         paths: &[String],
         first_claim: i64,

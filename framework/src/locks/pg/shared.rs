@@ -33,7 +33,7 @@ pub struct Shared {
     pub closed: AtomicBool,
 }
 
-/// A lock row as `TAKE_MANY` read it with its worker's row.
+/// A lock row as read with its worker's row (`HOLDER_OF`, `TAKE_MANY`).
 pub struct HolderRow {
     pub worker: String,
     pub claim: i64,

@@ -65,12 +65,20 @@ pub const WATCHED: &str = "SELECT w.id, w.beat, w.lease_ms, ARRAY(SELECT l.path 
 /// it happens only if the beat is still that value, and takes every lock of the worker.
 pub const TAKE_OVER: &str = "DELETE FROM autocomp_lock_workers WHERE id = $1 AND beat = $2 RETURNING id";
 
+/// $1 path, $2 worker, $3 claim, $4 holder: takes the path if free. A row back: taken.
+pub const TAKE: &str = "INSERT INTO autocomp_locks (path, worker_id, claim, holder) VALUES ($1, $2, $3, $4) \
+                        ON CONFLICT (path) DO NOTHING RETURNING claim";
+
+/// $1 path: who holds it, and that worker's beat and lease (none: the worker row is gone, only
+/// if someone dropped the foreign key).
+pub const HOLDER_OF: &str = "SELECT l.worker_id, l.claim, l.holder, w.beat, w.lease_ms FROM autocomp_locks l \
+                             LEFT JOIN autocomp_lock_workers w ON w.id = l.worker_id WHERE l.path = $1";
+
 /// $1 paths, $2 their claims, $3 worker, $4 holder: takes each free path in one statement (in
 /// path order, so two takers of overlapping sets never wait on each other in a cycle). One row
-/// per path asked, in the order asked: whether this statement took it, else who holds it
-/// with that worker's beat and lease (nothing when it was taken by a transaction this
-/// statement's snapshot does not show: busy, or free again by now; no beat when the worker
-/// row is gone, only if someone dropped the foreign key). One path is a `try_lock`'s try. A path held by `$3` with its claim was taken by
+/// per path asked, in the order asked: whether this statement took it, else who holds it (as
+/// `HOLDER_OF` reads it; nothing when it was taken by a transaction this statement's snapshot
+/// does not show: busy, or free again by now). A path held by `$3` with its claim was taken by
 /// an earlier send of this very statement, whose answer was lost.
 pub const TAKE_MANY: &str = "WITH asked AS (SELECT * FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY \
                              AS a(path, claim, n)), \
@@ -121,7 +129,9 @@ mod tests {
         RENEW,
         WATCHED,
         TAKE_OVER,
+        TAKE,
         TAKE_MANY,
+        HOLDER_OF,
         STILL_HELD,
         RELEASE,
         RELEASE_MANY,
