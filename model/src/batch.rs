@@ -206,6 +206,12 @@ pub struct RunHolder {
     /// instead of abandoning it (the HTTP client sets one on every claim).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_key: Option<IdempotencyKey>,
+    /// The holding process's liveness record in the lock service (`zk:<session>`,
+    /// `pg:<worker>`, `local:<host>:<pid>:<nonce>`): what a claimer that finds the run open
+    /// asks the lock service about before it may take the run over. `None` for a holder
+    /// that keeps none (a claim guarded by a batch lock instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<String>,
 }
 
 impl RunHolder {
@@ -221,6 +227,11 @@ impl RunHolder {
         let printable = self.host.chars().all(|c| c.is_ascii_graphic());
         if self.host.is_empty() || self.host.len() > 255 || !printable {
             return Err(InvalidInput::new("host", &self.host, "must be 1-255 printable ASCII characters"));
+        }
+        if let Some(liveness) = &self.liveness
+            && (liveness.is_empty() || liveness.len() > 255 || !liveness.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(InvalidInput::new("liveness", liveness, "must be 1-255 printable ASCII characters"));
         }
         Ok(())
     }

@@ -189,6 +189,7 @@ mod tests {
                 host: "h".into(),
                 pid: 1,
                 claim_key: None,
+                liveness: None,
             },
             started_at: Timestamp(NOW),
             claim_seq: Seq(99),

@@ -107,7 +107,13 @@ async fn a_long_log_is_shown_a_page_at_a_time_newest_first_page_then_older_ones(
 #[tokio::test]
 async fn the_batch_list_shows_the_states_whole_batches_give() {
     let f = fixture(3).await;
-    let holder = RunHolder { agent: Agent::new("probe/1@h#1").unwrap(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder {
+        agent: Agent::new("probe/1@h#1").unwrap(),
+        host: "h".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    };
     f.store.claim(&id("B2"), &ComponentName::new("probe").unwrap(), &holder).await.unwrap();
     let matrix = f.monitor.matrix(&Default::default(), None).await.unwrap();
     let pipeline = f.monitor.pipeline().await.unwrap();

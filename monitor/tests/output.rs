@@ -33,7 +33,7 @@ async fn a_failed_commands_stderr_is_shown_escaped_on_the_batch_page() {
 
     // What autocomp-exec records for `sh -c '...; exit 1'`.
     let ocr = ComponentName::new("ocr").unwrap();
-    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
     let generation = store.claim(&id("B1"), &ocr, &holder).await.unwrap().generation();
     let stream = |name: &str, head: &str| OutputStream { name: name.into(), head: head.into(), ..Default::default() };
     let output = RunOutput {

@@ -29,7 +29,7 @@ async fn fixture() -> (axum::Router, Arc<dyn ObjectStore>, Monitor, tempfile::Te
     let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, agent.clone());
     store.append_event(&id("B1"), received).await.unwrap();
     let probe = ComponentName::new("probe").unwrap();
-    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
     for (outcome, details) in [
         (Outcome::Failure, json!({"duration_ms": 1_500, "transient": true, "summary": "mount not ready"})),
         (Outcome::Success, json!({"duration_ms": 250})),

@@ -1289,6 +1289,7 @@ async fn a_confirm_acts_once_and_only_on_the_batch_it_previewed() {
         host: "host1".into(),
         pid: 4242,
         claim_key: None,
+        liveness: None,
     };
     let checker = autocomp_model::ComponentName::new("checker").unwrap();
     f.store.claim(&id("B2"), &checker, &holder).await.unwrap();
@@ -1732,6 +1733,7 @@ async fn a_pause_is_previewed_confirmed_once_and_a_stale_confirm_changes_nothing
         host: "host1".into(),
         pid: 77,
         claim_key: None,
+        liveness: None,
     };
     f.store.claim(&id("B3"), &autocomp_model::ComponentName::new("probe").unwrap(), &holder).await.unwrap();
     let form = [("action", "pause"), ("component", "probe"), ("reason", REASON)];

@@ -326,7 +326,13 @@ impl Names {
             components: STEPS.iter().map(|(_, c)| ComponentName::new(*c).expect("component")).collect(),
             agents: STEPS.iter().map(|(_, c)| agent(c)).collect(),
             operator: Agent::new("operator:bench").expect("agent"),
-            holder: RunHolder { agent: agent("archiver"), host: "worker-3".into(), pid: 4242, claim_key: None },
+            holder: RunHolder {
+                agent: agent("archiver"),
+                host: "worker-3".into(),
+                pid: 4242,
+                claim_key: None,
+                liveness: None,
+            },
             main_type: BatchType::new(MAIN_TYPE).expect("batch type"),
             rare_type: BatchType::new(RARE_TYPE).expect("batch type"),
         }

@@ -266,7 +266,13 @@ fn checker() -> ComponentDescriptor {
 
 /// Opens a `checker` run on each batch.
 async fn claim(store: &SqliteStore, batches: &[&str]) {
-    let holder = RunHolder { agent: agent(), host: "test-host".into(), pid: std::process::id(), claim_key: None };
+    let holder = RunHolder {
+        agent: agent(),
+        host: "test-host".into(),
+        pid: std::process::id(),
+        claim_key: None,
+        liveness: None,
+    };
     for batch in batches {
         store.claim(&id(batch), &checker().name, &holder).await.unwrap();
     }

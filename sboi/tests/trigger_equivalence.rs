@@ -264,7 +264,7 @@ fn batch_id(n: u8) -> BatchId {
 
 async fn apply(store: &SqliteStore, op: &Op) {
     let agent = Agent::new("prop").unwrap();
-    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
     let event = |t: usize, success| {
         let outcome = if success { Outcome::Success } else { Outcome::Failure };
         NewEvent::new(EventType::new(EVENT_TYPES[t]).unwrap(), outcome, agent.clone())

@@ -273,7 +273,13 @@ impl Vocabulary {
         Self {
             event_type: EventType::new("Checksums_Verified").expect("valid event type"),
             component: ComponentName::new("checksum-verifier").expect("valid component"),
-            holder: RunHolder { agent: agent.clone(), host: "bench".into(), pid: std::process::id(), claim_key: None },
+            holder: RunHolder {
+                agent: agent.clone(),
+                host: "bench".into(),
+                pid: std::process::id(),
+                claim_key: None,
+                liveness: None,
+            },
             agent,
         }
     }

@@ -24,7 +24,7 @@ pub use checked::Checked;
 pub use http::HttpStore;
 pub use open::open_store;
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
-pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
+pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES,
     LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout,

@@ -110,9 +110,17 @@ async fn a_claim_round_answered_over_64_mib_is_a_413_and_the_client_claims_it_in
         host: "host".into(),
         pid: 1,
         claim_key: Some(IdempotencyKey::new("round-1").unwrap()),
+        liveness: None,
     };
-    let request =
-        ReadyClaimRequest { batches: vec![id("B1"), id("B2")], descriptor, holder, force: false, known_steering: None };
+    let request = ReadyClaimRequest {
+        batches: vec![id("B1"), id("B2")],
+        descriptor,
+        holder,
+        force: false,
+        known_steering: None,
+        exclusive: false,
+        takeovers: Vec::new(),
+    };
 
     // Refused as a whole, the typed client asks again in halves with the round's key: each
     // batch answered whole, claimed by the run the refused round opened (generation 1), none
@@ -251,7 +259,8 @@ async fn a_large_batch_is_written_as_read_and_reads_as_the_store_holds_it() {
             .with_details(details);
         http.append_event(&id("LARGE"), event).await.unwrap();
     }
-    let holder = RunHolder { agent: Agent::new("t").unwrap(), host: "host".into(), pid: 1, claim_key: None };
+    let holder =
+        RunHolder { agent: Agent::new("t").unwrap(), host: "host".into(), pid: 1, claim_key: None, liveness: None };
     http.claim(&id("LARGE"), &ComponentName::new("step").unwrap(), &holder).await.unwrap();
 
     let direct = SqliteStore::open(&db).await.unwrap();

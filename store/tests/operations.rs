@@ -56,7 +56,13 @@ fn agent(text: &str) -> Agent {
     Agent::new(text).unwrap()
 }
 fn holder(name: &str) -> RunHolder {
-    RunHolder { agent: agent(&format!("{name}/1.0@host#1")), host: "host".into(), pid: 1, claim_key: None }
+    RunHolder {
+        agent: agent(&format!("{name}/1.0@host#1")),
+        host: "host".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    }
 }
 fn round_trip() -> BatchType {
     BatchType::new("RoundTrip").unwrap()

@@ -119,6 +119,7 @@ fn holder(who: &str) -> RunHolder {
         host: "test-host".into(),
         pid: std::process::id(),
         claim_key: None,
+        liveness: None,
     }
 }
 

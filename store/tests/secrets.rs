@@ -273,7 +273,8 @@ async fn no_log_level_prints_the_data_the_store_holds() {
     let new = NewBatch::new(batch.clone(), "Delivery".parse().unwrap()).with_location(format!("/in/{marker}"));
     store.create_batch(new).await.unwrap();
     let component: ComponentName = "reporter".parse().unwrap();
-    let holder = RunHolder { agent: "t/1@h#1".parse().unwrap(), host: "h".into(), pid: 1, claim_key: None };
+    let holder =
+        RunHolder { agent: "t/1@h#1".parse().unwrap(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
     let claim = store.claim(&batch, &component, &holder).await.unwrap();
     store.save_checkpoint(&batch, &component, claim.generation(), json!({ "at": marker })).await.unwrap();
     let report = json!({ "summary": marker, "failures": [{"message": marker}] });

@@ -98,7 +98,7 @@ fn agent(text: &str) -> Agent {
     Agent::new(text).unwrap()
 }
 fn holder() -> RunHolder {
-    RunHolder { agent: agent("tester/1.0@host#1"), host: "host".into(), pid: 1, claim_key: None }
+    RunHolder { agent: agent("tester/1.0@host#1"), host: "host".into(), pid: 1, claim_key: None, liveness: None }
 }
 fn new_batch(name: &str) -> NewBatch {
     NewBatch::new(id(name), BatchType::new("Delivery").unwrap()).with_location(format!("/incoming/{name}"))

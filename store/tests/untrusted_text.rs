@@ -23,7 +23,13 @@ fn id(text: &str) -> BatchId {
 }
 
 fn holder() -> RunHolder {
-    RunHolder { agent: Agent::new("tester/1.0@host#1").unwrap(), host: "host".into(), pid: 1, claim_key: None }
+    RunHolder {
+        agent: Agent::new("tester/1.0@host#1").unwrap(),
+        host: "host".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    }
 }
 
 fn descriptor() -> ComponentDescriptor {

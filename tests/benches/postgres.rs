@@ -431,7 +431,13 @@ async fn fenced_pairs(store: Arc<dyn ObjectStore>, total: usize, budget: Duratio
         let (store, component) = (Arc::clone(&store), component.clone());
         async move {
             let id = &fenced_batch(client * per_client + n);
-            let holder = RunHolder { agent: agent(), host: "bench".into(), pid: std::process::id(), claim_key: None };
+            let holder = RunHolder {
+                agent: agent(),
+                host: "bench".into(),
+                pid: std::process::id(),
+                claim_key: None,
+                liveness: None,
+            };
             let claim = store.claim(id, &component, &holder).await.expect("claim");
             let event = verified(n).in_run(component.clone(), claim.generation());
             store.append_event(id, event).await.expect("fenced append");

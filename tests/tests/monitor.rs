@@ -142,6 +142,7 @@ impl Demo {
             host: "host1".into(),
             pid: 4242,
             claim_key: None,
+            liveness: None,
         };
         let (batch, component) = (BatchId::new(id).expect("an id"), ComponentName::new(component).expect("a name"));
         self.store().await.claim(&batch, &component, &holder).await.expect("claimed").generation()

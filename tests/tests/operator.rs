@@ -377,7 +377,13 @@ fn scripts_act_on_the_version_they_saw_and_retry_with_a_key() {
         args.extend(extra);
         autocomp(&pipeline, &args)
     };
-    let holder = RunHolder { agent: Agent::new("checker").unwrap(), host: "host1".into(), pid: 1, claim_key: None };
+    let holder = RunHolder {
+        agent: Agent::new("checker").unwrap(),
+        host: "host1".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    };
     pipeline.block_on(pipeline.store().claim(&id, &ComponentName::new("checker").unwrap(), &holder)).unwrap();
     let moved = pipeline.batch(&id).changed_seq.0;
     assert!(moved > version);

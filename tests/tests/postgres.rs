@@ -340,7 +340,13 @@ fn the_store_service_serves_postgres_to_hosts_without_database_access() {
     let again = runtime.block_on(http.append_event(&id, noted)).unwrap();
     assert_eq!(first.seq, again.seq, "a repeated keyed append returns the first event");
     let component = ComponentName::new("checker").unwrap();
-    let holder = RunHolder { agent: Agent::new("checker/t@h#1").unwrap(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder {
+        agent: Agent::new("checker/t@h#1").unwrap(),
+        host: "h".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    };
     let claim = runtime.block_on(http.claim(&id, &component, &holder)).unwrap();
     let stored = runtime.block_on(direct.get_batch(&id)).unwrap();
     assert_eq!(stored.events.len(), 1, "{stored:?}");

@@ -238,6 +238,34 @@ pub trait LockService: Send + Sync {
     /// connection, so nothing lingers after the process is gone. Nothing works afterwards.
     /// The default does nothing: for a backend whose locks the OS frees with the process.
     async fn close(&self) {}
+
+    /// This process's liveness record, which its runs name (`RunHolder::liveness`): while
+    /// it lives, a claim that finds one of those runs open is refused; once it is gone (the
+    /// process dead, its session expired, its lease observed unrenewed), the run may be
+    /// taken over. `None` for a service that keeps none: then every claim takes batch locks.
+    fn liveness(&self) -> Option<String> {
+        None
+    }
+
+    /// How the process whose liveness record is `record` (another run's holder) stands:
+    /// `Dead` only with proof (its record gone, or its lease observed unrenewed for a whole
+    /// lease on this process's own clock), else `Alive` or `Unproven` (not a record of this
+    /// service, or not watched long enough yet: ask again on a later pass).
+    async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
+        let _ = record;
+        Ok(Liveness::Unproven)
+    }
+}
+
+/// What [`LockService::judge_liveness`] found of a run's holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its record is there (renewed, its session open, its file locked): the run is its.
+    Alive,
+    /// Proven gone: its run may be taken over.
+    Dead,
+    /// Neither proven: leave the run alone for now.
+    Unproven,
 }
 
 /// One lock taken by [`LockService::try_lock`], held until released (or lost).

@@ -160,7 +160,7 @@ impl<C: Component> Runner<C> {
         let mut fresh = Vec::new();
         for (id, answer) in ids.into_iter().zip(claims.answers) {
             let Some(ready) = self.accepted(id, answer, pass.manual, &mut failure) else { continue };
-            let ReadyAnswer { batch, claim, failed_attempts, checkpoint } = ready;
+            let ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: _ } = ready;
             let Some(claim) = claim else {
                 self.no_longer_ready(&batch, pass);
                 continue;
@@ -223,6 +223,8 @@ impl<C: Component> Runner<C> {
             holder: self.run_holder(),
             force: pass.force,
             known_steering: Some(pass.steering.now.version),
+            exclusive: false,
+            takeovers: Vec::new(),
         };
         let claiming = self.pipeline.store.claim_ready(&request);
         Ok(claiming.instrument(claim_span).await.inspect_err(|_| {

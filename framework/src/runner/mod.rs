@@ -179,6 +179,7 @@ impl<C: Component> Runner<C> {
             host: self.identity.host.clone(),
             pid: self.identity.pid,
             claim_key: None,
+            liveness: None,
         }
     }
 

@@ -135,7 +135,7 @@ async fn apply(store: &SqliteStore, op: &Op) {
         }
         Op::Prioritize { batch, priority } => store.set_priority(&batch_id(*batch), *priority).await.map(drop),
         Op::Claim { batch } => {
-            let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+            let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
             store.claim(&batch_id(*batch), &component, &holder).await.map(drop)
         }
         Op::EndRun { batch, record } => {

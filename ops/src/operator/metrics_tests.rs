@@ -83,7 +83,13 @@ async fn the_text_for_a_fixed_pipeline_is_pinned() {
             store.append_event(&batch, event).await.unwrap();
         }
     }
-    let holder = RunHolder { agent: Agent::new("checker").unwrap(), host: "host1".into(), pid: 7, claim_key: None };
+    let holder = RunHolder {
+        agent: Agent::new("checker").unwrap(),
+        host: "host1".into(),
+        pid: 7,
+        claim_key: None,
+        liveness: None,
+    };
     store.claim(&BatchId::new("B4").unwrap(), &ComponentName::new("checker").unwrap(), &holder).await.unwrap();
 
     let text = operator.metrics(&AlertDefaults::default()).await.unwrap();

@@ -48,8 +48,13 @@ async fn fixture() -> Fixture {
         .with_details(json!({"summary": "3 files match", "result": {"files": 3}}));
     store.append_event(&id("B1"), verified).await.unwrap();
     let checker = ComponentName::new("checker").unwrap();
-    let holder =
-        |pid| RunHolder { agent: Agent::new("checker/1@host1#7").unwrap(), host: "host1".into(), pid, claim_key: None };
+    let holder = |pid| RunHolder {
+        agent: Agent::new("checker/1@host1#7").unwrap(),
+        host: "host1".into(),
+        pid,
+        claim_key: None,
+        liveness: None,
+    };
     let claim = store.claim(&id("B1"), &checker, &holder(7)).await.unwrap();
     let output = json!({"streams": [{"name": "stderr", "head": "timed out\n"}]});
     let failed = NewEvent::new(ty("Checked"), Outcome::Failure, Agent::new("checker/1@host1#7").unwrap())

@@ -62,8 +62,13 @@ impl Fixture {
     }
 
     async fn claim(&self, batch: &str, component: &str) {
-        let holder =
-            RunHolder { agent: Agent::new(component).unwrap(), host: "host1".into(), pid: 4242, claim_key: None };
+        let holder = RunHolder {
+            agent: Agent::new(component).unwrap(),
+            host: "host1".into(),
+            pid: 4242,
+            claim_key: None,
+            liveness: None,
+        };
         self.store.claim(&id(batch), &ComponentName::new(component).unwrap(), &holder).await.unwrap();
     }
 }

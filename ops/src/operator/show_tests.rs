@@ -150,7 +150,13 @@ async fn batches_in_every_state(f: &Fixture) -> Vec<Batch> {
         long_batch(&f.store, "B-long", 1_500).await,
     ];
     // One is being worked on, one was re-delivered after its check (stale), one reset.
-    let holder = RunHolder { agent: Agent::new("checker/1@h#1").unwrap(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder {
+        agent: Agent::new("checker/1@h#1").unwrap(),
+        host: "h".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: None,
+    };
     f.store.claim(&id("B-verified"), &ComponentName::new("checker").unwrap(), &holder).await.unwrap();
     let modified = batches[1].modified_seq.0;
     let stale = event("Verified", Outcome::Success, json!({"content_seq": modified}));

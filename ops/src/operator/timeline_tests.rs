@@ -127,7 +127,13 @@ fn an_open_run_is_working_since_its_claim_and_a_waiting_step_shows_since_when_it
         batch_id: BatchId::new("B1").unwrap(),
         component: ComponentName::new("archiver").unwrap(),
         generation: 3,
-        holder: RunHolder { agent: Agent::new("a").unwrap(), host: "h".into(), pid: 1, claim_key: None },
+        holder: RunHolder {
+            agent: Agent::new("a").unwrap(),
+            host: "h".into(),
+            pid: 1,
+            claim_key: None,
+            liveness: None,
+        },
         started_at: t(900),
         claim_seq: Seq(9),
         state: autocomp_model::RunState::Open,
@@ -223,7 +229,7 @@ async fn show_has_the_timeline_of_a_retried_step_from_a_real_store() {
     let agent = Agent::new("test").unwrap();
     let received = NewEvent::new(ty("Data_Received"), Outcome::Success, agent.clone());
     store.append_event(&b1, received).await.unwrap();
-    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None };
+    let holder = RunHolder { agent: agent.clone(), host: "h".into(), pid: 1, claim_key: None, liveness: None };
     let (verifier, archiver) = (ComponentName::new("verifier").unwrap(), ComponentName::new("archiver").unwrap());
     let result = |own: &str, outcome, details: Value, component: &ComponentName, generation| {
         NewEvent::new(ty(own), outcome, agent.clone()).with_details(details).in_run(component.clone(), generation)

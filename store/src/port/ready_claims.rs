@@ -31,6 +31,28 @@ pub struct ReadyClaimRequest {
     /// store's is another.
     #[serde(default)]
     pub known_steering: Option<u64>,
+    /// The claim is the lock (the holder names its `liveness`): a batch whose open run of
+    /// the component is another claim's is not claimed but answered with that run (`held`),
+    /// and nothing is written for it, unless `takeovers` names it. Such a claim commits
+    /// durably: nothing else keeps a second claimer off the batch.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Open runs the caller proved dead (their holder's liveness record gone): each is taken
+    /// over (abandoned, as `claim` does) only while it is still the batch's open run of the
+    /// component with that generation and liveness; otherwise the batch is answered `held`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub takeovers: Vec<Takeover>,
+}
+
+/// An open run a claimer proved dead, named so the claim takes over that run and no other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Takeover {
+    pub batch: BatchId,
+    /// The open run's generation, as the claimer found it.
+    pub generation: i64,
+    /// The open run's holder's liveness record, as the claimer judged it.
+    pub liveness: Option<String>,
 }
 
 impl ReadyClaimRequest {
@@ -67,6 +89,11 @@ pub struct ReadyAnswer {
     pub failed_attempts: u32,
     /// For a claimed batch, what `load_checkpoint` answers.
     pub checkpoint: Option<Value>,
+    /// An exclusive claim's refusal: the open run that keeps the batch (another claim's, not
+    /// named in `takeovers`, or named with another generation or liveness). `claim` is `None`
+    /// and nothing was written for the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Run>,
 }
 
 /// Refuses a request naming a batch twice: its second claim would abandon its first.
@@ -127,5 +154,5 @@ pub(crate) fn answer(
     if let Some(retried) = retried_run(request, &batch).map(|run| run.generation) {
         batch.open_runs.retain(|run| !(run.component == request.descriptor.name && run.generation == retried));
     }
-    ReadyAnswer { batch, claim, failed_attempts, checkpoint }
+    ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: None }
 }

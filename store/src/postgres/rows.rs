@@ -231,6 +231,7 @@ impl RunRow {
                 host: self.host,
                 pid: u32::try_from(self.pid).map_err(|e| corrupt("run", e))?,
                 claim_key: self.claim_key.map(IdempotencyKey::new).transpose().map_err(|e| corrupt("run", e))?,
+                liveness: None,
             },
             started_at: Timestamp(self.started_at),
             claim_seq: Seq(self.claim_seq),

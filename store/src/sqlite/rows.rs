@@ -68,6 +68,7 @@ pub(super) fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
             host: row.get(4)?,
             pid: row.get(5)?,
             claim_key: row.get::<_, Option<String>>(11)?.map(stored).transpose()?,
+            liveness: None,
         },
         started_at: Timestamp(row.get(6)?),
         claim_seq: Seq(row.get(7)?),

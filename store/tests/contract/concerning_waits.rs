@@ -51,6 +51,7 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
             host: "host".into(),
             pid: 1,
             claim_key: None,
+            liveness: None,
         };
         let component = autocomp_model::ComponentName::new("checker").unwrap();
         writer.claim(&autocomp_model::BatchId::new("B1").unwrap(), &component, &holder).await.unwrap();

@@ -27,6 +27,7 @@ fn holder(name: &str, key: Option<&str>) -> RunHolder {
         host: "host".into(),
         pid: 1,
         claim_key: key.map(|key| IdempotencyKey::new(key).unwrap()),
+        liveness: None,
     }
 }
 
@@ -44,6 +45,8 @@ fn request(batches: &[&str], holder: RunHolder) -> ReadyClaimRequest {
         holder,
         force: false,
         known_steering: None,
+        exclusive: false,
+        takeovers: Vec::new(),
     }
 }
 
