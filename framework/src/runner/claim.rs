@@ -4,16 +4,17 @@
 //! instead of work) and the steering when it moved. This phase drives `candidates` and `lock`
 //! and ends a give-up in `record`.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use autocomp_model::{Batch, BatchId, ComponentName, Outcome, Report, Seq, Steering};
-use autocomp_store::{Claim, ReadyAnswer, ReadyClaimRequest, ReadyClaims, StoreError};
+use autocomp_store::{Claim, ReadyAnswer, ReadyClaimRequest, ReadyClaims, StoreError, Takeover};
 use autocomp_toolkit::telemetry;
 use futures_util::StreamExt;
 use tracing::{Instrument, Span, debug, info, warn};
 
 use super::held_reason;
-use super::lock::HeldLocks;
+use super::lock::{HeldLocks, skip_busy};
 use super::pass::{Claimed, Pass, record_outcome};
 use super::phases::{self, Phase};
 use super::{BatchResult, Runner, Selection};
@@ -130,27 +131,45 @@ impl<C: Component> Runner<C> {
     /// claim. Batches past `max_attempts` get their give-up recorded
     /// (together, so they share commits) instead of work. Every lock (and slot) not handed to
     /// a claimed batch is released before this returns, whichever way it returns.
+    /// Where claims are the locks, a batch whose run's holder the claim found dead is claimed
+    /// again in the same round, naming that run in a takeover (its lock and slots kept).
     async fn claim_round(&self, mut locked: HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
-        let round = self.claim_locked(&mut locked, pass).await;
+        let mut round = self.claim_locked(&mut locked, pass, &[]).await;
+        if let Ok(takeovers) = &round
+            && !takeovers.is_empty()
+        {
+            let takeovers = takeovers.clone();
+            round = self.claim_locked(&mut locked, pass, &takeovers).await;
+        }
         locked.release_all().await;
         phases::mark(Phase::Release);
-        round
+        round.map(drop)
     }
 
-    /// `claim_round` but for the locks: it releases whatever this leaves in `locked`.
-    async fn claim_locked(&self, locked: &mut HeldLocks, pass: &mut Pass) -> Result<(), RunError> {
-        let ids = self.slotted(locked, pass).await?;
+    /// `claim_round` but for the locks: it releases whatever this leaves in `locked`. With
+    /// `takeovers`, claims only their batches (whose slots the round holds already). Answers
+    /// the takeovers it found to make (their locks and slots left in `locked`).
+    async fn claim_locked(
+        &self,
+        locked: &mut HeldLocks,
+        pass: &mut Pass,
+        takeovers: &[Takeover],
+    ) -> Result<Vec<Takeover>, RunError> {
+        let ids = match takeovers.is_empty() {
+            true => self.slotted(locked, pass).await?,
+            false => takeovers.iter().map(|takeover| takeover.batch.clone()).collect(),
+        };
         if ids.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let claims = self.claim_in_store(&ids, pass).await?;
+        let claims = self.claim_in_store(&ids, takeovers, pass).await?;
         phases::mark(Phase::Claim);
         if let Some(steering) = claims.steering {
             self.steering.keep(&steering);
             pass.steering.now = steering;
         }
         if claims.held {
-            return self.held_at_claim(&ids, pass).await;
+            return self.held_at_claim(&ids, pass).await.map(|()| Vec::new());
         }
         let breaker_counting = pass.steering.now.breakers.contains_key(&self.name);
         let mut failure = (claims.answers.len() != ids.len()).then(|| {
@@ -158,11 +177,25 @@ impl<C: Component> Runner<C> {
             RunError::Store(StoreError::Unavailable(message))
         });
         let mut fresh = Vec::new();
+        let mut found_dead = Vec::new();
         for (id, answer) in ids.into_iter().zip(claims.answers) {
             let Some(ready) = self.accepted(id, answer, pass.manual, &mut failure) else { continue };
-            let ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: _ } = ready;
+            let ReadyAnswer { batch, claim, failed_attempts, checkpoint, held } = ready;
             let Some(claim) = claim else {
-                self.no_longer_ready(&batch, pass);
+                match held {
+                    // Found dead on a first try: claimed again with the takeover.
+                    Some(run) if takeovers.is_empty() && failure.is_none() => {
+                        match self.takeover_of(&batch.id, &run).await {
+                            Ok(Some(takeover)) => found_dead.push(takeover),
+                            Ok(None) => skip_busy(batch.id, pass),
+                            Err(e) => {
+                                failure.get_or_insert(e);
+                            }
+                        }
+                    }
+                    Some(_) => skip_busy(batch.id, pass),
+                    None => self.no_longer_ready(&batch, pass),
+                }
                 continue;
             };
             let span = self.batch_span(&batch.id);
@@ -175,7 +208,8 @@ impl<C: Component> Runner<C> {
             fresh.push((Claimed { batch, claim, lock, slots, checkpoint, breaker_counting, span }, failed_attempts));
         }
         // The batches the store refused to claim: free before any give-up is recorded.
-        locked.release_all().await;
+        let again: HashSet<&BatchId> = found_dead.iter().map(|takeover| &takeover.batch).collect();
+        locked.release_where(|id| !again.contains(id)).await;
         phases::mark(Phase::Release);
         if let Some(error) = failure {
             pass.claimed.extend(fresh.into_iter().map(|(batch, _)| batch));
@@ -187,7 +221,7 @@ impl<C: Component> Runner<C> {
         pass.claimed.extend(work.into_iter().map(|(batch, _)| batch));
         let recorded = self.give_up(gave_up).await;
         pass.summary.results.extend(recorded);
-        Ok(())
+        Ok(found_dead)
     }
 
     /// The locked batches to claim, in lock order: all of them, or, for a component with
@@ -207,7 +241,12 @@ impl<C: Component> Runner<C> {
     /// The round's one store call re-checking and claiming `ids` (in its own span): it goes
     /// by the steering version this pass knows, and claims all of them when forced. A failed
     /// call ends a span of each batch as not claimed.
-    async fn claim_in_store(&self, ids: &[BatchId], pass: &Pass) -> Result<ReadyClaims, RunError> {
+    async fn claim_in_store(
+        &self,
+        ids: &[BatchId],
+        takeovers: &[Takeover],
+        pass: &Pass,
+    ) -> Result<ReadyClaims, RunError> {
         let claim_span = match telemetry::enabled() {
             true => tracing::info_span!(target: telemetry::TARGET, "claim", autocomp.batches = ids.len()),
             false => Span::none(),
@@ -223,8 +262,8 @@ impl<C: Component> Runner<C> {
             holder: self.run_holder(),
             force: pass.force,
             known_steering: Some(pass.steering.now.version),
-            exclusive: false,
-            takeovers: Vec::new(),
+            exclusive: self.claims_are_locks(),
+            takeovers: takeovers.to_vec(),
         };
         let claiming = self.pipeline.store.claim_ready(&request);
         Ok(claiming.instrument(claim_span).await.inspect_err(|_| {

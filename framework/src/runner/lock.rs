@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::pass::{Pass, Slots, release_locks};
 use super::summary::wait_for;
+use super::takeover::ClaimLock;
 use super::{BatchResult, Runner};
 use crate::component::Component;
 use crate::exit::RunError;
@@ -39,6 +40,8 @@ impl<C: Component> Runner<C> {
     /// all of them), again for the next ones in place of those locked elsewhere. Only once
     /// the candidates run out with room left is a busy one waited for, up to
     /// `batch_lock_timeout` each; still busy, it is skipped (answered `Busy` to a manual run).
+    /// Where claims are the locks, the next `room` candidates, each with a `ClaimLock`: the
+    /// claim decides who is busy.
     pub(super) async fn lock_round(
         &self,
         candidates: &mut std::vec::IntoIter<BatchId>,
@@ -46,6 +49,13 @@ impl<C: Component> Runner<C> {
         pass: &mut Pass,
     ) -> Result<HeldLocks, RunError> {
         let mut locked = HeldLocks::new(&self.pipeline.locks);
+        if self.claims_are_locks() {
+            // The claim is the lock: the store refuses what another live process holds.
+            for id in candidates.by_ref().take(room) {
+                locked.insert(id.clone(), ClaimLock::boxed(LockPath::Batch(self.name.clone(), id)));
+            }
+            return Ok(locked);
+        }
         let mut busy = Vec::new();
         while locked.len() < room && self.may_claim(&pass.session) {
             let ids: Vec<BatchId> = candidates.by_ref().take(room - locked.len()).collect();
@@ -204,7 +214,7 @@ impl<C: Component> Runner<C> {
 }
 
 /// A batch locked by another worker: skipped (answered `Busy` to a manual run).
-fn skip_busy(id: BatchId, pass: &mut Pass) {
+pub(super) fn skip_busy(id: BatchId, pass: &mut Pass) {
     debug!(batch = %id, "locked by another worker; skipped");
     if pass.manual {
         pass.summary.results.push(BatchResult::Busy { id });

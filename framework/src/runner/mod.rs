@@ -25,6 +25,7 @@ mod record;
 mod report;
 mod steering_cache;
 mod summary;
+mod takeover;
 mod work;
 
 use std::sync::Arc;
@@ -179,7 +180,7 @@ impl<C: Component> Runner<C> {
             host: self.identity.host.clone(),
             pid: self.identity.pid,
             claim_key: None,
-            liveness: None,
+            liveness: self.pipeline.locks.liveness(),
         }
     }
 

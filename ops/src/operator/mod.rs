@@ -300,12 +300,18 @@ impl Operator {
     }
 
     /// Every lock held right now; the lock session is closed again at once, so a read-only
-    /// look leaves no ZooKeeper session behind until its timeout.
+    /// look leaves no ZooKeeper session behind until its timeout. A batch whose claim is its
+    /// lock (claim-as-lock: no node in the lock service) is held by its open run's holder,
+    /// listed at its lock's path, `batch/<component>/<batch>`.
     pub(crate) async fn held_locks(&self) -> Result<Vec<autocomp_framework::locks::HeldLock>, OperatorError> {
         let locks = self.locks().await?;
         let held = locks.held().await;
         locks.close().await;
-        Ok(held?)
+        let mut held = held?;
+        let runs = self.store().await?.open_runs(None).await?;
+        held.extend(runs_as_locks(runs, &held));
+        held.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(held)
     }
 
     /// The components of the pipeline, from the store's component registry (retired ones
@@ -416,4 +422,28 @@ pub fn check_reason(reason: &str) -> Result<&str, OperatorError> {
         return Err(InvalidInput::new("--reason", reason, format!("at most {MAX_REASON_CHARS} characters")).into());
     }
     Ok(trimmed)
+}
+
+/// The open runs claimed as their batch's lock (their holder names a liveness record), as
+/// the batch locks they are; a run claimed under a batch lock is held by that lock alone.
+fn runs_as_locks(
+    runs: Vec<autocomp_model::Run>,
+    held: &[autocomp_framework::locks::HeldLock],
+) -> Vec<autocomp_framework::locks::HeldLock> {
+    use autocomp_framework::locks::{HeldLock, LockHolder, LockPath};
+    let locked: std::collections::HashSet<&str> = held.iter().map(|lock| lock.path.as_str()).collect();
+    runs.into_iter()
+        .filter(|run| run.holder.liveness.is_some())
+        .map(|run| {
+            let path = LockPath::Batch(run.component.clone(), run.batch_id.clone()).relative();
+            let holder = LockHolder {
+                agent: run.holder.agent.to_string(),
+                host: run.holder.host.clone(),
+                pid: run.holder.pid,
+                since: run.started_at,
+            };
+            HeldLock { path, holder: Some(holder), foreign: None }
+        })
+        .filter(|lock| !locked.contains(lock.path.as_str()))
+        .collect()
 }

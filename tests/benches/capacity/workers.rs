@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use autocomp_framework::config::ComponentConfig;
-use autocomp_framework::locks::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use autocomp_framework::locks::{HeldLock, Liveness, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 use autocomp_framework::prelude::*;
 use autocomp_framework::{BatchId, BatchType, NewBatch, Pipeline, Runner, Setup, Watched, run_watching};
 use autocomp_model::{Selection, Seq};
@@ -285,6 +285,20 @@ impl LockService for CountingLocks {
 
     async fn close(&self) {
         self.inner.close().await
+    }
+
+    fn liveness(&self) -> Option<String> {
+        self.inner.liveness()
+    }
+
+    async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
+        let started = Instant::now();
+        let answer = self.inner.judge_liveness(record).await;
+        self.shared.sample_call("judge_liveness", started.elapsed());
+        if let Err(e) = &answer {
+            self.shared.error(&self.shared.counters.lock_errors, "judge_liveness", e);
+        }
+        answer
     }
 }
 
