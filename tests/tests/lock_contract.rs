@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::zk::ZooKeeper;
-use autocomp_framework::locks::{HeldLock, Lock, LockHolder, LockPath, LockService, SessionState, open_locks};
+use autocomp_framework::locks::{
+    HeldLock, Liveness, Lock, LockHolder, LockPath, LockService, SessionState, open_locks,
+};
 use autocomp_model::{BatchId, ComponentName, Timestamp};
 use autocomp_test_servers::wait_until_async;
 
@@ -20,6 +22,8 @@ use autocomp_test_servers::wait_until_async;
 const HOLDER_URL: &str = "AUTOCOMP_LOCK_CONTRACT_HOLDER_URL";
 /// What a holder process prints once it holds its locks.
 const HOLDING: &str = "HOLDING";
+/// What a holder process prints before `HOLDING`: its liveness record (`-` for none).
+const LIVENESS: &str = "LIVENESS ";
 
 struct Backend {
     /// What the test's own services open.
@@ -401,6 +405,127 @@ async fn release_many_frees_every_path_at_once_whoever_took_it(backend: Backend)
     b.close().await;
 }
 
+async fn a_services_own_liveness_record_is_alive_to_another_and_never_listed_as_a_lock(backend: Backend) {
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    let record = a.liveness().expect("every backend keeps a liveness record");
+    assert_ne!(Some(&record), b.liveness().as_ref(), "two services, one record");
+    assert_eq!(a.liveness().as_ref(), Some(&record), "a service's record does not change");
+    assert_eq!(a.judge_liveness(&record).await.unwrap(), Liveness::Alive, "its own service");
+    // PostgreSQL needs to see the beat change: unproven until then, never dead.
+    let alive = judged_until(&b, &record, Liveness::Alive, Instant::now() + Duration::from_secs(20)).await;
+    assert!(alive, "a live service's record {record} is not alive to another");
+
+    // What `autocomp locks` lists: locks only, and no alarm for the liveness records.
+    assert!(b.held().await.unwrap().is_empty(), "{:?}", b.held().await);
+    let lock = take(&a, &batch_path("B0001"), "a").await;
+    let held = b.held().await.unwrap();
+    assert_eq!(paths_of(&held), ["batch/probe/B0001"], "{held:?}");
+    assert!(held.iter().all(|h| h.foreign.is_none()), "{held:?}");
+    lock.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+async fn a_closed_holders_liveness_record_is_dead(backend: Backend) {
+    let locks = open(&backend).await;
+    let mut holding = tokio::task::block_in_place(|| HolderProcess::start(&backend.holder_url));
+    let record = holding.liveness.clone().expect("the holder keeps a liveness record");
+    let alive = judged_until(&locks, &record, Liveness::Alive, Instant::now() + Duration::from_secs(20)).await;
+    assert!(alive, "a live holder's record {record} is not alive");
+    assert_eq!(paths_of(&locks.held().await.unwrap()), ["batch/probe/B0001", "poll/probe"], "locks only");
+
+    tokio::task::block_in_place(|| holding.close_and_exit());
+    // At once: a holder that closed leaves no record for a bound to run out.
+    assert_eq!(locks.judge_liveness(&record).await.unwrap(), Liveness::Dead, "{record} after a clean exit");
+    assert_eq!(locks.judge_liveness(&record).await.unwrap(), Liveness::Dead, "asked again");
+    locks.close().await;
+}
+
+async fn a_killed_holders_liveness_record_is_dead_within_the_backends_bound_and_never_before(backend: Backend) {
+    let locks = open(&backend).await;
+    let holding = tokio::task::block_in_place(|| HolderProcess::start(&backend.holder_url));
+    let record = holding.liveness.clone().expect("the holder keeps a liveness record");
+    // Longer than the holder's session timeout or lease: a live holder is never judged dead.
+    let watched_until = Instant::now() + Duration::from_secs(3);
+    let mut seen_alive = false;
+    while Instant::now() < watched_until {
+        match locks.judge_liveness(&record).await.unwrap() {
+            Liveness::Dead => panic!("a live holder's record {record} was judged dead"),
+            Liveness::Alive => seen_alive = true,
+            Liveness::Unproven => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen_alive, "a live holder's record {record} was never alive");
+
+    let killed = tokio::task::block_in_place(|| holding.kill());
+    let deadline = killed + backend.dead_holder_freed_within;
+    let dead =
+        wait_until_async(deadline, async || locks.judge_liveness(&record).await.unwrap() == Liveness::Dead).await;
+    let after = killed.elapsed();
+    assert!(
+        dead,
+        "a killed holder's record {record} is not dead {after:?} after: {:?}",
+        locks.judge_liveness(&record).await
+    );
+    println!("a killed holder's liveness record was dead {after:?} after its death");
+    assert_eq!(locks.judge_liveness(&record).await.unwrap(), Liveness::Dead, "dead is final");
+    locks.close().await;
+}
+
+async fn a_malformed_or_foreign_liveness_record_is_unproven_not_an_error(backend: Backend) {
+    let locks = open(&backend).await;
+    let own = locks.liveness().expect("a record");
+    let (scheme, rest) = own.split_once(':').unwrap();
+    let malformed = [
+        "",
+        "nonsense",
+        "other:thing",
+        "zk:",
+        "zk:0xdeadbeef",
+        "zk:DEADBEEF",
+        "zk:00deadbeef",
+        "pg:",
+        "pg:1-2",
+        "pg:4242-61f0a2b3c4d5e-0123456789abcdeg",
+        "local:",
+        "local:testhost:4242",
+        "local:testhost:4242:not-a-nonce",
+        "local:testhost:04242:0123456789abcdef",
+    ];
+    // Well-formed records naming no process, one per backend.
+    let this_host = rest.rsplitn(3, ':').nth(2).unwrap_or("testhost");
+    let nobody = [
+        ("zk", "zk:deadbeef".to_owned()),
+        ("pg", "pg:4242-61f0a2b3c4d5e-0123456789abcdef".to_owned()),
+        ("local", format!("local:{this_host}:4242:0123456789abcdef")),
+    ];
+    for record in malformed.iter().copied().chain(nobody.iter().filter(|(s, _)| *s != scheme).map(|(_, r)| r.as_str()))
+    {
+        let judged = locks.judge_liveness(record).await;
+        assert!(matches!(judged, Ok(Liveness::Unproven)), "{record:?} judged by {scheme}: {judged:?}");
+    }
+    // Another host's flock record: not ours to try, whatever the backend.
+    let elsewhere = "local:some-other-host:1:0123456789abcdef";
+    assert_eq!(locks.judge_liveness(elsewhere).await.unwrap(), Liveness::Unproven);
+    // This backend's own form naming no process: proven dead, not unproven.
+    let (_, ours) = nobody.iter().find(|(s, _)| *s == scheme).expect("a known scheme");
+    assert_eq!(locks.judge_liveness(ours).await.unwrap(), Liveness::Dead, "{ours}");
+    locks.close().await;
+}
+
+/// Asks until the record is judged `wanted` (true) or the deadline passes (false); never
+/// `Dead` on the way unless that is what is wanted.
+async fn judged_until(locks: &Arc<dyn LockService>, record: &str, wanted: Liveness, deadline: Instant) -> bool {
+    wait_until_async(deadline, async || {
+        let judged = locks.judge_liveness(record).await.unwrap();
+        assert!(judged != Liveness::Dead || wanted == Liveness::Dead, "{record} judged dead");
+        judged == wanted
+    })
+    .await
+}
+
 /// Instantiates every contract test once per backend: `local::NAME`, `zookeeper::NAME`,
 /// `zookeeper_secured::NAME` (TLS and the pipeline's identity on) and `postgres::NAME`.
 macro_rules! contract {
@@ -443,14 +568,18 @@ contract!(
     a_killed_holders_locks_are_freed_within_the_backends_bound,
     try_lock_many_takes_each_free_path_and_answers_none_for_each_busy_one,
     release_many_frees_every_path_at_once_whoever_took_it,
+    a_services_own_liveness_record_is_alive_to_another_and_never_listed_as_a_lock,
+    a_closed_holders_liveness_record_is_dead,
+    a_killed_holders_liveness_record_is_dead_within_the_backends_bound_and_never_before,
+    a_malformed_or_foreign_liveness_record_is_unproven_not_an_error,
 );
 
 // ---------------------------------------------------------------------------------------
 // Holders in other processes.
 
 /// Runs as a holder process when `HOLDER_URL` is set; an ordinary no-op test otherwise.
-/// It takes `HolderProcess::paths()`, says `HOLDING`, and on a line on stdin closes its
-/// lock service and exits (unless killed first).
+/// It makes its liveness record and says it, takes `HolderProcess::paths()`, says `HOLDING`,
+/// and on a line on stdin closes its lock service and exits (unless killed first).
 #[test]
 fn holder_process_entry() {
     let Ok(url) = std::env::var(HOLDER_URL) else { return };
@@ -462,11 +591,13 @@ fn holder_process_entry() {
             pid: std::process::id(),
             since: Timestamp::now(),
         };
+        let liveness = locks.liveness().unwrap_or_else(|| "-".into());
         let mut held = Vec::new();
         for path in HolderProcess::paths() {
             held.push(locks.try_lock(&path, &holder, Duration::ZERO).await.unwrap().expect("free"));
         }
         let mut out = std::io::stdout().lock();
+        writeln!(out, "{LIVENESS}{liveness}").unwrap();
         writeln!(out, "{HOLDING}").unwrap();
         out.flush().unwrap();
         let mut line = String::new();
@@ -480,6 +611,8 @@ fn holder_process_entry() {
 /// A holder process, holding its locks; killed if dropped. Also used by tests/tests/pg_locks.rs.
 pub(crate) struct HolderProcess {
     pub(crate) child: Child,
+    /// Its liveness record, as its lock service said it (`None`: it keeps none).
+    pub(crate) liveness: Option<String>,
     stdin: Option<ChildStdin>,
     _stdout: BufReader<ChildStdout>,
 }
@@ -502,16 +635,20 @@ impl HolderProcess {
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         // A holder that fails exits, closing its stdout: the read ends either way.
+        let mut liveness = None;
         loop {
             let mut line = String::new();
             let read = stdout.read_line(&mut line).unwrap();
             assert!(read > 0, "the holder process exited before holding its locks: {:?}", child.wait());
+            if let Some(record) = line.trim().strip_prefix(LIVENESS) {
+                liveness = (record != "-").then(|| record.to_owned());
+            }
             if line.trim() == HOLDING {
                 break;
             }
         }
         // Its stdout stays open: the test harness in it still writes its summary at exit.
-        Self { child, stdin, _stdout: stdout }
+        Self { child, liveness, stdin, _stdout: stdout }
     }
 
     /// Tells it to close its lock service and exit; returns once it has.

@@ -270,11 +270,12 @@ fn a_node_at_a_lock_path_that_no_lock_service_made_is_an_alarm_not_busy() {
 }
 
 /// Waits until the server has reaped the emptied containers under `/autocomp` (the pass's
-/// `poll` and `batch`): the state between passes, when only persistent nodes are left.
+/// `poll` and `batch`): the state between passes, when only persistent nodes are left (the
+/// chroot, its anchor and `live`).
 fn between_passes(zookeeper: &ZooKeeper) {
     let persistent = || {
         let tree = zookeeper.tree("/autocomp");
-        tree.iter().all(|node| node.path == "/autocomp" || node.path == "/autocomp/anchor")
+        tree.iter().all(|node| ["/autocomp", "/autocomp/anchor", "/autocomp/live"].contains(&node.path.as_str()))
     };
     let reaped = wait_until(std::time::Instant::now() + Duration::from_secs(30), persistent);
     assert!(reaped, "containers not reaped: {:?}", zookeeper.tree("/autocomp"));
@@ -298,6 +299,8 @@ fn a_client_without_the_identity_can_neither_delete_nor_take_the_lock_root_betwe
         vec![
             ("delete the lock tree", client.delete("/autocomp", None).await.err()),
             ("delete its anchor", client.delete("/autocomp/anchor", None).await.err()),
+            ("delete its liveness directory", client.delete("/autocomp/live", None).await.err()),
+            ("plant a liveness node", client.create("/autocomp/live/deadbeef", b"", &open).await.err()),
             ("make the lock tree again as its own", client.create("/autocomp", b"", &open).await.err()),
             ("change the lock tree's ACL", client.set_acl("/autocomp", &zkc::Acls::anyone_all(), None).await.err()),
         ]
@@ -308,6 +311,8 @@ fn a_client_without_the_identity_can_neither_delete_nor_take_the_lock_root_betwe
         [
             ("delete the lock tree", Some(zkc::Error::NotEmpty)),
             ("delete its anchor", Some(zkc::Error::NoAuth)),
+            ("delete its liveness directory", Some(zkc::Error::NoAuth)),
+            ("plant a liveness node", Some(zkc::Error::NoAuth)),
             ("make the lock tree again as its own", Some(zkc::Error::NodeExists)),
             ("change the lock tree's ACL", Some(zkc::Error::NoAuth)),
         ],

@@ -17,7 +17,7 @@ use autocomp_e2e::{
     Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, started, wait_until, wait_while_running,
 };
 use autocomp_framework::locks::{
-    HeldLock, LockError, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks,
+    HeldLock, Liveness, LockError, LockHolder, LockPath, LockService, SessionState, ZkLocks, open_locks,
 };
 use autocomp_model::{BatchId, ComponentName, Outcome, Timestamp};
 
@@ -61,9 +61,21 @@ impl Drop for Inspector {
     }
 }
 
-/// Ephemeral nodes under the chroot: locks held by some session.
+/// Ephemeral nodes under the chroot: locks held by some session, and the liveness nodes of
+/// the sessions open.
 fn ephemerals(tree: &[Znode]) -> Vec<&Znode> {
     tree.iter().filter(|z| z.ephemeral_owner != 0).collect()
+}
+
+/// The lock nodes of `tree`: its ephemeral nodes but the liveness nodes (`live/<session>`).
+fn lock_nodes(tree: &[Znode]) -> Vec<&Znode> {
+    ephemerals(tree).into_iter().filter(|z| !z.path.starts_with(&format!("{CHROOT}/live/"))).collect()
+}
+
+/// The tree without `live` and the liveness nodes under it.
+fn without_live(tree: &[Znode]) -> Vec<&str> {
+    let live = format!("{CHROOT}/live");
+    tree.iter().map(|z| z.path.as_str()).filter(|path| !path.starts_with(&live)).collect()
 }
 
 /// `Total watches:N` from `wchs`.
@@ -83,15 +95,17 @@ fn a_lock_is_one_ephemeral_node_and_a_cycle_costs_two_writes() {
     let b = rt.block_on(open_locks(&url)).unwrap();
     let first = batch_path("B0001");
 
-    // The first lock on an empty server creates the chroot and the container parents.
+    // The first lock creates the container parents (the chroot came with the liveness nodes).
     let before = zk.zxid(0);
     let lock = rt.block_on(a.try_lock(&first, &holder("a"), Duration::ZERO)).unwrap().expect("free");
     let first_writes = zk.zxid(0) - before;
     let tree = zk.tree(CHROOT);
-    let paths: Vec<&str> = tree.iter().map(|z| z.path.as_str()).collect();
-    assert_eq!(paths, [CHROOT, "/autocomp/batch", "/autocomp/batch/probe", "/autocomp/batch/probe/B0001"]);
-    assert_eq!(ephemerals(&tree).iter().map(|z| z.ephemeral_owner).collect::<Vec<_>>(), [a.session_id()]);
-    println!("first lock on an empty server: {first_writes} zxids (chroot and two containers created)");
+    assert_eq!(
+        without_live(&tree),
+        [CHROOT, "/autocomp/batch", "/autocomp/batch/probe", "/autocomp/batch/probe/B0001"]
+    );
+    assert_eq!(lock_nodes(&tree).iter().map(|z| z.ephemeral_owner).collect::<Vec<_>>(), [a.session_id()]);
+    println!("first lock on a fresh tree: {first_writes} zxids (two containers created)");
     assert!(first_writes <= 7, "the first lock took {first_writes} writes");
 
     // Busy for the other session: found by a read, no write (a refused create would be a
@@ -134,15 +148,81 @@ fn a_lock_is_one_ephemeral_node_and_a_cycle_costs_two_writes() {
     let poll = LockPath::Poll(ComponentName::new("probe").unwrap());
     let kept = rt.block_on(a.try_lock(&poll, &holder("a"), Duration::ZERO)).unwrap().expect("free");
     let _kept_too = rt.block_on(a.try_lock(&first, &holder("a"), Duration::ZERO)).unwrap().expect("free");
-    assert_eq!(ephemerals(&zk.tree(CHROOT)).len(), 2);
+    assert_eq!(lock_nodes(&zk.tree(CHROOT)).len(), 2);
     rt.block_on(a.close());
-    assert!(ephemerals(&zk.tree(CHROOT)).is_empty(), "{:?}", zk.tree(CHROOT));
+    let left = zk.tree(CHROOT);
+    let owners: Vec<i64> = ephemerals(&left).iter().map(|z| z.ephemeral_owner).collect();
+    assert!(owners.len() == 1 && owners[0] != a.session_id(), "only b's liveness node is left: {left:?}");
     assert_eq!(*a.session().borrow(), SessionState::Lost);
     let session = format!("{:#x}", a.session_id());
     let dump = four_letter(zk.client_port(0), "dump").unwrap_or_default();
     assert!(!dump.contains(&session), "session {session} still open after close:\n{dump}");
     assert!(!rt.block_on(kept.still_held()).unwrap_or(false));
     rt.block_on(b.close());
+}
+
+#[test]
+fn a_process_start_costs_one_write_for_its_liveness_node_and_a_claim_none() {
+    let zk = ZooKeeper::start(Options::default());
+    let url = zk.url("autocomp", "10s");
+    let rt = runtime();
+    // The first service makes the chroot and `live` (persistent, made once).
+    let first = rt.block_on(ZkLocks::connect(&url)).unwrap();
+    let (b, connected) = writes_of(&zk, || rt.block_on(ZkLocks::connect(&url)).unwrap());
+    assert_eq!(connected, 2, "writes of a process start: its session and its liveness node");
+
+    // One ephemeral node per session, named by its id, holding who it is.
+    let record = b.liveness().expect("a liveness record");
+    let node = format!("{CHROOT}/live/{}", record.strip_prefix("zk:").unwrap());
+    let tree = zk.tree(CHROOT);
+    let live: Vec<(&str, i64)> = tree
+        .iter()
+        .filter(|z| z.path.starts_with("/autocomp/live/"))
+        .map(|z| (z.path.as_str(), z.ephemeral_owner))
+        .collect();
+    assert!(live.contains(&(node.as_str(), b.session_id())), "{tree:?}");
+    assert_eq!(live.len(), 2, "{tree:?}");
+    let data = zk.with_client(|client| {
+        let node = node.clone();
+        async move { client.get_data(&node).await.unwrap().0 }
+    });
+    let shown: LockHolder = serde_json::from_slice(&data).expect("a holder record");
+    assert_eq!((shown.pid, shown.host.as_str()), (std::process::id(), autocomp_framework::hostname().as_str()));
+
+    // Judging, saying one's record and claiming cost nothing; locks cost what they did.
+    let (judged, judging) =
+        writes_of(&zk, || (0..20).map(|_| rt.block_on(first.judge_liveness(&record)).unwrap()).collect::<Vec<_>>());
+    assert!(judged.iter().all(|j| *j == Liveness::Alive), "{judged:?}");
+    assert_eq!(judging, 0, "writes of 20 judgements");
+    let (_, said) = writes_of(&zk, || (0..20).for_each(|_| assert_eq!(b.liveness().as_ref(), Some(&record))));
+    assert_eq!(said, 0, "writes of saying the record");
+    assert!(rt.block_on(first.held()).unwrap().is_empty(), "a liveness node listed as a lock");
+
+    // Its close deletes the node with the session, in the same write.
+    let (_, closed) = writes_of(&zk, || rt.block_on(b.close()));
+    assert_eq!(closed, 1, "writes of a close");
+    assert_eq!(rt.block_on(first.judge_liveness(&record)).unwrap(), Liveness::Dead);
+    assert_eq!(b.liveness(), None, "a closed service has no record");
+    rt.block_on(first.close());
+}
+
+#[test]
+fn a_process_whose_liveness_node_is_deleted_behind_its_back_loses_its_session() {
+    let zk = ZooKeeper::standalone();
+    let url = zk.url("autocomp", "10s");
+    let rt = runtime();
+    let locks = rt.block_on(ZkLocks::connect(&url)).unwrap();
+    let mut state = locks.session();
+    let record = locks.liveness().unwrap();
+    let node = format!("{CHROOT}/live/{}", record.strip_prefix("zk:").unwrap());
+    zk.with_client(|client| async move { client.delete(&node, None).await.unwrap() });
+    // Others judge it dead now, so it must stop as on an expiry.
+    let lost = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| *s == SessionState::Lost)).await
+    });
+    assert!(lost.is_ok(), "a process whose liveness node is gone is still {:?}", *locks.session().borrow());
+    assert_eq!(locks.liveness(), None);
+    rt.block_on(locks.close());
 }
 
 /// The writes (zxids) `work` costs on `zk`.
@@ -269,8 +349,8 @@ fn a_pass_of_ten_batches_costs_the_writes_of_a_pass_of_one() {
         let (finished, writes) = writes_of(&zk, || pipeline.run(&[]));
         assert_eq!(finished.code, Some(0), "{}", finished.show());
         assert!(ids.iter().all(|id| pipeline.events(id, PROBED).len() == 1), "{}", finished.show());
-        // The session's own: created at connect, closed at exit.
-        costs.push(writes - 2);
+        // The session's own: created at connect (and its liveness node), closed at exit.
+        costs.push(writes - 3);
     }
     println!("writes of a pass (session aside): 1 batch {}, 10 batches {}", costs[0], costs[1]);
     assert!(costs[0] <= 4, "a one-batch pass took {} writes", costs[0]);
@@ -362,7 +442,7 @@ fn assert_exactly_once(pipeline: &Pipeline, ids: &[BatchId]) -> BTreeMap<String,
 
 fn assert_no_lock_nodes(zk: &ZooKeeper) {
     let tree = zk.tree(CHROOT);
-    assert!(ephemerals(&tree).is_empty(), "lock nodes left behind: {tree:?}");
+    assert!(lock_nodes(&tree).is_empty(), "lock nodes left behind: {tree:?}");
 }
 
 #[test]
@@ -405,11 +485,13 @@ fn four_processes_do_500_batches_exactly_once_and_leave_no_lock_nodes() {
     // containers remain...
     let tree = zk.tree(CHROOT);
     assert_no_lock_nodes(&zk);
-    let containers = [CHROOT, "/autocomp/poll", "/autocomp/batch", "/autocomp/batch/probe"];
+    let containers = [CHROOT, "/autocomp/live", "/autocomp/poll", "/autocomp/batch", "/autocomp/batch/probe"];
     assert!(tree.iter().all(|z| containers.contains(&z.path.as_str())), "{tree:?}");
     // ... and the server deletes them once empty. The chroot stays: it is persistent, so
-    // nobody else can re-create it (with an ACL of their own) once it is gone.
-    let only_chroot = || zk.tree(CHROOT).iter().map(|z| z.path.clone()).collect::<Vec<_>>() == [CHROOT];
+    // nobody else can re-create it (with an ACL of their own) once it is gone; and so does
+    // `live`, made once so that a process start costs one write.
+    let only_chroot =
+        || zk.tree(CHROOT).iter().map(|z| z.path.clone()).collect::<Vec<_>>() == [CHROOT, "/autocomp/live"];
     let reaped = wait_until(Instant::now() + Duration::from_secs(30), only_chroot);
     assert!(reaped, "containers not deleted by the server: {:?}", zk.tree(CHROOT));
 }

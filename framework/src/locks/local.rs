@@ -2,32 +2,111 @@
 //! so nothing is ever stuck. Lock files are removed on release; because a waiter may have
 //! opened the file just before it was removed, every acquisition re-checks that the path
 //! still names the inode it locked, and retries otherwise.
+//!
+//! Liveness: the first `liveness()` makes `<dir>/live/<pid>.<nonce>` and flocks it for the
+//! life of the service; its record is `local:<host>:<pid>:<nonce>`. Another service on this
+//! host judges it by a try of the same flock: busy is alive; taken (the process is gone, the
+//! OS freed its flock) or the file absent is dead, and the judge removes the file. Another
+//! host's record is unproven: its flocks are not ours to try. `held` never lists `live`.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use autocomp_model::InvalidInput;
 use tokio::sync::watch;
+use tracing::warn;
 
-use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use super::{HeldLock, Liveness, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 
 const RETRY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The directory of the liveness files, under the lock directory; never a lock's.
+const LIVE: &str = "live";
+/// The prefix of a local liveness record.
+const SCHEME: &str = "local:";
 
 /// The flock lock service of `local:<dir>` URLs: one host, any number of processes.
 pub struct LocalLocks {
     dir: PathBuf,
     // The local "session" never changes: the lock files live as long as this process.
     session: watch::Sender<SessionState>,
+    /// This host's name, as liveness records say it.
+    host: String,
+    /// This service's liveness file, made and flocked by the first `liveness()`.
+    live: Mutex<Option<LiveFile>>,
+}
+
+/// A liveness file, flocked while this service lives; removed when it is dropped.
+struct LiveFile {
+    record: String,
+    path: PathBuf,
+    file: File,
+}
+
+impl Drop for LiveFile {
+    fn drop(&mut self) {
+        // Removed while still locked (a judge that opened it meanwhile sees it gone), then
+        // unlocked as the descriptor closes.
+        if names_same_file(&self.path, &self.file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 impl LocalLocks {
     /// Locks under `dir` (created on the first lock; a missing one lists nothing held).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), session: watch::Sender::new(SessionState::Connected) }
+        Self {
+            dir: dir.into(),
+            session: watch::Sender::new(SessionState::Connected),
+            host: crate::hostname(),
+            live: Mutex::new(None),
+        }
+    }
+
+    /// Makes and flocks this service's liveness file: its record.
+    fn make_live_file(&self) -> std::io::Result<LiveFile> {
+        let dir = self.dir.join(LIVE);
+        std::fs::create_dir_all(&dir)?;
+        let (pid, nonce) = (std::process::id(), random_nonce());
+        let path = dir.join(format!("{pid}.{nonce}"));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        if let Err(e) = file.try_lock() {
+            let _ = std::fs::remove_file(&path);
+            return Err(match e {
+                TryLockError::Error(e) => e,
+                TryLockError::WouldBlock => std::io::Error::other("a file this very process just made is locked"),
+            });
+        }
+        Ok(LiveFile { record: format!("{SCHEME}{}:{pid}:{nonce}", self.host), path, file })
+    }
+
+    /// A try of the flock of the liveness file named `pid` and `nonce`: busy is alive; taken
+    /// or absent is dead (the file is removed then: its process is gone).
+    fn judge_live_file(&self, pid: u32, nonce: &str) -> Result<Liveness, LockError> {
+        let path = self.dir.join(LIVE).join(format!("{pid}.{nonce}"));
+        let unavailable =
+            |what: &str, e: std::io::Error| LockError::Unavailable(format!("{what} {}: {e}", path.display()));
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Liveness::Dead),
+            Err(e) => return Err(unavailable("cannot open", e)),
+        };
+        match file.try_lock() {
+            Ok(()) => {
+                if names_same_file(&path, &file) {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Ok(Liveness::Dead)
+            }
+            Err(TryLockError::WouldBlock) => Ok(Liveness::Alive),
+            Err(TryLockError::Error(e)) => Err(unavailable("cannot try the lock of", e)),
+        }
     }
 
     fn file_of(&self, path: &LockPath) -> PathBuf {
@@ -78,6 +157,27 @@ impl LocalLocks {
     }
 }
 
+/// 16 hex digits, different in every call (std's hasher keys are random per instance).
+fn random_nonce() -> String {
+    use std::hash::BuildHasher;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{:016x}", std::collections::hash_map::RandomState::new().hash_one(now.as_nanos()))
+}
+
+/// The host, pid and nonce a `local:` record names, exactly as `make_live_file` writes them;
+/// `None` for anything else (another service's record, or a malformed one).
+fn parse_record(record: &str) -> Option<(&str, u32, &str)> {
+    let rest = record.strip_prefix(SCHEME)?;
+    let (rest, nonce) = rest.rsplit_once(':')?;
+    let (host, pid) = rest.rsplit_once(':')?;
+    let pid_number: u32 = pid.parse().ok()?;
+    let well_formed = !host.is_empty()
+        && pid_number.to_string() == pid
+        && nonce.len() == 16
+        && nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    well_formed.then_some((host, pid_number, nonce))
+}
+
 fn names_same_file(path: &Path, file: &File) -> bool {
     match (std::fs::metadata(path), file.metadata()) {
         (Ok(on_disk), Ok(ours)) => on_disk.ino() == ours.ino() && on_disk.dev() == ours.dev(),
@@ -117,6 +217,9 @@ impl LockService for LocalLocks {
             };
             for entry in entries.flatten() {
                 let path = entry.path();
+                if path == self.dir.join(LIVE) {
+                    continue; // liveness files, not locks
+                }
                 if path.is_dir() {
                     pending.push(path);
                     continue;
@@ -139,6 +242,33 @@ impl LockService for LocalLocks {
 
     fn session(&self) -> watch::Receiver<SessionState> {
         self.session.subscribe()
+    }
+
+    /// `local:<host>:<pid>:<nonce>`, its file made and flocked at the first call; `None` (with
+    /// a warning) while it cannot be made: then claims take batch locks.
+    fn liveness(&self) -> Option<String> {
+        let mut live = self.live.lock().expect("never poisoned");
+        if live.is_none() {
+            match self.make_live_file() {
+                Ok(file) => *live = Some(file),
+                Err(e) => {
+                    warn!("cannot make a liveness file under {}: {e}", self.dir.join(LIVE).display());
+                    return None;
+                }
+            }
+        }
+        live.as_ref().map(|file| file.record.clone())
+    }
+
+    async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
+        let Some((host, pid, nonce)) = parse_record(record) else { return Ok(Liveness::Unproven) };
+        if host != self.host {
+            return Ok(Liveness::Unproven); // another host's flocks are not ours to try
+        }
+        if self.live.lock().expect("never poisoned").as_ref().is_some_and(|file| file.record == record) {
+            return Ok(Liveness::Alive);
+        }
+        self.judge_live_file(pid, nonce)
     }
 }
 
@@ -217,6 +347,53 @@ mod tests {
 
     fn batch_path() -> LockPath {
         LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new("B1").unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_liveness_file_is_alive_while_its_service_lives_and_dead_once_its_flock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (LocalLocks::new(dir.path()), LocalLocks::new(dir.path()));
+        let record = a.liveness().expect("a liveness file");
+        let prefix = format!("local:{}:{}:", crate::hostname(), std::process::id());
+        assert!(record.starts_with(&prefix), "{record}");
+        assert_eq!(a.liveness().as_ref(), Some(&record), "one file per service");
+        assert_ne!(b.liveness().as_ref(), Some(&record), "each service its own");
+        assert_eq!(a.judge_liveness(&record).await.unwrap(), Liveness::Alive, "its own");
+        assert_eq!(b.judge_liveness(&record).await.unwrap(), Liveness::Alive, "another's, flocked");
+        assert!(a.held().await.unwrap().is_empty(), "a liveness file listed as a lock");
+
+        // Gone with its service: the file is removed, and its record dead.
+        drop(a);
+        assert_eq!(b.judge_liveness(&record).await.unwrap(), Liveness::Dead);
+
+        // Left behind unlocked (its process killed): dead, and the judge removes it.
+        let (_, nonce) = record.rsplit_once(':').unwrap();
+        let left = dir.path().join(LIVE).join(format!("1.{nonce}"));
+        std::fs::write(&left, "").unwrap();
+        let killed = format!("local:{}:1:{nonce}", crate::hostname());
+        assert_eq!(b.judge_liveness(&killed).await.unwrap(), Liveness::Dead);
+        assert!(!left.exists(), "the judge left a dead process's file");
+    }
+
+    #[test]
+    fn a_record_names_host_pid_and_nonce_exactly_and_nothing_else_is_ours() {
+        let nonce = "0123456789abcdef";
+        assert_eq!(parse_record(&format!("local:h:42:{nonce}")), Some(("h", 42, nonce)));
+        assert_eq!(parse_record(&format!("local:a:b:42:{nonce}")), Some(("a:b", 42, nonce)), "a host with a colon");
+        for foreign in [
+            "",
+            "local:",
+            "local:h:42",
+            "local::42:0123456789abcdef",
+            "local:h:042:0123456789abcdef",
+            "local:h:-1:0123456789abcdef",
+            "local:h:42:0123456789ABCDEF",
+            "local:h:42:0123456789abcde",
+            "zk:72ab",
+            "pg:1-2-0123456789abcdef",
+        ] {
+            assert_eq!(parse_record(foreign), None, "{foreign}");
+        }
     }
 
     #[tokio::test]

@@ -29,13 +29,19 @@
 //! transaction mode. The renewal has a connection of its own, never queued behind lock
 //! operations.
 //!
+//! Liveness: a process's record is `pg:<worker id>`, its worker row, made durable at connect
+//! (a plain INSERT, acknowledged as `synchronous_commit` says: the doctor flags `off` and
+//! `local`); judging it costs a read, and a takeover once it is proven dead (`liveness`). No
+//! write per claim; `held` lists lock rows only, never worker rows.
+//!
 //! The rooms, each using only the ones before it: `url` (the URL and `lease=`), `sql` (the
 //! tables and statements), `lease` (the lease rule on our clock, and whom we watch), `shared`
-//! (the pools, the statements as sent, renewing and watching the others), `many` (many locks
-//! in one statement), `tables` (made on first use, and what the doctor says). This file holds
-//! the lock service itself.
+//! (the pools, the statements as sent, renewing and watching the others), `liveness` (judging
+//! a worker's liveness record), `many` (many locks in one statement), `tables` (made on first
+//! use, and what the doctor says). This file holds the lock service itself.
 
 mod lease;
+mod liveness;
 mod many;
 mod shared;
 mod sql;
@@ -54,7 +60,7 @@ use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use tracing::{info, warn};
 
-use super::{HeldLock, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState};
+use super::{HeldLock, Liveness, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState};
 use lease::{LOST_GRACE_SHARE, Lease};
 use shared::{HolderRow, Met, Shared, foreign_reason};
 pub use url::{DEFAULT_LEASE, PgLocksUrl};
@@ -110,6 +116,7 @@ impl PgLocks {
             lease: Lease::new(worker, parsed.lease, options.target.clone(), sent),
             user: options.user.clone(),
             observations: Default::default(),
+            judged: Default::default(),
             closed: AtomicBool::new(false),
         });
         let tasks = vec![
@@ -325,6 +332,19 @@ impl LockService for PgLocks {
     /// work gets a fifth of the lease, leaving the rest as margin.
     fn lost_session_grace(&self) -> Option<Duration> {
         Some(self.shared.lease.ttl.mul_f64(LOST_GRACE_SHARE))
+    }
+
+    /// `pg:<worker id>`: this process's row, renewed while it lives.
+    fn liveness(&self) -> Option<String> {
+        let shared = &self.shared;
+        let usable = !shared.closed.load(Ordering::Relaxed) && !shared.lease.is_lost();
+        usable.then(|| liveness::record_of(&shared.lease.worker))
+    }
+
+    /// Its row read: gone is dead, a new beat alive, a beat unchanged for its whole lease on
+    /// our clock dead (taken over), anything else unproven; see `liveness`.
+    async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
+        self.shared.judge_liveness(record).await
     }
 
     async fn close(&self) {

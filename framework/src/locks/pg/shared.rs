@@ -30,6 +30,8 @@ pub struct Shared {
     /// The user PostgreSQL was asked to connect as, for messages.
     pub user: String,
     pub observations: Mutex<Observations>,
+    /// The beats of the workers whose liveness records we were asked to judge (`liveness`).
+    pub judged: Mutex<super::liveness::Judged>,
     pub closed: AtomicBool,
 }
 

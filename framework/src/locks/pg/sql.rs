@@ -61,6 +61,9 @@ pub const WATCHED: &str = "SELECT w.id, w.beat, w.lease_ms, ARRAY(SELECT l.path 
                            WHERE l.worker_id = w.id AND l.path = ANY($2::text[])) \
                            FROM autocomp_lock_workers w WHERE w.id = ANY($1::text[])";
 
+/// $1 id: the worker's beat and lease, for judging its liveness record (no row: it is gone).
+pub const BEAT_OF: &str = "SELECT beat, lease_ms FROM autocomp_lock_workers WHERE id = $1";
+
 /// $1 id, $2 beat: the takeover of a worker whose beat the taker saw unchanged for a lease;
 /// it happens only if the beat is still that value, and takes every lock of the worker.
 pub const TAKE_OVER: &str = "DELETE FROM autocomp_lock_workers WHERE id = $1 AND beat = $2 RETURNING id";
@@ -128,6 +131,7 @@ mod tests {
         REGISTER,
         RENEW,
         WATCHED,
+        BEAT_OF,
         TAKE_OVER,
         TAKE,
         TAKE_MANY,

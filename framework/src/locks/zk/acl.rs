@@ -7,6 +7,7 @@ use tracing::info;
 use zookeeper_client as zk;
 
 use super::identity::pipeline_acl;
+use super::liveness::LIVE;
 use super::session::Shared;
 use super::{AUTH_ENV, parent_of};
 use crate::locks::LockError;
@@ -21,7 +22,7 @@ const ANCHOR_DATA: &[u8] = b"autocomp: keeps this lock tree from being deleted o
 
 impl Shared {
     /// With an identity: creates the chroot if missing, then brings the ACLs of the chroot,
-    /// `poll`, `batch`, `slot`, every `batch/<component>` and every `slot/<pool>` to ours: each
+    /// `poll`, `batch`, `slot`, `live`, every `batch/<component>` and every `slot/<pool>` to ours: each
     /// of our identities with all rights, the world with no more than read (other identities'
     /// entries are left: during a secret rotation both are ours). A directory whose ACL we
     /// cannot change while it lets others write (or keeps us out) is an alarm: locks under it
@@ -179,10 +180,11 @@ impl Shared {
     }
 
     /// The ACL of each directory of the lock tree that exists: the chroot, its anchor, `poll`,
-    /// `batch`, `slot`, every `batch/<component>` and every `slot/<pool>`.
+    /// `batch`, `slot`, `live` (whose ACL keeps strangers from deleting a liveness node, which
+    /// would make a live process look dead), every `batch/<component>` and every `slot/<pool>`.
     async fn tree_acls(&self) -> Result<Vec<(String, Vec<zk::Acl>, zk::Stat)>, LockError> {
         let mut dirs = vec![self.root.clone(), self.node_of(ANCHOR)];
-        dirs.extend(["poll", "batch", "slot"].map(|dir| self.node_of(dir)));
+        dirs.extend(["poll", "batch", "slot", LIVE].map(|dir| self.node_of(dir)));
         for parent in ["batch", "slot"] {
             dirs.extend(self.children(parent).await?.into_iter().map(|c| self.node_of(&format!("{parent}/{c}"))));
         }

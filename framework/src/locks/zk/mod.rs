@@ -45,15 +45,22 @@
 //! `close` deletes whatever is still held and closes the session, so nothing lingers after
 //! the process exits.
 //!
+//! Liveness: at connect the session creates one ephemeral node `<chroot>/live/<session id
+//! hex>` (its holder record, our ACL; `live` is persistent), and its record `zk:<session id
+//! hex>` is what runs name; another process judges it by a `sync` and an `exists` (absent:
+//! dead). One write per process start, none per claim; `held` never lists `live`.
+//!
 //! The rooms, each using only the ones before it: `tls` (`zks://`'s files and why a server
 //! is not trusted), `url` (the URL's syntax), `identity` (the pipeline's digest identities),
 //! `session` (the connection, its state and the requests that survive connection trouble),
-//! `protocol` (the lock nodes: take, watch, release), `many` (many locks in one `multi`: a
-//! round's creates, the release queue's deletes) and `acl` (the lock tree's ACLs and the
-//! chroot's anchor). This file holds the lock service itself.
+//! `protocol` (the lock nodes: take, watch, release), `liveness` (the process's liveness node,
+//! and the judgement of another's), `many` (many locks in one `multi`: a round's creates, the
+//! release queue's deletes) and `acl` (the lock tree's ACLs and the chroot's anchor). This
+//! file holds the lock service itself.
 
 mod acl;
 mod identity;
+mod liveness;
 mod many;
 mod protocol;
 mod session;
@@ -71,7 +78,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 use zookeeper_client as zk;
 
-use super::{HeldLock, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use super::{HeldLock, Liveness, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 use protocol::{NodeData, foreign_reason};
 use session::{LOST_SESSION_GRACE_SHARE, Shared, session_gone};
 pub use tls::ZkTls;
@@ -99,6 +106,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(3);
 /// The ZooKeeper lock service: one session per process.
 pub struct ZkLocks {
     shared: Arc<Shared>,
+    /// This session's liveness record (`zk:<session id hex>`), once its node is made;
+    /// `None` for a connection that changes nothing (`inspect`).
+    live: Option<String>,
 }
 
 impl ZkLocks {
@@ -106,15 +116,26 @@ impl ZkLocks {
     /// identities of `auth_file` or `$AUTOCOMP_ZK_AUTH` if either is set); fails (naming the
     /// servers) if no session is established within the session timeout. With an identity,
     /// also creates the chroot and brings the ACLs of the lock tree's directories to ours.
+    /// Then creates the session's liveness node (see `liveness`): one write.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        let locks = Self::connect_only(url).await?;
-        if locks.shared.identity.is_some()
-            && let Err(e) = locks.shared.protect_tree().await
-        {
-            locks.close().await;
-            return Err(e);
+        let mut locks = Self::connect_only(url).await?;
+        let shared = Arc::clone(&locks.shared);
+        let made = async {
+            if shared.identity.is_some() {
+                shared.protect_tree().await?;
+            }
+            shared.create_liveness().await
+        };
+        match made.await {
+            Ok(record) => {
+                locks.live = Some(record);
+                Ok(locks)
+            }
+            Err(e) => {
+                locks.close().await;
+                Err(e)
+            }
         }
-        Ok(locks)
     }
 
     /// Connects (and authenticates) as `connect` does, but changes nothing in the lock tree,
@@ -143,7 +164,7 @@ impl ZkLocks {
     async fn connect_only(url: &str) -> Result<Self, LockError> {
         let shared = Shared::connect(url).await?;
         many::start_release_queue(&shared);
-        Ok(Self { shared })
+        Ok(Self { shared, live: None })
     }
 
     /// Our session id (the `ephemeral_owner` of every node we hold).
@@ -279,6 +300,17 @@ impl LockService for ZkLocks {
     /// expires it: cancelled work gets a tenth, not `cancel_grace`.
     fn lost_session_grace(&self) -> Option<Duration> {
         Some(self.shared.session_timeout.mul_f64(LOST_SESSION_GRACE_SHARE))
+    }
+
+    /// `zk:<session id hex>` while the session lasts (its node goes with it); `None` once it
+    /// is lost: this client never opens another session, and the process exits.
+    fn liveness(&self) -> Option<String> {
+        self.live.clone().filter(|_| !self.shared.is_lost())
+    }
+
+    /// A `sync`, then whether the record's node exists (see `liveness`).
+    async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
+        self.shared.judge_liveness(record).await
     }
 
     async fn close(&self) {

@@ -132,9 +132,12 @@ impl Shared {
     }
 
     /// The chroot and its ancestors are persistent: a container would go once empty, and
-    /// whoever re-created it first would own the lock tree.
+    /// whoever re-created it first would own the lock tree. So is `live`: made once, a
+    /// process start costs the one write of its liveness node, not a container's too.
     pub(super) fn mode_of_parent(&self, dir: &str) -> zk::CreateMode {
-        if self.root.starts_with(dir) { zk::CreateMode::Persistent } else { zk::CreateMode::Container }
+        let live =
+            dir.strip_prefix(self.root.as_str()).is_some_and(|rest| rest == format!("/{}", super::liveness::LIVE));
+        if self.root.starts_with(dir) || live { zk::CreateMode::Persistent } else { zk::CreateMode::Container }
     }
 
     pub(super) fn reserve(&self, node: &str) -> bool {
