@@ -38,7 +38,15 @@
 //! - [`LockService::session`]: always `Connected` locally; ZooKeeper's follows its
 //!   connection, PostgreSQL's the age of its last lease renewal (`Suspended` at 0.3 of the
 //!   lease, `Lost` at 0.5), and [`LockService::lost_session_grace`] bounds the work after a
-//!   loss.
+//!   loss;
+//! - the liveness record ([`LockService::liveness`], what runs name for claim-as-lock) and
+//!   how another's is judged ([`LockService::judge_liveness`]): local `local:<host>:<pid>:
+//!   <nonce>`, a file under `<dir>/live/` flocked for the service's life (a try of the flock:
+//!   busy alive, free or absent dead; another host's unproven); ZooKeeper `zk:<session id
+//!   hex>`, an ephemeral node `live/<session id hex>` made at connect (after a `sync`: present
+//!   alive, absent dead); PostgreSQL `pg:<worker id>`, the worker row (absent dead, its beat
+//!   changed alive, unchanged for its whole lease on the judge's clock dead and taken over,
+//!   else unproven). None of them is a lock: `held` never lists them.
 
 mod local;
 mod pg;
