@@ -4,6 +4,7 @@
 
 mod bounded_reads;
 mod bounded_upgrade;
+mod claim_as_lock;
 mod operations;
 mod postgres_connection;
 mod postgres_processes;

@@ -1844,6 +1844,23 @@ async fn a_retried_claim_ready_with_its_key_answers_the_runs_it_opened(f: Fixtur
     ready_claims::a_retried_claim_ready_with_its_key_answers_the_runs_it_opened(f.store.as_ref()).await
 }
 
+async fn an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over(f: Fixture) {
+    ready_claims::an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over(f.store.as_ref())
+        .await
+}
+
+async fn a_retried_exclusive_claim_answers_the_run_it_opened_not_held(f: Fixture) {
+    ready_claims::a_retried_exclusive_claim_answers_the_run_it_opened_not_held(f.store.as_ref()).await
+}
+
+async fn the_liveness_a_claim_names_comes_back_with_its_run(f: Fixture) {
+    ready_claims::the_liveness_a_claim_names_comes_back_with_its_run(f.store.as_ref()).await
+}
+
+async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run(f: Fixture) {
+    ready_claims::a_claim_that_is_not_exclusive_still_abandons_an_open_run(f.store.as_ref()).await
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1889,6 +1906,10 @@ contract!(
     claim_ready_claims_the_ready_and_writes_nothing_for_the_rest,
     a_hold_refuses_claim_ready_and_answers_the_steering,
     a_retried_claim_ready_with_its_key_answers_the_runs_it_opened,
+    an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over,
+    a_retried_exclusive_claim_answers_the_run_it_opened_not_held,
+    the_liveness_a_claim_names_comes_back_with_its_run,
+    a_claim_that_is_not_exclusive_still_abandons_an_open_run,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_waiter_wakes_only_for_changes_that_concern_it,

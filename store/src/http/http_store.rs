@@ -266,7 +266,7 @@ impl BatchStore for HttpStore {
             .answers
             .into_iter()
             .map(|answer| match answer {
-                wire::ClaimAnswer::Claim(claim) => Ok(claim),
+                wire::ClaimAnswer::Claim(claim) => Ok(*claim),
                 wire::ClaimAnswer::Error(error) => {
                     Err(CallError::Api { status: reqwest::StatusCode::OK, body: ErrorBody { error } }.into())
                 }

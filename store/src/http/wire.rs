@@ -180,7 +180,8 @@ pub struct ClaimManyAnswer {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ClaimAnswer {
-    Claim(Claim),
+    // Boxed: a claim carries two runs, each several times an error's size.
+    Claim(Box<Claim>),
     Error(ErrorDetail),
 }
 
@@ -230,7 +231,7 @@ impl From<CreateOutcome> for Created {
 impl From<Result<Claim, StoreError>> for ClaimAnswer {
     fn from(answer: Result<Claim, StoreError>) -> Self {
         match answer {
-            Ok(claim) => ClaimAnswer::Claim(claim),
+            Ok(claim) => ClaimAnswer::Claim(Box::new(claim)),
             Err(error) => ClaimAnswer::Error(*autocomp_http::error::ApiError::from(error).detail),
         }
     }

@@ -166,12 +166,17 @@ port_trait! {
         /// its event type's newest `Reset`) and `load_checkpoint` answer before the claim. A batch
         /// no longer ready is answered as read, and nothing is written for it; a batch the store
         /// does not have is its own `NotFound`. The steering comes back when its version is not
-        /// the one the caller knows. The outer error means nothing was claimed. Adapters that
-        /// cannot do this in one transaction must not implement it: the default refuses.
+        /// the one the caller knows. The outer error means nothing was claimed. Exclusive, a
+        /// batch whose open run of the component is another claim's, not taken over by
+        /// `takeovers` with its generation and liveness, is answered `held` with that run and
+        /// nothing is written for it; the claim commits durably. Adapters that cannot do this
+        /// in one transaction must not implement it: the default refuses.
         #[checked(
             request.holder.validate()?;
             write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;
             ready_claims::check_distinct(&request.batches)?;
+            write_rules::check_page("takeovers", request.takeovers.len(), MAX_BATCH_PAGE)?;
+            ready_claims::check_takeovers(&request.takeovers)?;
             request.descriptor.validate()?
         )]
         async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {

@@ -34,8 +34,9 @@ pub struct ReadyClaimRequest {
     /// The claim is the lock (the holder names its `liveness`): a batch whose open run of
     /// the component is another claim's is not claimed but answered with that run (`held`),
     /// and nothing is written for it, unless `takeovers` names it. Such a claim commits
-    /// durably: nothing else keeps a second claimer off the batch.
-    #[serde(default)]
+    /// durably: nothing else keeps a second claimer off the batch. Sent only when set, so a
+    /// service of the release before still takes a request that is not exclusive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
     /// Open runs the caller proved dead (their holder's liveness record gone): each is taken
     /// over (abandoned, as `claim` does) only while it is still the batch's open run of the
@@ -140,6 +141,56 @@ fn retried_run<'a>(request: &ReadyClaimRequest, batch: &'a Batch) -> Option<&'a 
         .open_runs
         .iter()
         .find(|run| run.component == request.descriptor.name && run.holder.claim_key.as_ref() == Some(key))
+}
+
+/// For an exclusive request, the open run that keeps `batch` from it, answered `held`: the
+/// component's open run, unless it is this request's own (a retry after a lost answer, which
+/// claims it again) or `takeovers` names it with exactly its generation and liveness (proven
+/// dead: claimed, and so abandoned, as `claim` does). `None`: claim the batch as usual, as
+/// for every batch of a request that is not exclusive. Judged on the batch as the claim's
+/// transaction read it (PostgreSQL: as the round's read found it; a batch it then claims is
+/// claimed only while unmoved since, so while its open run is still the one judged).
+pub(crate) fn holding_run<'a>(request: &ReadyClaimRequest, batch: &'a Batch) -> Option<&'a Run> {
+    if !request.exclusive {
+        return None;
+    }
+    let open = batch.open_runs.iter().find(|run| run.component == request.descriptor.name)?;
+    if retried_run(request, batch).is_some_and(|ours| ours.generation == open.generation) {
+        return None;
+    }
+    let taken_over = request.takeovers.iter().any(|takeover| {
+        takeover.batch == batch.id
+            && takeover.generation == open.generation
+            && takeover.liveness == open.holder.liveness
+    });
+    (!taken_over).then_some(open)
+}
+
+/// An exclusive claim's refusal of `batch`, kept by `holding`: the batch as read, no claim,
+/// and nothing written for it.
+pub(crate) fn refusal(batch: Batch, holding: Run) -> ReadyAnswer {
+    ReadyAnswer { batch, claim: None, failed_attempts: 0, checkpoint: None, held: Some(holding) }
+}
+
+/// Refuses a takeover that could never match a run: a liveness no holder may name.
+pub(crate) fn check_takeovers(takeovers: &[Takeover]) -> Result<(), InvalidInput> {
+    for takeover in takeovers {
+        if let Some(liveness) = &takeover.liveness
+            && (liveness.is_empty() || liveness.len() > 255 || !liveness.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(InvalidInput::new("takeovers.liveness", liveness, "must be 1-255 printable ASCII characters"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the claim must commit durably (synced, flushed) before it answers, whatever the
+/// store's own setting relaxes: an exclusive one is the lock on its batches, and nothing else
+/// keeps a second claimer off them if the store forgot it in a crash. Other claims may be
+/// lost with the store's host: their batches are then simply ready again, and a batch lock
+/// keeps a second claimer off.
+pub(crate) fn durable(request: &ReadyClaimRequest) -> bool {
+    request.exclusive
 }
 
 /// The answer for a batch read before its claim. A retried request's batch is answered as

@@ -133,6 +133,8 @@ pub(super) struct RunRow {
     ended_at: Option<i64>,
     transient: bool,
     claim_key: Option<String>,
+    /// The holder's liveness record (schema 11).
+    liveness: Option<String>,
 }
 
 /// A component as `autocomp_component` writes it: its `components` row and its hosts.
@@ -231,7 +233,7 @@ impl RunRow {
                 host: self.host,
                 pid: u32::try_from(self.pid).map_err(|e| corrupt("run", e))?,
                 claim_key: self.claim_key.map(IdempotencyKey::new).transpose().map_err(|e| corrupt("run", e))?,
-                liveness: None,
+                liveness: self.liveness,
             },
             started_at: Timestamp(self.started_at),
             claim_seq: Seq(self.claim_seq),

@@ -13,7 +13,7 @@ use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
 use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use crate::port::{Claim, StoreError, StoreResult};
-use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, RunHolder, Steering};
+use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, Run, RunHolder, Steering};
 
 impl PgBackend {
     pub(super) async fn pg_claim(
@@ -31,7 +31,7 @@ impl PgBackend {
             Box::pin(async move {
                 let statement = prepare(
                     client,
-                    "SELECT r_kind, r_run::text, r_abandoned::text, r_current FROM autocomp_claim($1, $2, $3, $4, $5, $6)",
+                    "SELECT r_kind, r_run::text, r_abandoned::text, r_current FROM autocomp_claim($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .await?;
                 let row = client
@@ -71,7 +71,7 @@ impl PgBackend {
                     client,
                     "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current
                      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
-                          autocomp_claim_many($1, $2, $3, $4, $5, $6)",
+                          autocomp_claim_many($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .await?;
                 let rows = client
@@ -123,6 +123,8 @@ impl PgBackend {
 enum Judged {
     Missing,
     NotReady(Batch),
+    /// Ready, but an exclusive claim's: another claim's open run keeps it (`holding_run`).
+    Held(Batch, Run),
     Ready(Batch),
 }
 
@@ -144,9 +146,12 @@ impl PgBackend {
     /// `claim_ready`: one statement reading the steering and the batches, their readiness
     /// judged here by the rules every backend shares, then one call of `autocomp_claim_ready`
     /// claiming the ready ones in one transaction, only if nothing judged on moved meanwhile
-    /// (its commit not waiting for its flush, as `claim_many`'s); if something did, both are
-    /// read again, up to `CONDITIONAL_ROUNDS` times. Two round trips when something is ready,
-    /// one when nothing is.
+    /// (its commit not waiting for its flush, as `claim_many`'s, unless exclusive); if
+    /// something did, both are read again, up to `CONDITIONAL_ROUNDS` times. Two round trips
+    /// when something is ready, one when nothing is. An exclusive round answers a batch held
+    /// by another claim's open run as its read found it, and sends no claim for it (a refusal
+    /// writes nothing, so its moment is the read's); a batch it claims, taken over or not,
+    /// is claimed only while unmoved since that read, so while its open run is the one judged.
     pub(super) async fn pg_claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
         // One key for the whole round, as `claim_many`: a call sent again after a lost answer,
         // and a read again after it, find the runs the first call opened.
@@ -161,8 +166,7 @@ impl PgBackend {
                 .iter()
                 .map(|id| match found.remove(id) {
                     None => Judged::Missing,
-                    Some(batch) if ready_claims::wanted(request, &batch) => Judged::Ready(batch),
-                    Some(batch) => Judged::NotReady(batch),
+                    Some(batch) => judge(request, batch),
                 })
                 .collect();
             let rows = match self.claim_judged(request, &judged, steering.version).await? {
@@ -177,6 +181,7 @@ impl PgBackend {
                 .map(|(id, judged)| match judged {
                     Judged::Missing => Err(StoreError::NotFound(id.clone())),
                     Judged::NotReady(batch) => Ok(ready_claims::answer(request, batch, None, 0, None)),
+                    Judged::Held(batch, holding) => Ok(ready_claims::refusal(batch, holding)),
                     Judged::Ready(batch) => {
                         let row = rows.next().expect("claim_judged answers a row per ready batch");
                         let claim = row.claim?;
@@ -241,16 +246,10 @@ impl PgBackend {
         let (ids, stamps, since, version, ready) = (&ids, &stamps, &since, &(steering_version as i64), &ready);
         let (component, holder) = (request.component(), &request.holder);
         let claimer = &ClaimerArgs::new(component, holder);
+        let sql = if ready_claims::durable(request) { CLAIM_READY_FLUSHED } else { CLAIM_READY_UNFLUSHED };
         self.run("claim_ready", Retry::Safe, |client, _| {
             Box::pin(async move {
-                // Not waiting for the flush: see `pg_claim_many`.
-                let statement = prepare(
-                    client,
-                    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
-                     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
-                          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .await?;
+                let statement = prepare(client, sql).await?;
                 let rows = client
                     .query(&statement, &claimer.after(&[ids, stamps, since, version]))
                     .await
@@ -274,17 +273,48 @@ impl PgBackend {
     }
 }
 
+/// A claim round not waiting for its flush (`synchronous_commit` off for its transaction
+/// alone), as `pg_claim_many`'s.
+const CLAIM_READY_UNFLUSHED: &str =
+    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
+          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// An exclusive claim round: it is its batches' lock, so it answers only once its commit is
+/// flushed. `synchronous_commit` is at least `on` for its transaction (a server or role set
+/// to `off` is overruled; `remote_write` or `remote_apply`, a synchronous standby's, stay:
+/// the claim then also survives a failover to it).
+const CLAIM_READY_FLUSHED: &str =
+    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
+     FROM (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+                                 WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true))
+              AS flushed,
+          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// How `claim_ready` treats a batch it read: claimed if wanted and not held by another
+/// claim's open run (the rules every backend shares).
+fn judge(request: &ReadyClaimRequest, batch: Batch) -> Judged {
+    if !ready_claims::wanted(request, &batch) {
+        return Judged::NotReady(batch);
+    }
+    match ready_claims::holding_run(request, &batch).cloned() {
+        Some(holding) => Judged::Held(batch, holding),
+        None => Judged::Ready(batch),
+    }
+}
+
 /// Where `read_for_claims`'s steering columns start: after `BATCH_SELECT`'s.
 const STEERING_COLUMN: usize = 20;
 
 /// The claimer's arguments, which every claim function of the schema takes last and in this
-/// order: the component, the holder's agent, host and pid, and its claim key.
+/// order: the component, the holder's agent, host and pid, its claim key and its liveness.
 struct ClaimerArgs<'a> {
     component: &'a str,
     agent: &'a str,
     host: &'a str,
     pid: i64,
     claim_key: Option<&'a str>,
+    liveness: Option<&'a str>,
 }
 
 impl<'a> ClaimerArgs<'a> {
@@ -295,13 +325,14 @@ impl<'a> ClaimerArgs<'a> {
             host: &holder.host,
             pid: i64::from(holder.pid),
             claim_key: holder.claim_key.as_ref().map(IdempotencyKey::as_str),
+            liveness: holder.liveness.as_deref(),
         }
     }
 
     /// The arguments of a call: the function's own (`leading`), then the claimer's.
     fn after<'s>(&'s self, leading: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
-        let claimer: [&'s (dyn ToSql + Sync); 5] =
-            [&self.component, &self.agent, &self.host, &self.pid, &self.claim_key];
+        let claimer: [&'s (dyn ToSql + Sync); 6] =
+            [&self.component, &self.agent, &self.host, &self.pid, &self.claim_key, &self.liveness];
         leading.iter().copied().chain(claimer).collect()
     }
 }

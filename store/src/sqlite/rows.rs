@@ -54,8 +54,7 @@ pub(super) fn event_from_row(row: &Row) -> rusqlite::Result<Event> {
     })
 }
 
-pub(super) const RUN_COLUMNS: &str =
-    "batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient, claim_key";
+pub(super) const RUN_COLUMNS: &str = "batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient, claim_key, liveness";
 
 pub(super) fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
     let state: String = row.get(8)?;
@@ -68,7 +67,7 @@ pub(super) fn run_from_row(row: &Row) -> rusqlite::Result<Run> {
             host: row.get(4)?,
             pid: row.get(5)?,
             claim_key: row.get::<_, Option<String>>(11)?.map(stored).transpose()?,
-            liveness: None,
+            liveness: row.get(12)?,
         },
         started_at: Timestamp(row.get(6)?),
         claim_seq: Seq(row.get(7)?),

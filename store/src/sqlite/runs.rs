@@ -38,23 +38,42 @@ pub fn claim_many(
     component: &ComponentName,
     holder: &RunHolder,
 ) -> StoreResult<Vec<StoreResult<Claim>>> {
-    with_relaxed_sync(conn, |conn| claim_each(conn, batches, component, holder))
+    with_synchronous(conn, Commit::Unsynced, |conn| claim_each(conn, batches, component, holder))
 }
 
-/// `work` with the connection's `synchronous` at most NORMAL: its commit is not synced. A
-/// pass's claims survive its process at once (the commit is in the WAL file) and a power
-/// loss with the next synced commit: the result of their work, which syncs the whole WAL,
-/// claims included. Lost with the machine before then, they leave batches that are simply
-/// ready again, as if never claimed. Sparing the claim its fsync halves the syncs per batch
-/// and stage.
-fn with_relaxed_sync<T>(conn: &mut Connection, work: impl FnOnce(&mut Connection) -> StoreResult<T>) -> StoreResult<T> {
+/// How a claim's commit reaches the disk.
+#[derive(Clone, Copy)]
+enum Commit {
+    /// `synchronous` at most NORMAL: the commit is not synced. A pass's claims survive its
+    /// process at once (the commit is in the WAL file) and a power loss with the next synced
+    /// commit: the result of their work, which syncs the whole WAL, claims included. Lost
+    /// with the machine before then, they leave batches that are simply ready again, as if
+    /// never claimed (a batch lock keeps a second claimer off meanwhile). Sparing the claim
+    /// its fsync halves the syncs per batch and stage.
+    Unsynced,
+    /// `synchronous` at least FULL, even on a file opened with `synchronous=normal`: the
+    /// commit's WAL is synced before it answers. An exclusive claim is its batches' lock
+    /// (a service may serve the file to holders on other hosts, which a power loss of this
+    /// one does not stop).
+    Synced,
+}
+
+/// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards.
+fn with_synchronous<T>(
+    conn: &mut Connection,
+    commit: Commit,
+    work: impl FnOnce(&mut Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
     let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(unavailable)?;
-    let relaxed = synchronous > SYNCHRONOUS_NORMAL;
-    if relaxed {
-        conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).map_err(unavailable)?;
+    let wanted = match commit {
+        Commit::Unsynced => synchronous.min(SYNCHRONOUS_NORMAL),
+        Commit::Synced => synchronous.max(SYNCHRONOUS_FULL),
+    };
+    if wanted != synchronous {
+        conn.pragma_update(None, "synchronous", wanted).map_err(unavailable)?;
     }
     let done = work(conn);
-    if relaxed {
+    if wanted != synchronous {
         conn.pragma_update(None, "synchronous", synchronous).map_err(unavailable)?;
     }
     done
@@ -62,10 +81,12 @@ fn with_relaxed_sync<T>(conn: &mut Connection, work: impl FnOnce(&mut Connection
 
 /// `ObjectStore::claim_ready`: the steering, the batches, each ready one's attempts and
 /// checkpoint and its claim (in a savepoint, as `claim_many`'s), all in one IMMEDIATE
-/// transaction, so no other writer moves a batch between its re-check and its claim; not
-/// synced, as `claim_many`'s commit.
+/// transaction, so no other writer moves a batch between its re-check and its claim, nor
+/// between an exclusive claim's look at its open run and its claim. Not synced, as
+/// `claim_many`'s commit, unless exclusive (`Commit::Synced`).
 pub fn claim_ready(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
-    with_relaxed_sync(conn, |conn| claim_ready_in(conn, request))
+    let commit = if ready_claims::durable(request) { Commit::Synced } else { Commit::Unsynced };
+    with_synchronous(conn, commit, |conn| claim_ready_in(conn, request))
 }
 
 fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
@@ -88,6 +109,10 @@ fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreRe
             answers.push(Ok(ready_claims::answer(request, batch, None, 0, None)));
             continue;
         }
+        if let Some(holding) = ready_claims::holding_run(request, &batch).cloned() {
+            answers.push(Ok(ready_claims::refusal(batch, holding)));
+            continue;
+        }
         let failed = failed_attempts_in(&tx, id, component, ready_claims::attempts_since(request, &batch))?;
         let checkpoint = checkpoint_in(&tx, id, component)?;
         let savepoint = tx.savepoint().map_err(unavailable)?;
@@ -105,8 +130,9 @@ fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreRe
     Ok(ReadyClaims { steering: ready_claims::moved(steering, request.known_steering), held: false, answers })
 }
 
-/// SQLite's `synchronous = NORMAL`, as `PRAGMA synchronous` reads it.
+/// SQLite's `synchronous` NORMAL and FULL, as `PRAGMA synchronous` reads them.
 const SYNCHRONOUS_NORMAL: i64 = 1;
+const SYNCHRONOUS_FULL: i64 = 2;
 
 fn claim_each(
     conn: &mut Connection,
@@ -179,8 +205,9 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
         run.ended_at = Some(now);
     }
     tx.execute(
-        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open', ?9)",
+        "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key,
+                           liveness)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open', ?9, ?10)",
         params![
             batch.as_str(),
             component.as_str(),
@@ -191,6 +218,7 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
             now.millis(),
             seq.0,
             holder.claim_key.as_ref().map(|k| k.as_str()),
+            holder.liveness,
         ],
     )
     .map_err(unavailable)?;

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     migration!(8, "0008_batch_sizes"),
     migration!(9, "0009_steering"),
     migration!(10, "0010_history"),
+    migration!(11, "0011_run_liveness"),
 ];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;

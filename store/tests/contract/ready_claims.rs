@@ -4,6 +4,10 @@
 //! a claimed one carries what the separate reads (`failed_attempts`, `load_checkpoint`)
 //! answer, an unknown one is its own `NotFound`, a hold claims nothing and answers the
 //! steering that holds, and a retry with the claim key answers the runs the first one opened.
+//! Exclusive (the claim is the lock): a batch another claim's open run holds is answered
+//! `held` with that run and nothing is written, unless `takeovers` names that very run (its
+//! generation and its holder's liveness), which is then abandoned and fenced as any claim
+//! abandons one; the liveness a claim names is kept with its run.
 
 use autocomp_model::*;
 use autocomp_store::*;
@@ -166,4 +170,169 @@ pub(crate) async fn a_retried_claim_ready_with_its_key_answers_the_runs_it_opene
     assert_eq!(again_claim.abandoned, None);
     assert!(again.batch.open_runs.is_empty(), "answered without the run the first call opened");
     assert_eq!((first.failed_attempts, again.failed_attempts), (0, 1), "the abandoned run counted once it ended");
+}
+
+fn live_holder(name: &str, key: Option<&str>, liveness: &str) -> RunHolder {
+    RunHolder { liveness: Some(liveness.into()), ..holder(name, key) }
+}
+
+fn exclusive(batches: &[&str], holder: RunHolder, takeovers: Vec<Takeover>) -> ReadyClaimRequest {
+    ReadyClaimRequest { exclusive: true, takeovers, ..request(batches, holder) }
+}
+
+fn takeover(batch: &str, generation: i64, liveness: Option<&str>) -> Takeover {
+    Takeover { batch: id(batch), generation, liveness: liveness.map(str::to_owned) }
+}
+
+/// The archiver's open runs of the batches named `prefix`...: this case's, on a store other
+/// cases use too.
+async fn open_runs_of(store: &dyn ObjectStore, prefix: &str) -> Vec<Run> {
+    let open = store.open_runs(Some(&archiver())).await.unwrap();
+    open.into_iter().filter(|run| run.batch_id.as_str().starts_with(prefix)).collect()
+}
+
+/// The one answer of a claim round of one batch.
+async fn claim_one(store: &dyn ObjectStore, request: &ReadyClaimRequest) -> ReadyAnswer {
+    let claims = store.claim_ready(request).await.unwrap();
+    assert!(!claims.held, "{claims:?}");
+    let [answer] = <[_; 1]>::try_from(claims.answers).unwrap();
+    answer.unwrap()
+}
+
+/// Asserts `answer` is a refusal naming `holding`, and that the store is as it was: the head
+/// where it was, `holding` still the batch's open run, no attempt abandoned.
+async fn assert_held_and_nothing_written(store: &dyn ObjectStore, answer: ReadyAnswer, holding: &Run, head: Seq) {
+    let batch = holding.batch_id.clone();
+    assert!(answer.claim.is_none(), "refused: not claimed ({answer:?})");
+    assert_eq!(answer.held.as_ref(), Some(holding), "answered with the run that holds the batch");
+    assert_eq!((answer.failed_attempts, answer.checkpoint), (0, None));
+    assert_eq!(answer.batch.open_runs, vec![holding.clone()], "the batch as read");
+    assert_eq!(store.head().await.unwrap(), head, "nothing written");
+    assert_eq!(
+        store.run_state(&batch, &archiver()).await.unwrap().as_ref(),
+        Some(holding),
+        "still open, same generation"
+    );
+    assert_eq!(store.failed_attempts(&batch, &archiver(), Seq::ZERO).await.unwrap(), 0, "no run abandoned");
+}
+
+/// Exclusive, a batch whose open run is another claim's is refused, answered with that run
+/// (its generation, its holder and the holder's liveness), and nothing is written: not for a
+/// plain exclusive claim, nor a takeover naming another generation or another liveness (or
+/// none). A takeover naming the run's generation and liveness claims the batch: the old run
+/// abandoned, its holder fenced. A takeover of a batch without an open run is a plain claim.
+pub(crate) async fn an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over(
+    store: &dyn ObjectStore,
+) {
+    register(store, "X1", Some(Outcome::Success)).await;
+    register(store, "X2", Some(Outcome::Success)).await;
+    let first = claim_one(store, &exclusive(&["X1"], live_holder("first", None, "zk:first-session"), vec![])).await;
+    let holding = first.claim.expect("nobody held X1: claimed").run;
+    assert_eq!(holding.holder.liveness.as_deref(), Some("zk:first-session"));
+
+    let second = live_holder("second", None, "zk:second-session");
+    let (generation, liveness) = (holding.generation, Some("zk:first-session"));
+    let refused_takeovers = [
+        vec![],
+        vec![takeover("X1", generation + 1, liveness)],
+        vec![takeover("X1", generation - 1, liveness)],
+        vec![takeover("X1", generation, Some("zk:another-session"))],
+        vec![takeover("X1", generation, None)],
+        vec![takeover("X2", generation, liveness)],
+    ];
+    for takeovers in refused_takeovers {
+        let head = store.head().await.unwrap();
+        let answer = claim_one(store, &exclusive(&["X1"], second.clone(), takeovers.clone())).await;
+        assert_held_and_nothing_written(store, answer, &holding, head).await;
+    }
+
+    // Named with the generation and liveness it has: taken over.
+    let takeovers = vec![takeover("X1", generation, liveness), takeover("X2", 7, Some("zk:gone"))];
+    let claims = store.claim_ready(&exclusive(&["X1", "X2"], second.clone(), takeovers)).await.unwrap();
+    let [x1, x2] = <[_; 2]>::try_from(claims.answers).unwrap();
+    let (x1, x2) = (x1.unwrap(), x2.unwrap());
+    assert_eq!(x1.held, None);
+    let claim = x1.claim.expect("taken over: claimed");
+    assert_eq!(claim.generation(), generation + 1, "a new generation");
+    assert_eq!((&claim.run.holder.agent, &claim.run.holder.liveness), (&second.agent, &second.liveness));
+    let abandoned = claim.abandoned.expect("the old run is abandoned");
+    assert_eq!((abandoned.generation, abandoned.state), (generation, RunState::Abandoned));
+    assert_eq!(store.failed_attempts(&id("X1"), &archiver(), Seq::ZERO).await.unwrap(), 1, "one attempt abandoned");
+    let late = NewEvent::new(EventType::new("Archived").unwrap(), Outcome::Success, agent("first"))
+        .in_run(archiver(), generation);
+    let late = store.append_event(&id("X1"), late).await.unwrap_err();
+    assert!(matches!(late, StoreError::Fenced { generation: fenced, .. } if fenced == generation), "{late}");
+    assert!((x2.held.is_none() && x2.claim.is_some()), "X2 had no open run: claimed as usual ({x2:?})");
+}
+
+/// An exclusive claim sent again with its claim key (its answer lost) answers the run its
+/// first attempt opened, taken over or not, instead of finding itself holding the batch.
+pub(crate) async fn a_retried_exclusive_claim_answers_the_run_it_opened_not_held(store: &dyn ObjectStore) {
+    register(store, "E1", Some(Outcome::Success)).await;
+    register(store, "E2", Some(Outcome::Success)).await;
+    let dead = store.claim(&id("E2"), &archiver(), &live_holder("dead", None, "pg:7")).await.unwrap();
+    let ours = live_holder("pass", Some("pass-key-x"), "pg:8");
+    let asked = exclusive(&["E1", "E2"], ours, vec![takeover("E2", dead.generation(), Some("pg:7"))]);
+    let first = store.claim_ready(&asked).await.unwrap().answers;
+    let again = store.claim_ready(&asked).await.unwrap().answers;
+    for (first, again) in first.into_iter().zip(again) {
+        let (first, again) = (first.unwrap(), again.unwrap());
+        assert_eq!((first.held.as_ref(), again.held.as_ref()), (None, None), "{again:?}");
+        let (first, again) = (first.claim.unwrap(), again.claim.unwrap());
+        assert_eq!(again.run, first.run, "the run the first attempt opened");
+        assert_eq!(again.abandoned, None);
+    }
+    let open = open_runs_of(store, "E").await;
+    assert_eq!(open.iter().map(|run| run.generation).collect::<Vec<_>>(), [1, dead.generation() + 1], "{open:?}");
+}
+
+/// The liveness a holder names comes back with its run wherever runs are read, whichever
+/// claim opened it; a holder naming none has none.
+pub(crate) async fn the_liveness_a_claim_names_comes_back_with_its_run(store: &dyn ObjectStore) {
+    for batch in ["L1", "L2", "L3", "L4"] {
+        register(store, batch, Some(Outcome::Success)).await;
+    }
+    store.claim(&id("L1"), &archiver(), &live_holder("one", None, "local:host:1:a")).await.unwrap();
+    let many = store.claim_many(&[id("L2")], &archiver(), &live_holder("many", None, "zk:0x1f")).await.unwrap();
+    assert_eq!(many[0].as_ref().unwrap().run.holder.liveness.as_deref(), Some("zk:0x1f"));
+    let round = claim_one(store, &request(&["L3"], live_holder("round", None, "pg:worker-3"))).await;
+    assert_eq!(round.claim.unwrap().run.holder.liveness.as_deref(), Some("pg:worker-3"));
+    store.claim(&id("L4"), &archiver(), &holder("none", None)).await.unwrap();
+
+    let expected = [("L1", Some("local:host:1:a")), ("L2", Some("zk:0x1f")), ("L3", Some("pg:worker-3")), ("L4", None)];
+    let open = open_runs_of(store, "L").await;
+    let listed: Vec<(&str, Option<&str>)> =
+        open.iter().map(|run| (run.batch_id.as_str(), run.holder.liveness.as_deref())).collect();
+    assert_eq!(listed, expected, "open_runs");
+    for (batch, liveness) in expected {
+        let read = store.get_batch(&id(batch)).await.unwrap();
+        assert_eq!(read.open_run(&archiver()).unwrap().holder.liveness.as_deref(), liveness, "{batch}: get_batch");
+        let state = store.run_state(&id(batch), &archiver()).await.unwrap().unwrap();
+        assert_eq!(state.holder.liveness.as_deref(), liveness, "{batch}: run_state");
+        let head = store.batch_head(&id(batch)).await.unwrap();
+        assert_eq!(head.open_runs[0].holder.liveness.as_deref(), liveness, "{batch}: batch_head");
+    }
+    let bad = live_holder("bad", None, "zk:with space");
+    let refused = store.claim(&id("L4"), &archiver(), &bad).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Invalid(input) if input.field == "liveness"), "a liveness with a space");
+    let takeovers = vec![takeover("L4", 1, Some(""))];
+    let refused = store.claim_ready(&exclusive(&["L4"], holder("pass", None), takeovers)).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Invalid(input) if input.field == "takeovers.liveness"), "an empty one");
+}
+
+/// Not exclusive, a claim round abandons another claim's open run as it always did, whatever
+/// `takeovers` says.
+pub(crate) async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run(store: &dyn ObjectStore) {
+    register(store, "N1", Some(Outcome::Success)).await;
+    let stalled = store.claim(&id("N1"), &archiver(), &live_holder("old", None, "zk:old")).await.unwrap();
+    let takeovers = vec![takeover("N1", stalled.generation() + 5, Some("zk:other"))];
+    let plain = ReadyClaimRequest { takeovers, ..request(&["N1"], live_holder("pass", None, "zk:new")) };
+    let answer = claim_one(store, &plain).await;
+    assert_eq!(answer.held, None);
+    let claim = answer.claim.expect("not exclusive: claimed over the open run");
+    assert_eq!(
+        claim.abandoned.map(|run| (run.generation, run.state)),
+        Some((stalled.generation(), RunState::Abandoned))
+    );
+    assert_eq!(claim.run.generation, stalled.generation() + 1);
 }
