@@ -2,7 +2,8 @@
 //! tests/tests/lock_contract.rs): the lease rule on real servers and processes.
 //!
 //! - a holder that stops renewing (SIGSTOPped) is taken over only once the taker has itself
-//!   seen its beat unchanged for a full lease, and a live one never is;
+//!   seen its beat unchanged for a full lease, and a live one never is; its liveness record is
+//!   judged dead by the same rule, and that verdict takes it over (final: its locks go too);
 //! - the server's clock decides nothing: with `now()` and its kin made to answer a day ahead,
 //!   a live holder keeps its locks;
 //! - a holder whose database goes away is `Suspended` at 0.3 of its lease and `Lost` at 0.5,
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_e2e::{PROBED, Pipeline, finish};
 use autocomp_framework::locks::{
-    LockError, LockHolder, LockPath, LockService, SessionState, inspect_locks, open_locks,
+    Liveness, LockError, LockHolder, LockPath, LockService, SessionState, inspect_locks, open_locks,
 };
 use autocomp_model::{ComponentName, Timestamp};
 use autocomp_test_servers::postgres::{self, Options, Postgres};
@@ -95,6 +96,51 @@ fn a_stalled_holder_is_taken_over_only_after_a_full_lease_as_the_taker_saw_it() 
         signal(pid, libc::SIGCONT);
         tokio::task::block_in_place(|| holding.close_and_exit());
         taker.close().await;
+    });
+}
+
+#[test]
+fn a_stalled_holders_liveness_record_is_dead_only_after_a_full_lease_and_the_verdict_takes_it_over() {
+    let url = postgres::shared().unique_database();
+    runtime().block_on(async {
+        let judge = open_locks(&url).await.unwrap();
+        let mut holding = tokio::task::block_in_place(|| HolderProcess::start(&with_lease(&url)));
+        let record = holding.liveness.clone().expect("a PostgreSQL worker's record");
+        assert!(record.starts_with("pg:"), "{record}");
+
+        // Renewing: a first look proves nothing, a later one sees the beat move; never dead.
+        assert_eq!(judge.judge_liveness(&record).await.unwrap(), Liveness::Unproven, "a first look");
+        let mut verdicts = Vec::new();
+        let watched = Instant::now() + LEASE * 2;
+        while Instant::now() < watched {
+            verdicts.push(judge.judge_liveness(&record).await.unwrap());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!verdicts.contains(&Liveness::Dead), "a renewing holder judged dead: {verdicts:?}");
+        assert!(verdicts.contains(&Liveness::Alive), "a renewing holder never seen alive: {verdicts:?}");
+
+        let pid = holding.child.id();
+        signal(pid, libc::SIGSTOP);
+        let stopped = Instant::now();
+        let dead = loop {
+            if judge.judge_liveness(&record).await.unwrap() == Liveness::Dead {
+                break stopped.elapsed();
+            }
+            assert!(stopped.elapsed() < LEASE * 10, "a stalled holder is still not dead");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        println!("a SIGSTOPped holder (lease {LEASE:?}) was judged dead {dead:?} after it stopped");
+        // Counted from the first answer showing its last beat: up to a tenth before the stop.
+        assert!(dead + LEASE / 10 >= LEASE, "judged dead {dead:?} after it stopped, within a lease");
+        // The verdict took the worker over: its locks are free, and it stays dead.
+        assert!(judge.held().await.unwrap().is_empty(), "a dead worker's locks outlived the verdict");
+        assert_eq!(judge.judge_liveness(&record).await.unwrap(), Liveness::Dead, "dead is final");
+
+        // Woken, it finds its row gone (its lease lost) and still closes and exits cleanly.
+        signal(pid, libc::SIGCONT);
+        tokio::task::block_in_place(|| holding.close_and_exit());
+        assert_eq!(judge.judge_liveness(&record).await.unwrap(), Liveness::Dead);
+        judge.close().await;
     });
 }
 
