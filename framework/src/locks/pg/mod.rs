@@ -40,6 +40,7 @@
 //! a worker's liveness record), `many` (many locks in one statement), `tables` (made on first
 //! use, and what the doctor says). This file holds the lock service itself.
 
+mod judged;
 mod lease;
 mod liveness;
 mod many;

@@ -31,7 +31,7 @@ pub struct Shared {
     pub user: String,
     pub observations: Mutex<Observations>,
     /// The beats of the workers whose liveness records we were asked to judge (`liveness`).
-    pub judged: Mutex<super::liveness::Judged>,
+    pub judged: Mutex<super::judged::Judged>,
     pub closed: AtomicBool,
 }
 

@@ -6,8 +6,8 @@ use autocomp_model::InvalidInput;
 use tracing::info;
 use zookeeper_client as zk;
 
+use super::LIVE;
 use super::identity::pipeline_acl;
-use super::liveness::LIVE;
 use super::session::Shared;
 use super::{AUTH_ENV, parent_of};
 use crate::locks::LockError;

@@ -21,12 +21,10 @@ use std::sync::{Arc, Weak};
 use tracing::{debug, error};
 use zookeeper_client as zk;
 
+use super::LIVE;
 use super::protocol::NodeData;
 use super::session::{Shared, session_gone};
 use crate::locks::{Liveness, LockError, LockHolder, SessionState};
-
-/// The persistent directory of the liveness nodes, under the chroot; never a lock's.
-pub(super) const LIVE: &str = "live";
 
 /// The prefix of a ZooKeeper liveness record.
 const SCHEME: &str = "zk:";

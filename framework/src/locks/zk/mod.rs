@@ -103,6 +103,9 @@ const IN_PROCESS_PAUSE: Duration = Duration::from_millis(10);
 /// How long `close` waits for each deletion and for the server to end the session.
 const CLOSE_WAIT: Duration = Duration::from_secs(3);
 
+/// The persistent directory of the liveness nodes, under the chroot; never a lock's.
+const LIVE: &str = "live";
+
 /// The ZooKeeper lock service: one session per process.
 pub struct ZkLocks {
     shared: Arc<Shared>,

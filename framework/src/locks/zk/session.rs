@@ -135,8 +135,7 @@ impl Shared {
     /// whoever re-created it first would own the lock tree. So is `live`: made once, a
     /// process start costs the one write of its liveness node, not a container's too.
     pub(super) fn mode_of_parent(&self, dir: &str) -> zk::CreateMode {
-        let live =
-            dir.strip_prefix(self.root.as_str()).is_some_and(|rest| rest == format!("/{}", super::liveness::LIVE));
+        let live = dir.strip_prefix(self.root.as_str()).is_some_and(|rest| rest == format!("/{}", super::LIVE));
         if self.root.starts_with(dir) || live { zk::CreateMode::Persistent } else { zk::CreateMode::Container }
     }
 
