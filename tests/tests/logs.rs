@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use autocomp_e2e::services::{Service, http_request};
 use autocomp_e2e::{Pipeline, wait_while_running};
-use autocomp_framework::locks::{LockHolder, LockPath, open_locks};
-use autocomp_model::{BatchId, ComponentName, Timestamp};
+use autocomp_framework::locks::open_locks;
+use autocomp_model::{Agent, ComponentName, EventType, NewEvent, Outcome, RunHolder};
+use autocomp_store::prelude::BatchStore as _;
 use serde_json::Value;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
@@ -159,13 +160,22 @@ fn a_watcher_counts_its_idle_wake_ups_on_the_phases_target() {
     assert_eq!(worked["fields"]["batches"], 1, "{worked}");
     assert!(worked["fields"]["index_us"].as_u64().is_some_and(|us| us > 0), "the look is the pass's: {worked}");
 
+    // B0002 is claimed by another live process (this test, by its own lock service's
+    // liveness record) before it is ready.
     let locks = pipeline.block_on(open_locks(&format!("local:{}", pipeline.path("locks").display()))).unwrap();
-    let elsewhere = LockHolder { agent: "elsewhere".into(), host: "testhost".into(), pid: 1, since: Timestamp::now() };
-    let path = LockPath::Batch(ComponentName::new("probe").unwrap(), BatchId::new("B0002").unwrap());
-    let held = pipeline.block_on(locks.try_lock(&path, &elsewhere, Duration::ZERO)).unwrap().expect("free");
-    pipeline.register_one("B0002", true);
-    // Registering moved the store twice (the batch, then its event): the wake on the batch
-    // alone finds nothing offered; the one on its event a pass that could lock nothing.
+    let elsewhere = RunHolder {
+        agent: Agent::new("elsewhere/1@testhost#1").unwrap(),
+        host: "testhost".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: Some(locks.liveness().expect("a local lock service keeps a liveness record")),
+    };
+    let id = pipeline.register_one("B0002", false);
+    let probe = ComponentName::new("probe").unwrap();
+    let claim = pipeline.block_on(pipeline.store().claim(&id, &probe, &elsewhere)).unwrap();
+    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, elsewhere.agent.clone());
+    pipeline.block_on(pipeline.store().append_event(&id, received)).unwrap();
+    // Its event made it ready: the wake on it finds a pass that could claim nothing.
     let lost_the_lock = |line: &Value| line["fields"]["passes"] == 1;
     wait_while_running(&mut watcher, "an idle wake", || logged("idle wake").iter().any(lost_the_lock));
     sigterm(&watcher);
@@ -178,7 +188,8 @@ fn a_watcher_counts_its_idle_wake_ups_on_the_phases_target() {
     assert_eq!(ended.len(), 1, "{ended:?}");
     assert_eq!(ended[0]["fields"]["idle_wakes"].as_u64(), Some(idle.len() as u64), "the count at the end: {ended:?}");
     assert_eq!(logged("pass phases").len(), 1, "only the pass that worked B0001 took up work");
-    pipeline.block_on(held.release()).unwrap();
+    pipeline.block_on(pipeline.store().release(&id, &probe, claim.generation())).unwrap();
+    pipeline.block_on(locks.close());
 }
 
 const LIMIT: Duration = Duration::from_secs(30);

@@ -222,7 +222,14 @@ fn partitioned_on(network: &Network, setting: Setting) {
         Cut::Everything => network.heal("worker-a"),
         Cut::Database => network.mend_between("worker-a", "db"),
     }
-    assert!(finished, "the batches were not finished within 90 s of the cut ({passes} passes of B): {b_said}");
+    if !finished {
+        // SAFETY: kill(2) on our child's pid; its waiter thread has not reaped it yet.
+        unsafe { libc::kill(a.pid as libc::pid_t, libc::SIGKILL) };
+        let a_said = show(&a.join().1);
+        panic!(
+            "the batches were not finished within 90 s of the cut ({passes} passes of B): {b_said}\nA said: {a_said}"
+        );
+    }
     assert!(wait_until(Instant::now() + Duration::from_secs(30), || a.has_exited()), "worker A never stopped");
     let (a_exited_at, a_output) = a.join();
     let a_exited_after = a_exited_at - cut;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use autocomp_e2e::{
     Finished, LedgerEntry, PROBED, Pipeline, disjoint_by_batch, finish, wait_until, wait_while_running,
 };
-use autocomp_model::{Agent, EventType, NewEvent, Outcome};
+use autocomp_model::{Agent, ComponentName, EventType, NewEvent, Outcome, RunHolder};
+use autocomp_store::prelude::BatchStore as _;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const PASS_LIMIT: Duration = Duration::from_secs(30);
@@ -610,24 +611,41 @@ fn a_report_with_failures_is_recorded_as_a_failure_naming_the_first() {
 /// A pass that stops on an error after claiming some batches must not leave those claims
 /// open: an open run is marked abandoned by the next claim and counts as a failed attempt,
 /// so a broken lock file on one batch would make other batches give up without ever running.
+/// Here B0002 is claimed by a holder whose liveness file cannot be opened (a symlink loop,
+/// as a broken lock directory would be): judging it fails after B0001's claim committed.
 #[test]
 fn a_pass_that_stops_on_a_lock_error_releases_what_it_claimed() {
     let pipeline = Pipeline::new(PROBE);
     let ids = pipeline.register(2);
-    // B0002's lock file cannot be opened (as when another user's process left it behind).
-    std::fs::create_dir_all(pipeline.path("locks/batch/probe/B0002.lock")).unwrap();
+    let live = pipeline.path("locks/live/4242.00000000deadbeef");
+    std::fs::create_dir_all(live.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&live, &live).unwrap();
+    let holder = RunHolder {
+        agent: Agent::new("probe/0@elsewhere#4242").unwrap(),
+        host: autocomp_framework::hostname(),
+        pid: 4242,
+        claim_key: None,
+        liveness: Some(format!("local:{}:4242:00000000deadbeef", autocomp_framework::hostname())),
+    };
+    let probe = ComponentName::new("probe").unwrap();
+    let stale = pipeline.block_on(pipeline.store().claim(&ids[1], &probe, &holder)).unwrap();
 
     let broken = pipeline.run(&[]);
     assert_eq!(broken.code, Some(4), "{}", broken.show());
-    assert!(broken.stderr.contains("B0002.lock"), "the message does not name the lock file: {}", broken.show());
-    let leaked_runs = pipeline.open_runs();
-    let leaked_locks = pipeline.lock_files();
+    let named = live.file_name().unwrap().to_str().unwrap();
+    assert!(broken.stderr.contains(named), "the message does not name the liveness file: {}", broken.show());
+    let leaked_runs: Vec<_> = pipeline
+        .open_runs()
+        .into_iter()
+        .filter(|run| !(run.batch_id == ids[1] && run.generation == stale.generation()))
+        .collect();
+    let leaked_locks: Vec<_> = pipeline.lock_files().into_iter().filter(|file| file != &live).collect();
 
     for _ in 0..3 {
         let again = pipeline.run(&[]);
         assert_eq!(again.code, Some(4), "{}", again.show());
     }
-    std::fs::remove_dir(pipeline.path("locks/batch/probe/B0002.lock")).unwrap();
+    std::fs::remove_file(&live).unwrap();
     let fixed = pipeline.run(&[]);
     let outcomes: Vec<Vec<(Outcome, String)>> = ids
         .iter()

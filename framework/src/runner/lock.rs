@@ -1,6 +1,7 @@
 //! The locks a claim round takes: each candidate's batch lock (try-lock; locked elsewhere is
-//! skipped) and a slot of each resource pool the component names, held together in
-//! `HeldLocks` until a claim takes them over or the round lets them go.
+//! skipped), or, where a claim is the batch's lock, a `ClaimLock` standing for it, and a slot
+//! of each resource pool the component names, held together in `HeldLocks` until a claim
+//! takes them over or the round lets them go.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

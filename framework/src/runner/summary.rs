@@ -176,6 +176,11 @@ impl PassSummary {
         recorded.collect()
     }
 
+    /// Whether some batch's result went unrecorded because the store could not be reached.
+    pub fn store_unreachable(&self) -> bool {
+        self.results.iter().any(|r| matches!(r, BatchResult::StoreUnreachable { .. }))
+    }
+
     /// Whether some batch's work ran past `max_runtime` (the process must then exit).
     pub fn timed_out(&self) -> bool {
         self.results.iter().any(|r| matches!(r, BatchResult::Recorded { timed_out: true, .. }))
@@ -189,7 +194,7 @@ impl PassSummary {
         if self.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. })) {
             return exit::LOCKS_LOST;
         }
-        if self.results.iter().any(|r| matches!(r, BatchResult::StoreUnreachable { .. })) {
+        if self.store_unreachable() {
             return exit::UNREACHABLE;
         }
         if !self.foreign_locks.is_empty() {
