@@ -1,6 +1,7 @@
 //! The claim as the lock, beyond the shared contract (`contract/ready_claims.rs`): a store of
 //! the release before (schema 10, runs without a liveness) upgraded in place keeps its open
-//! runs, which an exclusive claim then finds held (with no liveness) until taken over; and on
+//! runs, which an exclusive claim then finds held (with no liveness) until taken over, and
+//! whose older clients' claim functions are refused a batch whose open run is its lock; and on
 //! PostgreSQL an exclusive claim that answered survives a crash of the server (every process
 //! SIGKILLed, then crash recovery) even where the server commits without waiting for flushes.
 
@@ -99,7 +100,7 @@ async fn a_version_10_sqlite_file_keeps_its_open_runs_which_exclusive_claims_fin
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_version_10_postgresql_store_keeps_its_open_runs_and_older_clients_still_claim() {
+async fn a_version_10_postgresql_store_keeps_its_open_runs_and_older_clients_claim_all_but_locks() {
     let server = autocomp_test_servers::postgres::shared();
     let database = format!("liveness_upgrade_{}", std::process::id());
     let url = server.create_database(&database);
@@ -118,16 +119,62 @@ async fn a_version_10_postgresql_store_keeps_its_open_runs_and_older_clients_sti
     assert_eq!(postgres::LATEST_VERSION, 11);
     an_old_open_run_is_held_until_taken_over(&store, "old/0.9@host#7").await;
 
-    // A process of the release before, still running, claims through the functions it knows:
-    // its runs carry no liveness, and a claim round of its release still answers.
+    // A process of the release before, still running, claims through the functions it knows
+    // a batch whose open run names no liveness: its runs carry none, and abandon such a run.
+    psql("SELECT autocomp_create_batch('U2', 'RoundTrip', 0, '{}'::jsonb)");
     let old_claim =
-        psql("SELECT r_kind, r_current FROM autocomp_claim('U1', 'archiver', 'old/0.9@host#7', 'host', 7, 'k2')");
-    assert_eq!(old_claim.trim(), "new|3", "claimed: generation 3");
-    let run = store.run_state(&id("U1"), &archiver()).await.unwrap().unwrap();
-    assert_eq!((run.generation, run.holder.liveness), (3, None));
-    let many = psql("SELECT r_kind FROM autocomp_claim_many(ARRAY['U1'], 'archiver', 'old', 'host', 7, 'k3')");
+        psql("SELECT r_kind, r_current FROM autocomp_claim('U2', 'archiver', 'old/0.9@host#7', 'host', 7, 'k2')");
+    assert_eq!(old_claim.trim(), "new|1", "claimed: generation 1");
+    let run = store.run_state(&id("U2"), &archiver()).await.unwrap().unwrap();
+    assert_eq!((run.generation, run.holder.liveness), (1, None));
+    let many = psql("SELECT r_kind FROM autocomp_claim_many(ARRAY['U2'], 'archiver', 'old', 'host', 7, 'k3')");
     assert_eq!(many.trim(), "new");
-    assert_eq!(store.run_state(&id("U1"), &archiver()).await.unwrap().unwrap().generation, 4);
+    assert_eq!(store.run_state(&id("U2"), &archiver()).await.unwrap().unwrap().generation, 2);
+
+    old_clients_are_refused_a_batch_whose_open_run_is_its_lock(&store, &url).await;
+}
+
+/// U1's open run is its lock (taken over by this release, naming a liveness): the claim
+/// functions the release before calls (`autocomp_claim`, `_many`, `_ready` without a
+/// liveness) refuse it with SQLSTATE AC409 naming the holder, the run and the lock, and roll
+/// their statement back (a `claim_many` of U2 and U1 claims neither), U1's run still open with
+/// its generation.
+async fn old_clients_are_refused_a_batch_whose_open_run_is_its_lock(store: &PgStore, url: &str) {
+    let lock = store.run_state(&id("U1"), &archiver()).await.unwrap().unwrap();
+    assert_eq!((lock.generation, lock.holder.liveness.as_deref()), (2, Some("zk:new")));
+    let u2 = store.run_state(&id("U2"), &archiver()).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let changed = store.get_batch(&id("U1")).await.unwrap().changed_seq.0;
+    let steering = store.steering().await.unwrap().version as i64;
+    let calls = [
+        "SELECT * FROM autocomp_claim('U1', 'archiver', 'old/0.9@host#7', 'host', 7, 'k4')".to_owned(),
+        "SELECT * FROM autocomp_claim_many(ARRAY['U2', 'U1'], 'archiver', 'old', 'host', 7, 'k5')".to_owned(),
+        format!(
+            "SELECT * FROM autocomp_claim_ready(ARRAY['U1'], ARRAY[{changed}::bigint], ARRAY[0::bigint], {steering}, \
+             'archiver', 'old', 'host', 7, 'k6')"
+        ),
+    ];
+    let changed_seqs = || async {
+        let batches = store.get_batches(&[id("U1"), id("U2")]).await.unwrap();
+        batches.into_iter().map(|batch| (batch.id, batch.changed_seq)).collect::<Vec<_>>()
+    };
+    for call in calls {
+        let (head, before) = (store.head().await.unwrap(), changed_seqs().await);
+        let refused = client.simple_query(&call).await.expect_err(&call);
+        let refused = refused.as_db_error().unwrap_or_else(|| panic!("{call}: {refused}"));
+        assert_eq!(refused.code().code(), "AC409", "{call}");
+        for named in ["new/1.0@host#1", "run 2 ", "the batch's lock"] {
+            assert!(refused.message().contains(named), "{call}: {}", refused.message());
+        }
+        assert_eq!(changed_seqs().await, before, "{call}: nothing written");
+        if !call.contains("'U2'") {
+            // A claim of U2 before U1's refusal took a seq, which its rollback leaves unused.
+            assert_eq!(store.head().await.unwrap(), head, "{call}: nothing written");
+        }
+        assert_eq!(store.run_state(&id("U1"), &archiver()).await.unwrap().as_ref(), Some(&lock), "{call}");
+        assert_eq!(store.run_state(&id("U2"), &archiver()).await.unwrap(), u2, "{call}: U2's claim rolled back");
+    }
 }
 
 /// A server that never waits for a flush of its own (`synchronous_commit = off`) and whose

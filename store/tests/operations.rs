@@ -1857,8 +1857,12 @@ async fn the_liveness_a_claim_names_comes_back_with_its_run(f: Fixture) {
     ready_claims::the_liveness_a_claim_names_comes_back_with_its_run(f.store.as_ref()).await
 }
 
-async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run(f: Fixture) {
-    ready_claims::a_claim_that_is_not_exclusive_still_abandons_an_open_run(f.store.as_ref()).await
+async fn a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(f: Fixture) {
+    ready_claims::a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(f.store.as_ref()).await
+}
+
+async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(f: Fixture) {
+    ready_claims::a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(f.store.as_ref()).await
 }
 
 macro_rules! contract {
@@ -1909,7 +1913,8 @@ contract!(
     an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over,
     a_retried_exclusive_claim_answers_the_run_it_opened_not_held,
     the_liveness_a_claim_names_comes_back_with_its_run,
-    a_claim_that_is_not_exclusive_still_abandons_an_open_run,
+    a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock,
+    a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_waiter_wakes_only_for_changes_that_concern_it,

@@ -141,7 +141,8 @@ async fn claim_ready_keeps_its_contract_through_the_service() {
     an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over(&http).await;
     a_retried_exclusive_claim_answers_the_run_it_opened_not_held(&http).await;
     the_liveness_a_claim_names_comes_back_with_its_run(&http).await;
-    a_claim_that_is_not_exclusive_still_abandons_an_open_run(&http).await;
+    a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(&http).await;
+    a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(&http).await;
     let url = autocomp_test_servers::postgres::shared().unique_database();
     let over_postgres = Service::serve(&url, free_port(), &[]);
     let http = over_postgres.client();
@@ -149,6 +150,8 @@ async fn claim_ready_keeps_its_contract_through_the_service() {
     a_hold_refuses_claim_ready_and_answers_the_steering(&http).await;
     an_exclusive_claim_is_refused_a_batch_held_by_another_unless_it_takes_that_run_over(&http).await;
     the_liveness_a_claim_names_comes_back_with_its_run(&http).await;
+    a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(&http).await;
+    a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(&http).await;
 }
 
 /// Each port operation through the service, compared with what a direct client of the same

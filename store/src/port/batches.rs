@@ -135,14 +135,17 @@ port_trait! {
         async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event>;
 
         /// Opens a new run of (batch, component) with the next generation; a run still open is
-        /// marked abandoned (and fenced from then on).
+        /// marked abandoned (and fenced from then on), unless it is the batch's lock (its holder
+        /// names a liveness): then the claim is a `Conflict` naming that run and its holder, and
+        /// nothing is written (only an exclusive `claim_ready` takes such a run over).
         #[checked(holder.validate()?)]
         async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim>;
 
         /// Claims several batches for one component at once, as one transaction (one commit): a
         /// pass claims everything it will work on together. Each answer is what `claim` would
         /// have answered for that batch, in the order asked; a batch's own error (`NotFound`,
-        /// `Invalid`) does not keep the others from being claimed. The outer error means nothing
+        /// `Invalid`, the `Conflict` of a batch whose open run is its lock) does not keep the
+        /// others from being claimed. The outer error means nothing
         /// was claimed. The default claims one by one (one transaction each, never an outer error),
         /// for adapters without a cheaper way.
         #[checked(holder.validate()?; write_rules::check_page("batches", batches.len(), MAX_BATCH_PAGE)?)]
@@ -169,7 +172,8 @@ port_trait! {
         /// the one the caller knows. The outer error means nothing was claimed. Exclusive, a
         /// batch whose open run of the component is another claim's, not taken over by
         /// `takeovers` with its generation and liveness, is answered `held` with that run and
-        /// nothing is written for it; the claim commits durably. Adapters that cannot do this
+        /// nothing is written for it; the claim commits durably. Not exclusive, so is a batch
+        /// whose open run is its lock (its holder names a liveness), whatever `takeovers` says. Adapters that cannot do this
         /// in one transaction must not implement it: the default refuses.
         #[checked(
             request.holder.validate()?;

@@ -2,7 +2,9 @@
 //! (the batches, the component's descriptor whose `readiness` re-checks each of them, the
 //! holder, the steering version the caller knows), what it answers (each batch as the claim's
 //! transaction read it, with its claim, its failed attempts and its checkpoint; the steering
-//! when it moved) and the decisions every backend shares, so none decides them its own way.
+//! when it moved) and the decisions every backend shares, so none decides them its own way,
+//! among them the rule every claim keeps (`may_abandon`): an open run whose holder names a
+//! liveness is its batch's lock, abandoned only by an exclusive round's takeover naming it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -10,7 +12,7 @@ use serde_json::Value;
 
 use autocomp_model::{Batch, BatchId, ComponentDescriptor, ComponentName, InvalidInput, Run, RunHolder, Seq, Steering};
 
-use crate::port::{Claim, StoreResult};
+use crate::port::{Claim, StoreError, StoreResult};
 
 /// A claim round as the runner asks it (`claim_ready`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -41,6 +43,7 @@ pub struct ReadyClaimRequest {
     /// Open runs the caller proved dead (their holder's liveness record gone): each is taken
     /// over (abandoned, as `claim` does) only while it is still the batch's open run of the
     /// component with that generation and liveness; otherwise the batch is answered `held`.
+    /// Only an exclusive request takes runs over: another's are not looked at.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub takeovers: Vec<Takeover>,
 }
@@ -90,9 +93,10 @@ pub struct ReadyAnswer {
     pub failed_attempts: u32,
     /// For a claimed batch, what `load_checkpoint` answers.
     pub checkpoint: Option<Value>,
-    /// An exclusive claim's refusal: the open run that keeps the batch (another claim's, not
-    /// named in `takeovers`, or named with another generation or liveness). `claim` is `None`
-    /// and nothing was written for the batch.
+    /// A refusal: the open run that keeps the batch (exclusive: another claim's, not named in
+    /// `takeovers`, or named with another generation or liveness; not exclusive: one that is
+    /// the batch's lock, its holder naming a liveness). `claim` is `None` and nothing was
+    /// written for the batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Run>,
 }
@@ -143,27 +147,69 @@ fn retried_run<'a>(request: &ReadyClaimRequest, batch: &'a Batch) -> Option<&'a 
         .find(|run| run.component == request.descriptor.name && run.holder.claim_key.as_ref() == Some(key))
 }
 
-/// For an exclusive request, the open run that keeps `batch` from it, answered `held`: the
+/// The open run that keeps `batch` from the request, answered `held` (nothing written): the
 /// component's open run, unless it is this request's own (a retry after a lost answer, which
-/// claims it again) or `takeovers` names it with exactly its generation and liveness (proven
-/// dead: claimed, and so abandoned, as `claim` does). `None`: claim the batch as usual, as
-/// for every batch of a request that is not exclusive. Judged on the batch as the claim's
+/// claims it again). Exclusive, it keeps the batch unless `takeovers` names it with exactly
+/// its generation and liveness (proven dead: claimed, and so abandoned, as `claim` does). Not
+/// exclusive, only a run that is its batch's lock keeps it (`is_lock`): any other is
+/// abandoned, as `claim` does. `None`: claim the batch. Judged on the batch as the claim's
 /// transaction read it (PostgreSQL: as the round's read found it; a batch it then claims is
 /// claimed only while unmoved since, so while its open run is still the one judged).
 pub(crate) fn holding_run<'a>(request: &ReadyClaimRequest, batch: &'a Batch) -> Option<&'a Run> {
-    if !request.exclusive {
-        return None;
-    }
     let open = batch.open_runs.iter().find(|run| run.component == request.descriptor.name)?;
     if retried_run(request, batch).is_some_and(|ours| ours.generation == open.generation) {
         return None;
     }
-    let taken_over = request.takeovers.iter().any(|takeover| {
-        takeover.batch == batch.id
-            && takeover.generation == open.generation
-            && takeover.liveness == open.holder.liveness
-    });
-    (!taken_over).then_some(open)
+    let keeps = match request.exclusive {
+        true => takeover_naming(request, open).is_none(),
+        false => !may_abandon(open, None),
+    };
+    keeps.then_some(open)
+}
+
+/// The takeover an exclusive request names `open` by, with exactly its batch, generation and
+/// liveness. Only an exclusive claim takes a run over: for any other, `None`.
+pub(crate) fn takeover_naming<'a>(request: &'a ReadyClaimRequest, open: &Run) -> Option<&'a Takeover> {
+    request.exclusive.then(|| request.takeovers.iter().find(|takeover| names(takeover, open))).flatten()
+}
+
+/// Whether `takeover` names `open`: its batch, its generation and its holder's liveness.
+fn names(takeover: &Takeover, open: &Run) -> bool {
+    takeover.batch == open.batch_id
+        && takeover.generation == open.generation
+        && takeover.liveness == open.holder.liveness
+}
+
+/// Whether `open` is its batch's lock: its holder names a liveness record, so it claims as
+/// the lock (claim-as-lock) and holds no batch lock beside it.
+pub(crate) fn is_lock(open: &Run) -> bool {
+    open.holder.liveness.is_some()
+}
+
+/// The rule every claim keeps, in every backend (PostgreSQL's claim functions keep it again
+/// inside the database, `autocomp_claim`, so that a client of any release does): a claim may
+/// abandon the batch's open run `open` (found open when it claims) only if that run is not
+/// the batch's lock (`is_lock`), or `takeover` (the one an exclusive `claim_ready` names it
+/// by, `takeover_naming`) names it with exactly its generation and liveness. Any other claim
+/// of the batch is refused (`lock_conflict`, or answered `held` by `claim_ready`) and writes
+/// nothing: were the run abandoned, its live holder and the claimer would both work the batch.
+pub(crate) fn may_abandon(open: &Run, takeover: Option<&Takeover>) -> bool {
+    !is_lock(open) || takeover.is_some_and(|takeover| names(takeover, open))
+}
+
+/// `claim`'s and `claim_many`'s refusal of a batch whose open run is its lock (`may_abandon`):
+/// a `Conflict`, nothing written; the holder keeps the batch until it ends the run, or its
+/// liveness record is gone and an exclusive claim takes the run over.
+pub(crate) fn lock_conflict(open: &Run) -> StoreError {
+    StoreError::Conflict(format!(
+        "batch {}: run {} of {} is the batch's lock, held by {} (liveness {}); only an exclusive claim \
+         that takes it over once that holder is proven dead may claim the batch",
+        open.batch_id,
+        open.generation,
+        open.component,
+        open.holder.agent,
+        open.holder.liveness.as_deref().unwrap_or("none"),
+    ))
 }
 
 /// An exclusive claim's refusal of `batch`, kept by `holding`: the batch as read, no claim,

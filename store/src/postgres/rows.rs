@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use super::Failure;
 use super::text::{unjsoned, untext};
+use crate::port::ready_claims;
 use crate::port::{Claim, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{
@@ -249,8 +250,9 @@ pub(super) fn run_from_json(text: &str) -> Result<Run, Failure> {
 }
 
 /// What `autocomp_claim` answered, as `claim` answers it: a new run, or for a claim key
-/// already used, that run again while it is still the open current one, else a `Conflict`.
-/// The outer error is a corrupt answer.
+/// already used, that run again while it is still the open current one, else a `Conflict`;
+/// for a batch whose open run is its lock (`held`, nothing written), that run's `Conflict`
+/// (`ready_claims::lock_conflict`). The outer error is a corrupt answer.
 pub(super) fn claim_answer(
     kind: &str,
     run: &str,
@@ -261,6 +263,9 @@ pub(super) fn claim_answer(
     holder: &RunHolder,
 ) -> Result<StoreResult<Claim>, Failure> {
     let run = run_from_json(run)?;
+    if kind == HELD {
+        return Ok(Err(ready_claims::lock_conflict(&run)));
+    }
     if kind == "retry" {
         return Ok(write_rules::retried_claim(run, current, batch, component, holder)
             .map(|run| Claim { run, abandoned: None }));
@@ -268,6 +273,10 @@ pub(super) fn claim_answer(
     let abandoned = abandoned.map(run_from_json).transpose()?;
     Ok(Ok(Claim { run, abandoned }))
 }
+
+/// A claim function's answer for a batch whose open run is its lock: that run in `r_run`,
+/// nothing written (the rule of `ready_claims::may_abandon`, kept inside the database).
+pub(super) const HELD: &str = "held";
 
 pub(super) fn run_from_value(value: Value) -> Result<Run, Failure> {
     serde_json::from_value::<RunRow>(value).map_err(|e| corrupt("run", e))?.into_run()

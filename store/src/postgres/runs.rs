@@ -8,10 +8,10 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
-use super::rows::{BATCH_SELECT, batch_from_row, claim_answer, corrupt};
+use super::rows::{BATCH_SELECT, HELD, batch_from_row, claim_answer, corrupt, run_from_json};
 use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
-use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
+use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims, Takeover};
 use crate::port::{Claim, StoreError, StoreResult};
 use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, Run, RunHolder, Steering};
 
@@ -31,7 +31,8 @@ impl PgBackend {
             Box::pin(async move {
                 let statement = prepare(
                     client,
-                    "SELECT r_kind, r_run::text, r_abandoned::text, r_current FROM autocomp_claim($1, $2, $3, $4, $5, $6, $7)",
+                    "SELECT r_kind, r_run::text, r_abandoned::text, r_current
+                     FROM autocomp_claim($1, $2, $3, $4, $5, $6, $7, NULL, NULL)",
                 )
                 .await?;
                 let row = client
@@ -135,9 +136,11 @@ enum Claimed {
     Moved,
 }
 
-/// One claimed batch's row of `autocomp_claim_ready`.
+/// One claimed batch's row of `autocomp_claim_ready`: its claim, or the open run that is its
+/// lock (`held`: the database refused what the read judged claimable; nothing written).
 struct ClaimRow {
     claim: StoreResult<Claim>,
+    held: Option<Run>,
     failed_attempts: u32,
     checkpoint: Option<Value>,
 }
@@ -148,10 +151,12 @@ impl PgBackend {
     /// claiming the ready ones in one transaction, only if nothing judged on moved meanwhile
     /// (its commit not waiting for its flush, as `claim_many`'s, unless exclusive); if
     /// something did, both are read again, up to `CONDITIONAL_ROUNDS` times. Two round trips
-    /// when something is ready, one when nothing is. An exclusive round answers a batch held
-    /// by another claim's open run as its read found it, and sends no claim for it (a refusal
-    /// writes nothing, so its moment is the read's); a batch it claims, taken over or not,
-    /// is claimed only while unmoved since that read, so while its open run is the one judged.
+    /// when something is ready, one when nothing is. A round answers a batch held by an open
+    /// run (`ready_claims::holding_run`) as its read found it, and sends no claim for it (a
+    /// refusal writes nothing, so its moment is the read's); a batch it claims, taken over or
+    /// not, is claimed only while unmoved since that read, so while its open run is the one
+    /// judged (and the database abandons a run that is its batch's lock only when the claim
+    /// names the takeover the round judged).
     pub(super) async fn pg_claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
         // One key for the whole round, as `claim_many`: a call sent again after a lost answer,
         // and a read again after it, find the runs the first call opened.
@@ -184,6 +189,9 @@ impl PgBackend {
                     Judged::Held(batch, holding) => Ok(ready_claims::refusal(batch, holding)),
                     Judged::Ready(batch) => {
                         let row = rows.next().expect("claim_judged answers a row per ready batch");
+                        if let Some(holding) = row.held {
+                            return Ok(ready_claims::refusal(batch, holding));
+                        }
                         let claim = row.claim?;
                         Ok(ready_claims::answer(request, batch, Some(claim), row.failed_attempts, row.checkpoint))
                     }
@@ -243,7 +251,9 @@ impl PgBackend {
         let ids: Vec<&str> = ready.iter().map(|batch| batch.id.as_str()).collect();
         let stamps: Vec<i64> = ready.iter().map(|batch| batch.changed_seq.0).collect();
         let since: Vec<i64> = ready.iter().map(|batch| ready_claims::attempts_since(request, batch).0).collect();
+        let (taken_generations, taken_liveness) = takeover_args(request, &ready);
         let (ids, stamps, since, version, ready) = (&ids, &stamps, &since, &(steering_version as i64), &ready);
+        let (taken_generations, taken_liveness) = (&taken_generations, &taken_liveness);
         let (component, holder) = (request.component(), &request.holder);
         let claimer = &ClaimerArgs::new(component, holder);
         let sql = if ready_claims::durable(request) { CLAIM_READY_FLUSHED } else { CLAIM_READY_UNFLUSHED };
@@ -251,7 +261,10 @@ impl PgBackend {
             Box::pin(async move {
                 let statement = prepare(client, sql).await?;
                 let rows = client
-                    .query(&statement, &claimer.after(&[ids, stamps, since, version]))
+                    .query(
+                        &statement,
+                        &claimer.after(&[ids, stamps, since, version, taken_generations, taken_liveness]),
+                    )
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch: &first.id, run: None }))?;
                 if rows.first().is_some_and(|row| matches!(row.get::<_, &str>(1), "moved" | "steering_moved")) {
@@ -261,10 +274,11 @@ impl PgBackend {
                 let mut claimed = Vec::with_capacity(rows.len());
                 for (row, batch) in rows.iter().zip(ready) {
                     let (kind, run, abandoned, current) = (row.get(1), row.get(2), row.get(3), row.get(4));
+                    let held = if kind == HELD { Some(run_from_json(run)?) } else { None };
                     let claim = claim_answer(kind, run, abandoned, current, &batch.id, component, holder)?;
                     let checkpoint = checkpoint_from_text(row.get(6))?;
                     let failed_attempts = u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX);
-                    claimed.push(ClaimRow { claim, failed_attempts, checkpoint });
+                    claimed.push(ClaimRow { claim, held, failed_attempts, checkpoint });
                 }
                 Ok(Claimed::Rows(claimed))
             })
@@ -278,7 +292,7 @@ impl PgBackend {
 const CLAIM_READY_UNFLUSHED: &str =
     "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
-          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// An exclusive claim round: it is its batches' lock, so it answers only once its commit is
 /// flushed. `synchronous_commit` is at least `on` for its transaction (a server or role set
@@ -289,10 +303,25 @@ const CLAIM_READY_FLUSHED: &str =
      FROM (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                                  WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true))
               AS flushed,
-          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
-/// How `claim_ready` treats a batch it read: claimed if wanted and not held by another
-/// claim's open run (the rules every backend shares).
+/// Each batch's takeover as `autocomp_claim_ready` takes them, in the order of `ready`: the
+/// generation and liveness of the open run the request takes over (`None`: none), which the
+/// database checks again before it abandons a run that is its batch's lock.
+fn takeover_args<'a>(request: &'a ReadyClaimRequest, ready: &[&Batch]) -> (Vec<Option<i64>>, Vec<Option<&'a str>>) {
+    let takeovers: Vec<Option<&Takeover>> = ready
+        .iter()
+        .map(|batch| batch.open_run(request.component()).and_then(|open| ready_claims::takeover_naming(request, open)))
+        .collect();
+    let generations = takeovers.iter().map(|takeover| takeover.map(|takeover| takeover.generation)).collect();
+    let liveness =
+        takeovers.iter().map(|takeover| takeover.and_then(|takeover| takeover.liveness.as_deref())).collect();
+    (generations, liveness)
+}
+
+/// How `claim_ready` treats a batch it read: claimed if wanted and not held by an open run
+/// (`holding_run`: exclusive, another claim's; else one that is its batch's lock), the rules
+/// every backend shares.
 fn judge(request: &ReadyClaimRequest, batch: Batch) -> Judged {
     if !ready_claims::wanted(request, &batch) {
         return Judged::NotReady(batch);

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use std::collections::HashMap;
 
-use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
+use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims, Takeover};
 use crate::port::{Claim, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{Batch, BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
@@ -23,7 +23,7 @@ pub fn claim(
     holder: &RunHolder,
 ) -> StoreResult<Claim> {
     let tx = write_tx(conn)?;
-    let claim = claim_in(&tx, batch, component, holder)?;
+    let claim = claim_in(&tx, batch, component, holder, None)?;
     tx.commit().map_err(unavailable)?;
     Ok(claim)
 }
@@ -115,8 +115,9 @@ fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreRe
         }
         let failed = failed_attempts_in(&tx, id, component, ready_claims::attempts_since(request, &batch))?;
         let checkpoint = checkpoint_in(&tx, id, component)?;
+        let takeover = batch.open_run(component).and_then(|open| ready_claims::takeover_naming(request, open));
         let savepoint = tx.savepoint().map_err(unavailable)?;
-        match claim_in(&savepoint, id, component, &request.holder) {
+        match claim_in(&savepoint, id, component, &request.holder, takeover) {
             Ok(claim) => {
                 savepoint.commit().map_err(unavailable)?;
                 answers.push(Ok(ready_claims::answer(request, batch, Some(claim), failed, checkpoint)));
@@ -144,7 +145,7 @@ fn claim_each(
     let mut answers = Vec::with_capacity(batches.len());
     for batch in batches {
         let savepoint = tx.savepoint().map_err(unavailable)?;
-        let answer = claim_in(&savepoint, batch, component, holder);
+        let answer = claim_in(&savepoint, batch, component, holder, None);
         match answer {
             Ok(_) => savepoint.commit().map_err(unavailable)?,
             // An outage is no answer about this batch: give up on all of them.
@@ -157,8 +158,17 @@ fn claim_each(
     Ok(answers)
 }
 
-/// One claim inside the caller's transaction (or savepoint), which commits it.
-fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
+/// One claim inside the caller's transaction (or savepoint), which commits it. The batch's
+/// open run is abandoned only as `ready_claims::may_abandon` allows (`takeover`: the one an
+/// exclusive claim round names it by); a run it may not abandon refuses the claim, nothing
+/// written (`ready_claims::lock_conflict`).
+fn claim_in(
+    tx: &Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    holder: &RunHolder,
+    takeover: Option<&Takeover>,
+) -> StoreResult<Claim> {
     require_batch(tx, batch)?;
     if let Some(key) = &holder.claim_key {
         let earlier = query_runs(
@@ -179,6 +189,14 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
                 .map(|run| Claim { run, abandoned: None });
         }
     }
+    let mut abandoned = query_runs(
+        tx,
+        "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
+        params![batch.as_str(), component.as_str()],
+    )?;
+    if let Some(lock) = abandoned.iter().find(|open| !ready_claims::may_abandon(open, takeover)) {
+        return Err(ready_claims::lock_conflict(lock));
+    }
     let seq = next_seq(tx)?;
     let now = Timestamp::now();
     let generation: i64 = tx
@@ -190,11 +208,6 @@ fn claim_in(tx: &Connection, batch: &BatchId, component: &ComponentName, holder:
             |row| row.get(0),
         )
         .map_err(unavailable)?;
-    let mut abandoned = query_runs(
-        tx,
-        "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
-        params![batch.as_str(), component.as_str()],
-    )?;
     tx.execute(
         "UPDATE runs SET state = 'abandoned', ended_at = ?3 WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
         params![batch.as_str(), component.as_str(), now.millis()],

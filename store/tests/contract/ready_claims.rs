@@ -7,7 +7,10 @@
 //! Exclusive (the claim is the lock): a batch another claim's open run holds is answered
 //! `held` with that run and nothing is written, unless `takeovers` names that very run (its
 //! generation and its holder's liveness), which is then abandoned and fenced as any claim
-//! abandons one; the liveness a claim names is kept with its run.
+//! abandons one; the liveness a claim names is kept with its run. An open run naming a
+//! liveness is its batch's lock: a claim that is not exclusive (`claim`, `claim_many`, a round
+//! not exclusive) is refused the batch and writes nothing; one naming none is abandoned by
+//! any claim, as always.
 
 use autocomp_model::*;
 use autocomp_store::*;
@@ -320,19 +323,107 @@ pub(crate) async fn the_liveness_a_claim_names_comes_back_with_its_run(store: &d
     assert!(matches!(refused, StoreError::Invalid(input) if input.field == "takeovers.liveness"), "an empty one");
 }
 
-/// Not exclusive, a claim round abandons another claim's open run as it always did, whatever
-/// `takeovers` says.
-pub(crate) async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run(store: &dyn ObjectStore) {
+/// Asserts `refused` is the `Conflict` a claim of a batch whose open run `lock` is its lock
+/// answers, naming the holder's agent, the run's generation and that it is the batch's lock.
+fn assert_lock_conflict(refused: &StoreError, lock: &Run) {
+    assert!(matches!(refused, StoreError::Conflict(_)), "a conflict: {refused:?}");
+    assert!(refused.is_conflict());
+    let said = refused.to_string();
+    let names = [lock.holder.agent.as_str(), &format!("run {} ", lock.generation), "the batch's lock"];
+    assert!(names.iter().all(|name| said.contains(name)), "names the holder, the run and the lock: {said}");
+}
+
+/// Asserts the store is as it was before a refused claim: the head where it was, `lock` still
+/// the batch's open run with its generation, no attempt abandoned.
+async fn assert_nothing_written(store: &dyn ObjectStore, lock: &Run, head: Seq) {
+    assert_eq!(store.head().await.unwrap(), head, "nothing written");
+    let now = store.run_state(&lock.batch_id, &archiver()).await.unwrap();
+    assert_eq!(now.as_ref(), Some(lock), "still open, same generation");
+    assert_eq!(store.failed_attempts(&lock.batch_id, &archiver(), Seq::ZERO).await.unwrap(), 0, "none abandoned");
+}
+
+/// An open run whose holder names a liveness is its batch's lock: no claim that is not an
+/// exclusive takeover naming it abandons it. `claim` and `claim_many` are refused the batch
+/// with a `Conflict` naming the holder (the other batches of a `claim_many` still claimed),
+/// a claim round that is not exclusive answers it `held` (whatever its `takeovers` say),
+/// each writing nothing for it, whether the claimer names a liveness or not. The holder's own
+/// retry with its claim key still answers its run; a takeover naming it still takes it over.
+pub(crate) async fn a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(
+    store: &dyn ObjectStore,
+) {
     register(store, "N1", Some(Outcome::Success)).await;
-    let stalled = store.claim(&id("N1"), &archiver(), &live_holder("old", None, "zk:old")).await.unwrap();
-    let takeovers = vec![takeover("N1", stalled.generation() + 5, Some("zk:other"))];
-    let plain = ReadyClaimRequest { takeovers, ..request(&["N1"], live_holder("pass", None, "zk:new")) };
-    let answer = claim_one(store, &plain).await;
-    assert_eq!(answer.held, None);
-    let claim = answer.claim.expect("not exclusive: claimed over the open run");
-    assert_eq!(
-        claim.abandoned.map(|run| (run.generation, run.state)),
-        Some((stalled.generation(), RunState::Abandoned))
-    );
-    assert_eq!(claim.run.generation, stalled.generation() + 1);
+    register(store, "N2", Some(Outcome::Success)).await;
+    let locker = live_holder("locker", Some("locker-key"), "zk:locker");
+    let lock = claim_one(store, &exclusive(&["N1"], locker.clone(), vec![])).await.claim.expect("claimed").run;
+    let named = vec![takeover("N1", lock.generation, Some("zk:locker"))];
+
+    for claimer in [holder("plain", None), live_holder("live", None, "zk:live")] {
+        let head = store.head().await.unwrap();
+        let refused = store.claim(&id("N1"), &archiver(), &claimer).await.unwrap_err();
+        assert_lock_conflict(&refused, &lock);
+        assert_nothing_written(store, &lock, head).await;
+
+        let many = store.claim_many(&[id("N1")], &archiver(), &claimer).await.unwrap();
+        assert_lock_conflict(many[0].as_ref().unwrap_err(), &lock);
+        assert_nothing_written(store, &lock, head).await;
+
+        for takeovers in [vec![], named.clone()] {
+            let round = ReadyClaimRequest { takeovers, ..request(&["N1"], claimer.clone()) };
+            let answer = claim_one(store, &round).await;
+            assert_held_and_nothing_written(store, answer, &lock, head).await;
+        }
+    }
+
+    // One batch's refusal keeps no other from its claim.
+    let many = store.claim_many(&[id("N1"), id("N2")], &archiver(), &holder("pass", None)).await.unwrap();
+    assert_lock_conflict(many[0].as_ref().unwrap_err(), &lock);
+    assert_eq!(many[1].as_ref().map(|claim| claim.generation()).ok(), Some(1), "N2 claimed");
+    assert_eq!(store.run_state(&id("N1"), &archiver()).await.unwrap().as_ref(), Some(&lock));
+
+    // The holder's own retry (its claim key, its answer lost) answers its run, as always.
+    let again = store.claim(&id("N1"), &archiver(), &locker).await.unwrap();
+    assert_eq!((again.run.clone(), again.abandoned), (lock.clone(), None), "the run it opened");
+    let again = store.claim_many(&[id("N1")], &archiver(), &locker).await.unwrap();
+    assert_eq!(again[0].as_ref().unwrap().run, lock);
+
+    // Its holder proven dead, an exclusive takeover naming it takes it over.
+    let taker = live_holder("taker", None, "zk:taker");
+    let claim = claim_one(store, &exclusive(&["N1"], taker, named)).await.claim.expect("taken over");
+    assert_eq!(claim.abandoned.map(|run| (run.generation, run.state)), Some((lock.generation, RunState::Abandoned)));
+    assert_eq!(claim.run.generation, lock.generation + 1);
+}
+
+/// An open run whose holder names no liveness (guarded by a batch lock, or claimed before
+/// runs kept one) is abandoned by any claim as it always was: `claim`, `claim_many` and a
+/// claim round that is not exclusive (whatever its `takeovers` say), each opening the next
+/// generation, whether the claimer names a liveness or not.
+pub(crate) async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(
+    store: &dyn ObjectStore,
+) {
+    let calls = [
+        ("W1", "claim", holder("one", None)),
+        ("W2", "claim", live_holder("one", None, "zk:one")),
+        ("W3", "claim_many", holder("many", None)),
+        ("W4", "claim_many", live_holder("many", None, "zk:many")),
+        ("W5", "claim_ready", holder("round", None)),
+        ("W6", "claim_ready", live_holder("round", None, "zk:round")),
+    ];
+    for (batch, call, claimer) in calls {
+        register(store, batch, Some(Outcome::Success)).await;
+        let open = store.claim(&id(batch), &archiver(), &holder("old", None)).await.unwrap().run;
+        let claim = match call {
+            "claim" => store.claim(&id(batch), &archiver(), &claimer).await.unwrap(),
+            "claim_many" => store.claim_many(&[id(batch)], &archiver(), &claimer).await.unwrap().remove(0).unwrap(),
+            _ => {
+                let takeovers = vec![takeover(batch, open.generation + 5, Some("zk:other"))];
+                let round = ReadyClaimRequest { takeovers, ..request(&[batch], claimer.clone()) };
+                let answer = claim_one(store, &round).await;
+                assert_eq!(answer.held, None, "{call}");
+                answer.claim.expect("not held: claimed over the open run")
+            }
+        };
+        let abandoned = claim.abandoned.map(|run| (run.generation, run.state));
+        assert_eq!(abandoned, Some((open.generation, RunState::Abandoned)), "{call} of {batch} abandons its run");
+        assert_eq!((claim.run.generation, &claim.run.holder.liveness), (open.generation + 1, &claimer.liveness));
+    }
 }
