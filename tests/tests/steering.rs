@@ -14,6 +14,7 @@ use autocomp_e2e::{
 };
 use autocomp_framework::locks::{HeldLock, LockPath, LockService, open_locks};
 use autocomp_model::{BatchId, ComponentName, HoldKind, Outcome, PoolName, SteeringChange};
+use autocomp_store::prelude::BatchStore as _;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const PASS_LIMIT: Duration = Duration::from_secs(60);
@@ -288,6 +289,46 @@ fn a_pool_of_two_caps_three_zookeeper_workers_at_two_works_at_once() {
     pools_cap_the_work_running_at_once(&pipeline, 10);
     let inspector = Inspector::open(&zk.url("autocomp", "10s"));
     assert!(inspector.held().is_empty(), "locks left behind: {:?}", inspector.held());
+}
+
+/// A batch another live process holds takes no slot of a pool: the ready batch behind it
+/// gets the free slot, where a held one taking it would leave that batch waiting for a full
+/// pool on every pass while the holder works.
+#[test]
+fn a_batch_another_process_holds_takes_no_pool_slot_from_a_ready_one() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.steer(SteeringChange::SetPool { pool: tape(), size: 2 });
+    pipeline.configure("pools = [\"tape\"]\nmax_threads = 2\nqueue_size = 2\n");
+    let ids = pipeline.register(2);
+    // Another live process (this test, by its lock service's liveness record) works B0001
+    // and holds slot 0 of the pool.
+    let inspector = Inspector::open(&format!("local:{}", pipeline.path("locks").display()));
+    let liveness = inspector.locks.liveness().expect("a local lock service keeps a liveness record");
+    let holder = autocomp_framework::locks::LockHolder {
+        agent: "probe/0@testhost#1".into(),
+        host: "testhost".into(),
+        pid: 1,
+        since: autocomp_model::Timestamp::now(),
+    };
+    let slot =
+        inspector.runtime.block_on(inspector.locks.try_lock(&LockPath::Slot(tape(), 0), &holder, Duration::ZERO));
+    let slot = slot.unwrap().expect("slot 0 is free");
+    let run_holder = autocomp_model::RunHolder {
+        agent: autocomp_model::Agent::new("probe/0@testhost#1").unwrap(),
+        host: "testhost".into(),
+        pid: 1,
+        claim_key: None,
+        liveness: Some(liveness),
+    };
+    let probe = ComponentName::new("probe").unwrap();
+    let held = pipeline.block_on(pipeline.store().claim(&ids[0], &probe, &run_holder)).unwrap();
+
+    let pass = pipeline.run(&[]);
+    assert_eq!(pass.code, Some(0), "{}", pass.show());
+    assert!(pass.stdout.starts_with("B0002 Probed success"), "the ready batch got the free slot: {}", pass.show());
+    assert!(probed(&pipeline, &ids[0]) == 0, "a batch another process holds was worked");
+    assert_eq!(pipeline.open_runs().iter().map(|r| r.generation).collect::<Vec<_>>(), [held.generation()]);
+    inspector.runtime.block_on(slot.release()).unwrap();
 }
 
 #[test]

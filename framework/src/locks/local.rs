@@ -6,8 +6,10 @@
 //! Liveness: the first `liveness()` makes `<dir>/live/<pid>.<nonce>` and flocks it for the
 //! life of the service; its record is `local:<host>:<pid>:<nonce>`. Another service on this
 //! host judges it by a try of the same flock: busy is alive; taken (the process is gone, the
-//! OS freed its flock) or the file absent is dead, and the judge removes the file. Another
-//! host's record is unproven: its flocks are not ours to try. `held` never lists `live`.
+//! OS freed its flock) or the file absent is dead, and the judge removes the file; the file
+//! decides whatever host the record names (a renamed host's runs are not kept forever). A
+//! service whose own file is removed or replaced counts as dead: its session is `Lost`.
+//! `held` never lists `live`.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use autocomp_model::InvalidInput;
 use tokio::sync::watch;
-use tracing::warn;
+use tracing::{error, warn};
 
 use super::{HeldLock, Liveness, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
 
@@ -244,27 +246,45 @@ impl LockService for LocalLocks {
         self.session.subscribe()
     }
 
+    fn keeps_liveness(&self) -> bool {
+        true
+    }
+
     /// `local:<host>:<pid>:<nonce>`, its file made and flocked at the first call; `None` (with
-    /// a warning) while it cannot be made: then claims take batch locks.
+    /// a warning) while it cannot be made, and for good once the file no longer names ours
+    /// (removed or replaced behind our back: others judge us dead from then on, so the
+    /// session is `Lost` and the process records nothing more).
     fn liveness(&self) -> Option<String> {
         let mut live = self.live.lock().expect("never poisoned");
-        if live.is_none() {
-            match self.make_live_file() {
-                Ok(file) => *live = Some(file),
-                Err(e) => {
-                    warn!("cannot make a liveness file under {}: {e}", self.dir.join(LIVE).display());
-                    return None;
-                }
+        if *self.session.borrow() == SessionState::Lost {
+            return None;
+        }
+        match live.as_ref() {
+            Some(file) if names_same_file(&file.path, &file.file) => return Some(file.record.clone()),
+            Some(file) => {
+                error!("the liveness file {} is gone or replaced: this process counts as dead", file.path.display());
+                self.session.send_replace(SessionState::Lost);
+                return None;
+            }
+            None => {}
+        }
+        match self.make_live_file() {
+            Ok(file) => {
+                let record = file.record.clone();
+                *live = Some(file);
+                Some(record)
+            }
+            Err(e) => {
+                warn!("cannot make a liveness file under {}: {e}", self.dir.join(LIVE).display());
+                None
             }
         }
-        live.as_ref().map(|file| file.record.clone())
     }
 
     async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
-        let Some((host, pid, nonce)) = parse_record(record) else { return Ok(Liveness::Unproven) };
-        if host != self.host {
-            return Ok(Liveness::Unproven); // another host's flocks are not ours to try
-        }
+        // The host a record names is not asked: the file in this lock directory decides, so a
+        // host renamed (or a container made anew) since does not keep its runs forever.
+        let Some((_host, pid, nonce)) = parse_record(record) else { return Ok(Liveness::Unproven) };
         if self.live.lock().expect("never poisoned").as_ref().is_some_and(|file| file.record == record) {
             return Ok(Liveness::Alive);
         }

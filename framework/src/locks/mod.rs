@@ -255,6 +255,14 @@ pub trait LockService: Send + Sync {
         None
     }
 
+    /// Whether this service keeps liveness records, so that claims are the batches' locks:
+    /// fixed for the service's life, so a process never mixes exclusive claims with batch
+    /// locks (a `liveness` of `None` from such a service means the record is gone: claim
+    /// nothing). `false` by default.
+    fn keeps_liveness(&self) -> bool {
+        false
+    }
+
     /// How the process whose liveness record is `record` (another run's holder) stands:
     /// `Dead` only with proof (its record gone, or its lease observed unrenewed for a whole
     /// lease on this process's own clock), else `Alive` or `Unproven` (not a record of this

@@ -188,8 +188,10 @@ impl<C: Component> Runner<C> {
                         match self.takeover_of(&batch.id, &run).await {
                             Ok(Some(takeover)) => found_dead.push(takeover),
                             Ok(None) => skip_busy(batch.id, pass),
+                            // One holder that cannot be judged keeps its batch, not the pass.
                             Err(e) => {
-                                failure.get_or_insert(e);
+                                warn!(batch = %batch.id, holder = %run.holder.agent, "cannot judge its holder: {e}");
+                                skip_busy(batch.id, pass);
                             }
                         }
                     }
@@ -233,9 +235,41 @@ impl<C: Component> Runner<C> {
         }
         let ready = self.recheck(locked, pass).await?;
         phases::mark(Phase::Recheck);
+        let ready = self.without_live_holders(locked, ready, pass).await;
         let ready = self.take_slots(locked, ready, pass).await?;
         phases::mark(Phase::BatchLocks);
         Ok(ready.into_iter().map(|batch: Batch| batch.id).collect())
+    }
+
+    /// Where claims are the locks, `ready` without the batches whose open run is another live
+    /// (or unjudged) process's: busy, they get no pool slot, which would keep a ready batch
+    /// behind them waiting for the pool. A dead holder's batch stays, to be taken over.
+    async fn without_live_holders(&self, locked: &mut HeldLocks, ready: Vec<Batch>, pass: &mut Pass) -> Vec<Batch> {
+        if !self.claims_are_locks() {
+            return ready;
+        }
+        let mut kept = Vec::with_capacity(ready.len());
+        let mut busy = HashSet::new();
+        for batch in ready {
+            let free = match batch.open_run(&self.name) {
+                None => true,
+                Some(run) => match self.takeover_of(&batch.id, run).await {
+                    Ok(dead) => dead.is_some(),
+                    Err(e) => {
+                        warn!(batch = %batch.id, holder = %run.holder.agent, "cannot judge its holder: {e}");
+                        false
+                    }
+                },
+            };
+            if free {
+                kept.push(batch);
+            } else {
+                busy.insert(batch.id.clone());
+                skip_busy(batch.id, pass);
+            }
+        }
+        locked.release_where(|id| busy.contains(id)).await;
+        kept
     }
 
     /// The round's one store call re-checking and claiming `ids` (in its own span): it goes

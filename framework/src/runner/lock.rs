@@ -52,8 +52,10 @@ impl<C: Component> Runner<C> {
         let mut locked = HeldLocks::new(&self.pipeline.locks);
         if self.claims_are_locks() {
             // The claim is the lock: the store refuses what another live process holds.
+            let record = self.own_liveness()?;
             for id in candidates.by_ref().take(room) {
-                locked.insert(id.clone(), ClaimLock::boxed(LockPath::Batch(self.name.clone(), id)));
+                let path = LockPath::Batch(self.name.clone(), id.clone());
+                locked.insert(id, ClaimLock::boxed(path, &self.pipeline.locks, &record));
             }
             return Ok(locked);
         }

@@ -4,6 +4,7 @@
 //! (its liveness record gone), the run is named in a takeover and claimed over; alive or
 //! unproven, the batch is busy, as a batch locked elsewhere was.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,13 +15,22 @@ use tracing::{debug, info};
 use super::Runner;
 use crate::component::Component;
 use crate::exit::RunError;
-use crate::locks::{Liveness, Lock, LockError, LockPath};
+use crate::locks::{Liveness, Lock, LockError, LockPath, LockService};
 
 impl<C: Component> Runner<C> {
     /// Whether a claim is the batch's lock: the lock service keeps this process's liveness
     /// record, which the runs it claims name.
     pub(super) fn claims_are_locks(&self) -> bool {
-        self.pipeline.locks.liveness().is_some()
+        self.pipeline.locks.keeps_liveness()
+    }
+
+    /// This process's liveness record, which its claims name; its absence from a service
+    /// that keeps them (gone, or never made) stops the claims: another process may already
+    /// judge this one dead.
+    pub(super) fn own_liveness(&self) -> Result<String, RunError> {
+        self.pipeline.locks.liveness().ok_or_else(|| {
+            RunError::LocksLost("this process's liveness record is gone (or cannot be made): claiming nothing".into())
+        })
     }
 
     /// The takeover of `run` (the open run an exclusive claim of `batch` was refused for)
@@ -55,16 +65,18 @@ impl<C: Component> Runner<C> {
 }
 
 /// The lock of a batch whose claim is its lock: nothing held in the lock service, so nothing
-/// to release; held for as long as this process's liveness record lives, which the record
-/// phase checks through the session before each commit (and the store's generation fences
-/// an append that comes too late anyway).
+/// to release; held for as long as this process's liveness record (`record`, which the claim
+/// names) is still its own, which the record phase asks before each commit (and the store's
+/// generation fences an append that comes too late anyway).
 pub(super) struct ClaimLock {
     path: LockPath,
+    service: Arc<dyn LockService>,
+    record: String,
 }
 
 impl ClaimLock {
-    pub(super) fn boxed(path: LockPath) -> Box<dyn Lock> {
-        Box::new(ClaimLock { path })
+    pub(super) fn boxed(path: LockPath, service: &Arc<dyn LockService>, record: &str) -> Box<dyn Lock> {
+        Box::new(ClaimLock { path, service: Arc::clone(service), record: record.to_owned() })
     }
 }
 
@@ -75,7 +87,7 @@ impl Lock for ClaimLock {
     }
 
     async fn still_held(&self) -> Result<bool, LockError> {
-        Ok(true)
+        Ok(self.service.liveness().as_deref() == Some(self.record.as_str()))
     }
 
     async fn release(self: Box<Self>) -> Result<(), LockError> {

@@ -291,6 +291,10 @@ impl LockService for CountingLocks {
         self.inner.liveness()
     }
 
+    fn keeps_liveness(&self) -> bool {
+        self.inner.keeps_liveness()
+    }
+
     async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {
         let started = Instant::now();
         let answer = self.inner.judge_liveness(record).await;

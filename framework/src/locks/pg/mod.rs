@@ -335,6 +335,10 @@ impl LockService for PgLocks {
         Some(self.shared.lease.ttl.mul_f64(LOST_GRACE_SHARE))
     }
 
+    fn keeps_liveness(&self) -> bool {
+        true
+    }
+
     /// `pg:<worker id>`: this process's row, renewed while it lives.
     fn liveness(&self) -> Option<String> {
         let shared = &self.shared;

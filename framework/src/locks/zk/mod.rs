@@ -305,6 +305,10 @@ impl LockService for ZkLocks {
         Some(self.shared.session_timeout.mul_f64(LOST_SESSION_GRACE_SHARE))
     }
 
+    fn keeps_liveness(&self) -> bool {
+        true
+    }
+
     /// `zk:<session id hex>` while the session lasts (its node goes with it); `None` once it
     /// is lost: this client never opens another session, and the process exits.
     fn liveness(&self) -> Option<String> {
