@@ -532,7 +532,7 @@ fn a_sigkilled_holder_loses_its_lock_after_the_session_timeout_and_the_batch_is_
     assert_eq!(inspector.judge(&crashed_run), Liveness::Alive, "dead before the session timeout");
     let held_off = pipeline.run(&[]);
     assert_eq!((held_off.code, held_off.stdout.as_str()), (Some(0), ""), "{}", held_off.show());
-    assert_eq!(pipeline.open_runs(), [crashed_run.clone()], "a live holder's run was taken over");
+    assert_eq!(pipeline.open_runs(), std::slice::from_ref(&crashed_run), "a live holder's run was taken over");
     let gone = wait_until(killed + Duration::from_secs(20), || inspector.judge(&crashed_run) == Liveness::Dead);
     let after = killed.elapsed();
     assert!(gone, "its holder is still alive {after:?} after it died");
