@@ -471,15 +471,27 @@ fn session<T, F: Future<Output = T>>(
 ) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     runtime.block_on(async {
-        let mut connector = zookeeper_client::Client::connector();
-        if let Some(credential) = credential {
-            connector = connector.with_auth("digest", credential.as_bytes());
-        }
-        let client = connector
-            .with_session_timeout(Duration::from_secs(5))
-            .connect(hosts)
-            .await
-            .unwrap_or_else(|e| panic!("the test cannot connect to ZooKeeper at {hosts}: {e}"));
+        // Connected within 30 s, tried again after each failed attempt: a suite starting
+        // many servers at once keeps a JVM from answering for seconds at times.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let client = loop {
+            let mut connector = zookeeper_client::Client::connector();
+            if let Some(credential) = credential {
+                connector = connector.with_auth("digest", credential.as_bytes());
+            }
+            let connecting = connector
+                .with_session_timeout(Duration::from_secs(5))
+                .with_connection_timeout(Duration::from_secs(5))
+                .connect(hosts)
+                .await;
+            match connecting {
+                Ok(client) => break client,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("the test cannot connect to ZooKeeper at {hosts} within 30 s: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
         let mut state = client.state_watcher();
         let result = f(client).await;
         // The session closes once the last client clone is dropped (in `f`).
