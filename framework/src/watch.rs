@@ -2,8 +2,10 @@
 //! batch, sleeping in the store's change feed (a long poll) in between; while the component
 //! is held (paused, draining, circuit open) it asks nothing and sleeps until the steering
 //! moves the store. Each pass is exactly a cron pass (poll lock, claims, fencing, results,
-//! registry); a heartbeat pass keeps the registry fresh and catches readiness that only time
-//! brings.
+//! registry), but for the component's turn: a pass that claimed all it found keeps the poll
+//! lock for the next one, given back between passes once idle or held long enough
+//! (`runner/turn.rs`). A heartbeat pass keeps the registry fresh and catches readiness that
+//! only time brings.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -61,6 +63,7 @@ pub async fn run_watching<C: Component>(
 ) -> Result<u8, RunError> {
     let Watched { store, index } = watched;
     runner.coalesce_reports();
+    runner.keep_turns();
     let mut watcher = Watcher {
         runner,
         store: &store,
@@ -73,6 +76,7 @@ pub async fn run_watching<C: Component>(
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
+    runner.give_back_turn(true).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;
     let code = watched?;
@@ -111,6 +115,8 @@ async fn watch_loop<C: Component>(
         if *shutdown.borrow() {
             return Ok(watcher.worst);
         }
+        // Between passes, off every batch's path: a turn kept idle or long enough goes back.
+        watcher.runner.give_back_turn(false).await;
         // Read before asking the index: a change after this point wakes the wait below,
         // so readiness between the question and the wait is never slept through.
         let seen = match woke_at.take() {
@@ -242,7 +248,8 @@ impl<C: Component> Watcher<'_, C> {
         let wait = until_heartbeat
             .min(LONGEST_WAIT)
             .min(self.waiting_since.map_or(LONGEST_WAIT, |since| pool_retry_after(since.elapsed())))
-            .min(results_due.unwrap_or(LONGEST_WAIT));
+            .min(results_due.unwrap_or(LONGEST_WAIT))
+            .min(self.runner.turn_due_in().unwrap_or(LONGEST_WAIT));
         if let Some(since) = self.deferring_since {
             let wait = wait.min(pool_retry_after(since.elapsed()));
             debug!(?wait, "another pass holds the poll lock; deferring to it");

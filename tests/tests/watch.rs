@@ -281,6 +281,46 @@ fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_c
 }
 
 #[test]
+fn a_cron_pass_gets_the_turn_a_busy_watcher_keeps_within_seconds() {
+    // A watcher that keeps finding work keeps its component's turn between passes; a manual
+    // pass of the same component waits for it (poll_lock_timeout, 10 s here) and gets it
+    // when the watcher gives it back, however busy: within about 2 s.
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(&format!("{SLOW_HEARTBEAT}\npoll_lock_timeout = \"10s\""));
+    let watcher = start_watcher(&pipeline);
+    let manual = pipeline.register_one("M0001", false);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (run, took, trickled) = std::thread::scope(|scope| {
+        // A batch every 50 ms keeps the watcher busy for as long as the manual pass takes.
+        let trickle = scope.spawn(|| {
+            let mut ids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && ids.len() < 400 {
+                ids.push(pipeline.register_one(&format!("T{:04}", ids.len()), true));
+                std::thread::sleep(Duration::from_millis(50)); // the trickle's pace
+            }
+            ids
+        });
+        std::thread::sleep(Duration::from_millis(500)); // the trickle under way
+        let asked = Instant::now();
+        let run = pipeline.run(&["--batch", "M0001", "--force"]);
+        let took = asked.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (run, took, trickle.join().expect("the trickle thread"))
+    });
+    println!("the manual pass took {took:?} beside a trickle of {} batches", trickled.len());
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    assert_eq!(probed(&pipeline, &manual), 1, "the manual pass worked its batch");
+    assert!(took < Duration::from_secs(8), "the manual pass waited {took:?} for the watcher's turn");
+    let all_worked =
+        wait_until(Instant::now() + Duration::from_secs(15), || trickled.iter().all(|id| probed(&pipeline, id) == 1));
+    assert!(all_worked, "the trickle's batches were not all worked once");
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
 fn watchers_that_find_the_poll_lock_held_stay_asleep_through_new_batches_until_their_retry() {
     // Every new batch concerns every watcher of the component; while another pass holds its
     // poll lock (a watcher would be woken by the same changes), those that found it held

@@ -366,6 +366,44 @@ fn a_pass_costs_its_poll_lock_and_no_write_per_batch() {
 }
 
 #[test]
+fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_idle() {
+    let zk = ZooKeeper::start(Options::default());
+    let pipeline = zk_pipeline(&zk, "10s");
+    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    let mut watcher = pipeline.spawn(&["--watch"]);
+    let mut kill = KillOnDrop(Some(watcher.id()));
+    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    // A trickle: each batch registered once the one before is worked.
+    let started = Instant::now();
+    let (worked, writes) = writes_of(&zk, || {
+        (0..10).all(|n| {
+            let id = pipeline.register_one(&format!("T{n:04}"), true);
+            wait_until(Instant::now() + Duration::from_secs(10), || pipeline.events(&id, PROBED).len() == 1)
+        })
+    });
+    let took = started.elapsed();
+    assert!(worked, "a batch of the trickle was not worked within 10 s");
+    // Taking the turn and giving it back for each pass would be 20 writes. Kept, it costs two
+    // writes for each 2 s it is held (given back however busy its holder), and the liveness
+    // node none.
+    let kept_for = 1 + took.as_secs() as i64 / 2;
+    println!("10 batches one at a time in {took:?}: {writes} ZooKeeper writes");
+    assert!(writes <= 2 * kept_for && writes < 20, "{writes} writes for 10 batches in {took:?}");
+    // Idle, the watcher gives its turn back within about half a second.
+    let given_back = wait_until(Instant::now() + Duration::from_secs(5), || lock_nodes(&zk.tree(CHROOT)).is_empty());
+    assert!(given_back, "an idle watcher kept its component's turn: {:?}", zk.tree(CHROOT));
+    assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited");
+    signal(&watcher, libc::SIGTERM);
+    kill.0 = None;
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}
+
+#[test]
 fn a_dropped_lock_is_held_until_close_and_nothing_works_after_it() {
     let zk = ZooKeeper::standalone();
     let url = zk.url("autocomp", "10s");

@@ -26,6 +26,7 @@ mod report;
 mod steering_cache;
 mod summary;
 mod takeover;
+mod turn;
 mod work;
 
 use std::sync::Arc;
@@ -44,7 +45,7 @@ use tracing::{Instrument, Span, debug};
 use crate::component::Component;
 use crate::config::ComponentConfig;
 use crate::exit::RunError;
-use crate::locks::{Lock, LockHolder, LockPath, LockService};
+use crate::locks::{LockHolder, LockPath, LockService};
 use crate::reports::{Reports, Write};
 
 pub(crate) use candidates::{DryRun, held_reason};
@@ -120,6 +121,8 @@ pub struct Runner<C: Component> {
     /// The pipeline's steering as last read, kept across passes: read again only when a
     /// claim says its version moved, or while it holds the component.
     steering: steering_cache::SteeringCache,
+    /// The component's turn, kept between a watcher's passes while they find all there is.
+    turn: turn::KeptTurn,
 }
 
 impl<C: Component> Runner<C> {
@@ -156,6 +159,7 @@ impl<C: Component> Runner<C> {
             shutdown,
             reports: Reports::default(),
             steering: steering_cache::SteeringCache::default(),
+            turn: turn::KeptTurn::default(),
             config,
         }))
     }
@@ -323,7 +327,7 @@ impl<C: Component> Runner<C> {
     async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let holder = self.lock_holder();
         let asked = Instant::now();
-        let Some(poll_lock) = self.poll_lock(&holder, selection).await? else {
+        let Some(turn) = self.poll_lock(&holder, selection).await? else {
             return Ok(PassSummary::default());
         };
         phases::mark(phases::Phase::PollLock);
@@ -349,38 +353,47 @@ impl<C: Component> Runner<C> {
             // Whatever was claimed before the error is handed back untouched: ready again,
             // not left open to be counted as an abandoned attempt.
             self.hand_back(pass.claimed).await;
-            release_quietly(poll_lock).await;
+            release_quietly(turn.lock).await;
             return Err(e);
         }
-        let poll_lock = if self.config.hold_poll_lock {
-            Some(poll_lock)
+        // A pass that found work and claimed less than it had room for left nothing behind:
+        // a watcher keeps the turn for its next pass (`turn`). One that claimed nothing (a
+        // heartbeat, batches taken meanwhile) gives it back as before.
+        let caught_up = !pass.claimed.is_empty() && pass.claimed.len() < self.claim_limit();
+        let turn = if self.config.hold_poll_lock {
+            Some(turn)
         } else {
             // The claims are made: the poll lock guards nothing more. Released beside the
             // work instead (one lock-service write off the stage's path), a pass whose
             // ZooKeeper went silent mid-work exited after its session could have expired in
             // one run of three of tests/tests/zookeeper.rs (not yet understood), so first.
-            release_quietly(poll_lock).await;
+            if let Some(turn) = self.turn.keep_or_return(turn, caught_up) {
+                release_quietly(turn.lock).await;
+            }
             None
         };
         phases::mark(phases::Phase::Release);
         let Pass { mut summary, claimed, .. } = pass;
         summary.results.extend(self.work_all(claimed).await);
         phases::skip();
-        if let Some(lock) = poll_lock {
-            release_quietly(lock).await;
+        if let Some(turn) = turn.and_then(|turn| self.turn.keep_or_return(turn, caught_up)) {
+            release_quietly(turn.lock).await;
             phases::mark(phases::Phase::Release);
         }
         Ok(summary)
     }
 
-    /// The component's poll lock, `None` when a shutdown is requested while waiting for it;
-    /// another pass holding it is `PollLockBusy`. A watcher's pass over what it was offered
-    /// does not wait: the holder claims from the same answer, and its results (of this
-    /// component's event type) wake the watcher to look again. Waiting instead made every
-    /// watcher of a component a queue behind one lock: at 50 watchers a component, most
-    /// passes waited out the whole `poll_lock_timeout` for work already claimed
-    /// (docs/capacity.md).
-    async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<Box<dyn Lock>>, RunError> {
+    /// The component's poll lock (the turn a watcher kept, if it still holds it), `None`
+    /// when a shutdown is requested while waiting for it; another pass holding it is
+    /// `PollLockBusy`. A watcher's pass over what it was offered does not wait: the holder
+    /// claims from the same answer, and its results (of this component's event type) wake the
+    /// watcher to look again. Waiting instead made every watcher of a component a queue behind
+    /// one lock: at 50 watchers a component, most passes waited out the whole
+    /// `poll_lock_timeout` for work already claimed (docs/capacity.md).
+    async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<turn::TurnLock>, RunError> {
+        if let Some(kept) = self.turn.take(*self.pipeline.locks.session().borrow()) {
+            return Ok(Some(kept));
+        }
         let poll_path = LockPath::Poll(self.name.clone());
         let wait = match selection {
             Selection::Offered(_) => std::time::Duration::ZERO,
@@ -392,9 +405,29 @@ impl<C: Component> Runner<C> {
             _ = stop_requested(&mut shutdown) => return Ok(None),
         };
         match poll_lock {
-            Some(lock) => Ok(Some(lock)),
+            Some(lock) => Ok(Some(turn::TurnLock::taken_now(lock))),
             None => Err(RunError::PollLockBusy(self.name.to_string())),
         }
+    }
+
+    /// From now on a pass that claims all it finds keeps the component's turn for the next
+    /// one (a watcher; `turn`).
+    pub(crate) fn keep_turns(&self) {
+        self.turn.enable();
+    }
+
+    /// Gives back the kept turn once it is due (idle or held long enough), or whatever its
+    /// age with `all` (the watch ends).
+    pub(crate) async fn give_back_turn(&self, all: bool) {
+        if let Some(turn) = self.turn.expired(all) {
+            debug!("giving the component's turn back");
+            release_quietly(turn.lock).await;
+        }
+    }
+
+    /// How long until the kept turn is due to be given back, if one is kept.
+    pub(crate) fn turn_due_in(&self) -> Option<std::time::Duration> {
+        self.turn.due_in()
     }
 }
 
