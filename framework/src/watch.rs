@@ -117,6 +117,12 @@ async fn watch_loop<C: Component>(
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
         watcher.runner.give_back_turn(false).await;
+        if watcher.still_deferring().await {
+            match watcher.defer(shutdown).await? {
+                ControlFlow::Break(code) => return Ok(code),
+                ControlFlow::Continue(()) => continue,
+            }
+        }
         // Read before asking the index: a change after this point wakes the wait below,
         // so readiness between the question and the wait is never slept through.
         let seen = match woke_at.take() {
@@ -222,45 +228,49 @@ impl<C: Component> Watcher<'_, C> {
         Ok(ControlFlow::Continue(handled))
     }
 
+    /// A deferring watcher's retry, before any store read: if the lock service says by a
+    /// read that the component's turn is still held elsewhere, the watcher defers again
+    /// without looking (at 2,000 workers each deferred look was a store feed read, the
+    /// store's main load: docs/capacity.md). A heartbeat still runs its pass.
+    async fn still_deferring(&self) -> bool {
+        let heartbeat_due = self.last_pass.is_none_or(|at| at.elapsed() >= self.heartbeat);
+        !heartbeat_due && self.deferring_since.is_some() && self.runner.turn_held_elsewhere().await
+    }
+
+    /// The longest the next sleep may last: until the heartbeat, a pool retry, results due
+    /// to the registry, the kept turn due back, and at most `LONGEST_WAIT`.
+    fn wait_bound(&self) -> Duration {
+        let results_due = self.runner.results_due_in();
+        let until_heartbeat = self.heartbeat.saturating_sub(self.last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
+        until_heartbeat
+            .min(LONGEST_WAIT)
+            .min(self.waiting_since.map_or(LONGEST_WAIT, |since| pool_retry_after(since.elapsed())))
+            .min(results_due.unwrap_or(LONGEST_WAIT))
+            .min(self.runner.turn_due_in().unwrap_or(LONGEST_WAIT))
+    }
+
     /// Sleeps in the store's change feed from `seen` until a change concerns the component
     /// (an append of a type its triggers read or of its own type, or a change that concerns
     /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
     /// registry; breaks with the exit code on shutdown. The commits of other stages do not
-    /// wake it: they cannot make a batch ready for it.
-    ///
-    /// A watcher deferring to another pass of its component (it found the poll lock held at
-    /// every try since `deferring_since`) is not woken by changes at all, only by its retry:
-    /// the holder is a watcher woken by the same changes (or a pass that ends), so waking
-    /// every other watcher of the component for each change only had them all look and find
-    /// the lock busy, a herd of store reads (docs/capacity.md). The retry is the bound on how
-    /// long work waits if the holder stops: within a quarter of the time deferred, 0.5-10 s.
-    /// Answers the head read after the wake, if the sleep read one.
+    /// wake it: they cannot make a batch ready for it. A watcher deferring to another pass of
+    /// its component sleeps as `defer` says instead. Answers the head read after the wake,
+    /// if the sleep read one.
     async fn sleep(
         &self,
         seen: Seq,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<ControlFlow<u8, Option<Seq>>, RunError> {
+        if self.deferring_since.is_some() {
+            return Ok(match self.defer(shutdown).await? {
+                ControlFlow::Break(code) => ControlFlow::Break(code),
+                ControlFlow::Continue(()) => ControlFlow::Continue(None),
+            });
+        }
         // About to sleep: results already recorded go to the registry once a second's worth
         // has passed since its last write, and the sleep ends by then.
         self.runner.flush_reports(false).await?;
-        let results_due = self.runner.results_due_in();
-        let until_heartbeat = self.heartbeat.saturating_sub(self.last_pass.map_or(Duration::ZERO, |at| at.elapsed()));
-        let wait = until_heartbeat
-            .min(LONGEST_WAIT)
-            .min(self.waiting_since.map_or(LONGEST_WAIT, |since| pool_retry_after(since.elapsed())))
-            .min(results_due.unwrap_or(LONGEST_WAIT))
-            .min(self.runner.turn_due_in().unwrap_or(LONGEST_WAIT));
-        if let Some(since) = self.deferring_since {
-            let wait = wait.min(pool_retry_after(since.elapsed()));
-            debug!(?wait, "another pass holds the poll lock; deferring to it");
-            return tokio::select! {
-                _ = tokio::time::sleep(wait) => Ok(ControlFlow::Continue(None)),
-                _ = stop_requested(shutdown) => {
-                    info!("stopping: no pass running");
-                    Ok(ControlFlow::Break(self.worst))
-                }
-            };
-        }
+        let wait = self.wait_bound();
         let interest = self.runner.change_interest();
         tokio::select! {
             head = self.store.wait_for_change_concerning(seen, &interest, wait) => {
@@ -270,6 +280,27 @@ impl<C: Component> Watcher<'_, C> {
                 }
                 Ok(ControlFlow::Continue(Some(head)))
             }
+            _ = stop_requested(shutdown) => {
+                info!("stopping: no pass running");
+                Ok(ControlFlow::Break(self.worst))
+            }
+        }
+    }
+
+    /// A watcher deferring to another pass of its component (it found the poll lock held at
+    /// every try since `deferring_since`) is not woken by changes at all, only by its retry:
+    /// the holder is a watcher woken by the same changes (or a pass that ends), so waking
+    /// every other watcher of the component for each change only had them all look and find
+    /// the lock busy, a herd of store reads (docs/capacity.md). The retry is the bound on how
+    /// long work waits if the holder stops: within a quarter of the time deferred, 0.5-10 s.
+    /// Breaks with the exit code on shutdown.
+    async fn defer(&self, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8>, RunError> {
+        self.runner.flush_reports(false).await?;
+        let since = self.deferring_since.unwrap_or_else(Instant::now);
+        let wait = self.wait_bound().min(pool_retry_after(since.elapsed()));
+        debug!(?wait, "another pass holds the poll lock; deferring to it");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => Ok(ControlFlow::Continue(())),
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");
                 Ok(ControlFlow::Break(self.worst))

@@ -377,11 +377,13 @@ fn now_ms() -> i64 {
 
 /// One item that went through stage 4: when it was registered and when stage 4 finished it,
 /// in ms of the machine's wall clock.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Done {
     id: u64,
     registered: i64,
     finished: i64,
+    /// autocomp: when each stage's event was recorded (store timestamps, ms); empty for peers.
+    stages: Vec<i64>,
 }
 
 /// A pipeline under test, in its own database or directory, its servers running.
@@ -523,6 +525,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
          max {} ms",
         latencies.last().unwrap()
     );
+    print_stage_intervals((first..first + count).map(|id| &done[&id]));
     if let Some(window) = phases {
         window.close(system);
     }
@@ -593,6 +596,35 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
 
 /// The servers a system shares with others or that the harnesses own: the PostgreSQL
 /// postmaster (its backends are its children) for the PG systems.
+/// autocomp's trickle, where its latency goes: p50 of registration -> stage 1's event and of
+/// each stage's event -> the next's (store timestamps, ms: each interval is the next
+/// stage's wake-up, look, claim, work and append).
+fn print_stage_intervals<'a>(items: impl Iterator<Item = &'a Done>) {
+    let mut intervals: Vec<Vec<i64>> = Vec::new();
+    for item in items.filter(|item| !item.stages.is_empty()) {
+        let starts = std::iter::once(item.registered).chain(item.stages.iter().copied());
+        for (k, (from, to)) in starts.clone().zip(item.stages.iter()).enumerate() {
+            if intervals.len() <= k {
+                intervals.push(Vec::new());
+            }
+            intervals[k].push(to - from);
+        }
+    }
+    if intervals.is_empty() {
+        return;
+    }
+    let medians: Vec<String> = intervals
+        .iter_mut()
+        .enumerate()
+        .map(|(k, times)| {
+            times.sort();
+            let from = if k == 0 { "registered".to_string() } else { format!("stage {k}") };
+            format!("{from} -> stage {}: {}", k + 1, times[times.len() / 2])
+        })
+        .collect();
+    println!("trickle, p50 ms between events: {}", medians.join(", "));
+}
+
 fn sys_server_pids(system: &str, postgres: Option<&Postgres>) -> Vec<u32> {
     match (system, postgres) {
         (GRAPHILE | PROCRASTINATE | OVER_PG | PG_ONLY, Some(pg)) => vec![pg.pid()],
@@ -842,7 +874,7 @@ impl System for Peer {
         new.lines()
             .map(|line| {
                 let numbers: Vec<i64> = line.split(' ').map(|n| n.parse().expect("a number")).collect();
-                Done { id: numbers[0] as u64, registered: numbers[1], finished: numbers[2] }
+                Done { id: numbers[0] as u64, registered: numbers[1], finished: numbers[2], stages: Vec::new() }
             })
             .collect()
     }
@@ -1086,13 +1118,16 @@ impl System for Autocomp {
                     break;
                 }
             }
-            let last = EventType::new(stage_event(STAGES)).unwrap();
+            let stages: Vec<EventType> = (1..=STAGES).map(|k| EventType::new(stage_event(k)).unwrap()).collect();
             let mut finished = Vec::new();
             for chunk in changed.chunks(200) {
                 for batch in store.get_batches(chunk).await.expect("batches read") {
-                    let stage4 = batch.events.iter().find(|e| e.event_type == last && e.outcome == Outcome::Success);
-                    if let (Some(event), Some(n)) = (stage4, item_of(&batch.id)) {
-                        finished.push((n, event.at.millis()));
+                    let at = |stage: &EventType| {
+                        batch.events.iter().find(|e| e.event_type == *stage && e.outcome == Outcome::Success)
+                    };
+                    let times: Option<Vec<i64>> = stages.iter().map(|stage| at(stage).map(|e| e.at.millis())).collect();
+                    if let (Some(times), Some(n)) = (times, item_of(&batch.id)) {
+                        finished.push((n, times));
                     }
                 }
             }
@@ -1101,9 +1136,9 @@ impl System for Autocomp {
         self.since = next;
         finished
             .into_iter()
-            .filter_map(|(id, at)| {
+            .filter_map(|(id, stages)| {
                 let registered = self.pending.remove(&id)?;
-                Some(Done { id, registered, finished: at })
+                Some(Done { id, registered, finished: *stages.last()?, stages })
             })
             .collect()
     }

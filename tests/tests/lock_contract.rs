@@ -210,6 +210,29 @@ async fn another_service_reads_who_holds_what(backend: Backend) {
     b.close().await;
 }
 
+async fn a_read_of_whether_a_path_is_held_tells_the_truth_or_nothing(backend: Backend) {
+    // A deferring watcher reads whether its component's turn is held before it looks for
+    // work: an answer must be true (or `None`: the backend cannot tell by a read, and the
+    // watcher looks as it would without asking).
+    let a = open(&backend).await;
+    let b = open(&backend).await;
+    let poll = poll_path("probe");
+    let free = b.is_held(&poll).await.unwrap();
+    let lock = take(&a, &poll, "a").await;
+    let held = b.is_held(&poll).await.unwrap();
+    assert_eq!(a.is_held(&poll).await.unwrap(), held, "the holder's own service reads the same");
+    lock.release().await.unwrap();
+    let released = b.is_held(&poll).await.unwrap();
+    // ZooKeeper reads its node; a flock or a lease row cannot be read without a try.
+    if backend.url.starts_with("zk") {
+        assert_eq!((free, held, released), (Some(false), Some(true), Some(false)));
+    } else {
+        assert_eq!((free, held, released), (None, None, None));
+    }
+    a.close().await;
+    b.close().await;
+}
+
 async fn a_busy_try_lock_gives_up_when_its_wait_is_over(backend: Backend) {
     let a = open(&backend).await;
     let b = open(&backend).await;
@@ -564,6 +587,7 @@ contract!(
     a_path_is_held_by_one_lock_at_a_time_until_released,
     locks_of_different_components_and_batches_are_independent,
     another_service_reads_who_holds_what,
+    a_read_of_whether_a_path_is_held_tells_the_truth_or_nothing,
     a_busy_try_lock_gives_up_when_its_wait_is_over,
     a_waiter_gets_the_lock_as_soon_as_it_is_released,
     contending_takers_never_hold_a_path_at_once,

@@ -404,6 +404,50 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
 }
 
 #[test]
+fn a_deferring_watcher_reads_the_poll_lock_not_the_store_until_it_frees() {
+    let zk = ZooKeeper::start(Options::default());
+    let pipeline = zk_pipeline(&zk, "10s");
+    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    let log = pipeline.path("watcher.log");
+    let mut watcher = pipeline
+        .command(&["--watch", "-vv"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("the probe starts");
+    let mut kill = KillOnDrop(Some(watcher.id()));
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    // Another process holds the component's turn.
+    let rt = runtime();
+    let other = rt.block_on(ZkLocks::connect(&zk.url("autocomp", "10s"))).unwrap();
+    let poll = LockPath::Poll(ComponentName::new("probe").unwrap());
+    let held = rt.block_on(other.try_lock(&poll, &holder("other"), Duration::from_secs(10))).unwrap().expect("free");
+    let count = |what: &str| log_text().lines().filter(|line| line.contains(what)).count();
+    let looks_before = count("looked for work");
+    let id = pipeline.register_one("D0001", true);
+    // Woken by the registration it looks once, finds the turn held and defers; its retries
+    // (0.5 s, then a quarter of the time deferred) read the poll lock and look no further.
+    let deferred = wait_until(Instant::now() + Duration::from_secs(15), || count("deferring to it") >= 4);
+    assert!(deferred, "the watcher did not defer four times: {}", log_text());
+    let looks = count("looked for work") - looks_before;
+    println!("looks for work while deferring {} times: {looks}", count("deferring to it"));
+    assert_eq!(looks, 1, "a deferring watcher read the store at its retries: {}", log_text());
+    assert!(pipeline.open_runs().is_empty(), "a batch was claimed while another held the turn");
+    rt.block_on(held.release()).unwrap();
+    let worked = wait_until(Instant::now() + Duration::from_secs(15), || pipeline.events(&id, PROBED).len() == 1);
+    assert!(worked, "the batch was not worked within 15 s of the turn freeing: {}", log_text());
+    rt.block_on(other.close());
+    signal(&watcher, libc::SIGTERM);
+    kill.0 = None;
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}
+
+#[test]
 fn a_dropped_lock_is_held_until_close_and_nothing_works_after_it() {
     let zk = ZooKeeper::standalone();
     let url = zk.url("autocomp", "10s");

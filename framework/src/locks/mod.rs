@@ -231,6 +231,15 @@ pub trait LockService: Send + Sync {
     /// stored: what `autocomp locks` shows.
     async fn held(&self) -> Result<Vec<HeldLock>, LockError>;
 
+    /// Whether `path` is held right now, by anyone, read without taking it: a deferring
+    /// watcher's check before it looks for work (a read at the lock service instead of the
+    /// store's). `None` where a read cannot tell, the default: PostgreSQL keeps a dead
+    /// holder's row until a taker judges its lease, so only a try can tell.
+    async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
+        let _ = path;
+        Ok(None)
+    }
+
     /// The session's state, as it changes (always `Connected` for a backend without
     /// sessions).
     fn session(&self) -> tokio::sync::watch::Receiver<SessionState>;

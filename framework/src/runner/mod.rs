@@ -425,6 +425,22 @@ impl<C: Component> Runner<C> {
         }
     }
 
+    /// Whether another pass holds the component's turn, read at the lock service without
+    /// taking it (`false` when the service cannot tell by a read, or this runner keeps the
+    /// turn itself: the watcher then looks as usual).
+    pub(crate) async fn turn_held_elsewhere(&self) -> bool {
+        if self.turn.due_in().is_some() {
+            return false;
+        }
+        match self.pipeline.locks.is_held(&LockPath::Poll(self.name.clone())).await {
+            Ok(held) => held.unwrap_or(false),
+            Err(e) => {
+                debug!("cannot read whether the poll lock is held: {e}");
+                false
+            }
+        }
+    }
+
     /// How long until the kept turn is due to be given back, if one is kept.
     pub(crate) fn turn_due_in(&self) -> Option<std::time::Duration> {
         self.turn.due_in()

@@ -275,6 +275,13 @@ impl LockService for CountingLocks {
         self.inner.held().await
     }
 
+    async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
+        let started = Instant::now();
+        let answer = self.inner.is_held(path).await;
+        self.shared.sample_call("is_held", started.elapsed());
+        answer
+    }
+
     fn session(&self) -> watch::Receiver<SessionState> {
         self.inner.session()
     }

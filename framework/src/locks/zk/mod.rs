@@ -214,6 +214,14 @@ impl LockService for ZkLocks {
         }
     }
 
+    /// The node exists: one read at the server the session is connected to (no `sync`: a
+    /// stale answer only moves a deferring watcher's look to its next retry, or lets it look
+    /// once for nothing).
+    async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
+        let node = self.shared.node_of(&path.relative());
+        Ok(Some(self.shared.owner_of(&node).await?.is_some()))
+    }
+
     /// The paths another task of ours holds or is taking are busy without a request; the
     /// others are read in one round trip, and the free ones created in one `multi`.
     async fn try_lock_many(
