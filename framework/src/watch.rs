@@ -117,7 +117,7 @@ async fn watch_loop<C: Component>(
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
         watcher.runner.give_back_turn(false).await;
-        if watcher.still_deferring().await {
+        if watcher.still_deferring(shutdown).await {
             match watcher.defer(shutdown).await? {
                 ControlFlow::Break(code) => return Ok(code),
                 ControlFlow::Continue(()) => continue,
@@ -231,10 +231,18 @@ impl<C: Component> Watcher<'_, C> {
     /// A deferring watcher's retry, before any store read: if the lock service says by a
     /// read that the component's turn is still held elsewhere, the watcher defers again
     /// without looking (at 2,000 workers each deferred look was a store feed read, the
-    /// store's main load: docs/capacity.md). A heartbeat still runs its pass.
-    async fn still_deferring(&self) -> bool {
+    /// store's main load: docs/capacity.md). A heartbeat still runs its pass. A shutdown
+    /// requested meanwhile (the read may wait for a lock service reconnecting) answers
+    /// `true`: `defer` then sees the request at once.
+    async fn still_deferring(&self, shutdown: &mut watch::Receiver<bool>) -> bool {
         let heartbeat_due = self.last_pass.is_none_or(|at| at.elapsed() >= self.heartbeat);
-        !heartbeat_due && self.deferring_since.is_some() && self.runner.turn_held_elsewhere().await
+        if heartbeat_due || self.deferring_since.is_none() {
+            return false;
+        }
+        tokio::select! {
+            held = self.runner.turn_held_elsewhere() => held,
+            _ = stop_requested(shutdown) => true,
+        }
     }
 
     /// The longest the next sleep may last: until the heartbeat, a pool retry, results due

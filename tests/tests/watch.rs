@@ -321,6 +321,32 @@ fn a_cron_pass_gets_the_turn_a_busy_watcher_keeps_within_seconds() {
 }
 
 #[test]
+fn slow_work_does_not_hold_the_turn_from_a_manual_pass() {
+    // The watcher's pass claims one batch of 5 s work and keeps the turn; the turn goes back
+    // beside the work once idle for half a second, so a manual pass of the same component
+    // that waits only 3 s for it gets it while the watcher still works.
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.configure(&format!("{SLOW_HEARTBEAT}\npoll_lock_timeout = \"3s\"\n\n[settings]\nwork_time = \"5s\"\n"));
+    let watcher = start_watcher(&pipeline);
+    let slow = pipeline.register_one("S0001", true);
+    let manual = pipeline.register_one("M0001", false);
+    let working = wait_until(Instant::now() + Duration::from_secs(15), || !pipeline.open_runs().is_empty());
+    assert!(working, "the watcher never claimed the slow batch");
+    let asked = Instant::now();
+    let run = pipeline.run(&["--batch", "M0001", "--force"]);
+    let took = asked.elapsed();
+    println!("the manual pass took {took:?} (5 s of it its own work) beside the watcher's slow batch");
+    assert_eq!(run.code, Some(0), "{}", run.show());
+    assert_eq!(probed(&pipeline, &manual), 1, "the manual pass worked its batch");
+    let done = wait_until(Instant::now() + Duration::from_secs(15), || probed(&pipeline, &slow) == 1);
+    assert!(done, "the slow batch was not worked once");
+    sigterm(&watcher);
+    let finished = finish(watcher, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    assert_nothing_claimed(&pipeline);
+}
+
+#[test]
 fn watchers_that_find_the_poll_lock_held_stay_asleep_through_new_batches_until_their_retry() {
     // Every new batch concerns every watcher of the component; while another pass holds its
     // poll lock (a watcher would be woken by the same changes), those that found it held

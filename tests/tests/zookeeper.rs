@@ -390,9 +390,9 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
     // Taking the turn and giving it back for each pass would be 20 writes. Kept, it costs two
     // writes for each 2 s it is held (given back however busy its holder), and the liveness
     // node none.
-    let kept_for = 1 + took.as_secs() as i64 / 2;
+    // Half of that leaves room for a slow machine's batch taking longer than the idle bound.
     println!("10 batches one at a time in {took:?}: {writes} ZooKeeper writes");
-    assert!(writes <= 2 * kept_for && writes < 20, "{writes} writes for 10 batches in {took:?}");
+    assert!(writes <= 10, "{writes} writes for 10 batches in {took:?}");
     // Idle, the watcher gives its turn back within about half a second.
     let given_back = wait_until(Instant::now() + Duration::from_secs(5), || lock_nodes(&zk.tree(CHROOT)).is_empty());
     assert!(given_back, "an idle watcher kept its component's turn: {:?}", zk.tree(CHROOT));
@@ -427,15 +427,16 @@ fn a_deferring_watcher_reads_the_poll_lock_not_the_store_until_it_frees() {
     let poll = LockPath::Poll(ComponentName::new("probe").unwrap());
     let held = rt.block_on(other.try_lock(&poll, &holder("other"), Duration::from_secs(10))).unwrap().expect("free");
     let count = |what: &str| log_text().lines().filter(|line| line.contains(what)).count();
-    let looks_before = count("looked for work");
     let id = pipeline.register_one("D0001", true);
-    // Woken by the registration it looks once, finds the turn held and defers; its retries
-    // (0.5 s, then a quarter of the time deferred) read the poll lock and look no further.
+    // Woken by the registration it looks, finds the turn held and defers; its retries (0.5 s,
+    // then a quarter of the time deferred) read the poll lock and look no further.
     let deferred = wait_until(Instant::now() + Duration::from_secs(15), || count("deferring to it") >= 4);
     assert!(deferred, "the watcher did not defer four times: {}", log_text());
-    let looks = count("looked for work") - looks_before;
+    let text = log_text();
+    let since_deferring = &text[text.find("deferring to it").expect("deferred")..];
+    let looks = since_deferring.lines().filter(|line| line.contains("looked for work")).count();
     println!("looks for work while deferring {} times: {looks}", count("deferring to it"));
-    assert_eq!(looks, 1, "a deferring watcher read the store at its retries: {}", log_text());
+    assert_eq!(looks, 0, "a deferring watcher read the store at its retries: {text}");
     assert!(pipeline.open_runs().is_empty(), "a batch was claimed while another held the turn");
     rt.block_on(held.release()).unwrap();
     let worked = wait_until(Instant::now() + Duration::from_secs(15), || pipeline.events(&id, PROBED).len() == 1);

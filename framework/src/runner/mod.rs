@@ -374,7 +374,7 @@ impl<C: Component> Runner<C> {
         };
         phases::mark(phases::Phase::Release);
         let Pass { mut summary, claimed, .. } = pass;
-        summary.results.extend(self.work_all(claimed).await);
+        summary.results.extend(self.work_giving_back_turn(claimed).await);
         phases::skip();
         if let Some(turn) = turn.and_then(|turn| self.turn.keep_or_return(turn, caught_up)) {
             release_quietly(turn.lock).await;
@@ -391,8 +391,11 @@ impl<C: Component> Runner<C> {
     /// one lock: at 50 watchers a component, most passes waited out the whole
     /// `poll_lock_timeout` for work already claimed (docs/capacity.md).
     async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<turn::TurnLock>, RunError> {
-        if let Some(kept) = self.turn.take(*self.pipeline.locks.session().borrow()) {
-            return Ok(Some(kept));
+        let session = *self.pipeline.locks.session().borrow();
+        match self.turn.take(session) {
+            Some(turn::Taken::Reuse(kept)) => return Ok(Some(kept)),
+            Some(turn::Taken::Release(kept)) => release_quietly(kept.lock).await,
+            None => {}
         }
         let poll_path = LockPath::Poll(self.name.clone());
         let wait = match selection {
@@ -407,6 +410,26 @@ impl<C: Component> Runner<C> {
         match poll_lock {
             Some(lock) => Ok(Some(turn::TurnLock::taken_now(lock))),
             None => Err(RunError::PollLockBusy(self.name.to_string())),
+        }
+    }
+
+    /// The pass's work; meanwhile a kept turn that falls due (the work outlasts `KEPT_IDLE`)
+    /// is given back beside it, in a task of its own: slow work does not hold the turn, and a
+    /// release waiting on a silent lock service does not hold the pass.
+    async fn work_giving_back_turn(self: &Arc<Self>, claimed: Vec<pass::Claimed>) -> Vec<BatchResult> {
+        let work = self.work_all(claimed);
+        tokio::pin!(work);
+        loop {
+            let Some(due) = self.turn.due_in() else { return work.await };
+            tokio::select! {
+                results = &mut work => return results,
+                _ = tokio::time::sleep(due) => {
+                    if let Some(turn) = self.turn.expired(false) {
+                        debug!("giving the component's turn back beside the work");
+                        tokio::spawn(release_quietly(turn.lock));
+                    }
+                }
+            }
         }
     }
 

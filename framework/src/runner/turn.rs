@@ -4,10 +4,12 @@
 //! service's two writes on every stage's path (over ZooKeeper 2.2 + 1.7 ms of a 9.6 ms pass,
 //! BENCHMARKS.md), so a watcher whose pass found work and left none behind (it claimed some,
 //! and less than it had room for) keeps the turn for its next pass, and gives it back once it has been idle for
-//! `KEPT_IDLE` or held for `KEPT_AT_MOST`, between passes: off every batch's path. A pass
-//! that fills its room gives the turn back at once, so under a backlog the component's other
-//! processes take turns as before; another process's pass (a manual run, a cron pass) waits
-//! for the turn at most about `KEPT_AT_MOST`.
+//! `KEPT_IDLE` or held for `KEPT_AT_MOST`, between passes or beside a pass's work (slow work
+//! does not hold it): off every batch's path. A pass that fills its room gives the turn back
+//! at once, so under a backlog the component's other processes take turns as before; after
+//! `KEPT_AT_MOST` the watcher keeps no turn for `RESTS_FOR`, its passes taking and giving
+//! back the lock around their claims as a cron pass does, so another process's pass (a manual
+//! run, a cron pass) that polls for the lock finds it free: it waits about `KEPT_AT_MOST`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,10 @@ pub(super) const KEPT_IDLE: Duration = Duration::from_millis(500);
 /// A turn is given back after this long however busy its holder is, so a manual pass or
 /// another process's pass waits for it about this long at most.
 pub(super) const KEPT_AT_MOST: Duration = Duration::from_secs(2);
+/// After a turn held `KEPT_AT_MOST`, no turn is kept for this long: the lock is free but for
+/// the claims, so a waiter that polls for it (flock every 20 ms, a PostgreSQL lock every
+/// 20-100 ms) gets it rather than losing every race to the watcher's next pass.
+pub(super) const RESTS_FOR: Duration = Duration::from_secs(1);
 
 /// The component's poll lock as a pass holds it, and since when it was taken.
 pub(super) struct TurnLock {
@@ -35,12 +41,22 @@ impl TurnLock {
     }
 }
 
+/// A kept turn taken out for a pass.
+pub(super) enum Taken {
+    /// The session holds it: the pass has its turn.
+    Reuse(TurnLock),
+    /// The session is suspended: released, and the pass asks for the turn as usual.
+    Release(TurnLock),
+}
+
 /// The turn a watcher keeps between passes (none for a cron pass, which exits).
 #[derive(Default)]
 pub(super) struct KeptTurn {
     /// Set once the runner serves a watcher.
     enabled: AtomicBool,
     kept: Mutex<Option<Kept>>,
+    /// Until when no turn is kept, after one held `KEPT_AT_MOST`.
+    resting_until: Mutex<Option<Instant>>,
 }
 
 struct Kept {
@@ -55,18 +71,23 @@ impl KeptTurn {
         self.enabled.store(true, Ordering::Relaxed);
     }
 
-    /// The kept turn for the next pass, if the lock session still holds it: a suspended
-    /// session claims nothing anyway, a lost one holds nothing (its lock is dropped; the
-    /// server dropped the node with the session).
-    pub(super) fn take(&self, session: SessionState) -> Option<TurnLock> {
+    /// The kept turn, taken out for the next pass (`Reuse`) if the lock session is connected;
+    /// while it is suspended the turn is to be released (its node or row outlives the
+    /// suspension, and only a release lets it go); a lost session held nothing any more (the
+    /// server dropped it with the session).
+    pub(super) fn take(&self, session: SessionState) -> Option<Taken> {
         let kept = self.kept.lock().expect("the kept turn's mutex").take()?;
-        (session == SessionState::Connected).then_some(kept.turn)
+        match session {
+            SessionState::Connected => Some(Taken::Reuse(kept.turn)),
+            SessionState::Suspended => Some(Taken::Release(kept.turn)),
+            SessionState::Lost => None,
+        }
     }
 
     /// After a pass's claims: keeps the turn if this runner keeps turns and the pass claimed
     /// less than it had room for (`caught_up`); else hands it back to be released.
     pub(super) fn keep_or_return(&self, turn: TurnLock, caught_up: bool) -> Option<TurnLock> {
-        if !self.enabled.load(Ordering::Relaxed) || !caught_up {
+        if !self.enabled.load(Ordering::Relaxed) || !caught_up || self.resting() {
             return Some(turn);
         }
         let mut kept = self.kept.lock().expect("the kept turn's mutex");
@@ -79,7 +100,19 @@ impl KeptTurn {
     pub(super) fn expired(&self, all: bool) -> Option<TurnLock> {
         let mut kept = self.kept.lock().expect("the kept turn's mutex");
         let due = kept.as_ref().is_some_and(|kept| all || Self::left(kept).is_zero());
-        if due { kept.take().map(|kept| kept.turn) } else { None }
+        if !due {
+            return None;
+        }
+        let kept = kept.take()?;
+        if kept.turn.taken.elapsed() >= KEPT_AT_MOST {
+            *self.resting_until.lock().expect("the resting mutex") = Some(Instant::now() + RESTS_FOR);
+        }
+        Some(kept.turn)
+    }
+
+    /// Whether turns are not kept now (`RESTS_FOR` after one held `KEPT_AT_MOST`).
+    fn resting(&self) -> bool {
+        self.resting_until.lock().expect("the resting mutex").is_some_and(|until| Instant::now() < until)
     }
 
     /// How long until the kept turn is due to be given back, if one is kept.

@@ -214,12 +214,17 @@ impl LockService for ZkLocks {
         }
     }
 
-    /// The node exists: one read at the server the session is connected to (no `sync`: a
-    /// stale answer only moves a deferring watcher's look to its next retry, or lets it look
-    /// once for nothing).
+    /// An ephemeral node is there: one read at the server the session is connected to (no
+    /// `sync`: a stale answer only moves a deferring watcher's look to its next retry, or lets
+    /// it look once for nothing). A node that is no session's is not a lock at all: `None`, so
+    /// the pass that tries it reports it (`LockError::Foreign`).
     async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
         let node = self.shared.node_of(&path.relative());
-        Ok(Some(self.shared.owner_of(&node).await?.is_some()))
+        Ok(match self.shared.owner_of(&node).await? {
+            None => Some(false),
+            Some(stat) if stat.ephemeral_owner != 0 => Some(true),
+            Some(_) => None,
+        })
     }
 
     /// The paths another task of ours holds or is taking are busy without a request; the
