@@ -7,10 +7,21 @@ use autocomp_model::InvalidInput;
 
 use crate::port::{ObjectStore, StoreResult};
 
-/// Opens the store a backend URL names: `sqlite:///path/to/store.db[?synchronous=full]`,
+/// Opens the store a backend URL names, for this process's own use: `sqlite:///path/to/store.db[?synchronous=full]`,
 /// PostgreSQL at `postgres://user@host1,host2/database[?target_session_attrs=read-write&...]`,
-/// or the store service at `http://host:port[?retry_for=30s]`.
+/// or the store service at `http://host:port[?retry_for=30s]`. A SQLite file opened here
+/// is claimed only by processes on this host (`SqliteOptions::claims_from_other_hosts`).
 pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
+    open_store_for(url, false).await
+}
+
+/// `open_store` for the store service, which hands the file's claims to holders on other
+/// hosts: a SQLite file's exclusive claims are synced before they answer.
+pub async fn open_store_to_serve(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
+    open_store_for(url, true).await
+}
+
+async fn open_store_for(url: &str, claims_from_other_hosts: bool) -> StoreResult<Arc<dyn ObjectStore>> {
     // Errors name the URL as `display_url` shows it: a mistyped scheme may still carry a password.
     let shown = autocomp_toolkit::display_url(url);
     if let Some(rest) = url.strip_prefix("sqlite://") {
@@ -23,8 +34,9 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn ObjectStore>> {
             )
             .into());
         }
-        let options = crate::sqlite::SqliteOptions::from_query(query)
+        let mut options = crate::sqlite::SqliteOptions::from_query(query)
             .map_err(|reason| InvalidInput::new("store url", shown.as_str(), reason))?;
+        options.claims_from_other_hosts = claims_from_other_hosts;
         let store = crate::sqlite::SqliteStore::open_with(path, options).await?;
         return Ok(Arc::new(store));
     }

@@ -8,7 +8,7 @@ use autocomp_http::launch::{Launch, ServiceArgs, exit_code, fail};
 use autocomp_http::service::init_logging;
 use autocomp_store::http::StoreService;
 use autocomp_store::http::store_error_is_permanent;
-use autocomp_store::{PgStore, StoreError, open_store};
+use autocomp_store::{PgStore, StoreError, open_store_to_serve};
 use autocomp_toolkit::display_url;
 use autocomp_toolkit::logging::LogFormat;
 use clap::{Parser, Subcommand};
@@ -193,7 +193,7 @@ async fn serve_store(db: String, listen: SocketAddr, service: ServiceArgs) -> Ex
         Ok(launch) => launch,
         Err(code) => return code,
     };
-    let store = match launch.connect(|| open_store(&db), |error| store_error_is_permanent(&db, error)).await {
+    let store = match launch.connect(|| open_store_to_serve(&db), |error| store_error_is_permanent(&db, error)).await {
         Ok(Ok(store)) => store,
         Ok(Err(error)) => return fail(2, format!("--db: {error}")),
         Err(stopped) => return stopped,

@@ -130,8 +130,8 @@ impl BatchStore for SqliteBackend {
     }
 
     async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
-        let request = request.clone();
-        self.with_connection(move |conn| runs::claim_ready(conn, &request)).await
+        let (request, from_other_hosts) = (request.clone(), self.claims_from_other_hosts);
+        self.with_connection(move |conn| runs::claim_ready(conn, &request, from_other_hosts)).await
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {

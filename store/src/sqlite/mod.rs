@@ -59,6 +59,13 @@ pub struct SqliteOptions {
     /// `migrate=false` such a file is refused instead, and nothing is written: how `autocomp
     /// doctor` looks at a store without changing it.
     pub migrate: bool,
+    /// Whether the file's claims may be held by processes on other hosts (the store service
+    /// serves it over HTTP; the default, the safe side): an exclusive claim, its batches'
+    /// lock, is then synced before it answers, since its holder outlives a power loss of
+    /// this host. In-process (`open_store`) every holder of the file's claims runs on this
+    /// host and ends with it, so a claim lost with the host leaves no holder to keep a
+    /// second claimer off, and the claim's commit goes unsynced like any other claim's.
+    pub claims_from_other_hosts: bool,
 }
 
 impl Default for SqliteOptions {
@@ -68,6 +75,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(30),
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
             migrate: true,
+            claims_from_other_hosts: true,
         }
     }
 }
@@ -120,6 +128,8 @@ pub struct SqliteBackend {
     path: PathBuf,
     /// `SqliteOptions::max_batch_bytes`.
     max_batch_bytes: u64,
+    /// `SqliteOptions::claims_from_other_hosts`.
+    claims_from_other_hosts: bool,
     /// Wakes `wait_for_change` when the store file is written.
     wakes: wakes::SharedWakes,
 }
@@ -198,11 +208,19 @@ impl SqliteBackend {
         let path = path.as_ref().to_path_buf();
         let opened_path = path.clone();
         let max_batch_bytes = options.max_batch_bytes;
+        let claims_from_other_hosts = options.claims_from_other_hosts;
         let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
             .await
             .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
         let wakes = Arc::new(wakes::FileWakes::new(&path));
-        Ok(Self { connection: Arc::new(Mutex::new(connection)), appends: Arc::default(), path, max_batch_bytes, wakes })
+        Ok(Self {
+            connection: Arc::new(Mutex::new(connection)),
+            appends: Arc::default(),
+            path,
+            max_batch_bytes,
+            claims_from_other_hosts,
+            wakes,
+        })
     }
 
     fn connect(path: &Path, options: &SqliteOptions) -> StoreResult<Connection> {
@@ -320,6 +338,7 @@ impl SqliteBackend {
             wakes: Arc::new(wakes::FileWakes::new(&path)),
             path,
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
+            claims_from_other_hosts: true,
         })
     }
 

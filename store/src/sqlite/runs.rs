@@ -42,7 +42,7 @@ pub fn claim_many(
 }
 
 /// How a claim's commit reaches the disk.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Commit {
     /// `synchronous` at most NORMAL: the commit is not synced. A pass's claims survive its
     /// process at once (the commit is in the WAL file) and a power loss with the next synced
@@ -52,10 +52,18 @@ enum Commit {
     /// its fsync halves the syncs per batch and stage.
     Unsynced,
     /// `synchronous` at least FULL, even on a file opened with `synchronous=normal`: the
-    /// commit's WAL is synced before it answers. An exclusive claim is its batches' lock
-    /// (a service may serve the file to holders on other hosts, which a power loss of this
-    /// one does not stop).
+    /// commit's WAL is synced before it answers. An exclusive claim is its batches' lock,
+    /// synced where the file is served to holders on other hosts, which a power loss of this
+    /// one does not stop (`SqliteOptions::claims_from_other_hosts`).
     Synced,
+}
+
+impl Commit {
+    /// How a `claim_ready` commits: synced only if it must be durable (exclusive: a lock)
+    /// and its holder may be on another host.
+    fn of_ready_claims(durable: bool, from_other_hosts: bool) -> Self {
+        if durable && from_other_hosts { Commit::Synced } else { Commit::Unsynced }
+    }
 }
 
 /// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards.
@@ -83,9 +91,13 @@ fn with_synchronous<T>(
 /// checkpoint and its claim (in a savepoint, as `claim_many`'s), all in one IMMEDIATE
 /// transaction, so no other writer moves a batch between its re-check and its claim, nor
 /// between an exclusive claim's look at its open run and its claim. Not synced, as
-/// `claim_many`'s commit, unless exclusive (`Commit::Synced`).
-pub fn claim_ready(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
-    let commit = if ready_claims::durable(request) { Commit::Synced } else { Commit::Unsynced };
+/// `claim_many`'s commit, unless exclusive and served to other hosts (`Commit::of_ready_claims`).
+pub fn claim_ready(
+    conn: &mut Connection,
+    request: &ReadyClaimRequest,
+    from_other_hosts: bool,
+) -> StoreResult<ReadyClaims> {
+    let commit = Commit::of_ready_claims(ready_claims::durable(request), from_other_hosts);
     with_synchronous(conn, commit, |conn| claim_ready_in(conn, request))
 }
 
@@ -348,4 +360,17 @@ fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentN
         |row| row.get(0),
     )
     .map_err(unavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_durable_claim_whose_holder_may_be_on_another_host_is_synced() {
+        assert_eq!(Commit::of_ready_claims(true, true), Commit::Synced);
+        assert_eq!(Commit::of_ready_claims(true, false), Commit::Unsynced);
+        assert_eq!(Commit::of_ready_claims(false, true), Commit::Unsynced);
+        assert_eq!(Commit::of_ready_claims(false, false), Commit::Unsynced);
+    }
 }
