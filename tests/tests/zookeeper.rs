@@ -370,13 +370,7 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
     let zk = ZooKeeper::start(Options::default());
     let pipeline = zk_pipeline(&zk, "10s");
     pipeline.configure("watch_heartbeat = \"10m\"\n");
-    let mut watcher = pipeline.spawn(&["--watch"]);
-    let mut kill = KillOnDrop(Some(watcher.id()));
-    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
-        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
-        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
-    });
-    assert!(registered, "the watcher's first pass never registered the probe");
+    let (mut watcher, mut kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
     // A trickle: each batch registered once the one before is worked.
     let started = Instant::now();
     let (worked, writes) = writes_of(&zk, || {
@@ -404,23 +398,51 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
 }
 
 #[test]
+fn a_turn_kept_through_a_suspended_session_is_given_back_and_the_trickle_goes_on() {
+    // A trickle keeps the watcher's turn while its ZooKeeper server restarts (the connection
+    // drops at once: the session is suspended, and survives, 30 s): the watcher must let the
+    // kept lock go once connected again (a turn merely dropped stayed reserved in the
+    // process: every later pass found its own component's turn busy, the trickle stuck).
+    let mut zk = ZooKeeper::start(Options::default());
+    let pipeline = zk_pipeline(&zk, "30s");
+    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    let (mut watcher, mut kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
+    let mut ids: Vec<BatchId> = Vec::new();
+    let mut trickle = |count: usize| {
+        for _ in 0..count {
+            ids.push(pipeline.register_one(&format!("S{:04}", ids.len()), true));
+            std::thread::sleep(Duration::from_millis(100)); // the trickle's pace
+        }
+    };
+    trickle(10);
+    zk.kill(0);
+    trickle(5);
+    zk.restart(0);
+    trickle(10);
+    let all = wait_until(Instant::now() + Duration::from_secs(30), || {
+        ids.iter().all(|id| pipeline.events(id, PROBED).len() == 1)
+    });
+    let unworked: Vec<&BatchId> = ids.iter().filter(|id| pipeline.events(id, PROBED).is_empty()).collect();
+    assert!(all, "{} of {} batches not worked after ZooKeeper came back: {unworked:?}", unworked.len(), ids.len());
+    assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited");
+    let given_back = wait_until(Instant::now() + Duration::from_secs(10), || lock_nodes(&zk.tree(CHROOT)).is_empty());
+    assert!(given_back, "the idle watcher kept its turn: {:?}", zk.tree(CHROOT));
+    signal(&watcher, libc::SIGTERM);
+    kill.0 = None;
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}
+
+#[test]
 fn a_deferring_watcher_reads_the_poll_lock_not_the_store_until_it_frees() {
     let zk = ZooKeeper::start(Options::default());
     let pipeline = zk_pipeline(&zk, "10s");
     pipeline.configure("watch_heartbeat = \"10m\"\n");
     let log = pipeline.path("watcher.log");
-    let mut watcher = pipeline
-        .command(&["--watch", "-vv"])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("the probe starts");
-    let mut kill = KillOnDrop(Some(watcher.id()));
+    let mut logged = pipeline.command(&["--watch", "-vv"]);
+    logged.stderr(std::fs::File::create(&log).unwrap());
+    let (watcher, mut kill) = registered_watcher(logged, &pipeline);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
-        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
-        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
-    });
-    assert!(registered, "the watcher's first pass never registered the probe");
     // Another process holds the component's turn.
     let rt = runtime();
     let other = rt.block_on(ZkLocks::connect(&zk.url("autocomp", "10s"))).unwrap();
@@ -488,6 +510,19 @@ fn zk_pipeline(zk: &ZooKeeper, session_timeout: &str) -> Pipeline {
     let pipeline = Pipeline::new(PROBE);
     pipeline.use_locks(&zk.url("autocomp", session_timeout));
     pipeline
+}
+
+/// Starts a watcher (`command`: the probe with `--watch`), killed when the guard drops
+/// unless disarmed; returns once its first pass has registered the probe.
+fn registered_watcher(mut command: std::process::Command, pipeline: &Pipeline) -> (Child, KillOnDrop) {
+    let mut watcher = command.spawn().expect("the probe starts");
+    let kill = KillOnDrop(Some(watcher.id()));
+    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited at start");
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    (watcher, kill)
 }
 
 /// Sends `signal` to a child process.

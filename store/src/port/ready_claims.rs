@@ -36,8 +36,7 @@ pub struct ReadyClaimRequest {
     /// The claim is the lock (the holder names its `liveness`): a batch whose open run of
     /// the component is another claim's is not claimed but answered with that run (`held`),
     /// and nothing is written for it, unless `takeovers` names it. Such a claim commits
-    /// durably: nothing else keeps a second claimer off the batch (a SQLite file opened in
-    /// process excepted: its holders all end with its host). Sent only when set, so a
+    /// durably: nothing else keeps a second claimer off the batch. Sent only when set, so a
     /// service of the release before still takes a request that is not exclusive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
