@@ -232,7 +232,9 @@ pub(crate) fn check_takeovers(takeovers: &[Takeover]) -> Result<(), InvalidInput
 
 /// Whether the claim must commit durably (synced, flushed) before it answers, whatever the
 /// store's own setting relaxes: an exclusive one is the lock on its batches, and nothing else
-/// keeps a second claimer off them if the store forgot it in a crash. Other claims may be
+/// keeps a second claimer off them if the store forgot it in a crash. (A SQLite file opened
+/// in process syncs it only if its claims may come from other hosts:
+/// `SqliteOptions::claims_from_other_hosts`.) Other claims may be
 /// lost with the store's host: their batches are then simply ready again, and a batch lock
 /// keeps a second claimer off.
 pub(crate) fn durable(request: &ReadyClaimRequest) -> bool {

@@ -46,10 +46,12 @@ pub fn claim_many(
 enum Commit {
     /// `synchronous` at most NORMAL: the commit is not synced. A pass's claims survive its
     /// process at once (the commit is in the WAL file) and a power loss with the next synced
-    /// commit: the result of their work, which syncs the whole WAL, claims included. Lost
-    /// with the machine before then, they leave batches that are simply ready again, as if
-    /// never claimed (a batch lock keeps a second claimer off meanwhile). Sparing the claim
-    /// its fsync halves the syncs per batch and stage.
+    /// commit (under the default `synchronous=full`, the result of their work, which syncs
+    /// the whole WAL, claims included). Lost with the machine before then, they leave
+    /// batches that are simply ready again, as if never claimed: their holders, all on this
+    /// machine for an in-process file (an exclusive claim through the store service is
+    /// `Synced`), are gone with it. Sparing the claim its fsync halves the syncs per batch
+    /// and stage.
     Unsynced,
     /// `synchronous` at least FULL, even on a file opened with `synchronous=normal`: the
     /// commit's WAL is synced before it answers. An exclusive claim is its batches' lock,
@@ -66,7 +68,9 @@ impl Commit {
     }
 }
 
-/// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards.
+/// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards,
+/// also when `work` panics (the connection outlives a panic: left at NORMAL, every later
+/// commit through it would go unsynced).
 fn with_synchronous<T>(
     conn: &mut Connection,
     commit: Commit,
@@ -80,11 +84,14 @@ fn with_synchronous<T>(
     if wanted != synchronous {
         conn.pragma_update(None, "synchronous", wanted).map_err(unavailable)?;
     }
-    let done = work(conn);
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut *conn)));
     if wanted != synchronous {
-        conn.pragma_update(None, "synchronous", synchronous).map_err(unavailable)?;
+        let restored = conn.pragma_update(None, "synchronous", synchronous);
+        if done.is_ok() {
+            restored.map_err(unavailable)?;
+        }
     }
-    done
+    done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// `ObjectStore::claim_ready`: the steering, the batches, each ready one's attempts and
@@ -372,5 +379,17 @@ mod tests {
         assert_eq!(Commit::of_ready_claims(true, false), Commit::Unsynced);
         assert_eq!(Commit::of_ready_claims(false, true), Commit::Unsynced);
         assert_eq!(Commit::of_ready_claims(false, false), Commit::Unsynced);
+    }
+
+    #[test]
+    fn a_claim_that_panics_leaves_the_connections_synchronous_as_it_was() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_FULL).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_synchronous(&mut conn, Commit::Unsynced, |_| -> StoreResult<()> { panic!("a claim's bug") })
+        }));
+        assert!(panicked.is_err());
+        let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
+        assert_eq!(synchronous, SYNCHRONOUS_FULL, "results through this connection would go unsynced");
     }
 }
