@@ -300,7 +300,11 @@ fn a_cron_pass_gets_the_turn_a_busy_watcher_keeps_within_seconds() {
             }
             ids
         });
-        std::thread::sleep(Duration::from_millis(500)); // the trickle under way
+        // The trickle under way: the watcher has worked its first batch (and keeps its turn).
+        let first = autocomp_model::BatchId::new("T0000").unwrap();
+        let worked = |batch: autocomp_model::Batch| batch.events.iter().any(|e| e.event_type.as_str() == PROBED);
+        let first_worked = || pipeline.block_on(pipeline.any_store().get_batch(&first)).is_ok_and(worked);
+        assert!(wait_until(Instant::now() + Duration::from_secs(15), first_worked), "the trickle's first batch");
         let asked = Instant::now();
         let run = pipeline.run(&["--batch", "M0001", "--force"]);
         let took = asked.elapsed();

@@ -370,7 +370,7 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
     let zk = ZooKeeper::start(Options::default());
     let pipeline = zk_pipeline(&zk, "10s");
     pipeline.configure("watch_heartbeat = \"10m\"\n");
-    let (mut watcher, mut kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
+    let (mut watcher, kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
     // A trickle: each batch registered once the one before is worked.
     let started = Instant::now();
     let (worked, writes) = writes_of(&zk, || {
@@ -391,10 +391,7 @@ fn a_watcher_keeps_its_components_turn_through_a_trickle_and_gives_it_back_when_
     let given_back = wait_until(Instant::now() + Duration::from_secs(5), || lock_nodes(&zk.tree(CHROOT)).is_empty());
     assert!(given_back, "an idle watcher kept its component's turn: {:?}", zk.tree(CHROOT));
     assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited");
-    signal(&watcher, libc::SIGTERM);
-    kill.0 = None;
-    let finished = finish(watcher, Duration::from_secs(30));
-    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    stopped_cleanly(watcher, kill);
 }
 
 #[test]
@@ -406,7 +403,7 @@ fn a_turn_kept_through_a_suspended_session_is_given_back_and_the_trickle_goes_on
     let mut zk = ZooKeeper::start(Options::default());
     let pipeline = zk_pipeline(&zk, "30s");
     pipeline.configure("watch_heartbeat = \"10m\"\n");
-    let (mut watcher, mut kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
+    let (mut watcher, kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
     let mut ids: Vec<BatchId> = Vec::new();
     let mut trickle = |count: usize| {
         for _ in 0..count {
@@ -427,10 +424,7 @@ fn a_turn_kept_through_a_suspended_session_is_given_back_and_the_trickle_goes_on
     assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited");
     let given_back = wait_until(Instant::now() + Duration::from_secs(10), || lock_nodes(&zk.tree(CHROOT)).is_empty());
     assert!(given_back, "the idle watcher kept its turn: {:?}", zk.tree(CHROOT));
-    signal(&watcher, libc::SIGTERM);
-    kill.0 = None;
-    let finished = finish(watcher, Duration::from_secs(30));
-    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    stopped_cleanly(watcher, kill);
 }
 
 #[test]
@@ -441,7 +435,7 @@ fn a_deferring_watcher_reads_the_poll_lock_not_the_store_until_it_frees() {
     let log = pipeline.path("watcher.log");
     let mut logged = pipeline.command(&["--watch", "-vv"]);
     logged.stderr(std::fs::File::create(&log).unwrap());
-    let (watcher, mut kill) = registered_watcher(logged, &pipeline);
+    let (watcher, kill) = registered_watcher(logged, &pipeline);
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     // Another process holds the component's turn.
     let rt = runtime();
@@ -464,10 +458,7 @@ fn a_deferring_watcher_reads_the_poll_lock_not_the_store_until_it_frees() {
     let worked = wait_until(Instant::now() + Duration::from_secs(15), || pipeline.events(&id, PROBED).len() == 1);
     assert!(worked, "the batch was not worked within 15 s of the turn freeing: {}", log_text());
     rt.block_on(other.close());
-    signal(&watcher, libc::SIGTERM);
-    kill.0 = None;
-    let finished = finish(watcher, Duration::from_secs(30));
-    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    stopped_cleanly(watcher, kill);
 }
 
 #[test]
@@ -523,6 +514,14 @@ fn registered_watcher(mut command: std::process::Command, pipeline: &Pipeline) -
     });
     assert!(registered, "the watcher's first pass never registered the probe");
     (watcher, kill)
+}
+
+/// SIGTERMs a watcher started by `registered_watcher` and checks it exits 0 within 30 s.
+fn stopped_cleanly(watcher: Child, mut kill: KillOnDrop) {
+    signal(&watcher, libc::SIGTERM);
+    kill.0 = None;
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
 }
 
 /// Sends `signal` to a child process.
