@@ -655,7 +655,13 @@ fn binary_in(pipeline: &Pipeline, name: &str, args: &[&str]) -> Command {
         dir.join("store.db").display(),
         dir.join("index").display()
     );
-    std::fs::write(pipeline.config_dir().join("autocomp.toml"), shared).unwrap();
+    // Written only when it differs: rewriting it (truncate, then write) while an earlier
+    // binary_in's monitor read it made that monitor see an empty file, "no store backend
+    // configured", and exit 2 (a CI failure of the notifier test).
+    let path = pipeline.config_dir().join("autocomp.toml");
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(shared.as_str()) {
+        std::fs::write(&path, shared).unwrap();
+    }
     let mut command = Command::new(autocomp_e2e::binary(name));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
     for var in
