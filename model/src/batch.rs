@@ -153,6 +153,35 @@ impl Event {
         Some(text("summary", &self.details).to_owned()).filter(|summary| !summary.is_empty())
     }
 
+    /// Why a failure failed, whole, for one batch's page: `failure_reason` with what failed
+    /// (the first failure's `reference`, e.g. the file) and how many more failures the run
+    /// reported: "mismatch: md5 and sha256 differ (data/page-0002.txt; 2 more failures)".
+    pub fn failure_text(&self) -> Option<String> {
+        let reason = self.failure_reason()?;
+        let failures = self.details.get("failures").and_then(Value::as_array);
+        let reference = failures
+            .and_then(|f| f.first())
+            .and_then(|first| first.get("reference"))
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        // The report keeps the first failures and counts them all (`failures_total`).
+        let listed = failures.map_or(0, |f| f.len() as u64);
+        let total = self.details.get("failures_total").and_then(Value::as_u64).unwrap_or(listed).max(listed);
+        let more = total.saturating_sub(1);
+        let more = match more {
+            0 => None,
+            1 => Some("1 more failure".to_owned()),
+            n => Some(format!("{n} more failures")),
+        };
+        Some(match (reference, more) {
+            (None, None) => reason,
+            (Some(reference), None) => format!("{reason} ({reference})"),
+            (None, Some(more)) => format!("{reason} ({more})"),
+            (Some(reference), Some(more)) => format!("{reason} ({reference}; {more})"),
+        })
+    }
+
     /// What the run printed, if its report kept any (`Report::output`).
     pub fn output(&self) -> Option<crate::RunOutput> {
         let output = self.details.get(crate::OUTPUT_KEY)?;
@@ -483,5 +512,28 @@ mod tests {
         assert_eq!(failed(json!({"summary": "  "})).failure_reason(), None, "says nothing");
         let success = event(1, "Checksums_Verified", Outcome::Success, json!({"summary": "ok"}), 0);
         assert_eq!(success.failure_reason(), None);
+    }
+
+    #[test]
+    fn a_failures_whole_text_names_the_file_and_counts_the_others() {
+        let failed = |details| event(1, "Checksums_Verified", Outcome::Failure, details, 0);
+        let two = json!({"failures": [
+            {"reference": "data/page-0002.txt", "type": "mismatch", "description": "md5 and sha256 differ"},
+            {"reference": "data/page-0003.txt", "type": "mismatch", "description": "md5 and sha256 differ"}]});
+        assert_eq!(
+            failed(two).failure_text().as_deref(),
+            Some("mismatch: md5 and sha256 differ (data/page-0002.txt; 1 more failure)")
+        );
+        let one =
+            json!({"failures": [{"reference": "data/1.tif", "type": "missing", "description": "not in the bag"}]});
+        assert_eq!(failed(one).failure_text().as_deref(), Some("missing: not in the bag (data/1.tif)"));
+        let whole = json!({"failures_total": 3, "failures": [{"type": "timeout", "description": "ran 600 s"}]});
+        assert_eq!(failed(whole).failure_text().as_deref(), Some("timeout: ran 600 s (2 more failures)"));
+        assert_eq!(
+            failed(json!({"summary": "cancelled by alice"})).failure_text().as_deref(),
+            Some("cancelled by alice")
+        );
+        let success = event(1, "Checksums_Verified", Outcome::Success, json!({"summary": "ok"}), 0);
+        assert_eq!(success.failure_text(), None);
     }
 }

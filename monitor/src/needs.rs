@@ -2,18 +2,15 @@
 //! most frequent reasons, holds, batches waiting for a person, overdue and stale work. Counts
 //! come from the overview's own index tallies; only the failure reasons cost reads, bounded.
 
-use std::collections::HashMap;
-
-use autocomp_model::{ComponentName, ComponentState, Hold, Outcome, Selection};
-use autocomp_ops::operator::OperatorError;
-use autocomp_sboi::{PageOrder, PageRequest};
+use autocomp_model::{BatchId, ComponentName, ComponentState, Hold};
+use autocomp_ops::operator::{OperatorError, Step, group_reasons};
 
 use crate::data::{Monitor, Overview, cut};
 use crate::filter::StateFilter;
 
 /// The most failed batches whose heads are read per component: the reasons are a sample, so
 /// the overview costs the same at a thousand failures as at twenty.
-pub const FAILURES_READ: usize = 20;
+pub use autocomp_ops::operator::FAILURES_READ;
 /// The most heads read for reasons across all components (a broken pipeline fails everywhere
 /// at once; the overview must stay as fast then).
 pub const FAILURES_READ_IN_ALL: usize = 100;
@@ -62,18 +59,6 @@ pub struct FailuresAt {
     pub reasons: Vec<(Option<String>, usize)>,
 }
 
-/// The most frequent of `reasons`, at most `TOP_REASONS`, ties by text.
-fn top(reasons: Vec<Option<String>>) -> Vec<(Option<String>, usize)> {
-    let mut counts: HashMap<Option<String>, usize> = HashMap::new();
-    for reason in reasons {
-        *counts.entry(reason).or_default() += 1;
-    }
-    let mut counts: Vec<(Option<String>, usize)> = counts.into_iter().collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    counts.truncate(TOP_REASONS);
-    counts
-}
-
 impl Monitor {
     /// What needs a person, from `overview`'s counts and steering; the reasons of failures
     /// from the heads of at most `FAILURES_READ` failed batches per component (the first the
@@ -103,42 +88,20 @@ impl Monitor {
                 continue;
             }
             let limit = FAILURES_READ.min(budget);
-            let reasons = if limit == 0 { Vec::new() } else { self.failure_reasons(descriptor, limit).await? };
-            budget -= reasons.len().min(budget);
-            needs.failures.push(FailuresAt {
-                component: name.clone(),
-                total,
-                read: reasons.len(),
-                reasons: top(reasons),
-            });
+            let step = Step { registered: row.component.clone() };
+            let read = self.operator().failure_reasons(&step, limit).await?;
+            budget -= read.len().min(budget);
+            needs.failures.push(FailuresAt { component: name.clone(), total, read: read.len(), reasons: top(read) });
         }
         Ok(needs)
     }
+}
 
-    /// The reasons of the first `limit` batches the index lists as failed at `descriptor`'s
-    /// component: one index page and one head read each (never a log).
-    async fn failure_reasons(
-        &self,
-        descriptor: &autocomp_model::ComponentDescriptor,
-        limit: usize,
-    ) -> Result<Vec<Option<String>>, OperatorError> {
-        let store = self.operator().store().await?;
-        let index = self.operator().index(&store)?;
-        let selection = Selection::component_state(descriptor, ComponentState::Failed);
-        let page = index.page(&PageRequest { selection, order: PageOrder::Oldest, after: None, limit }).await?;
-        let mut reasons = Vec::with_capacity(page.batches.len());
-        for id in page.batches.iter().take(limit) {
-            // Gone or unreadable since the index listed it: not part of the sample.
-            let Ok(head) = store.batch_head(id).await else { continue };
-            let Some(failure) =
-                head.effective.iter().find(|e| e.event_type == descriptor.event_type && e.outcome == Outcome::Failure)
-            else {
-                continue;
-            };
-            reasons.push(failure.failure_reason().map(|reason| cut(&reason)));
-        }
-        Ok(reasons)
-    }
+/// The most frequent of the reasons `read`, cut to a cell's length, at most `TOP_REASONS`,
+/// ties by text.
+fn top(read: Vec<(BatchId, Option<String>)>) -> Vec<(Option<String>, usize)> {
+    let cut_short = read.into_iter().map(|(id, reason)| (id, reason.map(|r| cut(&r)))).collect();
+    group_reasons(cut_short).into_iter().take(TOP_REASONS).map(|group| (group.reason, group.count)).collect()
 }
 
 #[cfg(test)]
@@ -148,7 +111,8 @@ mod tests {
     #[test]
     fn the_most_frequent_reasons_come_first_at_most_three() {
         let r = |text: &str| Some(text.to_owned());
-        let reasons = vec![r("b"), r("a"), None, r("a"), r("c"), r("b"), r("a"), r("d")];
-        assert_eq!(top(reasons), [(r("a"), 3), (r("b"), 2), (None, 1)]);
+        let reasons = [r("b"), r("a"), None, r("a"), r("c"), r("b"), r("a"), r("d")];
+        let read = reasons.into_iter().enumerate().map(|(n, r)| (BatchId::new(format!("b{n}")).unwrap(), r)).collect();
+        assert_eq!(top(read), [(r("a"), 3), (r("b"), 2), (None, 1)]);
     }
 }

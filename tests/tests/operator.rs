@@ -641,6 +641,64 @@ fn status_show_explain_and_reindex_on_the_demo_pipeline() {
     assert_eq!(verified["details"]["failures"][0]["reference"], "data/page-0002.txt");
     let text = run(&["show", broken]).stdout;
     assert!(text.contains("checksum-verifier  failed") && text.contains("data/page-0002.txt"), "{text}");
+    // It opens with the verdict, the whole reason (the file too) and the command that acts.
+    let mut lines = text.lines();
+    let verdict = lines.next().unwrap();
+    assert!(verdict.starts_with(&format!("{broken}: failed at checksum-verifier: ")), "{text}");
+    assert!(verdict.contains("(data/page-0002.txt"), "the file the failure names: {text}");
+    let rerun = format!("next: autocomp rerun {broken} --component checksum-verifier --reason ...");
+    assert_eq!(lines.next(), Some(rerun.as_str()), "{text}");
+    assert_eq!(shown["verdict"].as_str(), verdict.strip_prefix(&format!("{broken}: ")), "{shown:#}");
+    assert_eq!(shown["next"].as_str(), rerun.strip_prefix("next: "));
+    let healthy = json(&run(&["show", "B400022028241-RT1", "--format", "json"]));
+    assert_eq!((healthy["verdict"].as_str(), &healthy["next"]), (Some("done: every step succeeded"), &Value::Null));
+
+    // failures: the reason grouped, the batch under it, and what to run; alerts (what cron
+    // mails) says the same in a line, and exits 1.
+    let failures = run(&["failures"]).stdout;
+    let mut lines = failures.lines();
+    assert_eq!(lines.next(), Some("checksum-verifier: 1 failed batch"), "{failures}");
+    let reason = lines.next().unwrap();
+    assert!(reason.trim_start().starts_with("1x  "), "{failures}");
+    let reason = reason.trim_start().trim_start_matches("1x").trim();
+    assert_eq!(lines.next().map(str::trim), Some(broken), "{failures}");
+    assert!(failures.contains(&format!("autocomp explain {broken}")), "{failures}");
+    let listed = json(&run(&["failures", "--component", "checksum-verifier", "--format", "json"]));
+    assert_eq!(listed["components"][0]["total"], 1, "{listed:#}");
+    assert_eq!(listed["components"][0]["reasons"][0]["reason"], reason, "{listed:#}");
+    assert_eq!(listed["components"][0]["reasons"][0]["batches"], serde_json::json!([broken]), "{listed:#}");
+    assert_eq!(
+        json(&run(&["failures", "--component", "archiver", "--format", "json"]))["components"],
+        serde_json::json!([])
+    );
+    let alerts = autocomp_in(&config, &["alerts"]);
+    assert_eq!(alerts.code, Some(1), "{}", alerts.show());
+    let expected =
+        format!("checksum-verifier: 1 batch failed: 1x {reason} (`autocomp failures --component checksum-verifier`)");
+    assert!(alerts.stdout.lines().any(|line| line == expected), "{expected}\n{}", alerts.show());
+
+    // explain without --component: each step that is not a success, the waiting ones by
+    // what holds them; the failed one with its whole reason and the command that acts.
+    let text = run(&["explain", broken]).stdout;
+    assert!(
+        text.starts_with(&format!("{broken} for checksum-verifier (records Checksums_Verified): failed\n")),
+        "{text}"
+    );
+    assert!(text.contains("data/page-0002.txt"), "{text}");
+    assert!(text.contains(&rerun), "{text}");
+    let waiting = text.split("waiting for other steps:\n").nth(1).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        waiting.lines().any(|l| l.starts_with("  archiver: because archiver waits for Checksums_Verified")),
+        "{text}"
+    );
+    assert!(!text.contains("for structure-checker"), "a success is not explained: {text}");
+    let explained = json(&run(&["explain", broken, "--format", "json"]));
+    let steps: Vec<&str> =
+        explained["steps"].as_array().unwrap().iter().map(|s| s["component"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["checksum-verifier", "archiver", "catalogue"], "{explained:#}");
+    assert_eq!(explained["steps"][0]["next"].as_str(), rerun.strip_prefix("next: "));
+    let done = run(&["explain", "B400022028241-RT1"]).stdout;
+    assert_eq!(done, "B400022028241-RT1: every one of its 5 steps succeeded\n");
 
     // explain: clause by clause, store and index side by side.
     let text = run(&["explain", broken, "--component", "archiver"]).stdout;

@@ -78,6 +78,7 @@ fn rows(view: &AlertsView, pipeline: &[Step]) -> String {
 /// The alert's kind, for the row's header.
 fn kind(alert: &Alert) -> &'static str {
     match alert {
+        Alert::Failed { .. } => "failed",
         Alert::ReadyTooLong { .. } => "ready too long",
         Alert::WorkingTooLong { .. } => "working too long",
         Alert::Silent { .. } => "silent",
@@ -91,6 +92,10 @@ fn kind(alert: &Alert) -> &'static str {
 /// component's batches wait for it in (`person` at a human step).
 fn link(alert: &Alert, waits_in: impl Fn(&autocomp_model::ComponentName) -> ComponentState) -> (String, String) {
     match alert {
+        Alert::Failed { component, .. } => {
+            let filter = Filter::for_state(component, StateFilter::State(ComponentState::Failed));
+            (format!("/batches?{}", filter.url_query()), format!("{component}'s failed batches"))
+        }
         Alert::ReadyTooLong { component, .. } => {
             let state = waits_in(component);
             let filter = Filter::for_state(component, StateFilter::State(state));

@@ -156,12 +156,26 @@ enum Command {
     #[command(flatten)]
     Steer(SteerCommand),
     /// Why a batch is or is not ready for a component: each trigger clause in the store and
-    /// in the index, the retry window of a transient failure, attempts, open run, locks.
+    /// in the index, the retry window of a transient failure, attempts, open run, locks, and
+    /// what to run next. Without --component: every step of the batch that is not a success.
     Explain {
         /// The batch id.
         id: String,
+        /// Only this component (default: every step that is not a success).
         #[arg(long)]
-        component: String,
+        component: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Failed batches per component with their reasons grouped, the most frequent first (of
+    /// the first --sample failed batches of each), their ids, and what to run next.
+    Failures {
+        /// Only this component.
+        #[arg(long)]
+        component: Option<String>,
+        /// Failed batches whose reasons are read per component (1 to 1000).
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        sample: u16,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -181,7 +195,8 @@ enum Command {
         format: Format,
     },
     /// Only what needs a person, one line each, and exit 1 when there is any (for a cron
-    /// line that mails exactly the news): batches ready longer than their component's
+    /// line that mails exactly the news): failed batches with their most frequent reasons,
+    /// batches ready longer than their component's
     /// overdue_after (else --ready-after), runs past their max_runtime, components no host
     /// has run for their silent_after (else for --silent-periods passes of their schedule,
     /// else for --silent-after), an index behind the store, components paused longer than
@@ -472,10 +487,17 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             let component = component.as_deref().map(ComponentName::new).transpose()?;
             operator.status(component.as_ref(), state).await?.render(format)
         }
-        Command::Explain { id, component, format } => {
+        Command::Explain { id, component: Some(component), format } => {
             // The component first: a bad name is the error when both are bad, as before.
             let component = ComponentName::new(&component)?;
             operator.explain(&BatchId::new(&id)?, &component).await?.render(format)
+        }
+        Command::Explain { id, component: None, format } => {
+            operator.explain_batch(&BatchId::new(&id)?).await?.render(format)
+        }
+        Command::Failures { component, sample, format } => {
+            let component = component.as_deref().map(ComponentName::new).transpose()?;
+            operator.failures(component.as_ref(), usize::from(sample)).await?.render(format)
         }
         Command::Ready { component, format } => operator.ready(&ComponentName::new(&component)?).await?.render(format),
         Command::Pipeline { action: None, format } => operator.pipeline_view().await?.render(format),

@@ -1,5 +1,6 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
-//! the news: batches ready for longer than their component's threshold, runs past their
+//! the news: failed batches with their most frequent reasons, batches ready for longer than
+//! their component's threshold, runs past their
 //! `max_runtime`, components no host has run for too long, an index far behind the store,
 //! lock nodes autocomp did not make (when a locks backend is configured), components paused
 //! too long or with their circuit open. Counts come from
@@ -17,6 +18,7 @@ use serde::Serialize;
 
 use autocomp_framework::exit::RunError;
 
+use super::failures::{FAILURES_READ, group_reasons};
 use super::views::{Format, json_document};
 use super::{Operator, OperatorError, Step};
 
@@ -106,6 +108,9 @@ pub fn last_seen(component: &RegisteredComponent) -> Timestamp {
 pub enum Alert {
     /// `count` batches ready for the component longer than `threshold`.
     ReadyTooLong { component: ComponentName, count: u64, oldest_since: Option<Timestamp>, threshold: String },
+    /// `count` batches failed at the component (permanently: a rerun tries again), with the
+    /// most frequent reasons among the first `FAILURES_READ` of them.
+    Failed { component: ComponentName, count: u64, reasons: Vec<FailedReason> },
     /// A run past the component's `max_runtime`.
     WorkingTooLong { component: ComponentName, batch: BatchId, started_at: Timestamp, max_runtime: String },
     /// No pass of the component on any host since `last_seen`.
@@ -120,6 +125,18 @@ pub enum Alert {
     Held { component: Option<ComponentName>, hold: Hold },
 }
 
+/// One of the most frequent reasons of a component's failures, and how many of those read
+/// gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedReason {
+    /// `None`: the failure said nothing.
+    pub reason: Option<String>,
+    pub count: usize,
+}
+
+/// The most reasons an alert line names.
+const ALERT_REASONS: usize = 3;
+
 impl Alert {
     /// One line for a person.
     pub fn line(&self, now: Timestamp) -> String {
@@ -132,6 +149,18 @@ impl Alert {
                     "{component}: {batches} ready for longer than {threshold}{oldest} \
                      (`autocomp ready --component {component}`)"
                 )
+            }
+            Alert::Failed { component, count, reasons } => {
+                let batches = if *count == 1 { "1 batch" } else { &format!("{count} batches") };
+                let reasons: Vec<String> = reasons
+                    .iter()
+                    .map(|r| {
+                        let reason = r.reason.as_deref().map(autocomp_toolkit::terminal::one_line);
+                        format!("{}x {}", r.count, reason.as_deref().unwrap_or("(no reason given)"))
+                    })
+                    .collect();
+                let reasons = if reasons.is_empty() { String::new() } else { format!(": {}", reasons.join("; ")) };
+                format!("{component}: {batches} failed{reasons} (`autocomp failures --component {component}`)")
             }
             Alert::WorkingTooLong { component, batch, started_at, max_runtime } => format!(
                 "{component}: working on {batch} for {}, longer than its max_runtime {max_runtime} \
@@ -294,8 +323,20 @@ impl Operator {
 
         let waiting: Vec<Selection> = pipeline.iter().map(|step| ready_too_long(step, defaults.ready_after)).collect();
         let tallies = index.tally(&waiting, true).await?;
+        let failed: Vec<Selection> =
+            pipeline.iter().map(|step| Selection::component_state(step.descriptor(), ComponentState::Failed)).collect();
+        let failed = index.tally(&failed, false).await?;
         let overdue = self.overdue_runs(&pipeline).await?;
-        for (step, tally) in pipeline.iter().zip(tallies) {
+        for ((step, tally), failed) in pipeline.iter().zip(tallies).zip(failed) {
+            if failed.count > 0 {
+                let read = self.failure_reasons(step, FAILURES_READ).await?;
+                let reasons = group_reasons(read)
+                    .into_iter()
+                    .take(ALERT_REASONS)
+                    .map(|group| FailedReason { reason: group.reason, count: group.count })
+                    .collect();
+                alerts.push(Alert::Failed { component: step.name().clone(), count: failed.count, reasons });
+            }
             if tally.count > 0 {
                 alerts.push(Alert::ReadyTooLong {
                     component: step.name().clone(),
@@ -384,6 +425,28 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&view.render(Format::Json)).unwrap();
         assert_eq!(json[0]["kind"], "foreign_lock");
         assert_eq!(json[0]["path"], "poll/probe");
+    }
+
+    #[test]
+    fn failed_batches_say_how_many_why_and_where_to_look() {
+        let component = ComponentName::new("checksum-verifier").unwrap();
+        let reason = |reason: Option<&str>, count| FailedReason { reason: reason.map(str::to_owned), count };
+        let reasons = vec![reason(Some("mismatch: md5 and sha256 differ"), 3), reason(None, 1)];
+        let alert = Alert::Failed { component: component.clone(), count: 4, reasons };
+        assert_eq!(
+            alert.line(Timestamp(0)),
+            "checksum-verifier: 4 batches failed: 3x mismatch: md5 and sha256 differ; 1x (no reason given) \
+             (`autocomp failures --component checksum-verifier`)"
+        );
+        let one = Alert::Failed { component, count: 1, reasons: vec![] };
+        assert_eq!(
+            one.line(Timestamp(0)),
+            "checksum-verifier: 1 batch failed (`autocomp failures --component checksum-verifier`)"
+        );
+        let view = AlertsView { alerts: vec![alert], now: Timestamp(0) };
+        let json: serde_json::Value = serde_json::from_str(&view.render(Format::Json)).unwrap();
+        assert_eq!((json[0]["kind"].as_str(), json[0]["count"].as_u64()), (Some("failed"), Some(4)));
+        assert_eq!(json[0]["reasons"][0], json!({"reason": "mismatch: md5 and sha256 differ", "count": 3}));
     }
 
     #[test]

@@ -21,6 +21,9 @@ use super::views::{Format, RunView, render_as};
 use super::{Operator, OperatorError, Step};
 
 mod text;
+mod whole;
+
+pub use whole::BatchExplanation;
 
 /// What `explain` reads once per batch, whatever the component.
 struct Seen {
@@ -126,6 +129,8 @@ pub struct Explanation {
     /// Why no pass claims anything of the component now, when it is held: "paused by
     /// operator:ann since ...: reason" (its own hold, else the whole pipeline's).
     pub held: Option<String>,
+    /// The hold is the whole pipeline's, not the component's own.
+    pub held_pipeline_wide: bool,
 }
 
 /// `explain --format json`.
@@ -153,6 +158,8 @@ pub struct ExplanationJson<'a> {
     pub held_up_by: &'a [String],
     pub manual: bool,
     pub held: Option<&'a str>,
+    /// What a person runs next (`Explanation::next_command`), null when nothing.
+    pub next: Option<String>,
 }
 
 /// Why a pass would not work on the batch.
@@ -222,6 +229,31 @@ impl Explanation {
         }
     }
 
+    /// What a person runs next, when it is theirs to act: resume a held step, decide a
+    /// human step, rerun a failed one. `None` when the step goes on by itself (working,
+    /// ready, retrying, waiting for another step, done).
+    pub fn next_command(&self) -> Option<String> {
+        let (id, name) = (&self.batch, &self.component);
+        if self.open_run.is_some() {
+            return None;
+        }
+        if self.held.is_some() {
+            let scope = if self.held_pipeline_wide { "--all".to_owned() } else { name.to_string() };
+            return Some(format!("autocomp resume {scope} --reason ..."));
+        }
+        match &self.refusal {
+            None if self.manual => Some(format!(
+                "autocomp approve {id} --step {name} --reason ...   (or `autocomp reject {id} --step {name} --reason ...`)"
+            )),
+            Some(refusal) if refusal.clause == "blocked_by" && self.own_result_blocks() => {
+                let result = self.result.as_ref()?;
+                (result.outcome == Outcome::Failure && !result.is_transient_failure())
+                    .then(|| format!("autocomp rerun {id} --component {name} --reason ..."))
+            }
+            _ => None,
+        }
+    }
+
     pub fn render(&self, format: Format) -> String {
         render_as(format, || self.json(), || self.to_text())
     }
@@ -268,6 +300,7 @@ impl Explanation {
             held_up_by: &self.held_up_by,
             manual: self.manual,
             held: self.held.as_deref(),
+            next: self.next_command(),
         }
     }
 
@@ -279,7 +312,7 @@ impl Explanation {
 
 /// A step done or failed by its own result: what it came to.
 fn result_verdict(result: &Event) -> String {
-    match result.failure_reason().filter(|_| result.outcome == Outcome::Failure) {
+    match result.failure_text().filter(|_| result.outcome == Outcome::Failure) {
         Some(reason) => {
             let reason = autocomp_toolkit::terminal::one_line(&reason);
             format!("failed at seq {}: {reason} (a rerun tries again)", result.seq)
@@ -325,7 +358,7 @@ fn held_up_by(pipeline: &[Step], step: &Step, batch: &BatchHead) -> Vec<String> 
 fn producer_state(producer: &Step, state: ComponentState, batch: &BatchHead, missing: &EventType) -> String {
     match (state, batch.effective_event(missing)) {
         (ComponentState::Failed | ComponentState::Retrying, Some(event)) => {
-            let said = report_summary(event).into_iter().next();
+            let said = event.failure_text().or_else(|| report_summary(event).into_iter().next());
             let said =
                 said.map(|line| format!(": {}", autocomp_toolkit::terminal::one_line(&line))).unwrap_or_default();
             let kind = if state == ComponentState::Retrying { "failed transiently (retrying)" } else { "failed" };
@@ -406,6 +439,8 @@ async fn explain_step(
         batch: id.clone(),
         manual: step.descriptor().manual,
         held: held_text(step, &seen.steering),
+        held_pipeline_wide: seen.steering.hold_of(step.name()).is_some()
+            && !seen.steering.components.contains_key(step.name()),
     })
 }
 

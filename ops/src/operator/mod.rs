@@ -16,6 +16,7 @@ mod actions;
 mod alerts;
 mod columns;
 mod explain;
+mod failures;
 mod locks;
 mod logs;
 mod metrics;
@@ -53,10 +54,11 @@ pub use actions::{
     RestartFrom, StateChange, checkbox,
 };
 pub use alerts::{
-    Alert, AlertDefaults, AlertsView, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after, ready_state,
-    ready_too_long, run_overdue,
+    Alert, AlertDefaults, AlertsView, FailedReason, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after,
+    ready_state, ready_too_long, run_overdue,
 };
-pub use explain::{ClauseCheck, Explanation, RetryWindow};
+pub use explain::{BatchExplanation, ClauseCheck, Explanation, RetryWindow};
+pub use failures::{FAILURES_READ, FailuresAt, FailuresView, ReasonGroup, group_reasons};
 pub use locks::{LockView, LocksView, describe_lock};
 pub use logs::LogsQuery;
 pub use pipeline::PipelineView;

@@ -69,6 +69,10 @@ pub struct BatchJson<'a> {
     pub effective: BTreeMap<&'a EventType, EffectiveJson>,
     pub open_runs: Vec<RunView>,
     pub timeline: TimelineJson<'a>,
+    /// Where the batch stands, in one line (`BatchView::verdict`).
+    pub verdict: String,
+    /// What a person runs next, null when nothing is theirs to do.
+    pub next: Option<String>,
     /// Left out by `--all`, which writes the events after the head as it reads them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventJson<'a>>>,
@@ -268,7 +272,10 @@ impl BatchView {
         let effective =
             s.effective.iter().map(|e| (&e.event_type, EffectiveJson { seq: e.seq, outcome: e.outcome })).collect();
         let events = self.log.events.iter().map(|e| EventJson::of(e, Some(&self.log))).collect();
+        let (verdict, next) = self.verdict();
         BatchJson {
+            verdict,
+            next,
             id: &s.id,
             batch_type: &s.batch_type,
             priority: s.priority,
@@ -300,11 +307,48 @@ impl BatchView {
         serde_json::to_value(self.json()).unwrap_or_default()
     }
 
+    /// Where the batch stands, in one line, and what a person runs next if it is theirs to
+    /// act: the first step (in pipeline order) that needs a person (failed, then waiting for
+    /// a decision), else the first at work, retrying, ready, stale or waiting; "done" when
+    /// every step succeeded (or was skipped).
+    pub fn verdict(&self) -> (String, Option<String>) {
+        let id = self.head.id();
+        let first = |wanted: ComponentState| self.components.iter().find(|(_, state)| *state == wanted);
+        if let Some((name, _)) = first(ComponentState::Failed) {
+            let event_type = self.timeline.steps.iter().find(|step| step.component == *name).map(|s| &s.event_type);
+            let why = event_type.and_then(|t| self.head.effective_event(t)).and_then(Event::failure_text);
+            let why = why.map(|why| format!(": {}", autocomp_toolkit::terminal::one_line(&why))).unwrap_or_default();
+            let rerun = format!("autocomp rerun {id} --component {name} --reason ...");
+            return (format!("failed at {name}{why}"), Some(rerun));
+        }
+        if let Some((name, _)) = first(ComponentState::Person) {
+            let approve = format!("autocomp approve {id} --step {name} --reason ...   (or `autocomp reject`)");
+            return (format!("waiting for a person at {name}"), Some(approve));
+        }
+        let named = |state: ComponentState, words: &str| first(state).map(|(name, _)| format!("{words} {name}"));
+        let verdict = named(ComponentState::Working, "working:")
+            .or_else(|| named(ComponentState::Retrying, "retrying a transient failure at"))
+            .or_else(|| named(ComponentState::Ready, "ready for"))
+            .or_else(|| named(ComponentState::Stale, "to be redone (its content changed) at"))
+            .or_else(|| named(ComponentState::Waiting, "waiting at"));
+        match verdict {
+            Some(verdict) => (verdict, None),
+            None if self.components.is_empty() => ("no components registered".into(), None),
+            None => ("done: every step succeeded".into(), None),
+        }
+    }
+
     /// Everything above the log.
     fn head_text(&self) -> String {
         let h = &self.head;
         let s = &h.summary;
         let mut out = String::new();
+        let (verdict, next) = self.verdict();
+        writeln!(out, "{}: {verdict}", s.id).ok();
+        if let Some(next) = next {
+            writeln!(out, "next: {next}").ok();
+        }
+        writeln!(out).ok();
         writeln!(out, "batch {}  type {}  priority {}", s.id, s.batch_type, s.priority).ok();
         writeln!(out, "location {}", autocomp_toolkit::terminal::one_line(h.location().unwrap_or("(none)"))).ok();
         writeln!(

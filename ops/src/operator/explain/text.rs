@@ -40,6 +40,9 @@ impl Explanation {
         for (depth, cause) in self.held_up_by.iter().enumerate() {
             writeln!(out, "{:width$}because {cause}", "", width = 2 * (depth + 1)).ok();
         }
+        if let Some(next) = self.next_command() {
+            writeln!(out, "next: {next}").ok();
+        }
         writeln!(out, "evaluated at {} (store clock)\n", self.as_of).ok();
         if self.clauses.is_empty() {
             writeln!(out, "  (the trigger has no clauses: every batch is ready)").ok();
