@@ -495,7 +495,16 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
          CPU {cpu:.0} ms = {cpu_ms_per_item:.2} ms/item (workers + servers)"
     );
 
-    // Trickle: one item every 50 ms.
+    // Trickle: one item every 50 ms. With phases asked for, the server's own time per
+    // statement in the trickle is printed after it (pg_stat_statements of this database).
+    let statements = postgres.filter(|_| std::env::var_os("AUTOCOMP_BENCH_PHASES").is_some()).map(|pg| {
+        let name = database.as_deref().unwrap();
+        pg.psql(
+            "postgres",
+            &format!("select pg_stat_statements_reset(0, (select oid from pg_database where datname = '{name}'), 0)"),
+        );
+        (pg, name)
+    });
     let first = backlog;
     let count = (config.trickle.as_millis() / TRICKLE_EVERY.as_millis()) as u64;
     let phases = phases::Window::open(sys.phase_logs());
@@ -526,6 +535,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         latencies.last().unwrap()
     );
     print_stage_intervals((first..first + count).map(|id| &done[&id]));
+    if let Some((pg, name)) = statements {
+        print_trickle_statements(pg, name, count);
+    }
     if let Some(window) = phases {
         window.close(system);
     }
@@ -596,6 +608,27 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
 
 /// The servers a system shares with others or that the harnesses own: the PostgreSQL
 /// postmaster (its backends are its children) for the PG systems.
+/// The statements the trickle ran, by the server's total time: calls per item and the mean
+/// execution time on the server (ms), so a stage's client-side phases can be set beside what
+/// the server spent on them.
+fn print_trickle_statements(pg: &Postgres, database: &str, items: u64) {
+    let sql = format!(
+        "select calls, round(mean_exec_time::numeric, 3), round(total_exec_time::numeric, 1), \
+         regexp_replace(left(query, 200), '\\s+', ' ', 'g') \
+         from pg_stat_statements where dbid = (select oid from pg_database where datname = '{database}') \
+         order by total_exec_time desc limit 14"
+    );
+    println!("trickle statements, by server time (calls per item, mean ms on the server, total ms, statement):");
+    for line in pg.psql("postgres", &sql).lines() {
+        let fields: Vec<&str> = line.splitn(4, '|').collect();
+        if let [calls, mean, total, query] = fields[..] {
+            let per_item = calls.trim().parse::<f64>().unwrap_or(0.0) / items.max(1) as f64;
+            let query: String = query.chars().take(110).collect();
+            println!("  {per_item:>6.2}  {:>7}  {:>8}  {query}", mean.trim(), total.trim());
+        }
+    }
+}
+
 /// autocomp's trickle, where its latency goes: p50 of registration -> stage 1's event and of
 /// each stage's event -> the next's (store timestamps, ms: each interval is the next
 /// stage's wake-up, look, claim, work and append).
