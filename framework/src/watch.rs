@@ -108,8 +108,8 @@ async fn watch_loop<C: Component>(
     watcher: &mut Watcher<'_, C>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<u8, RunError> {
-    // The head the last sleep ended with: read after whatever woke it, so it may stand for
-    // the next look's (one round trip fewer a stage over PostgreSQL or HTTP).
+    // The head the last sleep read at its end, if it read one (a change that concerns the
+    // watcher wakes it without a read): the next look needs no head read of its own.
     let mut woke_at: Option<Seq> = None;
     loop {
         if *shutdown.borrow() {
@@ -123,14 +123,11 @@ async fn watch_loop<C: Component>(
                 ControlFlow::Continue(()) => continue,
             }
         }
-        // Read before asking the index: a change after this point wakes the wait below,
-        // so readiness between the question and the wait is never slept through.
-        let seen = match woke_at.take() {
-            Some(head) => head,
-            None => watcher.store.head().await?,
-        };
+        // The look answers as of a head (`seen`) every change up to which it read: a change
+        // after it wakes the wait below, so readiness between the question and the wait is
+        // never slept through.
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
-        let (offered, covered) = phases::look(watcher.look(seen, heartbeat_due)).await?;
+        let (offered, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
         let go_again = if heartbeat_due || !offered.is_empty() {
             let handled = match watcher.pass(offered, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
@@ -166,35 +163,50 @@ async fn watch_loop<C: Component>(
 
 impl<C: Component> Watcher<'_, C> {
     /// What the index offers now (nothing when held or when a heartbeat pass asks itself),
-    /// and whether it had caught up with the store's head `seen`.
-    async fn look(&mut self, seen: Seq, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool), RunError> {
-        let held = if heartbeat_due { None } else { self.runner.held().await? };
-        if let Some(held) = held {
-            // Held: no pass (it would claim nothing) until the steering changes, which moves
-            // the head and wakes the wait below, or the heartbeat (which reports the hold).
-            debug!("held, not looking for work: {held}");
-            return Ok((Vec::new(), true));
+    /// whether it had caught up with the store's head the answer is as of, and that head
+    /// (`seen`: every change up to it is in the answer). `woke`: the head the sleep read
+    /// after whatever woke it, if it read one. Reads the head only where the answer needs it
+    /// before the look: a look that follows what it holds by the change feed answers as of
+    /// the feed's head (one round trip fewer a stage over PostgreSQL or HTTP).
+    async fn look(&mut self, woke: Option<Seq>, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool, Seq), RunError> {
+        let mut woke = woke;
+        if heartbeat_due || self.runner.may_be_held() {
+            // The head before the steering: a resume after the read moves the head past it.
+            let seen = match woke {
+                Some(head) => head,
+                None => self.store.head().await?,
+            };
+            if heartbeat_due {
+                // The heartbeat's pass asks the index itself; what the watcher held is
+                // dropped, so the next look asks the index in full and no drift outlives a
+                // heartbeat.
+                self.offers.forget();
+                let asked = Instant::now();
+                let covered = self.index.covers(seen, INDEX_WAIT).await?;
+                debug!(covered_in = ?asked.elapsed(), "asked the index");
+                return Ok((Vec::new(), covered, seen));
+            }
+            if let Some(held) = self.runner.held().await? {
+                // Held: no pass (it would claim nothing) until the steering changes, which
+                // moves the head and wakes the wait below, or the heartbeat (which reports
+                // the hold).
+                debug!("held, not looking for work: {held}");
+                return Ok((Vec::new(), true, seen));
+            }
+            woke = Some(seen);
         }
         // Every watcher woke on the same change; with an embedded index another process
         // may be writing it. Past the bound the pass's store re-check is the safety net,
         // and the index is asked again rather than slept on: nothing else might move the
         // store, and the work it holds back would wait for a heartbeat.
         let asked = Instant::now();
-        if heartbeat_due {
-            // The heartbeat's pass asks the index itself; what the watcher held is dropped,
-            // so the next look asks the index in full and no drift outlives a heartbeat.
-            self.offers.forget();
-            let covered = self.index.covers(seen, INDEX_WAIT).await?;
-            debug!(covered_in = ?asked.elapsed(), "asked the index");
-            return Ok((Vec::new(), covered));
-        }
         // Between the index's full answers, the batches the change feed names since.
         let ports = feed::Ports { store: self.store.as_ref(), index: self.index.as_ref() };
         let triggers = self.runner.candidate_triggers();
-        let offer = self.offers.offer(&ports, &triggers, seen, Timestamp::now()).await?;
+        let offer = self.offers.offer(&ports, &triggers, woke, Timestamp::now()).await?;
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
-        Ok((offer.ids, offer.covered))
+        Ok((offer.ids, offer.covered, offer.seen))
     }
 
     /// One pass: over what the index offered, or a heartbeat's over what it finds itself.
@@ -262,8 +274,8 @@ impl<C: Component> Watcher<'_, C> {
     /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
     /// registry; breaks with the exit code on shutdown. The commits of other stages do not
     /// wake it: they cannot make a batch ready for it. A watcher deferring to another pass of
-    /// its component sleeps as `defer` says instead. Answers the head read after the wake,
-    /// if the sleep read one.
+    /// its component sleeps as `defer` says instead. Answers the head read at the wake, if
+    /// the sleep read one.
     async fn sleep(
         &self,
         seen: Seq,
@@ -281,12 +293,16 @@ impl<C: Component> Watcher<'_, C> {
         let wait = self.wait_bound();
         let interest = self.runner.change_interest();
         tokio::select! {
-            head = self.store.wait_for_change_concerning(seen, &interest, wait) => {
+            // A change that concerns it wakes it without a head read: the look's feed read
+            // answers its own head.
+            head = self.store.wait_for_concerning_change(seen, &interest, wait) => {
                 let head = head?;
-                if head > seen {
-                    debug!(?head, "the store moved");
+                match head {
+                    None => debug!("a change concerning it"),
+                    Some(head) if head > seen => debug!(?head, "the store moved"),
+                    Some(_) => {}
                 }
-                Ok(ControlFlow::Continue(Some(head)))
+                Ok(ControlFlow::Continue(head))
             }
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");

@@ -147,6 +147,20 @@ where
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
+        match self.concerning_or_announced(since, interest, timeout).await? {
+            Some(head) => Ok(head),
+            None => (self.read_head)().await,
+        }
+    }
+
+    /// `concerning`, but `None` when an announcement that concerns `interest` woke it: the
+    /// head is not read then (`BatchStore::wait_for_concerning_change`).
+    pub(crate) async fn concerning_or_announced(
+        &mut self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pushed = self.history.subscribe();
         // From which entry on the commits after `since` show, once known.
@@ -160,14 +174,14 @@ where
             let mark = self.history.mark();
             if let Some(entry) = from {
                 match self.history.verdict(entry, interest) {
-                    Verdict::Wake => return (self.read_head)().await,
+                    Verdict::Wake => return Ok(None),
                     Verdict::Quiet(next) => from = Some(next),
                 }
             }
             if from.is_none() || !complete {
                 let head = (self.read_head)().await?;
                 if head > since {
-                    return Ok(head);
+                    return Ok(Some(head));
                 }
                 if complete {
                     // Nothing after `since` yet: whatever comes is announced after the mark.
@@ -177,7 +191,7 @@ where
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return (self.read_head)().await;
+                return (self.read_head)().await.map(Some);
             }
             let poll = if complete { self.poll_complete } else { self.poll_incomplete };
             tokio::select! {
@@ -188,7 +202,7 @@ where
                     if complete && silent_from == Some(self.history.mark()) {
                         let head = (self.read_head)().await?;
                         if head > since {
-                            return Ok(head);
+                            return Ok(Some(head));
                         }
                     }
                 }

@@ -72,6 +72,14 @@ impl<C: Component> Runner<C> {
         Ok(held_reason(&self.name, &steering))
     }
 
+    /// Whether the steering this runner last saw may hold the component: it has seen none,
+    /// or the one it saw holds it (a resume is seen only by a read, `held`). When it says
+    /// no, a watcher looks without reading the steering: a hold that landed since is caught
+    /// by the claim, which claims nothing while held and answers the steering saying so.
+    pub fn may_be_held(&self) -> bool {
+        self.steering.get().is_none_or(|steering| held_reason(&self.name, &steering).is_some())
+    }
+
     /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
     /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
     /// `Some(0)`: all); the rest are counted, so the caller can say they were left out. A

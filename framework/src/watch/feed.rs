@@ -81,6 +81,9 @@ pub(super) struct Offer {
     pub ids: Vec<BatchId>,
     /// Whether every store change up to the head the look was asked about is in the answer.
     pub covered: bool,
+    /// The store's head the answer is as of: the feed's, read by the look, or the one it was
+    /// given or read first (a later change wakes the next look).
+    pub seen: Seq,
     /// Index queries this look asked: full answers and direct questions.
     pub asked: usize,
     /// Triggers answered from what the watcher held (corrected by the feed).
@@ -221,14 +224,17 @@ impl FeedOffers {
         self.state = None;
     }
 
-    /// The candidates for `triggers` (`Runner::candidate_triggers`) at store time `now`, as of
-    /// at least the store's head `seen` (read before this look: a later change wakes the
-    /// next). On an error nothing is held any more.
+    /// The candidates for `triggers` (`Runner::candidate_triggers`) at store time `now`, and
+    /// the store's head they are as of (`Offer::seen`: a later change wakes the next look).
+    /// `woke`: a head read since the last look (after whatever woke the watcher), which the
+    /// answer covers at least; without it a look that follows the feed answers as of the
+    /// feed's head, one that asks the index in full reads the head first. On an error
+    /// nothing is held any more.
     pub(super) async fn offer(
         &mut self,
         ports: &Ports<'_>,
         triggers: &[Trigger],
-        seen: Seq,
+        woke: Option<Seq>,
         now: Timestamp,
     ) -> Result<Offer, RunError> {
         let mut look = Look { ports, now, reaches_cursor: None, offer: Offer { covered: true, ..Offer::default() } };
@@ -239,9 +245,19 @@ impl FeedOffers {
             held = None;
         }
         let mut state = match held {
-            Some(state) => state,
+            Some(state) => {
+                // The feed was read to its head, after `woke` was: every change up to it is
+                // judged below.
+                look.offer.seen = state.cursor;
+                state
+            }
             None => {
-                // Nothing to correct: the index's full answers, as of `seen` at least.
+                // Nothing to correct: the index's full answers, as of the head at least.
+                let seen = match woke {
+                    Some(head) => head,
+                    None => ports.store.head().await?,
+                };
+                look.offer.seen = seen;
                 if !ports.index.covers(seen, INDEX_WAIT).await? {
                     debug!(?seen, "the index did not reach the store's head in time; asking it as it is");
                     look.offer.covered = false;

@@ -185,7 +185,7 @@ impl Pipeline {
     async fn look(&self, offers: &mut FeedOffers, triggers: &[Trigger], now: Timestamp) -> Offer {
         let ports = Ports { store: self.store.as_ref() as &dyn ObjectStore, index: self.index.as_ref() };
         let seen: Seq = self.store.head().await.unwrap();
-        offers.offer(&ports, triggers, seen, now).await.unwrap()
+        offers.offer(&ports, triggers, Some(seen), now).await.unwrap()
     }
 }
 

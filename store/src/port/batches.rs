@@ -257,6 +257,19 @@ port_trait! {
             self.wait_for_change(since, timeout).await
         }
 
+        /// `wait_for_change_concerning` for a waiter that reads the change feed next anyway:
+        /// the head when the wait read it, `None` when an announcement concerning `interest`
+        /// woke it and the head was not read (one round trip fewer: the feed read that follows
+        /// answers its own head). The default reads it.
+        async fn wait_for_concerning_change(
+            &self,
+            since: Seq,
+            interest: &ChangeInterest,
+            timeout: Duration,
+        ) -> StoreResult<Option<Seq>> {
+            self.wait_for_change_concerning(since, interest, timeout).await.map(Some)
+        }
+
         /// An operator's cancel, in one transaction: the open run of
         /// (batch, component), if any, is closed as `cancelled` and the claim generation bumped,
         /// so its holder is fenced from every write from then on (the runner notices within a

@@ -235,6 +235,15 @@ impl BatchStore for PgBackend {
         self.pg_wait_for_change_concerning(since, interest, timeout).await
     }
 
+    async fn wait_for_concerning_change(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        self.pg_wait_for_concerning_change(since, interest, timeout).await
+    }
+
     async fn cancel_run(
         &self,
         batch: &BatchId,

@@ -222,4 +222,25 @@ impl super::PgBackend {
         };
         waiting.concerning(since, interest, timeout).await
     }
+
+    /// `wait_for_concerning_change`: as above, without the head read after a notification
+    /// that concerns `interest` (`None`).
+    pub(super) async fn pg_wait_for_concerning_change(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        let Some(mut wakes) = self.inner.listener.wakes(&self.inner.options) else {
+            return self.pg_wait_for_change(since, timeout).await.map(Some);
+        };
+        let mut waiting = Waiting {
+            history: &self.inner.listener.shared.history,
+            complete: || wakes.listening(),
+            read_head: || crate::port::BatchStore::head(self),
+            poll_complete: LISTENING_POLL,
+            poll_incomplete: Duration::from_millis(25),
+        };
+        waiting.concerning_or_announced(since, interest, timeout).await
+    }
 }

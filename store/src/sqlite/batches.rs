@@ -165,8 +165,13 @@ impl BatchStore for SqliteBackend {
         self.with_connection(move |conn| runs::failed_attempts(conn, &batch, &component, since)).await
     }
 
+    /// Its head is remembered as a head read is (`head`): a wait from it knows what each
+    /// commit since concerned without reading the head again.
     async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-        self.with_connection(move |conn| reads::changes(conn, since, limit)).await
+        let mark = self.wakes.mark();
+        let page = self.with_connection(move |conn| reads::changes(conn, since, limit)).await?;
+        self.wakes.head_read(page.head, mark);
+        Ok(page)
     }
 
     /// Remembered with the announcements read before it while watching, so a wait from this
@@ -242,6 +247,23 @@ impl BatchStore for SqliteBackend {
             poll_incomplete: Duration::from_millis(50),
         };
         waiting.concerning(since, interest, timeout).await
+    }
+
+    async fn wait_for_concerning_change(
+        &self,
+        since: Seq,
+        interest: &ChangeInterest,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        let mut wakes = self.wakes.wakes();
+        let mut waiting = crate::wake_history::Waiting {
+            history: &self.wakes.history,
+            complete: || wakes.watching(),
+            read_head: || self.head(),
+            poll_complete: WATCHING_POLL,
+            poll_incomplete: Duration::from_millis(50),
+        };
+        waiting.concerning_or_announced(since, interest, timeout).await
     }
 
     async fn cancel_run(

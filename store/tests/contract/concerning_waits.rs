@@ -58,6 +58,17 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
     };
     let (_, waited) = wait_after(&f.store, &interest, claim, QUIET).await;
     assert!(waited >= QUIET - Duration::from_millis(50), "a claim woke it after {waited:?}");
+    // The head a change-feed read answered serves as a head read does: a watcher sleeps from
+    // the feed's head its look reached, without reading the head again.
+    let seen = f.store.changes(Seq(0), 10_000).await.unwrap().head;
+    record(&writer, "B1", "Data_Received", Outcome::Success).await;
+    let started = Instant::now();
+    f.store.wait_for_change_concerning(seen, &interest, QUIET).await.unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= QUIET - Duration::from_millis(50),
+        "from the feed's head, an unrelated append woke it after {waited:?}"
+    );
 
     // Asleep, then an append of its type (and, next, a new batch) through the other handle.
     for what in ["an append of its type", "a new batch"] {
@@ -82,4 +93,26 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
         let delay = woke.saturating_duration_since(committed);
         assert!(delay < Duration::from_millis(500), "{what}: woke {delay:?} after the commit");
     }
+
+    // A waiter that reads the feed next (a watcher) sleeps the same way and wakes as soon;
+    // an announcement that concerns it may wake it without a head read (`None`).
+    let seen = f.store.head().await.unwrap();
+    let waiter = {
+        let (store, interest) = (Arc::clone(&f.store), interest.clone());
+        tokio::spawn(async move {
+            let woke = store.wait_for_concerning_change(seen, &interest, Duration::from_secs(20)).await.unwrap();
+            (woke, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "nothing concerning yet, so it still waits");
+    record(&writer, "B1", "Data_Received", Outcome::Success).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "an append of a type it does not read let it sleep on");
+    record(&writer, "B1", "Checksums_Verified", Outcome::Success).await;
+    let committed = Instant::now();
+    let (woke, at) = waiter.await.unwrap();
+    assert!(woke.is_none_or(|head| head > seen), "{woke:?} after {seen:?}");
+    let delay = at.saturating_duration_since(committed);
+    assert!(delay < Duration::from_millis(500), "woke {delay:?} after the commit");
 }
