@@ -170,7 +170,10 @@ impl<C: Component> Watcher<'_, C> {
     /// the feed's head (one round trip fewer a stage over PostgreSQL or HTTP).
     async fn look(&mut self, woke: Option<Seq>, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool, Seq), RunError> {
         let mut woke = woke;
-        if heartbeat_due || self.runner.may_be_held() {
+        // The steering is read when the one last seen may hold the component, and while
+        // batches wait for a pool slot: no claim reaches the store then to answer a pool's
+        // new size (or a hold) in its stead.
+        if heartbeat_due || self.waiting_since.is_some() || self.runner.may_be_held() {
             // The head before the steering: a resume after the read moves the head past it.
             let seen = match woke {
                 Some(head) => head,

@@ -154,6 +154,36 @@ async fn several_hosts_with_read_write_reach_the_primary_whichever_comes_first()
     assert!(store.target().contains(&standby.host_port()) && store.target().contains(&primary.host_port()));
 }
 
+/// The feed reads the horizon, then the batches up to it, each in a statement (and so a
+/// transaction and a snapshot) of its own: whatever isolation a database's transactions
+/// default to, the read after the horizon sees every writer the horizon waited for.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_change_feed_answers_the_same_whatever_the_databases_default_isolation() {
+    let server = shared();
+    for isolation in ["read committed", "repeatable read", "serializable"] {
+        let database = format!("feed_{}_{}", isolation.replace(' ', "_"), std::process::id());
+        let url = server.create_database(&database);
+        let store = PgStore::open(&url).await.unwrap();
+        for n in 1..=3 {
+            store
+                .create_batch(NewBatch::new(format!("B{n}").parse().unwrap(), "RoundTrip".parse().unwrap()))
+                .await
+                .unwrap();
+        }
+        let psql = |sql: &str| tokio::task::block_in_place(|| server.psql(&database, sql));
+        psql(&format!("ALTER DATABASE \"{database}\" SET default_transaction_isolation = '{isolation}'"));
+        // New connections take the setting.
+        let store = PgStore::open(&url).await.unwrap();
+        assert_eq!(psql("SHOW default_transaction_isolation").trim(), isolation);
+        let page = store.changes(Seq(0), 10).await.unwrap();
+        let ids: Vec<&str> = page.changes.iter().map(|(_, id)| id.as_str()).collect();
+        assert_eq!(ids, ["B1", "B2", "B3"], "{isolation}");
+        assert_eq!((page.head, page.next), (store.head().await.unwrap(), page.head), "{isolation}");
+        let after = store.changes(page.changes[1].0, 10).await.unwrap();
+        assert_eq!(after.changes.len(), 1, "{isolation}");
+    }
+}
+
 #[test]
 fn autocomp_store_migrate_brings_a_database_up_once_and_refuses_what_it_cannot_migrate() {
     let migrate = |db: &str| {

@@ -387,6 +387,46 @@ fn watchers_waiting_for_a_full_pool_take_its_slot_soon_after_it_frees_without_a_
     assert!(pipeline.open_runs().is_empty() && pipeline.lock_files().is_empty());
 }
 
+/// A watcher whose batches wait for a full pool reads the steering at each look, so the
+/// pool grown by an operator lets it work at once (no claim reaches the store while no slot
+/// is free, to answer the new size in its stead).
+#[test]
+fn a_watcher_waiting_for_a_full_pool_works_soon_after_the_pool_grows() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.steer(SteeringChange::SetPool { pool: tape(), size: 1 });
+    pipeline.configure(&format!(
+        "{SLOW_HEARTBEAT}\npools = [\"tape\"]\nmax_threads = 1\nqueue_size = 1\nbatch_lock_timeout = \"0s\"\n"
+    ));
+    // The test holds the pool's only slot, as a worker of another component would.
+    let inspector = Inspector::open(&format!("local:{}", pipeline.path("locks").display()));
+    let holder = autocomp_framework::locks::LockHolder {
+        agent: "other/1.0@testhost#1".into(),
+        host: "testhost".into(),
+        pid: 1,
+        since: autocomp_model::Timestamp::now(),
+    };
+    let slot = LockPath::Slot(tape(), 0);
+    let taken = inspector.runtime.block_on(inspector.locks.try_lock(&slot, &holder, Duration::ZERO)).unwrap();
+    let slot_lock = taken.expect("the slot is free");
+    let mut watcher = pipeline.spawn(&["--watch"]);
+    wait_while_running(&mut watcher, "registering", || pipeline.probe_registered().is_some());
+    let id = pipeline.register_one("B0001", true);
+    let worked = wait_until(Instant::now() + Duration::from_secs(2), || probed(&pipeline, &id) > 0);
+    assert!(!worked, "worked while the test held the pool's only slot");
+
+    pipeline.steer(SteeringChange::SetPool { pool: tape(), size: 2 });
+    let grown = Instant::now();
+    let worked = wait_until(grown + Duration::from_secs(30), || probed(&pipeline, &id) == 1);
+    let after = grown.elapsed();
+    assert!(worked, "not worked within 30 s of the pool growing");
+    println!("worked {after:?} after the pool grew");
+    assert!(after < Duration::from_secs(5), "the pool grew {after:?} before the waiting watcher used it");
+    signal(&watcher, libc::SIGTERM);
+    let finished = finish(watcher, Duration::from_secs(20));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    inspector.runtime.block_on(slot_lock.release()).unwrap();
+}
+
 /// Pool `tape` of size 1: a worker holds its slot (its work held at a gate); a manual run
 /// and a cron pass of the other batch wait for the pool (exit 0, nothing claimed); the holder
 /// is SIGKILLed, its slot frees (`slot_freed_within` of the kill: at once for flock, the

@@ -52,6 +52,8 @@ use crate::exit::RunError;
 
 /// Most batches the feed may name since the last look before the index is asked instead.
 const MAX_FEED_BATCHES: usize = 2_000;
+/// Changes per feed read.
+const FEED_PAGE: usize = 1_000;
 /// Batches per `get_summaries` read (the stores take up to 10,000).
 const SUMMARY_PAGE: usize = 1_000;
 /// A full answer asks for this many times a trigger's limit (`Runner::candidate_triggers`:
@@ -339,8 +341,9 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
     let (mut seen, mut changed) = (HashSet::new(), Vec::new());
     let mut from = state.cursor;
     loop {
-        // One more than may still be taken, to tell "exactly the bound" from "past it".
-        let limit = MAX_FEED_BATCHES + 1 - changed.len();
+        // One more than may still be taken, to tell "exactly the bound" from "past it", a
+        // page at a time (a PostgreSQL store reads a page of at most `FEED_PAGE` in one call).
+        let limit = (MAX_FEED_BATCHES + 1 - changed.len()).min(FEED_PAGE);
         let page = store.changes(from, limit).await?;
         let exhausted = page.changes.len() < limit || page.next >= page.head;
         for (_, id) in page.changes {

@@ -143,38 +143,43 @@ impl PgBackend {
     }
 
     pub(super) async fn pg_changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage> {
-        // Only up to the horizon, read in the same call (`autocomp_changes`): a seq above it
-        // may belong to a transaction that has not committed yet and would be skipped if the
-        // cursor passed it. Remembered as a head read (`head`), so a wait from the page's
-        // head knows what each commit since concerned without reading the head again.
+        // Only up to the horizon: a seq above it may belong to a transaction that has not
+        // committed yet and would be skipped if the cursor passed it. Remembered as a head
+        // read (`head`), so a wait from the page's head knows what each commit since
+        // concerned without reading the head again.
         let mark = self.inner.listener.mark();
-        let (head, changes) = self
-            .run("changes", Retry::Safe, |client, _| {
-                Box::pin(async move {
-                    let statement = prepare(client, "SELECT r_head, r_seq, r_id FROM autocomp_changes($1, $2)").await?;
-                    let rows = client
-                        .query(&statement, &[&since.0, &(limit as i64)])
-                        .await
-                        .map_err(|e| self.read_failure(e))?;
-                    let head = rows.first().map_or(since, |row| Seq(row.get(0)));
-                    let mut changes = Vec::with_capacity(rows.len());
-                    for row in &rows {
-                        let (Some(seq), Some(id)) = (row.get::<_, Option<i64>>(1), row.get::<_, Option<String>>(2))
-                        else {
-                            continue;
-                        };
-                        let id = BatchId::new(id).map_err(|e| corrupt("batch", e))?;
-                        changes.push((Seq(seq), id));
-                    }
-                    Ok((head, changes))
-                })
-            })
-            .await?;
+        let head = self.horizon().await?;
+        let changes = self.changes_up_to(since, head, limit).await?;
         self.inner.listener.head_read(head, mark);
         let next = match changes.last() {
             Some((seq, _)) if changes.len() == limit => *seq,
             _ => head.max(since),
         };
         Ok(ChangePage { changes, next, head })
+    }
+
+    /// The batches changed after `since` up to the horizon `head` read before, at most `limit`.
+    async fn changes_up_to(&self, since: Seq, head: Seq, limit: usize) -> StoreResult<Vec<(Seq, BatchId)>> {
+        self.run("changes", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT changed_seq, id FROM batches WHERE changed_seq > $1 AND changed_seq <= $2
+                     ORDER BY changed_seq LIMIT $3",
+                )
+                .await?;
+                let rows = client
+                    .query(&statement, &[&since.0, &head.0, &(limit as i64)])
+                    .await
+                    .map_err(|e| self.read_failure(e))?;
+                rows.iter()
+                    .map(|row| {
+                        let id = BatchId::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?;
+                        Ok((Seq(row.get(0)), id))
+                    })
+                    .collect()
+            })
+        })
+        .await
     }
 }
