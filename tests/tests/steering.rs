@@ -498,6 +498,57 @@ fn a_sigkilled_zookeeper_slot_holder_frees_its_slot_when_its_session_expires() {
     a_killed_slot_holders_slot_frees(&pipeline, &zk.url("autocomp", "10s"), true);
 }
 
+/// `break_after = 2` with two threads and eight batches claimed in one pass: the second
+/// failure opens the circuit while at most one other batch runs, and the pass starts nothing
+/// more: the rest go back unworked, no attempt counted, and are worked once resumed.
+#[test]
+fn an_open_circuit_hands_back_what_its_pass_claimed_and_has_not_started() {
+    let pipeline = Pipeline::new(PROBE);
+    let ids = pipeline.register(8);
+    let started = tempfile::tempdir().unwrap();
+    pipeline.configure(&format!(
+        "break_after = 2\nqueue_size = 8\nmax_threads = 2\n\n[settings]\nbehaviour = \"fail\"\n\
+         work_time = \"300ms\"\nstarted = {:?}\n",
+        started.path()
+    ));
+    let pass = pipeline.run(&[]);
+    assert_eq!(pass.code, Some(1), "{}", pass.show());
+    let failed: Vec<&BatchId> = ids.iter().filter(|id| probed(&pipeline, id) == 1).collect();
+    let begun = std::fs::read_dir(started.path()).unwrap().count();
+    assert_eq!(begun, failed.len(), "a batch whose work began has its result, and no other began");
+    // The line that opened the circuit says how many others were in flight then (working,
+    // or recording their results): those, and no more, were recorded after it.
+    let opened =
+        pass.stderr.lines().find(|l| l.contains("circuit breaker opened")).unwrap_or_else(|| panic!("{}", pass.show()));
+    let in_flight: usize = opened
+        .split("; ")
+        .find_map(|part| part.strip_suffix(" other batch(es) of this pass in flight (their results are recorded), the claimed ones not started are handed back unworked component=probe"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of the batches in flight: {opened}"));
+    assert!(in_flight <= 3, "two threads: at most one other working and two recording: {opened}");
+    assert!(failed.len() <= 2 + in_flight, "break_after 2 and {in_flight} in flight: {failed:?}\n{}", pass.show());
+    assert!(failed.len() < ids.len(), "nothing was handed back");
+    let handed_back = format!("{} claimed batch(es) handed back unworked", ids.len() - failed.len());
+    assert!(pass.stderr.contains(&handed_back), "{handed_back}\n{}", pass.show());
+    let hold = pipeline.steering().hold_of(&probe()).cloned().expect("the circuit is open");
+    assert!(hold.reason.starts_with("circuit open: 2 consecutive failures"), "{hold:?}");
+    // Handed back, not abandoned: no open run and no failed attempt on any of them.
+    let store = pipeline.store();
+    for id in ids.iter().filter(|id| !failed.contains(id)) {
+        let run = pipeline.block_on(store.run_state(id, &probe())).unwrap();
+        assert!(run.as_ref().is_none_or(|run| run.state != autocomp_model::RunState::Open), "{id}: {run:?}");
+        let attempts = pipeline.block_on(store.failed_attempts(id, &probe(), autocomp_model::Seq(0))).unwrap();
+        assert_eq!(attempts, 0, "{id}: its release is no attempt");
+    }
+
+    // Resumed, the pass works them.
+    pipeline.steer(resume(Some(probe())));
+    pipeline.configure("queue_size = 8\nmax_threads = 2\n");
+    let again = pipeline.run(&[]);
+    assert_eq!(again.code, Some(0), "{}", again.show());
+    assert!(ids.iter().all(|id| probed(&pipeline, id) == 1), "each batch has exactly one result");
+}
+
 #[test]
 fn the_circuit_opens_after_three_consecutive_failures_and_the_next_pass_claims_nothing() {
     let pipeline = Pipeline::new(PROBE);

@@ -15,6 +15,7 @@
 //! holds what a pass knows as it goes, `summary` what it did. Claim uses candidates, lock and
 //! record, work uses record; none uses one back.
 
+mod breaker;
 mod candidates;
 mod claim;
 mod identity;
@@ -123,6 +124,8 @@ pub struct Runner<C: Component> {
     steering: steering_cache::SteeringCache,
     /// The component's turn, kept between a watcher's passes while they find all there is.
     turn: turn::KeptTurn,
+    /// The circuit breaker within the pass at work: once open, nothing more starts.
+    breaker: breaker::PassBreaker,
 }
 
 impl<C: Component> Runner<C> {
@@ -160,6 +163,7 @@ impl<C: Component> Runner<C> {
             reports: Reports::default(),
             steering: steering_cache::SteeringCache::default(),
             turn: turn::KeptTurn::default(),
+            breaker: breaker::PassBreaker::default(),
             config,
         }))
     }

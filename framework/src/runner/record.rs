@@ -6,8 +6,8 @@
 use std::io::Write as _;
 
 use autocomp_model::{
-    Batch, BatchId, EventType, IdempotencyKey, NewEvent, Outcome, Report, SteeringChange, SteeringRequest, WorkDone,
-    WorkResult,
+    Batch, BatchId, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome, Report, SteeringChange, SteeringRequest,
+    WorkDone, WorkResult,
 };
 use autocomp_store::{Claim, StoreError};
 use autocomp_toolkit::telemetry;
@@ -170,14 +170,24 @@ impl<C: Component> Runner<C> {
         match self.pipeline.store.steer(request).await {
             Ok(steered) if steered.circuit_opened => {
                 let reason = steered.steering.components.get(&self.name).map_or("", |hold| hold.reason.as_str());
+                let running = self.breaker.open();
                 warn!(
                     component = %self.name,
-                    "circuit breaker opened, {} claims no new work until `autocomp resume {}`: {reason}",
+                    "circuit breaker opened, {} claims no new work until `autocomp resume {}`: {reason}; \
+                     {running} other batch(es) of this pass in flight (their results are recorded), the claimed \
+                     ones not started are handed back unworked",
                     self.name,
                     self.name
                 );
             }
-            Ok(_) => debug!(batch = %id, failed, "told the circuit breaker"),
+            Ok(steered) => {
+                // Opened by another result (of this pass or another host's): start nothing more.
+                let open = steered.steering.components.get(&self.name).is_some_and(|h| h.kind == HoldKind::Circuit);
+                if open && !self.breaker.is_open() {
+                    self.breaker.open();
+                }
+                debug!(batch = %id, failed, "told the circuit breaker");
+            }
             Err(e) => warn!(batch = %id, failed, "cannot tell the circuit breaker of this result: {e}"),
         }
     }

@@ -32,6 +32,7 @@ enum Start {
 impl<C: Component> Runner<C> {
     /// Steps 5-7 for every claimed batch, `max_threads` at a time.
     pub(super) async fn work_all(self: &Arc<Self>, claimed: Vec<Claimed>) -> Vec<BatchResult> {
+        self.breaker.start_pass();
         let permits = Arc::new(Semaphore::new(self.config.max_threads));
         let mut tasks = tokio::task::JoinSet::new();
         for batch in claimed {
@@ -45,6 +46,14 @@ impl<C: Component> Runner<C> {
                 Ok(result) => results.push(result),
                 Err(e) => error!("a batch task failed: {e}"),
             }
+        }
+        let handed_back = self.breaker.handed_back_count();
+        if handed_back > 0 {
+            warn!(
+                component = %self.name,
+                "the circuit is open: {handed_back} claimed batch(es) handed back unworked (not counted as attempts; \
+                 ready again once resumed)"
+            );
         }
         results
     }
@@ -60,6 +69,14 @@ impl<C: Component> Runner<C> {
         if self.shutting_down() {
             return self.release(claimed).await;
         }
+        if self.breaker.is_open() {
+            // Claimed but not started when a result opened the circuit: not worked, and
+            // released rather than abandoned, so it is no attempt.
+            drop(permit);
+            self.breaker.handed_back();
+            return self.release(claimed).await;
+        }
+        let _working = self.breaker.working();
         self.run_work(claimed, permit).await
     }
 
