@@ -331,6 +331,21 @@ fn a_batch_another_process_holds_takes_no_pool_slot_from_a_ready_one() {
     inspector.runtime.block_on(slot.release()).unwrap();
 }
 
+/// Takes slot 0 of pool `tape` in the pipeline's flock locks, as a worker of another
+/// component would: the inspector to release it with, and the lock.
+fn hold_the_first_tape_slot(pipeline: &Pipeline) -> (Inspector, Box<dyn autocomp_framework::locks::Lock>) {
+    let inspector = Inspector::open(&format!("local:{}", pipeline.path("locks").display()));
+    let holder = autocomp_framework::locks::LockHolder {
+        agent: "other/1.0@testhost#1".into(),
+        host: "testhost".into(),
+        pid: 1,
+        since: autocomp_model::Timestamp::now(),
+    };
+    let slot = LockPath::Slot(tape(), 0);
+    let taken = inspector.runtime.block_on(inspector.locks.try_lock(&slot, &holder, Duration::ZERO)).unwrap();
+    (inspector, taken.expect("the slot is free"))
+}
+
 #[test]
 fn watchers_waiting_for_a_full_pool_take_its_slot_soon_after_it_frees_without_a_store_change() {
     // A slot frees without the store moving (a holder records its result before releasing
@@ -344,16 +359,7 @@ fn watchers_waiting_for_a_full_pool_take_its_slot_soon_after_it_frees_without_a_
         pipeline.path("ledger.txt").display()
     ));
     // The test holds the pool's only slot, as a worker of another component would.
-    let inspector = Inspector::open(&format!("local:{}", pipeline.path("locks").display()));
-    let holder = autocomp_framework::locks::LockHolder {
-        agent: "other/1.0@testhost#1".into(),
-        host: "testhost".into(),
-        pid: 1,
-        since: autocomp_model::Timestamp::now(),
-    };
-    let slot = LockPath::Slot(tape(), 0);
-    let taken = inspector.runtime.block_on(inspector.locks.try_lock(&slot, &holder, Duration::ZERO)).unwrap();
-    let slot_lock = taken.expect("the slot is free");
+    let (inspector, slot_lock) = hold_the_first_tape_slot(&pipeline);
 
     let mut watchers = [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])];
     for watcher in &mut watchers {
@@ -398,16 +404,7 @@ fn a_watcher_waiting_for_a_full_pool_works_soon_after_the_pool_grows() {
         "{SLOW_HEARTBEAT}\npools = [\"tape\"]\nmax_threads = 1\nqueue_size = 1\nbatch_lock_timeout = \"0s\"\n"
     ));
     // The test holds the pool's only slot, as a worker of another component would.
-    let inspector = Inspector::open(&format!("local:{}", pipeline.path("locks").display()));
-    let holder = autocomp_framework::locks::LockHolder {
-        agent: "other/1.0@testhost#1".into(),
-        host: "testhost".into(),
-        pid: 1,
-        since: autocomp_model::Timestamp::now(),
-    };
-    let slot = LockPath::Slot(tape(), 0);
-    let taken = inspector.runtime.block_on(inspector.locks.try_lock(&slot, &holder, Duration::ZERO)).unwrap();
-    let slot_lock = taken.expect("the slot is free");
+    let (inspector, slot_lock) = hold_the_first_tape_slot(&pipeline);
     let mut watcher = pipeline.spawn(&["--watch"]);
     wait_while_running(&mut watcher, "registering", || pipeline.probe_registered().is_some());
     let id = pipeline.register_one("B0001", true);

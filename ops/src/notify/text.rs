@@ -5,6 +5,8 @@
 
 use autocomp_toolkit::for_terminal;
 
+use crate::operator::cut;
+
 /// Longest subject a notice gets (the outbox takes 500).
 pub const MAX_SUBJECT_CHARS: usize = 200;
 /// Longest piece of user text a notice quotes.
@@ -26,13 +28,6 @@ pub fn quote(text: &str) -> String {
 pub fn subject(text: &str) -> String {
     let line = one_line(text, MAX_SUBJECT_CHARS);
     if line.is_empty() { "autocomp".to_owned() } else { line }
-}
-
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]

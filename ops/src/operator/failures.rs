@@ -11,7 +11,7 @@ use autocomp_model::{BatchId, ComponentName, ComponentState, Outcome, Selection}
 use autocomp_sboi::{PageOrder, PageRequest};
 use serde::Serialize;
 
-use super::views::{Format, render_as};
+use super::views::{Format, cut, render_as};
 use super::{Operator, OperatorError, Step};
 
 /// The most failed batches whose heads are read per component by default: the reasons are
@@ -176,14 +176,6 @@ impl Operator {
     }
 }
 
-/// `text` cut to `chars` characters (with an ellipsis), on a character boundary.
-fn cut(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,11 +216,5 @@ mod tests {
         assert!(text.contains("autocomp explain b1"), "{text}");
         let none = FailuresView { components: vec![] };
         assert_eq!(none.render(Format::Text), "no failed batches\n");
-    }
-
-    #[test]
-    fn a_reason_is_cut_on_a_character_boundary() {
-        assert_eq!(cut("ééé", 2), "éé…");
-        assert_eq!(cut("abc", 3), "abc");
     }
 }

@@ -67,6 +67,7 @@ pub use show::{BatchView, LogSpan, SHOW_EVENTS, report_summary};
 pub use status::StatusView;
 pub use steering::{HumanStep, Scope, SteerAction, SteerForm, SteerPreview, SteerReport, hold_lines};
 pub use timeline::{Attempt, StartFrom, StepSpec, StepTimeline, TIMELINE_EVENTS, Timeline, duration_text};
+pub(crate) use views::cut;
 pub use views::{Format, RunView, TableFormat, size_text};
 
 /// The event type `prioritize` records (an operator's bookkeeping, never a component's

@@ -47,6 +47,14 @@ pub(crate) fn json_document(value: &impl Serialize) -> String {
     format!("{value:#}\n")
 }
 
+/// `text` cut to `max` characters (an ellipsis marking a cut), on a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
 /// Whole seconds, as `1m 5s`.
 pub(crate) fn age(duration: Duration) -> String {
     humantime::format_duration(Duration::from_secs(duration.as_secs())).to_string()
@@ -106,6 +114,12 @@ pub(crate) fn describe_run(run: &Run, now: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_is_cut_on_a_character_boundary() {
+        assert_eq!(cut("ééé", 2), "éé…");
+        assert_eq!(cut("abc", 3), "abc");
+    }
 
     #[test]
     fn sizes_read_in_the_unit_that_fits() {
