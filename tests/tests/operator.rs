@@ -275,9 +275,12 @@ fn cancel_stops_the_running_worker_and_leaves_only_the_cancelled_failure() {
     let worker = finish(worker, Duration::from_secs(20));
     let took = cancelled_at.elapsed();
     assert!(took < Duration::from_secs(6), "the worker ran on for {took:?} after the cancel\n{}", worker.show());
-    // Its result was refused (fenced): exit 1, no summary line.
+    // Its result was refused (fenced): exit 1, no summary line; its log says an operator
+    // cancelled it, not that another worker took it over.
     assert_eq!(worker.code, Some(1), "{}", worker.show());
     assert_eq!(worker.stdout, "", "{}", worker.show());
+    assert!(worker.stderr.contains("an operator cancelled this run"), "{}", worker.show());
+    assert!(!worker.stderr.contains("another worker"), "{}", worker.show());
 
     let probed = pipeline.events(&id, PROBED);
     assert_eq!(probed.len(), 1, "exactly one result: {probed:?}");

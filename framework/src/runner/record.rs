@@ -6,8 +6,8 @@
 use std::io::Write as _;
 
 use autocomp_model::{
-    Batch, BatchId, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome, Report, SteeringChange, SteeringRequest,
-    WorkDone, WorkResult,
+    Batch, BatchId, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome, Report, RunState, SteeringChange,
+    SteeringRequest, WorkDone, WorkResult,
 };
 use autocomp_store::{Claim, StoreError};
 use autocomp_toolkit::telemetry;
@@ -38,6 +38,7 @@ impl<C: Component> Runner<C> {
         let (appended, report) = self.append_result(&batch, &claim, report, &span).await;
         let result = match appended {
             Ok(()) => self.recorded(&id, claim.generation(), &report, timed_out),
+            Err(e) if e.is_fenced() => self.fenced(id, claim.generation(), e).await,
             Err(e) => not_recorded(id, e),
         };
         phases::mark(Phase::Append);
@@ -225,14 +226,25 @@ impl<C: Component> Runner<C> {
     }
 }
 
-/// A result the store did not take: fenced (another worker took the batch over), the store
-/// unreachable, or not recorded for another reason.
+impl<C: Component> Runner<C> {
+    /// A result the store refused as fenced: the run is no longer the open, current one.
+    /// Says why by the run's state in the store: an operator's cancel (which recorded the
+    /// run's cancelled failure itself), or another worker's takeover.
+    async fn fenced(&self, id: BatchId, generation: i64, e: StoreError) -> BatchResult {
+        let run = self.pipeline.store.run_state(&id, &self.name).await.ok().flatten();
+        if run.is_some_and(|run| run.generation == generation && run.state == RunState::Cancelled) {
+            warn!(batch = %id, "result not recorded: an operator cancelled this run (its cancelled failure is recorded)");
+        } else {
+            warn!(batch = %id, "result refused, another worker took the batch over: {e}");
+        }
+        BatchResult::Fenced { id }
+    }
+}
+
+/// A result the store did not take: the store unreachable, or not recorded for another
+/// reason (fenced: `Runner::fenced`).
 fn not_recorded(id: BatchId, e: StoreError) -> BatchResult {
     match e {
-        e if e.is_fenced() => {
-            warn!(batch = %id, "result refused, another worker took the batch over: {e}");
-            BatchResult::Fenced { id }
-        }
         e if e.is_unavailable() => {
             error!(batch = %id, "cannot record the result: {e}");
             BatchResult::StoreUnreachable { id }

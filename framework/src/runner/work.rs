@@ -192,9 +192,14 @@ impl<C: Component> Runner<C> {
                 tokio::time::sleep(TAKEOVER_CHECK_INTERVAL).await;
                 // One indexed read of the run, whatever the length of the batch's log.
                 let Ok(run) = store.run_state(&id, &component).await else { continue };
-                let still_ours = run.is_some_and(|run| run.generation == generation && run.state == RunState::Open);
-                if !still_ours {
-                    warn!(batch = %id, "the run was cancelled or taken over; stopping its work");
+                let ours = run.filter(|run| run.generation == generation);
+                if ours.as_ref().is_none_or(|run| run.state != RunState::Open) {
+                    match ours.map(|run| run.state) {
+                        Some(RunState::Cancelled) => {
+                            warn!(batch = %id, "an operator cancelled this run; stopping its work")
+                        }
+                        _ => warn!(batch = %id, "another worker took the batch over; stopping its work"),
+                    }
                     cancelled.store(true, Ordering::Relaxed);
                     return;
                 }
