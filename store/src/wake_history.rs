@@ -138,23 +138,10 @@ where
     ReadHead: FnMut() -> Read,
     Read: Future<Output = StoreResult<Seq>>,
 {
-    /// Waits until a commit after `since` concerns `interest` (or `timeout`), and returns
-    /// the head. Where the announcements cannot vouch for the commits since `since`, any
-    /// head move wakes it, as `wait_for_change` does.
-    pub(crate) async fn concerning(
-        mut self,
-        since: Seq,
-        interest: &ChangeInterest,
-        timeout: Duration,
-    ) -> StoreResult<Seq> {
-        match self.concerning_or_announced(since, interest, timeout).await? {
-            Some(head) => Ok(head),
-            None => (self.read_head)().await,
-        }
-    }
-
-    /// `concerning`, but `None` when an announcement that concerns `interest` woke it: the
-    /// head is not read then (`BatchStore::wait_for_concerning_change`).
+    /// Waits until a commit after `since` concerns `interest` (or `timeout`): `None` when an
+    /// announcement that concerns it woke it (the head is not read then), else the head.
+    /// Where the announcements cannot vouch for the commits since `since`, any head move
+    /// wakes it, as `wait_for_change` does.
     pub(crate) async fn concerning_or_announced(
         &mut self,
         since: Seq,
@@ -248,14 +235,17 @@ mod tests {
         }
 
         async fn wait(&self, since: Seq, interest: &ChangeInterest, timeout: Duration) -> Seq {
-            let waiting = Waiting {
+            let mut waiting = Waiting {
                 history: &self.history,
                 complete: || true,
                 read_head: || self.head(),
                 poll_complete: Duration::from_millis(100),
                 poll_incomplete: Duration::from_millis(25),
             };
-            waiting.concerning(since, interest, timeout).await.unwrap()
+            match waiting.concerning_or_announced(since, interest, timeout).await.unwrap() {
+                Some(head) => head,
+                None => self.head().await.unwrap(),
+            }
         }
     }
 

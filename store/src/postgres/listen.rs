@@ -210,21 +210,14 @@ impl super::PgBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
-        let Some(mut wakes) = self.inner.listener.wakes(&self.inner.options) else {
-            return self.pg_wait_for_change(since, timeout).await;
-        };
-        let waiting = Waiting {
-            history: &self.inner.listener.shared.history,
-            complete: || wakes.listening(),
-            read_head: || crate::port::BatchStore::head(self),
-            poll_complete: LISTENING_POLL,
-            poll_incomplete: Duration::from_millis(25),
-        };
-        waiting.concerning(since, interest, timeout).await
+        match self.pg_wait_for_concerning_change(since, interest, timeout).await? {
+            Some(head) => Ok(head),
+            None => crate::port::BatchStore::head(self).await,
+        }
     }
 
-    /// `wait_for_concerning_change`: as above, without the head read after a notification
-    /// that concerns `interest` (`None`).
+    /// `wait_for_concerning_change`: `wait_for_change_concerning` without the head read
+    /// after a notification that concerns `interest` (`None`).
     pub(super) async fn pg_wait_for_concerning_change(
         &self,
         since: Seq,

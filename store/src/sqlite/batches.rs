@@ -238,15 +238,10 @@ impl BatchStore for SqliteBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
-        let mut wakes = self.wakes.wakes();
-        let waiting = crate::wake_history::Waiting {
-            history: &self.wakes.history,
-            complete: || wakes.watching(),
-            read_head: || self.head(),
-            poll_complete: WATCHING_POLL,
-            poll_incomplete: Duration::from_millis(50),
-        };
-        waiting.concerning(since, interest, timeout).await
+        match self.wait_for_concerning_change(since, interest, timeout).await? {
+            Some(head) => Ok(head),
+            None => self.head().await,
+        }
     }
 
     async fn wait_for_concerning_change(
