@@ -342,6 +342,24 @@ impl Pipeline {
         self.command(args).spawn().expect("the probe starts")
     }
 
+    /// The operator's CLI, `autocomp --config-dir ... --as ann ARGS`, without the
+    /// environment that would change what it does; at most 60 s.
+    pub fn autocomp(&self, args: &[&str]) -> Finished {
+        let mut command = Command::new(binary("autocomp"));
+        command.arg("--config-dir").arg(self.config_dir()).args(["--as", "ann"]).args(args);
+        for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"]
+        {
+            command.env_remove(var);
+        }
+        command
+            .env_remove("RUST_LOG")
+            .env_remove("PGUSER")
+            .env_remove("PGPASSWORD")
+            .env("AUTOCOMP_TOKEN", services::TOKEN);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
+    }
+
     /// One pass of the probe, as cron would start it; at most 30 s.
     pub fn run(&self, args: &[&str]) -> Finished {
         finish(self.spawn(args), Duration::from_secs(30))

@@ -331,6 +331,54 @@ fn a_batch_another_process_holds_takes_no_pool_slot_from_a_ready_one() {
     inspector.runtime.block_on(slot.release()).unwrap();
 }
 
+/// A pool of one queues rather than throttles: one cron pass (queue 3, two threads) works
+/// all three ready batches, one at a time, each claimed as the one before frees the slot.
+/// Beforehand `--dry-run`, `ready` and `explain` say which batches wait for the pool; with
+/// the slot held elsewhere, `explain` says the batch waits for it.
+#[test]
+fn a_pool_of_one_drains_its_queue_in_one_pass_one_batch_at_a_time() {
+    let pipeline = Pipeline::new(PROBE);
+    pipeline.steer(SteeringChange::SetPool { pool: tape(), size: 1 });
+    pipeline.configure(&format!(
+        "pools = [\"tape\"]\nmax_threads = 2\nqueue_size = 3\n\n[settings]\nwork_time = \"200ms\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+    // An idle pass registers the component, which `ready` and `explain` read.
+    assert_eq!(pipeline.run(&[]).code, Some(0));
+    let ids = pipeline.register(3);
+    let dry = pipeline.run(&["--dry-run"]);
+    assert_eq!(dry.code, Some(0), "{}", dry.show());
+    let said: Vec<&str> = dry.stdout.lines().collect();
+    assert!(said.iter().any(|l| l.starts_with("B0001 would claim")), "{}", dry.show());
+    for id in ["B0002", "B0003"] {
+        let line = said.iter().find(|l| l.starts_with(id)).unwrap_or_else(|| panic!("{id}: {}", dry.show()));
+        assert!(line.contains("waits for pool tape: 0 of its 1 slot(s) in use"), "{}", dry.show());
+    }
+    let ready = pipeline.autocomp(&["ready", "--component", "probe"]);
+    assert_eq!(ready.code, Some(0), "{}", ready.show());
+    assert_eq!(ready.stdout.matches("waits for pool tape").count(), 2, "{}", ready.show());
+
+    let (inspector, slot_lock) = hold_the_first_tape_slot(&pipeline);
+    let explained = pipeline.autocomp(&["explain", "B0001", "--component", "probe"]);
+    assert!(
+        explained.stdout.contains("ready, and waits for pool tape: 1 of its 1 slot(s) in use"),
+        "{}",
+        explained.show()
+    );
+    inspector.runtime.block_on(slot_lock.release()).unwrap();
+
+    let pass = pipeline.run(&["-v"]);
+    assert_eq!(pass.code, Some(0), "{}", pass.show());
+    for id in &ids {
+        assert_eq!(probed(&pipeline, id), 1, "{id} was not worked by the one pass: {}", pass.show());
+        assert_eq!(pipeline.failed_attempts(id), 0, "{id}: a wait counted as an attempt");
+    }
+    let entries = pipeline.ledger();
+    assert_eq!(max_concurrency(&entries), 1, "two works at once in a pool of 1: {entries:?}");
+    assert_eq!(entries.iter().map(|e| e.pid).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert!(pipeline.open_runs().is_empty() && pipeline.lock_files().is_empty());
+}
+
 /// Takes slot 0 of pool `tape` in the pipeline's flock locks, as a worker of another
 /// component would: the inspector to release it with, and the lock.
 fn hold_the_first_tape_slot(pipeline: &Pipeline) -> (Inspector, Box<dyn autocomp_framework::locks::Lock>) {

@@ -143,6 +143,13 @@ pub struct HeldLock {
     pub foreign: Option<String>,
 }
 
+/// How many slots of `pool` are held in `held` (a listing of the lock service's locks):
+/// those of its current size and any left above it by a pool since shrunk.
+pub fn slots_in_use(held: &[HeldLock], pool: &PoolName) -> u32 {
+    let of_pool = |lock: &&HeldLock| matches!(LockPath::parse(&lock.path), Some(LockPath::Slot(p, _)) if &p == pool);
+    u32::try_from(held.iter().filter(of_pool).count()).unwrap_or(u32::MAX)
+}
+
 /// The lock service's session, as [`LockService::session`] publishes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionState {

@@ -1,7 +1,7 @@
 //! Which batches a pass considers: what the index offers (the trigger's answer, retries
 //! last), whether a hold stops the claims, and the re-check of each locked candidate in the
 //! store (the index may lag behind it; the claim re-checks in its transaction, a component
-//! with pools reads first too). `--dry-run` is this phase alone.
+//! with pools reads first too). `--dry-run` (`dry_run`) is this phase alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 
 use super::lock::HeldLocks;
 use super::pass::Pass;
-use super::{BatchResult, Runner, Selection};
+use super::{BatchResult, Runner};
 use crate::component::Component;
 use crate::exit::RunError;
 
@@ -24,7 +24,7 @@ impl<C: Component> Runner<C> {
     /// Every candidate the index offers, in the order `candidates` gives them, without the
     /// cap a pass applies: a dry run counts what it does not list. The trigger's own
     /// `limit` still holds, as it does for a pass.
-    async fn all_candidates(&self) -> Result<Vec<BatchId>, RunError> {
+    pub(super) async fn all_candidates(&self) -> Result<Vec<BatchId>, RunError> {
         self.query_index(None).await
     }
 
@@ -80,50 +80,6 @@ impl<C: Component> Runner<C> {
         self.steering.get().is_none_or(|steering| held_reason(&self.name, &steering).is_some())
     }
 
-    /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
-    /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
-    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out. A
-    /// held component (unless forced) says so, and each batch it would claim says it waits
-    /// for the resume. Pool slots are not tried (that would take locks).
-    pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
-        let (mut candidates, force) = match selection {
-            Selection::Ready | Selection::Offered(_) => (self.all_candidates().await?, false),
-            Selection::Batch { id, force } => (vec![id.clone()], *force),
-        };
-        let held = if force { None } else { self.held().await? };
-        let shown = match limit {
-            Some(0) => candidates.len(),
-            Some(limit) => limit,
-            None => self.config.queue_size.saturating_mul(4).max(16),
-        };
-        let not_shown = candidates.len().saturating_sub(shown);
-        candidates.truncate(shown);
-        let mut lines = Vec::new();
-        let mut would_claim = 0;
-        for id in candidates {
-            let batch = self.pipeline.store.get_batch(&id).await?;
-            let verdict = match self.descriptor.readiness(&batch) {
-                _ if would_claim >= self.config.queue_size => "would leave for the next pass (queue full)".to_owned(),
-                Ok(()) if held.is_some() => {
-                    would_claim += 1;
-                    format!("would claim once resumed (held): every trigger clause holds (priority {})", batch.priority)
-                }
-                Ok(()) => {
-                    would_claim += 1;
-                    format!("would claim: every trigger clause holds (priority {})", batch.priority)
-                }
-                Err(_) if force => {
-                    would_claim += 1;
-                    "would claim: forced, trigger ignored".to_owned()
-                }
-                Err(refusal) if refusal.retrying => format!("would skip: {refusal}"),
-                Err(refusal) => format!("would skip: {refusal}"),
-            };
-            lines.push(format!("{id} {verdict}"));
-        }
-        Ok(DryRun { lines, not_shown, held })
-    }
-
     /// The locked batches the store holds and still finds ready (all it holds, when forced),
     /// in lock order; the others' locks are released at once. The index lagged behind the
     /// store, or a manual run asked for a batch that is not ready (answered `NotReady`).
@@ -175,16 +131,6 @@ impl<C: Component> Runner<C> {
             warn!(batch = %id, "the index lists a batch the store does not have; skipped (`autocomp reindex` rebuilds the index)");
         }
     }
-}
-
-/// What `--dry-run` found: a line per candidate listed, and how many more there were.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DryRun {
-    pub lines: Vec<String>,
-    /// Candidates the index offers beyond the listed ones.
-    pub not_shown: usize,
-    /// Why nothing would be claimed now: the component (or the whole pipeline) is held.
-    pub held: Option<String>,
 }
 
 /// Why `component` claims nothing, if it is held: its own hold (a pause, a drain, its open

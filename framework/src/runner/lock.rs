@@ -155,7 +155,7 @@ impl<C: Component> Runner<C> {
                 }
             }
             let pool = full.clone().expect("set above");
-            debug!(batch = %batch.id, %pool, "every slot of pool {pool} is taken; left for a later pass");
+            debug!(batch = %batch.id, %pool, "every slot of pool {pool} is taken; it waits for one to free");
             waiting.push(BatchResult::WaitingForPool { id: batch.id, pool });
         }
         let left: HashSet<&BatchId> = waiting

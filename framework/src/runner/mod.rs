@@ -18,10 +18,12 @@
 mod breaker;
 mod candidates;
 mod claim;
+mod dry_run;
 mod identity;
 mod lock;
 mod pass;
 pub(crate) mod phases;
+mod queue;
 mod record;
 mod report;
 mod steering_cache;
@@ -49,7 +51,8 @@ use crate::exit::RunError;
 use crate::locks::{LockHolder, LockPath, LockService};
 use crate::reports::{Reports, Write};
 
-pub(crate) use candidates::{DryRun, held_reason};
+pub(crate) use candidates::held_reason;
+pub(crate) use dry_run::DryRun;
 pub use identity::{Identity, hostname};
 use pass::{Pass, release_quietly};
 // What `testing::run_work` records, as a pass would.
@@ -269,7 +272,7 @@ impl<C: Component> Runner<C> {
             }
             return Err(RunError::Usage(message));
         }
-        let passed = self.locked_pass(selection).await;
+        let passed = self.pass_queueing_for_pools(selection).await;
         let (outcome, summary) = match &passed {
             Ok(summary) => (summary.pass_outcome(), summary.describe()),
             // Another pass is running and reports for itself.

@@ -57,7 +57,8 @@ pub enum BatchResult {
     },
     /// Locked and ready, but every slot of a resource pool its work needs was taken: its
     /// lock was let go of, it was neither claimed nor counted as an attempt, and a later
-    /// pass takes it up. Not a failure.
+    /// round of the pass (once its own work frees a slot) or a later pass takes it up. Not a
+    /// failure.
     WaitingForPool {
         /// The batch.
         id: BatchId,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_framework::locks::HeldLock;
+use autocomp_framework::locks::{HeldLock, slots_in_use};
 use autocomp_model::{
     Agent, BatchFacts, BatchId, Clause, ComponentName, ComponentState, Event, EventType, NotReady, Outcome, Run, Seq,
     Steering, Timestamp, Trigger,
@@ -131,6 +131,9 @@ pub struct Explanation {
     pub held: Option<String>,
     /// The hold is the whole pipeline's, not the component's own.
     pub held_pipeline_wide: bool,
+    /// A pool the component's work needs a slot of, with every slot in use now: "waits for
+    /// pool tape: 1 of its 1 slot(s) in use" (a ready batch is claimed once one frees).
+    pub pool_wait: Option<String>,
 }
 
 /// `explain --format json`.
@@ -158,6 +161,7 @@ pub struct ExplanationJson<'a> {
     pub held_up_by: &'a [String],
     pub manual: bool,
     pub held: Option<&'a str>,
+    pub pool_wait: Option<&'a str>,
     /// What a person runs next (`Explanation::next_command`), null when nothing.
     pub next: Option<String>,
 }
@@ -213,7 +217,10 @@ impl Explanation {
                 "waiting for a person: every clause holds in the store (`autocomp approve` or `reject` decides it)"
                     .into()
             }
-            None if self.ready_in_store => "ready: every clause holds in the store".into(),
+            None if self.ready_in_store => match &self.pool_wait {
+                Some(wait) => format!("ready, and {wait}: a pass claims it as a slot frees"),
+                None => "ready: every clause holds in the store".into(),
+            },
             None => match self.retry.as_ref().filter(|r| r.ready_in_store) {
                 Some(retry) => format!("ready to retry its transient failure (seq {})", retry.failure.seq),
                 None => "ready".into(),
@@ -300,6 +307,7 @@ impl Explanation {
             held_up_by: &self.held_up_by,
             manual: self.manual,
             held: self.held.as_deref(),
+            pool_wait: self.pool_wait.as_deref(),
             next: self.next_command(),
         }
     }
@@ -441,6 +449,21 @@ async fn explain_step(
         held: held_text(step, &seen.steering),
         held_pipeline_wide: seen.steering.hold_of(step.name()).is_some()
             && !seen.steering.components.contains_key(step.name()),
+        pool_wait: pool_wait(step, seen),
+    })
+}
+
+/// The first pool (in the component's order) of those its work needs a slot of whose every
+/// slot is in use now, as the lock service lists them (a pool with no size has none free).
+fn pool_wait(step: &Step, seen: &Seen) -> Option<String> {
+    step.descriptor().pools.iter().find_map(|pool| {
+        let size = seen.steering.pool(pool).map_or(0, |defined| defined.size);
+        let in_use = slots_in_use(&seen.locks, pool);
+        match size {
+            0 => Some(format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)")),
+            size if in_use >= size => Some(format!("waits for pool {pool}: {in_use} of its {size} slot(s) in use")),
+            _ => None,
+        }
     })
 }
 

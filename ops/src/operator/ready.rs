@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use autocomp_framework::locks::HeldLock;
-use autocomp_model::{BatchId, BatchSummary, ComponentName, SummaryAt, Timestamp};
+use autocomp_framework::locks::{HeldLock, slots_in_use};
+use autocomp_model::{BatchId, BatchSummary, ComponentName, PoolName, SummaryAt, Timestamp};
 use autocomp_store::ObjectStore;
 use serde::Serialize;
 
@@ -77,7 +77,17 @@ impl ReadyView {
         for chunk in ids.chunks(PAGE) {
             batches.extend(store.get_summaries(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
         }
-        let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0 };
+        let steering = store.steering().await?;
+        let slots_free = step
+            .descriptor()
+            .pools
+            .iter()
+            .map(|pool| {
+                let size = steering.pool(pool).map_or(0, |defined| defined.size);
+                (size.saturating_sub(slots_in_use(&held, pool)), pool.clone(), size)
+            })
+            .min_by_key(|(free, ..)| *free);
+        let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0, slots_free };
         let candidates = pass.candidates(ids, &batches).await?;
         Ok(ReadyView { component: step.name().clone(), queue_size: step.descriptor().queue_size, candidates })
     }
@@ -90,6 +100,9 @@ struct Pass<'a> {
     held: &'a [HeldLock],
     now: Timestamp,
     claimed: usize,
+    /// For a component with pools, the pool with the fewest free slots now: those free,
+    /// its name and its size.
+    slots_free: Option<(u32, PoolName, u32)>,
 }
 
 impl Pass<'_> {
@@ -129,10 +142,14 @@ impl Pass<'_> {
                 let since = self.store.batch_head(id).await?.last_reset_of(step.event_type());
                 let attempts = self.store.failed_attempts(id, step.name(), since).await?;
                 let max_attempts = step.descriptor().max_attempts;
-                let verdict = if attempts >= max_attempts {
-                    format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}")
-                } else {
-                    "would claim".into()
+                let verdict = match &self.slots_free {
+                    _ if attempts >= max_attempts => {
+                        format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}")
+                    }
+                    Some((free, pool, size)) if self.claimed > *free as usize => format!(
+                        "waits for pool {pool} ({size} slot(s), {free} free): claimed in the pass as a slot frees"
+                    ),
+                    _ => "would claim".into(),
                 };
                 (true, verdict)
             }

@@ -1,0 +1,110 @@
+//! `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims):
+//! the candidates phase alone, the steering's hold, and the room the component's pools have
+//! now (read at the lock service, not taken).
+
+use autocomp_model::PoolName;
+
+use super::{Runner, Selection};
+use crate::component::Component;
+use crate::exit::RunError;
+use crate::locks::slots_in_use;
+
+/// What `--dry-run` found: a line per candidate listed, and how many more there were.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRun {
+    pub lines: Vec<String>,
+    /// Candidates the index offers beyond the listed ones.
+    pub not_shown: usize,
+    /// Why nothing would be claimed now: the component (or the whole pipeline) is held.
+    pub held: Option<String>,
+}
+
+/// The pool that lets the fewest batches start now: its name, size and slots in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PoolRoom {
+    pool: PoolName,
+    size: u32,
+    in_use: u32,
+}
+
+impl PoolRoom {
+    fn free(&self) -> u32 {
+        self.size.saturating_sub(self.in_use)
+    }
+
+    /// How a batch that would be claimed once a slot frees is described.
+    fn wait(&self) -> String {
+        format!(
+            "waits for pool {}: {} of its {} slot(s) in use; the pass claims it as a slot frees",
+            self.pool, self.in_use, self.size
+        )
+    }
+}
+
+impl<C: Component> Runner<C> {
+    /// `--dry-run`: what a pass would claim and why, touching nothing (no locks, no claims).
+    /// `limit` caps the candidates listed (`None`: as many as a pass asks the index for,
+    /// `Some(0)`: all); the rest are counted, so the caller can say they were left out. A
+    /// held component (unless forced) says so, and each batch it would claim says it waits
+    /// for the resume. A component with pools counts their free slots at the lock service:
+    /// the batches past them say they wait for the pool (a pass claims them as its own work
+    /// frees slots).
+    pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
+        let (mut candidates, force) = match selection {
+            Selection::Ready | Selection::Offered(_) => (self.all_candidates().await?, false),
+            Selection::Batch { id, force } => (vec![id.clone()], *force),
+        };
+        let held = if force { None } else { self.held().await? };
+        let room = self.pool_room().await?;
+        let shown = match limit {
+            Some(0) => candidates.len(),
+            Some(limit) => limit,
+            None => self.config.queue_size.saturating_mul(4).max(16),
+        };
+        let not_shown = candidates.len().saturating_sub(shown);
+        candidates.truncate(shown);
+        let mut lines = Vec::new();
+        let mut would_claim = 0;
+        for id in candidates {
+            let batch = self.pipeline.store.get_batch(&id).await?;
+            let claimable = match self.descriptor.readiness(&batch) {
+                _ if would_claim >= self.config.queue_size => {
+                    Err("would leave for the next pass (queue full)".to_owned())
+                }
+                Ok(()) => Ok(format!("every trigger clause holds (priority {})", batch.priority)),
+                Err(_) if force => Ok("forced, trigger ignored".to_owned()),
+                Err(refusal) => Err(format!("would skip: {refusal}")),
+            };
+            let verdict = match claimable {
+                Err(verdict) => verdict,
+                Ok(why) => {
+                    would_claim += 1;
+                    match &room {
+                        _ if held.is_some() => format!("would claim once resumed (held): {why}"),
+                        Some(room) if would_claim > room.free() as usize => format!("{}: {why}", room.wait()),
+                        _ => format!("would claim: {why}"),
+                    }
+                }
+            };
+            lines.push(format!("{id} {verdict}"));
+        }
+        Ok(DryRun { lines, not_shown, held })
+    }
+
+    /// For a component with pools, the one with the fewest free slots now (sizes from the
+    /// steering this runner keeps, slots in use read at the lock service); `None` without
+    /// pools. A pool the steering does not size has no room.
+    async fn pool_room(&self) -> Result<Option<PoolRoom>, RunError> {
+        if self.descriptor.pools.is_empty() {
+            return Ok(None);
+        }
+        let steering = self.pipeline.store.steering().await?;
+        let held = self.pipeline.locks.held().await.map_err(RunError::from)?;
+        let rooms = self.descriptor.pools.iter().map(|pool| PoolRoom {
+            pool: pool.clone(),
+            size: steering.pool(pool).map_or(0, |defined| defined.size),
+            in_use: slots_in_use(&held, pool),
+        });
+        Ok(rooms.min_by_key(PoolRoom::free))
+    }
+}
