@@ -2062,3 +2062,40 @@ async fn batches_waiting_for_a_person_are_listed_and_decided_by_operators() {
     assert!(refused.body.contains("B3 is not waiting for a person at review"), "{}", refused.body);
     assert_eq!(f.head().await, head, "nothing written");
 }
+
+/// The batches waiting at a human step are decided at once: the waiting page links to the
+/// list of them with the bulk forms open, which offer approve and reject at that step; the
+/// preview is bound to the batches it counted, and the confirm approves each once.
+#[tokio::test]
+async fn the_batches_waiting_at_a_human_step_are_approved_at_once() {
+    let f = fixture().await;
+    f.declare_review().await;
+    let cookie = f.sign_in("tester").await;
+    let extra = [("cookie", cookie.as_str())];
+    let waiting = f.get("/waiting", &extra).await.body;
+    let link = "/batches?q=component%3Areview+state%3Aperson#bulk-actions";
+    assert!(waiting.contains(&format!("href=\"{link}\">approve or reject them all at once")), "{waiting}");
+    let list = f.get("/batches?q=component:review+state:person", &extra).await.body;
+    assert!(list.contains("<details class=\"bulk\" id=\"bulk-actions\" open>"), "opened: {list}");
+    assert!(list.contains("id=\"bulk-decide-approve-legend\">Approve at review</legend>"), "{list}");
+    assert!(list.contains("id=\"bulk-decide-reject-legend\">Reject at review</legend>"), "{list}");
+
+    let head = f.head().await;
+    let approve = [
+        ("q", "component:review state:person"),
+        ("order", "oldest"),
+        ("action", "approve"),
+        ("step", "review"),
+        ("reason", REASON),
+    ];
+    let (preview, done) = f.preview_and_confirm("/bulk", &approve, &extra).await;
+    assert!(preview.body.contains("2 selected: 2 would be acted on, 0 refused"), "{}", preview.body);
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert!(flash(&done).starts_with("approve on 2 batches: 2 performed, 0 refused"), "{}", flash(&done));
+    for batch in ["B1", "B2"] {
+        let event = f.events(batch).await.last().unwrap().clone();
+        assert!(event.event_type.as_str() == "Reviewed" && event.flag("approved"), "{batch}: {event:?}");
+    }
+    assert_eq!(f.head().await.0, head.0 + 2, "one event a batch");
+    assert!(f.get("/waiting", &extra).await.body.contains("0 batches wait for a person at review"));
+}

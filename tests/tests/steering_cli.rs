@@ -110,6 +110,45 @@ fn a_human_step_waits_for_a_person_who_approves_or_rejects_it() {
     assert!(!alerts.stdout.contains("qa: no pass"), "{}", alerts.show());
 }
 
+/// Twenty batches waiting at a human step are decided in one command: `approve` takes
+/// several ids (a dry run first says how many it would approve), and a batch that does not
+/// wait there is refused by name while the others are approved (exit 1). Several ids with
+/// `--expect-version` are refused as input, nothing written.
+#[test]
+fn twenty_batches_at_a_human_step_are_decided_in_one_command() {
+    let pipeline = pipeline_with_a_human_step();
+    pipeline.configure("queue_size = 50\n");
+    let ids = pipeline.register(21);
+    let rest = pipeline.run(&[]);
+    assert_eq!(rest.code, Some(0), "{}", rest.show());
+    let waiting = ok(&pipeline, &["status", "--component", "qa", "--state", "person", "--format", "csv"]);
+    assert_eq!(waiting.lines().count(), 22, "a header and 21 batches waiting:\n{waiting}");
+    ok(&pipeline, &["reject", "B0021", "--step", "qa", "--reason", "torn page"]);
+
+    let mut args: Vec<&str> = vec!["approve", "--step", "qa", "--reason", "pages look right"];
+    args.extend(ids.iter().map(|id| id.as_str()));
+    let head = pipeline.head();
+    let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
+    let preview = ok(&pipeline, &dry);
+    assert!(preview.starts_with("dry run, nothing written: it would act on 20 of 21 batch(es)"), "{preview}");
+    assert!(preview.contains("refused on B0021"), "{preview}");
+    let pinned: Vec<&str> = args.iter().copied().chain(["--expect-version", "7"]).collect();
+    let refused = autocomp(&pipeline, &pinned);
+    assert_eq!(refused.code, Some(2), "{}", refused.show());
+    assert!(refused.stderr.contains("invalid --expect-version \"7\""), "{}", refused.show());
+    assert_eq!(pipeline.head(), head, "a dry run and refused input write nothing");
+
+    let decided = autocomp(&pipeline, &args);
+    assert_eq!(decided.code, Some(1), "one batch was refused: {}", decided.show());
+    assert!(decided.stdout.contains("approve: done on 20, refused on 1"), "{}", decided.show());
+    assert!(decided.stdout.contains("refused on B0021 (nothing written)"), "{}", decided.show());
+    assert!(decided.stderr.contains("approve refused on 1 of 21 batch(es)"), "{}", decided.show());
+    for id in &ids[..20] {
+        assert_eq!(state(&pipeline, id.as_str(), "qa"), "success", "{id}");
+    }
+    assert_eq!(state(&pipeline, "B0021", "qa"), "failed");
+}
+
 #[test]
 fn a_paused_component_is_shown_with_who_and_why_and_alerts_report_it_once_too_long() {
     let pipeline = pipeline_with_a_human_step();

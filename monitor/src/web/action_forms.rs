@@ -40,47 +40,65 @@ fn why_no_forms(access: &Access, here: &str) -> Option<String> {
     Some(out)
 }
 
-/// The decision at a human step the batch waits at: Approve, and Reject with an optional
-/// type to restart from (one of the batch's effective `types`), each previewed first like
-/// every batch action; or why there are none.
-pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[String], here: &str) -> String {
+/// The decision at a human step: Approve, and Reject with an optional type to restart
+/// from (one of `types`), each previewed first like every batch action; or why there are
+/// none. For one batch, at the one step it waits at; for a filter's batches, at one of the
+/// pipeline's human `steps` (a select when there are several): the preview counts the
+/// batches that do not wait there as refused.
+pub fn decision_forms(access: &Access, target: &Target, steps: &[String], types: &[String], here: &str) -> String {
     if let Some(why) = why_no_forms(access, here) {
         return why;
     }
     let mut out = String::new();
-    let url = format!("/batches/{}/act", encode(batch.id.as_str()));
+    let (url, hidden, prefix, scope) = target_parts(target);
     w!(
         out,
-        "<p class=\"help\">Each decision is previewed first; nothing is written until you confirm. It is recorded as \
-         <code>operator:{}</code> with your reason.</p>\n<div class=\"actions\">\n",
+        "<p class=\"help\">Each decision is previewed first; nothing is written until you confirm. It acts on {}, is \
+         recorded as <code>operator:{}</code> with your reason.</p>\n<div class=\"actions\">\n",
+        esc(&scope),
         esc(access.name().unwrap_or_default())
     );
+    let at = match steps {
+        [step] => step.as_str(),
+        _ => "the step",
+    };
     let forms: [(&str, &str, String); 2] = [
-        ("approve", "Approve", format!("Record {step}'s success, so the steps after it may run.")),
+        ("approve", "Approve", format!("Record {at}'s success, so the steps after it may run.")),
         (
             "reject",
             "Reject",
             format!(
-                "Record {step}'s failure (it stays failed until rerun), or send the batch back: restart it from a \
-                 step so it is redone and comes to {step} again."
+                "Record {at}'s failure (it stays failed until rerun), or send the batch back: restart it from a \
+                 step so it is redone and comes to {at} again."
             ),
         ),
     ];
     for (action, label, help) in forms {
-        let id = format!("decide-{step}-{action}");
+        let id = match (target, steps) {
+            (Target::One(_), [step]) => format!("decide-{step}-{action}"),
+            _ => format!("{prefix}-decide-{action}"),
+        };
+        let legend = match steps {
+            [step] => format!("{label} at {step}"),
+            _ => format!("{label} at a human step"),
+        };
         w!(
             out,
-            "<form method=\"post\" action=\"{}\" class=\"action\"><fieldset><legend id=\"{id}-legend\">{} at {}</legend>\
-             <p class=\"help\">{}</p><input type=\"hidden\" name=\"action\" value=\"{}\">\
-             <input type=\"hidden\" name=\"step\" value=\"{}\">",
+            "<form method=\"post\" action=\"{}\" class=\"action\"><fieldset><legend id=\"{id}-legend\">{}</legend>\
+             <p class=\"help\">{}</p>{hidden}<input type=\"hidden\" name=\"action\" value=\"{}\">",
             esc(&url),
-            esc(label),
-            esc(step),
+            esc(&legend),
             esc(help),
             esc(action),
-            attr(step),
             id = esc(&id)
         );
+        match steps {
+            [step] => w!(out, "<input type=\"hidden\" name=\"step\" value=\"{}\">", attr(step)),
+            _ => {
+                let options: Vec<(String, String)> = steps.iter().map(|s| (s.clone(), s.clone())).collect();
+                select(&mut out, &format!("{id}-step"), ("step", "Human step"), &options, None);
+            }
+        }
         if action == "reject" {
             restart_select(&mut out, &id, types);
         }
@@ -94,6 +112,22 @@ pub fn decision_forms(access: &Access, batch: &Batch, step: &str, types: &[Strin
     }
     out.push_str("</div>\n");
     out
+}
+
+/// Where a form about `target` posts, its hidden fields (a filter's), the prefix of its
+/// element ids and what it acts on, in words.
+fn target_parts(target: &Target) -> (String, String, &'static str, String) {
+    match target {
+        Target::One(batch) => {
+            (format!("/batches/{}/act", encode(batch.id.as_str())), String::new(), "one", format!("batch {}", batch.id))
+        }
+        Target::Bulk { filter, total } => (
+            "/bulk".to_owned(),
+            hidden_fields(&filter_fields(filter)),
+            "bulk",
+            format!("all {total} batches of the filter"),
+        ),
+    }
 }
 
 /// A rejection's optional restart: a select of the batch's effective `types`.
@@ -117,17 +151,7 @@ pub fn action_forms(access: &Access, target: &Target, choices: &Choices, priorit
         return why;
     }
     let mut out = String::new();
-    let (action_url, hidden, prefix, scope) = match target {
-        Target::One(batch) => {
-            (format!("/batches/{}/act", encode(batch.id.as_str())), String::new(), "one", format!("batch {}", batch.id))
-        }
-        Target::Bulk { filter, total } => (
-            "/bulk".to_owned(),
-            hidden_fields(&filter_fields(filter)),
-            "bulk",
-            format!("all {total} batches of the filter"),
-        ),
-    };
+    let (action_url, hidden, prefix, scope) = target_parts(target);
     w!(
         out,
         "<p class=\"help\">Each action is previewed first; nothing is written until you confirm. It acts on {}, is \

@@ -149,7 +149,7 @@ fn decision(
         esc(&step.event_type)
     );
     out.push_str(&evidence(head, step, explanations));
-    out.push_str(&decision_forms(access, target, name, types, here));
+    out.push_str(&decision_forms(access, &Target::One(target), &[name.to_owned()], types, here));
     out.push_str("</section>\n");
     out
 }

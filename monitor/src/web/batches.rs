@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::InvalidInput;
+use autocomp_model::{ComponentState, InvalidInput};
 use autocomp_ops::operator::OperatorError;
 use autocomp_sboi::PageKey;
 use axum::extract::rejection::QueryRejection;
@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::access::Access;
-use super::action_forms::{Choices, Target, action_forms};
+use super::action_forms::{Choices, Target, action_forms, decision_forms};
 use super::app::App;
 use super::error::WebError;
 use super::gate::Caller;
@@ -103,18 +103,34 @@ async fn bulk_actions(
     here: &str,
 ) -> Result<String, WebError> {
     let components: Vec<String> = matrix.components.iter().map(|c| c.to_string()).collect();
-    let types: Vec<String> = if access.may_act() {
-        app.monitor.pipeline().await?.iter().map(|step| step.event_type().to_string()).collect()
+    let (types, human_steps): (Vec<String>, Vec<String>) = if access.may_act() {
+        let pipeline = app.monitor.pipeline().await?;
+        let types = pipeline.iter().map(|step| step.event_type().to_string()).collect();
+        // A filter on one human step decides at that one.
+        let human = pipeline
+            .iter()
+            .filter(|step| step.descriptor().manual)
+            .filter(|step| filter.component.as_ref().is_none_or(|named| named == step.name()))
+            .map(|step| step.name().to_string());
+        (types, human.collect())
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let target = Target::Bulk { filter, total: matrix.total };
     let choices = Choices { components: &components, types: &types, preselect: None };
+    let mut forms = action_forms(access, &target, &choices, None, here);
+    // The decisions at the human steps, when the pipeline has any and the caller may act.
+    if !human_steps.is_empty() && access.may_act() {
+        w!(forms, "<h3>Decide at a human step</h3>\n{}", decision_forms(access, &target, &human_steps, &types, here));
+    }
+    // Opened when the filter is a human step's waiting batches: deciding them is why one comes.
+    let waiting = filter.state == Some(StateFilter::State(ComponentState::Person)) && !human_steps.is_empty();
+    let open = if waiting { " open" } else { "" };
     Ok(format!(
-        "<details class=\"bulk\" id=\"bulk-actions\"><summary>Act on all {} batches of this filter</summary>\n{}\
+        "<details class=\"bulk\" id=\"bulk-actions\"{open}><summary>Act on all {} batches of this filter</summary>\n{}\
          </details>\n",
         esc(matrix.total),
-        action_forms(access, &target, &choices, None, here)
+        forms
     ))
 }
 

@@ -38,7 +38,8 @@ pub async fn waiting(
         w!(
             body,
             "<h2 id=\"waiting-{0}\">{0} <small>records <code>{1}</code></small></h2>\n<p>{2} batches wait for a person \
-             at {0} (overdue after {3}). <a href=\"/batches?{4}\">All of them in the batch list</a>.</p>\n",
+             at {0} (overdue after {3}). <a href=\"/batches?{4}\">All of them in the batch list</a>; \
+             <a href=\"/batches?{4}#bulk-actions\">approve or reject them all at once</a>.</p>\n",
             esc(step),
             esc(&at.event_type),
             esc(at.total),

@@ -22,6 +22,7 @@ use autocomp_model::ComponentName;
 mod add;
 mod approve;
 mod bulk;
+mod bulk_view;
 mod cancel;
 mod confirm;
 mod event;

@@ -94,9 +94,12 @@ pub(super) enum ActCommand {
     },
     /// A person's approval at a human step the batch waits at (`status --state person`):
     /// records the step's event as a success flagged `approved`, so the steps after it run.
+    /// Several batch ids decide each of them (a batch it is refused on is listed and the
+    /// others go on; exit 1 if any was refused).
     Approve {
-        /// The batch id.
-        id: BatchId,
+        /// The batch ids (one or more).
+        #[arg(required = true, num_args = 1..)]
+        ids: Vec<BatchId>,
         /// The human step (declared with `autocomp step add`).
         #[arg(long)]
         step: String,
@@ -108,10 +111,12 @@ pub(super) enum ActCommand {
     },
     /// A person's rejection at a human step: records the step's event as a failure flagged
     /// `rejected`; with --restart-from, a Reset from that type instead (as `restart --from`),
-    /// so the batch is redone from there and comes to the step again.
+    /// so the batch is redone from there and comes to the step again. Several batch ids
+    /// decide each of them, as `approve` does.
     Reject {
-        /// The batch id.
-        id: BatchId,
+        /// The batch ids (one or more).
+        #[arg(required = true, num_args = 1..)]
+        ids: Vec<BatchId>,
         /// The human step (declared with `autocomp step add`).
         #[arg(long)]
         step: String,
@@ -199,11 +204,11 @@ impl ActCommand {
             ActCommand::Prioritize { id, priority, reason, guard } => {
                 guard.act(operator, &id, Action::Prioritize { priority }, &reason).await
             }
-            ActCommand::Approve { id, step, reason, guard } => {
-                guard.act(operator, &id, Action::Approve { step }, &reason).await
+            ActCommand::Approve { ids, step, reason, guard } => {
+                guard.act_on_each(operator, &ids, Action::Approve { step }, &reason).await
             }
-            ActCommand::Reject { id, step, reason, restart_from, guard } => {
-                guard.act(operator, &id, Action::Reject { step, restart_from }, &reason).await
+            ActCommand::Reject { ids, step, reason, restart_from, guard } => {
+                guard.act_on_each(operator, &ids, Action::Reject { step, restart_from }, &reason).await
             }
         }
     }
@@ -280,6 +285,47 @@ pub(super) struct Guard {
 }
 
 impl Guard {
+    /// `act` on one batch; on several, each of them (`perform_many`): `--expect-version`
+    /// and `--key` name one batch's and are refused. What was done is printed whatever
+    /// happened; a refusal on any batch is exit 1, a store error the error's code.
+    async fn act_on_each(
+        self,
+        operator: &Operator,
+        ids: &[BatchId],
+        action: Action,
+        reason: &str,
+    ) -> Result<String, OperatorError> {
+        if let [id] = ids {
+            return self.act(operator, id, action, reason).await;
+        }
+        let one_batch_only = |field: &str, value: String| -> OperatorError {
+            InvalidInput::new(field, value, format!("names one batch's; {} batch ids were given", ids.len())).into()
+        };
+        if let Some(version) = self.expect_version {
+            return Err(one_batch_only("--expect-version", version.to_string()));
+        }
+        if let Some(key) = self.key {
+            return Err(one_batch_only("--key", key));
+        }
+        if self.dry_run {
+            return Ok(operator.preview_many(ids, &action, reason).await?.render_as(self.format));
+        }
+        let mut outcome = operator.perform_many(ids, &action, reason).await?;
+        let text = outcome.render_as(action.name(), self.format);
+        let failed = match outcome.stopped.take() {
+            Some((_, error)) => error,
+            None if outcome.refused.is_empty() => return Ok(text),
+            None => OperatorError::Refused(format!(
+                "{} refused on {} of {} batch(es) (listed above); nothing written on those",
+                action.name(),
+                outcome.refused.len(),
+                ids.len()
+            )),
+        };
+        print!("{}", autocomp_toolkit::for_terminal(&text));
+        Err(failed)
+    }
+
     async fn act(
         self,
         operator: &Operator,
