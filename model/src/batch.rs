@@ -193,6 +193,12 @@ impl Event {
         self.outcome == Outcome::Failure && self.flag("transient")
     }
 
+    /// A failure an operator closed out with `acknowledge`: it stays a failure (what
+    /// requires the type still waits) but needs nobody any more.
+    pub fn is_acknowledged(&self) -> bool {
+        self.outcome == Outcome::Failure && self.flag("acknowledged")
+    }
+
     /// A success an operator recorded with `skip` instead of the component's work.
     pub fn is_skipped(&self) -> bool {
         self.outcome == Outcome::Success && self.flag("skipped")

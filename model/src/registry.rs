@@ -228,6 +228,7 @@ impl ComponentDescriptor {
             },
             Some(_) | None if self.manual && ready() => ComponentState::Person,
             Some(_) if ready() => ComponentState::Ready,
+            Some(event) if event.acknowledged => ComponentState::Acknowledged,
             Some(_) => ComponentState::Failed,
             None if ready() => ComponentState::Ready,
             None => ComponentState::Waiting,
@@ -266,6 +267,9 @@ pub enum ComponentState {
     Stale,
     /// Its effective event is a failure that stays until an operator reruns it.
     Failed,
+    /// A failure an operator closed out (`acknowledge`): still a failure, needing nobody;
+    /// a rerun opens it again.
+    Acknowledged,
     /// A transient failure waiting out `retry_backoff`; the component retries it by itself.
     Retrying,
     /// A run is open (a component is working on it).
@@ -279,13 +283,14 @@ pub enum ComponentState {
 }
 
 impl ComponentState {
-    pub const ALL: [ComponentState; 9] = [
+    pub const ALL: [ComponentState; 10] = [
         ComponentState::Ready,
         ComponentState::Person,
         ComponentState::Waiting,
         ComponentState::Working,
         ComponentState::Retrying,
         ComponentState::Failed,
+        ComponentState::Acknowledged,
         ComponentState::Stale,
         ComponentState::Skipped,
         ComponentState::Success,
@@ -297,6 +302,7 @@ impl ComponentState {
             ComponentState::Skipped => "skipped",
             ComponentState::Stale => "stale",
             ComponentState::Failed => "failed",
+            ComponentState::Acknowledged => "acknowledged",
             ComponentState::Retrying => "retrying",
             ComponentState::Working => "working",
             ComponentState::Ready => "ready",
@@ -310,7 +316,7 @@ impl ComponentState {
             InvalidInput::new(
                 "state",
                 text,
-                "expected ready, person, waiting, working, retrying, failed, stale, skipped or success",
+                "expected ready, person, waiting, working, retrying, failed, acknowledged, stale, skipped or success",
             )
         })
     }

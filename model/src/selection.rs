@@ -35,6 +35,8 @@ pub enum Selection {
     TransientlyFailed(EventType),
     /// The type's effective event is current and a success recorded by `skip`.
     Skipped(EventType),
+    /// The type's effective event is current and a failure closed out by `acknowledge`.
+    Acknowledged(EventType),
     /// The type's effective event is stale: worked out from content the batch no longer has.
     Stale(EventType),
     BatchType(BatchType),
@@ -98,6 +100,7 @@ impl Selection {
             Selection::Failed(t) => current(t).is_some_and(|e| e.outcome == Outcome::Failure),
             Selection::TransientlyFailed(t) => current(t).is_some_and(|e| e.transient),
             Selection::Skipped(t) => current(t).is_some_and(|e| e.skipped),
+            Selection::Acknowledged(t) => current(t).is_some_and(|e| e.acknowledged),
             Selection::Stale(t) => batch.stale_of(t).is_some(),
             Selection::BatchType(t) => batch.batch_type == *t,
             Selection::IdPrefix(prefix) => batch.id.as_str().starts_with(prefix.as_str()),
@@ -140,12 +143,16 @@ impl Selection {
                 idle.and(Selection::TransientlyFailed(own.clone())).and(ready.negate())
             }
             ComponentState::Retrying => Selection::nothing(),
-            ComponentState::Failed => {
+            ComponentState::Failed | ComponentState::Acknowledged => {
                 let mut failed = idle.and(Selection::Failed(own.clone())).and(ready.negate());
                 if retried {
                     failed = failed.and(Selection::TransientlyFailed(own.clone()).negate());
                 }
-                failed
+                let acknowledged = Selection::Acknowledged(own.clone());
+                match state {
+                    ComponentState::Acknowledged => failed.and(acknowledged),
+                    _ => failed.and(acknowledged.negate()),
+                }
             }
             ComponentState::Waiting => {
                 idle.and(Selection::Present(own.clone()).negate()).and(stale.negate()).and(ready.negate())
@@ -216,7 +223,7 @@ mod tests {
         /// and skipped results.
         #[test]
         fn state_selections_agree_with_state_of(
-            log in proptest::collection::vec((0usize..3, 0u8..4, 0i64..600, 0u8..3), 0..5),
+            log in proptest::collection::vec((0usize..3, 0u8..5, 0i64..600, 0u8..3), 0..5),
             running: bool,
             blocked_by_own: bool,
             source: bool,
@@ -231,7 +238,8 @@ mod tests {
                     0 => (Outcome::Success, json!({})),
                     1 => (Outcome::Failure, json!({})),
                     2 => (Outcome::Success, json!({"skipped": true})),
-                    _ => (Outcome::Failure, json!({"transient": true})),
+                    3 => (Outcome::Failure, json!({"transient": true})),
+                    _ => (Outcome::Failure, json!({"acknowledged": true})),
                 };
                 // Worked out from no content, the batch's content (seq 1), or older content.
                 if *content > 0 {

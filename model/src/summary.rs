@@ -41,6 +41,9 @@ pub struct EventSummary {
     /// A success an operator recorded with `skip` (`Event::is_skipped`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
+    /// A failure an operator closed out with `acknowledge` (`Event::is_acknowledged`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub acknowledged: bool,
     /// The content version the result was worked out from (`Event::content_seq`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_seq: Option<Seq>,
@@ -54,6 +57,7 @@ impl EventSummary {
             seq: event.seq,
             transient: event.is_transient_failure(),
             skipped: event.is_skipped(),
+            acknowledged: event.is_acknowledged(),
             content_seq: event.content_seq(),
         }
     }

@@ -292,7 +292,19 @@ mod tests {
         let names: Vec<&str> = StateFilter::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             names,
-            ["ready", "person", "waiting", "working", "retrying", "failed", "stale", "skipped", "success", "overdue"]
+            [
+                "ready",
+                "person",
+                "waiting",
+                "working",
+                "retrying",
+                "failed",
+                "acknowledged",
+                "stale",
+                "skipped",
+                "success",
+                "overdue"
+            ]
         );
         for state in StateFilter::ALL {
             assert_eq!(StateFilter::parse(state.as_str()).unwrap(), state);

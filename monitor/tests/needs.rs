@@ -178,3 +178,32 @@ async fn the_batch_list_shows_how_long_each_batch_has_been_in_the_pipeline() {
     assert!(row["in_pipeline_seconds"].as_u64().is_some_and(|s| s >= 1), "{row}");
     assert!(row["last_activity"].is_string(), "{row}");
 }
+
+/// "Needs a person" can be emptied: failures an operator acknowledged (one through the
+/// operator module, as the CLI and the monitor's forms do) leave the section and the failed
+/// count for their own state, listed by `state:acknowledged`; the others stay.
+#[tokio::test]
+async fn acknowledged_failures_leave_needs_a_person_for_their_own_state() {
+    let f = Fixture::new(Settings::default()).await;
+    for i in 1..=3 {
+        let events = [("Data_Received", OK, None), ("Probed", OK, None), ("Checked", FAILED, Some("disk full"))];
+        f.batch(&format!("B{i}"), &events).await;
+    }
+    let (needs, _) = f.needs().await;
+    assert!(needs.contains("checker: 3 failed"), "{needs}");
+    let close = autocomp_ops::operator::Action::Acknowledge { component: "checker".into() };
+    let ids = [id("B1"), id("B2")];
+    let done = f.operator.perform_many(&ids, &close, "disk replaced, batches re-delivered").await.unwrap();
+    assert_eq!((done.performed.len(), done.refused.len()), (2, 0), "{done:?}");
+    let (needs, page) = f.needs().await;
+    assert!(needs.contains("checker: 1 failed"), "{needs}");
+    let (status, list) = f.get("/batches?q=state:acknowledged").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert!(list.contains("<strong>2</strong> batches match"), "{list}");
+    assert!(list.contains("state-acknowledged"), "its own state, drawn as such: {list}");
+    assert!(page.contains("acknowledged"), "the overview counts the state: {page}");
+
+    f.operator.perform_many(&[id("B3")], &close, "the last one too").await.unwrap();
+    let (needs, _) = f.needs().await;
+    assert!(needs.contains("Nothing needs a person"), "emptied: {needs}");
+}

@@ -16,7 +16,7 @@ use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{Searcher, SegmentReader, Term};
 
 use crate::browse::Tally;
-use crate::document::Fields;
+use crate::document::{Fields, acknowledged_term};
 
 /// One bit per document of a segment.
 #[derive(Clone)]
@@ -261,6 +261,7 @@ impl<'a> Segment<'a> {
             Selection::Failed(t) => (*self.term(fields.failed, t.as_str())?).clone(),
             Selection::TransientlyFailed(t) => (*self.term(fields.transient, t.as_str())?).clone(),
             Selection::Skipped(t) => (*self.term(fields.skipped, t.as_str())?).clone(),
+            Selection::Acknowledged(t) => (*self.term(fields.failed, &acknowledged_term(t.as_str()))?).clone(),
             Selection::Stale(t) => (*self.term(fields.stale, t.as_str())?).clone(),
             Selection::BatchType(t) => (*self.term(fields.batch_type, t.as_str())?).clone(),
             Selection::IdPrefix(prefix) => {

@@ -13,7 +13,18 @@ use tantivy::{Term, doc};
 /// Bumped whenever the fields change; an index with another version is rebuilt.
 /// 2: the `absent` field and the vocabulary in the commit payload.
 /// 3: `stale` and `skipped`; a stale effective event is in no other per-type field.
+/// (Still 3: an acknowledged failure of type `T` is the term `acknowledged:T` in the `failed`
+/// field, beside `T`. An index built before holds none, since no failure was acknowledged
+/// before the action existed, so it needs no rebuild.)
 pub const SCHEMA_VERSION: u32 = 3;
+
+/// The `failed` field's term for an acknowledged failure of a type: `acknowledged:T`. Event
+/// types hold no `:`, so it is never a type's own term.
+pub(crate) fn acknowledged_term(event_type: &str) -> String {
+    format!("{ACKNOWLEDGED_PREFIX}{event_type}")
+}
+
+const ACKNOWLEDGED_PREFIX: &str = "acknowledged:";
 
 /// The event types the documents of one commit were built knowing: each document holds
 /// `absent:T` for every type `T` here that the batch has no current effective event of. Append-only,
@@ -173,6 +184,9 @@ impl Fields {
             if event.skipped {
                 document.add_text(self.skipped, event_type);
             }
+            if event.acknowledged {
+                document.add_text(self.failed, acknowledged_term(event_type));
+            }
         }
         for component in &batch.running {
             document.add_text(self.running, component.as_str());
@@ -205,6 +219,9 @@ impl Fields {
             values
         };
         let number = |field| document.get_first(field).and_then(|v| v.as_i64()).unwrap_or_default();
+        let (acknowledged, failed): (Vec<String>, Vec<String>) =
+            text(self.failed).into_iter().partition(|term| term.starts_with(ACKNOWLEDGED_PREFIX));
+        let acknowledged = acknowledged.into_iter().map(|term| term[ACKNOWLEDGED_PREFIX.len()..].to_owned()).collect();
         IndexedBatch {
             id: text(self.id).pop().unwrap_or_default(),
             batch_type: text(self.batch_type).pop().unwrap_or_default(),
@@ -215,7 +232,8 @@ impl Fields {
             last_activity: Timestamp(number(self.last_activity)),
             present: text(self.present),
             succeeded: text(self.succeeded),
-            failed: text(self.failed),
+            failed,
+            acknowledged,
             old: text(self.old),
             transient: text(self.transient),
             skipped: text(self.skipped),
@@ -239,6 +257,9 @@ pub struct IndexedBatch {
     pub present: Vec<String>,
     pub succeeded: Vec<String>,
     pub failed: Vec<String>,
+    /// The failed types an operator acknowledged (each also in `failed`).
+    #[serde(default)]
+    pub acknowledged: Vec<String>,
     pub old: Vec<String>,
     pub transient: Vec<String>,
     #[serde(default)]

@@ -13,7 +13,7 @@ use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
 
-use crate::document::{Fields, Vocabulary};
+use crate::document::{Fields, Vocabulary, acknowledged_term};
 
 /// The query shape `blocked_by` takes: the index's own (`Absent`), or the one of schema
 /// version 1 kept for the benchmark's before/after comparison on one index.
@@ -118,6 +118,7 @@ pub fn selection_query(
         Selection::Failed(t) => term(fields.failed, t.as_str()),
         Selection::TransientlyFailed(t) => term(fields.transient, t.as_str()),
         Selection::Skipped(t) => term(fields.skipped, t.as_str()),
+        Selection::Acknowledged(t) => term(fields.failed, &acknowledged_term(t.as_str())),
         Selection::Stale(t) => term(fields.stale, t.as_str()),
         Selection::BatchType(t) => term(fields.batch_type, t.as_str()),
         Selection::IdPrefix(prefix) => {

@@ -126,6 +126,7 @@ fn selection() -> impl Strategy<Value = Selection> {
         event_type().prop_map(Selection::Failed),
         event_type().prop_map(Selection::TransientlyFailed),
         event_type().prop_map(Selection::Skipped),
+        event_type().prop_map(Selection::Acknowledged),
         event_type().prop_map(Selection::Stale),
         (0..BATCH_TYPES.len()).prop_map(|t| Selection::BatchType(BatchType::new(BATCH_TYPES[t]).unwrap())),
         prop_oneof![Just(""), Just("B"), Just("B0"), Just("B1"), Just("B05"), Just("C")]
@@ -277,7 +278,8 @@ async fn apply(store: &SqliteStore, op: &Op) {
             store.create_batch(new).await.map(drop)
         }
         Op::Append { batch, event_type, success, transient, skipped, content } => {
-            let mut details = json!({"transient": transient, "skipped": skipped});
+            // The flag an operator sets: `skipped` on a success, `acknowledged` on a failure.
+            let mut details = json!({"transient": transient, "skipped": skipped, "acknowledged": skipped});
             match content {
                 1 => match store.get_batch(&batch_id(*batch)).await {
                     Ok(current) => details[CONTENT_SEQ_KEY] = json!(current.modified_seq.0),

@@ -116,7 +116,7 @@ async fn a_version_10_postgresql_store_keeps_its_open_runs_and_older_clients_cla
     );
     let store = PgStore::open(&url).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), postgres::LATEST_VERSION);
-    assert_eq!(postgres::LATEST_VERSION, 11);
+    const { assert!(postgres::LATEST_VERSION >= 11) };
     an_old_open_run_is_held_until_taken_over(&store, "old/0.9@host#7").await;
 
     // A process of the release before, still running, claims through the functions it knows

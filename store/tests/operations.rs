@@ -914,10 +914,13 @@ async fn summaries_equal_the_summary_of_each_whole_batch(f: Fixture) {
     for batch in &names[..6] {
         register(store, batch.as_str()).await;
     }
-    let details = |rng: &mut XorShift| match rng.below(4) {
+    let details = |rng: &mut XorShift| match rng.below(6) {
         0 => json!({"transient": true}),
         1 => json!({"transient": false, "note": "checked"}),
         2 => json!({"transient": "yes"}),
+        // An operator's flags: a skipped success, an acknowledged failure.
+        3 => json!({"skipped": true}),
+        4 => json!({"acknowledged": true}),
         _ => json!({}),
     };
     let outcome = |rng: &mut XorShift| if rng.one_in(2) { Outcome::Success } else { Outcome::Failure };
@@ -1128,6 +1131,7 @@ async fn summaries_equal_the_summary_of_each_whole_batch(f: Fixture) {
     assert!(events.iter().any(|e| e.is_transient_failure()), "a transient failure was recorded");
     assert!(events.iter().any(|e| e.run.is_some()), "a result was recorded in a run");
     assert!(events.iter().any(|e| e.flag("cancelled")), "a cancel was recorded");
+    assert!(events.iter().any(|e| e.is_acknowledged()), "an acknowledged failure was recorded");
     assert!(most_running >= 2, "at some check a batch had two components running");
 }
 

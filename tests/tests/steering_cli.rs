@@ -149,6 +149,62 @@ fn twenty_batches_at_a_human_step_are_decided_in_one_command() {
     assert_eq!(state(&pipeline, "B0021", "qa"), "failed");
 }
 
+/// A failure and a person's rejection are closed out: `failures` and `alerts` say what
+/// failed (cron mail), `acknowledge` closes both out in one command, after which `alerts`
+/// prints nothing, `failures` lists none, `status` shows `acknowledged`, what requires the
+/// step still waits, the notifier is told nothing new, and a rerun opens the step again.
+#[test]
+fn failures_are_closed_out_by_acknowledging_them_and_reopened_by_a_rerun() {
+    let pipeline = pipeline_with_a_human_step();
+    pipeline.configure("[settings]\nbehaviour = \"fail\"\n");
+    let ids = pipeline.register(2);
+    assert_eq!(pipeline.run(&["--batch", "B0001"]).code, Some(1));
+    pipeline.configure("");
+    assert_eq!(pipeline.run(&["--batch", "B0002"]).code, Some(0));
+    ok(&pipeline, &["reject", "B0002", "--step", "qa", "--reason", "torn page"]);
+    let alerts = autocomp(&pipeline, &["alerts"]);
+    assert_eq!(alerts.code, Some(1), "{}", alerts.show());
+    assert!(alerts.stdout.contains("probe: 1 batch failed: 1x"), "{}", alerts.show());
+    assert!(alerts.stdout.contains("qa: 1 batch failed: 1x rejected by operator:ann: torn page"), "{}", alerts.show());
+    let failures = ok(&pipeline, &["failures"]);
+    assert!(failures.contains("close out:   autocomp acknowledge B0001 --component probe"), "{failures}");
+
+    // Nothing to close out is refused by name, nothing written.
+    let head = pipeline.head();
+    let nothing = autocomp(&pipeline, &["acknowledge", "B0002", "--component", "probe", "--reason", "x"]);
+    assert_eq!(nothing.code, Some(1), "{}", nothing.show());
+    assert!(nothing.stderr.contains("probe has no failure on B0002 to acknowledge"), "{}", nothing.show());
+    assert_eq!(pipeline.head(), head);
+
+    let closed =
+        ok(&pipeline, &["acknowledge", "B0001", "--component", "probe", "--reason", "scanner fault, rescanned"]);
+    assert!(closed.contains("probe's failure (seq"), "{closed}");
+    assert!(closed.contains("probe: failed -> acknowledged"), "{closed}");
+    ok(&pipeline, &["acknowledge", "B0002", "--component", "qa", "--reason", "returned to the publisher"]);
+    let quiet = autocomp(&pipeline, &["alerts"]);
+    assert_eq!((quiet.code, quiet.stdout.as_str()), (Some(0), ""), "{}", quiet.show());
+    assert!(!ok(&pipeline, &["failures"]).contains("B000"), "no failure left to list");
+    assert_eq!(state(&pipeline, "B0001", "probe"), "acknowledged");
+    assert_eq!(state(&pipeline, "B0001", "qa"), "waiting", "what requires the step still waits");
+    assert_eq!(state(&pipeline, "B0002", "qa"), "acknowledged");
+    let listed = ok(&pipeline, &["status", "--state", "acknowledged", "--format", "csv"]);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    let event = pipeline.events(&ids[0], "Probed").pop().unwrap();
+    assert!(event.flag("acknowledged") && event.agent.as_str() == "operator:ann", "{event:?}");
+    assert_eq!(event.details["acknowledges"]["reason"], "probe: deliberate failure (data/page-1.tif)");
+    let shown = ok(&pipeline, &["show", "B0001"]);
+    assert!(shown.starts_with("B0001: closed: an operator acknowledged its failure at probe"), "{shown}");
+    let again = autocomp(&pipeline, &["acknowledge", "B0001", "--component", "probe", "--reason", "twice"]);
+    assert_eq!(again.code, Some(1), "{}", again.show());
+    assert!(again.stderr.contains("acknowledged already"), "{}", again.show());
+
+    // A rerun opens it again.
+    ok(&pipeline, &["rerun", "B0001", "--component", "probe", "--reason", "rescanned"]);
+    assert_eq!(state(&pipeline, "B0001", "probe"), "ready");
+    assert_eq!(pipeline.run(&[]).code, Some(0));
+    assert_eq!(state(&pipeline, "B0001", "probe"), "success");
+}
+
 #[test]
 fn a_paused_component_is_shown_with_who_and_why_and_alerts_report_it_once_too_long() {
     let pipeline = pipeline_with_a_human_step();

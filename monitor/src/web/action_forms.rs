@@ -190,11 +190,16 @@ pub fn action_forms(access: &Access, target: &Target, choices: &Choices, priorit
 }
 
 /// The batch actions an action form offers: (`action`, label, help).
-const ACTIONS: [(&str, &str, &str); 5] = [
+const ACTIONS: [(&str, &str, &str); 6] = [
     ("rerun", "Rerun", "Supersede the component's result (a Reset) so it runs again."),
     ("restart", "Restart", "Reset the starting step and every step recorded after it."),
     ("cancel", "Cancel", "Stop the component's running worker and record a cancelled failure."),
     ("skip", "Skip", "Record a skipped success so the steps after it may run."),
+    (
+        "acknowledge",
+        "Acknowledge",
+        "Close out the component's failure: it stays a failure but needs nobody (a rerun opens it again).",
+    ),
     ("prioritize", "Prioritize", "Set the priority (higher runs first)."),
 ];
 
@@ -211,7 +216,7 @@ pub struct Choices<'c> {
 /// (the form closed) when it cannot be filled (no components).
 fn action_fields(out: &mut String, id: &str, action: &str, choices: &Choices, priority: Option<i32>) -> bool {
     match action {
-        "rerun" | "cancel" | "skip" => {
+        "rerun" | "cancel" | "skip" | "acknowledge" => {
             if choices.components.is_empty() {
                 out.push_str("<p>No components.</p></fieldset></form>");
                 return false;

@@ -202,6 +202,7 @@ pub fn state_icon(state: ComponentState) -> &'static str {
         ComponentState::Skipped => "↷",
         ComponentState::Stale => "⌛",
         ComponentState::Failed => "✗",
+        ComponentState::Acknowledged => "⊘",
         ComponentState::Retrying => "↻",
         ComponentState::Working => "◐",
         ComponentState::Ready => "▷",
@@ -214,6 +215,9 @@ pub fn state_icon(state: ComponentState) -> &'static str {
 pub fn state_meaning(state: ComponentState) -> Option<&'static str> {
     match state {
         ComponentState::Person => Some("waiting for a person: a human step, approved or rejected on the batch's page"),
+        ComponentState::Acknowledged => {
+            Some("a failure an operator acknowledged: it needs nobody; a rerun opens it again")
+        }
         _ => None,
     }
 }

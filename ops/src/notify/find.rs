@@ -183,10 +183,13 @@ impl Finder<'_> {
 
     fn consider(&self, event: &Event, news: &mut FeedNews) {
         let kind = match event.outcome {
-            // An operator's cancel and a person's rejection are their own doing; a transient
-            // failure is retried by itself.
+            // An operator's cancel, acknowledgement and a person's rejection are their own
+            // doing; a transient failure is retried by itself.
             Outcome::Failure
-                if !event.is_transient_failure() && !event.flag("cancelled") && !event.flag("rejected") =>
+                if !event.is_transient_failure()
+                    && !event.flag("cancelled")
+                    && !event.flag("rejected")
+                    && !event.is_acknowledged() =>
             {
                 EventKind::Failure
             }

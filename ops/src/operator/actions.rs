@@ -3,7 +3,7 @@
 //! one event (or registers one batch). History only grows: a rerun or restart is a `Reset`
 //! marker superseding events in the effective view, never an edit.
 //!
-//! `rerun`, `restart`, `cancel`, `skip`, `prioritize`, `approve` and `reject` are each one
+//! `rerun`, `restart`, `cancel`, `skip`, `acknowledge`, `prioritize`, `approve` and `reject` are each one
 //! [`Action`], planned by its own module whatever asks for it: the CLI performs the plan
 //! (`perform`), the monitor previews it first (`preview`: the same checks and refusals, the
 //! event it would append and the state changes that follow), confirms what it previewed
@@ -19,6 +19,7 @@ use std::fmt;
 
 use autocomp_model::ComponentName;
 
+mod acknowledge;
 mod add;
 mod approve;
 mod bulk;
@@ -76,6 +77,9 @@ pub enum Action {
     /// Records a success flagged `skipped` for the component. Over a success that counts
     /// (not skipped, not stale) it is refused unless `force`.
     Skip { component: String, force: bool },
+    /// Records the component's effective failure again flagged `acknowledged`: closed out,
+    /// it needs nobody (refused when there is no failure, or it is acknowledged already).
+    Acknowledge { component: String },
     /// Sets the batch's priority (higher runs first) and records `Prioritized`.
     Prioritize { priority: i32 },
     /// A person's approval at a human step (a manual component) the batch waits at: its
@@ -95,6 +99,7 @@ impl Action {
             Action::Restart { .. } => "restart",
             Action::Cancel { .. } => "cancel",
             Action::Skip { .. } => "skip",
+            Action::Acknowledge { .. } => "acknowledge",
             Action::Prioritize { .. } => "prioritize",
             Action::Approve { .. } => "approve",
             Action::Reject { .. } => "reject",
@@ -104,9 +109,10 @@ impl Action {
     /// The component it names, if any.
     fn component(&self) -> Option<&str> {
         match self {
-            Action::Rerun { component } | Action::Cancel { component, .. } | Action::Skip { component, .. } => {
-                Some(component)
-            }
+            Action::Rerun { component }
+            | Action::Cancel { component, .. }
+            | Action::Skip { component, .. }
+            | Action::Acknowledge { component } => Some(component),
             Action::Approve { step } | Action::Reject { step, .. } => Some(step),
             Action::Restart { .. } | Action::Prioritize { .. } => None,
         }
@@ -120,6 +126,7 @@ impl fmt::Display for Action {
             Action::Restart { from } => restart::describe(f, from),
             Action::Cancel { component, record_anyway } => cancel::describe(f, component, *record_anyway),
             Action::Skip { component, force } => skip::describe(f, component, *force),
+            Action::Acknowledge { component } => acknowledge::describe(f, component),
             Action::Prioritize { priority } => prioritize::describe(f, *priority),
             Action::Approve { step } => approve::describe(f, step),
             Action::Reject { step, restart_from } => reject::describe(f, step, restart_from.as_deref()),

@@ -254,7 +254,7 @@ impl Explanation {
             )),
             Some(refusal) if refusal.clause == "blocked_by" && self.own_result_blocks() => {
                 let result = self.result.as_ref()?;
-                (result.outcome == Outcome::Failure && !result.is_transient_failure())
+                (result.outcome == Outcome::Failure && !result.is_transient_failure() && !result.is_acknowledged())
                     .then(|| format!("autocomp rerun {id} --component {name} --reason ..."))
             }
             _ => None,
@@ -320,6 +320,10 @@ impl Explanation {
 
 /// A step done or failed by its own result: what it came to.
 fn result_verdict(result: &Event) -> String {
+    if result.is_acknowledged() {
+        let said = result.failure_text().map(|text| autocomp_toolkit::terminal::one_line(&text).into_owned());
+        return format!("closed out at seq {}: {}", result.seq, said.unwrap_or_else(|| "acknowledged".into()));
+    }
     match result.failure_text().filter(|_| result.outcome == Outcome::Failure) {
         Some(reason) => {
             let reason = autocomp_toolkit::terminal::one_line(&reason);

@@ -107,6 +107,9 @@ impl FailuresView {
             if let Some(first) = at.reasons.first().and_then(|g| g.batches.first()) {
                 writeln!(out, "  look closer: autocomp explain {first}").ok();
                 writeln!(out, "  try again:   autocomp rerun {first} --component {} --reason ...", at.component).ok();
+                // Several ids close out a whole group at once.
+                writeln!(out, "  close out:   autocomp acknowledge {first} --component {} --reason ...", at.component)
+                    .ok();
             }
         }
         out

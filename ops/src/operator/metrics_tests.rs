@@ -104,6 +104,7 @@ autocomp_batches{component="trigger",state="waiting"} 0
 autocomp_batches{component="trigger",state="working"} 0
 autocomp_batches{component="trigger",state="retrying"} 0
 autocomp_batches{component="trigger",state="failed"} 0
+autocomp_batches{component="trigger",state="acknowledged"} 0
 autocomp_batches{component="trigger",state="stale"} 0
 autocomp_batches{component="trigger",state="skipped"} 0
 autocomp_batches{component="trigger",state="success"} 4
@@ -113,6 +114,7 @@ autocomp_batches{component="checker",state="waiting"} 0
 autocomp_batches{component="checker",state="working"} 1
 autocomp_batches{component="checker",state="retrying"} 0
 autocomp_batches{component="checker",state="failed"} 1
+autocomp_batches{component="checker",state="acknowledged"} 0
 autocomp_batches{component="checker",state="stale"} 0
 autocomp_batches{component="checker",state="skipped"} 0
 autocomp_batches{component="checker",state="success"} 1
@@ -122,6 +124,7 @@ autocomp_batches{component="auditor",state="waiting"} 3
 autocomp_batches{component="auditor",state="working"} 0
 autocomp_batches{component="auditor",state="retrying"} 0
 autocomp_batches{component="auditor",state="failed"} 0
+autocomp_batches{component="auditor",state="acknowledged"} 0
 autocomp_batches{component="auditor",state="stale"} 0
 autocomp_batches{component="auditor",state="skipped"} 0
 autocomp_batches{component="auditor",state="success"} 0

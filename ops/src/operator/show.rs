@@ -330,6 +330,7 @@ impl BatchView {
             .or_else(|| named(ComponentState::Retrying, "retrying a transient failure at"))
             .or_else(|| named(ComponentState::Ready, "ready for"))
             .or_else(|| named(ComponentState::Stale, "to be redone (its content changed) at"))
+            .or_else(|| named(ComponentState::Acknowledged, "closed: an operator acknowledged its failure at"))
             .or_else(|| named(ComponentState::Waiting, "waiting at"));
         match verdict {
             Some(verdict) => (verdict, None),

@@ -93,7 +93,8 @@ pub struct Attempt {
     pub end: Option<Timestamp>,
     /// `None` while the run is open.
     pub outcome: Option<Outcome>,
-    /// The report's flags that are set: `transient`, `timed_out`, `cancelled`, `skipped`.
+    /// The report's flags that are set: `transient`, `timed_out`, `cancelled`, `skipped`,
+    /// `acknowledged`.
     pub flags: Vec<&'static str>,
     /// start − ready; `None` when the ready time is unknown.
     pub waited: Option<Duration>,
@@ -109,7 +110,10 @@ impl Attempt {
             Some(ms) => (Timestamp(event.at.0.saturating_sub(ms as i64)), StartFrom::Report),
             None => (event.at, StartFrom::Result),
         };
-        let flags = ["transient", "timed_out", "cancelled", "skipped"].into_iter().filter(|f| event.flag(f)).collect();
+        let flags = ["transient", "timed_out", "cancelled", "skipped", "acknowledged"]
+            .into_iter()
+            .filter(|f| event.flag(f))
+            .collect();
         Attempt {
             seq: Some(event.seq),
             generation: event.run.as_ref().map(|r| r.generation),
@@ -147,6 +151,7 @@ impl Attempt {
             Some(Outcome::Success) if self.flags.contains(&"skipped") => ComponentState::Skipped,
             Some(Outcome::Success) => ComponentState::Success,
             Some(Outcome::Failure) if self.flags.contains(&"transient") => ComponentState::Retrying,
+            Some(Outcome::Failure) if self.flags.contains(&"acknowledged") => ComponentState::Acknowledged,
             Some(Outcome::Failure) => ComponentState::Failed,
         }
     }

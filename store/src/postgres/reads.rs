@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 
 use super::calls::prepare;
 use super::rows::{
-    SUMMARY_COLUMNS, SUMMARY_FROM, corrupt, events_from_json, run_from_json, runs_from_json, summary_from_row,
+    SUMMARY_COLUMNS, SUMMARY_FROM, SUMMARY_WIDTH, corrupt, events_from_json, run_from_json, runs_from_json,
+    summary_from_row,
 };
 use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
@@ -58,13 +59,13 @@ impl PgBackend {
                 let row = client.query_opt(&statement, &[&id.as_str()]).await.map_err(|e| self.read_failure(e))?;
                 let row = row.ok_or_else(|| Failure::Final(StoreError::NotFound(id.clone())))?;
                 let summary = summary_from_row(&row)?;
-                let metadata = match serde_json::from_str(row.get::<_, &str>(15)).map(unjsoned) {
+                let metadata = match serde_json::from_str(row.get::<_, &str>(SUMMARY_WIDTH)).map(unjsoned) {
                     Ok(Value::Object(map)) => map,
                     Ok(_) => Map::new(),
                     Err(e) => return Err(corrupt("batch", e)),
                 };
-                let open_runs = runs_from_json(row.get(19))?;
-                let last_resets = match row.get::<_, Option<&str>>(21) {
+                let open_runs = runs_from_json(row.get(SUMMARY_WIDTH + 4))?;
+                let last_resets = match row.get::<_, Option<&str>>(SUMMARY_WIDTH + 6) {
                     Some(text) => serde_json::from_str::<std::collections::BTreeMap<String, i64>>(text)
                         .map_err(|e| corrupt("Reset", e))?
                         .into_iter()
@@ -76,13 +77,13 @@ impl PgBackend {
                     modified_at: Timestamp(row.get(6)),
                     summary,
                     metadata,
-                    created_at: Timestamp(row.get(16)),
+                    created_at: Timestamp(row.get(SUMMARY_WIDTH + 1)),
                     open_runs,
-                    effective: events_from_json(row.get(20))?,
+                    effective: events_from_json(row.get(SUMMARY_WIDTH + 5))?,
                     last_resets,
-                    event_count: row.get::<_, i64>(17).max(0) as u64,
-                    stored_bytes: row.get::<_, i64>(18).max(0) as u64,
-                    as_of: Timestamp(row.get(22)),
+                    event_count: row.get::<_, i64>(SUMMARY_WIDTH + 2).max(0) as u64,
+                    stored_bytes: row.get::<_, i64>(SUMMARY_WIDTH + 3).max(0) as u64,
+                    as_of: Timestamp(row.get(SUMMARY_WIDTH + 7)),
                 })
             })
         })
@@ -130,8 +131,8 @@ impl PgBackend {
                         .map(|row| {
                             let listing = BatchListing {
                                 summary: summary_from_row(row)?,
-                                created_at: Timestamp(row.get(15)),
-                                open_runs: runs_from_json(row.get(16))?,
+                                created_at: Timestamp(row.get(SUMMARY_WIDTH)),
+                                open_runs: runs_from_json(row.get(SUMMARY_WIDTH + 1))?,
                             };
                             Ok((listing.summary.id.as_str().to_string(), listing))
                         })

@@ -33,19 +33,23 @@ pub(super) const BATCH_SELECT: &str =
     ) e ON true";
 
 /// A batch's summary (`BatchSummary`) from the maintained columns and `batch_effective`, and
-/// its running components from its open runs: columns 0 to 14 of every read that summarizes.
+/// its running components from its open runs: columns 0 to 15 of every read that summarizes.
 pub(super) const SUMMARY_COLUMNS: &str =
     "b.id, b.type, b.priority, b.created_seq, b.modified_seq, b.changed_seq, b.modified_at,
         b.last_event_at, f.types, f.outcomes, f.seqs, f.transients, f.skipped, f.content_seqs,
         (SELECT array_agg(DISTINCT r.component ORDER BY r.component) FROM runs r
-           WHERE r.batch_id = b.id AND r.state = 'open')";
+           WHERE r.batch_id = b.id AND r.state = 'open'), f.acknowledged";
 pub(super) const SUMMARY_FROM: &str = "FROM batches b
     LEFT JOIN LATERAL (
         SELECT array_agg(type ORDER BY type) types, array_agg(outcome ORDER BY type) outcomes,
                array_agg(seq ORDER BY type) seqs, array_agg(transient ORDER BY type) transients,
-               array_agg(skipped ORDER BY type) skipped, array_agg(content_seq ORDER BY type) content_seqs
+               array_agg(skipped ORDER BY type) skipped, array_agg(content_seq ORDER BY type) content_seqs,
+               array_agg(acknowledged ORDER BY type) acknowledged
         FROM batch_effective WHERE batch_id = b.id
     ) f ON true";
+
+/// How many columns `SUMMARY_COLUMNS` are: a read that selects more numbers them from here.
+pub(super) const SUMMARY_WIDTH: usize = 16;
 
 /// A summary out of `SUMMARY_COLUMNS`.
 pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary, Failure> {
@@ -65,6 +69,7 @@ pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary
         let transients: Vec<bool> = row.get(11);
         let skipped: Vec<bool> = row.get(12);
         let content_seqs: Vec<Option<i64>> = row.get(13);
+        let acknowledged: Vec<bool> = row.get(15);
         for (i, event_type) in types.into_iter().enumerate() {
             effective.push(EventSummary {
                 event_type: EventType::new(event_type).map_err(|e| corrupt("effective event", e))?,
@@ -72,6 +77,7 @@ pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary
                 seq: Seq(seqs[i]),
                 transient: transients[i],
                 skipped: skipped[i],
+                acknowledged: acknowledged[i],
                 content_seq: content_seqs[i].map(Seq),
             });
         }

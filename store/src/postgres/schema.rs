@@ -30,6 +30,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(9, "0009_claim_ready"),
     migration!(10, "0010_change_concerns"),
     migration!(11, "0011_run_liveness"),
+    migration!(12, "0012_acknowledged"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

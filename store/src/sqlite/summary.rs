@@ -2,7 +2,7 @@
 //! `batches.summary`): every write that changes a batch updates it in the same transaction,
 //! so a catch-up reads one row per batch instead of its whole log. Stored compactly as
 //! `[stamp, last_event_at, [[type, "s"|"f", seq, flags, content_seq]], [running component]]`,
-//! `flags` 1 for transient and 2 for skipped, `content_seq` 0 for none. A summary of an older
+//! `flags` 1 for transient, 2 for skipped and 4 for acknowledged, `content_seq` 0 for none. A summary of an older
 //! release (four fields per event) does not decode and is computed from the log again.
 //!
 //! The stamp is the `changed_seq` the summary was written at. A write that bypassed it (a
@@ -35,7 +35,8 @@ fn encode(stamp: Seq, state: &SummaryState) -> String {
                 Outcome::Success => "s",
                 Outcome::Failure => "f",
             };
-            let flags = u8::from(event.transient) | (u8::from(event.skipped) << 1);
+            let flags =
+                u8::from(event.transient) | (u8::from(event.skipped) << 1) | (u8::from(event.acknowledged) << 2);
             (event.event_type.as_str(), outcome, event.seq.0, flags, event.content_seq.map_or(0, |seq| seq.0))
         })
         .collect();
@@ -66,6 +67,7 @@ fn decode(text: &str, changed_seq: Seq, names: &mut NameCache) -> Option<Summary
                 seq: Seq(seq),
                 transient: flags & 1 != 0,
                 skipped: flags & 2 != 0,
+                acknowledged: flags & 4 != 0,
                 content_seq: (content_seq != 0).then_some(Seq(content_seq)),
             })
         })

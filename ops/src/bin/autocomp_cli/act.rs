@@ -80,6 +80,23 @@ pub(super) enum ActCommand {
         #[command(flatten)]
         guard: Guard,
     },
+    /// Close out the component's failure on the batch (a failed run, a cancel, a give-up, a
+    /// person's rejection): it is recorded again flagged `acknowledged`, with who and why. It
+    /// stays a failure (what requires it still waits) but leaves the failed counts, `alerts`
+    /// and the monitor's "Needs a person" for the state `acknowledged`; `rerun` opens it
+    /// again. Several ids close out each (refusals listed, exit 1 if any).
+    Acknowledge {
+        /// The batch ids (one or more).
+        #[arg(required = true, num_args = 1..)]
+        ids: Vec<BatchId>,
+        #[arg(long)]
+        component: ComponentName,
+        /// Why: recorded with the event for whoever reads the log later (required).
+        #[arg(long, required = true)]
+        reason: String,
+        #[command(flatten)]
+        guard: Guard,
+    },
     /// Set a batch's priority (higher runs first); recorded as a `Prioritized` event.
     Prioritize {
         /// The batch id.
@@ -200,6 +217,9 @@ impl ActCommand {
             }
             ActCommand::Skip { id, component, reason, force, guard } => {
                 guard.act(operator, &id, Action::Skip { component: named(component), force }, &reason).await
+            }
+            ActCommand::Acknowledge { ids, component, reason, guard } => {
+                guard.act_on_each(operator, &ids, Action::Acknowledge { component: named(component) }, &reason).await
             }
             ActCommand::Prioritize { id, priority, reason, guard } => {
                 guard.act(operator, &id, Action::Prioritize { priority }, &reason).await

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use super::{Action, RestartFrom};
 
 /// The fields of an action form, each as posted (text): `action` names the action
-/// (`rerun`, `restart`, `cancel`, `skip`, `prioritize`, `approve`, `reject`); `component`
-/// (rerun, cancel, skip), `step` (approve, reject), `from` (restart: an event type or
+/// (`rerun`, `restart`, `cancel`, `skip`, `acknowledge`, `prioritize`, `approve`, `reject`);
+/// `component` (rerun, cancel, skip, acknowledge), `step` (approve, reject), `from` (restart: an event type or
 /// [`RestartFrom::FIRST_FAILURE`]), `restart_from` (reject), `priority` (prioritize, a
 /// whole number), and the checkboxes `force` (skip) and `record_anyway` (cancel), `1` when
 /// checked. Other fields of the form (`reason`, `confirm`, `plan`, `key`, ...) are not the
@@ -101,6 +101,7 @@ impl TryFrom<ActionForm> for Action {
             "rerun" => Action::Rerun { component: component()? },
             "cancel" => Action::Cancel { component: component()?, record_anyway },
             "skip" => Action::Skip { component: component()?, force },
+            "acknowledge" => Action::Acknowledge { component: component()? },
             "restart" => match ActionForm::required(form.from.as_ref(), "from")?.as_str() {
                 RestartFrom::FIRST_FAILURE => Action::Restart { from: RestartFrom::FirstFailure },
                 start => Action::Restart { from: RestartFrom::Type(start.to_owned()) },
@@ -119,7 +120,7 @@ impl TryFrom<ActionForm> for Action {
                 return Err(InvalidInput::new(
                     "action",
                     other,
-                    "expected rerun, restart, cancel, skip, prioritize, approve or reject",
+                    "expected rerun, restart, cancel, skip, acknowledge, prioritize, approve or reject",
                 ));
             }
         })
@@ -131,7 +132,7 @@ impl From<Action> for ActionForm {
         let checked = |set: bool| set.then(|| "1".to_owned());
         let mut form = ActionForm { action: action.name().to_owned(), ..ActionForm::default() };
         match action {
-            Action::Rerun { component } => form.component = Some(component),
+            Action::Rerun { component } | Action::Acknowledge { component } => form.component = Some(component),
             Action::Cancel { component, record_anyway } => {
                 form.component = Some(component);
                 form.record_anyway = checked(record_anyway);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use autocomp_model::{Batch, EventType};
 use autocomp_store::ObjectStore;
 
+use super::acknowledge::Acknowledge;
 use super::approve::{Approve, human_step};
 use super::cancel::Cancel;
 use super::plan::{Context, Plan};
@@ -31,6 +32,7 @@ pub(super) enum Target {
     Restart(Restart),
     Cancel(Cancel),
     Skip(Skip),
+    Acknowledge(Acknowledge),
     Prioritize(Prioritize),
     Approve(Approve),
     Reject(Reject),
@@ -64,6 +66,7 @@ impl Prepared {
             Target::Restart(restart) => restart.plan(context, batch),
             Target::Cancel(cancel) => cancel.plan(context, batch),
             Target::Skip(skip) => skip.plan(context, batch),
+            Target::Acknowledge(acknowledge) => acknowledge.plan(context, batch),
             Target::Prioritize(prioritize) => prioritize.plan(context, batch),
             Target::Approve(approve) => approve.plan(context, batch),
             Target::Reject(reject) => reject.plan(context, batch),
@@ -88,6 +91,7 @@ impl Target {
                 Target::Cancel(Cancel { step: step(component)?, record_anyway: *record_anyway })
             }
             Action::Skip { component, force } => Target::Skip(Skip { step: step(component)?, force: *force }),
+            Action::Acknowledge { component } => Target::Acknowledge(Acknowledge(step(component)?)),
             Action::Prioritize { priority } => Target::Prioritize(Prioritize(*priority)),
             Action::Approve { step: name } => Target::Approve(Approve(human_step(step(name)?)?)),
             Action::Reject { step: name, .. } => {
