@@ -32,7 +32,9 @@ const PYTHON_STEP: (&str, &str) = ("catalogue", "Catalogued");
 /// so an installed `autocomp` needs no source tree).
 const PYTHON_STEP_SOURCE: &str = include_str!("../../contrib/python/examples/catalogue.py");
 const PYTHON_MODULE_SOURCE: &str = include_str!("../../contrib/python/autocomp_step/__init__.py");
-const MAX_ROUNDS: usize = 12;
+/// The most rounds (every step once) the demo runs: a round that does nothing ends it
+/// sooner, and one that still did something when the last round ends is said.
+const MAX_ROUNDS: usize = 200;
 
 /// How a sample delivery is broken, if at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,7 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
         ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} results {msg}").expect("valid template"),
     );
     progress.set_position(recorded_results(&store).await? as u64);
+    let mut work_left = false;
     for round in 1..=MAX_ROUNDS {
         progress.set_prefix(format!("round {round}"));
         let mut processed = 0;
@@ -100,11 +103,19 @@ pub async fn run(dir: &Path, batches: usize) -> Result<(), RunError> {
             processed += run_component(step.command(&config_dir), PYTHON_STEP.0, &dir)?;
             progress.set_position(recorded_results(&store).await? as u64);
         }
-        if processed == 0 {
+        work_left = processed > 0;
+        if !work_left {
             break;
         }
     }
     progress.finish_and_clear();
+    if work_left {
+        println!(
+            "The demo stopped after {MAX_ROUNDS} rounds with work still going: `autocomp --config-dir {} status \
+             --state ready` lists what is left; run the demo again to go on.\n",
+            config_dir.display()
+        );
+    }
 
     print_table(&store).await?;
     println!();

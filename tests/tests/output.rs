@@ -189,6 +189,24 @@ fn a_timed_out_run_keeps_what_it_logged_before_the_timeout() {
     assert!(shown.contains("INFO probe worked on B0001 behaviour=hang\n"), "{shown}");
 }
 
+/// A shell step that hangs past `max_runtime` leaves its trace: its process group is killed
+/// and what it printed before (stdout and stderr) is kept with the timed-out failure, for
+/// `autocomp logs` to show.
+#[test]
+fn a_hung_shell_step_keeps_what_it_printed_when_it_times_out() {
+    let pipeline = exec_pipeline(None);
+    let config = "max_runtime = \"2s\"\ncancel_grace = \"5s\"\n\n[settings]\nkill_grace = \"1s\"\n";
+    std::fs::write(pipeline.config_dir().join("ocr.toml"), config).unwrap();
+    let id = pipeline.register(1).remove(0);
+    let script = "echo 'scanning page 1'; echo 'stuck on page 7' >&2; sleep 60";
+    let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", script];
+    let run = finish(pipeline.command(&args).spawn().expect("autocomp-exec starts"), Duration::from_secs(60));
+    assert_eq!(run.code, Some(1), "{}", run.show());
+    let shown = ok(&pipeline, &["logs", id.as_str()]);
+    assert!(shown.contains("failure (timed out)"), "{shown}\n{}", run.show());
+    assert!(shown.contains("scanning page 1") && shown.contains("stuck on page 7"), "{shown}");
+}
+
 /// A line feed in a reason, a report or a file name cannot forge a line of `show`: each
 /// single-line field shows it as `\u000a`, and an invisible character (a tag character, a
 /// soft hyphen, a Hangul filler) shows as its escape, as the monitor marks it.

@@ -102,13 +102,16 @@ impl Component for Archiver {
             1 => String::new(),
             _ => format!("; the earlier versions are kept beside it under {}", root.display()),
         };
-        context.set_summary(format!(
+        let summary = format!(
             "archived{} to {} ({} files, {} bytes, sha256 of the copy verified){kept}",
             if version > 1 { format!(" version {version}") } else { String::new() },
             target.display(),
             progress.files,
             progress.bytes
-        ));
+        );
+        // A line of what it did, kept as the run's output (the operator's `autocomp logs`).
+        tracing::info!("{summary}");
+        context.set_summary(summary);
         let fixity = Fixity::of_files(std::mem::take(&mut progress.digests));
         context.set_result(&ArchivedCopy { archive_path: target.display().to_string(), version, fixity })
     }

@@ -36,6 +36,8 @@ impl Component for ChecksumVerifier {
     fn work(&self, _batch: &Batch, settings: &VerifySettings, context: &mut WorkContext) -> Result<(), WorkError> {
         let totals = check_location(context, |root, sink| verify::verify(root, settings, sink))?;
         let summary = totals.summary(context.failures_so_far());
+        // A line of what it did, kept as the run's output (the operator's `autocomp logs`).
+        autocomp_framework::tracing::info!("{summary}");
         context.set_summary(summary);
         context.set_result(&ChecksumsVerified::from(&totals))
     }

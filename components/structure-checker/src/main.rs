@@ -35,7 +35,10 @@ impl Component for StructureChecker {
 
     fn work(&self, _batch: &Batch, rules: &StructureRules, context: &mut WorkContext) -> Result<(), WorkError> {
         let totals = check_location(context, |root, sink| structure::check(root, rules, sink))?;
-        context.set_summary(totals.summary());
+        let summary = totals.summary();
+        // A line of what it did, kept as the run's output (the operator's `autocomp logs`).
+        autocomp_framework::tracing::info!("{summary}");
+        context.set_summary(summary);
         let mut result =
             StructureChecked { files: totals.files, directories: totals.directories, ..Default::default() };
         // The metadata as declared; a bag that cannot be read has already failed the check above.

@@ -19,6 +19,8 @@ def work(batch: Batch, settings: dict) -> dict:
     if not archive.is_dir():
         raise PermanentFailure(f"the archive copy {archive} is gone")
     info = checked.get("bag_info", {})
+    # A line of what it did: autocomp-exec keeps stdout as the run's output.
+    print(f"catalogued {batch.id}: {archived['fixity']['files']} files archived at {archive}")
     return {
         "identifier": info.get("external_identifier") or batch.id,
         "source_organization": info.get("source_organization"),

@@ -149,13 +149,19 @@ impl<C: Component> Runner<C> {
         phases::mark(Phase::Work);
         drop(permit);
         let Some(outcome) = outcome else {
-            // Recorded first, so the result is fenced however long the thread takes; then the
-            // thread gets `cancel_grace` to clean up. One still hung after that cannot hold
-            // anything: the process exits after this pass.
+            // Cancelled, the work gets `cancel_grace` to stop (a command's process group is
+            // killed) and hand back what it printed, which the timed-out failure keeps: a hang
+            // leaves its trace. Work still hung after that cannot hold anything (the process
+            // exits after this pass); the failure keeps what it logged until then. The claim
+            // stays ours meanwhile: nothing else records on it until we do.
             cancelled.store(true, Ordering::Relaxed);
-            let result = self.record(claimed, self.timed_out_report(started, log.as_ref()), true).await;
-            self.let_cancelled_work_clean_up(finished.as_mut()).await;
-            return result;
+            let returned = tokio::time::timeout(self.config.cancel_grace, finished.as_mut()).await.ok();
+            if returned.is_none() {
+                warn!(batch = %claimed.batch.id, "timed-out work did not return within cancel_grace; leaving it behind");
+            }
+            let printed = returned.and_then(Result::ok).and_then(|(_, report)| report.output);
+            let report = self.timed_out_report(started, log.as_ref(), printed);
+            return self.record(claimed, report, true).await;
         };
         drop(finished);
         let mut report = match outcome {
@@ -166,18 +172,21 @@ impl<C: Component> Runner<C> {
         self.record(claimed, report, false).await
     }
 
-    /// The failure recorded for work past `max_runtime`, with what it logged until now
-    /// (streams it would have set itself are lost with the work, which has not returned).
-    fn timed_out_report(&self, started: Instant, log: Option<&LogCapture>) -> Report {
+    /// The failure recorded for work past `max_runtime`, with what it printed when it
+    /// returned after its cancel (`printed`), else what it logged until now.
+    fn timed_out_report(&self, started: Instant, log: Option<&LogCapture>, printed: Option<RunOutput>) -> Report {
         let mut report = failed_report(
             &self.config,
             &format!("did not finish within max_runtime {}", humantime::format_duration(self.config.max_runtime)),
         );
         report.timed_out = true;
         report.duration_ms = started.elapsed().as_millis() as u64;
-        if let Some(log) = log.and_then(LogCapture::finish) {
-            report.output = fitted_output(RunOutput { streams: vec![log] }, self.config.max_output);
-        }
+        report.output = match printed {
+            Some(printed) => fitted_output(printed, self.config.max_output),
+            None => log
+                .and_then(LogCapture::finish)
+                .and_then(|log| fitted_output(RunOutput { streams: vec![log] }, self.config.max_output)),
+        };
         report
     }
 
