@@ -170,9 +170,27 @@ pub struct MatrixRow {
     pub cells: Vec<Cell>,
 }
 
+impl MatrixRow {
+    /// When its time in the pipeline ends: `now` while a step works on it or waits to
+    /// (ready, a person's decision, a retry), since a wait is time in the pipeline; else,
+    /// at rest (done, failed, waiting for nothing that moves), its last activity.
+    pub fn in_pipeline_until(&self, now: Timestamp) -> Timestamp {
+        let moving = self.cells.iter().any(|cell| {
+            matches!(
+                cell.state,
+                ComponentState::Ready | ComponentState::Person | ComponentState::Working | ComponentState::Retrying
+            )
+        });
+        let last = self.batch.listing.summary.last_activity;
+        if moving { Timestamp(now.millis().max(last.millis())) } else { last }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Matrix {
     pub components: Vec<ComponentName>,
+    /// When the states were judged.
+    pub now: Timestamp,
     pub rows: Vec<MatrixRow>,
     /// The cursor of the next page, when there is one.
     pub next: Option<PageKey>,
@@ -364,6 +382,7 @@ impl Monitor {
             .collect();
         Ok(Matrix {
             components: pipeline.iter().map(|s| s.name().clone()).collect(),
+            now,
             rows,
             next: page.next,
             total: total.first().map_or(0, |t| t.count),

@@ -311,7 +311,7 @@ async fn twenty_components_are_drawn_without_overlap_and_an_empty_pipeline_witho
     // The long name is cut, and whole in the node's title.
     let long = node(svg, "source-with-a-rather-long-name-indeed");
     assert!(long.contains("<title>source-with-a-rather-long-name-indeed: source · records T0</title>"), "{long}");
-    assert!(long.contains(">source-with-a-rather…</text>"), "{long}");
+    assert!(long.contains(">source-with-a-rather-lo…</text>"), "{long}");
     assert!(svg.contains("viewBox=\"0 0 ") && svg.contains("class=\"wide\""), "{svg}");
     // An input node beside each column of its consumers.
     assert_eq!(svg.matches("<g class=\"node input\">").count(), 9, "{svg}");

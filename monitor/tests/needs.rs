@@ -153,11 +153,14 @@ async fn nothing_needs_a_person_in_an_empty_or_a_healthy_pipeline() {
 }
 
 /// Each row of the list says how long its batch has been in the pipeline (creation to last
-/// activity), the exact times in its title.
+/// activity, or to now while a step works on it or waits, as a batch ready since its
+/// creation does), the exact times in its title.
 #[tokio::test]
 async fn the_batch_list_shows_how_long_each_batch_has_been_in_the_pipeline() {
     let f = Fixture::new(Settings::default()).await;
     f.batch("B1", &[("Data_Received", OK, None)]).await;
+    // Ready at the probe since it came, with no activity since: still in the pipeline.
+    f.batch("B2", &[("Data_Received", OK, None)]).await;
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     f.store
         .append_event(&id("B1"), NewEvent::new(EventType::new("Probed").unwrap(), OK, Agent::new("test").unwrap()))
@@ -172,6 +175,9 @@ async fn the_batch_list_shows_how_long_each_batch_has_been_in_the_pipeline() {
     // A second and a bit apart: whole seconds, the same short and exact (one unit only).
     let (exact, shown) = cell.split_once(" (UTC): ").unwrap().1.split_once("\">").unwrap();
     assert!(exact == shown && exact.ends_with('s') && exact != "0s", "{cell}");
+    let at = list.find(">B2</a>").unwrap_or_else(|| panic!("B2: {list}"));
+    let cell = &list[at..at + list[at..].find("</tr>").unwrap()];
+    assert!(!cell.contains("\">0s</td>"), "a waiting batch's time runs on: {cell}");
     // The NDJSON export carries it too, in whole seconds.
     let (_, ndjson) = f.get("/batches.ndjson").await;
     let row: serde_json::Value = serde_json::from_str(ndjson.lines().next().unwrap()).unwrap();
@@ -189,8 +195,12 @@ async fn acknowledged_failures_leave_needs_a_person_for_their_own_state() {
         let events = [("Data_Received", OK, None), ("Probed", OK, None), ("Checked", FAILED, Some("disk full"))];
         f.batch(&format!("B{i}"), &events).await;
     }
-    let (needs, _) = f.needs().await;
+    let (needs, page) = f.needs().await;
     assert!(needs.contains("checker: 3 failed"), "{needs}");
+    assert!(
+        page.contains("<td class=\"num count-failed\"><a href=\"/batches?q=component%3Achecker+state%3Afailed\""),
+        "a failed count is coloured: {page}"
+    );
     let close = autocomp_ops::operator::Action::Acknowledge { component: "checker".into() };
     let ids = [id("B1"), id("B2")];
     let done = f.operator.perform_many(&ids, &close, "disk replaced, batches re-delivered").await.unwrap();

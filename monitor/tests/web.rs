@@ -721,7 +721,8 @@ async fn bad_input_is_a_400_naming_the_field_and_the_value() {
         assert!(page.body.contains(value), "{uri}: {}", page.body);
     }
     let posts: [(&str, Fields, &str); 7] = [
-        ("/batches/B1/act", &[("action", "rerun"), ("component", "checker"), ("reason", " ")], "--reason"),
+        // The form's field, not the CLI's flag.
+        ("/batches/B1/act", &[("action", "rerun"), ("component", "checker"), ("reason", " ")], "reason"),
         ("/batches/B1/act", &[("action", "prioritize"), ("priority", "high"), ("reason", REASON)], "priority"),
         ("/batches/B1/act", &[("action", "explode"), ("reason", REASON)], "action"),
         ("/batches/B1/act", &[("action", "rerun"), ("component", "nosuch"), ("reason", REASON)], "component"),
@@ -764,6 +765,15 @@ async fn bad_input_is_a_400_naming_the_field_and_the_value() {
         let page = f.post("/batches/B1/act", &form, &[("cookie", &cookie)]).await;
         assert_eq!(page.status, StatusCode::BAD_REQUEST, "{form:?}: {}", page.body);
         assert!(page.body.contains(&format!("<code>{field}</code>")), "{form:?}: {}", page.body);
+    }
+    // A body over the limit is 413 in plain words, not a 400 about buffering.
+    let huge = "x".repeat(5 << 20);
+    // (`/steer` refuses an operator before it reads a body: an admin's.)
+    for uri in ["/batches/B1/act", "/bulk"] {
+        let page = f.post(uri, &[("action", "rerun"), ("reason", &huge)], &[("cookie", &cookie)]).await;
+        assert_eq!(page.status, StatusCode::PAYLOAD_TOO_LARGE, "{uri}: {}", page.body);
+        assert!(page.body.contains("the form is larger than the 64 KiB a form may be"), "{uri}: {}", page.body);
+        assert!(!page.body.contains("buffer"), "{uri}: {}", page.body);
     }
     assert_eq!(f.head().await, head, "nothing written");
 }
@@ -1295,6 +1305,11 @@ async fn a_confirm_acts_once_and_only_on_the_batch_it_previewed() {
     f.store.claim(&id("B2"), &checker, &holder).await.unwrap();
     let form = [("action", "cancel"), ("component", "checker"), ("reason", REASON)];
     let extra = [("cookie", cookie.as_str())];
+    // The batch page's Cancel form starts on the component at work.
+    let page = f.get("/batches/B2", &extra).await.body;
+    let cancel = &page[page.find("id=\"one-cancel-component\"").expect("the cancel form's select")..];
+    let chosen = &cancel[..cancel.find("</select>").unwrap()];
+    assert!(chosen.contains("<option value=\"checker\" selected>"), "{chosen}");
     let tab_a = f.preview("/batches/B2/act", &form, &extra).await;
     let tab_b = f.preview("/batches/B2/act", &form, &extra).await;
     assert_eq!((tab_a.status, tab_b.status), (StatusCode::OK, StatusCode::OK), "{}", tab_a.body);
@@ -1503,7 +1518,7 @@ async fn a_preview_address_is_checked_like_the_form_and_shown_only_to_operators_
         (one.replace(&format!("&key={key}"), ""), "key"),
         (one.replace("action=rerun", "action=explode"), "action"),
         (one.replace("component=checker", "component=nosuch"), "component"),
-        (one.replace("reason=why", "reason=+"), "--reason"),
+        (one.replace("reason=why", "reason=+"), "reason"),
         (format!("{one}&force=1"), "force"),
         (format!("{bulk}&since=0&colour=red"), "colour"),
         (bulk.clone(), "since"),
@@ -1561,8 +1576,8 @@ async fn a_preview_address_is_checked_like_the_form_and_shown_only_to_operators_
     let huge = "c".repeat(60_000);
     let longest = "🙂".repeat(2000);
     for (uri, form, field) in [
-        ("/batches/B1/act", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "--reason"),
-        ("/bulk", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "--reason"),
+        ("/batches/B1/act", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "reason"),
+        ("/bulk", [("action", "rerun"), ("component", "checker"), ("reason", long.as_str())], "reason"),
         ("/batches/B1/act", [("action", "rerun"), ("component", huge.as_str()), ("reason", REASON)], "component"),
     ] {
         let answer = f.post(uri, &form, &extra).await;
@@ -1822,8 +1837,8 @@ async fn bad_steering_input_names_the_field_and_changes_nothing() {
     let cookie = f.sign_in("root").await;
     let extra = [("cookie", cookie.as_str())];
     let posts: [(Fields, &str); 12] = [
-        (&[("action", "pause"), ("component", "probe"), ("reason", " ")], "--reason"),
-        (&[("action", "pause"), ("component", "probe")], "--reason"),
+        (&[("action", "pause"), ("component", "probe"), ("reason", " ")], "reason"),
+        (&[("action", "pause"), ("component", "probe")], "reason"),
         (&[("action", "explode"), ("component", "probe"), ("reason", REASON)], "action"),
         (&[("action", "pause"), ("reason", REASON)], "component"),
         (&[("action", "pause"), ("all", "1"), ("component", "probe"), ("reason", REASON)], "all"),
@@ -1866,7 +1881,7 @@ async fn bad_steering_input_names_the_field_and_changes_nothing() {
         (address.replace(&format!("&key={key}"), ""), "key"),
         (format!("{address}&confirm=1"), "confirm"),
         (format!("{address}&version=0"), "version"),
-        (address.replace("reason=why", "reason=+"), "--reason"),
+        (address.replace("reason=why", "reason=+"), "reason"),
     ] {
         let page = f.get(&uri, &extra).await;
         assert_eq!(page.status, StatusCode::BAD_REQUEST, "{uri}: {}", page.body);

@@ -53,8 +53,8 @@ use serde_json::Value;
 const COMPONENT: &str = "checksum-verifier";
 const EVENT_TYPE: &str = "Checksums_Verified";
 /// The states `autocomp status` reports; the overview adds `overdue`.
-const STATES: [&str; 9] =
-    ["ready", "person", "waiting", "working", "retrying", "failed", "stale", "skipped", "success"];
+const STATES: [&str; 10] =
+    ["ready", "person", "waiting", "working", "retrying", "failed", "acknowledged", "stale", "skipped", "success"];
 const OPERATOR: &str = "alice";
 /// An account that may read but not act.
 const VIEWER: &str = "vera";

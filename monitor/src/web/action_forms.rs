@@ -210,6 +210,8 @@ pub struct Choices<'c> {
     pub components: &'c [String],
     pub types: &'c [String],
     pub preselect: Option<&'c str>,
+    /// The component at work on the batch, which a cancel's select starts at.
+    pub running: Option<&'c str>,
 }
 
 /// The fields of the form for `action` between its hidden fields and its reason; false
@@ -222,7 +224,11 @@ fn action_fields(out: &mut String, id: &str, action: &str, choices: &Choices, pr
                 return false;
             }
             let options: Vec<(String, String)> = choices.components.iter().map(|c| (c.clone(), c.clone())).collect();
-            select(out, &format!("{id}-component"), ("component", "Component"), &options, choices.preselect);
+            let chosen = match action {
+                "cancel" => choices.running.or(choices.preselect),
+                _ => choices.preselect,
+            };
+            select(out, &format!("{id}-component"), ("component", "Component"), &options, chosen);
             let checkbox = match action {
                 "skip" => Some(("force", "Force: skip even over a success")),
                 "cancel" => Some(("record_anyway", "Record the cancelled failure even if it is not running")),

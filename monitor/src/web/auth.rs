@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_model::InvalidInput;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -223,7 +222,7 @@ pub async fn login(
     let Some(accounts) = &app.options.accounts else {
         return Err(access.writer().err().unwrap_or_else(|| WebError::new(StatusCode::FORBIDDEN, "Read only", "")));
     };
-    let Form(form) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
+    let Form(form) = form.map_err(|e| WebError::unreadable("form", e.status(), &e.body_text()))?;
     let next = local_path(form.next.as_deref()).to_owned();
     let address = address_key(caller.client);
     if let Some(refused) = address_limited(&app, &caller, &address) {

@@ -32,9 +32,8 @@ pub struct BatchQuery {
 
 impl BatchQuery {
     fn before(query: Result<Query<BatchQuery>, QueryRejection>) -> Result<Option<Seq>, WebError> {
-        let query = query
-            .map(|Query(q)| q)
-            .map_err(|e| WebError::invalid(autocomp_model::InvalidInput::new("query string", "", e.body_text())))?;
+        let query =
+            query.map(|Query(q)| q).map_err(|e| WebError::unreadable("query string", e.status(), &e.body_text()))?;
         match query.before.as_deref() {
             None | Some("") => Ok(None),
             Some(text) => match text.parse::<i64>() {
@@ -105,7 +104,9 @@ pub async fn batch(
     let components: Vec<String> = page.explanations.iter().map(|e| e.component.to_string()).collect();
     body.push_str("<h2 id=\"actions\">Actions</h2>\n");
     let (priority, preselect) = (Some(head.summary.priority), failed.map(|e| e.component.as_str()));
-    let choices = Choices { components: &components, types: &types, preselect };
+    // A cancel starts on the component at work, if one is.
+    let running = page.explanations.iter().find(|e| e.open_run.is_some()).map(|e| e.component.as_str());
+    let choices = Choices { components: &components, types: &types, preselect, running };
     body.push_str(&action_forms(&caller.access, &Target::One(&target), &choices, priority, &here(&uri)));
     body.push_str(&metadata(head));
     body.push_str(&open_runs(head));

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::{ComponentState, InvalidInput};
+use autocomp_model::{ComponentState, InvalidInput, Timestamp};
 use autocomp_ops::operator::OperatorError;
 use autocomp_sboi::PageKey;
 use axum::extract::rejection::QueryRejection;
@@ -117,7 +117,7 @@ async fn bulk_actions(
         (Vec::new(), Vec::new())
     };
     let target = Target::Bulk { filter, total: matrix.total };
-    let choices = Choices { components: &components, types: &types, preselect: None };
+    let choices = Choices { components: &components, types: &types, preselect: None, running: None };
     let mut forms = action_forms(access, &target, &choices, None, here);
     // The decisions at the human steps, when the pipeline has any and the caller may act.
     if !human_steps.is_empty() && access.may_act() {
@@ -210,7 +210,8 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
          <table class=\"grid matrix\">\n<caption id=\"matrix-caption\">{} of {} batches, {}, each component's \
          state</caption>\n<thead><tr><th scope=\"col\">Batch</th><th scope=\"col\">Type</th>\
          <th scope=\"col\" class=\"num\">Priority</th><th scope=\"col\" class=\"num duration\" \
-         title=\"from its creation to its last activity\">In pipeline</th>",
+         title=\"from its creation to now while a step works on it or waits (a person too), else to its last \
+         activity\">In pipeline</th>",
         esc(matrix.rows.len()),
         esc(matrix.total),
         esc(match filter.order {
@@ -223,7 +224,7 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for row in &matrix.rows {
-        out.push_str(&matrix_row(row));
+        out.push_str(&matrix_row(row, matrix.now));
     }
     out.push_str("</tbody></table></div>\n");
     out
@@ -231,7 +232,7 @@ fn matrix_table(filter: &Filter, after: Option<PageKey>, matrix: &Matrix) -> Str
 
 /// One batch of the matrix: its id, type, priority, time in the pipeline, and each
 /// component's state (with a failure's summary).
-fn matrix_row(row: &MatrixRow) -> String {
+fn matrix_row(row: &MatrixRow, now: Timestamp) -> String {
     let mut out = String::new();
     let batch = &row.batch;
     w!(
@@ -242,14 +243,14 @@ fn matrix_row(row: &MatrixRow) -> String {
         esc(&batch.batch_type),
         esc(batch.priority)
     );
-    let last = batch.listing.summary.last_activity;
+    let (last, until) = (batch.listing.summary.last_activity, row.in_pipeline_until(now));
     w!(
         out,
         "<td class=\"num duration\" title=\"created {}, last activity {} (UTC): {}\">{}</td>",
         esc(batch.created_at),
         esc(last),
-        esc(age(last.since(batch.created_at))),
-        esc(short_age(last.since(batch.created_at)))
+        esc(age(until.since(batch.created_at))),
+        esc(short_age(until.since(batch.created_at)))
     );
     for cell in &row.cells {
         let overdue = if cell.overdue { " overdue-cell" } else { "" };

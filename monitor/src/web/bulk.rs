@@ -206,7 +206,7 @@ fn bulk_done(access: &Access, posted: &Posted, filter: &Filter, back: &str, done
     sample.sort_by_key(|e| e.seq);
     w!(
         body,
-        "<table class=\"grid\"><caption>The first {} of the {} batches it was done on</caption><thead><tr>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Batches done\" tabindex=\"0\"><table class=\"grid\"><caption>The first {} of the {} batches it was done on</caption><thead><tr>\
          <th scope=\"col\">Batch</th><th scope=\"col\">Recorded</th><th scope=\"col\">Seq</th><th scope=\"col\">By\
          </th><th scope=\"col\">At</th></tr></thead><tbody>\n",
         esc(sample.len().min(BULK_DONE_SAMPLE)),
@@ -225,7 +225,7 @@ fn bulk_done(access: &Access, posted: &Posted, filter: &Filter, back: &str, done
             esc(event.at)
         );
     }
-    body.push_str("</tbody></table>\n");
+    body.push_str("</tbody></table></div>\n");
     w!(
         body,
         "<p>It cannot be confirmed again, and nothing more was written. To do it once more, preview it again from \
@@ -281,7 +281,7 @@ fn sample_table(preview: &BulkPreview) -> String {
     }
     w!(
         body,
-        "<table class=\"grid\"><caption>The first {} of {} batches it would act on</caption><thead><tr>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Batches it would act on\" tabindex=\"0\"><table class=\"grid\"><caption>The first {} of {} batches it would act on</caption><thead><tr>\
          <th scope=\"col\">Batch</th><th scope=\"col\">Will record</th><th scope=\"col\">State changes</th>\
          <th scope=\"col\">It will report</th></tr></thead><tbody>\n",
         esc(preview.sample.len()),
@@ -298,7 +298,7 @@ fn sample_table(preview: &BulkPreview) -> String {
             esc(&p.message)
         );
     }
-    body.push_str("</tbody></table>\n");
+    body.push_str("</tbody></table></div>\n");
     body
 }
 
@@ -309,7 +309,7 @@ fn refusals_table(refused: &[(BatchId, String)], total: usize) -> String {
     }
     w!(
         out,
-        "<table class=\"grid\"><caption>The first {} of {} refusals</caption><thead><tr><th scope=\"col\">Batch</th>\
+        "<div class=\"scroll\" role=\"region\" aria-label=\"Refusals\" tabindex=\"0\"><table class=\"grid\"><caption>The first {} of {} refusals</caption><thead><tr><th scope=\"col\">Batch</th>\
          <th scope=\"col\">Why</th></tr></thead><tbody>\n",
         esc(refused.len()),
         esc(total)
@@ -323,7 +323,7 @@ fn refusals_table(refused: &[(BatchId, String)], total: usize) -> String {
             esc(words)
         );
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
     out
 }
 

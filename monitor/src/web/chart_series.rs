@@ -72,6 +72,14 @@ impl Range {
         }
     }
 
+    /// The fewest steps a chart ranged to its data shows: 12 minutes, 12 hours, 7 days.
+    pub fn fewest_steps(self) -> usize {
+        match self {
+            Range::Hour | Range::Day => 12,
+            Range::Month => 7 * 24,
+        }
+    }
+
     /// The step's name: `minute` or `hour`.
     pub(super) fn per(self) -> &'static str {
         self.step().as_str()
@@ -149,6 +157,24 @@ pub fn series(
         }
     }
     all
+}
+
+/// The series from the first step any of them has data in (results or a backlog sample),
+/// leaving at least the range's `fewest_steps`: a run of a few minutes is drawn across the
+/// chart, not as a sliver at the end of an hour. Every series keeps the same steps.
+pub fn ranged_to_data(range: Range, all: &mut [Series]) {
+    let has_data = |slot: &Slot| slot.total() > 0 || slot.backlog.is_some();
+    let Some(steps) = all.first().map(|s| s.slots.len()) else { return };
+    let first = all.iter().filter_map(|s| s.slots.iter().position(has_data)).min().unwrap_or(0);
+    let start = first.min(steps.saturating_sub(range.fewest_steps()));
+    for series in all {
+        series.slots.drain(..start);
+    }
+}
+
+/// Whether a series has any result or backlog sample.
+pub fn is_empty(series: &Series) -> bool {
+    series.slots.iter().all(|slot| slot.total() == 0 && slot.backlog.is_none())
 }
 
 /// The first step of the window `range` shows at `now`: what `work_series` is asked from.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::{ComponentName, InvalidInput, Timestamp, WorkResult, WorkTallies};
+use autocomp_model::{ComponentName, Timestamp, WorkResult, WorkTallies};
 use autocomp_ops::operator::{OperatorError, duration_text};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -14,7 +14,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::app::App;
-use super::chart_series::{Range, Series, plural, series, since};
+use super::chart_series::{Range, Series, is_empty, plural, ranged_to_data, series, since};
 use super::charts_svg::{Kind, backlog_svg, durations_svg, legend, results_svg};
 use super::error::WebError;
 use super::gate::Caller;
@@ -245,6 +245,19 @@ pub fn body(range: Range, components: &[ComponentName], chosen: Option<&Componen
             component_charts(&mut out, "c0", range, series, 2);
         } else {
             let prefix = format!("c{i}");
+            if is_empty(series) {
+                // Nothing to draw (a source records no work): one line, not three empty charts.
+                w!(
+                    out,
+                    "<section class=\"chart-component\" aria-labelledby=\"{prefix}-name\">\n<h2 id=\"{prefix}-name\">\
+                     <a href=\"{}\">{}</a></h2>\n<p class=\"chart-summary\">nothing recorded in {}: no results, no \
+                     backlog sample</p>\n</section>\n",
+                    esc(href(Some(&series.component), range)),
+                    esc(&series.component),
+                    esc(range.span())
+                );
+                continue;
+            }
             w!(
                 out,
                 "<section class=\"chart-component\" aria-labelledby=\"{prefix}-name\">\n<h2 id=\"{prefix}-name\">\
@@ -269,7 +282,7 @@ pub async fn page(
     query: Result<Query<ChartQuery>, QueryRejection>,
 ) -> Result<Response, WebError> {
     let query =
-        query.map(|Query(q)| q).map_err(|e| WebError::invalid(InvalidInput::new("query string", "", e.body_text())))?;
+        query.map(|Query(q)| q).map_err(|e| WebError::unreadable("query string", e.status(), &e.body_text()))?;
     let range = Range::parse(query.range.as_deref())?;
     let operator = app.monitor.operator();
     let store = operator.store().await?;
@@ -289,7 +302,8 @@ pub async fn page(
         Some(c) => vec![c.clone()],
         None => components.clone(),
     };
-    let all = series(range, now, &shown, points);
+    let mut all = series(range, now, &shown, points);
+    ranged_to_data(range, &mut all);
     let body = body(range, &components, chosen.as_ref(), &all);
     let title = match &chosen {
         Some(c) => format!("Charts: {c}"),
@@ -344,10 +358,47 @@ mod tests {
         let now = Timestamp(1_795_000_000_000);
         let a = name("alpha");
         let all = series(Range::Day, now, std::slice::from_ref(&a), Vec::new());
-        let page = body(Range::Day, std::slice::from_ref(&a), None, &all);
+        let page = body(Range::Day, std::slice::from_ref(&a), Some(&a), &all);
         assert_eq!(page.matches("role=\"img\"").count(), 3);
         assert_eq!(page.matches("<table").count(), 3);
         assert!(page.contains("no results in the last 24 hours"));
         assert!(page.contains("times UTC"));
+        // Among all components, one with nothing recorded is one line, not three empty charts.
+        let page = body(Range::Day, std::slice::from_ref(&a), None, &all);
+        assert_eq!(page.matches("role=\"img\"").count(), 0);
+        assert!(page.contains("nothing recorded in the last 24 hours: no results, no backlog sample"), "{page}");
+    }
+
+    #[test]
+    fn a_short_run_is_charted_across_the_chart_not_as_a_sliver() {
+        let now = Timestamp(1_795_000_000_000);
+        let a = name("alpha");
+        let work = [WorkDone { result: WorkResult::Success, duration_ms: 8 }];
+        let minute = 60_000;
+        let points = (0..3)
+            .map(|k| WorkPoint {
+                component: a.clone(),
+                at: Timestamp(now.0 - k * minute),
+                tallies: WorkTallies::of(&work),
+                backlog: None,
+            })
+            .collect();
+        let mut all = series(Range::Hour, now, std::slice::from_ref(&a), points);
+        ranged_to_data(Range::Hour, &mut all);
+        assert_eq!(all[0].slots.len(), 12, "at least 12 steps, from the data on");
+        assert_eq!(all[0].slots.iter().filter(|s| s.total() > 0).count(), 3);
+        let mut early = series(
+            Range::Hour,
+            now,
+            std::slice::from_ref(&a),
+            vec![WorkPoint {
+                component: a.clone(),
+                at: Timestamp(now.0 - 50 * minute),
+                tallies: WorkTallies::of(&work),
+                backlog: None,
+            }],
+        );
+        ranged_to_data(Range::Hour, &mut early);
+        assert_eq!(early[0].slots.len(), 51, "from its first step on");
     }
 }

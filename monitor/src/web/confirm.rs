@@ -76,7 +76,7 @@ pub(super) fn typed<T: DeserializeOwned>(fields: &[(String, String)]) -> Result<
 pub(super) fn form_fields(
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Vec<(String, String)>, WebError> {
-    let Form(fields) = form.map_err(|e| WebError::invalid(InvalidInput::new("form", "", e.body_text())))?;
+    let Form(fields) = form.map_err(|e| WebError::unreadable("form", e.status(), &e.body_text()))?;
     Ok(fields)
 }
 
@@ -84,7 +84,7 @@ pub(super) fn form_fields(
 pub(super) fn query_fields(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Vec<(String, String)>, WebError> {
-    let Query(fields) = query.map_err(|e| WebError::invalid(InvalidInput::new("query", "", e.body_text())))?;
+    let Query(fields) = query.map_err(|e| WebError::unreadable("query", e.status(), &e.body_text()))?;
     Ok(fields)
 }
 

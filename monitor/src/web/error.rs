@@ -27,11 +27,28 @@ impl WebError {
         WebError(Box::new(ErrorPage { status, title: title.into(), words: words.into(), input: None, link: None }))
     }
 
-    /// 400 naming the field and the value.
-    pub fn invalid(input: InvalidInput) -> Self {
+    /// 400 naming the field and the value. A field the operator module names as the CLI's
+    /// flag (`--reason`) is the form's field (`reason`) here.
+    pub fn invalid(mut input: InvalidInput) -> Self {
+        if let Some(field) = input.field.strip_prefix("--") {
+            input.field = field.replace('-', "_");
+        }
         let mut error = Self::new(StatusCode::BAD_REQUEST, "Bad input", input.to_string());
         error.0.input = Some(input);
         error
+    }
+
+    /// A form (or a query) that could not be read, in plain words: 413 for a body over the
+    /// limit, 400 (naming `what`) for anything else. Nothing was changed either way.
+    pub fn unreadable(what: &str, status: StatusCode, detail: &str) -> Self {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::new(
+                status,
+                "Too big",
+                format!("the {what} is larger than the {} KiB a {what} may be; nothing was changed", BODY_LIMIT >> 10),
+            );
+        }
+        Self::invalid(InvalidInput::new(what, "", format!("could not be read ({detail}); nothing was changed")))
     }
 
     /// A way on from the error page.
@@ -67,6 +84,9 @@ impl From<OperatorError> for WebError {
         }
     }
 }
+
+/// The largest request body the monitor reads (its forms are a few KiB).
+pub const BODY_LIMIT: usize = 64 << 10;
 
 impl From<InvalidInput> for WebError {
     fn from(input: InvalidInput) -> Self {

@@ -159,7 +159,7 @@ fn render(page: &Matrix, format: Format) -> String {
                 let line = json!({
                     "id": b.id, "type": b.batch_type, "priority": b.priority, "created_at": b.created_at,
                     "last_activity": last_activity,
-                    "in_pipeline_seconds": last_activity.since(b.created_at).as_secs(),
+                    "in_pipeline_seconds": row.in_pipeline_until(page.now).since(b.created_at).as_secs(),
                     "components": components, "overdue": overdue,
                 });
                 out.push_str(&line.to_string());

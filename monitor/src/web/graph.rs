@@ -23,9 +23,9 @@ use crate::data::{Overview, OverviewRow};
 use crate::filter::{Filter, StateFilter};
 
 /// Characters shown of a name, a node's second line and an edge's label.
-const NAME_CHARS: usize = 21;
+const NAME_CHARS: usize = 24;
 const KIND_CHARS: usize = 31;
-const LABEL_CHARS: usize = 13;
+const LABEL_CHARS: usize = 22;
 /// Counts per line of a node, and where the second one starts.
 const COUNTS_PER_LINE: usize = 2;
 const COUNT_COLUMN: u32 = 88;
@@ -55,10 +55,18 @@ fn hold_class(kind: HoldKind) -> &'static str {
     }
 }
 
-/// Lines of a node's text: name, kind, the hold if any, then the counts (or "no batches").
+/// Lines of a node's text: name, kind, its pools if any, the hold if any, then the counts
+/// (or "no batches").
 fn lines(row: &OverviewRow, held: bool) -> u32 {
     let counts = shown_counts(row).len().div_ceil(COUNTS_PER_LINE).max(1);
-    2 + u32::from(held) + counts as u32
+    let pools = !row.component.descriptor.pools.is_empty();
+    2 + u32::from(pools) + u32::from(held) + counts as u32
+}
+
+/// The pools a component's work takes a slot of, named: `tape, robot`.
+fn pool_names(row: &OverviewRow) -> Option<String> {
+    let names: Vec<&str> = row.component.descriptor.pools.iter().map(|p| p.as_str()).collect();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// What the second line of a node says it is.
@@ -100,7 +108,8 @@ pub fn svg(overview: &Overview) -> String {
         "<figure class=\"graph\" id=\"graph\">\n<figcaption id=\"graph-caption\">Pipeline graph: {} components, left to \
          right in the order their events are required; each arrow is a required event type. Each count lists its \
          batches. Rounded ends: a source; a double border: a human step; a dashed border: held (paused, draining or \
-         circuit open); a dotted box: a type recorded outside the pipeline.</figcaption>\n\
+         circuit open); a dotted box: a type recorded outside the pipeline; ▣ the resource pools its work takes a \
+         slot of. An arrow passing other steps goes around them.</figcaption>\n\
          <div class=\"scroll\" role=\"region\" aria-labelledby=\"graph-caption\" tabindex=\"0\">\n\
          <svg class=\"{}\" role=\"group\" aria-labelledby=\"graph-title\" \
          width=\"{2}\" height=\"{3}\" viewBox=\"0 0 {2} {3}\">\n<title id=\"graph-title\">Pipeline graph of {0} \
@@ -128,8 +137,7 @@ pub fn svg(overview: &Overview) -> String {
 /// labelled with the type.
 fn edges_svg(out: &mut String, layout: &Layout, rows: &[OverviewRow]) {
     for edge in &layout.edges {
-        let ((sx, sy), (ex, ey)) = layout.ends(edge);
-        let bend = (i64::from(ex) - i64::from(sx)).abs().max(80) / 2;
+        let (_, (ex, ey)) = layout.ends(edge);
         let from = match &layout.nodes[edge.from].kind {
             NodeKind::Component(i) => rows[*i].component.name().to_string(),
             NodeKind::Input(_) => "outside the pipeline".to_owned(),
@@ -140,14 +148,13 @@ fn edges_svg(out: &mut String, layout: &Layout, rows: &[OverviewRow]) {
         };
         w!(
             out,
-            "<g class=\"edge\"><title>{}: recorded by {}, required by {}</title><path d=\"M{sx},{sy} C{},{sy} {},{ey} \
-             {ex},{ey}\" marker-end=\"url(#graph-arrow)\"/><text class=\"label\" x=\"{}\" y=\"{}\" \
+            "<g class=\"edge\"><title>{}: recorded by {}, required by {}</title><path d=\"{}\" \
+             marker-end=\"url(#graph-arrow)\"/><text class=\"label\" x=\"{}\" y=\"{}\" \
              text-anchor=\"end\">{}</text></g>\n",
             esc(&edge.event_type),
             esc(from),
             esc(to),
-            i64::from(sx) + bend,
-            i64::from(ex) - bend,
+            layout.path(edge),
             ex.saturating_sub(8),
             ey.saturating_sub(4),
             esc(truncate(&edge.event_type, LABEL_CHARS))
@@ -191,14 +198,16 @@ fn node_svg(out: &mut String, node: &Placed, row: &OverviewRow, hold: Option<Hol
     }
     let kind = kind_words(row);
     let hold_words = hold.map(|k| format!("; {}", k.as_str())).unwrap_or_default();
+    let pool_words = pool_names(row).map(|p| format!("; takes a slot of {p}")).unwrap_or_default();
     let (x, y, width, height) = (node.x, node.y, node.width, node.height);
     w!(
         out,
-        "<g class=\"{classes}\" data-component=\"{}\"><title>{}: {}{}</title>\
+        "<g class=\"{classes}\" data-component=\"{}\"><title>{}: {}{}{}</title>\
          <rect class=\"box\" x=\"{x}\" y=\"{y}\" width=\"{width}\" height=\"{height}\" rx=\"{}\"/>",
         esc(name),
         esc(name),
         esc(&kind),
+        esc(pool_words),
         esc(hold_words),
         if d.source { 18 } else { 4 }
     );
@@ -217,6 +226,11 @@ fn node_svg(out: &mut String, node: &Placed, row: &OverviewRow, hold: Option<Hol
     w!(out, "<text class=\"name\" x=\"{left}\" y=\"{line}\">{}</text>", esc(truncate(name.as_str(), NAME_CHARS)));
     line += LINE;
     w!(out, "<text class=\"kind\" x=\"{left}\" y=\"{line}\">{}</text>", esc(truncate(&kind, KIND_CHARS)));
+    if let Some(pools) = pool_names(row) {
+        line += LINE;
+        let pools = format!("▣ pool {pools}");
+        w!(out, "<text class=\"pools\" x=\"{left}\" y=\"{line}\">{}</text>", esc(truncate(&pools, KIND_CHARS)));
+    }
     if let Some(kind) = hold {
         line += LINE;
         w!(

@@ -9,8 +9,8 @@ const NODE_W: u32 = 190;
 /// A type from outside the pipeline: a smaller box.
 const INPUT_W: u32 = 140;
 const INPUT_H: u32 = 44;
-/// Room between columns, for the edges and their labels.
-const GAP_X: u32 = 100;
+/// Room between columns, for the edges and their labels (a type name of 22 characters).
+const GAP_X: u32 = 160;
 const GAP_Y: u32 = 18;
 const MARGIN: u32 = 12;
 /// One line of a node's text.
@@ -66,6 +66,9 @@ pub struct Edge {
     pub event_type: String,
     pub port: u32,
     pub ports: u32,
+    /// For an edge that passes columns between its ends: the height at which it crosses
+    /// them, clear of their boxes.
+    pub lane: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +87,28 @@ impl Layout {
         let start = (from.x + from.width, from.y + from.height / 2);
         let end = (to.x, to.y + (edge.port + 1) * to.height / (edge.ports + 1));
         (start, end)
+    }
+
+    /// The edge's SVG path: a curve from its start to its end, or, with a lane, a curve
+    /// into the gap after its producer's column, along the lane past the columns between,
+    /// and a curve from the gap before its consumer's column to its end.
+    pub fn path(&self, edge: &Edge) -> String {
+        let ((sx, sy), (ex, ey)) = self.ends(edge);
+        match edge.lane {
+            None => {
+                let bend = ex.abs_diff(sx).max(80) / 2;
+                format!("M{sx},{sy} C{},{sy} {},{ey} {ex},{ey}", sx + bend, ex.saturating_sub(bend))
+            }
+            Some(lane) => {
+                let (x1, x2) = (sx + GAP_X / 2, ex.saturating_sub(GAP_X / 2));
+                let turn = GAP_X / 5;
+                format!(
+                    "M{sx},{sy} C{x1},{sy} {x1},{lane} {},{lane} L{},{lane} C{x2},{lane} {x2},{ey} {ex},{ey}",
+                    x1 + turn,
+                    x2.saturating_sub(turn)
+                )
+            }
+        }
     }
 }
 
@@ -130,8 +155,59 @@ pub fn layout(specs: &[Spec]) -> Layout {
         }
     }
     let width = if columns == 0 { 2 * MARGIN } else { 2 * MARGIN + columns * NODE_W + (columns - 1) * GAP_X };
-    Layout { nodes, edges, width, height: tallest + 2 * MARGIN }
+    let mut layout = Layout { nodes, edges, width, height: tallest + 2 * MARGIN };
+    route_around_boxes(&mut layout);
+    layout
 }
+
+/// Gives each edge that passes columns between its ends a lane: a height free of every box
+/// of those columns (a gap between two, or above or below them all), the one nearest the
+/// middle of its ends; lanes below every box grow the drawing. Edges sharing the space
+/// below keep `LANE_GAP` apart.
+fn route_around_boxes(layout: &mut Layout) {
+    let mut below = 0;
+    for e in 0..layout.edges.len() {
+        let edge = &layout.edges[e];
+        let (from, to) = (layout.nodes[edge.from].column, layout.nodes[edge.to].column);
+        if to <= from + 1 {
+            continue;
+        }
+        let ((_, sy), (_, ey)) = layout.ends(edge);
+        let mut busy: Vec<(u32, u32)> = layout
+            .nodes
+            .iter()
+            .filter(|n| n.column > from && n.column < to)
+            .map(|n| (n.y.saturating_sub(LANE_GAP / 2), n.y + n.height + LANE_GAP / 2))
+            .collect();
+        busy.sort_unstable();
+        let target = (sy + ey) / 2;
+        let lowest = busy.iter().map(|(_, bottom)| *bottom).max().unwrap_or(0);
+        let lane = match free_height_nearest(&busy, target, lowest) {
+            Some(y) => y,
+            None => {
+                below += 1;
+                lowest + below * LANE_GAP
+            }
+        };
+        layout.height = layout.height.max(lane + MARGIN);
+        layout.edges[e].lane = Some(lane);
+    }
+}
+
+/// The height nearest `target` between 1 and `lowest` that no interval of `busy` (sorted)
+/// covers, if any.
+fn free_height_nearest(busy: &[(u32, u32)], target: u32, lowest: u32) -> Option<u32> {
+    let covered = |y: u32| busy.iter().any(|(top, bottom)| y >= *top && y <= *bottom);
+    if !covered(target) && target >= 1 && target < lowest {
+        return Some(target);
+    }
+    // The free heights next to each box: just above its top, just below its bottom.
+    let candidates = busy.iter().flat_map(|(top, bottom)| [top.saturating_sub(1), bottom + 1]);
+    candidates.filter(|y| *y >= 1 && *y < lowest && !covered(*y)).min_by_key(|y| y.abs_diff(target))
+}
+
+/// The least room between a lane and a box, or two lanes below every box.
+const LANE_GAP: u32 = 10;
 
 /// Whether a component records `event_type`.
 fn produced(specs: &[Spec], event_type: &str) -> bool {
@@ -199,7 +275,7 @@ fn edges(specs: &[Spec], depth: &[u32], inputs: &[(&str, u32)]) -> Vec<Edge> {
                 from.extend(inputs.iter().position(|i| *i == (t, depth[to])).map(|k| specs.len() + k));
             }
             for from in from {
-                edges.push(Edge { from, to, event_type: (*t).to_owned(), port: 0, ports: 0 });
+                edges.push(Edge { from, to, event_type: (*t).to_owned(), port: 0, ports: 0, lane: None });
             }
         }
     }
@@ -321,6 +397,28 @@ mod tests {
         assert_legible(&lattice);
         let last = &lattice.nodes[19];
         assert!(last.height >= 20 * PORT_GAP, "room for 19 arrivals: {last:?}");
+    }
+
+    /// The demo's shape: a type required two columns on (Structure_Checked by the
+    /// catalogue, past the archiver) goes around the archiver's box, not through it.
+    #[test]
+    fn an_edge_past_a_column_goes_around_its_boxes() {
+        let specs = vec![
+            Spec { event_type: "Data_Received", requires: vec![], lines: 3 },
+            Spec { event_type: "Structure_Checked", requires: vec!["Data_Received"], lines: 3 },
+            Spec { event_type: "Checksums_Verified", requires: vec!["Data_Received"], lines: 3 },
+            Spec { event_type: "Data_Archived", requires: vec!["Checksums_Verified", "Structure_Checked"], lines: 6 },
+            Spec { event_type: "Catalogued", requires: vec!["Data_Archived", "Structure_Checked"], lines: 3 },
+        ];
+        let layout = layout(&specs);
+        assert_legible(&layout);
+        let long = layout.edges.iter().find(|e| e.to == 4 && e.event_type == "Structure_Checked").unwrap();
+        let lane = long.lane.expect("an edge past a column has a lane");
+        let archiver = &layout.nodes[3];
+        assert!(lane < archiver.y || lane > archiver.y + archiver.height, "lane {lane} crosses {archiver:?}");
+        assert!(lane < layout.height, "the lane is inside the drawing");
+        assert!(layout.edges.iter().filter(|e| e.lane.is_some()).count() == 1, "{:?}", layout.edges);
+        assert!(layout.path(long).contains('L'), "{}", layout.path(long));
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! NDJSON exports and its bulk actions read alike: typed here, next to nothing but the
 //! filter it parses into, so an export does not reach through the pages for it.
 
-use autocomp_model::InvalidInput;
 use autocomp_sboi::PageKey;
 use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
@@ -21,7 +20,7 @@ pub struct ListQuery {
 
 impl ListQuery {
     pub fn from(query: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, WebError> {
-        query.map(|Query(q)| q).map_err(|e| WebError::invalid(InvalidInput::new("query string", "", e.body_text())))
+        query.map(|Query(q)| q).map_err(|e| WebError::unreadable("query string", e.status(), &e.body_text()))
     }
 
     pub fn filter(&self) -> Result<Filter, WebError> {

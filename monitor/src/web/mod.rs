@@ -91,7 +91,7 @@ pub fn router(monitor: Monitor, options: WebOptions) -> axum::Router {
         .fallback(error_page::not_found)
         .method_not_allowed_fallback(error_page::wrong_method)
         // Forms only: a reason is at most 2000 characters.
-        .layer(DefaultBodyLimit::max(64 << 10))
+        .layer(DefaultBodyLimit::max(error::BODY_LIMIT))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), gate::identify))
         .layer(middleware::from_fn(auth::refuse_cross_site))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), gate::check_host))

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::HostRecord;
+use autocomp_model::{ComponentState, HostRecord};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -100,7 +100,15 @@ fn component_row(overview: &Overview, row: &OverviewRow) -> String {
         if *state != StateFilter::Overdue {
             total += count;
         }
-        let class = if *count == 0 { "num zero" } else { "num" };
+        // A count that needs someone is coloured as its state's badge: failed, overdue, a
+        // person's decision.
+        let class = match state {
+            _ if *count == 0 => "num zero",
+            StateFilter::State(ComponentState::Failed) => "num count-failed",
+            StateFilter::Overdue => "num count-overdue",
+            StateFilter::State(ComponentState::Person) => "num count-person",
+            _ => "num",
+        };
         w!(
             body,
             "<td class=\"{class}\"><a href=\"/batches?{}\" aria-label=\"{} batches {} for {}\">{}</a></td>",

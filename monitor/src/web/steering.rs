@@ -163,7 +163,7 @@ fn affected(steer: &Steer, preview: &SteerPreview) -> String {
         SteerAction::Pause { .. } | SteerAction::Drain { .. } => {
             w!(
                 body,
-                "<table class=\"grid\"><caption>Running now: {} runs, which go on to their result</caption><thead><tr>\
+                "<div class=\"scroll\" role=\"region\" aria-label=\"Running now\" tabindex=\"0\"><table class=\"grid\"><caption>Running now: {} runs, which go on to their result</caption><thead><tr>\
                  <th scope=\"col\">Batch</th><th scope=\"col\">Component</th><th scope=\"col\">Held by</th>\
                  <th scope=\"col\">Since</th></tr></thead><tbody>\n",
                 esc(preview.running.len())
@@ -182,7 +182,7 @@ fn affected(steer: &Steer, preview: &SteerPreview) -> String {
                     time(run.started_at)
                 );
             }
-            body.push_str("</tbody></table>\n");
+            body.push_str("</tbody></table></div>\n");
         }
         SteerAction::Resume { rerun_failed: true, .. } if preview.reruns.is_empty() => {
             body.push_str("<p>No batch to rerun: its breaker remembers no failed batch.</p>\n");
@@ -190,7 +190,7 @@ fn affected(steer: &Steer, preview: &SteerPreview) -> String {
         SteerAction::Resume { rerun_failed: true, .. } => {
             w!(
                 body,
-                "<table class=\"grid\"><caption>Would rerun {} batches, the ones that failed while its circuit was \
+                "<div class=\"scroll\" role=\"region\" aria-label=\"Would rerun\" tabindex=\"0\"><table class=\"grid\"><caption>Would rerun {} batches, the ones that failed while its circuit was \
                  breaking</caption><thead><tr><th scope=\"col\">Batch</th></tr></thead><tbody>\n",
                 esc(preview.reruns.len())
             );
@@ -202,7 +202,7 @@ fn affected(steer: &Steer, preview: &SteerPreview) -> String {
                     esc(id)
                 );
             }
-            body.push_str("</tbody></table>\n");
+            body.push_str("</tbody></table></div>\n");
         }
         _ => {}
     }

@@ -182,7 +182,7 @@ fn pools(overview: &Overview, admin: bool) -> String {
         out.push_str("<p>No pool is sized, and no component takes a slot of one.</p>\n");
     } else {
         out.push_str(
-            "<table class=\"grid\"><caption>Resource pools</caption><thead><tr><th scope=\"col\">Pool</th>\
+            "<div class=\"scroll\" role=\"region\" aria-label=\"Resource pools\" tabindex=\"0\"><table class=\"grid\"><caption>Resource pools</caption><thead><tr><th scope=\"col\">Pool</th>\
              <th scope=\"col\" class=\"num\">Size</th><th scope=\"col\" class=\"num\">In use</th>\
              <th scope=\"col\" class=\"num\">Waiting</th><th scope=\"col\">Used by</th><th scope=\"col\">Set by</th>\
              <th scope=\"col\">Since</th><th scope=\"col\">Why</th>",
@@ -194,7 +194,7 @@ fn pools(overview: &Overview, admin: bool) -> String {
         for pool in &pools {
             out.push_str(&pool_row(overview, pool, admin));
         }
-        out.push_str("</tbody></table>\n");
+        out.push_str("</tbody></table></div>\n");
     }
     if admin {
         out.push_str(&new_pool_form());
@@ -250,7 +250,7 @@ fn log(overview: &Overview) -> String {
     } else {
         w!(
             out,
-            "<table class=\"grid\"><caption>The newest {} steering changes, newest first</caption><thead><tr>\
+            "<div class=\"scroll\" role=\"region\" aria-label=\"Steering changes\" tabindex=\"0\"><table class=\"grid\"><caption>The newest {} steering changes, newest first</caption><thead><tr>\
              <th scope=\"col\" class=\"num\">Version</th><th scope=\"col\">At</th><th scope=\"col\">By</th>\
              <th scope=\"col\">What</th><th scope=\"col\">Why</th></tr></thead><tbody>\n",
             esc(overview.steering_log.len())
@@ -267,7 +267,7 @@ fn log(overview: &Overview) -> String {
                 esc(&entry.reason)
             );
         }
-        out.push_str("</tbody></table>\n");
+        out.push_str("</tbody></table></div>\n");
     }
     out
 }

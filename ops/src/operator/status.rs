@@ -11,6 +11,10 @@ use serde::Serialize;
 use super::views::{PAGE, TableFormat};
 use super::{Operator, OperatorError, Step};
 
+/// The widest `status` table (in columns) that names its components in its header: a
+/// terminal of 100 columns shows it unwrapped.
+const MAX_TABLE_WIDTH: usize = 100;
+
 /// `autocomp status`: per batch, each component's state.
 #[derive(Debug, Clone)]
 pub struct StatusView {
@@ -77,15 +81,41 @@ impl StatusView {
     }
 
     /// As `table` lays it out: left-aligned columns two spaces apart; the holds under it.
+    /// A table that would pass `MAX_TABLE_WIDTH` columns with the components' names as its
+    /// headers numbers them instead (`1`, `2`, ...), with a legend line above it.
     fn table(&self) -> String {
-        let mut widths: Vec<usize> =
-            std::iter::once("batch".len()).chain(self.components.iter().map(|c| c.as_str().len())).collect();
+        let names: Vec<String> = self.components.iter().map(ComponentName::to_string).collect();
+        let numbers: Vec<String> = (1..=names.len()).map(|n| n.to_string()).collect();
+        let numbered = self.table_width(&names) > MAX_TABLE_WIDTH;
+        let headers = if numbered { &numbers } else { &names };
+        let mut legend = String::new();
+        if numbered {
+            let each: Vec<String> = numbers.iter().zip(&names).map(|(n, name)| format!("{n}={name}")).collect();
+            writeln!(legend, "components: {}", each.join(" ")).ok();
+        }
+        legend + &self.laid_out(headers)
+    }
+
+    /// How wide the table is with `headers` over the component columns.
+    fn table_width(&self, headers: &[String]) -> usize {
+        self.widths(headers).iter().map(|w| w + 2).sum::<usize>().saturating_sub(2)
+    }
+
+    /// Each column's width: the batch ids', then each component's (its header or its states).
+    fn widths(&self, headers: &[String]) -> Vec<usize> {
+        let mut widths: Vec<usize> = std::iter::once("batch".len()).chain(headers.iter().map(String::len)).collect();
         for (id, states) in &self.rows {
             widths[0] = widths[0].max(id.as_str().len());
             for (width, state) in widths[1..].iter_mut().zip(states) {
                 *width = (*width).max(state.as_str().len());
             }
         }
+        widths
+    }
+
+    /// The table with `headers` over the component columns.
+    fn laid_out(&self, headers: &[String]) -> String {
+        let widths = self.widths(headers);
         let line_length = widths.iter().map(|w| w + 2).sum::<usize>();
         let mut out = String::with_capacity((self.rows.len() + 1) * line_length);
         let mut line = |cells: &mut dyn Iterator<Item = &str>| {
@@ -96,7 +126,7 @@ impl StatusView {
             out.truncate(out[start..].trim_end().len() + start);
             out.push('\n');
         };
-        line(&mut std::iter::once("batch").chain(self.components.iter().map(ComponentName::as_str)));
+        line(&mut std::iter::once("batch").chain(headers.iter().map(String::as_str)));
         for (id, states) in &self.rows {
             line(&mut std::iter::once(id.as_str()).chain(states.iter().map(|s| s.as_str())));
         }
@@ -152,5 +182,38 @@ impl Operator {
         state: Option<ComponentState>,
     ) -> Result<StatusView, OperatorError> {
         StatusView::read(self, component, state).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(names: &[&str]) -> StatusView {
+        let components: Vec<ComponentName> = names.iter().map(|n| ComponentName::new(*n).unwrap()).collect();
+        let states = vec![ComponentState::Acknowledged; components.len()];
+        let rows = vec![(BatchId::new("B400022028244-RT1").unwrap(), states)];
+        StatusView { components, rows, held: Vec::new() }
+    }
+
+    #[test]
+    fn a_table_too_wide_for_100_columns_numbers_its_components() {
+        let seven = view(&[
+            "batch-trigger",
+            "checksum-verifier",
+            "structure-checker",
+            "virus-scanner",
+            "archiver",
+            "catalogue",
+            "roundtrip-qa",
+        ]);
+        let table = seven.render(TableFormat::Table);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("components: 1=batch-trigger 2=checksum-verifier"), "{table}");
+        assert!(lines[1].starts_with("batch              1             2  "), "{table}");
+        assert!(lines[1..].iter().all(|line| line.chars().count() <= 100), "{table}");
+
+        let two = view(&["archiver", "catalogue"]).render(TableFormat::Table);
+        assert!(two.starts_with("batch              archiver      catalogue\n"), "names fit: {two}");
     }
 }
