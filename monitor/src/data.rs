@@ -172,13 +172,17 @@ pub struct MatrixRow {
 
 impl MatrixRow {
     /// When its time in the pipeline ends: `now` while a step works on it or waits to
-    /// (ready, a person's decision, a retry), since a wait is time in the pipeline; else,
+    /// (ready, a person's decision, a retry, a redo), since a wait is time in the pipeline; else,
     /// at rest (done, failed, waiting for nothing that moves), its last activity.
     pub fn in_pipeline_until(&self, now: Timestamp) -> Timestamp {
         let moving = self.cells.iter().any(|cell| {
             matches!(
                 cell.state,
-                ComponentState::Ready | ComponentState::Person | ComponentState::Working | ComponentState::Retrying
+                ComponentState::Ready
+                    | ComponentState::Person
+                    | ComponentState::Working
+                    | ComponentState::Retrying
+                    | ComponentState::Stale
             )
         });
         let last = self.batch.listing.summary.last_activity;

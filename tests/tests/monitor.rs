@@ -1571,6 +1571,7 @@ async fn every_page_fits_a_400_px_screen_in_light_and_dark_and_the_alerts_page_i
     let page = format!("/batches/{id}");
     let pages = [
         ("overview", "/", "Overview"),
+        ("graph", "/graph", "Pipeline graph"),
         ("matrix", list.as_str(), "batches match"),
         ("batch", page.as_str(), "Log"),
         ("waiting", "/waiting", "Waiting for a person"),
@@ -1609,6 +1610,16 @@ async fn every_page_fits_a_400_px_screen_in_light_and_dark_and_the_alerts_page_i
             }
             ui.screenshot(&format!("narrow-{name}-{theme}.png")).await;
         }
+        // The graph keeps its size (its text legible) and scrolls in its region.
+        ui.goto("/graph").await;
+        ui.wait_for(|at| at == "/graph", "Pipeline graph").await;
+        let sizes = ui
+            .script(
+                "const svg = document.querySelector('#graph svg'); \
+                 return [svg.getBoundingClientRect().width, svg.width.baseVal.value];",
+            )
+            .await;
+        assert_eq!(sizes[0].as_f64(), sizes[1].as_f64(), "the graph ({theme}) is drawn at its own size: {sizes}");
         ui.goto("/alerts").await;
         ui.wait_for(|at| at == "/alerts", "batches ready for longer than 0s").await;
         let link = "a[href='/batches?q=component%3Areview+state%3Aperson']";

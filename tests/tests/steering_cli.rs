@@ -129,9 +129,13 @@ fn twenty_batches_at_a_human_step_are_decided_in_one_command() {
     args.extend(ids.iter().map(|id| id.as_str()));
     let head = pipeline.head();
     let dry: Vec<&str> = args.iter().copied().chain(["--dry-run"]).collect();
-    let preview = ok(&pipeline, &dry);
-    assert!(preview.starts_with("dry run, nothing written: it would act on 20 of 21 batch(es)"), "{preview}");
-    assert!(preview.contains("refused on B0021"), "{preview}");
+    // A refusal in a dry run is exit 1, as for one id, what it would do printed.
+    let preview = autocomp(&pipeline, &dry);
+    assert_eq!(preview.code, Some(1), "{}", preview.show());
+    let said = &preview.stdout;
+    assert!(said.starts_with("dry run, nothing written: it would act on 20 of 21 batch(es)"), "{said}");
+    assert!(said.contains("refused on B0021"), "{said}");
+    assert!(preview.stderr.contains("approve would be refused on 1 of 21 batch(es)"), "{}", preview.show());
     let pinned: Vec<&str> = args.iter().copied().chain(["--expect-version", "7"]).collect();
     let refused = autocomp(&pipeline, &pinned);
     assert_eq!(refused.code, Some(2), "{}", refused.show());

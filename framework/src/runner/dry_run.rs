@@ -34,10 +34,14 @@ impl PoolRoom {
 
     /// How a batch that would be claimed once a slot frees is described.
     fn wait(&self) -> String {
-        format!(
-            "waits for pool {}: {} of its {} slot(s) in use; the pass claims it as a slot frees",
-            self.pool, self.in_use, self.size
-        )
+        match self.size {
+            0 => format!("waits for pool {0}, which has no size (autocomp pool set {0} N)", self.pool),
+            size => format!(
+                "waits for pool {}: {} of its {size} slot(s) in use; claimed once one frees (in this pass when \
+                 its own work frees it)",
+                self.pool, self.in_use
+            ),
+        }
     }
 }
 

@@ -323,7 +323,10 @@ impl<C: Component> Runner<C> {
         let quick = !work.is_empty()
             && work.iter().map(|done| done.duration_ms).sum::<u64>() <= QUICK_WORK_MS * work.len() as u64;
         let ceiling = self.config.queue_grows_to.max(self.config.queue_size);
-        let next = if summary.taken_up() >= limit && quick { (limit * 2).min(ceiling) } else { self.config.queue_size };
+        // A pass that queued for its pool took its batches a slot at a time: claiming more
+        // would only lock and re-check batches that wait for the pool again.
+        let grow = summary.taken_up() >= limit && quick && summary.rounds <= 1;
+        let next = if grow { (limit * 2).min(ceiling) } else { self.config.queue_size };
         if next != limit {
             debug!(from = limit, to = next, "claims per pass");
             self.claim_limit.store(next, Ordering::Relaxed);

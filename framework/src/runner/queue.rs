@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use tracing::warn;
+
 use super::{BatchResult, PassSummary, Runner, Selection};
 use crate::component::Component;
 use crate::exit::RunError;
@@ -13,41 +15,57 @@ impl<C: Component> Runner<C> {
     /// `locked_pass`, then, while its last round left batches waiting for a pool and worked
     /// some (which freed their slots), another round over what the index finds ready now,
     /// at most `MAX_QUEUED_ROUNDS` of them: a pass of a busy pool ends in the end, and the
-    /// next one (cron's, a watcher's) goes on. A round that takes nothing up (another process holds the
-    /// slots), a hold, a shutdown, an open circuit or a busy poll lock ends the pass with
-    /// what it did; an error in a later round is the pass's error (what the rounds before
-    /// recorded stays recorded). A manual run is one round: it names one batch.
+    /// next one (cron's, a watcher's) goes on. These end the pass with what it did: a round
+    /// that takes nothing up (another process holds the slots), a hold, a shutdown, an open
+    /// circuit, a timeout (its hung work may still use the resource whose slot it gave back;
+    /// the process exits after this pass), a result not recorded (the lock session lost), a
+    /// busy poll lock, and an error in a later round, logged (the rounds before recorded their
+    /// results and the registry hears of them; the next pass meets the error again). A manual
+    /// run is one round: it names one batch.
     pub(super) async fn pass_queueing_for_pools(
         self: &Arc<Self>,
         selection: &Selection,
     ) -> Result<PassSummary, RunError> {
         let mut summary = self.locked_pass(selection).await?;
+        summary.rounds = 1;
         if self.descriptor.pools.is_empty() || matches!(selection, Selection::Batch { .. }) {
             return Ok(summary);
         }
-        let mut rounds_left = MAX_QUEUED_ROUNDS;
         let mut last = RoundSeen::of(&summary);
-        while rounds_left > 0 && last.worked_and_left_waiting() && !self.round_must_not_follow(&summary) {
-            rounds_left -= 1;
+        while summary.rounds <= MAX_QUEUED_ROUNDS && last.worked_and_left_waiting() && !self.must_stop(&summary) {
             let next = match self.locked_pass(&Selection::Ready).await {
                 Ok(next) => next,
                 Err(RunError::PollLockBusy(_)) => break,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    let rounds = summary.rounds;
+                    warn!(component = %self.name, "a pass queueing for its pool stops after {rounds} round(s): {e}");
+                    break;
+                }
             };
             last = RoundSeen::of(&next);
             // Only the newest round's waits are still waits.
             summary.results.retain(BatchResult::taken_up);
             summary.results.extend(next.results);
             summary.foreign_locks.extend(next.foreign_locks);
+            // A foreign node met in several rounds is one alarm.
+            summary.foreign_locks.sort();
+            summary.foreign_locks.dedup();
             summary.held = next.held;
+            summary.rounds += 1;
         }
         Ok(summary)
     }
 
     /// Whatever the last round left waiting, the pass stops claiming: a hold, a shutdown,
-    /// the circuit open, or results the store could not take.
-    fn round_must_not_follow(&self, summary: &PassSummary) -> bool {
-        summary.held.is_some() || self.shutting_down() || self.breaker.is_open() || summary.store_unreachable()
+    /// the circuit open, results the store could not take, a timeout, a result not recorded.
+    fn must_stop(&self, summary: &PassSummary) -> bool {
+        let not_recorded = summary.results.iter().any(|r| matches!(r, BatchResult::NotRecorded { .. }));
+        summary.held.is_some()
+            || self.shutting_down()
+            || self.breaker.is_open()
+            || summary.store_unreachable()
+            || summary.timed_out()
+            || not_recorded
     }
 }
 

@@ -87,6 +87,8 @@ pub struct PassSummary {
     /// Why the pass stopped claiming (or never started) because the component or the whole
     /// pipeline is held (paused, draining, its circuit open), as `held_reason` words it.
     pub held: Option<String>,
+    /// The claim rounds it took: more than one when it queued for a full pool (`queue`).
+    pub rounds: usize,
 }
 
 impl PassSummary {

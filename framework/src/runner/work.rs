@@ -5,7 +5,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use autocomp_model::{Report, RunOutput, RunState};
 use autocomp_toolkit::telemetry;
@@ -155,12 +155,14 @@ impl<C: Component> Runner<C> {
             // exits after this pass); the failure keeps what it logged until then. The claim
             // stays ours meanwhile: nothing else records on it until we do.
             cancelled.store(true, Ordering::Relaxed);
+            // The run's duration is until its timeout; the grace is the runner's.
+            let ran = started.elapsed();
             let returned = tokio::time::timeout(self.config.cancel_grace, finished.as_mut()).await.ok();
             if returned.is_none() {
                 warn!(batch = %claimed.batch.id, "timed-out work did not return within cancel_grace; leaving it behind");
             }
             let printed = returned.and_then(Result::ok).and_then(|(_, report)| report.output);
-            let report = self.timed_out_report(started, log.as_ref(), printed);
+            let report = self.timed_out_report(ran, log.as_ref(), printed);
             return self.record(claimed, report, true).await;
         };
         drop(finished);
@@ -174,13 +176,13 @@ impl<C: Component> Runner<C> {
 
     /// The failure recorded for work past `max_runtime`, with what it printed when it
     /// returned after its cancel (`printed`), else what it logged until now.
-    fn timed_out_report(&self, started: Instant, log: Option<&LogCapture>, printed: Option<RunOutput>) -> Report {
+    fn timed_out_report(&self, ran: Duration, log: Option<&LogCapture>, printed: Option<RunOutput>) -> Report {
         let mut report = failed_report(
             &self.config,
             &format!("did not finish within max_runtime {}", humantime::format_duration(self.config.max_runtime)),
         );
         report.timed_out = true;
-        report.duration_ms = started.elapsed().as_millis() as u64;
+        report.duration_ms = ran.as_millis() as u64;
         report.output = match printed {
             Some(printed) => fitted_output(printed, self.config.max_output),
             None => log

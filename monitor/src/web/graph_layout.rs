@@ -194,16 +194,17 @@ fn route_around_boxes(layout: &mut Layout) {
     }
 }
 
-/// The height nearest `target` between 1 and `lowest` that no interval of `busy` (sorted)
+/// The height nearest `target`, at least 1 and at most just below `lowest`, that no interval of `busy` (sorted)
 /// covers, if any.
 fn free_height_nearest(busy: &[(u32, u32)], target: u32, lowest: u32) -> Option<u32> {
     let covered = |y: u32| busy.iter().any(|(top, bottom)| y >= *top && y <= *bottom);
-    if !covered(target) && target >= 1 && target < lowest {
+    if !covered(target) && target >= 1 {
         return Some(target);
     }
-    // The free heights next to each box: just above its top, just below its bottom.
+    // The free heights next to each box: just above its top, just below its bottom (below
+    // the lowest is free too, and inside the drawing once it grows to it).
     let candidates = busy.iter().flat_map(|(top, bottom)| [top.saturating_sub(1), bottom + 1]);
-    candidates.filter(|y| *y >= 1 && *y < lowest && !covered(*y)).min_by_key(|y| y.abs_diff(target))
+    candidates.filter(|y| *y >= 1 && *y <= lowest + 1 && !covered(*y)).min_by_key(|y| y.abs_diff(target))
 }
 
 /// The least room between a lane and a box, or two lanes below every box.

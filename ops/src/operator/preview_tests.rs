@@ -671,3 +671,38 @@ async fn a_bulk_confirm_acts_only_on_what_was_previewed_once() {
     let malformed = f.operator.perform_many_confirmed(&named, &action, REASON, "4:abc", &bulk).await.unwrap_err();
     assert!(matches!(malformed, OperatorError::Input(ref e) if e.field == "plan"), "{malformed}");
 }
+
+/// `acknowledge` closes out a failure, carrying the content it was worked out from (new
+/// content still makes the step stale), and refuses what is not one to close: a success, a
+/// transient failure being retried, a stale failure, one acknowledged already.
+#[tokio::test]
+async fn acknowledge_closes_a_failure_and_refuses_what_retries_or_is_redone_by_itself() {
+    let f = fixture().await;
+    let acknowledge = |component: &str| Action::Acknowledge { component: component.into() };
+    f.batch("B1", &[("Data_Received", Outcome::Success)]).await;
+    let failed = NewEvent::new(ty("Probed"), Outcome::Failure, Agent::new("probe").unwrap())
+        .with_details(serde_json::json!({"summary": "unreadable page", "content_seq": 1}));
+    f.store.append_event(&id("B1"), failed).await.unwrap();
+    let (preview, report) = f.preview_then_perform("B1", &acknowledge("probe")).await;
+    assert_eq!(preview.changes, [change("probe", Failed, ComponentState::Acknowledged)]);
+    let event = report.event.unwrap();
+    assert!(event.is_acknowledged() && event.content_seq() == Some(autocomp_model::Seq(1)), "{event:?}");
+    assert!(event.details["summary"].as_str().unwrap().contains("unreadable page"), "{event:?}");
+
+    let head = f.store.head().await.unwrap();
+    let refused = |words: &'static str| {
+        move |answer: Result<ActionPreview, OperatorError>| match answer {
+            Err(OperatorError::Refused(said)) => assert!(said.contains(words), "{said}"),
+            other => panic!("expected a refusal saying {words:?}: {other:?}"),
+        }
+    };
+    refused("acknowledged already")(f.operator.preview(&id("B1"), &acknowledge("probe"), REASON).await);
+    f.batch("B2", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success)]).await;
+    refused("has no failure on B2")(f.operator.preview(&id("B2"), &acknowledge("probe"), REASON).await);
+    f.batch("B3", &[("Data_Received", Outcome::Success)]).await;
+    let transient = NewEvent::new(ty("Probed"), Outcome::Failure, Agent::new("probe").unwrap())
+        .with_details(serde_json::json!({"transient": true}));
+    f.store.append_event(&id("B3"), transient).await.unwrap();
+    refused("transient and retried by itself")(f.operator.preview(&id("B3"), &acknowledge("probe"), REASON).await);
+    assert_eq!(f.store.head().await.unwrap().0, head.0 + 6, "only the batches written, no acknowledgement");
+}

@@ -146,8 +146,12 @@ impl Pass<'_> {
                     _ if attempts >= max_attempts => {
                         format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}")
                     }
+                    Some((_, pool, 0)) => {
+                        format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)")
+                    }
                     Some((free, pool, size)) if self.claimed > *free as usize => format!(
-                        "waits for pool {pool} ({size} slot(s), {free} free): claimed in the pass as a slot frees"
+                        "waits for pool {pool} ({size} slot(s), {free} free): claimed once one frees (in the pass \
+                         when its own work frees it)"
                     ),
                     _ => "would claim".into(),
                 };

@@ -189,9 +189,11 @@ impl Operator {
 mod tests {
     use super::*;
 
+    /// A batch in the states of a pipeline at work (the longest, `acknowledged`, aside).
     fn view(names: &[&str]) -> StatusView {
         let components: Vec<ComponentName> = names.iter().map(|n| ComponentName::new(*n).unwrap()).collect();
-        let states = vec![ComponentState::Acknowledged; components.len()];
+        let cycle = [ComponentState::Success, ComponentState::Failed, ComponentState::Waiting, ComponentState::Working];
+        let states = (0..components.len()).map(|i| cycle[i % cycle.len()]).collect();
         let rows = vec![(BatchId::new("B400022028244-RT1").unwrap(), states)];
         StatusView { components, rows, held: Vec::new() }
     }
@@ -210,10 +212,10 @@ mod tests {
         let table = seven.render(TableFormat::Table);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].starts_with("components: 1=batch-trigger 2=checksum-verifier"), "{table}");
-        assert!(lines[1].starts_with("batch              1             2  "), "{table}");
+        assert!(lines[1].starts_with("batch              1        2       3        4  "), "{table}");
         assert!(lines[1..].iter().all(|line| line.chars().count() <= 100), "{table}");
 
         let two = view(&["archiver", "catalogue"]).render(TableFormat::Table);
-        assert!(two.starts_with("batch              archiver      catalogue\n"), "names fit: {two}");
+        assert!(two.starts_with("batch              archiver  catalogue\n"), "names fit: {two}");
     }
 }

@@ -327,8 +327,20 @@ impl Guard {
         if let Some(key) = self.key {
             return Err(one_batch_only("--key", key));
         }
+        let distinct = ids.iter().collect::<std::collections::HashSet<_>>().len();
         if self.dry_run {
-            return Ok(operator.preview_many(ids, &action, reason).await?.render_as(self.format));
+            let preview = operator.preview_many(ids, &action, reason).await?;
+            let text = preview.render_as(self.format);
+            if preview.applicable == preview.total {
+                return Ok(text);
+            }
+            // As a dry run of one id that would be refused: exit 1, what it would do printed.
+            print_now(&text);
+            let refused = preview.total - preview.applicable;
+            return Err(OperatorError::Refused(format!(
+                "{} would be refused on {refused} of {distinct} batch(es) (listed above)",
+                action.name()
+            )));
         }
         let mut outcome = operator.perform_many(ids, &action, reason).await?;
         let text = outcome.render_as(action.name(), self.format);
@@ -336,13 +348,12 @@ impl Guard {
             Some((_, error)) => error,
             None if outcome.refused.is_empty() => return Ok(text),
             None => OperatorError::Refused(format!(
-                "{} refused on {} of {} batch(es) (listed above); nothing written on those",
+                "{} refused on {} of {distinct} batch(es) (listed above); nothing written on those",
                 action.name(),
-                outcome.refused.len(),
-                ids.len()
+                outcome.refused.len()
             )),
         };
-        print!("{}", autocomp_toolkit::for_terminal(&text));
+        print_now(&text);
         Err(failed)
     }
 
@@ -366,6 +377,14 @@ impl Guard {
         let report = operator.perform_expecting(id, &action, reason, version, key.as_ref()).await?;
         Ok(report.render_as(self.format))
     }
+}
+
+/// Prints what was done before the error that follows it, as `main` prints a command's
+/// output: neutralized for the terminal, best effort (a closed stdout just ends it).
+fn print_now(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{}", autocomp_toolkit::for_terminal(text)).and_then(|()| stdout.flush());
 }
 
 /// Which part of the pipeline a pause, drain or resume is about.

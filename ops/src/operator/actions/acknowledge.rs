@@ -29,6 +29,10 @@ struct Details<'b> {
     component: &'b ComponentName,
     /// The failure it closes out.
     acknowledges: Closed<'b>,
+    /// The content the failure was worked out from, kept: new content still makes the step
+    /// stale, to be redone, as it would the failure itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_seq: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -47,6 +51,25 @@ impl Acknowledge {
         let view = batch.effective();
         let effective = view.get(step.event_type());
         let failure = match effective {
+            Some(event) if event.is_stale_at(batch.modified_seq) => {
+                return Err(OperatorError::Refused(format!(
+                    "{}'s result on {} (seq {}) was worked out from content the batch no longer has: the step is \
+                     redone by itself; nothing recorded",
+                    step.name(),
+                    batch.id,
+                    event.seq
+                )));
+            }
+            Some(event) if event.is_transient_failure() && step.retry_trigger().is_some() => {
+                return Err(OperatorError::Refused(format!(
+                    "{}'s failure on {} (seq {}) is transient and retried by itself; acknowledge it once it has \
+                     given up (or pause {} to stop the retries); nothing recorded",
+                    step.name(),
+                    batch.id,
+                    event.seq,
+                    step.name()
+                )));
+            }
             Some(event) if event.outcome == Outcome::Failure && !event.is_acknowledged() => event,
             Some(event) if event.is_acknowledged() => {
                 return Err(OperatorError::Refused(format!(
@@ -80,8 +103,9 @@ impl Acknowledge {
             }
         };
         let closed = Closed { seq: failure.seq, agent: &failure.agent, reason };
-        let details =
-            context.details(summary, Details { acknowledged: true, component: step.name(), acknowledges: closed });
+        let content_seq = failure.content_seq().map(|seq| seq.0);
+        let details = Details { acknowledged: true, component: step.name(), acknowledges: closed, content_seq };
+        let details = context.details(summary, details);
         let event =
             NewEvent::new(step.event_type().clone(), Outcome::Failure, context.agent.clone()).with_details(details);
         let (id, name, over) = (batch.id.clone(), step.name().clone(), failure.seq);
