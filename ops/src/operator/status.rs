@@ -82,18 +82,46 @@ impl StatusView {
 
     /// As `table` lays it out: left-aligned columns two spaces apart; the holds under it.
     /// A table that would pass `MAX_TABLE_WIDTH` columns with the components' names as its
-    /// headers numbers them instead (`1`, `2`, ...), with a legend line above it.
+    /// headers numbers them instead (`1`, `2`, ...), with a legend line above it; one still
+    /// too wide is transposed: a block per batch, a line per component.
     fn table(&self) -> String {
         let names: Vec<String> = self.components.iter().map(ComponentName::to_string).collect();
-        let numbers: Vec<String> = (1..=names.len()).map(|n| n.to_string()).collect();
-        let numbered = self.table_width(&names) > MAX_TABLE_WIDTH;
-        let headers = if numbered { &numbers } else { &names };
-        let mut legend = String::new();
-        if numbered {
-            let each: Vec<String> = numbers.iter().zip(&names).map(|(n, name)| format!("{n}={name}")).collect();
-            writeln!(legend, "components: {}", each.join(" ")).ok();
+        if self.table_width(&names) <= MAX_TABLE_WIDTH {
+            return self.laid_out(&names);
         }
-        legend + &self.laid_out(headers)
+        let numbers: Vec<String> = (1..=names.len()).map(|n| n.to_string()).collect();
+        if self.table_width(&numbers) > MAX_TABLE_WIDTH {
+            return self.transposed();
+        }
+        let each: Vec<String> = numbers.iter().zip(&names).map(|(n, name)| format!("{n}={name}")).collect();
+        format!("components: {}\n{}", each.join(" "), self.laid_out(&numbers))
+    }
+
+    /// The holds on the pipeline, under the table: no new work is claimed.
+    fn held_text(&self) -> String {
+        let mut out = String::new();
+        if !self.held.is_empty() {
+            out.push_str("\nheld (no new work is claimed):\n");
+            for held in &self.held {
+                writeln!(out, "  {held}").ok();
+            }
+        }
+        out
+    }
+
+    /// A block per batch: its id, then a line per component with its state; the holds under.
+    fn transposed(&self) -> String {
+        let width = self.components.iter().map(|c| c.as_str().len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (n, (id, states)) in self.rows.iter().enumerate() {
+            out.push_str(if n == 0 { "" } else { "\n" });
+            writeln!(out, "{id}").ok();
+            for (component, state) in self.components.iter().zip(states) {
+                writeln!(out, "  {:<width$}  {state}", component.as_str()).ok();
+            }
+        }
+        out.push_str(&self.held_text());
+        out
     }
 
     /// How wide the table is with `headers` over the component columns.
@@ -130,12 +158,7 @@ impl StatusView {
         for (id, states) in &self.rows {
             line(&mut std::iter::once(id.as_str()).chain(states.iter().map(|s| s.as_str())));
         }
-        if !self.held.is_empty() {
-            out.push_str("\nheld (no new work is claimed):\n");
-            for held in &self.held {
-                writeln!(out, "  {held}").ok();
-            }
-        }
+        out.push_str(&self.held_text());
         out
     }
 
@@ -196,6 +219,15 @@ mod tests {
         let states = (0..components.len()).map(|i| cycle[i % cycle.len()]).collect();
         let rows = vec![(BatchId::new("B400022028244-RT1").unwrap(), states)];
         StatusView { components, rows, held: Vec::new() }
+    }
+
+    #[test]
+    fn a_table_too_wide_even_numbered_is_a_block_per_batch() {
+        let mut seven = view(&["a1", "b2", "c3", "d4", "e5", "f6", "g7", "h8"]);
+        seven.rows[0].1 = vec![ComponentState::Acknowledged; 8];
+        let text = seven.render(TableFormat::Table);
+        assert!(text.starts_with("B400022028244-RT1\n  a1  acknowledged\n"), "{text}");
+        assert!(text.lines().all(|line| line.chars().count() <= 100), "{text}");
     }
 
     #[test]
