@@ -46,11 +46,11 @@ pub use autocomp_toolkit::for_terminal;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
 pub use contract::{reads_result, result_schema_of};
-pub use runner::hostname;
 /// The runner and `--watch` loop themselves, for running many components' passes in one
 /// process against ports opened by the caller (the capacity bench simulates thousands of
 /// workers as tokio tasks this way): what `main` runs, minus the command line and signals.
 pub use runner::{Pipeline, Runner, Selection, Setup};
+pub use runner::{hostname, pool_wait};
 /// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
 /// publishes its result's ([`result_schema_of`]) and declares the ones it reads
 /// ([`reads_result`]) without depending on `schemars` itself.

@@ -357,6 +357,7 @@ fn a_pool_of_one_drains_its_queue_in_one_pass_one_batch_at_a_time() {
     let ready = pipeline.autocomp(&["ready", "--component", "probe"]);
     assert_eq!(ready.code, Some(0), "{}", ready.show());
     assert_eq!(ready.stdout.matches("waits for pool tape").count(), 2, "{}", ready.show());
+    assert!(ready.stdout.starts_with("probe would claim 1 batch(es) now"), "{}", ready.show());
 
     let (inspector, slot_lock) = hold_the_first_tape_slot(&pipeline);
     let explained = pipeline.autocomp(&["explain", "B0001", "--component", "probe"]);

@@ -140,6 +140,10 @@ fn twenty_batches_at_a_human_step_are_decided_in_one_command() {
     let refused = autocomp(&pipeline, &pinned);
     assert_eq!(refused.code, Some(2), "{}", refused.show());
     assert!(refused.stderr.contains("invalid --expect-version \"7\""), "{}", refused.show());
+    // An unknown batch among several is bad input, as alone: exit 2, nothing written.
+    let unknown = autocomp(&pipeline, &["approve", "B0001", "B9999", "--step", "qa", "--reason", "ok"]);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.show());
+    assert!(unknown.stderr.contains("invalid batch id \"B9999\""), "{}", unknown.show());
     assert_eq!(pipeline.head(), head, "a dry run and refused input write nothing");
 
     let decided = autocomp(&pipeline, &args);
@@ -184,7 +188,11 @@ fn failures_are_closed_out_by_acknowledging_them_and_reopened_by_a_rerun() {
         ok(&pipeline, &["acknowledge", "B0001", "--component", "probe", "--reason", "scanner fault, rescanned"]);
     assert!(closed.contains("probe's failure (seq"), "{closed}");
     assert!(closed.contains("probe: failed -> acknowledged"), "{closed}");
-    ok(&pipeline, &["acknowledge", "B0002", "--component", "qa", "--reason", "returned to the publisher"]);
+    let answer = ok(
+        &pipeline,
+        &["acknowledge", "B0002", "--component", "qa", "--reason", "returned to the publisher", "--format", "json"],
+    );
+    assert_eq!(json(&answer)["event"]["flags"], serde_json::json!(["acknowledged"]), "{answer}");
     let quiet = autocomp(&pipeline, &["alerts"]);
     assert_eq!((quiet.code, quiet.stdout.as_str()), (Some(0), ""), "{}", quiet.show());
     assert!(!ok(&pipeline, &["failures"]).contains("B000"), "no failure left to list");

@@ -19,29 +19,36 @@ pub struct DryRun {
     pub held: Option<String>,
 }
 
+/// How a batch ready but waiting for `pool` is described, wherever it is (a dry run,
+/// `autocomp ready`, `explain`): the pool's size as the steering defines it (`None`: not
+/// at all) and its slots in use now.
+pub fn pool_wait(pool: &PoolName, size: Option<u32>, in_use: u32) -> String {
+    match size {
+        None => format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)"),
+        Some(0) => format!("waits for pool {pool}, which is closed (size 0; autocomp pool set {pool} N opens it)"),
+        Some(size) => format!(
+            "waits for pool {pool}: {in_use} of its {size} slot(s) in use; claimed once one frees (in this pass \
+             when its own work frees it)"
+        ),
+    }
+}
+
 /// The pool that lets the fewest batches start now: its name, size and slots in use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PoolRoom {
     pool: PoolName,
-    size: u32,
+    size: Option<u32>,
     in_use: u32,
 }
 
 impl PoolRoom {
     fn free(&self) -> u32 {
-        self.size.saturating_sub(self.in_use)
+        self.size.unwrap_or(0).saturating_sub(self.in_use)
     }
 
     /// How a batch that would be claimed once a slot frees is described.
     fn wait(&self) -> String {
-        match self.size {
-            0 => format!("waits for pool {0}, which has no size (autocomp pool set {0} N)", self.pool),
-            size => format!(
-                "waits for pool {}: {} of its {size} slot(s) in use; claimed once one frees (in this pass when \
-                 its own work frees it)",
-                self.pool, self.in_use
-            ),
-        }
+        pool_wait(&self.pool, self.size, self.in_use)
     }
 }
 
@@ -106,7 +113,7 @@ impl<C: Component> Runner<C> {
         let held = self.pipeline.locks.held().await.map_err(RunError::from)?;
         let rooms = self.descriptor.pools.iter().map(|pool| PoolRoom {
             pool: pool.clone(),
-            size: steering.pool(pool).map_or(0, |defined| defined.size),
+            size: steering.pool(pool).map(|defined| defined.size),
             in_use: slots_in_use(&held, pool),
         });
         Ok(rooms.min_by_key(PoolRoom::free))

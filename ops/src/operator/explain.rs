@@ -218,7 +218,7 @@ impl Explanation {
                     .into()
             }
             None if self.ready_in_store => match &self.pool_wait {
-                Some(wait) => format!("ready, and {wait}: a pass claims it as a slot frees"),
+                Some(wait) => format!("ready, and {wait}"),
                 None => "ready: every clause holds in the store".into(),
             },
             None => match self.retry.as_ref().filter(|r| r.ready_in_store) {
@@ -461,13 +461,9 @@ async fn explain_step(
 /// slot is in use now, as the lock service lists them (a pool with no size has none free).
 fn pool_wait(step: &Step, seen: &Seen) -> Option<String> {
     step.descriptor().pools.iter().find_map(|pool| {
-        let size = seen.steering.pool(pool).map_or(0, |defined| defined.size);
+        let size = seen.steering.pool(pool).map(|defined| defined.size);
         let in_use = slots_in_use(&seen.locks, pool);
-        match size {
-            0 => Some(format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)")),
-            size if in_use >= size => Some(format!("waits for pool {pool}: {in_use} of its {size} slot(s) in use")),
-            _ => None,
-        }
+        (in_use >= size.unwrap_or(0)).then(|| autocomp_framework::pool_wait(pool, size, in_use))
     })
 }
 

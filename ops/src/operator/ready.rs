@@ -83,8 +83,8 @@ impl ReadyView {
             .pools
             .iter()
             .map(|pool| {
-                let size = steering.pool(pool).map_or(0, |defined| defined.size);
-                (size.saturating_sub(slots_in_use(&held, pool)), pool.clone(), size)
+                let (size, in_use) = (steering.pool(pool).map(|defined| defined.size), slots_in_use(&held, pool));
+                (size.unwrap_or(0).saturating_sub(in_use), pool.clone(), size, in_use)
             })
             .min_by_key(|(free, ..)| *free);
         let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0, slots_free };
@@ -101,8 +101,8 @@ struct Pass<'a> {
     now: Timestamp,
     claimed: usize,
     /// For a component with pools, the pool with the fewest free slots now: those free,
-    /// its name and its size.
-    slots_free: Option<(u32, PoolName, u32)>,
+    /// its name, its size (`None`: not defined) and its slots in use.
+    slots_free: Option<(u32, PoolName, Option<u32>, u32)>,
 }
 
 impl Pass<'_> {
@@ -142,20 +142,17 @@ impl Pass<'_> {
                 let since = self.store.batch_head(id).await?.last_reset_of(step.event_type());
                 let attempts = self.store.failed_attempts(id, step.name(), since).await?;
                 let max_attempts = step.descriptor().max_attempts;
-                let verdict = match &self.slots_free {
-                    _ if attempts >= max_attempts => {
-                        format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}")
-                    }
-                    Some((_, pool, 0)) => {
-                        format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)")
-                    }
-                    Some((free, pool, size)) if self.claimed > *free as usize => format!(
-                        "waits for pool {pool} ({size} slot(s), {free} free): claimed once one frees (in the pass \
-                         when its own work frees it)"
+                // A batch that waits for a pool is not one the pass claims now.
+                match &self.slots_free {
+                    _ if attempts >= max_attempts => (
+                        true,
+                        format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}"),
                     ),
-                    _ => "would claim".into(),
-                };
-                (true, verdict)
+                    Some((free, pool, size, in_use)) if self.claimed > *free as usize => {
+                        (false, autocomp_framework::pool_wait(pool, *size, *in_use))
+                    }
+                    _ => (true, "would claim".into()),
+                }
             }
         })
     }

@@ -328,6 +328,8 @@ impl Guard {
             return Err(one_batch_only("--key", key));
         }
         let distinct = ids.iter().collect::<std::collections::HashSet<_>>().len();
+        // As for one id: an unknown batch is bad input (exit 2), nothing written.
+        operator.require_batches(ids).await?;
         if self.dry_run {
             let preview = operator.preview_many(ids, &action, reason).await?;
             let text = preview.render_as(self.format);

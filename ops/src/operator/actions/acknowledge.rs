@@ -112,7 +112,7 @@ impl Acknowledge {
         Plan::new(Write::Append(event), move |e, _| {
             format!(
                 "{id}: recorded {}: {name}'s failure (seq {over}) is closed out; `autocomp rerun {id} --component \
-                 {name}` opens it again",
+                 {name} --reason ...` opens it again",
                 wrote(e)
             )
         })

@@ -162,6 +162,20 @@ impl Operator {
         Ok(perform_each(&prepared, plans).await)
     }
 
+    /// Every one of `ids` is a batch of the store, else the first that is not is the error
+    /// (`batch id`): a command naming batches checks them all before it writes.
+    pub async fn require_batches(&self, ids: &[BatchId]) -> Result<(), OperatorError> {
+        let ids = distinct_within_bound(ids)?;
+        let store = self.store().await?;
+        for page in ids.chunks(BULK_READ_PAGE) {
+            let (page, found) = batches_by_id(store.as_ref(), page).await?;
+            if let Some(missing) = page.iter().find(|id| !found.contains_key(*id)) {
+                return Err(unknown_batch(missing.as_str()).into());
+            }
+        }
+        Ok(())
+    }
+
     /// The events a bulk confirm with `key` recorded on any of `ids` (each batch's key
     /// derived from `key` and its id, as `perform_many_confirmed` does); reads only. An id
     /// with no batch has none.

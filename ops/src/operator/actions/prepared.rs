@@ -84,6 +84,14 @@ impl Target {
         start: Option<EventType>,
     ) -> Result<Target, OperatorError> {
         let step = |component: &str| operator.step(pipeline, component).cloned();
+        // A decision names a human step: an unknown one is the `step` field's error.
+        let human = |name: &str| match step(name) {
+            Err(OperatorError::Input(mut input)) => {
+                input.field = "step".into();
+                Err(OperatorError::Input(input))
+            }
+            other => other.and_then(human_step),
+        };
         Ok(match action {
             Action::Rerun { component } => Target::Rerun(Rerun(step(component)?)),
             Action::Restart { .. } => Target::Restart(Restart(start)),
@@ -93,10 +101,8 @@ impl Target {
             Action::Skip { component, force } => Target::Skip(Skip { step: step(component)?, force: *force }),
             Action::Acknowledge { component } => Target::Acknowledge(Acknowledge(step(component)?)),
             Action::Prioritize { priority } => Target::Prioritize(Prioritize(*priority)),
-            Action::Approve { step: name } => Target::Approve(Approve(human_step(step(name)?)?)),
-            Action::Reject { step: name, .. } => {
-                Target::Reject(Reject { step: human_step(step(name)?)?, restart_from: start })
-            }
+            Action::Approve { step: name } => Target::Approve(Approve(human(name)?)),
+            Action::Reject { step: name, .. } => Target::Reject(Reject { step: human(name)?, restart_from: start }),
         })
     }
 }

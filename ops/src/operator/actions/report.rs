@@ -88,7 +88,7 @@ struct EventView<'e> {
 
 impl<'e> EventView<'e> {
     fn of(event: &'e Event) -> Self {
-        let flags = ["cancelled", "skipped", "transient"].into_iter().filter(|f| event.flag(f)).collect();
+        let flags = OPERATOR_FLAGS.into_iter().chain(["transient"]).filter(|f| event.flag(f)).collect();
         let reset = event.event_type.is_reset();
         let supersedes = event.details.get("superseded").cloned().unwrap_or_else(|| Value::Array(Vec::new()));
         EventView {
@@ -108,11 +108,14 @@ fn event_view<S: Serializer>(event: &Option<Event>, serializer: S) -> Result<S::
     event.as_ref().map(EventView::of).serialize(serializer)
 }
 
+/// The flags an operator's action sets on the event it records, which its answer names.
+const OPERATOR_FLAGS: [&str; 5] = ["cancelled", "skipped", "acknowledged", "approved", "rejected"];
+
 /// Exactly what an event is: `Reset (seq 12, success) superseding Checked, Audited`,
 /// `Probed (seq 13, failure, flagged cancelled)`.
 pub(super) fn wrote(event: &Event) -> String {
     let mut out = format!("{} (seq {}, {}", event.event_type, event.seq, event.outcome.as_str());
-    for flag in ["cancelled", "skipped"] {
+    for flag in OPERATOR_FLAGS {
         if event.flag(flag) {
             write!(out, ", flagged {flag}").ok();
         }

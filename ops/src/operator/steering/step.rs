@@ -64,7 +64,7 @@ impl Operator {
         }
         Ok(format!(
             "{name}: human step recorded in the pipeline; batches ready for it wait for a person (`autocomp status \
-             --component {name} --state person`; `autocomp approve ID --step {name}`)\n"
+             --component {name} --state person`; `autocomp approve ID --step {name} --reason ...`)\n"
         ))
     }
 }
