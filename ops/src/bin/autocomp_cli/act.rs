@@ -89,6 +89,7 @@ pub(super) enum ActCommand {
         /// The batch ids (one or more).
         #[arg(required = true, num_args = 1..)]
         ids: Vec<BatchId>,
+        /// The component whose failure it closes out (a human step's name for a rejection).
         #[arg(long)]
         component: ComponentName,
         /// Why: recorded with the event for whoever reads the log later (required).
