@@ -50,7 +50,7 @@ pub use contract::{reads_result, result_schema_of};
 /// process against ports opened by the caller (the capacity bench simulates thousands of
 /// workers as tokio tasks this way): what `main` runs, minus the command line and signals.
 pub use runner::{Pipeline, Runner, Selection, Setup};
-pub use runner::{hostname, pool_wait};
+pub use runner::{PoolRoom, hostname};
 /// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
 /// publishes its result's ([`result_schema_of`]) and declares the ones it reads
 /// ([`reads_result`]) without depending on `schemars` itself.

@@ -2,12 +2,12 @@
 //! the candidates phase alone, the steering's hold, and the room the component's pools have
 //! now (read at the lock service, not taken).
 
-use autocomp_model::PoolName;
+use autocomp_model::{PoolName, Steering};
 
 use super::{Runner, Selection};
 use crate::component::Component;
 use crate::exit::RunError;
-use crate::locks::slots_in_use;
+use crate::locks::{HeldLock, slots_in_use};
 
 /// What `--dry-run` found: a line per candidate listed, and how many more there were.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,36 +19,49 @@ pub struct DryRun {
     pub held: Option<String>,
 }
 
-/// How a batch ready but waiting for `pool` is described, wherever it is (a dry run,
-/// `autocomp ready`, `explain`): the pool's size as the steering defines it (`None`: not
-/// at all) and its slots in use now.
-pub fn pool_wait(pool: &PoolName, size: Option<u32>, in_use: u32) -> String {
-    match size {
-        None => format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)"),
-        Some(0) => format!("waits for pool {pool}, which is closed (size 0; autocomp pool set {pool} N opens it)"),
-        Some(size) => format!(
-            "waits for pool {pool}: {in_use} of its {size} slot(s) in use; claimed once one frees (in this pass \
-             when its own work frees it)"
-        ),
-    }
-}
-
-/// The pool that lets the fewest batches start now: its name, size and slots in use.
+/// The pool of a component's that lets the fewest batches start now (the first of them, in
+/// the component's order): its name, its size as the steering defines it (`None`: not at
+/// all) and its slots in use at the lock service. What a dry run, `autocomp ready` and
+/// `explain` say of a batch that waits for a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct PoolRoom {
-    pool: PoolName,
-    size: Option<u32>,
-    in_use: u32,
+pub struct PoolRoom {
+    /// The pool.
+    pub pool: PoolName,
+    /// Its size, as the steering defines it; `None` when it does not.
+    pub size: Option<u32>,
+    /// Its slots held now, by any process.
+    pub in_use: u32,
 }
 
 impl PoolRoom {
-    fn free(&self) -> u32 {
+    /// The room of the fullest of `pools` (`None` without pools), from the steering's sizes
+    /// and a listing of the lock service's locks.
+    pub fn of(pools: &[PoolName], steering: &Steering, held: &[HeldLock]) -> Option<PoolRoom> {
+        let rooms = pools.iter().map(|pool| PoolRoom {
+            pool: pool.clone(),
+            size: steering.pool(pool).map(|defined| defined.size),
+            in_use: slots_in_use(held, pool),
+        });
+        rooms.min_by_key(PoolRoom::free)
+    }
+
+    /// Batches that may start now (none for a pool without a size).
+    pub fn free(&self) -> u32 {
         self.size.unwrap_or(0).saturating_sub(self.in_use)
     }
 
-    /// How a batch that would be claimed once a slot frees is described.
-    fn wait(&self) -> String {
-        pool_wait(&self.pool, self.size, self.in_use)
+    /// How a batch ready but waiting for the pool is described.
+    pub fn wait(&self) -> String {
+        let pool = &self.pool;
+        match self.size {
+            None => format!("waits for pool {pool}, which has no size (autocomp pool set {pool} N)"),
+            Some(0) => format!("waits for pool {pool}, which is closed (size 0; autocomp pool set {pool} N opens it)"),
+            Some(size) => format!(
+                "waits for pool {pool}: {} of its {size} slot(s) in use; claimed once one frees (in this pass \
+                 when its own work frees it)",
+                self.in_use
+            ),
+        }
     }
 }
 
@@ -104,18 +117,17 @@ impl<C: Component> Runner<C> {
 
     /// For a component with pools, the one with the fewest free slots now (sizes from the
     /// steering this runner keeps, slots in use read at the lock service); `None` without
-    /// pools. A pool the steering does not size has no room.
+    /// pools.
     async fn pool_room(&self) -> Result<Option<PoolRoom>, RunError> {
         if self.descriptor.pools.is_empty() {
             return Ok(None);
         }
-        let steering = self.pipeline.store.steering().await?;
+        // The steering `held` read and kept just before, when it did.
+        let steering = match self.steering.get() {
+            Some(kept) => kept,
+            None => self.pipeline.store.steering().await?,
+        };
         let held = self.pipeline.locks.held().await.map_err(RunError::from)?;
-        let rooms = self.descriptor.pools.iter().map(|pool| PoolRoom {
-            pool: pool.clone(),
-            size: steering.pool(pool).map(|defined| defined.size),
-            in_use: slots_in_use(&held, pool),
-        });
-        Ok(rooms.min_by_key(PoolRoom::free))
+        Ok(PoolRoom::of(&self.descriptor.pools, &steering, &held))
     }
 }

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_framework::locks::{HeldLock, slots_in_use};
+use autocomp_framework::PoolRoom;
+use autocomp_framework::locks::HeldLock;
 use autocomp_model::{
     Agent, BatchFacts, BatchId, Clause, ComponentName, ComponentState, Event, EventType, NotReady, Outcome, Run, Seq,
     Steering, Timestamp, Trigger,
@@ -460,11 +461,8 @@ async fn explain_step(
 /// The first pool (in the component's order) of those its work needs a slot of whose every
 /// slot is in use now, as the lock service lists them (a pool with no size has none free).
 fn pool_wait(step: &Step, seen: &Seen) -> Option<String> {
-    step.descriptor().pools.iter().find_map(|pool| {
-        let size = seen.steering.pool(pool).map(|defined| defined.size);
-        let in_use = slots_in_use(&seen.locks, pool);
-        (in_use >= size.unwrap_or(0)).then(|| autocomp_framework::pool_wait(pool, size, in_use))
-    })
+    let room = PoolRoom::of(&step.descriptor().pools, &seen.steering, &seen.locks)?;
+    (room.free() == 0).then(|| room.wait())
 }
 
 impl Explanation {

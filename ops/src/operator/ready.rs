@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use autocomp_framework::locks::{HeldLock, slots_in_use};
-use autocomp_model::{BatchId, BatchSummary, ComponentName, PoolName, SummaryAt, Timestamp};
+use autocomp_framework::PoolRoom;
+use autocomp_framework::locks::HeldLock;
+use autocomp_model::{BatchId, BatchSummary, ComponentName, SummaryAt, Timestamp};
 use autocomp_store::ObjectStore;
 use serde::Serialize;
 
@@ -77,17 +78,13 @@ impl ReadyView {
         for chunk in ids.chunks(PAGE) {
             batches.extend(store.get_summaries(chunk).await?.into_iter().map(|b| (b.id.clone(), b)));
         }
-        let steering = store.steering().await?;
-        let slots_free = step
-            .descriptor()
-            .pools
-            .iter()
-            .map(|pool| {
-                let (size, in_use) = (steering.pool(pool).map(|defined| defined.size), slots_in_use(&held, pool));
-                (size.unwrap_or(0).saturating_sub(in_use), pool.clone(), size, in_use)
-            })
-            .min_by_key(|(free, ..)| *free);
-        let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0, slots_free };
+        let pools = &step.descriptor().pools;
+        // The steering only for a component with pools: its sizes.
+        let pool_room = match pools.is_empty() {
+            true => None,
+            false => PoolRoom::of(pools, &store.steering().await?, &held),
+        };
+        let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0, pool_room };
         let candidates = pass.candidates(ids, &batches).await?;
         Ok(ReadyView { component: step.name().clone(), queue_size: step.descriptor().queue_size, candidates })
     }
@@ -100,9 +97,8 @@ struct Pass<'a> {
     held: &'a [HeldLock],
     now: Timestamp,
     claimed: usize,
-    /// For a component with pools, the pool with the fewest free slots now: those free,
-    /// its name, its size (`None`: not defined) and its slots in use.
-    slots_free: Option<(u32, PoolName, Option<u32>, u32)>,
+    /// For a component with pools, the one with the fewest free slots now.
+    pool_room: Option<PoolRoom>,
 }
 
 impl Pass<'_> {
@@ -143,14 +139,12 @@ impl Pass<'_> {
                 let attempts = self.store.failed_attempts(id, step.name(), since).await?;
                 let max_attempts = step.descriptor().max_attempts;
                 // A batch that waits for a pool is not one the pass claims now.
-                match &self.slots_free {
+                match &self.pool_room {
                     _ if attempts >= max_attempts => (
                         true,
                         format!("would claim and give up: {attempts} failed attempts, max_attempts {max_attempts}"),
                     ),
-                    Some((free, pool, size, in_use)) if self.claimed > *free as usize => {
-                        (false, autocomp_framework::pool_wait(pool, *size, *in_use))
-                    }
+                    Some(room) if self.claimed > room.free() as usize => (false, room.wait()),
                     _ => (true, "would claim".into()),
                 }
             }
