@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::output::{LiveOutput, StreamCapture};
 use autocomp_model::{
     Batch, BatchId, ComponentName, DEFAULT_OUTPUT_BYTES, Failure, OutputStream, Report, RunOutput, Trigger,
 };
@@ -219,6 +220,9 @@ pub struct WorkContext {
     /// Streams the component set itself (`set_output`), and the captured `log`.
     output: RunOutput,
     output_budget: usize,
+    /// Streams captured as they are printed (`capture`), which the runner saves while the
+    /// run goes on.
+    live: LiveOutput,
     checkpoint: Option<Value>,
     checkpoints: Option<CheckpointWriter>,
     cancelled: Arc<AtomicBool>,
@@ -234,21 +238,23 @@ impl WorkContext {
             report: Report::new(failures_cap),
             output: RunOutput::default(),
             output_budget,
+            live: LiveOutput::default(),
             checkpoint: None,
             checkpoints: None,
             cancelled: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Attached to a run: the checkpoint it starts from, where it saves its own, and the
-    /// flag the runner sets to cancel it.
+    /// Attached to a run: the checkpoint it starts from, where it saves its own, the flag
+    /// the runner sets to cancel it, and the streams the runner saves while it goes on.
     pub(crate) fn attached(
         self,
         checkpoint: Option<Value>,
         checkpoints: CheckpointWriter,
         cancelled: Arc<AtomicBool>,
+        live: LiveOutput,
     ) -> Self {
-        Self { checkpoint, checkpoints: Some(checkpoints), cancelled, ..self }
+        Self { checkpoint, checkpoints: Some(checkpoints), cancelled, live, ..self }
     }
 
     /// A context attached to no run, for testing a component's `work` directly:
@@ -365,6 +371,17 @@ impl WorkContext {
         self.output.set(stream);
     }
 
+    /// A stream of the run's output (a command's `stdout`, say) captured as it is printed,
+    /// within [`WorkContext::output_budget`]: the runner saves what it holds every few
+    /// seconds while the run goes on (`autocomp logs --follow` and the batch page show it,
+    /// and it stays if the run is cancelled), and the result keeps it unless the work sets a
+    /// stream of the same name itself. Push from any thread.
+    pub fn capture(&mut self, name: &str) -> StreamCapture {
+        let stream = StreamCapture::new(name, self.output_budget);
+        self.live.register(stream.clone());
+        stream
+    }
+
     /// Adds the work thread's captured log lines, unless the component set a `log` itself.
     pub(crate) fn add_log(&mut self, log: OutputStream) {
         if self.output.stream(&log.name).is_none() {
@@ -374,7 +391,12 @@ impl WorkContext {
 
     /// The report as `work` left it, its output fitted into the budget, for the runner to
     /// record.
-    pub(crate) fn into_report(self) -> Report {
+    pub(crate) fn into_report(mut self) -> Report {
+        for stream in self.live.finish_unfinished() {
+            if self.output.stream(&stream.name).is_none() {
+                self.output.set(stream);
+            }
+        }
         let mut report = self.report;
         report.output = fitted_output(self.output, self.output_budget);
         report

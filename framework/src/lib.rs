@@ -46,6 +46,8 @@ pub use autocomp_toolkit::for_terminal;
 pub use cli::{LogFormat, RunnerArgs, init_logging, main, run};
 pub use component::{Component, IoResultExt, MAX_RESULT_BYTES, SettingError, WorkContext, WorkError};
 pub use contract::{reads_result, result_schema_of};
+/// A stream captured while the run goes on (`WorkContext::capture`).
+pub use output::StreamCapture;
 /// The runner and `--watch` loop themselves, for running many components' passes in one
 /// process against ports opened by the caller (the capacity bench simulates thousands of
 /// workers as tokio tasks this way): what `main` runs, minus the command line and signals.

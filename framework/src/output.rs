@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use autocomp_model::{OutputCapture, OutputStream};
+use autocomp_model::{OutputCapture, OutputStream, RunOutput};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::Context;
 
@@ -26,15 +26,93 @@ thread_local! {
     static CURRENT: RefCell<Option<LogCapture>> = const { RefCell::new(None) };
 }
 
-/// One run's log capture. Shared between the work thread (which writes) and the runner
-/// (which takes what was kept when the run times out before the thread returns).
+/// One stream of a run's output captured as it is printed, within its limit, and readable
+/// while the run goes on: the work (or the thread reading a command's pipe) pushes, the
+/// runner saves a snapshot every few seconds while the run is going (what `autocomp logs
+/// --follow` and the batch page show), and the stream is finished once, when the run ends.
+/// Cheap to clone: clones share the capture.
 #[derive(Clone)]
-pub(crate) struct LogCapture(Arc<Mutex<Option<OutputCapture>>>);
+pub struct StreamCapture(Arc<Mutex<Option<OutputCapture>>>);
+
+impl StreamCapture {
+    /// A capture of stream `name` keeping at most `limit` bytes (its head and its tail).
+    /// `WorkContext::capture` makes one the runner saves while the run goes on.
+    pub fn new(name: &str, limit: usize) -> Self {
+        StreamCapture(Arc::new(Mutex::new(Some(OutputCapture::new(name, limit)))))
+    }
+
+    /// Adds what was printed; once finished, drops it (a reader that outlives its run).
+    pub fn push(&self, bytes: &[u8]) {
+        if let Some(capture) = self.lock().as_mut() {
+            capture.push(bytes);
+        }
+    }
+
+    /// What was kept, once; later calls and pushes get nothing (`None`).
+    pub fn finish(&self) -> Option<OutputStream> {
+        self.lock().take().map(OutputCapture::finish)
+    }
+
+    /// Whether `finish` has taken the stream.
+    fn finished(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Bytes printed so far, and the stream as kept so far (`None` once finished).
+    fn snapshot(&self) -> Option<(u64, OutputStream)> {
+        self.lock().as_ref().map(|capture| (capture.total_bytes(), capture.snapshot()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<OutputCapture>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The streams of one run that the runner saves while the run goes on: the work thread's
+/// log lines and whatever the work captures with `WorkContext::capture`.
+#[derive(Clone, Default)]
+pub(crate) struct LiveOutput(Arc<Mutex<Vec<StreamCapture>>>);
+
+impl LiveOutput {
+    pub(crate) fn register(&self, stream: StreamCapture) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
+    }
+
+    /// The streams not finished yet, as kept so far, with how many bytes were printed in
+    /// all (what tells a snapshot worth saving from the last one saved).
+    pub(crate) fn snapshot(&self) -> (u64, RunOutput) {
+        let streams = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut printed = 0;
+        let mut output = RunOutput::default();
+        for (total, stream) in streams.iter().filter_map(StreamCapture::snapshot) {
+            printed += total;
+            output.set(stream);
+        }
+        (printed, output)
+    }
+
+    /// The registered streams not finished yet, each finished now (for the result).
+    pub(crate) fn finish_unfinished(&self) -> Vec<OutputStream> {
+        let streams = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        streams.iter().filter(|s| !s.finished()).filter_map(StreamCapture::finish).collect()
+    }
+}
+
+/// One run's log capture. Shared between the work thread (which writes) and the runner
+/// (which takes what was kept when the run times out before the thread returns, and saves
+/// it while the run goes on).
+#[derive(Clone)]
+pub(crate) struct LogCapture(StreamCapture);
 
 impl LogCapture {
     /// A capture of at most `limit` bytes.
     pub(crate) fn new(limit: usize) -> Self {
-        LogCapture(Arc::new(Mutex::new(Some(OutputCapture::new(LOG_STREAM, limit)))))
+        LogCapture(StreamCapture::new(LOG_STREAM, limit))
+    }
+
+    /// The stream, as the runner saves it while the run goes on.
+    pub(crate) fn stream(&self) -> StreamCapture {
+        self.0.clone()
     }
 
     /// Captures this thread's events until the guard is dropped.
@@ -47,14 +125,11 @@ impl LogCapture {
     /// What was kept so far, once: later events are dropped (a timed-out run is recorded
     /// while its thread may still log).
     pub(crate) fn finish(&self) -> Option<OutputStream> {
-        let capture = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        Some(capture.finish()).filter(|stream| stream.total_bytes() > 0)
+        self.0.finish().filter(|stream| stream.total_bytes() > 0)
     }
 
     fn push(&self, line: &str) {
-        if let Some(capture) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            capture.push(line.as_bytes());
-        }
+        self.0.push(line.as_bytes());
     }
 }
 

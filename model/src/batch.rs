@@ -199,6 +199,17 @@ impl Event {
         self.outcome == Outcome::Failure && self.flag("acknowledged")
     }
 
+    /// The run an operator's `cancel` closed (`details.cancelled_run`), if it closed one: the
+    /// attempt this event ends, though it is not in that run.
+    pub fn cancelled_run(&self) -> Option<RunRef> {
+        if self.outcome != Outcome::Failure || !self.flag("cancelled") {
+            return None;
+        }
+        let run = self.details.get("cancelled_run")?;
+        let component = ComponentName::new(run.get("component")?.as_str()?).ok()?;
+        Some(RunRef { component, generation: run.get("generation")?.as_i64()? })
+    }
+
     /// A success an operator recorded with `skip` instead of the component's work.
     pub fn is_skipped(&self) -> bool {
         self.outcome == Outcome::Success && self.flag("skipped")

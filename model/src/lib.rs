@@ -31,7 +31,7 @@ pub use interest::{ChangeConcern, ChangeInterest, MAX_CONCERN_PAYLOAD};
 pub use names::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, InvalidInput, PoolName, is_concealing,
 };
-pub use output::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
+pub use output::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, MAX_OUTPUT_STREAMS, OutputCapture, OutputStream, RunOutput};
 pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
     ResultRead, Retirement,

@@ -10,6 +10,9 @@ pub const DEFAULT_OUTPUT_BYTES: usize = 64 * 1024;
 /// which the store takes up to 1 MiB.
 pub const MAX_OUTPUT_BYTES: usize = 512 * 1024;
 
+/// The most streams one run's output holds.
+pub const MAX_OUTPUT_STREAMS: usize = 16;
+
 /// A run's output: its streams, in the order they were captured.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -97,6 +100,31 @@ impl OutputStream {
 }
 
 impl RunOutput {
+    /// Checks output a store is asked to keep apart from a result (a running or cancelled
+    /// run's, `set_run_output`): at most `MAX_OUTPUT_STREAMS` streams, each named in at most
+    /// 64 characters, all together keeping at most `MAX_OUTPUT_BYTES`.
+    pub fn validate(&self) -> Result<(), crate::InvalidInput> {
+        if self.streams.len() > MAX_OUTPUT_STREAMS {
+            return Err(crate::InvalidInput::new(
+                "output.streams",
+                self.streams.len().to_string(),
+                format!("at most {MAX_OUTPUT_STREAMS} streams"),
+            ));
+        }
+        if let Some(stream) = self.streams.iter().find(|s| s.name.is_empty() || s.name.chars().count() > 64) {
+            return Err(crate::InvalidInput::new("output.streams.name", &stream.name, "1 to 64 characters"));
+        }
+        let kept: usize = self.streams.iter().map(OutputStream::kept_bytes).sum();
+        if kept > MAX_OUTPUT_BYTES {
+            return Err(crate::InvalidInput::new(
+                "output",
+                format!("{kept} bytes"),
+                format!("at most {MAX_OUTPUT_BYTES} bytes kept, all streams together"),
+            ));
+        }
+        Ok(())
+    }
+
     /// No stream printed anything.
     pub fn is_empty(&self) -> bool {
         self.streams.iter().all(|s| s.total_bytes() == 0)
@@ -148,7 +176,7 @@ fn ceil_char_boundary(text: &str, mut at: usize) -> usize {
 
 /// Captures one stream as it is printed, within `limit` bytes: the first half kept as it
 /// comes, the last half in a window that slides (trimmed in bulk, so the cost stays linear).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct OutputCapture {
     name: String,
     limit: usize,
@@ -180,6 +208,17 @@ impl OutputCapture {
             self.tail.drain(..excess);
             self.dropped += excess as u64;
         }
+    }
+
+    /// Bytes pushed so far, kept or not.
+    pub fn total_bytes(&self) -> u64 {
+        (self.head.len() + self.tail.len()) as u64 + self.dropped
+    }
+
+    /// The stream as kept so far (what `finish` would answer now), the capture going on: what
+    /// a running run's output is saved as while it runs.
+    pub fn snapshot(&self) -> OutputStream {
+        self.clone().finish()
     }
 
     /// The stream as kept: invalid UTF-8 replaced, the cuts moved to character boundaries.

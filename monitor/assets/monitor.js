@@ -81,7 +81,8 @@
     fetch(window.location.href, { headers: headers, cache: "no-store", credentials: "same-origin" })
       .then(function (response) {
         if (response.status !== 200) return null;
-        etag = response.headers.get("ETag") || etag;
+        // A page without a tag (a batch page while a run goes) is asked for whole next time.
+        etag = response.headers.get("ETag");
         return response.text();
       })
       .then(function (html) { if (html) swap(html); })

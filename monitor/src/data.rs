@@ -210,6 +210,8 @@ pub struct BatchPage {
     pub log: LogPage,
     /// Every component's explanation, in pipeline order.
     pub explanations: Vec<Explanation>,
+    /// What runs without a result printed (running, cancelled, abandoned), saved apart.
+    pub saved_outputs: Vec<autocomp_store::SavedRunOutput>,
 }
 
 /// Whether `step`'s state on a listed batch is overdue at `now`, as `alerts::is_overdue`
@@ -491,7 +493,8 @@ impl Monitor {
         // By size: an event's details over 16 KiB stay in the store, the page links to them.
         let shown = autocomp_store::port::DETAILS_SHOWN_BYTES;
         let log = store.log_page_within(head.id(), cursor, self.settings.log_page_size, shown).await?;
-        Ok(BatchPage { head, log, explanations })
+        let saved_outputs = store.run_outputs(head.id()).await?;
+        Ok(BatchPage { head, log, explanations, saved_outputs })
     }
 
     /// The filter as an index selection; the component must be one of the pipeline. Without

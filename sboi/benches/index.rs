@@ -737,6 +737,23 @@ impl<S: ObjectStore> SeriesStore for TimedStore<S> {
     }
 }
 
+#[async_trait::async_trait]
+impl<S: ObjectStore> autocomp_store::RunOutputStore for TimedStore<S> {
+    async fn set_run_output(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        output: Option<autocomp_model::RunOutput>,
+    ) -> StoreResult<()> {
+        self.inner.set_run_output(batch, component, generation, output).await
+    }
+
+    async fn run_outputs(&self, batch: &BatchId) -> StoreResult<Vec<autocomp_store::SavedRunOutput>> {
+        self.inner.run_outputs(batch).await
+    }
+}
+
 fn proc_status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().find_map(|line| line.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)

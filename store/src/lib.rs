@@ -27,8 +27,8 @@ pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, 
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES,
-    LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout,
-    StoreError, StoreResult,
+    LogCursor, LogPage, MAX_LOG_PAGE, MAX_RUN_OUTPUTS, ObjectStore, OutboxStore, RegistryStore, RunOutputStore,
+    SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
@@ -37,5 +37,7 @@ pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 /// The store's traits, for callers that hold an `ObjectStore` and call its operations:
 /// `use autocomp_store::prelude::*;` brings every concern's methods into scope.
 pub mod prelude {
-    pub use crate::port::{BatchStore, ObjectStore, OutboxStore, RegistryStore, SeriesStore, SteeringStore};
+    pub use crate::port::{
+        BatchStore, ObjectStore, OutboxStore, RegistryStore, RunOutputStore, SeriesStore, SteeringStore,
+    };
 }

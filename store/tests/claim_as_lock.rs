@@ -95,7 +95,7 @@ async fn a_version_10_sqlite_file_keeps_its_open_runs_which_exclusive_claims_fin
         .unwrap();
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), LATEST_SCHEMA_VERSION);
-    assert_eq!(LATEST_SCHEMA_VERSION, 11);
+    const { assert!(LATEST_SCHEMA_VERSION >= 11) };
     an_old_open_run_is_held_until_taken_over(&store, "old/0.9@host#7").await;
 }
 

@@ -21,7 +21,10 @@ use steering::*;
 mod concerning_waits;
 #[path = "contract/ready_claims.rs"]
 pub(crate) mod ready_claims;
+#[path = "contract/run_outputs.rs"]
+mod run_outputs;
 use concerning_waits::*;
+use run_outputs::*;
 
 struct Fixture {
     store: Arc<dyn ObjectStore>,
@@ -1899,6 +1902,7 @@ contract!(
     release_closes_a_run_without_an_event,
     failed_attempts_count_abandoned_and_transient_runs_since_a_seq,
     checkpoints_survive_an_abandoned_run_and_a_transient_failure_and_vanish_with_a_result,
+    a_runs_output_is_saved_while_it_runs_and_after_a_cancel_and_goes_with_its_result,
     the_change_feed_lists_each_changed_batch_once_in_order,
     an_idempotent_retry_returns_the_first_event,
     bad_input_is_refused_by_name_and_writes_nothing,

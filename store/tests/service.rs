@@ -170,6 +170,12 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     assert_eq!(http.open_runs(Some(&archiver)).await.unwrap(), local.open_runs(Some(&archiver)).await.unwrap());
     http.save_checkpoint(&id("B1"), &archiver, claim.generation(), json!({"files": 3})).await.unwrap();
     assert_eq!(http.load_checkpoint(&id("B1"), &archiver).await.unwrap(), Some(json!({"files": 3})));
+    let printed = RunOutput {
+        streams: vec![OutputStream { name: "stdout".into(), head: "copied 3 files\n".into(), ..Default::default() }],
+    };
+    http.set_run_output(&id("B1"), &archiver, claim.generation(), Some(printed.clone())).await.unwrap();
+    assert_eq!(http.run_outputs(&id("B1")).await.unwrap(), local.run_outputs(&id("B1")).await.unwrap());
+    assert_eq!(http.run_outputs(&id("B1")).await.unwrap()[0].output, printed);
     let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("archiver/1.0"))
         .with_details(json!({"summary": "ok"}))
         .in_run(archiver.clone(), claim.generation());

@@ -39,7 +39,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use autocomp_e2e::{Finished, binary, finish};
-use autocomp_model::{Agent, BatchId, ComponentName, RunHolder};
+use autocomp_model::{Agent, BatchId, ComponentName, OutputStream, RunHolder, RunOutput};
 use autocomp_store::SqliteStore;
 use autocomp_store::prelude::*;
 use autocomp_test_servers::chromium::{self, Browser, axe_violations, serious_or_critical};
@@ -1784,5 +1784,45 @@ async fn screenshots_show_the_failing_reason_in_the_list_and_the_commands_stderr
             ui.screenshot(&format!("pictures-timeline-{width}-{theme}.png")).await;
         }
     }
+    browser.close().await;
+}
+
+/// A going run's output appears on its open batch page as its runner saves it, without a
+/// reload (the page refreshes itself, asked for whole while a run goes); once an operator
+/// cancels the run, what it printed stays under "Run output".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_going_runs_output_appears_on_its_open_batch_page_and_stays_after_a_cancel() {
+    let demo = Demo::run();
+    let id = failed_at_the_component(&demo.status()).into_iter().next().expect("a failed batch");
+    let generation = demo.claim(&id, COMPONENT).await;
+    let (monitor, browser) = monitor_in_a_browser(&demo).await;
+    let ui = Ui { client: browser.client(), base: &monitor.base };
+    ui.goto(&format!("/batches/{id}")).await;
+    let at_batch = |at: &str| at == format!("/batches/{id}");
+    ui.wait_for(at_batch, "nothing saved yet").await;
+
+    let (batch, component) = (BatchId::new(&id).expect("an id"), ComponentName::new(COMPONENT).expect("a name"));
+    let store = demo.store().await;
+    let printed = |text: &str| RunOutput {
+        streams: vec![OutputStream { name: "stdout".into(), head: text.into(), ..Default::default() }],
+    };
+    store.set_run_output(&batch, &component, generation, Some(printed("verifying page 1\n"))).await.expect("saved");
+    ui.wait_for(at_batch, "verifying page 1").await;
+    let more = printed("verifying page 1\nverifying page 2\n");
+    store.set_run_output(&batch, &component, generation, Some(more)).await.expect("saved");
+    let text = ui.wait_for(at_batch, "verifying page 2").await;
+    assert!(text.contains("Output so far") && text.contains("its output so far"), "{text}");
+    ui.script("document.getElementById('output-so-far').scrollIntoView();").await;
+    ui.screenshot("output-so-far.png").await;
+
+    let mut cancel = command("autocomp");
+    cancel.args(["--as", OPERATOR, "cancel", &id, "--component", COMPONENT, "--reason", REASON]);
+    cancel.env("AUTOCOMP_CONFIG_DIR", demo.config_dir());
+    let done = run(cancel, Duration::from_secs(60));
+    assert_eq!(done.code, Some(0), "{}", done.show());
+    let last = printed("verifying page 1\nverifying page 2\nkilled on page 3\n");
+    store.set_run_output(&batch, &component, generation, Some(last)).await.expect("a cancelled run saves its output");
+    let text = ui.wait_for(at_batch, "cancelled by an operator; its output until it stopped").await;
+    assert!(text.contains("killed on page 3") && !text.contains("Output so far"), "{text}");
     browser.close().await;
 }

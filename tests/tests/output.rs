@@ -235,3 +235,66 @@ fn a_line_feed_in_a_reason_stays_on_its_line_in_show() {
         assert!(shown.contains(expected), "{shown}");
     }
 }
+
+/// A running shell step's output is seen while it runs and kept when an operator cancels it:
+/// `autocomp logs` shows what it printed so far (saved every 2 s), `logs --follow` prints
+/// what it prints next and returns once the run is cancelled, and the cancelled attempt keeps
+/// everything it printed until its process group was killed.
+#[test]
+fn a_running_steps_output_is_followed_and_a_cancelled_one_keeps_it() {
+    let pipeline = exec_pipeline(None);
+    let config = "max_runtime = \"5m\"\n\n[settings]\nkill_grace = \"1s\"\n";
+    std::fs::write(pipeline.config_dir().join("ocr.toml"), config).unwrap();
+    let id = pipeline.register(1).remove(0);
+    let marker = pipeline.path("go-on");
+    let script = format!(
+        "echo 'scanning page 1'; echo 'slow disk' >&2; while [ ! -e '{}' ]; do sleep 0.1; done; \
+         echo 'scanning page 2'; sleep 600",
+        marker.display()
+    );
+    let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", &script];
+    let pass = pipeline.command(&args).spawn().expect("autocomp-exec starts");
+
+    // Saved within about 2 s of being printed, while the run goes on.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut so_far = String::new();
+    let seen = autocomp_test_servers::wait_until_every(Duration::from_millis(250), deadline, || {
+        so_far = ok(&pipeline, &["logs", id.as_str()]);
+        so_far.contains("scanning page 1") && so_far.contains("slow disk")
+    });
+    assert!(seen, "the output so far is not shown while the run goes on:\n{so_far}");
+    assert!(so_far.contains("== ocr run 1: running, output so far (saved at "), "{so_far}");
+
+    // Follow it: what it prints next comes, then the cancel ends the follow.
+    let mut follow = Command::new(binary("autocomp"));
+    follow.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann", "logs", id.as_str(), "--follow"]);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
+        follow.env_remove(var);
+    }
+    follow.env("AUTOCOMP_TOKEN", TOKEN).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let follow = follow.spawn().expect("autocomp logs --follow starts");
+    std::fs::write(&marker, "").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let printed = autocomp_test_servers::wait_until_every(Duration::from_millis(250), deadline, || {
+        ok(&pipeline, &["logs", id.as_str(), "--stream", "stdout"]).contains("scanning page 2")
+    });
+    assert!(printed, "the second line was never saved");
+    ok(&pipeline, &["cancel", id.as_str(), "--component", "ocr", "--reason", "hung on page 2"]);
+    let followed = finish(follow, Duration::from_secs(60));
+    assert_eq!(followed.code, Some(0), "{}", followed.show());
+    let out = &followed.stdout;
+    assert!(out.contains("scanning page 2\n"), "the follow printed what came next:\n{out}");
+    assert!(out.matches("scanning page 1").count() == 1, "nothing printed twice:\n{out}");
+    assert!(out.contains("== ocr attempt 1 (seq ") && out.contains("failure (cancelled)"), "{out}");
+
+    let run = finish(pass, Duration::from_secs(60));
+    assert!(run.stderr.contains("an operator cancelled this run"), "{}", run.show());
+    let kept = ok(&pipeline, &["logs", id.as_str()]);
+    assert!(kept.contains("== ocr attempt 1 (seq ") && kept.contains("failure (cancelled)"), "{kept}");
+    for line in ["scanning page 1", "slow disk", "scanning page 2"] {
+        assert!(kept.contains(line), "the cancelled run keeps {line:?}:\n{kept}");
+    }
+    assert!(!kept.contains("running, output so far"), "nothing is running any more:\n{kept}");
+    let idle = ok(&pipeline, &["logs", id.as_str(), "--follow"]);
+    assert!(idle.contains("scanning page 2"), "a follow with nothing going prints the log and returns:\n{idle}");
+}

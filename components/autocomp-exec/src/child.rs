@@ -1,16 +1,17 @@
 //! One command run under supervision: its own process group, its stdout and stderr kept
-//! within a budget (head and tail, `OutputCapture`), its exit noticed without reaping it early, and the whole group killed on
+//! within a budget (head and tail) in the run's captures, readable while it runs, its exit noticed without reaping it early, and the whole group killed on
 //! cancellation (SIGTERM, a grace, SIGKILL), when it exits, or when this process exits.
 
 use std::io::{self, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, Once, mpsc};
+use std::sync::{Once, mpsc};
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
-use autocomp_framework::{OutputCapture, OutputStream};
+use autocomp_framework::{OutputStream, StreamCapture};
+
 /// Longest pause between two looks at the child and the cancellation flag.
 const MAX_POLL: Duration = Duration::from_millis(100);
 /// How long to wait for the output readers once the group is gone: only a process that left
@@ -42,15 +43,15 @@ pub enum Outcome {
 pub fn run(
     command: &mut Command,
     grace: Duration,
-    output_limit: usize,
+    captures: Captures,
     cancelled: impl Fn() -> bool,
 ) -> io::Result<Outcome> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = command.spawn()?;
     // process_group(0) made the child the leader of a new group whose id is its pid.
     let group = Group::new(child.id() as libc::pid_t);
-    let stdout = Reader::capture("stdout", output_limit, child.stdout.take());
-    let stderr = Reader::capture("stderr", output_limit, child.stderr.take());
+    let stdout = Reader::capture("stdout", captures.stdout, child.stdout.take());
+    let stderr = Reader::capture("stderr", captures.stderr, child.stderr.take());
 
     // Short commands should not pay the full poll interval: start fast, back off.
     let mut pause = Duration::from_millis(2);
@@ -182,24 +183,28 @@ mod live_groups {
 /// A stream read on its own thread into its capture, so a chatty command never blocks on a
 /// full pipe; the capture keeps its head and tail within its limit however much it prints.
 struct Reader {
-    capture: Arc<Mutex<Option<OutputCapture>>>,
+    capture: StreamCapture,
     name: String,
     done: mpsc::Receiver<()>,
 }
 
+/// Where a command's two streams are captured: the run's own (`WorkContext::capture`), which
+/// the runner saves while the command runs.
+pub struct Captures {
+    pub stdout: StreamCapture,
+    pub stderr: StreamCapture,
+}
+
 impl Reader {
-    fn capture(name: &str, limit: usize, source: Option<impl Read + Send + 'static>) -> Reader {
-        let capture = Arc::new(Mutex::new(Some(OutputCapture::new(name, limit))));
+    fn capture(name: &str, capture: StreamCapture, source: Option<impl Read + Send + 'static>) -> Reader {
         let (sender, done) = mpsc::channel();
         if let Some(mut source) = source {
-            let sink = Arc::clone(&capture);
+            let sink = capture.clone();
             std::thread::spawn(move || {
                 let mut chunk = [0u8; 8192];
+                // Once `finish` took the stream, a reader that outlived the wait drops the rest.
                 while let Ok(n @ 1..) = source.read(&mut chunk) {
-                    let mut kept = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    // Taken by `finish`: a reader that outlived the wait drops the rest.
-                    let Some(kept) = kept.as_mut() else { break };
-                    kept.push(&chunk[..n]);
+                    sink.push(&chunk[..n]);
                 }
                 sender.send(()).ok();
             });
@@ -209,8 +214,7 @@ impl Reader {
 
     fn finish(self) -> OutputStream {
         self.done.recv_timeout(READER_WAIT).ok();
-        let taken = self.capture.lock().unwrap_or_else(|e| e.into_inner()).take();
-        taken.map_or_else(|| OutputStream { name: self.name, ..Default::default() }, OutputCapture::finish)
+        self.capture.finish().unwrap_or_else(|| OutputStream { name: self.name, ..Default::default() })
     }
 }
 
@@ -222,7 +226,8 @@ mod tests {
     fn long_output_keeps_its_head_and_tail_within_the_limit() {
         let mut command = Command::new("sh");
         command.args(["-c", "echo first; i=0; while [ $i -lt 2000 ]; do echo line $i; i=$((i+1)); done; echo last"]);
-        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), 100, || false).unwrap() else {
+        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), captures(100), || false).unwrap()
+        else {
             panic!("not cancelled, so it must finish");
         };
         let stdout = finished.printed.stdout;
@@ -241,7 +246,7 @@ mod tests {
         command.args(["-c", script, "sh"]).arg(&pgid_file);
         // Cancel as soon as the command has started (its pgid is written).
         let written = || std::fs::read_to_string(&pgid_file).is_ok_and(|text| text.ends_with('\n'));
-        let outcome = run(&mut command, Duration::from_millis(300), 1024, written).unwrap();
+        let outcome = run(&mut command, Duration::from_millis(300), captures(1024), written).unwrap();
         assert!(matches!(outcome, Outcome::Cancelled { .. }));
         let pgid: i32 = std::fs::read_to_string(&pgid_file).unwrap().trim().parse().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -255,13 +260,18 @@ mod tests {
     fn a_finished_command_reports_its_status_and_output() {
         let mut command = Command::new("sh");
         command.args(["-c", "echo out; echo err >&2; exit 4"]);
-        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), 1024, || false).unwrap() else {
+        let Outcome::Finished(finished) = run(&mut command, Duration::from_secs(1), captures(1024), || false).unwrap()
+        else {
             panic!("not cancelled, so it must finish");
         };
         assert_eq!(finished.status.code(), Some(4));
         let printed = finished.printed;
         assert_eq!((printed.stdout.name.as_str(), printed.stdout.text().as_str()), ("stdout", "out\n"));
         assert_eq!((printed.stderr.name.as_str(), printed.stderr.text().as_str()), ("stderr", "err\n"));
+    }
+
+    fn captures(limit: usize) -> Captures {
+        Captures { stdout: StreamCapture::new("stdout", limit), stderr: StreamCapture::new("stderr", limit) }
     }
 
     /// Live (non-zombie) processes of a group, from /proc.

@@ -306,9 +306,10 @@ impl Component for Exec {
         let mut command = command_for(&words, batch, dir.as_deref(), &files);
         // Each stream is captured within the whole budget; the runner then fits both into
         // it: half each when both are long, and a quiet stream leaves its share to the other.
-        let limit = context.output_budget();
+        // The runner saves what they hold while the command runs (`logs --follow`).
+        let captures = child::Captures { stdout: context.capture("stdout"), stderr: context.capture("stderr") };
         let cancelled = || context.is_cancelled();
-        let outcome = child::run(&mut command, settings.kill_grace, limit, cancelled).with_path(&program)?;
+        let outcome = child::run(&mut command, settings.kill_grace, captures, cancelled).with_path(&program)?;
         let finished = match outcome {
             child::Outcome::Cancelled { printed } => {
                 let said = printed.stderr.last_line().map(|l| format!(" (last stderr: {l})")).unwrap_or_default();

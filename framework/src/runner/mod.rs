@@ -20,6 +20,7 @@ mod candidates;
 mod claim;
 mod dry_run;
 mod identity;
+mod live_output;
 mod lock;
 mod pass;
 pub(crate) mod phases;

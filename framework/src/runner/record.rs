@@ -6,8 +6,8 @@
 use std::io::Write as _;
 
 use autocomp_model::{
-    Batch, BatchId, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome, Report, RunState, SteeringChange,
-    SteeringRequest, WorkDone, WorkResult,
+    Batch, BatchId, EventType, HoldKind, IdempotencyKey, NewEvent, Outcome, Report, RunOutput, RunState,
+    SteeringChange, SteeringRequest, WorkDone, WorkResult,
 };
 use autocomp_store::{Claim, StoreError};
 use autocomp_toolkit::telemetry;
@@ -38,7 +38,7 @@ impl<C: Component> Runner<C> {
         let (appended, report) = self.append_result(&batch, &claim, report, &span).await;
         let result = match appended {
             Ok(()) => self.recorded(&id, claim.generation(), &report, timed_out),
-            Err(e) if e.is_fenced() => self.fenced(id, claim.generation(), e).await,
+            Err(e) if e.is_fenced() => self.fenced(id, claim.generation(), e, report.output.clone()).await,
             Err(e) => not_recorded(id, e),
         };
         phases::mark(Phase::Append);
@@ -229,11 +229,14 @@ impl<C: Component> Runner<C> {
 impl<C: Component> Runner<C> {
     /// A result the store refused as fenced: the run is no longer the open, current one.
     /// Says why by the run's state in the store: an operator's cancel (which recorded the
-    /// run's cancelled failure itself), or another worker's takeover.
-    async fn fenced(&self, id: BatchId, generation: i64, e: StoreError) -> BatchResult {
+    /// run's cancelled failure itself; what the work printed, `output`, is saved with the
+    /// run), or another worker's takeover.
+    async fn fenced(&self, id: BatchId, generation: i64, e: StoreError, output: Option<RunOutput>) -> BatchResult {
         let run = self.pipeline.store.run_state(&id, &self.name).await.ok().flatten();
         if run.is_some_and(|run| run.generation == generation && run.state == RunState::Cancelled) {
             warn!(batch = %id, "result not recorded: an operator cancelled this run (its cancelled failure is recorded)");
+            let store = self.pipeline.store.as_ref();
+            super::live_output::save_cancelled_output(store, &id, &self.name, generation, output).await;
         } else {
             warn!(batch = %id, "result refused, another worker took the batch over: {e}");
         }

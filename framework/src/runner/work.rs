@@ -12,13 +12,14 @@ use autocomp_toolkit::telemetry;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::{Instrument, Span, error, info, warn};
 
+use super::live_output::LiveOutputSaver;
 use super::pass::Claimed;
 use super::phases::{self, Phase};
 use super::record::{failed_report, report_of};
 use super::{BatchResult, Runner, stop_requested};
 use crate::component::{CheckpointWriter, Component, WorkContext, WorkError, fitted_output};
 use crate::locks::SessionState;
-use crate::output::LogCapture;
+use crate::output::{LiveOutput, LogCapture};
 
 /// Whether a claimed batch's work may start: with this thread's permit, or not at all.
 enum Start {
@@ -106,9 +107,32 @@ impl<C: Component> Runner<C> {
         Start::Go(permit)
     }
 
-    /// The work on its thread, bounded by `max_runtime`, cancelled by a shutdown (after
-    /// `shutdown_grace`), a lost lock session or a takeover; its result recorded.
+    /// The work on its thread (`work_and_record`), its output saved while it goes on.
     async fn run_work(&self, claimed: Claimed, permit: OwnedSemaphorePermit) -> BatchResult {
+        let live = LiveOutput::default();
+        let mut saver = LiveOutputSaver::start(
+            Arc::clone(&self.pipeline.store),
+            claimed.batch.id.clone(),
+            self.name.clone(),
+            claimed.claim.generation(),
+            live.clone(),
+            self.config.max_output,
+        );
+        let result = self.work_and_record(claimed, permit, live, &mut saver).await;
+        saver.finish(&result).await;
+        result
+    }
+
+    /// The work on its thread, bounded by `max_runtime`, cancelled by a shutdown (after
+    /// `shutdown_grace`), a lost lock session or a takeover; its result recorded. `saver`
+    /// is stopped once the work returns (or is left behind).
+    async fn work_and_record(
+        &self,
+        claimed: Claimed,
+        permit: OwnedSemaphorePermit,
+        live: LiveOutput,
+        saver: &mut LiveOutputSaver,
+    ) -> BatchResult {
         // Waiting for a work thread is no work of this batch's.
         phases::mark(Phase::Other);
         let mut shutdown = self.shutdown.clone();
@@ -117,6 +141,9 @@ impl<C: Component> Runner<C> {
         let started = Instant::now();
         // The work thread's log lines; shared so a timed-out run keeps what it logged.
         let log = (self.config.max_output > 0).then(|| LogCapture::new(self.config.max_output));
+        if let Some(log) = &log {
+            live.register(log.stream());
+        }
         // The work's span ends when the work does (the future is dropped below), not with
         // the batch's result.
         let work_span = match telemetry::enabled() {
@@ -124,7 +151,7 @@ impl<C: Component> Runner<C> {
             false => Span::none(),
         };
         let mut finished =
-            Box::pin(self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone()).instrument(work_span));
+            Box::pin(self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone(), live).instrument(work_span));
         let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
         let grace = self.config.shutdown_grace;
         let outcome = tokio::select! {
@@ -134,6 +161,7 @@ impl<C: Component> Runner<C> {
                 cancelled.store(true, Ordering::Relaxed);
                 info!(batch = %claimed.batch.id, "shutting down: work cancelled, claim released");
                 self.let_cancelled_work_clean_up(finished.as_mut()).await;
+                saver.stop();
                 drop(permit);
                 return self.release(claimed).await;
             }
@@ -142,6 +170,7 @@ impl<C: Component> Runner<C> {
                 cancelled.store(true, Ordering::Relaxed);
                 error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
                 self.let_lost_work_go(finished.as_mut()).await;
+                saver.stop();
                 drop(permit);
                 return self.give_up_after_session_loss(claimed).await;
             }
@@ -158,6 +187,7 @@ impl<C: Component> Runner<C> {
             // The run's duration is until its timeout; the grace is the runner's.
             let ran = started.elapsed();
             let returned = tokio::time::timeout(self.config.cancel_grace, finished.as_mut()).await.ok();
+            saver.stop();
             if returned.is_none() {
                 warn!(batch = %claimed.batch.id, "timed-out work did not return within cancel_grace; leaving it behind");
             }
@@ -166,6 +196,7 @@ impl<C: Component> Runner<C> {
             return self.record(claimed, report, true).await;
         };
         drop(finished);
+        saver.stop();
         let mut report = match outcome {
             Ok((result, report)) => report_of(result, report),
             Err(()) => failed_report(&self.config, "the work thread ended without a result"),
@@ -245,6 +276,7 @@ impl<C: Component> Runner<C> {
         claimed: &Claimed,
         cancelled: Arc<AtomicBool>,
         log: Option<LogCapture>,
+        live: LiveOutput,
     ) -> impl Future<Output = Result<(Result<(), WorkError>, Report), ()>> + use<C> {
         let (sender, receiver) = oneshot::channel();
         let component = Arc::clone(&self.component);
@@ -261,6 +293,7 @@ impl<C: Component> Runner<C> {
             claimed.checkpoint.clone(),
             checkpoints,
             cancelled,
+            live,
         );
         let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
             let installed = log.as_ref().map(LogCapture::install);

@@ -110,10 +110,12 @@ pub async fn batch(
     body.push_str(&action_forms(&caller.access, &Target::One(&target), &choices, priority, &here(&uri)));
     body.push_str(&metadata(head));
     body.push_str(&open_runs(head));
+    // What the going runs printed so far: the page refreshes itself while one goes.
+    body.push_str(&super::output::going_section(&head.open_runs, &page.saved_outputs, head.as_of));
     body.push_str(&super::timeline::section(&app.monitor.operator().timeline(head).await?));
     body.push_str(&log(head, &page.log, before));
     // What the runs on this page of the log printed, an attempt per `<details>`.
-    body.push_str(&super::output::section(&page.log.events));
+    body.push_str(&super::output::section(&page.log.events, &page.saved_outputs));
     body.push_str("<h2 id=\"explanations\">Why each component is (not) ready</h2>\n");
     if page.explanations.is_empty() {
         body.push_str("<p>No component has run a pass against this store yet.</p>\n");
@@ -122,7 +124,13 @@ pub async fn batch(
         body.push_str(&explain(explanation));
     }
     let title = format!("Batch {}", head.id());
-    Ok(respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body))
+    let mut response = respond(&headers, &caller, &title, Nav::Batches, &here(&uri), &body);
+    if !head.open_runs.is_empty() {
+        // A going run's output is saved without moving the store's head: the page is
+        // asked for whole at each refresh while one goes, not answered 304.
+        response.extensions_mut().insert(super::etag::Untagged);
+    }
+    Ok(response)
 }
 
 /// A human step the batch waits at: the effective results of the steps before it (what the

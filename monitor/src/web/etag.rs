@@ -16,6 +16,11 @@ use super::assets;
 use super::auth;
 use super::gate::Caller;
 
+/// Marks a page that changes without the store's head moving (a batch page showing a going
+/// run's output): it carries no tag, so the next refresh asks for it whole.
+#[derive(Clone, Copy)]
+pub struct Untagged;
+
 /// Answers 304 when the browser's copy of the page is current, and tags fresh pages.
 ///
 /// The tag covers the store's head (every write moves it), the path and query, who is
@@ -63,7 +68,7 @@ pub async fn etag(State(app): State<Arc<App>>, request: Request, next: Next) -> 
             .into_response();
     }
     let mut response = next.run(request).await;
-    if response.status() == StatusCode::OK {
+    if response.status() == StatusCode::OK && response.extensions().get::<Untagged>().is_none() {
         response.headers_mut().insert(header::ETAG, tag_value);
     }
     response

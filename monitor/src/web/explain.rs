@@ -8,16 +8,32 @@ use autocomp_ops::operator::{Explanation, describe_lock, report_summary};
 use super::html::{age, check, esc, state_badge, time, w};
 
 /// The verdict first: each component whose effective result is a failure, in pipeline
-/// order, with its report's summary and a way to the actions.
+/// order, with its report's summary and a way to the actions; each component at work, with
+/// a way to its output so far.
 pub(super) fn failures(explanations: &[Explanation]) -> String {
     let mut out = String::new();
     for e in explanations {
-        let Some(failure) = e.result.as_ref().filter(|r| r.outcome == Outcome::Failure) else { continue };
+        // What a going run printed so far is further down the page.
+        let going = if e.open_run.is_some() { "; <a href=\"#output-so-far\">its output so far</a>" } else { "" };
+        let Some(failure) = e.result.as_ref().filter(|r| r.outcome == Outcome::Failure) else {
+            if let Some(run) = &e.open_run {
+                w!(
+                    out,
+                    "<p class=\"verdict\">{} at <a href=\"#explain-{1}\">{1}</a>: run {2} since {3} (<a \
+                     href=\"#output-so-far\">its output so far</a>).</p>\n",
+                    state_badge(e.state, false),
+                    esc(&e.component),
+                    esc(run.generation),
+                    time(run.started_at)
+                );
+            }
+            continue;
+        };
         let notes = report_summary(failure);
         w!(
             out,
             "<p class=\"verdict\" id=\"failed-{1}\">{0} at <a href=\"#explain-{1}\">{1}</a>: <code>{2}</code> seq {3} \
-             by {4} at {5}{6}{7} (<a href=\"#actions\">actions</a>).</p>\n",
+             by {4} at {5}{6}{7} (<a href=\"#actions\">actions</a>{8}).</p>\n",
             state_badge(e.state, false),
             esc(&e.component),
             esc(&failure.event_type),
@@ -25,7 +41,8 @@ pub(super) fn failures(explanations: &[Explanation]) -> String {
             esc(&failure.agent),
             time(failure.at),
             if notes.is_empty() { "" } else { ": " },
-            esc(notes.join("; "))
+            esc(notes.join("; ")),
+            going
         );
         // The end of what the failed run printed to stderr (or logged): usually the reason.
         out.push_str(&super::output::verdict_tail(failure));

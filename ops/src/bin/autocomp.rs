@@ -123,7 +123,8 @@ enum Command {
     },
     /// What each run of a batch printed, kept with its result (a command's stdout and
     /// stderr, a Rust component's log lines; head and tail within the component's
-    /// max_output): per attempt, oldest first, the attempts that kept any output.
+    /// max_output): per attempt, oldest first, the attempts that kept any output; then the
+    /// runs without a result (cancelled, running, abandoned) with what they printed.
     Logs {
         /// The batch id.
         id: String,
@@ -136,6 +137,10 @@ enum Command {
         /// Only this stream: stdout, stderr (autocomp-exec) or log (Rust components).
         #[arg(long, value_name = "NAME")]
         stream: Option<String>,
+        /// Then follow the runs going on the batch: what they print as their runners save
+        /// it (every 2 s while it grows), and how each ends; returns once none is going.
+        #[arg(long, conflicts_with = "attempt")]
+        follow: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
@@ -473,9 +478,9 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             let span = LogSpan::Page { before: before.map(Seq), limit };
             operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
         }
-        Command::Logs { id, component, attempt, stream, format } => {
+        Command::Logs { id, component, attempt, stream, follow, format } => {
             let component = component.as_deref().map(ComponentName::new).transpose()?;
-            let query = LogsQuery { component, attempt, stream };
+            let query = LogsQuery { component, attempt, stream, follow };
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
             match operator.logs(&BatchId::new(&id)?, &query, format, &mut stdout).await {
                 Ok(()) => stdout.flush().or_else(|e| stdout.closed_or(e)).map(|()| String::new()),

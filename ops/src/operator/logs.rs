@@ -1,14 +1,16 @@
 //! `autocomp logs ID`: what each run of a batch printed (a command's stdout and stderr, a
-//! Rust component's log lines), kept with its result event. Owns numbering a component's
+//! Rust component's log lines), kept with its result event, or saved apart for a run without
+//! one (cancelled by an operator, still running, abandoned). Owns numbering a component's
 //! attempts on a batch and printing their output, neutralized for the terminal; the JSON of
-//! an attempt is `AttemptJson`.
+//! an attempt is `AttemptJson`, of a run without a result `RunJson`. `--follow` is
+//! `logs_follow.rs`.
 
 use std::io::Write;
 use std::time::Duration;
 
-use autocomp_model::{BatchId, ComponentName, Event, InvalidInput, Outcome, RunOutput, Seq, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Event, InvalidInput, Outcome, RunOutput, RunState, Seq, Timestamp};
 use autocomp_store::port::DETAILS_SHOWN_BYTES;
-use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore};
+use autocomp_store::{BatchHead, LogCursor, LogPage, MAX_LOG_PAGE, ObjectStore, SavedRunOutput};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -23,14 +25,17 @@ pub struct LogsQuery {
     pub attempt: Option<u32>,
     /// Only the stream of this name (`stdout`, `stderr`, `log`).
     pub stream: Option<String>,
+    /// Then, while a run of the batch (of `component`) goes on, what it prints as it is
+    /// saved, until none is going (text only).
+    pub follow: bool,
 }
 
 /// One run's result as `logs` shows it.
-struct Attempt<'e> {
-    component: &'e ComponentName,
-    number: u32,
-    event: &'e Event,
-    output: Option<RunOutput>,
+pub(super) struct Attempt<'e> {
+    pub(super) component: &'e ComponentName,
+    pub(super) number: u32,
+    pub(super) event: &'e Event,
+    pub(super) output: Option<RunOutput>,
 }
 
 /// An attempt in `logs --format json`: which, when, how it ended, and what it printed.
@@ -46,45 +51,73 @@ struct AttemptJson<'a> {
     output: &'a RunOutput,
 }
 
+/// A run without a result in `logs --format json`: still going (`open`), abandoned, or
+/// (with no cancel event to hang it on) cancelled, and what it printed until `saved_at`.
+#[derive(Serialize)]
+struct RunJson<'a> {
+    component: &'a ComponentName,
+    generation: i64,
+    state: RunState,
+    saved_at: Timestamp,
+    output: &'a RunOutput,
+}
+
 const NO_OUTPUT: &RunOutput = &RunOutput { streams: Vec::new() };
 
 /// Writes the selected attempts as they are found: text, or the items of a JSON array.
-struct Writer<'w> {
+pub(super) struct Writer<'w> {
     out: &'w mut dyn Write,
-    format: Format,
+    pub(super) format: Format,
     /// Attempts written so far.
     shown: usize,
 }
 
 impl Writer<'_> {
     /// Everything printed comes from the batch's runs: neutralized before the terminal.
-    fn write(&mut self, text: &str) -> Result<(), OperatorError> {
+    pub(super) fn write(&mut self, text: &str) -> Result<(), OperatorError> {
         let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the output: {e}"));
-        self.out.write_all(autocomp_toolkit::for_terminal(text).as_bytes()).map_err(written)
+        self.out.write_all(autocomp_toolkit::for_terminal(text).as_bytes()).map_err(written)?;
+        self.out.flush().map_err(written)
     }
 
     fn attempt(&mut self, attempt: &Attempt<'_>) -> Result<(), OperatorError> {
         match self.format {
             Format::Text => self.write(&attempt_text(attempt))?,
+            Format::Json => self.item(serde_json::to_value(attempt_json(attempt)).unwrap_or_default())?,
+        }
+        self.shown += 1;
+        Ok(())
+    }
+
+    /// A run's output saved apart from any result (still going, or abandoned).
+    fn saved(&mut self, saved: &SavedRunOutput, output: &RunOutput) -> Result<(), OperatorError> {
+        match self.format {
+            Format::Text => self.write(&saved_text(saved, output))?,
             Format::Json => {
-                self.write(if self.shown == 0 { "[\n  " } else { ",\n  " })?;
-                // Through `Value`: keys in name order, as every document prints them.
-                let json = serde_json::to_value(attempt_json(attempt)).unwrap_or_default();
-                self.write(&json.to_string())?;
+                let (component, generation, state) = (&saved.component, saved.generation, saved.state);
+                let json = RunJson { component, generation, state, saved_at: saved.saved_at, output };
+                self.item(serde_json::to_value(json).unwrap_or_default())?
             }
         }
         self.shown += 1;
         Ok(())
     }
+
+    /// One item of the JSON array; through `Value`, keys in name order, as every document
+    /// prints them.
+    fn item(&mut self, json: serde_json::Value) -> Result<(), OperatorError> {
+        self.write(if self.shown == 0 { "[\n  " } else { ",\n  " })?;
+        self.write(&json.to_string())
+    }
 }
 
 /// Each component's runs on the batch so far, in seq order: the attempt numbers.
 #[derive(Default)]
-struct Attempts(Vec<(ComponentName, u32)>);
+pub(super) struct Attempts(pub(super) Vec<(ComponentName, u32)>);
 
 impl Attempts {
     /// Counts a run of `component`; its attempt number.
-    fn count(&mut self, component: &ComponentName) -> u32 {
+    pub(super) fn count(&mut self, component: &ComponentName) -> u32 {
         match self.0.iter_mut().find(|(name, _)| name == component) {
             Some((_, count)) => {
                 *count += 1;
@@ -107,9 +140,11 @@ impl Attempts {
 }
 
 /// What `logs` reads a batch's log for.
-struct Selection<'q> {
-    query: &'q LogsQuery,
-    component: Option<&'q ComponentName>,
+pub(super) struct Selection<'q> {
+    pub(super) query: &'q LogsQuery,
+    pub(super) component: Option<&'q ComponentName>,
+    /// The outputs saved apart from results: a cancelled run's is shown with its cancel.
+    pub(super) saved: Vec<SavedRunOutput>,
 }
 
 impl Selection<'_> {
@@ -123,7 +158,9 @@ impl Selection<'_> {
         writer: &mut Writer<'_>,
     ) -> Result<(), OperatorError> {
         for event in &page.events {
-            let Some(run) = &event.run else { continue };
+            // A cancel ends the run it closed: that run's attempt, its output saved apart.
+            let cancelled = event.cancelled_run();
+            let Some(run) = event.run.as_ref().or(cancelled.as_ref()) else { continue };
             let number = attempts.count(&run.component);
             if self.component.is_some_and(|wanted| *wanted != run.component) {
                 continue;
@@ -133,7 +170,11 @@ impl Selection<'_> {
                 None => None,
             };
             let event = whole.as_ref().unwrap_or(event);
-            let output = event.output().map(|output| selected_streams(output, self.query.stream.as_deref()));
+            let output = match &cancelled {
+                Some(run) => self.saved_output(run.generation, &run.component),
+                None => event.output(),
+            };
+            let output = output.map(|output| selected_streams(output, self.query.stream.as_deref()));
             let chosen = match self.query.attempt {
                 Some(wanted) => wanted == number,
                 // By default only the attempts that kept some output.
@@ -141,6 +182,34 @@ impl Selection<'_> {
             };
             if chosen {
                 writer.attempt(&Attempt { component: &run.component, number, event, output })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The output saved for run `generation` of `component`, if any.
+    pub(super) fn saved_output(&self, generation: i64, component: &ComponentName) -> Option<RunOutput> {
+        let saved = self.saved.iter().find(|s| s.generation == generation && s.component == *component)?;
+        Some(saved.output.clone())
+    }
+
+    /// The runs without a result whose output was saved (still going, or abandoned after
+    /// saving): after the attempts, unless `--attempt` asks for one attempt.
+    fn unrecorded(
+        &self,
+        log_has_cancel: impl Fn(&SavedRunOutput) -> bool,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        if self.query.attempt.is_some() {
+            return Ok(());
+        }
+        for saved in &self.saved {
+            if self.component.is_some_and(|wanted| *wanted != saved.component) || log_has_cancel(saved) {
+                continue;
+            }
+            let output = selected_streams(saved.output.clone(), self.query.stream.as_deref());
+            if !output.streams.is_empty() {
+                writer.saved(saved, &output)?;
             }
         }
         Ok(())
@@ -191,19 +260,36 @@ async fn write_logs(
     if query.attempt == Some(0) {
         return Err(InvalidInput::new("--attempt", "0", "attempts are numbered from 1").into());
     }
+    if query.follow && writer.format == Format::Json {
+        return Err(InvalidInput::new("--follow", "--format json", "follows in text only").into());
+    }
     let store = operator.store().await?;
     let head = store.batch_head(id).await?;
-    let selection = Selection { query, component: query.component.as_ref() };
+    let saved = store.run_outputs(id).await?;
+    let selection = Selection { query, component: query.component.as_ref(), saved };
     let mut attempts = Attempts::default();
+    let mut cancels = Vec::new();
     let mut after = Seq::ZERO;
     loop {
         // By size: a page of a thousand events whose output is near 1 MiB each must not be
         // held at once; an event a page left out is read alone when wanted.
         let page = store.log_page_within(head.id(), LogCursor::After(after), MAX_LOG_PAGE, DETAILS_SHOWN_BYTES).await?;
+        cancels.extend(page.events.iter().filter_map(Event::cancelled_run));
         selection.page(store.as_ref(), &page, &mut attempts, writer).await?;
+        after = page.events.last().map_or(after, |event| event.seq);
         match page.newer {
             Some(newer) => after = newer,
             None => break,
+        }
+    }
+    let shown_with_cancel = |saved: &SavedRunOutput| {
+        cancels.iter().any(|run| run.generation == saved.generation && run.component == saved.component)
+    };
+    selection.unrecorded(shown_with_cancel, writer)?;
+    if query.follow {
+        let follow = super::logs_follow::Follow::new(&selection, Attempts(attempts.0.clone()), after);
+        if follow.run(store.as_ref(), head.id(), writer).await? {
+            return Ok(());
         }
     }
     match writer.shown {
@@ -221,7 +307,44 @@ fn selected_streams(mut output: RunOutput, stream: Option<&str>) -> RunOutput {
     output
 }
 
-fn attempt_text(attempt: &Attempt<'_>) -> String {
+/// The header of a run without a result whose output was saved, then its streams.
+fn saved_text(saved: &SavedRunOutput, output: &RunOutput) -> String {
+    let mut text = format!("== {} ==\n", saved_header(saved));
+    text.push_str(&streams_text(output));
+    text
+}
+
+/// `C run G: running, output so far (saved at T)`, or how it ended without a result.
+fn saved_header(saved: &SavedRunOutput) -> String {
+    let state = match saved.state {
+        RunState::Open => "running, output so far".to_owned(),
+        RunState::Abandoned => "abandoned (its worker stopped or was taken over), output until then".to_owned(),
+        RunState::Cancelled => "cancelled by an operator, output until it stopped".to_owned(),
+        other => other.as_str().to_owned(),
+    };
+    format!("{} run {}: {state} (saved at {})", saved.component, saved.generation, saved.saved_at)
+}
+
+/// Each stream under its own line (`--- stderr, K of N bytes kept ---`).
+fn streams_text(output: &RunOutput) -> String {
+    let mut text = String::new();
+    for stream in &output.streams {
+        let cut = if stream.omitted_bytes > 0 {
+            format!(", {} of {} bytes kept", stream.kept_bytes(), stream.total_bytes())
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("--- {}{cut} ---\n", autocomp_toolkit::terminal::one_line(&stream.name)));
+        let body = stream.text();
+        text.push_str(&body);
+        if !body.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
+pub(super) fn attempt_text(attempt: &Attempt<'_>) -> String {
     let event = attempt.event;
     let took = event
         .details
@@ -238,22 +361,9 @@ fn attempt_text(attempt: &Attempt<'_>) -> String {
         "== {} attempt {} (seq {}): {outcome} at {}{took} ==\n",
         attempt.component, attempt.number, event.seq, event.at
     );
-    let streams = attempt.output.as_ref().map_or(&[][..], |output| &output.streams[..]);
-    if streams.is_empty() {
-        text.push_str("(no output kept)\n");
-    }
-    for stream in streams {
-        let cut = if stream.omitted_bytes > 0 {
-            format!(", {} of {} bytes kept", stream.kept_bytes(), stream.total_bytes())
-        } else {
-            String::new()
-        };
-        text.push_str(&format!("--- {}{cut} ---\n", autocomp_toolkit::terminal::one_line(&stream.name)));
-        let body = stream.text();
-        text.push_str(&body);
-        if !body.ends_with('\n') {
-            text.push('\n');
-        }
+    match attempt.output.as_ref().filter(|output| !output.streams.is_empty()) {
+        Some(output) => text.push_str(&streams_text(output)),
+        None => text.push_str("(no output kept)\n"),
     }
     text
 }

@@ -19,6 +19,7 @@ mod explain;
 mod failures;
 mod locks;
 mod logs;
+mod logs_follow;
 mod metrics;
 mod pipeline;
 mod ready;

@@ -15,7 +15,8 @@ use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutco
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    OutboxStore, RegistryStore, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
+    OutboxStore, RegistryStore, RunOutputStore, SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError,
+    StoreResult,
 };
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
@@ -489,6 +490,28 @@ impl SeriesStore for HttpStore {
     async fn record_backlog(&self, samples: Vec<BacklogSample>) -> StoreResult<()> {
         // A sample replaces the step's last one: sending it twice changes nothing.
         self.call::<op::RecordBacklog>(&wire::RecordBacklog { samples }, Retry::Safe).await.map(|_| ())
+    }
+}
+
+#[async_trait]
+impl RunOutputStore for HttpStore {
+    async fn set_run_output(
+        &self,
+        batch: &BatchId,
+        component: &ComponentName,
+        generation: i64,
+        output: Option<autocomp_model::RunOutput>,
+    ) -> StoreResult<()> {
+        // Replacing (or removing) what was saved: sending it twice changes nothing.
+        let request = wire::SetRunOutput { batch: batch.clone(), component: component.clone(), generation, output };
+        let _: wire::Empty = self.call::<op::SetRunOutput>(&request, Retry::Safe).await?;
+        Ok(())
+    }
+
+    async fn run_outputs(&self, batch: &BatchId) -> StoreResult<Vec<SavedRunOutput>> {
+        let request = wire::ById { id: batch.clone() };
+        let answer: wire::RunOutputs = self.call::<op::GetRunOutputs>(&request, Retry::Safe).await?;
+        Ok(answer.outputs)
     }
 }
 

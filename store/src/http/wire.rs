@@ -256,6 +256,22 @@ pub struct SaveCheckpoint {
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct SetRunOutput {
+    pub batch: BatchId,
+    pub component: ComponentName,
+    pub generation: i64,
+    /// Null removes what was saved.
+    pub output: Option<autocomp_model::RunOutput>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunOutputs {
+    pub outputs: Vec<crate::port::SavedRunOutput>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct OfComponent {
     pub batch: BatchId,
     pub component: ComponentName,

@@ -15,6 +15,7 @@ mod outbox;
 mod reads;
 mod registry;
 mod rows;
+mod run_outputs;
 mod runs;
 mod schema;
 mod steering;

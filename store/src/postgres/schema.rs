@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(10, "0010_change_concerns"),
     migration!(11, "0011_run_liveness"),
     migration!(12, "0012_acknowledged"),
+    migration!(13, "0013_run_outputs"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -1,0 +1,292 @@
+//! `autocomp logs ID --follow`: after what `logs` prints, what the batch's running runs
+//! print, as their runners save it (every 2 s while it grows), then each run's end (its
+//! result, or an operator's cancel) with whatever it printed last; until no run of the
+//! selection is going. Owns telling what is new in a stream from what was printed already.
+
+use std::time::Duration;
+
+use autocomp_model::{BatchId, ComponentName, Event, OutputStream, RunOutput, RunState, Seq, Timestamp};
+use autocomp_store::port::DETAILS_SHOWN_BYTES;
+use autocomp_store::{LogCursor, MAX_LOG_PAGE, ObjectStore, SavedRunOutput};
+
+use super::OperatorError;
+use super::logs::{Attempt, Attempts, Selection, Writer, attempt_text};
+
+/// How often the batch is read again while a run goes on.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What was printed of one run: by stream, how many of its bytes.
+struct Printed {
+    component: ComponentName,
+    generation: i64,
+    streams: Vec<(String, u64)>,
+}
+
+impl Printed {
+    fn of(&self, stream: &str) -> u64 {
+        self.streams.iter().find(|(name, _)| name == stream).map_or(0, |(_, bytes)| *bytes)
+    }
+
+    fn set(&mut self, stream: &str, bytes: u64) {
+        match self.streams.iter_mut().find(|(name, _)| name == stream) {
+            Some(entry) => entry.1 = bytes,
+            None => self.streams.push((stream.to_owned(), bytes)),
+        }
+    }
+}
+
+/// The follow after `logs` printed the log up to `after`.
+pub(super) struct Follow<'s, 'q> {
+    selection: &'s Selection<'q>,
+    attempts: Attempts,
+    after: Seq,
+    /// The runs announced as going, and what of their output was printed.
+    followed: Vec<Printed>,
+    /// The stream the last text came from: a new one gets its own line first.
+    last_stream: Option<(ComponentName, i64, String)>,
+}
+
+impl<'s, 'q> Follow<'s, 'q> {
+    /// Starts from what `logs` printed: the log up to `after`, each going run's output so far.
+    pub(super) fn new(selection: &'s Selection<'q>, attempts: Attempts, after: Seq) -> Self {
+        let followed = selection
+            .saved
+            .iter()
+            .filter(|saved| saved.state == RunState::Open && selection.wants(&saved.component))
+            .map(|saved| Printed {
+                component: saved.component.clone(),
+                generation: saved.generation,
+                streams: printed_whole(&saved.output),
+            })
+            .collect();
+        Follow { selection, attempts, after, followed, last_stream: None }
+    }
+
+    /// Reads the batch every `FOLLOW_INTERVAL` and prints what is new, until no run of the
+    /// selection is going. Whether it printed anything.
+    pub(super) async fn run(
+        mut self,
+        store: &dyn ObjectStore,
+        id: &BatchId,
+        writer: &mut Writer<'_>,
+    ) -> Result<bool, OperatorError> {
+        let mut shown = !self.followed.is_empty();
+        loop {
+            let head = store.batch_head(id).await?;
+            let going: Vec<_> = head.open_runs.iter().filter(|run| self.selection.wants(&run.component)).collect();
+            let saved = if going.is_empty() { Vec::new() } else { store.run_outputs(id).await? };
+            for run in &going {
+                shown = true;
+                self.announce(&run.component, run.generation, run.started_at, writer)?;
+                let output = saved.iter().find(|s| s.component == run.component && s.generation == run.generation);
+                if let Some(saved) = output.filter(|saved| saved.state == RunState::Open) {
+                    self.print_new(saved, writer)?;
+                }
+            }
+            shown |= self.ends(store, id, writer).await?;
+            if going.is_empty() {
+                return Ok(shown);
+            }
+            tokio::time::sleep(FOLLOW_INTERVAL).await;
+        }
+    }
+
+    /// A going run seen for the first time: its header line.
+    fn announce(
+        &mut self,
+        component: &ComponentName,
+        generation: i64,
+        since: Timestamp,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        if self.printed(component, generation).is_some() {
+            return Ok(());
+        }
+        writer.write(&format!("== {component} run {generation}: running since {since}, followed ==\n"))?;
+        self.followed.push(Printed { component: component.clone(), generation, streams: Vec::new() });
+        Ok(())
+    }
+
+    fn printed(&mut self, component: &ComponentName, generation: i64) -> Option<&mut Printed> {
+        self.followed.iter_mut().find(|p| p.component == *component && p.generation == generation)
+    }
+
+    /// What a going run's saved output holds that was not printed yet.
+    fn print_new(&mut self, saved: &SavedRunOutput, writer: &mut Writer<'_>) -> Result<(), OperatorError> {
+        self.print_unseen(&saved.component, saved.generation, &saved.output, writer)
+    }
+
+    fn print_unseen(
+        &mut self,
+        component: &ComponentName,
+        generation: i64,
+        output: &RunOutput,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        let wanted = self.selection.query.stream.as_deref();
+        for stream in output.streams.iter().filter(|s| wanted.is_none_or(|name| s.name == name)) {
+            let Some(printed) = self.printed(component, generation) else { return Ok(()) };
+            let new = unseen(stream, printed.of(&stream.name));
+            printed.set(&stream.name, stream.total_bytes());
+            if new.is_empty() {
+                continue;
+            }
+            let here = (component.clone(), generation, stream.name.clone());
+            if self.last_stream.as_ref() != Some(&here) {
+                writer.write(&format!("--- {component} run {generation}: {} ---\n", stream.name))?;
+                self.last_stream = Some(here);
+            }
+            writer.write(&new)?;
+        }
+        Ok(())
+    }
+
+    /// The events since the last read: a followed run's end is its attempt's header and
+    /// what it printed last; any other attempt of the selection that kept output is shown
+    /// as `logs` shows it. Whether it printed anything.
+    async fn ends(
+        &mut self,
+        store: &dyn ObjectStore,
+        id: &BatchId,
+        writer: &mut Writer<'_>,
+    ) -> Result<bool, OperatorError> {
+        let mut shown = false;
+        loop {
+            let page =
+                store.log_page_within(id, LogCursor::After(self.after), MAX_LOG_PAGE, DETAILS_SHOWN_BYTES).await?;
+            for event in &page.events {
+                self.after = event.seq;
+                shown |= self.end(store, event, writer).await?;
+            }
+            if page.newer.is_none() || page.events.is_empty() {
+                return Ok(shown);
+            }
+        }
+    }
+
+    async fn end(
+        &mut self,
+        store: &dyn ObjectStore,
+        event: &Event,
+        writer: &mut Writer<'_>,
+    ) -> Result<bool, OperatorError> {
+        let cancelled = event.cancelled_run();
+        let Some(run) = event.run.as_ref().or(cancelled.as_ref()) else { return Ok(false) };
+        let number = self.attempts.count(&run.component);
+        if !self.selection.wants(&run.component) {
+            return Ok(false);
+        }
+        let output = match &cancelled {
+            // The fenced runner saves a cancelled run's output once its work returns.
+            Some(run) => store
+                .run_outputs(&event.batch_id)
+                .await?
+                .into_iter()
+                .find(|s: &SavedRunOutput| s.component == run.component && s.generation == run.generation)
+                .map(|s| s.output),
+            None => match autocomp_store::port::event_at(store, &event.batch_id, event.seq).await? {
+                Some(whole) => whole.output(),
+                None => event.output(),
+            },
+        };
+        let attempt = Attempt { component: &run.component, number, event, output: None };
+        let header = attempt_text(&attempt);
+        let followed = self.printed(&run.component, run.generation).is_some();
+        if !followed {
+            // Begun and ended between two reads: shown whole, as `logs` shows it.
+            let kept = output.as_ref().is_some_and(|o| !o.is_empty());
+            if kept {
+                writer.write(&attempt_text(&Attempt { output, ..attempt }))?;
+            }
+            return Ok(kept);
+        }
+        if let Some(output) = &output {
+            self.print_unseen(&run.component, run.generation, output, writer)?;
+        }
+        // The header alone (its "no output kept" line is not what the follow printed).
+        let ended = header.lines().next().unwrap_or_default();
+        writer.write(&format!("{ended}\n"))?;
+        self.last_stream = None;
+        self.followed.retain(|p| !(p.component == run.component && p.generation == run.generation));
+        Ok(true)
+    }
+}
+
+impl Selection<'_> {
+    /// Whether runs of `component` are selected.
+    pub(super) fn wants(&self, component: &ComponentName) -> bool {
+        self.component.is_none_or(|wanted| wanted == component)
+    }
+}
+
+/// Each stream of `output` as printed whole.
+fn printed_whole(output: &RunOutput) -> Vec<(String, u64)> {
+    output.streams.iter().map(|s| (s.name.clone(), s.total_bytes())).collect()
+}
+
+/// What `stream` holds past its first `printed` bytes: the head and the tail are a prefix
+/// and a suffix of what was printed, whatever the cuts, so a position in the whole stream
+/// says where to go on; what fell between them is said in a line.
+fn unseen(stream: &OutputStream, printed: u64) -> String {
+    let total = stream.total_bytes();
+    if total <= printed {
+        return String::new();
+    }
+    let head_len = stream.head.len() as u64;
+    let tail_start = head_len + stream.omitted_bytes;
+    let mut out = String::new();
+    let mut from = printed;
+    if from < head_len {
+        out.push_str(&stream.head[floor_boundary(&stream.head, from as usize)..]);
+        from = head_len;
+    }
+    if from < tail_start {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&format!("[... {} bytes not kept ...]\n", tail_start - from));
+        from = tail_start;
+    }
+    let skip = (from - tail_start) as usize;
+    if skip < stream.tail.len() {
+        out.push_str(&stream.tail[ceil_boundary(&stream.tail, skip)..]);
+    }
+    out
+}
+
+fn floor_boundary(text: &str, mut at: usize) -> usize {
+    while at > 0 && !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn ceil_boundary(text: &str, mut at: usize) -> usize {
+    while at < text.len() && !text.is_char_boundary(at) {
+        at += 1;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(head: &str, omitted: u64, tail: &str) -> OutputStream {
+        OutputStream { name: "stdout".into(), head: head.into(), tail: tail.into(), omitted_bytes: omitted }
+    }
+
+    #[test]
+    fn what_is_new_is_told_by_position_in_the_whole_stream() {
+        assert_eq!(unseen(&stream("page 1\n", 0, ""), 0), "page 1\n");
+        assert_eq!(unseen(&stream("page 1\npage 2\n", 0, ""), 7), "page 2\n");
+        assert_eq!(unseen(&stream("page 1\npage 2\n", 0, ""), 14), "");
+        // The middle was dropped: what fell out is said, the tail goes on where it starts.
+        assert_eq!(unseen(&stream("page 1\n", 100, "page 99\n"), 7), "[... 100 bytes not kept ...]\npage 99\n");
+        assert_eq!(unseen(&stream("page 1\n", 100, "page 99\npage 100\n"), 115), "page 100\n");
+        // Printed up to inside the dropped middle: only the rest of it is counted.
+        assert_eq!(unseen(&stream("ab", 10, "yz"), 5), "[... 7 bytes not kept ...]\nyz");
+        // A cut inside a character moves to its boundary.
+        assert_eq!(unseen(&stream("é!", 0, ""), 1), "é!");
+    }
+}
