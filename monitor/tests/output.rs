@@ -109,7 +109,7 @@ async fn a_going_runs_output_is_shown_so_far_and_a_cancelled_run_keeps_it() {
     let printed = |text: &str| RunOutput {
         streams: vec![OutputStream { name: "stdout".into(), head: text.into(), ..Default::default() }],
     };
-    store.set_run_output(&id("B1"), &ocr, generation, Some(printed("scanning page 1 <b>\n"))).await.unwrap();
+    store.set_run_output(&id("B1"), &ocr, generation, Some(printed("scanning page 1 <b>\n")), false).await.unwrap();
     let (_, page) = get(&router, "/batches/B1").await;
     assert!(page.contains("<code>ocr</code> run 1: running; saved at "), "{page}");
     assert!(page.contains("scanning page 1 &lt;b&gt;\n</pre>"), "{page}");
@@ -120,7 +120,7 @@ async fn a_going_runs_output_is_shown_so_far_and_a_cancelled_run_keeps_it() {
             .with_details(json!({"cancelled": true, "summary": "cancelled by operator:ann: hung"}));
     store.cancel_run(&id("B1"), &ocr, cancel).await.unwrap();
     store
-        .set_run_output(&id("B1"), &ocr, generation, Some(printed("scanning page 1\nscanning page 2\n")))
+        .set_run_output(&id("B1"), &ocr, generation, Some(printed("scanning page 1\nscanning page 2\n")), true)
         .await
         .unwrap();
     let (_, page) = get(&router, "/batches/B1").await;

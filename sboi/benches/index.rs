@@ -745,8 +745,9 @@ impl<S: ObjectStore> autocomp_store::RunOutputStore for TimedStore<S> {
         component: &ComponentName,
         generation: i64,
         output: Option<autocomp_model::RunOutput>,
+        whole: bool,
     ) -> StoreResult<()> {
-        self.inner.set_run_output(batch, component, generation, output).await
+        self.inner.set_run_output(batch, component, generation, output, whole).await
     }
 
     async fn run_outputs(&self, batch: &BatchId) -> StoreResult<Vec<autocomp_store::SavedRunOutput>> {

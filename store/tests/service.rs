@@ -173,7 +173,7 @@ async fn every_operation_answers_as_the_store_behind_the_service(service: &Servi
     let printed = RunOutput {
         streams: vec![OutputStream { name: "stdout".into(), head: "copied 3 files\n".into(), ..Default::default() }],
     };
-    http.set_run_output(&id("B1"), &archiver, claim.generation(), Some(printed.clone())).await.unwrap();
+    http.set_run_output(&id("B1"), &archiver, claim.generation(), Some(printed.clone()), false).await.unwrap();
     assert_eq!(http.run_outputs(&id("B1")).await.unwrap(), local.run_outputs(&id("B1")).await.unwrap());
     assert_eq!(http.run_outputs(&id("B1")).await.unwrap()[0].output, printed);
     let result = NewEvent::new(ty("Data_Archived"), Outcome::Success, agent("archiver/1.0"))

@@ -1806,10 +1806,13 @@ async fn a_going_runs_output_appears_on_its_open_batch_page_and_stays_after_a_ca
     let printed = |text: &str| RunOutput {
         streams: vec![OutputStream { name: "stdout".into(), head: text.into(), ..Default::default() }],
     };
-    store.set_run_output(&batch, &component, generation, Some(printed("verifying page 1\n"))).await.expect("saved");
+    store
+        .set_run_output(&batch, &component, generation, Some(printed("verifying page 1\n")), false)
+        .await
+        .expect("saved");
     ui.wait_for(at_batch, "verifying page 1").await;
     let more = printed("verifying page 1\nverifying page 2\n");
-    store.set_run_output(&batch, &component, generation, Some(more)).await.expect("saved");
+    store.set_run_output(&batch, &component, generation, Some(more), false).await.expect("saved");
     let text = ui.wait_for(at_batch, "verifying page 2").await;
     assert!(text.contains("Output so far") && text.contains("its output so far"), "{text}");
     ui.script("document.getElementById('output-so-far').scrollIntoView();").await;
@@ -1821,7 +1824,10 @@ async fn a_going_runs_output_appears_on_its_open_batch_page_and_stays_after_a_ca
     let done = run(cancel, Duration::from_secs(60));
     assert_eq!(done.code, Some(0), "{}", done.show());
     let last = printed("verifying page 1\nverifying page 2\nkilled on page 3\n");
-    store.set_run_output(&batch, &component, generation, Some(last)).await.expect("a cancelled run saves its output");
+    store
+        .set_run_output(&batch, &component, generation, Some(last), true)
+        .await
+        .expect("a cancelled run saves its output");
     let text = ui.wait_for(at_batch, "cancelled by an operator; its output until it stopped").await;
     assert!(text.contains("killed on page 3") && !text.contains("Output so far"), "{text}");
     browser.close().await;

@@ -236,10 +236,48 @@ fn a_line_feed_in_a_reason_stays_on_its_line_in_show() {
     }
 }
 
+/// `autocomp logs ID --follow` as a child process, its stdout piped.
+fn follow(pipeline: &Pipeline, id: &str) -> std::process::Child {
+    let mut follow = Command::new(binary("autocomp"));
+    follow.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann", "logs", id, "--follow"]);
+    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
+        follow.env_remove(var);
+    }
+    follow.env("AUTOCOMP_TOKEN", TOKEN).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    follow.spawn().expect("autocomp logs --follow starts")
+}
+
+/// Waits (bounded) until `autocomp logs ID` shows `needle`; what it showed last.
+fn logs_until(pipeline: &Pipeline, id: &str, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut shown = String::new();
+    let seen = autocomp_test_servers::wait_until_every(Duration::from_millis(250), deadline, || {
+        shown = ok(pipeline, &["logs", id]);
+        shown.contains(needle)
+    });
+    assert!(seen, "`autocomp logs {id}` never showed {needle:?}:\n{shown}");
+    shown
+}
+
+/// The child processes of `pid` (each the leader of its command's process group).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| text.split_whitespace().filter_map(|pid| pid.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
+/// The `tick N` lines of `text`, in order.
+fn ticks(text: &str) -> Vec<&str> {
+    text.lines().filter(|line| line.starts_with("tick ")).collect()
+}
+
 /// A running shell step's output is seen while it runs and kept when an operator cancels it:
 /// `autocomp logs` shows what it printed so far (saved every 2 s), `logs --follow` prints
-/// what it prints next and returns once the run is cancelled, and the cancelled attempt keeps
-/// everything it printed until its process group was killed.
+/// what it prints next, each line once, and returns once the run is cancelled, with every line
+/// the run printed until its process group was killed; the cancelled attempt keeps them.
 #[test]
 fn a_running_steps_output_is_followed_and_a_cancelled_one_keeps_it() {
     let pipeline = exec_pipeline(None);
@@ -249,41 +287,25 @@ fn a_running_steps_output_is_followed_and_a_cancelled_one_keeps_it() {
     let marker = pipeline.path("go-on");
     let script = format!(
         "echo 'scanning page 1'; echo 'slow disk' >&2; while [ ! -e '{}' ]; do sleep 0.1; done; \
-         echo 'scanning page 2'; sleep 600",
+         i=0; while true; do echo \"tick $i\"; i=$((i+1)); sleep 0.05; done",
         marker.display()
     );
     let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c", &script];
     let pass = pipeline.command(&args).spawn().expect("autocomp-exec starts");
 
     // Saved within about 2 s of being printed, while the run goes on.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut so_far = String::new();
-    let seen = autocomp_test_servers::wait_until_every(Duration::from_millis(250), deadline, || {
-        so_far = ok(&pipeline, &["logs", id.as_str()]);
-        so_far.contains("scanning page 1") && so_far.contains("slow disk")
-    });
-    assert!(seen, "the output so far is not shown while the run goes on:\n{so_far}");
+    let so_far = logs_until(&pipeline, id.as_str(), "slow disk");
+    assert!(so_far.contains("scanning page 1"), "{so_far}");
     assert!(so_far.contains("== ocr run 1: running, output so far (saved at "), "{so_far}");
 
-    // Follow it: what it prints next comes, then the cancel ends the follow.
-    let mut follow = Command::new(binary("autocomp"));
-    follow.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann", "logs", id.as_str(), "--follow"]);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
-        follow.env_remove(var);
-    }
-    follow.env("AUTOCOMP_TOKEN", TOKEN).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let follow = follow.spawn().expect("autocomp logs --follow starts");
+    // Follow it: what it prints next comes, then the cancel ends the follow, with all of it.
+    let follower = follow(&pipeline, id.as_str());
     std::fs::write(&marker, "").unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let printed = autocomp_test_servers::wait_until_every(Duration::from_millis(250), deadline, || {
-        ok(&pipeline, &["logs", id.as_str(), "--stream", "stdout"]).contains("scanning page 2")
-    });
-    assert!(printed, "the second line was never saved");
+    logs_until(&pipeline, id.as_str(), "tick 5\n");
     ok(&pipeline, &["cancel", id.as_str(), "--component", "ocr", "--reason", "hung on page 2"]);
-    let followed = finish(follow, Duration::from_secs(60));
+    let followed = finish(follower, Duration::from_secs(60));
     assert_eq!(followed.code, Some(0), "{}", followed.show());
     let out = &followed.stdout;
-    assert!(out.contains("scanning page 2\n"), "the follow printed what came next:\n{out}");
     assert!(out.matches("scanning page 1").count() == 1, "nothing printed twice:\n{out}");
     assert!(out.contains("== ocr attempt 1 (seq ") && out.contains("failure (cancelled)"), "{out}");
 
@@ -291,10 +313,50 @@ fn a_running_steps_output_is_followed_and_a_cancelled_one_keeps_it() {
     assert!(run.stderr.contains("an operator cancelled this run"), "{}", run.show());
     let kept = ok(&pipeline, &["logs", id.as_str()]);
     assert!(kept.contains("== ocr attempt 1 (seq ") && kept.contains("failure (cancelled)"), "{kept}");
-    for line in ["scanning page 1", "slow disk", "scanning page 2"] {
+    for line in ["scanning page 1", "slow disk", "tick 0", "tick 5"] {
         assert!(kept.contains(line), "the cancelled run keeps {line:?}:\n{kept}");
     }
     assert!(!kept.contains("running, output so far"), "nothing is running any more:\n{kept}");
+    let all_ticks = ticks(&kept);
+    assert_eq!(ticks(out), all_ticks, "the follow printed every line the run printed until the kill, once");
     let idle = ok(&pipeline, &["logs", id.as_str(), "--follow"]);
-    assert!(idle.contains("scanning page 2"), "a follow with nothing going prints the log and returns:\n{idle}");
+    assert!(
+        idle.contains(all_ticks.last().unwrap()),
+        "a follow with nothing going prints the log and returns:\n{idle}"
+    );
+}
+
+/// A worker killed while its run goes leaves the run open until the next pass takes it over:
+/// `logs --follow` says its worker is gone and returns, and what it saved before it died is
+/// kept as the abandoned run's output once a pass takes the run over.
+#[test]
+fn a_follow_ends_when_the_worker_is_killed_and_the_abandoned_run_keeps_its_output() {
+    let pipeline = exec_pipeline(None);
+    let id = pipeline.register(1).remove(0);
+    let args = ["--name", "ocr", "--event-type", "Ocr_Done", "--requires", "Data_Received", "--", "sh", "-c"];
+    let mut pass = pipeline.command(&[&args[..], &["echo 'page 1 of 40'; sleep 600"]].concat()).spawn().unwrap();
+    logs_until(&pipeline, id.as_str(), "page 1 of 40");
+    let follower = follow(&pipeline, id.as_str());
+    // The command's process group outlives a SIGKILLed worker: found now, killed after.
+    let groups = children(pass.id());
+    pass.kill().unwrap();
+    pass.wait().unwrap();
+    let followed = finish(follower, Duration::from_secs(60));
+    assert_eq!(followed.code, Some(0), "{}", followed.show());
+    assert!(followed.stdout.contains("== ocr run 1: its worker is gone ("), "{}", followed.show());
+    for group in groups {
+        Command::new("kill").args(["-KILL", "--", &format!("-{group}")]).status().ok();
+    }
+
+    // The next pass takes the run over and works the batch; the dead run's output stays.
+    let retry = finish(
+        pipeline.command(&[&args[..], &["echo 'page 1 to 40 done'"]].concat()).spawn().unwrap(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(retry.code, Some(0), "{}", retry.show());
+    let kept = ok(&pipeline, &["logs", id.as_str()]);
+    let abandoned = kept.find("== ocr run 1: abandoned").unwrap_or_else(|| panic!("{kept}"));
+    let done = kept.find("== ocr attempt 1 (seq ").unwrap_or_else(|| panic!("{kept}"));
+    assert!(abandoned < done, "in the order they ran:\n{kept}");
+    assert!(kept.contains("page 1 of 40") && kept.contains("page 1 to 40 done"), "{kept}");
 }

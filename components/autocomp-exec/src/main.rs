@@ -27,7 +27,9 @@ use outcome::{Ended, Said, keep_output};
 use protocol::{BatchFile, ResultFile, RunFiles};
 
 const AFTER_HELP: &str = "The command runs once per ready batch, in its own process group, with \
-{batch_id} and {batch_dir} replaced in every word. It speaks the command protocol, version 1 \
+{batch_id} and {batch_dir} replaced in every word. autocomp-exec's own flags go before `--`: one \
+after it is refused (exit 2), since it would be the command's argument; a command that takes such \
+a flag itself goes after a second `--` (`-- -- CMD ...`). It speaks the command protocol, version 1 \
 (docs/command-protocol.md): besides AUTOCOMP_PROTOCOL=1, AUTOCOMP_BATCH_ID and AUTOCOMP_BATCH_DIR \
 (inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code), it \
 gets AUTOCOMP_BATCH_FILE (JSON: the batch, its effective events with their structured results, \
@@ -82,6 +84,36 @@ struct ExecCli {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// The command's words, refusing one of autocomp-exec's own flags among them (`--requires`,
+/// `--dry-run=...`): placed after `--` by mistake it would silently become the command's
+/// argument, and the step run without it. A command that takes such a flag itself is written
+/// after a second `--` (`-- -- CMD ...`), whose words are taken as they are.
+fn command_words(command: &[String]) -> Result<Vec<String>, String> {
+    if let Some(("--", literal)) = command.split_first().map(|(first, rest)| (first.as_str(), rest)) {
+        if literal.is_empty() {
+            return Err("no command after `-- --`".into());
+        }
+        return Ok(literal.to_vec());
+    }
+    let cli = <ExecCli as clap::CommandFactory>::command();
+    let own: Vec<String> =
+        cli.get_arguments().filter_map(|arg| arg.get_long()).map(|long| format!("--{long}")).collect();
+    let misplaced = command.iter().find(|word| {
+        let flag = word.split_once('=').map_or(word.as_str(), |(flag, _)| flag);
+        own.iter().any(|own| own == flag)
+    });
+    match misplaced {
+        None => Ok(command.to_vec()),
+        Some(word) => Err(format!(
+            "`{}` comes after `--`, so it would be passed to the command `{}` instead of read by autocomp-exec: put \
+             autocomp-exec's flags before `--` (if the command itself takes it, write `-- -- {} ...`)",
+            autocomp_framework::for_terminal(word),
+            autocomp_framework::for_terminal(&command[0]),
+            autocomp_framework::for_terminal(&command[0])
+        )),
+    }
 }
 
 fn component_name(text: &str) -> Result<ComponentName, String> {
@@ -193,6 +225,7 @@ impl Exec {
     /// flag and the file.
     fn from_cli(cli: &ExecCli) -> Result<Self, String> {
         let mut exec = Self::new(cli);
+        exec.command = command_words(&cli.command)?;
         if let Some(file) = &cli.result_schema {
             let (schema, validator) = load_schema("--result-schema", file)?;
             exec.result_schema = Some((file.clone(), schema, validator));
@@ -415,6 +448,23 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_own_flag_after_the_double_dash_is_refused_unless_after_a_second_one() {
+        let words = |text: &str| text.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(command_words(&words("python3 step.py --pages 3")).unwrap(), words("python3 step.py --pages 3"));
+        for misplaced in ["python3 step.py --requires Data_Received", "--dry-run", "sh -c x --result-schema=s.json"] {
+            let refused = command_words(&words(misplaced)).unwrap_err();
+            assert!(refused.contains("comes after `--`") && refused.contains("-- -- "), "{refused}");
+        }
+        let refused = command_words(&words("python3 step.py --name x")).unwrap_err();
+        assert!(
+            refused.starts_with("`--name` comes after `--`, so it would be passed to the command `python3`"),
+            "{refused}"
+        );
+        assert_eq!(command_words(&words("-- tool --name x")).unwrap(), words("tool --name x"));
+        assert!(command_words(&words("--")).is_err());
+    }
 
     #[test]
     fn placeholders_are_replaced_in_every_word() {

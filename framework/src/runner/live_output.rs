@@ -72,7 +72,7 @@ impl LiveOutputSaver {
             return;
         }
         let run = &self.run;
-        if let Err(e) = run.store.set_run_output(&run.batch, &run.component, run.generation, None).await {
+        if let Err(e) = run.store.set_run_output(&run.batch, &run.component, run.generation, None, false).await {
             debug!(batch = %run.batch, "cannot remove the output saved while the run went on: {e}");
         }
     }
@@ -93,12 +93,13 @@ async fn save_while_it_grows(run: RunKey, live: LiveOutput, budget: usize, saved
             continue;
         }
         let Some(output) = fitted_output(output, budget) else { continue };
-        match run.store.set_run_output(&run.batch, &run.component, run.generation, Some(output)).await {
+        match run.store.set_run_output(&run.batch, &run.component, run.generation, Some(output), false).await {
             Ok(()) => {
                 printed_when_saved = printed;
                 saved.store(true, Ordering::Relaxed);
             }
-            // The run is no longer open (taken over, recorded): its work is being stopped.
+            // The run is no longer open (cancelled, taken over, recorded): its work is being
+            // stopped, and only its whole output may be saved now.
             Err(e) if e.is_fenced() => return,
             Err(e) => debug!(batch = %run.batch, "cannot save the output so far (tried again later): {e}"),
         }
@@ -115,7 +116,7 @@ pub(crate) async fn save_cancelled_output(
     output: Option<RunOutput>,
 ) {
     let Some(output) = output else { return };
-    if let Err(e) = store.set_run_output(batch, component, generation, Some(output)).await {
+    if let Err(e) = store.set_run_output(batch, component, generation, Some(output), true).await {
         debug!(batch = %batch, "cannot save the cancelled run's output: {e}");
     }
 }

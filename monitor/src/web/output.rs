@@ -85,7 +85,7 @@ pub fn section(events: &[Event], saved: &[SavedRunOutput]) -> String {
             .details
             .get("duration_ms")
             .and_then(serde_json::Value::as_u64)
-            .map(|ms| format!(", took {:.1}s", ms as f64 / 1000.0))
+            .map(|ms| format!(", took {}", autocomp_ops::operator::duration_text(std::time::Duration::from_millis(ms))))
             .unwrap_or_default();
         let cancelled =
             if event.run.is_none() { " (cancelled by an operator; its output until it stopped)" } else { "" };

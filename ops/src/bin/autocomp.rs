@@ -138,7 +138,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         stream: Option<String>,
         /// Then follow the runs going on the batch: what they print as their runners save
-        /// it (every 2 s while it grows), and how each ends; returns once none is going.
+        /// it (every 2 s while it grows), and how each ends (its result; a cancel, with its
+        /// whole output; its worker gone); returns once none is going. Text only; not with
+        /// --attempt.
         #[arg(long, conflicts_with = "attempt")]
         follow: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -19,7 +19,6 @@ mod explain;
 mod failures;
 mod locks;
 mod logs;
-mod logs_follow;
 mod metrics;
 mod pipeline;
 mod ready;

@@ -1,6 +1,6 @@
 -- What a run printed, saved apart from a result while the run has none: a running run's output
--- so far (its runner saves it every few seconds) and a cancelled run's (saved once its work
--- returns). A run that records its result removes its row (the result carries the output).
+-- so far (its runner saves it every few seconds) and a cancelled run's whole output (saved once
+-- its work returns). A run that records its result removes its row (the result carries the output).
 -- Written by no function: the writes are one statement each, and no release before this one
 -- knows the table. Removed with its run.
 CREATE TABLE run_outputs (
@@ -8,6 +8,8 @@ CREATE TABLE run_outputs (
     component  text COLLATE "C" NOT NULL,
     generation bigint NOT NULL,
     output     jsonb NOT NULL,
+    -- Whether the output is all the run printed (its work returned), or what it printed so far.
+    whole      boolean NOT NULL,
     saved_at   bigint NOT NULL,
     PRIMARY KEY (batch_id, component, generation),
     FOREIGN KEY (batch_id, component, generation) REFERENCES runs (batch_id, component, generation) ON DELETE CASCADE

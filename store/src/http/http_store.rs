@@ -501,9 +501,11 @@ impl RunOutputStore for HttpStore {
         component: &ComponentName,
         generation: i64,
         output: Option<autocomp_model::RunOutput>,
+        whole: bool,
     ) -> StoreResult<()> {
         // Replacing (or removing) what was saved: sending it twice changes nothing.
-        let request = wire::SetRunOutput { batch: batch.clone(), component: component.clone(), generation, output };
+        let (batch, component) = (batch.clone(), component.clone());
+        let request = wire::SetRunOutput { batch, component, generation, output, whole };
         let _: wire::Empty = self.call::<op::SetRunOutput>(&request, Retry::Safe).await?;
         Ok(())
     }

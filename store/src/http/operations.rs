@@ -93,10 +93,10 @@ autocomp_http::operations! {
             s.store().save_checkpoint(&r.batch, &r.component, r.generation, r.data).await?;
             reply.send(Empty {})
         };
-        /// Saves (replacing) what a run printed so far, while it is open or once cancelled (409 fenced otherwise); null output removes it, whatever the run's state. Moves no seq.
+        /// Saves (replacing) what a run printed: so far while it is open, or whole (its work returned) while it is open or once cancelled (409 fenced otherwise); null output removes it, whatever the run's state. Moves no seq.
         write(quiet) set_run_output: SetRunOutput(SetRunOutput) -> Empty
             = |s, r, reply| {
-            s.store().set_run_output(&r.batch, &r.component, r.generation, r.output).await?;
+            s.store().set_run_output(&r.batch, &r.component, r.generation, r.output, r.whole).await?;
             reply.send(Empty {})
         };
         /// The outputs saved for a batch's runs without a result (running, cancelled, or abandoned after saving), oldest saved first, at most 32.

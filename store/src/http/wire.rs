@@ -262,6 +262,8 @@ pub struct SetRunOutput {
     pub generation: i64,
     /// Null removes what was saved.
     pub output: Option<autocomp_model::RunOutput>,
+    /// All the run printed (its work returned), not only what it printed so far.
+    pub whole: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]

@@ -21,16 +21,20 @@ pub struct SavedRunOutput {
     pub state: RunState,
     /// When it was saved, by the store's clock.
     pub saved_at: Timestamp,
+    /// All the run printed (its work returned: a cancelled run's), or what it printed so far.
+    pub whole: bool,
     pub output: RunOutput,
 }
 
 port_trait! {
     /// Output of runs without a result.
     pub trait RunOutputStore {
-        /// Saves (replacing) what run `generation` of (batch, component) printed so far, while
-        /// that run is open or after an operator cancelled it; `Fenced` once it is anything else
-        /// (recorded, released, taken over). `None` removes what was saved, whatever the run's
-        /// state (its result holds the output now). Moves no seq: nothing waits for it.
+        /// Saves (replacing) what run `generation` of (batch, component) printed: so far, while
+        /// that run is open; or `whole` (its work returned), while it is open or after an
+        /// operator cancelled it; `Fenced` otherwise (recorded, released, taken over; a cancelled
+        /// run's output so far), so a snapshot never lands after the whole. `None` removes what
+        /// was saved, whatever the run's state (its result holds the output now). Moves no seq:
+        /// nothing waits for it.
         #[checked(if let Some(output) = &output { output.validate()? })]
         async fn set_run_output(
             &self,
@@ -38,6 +42,7 @@ port_trait! {
             component: &ComponentName,
             generation: i64,
             output: Option<RunOutput>,
+            whole: bool,
         ) -> StoreResult<()>;
 
         /// The outputs saved for a batch's runs, oldest saved first, at most `MAX_RUN_OUTPUTS`
@@ -46,16 +51,20 @@ port_trait! {
     }
 }
 
-/// A run keeps output apart from a result while it is open, and once cancelled (its fenced
-/// runner saves what the work printed until it stopped); any other run is `Fenced`.
+/// A run keeps output apart from a result while it is open, and its whole output once
+/// cancelled (its fenced runner saves what the work printed until it stopped); any other
+/// save is `Fenced`.
 pub(crate) fn check_keeps_output(
     batch: &BatchId,
     component: &ComponentName,
     generation: i64,
     state: Option<RunState>,
+    whole: bool,
 ) -> StoreResult<()> {
     let reason = match state {
-        Some(RunState::Open | RunState::Cancelled) => return Ok(()),
+        Some(RunState::Open) => return Ok(()),
+        Some(RunState::Cancelled) if whole => return Ok(()),
+        Some(RunState::Cancelled) => "is cancelled: only its whole output may be saved now".to_owned(),
         None => "was never claimed".to_owned(),
         Some(closed) => format!("is already closed ({})", closed.as_str()),
     };

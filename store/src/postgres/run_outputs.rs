@@ -19,6 +19,7 @@ impl RunOutputStore for PgBackend {
         component: &ComponentName,
         generation: i64,
         output: Option<RunOutput>,
+        whole: bool,
     ) -> StoreResult<()> {
         let output = output.map(|output| serde_json::to_value(output).expect("output serializes"));
         let output = &output.as_ref().map(|output| json(output).into_owned());
@@ -30,11 +31,11 @@ impl RunOutputStore for PgBackend {
                     "WITH run AS (
                          SELECT state FROM runs WHERE batch_id = $1 AND component = $2 AND generation = $3
                      ), saved AS (
-                         INSERT INTO run_outputs (batch_id, component, generation, output, saved_at)
-                         SELECT $1, $2, $3, $4, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-                         FROM run WHERE $4::jsonb IS NOT NULL AND state IN ('open', 'cancelled')
+                         INSERT INTO run_outputs (batch_id, component, generation, output, whole, saved_at)
+                         SELECT $1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                         FROM run WHERE $4::jsonb IS NOT NULL AND (state = 'open' OR (state = 'cancelled' AND $5))
                          ON CONFLICT (batch_id, component, generation)
-                         DO UPDATE SET output = excluded.output, saved_at = excluded.saved_at
+                         DO UPDATE SET output = excluded.output, whole = excluded.whole, saved_at = excluded.saved_at
                          RETURNING 1
                      ), removed AS (
                          DELETE FROM run_outputs
@@ -47,7 +48,7 @@ impl RunOutputStore for PgBackend {
                 .await?;
                 let scope = Scope { batch, run: Some((component, generation)) };
                 let row = client
-                    .query_one(&statement, &[&batch.as_str(), &component.as_str(), &generation, output])
+                    .query_one(&statement, &[&batch.as_str(), &component.as_str(), &generation, output, &whole])
                     .await
                     .map_err(|e| self.failure(e, &scope))?;
                 if !row.get::<_, bool>(0) {
@@ -58,7 +59,7 @@ impl RunOutputStore for PgBackend {
                 }
                 let state = row.get::<_, Option<String>>(1).map(|state| RunState::parse(&state)).transpose();
                 let state = state.map_err(|e| corrupt("run state", e))?;
-                check_keeps_output(batch, component, generation, state).map_err(Failure::Final)
+                check_keeps_output(batch, component, generation, state, whole).map_err(Failure::Final)
             })
         })
         .await
@@ -69,7 +70,7 @@ impl RunOutputStore for PgBackend {
             Box::pin(async move {
                 let statement = prepare(
                     client,
-                    "SELECT o.component, o.generation, r.state, o.saved_at, o.output::text
+                    "SELECT o.component, o.generation, r.state, o.saved_at, o.output::text, o.whole
                      FROM run_outputs o JOIN runs r USING (batch_id, component, generation)
                      WHERE o.batch_id = $1 ORDER BY o.saved_at DESC, o.component DESC, o.generation DESC LIMIT $2",
                 )
@@ -94,6 +95,7 @@ impl RunOutputStore for PgBackend {
                         generation: row.get(1),
                         state: RunState::parse(row.get(2)).map_err(|e| corrupt("run state", e))?,
                         saved_at: Timestamp(row.get(3)),
+                        whole: row.get(5),
                         output: serde_json::from_value(unjsoned(output)).map_err(|e| corrupt("saved run output", e))?,
                     });
                 }

@@ -17,6 +17,7 @@ fn set_run_output(
     component: &ComponentName,
     generation: i64,
     output: Option<&RunOutput>,
+    whole: bool,
 ) -> StoreResult<()> {
     let tx = write_tx(conn)?;
     require_batch(&tx, batch)?;
@@ -33,12 +34,14 @@ fn set_run_output(
         .optional()
         .map_err(unavailable)?;
     let state = state.map(|state| RunState::parse(&state)).transpose()?;
-    check_keeps_output(batch, component, generation, state)?;
+    check_keeps_output(batch, component, generation, state, whole)?;
     let text = serde_json::to_string(output).expect("output serializes");
     tx.execute(
-        "INSERT INTO run_outputs (batch_id, component, generation, output, saved_at) VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (batch_id, component, generation) DO UPDATE SET output = excluded.output, saved_at = excluded.saved_at",
-        params![batch.as_str(), component.as_str(), generation, text, Timestamp::now().millis()],
+        "INSERT INTO run_outputs (batch_id, component, generation, output, whole, saved_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (batch_id, component, generation)
+         DO UPDATE SET output = excluded.output, whole = excluded.whole, saved_at = excluded.saved_at",
+        params![batch.as_str(), component.as_str(), generation, text, whole, Timestamp::now().millis()],
     )
     .map_err(unavailable)?;
     tx.commit().map_err(unavailable)
@@ -49,7 +52,7 @@ fn run_outputs(conn: &mut Connection, batch: &BatchId) -> StoreResult<Vec<SavedR
     require_batch(&tx, batch)?;
     let mut statement = tx
         .prepare_cached(
-            "SELECT o.component, o.generation, r.state, o.saved_at, o.output
+            "SELECT o.component, o.generation, r.state, o.saved_at, o.output, o.whole
              FROM run_outputs o JOIN runs r USING (batch_id, component, generation)
              WHERE o.batch_id = ?1 ORDER BY o.saved_at DESC, o.component DESC, o.generation DESC LIMIT ?2",
         )
@@ -62,17 +65,19 @@ fn run_outputs(conn: &mut Connection, batch: &BatchId) -> StoreResult<Vec<SavedR
                 row.get::<_, String>(2)?,
                 row.get::<_, i64>(3)?,
                 stored_json(row.get(4)?)?,
+                row.get::<_, bool>(5)?,
             ))
         })
         .map_err(unavailable)?;
     let mut saved = Vec::new();
     for row in rows {
-        let (component, generation, state, saved_at, output) = row.map_err(unavailable)?;
+        let (component, generation, state, saved_at, output, whole) = row.map_err(unavailable)?;
         saved.push(SavedRunOutput {
             component: ComponentName::new(&component)?,
             generation,
             state: RunState::parse(&state)?,
             saved_at: Timestamp(saved_at),
+            whole,
             output: serde_json::from_value(output)
                 .map_err(|e| StoreError::Unavailable(format!("a saved run output is unreadable: {e}")))?,
         });
@@ -89,9 +94,11 @@ impl RunOutputStore for SqliteBackend {
         component: &ComponentName,
         generation: i64,
         output: Option<RunOutput>,
+        whole: bool,
     ) -> StoreResult<()> {
         let (batch, component) = (batch.clone(), component.clone());
-        self.with_connection(move |conn| set_run_output(conn, &batch, &component, generation, output.as_ref())).await
+        self.with_connection(move |conn| set_run_output(conn, &batch, &component, generation, output.as_ref(), whole))
+            .await
     }
 
     async fn run_outputs(&self, batch: &BatchId) -> StoreResult<Vec<SavedRunOutput>> {

@@ -1,7 +1,8 @@
 //! `autocomp logs ID --follow`: after what `logs` prints, what the batch's running runs
 //! print, as their runners save it (every 2 s while it grows), then each run's end (its
-//! result, or an operator's cancel) with whatever it printed last; until no run of the
-//! selection is going. Owns telling what is new in a stream from what was printed already.
+//! result; an operator's cancel, once the run's whole output is saved; its worker found
+//! gone) with whatever it printed last; until no run of the selection is going. Owns telling
+//! what is new in a stream from what was printed already.
 
 use std::time::Duration;
 
@@ -9,11 +10,16 @@ use autocomp_model::{BatchId, ComponentName, Event, OutputStream, RunOutput, Run
 use autocomp_store::port::DETAILS_SHOWN_BYTES;
 use autocomp_store::{LogCursor, MAX_LOG_PAGE, ObjectStore, SavedRunOutput};
 
-use super::OperatorError;
-use super::logs::{Attempt, Attempts, Selection, Writer, attempt_text};
+use autocomp_framework::locks::{Liveness, LockService};
+
+use super::attempts::{Attempt, Attempts, Selection, Writer, attempt_text};
+use crate::operator::{Operator, OperatorError};
 
 /// How often the batch is read again while a run goes on.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a cancelled run's worker is waited for to save its whole output (it has its
+/// `cancel_grace` to stop, 10 s by default, and a command its `kill_grace` within that).
+const WHOLE_OUTPUT_WAIT: Duration = Duration::from_secs(30);
 
 /// What was printed of one run: by stream, how many of its bytes.
 struct Printed {
@@ -44,6 +50,8 @@ pub(super) struct Follow<'s, 'q> {
     followed: Vec<Printed>,
     /// The stream the last text came from: a new one gets its own line first.
     last_stream: Option<(ComponentName, i64, String)>,
+    /// Open runs whose worker was found gone: no longer followed.
+    gone: Vec<(ComponentName, i64)>,
 }
 
 impl<'s, 'q> Follow<'s, 'q> {
@@ -59,21 +67,28 @@ impl<'s, 'q> Follow<'s, 'q> {
                 streams: printed_whole(&saved.output),
             })
             .collect();
-        Follow { selection, attempts, after, followed, last_stream: None }
+        Follow { selection, attempts, after, followed, last_stream: None, gone: Vec::new() }
     }
 
     /// Reads the batch every `FOLLOW_INTERVAL` and prints what is new, until no run of the
     /// selection is going. Whether it printed anything.
     pub(super) async fn run(
         mut self,
+        operator: &Operator,
         store: &dyn ObjectStore,
         id: &BatchId,
         writer: &mut Writer<'_>,
     ) -> Result<bool, OperatorError> {
         let mut shown = !self.followed.is_empty();
+        let mut locks = None;
         loop {
             let head = store.batch_head(id).await?;
-            let going: Vec<_> = head.open_runs.iter().filter(|run| self.selection.wants(&run.component)).collect();
+            let going: Vec<_> = head
+                .open_runs
+                .iter()
+                .filter(|run| self.selection.wants(&run.component))
+                .filter(|run| !self.gone.contains(&(run.component.clone(), run.generation)))
+                .collect();
             let saved = if going.is_empty() { Vec::new() } else { store.run_outputs(id).await? };
             for run in &going {
                 shown = true;
@@ -85,10 +100,43 @@ impl<'s, 'q> Follow<'s, 'q> {
             }
             shown |= self.ends(store, id, writer).await?;
             if going.is_empty() {
+                if !shown {
+                    writer.write(&format!("(no run is going on {id}: nothing to follow)\n"))?;
+                }
                 return Ok(shown);
+            }
+            let locks = match &locks {
+                Some(locks) => locks,
+                None => locks.insert(operator.locks().await?),
+            };
+            for run in going {
+                self.check_worker(locks.as_ref(), run, writer).await?;
             }
             tokio::time::sleep(FOLLOW_INTERVAL).await;
         }
+    }
+
+    /// A run whose worker is proven gone (its liveness record dead: killed, its host down)
+    /// stays open until the component's next pass takes it over: it is no longer followed.
+    async fn check_worker(
+        &mut self,
+        locks: &dyn LockService,
+        run: &autocomp_model::Run,
+        writer: &mut Writer<'_>,
+    ) -> Result<(), OperatorError> {
+        let Some(record) = &run.holder.liveness else { return Ok(()) };
+        if !matches!(locks.judge_liveness(record).await, Ok(Liveness::Dead)) {
+            return Ok(());
+        }
+        writer.write(&format!(
+            "== {} run {}: its worker is gone ({} on {} pid {} holds no liveness any more); the run stays open until \
+             the next pass of {} takes it over ==\n",
+            run.component, run.generation, run.holder.agent, run.holder.host, run.holder.pid, run.component
+        ))?;
+        self.gone.push((run.component.clone(), run.generation));
+        self.followed.retain(|p| !(p.component == run.component && p.generation == run.generation));
+        self.last_stream = None;
+        Ok(())
     }
 
     /// A going run seen for the first time: its header line.
@@ -176,22 +224,19 @@ impl<'s, 'q> Follow<'s, 'q> {
         if !self.selection.wants(&run.component) {
             return Ok(false);
         }
-        let output = match &cancelled {
-            // The fenced runner saves a cancelled run's output once its work returns.
-            Some(run) => store
-                .run_outputs(&event.batch_id)
-                .await?
-                .into_iter()
-                .find(|s: &SavedRunOutput| s.component == run.component && s.generation == run.generation)
-                .map(|s| s.output),
-            None => match autocomp_store::port::event_at(store, &event.batch_id, event.seq).await? {
-                Some(whole) => whole.output(),
-                None => event.output(),
-            },
-        };
-        let attempt = Attempt { component: &run.component, number, event, output: None };
-        let header = attempt_text(&attempt);
         let followed = self.printed(&run.component, run.generation).is_some();
+        // The event whole: a page leaves out details over 16 KiB (the output, the duration).
+        let whole = autocomp_store::port::event_at(store, &event.batch_id, event.seq).await?;
+        let event = whole.as_ref().unwrap_or(event);
+        let output = match &cancelled {
+            // The fenced runner saves a cancelled run's whole output once its work returns.
+            Some(run) if followed => self.whole_output(store, &event.batch_id, run, writer).await?,
+            Some(run) => saved_of(&store.run_outputs(&event.batch_id).await?, run).map(|s| s.output.clone()),
+            None => event.output(),
+        };
+        let generation = run.generation;
+        let attempt = Attempt { component: &run.component, number, generation, event, output: None };
+        let header = attempt_text(&attempt);
         if !followed {
             // Begun and ended between two reads: shown whole, as `logs` shows it.
             let kept = output.as_ref().is_some_and(|o| !o.is_empty());
@@ -210,6 +255,40 @@ impl<'s, 'q> Follow<'s, 'q> {
         self.followed.retain(|p| !(p.component == run.component && p.generation == run.generation));
         Ok(true)
     }
+}
+
+impl Follow<'_, '_> {
+    /// A cancelled run's output once its worker saved it whole (waited for up to
+    /// `WHOLE_OUTPUT_WAIT`), else what was saved so far, saying so.
+    async fn whole_output(
+        &self,
+        store: &dyn ObjectStore,
+        id: &BatchId,
+        run: &autocomp_model::RunRef,
+        writer: &mut Writer<'_>,
+    ) -> Result<Option<RunOutput>, OperatorError> {
+        let deadline = tokio::time::Instant::now() + WHOLE_OUTPUT_WAIT;
+        loop {
+            let saved = store.run_outputs(id).await?;
+            let found = saved_of(&saved, run);
+            if found.is_some_and(|s| s.whole) || tokio::time::Instant::now() >= deadline {
+                if found.is_some_and(|s| !s.whole) {
+                    writer.write(&format!(
+                        "(the cancelled run's worker did not save its whole output within {}s; `autocomp logs {id}` \
+                         shows it once it does)\n",
+                        WHOLE_OUTPUT_WAIT.as_secs()
+                    ))?;
+                }
+                return Ok(found.map(|s| s.output.clone()));
+            }
+            tokio::time::sleep(FOLLOW_INTERVAL / 4).await;
+        }
+    }
+}
+
+/// The saved output of `run`, if any.
+fn saved_of<'s>(saved: &'s [SavedRunOutput], run: &autocomp_model::RunRef) -> Option<&'s SavedRunOutput> {
+    saved.iter().find(|s| s.component == run.component && s.generation == run.generation)
 }
 
 impl Selection<'_> {
