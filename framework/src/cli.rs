@@ -13,7 +13,7 @@ use autocomp_sboi::open_index;
 use autocomp_store::open_store;
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{error, info};
 
 use crate::component::Component;
 use crate::config::{self, Backends, DEFAULT_CONFIG_DIR};
@@ -226,7 +226,8 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         if args.dry_run {
             let dry = runner.dry_run(&selection, args.dry_run_limit).await?;
             print_dry_run(runner.name(), &dry);
-            return Ok(exit::OK);
+            // A pass would refuse to start: so says the dry run's exit code too.
+            return Ok(if dry.refused.is_some() { exit::USAGE } else { exit::OK });
         }
         if args.watch {
             return run_watching(&runner, watched, heartbeat, shutdown).await;
@@ -246,6 +247,10 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
 /// not the process with a panic); a hold and the candidates left out on stderr, so stdout
 /// stays one line per batch for whatever reads it.
 fn print_dry_run(name: &ComponentName, dry: &DryRun) {
+    if let Some(refused) = &dry.refused {
+        let refused = crate::for_terminal(refused);
+        writeln!(std::io::stderr().lock(), "{name}: dry run: claiming nothing: a pass would not start: {refused}").ok();
+    }
     if let Some(held) = &dry.held {
         // On stderr, first.
         writeln!(std::io::stderr().lock(), "{name}: dry run: claiming nothing now: {}", crate::for_terminal(held)).ok();
@@ -289,6 +294,8 @@ async fn run_on_schedule<C: Component>(
         }
         match pass_verdict(pass(runner, selection).await, &mut worst) {
             PassEnd::Continue { .. } => {}
+            // Stays up: the next scheduled pass starts once the contract is mended.
+            PassEnd::Refused(reason) => error!("pass not started, tried again at the next slot: {reason}"),
             PassEnd::Stop(code) => return Ok(code),
             PassEnd::Error(e) => return Err(e),
         }

@@ -72,13 +72,10 @@ pub(crate) async fn check_reads(store: &dyn ObjectStore, reader: &ComponentDescr
 /// read of the reader's own event type is checked against `reader`, as this pass describes
 /// it).
 pub(crate) fn refusal(reader: &ComponentDescriptor, producers: &[&ComponentDescriptor]) -> Result<(), String> {
+    if let Some(broken) = autocomp_model::broken_contract(reader, producers) {
+        return Err(format!("contract broken: {broken}: the pass is not started ({})", autocomp_model::CONTRACT_FIX));
+    }
     for check in autocomp_model::check_reads(reader, producers) {
-        if let Some(broken) = check.broken() {
-            return Err(format!(
-                "{broken}: the pass is not started (change what the reader expects or what the producer \
-                 records; `autocomp pipeline` shows both)"
-            ));
-        }
         match check.producer {
             None => debug!(
                 "no registered component records {}: what {} reads of it is not checked",
@@ -157,7 +154,7 @@ mod tests {
         let refused = refusal(&reader, &[&v2]).unwrap_err();
         assert!(
             refused.starts_with(
-                "access-copy 0.2.0 reads Data_Archived's result expecting archive_path (string, required), but \
+                "contract broken: access-copy 0.2.0 reads Data_Archived's result expecting archive_path (string, required), but \
                  archiver 0.3.0 publishes no archive_path (renamed or removed?)"
             ),
             "{refused}"

@@ -48,6 +48,10 @@ pub enum RunError {
     /// Bad arguments or input, or a configuration the registry refuses (exit 2).
     #[error("{0}")]
     Usage(String),
+    /// The pass refuses to start: a result the component reads is no longer published as it
+    /// expects (a broken contract, exit 2). A watcher waits for it to be mended instead.
+    #[error("{0}")]
+    ContractBroken(String),
     /// Another pass of the named component holds its poll lock (exit 3).
     #[error("the poll lock of {0} is held by another pass; nothing to do")]
     PollLockBusy(String),
@@ -82,7 +86,7 @@ impl RunError {
     /// unreachable or full store 5.
     pub fn code(&self) -> u8 {
         match self {
-            RunError::Config(_) | RunError::Usage(_) => USAGE,
+            RunError::Config(_) | RunError::Usage(_) | RunError::ContractBroken(_) => USAGE,
             RunError::PollLockBusy(_) => POLL_LOCK_BUSY,
             RunError::LocksLost(_) => LOCKS_LOST,
             RunError::ForeignLock(_) => FOREIGN_LOCK,

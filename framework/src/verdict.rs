@@ -71,6 +71,8 @@ pub(crate) enum PassEnd {
     },
     /// Exit with this code: the lock service was lost or a batch timed out.
     Stop(u8),
+    /// The pass refused to start (a broken contract): a watcher waits for it to be mended.
+    Refused(String),
     /// Exit with this error's code (the store or index unreachable, a usage error).
     Error(RunError),
 }
@@ -82,6 +84,7 @@ pub(crate) fn pass_verdict(outcome: Result<PassOutcome, RunError>, worst: &mut u
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(RunError::PollLockBusy(_)) => return PassEnd::Continue { handled: 0, waiting: 0, busy: true },
+        Err(RunError::ContractBroken(reason)) => return PassEnd::Refused(reason),
         Err(e) => return PassEnd::Error(e),
     };
     if outcome.code == exit::FAILED {

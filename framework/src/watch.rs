@@ -16,7 +16,7 @@ use autocomp_sboi::BatchIndex;
 use autocomp_store::ObjectStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, error, info, warn};
 
 use crate::component::Component;
 use crate::exit::{self, RunError};
@@ -74,6 +74,7 @@ pub async fn run_watching<C: Component>(
         waiting_since: None,
         deferring_since: None,
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
+        refused: None,
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     runner.give_back_turn(true).await;
@@ -102,6 +103,8 @@ struct Watcher<'a, C: Component> {
     deferring_since: Option<Instant>,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
+    /// Why the last pass refused to start (a broken contract), said once until it changes.
+    refused: Option<String>,
 }
 
 async fn watch_loop<C: Component>(
@@ -223,7 +226,24 @@ impl<C: Component> Watcher<'_, C> {
         let (handled, look_again_soon) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
             PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => return Err(e),
+            PassEnd::Refused(reason) => {
+                // Said once: the watcher stays up and tries again at the next offer or
+                // heartbeat, which starts again once the contract is mended.
+                if self.refused.as_ref() != Some(&reason) {
+                    error!(
+                        "pass not started; staying up and trying again at each change offered and each heartbeat \
+                         ({:?}): {reason}",
+                        self.heartbeat
+                    );
+                    self.refused = Some(reason);
+                }
+                (0, false)
+            }
             PassEnd::Continue { handled, waiting, busy } => {
+                if let Some(reason) = self.refused.take() {
+                    // At the refusal's level's neighbour: whoever read that must read this.
+                    warn!("passes start again: the refusal no longer holds ({reason})");
+                }
                 self.deferring_since = match (busy, self.deferring_since) {
                     (false, _) => None,
                     (true, None) => Some(Instant::now()),

@@ -147,6 +147,17 @@ impl ReadCheck<'_> {
 /// Each read of `reader`, checked against the component among `pipeline` that records its
 /// event type (`pipeline`: the current, not retired, descriptors; a read of the reader's own
 /// event type is checked against `reader` itself).
+/// What to do about a broken contract, said after it wherever it is shown.
+pub const CONTRACT_FIX: &str =
+    "change what the reader expects or what the producer records; `autocomp pipeline` shows both";
+
+/// Why `reader`'s passes refuse to start, when one of its reads is broken against what its
+/// producer in `pipeline` publishes (the first such read): the words of `ReadCheck::broken`.
+/// The one judgement of a broken contract, for the pass itself and for every view of it.
+pub fn broken_contract(reader: &ComponentDescriptor, pipeline: &[&ComponentDescriptor]) -> Option<String> {
+    check_reads(reader, pipeline).iter().find_map(ReadCheck::broken)
+}
+
 pub fn check_reads<'a>(reader: &'a ComponentDescriptor, pipeline: &[&'a ComponentDescriptor]) -> Vec<ReadCheck<'a>> {
     let producer_of = |read: &ResultRead| match read.event_type == reader.event_type {
         true => Some(reader),

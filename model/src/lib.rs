@@ -25,7 +25,10 @@ mod work;
 
 pub use batch::check_object;
 pub use batch::{Batch, CONTENT_SEQ_KEY, Event, NewBatch, NewEvent, Outcome, Run, RunHolder, RunRef, RunState};
-pub use contract::{Incompatibility, ReadCheck, check_read, check_reads, published_fields, required_fields};
+pub use contract::{
+    CONTRACT_FIX, Incompatibility, ReadCheck, broken_contract, check_read, check_reads, published_fields,
+    required_fields,
+};
 pub use effective::EffectiveView;
 pub use interest::{ChangeConcern, ChangeInterest, MAX_CONCERN_PAYLOAD};
 pub use names::{

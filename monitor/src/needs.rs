@@ -21,6 +21,8 @@ pub const TOP_REASONS: usize = 3;
 /// nothing of that kind; `Needs::is_empty` means nothing at all.
 #[derive(Debug, Clone, Default)]
 pub struct Needs {
+    /// Components whose every pass stops before any work (a broken contract), with why.
+    pub contracts: Vec<(ComponentName, String)>,
     /// Components with failed batches, in pipeline order.
     pub failures: Vec<FailuresAt>,
     /// The whole pipeline's hold, if any.
@@ -38,6 +40,7 @@ pub struct Needs {
 impl Needs {
     pub fn is_empty(&self) -> bool {
         self.failures.is_empty()
+            && self.contracts.is_empty()
             && self.pipeline_hold.is_none()
             && self.holds.is_empty()
             && self.person.is_empty()
@@ -67,6 +70,12 @@ impl Monitor {
     pub async fn needs(&self, overview: &Overview) -> Result<Needs, OperatorError> {
         let mut needs = Needs { pipeline_hold: overview.steering.pipeline.clone(), ..Needs::default() };
         let mut budget = FAILURES_READ_IN_ALL;
+        let steps: Vec<Step> = overview.rows.iter().map(|row| Step { registered: row.component.clone() }).collect();
+        for step in &steps {
+            if let Some(reason) = step.broken_contract(&steps) {
+                needs.contracts.push((step.name().clone(), reason));
+            }
+        }
         for row in &overview.rows {
             let name = row.component.name();
             let descriptor = &row.component.descriptor;

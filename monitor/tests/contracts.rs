@@ -92,6 +92,18 @@ async fn the_graph_page_shows_each_published_schema_escaped_and_flags_a_broken_c
     assert!(page.contains("<strong>Broken contracts</strong>"), "{page}");
     assert!(page.contains(&format!("<li>{}</li>", broken.replace('\'', "&#39;"))), "{page}");
     assert!(page.contains("<details open><summary><strong>access-copy</strong>"), "{page}");
+    // The graph's arrow into the reader is drawn broken.
+    assert!(page.contains("<g class=\"edge broken\"><title>Data_Archived: recorded by archiver, required by access-copy; contract broken"), "{page}");
+    // The overview's "Needs a person" and the alerts page say so first.
+    let (_, overview) = support::get(&router, "/").await;
+    let needs = format!(
+        "<strong>access-copy</strong>: every pass stops before any work, contract broken: {}",
+        broken.replace('\'', "&#39;")
+    );
+    assert!(overview.contains(&needs), "{overview}");
+    assert!(overview.contains("href=\"/graph#contracts\">the results and what reads them</a>"), "{overview}");
+    let (_, alerts) = support::get(&router, "/alerts").await;
+    assert!(alerts.contains("contract broken") && alerts.contains("/graph#contracts"), "{alerts}");
     let view = operator.pipeline_view().await.unwrap();
     let text = view.render(Format::Text);
     assert!(text.contains("broken contracts (the reader's passes do not start, exit 2):"), "{text}");

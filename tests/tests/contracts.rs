@@ -106,7 +106,7 @@ fn a_reader_runs_while_the_producer_publishes_what_it_expects_and_refuses_to_sta
     let reader = registered(&pipeline, "access-copy");
     let host = &reader.hosts[0];
     assert_eq!(host.outcome, Some(PassOutcome::Error));
-    assert!(host.summary.starts_with(&format!("not started: {broken}")), "{}", host.summary);
+    assert!(host.summary.starts_with(&format!("not started: contract broken: {broken}")), "{}", host.summary);
     // Only the registry's record of the pass moved the store: no claim, no event.
     let batch = pipeline.batch(&second);
     assert!(batch.events.iter().all(|e| e.seq <= head), "{:?}", batch.events);
@@ -114,4 +114,70 @@ fn a_reader_runs_while_the_producer_publishes_what_it_expects_and_refuses_to_sta
     // The batch is still ready for the reader: its next pass takes it up once the contract
     // holds again.
     assert_eq!(reader.descriptor.state_of(&batch), ComponentState::Ready);
+}
+
+/// A broken contract is a state every view shows before any work (explain, ready, the
+/// reader's own --dry-run, alerts, the metrics), and a watching reader stays up through it,
+/// says so once, and resumes by itself once the producer publishes what it reads again.
+#[test]
+fn a_broken_contract_shows_in_every_view_and_a_watching_reader_waits_it_out() {
+    let pipeline = Pipeline::new(CONTRACT);
+    pipeline.register_one("B0001", true);
+    assert_eq!(pass(&pipeline, "archiver-v1").code, Some(0));
+    assert_eq!(pass(&pipeline, "access-copy").code, Some(0));
+    let second = pipeline.register_one("B0002", true);
+    assert_eq!(pass(&pipeline, "archiver-v2").code, Some(0));
+
+    let broken = "contract broken: access-copy 0.1.0 reads Data_Archived's result expecting archive_path";
+    let explained = autocomp(&pipeline, &["explain", second.as_str(), "--component", "access-copy"]);
+    assert_eq!(explained.code, Some(0), "{}", explained.show());
+    let refused = format!("refused: every pass of access-copy stops before any work, {broken}");
+    assert!(explained.stdout.contains(&refused), "{}", explained.show());
+    assert!(explained.stdout.contains("next: autocomp pipeline"), "{}", explained.show());
+    let ready = autocomp(&pipeline, &["ready", "--component", "access-copy"]);
+    let nothing = format!("access-copy would claim nothing: every pass stops before any work, {broken}");
+    assert!(ready.stdout.contains(&nothing), "{}", ready.show());
+    assert!(ready.stdout.contains("refused: the pass stops before any work (contract broken)"), "{}", ready.show());
+    let mut dry = pipeline.command(&["--dry-run"]);
+    dry.env("CONTRACT_ROLE", "access-copy");
+    let dry = finish(dry.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(dry.code, Some(2), "a pass would exit 2: {}", dry.show());
+    assert!(
+        dry.stderr.contains(&format!("dry run: claiming nothing: a pass would not start: {broken}")),
+        "{}",
+        dry.show()
+    );
+    assert!(dry.stdout.contains("B0002 would not claim (the pass refuses to start)"), "{}", dry.show());
+    let alerts = autocomp(&pipeline, &["alerts"]);
+    let alert = format!("access-copy: every pass stops before any work (exit 2), {broken}");
+    assert!(alerts.stdout.contains(&alert), "{}", alerts.show());
+    let metrics = autocomp(&pipeline, &["metrics"]);
+    assert!(metrics.stdout.contains("autocomp_contract_broken{component=\"access-copy\"} 1\n"), "{}", metrics.show());
+    assert!(metrics.stdout.contains("autocomp_contract_broken{component=\"archiver\"} 0\n"), "{}", metrics.show());
+
+    // A watching reader stays up through it, and says so once.
+    let mut watch = pipeline.command(&["--watch"]);
+    watch.env("CONTRACT_ROLE", "access-copy");
+    let mut watcher = watch.spawn().expect("the watcher starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let reported = autocomp_test_servers::wait_until(deadline, || {
+        registered(&pipeline, "access-copy").hosts[0].summary.starts_with(&format!("not started: {broken}"))
+    });
+    assert!(reported, "the refused pass is in the registry");
+    let more = pipeline.register_one("B0003", true);
+    assert_eq!(pass(&pipeline, "archiver-v2").code, Some(0), "another batch archived under the broken contract");
+    assert!(watcher.try_wait().unwrap().is_none(), "the watcher stays up through a broken contract");
+
+    // The producer publishes archive_path again: the watcher's next pass works, by itself.
+    let mended = pipeline.register_one("B0004", true);
+    assert_eq!(pass(&pipeline, "archiver-v1").code, Some(0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let copied = autocomp_test_servers::wait_until(deadline, || !pipeline.events(&mended, "Access_Copied").is_empty());
+    assert!(copied, "the watcher resumed once the contract was mended");
+    assert!(watcher.try_wait().unwrap().is_none(), "still up");
+    Command::new("kill").args(["-TERM", &watcher.id().to_string()]).status().unwrap();
+    let watched = finish(watcher, Duration::from_secs(60));
+    assert_eq!(watched.stderr.matches("pass not started; staying up").count(), 1, "said once: {}", watched.show());
+    assert!(watched.stderr.contains("passes start again"), "{}", watched.show());
+    let _ = more;
 }

@@ -288,3 +288,32 @@ json.dump({"result": {"settings": settings}}, open(os.environ["AUTOCOMP_RESULT_F
     assert!(pipeline.events(&waiting, "Virus_Scanned").is_empty());
     assert!(pipeline.open_runs().is_empty());
 }
+
+/// autocomp-exec's own flags belong before `--`: one after it (where it would silently be the
+/// command's argument, and the step run without it) is refused before anything is claimed,
+/// saying where it belongs; after a second `--` it is the command's, as written.
+#[test]
+fn an_exec_flag_after_the_double_dash_is_refused_unless_after_a_second_one() {
+    let pipeline = exec_pipeline(None);
+    configure(&pipeline, "echo", "");
+    let id = pipeline.register(1).remove(0);
+    let flags = ["--name", "echo", "--event-type", "Echoed"];
+    let misplaced = exec(&pipeline, &flags, &["sh", "-c", "echo ran", "--requires", "Data_Received"]);
+    assert_eq!(misplaced.code, Some(2), "{}", misplaced.show());
+    assert!(
+        misplaced.stderr.contains("`--requires` comes after `--`, so it would be passed to the command `sh`")
+            && misplaced.stderr.contains("put autocomp-exec's flags before `--`"),
+        "{}",
+        misplaced.show()
+    );
+    assert!(autocomp(&pipeline, &["logs", id.as_str()]).stdout.contains("no run kept any output"), "nothing ran");
+
+    let literal = exec(
+        &pipeline,
+        &[&flags[..], &["--requires", "Data_Received"]].concat(),
+        &["--", "sh", "-c", "echo \"$1\"", "sh", "--name"],
+    );
+    assert_eq!(literal.code, Some(0), "{}", literal.show());
+    let shown = autocomp(&pipeline, &["logs", id.as_str()]).stdout;
+    assert!(shown.contains("--- stdout ---\n--name\n"), "the command got `--name` as its argument:\n{shown}");
+}

@@ -17,6 +17,9 @@ pub struct DryRun {
     pub not_shown: usize,
     /// Why nothing would be claimed now: the component (or the whole pipeline) is held.
     pub held: Option<String>,
+    /// Why the pass would not even start (a broken contract, a setting refused): it claims
+    /// nothing, and exits 2.
+    pub refused: Option<String>,
 }
 
 /// The pool of a component's that lets the fewest batches start now (the first of them, in
@@ -78,6 +81,7 @@ impl<C: Component> Runner<C> {
             Selection::Ready | Selection::Offered(_) => (self.all_candidates().await?, false),
             Selection::Batch { id, force } => (vec![id.clone()], *force),
         };
+        let refused = self.pass_refusal().await.map(|refused| refused.to_string());
         let held = if force { None } else { self.held().await? };
         let room = self.pool_room().await?;
         let shown = match limit {
@@ -104,6 +108,7 @@ impl<C: Component> Runner<C> {
                 Ok(why) => {
                     would_claim += 1;
                     match &room {
+                        _ if refused.is_some() => format!("would not claim (the pass refuses to start): {why}"),
                         _ if held.is_some() => format!("would claim once resumed (held): {why}"),
                         Some(room) if would_claim > room.free() as usize => format!("{}: {why}", room.wait()),
                         _ => format!("would claim: {why}"),
@@ -112,7 +117,7 @@ impl<C: Component> Runner<C> {
             };
             lines.push(format!("{id} {verdict}"));
         }
-        Ok(DryRun { lines, not_shown, held })
+        Ok(DryRun { lines, not_shown, held, refused })
     }
 
     /// For a component with pools, the one with the fewest free slots now (sizes from the

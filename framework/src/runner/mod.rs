@@ -252,17 +252,27 @@ impl<C: Component> Runner<C> {
             autocomp.outcome = tracing::field::Empty, otel.status_code = tracing::field::Empty)
     }
 
+    /// Why a pass would not start, if it would not: a setting refused (`Usage`), or a result
+    /// the component reads that its producer no longer publishes as expected
+    /// (`ContractBroken`; only a component that reads some pays the registry read). What a
+    /// pass and `--dry-run` both ask first.
+    pub(crate) async fn pass_refusal(&self) -> Option<RunError> {
+        if let Err(refused) = self.component.check_settings(&self.settings) {
+            return Some(RunError::Usage(format!("[settings] {}: {}", refused.key, refused.message)));
+        }
+        crate::contract::check_reads(self.pipeline.store.as_ref(), &self.descriptor)
+            .await
+            .err()
+            .map(RunError::ContractBroken)
+    }
+
     /// `run_pass` without its span.
     async fn untraced_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
         let started = Instant::now();
-        // A setting refused, or a result it reads that its producer no longer publishes as
-        // expected (only a component that reads some pays the registry read).
-        let refused = match self.component.check_settings(&self.settings) {
-            Err(refused) => Err(format!("[settings] {}: {}", refused.key, refused.message)),
-            Ok(()) => crate::contract::check_reads(self.pipeline.store.as_ref(), &self.descriptor).await,
-        };
+        let refused = self.pass_refusal().await;
         phases::mark(phases::Phase::Other);
-        if let Err(message) = refused {
+        if let Some(refused) = refused {
+            let message = refused.to_string();
             let phase = PassPhase::Ended {
                 outcome: PassOutcome::Error,
                 summary: format!("not started: {message}"),
@@ -272,7 +282,7 @@ impl<C: Component> Runner<C> {
             if let Err(e) = self.report_pass(phase).await {
                 debug!("cannot report the refused pass to the component registry: {e}");
             }
-            return Err(RunError::Usage(message));
+            return Err(refused);
         }
         let passed = self.pass_queueing_for_pools(selection).await;
         let (outcome, summary) = match &passed {
@@ -280,7 +290,7 @@ impl<C: Component> Runner<C> {
             // Another pass is running and reports for itself.
             Err(RunError::PollLockBusy(_)) => return passed,
             // The registry refused us (an event type clash): nothing to add.
-            Err(RunError::Usage(_)) => return passed,
+            Err(RunError::Usage(_) | RunError::ContractBroken(_)) => return passed,
             Err(e) => (PassOutcome::Error, e.to_string()),
         };
         let work = match &passed {

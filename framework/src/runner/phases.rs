@@ -117,9 +117,13 @@ pub(crate) fn skip() {
     CLOCK.try_with(|clock| clock.last.set(Instant::now())).ok();
 }
 
-/// Whether anyone reads the phase lines: else a pass is not timed at all.
+/// Whether anyone may read the phase lines: else a pass is not timed at all. By the
+/// subscriber's most verbose level (a debug line anywhere times passes, which costs little),
+/// not by `tracing::enabled!`: with per-layer filters that query leaves its answer in a
+/// thread-local for the next event, which a layer then drops (tokio-rs/tracing#2519): the
+/// first line logged after each pass, say a watcher's refusal, went missing.
 fn wanted() -> bool {
-    tracing::enabled!(target: TARGET, tracing::Level::DEBUG)
+    tracing::level_filters::LevelFilter::current() >= tracing::level_filters::LevelFilter::DEBUG
 }
 
 /// What a pass's phases took, taken out of its clock when it ends.

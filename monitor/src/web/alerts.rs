@@ -78,6 +78,7 @@ fn rows(view: &AlertsView, pipeline: &[Step]) -> String {
 /// The alert's kind, for the row's header.
 fn kind(alert: &Alert) -> &'static str {
     match alert {
+        Alert::ContractBroken { .. } => "contract broken",
         Alert::Failed { .. } => "failed",
         Alert::ReadyTooLong { .. } => "ready too long",
         Alert::WorkingTooLong { .. } => "working too long",
@@ -105,6 +106,7 @@ fn link(alert: &Alert, waits_in: impl Fn(&autocomp_model::ComponentName) -> Comp
             (format!("/batches/{}", encode(batch.as_str())), format!("batch {batch}"))
         }
         Alert::Held { .. } => ("/#steering".into(), "the overview's steering".into()),
+        Alert::ContractBroken { .. } => ("/graph#contracts".into(), "the results and what reads them".into()),
         Alert::Silent { component, .. } => ("/".into(), format!("{component} in the overview")),
         Alert::IndexLag { .. } | Alert::ForeignLock { .. } => ("/".into(), "the overview".into()),
     }

@@ -19,7 +19,8 @@ pub fn section(overview: &Overview) -> String {
     if shown.is_empty() {
         return String::new();
     }
-    let mut out = String::from("<section class=\"contracts\">\n<h2>Results and what reads them</h2>\n");
+    let mut out =
+        String::from("<section class=\"contracts\" id=\"contracts\">\n<h2>Results and what reads them</h2>\n");
     let broken: Vec<String> = checks.iter().filter_map(ReadCheck::broken).collect();
     if broken.is_empty() {
         out.push_str(

@@ -136,6 +136,14 @@ pub fn svg(overview: &Overview) -> String {
 /// The arrows, each a required type from the node recording it to the one requiring it,
 /// labelled with the type.
 fn edges_svg(out: &mut String, layout: &Layout, rows: &[OverviewRow]) {
+    // The reads whose contract is broken, as (reader, event type): their arrow is drawn so.
+    let descriptors: Vec<&autocomp_model::ComponentDescriptor> = rows.iter().map(|r| &r.component.descriptor).collect();
+    let broken: Vec<(String, String)> = descriptors
+        .iter()
+        .flat_map(|reader| autocomp_model::check_reads(reader, &descriptors))
+        .filter(|check| check.broken().is_some())
+        .map(|check| (check.reader.name.to_string(), check.read.event_type.to_string()))
+        .collect();
     for edge in &layout.edges {
         let (_, (ex, ey)) = layout.ends(edge);
         let from = match &layout.nodes[edge.from].kind {
@@ -146,14 +154,21 @@ fn edges_svg(out: &mut String, layout: &Layout, rows: &[OverviewRow]) {
             NodeKind::Component(i) => rows[*i].component.name().to_string(),
             NodeKind::Input(t) => t.clone(),
         };
+        let is_broken = broken.iter().any(|(reader, t)| *reader == to && *t == edge.event_type);
+        let (class, note) = match is_broken {
+            true => ("edge broken", "; contract broken: the reader's passes stop before any work"),
+            false => ("edge", ""),
+        };
         w!(
             out,
-            "<g class=\"edge\"><title>{}: recorded by {}, required by {}</title><path d=\"{}\" \
+            "<g class=\"{}\"><title>{}: recorded by {}, required by {}{}</title><path d=\"{}\" \
              marker-end=\"url(#graph-arrow)\"/><text class=\"label\" x=\"{}\" y=\"{}\" \
              text-anchor=\"end\">{}</text></g>\n",
+            class,
             esc(&edge.event_type),
             esc(from),
-            esc(to),
+            esc(&to),
+            note,
             layout.path(edge),
             ex.saturating_sub(8),
             ey.saturating_sub(4),

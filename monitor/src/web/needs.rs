@@ -17,6 +17,15 @@ pub fn section(needs: &Needs) -> String {
         return out;
     }
     out.push_str("<ul class=\"needs-list\">\n");
+    for (component, reason) in &needs.contracts {
+        w!(
+            out,
+            "<li class=\"verdict contract-broken\"><strong>{}</strong>: every pass stops before any work, {} — <a \
+             href=\"/graph#contracts\">the results and what reads them</a></li>\n",
+            esc(component),
+            esc(reason)
+        );
+    }
     for failures in &needs.failures {
         out.push_str(&failed(failures));
     }

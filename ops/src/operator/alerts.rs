@@ -1,5 +1,6 @@
 //! `autocomp alerts`: only what needs a person, one line each, so a cron line mails exactly
-//! the news: failed batches with their most frequent reasons, batches ready for longer than
+//! the news: components whose passes refuse to start (a broken contract), failed batches with
+//! their most frequent reasons, batches ready for longer than
 //! their component's threshold, runs past their
 //! `max_runtime`, components no host has run for too long, an index far behind the store,
 //! lock nodes autocomp did not make (when a locks backend is configured), components paused
@@ -106,6 +107,9 @@ pub fn last_seen(component: &RegisteredComponent) -> Timestamp {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Alert {
+    /// Every pass of the component stops before any work: a result it reads is no longer
+    /// published as it expects (`reason` names the field, both steps and the fix).
+    ContractBroken { component: ComponentName, reason: String },
     /// `count` batches ready for the component longer than `threshold`.
     ReadyTooLong { component: ComponentName, count: u64, oldest_since: Option<Timestamp>, threshold: String },
     /// `count` batches failed at the component (permanently: a rerun tries again), with the
@@ -142,6 +146,10 @@ impl Alert {
     pub fn line(&self, now: Timestamp) -> String {
         let ago = |at: Timestamp| humantime::format_duration(Duration::from_secs(now.since(at).as_secs())).to_string();
         match self {
+            Alert::ContractBroken { component, reason } => format!(
+                "{component}: every pass stops before any work (exit 2), {}",
+                autocomp_toolkit::terminal::one_line(reason)
+            ),
             Alert::ReadyTooLong { component, count, oldest_since, threshold } => {
                 let oldest = oldest_since.map(|at| format!(", the oldest for {}", ago(at))).unwrap_or_default();
                 let batches = if *count == 1 { "1 batch" } else { &format!("{count} batches") };
@@ -328,6 +336,9 @@ impl Operator {
         let failed = index.tally(&failed, false).await?;
         let overdue = self.overdue_runs(&pipeline).await?;
         for ((step, tally), failed) in pipeline.iter().zip(tallies).zip(failed) {
+            if let Some(reason) = step.broken_contract(&pipeline) {
+                alerts.push(Alert::ContractBroken { component: step.name().clone(), reason });
+            }
             if failed.count > 0 {
                 let read = self.failure_reasons(step, FAILURES_READ).await?;
                 let reasons = group_reasons(read)

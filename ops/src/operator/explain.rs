@@ -135,6 +135,9 @@ pub struct Explanation {
     /// A pool the component's work needs a slot of, with every slot in use now: "waits for
     /// pool tape: 1 of its 1 slot(s) in use" (a ready batch is claimed once one frees).
     pub pool_wait: Option<String>,
+    /// Why the component's passes refuse to start, whatever the batch: a result it reads
+    /// is no longer published as it expects ("contract broken: ...").
+    pub contract_broken: Option<String>,
 }
 
 /// `explain --format json`.
@@ -163,6 +166,7 @@ pub struct ExplanationJson<'a> {
     pub manual: bool,
     pub held: Option<&'a str>,
     pub pool_wait: Option<&'a str>,
+    pub contract_broken: Option<&'a str>,
     /// What a person runs next (`Explanation::next_command`), null when nothing.
     pub next: Option<String>,
 }
@@ -212,6 +216,11 @@ impl Explanation {
             let otherwise = if self.refusal.is_none() { " (ready otherwise)" } else { "" };
             return format!("held: {held}{otherwise}");
         }
+        // Whatever the batch's readiness, no pass of the component starts: said first when
+        // the batch would otherwise be worked on.
+        if let Some(broken) = self.contract_broken.as_ref().filter(|_| self.refusal.is_none() && !self.manual) {
+            return format!("refused: every pass of {} stops before any work, {broken}", self.component);
+        }
         // The refusal is the readiness rule's own answer; the clauses only say why.
         match &self.refusal {
             None if self.manual => {
@@ -248,6 +257,9 @@ impl Explanation {
         if self.held.is_some() {
             let scope = if self.held_pipeline_wide { "--all".to_owned() } else { name.to_string() };
             return Some(format!("autocomp resume {scope} --reason ..."));
+        }
+        if self.contract_broken.is_some() {
+            return Some("autocomp pipeline   (shows what the reader expects and what the producer records)".into());
         }
         match &self.refusal {
             None if self.manual => Some(format!(
@@ -309,6 +321,7 @@ impl Explanation {
             manual: self.manual,
             held: self.held.as_deref(),
             pool_wait: self.pool_wait.as_deref(),
+            contract_broken: self.contract_broken.as_deref(),
             next: self.next_command(),
         }
     }
@@ -455,6 +468,7 @@ async fn explain_step(
         held_pipeline_wide: seen.steering.hold_of(step.name()).is_some()
             && !seen.steering.components.contains_key(step.name()),
         pool_wait: pool_wait(step, seen),
+        contract_broken: step.broken_contract(pipeline),
     })
 }
 

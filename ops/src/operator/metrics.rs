@@ -66,6 +66,12 @@ const HELD: Metric = metric(
     COMPONENT,
     "1 while the component claims no new work: paused, draining or its circuit open (its own hold or the whole pipeline's).",
 );
+const CONTRACT_BROKEN: Metric = metric(
+    "autocomp_contract_broken",
+    Gauge,
+    COMPONENT,
+    "1 while every pass of the component stops before any work: a result it reads is no longer published as it expects.",
+);
 const CIRCUIT_OPEN: Metric = metric(
     "autocomp_circuit_open",
     Gauge,
@@ -334,6 +340,11 @@ impl Reading<'_> {
         let mut family = HELD.write(out);
         for step in self.pipeline {
             family.sample(&[step.name().as_str()], f64::from(u8::from(steering.hold_of(step.name()).is_some())));
+        }
+        // A broken contract holds the component as surely as a pause, from the registry.
+        let mut family = CONTRACT_BROKEN.write(out);
+        for step in self.pipeline {
+            family.sample(&[step.name().as_str()], f64::from(u8::from(step.broken_contract(self.pipeline).is_some())));
         }
         let breaking = || self.pipeline.iter().filter(|step| step.descriptor().break_after.is_some());
         let mut family = CIRCUIT_OPEN.write(out);

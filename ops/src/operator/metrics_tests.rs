@@ -237,6 +237,11 @@ autocomp_max_runtime_seconds{component="auditor"} 3600
 autocomp_component_held{component="trigger"} 0
 autocomp_component_held{component="checker"} 0
 autocomp_component_held{component="auditor"} 0
+# HELP autocomp_contract_broken 1 while every pass of the component stops before any work: a result it reads is no longer published as it expects.
+# TYPE autocomp_contract_broken gauge
+autocomp_contract_broken{component="trigger"} 0
+autocomp_contract_broken{component="checker"} 0
+autocomp_contract_broken{component="auditor"} 0
 # HELP autocomp_circuit_open 1 while the component's circuit breaker holds it (components with break_after).
 # TYPE autocomp_circuit_open gauge
 # HELP autocomp_breaker_consecutive_failures Consecutive permanent failures on distinct batches the circuit breaker counts (components with break_after).

@@ -184,6 +184,15 @@ impl Step {
     pub fn state_of(&self, batch: &impl BatchFacts) -> ComponentState {
         self.descriptor().state_of(batch)
     }
+
+    /// Why this step's passes refuse to start, when a result it reads is no longer published
+    /// as it expects by its producer in `pipeline` (the registry's steps): the judgement the
+    /// pass itself makes (`model::broken_contract`), with what to do about it.
+    pub fn broken_contract(&self, pipeline: &[Step]) -> Option<String> {
+        let producers: Vec<&ComponentDescriptor> = pipeline.iter().map(Step::descriptor).collect();
+        let broken = autocomp_model::broken_contract(self.descriptor(), &producers)?;
+        Some(format!("contract broken: {broken} ({})", autocomp_model::CONTRACT_FIX))
+    }
 }
 
 /// The operator's handle on one pipeline: its config dir, backends and name.

@@ -31,19 +31,31 @@ pub struct ReadyView {
     pub component: ComponentName,
     pub queue_size: usize,
     pub candidates: Vec<CandidateView>,
+    /// Why no pass of the component starts now (a broken contract): it claims nothing.
+    pub refused: Option<String>,
 }
 
 impl ReadyView {
     pub fn render(&self, format: Format) -> String {
         match format {
             Format::Json => json_document(&self.candidates),
-            Format::Text if self.candidates.is_empty() => format!("nothing is ready for {}\n", self.component),
+            Format::Text if self.candidates.is_empty() && self.refused.is_none() => {
+                format!("nothing is ready for {}\n", self.component)
+            }
             Format::Text => {
                 let claimed = self.candidates.iter().filter(|c| c.would_claim).count();
-                let mut out = format!(
-                    "{} would claim {claimed} batch(es) now (queue_size {}), in this order:\n",
-                    self.component, self.queue_size
-                );
+                let mut out = match &self.refused {
+                    Some(refused) => {
+                        format!("{} would claim nothing: every pass stops before any work, {refused}\n", self.component)
+                    }
+                    None => format!(
+                        "{} would claim {claimed} batch(es) now (queue_size {}), in this order:\n",
+                        self.component, self.queue_size
+                    ),
+                };
+                if self.candidates.is_empty() {
+                    return out;
+                }
                 let rows: Vec<Vec<String>> = self
                     .candidates
                     .iter()
@@ -84,9 +96,17 @@ impl ReadyView {
             true => None,
             false => PoolRoom::of(pools, &store.steering().await?, &held),
         };
+        let refused = step.broken_contract(&pipeline);
         let pass = Pass { store: store.as_ref(), step, held: &held, now: Timestamp::now(), claimed: 0, pool_room };
-        let candidates = pass.candidates(ids, &batches).await?;
-        Ok(ReadyView { component: step.name().clone(), queue_size: step.descriptor().queue_size, candidates })
+        let mut candidates = pass.candidates(ids, &batches).await?;
+        if refused.is_some() {
+            for candidate in candidates.iter_mut().filter(|c| c.would_claim) {
+                candidate.would_claim = false;
+                candidate.verdict = "refused: the pass stops before any work (contract broken)".into();
+            }
+        }
+        let queue_size = step.descriptor().queue_size;
+        Ok(ReadyView { component: step.name().clone(), queue_size, candidates, refused })
     }
 }
 

@@ -36,7 +36,11 @@ impl Explanation {
     fn clauses_text(&self) -> String {
         let mut out = String::new();
         writeln!(out, "{} for {} (records {}): {}", self.batch, self.component, self.event_type, self.state).ok();
-        writeln!(out, "{}", self.verdict()).ok();
+        let verdict = self.verdict();
+        writeln!(out, "{verdict}").ok();
+        if let Some(broken) = self.contract_broken.as_ref().filter(|_| !verdict.starts_with("refused")) {
+            writeln!(out, "and once it is ready, no pass of {} starts: {broken}", self.component).ok();
+        }
         for (depth, cause) in self.held_up_by.iter().enumerate() {
             writeln!(out, "{:width$}because {cause}", "", width = 2 * (depth + 1)).ok();
         }
