@@ -32,38 +32,52 @@ thread_local! {
 /// --follow` and the batch page show), and the stream is finished once, when the run ends.
 /// Cheap to clone: clones share the capture.
 #[derive(Clone)]
-pub struct StreamCapture(Arc<Mutex<Option<OutputCapture>>>);
+pub struct StreamCapture(Arc<Mutex<Captured>>);
+
+/// A stream being captured, then what `finish` made of it (kept for the saves that follow:
+/// a command's streams end before its step does, and its output so far must not lose them).
+enum Captured {
+    Going(OutputCapture),
+    Finished(OutputStream),
+}
 
 impl StreamCapture {
     /// A capture of stream `name` keeping at most `limit` bytes (its head and its tail).
     /// `WorkContext::capture` makes one the runner saves while the run goes on.
     pub fn new(name: &str, limit: usize) -> Self {
-        StreamCapture(Arc::new(Mutex::new(Some(OutputCapture::new(name, limit)))))
+        StreamCapture(Arc::new(Mutex::new(Captured::Going(OutputCapture::new(name, limit)))))
     }
 
     /// Adds what was printed; once finished, drops it (a reader that outlives its run).
     pub fn push(&self, bytes: &[u8]) {
-        if let Some(capture) = self.lock().as_mut() {
+        if let Captured::Going(capture) = &mut *self.lock() {
             capture.push(bytes);
         }
     }
 
-    /// What was kept, once; later calls and pushes get nothing (`None`).
+    /// What was kept, once; later calls get nothing (`None`) and later pushes are dropped.
     pub fn finish(&self) -> Option<OutputStream> {
-        self.lock().take().map(OutputCapture::finish)
+        let mut captured = self.lock();
+        let Captured::Going(capture) = &mut *captured else { return None };
+        let stream = std::mem::replace(capture, OutputCapture::new("", 0)).finish();
+        *captured = Captured::Finished(stream.clone());
+        Some(stream)
     }
 
     /// Whether `finish` has taken the stream.
     fn finished(&self) -> bool {
-        self.lock().is_none()
+        matches!(&*self.lock(), Captured::Finished(_))
     }
 
-    /// Bytes printed so far, and the stream as kept so far (`None` once finished).
-    fn snapshot(&self) -> Option<(u64, OutputStream)> {
-        self.lock().as_ref().map(|capture| (capture.total_bytes(), capture.snapshot()))
+    /// Bytes printed so far, and the stream as kept so far (as finished, once it is).
+    fn snapshot(&self) -> (u64, OutputStream) {
+        match &*self.lock() {
+            Captured::Going(capture) => (capture.total_bytes(), capture.snapshot()),
+            Captured::Finished(stream) => (stream.total_bytes(), stream.clone()),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<OutputCapture>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Captured> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -78,13 +92,13 @@ impl LiveOutput {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(stream);
     }
 
-    /// The streams not finished yet, as kept so far, with how many bytes were printed in
-    /// all (what tells a snapshot worth saving from the last one saved).
+    /// The streams, as kept so far (as finished, for those that are), with how many bytes
+    /// were printed in all (what tells a snapshot worth saving from the last one saved).
     pub(crate) fn snapshot(&self) -> (u64, RunOutput) {
         let streams = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut printed = 0;
         let mut output = RunOutput::default();
-        for (total, stream) in streams.iter().filter_map(StreamCapture::snapshot) {
+        for (total, stream) in streams.iter().map(StreamCapture::snapshot) {
             printed += total;
             output.set(stream);
         }

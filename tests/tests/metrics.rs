@@ -102,7 +102,7 @@ fn the_alert_rules_pass_promtool() {
     let output = promtool().args(["check", "rules"]).arg(&rules).output().unwrap();
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "promtool check rules: {said}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
 
     let tests = rules.with_file_name("autocomp-rules.test.yml");
     let output = promtool().args(["test", "rules"]).arg(&tests).output().unwrap();

@@ -137,9 +137,9 @@ fn a_new_component_builds_passes_its_tests_and_records_its_result_in_a_pass() {
 fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pass() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace holds tests/");
     let python_path = workspace.join("contrib/python");
-    for (lang, file, test) in [
-        ("python", "files_listed.py", &["python3", "-m", "unittest", "test_files_listed"][..]),
-        ("shell", "files-listed.sh", &["sh", "test_files-listed.sh"][..]),
+    for (lang, stem, file, test) in [
+        ("python", "files_listed", "files_listed.py", &["python3", "-m", "unittest", "test_files_listed"][..]),
+        ("shell", "files-listed", "files-listed.sh", &["sh", "test_files-listed.sh"][..]),
     ] {
         let outside = tempfile::tempdir().expect("temp dir");
         let dir = outside.path().join("files-listed");
@@ -152,7 +152,10 @@ fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pa
         let stdout = String::from_utf8_lossy(&output.stdout);
         let step = dir.join(file);
         let config = dir.join("files-listed.toml");
-        for written in [&step, &config, &dir.join("README.md")] {
+        // Its contract: the schema of its result, and what it expects of the one it reads.
+        let result_schema = dir.join(format!("{stem}.result.json"));
+        let reads = dir.join(format!("{stem}.reads.Data_Received.json"));
+        for written in [&step, &config, &dir.join("README.md"), &result_schema, &reads] {
             assert!(written.is_file(), "{} not written", written.display());
             assert!(
                 stdout.lines().any(|l| l == written.to_str().unwrap()),
@@ -160,7 +163,13 @@ fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pa
                 written.display()
             );
         }
-        let exec_line = "autocomp-exec --name files-listed --event-type Files_Listed --requires Data_Received";
+        let exec_line = format!(
+            "autocomp-exec --name files-listed --event-type Files_Listed --requires Data_Received --result-schema {} \
+             --reads Data_Received={}",
+            result_schema.display(),
+            reads.display()
+        );
+        let exec_line = exec_line.as_str();
         assert!(stdout.contains(exec_line) && stdout.contains("--dry-run"), "no next steps:\n{stdout}");
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(readme.contains(exec_line) && readme.contains("2>>/var/log/autocomp/files-listed.log"), "{readme}");
@@ -189,8 +198,16 @@ fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pa
         pipeline.add_batch("B2", &empty);
 
         let interpreter = if lang == "python" { "python3" } else { "sh" };
+        if lang == "python" {
+            // The step's own version, from its file, is what the registry names.
+            let text =
+                std::fs::read_to_string(&step).unwrap().replace("__version__ = \"0.1.0\"", "__version__ = \"2.3.4\"");
+            std::fs::write(&step, text).unwrap();
+        }
+        let read = format!("Data_Received={}", reads.display());
         let mut exec = pipeline.command(&binary("autocomp-exec"));
-        exec.args(["--name", "files-listed", "--event-type", "Files_Listed", "--requires", "Data_Received", "--"])
+        exec.args(["--name", "files-listed", "--event-type", "Files_Listed", "--requires", "Data_Received"])
+            .args(["--result-schema", result_schema.to_str().unwrap(), "--reads", &read, "--"])
             .args([interpreter, step.to_str().unwrap()])
             .env("PYTHONPATH", &python_path)
             .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -208,6 +225,8 @@ fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pa
         assert_eq!(refused.outcome, Outcome::Failure, "{lang}: {refused:?}");
         assert_eq!(refused.details["result"]["files"], 0, "{lang}: {refused:?}");
         assert_eq!(refused.details["failures"][0]["type"], "too_few_files", "{lang}: {refused:?}");
+        let version = if lang == "python" { "2.3.4" } else { env!("CARGO_PKG_VERSION") };
+        assert!(listed.agent.as_str().starts_with(&format!("files-listed/{version}@")), "{lang}: {listed:?}");
     }
 }
 

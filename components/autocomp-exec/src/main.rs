@@ -28,8 +28,9 @@ use protocol::{BatchFile, ResultFile, RunFiles};
 
 const AFTER_HELP: &str = "The command runs once per ready batch, in its own process group, with \
 {batch_id} and {batch_dir} replaced in every word. autocomp-exec's own flags go before `--`: one \
-after it is refused (exit 2), since it would be the command's argument; a command that takes such \
-a flag itself goes after a second `--` (`-- -- CMD ...`). It speaks the command protocol, version 1 \
+no command takes (--event-type, --requires, --blocked-by, --result-schema, --reads, --step-version, \
+--config-dir) after it is refused (exit 2), since it would be the command's argument; a command that \
+takes such a flag itself goes after a second `--` (`-- -- CMD ...`). It speaks the command protocol, version 1 \
 (docs/command-protocol.md): besides AUTOCOMP_PROTOCOL=1, AUTOCOMP_BATCH_ID and AUTOCOMP_BATCH_DIR \
 (inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code), it \
 gets AUTOCOMP_BATCH_FILE (JSON: the batch, its effective events with their structured results, \
@@ -79,6 +80,10 @@ struct ExecCli {
     /// expects. Repeatable.
     #[arg(long, value_name = "TYPE=FILE", value_parser = read_arg)]
     reads: Vec<(EventType, PathBuf)>,
+    /// The step's version, as the registry and the runs' agent name it [default: a Python
+    /// step file's `__version__ = "..."`, else autocomp-exec's own].
+    #[arg(long, value_name = "VERSION")]
+    step_version: Option<String>,
     #[command(flatten)]
     runner: RunnerArgs,
     /// The command and its arguments, after `--`.
@@ -86,9 +91,50 @@ struct ExecCli {
     command: Vec<String>,
 }
 
-/// The command's words, refusing one of autocomp-exec's own flags among them (`--requires`,
-/// `--dry-run=...`): placed after `--` by mistake it would silently become the command's
-/// argument, and the step run without it. A command that takes such a flag itself is written
+/// A version as the registry takes it: 1 to 64 printable ASCII characters, no space.
+fn step_version(flag: &str, version: &str) -> Result<String, String> {
+    let fits = (1..=64).contains(&version.len()) && version.bytes().all(|b| b.is_ascii_graphic());
+    match fits {
+        true => Ok(version.to_owned()),
+        false => Err(format!(
+            "{flag} {:?}: a version is 1 to 64 printable ASCII characters without spaces",
+            autocomp_framework::for_terminal(version)
+        )),
+    }
+}
+
+/// The `__version__ = "..."` a Python step file declares (the script `python3` runs), if
+/// one does in its first 200 lines and it is a valid version.
+fn python_version(command: &[String]) -> Option<String> {
+    let script = command.get(1).filter(|word| word.ends_with(".py"))?;
+    let text = std::fs::read_to_string(script).ok()?;
+    text.lines().take(200).find_map(|line| {
+        // `__version__ = "1.0.0"`, `__version__: str = '1.0.0'  # a comment`
+        let (_, value) = line.strip_prefix("__version__")?.split_once('=')?;
+        let value = value.trim_start();
+        let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        let (version, _) = value[1..].split_once(quote)?;
+        step_version("__version__", version).ok()
+    })
+}
+
+/// autocomp-exec's flags no command of its own takes: found after `--`, they were meant for
+/// autocomp-exec. Its generic ones (`--name`, `--config`, `--dry-run`, `--force`, `--batch`,
+/// `--watch`, `--schedule`, `-v`) are words many tools take: those pass to the command.
+const MISPLACED_FLAGS: &[&str] = &[
+    "--event-type",
+    "--requires",
+    "--blocked-by",
+    "--result-schema",
+    "--reads",
+    "--step-version",
+    "--config-dir",
+    "--dry-run-limit",
+];
+
+/// The command's words, refusing one of autocomp-exec's own flags that no command takes
+/// (`MISPLACED_FLAGS`: `--requires`, `--reads=...`): placed after `--` by mistake it would
+/// silently become the command's argument, and the step run without it. A command that takes such a flag itself is written
 /// after a second `--` (`-- -- CMD ...`), whose words are taken as they are.
 fn command_words(command: &[String]) -> Result<Vec<String>, String> {
     if let Some(("--", literal)) = command.split_first().map(|(first, rest)| (first.as_str(), rest)) {
@@ -97,12 +143,9 @@ fn command_words(command: &[String]) -> Result<Vec<String>, String> {
         }
         return Ok(literal.to_vec());
     }
-    let cli = <ExecCli as clap::CommandFactory>::command();
-    let own: Vec<String> =
-        cli.get_arguments().filter_map(|arg| arg.get_long()).map(|long| format!("--{long}")).collect();
     let misplaced = command.iter().find(|word| {
         let flag = word.split_once('=').map_or(word.as_str(), |(flag, _)| flag);
-        own.iter().any(|own| own == flag)
+        MISPLACED_FLAGS.contains(&flag)
     });
     match misplaced {
         None => Ok(command.to_vec()),
@@ -218,6 +261,9 @@ struct Exec {
     result_schema: Option<(PathBuf, Value, jsonschema::Validator)>,
     /// `--reads`.
     reads: Vec<ResultRead>,
+    /// The version the registry and the agent name: `--step-version`, else the Python step
+    /// file's `__version__`, else autocomp-exec's own.
+    version: String,
 }
 
 impl Exec {
@@ -226,6 +272,10 @@ impl Exec {
     fn from_cli(cli: &ExecCli) -> Result<Self, String> {
         let mut exec = Self::new(cli);
         exec.command = command_words(&cli.command)?;
+        exec.version = match &cli.step_version {
+            Some(version) => step_version("--step-version", version)?,
+            None => python_version(&exec.command).unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
+        };
         if let Some(file) = &cli.result_schema {
             let (schema, validator) = load_schema("--result-schema", file)?;
             exec.result_schema = Some((file.clone(), schema, validator));
@@ -262,6 +312,7 @@ impl Exec {
             config_dir,
             result_schema: None,
             reads: Vec::new(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
 
@@ -298,7 +349,7 @@ impl Component for Exec {
         self.name.as_str()
     }
     fn version(&self) -> &str {
-        env!("CARGO_PKG_VERSION")
+        &self.version
     }
     fn event_type(&self) -> &str {
         self.event_type.as_str()
@@ -450,19 +501,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_python_step_files_version_is_the_components() {
+        let dir = tempfile::tempdir().unwrap();
+        let step = dir.path().join("ocr.py");
+        std::fs::write(&step, "\"\"\"ocr\"\"\"\n\n__version__ = \"2.3.4\"\n").unwrap();
+        let command = vec!["python3".to_owned(), step.display().to_string()];
+        assert_eq!(python_version(&command).as_deref(), Some("2.3.4"));
+        std::fs::write(&step, "__version__: str = '1.0.0'  # the step's\n").unwrap();
+        assert_eq!(python_version(&command).as_deref(), Some("1.0.0"));
+        std::fs::write(&step, "__version__ = 'has space'\n").unwrap();
+        assert_eq!(python_version(&command), None, "not a version: autocomp-exec's own is used");
+        assert!(step_version("--step-version", "").is_err() && step_version("--step-version", "1.0.0-rc1").is_ok());
+    }
+
+    #[test]
     fn an_own_flag_after_the_double_dash_is_refused_unless_after_a_second_one() {
         let words = |text: &str| text.split(' ').map(str::to_owned).collect::<Vec<_>>();
         assert_eq!(command_words(&words("python3 step.py --pages 3")).unwrap(), words("python3 step.py --pages 3"));
-        for misplaced in ["python3 step.py --requires Data_Received", "--dry-run", "sh -c x --result-schema=s.json"] {
+        for misplaced in
+            ["python3 step.py --requires Data_Received", "--config-dir x", "sh -c x --result-schema=s.json"]
+        {
             let refused = command_words(&words(misplaced)).unwrap_err();
             assert!(refused.contains("comes after `--`") && refused.contains("-- -- "), "{refused}");
         }
-        let refused = command_words(&words("python3 step.py --name x")).unwrap_err();
+        let refused = command_words(&words("python3 step.py --reads A=a.json")).unwrap_err();
         assert!(
-            refused.starts_with("`--name` comes after `--`, so it would be passed to the command `python3`"),
+            refused.starts_with("`--reads` comes after `--`, so it would be passed to the command `python3`"),
             "{refused}"
         );
-        assert_eq!(command_words(&words("-- tool --name x")).unwrap(), words("tool --name x"));
+        // A tool's own generic flags pass; one named as autocomp-exec's own goes after a
+        // second `--`.
+        assert_eq!(command_words(&words("rsync --dry-run --config x")).unwrap(), words("rsync --dry-run --config x"));
+        assert_eq!(command_words(&words("-- tool --requires x")).unwrap(), words("tool --requires x"));
         assert!(command_words(&words("--")).is_err());
     }
 

@@ -48,7 +48,7 @@ impl Ended {
         let stderr_line = printed.stderr.last_line().unwrap_or("no output on stderr").to_owned();
         let stdout_line = printed.stdout.last_line().map(str::to_owned);
         keep_output(context, printed);
-        Self { program: words[0].clone(), status: finished.status, details, stderr_line, stdout_line }
+        Self { program: step_word(&words).to_owned(), status: finished.status, details, stderr_line, stdout_line }
     }
 
     /// The outcome of the exit status and the result file together.
@@ -128,6 +128,20 @@ pub(crate) fn tail_text(text: &str) -> String {
     format!("...{}", &text[start..])
 }
 
+/// The word that names the step in a failure and a summary: the script an interpreter runs
+/// (`ocr.py` of `python3 /opt/steps/ocr.py`), else the program itself.
+pub(crate) fn step_word(words: &[String]) -> &str {
+    const INTERPRETERS: &[&str] = &["python", "python3", "sh", "bash", "dash", "perl", "ruby", "node", "Rscript"];
+    let program = words[0].as_str();
+    let base = std::path::Path::new(program).file_name().and_then(|name| name.to_str()).unwrap_or(program);
+    match words.get(1) {
+        Some(script) if INTERPRETERS.contains(&base) && !script.starts_with('-') => {
+            std::path::Path::new(script).file_name().and_then(|name| name.to_str()).unwrap_or(script)
+        }
+        _ => program,
+    }
+}
+
 /// Both streams go with the run's result (the runner drops one that printed nothing).
 pub(crate) fn keep_output(context: &mut WorkContext, printed: child::Printed) {
     if context.output_budget() > 0 {
@@ -139,6 +153,15 @@ pub(crate) fn keep_output(context: &mut WorkContext, printed: child::Printed) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_run_by_an_interpreter_is_named_by_its_script() {
+        let words = |text: &str| text.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(step_word(&words("python3 /opt/steps/ocr.py --fast")), "ocr.py");
+        assert_eq!(step_word(&words("/usr/bin/sh count.sh")), "count.sh");
+        assert_eq!(step_word(&words("python3 -m ocr")), "python3", "a module, not a file: the program");
+        assert_eq!(step_word(&words("/opt/bin/ocr-tool --pages 3")), "/opt/bin/ocr-tool");
+    }
 
     #[test]
     fn tails_keep_the_end_and_cut_at_a_character() {

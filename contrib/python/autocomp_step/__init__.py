@@ -31,7 +31,7 @@ import sys
 import traceback
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
 __all__ = [
     "Batch",
@@ -41,6 +41,7 @@ __all__ = [
     "Result",
     "StepFailure",
     "TransientFailure",
+    "check_result",
     "execute",
     "run",
     "EXIT_SUCCESS",
@@ -336,6 +337,113 @@ def execute(work: Work, environ: Optional[Mapping[str, str]] = None) -> int:
         print(f"autocomp_step: cannot write the result file {result_file}: {error}", file=sys.stderr)
         return EXIT_FAILURE if code == EXIT_SUCCESS else code
     return code
+
+
+_JSON_TYPES = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def check_result(result: Any, schema: Mapping[str, Any]) -> List[str]:
+    """What in ``result`` does not fit the JSON Schema ``schema`` (the one the step publishes
+    with ``--result-schema``, or the one a reader declares with ``--reads``), each problem
+    naming its place (``/pages: expected integer, got "12"``); empty when it fits. Offline:
+    a unit test checks what ``work`` returns before autocomp-exec does (it refuses a result
+    that does not fit the published schema, as a failure of type ``result_schema``).
+
+    Checks the keywords a result's schema is made of: ``type``, ``properties``,
+    ``required``, ``additionalProperties``, ``items``, ``enum``, ``const``, ``minimum``,
+    ``maximum``, ``minLength``, ``maxLength``, ``minItems``, ``maxItems``, ``anyOf``,
+    ``oneOf``, ``allOf`` and ``$ref`` into the schema's own ``$defs``/``definitions``; others
+    (``format``, ``pattern``, ...) are not checked here (autocomp-exec checks them all)."""
+    problems: List[str] = []
+    _check(result, schema, schema, "", problems)
+    return problems
+
+
+def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    ref = node.get("$ref")
+    for _ in range(32):  # a chain of $refs, bounded
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return node
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) if isinstance(target, dict) else {}
+        node, ref = target, target.get("$ref") if isinstance(target, dict) else None
+    return node
+
+
+def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, problems: List[str]) -> None:
+    if node is True or not isinstance(node, dict):
+        return
+    node = _resolve(node, root)
+    where = at or "/"
+    kinds = node.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not any(_JSON_TYPES.get(kind, lambda v: True)(value) for kind in kinds):
+            problems.append(f"{where}: expected {' or '.join(kinds)}, got {json.dumps(value)[:80]}")
+            return
+    if "enum" in node and value not in node["enum"]:
+        problems.append(f"{where}: {json.dumps(value)[:80]} is not one of {json.dumps(node['enum'])[:120]}")
+    if "const" in node and value != node["const"]:
+        problems.append(f"{where}: expected {json.dumps(node['const'])[:80]}")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and "minimum" in node and value < node["minimum"]:
+        problems.append(f"{where}: {value} is below the minimum {node['minimum']}")
+    if number and "maximum" in node and value > node["maximum"]:
+        problems.append(f"{where}: {value} is above the maximum {node['maximum']}")
+    if isinstance(value, str):
+        if len(value) < node.get("minLength", 0) or len(value) > node.get("maxLength", len(value)):
+            problems.append(f"{where}: a string of {len(value)} characters is out of its length bounds")
+    if isinstance(value, list):
+        if len(value) < node.get("minItems", 0) or len(value) > node.get("maxItems", len(value)):
+            problems.append(f"{where}: {len(value)} items is out of its bounds")
+        items = node.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(value):
+                _check(item, items, root, f"{at}/{i}", problems)
+    if isinstance(value, dict):
+        _check_object(value, node, root, at, problems)
+    for combined in ("allOf", "anyOf", "oneOf"):
+        if combined not in node:
+            continue
+        fits = [not _problems(value, option, root, at) for option in node[combined]]
+        if combined == "allOf":
+            for option in node[combined]:
+                _check(value, option, root, at, problems)
+        elif combined == "anyOf" and not any(fits):
+            problems.append(f"{where}: fits none of anyOf")
+        elif combined == "oneOf" and fits.count(True) != 1:
+            problems.append(f"{where}: fits {fits.count(True)} of oneOf, not exactly one")
+
+
+def _problems(value: Any, node: Any, root: Mapping[str, Any], at: str) -> List[str]:
+    found: List[str] = []
+    _check(value, node, root, at, found)
+    return found
+
+
+def _check_object(value: Dict[str, Any], node: Mapping[str, Any], root: Mapping[str, Any], at: str, problems: List[str]) -> None:
+    properties = node.get("properties", {})
+    for name in node.get("required", []):
+        if name not in value:
+            problems.append(f"{at or '/'}: missing the required field {name!r}")
+    extra = node.get("additionalProperties", True)
+    for name, item in value.items():
+        place = f"{at}/{name}"
+        if name in properties:
+            _check(item, properties[name], root, place, problems)
+        elif extra is False:
+            problems.append(f"{place}: a field the schema does not allow")
+        elif isinstance(extra, dict):
+            _check(item, extra, root, place, problems)
 
 
 def run(work: Work) -> NoReturn:

@@ -32,6 +32,7 @@ from autocomp_step import (  # noqa: E402
     PermanentFailure,
     Result,
     TransientFailure,
+    check_result,
     execute,
 )
 
@@ -305,6 +306,46 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(done.returncode, 2)
         self.assertIn("autocomp-exec", done.stderr)
         self.assertIsNone(result)
+
+
+class CheckResultTest(unittest.TestCase):
+    """check_result: what a result's schema says of it, offline, each problem at its place."""
+
+    SCHEMA = {
+        "type": "object",
+        "properties": {
+            "pages": {"type": "integer", "minimum": 0},
+            "largest_file": {"$ref": "#/$defs/File"},
+            "bytes": {"type": "integer"},
+            "kinds": {"type": "array", "items": {"enum": ["tif", "txt"]}},
+        },
+        "required": ["pages", "bytes"],
+        "additionalProperties": False,
+        "$defs": {"File": {"type": ["string", "null"], "maxLength": 64}},
+    }
+
+    def test_a_fitting_result_has_no_problem(self) -> None:
+        result = {"pages": 3, "largest_file": "data/p1.tif", "bytes": 10, "kinds": ["tif"]}
+        self.assertEqual(check_result(result, self.SCHEMA), [])
+        self.assertEqual(check_result({"pages": 0, "largest_file": None, "bytes": 0}, self.SCHEMA), [])
+
+    def test_each_problem_names_its_place(self) -> None:
+        result = {"pages": "3", "largest_file": 7, "kinds": ["pdf"], "extra": 1}
+        self.assertEqual(
+            check_result(result, self.SCHEMA),
+            [
+                "/: missing the required field 'bytes'",
+                '/pages: expected integer, got "3"',
+                "/largest_file: expected string or null, got 7",
+                '/kinds/0: "pdf" is not one of ["tif", "txt"]',
+                "/extra: a field the schema does not allow",
+            ],
+        )
+        self.assertEqual(check_result([], self.SCHEMA), ["/: expected object, got []"])
+
+    def test_a_renamed_field_is_what_a_reader_would_miss(self) -> None:
+        reads = {"type": "object", "properties": {"pages": {"type": "integer"}}, "required": ["pages"]}
+        self.assertEqual(check_result({"page_count": 3}, reads), ["/: missing the required field 'pages'"])
 
 
 class BuildBackendTest(unittest.TestCase):

@@ -93,11 +93,11 @@ async fn save_while_it_grows(run: RunKey, live: LiveOutput, budget: usize, saved
             continue;
         }
         let Some(output) = fitted_output(output, budget) else { continue };
+        // Before the call: a save in flight when the task is stopped may still land, and its
+        // row must then be removed with the others.
+        saved.store(true, Ordering::Relaxed);
         match run.store.set_run_output(&run.batch, &run.component, run.generation, Some(output), false).await {
-            Ok(()) => {
-                printed_when_saved = printed;
-                saved.store(true, Ordering::Relaxed);
-            }
+            Ok(()) => printed_when_saved = printed,
             // The run is no longer open (cancelled, taken over, recorded): its work is being
             // stopped, and only its whole output may be saved now.
             Err(e) if e.is_fenced() => return,
@@ -106,17 +106,22 @@ async fn save_while_it_grows(run: RunKey, live: LiveOutput, budget: usize, saved
     }
 }
 
-/// Saves a cancelled run's output (what the result it could not record would have kept);
-/// without any, what was saved while it went on stays.
+/// Saves a run's whole output (what the result it could not record would have kept; none
+/// printed is saved as such, so a follower knows the output is whole). The store takes it
+/// only for a run an operator cancelled (or still open): whether it did.
 pub(crate) async fn save_cancelled_output(
     store: &dyn ObjectStore,
     batch: &BatchId,
     component: &ComponentName,
     generation: i64,
     output: Option<RunOutput>,
-) {
-    let Some(output) = output else { return };
-    if let Err(e) = store.set_run_output(batch, component, generation, Some(output), true).await {
-        debug!(batch = %batch, "cannot save the cancelled run's output: {e}");
+) -> bool {
+    let output = output.unwrap_or_default();
+    match store.set_run_output(batch, component, generation, Some(output), true).await {
+        Ok(()) => true,
+        Err(e) => {
+            debug!(batch = %batch, "the run's whole output is not saved apart: {e}");
+            false
+        }
     }
 }

@@ -232,11 +232,13 @@ impl<C: Component> Runner<C> {
     /// run's cancelled failure itself; what the work printed, `output`, is saved with the
     /// run), or another worker's takeover.
     async fn fenced(&self, id: BatchId, generation: i64, e: StoreError, output: Option<RunOutput>) -> BatchResult {
+        // The store keeps a run's whole output only once an operator cancelled it: a run taken
+        // over is refused. Asked first, whatever the newest run is by now.
+        let store = self.pipeline.store.as_ref();
+        let saved = super::live_output::save_cancelled_output(store, &id, &self.name, generation, output).await;
         let run = self.pipeline.store.run_state(&id, &self.name).await.ok().flatten();
-        if run.is_some_and(|run| run.generation == generation && run.state == RunState::Cancelled) {
+        if saved || run.is_some_and(|run| run.generation == generation && run.state == RunState::Cancelled) {
             warn!(batch = %id, "result not recorded: an operator cancelled this run (its cancelled failure is recorded)");
-            let store = self.pipeline.store.as_ref();
-            super::live_output::save_cancelled_output(store, &id, &self.name, generation, output).await;
         } else {
             warn!(batch = %id, "result refused, another worker took the batch over: {e}");
         }

@@ -180,12 +180,14 @@ fn plan_script(args: &NewArgs, cwd: &Path, lang: Lang) -> Result<Plan, OperatorE
         }
         _ => ((format!("{stem}.sh"), text.shell_step()), (format!("test_{stem}.sh"), text.shell_test(&stem))),
     };
-    let files = vec![
+    let mut files = vec![
         step,
         test,
+        (format!("{stem}.result.json"), text.result_schema()),
         (format!("{}.toml", name.as_str()), text.script_config_toml()),
         ("README.md".to_owned(), text.script_readme(&script, &target)),
     ];
+    files.extend(text.reads_schemas(&stem));
     let name = name.as_str().to_owned();
     Ok(Plan { target, name, files, manifest: None, membership: None, workspace: None, script: Some(script) })
 }

@@ -154,6 +154,9 @@ from typing import Any, Dict
 
 from autocomp_step import Batch, Failure, PermanentFailure, Result, TransientFailure, run
 
+#: The step's version: autocomp-exec reads it, and the registry and the runs' agent name it.
+__version__ = "0.1.0"
+
 #: The event types this step requires (autocomp-exec --requires); work() reads their results.
 REQUIRES = [@REQUIRES@]
 
@@ -188,13 +191,17 @@ pub(super) const PYTHON_TEST: &str = r##""""Tests of @NAME@'s work() on real dir
 (with autocomp_step installed, or PYTHONPATH naming contrib/python of the autocomp sources).
 """
 
+import json
 import tempfile
 import unittest
 from pathlib import Path
 
-from autocomp_step import Batch, PermanentFailure
+from autocomp_step import Batch, PermanentFailure, check_result
 
 from @STEM@ import work
+
+#: The schema the step publishes (autocomp-exec --result-schema): what it returns must fit.
+RESULT_SCHEMA = json.loads(Path(__file__).with_name("@STEM@.result.json").read_text())
 
 
 class WorkTest(unittest.TestCase):
@@ -214,6 +221,8 @@ class WorkTest(unittest.TestCase):
         self.assertEqual(list(returned.failures), [])
         self.assertEqual(returned.result["files"], 2)
         self.assertEqual(returned.result["earlier"]["@FIRST@"], {"pages": 2})
+        # What autocomp-exec checks before recording it, and what readers are checked against.
+        self.assertEqual(check_result(returned.result, RESULT_SCHEMA), [])
 
     def test_fewer_files_than_min_files_fail_the_batch_with_the_count(self) -> None:
         (self.dir / "page-1.txt").write_text("one")
@@ -232,6 +241,29 @@ class WorkTest(unittest.TestCase):
 if __name__ == "__main__":
     unittest.main()
 "##;
+
+// The result schema a Python or shell step publishes (autocomp-exec --result-schema): what
+// it records, checked before each result is recorded and against what readers expect.
+pub(super) const RESULT_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "@TYPE@",
+  "description": "What @NAME@ records as its result. autocomp-exec --result-schema publishes it in the component registry, refuses a result that does not fit it (a failure of type result_schema naming the field), and the steps that read @TYPE@ are checked against it before their passes start.",
+  "type": "object",
+  "properties": {
+    "files": {"type": "integer", "minimum": 0, "description": "The files in the batch's directory."},
+    "earlier": {"type": "object", "description": "The results of the steps it requires, by event type (null for one that recorded none)."}
+  },
+  "required": ["files", "earlier"]
+}
+"#;
+
+// What a Python or shell step expects of a required step's result (autocomp-exec --reads).
+pub(super) const READS_SCHEMA: &str = r#"{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$comment": "What @NAME@ needs of @READ@'s result (autocomp-exec --reads @READ@=this file): name each field it reads under properties and required, e.g. \"properties\": {\"pages\": {\"type\": \"integer\"}}, \"required\": [\"pages\"]. When the step recording @READ@ stops publishing one, every pass of @NAME@ stops before any work, and autocomp explain, ready, alerts and the monitor say so.",
+  "type": "object"
+}
+"#;
 
 // The generated shell step: sh, with python3 -c for the JSON it reads.
 pub(super) const SHELL_STEP: &str = r##"#!/bin/sh

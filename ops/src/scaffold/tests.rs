@@ -162,7 +162,8 @@ fn the_generated_python_and_shell_steps_pass_their_own_tests() {
         assert!(plan.manifest.is_none() && plan.workspace.is_none(), "{plan:?}");
         let shown = plan.write().unwrap();
         assert!(shown.contains("autocomp-exec --name page-counter --event-type Files_Counted"), "{shown}");
-        assert!(shown.contains("--requires Data_Received,Pages_Counted"), "{shown}");
+        assert!(shown.contains("--requires Data_Received,Pages_Counted --result-schema "), "{shown}");
+        assert!(shown.contains(".reads.Pages_Counted.json --config-dir CONFIG_DIR -- "), "{shown}");
         let config = std::fs::read_to_string(dir.join("page-counter.toml")).unwrap();
         assert!(config.parse::<toml::Table>().is_ok() && config.contains("event_type = \"Files_Counted\""));
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
@@ -187,8 +188,36 @@ fn the_generated_python_and_shell_steps_pass_their_own_tests() {
         names.sort();
         names
     };
-    assert_eq!(files("python"), ["README.md", "page-counter.toml", "page_counter.py", "test_page_counter.py"]);
-    assert_eq!(files("shell"), ["README.md", "page-counter.sh", "page-counter.toml", "test_page-counter.sh"]);
+    assert_eq!(
+        files("python"),
+        [
+            "README.md",
+            "page-counter.toml",
+            "page_counter.py",
+            "page_counter.reads.Data_Received.json",
+            "page_counter.reads.Pages_Counted.json",
+            "page_counter.result.json",
+            "test_page_counter.py"
+        ]
+    );
+    assert_eq!(
+        files("shell"),
+        [
+            "README.md",
+            "page-counter.reads.Data_Received.json",
+            "page-counter.reads.Pages_Counted.json",
+            "page-counter.result.json",
+            "page-counter.sh",
+            "page-counter.toml",
+            "test_page-counter.sh"
+        ]
+    );
+    // The contract's files are JSON Schemas, and the command lines carry them.
+    for name in ["page_counter.result.json", "page_counter.reads.Pages_Counted.json"] {
+        let text = std::fs::read_to_string(outside.path().join("python/page-counter").join(name)).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(schema["type"], "object", "{name}: {schema}");
+    }
 }
 
 #[test]

@@ -36,13 +36,24 @@ impl ScriptNext {
         }
     }
 
+    /// The step's contract on the command line: the result schema it publishes and, per
+    /// required type, what it reads of that result.
+    fn contract_flags(&self, dir: &Path) -> String {
+        let mut flags = format!(" --result-schema {}", dir.join(format!("{}.result.json", self.stem)).display());
+        for read in self.requires.split(',') {
+            write!(flags, " --reads {read}={}", dir.join(format!("{}.reads.{read}.json", self.stem)).display()).ok();
+        }
+        flags
+    }
+
     pub(super) fn exec(&self, name: &str, dir: &Path, extra: &str) -> String {
         let interpreter = if self.lang == Lang::Python { "python3" } else { "sh" };
         format!(
-            "{}autocomp-exec --name {name} --event-type {} --requires {}{extra} -- {interpreter} {}",
+            "{}autocomp-exec --name {name} --event-type {} --requires {}{}{extra} -- {interpreter} {}",
             self.env(),
             self.event_type,
             self.requires,
+            self.contract_flags(dir),
             self.file(dir).display()
         )
     }
@@ -180,6 +191,17 @@ impl Texts<'_> {
         self.script(SCRIPT_CONFIG_TOML, "")
     }
 
+    /// The schema of the step's result (`STEM.result.json`).
+    pub(super) fn result_schema(&self) -> String {
+        self.script(RESULT_SCHEMA, "")
+    }
+
+    /// Per required type, `(STEM.reads.TYPE.json, what the step expects of its result)`.
+    pub(super) fn reads_schemas(&self, stem: &str) -> Vec<(String, String)> {
+        let file = |read: &String| format!("{stem}.reads.{read}.json");
+        self.requires.iter().map(|read| (file(read), self.script(READS_SCHEMA, stem).replace("@READ@", read))).collect()
+    }
+
     pub(super) fn script_readme(&self, script: &ScriptNext, dir: &Path) -> String {
         let what = if script.lang == Lang::Python { "Python" } else { "shell" };
         let docs = if script.lang == Lang::Python { "docs/python-steps.md" } else { "docs/command-protocol.md" };
@@ -188,6 +210,11 @@ impl Texts<'_> {
              A {what} step for `autocomp-exec`: records `{event_type}` with the number of files in the batch's \
              directory, after `{requires}` (whose results it reads). Written by `autocomp new`; the guide is \
              {docs} in the autocomp repository.\n\n\
+             Its contract: the schema of the result it records, `{stem}.result.json` (published in the component \
+             registry with `--result-schema`; autocomp-exec refuses a result that does not fit it), and per step it \
+             reads, what it expects of that step's result, `{stem}.reads.TYPE.json` (`--reads TYPE=FILE`: name the \
+             fields it reads there; once their producer stops publishing one, its passes stop before any work and \
+             `autocomp explain`, `alerts` and the monitor say so).\n\n\
              Its tests, without autocomp:\n\n    {test}\n\n\
              Copy `{name}.toml` into the config dir (the one holding autocomp.toml, /etc/autocomp by default), \
              then one pass:\n\n    {exec}\n\n\
@@ -197,6 +224,7 @@ impl Texts<'_> {
             event_type = self.event_type,
             requires = self.requires.join("`, `"),
             test = script.test(dir),
+            stem = script.stem,
             exec = script.exec(self.name, dir, ""),
         )
     }

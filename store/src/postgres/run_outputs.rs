@@ -29,7 +29,10 @@ impl RunOutputStore for PgBackend {
                 let statement = prepare(
                     client,
                     "WITH run AS (
+                         -- Shared with this statement's end: a cancel (which updates the run) waits
+                         -- for it or comes first, so a snapshot never lands after a whole output.
                          SELECT state FROM runs WHERE batch_id = $1 AND component = $2 AND generation = $3
+                         FOR SHARE
                      ), saved AS (
                          INSERT INTO run_outputs (batch_id, component, generation, output, whole, saved_at)
                          SELECT $1, $2, $3, $4, $5, (extract(epoch FROM clock_timestamp()) * 1000)::bigint

@@ -80,7 +80,30 @@ impl<'s, 'q> Follow<'s, 'q> {
         writer: &mut Writer<'_>,
     ) -> Result<bool, OperatorError> {
         let mut shown = !self.followed.is_empty();
-        let mut locks = None;
+        // The lock service judges a going run's worker gone; without one (a host configured
+        // with a store alone, the service down) a follow goes on until the run ends.
+        let locks = match operator.locks().await {
+            Ok(locks) => Some(locks),
+            Err(e) => {
+                tracing::debug!("no lock service to tell a dead worker by: {e}");
+                None
+            }
+        };
+        let followed = self.follow(store, id, locks.as_deref(), writer, &mut shown).await;
+        if let Some(locks) = locks {
+            locks.close().await;
+        }
+        followed.map(|()| shown)
+    }
+
+    async fn follow(
+        &mut self,
+        store: &dyn ObjectStore,
+        id: &BatchId,
+        locks: Option<&dyn LockService>,
+        writer: &mut Writer<'_>,
+        shown: &mut bool,
+    ) -> Result<(), OperatorError> {
         loop {
             let head = store.batch_head(id).await?;
             let going: Vec<_> = head
@@ -91,26 +114,24 @@ impl<'s, 'q> Follow<'s, 'q> {
                 .collect();
             let saved = if going.is_empty() { Vec::new() } else { store.run_outputs(id).await? };
             for run in &going {
-                shown = true;
+                *shown = true;
                 self.announce(&run.component, run.generation, run.started_at, writer)?;
                 let output = saved.iter().find(|s| s.component == run.component && s.generation == run.generation);
                 if let Some(saved) = output.filter(|saved| saved.state == RunState::Open) {
                     self.print_new(saved, writer)?;
                 }
             }
-            shown |= self.ends(store, id, writer).await?;
+            *shown |= self.ends(store, id, writer).await?;
             if going.is_empty() {
-                if !shown {
+                if !*shown {
                     writer.write(&format!("(no run is going on {id}: nothing to follow)\n"))?;
                 }
-                return Ok(shown);
+                return Ok(());
             }
-            let locks = match &locks {
-                Some(locks) => locks,
-                None => locks.insert(operator.locks().await?),
-            };
-            for run in going {
-                self.check_worker(locks.as_ref(), run, writer).await?;
+            if let Some(locks) = locks {
+                for run in going {
+                    self.check_worker(locks, run, writer).await?;
+                }
             }
             tokio::time::sleep(FOLLOW_INTERVAL).await;
         }
