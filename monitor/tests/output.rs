@@ -11,8 +11,11 @@ use autocomp_model::{
 };
 use autocomp_monitor::data::{Monitor, Settings};
 use autocomp_monitor::web::{self, WebOptions};
+use autocomp_ops::operator::Operator;
+use autocomp_store::ObjectStore;
 use axum::http::StatusCode;
 use serde_json::json;
+use std::sync::Arc;
 use support::{id, temp_pipeline};
 
 const HOST: &str = "monitor.test:7072";
@@ -21,15 +24,22 @@ async fn get(router: &axum::Router, uri: &str) -> (StatusCode, String) {
     support::get_as(router, HOST, [127, 0, 0, 1], uri).await
 }
 
-#[tokio::test]
-async fn a_failed_commands_stderr_is_shown_escaped_on_the_batch_page() {
-    let (operator, store, _dir) = temp_pipeline(None).await;
+/// A pipeline whose step `ocr` (recording Ocr_Done, after Data_Received) is registered, with
+/// batch B1 ready for it; and the agent its runs are held by.
+async fn ready_for_ocr() -> (Operator, Arc<dyn ObjectStore>, tempfile::TempDir, Agent) {
+    let (operator, store, dir) = temp_pipeline(None).await;
     let trigger = Trigger::builder().requires("Data_Received").build();
     autocomp_framework::testing::register_component(store.as_ref(), "ocr", "Ocr_Done", trigger).await;
     let agent = Agent::new("ocr/0.1.0@h#1").unwrap();
     store.create_batch(NewBatch::new(id("B1"), BatchType::new("RoundTrip").unwrap())).await.unwrap();
     let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, agent.clone());
     store.append_event(&id("B1"), received).await.unwrap();
+    (operator, store, dir, agent)
+}
+
+#[tokio::test]
+async fn a_failed_commands_stderr_is_shown_escaped_on_the_batch_page() {
+    let (operator, store, _dir, agent) = ready_for_ocr().await;
 
     // What autocomp-exec records for `sh -c '...; exit 1'`.
     let ocr = ComponentName::new("ocr").unwrap();
@@ -89,13 +99,7 @@ async fn etag_of(router: &axum::Router, uri: &str) -> Option<String> {
 /// in "Run output" beside the cancel.
 #[tokio::test]
 async fn a_going_runs_output_is_shown_so_far_and_a_cancelled_run_keeps_it() {
-    let (operator, store, _dir) = temp_pipeline(None).await;
-    let trigger = Trigger::builder().requires("Data_Received").build();
-    autocomp_framework::testing::register_component(store.as_ref(), "ocr", "Ocr_Done", trigger).await;
-    let agent = Agent::new("ocr/0.1.0@h#1").unwrap();
-    store.create_batch(NewBatch::new(id("B1"), BatchType::new("RoundTrip").unwrap())).await.unwrap();
-    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, agent.clone());
-    store.append_event(&id("B1"), received).await.unwrap();
+    let (operator, store, _dir, agent) = ready_for_ocr().await;
     let monitor = Monitor::new(operator, Settings::default());
     let router = web::router(monitor, WebOptions { host_names: vec![HOST.into()], ..WebOptions::default() });
     assert!(etag_of(&router, "/batches/B1").await.is_some(), "a batch nothing works on is tagged");

@@ -179,5 +179,21 @@ fn a_broken_contract_shows_in_every_view_and_a_watching_reader_waits_it_out() {
     let watched = finish(watcher, Duration::from_secs(60));
     assert_eq!(watched.stderr.matches("pass not started; staying up").count(), 1, "said once: {}", watched.show());
     assert!(watched.stderr.contains("passes start again"), "{}", watched.show());
-    let _ = more;
+
+    // B0003 was archived under the broken contract: its result does not give what the reader
+    // declares, so the reader did not work on it but failed it, naming the field and the
+    // rerun that refreshes it.
+    let stale = pipeline.events(&more, "Access_Copied");
+    assert_eq!(stale.len(), 1, "{}", watched.show());
+    let failure = &stale[0].details["failures"][0];
+    assert_eq!(failure["type"], "read_schema", "{:?}", stale[0].details);
+    let description = failure["description"].as_str().unwrap();
+    assert!(description.contains("Data_Archived's result (seq "), "{description}");
+    assert!(description.contains("does not give what access-copy reads at the result itself"), "{description}");
+    assert!(description.contains("\"archive_path\" is a required property"), "{description}");
+    assert!(
+        description.contains(&format!("`autocomp rerun {more} --component archiver --reason ...`")),
+        "{description}"
+    );
+    assert_eq!(failure["details"]["producer"], "archiver");
 }

@@ -21,7 +21,7 @@ use autocomp_framework::prelude::*;
 use autocomp_framework::ResultRead;
 use autocomp_framework::{ComponentName, duration_text};
 use clap::Parser;
-use serde_json::{Map, json};
+use serde_json::Map;
 
 use outcome::{Ended, Said, keep_output};
 use protocol::{BatchFile, ResultFile, RunFiles};
@@ -42,7 +42,9 @@ when the result file gives failures, transient when it says \"transient\": true)
 (EX_TEMPFAIL) a transient failure, retried after retry_backoff; anything else, or a signal, a \
 failure (type exit_status or signal, with the last line of its stderr) unless the result file \
 gives the failures. A malformed result file is a failure of type result_file saying what is \
-wrong; a result not matching --result-schema a failure of type result_schema naming the path. \
+wrong; a result not fitting --result-schema a failure of type result_schema naming the path, and \
+a result this step reads (--reads) that does not fit what it declares a failure of type read_schema \
+naming the field and the rerun of its producer, before the command runs. \
 Its stdout and stderr are the run's output, kept with its result (the first and the last bytes \
 of each, `max_output` in the config file, default 64KiB for both together: half each when both \
 are long): `autocomp logs ID` prints them, the monitor's batch page shows them. With \
@@ -257,8 +259,8 @@ struct Exec {
     command: Vec<String>,
     /// Where `settings_schema` is relative to: the config file's directory.
     config_dir: PathBuf,
-    /// `--result-schema`: the file, the schema, compiled.
-    result_schema: Option<(PathBuf, Value, jsonschema::Validator)>,
+    /// `--result-schema`: the schema, checked to compile when read.
+    result_schema: Option<Value>,
     /// `--reads`.
     reads: Vec<ResultRead>,
     /// The version the registry and the agent name: `--step-version`, else the Python step
@@ -277,8 +279,8 @@ impl Exec {
             None => python_version(&exec.command).unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned()),
         };
         if let Some(file) = &cli.result_schema {
-            let (schema, validator) = load_schema("--result-schema", file)?;
-            exec.result_schema = Some((file.clone(), schema, validator));
+            let (schema, _) = load_schema("--result-schema", file)?;
+            exec.result_schema = Some(schema);
         }
         for (event_type, file) in &cli.reads {
             let flag = format!("--reads {event_type}={}", file.display());
@@ -316,26 +318,9 @@ impl Exec {
         }
     }
 
-    /// Records the command's `result`, unless it does not match `--result-schema`: then one
-    /// `result_schema` failure per mismatch, naming where in the result it is.
+    /// Records the command's `result`; the runner checks it against `--result-schema` (the
+    /// schema this step publishes) before recording it.
     fn record_result(&self, context: &mut WorkContext, result: Value) {
-        if let Some((file, _, validator)) = &self.result_schema {
-            let mut matches = true;
-            for error in validator.iter_errors(&result) {
-                matches = false;
-                let path = error.instance_path().as_str();
-                let place = if path.is_empty() { "the result itself".to_owned() } else { format!("`{path}`") };
-                context.add_failure(
-                    "",
-                    "result_schema",
-                    format!("the result does not match --result-schema {} at {place}: {error}", file.display()),
-                    json!({"instance_path": path, "schema_path": error.schema_path().as_str()}),
-                );
-            }
-            if !matches {
-                return;
-            }
-        }
         if let Err(error) = context.set_result(&result) {
             context.add_failure("", "result_file", error.to_string(), Value::Null);
         }
@@ -358,7 +343,7 @@ impl Component for Exec {
         self.trigger.clone()
     }
     fn result_schema(&self) -> Option<Value> {
-        self.result_schema.as_ref().map(|(_, schema, _)| schema.clone())
+        self.result_schema.clone()
     }
     fn reads(&self) -> Vec<ResultRead> {
         self.reads.clone()

@@ -27,6 +27,7 @@ pub(crate) mod phases;
 mod queue;
 mod record;
 mod report;
+mod result_checks;
 mod steering_cache;
 mod summary;
 mod takeover;
@@ -131,6 +132,9 @@ pub struct Runner<C: Component> {
     turn: turn::KeptTurn,
     /// The circuit breaker within the pass at work: once open, nothing more starts.
     breaker: breaker::PassBreaker,
+    /// The schemas of its contract, compiled: what its results must fit, and what it
+    /// declares of the results it reads.
+    result_checks: result_checks::ResultChecks,
 }
 
 impl<C: Component> Runner<C> {
@@ -153,6 +157,7 @@ impl<C: Component> Runner<C> {
         descriptor.result_schema = component.result_schema();
         descriptor.reads = component.reads();
         descriptor.validate().map_err(usage)?;
+        let result_checks = result_checks::ResultChecks::of(&descriptor)?;
         let retry_trigger = descriptor.retry_trigger();
         Ok(Arc::new(Self {
             component: Arc::new(component),
@@ -169,6 +174,7 @@ impl<C: Component> Runner<C> {
             steering: steering_cache::SteeringCache::default(),
             turn: turn::KeptTurn::default(),
             breaker: breaker::PassBreaker::default(),
+            result_checks,
             config,
         }))
     }

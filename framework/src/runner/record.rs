@@ -24,7 +24,9 @@ impl<C: Component> Runner<C> {
     /// Records the result, fenced by the claim, after checking we still hold the lock; then
     /// releases the lock and the pool slots, and tells the circuit breaker (if the component
     /// has one) of a permanent failure, or of a success while it was counting.
-    pub(super) async fn record(&self, claimed: Claimed, report: Report, timed_out: bool) -> BatchResult {
+    pub(super) async fn record(&self, claimed: Claimed, mut report: Report, timed_out: bool) -> BatchResult {
+        // A result that does not fit the schema this step publishes is not recorded.
+        self.result_checks.check_published(&mut report);
         let Claimed { batch, claim, lock, slots, breaker_counting, span, .. } = claimed;
         let id = batch.id.clone();
         if !self.still_holds(lock.as_ref()).await {

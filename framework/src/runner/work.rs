@@ -78,6 +78,14 @@ impl<C: Component> Runner<C> {
             return self.release(claimed).await;
         }
         let _working = self.breaker.working();
+        if let Some(unfit) = self.result_checks.unfit_read(&claimed.batch, &self.name) {
+            // A result it reads was recorded under a schema that does not give what it
+            // declares: not worked on; the failure says which rerun refreshes it.
+            drop(permit);
+            let mut report = failed_report(&self.config, &unfit.description);
+            report.add_failure(unfit);
+            return self.record(claimed, report, false).await;
+        }
         self.run_work(claimed, permit).await
     }
 
