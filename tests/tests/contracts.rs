@@ -188,12 +188,22 @@ fn a_broken_contract_shows_in_every_view_and_a_watching_reader_waits_it_out() {
     let failure = &stale[0].details["failures"][0];
     assert_eq!(failure["type"], "read_schema", "{:?}", stale[0].details);
     let description = failure["description"].as_str().unwrap();
-    assert!(description.contains("Data_Archived's result (seq "), "{description}");
-    assert!(description.contains("does not give what access-copy reads at the result itself"), "{description}");
-    assert!(description.contains("\"archive_path\" is a required property"), "{description}");
     assert!(
-        description.contains(&format!("`autocomp rerun {more} --component archiver --reason ...`")),
+        description.contains("Data_Archived's result does not give what access-copy reads at the result itself"),
         "{description}"
     );
+    assert!(description.contains("\"archive_path\" is a required property"), "{description}");
+    let restart = "`autocomp restart ID --from Data_Archived --reason ...` records it afresh";
+    assert!(description.contains(restart), "{description}");
     assert_eq!(failure["details"]["producer"], "archiver");
+    assert_eq!(failure["details"]["next"], format!("autocomp restart {more} --from Data_Archived --reason ..."));
+
+    // That restart records the archive afresh, and the reader then copies the batch.
+    let args = ["--as", "ann", "restart", more.as_str(), "--from", "Data_Archived", "--reason", "refresh"];
+    let restarted = autocomp(&pipeline, &args);
+    assert_eq!(restarted.code, Some(0), "{}", restarted.show());
+    assert_eq!(pass(&pipeline, "archiver-v1").code, Some(0));
+    assert_eq!(pass(&pipeline, "access-copy").code, Some(0));
+    let copied = pipeline.events(&more, "Access_Copied");
+    assert_eq!(copied.last().map(|e| e.outcome), Some(autocomp_model::Outcome::Success), "{copied:?}");
 }

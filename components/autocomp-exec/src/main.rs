@@ -44,7 +44,7 @@ failure (type exit_status or signal, with the last line of its stderr) unless th
 gives the failures. A malformed result file is a failure of type result_file saying what is \
 wrong; a result not fitting --result-schema a failure of type result_schema naming the path, and \
 a result this step reads (--reads) that does not fit what it declares a failure of type read_schema \
-naming the field and the rerun of its producer, before the command runs. \
+naming the field and `autocomp restart ID --from TYPE`, before the command runs. \
 Its stdout and stderr are the run's output, kept with its result (the first and the last bytes \
 of each, `max_output` in the config file, default 64KiB for both together: half each when both \
 are long): `autocomp logs ID` prints them, the monitor's batch page shows them. With \

@@ -86,23 +86,24 @@ impl ResultChecks {
                 || event.agent.as_str().split('/').next().unwrap_or_default().to_owned(),
                 |run| run.component.to_string(),
             );
+            // The same words on every batch it happens to (the lists group failures by them):
+            // which event, by whom and the command with the batch's id are in the details.
             Some(Failure {
                 reference: event_type.to_string(),
                 kind: "read_schema".into(),
                 description: format!(
-                    "{event_type}'s result (seq {}, by {}) does not give what {step} reads at {}: {error}; it was \
-                     recorded under another schema: rerun {producer} to refresh it (`autocomp rerun {} --component \
-                     {producer} --reason ...`), then {step}",
-                    event.seq,
-                    event.agent,
-                    place(&path),
-                    batch.id
+                    "{event_type}'s result does not give what {step} reads at {}: {error}; it was recorded under \
+                     another schema by {producer}: `autocomp restart ID --from {event_type} --reason ...` records \
+                     it afresh, then {step}",
+                    place(&path)
                 ),
                 details: json!({
                     "event_type": event_type,
                     "seq": event.seq.0,
+                    "agent": event.agent,
                     "producer": producer,
                     "instance_path": path,
+                    "next": format!("autocomp restart {} --from {event_type} --reason ...", batch.id),
                 }),
             })
         })
@@ -180,8 +181,9 @@ mod tests {
         assert!(checks.unfit_read(&archived(json!({"archive_path": "/a"})), &step).is_none());
         let unfit = checks.unfit_read(&archived(json!({"path": "/a"})), &step).expect("does not fit");
         assert_eq!((unfit.kind.as_str(), unfit.reference.as_str()), ("read_schema", "Data_Archived"));
-        assert!(unfit.description.contains("`autocomp rerun B1 --component archiver --reason ...`"), "{unfit:?}");
+        assert!(unfit.description.contains("`autocomp restart ID --from Data_Archived --reason ...`"), "{unfit:?}");
         assert_eq!(unfit.details["producer"], "archiver");
+        assert_eq!(unfit.details["next"], "autocomp restart B1 --from Data_Archived --reason ...");
         let invalid = ResultChecks::of(&descriptor(Some(json!({"type": 7})), Vec::new()));
         assert!(matches!(invalid, Err(RunError::Usage(_))));
     }

@@ -82,7 +82,8 @@ impl<C: Component> Runner<C> {
             // A result it reads was recorded under a schema that does not give what it
             // declares: not worked on; the failure says which rerun refreshes it.
             drop(permit);
-            let mut report = failed_report(&self.config, &unfit.description);
+            let summary = "not worked on: a result it reads does not give what it declares (read_schema)";
+            let mut report = failed_report(&self.config, summary);
             report.add_failure(unfit);
             return self.record(claimed, report, false).await;
         }
