@@ -141,6 +141,11 @@ async fn a_forced_skip_a_cancel_a_prioritize_and_an_add_print_their_events() {
     f.batch("B2", &[("Data_Received", Outcome::Success), ("Probed", Outcome::Success)]).await;
     f.claim("B2", "checker").await;
     let started = f.store.open_runs(None).await.unwrap()[0].started_at;
+    // The cancel's time is told from the claim's below: past the claim's millisecond first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while autocomp_model::Timestamp::now() <= started && std::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
     let report = f.operator.cancel(&id("B2"), &component("checker"), REASON).await.unwrap();
     let times = [("started", started), ("at", report.event.as_ref().unwrap().at)];
     assert_eq!(timeless(&report.render_as(Format::Json), &times), CANCEL_JSON);
