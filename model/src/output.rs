@@ -73,6 +73,37 @@ impl OutputStream {
         end.lines().map(str::trim).rfind(|line| !line.is_empty())
     }
 
+    /// What the stream holds past its first `printed` bytes, for a reader that printed that
+    /// much of an earlier copy of it (`autocomp logs --follow`): the head and the tail are a
+    /// prefix and a suffix of what was printed, whatever the cuts, so a position in the whole
+    /// stream says where to go on; what fell between them is said in a line.
+    pub fn text_after(&self, printed: u64) -> String {
+        let total = self.total_bytes();
+        if total <= printed {
+            return String::new();
+        }
+        let head_len = self.head.len() as u64;
+        let tail_start = head_len + self.omitted_bytes;
+        let mut out = String::new();
+        let mut from = printed;
+        if from < head_len {
+            out.push_str(&self.head[floor_char_boundary(&self.head, from as usize)..]);
+            from = head_len;
+        }
+        if from < tail_start {
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("[... {} bytes not kept ...]\n", tail_start - from));
+            from = tail_start;
+        }
+        let skip = (from - tail_start) as usize;
+        if skip < self.tail.len() {
+            out.push_str(&self.tail[ceil_char_boundary(&self.tail, skip)..]);
+        }
+        out
+    }
+
     /// Keeps at most `budget` bytes: half from the head, the rest from the tail, each cut at
     /// a character boundary; what is cut is counted in `omitted_bytes`.
     fn shrink_to(&mut self, budget: usize) {
@@ -278,6 +309,24 @@ fn complete_prefix(bytes: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cut(head: &str, omitted: u64, tail: &str) -> OutputStream {
+        OutputStream { name: "stdout".into(), head: head.into(), tail: tail.into(), omitted_bytes: omitted }
+    }
+
+    #[test]
+    fn what_is_new_is_told_by_position_in_the_whole_stream() {
+        assert_eq!(cut("page 1\n", 0, "").text_after(0), "page 1\n");
+        assert_eq!(cut("page 1\npage 2\n", 0, "").text_after(7), "page 2\n");
+        assert_eq!(cut("page 1\npage 2\n", 0, "").text_after(14), "");
+        // The middle was dropped: what fell out is said, the tail goes on where it starts.
+        assert_eq!(cut("page 1\n", 100, "page 99\n").text_after(7), "[... 100 bytes not kept ...]\npage 99\n");
+        assert_eq!(cut("page 1\n", 100, "page 99\npage 100\n").text_after(115), "page 100\n");
+        // Printed up to inside the dropped middle: only the rest of it is counted.
+        assert_eq!(cut("ab", 10, "yz").text_after(5), "[... 7 bytes not kept ...]\nyz");
+        // A cut inside a character moves to its boundary.
+        assert_eq!(cut("é!", 0, "").text_after(1), "é!");
+    }
 
     #[test]
     fn short_output_is_kept_whole() {

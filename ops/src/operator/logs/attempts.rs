@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use autocomp_model::{ComponentName, Event, InvalidInput, Outcome, RunOutput, RunState, Seq, Timestamp};
+use autocomp_model::{ComponentName, Event, InvalidInput, Outcome, RunOutput, RunRef, RunState, Seq, Timestamp};
 use autocomp_store::{BatchHead, LogPage, ObjectStore, SavedRunOutput};
 use serde::Serialize;
 use serde_json::Value;
@@ -191,7 +191,7 @@ impl Selection<'_> {
             };
             let event = whole.as_ref().unwrap_or(event);
             let output = match &cancelled {
-                Some(run) => self.saved_output(run.generation, &run.component),
+                Some(run) => self.saved_output(run),
                 None => event.output(),
             };
             let output = output.map(|output| selected_streams(output, self.query.stream.as_deref()));
@@ -209,9 +209,8 @@ impl Selection<'_> {
     }
 
     /// The output saved for run `generation` of `component`, if any.
-    pub(super) fn saved_output(&self, generation: i64, component: &ComponentName) -> Option<RunOutput> {
-        let saved = self.saved.iter().find(|s| s.generation == generation && s.component == *component)?;
-        Some(saved.output.clone())
+    pub(super) fn saved_output(&self, run: &RunRef) -> Option<RunOutput> {
+        saved_of(&self.saved, run).map(|saved| saved.output.clone())
     }
 
     /// The runs without a result whose output was saved (still going, or abandoned after
@@ -271,6 +270,11 @@ impl Selection<'_> {
             }
         }
     }
+}
+
+/// The output saved for `run`, if any.
+pub(super) fn saved_of<'s>(saved: &'s [SavedRunOutput], run: &RunRef) -> Option<&'s SavedRunOutput> {
+    saved.iter().find(|s| s.component == run.component && s.generation == run.generation)
 }
 
 /// Only the stream asked for (all without `--stream`).

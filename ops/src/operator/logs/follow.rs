@@ -1,18 +1,18 @@
 //! `autocomp logs ID --follow`: after what `logs` prints, what the batch's running runs
 //! print, as their runners save it (every 2 s while it grows), then each run's end (its
 //! result; an operator's cancel, once the run's whole output is saved; its worker found
-//! gone) with whatever it printed last; until no run of the selection is going. Owns telling
-//! what is new in a stream from what was printed already.
+//! gone) with whatever it printed last; until no run of the selection is going (what is new in a
+//! stream is `OutputStream::text_after`).
 
 use std::time::Duration;
 
-use autocomp_model::{BatchId, ComponentName, Event, OutputStream, RunOutput, RunState, Seq, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Event, RunOutput, RunState, Seq, Timestamp};
 use autocomp_store::port::DETAILS_SHOWN_BYTES;
 use autocomp_store::{LogCursor, MAX_LOG_PAGE, ObjectStore, SavedRunOutput};
 
 use autocomp_framework::locks::{Liveness, LockService};
 
-use super::attempts::{Attempt, Attempts, Selection, Writer, attempt_text};
+use super::attempts::{Attempt, Attempts, Selection, Writer, attempt_text, saved_of};
 use crate::operator::{Operator, OperatorError};
 
 /// How often the batch is read again while a run goes on.
@@ -195,7 +195,7 @@ impl<'s, 'q> Follow<'s, 'q> {
         let wanted = self.selection.query.stream.as_deref();
         for stream in output.streams.iter().filter(|s| wanted.is_none_or(|name| s.name == name)) {
             let Some(printed) = self.printed(component, generation) else { return Ok(()) };
-            let new = unseen(stream, printed.of(&stream.name));
+            let new = stream.text_after(printed.of(&stream.name));
             printed.set(&stream.name, stream.total_bytes());
             if new.is_empty() {
                 continue;
@@ -307,11 +307,6 @@ impl Follow<'_, '_> {
     }
 }
 
-/// The saved output of `run`, if any.
-fn saved_of<'s>(saved: &'s [SavedRunOutput], run: &autocomp_model::RunRef) -> Option<&'s SavedRunOutput> {
-    saved.iter().find(|s| s.component == run.component && s.generation == run.generation)
-}
-
 impl Selection<'_> {
     /// Whether runs of `component` are selected.
     pub(super) fn wants(&self, component: &ComponentName) -> bool {
@@ -322,71 +317,4 @@ impl Selection<'_> {
 /// Each stream of `output` as printed whole.
 fn printed_whole(output: &RunOutput) -> Vec<(String, u64)> {
     output.streams.iter().map(|s| (s.name.clone(), s.total_bytes())).collect()
-}
-
-/// What `stream` holds past its first `printed` bytes: the head and the tail are a prefix
-/// and a suffix of what was printed, whatever the cuts, so a position in the whole stream
-/// says where to go on; what fell between them is said in a line.
-fn unseen(stream: &OutputStream, printed: u64) -> String {
-    let total = stream.total_bytes();
-    if total <= printed {
-        return String::new();
-    }
-    let head_len = stream.head.len() as u64;
-    let tail_start = head_len + stream.omitted_bytes;
-    let mut out = String::new();
-    let mut from = printed;
-    if from < head_len {
-        out.push_str(&stream.head[floor_boundary(&stream.head, from as usize)..]);
-        from = head_len;
-    }
-    if from < tail_start {
-        if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
-        }
-        out.push_str(&format!("[... {} bytes not kept ...]\n", tail_start - from));
-        from = tail_start;
-    }
-    let skip = (from - tail_start) as usize;
-    if skip < stream.tail.len() {
-        out.push_str(&stream.tail[ceil_boundary(&stream.tail, skip)..]);
-    }
-    out
-}
-
-fn floor_boundary(text: &str, mut at: usize) -> usize {
-    while at > 0 && !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
-}
-
-fn ceil_boundary(text: &str, mut at: usize) -> usize {
-    while at < text.len() && !text.is_char_boundary(at) {
-        at += 1;
-    }
-    at
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stream(head: &str, omitted: u64, tail: &str) -> OutputStream {
-        OutputStream { name: "stdout".into(), head: head.into(), tail: tail.into(), omitted_bytes: omitted }
-    }
-
-    #[test]
-    fn what_is_new_is_told_by_position_in_the_whole_stream() {
-        assert_eq!(unseen(&stream("page 1\n", 0, ""), 0), "page 1\n");
-        assert_eq!(unseen(&stream("page 1\npage 2\n", 0, ""), 7), "page 2\n");
-        assert_eq!(unseen(&stream("page 1\npage 2\n", 0, ""), 14), "");
-        // The middle was dropped: what fell out is said, the tail goes on where it starts.
-        assert_eq!(unseen(&stream("page 1\n", 100, "page 99\n"), 7), "[... 100 bytes not kept ...]\npage 99\n");
-        assert_eq!(unseen(&stream("page 1\n", 100, "page 99\npage 100\n"), 115), "page 100\n");
-        // Printed up to inside the dropped middle: only the rest of it is counted.
-        assert_eq!(unseen(&stream("ab", 10, "yz"), 5), "[... 7 bytes not kept ...]\nyz");
-        // A cut inside a character moves to its boundary.
-        assert_eq!(unseen(&stream("é!", 0, ""), 1), "é!");
-    }
 }
