@@ -63,12 +63,15 @@ impl LiveOutputSaver {
     }
 
     /// After the run ended as `result`: a result now carries the output and a handed-back
-    /// claim is worked again, so what was saved goes; a run refused as fenced keeps it (an
-    /// operator's cancel, whose output `record` saved, or a takeover: the last trace of the
-    /// run taken over).
+    /// claim is worked again, so what was saved goes. Any other run keeps it: one refused as
+    /// fenced (an operator's cancel, whose output `record` saved, or a takeover: the last
+    /// trace of the run taken over), and one whose result the store did not take (cut off
+    /// from it, the process must not wait out the store's retries before it gives its
+    /// batches up; the run is taken over and keeps its last output, as a dead worker's).
     pub(crate) async fn finish(mut self, result: &BatchResult) {
         self.stop();
-        if !self.saved.load(Ordering::Relaxed) || matches!(result, BatchResult::Fenced { .. }) {
+        let ended = matches!(result, BatchResult::Recorded { .. } | BatchResult::Released { .. });
+        if !self.saved.load(Ordering::Relaxed) || !ended {
             return;
         }
         let run = &self.run;
