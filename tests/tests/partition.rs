@@ -133,6 +133,45 @@ fn a_worker_cut_from_zookeeper_and_its_postgres_store_stops_before_the_session_e
     partitioned(Setting { locks: Locks::ZooKeeper { secure: false }, postgres_store: true, cut: Cut::Everything });
 }
 
+/// A store call on a pooled connection the network then cut off (its server silent, no
+/// reset) fails as unavailable within the store's bounds: the connection is given up once
+/// what it sent stays unacknowledged for `SILENT_CONNECTION_LIMIT`, then a fresh one is tried
+/// until `retry_for`. Unbounded, the call would wait out the kernel's retransmissions (about
+/// 15 minutes), and a worker would hold its batches' locks that long.
+#[test]
+fn a_store_call_on_a_connection_the_network_cut_off_fails_within_seconds() {
+    let network = Network::create(&["db", "control"]);
+    let db = network.host("db");
+    let server = Postgres::start_with(Options { network: Some((db.netns.clone(), db.addr)), ..Options::default() });
+    let url = format!("{}?retry_for=2s&pool_size=1&listen=off", server.unique_database());
+    let control = network.host("control").clone();
+    let (failed, took) = control.within(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let store = autocomp_store::open_store(&url).await.expect("the store opens");
+            store.head().await.expect("the connection the call will use is made before the cut");
+            network.cut_between("control", "db");
+            let started = Instant::now();
+            let answer = tokio::time::timeout(Duration::from_secs(90), store.head()).await;
+            let took = started.elapsed();
+            network.mend_between("control", "db");
+            (answer.map(|call| call.map_err(|e| (e.is_unavailable(), e.to_string()))), took)
+        })
+    });
+    // What was sent waits SILENT_CONNECTION_LIMIT; a fresh connection then `connect_timeout`
+    // (5 s) past the 2 s of retries; the rest is slack for a loaded machine.
+    let bound = autocomp_store::postgres::SILENT_CONNECTION_LIMIT + Duration::from_secs(15);
+    match failed {
+        Err(_) => panic!("the call was still waiting after {took:?}: a cut connection is not bounded"),
+        Ok(Ok(head)) => panic!("the call answered across the cut: {head:?}"),
+        Ok(Err((unavailable, message))) => {
+            assert!(unavailable, "the cut is an outage: {message}");
+            assert!(took < bound, "the call failed only after {took:?} (bound {bound:?}): {message}");
+            eprintln!("a call on a cut connection failed after {took:?}: {message}");
+        }
+    }
+}
+
 fn partitioned(setting: Setting) {
     let network = Network::create(&["zk", "db", "worker-a", "worker-b", "control"]);
     // The test runs on a host of the network too, so it reaches the database as workers do.

@@ -32,7 +32,7 @@ use crate::checked::Checked;
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{IdempotencyKey, InvalidInput};
 
-pub use options::PgOptions;
+pub use options::{PgOptions, SILENT_CONNECTION_LIMIT};
 pub use schema::LATEST_VERSION;
 
 /// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).

@@ -92,3 +92,24 @@ fn errors_name_the_option_and_never_the_password() {
         assert!(!error.contains("hunter2") && !error.contains("ter2"), "{url}: {error}");
     }
 }
+
+/// A connection the network cut off fails within seconds rather than the kernel's ~15
+/// minutes, unless the URL sets libpq's own limits, which are kept.
+#[test]
+fn silent_connections_are_bounded_unless_the_url_says_otherwise() {
+    let options = PgOptions::parse("postgres://u@h/db").unwrap();
+    assert_eq!(options.config.get_tcp_user_timeout(), Some(&SILENT_CONNECTION_LIMIT));
+    assert!(options.config.get_keepalives());
+    assert_eq!(options.config.get_keepalives_idle(), KEEPALIVES_IDLE);
+    assert_eq!(options.config.get_keepalives_interval(), Some(KEEPALIVES_INTERVAL));
+    assert_eq!(options.config.get_keepalives_retries(), Some(KEEPALIVES_RETRIES));
+
+    let own = PgOptions::parse(
+        "postgres://u@h/db?tcp_user_timeout=60&keepalives_idle=120&keepalives_interval=30&keepalives_retries=9",
+    )
+    .unwrap();
+    assert_eq!(own.config.get_tcp_user_timeout(), Some(&Duration::from_secs(60)));
+    assert_eq!(own.config.get_keepalives_idle(), Duration::from_secs(120));
+    assert_eq!(own.config.get_keepalives_interval(), Some(Duration::from_secs(30)));
+    assert_eq!(own.config.get_keepalives_retries(), Some(9));
+}
