@@ -16,6 +16,7 @@ mod report;
 mod schedule;
 #[cfg(feature = "json-schema")]
 pub mod schema;
+mod schema_digest;
 mod selection;
 mod steering;
 mod summary;
@@ -39,8 +40,9 @@ pub use registry::{
     ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
     ResultRead, Retirement,
 };
-pub use report::{Failure, OUTPUT_KEY, RESULT_KEY, Report};
+pub use report::{Failure, OUTPUT_KEY, RESULT_KEY, RESULT_SCHEMA_KEY, Report};
 pub use schedule::Schedule;
+pub use schema_digest::{schema_digest, short_digest};
 pub use selection::Selection;
 pub use steering::{
     Applied, Breaker, Hold, HoldKind, MAX_BREAKER_BATCHES, MAX_POOL_SIZE, Pool, Steering, SteeringChange,

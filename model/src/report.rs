@@ -43,6 +43,12 @@ pub struct Report {
     /// later components read it typed with `Batch::result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+    /// The schema the result was checked against before it was recorded (its step's
+    /// published result schema, as `schema_digest` names it); absent when the step publishes
+    /// none. A result whose digest differs from what its producer publishes now was made
+    /// under an older schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_schema: Option<String>,
     /// What the run printed (a command's stdout and stderr, a Rust component's log lines),
     /// bounded; under the details key `output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,6 +59,8 @@ pub struct Report {
 pub const RESULT_KEY: &str = "result";
 /// The details key a run's output is recorded under.
 pub const OUTPUT_KEY: &str = "output";
+/// The details key of the digest of the schema a result was made under.
+pub const RESULT_SCHEMA_KEY: &str = "result_schema";
 
 fn is_false(flag: &bool) -> bool {
     !flag
@@ -72,6 +80,7 @@ impl Report {
             cancelled: false,
             skipped: false,
             result: None,
+            result_schema: None,
             output: None,
         }
     }

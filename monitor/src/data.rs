@@ -212,6 +212,8 @@ pub struct BatchPage {
     pub explanations: Vec<Explanation>,
     /// What runs without a result printed (running, cancelled, abandoned), saved apart.
     pub saved_outputs: Vec<autocomp_store::SavedRunOutput>,
+    /// Effective results made under an older schema than their producers publish now.
+    pub older_results: Vec<autocomp_ops::operator::OlderResult>,
 }
 
 /// Whether `step`'s state on a listed batch is overdue at `now`, as `alerts::is_overdue`
@@ -494,7 +496,9 @@ impl Monitor {
         let shown = autocomp_store::port::DETAILS_SHOWN_BYTES;
         let log = store.log_page_within(head.id(), cursor, self.settings.log_page_size, shown).await?;
         let saved_outputs = store.run_outputs(head.id()).await?;
-        Ok(BatchPage { head, log, explanations, saved_outputs })
+        let older_results =
+            autocomp_ops::operator::older_results(&head, &self.operator.pipeline(store.as_ref()).await?);
+        Ok(BatchPage { head, log, explanations, saved_outputs, older_results })
     }
 
     /// The filter as an index selection; the component must be one of the pipeline. Without

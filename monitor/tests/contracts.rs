@@ -122,3 +122,61 @@ async fn the_graph_page_shows_each_published_schema_escaped_and_flags_a_broken_c
     let (_, page) = support::get(&router, "/graph").await;
     assert!(page.contains("<svg") && !page.contains("Results and what reads them"), "{page}");
 }
+
+/// A result recorded under the schema its producer published then, after the producer
+/// renamed the field a reader reads: the batch page and `show` mark it as made under an older
+/// schema, say it does not fit the one published now and that the reader refuses it, with
+/// the restart that records it afresh; a result made under the current schema is not marked.
+#[tokio::test]
+async fn a_result_made_under_an_older_schema_is_marked_with_the_restart_that_refreshes_it() {
+    use autocomp_model::{Agent, BatchId, BatchType, NewBatch, NewEvent, Outcome, schema_digest};
+    let (operator, store, _dir) = temp_pipeline(Some("tester")).await;
+    let s = store.as_ref();
+    let (old, new) = (archived("archive_path"), archived("path"));
+    register(s, ("archiver", "0.2.0"), ("Data_Archived", "Data_Received"), Some(old.clone()), vec![]).await;
+    let agent = Agent::new("archiver/0.2.0@host1#1").unwrap();
+    let archive = |id: &str, result: Value, schema: &Value| {
+        let event = NewEvent::new(EventType::new("Data_Archived").unwrap(), Outcome::Success, agent.clone())
+            .with_details(json!({"result": result, "result_schema": schema_digest(schema)}));
+        (BatchId::new(id).unwrap(), event)
+    };
+    for (id, event) in [
+        archive("B1", json!({"archive_path": "/a/B1", "size": 1}), &old),
+        archive("B2", json!({"path": "/a/B2", "size": 2}), &new),
+    ] {
+        s.create_batch(NewBatch::new(id.clone(), BatchType::new("RoundTrip").unwrap())).await.unwrap();
+        s.append_event(&id, event).await.unwrap();
+    }
+    // The archiver renames its field; the reader still reads archive_path.
+    register(s, ("archiver", "0.3.0"), ("Data_Archived", "Data_Received"), Some(new.clone()), vec![]).await;
+    register(s, ("access-copy", "0.1.0"), ("Access_Copied", "Data_Archived"), None, expects_archive_path()).await;
+
+    let router = web::router(Monitor::new(operator.clone(), Settings::default()), WebOptions::default());
+    let (status, page) = support::get(&router, "/batches/B1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<h2 id=\"older-results-heading\">Results made under an older schema</h2>"), "{page}");
+    let (old_digest, new_digest) = (schema_digest(&old), schema_digest(&new));
+    let marked = format!(
+        "Data_Archived seq 2 was made under schema {} of archiver (now {}, archiver 0.3.0); it does not fit it at the \
+         result itself: &quot;path&quot; is a required property. Records it afresh: <code>autocomp restart B1 --from \
+         Data_Archived --reason ...</code>",
+        &old_digest[..19],
+        &new_digest[..19]
+    );
+    assert!(page.contains(&marked), "{page}");
+    let (_, fresh) = support::get(&router, "/batches/B2").await;
+    assert!(!fresh.contains("older-results"), "made under the current schema: {fresh}");
+
+    // show says the same; the reader reads archive_path, which B1's result still gives.
+    let shown = operator.show(&BatchId::new("B1").unwrap()).await.unwrap();
+    let text = shown.render(Format::Text);
+    assert!(
+        text.contains("\nresults made under an older schema:\n  Data_Archived seq 2 was made under schema"),
+        "{text}"
+    );
+    assert!(text.contains("; records it afresh: autocomp restart B1 --from Data_Archived --reason ..."), "{text}");
+    let json = shown.to_json();
+    assert_eq!(json["older_results"][0]["made_under"], old_digest);
+    assert_eq!(json["older_results"][0]["published_now"], new_digest);
+    assert_eq!(json["older_results"][0]["refused_by"], json!([]));
+}

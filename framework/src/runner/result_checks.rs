@@ -12,8 +12,9 @@ use crate::exit::RunError;
 
 /// The compiled schemas of a step's contract.
 pub(crate) struct ResultChecks {
-    /// The schema its results must fit, when it publishes one.
-    published: Option<jsonschema::Validator>,
+    /// The schema its results must fit, when it publishes one, and its digest (recorded
+    /// with each result that fits it).
+    published: Option<(jsonschema::Validator, String)>,
     /// What it declares of each result it reads.
     reads: Vec<(EventType, jsonschema::Validator)>,
 }
@@ -31,7 +32,9 @@ impl ResultChecks {
     /// The schemas of `descriptor`'s contract, compiled once for the runner's life.
     pub(crate) fn of(descriptor: &ComponentDescriptor) -> Result<Self, RunError> {
         let published = match &descriptor.result_schema {
-            Some(schema) => Some(compile("the result schema this step publishes", schema)?),
+            Some(schema) => {
+                Some((compile("the result schema this step publishes", schema)?, autocomp_model::schema_digest(schema)))
+            }
             None => None,
         };
         let mut reads = Vec::with_capacity(descriptor.reads.len());
@@ -43,9 +46,10 @@ impl ResultChecks {
     }
 
     /// A result that does not fit the published schema is dropped and the run fails: one
-    /// `result_schema` failure per place that does not fit.
+    /// `result_schema` failure per place that does not fit; one that fits records the
+    /// schema's digest (`Report::result_schema`).
     pub(crate) fn check_published(&self, report: &mut Report) {
-        let (Some(validator), Some(result)) = (&self.published, &report.result) else { return };
+        let (Some((validator, digest)), Some(result)) = (&self.published, &report.result) else { return };
         let failures: Vec<Failure> = validator
             .iter_errors(result)
             .map(|error| {
@@ -62,6 +66,7 @@ impl ResultChecks {
             })
             .collect();
         if failures.is_empty() {
+            report.result_schema = Some(digest.clone());
             return;
         }
         report.result = None;
@@ -165,10 +170,11 @@ mod tests {
         fits.result = Some(json!({"archive_path": "/a"}));
         checks.check_published(&mut fits);
         assert_eq!((fits.outcome, fits.result.is_some()), (Outcome::Success, true));
+        assert_eq!(fits.result_schema, Some(autocomp_model::schema_digest(&requires_path())), "the schema it fits");
         let mut off = Report::new(10);
         off.result = Some(json!({"archive_path": 7}));
         checks.check_published(&mut off);
-        assert_eq!((off.outcome, off.result.is_none()), (Outcome::Failure, true));
+        assert_eq!((off.outcome, off.result.is_none(), off.result_schema.clone()), (Outcome::Failure, true, None));
         assert_eq!(off.failures[0].kind, "result_schema");
         assert!(off.failures[0].description.contains("at `/archive_path`: 7 is not of type \"string\""), "{off:?}");
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use autocomp_model::{Batch, ComponentState, Event, InvalidInput, Outcome, RESULT_KEY, Seq};
-use autocomp_ops::operator::{Explanation, OperatorError, report_summary, size_text};
+use autocomp_ops::operator::{Explanation, OlderResult, OperatorError, report_summary, size_text};
 use autocomp_store::BatchHead;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -90,6 +90,7 @@ pub async fn batch(
     let mut body = String::new();
     w!(body, "<h1>Batch <code>{}</code></h1>\n", esc(head.id()));
     body.push_str(&failures(&page.explanations));
+    body.push_str(&older_results(&page.older_results));
     body.push_str(&summary(head));
     let types: Vec<String> = head.summary.effective.iter().map(|e| e.event_type.to_string()).collect();
     let target = without_log(head);
@@ -230,6 +231,29 @@ fn without_log(head: &BatchHead) -> Batch {
         open_runs: head.open_runs.clone(),
         as_of: head.as_of,
     }
+}
+
+/// Effective results made under an older schema than their producers publish now, each with
+/// the command that records it afresh (a restart from its type).
+fn older_results(older: &[OlderResult]) -> String {
+    if older.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<section class=\"older-results\" aria-labelledby=\"older-results-heading\">\
+         <h2 id=\"older-results-heading\">Results made under an older schema</h2>\n<ul>\n",
+    );
+    for result in older {
+        w!(
+            out,
+            "<li id=\"older-{}\">{}. Records it afresh: <code>{}</code></li>\n",
+            esc(&result.event_type),
+            esc(result.what()),
+            esc(&result.next)
+        );
+    }
+    out.push_str("</ul></section>\n");
+    out
 }
 
 fn summary(head: &BatchHead) -> String {

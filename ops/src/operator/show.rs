@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::columns::table;
+use super::older_results::{OlderResult, older_results};
 use super::timeline::{Timeline, TimelineJson};
 use super::views::{Format, RunView, describe_run, json_document, render_as, size_text};
 use super::{Operator, OperatorError};
@@ -48,6 +49,8 @@ pub struct BatchView {
     pub span: LogSpan,
     /// Per step, its attempts, waits and runs (`timeline::Timeline`).
     pub timeline: Timeline,
+    /// Its effective results made under an older schema than their producers publish now.
+    pub older_results: Vec<OlderResult>,
 }
 
 /// `show --format json`: the batch's head, its page of the log and how to reach the rest.
@@ -69,6 +72,8 @@ pub struct BatchJson<'a> {
     pub effective: BTreeMap<&'a EventType, EffectiveJson>,
     pub open_runs: Vec<RunView>,
     pub timeline: TimelineJson<'a>,
+    /// Effective results made under an older schema, each with the rerun that refreshes it.
+    pub older_results: &'a [OlderResult],
     /// Where the batch stands, in one line (`BatchView::verdict`).
     pub verdict: String,
     /// What a person runs next, null when nothing is theirs to do.
@@ -245,7 +250,8 @@ impl BatchView {
             },
         };
         let timeline = super::timeline::timeline_of(store.as_ref(), &pipeline, &head).await?;
-        Ok(BatchView { head, components, log, span, timeline })
+        let older_results = older_results(&head, &pipeline);
+        Ok(BatchView { head, components, log, span, timeline, older_results })
     }
 
     pub fn render(&self, format: Format) -> String {
@@ -291,6 +297,7 @@ impl BatchView {
             effective,
             open_runs: h.open_runs.iter().map(RunView::from).collect(),
             timeline: self.timeline.json(),
+            older_results: &self.older_results,
             events: Some(events),
             log: LogJson {
                 total: self.log.total,
@@ -374,6 +381,12 @@ impl BatchView {
             writeln!(out, "  {}: {}", run.component, describe_run(run, h.as_of)).ok();
         }
         out.push_str(&self.effective_text());
+        if !self.older_results.is_empty() {
+            writeln!(out, "\nresults made under an older schema:").ok();
+            for older in &self.older_results {
+                writeln!(out, "  {}", older.line()).ok();
+            }
+        }
         out.push_str(&self.timeline.to_text());
         out
     }
