@@ -192,9 +192,16 @@ where
 
 async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, RunError> {
     let shutdown = shutdown_signal()?;
-    let loaded = config::load(component.name(), args.config.as_deref(), &args.config_dir)?;
-    let settings: C::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
-    let trigger = loaded.component.trigger(&component.trigger(), &loaded.file)?;
+    let (loaded, settings, trigger) = match configure(&component, &args) {
+        Ok(configured) => configured,
+        Err(refused) => {
+            // A dry run writes nothing, not even this.
+            if !args.dry_run {
+                crate::refusal::tell_registry(&component, &args, &refused.to_string()).await;
+            }
+            return Err(refused.into());
+        }
+    };
     let schedule = args
         .schedule
         .as_deref()
@@ -241,6 +248,18 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
     // Delete whatever lock is still held and end the lock session before the process exits.
     locks.close().await;
     ran
+}
+
+/// The component's configuration: its file (and the shared one's backends), its settings
+/// and its trigger; a configuration error refuses the pass (exit 2).
+fn configure<C: Component>(
+    component: &C,
+    args: &RunnerArgs,
+) -> Result<(config::LoadedConfig, C::Settings, autocomp_model::Trigger), config::ConfigError> {
+    let loaded = config::load(component.name(), args.config.as_deref(), &args.config_dir)?;
+    let settings: C::Settings = config::settings(&loaded.component.settings, &loaded.file)?;
+    let trigger = loaded.component.trigger(&component.trigger(), &loaded.file)?;
+    Ok((loaded, settings, trigger))
 }
 
 /// `--dry-run`'s answer: a line per candidate on stdout (a closed stdout ends the listing,

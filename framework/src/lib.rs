@@ -20,6 +20,7 @@ mod contract;
 pub mod exit;
 pub mod locks;
 mod output;
+mod refusal;
 mod reports;
 mod runner;
 mod source;
