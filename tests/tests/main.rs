@@ -23,6 +23,7 @@ mod pg_liveness;
 mod pg_locks;
 mod postgres;
 mod protocol;
+mod python_contracts;
 mod python_step;
 mod redelivery;
 mod registry;

@@ -201,7 +201,7 @@ fn a_new_python_or_shell_step_passes_its_own_test_and_records_its_result_in_a_pa
         if lang == "python" {
             // The step's own version, from its file, is what the registry names.
             let text =
-                std::fs::read_to_string(&step).unwrap().replace("__version__ = \"0.1.0\"", "__version__ = \"2.3.4\"");
+                std::fs::read_to_string(&step).unwrap().replace("__version__ = \"1.0.0\"", "__version__ = \"2.3.4\"");
             std::fs::write(&step, text).unwrap();
         }
         let read = format!("Data_Received={}", reads.display());

@@ -29,8 +29,9 @@ use protocol::{BatchFile, ResultFile, RunFiles};
 const AFTER_HELP: &str = "The command runs once per ready batch, in its own process group, with \
 {batch_id} and {batch_dir} replaced in every word. autocomp-exec's own flags go before `--`: one \
 no command takes (--event-type, --requires, --blocked-by, --result-schema, --reads, --step-version, \
---config-dir) after it is refused (exit 2), since it would be the command's argument; a command that \
-takes such a flag itself goes after a second `--` (`-- -- CMD ...`). It speaks the command protocol, version 1 \
+--config-dir), or --dry-run, --watch and --schedule (which change what the pass does: a dry run meant \
+must never run for real), after it is refused (exit 2), since it would be the command's argument; a \
+command that takes such a flag itself goes after a second `--` (`-- -- CMD ...`). It speaks the command protocol, version 1 \
 (docs/command-protocol.md): besides AUTOCOMP_PROTOCOL=1, AUTOCOMP_BATCH_ID and AUTOCOMP_BATCH_DIR \
 (inside `sh -c` scripts use the variables: a substituted path would be parsed as shell code), it \
 gets AUTOCOMP_BATCH_FILE (JSON: the batch, its effective events with their structured results, \
@@ -120,9 +121,11 @@ fn python_version(command: &[String]) -> Option<String> {
     })
 }
 
-/// autocomp-exec's flags no command of its own takes: found after `--`, they were meant for
-/// autocomp-exec. Its generic ones (`--name`, `--config`, `--dry-run`, `--force`, `--batch`,
-/// `--watch`, `--schedule`, `-v`) are words many tools take: those pass to the command.
+/// autocomp-exec's flags no command of its own takes, and those that change what the pass
+/// does (`--dry-run`, `--watch`, `--schedule`: `-- python3 step.py --dry-run` ran a real pass
+/// where a dry one was meant): found after `--`, they were meant for autocomp-exec. Its other
+/// generic ones (`--name`, `--config`, `--force`, `--batch`, `-v`) are words many tools take
+/// (`gpg --batch`): those pass to the command.
 const MISPLACED_FLAGS: &[&str] = &[
     "--event-type",
     "--requires",
@@ -132,6 +135,9 @@ const MISPLACED_FLAGS: &[&str] = &[
     "--step-version",
     "--config-dir",
     "--dry-run-limit",
+    "--dry-run",
+    "--watch",
+    "--schedule",
 ];
 
 /// The command's words, refusing one of autocomp-exec's own flags that no command takes
@@ -478,7 +484,54 @@ fn main() -> ExitCode {
             return ExitCode::from(autocomp_framework::exit::USAGE);
         }
     };
+    for warning in unpublished_contract(&cli) {
+        eprintln!("autocomp-exec: warning: {}", autocomp_framework::for_terminal(&warning));
+    }
     autocomp_framework::run(component, cli.runner)
+}
+
+/// The contract files `autocomp new --lang python` writes beside a step (`STEM.result.json`,
+/// `STEM.reads.TYPE.json`) that the command line does not give: a pass without them
+/// publishes no result schema and declares no reads, which withdraws what the registry
+/// held (readers are then no longer checked against it), so it is said on every pass.
+fn unpublished_contract(cli: &ExecCli) -> Vec<String> {
+    let Some(script) = cli.command.iter().find(|word| word.ends_with(".py")).map(Path::new) else {
+        return Vec::new();
+    };
+    let (Some(dir), Some(stem)) = (script.parent(), script.file_stem().and_then(|s| s.to_str())) else {
+        return Vec::new();
+    };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let mut warnings = Vec::new();
+    let schema = dir.join(format!("{stem}.result.json"));
+    if cli.result_schema.is_none() && schema.is_file() {
+        warnings.push(format!(
+            "{} is beside the step but --result-schema is not given: this pass publishes no result schema, \
+             withdrawing the one the registry held (the steps that read it are no longer checked); give \
+             `--result-schema {}` before `--`",
+            schema.display(),
+            schema.display()
+        ));
+    }
+    let prefix = format!("{stem}.reads.");
+    let declared = std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|entry| {
+        let name = entry.file_name().into_string().ok()?;
+        let event_type = name.strip_prefix(&prefix)?.strip_suffix(".json")?.to_owned();
+        Some((event_type, entry.path()))
+    });
+    for (event_type, file) in declared {
+        if !cli.reads.iter().any(|(read, _)| read.as_str() == event_type) {
+            warnings.push(format!(
+                "{} is beside the step but --reads {event_type}=... is not given: this pass declares no read of \
+                 {event_type}'s result, so nothing checks that its producer still gives what the step reads; give \
+                 `--reads {event_type}={}` before `--`",
+                file.display(),
+                file.display()
+            ));
+        }
+    }
+    warnings.sort();
+    warnings
 }
 
 #[cfg(test)]
@@ -516,9 +569,37 @@ mod tests {
         );
         // A tool's own generic flags pass; one named as autocomp-exec's own goes after a
         // second `--`.
-        assert_eq!(command_words(&words("rsync --dry-run --config x")).unwrap(), words("rsync --dry-run --config x"));
+        assert_eq!(command_words(&words("gpg --batch --config x")).unwrap(), words("gpg --batch --config x"));
+        let refused = command_words(&words("python3 step.py --dry-run")).unwrap_err();
+        assert!(refused.starts_with("`--dry-run` comes after `--`"), "{refused}");
+        assert_eq!(command_words(&words("-- rsync --dry-run")).unwrap(), words("rsync --dry-run"));
         assert_eq!(command_words(&words("-- tool --requires x")).unwrap(), words("tool --requires x"));
         assert!(command_words(&words("--")).is_err());
+    }
+
+    #[test]
+    fn contract_files_beside_a_step_but_not_given_are_warned_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let step = dir.path().join("ocr.py");
+        std::fs::write(&step, "").unwrap();
+        let schema = dir.path().join("ocr.result.json");
+        let reads = dir.path().join("ocr.reads.Data_Archived.json");
+        std::fs::write(&schema, "{}").unwrap();
+        std::fs::write(&reads, "{}").unwrap();
+        let step = step.display().to_string();
+        let parse = |flags: &[&str]| {
+            let mut args = vec!["autocomp-exec", "--name", "ocr", "--event-type", "Ocr_Done"];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["--", "python3", &step]);
+            ExecCli::try_parse_from(args).unwrap()
+        };
+        let bare = unpublished_contract(&parse(&[]));
+        assert_eq!(bare.len(), 2, "{bare:?}");
+        assert!(bare[0].contains("--reads Data_Archived=... is not given"), "{bare:?}");
+        assert!(bare[1].contains("--result-schema is not given: this pass publishes no result schema"), "{bare:?}");
+        let (schema, reads) = (schema.display().to_string(), format!("Data_Archived={}", reads.display()));
+        let given = unpublished_contract(&parse(&["--result-schema", &schema, "--reads", &reads]));
+        assert!(given.is_empty(), "{given:?}");
     }
 
     #[test]

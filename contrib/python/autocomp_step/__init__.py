@@ -353,7 +353,9 @@ _JSON_TYPES = {
 def check_result(result: Any, schema: Mapping[str, Any]) -> List[str]:
     """What in ``result`` does not fit the JSON Schema ``schema`` (the one the step publishes
     with ``--result-schema``, or the one a reader declares with ``--reads``), each problem
-    naming its place (``/pages: expected integer, got "12"``); empty when it fits. Offline:
+    naming its place in the words autocomp-exec's own check uses (``at `/pages`: "12" is not
+    of type "integer"``, ``at the result itself: "bytes" is a required property``); empty
+    when it fits. Offline:
     a unit test checks what ``work`` returns before autocomp-exec does (it refuses a result
     that does not fit the published schema, as a failure of type ``result_schema``).
 
@@ -383,28 +385,38 @@ def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, problems: Li
     if node is True or not isinstance(node, dict):
         return
     node = _resolve(node, root)
-    where = at or "/"
+    where = f"at `{at}`" if at else "at the result itself"
+    shown = _shown(value)
     kinds = node.get("type")
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not any(_JSON_TYPES.get(kind, lambda v: True)(value) for kind in kinds):
-            problems.append(f"{where}: expected {' or '.join(kinds)}, got {json.dumps(value)[:80]}")
+            if len(kinds) == 1:
+                problems.append(f'{where}: {shown} is not of type "{kinds[0]}"')
+            else:
+                problems.append(f"{where}: {shown} is not of types " + ", ".join(f'"{k}"' for k in kinds))
             return
     if "enum" in node and value not in node["enum"]:
-        problems.append(f"{where}: {json.dumps(value)[:80]} is not one of {json.dumps(node['enum'])[:120]}")
+        options = [_shown(option) for option in node["enum"]]
+        listed = options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+        problems.append(f"{where}: {shown} is not one of {listed}")
     if "const" in node and value != node["const"]:
-        problems.append(f"{where}: expected {json.dumps(node['const'])[:80]}")
+        problems.append(f"{where}: {_shown(node['const'])} was expected")
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and "minimum" in node and value < node["minimum"]:
-        problems.append(f"{where}: {value} is below the minimum {node['minimum']}")
+        problems.append(f"{where}: {shown} is less than the minimum of {node['minimum']}")
     if number and "maximum" in node and value > node["maximum"]:
-        problems.append(f"{where}: {value} is above the maximum {node['maximum']}")
+        problems.append(f"{where}: {shown} is greater than the maximum of {node['maximum']}")
     if isinstance(value, str):
-        if len(value) < node.get("minLength", 0) or len(value) > node.get("maxLength", len(value)):
-            problems.append(f"{where}: a string of {len(value)} characters is out of its length bounds")
+        if len(value) > node.get("maxLength", len(value)):
+            problems.append(f"{where}: {shown} is longer than {_count(node['maxLength'], 'character')}")
+        if len(value) < node.get("minLength", 0):
+            problems.append(f"{where}: {shown} is shorter than {_count(node['minLength'], 'character')}")
     if isinstance(value, list):
-        if len(value) < node.get("minItems", 0) or len(value) > node.get("maxItems", len(value)):
-            problems.append(f"{where}: {len(value)} items is out of its bounds")
+        if len(value) > node.get("maxItems", len(value)):
+            problems.append(f"{where}: {shown} has more than {_count(node['maxItems'], 'item')}")
+        if len(value) < node.get("minItems", 0):
+            problems.append(f"{where}: {shown} has less than {_count(node['minItems'], 'item')}")
         items = node.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
@@ -419,9 +431,23 @@ def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, problems: Li
             for option in node[combined]:
                 _check(value, option, root, at, problems)
         elif combined == "anyOf" and not any(fits):
-            problems.append(f"{where}: fits none of anyOf")
-        elif combined == "oneOf" and fits.count(True) != 1:
-            problems.append(f"{where}: fits {fits.count(True)} of oneOf, not exactly one")
+            problems.append(f"{where}: {shown} is not valid under any of the schemas listed in the 'anyOf' keyword")
+        elif combined == "oneOf" and not any(fits):
+            problems.append(f"{where}: {shown} is not valid under any of the schemas listed in the 'oneOf' keyword")
+        elif combined == "oneOf" and fits.count(True) > 1:
+            problems.append(
+                f"{where}: {shown} is valid under more than one of the schemas listed in the 'oneOf' keyword"
+            )
+
+
+def _shown(value: Any) -> str:
+    """A value as the check names it: compact JSON, cut at 80 characters."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _problems(value: Any, node: Any, root: Mapping[str, Any], at: str) -> List[str]:
@@ -432,16 +458,17 @@ def _problems(value: Any, node: Any, root: Mapping[str, Any], at: str) -> List[s
 
 def _check_object(value: Dict[str, Any], node: Mapping[str, Any], root: Mapping[str, Any], at: str, problems: List[str]) -> None:
     properties = node.get("properties", {})
+    where = f"at `{at}`" if at else "at the result itself"
     for name in node.get("required", []):
         if name not in value:
-            problems.append(f"{at or '/'}: missing the required field {name!r}")
+            problems.append(f"{where}: {_shown(name)} is a required property")
     extra = node.get("additionalProperties", True)
     for name, item in value.items():
         place = f"{at}/{name}"
         if name in properties:
             _check(item, properties[name], root, place, problems)
         elif extra is False:
-            problems.append(f"{place}: a field the schema does not allow")
+            problems.append(f"{where}: Additional properties are not allowed ({name!r} was unexpected)")
         elif isinstance(extra, dict):
             _check(item, extra, root, place, problems)
 

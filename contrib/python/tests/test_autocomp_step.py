@@ -334,18 +334,25 @@ class CheckResultTest(unittest.TestCase):
         self.assertEqual(
             check_result(result, self.SCHEMA),
             [
-                "/: missing the required field 'bytes'",
-                '/pages: expected integer, got "3"',
-                "/largest_file: expected string or null, got 7",
-                '/kinds/0: "pdf" is not one of ["tif", "txt"]',
-                "/extra: a field the schema does not allow",
+                'at the result itself: "bytes" is a required property',
+                'at `/pages`: "3" is not of type "integer"',
+                'at `/largest_file`: 7 is not of types "string", "null"',
+                'at `/kinds/0`: "pdf" is not one of "tif" or "txt"',
+                "at the result itself: Additional properties are not allowed ('extra' was unexpected)",
             ],
         )
-        self.assertEqual(check_result([], self.SCHEMA), ["/: expected object, got []"])
+        self.assertEqual(check_result([], self.SCHEMA), ['at the result itself: [] is not of type "object"'])
+        self.assertEqual(
+            check_result({"pages": -1, "bytes": 0, "largest_file": "x" * 65}, self.SCHEMA),
+            [
+                "at `/pages`: -1 is less than the minimum of 0",
+                f'at `/largest_file`: "{"x" * 65}" is longer than 64 characters',
+            ],
+        )
 
     def test_a_renamed_field_is_what_a_reader_would_miss(self) -> None:
         reads = {"type": "object", "properties": {"pages": {"type": "integer"}}, "required": ["pages"]}
-        self.assertEqual(check_result({"page_count": 3}, reads), ["/: missing the required field 'pages'"])
+        self.assertEqual(check_result({"page_count": 3}, reads), ['at the result itself: "pages" is a required property'])
 
 
 class BuildBackendTest(unittest.TestCase):

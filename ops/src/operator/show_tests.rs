@@ -233,7 +233,12 @@ fn status_renders_row_by_row_exactly_as_from_values() {
         (names(&[]), vec![(id("B1"), vec![])]),
         (names(&["verifier"]), vec![]),
     ] {
-        let view = crate::operator::StatusView { components: components.clone(), rows: rows.clone(), held: Vec::new() };
+        let view = crate::operator::StatusView {
+            components: components.clone(),
+            rows: rows.clone(),
+            held: Vec::new(),
+            refused: Vec::new(),
+        };
         let values: Vec<Value> = rows
             .iter()
             .map(|(id, states)| {

@@ -22,6 +22,9 @@ pub struct StatusView {
     pub rows: Vec<(BatchId, Vec<ComponentState>)>,
     /// The holds on the pipeline (`hold_lines`), written under the table.
     pub held: Vec<String>,
+    /// The shown components no pass of which starts, their contract broken: `access-copy:
+    /// <why>`, under the table (a batch ready for one stays ready, and is not worked on).
+    pub refused: Vec<String>,
 }
 
 /// One batch in `status --format json`: its id and each component's state by name.
@@ -97,13 +100,20 @@ impl StatusView {
         format!("components: {}\n{}", each.join(" "), self.laid_out(&numbers))
     }
 
-    /// The holds on the pipeline, under the table: no new work is claimed.
+    /// The holds on the pipeline and the components refused by a broken contract, under the
+    /// table: no new work is claimed, no pass starts.
     fn held_text(&self) -> String {
         let mut out = String::new();
         if !self.held.is_empty() {
             out.push_str("\nheld (no new work is claimed):\n");
             for held in &self.held {
                 writeln!(out, "  {held}").ok();
+            }
+        }
+        if !self.refused.is_empty() {
+            out.push_str("\nrefused (no pass starts; the batches ready for it stay ready):\n");
+            for refused in &self.refused {
+                writeln!(out, "  {refused}").ok();
             }
         }
         out
@@ -193,7 +203,11 @@ impl StatusView {
             );
         }
         let held = super::hold_lines(&store.steering().await?);
-        Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows, held })
+        let refused = steps
+            .iter()
+            .filter_map(|step| Some(format!("{}: {}", step.name(), step.broken_contract(&pipeline)?)))
+            .collect();
+        Ok(StatusView { components: steps.iter().map(|s| s.name().clone()).collect(), rows, held, refused })
     }
 }
 
@@ -218,7 +232,7 @@ mod tests {
         let cycle = [ComponentState::Success, ComponentState::Failed, ComponentState::Waiting, ComponentState::Working];
         let states = (0..components.len()).map(|i| cycle[i % cycle.len()]).collect();
         let rows = vec![(BatchId::new("B400022028244-RT1").unwrap(), states)];
-        StatusView { components, rows, held: Vec::new() }
+        StatusView { components, rows, held: Vec::new(), refused: Vec::new() }
     }
 
     #[test]

@@ -154,8 +154,9 @@ from typing import Any, Dict
 
 from autocomp_step import Batch, Failure, PermanentFailure, Result, TransientFailure, run
 
-#: The step's version: autocomp-exec reads it, and the registry and the runs' agent name it.
-__version__ = "0.1.0"
+#: The step's version: autocomp-exec reads it, and the registry and the runs' agent name it (raise it
+#: when the result schema changes, so the contract messages tell the versions apart).
+__version__ = "1.0.0"
 
 #: The event types this step requires (autocomp-exec --requires); work() reads their results.
 REQUIRES = [@REQUIRES@]

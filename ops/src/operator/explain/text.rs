@@ -35,7 +35,13 @@ impl Explanation {
     /// The verdict, what holds the batch up, and the clauses.
     fn clauses_text(&self) -> String {
         let mut out = String::new();
-        writeln!(out, "{} for {} (records {}): {}", self.batch, self.component, self.event_type, self.state).ok();
+        // Ready by the batch's own facts, yet no pass starts: the header says both.
+        let refused = match self.contract_broken {
+            Some(_) if self.state == ComponentState::Ready && !self.manual => ", but refused (contract broken)",
+            _ => "",
+        };
+        writeln!(out, "{} for {} (records {}): {}{refused}", self.batch, self.component, self.event_type, self.state)
+            .ok();
         let verdict = self.verdict();
         writeln!(out, "{verdict}").ok();
         if let Some(broken) = self.contract_broken.as_ref().filter(|_| !verdict.starts_with("refused")) {
