@@ -160,7 +160,7 @@ impl PgOptions {
         }
         options.set_password(&mut config, url_password, &shown)?;
         config.connect_timeout(options.connect_timeout);
-        bound_silent_connections(&mut config, &passed_on);
+        bound_silent_connections(&mut config, &passed_on, options.retry_for);
         config.ssl_mode(match options.tls {
             TlsMode::Disable => SslMode::Disable,
             TlsMode::Prefer => SslMode::Prefer,
@@ -356,11 +356,13 @@ fn option_path(key: &str, value: &str, shown: &str) -> StoreResult<String> {
     Ok(decoded)
 }
 
-/// How long data sent on a connection may stay unacknowledged (`tcp_user_timeout`), and how
-/// soon a connection waiting for an answer is probed (`keepalives_*`), unless the URL says.
-/// Without them a statement sent to a server the network has cut off waits for the kernel's
-/// retransmissions (about 15 minutes): a worker cut from its store would hold its locks that
-/// long instead of failing within `retry_for` and giving its batches up.
+/// The least time data sent on a connection may stay unacknowledged (`tcp_user_timeout`,
+/// unless the URL says): the store's `retry_for`, at least this. With the keepalive probes
+/// below (a connection waiting for an answer is probed after 10 s), a statement sent to a
+/// server the network has cut off fails then; without them it waited for the kernel's
+/// retransmissions (about 15 minutes), and a worker cut from its store held its locks that
+/// long instead of giving its batches up. No shorter than `retry_for`: a blip the store rides
+/// out does not abort a statement already sent.
 pub const SILENT_CONNECTION_LIMIT: Duration = Duration::from_secs(10);
 const KEEPALIVES_IDLE: Duration = Duration::from_secs(10);
 const KEEPALIVES_INTERVAL: Duration = Duration::from_secs(2);
@@ -368,10 +370,10 @@ const KEEPALIVES_RETRIES: u32 = 3;
 
 /// Sets the limits of [`SILENT_CONNECTION_LIMIT`] the URL (`passed_on`: libpq's own options)
 /// leaves unset.
-fn bound_silent_connections(config: &mut tokio_postgres::Config, passed_on: &[&str]) {
+fn bound_silent_connections(config: &mut tokio_postgres::Config, passed_on: &[&str], retry_for: Duration) {
     let named = |key: &str| passed_on.iter().any(|pair| pair.split('=').next() == Some(key));
     if !named("tcp_user_timeout") {
-        config.tcp_user_timeout(SILENT_CONNECTION_LIMIT);
+        config.tcp_user_timeout(retry_for.max(SILENT_CONNECTION_LIMIT));
     }
     if !named("keepalives_idle") {
         config.keepalives_idle(KEEPALIVES_IDLE);

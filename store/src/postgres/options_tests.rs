@@ -98,7 +98,9 @@ fn errors_name_the_option_and_never_the_password() {
 #[test]
 fn silent_connections_are_bounded_unless_the_url_says_otherwise() {
     let options = PgOptions::parse("postgres://u@h/db").unwrap();
-    assert_eq!(options.config.get_tcp_user_timeout(), Some(&SILENT_CONNECTION_LIMIT));
+    assert_eq!(options.config.get_tcp_user_timeout(), Some(&Duration::from_secs(30)), "as long as retry_for");
+    let short = PgOptions::parse("postgres://u@h/db?retry_for=2s").unwrap();
+    assert_eq!(short.config.get_tcp_user_timeout(), Some(&SILENT_CONNECTION_LIMIT), "never shorter than 10 s");
     assert!(options.config.get_keepalives());
     assert_eq!(options.config.get_keepalives_idle(), KEEPALIVES_IDLE);
     assert_eq!(options.config.get_keepalives_interval(), Some(KEEPALIVES_INTERVAL));
