@@ -197,7 +197,8 @@ async fn run_async<C: Component>(component: C, args: RunnerArgs) -> Result<u8, R
         Err(refused) => {
             // A dry run writes nothing, not even this.
             if !args.dry_run {
-                crate::refusal::tell_registry(&component, &args, &refused.to_string()).await;
+                crate::refusal::tell_registry(&component, &args.config_dir, args.backends(), &refused.to_string())
+                    .await;
             }
             return Err(refused.into());
         }

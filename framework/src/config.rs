@@ -399,7 +399,39 @@ pub fn toml_error(file: &Path, text: &str, error: &toml::de::Error) -> ConfigErr
         // toml's gutter, which `autocomp doctor` leaves out of its one-line checks.
         format!("\n  | {}\n  | {}^", autocomp_toolkit::for_terminal(line), " ".repeat(column - 1))
     };
-    ConfigError::new(file, format!("not valid TOML at line {line_number}, column {column}: {what}{quoted}"))
+    // Valid TOML whose key the file's type does not know is not a syntax error.
+    let (kind, hint) = match what.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')) {
+        Some((unknown, rest)) => ("an unknown key", nearest_known(unknown, rest)),
+        None => ("not valid TOML", String::new()),
+    };
+    ConfigError::new(file, format!("{kind} at line {line_number}, column {column}: {what}{hint}{quoted}"))
+}
+
+/// `(did you mean `max_threads`?)` when one of the keys serde lists as expected (`expected
+/// one of `a`, `b``) is within two edits of `unknown`.
+fn nearest_known(unknown: &str, expected: &str) -> String {
+    let known = expected.split('`').skip(1).step_by(2);
+    let nearest = known.map(|key| (edits(unknown, key), key)).filter(|(d, _)| *d <= 2).min();
+    nearest.map(|(_, key)| format!(" (did you mean `{key}`?)")).unwrap_or_default()
+}
+
+/// Levenshtein distance, by characters; long keys are not compared (bounded work).
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.len() > 64 || b.len() > 64 {
+        return usize::MAX;
+    }
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// Whether a configuration line holds a secret: a URL with a password in its userinfo, or a
@@ -451,10 +483,31 @@ pub fn settings<T: serde::de::DeserializeOwned>(table: &toml::Table, file: &Path
             let unit: Result<T, serde::de::value::Error> = T::deserialize(().into_deserializer());
             match unit {
                 Ok(settings) if table.is_empty() => Ok(settings),
-                _ => Err(ConfigError::new(file, format!("[settings]: {error}"))),
+                _ => Err(ConfigError::new(file, format!("[settings]: {}", without_values(&error.to_string())))),
             }
         }
     }
+}
+
+/// A settings error without the values it quotes (`invalid type: string "https://u:pw@..."`,
+/// expected a boolean` becomes `invalid type: string "…", expected a boolean`): a setting may
+/// be a secret, and the message goes to cron's mail and, as a refused pass, the registry.
+/// Key names stay (serde quotes them with backticks).
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for c in message.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                out.push_str("\"…\"");
+                quoted = true;
+            }
+            ('"', true) => quoted = false,
+            (_, true) => {}
+            (c, false) => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -144,3 +144,37 @@ fn a_config_file_others_can_change_is_refused_naming_mode_and_fix() {
     let error = load("c", None, dir.path()).unwrap_err().to_string();
     assert!(error.contains("c.toml: mode 622"), "{error}");
 }
+
+/// A setting may be a secret: its value is never quoted back, its key is.
+#[test]
+fn a_settings_error_names_the_key_and_never_the_value() {
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Settings {
+        replace: bool,
+    }
+    let table: toml::Table = toml::from_str("replace = \"https://admin:hunter2@vault.example/x\"").unwrap();
+    let error = settings::<Settings>(&table, Path::new("archiver.toml")).unwrap_err();
+    assert!(!error.message.contains("hunter2"), "{}", error.message);
+    assert!(error.message.contains("invalid type: string \"…\", expected a boolean"), "{}", error.message);
+    let table: toml::Table = toml::from_str("replac = true").unwrap();
+    let error = settings::<Settings>(&table, Path::new("archiver.toml")).unwrap_err();
+    assert!(error.message.contains("unknown field `replac`"), "{}", error.message);
+}
+
+/// A misspelt key is valid TOML: the message says the key is unknown and suggests the one meant.
+#[test]
+fn a_misspelt_key_is_named_unknown_with_the_key_meant() {
+    let error = parse_component_file("max_thread = 2\n", Path::new("c.toml")).unwrap_err();
+    assert!(
+        error.message.starts_with("an unknown key at line 1, column 1: unknown field `max_thread`"),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains("(did you mean `max_threads`?)"), "{}", error.message);
+    let far = parse_component_file("colour = 2\n", Path::new("c.toml")).unwrap_err();
+    assert!(!far.message.contains("did you mean"), "{}", far.message);
+    let syntax = parse_component_file("max_threads = \n", Path::new("c.toml")).unwrap_err();
+    assert!(syntax.message.starts_with("not valid TOML at line 1"), "{}", syntax.message);
+}
