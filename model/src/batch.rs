@@ -153,6 +153,18 @@ impl Event {
         Some(text("summary", &self.details).to_owned()).filter(|summary| !summary.is_empty())
     }
 
+    /// The command a failure names as what to run next instead of a rerun of its step (its
+    /// first failure's `details.next`: a `read_schema` failure names the restart that records
+    /// the result it could not read afresh, which a rerun of the reader alone would fail on
+    /// again); `None` for a success, or a failure that names none.
+    pub fn failure_next(&self) -> Option<&str> {
+        if self.outcome != Outcome::Failure {
+            return None;
+        }
+        let first = self.details.get("failures").and_then(Value::as_array).and_then(|f| f.first())?;
+        first.get("details").and_then(|d| d.get("next")).and_then(Value::as_str).filter(|next| !next.is_empty())
+    }
+
     /// Why a failure failed, whole, for one batch's page: `failure_reason` with what failed
     /// (the first failure's `reference`, e.g. the file) and how many more failures the run
     /// reported: "mismatch: md5 and sha256 differ (data/page-0002.txt; 2 more failures)".

@@ -91,15 +91,25 @@ impl ResultChecks {
                 || event.agent.as_str().split('/').next().unwrap_or_default().to_owned(),
                 |run| run.component.to_string(),
             );
+            // Under which schema: the digest it records, or none (its producer published none,
+            // or it was recorded before results recorded theirs).
+            let recorded = match event.details.get(autocomp_model::RESULT_SCHEMA_KEY).and_then(Value::as_str) {
+                Some(digest) => {
+                    format!(
+                        "it was recorded under another schema ({}) by {producer}",
+                        autocomp_model::short_digest(digest)
+                    )
+                }
+                None => format!("it was recorded by {producer} under no published schema"),
+            };
             // The same words on every batch it happens to (the lists group failures by them):
             // which event, by whom and the command with the batch's id are in the details.
             Some(Failure {
                 reference: event_type.to_string(),
                 kind: "read_schema".into(),
                 description: format!(
-                    "{event_type}'s result does not give what {step} reads at {}: {error}; it was recorded under \
-                     another schema by {producer}: `autocomp restart ID --from {event_type} --reason ...` records \
-                     it afresh, then {step}",
+                    "{event_type}'s result does not give what {step} reads at {}: {error}; {recorded}: \
+                     `autocomp restart ID --from {event_type} --reason ...` records it afresh, then {step}",
                     place(&path)
                 ),
                 details: json!({

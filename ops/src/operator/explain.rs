@@ -268,7 +268,10 @@ impl Explanation {
             Some(refusal) if refusal.clause == "blocked_by" && self.own_result_blocks() => {
                 let result = self.result.as_ref()?;
                 (result.outcome == Outcome::Failure && !result.is_transient_failure() && !result.is_acknowledged())
-                    .then(|| format!("autocomp rerun {id} --component {name} --reason ..."))
+                    .then(|| match result.failure_next() {
+                        Some(next) => autocomp_toolkit::terminal::one_line(next).into_owned(),
+                        None => format!("autocomp rerun {id} --component {name} --reason ..."),
+                    })
             }
             _ => None,
         }
@@ -341,7 +344,9 @@ fn result_verdict(result: &Event) -> String {
     match result.failure_text().filter(|_| result.outcome == Outcome::Failure) {
         Some(reason) => {
             let reason = autocomp_toolkit::terminal::one_line(&reason);
-            format!("failed at seq {}: {reason} (a rerun tries again)", result.seq)
+            let again =
+                if result.failure_next().is_some() { "its next says what fixes it" } else { "a rerun tries again" };
+            format!("failed at seq {}: {reason} ({again})", result.seq)
         }
         None if result.outcome == Outcome::Failure => format!("failed at seq {} (a rerun tries again)", result.seq),
         None if result.is_skipped() => format!("done: skipped at seq {} by {}", result.seq, result.agent),

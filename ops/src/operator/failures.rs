@@ -45,6 +45,9 @@ pub struct FailuresAt {
     pub read: usize,
     /// The reasons among those read, the most frequent first, ties by text.
     pub reasons: Vec<ReasonGroup>,
+    /// What the first batch's failure names as what to run next instead of a rerun (a
+    /// `read_schema` failure: the restart of the result it could not read).
+    pub next: Option<String>,
 }
 
 /// `autocomp failures`.
@@ -106,7 +109,13 @@ impl FailuresView {
             }
             if let Some(first) = at.reasons.first().and_then(|g| g.batches.first()) {
                 writeln!(out, "  look closer: autocomp explain {first}").ok();
-                writeln!(out, "  try again:   autocomp rerun {first} --component {} --reason ...", at.component).ok();
+                match &at.next {
+                    Some(next) => writeln!(out, "  try again:   {}", autocomp_toolkit::terminal::one_line(next)).ok(),
+                    None => {
+                        writeln!(out, "  try again:   autocomp rerun {first} --component {} --reason ...", at.component)
+                            .ok()
+                    }
+                };
                 // Several ids close out a whole group at once.
                 writeln!(out, "  close out:   autocomp acknowledge {first} --component {} --reason ...", at.component)
                     .ok();
@@ -168,11 +177,21 @@ impl Operator {
                 continue;
             }
             let read = self.failure_reasons(step, sample).await?;
+            let read_count = read.len();
+            let reasons = group_reasons(read);
+            let next = match reasons.first().and_then(|group| group.batches.first()) {
+                Some(first) => store.batch_head(first).await.ok().and_then(|head| {
+                    let failed = head.effective_event(step.event_type())?;
+                    failed.failure_next().map(str::to_owned)
+                }),
+                None => None,
+            };
             components.push(FailuresAt {
                 component: step.name().clone(),
                 total: tally.count,
-                read: read.len(),
-                reasons: group_reasons(read),
+                read: read_count,
+                reasons,
+                next,
             });
         }
         Ok(FailuresView { components })
@@ -209,6 +228,7 @@ mod tests {
                     count: 12,
                     batches: vec![id("b1"), id("b2")],
                 }],
+                next: None,
             }],
         };
         let text = view.render(Format::Text);

@@ -323,9 +323,13 @@ impl BatchView {
         let first = |wanted: ComponentState| self.components.iter().find(|(_, state)| *state == wanted);
         if let Some((name, _)) = first(ComponentState::Failed) {
             let event_type = self.timeline.steps.iter().find(|step| step.component == *name).map(|s| &s.event_type);
-            let why = event_type.and_then(|t| self.head.effective_event(t)).and_then(Event::failure_text);
+            let failed = event_type.and_then(|t| self.head.effective_event(t));
+            let why = failed.and_then(Event::failure_text);
             let why = why.map(|why| format!(": {}", autocomp_toolkit::terminal::one_line(&why))).unwrap_or_default();
-            let rerun = format!("autocomp rerun {id} --component {name} --reason ...");
+            let rerun = failed.and_then(Event::failure_next).map_or_else(
+                || format!("autocomp rerun {id} --component {name} --reason ..."),
+                |next| autocomp_toolkit::terminal::one_line(next).into_owned(),
+            );
             return (format!("failed at {name}{why}"), Some(rerun));
         }
         if let Some((name, _)) = first(ComponentState::Person) {
