@@ -147,7 +147,12 @@ fn a_broken_contract_shows_in_every_view_and_a_watching_reader_waits_it_out() {
         "{}",
         dry.show()
     );
-    assert!(dry.stdout.contains("B0002 would not claim (the pass refuses to start)"), "{}", dry.show());
+    assert!(
+        dry.stdout
+            .contains("B0002 would not claim: no pass starts (why: on stderr), though every trigger clause holds"),
+        "{}",
+        dry.show()
+    );
     let alerts = autocomp(&pipeline, &["alerts"]);
     let alert = format!("access-copy: every pass stops before any work (exit 2), {broken}");
     assert!(alerts.stdout.contains(&alert), "{}", alerts.show());

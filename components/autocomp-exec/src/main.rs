@@ -506,9 +506,9 @@ fn unpublished_contract(cli: &ExecCli) -> Vec<String> {
     let schema = dir.join(format!("{stem}.result.json"));
     if cli.result_schema.is_none() && schema.is_file() {
         warnings.push(format!(
-            "{} is beside the step but --result-schema is not given: this pass publishes no result schema, \
-             withdrawing the one the registry held (the steps that read it are no longer checked); give \
-             `--result-schema {}` before `--`",
+            "{} is beside the step but --result-schema is not given: a pass without it publishes no result \
+             schema, replacing the one the registry holds (the steps that read it are then no longer checked); \
+             give `--result-schema {}` before `--`",
             schema.display(),
             schema.display()
         ));
@@ -596,7 +596,10 @@ mod tests {
         let bare = unpublished_contract(&parse(&[]));
         assert_eq!(bare.len(), 2, "{bare:?}");
         assert!(bare[0].contains("--reads Data_Archived=... is not given"), "{bare:?}");
-        assert!(bare[1].contains("--result-schema is not given: this pass publishes no result schema"), "{bare:?}");
+        assert!(
+            bare[1].contains("--result-schema is not given: a pass without it publishes no result schema"),
+            "{bare:?}"
+        );
         let (schema, reads) = (schema.display().to_string(), format!("Data_Archived={}", reads.display()));
         let given = unpublished_contract(&parse(&["--result-schema", &schema, "--reads", &reads]));
         assert!(given.is_empty(), "{given:?}");

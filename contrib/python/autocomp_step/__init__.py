@@ -398,7 +398,10 @@ def _check(value: Any, node: Any, root: Mapping[str, Any], at: str, problems: Li
             return
     if "enum" in node and value not in node["enum"]:
         options = [_shown(option) for option in node["enum"]]
-        listed = options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+        if len(options) <= 1:
+            listed = options[0] if options else "[]"
+        else:
+            listed = ", ".join(options[:-1]) + " or " + options[-1]
         problems.append(f"{where}: {shown} is not one of {listed}")
     if "const" in node and value != node["const"]:
         problems.append(f"{where}: {_shown(node['const'])} was expected")

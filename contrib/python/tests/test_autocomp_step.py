@@ -350,6 +350,9 @@ class CheckResultTest(unittest.TestCase):
             ],
         )
 
+    def test_an_empty_enum_fits_nothing_and_says_so(self) -> None:
+        self.assertEqual(check_result(1, {"enum": []}), ["at the result itself: 1 is not one of []"])
+
     def test_a_renamed_field_is_what_a_reader_would_miss(self) -> None:
         reads = {"type": "object", "properties": {"pages": {"type": "integer"}}, "required": ["pages"]}
         self.assertEqual(check_result({"page_count": 3}, reads), ['at the result itself: "pages" is a required property'])

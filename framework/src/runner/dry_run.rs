@@ -108,7 +108,10 @@ impl<C: Component> Runner<C> {
                 Ok(why) => {
                     would_claim += 1;
                     match &room {
-                        _ if refused.is_some() => format!("would not claim (the pass refuses to start): {why}"),
+                        // Ready by its own facts; the refusal (on stderr) is the component's.
+                        _ if refused.is_some() => {
+                            format!("would not claim: no pass starts (why: on stderr), though {why}")
+                        }
                         _ if held.is_some() => format!("would claim once resumed (held): {why}"),
                         Some(room) if would_claim > room.free() as usize => format!("{}: {why}", room.wait()),
                         _ => format!("would claim: {why}"),

@@ -79,6 +79,7 @@ fn rows(view: &AlertsView, pipeline: &[Step]) -> String {
 fn kind(alert: &Alert) -> &'static str {
     match alert {
         Alert::ContractBroken { .. } => "contract broken",
+        Alert::PassRefused { .. } => "pass refused",
         Alert::Failed { .. } => "failed",
         Alert::ReadyTooLong { .. } => "ready too long",
         Alert::WorkingTooLong { .. } => "working too long",
@@ -107,6 +108,7 @@ fn link(alert: &Alert, waits_in: impl Fn(&autocomp_model::ComponentName) -> Comp
         }
         Alert::Held { .. } => ("/#steering".into(), "the overview's steering".into()),
         Alert::ContractBroken { .. } => ("/graph#contracts".into(), "the results and what reads them".into()),
+        Alert::PassRefused { component, .. } => ("/".into(), format!("{component} in the overview")),
         Alert::Silent { component, .. } => ("/".into(), format!("{component} in the overview")),
         Alert::IndexLag { .. } | Alert::ForeignLock { .. } => ("/".into(), "the overview".into()),
     }

@@ -110,6 +110,9 @@ pub enum Alert {
     /// Every pass of the component stops before any work: a result it reads is no longer
     /// published as it expects (`reason` names the field, both steps and the fix).
     ContractBroken { component: ComponentName, reason: String },
+    /// The component's last pass on `host` did not start (exit 2): its configuration refused
+    /// (`reason`, as the registry holds it: a misspelt key, a setting refused).
+    PassRefused { component: ComponentName, host: String, reason: String },
     /// `count` batches ready for the component longer than `threshold`.
     ReadyTooLong { component: ComponentName, count: u64, oldest_since: Option<Timestamp>, threshold: String },
     /// `count` batches failed at the component (permanently: a rerun tries again), with the
@@ -149,6 +152,10 @@ impl Alert {
             Alert::ContractBroken { component, reason } => format!(
                 "{component}: every pass stops before any work (exit 2), {}",
                 autocomp_toolkit::terminal::one_line(reason)
+            ),
+            Alert::PassRefused { component, host, reason } => format!(
+                "{component}: its last pass on {host} did not start (exit 2): {}",
+                autocomp_toolkit::terminal::one_line(reason.strip_prefix("not started: ").unwrap_or(reason))
             ),
             Alert::ReadyTooLong { component, count, oldest_since, threshold } => {
                 let oldest = oldest_since.map(|at| format!(", the oldest for {}", ago(at))).unwrap_or_default();
@@ -338,6 +345,21 @@ impl Operator {
         for ((step, tally), failed) in pipeline.iter().zip(tallies).zip(failed) {
             if let Some(reason) = step.broken_contract(&pipeline) {
                 alerts.push(Alert::ContractBroken { component: step.name().clone(), reason });
+            } else {
+                // A pass refused for a broken contract is said above; any other refusal is
+                // its configuration's, seen by nothing but the registry.
+                let refused = step.registered.hosts.iter().filter(|host| {
+                    !host.running()
+                        && host.outcome == Some(autocomp_model::PassOutcome::Error)
+                        && host.summary.starts_with("not started: ")
+                });
+                for host in refused {
+                    alerts.push(Alert::PassRefused {
+                        component: step.name().clone(),
+                        host: host.host.clone(),
+                        reason: host.summary.clone(),
+                    });
+                }
             }
             if failed.count > 0 {
                 let read = self.failure_reasons(step, FAILURES_READ).await?;

@@ -80,6 +80,10 @@ fn older_result(batch: &BatchId, event: &Event, producer: &Step, pipeline: &[Ste
     let made_under = event.details.get(RESULT_SCHEMA_KEY).and_then(Value::as_str).map(str::to_owned);
     let published = producer.descriptor().result_schema.as_ref();
     let published_now = published.map(autocomp_model::schema_digest);
+    // Most results were made under the schema published now: no schema is compiled for them.
+    if made_under.is_some() && made_under == published_now {
+        return None;
+    }
     let unfit = published.and_then(|schema| first_misfit(schema, result));
     let refused_by: Vec<ComponentName> = pipeline
         .iter()
@@ -124,5 +128,14 @@ fn first_misfit(schema: &Value, value: &Value) -> Option<String> {
     let error = validator.iter_errors(value).next()?;
     let path = error.instance_path().as_str().to_owned();
     let place = if path.is_empty() { "at the result itself".to_owned() } else { format!("at `{path}`") };
-    Some(format!("{place}: {error}"))
+    // The result's keys and values are a step's data: one line, and bounded (a result that
+    // does not fit at its root is quoted whole in the message).
+    let text = autocomp_toolkit::terminal::one_line(&format!("{place}: {error}")).into_owned();
+    Some(match text.char_indices().nth(MISFIT_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    })
 }
+
+/// The most characters of a misfit `show` and the batch page print.
+const MISFIT_CHARS: usize = 200;

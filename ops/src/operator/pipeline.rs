@@ -191,9 +191,23 @@ impl PipelineView {
         let rows: Vec<Vec<String>> = self.components.iter().map(|c| self.row(c)).collect();
         let mut out =
             table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows);
+        out.push_str(&self.refused_text());
         out.push_str(&self.results_text());
         out.push_str(&self.steering_text());
         out
+    }
+
+    /// The passes that did not start (a broken contract, a configuration refused), with why,
+    /// as each host last reported: the table says only `(error)`.
+    fn refused_text(&self) -> String {
+        let mut out = String::new();
+        for c in &self.components {
+            for host in c.hosts.iter().filter(|h| !h.running() && h.summary.starts_with("not started: ")) {
+                let why = autocomp_toolkit::terminal::one_line(&host.summary["not started: ".len()..]).into_owned();
+                writeln!(out, "  {} on {}: {why}", c.descriptor.name, host.host).ok();
+            }
+        }
+        if out.is_empty() { out } else { format!("\nlast passes not started (exit 2):\n{out}") }
     }
 
     /// Holds, pools, breaker counts and the newest steering changes, each section only when
