@@ -212,8 +212,18 @@ fn a_renamed_field_is_seen_everywhere_before_any_work_and_mended_without_a_resta
     assert_eq!(watched.stderr.matches("pass not started; staying up").count(), 1, "said once: {}", watched.show());
     assert!(watched.stderr.contains("passes start again"), "{}", watched.show());
 
-    // show marks the old result with the restart that refreshes it; the restart does.
+    // Every view names the restart as what fixes it: a rerun of the reader alone would fail
+    // on the same result again.
+    let restart = "autocomp restart B2 --from Files_Listed --reason ...";
     let shown = autocomp(&pipeline, &["show", "B2"]);
+    assert!(shown.contains(&format!("\nnext: {restart}\n")), "{shown}");
+    let explained = autocomp(&pipeline, &["explain", "B2", "--component", "files-copied"]);
+    assert!(explained.contains(&format!("\nnext: {restart}\n")), "{explained}");
+    let failures = autocomp(&pipeline, &["failures", "--component", "files-copied"]);
+    assert!(failures.contains("try again:   autocomp restart B"), "{failures}");
+    assert!(shown.contains("it was recorded under another schema (sha256:"), "{shown}");
+
+    // show marks the old result with the restart that refreshes it; the restart does.
     let marked = "was made under schema sha256:";
     assert!(shown.contains("\nresults made under an older schema:\n  Files_Listed seq "), "{shown}");
     assert!(shown.contains(marked) && shown.contains("of files-listed (now sha256:"), "{shown}");
@@ -241,6 +251,14 @@ fn a_pass_its_configuration_refuses_is_in_the_registry_with_the_reason() {
     assert!(refused.stderr.contains("max_thread"), "{}", refused.show());
     let registry = autocomp(&pipeline, &["pipeline", "--format", "json"]);
     assert!(registry.contains("not started: ") && registry.contains("max_thread"), "{registry}");
+    let listed = autocomp(&pipeline, &["pipeline"]);
+    assert!(listed.contains("\nlast passes not started (exit 2):\n  files-listed on "), "{listed}");
+    let alerts = autocomp(&pipeline, &["alerts"]);
+    assert!(
+        alerts.contains("files-listed: its last pass on ") && alerts.contains("did not start (exit 2): "),
+        "{alerts}"
+    );
+    assert!(alerts.contains("max_thread"), "{alerts}");
     // A dry run tells nothing.
     pipeline.configure("files-listed", "max_threads = 2\n");
     assert_eq!(producer.pass(&pipeline, &[]).code, Some(0), "mended");
