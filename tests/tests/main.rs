@@ -22,6 +22,7 @@ mod partition;
 mod pg_liveness;
 mod pg_locks;
 mod postgres;
+mod premis;
 mod protocol;
 mod python_contracts;
 mod python_step;

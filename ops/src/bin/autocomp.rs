@@ -10,7 +10,8 @@ use autocomp_framework::LogFormat;
 use autocomp_framework::config::{Backends, DEFAULT_CONFIG_DIR};
 use autocomp_model::{BatchId, ComponentName, ComponentState, InvalidInput, Outcome, Seq};
 use autocomp_ops::operator::{
-    AlertDefaults, Format, LogSpan, LogsQuery, NewBatchRequest, Operator, OperatorError, SHOW_EVENTS, TableFormat,
+    AlertDefaults, ExportScope, Format, LogSpan, LogsQuery, NewBatchRequest, Operator, OperatorError, SHOW_EVENTS,
+    TableFormat,
 };
 use clap::{Parser, Subcommand};
 
@@ -57,6 +58,13 @@ struct Cli {
     operator: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What `autocomp export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    /// PREMIS 3.0 XML.
+    Premis,
 }
 
 #[derive(Subcommand)]
@@ -120,6 +128,20 @@ enum Command {
         #[arg(long, value_name = "SEQ", conflicts_with_all = ["all", "before", "limit"],
               value_parser = clap::value_parser!(i64).range(1..))]
         event: Option<i64>,
+    },
+    /// The provenance of batches for an archive's own systems, on stdout: PREMIS 3.0 XML (an
+    /// object per batch, an event per recorded event, an agent per component version and
+    /// per operator), as of the store's head when it began; a count on stderr.
+    Export {
+        /// The batches to export (each must exist).
+        #[arg(required_unless_present = "all", conflicts_with = "all", value_name = "ID")]
+        ids: Vec<String>,
+        /// Every batch.
+        #[arg(long)]
+        all: bool,
+        /// premis: PREMIS 3.0 XML.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
     },
     /// What each run of a batch printed, kept with its result (a command's stdout and
     /// stderr, a Rust component's log lines; head and tail within the component's
@@ -479,6 +501,25 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             let limit = limit.map_or(SHOW_EVENTS, usize::from);
             let span = LogSpan::Page { before: before.map(Seq), limit };
             operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
+        }
+        Command::Export { ids, all, format: ExportFormat::Premis } => {
+            let scope = match all {
+                true => ExportScope::All,
+                false => ExportScope::Batches(ids.iter().map(BatchId::new).collect::<Result<_, _>>()?),
+            };
+            let mut stdout = QuietOnClose::new(std::io::stdout().lock());
+            match operator.export_premis(&scope, &mut stdout).await {
+                Ok(count) => {
+                    stdout.flush().or_else(|e| stdout.closed_or(e))?;
+                    eprintln!(
+                        "exported {} batches, {} events and {} agents as PREMIS 3.0, as of seq {}",
+                        count.objects, count.events, count.agents, count.as_of
+                    );
+                    String::new()
+                }
+                Err(_) if stdout.closed => String::new(),
+                Err(e) => return Err(e),
+            }
         }
         Command::Logs { id, component, attempt, stream, follow, format } => {
             let component = component.as_deref().map(ComponentName::new).transpose()?;

@@ -1,0 +1,339 @@
+//! `autocomp export --format premis`: the provenance of batches as PREMIS 3.0 XML, for an
+//! archive's own systems (the Library of Congress standard; the schema is
+//! <https://www.loc.gov/standards/premis/v3/premis-v3-0.xsd>). Written as it is read, a page
+//! of a batch's log at a time, as of the store's head when the export began (a batch
+//! registered or an event recorded after it is left for the next export):
+//!
+//! - an `object` per batch (a `representation`: the files of one delivery), identified by its
+//!   id, with its batch type as a significant property and its location as its storage;
+//! - an `event` per recorded event: its seq as its identifier, its event type, its time, its
+//!   report's summary and flags as its detail, its outcome with one detail note per failure
+//!   and one holding the structured result as JSON, the agent that recorded it and the batch;
+//! - an `agent` per component version (`archiver/1.0.0`, software) and per operator
+//!   (`operator:ann`, a person) that recorded any of them; the host and process of a
+//!   component's run are in its event's detail.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use autocomp_model::{BatchId, Event, RESULT_KEY, Seq};
+use autocomp_store::{LogCursor, MAX_LOG_PAGE, ObjectStore};
+use quick_xml::Writer;
+use quick_xml::events::{BytesDecl, BytesText};
+use serde_json::Value;
+
+use super::show::report_summary;
+use super::views::PAGE;
+use super::{Operator, OperatorError};
+
+const NAMESPACE: &str = "http://www.loc.gov/premis/v3";
+const SCHEMA_LOCATION: &str = "http://www.loc.gov/premis/v3 https://www.loc.gov/standards/premis/v3/premis-v3-0.xsd";
+/// The identifier types autocomp's identifiers are exported under.
+const BATCH_ID: &str = "autocomp batch id";
+const EVENT_SEQ: &str = "autocomp event seq";
+const AGENT_ID: &str = "autocomp agent";
+
+/// Which batches an export covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportScope {
+    /// These batches (each must exist).
+    Batches(Vec<BatchId>),
+    /// Every batch registered up to the export's start.
+    All,
+}
+
+/// What an export wrote, for the line on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExportCount {
+    pub objects: u64,
+    pub events: u64,
+    pub agents: u64,
+    /// The store's head the export is as of.
+    pub as_of: Seq,
+}
+
+/// An agent of the export: who recorded events, as PREMIS names it.
+struct ExportAgent {
+    name: String,
+    kind: Option<&'static str>,
+    version: Option<String>,
+}
+
+impl Operator {
+    /// `autocomp export --format premis`: writes the scope's provenance to `out` (see the
+    /// module's mapping). Unknown batch ids are refused before anything is written.
+    pub async fn export_premis(&self, scope: &ExportScope, out: &mut dyn Write) -> Result<ExportCount, OperatorError> {
+        let store = self.store().await?;
+        let as_of = store.head().await?;
+        if let ExportScope::Batches(ids) = scope {
+            for id in ids {
+                store.batch_head(id).await?;
+            }
+        }
+        let mut xml = Writer::new_with_indent(out, b' ', 2);
+        let mut count = ExportCount { as_of, ..ExportCount::default() };
+        let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the export: {e}"));
+        xml.write_event(quick_xml::events::Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None))).map_err(written)?;
+        let root = quick_xml::events::BytesStart::new("premis:premis").with_attributes([
+            ("xmlns:premis", NAMESPACE),
+            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
+            ("xsi:schemaLocation", SCHEMA_LOCATION),
+            ("version", "3.0"),
+        ]);
+        xml.write_event(quick_xml::events::Event::Start(root.clone())).map_err(written)?;
+        for_each_batch(store.as_ref(), scope, as_of, |head| {
+            count.objects += 1;
+            write_object(&mut xml, head).map_err(written)
+        })
+        .await?;
+        let mut agents = BTreeMap::new();
+        let ids = batch_ids(store.as_ref(), scope, as_of).await?;
+        for id in &ids {
+            let mut after = Seq::ZERO;
+            loop {
+                let page = store.log_page(id, LogCursor::After(after), MAX_LOG_PAGE).await?;
+                for event in page.events.iter().filter(|e| e.seq <= as_of) {
+                    let agent = agent_of(event);
+                    write_event(&mut xml, event, &agent.0).map_err(written)?;
+                    agents.entry(agent.0).or_insert(agent.1);
+                    count.events += 1;
+                }
+                match page.newer {
+                    Some(newer) if newer < as_of => after = newer,
+                    _ => break,
+                }
+            }
+        }
+        for (id, agent) in &agents {
+            write_agent(&mut xml, id, agent).map_err(written)?;
+        }
+        count.agents = agents.len() as u64;
+        xml.write_event(quick_xml::events::Event::End(root.to_end())).map_err(written)?;
+        xml.get_mut().write_all(b"\n").map_err(written)?;
+        Ok(count)
+    }
+}
+
+/// The ids of the scope's batches registered up to `as_of`, in id order.
+async fn batch_ids(store: &dyn ObjectStore, scope: &ExportScope, as_of: Seq) -> Result<Vec<BatchId>, OperatorError> {
+    match scope {
+        ExportScope::Batches(ids) => Ok(ids.clone()),
+        ExportScope::All => {
+            let (mut ids, mut after) = (Vec::new(), None::<BatchId>);
+            loop {
+                let page = store.list_summaries(after.as_ref(), PAGE).await?;
+                let Some(last) = page.last() else { return Ok(ids) };
+                after = Some(last.id.clone());
+                ids.extend(page.into_iter().filter(|s| s.created_seq <= as_of).map(|s| s.id));
+            }
+        }
+    }
+}
+
+/// Calls `each` with the head of every batch of the scope, in id order.
+async fn for_each_batch(
+    store: &dyn ObjectStore,
+    scope: &ExportScope,
+    as_of: Seq,
+    mut each: impl FnMut(&autocomp_store::BatchHead) -> Result<(), OperatorError>,
+) -> Result<(), OperatorError> {
+    for id in batch_ids(store, scope, as_of).await? {
+        each(&store.batch_head(&id).await?)?;
+    }
+    Ok(())
+}
+
+/// The PREMIS agent an event names, by its identifier: a component's version
+/// (`archiver/1.0.0` of `archiver/1.0.0@host#pid`), an operator, or the agent as recorded.
+fn agent_of(event: &Event) -> (String, ExportAgent) {
+    let recorded = event.agent.as_str();
+    if let Some(name) = recorded.strip_prefix("operator:") {
+        return (recorded.to_owned(), ExportAgent { name: name.to_owned(), kind: Some("person"), version: None });
+    }
+    let program = recorded.split_once('@').map_or(recorded, |(program, _)| program);
+    match program.split_once('/') {
+        Some((name, version)) => (
+            program.to_owned(),
+            ExportAgent { name: name.to_owned(), kind: Some("software"), version: Some(version.to_owned()) },
+        ),
+        None => (recorded.to_owned(), ExportAgent { name: recorded.to_owned(), kind: None, version: None }),
+    }
+}
+
+type Xml<'w> = Writer<&'w mut dyn Write>;
+
+/// `<premis:NAME>text</premis:NAME>`, the text made valid XML 1.0 (`xml_text`).
+fn leaf(xml: &mut Xml<'_>, name: &str, text: &str) -> std::io::Result<()> {
+    xml.create_element(name).write_text_content(BytesText::new(&xml_text(text)))?;
+    Ok(())
+}
+
+/// `<premis:NAME><TYPE>type</TYPE><VALUE>value</VALUE></premis:NAME>`.
+fn identifier(
+    xml: &mut Xml<'_>,
+    name: &str,
+    (type_name, kind): (&str, &str),
+    (value_name, value): (&str, &str),
+) -> std::io::Result<()> {
+    xml.create_element(name).write_inner_content(|xml| {
+        leaf(xml, type_name, kind)?;
+        leaf(xml, value_name, value)
+    })?;
+    Ok(())
+}
+
+fn write_object(xml: &mut Xml<'_>, head: &autocomp_store::BatchHead) -> std::io::Result<()> {
+    xml.create_element("premis:object").with_attribute(("xsi:type", "premis:representation")).write_inner_content(
+        |xml| {
+            identifier(
+                xml,
+                "premis:objectIdentifier",
+                ("premis:objectIdentifierType", BATCH_ID),
+                ("premis:objectIdentifierValue", head.id().as_str()),
+            )?;
+            xml.create_element("premis:significantProperties").write_inner_content(|xml| {
+                leaf(xml, "premis:significantPropertiesType", "batch type")?;
+                leaf(xml, "premis:significantPropertiesValue", head.summary.batch_type.as_str())
+            })?;
+            if let Some(location) = head.location() {
+                xml.create_element("premis:storage").write_inner_content(|xml| {
+                    identifier(
+                        xml,
+                        "premis:contentLocation",
+                        ("premis:contentLocationType", "path"),
+                        ("premis:contentLocationValue", location),
+                    )
+                })?;
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+fn write_event(xml: &mut Xml<'_>, event: &Event, agent: &str) -> std::io::Result<()> {
+    xml.create_element("premis:event").write_inner_content(|xml| {
+        identifier(
+            xml,
+            "premis:eventIdentifier",
+            ("premis:eventIdentifierType", EVENT_SEQ),
+            ("premis:eventIdentifierValue", &event.seq.0.to_string()),
+        )?;
+        leaf(xml, "premis:eventType", event.event_type.as_str())?;
+        leaf(xml, "premis:eventDateTime", &event.at.to_string())?;
+        let mut detail = report_summary(event);
+        if let Some(run) = &event.run {
+            detail.push(format!("run {} of {} by {}", run.generation, run.component, event.agent));
+        } else if event.agent.as_str() != agent {
+            detail.push(format!("recorded by {}", event.agent));
+        }
+        if !detail.is_empty() {
+            xml.create_element("premis:eventDetailInformation")
+                .write_inner_content(|xml| leaf(xml, "premis:eventDetail", &detail.join("; ")))?;
+        }
+        xml.create_element("premis:eventOutcomeInformation").write_inner_content(|xml| {
+            leaf(xml, "premis:eventOutcome", event.outcome.as_str())?;
+            for note in outcome_notes(&event.details) {
+                xml.create_element("premis:eventOutcomeDetail")
+                    .write_inner_content(|xml| leaf(xml, "premis:eventOutcomeDetailNote", &note))?;
+            }
+            Ok(())
+        })?;
+        xml.create_element("premis:linkingAgentIdentifier").write_inner_content(|xml| {
+            leaf(xml, "premis:linkingAgentIdentifierType", AGENT_ID)?;
+            leaf(xml, "premis:linkingAgentIdentifierValue", agent)?;
+            let role = if agent.starts_with("operator:") { "authorizer" } else { "executing program" };
+            leaf(xml, "premis:linkingAgentRole", role)
+        })?;
+        xml.create_element("premis:linkingObjectIdentifier").write_inner_content(|xml| {
+            leaf(xml, "premis:linkingObjectIdentifierType", BATCH_ID)?;
+            leaf(xml, "premis:linkingObjectIdentifierValue", event.batch_id.as_str())?;
+            leaf(xml, "premis:linkingObjectRole", "source")
+        })?;
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// An event's outcome details: one note per failure kept (`reference: type: description`,
+/// `the batch` for one without a reference), then the structured result as JSON.
+fn outcome_notes(details: &Value) -> Vec<String> {
+    let mut notes = Vec::new();
+    for failure in details.get("failures").and_then(Value::as_array).into_iter().flatten() {
+        let text = |key: &str| failure.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let reference = Some(text("reference")).filter(|r| !r.is_empty()).unwrap_or_else(|| "the batch".into());
+        notes.push(format!("{reference}: {}: {}", text("type"), text("description")));
+    }
+    if let Some(result) = details.get(RESULT_KEY) {
+        notes.push(format!("result: {result}"));
+    }
+    notes
+}
+
+fn write_agent(xml: &mut Xml<'_>, id: &str, agent: &ExportAgent) -> std::io::Result<()> {
+    xml.create_element("premis:agent").write_inner_content(|xml| {
+        identifier(
+            xml,
+            "premis:agentIdentifier",
+            ("premis:agentIdentifierType", AGENT_ID),
+            ("premis:agentIdentifierValue", id),
+        )?;
+        leaf(xml, "premis:agentName", &agent.name)?;
+        if let Some(kind) = agent.kind {
+            leaf(xml, "premis:agentType", kind)?;
+        }
+        if let Some(version) = &agent.version {
+            leaf(xml, "premis:agentVersion", version)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// `text` with what XML 1.0 cannot hold (control characters but tab, line feed and
+/// carriage return; unpaired surrogates cannot occur in a `str`; U+FFFE and U+FFFF) written
+/// as `\u{1b}`, so the document stays well-formed whatever a step recorded.
+fn xml_text(text: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{fffe}' && c != '\u{ffff}');
+    if text.chars().all(allowed) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars().map(|c| if allowed(c) { c.to_string() } else { format!("\\u{{{:x}}}", c as u32) }).collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_xml_cannot_hold_is_written_visibly() {
+        assert_eq!(xml_text("plain & <ok>\ttab"), "plain & <ok>\ttab");
+        assert_eq!(xml_text("bell\u{7} esc\u{1b} nul\u{0} \u{ffff}"), "bell\\u{7} esc\\u{1b} nul\\u{0} \\u{ffff}");
+    }
+
+    #[test]
+    fn a_components_agent_is_its_version_and_an_operators_is_the_person() {
+        let event = |agent: &str| Event {
+            seq: Seq(1),
+            batch_id: BatchId::new("B1").unwrap(),
+            event_type: autocomp_model::EventType::new("Data_Archived").unwrap(),
+            outcome: autocomp_model::Outcome::Success,
+            agent: autocomp_model::Agent::new(agent).unwrap(),
+            at: autocomp_model::Timestamp(0),
+            details: Value::Null,
+            run: None,
+            resets: Vec::new(),
+        };
+        let (id, agent) = agent_of(&event("archiver/1.2.0@host1#42"));
+        assert_eq!(
+            (id.as_str(), agent.name.as_str(), agent.kind, agent.version.as_deref()),
+            ("archiver/1.2.0", "archiver", Some("software"), Some("1.2.0"))
+        );
+        let (id, agent) = agent_of(&event("operator:ann"));
+        assert_eq!((id.as_str(), agent.name.as_str(), agent.kind), ("operator:ann", "ann", Some("person")));
+        let (id, agent) = agent_of(&event("test"));
+        assert_eq!((id.as_str(), agent.kind), ("test", None));
+    }
+}
