@@ -489,11 +489,17 @@ pub fn settings<T: serde::de::DeserializeOwned>(table: &toml::Table, file: &Path
     }
 }
 
-/// A settings error without the values it quotes (`invalid type: string "https://u:pw@..."`,
-/// expected a boolean` becomes `invalid type: string "…", expected a boolean`): a setting may
-/// be a secret, and the message goes to cron's mail and, as a refused pass, the registry.
-/// Key names stay (serde quotes them with backticks).
+/// A settings error without the value serde quotes when a setting has the wrong type or value
+/// (`invalid type: string "https://u:pw@...", expected a boolean` becomes `invalid type:
+/// string "…", expected a boolean`): a setting may be a secret, and the message goes to cron's
+/// mail and, as a refused pass, the registry. Key names stay (serde quotes them with
+/// backticks), and so does what a component's own check says (`pattern "/data" is absolute`),
+/// any URL's password hidden.
 fn without_values(message: &str) -> String {
+    let message = autocomp_toolkit::redact::redact_urls_in(message);
+    if !(message.starts_with("invalid type: ") || message.starts_with("invalid value: ")) {
+        return message;
+    }
     let mut out = String::with_capacity(message.len());
     let mut quoted = false;
     for c in message.chars() {
