@@ -31,7 +31,10 @@ pub use port::{
     SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
-pub use sqlite::{LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{
+    BackupFacts, LATEST_VERSION as LATEST_SCHEMA_VERSION, SqliteOptions, SqliteStore, Synchronous,
+    backup_file as backup_sqlite_file,
+};
 pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 
 /// The store's traits, for callers that hold an `ObjectStore` and call its operations:

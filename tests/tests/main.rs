@@ -28,6 +28,7 @@ mod python_contracts;
 mod python_step;
 mod redelivery;
 mod registry;
+mod restore;
 mod rooms;
 mod round_trips;
 mod runner;

@@ -129,6 +129,16 @@ enum Command {
               value_parser = clap::value_parser!(i64).range(1..))]
         event: Option<i64>,
     },
+    /// An online, consistent copy of the embedded store (sqlite://) into FILE while the
+    /// components run, checked and described (what it holds, as of which seq). A PostgreSQL
+    /// store is backed up with PostgreSQL's tools (README: Backup and restore).
+    Backup {
+        /// The new file (never overwritten).
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// The provenance of batches for an archive's own systems, on stdout: PREMIS 3.0 XML (an
     /// object per batch, an event per recorded event, an agent per component version and
     /// per operator), as of the store's head when it began; a count on stderr.
@@ -502,6 +512,7 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             let span = LogSpan::Page { before: before.map(Seq), limit };
             operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
         }
+        Command::Backup { to, format } => operator.backup(&to).await?.render(format),
         Command::Export { ids, all, format: ExportFormat::Premis } => {
             let scope = match all {
                 true => ExportScope::All,

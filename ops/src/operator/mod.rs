@@ -14,6 +14,7 @@
 
 mod actions;
 mod alerts;
+mod backup;
 mod columns;
 mod explain;
 mod failures;
@@ -59,6 +60,7 @@ pub use alerts::{
     Alert, AlertDefaults, AlertsView, FailedReason, SilenceRule, held_too_long, is_overdue, last_seen, overdue_after,
     ready_state, ready_too_long, run_overdue,
 };
+pub use backup::BackupView;
 pub use explain::{BatchExplanation, ClauseCheck, Explanation, RetryWindow};
 pub use failures::{FAILURES_READ, FailuresAt, FailuresView, ReasonGroup, group_reasons};
 pub use locks::{LockView, LocksView, describe_lock};

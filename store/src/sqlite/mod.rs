@@ -4,6 +4,7 @@
 //! counter inside that transaction, which makes seqs strictly increasing in commit order
 //! (the component registry's writes change no batch and take no seq).
 
+mod backup;
 mod batches;
 mod history;
 mod outbox;
@@ -29,6 +30,7 @@ use crate::checked::Checked;
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{Batch, BatchId, InvalidInput};
 
+pub use backup::{BackupFacts, backup_file};
 pub use schema::LATEST_VERSION;
 
 /// How often a waiter woken by file notifications still reads the head, in case one is
