@@ -15,12 +15,21 @@ const TESTS: &[&str] = &["contains(", "starts_with(", "ends_with("];
 
 /// Decisions on text that are allowed, each with its reason: (where: a file or the directory
 /// it is in, the code on the line, why).
-const ALLOWED: &[(&str, &str, &str)] = &[(
-    "store/src/postgres/",
-    "described.starts_with(\"invalid configuration\")",
-    "tokio-postgres 0.7 says a configuration error (a password the server asks for and the URL does not \
-     give) only in its Display: its Kind::Config has no accessor",
-)];
+const ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "store/src/postgres/",
+        "described.starts_with(\"invalid configuration\")",
+        "tokio-postgres 0.7 says a configuration error (a password the server asks for and the URL does not \
+         give) only in its Display: its Kind::Config has no accessor",
+    ),
+    (
+        "framework/src/config.rs",
+        "message.starts_with(\"invalid type: \")",
+        "toml gives a setting's type or value error (serde's invalid_type/invalid_value) only as text, with the \
+         value quoted: the text decides only what of it is shown (the value, maybe a secret, is not), never an \
+         outcome",
+    ),
+];
 
 /// A line of product code that tests a message's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
