@@ -170,7 +170,7 @@ fn text_no_xml_may_hold_is_written_visibly_and_the_document_stays_valid() {
     std::fs::create_dir_all(&dir).unwrap();
     pipeline.add_batch("B1", &dir);
     let details = serde_json::json!({
-        "summary": "bell\u{7} and <b>bold</b> & \"quotes\"",
+        "summary": "bell\u{7} and <b>bold</b> & \"quotes\" cr\r",
         "result": {"note": "esc\u{1b}[2J", "ok": true},
         "failures": [{"reference": "data/<x>.tif", "type": "checksum", "description": "nul\u{0} here"}],
         "failures_total": 1, "failures_cap": 10, "outcome": "failure", "duration_ms": 1
@@ -183,6 +183,20 @@ fn text_no_xml_may_hold_is_written_visibly_and_the_document_stays_valid() {
     validate(&file);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("bell\\u{7} and &lt;b&gt;bold&lt;/b&gt; &amp;"), "{text}");
+    // A carriage return survives parsing only as a character reference.
+    assert!(text.contains("cr&#13;"), "{text}");
+    let detail = xpath(&file, &format!("string(//{}[1])", el("eventDetail")));
+    assert!(detail.contains("cr\r"), "parsed back with its carriage return: {detail:?}");
+
+    // An id given twice is one object; a store without batches writes no document.
+    let twice = pipeline.autocomp(&binary("autocomp"), &["export", "--format", "premis", "B1", "B1"]);
+    std::fs::write(&file, &twice.stdout).unwrap();
+    assert_eq!(xpath(&file, &format!("count(/{}/{})", el("premis"), el("object"))), "1");
+    let empty = autocomp_framework::testing::TempPipeline::new();
+    let none = empty.autocomp(&binary("autocomp"), &["export", "--format", "premis", "--all"]);
+    assert_eq!(none.status.code(), Some(0));
+    assert!(none.stdout.is_empty(), "no document: {}", String::from_utf8_lossy(&none.stdout));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("nothing to export"));
     assert!(text.contains("data/&lt;x&gt;.tif: checksum: nul\\u{0} here"), "{text}");
     // The result is JSON, whose own escape it keeps.
     assert!(text.contains("esc\\u001b[2J"), "{text}");

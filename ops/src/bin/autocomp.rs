@@ -520,6 +520,10 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             };
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
             match operator.export_premis(&scope, &mut stdout).await {
+                Ok(count) if count.objects == 0 => {
+                    eprintln!("nothing to export: no batch (as of seq {}); no document written", count.as_of);
+                    String::new()
+                }
                 Ok(count) => {
                     stdout.flush().or_else(|e| stdout.closed_or(e))?;
                     eprintln!(

@@ -70,8 +70,13 @@ impl Operator {
                 store.batch_head(id).await?;
             }
         }
-        let mut xml = Writer::new_with_indent(out, b' ', 2);
+        let ids = batch_ids(store.as_ref(), scope, as_of).await?;
         let mut count = ExportCount { as_of, ..ExportCount::default() };
+        // PREMIS needs an object: with no batch there is no document to write.
+        if ids.is_empty() {
+            return Ok(count);
+        }
+        let mut xml = Writer::new_with_indent(out, b' ', 2);
         let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the export: {e}"));
         xml.write_event(quick_xml::events::Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None))).map_err(written)?;
         let root = quick_xml::events::BytesStart::new("premis:premis").with_attributes([
@@ -81,13 +86,11 @@ impl Operator {
             ("version", "3.0"),
         ]);
         xml.write_event(quick_xml::events::Event::Start(root.clone())).map_err(written)?;
-        for_each_batch(store.as_ref(), scope, as_of, |head| {
+        for id in &ids {
+            write_object(&mut xml, &store.batch_head(id).await?).map_err(written)?;
             count.objects += 1;
-            write_object(&mut xml, head).map_err(written)
-        })
-        .await?;
+        }
         let mut agents = BTreeMap::new();
-        let ids = batch_ids(store.as_ref(), scope, as_of).await?;
         for id in &ids {
             let mut after = Seq::ZERO;
             loop {
@@ -114,10 +117,14 @@ impl Operator {
     }
 }
 
-/// The ids of the scope's batches registered up to `as_of`, in id order.
+/// The ids of the scope's batches registered up to `as_of`: in id order, or as given, each
+/// once.
 async fn batch_ids(store: &dyn ObjectStore, scope: &ExportScope, as_of: Seq) -> Result<Vec<BatchId>, OperatorError> {
     match scope {
-        ExportScope::Batches(ids) => Ok(ids.clone()),
+        ExportScope::Batches(ids) => {
+            let mut seen = std::collections::BTreeSet::new();
+            Ok(ids.iter().filter(|id| seen.insert(*id)).cloned().collect())
+        }
         ExportScope::All => {
             let (mut ids, mut after) = (Vec::new(), None::<BatchId>);
             loop {
@@ -128,19 +135,6 @@ async fn batch_ids(store: &dyn ObjectStore, scope: &ExportScope, as_of: Seq) -> 
             }
         }
     }
-}
-
-/// Calls `each` with the head of every batch of the scope, in id order.
-async fn for_each_batch(
-    store: &dyn ObjectStore,
-    scope: &ExportScope,
-    as_of: Seq,
-    mut each: impl FnMut(&autocomp_store::BatchHead) -> Result<(), OperatorError>,
-) -> Result<(), OperatorError> {
-    for id in batch_ids(store, scope, as_of).await? {
-        each(&store.batch_head(&id).await?)?;
-    }
-    Ok(())
 }
 
 /// The PREMIS agent an event names, by its identifier: a component's version
@@ -162,9 +156,12 @@ fn agent_of(event: &Event) -> (String, ExportAgent) {
 
 type Xml<'w> = Writer<&'w mut dyn Write>;
 
-/// `<premis:NAME>text</premis:NAME>`, the text made valid XML 1.0 (`xml_text`).
+/// `<premis:NAME>text</premis:NAME>`, the text made valid XML 1.0 (`xml_text`), markup
+/// escaped, and a carriage return written `&#13;` (a parser would read a raw one as a line
+/// feed).
 fn leaf(xml: &mut Xml<'_>, name: &str, text: &str) -> std::io::Result<()> {
-    xml.create_element(name).write_text_content(BytesText::new(&xml_text(text)))?;
+    let escaped = quick_xml::escape::escape(xml_text(text).as_ref()).replace('\r', "&#13;");
+    xml.create_element(name).write_text_content(BytesText::from_escaped(escaped))?;
     Ok(())
 }
 
