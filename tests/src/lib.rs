@@ -225,6 +225,14 @@ impl Pipeline {
         self.use_backend("locks", url);
     }
 
+    /// Points the pipeline's store at `url` (a server restored from a backup), for the
+    /// components and the test's own handle alike.
+    pub fn move_store(&mut self, url: &str) {
+        self.use_backend("store", url);
+        self.store_url = url.to_owned();
+        self.reconnect();
+    }
+
     /// Points `config/autocomp.toml`'s `store`, `index` or `locks` at `url`.
     pub fn use_backend(&self, key: &str, url: &str) {
         let file = self.config_dir().join("autocomp.toml");

@@ -88,3 +88,70 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
         facts["as_of_seq"], facts["events"], facts["open_runs"]
     );
 }
+
+/// The same drill on PostgreSQL: a base backup (`pg_basebackup`) taken while two watching
+/// workers run, WAL archived (`archive_mode=on`), a named restore point made while they still
+/// run; a new server recovered to that point and promoted, the pipeline pointed at it, the
+/// index rebuilt, the workers started again.
+#[test]
+fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_once_at_a_time() {
+    use autocomp_test_servers::postgres::{Options, Postgres, ServerScratch};
+    let archive = ServerScratch::new();
+    let archive_command = format!("cp %p {}/%f", archive.path().display());
+    let primary = Postgres::start_with(
+        Options::default().setting("archive_mode", "on").setting("archive_command", &archive_command),
+    );
+    let database = primary.unique_database();
+    let mut pipeline = Pipeline::with_store(PROBE, &format!("{database}?retry_for=5s"));
+    let ids = pipeline.register(60);
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"200ms\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+    let done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
+    let workers = |pipeline: &Pipeline| [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])];
+
+    let first = workers(&pipeline);
+    assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 5), "the workers work");
+    let backup = primary.base_backup();
+    assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 20), "they go on");
+    primary.restore_point("drill");
+    let at_the_point = done(&pipeline);
+    let late = pipeline.register_one("LATE1", true);
+    assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) == ids.len()), "they finish");
+    for worker in first {
+        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+        finish(worker, Duration::from_secs(60));
+    }
+    primary.stop_fast();
+
+    // The database is lost; a new server is recovered to the restore point.
+    let restored = Postgres::restore_from(&backup, archive.path(), "drill", Options::default());
+    let name = database.rsplit('/').next().unwrap().to_owned();
+    pipeline.move_store(&format!("{}?retry_for=5s", restored.url(&name)));
+    let reindexed = pipeline.autocomp(&["reindex"]);
+    assert_eq!(reindexed.code, Some(0), "{}", reindexed.show());
+    let restored_done = done(&pipeline);
+    // The restore point was made after 20 were done, and before `at_the_point` was counted.
+    assert!((20..=at_the_point).contains(&restored_done), "{restored_done} done at the restore point ({at_the_point})");
+    assert!(pipeline.all_batches().iter().all(|b| b.id != late), "registered after the point: not restored");
+
+    let second = workers(&pipeline);
+    let finished = wait_until(Instant::now() + Duration::from_secs(90), || done(&pipeline) == ids.len());
+    for worker in second {
+        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+        finish(worker, Duration::from_secs(60));
+    }
+    assert!(finished, "after the restore {} of {} batches were done", done(&pipeline), ids.len());
+    for id in &ids {
+        let probed = pipeline.events(id, PROBED);
+        assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{id}: {probed:?}");
+    }
+    let by_batch = disjoint_by_batch(&pipeline.ledger());
+    let redone = by_batch.iter().filter(|(batch, works)| batch.as_str() != late.as_str() && works.len() > 1).count();
+    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+    eprintln!(
+        "PostgreSQL restore drill: 60 batches; {at_the_point} done at the restore point, {restored_done} in the \
+         restored database; {redone} redone; 0 lost, 0 twice at once"
+    );
+}

@@ -56,11 +56,13 @@ impl Operator {
             let how = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
                 "a PostgreSQL store is backed up with PostgreSQL's own tools: pg_basebackup and WAL archiving, for a \
                  point-in-time restore (README: Backup and restore)"
-            } else {
+            } else if url.starts_with("http://") || url.starts_with("https://") {
                 "a store service's file is backed up on the service's host: `autocomp backup --store \
                  sqlite:///path/of/its/file --to FILE` there"
+            } else {
+                "unknown scheme; autocomp backs up an embedded store, sqlite:///path/to/store.db"
             };
-            return Err(OperatorError::usage(format!("{shown}: {how}")));
+            return Err(autocomp_model::InvalidInput::new("store", shown, how).into());
         };
         let store = PathBuf::from(rest.split_once('?').map_or(rest, |(path, _)| path));
         let target = to.to_path_buf();

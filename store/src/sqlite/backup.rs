@@ -29,9 +29,12 @@ pub struct BackupFacts {
 /// Copies the store file `store` into `to` (which must not exist), consistent while other
 /// processes write to the store; the copy is checked before this returns.
 pub fn backup_file(store: &Path, to: &Path) -> StoreResult<BackupFacts> {
-    let invalid = |reason: String| -> StoreError { InvalidInput::new("to", to.display().to_string(), reason).into() };
+    let invalid = |reason: String| -> StoreError { InvalidInput::new("--to", to.display().to_string(), reason).into() };
     if !store.is_file() {
         return Err(InvalidInput::new("store", store.display().to_string(), "no store file there").into());
+    }
+    if to.is_dir() {
+        return Err(invalid("is a directory: name the new file".into()));
     }
     if to.exists() {
         return Err(invalid("exists: a backup never overwrites a file".into()));
@@ -51,9 +54,22 @@ fn copy(store: &Path, to: &Path) -> StoreResult<()> {
     conn.busy_timeout(Duration::from_secs(30)).map_err(unavailable)?;
     let target = to
         .to_str()
-        .ok_or_else(|| StoreError::from(InvalidInput::new("to", to.display().to_string(), "not a UTF-8 path")))?;
-    conn.execute("VACUUM INTO ?1", [target]).map_err(unavailable)?;
-    Ok(())
+        .ok_or_else(|| StoreError::from(InvalidInput::new("--to", to.display().to_string(), "not a UTF-8 path")))?;
+    match conn.execute("VACUUM INTO ?1", [target]) {
+        Ok(_) => Ok(()),
+        // The target's side: the store itself is fine.
+        Err(rusqlite::Error::SqliteFailure(failure, message))
+            if matches!(
+                failure.code,
+                rusqlite::ErrorCode::DiskFull | rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly
+            ) =>
+        {
+            let why = message.unwrap_or_else(|| failure.to_string());
+            Err(InvalidInput::new("--to", to.display().to_string(), format!("cannot write the copy there: {why}"))
+                .into())
+        }
+        Err(e) => Err(unavailable(e)),
+    }
 }
 
 /// Opens the copy read-only and reads what it holds; a copy that fails SQLite's integrity

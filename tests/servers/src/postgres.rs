@@ -603,6 +603,117 @@ impl Postgres {
     }
 }
 
+/// A directory the server user owns (tests run as root; PostgreSQL refuses to): for a base
+/// backup, or the WAL a server's `archive_command` copies; removed when dropped, or by its
+/// watchdog after the test process dies.
+pub struct ServerScratch {
+    dir: tempfile::TempDir,
+    watchdog: Child,
+}
+
+impl ServerScratch {
+    pub fn new() -> Self {
+        let (dir, watchdog) = server_dir();
+        ServerScratch { dir, watchdog }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Default for ServerScratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for ServerScratch {
+    fn drop(&mut self) {
+        self.watchdog.kill().ok();
+        self.watchdog.wait().ok();
+    }
+}
+
+/// A base backup of a server (`Postgres::base_backup`), for a point-in-time restore
+/// (`Postgres::restore_from`); removed when dropped.
+pub struct BaseBackup {
+    dir: ServerScratch,
+}
+
+impl BaseBackup {
+    /// The backup's data dir.
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+}
+
+impl Postgres {
+    /// A base backup of this server while it serves (`pg_basebackup -X stream`, a fast
+    /// checkpoint): with the WAL it archived since (`archive_mode=on`), a new server is
+    /// recovered from it to a point in time by [`Postgres::restore_from`].
+    pub fn base_backup(&self) -> BaseBackup {
+        let dir = ServerScratch::new();
+        let data = dir.path().join("data");
+        let backup = run(
+            server_command(&self.bin.join("pg_basebackup"), dir.path())
+                .args(["-h", &self.address().to_string(), "-U", USER, "-p", &self.port.to_string()])
+                .arg("-D")
+                .arg(&data)
+                .args(["-X", "stream", "--checkpoint=fast"]),
+            None,
+            "pg_basebackup",
+        );
+        assert!(
+            backup.status.success(),
+            "pg_basebackup failed: {}{}\n{}",
+            backup.stdout,
+            backup.stderr,
+            self.log_tail()
+        );
+        BaseBackup { dir }
+    }
+
+    /// Makes a named restore point (`pg_create_restore_point`), then switches to a new WAL
+    /// segment and waits until the one holding it is archived: a restore can then reach it.
+    pub fn restore_point(&self, name: &str) {
+        self.psql("postgres", &format!("select pg_create_restore_point('{name}')"));
+        let segment = self.psql("postgres", "select pg_walfile_name(pg_switch_wal())");
+        let segment = segment.trim().to_owned();
+        let archived = wait_until(Instant::now() + LIMIT, || {
+            let last = self.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver");
+            last.trim() >= segment.as_str()
+        });
+        assert!(archived, "WAL segment {segment} not archived within {LIMIT:?}\n{}", self.log_tail());
+    }
+
+    /// A new server recovered from `backup` and the WAL in `archive` (where this test's
+    /// primary's `archive_command` copied it) up to the restore point `name`, then promoted:
+    /// returned once it accepts writes.
+    pub fn restore_from(backup: &BaseBackup, archive: &Path, name: &str, options: Options) -> Postgres {
+        let bin = bin_dir();
+        let (dir, watchdog) = server_dir();
+        let data = dir.path().join("data");
+        let copy =
+            run(server_command(Path::new("cp"), dir.path()).arg("-a").arg(backup.data()).arg(&data), None, "cp -a");
+        assert!(copy.status.success(), "copying the base backup failed: {}", copy.stderr);
+        std::fs::write(data.join("recovery.signal"), "").expect("recovery.signal");
+        let mut auto_conf = std::fs::OpenOptions::new().append(true).open(data.join("postgresql.auto.conf")).unwrap();
+        writeln!(
+            auto_conf,
+            "restore_command = 'cp \"{}/%f\" \"%p\"'\nrecovery_target_name = '{name}'\nrecovery_target_action = 'promote'",
+            archive.display()
+        )
+        .expect("postgresql.auto.conf");
+        let restored = Self::launch(bin, dir, watchdog, options);
+        let promoted = wait_until(Instant::now() + LIMIT, || {
+            restored.psql("postgres", "select pg_is_in_recovery()").trim() == "f"
+        });
+        assert!(promoted, "port {} still in recovery after {LIMIT:?}\n{}", restored.port, restored.log_tail());
+        restored
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         if let Some(mut child) = self.postmaster.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
