@@ -5,25 +5,66 @@
 //! probe's ledger, written by every process), the runs open in the copy taken over; what was
 //! recorded after the backup is gone (the restore point) and is done again.
 
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
-use autocomp_model::Outcome;
+use autocomp_model::{BatchId, Outcome};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 
-#[test]
-fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once_at_a_time() {
-    let mut pipeline = Pipeline::new(PROBE);
+/// 60 batches for the probe (200 ms each, the ledger on), two threads a worker.
+fn sixty_batches(pipeline: &Pipeline) -> Vec<BatchId> {
     let ids = pipeline.register(60);
     pipeline.configure(&format!(
         "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"200ms\"\nledger = \"{}\"\n",
         pipeline.path("ledger.txt").display()
     ));
-    let done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
-    let workers = |pipeline: &Pipeline| [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])];
+    ids
+}
 
+/// How many of `ids` have their result.
+fn done(pipeline: &Pipeline, ids: &[BatchId]) -> usize {
+    ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count()
+}
+
+/// Two watching workers.
+fn workers(pipeline: &Pipeline) -> [Child; 2] {
+    [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])]
+}
+
+/// SIGTERM to each: a watcher finishes its work and exits 0.
+fn stop(workers: [Child; 2]) {
+    for worker in workers {
+        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
+        let stopped = finish(worker, Duration::from_secs(60));
+        assert_eq!(stopped.code, Some(0), "{}", stopped.show());
+    }
+}
+
+/// After the restore: two workers again until every batch is done; then each batch has one
+/// result, no two works on a batch overlapped across the restore, no run is left open.
+/// Returns how many batches were worked again (`late`, registered after the restore point,
+/// aside).
+fn finish_after_restore(pipeline: &Pipeline, ids: &[BatchId], late: &BatchId) -> usize {
+    let again = workers(pipeline);
+    let finished = wait_until(Instant::now() + Duration::from_secs(90), || done(pipeline, ids) == ids.len());
+    stop(again);
+    assert!(finished, "after the restore {} of {} batches were done", done(pipeline, ids), ids.len());
+    for id in ids {
+        let probed = pipeline.events(id, PROBED);
+        assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{id}: {probed:?}");
+    }
+    let by_batch = disjoint_by_batch(&pipeline.ledger());
+    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+    by_batch.iter().filter(|(batch, works)| batch.as_str() != late.as_str() && works.len() > 1).count()
+}
+
+#[test]
+fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once_at_a_time() {
+    let mut pipeline = Pipeline::new(PROBE);
+    let ids = sixty_batches(&pipeline);
+    let done = |pipeline: &Pipeline| done(pipeline, &ids);
     let first = workers(&pipeline);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 10), "the workers work");
     let backup = pipeline.path("backup.db");
@@ -43,11 +84,7 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
     let late = pipeline.register_one("LATE1", true);
     let moved_on = wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) == ids.len());
     assert!(moved_on, "the workers finished after the backup");
-    for worker in first {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        let stopped = finish(worker, Duration::from_secs(60));
-        assert_eq!(stopped.code, Some(0), "{}", stopped.show());
-    }
+    stop(first);
     let done_before_restore = done(&pipeline);
 
     // The store file is lost; the backup takes its place.
@@ -64,24 +101,8 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
     assert!(restored_done < done_before_restore, "the restore point is the backup's: {restored_done} done then");
     assert!(pipeline.all_batches().iter().all(|b| b.id != late), "a batch registered after the backup is not in it");
 
-    let second = workers(&pipeline);
-    let finished = wait_until(Instant::now() + Duration::from_secs(90), || done(&pipeline) == ids.len());
-    for worker in second {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        finish(worker, Duration::from_secs(60));
-    }
-    assert!(finished, "after the restore {} of {} batches were done", done(&pipeline), ids.len());
-
-    // Each batch once in the restored store; never two works at once on a batch, across the
-    // restore; the work recorded after the backup done again (the restore point).
-    for id in &ids {
-        let probed = pipeline.events(id, PROBED);
-        assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{id}: {probed:?}");
-    }
-    let ledger = pipeline.ledger();
-    let by_batch = disjoint_by_batch(&ledger);
-    let redone = by_batch.iter().filter(|(batch, works)| batch.as_str() != late.as_str() && works.len() > 1).count();
-    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+    // The work recorded after the backup is done again (the restore point).
+    let redone = finish_after_restore(&pipeline, &ids, &late);
     eprintln!(
         "restore drill: 60 batches; backup as of seq {} ({} events, {} runs open); {done_before_restore} done \
          before the restore, {restored_done} after it; {redone} redone; 0 lost, 0 twice at once",
@@ -103,13 +124,8 @@ fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_onc
     );
     let database = primary.unique_database();
     let mut pipeline = Pipeline::with_store(PROBE, &format!("{database}?retry_for=5s"));
-    let ids = pipeline.register(60);
-    pipeline.configure(&format!(
-        "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"200ms\"\nledger = \"{}\"\n",
-        pipeline.path("ledger.txt").display()
-    ));
-    let done = |pipeline: &Pipeline| ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count();
-    let workers = |pipeline: &Pipeline| [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])];
+    let ids = sixty_batches(&pipeline);
+    let done = |pipeline: &Pipeline| done(pipeline, &ids);
 
     let first = workers(&pipeline);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 5), "the workers work");
@@ -119,10 +135,7 @@ fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_onc
     let at_the_point = done(&pipeline);
     let late = pipeline.register_one("LATE1", true);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) == ids.len()), "they finish");
-    for worker in first {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        finish(worker, Duration::from_secs(60));
-    }
+    stop(first);
     primary.stop_fast();
 
     // The database is lost; a new server is recovered to the restore point.
@@ -136,20 +149,7 @@ fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_onc
     assert!((20..=at_the_point).contains(&restored_done), "{restored_done} done at the restore point ({at_the_point})");
     assert!(pipeline.all_batches().iter().all(|b| b.id != late), "registered after the point: not restored");
 
-    let second = workers(&pipeline);
-    let finished = wait_until(Instant::now() + Duration::from_secs(90), || done(&pipeline) == ids.len());
-    for worker in second {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        finish(worker, Duration::from_secs(60));
-    }
-    assert!(finished, "after the restore {} of {} batches were done", done(&pipeline), ids.len());
-    for id in &ids {
-        let probed = pipeline.events(id, PROBED);
-        assert_eq!(probed.iter().map(|e| e.outcome).collect::<Vec<_>>(), [Outcome::Success], "{id}: {probed:?}");
-    }
-    let by_batch = disjoint_by_batch(&pipeline.ledger());
-    let redone = by_batch.iter().filter(|(batch, works)| batch.as_str() != late.as_str() && works.len() > 1).count();
-    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+    let redone = finish_after_restore(&pipeline, &ids, &late);
     eprintln!(
         "PostgreSQL restore drill: 60 batches; {at_the_point} done at the restore point, {restored_done} in the \
          restored database; {redone} redone; 0 lost, 0 twice at once"
