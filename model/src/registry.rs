@@ -470,6 +470,30 @@ impl RegisteredComponent {
         &self.descriptor.name
     }
 
+    /// The versions its hosts last ran, each with its hosts, the last pass's version (the
+    /// descriptor's) first: more than one while hosts are upgraded one at a time.
+    pub fn versions(&self) -> Vec<(&str, Vec<&str>)> {
+        let mut versions: Vec<(&str, Vec<&str>)> = Vec::new();
+        for host in &self.hosts {
+            match versions.iter_mut().find(|(version, _)| *version == host.version) {
+                Some((_, hosts)) => hosts.push(&host.host),
+                None => versions.push((&host.version, vec![&host.host])),
+            }
+        }
+        versions.sort_by_key(|(version, _)| *version != self.descriptor.version);
+        versions
+    }
+
+    /// `1.2.0 on h2; 1.1.0 on h1, h3` when its hosts run more than one version.
+    pub fn mixed_versions(&self) -> Option<String> {
+        let versions = self.versions();
+        (versions.len() > 1).then(|| {
+            let each: Vec<String> =
+                versions.iter().map(|(version, hosts)| format!("{version} on {}", hosts.join(", "))).collect();
+            each.join("; ")
+        })
+    }
+
     /// The newest pass report from any host.
     pub fn last_seen(&self) -> Option<Timestamp> {
         self.hosts.iter().map(|h| h.last_seen).max()

@@ -259,6 +259,8 @@ fn a_pass_its_configuration_refuses_is_in_the_registry_with_the_reason() {
         "{alerts}"
     );
     assert!(alerts.contains("max_thread"), "{alerts}");
+    let doctor = autocomp(&pipeline, &["doctor"]);
+    assert!(doctor.contains("its last pass on ") && doctor.contains(" not started: "), "{doctor}");
     // A dry run tells nothing.
     pipeline.configure("files-listed", "max_threads = 2\n");
     assert_eq!(producer.pass(&pipeline, &[]).code, Some(0), "mended");

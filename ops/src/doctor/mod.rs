@@ -432,6 +432,11 @@ fn component_check(
     if let Some(hold) = hold {
         detail = format!("{detail}; {}", hold_text(hold, now));
     }
+    if let Some(mixed) = component.mixed_versions() {
+        detail = format!("{detail}; running mixed versions: {mixed}");
+    }
+    // A pass its configuration or a broken contract refused: the component does no work.
+    let refused = component.hosts.iter().find(|h| !h.running() && h.summary.starts_with("not started: "));
     let rule = SilenceRule::of(component, defaults);
     let silent = !component.descriptor.manual && rule.is_silent(seen, now);
     let circuit_open = hold.is_some_and(|hold| hold.kind == HoldKind::Circuit);
@@ -441,6 +446,13 @@ fn component_check(
             check,
             format!("{detail}: silent (after {})", rule.describe()),
             format!("see why its timer, cron line or watch unit stopped (`journalctl -u 'autocomp-*@{name}*'`)"),
+        )
+    } else if let Some(refused) = refused {
+        let why = autocomp_toolkit::terminal::one_line(&refused.summary).into_owned();
+        Check::fail(
+            check,
+            format!("{detail}; its last pass on {} {why}", refused.host),
+            "`autocomp pipeline` says why; mend it and its next pass starts".to_string(),
         )
     } else if circuit_open {
         Check::fail(check, detail, format!("`autocomp resume {name} --rerun-failed --reason ...` once fixed"))

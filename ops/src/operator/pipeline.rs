@@ -192,9 +192,24 @@ impl PipelineView {
         let mut out =
             table(&["component", "records", "trigger", "hosts (last pass)", "last seen", "version", "state"], &rows);
         out.push_str(&self.refused_text());
+        out.push_str(&self.mixed_versions_text());
         out.push_str(&self.results_text());
         out.push_str(&self.steering_text());
         out
+    }
+
+    /// The components whose hosts last ran different versions (hosts upgraded one at a
+    /// time): each version with its hosts, the newest registered first. The table's version
+    /// column is the last pass's.
+    fn mixed_versions_text(&self) -> String {
+        let mut out = String::new();
+        for c in self.components.iter().filter(|c| c.retired.is_none()) {
+            if let Some(mixed) = c.mixed_versions() {
+                let line = autocomp_toolkit::terminal::one_line(&mixed).into_owned();
+                writeln!(out, "  {}: {line}", c.descriptor.name).ok();
+            }
+        }
+        if out.is_empty() { out } else { format!("\nrunning mixed versions (hosts upgraded one at a time):\n{out}") }
     }
 
     /// The passes that did not start (a broken contract, a configuration refused), with why,
@@ -252,5 +267,62 @@ impl Operator {
     /// `autocomp pipeline`: see `PipelineView::read`.
     pub async fn pipeline_view(&self) -> Result<PipelineView, OperatorError> {
         PipelineView::read(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{ComponentName, EventType, HostRecord, RegisteredComponent, Trigger, WorkHistory};
+
+    use super::*;
+
+    fn host(name: &str, version: &str) -> HostRecord {
+        HostRecord {
+            host: name.into(),
+            version: version.into(),
+            last_seen: Timestamp(1_000),
+            pass_started_at: Some(Timestamp(900)),
+            pass_ended_at: Some(Timestamp(1_000)),
+            outcome: Some(autocomp_model::PassOutcome::Idle),
+            summary: String::new(),
+            duration_ms: Some(1),
+        }
+    }
+
+    fn component(name: &str, version: &str, hosts: Vec<HostRecord>) -> RegisteredComponent {
+        let descriptor = autocomp_model::ComponentDescriptor::new(
+            ComponentName::new(name).unwrap(),
+            version,
+            EventType::new("Data_Archived").unwrap(),
+            Trigger::default(),
+        );
+        RegisteredComponent {
+            descriptor,
+            registered_at: Timestamp(0),
+            changed_at: Timestamp(0),
+            hosts,
+            retired: None,
+            work: WorkHistory::default(),
+        }
+    }
+
+    /// Hosts upgraded one at a time: the text says which runs what, the newest first.
+    #[test]
+    fn hosts_running_different_versions_are_listed_under_the_table() {
+        let view = |hosts| PipelineView {
+            components: vec![component("archiver", "1.2.0", hosts)],
+            steering: Default::default(),
+            log: Vec::new(),
+            now: Timestamp(2_000),
+        };
+        let mixed = view(vec![host("h1", "1.1.0"), host("h2", "1.2.0"), host("h3", "1.1.0")]).to_text();
+        assert!(
+            mixed.contains(
+                "\nrunning mixed versions (hosts upgraded one at a time):\n  archiver: 1.2.0 on h2; 1.1.0 on h1, h3\n"
+            ),
+            "{mixed}"
+        );
+        let same = view(vec![host("h1", "1.2.0"), host("h2", "1.2.0")]).to_text();
+        assert!(!same.contains("mixed versions"), "{same}");
     }
 }
