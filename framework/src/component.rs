@@ -71,6 +71,21 @@ pub trait Component: Send + Sync + 'static {
     fn work(&self, batch: &Batch, settings: &Self::Settings, context: &mut WorkContext) -> Result<(), WorkError>;
 }
 
+/// What the registry records of `component` configured by `config`: the config's readiness
+/// settings, the trigger, and the contract the component publishes and reads. A runner's
+/// passes and a refused pass describe it alike.
+pub(crate) fn descriptor_of<C: Component>(
+    component: &C,
+    config: &crate::config::ComponentConfig,
+    (name, event_type): (autocomp_model::ComponentName, autocomp_model::EventType),
+    trigger: autocomp_model::Trigger,
+) -> autocomp_model::ComponentDescriptor {
+    let mut descriptor = config.descriptor(name, component.version(), event_type, trigger, false);
+    descriptor.result_schema = component.result_schema();
+    descriptor.reads = component.reads();
+    descriptor
+}
+
 /// A setting a component or source refused: `[settings] <key>: <message>` in its config file.
 #[derive(Debug, Clone)]
 pub struct SettingError {

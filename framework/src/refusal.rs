@@ -62,22 +62,14 @@ async fn tell<C: Component>(component: &C, store_url: &str, reason: &str) -> Res
         Some(registered) => registered.descriptor,
         None => {
             let event_type = EventType::new(component.event_type()).map_err(|e| RunError::Usage(e.to_string()))?;
-            let mut descriptor = ComponentConfig::default().descriptor(
-                name,
-                component.version(),
-                event_type,
-                component.trigger(),
-                false,
-            );
-            descriptor.result_schema = component.result_schema();
-            descriptor.reads = component.reads();
-            descriptor
+            let config = ComponentConfig::default();
+            crate::component::descriptor_of(component, &config, (name, event_type), component.trigger())
         }
     };
     let identity = Identity::of(component.name(), component.version())?;
     let phase = PassPhase::Ended {
         outcome: PassOutcome::Error,
-        summary: format!("not started: {reason}"),
+        summary: format!("{}{reason}", autocomp_model::NOT_STARTED),
         duration_ms: 0,
         work: Vec::new(),
     };

@@ -37,8 +37,8 @@ pub use names::{
 };
 pub use output::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, MAX_OUTPUT_STREAMS, OutputCapture, OutputStream, RunOutput};
 pub use registry::{
-    ComponentDescriptor, ComponentState, HostRecord, NotReady, PassOutcome, PassPhase, PassRecord, RegisteredComponent,
-    ResultRead, Retirement,
+    ComponentDescriptor, ComponentState, HostRecord, NOT_STARTED, NotReady, PassOutcome, PassPhase, PassRecord,
+    RegisteredComponent, ResultRead, Retirement,
 };
 pub use report::{Failure, OUTPUT_KEY, RESULT_KEY, RESULT_SCHEMA_KEY, Report};
 pub use schedule::Schedule;

@@ -426,7 +426,16 @@ pub struct HostRecord {
     pub duration_ms: Option<u64>,
 }
 
+/// How a host's pass summary begins when the pass did not start (a broken contract, a
+/// configuration refused): the runner writes it, the operator's views read it.
+pub const NOT_STARTED: &str = "not started: ";
+
 impl HostRecord {
+    /// Why this host's last pass did not start, when it did not (and no pass runs now).
+    pub fn refused(&self) -> Option<&str> {
+        self.summary.strip_prefix(NOT_STARTED).filter(|_| !self.running())
+    }
+
     /// A pass started and not yet ended (or its process died before it could say so).
     pub fn running(&self) -> bool {
         match (self.pass_started_at, self.pass_ended_at) {

@@ -184,14 +184,24 @@ fn a_renamed_field_is_seen_everywhere_before_any_work_and_mended_without_a_resta
     let registry = autocomp(&pipeline, &["pipeline", "--format", "json"]);
     assert!(registry.contains(&format!("not started: {broken}")), "the refused pass is in the registry: {registry}");
 
-    // A watching reader stays up through it.
+    // A watching reader stays up through it: it reports a refused pass after the producer's
+    // next one, and is still running.
+    let reader_seen = || {
+        let json: serde_json::Value =
+            serde_json::from_str(&autocomp(&pipeline, &["pipeline", "--format", "json"])).unwrap();
+        let components = json["components"].as_array().cloned().unwrap_or_default();
+        let reader = components.into_iter().find(|c| c["descriptor"]["name"] == "files-copied").unwrap_or_default();
+        reader["last_seen"].as_str().map(str::to_owned)
+    };
     let mut watch = reader.command(&pipeline, &["--watch"], &[]);
     let watcher = watch.spawn().expect("the watcher starts");
     let watcher_pid = watcher.id();
     let watched = std::thread::spawn(move || finish(watcher, Duration::from_secs(120)));
     deliver(&pipeline, "B3");
     assert_eq!(producer.pass(&pipeline, &[]).code, Some(0), "another batch listed under the broken contract");
-    std::thread::sleep(Duration::from_secs(2));
+    let listed_at = reader_seen();
+    let refused_again = wait_until(Instant::now() + Duration::from_secs(30), || reader_seen() > listed_at);
+    assert!(refused_again, "the watcher tried again after the producer's pass");
     assert!(!watched.is_finished(), "the watcher stays up through a broken contract");
 
     // Mended by 1.2.0: the watcher's next pass works by itself, on the new batch, and refuses

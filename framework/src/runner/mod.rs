@@ -153,9 +153,8 @@ impl<C: Component> Runner<C> {
             )));
         }
         let identity = Identity::of(component.name(), component.version())?;
-        let mut descriptor = config.descriptor(name.clone(), component.version(), event_type.clone(), trigger, false);
-        descriptor.result_schema = component.result_schema();
-        descriptor.reads = component.reads();
+        let descriptor =
+            crate::component::descriptor_of(&component, &config, (name.clone(), event_type.clone()), trigger);
         descriptor.validate().map_err(usage)?;
         let result_checks = result_checks::ResultChecks::of(&descriptor)?;
         let retry_trigger = descriptor.retry_trigger();
@@ -281,7 +280,7 @@ impl<C: Component> Runner<C> {
             let message = refused.to_string();
             let phase = PassPhase::Ended {
                 outcome: PassOutcome::Error,
-                summary: format!("not started: {message}"),
+                summary: format!("{}{message}", autocomp_model::NOT_STARTED),
                 duration_ms: started.elapsed().as_millis() as u64,
                 work: Vec::new(),
             };

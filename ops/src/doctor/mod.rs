@@ -436,7 +436,7 @@ fn component_check(
         detail = format!("{detail}; running mixed versions: {mixed}");
     }
     // A pass its configuration or a broken contract refused: the component does no work.
-    let refused = component.hosts.iter().find(|h| !h.running() && h.summary.starts_with("not started: "));
+    let refused = component.hosts.iter().find_map(|h| Some((&h.host, h.refused()?)));
     let rule = SilenceRule::of(component, defaults);
     let silent = !component.descriptor.manual && rule.is_silent(seen, now);
     let circuit_open = hold.is_some_and(|hold| hold.kind == HoldKind::Circuit);
@@ -447,11 +447,11 @@ fn component_check(
             format!("{detail}: silent (after {})", rule.describe()),
             format!("see why its timer, cron line or watch unit stopped (`journalctl -u 'autocomp-*@{name}*'`)"),
         )
-    } else if let Some(refused) = refused {
-        let why = autocomp_toolkit::terminal::one_line(&refused.summary).into_owned();
+    } else if let Some((host, why)) = refused {
+        let why = autocomp_toolkit::terminal::one_line(why).into_owned();
         Check::fail(
             check,
-            format!("{detail}; its last pass on {} {why}", refused.host),
+            format!("{detail}; its last pass on {host} {}{why}", autocomp_model::NOT_STARTED),
             "`autocomp pipeline` says why; mend it and its next pass starts".to_string(),
         )
     } else if circuit_open {

@@ -151,11 +151,13 @@ impl Alert {
         match self {
             Alert::ContractBroken { component, reason } => format!(
                 "{component}: every pass stops before any work (exit 2), {}",
-                autocomp_toolkit::terminal::one_line(reason)
+                autocomp_toolkit::terminal::one_line(
+                    reason.strip_prefix(autocomp_model::NOT_STARTED).unwrap_or(reason)
+                )
             ),
             Alert::PassRefused { component, host, reason } => format!(
                 "{component}: its last pass on {host} did not start (exit 2): {}",
-                autocomp_toolkit::terminal::one_line(reason.strip_prefix("not started: ").unwrap_or(reason))
+                autocomp_toolkit::terminal::one_line(reason)
             ),
             Alert::ReadyTooLong { component, count, oldest_since, threshold } => {
                 let oldest = oldest_since.map(|at| format!(", the oldest for {}", ago(at))).unwrap_or_default();
@@ -349,9 +351,7 @@ impl Operator {
                 // A pass refused for a broken contract is said above; any other refusal is
                 // its configuration's, seen by nothing but the registry.
                 let refused = step.registered.hosts.iter().filter(|host| {
-                    !host.running()
-                        && host.outcome == Some(autocomp_model::PassOutcome::Error)
-                        && host.summary.starts_with("not started: ")
+                    host.outcome == Some(autocomp_model::PassOutcome::Error) && host.refused().is_some()
                 });
                 for host in refused {
                     alerts.push(Alert::PassRefused {

@@ -217,9 +217,9 @@ impl PipelineView {
     fn refused_text(&self) -> String {
         let mut out = String::new();
         for c in &self.components {
-            for host in c.hosts.iter().filter(|h| !h.running() && h.summary.starts_with("not started: ")) {
-                let why = autocomp_toolkit::terminal::one_line(&host.summary["not started: ".len()..]).into_owned();
-                writeln!(out, "  {} on {}: {why}", c.descriptor.name, host.host).ok();
+            for (host, why) in c.hosts.iter().filter_map(|h| Some((&h.host, h.refused()?))) {
+                let why = autocomp_toolkit::terminal::one_line(why).into_owned();
+                writeln!(out, "  {} on {host}: {why}", c.descriptor.name).ok();
             }
         }
         if out.is_empty() { out } else { format!("\nlast passes not started (exit 2):\n{out}") }

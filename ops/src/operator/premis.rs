@@ -65,12 +65,15 @@ impl Operator {
     pub async fn export_premis(&self, scope: &ExportScope, out: &mut dyn Write) -> Result<ExportCount, OperatorError> {
         let store = self.store().await?;
         let as_of = store.head().await?;
-        if let ExportScope::Batches(ids) = scope {
-            for id in ids {
-                store.batch_head(id).await?;
+        let ids = batch_ids(store.as_ref(), scope, as_of).await?;
+        // Batches named are read before anything is written (an unknown one is refused
+        // whole), and written from what was read.
+        let mut named = Vec::new();
+        if let ExportScope::Batches(_) = scope {
+            for id in &ids {
+                named.push(store.batch_head(id).await?);
             }
         }
-        let ids = batch_ids(store.as_ref(), scope, as_of).await?;
         let mut count = ExportCount { as_of, ..ExportCount::default() };
         // PREMIS needs an object: with no batch there is no document to write.
         if ids.is_empty() {
@@ -86,8 +89,16 @@ impl Operator {
             ("version", "3.0"),
         ]);
         xml.write_event(quick_xml::events::Event::Start(root.clone())).map_err(written)?;
-        for id in &ids {
-            write_object(&mut xml, &store.batch_head(id).await?).map_err(written)?;
+        for (n, id) in ids.iter().enumerate() {
+            let read;
+            let head = match named.get(n) {
+                Some(head) => head,
+                None => {
+                    read = store.batch_head(id).await?;
+                    &read
+                }
+            };
+            write_object(&mut xml, head).map_err(written)?;
             count.objects += 1;
         }
         let mut agents = BTreeMap::new();
