@@ -498,6 +498,18 @@ impl NewEvent {
             _ if self.resets.iter().any(EventType::is_reset) => {
                 Err(InvalidInput::new("resets", EventType::RESET, "a Reset marker cannot reset Reset markers"))
             }
+            // Only pruning writes it and only importing removes it: a pruned batch stays out
+            // of every pass until its whole history is back.
+            _ if self.event_type.is_history_pruned() => Err(InvalidInput::new(
+                "type",
+                EventType::HISTORY_PRUNED,
+                "is written only by `autocomp prune` (an `autocomp import` of its export restores the history)",
+            )),
+            _ if self.resets.iter().any(EventType::is_history_pruned) => Err(InvalidInput::new(
+                "resets",
+                EventType::HISTORY_PRUNED,
+                "a pruned history is restored by `autocomp import` of its export, not reset",
+            )),
             _ => Ok(()),
         }
     }

@@ -290,6 +290,20 @@ impl EventType {
     pub fn is_reset(&self) -> bool {
         self.0 == Self::RESET
     }
+
+    /// The reserved type of the event that stands for a pruned history: a batch whose history
+    /// was exported and removed keeps its effective events and this one, whose details name
+    /// the export. Such a batch is ready for no component (`Trigger::failing_clause`) until
+    /// its history is imported again.
+    pub const HISTORY_PRUNED: &'static str = "History_Pruned";
+
+    pub fn history_pruned() -> Self {
+        Self(Self::HISTORY_PRUNED.to_owned())
+    }
+
+    pub fn is_history_pruned(&self) -> bool {
+        self.0 == Self::HISTORY_PRUNED
+    }
 }
 
 #[cfg(test)]

@@ -134,6 +134,13 @@ impl ComponentDescriptor {
 
     pub fn validate(&self) -> Result<(), InvalidInput> {
         check_label("version", &self.version)?;
+        if self.event_type.is_history_pruned() {
+            return Err(InvalidInput::new(
+                "event_type",
+                self.event_type.as_str(),
+                "is reserved for the record of a pruned history",
+            ));
+        }
         if self.max_attempts == 0 {
             return Err(InvalidInput::new("max_attempts", "0", "must be at least 1"));
         }
@@ -186,6 +193,16 @@ impl ComponentDescriptor {
         }
         let now = batch.read_at();
         let facts = SummaryAt { summary: &batch.facts(), at: now };
+        if let Some(pruned) = facts.summary.pruned() {
+            return Err(NotReady {
+                clause: crate::trigger::PRUNED,
+                reason: format!(
+                    "its history was pruned (seq {}): it is ready for nothing until `autocomp import` restores it",
+                    pruned.seq
+                ),
+                retrying: false,
+            });
+        }
         let Some(clause) = self.trigger.clauses().find(|clause| !clause.holds(&facts, now)) else {
             return Ok(());
         };

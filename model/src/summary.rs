@@ -86,6 +86,12 @@ impl BatchSummary {
         self.effective_of(event_type).filter(|event| !event.is_stale_at(self.modified_seq))
     }
 
+    /// The event standing for the batch's pruned history (`EventType::HISTORY_PRUNED`), if
+    /// its history was pruned: such a batch is ready for no component.
+    pub fn pruned(&self) -> Option<&EventSummary> {
+        self.effective_of(&EventType::history_pruned())
+    }
+
     /// The type's effective event if it is stale.
     pub fn stale_of(&self, event_type: &EventType) -> Option<&EventSummary> {
         self.effective_of(event_type).filter(|event| event.is_stale_at(self.modified_seq))

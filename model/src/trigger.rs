@@ -12,6 +12,10 @@ use super::{
     Batch, BatchFacts, BatchId, BatchSummary, BatchType, ChangeInterest, EventType, InvalidInput, Outcome, Timestamp,
 };
 
+/// What `failing_clause` names for a batch whose history was pruned: no trigger holds for it,
+/// whatever its clauses say, until its history is imported again.
+pub const PRUNED: &str = "pruned";
+
 /// All clauses are ANDed; an empty list or `None` is a clause that always holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -62,6 +66,9 @@ impl Trigger {
     /// The first clause that does not hold, named as in the config; `None` when ready.
     pub fn failing_clause(&self, batch: &impl BatchFacts, now: Timestamp) -> Option<&'static str> {
         let facts = batch.facts();
+        if facts.pruned().is_some() {
+            return Some(PRUNED);
+        }
         self.clauses().find(|clause| !clause.holds_in(&facts, now)).map(|clause| clause.name())
     }
 

@@ -755,6 +755,27 @@ impl<S: ObjectStore> autocomp_store::RunOutputStore for TimedStore<S> {
     }
 }
 
+#[async_trait::async_trait]
+impl<S: ObjectStore> autocomp_store::RetentionStore for TimedStore<S> {
+    async fn histories(&self, ids: &[BatchId]) -> StoreResult<Vec<autocomp_store::BatchHistory>> {
+        self.inner.histories(ids).await
+    }
+
+    async fn prune_histories(
+        &self,
+        tickets: Vec<autocomp_store::PruneTicket>,
+    ) -> StoreResult<Vec<autocomp_store::PruneAnswer>> {
+        self.inner.prune_histories(tickets).await
+    }
+
+    async fn restore_histories(
+        &self,
+        histories: Vec<autocomp_store::BatchHistory>,
+    ) -> StoreResult<Vec<autocomp_store::RestoreAnswer>> {
+        self.inner.restore_histories(histories).await
+    }
+}
+
 fn proc_status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().find_map(|line| line.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)

@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use std::time::Duration;
 
-use autocomp_model::{BatchId, Selection, Timestamp, Trigger};
+use autocomp_model::{BatchId, EventType, Selection, Timestamp, Trigger};
 use tantivy::Term;
 use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::IndexRecordOption;
@@ -79,6 +79,8 @@ pub fn trigger_query(
     if let Some(quiet) = trigger.settled_for.filter(|quiet| !quiet.is_zero()) {
         clauses.push((Occur::Must, quiet_for(fields, quiet, now)));
     }
+    // A batch whose history was pruned is ready for nothing (`Trigger::failing_clause`).
+    clauses.push((Occur::MustNot, term(fields.present, EventType::HISTORY_PRUNED)));
     all_unless_positive(clauses)
 }
 

@@ -26,8 +26,9 @@ pub use open::{open_store, open_store_to_serve};
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
-    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, DEFAULT_MAX_BATCH_BYTES,
-    LogCursor, LogPage, MAX_LOG_PAGE, MAX_RUN_OUTPUTS, ObjectStore, OutboxStore, RegistryStore, RunOutputStore,
+    BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome,
+    DEFAULT_MAX_BATCH_BYTES, LogCursor, LogPage, MAX_LOG_PAGE, MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore,
+    OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
     SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
@@ -41,6 +42,6 @@ pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 /// `use autocomp_store::prelude::*;` brings every concern's methods into scope.
 pub mod prelude {
     pub use crate::port::{
-        BatchStore, ObjectStore, OutboxStore, RegistryStore, RunOutputStore, SeriesStore, SteeringStore,
+        BatchStore, ObjectStore, OutboxStore, RegistryStore, RetentionStore, RunOutputStore, SeriesStore, SteeringStore,
     };
 }

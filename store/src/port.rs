@@ -1,6 +1,6 @@
 //! The object store's port: every operation the rest of autocomp may perform on the source of
 //! truth, one trait per concern (`BatchStore`, `RegistryStore`, `SteeringStore`, `OutboxStore`,
-//! `SeriesStore`, `RunOutputStore`, each in its own module), the umbrella `ObjectStore` a caller holds all of them
+//! `SeriesStore`, `RunOutputStore`, `RetentionStore`, each in its own module), the umbrella `ObjectStore` a caller holds all of them
 //! by, and the values they take and answer. Async because its distributed adapter is an HTTP
 //! client and its callers run on tokio; the embedded SQLite adapter runs its blocking work off
 //! the async threads.
@@ -59,6 +59,7 @@ mod batches;
 mod outbox;
 pub(crate) mod ready_claims;
 mod registry;
+pub(crate) mod retention;
 pub(crate) mod run_outputs;
 mod series;
 mod steering;
@@ -66,6 +67,7 @@ mod steering;
 pub use batches::BatchStore;
 pub use outbox::OutboxStore;
 pub use registry::RegistryStore;
+pub use retention::{BatchHistory, MAX_RETENTION_PAGE, PruneAnswer, PruneTicket, RestoreAnswer, RetentionStore};
 pub use run_outputs::{MAX_RUN_OUTPUTS, RunOutputStore, SavedRunOutput};
 pub use series::SeriesStore;
 pub use steering::SteeringStore;
@@ -364,9 +366,13 @@ pub(crate) fn check_log_limit(limit: usize) -> StoreResult<()> {
 
 /// Every concern of the store at once: what a caller holds (`Arc<dyn ObjectStore>`) when it
 /// needs more than one of them. Implemented for every type that implements them all.
-pub trait ObjectStore: BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore {}
+pub trait ObjectStore:
+    BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + RetentionStore
+{
+}
 
-impl<S: BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + ?Sized> ObjectStore
-    for S
+impl<
+    S: BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + RetentionStore + ?Sized,
+> ObjectStore for S
 {
 }

@@ -21,9 +21,12 @@ use steering::*;
 mod concerning_waits;
 #[path = "contract/ready_claims.rs"]
 pub(crate) mod ready_claims;
+#[path = "contract/retention.rs"]
+mod retention;
 #[path = "contract/run_outputs.rs"]
 mod run_outputs;
 use concerning_waits::*;
+use retention::*;
 use run_outputs::*;
 
 struct Fixture {
@@ -1903,6 +1906,8 @@ contract!(
     failed_attempts_count_abandoned_and_transient_runs_since_a_seq,
     checkpoints_survive_an_abandoned_run_and_a_transient_failure_and_vanish_with_a_result,
     a_runs_output_is_saved_while_it_runs_and_after_a_cancel_and_goes_with_its_result,
+    a_pruned_history_keeps_the_final_state_and_comes_back_whole_from_its_export,
+    a_batch_with_an_open_run_or_bad_tickets_is_not_pruned,
     the_change_feed_lists_each_changed_batch_once_in_order,
     an_idempotent_retry_returns_the_first_event,
     bad_input_is_refused_by_name_and_writes_nothing,

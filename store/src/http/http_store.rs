@@ -14,9 +14,9 @@ use super::wire;
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
-    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    OutboxStore, RegistryStore, RunOutputStore, SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError,
-    StoreResult,
+    BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor,
+    LogPage, OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
+    SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 use autocomp_http::api::Operation;
 use autocomp_http::client::{CallError, ClientOptions, HttpClient, Retry, client_token};
@@ -514,6 +514,23 @@ impl RunOutputStore for HttpStore {
         let request = wire::ById { id: batch.clone() };
         let answer: wire::RunOutputs = self.call::<op::GetRunOutputs>(&request, Retry::Safe).await?;
         Ok(answer.outputs)
+    }
+}
+
+#[async_trait]
+impl RetentionStore for HttpStore {
+    async fn histories(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchHistory>> {
+        self.call::<op::GetHistories>(&wire::ByIds { ids: ids.to_vec() }, Retry::Safe).await
+    }
+
+    async fn prune_histories(&self, tickets: Vec<PruneTicket>) -> StoreResult<Vec<PruneAnswer>> {
+        // Sent again after a lost answer, a pruned batch is answered `already_pruned`.
+        self.call::<op::PruneHistories>(&wire::PruneHistories { tickets }, Retry::Safe).await
+    }
+
+    async fn restore_histories(&self, histories: Vec<BatchHistory>) -> StoreResult<Vec<RestoreAnswer>> {
+        // Sent again after a lost answer, a restored batch is answered `not_pruned`.
+        self.call::<op::RestoreHistories>(&wire::RestoreHistories { histories }, Retry::Safe).await
     }
 }
 

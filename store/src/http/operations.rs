@@ -10,7 +10,10 @@ use super::bounded;
 use super::wire::*;
 use crate::pipeline_state::{Enqueued, Notice, Steered};
 use crate::port::ready_claims::ReadyClaimRequest;
-use crate::port::{BatchHead, BatchListing, Cancellation, ChangePage, Claim, LogPage, ObjectStore, StoreAbout};
+use crate::port::{
+    BatchHead, BatchHistory, BatchListing, Cancellation, ChangePage, Claim, LogPage, ObjectStore, PruneAnswer,
+    RestoreAnswer, StoreAbout,
+};
 use autocomp_http::error::ApiError;
 use autocomp_model::{
     Batch, BatchSummary, Event, NewBatch, PassRecord, RegisteredComponent, Run, Seq, Steering, SteeringEntry,
@@ -102,6 +105,15 @@ autocomp_http::operations! {
         /// The outputs saved for a batch's runs without a result (running, cancelled, or abandoned after saving), oldest saved first, at most 32.
         read run_outputs: GetRunOutputs(ById) -> RunOutputs
             = |s, r, reply| reply.send(RunOutputs { outputs: s.store().run_outputs(&r.id).await? });
+        /// The named batches' whole histories (each batch with its whole log, and every run any component had on it), in the order asked, each once, unknown ids left out (at most 1000 ids): what an export writes.
+        read histories: GetHistories(ByIds) -> Vec<BatchHistory>
+            = |s, r, reply| reply.send(s.store().histories(&r.ids).await?);
+        /// Prunes each ticket's batch (at most 1000) unless it changed since its export read it or a run is open on it: every event but its effective ones, its runs, checkpoints and saved outputs are removed and the ticket's History_Pruned event appended. One answer per ticket, in order.
+        write(wakes) prune_histories: PruneHistories(PruneHistories) -> Vec<PruneAnswer>
+            = |s, r, reply| reply.send(s.store().prune_histories(r.tickets).await?);
+        /// Puts each pruned batch's exported history back (at most 1000): its History_Pruned event removed, every exported event and run the store lacks inserted as exported, its summary worked out from the whole log. One answer per history, in order.
+        write(wakes) restore_histories: RestoreHistories(RestoreHistories) -> Vec<RestoreAnswer>
+            = |s, r, reply| reply.send(s.store().restore_histories(r.histories).await?);
         /// The last checkpoint of (batch, component).
         read load_checkpoint: LoadCheckpoint(OfComponent) -> Checkpoint
             = |s, r, reply| reply.send(Checkpoint { data: s.store().load_checkpoint(&r.batch, &r.component).await? });

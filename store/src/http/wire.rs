@@ -268,6 +268,20 @@ pub struct SetRunOutput {
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct PruneHistories {
+    /// At most `MAX_RETENTION_PAGE` (1000).
+    pub tickets: Vec<crate::port::PruneTicket>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreHistories {
+    /// At most `MAX_RETENTION_PAGE` (1000).
+    pub histories: Vec<crate::port::BatchHistory>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunOutputs {
     pub outputs: Vec<crate::port::SavedRunOutput>,
 }

@@ -128,8 +128,13 @@ pub(crate) fn refused(steering: Steering, known: Option<u64>) -> ReadyClaims {
 /// Whether the transaction claims `batch`: a forced request claims what exists; otherwise
 /// the descriptor's readiness decides, as the runner's re-check did. A batch whose open run
 /// carries the request's claim key is claimed again whatever it says: a retry after a lost
-/// answer, which `claim` answers with the run the first attempt opened.
+/// answer, which `claim` answers with the run the first attempt opened. A batch whose history
+/// was pruned is never claimed.
 pub(crate) fn wanted(request: &ReadyClaimRequest, batch: &Batch) -> bool {
+    // Not even forced: a pruned batch's history is in its export until it is imported again.
+    if batch.events.iter().any(|event| event.event_type.is_history_pruned()) {
+        return false;
+    }
     request.force || retried_run(request, batch).is_some() || request.descriptor.readiness(batch).is_ok()
 }
 

@@ -14,6 +14,7 @@ mod options;
 mod outbox;
 mod reads;
 mod registry;
+mod retention;
 mod rows;
 mod run_outputs;
 mod runs;

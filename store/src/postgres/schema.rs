@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(11, "0011_run_liveness"),
     migration!(12, "0012_acknowledged"),
     migration!(13, "0013_run_outputs"),
+    migration!(14, "0014_pruned_histories"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -10,6 +10,7 @@ mod history;
 mod outbox;
 mod reads;
 mod registry;
+mod retention;
 mod rows;
 mod run_outputs;
 mod runs;

@@ -125,7 +125,7 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
     }
 }
 
-fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> StoreResult<Event> {
+pub(super) fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> StoreResult<Event> {
     // A retry of an append that already committed must see its first result, not a fence:
     // the first attempt closed the run.
     if let Some(key) = &new.idempotency_key {
@@ -180,7 +180,7 @@ fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> Store
 
 /// Inserts `new` with `details`, its details as the text to store (the schema's trigger
 /// adds its bytes to the batch's).
-fn insert_event(
+pub(super) fn insert_event(
     tx: &Connection,
     batch: &BatchId,
     new: &NewEvent,
