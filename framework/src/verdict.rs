@@ -31,9 +31,10 @@ pub(crate) async fn pass<C: Component>(
     let summary = runner.run_pass(selection).await?;
     for result in &summary.results {
         match result {
-            BatchResult::NotReady { id, reason } => {
+            BatchResult::NotReady { id, reason, forcible } => {
+                let force = if *forcible { " (use --force to run it anyway)" } else { "" };
                 eprintln!(
-                    "{}: batch {id} is not ready: {} (use --force to run it anyway)",
+                    "{}: batch {id} is not ready: {}{force}",
                     runner.name(),
                     crate::for_terminal(&reason.to_string())
                 )

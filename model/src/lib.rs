@@ -50,7 +50,7 @@ pub use steering::{
 };
 pub use summary::{BatchFacts, BatchSummary, EventSummary, SummaryAt, SummaryHeader, SummaryState};
 pub use time::{Seq, Timestamp};
-pub use trigger::{Clause, Trigger, TriggerBuilder, TypeNames, order_key};
+pub use trigger::{Clause, PRUNED, Trigger, TriggerBuilder, TypeNames, order_key};
 pub use work::{
     BacklogSample, DURATION_BOUNDS_MS, DURATION_BUCKETS, MAX_BACKLOG_SAMPLES, MAX_WORK_PER_PASS, SeriesStep,
     WORK_HOURS_KEPT, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT, WorkDone, WorkHistory, WorkPoint, WorkResult,

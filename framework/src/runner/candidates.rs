@@ -118,7 +118,8 @@ impl<C: Component> Runner<C> {
         };
         debug!(batch = %batch.id, clause, "no longer ready in the store; skipped");
         if pass.manual {
-            pass.summary.results.push(BatchResult::NotReady { id: batch.id.clone(), reason });
+            let forcible = clause != autocomp_model::PRUNED;
+            pass.summary.results.push(BatchResult::NotReady { id: batch.id.clone(), reason, forcible });
         }
     }
 

@@ -48,7 +48,11 @@ impl<C: Component> Runner<C> {
         {
             debug!(component = %self.name, "held, claiming nothing: {held}");
             if let Selection::Batch { id, .. } = selection {
-                pass.summary.results.push(BatchResult::NotReady { id: id.clone(), reason: held.clone() });
+                pass.summary.results.push(BatchResult::NotReady {
+                    id: id.clone(),
+                    reason: held.clone(),
+                    forcible: true,
+                });
             }
             pass.summary.held = Some(held);
             return Ok(());
@@ -118,7 +122,8 @@ impl<C: Component> Runner<C> {
         };
         info!(component = %self.name, claimed = pass.claimed.len(), "held mid-pass, claiming nothing more: {held}");
         if pass.manual {
-            let refused = ids.iter().map(|id| BatchResult::NotReady { id: id.clone(), reason: held.clone() });
+            let refused =
+                ids.iter().map(|id| BatchResult::NotReady { id: id.clone(), reason: held.clone(), forcible: true });
             pass.summary.results.extend(refused);
         }
         pass.summary.held = Some(held);

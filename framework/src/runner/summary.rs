@@ -49,6 +49,8 @@ pub enum BatchResult {
         id: BatchId,
         /// The clause that refused it, its type and what the batch holds.
         reason: String,
+        /// Whether `--force` would run it (not a batch whose history was pruned).
+        forcible: bool,
     },
     /// A manually requested batch whose lock is held by another worker.
     Busy {

@@ -139,6 +139,33 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Takes finished batches' histories out of the store under a retention policy (a TOML
+    /// file: export_dir, and per batch type `after` and `require`): exports them to zstd
+    /// JSON Lines files, one per month, reads each back and checks it, writes a manifest with
+    /// counts and SHA-256 digests, and only then prunes each batch in short transactions while
+    /// passes go on. A pruned batch keeps its final state per step and a History_Pruned event
+    /// naming its export; it is ready for nothing until `autocomp import` restores it. Quiet
+    /// when nothing is due.
+    Prune {
+        /// The retention policy file.
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// Only count the batches due; export and prune nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Puts pruned batches' histories back from export files `autocomp prune` wrote: each
+    /// batch whose History_Pruned event names that file's line gets every event and run back
+    /// at its seq, and is ready again as before. A file is read and checked whole first.
+    Import {
+        /// Export files (history-*.jsonl.zst).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// The provenance of batches for an archive's own systems, on stdout: PREMIS 3.0 XML (an
     /// object per batch, an event per recorded event, an agent per component version and
     /// per operator), as of the store's head when it began; a count on stderr.
@@ -477,8 +504,8 @@ async fn operate(cli: Cli) -> Result<String, OperatorError> {
     }
 }
 
-/// The writes that are no action on a batch (`add`, `event`, `pipeline forget`), and the
-/// reads.
+/// The writes that are no action on a batch (`add`, `event`, `pipeline forget`, `prune`,
+/// `import`), and the reads.
 async fn write_or_read(operator: &Operator, command: Command) -> Result<String, OperatorError> {
     Ok(match command {
         Command::Add { id, batch_type, priority, location, reason, format } => {
@@ -491,6 +518,8 @@ async fn write_or_read(operator: &Operator, command: Command) -> Result<String, 
         Command::Pipeline { action: Some(PipelineAction::Forget { component, reason }), .. } => {
             operator.forget(&component, &reason).await?
         }
+        Command::Prune { policy, dry_run, format } => operator.prune(&policy, dry_run).await?.render(format),
+        Command::Import { files, format } => operator.import(&files).await?.render(format),
         command => read(operator, command).await?,
     })
 }
@@ -577,6 +606,7 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
         Command::Demo { .. } | Command::New(_) | Command::Doctor(_) => String::new(),
         // Written by `operate` and `write_or_read` before they ask for a read.
         Command::Act(_) | Command::Steer(_) | Command::Add { .. } | Command::Event { .. } => String::new(),
+        Command::Prune { .. } | Command::Import { .. } => String::new(),
         Command::Pipeline { action: Some(_), .. } => String::new(),
     })
 }

@@ -317,9 +317,15 @@ impl BatchView {
     /// Where the batch stands, in one line, and what a person runs next if it is theirs to
     /// act: the first step (in pipeline order) that needs a person (failed, then waiting for
     /// a decision), else the first at work, retrying, ready, stale or waiting; "done" when
-    /// every step succeeded (or was skipped).
+    /// every step succeeded (or was skipped). A batch whose history was pruned says where it
+    /// went, and the import that brings it back.
     pub fn verdict(&self) -> (String, Option<String>) {
         let id = self.head.id();
+        if let Some(marker) = self.head.effective_event(&autocomp_model::EventType::history_pruned()) {
+            let file = super::retention::export_of(marker);
+            let pruned = format!("pruned: its history (seq {}, {}) is in {}", marker.seq, marker.at, file.display());
+            return (pruned, Some(format!("autocomp import {}", file.display())));
+        }
         let first = |wanted: ComponentState| self.components.iter().find(|(_, state)| *state == wanted);
         if let Some((name, _)) = first(ComponentState::Failed) {
             let event_type = self.timeline.steps.iter().find(|step| step.component == *name).map(|s| &s.event_type);

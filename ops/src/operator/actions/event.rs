@@ -32,6 +32,7 @@ impl Operator {
         let pipeline = self.pipeline(store.as_ref()).await?;
         let event_type = known_event_type(&pipeline, self.config_dir(), event_type)?;
         let batch = store.get_batch(id).await?;
+        crate::operator::retention::refuse_if_pruned(&batch, "record an event on")?;
         refuse_if_working(&batch, pipeline.iter().filter(|s| *s.event_type() == event_type), "event")?;
         let summary = format!("recorded by hand by {agent}: {reason}");
         let context = Context { action: "event", reason, agent, pipeline };

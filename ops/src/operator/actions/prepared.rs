@@ -61,6 +61,7 @@ impl Prepared {
     /// `preview` alike.
     pub fn plan(&self, batch: &Batch) -> Result<Plan, OperatorError> {
         let context = &self.context;
+        crate::operator::retention::refuse_if_pruned(batch, context.action)?;
         match &self.target {
             Target::Rerun(rerun) => rerun.plan(context, batch),
             Target::Restart(restart) => restart.plan(context, batch),

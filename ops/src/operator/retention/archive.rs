@@ -1,0 +1,186 @@
+//! The export files `autocomp prune` writes and `autocomp import` reads: JSON Lines, one
+//! batch's whole history (`BatchHistory`) per line, compressed with zstd, one file per period
+//! (the calendar month, UTC, of the batch's last activity) and prune run, named
+//! `history-<period>-<run>.jsonl.zst`; beside them the run's manifest,
+//! `manifest-<run>.json`, with each file's batches, events, runs, bytes and SHA-256.
+//!
+//! A file is written to a `.partial` name, synced, read back whole and checked (every line
+//! parses, the counts and each line's digest are the ones written, the file's SHA-256 the
+//! manifest's) and only then renamed: a file under its own name is complete.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use autocomp_model::{BatchId, Timestamp};
+use autocomp_store::BatchHistory;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// `sha256:` and the hex digest of `bytes`: how a line and a file are named in the manifest
+/// and in a pruned batch's `History_Pruned` event.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// One export file as the manifest describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportFile {
+    pub file: String,
+    /// The calendar month (UTC) of its batches' last activity, `YYYY-MM`.
+    pub period: String,
+    pub batches: u64,
+    pub events: u64,
+    pub runs: u64,
+    /// Its compressed size.
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// A prune run's manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// `autocomp prune`'s run, `YYYYMMDDTHHMMSSZ` (store clock).
+    pub run: String,
+    /// The store as the run's export read it.
+    pub store: String,
+    pub files: Vec<ExportFile>,
+}
+
+/// The period a batch's history is filed under.
+pub fn period_of(last_activity: Timestamp) -> String {
+    chrono::DateTime::from_timestamp_millis(last_activity.millis())
+        .map_or_else(|| "unknown".to_owned(), |at| at.format("%Y-%m").to_string())
+}
+
+/// What was written of one line: the batch, its digest and what it holds.
+#[derive(Debug, Clone)]
+pub struct WrittenLine {
+    pub id: BatchId,
+    pub sha256: String,
+    pub events: u64,
+    pub runs: u64,
+}
+
+/// An export file being written: lines in, zstd out, to `<name>.partial`.
+pub struct ExportWriter {
+    dir: PathBuf,
+    pub file: ExportFile,
+    encoder: zstd::Encoder<'static, std::fs::File>,
+    pub lines: Vec<WrittenLine>,
+}
+
+impl ExportWriter {
+    pub fn create(dir: &Path, period: &str, run: &str) -> std::io::Result<ExportWriter> {
+        let name = format!("history-{period}-{run}.jsonl.zst");
+        let partial = dir.join(format!("{name}.partial"));
+        let out = std::fs::OpenOptions::new().write(true).create_new(true).open(&partial)?;
+        Ok(ExportWriter {
+            dir: dir.to_path_buf(),
+            file: ExportFile {
+                file: name,
+                period: period.to_owned(),
+                batches: 0,
+                events: 0,
+                runs: 0,
+                bytes: 0,
+                sha256: String::new(),
+            },
+            encoder: zstd::Encoder::new(out, 3)?,
+            lines: Vec::new(),
+        })
+    }
+
+    /// Appends one batch's history as a line; answers the line's digest.
+    pub fn write(&mut self, history: &BatchHistory) -> std::io::Result<String> {
+        let mut line = serde_json::to_vec(history).map_err(std::io::Error::other)?;
+        let sha256 = digest(&line);
+        line.push(b'\n');
+        self.encoder.write_all(&line)?;
+        let (events, runs) = (history.batch.events.len() as u64, history.runs.len() as u64);
+        self.file.batches += 1;
+        self.file.events += events;
+        self.file.runs += runs;
+        self.lines.push(WrittenLine { id: history.batch.id.clone(), sha256: sha256.clone(), events, runs });
+        Ok(sha256)
+    }
+
+    /// Finishes, syncs, reads the file back and checks it against what was written, then
+    /// gives it its own name. Answers the file as the manifest lists it, and its lines.
+    pub fn finish(self) -> Result<(ExportFile, Vec<WrittenLine>), String> {
+        let ExportWriter { dir, mut file, encoder, lines } = self;
+        let partial = dir.join(format!("{}.partial", file.file));
+        let out = encoder.finish().map_err(|e| format!("{}: {e}", partial.display()))?;
+        out.sync_all().map_err(|e| format!("{}: {e}", partial.display()))?;
+        drop(out);
+        let read = verify(&partial, &lines)?;
+        file.bytes = read.bytes;
+        file.sha256 = read.sha256;
+        let named = dir.join(&file.file);
+        std::fs::rename(&partial, &named).map_err(|e| format!("{}: {e}", named.display()))?;
+        Ok((file, lines))
+    }
+}
+
+/// What reading a file back found.
+pub struct ReadBack {
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Reads an export file whole and checks every line against `lines` (same batch, same
+/// digest, in order, none more or fewer).
+fn verify(path: &Path, lines: &[WrittenLine]) -> Result<ReadBack, String> {
+    let shown = path.display();
+    let whole = std::fs::read(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut expected = lines.iter();
+    let mut n = 0usize;
+    for_each_line(&whole[..], |line| {
+        n += 1;
+        let history: BatchHistory =
+            serde_json::from_slice(line).map_err(|e| format!("{shown}: line {n} does not read back: {e}"))?;
+        match expected.next() {
+            Some(written) if written.id == history.batch.id && written.sha256 == digest(line) => Ok(()),
+            Some(written) => Err(format!(
+                "{shown}: line {n} reads back as {} , not what was written for {}",
+                history.batch.id, written.id
+            )),
+            None => Err(format!("{shown}: line {n} was never written")),
+        }
+    })?;
+    if n != lines.len() {
+        return Err(format!("{shown}: {n} lines read back of {} written", lines.len()));
+    }
+    Ok(ReadBack { bytes: whole.len() as u64, sha256: digest(&whole) })
+}
+
+/// Calls `each` with every line (without its newline) of a zstd-compressed file's content.
+pub fn for_each_line(compressed: impl Read, mut each: impl FnMut(&[u8]) -> Result<(), String>) -> Result<(), String> {
+    let decoder = zstd::Decoder::new(compressed).map_err(|e| format!("not zstd: {e}"))?;
+    let mut reader = BufReader::new(decoder);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot be decompressed: {e}"))?;
+        if read == 0 {
+            return Ok(());
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        each(&line)?;
+    }
+}
+
+/// Writes the run's manifest (synced) beside its files.
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<PathBuf> {
+    let path = dir.join(format!("manifest-{}.json", manifest.run));
+    let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    out.write_all(&serde_json::to_vec_pretty(manifest).map_err(std::io::Error::other)?)?;
+    out.write_all(b"\n")?;
+    out.sync_all()?;
+    Ok(path)
+}
+
+/// The files being written in one run, by period.
+pub type Writers = BTreeMap<String, ExportWriter>;

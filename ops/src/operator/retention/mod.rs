@@ -1,0 +1,361 @@
+//! `autocomp prune --policy FILE` and `autocomp import FILE...`: finished batches' histories
+//! leave the store once exported and verified, and come back from the export.
+//!
+//! A prune reads the policy (`policy`), finds the finished batches due under it, reads their
+//! whole histories a page at a time and writes them to export files (`archive`), reads every
+//! file back and checks it, writes the run's manifest, and only then prunes the batches in
+//! transactions of `PRUNE_PAGE` each while passes go on: a batch that changed since its export
+//! read it is left (counted `moved`) for the next run. A pruned batch keeps its effective
+//! events and a `History_Pruned` event naming its export file and its line's digest.
+//!
+//! An import reads an export file and puts back the history of each batch whose
+//! `History_Pruned` event names that line's digest; any other line is left and counted.
+
+mod archive;
+mod policy;
+
+use std::path::{Path, PathBuf};
+
+use autocomp_model::{Agent, BatchId, BatchSummary, EventType, InvalidInput, NewEvent, Outcome, Seq};
+use autocomp_store::{BatchHistory, ObjectStore, PruneAnswer, PruneTicket, RestoreAnswer};
+use serde::Serialize;
+use serde_json::json;
+
+pub use archive::{ExportFile, Manifest, digest};
+pub use policy::{RetentionPolicy, TypePolicy};
+
+use super::views::{Format, PAGE, render_as, size_text};
+use super::{Operator, OperatorError};
+
+/// Batches per history read and per prune transaction: short enough that passes go on.
+const PRUNE_PAGE: usize = 500;
+/// Histories per restore call.
+const RESTORE_PAGE: usize = 100;
+/// The agent of a `History_Pruned` event.
+const PRUNE_AGENT: &str = "autocomp-prune";
+
+/// What `autocomp prune` did (or, with `--dry-run`, would do).
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneView {
+    pub dry_run: bool,
+    /// Batches due under the policy when the store was read.
+    pub due: u64,
+    /// Of those, exported and pruned.
+    pub pruned: u64,
+    /// Exported but changed before their prune: left for the next run.
+    pub moved: u64,
+    pub events_removed: u64,
+    pub runs_removed: u64,
+    pub export_dir: PathBuf,
+    pub manifest: Option<PathBuf>,
+    pub files: Vec<ExportFile>,
+    /// Batches the store held when it was read.
+    pub batches: u64,
+}
+
+impl PruneView {
+    pub fn render(&self, format: Format) -> String {
+        render_as(format, || self, || self.to_text())
+    }
+
+    fn to_text(&self) -> String {
+        if self.dry_run {
+            return format!(
+                "{} of {} batches are due under the policy: `autocomp prune` without --dry-run exports them to {} \
+                 and prunes them\n",
+                self.due,
+                self.batches,
+                self.export_dir.display()
+            );
+        }
+        if self.due == 0 {
+            return String::new();
+        }
+        let mut text = format!(
+            "pruned {} batches of {} due ({} events, {} runs removed); {} changed since their export and stay for \
+             the next run\n",
+            self.pruned, self.due, self.events_removed, self.runs_removed, self.moved
+        );
+        for file in &self.files {
+            text.push_str(&format!(
+                "  {}  {} batches, {} events, {}, {}\n",
+                self.export_dir.join(&file.file).display(),
+                file.batches,
+                file.events,
+                size_text(file.bytes),
+                file.sha256
+            ));
+        }
+        if let Some(manifest) = &self.manifest {
+            text.push_str(&format!("  manifest {}\n", manifest.display()));
+        }
+        text
+    }
+}
+
+/// What `autocomp import` put back.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ImportView {
+    pub files: Vec<PathBuf>,
+    /// Lines read.
+    pub batches: u64,
+    pub restored: u64,
+    pub events: u64,
+    pub runs: u64,
+    /// Lines whose batch's history is in the store already.
+    pub not_pruned: u64,
+    /// Lines whose batch was pruned to another export (its `History_Pruned` names another
+    /// digest), or that the store does not have.
+    pub other: Vec<String>,
+}
+
+impl ImportView {
+    pub fn render(&self, format: Format) -> String {
+        render_as(format, || self, || self.to_text())
+    }
+
+    fn to_text(&self) -> String {
+        let mut text = format!(
+            "restored {} of {} batches ({} events, {} runs); {} had their history in the store already\n",
+            self.restored, self.batches, self.events, self.runs, self.not_pruned
+        );
+        for line in &self.other {
+            text.push_str(&format!("  left: {}\n", autocomp_toolkit::terminal::for_terminal(line)));
+        }
+        text
+    }
+}
+
+/// A batch exported and waiting for its prune.
+struct Exported {
+    id: BatchId,
+    changed_seq: Seq,
+    file: String,
+    sha256: String,
+    events: u64,
+    runs: u64,
+}
+
+impl Operator {
+    /// `autocomp prune`: see the module.
+    pub async fn prune(&self, policy: &Path, dry_run: bool) -> Result<PruneView, OperatorError> {
+        let policy = RetentionPolicy::read(policy)?;
+        let store = self.store().await?;
+        let now = store.about().await?.clock;
+        let components = store.components().await?;
+        let (mut due, mut batches, mut after) = (Vec::new(), 0u64, None::<BatchId>);
+        loop {
+            let page = store.list_summaries(after.as_ref(), PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            batches += page.len() as u64;
+            due.extend(page.into_iter().filter(|s| policy.due(s, now, &components)).map(|s| s.id));
+        }
+        let mut view = PruneView {
+            dry_run,
+            due: due.len() as u64,
+            pruned: 0,
+            moved: 0,
+            events_removed: 0,
+            runs_removed: 0,
+            export_dir: policy.export_dir.clone(),
+            manifest: None,
+            files: Vec::new(),
+            batches,
+        };
+        if dry_run || due.is_empty() {
+            return Ok(view);
+        }
+        let run = chrono::DateTime::from_timestamp_millis(now.millis())
+            .map_or_else(|| now.millis().to_string(), |at| at.format("%Y%m%dT%H%M%S%3fZ").to_string());
+        let (files, exported) = export(store.as_ref(), &policy, &due, &run, now, &components).await?;
+        let manifest = Manifest { run, store: self.store_shown(), files: files.clone() };
+        let manifest_path =
+            archive::write_manifest(&policy.export_dir, &manifest).map_err(|e| written(&policy.export_dir, e))?;
+        let manifest_name = manifest_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        view.files = files;
+        view.manifest = Some(manifest_path);
+        for page in exported.chunks(PRUNE_PAGE) {
+            let tickets = page.iter().map(|e| ticket(e, &policy.export_dir, &manifest_name)).collect();
+            for answer in store.prune_histories(tickets).await? {
+                match answer {
+                    PruneAnswer::Pruned { events, runs, .. } => {
+                        view.pruned += 1;
+                        view.events_removed += events;
+                        view.runs_removed += runs;
+                    }
+                    PruneAnswer::Moved { .. } | PruneAnswer::AlreadyPruned | PruneAnswer::NotFound => view.moved += 1,
+                }
+            }
+        }
+        Ok(view)
+    }
+
+    /// `autocomp import`: see the module.
+    pub async fn import(&self, files: &[PathBuf]) -> Result<ImportView, OperatorError> {
+        let store = self.store().await?;
+        let mut view = ImportView { files: files.to_vec(), ..ImportView::default() };
+        for file in files {
+            let shown = file.display().to_string();
+            let compressed = std::fs::File::open(file)
+                .map_err(|e| InvalidInput::new("FILE", &shown, format!("cannot be read: {e}")))?;
+            // Read whole and checked before anything is written: a damaged file restores nothing.
+            let mut lines = Vec::new();
+            let mut n = 0usize;
+            archive::for_each_line(std::io::BufReader::new(compressed), |line| {
+                n += 1;
+                let history: BatchHistory =
+                    serde_json::from_slice(line).map_err(|e| format!("line {n} is not a batch's history: {e}"))?;
+                lines.push((digest(line), history));
+                Ok(())
+            })
+            .map_err(|reason| InvalidInput::new("FILE", &shown, reason))?;
+            view.batches += lines.len() as u64;
+            for page in lines.chunks(RESTORE_PAGE) {
+                let mut wanted = Vec::with_capacity(page.len());
+                for (sha256, history) in page {
+                    match pruned_to(store.as_ref(), &history.batch.id, sha256).await? {
+                        ExportMatch::ThisExport => wanted.push(history.clone()),
+                        ExportMatch::Kept => view.not_pruned += 1,
+                        ExportMatch::Elsewhere(why) => view.other.push(format!("{}: {why}", history.batch.id)),
+                    }
+                }
+                if wanted.is_empty() {
+                    continue;
+                }
+                for (answer, history) in store.restore_histories(wanted.clone()).await?.into_iter().zip(&wanted) {
+                    match answer {
+                        RestoreAnswer::Restored { events, runs } => {
+                            view.restored += 1;
+                            view.events += events;
+                            view.runs += runs;
+                        }
+                        RestoreAnswer::NotPruned => view.not_pruned += 1,
+                        RestoreAnswer::NotFound => view.other.push(format!("{}: not in this store", history.batch.id)),
+                    }
+                }
+            }
+        }
+        Ok(view)
+    }
+
+    fn store_shown(&self) -> String {
+        self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")
+            .map(|url| autocomp_toolkit::display_url(&url))
+            .unwrap_or_default()
+    }
+}
+
+/// Writes the due batches' histories to one file per period, each read back and checked.
+async fn export(
+    store: &dyn ObjectStore,
+    policy: &RetentionPolicy,
+    due: &[BatchId],
+    run: &str,
+    now: autocomp_model::Timestamp,
+    components: &[autocomp_model::RegisteredComponent],
+) -> Result<(Vec<ExportFile>, Vec<Exported>), OperatorError> {
+    let dir = &policy.export_dir;
+    std::fs::create_dir_all(dir).map_err(|e| written(dir, e))?;
+    let mut writers = archive::Writers::new();
+    let mut changed = std::collections::HashMap::new();
+    for page in due.chunks(PRUNE_PAGE) {
+        for history in store.histories(page).await? {
+            let summary = BatchSummary::of(&history.batch);
+            // Read again, whole: a batch that moved since the listing is left for the next run.
+            if !policy.due(&summary, now, components) {
+                continue;
+            }
+            let period = archive::period_of(summary.last_activity);
+            if !writers.contains_key(&period) {
+                let writer = archive::ExportWriter::create(dir, &period, run).map_err(|e| written(dir, e))?;
+                writers.insert(period.clone(), writer);
+            }
+            let writer = writers.get_mut(&period).expect("inserted above");
+            writer.write(&history).map_err(|e| written(dir, e))?;
+            changed.insert(history.batch.id.clone(), history.batch.changed_seq);
+        }
+    }
+    let (mut files, mut exported) = (Vec::new(), Vec::new());
+    for (_, writer) in writers {
+        let (file, lines) = writer.finish().map_err(|reason| {
+            OperatorError::usage(format!("the export did not read back as written, nothing was pruned: {reason}"))
+        })?;
+        for line in lines {
+            let changed_seq = changed[&line.id];
+            let (sha256, events, runs) = (line.sha256, line.events, line.runs);
+            exported.push(Exported { id: line.id, changed_seq, file: file.file.clone(), sha256, events, runs });
+        }
+        files.push(file);
+    }
+    Ok((files, exported))
+}
+
+fn ticket(exported: &Exported, dir: &Path, manifest: &str) -> PruneTicket {
+    let agent = Agent::new(PRUNE_AGENT).expect("a valid agent");
+    let marker = NewEvent::new(EventType::history_pruned(), Outcome::Success, agent).with_details(json!({
+        "summary": format!("history exported to {} and pruned", exported.file),
+        "export": exported.file,
+        "export_dir": dir,
+        "manifest": manifest,
+        "sha256": exported.sha256,
+        "events": exported.events,
+        "runs": exported.runs,
+        "restore": format!("autocomp import {}", dir.join(&exported.file).display()),
+    }));
+    PruneTicket { id: exported.id.clone(), changed_seq: exported.changed_seq, marker }
+}
+
+/// How an export line stands to the store's batch.
+enum ExportMatch {
+    /// The batch was pruned to this very line.
+    ThisExport,
+    /// The batch's history is in the store.
+    Kept,
+    /// Pruned to another export, or not in this store.
+    Elsewhere(String),
+}
+
+/// Whether the batch's history was pruned to the export line with digest `sha256`.
+async fn pruned_to(store: &dyn ObjectStore, id: &BatchId, sha256: &str) -> Result<ExportMatch, OperatorError> {
+    let head = match store.batch_head(id).await {
+        Ok(head) => head,
+        Err(autocomp_store::StoreError::NotFound(_)) => return Ok(ExportMatch::Elsewhere("not in this store".into())),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(marker) = head.effective_event(&EventType::history_pruned()) else { return Ok(ExportMatch::Kept) };
+    match marker.details.get("sha256").and_then(serde_json::Value::as_str) {
+        Some(recorded) if recorded == sha256 => Ok(ExportMatch::ThisExport),
+        recorded => Ok(ExportMatch::Elsewhere(format!(
+            "pruned to another export ({}, {})",
+            marker.details.get("export").and_then(serde_json::Value::as_str).unwrap_or("?"),
+            recorded.unwrap_or("no digest")
+        ))),
+    }
+}
+
+/// The export file a `History_Pruned` event names (as it was written: the policy's
+/// `export_dir` and the file's name).
+pub fn export_of(marker: &autocomp_model::Event) -> PathBuf {
+    let text = |key: &str| marker.details.get(key).and_then(serde_json::Value::as_str).unwrap_or("?").to_owned();
+    Path::new(&text("export_dir")).join(text("export"))
+}
+
+/// Refuses every action on a batch whose history was pruned, naming the export that
+/// restores it: an event recorded on the part of the log left would mix with the history
+/// imported later, and the batch is worked on by nothing until then.
+pub(crate) fn refuse_if_pruned(batch: &autocomp_model::Batch, action: &str) -> Result<(), OperatorError> {
+    let Some(marker) = batch.effective().get(&EventType::history_pruned()) else { return Ok(()) };
+    let file = export_of(marker);
+    Err(OperatorError::Refused(format!(
+        "{}'s history was pruned (seq {}) to {}: `autocomp import {}` restores it, then {action} it; nothing recorded",
+        batch.id,
+        marker.seq,
+        file.display(),
+        file.display()
+    )))
+}
+
+fn written(dir: &Path, error: std::io::Error) -> OperatorError {
+    OperatorError::usage(format!("cannot write the export in {}: {error}; nothing was pruned", dir.display()))
+}
