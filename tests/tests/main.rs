@@ -29,6 +29,7 @@ mod python_step;
 mod redelivery;
 mod registry;
 mod restore;
+mod retention;
 mod rooms;
 mod round_trips;
 mod runner;

@@ -16,7 +16,7 @@ const AUTOCOMP_BINARIES: [&str; 6] =
 const SERVER_BINARIES: [&str; 3] = ["autocomp-store", "sboi", "autocomp-monitor"];
 /// The binaries the autocomp-watch@ and autocomp-pass@ templates take as their instance.
 const COMPONENTS: [&str; 5] = ["batch-trigger", "checksum-verifier", "structure-checker", "archiver", "autocomp-exec"];
-const AUTOCOMP_UNITS: [&str; 7] = [
+const AUTOCOMP_UNITS: [&str; 9] = [
     "autocomp-watch@.service",
     "autocomp-pass@.service",
     "autocomp-pass@.timer",
@@ -24,6 +24,8 @@ const AUTOCOMP_UNITS: [&str; 7] = [
     "autocomp-alerts.timer",
     "autocomp-notify.service",
     "autocomp-notify.timer",
+    "autocomp-prune.service",
+    "autocomp-prune.timer",
 ];
 const SERVER_UNITS: [&str; 3] = ["autocomp-store.service", "autocomp-sboi.service", "autocomp-monitor.service"];
 

@@ -171,11 +171,15 @@ enum Command {
     /// per operator), as of the store's head when it began; a count on stderr.
     Export {
         /// The batches to export (each must exist).
-        #[arg(required_unless_present = "all", conflicts_with = "all", value_name = "ID")]
+        #[arg(required_unless_present_any = ["all", "from"], conflicts_with_all = ["all", "from"], value_name = "ID")]
         ids: Vec<String>,
         /// Every batch.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "from")]
         all: bool,
+        /// The pruned histories in these export files of `autocomp prune` (read without the
+        /// store), instead of batches in the store.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        from: Vec<PathBuf>,
         /// premis: PREMIS 3.0 XML.
         #[arg(long, value_enum)]
         format: ExportFormat,
@@ -542,13 +546,17 @@ async fn read(operator: &Operator, command: Command) -> Result<String, OperatorE
             operator.show_page(&BatchId::new(&id)?, span).await?.render(format)
         }
         Command::Backup { to, format } => operator.backup(&to).await?.render(format),
-        Command::Export { ids, all, format: ExportFormat::Premis } => {
+        Command::Export { ids, all, from, format: ExportFormat::Premis } => {
             let scope = match all {
                 true => ExportScope::All,
                 false => ExportScope::Batches(ids.iter().map(BatchId::new).collect::<Result<_, _>>()?),
             };
             let mut stdout = QuietOnClose::new(std::io::stdout().lock());
-            match operator.export_premis(&scope, &mut stdout).await {
+            let exported = match from.is_empty() {
+                true => operator.export_premis(&scope, &mut stdout).await,
+                false => operator.export_premis_from(&from, &mut stdout),
+            };
+            match exported {
                 Ok(count) if count.objects == 0 => {
                     eprintln!("nothing to export: no batch (as of seq {}); no document written", count.as_of);
                     String::new()

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 
 use autocomp_model::{BatchId, Event, RESULT_KEY, Seq};
 use autocomp_store::{LogCursor, MAX_LOG_PAGE, ObjectStore};
@@ -74,21 +75,12 @@ impl Operator {
                 named.push(store.batch_head(id).await?);
             }
         }
-        let mut count = ExportCount { as_of, ..ExportCount::default() };
+        let count = ExportCount { as_of, ..ExportCount::default() };
         // PREMIS needs an object: with no batch there is no document to write.
         if ids.is_empty() {
             return Ok(count);
         }
-        let mut xml = Writer::new_with_indent(out, b' ', 2);
-        let written = |e: std::io::Error| OperatorError::usage(format!("cannot write the export: {e}"));
-        xml.write_event(quick_xml::events::Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None))).map_err(written)?;
-        let root = quick_xml::events::BytesStart::new("premis:premis").with_attributes([
-            ("xmlns:premis", NAMESPACE),
-            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
-            ("xsi:schemaLocation", SCHEMA_LOCATION),
-            ("version", "3.0"),
-        ]);
-        xml.write_event(quick_xml::events::Event::Start(root.clone())).map_err(written)?;
+        let mut document = Document::start(out)?;
         for (n, id) in ids.iter().enumerate() {
             let read;
             let head = match named.get(n) {
@@ -98,19 +90,14 @@ impl Operator {
                     &read
                 }
             };
-            write_object(&mut xml, head).map_err(written)?;
-            count.objects += 1;
+            document.object(head)?;
         }
-        let mut agents = BTreeMap::new();
         for id in &ids {
             let mut after = Seq::ZERO;
             loop {
                 let page = store.log_page(id, LogCursor::After(after), MAX_LOG_PAGE).await?;
                 for event in page.events.iter().filter(|e| e.seq <= as_of) {
-                    let agent = agent_of(event);
-                    write_event(&mut xml, event, &agent.0).map_err(written)?;
-                    agents.entry(agent.0).or_insert(agent.1);
-                    count.events += 1;
+                    document.event(event)?;
                 }
                 match page.newer {
                     Some(newer) if newer < as_of => after = newer,
@@ -118,13 +105,83 @@ impl Operator {
                 }
             }
         }
-        for (id, agent) in &agents {
-            write_agent(&mut xml, id, agent).map_err(written)?;
+        document.finish(count)
+    }
+
+    /// `autocomp export --format premis --from FILE...`: the provenance the export files of
+    /// `autocomp prune` hold (the pruned histories, whole), without the store. Each file is
+    /// read and checked whole before anything is written.
+    pub fn export_premis_from(&self, files: &[PathBuf], out: &mut dyn Write) -> Result<ExportCount, OperatorError> {
+        let mut histories = Vec::new();
+        for file in files {
+            histories.extend(super::retention::read_export(file)?.into_iter().map(|(_, history)| history));
         }
-        count.agents = agents.len() as u64;
-        xml.write_event(quick_xml::events::Event::End(root.to_end())).map_err(written)?;
-        xml.get_mut().write_all(b"\n").map_err(written)?;
-        Ok(count)
+        let count = ExportCount {
+            as_of: histories.iter().map(|h| h.batch.changed_seq).max().unwrap_or(Seq::ZERO),
+            ..ExportCount::default()
+        };
+        if histories.is_empty() {
+            return Ok(count);
+        }
+        let mut document = Document::start(out)?;
+        for history in &histories {
+            document.object(&autocomp_store::BatchHead::of(&history.batch))?;
+        }
+        for event in histories.iter().flat_map(|history| &history.batch.events) {
+            document.event(event)?;
+        }
+        document.finish(count)
+    }
+}
+
+/// A PREMIS document being written: its objects, then its events, then the agents they
+/// named.
+struct Document<'w> {
+    xml: Xml<'w>,
+    root: quick_xml::events::BytesStart<'static>,
+    agents: BTreeMap<String, ExportAgent>,
+    objects: u64,
+    events: u64,
+}
+
+fn written(e: std::io::Error) -> OperatorError {
+    OperatorError::usage(format!("cannot write the export: {e}"))
+}
+
+impl<'w> Document<'w> {
+    fn start(out: &'w mut dyn Write) -> Result<Self, OperatorError> {
+        let mut xml = Writer::new_with_indent(out, b' ', 2);
+        xml.write_event(quick_xml::events::Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None))).map_err(written)?;
+        let root = quick_xml::events::BytesStart::new("premis:premis").with_attributes([
+            ("xmlns:premis", NAMESPACE),
+            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
+            ("xsi:schemaLocation", SCHEMA_LOCATION),
+            ("version", "3.0"),
+        ]);
+        xml.write_event(quick_xml::events::Event::Start(root.clone())).map_err(written)?;
+        Ok(Document { xml, root, agents: BTreeMap::new(), objects: 0, events: 0 })
+    }
+
+    fn object(&mut self, head: &autocomp_store::BatchHead) -> Result<(), OperatorError> {
+        self.objects += 1;
+        write_object(&mut self.xml, head).map_err(written)
+    }
+
+    fn event(&mut self, event: &Event) -> Result<(), OperatorError> {
+        let agent = agent_of(event);
+        write_event(&mut self.xml, event, &agent.0).map_err(written)?;
+        self.agents.entry(agent.0).or_insert(agent.1);
+        self.events += 1;
+        Ok(())
+    }
+
+    fn finish(mut self, count: ExportCount) -> Result<ExportCount, OperatorError> {
+        for (id, agent) in &self.agents {
+            write_agent(&mut self.xml, id, agent).map_err(written)?;
+        }
+        self.xml.write_event(quick_xml::events::Event::End(self.root.to_end())).map_err(written)?;
+        self.xml.get_mut().write_all(b"\n").map_err(written)?;
+        Ok(ExportCount { objects: self.objects, events: self.events, agents: self.agents.len() as u64, ..count })
     }
 }
 

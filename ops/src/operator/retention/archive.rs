@@ -74,7 +74,11 @@ impl ExportWriter {
     pub fn create(dir: &Path, period: &str, run: &str) -> std::io::Result<ExportWriter> {
         let name = format!("history-{period}-{run}.jsonl.zst");
         let partial = dir.join(format!("{name}.partial"));
-        let out = std::fs::OpenOptions::new().write(true).create_new(true).open(&partial)?;
+        let out = private_file(&partial)?;
+        let mut encoder = zstd::Encoder::new(out, 3)?;
+        // Each frame carries a checksum of its content: a damaged file fails to decompress
+        // instead of reading back as other text.
+        encoder.include_checksum(true)?;
         Ok(ExportWriter {
             dir: dir.to_path_buf(),
             file: ExportFile {
@@ -86,7 +90,7 @@ impl ExportWriter {
                 bytes: 0,
                 sha256: String::new(),
             },
-            encoder: zstd::Encoder::new(out, 3)?,
+            encoder,
             lines: Vec::new(),
         })
     }
@@ -172,10 +176,32 @@ pub fn for_each_line(compressed: impl Read, mut each: impl FnMut(&[u8]) -> Resul
     }
 }
 
+/// The file's digest as a manifest beside it lists it, if one does: `import` refuses a file
+/// that is not what its prune run wrote.
+pub fn listed_digest(file: &Path) -> Option<String> {
+    let (dir, name) = (file.parent()?, file.file_name()?.to_str()?);
+    let manifests = std::fs::read_dir(dir).ok()?.filter_map(Result::ok).map(|entry| entry.path());
+    manifests
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("manifest-") && n.ends_with(".json"))
+        })
+        .filter_map(|path| serde_json::from_slice::<Manifest>(&std::fs::read(path).ok()?).ok())
+        .find_map(|manifest| manifest.files.into_iter().find(|listed| listed.file == name).map(|listed| listed.sha256))
+}
+
+/// A new file only its owner reads (mode 0600, as the store file): an export holds every
+/// detail and metadata the store held. Never an existing one.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
+}
+
 /// Writes the run's manifest (synced) beside its files.
 pub fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<PathBuf> {
     let path = dir.join(format!("manifest-{}.json", manifest.run));
-    let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let mut out = private_file(&path)?;
     out.write_all(&serde_json::to_vec_pretty(manifest).map_err(std::io::Error::other)?)?;
     out.write_all(b"\n")?;
     out.sync_all()?;

@@ -14,6 +14,7 @@
 mod archive;
 mod policy;
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use autocomp_model::{Agent, BatchId, BatchSummary, EventType, InvalidInput, NewEvent, Outcome, Seq};
@@ -195,21 +196,13 @@ impl Operator {
     pub async fn import(&self, files: &[PathBuf]) -> Result<ImportView, OperatorError> {
         let store = self.store().await?;
         let mut view = ImportView { files: files.to_vec(), ..ImportView::default() };
+        // Every file read and checked whole before anything is written: a damaged file
+        // restores nothing.
+        let mut read = Vec::with_capacity(files.len());
         for file in files {
-            let shown = file.display().to_string();
-            let compressed = std::fs::File::open(file)
-                .map_err(|e| InvalidInput::new("FILE", &shown, format!("cannot be read: {e}")))?;
-            // Read whole and checked before anything is written: a damaged file restores nothing.
-            let mut lines = Vec::new();
-            let mut n = 0usize;
-            archive::for_each_line(std::io::BufReader::new(compressed), |line| {
-                n += 1;
-                let history: BatchHistory =
-                    serde_json::from_slice(line).map_err(|e| format!("line {n} is not a batch's history: {e}"))?;
-                lines.push((digest(line), history));
-                Ok(())
-            })
-            .map_err(|reason| InvalidInput::new("FILE", &shown, reason))?;
+            read.push(read_export(file)?);
+        }
+        for lines in read {
             view.batches += lines.len() as u64;
             for page in lines.chunks(RESTORE_PAGE) {
                 let mut wanted = Vec::with_capacity(page.len());
@@ -246,6 +239,30 @@ impl Operator {
     }
 }
 
+/// An export file's lines, each with its digest, read whole; a file that does not decompress
+/// or a line that is not a batch's history is refused naming the file and the line.
+pub(crate) fn read_export(file: &Path) -> Result<Vec<(String, BatchHistory)>, OperatorError> {
+    let shown = file.display().to_string();
+    let whole = std::fs::read(file).map_err(|e| InvalidInput::new("FILE", &shown, format!("cannot be read: {e}")))?;
+    if let Some(listed) = archive::listed_digest(file)
+        && listed != digest(&whole)
+    {
+        let reason = format!("is not the file its manifest lists ({listed}, this is {})", digest(&whole));
+        return Err(InvalidInput::new("FILE", shown, reason).into());
+    }
+    let mut lines = Vec::new();
+    let mut n = 0usize;
+    archive::for_each_line(&whole[..], |line| {
+        n += 1;
+        let history: BatchHistory =
+            serde_json::from_slice(line).map_err(|e| format!("line {n} is not a batch's history: {e}"))?;
+        lines.push((digest(line), history));
+        Ok(())
+    })
+    .map_err(|reason| InvalidInput::new("FILE", &shown, reason))?;
+    Ok(lines)
+}
+
 /// Writes the due batches' histories to one file per period, each read back and checked.
 async fn export(
     store: &dyn ObjectStore,
@@ -256,7 +273,8 @@ async fn export(
     components: &[autocomp_model::RegisteredComponent],
 ) -> Result<(Vec<ExportFile>, Vec<Exported>), OperatorError> {
     let dir = &policy.export_dir;
-    std::fs::create_dir_all(dir).map_err(|e| written(dir, e))?;
+    // Made only its owner's (0700) when it is new: what it holds is the store's history.
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| written(dir, e))?;
     let mut writers = archive::Writers::new();
     let mut changed = std::collections::HashMap::new();
     for page in due.chunks(PRUNE_PAGE) {
