@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use autocomp_model::{Selection, Timestamp, Trigger};
+use autocomp_model::{EventType, Selection, Timestamp, Trigger};
 use tantivy::columnar::Column;
 use tantivy::index::SegmentId;
 use tantivy::schema::{Field, IndexRecordOption};
@@ -247,6 +247,8 @@ impl<'a> Segment<'a> {
         if let Some(quiet) = trigger.settled_for.filter(|quiet| !quiet.is_zero()) {
             bits = bits.and(&self.quiet_for(quiet));
         }
+        // A batch whose history was pruned is ready for nothing (`Trigger::failing_clause`).
+        bits = bits.and(&(*self.term(fields.present, EventType::HISTORY_PRUNED)?).clone().not());
         Ok(bits)
     }
 

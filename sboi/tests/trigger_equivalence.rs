@@ -63,6 +63,11 @@ enum Op {
         component: usize,
         record: Option<(usize, bool)>,
     },
+    /// Prunes the batch's history as read now (refused while a run is open): it is then
+    /// ready for nothing.
+    Prune {
+        batch: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,8 +84,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => batch.clone().prop_map(|batch| Op::ContentChange { batch }),
         1 => (batch.clone(), -3..4i32).prop_map(|(batch, priority)| Op::Prioritize { batch, priority }),
         1 => (batch.clone(), 0..COMPONENTS.len()).prop_map(|(batch, component)| Op::Claim { batch, component }),
-        1 => (batch, 0..COMPONENTS.len(), prop::option::of((0..EVENT_TYPES.len(), any::<bool>())))
+        1 => (batch.clone(), 0..COMPONENTS.len(), prop::option::of((0..EVENT_TYPES.len(), any::<bool>())))
             .prop_map(|(batch, component, record)| Op::EndRun { batch, component, record }),
+        1 => batch.prop_map(|batch| Op::Prune { batch }),
     ]
 }
 
@@ -316,6 +322,14 @@ async fn apply(store: &SqliteStore, op: &Op) {
                     .map(drop),
                 None => store.release(&batch_id(*batch), &component, run.generation).await,
             }
+        }
+        Op::Prune { batch } => {
+            let Some(read) = store.histories(&[batch_id(*batch)]).await.ok().and_then(|mut read| read.pop()) else {
+                return;
+            };
+            let marker = NewEvent::new(EventType::history_pruned(), Outcome::Success, agent.clone());
+            let ticket = PruneTicket { id: batch_id(*batch), changed_seq: read.batch.changed_seq, marker };
+            store.prune_histories(vec![ticket]).await.map(drop)
         }
     };
 }

@@ -114,7 +114,7 @@ impl Operator {
     pub fn export_premis_from(&self, files: &[PathBuf], out: &mut dyn Write) -> Result<ExportCount, OperatorError> {
         let mut histories = Vec::new();
         for file in files {
-            histories.extend(super::retention::read_export(file)?.into_iter().map(|(_, history)| history));
+            histories.extend(super::retention::read_export(file)?.into_iter().map(|line| line.history));
         }
         let count = ExportCount {
             as_of: histories.iter().map(|h| h.batch.changed_seq).max().unwrap_or(Seq::ZERO),

@@ -28,10 +28,15 @@ pub use policy::{RetentionPolicy, TypePolicy};
 use super::views::{Format, PAGE, render_as, size_text};
 use super::{Operator, OperatorError};
 
-/// Batches per history read and per prune transaction: short enough that passes go on.
+/// Batches per prune transaction: short enough that passes go on.
 const PRUNE_PAGE: usize = 500;
-/// Histories per restore call.
+/// Batches per history read: an answer of the store service stays well under its 64 MiB
+/// unless the batches are near their own cap.
+const HISTORY_PAGE: usize = 200;
+/// Histories per restore call, and their most bytes (as exported) unless one alone is more:
+/// a call to the store service stays under its 4 MiB request limit.
 const RESTORE_PAGE: usize = 100;
+const RESTORE_BYTES: usize = 2 << 20;
 /// The agent of a `History_Pruned` event.
 const PRUNE_AGENT: &str = "autocomp-prune";
 
@@ -204,30 +209,23 @@ impl Operator {
         }
         for lines in read {
             view.batches += lines.len() as u64;
-            for page in lines.chunks(RESTORE_PAGE) {
-                let mut wanted = Vec::with_capacity(page.len());
-                for (sha256, history) in page {
-                    match pruned_to(store.as_ref(), &history.batch.id, sha256).await? {
-                        ExportMatch::ThisExport => wanted.push(history.clone()),
-                        ExportMatch::Kept => view.not_pruned += 1,
-                        ExportMatch::Elsewhere(why) => view.other.push(format!("{}: {why}", history.batch.id)),
+            let mut page = Vec::new();
+            let mut bytes = 0usize;
+            for line in lines {
+                match pruned_to(store.as_ref(), &line.history.batch.id, &line.sha256).await? {
+                    ExportMatch::ThisExport => {
+                        bytes += line.bytes;
+                        page.push(line.history);
                     }
+                    ExportMatch::Kept => view.not_pruned += 1,
+                    ExportMatch::Elsewhere(why) => view.other.push(format!("{}: {why}", line.history.batch.id)),
                 }
-                if wanted.is_empty() {
-                    continue;
-                }
-                for (answer, history) in store.restore_histories(wanted.clone()).await?.into_iter().zip(&wanted) {
-                    match answer {
-                        RestoreAnswer::Restored { events, runs } => {
-                            view.restored += 1;
-                            view.events += events;
-                            view.runs += runs;
-                        }
-                        RestoreAnswer::NotPruned => view.not_pruned += 1,
-                        RestoreAnswer::NotFound => view.other.push(format!("{}: not in this store", history.batch.id)),
-                    }
+                if page.len() >= RESTORE_PAGE || bytes >= RESTORE_BYTES {
+                    restore(store.as_ref(), std::mem::take(&mut page), &mut view).await?;
+                    bytes = 0;
                 }
             }
+            restore(store.as_ref(), page, &mut view).await?;
         }
         Ok(view)
     }
@@ -239,9 +237,36 @@ impl Operator {
     }
 }
 
+/// Puts back what `page` holds, counting the answers into `view`.
+async fn restore(store: &dyn ObjectStore, page: Vec<BatchHistory>, view: &mut ImportView) -> Result<(), OperatorError> {
+    if page.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<BatchId> = page.iter().map(|history| history.batch.id.clone()).collect();
+    for (answer, id) in store.restore_histories(page).await?.into_iter().zip(ids) {
+        match answer {
+            RestoreAnswer::Restored { events, runs } => {
+                view.restored += 1;
+                view.events += events;
+                view.runs += runs;
+            }
+            RestoreAnswer::NotPruned => view.not_pruned += 1,
+            RestoreAnswer::NotFound => view.other.push(format!("{id}: not in this store")),
+        }
+    }
+    Ok(())
+}
+
+/// One line of an export file: a batch's history, the line's digest and its length.
+pub(crate) struct ExportLine {
+    pub sha256: String,
+    pub bytes: usize,
+    pub history: BatchHistory,
+}
+
 /// An export file's lines, each with its digest, read whole; a file that does not decompress
 /// or a line that is not a batch's history is refused naming the file and the line.
-pub(crate) fn read_export(file: &Path) -> Result<Vec<(String, BatchHistory)>, OperatorError> {
+pub(crate) fn read_export(file: &Path) -> Result<Vec<ExportLine>, OperatorError> {
     let shown = file.display().to_string();
     let whole = std::fs::read(file).map_err(|e| InvalidInput::new("FILE", &shown, format!("cannot be read: {e}")))?;
     if let Some(listed) = archive::listed_digest(file)
@@ -256,7 +281,7 @@ pub(crate) fn read_export(file: &Path) -> Result<Vec<(String, BatchHistory)>, Op
         n += 1;
         let history: BatchHistory =
             serde_json::from_slice(line).map_err(|e| format!("line {n} is not a batch's history: {e}"))?;
-        lines.push((digest(line), history));
+        lines.push(ExportLine { sha256: digest(line), bytes: line.len(), history });
         Ok(())
     })
     .map_err(|reason| InvalidInput::new("FILE", &shown, reason))?;
@@ -277,7 +302,7 @@ async fn export(
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| written(dir, e))?;
     let mut writers = archive::Writers::new();
     let mut changed = std::collections::HashMap::new();
-    for page in due.chunks(PRUNE_PAGE) {
+    for page in due.chunks(HISTORY_PAGE) {
         for history in store.histories(page).await? {
             let summary = BatchSummary::of(&history.batch);
             // Read again, whole: a batch that moved since the listing is left for the next run.
