@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use super::api::Operation;
 use super::error::ErrorBody;
+use super::protocol::{Handshake, Offered, PROTOCOL, PROTOCOL_HEADER};
 use autocomp_model::InvalidInput;
 use autocomp_toolkit::error_chain::error_chain;
 use autocomp_toolkit::tls::ClientTls;
@@ -39,6 +40,9 @@ pub enum CallError {
     /// The service's certificate failed verification (unknown CA, wrong host name, expired):
     /// a configuration error of this host, never retried (no wait makes it pass).
     Untrusted(InvalidInput),
+    /// The service is of an older release that does not offer the operation; nothing was
+    /// sent. The message names both releases and the upgrade order.
+    Older(String),
 }
 
 /// A JSON-over-HTTP client for one autocomp service, at one or several addresses.
@@ -55,6 +59,8 @@ pub struct HttpClient {
     reached: AtomicBool,
     /// `$AUTOCOMP_CA_FILE` as read, for the message when a certificate is not trusted.
     ca_file: Option<std::path::PathBuf>,
+    /// What the service offers, read once (`offered`).
+    handshake: tokio::sync::OnceCell<Handshake>,
 }
 
 /// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`, or several
@@ -201,6 +207,7 @@ impl HttpClient {
             retry_for: options.retry_for,
             reached: AtomicBool::new(false),
             ca_file: tls.ca_file.clone(),
+            handshake: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -216,7 +223,44 @@ impl HttpClient {
         // Retries and failover included: the span is the caller's wait. Disabled (free)
         // when telemetry is off or the caller is in no trace.
         let span = autocomp_toolkit::telemetry::client_span(self.what, O::NAME);
-        self.post(O::NAME, request, retry, timeout).instrument(span).await
+        async {
+            if let Some(handshake) = self.offered().await
+                && handshake.offers(O::NAME) == Some(false)
+            {
+                return Err(CallError::Older(handshake.refusal(self.what, &self.shown_base(), O::NAME)));
+            }
+            self.post(O::NAME, request, retry, timeout).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// What the service offers, read once with `GET /protocol` (`protocol`): `None` while it
+    /// cannot be read (unreachable: the call that follows says so, and the next one asks
+    /// again).
+    pub async fn offered(&self) -> Option<&Handshake> {
+        self.handshake.get_or_try_init(|| self.handshake()).await.ok()
+    }
+
+    async fn handshake(&self) -> Result<Handshake, ()> {
+        let index = self.current.load(Ordering::Relaxed) % self.bases.len();
+        // Short: a service that does not answer is found out by the call that follows.
+        let mut request = self.http.get(format!("{}/protocol", self.bases[index])).timeout(Duration::from_secs(2));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.header(PROTOCOL_HEADER, PROTOCOL).send().await.map_err(drop)?;
+        match response.status() {
+            // A release before protocol 2: no such path.
+            StatusCode::NOT_FOUND => Ok(Handshake::BeforeProtocol),
+            status if status.is_success() => response.json::<Offered>().await.map(Handshake::Listed).map_err(drop),
+            _ => Err(()),
+        }
+    }
+
+    /// The address calls go to, as `display_url` shows it.
+    fn shown_base(&self) -> String {
+        autocomp_toolkit::display_url(&self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()])
     }
 
     /// POSTs `request` to `/v1/<operation>` and decodes the answer (see `call`).
@@ -317,6 +361,7 @@ impl HttpClient {
             .http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(PROTOCOL_HEADER, PROTOCOL)
             .timeout(timeout.unwrap_or(REQUEST_TIMEOUT))
             .body(body);
         if let Some(token) = &self.token {

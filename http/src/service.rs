@@ -320,10 +320,32 @@ pub fn router<S: Rpc>(service: Arc<S>) -> axum::Router {
                 },
             ),
         )
+        .route("/protocol", get(protocol::<S>))
         .route("/v1/{operation}", post(operation::<S>))
         .fallback(no_such_path)
         .method_not_allowed_fallback(wrong_method)
         .with_state(service)
+}
+
+/// `GET /protocol`: what the service offers (`protocol::Offered`), open as every read is.
+async fn protocol<S: Rpc>(
+    State(service): State<Arc<S>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = service.access().check(&headers, peer, false) {
+        return refused.into_response();
+    }
+    let operations = <S::Request as Requests>::OPERATIONS.iter().map(|described| described.name);
+    with_protocol(axum::Json(crate::protocol::Offered::of(S::WHAT, operations)).into_response())
+}
+
+/// `response` with this release's protocol version in its `autocomp-protocol` header.
+fn with_protocol(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(crate::protocol::PROTOCOL_HEADER, header::HeaderValue::from(crate::protocol::PROTOCOL));
+    response
 }
 
 async fn operation<S: Rpc>(
@@ -347,7 +369,7 @@ async fn operation<S: Rpc>(
         None => Err(ApiError::unknown_operation(&operation)),
         Some(described) => answer(&*service, described, peer, request).instrument(span.clone()).await,
     };
-    let response = answer.unwrap_or_else(IntoResponse::into_response);
+    let response = with_protocol(answer.unwrap_or_else(IntoResponse::into_response));
     let (status, elapsed) = (response.status(), started.elapsed());
     span.record("http.response.status_code", status.as_u16());
     if status.is_server_error() {

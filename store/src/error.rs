@@ -41,6 +41,11 @@ pub enum StoreError {
     /// No store file where the URL says, and this handle may not make one (`migrate=false`).
     #[error("store unavailable: {0}")]
     NoStoreFile(String),
+    /// The store service (or the index service) runs an older release that does not offer
+    /// the operation: nothing was sent, and waiting does not help; the message names both
+    /// releases and the upgrade order.
+    #[error("{0}")]
+    ServiceOlder(String),
 }
 
 /// The kinds of `StoreError`, as the store service names them in an error body's `reason`
@@ -51,6 +56,7 @@ pub(crate) const CHANGED_SINCE_PREVIEW: &str = "changed_since_preview";
 pub(crate) const SCHEMA_NEWER: &str = "schema_newer";
 pub(crate) const SCHEMA_OLDER: &str = "schema_older";
 pub(crate) const NO_STORE_FILE: &str = "no_store_file";
+pub(crate) const SERVICE_OLDER: &str = "service_older";
 
 impl StoreError {
     pub fn is_fenced(&self) -> bool {
@@ -65,6 +71,7 @@ impl StoreError {
                 | StoreError::SchemaNewer(_)
                 | StoreError::SchemaOlder(_)
                 | StoreError::NoStoreFile(_)
+                | StoreError::ServiceOlder(_)
         )
     }
 
@@ -86,6 +93,7 @@ impl StoreError {
             StoreError::SchemaNewer(_) => Some(SCHEMA_NEWER),
             StoreError::SchemaOlder(_) => Some(SCHEMA_OLDER),
             StoreError::NoStoreFile(_) => Some(NO_STORE_FILE),
+            StoreError::ServiceOlder(_) => Some(SERVICE_OLDER),
             _ => None,
         }
     }
@@ -100,6 +108,7 @@ impl StoreError {
             (true, Some(SCHEMA_NEWER)) => StoreError::SchemaNewer(message),
             (true, Some(SCHEMA_OLDER)) => StoreError::SchemaOlder(message),
             (true, Some(NO_STORE_FILE)) => StoreError::NoStoreFile(message),
+            (true, Some(SERVICE_OLDER)) => StoreError::ServiceOlder(message),
             (true, _) => StoreError::Unavailable(message),
         }
     }

@@ -9,6 +9,7 @@ mod operations;
 mod postgres_connection;
 mod postgres_processes;
 mod processes;
+mod protocol;
 mod secrets;
 mod service;
 mod store_file;

@@ -39,9 +39,18 @@ impl Service {
         Self::serve(&format!("sqlite://{}?synchronous=normal", db.display()), port, extra)
     }
 
+    /// The service of another release's binary (`autocomp-store` at `binary`) over `db_url`.
+    pub(crate) fn serve_binary(binary: &str, db_url: &str) -> Service {
+        Self::serve_with(binary, db_url, free_port(), &[])
+    }
+
     /// The service over any database URL (a PostgreSQL one too).
     fn serve(db_url: &str, port: u16, extra: &[&str]) -> Service {
-        let child = Command::new(env!("CARGO_BIN_EXE_autocomp-store"))
+        Self::serve_with(env!("CARGO_BIN_EXE_autocomp-store"), db_url, port, extra)
+    }
+
+    fn serve_with(binary: &str, db_url: &str, port: u16, extra: &[&str]) -> Service {
+        let child = Command::new(binary)
             .args(["serve", "--db", db_url])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(extra)

@@ -35,7 +35,10 @@ impl From<StoreError> for ApiError {
                 e
             }
             StoreError::Unavailable(_) => ApiError::unavailable(message),
-            StoreError::SchemaNewer(_) | StoreError::SchemaOlder(_) | StoreError::NoStoreFile(_) => {
+            StoreError::SchemaNewer(_)
+            | StoreError::SchemaOlder(_)
+            | StoreError::NoStoreFile(_)
+            | StoreError::ServiceOlder(_) => {
                 let mut e = ApiError::unavailable(message);
                 e.detail.reason = reason;
                 e
@@ -51,6 +54,7 @@ impl From<CallError> for StoreError {
             CallError::Unreachable(message) => StoreError::Unavailable(message),
             // A certificate that fails verification: this host's configuration, exit 2.
             CallError::Untrusted(e) => StoreError::Invalid(e),
+            CallError::Older(message) => StoreError::ServiceOlder(message),
             CallError::Api { status, body } => {
                 let e = body.error;
                 let batch = || e.batch.as_deref().and_then(|b| BatchId::new(b).ok());
@@ -84,10 +88,10 @@ impl From<CallError> for StoreError {
                     )),
                     // A service of an older release than this client: it cannot be waited out,
                     // and a pass must not go on without what it asked (a pause it cannot read).
-                    "unknown_operation" => StoreError::Unavailable(format!(
-                        "the store service does not have this operation ({}): it runs an older release than this \
-                         host; upgrade the store service first",
-                        e.message
+                    "unknown_operation" => StoreError::ServiceOlder(format!(
+                        "the service does not have this operation ({}): it runs an older release than this host; {}",
+                        e.message,
+                        autocomp_http::protocol::UPGRADE_ORDER
                     )),
                     _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
                 }
@@ -102,7 +106,7 @@ impl From<CallError> for StoreError {
 pub fn store_error_is_permanent(url: &str, error: &StoreError) -> bool {
     match error {
         StoreError::Invalid(_) => true,
-        StoreError::SchemaNewer(_) => true,
+        StoreError::SchemaNewer(_) | StoreError::ServiceOlder(_) => true,
         error if error.is_unavailable() => url.starts_with("sqlite://"),
         _ => false,
     }
@@ -119,8 +123,8 @@ mod tests {
         }))
         .unwrap();
         let error = StoreError::from(CallError::Api { status: StatusCode::NOT_FOUND, body });
-        let StoreError::Unavailable(message) = error else { panic!("{error:?}") };
-        assert!(message.contains("older release than this host; upgrade the store service first"), "{message}");
+        let StoreError::ServiceOlder(message) = error else { panic!("{error:?}") };
+        assert!(message.contains("older release than this host; upgrade the services first"), "{message}");
         assert!(message.contains("\"steering\""), "{message}");
     }
 
@@ -174,6 +178,11 @@ mod tests {
             assert_eq!(back.to_string(), "store unavailable: store unavailable: words", "as an outage always read");
             assert_eq!(back.wire_reason(), Some(reason), "{back:?}");
         }
+        // A service downstream of an older one (sboi following an older store service) passes
+        // the refusal on as it was.
+        let (json, back) = over_the_wire(StoreError::ServiceOlder("words".into()));
+        assert_eq!(json["error"]["reason"], "service_older", "{json}");
+        assert!(matches!(&back, StoreError::ServiceOlder(m) if m == "words"), "{back:?}");
         let (json, back) = over_the_wire(StoreError::Unavailable("disk I/O error".into()));
         assert_eq!(
             json,

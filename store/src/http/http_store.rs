@@ -3,7 +3,7 @@
 //! is made up when the caller gave none), so a retry after a lost answer never records
 //! twice nor abandons the run it opened.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,6 +36,9 @@ pub struct HttpStore {
     /// The largest request body the service takes from this client: small without a token
     /// (reads open from loopback), so pages of ids are cut to fit it.
     body_limit: usize,
+    /// The service does not offer `wait_for_change_concerning` (a release before it): waits
+    /// for every change instead, as the port's default does.
+    waits_for_every_change: AtomicBool,
 }
 
 impl HttpStore {
@@ -51,7 +54,13 @@ impl HttpStore {
         let body_limit = if token.is_some() { MAX_BODY_BYTES } else { OPEN_READ_BODY_BYTES };
         let client = HttpClient::new(options, "store service", token)?;
         let key_prefix = crate::write_rules::client_key_prefix("auto");
-        Ok(Self { client, key_prefix, keys_made: AtomicU64::new(0), body_limit })
+        Ok(Self {
+            client,
+            key_prefix,
+            keys_made: AtomicU64::new(0),
+            body_limit,
+            waits_for_every_change: AtomicBool::new(false),
+        })
     }
 
     async fn call<O: Operation>(&self, request: &O::Request, retry: Retry) -> StoreResult<O::Answer> {
@@ -374,15 +383,28 @@ impl BatchStore for HttpStore {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
+        if self.waits_for_every_change.load(Ordering::Relaxed) {
+            return self.wait_for_change(since, timeout).await;
+        }
         let timeout = timeout.min(Duration::from_millis(wire::MAX_WAIT_MS));
         let request =
             wire::WaitForChangeConcerning { since, interest: interest.clone(), timeout_ms: timeout.as_millis() as u64 };
-        let answer: wire::Head = self
+        let answer = self
             .client
             .call::<op::WaitForChangeConcerning>(&request, Retry::Safe, Some(timeout + Duration::from_secs(10)))
             .await
-            .map_err(StoreError::from)?;
-        Ok(answer.head)
+            .map_err(StoreError::from);
+        match answer {
+            Ok(answer) => Ok(answer.head),
+            // What the service offers instead: a wake for every change (a watcher looks more
+            // often, and misses nothing).
+            Err(StoreError::ServiceOlder(why)) => {
+                tracing::warn!("{why}; meanwhile waiting for every change of the store instead");
+                self.waits_for_every_change.store(true, Ordering::Relaxed);
+                self.wait_for_change(since, timeout).await
+            }
+            Err(other) => Err(other),
+        }
     }
 
     async fn cancel_run(
