@@ -1,7 +1,7 @@
 //! The results the steps publish and what reads them, under the pipeline graph (`/graph`)
 //! and in `autocomp pipeline`: a producer's result schema shown as escaped JSON, a reader's
 //! expectation checked against it, a broken contract named in words (field and both
-//! versions).
+//! versions), and the overview naming which versions run where while hosts are upgraded.
 
 use crate::support;
 
@@ -179,4 +179,25 @@ async fn a_result_made_under_an_older_schema_is_marked_with_the_restart_that_ref
     assert_eq!(json["older_results"][0]["made_under"], old_digest);
     assert_eq!(json["older_results"][0]["published_now"], new_digest);
     assert_eq!(json["older_results"][0]["refused_by"], json!([]));
+}
+
+/// Hosts upgraded one at a time: the overview says which version runs where.
+#[tokio::test]
+async fn the_overview_says_which_versions_run_where_while_hosts_are_upgraded() {
+    let (operator, store, _dir) = temp_pipeline(Some("tester")).await;
+    let s = store.as_ref();
+    register(s, ("archiver", "0.1.0"), ("Data_Archived", "Data_Received"), None, vec![]).await;
+    let trigger = Trigger::builder().requires("Data_Received").blocked_by("Data_Archived").build();
+    let own = EventType::new("Data_Archived").unwrap();
+    let descriptor =
+        ComponentConfig::default().descriptor(ComponentName::new("archiver").unwrap(), "0.2.0", own, trigger, false);
+    let phase = PassPhase::Ended { outcome: PassOutcome::Idle, summary: String::new(), duration_ms: 1, work: vec![] };
+    store.record_pass(PassRecord { descriptor, host: "host2".into(), phase }).await.unwrap();
+    let monitor = Monitor::new(operator.clone(), Settings::default());
+    let router = web::router(monitor, WebOptions::default());
+    let (status, page) = support::get(&router, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("mixed versions: 0.2.0 on host2; 0.1.0 on host1"), "{page}");
+    let text = operator.pipeline_view().await.unwrap().render(Format::Text);
+    assert!(text.contains("archiver: 0.2.0 on host2; 0.1.0 on host1"), "{text}");
 }

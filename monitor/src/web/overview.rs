@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use autocomp_model::{ComponentState, HostRecord};
+use autocomp_model::{ComponentState, RegisteredComponent};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -124,7 +124,7 @@ fn component_row(overview: &Overview, row: &OverviewRow) -> String {
         Some(at) => w!(body, "<td>{} ({} ago)</td>", time(at), esc(age(overview.now.since(at)))),
         None => body.push_str("<td>–</td>"),
     }
-    body.push_str(&hosts_cell(&component.hosts));
+    body.push_str(&hosts_cell(component));
     match component.last_seen() {
         Some(at) => w!(body, "<td>{} ago<br><small>{}</small></td>", esc(age(overview.now.since(at))), time(at)),
         None => body.push_str("<td>never</td>"),
@@ -133,8 +133,10 @@ fn component_row(overview: &Overview, row: &OverviewRow) -> String {
     body
 }
 
-/// The hosts that ran the component's last passes: each with its outcome and version.
-fn hosts_cell(hosts: &[HostRecord]) -> String {
+/// The hosts that ran the component's last passes: each with its outcome and version, and
+/// which versions run where while its hosts are upgraded one at a time.
+fn hosts_cell(component: &RegisteredComponent) -> String {
+    let hosts = &component.hosts;
     let mut body = String::new();
     body.push_str("<td>");
     if hosts.is_empty() {
@@ -147,6 +149,9 @@ fn hosts_cell(hosts: &[HostRecord]) -> String {
             host.outcome.map_or("–".to_owned(), |o| o.as_str().to_owned())
         };
         w!(body, "{}{} ({}, {})", if i > 0 { "<br>" } else { "" }, esc(&host.host), esc(outcome), esc(&host.version));
+    }
+    if let Some(mixed) = component.mixed_versions() {
+        w!(body, "<br><small class=\"warn\">mixed versions: {}</small>", esc(mixed));
     }
     body.push_str("</td>");
     body
