@@ -65,6 +65,15 @@ pub fn cargo() -> Command {
 }
 
 /// `target/<profile>`: the test executable lives in `target/<profile>/deps/`.
+/// The previous release's binary `name` (`autocomp`, `probe-component`), as
+/// `scripts/previous-release` builds it (scripts/test runs it first).
+pub fn previous_release_binary(name: &str) -> PathBuf {
+    let target = profile_dir().parent().expect("target/<profile>").to_path_buf();
+    let path = target.join("previous-release/bin").join(name);
+    assert!(path.exists(), "no {}: run scripts/previous-release (scripts/test runs it)", path.display());
+    path
+}
+
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()

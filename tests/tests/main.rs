@@ -39,6 +39,7 @@ mod steering;
 mod steering_cli;
 mod telemetry;
 mod tls_trust;
+mod upgrade;
 mod watch;
 mod watch_concerns;
 mod watch_feed;
