@@ -65,6 +65,31 @@ pub fn cargo() -> Command {
 }
 
 /// `target/<profile>`: the test executable lives in `target/<profile>/deps/`.
+/// `count` batches for the probe, with its ledger on (`ledger.txt`): `work_time` each, two
+/// threads a worker, a heartbeat a second. What the drills that run two watchers share.
+pub fn ledgered_batches(pipeline: &Pipeline, count: usize, work_time: &str) -> Vec<BatchId> {
+    let ids = pipeline.register(count);
+    pipeline.configure(&format!(
+        "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"{work_time}\"\nledger = \"{}\"\n",
+        pipeline.path("ledger.txt").display()
+    ));
+    ids
+}
+
+/// Two watching workers of the probe.
+pub fn two_watchers(pipeline: &Pipeline) -> [Child; 2] {
+    [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])]
+}
+
+/// SIGTERM to each watcher: each finishes its work and exits 0 within a minute.
+pub fn stop_watchers(workers: [Child; 2]) {
+    for worker in workers {
+        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().expect("kill runs");
+        let stopped = finish(worker, Duration::from_secs(60));
+        assert_eq!(stopped.code, Some(0), "{}", stopped.show());
+    }
+}
+
 /// The previous release's binary `name` (`autocomp`, `probe-component`), as
 /// `scripts/previous-release` builds it (scripts/test runs it first).
 pub fn previous_release_binary(name: &str) -> PathBuf {

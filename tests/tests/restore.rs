@@ -5,22 +5,16 @@
 //! probe's ledger, written by every process), the runs open in the copy taken over; what was
 //! recorded after the backup is gone (the restore point) and is done again.
 
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, ledgered_batches, stop_watchers, two_watchers, wait_until};
 use autocomp_model::{BatchId, Outcome};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 
 /// 60 batches for the probe (200 ms each, the ledger on), two threads a worker.
 fn sixty_batches(pipeline: &Pipeline) -> Vec<BatchId> {
-    let ids = pipeline.register(60);
-    pipeline.configure(&format!(
-        "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"200ms\"\nledger = \"{}\"\n",
-        pipeline.path("ledger.txt").display()
-    ));
-    ids
+    ledgered_batches(pipeline, 60, "200ms")
 }
 
 /// How many of `ids` have their result.
@@ -28,28 +22,14 @@ fn done(pipeline: &Pipeline, ids: &[BatchId]) -> usize {
     ids.iter().filter(|id| !pipeline.events(id, PROBED).is_empty()).count()
 }
 
-/// Two watching workers.
-fn workers(pipeline: &Pipeline) -> [Child; 2] {
-    [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])]
-}
-
-/// SIGTERM to each: a watcher finishes its work and exits 0.
-fn stop(workers: [Child; 2]) {
-    for worker in workers {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        let stopped = finish(worker, Duration::from_secs(60));
-        assert_eq!(stopped.code, Some(0), "{}", stopped.show());
-    }
-}
-
 /// After the restore: two workers again until every batch is done; then each batch has one
 /// result, no two works on a batch overlapped across the restore, no run is left open.
 /// Returns how many batches were worked again (`late`, registered after the restore point,
 /// aside).
 fn finish_after_restore(pipeline: &Pipeline, ids: &[BatchId], late: &BatchId) -> usize {
-    let again = workers(pipeline);
+    let again = two_watchers(pipeline);
     let finished = wait_until(Instant::now() + Duration::from_secs(90), || done(pipeline, ids) == ids.len());
-    stop(again);
+    stop_watchers(again);
     assert!(finished, "after the restore {} of {} batches were done", done(pipeline, ids), ids.len());
     for id in ids {
         let probed = pipeline.events(id, PROBED);
@@ -65,7 +45,7 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
     let mut pipeline = Pipeline::new(PROBE);
     let ids = sixty_batches(&pipeline);
     let done = |pipeline: &Pipeline| done(pipeline, &ids);
-    let first = workers(&pipeline);
+    let first = two_watchers(&pipeline);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 10), "the workers work");
     let backup = pipeline.path("backup.db");
     let backed = pipeline.autocomp(&["backup", "--to", backup.to_str().unwrap(), "--format", "json"]);
@@ -84,7 +64,7 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
     let late = pipeline.register_one("LATE1", true);
     let moved_on = wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) == ids.len());
     assert!(moved_on, "the workers finished after the backup");
-    stop(first);
+    stop_watchers(first);
     let done_before_restore = done(&pipeline);
 
     // The store file is lost; the backup takes its place.
@@ -98,7 +78,9 @@ fn a_backup_taken_while_components_run_restores_and_every_batch_is_finished_once
     let reindexed = pipeline.autocomp(&["reindex"]);
     assert_eq!(reindexed.code, Some(0), "{}", reindexed.show());
     let restored_done = done(&pipeline);
-    assert!(restored_done < done_before_restore, "the restore point is the backup's: {restored_done} done then");
+    // At most what was done (on a busy machine the workers may finish all before the backup
+    // reads): the restore point is the backup's, which LATE1, registered after it, shows.
+    assert!(restored_done <= done_before_restore, "the restore point is the backup's: {restored_done} done then");
     assert!(pipeline.all_batches().iter().all(|b| b.id != late), "a batch registered after the backup is not in it");
 
     // The work recorded after the backup is done again (the restore point).
@@ -127,7 +109,7 @@ fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_onc
     let ids = sixty_batches(&pipeline);
     let done = |pipeline: &Pipeline| done(pipeline, &ids);
 
-    let first = workers(&pipeline);
+    let first = two_watchers(&pipeline);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 5), "the workers work");
     let backup = primary.base_backup();
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) >= 20), "they go on");
@@ -135,7 +117,7 @@ fn a_postgresql_base_backup_restored_to_a_point_in_time_finishes_every_batch_onc
     let at_the_point = done(&pipeline);
     let late = pipeline.register_one("LATE1", true);
     assert!(wait_until(Instant::now() + Duration::from_secs(60), || done(&pipeline) == ids.len()), "they finish");
-    stop(first);
+    stop_watchers(first);
     primary.stop_fast();
 
     // The database is lost; a new server is recovered to the restore point.

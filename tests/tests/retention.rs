@@ -7,36 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, ledgered_batches, stop_watchers, two_watchers, wait_until};
 use autocomp_model::{BatchId, EventType, Outcome};
 use autocomp_store::BatchHistory;
 use sha2::{Digest, Sha256};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
-
-fn sixty_batches(pipeline: &Pipeline) -> Vec<BatchId> {
-    let ids = pipeline.register(60);
-    pipeline.configure(&format!(
-        "max_threads = 2\nqueue_size = 4\nwatch_heartbeat = \"1s\"\n\n[settings]\nwork_time = \"100ms\"\nledger = \"{}\"\n",
-        pipeline.path("ledger.txt").display()
-    ));
-    ids
-}
-
-fn workers(pipeline: &Pipeline) -> [Child; 2] {
-    [pipeline.spawn(&["--watch"]), pipeline.spawn(&["--watch"])]
-}
-
-fn stop(workers: [Child; 2]) {
-    for worker in workers {
-        Command::new("kill").args(["-TERM", &worker.id().to_string()]).status().unwrap();
-        let stopped = finish(worker, Duration::from_secs(60));
-        assert_eq!(stopped.code, Some(0), "{}", stopped.show());
-    }
-}
 
 fn policy(pipeline: &Pipeline) -> PathBuf {
     let path = pipeline.path("retention.toml");
@@ -91,7 +70,7 @@ fn exported(dir: &Path) -> BTreeMap<BatchId, BatchHistory> {
 }
 
 fn prune_while_they_work(pipeline: &Pipeline) {
-    let ids = sixty_batches(pipeline);
+    let ids = ledgered_batches(pipeline, 60, "100ms");
     let policy = policy(pipeline);
     let policy = policy.to_str().unwrap();
     let dry = pipeline.autocomp(&["prune", "--policy", policy, "--dry-run", "--format", "json"]);
@@ -99,7 +78,7 @@ fn prune_while_they_work(pipeline: &Pipeline) {
     let dry: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
     assert_eq!((dry["due"].as_u64(), dry["batches"].as_u64()), (Some(0), Some(60)), "nothing is finished yet");
 
-    let running = workers(pipeline);
+    let running = two_watchers(pipeline);
     let mut runs = 0;
     let all_pruned = wait_until(Instant::now() + Duration::from_secs(120), || {
         let pruned = pipeline.autocomp(&["prune", "--policy", policy, "--format", "json"]);
@@ -107,7 +86,7 @@ fn prune_while_they_work(pipeline: &Pipeline) {
         runs += 1;
         self::pruned(pipeline, &ids) == ids.len()
     });
-    stop(running);
+    stop_watchers(running);
     assert!(all_pruned, "{} of 60 pruned after {runs} runs", pruned(pipeline, &ids));
     let quiet = pipeline.autocomp(&["prune", "--policy", policy]);
     assert_eq!((quiet.code, quiet.stdout.as_str()), (Some(0), ""), "quiet when nothing is due: {}", quiet.show());
