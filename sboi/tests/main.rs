@@ -4,6 +4,7 @@
 
 mod engine;
 mod processes;
+mod protocol;
 mod reconcile;
 mod service;
 mod trigger_equivalence;

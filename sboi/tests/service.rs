@@ -25,10 +25,10 @@ use autocomp_sboi::{
 use autocomp_store::*;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "index-s3cret";
+pub(crate) const TOKEN: &str = "index-s3cret";
 
 /// A running `sboi serve`, killed when dropped.
-struct Service {
+pub(crate) struct Service {
     child: Child,
     port: u16,
     index_dir: PathBuf,
@@ -47,19 +47,24 @@ impl Service {
 
     /// `following`, with more arguments for `sboi serve`.
     fn with_args(store: &str, dir: &Path, more: &[&str]) -> Service {
+        Self::of_binary(env!("CARGO_BIN_EXE_sboi"), store, dir, more)
+    }
+
+    /// `sboi serve` of another release's binary, following `store`, its index under `dir`.
+    pub(crate) fn of_binary(binary: &str, store: &str, dir: &Path, more: &[&str]) -> Service {
         let port = free_port();
         let index_dir = dir.join("index");
         let listen = format!("127.0.0.1:{port}");
         let mut args = vec!["serve", "--store", store, "--index-dir", index_dir.to_str().unwrap(), "--listen", &listen];
         args.extend(["--reconcile-every", "0"]);
         args.extend(more);
-        let child = sboi(&args).env("AUTOCOMP_TOKEN", TOKEN).spawn().expect("start sboi");
+        let child = sboi_of(binary, &args).env("AUTOCOMP_TOKEN", TOKEN).spawn().expect("start sboi");
         let mut service = Service { child, port, index_dir };
         service.wait_healthy();
         service
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -101,7 +106,11 @@ impl Drop for Service {
 }
 
 fn sboi(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sboi"));
+    sboi_of(env!("CARGO_BIN_EXE_sboi"), args)
+}
+
+fn sboi_of(binary: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(binary);
     command.args(args).env_remove("AUTOCOMP_TOKEN").env_remove("AUTOCOMP_STORE").stdout(Stdio::null());
     // The service's log, for a failing test: `SBOI_TEST_LOG=1 cargo test ...`.
     if std::env::var_os("SBOI_TEST_LOG").is_none() {
@@ -110,11 +119,11 @@ fn sboi(args: &[&str]) -> Command {
     command
 }
 
-fn store_url(dir: &Path) -> String {
+pub(crate) fn store_url(dir: &Path) -> String {
     format!("sqlite://{}?synchronous=normal", dir.join("store.db").display())
 }
 
-async fn open_store(dir: &Path) -> Arc<SqliteStore> {
+pub(crate) async fn open_store(dir: &Path) -> Arc<SqliteStore> {
     let options = SqliteOptions { synchronous: Synchronous::Normal, ..SqliteOptions::default() };
     Arc::new(SqliteStore::open_with(dir.join("store.db"), options).await.unwrap())
 }

@@ -12,14 +12,15 @@
 //! - A service that says what it offers (`GET /protocol`): an operation it lacks is refused
 //!   before it is sent, and a watcher's concerning wait falls back to waiting for every change.
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autocomp_model::*;
 use autocomp_store::*;
+use autocomp_test_servers::recording::{
+    self, Call, Recording, Replay, recording_proxy, replay_server, shape_difference,
+};
 use serde_json::{Value, json};
 
 use super::service::{Service, TOKEN};
@@ -29,23 +30,6 @@ const RECORDINGS: &[&str] = &["0.1.0-protocol-1"];
 
 fn recording_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/protocol").join(format!("{name}.json"))
-}
-
-/// One call as recorded: the operation, the request body, the answer's status and body.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Call {
-    operation: String,
-    request: Value,
-    status: u16,
-    answer: Value,
-}
-
-/// What a release said: its `GET /protocol` answer and the scenario's calls in order.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Recording {
-    release: String,
-    protocol: Call,
-    calls: Vec<Call>,
 }
 
 fn agent(text: &str) -> Agent {
@@ -173,33 +157,8 @@ pub(crate) async fn scenario(store: &HttpStore, newer: &[&str]) {
     }
 }
 
-/// The shapes of two JSON answers differ (`Some(where)`): an object's keys, an array's
-/// length, a value's JSON type.
-fn shape_difference(recorded: &Value, now: &Value, at: &str) -> Option<String> {
-    match (recorded, now) {
-        (Value::Object(a), Value::Object(b)) => {
-            let (keys_a, keys_b): (Vec<&String>, Vec<&String>) = (a.keys().collect(), b.keys().collect());
-            if keys_a != keys_b {
-                return Some(format!("{at}: keys {keys_a:?} recorded, {keys_b:?} now"));
-            }
-            a.iter().find_map(|(key, value)| shape_difference(value, &b[key], &format!("{at}.{key}")))
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            a.iter().zip(b).enumerate().find_map(|(n, (x, y))| shape_difference(x, y, &format!("{at}[{n}]")))
-        }
-        (Value::Array(a), Value::Array(b)) => Some(format!("{at}: {} items recorded, {} now", a.len(), b.len())),
-        (Value::Number(_), Value::Number(_))
-        | (Value::String(_), Value::String(_))
-        | (Value::Bool(_), Value::Bool(_))
-        | (Value::Null, Value::Null) => None,
-        _ => Some(format!("{at}: {recorded} recorded, {now} now")),
-    }
-}
-
 fn recorded(name: &str) -> Recording {
-    let path = recording_path(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    recording::read(&recording_path(name))
 }
 
 /// Each recorded request, sent as recorded to this release's service over a fresh store, is
@@ -230,52 +189,6 @@ async fn an_older_clients_requests_get_answers_of_the_shape_it_was_given() {
     }
 }
 
-/// A server that answers as a recording says: `GET /protocol` as recorded, each `POST
-/// /v1/<op>` with the next recorded call's answer, provided it is that operation.
-struct Replay {
-    calls: Mutex<VecDeque<Call>>,
-    protocol: Call,
-    asked: Mutex<Vec<String>>,
-}
-
-async fn replay_server(replay: Arc<Replay>) -> SocketAddr {
-    use axum::extract::{Path as UrlPath, State};
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
-    use axum::routing::{get, post};
-    let app = axum::Router::new()
-        .route(
-            "/protocol",
-            get(|State(replay): State<Arc<Replay>>| async move {
-                let status = StatusCode::from_u16(replay.protocol.status).unwrap();
-                (status, axum::Json(replay.protocol.answer.clone())).into_response()
-            }),
-        )
-        .route(
-            "/v1/{operation}",
-            post(|State(replay): State<Arc<Replay>>, UrlPath(operation): UrlPath<String>| async move {
-                replay.asked.lock().unwrap().push(operation.clone());
-                let next = replay.calls.lock().unwrap().pop_front();
-                match next {
-                    Some(call) if call.operation == operation => {
-                        let status = StatusCode::from_u16(call.status).unwrap();
-                        (status, axum::Json(call.answer)).into_response()
-                    }
-                    other => {
-                        let expected = other.map_or("nothing".to_owned(), |call| call.operation);
-                        let error = json!({"error": {"kind": "replay", "message": format!("{operation} asked, {expected} recorded")}});
-                        (StatusCode::IM_A_TEAPOT, axum::Json(error)).into_response()
-                    }
-                }
-            }),
-        )
-        .with_state(replay);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    address
-}
-
 /// This release's client reads every answer an older service gave, and is refused, once and
 /// naming the upgrade order, the operation that service did not have.
 #[tokio::test]
@@ -288,11 +201,7 @@ async fn this_client_reads_an_older_services_answers_and_names_the_upgrade_order
             .filter(|call| call.answer["error"]["kind"] == "unknown_operation")
             .map(|call| call.operation.as_str())
             .collect();
-        let replay = Arc::new(Replay {
-            calls: Mutex::new(recording.calls.iter().cloned().collect()),
-            protocol: recording.protocol.clone(),
-            asked: Mutex::default(),
-        });
+        let replay = Replay::new(recording.protocol.clone(), recording.calls.iter().cloned());
         let address = replay_server(Arc::clone(&replay)).await;
         let store = HttpStore::with_token(&format!("http://{address}"), Some(TOKEN.into())).unwrap();
         scenario(&store, &newer).await;
@@ -314,11 +223,8 @@ async fn an_operation_a_service_does_not_offer_is_refused_before_it_is_sent_or_f
         Call { operation: "head".into(), request: json!({}), status: 200, answer: json!({"head": 7}) },
         Call { operation: "wait_for_change".into(), request: json!({}), status: 200, answer: json!({"head": 8}) },
     ];
-    let replay = Arc::new(Replay {
-        calls: Mutex::new(calls.into_iter().collect()),
-        protocol: Call { operation: "protocol".into(), request: Value::Null, status: 200, answer: json!(offered) },
-        asked: Mutex::default(),
-    });
+    let protocol = Call { operation: "protocol".into(), request: Value::Null, status: 200, answer: json!(offered) };
+    let replay = Replay::new(protocol, calls);
     let address = replay_server(Arc::clone(&replay)).await;
     let store = HttpStore::with_token(&format!("http://{address}"), Some(TOKEN.into())).unwrap();
     assert_eq!(store.head().await.unwrap(), Seq(7));
@@ -345,62 +251,14 @@ async fn record_a_release() {
     let upstream = service.url();
     let recorded = Arc::new(Mutex::new(Vec::<Call>::new()));
     let protocol = {
-        let url = format!("{upstream}/protocol");
-        tokio::task::spawn_blocking(move || autocomp_test_servers::http1::get(&url)).await.unwrap().unwrap()
+        let upstream = upstream.clone();
+        tokio::task::spawn_blocking(move || recording::protocol_of(&upstream)).await.unwrap()
     };
-    let protocol = Call {
-        operation: "protocol".into(),
-        request: Value::Null,
-        status: protocol.0,
-        answer: serde_json::from_slice(&protocol.1).unwrap_or(Value::Null),
-    };
-    let address = recording_proxy(upstream, Arc::clone(&recorded)).await;
+    let address = recording_proxy(upstream, TOKEN, Arc::clone(&recorded)).await;
     let store = HttpStore::with_token(&format!("http://{address}"), Some(TOKEN.into())).unwrap();
     let newer: Vec<&str> = if protocol.status == 404 { vec!["histories"] } else { vec![] };
     scenario(&store, &newer).await;
     let calls = recorded.lock().unwrap().clone();
     let release = std::env::var("AUTOCOMP_RECORD_RELEASE").unwrap_or_else(|_| name.clone());
-    let text = serde_json::to_string_pretty(&Recording { release, protocol, calls }).unwrap() + "\n";
-    std::fs::write(recording_path(&name), text).unwrap();
-}
-
-/// A proxy to `upstream` that records each `POST /v1/<op>` and its answer.
-async fn recording_proxy(upstream: String, recorded: Arc<Mutex<Vec<Call>>>) -> SocketAddr {
-    use axum::body::Bytes;
-    use axum::extract::{Path as UrlPath, State};
-    use axum::http::StatusCode;
-    use axum::response::IntoResponse;
-    type Proxy = (String, Arc<Mutex<Vec<Call>>>);
-    let app = axum::Router::new()
-        .route(
-            "/protocol",
-            axum::routing::get(|State((upstream, _)): State<Proxy>| async move {
-                let url = format!("{upstream}/protocol");
-                let (status, body) =
-                    tokio::task::spawn_blocking(move || autocomp_test_servers::http1::get(&url)).await.unwrap().unwrap();
-                (StatusCode::from_u16(status).unwrap(), body).into_response()
-            }),
-        )
-        .route(
-            "/v1/{operation}",
-            axum::routing::post(
-                |State((upstream, recorded)): State<Proxy>, UrlPath(operation): UrlPath<String>, body: Bytes| async move {
-                    let url = format!("{upstream}/v1/{operation}");
-                    let sent = body.to_vec();
-                    let (status, answer) = tokio::task::spawn_blocking(move || {
-                        autocomp_test_servers::http1::post(&url, Some(TOKEN), &sent)
-                    })
-                    .await
-                    .unwrap();
-                    let request = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    recorded.lock().unwrap().push(Call { operation, request, status, answer: answer.clone() });
-                    (StatusCode::from_u16(status).unwrap(), axum::Json(answer)).into_response()
-                },
-            ),
-        )
-        .with_state((upstream, recorded));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    address
+    recording::write(&recording_path(&name), &Recording { release, protocol, calls });
 }

@@ -27,6 +27,7 @@ pub mod chromium;
 pub mod http1;
 pub mod postgres;
 pub mod receiver;
+pub mod recording;
 pub mod smtp;
 
 pub use postgres::{Options, Postgres, shared};
