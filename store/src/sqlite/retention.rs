@@ -46,9 +46,8 @@ fn prune_one(tx: &Connection, ticket: PruneTicket, cap: u64) -> StoreResult<Prun
         return Ok(PruneAnswer::AlreadyPruned);
     }
     let open: bool = tx
-        .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ?1 AND state = 'open')", [id.as_str()], |row| {
-            row.get(0)
-        })
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ?1 AND state = 'open')")
+        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)))
         .map_err(unavailable)?;
     if changed != ticket.changed_seq.0 || open {
         return Ok(PruneAnswer::Moved { changed_seq: Seq(changed) });
@@ -59,13 +58,17 @@ fn prune_one(tx: &Connection, ticket: PruneTicket, cap: u64) -> StoreResult<Prun
         .unwrap_or_default();
     let kept: rusqlite::vtab::array::Array =
         std::rc::Rc::new(kept.into_iter().map(rusqlite::types::Value::Integer).collect());
-    let events = tx
-        .execute("DELETE FROM events WHERE batch_id = ?1 AND seq NOT IN rarray(?2)", params![id.as_str(), kept])
-        .map_err(unavailable)? as u64;
-    let runs = tx.execute("DELETE FROM runs WHERE batch_id = ?1", [id.as_str()]).map_err(unavailable)? as u64;
-    for table in ["checkpoints", "run_outputs"] {
-        tx.execute(&format!("DELETE FROM {table} WHERE batch_id = ?1"), [id.as_str()]).map_err(unavailable)?;
-    }
+    // Prepared once per connection, not per batch: a prune takes hundreds to a transaction.
+    let removed = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> StoreResult<u64> {
+        tx.prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(params))
+            .map(|n| n as u64)
+            .map_err(unavailable)
+    };
+    let events = removed("DELETE FROM events WHERE batch_id = ?1 AND seq NOT IN rarray(?2)", &[&id.as_str(), &kept])?;
+    let runs = removed("DELETE FROM runs WHERE batch_id = ?1", &[&id.as_str()])?;
+    removed("DELETE FROM checkpoints WHERE batch_id = ?1", &[&id.as_str()])?;
+    removed("DELETE FROM run_outputs WHERE batch_id = ?1", &[&id.as_str()])?;
     let marker = append_in(tx, id, ticket.marker, cap)?;
     Ok(PruneAnswer::Pruned { events, runs, marker_seq: marker.seq })
 }

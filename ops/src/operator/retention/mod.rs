@@ -4,7 +4,7 @@
 //! A prune reads the policy (`policy`), finds the finished batches due under it, reads their
 //! whole histories a page at a time and writes them to export files (`archive`), reads every
 //! file back and checks it, writes the run's manifest, and only then prunes the batches in
-//! transactions of `PRUNE_PAGE` each while passes go on: a batch that changed since its export
+//! transactions of `PRUNE_PAGE` each, `PRUNE_PAUSE` apart, while passes go on: a batch that changed since its export
 //! read it is left (counted `moved`) for the next run. A pruned batch keeps its effective
 //! events and a `History_Pruned` event naming its export file and its line's digest.
 //!
@@ -28,8 +28,12 @@ pub use policy::{RetentionPolicy, TypePolicy};
 use super::views::{Format, PAGE, render_as, size_text};
 use super::{Operator, OperatorError};
 
-/// Batches per prune transaction: short enough that passes go on.
-const PRUNE_PAGE: usize = 500;
+/// Batches per prune transaction, and the pause between two: passes go on meanwhile. On
+/// SQLite a pass waiting for the write lock sleeps in growing steps (up to 100 ms) and found
+/// the next transaction holding it every time when they followed at once: passes waited
+/// seconds (BENCHMARKS.md, Retention).
+const PRUNE_PAGE: usize = 200;
+const PRUNE_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 /// Batches per history read: an answer of the store service stays well under its 64 MiB
 /// unless the batches are near their own cap.
 const HISTORY_PAGE: usize = 200;
@@ -181,7 +185,11 @@ impl Operator {
         let manifest_name = manifest_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         view.files = files;
         view.manifest = Some(manifest_path);
-        for page in exported.chunks(PRUNE_PAGE) {
+        for (n, page) in exported.chunks(PRUNE_PAGE).enumerate() {
+            if n > 0 {
+                // Passes go on: a writer waiting on the store gets in between two transactions.
+                tokio::time::sleep(PRUNE_PAUSE).await;
+            }
             let tickets = page.iter().map(|e| ticket(e, &policy.export_dir, &manifest_name)).collect();
             for answer in store.prune_histories(tickets).await? {
                 match answer {
