@@ -113,8 +113,18 @@ impl SourceContext<'_> {
 
     /// Records that a registered batch's content changed (a re-delivery): `patch` is merged
     /// into its metadata. Returns the change's seq.
+    /// A batch whose history was pruned is refused (`Conflict`, naming the import that brings
+    /// it back): its new content would wait unworked, since a pruned batch is ready for nothing.
     pub async fn record_content_change(&self, id: &BatchId, patch: Map<String, Value>) -> Result<Seq, StoreError> {
         self.writable()?;
+        let head = self.store.batch_head(id).await?;
+        if let Some(marker) = head.effective_event(&autocomp_model::EventType::history_pruned()) {
+            let restore = marker.details.get("restore").and_then(Value::as_str).unwrap_or("autocomp import");
+            return Err(StoreError::Conflict(format!(
+                "{id} was delivered again, but its history was pruned (seq {}): `{restore}` first; nothing recorded",
+                marker.seq
+            )));
+        }
         self.store.record_content_change(id, patch).await
     }
 

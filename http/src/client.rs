@@ -59,8 +59,8 @@ pub struct HttpClient {
     reached: AtomicBool,
     /// `$AUTOCOMP_CA_FILE` as read, for the message when a certificate is not trusted.
     ca_file: Option<std::path::PathBuf>,
-    /// What the service offers, read once (`offered`).
-    handshake: tokio::sync::OnceCell<Handshake>,
+    /// What the service offers, read once (`offered`): `None` when it could not be read.
+    handshake: tokio::sync::OnceCell<Option<Handshake>>,
 }
 
 /// The knobs of an `http://` backend URL: `http://host:port[?retry_for=30s]`, or several
@@ -235,11 +235,13 @@ impl HttpClient {
         .await
     }
 
-    /// What the service offers, read once with `GET /protocol` (`protocol`): `None` while it
-    /// cannot be read (unreachable: the call that follows says so, and the next one asks
-    /// again).
+    /// What the service offers, read once with `GET /protocol` (`protocol`): `None` when it
+    /// could not be read then (unreachable, or an answer that is not an offer): calls go
+    /// out, and an operation the service lacks is found out by its answer.
     pub async fn offered(&self) -> Option<&Handshake> {
-        self.handshake.get_or_try_init(|| self.handshake()).await.ok()
+        // Asked once whatever the answer: a service that does not answer it (or not in time)
+        // costs the first call 2 s, not every call.
+        self.handshake.get_or_init(|| async { self.handshake().await.ok() }).await.as_ref()
     }
 
     async fn handshake(&self) -> Result<Handshake, ()> {

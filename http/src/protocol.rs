@@ -75,6 +75,15 @@ impl Handshake {
     /// The refusal of an operation the service does not offer, in one line.
     pub fn refusal(&self, what: &str, shown: &str, operation: &str) -> String {
         let release = match self {
+            Handshake::Listed(offered) if offered.protocol > PROTOCOL => {
+                return format!(
+                    "the {what} at {shown} runs release {} (protocol {}), newer than this host's {} (protocol \
+                     {PROTOCOL}), and no longer offers {operation}: upgrade this host's autocomp",
+                    offered.release,
+                    offered.protocol,
+                    env!("CARGO_PKG_VERSION")
+                );
+            }
             Handshake::Listed(offered) => format!("release {} (protocol {})", offered.release, offered.protocol),
             Handshake::BeforeProtocol => "a release before protocol 2".to_owned(),
         };

@@ -120,6 +120,43 @@ fn prune_while_they_work(pipeline: &Pipeline) {
     assert!(shown.stdout.contains("next: autocomp import "), "{}", shown.show());
     assert_eq!(pipeline.batch(&ids[0]).events.len(), 3, "nothing recorded");
 
+    // A policy whose export_dir is relative is refused; a second prune at once is refused;
+    // what a prune that stopped left half written goes with the next one.
+    let relative = pipeline.path("relative.toml");
+    std::fs::write(&relative, "export_dir = \"history\"\n[types.RoundTrip]\nafter = \"0s\"\n").unwrap();
+    let refused = pipeline.autocomp(&["prune", "--policy", relative.to_str().unwrap()]);
+    assert_eq!(refused.code, Some(2), "{}", refused.show());
+    assert!(refused.stderr.contains("invalid export_dir \"history\": must be an absolute path"), "{}", refused.show());
+    // A prune takes the directory only when something is due: one more batch, worked.
+    let more = pipeline.register_one("B0061", true);
+    let one_more = two_watchers(pipeline);
+    assert!(wait_until(Instant::now() + Duration::from_secs(60), || !pipeline.events(&more, PROBED).is_empty()));
+    stop_watchers(one_more);
+    let left = pipeline.path("history/history-2026-01-stopped.jsonl.zst.partial");
+    std::fs::write(&left, b"half").unwrap();
+    // `-o`: the lock stays with flock itself, not with the sleep it starts, so killing it frees it.
+    let mut holder = Command::new("flock")
+        .arg("-o")
+        .arg(pipeline.path("history/.prune.lock"))
+        .args(["sleep", "30"])
+        .spawn()
+        .expect("flock (util-linux)");
+    let held = wait_until(Instant::now() + Duration::from_secs(10), || {
+        let second = pipeline.autocomp(&["prune", "--policy", policy]);
+        second.code == Some(1) && second.stderr.contains("another autocomp prune is writing to")
+    });
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(held, "a second prune is refused while one holds the directory");
+    let cleaned = pipeline.autocomp(&["prune", "--policy", policy]);
+    assert_eq!(cleaned.code, Some(0), "{}", cleaned.show());
+    assert!(
+        cleaned.stdout.contains("warning: removed history-2026-01-stopped.jsonl.zst.partial"),
+        "{}",
+        cleaned.show()
+    );
+    assert!(!left.exists());
+
     // The exports as PREMIS, without the store.
     let files: Vec<String> = std::fs::read_dir(pipeline.path("history"))
         .unwrap()
@@ -130,7 +167,7 @@ fn prune_while_they_work(pipeline: &Pipeline) {
     premis.extend(files.iter().map(String::as_str));
     let xml = pipeline.autocomp(&premis);
     assert_eq!(xml.code, Some(0), "{}", xml.show());
-    assert!(xml.stderr.contains("exported 60 batches, 120 events"), "{}", xml.show());
+    assert!(xml.stderr.contains("exported 61 batches, 122 events"), "{}", xml.show());
     std::fs::write(pipeline.path("premis.xml"), &xml.stdout).unwrap();
     let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/data/premis/premis-v3-0.xsd");
     let valid = Command::new("xmllint")
@@ -164,7 +201,7 @@ fn prune_while_they_work(pipeline: &Pipeline) {
     let restored = pipeline.autocomp(&import);
     assert_eq!(restored.code, Some(0), "{}", restored.show());
     let restored: serde_json::Value = serde_json::from_str(&restored.stdout).unwrap();
-    assert_eq!((restored["restored"].as_u64(), restored["runs"].as_u64()), (Some(60), Some(60)), "{restored}");
+    assert_eq!((restored["restored"].as_u64(), restored["runs"].as_u64()), (Some(61), Some(61)), "{restored}");
     let histories = pipeline.block_on(pipeline.any_store().histories(&ids)).unwrap();
     for history in &histories {
         let export = &exports[&history.batch.id];
@@ -174,7 +211,7 @@ fn prune_while_they_work(pipeline: &Pipeline) {
     }
     let again = pipeline.autocomp(&import);
     let again: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
-    assert_eq!((again["restored"].as_u64(), again["not_pruned"].as_u64()), (Some(0), Some(60)), "{again}");
+    assert_eq!((again["restored"].as_u64(), again["not_pruned"].as_u64()), (Some(0), Some(61)), "{again}");
     let shown = pipeline.autocomp(&["show", "B0001"]);
     assert!(shown.stdout.starts_with("B0001: done"), "{}", shown.show());
 }

@@ -18,7 +18,7 @@ use autocomp_framework::{
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::pattern::NamePattern;
 use crate::scan::{FolderScan, Settled, whole_seconds};
@@ -98,6 +98,9 @@ enum Action {
     },
     Unchanged,
     Waiting(String),
+    /// Delivered again, but its history was pruned (the export that restores it): nothing is
+    /// recorded until an import brings it back.
+    Pruned(String),
 }
 
 impl Source for BatchTrigger {
@@ -252,6 +255,13 @@ impl Scanner<'_, '_> {
             return settled.map_or_else(waiting, Action::Register);
         };
         let previous = batch.metadata.get(FINGERPRINT);
+        if previous != Some(&scan.fingerprint())
+            && let Some(marker) = batch.effective().get(&EventType::history_pruned())
+        {
+            let export =
+                marker.details.get("restore").and_then(Value::as_str).unwrap_or("autocomp import (its export)");
+            return Action::Pruned(export.to_owned());
+        }
         if previous == Some(&scan.fingerprint()) {
             return if received_since_last_change(batch) { Action::Unchanged } else { Action::Receive };
         }
@@ -274,6 +284,10 @@ impl Scanner<'_, '_> {
             Action::Unchanged => return Ok(()),
             Action::Waiting(why) => {
                 info!(batch = %folder.id, "waiting: {why}");
+                return Ok(());
+            }
+            Action::Pruned(restore) => {
+                warn!(batch = %folder.id, "delivered again, but its history was pruned: `{restore}` first; nothing recorded");
                 return Ok(());
             }
             Action::Register(settled) => {
@@ -367,6 +381,7 @@ fn dry_run_line(folder: &Folder, scan: &FolderScan, action: &Action) -> String {
         Action::Redeliver { settled, .. } => format!("{id} would record a re-delivery: {what} ({settled})"),
         Action::Unchanged => format!("{id} registered, unchanged"),
         Action::Waiting(why) => format!("{id} waiting: {why}"),
+        Action::Pruned(restore) => format!("{id} delivered again, but its history was pruned: `{restore}` first"),
     }
 }
 

@@ -158,7 +158,8 @@ enum Command {
     },
     /// Puts pruned batches' histories back from export files `autocomp prune` wrote: each
     /// batch whose History_Pruned event names that file's line gets every event and run back
-    /// at its seq, and is ready again as before. A file is read and checked whole first.
+    /// at its seq, and is ready again as before. Every file is read and checked whole first.
+    /// Exit 1 when lines were left (another line of the batch was pruned, or no such batch).
     Import {
         /// Export files (history-*.jsonl.zst).
         #[arg(required = true, value_name = "FILE")]
@@ -523,7 +524,17 @@ async fn write_or_read(operator: &Operator, command: Command) -> Result<String, 
             operator.forget(&component, &reason).await?
         }
         Command::Prune { policy, dry_run, format } => operator.prune(&policy, dry_run).await?.render(format),
-        Command::Import { files, format } => operator.import(&files).await?.render(format),
+        Command::Import { files, format } => {
+            let imported = operator.import(&files).await?;
+            if imported.other.is_empty() {
+                imported.render(format)
+            } else {
+                // What was restored is said as ever; the exit code says that lines were left.
+                print!("{}", autocomp_toolkit::for_terminal(&imported.render(format)));
+                let left = imported.other.len();
+                return Err(OperatorError::Refused(format!("{left} lines of the export were left (above)")));
+            }
+        }
         command => read(operator, command).await?,
     })
 }

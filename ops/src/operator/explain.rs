@@ -445,7 +445,11 @@ async fn explain_step(
     let find_lock = |path: String| seen.locks.iter().find(|l| l.path == path).cloned();
     let id = head.id();
     let clauses = checks(step.trigger(), head, seen.indexed.as_ref());
-    let (ready_in_store, ready_in_index) = all_hold(&clauses);
+    let (mut ready_in_store, mut ready_in_index) = all_hold(&clauses);
+    if head.summary.pruned().is_some() {
+        // Whatever its clauses say: a pruned batch is ready for nothing, here and in the index.
+        (ready_in_store, ready_in_index) = (false, ready_in_index.map(|_| false));
+    }
     let result = head.effective_event(step.event_type()).cloned();
     let failed_attempts = store.failed_attempts(id, step.name(), head.last_reset_of(step.event_type())).await?;
     Ok(Explanation {

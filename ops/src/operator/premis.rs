@@ -113,8 +113,11 @@ impl Operator {
     /// read and checked whole before anything is written.
     pub fn export_premis_from(&self, files: &[PathBuf], out: &mut dyn Write) -> Result<ExportCount, OperatorError> {
         let mut histories = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for file in files {
-            histories.extend(super::retention::read_export(file)?.into_iter().map(|line| line.history));
+            let lines = super::retention::read_export(file)?.into_iter().map(|line| line.history);
+            // A batch exported twice (a prune run that stopped and one after it) is one object.
+            histories.extend(lines.filter(|history| seen.insert(history.batch.id.clone())));
         }
         let count = ExportCount {
             as_of: histories.iter().map(|h| h.batch.changed_seq).max().unwrap_or(Seq::ZERO),

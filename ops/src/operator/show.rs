@@ -323,8 +323,9 @@ impl BatchView {
         let id = self.head.id();
         if let Some(marker) = self.head.effective_event(&autocomp_model::EventType::history_pruned()) {
             let file = super::retention::export_of(marker);
-            let pruned = format!("pruned: its history (seq {}, {}) is in {}", marker.seq, marker.at, file.display());
-            return (pruned, Some(format!("autocomp import {}", file.display())));
+            let shown = autocomp_toolkit::terminal::one_line(&file.display().to_string()).into_owned();
+            let pruned = format!("pruned: its history (seq {}, {}) is in {shown}", marker.seq, marker.at);
+            return (pruned, Some(format!("autocomp import {}", super::retention::shell_word(&file))));
         }
         let first = |wanted: ComponentState| self.components.iter().find(|(_, state)| *state == wanted);
         if let Some((name, _)) = first(ComponentState::Failed) {

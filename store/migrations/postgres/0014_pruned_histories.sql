@@ -111,5 +111,7 @@ BEGIN
         SELECT 1 FROM events r
         WHERE r.batch_id = e.batch_id AND r.type = 'Reset' AND r.seq > e.seq AND r.resets ? e.type
     );
+    -- Whatever a watcher waits for, the batch is back: wake them all.
+    PERFORM pg_notify('autocomp_store_changed', '*');
     r_outcome := 'restored';
 END $$;

@@ -133,6 +133,8 @@ fn restore_one(tx: &Connection, history: BatchHistory) -> StoreResult<RestoreAns
             )
             .map_err(unavailable)? as u64;
     }
+    // Whatever a watcher waits for, the batch is back: wake them all.
+    tx.execute("INSERT INTO temp.wake_concerns VALUES ('*')", []).map_err(unavailable)?;
     // Worked out from the whole log again: the summary kept the effective events only.
     tx.execute("UPDATE batches SET summary = '' WHERE id = ?1", [id.as_str()]).map_err(unavailable)?;
     let seq = super::tx::next_seq(tx)?;

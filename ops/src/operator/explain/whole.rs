@@ -19,6 +19,8 @@ pub struct BatchExplanation {
     pub steps: Vec<Explanation>,
     /// How many steps the pipeline has (the others succeeded or were skipped).
     pub pipeline_steps: usize,
+    /// Where its history went, if it was pruned, and the import that brings it back.
+    pub pruned: Option<String>,
 }
 
 /// `explain ID --format json`.
@@ -26,6 +28,8 @@ pub struct BatchExplanation {
 pub struct BatchExplanationJson<'a> {
     pub id: &'a BatchId,
     pub pipeline_steps: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<&'a str>,
     /// Each step not a success, as `explain --component` describes it.
     pub steps: Vec<ExplanationJson<'a>>,
 }
@@ -42,6 +46,7 @@ impl BatchExplanation {
             || BatchExplanationJson {
                 id: &self.batch,
                 pipeline_steps: self.pipeline_steps,
+                pruned: self.pruned.as_deref(),
                 steps: self.steps.iter().map(Explanation::json).collect(),
             },
             || self.to_text(),
@@ -49,6 +54,9 @@ impl BatchExplanation {
     }
 
     fn to_text(&self) -> String {
+        if let Some(pruned) = &self.pruned {
+            return format!("{}: {pruned}\n", self.batch);
+        }
         if self.steps.is_empty() {
             return format!("{}: every one of its {} steps succeeded\n", self.batch, self.pipeline_steps);
         }
@@ -85,6 +93,15 @@ impl Operator {
         let (head, all) = Explanation::read_all(self, id).await?;
         let pipeline_steps = all.len();
         let steps = all.into_iter().filter(|step| !done(step.state)).collect();
-        Ok(BatchExplanation { batch: head.id().clone(), steps, pipeline_steps })
+        let pruned = head.effective_event(&autocomp_model::EventType::history_pruned()).map(|marker| {
+            let file = super::super::retention::export_of(marker);
+            format!(
+                "its history was pruned (seq {}) to {}: no step works on it until `autocomp import {}` brings it back",
+                marker.seq,
+                autocomp_toolkit::terminal::one_line(&file.display().to_string()),
+                super::super::retention::shell_word(&file)
+            )
+        });
+        Ok(BatchExplanation { batch: head.id().clone(), steps, pipeline_steps, pruned })
     }
 }

@@ -122,6 +122,7 @@ impl ExportWriter {
         file.sha256 = read.sha256;
         let named = dir.join(&file.file);
         std::fs::rename(&partial, &named).map_err(|e| format!("{}: {e}", named.display()))?;
+        sync_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok((file, lines))
     }
 }
@@ -205,7 +206,75 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<PathBu
     out.write_all(&serde_json::to_vec_pretty(manifest).map_err(std::io::Error::other)?)?;
     out.write_all(b"\n")?;
     out.sync_all()?;
+    // The names too: nothing is pruned before the files and the manifest would survive a
+    // power loss under their names.
+    sync_dir(dir)?;
     Ok(path)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Refuses an export directory a prune cannot write to, before the store is read: it must be
+/// a directory, or be made under an existing one, that this user may write.
+pub fn check_dir(dir: &Path) -> Result<(), autocomp_model::InvalidInput> {
+    let shown = dir.display().to_string();
+    let refused = |reason: String| autocomp_model::InvalidInput::new("export_dir", &shown, reason);
+    let existing = dir.ancestors().find(|ancestor| ancestor.exists()).unwrap_or(Path::new("/"));
+    if !existing.is_dir() {
+        return Err(refused(format!("{} is not a directory", existing.display())));
+    }
+    let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()).map_err(|e| refused(e.to_string()))?;
+    // SAFETY: `path` is a NUL-terminated string that lives across the call.
+    if unsafe { libc::access(path.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(refused(format!("{} is not writable by this user", existing.display())));
+    }
+    Ok(())
+}
+
+/// The export directory, made (0700) if missing, held by this prune alone: a second prune at
+/// the same time is refused rather than export the same batches twice. Held until dropped.
+pub fn lock_dir(dir: &Path) -> Result<std::fs::File, crate::operator::OperatorError> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::io::AsRawFd;
+    let failed = |e: std::io::Error| {
+        crate::operator::OperatorError::Refused(format!(
+            "cannot use {} for exports: {e}; nothing pruned",
+            dir.display()
+        ))
+    };
+    // Only its owner's when it is new: what it holds is the store's history.
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(failed)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".prune.lock"))
+        .map_err(failed)?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(crate::operator::OperatorError::Refused(format!(
+            "another autocomp prune is writing to {} (it holds .prune.lock): nothing pruned by this one",
+            dir.display()
+        )));
+    }
+    Ok(lock)
+}
+
+/// Removes the `.partial` files a prune that stopped left (with the directory locked, none is
+/// being written); answers their names.
+pub fn remove_partial_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with("history-") && name.ends_with(".partial") {
+            std::fs::remove_file(&path)?;
+            removed.push(name);
+        }
+    }
+    Ok(removed)
 }
 
 /// The files being written in one run, by period.

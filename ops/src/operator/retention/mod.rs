@@ -14,7 +14,6 @@
 mod archive;
 mod policy;
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use autocomp_model::{Agent, BatchId, BatchSummary, EventType, InvalidInput, NewEvent, Outcome, Seq};
@@ -27,6 +26,7 @@ pub use policy::{RetentionPolicy, TypePolicy};
 
 use super::views::{Format, PAGE, render_as, size_text};
 use super::{Operator, OperatorError};
+use autocomp_toolkit::terminal::one_line;
 
 /// Batches per prune transaction, and the pause between two: passes go on meanwhile. On
 /// SQLite a pass waiting for the write lock sleeps in growing steps (up to 100 ms) and found
@@ -54,6 +54,11 @@ pub struct PruneView {
     pub pruned: u64,
     /// Exported but changed before their prune: left for the next run.
     pub moved: u64,
+    /// Exported, but another prune run pruned them first.
+    pub pruned_meanwhile: u64,
+    /// What in the policy prunes nothing (a type no batch has, a step nothing records), and
+    /// what a prune that stopped left behind and this one removed.
+    pub warnings: Vec<String>,
     pub events_removed: u64,
     pub runs_removed: u64,
     pub export_dir: PathBuf,
@@ -69,13 +74,19 @@ impl PruneView {
     }
 
     fn to_text(&self) -> String {
+        let warnings: String =
+            self.warnings.iter().map(|warning| format!("warning: {}\n", one_line(warning))).collect();
+        warnings + &self.summary_text()
+    }
+
+    fn summary_text(&self) -> String {
         if self.dry_run {
             return format!(
                 "{} of {} batches are due under the policy: `autocomp prune` without --dry-run exports them to {} \
                  and prunes them\n",
                 self.due,
                 self.batches,
-                self.export_dir.display()
+                one_line(&self.export_dir.display().to_string())
             );
         }
         if self.due == 0 {
@@ -86,10 +97,13 @@ impl PruneView {
              the next run\n",
             self.pruned, self.due, self.events_removed, self.runs_removed, self.moved
         );
+        if self.pruned_meanwhile > 0 {
+            text.push_str(&format!("{} were pruned meanwhile by another run\n", self.pruned_meanwhile));
+        }
         for file in &self.files {
             text.push_str(&format!(
                 "  {}  {} batches, {} events, {}, {}\n",
-                self.export_dir.join(&file.file).display(),
+                one_line(&self.export_dir.join(&file.file).display().to_string()),
                 file.batches,
                 file.events,
                 size_text(file.bytes),
@@ -97,7 +111,7 @@ impl PruneView {
             ));
         }
         if let Some(manifest) = &self.manifest {
-            text.push_str(&format!("  manifest {}\n", manifest.display()));
+            text.push_str(&format!("  manifest {}\n", one_line(&manifest.display().to_string())));
         }
         text
     }
@@ -150,15 +164,18 @@ impl Operator {
     /// `autocomp prune`: see the module.
     pub async fn prune(&self, policy: &Path, dry_run: bool) -> Result<PruneView, OperatorError> {
         let policy = RetentionPolicy::read(policy)?;
+        archive::check_dir(&policy.export_dir)?;
         let store = self.store().await?;
         let now = store.about().await?.clock;
         let components = store.components().await?;
         let (mut due, mut batches, mut after) = (Vec::new(), 0u64, None::<BatchId>);
+        let mut types_seen = std::collections::BTreeSet::new();
         loop {
             let page = store.list_summaries(after.as_ref(), PAGE).await?;
             let Some(last) = page.last() else { break };
             after = Some(last.id.clone());
             batches += page.len() as u64;
+            types_seen.extend(page.iter().map(|s| s.batch_type.clone()));
             due.extend(page.into_iter().filter(|s| policy.due(s, now, &components)).map(|s| s.id));
         }
         let mut view = PruneView {
@@ -166,6 +183,8 @@ impl Operator {
             due: due.len() as u64,
             pruned: 0,
             moved: 0,
+            pruned_meanwhile: 0,
+            warnings: policy.prunes_nothing(&types_seen, &components),
             events_removed: 0,
             runs_removed: 0,
             export_dir: policy.export_dir.clone(),
@@ -175,6 +194,12 @@ impl Operator {
         };
         if dry_run || due.is_empty() {
             return Ok(view);
+        }
+        // One prune at a time writes to a directory; what one that stopped left half written
+        // goes (nothing was pruned from it).
+        let _lock = archive::lock_dir(&policy.export_dir)?;
+        for left in archive::remove_partial_files(&policy.export_dir).map_err(|e| written(&policy.export_dir, e))? {
+            view.warnings.push(format!("removed {left}, which a prune that stopped left half written"));
         }
         let run = chrono::DateTime::from_timestamp_millis(now.millis())
             .map_or_else(|| now.millis().to_string(), |at| at.format("%Y%m%dT%H%M%S%3fZ").to_string());
@@ -198,7 +223,8 @@ impl Operator {
                         view.events_removed += events;
                         view.runs_removed += runs;
                     }
-                    PruneAnswer::Moved { .. } | PruneAnswer::AlreadyPruned | PruneAnswer::NotFound => view.moved += 1,
+                    PruneAnswer::AlreadyPruned => view.pruned_meanwhile += 1,
+                    PruneAnswer::Moved { .. } | PruneAnswer::NotFound => view.moved += 1,
                 }
             }
         }
@@ -276,6 +302,10 @@ pub(crate) struct ExportLine {
 /// or a line that is not a batch's history is refused naming the file and the line.
 pub(crate) fn read_export(file: &Path) -> Result<Vec<ExportLine>, OperatorError> {
     let shown = file.display().to_string();
+    if shown.ends_with(".partial") {
+        let reason = "is what a prune that stopped left half written, not an export (the next prune removes it)";
+        return Err(InvalidInput::new("FILE", shown, reason).into());
+    }
     let whole = std::fs::read(file).map_err(|e| InvalidInput::new("FILE", &shown, format!("cannot be read: {e}")))?;
     if let Some(listed) = archive::listed_digest(file)
         && listed != digest(&whole)
@@ -306,13 +336,14 @@ async fn export(
     components: &[autocomp_model::RegisteredComponent],
 ) -> Result<(Vec<ExportFile>, Vec<Exported>), OperatorError> {
     let dir = &policy.export_dir;
-    // Made only its owner's (0700) when it is new: what it holds is the store's history.
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| written(dir, e))?;
     let mut writers = archive::Writers::new();
     let mut changed = std::collections::HashMap::new();
     for page in due.chunks(HISTORY_PAGE) {
-        for history in store.histories(page).await? {
+        for mut history in store.histories(page).await? {
             let summary = BatchSummary::of(&history.batch);
+            // The line is the batch's history alone, not when it was read: an unchanged batch
+            // exported twice is the same line, with the same digest.
+            history.batch.as_of = summary.last_activity;
             // Read again, whole: a batch that moved since the listing is left for the next run.
             if !policy.due(&summary, now, components) {
                 continue;
@@ -352,7 +383,7 @@ fn ticket(exported: &Exported, dir: &Path, manifest: &str) -> PruneTicket {
         "sha256": exported.sha256,
         "events": exported.events,
         "runs": exported.runs,
-        "restore": format!("autocomp import {}", dir.join(&exported.file).display()),
+        "restore": format!("autocomp import {}", shell_word(&dir.join(&exported.file))),
     }));
     PruneTicket { id: exported.id.clone(), changed_seq: exported.changed_seq, marker }
 }
@@ -378,9 +409,9 @@ async fn pruned_to(store: &dyn ObjectStore, id: &BatchId, sha256: &str) -> Resul
     match marker.details.get("sha256").and_then(serde_json::Value::as_str) {
         Some(recorded) if recorded == sha256 => Ok(ExportMatch::ThisExport),
         recorded => Ok(ExportMatch::Elsewhere(format!(
-            "pruned to another export ({}, {})",
+            "its History_Pruned names another line ({}, in {}), not this one ({sha256}): nothing written",
+            recorded.unwrap_or("no digest"),
             marker.details.get("export").and_then(serde_json::Value::as_str).unwrap_or("?"),
-            recorded.unwrap_or("no digest")
         ))),
     }
 }
@@ -402,9 +433,16 @@ pub(crate) fn refuse_if_pruned(batch: &autocomp_model::Batch, action: &str) -> R
         "{}'s history was pruned (seq {}) to {}: `autocomp import {}` restores it, then {action} it; nothing recorded",
         batch.id,
         marker.seq,
-        file.display(),
-        file.display()
+        one_line(&file.display().to_string()),
+        shell_word(&file)
     )))
+}
+
+/// `path` as one word of a shell command: quoted unless it is plain.
+pub(crate) fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain { text } else { format!("'{}'", text.replace('\'', "'\\''")) }
 }
 
 fn written(dir: &Path, error: std::io::Error) -> OperatorError {

@@ -57,6 +57,23 @@ impl RetentionPolicy {
             let at = at.map_or(String::new(), |line| format!(" (line {line})"));
             InvalidInput::new("--policy", &shown, format!("is not a retention policy{at}: {line}"))
         })?;
+        if !policy.export_dir.is_absolute() {
+            let dir = policy.export_dir.display().to_string();
+            return Err(InvalidInput::new(
+                "export_dir",
+                dir,
+                "must be an absolute path: a pruned batch names its export by it, wherever the import runs",
+            ));
+        }
+        if let Some((batch_type, _)) =
+            policy.types.iter().find(|(_, policy)| policy.require.iter().any(EventType::is_history_pruned))
+        {
+            return Err(InvalidInput::new(
+                format!("types.{batch_type}.require"),
+                EventType::HISTORY_PRUNED,
+                "is the record of a pruned history, never a step's result",
+            ));
+        }
         if policy.types.is_empty() {
             return Err(InvalidInput::new(
                 "--policy",
@@ -65,6 +82,31 @@ impl RetentionPolicy {
             ));
         }
         Ok(policy)
+    }
+
+    /// What in the policy can prune nothing: a batch type no batch of the store has, a
+    /// required step no registered component records. Warnings, not refusals: a type may
+    /// come later, but a typo would otherwise prune nothing, silently, for ever.
+    pub fn prunes_nothing(
+        &self,
+        types_seen: &std::collections::BTreeSet<BatchType>,
+        components: &[RegisteredComponent],
+    ) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (batch_type, policy) in &self.types {
+            if !types_seen.contains(batch_type) {
+                warnings.push(format!("the policy's type {batch_type} is the type of no batch in the store"));
+            }
+            for required in &policy.require {
+                if !components.iter().any(|component| component.descriptor.event_type == *required) {
+                    warnings.push(format!(
+                        "types.{batch_type}.require names {required}, which no registered component records: \
+                         no batch of {batch_type} is due"
+                    ));
+                }
+            }
+        }
+        warnings
     }
 
     /// Whether the batch is finished and due under its type's policy (see the module), with
