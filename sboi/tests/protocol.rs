@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex};
 use autocomp_model::*;
 use autocomp_sboi::{BatchIndex, HttpIndex, PageOrder, PageRequest};
 use autocomp_store::*;
-use autocomp_test_servers::recording::{
-    self, Call, Recording, Replay, recording_proxy, replay_server, shape_difference,
-};
+use autocomp_test_servers::recording::{self, Call, Recording, Replay, recording_proxy, replay_server};
 
 use super::service::{Service, TOKEN, open_store, store_url};
 
@@ -86,18 +84,7 @@ async fn an_older_clients_requests_get_answers_of_the_shape_it_was_given() {
         let dir = tempfile::tempdir().unwrap();
         fill(open_store(dir.path()).await.as_ref()).await;
         let service = Service::of_binary(env!("CARGO_BIN_EXE_sboi"), &store_url(dir.path()), dir.path(), &[]);
-        for (n, call) in recording.calls.iter().enumerate() {
-            let url = format!("{}/v1/{}", service.url(), call.operation);
-            let body = serde_json::to_vec(&call.request).unwrap();
-            let (status, answer) =
-                tokio::task::spawn_blocking(move || autocomp_test_servers::http1::post(&url, Some(TOKEN), &body))
-                    .await
-                    .unwrap();
-            assert_eq!(status, call.status, "{name} #{n} {}: {answer}", call.operation);
-            if let Some(difference) = shape_difference(&call.answer, &answer, &call.operation) {
-                panic!("{name} #{n}: {difference}");
-            }
-        }
+        recording::replay_requests(name, &recording, &service.url(), TOKEN).await;
     }
 }
 

@@ -18,9 +18,7 @@ use std::time::Duration;
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::recording::{
-    self, Call, Recording, Replay, recording_proxy, replay_server, shape_difference,
-};
+use autocomp_test_servers::recording::{self, Call, Recording, Replay, recording_proxy, replay_server};
 use serde_json::{Value, json};
 
 use super::service::{Service, TOKEN};
@@ -170,22 +168,7 @@ async fn an_older_clients_requests_get_answers_of_the_shape_it_was_given() {
         let recording = recorded(name);
         let dir = tempfile::tempdir().unwrap();
         let service = Service::start(&dir.path().join("store.db"));
-        for (n, call) in recording.calls.iter().enumerate() {
-            let url = format!("{}/v1/{}", service.url(), call.operation);
-            let body = serde_json::to_vec(&call.request).unwrap();
-            let (status, answer) =
-                tokio::task::spawn_blocking(move || autocomp_test_servers::http1::post(&url, Some(TOKEN), &body))
-                    .await
-                    .unwrap();
-            if call.answer["error"]["kind"] == "unknown_operation" {
-                assert_eq!(status, 200, "{name} #{n} {}: offered now: {answer}", call.operation);
-                continue;
-            }
-            assert_eq!(status, call.status, "{name} #{n} {}: {answer}", call.operation);
-            if let Some(difference) = shape_difference(&call.answer, &answer, &call.operation) {
-                panic!("{name} #{n}: {difference}");
-            }
-        }
+        recording::replay_requests(name, &recording, &service.url(), TOKEN).await;
     }
 }
 

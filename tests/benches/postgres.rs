@@ -30,7 +30,7 @@
 //! bench process spent per operation (from /proc), and how many appends shared a commit
 //! (distinct `xmin` of the events written).
 
-use autocomp_test_servers::bench::{load_average, proc_stat};
+use autocomp_test_servers::bench::{load_average, proc_stat, thousands};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -156,18 +156,6 @@ fn print_table(rows: &[Row]) {
     for row in &cells {
         line(row);
     }
-}
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn ms(d: Duration) -> f64 {

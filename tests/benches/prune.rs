@@ -73,7 +73,7 @@ use autocomp_model::{
 use autocomp_ops::operator::{Operator, PruneView};
 use autocomp_store::prelude::*;
 use autocomp_store::{PgStore, ReadyClaimRequest, SqliteStore};
-use autocomp_test_servers::bench::{load_average, proc_stat};
+use autocomp_test_servers::bench::{load_average, proc_stat, thousands};
 use autocomp_test_servers::{Options, Postgres};
 use serde_json::{Value, json};
 
@@ -1096,18 +1096,6 @@ async fn measure(target: Target<'_>, fixture: &Fixture, fill: Duration, dir: &Pa
 
 // ---------------------------------------------------------------------------------------------
 // Output
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 fn short(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;

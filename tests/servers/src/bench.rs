@@ -54,3 +54,16 @@ pub fn proc_stat(pid: &str) -> Option<(u32, f64, f64)> {
     let ppid = fields.get(1)?.parse().ok()?;
     Some((ppid, (at(14) + at(15)) / clock_ticks(), (at(16) + at(17)) / clock_ticks()))
 }
+
+/// `value` rounded, with a comma between thousands: `1,234,567`.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -165,3 +165,23 @@ pub fn protocol_of(base: &str) -> Call {
     let answer = serde_json::from_slice(&body).unwrap_or(Value::Null);
     Call { operation: "protocol".into(), request: Value::Null, status, answer }
 }
+
+/// Sends each recorded request, as recorded, to the service at `base` and checks that its
+/// answer has the recorded status and shape: an older client against this service. An
+/// operation the recorded service did not know may be answered now.
+pub async fn replay_requests(name: &str, recording: &Recording, base: &str, token: &'static str) {
+    for (n, call) in recording.calls.iter().enumerate() {
+        let url = format!("{base}/v1/{}", call.operation);
+        let body = serde_json::to_vec(&call.request).expect("a recorded request serializes");
+        let (status, answer) =
+            tokio::task::spawn_blocking(move || crate::http1::post(&url, Some(token), &body)).await.expect("posted");
+        if call.answer["error"]["kind"] == "unknown_operation" {
+            assert_eq!(status, 200, "{name} #{n} {}: offered now: {answer}", call.operation);
+            continue;
+        }
+        assert_eq!(status, call.status, "{name} #{n} {}: {answer}", call.operation);
+        if let Some(difference) = shape_difference(&call.answer, &answer, &call.operation) {
+            panic!("{name} #{n}: {difference}");
+        }
+    }
+}
