@@ -22,11 +22,13 @@ use act::{ActCommand, SteerCommand};
 
 /// Operate an autocomp pipeline: look at batches, and rerun, restart, cancel, skip or
 /// prioritize their steps. Every write is appended to the batch's log as an event naming
-/// the operator (--as) and the reason (--reason); nothing is ever edited or deleted.
+/// the operator (--as) and the reason (--reason); nothing is ever edited, and only `prune`
+/// removes history, once it is exported and read back.
 const CLI_EXIT_CODES: &str = "Exit codes: 0 ok, 1 an action the batch's state refuses (nothing written) or \
-                              `alerts` printed alerts or a `doctor` check failed, 2 usage, config or input error, 4 lock service lost, 5 store or \
-                              index unreachable (or the store's disk full), 6 a lock node autocomp did not make \
-                              (or a lock tree this identity may not fix).";
+                              `alerts` printed alerts or a `doctor` check failed or another `prune` holds the export \
+                              directory or `import` left lines, 2 usage, config or input error, 4 lock service lost, 5 \
+                              store or index unreachable (or the store's disk full, or a service or schema of another \
+                              release), 6 a lock node autocomp did not make (or a lock tree this identity may not fix).";
 
 #[derive(Parser)]
 #[command(name = "autocomp", version, after_help = CLI_EXIT_CODES)]

@@ -4,7 +4,8 @@
 //! arguments and prints what these functions return.
 //!
 //! Every write is one store operation recording the operator (`operator:<name>`) as the
-//! event's agent and the reason in its details; nothing is updated in place or deleted.
+//! event's agent and the reason in its details; nothing is updated in place, and only
+//! `prune` (`retention`) removes history, once it is exported and read back.
 //! Input is checked before anything is written: a bad or unknown batch, component or event
 //! type is an `OperatorError::Input` naming the field and the value (exit 2).
 //!
