@@ -29,6 +29,7 @@
 //! `AUTOCOMP_BENCH_ONLY=fsync,appends,fenced,claim_many,writers,feed,catch_up` runs only the
 //! named sections.
 
+use autocomp_test_servers::bench::thousands;
 use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -136,18 +137,6 @@ impl Row {
         }
         self
     }
-}
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn micros(d: Duration) -> String {

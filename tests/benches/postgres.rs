@@ -30,7 +30,7 @@
 //! bench process spent per operation (from /proc), and how many appends shared a commit
 //! (distinct `xmin` of the events written).
 
-use autocomp_test_servers::bench::{load_average, proc_stat, thousands};
+use autocomp_test_servers::bench::{load_average, proc_stat, server_cpu, thousands};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -173,22 +173,6 @@ fn p50_p99(sorted: &[Duration]) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // CPU accounting from /proc
-
-/// CPU seconds of the PostgreSQL server: the postmaster, its live children, and the children
-/// it has reaped.
-fn server_cpu(postmaster: u32) -> f64 {
-    let mut total = proc_stat(&postmaster.to_string()).map_or(0.0, |(_, own, reaped)| own + reaped);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        if let Some((parent, own, _)) = proc_stat(pid)
-            && parent == postmaster
-        {
-            total += own;
-        }
-    }
-    total
-}
 
 fn own_cpu() -> f64 {
     proc_stat("self").map_or(0.0, |(_, own, _)| own)

@@ -73,7 +73,7 @@ use autocomp_model::{
 use autocomp_ops::operator::{Operator, PruneView};
 use autocomp_store::prelude::*;
 use autocomp_store::{PgStore, ReadyClaimRequest, SqliteStore};
-use autocomp_test_servers::bench::{load_average, proc_stat, thousands};
+use autocomp_test_servers::bench::{load_average, proc_stat, server_cpu, thousands};
 use autocomp_test_servers::{Options, Postgres};
 use serde_json::{Value, json};
 
@@ -852,22 +852,6 @@ fn phases(seen: &Sightings, start: SystemTime, end: SystemTime) -> Vec<(&'static
 
 fn own_cpu() -> f64 {
     proc_stat("self").map_or(0.0, |(_, own, _)| own)
-}
-
-/// CPU seconds of the PostgreSQL server: the postmaster, its live children, and the children
-/// it has reaped.
-fn server_cpu(postmaster: u32) -> f64 {
-    let mut total = proc_stat(&postmaster.to_string()).map_or(0.0, |(_, own, reaped)| own + reaped);
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        if let Some((parent, own, _)) = proc_stat(pid)
-            && parent == postmaster
-        {
-            total += own;
-        }
-    }
-    total
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -67,3 +67,19 @@ pub fn thousands(value: f64) -> String {
     }
     out
 }
+
+/// CPU seconds of the PostgreSQL server: the postmaster, its live children, and the children
+/// it has reaped.
+pub fn server_cpu(postmaster: u32) -> f64 {
+    let mut total = proc_stat(&postmaster.to_string()).map_or(0.0, |(_, own, reaped)| own + reaped);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        if let Some((parent, own, _)) = proc_stat(pid)
+            && parent == postmaster
+        {
+            total += own;
+        }
+    }
+    total
+}
