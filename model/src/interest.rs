@@ -43,9 +43,15 @@ impl ChangeInterest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChangeConcern {
     /// A change that can make a batch ready (or held) for a trigger that names none of its
-    /// event types: a batch created, a priority or content change, a run released or
-    /// cancelled, the steering changed; and anything a store cannot tell more precisely of.
+    /// event types: a priority or content change, a run released or cancelled, the steering
+    /// changed; and anything a store cannot tell more precisely of.
     Everyone,
+    /// A batch registered, without events yet: ready at most for a trigger that requires
+    /// nothing, whose waiters wake for every change (`Trigger::interest`). So a registration
+    /// wakes no watcher of a step that requires an event, where it woke every watcher of
+    /// every step before (once per batch each, a look each: the trickle's idle wake-ups).
+    /// Announced as `c:`, which a release before this one reads as concerning everyone.
+    Created,
     /// Events of these types appended (an event's own type and every type its `resets`
     /// covers). Empty for a change that makes no batch ready for anyone (a claim, a
     /// checkpoint): it still moves the head, so plain `wait_for_change` wakes for it.
@@ -55,6 +61,10 @@ pub enum ChangeConcern {
 /// Announcements of the longest concern are cut to `*` (PostgreSQL's NOTIFY payload is at
 /// most 8000 bytes; a wake file line stays short).
 pub const MAX_CONCERN_PAYLOAD: usize = 4000;
+
+/// How a registration is announced (`ChangeConcern::Created`): the PostgreSQL schema's
+/// notify trigger on `batches` (migration 15) and the SQLite wake triggers write it.
+pub const CREATED_PAYLOAD: &str = "c:";
 
 impl ChangeConcern {
     /// A change that concerns no trigger (it may still move the head).
@@ -71,6 +81,12 @@ impl ChangeConcern {
     pub fn merge(&mut self, other: ChangeConcern) {
         match (&mut *self, other) {
             (ChangeConcern::Types(mine), ChangeConcern::Types(theirs)) => mine.extend(theirs),
+            // A registration and changes that concern nobody: still only what a
+            // registration concerns.
+            (ChangeConcern::Created, ChangeConcern::Created) => {}
+            (ChangeConcern::Created, ChangeConcern::Types(theirs)) if theirs.is_empty() => {}
+            (ChangeConcern::Types(mine), ChangeConcern::Created) if mine.is_empty() => *self = ChangeConcern::Created,
+            // A registration and appends: one announcement cannot say both; everyone wakes.
             _ => *self = ChangeConcern::Everyone,
         }
     }
@@ -79,15 +95,17 @@ impl ChangeConcern {
     pub fn concerns(&self, interest: &ChangeInterest) -> bool {
         match (self, interest) {
             (ChangeConcern::Everyone, _) | (_, ChangeInterest::Everything) => true,
+            (ChangeConcern::Created, ChangeInterest::Types(_)) => false,
             (ChangeConcern::Types(changed), ChangeInterest::Types(wanted)) => !changed.is_disjoint(wanted),
         }
     }
 
-    /// As the stores announce it: `*` for everyone, `t:` and the types separated by
-    /// spaces otherwise (event type names hold no space).
+    /// As the stores announce it: `*` for everyone, `c:` for a registration, `t:` and the
+    /// types separated by spaces otherwise (event type names hold no space).
     pub fn to_payload(&self) -> String {
         match self {
             ChangeConcern::Everyone => "*".to_owned(),
+            ChangeConcern::Created => CREATED_PAYLOAD.to_owned(),
             ChangeConcern::Types(types) => {
                 let names: Vec<&str> = types.iter().map(EventType::as_str).collect();
                 let payload = format!("t:{}", names.join(" "));
@@ -100,6 +118,9 @@ impl ChangeConcern {
     /// empty payload, a torn or cut line) concerns everyone: a waiter may wake for nothing,
     /// never sleep through readiness.
     pub fn from_payload(payload: &str) -> ChangeConcern {
+        if payload == CREATED_PAYLOAD {
+            return ChangeConcern::Created;
+        }
         let Some(names) = payload.strip_prefix("t:") else { return ChangeConcern::Everyone };
         let types: Result<BTreeSet<EventType>, _> =
             names.split(' ').filter(|n| !n.is_empty()).map(EventType::new).collect();
@@ -205,7 +226,9 @@ mod tests {
             }
             Change::Create(log) => {
                 batches.push(new_batch(batches.len(), log, 0));
-                ChangeConcern::Everyone
+                // The stores register a batch without events (`create_batch`); one that
+                // came with events would concern everyone.
+                if log.is_empty() { ChangeConcern::Created } else { ChangeConcern::Everyone }
             }
         }
     }
@@ -263,7 +286,9 @@ mod tests {
         };
         assert_eq!(trigger.interest(), ChangeInterest::Types(TYPES.iter().map(|t| ty(t)).collect()));
         let bare = Trigger { settled_for: Some(std::time::Duration::from_secs(1)), ..Trigger::default() };
-        assert_eq!(bare.interest(), ChangeInterest::Types(BTreeSet::new()), "only what concerns everyone");
+        assert_eq!(bare.interest(), ChangeInterest::Everything, "requiring nothing, a new batch may be ready for it");
+        let unrequiring = Trigger { blocked_by: subset(0b0010), ..Trigger::default() };
+        assert_eq!(unrequiring.interest(), ChangeInterest::Everything);
     }
 
     fn types(names: &[&str]) -> BTreeSet<EventType> {
@@ -272,9 +297,12 @@ mod tests {
 
     #[test]
     fn an_announcement_reads_back_as_written_and_anything_else_concerns_everyone() {
-        for concern in
-            [ChangeConcern::Everyone, ChangeConcern::nobody(), ChangeConcern::Types(types(&["A_Done", "B_Done"]))]
-        {
+        for concern in [
+            ChangeConcern::Everyone,
+            ChangeConcern::Created,
+            ChangeConcern::nobody(),
+            ChangeConcern::Types(types(&["A_Done", "B_Done"])),
+        ] {
             assert_eq!(ChangeConcern::from_payload(&concern.to_payload()), concern);
         }
         for unreadable in ["", ".", "t:bad-name", "x:A_Done", "t:A_Do\u{0}"] {
@@ -297,6 +325,14 @@ mod tests {
         assert!(merged.concerns(&interest), "a reset of A_Done concerns a waiter on A_Done");
         merged.merge(ChangeConcern::Everyone);
         assert_eq!(merged, ChangeConcern::Everyone);
+        assert!(!ChangeConcern::Created.concerns(&interest), "a registration wakes no step that requires an event");
+        assert!(ChangeConcern::Created.concerns(&ChangeInterest::Everything));
+        let mut registered = ChangeConcern::nobody();
+        registered.merge(ChangeConcern::Created);
+        registered.merge(ChangeConcern::nobody());
+        assert_eq!(registered, ChangeConcern::Created);
+        registered.merge(ChangeConcern::of_event(&ty("A_Done"), &[]));
+        assert_eq!(registered, ChangeConcern::Everyone, "a registration with appends concerns everyone");
         assert_eq!(interest.clone().union(ChangeInterest::Everything), ChangeInterest::Everything);
         assert_eq!(interest.with_type(&ty("B_Done")), ChangeInterest::Types(types(&["A_Done", "B_Done"])));
     }

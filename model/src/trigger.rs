@@ -98,11 +98,15 @@ impl Trigger {
 
     /// What a watcher with this trigger wakes for: appends of (or resets covering) every
     /// event type a clause reads. Whatever else can make a batch ready for it concerns
-    /// everyone (`ChangeConcern::Everyone`: a batch created, a priority or content change, a
-    /// run released or cancelled, the steering). Appends of other types can only make a
-    /// batch *less* settled (`settled_for`), never ready: time does that, and a watcher's
-    /// heartbeat looks then.
+    /// everyone (`ChangeConcern::Everyone`: a priority or content change, a run released or
+    /// cancelled, the steering). Appends of other types can only make a batch *less* settled
+    /// (`settled_for`), never ready: time does that, and a watcher's heartbeat looks then.
+    /// A trigger that requires nothing may be ready for a batch just registered, which
+    /// concerns only such triggers (`ChangeConcern::Created`): it wakes for every change.
     pub fn interest(&self) -> ChangeInterest {
+        if self.requires.is_empty() {
+            return ChangeInterest::Everything;
+        }
         let read = [&self.requires, &self.blocked_by, &self.repeat_on_change, &self.transiently_failed];
         ChangeInterest::Types(read.into_iter().flatten().cloned().collect())
     }

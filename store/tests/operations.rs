@@ -393,6 +393,18 @@ async fn the_change_feed_lists_each_changed_batch_once_in_order(f: Fixture) {
     let empty = f.store.changes(rest.next, 2).await.unwrap();
     assert!(empty.changes.is_empty());
     assert_eq!(empty.next, rest.next);
+
+    // What a watcher's look reads: the same pages, each changed batch with its summary.
+    for (since, limit) in [(after_creation, 100), (Seq::ZERO, 2), (first.next, 2), (rest.next, 2)] {
+        let (page, summaries) = f.store.changed_summaries(since, limit).await.unwrap();
+        let alone = f.store.changes(since, limit).await.unwrap();
+        assert_eq!((&page.changes, page.next, page.head), (&alone.changes, alone.next, alone.head), "from {since:?}");
+        let ids: Vec<_> = page.changes.iter().map(|(_, id)| id.clone()).collect();
+        assert_eq!(summaries, f.store.get_summaries(&ids).await.unwrap(), "from {since:?}");
+        assert!(summaries.iter().zip(&page.changes).all(|(s, (seq, _))| s.changed_seq == *seq));
+    }
+    let err = f.store.changed_summaries(Seq::ZERO, 1_000_000).await.unwrap_err();
+    assert!(matches!(&err, StoreError::Invalid(e) if e.field == "limit"), "a page past the bound is refused: {err}");
 }
 
 async fn an_idempotent_retry_returns_the_first_event(f: Fixture) {

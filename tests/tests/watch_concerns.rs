@@ -1,8 +1,9 @@
 //! A watcher wakes only for the store changes that concern it (issue 40): in a two-stage
 //! pipeline of `--watch` processes, appends the second stage's trigger does not read leave it
 //! asleep (its debug log shows no new look for work), while its first stage wakes for
-//! each; a change that concerns it still gets its batch worked within seconds. Embedded, and
-//! over PostgreSQL.
+//! each; registrations wake neither, but a step that requires nothing works each new batch
+//! at once; a change that concerns a watcher still gets its batch worked within seconds.
+//! Embedded, and over PostgreSQL.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// Far longer than the test: every wake-up below comes from the change feed.
 const SLOW_HEARTBEAT: &str = "watch_heartbeat = \"10m\"";
 const SECOND_DONE: &str = "Second_Done";
+const GREETED: &str = "Greeted";
 
 /// A `--watch` process of the probe whose debug log goes to `<name>.log`.
 struct Watcher {
@@ -71,11 +73,15 @@ fn only_concerning_changes_wake_a_watcher(pipeline: &Pipeline) {
     std::fs::write(pipeline.config_dir().join("second.toml"), SLOW_HEARTBEAT).unwrap();
     let first = Watcher::start(pipeline, "probe", PROBED, "Data_Received");
     let second = Watcher::start(pipeline, "second", SECOND_DONE, PROBED);
-    wait_for("both watchers registered", || {
-        pipeline.block_on(pipeline.any_store().components()).expect("registry readable").len() == 2
+    // A step that requires nothing: a batch just registered is ready for it.
+    std::fs::write(pipeline.config_dir().join("greeter.toml"), SLOW_HEARTBEAT).unwrap();
+    let greeter = Watcher::start(pipeline, "greeter", GREETED, "");
+    wait_for("the three watchers registered", || {
+        pipeline.block_on(pipeline.any_store().components()).expect("registry readable").len() == 3
     });
     // A batch neither stage will work: its first step failed (the first stage is blocked by
-    // its failure, the second requires a success). Registering it concerns everyone.
+    // its failure, the second requires a success). Its failure concerns both (the first's
+    // own type, the second's requirement).
     let parked = pipeline.register_one("B0001", false);
     append(pipeline, &parked, PROBED, Outcome::Failure);
     let logs = || format!("--- first\n{}--- second\n{}", first.read_log(), second.read_log());
@@ -89,6 +95,21 @@ fn only_concerning_changes_wake_a_watcher(pipeline: &Pipeline) {
     };
     wait_for("the watchers settled", || settled(&first) && settled(&second));
     let second_before = second.asked();
+    // A batch registered without events can be ready only for a step that requires nothing:
+    // registering batches wakes neither (it woke every watcher once per batch before).
+    let first_before = first.asked();
+    for number in 3..=5 {
+        pipeline.register_one(&format!("B000{number}"), false);
+    }
+    // ... and wakes the step that requires nothing at once.
+    for number in 3..=5 {
+        let id = autocomp_model::BatchId::new(format!("B000{number}")).unwrap();
+        wait_for(&format!("{id} greeted within seconds of its registration"), || {
+            pipeline.events(&id, GREETED).len() == 1
+        });
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(first.asked(), first_before, "the first watcher woke for registrations\n{}", logs());
     for round in 1..=5 {
         // Data_Received concerns the first stage only (its trigger requires it): the first
         // watcher wakes and asks (nothing is ready: B0001 is blocked for it), the second not.
@@ -106,6 +127,7 @@ fn only_concerning_changes_wake_a_watcher(pipeline: &Pipeline) {
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     first.stop();
     second.stop();
+    greeter.stop();
 }
 
 #[test]

@@ -40,7 +40,7 @@
 //! the next look.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use autocomp_model::{BatchId, BatchSummary, Seq, SummaryAt, Timestamp, Trigger};
 use autocomp_sboi::BatchIndex;
@@ -338,16 +338,22 @@ impl FeedOffers {
 /// feed names more than `MAX_FEED_BATCHES` batches.
 async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunError> {
     let store = look.ports.store;
-    let (mut seen, mut changed) = (HashSet::new(), Vec::new());
+    // Each changed batch with its summary as the newest page naming it read it (`None`: it is
+    // gone), in the order the feed first named them.
+    let (mut summaries, mut changed): (HashMap<BatchId, Option<BatchSummary>>, Vec<BatchId>) =
+        (HashMap::new(), Vec::new());
     let mut from = state.cursor;
     loop {
         // One more than may still be taken, to tell "exactly the bound" from "past it", a
-        // page at a time (a PostgreSQL store reads a page of at most `FEED_PAGE` in one call).
+        // page at a time (a PostgreSQL store reads a page of at most `FEED_PAGE`, with its
+        // batches' summaries, in one statement).
         let limit = (MAX_FEED_BATCHES + 1 - changed.len()).min(FEED_PAGE);
-        let page = store.changes(from, limit).await?;
+        let (page, read) = store.changed_summaries(from, limit).await?;
         let exhausted = page.changes.len() < limit || page.next >= page.head;
+        let mut read: HashMap<BatchId, BatchSummary> = read.into_iter().map(|s| (s.id.clone(), s)).collect();
         for (_, id) in page.changes {
-            if seen.insert(id.clone()) {
+            let now = read.remove(&id);
+            if summaries.insert(id.clone(), now).is_none() {
                 changed.push(id);
             }
         }
@@ -361,12 +367,10 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
         }
     }
     look.offer.changed = changed.len();
-    let summaries = summaries_of(store, &changed).await?;
-    let summaries: HashMap<&BatchId, &BatchSummary> = summaries.iter().map(|s| (&s.id, s)).collect();
     for following in &mut state.triggers {
         if let Following::Held(held) = following {
             for id in &changed {
-                held.change(id, summaries.get(id).copied(), look.now);
+                held.change(id, summaries.get(id).and_then(Option::as_ref), look.now);
             }
         }
     }

@@ -138,7 +138,7 @@ autocomp_http::operations! {
         /// Long poll: answers once the head passes `since`, or after timeout_ms (<= 60000).
         read wait_for_change: WaitForChange(WaitForChange) -> Head
             = |s, r, reply| reply.send(Head { head: s.long_poll(r.since, bounded::wait(r.timeout_ms)?).await? });
-        /// Long poll for a watcher: answers once a change after `since` concerns `interest` (an append of one of its event types, or a change that concerns everyone: a batch created, a priority or content change, a run released or cancelled, the steering), or after timeout_ms (<= 60000); it may answer for a change that does not concern it, never sleeps through one that does. `since` should be a head this service answered.
+        /// Long poll for a watcher: answers once a change after `since` concerns `interest` (an append of one of its event types, or a change that concerns everyone: a priority or content change, a run released or cancelled, the steering; a batch registered concerns only an interest in everything), or after timeout_ms (<= 60000); it may answer for a change that does not concern it, never sleeps through one that does. `since` should be a head this service answered.
         read wait_for_change_concerning: WaitForChangeConcerning(WaitForChangeConcerning) -> Head
             = |s, r, reply| reply.send(Head { head: s.long_poll_concerning(r).await? });
         /// An operator's cancel: closes the open run as cancelled, fences its holder and appends the failure, in one transaction.

@@ -201,6 +201,10 @@ impl BatchStore for PgBackend {
         self.pg_changes(since, limit).await
     }
 
+    async fn changed_summaries(&self, since: Seq, limit: usize) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
+        self.pg_changed_summaries(since, limit).await
+    }
+
     /// Remembered with the notifications received before it while listening, so a wait from
     /// this head knows what each commit since concerned (`wait_for_change_concerning`).
     async fn head(&self) -> StoreResult<Seq> {

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(12, "0012_acknowledged"),
     migration!(13, "0013_run_outputs"),
     migration!(14, "0014_pruned_histories"),
+    migration!(15, "0015_registration_concern"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -174,6 +174,13 @@ impl BatchStore for SqliteBackend {
         Ok(page)
     }
 
+    async fn changed_summaries(&self, since: Seq, limit: usize) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
+        let mark = self.wakes.mark();
+        let read = self.with_connection(move |conn| reads::changed_summaries(conn, since, limit)).await?;
+        self.wakes.head_read(read.0.head, mark);
+        Ok(read)
+    }
+
     /// Remembered with the announcements read before it while watching, so a wait from this
     /// head knows what each commit since concerned (`wait_for_change_concerning`).
     async fn head(&self) -> StoreResult<Seq> {

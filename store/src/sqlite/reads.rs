@@ -249,7 +249,25 @@ pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
 
 pub fn changes(conn: &mut Connection, since: Seq, limit: usize) -> StoreResult<ChangePage> {
     let tx = read_tx(conn)?;
-    let head = head_in(&tx)?;
+    changes_in(&tx, since, limit)
+}
+
+/// `ObjectStore::changed_summaries`: the page and its batches' summaries in one read
+/// transaction (one snapshot, one trip to the store's thread).
+pub fn changed_summaries(
+    conn: &mut Connection,
+    since: Seq,
+    limit: usize,
+) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
+    let tx = read_tx(conn)?;
+    let page = changes_in(&tx, since, limit)?;
+    let ids: Vec<BatchId> = page.changes.iter().map(|(_, id)| id.clone()).collect();
+    let summaries = summary::read(&tx, &ids)?;
+    Ok((page, summaries))
+}
+
+fn changes_in(tx: &rusqlite::Transaction<'_>, since: Seq, limit: usize) -> StoreResult<ChangePage> {
+    let head = head_in(tx)?;
     let changes: Vec<(Seq, BatchId)> = {
         let mut statement = tx
             .prepare_cached("SELECT changed_seq, id FROM batches WHERE changed_seq > ?1 ORDER BY changed_seq LIMIT ?2")

@@ -232,7 +232,7 @@ impl WakeLines {
 const TRACK_CONCERNS: &str = "
 CREATE TEMP TABLE IF NOT EXISTS wake_concerns (concern TEXT NOT NULL);
 CREATE TEMP TRIGGER IF NOT EXISTS wake_batch_created AFTER INSERT ON main.batches
-BEGIN INSERT INTO wake_concerns VALUES ('*'); END;
+BEGIN INSERT INTO wake_concerns VALUES ('c:'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS wake_batch_changed AFTER UPDATE OF priority, modified_seq ON main.batches
 WHEN OLD.priority IS NOT NEW.priority OR OLD.modified_seq IS NOT NEW.modified_seq
 BEGIN INSERT INTO wake_concerns VALUES ('*'); END;

@@ -72,8 +72,18 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
         "from the feed's head, an unrelated append woke it after {waited:?}"
     );
 
-    // Asleep, then an append of its type (and, next, a new batch) through the other handle.
+    // A batch registered (without events) can be ready only for a step that requires
+    // nothing: a waiter for some types sleeps through it.
+    let registered = async {
+        register(&writer, "B0").await;
+    };
+    let (_, waited) = wait_after(&f.store, &interest, registered, QUIET).await;
+    assert!(waited >= QUIET - Duration::from_millis(50), "a registration woke it after {waited:?}");
+
+    // Asleep, then an append of its type (and, next, a new batch, for a waiter that requires
+    // nothing and so wakes for everything) through the other handle.
     for what in ["an append of its type", "a new batch"] {
+        let interest = if what == "a new batch" { ChangeInterest::Everything } else { interest.clone() };
         let seen = f.store.head().await.unwrap();
         let waiter = {
             let (store, interest) = (Arc::clone(&f.store), interest.clone());
