@@ -452,3 +452,52 @@ fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
     });
     assert!(held.is_empty(), "{held:?}");
 }
+
+/// A watcher that finds its component's turn held over PostgreSQL locks defers, and its
+/// retries read the lock row (and the holder's beat), not the store; once the holder stops
+/// renewing (dead: its row stays, its beat frozen), the watcher's read sees the beat
+/// unchanged for the holder's whole lease, looks, takes the turn over and works the batch.
+#[test]
+fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_turn_over() {
+    let url = postgres::shared().unique_database();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&url);
+    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    let log = pipeline.path("watcher.log");
+    let mut command = pipeline.command(&["--watch", "-vv"]);
+    command.stderr(std::fs::File::create(&log).unwrap());
+    let watcher = command.spawn().expect("the probe starts");
+    let registered = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(30), || {
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let count = |what: &str| log_text().lines().filter(|line| line.contains(what)).count();
+    // Another process holds the component's turn, with a 2 s lease (waiting out the
+    // watcher's own kept turn, given back once idle).
+    let rt = runtime();
+    let other = rt.block_on(open_locks(&with_lease(&url))).unwrap();
+    let held = rt.block_on(other.try_lock(&poll_probe(), &holder("other"), Duration::from_secs(10))).unwrap();
+    let held = held.expect("the turn frees within 10 s");
+    let id = pipeline.register_one("D0001", true);
+    let deferred = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(15), || count("deferring to it") >= 4);
+    assert!(deferred, "the watcher did not defer four times: {}", log_text());
+    let text = log_text();
+    let since_deferring = &text[text.find("deferring to it").expect("deferred")..];
+    let looks = since_deferring.lines().filter(|line| line.contains("looked for work")).count();
+    assert_eq!(looks, 0, "a deferring watcher read the store at its retries: {text}");
+    assert!(pipeline.open_runs().is_empty(), "a batch was claimed while another held the turn");
+    // The holder dies: it renews no more, and its row stays until someone takes it over.
+    let died = Instant::now();
+    std::mem::forget(held);
+    drop(other);
+    let worked =
+        autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(30), || pipeline.events(&id, PROBED).len() == 1);
+    assert!(worked, "the batch was not worked within 30 s of the holder's death: {}", log_text());
+    assert!(died.elapsed() >= LEASE, "worked {:?} after the holder's death, within its lease", died.elapsed());
+    println!("worked {:?} after the holder's death", died.elapsed());
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}

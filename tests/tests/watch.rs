@@ -267,7 +267,7 @@ fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_c
     let held =
         pipeline.block_on(locks.try_lock(&poll, &holder, Duration::ZERO)).unwrap().expect("the poll lock is free");
     let id = pipeline.register_one("B0001", true);
-    // Woken by the registration, the watcher finds the poll lock held and claims nothing.
+    // Woken by the batch's Data_Received, the watcher finds the poll lock held and claims nothing.
     let claimed_while_held = wait_until(Instant::now() + Duration::from_secs(2), || !pipeline.open_runs().is_empty());
     assert!(!claimed_while_held, "a pass claimed while another held the poll lock");
     pipeline.block_on(held.release()).unwrap();
@@ -352,7 +352,7 @@ fn slow_work_does_not_hold_the_turn_from_a_manual_pass() {
 
 #[test]
 fn watchers_that_find_the_poll_lock_held_stay_asleep_through_new_batches_until_their_retry() {
-    // Every new batch concerns every watcher of the component; while another pass holds its
+    // Every new batch received concerns every watcher of the component; while another pass holds its
     // poll lock (a watcher would be woken by the same changes), those that found it held
     // look again only at their retry, not once per change: no herd of looks behind one lock.
     let pipeline = Pipeline::new(PROBE);

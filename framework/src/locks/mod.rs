@@ -240,8 +240,10 @@ pub trait LockService: Send + Sync {
 
     /// Whether `path` is held right now, by anyone, read without taking it: a deferring
     /// watcher's check before it looks for work (a read at the lock service instead of the
-    /// store's). `None` where a read cannot tell, the default: PostgreSQL keeps a dead
-    /// holder's row until a taker judges its lease, so only a try can tell.
+    /// store's). A dead holder's path reads free within the bound its locks are freed in
+    /// (PostgreSQL: once this process has seen its beat unchanged for its whole lease), so
+    /// the watcher then tries, and takes it over. `None` where a read cannot tell, the
+    /// default (a flock is known only by trying it).
     async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
         let _ = path;
         Ok(None)

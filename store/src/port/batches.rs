@@ -219,19 +219,18 @@ port_trait! {
         #[checked(write_rules::check_page("limit", limit, MAX_CHANGE_PAGE)?)]
         async fn changes(&self, since: Seq, limit: usize) -> StoreResult<ChangePage>;
 
-        /// `changes` with each changed batch's summary (`get_summaries`), in the page's order:
-        /// what a watcher's look reads. The default reads the two one after the other (a
+        /// `changes` with each changed batch's summary (`get_summaries`), in the page's order,
+        /// at most `limit` (as many as `get_summaries` answers at once): what a watcher's look
+        /// reads. The default reads the two one after the other (a
         /// summary may then be of a later change of its batch, which the next page names
         /// again); a store that can answers both from one snapshot (PostgreSQL: one round trip
-        /// fewer a look).
-        #[checked(write_rules::check_page("limit", limit, MAX_CHANGE_PAGE)?)]
+        /// fewer a look, and its page also names the batches changed after its head, named
+        /// again by the next page: a reader may meet a batch twice, never misses one).
+        #[checked(write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?)]
         async fn changed_summaries(&self, since: Seq, limit: usize) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
             let page = self.changes(since, limit).await?;
             let ids: Vec<BatchId> = page.changes.iter().map(|(_, id)| id.clone()).collect();
-            let mut summaries = Vec::with_capacity(ids.len());
-            for chunk in ids.chunks(MAX_BATCH_PAGE) {
-                summaries.extend(self.get_summaries(chunk).await?);
-            }
+            let summaries = self.get_summaries(&ids).await?;
             Ok((page, summaries))
         }
 

@@ -160,7 +160,8 @@ impl PgBackend {
     }
 
     /// `pg_changes` and the changed batches' summaries, the page and the summaries read in
-    /// one statement after the horizon (one round trip fewer than the two reads).
+    /// one statement after the horizon (one round trip fewer than the two reads), which also
+    /// names the batches whose change committed after the horizon (`next_cursor`).
     pub(super) async fn pg_changed_summaries(
         &self,
         since: Seq,
@@ -173,11 +174,11 @@ impl PgBackend {
                 Box::pin(async move {
                     let sql = format!(
                         "SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM}
-                         WHERE b.changed_seq > $1 AND b.changed_seq <= $2 ORDER BY b.changed_seq LIMIT $3"
+                         WHERE b.changed_seq > $1 ORDER BY b.changed_seq LIMIT $2"
                     );
                     let statement = prepare(client, &sql).await?;
                     let rows = client
-                        .query(&statement, &[&since.0, &head.0, &(limit as i64)])
+                        .query(&statement, &[&since.0, &(limit as i64)])
                         .await
                         .map_err(|e| self.read_failure(e))?;
                     rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()
@@ -186,11 +187,7 @@ impl PgBackend {
             .await?;
         self.inner.listener.head_read(head, mark);
         let changes: Vec<(Seq, BatchId)> = summaries.iter().map(|s| (s.changed_seq, s.id.clone())).collect();
-        let next = match changes.last() {
-            Some((seq, _)) if changes.len() == limit => *seq,
-            _ => head.max(since),
-        };
-        Ok((ChangePage { changes, next, head }, summaries))
+        Ok((ChangePage { next: next_cursor(&changes, limit, since, head), changes, head }, summaries))
     }
 
     /// The batches changed after `since` up to the horizon `head` read before, at most `limit`.
@@ -216,5 +213,19 @@ impl PgBackend {
             })
         })
         .await
+    }
+}
+
+/// Where the next page of a watcher's look starts, for a page read after the horizon
+/// `head`: never past the horizon, since a seq above it may belong to a transaction still in
+/// flight, which the cursor would skip for good. The page itself names what committed past
+/// the horizon too: a batch changed up to the horizon and again after it (claimed by another
+/// step between the horizon's read and the page's) shows only its later change, and leaving
+/// that out named the batch nowhere, so a watcher woken for its earlier change slept through
+/// it. Such a batch is named again on the next page.
+fn next_cursor(changes: &[(Seq, BatchId)], limit: usize, since: Seq, head: Seq) -> Seq {
+    match changes.last() {
+        Some((seq, _)) if changes.len() == limit => (*seq).min(head).max(since),
+        _ => head.max(since),
     }
 }

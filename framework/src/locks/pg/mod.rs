@@ -231,6 +231,9 @@ impl LockService for PgLocks {
         let record = holder.record();
         let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
         let mut pause = FIRST_WAIT_PAUSE;
+        // A path freed by this very try (its stalled holder taken over) is tried once more
+        // whatever the wait, so a try without waiting takes what it freed.
+        let mut freed_by_us = false;
         loop {
             self.shared.usable()?;
             let retry_at_once = match self.try_once(&relative, claim, &record).await? {
@@ -241,6 +244,10 @@ impl LockService for PgLocks {
                 TryOutcome::Busy => false,
                 TryOutcome::ReleasedMeanwhile => true,
             };
+            if retry_at_once && !freed_by_us {
+                freed_by_us = true;
+                continue;
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(None);
@@ -250,6 +257,35 @@ impl LockService for PgLocks {
                 pause = (pause * 2).min(MAX_WAIT_PAUSE);
             }
         }
+    }
+
+    /// One read of the path's row and its holder's beat: held while the row is there and its
+    /// holder's beat has not been seen unchanged for the holder's whole lease (on this
+    /// process's clock, as a try judges it); free when there is no row, or when the holder
+    /// is stalled (the deferring watcher then looks and tries, and its try takes the stalled
+    /// holder over). The holder is watched from here on, as a try that found it busy does.
+    /// A row no lock service wrote: `None`, so the try reports it.
+    async fn is_held(&self, path: &LockPath) -> Result<Option<bool>, LockError> {
+        let shared = &self.shared;
+        shared.usable()?;
+        let relative = path.relative();
+        let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
+        let answered = Instant::now();
+        let Some(row) = rows.first() else { return Ok(Some(false)) };
+        let row = HolderRow {
+            worker: row.get(0),
+            claim: row.get(1),
+            holder: row.get(2),
+            beat: row.get(3),
+            lease_ms: row.get(4),
+        };
+        // No claim of ours is 0 (they start at 1): a row of ours reads busy, as a try's would.
+        Ok(match shared.meet_holder(&relative, 0, row, answered) {
+            Ok(Met::Ours | Met::Busy) => Some(true),
+            Ok(Met::Stalled { .. }) => Some(false),
+            Err(LockError::Foreign { .. }) => None,
+            Err(other) => return Err(other),
+        })
     }
 
     /// Many paths in one statement (and one more only for a path freed meanwhile: released,
