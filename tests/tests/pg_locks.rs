@@ -11,6 +11,8 @@
 //! - a row no lock service wrote is `Foreign`, never busy;
 //! - a service reads no other worker's row until it finds a lock busy, then only its holder's
 //!   until the holder lets it go; many locks are taken in one statement and released in one;
+//! - a deferring watcher reads the lock row and its holder's beat, not the store, and takes a
+//!   dead holder's turn over once it has seen the beat unchanged for a lease;
 //! - `autocomp doctor`'s look: tables absent, present, or not makeable by this role;
 //! - a component end to end with `store` and `locks` both `postgres://`.
 
