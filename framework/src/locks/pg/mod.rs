@@ -166,13 +166,7 @@ impl PgLocks {
         let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
         let answered = Instant::now();
         let Some(row) = rows.first() else { return Ok(TryOutcome::ReleasedMeanwhile) };
-        let row = HolderRow {
-            worker: row.get(0),
-            claim: row.get(1),
-            holder: row.get(2),
-            beat: row.get(3),
-            lease_ms: row.get(4),
-        };
+        let row = HolderRow::of(row);
         match shared.meet_holder(relative, claim, row, answered)? {
             Met::Ours => Ok(TryOutcome::Taken),
             Met::Busy => Ok(TryOutcome::Busy),
@@ -272,13 +266,7 @@ impl LockService for PgLocks {
         let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
         let answered = Instant::now();
         let Some(row) = rows.first() else { return Ok(Some(false)) };
-        let row = HolderRow {
-            worker: row.get(0),
-            claim: row.get(1),
-            holder: row.get(2),
-            beat: row.get(3),
-            lease_ms: row.get(4),
-        };
+        let row = HolderRow::of(row);
         // No claim of ours is 0 (they start at 1): a row of ours reads busy, as a try's would.
         Ok(match shared.meet_holder(&relative, 0, row, answered) {
             Ok(Met::Ours | Met::Busy) => Some(true),

@@ -47,6 +47,13 @@ pub struct HolderRow {
     pub lease_ms: Option<i64>,
 }
 
+impl HolderRow {
+    /// A row of `HOLDER_OF` (worker, claim, holder, beat, lease).
+    pub fn of(row: &tokio_postgres::Row) -> Self {
+        HolderRow { worker: row.get(0), claim: row.get(1), holder: row.get(2), beat: row.get(3), lease_ms: row.get(4) }
+    }
+}
+
 /// What a busy path's row says, as [`Shared::meet_holder`] judged it.
 pub enum Met {
     /// Ours, of this very claim: taken by an earlier send whose answer was lost.
