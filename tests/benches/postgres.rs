@@ -30,7 +30,7 @@
 //! bench process spent per operation (from /proc), and how many appends shared a commit
 //! (distinct `xmin` of the events written).
 
-use autocomp_test_servers::bench::{load_average, proc_stat, server_cpu, thousands};
+use autocomp_test_servers::bench::{disk_temp_dir, load_average, proc_stat, server_cpu, thousands};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -698,11 +698,6 @@ fn count_rows(pg: &Postgres, database: &str, sql: &str) -> usize {
     pg.psql(database, sql).trim().parse().unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
-fn temp_dir(prefix: &str) -> tempfile::TempDir {
-    // On the virtio disk (not tmpfs), next to the server's own dir.
-    tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("a temp dir under /var/tmp")
-}
-
 fn main() {
     let config = Config::from_env();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -853,7 +848,7 @@ async fn bench(config: Config) {
 
     // --- 3. SQLite FULL through the store service, 16 HTTP clients.
     progress!(started_at, "appends: SQLite FULL through autocomp-store serve, {CLIENTS} clients");
-    let sqlite_dir = temp_dir("autocomp-bench-sqlite-");
+    let sqlite_dir = disk_temp_dir("autocomp-bench-sqlite-");
     let service = Service::store_of(
         &format!("sqlite://{}?synchronous=full", sqlite_dir.path().join("service.db").display()),
         sqlite_dir.path(),
@@ -955,7 +950,7 @@ async fn bench(config: Config) {
         cpu.stop(store_reads.ops, store_reads.elapsed).per_op()
     ));
     progress!(started_at, "sboi catch-up");
-    let index_dir = temp_dir("autocomp-bench-index-");
+    let index_dir = disk_temp_dir("autocomp-bench-index-");
     let engine = IndexEngine::open_with(index_dir.path(), engine_options.clone()).expect("open the index");
     let cpu = Cpu::start(&pg);
     let started = Instant::now();
@@ -970,7 +965,7 @@ async fn bench(config: Config) {
 
     // --- 8. Idle cron starts.
     progress!(started_at, "idle cron starts: {idle_count} with a postgres:// store, {idle_count} with SQLite FULL");
-    let runner_dir = temp_dir("autocomp-bench-runner-");
+    let runner_dir = disk_temp_dir("autocomp-bench-runner-");
     let runner_url = pg.create_database("runner");
     let pg_config = probe_config(runner_dir.path(), "probe-pg", &runner_url, runner_batches);
     let runner_store = open_pg(&runner_url).await;

@@ -73,7 +73,7 @@ use autocomp_model::{
 use autocomp_ops::operator::{Operator, PruneView};
 use autocomp_store::prelude::*;
 use autocomp_store::{PgStore, ReadyClaimRequest, SqliteStore};
-use autocomp_test_servers::bench::{load_average, proc_stat, server_cpu, thousands};
+use autocomp_test_servers::bench::{disk_temp_dir, load_average, proc_stat, server_cpu, thousands};
 use autocomp_test_servers::{Options, Postgres};
 use serde_json::{Value, json};
 
@@ -1328,11 +1328,6 @@ impl DiskWatch {
     }
 }
 
-fn temp_dir(prefix: &str) -> tempfile::TempDir {
-    // On the virtio disk (not tmpfs), next to the server's own dir.
-    tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("a temp dir under /var/tmp")
-}
-
 fn main() {
     let config = Config::from_env();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -1355,7 +1350,7 @@ async fn bench(config: Config) {
 
     // --- SQLite: the schema by `SqliteStore::open`, the rows by rusqlite.
     {
-        let dir = temp_dir("autocomp-bench-prune-sqlite-");
+        let dir = disk_temp_dir("autocomp-bench-prune-sqlite-");
         let path = dir.path().join("store.db");
         drop(SqliteStore::open(&path).await.expect("a new store file"));
         let fixture = Fixture::new(config.scale, Timestamp::now().millis() - 3_600_000);
@@ -1410,7 +1405,7 @@ async fn bench(config: Config) {
         let filling = Instant::now();
         fill_postgres(&pg, database, &fixture, started);
         let fill = filling.elapsed();
-        let dir = temp_dir("autocomp-bench-prune-pg-");
+        let dir = disk_temp_dir("autocomp-bench-prune-pg-");
         let target =
             Target { name: "PostgreSQL", url, goal: GOAL_POSTGRES, store, sqlite: None, pg: Some((&pg, database)) };
         runs.push(measure(target, &fixture, fill, dir.path(), started).await);

@@ -83,3 +83,9 @@ pub fn server_cpu(postmaster: u32) -> f64 {
     }
     total
 }
+
+/// A temporary directory on the virtio disk (`/var/tmp`, not tmpfs), where a bench's store
+/// files and servers' data go, so every fsync reaches the disk.
+pub fn disk_temp_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("a temp dir under /var/tmp")
+}
