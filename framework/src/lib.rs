@@ -52,7 +52,7 @@ pub use output::StreamCapture;
 /// The runner and `--watch` loop themselves, for running many components' passes in one
 /// process against ports opened by the caller (the capacity bench simulates thousands of
 /// workers as tokio tasks this way): what `main` runs, minus the command line and signals.
-pub use runner::{Pipeline, Runner, Selection, Setup};
+pub use runner::{Judged, Pipeline, Runner, Selection, Setup};
 pub use runner::{PoolRoom, hostname};
 /// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
 /// publishes its result's ([`result_schema_of`]) and declares the ones it reads

@@ -20,7 +20,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::component::Component;
 use crate::exit::{self, RunError};
-use crate::runner::{Runner, Selection, phases, stop_requested};
+use crate::runner::{Judged, Runner, Selection, phases, stop_requested};
 use crate::verdict::{PassEnd, pass, pass_verdict};
 
 mod feed;
@@ -130,9 +130,9 @@ async fn watch_loop<C: Component>(
         // after it wakes the wait below, so readiness between the question and the wait is
         // never slept through.
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
-        let (offered, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
+        let (offered, judged, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
         let go_again = if heartbeat_due || !offered.is_empty() {
-            let handled = match watcher.pass(offered, heartbeat_due).await? {
+            let handled = match watcher.pass(offered, judged, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
                 ControlFlow::Continue(handled) => handled,
             };
@@ -164,6 +164,10 @@ async fn watch_loop<C: Component>(
     }
 }
 
+/// What a look offers: the candidates, those it found ready on their summaries (`Judged`),
+/// whether its answer covers every change up to `seen`, and `seen`.
+type Looked = (Vec<BatchId>, Judged, bool, Seq);
+
 impl<C: Component> Watcher<'_, C> {
     /// What the index offers now (nothing when held or when a heartbeat pass asks itself),
     /// whether it had caught up with the store's head the answer is as of, and that head
@@ -171,7 +175,7 @@ impl<C: Component> Watcher<'_, C> {
     /// after whatever woke it, if it read one. Reads the head only where the answer needs it
     /// before the look: a look that follows what it holds by the change feed answers as of
     /// the feed's head (one round trip fewer a stage over PostgreSQL or HTTP).
-    async fn look(&mut self, woke: Option<Seq>, heartbeat_due: bool) -> Result<(Vec<BatchId>, bool, Seq), RunError> {
+    async fn look(&mut self, woke: Option<Seq>, heartbeat_due: bool) -> Result<Looked, RunError> {
         let mut woke = woke;
         // The steering is read when the one last seen may hold the component, and while
         // batches wait for a pool slot: no claim reaches the store then to answer a pool's
@@ -190,14 +194,14 @@ impl<C: Component> Watcher<'_, C> {
                 let asked = Instant::now();
                 let covered = self.index.covers(seen, INDEX_WAIT).await?;
                 debug!(covered_in = ?asked.elapsed(), "asked the index");
-                return Ok((Vec::new(), covered, seen));
+                return Ok((Vec::new(), Judged::new(), covered, seen));
             }
             if let Some(held) = self.runner.held().await? {
                 // Held: no pass (it would claim nothing) until the steering changes, which
                 // moves the head and wakes the wait below, or the heartbeat (which reports
                 // the hold).
                 debug!("held, not looking for work: {held}");
-                return Ok((Vec::new(), true, seen));
+                return Ok((Vec::new(), Judged::new(), true, seen));
             }
             woke = Some(seen);
         }
@@ -209,20 +213,27 @@ impl<C: Component> Watcher<'_, C> {
         // Between the index's full answers, the batches the change feed names since.
         let ports = feed::Ports { store: self.store.as_ref(), index: self.index.as_ref() };
         let triggers = self.runner.candidate_triggers();
-        let offer = self.offers.offer(&ports, &triggers, woke, Timestamp::now()).await?;
+        let now = Timestamp::now();
+        let offer = self.offers.offer(&ports, &triggers, woke, now).await?;
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
-        Ok((offer.ids, offer.covered, offer.seen))
+        let judged = self.runner.judged_ready(offer.summaries.values(), now);
+        Ok((offer.ids, judged, offer.covered, offer.seen))
     }
 
     /// One pass: over what the index offered, or a heartbeat's over what it finds itself.
     /// Breaks with the exit code when the pass ends the watch; else how many batches it
     /// took up.
-    async fn pass(&mut self, offered: Vec<BatchId>, heartbeat_due: bool) -> Result<ControlFlow<u8, usize>, RunError> {
+    async fn pass(
+        &mut self,
+        offered: Vec<BatchId>,
+        judged: Judged,
+        heartbeat_due: bool,
+    ) -> Result<ControlFlow<u8, usize>, RunError> {
         debug!(offered = offered.len(), heartbeat_due, "starting a pass");
         self.last_pass = Some(Instant::now());
         // A heartbeat asks the index itself; otherwise the pass takes what it was offered.
-        let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered) };
+        let selection = if heartbeat_due { Selection::Ready } else { Selection::Offered(offered, judged) };
         let (handled, look_again_soon) = match pass_verdict(pass(self.runner, &selection).await, &mut self.worst) {
             PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => return Err(e),

@@ -1887,6 +1887,10 @@ async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_live
     ready_claims::a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(f.store.as_ref()).await
 }
 
+async fn a_judged_claim_claims_only_what_is_as_judged(f: Fixture) {
+    ready_claims::a_judged_claim_claims_only_what_is_as_judged(f.store.as_ref()).await
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1940,6 +1944,7 @@ contract!(
     the_liveness_a_claim_names_comes_back_with_its_run,
     a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock,
     a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness,
+    a_judged_claim_claims_only_what_is_as_judged,
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_waiter_wakes_only_for_changes_that_concern_it,

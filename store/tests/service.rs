@@ -161,6 +161,7 @@ async fn claim_ready_keeps_its_contract_through_the_service() {
     the_liveness_a_claim_names_comes_back_with_its_run(&http).await;
     a_claim_that_is_not_exclusive_is_refused_a_batch_whose_open_run_is_its_lock(&http).await;
     a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(&http).await;
+    a_judged_claim_claims_only_what_is_as_judged(&http).await;
 }
 
 /// Each port operation through the service, compared with what a direct client of the same

@@ -5,12 +5,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use autocomp_model::{Batch, BatchId, ComponentName, HoldKind, Steering, Trigger};
+use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, HoldKind, Steering, SummaryAt, Timestamp, Trigger};
 use tracing::{debug, warn};
 
 use super::lock::HeldLocks;
 use super::pass::Pass;
-use super::{BatchResult, Runner};
+use super::{BatchResult, Judged, Runner};
 use crate::component::Component;
 use crate::exit::RunError;
 
@@ -61,6 +61,18 @@ impl<C: Component> Runner<C> {
             }
         }
         Ok(ids)
+    }
+
+    /// Of `summaries` (a watcher's look judged its triggers on them), the batches this
+    /// component's `readiness` finds ready at `now` with no open run of the component, at
+    /// their `changed_seq`: a claim of them goes by that stamp (`Judged`). The re-check a
+    /// claim makes is this judgment on the same state, which the stamp proves unchanged.
+    pub(crate) fn judged_ready<'a>(&self, summaries: impl Iterator<Item = &'a BatchSummary>, now: Timestamp) -> Judged {
+        summaries
+            .filter(|summary| !summary.running.contains(&self.name))
+            .filter(|summary| self.descriptor.readiness(&SummaryAt { summary, at: now }).is_ok())
+            .map(|summary| (summary.id.clone(), summary.changed_seq))
+            .collect()
     }
 
     /// Why the component claims nothing now, if it is held (its own hold or the whole

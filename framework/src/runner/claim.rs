@@ -59,7 +59,7 @@ impl<C: Component> Runner<C> {
         }
         let candidates = match selection {
             Selection::Ready => self.candidates().await?,
-            Selection::Offered(ids) => ids.clone(),
+            Selection::Offered(ids, _) => ids.clone(),
             Selection::Batch { id, .. } => vec![id.clone()],
         };
         phases::mark(Phase::Index);
@@ -304,7 +304,18 @@ impl<C: Component> Runner<C> {
             exclusive: self.claims_are_locks(),
             takeovers: takeovers.to_vec(),
         };
-        let claiming = self.pipeline.store.claim_ready(&request);
+        // Judged by the watcher's look, every one of them: claimed by those stamps.
+        let judged: Option<Vec<Seq>> = match takeovers.is_empty() {
+            true => ids.iter().map(|id| pass.judged.get(id).copied()).collect(),
+            false => None,
+        };
+        let store = &self.pipeline.store;
+        let claiming = async {
+            match &judged {
+                Some(judged) => store.claim_ready_judged(&request, judged).await,
+                None => store.claim_ready(&request).await,
+            }
+        };
         Ok(claiming.instrument(claim_span).await.inspect_err(|_| {
             ids.iter().for_each(|id| record_outcome(&self.batch_span(id), "not_claimed", true));
         })?)

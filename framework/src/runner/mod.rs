@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use autocomp_model::{
-    BatchId, ComponentDescriptor, ComponentName, EventType, PassOutcome, PassPhase, RunHolder, Trigger,
+    BatchId, ComponentDescriptor, ComponentName, EventType, PassOutcome, PassPhase, RunHolder, Seq, Trigger,
 };
 use autocomp_sboi::BatchIndex;
 use autocomp_store::ObjectStore;
@@ -75,6 +75,12 @@ pub struct Pipeline {
     pub locks: Arc<dyn LockService>,
 }
 
+/// The `changed_seq` at which a watcher's look found each of its offered batches ready on
+/// its summary (by the component's `readiness`, with no open run of the component): a claim
+/// round of such batches claims them while they are unchanged since, without reading them
+/// first (`ObjectStore::claim_ready_judged`). A batch without one is judged by the claim.
+pub type Judged = std::collections::HashMap<BatchId, Seq>;
+
 /// Which batches a pass considers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
@@ -82,8 +88,9 @@ pub enum Selection {
     Ready,
     /// These candidates, which the index offered a moment ago (a watcher asks it before it
     /// decides to start a pass; asking again would double the pass's index queries). Each is
-    /// locked and re-checked against the store like any other.
-    Offered(Vec<BatchId>),
+    /// locked and re-checked against the store like any other; those the look found ready
+    /// on their summaries (`Judged`) are claimed by the stamp they were judged at.
+    Offered(Vec<BatchId>, Judged),
     /// Exactly this batch; `force` ignores the trigger (it is still locked and recorded).
     Batch {
         /// The batch.
@@ -235,7 +242,7 @@ impl<C: Component> Runner<C> {
         }
         let selection = match selection {
             Selection::Ready => "ready",
-            Selection::Offered(_) => "offered",
+            Selection::Offered(..) => "offered",
             Selection::Batch { force: false, .. } => "batch",
             Selection::Batch { force: true, .. } => "forced",
         };
@@ -300,7 +307,7 @@ impl<C: Component> Runner<C> {
         };
         let work = match &passed {
             Ok(summary) => {
-                if matches!(selection, Selection::Ready | Selection::Offered(_)) {
+                if matches!(selection, Selection::Ready | Selection::Offered(..)) {
                     self.adapt_queue(summary);
                 }
                 summary.work()
@@ -363,7 +370,7 @@ impl<C: Component> Runner<C> {
         // re-check batches that are most likely done.
         let asked_again;
         let selection = match selection {
-            Selection::Offered(_) if asked.elapsed() > OFFER_FRESH_FOR => {
+            Selection::Offered(..) if asked.elapsed() > OFFER_FRESH_FOR => {
                 asked_again = Selection::Ready;
                 &asked_again
             }
@@ -426,7 +433,7 @@ impl<C: Component> Runner<C> {
         }
         let poll_path = LockPath::Poll(self.name.clone());
         let wait = match selection {
-            Selection::Offered(_) => std::time::Duration::ZERO,
+            Selection::Offered(..) => std::time::Duration::ZERO,
             Selection::Ready | Selection::Batch { .. } => self.config.poll_lock_timeout,
         };
         let mut shutdown = self.shutdown.clone();

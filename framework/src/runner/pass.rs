@@ -9,7 +9,7 @@ use autocomp_store::Claim;
 use tokio::sync::watch;
 use tracing::{Span, warn};
 
-use super::{PassSummary, Selection};
+use super::{Judged, PassSummary, Selection};
 use crate::locks::{Lock, LockHolder, LockService, SessionState};
 
 /// What a pass knows while it claims: whether an operator named the batch (`manual`) and
@@ -24,13 +24,15 @@ pub(super) struct Pass {
     pub(super) steering: PassSteering,
     pub(super) summary: PassSummary,
     pub(super) claimed: Vec<Claimed>,
+    /// The stamps the watcher's look found offered batches ready at (`Selection::Offered`).
+    pub(super) judged: Judged,
 }
 
 impl Pass {
     /// A pass over `selection`, nothing claimed yet.
     pub(super) fn new(selection: &Selection, holder: LockHolder, session: watch::Receiver<SessionState>) -> Self {
         let (manual, force) = match selection {
-            Selection::Ready | Selection::Offered(_) => (false, false),
+            Selection::Ready | Selection::Offered(..) => (false, false),
             Selection::Batch { force, .. } => (true, *force),
         };
         Self {
@@ -41,6 +43,10 @@ impl Pass {
             steering: PassSteering::default(),
             summary: PassSummary::default(),
             claimed: Vec::new(),
+            judged: match selection {
+                Selection::Offered(_, judged) => judged.clone(),
+                _ => Judged::new(),
+            },
         }
     }
 }

@@ -96,6 +96,9 @@ pub(super) struct Offer {
     pub direct: usize,
     /// Batches the feed named since the last look.
     pub changed: usize,
+    /// The summary each offered batch was judged on, for those the watcher holds one of
+    /// (its `changed_seq` is what a claim of it goes by).
+    pub summaries: HashMap<BatchId, BatchSummary>,
 }
 
 /// How far in trigger order a held answer holds every batch matching its trigger unsettled.
@@ -190,6 +193,16 @@ struct State {
     triggers: Vec<Following>,
 }
 
+impl State {
+    /// The summary held of `id`, by whichever trigger holds it.
+    fn summary_of(&self, id: &BatchId) -> Option<&BatchSummary> {
+        self.triggers.iter().find_map(|following| match following {
+            Following::Held(held) => held.keys.get(id).and_then(|key| held.batches.get(key)),
+            _ => None,
+        })
+    }
+}
+
 /// The store and the index a watcher asks.
 pub(super) struct Ports<'a> {
     pub store: &'a dyn ObjectStore,
@@ -275,12 +288,15 @@ impl FeedOffers {
         for (trigger, following) in triggers.iter().zip(&mut state.triggers) {
             answers.push(self.answer(trigger, following, state.cursor, &mut look).await?);
         }
-        self.state = Some(state);
         for id in answers.into_iter().flatten() {
             if !look.offer.ids.contains(&id) {
+                if let Some(summary) = state.summary_of(&id) {
+                    look.offer.summaries.insert(id.clone(), summary.clone());
+                }
                 look.offer.ids.push(id);
             }
         }
+        self.state = Some(state);
         Ok(look.offer)
     }
 

@@ -110,6 +110,14 @@ pub(crate) fn check_distinct(batches: &[BatchId]) -> Result<(), InvalidInput> {
     }
 }
 
+/// Refuses stamps that are not one per batch asked (`claim_ready_judged`).
+pub(crate) fn check_judged(batches: &[BatchId], judged: &[Seq]) -> Result<(), InvalidInput> {
+    match judged.len() == batches.len() {
+        true => Ok(()),
+        false => Err(InvalidInput::new("judged", judged.len().to_string(), "must hold one stamp per batch asked")),
+    }
+}
+
 /// Whether `component` claims nothing now: its own hold or the whole pipeline's.
 pub(crate) fn holds(steering: &Steering, component: &ComponentName) -> bool {
     steering.components.contains_key(component) || steering.pipeline.is_some()

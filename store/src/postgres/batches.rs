@@ -157,6 +157,10 @@ impl BatchStore for PgBackend {
         self.pg_claim_ready(request).await
     }
 
+    async fn claim_ready_judged(&self, request: &ReadyClaimRequest, judged: &[Seq]) -> StoreResult<ReadyClaims> {
+        self.pg_claim_ready_judged(request, judged).await
+    }
+
     async fn load_checkpoint(&self, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
         self.pg_load_checkpoint(batch, component).await
     }

@@ -175,7 +175,7 @@ impl PgBackend {
 
     /// The horizon of the change feed: every seq up to it is committed or gone for good.
     pub(super) async fn horizon(&self) -> StoreResult<Seq> {
-        self.read_number("head", "SELECT autocomp_horizon()").await.map(Seq)
+        self.read_number("head", HORIZON).await.map(Seq)
     }
 
     /// The newest seq handed out, committed or not: a cheap "has anything happened?".
@@ -195,6 +195,9 @@ impl PgBackend {
         .await
     }
 }
+
+/// The horizon of the change feed (`horizon`), one number.
+pub(super) const HORIZON: &str = "SELECT autocomp_horizon()";
 
 pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
     client.prepare_cached(sql).await.map_err(|e| match e.code() {

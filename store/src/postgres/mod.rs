@@ -9,6 +9,7 @@ mod appends;
 mod batches;
 mod calls;
 mod history;
+mod judged_claims;
 mod listen;
 mod options;
 mod outbox;

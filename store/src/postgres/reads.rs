@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::calls::prepare;
+use super::calls::{HORIZON, prepare};
 use super::rows::{
     SUMMARY_COLUMNS, SUMMARY_FROM, SUMMARY_WIDTH, corrupt, events_from_json, run_from_json, runs_from_json,
     summary_from_row,
@@ -159,29 +159,32 @@ impl PgBackend {
         Ok(ChangePage { changes, next, head })
     }
 
-    /// `pg_changes` and the changed batches' summaries, the page and the summaries read in
-    /// one statement after the horizon (one round trip fewer than the two reads), which also
-    /// names the batches whose change committed after the horizon (`next_cursor`).
+    /// `pg_changes` and the changed batches' summaries: the horizon, then the page and the
+    /// summaries in one statement, both sent at once on one connection (pipelined: one round
+    /// trip, the server running them in the order sent, so the page is read after the
+    /// horizon). The page also names the batches whose change committed after the horizon
+    /// (`next_cursor`).
     pub(super) async fn pg_changed_summaries(
         &self,
         since: Seq,
         limit: usize,
     ) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
         let mark = self.inner.listener.mark();
-        let head = self.horizon().await?;
-        let summaries = self
+        let (head, summaries) = self
             .run("changed_summaries", Retry::Safe, |client, _| {
                 Box::pin(async move {
                     let sql = format!(
                         "SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM}
                          WHERE b.changed_seq > $1 ORDER BY b.changed_seq LIMIT $2"
                     );
-                    let statement = prepare(client, &sql).await?;
-                    let rows = client
-                        .query(&statement, &[&since.0, &(limit as i64)])
-                        .await
+                    let horizon = prepare(client, HORIZON).await?;
+                    let page = prepare(client, &sql).await?;
+                    let (since, limit) = (since.0, limit as i64);
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&since, &limit];
+                    let (head, rows) = tokio::try_join!(client.query_one(&horizon, &[]), client.query(&page, &params))
                         .map_err(|e| self.read_failure(e))?;
-                    rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()
+                    let summaries = rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
+                    Ok((Seq(head.get(0)), summaries))
                 })
             })
             .await?;

@@ -131,18 +131,18 @@ enum Judged {
 
 /// What one call of `autocomp_claim_ready` did: claimed (a row per ready batch, in order), or
 /// nothing because a batch or the steering moved since the read.
-enum Claimed {
+pub(super) enum Claimed {
     Rows(Vec<ClaimRow>),
     Moved,
 }
 
 /// One claimed batch's row of `autocomp_claim_ready`: its claim, or the open run that is its
 /// lock (`held`: the database refused what the read judged claimable; nothing written).
-struct ClaimRow {
-    claim: StoreResult<Claim>,
-    held: Option<Run>,
-    failed_attempts: u32,
-    checkpoint: Option<Value>,
+pub(super) struct ClaimRow {
+    pub(super) claim: StoreResult<Claim>,
+    pub(super) held: Option<Run>,
+    pub(super) failed_attempts: u32,
+    pub(super) checkpoint: Option<Value>,
 }
 
 impl PgBackend {
@@ -212,22 +212,9 @@ impl PgBackend {
         let ids = &ids;
         self.run("claim_ready", Retry::Safe, |client, _| {
             Box::pin(async move {
-                let sql = format!(
-                    "SELECT x.*, s.state, s.version FROM steering s
-                     LEFT JOIN LATERAL ({BATCH_SELECT} WHERE b.id = ANY($1)) x ON true WHERE s.id = 1"
-                );
-                let statement = prepare(client, &sql).await?;
+                let statement = prepare(client, &read_for_claims_sql()).await?;
                 let rows = client.query(&statement, &[ids]).await.map_err(|e| self.read_failure(e))?;
-                let first = rows.first().ok_or_else(|| corrupt("steering record", "no row"))?;
-                let mut steering: Steering = serde_json::from_value(unjsoned(first.get(STEERING_COLUMN)))
-                    .map_err(|e| corrupt("steering record", e))?;
-                steering.version = first.get::<_, i64>(STEERING_COLUMN + 1) as u64;
-                let mut found = HashMap::with_capacity(rows.len());
-                for row in rows.iter().filter(|row| row.get::<_, Option<&str>>(0).is_some()) {
-                    let batch = batch_from_row(row)?;
-                    found.insert(batch.id.clone(), batch);
-                }
-                Ok((steering, found))
+                steering_and_batches(&rows)
             })
         })
         .await
@@ -267,29 +254,65 @@ impl PgBackend {
                     )
                     .await
                     .map_err(|e| self.failure(e, &Scope { batch: &first.id, run: None }))?;
-                if rows.first().is_some_and(|row| matches!(row.get::<_, &str>(1), "moved" | "steering_moved")) {
-                    return Ok(Claimed::Moved);
-                }
-                check_claim_rows(&rows, ready.len())?;
-                let mut claimed = Vec::with_capacity(rows.len());
-                for (row, batch) in rows.iter().zip(ready) {
-                    let (kind, run, abandoned, current) = (row.get(1), row.get(2), row.get(3), row.get(4));
-                    let held = if kind == HELD { Some(run_from_json(run)?) } else { None };
-                    let claim = claim_answer(kind, run, abandoned, current, &batch.id, component, holder)?;
-                    let checkpoint = checkpoint_from_text(row.get(6))?;
-                    let failed_attempts = u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX);
-                    claimed.push(ClaimRow { claim, held, failed_attempts, checkpoint });
-                }
-                Ok(Claimed::Rows(claimed))
+                let ids: Vec<&BatchId> = ready.iter().map(|batch| &batch.id).collect();
+                claimed_rows(&rows, &ids, component, holder)
             })
         })
         .await
     }
 }
 
+/// The statement reading the steering (with its version) and the batches of `$1` whole: one
+/// snapshot, which `steering_and_batches` reads.
+pub(super) fn read_for_claims_sql() -> String {
+    format!(
+        "SELECT x.*, s.state, s.version FROM steering s
+         LEFT JOIN LATERAL ({BATCH_SELECT} WHERE b.id = ANY($1)) x ON true WHERE s.id = 1"
+    )
+}
+
+/// What `read_for_claims_sql` answered: the steering and the batches found, by id.
+pub(super) fn steering_and_batches(rows: &[Row]) -> Result<(Steering, HashMap<BatchId, Batch>), Failure> {
+    let first = rows.first().ok_or_else(|| corrupt("steering record", "no row"))?;
+    let mut steering: Steering =
+        serde_json::from_value(unjsoned(first.get(STEERING_COLUMN))).map_err(|e| corrupt("steering record", e))?;
+    steering.version = first.get::<_, i64>(STEERING_COLUMN + 1) as u64;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows.iter().filter(|row| row.get::<_, Option<&str>>(0).is_some()) {
+        let batch = batch_from_row(row)?;
+        found.insert(batch.id.clone(), batch);
+    }
+    Ok((steering, found))
+}
+
+/// What a call of `autocomp_claim_ready` for `ids` answered: `Moved` when a batch or the
+/// steering moved since the stamps and version it was given (nothing written), else a row
+/// per batch, in order.
+pub(super) fn claimed_rows(
+    rows: &[Row],
+    ids: &[&BatchId],
+    component: &ComponentName,
+    holder: &RunHolder,
+) -> Result<Claimed, Failure> {
+    if rows.first().is_some_and(|row| matches!(row.get::<_, &str>(1), "moved" | "steering_moved")) {
+        return Ok(Claimed::Moved);
+    }
+    check_claim_rows(rows, ids.len())?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for (row, id) in rows.iter().zip(ids) {
+        let (kind, run, abandoned, current) = (row.get(1), row.get(2), row.get(3), row.get(4));
+        let held = if kind == HELD { Some(run_from_json(run)?) } else { None };
+        let claim = claim_answer(kind, run, abandoned, current, id, component, holder)?;
+        let checkpoint = checkpoint_from_text(row.get(6))?;
+        let failed_attempts = u32::try_from(row.get::<_, i64>(5)).unwrap_or(u32::MAX);
+        claimed.push(ClaimRow { claim, held, failed_attempts, checkpoint });
+    }
+    Ok(Claimed::Rows(claimed))
+}
+
 /// A claim round not waiting for its flush (`synchronous_commit` off for its transaction
 /// alone), as `pg_claim_many`'s.
-const CLAIM_READY_UNFLUSHED: &str =
+pub(super) const CLAIM_READY_UNFLUSHED: &str =
     "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
           autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
@@ -298,7 +321,7 @@ const CLAIM_READY_UNFLUSHED: &str =
 /// flushed. `synchronous_commit` is at least `on` for its transaction (a server or role set
 /// to `off` is overruled; `remote_write` or `remote_apply`, a synchronous standby's, stay:
 /// the claim then also survives a failover to it).
-const CLAIM_READY_FLUSHED: &str =
+pub(super) const CLAIM_READY_FLUSHED: &str =
     "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
      FROM (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                                  WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true))
@@ -337,7 +360,7 @@ const STEERING_COLUMN: usize = 20;
 
 /// The claimer's arguments, which every claim function of the schema takes last and in this
 /// order: the component, the holder's agent, host and pid, its claim key and its liveness.
-struct ClaimerArgs<'a> {
+pub(super) struct ClaimerArgs<'a> {
     component: &'a str,
     agent: &'a str,
     host: &'a str,
@@ -347,7 +370,7 @@ struct ClaimerArgs<'a> {
 }
 
 impl<'a> ClaimerArgs<'a> {
-    fn new(component: &'a ComponentName, holder: &'a RunHolder) -> Self {
+    pub(super) fn new(component: &'a ComponentName, holder: &'a RunHolder) -> Self {
         Self {
             component: component.as_str(),
             agent: holder.agent.as_str(),
@@ -359,7 +382,7 @@ impl<'a> ClaimerArgs<'a> {
     }
 
     /// The arguments of a call: the function's own (`leading`), then the claimer's.
-    fn after<'s>(&'s self, leading: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
+    pub(super) fn after<'s>(&'s self, leading: &[&'s (dyn ToSql + Sync)]) -> Vec<&'s (dyn ToSql + Sync)> {
         let claimer: [&'s (dyn ToSql + Sync); 6] =
             [&self.component, &self.agent, &self.host, &self.pid, &self.claim_key, &self.liveness];
         leading.iter().copied().chain(claimer).collect()

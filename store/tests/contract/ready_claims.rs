@@ -427,3 +427,80 @@ pub(crate) async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run_wit
         assert_eq!((claim.run.generation, &claim.run.holder.liveness), (open.generation + 1, &claimer.liveness));
     }
 }
+
+/// The round `claim_ready_judged` claims for a caller that judged the batches ready on their
+/// summaries: each batch is claimed only while still exactly as judged (its `changed_seq`),
+/// answered as `claim_ready` answers it (the batch as read before its claim, its failed
+/// attempts counted from its newest `Reset`, its checkpoint); one that moved since, a hold
+/// that landed since and a batch gone are judged again as `claim_ready` judges them, nothing
+/// written for what is not claimed; stamps that are not one per batch are refused.
+pub(crate) async fn a_judged_claim_claims_only_what_is_as_judged(store: &dyn ObjectStore) {
+    let judged_at = |summaries: &[BatchSummary], batch: &str| {
+        summaries.iter().find(|summary| summary.id == id(batch)).map(|summary| summary.changed_seq).unwrap()
+    };
+    register(store, "J1", Some(Outcome::Success)).await;
+    register(store, "J2", Some(Outcome::Success)).await;
+    // J1's history: an attempt abandoned before a `Reset` of the archiver's event type and
+    // one after it, a checkpoint, and no run open (the second attempt's successor released).
+    async fn attempt(store: &dyn ObjectStore) {
+        let first = store.claim(&id("J1"), &archiver(), &holder("old", None)).await.unwrap();
+        store.save_checkpoint(&id("J1"), &archiver(), first.generation(), json!({"copied": 1})).await.unwrap();
+        let second = store.claim(&id("J1"), &archiver(), &holder("old", None)).await.unwrap();
+        store.release(&id("J1"), &archiver(), second.generation()).await.unwrap();
+    }
+    attempt(store).await;
+    let reset = NewEvent::reset(vec![EventType::new("Archived").unwrap()], agent("operator:ann"), json!({}));
+    let reset = store.append_event(&id("J1"), reset).await.unwrap();
+    attempt(store).await;
+    let summaries = store.get_summaries(&[id("J1"), id("J2"), id("J3")]).await.unwrap();
+    let version = store.steering().await.unwrap().version;
+    let judged = [judged_at(&summaries, "J1"), judged_at(&summaries, "J2")];
+    // J2 is no longer ready: a failed check since it was judged.
+    let failed_check = NewEvent::new(EventType::new("Checked").unwrap(), Outcome::Failure, agent("checker"));
+    store.append_event(&id("J2"), failed_check).await.unwrap();
+    let j1_before = store.get_batch(&id("J1")).await.unwrap();
+    let failed_attempts = store.failed_attempts(&id("J1"), &archiver(), reset.seq).await.unwrap();
+    assert_eq!(failed_attempts, 1, "one attempt abandoned since the reset");
+
+    let asked = ReadyClaimRequest { known_steering: Some(version), ..request(&["J1"], holder("pass", None)) };
+    let claims = store.claim_ready_judged(&asked, &judged[..1]).await.unwrap();
+    assert!(!claims.held && claims.steering.is_none(), "the version known is current: {claims:?}");
+    let j1 = claims.answers.into_iter().next().unwrap().unwrap();
+    let claim = j1.claim.expect("J1 is as judged: claimed");
+    assert_eq!(j1.batch.changed_seq, judged[0], "the batch as read before its claim");
+    assert_eq!(j1.batch.events, j1_before.events);
+    assert_eq!((j1.failed_attempts, j1.checkpoint), (failed_attempts, Some(json!({"copied": 1}))), "as claim_ready");
+    let now = store.run_state(&id("J1"), &archiver()).await.unwrap().unwrap();
+    assert_eq!((now.generation, now.state), (claim.generation(), RunState::Open));
+
+    // Moved since it was judged: judged again, not claimed, nothing written.
+    let head = store.head().await.unwrap();
+    let asked = ReadyClaimRequest { known_steering: Some(version), ..request(&["J2"], holder("pass", None)) };
+    let j2 = store.claim_ready_judged(&asked, &judged[1..]).await.unwrap().answers.remove(0).unwrap();
+    assert!(j2.claim.is_none(), "J2 failed its check since: not claimed");
+    assert!(j2.batch.changed_seq > judged[1], "answered as it is now");
+    assert_eq!(store.head().await.unwrap(), head, "nothing written");
+
+    // A hold that landed since the version the caller knows: nothing claimed, the hold answered.
+    register(store, "J3", Some(Outcome::Success)).await;
+    let j3 = store.get_summaries(&[id("J3")]).await.unwrap();
+    let j3 = [judged_at(&j3, "J3")];
+    store.steer(steer(SteeringChange::Pause { component: Some(archiver()), drain: false })).await.unwrap();
+    let head = store.head().await.unwrap();
+    let asked = ReadyClaimRequest { known_steering: Some(version), ..request(&["J3"], holder("pass", None)) };
+    let refused = store.claim_ready_judged(&asked, &j3).await.unwrap();
+    assert!(refused.held && refused.answers.is_empty(), "{refused:?}");
+    assert!(refused.steering.is_some_and(|steering| steering.components.contains_key(&archiver())));
+    assert_eq!(store.head().await.unwrap(), head, "nothing written");
+    store.steer(steer(SteeringChange::Resume { component: Some(archiver()) })).await.unwrap();
+
+    // A batch gone is its own `NotFound`; stamps that are not one per batch are refused.
+    let version = store.steering().await.unwrap().version;
+    let asked = ReadyClaimRequest { known_steering: Some(version), ..request(&["J-gone"], holder("pass", None)) };
+    let gone = store.claim_ready_judged(&asked, &[Seq(1)]).await.unwrap().answers.remove(0);
+    assert!(matches!(gone, Err(StoreError::NotFound(ref missing)) if *missing == id("J-gone")), "{gone:?}");
+    let head = store.head().await.unwrap();
+    let uneven = store.claim_ready_judged(&asked, &[]).await;
+    assert!(matches!(uneven, Err(StoreError::Invalid(ref input)) if input.field == "judged"), "{uneven:?}");
+    assert_eq!(store.head().await.unwrap(), head, "a refused request writes nothing");
+}
