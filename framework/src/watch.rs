@@ -213,11 +213,10 @@ impl<C: Component> Watcher<'_, C> {
         // Between the index's full answers, the batches the change feed names since.
         let ports = feed::Ports { store: self.store.as_ref(), index: self.index.as_ref() };
         let triggers = self.runner.candidate_triggers();
-        let now = Timestamp::now();
-        let offer = self.offers.offer(&ports, &triggers, woke, now).await?;
+        let offer = self.offers.offer(&ports, &triggers, woke, Timestamp::now()).await?;
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
-        let judged = self.runner.judged_ready(offer.summaries.values(), now);
+        let judged = self.runner.judged_ready(offer.summaries.values());
         Ok((offer.ids, judged, offer.covered, offer.seen))
     }
 

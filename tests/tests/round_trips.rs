@@ -1,10 +1,12 @@
-//! What one pass sends PostgreSQL: a one-batch pass of the probe component against a server
-//! that logs every statement it executes (`log_statement = all`), counted from the server's
-//! log. The claim round is `claim_ready`: one read (steering and batch) and one call claiming
+//! What one pass sends PostgreSQL: a one-batch pass of the probe component (and a watcher's
+//! claim of a batch its look judged ready) against a server that logs every statement it
+//! executes (`log_statement = all`), counted from the server's log. The claim round is `claim_ready`: one read (steering and batch) and one call claiming
 //! what was ready with its attempts and checkpoint, instead of a steering read per round, a
 //! re-check, an attempt count, a checkpoint read and the claim.
 
-use autocomp_e2e::Pipeline;
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{PROBED, Pipeline, finish, wait_until};
 use autocomp_test_servers::postgres::{self, Options, Postgres};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
@@ -59,4 +61,37 @@ fn a_one_batch_pass_claims_in_two_statements_and_reads_the_steering_once() {
     for separate in ["autocomp_claim_many(", "FROM checkpoints WHERE", "AND claim_seq > $3"] {
         assert_eq!(count(separate), 0, "{separate} sent: {shown:#?}");
     }
+}
+
+/// A watcher claims a batch its look found ready on the change feed's summaries by the stamp
+/// it judged it at (`claim_ready_judged`): one transaction sent whole, in which the server
+/// runs the read (with the component's failed attempts) and `autocomp_claim_judged`, and no
+/// separate read-then-claim round (`autocomp_claim_ready` called on its own).
+#[test]
+fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
+    postgres::require_installed();
+    let server = Postgres::start_with(Options::default().setting("log_statement", "all"));
+    let pipeline = Pipeline::with_store(PROBE, &server.unique_database());
+    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    let mut command = pipeline.command(&["--watch"]);
+    command.stderr(std::fs::File::create(pipeline.path("watcher.log")).unwrap());
+    let watcher = command.spawn().expect("the probe starts");
+    let registered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    let from = std::fs::metadata(server.log_path()).unwrap().len();
+
+    let batch = pipeline.register_one("RT-W1", true);
+    let worked = wait_until(Instant::now() + Duration::from_secs(30), || pipeline.events(&batch, PROBED).len() == 1);
+    let statements = executed(&server, from);
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let stopped = finish(watcher, Duration::from_secs(30));
+    assert!(worked, "the watcher did not work the batch: {}", stopped.show());
+    let shown: Vec<String> = statements.iter().map(|s| s.chars().take(110).collect()).collect();
+    let count = |pattern: &str| statements.iter().filter(|s| s.contains(pattern)).count();
+    assert_eq!(count("autocomp_claim_judged("), 1, "claimed by the stamp it judged: {shown:#?}");
+    assert_eq!(count("autocomp_claim_ready("), 0, "no read-then-claim round: {shown:#?}");
+    assert_eq!(count("FROM steering s LEFT JOIN LATERAL"), 1, "one read, in the claim's transaction: {shown:#?}");
 }

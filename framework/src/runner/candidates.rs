@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, HoldKind, Steering, SummaryAt, Timestamp, Trigger};
+use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, HoldKind, Steering, SummaryAt, Trigger};
 use tracing::{debug, warn};
 
 use super::lock::HeldLocks;
@@ -64,13 +64,16 @@ impl<C: Component> Runner<C> {
     }
 
     /// Of `summaries` (a watcher's look judged its triggers on them), the batches this
-    /// component's `readiness` finds ready at `now` with no open run of the component, at
-    /// their `changed_seq`: a claim of them goes by that stamp (`Judged`). The re-check a
-    /// claim makes is this judgment on the same state, which the stamp proves unchanged.
-    pub(crate) fn judged_ready<'a>(&self, summaries: impl Iterator<Item = &'a BatchSummary>, now: Timestamp) -> Judged {
+    /// component's `readiness` finds ready with no open run of the component, at their
+    /// `changed_seq`: a claim of them goes by that stamp (`Judged`), which proves the state
+    /// unchanged. Judged at the batch's own last activity, a time of the store's clock that
+    /// the store's now is past: the one clause time changes (`settled_for`, a retry's backoff)
+    /// only ever comes to hold, so a batch ready then is ready at the claim whatever this
+    /// host's clock says, and one still settling is left to the claim's own judgment.
+    pub(crate) fn judged_ready<'a>(&self, summaries: impl Iterator<Item = &'a BatchSummary>) -> Judged {
         summaries
             .filter(|summary| !summary.running.contains(&self.name))
-            .filter(|summary| self.descriptor.readiness(&SummaryAt { summary, at: now }).is_ok())
+            .filter(|summary| self.descriptor.readiness(&SummaryAt { summary, at: summary.last_activity }).is_ok())
             .map(|summary| (summary.id.clone(), summary.changed_seq))
             .collect()
     }

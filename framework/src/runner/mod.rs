@@ -77,8 +77,9 @@ pub struct Pipeline {
 
 /// The `changed_seq` at which a watcher's look found each of its offered batches ready on
 /// its summary (by the component's `readiness`, with no open run of the component): a claim
-/// round of such batches claims them while they are unchanged since, without reading them
-/// first (`ObjectStore::claim_ready_judged`). A batch without one is judged by the claim.
+/// round of such batches only claims them while they are unchanged since, and may do so
+/// without reading them first (`ObjectStore::claim_ready_judged`). A round with a batch the
+/// look holds no stamp of is claimed as `claim_ready` judges it.
 pub type Judged = std::collections::HashMap<BatchId, Seq>;
 
 /// Which batches a pass considers.

@@ -189,13 +189,14 @@ port_trait! {
         }
 
         /// `claim_ready` for batches the caller found ready with the request's descriptor on
-        /// their summaries, each with no open run of the component: `judged` is each batch's
-        /// `changed_seq` then, in the order of `batches`. It answers as `claim_ready` does. A
-        /// store may claim such a round without reading the batches first, each only while it
-        /// is still exactly as judged (its `changed_seq`, and the steering's version the
-        /// caller knows): PostgreSQL sends the read and the claim together, one round trip
-        /// fewer a stage. A batch or steering moved since is judged again as `claim_ready`
-        /// judges it; the default is `claim_ready`.
+        /// their summaries (at a time the store's clock is past), each with no open run of the
+        /// component: `judged` is each batch's `changed_seq` then, in the order of `batches`.
+        /// It answers as `claim_ready` does. A store may claim such a round without judging
+        /// the batches itself, only while each is still exactly as judged: its `changed_seq`
+        /// the stamp, no open run of the component, the steering at the version the caller
+        /// knows and holding neither the component nor the pipeline (PostgreSQL sends its read
+        /// and its claim in one transaction, one round trip fewer a stage). Anything moved
+        /// since is judged again as `claim_ready` judges it; the default is `claim_ready`.
         #[checked(
             request.holder.validate()?;
             write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;

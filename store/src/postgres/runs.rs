@@ -2,6 +2,7 @@
 //! attempts and checkpoints) and checkpoint reads.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use serde_json::Value;
 use tokio_postgres::Row;
@@ -11,7 +12,7 @@ use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
 use super::rows::{BATCH_SELECT, HELD, batch_from_row, claim_answer, corrupt, run_from_json};
 use super::text::unjsoned;
 use super::{Failure, PgBackend, Retry};
-use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims, Takeover};
+use crate::port::ready_claims::{self, ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 use crate::port::{Claim, StoreError, StoreResult};
 use autocomp_model::{Batch, BatchId, ComponentName, IdempotencyKey, Run, RunHolder, Steering};
 
@@ -189,11 +190,7 @@ impl PgBackend {
                     Judged::Held(batch, holding) => Ok(ready_claims::refusal(batch, holding)),
                     Judged::Ready(batch) => {
                         let row = rows.next().expect("claim_judged answers a row per ready batch");
-                        if let Some(holding) = row.held {
-                            return Ok(ready_claims::refusal(batch, holding));
-                        }
-                        let claim = row.claim?;
-                        Ok(ready_claims::answer(request, batch, Some(claim), row.failed_attempts, row.checkpoint))
+                        claimed_answer(request, batch, row)
                     }
                 })
                 .collect();
@@ -212,7 +209,7 @@ impl PgBackend {
         let ids = &ids;
         self.run("claim_ready", Retry::Safe, |client, _| {
             Box::pin(async move {
-                let statement = prepare(client, &read_for_claims_sql()).await?;
+                let statement = prepare(client, &READ_FOR_CLAIMS).await?;
                 let rows = client.query(&statement, &[ids]).await.map_err(|e| self.read_failure(e))?;
                 steering_and_batches(&rows)
             })
@@ -264,11 +261,21 @@ impl PgBackend {
 
 /// The statement reading the steering (with its version) and the batches of `$1` whole: one
 /// snapshot, which `steering_and_batches` reads.
-pub(super) fn read_for_claims_sql() -> String {
+static READ_FOR_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT x.*, s.state, s.version FROM steering s
          LEFT JOIN LATERAL ({BATCH_SELECT} WHERE b.id = ANY($1)) x ON true WHERE s.id = 1"
     )
+});
+
+/// The answer for a batch a round called its claim function for: refused (`held`: the open
+/// run that is its lock, nothing written), the claim's own refusal, or claimed.
+pub(super) fn claimed_answer(request: &ReadyClaimRequest, batch: Batch, row: ClaimRow) -> StoreResult<ReadyAnswer> {
+    if let Some(holding) = row.held {
+        return Ok(ready_claims::refusal(batch, holding));
+    }
+    let claim = row.claim?;
+    Ok(ready_claims::answer(request, batch, Some(claim), row.failed_attempts, row.checkpoint))
 }
 
 /// What `read_for_claims_sql` answered: the steering and the batches found, by id.
@@ -310,23 +317,41 @@ pub(super) fn claimed_rows(
     Ok(Claimed::Rows(claimed))
 }
 
-/// A claim round not waiting for its flush (`synchronous_commit` off for its transaction
-/// alone), as `pg_claim_many`'s.
-pub(super) const CLAIM_READY_UNFLUSHED: &str =
-    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
-     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed,
-          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
-
-/// An exclusive claim round: it is its batches' lock, so it answers only once its commit is
-/// flushed. `synchronous_commit` is at least `on` for its transaction (a server or role set
-/// to `off` is overruled; `remote_write` or `remote_apply`, a synchronous standby's, stay:
-/// the claim then also survives a failover to it).
-pub(super) const CLAIM_READY_FLUSHED: &str =
-    "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
-     FROM (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
+/// A claim-round function's call (`$call`, a literal) as a statement answering its rows,
+/// its transaction's commit waiting for its flush or not. `unflushed`: not waiting
+/// (`synchronous_commit` off for its transaction alone), as `pg_claim_many`'s. `flushed`: an
+/// exclusive round is its batches' lock, so it answers only once its commit is flushed;
+/// `synchronous_commit` is at least `on` for its transaction (a server or role set to `off`
+/// is overruled; `remote_write` or `remote_apply`, a synchronous standby's, stay: the claim
+/// then also survives a failover to it).
+macro_rules! claim_round {
+    (unflushed, $call:literal) => {
+        concat!(
+            "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
+             FROM (SELECT set_config('synchronous_commit', 'off', true)) AS relaxed, ",
+            $call
+        )
+    };
+    (flushed, $call:literal) => {
+        concat!(
+            "SELECT r_index, r_kind, r_run::text, r_abandoned::text, r_current, r_failed, r_checkpoint::text
+             FROM (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_commit')
                                  WHEN 'off' THEN 'on' ELSE current_setting('synchronous_commit') END, true))
-              AS flushed,
-          autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+                      AS flushed, ",
+            $call
+        )
+    };
+}
+
+const CLAIM_READY_UNFLUSHED: &str =
+    claim_round!(unflushed, "autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)");
+const CLAIM_READY_FLUSHED: &str =
+    claim_round!(flushed, "autocomp_claim_ready($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)");
+/// `autocomp_claim_judged`'s call, by the same rules (`judged_claims`).
+pub(super) const CLAIM_JUDGED_UNFLUSHED: &str =
+    claim_round!(unflushed, "autocomp_claim_judged($1, $2, $3, $4, $5, $6, $7, $8, $9)");
+pub(super) const CLAIM_JUDGED_FLUSHED: &str =
+    claim_round!(flushed, "autocomp_claim_judged($1, $2, $3, $4, $5, $6, $7, $8, $9)");
 
 /// Each batch's takeover as `autocomp_claim_ready` takes them, in the order of `ready`: the
 /// generation and liveness of the open run the request takes over (`None`: none), which the
@@ -356,7 +381,7 @@ fn judge(request: &ReadyClaimRequest, batch: Batch) -> Judged {
 }
 
 /// Where `read_for_claims`'s steering columns start: after `BATCH_SELECT`'s.
-const STEERING_COLUMN: usize = 20;
+pub(super) const STEERING_COLUMN: usize = 20;
 
 /// The claimer's arguments, which every claim function of the schema takes last and in this
 /// order: the component, the holder's agent, host and pid, its claim key and its liveness.

@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(13, "0013_run_outputs"),
     migration!(14, "0014_pruned_histories"),
     migration!(15, "0015_registration_concern"),
+    migration!(16, "0016_claim_judged"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -494,6 +494,47 @@ pub(crate) async fn a_judged_claim_claims_only_what_is_as_judged(store: &dyn Obj
     assert_eq!(store.head().await.unwrap(), head, "nothing written");
     store.steer(steer(SteeringChange::Resume { component: Some(archiver()) })).await.unwrap();
 
+    // A hold at the very version the caller knows (a caller that did not look at what it
+    // knows): nothing claimed, the hold answered.
+    register(store, "J4", Some(Outcome::Success)).await;
+    let j4 = [judged_at(&store.get_summaries(&[id("J4")]).await.unwrap(), "J4")];
+    store.steer(steer(SteeringChange::Pause { component: None, drain: false })).await.unwrap();
+    let holding = store.steering().await.unwrap().version;
+    let head = store.head().await.unwrap();
+    let asked = ReadyClaimRequest { known_steering: Some(holding), ..request(&["J4"], holder("pass", None)) };
+    let refused = store.claim_ready_judged(&asked, &j4).await.unwrap();
+    assert!(refused.held && refused.answers.is_empty(), "the pipeline's hold, at the known version: {refused:?}");
+    assert_eq!(store.head().await.unwrap(), head, "nothing written");
+    store.steer(steer(SteeringChange::Resume { component: None })).await.unwrap();
+    let version = store.steering().await.unwrap().version;
+
+    // An open run of the component at the stamp (another claim's, not a lock), in a round
+    // with a batch as judged: judged as `claim_ready` judges them, so an exclusive round is
+    // refused the one and claims the other, and the open run stays its holder's.
+    register(store, "J5", Some(Outcome::Success)).await;
+    let other = store.claim(&id("J4"), &archiver(), &holder("other", None)).await.unwrap();
+    let stamps = store.get_summaries(&[id("J4"), id("J5")]).await.unwrap();
+    let stamps = [judged_at(&stamps, "J4"), judged_at(&stamps, "J5")];
+    let asked = ReadyClaimRequest {
+        known_steering: Some(version),
+        ..exclusive(&["J4", "J5"], holder("pass", None), Vec::new())
+    };
+    let [j4, j5] = <[_; 2]>::try_from(store.claim_ready_judged(&asked, &stamps).await.unwrap().answers).unwrap();
+    let j4 = j4.unwrap();
+    assert!(j4.claim.is_none() && j4.held.as_ref().is_some_and(|run| run.generation == other.generation()), "{j4:?}");
+    assert!(j5.unwrap().claim.is_some(), "J5 is as judged: claimed");
+    let still = store.run_state(&id("J4"), &archiver()).await.unwrap().unwrap();
+    assert_eq!((still.generation, still.state), (other.generation(), RunState::Open), "the other's run stands");
+
+    // Sent again with its claim key (an answer lost): the runs the first call opened.
+    register(store, "J6", Some(Outcome::Success)).await;
+    let j6 = [judged_at(&store.get_summaries(&[id("J6")]).await.unwrap(), "J6")];
+    let asked =
+        ReadyClaimRequest { known_steering: Some(version), ..request(&["J6"], holder("pass", Some("judged-1"))) };
+    let first = store.claim_ready_judged(&asked, &j6).await.unwrap().answers.remove(0).unwrap();
+    let again = store.claim_ready_judged(&asked, &j6).await.unwrap().answers.remove(0).unwrap();
+    assert_eq!(again.claim.map(|claim| claim.run), first.claim.map(|claim| claim.run), "the run the first call opened");
+
     // A batch gone is its own `NotFound`; stamps that are not one per batch are refused.
     let version = store.steering().await.unwrap().version;
     let asked = ReadyClaimRequest { known_steering: Some(version), ..request(&["J-gone"], holder("pass", None)) };
