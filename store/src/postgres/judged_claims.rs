@@ -7,8 +7,9 @@
 //! at the caller's version and holding neither the component nor the pipeline), then the
 //! commit. A statement that fails aborts the whole transaction, so nothing is claimed unless
 //! the answer comes back whole. Anything moved since: nothing written, and the round is done
-//! as `claim_ready` does it (read, judge, claim): two round trips more.
+//! as `claim_ready` does it, judged first on what that read found (one round trip more).
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use tokio_postgres::Row;
@@ -17,13 +18,13 @@ use tokio_postgres::types::ToSql;
 use super::calls::{Scope, prepare};
 use super::rows::{BATCH_SELECT, corrupt};
 use super::runs::{
-    CLAIM_JUDGED_FLUSHED, CLAIM_JUDGED_UNFLUSHED, ClaimRow, Claimed, ClaimerArgs, STEERING_COLUMN, claimed_answer,
-    claimed_rows, steering_and_batches,
+    CLAIM_JUDGED_FLUSHED, CLAIM_JUDGED_UNFLUSHED, ClaimRow, ClaimerArgs, STEERING_COLUMN, claimed_answer, claimed_rows,
+    steering_and_batches,
 };
 use super::{Failure, PgBackend, Retry};
 use crate::port::StoreResult;
 use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
-use autocomp_model::{Batch, BatchId, Seq};
+use autocomp_model::{Batch, BatchId, Seq, Steering};
 
 /// `READ_FOR_CLAIMS` with each batch's failed attempts of the component (`$2`): the
 /// `claim_seq` of each run abandoned or ended by a transient failure, counted from the batch's
@@ -49,23 +50,19 @@ impl PgBackend {
     ) -> StoreResult<ReadyClaims> {
         let request = &ReadyClaimRequest { holder: request.holder.keyed(|| self.fresh_key()), ..request.clone() };
         let judgeable = !request.force && request.takeovers.is_empty() && !request.batches.is_empty();
-        if let (true, Some(version)) = (judgeable, request.known_steering)
-            && let Some(claims) = self.claim_unread(request, judged, version).await?
-        {
-            return Ok(claims);
+        let Some(version) = request.known_steering.filter(|_| judgeable) else {
+            return self.pg_claim_ready(request).await;
+        };
+        match self.claim_unread(request, judged, version).await? {
+            Claimed::Rows(claims) => Ok(claims),
+            Claimed::Moved(read) => self.claim_ready_after(request, Some(read)).await,
         }
-        self.pg_claim_ready(request).await
     }
 
-    /// The transaction: begin, read, conditional claim, commit, sent together. `None`:
-    /// something moved since it was judged (a batch's stamp, an open run, the steering; a
-    /// batch gone), nothing written.
-    async fn claim_unread(
-        &self,
-        request: &ReadyClaimRequest,
-        judged: &[Seq],
-        version: u64,
-    ) -> StoreResult<Option<ReadyClaims>> {
+    /// The transaction: begin, read, conditional claim, commit, sent together. `Moved`, with
+    /// what the read found: something moved since it was judged (a batch's stamp, an open
+    /// run, the steering; a batch gone), nothing written.
+    async fn claim_unread(&self, request: &ReadyClaimRequest, judged: &[Seq], version: u64) -> StoreResult<Claimed> {
         let ids: Vec<&str> = request.batches.iter().map(BatchId::as_str).collect();
         let stamps: Vec<i64> = judged.iter().map(|seq| seq.0).collect();
         let (ids, stamps, version) = (&ids, &stamps, &(version as i64));
@@ -95,14 +92,21 @@ impl PgBackend {
                 // Committed only now: an error here may come after the commit (Retry::Safe
                 // sends it again with the same claim key, which answers the runs it opened).
                 committed.map_err(|e| self.failure(e, &scope))?;
-                let Claimed::Rows(rows) = claimed_rows(&claimed, asked, component, holder)? else {
-                    return Ok(None);
-                };
-                answers(request, &read, rows).map(Some)
+                match claimed_rows(&claimed, asked, component, holder)? {
+                    super::runs::Claimed::Rows(rows) => answers(request, &read, rows).map(Claimed::Rows),
+                    super::runs::Claimed::Moved => steering_and_batches(&read).map(Claimed::Moved),
+                }
             })
         })
         .await
     }
+}
+
+/// What a judged round did: claimed (the answers), or nothing because something moved since
+/// it was judged (the steering and the batches as its read found them).
+enum Claimed {
+    Rows(ReadyClaims),
+    Moved((Steering, HashMap<BatchId, Batch>)),
 }
 
 /// The round's answers: each batch as the read before its claim found it (exactly as
@@ -110,7 +114,7 @@ impl PgBackend {
 /// `Reset` of the component's event type.
 fn answers(request: &ReadyClaimRequest, read: &[Row], rows: Vec<ClaimRow>) -> Result<ReadyClaims, Failure> {
     let (steering, mut found) = steering_and_batches(read)?;
-    let mut failed_runs = std::collections::HashMap::new();
+    let mut failed_runs = HashMap::new();
     for row in read.iter().filter(|row| row.get::<_, Option<&str>>(0).is_some()) {
         failed_runs.insert(row.get::<_, String>(0), row.get::<_, Option<Vec<i64>>>(STEERING_COLUMN + 2));
     }

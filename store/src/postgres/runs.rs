@@ -159,11 +159,25 @@ impl PgBackend {
     /// judged (and the database abandons a run that is its batch's lock only when the claim
     /// names the takeover the round judged).
     pub(super) async fn pg_claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
+        self.claim_ready_after(request, None).await
+    }
+
+    /// `pg_claim_ready`, its first round judged on `read` when the caller has just read the
+    /// steering and the batches (a judged round that found them moved: its read is as good a
+    /// snapshot as a fresh one, and its claim is conditional on it all the same).
+    pub(super) async fn claim_ready_after(
+        &self,
+        request: &ReadyClaimRequest,
+        mut read: Option<(Steering, HashMap<BatchId, Batch>)>,
+    ) -> StoreResult<ReadyClaims> {
         // One key for the whole round, as `claim_many`: a call sent again after a lost answer,
         // and a read again after it, find the runs the first call opened.
         let request = &ReadyClaimRequest { holder: request.holder.keyed(|| self.fresh_key()), ..request.clone() };
         for _ in 0..CONDITIONAL_ROUNDS {
-            let (steering, mut found) = self.read_for_claims(&request.batches).await?;
+            let (steering, mut found) = match read.take() {
+                Some(read) => read,
+                None => self.read_for_claims(&request.batches).await?,
+            };
             if !request.force && ready_claims::holds(&steering, request.component()) {
                 return Ok(ready_claims::refused(steering, request.known_steering));
             }
