@@ -175,14 +175,7 @@ port_trait! {
         /// nothing is written for it; the claim commits durably. Not exclusive, so is a batch
         /// whose open run is its lock (its holder names a liveness), whatever `takeovers` says. Adapters that cannot do this
         /// in one transaction must not implement it: the default refuses.
-        #[checked(
-            request.holder.validate()?;
-            write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;
-            ready_claims::check_distinct(&request.batches)?;
-            write_rules::check_page("takeovers", request.takeovers.len(), MAX_BATCH_PAGE)?;
-            ready_claims::check_takeovers(&request.takeovers)?;
-            request.descriptor.validate()?
-        )]
+        #[checked(ready_claims::check_request(request)?)]
         async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
             let _ = request;
             Err(StoreError::Unavailable("this store adapter does not support claim_ready".into()))
@@ -198,12 +191,7 @@ port_trait! {
         /// and its claim in one transaction, one round trip fewer a stage). Anything moved
         /// since is judged again as `claim_ready` judges it; the default is `claim_ready`.
         #[checked(
-            request.holder.validate()?;
-            write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;
-            ready_claims::check_distinct(&request.batches)?;
-            write_rules::check_page("takeovers", request.takeovers.len(), MAX_BATCH_PAGE)?;
-            ready_claims::check_takeovers(&request.takeovers)?;
-            request.descriptor.validate()?;
+            ready_claims::check_request(request)?;
             ready_claims::check_judged(&request.batches, judged)?
         )]
         async fn claim_ready_judged(&self, request: &ReadyClaimRequest, judged: &[Seq]) -> StoreResult<ReadyClaims> {

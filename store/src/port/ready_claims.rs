@@ -13,6 +13,7 @@ use serde_json::Value;
 use autocomp_model::{Batch, BatchId, ComponentDescriptor, ComponentName, InvalidInput, Run, RunHolder, Seq, Steering};
 
 use crate::port::{Claim, StoreError, StoreResult};
+use crate::write_rules::{self, MAX_BATCH_PAGE};
 
 /// A claim round as the runner asks it (`claim_ready`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -108,6 +109,19 @@ pub(crate) fn check_distinct(batches: &[BatchId]) -> Result<(), InvalidInput> {
         Some(twice) => Err(InvalidInput::new("batches", twice.as_str(), "names a batch more than once")),
         None => Ok(()),
     }
+}
+
+/// What every claim round is refused before anything is read (`claim_ready`,
+/// `claim_ready_judged`): a holder, a page of batches or takeovers, or a descriptor that
+/// is not valid, a batch named twice, a takeover no holder may name.
+pub(crate) fn check_request(request: &ReadyClaimRequest) -> StoreResult<()> {
+    request.holder.validate()?;
+    write_rules::check_page("batches", request.batches.len(), MAX_BATCH_PAGE)?;
+    check_distinct(&request.batches)?;
+    write_rules::check_page("takeovers", request.takeovers.len(), MAX_BATCH_PAGE)?;
+    check_takeovers(&request.takeovers)?;
+    request.descriptor.validate()?;
+    Ok(())
 }
 
 /// Refuses stamps that are not one per batch asked (`claim_ready_judged`).
