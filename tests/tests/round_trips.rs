@@ -94,4 +94,76 @@ fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
     assert_eq!(count("autocomp_claim_judged("), 1, "claimed by the stamp it judged: {shown:#?}");
     assert_eq!(count("autocomp_claim_ready("), 0, "no read-then-claim round: {shown:#?}");
     assert_eq!(count("FROM steering s LEFT JOIN LATERAL"), 1, "one read, in the claim's transaction: {shown:#?}");
+    assert_eq!((count("BEGIN"), count("COMMIT")), (1, 1), "one transaction: {shown:#?}");
+}
+
+/// The judged round itself, not the usual one it falls back to, answers a batch's failed
+/// attempts from its newest `Reset` and a retry with its claim key with the run the first
+/// call opened: the server runs `autocomp_claim_judged` for each and never
+/// `autocomp_claim_ready` on its own.
+#[test]
+fn a_judged_round_counts_attempts_from_a_reset_and_answers_a_retry_without_falling_back() {
+    use autocomp_e2e::{DATA_RECEIVED, PROBE_NAME};
+    use autocomp_model::{Agent, ComponentName, EventType, NewEvent, RunHolder, Seq};
+    use autocomp_store::ReadyClaimRequest;
+    postgres::require_installed();
+    let server = Postgres::start_with(Options::default().setting("log_statement", "all"));
+    let pipeline = Pipeline::with_store(PROBE, &server.unique_database());
+    let store = pipeline.any_store();
+    let id = pipeline.register_one("RT-J1", true);
+    let probe = ComponentName::new(PROBE_NAME).unwrap();
+    let holder = |key: Option<&str>| RunHolder {
+        agent: Agent::new("probe/1.0@host#1").unwrap(),
+        host: "host".into(),
+        pid: 1,
+        claim_key: key.map(|key| autocomp_model::IdempotencyKey::new(key).unwrap()),
+        liveness: None,
+    };
+    // Two attempts abandoned, a `Reset` of the probe's event type, one more abandoned, and
+    // none open (the last one's successor released).
+    let abandon = |times: usize| {
+        for _ in 0..times {
+            pipeline.block_on(store.claim(&id, &probe, &holder(None))).unwrap();
+        }
+        let last = pipeline.block_on(store.claim(&id, &probe, &holder(None))).unwrap();
+        pipeline.block_on(store.release(&id, &probe, last.generation())).unwrap();
+    };
+    abandon(2);
+    let reset = NewEvent::reset(
+        vec![EventType::new(PROBED).unwrap()],
+        Agent::new("operator:ann").unwrap(),
+        serde_json::json!({}),
+    );
+    let reset = pipeline.block_on(store.append_event(&id, reset)).unwrap();
+    abandon(1);
+    let expected = pipeline.block_on(store.failed_attempts(&id, &probe, reset.seq)).unwrap();
+    assert_eq!(expected, 1, "one attempt abandoned since the reset");
+    let summary = pipeline.block_on(store.get_summaries(std::slice::from_ref(&id))).unwrap().remove(0);
+    let descriptor = serde_json::from_value(serde_json::json!({
+        "name": PROBE_NAME, "version": "1.0", "event_type": PROBED, "trigger": {"requires": [DATA_RECEIVED]},
+        "max_attempts": 3, "retry_backoff": "90s", "queue_size": 5, "max_runtime": "2h",
+    }))
+    .unwrap();
+    let version = pipeline.block_on(store.steering()).unwrap().version;
+    let request = ReadyClaimRequest {
+        batches: vec![id.clone()],
+        descriptor,
+        holder: holder(Some("judged-key-1")),
+        force: false,
+        known_steering: Some(version),
+        exclusive: false,
+        takeovers: Vec::new(),
+    };
+    let from = std::fs::metadata(server.log_path()).unwrap().len();
+    let stamps: [Seq; 1] = [summary.changed_seq];
+    let first = pipeline.block_on(store.claim_ready_judged(&request, &stamps)).unwrap().answers.remove(0).unwrap();
+    let again = pipeline.block_on(store.claim_ready_judged(&request, &stamps)).unwrap().answers.remove(0).unwrap();
+    let statements = executed(&server, from);
+    let shown: Vec<String> = statements.iter().map(|s| s.chars().take(110).collect()).collect();
+    let count = |pattern: &str| statements.iter().filter(|s| s.contains(pattern)).count();
+    assert_eq!(first.failed_attempts, expected, "counted from the reset");
+    let (first_run, again_run) = (first.claim.unwrap().run, again.claim.unwrap().run);
+    assert_eq!(again_run, first_run, "the retry answers the run the first call opened");
+    assert_eq!(count("autocomp_claim_judged("), 2, "both judged: {shown:#?}");
+    assert_eq!(count("autocomp_claim_ready("), 0, "neither fell back: {shown:#?}");
 }

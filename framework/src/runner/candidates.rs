@@ -69,7 +69,8 @@ impl<C: Component> Runner<C> {
     /// unchanged. Judged at the batch's own last activity, a time of the store's clock that
     /// the store's now is past: the one clause time changes (`settled_for`, a retry's backoff)
     /// only ever comes to hold, so a batch ready then is ready at the claim whatever this
-    /// host's clock says, and one still settling is left to the claim's own judgment.
+    /// host's clock says. A trigger with `settled_for`, and a retry (its backoff), is never
+    /// ready at that instant: such batches are claimed as `claim_ready` judges them.
     pub(crate) fn judged_ready<'a>(&self, summaries: impl Iterator<Item = &'a BatchSummary>) -> Judged {
         summaries
             .filter(|summary| !summary.running.contains(&self.name))

@@ -17,13 +17,14 @@ use tokio_postgres::types::ToSql;
 
 use super::calls::{Scope, prepare};
 use super::rows::{BATCH_SELECT, corrupt};
+use super::runs::Claimed::{Moved, Rows};
 use super::runs::{
     CLAIM_JUDGED_FLUSHED, CLAIM_JUDGED_UNFLUSHED, ClaimRow, ClaimerArgs, STEERING_COLUMN, claimed_answer, claimed_rows,
     steering_and_batches,
 };
 use super::{Failure, PgBackend, Retry};
-use crate::port::StoreResult;
 use crate::port::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
+use crate::port::{BatchStore, StoreResult};
 use autocomp_model::{Batch, BatchId, Seq, Steering};
 
 /// `READ_FOR_CLAIMS` with each batch's failed attempts of the component (`$2`): the
@@ -54,15 +55,23 @@ impl PgBackend {
             return self.pg_claim_ready(request).await;
         };
         match self.claim_unread(request, judged, version).await? {
-            Claimed::Rows(claims) => Ok(claims),
-            Claimed::Moved(read) => self.claim_ready_after(request, Some(read)).await,
+            JudgedRound::Claimed(claims) => Ok(claims),
+            JudgedRound::Moved(read) => self.claim_ready_after(request, Some(read)).await,
         }
     }
 
     /// The transaction: begin, read, conditional claim, commit, sent together. `Moved`, with
     /// what the read found: something moved since it was judged (a batch's stamp, an open
-    /// run, the steering; a batch gone), nothing written.
-    async fn claim_unread(&self, request: &ReadyClaimRequest, judged: &[Seq], version: u64) -> StoreResult<Claimed> {
+    /// run, the steering; a batch gone), nothing written. The answer is read once the
+    /// transaction is over: one that cannot be read (a steering or batch this release does
+    /// not know) releases the runs the claim opened, so the call's error claimed nothing, as
+    /// `claim_ready`, which reads before it claims.
+    async fn claim_unread(
+        &self,
+        request: &ReadyClaimRequest,
+        judged: &[Seq],
+        version: u64,
+    ) -> StoreResult<JudgedRound> {
         let ids: Vec<&str> = request.batches.iter().map(BatchId::as_str).collect();
         let stamps: Vec<i64> = judged.iter().map(|seq| seq.0).collect();
         let (ids, stamps, version) = (&ids, &stamps, &(version as i64));
@@ -71,41 +80,64 @@ impl PgBackend {
         let asked: Vec<&BatchId> = request.batches.iter().collect();
         let asked = &asked;
         let sql = if ready_claims::durable(request) { CLAIM_JUDGED_FLUSHED } else { CLAIM_JUDGED_UNFLUSHED };
-        self.run("claim_ready", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                let read = prepare(client, &READ_FOR_JUDGED_CLAIMS).await?;
-                let claim = prepare(client, sql).await?;
-                let args = claimer.after(&[ids, stamps, version]);
-                let read_args: [&(dyn ToSql + Sync); 2] = [ids, name];
-                let scope = Scope { batch: asked[0], run: None };
-                // Every statement awaited (none dropped while in flight): the connection is
-                // idle again, whichever failed, before it goes back to the pool.
-                let (begun, read, claimed, committed) = tokio::join!(
-                    client.batch_execute("BEGIN"),
-                    client.query(&read, &read_args),
-                    client.query(&claim, &args),
-                    client.batch_execute("COMMIT"),
-                );
-                begun.map_err(|e| self.failure(e, &scope))?;
-                let read = read.map_err(|e| self.read_failure(e))?;
-                let claimed = claimed.map_err(|e| self.failure(e, &scope))?;
-                // Committed only now: an error here may come after the commit (Retry::Safe
-                // sends it again with the same claim key, which answers the runs it opened).
-                committed.map_err(|e| self.failure(e, &scope))?;
-                match claimed_rows(&claimed, asked, component, holder)? {
-                    super::runs::Claimed::Rows(rows) => answers(request, &read, rows).map(Claimed::Rows),
-                    super::runs::Claimed::Moved => steering_and_batches(&read).map(Claimed::Moved),
-                }
+        let (read, claimed) = self
+            .run("claim_ready", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let read = prepare(client, &READ_FOR_JUDGED_CLAIMS).await?;
+                    let claim = prepare(client, sql).await?;
+                    let args = claimer.after(&[ids, stamps, version]);
+                    let read_args: [&(dyn ToSql + Sync); 2] = [ids, name];
+                    let scope = Scope { batch: asked[0], run: None };
+                    // Sent in this order (`biased`: each is sent when first polled), every one
+                    // awaited (none dropped while in flight): the connection is idle again,
+                    // whichever failed, before it goes back to the pool.
+                    let (begun, read, claimed, committed) = tokio::join!(
+                        biased;
+                        client.batch_execute("BEGIN"),
+                        client.query(&read, &read_args),
+                        client.query(&claim, &args),
+                        client.batch_execute("COMMIT"),
+                    );
+                    begun.map_err(|e| self.failure(e, &scope))?;
+                    let read = read.map_err(|e| self.read_failure(e))?;
+                    let claimed = claimed.map_err(|e| self.failure(e, &scope))?;
+                    // Committed only now: an error here may come after the commit (Retry::Safe
+                    // sends it again with the same claim key, which answers the runs it opened).
+                    committed.map_err(|e| self.failure(e, &scope))?;
+                    Ok((read, claimed))
+                })
             })
-        })
-        .await
+            .await?;
+        let rows = match claimed_rows(&claimed, asked, component, holder).map_err(Failure::into_error)? {
+            Moved => return steering_and_batches(&read).map(JudgedRound::Moved).map_err(Failure::into_error),
+            Rows(rows) => rows,
+        };
+        let opened: Vec<(BatchId, i64)> = request
+            .batches
+            .iter()
+            .zip(&rows)
+            .filter_map(|(id, row)| {
+                row.claim.as_ref().ok().filter(|_| row.held.is_none()).map(|c| (id.clone(), c.generation()))
+            })
+            .collect();
+        match answers(request, &read, rows) {
+            Ok(claims) => Ok(JudgedRound::Claimed(claims)),
+            Err(unreadable) => {
+                for (id, generation) in &opened {
+                    if let Err(e) = BatchStore::release(self, id, component, *generation).await {
+                        tracing::warn!(batch = %id, "could not release a claim whose answer was unreadable: {e}");
+                    }
+                }
+                Err(unreadable.into_error())
+            }
+        }
     }
 }
 
 /// What a judged round did: claimed (the answers), or nothing because something moved since
 /// it was judged (the steering and the batches as its read found them).
-enum Claimed {
-    Rows(ReadyClaims),
+enum JudgedRound {
+    Claimed(ReadyClaims),
     Moved((Steering, HashMap<BatchId, Batch>)),
 }
 
