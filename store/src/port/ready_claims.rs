@@ -142,6 +142,44 @@ pub(crate) fn moved(steering: Steering, known: Option<u64>) -> Option<Steering> 
     (known != Some(steering.version)).then_some(steering)
 }
 
+/// How a round goes under the steering it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Steered {
+    /// Not held (or forced): each batch is claimed if `wanted`.
+    Claims,
+    /// Held, but a first attempt of this very request (its claim key) claimed before the hold
+    /// landed and its answer was lost: the runs it opened are answered again (work already
+    /// claimed goes on to its result, as under any hold), nothing else is claimed.
+    RetryOnly,
+    /// Held: nothing claimed (`refused`).
+    Refused,
+}
+
+/// How `request` goes under `steering`, given the batches it read.
+pub(crate) fn steered<'a>(
+    request: &ReadyClaimRequest,
+    steering: &Steering,
+    batches: impl IntoIterator<Item = &'a Batch>,
+) -> Steered {
+    if request.force || !holds(steering, request.component()) {
+        return Steered::Claims;
+    }
+    match batches.into_iter().any(|batch| retried_run(request, batch).is_some()) {
+        true => Steered::RetryOnly,
+        false => Steered::Refused,
+    }
+}
+
+/// Whether the round claims `batch` as it goes (`steered`): `wanted`, or under a hold only a
+/// batch whose open run this request's first attempt opened.
+pub(crate) fn wanted_when(request: &ReadyClaimRequest, batch: &Batch, steered: Steered) -> bool {
+    match steered {
+        Steered::Claims => wanted(request, batch),
+        Steered::RetryOnly => retried_run(request, batch).is_some(),
+        Steered::Refused => false,
+    }
+}
+
 /// A held component's refusal: nothing read, nothing claimed.
 pub(crate) fn refused(steering: Steering, known: Option<u64>) -> ReadyClaims {
     ReadyClaims { steering: moved(steering, known), held: true, answers: Vec::new() }

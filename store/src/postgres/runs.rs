@@ -178,7 +178,8 @@ impl PgBackend {
                 Some(read) => read,
                 None => self.read_for_claims(&request.batches).await?,
             };
-            if !request.force && ready_claims::holds(&steering, request.component()) {
+            let steered = ready_claims::steered(request, &steering, found.values());
+            if steered == ready_claims::Steered::Refused {
                 return Ok(ready_claims::refused(steering, request.known_steering));
             }
             let judged: Vec<Judged> = request
@@ -186,7 +187,7 @@ impl PgBackend {
                 .iter()
                 .map(|id| match found.remove(id) {
                     None => Judged::Missing,
-                    Some(batch) => judge(request, batch),
+                    Some(batch) => judge(request, batch, steered),
                 })
                 .collect();
             let rows = match self.claim_judged(request, &judged, steering.version).await? {
@@ -384,8 +385,8 @@ fn takeover_args<'a>(request: &'a ReadyClaimRequest, ready: &[&Batch]) -> (Vec<O
 /// How `claim_ready` treats a batch it read: claimed if wanted and not held by an open run
 /// (`holding_run`: exclusive, another claim's; else one that is its batch's lock), the rules
 /// every backend shares.
-fn judge(request: &ReadyClaimRequest, batch: Batch) -> Judged {
-    if !ready_claims::wanted(request, &batch) {
+fn judge(request: &ReadyClaimRequest, batch: Batch, steered: ready_claims::Steered) -> Judged {
+    if !ready_claims::wanted_when(request, &batch, steered) {
         return Judged::NotReady(batch);
     }
     match ready_claims::holding_run(request, &batch).cloned() {

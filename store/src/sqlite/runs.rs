@@ -111,20 +111,21 @@ pub fn claim_ready(
 fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
     let mut tx = write_tx(conn)?;
     let steering = super::steering::load(&tx)?;
-    if !request.force && ready_claims::holds(&steering, request.component()) {
-        // Dropped: rolled back, nothing was written.
-        return Ok(ready_claims::refused(steering, request.known_steering));
-    }
     let component = request.component();
     let read = load_batches(&tx, &request.batches, Timestamp::now())?;
     let mut found: HashMap<BatchId, Batch> = read.into_iter().map(|batch| (batch.id.clone(), batch)).collect();
+    let steered = ready_claims::steered(request, &steering, found.values());
+    if steered == ready_claims::Steered::Refused {
+        // Dropped: rolled back, nothing was written.
+        return Ok(ready_claims::refused(steering, request.known_steering));
+    }
     let mut answers = Vec::with_capacity(request.batches.len());
     for id in &request.batches {
         let Some(batch) = found.remove(id) else {
             answers.push(Err(StoreError::NotFound(id.clone())));
             continue;
         };
-        if !ready_claims::wanted(request, &batch) {
+        if !ready_claims::wanted_when(request, &batch, steered) {
             answers.push(Ok(ready_claims::answer(request, batch, None, 0, None)));
             continue;
         }

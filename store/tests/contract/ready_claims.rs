@@ -173,6 +173,31 @@ pub(crate) async fn a_retried_claim_ready_with_its_key_answers_the_runs_it_opene
     assert_eq!(again_claim.abandoned, None);
     assert!(again.batch.open_runs.is_empty(), "answered without the run the first call opened");
     assert_eq!((first.failed_attempts, again.failed_attempts), (0, 1), "the abandoned run counted once it ended");
+
+    // A hold that lands between the first call and its retry: the retry still answers the run
+    // the first call opened (claimed before the hold, it goes on to its result), and claims
+    // nothing more.
+    register(store, "K2", Some(Outcome::Success)).await;
+    register(store, "K3", None).await;
+    let asked = request(&["K2", "K3"], holder("pass", Some("pass-key-2")));
+    let first = store.claim_ready(&asked).await.unwrap().answers.remove(0).unwrap();
+    register_checked(store, "K3").await;
+    store.steer(steer(SteeringChange::Pause { component: Some(archiver()), drain: false })).await.unwrap();
+    let again = store.claim_ready(&asked).await.unwrap();
+    assert!(!again.held, "a retry of a claim made before the hold: {again:?}");
+    let [k2, k3] = <[_; 2]>::try_from(again.answers).unwrap();
+    assert_eq!(k2.unwrap().claim.map(|claim| claim.run), first.claim.map(|claim| claim.run), "K2's run, again");
+    assert!(k3.unwrap().claim.is_none(), "K3, ready since, is not claimed while held");
+    assert_eq!(store.run_state(&id("K3"), &archiver()).await.unwrap(), None);
+    let fresh = store.claim_ready(&request(&["K3"], holder("pass", Some("pass-key-3")))).await.unwrap();
+    assert!(fresh.held && fresh.answers.is_empty(), "another request is refused: {fresh:?}");
+    store.steer(steer(SteeringChange::Resume { component: Some(archiver()) })).await.unwrap();
+}
+
+/// `Checked` succeeded on `batch`: ready for the archiver from now on.
+async fn register_checked(store: &dyn ObjectStore, batch: &str) {
+    let checked = NewEvent::new(EventType::new("Checked").unwrap(), Outcome::Success, agent("checker"));
+    store.append_event(&id(batch), checked).await.unwrap();
 }
 
 fn live_holder(name: &str, key: Option<&str>, liveness: &str) -> RunHolder {
