@@ -2,6 +2,7 @@
 //! states and change pages, each one consistent statement.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
 
@@ -161,9 +162,9 @@ impl PgBackend {
 
     /// `pg_changes` and the changed batches' summaries: the horizon, then the page and the
     /// summaries in one statement, both sent at once on one connection (pipelined: one round
-    /// trip, the server running them in the order sent, so the page is read after the
-    /// horizon). The page also names the batches whose change committed after the horizon
-    /// (`next_cursor`).
+    /// trip; `biased`, so sent in that order, each when first polled, and the server runs
+    /// them in the order sent: the page is read after the horizon). The page also names the
+    /// batches whose change committed after the horizon (`next_cursor`).
     pub(super) async fn pg_changed_summaries(
         &self,
         since: Seq,
@@ -173,16 +174,13 @@ impl PgBackend {
         let (head, summaries) = self
             .run("changed_summaries", Retry::Safe, |client, _| {
                 Box::pin(async move {
-                    let sql = format!(
-                        "SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM}
-                         WHERE b.changed_seq > $1 ORDER BY b.changed_seq LIMIT $2"
-                    );
                     let horizon = prepare(client, HORIZON).await?;
-                    let page = prepare(client, &sql).await?;
+                    let page = prepare(client, &CHANGED_SUMMARIES).await?;
                     let (since, limit) = (since.0, limit as i64);
                     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&since, &limit];
-                    let (head, rows) = tokio::try_join!(client.query_one(&horizon, &[]), client.query(&page, &params))
-                        .map_err(|e| self.read_failure(e))?;
+                    let (head, rows) =
+                        tokio::try_join!(biased; client.query_one(&horizon, &[]), client.query(&page, &params))
+                            .map_err(|e| self.read_failure(e))?;
                     let summaries = rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
                     Ok((Seq(head.get(0)), summaries))
                 })
@@ -218,6 +216,11 @@ impl PgBackend {
         .await
     }
 }
+
+/// A page of the batches changed after `$1` with their summaries, at most `$2`, in feed order.
+static CHANGED_SUMMARIES: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.changed_seq > $1 ORDER BY b.changed_seq LIMIT $2")
+});
 
 /// Where the next page of a watcher's look starts, for a page read after the horizon
 /// `head`: never past the horizon, since a seq above it may belong to a transaction still in

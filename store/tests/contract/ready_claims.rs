@@ -523,22 +523,17 @@ pub(crate) async fn a_judged_claim_claims_only_what_is_as_judged(store: &dyn Obj
     // knows): nothing claimed, the hold answered.
     register(store, "J4", Some(Outcome::Success)).await;
     let j4 = [judged_at(&store.get_summaries(&[id("J4")]).await.unwrap(), "J4")];
-    store.steer(steer(SteeringChange::Pause { component: None, drain: false })).await.unwrap();
-    let holding = store.steering().await.unwrap().version;
-    let head = store.head().await.unwrap();
-    let asked = ReadyClaimRequest { known_steering: Some(holding), ..request(&["J4"], holder("pass", None)) };
-    let refused = store.claim_ready_judged(&asked, &j4).await.unwrap();
-    assert!(refused.held && refused.answers.is_empty(), "the pipeline's hold, at the known version: {refused:?}");
-    assert_eq!(store.head().await.unwrap(), head, "nothing written");
-    store.steer(steer(SteeringChange::Resume { component: None })).await.unwrap();
-    store.steer(steer(SteeringChange::Pause { component: Some(archiver()), drain: false })).await.unwrap();
-    let holding = store.steering().await.unwrap().version;
-    let head = store.head().await.unwrap();
-    let asked = ReadyClaimRequest { known_steering: Some(holding), ..request(&["J4"], holder("pass", None)) };
-    let refused = store.claim_ready_judged(&asked, &j4).await.unwrap();
-    assert!(refused.held && refused.answers.is_empty(), "the component's hold, at the known version: {refused:?}");
-    assert_eq!(store.head().await.unwrap(), head, "nothing written");
-    store.steer(steer(SteeringChange::Resume { component: Some(archiver()) })).await.unwrap();
+    let holds = [("the pipeline's", None), ("the component's", Some(archiver()))];
+    for (whose, component) in holds {
+        store.steer(steer(SteeringChange::Pause { component: component.clone(), drain: false })).await.unwrap();
+        let holding = store.steering().await.unwrap().version;
+        let head = store.head().await.unwrap();
+        let asked = ReadyClaimRequest { known_steering: Some(holding), ..request(&["J4"], holder("pass", None)) };
+        let refused = store.claim_ready_judged(&asked, &j4).await.unwrap();
+        assert!(refused.held && refused.answers.is_empty(), "{whose} hold, at the known version: {refused:?}");
+        assert_eq!(store.head().await.unwrap(), head, "nothing written");
+        store.steer(steer(SteeringChange::Resume { component })).await.unwrap();
+    }
     let version = store.steering().await.unwrap().version;
 
     // An open run of the component at the stamp (another claim's, not a lock), in a round
