@@ -40,7 +40,7 @@ pub use autocomp_model::{
 #[doc(inline)]
 pub use autocomp_model::{DEFAULT_OUTPUT_BYTES, MAX_OUTPUT_BYTES, OutputCapture, OutputStream, RunOutput};
 #[doc(inline)]
-pub use autocomp_store::StoreError;
+pub use autocomp_store::{CreateOutcome, StoreError};
 /// Makes user text (a file name, a reason, a report line) safe to print on a terminal:
 /// control and bidi characters become visible `\uXXXX` escapes.
 pub use autocomp_toolkit::for_terminal;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use autocomp_model::{
     Agent, Batch, BatchId, ComponentName, Event, EventType, NewBatch, NewEvent, PassOutcome, PassPhase, Seq, Trigger,
 };
-use autocomp_store::{ObjectStore, StoreError, open_store};
+use autocomp_store::{CreateOutcome, ObjectStore, StoreError, open_store};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use tracing::{debug, warn};
@@ -109,6 +109,14 @@ impl SourceContext<'_> {
     pub async fn create_batch(&self, batch: NewBatch) -> Result<Batch, StoreError> {
         self.writable()?;
         Ok(self.store.create_batch(batch).await?.batch().clone())
+    }
+
+    /// Registers a batch with its first event (its delivery) in one commit and returns it
+    /// (`ObjectStore::register_batch`). When an identical batch exists nothing is written and
+    /// that batch is returned: if it was registered without the event, append it.
+    pub async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> Result<CreateOutcome, StoreError> {
+        self.writable()?;
+        self.store.register_batch(batch, first).await
     }
 
     /// Records that a registered batch's content changed (a re-delivery): `patch` is merged

@@ -86,7 +86,11 @@ impl ChangeConcern {
             (ChangeConcern::Created, ChangeConcern::Created) => {}
             (ChangeConcern::Created, ChangeConcern::Types(theirs)) if theirs.is_empty() => {}
             (ChangeConcern::Types(mine), ChangeConcern::Created) if mine.is_empty() => *self = ChangeConcern::Created,
-            // A registration and appends: one announcement cannot say both; everyone wakes.
+            // A batch registered with its first events (`register_batch`): it can be ready
+            // only for a trigger requiring nothing, whose waiters wake for every change, or
+            // for one requiring some of those events, which their types name.
+            (ChangeConcern::Created, ChangeConcern::Types(theirs)) => *self = ChangeConcern::Types(theirs),
+            (ChangeConcern::Types(_), ChangeConcern::Created) => {}
             _ => *self = ChangeConcern::Everyone,
         }
     }
@@ -226,9 +230,13 @@ mod tests {
             }
             Change::Create(log) => {
                 batches.push(new_batch(batches.len(), log, 0));
-                // The stores register a batch without events (`create_batch`); one that
-                // came with events would concern everyone.
-                if log.is_empty() { ChangeConcern::Created } else { ChangeConcern::Everyone }
+                // A batch registered without events (`create_batch`) or with them in the same
+                // commit (`register_batch`): what the stores announce for that commit.
+                log.iter().fold(ChangeConcern::Created, |mut concern, e| {
+                    let appended = logged(SEQ, *e, NOW);
+                    concern.merge(ChangeConcern::of_event(&appended.event_type, &appended.resets));
+                    concern
+                })
             }
         }
     }
@@ -332,7 +340,12 @@ mod tests {
         registered.merge(ChangeConcern::nobody());
         assert_eq!(registered, ChangeConcern::Created);
         registered.merge(ChangeConcern::of_event(&ty("A_Done"), &[]));
-        assert_eq!(registered, ChangeConcern::Everyone, "a registration with appends concerns everyone");
+        assert_eq!(
+            registered,
+            ChangeConcern::Types(types(&["A_Done"])),
+            "a registration with its events concerns their types"
+        );
+        assert!(!registered.concerns(&ChangeInterest::Types(types(&["C_Done"]))));
         assert_eq!(interest.clone().union(ChangeInterest::Everything), ChangeInterest::Everything);
         assert_eq!(interest.with_type(&ty("B_Done")), ChangeInterest::Types(types(&["A_Done", "B_Done"])));
     }

@@ -583,6 +583,10 @@ impl<S: ObjectStore> BatchStore for TimedStore<S> {
         self.timed(self.inner.create_batch(batch)).await
     }
 
+    async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        self.timed(self.inner.register_batch(batch, first)).await
+    }
+
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
         self.timed(self.inner.get_batch(id)).await
     }

@@ -151,6 +151,26 @@ pub(crate) fn existing_batch(new: &NewBatch, existing: Batch) -> StoreResult<Bat
     }
 }
 
+/// The first event of a registration (`register_batch`) names no run, since a new batch has
+/// none, and no idempotency key, since the batch's id makes the registration idempotent.
+pub(crate) fn check_first_event(first: &NewEvent) -> StoreResult<()> {
+    if let Some(run) = &first.run {
+        return Err(StoreError::Invalid(InvalidInput::new(
+            "first.run",
+            run.component.as_str(),
+            "a batch being registered has no runs; register it, claim it, then append",
+        )));
+    }
+    if let Some(key) = &first.idempotency_key {
+        return Err(StoreError::Invalid(InvalidInput::new(
+            "first.idempotency_key",
+            key.as_str(),
+            "a registration is idempotent by its batch id; its first event takes no key",
+        )));
+    }
+    Ok(())
+}
+
 /// Merges a content change's patch into metadata (a `null` removes the key) and checks the
 /// result is still an acceptable document.
 pub(crate) fn merge_metadata(metadata: Value, patch: Map<String, Value>) -> StoreResult<Value> {

@@ -21,6 +21,8 @@ use steering::*;
 mod concerning_waits;
 #[path = "contract/ready_claims.rs"]
 pub(crate) mod ready_claims;
+#[path = "contract/registrations.rs"]
+pub(crate) mod registrations;
 #[path = "contract/retention.rs"]
 mod retention;
 #[path = "contract/run_outputs.rs"]
@@ -1887,6 +1889,16 @@ async fn a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_live
     ready_claims::a_claim_that_is_not_exclusive_still_abandons_an_open_run_without_a_liveness(f.store.as_ref()).await
 }
 
+async fn a_registration_records_the_batch_with_its_first_event_in_one_commit(f: Fixture) {
+    registrations::a_registration_records_the_batch_with_its_first_event_in_one_commit(f.store.as_ref()).await
+}
+
+async fn a_registration_whose_event_is_over_the_cap_registers_nothing(f: Fixture) {
+    let separator = if f.url.contains('?') { '&' } else { '?' };
+    let capped = open_store(&format!("{}{separator}max_batch_bytes=1MiB", f.url)).await.unwrap();
+    registrations::a_registration_whose_event_is_over_the_cap_registers_nothing(capped.as_ref()).await
+}
+
 async fn a_judged_claim_claims_only_what_is_as_judged(f: Fixture) {
     ready_claims::a_judged_claim_claims_only_what_is_as_judged(f.store.as_ref()).await
 }
@@ -1911,6 +1923,8 @@ macro_rules! contract {
 contract!(
     about_names_the_backend_its_current_schema_and_a_clock_near_the_hosts,
     create_is_idempotent_when_identical_and_refuses_conflicts,
+    a_registration_records_the_batch_with_its_first_event_in_one_commit,
+    a_registration_whose_event_is_over_the_cap_registers_nothing,
     events_get_increasing_seqs_and_store_time,
     unknown_batches_are_not_found,
     get_and_list_batches_page_through_everything,

@@ -193,18 +193,43 @@ async fn this_client_reads_an_older_services_answers_and_names_the_upgrade_order
 }
 
 /// A service that lists what it offers: an operation it lacks is refused without being sent;
-/// a watcher's concerning wait, which it lacks too, becomes a wait for every change.
+/// a watcher's concerning wait, which it lacks too, becomes a wait for every change, and a
+/// registration with its first event a create and an append.
 #[tokio::test]
 async fn an_operation_a_service_does_not_offer_is_refused_before_it_is_sent_or_falls_back() {
     let offered = autocomp_http::protocol::Offered {
         service: "store".into(),
         release: "0.0.9".into(),
         protocol: 2,
-        operations: ["head", "wait_for_change"].map(str::to_owned).to_vec(),
+        operations: ["head", "wait_for_change", "create_batch", "append_event"].map(str::to_owned).to_vec(),
     };
+    let (b1, at) = (BatchId::new("B1").unwrap(), Timestamp(1_700_000_000_000));
+    let received = NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, Agent::new("t").unwrap());
+    let created = Batch {
+        id: b1.clone(),
+        batch_type: BatchType::new("Delivery").unwrap(),
+        priority: 0,
+        metadata: Default::default(),
+        created_seq: Seq(9),
+        modified_seq: Seq(9),
+        changed_seq: Seq(9),
+        created_at: at,
+        modified_at: at,
+        events: Vec::new(),
+        open_runs: Vec::new(),
+        as_of: at,
+    };
+    let appended = received.clone().recorded(&b1, Seq(10), at);
     let calls = [
         Call { operation: "head".into(), request: json!({}), status: 200, answer: json!({"head": 7}) },
         Call { operation: "wait_for_change".into(), request: json!({}), status: 200, answer: json!({"head": 8}) },
+        Call {
+            operation: "create_batch".into(),
+            request: json!({}),
+            status: 200,
+            answer: json!({"created": true, "batch": created}),
+        },
+        Call { operation: "append_event".into(), request: json!({}), status: 200, answer: json!(appended) },
     ];
     let protocol = Call { operation: "protocol".into(), request: Value::Null, status: 200, answer: json!(offered) };
     let replay = Replay::new(protocol, calls);
@@ -218,7 +243,15 @@ async fn an_operation_a_service_does_not_offer_is_refused_before_it_is_sent_or_f
     let interest = ChangeInterest::Types([EventType::new("Checked").unwrap()].into_iter().collect());
     let woke = store.wait_for_change_concerning(Seq(7), &interest, Duration::from_millis(10)).await.unwrap();
     assert_eq!(woke, Seq(8), "answered by a wait for every change");
-    assert_eq!(*replay.asked.lock().unwrap(), ["head", "wait_for_change"], "nothing it lacks was sent");
+    let registered = store.register_batch(NewBatch::new(b1, created.batch_type.clone()), received).await.unwrap();
+    let CreateOutcome::Created(registered) = registered else { panic!("{registered:?}") };
+    assert_eq!(
+        (registered.changed_seq, registered.events.clone()),
+        (Seq(10), vec![appended]),
+        "created, then appended"
+    );
+    let asked = ["head", "wait_for_change", "create_batch", "append_event"];
+    assert_eq!(*replay.asked.lock().unwrap(), asked, "nothing it lacks was sent");
 }
 
 /// Records the scenario against the store service binary `$AUTOCOMP_RECORD_BINARY` into

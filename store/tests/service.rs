@@ -164,6 +164,18 @@ async fn claim_ready_keeps_its_contract_through_the_service() {
     a_judged_claim_claims_only_what_is_as_judged(&http).await;
 }
 
+/// `register_batch`'s contract through the service, over each backend.
+#[tokio::test]
+async fn a_registration_keeps_its_contract_through_the_service() {
+    use crate::operations::registrations::*;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    a_registration_records_the_batch_with_its_first_event_in_one_commit(&service.client()).await;
+    let url = autocomp_test_servers::postgres::shared().unique_database();
+    let over_postgres = Service::serve(&url, free_port(), &[]);
+    a_registration_records_the_batch_with_its_first_event_in_one_commit(&over_postgres.client()).await;
+}
+
 /// Each port operation through the service, compared with what a direct client of the same
 /// database reads.
 async fn every_operation_answers_as_the_store_behind_the_service(service: &Service, local: &dyn ObjectStore) {

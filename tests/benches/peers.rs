@@ -1046,10 +1046,10 @@ impl Autocomp {
                     let registered = now_ms();
                     let id = batch_id(n);
                     let new = NewBatch::new(id.clone(), BatchType::new("Item").unwrap());
-                    store.create_batch(new).await.expect("batch registered");
                     let agent = Agent::new("bench-trigger/peers@localhost#1").unwrap();
                     let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent);
-                    store.append_event(&id, event).await.expect("Data_Received recorded");
+                    // As the delivery trigger registers: the batch and its delivery in one commit.
+                    store.register_batch(new, event).await.expect("batch registered with Data_Received");
                     (n, registered)
                 });
             }

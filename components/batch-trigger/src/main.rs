@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use autocomp_framework::exit::RunError;
 use autocomp_framework::{
-    Batch, BatchId, BatchType, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, Report, SettingError, Source,
-    SourceContext, StoreError, duration_text, for_terminal, source_main,
+    Batch, BatchId, BatchType, CreateOutcome, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, Report,
+    SettingError, Source, SourceContext, StoreError, duration_text, for_terminal, source_main,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -280,7 +280,7 @@ impl Scanner<'_, '_> {
         started: Instant,
     ) -> Result<(), StoreError> {
         let location = folder.path.display().to_string();
-        let (line, details, key) = match action {
+        let (line, event, key) = match action {
             Action::Unchanged => return Ok(()),
             Action::Waiting(why) => {
                 info!(batch = %folder.id, "waiting: {why}");
@@ -293,34 +293,51 @@ impl Scanner<'_, '_> {
             Action::Register(settled) => {
                 let mut new = NewBatch::new(folder.id.clone(), self.plan.batch_type.clone()).with_location(&location);
                 new.metadata[FINGERPRINT] = scan.fingerprint();
-                let created = self.context.create_batch(new).await?;
                 let line = format!("{} registered: {} ({settled})", folder.id, describe(scan, &location));
-                (line, json!({ "settled": settled.to_string() }), received_key(&created))
+                let event = self.received(scan, &location, json!({ "settled": settled.to_string() }), started);
+                // The batch and its delivery in one commit; a batch registered meanwhile by
+                // another scanner (or by hand, without its delivery) is answered as it stands.
+                match self.context.register_batch(new, event.clone()).await? {
+                    CreateOutcome::Created(_) => {}
+                    CreateOutcome::AlreadyExists(existing) if received_since_last_change(&existing) => {
+                        debug!(batch = %folder.id, "registered meanwhile with its delivery; nothing to record");
+                        return Ok(());
+                    }
+                    CreateOutcome::AlreadyExists(existing) => {
+                        self.context
+                            .append_event(&folder.id, event.with_idempotency_key(received_key(&existing)))
+                            .await?;
+                    }
+                }
+                print_line(&folder.id, &line);
+                return Ok(());
             }
             Action::Receive => {
                 let batch = batch.expect("only a known batch is received again");
                 let line = format!("{} registered: {}", folder.id, describe(scan, &location));
-                (line, json!({}), received_key(batch))
+                (line, self.received(scan, &location, json!({}), started), received_key(batch))
             }
-            Action::Redeliver { settled, previous } => self.redeliver(folder, scan, settled, previous).await?,
+            Action::Redeliver { settled, previous } => {
+                let (line, details, key) = self.redeliver(folder, scan, settled, previous).await?;
+                (line, self.received(scan, &location, details, started), key)
+            }
         };
+        self.context.append_event(&folder.id, event.with_idempotency_key(key)).await?;
+        print_line(&folder.id, &line);
+        Ok(())
+    }
+
+    /// The `Data_Received` event of a delivery: its report, the scan's figures and `details`.
+    fn received(&self, scan: &FolderScan, location: &str, details: Value, started: Instant) -> NewEvent {
         let mut report = Report::new(self.context.failures_cap());
         report.duration_ms = started.elapsed().as_millis() as u64;
-        report.summary = format!("received {}", describe(scan, &location));
+        report.summary = format!("received {}", describe(scan, location));
         let mut full = report.to_details();
         let extra = json!({ "files": scan.files, "bytes": scan.bytes, "location": location, "fingerprint": scan.fingerprint() });
         for (key, value) in extra.as_object().into_iter().flatten().chain(details.as_object().into_iter().flatten()) {
             full[key] = value.clone();
         }
-        let event = NewEvent::new(event_type(), Outcome::Success, self.context.agent().clone())
-            .with_details(full)
-            .with_idempotency_key(key);
-        self.context.append_event(&folder.id, event).await?;
-        // Best effort: the event is recorded; a closed stdout must not panic the pass.
-        if let Err(e) = writeln!(stdout().lock(), "{}", for_terminal(&line)) {
-            debug!(batch = %folder.id, "cannot print the result line: {e}");
-        }
-        Ok(())
+        NewEvent::new(event_type(), Outcome::Success, self.context.agent().clone()).with_details(full)
     }
 
     /// Records the new content of a known batch (its fingerprint and location): the line,
@@ -366,6 +383,14 @@ fn received_since_last_change(batch: &Batch) -> bool {
 /// store-wide, so the key is unique without the batch id.
 fn received_key(batch: &Batch) -> IdempotencyKey {
     IdempotencyKey::new(format!("{NAME}.{}.{}", batch.modified_seq, batch.changed_seq)).expect("a valid key")
+}
+
+/// The pass's line about a delivery recorded, on stdout, neutralized for a terminal.
+fn print_line(batch: &BatchId, line: &str) {
+    // Best effort: the event is recorded; a closed stdout must not panic the pass.
+    if let Err(e) = writeln!(stdout().lock(), "{}", for_terminal(line)) {
+        debug!(%batch, "cannot print the result line: {e}");
+    }
 }
 
 fn describe(scan: &FolderScan, location: &str) -> String {

@@ -168,6 +168,31 @@ impl BatchStore for HttpStore {
         })
     }
 
+    async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        let request = wire::RegisterBatch { batch, first };
+        let answer = match self.call::<op::RegisterBatch>(&request, Retry::Safe).await {
+            Ok(answer) => answer,
+            // What an older service offers instead: the batch, then its event, in two
+            // commits (a reader may see the batch between them, as before this operation).
+            Err(StoreError::ServiceOlder(why)) => {
+                tracing::debug!("{why}; registering in two commits instead");
+                let wire::RegisterBatch { batch, first } = request;
+                return match self.create_batch(batch).await? {
+                    CreateOutcome::Created(mut created) => {
+                        let event = self.append_event(&created.id, first).await?;
+                        created.changed_seq = event.seq;
+                        created.events.push(event);
+                        Ok(CreateOutcome::Created(created))
+                    }
+                    existing => Ok(existing),
+                };
+            }
+            Err(other) => return Err(other),
+        };
+        let wire::Created { created, batch } = answer;
+        Ok(if created { CreateOutcome::Created(batch) } else { CreateOutcome::AlreadyExists(batch) })
+    }
+
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
         self.call::<op::GetBatch>(&wire::ById { id: id.clone() }, Retry::Safe).await
     }

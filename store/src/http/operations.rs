@@ -42,6 +42,9 @@ autocomp_http::operations! {
         /// Registers a batch; idempotent when an identical batch exists (created=false), 409 conflict when a different one does.
         write(wakes) create_batch: CreateBatch(NewBatch) -> Created
             = |s, batch, reply| reply.send(Created::from(s.store().create_batch(batch).await?));
+        /// Registers a batch with its first event in one commit; idempotent as create_batch (created=false and nothing written when an identical batch exists); the event names no run and no idempotency key, and one the store refuses registers nothing.
+        write(wakes) register_batch: RegisterBatch(RegisterBatch) -> Created
+            = |s, r, reply| reply.send(Created::from(s.store().register_batch(r.batch, r.first).await?));
         /// A batch with its whole log and open runs.
         read get_batch: GetBatch(ById) -> Batch
             = |s, request, reply| bounded::batch(s.store(), request.id, reply).await?;
@@ -138,7 +141,7 @@ autocomp_http::operations! {
         /// Long poll: answers once the head passes `since`, or after timeout_ms (<= 60000).
         read wait_for_change: WaitForChange(WaitForChange) -> Head
             = |s, r, reply| reply.send(Head { head: s.long_poll(r.since, bounded::wait(r.timeout_ms)?).await? });
-        /// Long poll for a watcher: answers once a change after `since` concerns `interest` (an append of one of its event types, or a change that concerns everyone: a priority or content change, a run released or cancelled, the steering; a batch registered concerns only an interest in everything), or after timeout_ms (<= 60000); it may answer for a change that does not concern it, never sleeps through one that does. `since` should be a head this service answered.
+        /// Long poll for a watcher: answers once a change after `since` concerns `interest` (an append of one of its event types, or a change that concerns everyone: a priority or content change, a run released or cancelled, the steering; a batch registered concerns only an interest in everything, one registered with its first event also that event's type), or after timeout_ms (<= 60000); it may answer for a change that does not concern it, never sleeps through one that does. `since` should be a head this service answered.
         read wait_for_change_concerning: WaitForChangeConcerning(WaitForChangeConcerning) -> Head
             = |s, r, reply| reply.send(Head { head: s.long_poll_concerning(r).await? });
         /// An operator's cancel: closes the open run as cancelled, fences its holder and appends the failure, in one transaction.

@@ -10,7 +10,7 @@ use crate::pipeline_state::{CursorMove, NewNotice, NoticeOutcome};
 use crate::port::ready_claims::{ReadyAnswer, ReadyClaims};
 use crate::port::{Claim, CreateOutcome, LogCursor, StoreError};
 use autocomp_http::error::ErrorDetail;
-use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewEvent, Run, RunHolder, Seq, Steering};
+use autocomp_model::{Agent, Batch, BatchId, ComponentName, NewBatch, NewEvent, Run, RunHolder, Seq, Steering};
 use autocomp_model::{BacklogSample, SeriesStep, Timestamp};
 
 /// Most items one request may ask for (ids, batches, changes).
@@ -143,6 +143,14 @@ pub struct SetPriority {
 pub struct ContentChange {
     pub id: BatchId,
     pub metadata_patch: Map<String, Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterBatch {
+    pub batch: NewBatch,
+    /// Recorded in the same commit; names no run and no idempotency key.
+    pub first: NewEvent,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]

@@ -25,6 +25,16 @@ port_trait! {
         #[checked(batch.validate()?)]
         async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome>;
 
+        /// Registers a batch with its first event in one commit (a delivery recorded as it is
+        /// registered): no reader sees the batch without the event, and its watchers wake once.
+        /// Idempotent by the batch's id, as `create_batch`: when an identical batch exists
+        /// nothing is written and the answer is `AlreadyExists` with that batch (which lacks
+        /// `first` only if it was registered without it: the caller appends it then). `first`
+        /// names no run (a new batch has none) and no idempotency key (the id is the key); an
+        /// event the store refuses (`Invalid`, over the cap) registers nothing.
+        #[checked(batch.validate()?; first.validate()?; write_rules::check_first_event(&first)?)]
+        async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome>;
+
         /// A whole batch: header, its whole log and open runs. Its cost grows with the log; to
         /// show or decide something about a batch read `batch_head` (and `log_page`), or
         /// `run_state` for one run, instead.

@@ -30,6 +30,10 @@ impl BatchStore for PgBackend {
         self.pg_create_batch(batch).await
     }
 
+    async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        self.pg_register_batch(batch, first).await
+    }
+
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
         let mut found = self.load_batches(vec![id.as_str().to_string()]).await?;
         found.remove(id.as_str()).ok_or_else(|| StoreError::NotFound(id.clone()))

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(14, "0014_pruned_histories"),
     migration!(15, "0015_registration_concern"),
     migration!(16, "0016_claim_judged"),
+    migration!(17, "0017_register_batch"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::appends::busy;
-use super::calls::{CONDITIONAL_ROUNDS, Scope, prepare};
+use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare};
 use super::rows::{corrupt, run_from_value};
 use super::text::{self, unjsoned};
 use super::{Failure, PgBackend, Retry};
@@ -33,20 +33,64 @@ impl PgBackend {
             })
             .await?;
         match created {
-            Some((seq, at)) => Ok(CreateOutcome::Created(Batch {
-                id: batch.id.clone(),
-                batch_type: batch.batch_type.clone(),
-                priority: batch.priority,
-                metadata: batch.metadata.as_object().cloned().unwrap_or_default(),
-                created_seq: seq,
-                modified_seq: seq,
-                changed_seq: seq,
-                created_at: at,
-                modified_at: at,
-                events: Vec::new(),
-                open_runs: Vec::new(),
-                as_of: at,
-            })),
+            Some((seq, at)) => Ok(CreateOutcome::Created(new_batch(&batch, seq, at))),
+            None => {
+                let existing = self.get_batch(&batch.id).await?;
+                write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)
+            }
+        }
+    }
+
+    /// `register_batch`: one call of `autocomp_register_batch`, one commit. A retry after a
+    /// lost answer finds the batch and compares it, as `create_batch` does.
+    pub(super) async fn pg_register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        let metadata = text::json(&batch.metadata);
+        let details = text::json(&first.details);
+        let resets = optional_json(&first.resets);
+        let cap = self.cap();
+        let created = self
+            .run("register_batch", Retry::Safe, |client, _| {
+                let (batch, first, metadata, details, resets) = (&batch, &first, &*metadata, &*details, &resets);
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT r_created, r_seq, r_at, r_event_seq, r_event_at
+                         FROM autocomp_register_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                    )
+                    .await?;
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+                        &batch.id.as_str(),
+                        &batch.batch_type.as_str(),
+                        &batch.priority,
+                        metadata,
+                        &first.event_type.as_str(),
+                        &first.outcome.as_str(),
+                        &first.agent.as_str(),
+                        details,
+                        resets,
+                        &cap,
+                    ];
+                    let row = client
+                        .query_one(&statement, &params)
+                        .await
+                        .map_err(|e| self.failure(e, &Scope { batch: &batch.id, run: None }))?;
+                    let created: bool = row.get(0);
+                    Ok(created.then(|| {
+                        let stamps = |seq: usize, at: usize| (Seq(row.get(seq)), Timestamp(row.get(at)));
+                        (stamps(1, 2), stamps(3, 4))
+                    }))
+                })
+            })
+            .await?;
+        match created {
+            Some(((seq, at), (event_seq, event_at))) => {
+                let event = first.recorded(&batch.id, event_seq, event_at);
+                let mut registered = new_batch(&batch, seq, at);
+                registered.changed_seq = event_seq;
+                registered.as_of = event_at;
+                registered.events.push(event);
+                Ok(CreateOutcome::Created(registered))
+            }
             None => {
                 let existing = self.get_batch(&batch.id).await?;
                 write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)
@@ -185,5 +229,23 @@ impl PgBackend {
             })
         })
         .await
+    }
+}
+
+/// A batch as its registration at `seq` and `at` wrote it, before any event.
+fn new_batch(batch: &NewBatch, seq: Seq, at: Timestamp) -> Batch {
+    Batch {
+        id: batch.id.clone(),
+        batch_type: batch.batch_type.clone(),
+        priority: batch.priority,
+        metadata: batch.metadata.as_object().cloned().unwrap_or_default(),
+        created_seq: seq,
+        modified_seq: seq,
+        changed_seq: seq,
+        created_at: at,
+        modified_at: at,
+        events: Vec::new(),
+        open_runs: Vec::new(),
+        as_of: at,
     }
 }

@@ -24,6 +24,11 @@ impl BatchStore for SqliteBackend {
         self.with_connection(move |conn| writes::create_batch(conn, &batch)).await
     }
 
+    async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        let cap = self.max_batch_bytes;
+        self.with_connection(move |conn| writes::register_batch(conn, &batch, first, cap)).await
+    }
+
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
         let id = id.clone();
         self.with_connection(move |conn| {

@@ -19,7 +19,28 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
     if let Some(existing) = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop() {
         return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
     }
-    let seq = next_seq(&tx)?;
+    insert_batch(&tx, new, now)?;
+    let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
+    tx.commit().map_err(unavailable)?;
+    Ok(CreateOutcome::Created(batch))
+}
+
+/// `register_batch`: the batch and its first event in one transaction, one synced commit.
+pub fn register_batch(conn: &mut Connection, new: &NewBatch, first: NewEvent, cap: u64) -> StoreResult<CreateOutcome> {
+    let tx = write_tx(conn)?;
+    let now = Timestamp::now();
+    if let Some(existing) = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop() {
+        return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
+    }
+    insert_batch(&tx, new, now)?;
+    append_in(&tx, &new.id, first, cap)?;
+    let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
+    tx.commit().map_err(unavailable)?;
+    Ok(CreateOutcome::Created(batch))
+}
+
+fn insert_batch(tx: &Connection, new: &NewBatch, now: Timestamp) -> StoreResult<()> {
+    let seq = next_seq(tx)?;
     tx.execute(
         "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at, summary)
          VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, ?6, ?6, ?7)",
@@ -34,9 +55,7 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
         ],
     )
     .map_err(unavailable)?;
-    let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
-    tx.commit().map_err(unavailable)?;
-    Ok(CreateOutcome::Created(batch))
+    Ok(())
 }
 
 pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> StoreResult<Seq> {

@@ -4,10 +4,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_model::{ChangeInterest, EventType, Outcome, Seq};
+use autocomp_model::{Agent, BatchId, BatchType, ChangeInterest, EventType, NewBatch, NewEvent, Outcome, Seq};
 use autocomp_store::{ObjectStore, open_store};
 
 use super::{Fixture, record, register};
+
+/// Registers `batch` with a first event of type `kind` in one commit (`register_batch`).
+async fn register_with(store: &Arc<dyn ObjectStore>, batch: &str, kind: &str) {
+    let new = NewBatch::new(BatchId::new(batch).unwrap(), BatchType::new("RoundTrip").unwrap());
+    let first = NewEvent::new(EventType::new(kind).unwrap(), Outcome::Success, Agent::new("trigger/1.0@h#1").unwrap());
+    store.register_batch(new, first).await.unwrap();
+}
 
 const QUIET: Duration = Duration::from_millis(600);
 
@@ -79,10 +86,16 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
     };
     let (_, waited) = wait_after(&f.store, &interest, registered, QUIET).await;
     assert!(waited >= QUIET - Duration::from_millis(50), "a registration woke it after {waited:?}");
+    // Nor does one registered with its first event of another type.
+    let registered = async {
+        register_with(&writer, "B0-R", "Data_Received").await;
+    };
+    let (_, waited) = wait_after(&f.store, &interest, registered, QUIET).await;
+    assert!(waited >= QUIET - Duration::from_millis(50), "a registration with another type woke it after {waited:?}");
 
     // Asleep, then an append of its type (and, next, a new batch, for a waiter that requires
     // nothing and so wakes for everything) through the other handle.
-    for what in ["an append of its type", "a new batch"] {
+    for what in ["an append of its type", "a new batch", "a batch registered with an event of its type"] {
         let interest = if what == "a new batch" { ChangeInterest::Everything } else { interest.clone() };
         let seen = f.store.head().await.unwrap();
         let waiter = {
@@ -96,6 +109,8 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
         assert!(!waiter.is_finished(), "{what}: nothing concerning yet, so it still waits");
         if what == "a new batch" {
             register(&writer, "B2").await;
+        } else if what.starts_with("a batch registered") {
+            register_with(&writer, "B3", "Checksums_Verified").await;
         } else {
             record(&writer, "B1", "Checksums_Verified", Outcome::Failure).await;
         }
