@@ -156,7 +156,7 @@ where
 {
     init_logging(args.verbose, args.log_format);
     let mut builder = match binary {
-        Binary::Component => tokio::runtime::Builder::new_multi_thread(),
+        Binary::Component => tokio::runtime::Builder::new_current_thread(),
         Binary::Source => tokio::runtime::Builder::new_current_thread(),
     };
     let runtime = match builder.enable_all().build() {
