@@ -135,8 +135,9 @@ pub fn run<C: Component>(component: C, args: RunnerArgs) -> ExitCode {
 /// What kind of binary runs, for how its runtime starts and ends.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Binary {
-    /// Work on several threads; at the end the pass's spans go to the collector and a hung
-    /// work thread is not waited for (every lock and claim is already released).
+    /// One runtime thread, each batch's work on an OS thread of its own; at the end the
+    /// pass's spans go to the collector and a hung work thread is not waited for (every lock
+    /// and claim is already released).
     Component,
     /// One thread, dropped as usual at the end.
     Source,

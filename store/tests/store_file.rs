@@ -63,3 +63,39 @@ fn a_new_path_becomes_a_store_and_the_store_opens_again() {
     assert!(std::fs::metadata(&path).unwrap().len() > 0);
     drop(runtime.block_on(SqliteStore::open(&path)).expect("its own store opens again"));
 }
+
+/// Each commit appends whom it concerns to `<store>-wake`, as a watcher of this release or of
+/// the release before reads it: a batch registered with its first event is announced as `c:`
+/// (which the release before reads as concerning everyone, so its waiters for a step that
+/// requires nothing still wake) and then its event's type, in one write.
+#[test]
+fn a_registration_with_its_first_event_is_announced_as_a_registration_and_its_type() {
+    use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome};
+    use autocomp_store::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let wake_file = dir.path().join("store.db-wake");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = runtime.block_on(SqliteStore::open(&path)).unwrap();
+    let lines_after = |write: &dyn Fn()| {
+        let before = std::fs::read(&wake_file).map_or(0, |bytes| bytes.len());
+        write();
+        let after = std::fs::read(&wake_file).unwrap();
+        String::from_utf8(after[before..].to_vec()).unwrap()
+    };
+    let new = |id: &str| NewBatch::new(BatchId::new(id).unwrap(), BatchType::new("Delivery").unwrap());
+    let received =
+        || NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, Agent::new("trigger").unwrap());
+    let registered = lines_after(&|| {
+        runtime.block_on(store.register_batch(new("B1"), received())).unwrap();
+    });
+    assert_eq!(registered, "c:\nt:Data_Received\n");
+    let created = lines_after(&|| {
+        runtime.block_on(store.create_batch(new("B2"))).unwrap();
+    });
+    assert_eq!(created, "c:\n");
+    let appended = lines_after(&|| {
+        runtime.block_on(store.append_event(&BatchId::new("B2").unwrap(), received())).unwrap();
+    });
+    assert_eq!(appended, "t:Data_Received\n");
+}

@@ -295,13 +295,14 @@ impl Scanner<'_, '_> {
                 new.metadata[FINGERPRINT] = scan.fingerprint();
                 let line = format!("{} registered: {} ({settled})", folder.id, describe(scan, &location));
                 let event = self.received(scan, &location, json!({ "settled": settled.to_string() }), started);
-                // The batch and its delivery in one commit; a batch registered meanwhile by
-                // another scanner (or by hand, without its delivery) is answered as it stands.
+                // The batch and its delivery in one commit. Answered as it stands: a batch this
+                // very call registered before its answer was lost (the store sends it again),
+                // or one registered by hand, with its delivery (its line is printed: the
+                // delivery is recorded) or without it (recorded now).
                 match self.context.register_batch(new, event.clone()).await? {
                     CreateOutcome::Created(_) => {}
                     CreateOutcome::AlreadyExists(existing) if received_since_last_change(&existing) => {
-                        debug!(batch = %folder.id, "registered meanwhile with its delivery; nothing to record");
-                        return Ok(());
+                        debug!(batch = %folder.id, "registered already, with its delivery; nothing more to record");
                     }
                     CreateOutcome::AlreadyExists(existing) => {
                         self.context

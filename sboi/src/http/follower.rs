@@ -29,8 +29,10 @@ const RECONCILE_REST: u32 = 2;
 /// few times a second, each commit taking every change since, instead of once per store
 /// commit: a 20/s trickle through four steps is 180 store commits a second, and committing
 /// (and merging) each took `sboi serve` 60% of a core on a 2-core host. A fresh query
-/// corrects the committed index with the changes since (`max_corrections`), so its answers
-/// do not wait for this; only stale reads (the monitor's) lag by up to this much more.
+/// corrects the committed index with the changes since (`max_corrections`), and one that
+/// must wait for the index (`freshen`) wakes the follower, so fresh answers do not wait for
+/// this; `/v1/document`, queries sent with `fresh: false` and the lag gauges trail by up to
+/// this much more.
 const COALESCE_COMMITS: Duration = Duration::from_millis(100);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);

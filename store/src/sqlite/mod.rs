@@ -385,7 +385,7 @@ impl SqliteBackend {
             let done = work(&mut conn);
             if conn.total_changes() != before {
                 // Committed (or rolled back: a spurious wake costs a waiter one head read).
-                wakes.announce(&wakes::take_concern(&conn));
+                wakes.announce(&wakes::take_concerns(&conn));
             }
             done
         })

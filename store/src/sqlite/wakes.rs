@@ -114,7 +114,7 @@ impl FileWakes {
     /// After a commit: one line appended to `<store>-wake` saying whom it concerns (no sync:
     /// only the notification matters), so every waiter on the host wakes now that the change
     /// can be read, and reads whether it concerns it.
-    pub(super) fn announce(&self, concern: &ChangeConcern) {
+    pub(super) fn announce(&self, concerns: &[ChangeConcern]) {
         use std::io::Write;
         let mut announcer = self.announcer.lock().unwrap_or_else(|p| p.into_inner());
         let file = announcer.get_or_insert_with(|| {
@@ -135,7 +135,7 @@ impl FileWakes {
                 let _ = file.set_len(0);
             }
             // One write of the whole line: appends of concurrent writers do not interleave.
-            let line = format!("{}\n", concern.to_payload());
+            let line: String = concerns.iter().map(|concern| format!("{}\n", concern.to_payload())).collect();
             if file.write_all(line.as_bytes()).is_err() {
                 let _ = file.set_len(0);
             }
@@ -255,17 +255,26 @@ pub(super) fn track_concerns(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Whom the connection's writes since the last call concern (a rolled-back write left
-/// nothing: it concerns nobody), emptying the collection.
-pub(super) fn take_concern(conn: &Connection) -> ChangeConcern {
+/// nothing: it concerns nobody), emptying the collection: one line's worth, or two for a
+/// batch registered with its first events (`c:`, then their types), so that a waiter of the
+/// release before, which reads `c:` as concerning everyone, still wakes for a new batch,
+/// while one of this release merges the two as one commit's concern (`ChangeConcern::merge`).
+pub(super) fn take_concerns(conn: &Connection) -> Vec<ChangeConcern> {
     let collected = conn.prepare_cached("SELECT DISTINCT concern FROM wake_concerns").and_then(|mut statement| {
         statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
     });
     let emptied = conn.execute("DELETE FROM wake_concerns", []);
-    match (collected, emptied) {
-        (Ok(collected), Ok(_)) => collected.iter().fold(ChangeConcern::nobody(), |mut concern, one| {
-            concern.merge(ChangeConcern::from_payload(one));
-            concern
-        }),
-        _ => ChangeConcern::Everyone,
+    let (Ok(collected), Ok(_)) = (collected, emptied) else { return vec![ChangeConcern::Everyone] };
+    let concerns: Vec<ChangeConcern> = collected.iter().map(|one| ChangeConcern::from_payload(one)).collect();
+    let merged = concerns.iter().cloned().fold(ChangeConcern::nobody(), |mut concern, one| {
+        concern.merge(one);
+        concern
+    });
+    let registered = concerns.contains(&ChangeConcern::Created);
+    match merged {
+        ChangeConcern::Types(types) if registered && !types.is_empty() => {
+            vec![ChangeConcern::Created, ChangeConcern::Types(types)]
+        }
+        merged => vec![merged],
     }
 }
