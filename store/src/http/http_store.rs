@@ -161,11 +161,7 @@ impl HttpStore {
 impl BatchStore for HttpStore {
     async fn create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
         let answer: wire::Created = self.call::<op::CreateBatch>(&batch, Retry::Safe).await?;
-        Ok(if answer.created {
-            CreateOutcome::Created(answer.batch)
-        } else {
-            CreateOutcome::AlreadyExists(answer.batch)
-        })
+        Ok(answer.into())
     }
 
     async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
@@ -189,8 +185,7 @@ impl BatchStore for HttpStore {
             }
             Err(other) => return Err(other),
         };
-        let wire::Created { created, batch } = answer;
-        Ok(if created { CreateOutcome::Created(batch) } else { CreateOutcome::AlreadyExists(batch) })
+        Ok(answer.into())
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {

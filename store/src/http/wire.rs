@@ -227,6 +227,12 @@ impl From<ReadyClaims> for ReadyClaimsAnswer {
     }
 }
 
+impl From<Created> for CreateOutcome {
+    fn from(Created { created, batch }: Created) -> Self {
+        if created { CreateOutcome::Created(batch) } else { CreateOutcome::AlreadyExists(batch) }
+    }
+}
+
 impl From<CreateOutcome> for Created {
     fn from(outcome: CreateOutcome) -> Self {
         match outcome {

@@ -14,26 +14,26 @@ use super::tx::{check_event_fits, check_run_is_current_and_open, next_seq, requi
 use super::{summary, unavailable};
 
 pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
-    let tx = write_tx(conn)?;
-    let now = Timestamp::now();
-    if let Some(existing) = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop() {
-        return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
-    }
-    insert_batch(&tx, new, now)?;
-    let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
-    tx.commit().map_err(unavailable)?;
-    Ok(CreateOutcome::Created(batch))
+    register(conn, new, None)
 }
 
 /// `register_batch`: the batch and its first event in one transaction, one synced commit.
 pub fn register_batch(conn: &mut Connection, new: &NewBatch, first: NewEvent, cap: u64) -> StoreResult<CreateOutcome> {
+    register(conn, new, Some((first, cap)))
+}
+
+/// A batch registered, with its first event (and the cap it is checked against) if given;
+/// an existing batch is answered as it stands (or refused if different), nothing written.
+fn register(conn: &mut Connection, new: &NewBatch, first: Option<(NewEvent, u64)>) -> StoreResult<CreateOutcome> {
     let tx = write_tx(conn)?;
     let now = Timestamp::now();
     if let Some(existing) = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop() {
         return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
     }
     insert_batch(&tx, new, now)?;
-    append_in(&tx, &new.id, first, cap)?;
+    if let Some((first, cap)) = first {
+        append_in(&tx, &new.id, first, cap)?;
+    }
     let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
     tx.commit().map_err(unavailable)?;
     Ok(CreateOutcome::Created(batch))
