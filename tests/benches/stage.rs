@@ -1,0 +1,225 @@
+//! One stage's store calls over PostgreSQL (and then on the embedded store), one at a time, as a watcher makes them in a
+//! trickle: the look (`changed_summaries` from the batch's registration on), the claim by
+//! the stamp it judged (`claim_ready_judged`, exclusive: the claim is the batch's lock), the
+//! result (`append_event` in the run), each timed on the client; beside them the transport's
+//! own floor (`SELECT 1`, and a transaction of four statements pipelined as the claim sends
+//! its own); then what the server spent on each statement, executing and planning
+//! (pg_stat_statements with `track_planning`). Nothing else runs: the floor a stage's round
+//! trips have on this machine, to set beside the phases the peers bench prints.
+//!
+//!     cargo bench -p autocomp-e2e --bench stage
+//!
+//! The store is filled first with as many batches through the stage and its statistics read
+//! (as autovacuum would), so the measured connections plan on tables like a store's.
+//! `AUTOCOMP_BENCH_STAGES` (default 2,000) stages, each on a batch of its own registered just
+//! before it (`register_batch`, timed too). `AUTOCOMP_BENCH_GAP_MS` (default 0): a pause
+//! after each measured stage, so the client and the server sleep between stages as they do
+//! between a trickle's items. `AUTOCOMP_BENCH_NESTED=1` also counts the
+//! statements inside the store's functions (`pg_stat_statements.track = all`). Without the
+//! `--bench` argument (`cargo test --all-targets`) it only does a smoke run of 20.
+
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::percentile;
+use autocomp_model::{
+    Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder,
+    Seq, Trigger,
+};
+use autocomp_store::prelude::*;
+use autocomp_store::{PgStore, ReadyClaimRequest, SqliteOptions, SqliteStore, Synchronous};
+use autocomp_test_servers::{Options, Postgres};
+
+const RECEIVED: &str = "Data_Received";
+const STAGE: &str = "Stage1";
+
+fn main() {
+    let full = std::env::args().any(|arg| arg == "--bench");
+    let stages: usize = match full {
+        true => std::env::var("AUTOCOMP_BENCH_STAGES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000),
+        false => 20,
+    };
+    let nested = std::env::var_os("AUTOCOMP_BENCH_NESTED").is_some_and(|v| v == "1");
+    let mut options = Options::default()
+        .setting("shared_preload_libraries", "pg_stat_statements")
+        .setting("pg_stat_statements.track_utility", "on")
+        .setting("pg_stat_statements.track_planning", "on");
+    if nested {
+        options = options.setting("pg_stat_statements.track", "all");
+    }
+    let server = Postgres::start_with(options);
+    server.psql("postgres", "create extension pg_stat_statements");
+    let url = format!("{}?pool_size=4", server.create_database("stage"));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // A store with batches in it and its statistics read (as autovacuum would have), so the
+    // measured connections plan on tables that look like a store's, not empty ones.
+    runtime.block_on(fill(&url, stages));
+    server.psql("stage", "analyze");
+    let mut times = runtime.block_on(measure(&url, stages));
+    times.extend(runtime.block_on(transport(&url, stages)));
+    let times: Vec<(String, Vec<Duration>)> = times.into_iter().map(|(name, took)| (name.to_string(), took)).collect();
+    println!("{stages} stages over PostgreSQL, one call at a time, client-side p50 / p90 / p99 ms:");
+    for (name, mut took) in times {
+        took.sort();
+        let at = |q| percentile(&took, q).as_secs_f64() * 1000.0;
+        println!("  {name:<34} {:.3} / {:.3} / {:.3}", at(0.5), at(0.9), at(0.99));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let embedded = runtime.block_on(embedded(dir.path(), stages));
+    println!(
+        "{stages} stages on the embedded store (SQLite, synchronous=full), one call at a time, p50 / p90 / p99 ms:"
+    );
+    for (name, mut took) in embedded {
+        took.sort();
+        let at = |q| percentile(&took, q).as_secs_f64() * 1000.0;
+        println!("  {name:<34} {:.3} / {:.3} / {:.3}", at(0.5), at(0.9), at(0.99));
+    }
+    let sql = "select calls, plans, round(mean_exec_time::numeric, 3), round(total_plan_time::numeric / greatest(calls, 1), 3), regexp_replace(left(query, 150), '\\s+', ' ', 'g') \
+               from pg_stat_statements where dbid = (select oid from pg_database where datname = 'stage') \
+               order by total_exec_time + total_plan_time desc limit 40";
+    println!("server time per statement (calls, plans, mean ms executing, ms planning per call, statement):");
+    for line in server.psql("postgres", sql).lines() {
+        println!("  {line}");
+    }
+}
+
+/// `count` batches through the stage already (registered, claimed, recorded), on connections
+/// of their own: the tables a trickle finds after a backlog.
+async fn fill(url: &str, count: usize) {
+    let store = PgStore::open(url).await.expect("the store opens");
+    stages_on(&store, "F", count).await;
+}
+
+/// The same stages on the embedded store (SQLite, `synchronous=full`, as a watcher opens it):
+/// filled first as the PostgreSQL store is, then measured on a store opened again.
+async fn embedded(dir: &std::path::Path, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+    let file = dir.join("store.db");
+    let options = || SqliteOptions { synchronous: Synchronous::Full, ..SqliteOptions::default() };
+    let store = SqliteStore::open_with(&file, options()).await.expect("the embedded store opens");
+    stages_on(&store, "F", stages).await;
+    drop(store);
+    let store = SqliteStore::open_with(&file, options()).await.expect("the embedded store opens");
+    stages_on(&store, "B", stages).await
+}
+
+/// Registers, looks, claims and records `stages` batches one after the other; each call's time.
+async fn measure(url: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+    let store = PgStore::open(url).await.expect("the store opens");
+    // Four connections open, as a watcher's pool has after a pass that worked in parallel.
+    let (a, b, c, d) = tokio::join!(store.head(), store.head(), store.head(), store.head());
+    for opened in [a, b, c, d] {
+        opened.expect("the store reads");
+    }
+    stages_on(&store, "B", stages).await
+}
+
+/// `stages` batches named `prefix-N` through one stage on `store`; each call's time.
+async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+    let component = ComponentName::new("stage1").unwrap();
+    let descriptor = ComponentDescriptor::new(
+        component.clone(),
+        "1.0",
+        EventType::new(STAGE).unwrap(),
+        Trigger { requires: vec![EventType::new(RECEIVED).unwrap()], ..Trigger::default() },
+    );
+    let holder = RunHolder {
+        agent: Agent::new("stage1/bench@localhost#1").unwrap(),
+        host: "localhost".into(),
+        pid: std::process::id(),
+        claim_key: None,
+        liveness: Some("pg:bench".into()),
+    };
+    let version = store.steering().await.unwrap().version;
+    let (mut register, mut look, mut claim, mut append, mut head) = (vec![], vec![], vec![], vec![], vec![]);
+    // Between stages, as a trickle leaves the processes idle between items.
+    let gap =
+        Duration::from_millis(std::env::var("AUTOCOMP_BENCH_GAP_MS").ok().and_then(|ms| ms.parse().ok()).unwrap_or(0));
+    // Warm: the statements prepared, the pool's connection open.
+    for n in 0..stages + 20 {
+        let id = BatchId::new(format!("{prefix}-{n:06}")).unwrap();
+        let from = store.head().await.unwrap();
+        let started = Instant::now();
+        let new = NewBatch::new(id.clone(), BatchType::new("Item").unwrap());
+        let agent = Agent::new("bench-trigger/stage@localhost#1").unwrap();
+        let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent.clone());
+        store.register_batch(new, event).await.unwrap();
+        let registered = started.elapsed();
+
+        let started = Instant::now();
+        let (_, read) = store.changed_summaries(from, 1_000).await.unwrap();
+        let looked = started.elapsed();
+        let stamp: Seq = read.iter().find(|s| s.id == id).expect("the look finds the batch").changed_seq;
+
+        let request = ReadyClaimRequest {
+            batches: vec![id.clone()],
+            descriptor: descriptor.clone(),
+            holder: holder.clone(),
+            force: false,
+            known_steering: Some(version),
+            exclusive: true,
+            takeovers: Vec::new(),
+        };
+        let started = Instant::now();
+        let mut claims = store.claim_ready_judged(&request, &[stamp]).await.unwrap();
+        let claimed = started.elapsed();
+        let answer = claims.answers.remove(0).unwrap();
+        let generation = answer.claim.expect("claimed").generation();
+
+        let started = Instant::now();
+        let result = NewEvent::new(EventType::new(STAGE).unwrap(), Outcome::Success, agent)
+            .in_run(component.clone(), generation);
+        store.append_event(&id, result).await.unwrap();
+        let appended = started.elapsed();
+
+        let started = Instant::now();
+        store.head().await.unwrap();
+        let headed = started.elapsed();
+        if n >= 20 && prefix != "F" {
+            tokio::time::sleep(gap).await;
+        }
+        if n >= 20 {
+            register.push(registered);
+            look.push(looked);
+            claim.push(claimed);
+            append.push(appended);
+            head.push(headed);
+        }
+    }
+    vec![
+        ("register_batch", register),
+        ("look (changed_summaries)", look),
+        ("claim_ready_judged", claim),
+        ("append_event (in run)", append),
+        ("head (one small read)", head),
+    ]
+}
+
+/// The transport alone, raw: one statement, and four pipelined as the judged claim sends them.
+async fn transport(url: &str, samples: usize) -> Vec<(&'static str, Vec<Duration>)> {
+    let config: tokio_postgres::Config = url.split('?').next().unwrap().parse().unwrap();
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let one = client.prepare("SELECT 1").await.unwrap();
+    let (mut single, mut piped, mut tx) = (vec![], vec![], vec![]);
+    for _ in 0..samples {
+        let started = Instant::now();
+        client.query(&one, &[]).await.unwrap();
+        single.push(started.elapsed());
+        let started = Instant::now();
+        let (a, b, c, d) = tokio::join!(
+            biased;
+            client.batch_execute("BEGIN"),
+            client.query(&one, &[]),
+            client.query(&one, &[]),
+            client.batch_execute("COMMIT"),
+        );
+        a.unwrap();
+        b.unwrap();
+        c.unwrap();
+        d.unwrap();
+        piped.push(started.elapsed());
+        let started = Instant::now();
+        client.batch_execute("BEGIN; SELECT 1; SELECT 1; COMMIT").await.unwrap();
+        tx.push(started.elapsed());
+    }
+    vec![("SELECT 1", single), ("BEGIN, 2 x SELECT 1, COMMIT piped", piped), ("the same as one simple query", tx)]
+}
