@@ -14,22 +14,28 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// The statements the server executed since `from` bytes into its log, in order, each on
 /// one line (a statement's later lines are the log's tab-indented ones).
 fn executed(server: &Postgres, from: u64) -> Vec<String> {
+    executed_by_backend(server, from).into_iter().map(|(_, sql)| sql).collect()
+}
+
+/// `executed`, each statement with the server process that ran it (the log line's `[pid]`).
+fn executed_by_backend(server: &Postgres, from: u64) -> Vec<(String, String)> {
     let log = std::fs::read(server.log_path()).unwrap();
     let log = String::from_utf8_lossy(&log[from as usize..]).into_owned();
-    let mut statements: Vec<String> = Vec::new();
+    let mut statements: Vec<(String, String)> = Vec::new();
     let mut in_statement = false;
     for line in log.lines() {
         if let Some(more) = line.strip_prefix('\t') {
             if in_statement {
-                statements.last_mut().expect("in a statement").extend([" ", more.trim()]);
+                statements.last_mut().expect("in a statement").1.extend([" ", more.trim()]);
             }
             continue;
         }
         let started = line.split_once("LOG:  execute ").or_else(|| line.split_once("LOG:  statement: "));
         in_statement = started.is_some();
-        if let Some((_, statement)) = started {
+        if let Some((prefix, statement)) = started {
+            let backend = prefix.rsplit_once('[').and_then(|(_, pid)| pid.split_once(']')).map_or("", |(pid, _)| pid);
             let sql = statement.split_once(": ").map_or(statement, |(_, sql)| sql);
-            statements.push(sql.split_whitespace().collect::<Vec<_>>().join(" "));
+            statements.push((backend.to_owned(), sql.split_whitespace().collect::<Vec<_>>().join(" ")));
         }
     }
     statements
@@ -65,8 +71,10 @@ fn a_one_batch_pass_claims_in_two_statements_and_reads_the_steering_once() {
 
 /// A watcher claims a batch its look found ready on the change feed's summaries by the stamp
 /// it judged it at (`claim_ready_judged`): one transaction sent whole, in which the server
-/// runs the read (with the component's failed attempts) and `autocomp_claim_judged`, and no
-/// separate read-then-claim round (`autocomp_claim_ready` called on its own).
+/// runs the read (with the component's failed attempts, planned once per connection, not
+/// again at every claim) and `autocomp_claim_judged` (planned as the server is configured),
+/// and no separate read-then-claim round (`autocomp_claim_ready` called on its own). The
+/// look's page of summaries is planned once per connection too.
 #[test]
 fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
     postgres::require_installed();
@@ -94,7 +102,36 @@ fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
     assert_eq!(count("autocomp_claim_judged("), 1, "claimed by the stamp it judged: {shown:#?}");
     assert_eq!(count("autocomp_claim_ready("), 0, "no read-then-claim round: {shown:#?}");
     assert_eq!(count("FROM steering s LEFT JOIN LATERAL"), 1, "one read, in the claim's transaction: {shown:#?}");
-    assert_eq!((count("BEGIN"), count("COMMIT")), (1, 1), "one transaction: {shown:#?}");
+    let by_backend = executed_by_backend(&server, from);
+    let claimer = &by_backend.iter().find(|(_, sql)| sql.contains("autocomp_claim_judged(")).expect("claimed").0;
+    let on_claimer: Vec<&str> =
+        by_backend.iter().filter(|(backend, _)| backend == claimer).map(|(_, sql)| sql.as_str()).collect();
+    let at = on_claimer.iter().position(|sql| sql.contains("autocomp_claim_judged(")).unwrap();
+    let transaction: Vec<String> = on_claimer[at.saturating_sub(3)..(at + 2).min(on_claimer.len())]
+        .iter()
+        .map(|sql| sql.chars().take(60).collect())
+        .collect();
+    let expected = [
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan",
+        "SELECT x.*, s.state, s.version",
+        "SET LOCAL plan_cache_mode TO DEFAULT",
+        "SELECT r_index, r_kind",
+        "COMMIT",
+    ];
+    let matches =
+        transaction.len() == expected.len() && transaction.iter().zip(expected).all(|(sql, e)| sql.starts_with(e));
+    assert!(matches, "one transaction, its read planned once: {transaction:#?}");
+    // Each page of the look, on its connection, right after the transaction's opening.
+    let pages: Vec<bool> = by_backend
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, sql))| sql.contains("WHERE b.changed_seq > $1 ORDER BY b.changed_seq"))
+        .map(|(at, (backend, _))| {
+            let before = by_backend[..at].iter().rev().find(|(other, _)| other == backend);
+            before.is_some_and(|(_, sql)| sql.starts_with("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"))
+        })
+        .collect();
+    assert!(!pages.is_empty() && pages.iter().all(|&once| once), "the look's pages planned once: {shown:#?}");
 }
 
 /// The judged round itself, not the usual one it falls back to, answers a batch's failed

@@ -1,6 +1,7 @@
 //! `claim_ready_judged` over PostgreSQL: a claim round for batches the caller already found
 //! ready on their summaries, in one round trip instead of two. One transaction is sent whole
-//! on one connection (pipelined; the server runs its statements in the order sent): the read
+//! on one connection (pipelined; the server runs its statements in the order sent; its read
+//! planned once per connection, `calls::BEGIN_PLANNED_ONCE`): the read
 //! of the steering and the batches that `claim_ready` would judge them on, then
 //! `autocomp_claim_judged` (schema 16), which claims only what is still exactly as judged
 //! (each batch's `changed_seq` the caller's stamp, no open run of the component, the steering
@@ -15,7 +16,7 @@ use std::sync::LazyLock;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::calls::{Scope, prepare};
+use super::calls::{BEGIN_PLANNED_ONCE, PLANNED_AS_CONFIGURED, Scope, prepare};
 use super::rows::{BATCH_SELECT, corrupt};
 use super::runs::Claimed::{Moved, Rows};
 use super::runs::{
@@ -91,14 +92,15 @@ impl PgBackend {
                     // Sent in this order (`biased`: each is sent when first polled), every one
                     // awaited (none dropped while in flight): the connection is idle again,
                     // whichever failed, before it goes back to the pool.
-                    let (begun, read, claimed, committed) = tokio::join!(
+                    let (begun, read, reset, claimed, committed) = tokio::join!(
                         biased;
-                        client.batch_execute("BEGIN"),
+                        client.batch_execute(BEGIN_PLANNED_ONCE),
                         client.query(&read, &read_args),
+                        client.batch_execute(PLANNED_AS_CONFIGURED),
                         client.query(&claim, &args),
                         client.batch_execute("COMMIT"),
                     );
-                    begun.map_err(|e| self.failure(e, &scope))?;
+                    begun.and(reset).map_err(|e| self.failure(e, &scope))?;
                     let read = read.map_err(|e| self.read_failure(e))?;
                     let claimed = claimed.map_err(|e| self.failure(e, &scope))?;
                     // Committed only now: an error here may come after the commit (Retry::Safe
