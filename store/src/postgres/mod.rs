@@ -267,6 +267,10 @@ pub fn connection_pool(options: &PgOptions, max_size: usize) -> StoreResult<Pool
     );
     Pool::builder(manager)
         .max_size(max_size)
+        // The connection used last is used next (deadpool's default is the one idle longest):
+        // a watcher's calls, one after another in a trickle, find a server process that ran
+        // the call before instead of waking one that slept since the last burst.
+        .queue_mode(deadpool_postgres::QueueMode::Lifo)
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .create_timeout(Some(options.connect_timeout * 2))
         .build()
