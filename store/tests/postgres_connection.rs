@@ -208,3 +208,45 @@ fn autocomp_store_migrate_brings_a_database_up_once_and_refuses_what_it_cannot_m
 }
 
 const LATEST_SCHEMA_VERSION_PG: i32 = autocomp_store::postgres::LATEST_VERSION;
+
+/// A judged claim whose read the server refuses (here a role without the grant the read
+/// needs) reports that refusal, not the aborted transaction's complaint about the statements
+/// sent after it in the same round trip; and nothing is claimed.
+#[tokio::test]
+async fn a_judged_claim_whose_read_is_refused_reports_that_refusal_and_claims_nothing() {
+    let server = shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    let owner = PgStore::open(&url).await.unwrap();
+    let id: BatchId = "J1".parse().unwrap();
+    let agent = Agent::new("trigger/1.0@host#1").unwrap();
+    let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, agent.clone());
+    owner.register_batch(NewBatch::new(id.clone(), "Item".parse().unwrap()), received).await.unwrap();
+    let stamp = owner.get_summaries(std::slice::from_ref(&id)).await.unwrap()[0].changed_seq;
+    let version = owner.steering().await.unwrap().version;
+    let role = format!("{database}_no_runs");
+    server.psql(
+        &database,
+        &format!(
+            "CREATE ROLE {role} LOGIN; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+             GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}; \
+             REVOKE SELECT ON runs FROM {role}"
+        ),
+    );
+    let store = PgStore::open(&format!("postgres://{role}@{}/{database}", server.host_port())).await.unwrap();
+    let component: ComponentName = "probe".parse().unwrap();
+    let trigger = Trigger { requires: vec!["Data_Received".parse().unwrap()], ..Trigger::default() };
+    let request = ReadyClaimRequest {
+        batches: vec![id.clone()],
+        descriptor: ComponentDescriptor::new(component.clone(), "1.0", "Probed".parse().unwrap(), trigger),
+        holder: RunHolder { agent, host: "host".into(), pid: 1, claim_key: None, liveness: Some("pg:worker-1".into()) },
+        force: false,
+        known_steering: Some(version),
+        exclusive: true,
+        takeovers: Vec::new(),
+    };
+    let error = store.claim_ready_judged(&request, &[stamp]).await.unwrap_err();
+    assert!(error.to_string().contains("permission denied for table runs"), "the read's own refusal: {error}");
+    assert_eq!(owner.run_state(&id, &component).await.unwrap(), None, "nothing claimed");
+}

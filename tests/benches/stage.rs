@@ -1,11 +1,11 @@
-//! One stage's store calls over PostgreSQL (and then on the embedded store), one at a time, as a watcher makes them in a
-//! trickle: the look (`changed_summaries` from the batch's registration on), the claim by
-//! the stamp it judged (`claim_ready_judged`, exclusive: the claim is the batch's lock), the
-//! result (`append_event` in the run), each timed on the client; beside them the transport's
-//! own floor (`SELECT 1`, and a transaction of four statements pipelined as the claim sends
-//! its own); then what the server spent on each statement, executing and planning
-//! (pg_stat_statements with `track_planning`). Nothing else runs: the floor a stage's round
-//! trips have on this machine, to set beside the phases the peers bench prints.
+//! One stage's store calls over PostgreSQL (then on the embedded store), one at a time, as a
+//! watcher makes them in a trickle: the look (`changed_summaries` from the batch's registration
+//! on), the claim by the stamp it judged (`claim_ready_judged`, exclusive: the claim is the
+//! batch's lock), the result (`append_event` in the run), each timed on the client; beside them
+//! the transport's own floor (`SELECT 1`, and a transaction of four statements pipelined, as
+//! the claim sends its five); then what the server spent on each statement, executing and
+//! planning (pg_stat_statements with `track_planning`). Nothing else runs: the floor a stage's
+//! round trips have on this machine, to set beside the phases the peers bench prints.
 //!
 //!     cargo bench -p autocomp-e2e --bench stage
 //!

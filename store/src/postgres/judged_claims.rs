@@ -61,7 +61,8 @@ impl PgBackend {
         }
     }
 
-    /// The transaction: begin, read, conditional claim, commit, sent together. `Moved`, with
+    /// The transaction: begin (its read planned once), read, back to the server's planning,
+    /// conditional claim, commit, sent together. `Moved`, with
     /// what the read found: something moved since it was judged (a batch's stamp, an open
     /// run, the steering; a batch gone), nothing written. The answer is read once the
     /// transaction is over: one that cannot be read (a steering or batch this release does
@@ -100,8 +101,11 @@ impl PgBackend {
                         client.query(&claim, &args),
                         client.batch_execute("COMMIT"),
                     );
-                    begun.and(reset).map_err(|e| self.failure(e, &scope))?;
+                    // Judged in the order sent: a statement that failed aborted the transaction,
+                    // so the ones after it fail for that alone; the first failure is the cause.
+                    begun.map_err(|e| self.failure(e, &scope))?;
                     let read = read.map_err(|e| self.read_failure(e))?;
+                    reset.map_err(|e| self.failure(e, &scope))?;
                     let claimed = claimed.map_err(|e| self.failure(e, &scope))?;
                     // Committed only now: an error here may come after the commit (Retry::Safe
                     // sends it again with the same claim key, which answers the runs it opened).

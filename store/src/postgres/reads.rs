@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
 
-use super::calls::{BEGIN_PLANNED_ONCE, HORIZON, prepare};
+use super::calls::{HORIZON, prepare};
 use super::rows::{
     SUMMARY_COLUMNS, SUMMARY_FROM, SUMMARY_WIDTH, corrupt, events_from_json, run_from_json, runs_from_json,
     summary_from_row,
@@ -178,19 +178,9 @@ impl PgBackend {
                     let page = prepare(client, &CHANGED_SUMMARIES).await?;
                     let (since, limit) = (since.0, limit as i64);
                     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&since, &limit];
-                    // The horizon first, on its own (its lock is held to its transaction's
-                    // end), then the page in a transaction planned once: sent together.
-                    // Every one awaited, so the connection is idle again whichever failed.
-                    let (head, begun, rows, committed) = tokio::join!(
-                        biased;
-                        client.query_one(&horizon, &[]),
-                        client.batch_execute(BEGIN_PLANNED_ONCE),
-                        client.query(&page, &params),
-                        client.batch_execute("COMMIT"),
-                    );
-                    let (head, rows) = (begun.and(head), committed.and(rows));
                     let (head, rows) =
-                        (head.map_err(|e| self.read_failure(e))?, rows.map_err(|e| self.read_failure(e))?);
+                        tokio::try_join!(biased; client.query_one(&horizon, &[]), client.query(&page, &params))
+                            .map_err(|e| self.read_failure(e))?;
                     let summaries = rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
                     Ok((Seq(head.get(0)), summaries))
                 })

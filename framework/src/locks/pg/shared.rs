@@ -113,11 +113,9 @@ impl Shared {
     ) -> Result<Vec<tokio_postgres::Row>, LockError> {
         let give_up = Instant::now() + self.lease.ttl / 2;
         loop {
-            let attempt = tokio::time::timeout(self.lease.ttl / 4, send(&self.pool, statement, params));
-            let failure = match attempt.await {
-                Ok(Ok(rows)) => return Ok(rows),
-                Ok(Err(failure)) => failure,
-                Err(_) => Failure::Connection(format!("no answer within {:?}", self.lease.ttl / 4)),
+            let failure = match send(&self.pool, statement, params, self.lease.ttl / 4).await {
+                Ok(rows) => return Ok(rows),
+                Err(failure) => failure,
             };
             match failure {
                 Failure::Refused(e) => return Err(self.refused(what, &e)),
@@ -329,21 +327,33 @@ impl Shared {
     }
 }
 
-/// One try of a statement on a pooled connection; a connection that failed is discarded.
+/// One try of a statement on a pooled connection, answered within `limit`; a connection that
+/// failed or did not answer in time is discarded (the pool hands out the connection used last,
+/// so one left with its statement in flight would take the next try too).
 async fn send(
     pool: &Pool,
     statement: &str,
     params: &[(&(dyn ToSql + Sync), Type)],
+    limit: Duration,
 ) -> Result<Vec<tokio_postgres::Row>, Failure> {
-    let client = pool.get().await.map_err(|e| Failure::Connection(describe_pool_error(&e)))?;
+    let deadline = tokio::time::Instant::now() + limit;
+    let late = || Failure::Connection(format!("no answer within {limit:?}"));
+    let client = match tokio::time::timeout_at(deadline, pool.get()).await {
+        Ok(got) => got.map_err(|e| Failure::Connection(describe_pool_error(&e)))?,
+        Err(_) => return Err(late()),
+    };
     // Unprepared, in one round trip: nothing outlives the statement's own transaction.
-    match client.query_typed(statement, params).await {
-        Ok(rows) => Ok(rows),
-        Err(e) if is_connection_trouble(&e) => {
+    match tokio::time::timeout_at(deadline, client.query_typed(statement, params)).await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(e)) if is_connection_trouble(&e) => {
             drop(Object::take(client));
             Err(Failure::Connection(autocomp_store::postgres::describe_error(&e)))
         }
-        Err(e) => Err(Failure::Refused(e)),
+        Ok(Err(e)) => Err(Failure::Refused(e)),
+        Err(_) => {
+            drop(Object::take(client));
+            Err(late())
+        }
     }
 }
 
