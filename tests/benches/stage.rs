@@ -56,29 +56,29 @@ fn main() {
     server.psql("stage", "analyze");
     let mut times = runtime.block_on(measure(&url, stages));
     times.extend(runtime.block_on(transport(&url, stages)));
-    let times: Vec<(String, Vec<Duration>)> = times.into_iter().map(|(name, took)| (name.to_string(), took)).collect();
-    println!("{stages} stages over PostgreSQL, one call at a time, client-side p50 / p90 / p99 ms:");
-    for (name, mut took) in times {
-        took.sort();
-        let at = |q| percentile(&took, q).as_secs_f64() * 1000.0;
-        println!("  {name:<34} {:.3} / {:.3} / {:.3}", at(0.5), at(0.9), at(0.99));
-    }
+    print_calls(&format!("{stages} stages over PostgreSQL, one call at a time, client-side"), times);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let embedded = runtime.block_on(embedded(dir.path(), stages));
-    println!(
-        "{stages} stages on the embedded store (SQLite, synchronous=full), one call at a time, p50 / p90 / p99 ms:"
+    print_calls(
+        &format!("{stages} stages on the embedded store (SQLite, synchronous=full), one call at a time"),
+        embedded,
     );
-    for (name, mut took) in embedded {
-        took.sort();
-        let at = |q| percentile(&took, q).as_secs_f64() * 1000.0;
-        println!("  {name:<34} {:.3} / {:.3} / {:.3}", at(0.5), at(0.9), at(0.99));
-    }
     let sql = "select calls, plans, round(mean_exec_time::numeric, 3), round(total_plan_time::numeric / greatest(calls, 1), 3), regexp_replace(left(query, 150), '\\s+', ' ', 'g') \
                from pg_stat_statements where dbid = (select oid from pg_database where datname = 'stage') \
                order by total_exec_time + total_plan_time desc limit 40";
     println!("server time per statement (calls, plans, mean ms executing, ms planning per call, statement):");
     for line in server.psql("postgres", sql).lines() {
         println!("  {line}");
+    }
+}
+
+/// Each call's p50 / p90 / p99 under `title`.
+fn print_calls(title: &str, times: Vec<(&'static str, Vec<Duration>)>) {
+    println!("{title}, p50 / p90 / p99 ms:");
+    for (name, mut took) in times {
+        took.sort();
+        let at = |q| percentile(&took, q).as_secs_f64() * 1000.0;
+        println!("  {name:<34} {:.3} / {:.3} / {:.3}", at(0.5), at(0.9), at(0.99));
     }
 }
 

@@ -91,7 +91,8 @@ fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
 
     let batch = pipeline.register_one("RT-W1", true);
     let worked = wait_until(Instant::now() + Duration::from_secs(30), || pipeline.events(&batch, PROBED).len() == 1);
-    let statements = executed(&server, from);
+    let by_backend = executed_by_backend(&server, from);
+    let statements: Vec<&str> = by_backend.iter().map(|(_, sql)| sql.as_str()).collect();
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
     assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
     let stopped = finish(watcher, Duration::from_secs(30));
@@ -101,7 +102,6 @@ fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
     assert_eq!(count("autocomp_claim_judged("), 1, "claimed by the stamp it judged: {shown:#?}");
     assert_eq!(count("autocomp_claim_ready("), 0, "no read-then-claim round: {shown:#?}");
     assert_eq!(count("FROM steering s LEFT JOIN LATERAL"), 1, "one read, in the claim's transaction: {shown:#?}");
-    let by_backend = executed_by_backend(&server, from);
     let claimer = &by_backend.iter().find(|(_, sql)| sql.contains("autocomp_claim_judged(")).expect("claimed").0;
     let on_claimer: Vec<&str> =
         by_backend.iter().filter(|(backend, _)| backend == claimer).map(|(_, sql)| sql.as_str()).collect();
