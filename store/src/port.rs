@@ -146,9 +146,10 @@ pub enum Woken {
     Head(Seq),
     /// An announcement concerning the waiter woke it; the head was not read. `summaries`:
     /// the batches the commits announced since the wait's `since` appended events to, each as
-    /// its commit left it (the newest of each), where the store announces them (PostgreSQL,
-    /// schema 18). They may be none and may miss batches: a waiter judges what they show,
-    /// claims by their `changed_seq` (which proves them unchanged) and reads the feed after.
+    /// its commit left it (the newest of each), where the store announces them (PostgreSQL
+    /// from schema 18, built by the commit; the embedded store, read just after it). They may
+    /// be none and may miss batches: a waiter judges what they show, claims by their
+    /// `changed_seq` (which proves them unchanged) and reads the feed after.
     Announced { summaries: Vec<autocomp_model::BatchSummary> },
 }
 

@@ -10,8 +10,8 @@
 //! did not see read, entries dropped for room, announcements that stopped (an `Everyone`
 //! entry marks every gap).
 //!
-//! A PostgreSQL store's commits also announce the summaries of the batches they appended to
-//! (schema 18), each after its commit's concern. Those are kept beside the entries, each with
+//! A commit also announces the summaries of the batches it appended to (PostgreSQL from
+//! schema 18, the embedded store's wake lines), each after its commit's concern. Those are kept beside the entries, each with
 //! the number of the entry before it, and handed to a waiter the announcements woke: the
 //! summaries since the head it waited from (`Woken::Announced`).
 
@@ -62,7 +62,7 @@ impl State {
 pub(crate) enum Announcement {
     /// Whom a commit concerns: an entry.
     Concern(ChangeConcern),
-    /// A batch as a commit left it (PostgreSQL, schema 18).
+    /// A batch as a commit left it.
     Summary(BatchSummary),
 }
 

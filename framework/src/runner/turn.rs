@@ -25,8 +25,11 @@ pub(super) const KEPT_IDLE: Duration = Duration::from_millis(500);
 pub(super) const KEPT_AT_MOST: Duration = Duration::from_secs(2);
 /// After a turn held `KEPT_AT_MOST`, no turn is kept for this long: the lock is free but for
 /// the claims, so a waiter that polls for it (flock every 20 ms, a PostgreSQL lock every
-/// 20-100 ms) gets it rather than losing every race to the watcher's next pass.
-pub(super) const RESTS_FOR: Duration = Duration::from_secs(1);
+/// 20-100 ms; a ZooKeeper waiter is told at the release) gets it rather than losing every race
+/// to the watcher's next pass: three of the slowest waiter's tries. While resting, each pass
+/// takes and gives back the lock, two lock-service writes on its path; a second's rest in
+/// every three put a third of a trickle's passes there (BENCHMARKS.md).
+pub(super) const RESTS_FOR: Duration = Duration::from_millis(300);
 
 /// The component's poll lock as a pass holds it, and since when it was taken.
 pub(super) struct TurnLock {

@@ -34,18 +34,18 @@
 //! backoff) is asked of the index at every look, as before, until the next heartbeat.
 //!
 //! Like sboi's fresh path, a summary read after the feed may show a later change of its
-//! batch (the next look reads that change and judges it again).
-//!
-//! A watcher woken by a commit that announced its batches' summaries (a PostgreSQL store,
-//! `Woken::Announced`) first corrects what it holds by those summaries alone, without reading
-//! the feed (`offer_announced`): one round trip fewer on the batch's path. That offer is not
-//! exact (commits that announced no summary are not in it, and the cursor does not move), so
-//! it never counts as covering the store: the watcher reads the feed right after the pass,
-//! which judges every change since the cursor again. Its claims go by the announced
-//! `changed_seq`, which the store refuses if the batch changed since. A full answer the index
+//! batch (the next look reads that change and judges it again). A full answer the index
 //! gave from behind the store's head (`BatchIndex::query_checked`: a service past the
 //! changes it corrects) is not held: that trigger is asked directly, and in full again at
 //! the next look.
+//!
+//! A watcher woken by a commit that announced its batches' summaries (`Woken::Announced`)
+//! first corrects what it holds by those summaries alone, without reading the feed
+//! (`offer_announced`): one round trip fewer on the batch's path. That offer is not exact
+//! (commits that announced no summary are not in it, and the cursor does not move), so it
+//! never counts as covering the store: the watcher reads the feed right after the pass,
+//! which judges every change since the cursor again. Its claims go by the announced
+//! `changed_seq`, which the store refuses if the batch changed since.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};

@@ -385,7 +385,8 @@ impl SqliteBackend {
             let done = work(&mut conn);
             if conn.total_changes() != before {
                 // Committed (or rolled back: a spurious wake costs a waiter one head read).
-                wakes.announce(&wakes::take_concerns(&conn));
+                let (concerns, summaries) = wakes::take_announced(&mut conn);
+                wakes.announce(&concerns, &summaries);
             }
             done
         })
