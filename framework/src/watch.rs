@@ -11,9 +11,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_model::{BatchId, BatchSummary, Seq, Timestamp};
+use autocomp_model::{BatchId, Seq, Timestamp};
 use autocomp_sboi::BatchIndex;
-use autocomp_store::{ObjectStore, Woken};
+use autocomp_store::ObjectStore;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -114,8 +114,6 @@ async fn watch_loop<C: Component>(
     // The head the last sleep read at its end, if it read one (a change that concerns the
     // watcher wakes it without a read): the next look needs no head read of its own.
     let mut woke_at: Option<Seq> = None;
-    // The summaries the commits that woke it announced, if the store announces them.
-    let mut announced: Vec<BatchSummary> = Vec::new();
     loop {
         if *shutdown.borrow() {
             return Ok(watcher.worst);
@@ -132,15 +130,7 @@ async fn watch_loop<C: Component>(
         // after it wakes the wait below, so readiness between the question and the wait is
         // never slept through.
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
-        // What the commits that woke it announced, judged without a look where they can be.
-        let summaries = std::mem::take(&mut announced);
-        let looked = phases::look(async {
-            match watcher.judge_announced(summaries, heartbeat_due) {
-                Some(judged) => Ok(judged),
-                None => watcher.look(woke_at.take(), heartbeat_due).await,
-            }
-        });
-        let (offered, judged, covered, seen) = looked.await?;
+        let (offered, judged, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
         let go_again = if heartbeat_due || !offered.is_empty() {
             let handled = match watcher.pass(offered, judged, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
@@ -169,8 +159,7 @@ async fn watch_loop<C: Component>(
         }
         match phases::sleep(watcher.sleep(seen, shutdown)).await? {
             ControlFlow::Break(code) => return Ok(code),
-            ControlFlow::Continue(Woken::Head(head)) => woke_at = Some(head),
-            ControlFlow::Continue(Woken::Announced { summaries }) => (woke_at, announced) = (None, summaries),
+            ControlFlow::Continue(head) => woke_at = head,
         }
     }
 }
@@ -229,21 +218,6 @@ impl<C: Component> Watcher<'_, C> {
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
         let judged = self.runner.judged_ready(offer.summaries.values());
         Ok((offer.ids, judged, offer.covered, offer.seen))
-    }
-
-    /// What the commits that woke the watcher announced, judged without a look (see
-    /// `feed::FeedOffers::offer_announced`): `None` when a look must answer instead (nothing
-    /// announced, a heartbeat due, the steering to read, nothing ready among them). The
-    /// answer never covers the store, so the watcher looks again after the pass.
-    fn judge_announced(&mut self, announced: Vec<BatchSummary>, heartbeat_due: bool) -> Option<Looked> {
-        if announced.is_empty() || heartbeat_due || self.waiting_since.is_some() || self.runner.may_be_held() {
-            return None;
-        }
-        let triggers = self.runner.candidate_triggers();
-        let offer = self.offers.offer_announced(&triggers, &announced, Timestamp::now())?;
-        let judged = self.runner.judged_ready(offer.summaries.values());
-        debug!(offered = offer.ids.len(), announced = announced.len(), "judged the announced batches");
-        Some((offer.ids, judged, offer.covered, offer.seen))
     }
 
     /// One pass: over what the index offered, or a heartbeat's over what it finds itself.
@@ -333,13 +307,17 @@ impl<C: Component> Watcher<'_, C> {
     /// everyone: see `Trigger::interest`), the heartbeat, a pool retry or results due to the
     /// registry; breaks with the exit code on shutdown. The commits of other stages do not
     /// wake it: they cannot make a batch ready for it. A watcher deferring to another pass of
-    /// its component sleeps as `defer` says instead. Answers what woke it: the head, if the
-    /// sleep read one, else the announcement (with the summaries it carried, if any).
-    async fn sleep(&self, seen: Seq, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8, Woken>, RunError> {
+    /// its component sleeps as `defer` says instead. Answers the head read at the wake, if
+    /// the sleep read one.
+    async fn sleep(
+        &self,
+        seen: Seq,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<ControlFlow<u8, Option<Seq>>, RunError> {
         if self.deferring_since.is_some() {
             return Ok(match self.defer(shutdown).await? {
                 ControlFlow::Break(code) => ControlFlow::Break(code),
-                ControlFlow::Continue(()) => ControlFlow::Continue(Woken::Announced { summaries: Vec::new() }),
+                ControlFlow::Continue(()) => ControlFlow::Continue(None),
             });
         }
         // About to sleep: results already recorded go to the registry once a second's worth
@@ -350,14 +328,14 @@ impl<C: Component> Watcher<'_, C> {
         tokio::select! {
             // A change that concerns it wakes it without a head read: the look's feed read
             // answers its own head.
-            woken = self.store.wait_for_concerning_change(seen, &interest, wait) => {
-                let woken = woken?;
-                match &woken {
-                    Woken::Announced { summaries } => debug!(announced = summaries.len(), "a change concerning it"),
-                    Woken::Head(head) if *head > seen => debug!(?head, "the store moved"),
-                    Woken::Head(_) => {}
+            head = self.store.wait_for_concerning_change(seen, &interest, wait) => {
+                let head = head?;
+                match head {
+                    None => debug!("a change concerning it"),
+                    Some(head) if head > seen => debug!(?head, "the store moved"),
+                    Some(_) => {}
                 }
-                Ok(ControlFlow::Continue(woken))
+                Ok(ControlFlow::Continue(head))
             }
             _ = stop_requested(shutdown) => {
                 info!("stopping: no pass running");

@@ -29,7 +29,7 @@ pub use port::{
     BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome,
     DEFAULT_MAX_BATCH_BYTES, LogCursor, LogPage, MAX_LOG_PAGE, MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore,
     OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
-    SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult, Woken,
+    SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{

@@ -138,21 +138,6 @@ pub struct Cancellation {
     pub run: Option<Run>,
 }
 
-/// What ended a `wait_for_concerning_change`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Woken {
-    /// The head, read by the wait: at its timeout, at a poll, or because the announcements
-    /// could not vouch for the commits since.
-    Head(Seq),
-    /// An announcement concerning the waiter woke it; the head was not read. `summaries`:
-    /// the batches the commits announced since the wait's `since` appended events to, each as
-    /// its commit left it (the newest of each), where the store announces them (PostgreSQL
-    /// from schema 18, built by the commit; the embedded store, read just after it). They may
-    /// be none and may miss batches: a waiter judges what they show, claims by their
-    /// `changed_seq` (which proves them unchanged) and reads the feed after.
-    Announced { summaries: Vec<autocomp_model::BatchSummary> },
-}
-
 /// One page of the change feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChangePage {

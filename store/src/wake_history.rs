@@ -9,11 +9,6 @@
 //! of waking for every commit in between. Whatever it cannot vouch for wakes it: a head it
 //! did not see read, entries dropped for room, announcements that stopped (an `Everyone`
 //! entry marks every gap).
-//!
-//! A commit also announces the summaries of the batches it appended to (PostgreSQL from
-//! schema 18, the embedded store's wake lines), each after its commit's concern. Those are kept beside the entries, each with
-//! the number of the entry before it, and handed to a waiter the announcements woke: the
-//! summaries since the head it waited from (`Woken::Announced`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -22,16 +17,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::port::{StoreResult, Woken};
-use autocomp_model::{BatchId, BatchSummary, ChangeConcern, ChangeInterest, Seq};
+use crate::port::StoreResult;
+use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
 /// Entries kept; a waiter further behind wakes.
 const ENTRIES_KEPT: usize = 4096;
 /// Head reads remembered; a waiter from an older head wakes at its first change.
 const HEADS_KEPT: usize = 64;
-/// Announced summaries kept; a waiter further behind is handed those kept (it reads the
-/// feed after them anyway).
-const SUMMARIES_KEPT: usize = 1024;
 
 pub(crate) struct WakeHistory {
     state: Mutex<State>,
@@ -47,23 +39,12 @@ struct State {
     /// Heads read while the announcements were complete, each with the number of entries
     /// before the read; newest last.
     heads: VecDeque<(Seq, u64)>,
-    /// Announced summaries, oldest first, each with the number of its commit's concern (the
-    /// entry before it).
-    summaries: VecDeque<(u64, BatchSummary)>,
 }
 
 impl State {
     fn next(&self) -> u64 {
         self.first + self.entries.len() as u64
     }
-}
-
-/// What a store handle hears from its announcements.
-pub(crate) enum Announcement {
-    /// Whom a commit concerns: an entry.
-    Concern(ChangeConcern),
-    /// A batch as a commit left it.
-    Summary(BatchSummary),
 }
 
 /// What the entries from a number on say to a waiter.
@@ -87,55 +68,16 @@ impl WakeHistory {
 
     /// One announcement (or a gap in them: `Everyone`), waking every waiter.
     pub(crate) fn push(&self, concern: ChangeConcern) {
-        self.push_all([Announcement::Concern(concern)]);
-    }
-
-    /// Announcements that arrived together (one commit's, or several), in order, waking every
-    /// waiter once: a waiter woken by a commit's concern finds the summaries it announced.
-    pub(crate) fn push_all(&self, announcements: impl IntoIterator<Item = Announcement>) {
         let next = {
             let mut state = self.state();
-            for announcement in announcements {
-                match announcement {
-                    Announcement::Concern(concern) => {
-                        if state.entries.len() == ENTRIES_KEPT {
-                            state.entries.pop_front();
-                            state.first += 1;
-                        }
-                        state.entries.push_back(concern);
-                    }
-                    Announcement::Summary(summary) => {
-                        if state.summaries.len() == SUMMARIES_KEPT {
-                            state.summaries.pop_front();
-                        }
-                        // The commit's concern came before it: its entry's number.
-                        let number = state.next().saturating_sub(1);
-                        state.summaries.push_back((number, summary));
-                    }
-                }
+            if state.entries.len() == ENTRIES_KEPT {
+                state.entries.pop_front();
+                state.first += 1;
             }
+            state.entries.push_back(concern);
             state.next()
         };
         self.pushed.send_replace(next);
-    }
-
-    /// The summaries announced from entry `from` on: the newest of each batch, in the order
-    /// each batch was first announced.
-    fn summaries_since(&self, from: u64) -> Vec<BatchSummary> {
-        let state = self.state();
-        let mut newest: Vec<BatchSummary> = Vec::new();
-        let mut at: std::collections::HashMap<&BatchId, usize> = std::collections::HashMap::new();
-        for (_, summary) in state.summaries.iter().filter(|(number, _)| *number >= from) {
-            match at.get(&summary.id) {
-                Some(&i) if newest[i].changed_seq >= summary.changed_seq => {}
-                Some(&i) => newest[i] = summary.clone(),
-                None => {
-                    at.insert(&summary.id, newest.len());
-                    newest.push(summary.clone());
-                }
-            }
-        }
-        newest
     }
 
     /// The number the next entry will have: take it before a head read.
@@ -196,9 +138,8 @@ where
     ReadHead: FnMut() -> Read,
     Read: Future<Output = StoreResult<Seq>>,
 {
-    /// Waits until a commit after `since` concerns `interest` (or `timeout`):
-    /// `Woken::Announced` when an announcement that concerns it woke it (the head is not read
-    /// then), with the summaries announced since `since`; else the head.
+    /// Waits until a commit after `since` concerns `interest` (or `timeout`): `None` when an
+    /// announcement that concerns it woke it (the head is not read then), else the head.
     /// Where the announcements cannot vouch for the commits since `since`, any head move
     /// wakes it, as `wait_for_change` does.
     pub(crate) async fn concerning_or_announced(
@@ -206,13 +147,11 @@ where
         since: Seq,
         interest: &ChangeInterest,
         timeout: Duration,
-    ) -> StoreResult<Woken> {
+    ) -> StoreResult<Option<Seq>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pushed = self.history.subscribe();
         // From which entry on the commits after `since` show, once known.
         let mut from = self.history.mark_of(since);
-        // Where the summaries of those commits start.
-        let mut summaries_from = from;
         // The entry from which a head move with no entry at all since means the
         // announcements do not reach us.
         let mut silent_from = from;
@@ -222,28 +161,24 @@ where
             let mark = self.history.mark();
             if let Some(entry) = from {
                 match self.history.verdict(entry, interest) {
-                    Verdict::Wake => {
-                        let summaries = summaries_from.map(|from| self.history.summaries_since(from));
-                        return Ok(Woken::Announced { summaries: summaries.unwrap_or_default() });
-                    }
+                    Verdict::Wake => return Ok(None),
                     Verdict::Quiet(next) => from = Some(next),
                 }
             }
             if from.is_none() || !complete {
                 let head = (self.read_head)().await?;
                 if head > since {
-                    return Ok(Woken::Head(head));
+                    return Ok(Some(head));
                 }
                 if complete {
                     // Nothing after `since` yet: whatever comes is announced after the mark.
                     from = Some(mark);
                     silent_from = Some(mark);
-                    summaries_from = Some(mark);
                 }
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return (self.read_head)().await.map(Woken::Head);
+                return (self.read_head)().await.map(Some);
             }
             let poll = if complete { self.poll_complete } else { self.poll_incomplete };
             tokio::select! {
@@ -254,7 +189,7 @@ where
                     if complete && silent_from == Some(self.history.mark()) {
                         let head = (self.read_head)().await?;
                         if head > since {
-                            return Ok(Woken::Head(head));
+                            return Ok(Some(head));
                         }
                     }
                 }
@@ -308,8 +243,8 @@ mod tests {
                 poll_incomplete: Duration::from_millis(25),
             };
             match waiting.concerning_or_announced(since, interest, timeout).await.unwrap() {
-                Woken::Head(head) => head,
-                Woken::Announced { .. } => self.head().await.unwrap(),
+                Some(head) => head,
+                None => self.head().await.unwrap(),
             }
         }
     }
@@ -340,46 +275,6 @@ mod tests {
         assert!(started.elapsed() < LONG / 2, "woke at the concerning commit");
         store.commit(ChangeConcern::Everyone);
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(9), "everyone wakes at once");
-    }
-
-    /// A summary of `id` at `changed_seq`, as a commit announces one.
-    fn summary(id: &str, changed_seq: i64) -> BatchSummary {
-        let header = autocomp_model::SummaryHeader {
-            id: BatchId::new(id).unwrap(),
-            batch_type: autocomp_model::BatchType::new("RoundTrip").unwrap(),
-            priority: 0,
-            created_seq: Seq(1),
-            modified_seq: Seq(1),
-            changed_seq: Seq(changed_seq),
-            modified_at: autocomp_model::Timestamp(0),
-        };
-        autocomp_model::SummaryState::default().summary(header)
-    }
-
-    #[tokio::test]
-    async fn a_wake_hands_over_the_newest_summary_of_each_batch_its_commits_announced_since_the_head() {
-        let store = Fake::new();
-        let interest = ChangeInterest::Types(types(&["A_Done"]));
-        let announce = |concern: ChangeConcern, summaries: &[BatchSummary]| {
-            store.head.fetch_add(1, Ordering::SeqCst);
-            let summaries = summaries.iter().cloned().map(Announcement::Summary);
-            store.history.push_all(std::iter::once(Announcement::Concern(concern)).chain(summaries));
-        };
-        // Announced before the head the waiter waits from: not handed over.
-        announce(ChangeConcern::Types(types(&["A_Done"])), &[summary("B0", 6)]);
-        let seen = store.head().await.unwrap();
-        announce(ChangeConcern::Types(types(&["B_Done"])), &[summary("B1", 7)]);
-        announce(ChangeConcern::nobody(), &[]);
-        announce(ChangeConcern::Types(types(&["A_Done"])), &[summary("B2", 9), summary("B1", 9)]);
-        let mut waiting = Waiting {
-            history: &store.history,
-            complete: || true,
-            read_head: || store.head(),
-            poll_complete: Duration::from_millis(100),
-            poll_incomplete: Duration::from_millis(25),
-        };
-        let woke = waiting.concerning_or_announced(seen, &interest, LONG).await.unwrap();
-        assert_eq!(woke, Woken::Announced { summaries: vec![summary("B1", 9), summary("B2", 9)] });
     }
 
     #[tokio::test]

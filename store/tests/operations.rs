@@ -1962,7 +1962,6 @@ contract!(
     wait_for_change_wakes_when_the_store_moves_and_times_out_when_not,
     a_commit_by_another_handle_wakes_a_waiter_before_its_fallback_look,
     a_waiter_wakes_only_for_changes_that_concern_it,
-    a_wake_hands_over_the_summaries_its_commits_announced,
     a_first_pass_registers_the_component_and_its_host,
     an_identical_pass_moves_last_seen_but_not_changed_at,
     a_changed_trigger_or_version_updates_the_descriptor_and_changed_at,

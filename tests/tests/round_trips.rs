@@ -122,50 +122,6 @@ fn a_watcher_claims_a_batch_its_look_judged_in_one_transaction() {
     assert!(matches, "one transaction, its read planned once: {transaction:#?}");
 }
 
-/// The look: a page of the change feed with its batches' summaries (`changed_summaries`).
-const LOOK: &str = "WHERE b.changed_seq > $1 ORDER BY b.changed_seq LIMIT $2";
-
-/// A watcher woken by a commit that announced the batch's summary (schema 18) judges it on
-/// that summary and claims it by its stamp without reading the change feed first: no look
-/// between the registration and the claim; it reads the feed after its pass.
-#[test]
-fn a_watcher_woken_by_an_announced_summary_claims_before_it_reads_the_feed() {
-    postgres::require_installed();
-    let server = Postgres::start_with(Options::default().setting("log_statement", "all"));
-    let pipeline = Pipeline::with_store(PROBE, &server.unique_database());
-    pipeline.configure("watch_heartbeat = \"10m\"\n");
-    let mut command = pipeline.command(&["--watch"]);
-    command.stderr(std::fs::File::create(pipeline.path("watcher.log")).unwrap());
-    let watcher = command.spawn().expect("the probe starts");
-    // The first batch after the start: the watcher's heartbeat pass held nothing, so this
-    // one is looked for; from then on the watcher holds the index's answer.
-    let first = pipeline.register_one("RT-A1", true);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let warmed = wait_until(deadline, || pipeline.events(&first, PROBED).len() == 1);
-    let from = std::fs::metadata(server.log_path()).unwrap().len();
-    let batch = pipeline.register_one("RT-A2", true);
-    let worked = wait_until(deadline, || pipeline.events(&batch, PROBED).len() == 1);
-    // The look after the pass comes once its result is recorded.
-    let mut statements = Vec::new();
-    let looked_after = wait_until(deadline, || {
-        statements = executed(&server, from);
-        let appended = statements.iter().rposition(|s| s.contains("autocomp_append_group("));
-        appended.is_some_and(|at| statements[at..].iter().any(|s| s.contains(LOOK)))
-    });
-    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
-    assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
-    let stopped = finish(watcher, Duration::from_secs(30));
-    assert!(warmed && worked, "the watcher did not work both batches: {}", stopped.show());
-    let shown: Vec<String> = statements.iter().map(|s| s.chars().take(110).collect()).collect();
-    assert!(looked_after, "no look after the pass: {shown:#?}");
-    let at = |pattern: &str| statements.iter().position(|s| s.contains(pattern));
-    // The batch's delivery (`Data_Received`) is the first append since.
-    let registered = at("autocomp_append_group(").expect("the delivery recorded");
-    let claimed = at("autocomp_claim_judged(").expect("claimed by a judged stamp");
-    let looks = statements[registered..claimed].iter().filter(|s| s.contains(LOOK)).count();
-    assert_eq!(looks, 0, "a look between the registration and the claim: {shown:#?}");
-}
-
 /// The judged round itself, not the usual one it falls back to, answers a batch's failed
 /// attempts from its newest `Reset` and a retry with its claim key with the run the first
 /// call opened: the server runs `autocomp_claim_judged` for each and never

@@ -38,14 +38,6 @@
 //! gave from behind the store's head (`BatchIndex::query_checked`: a service past the
 //! changes it corrects) is not held: that trigger is asked directly, and in full again at
 //! the next look.
-//!
-//! A watcher woken by a commit that announced its batches' summaries (`Woken::Announced`)
-//! first corrects what it holds by those summaries alone, without reading the feed
-//! (`offer_announced`): one round trip fewer on the batch's path. That offer is not exact
-//! (commits that announced no summary are not in it, and the cursor does not move), so it
-//! never counts as covering the store: the watcher reads the feed right after the pass,
-//! which judges every change since the cursor again. Its claims go by the announced
-//! `changed_seq`, which the store refuses if the batch changed since.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
@@ -306,48 +298,6 @@ impl FeedOffers {
         }
         self.state = Some(state);
         Ok(look.offer)
-    }
-
-    /// The candidates for `triggers` from what is held, corrected by the `announced`
-    /// summaries alone (see the module's docs), or `None` when that cannot answer: nothing
-    /// held, a trigger changed or answered by the index, or nothing ready. The offer does
-    /// not cover the store (`covered` false): the feed is read after it.
-    pub(super) fn offer_announced(
-        &mut self,
-        triggers: &[Trigger],
-        announced: &[BatchSummary],
-        now: Timestamp,
-    ) -> Option<Offer> {
-        let state = self.state.as_mut().filter(|state| state.triggers.len() == triggers.len())?;
-        let mut answers = Vec::with_capacity(triggers.len());
-        for (trigger, following) in triggers.iter().zip(&mut state.triggers) {
-            let Following::Held(held) = following else { return None };
-            if held.unsettled != (Trigger { settled_for: None, limit: None, ..trigger.clone() }) {
-                return None;
-            }
-            for summary in announced {
-                // An announcement older than what a look read since leaves that.
-                let newer = held
-                    .keys
-                    .get(&summary.id)
-                    .and_then(|key| held.batches.get(key))
-                    .is_none_or(|held| held.changed_seq < summary.changed_seq);
-                if newer {
-                    held.change(&summary.id, Some(summary), now);
-                }
-            }
-            answers.push(held.answer(trigger, now)?);
-        }
-        let mut offer = Offer { covered: false, seen: state.cursor, from_feed: triggers.len(), ..Offer::default() };
-        for id in answers.into_iter().flatten() {
-            if !offer.ids.contains(&id) {
-                if let Some(summary) = state.summary_of(&id) {
-                    offer.summaries.insert(id.clone(), summary.clone());
-                }
-                offer.ids.push(id);
-            }
-        }
-        (!offer.ids.is_empty()).then_some(offer)
     }
 
     /// One trigger's answer: from what is held when exact, else from a fresh full answer

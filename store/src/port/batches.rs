@@ -13,7 +13,7 @@ use autocomp_model::{
 use super::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use super::{
     BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreAbout,
-    StoreError, StoreResult, Woken, check_log_limit,
+    StoreError, StoreResult, check_log_limit,
 };
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE};
 
@@ -295,17 +295,16 @@ port_trait! {
         }
 
         /// `wait_for_change_concerning` for a waiter that reads the change feed next anyway:
-        /// the head when the wait read it, `Woken::Announced` when an announcement concerning
-        /// `interest` woke it and the head was not read (one round trip fewer: the feed read
-        /// that follows answers its own head), with the summaries the commits since `since`
-        /// announced, if the store announces them. The default reads the head.
+        /// the head when the wait read it, `None` when an announcement concerning `interest`
+        /// woke it and the head was not read (one round trip fewer: the feed read that follows
+        /// answers its own head). The default reads it.
         async fn wait_for_concerning_change(
             &self,
             since: Seq,
             interest: &ChangeInterest,
             timeout: Duration,
-        ) -> StoreResult<Woken> {
-            self.wait_for_change_concerning(since, interest, timeout).await.map(Woken::Head)
+        ) -> StoreResult<Option<Seq>> {
+            self.wait_for_change_concerning(since, interest, timeout).await.map(Some)
         }
 
         /// An operator's cancel, in one transaction: the open run of

@@ -17,7 +17,7 @@ use super::{PgBackend, Retry};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    StoreAbout, StoreError, StoreResult, Woken,
+    StoreAbout, StoreError, StoreResult,
 };
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
@@ -252,7 +252,7 @@ impl BatchStore for PgBackend {
         since: Seq,
         interest: &ChangeInterest,
         timeout: Duration,
-    ) -> StoreResult<Woken> {
+    ) -> StoreResult<Option<Seq>> {
         self.pg_wait_for_concerning_change(since, interest, timeout).await
     }
 

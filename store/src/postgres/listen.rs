@@ -3,8 +3,7 @@
 //! its commit concerns (schema 10). Waiters for a change (`wait_for_change`) sleep on its
 //! history instead of polling, and those for a concerning change
 //! (`wait_for_change_concerning`) read it; while it is not connected (starting, the server
-//! restarting, `listen=off`) they poll as before. It also listens for the summaries a commit
-//! announces of the batches it appended to (schema 18), handed to a waiter it wakes.
+//! restarting, `listen=off`) they poll as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +13,8 @@ use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
 use super::options::PgOptions;
-use crate::port::{StoreResult, Woken};
-use crate::wake_history::{Announcement, Waiting, WakeHistory};
+use crate::port::StoreResult;
+use crate::wake_history::{Waiting, WakeHistory};
 use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
 /// How often a waiter that is woken by notifications still reads the head, in case they
@@ -24,8 +23,6 @@ const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// The channel `autocomp_notify_changed` (schema 8) notifies.
 const CHANNEL: &str = "autocomp_store_changed";
-/// The channel `autocomp_announce_summary` (schema 18) notifies.
-const SUMMARIES_CHANNEL: &str = "autocomp_batch_summaries";
 /// Reconnecting after a lost listen connection starts this soon and backs off to the longest.
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_LONGEST: Duration = Duration::from_secs(30);
@@ -144,7 +141,7 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
     let tls = options.tls().map_err(|e| e.to_string())?;
     let config = super::config_for_new_connection(options);
     let (client, mut connection) = config.connect(tls).await.map_err(|e| super::describe_error(&e))?;
-    let statement = format!("LISTEN {CHANNEL}; LISTEN {SUMMARIES_CHANNEL}");
+    let statement = format!("LISTEN {CHANNEL}");
     let listen = client.batch_execute(&statement);
     tokio::pin!(listen);
     let mut listened = false;
@@ -155,45 +152,16 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
                 listened = true;
                 shared.set_listening(true);
             }
-            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
-                // With whatever else has arrived already: the server sends a commit's
-                // notifications together, its concern before the summaries its commit
-                // trigger announced, and a waiter woken by the one must find the others.
-                let mut arrived = Vec::new();
-                let mut next = Some(message);
-                let mut ended = None;
-                while let Some(message) = next.take() {
-                    match message {
-                        Some(Ok(AsyncMessage::Notification(notified))) => arrived.extend(announcement(&notified)),
-                        Some(Ok(_)) => {}
-                        Some(Err(error)) if !listened => ended = Some(Err(super::describe_error(&error))),
-                        Some(Err(_)) | None => ended = Some(Ok(())),
-                    }
-                    if ended.is_some() {
-                        break;
-                    }
-                    next = std::future::poll_fn(|cx| std::task::Poll::Ready(match connection.poll_message(cx) {
-                        std::task::Poll::Ready(message) => Some(message),
-                        std::task::Poll::Pending => None,
-                    }))
-                    .await;
+            message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
+                Some(Ok(AsyncMessage::Notification(notified))) => {
+                    shared.history.push(ChangeConcern::from_payload(notified.payload()));
                 }
-                shared.history.push_all(arrived);
-                if let Some(ended) = ended {
-                    return ended;
-                }
-            }
+                Some(Ok(_)) => {}
+                Some(Err(error)) if !listened => return Err(super::describe_error(&error)),
+                Some(Err(_)) | None => return Ok(()),
+            },
         }
     }
-}
-
-/// What a notification announces: whom its commit concerns, or a batch's summary (one that
-/// cannot be read is left out: the waiters read the feed).
-fn announcement(notified: &tokio_postgres::Notification) -> Option<Announcement> {
-    if notified.channel() == SUMMARIES_CHANNEL {
-        return super::rows::summary_from_json(notified.payload()).ok().map(Announcement::Summary);
-    }
-    Some(Announcement::Concern(ChangeConcern::from_payload(notified.payload())))
 }
 
 impl super::PgBackend {
@@ -243,22 +211,21 @@ impl super::PgBackend {
         timeout: Duration,
     ) -> StoreResult<Seq> {
         match self.pg_wait_for_concerning_change(since, interest, timeout).await? {
-            Woken::Head(head) => Ok(head),
-            Woken::Announced { .. } => crate::port::BatchStore::head(self).await,
+            Some(head) => Ok(head),
+            None => crate::port::BatchStore::head(self).await,
         }
     }
 
     /// `wait_for_concerning_change`: `wait_for_change_concerning` without the head read
-    /// after a notification that concerns `interest` (`Woken::Announced`, with the summaries
-    /// announced since).
+    /// after a notification that concerns `interest` (`None`).
     pub(super) async fn pg_wait_for_concerning_change(
         &self,
         since: Seq,
         interest: &ChangeInterest,
         timeout: Duration,
-    ) -> StoreResult<Woken> {
+    ) -> StoreResult<Option<Seq>> {
         let Some(mut wakes) = self.inner.listener.wakes(&self.inner.options) else {
-            return self.pg_wait_for_change(since, timeout).await.map(Woken::Head);
+            return self.pg_wait_for_change(since, timeout).await.map(Some);
         };
         let mut waiting = Waiting {
             history: &self.inner.listener.shared.history,

@@ -53,74 +53,23 @@ pub(super) const SUMMARY_WIDTH: usize = 16;
 
 /// A summary out of `SUMMARY_COLUMNS`.
 pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary, Failure> {
-    SummaryColumns {
-        id: row.get(0),
-        batch_type: row.get(1),
+    let header = SummaryHeader {
+        id: BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?,
+        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
         priority: row.get(2),
-        created_seq: row.get(3),
-        modified_seq: row.get(4),
-        changed_seq: row.get(5),
-        modified_at: row.get(6),
-        last_event_at: row.get(7),
-        types: row.get(8),
-        outcomes: row.get(9),
-        seqs: row.get(10),
-        transients: row.get(11),
-        skipped: row.get(12),
-        content_seqs: row.get(13),
-        running: row.get(14),
-        acknowledged: row.get(15),
-    }
-    .into_summary()
-}
-
-/// A summary as a commit announces it (`autocomp_announce_summary`, schema 18: the columns of
-/// `SUMMARY_COLUMNS` as `row_to_json` writes them).
-pub(super) fn summary_from_json(payload: &str) -> Result<BatchSummary, Failure> {
-    serde_json::from_str::<SummaryColumns>(payload).map_err(|e| corrupt("announced summary", e))?.into_summary()
-}
-
-/// The columns of `SUMMARY_COLUMNS`, named as `row_to_json` names them.
-#[derive(Deserialize)]
-struct SummaryColumns {
-    id: String,
-    #[serde(rename = "type")]
-    batch_type: String,
-    priority: i32,
-    created_seq: i64,
-    modified_seq: i64,
-    changed_seq: i64,
-    modified_at: i64,
-    last_event_at: i64,
-    /// The effective events' columns, each ordered by type (all `None` without events).
-    types: Option<Vec<String>>,
-    outcomes: Option<Vec<String>>,
-    seqs: Option<Vec<i64>>,
-    transients: Option<Vec<bool>>,
-    skipped: Option<Vec<bool>>,
-    content_seqs: Option<Vec<Option<i64>>>,
-    running: Option<Vec<String>>,
-    acknowledged: Option<Vec<bool>>,
-}
-
-impl SummaryColumns {
-    fn into_summary(self) -> Result<BatchSummary, Failure> {
-        let header = SummaryHeader {
-            id: BatchId::new(self.id).map_err(|e| corrupt("batch", e))?,
-            batch_type: BatchType::new(self.batch_type).map_err(|e| corrupt("batch", e))?,
-            priority: self.priority,
-            created_seq: Seq(self.created_seq),
-            modified_seq: Seq(self.modified_seq),
-            changed_seq: Seq(self.changed_seq),
-            modified_at: Timestamp(self.modified_at),
-        };
-        let types = self.types.unwrap_or_default();
-        let width = types.len();
-        let (outcomes, seqs, transients) =
-            (column(self.outcomes, width)?, column(self.seqs, width)?, column(self.transients, width)?);
-        let (skipped, acknowledged, content_seqs) =
-            (column(self.skipped, width)?, column(self.acknowledged, width)?, column(self.content_seqs, width)?);
-        let mut effective = Vec::with_capacity(width);
+        created_seq: Seq(row.get(3)),
+        modified_seq: Seq(row.get(4)),
+        changed_seq: Seq(row.get(5)),
+        modified_at: Timestamp(row.get(6)),
+    };
+    let mut effective = Vec::new();
+    if let Some(types) = row.get::<_, Option<Vec<String>>>(8) {
+        let outcomes: Vec<String> = row.get(9);
+        let seqs: Vec<i64> = row.get(10);
+        let transients: Vec<bool> = row.get(11);
+        let skipped: Vec<bool> = row.get(12);
+        let content_seqs: Vec<Option<i64>> = row.get(13);
+        let acknowledged: Vec<bool> = row.get(15);
         for (i, event_type) in types.into_iter().enumerate() {
             effective.push(EventSummary {
                 event_type: EventType::new(event_type).map_err(|e| corrupt("effective event", e))?,
@@ -132,25 +81,15 @@ impl SummaryColumns {
                 content_seq: content_seqs[i].map(Seq),
             });
         }
-        let running = self
-            .running
-            .unwrap_or_default()
-            .into_iter()
-            .map(|name| ComponentName::new(name).map_err(|e| corrupt("run", e)))
-            .collect::<Result<_, _>>()?;
-        let state = SummaryState { last_event_at: Timestamp(self.last_event_at), effective, running };
-        Ok(state.summary(header))
     }
-}
-
-/// One column of the effective events, as long as their types.
-fn column<T>(values: Option<Vec<T>>, width: usize) -> Result<Vec<T>, Failure> {
-    let values = values.unwrap_or_default();
-    if values.len() == width {
-        Ok(values)
-    } else {
-        Err(corrupt("effective event", format!("{} values for {width} types", values.len())))
-    }
+    let running = row
+        .get::<_, Option<Vec<String>>>(14)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| ComponentName::new(name).map_err(|e| corrupt("run", e)))
+        .collect::<Result<_, _>>()?;
+    let state = SummaryState { last_event_at: Timestamp(row.get(7)), effective, running };
+    Ok(state.summary(header))
 }
 
 /// Runs as `jsonb_agg(to_jsonb(r))` writes them.

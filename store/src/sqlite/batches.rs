@@ -11,7 +11,7 @@ use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, run
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    StoreAbout, StoreError, StoreResult, Woken,
+    StoreAbout, StoreError, StoreResult,
 };
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
@@ -251,8 +251,8 @@ impl BatchStore for SqliteBackend {
         timeout: Duration,
     ) -> StoreResult<Seq> {
         match self.wait_for_concerning_change(since, interest, timeout).await? {
-            Woken::Head(head) => Ok(head),
-            Woken::Announced { .. } => self.head().await,
+            Some(head) => Ok(head),
+            None => self.head().await,
         }
     }
 
@@ -261,7 +261,7 @@ impl BatchStore for SqliteBackend {
         since: Seq,
         interest: &ChangeInterest,
         timeout: Duration,
-    ) -> StoreResult<Woken> {
+    ) -> StoreResult<Option<Seq>> {
         let mut wakes = self.wakes.wakes();
         let mut waiting = crate::wake_history::Waiting {
             history: &self.wakes.history,

@@ -385,8 +385,7 @@ impl SqliteBackend {
             let done = work(&mut conn);
             if conn.total_changes() != before {
                 // Committed (or rolled back: a spurious wake costs a waiter one head read).
-                let (concerns, summaries) = wakes::take_announced(&mut conn);
-                wakes.announce(&concerns, &summaries);
+                wakes.announce(&wakes::take_concerns(&conn));
             }
             done
         })

@@ -6,9 +6,7 @@
 //! can trust to come after the change is there to read. The line says whom the commit
 //! concerns (`ChangeConcern::to_payload`, what the connection's temporary triggers collected
 //! while it wrote: `track_concerns`), so `wait_for_change_concerning` wakes a waiter only for
-//! commits that concern it; then one line per batch the commit appended events to (at most
-//! `SUMMARIES_ANNOUNCED`), `s:` and its summary as JSON, read just after the commit, which a
-//! waiter woken by the commit judges without reading the feed first (`Woken::Announced`).
+//! commits that concern it.
 
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
@@ -19,8 +17,8 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use rusqlite::Connection;
 use tokio::sync::watch;
 
-use crate::wake_history::{Announcement, WakeHistory};
-use autocomp_model::{BatchId, BatchSummary, ChangeConcern, Seq};
+use crate::wake_history::WakeHistory;
+use autocomp_model::{ChangeConcern, Seq};
 
 /// One per store handle (clones share it); the watch starts with the first waiter.
 pub(super) struct FileWakes {
@@ -41,11 +39,6 @@ pub(super) struct FileWakes {
 /// `<store>-wake` is emptied before an announcement once it has grown this long (a reader
 /// that finds it shorter than it had read wakes its waiters: lines may be lost).
 const WAKE_FILE_MAX: u64 = 256 * 1024;
-
-/// Most summaries one commit announces; a waiter reads the feed for the rest.
-const SUMMARIES_ANNOUNCED: usize = 64;
-/// How a summary's line starts (an older release reads it as concerning everyone).
-const SUMMARY_PREFIX: &str = "s:";
 
 /// A waiter's view of the wake-ups.
 pub(super) struct Wakes {
@@ -120,8 +113,8 @@ impl FileWakes {
 
     /// After a commit: one line appended to `<store>-wake` saying whom it concerns (no sync:
     /// only the notification matters), so every waiter on the host wakes now that the change
-    /// can be read, and reads whether it concerns it; then a line for each summary.
-    pub(super) fn announce(&self, concerns: &[ChangeConcern], summaries: &[BatchSummary]) {
+    /// can be read, and reads whether it concerns it.
+    pub(super) fn announce(&self, concerns: &[ChangeConcern]) {
         use std::io::Write;
         let mut announcer = self.announcer.lock().unwrap_or_else(|p| p.into_inner());
         let file = announcer.get_or_insert_with(|| {
@@ -142,9 +135,7 @@ impl FileWakes {
                 let _ = file.set_len(0);
             }
             // One write of the whole line: appends of concurrent writers do not interleave.
-            let mut line: String = concerns.iter().map(|concern| format!("{}\n", concern.to_payload())).collect();
-            // JSON escapes every line feed inside a string: one line each.
-            line.extend(summaries.iter().filter_map(summary_line));
+            let line: String = concerns.iter().map(|concern| format!("{}\n", concern.to_payload())).collect();
             if file.write_all(line.as_bytes()).is_err() {
                 let _ = file.set_len(0);
             }
@@ -173,7 +164,9 @@ impl FileWakes {
             });
             if ours {
                 if event.paths.iter().any(|path| path.file_name() == lines.path.file_name()) {
-                    history.push_all(lines.read_new());
+                    for concern in lines.read_new() {
+                        history.push(concern);
+                    }
                 }
                 wakes.send_modify(|n| *n = n.wrapping_add(1));
             }
@@ -200,17 +193,15 @@ impl WakeLines {
         Self { path, offset, partial: Vec::new() }
     }
 
-    /// What the commits announced since the last read: whom each concerns, and the summaries
-    /// they announced. Whatever cannot be read whole concerns everyone: the file emptied since
-    /// (its lines lost), a read that fails, an older release's announcement (a `.` and no
-    /// line); a summary that cannot be read is left out (the waiter reads the feed).
-    fn read_new(&mut self) -> Vec<Announcement> {
-        let everyone = || Announcement::Concern(ChangeConcern::Everyone);
-        let mut announced = Vec::new();
+    /// Whom the commits announced since the last read concern. Whatever cannot be read
+    /// whole concerns everyone: the file emptied since (its lines lost), a read that fails,
+    /// an older release's announcement (a `.` and no line).
+    fn read_new(&mut self) -> Vec<ChangeConcern> {
+        let mut concerns = Vec::new();
         let mut appended = Vec::new();
         let read = std::fs::File::open(&self.path).and_then(|mut file| {
             if file.metadata()?.len() < self.offset {
-                announced.push(everyone());
+                concerns.push(ChangeConcern::Everyone);
                 self.offset = 0;
                 self.partial.clear();
             }
@@ -219,41 +210,25 @@ impl WakeLines {
         });
         match read {
             Ok(length) => self.offset += length as u64,
-            Err(_) => return vec![everyone()],
+            Err(_) => return vec![ChangeConcern::Everyone],
         }
         self.partial.extend_from_slice(&appended);
         if let Some(dot) = self.partial.iter().rposition(|byte| *byte == b'.') {
-            announced.push(everyone());
+            concerns.push(ChangeConcern::Everyone);
             self.partial.drain(..=dot);
         }
         if let Some(end) = self.partial.iter().rposition(|byte| *byte == b'\n') {
             let whole: Vec<u8> = self.partial.drain(..=end).collect();
             for line in whole.split(|byte| *byte == b'\n').filter(|line| !line.is_empty()) {
-                let Ok(line) = std::str::from_utf8(line) else {
-                    announced.push(everyone());
-                    continue;
-                };
-                match line.strip_prefix(SUMMARY_PREFIX) {
-                    Some(json) => announced.extend(serde_json::from_str(json).ok().map(Announcement::Summary)),
-                    None => announced.push(Announcement::Concern(ChangeConcern::from_payload(line))),
-                }
+                concerns.push(std::str::from_utf8(line).map_or(ChangeConcern::Everyone, ChangeConcern::from_payload));
             }
         }
-        announced
+        concerns
     }
 }
 
-/// A summary as its line says it: JSON with every `.` escaped (`\u002e`, inside a string:
-/// a summary has no number with a fraction), since a `.` in the file is an older release's
-/// announcement.
-fn summary_line(summary: &BatchSummary) -> Option<String> {
-    let json = serde_json::to_string(summary).ok()?;
-    Some(format!("{SUMMARY_PREFIX}{}\n", json.replace('.', "\\u002e")))
-}
-
 /// The temporary table and triggers (this connection's alone, nothing in the file) that
-/// collect whom a write concerns: the same rules as PostgreSQL's notify triggers (schema 10);
-/// and the batches it appended events to (`b:`), whose summaries it announces.
+/// collect whom a write concerns: the same rules as PostgreSQL's notify triggers (schema 10).
 const TRACK_CONCERNS: &str = "
 CREATE TEMP TABLE IF NOT EXISTS wake_concerns (concern TEXT NOT NULL);
 CREATE TEMP TRIGGER IF NOT EXISTS wake_batch_created AFTER INSERT ON main.batches
@@ -264,7 +239,6 @@ BEGIN INSERT INTO wake_concerns VALUES ('*'); END;
 CREATE TEMP TRIGGER IF NOT EXISTS wake_event_appended AFTER INSERT ON main.events
 BEGIN
     INSERT INTO wake_concerns VALUES ('t:' || NEW.type);
-    INSERT INTO wake_concerns VALUES ('b:' || NEW.batch_id);
     INSERT INTO wake_concerns SELECT 't:' || value FROM json_each(NEW.resets)
         WHERE NEW.resets IS NOT NULL AND json_valid(NEW.resets);
 END;
@@ -280,35 +254,27 @@ pub(super) fn track_concerns(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(TRACK_CONCERNS)
 }
 
-/// What the connection's writes since the last call announce (a rolled-back write left
-/// nothing: it concerns nobody), emptying the collection: whom they concern, one line's
-/// worth, or two for a batch registered with its first events (`c:`, then their types), so
-/// that a waiter of the release before, which reads `c:` as concerning everyone, still wakes
-/// for a new batch, while one of this release merges the two as one commit's concern
-/// (`ChangeConcern::merge`); and the summaries, read now, of the batches they appended to.
-pub(super) fn take_announced(conn: &mut Connection) -> (Vec<ChangeConcern>, Vec<BatchSummary>) {
+/// Whom the connection's writes since the last call concern (a rolled-back write left
+/// nothing: it concerns nobody), emptying the collection: one line's worth, or two for a
+/// batch registered with its first events (`c:`, then their types), so that a waiter of the
+/// release before, which reads `c:` as concerning everyone, still wakes for a new batch,
+/// while one of this release merges the two as one commit's concern (`ChangeConcern::merge`).
+pub(super) fn take_concerns(conn: &Connection) -> Vec<ChangeConcern> {
     let collected = conn.prepare_cached("SELECT DISTINCT concern FROM wake_concerns").and_then(|mut statement| {
         statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
     });
     let emptied = conn.execute("DELETE FROM wake_concerns", []);
-    let (Ok(collected), Ok(_)) = (collected, emptied) else { return (vec![ChangeConcern::Everyone], Vec::new()) };
-    let (appended_to, collected): (Vec<&String>, Vec<&String>) =
-        collected.iter().partition(|one| one.starts_with("b:"));
+    let (Ok(collected), Ok(_)) = (collected, emptied) else { return vec![ChangeConcern::Everyone] };
     let concerns: Vec<ChangeConcern> = collected.iter().map(|one| ChangeConcern::from_payload(one)).collect();
     let merged = concerns.iter().cloned().fold(ChangeConcern::nobody(), |mut concern, one| {
         concern.merge(one);
         concern
     });
     let registered = concerns.contains(&ChangeConcern::Created);
-    let concerns = match merged {
+    match merged {
         ChangeConcern::Types(types) if registered && !types.is_empty() => {
             vec![ChangeConcern::Created, ChangeConcern::Types(types)]
         }
         merged => vec![merged],
-    };
-    let ids: Vec<BatchId> =
-        appended_to.iter().take(SUMMARIES_ANNOUNCED).filter_map(|one| BatchId::new(&one["b:".len()..]).ok()).collect();
-    let summaries =
-        if ids.is_empty() { Vec::new() } else { super::reads::get_summaries(conn, &ids).unwrap_or_default() };
-    (concerns, summaries)
+    }
 }

@@ -4,11 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use autocomp_model::{
-    Agent, BatchId, BatchSummary, BatchType, ChangeInterest, ComponentName, EventType, NewBatch, NewEvent, Outcome,
-    RunHolder, Seq,
-};
-use autocomp_store::{ObjectStore, Woken, open_store};
+use autocomp_model::{Agent, BatchId, BatchType, ChangeInterest, EventType, NewBatch, NewEvent, Outcome, Seq};
+use autocomp_store::{ObjectStore, open_store};
 
 use super::{Fixture, record, register};
 
@@ -142,107 +139,7 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
     record(&writer, "B1", "Checksums_Verified", Outcome::Success).await;
     let committed = Instant::now();
     let (woke, at) = waiter.await.unwrap();
-    assert!(matches!(woke, Woken::Announced { .. }), "the announcement woke it, and no head was read: {woke:?}");
+    assert_eq!(woke, None, "the announcement woke it, and no head was read");
     let delay = at.saturating_duration_since(committed);
     assert!(delay < Duration::from_millis(500), "woke {delay:?} after the commit");
-}
-
-/// Waits from a head this handle reads now until a commit through `writer` (`change`) concerns
-/// `interest`, with the listen connection (the file watch) up: what woke it.
-async fn woken_by<T>(
-    store: &Arc<dyn ObjectStore>,
-    interest: &ChangeInterest,
-    change: impl Future<Output = T>,
-) -> Woken {
-    let seen = store.head().await.unwrap();
-    let waiter = {
-        let (store, interest) = (Arc::clone(store), interest.clone());
-        tokio::spawn(async move { store.wait_for_concerning_change(seen, &interest, Duration::from_secs(20)).await })
-    };
-    change.await;
-    waiter.await.unwrap().unwrap()
-}
-
-/// A wake by `what`, a commit on `batch`: the summary it handed over is the batch as the store
-/// reads it now, to the field (on PostgreSQL the one the commit built in SQL, against the
-/// store's summary read; on SQLite the one read after the commit, through its line).
-async fn announced_as_read(store: &Arc<dyn ObjectStore>, what: &str, batch: &str, woke: Woken) {
-    let Woken::Announced { summaries } = woke else { panic!("{what}: the head was read: {woke:?}") };
-    let now: Vec<BatchSummary> = store.get_summaries(&[BatchId::new(batch).unwrap()]).await.unwrap();
-    assert_eq!(summaries, now, "{what}: the announced summary is the store's");
-}
-
-pub(crate) async fn a_wake_hands_over_the_summaries_its_commits_announced(f: Fixture) {
-    let writer = open_store(&f.url).await.unwrap();
-    let interest = ChangeInterest::Types([EventType::new("Checksums_Verified").unwrap()].into());
-    register_with(&writer, "S.1", "Data_Received").await;
-    // Until the listen connection is up a waiter wakes at any head move, reading the head.
-    let mut listening = false;
-    for _ in 0..50 {
-        let woke = woken_by(&f.store, &interest, record(&writer, "S.1", "Checksums_Verified", Outcome::Failure)).await;
-        if matches!(woke, Woken::Announced { .. }) {
-            listening = true;
-            break;
-        }
-    }
-    assert!(listening, "no announcement ever woke the waiter");
-
-    // A failure, then a success while another component holds an open run, then a success
-    // after a Reset: each announced summary is the batch as the store reads it after the commit,
-    // to the field (the summary the commit built in SQL against the store's summary read).
-    let claim = async {
-        let holder = RunHolder {
-            agent: Agent::new("checker/1.0@host#1").unwrap(),
-            host: "host".into(),
-            pid: 1,
-            claim_key: None,
-            liveness: None,
-        };
-        writer.claim(&BatchId::new("S.1").unwrap(), &ComponentName::new("checker").unwrap(), &holder).await.unwrap();
-        record(&writer, "S.1", "Checksums_Verified", Outcome::Success).await;
-    };
-    let reset = async {
-        let reset = NewEvent::reset(
-            vec![EventType::new("Checksums_Verified").unwrap()],
-            Agent::new("operator:ann").unwrap(),
-            serde_json::json!({"reason": "re-run the check"}),
-        );
-        writer.append_event(&BatchId::new("S.1").unwrap(), reset).await.unwrap();
-    };
-    let failure = record(&writer, "S.1", "Checksums_Verified", Outcome::Failure);
-    let woke = woken_by(&f.store, &interest, failure).await;
-    announced_as_read(&f.store, "a failure", "S.1", woke).await;
-    let woke = woken_by(&f.store, &interest, claim).await;
-    announced_as_read(&f.store, "a success beside an open run", "S.1", woke).await;
-    let woke = woken_by(&f.store, &interest, reset).await;
-    announced_as_read(&f.store, "a reset", "S.1", woke).await;
-
-    // A batch registered with its first event announces its summary too.
-    let woke = woken_by(&f.store, &interest, register_with(&writer, "S2", "Checksums_Verified")).await;
-    announced_as_read(&f.store, "a registration", "S2", woke).await;
-
-    // A summary too long for a PostgreSQL notification (8,000 bytes) is not announced; the
-    // commit still wakes the waiter, which reads the feed. A line of the embedded store's
-    // wake file has no such bound.
-    register(&writer, "S3").await;
-    for i in 0..90 {
-        let kind = format!("Step_Number_{i:03}_Of_A_Long_Pipeline_Whose_Names_Are_Long_Done");
-        writer
-            .append_event(
-                &BatchId::new("S3").unwrap(),
-                NewEvent::new(EventType::new(kind).unwrap(), Outcome::Success, Agent::new("test").unwrap()),
-            )
-            .await
-            .unwrap();
-    }
-    let woke = woken_by(&f.store, &interest, record(&writer, "S3", "Checksums_Verified", Outcome::Success)).await;
-    if f.store.about().await.unwrap().backend == "postgres" {
-        let Woken::Announced { summaries } = woke else { panic!("a long summary: the head was read: {woke:?}") };
-        assert!(
-            summaries.iter().all(|summary| summary.id.as_str() != "S3"),
-            "a summary past a notification's size was announced"
-        );
-    } else {
-        announced_as_read(&f.store, "a long summary", "S3", woke).await;
-    }
 }
