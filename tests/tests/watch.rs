@@ -282,10 +282,26 @@ fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_c
 
 #[test]
 fn a_cron_pass_gets_the_turn_a_busy_watcher_keeps_within_seconds() {
-    // A watcher that keeps finding work keeps its component's turn between passes; a manual
-    // pass of the same component waits for it (poll_lock_timeout, 10 s here) and gets it
-    // when the watcher gives it back, however busy: within about 2 s.
+    // With flock locks, whose waiters poll: the watcher keeps no turn for a while after
+    // giving it back.
+    a_manual_pass_gets_the_turn_a_busy_watcher_keeps(Pipeline::new(PROBE));
+}
+
+#[test]
+fn a_cron_pass_gets_the_turn_a_busy_watcher_keeps_on_zookeeper_without_a_rest() {
+    // With ZooKeeper locks, whose waiters are told at the release: the watcher keeps the
+    // turn again at its next pass, and the waiting manual pass still gets it first.
+    use autocomp_e2e::zk::{Options, ZooKeeper};
+    let zk = ZooKeeper::start(Options::default());
     let pipeline = Pipeline::new(PROBE);
+    pipeline.use_locks(&zk.url("autocomp", "10s"));
+    a_manual_pass_gets_the_turn_a_busy_watcher_keeps(pipeline);
+}
+
+/// A watcher that keeps finding work keeps its component's turn between passes; a manual
+/// pass of the same component waits for it (poll_lock_timeout, 10 s here) and gets it when
+/// the watcher gives it back, however busy: within about 2 s.
+fn a_manual_pass_gets_the_turn_a_busy_watcher_keeps(pipeline: Pipeline) {
     pipeline.configure(&format!("{SLOW_HEARTBEAT}\npoll_lock_timeout = \"10s\""));
     let watcher = start_watcher(&pipeline);
     let manual = pipeline.register_one("M0001", false);

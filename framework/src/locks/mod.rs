@@ -238,6 +238,14 @@ pub trait LockService: Send + Sync {
     /// stored: what `autocomp locks` shows.
     async fn held(&self) -> Result<Vec<HeldLock>, LockError>;
 
+    /// Whether a `try_lock` waiting for a path held elsewhere is told when it is released
+    /// (ZooKeeper: a watch on its node) rather than trying again after a pause (flock,
+    /// PostgreSQL, the default). A watcher giving its component's turn back needs to leave
+    /// the lock free a while only for waiters that poll (`runner/turn.rs`, `RESTS_FOR`).
+    fn waiters_told_at_release(&self) -> bool {
+        false
+    }
+
     /// Whether `path` is held right now, by anyone, read without taking it: a deferring
     /// watcher's check before it looks for work (a read at the lock service instead of the
     /// store's). A dead holder's path reads free within the bound its locks are freed in

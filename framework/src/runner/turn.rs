@@ -7,9 +7,11 @@
 //! `KEPT_IDLE` or held for `KEPT_AT_MOST`, between passes or beside a pass's work (slow work
 //! does not hold it): off every batch's path. A pass that fills its room gives the turn back
 //! at once, so under a backlog the component's other processes take turns as before; after
-//! `KEPT_AT_MOST` the watcher keeps no turn for `RESTS_FOR`, its passes taking and giving
-//! back the lock around their claims as a cron pass does, so another process's pass (a manual
-//! run, a cron pass) that polls for the lock finds it free: it waits about `KEPT_AT_MOST`.
+//! `KEPT_AT_MOST` the watcher keeps no turn for `RESTS_FOR` where waiters poll (flock,
+//! PostgreSQL), its passes taking and giving back the lock around their claims as a cron pass
+//! does, so another process's pass (a manual run, a cron pass) that polls for the lock finds
+//! it free: it waits about `KEPT_AT_MOST`. A ZooKeeper waiter is told at the release, and
+//! takes the lock before the watcher's next pass: no rest there.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +31,7 @@ pub(super) const KEPT_AT_MOST: Duration = Duration::from_secs(2);
 /// to the watcher's next pass: three of the slowest waiter's tries. While resting, each pass
 /// takes and gives back the lock, two lock-service writes on its path; a second's rest in
 /// every three put a third of a trickle's passes there (BENCHMARKS.md).
-pub(super) const RESTS_FOR: Duration = Duration::from_millis(300);
+pub(crate) const RESTS_FOR: Duration = Duration::from_millis(300);
 
 /// The component's poll lock as a pass holds it, and since when it was taken.
 pub(super) struct TurnLock {
@@ -57,6 +59,9 @@ pub(super) enum Taken {
 pub(super) struct KeptTurn {
     /// Set once the runner serves a watcher.
     enabled: AtomicBool,
+    /// How long no turn is kept after one held `KEPT_AT_MOST`: `RESTS_FOR`, or nothing where
+    /// waiters are told at the release.
+    rests_for: Mutex<Duration>,
     kept: Mutex<Option<Kept>>,
     /// Until when no turn is kept, after one held `KEPT_AT_MOST`.
     resting_until: Mutex<Option<Instant>>,
@@ -69,8 +74,10 @@ struct Kept {
 }
 
 impl KeptTurn {
-    /// From now on a pass that left nothing behind keeps the turn.
-    pub(super) fn enable(&self) {
+    /// From now on a pass that left nothing behind keeps the turn; after one held
+    /// `KEPT_AT_MOST`, none is kept for `rests_for`.
+    pub(super) fn enable(&self, rests_for: Duration) {
+        *self.rests_for.lock().expect("the rest's mutex") = rests_for;
         self.enabled.store(true, Ordering::Relaxed);
     }
 
@@ -108,12 +115,13 @@ impl KeptTurn {
         }
         let kept = kept.take()?;
         if kept.turn.taken.elapsed() >= KEPT_AT_MOST {
-            *self.resting_until.lock().expect("the resting mutex") = Some(Instant::now() + RESTS_FOR);
+            let rests_for = *self.rests_for.lock().expect("the rest's mutex");
+            *self.resting_until.lock().expect("the resting mutex") = Some(Instant::now() + rests_for);
         }
         Some(kept.turn)
     }
 
-    /// Whether turns are not kept now (`RESTS_FOR` after one held `KEPT_AT_MOST`).
+    /// Whether turns are not kept now (`rests_for` after one held `KEPT_AT_MOST`).
     fn resting(&self) -> bool {
         self.resting_until.lock().expect("the resting mutex").is_some_and(|until| Instant::now() < until)
     }

@@ -237,6 +237,10 @@ impl LockService for CountingLocks {
         answer
     }
 
+    fn waiters_told_at_release(&self) -> bool {
+        self.inner.waiters_told_at_release()
+    }
+
     async fn try_lock_many(
         &self,
         paths: &[LockPath],

@@ -214,6 +214,11 @@ impl LockService for ZkLocks {
         }
     }
 
+    /// A waiting `try_lock` watches the node and tries again when it is deleted.
+    fn waiters_told_at_release(&self) -> bool {
+        true
+    }
+
     /// An ephemeral node is there: one read at the server the session is connected to (no
     /// `sync`: a stale answer only moves a deferring watcher's look to its next retry, or lets
     /// it look once for nothing). A node that is no session's is not a lock at all: `None`, so
