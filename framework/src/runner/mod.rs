@@ -471,8 +471,7 @@ impl<C: Component> Runner<C> {
     /// From now on a pass that claims all it finds keeps the component's turn for the next
     /// one (a watcher; `turn`).
     pub(crate) fn keep_turns(&self) {
-        let polled = !self.pipeline.locks.waiters_told_at_release();
-        self.turn.enable(if polled { turn::RESTS_FOR } else { std::time::Duration::ZERO });
+        self.turn.enable(self.pipeline.locks.waiters_told_at_release());
     }
 
     /// Gives back the kept turn once it is due (idle or held long enough), or whatever its

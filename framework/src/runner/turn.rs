@@ -13,8 +13,7 @@
 //! it free: it waits about `KEPT_AT_MOST`. A ZooKeeper waiter is told at the release, and
 //! takes the lock before the watcher's next pass: no rest there.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::locks::{Lock, SessionState};
@@ -25,13 +24,13 @@ pub(super) const KEPT_IDLE: Duration = Duration::from_millis(500);
 /// A turn is given back after this long however busy its holder is, so a manual pass or
 /// another process's pass waits for it about this long at most.
 pub(super) const KEPT_AT_MOST: Duration = Duration::from_secs(2);
-/// After a turn held `KEPT_AT_MOST`, no turn is kept for this long: the lock is free but for
-/// the claims, so a waiter that polls for it (flock every 20 ms, a PostgreSQL lock every
-/// 20-100 ms; a ZooKeeper waiter is told at the release) gets it rather than losing every race
-/// to the watcher's next pass: three of the slowest waiter's tries. While resting, each pass
+/// After a turn held `KEPT_AT_MOST`, no turn is kept for this long where waiters poll: the
+/// lock is free but for the claims, so a waiter that polls for it (flock every 20 ms, a
+/// PostgreSQL lock every 20-100 ms) gets it rather than losing every race to the watcher's
+/// next pass: three of the slowest waiter's tries. While resting, each pass
 /// takes and gives back the lock, two lock-service writes on its path; a second's rest in
 /// every three put a third of a trickle's passes there (BENCHMARKS.md).
-pub(crate) const RESTS_FOR: Duration = Duration::from_millis(300);
+pub(super) const RESTS_FOR: Duration = Duration::from_millis(300);
 
 /// The component's poll lock as a pass holds it, and since when it was taken.
 pub(super) struct TurnLock {
@@ -57,11 +56,10 @@ pub(super) enum Taken {
 /// The turn a watcher keeps between passes (none for a cron pass, which exits).
 #[derive(Default)]
 pub(super) struct KeptTurn {
-    /// Set once the runner serves a watcher.
-    enabled: AtomicBool,
-    /// How long no turn is kept after one held `KEPT_AT_MOST`: `RESTS_FOR`, or nothing where
-    /// waiters are told at the release.
-    rests_for: Mutex<Duration>,
+    /// Set once the runner serves a watcher (turns are kept from then on): how long no turn
+    /// is kept after one held `KEPT_AT_MOST`, `RESTS_FOR` or nothing where waiters are told
+    /// at the release.
+    rests_for: OnceLock<Duration>,
     kept: Mutex<Option<Kept>>,
     /// Until when no turn is kept, after one held `KEPT_AT_MOST`.
     resting_until: Mutex<Option<Instant>>,
@@ -75,10 +73,10 @@ struct Kept {
 
 impl KeptTurn {
     /// From now on a pass that left nothing behind keeps the turn; after one held
-    /// `KEPT_AT_MOST`, none is kept for `rests_for`.
-    pub(super) fn enable(&self, rests_for: Duration) {
-        *self.rests_for.lock().expect("the rest's mutex") = rests_for;
-        self.enabled.store(true, Ordering::Relaxed);
+    /// `KEPT_AT_MOST`, none is kept for `RESTS_FOR`, unless the lock service's waiters are
+    /// told at the release (`LockService::waiters_told_at_release`).
+    pub(super) fn enable(&self, waiters_told_at_release: bool) {
+        let _ = self.rests_for.set(if waiters_told_at_release { Duration::ZERO } else { RESTS_FOR });
     }
 
     /// The kept turn, taken out for the next pass (`Reuse`) if the lock session is connected;
@@ -97,7 +95,7 @@ impl KeptTurn {
     /// After a pass's claims: keeps the turn if this runner keeps turns and the pass claimed
     /// less than it had room for (`caught_up`); else hands it back to be released.
     pub(super) fn keep_or_return(&self, turn: TurnLock, caught_up: bool) -> Option<TurnLock> {
-        if !self.enabled.load(Ordering::Relaxed) || !caught_up || self.resting() {
+        if self.rests_for.get().is_none() || !caught_up || self.resting() {
             return Some(turn);
         }
         let mut kept = self.kept.lock().expect("the kept turn's mutex");
@@ -115,7 +113,7 @@ impl KeptTurn {
         }
         let kept = kept.take()?;
         if kept.turn.taken.elapsed() >= KEPT_AT_MOST {
-            let rests_for = *self.rests_for.lock().expect("the rest's mutex");
+            let rests_for = self.rests_for.get().copied().unwrap_or(RESTS_FOR);
             *self.resting_until.lock().expect("the resting mutex") = Some(Instant::now() + rests_for);
         }
         Some(kept.turn)
