@@ -206,11 +206,11 @@ impl BatchStore for SqliteBackend {
         })
     }
 
-    /// Sleeps until the store file is written (a file watch; any process's commit), then
-    /// reads the head; polls every 50 ms where the file cannot be watched, and every
-    /// `WATCHING_POLL` anyway. A commit writes its WAL frames before it becomes visible
-    /// (the WAL index is shared memory, which no notification reports), so a wake that finds
-    /// the head unmoved looks again soon, backing off, for `SETTLE_FOR`.
+    /// Sleeps until a commit is announced in `<store>-wake` (a file watch; any process's
+    /// commit), then reads the head; polls every 50 ms where the file cannot be watched, and
+    /// every `WATCHING_POLL` anyway. A wake that finds the head unmoved (an announcement read
+    /// before its commit's WAL index update reached this process's view) looks again soon,
+    /// backing off, for `SETTLE_FOR`.
     async fn wait_for_change(&self, since: Seq, timeout: Duration) -> StoreResult<Seq> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut wakes = self.wakes.wakes();

@@ -37,7 +37,7 @@ pub use schema::LATEST_VERSION;
 /// How often a waiter woken by file notifications still reads the head, in case one is
 /// missed (a file system that does not deliver them for another host's writes).
 const WATCHING_POLL: Duration = Duration::from_secs(2);
-/// How long after a file notification a waiter keeps looking for the commit it announced.
+/// How long after an announcement a waiter keeps looking for the commit it announced.
 const SETTLE_FOR: Duration = Duration::from_secs(1);
 
 /// SQLite's `synchronous` setting, the durability/speed trade-off of a commit in WAL mode.

@@ -1,12 +1,16 @@
-//! Pushed wake-ups for an embedded store: a file watch (inotify on Linux) on the store file's
-//! directory, so a commit by any process on the host wakes the waiters in `wait_for_change`
-//! at once instead of at their next poll. A commit writes its WAL frames before it becomes
-//! visible (the WAL index is shared memory, which no notification reports), so after each
-//! write it commits a handle also appends a line to `<store>-wake`: the notification waiters
-//! can trust to come after the change is there to read. The line says whom the commit
-//! concerns (`ChangeConcern::to_payload`, what the connection's temporary triggers collected
-//! while it wrote: `track_concerns`), so `wait_for_change_concerning` wakes a waiter only for
-//! commits that concern it.
+//! Pushed wake-ups for an embedded store: a file watch (inotify on Linux) on `<store>-wake`,
+//! so a commit by any process on the host wakes the waiters at once instead of at their next
+//! poll. A commit writes its WAL frames before it becomes visible (the WAL index is shared
+//! memory, which no notification reports), so after each write it commits a handle appends a
+//! line to `<store>-wake`: the notification waiters can trust to come after the change is
+//! there to read. The line says whom the commit concerns (`ChangeConcern::to_payload`, what
+//! the connection's temporary triggers collected while it wrote: `track_concerns`), so
+//! `wait_for_change_concerning` wakes a waiter only for commits that concern it.
+//!
+//! Only that file is watched, and its readers keep it open: a watch on the directory woke
+//! every waiting process for every WAL frame any commit wrote and every open of the wake file
+//! (each process's reader opened it at every line), a herd of wake-ups on the host's cores at
+//! the moment the next stage should run.
 
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
@@ -24,8 +28,9 @@ use autocomp_model::{ChangeConcern, Seq};
 pub(super) struct FileWakes {
     path: PathBuf,
     wakes: watch::Sender<u64>,
-    /// The directory is watched: a commit from now on wakes the waiters.
-    watching: AtomicBool,
+    /// `<store>-wake` is watched: a commit from now on wakes the waiters. Cleared for good
+    /// when the file is removed or renamed under the watch (waiters poll from then on).
+    watching: Arc<AtomicBool>,
     /// Set at the first waiter: the watch is started once, and a failed start not retried.
     started: AtomicBool,
     watcher: Mutex<Option<RecommendedWatcher>>,
@@ -43,19 +48,19 @@ const WAKE_FILE_MAX: u64 = 256 * 1024;
 /// A waiter's view of the wake-ups.
 pub(super) struct Wakes {
     receiver: watch::Receiver<u64>,
-    watching: bool,
+    watching: Arc<AtomicBool>,
 }
 
 impl Wakes {
     /// Whether a commit after this call wakes `changed` (else the waiter must poll).
     pub(super) fn watching(&mut self) -> bool {
         self.receiver.borrow_and_update();
-        self.watching
+        self.watching.load(Ordering::SeqCst)
     }
 
     /// Resolves at the next wake-up after the last `watching` call.
     pub(super) async fn changed(&mut self) {
-        if !self.watching || self.receiver.changed().await.is_err() {
+        if !self.watching.load(Ordering::SeqCst) || self.receiver.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -67,7 +72,7 @@ impl FileWakes {
         Self {
             path: path.to_path_buf(),
             wakes,
-            watching: AtomicBool::new(false),
+            watching: Arc::new(AtomicBool::new(false)),
             started: AtomicBool::new(false),
             watcher: Mutex::new(None),
             announcer: Mutex::new(None),
@@ -108,7 +113,7 @@ impl FileWakes {
                 }
             }
         }
-        Wakes { receiver, watching: self.watching.load(Ordering::SeqCst) }
+        Wakes { receiver, watching: Arc::clone(&self.watching) }
     }
 
     /// After a commit: one line appended to `<store>-wake` saying whom it concerns (no sync:
@@ -143,35 +148,36 @@ impl FileWakes {
     }
 
     fn watch(&self) -> notify::Result<RecommendedWatcher> {
-        let directory = match self.path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        // The store file and its `-wal`/`-shm` companions; other files in the directory
-        // (an index, logs) are not the store moving.
-        let name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        let wakes = self.wakes.clone();
-        // From the file's length now: what was announced before the watch is not news.
-        let mut lines = WakeLines::from_end_of(self.wake_file());
-        let history = Arc::clone(&self.history);
+        let path = self.wake_file();
+        // Created if no writer has announced yet (private, as the announcer makes it), so
+        // there is a file to watch; what it holds now is not news.
+        let mut open = std::fs::OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        open.create(true).append(true).open(&path).map_err(notify::Error::io)?;
+        let mut lines = WakeLines::from_end_of(path.clone());
+        let (wakes, history, watching) = (self.wakes.clone(), Arc::clone(&self.history), Arc::clone(&self.watching));
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
-            if !matches!(event.kind, EventKind::Modify(_) | EventKind::Create(_) | EventKind::Any) {
-                return;
-            }
-            let ours = event.paths.iter().any(|path| {
-                path.file_name().is_some_and(|file| file.as_encoded_bytes().starts_with(name.as_encoded_bytes()))
-            });
-            if ours {
-                if event.paths.iter().any(|path| path.file_name() == lines.path.file_name()) {
-                    for concern in lines.read_new() {
-                        history.push(concern);
-                    }
+            use notify::event::ModifyKind;
+            let gone = match event.kind {
+                EventKind::Modify(ModifyKind::Name(_)) | EventKind::Remove(_) => true,
+                // Unlinked while a reader holds it open: the inode lives on, and only its
+                // link count says so (a writer started later makes a new file, unwatched).
+                EventKind::Modify(ModifyKind::Metadata(_)) => !lines.path.exists(),
+                EventKind::Modify(_) | EventKind::Any => false,
+                _ => return,
+            };
+            if !gone {
+                for concern in lines.read_new() {
+                    history.push(concern);
                 }
-                wakes.send_modify(|n| *n = n.wrapping_add(1));
+            } else if watching.swap(false, Ordering::SeqCst) {
+                // Whatever is announced from now on is not heard: one gap, for good.
+                history.push(ChangeConcern::Everyone);
             }
+            wakes.send_modify(|n| *n = n.wrapping_add(1));
         })?;
-        watcher.watch(&directory, RecursiveMode::NonRecursive)?;
+        watcher.watch(&path, RecursiveMode::NonRecursive)?;
         Ok(watcher)
     }
 }
@@ -179,9 +185,11 @@ impl FileWakes {
 /// Shared by a handle's clones.
 pub(super) type SharedWakes = Arc<FileWakes>;
 
-/// Reads the lines appended to `<store>-wake` since the last read.
+/// Reads the lines appended to `<store>-wake` since the last read, through one open file.
 struct WakeLines {
     path: PathBuf,
+    /// Kept open: an open is an event for every watch on the file.
+    file: Option<std::fs::File>,
     offset: u64,
     /// The start of a line not yet whole.
     partial: Vec<u8>,
@@ -190,7 +198,7 @@ struct WakeLines {
 impl WakeLines {
     fn from_end_of(path: PathBuf) -> Self {
         let offset = std::fs::metadata(&path).map_or(0, |meta| meta.len());
-        Self { path, offset, partial: Vec::new() }
+        Self { path, file: None, offset, partial: Vec::new() }
     }
 
     /// Whom the commits announced since the last read concern. Whatever cannot be read
@@ -199,14 +207,20 @@ impl WakeLines {
     fn read_new(&mut self) -> Vec<ChangeConcern> {
         let mut concerns = Vec::new();
         let mut appended = Vec::new();
-        let read = std::fs::File::open(&self.path).and_then(|mut file| {
+        let file = match self.file.take() {
+            Some(file) => Ok(file),
+            None => std::fs::File::open(&self.path),
+        };
+        let read = file.and_then(|mut file| {
             if file.metadata()?.len() < self.offset {
                 concerns.push(ChangeConcern::Everyone);
                 self.offset = 0;
                 self.partial.clear();
             }
             file.seek(std::io::SeekFrom::Start(self.offset))?;
-            file.read_to_end(&mut appended)
+            let length = file.read_to_end(&mut appended)?;
+            self.file = Some(file);
+            Ok(length)
         });
         match read {
             Ok(length) => self.offset += length as u64,
@@ -276,5 +290,55 @@ pub(super) fn take_concerns(conn: &Connection) -> Vec<ChangeConcern> {
             vec![ChangeConcern::Created, ChangeConcern::Types(types)]
         }
         merged => vec![merged],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what} within 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SQLite's own writes beside the store (its WAL frames), another file in the directory
+    /// and a reader opening `<store>-wake` wake nobody; each announcement wakes once.
+    #[tokio::test]
+    async fn only_an_announced_commit_wakes_the_watch() {
+        let dir = tempfile::tempdir().unwrap();
+        let wakes = FileWakes::new(&dir.path().join("store.db"));
+        let mut waiter = wakes.wakes();
+        assert!(waiter.watching());
+        std::fs::write(dir.path().join("store.db-wal"), b"frames").unwrap();
+        std::fs::write(dir.path().join("index.db"), b"elsewhere").unwrap();
+        drop(std::fs::File::open(wakes.wake_file()).unwrap());
+        wakes.announce(&[ChangeConcern::Created]);
+        until("the announcement read", || wakes.history.mark() == 1);
+        assert_eq!(*waiter.receiver.borrow(), 1, "one wake-up: the announcement's");
+        wakes.announce(&[ChangeConcern::Everyone]);
+        until("the second announcement read", || wakes.history.mark() == 2);
+        assert_eq!(*waiter.receiver.borrow(), 2);
+    }
+
+    /// The wake file removed under the watch (an operator's mistake: the restore removes it
+    /// with the components stopped): its waiters wake, and poll from then on.
+    #[tokio::test]
+    async fn a_removed_wake_file_leaves_the_waiters_polling() {
+        let dir = tempfile::tempdir().unwrap();
+        let wakes = FileWakes::new(&dir.path().join("store.db"));
+        let mut waiter = wakes.wakes();
+        assert!(waiter.watching() && wakes.mark().is_some());
+        // Announced and read first: the reader and the announcer hold the file open.
+        wakes.announce(&[ChangeConcern::Created]);
+        until("the announcement read", || wakes.history.mark() == 1);
+        std::fs::remove_file(wakes.wake_file()).unwrap();
+        until("the waiter told", || !waiter.watching());
+        assert!(wakes.mark().is_none(), "no head read is vouched for by announcements any more");
+        assert_eq!(wakes.history.mark(), 2, "the gap is one entry concerning everyone");
     }
 }
