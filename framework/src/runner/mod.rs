@@ -432,12 +432,16 @@ impl<C: Component> Runner<C> {
             Some(turn::Taken::Release(kept)) => release_quietly(kept.lock).await,
             None => {}
         }
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            _ = self.turn.given_back(turn::GIVEN_BACK_WITHIN) => {}
+            _ = stop_requested(&mut shutdown) => return Ok(None),
+        }
         let poll_path = LockPath::Poll(self.name.clone());
         let wait = match selection {
             Selection::Offered(..) => std::time::Duration::ZERO,
             Selection::Ready | Selection::Batch { .. } => self.config.poll_lock_timeout,
         };
-        let mut shutdown = self.shutdown.clone();
         let poll_lock = tokio::select! {
             lock = self.pipeline.locks.try_lock(&poll_path, holder, wait) => lock?,
             _ = stop_requested(&mut shutdown) => return Ok(None),
@@ -461,7 +465,7 @@ impl<C: Component> Runner<C> {
                 _ = tokio::time::sleep(due) => {
                     if let Some(turn) = self.turn.expired(false) {
                         debug!("giving the component's turn back beside the work");
-                        tokio::spawn(release_quietly(turn.lock));
+                        self.turn.giving_back(tokio::spawn(release_quietly(turn.lock)));
                     }
                 }
             }

@@ -32,6 +32,10 @@ pub(super) const KEPT_AT_MOST: Duration = Duration::from_secs(2);
 /// every three put a third of a trickle's passes there (BENCHMARKS.md).
 pub(super) const RESTS_FOR: Duration = Duration::from_millis(300);
 
+/// How long a pass waits for the turn its watcher is giving back beside the work (a release
+/// over a connected ZooKeeper takes a few milliseconds) before it asks for the turn anyway.
+pub(super) const GIVEN_BACK_WITHIN: Duration = Duration::from_secs(1);
+
 /// The component's poll lock as a pass holds it, and since when it was taken.
 pub(super) struct TurnLock {
     pub(super) lock: Box<dyn Lock>,
@@ -63,6 +67,9 @@ pub(super) struct KeptTurn {
     kept: Mutex<Option<Kept>>,
     /// Until when no turn is kept, after one held `KEPT_AT_MOST`.
     resting_until: Mutex<Option<Instant>>,
+    /// The release of a turn given back beside a pass's work (a task of its own), until the
+    /// next pass has waited for it.
+    giving_back: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 struct Kept {
@@ -119,6 +126,22 @@ impl KeptTurn {
         Some(kept.turn)
     }
 
+    /// The release of a turn given back beside the work, running in its own task.
+    pub(super) fn giving_back(&self, release: tokio::task::JoinHandle<()>) {
+        *self.giving_back.lock().expect("the giving-back mutex") = Some(release);
+    }
+
+    /// Waits, `within` at most, for the turn this watcher is giving back beside its work:
+    /// until the release is done the lock service holds the turn for this watcher, and a pass
+    /// that asked for it then found it held and deferred to itself (a quarter of a second and
+    /// more; the p99 of a trickle over ZooKeeper, BENCHMARKS.md).
+    pub(super) async fn given_back(&self, within: Duration) {
+        let release = self.giving_back.lock().expect("the giving-back mutex").take();
+        if let Some(release) = release {
+            let _ = tokio::time::timeout(within, release).await;
+        }
+    }
+
     /// Whether turns are not kept now (`rests_for` after one held `KEPT_AT_MOST`).
     fn resting(&self) -> bool {
         self.resting_until.lock().expect("the resting mutex").is_some_and(|until| Instant::now() < until)
@@ -133,5 +156,36 @@ impl KeptTurn {
         let idle_left = KEPT_IDLE.saturating_sub(kept.used.elapsed());
         let age_left = KEPT_AT_MOST.saturating_sub(kept.turn.taken.elapsed());
         idle_left.min(age_left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pass_waits_for_the_turn_its_watcher_is_giving_back_and_no_longer_than_it_may() {
+        let turn = KeptTurn::default();
+        // Nothing given back: no wait.
+        tokio::time::timeout(Duration::from_secs(5), turn.given_back(GIVEN_BACK_WITHIN)).await.unwrap();
+
+        let (done, released) = tokio::sync::oneshot::channel::<()>();
+        turn.giving_back(tokio::spawn(async move {
+            let _ = released.await;
+        }));
+        let mut waiting = std::pin::pin!(turn.given_back(GIVEN_BACK_WITHIN));
+        let early = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
+        assert!(early.is_err(), "the release is still under way: the pass waits");
+        done.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("waited for the release, then on");
+
+        // A release that does not end (a silent lock service) holds the pass `within` only.
+        turn.giving_back(tokio::spawn(std::future::pending::<()>()));
+        let started = Instant::now();
+        turn.given_back(Duration::from_millis(50)).await;
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        tokio::time::timeout(Duration::from_secs(5), turn.given_back(GIVEN_BACK_WITHIN))
+            .await
+            .expect("waited once: the next pass does not wait again");
     }
 }

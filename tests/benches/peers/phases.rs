@@ -1,7 +1,7 @@
 //! Where an autocomp stage's time goes in the trickle (`AUTOCOMP_BENCH_PHASES=1`): each
 //! watcher logs its passes' phases and its idle wake-ups on the `autocomp::phases` target
 //! (debug), the bench reads the lines its workers wrote during the trickle and prints, per
-//! stage, p50 / p90 of each phase of a pass, and the idle wake-ups per batch worked.
+//! stage, p50 / p90 / p99 of each phase of a pass, and the idle wake-ups per batch worked.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -69,12 +69,12 @@ impl Window {
         let stages: Vec<(String, Stage)> =
             self.logs.iter().map(|(stage, log, from)| (stage.clone(), Stage::read(log, *from))).collect();
         println!(
-            "phases of {system}'s passes that took up work in the trickle, p50 / p90 ms per pass \
+            "phases of {system}'s passes that took up work in the trickle, p50 / p90 / p99 ms per pass \
              (work, append and release per batch: a pass's batches run in parallel):"
         );
         let mut header = format!("  {:<14}", "phase");
         for (stage, _) in &stages {
-            header.push_str(&format!(" {stage:>17}"));
+            header.push_str(&format!(" {stage:>24}"));
         }
         println!("{header}");
         for phase in PHASES {
@@ -84,9 +84,14 @@ impl Window {
                 took.sort();
                 let cell = match took.is_empty() {
                     true => "-".to_owned(),
-                    false => format!("{:.2} / {:.2}", ms(percentile(&took, 0.5)), ms(percentile(&took, 0.9))),
+                    false => format!(
+                        "{:.2} / {:.2} / {:.2}",
+                        ms(percentile(&took, 0.5)),
+                        ms(percentile(&took, 0.9)),
+                        ms(percentile(&took, 0.99))
+                    ),
                 };
-                row.push_str(&format!(" {cell:>17}"));
+                row.push_str(&format!(" {cell:>24}"));
             }
             println!("{row}");
         }
@@ -98,7 +103,7 @@ impl Window {
         for (what, cell) in rows {
             let mut row = format!("  {what:<14}");
             for (_, stage) in &stages {
-                row.push_str(&format!(" {:>17}", cell(stage)));
+                row.push_str(&format!(" {:>24}", cell(stage)));
             }
             println!("{row}");
         }
