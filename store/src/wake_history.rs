@@ -80,6 +80,15 @@ impl WakeHistory {
         self.pushed.send_replace(next);
     }
 
+    /// The announcements stopped (a listen connection lost, a wake file removed): one gap
+    /// entry wakes every waiter, and the heads read so far vouch for nothing any more. A
+    /// waiter from such a head must read the head again rather than find the gap again at
+    /// each wait, which made it look without pause until the head moved.
+    pub(crate) fn announcements_stopped(&self) {
+        self.state().heads.clear();
+        self.push(ChangeConcern::Everyone);
+    }
+
     /// The number the next entry will have: take it before a head read.
     pub(crate) fn mark(&self) -> u64 {
         self.state().next()
@@ -275,6 +284,27 @@ mod tests {
         assert!(started.elapsed() < LONG / 2, "woke at the concerning commit");
         store.commit(ChangeConcern::Everyone);
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(9), "everyone wakes at once");
+    }
+
+    /// Announcements that stop wake the waiters once; a waiter from a head read before then
+    /// polls the head instead of waking again at each wait (it looked without pause).
+    #[tokio::test]
+    async fn a_waiter_from_before_announcements_stopped_polls_instead_of_waking_at_once() {
+        let store = Fake::new();
+        let interest = ChangeInterest::Types(types(&["A_Done"]));
+        let seen = store.head().await.unwrap();
+        store.history.announcements_stopped();
+        let mut waiting = Waiting {
+            history: &store.history,
+            complete: || false,
+            read_head: || store.head(),
+            poll_complete: Duration::from_millis(100),
+            poll_incomplete: Duration::from_millis(25),
+        };
+        let started = tokio::time::Instant::now();
+        let answer = waiting.concerning_or_announced(seen, &interest, QUIET).await.unwrap();
+        assert_eq!(answer, Some(seen), "timed out at the unmoved head");
+        assert!(started.elapsed() >= QUIET, "polled until the timeout, woke after {:?}", started.elapsed());
     }
 
     #[tokio::test]

@@ -39,7 +39,11 @@ struct Shared {
 impl Shared {
     fn set_listening(&self, now: bool) {
         if self.listening.swap(now, Ordering::SeqCst) != now {
-            self.history.push(ChangeConcern::Everyone);
+            if now {
+                self.history.push(ChangeConcern::Everyone);
+            } else {
+                self.history.announcements_stopped();
+            }
         }
     }
 }

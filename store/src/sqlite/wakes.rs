@@ -60,7 +60,8 @@ impl Wakes {
 
     /// Resolves at the next wake-up after the last `watching` call.
     pub(super) async fn changed(&mut self) {
-        if !self.watching.load(Ordering::SeqCst) || self.receiver.changed().await.is_err() {
+        // Not watching, nothing sends (but the removal that ended the watch, which must wake).
+        if self.receiver.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -122,6 +123,15 @@ impl FileWakes {
     pub(super) fn announce(&self, concerns: &[ChangeConcern]) {
         use std::io::Write;
         let mut announcer = self.announcer.lock().unwrap_or_else(|p| p.into_inner());
+        let removed = announcer.as_ref().and_then(Option::as_ref).is_some_and(|file| {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().is_ok_and(|meta| meta.nlink() == 0)
+        });
+        if removed {
+            // Removed under it: announce in the file that has the name now, which the
+            // processes started since watch.
+            *announcer = None;
+        }
         let file = announcer.get_or_insert_with(|| {
             let path = self.wake_file();
             // Private whatever the umask, like the store file beside it.
@@ -163,7 +173,7 @@ impl FileWakes {
                 EventKind::Modify(ModifyKind::Name(_)) | EventKind::Remove(_) => true,
                 // Unlinked while a reader holds it open: the inode lives on, and only its
                 // link count says so (a writer started later makes a new file, unwatched).
-                EventKind::Modify(ModifyKind::Metadata(_)) => !lines.path.exists(),
+                EventKind::Modify(ModifyKind::Metadata(_)) => lines.unlinked(),
                 EventKind::Modify(_) | EventKind::Any => false,
                 _ => return,
             };
@@ -173,7 +183,7 @@ impl FileWakes {
                 }
             } else if watching.swap(false, Ordering::SeqCst) {
                 // Whatever is announced from now on is not heard: one gap, for good.
-                history.push(ChangeConcern::Everyone);
+                history.announcements_stopped();
             }
             wakes.send_modify(|n| *n = n.wrapping_add(1));
         })?;
@@ -199,6 +209,16 @@ impl WakeLines {
     fn from_end_of(path: PathBuf) -> Self {
         let offset = std::fs::metadata(&path).map_or(0, |meta| meta.len());
         Self { path, file: None, offset, partial: Vec::new() }
+    }
+
+    /// Whether the file read is no longer `<store>-wake`: unlinked (its link count, read
+    /// through the open file, as a replacement at the same path does not fool it).
+    fn unlinked(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match &self.file {
+            Some(file) => file.metadata().map_or(true, |meta| meta.nlink() == 0),
+            None => !self.path.exists(),
+        }
     }
 
     /// Whom the commits announced since the last read concern. Whatever cannot be read
@@ -340,5 +360,9 @@ mod tests {
         until("the waiter told", || !waiter.watching());
         assert!(wakes.mark().is_none(), "no head read is vouched for by announcements any more");
         assert_eq!(wakes.history.mark(), 2, "the gap is one entry concerning everyone");
+        // Its announcer writes to the file that has the name now, where a process started
+        // since watches, not to the one removed.
+        wakes.announce(&[ChangeConcern::Everyone]);
+        assert_eq!(std::fs::read_to_string(wakes.wake_file()).unwrap(), "*\n");
     }
 }
