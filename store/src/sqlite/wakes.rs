@@ -123,30 +123,31 @@ impl FileWakes {
     pub(super) fn announce(&self, concerns: &[ChangeConcern]) {
         use std::io::Write;
         let mut announcer = self.announcer.lock().unwrap_or_else(|p| p.into_inner());
-        let removed = announcer.as_ref().and_then(Option::as_ref).is_some_and(|file| {
+        // One look at the file a commit: removed under it (announce in the file that has the
+        // name now, which the processes started since watch), or grown past its bound.
+        let (mut removed, mut full) = (false, false);
+        if let Some(Some(file)) = announcer.as_ref() {
             use std::os::unix::fs::MetadataExt;
-            file.metadata().is_ok_and(|meta| meta.nlink() == 0)
-        });
+            if let Ok(meta) = file.metadata() {
+                (removed, full) = (meta.nlink() == 0, meta.len() > WAKE_FILE_MAX);
+            }
+        }
         if removed {
-            // Removed under it: announce in the file that has the name now, which the
-            // processes started since watch.
             *announcer = None;
         }
+        let opened_now = announcer.is_none();
         let file = announcer.get_or_insert_with(|| {
             let path = self.wake_file();
-            // Private whatever the umask, like the store file beside it.
-            let mut open = std::fs::OpenOptions::new();
-            std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
-            match open.create(true).append(true).open(&path) {
+            match open_wake_file(&path) {
                 Ok(file) => Some(file),
                 Err(error) => {
-                    tracing::debug!(file = %std::path::Path::new(&path).display(), "cannot announce commits: {error}");
+                    tracing::debug!(file = %path.display(), "cannot announce commits: {error}");
                     None
                 }
             }
         });
         if let Some(file) = file {
-            if file.metadata().is_ok_and(|meta| meta.len() > WAKE_FILE_MAX) {
+            if (full && !removed) || (opened_now && file.metadata().is_ok_and(|meta| meta.len() > WAKE_FILE_MAX)) {
                 let _ = file.set_len(0);
             }
             // One write of the whole line: appends of concurrent writers do not interleave.
@@ -161,9 +162,7 @@ impl FileWakes {
         let path = self.wake_file();
         // Created if no writer has announced yet (private, as the announcer makes it), so
         // there is a file to watch; what it holds now is not news.
-        let mut open = std::fs::OpenOptions::new();
-        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
-        open.create(true).append(true).open(&path).map_err(notify::Error::io)?;
+        open_wake_file(&path).map_err(notify::Error::io)?;
         let mut lines = WakeLines::from_end_of(path.clone());
         let (wakes, history, watching) = (self.wakes.clone(), Arc::clone(&self.history), Arc::clone(&self.watching));
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -190,6 +189,14 @@ impl FileWakes {
         watcher.watch(&path, RecursiveMode::NonRecursive)?;
         Ok(watcher)
     }
+}
+
+/// `<store>-wake` opened to append, created if missing: private whatever the umask, like the
+/// store file beside it.
+fn open_wake_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut open = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    open.create(true).append(true).open(path)
 }
 
 /// Shared by a handle's clones.
