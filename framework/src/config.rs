@@ -126,7 +126,8 @@ pub struct ComponentConfig {
     #[serde(with = "duration_text")]
     pub max_runtime: Duration,
     /// How long a pass waits for the poll lock before it leaves the pass to whoever holds it
-    /// (exit 3). A watcher's pass over what it was offered does not wait (it looks again).
+    /// (exit 3). A watcher's passes (its heartbeat's too) do not wait: it defers and looks
+    /// again.
     #[serde(with = "duration_text")]
     pub poll_lock_timeout: Duration,
     /// How long a pass waits for a batch's lock before it skips the batch as taken.

@@ -503,3 +503,60 @@ fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_tur
     let finished = finish(watcher, Duration::from_secs(30));
     assert_eq!(finished.code, Some(0), "{}", finished.show());
 }
+
+/// A watcher's heartbeat pass that finds its component's turn held defers as its other
+/// passes do, however long `poll_lock_timeout` is: over PostgreSQL locks a waiting try polls
+/// the lock row ten times a second, and 2,000 watchers' heartbeats waiting so were a herd of
+/// a few hundred pollers, most of the server's statements (docs/capacity.md). Once the turn
+/// frees, the watcher's retry takes it and works the batch.
+#[test]
+fn a_watchers_heartbeat_pass_defers_to_a_held_turn_instead_of_queueing_for_it() {
+    let url = postgres::shared().unique_database();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&url);
+    pipeline.configure("watch_heartbeat = \"1s\"\npoll_lock_timeout = \"10m\"\n");
+    let log = pipeline.path("watcher.log");
+    let mut command = pipeline.command(&["--watch", "-vv"]);
+    command.stderr(std::fs::File::create(&log).unwrap());
+    let watcher = command.spawn().expect("the probe starts");
+    let registered = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(30), || {
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "the watcher's first pass never registered the probe");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let rt = runtime();
+    let other = rt.block_on(open_locks(&with_lease(&url))).unwrap();
+    let held = rt.block_on(other.try_lock(&poll_probe(), &holder("other"), Duration::from_secs(10))).unwrap();
+    let held = held.expect("the turn frees within 10 s");
+    let id = pipeline.register_one("H0001", true);
+    // The log from the hold on: heartbeat passes (every second), each followed by a deferral.
+    let from = log_text().len();
+    let heartbeats_deferred = || {
+        let text = log_text();
+        let since_hold = &text[from.min(text.len())..];
+        let mut deferred = 0;
+        let mut heartbeat_open = false;
+        for line in since_hold.lines() {
+            if line.contains("starting a pass") && line.contains("heartbeat_due=true") {
+                heartbeat_open = true;
+            } else if heartbeat_open && line.contains("deferring to it") {
+                (deferred, heartbeat_open) = (deferred + 1, false);
+            }
+        }
+        deferred
+    };
+    let deferred = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(15), || heartbeats_deferred() >= 2);
+    assert!(deferred, "a heartbeat pass queued for the held turn instead of deferring: {}", log_text());
+    assert!(pipeline.open_runs().is_empty(), "a batch was claimed while another held the turn");
+    rt.block_on(held.release()).unwrap();
+    let released = Instant::now();
+    let worked =
+        autocomp_e2e::wait_until(released + Duration::from_secs(15), || pipeline.events(&id, PROBED).len() == 1);
+    assert!(worked, "the batch was not worked within 15 s of the turn freeing: {}", log_text());
+    println!("worked {:?} after the turn freed", released.elapsed());
+    rt.block_on(other.close());
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}

@@ -254,8 +254,8 @@ fn a_cron_pass_beside_a_busy_watcher_exits_3_and_one_beside_an_idle_watcher_work
 #[test]
 fn a_watcher_that_finds_the_poll_lock_held_looks_again_when_it_frees_without_a_commit() {
     let pipeline = Pipeline::new(PROBE);
-    // A watcher's pass over what it was offered does not wait for the poll lock (this long
-    // wait is for its heartbeat and cron passes): it looks again soon instead.
+    // A watcher's pass does not wait for the poll lock (this long wait is for cron and
+    // manual passes): it looks again soon instead.
     pipeline.configure(&format!("{SLOW_HEARTBEAT}\npoll_lock_timeout = \"10m\""));
     let watcher = start_watcher(&pipeline);
     // Another pass holds the poll lock (this test, through the same lock files) and will

@@ -420,11 +420,11 @@ impl<C: Component> Runner<C> {
 
     /// The component's poll lock (the turn a watcher kept, if it still holds it), `None`
     /// when a shutdown is requested while waiting for it; another pass holding it is
-    /// `PollLockBusy`. A watcher's pass over what it was offered does not wait: the holder
-    /// claims from the same answer, and its results (of this component's event type) wake the
-    /// watcher to look again. Waiting instead made every watcher of a component a queue behind
-    /// one lock: at 50 watchers a component, most passes waited out the whole
-    /// `poll_lock_timeout` for work already claimed (docs/capacity.md).
+    /// `PollLockBusy`. A watcher's pass (over what it was offered, or its heartbeat's) does
+    /// not wait: the holder claims from the same answer, and its results (of this component's
+    /// event type) wake the watcher to look again. Waiting instead made every watcher of a
+    /// component a queue behind one lock: at 50 watchers a component, most passes waited out
+    /// the whole `poll_lock_timeout` for work already claimed (docs/capacity.md).
     async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<turn::TurnLock>, RunError> {
         let session = *self.pipeline.locks.session().borrow();
         match self.turn.take(session) {
@@ -440,6 +440,11 @@ impl<C: Component> Runner<C> {
         let poll_path = LockPath::Poll(self.name.clone());
         let wait = match selection {
             Selection::Offered(..) => std::time::Duration::ZERO,
+            // A watcher's heartbeat pass defers like its other passes: the holder looks and
+            // claims, and the watcher retries. Over PostgreSQL locks a waiter polls, so at
+            // 2,000 watchers the heartbeats' waits were a herd of a few hundred pollers, most
+            // of the server's statements (docs/capacity.md).
+            Selection::Ready if self.turn.serves_a_watcher() => std::time::Duration::ZERO,
             Selection::Ready | Selection::Batch { .. } => self.config.poll_lock_timeout,
         };
         let poll_lock = tokio::select! {

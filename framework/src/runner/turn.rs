@@ -86,6 +86,12 @@ impl KeptTurn {
         let _ = self.rests_for.set(if waiters_told_at_release { Duration::ZERO } else { RESTS_FOR });
     }
 
+    /// Whether this runner serves a watcher (`enable` was called): its passes never queue for
+    /// the turn, since the watcher retries while it defers.
+    pub(super) fn serves_a_watcher(&self) -> bool {
+        self.rests_for.get().is_some()
+    }
+
     /// The kept turn, taken out for the next pass (`Reuse`) if the lock session is connected;
     /// while it is suspended the turn is to be released (its node or row outlives the
     /// suspension, and only a release lets it go); a lost session held nothing any more (the
