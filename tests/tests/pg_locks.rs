@@ -455,16 +455,13 @@ fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
     assert!(held.is_empty(), "{held:?}");
 }
 
-/// A watcher that finds its component's turn held over PostgreSQL locks defers, and its
-/// retries read the lock row (and the holder's beat), not the store; once the holder stops
-/// renewing (dead: its row stays, its beat frozen), the watcher's read sees the beat
-/// unchanged for the holder's whole lease, looks, takes the turn over and works the batch.
-#[test]
-fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_turn_over() {
+/// A probe watcher with its store and locks in one new PostgreSQL database and `config`,
+/// logging at debug level to the file answered, once its first pass registered it.
+fn logged_watcher(config: &str) -> (String, Pipeline, std::process::Child, std::path::PathBuf) {
     let url = postgres::shared().unique_database();
     let pipeline = Pipeline::with_store(PROBE, &url);
     pipeline.use_locks(&url);
-    pipeline.configure("watch_heartbeat = \"10m\"\n");
+    pipeline.configure(config);
     let log = pipeline.path("watcher.log");
     let mut command = pipeline.command(&["--watch", "-vv"]);
     command.stderr(std::fs::File::create(&log).unwrap());
@@ -473,6 +470,16 @@ fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_tur
         !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
     });
     assert!(registered, "the watcher's first pass never registered the probe");
+    (url, pipeline, watcher, log)
+}
+
+/// A watcher that finds its component's turn held over PostgreSQL locks defers, and its
+/// retries read the lock row (and the holder's beat), not the store; once the holder stops
+/// renewing (dead: its row stays, its beat frozen), the watcher's read sees the beat
+/// unchanged for the holder's whole lease, looks, takes the turn over and works the batch.
+#[test]
+fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_turn_over() {
+    let (url, pipeline, watcher, log) = logged_watcher("watch_heartbeat = \"10m\"\n");
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let count = |what: &str| log_text().lines().filter(|line| line.contains(what)).count();
     // Another process holds the component's turn, with a 2 s lease (waiting out the
@@ -511,18 +518,7 @@ fn a_deferring_watcher_reads_the_lock_not_the_store_and_takes_a_dead_holders_tur
 /// frees, the watcher's retry takes it and works the batch.
 #[test]
 fn a_watchers_heartbeat_pass_defers_to_a_held_turn_instead_of_queueing_for_it() {
-    let url = postgres::shared().unique_database();
-    let pipeline = Pipeline::with_store(PROBE, &url);
-    pipeline.use_locks(&url);
-    pipeline.configure("watch_heartbeat = \"1s\"\npoll_lock_timeout = \"10m\"\n");
-    let log = pipeline.path("watcher.log");
-    let mut command = pipeline.command(&["--watch", "-vv"]);
-    command.stderr(std::fs::File::create(&log).unwrap());
-    let watcher = command.spawn().expect("the probe starts");
-    let registered = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(30), || {
-        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
-    });
-    assert!(registered, "the watcher's first pass never registered the probe");
+    let (url, pipeline, watcher, log) = logged_watcher("watch_heartbeat = \"1s\"\npoll_lock_timeout = \"10m\"\n");
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let rt = runtime();
     let other = rt.block_on(open_locks(&with_lease(&url))).unwrap();
