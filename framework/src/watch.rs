@@ -5,7 +5,7 @@
 //! registry), but for the component's turn: a pass that claimed all it found keeps the poll
 //! lock for the next one, given back between passes once idle or held long enough
 //! (`runner/turn.rs`). A heartbeat pass keeps the registry fresh and catches readiness that
-//! only time brings.
+//! only time brings; one that finds the turn held elsewhere defers to its holder, who looks.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -73,6 +73,7 @@ pub async fn run_watching<C: Component>(
         last_pass: None,
         waiting_since: None,
         deferring_since: None,
+        turn_seen_free: false,
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
         refused: None,
     };
@@ -101,6 +102,8 @@ struct Watcher<'a, C: Component> {
     /// Since when another pass has held the component's poll lock at every try, if it has:
     /// until a pass of this watcher gets it, the watcher stays out of the way (below).
     deferring_since: Option<Instant>,
+    /// Whether the last retry of a deferral read the turn free (not merely untold).
+    turn_seen_free: bool,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
     /// Why the last pass refused to start (a broken contract), said once until it changes.
@@ -152,6 +155,14 @@ async fn watch_loop<C: Component>(
         } else {
             // Nothing offered (or held): nothing waits for a pool slot either.
             watcher.waiting_since = None;
+            if watcher.turn_seen_free {
+                // The retry found the turn free and there is nothing to claim: the watcher
+                // sleeps in the change feed again rather than looking at every retry until a
+                // pass of its gets the turn (a heartbeat that met a cron pass left an idle
+                // watcher so for up to a heartbeat). A retry whose look finds work keeps how
+                // long it has deferred, so a busy component's watchers retry no more often.
+                watcher.deferring_since = None;
+            }
             !covered
         };
         if go_again {
@@ -279,15 +290,18 @@ impl<C: Component> Watcher<'_, C> {
     /// store's main load: docs/capacity.md). A heartbeat still runs its pass. A shutdown
     /// requested meanwhile (the read may wait for a lock service reconnecting) answers
     /// `true`: `defer` then sees the request at once.
-    async fn still_deferring(&self, shutdown: &mut watch::Receiver<bool>) -> bool {
+    async fn still_deferring(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        self.turn_seen_free = false;
         let heartbeat_due = self.last_pass.is_none_or(|at| at.elapsed() >= self.heartbeat);
         if heartbeat_due || self.deferring_since.is_none() {
             return false;
         }
-        tokio::select! {
+        let held = tokio::select! {
             held = self.runner.turn_held_elsewhere() => held,
-            _ = stop_requested(shutdown) => true,
-        }
+            _ = stop_requested(shutdown) => return true,
+        };
+        self.turn_seen_free = held == Some(false);
+        held == Some(true)
     }
 
     /// The longest the next sleep may last: until the heartbeat, a pool retry, results due

@@ -521,7 +521,8 @@ fn a_watchers_heartbeat_pass_defers_to_a_held_turn_instead_of_queueing_for_it() 
     let (url, pipeline, watcher, log) = logged_watcher("watch_heartbeat = \"1s\"\npoll_lock_timeout = \"10m\"\n");
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
     let rt = runtime();
-    let other = rt.block_on(open_locks(&with_lease(&url))).unwrap();
+    // The default lease: a loaded machine's late renewal must not make the holder look dead.
+    let other = rt.block_on(open_locks(&url)).unwrap();
     let held = rt.block_on(other.try_lock(&poll_probe(), &holder("other"), Duration::from_secs(10))).unwrap();
     let held = held.expect("the turn frees within 10 s");
     let id = pipeline.register_one("H0001", true);
@@ -550,6 +551,52 @@ fn a_watchers_heartbeat_pass_defers_to_a_held_turn_instead_of_queueing_for_it() 
         autocomp_e2e::wait_until(released + Duration::from_secs(15), || pipeline.events(&id, PROBED).len() == 1);
     assert!(worked, "the batch was not worked within 15 s of the turn freeing: {}", log_text());
     println!("worked {:?} after the turn freed", released.elapsed());
+    rt.block_on(other.close());
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let finished = finish(watcher, Duration::from_secs(30));
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+}
+
+/// A watcher started while another process holds its component's turn: its first pass (a
+/// heartbeat's) defers, and still records an idle pass, so the registry lists this host.
+/// Once the turn frees and nothing is ready, the watcher sleeps in the change feed again
+/// instead of retrying until its next heartbeat (10 minutes here), and a new batch wakes it.
+#[test]
+fn a_watcher_that_started_behind_a_held_turn_is_registered_and_sleeps_in_the_feed_once_it_frees() {
+    let url = postgres::shared().unique_database();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&url);
+    pipeline.configure("watch_heartbeat = \"10m\"\npoll_lock_timeout = \"10m\"\n");
+    let rt = runtime();
+    let other = rt.block_on(open_locks(&url)).unwrap();
+    let held = rt.block_on(other.try_lock(&poll_probe(), &holder("other"), Duration::ZERO)).unwrap();
+    let held = held.expect("nobody else holds the turn");
+    let log = pipeline.path("watcher.log");
+    let mut command = pipeline.command(&["--watch", "-vv"]);
+    command.stderr(std::fs::File::create(&log).unwrap());
+    let watcher = command.spawn().expect("the probe starts");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let registered = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(30), || {
+        !pipeline.block_on(pipeline.any_store().components()).expect("registry readable").is_empty()
+    });
+    assert!(registered, "a watcher whose first pass deferred is not in the registry: {}", log_text());
+    assert!(log_text().contains("deferring to it"), "the first pass did not defer: {}", log_text());
+    rt.block_on(held.release()).unwrap();
+    let from = log_text().len();
+    // One retry finds the turn free and nothing to do; after it, no more deferrals.
+    let asleep = autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(10), || {
+        log_text()[from..].lines().any(|line| line.contains("looked for work"))
+    });
+    assert!(asleep, "no retry looked once the turn freed: {}", log_text());
+    let settled = log_text().len();
+    std::thread::sleep(Duration::from_secs(4)); // an absence: retries would come every 0.5-2 s
+    let deferrals = log_text()[settled..].lines().filter(|line| line.contains("deferring to it")).count();
+    assert_eq!(deferrals, 0, "the watcher kept deferring to a free turn: {}", log_text());
+    let id = pipeline.register_one("F0001", true);
+    let worked =
+        autocomp_e2e::wait_until(Instant::now() + Duration::from_secs(10), || pipeline.events(&id, PROBED).len() == 1);
+    assert!(worked, "the batch was not worked within 10 s: {}", log_text());
     rt.block_on(other.close());
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
     assert_eq!(unsafe { libc::kill(watcher.id() as libc::pid_t, libc::SIGTERM) }, 0);

@@ -300,8 +300,14 @@ impl<C: Component> Runner<C> {
         let passed = self.pass_queueing_for_pools(selection).await;
         let (outcome, summary) = match &passed {
             Ok(summary) => (summary.pass_outcome(), summary.describe()),
-            // Another pass is running and reports for itself.
-            Err(RunError::PollLockBusy(_)) => return passed,
+            // Another pass is running and reports for itself; a watcher's heartbeat that
+            // deferred to it still keeps this host's row in the registry fresh.
+            Err(RunError::PollLockBusy(_)) => {
+                if matches!(selection, Selection::Ready) && self.turn.serves_a_watcher() {
+                    self.note_deferred_heartbeat(started).await;
+                }
+                return passed;
+            }
             // The registry refused us (an event type clash): nothing to add.
             Err(RunError::Usage(_) | RunError::ContractBroken(_)) => return passed,
             Err(e) => (PassOutcome::Error, e.to_string()),
@@ -330,6 +336,24 @@ impl<C: Component> Runner<C> {
             }
         }
         passed
+    }
+
+    /// A watcher's heartbeat pass that found the turn held elsewhere: an idle pass of this
+    /// host for the registry (its last pass, its release, a refusal since mended), kept with
+    /// the watcher's other reports and written by the heartbeat's flush, as the pass that got
+    /// the turn used to be. Without it a host whose heartbeats kept deferring stayed stale.
+    async fn note_deferred_heartbeat(&self, started: Instant) {
+        let phase = PassPhase::Ended {
+            outcome: PassOutcome::Idle,
+            summary: "deferred: another pass of the component holds its turn".into(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            work: Vec::new(),
+        };
+        if let Write::Now(phase) = self.reports.ended(phase, started)
+            && let Err(e) = self.report_pass(phase).await
+        {
+            debug!("cannot report the deferred heartbeat to the component registry: {e}");
+        }
     }
 
     /// The most batches the next pass claims.
@@ -421,10 +445,12 @@ impl<C: Component> Runner<C> {
     /// The component's poll lock (the turn a watcher kept, if it still holds it), `None`
     /// when a shutdown is requested while waiting for it; another pass holding it is
     /// `PollLockBusy`. A watcher's pass (over what it was offered, or its heartbeat's) does
-    /// not wait: the holder claims from the same answer, and its results (of this component's
-    /// event type) wake the watcher to look again. Waiting instead made every watcher of a
-    /// component a queue behind one lock: at 50 watchers a component, most passes waited out
-    /// the whole `poll_lock_timeout` for work already claimed (docs/capacity.md).
+    /// not wait: the holder looks and claims, and its results (of this component's event
+    /// type) wake the watcher to look again; a deferring watcher retries. Waiting instead
+    /// made every watcher of a component a queue behind one lock: at 50 watchers a
+    /// component, most passes waited out the whole `poll_lock_timeout` for work already
+    /// claimed (docs/capacity.md). A watcher's later rounds for a pool (`queue`) stop at a
+    /// busy turn too: the batches waiting for a slot have it look again soon.
     async fn poll_lock(&self, holder: &LockHolder, selection: &Selection) -> Result<Option<turn::TurnLock>, RunError> {
         let session = *self.pipeline.locks.session().borrow();
         match self.turn.take(session) {
@@ -493,17 +519,17 @@ impl<C: Component> Runner<C> {
     }
 
     /// Whether another pass holds the component's turn, read at the lock service without
-    /// taking it (`false` when the service cannot tell by a read, or this runner keeps the
-    /// turn itself: the watcher then looks as usual).
-    pub(crate) async fn turn_held_elsewhere(&self) -> bool {
+    /// taking it: `None` when the service cannot tell by a read; `Some(false)` when this
+    /// runner keeps the turn itself (the watcher then looks as usual).
+    pub(crate) async fn turn_held_elsewhere(&self) -> Option<bool> {
         if self.turn.due_in().is_some() {
-            return false;
+            return Some(false);
         }
         match self.pipeline.locks.is_held(&LockPath::Poll(self.name.clone())).await {
-            Ok(held) => held.unwrap_or(false),
+            Ok(held) => held,
             Err(e) => {
                 debug!("cannot read whether the poll lock is held: {e}");
-                false
+                None
             }
         }
     }

@@ -19,7 +19,7 @@ impl<C: Component> Runner<C> {
     /// that takes nothing up (another process holds the slots), a hold, a shutdown, an open
     /// circuit, a timeout (its hung work may still use the resource whose slot it gave back;
     /// the process exits after this pass), a result not recorded (the lock session lost), a
-    /// busy poll lock, and an error in a later round, logged (the rounds before recorded their
+    /// busy poll lock (a watcher's later round does not wait for it), and an error in a later round, logged (the rounds before recorded their
     /// results and the registry hears of them; the next pass meets the error again). A manual
     /// run is one round: it names one batch.
     pub(super) async fn pass_queueing_for_pools(
