@@ -73,7 +73,6 @@ pub async fn run_watching<C: Component>(
         last_pass: None,
         waiting_since: None,
         deferring_since: None,
-        turn_seen_free: false,
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
         refused: None,
     };
@@ -102,8 +101,6 @@ struct Watcher<'a, C: Component> {
     /// Since when another pass has held the component's poll lock at every try, if it has:
     /// until a pass of this watcher gets it, the watcher stays out of the way (below).
     deferring_since: Option<Instant>,
-    /// Whether the last retry of a deferral read the turn free (not merely untold).
-    turn_seen_free: bool,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
     /// Why the last pass refused to start (a broken contract), said once until it changes.
@@ -123,7 +120,8 @@ async fn watch_loop<C: Component>(
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
         watcher.runner.give_back_turn(false).await;
-        if watcher.still_deferring(shutdown).await {
+        let retry = watcher.still_deferring(shutdown).await;
+        if retry == Retry::Held {
             match watcher.defer(shutdown).await? {
                 ControlFlow::Break(code) => return Ok(code),
                 ControlFlow::Continue(()) => continue,
@@ -155,7 +153,7 @@ async fn watch_loop<C: Component>(
         } else {
             // Nothing offered (or held): nothing waits for a pool slot either.
             watcher.waiting_since = None;
-            if watcher.turn_seen_free {
+            if retry == Retry::Free {
                 // The retry found the turn free and there is nothing to claim: the watcher
                 // sleeps in the change feed again rather than looking at every retry until a
                 // pass of its gets the turn (a heartbeat that met a cron pass left an idle
@@ -173,6 +171,16 @@ async fn watch_loop<C: Component>(
             ControlFlow::Continue(head) => woke_at = head,
         }
     }
+}
+
+/// What a deferring watcher's retry read of the component's turn: still held elsewhere
+/// (defer again), read free (a look that finds nothing ends the deferral), or nothing to
+/// tell (not deferring, a heartbeat due, or a service that cannot tell by a read: look).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    Held,
+    Free,
+    Look,
 }
 
 /// What a look offers: the candidates, those it found ready on their summaries (`Judged`),
@@ -289,19 +297,21 @@ impl<C: Component> Watcher<'_, C> {
     /// without looking (at 2,000 workers each deferred look was a store feed read, the
     /// store's main load: docs/capacity.md). A heartbeat still runs its pass. A shutdown
     /// requested meanwhile (the read may wait for a lock service reconnecting) answers
-    /// `true`: `defer` then sees the request at once.
-    async fn still_deferring(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
-        self.turn_seen_free = false;
+    /// `Held`: `defer` then sees the request at once.
+    async fn still_deferring(&self, shutdown: &mut watch::Receiver<bool>) -> Retry {
         let heartbeat_due = self.last_pass.is_none_or(|at| at.elapsed() >= self.heartbeat);
         if heartbeat_due || self.deferring_since.is_none() {
-            return false;
+            return Retry::Look;
         }
         let held = tokio::select! {
             held = self.runner.turn_held_elsewhere() => held,
-            _ = stop_requested(shutdown) => return true,
+            _ = stop_requested(shutdown) => return Retry::Held,
         };
-        self.turn_seen_free = held == Some(false);
-        held == Some(true)
+        match held {
+            Some(true) => Retry::Held,
+            Some(false) => Retry::Free,
+            None => Retry::Look,
+        }
     }
 
     /// The longest the next sleep may last: until the heartbeat, a pool retry, results due
