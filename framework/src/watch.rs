@@ -23,6 +23,7 @@ use crate::exit::{self, RunError};
 use crate::runner::{Judged, Runner, Selection, phases, stop_requested};
 use crate::verdict::{PassEnd, pass, pass_verdict};
 
+mod deferral;
 mod feed;
 
 /// The longest single wait in the change feed. The store service caps its long polls
@@ -72,7 +73,7 @@ pub async fn run_watching<C: Component>(
         worst: exit::OK,
         last_pass: None,
         waiting_since: None,
-        deferring_since: None,
+        deferral: deferral::Deferral::default(),
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
         refused: None,
     };
@@ -98,9 +99,9 @@ struct Watcher<'a, C: Component> {
     last_pass: Option<Instant>,
     /// Since when batches have waited for a pool slot, if they do.
     waiting_since: Option<Instant>,
-    /// Since when another pass has held the component's poll lock at every try, if it has:
+    /// Whether another pass has held the component's poll lock at every try, and since when:
     /// until a pass of this watcher gets it, the watcher stays out of the way (below).
-    deferring_since: Option<Instant>,
+    deferral: deferral::Deferral,
     /// What the index last answered, corrected by the change feed since.
     offers: feed::FeedOffers,
     /// Why the last pass refused to start (a broken contract), said once until it changes.
@@ -157,9 +158,10 @@ async fn watch_loop<C: Component>(
                 // The retry found the turn free and there is nothing to claim: the watcher
                 // sleeps in the change feed again rather than looking at every retry until a
                 // pass of its gets the turn (a heartbeat that met a cron pass left an idle
-                // watcher so for up to a heartbeat). A retry whose look finds work keeps how
-                // long it has deferred, so a busy component's watchers retry no more often.
-                watcher.deferring_since = None;
+                // watcher so for up to a heartbeat). How long it has deferred is kept, for
+                // the deferral that begins when its next pass meets the busy turn again, so a
+                // busy component's watchers retry no more often (`deferral.rs`).
+                watcher.deferral.back_to_feed(Instant::now());
             }
             !covered
         };
@@ -173,9 +175,10 @@ async fn watch_loop<C: Component>(
     }
 }
 
-/// What a deferring watcher's retry read of the component's turn: still held elsewhere
-/// (defer again), read free (a look that finds nothing ends the deferral), or nothing to
-/// tell (not deferring, a heartbeat due, or a service that cannot tell by a read: look).
+/// What a deferring watcher's retry (or a wake of one back in the feed from a deferral) read
+/// of the component's turn: still held elsewhere (defer again), read free (a look that finds
+/// nothing sends it to the feed), or nothing to tell (it has not deferred, a heartbeat is
+/// due, or a service that cannot tell by a read: look).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Retry {
     Held,
@@ -273,11 +276,11 @@ impl<C: Component> Watcher<'_, C> {
                     // At the refusal's level's neighbour: whoever read that must read this.
                     warn!("passes start again: the refusal no longer holds ({reason})");
                 }
-                self.deferring_since = match (busy, self.deferring_since) {
-                    (false, _) => None,
-                    (true, None) => Some(Instant::now()),
-                    (true, since) => since,
-                };
+                if busy {
+                    self.deferral.met_busy_turn(Instant::now());
+                } else {
+                    self.deferral.got_turn();
+                }
                 (handled, waiting > 0)
             }
         };
@@ -295,12 +298,16 @@ impl<C: Component> Watcher<'_, C> {
     /// A deferring watcher's retry, before any store read: if the lock service says by a
     /// read that the component's turn is still held elsewhere, the watcher defers again
     /// without looking (at 2,000 workers each deferred look was a store feed read, the
-    /// store's main load: docs/capacity.md). A heartbeat still runs its pass. A shutdown
-    /// requested meanwhile (the read may wait for a lock service reconnecting) answers
-    /// `Held`: `defer` then sees the request at once.
-    async fn still_deferring(&self, shutdown: &mut watch::Receiver<bool>) -> Retry {
+    /// store's main load: docs/capacity.md). So does a watcher woken in the change feed after
+    /// it went back there from a deferral (`Deferral::has_deferred`): at 2,000 workers the
+    /// watchers whose retries had found the turn free between two of its holder's passes
+    /// each looked at every change after, finding nothing the holder had not taken (a look
+    /// is a horizon and a feed page), and never deferred again. A heartbeat still runs its
+    /// pass. A shutdown requested meanwhile (the read may wait for a lock service
+    /// reconnecting) answers `Held`: `defer` then sees the request at once.
+    async fn still_deferring(&mut self, shutdown: &mut watch::Receiver<bool>) -> Retry {
         let heartbeat_due = self.last_pass.is_none_or(|at| at.elapsed() >= self.heartbeat);
-        if heartbeat_due || self.deferring_since.is_none() {
+        if heartbeat_due || !self.deferral.has_deferred() {
             return Retry::Look;
         }
         let held = tokio::select! {
@@ -308,7 +315,11 @@ impl<C: Component> Watcher<'_, C> {
             _ = stop_requested(shutdown) => return Retry::Held,
         };
         match held {
-            Some(true) => Retry::Held,
+            Some(true) => {
+                // Back from the feed: the deferral goes on from the time deferred before.
+                self.deferral.met_busy_turn(Instant::now());
+                Retry::Held
+            }
             Some(false) => Retry::Free,
             None => Retry::Look,
         }
@@ -338,7 +349,7 @@ impl<C: Component> Watcher<'_, C> {
         seen: Seq,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<ControlFlow<u8, Option<Seq>>, RunError> {
-        if self.deferring_since.is_some() {
+        if self.deferral.is_deferring() {
             return Ok(match self.defer(shutdown).await? {
                 ControlFlow::Break(code) => ControlFlow::Break(code),
                 ControlFlow::Continue(()) => ControlFlow::Continue(None),
@@ -369,7 +380,7 @@ impl<C: Component> Watcher<'_, C> {
     }
 
     /// A watcher deferring to another pass of its component (it found the poll lock held at
-    /// every try since `deferring_since`) is not woken by changes at all, only by its retry:
+    /// every try since its deferral began) is not woken by changes at all, only by its retry:
     /// the holder is a watcher woken by the same changes (or a pass that ends), so waking
     /// every other watcher of the component for each change only had them all look and find
     /// the lock busy, a herd of store reads (docs/capacity.md). The retry is the bound on how
@@ -377,8 +388,7 @@ impl<C: Component> Watcher<'_, C> {
     /// Breaks with the exit code on shutdown.
     async fn defer(&self, shutdown: &mut watch::Receiver<bool>) -> Result<ControlFlow<u8>, RunError> {
         self.runner.flush_reports(false).await?;
-        let since = self.deferring_since.unwrap_or_else(Instant::now);
-        let wait = self.wait_bound().min(pool_retry_after(since.elapsed()));
+        let wait = self.wait_bound().min(self.deferral.retry_after(Instant::now()));
         debug!(?wait, "another pass holds the poll lock; deferring to it");
         tokio::select! {
             _ = tokio::time::sleep(wait) => Ok(ControlFlow::Continue(())),
