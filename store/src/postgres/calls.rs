@@ -9,6 +9,7 @@ use std::pin::Pin;
 use deadpool_postgres::ClientWrapper;
 use serde_json::Value;
 
+use super::horizon::Horizon;
 use super::rows::{BATCH_SELECT, batch_from_row, corrupt, events_from_json};
 use super::{Failure, PgBackend, Retry, classify};
 use crate::port::{LogCursor, LogPage, StoreError, StoreResult};
@@ -185,8 +186,16 @@ impl PgBackend {
     }
 
     /// The horizon of the change feed: every seq up to it is committed or gone for good.
+    /// Read after this call began, by it or by a read of another caller's (`SharedHorizon`).
     pub(super) async fn horizon(&self) -> StoreResult<Seq> {
-        self.read_number("head", HORIZON).await.map(Seq)
+        match self.inner.horizon.after(tokio::time::Instant::now()).await {
+            Horizon::Shared(head) => Ok(head),
+            Horizon::ToRead(read) => {
+                let head = self.read_number("head", HORIZON).await.map(Seq)?;
+                read.publish(head);
+                Ok(head)
+            }
+        }
     }
 
     /// The newest seq handed out, committed or not: a cheap "has anything happened?".

@@ -9,6 +9,7 @@ mod appends;
 mod batches;
 mod calls;
 mod history;
+mod horizon;
 mod judged_claims;
 mod listen;
 mod options;
@@ -57,6 +58,8 @@ struct Inner {
     appends: std::sync::Mutex<appends::AppendQueue>,
     /// Wakes `wait_for_change` when the server notifies a commit.
     listener: listen::Listener,
+    /// One horizon read at a time, shared by the callers that asked before it began.
+    horizon: horizon::SharedHorizon,
 }
 
 /// Whether an operation may be sent again after a failure that left unknown whether it ran.
@@ -120,6 +123,7 @@ impl PgBackend {
                 appends: Default::default(),
                 reached: AtomicBool::new(false),
                 listener: listen::Listener::new(options.listen),
+                horizon: Default::default(),
                 options,
             }),
         };

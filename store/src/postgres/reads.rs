@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use serde_json::{Map, Value};
 
 use super::calls::{HORIZON, prepare};
+use super::horizon::Horizon;
 use super::rows::{
     SUMMARY_COLUMNS, SUMMARY_FROM, SUMMARY_WIDTH, corrupt, events_from_json, run_from_json, runs_from_json,
     summary_from_row,
@@ -161,31 +162,46 @@ impl PgBackend {
     }
 
     /// `pg_changes` and the changed batches' summaries: the horizon, then the page and the
-    /// summaries in one statement, both sent at once on one connection (pipelined: one round
-    /// trip; `biased`, so sent in that order, each when first polled, and the server runs
-    /// them in the order sent: the page is read after the horizon). The page also names the
-    /// batches whose change committed after the horizon (`next_cursor`).
+    /// summaries in one statement. When this handle's horizon is this call's to read
+    /// (`SharedHorizon`), both are sent at once on one connection (pipelined: one round trip;
+    /// `biased`, so sent in that order, each when first polled, and the server runs them in
+    /// the order sent: the page is read after the horizon); a horizon another caller's read
+    /// answered was read before the page is sent. The page also names the batches whose
+    /// change committed after the horizon (`next_cursor`).
     pub(super) async fn pg_changed_summaries(
         &self,
         since: Seq,
         limit: usize,
     ) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
         let mark = self.inner.listener.mark();
+        let (known, read) = match self.inner.horizon.after(tokio::time::Instant::now()).await {
+            Horizon::Shared(head) => (Some(head), None),
+            Horizon::ToRead(read) => (None, Some(read)),
+        };
         let (head, summaries) = self
             .run("changed_summaries", Retry::Safe, |client, _| {
                 Box::pin(async move {
-                    let horizon = prepare(client, HORIZON).await?;
                     let page = prepare(client, &CHANGED_SUMMARIES).await?;
                     let (since, limit) = (since.0, limit as i64);
                     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&since, &limit];
-                    let (head, rows) =
-                        tokio::try_join!(biased; client.query_one(&horizon, &[]), client.query(&page, &params))
-                            .map_err(|e| self.read_failure(e))?;
+                    let (head, rows) = match known {
+                        Some(head) => (head, client.query(&page, &params).await.map_err(|e| self.read_failure(e))?),
+                        None => {
+                            let horizon = prepare(client, HORIZON).await?;
+                            let (head, rows) =
+                                tokio::try_join!(biased; client.query_one(&horizon, &[]), client.query(&page, &params))
+                                    .map_err(|e| self.read_failure(e))?;
+                            (Seq(head.get(0)), rows)
+                        }
+                    };
                     let summaries = rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
-                    Ok((Seq(head.get(0)), summaries))
+                    Ok((head, summaries))
                 })
             })
             .await?;
+        if let Some(read) = read {
+            read.publish(head);
+        }
         self.inner.listener.head_read(head, mark);
         let changes: Vec<(Seq, BatchId)> = summaries.iter().map(|s| (s.changed_seq, s.id.clone())).collect();
         Ok((ChangePage { next: next_cursor(&changes, limit, since, head), changes, head }, summaries))
