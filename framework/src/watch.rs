@@ -123,6 +123,8 @@ async fn watch_loop<C: Component>(
         watcher.runner.give_back_turn(false).await;
         let retry = watcher.still_deferring(shutdown).await;
         if retry == Retry::Held {
+            // The head the feed's wake read is older than the look after the deferral.
+            woke_at = None;
             match watcher.defer(shutdown).await? {
                 ControlFlow::Break(code) => return Ok(code),
                 ControlFlow::Continue(()) => continue,

@@ -188,14 +188,28 @@ impl PgBackend {
     /// The horizon of the change feed: every seq up to it is committed or gone for good.
     /// Read after this call began, by it or by a read of another caller's (`SharedHorizon`).
     pub(super) async fn horizon(&self) -> StoreResult<Seq> {
-        match self.inner.horizon.after(tokio::time::Instant::now()).await {
-            Horizon::Shared(head) => Ok(head),
-            Horizon::ToRead(read) => {
-                let head = self.read_number("head", HORIZON).await.map(Seq)?;
-                read.publish(head);
-                Ok(head)
-            }
-        }
+        let slot = match self.inner.horizon.after(tokio::time::Instant::now()).await {
+            Horizon::Shared(head) => return Ok(head),
+            Horizon::ToRead(slot) => slot,
+        };
+        let slot = &slot;
+        let head = self
+            .run("head", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(client, HORIZON).await;
+                    let row = match statement {
+                        Ok(statement) => client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e)),
+                        Err(failure) => Err(failure),
+                    };
+                    let head = row.map(|row| Seq(row.get(0)));
+                    slot.ended(head.as_ref().ok().copied());
+                    head
+                })
+            })
+            .await;
+        // Ended before any attempt did (no connection): the callers waiting for it read their own.
+        slot.ended(head.as_ref().ok().copied());
+        head
     }
 
     /// The newest seq handed out, committed or not: a cheap "has anything happened?".

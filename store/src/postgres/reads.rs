@@ -174,11 +174,12 @@ impl PgBackend {
         limit: usize,
     ) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
         let mark = self.inner.listener.mark();
-        let (known, read) = match self.inner.horizon.after(tokio::time::Instant::now()).await {
+        let (known, slot) = match self.inner.horizon.after(tokio::time::Instant::now()).await {
             Horizon::Shared(head) => (Some(head), None),
-            Horizon::ToRead(read) => (None, Some(read)),
+            Horizon::ToRead(slot) => (None, Some(slot)),
         };
-        let (head, summaries) = self
+        let slot = slot.as_ref();
+        let read = self
             .run("changed_summaries", Retry::Safe, |client, _| {
                 Box::pin(async move {
                     let page = prepare(client, &CHANGED_SUMMARIES).await?;
@@ -188,20 +189,29 @@ impl PgBackend {
                         Some(head) => (head, client.query(&page, &params).await.map_err(|e| self.read_failure(e))?),
                         None => {
                             let horizon = prepare(client, HORIZON).await?;
-                            let (head, rows) =
-                                tokio::try_join!(biased; client.query_one(&horizon, &[]), client.query(&page, &params))
-                                    .map_err(|e| self.read_failure(e))?;
-                            (Seq(head.get(0)), rows)
+                            // Answered as soon as the horizon's row is in, not after the page.
+                            let head = async {
+                                let row = client.query_one(&horizon, &[]).await;
+                                let head = row.map(|row| Seq(row.get(0)));
+                                if let Some(slot) = slot {
+                                    slot.ended(head.as_ref().ok().copied());
+                                }
+                                head
+                            };
+                            tokio::try_join!(biased; head, client.query(&page, &params))
+                                .map_err(|e| self.read_failure(e))?
                         }
                     };
                     let summaries = rows.iter().map(summary_from_row).collect::<Result<Vec<_>, _>>()?;
                     Ok((head, summaries))
                 })
             })
-            .await?;
-        if let Some(read) = read {
-            read.publish(head);
+            .await;
+        if let Some(slot) = slot {
+            // Ended before any attempt did (no connection): the callers waiting for it read their own.
+            slot.ended(read.as_ref().ok().map(|(head, _)| *head));
         }
+        let (head, summaries) = read?;
         self.inner.listener.head_read(head, mark);
         let changes: Vec<(Seq, BatchId)> = summaries.iter().map(|s| (s.changed_seq, s.id.clone())).collect();
         Ok((ChangePage { next: next_cursor(&changes, limit, since, head), changes, head }, summaries))
