@@ -196,19 +196,19 @@ impl PgBackend {
         let head = self
             .run("head", Retry::Safe, |client, _| {
                 Box::pin(async move {
-                    let statement = prepare(client, HORIZON).await;
-                    let row = match statement {
-                        Ok(statement) => client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e)),
-                        Err(failure) => Err(failure),
-                    };
-                    let head = row.map(|row| Seq(row.get(0)));
-                    slot.ended(head.as_ref().ok().copied());
+                    let head = async {
+                        let statement = prepare(client, HORIZON).await?;
+                        let row = client.query_one(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                        Ok(Seq(row.get(0)))
+                    }
+                    .await;
+                    slot.ended(&head);
                     head
                 })
             })
             .await;
         // Ended before any attempt did (no connection): the callers waiting for it read their own.
-        slot.ended(head.as_ref().ok().copied());
+        slot.ended(&head);
         head
     }
 

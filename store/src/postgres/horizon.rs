@@ -59,9 +59,10 @@ impl SharedHorizon {
 }
 
 impl HorizonSlot<'_> {
-    /// How an attempt at the read ended (`None`: it failed). The first one answers the
+    /// How an attempt at the read ended (an error: it failed). The first one answers the
     /// callers waiting for the read; later ones (a retry) tell no one.
-    pub(super) fn ended(&self, read: Option<Seq>) {
+    pub(super) fn ended<E>(&self, read: &Result<Seq, E>) {
+        let read = read.as_ref().ok().copied();
         let taken = self.0.lock().map(|mut slot| slot.take()).unwrap_or(None);
         if let Some(mut taken) = taken {
             *taken.last = Some((taken.began, read.map_or(Ended::Failed, Ended::Answered)));
@@ -93,11 +94,11 @@ mod tests {
         // A caller that asks while the read runs waits for its answer.
         let waited = tokio::time::timeout(Duration::from_millis(20), shared.after(meanwhile)).await;
         assert!(waited.is_err(), "waits while the read runs");
-        read.ended(Some(Seq(7)));
-        read.ended(Some(Seq(8)));
+        read.ended::<()>(&Ok(Seq(7)));
+        read.ended::<()>(&Ok(Seq(8)));
         assert!(matches!(shared.after(early).await, Horizon::Shared(Seq(7))), "asked before the read began");
         // Asked after the read began: reads again.
-        to_read(&shared, meanwhile).await.ended(Some(Seq(9)));
+        to_read(&shared, meanwhile).await.ended::<()>(&Ok(Seq(9)));
         assert!(matches!(shared.after(meanwhile).await, Horizon::Shared(Seq(9))));
     }
 
@@ -106,18 +107,18 @@ mod tests {
         let shared = SharedHorizon::default();
         let early = Instant::now();
         tokio::time::sleep(Duration::from_millis(2)).await;
-        to_read(&shared, Instant::now()).await.ended(None);
+        to_read(&shared, Instant::now()).await.ended(&Err(()));
         // Both read at once: neither holds the other back.
         let first = to_read(&shared, early).await;
         let second = tokio::time::timeout(Duration::from_millis(20), shared.after(early)).await;
         assert!(matches!(second, Ok(Horizon::ToRead(_))), "a second caller is not held back");
-        first.ended(Some(Seq(3)));
+        first.ended::<()>(&Ok(Seq(3)));
         // A caller that asked after the failed read began reads and answers the others again.
         let later = Instant::now();
         tokio::time::sleep(Duration::from_millis(2)).await;
         let read = to_read(&shared, later).await;
         assert!(tokio::time::timeout(Duration::from_millis(20), shared.after(later)).await.is_err());
-        read.ended(Some(Seq(4)));
+        read.ended::<()>(&Ok(Seq(4)));
         assert!(matches!(shared.after(later).await, Horizon::Shared(Seq(4))));
     }
 }

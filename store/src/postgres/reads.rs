@@ -191,10 +191,9 @@ impl PgBackend {
                             let horizon = prepare(client, HORIZON).await?;
                             // Answered as soon as the horizon's row is in, not after the page.
                             let head = async {
-                                let row = client.query_one(&horizon, &[]).await;
-                                let head = row.map(|row| Seq(row.get(0)));
+                                let head = client.query_one(&horizon, &[]).await.map(|row| Seq(row.get(0)));
                                 if let Some(slot) = slot {
-                                    slot.ended(head.as_ref().ok().copied());
+                                    slot.ended(&head);
                                 }
                                 head
                             };
@@ -209,7 +208,7 @@ impl PgBackend {
             .await;
         if let Some(slot) = slot {
             // Ended before any attempt did (no connection): the callers waiting for it read their own.
-            slot.ended(read.as_ref().ok().map(|(head, _)| *head));
+            slot.ended(&read.as_ref().map(|(head, _)| *head));
         }
         let (head, summaries) = read?;
         self.inner.listener.head_read(head, mark);
