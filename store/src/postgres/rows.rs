@@ -32,21 +32,14 @@ pub(super) const BATCH_SELECT: &str =
         FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
     ) e ON true";
 
-/// A batch's summary (`BatchSummary`) from the maintained columns and `batch_effective`, and
-/// its running components from its open runs: columns 0 to 15 of every read that summarizes.
+/// A batch's summary (`BatchSummary`), all of it kept on the batch's row (schema 18: its
+/// effective events and its components with an open run are kept there by triggers on
+/// `batch_effective` and `runs`): columns 0 to 15 of every read that summarizes.
 pub(super) const SUMMARY_COLUMNS: &str =
     "b.id, b.type, b.priority, b.created_seq, b.modified_seq, b.changed_seq, b.modified_at,
-        b.last_event_at, f.types, f.outcomes, f.seqs, f.transients, f.skipped, f.content_seqs,
-        (SELECT array_agg(DISTINCT r.component ORDER BY r.component) FROM runs r
-           WHERE r.batch_id = b.id AND r.state = 'open'), f.acknowledged";
-pub(super) const SUMMARY_FROM: &str = "FROM batches b
-    LEFT JOIN LATERAL (
-        SELECT array_agg(type ORDER BY type) types, array_agg(outcome ORDER BY type) outcomes,
-               array_agg(seq ORDER BY type) seqs, array_agg(transient ORDER BY type) transients,
-               array_agg(skipped ORDER BY type) skipped, array_agg(content_seq ORDER BY type) content_seqs,
-               array_agg(acknowledged ORDER BY type) acknowledged
-        FROM batch_effective WHERE batch_id = b.id
-    ) f ON true";
+        b.last_event_at, b.effective_types, b.effective_outcomes, b.effective_seqs, b.effective_transients,
+        b.effective_skipped, b.effective_content_seqs, b.open_components, b.effective_acknowledged";
+pub(super) const SUMMARY_FROM: &str = "FROM batches b";
 
 /// How many columns `SUMMARY_COLUMNS` are: a read that selects more numbers them from here.
 pub(super) const SUMMARY_WIDTH: usize = 16;
@@ -70,6 +63,11 @@ pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary
         let skipped: Vec<bool> = row.get(12);
         let content_seqs: Vec<Option<i64>> = row.get(13);
         let acknowledged: Vec<bool> = row.get(15);
+        let lengths =
+            [outcomes.len(), seqs.len(), transients.len(), skipped.len(), content_seqs.len(), acknowledged.len()];
+        if lengths.iter().any(|length| *length != types.len()) {
+            return Err(corrupt("effective event", "the kept summary's columns differ in length"));
+        }
         for (i, event_type) in types.into_iter().enumerate() {
             effective.push(EventSummary {
                 event_type: EventType::new(event_type).map_err(|e| corrupt("effective event", e))?,

@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(15, "0015_registration_concern"),
     migration!(16, "0016_claim_judged"),
     migration!(17, "0017_register_batch"),
+    migration!(18, "0018_kept_summaries"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

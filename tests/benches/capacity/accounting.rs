@@ -1,6 +1,6 @@
 //! The capacity bench's backend accounting: CPU per process from /proc, PostgreSQL's
-//! counters through psql (transactions, tuples per table, function calls, connections) and
-//! ZooKeeper's four-letter words (zxid, `mntr`).
+//! counters through psql (transactions, tuples per table, function calls, connections,
+//! time per statement) and ZooKeeper's four-letter words (zxid, `mntr`).
 
 use autocomp_test_servers::bench::proc_stat;
 use std::collections::BTreeMap;
@@ -100,6 +100,39 @@ pub fn pg_function_calls(pg: &Postgres, database: &str) -> BTreeMap<String, f64>
         .filter_map(|line| line.split_once('|'))
         .map(|(name, calls)| (name.trim().to_owned(), calls.trim().parse().unwrap_or(0.0)))
         .collect()
+}
+
+/// One statement's totals in `pg_stat_statements` (top-level statements only, so a
+/// function's own statements count in the call that ran them).
+#[derive(Clone, Default)]
+pub struct Statement {
+    pub calls: f64,
+    /// Time executing, in milliseconds: elapsed, so waits for locks count too.
+    pub exec_ms: f64,
+    pub rows: f64,
+    /// The statement's first characters, on one line.
+    pub text: String,
+}
+
+/// The run's database's statements by query id (`pg_stat_statements`, which the bench's
+/// server preloads).
+pub fn pg_statements(pg: &Postgres, database: &str) -> BTreeMap<String, Statement> {
+    pg.psql(
+        "postgres",
+        &format!(
+            "SELECT s.queryid, s.calls, s.total_exec_time, s.rows,              translate(left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90), '|', '/')              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}'"
+        ),
+    )
+    .lines()
+    .filter_map(|line| {
+        let mut fields = line.splitn(5, '|');
+        let id = fields.next()?.to_owned();
+        let mut number = || fields.next().and_then(|n| n.trim().parse::<f64>().ok()).unwrap_or(0.0);
+        let (calls, exec_ms, rows) = (number(), number(), number());
+        let text = fields.next().unwrap_or_default().to_owned();
+        Some((id, Statement { calls, exec_ms, rows, text }))
+    })
+    .collect()
 }
 
 /// Connections to the run's database: (all, active).

@@ -7,8 +7,8 @@
 //!     AUTOCOMP_BENCH_WORKERS=100,500,2000 AUTOCOMP_BENCH_LOCKS=zk,postgres \
 //!         cargo bench -p autocomp-e2e --bench capacity
 //!
-//! Backends: one PostgreSQL server (fsync on, `track_functions=all`) and per run a fresh
-//! database with two `sboi serve` processes following it; the locks (`AUTOCOMP_BENCH_LOCKS`,
+//! Backends: one PostgreSQL server (fsync on, `track_functions=all`, `pg_stat_statements`)
+//! and per run a fresh database with two `sboi serve` processes following it; the locks (`AUTOCOMP_BENCH_LOCKS`,
 //! `zk` by default, `postgres`, or both comma-separated) are a 3-node ZooKeeper ensemble
 //! (`autocomp_e2e::zk`, which lifts ZooKeeper's cap of 60 connections per client address;
 //! not started for a PostgreSQL-only bench) or the store's own server (`locks =
@@ -190,8 +190,11 @@ fn main() {
     let pg = Postgres::start_with(
         PgOptions::default()
             .setting("track_functions", "all")
+            .setting("shared_preload_libraries", "pg_stat_statements")
             .setting("max_connections", &settings.max_connections().to_string()),
     );
+    // Time per statement (`accounting::pg_statements`), read through the `postgres` database.
+    pg.psql("postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
     let backends = Backends { zookeeper: zookeeper.as_ref(), pg: &pg, logs: logs.path() };
     let mut summaries: Vec<Summary> = Vec::new();
     for &backend in &settings.locks {

@@ -346,7 +346,39 @@ fn print_postgres(m: &Measured, results: f64) -> (f64, f64) {
         }
     }
     table(&["figure", "value"], &rows);
+    print_statements(m, results);
     (xacts, cpu / elapsed)
+}
+
+/// Most statements by time executing in the window: where the server's time goes.
+fn print_statements(m: &Measured, results: f64) {
+    const SHOWN: usize = 10;
+    let (a, b) = (&m.after.statements, &m.before.statements);
+    let mut spent: Vec<(f64, f64, f64, &str)> = a
+        .iter()
+        .map(|(id, after)| {
+            let before = b.get(id).cloned().unwrap_or_default();
+            (after.exec_ms - before.exec_ms, after.calls - before.calls, after.rows - before.rows, after.text.as_str())
+        })
+        .filter(|(_, calls, _, _)| *calls > 0.0)
+        .collect();
+    spent.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let total: f64 = spent.iter().map(|s| s.0).sum();
+    println!("#### Time executing per statement (pg_stat_statements; {total:.0} ms in all, elapsed: waits count)\n");
+    let rows: Vec<Vec<String>> = spent
+        .iter()
+        .take(SHOWN)
+        .map(|(ms, calls, rows, text)| {
+            vec![
+                format!("{ms:.0} ms ({:.0}%)", ms / total.max(1e-9) * 100.0),
+                format!("{calls:.0} ({:.1}/s; {:.2} per stage result)", calls / m.elapsed, calls / results.max(1.0)),
+                format!("{:.2} ms", ms / calls),
+                format!("{:.1}", rows / calls),
+                format!("`{}`", text.replace('`', "'")),
+            ]
+        })
+        .collect();
+    table(&["time", "calls", "mean", "rows per call", "statement"], &rows);
 }
 
 fn print_sboi(m: &Measured, calls: &std::collections::BTreeMap<&'static str, Vec<Duration>>) {

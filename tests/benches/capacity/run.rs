@@ -50,6 +50,7 @@ pub struct Snapshot {
     /// `pg_stat_database`: commits, rollbacks, tuples written, tuples fetched.
     pub db: [f64; 4],
     pub functions: BTreeMap<String, f64>,
+    pub statements: BTreeMap<String, acc::Statement>,
     pub tables: BTreeMap<String, [f64; 4]>,
     pub pg_cpu: f64,
     pub sboi_cpu: Vec<f64>,
@@ -69,6 +70,7 @@ fn snapshot(backends: &Backends, database: &str, pids: &Pids) -> Snapshot {
         zxid: backends.zookeeper.map(acc::zxid),
         db: acc::pg_database_stats(backends.pg, database),
         functions: acc::pg_function_calls(backends.pg, database),
+        statements: acc::pg_statements(backends.pg, database),
         tables: acc::pg_table_stats(backends.pg, database),
         pg_cpu: acc::tree_cpu(&pids.postmaster),
         sboi_cpu: pids.sboi.iter().map(|p| acc::tree_cpu(p)).collect(),
