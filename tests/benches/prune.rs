@@ -544,8 +544,9 @@ fn psql_long(pg: &Postgres, database: &str, sql: &str) -> String {
 
 /// The rows of the group's batches `from..to` (a whole number of blocks), in one transaction,
 /// as `autocomp_create_batch` and `autocomp_insert_event` leave them (foreign keys not checked
-/// row by row: `session_replication_role = replica` for the fill; the rows are consistent by
-/// construction and checked after).
+/// row by row: `session_replication_role = replica` for the fill, which turns the triggers off
+/// too, so the summary each batch row keeps is set by the triggers' own function after; the
+/// rows are consistent by construction and checked after).
 fn pg_fill_sql(group: &Group, from: usize, to: usize, t0: i64) -> String {
     let effective: Vec<String> = group.effective().iter().map(usize::to_string).collect();
     format!(
@@ -572,6 +573,7 @@ FROM fill, generate_series(1, {events}) k ORDER BY 1;
 INSERT INTO batch_effective (batch_id, type, seq, outcome, transient, skipped, acknowledged, content_seq)
 SELECT id, ({types})[k], block_base + k * width + j + 1, ({outcomes})[k], false, false, false, NULL
 FROM fill, unnest(ARRAY[{effective}]) k;
+DO $fill$ BEGIN PERFORM autocomp_keep_effective(id) FROM fill; END $fill$;
 COMMIT;
 ",
         prefix = group.prefix,

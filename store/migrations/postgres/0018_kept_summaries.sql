@@ -21,7 +21,17 @@ ALTER TABLE batches
     ADD COLUMN effective_acknowledged boolean[],
     ADD COLUMN open_components text[];
 
-CREATE FUNCTION autocomp_keep_effective(p_batch text) RETURNS void LANGUAGE sql AS $$
+-- PL/pgSQL, not SQL functions: a session plans each statement once, where an SQL function
+-- called from a trigger is planned at every call (measured: 0.35 ms more an append).
+-- Each first locks the batch's row, then reads the tables in a statement of its own: under
+-- READ COMMITTED that statement's snapshot holds every transaction that wrote the batch and
+-- committed before the lock was had, so of two writers of one batch the later recomputes
+-- with the earlier's rows, whether or not the writers lock the batch first (every function
+-- here does: `autocomp_lock_batch`). One statement would not: an UPDATE blocked on the row
+-- goes on with the snapshot it started with.
+CREATE FUNCTION autocomp_keep_effective(p_batch text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM batches WHERE id = p_batch FOR NO KEY UPDATE;
     UPDATE batches b SET (effective_types, effective_outcomes, effective_seqs, effective_transients,
             effective_skipped, effective_content_seqs, effective_acknowledged) = (
         SELECT array_agg(f.type ORDER BY f.type), array_agg(f.outcome ORDER BY f.type),
@@ -29,15 +39,17 @@ CREATE FUNCTION autocomp_keep_effective(p_batch text) RETURNS void LANGUAGE sql 
                array_agg(f.skipped ORDER BY f.type), array_agg(f.content_seq ORDER BY f.type),
                array_agg(f.acknowledged ORDER BY f.type)
         FROM batch_effective f WHERE f.batch_id = p_batch)
-    WHERE b.id = p_batch
-$$;
+    WHERE b.id = p_batch;
+END $$;
 
-CREATE FUNCTION autocomp_keep_open_components(p_batch text) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION autocomp_keep_open_components(p_batch text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM batches WHERE id = p_batch FOR NO KEY UPDATE;
     UPDATE batches b SET open_components = (
         SELECT array_agg(DISTINCT r.component ORDER BY r.component) FROM runs r
         WHERE r.batch_id = p_batch AND r.state = 'open')
-    WHERE b.id = p_batch
-$$;
+    WHERE b.id = p_batch;
+END $$;
 
 CREATE FUNCTION autocomp_effective_written() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

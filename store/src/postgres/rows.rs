@@ -57,16 +57,18 @@ pub(super) fn summary_from_row(row: &tokio_postgres::Row) -> Result<BatchSummary
     };
     let mut effective = Vec::new();
     if let Some(types) = row.get::<_, Option<Vec<String>>>(8) {
-        let outcomes: Vec<String> = row.get(9);
-        let seqs: Vec<i64> = row.get(10);
-        let transients: Vec<bool> = row.get(11);
-        let skipped: Vec<bool> = row.get(12);
-        let content_seqs: Vec<Option<i64>> = row.get(13);
-        let acknowledged: Vec<bool> = row.get(15);
+        // Kept together by one statement (schema 18); a hand edit may have left them apart.
+        let apart = || corrupt("effective event", "the kept summary's columns differ");
+        let outcomes: Vec<String> = row.get::<_, Option<_>>(9).ok_or_else(apart)?;
+        let seqs: Vec<i64> = row.get::<_, Option<_>>(10).ok_or_else(apart)?;
+        let transients: Vec<bool> = row.get::<_, Option<_>>(11).ok_or_else(apart)?;
+        let skipped: Vec<bool> = row.get::<_, Option<_>>(12).ok_or_else(apart)?;
+        let content_seqs: Vec<Option<i64>> = row.get::<_, Option<_>>(13).ok_or_else(apart)?;
+        let acknowledged: Vec<bool> = row.get::<_, Option<_>>(15).ok_or_else(apart)?;
         let lengths =
             [outcomes.len(), seqs.len(), transients.len(), skipped.len(), content_seqs.len(), acknowledged.len()];
         if lengths.iter().any(|length| *length != types.len()) {
-            return Err(corrupt("effective event", "the kept summary's columns differ in length"));
+            return Err(apart());
         }
         for (i, event_type) in types.into_iter().enumerate() {
             effective.push(EventSummary {
