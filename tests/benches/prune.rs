@@ -573,7 +573,7 @@ FROM fill, generate_series(1, {events}) k ORDER BY 1;
 INSERT INTO batch_effective (batch_id, type, seq, outcome, transient, skipped, acknowledged, content_seq)
 SELECT id, ({types})[k], block_base + k * width + j + 1, ({outcomes})[k], false, false, false, NULL
 FROM fill, unnest(ARRAY[{effective}]) k;
-DO $fill$ BEGIN PERFORM autocomp_keep_effective(id) FROM fill; END $fill$;
+DO $fill$ BEGIN PERFORM autocomp_keep_summary_part('effective', id) FROM fill; END $fill$;
 COMMIT;
 ",
         prefix = group.prefix,
