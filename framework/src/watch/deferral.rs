@@ -2,9 +2,9 @@
 //! times it goes back to sleeping in the change feed. A watcher whose retry finds the turn
 //! free and nothing to claim sleeps in the feed again (so a lone watcher whose heartbeat met a
 //! cron pass is woken by the next change, and works it if the turn is free by then); the next
-//! change wakes it, its pass meets the busy turn again, and it defers once more. Starting that deferral at the shortest retry (0.5 s)
-//! had the component's many watchers at 2,000 workers retrying every second or two instead of
-//! every 10 s (docs/capacity.md). So the deferral goes on from how long the watcher had
+//! change wakes it, its pass meets the busy turn again, and it defers once more. Starting
+//! that deferral at the shortest retry (0.5 s) had the component's many watchers at 2,000
+//! workers retrying every second or two instead of every 10 s (docs/capacity.md). So the deferral goes on from how long the watcher had
 //! deferred, and the watcher, back in the feed, reads whether the turn is held before it looks,
 //! until a pass of its gets the turn.
 

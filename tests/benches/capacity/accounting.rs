@@ -120,7 +120,9 @@ pub fn pg_statements(pg: &Postgres, database: &str) -> BTreeMap<String, Statemen
     pg.psql(
         "postgres",
         &format!(
-            "SELECT s.queryid, s.calls, s.total_exec_time, s.rows,              translate(left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90), '|', '/')              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}'"
+            "SELECT s.queryid, s.calls, s.total_exec_time, s.rows, \
+             translate(left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90), '|', '/') \
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{database}'"
         ),
     )
     .lines()

@@ -8,8 +8,8 @@
 //!         cargo bench -p autocomp-e2e --bench capacity
 //!
 //! Backends: one PostgreSQL server (fsync on, `track_functions=all`, `pg_stat_statements`)
-//! and per run a fresh database with two `sboi serve` processes following it; the locks (`AUTOCOMP_BENCH_LOCKS`,
-//! `zk` by default, `postgres`, or both comma-separated) are a 3-node ZooKeeper ensemble
+//! and per run a fresh database with two `sboi serve` processes following it; the locks
+//! (`AUTOCOMP_BENCH_LOCKS`, `zk` by default, `postgres`, or both comma-separated) are a 3-node ZooKeeper ensemble
 //! (`autocomp_e2e::zk`, which lifts ZooKeeper's cap of 60 connections per client address;
 //! not started for a PostgreSQL-only bench) or the store's own server (`locks =
 //! "postgres://...?lease=..."`, `AUTOCOMP_BENCH_LEASE`, default 10s; `max_connections` is
