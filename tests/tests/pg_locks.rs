@@ -9,6 +9,8 @@
 //! - a holder whose database goes away is `Suspended` at 0.3 of its lease and `Lost` at 0.5,
 //!   on its own clock, and its locks are taken by no one before a full lease;
 //! - a row no lock service wrote is `Foreign`, never busy;
+//! - a worker holding nothing renews every quarter of its lease, one holding a lock or a
+//!   claim naming its liveness record every tenth;
 //! - a service reads no other worker's row until it finds a lock busy, then only its holder's
 //!   until the holder lets it go; many locks are taken in one statement and released in one;
 //! - a deferring watcher reads the lock row and its holder's beat, not the store, and takes a
@@ -358,6 +360,54 @@ fn a_service_watches_only_the_holders_of_locks_it_found_busy_and_takes_many_lock
             service.close().await;
         }
         quiet.close().await;
+    });
+}
+
+/// How many times `locks` renewed its lease over `window` (its beat, read before and after).
+async fn renewals_over(server: &Postgres, database: &str, locks: &dyn LockService, window: Duration) -> i64 {
+    let record = locks.liveness().expect("a PostgreSQL worker's record");
+    let worker = record.strip_prefix("pg:").expect("a pg: record");
+    let beat = || {
+        let read = server.psql(database, &format!("SELECT beat FROM autocomp_lock_workers WHERE id = '{worker}'"));
+        read.trim().parse::<i64>().expect("the worker's beat")
+    };
+    let before = tokio::task::block_in_place(beat);
+    // The window is what is measured: its renewals are counted, nothing is waited for.
+    tokio::time::sleep(window).await;
+    tokio::task::block_in_place(beat) - before
+}
+
+#[test]
+fn a_worker_holding_nothing_renews_every_quarter_of_its_lease_and_every_tenth_while_it_holds_a_lock_or_a_claim() {
+    let server = postgres::shared();
+    let database = "renewal_cadence";
+    let url = with_lease(&server.create_database(database));
+    // Two leases a window: a quarter's cadence renews about 8 times, a tenth's about 20.
+    let window = LEASE * 2;
+    let (quarter, tenth) = (8, 20);
+    runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        let idle = renewals_over(server, database, locks.as_ref(), window).await;
+        assert!(idle <= quarter + 1, "holding nothing, it renewed {idle} times in {window:?} (a quarter: {quarter})");
+        assert!(idle >= quarter / 2, "holding nothing, it renewed only {idle} times in {window:?}");
+
+        let lock = locks.try_lock(&poll_probe(), &holder("cadence"), Duration::ZERO).await.unwrap().unwrap();
+        let holding = renewals_over(server, database, locks.as_ref(), window).await;
+        assert!(
+            holding >= tenth / 2 + 2,
+            "holding a lock, it renewed only {holding} times in {window:?} (a tenth: {tenth})"
+        );
+        lock.release().await.unwrap();
+
+        // A claim that is its batch's lock names the liveness record and holds no lock row.
+        let claim = locks.hold_liveness().expect("PostgreSQL keeps claims' liveness fresh");
+        let claiming = renewals_over(server, database, locks.as_ref(), window).await;
+        assert!(claiming >= tenth / 2 + 2, "holding a claim, it renewed only {claiming} times in {window:?}");
+        drop(claim);
+        let idle_again = renewals_over(server, database, locks.as_ref(), window).await;
+        assert!(idle_again <= quarter + 2, "holding nothing again, it renewed {idle_again} times in {window:?}");
+        println!("renewals in {window:?}: idle {idle}, a lock {holding}, a claim {claiming}, idle again {idle_again}");
+        locks.close().await;
     });
 }
 

@@ -281,6 +281,14 @@ pub trait LockService: Send + Sync {
         None
     }
 
+    /// Marks a claim naming this process's liveness record as held until the answer is
+    /// dropped: a service that keeps the record less fresh while nothing is held on it keeps
+    /// it as for a held lock meanwhile (PostgreSQL renews every tenth of its lease instead of
+    /// every quarter). `None` where the record's upkeep does not depend on it.
+    fn hold_liveness(&self) -> Option<LivenessHold> {
+        None
+    }
+
     /// Whether this service keeps liveness records, so that claims are the batches' locks:
     /// fixed for the service's life, so a process never mixes exclusive claims with batch
     /// locks (a `liveness` of `None` from such a service means the record is gone: claim
@@ -308,6 +316,20 @@ pub enum Liveness {
     Dead,
     /// Neither proven: leave the run alone for now.
     Unproven,
+}
+
+/// A claim naming this process's liveness record, marked held on the lock service
+/// ([`LockService::hold_liveness`]) until dropped.
+pub struct LivenessHold {
+    /// The service's own marker, let go when dropped.
+    _held: Box<dyn Send + Sync>,
+}
+
+impl LivenessHold {
+    /// Holds `held` (the service's own marker, let go when dropped).
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self { _held: Box::new(held) }
+    }
 }
 
 /// One lock taken by [`LockService::try_lock`], held until released (or lost).

@@ -15,7 +15,7 @@ use tracing::{debug, info};
 use super::Runner;
 use crate::component::Component;
 use crate::exit::RunError;
-use crate::locks::{Liveness, Lock, LockError, LockPath, LockService};
+use crate::locks::{Liveness, LivenessHold, Lock, LockError, LockPath, LockService};
 
 impl<C: Component> Runner<C> {
     /// Whether a claim is the batch's lock: the lock service keeps this process's liveness
@@ -72,11 +72,14 @@ pub(super) struct ClaimLock {
     path: LockPath,
     service: Arc<dyn LockService>,
     record: String,
+    /// The claim marked held on the lock service while it lives (its record kept fresher).
+    _held: Option<LivenessHold>,
 }
 
 impl ClaimLock {
     pub(super) fn boxed(path: LockPath, service: &Arc<dyn LockService>, record: &str) -> Box<dyn Lock> {
-        Box::new(ClaimLock { path, service: Arc::clone(service), record: record.to_owned() })
+        let _held = service.hold_liveness();
+        Box::new(ClaimLock { path, service: Arc::clone(service), record: record.to_owned(), _held })
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use autocomp_framework::config::ComponentConfig;
-use autocomp_framework::locks::{HeldLock, Liveness, Lock, LockError, LockHolder, LockPath, LockService, SessionState};
+use autocomp_framework::locks::{
+    HeldLock, Liveness, LivenessHold, Lock, LockError, LockHolder, LockPath, LockService, SessionState,
+};
 use autocomp_framework::prelude::*;
 use autocomp_framework::{BatchId, BatchType, NewBatch, Pipeline, Runner, Setup, Watched, run_watching};
 use autocomp_model::{Selection, Seq};
@@ -304,6 +306,10 @@ impl LockService for CountingLocks {
 
     fn keeps_liveness(&self) -> bool {
         self.inner.keeps_liveness()
+    }
+
+    fn hold_liveness(&self) -> Option<LivenessHold> {
+        self.inner.hold_liveness()
     }
 
     async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {

@@ -2,8 +2,10 @@
 //! the age of its last renewal) and the other workers' (watched for a beat that stops).
 //!
 //! The rule, all of it measured on monotonic clocks, never on the database's:
-//! - a holder renews every tenth of its lease (`UPDATE ... SET beat = beat + 1`) and counts a
-//!   renewal from the moment it SENT it; with none for 0.3 of the lease it is `Suspended`
+//! - a holder renews every tenth of its lease (`UPDATE ... SET beat = beat + 1`) while it
+//!   holds anything on it (a lock row, a claim naming its liveness record) and after a failed
+//!   renewal, every quarter while it holds nothing; it counts a renewal from the moment it
+//!   SENT it; with none for 0.3 of the lease it is `Suspended`
 //!   (start nothing new, hold commits), at 0.5 `Lost` (its locks may be taken soon; cancelled
 //!   work gets [`LOST_GRACE_SHARE`] more);
 //! - a taker takes a worker's locks over only once it has itself seen that worker's beat
@@ -16,13 +18,19 @@
 //! the holder's last success was sent at least a lease before the takeover: it was `Lost` half
 //! a lease before, and its cancelled work past its grace 0.3 of a lease before. That margin
 //! covers its watchdog's scheduling and any difference in the two clocks' rates.
+//!
+//! The cadence is not part of that argument (it holds however seldom a holder renews): it
+//! only sets how many tries a holder has before it suspends itself. A process holding nothing
+//! has nobody waiting on its beat, so it renews less often: at 2,000 workers the renewals
+//! every tenth were a third of the server's statement time, most of them from idle workers
+//! (docs/capacity.md).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -30,6 +38,9 @@ use crate::locks::SessionState;
 
 /// How often a holder renews, as a share of its lease: three tries before it is suspended.
 pub const RENEW_SHARE: f64 = 0.1;
+/// How often a process holding nothing on its lease renews: below `SUSPENDED_SHARE`, so a
+/// renewal answered within a twentieth of the lease keeps it connected.
+pub const IDLE_RENEW_SHARE: f64 = 0.25;
 /// No renewal for this share of the lease: `Suspended`.
 pub const SUSPENDED_SHARE: f64 = 0.3;
 /// No renewal for this share of the lease: `Lost`.
@@ -49,6 +60,50 @@ pub fn judge(age: Duration, lease: Duration) -> SessionState {
     }
 }
 
+/// When the renewal after one sent at `sent` is due: a tenth of the lease later while
+/// anything is held on the lease or after a renewal that failed, a quarter while nothing is.
+pub fn next_renewal(sent: Instant, lease: Duration, holding: bool, failed: bool) -> Instant {
+    let share = if holding || failed { RENEW_SHARE } else { IDLE_RENEW_SHARE };
+    sent + lease.mul_f64(share)
+}
+
+/// What this process holds on its lease (lock rows, claims naming its liveness record), which
+/// the renewal's cadence follows.
+#[derive(Default)]
+pub struct Holds {
+    count: AtomicUsize,
+    /// Told when the count leaves zero: a renewal due a quarter after the last may now be due
+    /// a tenth after it.
+    began: Notify,
+}
+
+/// One thing held on the lease, until dropped.
+pub struct Hold(Arc<Holds>);
+
+impl Holds {
+    pub fn hold(self: &Arc<Self>) -> Hold {
+        if self.count.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.began.notify_one();
+        }
+        Hold(Arc::clone(self))
+    }
+
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+
+    /// Returns once something is held after nothing was (or was, since the last call).
+    pub async fn began(&self) {
+        self.began.notified().await
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// This process's lease: its worker row, when it was last renewed, and the state published
 /// for the runner.
 pub struct Lease {
@@ -62,6 +117,8 @@ pub struct Lease {
     state: watch::Sender<SessionState>,
     /// Set by `close`: the end of the lease is ours, not news.
     closing: AtomicBool,
+    /// What is held on it: the renewal's cadence.
+    pub holds: Arc<Holds>,
 }
 
 impl Lease {
@@ -74,6 +131,7 @@ impl Lease {
             renewed: Mutex::new(sent),
             state: watch::Sender::new(SessionState::Connected),
             closing: AtomicBool::new(false),
+            holds: Arc::default(),
         }
     }
 
@@ -254,8 +312,38 @@ mod tests {
         assert_eq!(judge(Duration::from_secs(5), lease), SessionState::Lost);
         // A renewal every tenth: two may fail before the holder holds its commits.
         const { assert!(RENEW_SHARE * 3.0 <= SUSPENDED_SHARE + 1e-9) };
+        // Holding nothing, a renewal answered in time keeps it connected.
+        const { assert!(IDLE_RENEW_SHARE < SUSPENDED_SHARE) };
         // Cancelled work is gone before any taker may act (at a full lease).
         const { assert!(LOST_SHARE + LOST_GRACE_SHARE < 1.0) };
+    }
+
+    #[test]
+    fn a_lease_is_renewed_every_tenth_while_held_or_failing_and_every_quarter_while_idle() {
+        let (sent, lease) = (Instant::now(), Duration::from_secs(10));
+        assert_eq!(next_renewal(sent, lease, true, false), sent + Duration::from_secs(1));
+        assert_eq!(next_renewal(sent, lease, false, true), sent + Duration::from_secs(1));
+        assert_eq!(next_renewal(sent, lease, false, false), sent + Duration::from_millis(2_500));
+
+        let holds = Arc::new(Holds::default());
+        assert!(!holds.any());
+        let (a, b) = (holds.hold(), holds.hold());
+        assert!(holds.any());
+        drop(a);
+        assert!(holds.any(), "one still held");
+        drop(b);
+        assert!(!holds.any(), "nothing held");
+    }
+
+    #[tokio::test]
+    async fn holding_after_holding_nothing_is_told_to_the_renewal() {
+        let holds = Arc::new(Holds::default());
+        let told = tokio::spawn({
+            let holds = Arc::clone(&holds);
+            async move { holds.began().await }
+        });
+        let _held = holds.hold();
+        tokio::time::timeout(Duration::from_secs(10), told).await.expect("told").unwrap();
     }
 
     #[test]

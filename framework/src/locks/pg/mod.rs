@@ -3,7 +3,8 @@
 //! `lease=<duration>` (default 10 s), so a site running PostgreSQL needs no ZooKeeper.
 //!
 //! Each lock service (process) is a worker: one row of `autocomp_lock_workers` with a `beat`
-//! counter it renews every tenth of its lease. A lock is one row of `autocomp_locks`
+//! counter it renews every tenth of its lease while it holds a lock or a claim naming its
+//! liveness record, every quarter while it holds nothing (`lease`). A lock is one row of `autocomp_locks`
 //! (`path` primary key, the worker, a claim number unique to the `try_lock` that took it, the
 //! holder's JSON as stored). Try-lock is one `INSERT ... ON CONFLICT DO NOTHING`; a busy path's
 //! row is read to tell busy from foreign (a holder that is not a record we write) and to watch
@@ -61,8 +62,10 @@ use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use tracing::{info, warn};
 
-use super::{HeldLock, Liveness, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState};
-use lease::{LOST_GRACE_SHARE, Lease};
+use super::{
+    HeldLock, Liveness, LivenessHold, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState,
+};
+use lease::{Hold, LOST_GRACE_SHARE, Lease};
 use shared::{HolderRow, Met, Shared, foreign_reason};
 pub use url::{DEFAULT_LEASE, PgLocksUrl};
 
@@ -98,6 +101,16 @@ impl PgLocks {
         let (pool, beat_pool) = (pool_of(options.pool_size)?, pool_of(1)?);
         let client = tables::connect(&pool, &parsed, &shown).await?;
         tables::ensure(&client, &parsed).await?;
+        // The renewal's connection is opened before the lease starts, not by its first
+        // renewal: on a loaded server an opening took up to 2.5 s (2,000 workers starting),
+        // and a quarter's wait plus that would use up the lease of a worker holding nothing.
+        let beat_connection = beat_pool.get().await.map_err(|e| {
+            LockError::Unavailable(format!(
+                "PostgreSQL lock service at {}: opening the lease renewal's connection failed: {}",
+                options.target,
+                shared::describe_pool_error(&e)
+            ))
+        })?;
         let worker = new_worker_id();
         let lease_ms = i64::try_from(parsed.lease.as_millis()).expect("at most 10 minutes");
         let sent = Instant::now();
@@ -123,7 +136,7 @@ impl PgLocks {
         let tasks = vec![
             tokio::spawn({
                 let shared = Arc::clone(&shared);
-                async move { shared.renew().await }
+                async move { shared.renew(beat_connection).await }
             }),
             tokio::spawn({
                 let shared = Arc::clone(&shared);
@@ -232,8 +245,7 @@ impl LockService for PgLocks {
             self.shared.usable()?;
             let retry_at_once = match self.try_once(&relative, claim, &record).await? {
                 TryOutcome::Taken => {
-                    let shared = Arc::clone(&self.shared);
-                    return Ok(Some(Box::new(PgLock { path: path.clone(), relative, claim, shared })));
+                    return Ok(Some(Box::new(PgLock::new(path.clone(), relative, claim, &self.shared))));
                 }
                 TryOutcome::Busy => false,
                 TryOutcome::ReleasedMeanwhile => true,
@@ -296,10 +308,7 @@ impl LockService for PgLocks {
         let first_claim = self.next_claim.fetch_add(count, Ordering::Relaxed);
         let taken = self.shared.take_many(&relative, first_claim, &record).await?;
         let answers = paths.iter().zip(relative).zip(taken).enumerate().map(|(i, ((path, relative), taken))| {
-            taken.then(|| {
-                let (shared, claim) = (Arc::clone(&self.shared), first_claim + i as i64);
-                Box::new(PgLock { path: path.clone(), relative, claim, shared }) as Box<dyn Lock>
-            })
+            taken.then(|| Box::new(PgLock::new(path.clone(), relative, first_claim + i as i64, &self.shared)) as _)
         });
         Ok(answers.collect())
     }
@@ -363,6 +372,11 @@ impl LockService for PgLocks {
         true
     }
 
+    /// A claim naming our record is held on the lease as a lock row is: renewed every tenth.
+    fn hold_liveness(&self) -> Option<LivenessHold> {
+        Some(LivenessHold::new(self.shared.lease.holds.hold()))
+    }
+
     /// `pg:<worker id>`: this process's row, renewed while it lives.
     fn liveness(&self) -> Option<String> {
         let shared = &self.shared;
@@ -401,6 +415,15 @@ struct PgLock {
     relative: String,
     claim: i64,
     shared: Arc<Shared>,
+    /// Held on the lease while the lock lives: renewed every tenth meanwhile.
+    _hold: Hold,
+}
+
+impl PgLock {
+    fn new(path: LockPath, relative: String, claim: i64, shared: &Arc<Shared>) -> Self {
+        let _hold = shared.lease.holds.hold();
+        PgLock { path, relative, claim, shared: Arc::clone(shared), _hold }
+    }
 }
 
 #[async_trait]

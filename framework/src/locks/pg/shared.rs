@@ -14,7 +14,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tracing::{debug, warn};
 
-use super::lease::{Lease, Observations, RENEW_SHARE};
+use super::lease::{Lease, Observations, next_renewal};
 use super::sql;
 use crate::locks::LockError;
 
@@ -151,22 +151,28 @@ impl Shared {
         LockError::Unavailable(format!("PostgreSQL lock service at {}: {what} failed: {message}", self.lease.target))
     }
 
-    /// Renews the lease every tenth of it until it is lost or the service closed; a renewal
-    /// that finds the worker row gone (taken over) loses the lease at once.
-    pub async fn renew(&self) {
-        let every = self.lease.ttl.mul_f64(RENEW_SHARE);
-        let mut connection: Option<Object> = None;
-        let mut next = Instant::now() + every;
+    /// Renews the lease (every tenth of it while anything is held on it or after a failed
+    /// renewal, every quarter while nothing is: `lease::next_renewal`) until it is lost or the
+    /// service closed; a renewal that finds the worker row gone (taken over) loses the lease
+    /// at once. `connection` is the renewal's own, opened before the lease began.
+    pub async fn renew(&self, connection: Object) {
+        let (ttl, holds) = (self.lease.ttl, &self.lease.holds);
+        let mut connection = Some(connection);
+        let (mut sent, mut failed) = (Instant::now(), false);
         loop {
-            tokio::time::sleep_until(next).await;
+            let due = next_renewal(sent, ttl, holds.any(), failed);
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                // Something is held now: the next renewal may be due sooner.
+                _ = holds.began() => continue,
+            }
             if self.lease.is_lost() || self.closed.load(Ordering::Relaxed) {
                 return;
             }
-            let sent = Instant::now();
-            next = sent + every;
+            sent = Instant::now();
             let attempt = renew_once(&self.beat_pool, &mut connection, &self.lease.worker);
-            let outcome = tokio::time::timeout(self.lease.ttl / 4, attempt).await;
-            let answered = matches!(outcome, Ok(Ok(_)));
+            let outcome = tokio::time::timeout(ttl / 4, attempt).await;
+            failed = !matches!(outcome, Ok(Ok(_)));
             match outcome {
                 Ok(Ok(true)) => self.lease.renewed(sent),
                 Ok(Ok(false)) => {
@@ -178,7 +184,7 @@ impl Shared {
                 Ok(Err(why)) => debug!(worker = %self.lease.worker, "lock lease renewal failed: {why}"),
                 Err(_) => debug!(worker = %self.lease.worker, "lock lease renewal not answered in time"),
             }
-            if !answered {
+            if failed {
                 // A connection that failed or hangs is not reused: the next renewal opens another.
                 if let Some(broken) = connection.take() {
                     drop(Object::take(broken));
