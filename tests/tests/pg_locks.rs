@@ -9,8 +9,8 @@
 //! - a holder whose database goes away is `Suspended` at 0.3 of its lease and `Lost` at 0.5,
 //!   on its own clock, and its locks are taken by no one before a full lease;
 //! - a row no lock service wrote is `Foreign`, never busy;
-//! - a worker holding nothing renews every quarter of its lease, one holding a lock or a
-//!   claim naming its liveness record every tenth;
+//! - a worker holding nothing renews every fifth of its lease, one holding a lock or a
+//!   claim naming its liveness record (a pass working a claimed batch) every tenth;
 //! - a service reads no other worker's row until it finds a lock busy, then only its holder's
 //!   until the holder lets it go; many locks are taken in one statement and released in one;
 //! - a deferring watcher reads the lock row and its holder's beat, not the store, and takes a
@@ -363,52 +363,106 @@ fn a_service_watches_only_the_holders_of_locks_it_found_busy_and_takes_many_lock
     });
 }
 
-/// How many times `locks` renewed its lease over `window` (its beat, read before and after).
-async fn renewals_over(server: &Postgres, database: &str, locks: &dyn LockService, window: Duration) -> i64 {
-    let record = locks.liveness().expect("a PostgreSQL worker's record");
-    let worker = record.strip_prefix("pg:").expect("a pg: record");
-    let beat = || {
-        let read = server.psql(database, &format!("SELECT beat FROM autocomp_lock_workers WHERE id = '{worker}'"));
-        read.trim().parse::<i64>().expect("the worker's beat")
-    };
-    let before = tokio::task::block_in_place(beat);
+/// The beat of worker `worker`, read in `database`.
+fn beat_of(server: &Postgres, database: &str, worker: &str) -> i64 {
+    let read = server.psql(database, &format!("SELECT beat FROM autocomp_lock_workers WHERE id = '{worker}'"));
+    read.trim().parse::<i64>().expect("the worker's beat")
+}
+
+/// How many times `worker` renewed its lease between two reads of its beat about `window`
+/// apart, and how many renewals a tenth's and a fifth's cadence would have made in the time
+/// between the reads (a window stretched by a slow read counts what it really spanned).
+async fn renewals_over(server: &Postgres, database: &str, worker: &str, window: Duration) -> (i64, f64, f64) {
+    let (before, started) = (tokio::task::block_in_place(|| beat_of(server, database, worker)), Instant::now());
     // The window is what is measured: its renewals are counted, nothing is waited for.
     tokio::time::sleep(window).await;
-    tokio::task::block_in_place(beat) - before
+    let after = tokio::task::block_in_place(|| beat_of(server, database, worker));
+    let spanned = started.elapsed().as_secs_f64() / LEASE.as_secs_f64();
+    (after - before, spanned * 10.0, spanned * 5.0)
+}
+
+/// The worker id a service's liveness record names.
+fn worker_of(locks: &dyn LockService) -> String {
+    let record = locks.liveness().expect("a PostgreSQL worker's record");
+    record.strip_prefix("pg:").expect("a pg: record").to_owned()
 }
 
 #[test]
-fn a_worker_holding_nothing_renews_every_quarter_of_its_lease_and_every_tenth_while_it_holds_a_lock_or_a_claim() {
+fn a_worker_holding_nothing_renews_every_fifth_of_its_lease_and_every_tenth_while_it_holds_a_lock_or_a_claim() {
     let server = postgres::shared();
     let database = "renewal_cadence";
     let url = with_lease(&server.create_database(database));
-    // Two leases a window: a quarter's cadence renews about 8 times, a tenth's about 20.
     let window = LEASE * 2;
-    let (quarter, tenth) = (8, 20);
     runtime().block_on(async {
         let locks = open_locks(&url).await.unwrap();
-        let idle = renewals_over(server, database, locks.as_ref(), window).await;
-        assert!(idle <= quarter + 1, "holding nothing, it renewed {idle} times in {window:?} (a quarter: {quarter})");
-        assert!(idle >= quarter / 2, "holding nothing, it renewed only {idle} times in {window:?}");
+        let worker = worker_of(locks.as_ref());
+        // Between the two cadences: more than a fifth's could make, well under a tenth's.
+        let busy = |renewed: i64, tenth: f64, fifth: f64| renewed as f64 >= (tenth + fifth) / 2.0 + 1.0;
+        let (idle, tenth, fifth) = renewals_over(server, database, &worker, window).await;
+        assert!(idle as f64 <= fifth + 1.0, "holding nothing, it renewed {idle} times (a fifth's cadence: {fifth:.1})");
+        assert!(idle as f64 >= fifth / 2.0, "holding nothing, it renewed only {idle} times (a fifth's: {fifth:.1})");
 
         let lock = locks.try_lock(&poll_probe(), &holder("cadence"), Duration::ZERO).await.unwrap().unwrap();
-        let holding = renewals_over(server, database, locks.as_ref(), window).await;
+        let (holding, tenth_held, fifth_held) = renewals_over(server, database, &worker, window).await;
         assert!(
-            holding >= tenth / 2 + 2,
-            "holding a lock, it renewed only {holding} times in {window:?} (a tenth: {tenth})"
+            busy(holding, tenth_held, fifth_held),
+            "holding a lock, it renewed only {holding} times (a tenth's: {tenth_held:.1})"
         );
         lock.release().await.unwrap();
 
         // A claim that is its batch's lock names the liveness record and holds no lock row.
         let claim = locks.hold_liveness().expect("PostgreSQL keeps claims' liveness fresh");
-        let claiming = renewals_over(server, database, locks.as_ref(), window).await;
-        assert!(claiming >= tenth / 2 + 2, "holding a claim, it renewed only {claiming} times in {window:?}");
+        let (claiming, tenth_claimed, fifth_claimed) = renewals_over(server, database, &worker, window).await;
+        assert!(busy(claiming, tenth_claimed, fifth_claimed), "holding a claim, it renewed only {claiming} times");
         drop(claim);
-        let idle_again = renewals_over(server, database, locks.as_ref(), window).await;
-        assert!(idle_again <= quarter + 2, "holding nothing again, it renewed {idle_again} times in {window:?}");
-        println!("renewals in {window:?}: idle {idle}, a lock {holding}, a claim {claiming}, idle again {idle_again}");
+        let (idle_again, _, fifth_again) = renewals_over(server, database, &worker, window).await;
+        assert!(idle_again as f64 <= fifth_again + 2.0, "holding nothing again, it renewed {idle_again} times");
+        println!(
+            "renewals in about {window:?} (a tenth's / a fifth's cadence: {tenth:.1} / {fifth:.1}): idle {idle}, \
+             a lock {holding}, a claim {claiming}, idle again {idle_again}"
+        );
         locks.close().await;
     });
+}
+
+#[test]
+fn a_pass_renews_every_tenth_of_its_lease_while_it_works_a_claimed_batch() {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&with_lease(&url));
+    pipeline.register(1);
+    pipeline.configure(&format!(
+        "event_type = \"{PROBED}\"\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"{PROBED}\"]\n\n\
+         [settings]\nwork_time = \"6s\"\n"
+    ));
+    let pass = pipeline.spawn(&[]);
+    // The batch claimed: from then on only the claim (no lock row: the turn is given back
+    // once the claims are made) is held on the pass's lease while it works.
+    let claimed = Instant::now() + Duration::from_secs(30);
+    let worker = loop {
+        let made = "SELECT to_regclass('autocomp_lock_workers') IS NOT NULL AND to_regclass('runs') IS NOT NULL";
+        let open = (server.psql(&database, made).trim() == "t").then(|| {
+            server.psql(
+                &database,
+                "SELECT w.id FROM autocomp_lock_workers w WHERE EXISTS (SELECT 1 FROM runs WHERE state = 'open') \
+             AND NOT EXISTS (SELECT 1 FROM autocomp_locks)",
+            )
+        });
+        if let Some(worker) = open.as_deref().and_then(|open| open.lines().next()).filter(|id| !id.is_empty()) {
+            break worker.to_owned();
+        }
+        assert!(Instant::now() < claimed, "the pass claimed nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (renewed, tenth, fifth) = runtime().block_on(renewals_over(server, &database, &worker, LEASE * 3 / 2));
+    assert!(
+        renewed as f64 >= (tenth + fifth) / 2.0 + 1.0,
+        "working a claimed batch, the pass renewed {renewed} times (a tenth's cadence: {tenth:.1}, a fifth's: {fifth:.1})"
+    );
+    let run = finish(pass, Duration::from_secs(60));
+    assert_eq!(run.code, Some(0), "{}", run.show());
 }
 
 #[test]

@@ -284,7 +284,7 @@ pub trait LockService: Send + Sync {
     /// Marks a claim naming this process's liveness record as held until the answer is
     /// dropped: a service that keeps the record less fresh while nothing is held on it keeps
     /// it as for a held lock meanwhile (PostgreSQL renews every tenth of its lease instead of
-    /// every quarter). `None` where the record's upkeep does not depend on it.
+    /// every fifth). `None` where the record's upkeep does not depend on it.
     fn hold_liveness(&self) -> Option<LivenessHold> {
         None
     }

@@ -4,7 +4,7 @@
 //! The rule, all of it measured on monotonic clocks, never on the database's:
 //! - a holder renews every tenth of its lease (`UPDATE ... SET beat = beat + 1`) while it
 //!   holds anything on it (a lock row, a claim naming its liveness record) and after a failed
-//!   renewal, every quarter while it holds nothing; it counts a renewal from the moment it
+//!   renewal, every fifth while it holds nothing; it counts a renewal from the moment it
 //!   SENT it; with none for 0.3 of the lease it is `Suspended`
 //!   (start nothing new, hold commits), at 0.5 `Lost` (its locks may be taken soon; cancelled
 //!   work gets [`LOST_GRACE_SHARE`] more);
@@ -38,9 +38,15 @@ use crate::locks::SessionState;
 
 /// How often a holder renews, as a share of its lease: three tries before it is suspended.
 pub const RENEW_SHARE: f64 = 0.1;
-/// How often a process holding nothing on its lease renews: below `SUSPENDED_SHARE`, so a
-/// renewal answered within a twentieth of the lease keeps it connected.
-pub const IDLE_RENEW_SHARE: f64 = 0.25;
+/// How often a process holding nothing on its lease renews: a tenth below
+/// `SUSPENDED_SHARE`, so a renewal answered within a tenth of the lease keeps it connected.
+pub const IDLE_RENEW_SHARE: f64 = 0.2;
+/// How long one renewal may take before it is given up (and its connection with it), as a
+/// share of the lease.
+pub const RENEWAL_LIMIT_SHARE: f64 = 0.25;
+/// ... and an idle one: until a tenth before `LOST_SHARE`, so a second try, on a new
+/// connection, still has that tenth (a quarter from a fifth would run to the end of the lease).
+pub const IDLE_RENEWAL_LIMIT_SHARE: f64 = LOST_SHARE - IDLE_RENEW_SHARE - RENEW_SHARE;
 /// No renewal for this share of the lease: `Suspended`.
 pub const SUSPENDED_SHARE: f64 = 0.3;
 /// No renewal for this share of the lease: `Lost`.
@@ -61,10 +67,15 @@ pub fn judge(age: Duration, lease: Duration) -> SessionState {
 }
 
 /// When the renewal after one sent at `sent` is due: a tenth of the lease later while
-/// anything is held on the lease or after a renewal that failed, a quarter while nothing is.
-pub fn next_renewal(sent: Instant, lease: Duration, holding: bool, failed: bool) -> Instant {
-    let share = if holding || failed { RENEW_SHARE } else { IDLE_RENEW_SHARE };
-    sent + lease.mul_f64(share)
+/// anything is held on the lease or after a renewal that failed (`busy`), a fifth while
+/// nothing is.
+pub fn next_renewal(sent: Instant, lease: Duration, busy: bool) -> Instant {
+    sent + lease.mul_f64(if busy { RENEW_SHARE } else { IDLE_RENEW_SHARE })
+}
+
+/// How long a renewal sent on that cadence may take before it is given up.
+pub fn renewal_limit(lease: Duration, busy: bool) -> Duration {
+    lease.mul_f64(if busy { RENEWAL_LIMIT_SHARE } else { IDLE_RENEWAL_LIMIT_SHARE })
 }
 
 /// What this process holds on its lease (lock rows, claims naming its liveness record), which
@@ -72,7 +83,7 @@ pub fn next_renewal(sent: Instant, lease: Duration, holding: bool, failed: bool)
 #[derive(Default)]
 pub struct Holds {
     count: AtomicUsize,
-    /// Told when the count leaves zero: a renewal due a quarter after the last may now be due
+    /// Told when the count leaves zero: a renewal due a fifth after the last may now be due
     /// a tenth after it.
     began: Notify,
 }
@@ -143,7 +154,8 @@ impl Lease {
         *self.state.borrow() == SessionState::Lost
     }
 
-    fn last_renewed(&self) -> Instant {
+    /// When the last successful renewal (or the registration) was sent.
+    pub fn last_renewed(&self) -> Instant {
         *self.renewed.lock().expect("never poisoned")
     }
 
@@ -312,18 +324,22 @@ mod tests {
         assert_eq!(judge(Duration::from_secs(5), lease), SessionState::Lost);
         // A renewal every tenth: two may fail before the holder holds its commits.
         const { assert!(RENEW_SHARE * 3.0 <= SUSPENDED_SHARE + 1e-9) };
-        // Holding nothing, a renewal answered in time keeps it connected.
-        const { assert!(IDLE_RENEW_SHARE < SUSPENDED_SHARE) };
+        // Holding nothing, a renewal answered within a tenth keeps it connected, and one that
+        // hangs is given up with a tenth left for a second try.
+        const { assert!(IDLE_RENEW_SHARE + RENEW_SHARE <= SUSPENDED_SHARE + 1e-9) };
+        const { assert!(IDLE_RENEW_SHARE + IDLE_RENEWAL_LIMIT_SHARE + RENEW_SHARE <= LOST_SHARE + 1e-9) };
+        const { assert!(RENEW_SHARE + RENEWAL_LIMIT_SHARE + RENEW_SHARE <= LOST_SHARE + 1e-9) };
         // Cancelled work is gone before any taker may act (at a full lease).
         const { assert!(LOST_SHARE + LOST_GRACE_SHARE < 1.0) };
     }
 
     #[test]
-    fn a_lease_is_renewed_every_tenth_while_held_or_failing_and_every_quarter_while_idle() {
+    fn a_lease_is_renewed_every_tenth_while_held_or_failing_and_every_fifth_while_idle() {
         let (sent, lease) = (Instant::now(), Duration::from_secs(10));
-        assert_eq!(next_renewal(sent, lease, true, false), sent + Duration::from_secs(1));
-        assert_eq!(next_renewal(sent, lease, false, true), sent + Duration::from_secs(1));
-        assert_eq!(next_renewal(sent, lease, false, false), sent + Duration::from_millis(2_500));
+        assert_eq!(next_renewal(sent, lease, true), sent + Duration::from_secs(1));
+        assert_eq!(next_renewal(sent, lease, false), sent + Duration::from_secs(2));
+        assert_eq!(renewal_limit(lease, true), Duration::from_millis(2_500));
+        assert_eq!(renewal_limit(lease, false), Duration::from_secs(2));
 
         let holds = Arc::new(Holds::default());
         assert!(!holds.any());

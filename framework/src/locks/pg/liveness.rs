@@ -1,6 +1,6 @@
 //! Liveness records on PostgreSQL: a process's record is `pg:<its worker id>`, its row in
 //! `autocomp_lock_workers` with the beat it renews (every tenth of its lease while it holds
-//! anything on it, every quarter while it holds nothing).
+//! anything on it, every fifth while it holds nothing).
 //!
 //! Judging another's, on this process's monotonic clock only (the lease rule of `lease`):
 //! - its row absent: `Dead` (a worker's row is deleted only by its own `close`, at exit, or

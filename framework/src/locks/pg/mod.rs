@@ -2,18 +2,18 @@
 //! `postgresql://`): the store's URL syntax (TLS, `password_file`, several hosts, ...) plus
 //! `lease=<duration>` (default 10 s), so a site running PostgreSQL needs no ZooKeeper.
 //!
-//! Each lock service (process) is a worker: one row of `autocomp_lock_workers` with a `beat`
-//! counter it renews every tenth of its lease while it holds a lock or a claim naming its
-//! liveness record, every quarter while it holds nothing (`lease`). A lock is one row of `autocomp_locks`
-//! (`path` primary key, the worker, a claim number unique to the `try_lock` that took it, the
-//! holder's JSON as stored). Try-lock is one `INSERT ... ON CONFLICT DO NOTHING`; a busy path's
-//! row is read to tell busy from foreign (a holder that is not a record we write) and to watch
-//! its worker's beat: a worker seen with the same beat for its whole lease, on this process's
-//! monotonic clock, is taken over by deleting its row if the beat is still that value, which
-//! deletes every lock it held (foreign key, `ON DELETE CASCADE`). Waiting polls until the
-//! deadline. Release deletes the row of that very claim. `close` deletes our worker row and so
-//! every lock still held. `try_lock_many` and `release_many` are one statement each, however
-//! many paths (`many`).
+//! Each lock service (process) is a worker: one row of `autocomp_lock_workers` with a
+//! `beat` counter it renews every tenth of its lease while it holds a lock or a claim
+//! naming its liveness record, every fifth while it holds nothing (`lease`). A lock is one
+//! row of `autocomp_locks` (`path` primary key, the worker, a claim number unique to the
+//! `try_lock` that took it, the holder's JSON as stored). Try-lock is one `INSERT ... ON
+//! CONFLICT DO NOTHING`; a busy path's row is read to tell busy from foreign (a holder that
+//! is not a record we write) and to watch its worker's beat: a worker seen with the same
+//! beat for its whole lease, on this process's monotonic clock, is taken over by deleting
+//! its row if the beat is still that value, which deletes every lock it held (foreign key,
+//! `ON DELETE CASCADE`). Waiting polls until the deadline. Release deletes the row of that
+//! very claim. `close` deletes our worker row and so every lock still held. `try_lock_many`
+//! and `release_many` are one statement each, however many paths (`many`).
 //!
 //! A service watches only the workers whose locks it found busy: every third of its lease it
 //! reads just their rows, with which of the paths it wants each still holds, and forgets a
@@ -103,7 +103,7 @@ impl PgLocks {
         tables::ensure(&client, &parsed).await?;
         // The renewal's connection is opened before the lease starts, not by its first
         // renewal: on a loaded server an opening took up to 2.5 s (2,000 workers starting),
-        // and a quarter's wait plus that would use up the lease of a worker holding nothing.
+        // and a fifth's wait plus that would use up the lease of a worker holding nothing.
         let beat_connection = beat_pool.get().await.map_err(|e| {
             LockError::Unavailable(format!(
                 "PostgreSQL lock service at {}: opening the lease renewal's connection failed: {}",

@@ -14,7 +14,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tracing::{debug, warn};
 
-use super::lease::{Lease, Observations, next_renewal};
+use super::lease::{Lease, Observations, next_renewal, renewal_limit};
 use super::sql;
 use crate::locks::LockError;
 
@@ -152,17 +152,18 @@ impl Shared {
     }
 
     /// Renews the lease (every tenth of it while anything is held on it or after a failed
-    /// renewal, every quarter while nothing is: `lease::next_renewal`) until it is lost or the
+    /// renewal, every fifth while nothing is: `lease::next_renewal`) until it is lost or the
     /// service closed; a renewal that finds the worker row gone (taken over) loses the lease
     /// at once. `connection` is the renewal's own, opened before the lease began.
     pub async fn renew(&self, connection: Object) {
         let (ttl, holds) = (self.lease.ttl, &self.lease.holds);
         let mut connection = Some(connection);
-        let (mut sent, mut failed) = (Instant::now(), false);
+        // Counted from the registration's send, as the lease is.
+        let (mut sent, mut failed) = (self.lease.last_renewed(), false);
         loop {
-            let due = next_renewal(sent, ttl, holds.any(), failed);
+            let busy = failed || holds.any();
             tokio::select! {
-                _ = tokio::time::sleep_until(due) => {}
+                _ = tokio::time::sleep_until(next_renewal(sent, ttl, busy)) => {}
                 // Something is held now: the next renewal may be due sooner.
                 _ = holds.began() => continue,
             }
@@ -171,7 +172,8 @@ impl Shared {
             }
             sent = Instant::now();
             let attempt = renew_once(&self.beat_pool, &mut connection, &self.lease.worker);
-            let outcome = tokio::time::timeout(ttl / 4, attempt).await;
+            // Busy again if something was taken while it slept (its wake-up is still pending).
+            let outcome = tokio::time::timeout(renewal_limit(ttl, busy || holds.any()), attempt).await;
             failed = !matches!(outcome, Ok(Ok(_)));
             match outcome {
                 Ok(Ok(true)) => self.lease.renewed(sent),

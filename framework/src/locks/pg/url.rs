@@ -14,8 +14,8 @@ use crate::locks::LockError;
 /// The lease when the URL does not say `?lease=...`.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
-/// The shortest lease a URL may ask for: a renewal every tenth of it must stay well above a
-/// round trip to the server.
+/// The shortest lease a URL may ask for: a renewal must be answered within a tenth of it
+/// (100 ms) to keep a holder connected.
 const MIN_LEASE: Duration = Duration::from_secs(1);
 /// The longest: a dead holder's locks are free only after a lease.
 const MAX_LEASE: Duration = Duration::from_secs(600);
