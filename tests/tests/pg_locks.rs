@@ -427,11 +427,7 @@ fn a_worker_holding_nothing_renews_every_fifth_of_its_lease_and_every_tenth_whil
 
 #[test]
 fn a_pass_renews_every_tenth_of_its_lease_while_it_works_a_claimed_batch() {
-    let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
-    let pipeline = Pipeline::with_store(PROBE, &url);
-    pipeline.use_locks(&with_lease(&url));
+    let (server, database, pipeline) = probe_in_postgres(with_lease);
     pipeline.register(1);
     pipeline.configure(&format!(
         "event_type = \"{PROBED}\"\n\n[trigger]\nrequires = [\"Data_Received\"]\nblocked_by = [\"{PROBED}\"]\n\n\
@@ -520,11 +516,8 @@ fn the_doctor_says_where_the_lock_tables_are_and_who_may_not_make_them() {
 
 #[test]
 fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
-    let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
-    let pipeline = Pipeline::with_store(PROBE, &url);
-    pipeline.use_locks(&url);
+    let (server, database, pipeline) = probe_in_postgres(str::to_owned);
+    let url = server.url(&database);
     let ids = pipeline.register(12);
     let ledger = pipeline.path("ledger.txt");
     pipeline.configure(&format!(
@@ -557,6 +550,17 @@ fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
         held
     });
     assert!(held.is_empty(), "{held:?}");
+}
+
+/// A probe pipeline with its store in a new database of the shared server and its locks at
+/// `locks_url` of that database's URL; the server and the database's name.
+fn probe_in_postgres(locks_url: impl Fn(&str) -> String) -> (&'static Postgres, String, Pipeline) {
+    let server = postgres::shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let pipeline = Pipeline::with_store(PROBE, &url);
+    pipeline.use_locks(&locks_url(&url));
+    (server, database, pipeline)
 }
 
 /// A probe watcher with its store and locks in one new PostgreSQL database and `config`,

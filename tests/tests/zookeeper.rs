@@ -403,7 +403,12 @@ fn a_turn_kept_through_a_suspended_session_is_given_back_and_the_trickle_goes_on
     let mut zk = ZooKeeper::start(Options::default());
     let pipeline = zk_pipeline(&zk, "30s");
     pipeline.configure("watch_heartbeat = \"10m\"\n");
-    let (mut watcher, kill) = registered_watcher(pipeline.command(&["--watch"]), &pipeline);
+    // Its log is kept for the failure message: once in CI (under load) it worked none of the
+    // batches registered after the kill within 30 s of the restart, and passed alone.
+    let log = pipeline.path("watcher.log");
+    let mut logged = pipeline.command(&["--watch", "-v"]);
+    logged.stderr(std::fs::File::create(&log).unwrap());
+    let (mut watcher, kill) = registered_watcher(logged, &pipeline);
     let mut ids: Vec<BatchId> = Vec::new();
     let mut trickle = |count: usize| {
         for _ in 0..count {
@@ -420,7 +425,13 @@ fn a_turn_kept_through_a_suspended_session_is_given_back_and_the_trickle_goes_on
         ids.iter().all(|id| pipeline.events(id, PROBED).len() == 1)
     });
     let unworked: Vec<&BatchId> = ids.iter().filter(|id| pipeline.events(id, PROBED).is_empty()).collect();
-    assert!(all, "{} of {} batches not worked after ZooKeeper came back: {unworked:?}", unworked.len(), ids.len());
+    assert!(
+        all,
+        "{} of {} batches not worked after ZooKeeper came back: {unworked:?}; the watcher's log:\n{}",
+        unworked.len(),
+        ids.len(),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     assert!(watcher.try_wait().unwrap().is_none(), "the watcher exited");
     let given_back = wait_until(Instant::now() + Duration::from_secs(10), || lock_nodes(&zk.tree(CHROOT)).is_empty());
     assert!(given_back, "the idle watcher kept its turn: {:?}", zk.tree(CHROOT));
