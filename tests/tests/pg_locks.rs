@@ -388,7 +388,8 @@ fn worker_of(locks: &dyn LockService) -> String {
 }
 
 #[test]
-fn a_worker_holding_nothing_renews_every_fifth_of_its_lease_and_every_tenth_while_it_holds_a_lock_or_a_claim() {
+fn a_worker_renews_every_tenth_of_its_lease_while_it_holds_a_lock_or_a_claim_every_fifth_after_and_not_at_all_once_idle_for_a_lease()
+ {
     let server = postgres::shared();
     let database = "renewal_cadence";
     let url = with_lease(&server.create_database(database));
@@ -398,29 +399,75 @@ fn a_worker_holding_nothing_renews_every_fifth_of_its_lease_and_every_tenth_whil
         let worker = worker_of(locks.as_ref());
         // Between the two cadences: more than a fifth's could make, well under a tenth's.
         let busy = |renewed: i64, tenth: f64, fifth: f64| renewed as f64 >= (tenth + fifth) / 2.0 + 1.0;
-        let (idle, tenth, fifth) = renewals_over(server, database, &worker, window).await;
-        assert!(idle as f64 <= fifth + 1.0, "holding nothing, it renewed {idle} times (a fifth's cadence: {fifth:.1})");
-        assert!(idle as f64 >= fifth / 2.0, "holding nothing, it renewed only {idle} times (a fifth's: {fifth:.1})");
-
         let lock = locks.try_lock(&poll_probe(), &holder("cadence"), Duration::ZERO).await.unwrap().unwrap();
-        let (holding, tenth_held, fifth_held) = renewals_over(server, database, &worker, window).await;
+        let (holding, tenth, _) = renewals_over(server, database, &worker, window).await;
         assert!(
-            busy(holding, tenth_held, fifth_held),
-            "holding a lock, it renewed only {holding} times (a tenth's: {tenth_held:.1})"
+            busy(holding, tenth, tenth / 2.0),
+            "holding a lock, it renewed only {holding} times (a tenth's: {tenth:.1})"
         );
         lock.release().await.unwrap();
 
-        // A claim that is its batch's lock names the liveness record and holds no lock row.
-        let claim = locks.hold_liveness().expect("PostgreSQL keeps claims' liveness fresh");
+        // Holding nothing, for the first lease: every fifth.
+        let (idle, tenth_idle, fifth) = renewals_over(server, database, &worker, LEASE * 4 / 5).await;
+        assert!(idle as f64 <= fifth + 1.0, "holding nothing, it renewed {idle} times (a fifth's cadence: {fifth:.1})");
+        assert!(idle as f64 >= fifth / 2.0, "holding nothing, it renewed only {idle} times (a fifth's: {fifth:.1})");
+        assert!(
+            (idle as f64) < tenth_idle - 1.0,
+            "holding nothing, it renewed {idle} times (a tenth's: {tenth_idle:.1})"
+        );
+
+        // Past a lease of holding nothing (and the renewal then due): dormant, not renewed at
+        // all, and still connected.
+        tokio::time::sleep(LEASE / 2).await;
+        let (dormant, _, _) = renewals_over(server, database, &worker, window).await;
+        assert_eq!(dormant, 0, "dormant, it renewed {dormant} times in {window:?}");
+        assert_eq!(*locks.session().borrow(), SessionState::Connected, "a dormant lease holds nothing to suspend");
+
+        // A claim (which names the liveness record and takes no lock row) wakes it first: the
+        // beat moved before the hold was given, and from then on every tenth.
+        let before = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+        let claim = locks.hold_liveness().await.unwrap().expect("PostgreSQL keeps claims' liveness fresh");
+        let woken = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+        assert!(woken > before, "a hold on a dormant lease renewed it first (beat {before} -> {woken})");
         let (claiming, tenth_claimed, fifth_claimed) = renewals_over(server, database, &worker, window).await;
         assert!(busy(claiming, tenth_claimed, fifth_claimed), "holding a claim, it renewed only {claiming} times");
         drop(claim);
-        let (idle_again, _, fifth_again) = renewals_over(server, database, &worker, window).await;
-        assert!(idle_again as f64 <= fifth_again + 2.0, "holding nothing again, it renewed {idle_again} times");
         println!(
-            "renewals in about {window:?} (a tenth's / a fifth's cadence: {tenth:.1} / {fifth:.1}): idle {idle}, \
-             a lock {holding}, a claim {claiming}, idle again {idle_again}"
+            "renewals in about {window:?} (a tenth's / a fifth's cadence: {tenth:.1} / {:.1}): a lock {holding}, \
+             then idle {idle} in {:?}, dormant {dormant}, a claim {claiming}",
+            tenth / 2.0,
+            LEASE * 4 / 5
         );
+        locks.close().await;
+    });
+}
+
+#[test]
+fn a_dormant_worker_whose_row_was_taken_over_takes_nothing_and_reports_its_lease_lost() {
+    let server = postgres::shared();
+    let database = "dormant_taken_over";
+    let url = with_lease(&server.create_database(database));
+    runtime().block_on(async {
+        let locks = open_locks(&url).await.unwrap();
+        let worker = worker_of(locks.as_ref());
+        // Dormant once it has held nothing for a lease (and the renewal then due has passed).
+        let dormant_by = Instant::now() + LEASE * 2;
+        loop {
+            let before = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+            tokio::time::sleep(LEASE / 2).await;
+            if tokio::task::block_in_place(|| beat_of(server, database, &worker)) == before {
+                break;
+            }
+            assert!(Instant::now() < dormant_by, "still renewing two leases after it began, holding nothing");
+        }
+        // Another host's takeover, after seeing the beat unchanged for a lease.
+        server.psql(database, &format!("DELETE FROM autocomp_lock_workers WHERE id = '{worker}'"));
+        let taken = locks.try_lock(&poll_probe(), &holder("late"), Duration::ZERO).await;
+        assert!(matches!(taken, Err(LockError::Unavailable(_))), "{:?}", taken.map(|lock| lock.is_some()));
+        assert_eq!(server.psql(database, "SELECT count(*) FROM autocomp_locks").trim(), "0", "nothing written");
+        assert_eq!(*locks.session().borrow(), SessionState::Lost);
+        assert_eq!(locks.liveness(), None, "no claim may name it any more");
+        assert!(locks.hold_liveness().await.is_err(), "nor hold one");
         locks.close().await;
     });
 }

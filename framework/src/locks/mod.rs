@@ -282,11 +282,12 @@ pub trait LockService: Send + Sync {
     }
 
     /// Marks a claim naming this process's liveness record as held until the answer is
-    /// dropped: a service that keeps the record less fresh while nothing is held on it keeps
-    /// it as for a held lock meanwhile (PostgreSQL renews every tenth of its lease instead of
-    /// every fifth). `None` where the record's upkeep does not depend on it.
-    fn hold_liveness(&self) -> Option<LivenessHold> {
-        None
+    /// dropped, before the claim is written: a service that keeps the record less fresh while
+    /// nothing is held on it keeps it as for a held lock meanwhile (PostgreSQL renews every
+    /// tenth of its lease instead of every fifth, and renews a dormant lease first). `None`
+    /// where the record's upkeep does not depend on it.
+    async fn hold_liveness(&self) -> Result<Option<LivenessHold>, LockError> {
+        Ok(None)
     }
 
     /// Whether this service keeps liveness records, so that claims are the batches' locks:

@@ -55,7 +55,7 @@ impl<C: Component> Runner<C> {
             let record = self.own_liveness()?;
             for id in candidates.by_ref().take(room) {
                 let path = LockPath::Batch(self.name.clone(), id.clone());
-                locked.insert(id, ClaimLock::boxed(path, &self.pipeline.locks, &record));
+                locked.insert(id, ClaimLock::boxed(path, &self.pipeline.locks, &record).await?);
             }
             return Ok(locked);
         }

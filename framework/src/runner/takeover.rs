@@ -77,9 +77,14 @@ pub(super) struct ClaimLock {
 }
 
 impl ClaimLock {
-    pub(super) fn boxed(path: LockPath, service: &Arc<dyn LockService>, record: &str) -> Box<dyn Lock> {
-        let _held = service.hold_liveness();
-        Box::new(ClaimLock { path, service: Arc::clone(service), record: record.to_owned(), _held })
+    /// Marked held on the lock service before the claim is written (`hold_liveness`).
+    pub(super) async fn boxed(
+        path: LockPath,
+        service: &Arc<dyn LockService>,
+        record: &str,
+    ) -> Result<Box<dyn Lock>, LockError> {
+        let _held = service.hold_liveness().await?;
+        Ok(Box::new(ClaimLock { path, service: Arc::clone(service), record: record.to_owned(), _held }))
     }
 }
 

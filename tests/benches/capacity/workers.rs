@@ -308,8 +308,8 @@ impl LockService for CountingLocks {
         self.inner.keeps_liveness()
     }
 
-    fn hold_liveness(&self) -> Option<LivenessHold> {
-        self.inner.hold_liveness()
+    async fn hold_liveness(&self) -> Result<Option<LivenessHold>, LockError> {
+        self.inner.hold_liveness().await
     }
 
     async fn judge_liveness(&self, record: &str) -> Result<Liveness, LockError> {

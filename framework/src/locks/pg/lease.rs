@@ -4,8 +4,10 @@
 //! The rule, all of it measured on monotonic clocks, never on the database's:
 //! - a holder renews every tenth of its lease (`UPDATE ... SET beat = beat + 1`) while it
 //!   holds anything on it (a lock row, a claim naming its liveness record) and after a failed
-//!   renewal, every fifth while it holds nothing; it counts a renewal from the moment it
-//!   SENT it; with none for 0.3 of the lease it is `Suspended`
+//!   renewal, every fifth while it holds nothing, and not at all once it has held nothing
+//!   for a whole lease (dormant, see `holds`: renewed once before it holds anything again);
+//!   it counts a renewal from the moment it SENT it; awake, with none for 0.3 of the lease
+//!   it is `Suspended`
 //!   (start nothing new, hold commits), at 0.5 `Lost` (its locks may be taken soon; cancelled
 //!   work gets [`LOST_GRACE_SHARE`] more);
 //! - a taker takes a worker's locks over only once it has itself seen that worker's beat
@@ -21,19 +23,20 @@
 //!
 //! The cadence is not part of that argument (it holds however seldom a holder renews): it
 //! only sets how many tries a holder has before it suspends itself. A process holding nothing
-//! has nobody waiting on its beat, so it renews less often: at 2,000 workers the renewals
-//! every tenth were a third of the server's statement time, most of them from idle workers
-//! (docs/capacity.md).
+//! has nobody waiting on its beat, so it renews less often, and after a lease not at all: at
+//! 2,000 workers the renewals every tenth were a third of the server's statement time, most
+//! of them from idle workers (docs/capacity.md).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::holds::Holds;
 use crate::locks::SessionState;
 
 /// How often a holder renews, as a share of its lease: three tries before it is suspended.
@@ -54,6 +57,10 @@ pub const LOST_SHARE: f64 = 0.5;
 /// How long cancelled work may run once the lease is lost, as a share of the lease: gone by
 /// 0.7 of it after the last renewal, while no taker acts before 1.0.
 pub const LOST_GRACE_SHARE: f64 = 0.2;
+/// How long a lease with nothing held on it is renewed before it goes dormant, as a share of
+/// the lease: a worker back from a pass renews a few times more, one that passes seldom (most
+/// of 2,000 deferring watchers) stops.
+pub const DORMANT_AFTER_SHARE: f64 = 1.0;
 
 /// What a lease's age means for its holder.
 pub fn judge(age: Duration, lease: Duration) -> SessionState {
@@ -76,43 +83,6 @@ pub fn next_renewal(sent: Instant, lease: Duration, busy: bool) -> Instant {
 /// How long a renewal sent on that cadence may take before it is given up.
 pub fn renewal_limit(lease: Duration, busy: bool) -> Duration {
     lease.mul_f64(if busy { RENEWAL_LIMIT_SHARE } else { IDLE_RENEWAL_LIMIT_SHARE })
-}
-
-/// What this process holds on its lease (lock rows, claims naming its liveness record), which
-/// the renewal's cadence follows.
-#[derive(Default)]
-pub struct Holds {
-    count: AtomicUsize,
-    /// Told when the count leaves zero: a renewal due a fifth after the last may now be due
-    /// a tenth after it.
-    began: Notify,
-}
-
-/// One thing held on the lease, until dropped.
-pub struct Hold(Arc<Holds>);
-
-impl Holds {
-    pub fn hold(self: &Arc<Self>) -> Hold {
-        if self.count.fetch_add(1, Ordering::SeqCst) == 0 {
-            self.began.notify_one();
-        }
-        Hold(Arc::clone(self))
-    }
-
-    pub fn any(&self) -> bool {
-        self.count.load(Ordering::SeqCst) > 0
-    }
-
-    /// Returns once something is held after nothing was (or was, since the last call).
-    pub async fn began(&self) {
-        self.began.notified().await
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// This process's lease: its worker row, when it was last renewed, and the state published
@@ -168,9 +138,14 @@ impl Lease {
         self.judge_now();
     }
 
-    /// Publishes what the lease's age means now; `Lost` is final.
+    /// Publishes what the lease's age means now (a dormant lease holds nothing its age could
+    /// endanger: `Connected`); `Lost` is final.
     fn judge_now(&self) -> SessionState {
-        let judged = judge(self.last_renewed().elapsed(), self.ttl);
+        let judged = if self.holds.is_dormant() {
+            SessionState::Connected
+        } else {
+            judge(self.last_renewed().elapsed(), self.ttl)
+        };
         let mut before = SessionState::Connected;
         let changed = self.state.send_if_modified(|state| {
             before = *state;
@@ -217,21 +192,35 @@ impl Lease {
     }
 
     /// Judges the lease at each threshold of its age until it is lost: the runner learns of
-    /// a stalled renewal on time even while the renewal itself hangs.
+    /// a stalled renewal on time even while the renewal itself hangs. A dormant lease is not
+    /// judged until it wakes.
     pub async fn watch(&self) {
+        let mut dormancy = self.holds.dormancy();
         loop {
+            let dormant = *dormancy.borrow_and_update();
             let next = match self.judge_now() {
                 SessionState::Lost => return,
-                SessionState::Connected => self.last_renewed() + self.ttl.mul_f64(SUSPENDED_SHARE),
-                SessionState::Suspended => self.last_renewed() + self.ttl.mul_f64(LOST_SHARE),
+                _ if dormant => None,
+                SessionState::Connected => Some(self.last_renewed() + self.ttl.mul_f64(SUSPENDED_SHARE)),
+                SessionState::Suspended => Some(self.last_renewed() + self.ttl.mul_f64(LOST_SHARE)),
             };
             let mut state = self.subscribe();
             tokio::select! {
-                _ = tokio::time::sleep_until(next) => {}
+                _ = sleep_until_if(next) => {}
+                // Dozed off or woke: judged again.
+                _ = dormancy.changed() => {}
                 // Lost for another reason (taken over, closed).
                 _ = state.wait_for(|s| *s == SessionState::Lost) => return,
             }
         }
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until_if(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -340,26 +329,6 @@ mod tests {
         assert_eq!(next_renewal(sent, lease, false), sent + Duration::from_secs(2));
         assert_eq!(renewal_limit(lease, true), Duration::from_millis(2_500));
         assert_eq!(renewal_limit(lease, false), Duration::from_secs(2));
-
-        let holds = Arc::new(Holds::default());
-        assert!(!holds.any());
-        let (a, b) = (holds.hold(), holds.hold());
-        assert!(holds.any());
-        drop(a);
-        assert!(holds.any(), "one still held");
-        drop(b);
-        assert!(!holds.any(), "nothing held");
-    }
-
-    #[tokio::test]
-    async fn holding_after_holding_nothing_is_told_to_the_renewal() {
-        let holds = Arc::new(Holds::default());
-        let told = tokio::spawn({
-            let holds = Arc::clone(&holds);
-            async move { holds.began().await }
-        });
-        let _held = holds.hold();
-        tokio::time::timeout(Duration::from_secs(10), told).await.expect("told").unwrap();
     }
 
     #[test]

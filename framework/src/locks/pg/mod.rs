@@ -41,6 +41,7 @@
 //! a worker's liveness record), `many` (many locks in one statement), `tables` (made on first
 //! use, and what the doctor says). This file holds the lock service itself.
 
+mod holds;
 mod judged;
 mod lease;
 mod liveness;
@@ -65,7 +66,8 @@ use tracing::{info, warn};
 use super::{
     HeldLock, Liveness, LivenessHold, Lock, LockError, LockHolder, LockInspection, LockPath, LockService, SessionState,
 };
-use lease::{Hold, LOST_GRACE_SHARE, Lease};
+use holds::Hold;
+use lease::{LOST_GRACE_SHARE, Lease};
 use shared::{HolderRow, Met, Shared, foreign_reason};
 pub use url::{DEFAULT_LEASE, PgLocksUrl};
 
@@ -165,6 +167,8 @@ impl PgLocks {
     /// because we have seen its beat unchanged for its whole lease).
     async fn try_once(&self, relative: &str, claim: i64, record: &str) -> Result<TryOutcome, LockError> {
         let shared = &self.shared;
+        // Held before the row naming us is written: a dormant lease is renewed first.
+        let hold = shared.hold().await?;
         let me = &shared.lease.worker;
         let take = [
             (&relative as _, Type::TEXT),
@@ -174,14 +178,14 @@ impl PgLocks {
         ];
         if !shared.run("take a lock", sql::TAKE, &take).await?.is_empty() {
             shared.took(relative);
-            return Ok(TryOutcome::Taken);
+            return Ok(TryOutcome::Taken(hold));
         }
         let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
         let answered = Instant::now();
         let Some(row) = rows.first() else { return Ok(TryOutcome::ReleasedMeanwhile) };
         let row = HolderRow::of(row);
         match shared.meet_holder(relative, claim, row, answered)? {
-            Met::Ours => Ok(TryOutcome::Taken),
+            Met::Ours => Ok(TryOutcome::Taken(hold)),
             Met::Busy => Ok(TryOutcome::Busy),
             Met::Stalled { worker, beat, lease } if shared.take_over(&worker, beat, lease).await? => {
                 Ok(TryOutcome::ReleasedMeanwhile)
@@ -203,7 +207,8 @@ impl PgLocks {
 }
 
 enum TryOutcome {
-    Taken,
+    /// With the hold the lock keeps on the lease.
+    Taken(Hold),
     Busy,
     /// Free now (released, or its stalled holder taken over): try again at once.
     ReleasedMeanwhile,
@@ -244,8 +249,8 @@ impl LockService for PgLocks {
         loop {
             self.shared.usable()?;
             let retry_at_once = match self.try_once(&relative, claim, &record).await? {
-                TryOutcome::Taken => {
-                    return Ok(Some(Box::new(PgLock::new(path.clone(), relative, claim, &self.shared))));
+                TryOutcome::Taken(hold) => {
+                    return Ok(Some(Box::new(PgLock::new(path.clone(), relative, claim, &self.shared, hold))));
                 }
                 TryOutcome::Busy => false,
                 TryOutcome::ReleasedMeanwhile => true,
@@ -306,9 +311,14 @@ impl LockService for PgLocks {
         let record = holder.record();
         let count = i64::try_from(paths.len()).expect("fewer paths than i64::MAX");
         let first_claim = self.next_claim.fetch_add(count, Ordering::Relaxed);
+        // Held before the rows naming us are written: a dormant lease is renewed first.
+        let hold = self.shared.hold().await?;
         let taken = self.shared.take_many(&relative, first_claim, &record).await?;
         let answers = paths.iter().zip(relative).zip(taken).enumerate().map(|(i, ((path, relative), taken))| {
-            taken.then(|| Box::new(PgLock::new(path.clone(), relative, first_claim + i as i64, &self.shared)) as _)
+            taken.then(|| {
+                let claim = first_claim + i as i64;
+                Box::new(PgLock::new(path.clone(), relative, claim, &self.shared, hold.again())) as _
+            })
         });
         Ok(answers.collect())
     }
@@ -372,9 +382,10 @@ impl LockService for PgLocks {
         true
     }
 
-    /// A claim naming our record is held on the lease as a lock row is: renewed every tenth.
-    fn hold_liveness(&self) -> Option<LivenessHold> {
-        Some(LivenessHold::new(self.shared.lease.holds.hold()))
+    /// A claim naming our record is held on the lease as a lock row is: renewed every tenth
+    /// (and a dormant lease renewed before the claim is written).
+    async fn hold_liveness(&self) -> Result<Option<LivenessHold>, LockError> {
+        Ok(Some(LivenessHold::new(self.shared.hold().await?)))
     }
 
     /// `pg:<worker id>`: this process's row, renewed while it lives.
@@ -420,8 +431,7 @@ struct PgLock {
 }
 
 impl PgLock {
-    fn new(path: LockPath, relative: String, claim: i64, shared: &Arc<Shared>) -> Self {
-        let _hold = shared.lease.holds.hold();
+    fn new(path: LockPath, relative: String, claim: i64, shared: &Arc<Shared>, _hold: Hold) -> Self {
         PgLock { path, relative, claim, shared: Arc::clone(shared), _hold }
     }
 }

@@ -14,7 +14,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tracing::{debug, warn};
 
-use super::lease::{Lease, Observations, next_renewal, renewal_limit};
+use super::holds::Hold;
+use super::lease::{DORMANT_AFTER_SHARE, Lease, Observations, next_renewal, renewal_limit};
 use super::sql;
 use crate::locks::LockError;
 
@@ -152,7 +153,8 @@ impl Shared {
     }
 
     /// Renews the lease (every tenth of it while anything is held on it or after a failed
-    /// renewal, every fifth while nothing is: `lease::next_renewal`) until it is lost or the
+    /// renewal, every fifth while nothing is: `lease::next_renewal`; with nothing held for a
+    /// whole lease, not at all until [`Shared::hold`] wakes it) until it is lost or the
     /// service closed; a renewal that finds the worker row gone (taken over) loses the lease
     /// at once. `connection` is the renewal's own, opened before the lease began.
     pub async fn renew(&self, connection: Object) {
@@ -164,11 +166,23 @@ impl Shared {
             let busy = failed || holds.any();
             tokio::select! {
                 _ = tokio::time::sleep_until(next_renewal(sent, ttl, busy)) => {}
-                // Something is held now: the next renewal may be due sooner.
-                _ = holds.began() => continue,
+                // Something is held now, or the lease woke: the next renewal may be due sooner.
+                _ = holds.began() => {
+                    sent = sent.max(self.lease.last_renewed());
+                    continue;
+                }
             }
             if self.lease.is_lost() || self.closed.load(Ordering::Relaxed) {
                 return;
+            }
+            if !failed && holds.doze_if_idle(ttl.mul_f64(DORMANT_AFTER_SHARE)) {
+                debug!(worker = %self.lease.worker, "nothing held for a lease: the lease goes dormant");
+                // Until a hold wakes it (renewed by `wake`, counted from that renewal's send).
+                while holds.is_dormant() {
+                    holds.began().await;
+                }
+                sent = self.lease.last_renewed();
+                continue;
             }
             sent = Instant::now();
             let attempt = renew_once(&self.beat_pool, &mut connection, &self.lease.worker);
@@ -193,6 +207,42 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// A hold on the lease, for something about to be written naming this worker (a lock row,
+    /// a claim): a dormant lease is renewed first (one statement; its row found gone, the
+    /// lease is lost and nothing is held).
+    pub async fn hold(&self) -> Result<Hold, LockError> {
+        // A lease woken dozes off again only after holding nothing for a whole lease: the
+        // second look finds it awake.
+        for _ in 0..3 {
+            self.usable()?;
+            if let Some(hold) = self.lease.holds.try_hold() {
+                return Ok(hold);
+            }
+            self.wake().await?;
+        }
+        Err(LockError::Unavailable(format!(
+            "the lock lease {} at {} went dormant again at once after each renewal",
+            self.lease.worker, self.lease.target
+        )))
+    }
+
+    /// Renews a dormant lease now.
+    async fn wake(&self) -> Result<(), LockError> {
+        let sent = Instant::now();
+        let worker = &self.lease.worker;
+        if self.run("renew the dormant lock lease", sql::RENEW, &[(worker, Type::TEXT)]).await?.is_empty() {
+            self.lease.lose(
+                "its worker row is gone: another process took it over after seeing no renewal for a lease while it \
+                 was dormant (or someone deleted the row)",
+            );
+            return Err(self.lost());
+        }
+        debug!(worker = %worker, "woke the dormant lock lease");
+        self.lease.renewed(sent);
+        self.lease.holds.woke();
+        Ok(())
     }
 
     /// Every third of our lease, reads the beats of the workers we watch (the holders of
