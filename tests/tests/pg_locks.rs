@@ -10,7 +10,10 @@
 //!   on its own clock, and its locks are taken by no one before a full lease;
 //! - a row no lock service wrote is `Foreign`, never busy;
 //! - a worker holding nothing renews every fifth of its lease, one holding a lock or a
-//!   claim naming its liveness record (a pass working a claimed batch) every tenth;
+//!   claim naming its liveness record (a pass working a claimed batch) every tenth, one that
+//!   has held nothing for a lease not at all (dormant): a take that finds the lock busy
+//!   leaves it so, a lock taken or a claim is renewed for first, and a dormant worker whose
+//!   row was taken over takes nothing;
 //! - a service reads no other worker's row until it finds a lock busy, then only its holder's
 //!   until the holder lets it go; many locks are taken in one statement and released in one;
 //! - a deferring watcher reads the lock row and its holder's beat, not the store, and takes a
@@ -423,8 +426,26 @@ fn a_worker_renews_every_tenth_of_its_lease_while_it_holds_a_lock_or_a_claim_eve
         assert_eq!(dormant, 0, "dormant, it renewed {dormant} times in {window:?}");
         assert_eq!(*locks.session().borrow(), SessionState::Connected, "a dormant lease holds nothing to suspend");
 
-        // A claim (which names the liveness record and takes no lock row) wakes it first: the
-        // beat moved before the hold was given, and from then on every tenth.
+        // A take that finds the lock busy leaves it dormant; a lock taken is handed out only
+        // after a renewal.
+        let other = open_locks(&url).await.unwrap();
+        let busy_lock = other.try_lock(&poll_probe(), &holder("other"), Duration::ZERO).await.unwrap().unwrap();
+        let before = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+        assert!(locks.try_lock(&poll_probe(), &holder("cadence"), Duration::ZERO).await.unwrap().is_none());
+        let after_busy = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+        assert_eq!(after_busy, before, "a take that found the lock busy renewed a dormant lease");
+        busy_lock.release().await.unwrap();
+        other.close().await;
+        let lock = locks.try_lock(&poll_probe(), &holder("cadence"), Duration::ZERO).await.unwrap().unwrap();
+        let woken = tokio::task::block_in_place(|| beat_of(server, database, &worker));
+        assert!(woken > before, "a lock taken on a dormant lease was handed out unrenewed (beat {before})");
+        lock.release().await.unwrap();
+
+        // Dormant again after another lease; a claim (which names the liveness record and
+        // takes no lock row) wakes it before it is made, and from then on every tenth.
+        tokio::time::sleep(LEASE + LEASE / 2).await;
+        let (dormant_again, _, _) = renewals_over(server, database, &worker, LEASE).await;
+        assert_eq!(dormant_again, 0, "dormant again, it renewed {dormant_again} times in {LEASE:?}");
         let before = tokio::task::block_in_place(|| beat_of(server, database, &worker));
         let claim = locks.hold_liveness().await.unwrap().expect("PostgreSQL keeps claims' liveness fresh");
         let woken = tokio::task::block_in_place(|| beat_of(server, database, &worker));

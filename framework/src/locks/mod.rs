@@ -274,9 +274,10 @@ pub trait LockService: Send + Sync {
     async fn close(&self) {}
 
     /// This process's liveness record, which its runs name (`RunHolder::liveness`): while
-    /// it lives, a claim that finds one of those runs open is refused; once it is gone (the
-    /// process dead, its session expired, its lease observed unrenewed), the run may be
-    /// taken over. `None` for a service that keeps none: then every claim takes batch locks.
+    /// it is kept, a claim that finds one of those runs open is refused; once it is gone (the
+    /// process dead, its session expired, its lease observed unrenewed: on PostgreSQL also a
+    /// live process's lease dormant, holding nothing, for a lease), the run may be taken
+    /// over. `None` for a service that keeps none: then every claim takes batch locks.
     fn liveness(&self) -> Option<String> {
         None
     }

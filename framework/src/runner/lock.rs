@@ -55,7 +55,13 @@ impl<C: Component> Runner<C> {
             let record = self.own_liveness()?;
             for id in candidates.by_ref().take(room) {
                 let path = LockPath::Batch(self.name.clone(), id.clone());
-                locked.insert(id, ClaimLock::boxed(path, &self.pipeline.locks, &record).await?);
+                match ClaimLock::boxed(path, &self.pipeline.locks, &record).await {
+                    Ok(lock) => locked.insert(id, lock),
+                    Err(e) => {
+                        locked.release_all().await;
+                        return Err(e.into());
+                    }
+                }
             }
             return Ok(locked);
         }

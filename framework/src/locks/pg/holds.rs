@@ -3,15 +3,17 @@
 //!
 //! A lease with nothing held on it for a whole lease goes dormant: it stops renewing (at
 //! 2,000 workers the idle renewals were most of the lock statements: docs/capacity.md). A
-//! dormant lease is renewed once, synchronously, before anything that names the worker is
-//! written (a lock row, a claim): a hold is taken only on an awake lease ([`Holds::try_hold`]
-//! answers `None` while dormant), and the lease dozes off only with nothing held, under the
-//! same mutex, so no hold ever lives on a dormant lease.
+//! hold is taken only on an awake lease ([`Holds::try_hold`] answers `None` while dormant),
+//! and the lease dozes off only with nothing held, under the same mutex, so no hold ever
+//! lives on a dormant lease. A dormant lease is renewed once, waiting for the answer, before
+//! a claim naming the worker is written, and before a lock row just written is handed out as
+//! a lock (a take that finds the lock busy, most of a crowd's, costs it nothing).
 //!
 //! Why it is safe: a taker acts only on a worker whose beat it has seen unchanged for a whole
-//! lease, and only if it is still that value. A dormant worker holds nothing a taker could
-//! take; its renewal before the next hold either moves the beat (any taker's proof is void)
-//! or finds the row gone (the lease is lost, and nothing is written under it).
+//! lease, and only if it is still that value. A dormant worker holds nothing; its renewal
+//! before the next hold either moves the beat (any taker's proof is void) or finds the row
+//! gone (the lease is lost, a lock row just written is gone with the row, and nothing is
+//! handed out or claimed under it).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -138,6 +138,15 @@ impl Lease {
         self.judge_now();
     }
 
+    /// A dormant lease renewed by a renewal sent at `sent`: awake, and judged at once (a wake
+    /// that took long may have woken a lease already suspended, or lost).
+    pub fn woke(&self, sent: Instant) {
+        // Renewed before it is awake: the watch never judges it by the renewal before it dozed.
+        self.renewed(sent);
+        self.holds.woke();
+        self.judge_now();
+    }
+
     /// Publishes what the lease's age means now (a dormant lease holds nothing its age could
     /// endanger: `Connected`); `Lost` is final.
     fn judge_now(&self) -> SessionState {

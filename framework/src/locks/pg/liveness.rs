@@ -1,6 +1,7 @@
 //! Liveness records on PostgreSQL: a process's record is `pg:<its worker id>`, its row in
 //! `autocomp_lock_workers` with the beat it renews (every tenth of its lease while it holds
-//! anything on it, every fifth while it holds nothing).
+//! anything on it, every fifth while it holds nothing, not at all once it has held nothing for
+//! a lease: `holds`).
 //!
 //! Judging another's, on this process's monotonic clock only (the lease rule of `lease`):
 //! - its row absent: `Dead` (a worker's row is deleted only by its own `close`, at exit, or
@@ -11,7 +12,10 @@
 //! - unchanged for its whole lease: taken over as a lock taker takes a stalled worker over
 //!   (its row deleted if its beat is still that value, its locks with it), then `Dead`. The
 //!   deletion makes the verdict final: a holder that was only frozen finds its row gone at its
-//!   next renewal and loses its lease, instead of renewing on as if nothing happened.
+//!   next renewal and loses its lease, instead of renewing on as if nothing happened. A live
+//!   process whose lease is dormant is judged so too if a run naming it was left open (its
+//!   result not recorded): the run is taken over, and the process finds its row gone when it
+//!   next wakes, and loses its lease then (exit 4), as a frozen one does.
 //!
 //! The looks are remembered per worker (`judged`).
 

@@ -127,7 +127,8 @@ impl Shared {
     }
 
     /// Releases what a failing `take_many` took (best effort: the error is what the caller
-    /// needs to hear, and a lock left behind goes with the lease at close).
+    /// needs to hear, and a lock left behind goes with the lease: at close, or taken over
+    /// once its beat stays unchanged for a lease, as a dormant lease's does).
     async fn give_back(&self, paths: &[String], first_claim: i64, taken: &[bool]) {
         let claims: Vec<(String, i64)> =
             (0..paths.len()).filter(|&i| taken[i]).map(|i| (paths[i].clone(), first_claim + i as i64)).collect();

@@ -4,7 +4,9 @@
 //!
 //! Each lock service (process) is a worker: one row of `autocomp_lock_workers` with a
 //! `beat` counter it renews every tenth of its lease while it holds a lock or a claim
-//! naming its liveness record, every fifth while it holds nothing (`lease`). A lock is one
+//! naming its liveness record, every fifth while it holds nothing (`lease`), and not at all
+//! once it has held nothing for a lease: dormant, it is renewed once before a lock it took
+//! is handed out or a claim naming it is written (`holds`). A lock is one
 //! row of `autocomp_locks` (`path` primary key, the worker, a claim number unique to the
 //! `try_lock` that took it, the holder's JSON as stored). Try-lock is one `INSERT ... ON
 //! CONFLICT DO NOTHING`; a busy path's row is read to tell busy from foreign (a holder that
@@ -36,7 +38,8 @@
 //! write per claim; `held` lists lock rows only, never worker rows.
 //!
 //! The rooms, each using only the ones before it: `url` (the URL and `lease=`), `sql` (the
-//! tables and statements), `lease` (the lease rule on our clock, and whom we watch), `shared`
+//! tables and statements), `holds` (what is held on the lease, and its dormancy), `lease`
+//! (the lease rule on our clock, and whom we watch), `shared`
 //! (the pools, the statements as sent, renewing and watching the others), `liveness` (judging
 //! a worker's liveness record), `many` (many locks in one statement), `tables` (made on first
 //! use, and what the doctor says). This file holds the lock service itself.
@@ -167,8 +170,6 @@ impl PgLocks {
     /// because we have seen its beat unchanged for its whole lease).
     async fn try_once(&self, relative: &str, claim: i64, record: &str) -> Result<TryOutcome, LockError> {
         let shared = &self.shared;
-        // Held before the row naming us is written: a dormant lease is renewed first.
-        let hold = shared.hold().await?;
         let me = &shared.lease.worker;
         let take = [
             (&relative as _, Type::TEXT),
@@ -178,14 +179,14 @@ impl PgLocks {
         ];
         if !shared.run("take a lock", sql::TAKE, &take).await?.is_empty() {
             shared.took(relative);
-            return Ok(TryOutcome::Taken(hold));
+            return Ok(TryOutcome::Taken(shared.keep_taken(&[(relative.to_owned(), claim)]).await?));
         }
         let rows = shared.run("read a lock's holder", sql::HOLDER_OF, &[(&relative, Type::TEXT)]).await?;
         let answered = Instant::now();
         let Some(row) = rows.first() else { return Ok(TryOutcome::ReleasedMeanwhile) };
         let row = HolderRow::of(row);
         match shared.meet_holder(relative, claim, row, answered)? {
-            Met::Ours => Ok(TryOutcome::Taken(hold)),
+            Met::Ours => Ok(TryOutcome::Taken(shared.keep_taken(&[(relative.to_owned(), claim)]).await?)),
             Met::Busy => Ok(TryOutcome::Busy),
             Met::Stalled { worker, beat, lease } if shared.take_over(&worker, beat, lease).await? => {
                 Ok(TryOutcome::ReleasedMeanwhile)
@@ -311,9 +312,16 @@ impl LockService for PgLocks {
         let record = holder.record();
         let count = i64::try_from(paths.len()).expect("fewer paths than i64::MAX");
         let first_claim = self.next_claim.fetch_add(count, Ordering::Relaxed);
-        // Held before the rows naming us are written: a dormant lease is renewed first.
-        let hold = self.shared.hold().await?;
         let taken = self.shared.take_many(&relative, first_claim, &record).await?;
+        let claims: Vec<(String, i64)> = (relative.iter().zip(&taken).zip(first_claim..))
+            .filter(|((_, taken), _)| **taken)
+            .map(|((path, _), claim)| (path.clone(), claim))
+            .collect();
+        if claims.is_empty() {
+            return Ok(paths.iter().map(|_| None).collect());
+        }
+        // Kept only on an awake lease: a dormant one is renewed first.
+        let hold = self.shared.keep_taken(&claims).await?;
         let answers = paths.iter().zip(relative).zip(taken).enumerate().map(|(i, ((path, relative), taken))| {
             taken.then(|| {
                 let claim = first_claim + i as i64;

@@ -209,9 +209,9 @@ impl Shared {
         }
     }
 
-    /// A hold on the lease, for something about to be written naming this worker (a lock row,
-    /// a claim): a dormant lease is renewed first (one statement; its row found gone, the
-    /// lease is lost and nothing is held).
+    /// A hold on the lease, for a claim about to be written naming this worker: a dormant
+    /// lease is renewed first (one statement; its row found gone, the lease is lost and
+    /// nothing is held).
     pub async fn hold(&self) -> Result<Hold, LockError> {
         // A lease woken dozes off again only after holding nothing for a whole lease: the
         // second look finds it awake.
@@ -220,12 +220,36 @@ impl Shared {
             if let Some(hold) = self.lease.holds.try_hold() {
                 return Ok(hold);
             }
-            self.wake().await?;
+            if let Err(e) = self.wake().await {
+                // Another task's wake may have answered meanwhile.
+                return self.lease.holds.try_hold().filter(|_| !self.lease.is_lost()).ok_or(e);
+            }
         }
         Err(LockError::Unavailable(format!(
             "the lock lease {} at {} went dormant again at once after each renewal",
             self.lease.worker, self.lease.target
         )))
+    }
+
+    /// The hold of lock rows just taken (`claims`, path and claim number): a lease that was
+    /// dormant meanwhile is renewed first, so a lock is handed out only on an awake lease.
+    /// The rows were written before: takes that find a lock busy (most of a crowd's) then
+    /// cost a dormant lease nothing. Safe because a taker needs a whole lease of unchanged
+    /// beat: the wake moves it, or finds the row gone, and the rows with it (`ON DELETE
+    /// CASCADE`); a wake that cannot answer gives them back.
+    pub async fn keep_taken(&self, claims: &[(String, i64)]) -> Result<Hold, LockError> {
+        match self.hold().await {
+            Ok(hold) => Ok(hold),
+            Err(e) => {
+                if let Err(release) = self.release_claims(claims).await {
+                    warn!(
+                        "cannot give back {} locks taken while the lease could not be renewed: {release}",
+                        claims.len()
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Renews a dormant lease now.
@@ -240,8 +264,7 @@ impl Shared {
             return Err(self.lost());
         }
         debug!(worker = %worker, "woke the dormant lock lease");
-        self.lease.renewed(sent);
-        self.lease.holds.woke();
+        self.lease.woke(sent);
         Ok(())
     }
 
