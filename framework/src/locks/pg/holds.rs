@@ -10,10 +10,17 @@
 //! a lock (a take that finds the lock busy, most of a crowd's, costs it nothing).
 //!
 //! Why it is safe: a taker acts only on a worker whose beat it has seen unchanged for a whole
-//! lease, and only if it is still that value. A dormant worker holds nothing; its renewal
+//! lease, and only if it is still that value. A dormant worker holds nothing (a lock row it
+//! has just written is not held until the renewal has answered); its renewal
 //! before the next hold either moves the beat (any taker's proof is void) or finds the row
 //! gone (the lease is lost, a lock row just written is gone with the row, and nothing is
 //! handed out or claimed under it).
+//!
+//! What it costs: a row naming the worker left behind while it is dormant (a release that
+//! failed, a run whose result was not recorded) has a holder whose beat no longer moves, so
+//! a taker wanting it takes the worker over after a lease, where before it waited for the
+//! process to exit; the live process then finds its row gone at its next wake and loses its
+//! lease (exit 4), as a frozen one does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

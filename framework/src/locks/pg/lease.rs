@@ -262,14 +262,27 @@ impl Observations {
 
     /// We want `path`, found held by `worker`: watched while it holds it.
     pub fn wants(&mut self, path: &str, worker: &str) {
-        if self.wanted.get(path).is_none_or(|holder| holder != worker) {
-            self.wanted.insert(path.to_owned(), worker.to_owned());
+        if self.wanted.get(path).is_none_or(|holder| holder != worker)
+            && let Some(before) = self.wanted.insert(path.to_owned(), worker.to_owned())
+        {
+            self.forget_unwatched(&before);
         }
     }
 
     /// `path` is no other worker's to watch for us any more (we took it, or hold it).
     pub fn unwant(&mut self, path: &str) {
-        self.wanted.remove(path);
+        if let Some(holder) = self.wanted.remove(path) {
+            self.forget_unwatched(&holder);
+        }
+    }
+
+    /// A worker no longer watched has its beat forgotten: a beat remembered from long ago
+    /// would count as unchanged since then when next met, and a dormant worker's beat does
+    /// stay unchanged (forgetting only starts a count again).
+    fn forget_unwatched(&mut self, worker: &str) {
+        if !self.wanted.values().any(|holder| holder == worker) {
+            self.seen.remove(worker);
+        }
     }
 
     /// The workers we watch, and every path we want of them.
@@ -373,10 +386,18 @@ mod tests {
         assert_eq!(seen.watched(), (vec![], vec![]));
         assert_eq!(seen.saw("w1", 3, t0 + Duration::from_secs(1)), t0 + Duration::from_secs(1), "its beat forgotten");
 
-        // A path moves to another holder; a worker whose row is gone is forgotten.
+        // A path moves to another holder, or is taken by us: the holder no longer watched is
+        // forgotten with its beat; a worker whose row is gone is forgotten.
+        seen.saw("w1", 3, t0);
         seen.wants("poll/p", "w1");
         seen.wants("poll/p", "w2");
         assert_eq!(seen.watched().0, vec!["w2".to_owned()]);
+        let later = t0 + Duration::from_secs(30);
+        assert_eq!(seen.saw("w1", 3, later), later, "w1's beat forgotten once nothing was wanted of it");
+        seen.saw("w2", 9, t0);
+        seen.unwant("poll/p");
+        assert_eq!(seen.saw("w2", 9, later), later, "w2's beat forgotten once we took the path");
+        seen.wants("poll/p", "w2");
         assert!(!seen.settle("w2", &["poll/p".to_owned()], None));
         seen.wants("poll/q", "w3");
         seen.forget("w3");
