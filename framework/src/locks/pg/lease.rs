@@ -131,18 +131,20 @@ impl Lease {
 
     /// A renewal sent at `sent` succeeded.
     pub fn renewed(&self, sent: Instant) {
-        {
-            let mut renewed = self.renewed.lock().expect("never poisoned");
-            *renewed = (*renewed).max(sent);
-        }
+        self.record_renewal(sent);
         self.judge_now();
+    }
+
+    fn record_renewal(&self, sent: Instant) {
+        let mut renewed = self.renewed.lock().expect("never poisoned");
+        *renewed = (*renewed).max(sent);
     }
 
     /// A dormant lease renewed by a renewal sent at `sent`: awake, and judged at once (a wake
     /// that took long may have woken a lease already suspended, or lost).
     pub fn woke(&self, sent: Instant) {
         // Renewed before it is awake: the watch never judges it by the renewal before it dozed.
-        self.renewed(sent);
+        self.record_renewal(sent);
         self.holds.woke();
         self.judge_now();
     }

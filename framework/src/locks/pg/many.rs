@@ -130,8 +130,7 @@ impl Shared {
     /// needs to hear, and a lock left behind goes with the lease: at close, or taken over
     /// once its beat stays unchanged for a lease, as a dormant lease's does).
     async fn give_back(&self, paths: &[String], first_claim: i64, taken: &[bool]) {
-        let claims: Vec<(String, i64)> =
-            (0..paths.len()).filter(|&i| taken[i]).map(|i| (paths[i].clone(), first_claim + i as i64)).collect();
+        let claims = taken_claims(paths, first_claim, taken);
         if let Err(e) = self.release_claims(&claims).await {
             warn!("cannot give back {} locks taken by a failed try: {e}", claims.len());
         }
@@ -153,4 +152,10 @@ impl Shared {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The (path, claim number) of each path `take_many` took, `paths[i]` with claim
+/// `first_claim + i`.
+pub fn taken_claims(paths: &[String], first_claim: i64, taken: &[bool]) -> Vec<(String, i64)> {
+    (0..paths.len()).filter(|&i| taken[i]).map(|i| (paths[i].clone(), first_claim + i as i64)).collect()
 }

@@ -313,10 +313,7 @@ impl LockService for PgLocks {
         let count = i64::try_from(paths.len()).expect("fewer paths than i64::MAX");
         let first_claim = self.next_claim.fetch_add(count, Ordering::Relaxed);
         let taken = self.shared.take_many(&relative, first_claim, &record).await?;
-        let claims: Vec<(String, i64)> = (relative.iter().zip(&taken).zip(first_claim..))
-            .filter(|((_, taken), _)| **taken)
-            .map(|((path, _), claim)| (path.clone(), claim))
-            .collect();
+        let claims = many::taken_claims(&relative, first_claim, &taken);
         if claims.is_empty() {
             return Ok(paths.iter().map(|_| None).collect());
         }

@@ -19,6 +19,10 @@ use super::lease::{DORMANT_AFTER_SHARE, Lease, Observations, next_renewal, renew
 use super::sql;
 use crate::locks::LockError;
 
+/// Why a renewal that found no worker row to renew loses the lease.
+const ROW_GONE: &str = "its worker row is gone: another process took its locks over after seeing no renewal for a \
+                        lease (or someone deleted the row)";
+
 /// Pause between tries of a statement after connection trouble.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
@@ -191,12 +195,7 @@ impl Shared {
             failed = !matches!(outcome, Ok(Ok(_)));
             match outcome {
                 Ok(Ok(true)) => self.lease.renewed(sent),
-                Ok(Ok(false)) => {
-                    return self.lease.lose(
-                        "its worker row is gone: another process took its locks over after seeing no renewal for a \
-                         lease (or someone deleted the row)",
-                    );
-                }
+                Ok(Ok(false)) => return self.lease.lose(ROW_GONE),
                 Ok(Err(why)) => debug!(worker = %self.lease.worker, "lock lease renewal failed: {why}"),
                 Err(_) => debug!(worker = %self.lease.worker, "lock lease renewal not answered in time"),
             }
@@ -257,10 +256,7 @@ impl Shared {
         let sent = Instant::now();
         let worker = &self.lease.worker;
         if self.run("renew the dormant lock lease", sql::RENEW, &[(worker, Type::TEXT)]).await?.is_empty() {
-            self.lease.lose(
-                "its worker row is gone: another process took it over after seeing no renewal for a lease while it \
-                 was dormant (or someone deleted the row)",
-            );
+            self.lease.lose(ROW_GONE);
             return Err(self.lost());
         }
         debug!(worker = %worker, "woke the dormant lock lease");
