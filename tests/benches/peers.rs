@@ -41,7 +41,9 @@
 //! autocomp-exec at tiny sizes, which needs neither npm nor pip.
 //!
 //! `AUTOCOMP_BENCH_PHASES=1`: the autocomp watchers log their passes' phases, and after the
-//! trickle the bench prints where each stage's time went (`peers/phases.rs`).
+//! trickle the bench prints where each stage's time went (`peers/phases.rs`); after the
+//! backlog and the trickle, what the PostgreSQL server spent on each statement, and after the
+//! backlog the CPU per item of each process tree (the workers together, each server).
 
 use autocomp_test_servers::bench::load_average;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -480,6 +482,11 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     println!("registered {backlog} items in {:.1} s (not measured)", registering.elapsed().as_secs_f64());
     let servers = [server_pids(), sys.server_pids()].concat();
     let servers_before = tree_ticks(&servers);
+    let breakdown = std::env::var_os("AUTOCOMP_BENCH_PHASES").is_some();
+    let each_server_before: Vec<u64> = servers.iter().map(|pid| tree_ticks(&[*pid])).collect();
+    if let (true, Some(pg), Some(name)) = (breakdown, postgres, database.as_deref()) {
+        reset_statements(pg, name);
+    }
     let spawned_ms = now_ms();
     sys.start_workers();
     let mut done: BTreeMap<u64, Done> = BTreeMap::new();
@@ -494,15 +501,24 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         "backlog: {backlog} items in {backlog_secs:.1} s from the workers' spawn = {backlog_per_s:.1} items/s; \
          CPU {cpu:.0} ms = {cpu_ms_per_item:.2} ms/item (workers + servers)"
     );
+    if breakdown {
+        let per_item = |ticks: u64| ticks_to_ms(ticks) / backlog as f64;
+        let mut parts = vec![format!("workers {:.2}", per_item(tree_ticks(&workers)))];
+        for (pid, before) in servers.iter().zip(&each_server_before) {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            parts.push(format!("{} {:.2}", name.trim(), per_item(tree_ticks(&[*pid]).saturating_sub(*before))));
+        }
+        println!("backlog CPU ms per item by process tree: {}", parts.join(", "));
+        if let (Some(pg), Some(name)) = (postgres, database.as_deref()) {
+            print_statements(pg, name, "backlog", backlog);
+        }
+    }
 
     // Trickle: one item every 50 ms. With phases asked for, the server's own time per
     // statement in the trickle is printed after it (pg_stat_statements of this database).
-    let statements = postgres.filter(|_| std::env::var_os("AUTOCOMP_BENCH_PHASES").is_some()).map(|pg| {
+    let statements = postgres.filter(|_| breakdown).map(|pg| {
         let name = database.as_deref().unwrap();
-        pg.psql(
-            "postgres",
-            &format!("select pg_stat_statements_reset(0, (select oid from pg_database where datname = '{name}'), 0)"),
-        );
+        reset_statements(pg, name);
         (pg, name)
     });
     let first = backlog;
@@ -536,7 +552,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     );
     print_stage_intervals((first..first + count).map(|id| &done[&id]));
     if let Some((pg, name)) = statements {
-        print_trickle_statements(pg, name, count);
+        print_statements(pg, name, "trickle", count);
     }
     if let Some(window) = phases {
         window.close(system);
@@ -611,14 +627,24 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
 /// The statements the trickle ran, by the server's total time: calls per item and the mean
 /// execution time on the server (ms), so a stage's client-side phases can be set beside what
 /// the server spent on them.
-fn print_trickle_statements(pg: &Postgres, database: &str, items: u64) {
+/// Forgets what pg_stat_statements counted for `database`, so a window's statements start at 0.
+fn reset_statements(pg: &Postgres, database: &str) {
+    pg.psql(
+        "postgres",
+        &format!("select pg_stat_statements_reset(0, (select oid from pg_database where datname = '{database}'), 0)"),
+    );
+}
+
+/// What the server spent on each statement of `database` since the last reset, per item of
+/// the window (`what`: the backlog, the trickle).
+fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
     let sql = format!(
         "select calls, round(mean_exec_time::numeric, 3), round(total_exec_time::numeric, 1), \
          regexp_replace(left(query, 200), '\\s+', ' ', 'g') \
          from pg_stat_statements where dbid = (select oid from pg_database where datname = '{database}') \
          order by total_exec_time desc limit 14"
     );
-    println!("trickle statements, by server time (calls per item, mean ms on the server, total ms, statement):");
+    println!("{what} statements, by server time (calls per item, mean ms on the server, total ms, statement):");
     for line in pg.psql("postgres", &sql).lines() {
         let fields: Vec<&str> = line.splitn(4, '|').collect();
         if let [calls, mean, total, query] = fields[..] {
