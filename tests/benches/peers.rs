@@ -481,9 +481,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     sys.register_backlog(0, backlog);
     println!("registered {backlog} items in {:.1} s (not measured)", registering.elapsed().as_secs_f64());
     let servers = [server_pids(), sys.server_pids()].concat();
-    let servers_before = tree_ticks(&servers);
+    // Each server's process tree apart, for the breakdown; their sum is the servers' share.
+    let servers_before: Vec<u64> = servers.iter().map(|pid| tree_ticks(&[*pid])).collect();
     let breakdown = std::env::var_os("AUTOCOMP_BENCH_PHASES").is_some();
-    let each_server_before: Vec<u64> = servers.iter().map(|pid| tree_ticks(&[*pid])).collect();
     if let (true, Some(pg), Some(name)) = (breakdown, postgres, database.as_deref()) {
         reset_statements(pg, name);
     }
@@ -492,7 +492,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     let mut done: BTreeMap<u64, Done> = BTreeMap::new();
     wait_for_items(sys.as_mut(), &mut done, 0..backlog, config.deadline, "the backlog");
     let workers = sys.worker_pids();
-    let cpu = ticks_to_ms(tree_ticks(&workers) + tree_ticks(&servers).saturating_sub(servers_before));
+    let servers_spent: Vec<u64> =
+        servers.iter().zip(&servers_before).map(|(pid, before)| tree_ticks(&[*pid]).saturating_sub(*before)).collect();
+    let cpu = ticks_to_ms(tree_ticks(&workers) + servers_spent.iter().sum::<u64>());
     let last = done.values().map(|d| d.finished).max().unwrap_or(spawned_ms);
     let backlog_secs = (last - spawned_ms).max(1) as f64 / 1000.0;
     let backlog_per_s = backlog as f64 / backlog_secs;
@@ -504,9 +506,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     if breakdown {
         let per_item = |ticks: u64| ticks_to_ms(ticks) / backlog as f64;
         let mut parts = vec![format!("workers {:.2}", per_item(tree_ticks(&workers)))];
-        for (pid, before) in servers.iter().zip(&each_server_before) {
+        for (pid, spent) in servers.iter().zip(&servers_spent) {
             let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            parts.push(format!("{} {:.2}", name.trim(), per_item(tree_ticks(&[*pid]).saturating_sub(*before))));
+            parts.push(format!("{} {:.2}", name.trim(), per_item(*spent)));
         }
         println!("backlog CPU ms per item by process tree: {}", parts.join(", "));
         if let (Some(pg), Some(name)) = (postgres, database.as_deref()) {
@@ -622,11 +624,6 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     }
 }
 
-/// The servers a system shares with others or that the harnesses own: the PostgreSQL
-/// postmaster (its backends are its children) for the PG systems.
-/// The statements the trickle ran, by the server's total time: calls per item and the mean
-/// execution time on the server (ms), so a stage's client-side phases can be set beside what
-/// the server spent on them.
 /// Forgets what pg_stat_statements counted for `database`, so a window's statements start at 0.
 fn reset_statements(pg: &Postgres, database: &str) {
     pg.psql(
@@ -635,8 +632,9 @@ fn reset_statements(pg: &Postgres, database: &str) {
     );
 }
 
-/// What the server spent on each statement of `database` since the last reset, per item of
-/// the window (`what`: the backlog, the trickle).
+/// The statements of `database` since the last reset, by the server's total time: calls per
+/// item of the window (`what`: the backlog, the trickle) and the mean execution time on the
+/// server (ms), so a stage's client-side phases can be set beside what the server spent on them.
 fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
     let sql = format!(
         "select calls, round(mean_exec_time::numeric, 3), round(total_exec_time::numeric, 1), \
@@ -684,6 +682,8 @@ fn print_stage_intervals<'a>(items: impl Iterator<Item = &'a Done>) {
     println!("trickle, p50 ms between events: {}", medians.join(", "));
 }
 
+/// The servers a system shares with others or that the harnesses own: the PostgreSQL
+/// postmaster (its backends are its children) for the PG systems.
 fn sys_server_pids(system: &str, postgres: Option<&Postgres>) -> Vec<u32> {
     match (system, postgres) {
         (GRAPHILE | PROCRASTINATE | OVER_PG | PG_ONLY, Some(pg)) => vec![pg.pid()],
