@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::port::{AnnouncementMark, StoreResult};
+use crate::port::StoreResult;
 use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
 /// Entries kept; a waiter further behind wakes.
@@ -151,19 +151,16 @@ where
     /// announcement that concerns it woke it (the head is not read then), else the head.
     /// Where the announcements cannot vouch for the commits since `since`, any head move
     /// wakes it, as `wait_for_change` does.
-    /// `read_after`: the mark taken before the reads that saw every commit up to `since`,
-    /// else `since` is looked up among the heads read.
     pub(crate) async fn concerning_or_announced(
         &mut self,
         since: Seq,
-        read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pushed = self.history.subscribe();
         // From which entry on the commits after `since` show, once known.
-        let mut from = read_after.map(|mark| mark.0).or_else(|| self.history.mark_of(since));
+        let mut from = self.history.mark_of(since);
         // The entry from which a head move with no entry at all since means the
         // announcements do not reach us.
         let mut silent_from = from;
@@ -254,7 +251,7 @@ mod tests {
                 poll_complete: Duration::from_millis(100),
                 poll_incomplete: Duration::from_millis(25),
             };
-            match waiting.concerning_or_announced(since, None, interest, timeout).await.unwrap() {
+            match waiting.concerning_or_announced(since, interest, timeout).await.unwrap() {
                 Some(head) => head,
                 None => self.head().await.unwrap(),
             }
@@ -305,7 +302,7 @@ mod tests {
             poll_incomplete: Duration::from_millis(25),
         };
         let started = tokio::time::Instant::now();
-        let answer = waiting.concerning_or_announced(seen, None, &interest, QUIET).await.unwrap();
+        let answer = waiting.concerning_or_announced(seen, &interest, QUIET).await.unwrap();
         assert_eq!(answer, Some(seen), "timed out at the unmoved head");
         assert!(started.elapsed() >= QUIET, "polled until the timeout, woke after {:?}", started.elapsed());
     }

@@ -36,7 +36,7 @@ use crate::port::{StoreError, StoreResult};
 use autocomp_model::{IdempotencyKey, InvalidInput};
 
 pub use options::{PgOptions, SILENT_CONNECTION_LIMIT};
-pub use schema::{FEED_LOCK, LATEST_VERSION};
+pub use schema::LATEST_VERSION;
 
 /// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).
 /// Clones are cheap and share the pool.

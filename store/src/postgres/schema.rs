@@ -37,24 +37,15 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(16, "0016_claim_judged"),
     migration!(17, "0017_register_batch"),
     migration!(18, "0018_kept_summaries"),
-    migration!(19, "0019_feed_epochs"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
-/// Advisory lock keys (per database). Every writer holds the key of a feed epoch, shared,
-/// from before it takes a seq until it ends (`autocomp_feed_hold`); a horizon read, one at a
-/// time (`FEED_READERS`), ends the epoch and confirms an ended epoch once its key is free, so
-/// writers that begin meanwhile go on, and a look's read need not wait at all
-/// (`autocomp_feed_horizon`, migration 19). Until schema 19 writers held
-/// `FEED_LOCK` shared and a horizon read took it exclusively; a read still takes it (at once
-/// when nobody holds it), for a call of a writer already under way when the schema moved.
+/// Advisory lock keys (per database). The feed key is held shared by every writer from the
+/// moment it takes a seq until it commits, and taken exclusively for an instant by a feed
+/// reader: see `autocomp_next_seq` and `autocomp_horizon`.
 pub const MIGRATION_LOCK: i64 = 0x6175_746f_636f_6d01; // "autocom" + 1
 pub const FEED_LOCK: i64 = 0x6175_746f_636f_6d02;
-pub const FEED_READERS: i64 = 0x6175_746f_636f_6d03;
-/// The first of the two integer keys an epoch's key is (the second: the epoch, modulo
-/// 2^31 - 1): "auf" + 1, apart from every one-number key above.
-pub const FEED_EPOCHS: i32 = 0x6175_6631;
 
 fn unavailable(error: tokio_postgres::Error) -> StoreError {
     StoreError::Unavailable(super::describe_error(&error))
@@ -108,8 +99,6 @@ pub async fn migrate_up_to(client: &mut Client, target: &str, version: i32) -> S
     for (version, _name, sql) in MIGRATIONS.iter().filter(|(version, _, _)| *version > current && *version <= up_to) {
         let sql = sql
             .replace("@FEED_LOCK@", &FEED_LOCK.to_string())
-            .replace("@FEED_READERS@", &FEED_READERS.to_string())
-            .replace("@FEED_EPOCHS@", &FEED_EPOCHS.to_string())
             .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
             .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
             .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
