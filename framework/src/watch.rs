@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use autocomp_model::{BatchId, Seq, Timestamp};
 use autocomp_sboi::BatchIndex;
-use autocomp_store::ObjectStore;
+use autocomp_store::{AnnouncementMark, ObjectStore};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -189,8 +189,22 @@ enum Retry {
 }
 
 /// What a look offers: the candidates, those it found ready on their summaries (`Judged`),
-/// whether its answer covers every change up to `seen`, and `seen`.
-type Looked = (Vec<BatchId>, Judged, bool, Seq);
+/// whether its answer covers every change up to `seen`, and where the next sleep starts.
+type Looked = (Vec<BatchId>, Judged, bool, Seen);
+
+/// Where a sleep starts: the head every change up to which the look saw, and the mark taken
+/// before the feed's pages it read, if it read them (`Offer::read_after`).
+#[derive(Clone, Copy)]
+struct Seen {
+    head: Seq,
+    read_after: Option<AnnouncementMark>,
+}
+
+impl From<Seq> for Seen {
+    fn from(head: Seq) -> Self {
+        Self { head, read_after: None }
+    }
+}
 
 impl<C: Component> Watcher<'_, C> {
     /// What the index offers now (nothing when held or when a heartbeat pass asks itself),
@@ -218,14 +232,14 @@ impl<C: Component> Watcher<'_, C> {
                 let asked = Instant::now();
                 let covered = self.index.covers(seen, INDEX_WAIT).await?;
                 debug!(covered_in = ?asked.elapsed(), "asked the index");
-                return Ok((Vec::new(), Judged::new(), covered, seen));
+                return Ok((Vec::new(), Judged::new(), covered, seen.into()));
             }
             if let Some(held) = self.runner.held().await? {
                 // Held: no pass (it would claim nothing) until the steering changes, which
                 // moves the head and wakes the wait below, or the heartbeat (which reports
                 // the hold).
                 debug!("held, not looking for work: {held}");
-                return Ok((Vec::new(), Judged::new(), true, seen));
+                return Ok((Vec::new(), Judged::new(), true, seen.into()));
             }
             woke = Some(seen);
         }
@@ -241,7 +255,7 @@ impl<C: Component> Watcher<'_, C> {
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
         let judged = self.runner.judged_ready(offer.summaries.values());
-        Ok((offer.ids, judged, offer.covered, offer.seen))
+        Ok((offer.ids, judged, offer.covered, Seen { head: offer.seen, read_after: offer.read_after }))
     }
 
     /// One pass: over what the index offered, or a heartbeat's over what it finds itself.
@@ -348,7 +362,7 @@ impl<C: Component> Watcher<'_, C> {
     /// the sleep read one.
     async fn sleep(
         &self,
-        seen: Seq,
+        seen: Seen,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<ControlFlow<u8, Option<Seq>>, RunError> {
         if self.deferral.is_deferring() {
@@ -365,11 +379,11 @@ impl<C: Component> Watcher<'_, C> {
         tokio::select! {
             // A change that concerns it wakes it without a head read: the look's feed read
             // answers its own head.
-            head = self.store.wait_for_concerning_change(seen, &interest, wait) => {
+            head = self.store.wait_for_concerning_change(seen.head, seen.read_after, &interest, wait) => {
                 let head = head?;
                 match head {
                     None => debug!("a change concerning it"),
-                    Some(head) if head > seen => debug!(?head, "the store moved"),
+                    Some(head) if head > seen.head => debug!(?head, "the store moved"),
                     Some(_) => {}
                 }
                 Ok(ControlFlow::Continue(head))

@@ -26,9 +26,9 @@ pub use open::{open_store, open_store_to_serve};
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
-    BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome,
-    DEFAULT_MAX_BATCH_BYTES, LogCursor, LogPage, MAX_LOG_PAGE, MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore,
-    OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
+    AnnouncementMark, BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim,
+    CreateOutcome, DEFAULT_MAX_BATCH_BYTES, LogCursor, LogPage, MAX_LOG_PAGE, MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS,
+    ObjectStore, OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
     SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult,
 };
 pub use postgres::{PgOptions, PgStore};

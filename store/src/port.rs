@@ -115,6 +115,12 @@ pub struct StoreAbout {
     pub clock: Timestamp,
 }
 
+/// Where a store handle's announcements of commits stood before a read
+/// (`BatchStore::announcement_mark`): every commit that read did not see is announced after
+/// it. Meaningful only to the handle that gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnnouncementMark(pub(crate) u64);
+
 /// A fresh claim: the generation to fence the result with, and the run it superseded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Claim {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::port::StoreResult;
+use crate::port::{AnnouncementMark, StoreResult};
 use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
 /// Entries kept; a waiter further behind wakes.
@@ -129,38 +129,47 @@ impl WakeHistory {
 
 /// How one backend waits: its head read, whether its announcements are complete, and how
 /// often to look at the head meanwhile.
-pub(crate) struct Waiting<'a, Complete, ReadHead> {
+pub(crate) struct Waiting<'a, Complete, ReadHead, PollHead> {
     pub history: &'a WakeHistory,
     /// Whether a commit from now on is announced (the LISTEN or the file watch is up).
     pub complete: Complete,
     /// The backend's head read (which remembers itself in the history).
     pub read_head: ReadHead,
+    /// The head read while the announcements are complete but none came (they may not reach
+    /// this process): one that never waits for a writer in flight, since no announcement is
+    /// judged until it answers (PostgreSQL's horizon as last confirmed), and not remembered.
+    pub poll_head: PollHead,
     /// How often to read the head while the announcements are complete (in case they
     /// cannot reach this process although they seem to) and while they are not.
     pub poll_complete: Duration,
     pub poll_incomplete: Duration,
 }
 
-impl<Complete, ReadHead, Read> Waiting<'_, Complete, ReadHead>
+impl<Complete, ReadHead, Read, PollHead, PollRead> Waiting<'_, Complete, ReadHead, PollHead>
 where
     Complete: FnMut() -> bool,
     ReadHead: FnMut() -> Read,
     Read: Future<Output = StoreResult<Seq>>,
+    PollHead: FnMut() -> PollRead,
+    PollRead: Future<Output = StoreResult<Seq>>,
 {
     /// Waits until a commit after `since` concerns `interest` (or `timeout`): `None` when an
     /// announcement that concerns it woke it (the head is not read then), else the head.
     /// Where the announcements cannot vouch for the commits since `since`, any head move
     /// wakes it, as `wait_for_change` does.
+    /// `read_after`: the mark taken before the reads that saw every commit up to `since`,
+    /// else `since` is looked up among the heads read.
     pub(crate) async fn concerning_or_announced(
         &mut self,
         since: Seq,
+        read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pushed = self.history.subscribe();
         // From which entry on the commits after `since` show, once known.
-        let mut from = self.history.mark_of(since);
+        let mut from = read_after.map(|mark| mark.0).or_else(|| self.history.mark_of(since));
         // The entry from which a head move with no entry at all since means the
         // announcements do not reach us.
         let mut silent_from = from;
@@ -196,7 +205,7 @@ where
                     // The head moved without a single announcement since: they do not reach
                     // us (a pooler that drops notifications, a writer that cannot announce).
                     if complete && silent_from == Some(self.history.mark()) {
-                        let head = (self.read_head)().await?;
+                        let head = (self.poll_head)().await?;
                         if head > since {
                             return Ok(Some(head));
                         }
@@ -248,10 +257,11 @@ mod tests {
                 history: &self.history,
                 complete: || true,
                 read_head: || self.head(),
+                poll_head: || self.head(),
                 poll_complete: Duration::from_millis(100),
                 poll_incomplete: Duration::from_millis(25),
             };
-            match waiting.concerning_or_announced(since, interest, timeout).await.unwrap() {
+            match waiting.concerning_or_announced(since, None, interest, timeout).await.unwrap() {
                 Some(head) => head,
                 None => self.head().await.unwrap(),
             }
@@ -298,11 +308,12 @@ mod tests {
             history: &store.history,
             complete: || false,
             read_head: || store.head(),
+            poll_head: || store.head(),
             poll_complete: Duration::from_millis(100),
             poll_incomplete: Duration::from_millis(25),
         };
         let started = tokio::time::Instant::now();
-        let answer = waiting.concerning_or_announced(seen, &interest, QUIET).await.unwrap();
+        let answer = waiting.concerning_or_announced(seen, None, &interest, QUIET).await.unwrap();
         assert_eq!(answer, Some(seen), "timed out at the unmoved head");
         assert!(started.elapsed() >= QUIET, "polled until the timeout, woke after {:?}", started.elapsed());
     }

@@ -5,6 +5,7 @@
 mod bounded_reads;
 mod bounded_upgrade;
 mod claim_as_lock;
+mod feed_horizon;
 mod kept_summaries;
 mod operations;
 mod postgres_connection;

@@ -44,7 +44,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use autocomp_model::{BatchId, BatchSummary, Seq, SummaryAt, Timestamp, Trigger};
 use autocomp_sboi::BatchIndex;
-use autocomp_store::ObjectStore;
+use autocomp_store::{AnnouncementMark, ObjectStore};
 use tracing::debug;
 
 use super::INDEX_WAIT;
@@ -86,6 +86,9 @@ pub(super) struct Offer {
     /// The store's head the answer is as of: the feed's, read by the look, or the one it was
     /// given or read first (a later change wakes the next look).
     pub seen: Seq,
+    /// Taken before the feed's pages, when the look read them: every change they did not
+    /// show is announced after it (a sleep from `seen` wakes for those alone).
+    pub read_after: Option<AnnouncementMark>,
     /// Index queries this look asked: full answers and direct questions.
     pub asked: usize,
     /// Triggers answered from what the watcher held (corrected by the feed).
@@ -254,6 +257,10 @@ impl FeedOffers {
     ) -> Result<Offer, RunError> {
         let mut look = Look { ports, now, reaches_cursor: None, offer: Offer { covered: true, ..Offer::default() } };
         let mut held = self.state.take().filter(|state| state.triggers.len() == triggers.len());
+        let read_after = match held {
+            Some(_) => ports.store.announcement_mark().await,
+            None => None,
+        };
         if let Some(state) = &mut held
             && !correct(state, &mut look).await?
         {
@@ -264,6 +271,7 @@ impl FeedOffers {
                 // The feed was read to its head, after `woke` was: every change up to it is
                 // judged below.
                 look.offer.seen = state.cursor;
+                look.offer.read_after = read_after;
                 state
             }
             None => {
@@ -358,14 +366,20 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
     // gone), in the order the feed first named them.
     let (mut summaries, mut changed): (HashMap<BatchId, Option<BatchSummary>>, Vec<BatchId>) =
         (HashMap::new(), Vec::new());
-    let mut from = state.cursor;
-    loop {
+    // Where the next page starts, and the horizon of the first page: the cursor moves no
+    // further, since a store's horizon may lag its present (PostgreSQL's look never waits
+    // for a writer in flight) and a page past it may miss a change still in flight; what the
+    // later pages named is named again by the next look.
+    let (mut from, mut horizon) = (state.cursor, None);
+    let cursor = loop {
         // One more than may still be taken, to tell "exactly the bound" from "past it", a
         // page at a time (a PostgreSQL store reads a page of at most `FEED_PAGE`, with its
         // batches' summaries, in one statement).
         let limit = (MAX_FEED_BATCHES + 1 - changed.len()).min(FEED_PAGE);
         let (page, read) = store.changed_summaries(from, limit).await?;
-        let exhausted = page.changes.len() < limit || page.next >= page.head;
+        let horizon = *horizon.get_or_insert(page.head);
+        let last = page.changes.last().map(|(seq, _)| *seq);
+        let exhausted = page.changes.len() < limit;
         let mut read: HashMap<BatchId, BatchSummary> = read.into_iter().map(|s| (s.id.clone(), s)).collect();
         for (_, id) in page.changes {
             let now = read.remove(&id);
@@ -373,15 +387,15 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
                 changed.push(id);
             }
         }
-        from = page.next.max(from);
         if changed.len() > MAX_FEED_BATCHES {
             debug!(since = ?state.cursor, "the feed named too many batches since the last look; asking the index");
             return Ok(false);
         }
-        if exhausted {
-            break;
+        match last {
+            Some(last) if !exhausted => from = last.max(from),
+            _ => break page.next.min(page.head).min(horizon).max(state.cursor),
         }
-    }
+    };
     look.offer.changed = changed.len();
     for following in &mut state.triggers {
         if let Following::Held(held) = following {
@@ -390,7 +404,7 @@ async fn correct(state: &mut State, look: &mut Look<'_>) -> Result<bool, RunErro
             }
         }
     }
-    state.cursor = from;
+    state.cursor = cursor;
     Ok(true)
 }
 

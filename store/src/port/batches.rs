@@ -12,8 +12,8 @@ use autocomp_model::{
 
 use super::ready_claims::{self, ReadyClaimRequest, ReadyClaims};
 use super::{
-    BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage, StoreAbout,
-    StoreError, StoreResult, check_log_limit,
+    AnnouncementMark, BatchHead, BatchListing, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
+    StoreAbout, StoreError, StoreResult, check_log_limit,
 };
 use crate::write_rules::{self, MAX_BATCH_PAGE, MAX_CHANGE_PAGE};
 
@@ -247,7 +247,11 @@ port_trait! {
         /// summary may then be of a later change of its batch, which the next page names
         /// again); a store that can answers both from one snapshot (PostgreSQL: one round trip
         /// fewer a look, and its page also names the batches changed after its head, named
-        /// again by the next page: a reader may meet a batch twice, never misses one).
+        /// again by the next page: a reader may meet a batch twice, never misses one). The
+        /// page's head may lag the commits its page shows (PostgreSQL's look takes the last
+        /// confirmed horizon and never waits for a writer): a reader moves its cursor no
+        /// further than the first page's head, and sleeps from a mark taken before its pages
+        /// (`announcement_mark`).
         #[checked(write_rules::check_page("limit", limit, MAX_BATCH_PAGE)?)]
         async fn changed_summaries(&self, since: Seq, limit: usize) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
             let page = self.changes(since, limit).await?;
@@ -294,16 +298,29 @@ port_trait! {
             self.wait_for_change(since, timeout).await
         }
 
+        /// Taken before a read that a wait will start from (`wait_for_concerning_change`):
+        /// where this handle's announcements of commits stand, if every commit from now on is
+        /// announced to it. The default (a store that announces nothing) has none.
+        async fn announcement_mark(&self) -> Option<AnnouncementMark> {
+            None
+        }
+
         /// `wait_for_change_concerning` for a waiter that reads the change feed next anyway:
         /// the head when the wait read it, `None` when an announcement concerning `interest`
         /// woke it and the head was not read (one round trip fewer: the feed read that follows
-        /// answers its own head). The default reads it.
+        /// answers its own head). `read_after`: the mark taken before the reads that saw every
+        /// change up to `since` (a change feed whose head may lag the commits its pages show,
+        /// as PostgreSQL's look: a waiter from such a head wakes for what those reads did not
+        /// see, not for every change past it); without it `since` should be a head this handle
+        /// read. The default reads the head.
         async fn wait_for_concerning_change(
             &self,
             since: Seq,
+            read_after: Option<AnnouncementMark>,
             interest: &ChangeInterest,
             timeout: Duration,
         ) -> StoreResult<Option<Seq>> {
+            let _ = read_after;
             self.wait_for_change_concerning(since, interest, timeout).await.map(Some)
         }
 

@@ -16,8 +16,8 @@ use super::text::{self};
 use super::{PgBackend, Retry};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
-    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    StoreAbout, StoreError, StoreResult,
+    AnnouncementMark, BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor,
+    LogPage, StoreAbout, StoreError, StoreResult,
 };
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
@@ -247,13 +247,18 @@ impl BatchStore for PgBackend {
         self.pg_wait_for_change_concerning(since, interest, timeout).await
     }
 
+    async fn announcement_mark(&self) -> Option<AnnouncementMark> {
+        self.inner.listener.mark().map(AnnouncementMark)
+    }
+
     async fn wait_for_concerning_change(
         &self,
         since: Seq,
+        read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
-        self.pg_wait_for_concerning_change(since, interest, timeout).await
+        self.pg_wait_for_concerning_change(since, read_after, interest, timeout).await
     }
 
     async fn cancel_run(

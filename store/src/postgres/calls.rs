@@ -232,6 +232,8 @@ impl PgBackend {
 
 /// The horizon of the change feed (`horizon`), one number.
 pub(super) const HORIZON: &str = "SELECT autocomp_horizon()";
+/// The horizon as last confirmed, never waiting for a writer (a look's, `pg_changed_summaries`).
+pub(super) const HORIZON_NOW: &str = "SELECT autocomp_feed_horizon(false)";
 
 pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_postgres::Statement, Failure> {
     client.prepare_cached(sql).await.map_err(|e| match e.code() {

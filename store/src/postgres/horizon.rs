@@ -1,14 +1,15 @@
-//! The change feed's horizon as one handle reads it: one read at a time, its answer shared by
-//! every caller that asked before the read began. Each horizon read takes the feed lock
-//! exclusively, which waits for every writer in flight and holds back every writer after it,
-//! and horizon reads wait for each other: at 2,000 workers on 32 shared connections about 20
-//! of them queued on the server at any moment, with the appends behind them
-//! (docs/capacity.md). A read that began after a caller asked waited for every write
-//! committed before the caller asked, so its answer serves that caller as one of its own
-//! would; a handle's callers then send at most one horizon at a time. A read's answer is
-//! given at its first attempt's end, so no caller waits through a feed page sent with it or
-//! through a failing read's retries: the callers that waited for a read that failed read
-//! their own, at once and side by side, as every caller did before.
+//! The change feed's horizon as one handle reads it when the read waits for the writers in
+//! flight (a head a waiter compares with; a watcher's look while the handle listens takes the
+//! last confirmed horizon instead, which never waits: `reads.rs`): one read at a time, its
+//! answer shared by every caller that asked before the read began. Horizon reads that wait
+//! go one at a time on the server (schema 19): at 2,000 workers on 32 shared connections
+//! about 20 of them queued there at any moment (docs/capacity.md). A read that began after a
+//! caller asked waited for every write committed before the caller asked, so its answer
+//! serves that caller as one of its own would; a handle's callers then send at most one
+//! horizon at a time. A read's answer is given at its first attempt's end, so no caller waits
+//! through a feed page sent with it or through a failing read's retries: the callers that
+//! waited for a read that failed read their own, at once and side by side, as every caller
+//! did before.
 
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
 use super::options::PgOptions;
-use crate::port::StoreResult;
+use crate::port::{AnnouncementMark, StoreResult};
 use crate::wake_history::{Waiting, WakeHistory};
 use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
 
@@ -214,7 +214,7 @@ impl super::PgBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
-        match self.pg_wait_for_concerning_change(since, interest, timeout).await? {
+        match self.pg_wait_for_concerning_change(since, None, interest, timeout).await? {
             Some(head) => Ok(head),
             None => crate::port::BatchStore::head(self).await,
         }
@@ -225,6 +225,7 @@ impl super::PgBackend {
     pub(super) async fn pg_wait_for_concerning_change(
         &self,
         since: Seq,
+        read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
@@ -235,9 +236,10 @@ impl super::PgBackend {
             history: &self.inner.listener.shared.history,
             complete: || wakes.listening(),
             read_head: || crate::port::BatchStore::head(self),
+            poll_head: || async { self.read_number("head", super::calls::HORIZON_NOW).await.map(Seq) },
             poll_complete: LISTENING_POLL,
             poll_incomplete: Duration::from_millis(25),
         };
-        waiting.concerning_or_announced(since, interest, timeout).await
+        waiting.concerning_or_announced(since, read_after, interest, timeout).await
     }
 }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
 
-use super::calls::{HORIZON, prepare};
+use super::calls::{HORIZON, HORIZON_NOW, prepare};
 use super::horizon::Horizon;
 use super::rows::{
     SUMMARY_COLUMNS, SUMMARY_FROM, SUMMARY_WIDTH, corrupt, events_from_json, run_from_json, runs_from_json,
@@ -162,21 +162,30 @@ impl PgBackend {
     }
 
     /// `pg_changes` and the changed batches' summaries: the horizon, then the page and the
-    /// summaries in one statement. When this handle's horizon is this call's to read
-    /// (`SharedHorizon`), both are sent at once on one connection (pipelined: one round trip;
-    /// `biased`, so sent in that order, each when first polled, and the server runs them in
-    /// the order sent: the page is read after the horizon); a horizon another caller's read
-    /// answered was read before the page is sent. The page also names the batches whose
-    /// change committed after the horizon (`next_cursor`).
+    /// summaries in one statement, both sent at once on one connection (pipelined: one round
+    /// trip; `biased`, so sent in that order, each when first polled, and the server runs them
+    /// in the order sent: the page is read after the horizon). The page also names the
+    /// batches whose change committed after the horizon (`next_cursor`).
+    ///
+    /// While this handle listens, the horizon is the last one confirmed, which never waits for
+    /// a writer (`HORIZON_NOW`) and may lag the commits the page shows: the look's sleep
+    /// starts from its mark (`announcement_mark`), waking for what its page did not show, so
+    /// the lag costs it nothing but a page that names some batches again. Not listening,
+    /// waiters compare heads, and a lagging one would wake them at once: the horizon then
+    /// waits for the writers in flight, one read at a time per handle, its answer shared by
+    /// the callers that asked before it began (`SharedHorizon`).
     pub(super) async fn pg_changed_summaries(
         &self,
         since: Seq,
         limit: usize,
     ) -> StoreResult<(ChangePage, Vec<BatchSummary>)> {
-        let mark = self.inner.listener.mark();
-        let (known, slot) = match self.inner.horizon.after(tokio::time::Instant::now()).await {
-            Horizon::Shared(head) => (Some(head), None),
-            Horizon::ToRead(slot) => (None, Some(slot)),
+        let listening = self.inner.listener.mark().is_some();
+        let (known, slot) = match listening {
+            true => (None, None),
+            false => match self.inner.horizon.after(tokio::time::Instant::now()).await {
+                Horizon::Shared(head) => (Some(head), None),
+                Horizon::ToRead(slot) => (None, Some(slot)),
+            },
         };
         let slot = slot.as_ref();
         let read = self
@@ -188,7 +197,7 @@ impl PgBackend {
                     let (head, rows) = match known {
                         Some(head) => (head, client.query(&page, &params).await.map_err(|e| self.read_failure(e))?),
                         None => {
-                            let horizon = prepare(client, HORIZON).await?;
+                            let horizon = prepare(client, if listening { HORIZON_NOW } else { HORIZON }).await?;
                             // Answered as soon as the horizon's row is in, not after the page.
                             let head = async {
                                 let head = client.query_one(&horizon, &[]).await.map(|row| Seq(row.get(0)));
@@ -211,7 +220,6 @@ impl PgBackend {
             slot.ended(&read.as_ref().map(|(head, _)| *head));
         }
         let (head, summaries) = read?;
-        self.inner.listener.head_read(head, mark);
         let changes: Vec<(Seq, BatchId)> = summaries.iter().map(|s| (s.changed_seq, s.id.clone())).collect();
         Ok((ChangePage { next: next_cursor(&changes, limit, since, head), changes, head }, summaries))
     }

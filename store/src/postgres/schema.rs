@@ -3,6 +3,8 @@
 //! Migrating takes a transaction-scoped advisory lock, so of two processes opening an empty
 //! database at once one migrates and the other waits, then finds it done.
 
+use std::time::Duration;
+
 use tokio_postgres::Client;
 
 use crate::port::{StoreError, StoreResult};
@@ -37,15 +39,31 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(16, "0016_claim_judged"),
     migration!(17, "0017_register_batch"),
     migration!(18, "0018_kept_summaries"),
+    migration!(19, "0019_feed_epochs"),
+    migration!(20, "0020_feed_epochs_alone"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+/// The oldest schema this release runs on: 19 has every function it calls, its writers
+/// holding the old feed lock as well as their epoch's key (correct, and slower), for when 20
+/// waits for a transaction left open (`AFTER_EARLIER_TRANSACTIONS`).
+pub const OLDEST_RUNNABLE: i32 = 19;
 
-/// Advisory lock keys (per database). The feed key is held shared by every writer from the
-/// moment it takes a seq until it commits, and taken exclusively for an instant by a feed
-/// reader: see `autocomp_next_seq` and `autocomp_horizon`.
+/// Advisory lock keys (per database). Every writer holds the key of a feed epoch, shared,
+/// from before it takes a seq until it ends (`autocomp_feed_hold`); a horizon read, one at a
+/// time (`FEED_READERS`), ends the epoch and confirms an ended epoch once its key is free, so
+/// writers that begin meanwhile go on, and a look's read need not wait at all
+/// (`autocomp_feed_horizon`, migration 19). Until schema 19 writers held
+/// `FEED_LOCK` shared and a horizon read took it exclusively; at schema 19 writers hold both
+/// and a read takes both, for the calls of the release before still under way; from schema
+/// 20 writers hold their epoch's key alone, and a read still takes `FEED_LOCK` (at once, when
+/// nobody holds it).
 pub const MIGRATION_LOCK: i64 = 0x6175_746f_636f_6d01; // "autocom" + 1
 pub const FEED_LOCK: i64 = 0x6175_746f_636f_6d02;
+pub const FEED_READERS: i64 = 0x6175_746f_636f_6d03;
+/// The first of the two integer keys an epoch's key is (the second: the epoch, modulo
+/// 2^31 - 1): "auf" + 1, apart from every one-number key above.
+pub const FEED_EPOCHS: i32 = 0x6175_6631;
 
 fn unavailable(error: tokio_postgres::Error) -> StoreError {
     StoreError::Unavailable(super::describe_error(&error))
@@ -72,33 +90,73 @@ pub fn check_not_newer(current: i32) -> StoreResult<()> {
     Ok(())
 }
 
-/// Applies the missing migrations in one transaction under the migration lock; returns the
-/// versions applied (none when another process got there first).
+/// Applies the missing migrations under the migration lock, in one transaction (two around a
+/// migration that waits for earlier transactions); returns the versions applied (none when
+/// another process got there first).
 pub async fn migrate(client: &mut Client, target: &str) -> StoreResult<Vec<i32>> {
     migrate_up_to(client, target, LATEST_VERSION).await
 }
 
 /// Applies the missing migrations up to `version` (a lower one builds the database an older
-/// release left, for upgrade tests).
+/// release left, for upgrade tests). Those before a migration that must wait for earlier
+/// transactions (`AFTER_EARLIER_TRANSACTIONS`) commit first; it is applied in a transaction
+/// of its own once they have ended.
 pub async fn migrate_up_to(client: &mut Client, target: &str, version: i32) -> StoreResult<Vec<i32>> {
+    let mut applied = Vec::new();
+    let mut waited = None;
+    loop {
+        match apply_until_a_wait(client, target, version, waited, &mut applied).await? {
+            Some(next) => {
+                wait_for_earlier_transactions(client, next).await?;
+                waited = Some(next);
+            }
+            None => return Ok(applied),
+        }
+    }
+}
+
+/// Migrations applied only once every transaction begun before they start has ended: 20
+/// drops the old feed lock from the writers' hold, which a horizon read of the release
+/// before 19 (a call begun before 19 committed) still counts on.
+const AFTER_EARLIER_TRANSACTIONS: &[i32] = &[20];
+/// How long a migration waits for them before it fails, naming the sessions that hold it.
+const EARLIER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(60);
+
+/// One transaction under the migration lock: applies the missing migrations up to `up_to`,
+/// stopping before one that waits for earlier transactions (unless `waited` is it); returns
+/// that one.
+async fn apply_until_a_wait(
+    client: &mut Client,
+    target: &str,
+    up_to: i32,
+    waited: Option<i32>,
+    applied: &mut Vec<i32>,
+) -> StoreResult<Option<i32>> {
     let tx = client.transaction().await.map_err(unavailable)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS schema_version (
-             version    integer PRIMARY KEY,
-             applied_at bigint NOT NULL
-         )",
-    )
-    .await
-    .map_err(|e| privileges(e, target, "create tables"))?;
+    if waited.is_none() {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                 version    integer PRIMARY KEY,
+                 applied_at bigint NOT NULL
+             )",
+        )
+        .await
+        .map_err(|e| privileges(e, target, "create tables"))?;
+    }
     let current: i32 =
         tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await.map_err(unavailable)?.get(0);
     check_not_newer(current)?;
-    let mut applied = Vec::new();
-    let up_to = version;
+    let mut waits = None;
     for (version, _name, sql) in MIGRATIONS.iter().filter(|(version, _, _)| *version > current && *version <= up_to) {
+        if AFTER_EARLIER_TRANSACTIONS.contains(version) && waited != Some(*version) {
+            waits = Some(*version);
+            break;
+        }
         let sql = sql
             .replace("@FEED_LOCK@", &FEED_LOCK.to_string())
+            .replace("@FEED_READERS@", &FEED_READERS.to_string())
+            .replace("@FEED_EPOCHS@", &FEED_EPOCHS.to_string())
             .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
             .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
             .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
@@ -114,7 +172,38 @@ pub async fn migrate_up_to(client: &mut Client, target: &str, version: i32) -> S
         applied.push(*version);
     }
     tx.commit().await.map_err(unavailable)?;
-    Ok(applied)
+    Ok(waits)
+}
+
+/// Waits until every session's transaction in the database open now (other than this
+/// session's) has ended: each holds its own virtual transaction id's lock, which `pg_locks`
+/// shows to every role, for as long as it runs. A session is a process with a user (a role's
+/// `usesysid` shows to every role); autovacuum's workers have none and call no function of
+/// the store. Fails after `EARLIER_TRANSACTIONS_WAIT`, naming the sessions.
+async fn wait_for_earlier_transactions(client: &Client, version: i32) -> StoreResult<()> {
+    const OPEN: &str = "SELECT l.virtualxid, l.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+         WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
+           AND a.datname = current_database() AND a.usesysid IS NOT NULL
+           AND ($1::text[] IS NULL OR l.virtualxid = ANY($1))";
+    let earlier: Vec<String> =
+        client.query(OPEN, &[&None::<Vec<String>>]).await.map_err(unavailable)?.iter().map(|r| r.get(0)).collect();
+    let deadline = tokio::time::Instant::now() + EARLIER_TRANSACTIONS_WAIT;
+    loop {
+        let open = client.query(OPEN, &[&Some(&earlier)]).await.map_err(unavailable)?;
+        if open.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let pids: Vec<i32> = open.iter().map(|r| r.get(1)).collect();
+            return Err(StoreError::Unavailable(format!(
+                "migration to schema {version} waits for the transactions open when it began to end, and \
+                 after {} s these sessions' are still open: pids {pids:?} (pg_stat_activity names them); \
+                 end them or open the store again later",
+                EARLIER_TRANSACTIONS_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn privileges(error: tokio_postgres::Error, target: &str, what: &str) -> StoreError {

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, runs, schema, writes};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
-    BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor, LogPage,
-    StoreAbout, StoreError, StoreResult,
+    AnnouncementMark, BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor,
+    LogPage, StoreAbout, StoreError, StoreResult,
 };
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
@@ -250,7 +250,7 @@ impl BatchStore for SqliteBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
-        match self.wait_for_concerning_change(since, interest, timeout).await? {
+        match self.wait_for_concerning_change(since, None, interest, timeout).await? {
             Some(head) => Ok(head),
             None => self.head().await,
         }
@@ -259,6 +259,7 @@ impl BatchStore for SqliteBackend {
     async fn wait_for_concerning_change(
         &self,
         since: Seq,
+        read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
@@ -267,10 +268,11 @@ impl BatchStore for SqliteBackend {
             history: &self.wakes.history,
             complete: || wakes.watching(),
             read_head: || self.head(),
+            poll_head: || self.head(),
             poll_complete: WATCHING_POLL,
             poll_incomplete: Duration::from_millis(50),
         };
-        waiting.concerning_or_announced(since, interest, timeout).await
+        waiting.concerning_or_announced(since, read_after, interest, timeout).await
     }
 
     async fn cancel_run(

@@ -122,12 +122,16 @@ pub(crate) async fn a_waiter_wakes_only_for_changes_that_concern_it(f: Fixture) 
     }
 
     // A waiter that reads the feed next (a watcher) sleeps the same way and wakes as soon;
-    // an announcement that concerns it may wake it without a head read (`None`).
-    let seen = f.store.head().await.unwrap();
+    // an announcement that concerns it may wake it without a head read (`None`). It sleeps
+    // from its look: the mark taken before the feed's page, and the page's cursor.
+    let read_after = f.store.announcement_mark().await;
+    let (page, _) = f.store.changed_summaries(Seq(0), 100).await.unwrap();
+    let seen = page.next.min(page.head);
     let waiter = {
         let (store, interest) = (Arc::clone(&f.store), interest.clone());
         tokio::spawn(async move {
-            let woke = store.wait_for_concerning_change(seen, &interest, Duration::from_secs(20)).await.unwrap();
+            let woke =
+                store.wait_for_concerning_change(seen, read_after, &interest, Duration::from_secs(20)).await.unwrap();
             (woke, Instant::now())
         })
     };
