@@ -397,7 +397,8 @@ impl HttpClient {
             return serde_json::from_slice(&bytes).map_err(|e| {
                 CallError::Unreachable(format!(
                     "{} at {} answered {operation} with something else: {e}",
-                    self.what, base
+                    self.what,
+                    autocomp_toolkit::display_url(base)
                 ))
             });
         }
@@ -416,7 +417,7 @@ impl HttpClient {
             Err(_) => Err(CallError::Unreachable(format!(
                 "{} at {} answered {operation} with HTTP {status}: {}",
                 self.what,
-                base,
+                autocomp_toolkit::display_url(base),
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             ))),
         }
