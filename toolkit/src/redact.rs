@@ -84,6 +84,21 @@ pub fn userinfo_end(rest: &str) -> Option<usize> {
     if rest[..first].contains(':') { rest.rfind('@') } else { Some(first) }
 }
 
+/// Where the query of `url` begins (the index of its `?`), looked for after the userinfo as
+/// [`userinfo_end`] ends it, so a raw `?` in a password is not taken for it; `None` without
+/// a query.
+pub fn query_start(url: &str) -> Option<usize> {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let location = scheme_end + userinfo_end(&url[scheme_end..]).map_or(0, |at| at + 1);
+    url[location..].find('?').map(|i| location + i)
+}
+
+/// `url` with one more option (`key=value`): after the options of its query, or as its query.
+pub fn with_option(url: &str, option: &str) -> String {
+    let separator = if query_start(url).is_some() { '&' } else { '?' };
+    format!("{url}{separator}{option}")
+}
+
 /// Free text (a parse error quoting a configuration line, say) with every URL in it shown as
 /// [`display_url`] shows it. A URL here runs from its scheme to the next whitespace or quote,
 /// unless a secret runs on past it: a password whose userinfo ends at an `@` further on the
@@ -260,7 +275,20 @@ pub fn percent_decode(text: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::display_url;
+    use super::{display_url, query_start, with_option};
+
+    #[test]
+    fn an_option_goes_into_the_query_that_the_stores_parser_sees() {
+        // A password's raw `?` is not a query.
+        assert_eq!(query_start("postgres://u:pa?ss@h/db"), None);
+        assert_eq!(with_option("postgres://u:pa?ss@h/db", "migrate=false"), "postgres://u:pa?ss@h/db?migrate=false");
+        // Without a password the userinfo ends at the first `@`: a query value may hold one.
+        let url = "postgres://autocomp@db/autocomp?application_name=store@h1";
+        assert_eq!(query_start(url), Some(url.find('?').unwrap()));
+        assert_eq!(with_option(url, "max_batch_bytes=1"), format!("{url}&max_batch_bytes=1"));
+        assert_eq!(with_option("sqlite:///var/lib/s.db", "migrate=false"), "sqlite:///var/lib/s.db?migrate=false");
+        assert_eq!(with_option("postgres://u:p@h/db?pool_size=4", "a=1"), "postgres://u:p@h/db?pool_size=4&a=1");
+    }
 
     #[test]
     fn passwords_anywhere_in_the_userinfo_are_hidden() {

@@ -21,8 +21,7 @@ fn without_migrating(url: &str) -> String {
     if !(url.starts_with("sqlite://") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return url.to_owned();
     }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}migrate=false")
+    autocomp_toolkit::redact::with_option(url, "migrate=false")
 }
 
 /// The store (reachable, credentials accepted, schema current, writable by this user) and
@@ -293,5 +292,8 @@ mod tests {
         assert_eq!(without_migrating("sqlite:///s.db"), "sqlite:///s.db?migrate=false");
         assert_eq!(without_migrating("postgres://u@h/db?pool_size=2"), "postgres://u@h/db?pool_size=2&migrate=false");
         assert_eq!(without_migrating("https://store:7070"), "https://store:7070");
+        // A raw `?` in the password is not a query: the option must reach the store's parser.
+        let opened = autocomp_store::PgOptions::parse(&without_migrating("postgres://u:pa?ss@h/db")).unwrap();
+        assert_eq!((opened.config.get_dbname(), opened.migrate), (Some("db"), false));
     }
 }

@@ -62,7 +62,9 @@ enum Command {
     },
     /// Apply the schema migrations a PostgreSQL store lacks, then exit: for operators who
     /// deploy schema changes explicitly (components then open it with `?migrate=false`).
-    /// Concurrent openers wait for it; running it twice changes nothing.
+    /// Concurrent openers wait for it; running it twice changes nothing. Schema 20 waits for
+    /// every transaction open when 19 committed (up to 60 s); past that it exits 5 naming the
+    /// sessions, the store at 19 (which this release runs on): run it again once they end.
     #[command(after_help = MIGRATE_EXIT_CODES)]
     Migrate {
         /// postgres://user@host[,host2]/database (the password from ?password_file=/path,
@@ -132,7 +134,7 @@ fn max_batch_bytes(text: &str) -> Result<u64, String> {
 /// adapter reads; both at once is a usage error naming them.
 fn with_max_batch_bytes(db: String, max_batch_bytes: Option<u64>) -> Result<String, ExitCode> {
     let Some(bytes) = max_batch_bytes else { return Ok(db) };
-    let query = db.rsplit_once('@').map_or(db.as_str(), |(_, location)| location).split_once('?').map(|(_, q)| q);
+    let query = autocomp_toolkit::redact::query_start(&db).map(|start| &db[start + 1..]);
     if query.is_some_and(|query| query.split('&').any(|pair| pair.starts_with("max_batch_bytes="))) {
         return Err(fail(
             2,
@@ -142,8 +144,7 @@ fn with_max_batch_bytes(db: String, max_batch_bytes: Option<u64>) -> Result<Stri
             ),
         ));
     }
-    let separator = if query.is_some() { '&' } else { '?' };
-    Ok(format!("{db}{separator}max_batch_bytes={bytes}"))
+    Ok(autocomp_toolkit::redact::with_option(&db, &format!("max_batch_bytes={bytes}")))
 }
 
 async fn migrate(db: &str) -> ExitCode {
@@ -201,4 +202,23 @@ async fn serve_store(db: String, listen: SocketAddr, service: ServiceArgs) -> Ex
     tracing::info!(listen = %launch.bound, db = %shown, "store service up");
     launch.ready(StoreService::new(store, service.access(&token)).router());
     exit_code(launch.served().await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_cap_lands_in_the_query_the_stores_parser_reads() {
+        // No password: the user name ends at the first `@`, and a query value may hold one.
+        let db = "postgres://autocomp@db/autocomp?application_name=store@h1".to_string();
+        let capped = with_max_batch_bytes(db.clone(), Some(1 << 20)).unwrap();
+        assert_eq!(capped, format!("{db}&max_batch_bytes=1048576"));
+        assert_eq!(autocomp_store::PgOptions::parse(&capped).unwrap().max_batch_bytes, 1 << 20);
+        let twice = format!("{db}&max_batch_bytes=2MiB");
+        assert!(with_max_batch_bytes(twice, Some(1 << 20)).is_err(), "given twice is a usage error");
+        // A raw `?` in the password is not a query.
+        let capped = with_max_batch_bytes("postgres://u:pa?ss@h/db".into(), Some(1 << 20)).unwrap();
+        assert_eq!(capped, "postgres://u:pa?ss@h/db?max_batch_bytes=1048576");
+    }
 }

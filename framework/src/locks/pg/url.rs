@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use autocomp_model::InvalidInput;
 use autocomp_store::{PgOptions, StoreError};
-use autocomp_toolkit::redact::{display_url, userinfo_end};
+use autocomp_toolkit::redact::{display_url, query_start};
 
 use crate::locks::LockError;
 
@@ -36,12 +36,9 @@ impl PgLocksUrl {
     pub fn parse(url: &str) -> Result<Self, LockError> {
         let shown = display_url(url);
         let invalid = |reason: String| LockError::from(InvalidInput::new("locks url", shown.clone(), reason));
-        let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
-        let rest = &url[scheme_end..];
         // The query starts after the credentials, which may hold a raw `?`.
-        let location_start = scheme_end + userinfo_end(rest).map_or(0, |at| at + 1);
-        let (without_query, query) = match url[location_start..].find('?') {
-            Some(i) => (&url[..location_start + i], &url[location_start + i + 1..]),
+        let (without_query, query) = match query_start(url) {
+            Some(i) => (&url[..i], &url[i + 1..]),
             None => (url, ""),
         };
         let mut lease = DEFAULT_LEASE;
