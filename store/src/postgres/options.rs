@@ -210,7 +210,17 @@ impl PgOptions {
             "max_batch_bytes" => {
                 self.max_batch_bytes = crate::write_rules::parse_max_batch_bytes(value).map_err(invalid)?;
             }
-            "connect_timeout" => self.connect_timeout = option_duration(key, value, shown)?,
+            "connect_timeout" => {
+                self.connect_timeout = option_duration(key, value, shown)?;
+                if self.connect_timeout.is_zero() {
+                    // libpq's 0 is "no limit"; here every attempt is bounded (a pool's wait
+                    // for a connection is twice it), and a zero bound fails every one.
+                    return Err(invalid(format!(
+                        "connect_timeout={value:?}: must be more than 0 (each connection attempt is bounded; \
+                         the default is 5s)"
+                    )));
+                }
+            }
             "migrate" => {
                 self.migrate = match value {
                     "true" => true,

@@ -78,6 +78,9 @@ fn a_password_comes_from_one_place() {
 fn errors_name_the_option_and_never_the_password() {
     for (url, expected) in [
         ("postgres://u:hunter2@h/db?pool_size=0", "pool_size"),
+        // libpq's "no limit": here every attempt is bounded, and 0 would fail every one.
+        ("postgres://u:hunter2@h/db?connect_timeout=0", "connect_timeout=\"0\": must be more than 0"),
+        ("postgres://u:hunter2@h/db?connect_timeout=0s", "connect_timeout"),
         ("postgres://u:hunter2@h/db?sslmode=sometimes", "sslmode"),
         ("postgres://u:hunter2@h/db?colour=blue", "colour"),
         ("postgres://u:hunter2@h/db?migrate=maybe", "migrate"),
