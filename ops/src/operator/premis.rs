@@ -228,12 +228,29 @@ fn agent_of(event: &Event) -> (String, ExportAgent) {
 type Xml<'w> = Writer<&'w mut dyn Write>;
 
 /// `<premis:NAME>text</premis:NAME>`, the text made valid XML 1.0 (`xml_text`), markup
-/// escaped, and a carriage return written `&#13;` (a parser would read a raw one as a line
-/// feed).
+/// escaped, and written as a character reference: a carriage return (a parser would read a
+/// raw one as a line feed), and the controls XML holds (DEL, C1) and the characters that
+/// conceal or reorder text (bidi overrides, zero-width characters): the document read by a
+/// parser says the same, and printed to a terminal it cannot recolour it or disguise a line.
 fn leaf(xml: &mut Xml<'_>, name: &str, text: &str) -> std::io::Result<()> {
-    let escaped = quick_xml::escape::escape(xml_text(text).as_ref()).replace('\r', "&#13;");
+    let valid = xml_text(text);
+    let escaped = quick_xml::escape::escape(valid.as_ref());
+    let referenced = |c: char| c == '\r' || (c.is_control() && !matches!(c, '\t' | '\n')) || terminal_marks(c);
+    let escaped = match escaped.chars().any(referenced) {
+        false => escaped,
+        true => escaped
+            .chars()
+            .map(|c| if referenced(c) { format!("&#{};", c as u32) } else { c.to_string() })
+            .collect::<String>()
+            .into(),
+    };
     xml.create_element(name).write_text_content(BytesText::from_escaped(escaped))?;
     Ok(())
+}
+
+/// What a terminal must not be handed raw (`autocomp_toolkit::for_terminal` escapes it).
+fn terminal_marks(c: char) -> bool {
+    autocomp_toolkit::terminal::is_concealing(c) || autocomp_toolkit::terminal::invisible(c)
 }
 
 /// `<premis:NAME><TYPE>type</TYPE><VALUE>value</VALUE></premis:NAME>`.
@@ -379,6 +396,22 @@ mod tests {
     fn text_xml_cannot_hold_is_written_visibly() {
         assert_eq!(xml_text("plain & <ok>\ttab"), "plain & <ok>\ttab");
         assert_eq!(xml_text("bell\u{7} esc\u{1b} nul\u{0} \u{ffff}"), "bell\\u{7} esc\\u{1b} nul\\u{0} \\u{ffff}");
+    }
+
+    #[test]
+    fn what_would_steer_a_terminal_is_a_character_reference_and_reads_back_the_same() {
+        let text = "csi\u{9b}2J del\u{7f} rlo\u{202e}txt zw\u{200b} cr\r & <tag> plain";
+        let mut written = Vec::new();
+        let mut xml = Writer::new(&mut written as &mut dyn Write);
+        leaf(&mut xml, "premis:note", text).unwrap();
+        let written = String::from_utf8(written).unwrap();
+        assert_eq!(
+            written,
+            "<premis:note>csi&#155;2J del&#127; rlo&#8238;txt zw&#8203; cr&#13; &amp; &lt;tag&gt; plain</premis:note>"
+        );
+        assert!(written.chars().all(|c| !c.is_control() && !terminal_marks(c)), "{written:?}");
+        let inner = written.strip_prefix("<premis:note>").and_then(|w| w.strip_suffix("</premis:note>")).unwrap();
+        assert_eq!(quick_xml::escape::unescape(inner).unwrap(), text, "a parser reads what was recorded");
     }
 
     #[test]
