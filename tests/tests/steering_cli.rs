@@ -348,6 +348,8 @@ fn pools_resume_with_reruns_and_bad_input_change_nothing() {
         (&["pause", "nosuch", "--reason", "x"][..], "component"),
         (&["pause", "probe", "--reason", ""][..], "reason"),
         (&["resume", "probe", "--reason", "x", "--expect-version", "0"][..], "version"),
+        // Only a component's circuit keeps the list a rerun takes.
+        (&["resume", "--all", "--rerun-failed", "--reason", "x"][..], "rerun_failed"),
     ] {
         let refused = autocomp(&pipeline, args);
         assert_ne!(refused.code, Some(0), "{args:?}: {}", refused.show());

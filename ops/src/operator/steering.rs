@@ -13,7 +13,8 @@ use super::views::{Format, RunView};
 use super::{ActionReport, Operator, OperatorError, check_reason};
 use crate::operator::actions::{Action, json_of};
 use autocomp_model::{
-    BatchId, ComponentName, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest, Timestamp,
+    BatchId, ComponentName, InvalidInput, PoolName, Run, Steering, SteeringChange, SteeringEntry, SteeringRequest,
+    Timestamp,
 };
 use autocomp_store::{ObjectStore, StoreError};
 
@@ -265,6 +266,15 @@ impl Planned {
         reason: &str,
     ) -> Result<Planned, OperatorError> {
         let reason = check_reason(reason)?.to_owned();
+        if let SteerAction::Resume { scope: Scope::All, rerun_failed: true } = action {
+            // Only a component's circuit keeps a list of what failed while it broke.
+            return Err(OperatorError::Input(InvalidInput::new(
+                "rerun_failed",
+                "--all",
+                "rerunning the failed batches is for one component's open circuit: name the component \
+                 (resume C --rerun-failed); the whole pipeline resumes with resume --all",
+            )));
+        }
         let by = operator.agent()?;
         let component = match action.scope() {
             Some(Scope::Component(name)) => {

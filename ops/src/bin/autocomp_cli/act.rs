@@ -181,7 +181,8 @@ pub(super) enum SteerCommand {
         scope: ScopeArgs,
         #[command(flatten)]
         steer: SteerArgs,
-        /// After an open circuit: also rerun the batches that failed while it was breaking.
+        /// After a component's open circuit: also rerun the batches that failed while it was
+        /// breaking (a component only, not --all).
         #[arg(long)]
         rerun_failed: bool,
     },
