@@ -668,6 +668,18 @@ async fn a_bulk_confirm_acts_only_on_what_was_previewed_once() {
     assert!(again.performed.iter().all(|r| r.already_done), "{:?}", again.performed);
     assert_eq!(again.performed.len(), 3);
     assert_eq!(f.store.head().await.unwrap(), head);
+    // Submitted again with the filter's batches as they are now (the monitor names them
+    // again): a batch nobody previewed is not written.
+    f.batch("A4", &[("Data_Received", ok)]).await;
+    let head = f.store.head().await.unwrap();
+    let widened = [&named[..], &[id("A4")]].concat();
+    let again = f.operator.perform_many_confirmed(&widened, &action, REASON, &fresh.plan, &bulk).await.unwrap();
+    assert_eq!(again.performed.len(), 3, "{:?}", again.performed);
+    assert!(again.performed.iter().all(|r| r.already_done), "{:?}", again.performed);
+    let refused: Vec<&str> = again.refused.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(refused, ["DONE", "A4"]);
+    assert!(again.refused[1].1.contains("a second submit writes nothing new"), "{:?}", again.refused);
+    assert_eq!(f.store.head().await.unwrap(), head, "nothing written");
     let malformed = f.operator.perform_many_confirmed(&named, &action, REASON, "4:abc", &bulk).await.unwrap_err();
     assert!(matches!(malformed, OperatorError::Input(ref e) if e.field == "plan"), "{malformed}");
 }

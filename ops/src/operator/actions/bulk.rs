@@ -124,10 +124,11 @@ impl Operator {
     /// Confirms a bulk preview: `plan` is its [`BulkPreview::plan`], `key` the confirm's
     /// idempotency key (each batch's key is derived from it and the batch id). Unless some
     /// batch's log already holds its key (a repeated confirm: what it did is answered as
-    /// already done, and the rest is done), the ids, their versions and planned writes must
-    /// be those previewed, else it is refused (`OperatorError::Refused`) saying so, with
-    /// nothing written; each batch is then written only if it did not change since this
-    /// check (else it is listed as refused).
+    /// already done, and nothing else is written: the ids named again may be the filter's
+    /// batches as they are now, which nobody previewed), the ids, their versions and planned
+    /// writes must be those previewed, else it is refused (`OperatorError::Refused`) saying
+    /// so, with nothing written; each batch is then written only if it did not change since
+    /// this check (else it is listed as refused).
     pub async fn perform_many_confirmed(
         &self,
         ids: &[BatchId],
@@ -140,8 +141,17 @@ impl Operator {
         let prepared = Prepared::new(self, action, reason).await?;
         let (previewed, _) = BulkDigest::parse(plan)?;
         let keys: HashMap<&BatchId, IdempotencyKey> = ids.iter().map(|id| (*id, derived_key(key, id))).collect();
-        let (now, versions, repeated) = digest_now(&prepared, &ids, &keys).await?;
-        if !repeated && now != plan {
+        let (now, versions, done) = digest_now(&prepared, &ids, &keys).await?;
+        if !done.is_empty() {
+            // Submitted again: what it did is answered, and nothing more is written.
+            let plans = ids.iter().filter(|id| done.contains(**id)).map(|id| (*id, Expect::Nothing, Some(&keys[id])));
+            let mut outcome = perform_each(&prepared, plans.collect()).await;
+            for id in ids.iter().filter(|id| !done.contains(**id)) {
+                outcome.refused.push(((*id).clone(), NOT_DONE_ON_A_REPEATED_CONFIRM.to_owned()));
+            }
+            return Ok(outcome);
+        }
+        if now != plan {
             let (count, _) = BulkDigest::parse(&now)?;
             return Err(OperatorError::Refused(format!(
                 "the batches changed since your preview ({previewed} batches then, {count} now; a batch was written \
@@ -151,11 +161,7 @@ impl Operator {
         let plans = ids
             .iter()
             .map(|id| {
-                // A repeated confirm does what the first left undone, as the batches are now.
-                let expect = match versions.get(*id) {
-                    Some(version) if !repeated => Expect::Batch(*version),
-                    _ => Expect::Nothing,
-                };
+                let expect = versions.get(*id).map_or(Expect::Nothing, |version| Expect::Batch(*version));
                 (*id, expect, Some(&keys[id]))
             })
             .collect();
@@ -210,16 +216,20 @@ impl BulkPreview {
     }
 }
 
-/// The plan token of the batches as they are now, each batch's version, and whether some
-/// batch's log holds its key already (a repeated confirm).
+/// What a repeated confirm says of a batch its first submit did not write.
+const NOT_DONE_ON_A_REPEATED_CONFIRM: &str =
+    "not done: this confirm was submitted before, and a second submit writes nothing new; preview again to act on it";
+
+/// The plan token of the batches as they are now, each batch's version, and the batches
+/// whose log holds their key already (a repeated confirm).
 async fn digest_now(
     prepared: &Prepared,
     ids: &[&BatchId],
     keys: &HashMap<&BatchId, IdempotencyKey>,
-) -> Result<(String, HashMap<BatchId, Seq>, bool), OperatorError> {
+) -> Result<(String, HashMap<BatchId, Seq>, HashSet<BatchId>), OperatorError> {
     let mut digest = BulkDigest::default();
     let mut versions: HashMap<BatchId, Seq> = HashMap::new();
-    let mut repeated = false;
+    let mut done = HashSet::new();
     for page in ids.chunks(BULK_READ_PAGE) {
         let (page, mut found) = batches_by_id(prepared.store.as_ref(), page).await?;
         for id in page {
@@ -227,12 +237,14 @@ async fn digest_now(
             let planned = batch.as_ref().map(|batch| prepared.plan(batch));
             digest.add(&id, batch.as_ref(), planned.as_ref().and_then(|p| p.as_ref().ok()));
             if let Some(batch) = batch {
-                repeated |= keyed(&batch, &keys[&id]).is_some();
+                if keyed(&batch, &keys[&id]).is_some() {
+                    done.insert(id.clone());
+                }
                 versions.insert(id, batch.changed_seq);
             }
         }
     }
-    Ok((digest.token(), versions, repeated))
+    Ok((digest.token(), versions, done))
 }
 
 async fn perform_each(
