@@ -261,7 +261,8 @@ fn a_malformed_result_file_or_a_result_off_its_schema_is_a_failure_saying_what_i
 fn settings_arrive_as_json_and_a_settings_schema_mismatch_refuses_the_pass() {
     let pipeline = exec_pipeline(None);
     let schema = r#"{"type": "object", "required": ["language"],
-        "properties": {"language": {"enum": ["nl", "en"]}, "threshold": {"type": "number"}}}"#;
+        "properties": {"language": {"enum": ["nl", "en"]}, "threshold": {"type": "number"},
+                       "endpoint": {"pattern": "^https://[a-z.]+/"}, "token": {"type": "string"}}}"#;
     std::fs::write(pipeline.config_dir().join("scan.schema.json"), schema).unwrap();
     let settings = "[settings]\nkill_grace = \"2s\"\nsettings_schema = \"scan.schema.json\"\nlanguage = \"nl\"\n\
                     threshold = 0.5\nwhen = 1979-05-27T07:32:00Z\nlimits = { pages = 10, names = [\"a\", \"b\"] }\n";
@@ -287,6 +288,20 @@ json.dump({"result": {"settings": settings}}, open(os.environ["AUTOCOMP_RESULT_F
     assert!(run.stderr.contains("[settings] threshold: \"high\" is not of type \"number\""), "{}", run.show());
     assert!(pipeline.events(&waiting, "Virus_Scanned").is_empty());
     assert!(pipeline.open_runs().is_empty());
+
+    // The check quotes the value: a URL's password is hidden, a secret's value not shown, on
+    // stderr and in the registry everyone who reads the pipeline sees.
+    for (setting, shown) in [
+        ("endpoint = \"https://svc:hunter2@h/x\"", "[settings] endpoint: \"https://svc:***@h/x\" does not match"),
+        ("token = 12345678", "[settings] token: its value is refused (not shown: a secret)"),
+    ] {
+        configure(&pipeline, "scan", &format!("{settings}{setting}\n"));
+        let run = exec(&pipeline, &SCAN, &["python3", "-c", script]);
+        assert_eq!(run.code, Some(2), "{}", run.show());
+        assert!(run.stderr.contains(shown), "{}", run.show());
+        let said = format!("{}{}", run.stderr, autocomp(&pipeline, &["pipeline"]).stdout);
+        assert!(!said.contains("hunter2") && !said.contains("12345678"), "{said}");
+    }
 }
 
 /// autocomp-exec's own flags belong before `--`: one after it (where it would silently be the

@@ -271,7 +271,7 @@ impl<C: Component> Runner<C> {
     /// pass and `--dry-run` both ask first.
     pub(crate) async fn pass_refusal(&self) -> Option<RunError> {
         if let Err(refused) = self.component.check_settings(&self.settings) {
-            return Some(RunError::Usage(format!("[settings] {}: {}", refused.key, refused.message)));
+            return Some(RunError::Usage(format!("[settings] {}: {}", refused.key, shown_refusal(&refused))));
         }
         crate::contract::check_reads(self.pipeline.store.as_ref(), &self.descriptor)
             .await
@@ -552,4 +552,15 @@ pub(crate) async fn stop_requested(shutdown: &mut watch::Receiver<bool>) {
     if shutdown.wait_for(|stop| *stop).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// A setting's refusal as the registry (which the monitor, alerts and their mail show) and
+/// stderr may say it: on one line, any URL's password hidden, and a secret's value (a key
+/// named like `token` or `password`) not at all, since the check's words quote the value.
+fn shown_refusal(refused: &crate::component::SettingError) -> String {
+    let last = refused.key.rsplit('.').next().unwrap_or(&refused.key);
+    if autocomp_toolkit::redact::is_secret_key(last) {
+        return "its value is refused (not shown: a secret)".to_owned();
+    }
+    autocomp_toolkit::redact::redact_urls_in(&autocomp_toolkit::terminal::one_line(&refused.message))
 }
