@@ -42,7 +42,8 @@
 //!
 //! `AUTOCOMP_BENCH_PHASES=1`: the autocomp watchers log their passes' phases, and after the
 //! trickle the bench prints where each stage's time went (`peers/phases.rs`); after the
-//! backlog and the trickle, what the PostgreSQL server spent on each statement, and after the
+//! backlog and the trickle, what the PostgreSQL server spent on each statement and the
+//! write-ahead log it wrote per item (bytes, full-page images), and after the
 //! backlog the CPU per item of each process tree (the workers together, each server).
 
 use autocomp_test_servers::bench::load_average;
@@ -487,6 +488,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     if let (true, Some(pg), Some(name)) = (breakdown, postgres, database.as_deref()) {
         reset_statements(pg, name);
     }
+    let wal_before = postgres.filter(|_| breakdown).map(wal_written);
     let spawned_ms = now_ms();
     sys.start_workers();
     let mut done: BTreeMap<u64, Done> = BTreeMap::new();
@@ -511,6 +513,9 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
             parts.push(format!("{} {:.2}", name.trim(), per_item(*spent)));
         }
         println!("backlog CPU ms per item by process tree: {}", parts.join(", "));
+        if let (Some(pg), Some(before)) = (postgres, wal_before) {
+            print_wal(pg, before, "backlog", backlog);
+        }
         if let (Some(pg), Some(name)) = (postgres, database.as_deref()) {
             print_statements(pg, name, "backlog", backlog);
         }
@@ -523,6 +528,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         reset_statements(pg, name);
         (pg, name)
     });
+    let wal_before = statements.map(|(pg, _)| wal_written(pg));
     let first = backlog;
     let count = (config.trickle.as_millis() / TRICKLE_EVERY.as_millis()) as u64;
     let phases = phases::Window::open(sys.phase_logs());
@@ -553,7 +559,8 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         latencies.last().unwrap()
     );
     print_stage_intervals((first..first + count).map(|id| &done[&id]));
-    if let Some((pg, name)) = statements {
+    if let (Some((pg, name)), Some(before)) = (statements, wal_before) {
+        print_wal(pg, before, "trickle", count);
         print_statements(pg, name, "trickle", count);
     }
     if let Some(window) = phases {
@@ -622,6 +629,29 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         burst_first_ms,
         burst_per_s,
     }
+}
+
+/// Where the server's write-ahead log ends now, and the full-page images written so far (the
+/// server's alone: one system runs at a time).
+fn wal_written(pg: &Postgres) -> (String, f64) {
+    let answer = pg.psql("postgres", "select pg_current_wal_lsn(), wal_fpi from pg_stat_wal");
+    let (lsn, fpi) = answer.trim().split_once('|').expect("an LSN and a count");
+    (lsn.to_string(), fpi.parse().unwrap_or(0.0))
+}
+
+/// The write-ahead log written in a window (`what`: the backlog, the trickle) per item: bytes
+/// (exact, from the log's end) and full-page images (counted as the backends report them, up
+/// to a second late), the volume every commit's flush and every standby carry.
+fn print_wal(pg: &Postgres, (lsn, fpi): (String, f64), what: &str, items: u64) {
+    let sql = format!("select pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}'), wal_fpi from pg_stat_wal");
+    let answer = pg.psql("postgres", &sql);
+    let (bytes, now) = answer.trim().split_once('|').expect("a size and a count");
+    let per_item = |n: f64| n / items.max(1) as f64;
+    println!(
+        "{what} write-ahead log per item: {:.0} bytes, {:.2} full-page images",
+        per_item(bytes.parse().unwrap_or(0.0)),
+        per_item(now.parse::<f64>().unwrap_or(0.0) - fpi)
+    );
 }
 
 /// Forgets what pg_stat_statements counted for `database`, so a window's statements start at 0.

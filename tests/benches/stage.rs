@@ -4,7 +4,8 @@
 //! batch's lock), the result (`append_event` in the run), each timed on the client; beside them
 //! the transport's own floor (`SELECT 1`, and a transaction of four statements pipelined, as
 //! the claim sends its five); then what the server spent on each statement, executing and
-//! planning (pg_stat_statements with `track_planning`). Nothing else runs: the floor a stage's
+//! planning (pg_stat_statements with `track_planning`), and the write-ahead log each write
+//! call makes. Nothing else runs: the floor a stage's
 //! round trips have on this machine, to set beside the phases the peers bench prints.
 //!
 //!     cargo bench -p autocomp-e2e --bench stage
@@ -57,6 +58,13 @@ fn main() {
     let mut times = runtime.block_on(measure(&url, stages));
     times.extend(runtime.block_on(transport(&url, stages)));
     print_calls(&format!("{stages} stages over PostgreSQL, one call at a time, client-side"), times);
+    let logged = runtime.block_on(wal_per_call(&url, stages.min(200)));
+    println!("write-ahead log per call over PostgreSQL, bytes, p50 / min / max (read apart from the timed runs):");
+    for (name, mut bytes) in logged {
+        bytes.sort();
+        let (min, max) = (bytes[0], bytes[bytes.len() - 1]);
+        println!("  {name:<34} {} / {min} / {max}", bytes[bytes.len() / 2]);
+    }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let embedded = runtime.block_on(embedded(dir.path(), stages));
     print_calls(
@@ -112,8 +120,38 @@ async fn measure(url: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)>
     stages_on(&store, "B", stages).await
 }
 
+/// What each call of `stages` more stages writes to the server's log (its bytes), with a
+/// connection of its own reading the log's end between the calls.
+async fn wal_per_call(url: &str, stages: usize) -> Vec<(&'static str, Vec<i64>)> {
+    let config: tokio_postgres::Config = url.split('?').next().unwrap().parse().unwrap();
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let store = PgStore::open(url).await.expect("the store opens");
+    stages_logged(&store, "W", stages, Some(&client)).await.1
+}
+
 /// `stages` batches named `prefix-N` through one stage on `store`; each call's time.
 async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+    stages_logged(store, prefix, stages, None).await.0
+}
+
+/// `stages_on`, and with `wal` (a connection to the server) the write-ahead log each call
+/// wrote, read from the log's end between the calls (outside their times).
+async fn stages_logged(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    stages: usize,
+    wal: Option<&tokio_postgres::Client>,
+) -> (Vec<(&'static str, Vec<Duration>)>, Vec<(&'static str, Vec<i64>)>) {
+    let wal_end = || async {
+        match wal {
+            Some(client) => {
+                client.query_one("select (pg_current_wal_insert_lsn() - '0/0')::bigint", &[]).await.unwrap().get(0)
+            }
+            None => 0i64,
+        }
+    };
+    let mut written: [Vec<i64>; 3] = Default::default();
     let component = ComponentName::new("stage1").unwrap();
     let descriptor = ComponentDescriptor::new(
         component.clone(),
@@ -137,12 +175,14 @@ async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<
     for n in 0..stages + 20 {
         let id = BatchId::new(format!("{prefix}-{n:06}")).unwrap();
         let from = store.head().await.unwrap();
-        let started = Instant::now();
         let new = NewBatch::new(id.clone(), BatchType::new("Item").unwrap());
         let agent = Agent::new("bench-trigger/stage@localhost#1").unwrap();
         let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent.clone());
+        let wal_at = wal_end().await;
+        let started = Instant::now();
         store.register_batch(new, event).await.unwrap();
         let registered = started.elapsed();
+        let wal_registered = wal_end().await;
 
         let started = Instant::now();
         let (_, read) = store.changed_summaries(from, 1_000).await.unwrap();
@@ -158,9 +198,11 @@ async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<
             exclusive: true,
             takeovers: Vec::new(),
         };
+        let wal_before_claim = wal_end().await;
         let started = Instant::now();
         let mut claims = store.claim_ready_judged(&request, &[stamp]).await.unwrap();
         let claimed = started.elapsed();
+        let wal_claimed = wal_end().await;
         let answer = claims.answers.remove(0).unwrap();
         let generation = answer.claim.expect("claimed").generation();
 
@@ -169,6 +211,7 @@ async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<
             .in_run(component.clone(), generation);
         store.append_event(&id, result).await.unwrap();
         let appended = started.elapsed();
+        let wal_appended = wal_end().await;
 
         let started = Instant::now();
         store.head().await.unwrap();
@@ -182,15 +225,20 @@ async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<
             claim.push(claimed);
             append.push(appended);
             head.push(headed);
+            written[0].push(wal_registered - wal_at);
+            written[1].push(wal_claimed - wal_before_claim);
+            written[2].push(wal_appended - wal_claimed);
         }
     }
-    vec![
+    let times = vec![
         ("register_batch", register),
         ("look (changed_summaries)", look),
         ("claim_ready_judged", claim),
         ("append_event (in run)", append),
         ("head (one small read)", head),
-    ]
+    ];
+    let [registered, claimed, appended] = written;
+    (times, vec![("register_batch", registered), ("claim_ready_judged", claimed), ("append_event (in run)", appended)])
 }
 
 /// The transport alone, raw: one statement, and four pipelined as the judged claim sends them.
