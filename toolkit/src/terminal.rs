@@ -43,7 +43,7 @@ pub fn invisible(c: char) -> bool {
 }
 
 /// Whether [`for_terminal`] writes `c` as an escape.
-fn marked(c: char) -> bool {
+pub fn marked(c: char) -> bool {
     is_concealing(c) || invisible(c)
 }
 

@@ -235,7 +235,9 @@ type Xml<'w> = Writer<&'w mut dyn Write>;
 fn leaf(xml: &mut Xml<'_>, name: &str, text: &str) -> std::io::Result<()> {
     let valid = xml_text(text);
     let escaped = quick_xml::escape::escape(valid.as_ref());
-    let referenced = |c: char| c == '\r' || (c.is_control() && !matches!(c, '\t' | '\n')) || terminal_marks(c);
+    // What a terminal must not be handed raw, as `for_terminal` judges it: the carriage
+    // return, DEL and C1 among the controls, the concealing and invisible characters.
+    let referenced = autocomp_toolkit::terminal::marked;
     let escaped = match escaped.chars().any(referenced) {
         false => escaped,
         true => escaped
@@ -246,11 +248,6 @@ fn leaf(xml: &mut Xml<'_>, name: &str, text: &str) -> std::io::Result<()> {
     };
     xml.create_element(name).write_text_content(BytesText::from_escaped(escaped))?;
     Ok(())
-}
-
-/// What a terminal must not be handed raw (`autocomp_toolkit::for_terminal` escapes it).
-fn terminal_marks(c: char) -> bool {
-    autocomp_toolkit::terminal::is_concealing(c) || autocomp_toolkit::terminal::invisible(c)
 }
 
 /// `<premis:NAME><TYPE>type</TYPE><VALUE>value</VALUE></premis:NAME>`.
@@ -409,7 +406,7 @@ mod tests {
             written,
             "<premis:note>csi&#155;2J del&#127; rlo&#8238;txt zw&#8203; cr&#13; &amp; &lt;tag&gt; plain</premis:note>"
         );
-        assert!(written.chars().all(|c| !c.is_control() && !terminal_marks(c)), "{written:?}");
+        assert!(written.chars().all(|c| !c.is_control() && !autocomp_toolkit::terminal::marked(c)), "{written:?}");
         let inner = written.strip_prefix("<premis:note>").and_then(|w| w.strip_suffix("</premis:note>")).unwrap();
         assert_eq!(quick_xml::escape::unescape(inner).unwrap(), text, "a parser reads what was recorded");
     }
