@@ -345,10 +345,11 @@ mod tests {
         std::fs::write(dir.path().join("index.db"), b"elsewhere").unwrap();
         drop(std::fs::File::open(wakes.wake_file()).unwrap());
         wakes.announce(&[ChangeConcern::Created]);
-        until("the announcement read", || wakes.history.mark() == 1);
+        // The reader notes the line in the history, then wakes: wait for both.
+        until("the announcement read", || wakes.history.mark() == 1 && *waiter.receiver.borrow() >= 1);
         assert_eq!(*waiter.receiver.borrow(), 1, "one wake-up: the announcement's");
         wakes.announce(&[ChangeConcern::Everyone]);
-        until("the second announcement read", || wakes.history.mark() == 2);
+        until("the second announcement read", || wakes.history.mark() == 2 && *waiter.receiver.borrow() >= 2);
         assert_eq!(*waiter.receiver.borrow(), 2);
     }
 
