@@ -1,7 +1,9 @@
 //! The summary PostgreSQL keeps on each batch's row (schema 18, kept by triggers on
-//! `batch_effective` and `runs`): writers of one batch through separate connections at once
-//! leave it equal to the summary of the whole batch, and columns a hand edit left apart read
-//! as a store that holds something invalid, not as a crash.
+//! `batch_effective` and `runs`; from schema 21 written by the claim and the append
+//! themselves, in the one version of the row each writes): writers of one batch through
+//! separate connections at once leave it equal to the summary of the whole batch, a claim and
+//! an append each write the row once, and columns a hand edit left apart read as a store that
+//! holds something invalid, not as a crash.
 
 use std::sync::Arc;
 
@@ -81,6 +83,54 @@ async fn writers_of_one_batch_at_once_leave_its_kept_summary_equal_to_the_whole_
     }
     let (kept, _) = kept_and_whole(stores[0].as_ref(), &batches[0]).await;
     assert_eq!(kept.running.len(), 4, "the four runs left open: {:?}", kept.running);
+}
+
+/// The row versions of `batches` that `calls` (SQL, inside one transaction) wrote: the
+/// transaction's own count of updated rows, read before and after them.
+fn batch_rows_updated_by(database: &str, calls: &str) -> i64 {
+    let count = "SELECT 'updated ' || pg_stat_get_xact_tuples_updated('batches'::regclass);";
+    let script = format!("BEGIN;\n{count}\n{calls}\n{count}\nCOMMIT;");
+    let out = tokio::task::block_in_place(|| shared().psql(database, &script));
+    let counts: Vec<i64> = out.lines().filter_map(|line| line.strip_prefix("updated ")?.parse().ok()).collect();
+    assert_eq!(counts.len(), 2, "{out}");
+    counts[1] - counts[0]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_and_an_append_write_their_batch_row_once_and_keep_its_summary() {
+    let url = shared().unique_database();
+    let database = url.rsplit('/').next().unwrap().to_owned();
+    let store = PgStore::open(&url).await.unwrap();
+    let batch = id("K1");
+    let agent = Agent::new("a").unwrap();
+    store
+        .register_batch(
+            NewBatch::new(batch.clone(), "RoundTrip".parse().unwrap()),
+            NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, agent),
+        )
+        .await
+        .unwrap();
+    // The functions every claim round and every append goes through, as the store calls them
+    // (a claim: `autocomp_claim` under `autocomp_claim_ready`; an append: the group).
+    let claim = "SELECT r_kind FROM autocomp_claim('K1', 'step', 'step/1@h#1', 'h', 1, NULL, 'pg:x', NULL, NULL);";
+    assert_eq!(batch_rows_updated_by(&database, claim), 1, "a claim");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert_eq!(kept.running.len(), 1, "the claim's open run is in the kept summary");
+    let append = "SELECT r_seq FROM autocomp_append_group(ARRAY['K1'], ARRAY['Step_Done'], ARRAY['success'], \
+                  ARRAY['step/1@h#1'], ARRAY['{}'::jsonb], ARRAY['step'], ARRAY[1::bigint], ARRAY[NULL::jsonb], \
+                  ARRAY[NULL::text], 1000000);";
+    assert_eq!(batch_rows_updated_by(&database, append), 1, "an append in the run");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert!(kept.running.is_empty(), "the run the append closed is gone: {:?}", kept.running);
+    assert_eq!(kept.effective.len(), 2, "Data_Received and Step_Done");
+    // A writer that leaves the summary to the triggers still has it kept.
+    let release = "UPDATE runs SET state = 'released' WHERE batch_id = 'K1' AND state = 'open';";
+    assert_eq!(batch_rows_updated_by(&database, &format!("{claim}\n{release}")), 2, "a claim, then the trigger");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert!(kept.running.is_empty(), "the run released by hand is gone: {:?}", kept.running);
 }
 
 #[tokio::test(flavor = "multi_thread")]

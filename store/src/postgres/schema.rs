@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(18, "0018_kept_summaries"),
     migration!(19, "0019_feed_epochs"),
     migration!(20, "0020_feed_epochs_alone"),
+    migration!(21, "0021_one_row_version"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
