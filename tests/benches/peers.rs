@@ -631,26 +631,34 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     }
 }
 
-/// Where the server's write-ahead log ends now, and the full-page images written so far (the
-/// server's alone: one system runs at a time).
-fn wal_written(pg: &Postgres) -> (String, f64) {
-    let answer = pg.psql("postgres", "select pg_current_wal_lsn(), wal_fpi from pg_stat_wal");
-    let (lsn, fpi) = answer.trim().split_once('|').expect("an LSN and a count");
-    (lsn.to_string(), fpi.parse().unwrap_or(0.0))
+/// Where the server's write-ahead log ends now, the full-page images written so far and the
+/// checkpoints begun so far, timed and requested (the server's alone: one system runs at a
+/// time).
+fn wal_written(pg: &Postgres) -> (String, f64, f64) {
+    let answer = pg.psql(
+        "postgres",
+        "select pg_current_wal_lsn(), wal_fpi, checkpoints_timed + checkpoints_req from pg_stat_wal, pg_stat_bgwriter",
+    );
+    let mut fields = answer.trim().split('|');
+    let mut next = || fields.next().expect("an LSN and two counts").to_string();
+    let (lsn, fpi, checkpoints) = (next(), next(), next());
+    (lsn, fpi.parse().unwrap_or(0.0), checkpoints.parse().unwrap_or(0.0))
 }
 
 /// The write-ahead log written in a window (`what`: the backlog, the trickle) per item: bytes
 /// (exact, from the log's end) and full-page images (counted as the backends report them, up
-/// to a second late), the volume every commit's flush and every standby carry.
-fn print_wal(pg: &Postgres, (lsn, fpi): (String, f64), what: &str, items: u64) {
-    let sql = format!("select pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}'), wal_fpi from pg_stat_wal");
-    let answer = pg.psql("postgres", &sql);
-    let (bytes, now) = answer.trim().split_once('|').expect("a size and a count");
+/// to a second late), the volume every commit's flush and every standby carry; and the
+/// checkpoints begun in the window (each one's first change of a page logs the whole page).
+fn print_wal(pg: &Postgres, (lsn, fpi, checkpoints): (String, f64, f64), what: &str, items: u64) {
+    let (now_lsn, now_fpi, now_checkpoints) = wal_written(pg);
+    let sql = format!("select pg_wal_lsn_diff('{now_lsn}', '{lsn}')");
+    let bytes: f64 = pg.psql("postgres", &sql).trim().parse().unwrap_or(0.0);
     let per_item = |n: f64| n / items.max(1) as f64;
     println!(
-        "{what} write-ahead log per item: {:.0} bytes, {:.2} full-page images",
-        per_item(bytes.parse().unwrap_or(0.0)),
-        per_item(now.parse::<f64>().unwrap_or(0.0) - fpi)
+        "{what} write-ahead log per item: {:.0} bytes, {:.2} full-page images; {:.0} checkpoints begun in the window",
+        per_item(bytes),
+        per_item(now_fpi - fpi),
+        now_checkpoints - checkpoints
     );
 }
 

@@ -16,7 +16,10 @@
 //! before it (`register_batch`, timed too). `AUTOCOMP_BENCH_GAP_MS` (default 0): a pause
 //! after each measured stage, so the client and the server sleep between stages as they do
 //! between a trickle's items. `AUTOCOMP_BENCH_NESTED=1` also counts the
-//! statements inside the store's functions (`pg_stat_statements.track = all`). Without the
+//! statements inside the store's functions (`pg_stat_statements.track = all`).
+//! `AUTOCOMP_BENCH_SCHEMAS=20,21` measures the PostgreSQL store at each of those schema
+//! versions (a database each, the store opened with `migrate=false`), in turns, side by side
+//! (default: this release's schema alone). Without the
 //! `--bench` argument (`cargo test --all-targets`) it only does a smoke run of 20.
 
 use std::time::{Duration, Instant};
@@ -26,6 +29,7 @@ use autocomp_model::{
     Agent, BatchId, BatchType, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Outcome, RunHolder,
     Seq, Trigger,
 };
+use autocomp_store::postgres::LATEST_VERSION;
 use autocomp_store::prelude::*;
 use autocomp_store::{PgStore, ReadyClaimRequest, SqliteOptions, SqliteStore, Synchronous};
 use autocomp_test_servers::{Options, Postgres};
@@ -49,21 +53,46 @@ fn main() {
     }
     let server = Postgres::start_with(options);
     server.psql("postgres", "create extension pg_stat_statements");
-    let url = format!("{}?pool_size=4", server.create_database("stage"));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    // A store with batches in it and its statistics read (as autovacuum would have), so the
-    // measured connections plan on tables that look like a store's, not empty ones.
-    runtime.block_on(fill(&url, stages));
-    server.psql("stage", "analyze");
-    let mut times = runtime.block_on(measure(&url, stages));
-    times.extend(runtime.block_on(transport(&url, stages)));
-    print_calls(&format!("{stages} stages over PostgreSQL, one call at a time, client-side"), times);
-    let logged = runtime.block_on(wal_per_call(&url, stages.min(200)));
-    println!("write-ahead log per call over PostgreSQL, bytes, p50 / min / max (read apart from the timed runs):");
-    for (name, mut bytes) in logged {
-        bytes.sort();
-        let (min, max) = (bytes[0], bytes[bytes.len() - 1]);
-        println!("  {name:<34} {} / {min} / {max}", bytes[bytes.len() / 2]);
+    // One database a schema, each filled, its statistics read (as autovacuum would have), so
+    // the measured connections plan on tables that look like a store's, not empty ones.
+    let mut stores = Vec::new();
+    for schema in schemas() {
+        let database = format!("stage{schema}");
+        let url = server.create_database(&database);
+        runtime.block_on(PgStore::create_at_schema_version(&url, schema)).expect("the schema");
+        let url = format!("{url}?pool_size=4&migrate=false");
+        runtime.block_on(fill(&url, stages));
+        server.psql(&database, "analyze");
+        stores.push((schema, database, url));
+    }
+    // Schemas measured in turns (two rounds of half the stages each), so that what else the
+    // machine does falls on each alike.
+    let mut measured: Vec<Vec<(&'static str, Vec<Duration>)>> = vec![Vec::new(); stores.len()];
+    for round in 0..2 {
+        for ((_, _, url), times) in stores.iter().zip(&mut measured) {
+            let more = runtime.block_on(measure(url, &format!("B{round}"), stages.div_ceil(2)));
+            merge(times, more);
+        }
+    }
+    for ((schema, _, _), times) in stores.iter().zip(measured) {
+        print_calls(
+            &format!("{stages} stages over PostgreSQL (schema {schema}), one call at a time, client-side"),
+            times,
+        );
+    }
+    print_calls("the transport alone", runtime.block_on(transport(&stores[0].2, stages)));
+    for (schema, _, url) in &stores {
+        let logged = runtime.block_on(wal_per_call(url, stages.min(200)));
+        println!(
+            "write-ahead log per call over PostgreSQL (schema {schema}), bytes, p50 / min / max (read apart from the \
+             timed runs):"
+        );
+        for (name, mut bytes) in logged {
+            bytes.sort();
+            let (min, max) = (bytes[0], bytes[bytes.len() - 1]);
+            println!("  {name:<34} {} / {min} / {max}", bytes[bytes.len() / 2]);
+        }
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
     let embedded = runtime.block_on(embedded(dir.path(), stages));
@@ -71,12 +100,38 @@ fn main() {
         &format!("{stages} stages on the embedded store (SQLite, synchronous=full), one call at a time"),
         embedded,
     );
-    let sql = "select calls, plans, round(mean_exec_time::numeric, 3), round(total_plan_time::numeric / greatest(calls, 1), 3), regexp_replace(left(query, 150), '\\s+', ' ', 'g') \
-               from pg_stat_statements where dbid = (select oid from pg_database where datname = 'stage') \
-               order by total_exec_time + total_plan_time desc limit 40";
-    println!("server time per statement (calls, plans, mean ms executing, ms planning per call, statement):");
-    for line in server.psql("postgres", sql).lines() {
-        println!("  {line}");
+    for (schema, database, _) in &stores {
+        let sql = format!(
+            "select calls, plans, round(mean_exec_time::numeric, 3), round(total_plan_time::numeric / greatest(calls, 1), 3), \
+             regexp_replace(left(query, 150), '\\s+', ' ', 'g') from pg_stat_statements \
+             where dbid = (select oid from pg_database where datname = '{database}') \
+             order by total_exec_time + total_plan_time desc limit 40"
+        );
+        println!(
+            "server time per statement, schema {schema} (calls, plans, mean ms executing, ms planning per call, statement):"
+        );
+        for line in server.psql("postgres", &sql).lines() {
+            println!("  {line}");
+        }
+    }
+}
+
+/// The schemas to measure side by side: `AUTOCOMP_BENCH_SCHEMAS` (say `20,21`), else this
+/// release's.
+fn schemas() -> Vec<i32> {
+    match std::env::var("AUTOCOMP_BENCH_SCHEMAS") {
+        Ok(list) => list.split(',').map(|n| n.trim().parse().expect("AUTOCOMP_BENCH_SCHEMAS: numbers")).collect(),
+        Err(_) => vec![LATEST_VERSION],
+    }
+}
+
+/// Each call's times of `more` added to the same call's in `times`.
+fn merge(times: &mut Vec<(&'static str, Vec<Duration>)>, more: Vec<(&'static str, Vec<Duration>)>) {
+    for (name, took) in more {
+        match times.iter_mut().find(|(known, _)| *known == name) {
+            Some((_, all)) => all.extend(took),
+            None => times.push((name, took)),
+        }
     }
 }
 
@@ -110,14 +165,14 @@ async fn embedded(dir: &std::path::Path, stages: usize) -> Vec<(&'static str, Ve
 }
 
 /// Registers, looks, claims and records `stages` batches one after the other; each call's time.
-async fn measure(url: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+async fn measure(url: &str, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
     let store = PgStore::open(url).await.expect("the store opens");
     // Four connections open, as a watcher's pool has after a pass that worked in parallel.
     let (a, b, c, d) = tokio::join!(store.head(), store.head(), store.head(), store.head());
     for opened in [a, b, c, d] {
         opened.expect("the store reads");
     }
-    stages_on(&store, "B", stages).await
+    stages_on(&store, prefix, stages).await
 }
 
 /// What each call of `stages` more stages writes to the server's log (its bytes), with a
