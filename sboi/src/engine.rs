@@ -46,6 +46,10 @@ pub enum IndexError {
     Store(#[from] StoreError),
     #[error("batch index at {dir}: {message}")]
     Index { dir: PathBuf, message: String },
+    /// The index service cannot be reached, or answered that it cannot answer now: an outage
+    /// of the index, not of the store (which the words of a `Store` error would say).
+    #[error("index unavailable: {0}")]
+    Unavailable(String),
 }
 
 pub type IndexResult<T> = Result<T, IndexError>;

@@ -880,10 +880,10 @@ async fn an_unreachable_index_service_is_unavailable_naming_its_url() {
             .unwrap_err(),
     ];
     for error in errors {
-        let IndexError::Store(StoreError::Unavailable(message)) = &error else {
-            panic!("expected Unavailable, got {error:?}")
-        };
+        let IndexError::Unavailable(message) = &error else { panic!("expected Unavailable, got {error:?}") };
         assert!(message.contains("index service") && message.contains(&url), "{message}");
+        // Said as the index's outage, not the store's.
+        assert!(error.to_string().starts_with("index unavailable:"), "{error}");
     }
     let bad = open_index("http://", Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap()));
     assert!(matches!(bad, Err(IndexError::Store(StoreError::Invalid(_)))));

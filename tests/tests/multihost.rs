@@ -260,7 +260,8 @@ fn an_unreachable_store_or_index_exits_5_naming_it_and_claims_nothing() {
     pipeline.use_backend("index", &dead);
     let run = pipeline.run(&[]);
     assert_eq!(run.code, Some(5), "{}", run.show());
-    assert!(run.stderr.contains(&dead) && run.stderr.contains("index"), "{}", run.show());
+    assert!(run.stderr.contains(&dead) && run.stderr.contains("index unavailable"), "{}", run.show());
+    assert!(!run.stderr.contains("store unavailable"), "the index's outage, not the store's: {}", run.show());
     assert_eq!(pipeline.head(), head, "nothing claimed, nothing written");
     assert!(pipeline.open_runs().is_empty());
 }

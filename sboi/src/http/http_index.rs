@@ -13,7 +13,7 @@ use autocomp_store::StoreError;
 use super::wire::{self, Empty, QueryAnswer, op};
 use crate::browse::{Page, PageRequest, Tally};
 use crate::document::IndexedBatch;
-use crate::engine::{CatchUp, IndexResult};
+use crate::engine::{CatchUp, IndexError, IndexResult};
 use crate::port::BatchIndex;
 
 /// A rebuild (or a reconcile) reads the whole store: at a million batches, minutes.
@@ -50,7 +50,10 @@ impl HttpIndex {
     }
 
     async fn call<O: Operation>(&self, request: &O::Request, timeout: Option<Duration>) -> IndexResult<O::Answer> {
-        self.client.call::<O>(request, Retry::Safe, timeout).await.map_err(|e| StoreError::from(e).into())
+        self.client.call::<O>(request, Retry::Safe, timeout).await.map_err(|e| match StoreError::from(e) {
+            StoreError::Unavailable(message) => IndexError::Unavailable(message),
+            other => other.into(),
+        })
     }
 }
 

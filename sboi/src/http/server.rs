@@ -189,7 +189,7 @@ fn index_error(error: IndexError) -> ApiError {
     match error {
         IndexError::Store(error) => error.into(),
         // The directory cannot be read or written: the index cannot answer now.
-        other @ IndexError::Index { .. } => ApiError::unavailable(other.to_string()),
+        other @ (IndexError::Index { .. } | IndexError::Unavailable(_)) => ApiError::unavailable(other.to_string()),
     }
 }
 
