@@ -406,7 +406,11 @@ async fn answer<S: Rpc>(
     } else {
         read_body(&head.headers, body, OPEN_READ_BODY_BYTES).await.map_err(|mut refused| {
             if refused.status == StatusCode::PAYLOAD_TOO_LARGE {
-                refused.detail.message += " without a token (a bearer token lifts it to 4 MiB; or ask for fewer ids)";
+                let lifted = " without a token (a bearer token lifts it to 4 MiB; or ask for fewer ids)";
+                refused.detail.message += lifted;
+                if let Some(reason) = refused.detail.reason.as_mut() {
+                    reason.push_str(lifted);
+                }
             }
             refused
         })?
@@ -423,11 +427,14 @@ async fn answer<S: Rpc>(
 /// does not arrive in the connection's body time is refused with 408.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = |size: String| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body: {size}; at most {limit} bytes are accepted"),
-        )
+        let reason = format!("at most {limit} bytes are accepted");
+        let mut refused =
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("request body: {size}; {reason}"));
+        // Field, value and reason, as bad input is named: a client can say what to change.
+        refused.detail.field = Some("request body".to_owned());
+        refused.detail.value = Some(size);
+        refused.detail.reason = Some(reason);
+        refused
     };
     // hyper has already refused a Content-Length that is not a number.
     let declared =

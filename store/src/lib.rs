@@ -22,7 +22,7 @@ mod write_rules;
 
 pub use checked::Checked;
 pub use http::HttpStore;
-pub use open::{open_store, open_store_to_serve};
+pub use open::{max_request_bytes, open_store, open_store_to_serve};
 pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome, Steered};
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{

@@ -21,6 +21,14 @@ pub async fn open_store_to_serve(url: &str) -> StoreResult<Arc<dyn ObjectStore>>
     open_store_for(url, true).await
 }
 
+/// The most bytes one call may send to the store at `url`, where there is a most: the store
+/// service takes request bodies of `MAX_BODY_BYTES` (with a token, as every write carries), an
+/// embedded store a call of any size. A caller that sends pages (`autocomp import`) cuts them
+/// to fit before sending rather than have the service refuse them.
+pub fn max_request_bytes(url: &str) -> Option<usize> {
+    (url.starts_with("http://") || url.starts_with("https://")).then_some(autocomp_http::service::MAX_BODY_BYTES)
+}
+
 async fn open_store_for(url: &str, claims_from_other_hosts: bool) -> StoreResult<Arc<dyn ObjectStore>> {
     // Errors name the URL as `display_url` shows it: a mistyped scheme may still carry a password.
     let shown = autocomp_toolkit::display_url(url);

@@ -1,8 +1,8 @@
 //! Reads of the store service bounded by bytes, not only by count: a repeated id is read
-//! once, an answer of several batches stops at 64 MiB with a 413 naming the cap (and
-//! `HttpStore` pages through it by itself; a claim round's answer too, its claims made and
-//! answered again in halves by their key), and a read without a token may send at most
-//! 64 KiB of body, refused from its head when it declares more.
+//! once, an answer of several batches (or of their histories) stops at 64 MiB with a 413
+//! naming the cap (and `HttpStore` pages through it by itself; a claim round's answer too, its
+//! claims made and answered again in halves by their key), and a read without a token may
+//! send at most 64 KiB of body, refused from its head when it declares more.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -78,6 +78,41 @@ async fn an_answer_over_64_mib_is_a_413_naming_the_cap_and_the_client_pages_thro
         let listed = store.list_batches(None, 10).await.unwrap();
         assert_eq!(listed.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ["B1", "B2"]);
     }
+}
+
+#[tokio::test]
+async fn histories_over_64_mib_together_are_a_413_naming_the_cap_and_the_client_reads_them_all_in_halves() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&dir.path().join("store.db"));
+    let http = service.client();
+    two_batches_over_the_cap_together(&http).await;
+    let url = format!("{}/v1/histories", service.url());
+    let (status, answer) = post(&url, None, br#"{"ids": ["B1", "B2"]}"#);
+    assert_eq!(status, 413, "{}", answer.to_string().chars().take(300).collect::<String>());
+    assert_eq!(answer["error"]["kind"], "too_large");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the answer to histories")
+            && message.contains("67108864 bytes")
+            && message.contains("fewer ids"),
+        "{message}"
+    );
+    // One history is always answered, whatever its size.
+    let (status, answer) = post(&url, None, br#"{"ids": ["B2"]}"#);
+    assert_eq!(status, 200, "{}", answer.to_string().chars().take(300).collect::<String>());
+    let answered: Vec<(&str, usize)> = answer
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|history| (history["batch"]["id"].as_str().unwrap(), history["batch"]["events"].as_array().unwrap().len()))
+        .collect();
+    assert_eq!(answered, [("B2", 34)]);
+
+    // The typed client (what `autocomp prune` exports with) asks again in halves: every
+    // history comes back whole, in the order asked, each once.
+    let histories = http.histories(&[id("B2"), id("B1"), id("B2")]).await.unwrap();
+    let read: Vec<(&str, usize)> = histories.iter().map(|h| (h.batch.id.as_str(), h.batch.events.len())).collect();
+    assert_eq!(read, [("B2", 34), ("B1", 34)]);
 }
 
 /// B1 and B2, of 34 MB each (under the default 64 MiB cap of one batch): 68 MB together.

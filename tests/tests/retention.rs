@@ -3,16 +3,19 @@
 //! pruned once, after its last step and never while worked on; its export files read back as
 //! their manifest says; a pruned batch is ready for nothing (a forced run and an operator's
 //! restart are refused naming the import); `autocomp import` puts back every event and run
-//! exactly as exported; the PREMIS of the export files validates.
+//! exactly as exported; the PREMIS of the export files validates. Over the store service, an
+//! import sends its lines in pages the service takes, and leaves a line no request can carry.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use autocomp_e2e::services::Service;
 use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, ledgered_batches, stop_watchers, two_watchers, wait_until};
-use autocomp_model::{BatchId, EventType, Outcome};
+use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome};
 use autocomp_store::BatchHistory;
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
@@ -225,4 +228,80 @@ fn pruning_while_components_run_on_sqlite_exports_each_finished_batch_once_and_i
 fn pruning_while_components_run_on_postgresql_exports_each_finished_batch_once_and_import_restores_it_exactly() {
     let database = autocomp_test_servers::postgres::shared().unique_database();
     prune_while_they_work(&Pipeline::with_store(PROBE, &database));
+}
+
+/// A batch of type Big whose history line is about `blobs` x 900 kB (each event's details
+/// under the 1 MiB one may have), and one small event.
+fn big_batch(pipeline: &Pipeline, name: &str, blobs: usize) -> BatchId {
+    let id = BatchId::new(name).unwrap();
+    let store = pipeline.any_store();
+    let new = NewBatch::new(id.clone(), BatchType::new("Big").unwrap()).with_location(format!("/incoming/{name}"));
+    pipeline.block_on(store.create_batch(new)).unwrap();
+    let blob = "x".repeat(900_000);
+    let details = (0..blobs).map(|n| json!({"n": n, "blob": blob})).chain([json!({"n": "last"})]);
+    for details in details {
+        let event = NewEvent::new(EventType::new("Step_Done").unwrap(), Outcome::Success, Agent::new("t").unwrap())
+            .with_details(details);
+        pipeline.block_on(store.append_event(&id, event)).unwrap();
+    }
+    id
+}
+
+#[test]
+fn an_import_over_the_store_service_sends_pages_it_takes_and_leaves_a_line_no_request_carries() {
+    let pipeline = Pipeline::new(PROBE);
+    let service = Service::store(&pipeline.path("store.db"), &pipeline.path(""));
+    pipeline.use_backend("store", &service.url());
+    // 1.8 MB then 3.6 MB: 5.4 MB together, past the service's 4 MiB request limit, each under
+    // it; then a small one, and 4.5 MB alone over it.
+    let ids: Vec<BatchId> = [("A1", 2), ("A2", 4), ("A3", 0), ("A4", 5)]
+        .into_iter()
+        .map(|(name, blobs)| big_batch(&pipeline, name, blobs))
+        .collect();
+    let policy = pipeline.path("retention.toml");
+    let text = format!("export_dir = \"{}\"\n[types.Big]\nafter = \"0s\"\n", pipeline.path("history").display());
+    std::fs::write(&policy, text).unwrap();
+    let pruned = pipeline.autocomp(&["prune", "--policy", policy.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(pruned.code, Some(0), "{}", pruned.show());
+    let pruned: serde_json::Value = serde_json::from_str(&pruned.stdout).unwrap();
+    assert_eq!(pruned["pruned"], 4, "{pruned}");
+    let exports = exported(&pipeline.path("history"));
+    let file = pipeline.path("history").join(pruned["files"][0]["file"].as_str().unwrap());
+    let file = file.to_str().unwrap();
+    // A4's line as the file holds it: its size is what the import names.
+    let text = zstd::decode_all(&std::fs::read(file).unwrap()[..]).unwrap();
+    let a4_bytes = text
+        .split(|b| *b == b'\n')
+        .find(|line| serde_json::from_slice::<BatchHistory>(line).is_ok_and(|h| h.batch.id == ids[3]))
+        .map(<[u8]>::len)
+        .unwrap();
+    assert!(a4_bytes > 4 << 20, "{a4_bytes}");
+
+    // Every line that fits one request is restored; the one that does not is left, named with
+    // its size, and the exit code says lines were left (1), not an outage (5).
+    let imported = pipeline.autocomp(&["import", file, "--format", "json"]);
+    assert_eq!(imported.code, Some(1), "{}", imported.show());
+    assert!(imported.stderr.contains("1 lines of the export were left"), "{}", imported.show());
+    let imported: serde_json::Value = serde_json::from_str(&imported.stdout).unwrap();
+    assert_eq!((imported["restored"].as_u64(), imported["batches"].as_u64()), (Some(3), Some(4)), "{imported}");
+    let left = imported["other"].as_array().unwrap();
+    assert_eq!(left.len(), 1, "{imported}");
+    let left = left[0].as_str().unwrap();
+    assert!(left.starts_with("invalid history \"A4\": "), "{left}");
+    assert!(left.contains(&format!("is {a4_bytes} bytes as exported")) && left.contains("4194304 bytes"), "{left}");
+    let histories = pipeline.block_on(pipeline.any_store().histories(&ids)).unwrap();
+    for history in &histories[..3] {
+        assert_eq!(history.batch.events, exports[&history.batch.id].batch.events, "{}", history.batch.id);
+    }
+    let a4: Vec<&str> = histories[3].batch.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(a4, ["Step_Done", EventType::HISTORY_PRUNED], "A4 is as pruned: nothing of it written");
+
+    // The store's own URL takes the line the service could not.
+    let own = format!("sqlite://{}", pipeline.path("store.db").display());
+    let again = pipeline.autocomp(&["--store", &own, "import", file, "--format", "json"]);
+    assert_eq!(again.code, Some(0), "{}", again.show());
+    let again: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    assert_eq!((again["restored"].as_u64(), again["not_pruned"].as_u64()), (Some(1), Some(3)), "{again}");
+    let a4 = pipeline.block_on(pipeline.any_store().histories(&ids[3..])).unwrap();
+    assert_eq!(a4[0].batch.events, exports[&ids[3]].batch.events);
 }

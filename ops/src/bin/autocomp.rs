@@ -161,7 +161,9 @@ enum Command {
     /// Puts pruned batches' histories back from export files `autocomp prune` wrote: each
     /// batch whose History_Pruned event names that file's line gets every event and run back
     /// at its seq, and is ready again as before. Every file is read and checked whole first.
-    /// Exit 1 when lines were left (another line of the batch was pruned, or no such batch).
+    /// Exit 1 when lines were left (another line of the batch was pruned, or no such batch,
+    /// or, over the store service, a line over the 4 MiB one request carries: the store's own
+    /// URL imports it).
     Import {
         /// Export files (history-*.jsonl.zst).
         #[arg(required = true, value_name = "FILE")]

@@ -1,7 +1,7 @@
 //! The service's answers bounded in items and bytes: a request may ask for at most `MAX_ITEMS`,
-//! a backend reads at most a page at once, and an answer of several batches, summaries or
-//! listings stops at `MAX_ANSWER_BYTES`, counted item by item as it is read (413), instead of
-//! holding all it names. Apart from the declarations so each of those stays a line.
+//! a backend reads at most a page at once, and an answer of several batches, histories,
+//! summaries or listings stops at `MAX_ANSWER_BYTES`, counted item by item as it is read (413),
+//! instead of holding all it names. Apart from the declarations so each of those stays a line.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use super::wire::{
     MAX_WAIT_MS, ReadyClaimsAnswer, distinct,
 };
 use crate::port::ready_claims::ReadyClaimRequest;
-use crate::port::{BatchListing, LogPage, ObjectStore, StoreError, StoreResult};
+use crate::port::{BatchHistory, BatchListing, LogPage, MAX_RETENTION_PAGE, ObjectStore, StoreError, StoreResult};
 use crate::write_rules::MAX_BATCH_PAGE;
 use autocomp_http::api::{Answered, Reply};
 use autocomp_http::error::ApiError;
@@ -80,6 +80,16 @@ pub(super) async fn listings(store: &dyn ObjectStore, ids: Vec<BatchId>) -> Resu
     one_page("ids", at_most("ids", ids.len())?)?;
     let ids = distinct(ids);
     by_ids(store, &ids, "get_listings", MAX_BATCH_PAGE, |store, ids| store.get_listings(ids)).await
+}
+
+/// `histories`: each batch's whole history (log and runs), read a group at a time within the
+/// answer's bytes, as `get_summaries` is: an export of batches near their own cap would
+/// otherwise hold up to 1000 of them in one answer.
+pub(super) async fn histories(store: &dyn ObjectStore, ids: Vec<BatchId>) -> Result<Vec<BatchHistory>, ApiError> {
+    // Refused as the backends refuse it: repeats count, as they did before the ids were grouped.
+    crate::write_rules::check_page("ids", ids.len(), MAX_RETENTION_PAGE)?;
+    let ids = distinct(ids);
+    by_ids(store, &ids, "histories", MAX_RETENTION_PAGE, |store, ids| store.histories(ids)).await
 }
 
 /// `log_page`, whole or read by size.

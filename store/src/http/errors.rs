@@ -93,6 +93,15 @@ impl From<CallError> for StoreError {
                         e.message,
                         autocomp_http::protocol::UPGRADE_ORDER
                     )),
+                    // A request body over the service's limit, or an answer of several batches
+                    // over its cap (which `HttpStore` splits by itself before any caller sees
+                    // it): the same request fails again however long one waits, so it is the
+                    // request to change (exit 2), never an outage (exit 5).
+                    "too_large" => StoreError::Invalid(InvalidInput::new(
+                        e.field.unwrap_or_else(|| "request".to_owned()),
+                        e.value.unwrap_or_else(|| status.to_string()),
+                        e.reason.unwrap_or(e.message),
+                    )),
                     _ => StoreError::Unavailable(format!("HTTP {status}: {}", e.message)),
                 }
             }
@@ -189,6 +198,29 @@ mod tests {
             serde_json::json!({"error": {"kind": "unavailable", "message": "store unavailable: disk I/O error"}})
         );
         assert!(matches!(back, StoreError::Unavailable(_)));
+    }
+
+    #[test]
+    fn a_request_too_large_for_the_service_is_bad_input_naming_the_body_never_an_outage() {
+        let body: autocomp_http::error::ErrorBody = serde_json::from_value(serde_json::json!({"error": {
+            "kind": "too_large", "message": "request body: 5000000 bytes declared; at most 4194304 bytes are accepted",
+            "field": "request body", "value": "5000000 bytes declared", "reason": "at most 4194304 bytes are accepted"
+        }}))
+        .unwrap();
+        let error = StoreError::from(CallError::Api { status: StatusCode::PAYLOAD_TOO_LARGE, body });
+        assert!(!error.is_unavailable(), "{error:?}");
+        let StoreError::Invalid(input) = error else { panic!("{error:?}") };
+        assert_eq!(
+            (input.field.as_str(), input.value.as_str(), input.reason.as_str()),
+            ("request body", "5000000 bytes declared", "at most 4194304 bytes are accepted")
+        );
+        // A service that names no field (an answer over its cap) is still bad input.
+        let body = serde_json::from_value(serde_json::json!({"error": {
+            "kind": "too_large", "message": "the answer to histories would pass 67108864 bytes (64 MiB) at its 2 item"
+        }}))
+        .unwrap();
+        let error = StoreError::from(CallError::Api { status: StatusCode::PAYLOAD_TOO_LARGE, body });
+        assert!(matches!(&error, StoreError::Invalid(input) if input.field == "request"), "{error:?}");
     }
 
     #[test]

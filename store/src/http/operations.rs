@@ -108,9 +108,9 @@ autocomp_http::operations! {
         /// The outputs saved for a batch's runs without a result (running, cancelled, or abandoned after saving), oldest saved first, at most 32.
         read run_outputs: GetRunOutputs(ById) -> RunOutputs
             = |s, r, reply| reply.send(RunOutputs { outputs: s.store().run_outputs(&r.id).await? });
-        /// The named batches' whole histories (each batch with its whole log, and every run any component had on it), in the order asked, each once, unknown ids left out (at most 1000 ids): what an export writes.
+        /// The named batches' whole histories (each batch with its whole log, and every run any component had on it), in the order asked, each once, unknown ids left out (at most 1000 ids): what an export writes. 413 too_large when the answer would pass 64 MiB with more than one batch in it: ask for fewer ids.
         read histories: GetHistories(ByIds) -> Vec<BatchHistory>
-            = |s, r, reply| reply.send(s.store().histories(&r.ids).await?);
+            = |s, r, reply| reply.send(bounded::histories(s.store().as_ref(), r.ids).await?);
         /// Prunes each ticket's batch (at most 1000) unless it changed since its export read it or a run is open on it: every event but its effective ones, its runs, checkpoints and saved outputs are removed and the ticket's History_Pruned event appended. One answer per ticket, in order.
         write(wakes) prune_histories: PruneHistories(PruneHistories) -> Vec<PruneAnswer>
             = |s, r, reply| reply.send(s.store().prune_histories(r.tickets).await?);

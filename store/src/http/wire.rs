@@ -17,8 +17,8 @@ use autocomp_model::{BacklogSample, SeriesStep, Timestamp};
 pub const MAX_ITEMS: usize = 100_000;
 /// Longest a `wait_for_change` long poll may be asked to wait.
 pub const MAX_WAIT_MS: u64 = 60_000;
-/// Largest answer (JSON bytes) a read of several batches, summaries or listings, or a claim
-/// round (`claim_ready`), may have; past it the read is refused with 413 `too_large` and the
+/// Largest answer (JSON bytes) a read of several batches, histories, summaries or listings, or
+/// a claim round (`claim_ready`), may have; past it the read is refused with 413 `too_large` and the
 /// caller asks for fewer ids (`HttpStore` halves its request by itself). The default `max_batch_bytes` (64 MiB) is the
 /// same figure, so any one batch of a store on defaults fits in one answer; an answer of one
 /// item is never refused (a batch is bounded by its store's `max_batch_bytes`, and

@@ -9,7 +9,10 @@
 //! events and a `History_Pruned` event naming its export file and its line's digest.
 //!
 //! An import reads an export file and puts back the history of each batch whose
-//! `History_Pruned` event names that line's digest; any other line is left and counted.
+//! `History_Pruned` event names that line's digest; any other line is left and counted. Lines
+//! go to the store in pages sent before a line would take them past `RESTORE_BYTES`; over the
+//! store service, a line alone over its request limit (4 MiB) is left too, naming the batch
+//! and its size: the store's own URL, on a host that reaches it, imports that line.
 
 mod archive;
 mod policy;
@@ -35,12 +38,16 @@ use autocomp_toolkit::terminal::one_line;
 const PRUNE_PAGE: usize = 200;
 const PRUNE_PAUSE: std::time::Duration = std::time::Duration::from_millis(30);
 /// Batches per history read: an answer of the store service stays well under its 64 MiB
-/// unless the batches are near their own cap.
+/// unless the batches are near their own cap (then its client asks again in halves).
 const HISTORY_PAGE: usize = 200;
 /// Histories per restore call, and their most bytes (as exported) unless one alone is more:
-/// a call to the store service stays under its 4 MiB request limit.
+/// a page is sent before a line would take it past either, so a call of several lines stays
+/// under half the store service's 4 MiB request limit and a short transaction.
 const RESTORE_PAGE: usize = 100;
 const RESTORE_BYTES: usize = 2 << 20;
+/// What a restore call's body holds besides its lines (`{"histories":[`, commas, `]}`), with
+/// room to spare: a line alone is sent over the store service when it fits with this.
+const RESTORE_ENVELOPE: usize = 1 << 10;
 /// The agent of a `History_Pruned` event.
 const PRUNE_AGENT: &str = "autocomp-prune";
 
@@ -129,7 +136,8 @@ pub struct ImportView {
     /// Lines whose batch's history is in the store already.
     pub not_pruned: u64,
     /// Lines whose batch was pruned to another export (its `History_Pruned` names another
-    /// digest), or that the store does not have.
+    /// digest), or that the store does not have, or that no request to the store service
+    /// carries (over its 4 MiB): each names its batch and why.
     pub other: Vec<String>,
 }
 
@@ -234,6 +242,8 @@ impl Operator {
     /// `autocomp import`: see the module.
     pub async fn import(&self, files: &[PathBuf]) -> Result<ImportView, OperatorError> {
         let store = self.store().await?;
+        let request_limit =
+            autocomp_store::max_request_bytes(&self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?);
         let mut view = ImportView { files: files.to_vec(), ..ImportView::default() };
         // Every file read and checked whole before anything is written: a damaged file
         // restores nothing.
@@ -243,23 +253,33 @@ impl Operator {
         }
         for lines in read {
             view.batches += lines.len() as u64;
-            let mut page = Vec::new();
-            let mut bytes = 0usize;
+            let mut page = RestorePage::default();
             for line in lines {
-                match pruned_to(store.as_ref(), &line.history.batch.id, &line.sha256).await? {
-                    ExportMatch::ThisExport => {
-                        bytes += line.bytes;
-                        page.push(line.history);
+                let id = &line.history.batch.id;
+                match pruned_to(store.as_ref(), id, &line.sha256).await? {
+                    ExportMatch::ThisExport => {}
+                    ExportMatch::Kept => {
+                        view.not_pruned += 1;
+                        continue;
                     }
-                    ExportMatch::Kept => view.not_pruned += 1,
-                    ExportMatch::Elsewhere(why) => view.other.push(format!("{}: {why}", line.history.batch.id)),
+                    ExportMatch::Elsewhere(why) => {
+                        view.other.push(format!("{id}: {why}"));
+                        continue;
+                    }
                 }
-                if page.len() >= RESTORE_PAGE || bytes >= RESTORE_BYTES {
-                    restore(store.as_ref(), std::mem::take(&mut page), &mut view).await?;
-                    bytes = 0;
+                if let Some(refused) = too_large_to_send(&line, request_limit) {
+                    view.other.push(refused.to_string());
+                    continue;
                 }
+                // Sent before this line would take it past its bounds, not after: a page
+                // that passed them could be more than the store service takes.
+                if page.is_full_for(line.bytes) {
+                    restore(store.as_ref(), std::mem::take(&mut page).histories, &mut view).await?;
+                }
+                page.bytes += line.bytes;
+                page.histories.push(line.history);
             }
-            restore(store.as_ref(), page, &mut view).await?;
+            restore(store.as_ref(), page.histories, &mut view).await?;
         }
         Ok(view)
     }
@@ -269,6 +289,39 @@ impl Operator {
             .map(|url| autocomp_toolkit::display_url(&url))
             .unwrap_or_default()
     }
+}
+
+/// Histories waiting for their restore call, with their bytes as exported.
+#[derive(Default)]
+struct RestorePage {
+    histories: Vec<BatchHistory>,
+    bytes: usize,
+}
+
+impl RestorePage {
+    /// Whether a line of `bytes` must go in the next call: this one holds something, and the
+    /// line would take it past `RESTORE_PAGE` lines or `RESTORE_BYTES`. A line alone is sent
+    /// whatever its size (`too_large_to_send` has refused one the store would not take).
+    fn is_full_for(&self, bytes: usize) -> bool {
+        !self.histories.is_empty() && (self.histories.len() >= RESTORE_PAGE || self.bytes + bytes > RESTORE_BYTES)
+    }
+}
+
+/// Why `line` cannot be sent, when it is more than one call to the store takes even alone
+/// (`limit`: the store service's request limit; an embedded store has none). Refused as the
+/// input it is, naming its size: nothing of it is written, the other lines go on.
+fn too_large_to_send(line: &ExportLine, limit: Option<usize>) -> Option<InvalidInput> {
+    let limit = limit?;
+    if line.bytes + RESTORE_ENVELOPE <= limit {
+        return None;
+    }
+    let reason = format!(
+        "is {} bytes as exported, more than one request to the store service may carry ({limit} \
+         bytes): nothing written; import this file with the store's own URL (--store sqlite:///... on the \
+         service's host, or postgres://...)",
+        line.bytes
+    );
+    Some(InvalidInput::new("history", line.history.batch.id.as_str(), reason))
 }
 
 /// Puts back what `page` holds, counting the answers into `view`.
