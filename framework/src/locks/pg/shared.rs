@@ -220,8 +220,9 @@ impl Shared {
                 return Ok(hold);
             }
             if let Err(e) = self.wake().await {
-                // Another task's wake may have answered meanwhile.
-                return self.lease.holds.try_hold().filter(|_| !self.lease.is_lost()).ok_or(e);
+                // Another task's wake may have answered meanwhile; a service closed or a lease
+                // lost meanwhile hands out nothing, as at the top of the loop.
+                return self.lease.holds.try_hold().filter(|_| self.usable().is_ok()).ok_or(e);
             }
         }
         Err(LockError::Unavailable(format!(
