@@ -634,31 +634,49 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
 /// Where the server's write-ahead log ends now, the full-page images written so far and the
 /// checkpoints begun so far, timed and requested (the server's alone: one system runs at a
 /// time).
-fn wal_written(pg: &Postgres) -> (String, f64, f64) {
+fn wal_written(pg: &Postgres) -> WalMark {
     let answer = pg.psql(
         "postgres",
-        "select pg_current_wal_lsn(), wal_fpi, checkpoints_timed + checkpoints_req from pg_stat_wal, pg_stat_bgwriter",
+        "select pg_current_wal_lsn(), wal_fpi, checkpoints_timed + checkpoints_req, \
+         (select dealloc from pg_stat_statements_info), (select count(*) from pg_stat_statements) \
+         from pg_stat_wal, pg_stat_bgwriter",
     );
     let mut fields = answer.trim().split('|');
-    let mut next = || fields.next().expect("an LSN and two counts").to_string();
-    let (lsn, fpi, checkpoints) = (next(), next(), next());
-    (lsn, fpi.parse().unwrap_or(0.0), checkpoints.parse().unwrap_or(0.0))
+    let mut next = || fields.next().expect("an LSN and four counts").to_string();
+    let lsn = next();
+    let mut count = || next().parse().unwrap_or(0.0);
+    WalMark { lsn, fpi: count(), checkpoints: count(), deallocations: count(), statements: count() }
+}
+
+/// Where the server stood at a window's start (`wal_written`).
+struct WalMark {
+    lsn: String,
+    fpi: f64,
+    checkpoints: f64,
+    /// pg_stat_statements' evictions of its least-used entries (each one under an exclusive
+    /// lock every statement's end waits on), and the entries it holds: whether a later
+    /// repetition pays for the databases of the earlier ones.
+    deallocations: f64,
+    statements: f64,
 }
 
 /// The write-ahead log written in a window (`what`: the backlog, the trickle) per item: bytes
 /// (exact, from the log's end) and full-page images (counted as the backends report them, up
 /// to a second late), the volume every commit's flush and every standby carry; and the
 /// checkpoints begun in the window (each one's first change of a page logs the whole page).
-fn print_wal(pg: &Postgres, (lsn, fpi, checkpoints): (String, f64, f64), what: &str, items: u64) {
-    let (now_lsn, now_fpi, now_checkpoints) = wal_written(pg);
-    let sql = format!("select pg_wal_lsn_diff('{now_lsn}', '{lsn}')");
+fn print_wal(pg: &Postgres, before: WalMark, what: &str, items: u64) {
+    let now = wal_written(pg);
+    let sql = format!("select pg_wal_lsn_diff('{}', '{}')", now.lsn, before.lsn);
     let bytes: f64 = pg.psql("postgres", &sql).trim().parse().unwrap_or(0.0);
     let per_item = |n: f64| n / items.max(1) as f64;
     println!(
-        "{what} write-ahead log per item: {:.0} bytes, {:.2} full-page images; {:.0} checkpoints begun in the window",
+        "{what} write-ahead log per item: {:.0} bytes, {:.2} full-page images; {:.0} checkpoints begun in the window; \
+         pg_stat_statements: {:.0} evictions in the window, {:.0} entries at its end",
         per_item(bytes),
-        per_item(now_fpi - fpi),
-        now_checkpoints - checkpoints
+        per_item(now.fpi - before.fpi),
+        now.checkpoints - before.checkpoints,
+        now.deallocations - before.deallocations,
+        now.statements
     );
 }
 
