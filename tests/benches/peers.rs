@@ -192,6 +192,11 @@ fn main() {
             );
         }
     }
+    if config.systems.contains(&OVER_PG) {
+        // Before any system runs: a missing server fails the bench at once, not after the
+        // systems before autocomp-pg.
+        autocomp_e2e::zk::require_installed();
+    }
     let postgres = config.uses_postgres().then(|| {
         // pg_stat_statements: a count of statements with no flush lag, to check the idle
         // transaction rate against (pg_stat_database's counters reach it up to tens of
