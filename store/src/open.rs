@@ -26,7 +26,12 @@ pub async fn open_store_to_serve(url: &str) -> StoreResult<Arc<dyn ObjectStore>>
 /// embedded store a call of any size. A caller that sends pages (`autocomp import`) cuts them
 /// to fit before sending rather than have the service refuse them.
 pub fn max_request_bytes(url: &str) -> Option<usize> {
-    (url.starts_with("http://") || url.starts_with("https://")).then_some(autocomp_http::service::MAX_BODY_BYTES)
+    is_store_service(url).then_some(autocomp_http::service::MAX_BODY_BYTES)
+}
+
+/// Whether `url` names the store service (rather than a database or a file).
+fn is_store_service(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 async fn open_store_for(url: &str, claims_from_other_hosts: bool) -> StoreResult<Arc<dyn ObjectStore>> {
@@ -51,7 +56,7 @@ async fn open_store_for(url: &str, claims_from_other_hosts: bool) -> StoreResult
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(crate::postgres::PgStore::open(url).await?));
     }
-    if url.starts_with("http://") || url.starts_with("https://") {
+    if is_store_service(url) {
         return Ok(Arc::new(crate::http::HttpStore::new(url)?));
     }
     let reason =

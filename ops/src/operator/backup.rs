@@ -50,7 +50,7 @@ impl BackupView {
 impl Operator {
     /// `autocomp backup --to FILE`: see the module.
     pub async fn backup(&self, to: &Path) -> Result<BackupView, OperatorError> {
-        let url = self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?;
+        let url = self.store_url()?;
         let shown = autocomp_toolkit::display_url(&url);
         let Some(rest) = url.strip_prefix("sqlite://") else {
             let how = if url.starts_with("postgres://") || url.starts_with("postgresql://") {

@@ -267,12 +267,14 @@ impl Operator {
         let store = self
             .opened
             .store
-            .get_or_try_init(|| async {
-                let url = self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?;
-                Ok::<_, OperatorError>(open_store(&url).await?)
-            })
+            .get_or_try_init(|| async { Ok::<_, OperatorError>(open_store(&self.store_url()?).await?) })
             .await?;
         Ok(Arc::clone(store))
+    }
+
+    /// The store's URL as configured (flag, environment or config file).
+    pub(crate) fn store_url(&self) -> Result<String, OperatorError> {
+        self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")
     }
 
     fn index_url(&self) -> Result<String, OperatorError> {

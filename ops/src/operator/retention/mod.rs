@@ -242,8 +242,7 @@ impl Operator {
     /// `autocomp import`: see the module.
     pub async fn import(&self, files: &[PathBuf]) -> Result<ImportView, OperatorError> {
         let store = self.store().await?;
-        let request_limit =
-            autocomp_store::max_request_bytes(&self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")?);
+        let request_limit = autocomp_store::max_request_bytes(&self.store_url()?);
         let mut view = ImportView { files: files.to_vec(), ..ImportView::default() };
         // Every file read and checked whole before anything is written: a damaged file
         // restores nothing.
@@ -285,9 +284,7 @@ impl Operator {
     }
 
     fn store_shown(&self) -> String {
-        self.backend(&self.backends.store, "store", "AUTOCOMP_STORE")
-            .map(|url| autocomp_toolkit::display_url(&url))
-            .unwrap_or_default()
+        self.store_url().map(|url| autocomp_toolkit::display_url(&url)).unwrap_or_default()
     }
 }
 
