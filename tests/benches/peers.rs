@@ -46,15 +46,15 @@
 //! write-ahead log it wrote per item (bytes, full-page images), and after the
 //! backlog the CPU per item of each process tree (the workers together, each server).
 
-use autocomp_test_servers::bench::load_average;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use autocomp_test_servers::bench::{load_average, machine_pace};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
@@ -65,6 +65,10 @@ use autocomp_test_servers::Postgres;
 
 #[path = "peers/phases.rs"]
 mod phases;
+#[path = "peers/processes.rs"]
+mod processes;
+
+use processes::{Proc, children_named, now_ms, ticks_to_ms, tree_ticks};
 
 const GRAPHILE: &str = "graphile-worker";
 const PROCRASTINATE: &str = "procrastinate";
@@ -214,6 +218,9 @@ fn main() {
     for rep in 1..=config.reps {
         for system in &config.systems {
             println!("\n## {system}, rep {rep}");
+            // The machine's speed drifts by the hour: each system's figures beside how fast it
+            // was just before them.
+            println!("machine pace: {}, load average {}", machine_pace(), load_average());
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 measure(system, rep, &config, postgres.as_ref())
             }));
@@ -260,124 +267,6 @@ fn which(program: &str) -> Result<(), String> {
         .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
         .unwrap_or(false);
     if found { Ok(()) } else { Err(format!("no {program} on PATH")) }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Processes and their CPU
-
-/// A process the bench started, in a process group of its own (Celery's prefork children,
-/// a shell's children) so that stopping it stops them all: SIGTERM to the group, then SIGKILL
-/// after a grace period. Dropping it stops it, also when the bench panics.
-struct Proc {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    /// Starts `command` with stdout and stderr appended to `log` (unless already redirected).
-    fn spawn(name: &str, mut command: Command, log: &Path) -> Proc {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("a log file");
-        command.stdin(Stdio::null()).stdout(file.try_clone().expect("log handle")).stderr(file).process_group(0);
-        Self::spawn_configured(name, command, log)
-    }
-
-    fn spawn_configured(name: &str, mut command: Command, log: &Path) -> Proc {
-        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({command:?}): {e}"));
-        Proc { name: name.to_owned(), child, log: log.to_owned() }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn exited(&mut self) -> Option<String> {
-        self.child.try_wait().ok().flatten().map(|status| format!("{} exited ({status})", self.name))
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!("--- {} ({})\n{}\n", self.name, self.log.display(), lines[lines.len().saturating_sub(20)..].join("\n"))
-    }
-
-    fn stop(&mut self, grace: Duration) {
-        let group = -(self.child.id() as libc::pid_t);
-        if self.child.try_wait().ok().flatten().is_none() {
-            // SAFETY: kill(2) on the process group of a child we spawned and have not reaped.
-            unsafe { libc::kill(group, libc::SIGTERM) };
-            wait_until(Instant::now() + grace, || self.child.try_wait().ok().flatten().is_some());
-        }
-        // Whatever is left of the group (a worker's children), and the leader if it hung.
-        // SAFETY: as above; the group id stays ours while any member lives.
-        unsafe { libc::kill(group, libc::SIGKILL) };
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop(Duration::from_secs(10));
-    }
-}
-
-/// Clock ticks of CPU (user + system, of the processes and of their reaped children) used by
-/// the process trees under `roots`, live descendants included, counted once each.
-fn tree_ticks(roots: &[u32]) -> u64 {
-    let mut table: HashMap<u32, (u32, u64)> = HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The fields after the command's closing parenthesis: ppid is the 2nd; utime, stime,
-        // cutime and cstime the 12th to 15th.
-        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-        table.insert(pid, (field(1) as u32, field(11) + field(12) + field(13) + field(14)));
-    }
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (&pid, &(parent, _)) in &table {
-        children.entry(parent).or_default().push(pid);
-    }
-    let mut seen = HashSet::new();
-    let mut pending: Vec<u32> = roots.to_vec();
-    let mut total = 0;
-    while let Some(pid) = pending.pop() {
-        if !seen.insert(pid) {
-            continue;
-        }
-        total += table.get(&pid).map_or(0, |&(_, ticks)| ticks);
-        pending.extend(children.get(&pid).into_iter().flatten());
-    }
-    total
-}
-
-fn ticks_to_ms(ticks: u64) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 * 1000.0 / per_second
-}
-
-/// This process's children whose command name is `comm` (the harnesses' servers: ZooKeeper's
-/// `java`, `sboi`), which the harnesses do not hand out.
-fn children_named(comm: &str) -> Vec<u32> {
-    let me = std::process::id();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if name.trim() == comm && parent == Some(me) {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -577,6 +466,10 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         std::thread::sleep(config.settle);
     }
     let tree = || tree_ticks(&workers) + tree_ticks(&servers);
+    // Each worker's and each server's process tree apart, for the breakdown.
+    let trees: Vec<u32> = workers.iter().chain(&servers).copied().collect();
+    let each_tree = || trees.iter().map(|pid| tree_ticks(&[*pid])).collect::<Vec<u64>>();
+    let trees_before = each_tree();
     let (cpu_before, tx_before) = (tree(), pg_tx(postgres));
     let idle_start = Instant::now();
     let mut died = None;
@@ -590,6 +483,14 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     let seconds = idle_start.elapsed().as_secs_f64();
     let (cpu_after, tx_after) = (tree(), pg_tx(postgres));
     let idle_cpu_percent = ticks_to_ms(cpu_after - cpu_before) / seconds / 10.0;
+    if breakdown {
+        let spent: Vec<f64> = each_tree()
+            .iter()
+            .zip(&trees_before)
+            .map(|(after, before)| ticks_to_ms(after.saturating_sub(*before)) / seconds / 10.0)
+            .collect();
+        print_idle_trees(&spent[..workers.len()], &servers, &spent[workers.len()..]);
+    }
     let idle_pg_tx_per_s = tx_before.zip(tx_after).map(|(before, after)| (after.0 - before.0) as f64 / seconds);
     let idle_pg_statements_per_s = tx_before.zip(tx_after).map(|(before, after)| (after.1 - before.1) as f64 / seconds);
     println!(
@@ -634,6 +535,19 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         burst_first_ms,
         burst_per_s,
     }
+}
+
+/// The idle window's CPU by process tree, % of a core: each worker (the goal is per watcher:
+/// at most 0.1% of a core) and each server. A clock tick is 10 ms, so over a 30 s window a
+/// tree's share is counted in steps of 0.03%.
+fn print_idle_trees(workers: &[f64], servers: &[u32], spent: &[f64]) {
+    let shown: Vec<String> = workers.iter().map(|percent| format!("{percent:.2}")).collect();
+    let mut parts = vec![format!("workers {} (each)", shown.join(" / "))];
+    for (pid, percent) in servers.iter().zip(spent) {
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        parts.push(format!("{} {percent:.2}", name.trim()));
+    }
+    println!("idle CPU % of a core by process tree: {}", parts.join(", "));
 }
 
 /// Where the server's write-ahead log ends now, the full-page images written so far and the

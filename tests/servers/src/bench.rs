@@ -89,3 +89,69 @@ pub fn server_cpu(postmaster: u32) -> f64 {
 pub fn disk_temp_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("a temp dir under /var/tmp")
 }
+
+/// How fast this machine is at the moment, printed beside what a benchmark measures on a
+/// machine whose speed drifts (a shared virtual machine: the same code has run 30% slower an
+/// hour later). `cpu_loop_ms`: the best of three runs of a fixed arithmetic loop (one core's
+/// speed). `wake_us`: p50 and p90 of a round trip to a thread blocked reading a Unix socket,
+/// each after a 2 ms sleep, as a watcher or a server process is woken after a quiet spell
+/// (what a trickle's every hop pays).
+#[derive(Debug, Clone, Copy)]
+pub struct MachinePace {
+    pub cpu_loop_ms: f64,
+    pub wake_us: (f64, f64),
+}
+
+impl std::fmt::Display for MachinePace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CPU loop {:.1} ms, a sleeping thread's wake-up round trip p50 {:.0} us, p90 {:.0} us",
+            self.cpu_loop_ms, self.wake_us.0, self.wake_us.1
+        )
+    }
+}
+
+/// Measures `MachinePace` (about a second).
+pub fn machine_pace() -> MachinePace {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let cpu_loop_ms = (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+            for _ in 0..20_000_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x = std::hint::black_box(x);
+            }
+            std::hint::black_box(x);
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .fold(f64::INFINITY, f64::min);
+    let (mut near, mut far) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    let echo = std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        while far.read(&mut byte).is_ok_and(|n| n == 1) {
+            if far.write_all(&byte).is_err() {
+                break;
+            }
+        }
+    });
+    let mut trips: Vec<f64> = (0..300)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            let started = Instant::now();
+            let mut byte = [1u8; 1];
+            near.write_all(&byte).expect("the echo thread reads");
+            near.read_exact(&mut byte).expect("the echo thread answers");
+            started.elapsed().as_secs_f64() * 1_000_000.0
+        })
+        .collect();
+    drop(near);
+    echo.join().ok();
+    trips.sort_by(f64::total_cmp);
+    let at = |q: f64| trips[((trips.len() as f64 * q) as usize).min(trips.len() - 1)];
+    MachinePace { cpu_loop_ms, wake_us: (at(0.5), at(0.9)) }
+}
