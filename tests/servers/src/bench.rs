@@ -92,13 +92,16 @@ pub fn disk_temp_dir(prefix: &str) -> tempfile::TempDir {
 
 /// How fast this machine is at the moment, printed beside what a benchmark measures on a
 /// machine whose speed drifts (a shared virtual machine: the same code has run 30% slower an
-/// hour later). `cpu_loop_ms`: the best of three runs of a fixed arithmetic loop (one core's
-/// speed). `wake_us`: p50 and p90 of a round trip to a thread blocked reading a Unix socket,
-/// each after a 2 ms sleep, as a watcher or a server process is woken after a quiet spell
-/// (what a trickle's every hop pays).
+/// hour later). `cpu_loop_ms`: the best of three runs of a fixed arithmetic loop in registers
+/// (one core's speed). `memory_walk_ms`: the best of three walks of 500,000 dependent reads
+/// through a 16 MiB random cycle, each a cache miss (what a neighbour's use of the shared
+/// caches and memory slows). `wake_us`: p50 and p90 of a round trip to a thread blocked
+/// reading a Unix socket, each after a 2 ms sleep, as a watcher or a server process is woken
+/// after a quiet spell (what a trickle's every hop pays).
 #[derive(Debug, Clone, Copy)]
 pub struct MachinePace {
     pub cpu_loop_ms: f64,
+    pub memory_walk_ms: f64,
     pub wake_us: (f64, f64),
 }
 
@@ -106,8 +109,8 @@ impl std::fmt::Display for MachinePace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "CPU loop {:.1} ms, a sleeping thread's wake-up round trip p50 {:.0} us, p90 {:.0} us",
-            self.cpu_loop_ms, self.wake_us.0, self.wake_us.1
+            "CPU loop {:.1} ms, memory walk {:.1} ms, a sleeping thread's wake-up round trip p50 {:.0} us, p90 {:.0} us",
+            self.cpu_loop_ms, self.memory_walk_ms, self.wake_us.0, self.wake_us.1
         )
     }
 }
@@ -130,6 +133,7 @@ pub fn machine_pace() -> MachinePace {
             started.elapsed().as_secs_f64() * 1000.0
         })
         .fold(f64::INFINITY, f64::min);
+    let memory_walk_ms = memory_walk_ms();
     let (mut near, mut far) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
     let echo = std::thread::spawn(move || {
         let mut byte = [0u8; 1];
@@ -153,5 +157,30 @@ pub fn machine_pace() -> MachinePace {
     echo.join().ok();
     trips.sort_by(f64::total_cmp);
     let at = |q: f64| trips[((trips.len() as f64 * q) as usize).min(trips.len() - 1)];
-    MachinePace { cpu_loop_ms, wake_us: (at(0.5), at(0.9)) }
+    MachinePace { cpu_loop_ms, memory_walk_ms, wake_us: (at(0.5), at(0.9)) }
+}
+
+/// The best of three walks of 500,000 dependent reads through one random cycle over 16 MiB
+/// (Sattolo's shuffle, a fixed seed: the same walk on every machine).
+fn memory_walk_ms() -> f64 {
+    const SLOTS: usize = 4 << 20;
+    let mut next: Vec<u32> = (0..SLOTS as u32).collect();
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    for i in (1..SLOTS).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        next.swap(i, (seed % i as u64) as usize);
+    }
+    (0..3)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let mut at = 0u32;
+            for _ in 0..500_000 {
+                at = next[at as usize];
+            }
+            std::hint::black_box(at);
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .fold(f64::INFINITY, f64::min)
 }
