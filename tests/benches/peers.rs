@@ -44,7 +44,11 @@
 //! trickle the bench prints where each stage's time went (`peers/phases.rs`); after the
 //! backlog and the trickle, what the PostgreSQL server spent on each statement and the
 //! write-ahead log it wrote per item (bytes, full-page images), and after the
-//! backlog the CPU per item of each process tree (the workers together, each server).
+//! backlog the CPU per item of each process tree (the workers together, each server); after
+//! the idle window its CPU per process tree, each worker apart.
+//!
+//! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
+//! machine's speed drifts between systems and repetitions).
 
 use autocomp_test_servers::bench::{load_average, machine_pace};
 use std::collections::{BTreeMap, HashMap};
