@@ -72,7 +72,7 @@ mod phases;
 #[path = "peers/processes.rs"]
 mod processes;
 
-use processes::{Proc, children_named, now_ms, ticks_to_ms, tree_ticks};
+use processes::{Proc, children_named, command_name, now_ms, ticks_to_ms, tree_ticks};
 
 const GRAPHILE: &str = "graphile-worker";
 const PROCRASTINATE: &str = "procrastinate";
@@ -407,8 +407,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         let per_item = |ticks: u64| ticks_to_ms(ticks) / backlog as f64;
         let mut parts = vec![format!("workers {:.2}", per_item(tree_ticks(&workers)))];
         for (pid, spent) in servers.iter().zip(&servers_spent) {
-            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            parts.push(format!("{} {:.2}", name.trim(), per_item(*spent)));
+            parts.push(format!("{} {:.2}", command_name(*pid), per_item(*spent)));
         }
         println!("backlog CPU ms per item by process tree: {}", parts.join(", "));
         if let (Some(pg), Some(before)) = (postgres, wal_before) {
@@ -473,7 +472,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     // Each worker's and each server's process tree apart, for the breakdown.
     let trees: Vec<u32> = workers.iter().chain(&servers).copied().collect();
     let each_tree = || trees.iter().map(|pid| tree_ticks(&[*pid])).collect::<Vec<u64>>();
-    let trees_before = each_tree();
+    let trees_before = if breakdown { each_tree() } else { Vec::new() };
     let (cpu_before, tx_before) = (tree(), pg_tx(postgres));
     let idle_start = Instant::now();
     let mut died = None;
@@ -548,8 +547,7 @@ fn print_idle_trees(workers: &[f64], servers: &[u32], spent: &[f64]) {
     let shown: Vec<String> = workers.iter().map(|percent| format!("{percent:.2}")).collect();
     let mut parts = vec![format!("workers {} (each)", shown.join(" / "))];
     for (pid, percent) in servers.iter().zip(spent) {
-        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        parts.push(format!("{} {percent:.2}", name.trim()));
+        parts.push(format!("{} {percent:.2}", command_name(*pid)));
     }
     println!("idle CPU % of a core by process tree: {}", parts.join(", "));
 }

@@ -97,9 +97,12 @@ pub(crate) fn tree_ticks(roots: &[u32]) -> u64 {
 }
 
 pub(crate) fn ticks_to_ms(ticks: u64) -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 * 1000.0 / per_second
+    ticks as f64 * 1000.0 / autocomp_test_servers::bench::clock_ticks()
+}
+
+/// A process's command name (`/proc/<pid>/comm`), empty once it is gone.
+pub(crate) fn command_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_owned()
 }
 
 /// This process's children whose command name is `comm` (the harnesses' servers: ZooKeeper's
@@ -109,10 +112,10 @@ pub(crate) fn children_named(comm: &str) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let name = command_name(pid);
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if name.trim() == comm && parent == Some(me) {
+        if name == comm && parent == Some(me) {
             found.push(pid);
         }
     }
