@@ -16,3 +16,4 @@ mod secrets;
 mod service;
 mod store_file;
 mod untrusted_text;
+mod young_plans;

@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(19, "0019_feed_epochs"),
     migration!(20, "0020_feed_epochs_alone"),
     migration!(21, "0021_one_row_version"),
+    migration!(22, "0022_key_lookups_by_index"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

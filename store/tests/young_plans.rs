@@ -1,0 +1,152 @@
+//! A PostgreSQL connection plans a stage's statements once and keeps the plans (PL/pgSQL's
+//! cached plans, generic since schema 21; the judged claim's read, planned once): a plan made
+//! while the store was nearly empty must still look batches up by key once it holds
+//! thousands. Until schema 22 the lock of `id = ANY (...)` was planned as a sequential scan on
+//! an empty table, and every registration, claim and result on that connection then read the
+//! whole table.
+
+use autocomp_model::*;
+use autocomp_store::*;
+use autocomp_test_servers::postgres::{Postgres, shared};
+use std::time::{Duration, Instant};
+
+/// Rows `batches` holds when the stages are measured.
+const GROWN_TO: usize = 3_000;
+/// Stages (a registration, a judged claim, a result) measured on the grown table.
+const STAGES: usize = 20;
+
+fn agent() -> Agent {
+    Agent::new("probe/1.0@host#1").unwrap()
+}
+
+/// One stage on `store`: `batch` registered with its delivery, claimed by the probe as a
+/// watcher claims it (judged on its summary), its result recorded in the run.
+async fn stage(store: &PgStore, batch: &str) {
+    let id: BatchId = batch.parse().unwrap();
+    let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, agent());
+    store.register_batch(NewBatch::new(id.clone(), "Item".parse().unwrap()), received).await.unwrap();
+    let stamp = store.get_summaries(std::slice::from_ref(&id)).await.unwrap()[0].changed_seq;
+    let component: ComponentName = "probe".parse().unwrap();
+    let trigger = Trigger { requires: vec!["Data_Received".parse().unwrap()], ..Trigger::default() };
+    let request = ReadyClaimRequest {
+        batches: vec![id.clone()],
+        descriptor: ComponentDescriptor::new(component.clone(), "1.0", "Probed".parse().unwrap(), trigger),
+        holder: RunHolder { agent: agent(), host: "host".into(), pid: 1, claim_key: None, liveness: None },
+        force: false,
+        known_steering: Some(store.steering().await.unwrap().version),
+        exclusive: false,
+        takeovers: Vec::new(),
+    };
+    let claimed = store.claim_ready_judged(&request, &[stamp]).await.unwrap();
+    let claim = claimed.answers.into_iter().next().unwrap().unwrap().claim.expect("claimed as judged");
+    let result =
+        NewEvent::new("Probed".parse().unwrap(), Outcome::Success, agent()).in_run(component, claim.generation());
+    store.append_event(&id, result).await.unwrap();
+}
+
+/// `batches`' sequential scans, rows they read, and index scans, as the server's statistics
+/// hold them (each server process reports its own when it goes idle or ends).
+fn batches_scans(server: &Postgres, database: &str) -> (u64, u64, u64) {
+    let row = server.psql(
+        database,
+        "SELECT seq_scan || ' ' || seq_tup_read || ' ' || coalesce(idx_scan, 0) FROM pg_stat_user_tables \
+         WHERE relname = 'batches'",
+    );
+    let numbers: Vec<u64> = row.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    (numbers[0], numbers[1], numbers[2])
+}
+
+#[tokio::test]
+async fn a_connection_that_began_on_an_empty_store_still_looks_batches_up_by_key_thousands_of_batches_later() {
+    let server = shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    // One connection: the plans its first stage makes are the ones the later stages use.
+    let store = PgStore::open(&format!("{url}?pool_size=1")).await.unwrap();
+    stage(&store, "first").await;
+    // The table grows behind the connection's back, by a writer that scans nothing.
+    server.psql(
+        &database,
+        &format!(
+            "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, \
+                 modified_at) \
+             SELECT 'grown-' || i, 'Item', 0, '{{}}', s, s, s, 0, 0 \
+             FROM (SELECT i, nextval('store_seq') AS s FROM generate_series(1, {GROWN_TO}) i) g"
+        ),
+    );
+    let before = batches_scans(server, &database);
+    for n in 0..STAGES {
+        stage(&store, &format!("later-{n}")).await;
+    }
+    // Its connection closed, the server process reports what it read as it ends.
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let now = batches_scans(server, &database);
+        // Each stage locks its batch at least twice (the registration's result, the claim).
+        if (now.0 + now.2) - (before.0 + before.2) >= 2 * STAGES as u64 {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "the stages' scans never reached the statistics: {before:?} -> {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let rows_read = after.1 - before.1;
+    assert!(
+        rows_read < GROWN_TO as u64,
+        "{STAGES} stages on a table of {GROWN_TO} batches read {rows_read} rows by sequential scans \
+         ({} scans): a plan made on the empty table",
+        after.0 - before.0
+    );
+}
+
+/// The functions schema 22 plans by index and never compiles (a disabled scan's cost would
+/// have PostgreSQL compile the plan at every call), each PL/pgSQL overload (the SQL ones are older
+/// signatures calling them): a migration that replaces one with
+/// `CREATE OR REPLACE` drops its `SET` clauses unless it repeats them.
+const STAGE_FUNCTIONS: [&str; 18] = [
+    "autocomp_register_batch",
+    "autocomp_create_batch",
+    "autocomp_append_group",
+    "autocomp_insert_event",
+    "autocomp_record_event",
+    "autocomp_claim",
+    "autocomp_claim_ready",
+    "autocomp_claim_judged",
+    "autocomp_claim_many",
+    "autocomp_fence_refusal",
+    "autocomp_check_fence",
+    "autocomp_lock_batch",
+    "autocomp_release",
+    "autocomp_save_checkpoint",
+    "autocomp_cancel_run",
+    "autocomp_keep_summary_part",
+    "autocomp_summary_part_written",
+    "autocomp_check_batch_bytes",
+];
+
+#[tokio::test]
+async fn every_function_of_a_stage_plans_by_index() {
+    let server = shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    PgStore::open(&url).await.unwrap();
+    let names = STAGE_FUNCTIONS.map(|name| format!("'{name}'")).join(", ");
+    let unplanned = server.psql(
+        &database,
+        &format!(
+            "SELECT string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text) FROM pg_proc p \
+             WHERE p.proname IN ({names}) AND p.pronamespace = current_schema()::regnamespace \
+               AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql') \
+               AND NOT coalesce(p.proconfig @> ARRAY['enable_seqscan=off', 'jit=off'], false)"
+        ),
+    );
+    assert_eq!(unplanned.trim(), "", "functions of a stage planned with sequential scans or JIT allowed");
+    let found = server.psql(
+        &database,
+        &format!(
+            "SELECT count(DISTINCT proname) FROM pg_proc WHERE proname IN ({names}) \
+             AND prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')"
+        ),
+    );
+    assert_eq!(found.trim(), STAGE_FUNCTIONS.len().to_string(), "each named function exists in PL/pgSQL");
+}
