@@ -9,27 +9,33 @@
 --
 -- Each of these functions now plans with sequential scans disabled: every table they read has
 -- the index for its key, so the plan is the index's at any size; a relation without one (the
--- feed's epoch sequence, one-row tables) is still scanned, the setting only making a scan the
--- last resort. Such a scan's plan then costs more than 10^10, far past `jit_above_cost`, and
--- PostgreSQL (15 to 17) compiled it with LLVM at every execution: 3.8 ms for reading the
--- epoch's sequence, 8-10 ms a claim or an append (measured, then undone). So JIT is off in
--- them too: nothing these key lookups run is worth compiling. Like a function's other
--- `SET` clauses, this one is dropped by a `CREATE OR REPLACE` that does not repeat it: a
--- migration replacing one of these functions applies it again (the store's test
+-- feed epoch's sequence) is still scanned, the setting only making a scan the last resort.
+-- Such a scan's plan then costs more than 10^10, far past `jit_above_cost`, and PostgreSQL
+-- (JIT is on by default from 12; measured on 15) compiled it with LLVM at every execution:
+-- 3.8 ms for reading the epoch's sequence, 8-10 ms a claim or an append (measured, then
+-- undone). So JIT is off in them too: nothing these key lookups run is worth compiling. The
+-- batch trigger's metadata update and an operator's priority change look batches up by key
+-- the same way and are planned the same. Like a function's other `SET` clauses, these are
+-- dropped by a `CREATE OR REPLACE` that does not repeat them: a migration replacing one of
+-- these functions applies them again (the store's test
 -- `young_plans::every_function_of_a_stage_plans_by_index` names them and fails until it does).
+-- The functions are found in the schema that holds the store's (as migration 19 finds them),
+-- whatever the search path says now.
 DO $$
 DECLARE
     f regprocedure;
+    home oid := (SELECT pronamespace FROM pg_proc WHERE oid = 'autocomp_horizon'::regproc);
 BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc p
-        WHERE p.pronamespace = current_schema()::regnamespace
+        WHERE p.pronamespace = home
           AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
           AND p.proname IN ('autocomp_register_batch', 'autocomp_create_batch', 'autocomp_append_group',
               'autocomp_insert_event', 'autocomp_record_event', 'autocomp_claim', 'autocomp_claim_ready',
               'autocomp_claim_judged', 'autocomp_claim_many', 'autocomp_fence_refusal', 'autocomp_check_fence',
               'autocomp_lock_batch', 'autocomp_release', 'autocomp_save_checkpoint', 'autocomp_cancel_run',
-              'autocomp_keep_summary_part', 'autocomp_summary_part_written', 'autocomp_check_batch_bytes')
+              'autocomp_keep_summary_part', 'autocomp_summary_part_written', 'autocomp_check_batch_bytes',
+              'autocomp_replace_metadata', 'autocomp_set_priority', 'autocomp_prioritize')
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off SET jit = off', f);
     END LOOP;
