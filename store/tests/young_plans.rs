@@ -44,6 +44,14 @@ async fn stage(store: &PgStore, batch: &str) {
     store.append_event(&id, result).await.unwrap();
 }
 
+/// The shared server, and a fresh database's URL and name.
+fn fresh_database() -> (&'static Postgres, String, String) {
+    let server = shared();
+    let url = server.unique_database();
+    let database = url.rsplit('/').next().unwrap().to_string();
+    (server, url, database)
+}
+
 /// `batches`' sequential scans, rows they read, and index scans, as the server's statistics
 /// hold them (each server process reports its own when it goes idle or ends).
 fn batches_scans(server: &Postgres, database: &str) -> (u64, u64, u64) {
@@ -58,9 +66,7 @@ fn batches_scans(server: &Postgres, database: &str) -> (u64, u64, u64) {
 
 #[tokio::test]
 async fn a_connection_that_began_on_an_empty_store_still_looks_batches_up_by_key_thousands_of_batches_later() {
-    let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, database) = fresh_database();
     // One connection: the plans its first stage makes are the ones the later stages use.
     let store = PgStore::open(&format!("{url}?pool_size=1")).await.unwrap();
     // No autovacuum round analyzes the table while it grows: its ANALYZE would replan the
@@ -133,9 +139,7 @@ const STAGE_FUNCTIONS: [&str; 21] = [
 
 #[tokio::test]
 async fn every_function_of_a_stage_plans_by_index() {
-    let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, database) = fresh_database();
     PgStore::open(&url).await.unwrap();
     let names = STAGE_FUNCTIONS.map(|name| format!("'{name}'")).join(", ");
     let unplanned = server.psql(

@@ -33,10 +33,10 @@ pub(super) const CONDITIONAL_ROUNDS: usize = 20;
 /// planned it again at every execution (its plan for one batch id looked cheaper than the
 /// generic one, which is the same primary-key lookup): 0.16 ms of planning for 0.03 of
 /// execution. Planned once, a plan made while `batches` was nearly empty would be a
-/// sequential scan kept for the connection's life, so scans are disabled while it is planned,
-/// and JIT with them (a disabled scan's cost would have it compiled; as schema 22 does for the
-/// stage's functions). Sent as one simple query ahead of it,
-/// pipelined: no round trip of its own.
+/// sequential scan kept until an `ANALYZE` replans it, so scans are disabled while it is
+/// planned, and JIT with them (a disabled scan's cost would have it compiled; as schema 22
+/// does for the stage's functions). Sent as one simple query ahead of it, pipelined: no round
+/// trip of its own.
 pub(super) const BEGIN_PLANNED_ONCE: &str =
     "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL jit = off";
 /// Back to the planning the server is configured with, for the rest of the transaction (the
