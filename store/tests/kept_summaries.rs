@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::shared;
+use autocomp_test_servers::postgres::{NamedDatabase, shared};
 
 fn id(text: &str) -> BatchId {
     BatchId::new(text).unwrap()
@@ -98,8 +98,7 @@ fn batch_rows_updated_by(database: &str, calls: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_and_an_append_write_their_batch_row_once_and_keep_its_summary() {
-    let url = shared().unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = shared().unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
     let batch = id("K1");
     let agent = Agent::new("a").unwrap();
@@ -136,8 +135,7 @@ async fn a_claim_and_an_append_write_their_batch_row_once_and_keep_its_summary()
 #[tokio::test(flavor = "multi_thread")]
 async fn kept_columns_a_hand_edit_left_apart_read_as_an_invalid_store_not_a_crash() {
     let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
     let batch = id("K1");
     store.create_batch(NewBatch::new(batch.clone(), "RoundTrip".parse().unwrap())).await.unwrap();

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::{Options, Postgres, shared};
+use autocomp_test_servers::postgres::{NamedDatabase, Options, Postgres, shared};
 
 fn ssl_in_use(server: &Postgres, database: &str) -> String {
     server.psql(database, "SELECT string_agg(ssl::text, ',') FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE application_name = 'autocomp'")
@@ -83,8 +83,7 @@ async fn each_sslmode_verifies_what_it_promises() {
 #[tokio::test]
 async fn a_wrong_password_is_a_configuration_error_that_never_shows_the_password() {
     let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_string();
+    let database = server.unique_named_database().name;
     server.psql(&database, "CREATE ROLE pw_user LOGIN PASSWORD 'right-horse-battery'");
     // As the README asks: the role owns its database.
     server.psql("postgres", &format!("ALTER DATABASE {database} OWNER TO pw_user"));
@@ -215,8 +214,7 @@ const LATEST_SCHEMA_VERSION_PG: i32 = autocomp_store::postgres::LATEST_VERSION;
 #[tokio::test]
 async fn a_judged_claim_whose_read_is_refused_reports_that_refusal_and_claims_nothing() {
     let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_string();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let owner = PgStore::open(&url).await.unwrap();
     let id: BatchId = "J1".parse().unwrap();
     let agent = Agent::new("trigger/1.0@host#1").unwrap();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use autocomp_model::*;
 use autocomp_store::postgres::LATEST_VERSION;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::{Postgres, shared};
+use autocomp_test_servers::postgres::{NamedDatabase, Postgres, shared};
 use serde_json::{Map, Value, json};
 
 const CHILD_MODE: &str = "AUTOCOMP_PG_PROCESSES_CHILD";
@@ -340,11 +340,6 @@ fn parse_ack(line: &str) -> Option<Ack> {
     })
 }
 
-/// `postgres://.../NAME` -> `NAME` (the harness's unique names need no decoding).
-fn database_name(url: &str) -> &str {
-    url.rsplit('/').next().unwrap()
-}
-
 /// `psql` from async code without stalling the runtime's other tasks.
 fn psql(server: &Postgres, database: &str, sql: &str) -> String {
     tokio::task::block_in_place(|| server.psql(database, sql))
@@ -602,8 +597,7 @@ async fn the_change_feed_never_skips_under_concurrent_writers_in_two_processes()
     let started = Instant::now();
     let deadline = started + TEST_LIMIT;
     let server = shared();
-    let url = server.unique_database();
-    let database = database_name(&url).to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
 
     let mut acks = Vec::new();
@@ -827,8 +821,7 @@ async fn two_processes_opening_an_empty_database_at_once_one_migrates_the_other_
     let deadline = Instant::now() + TEST_LIMIT;
     let server = shared();
     for round in 0..ROUNDS {
-        let url = server.unique_database();
-        let database = database_name(&url).to_owned();
+        let NamedDatabase { name: database, url } = server.unique_named_database();
         let mut children: Vec<ChildProcess> = (0..OPENERS)
             .map(|i| ChildProcess::spawn("open", &format!("opener{round}.{i}"), &[("PG_URL", url.clone())]))
             .collect();
@@ -893,8 +886,7 @@ fn numbers_in(message: &str, server: &Postgres) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_database_at_a_newer_schema_is_refused_naming_both_versions() {
     let server = shared();
-    let url = server.unique_database();
-    let database = database_name(&url).to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
     for n in 0..3 {
         store.create_batch(NewBatch::new(hot_batch(n), BatchType::new("Hot").unwrap())).await.unwrap();
@@ -929,8 +921,7 @@ async fn a_database_at_a_newer_schema_is_refused_naming_both_versions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn migrate_false_refuses_an_old_schema_and_names_the_command() {
     let server = shared();
-    let url = server.unique_database();
-    let database = database_name(&url).to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let strict = format!("{url}?migrate=false");
     let tables =
         || psql(server, &database, "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace");
@@ -964,8 +955,7 @@ async fn a_client_killed_mid_write_leaves_nothing_half_written() {
     const BATCHES: usize = 10;
     let deadline = Instant::now() + TEST_LIMIT;
     let server = shared();
-    let url = server.unique_database();
-    let database = database_name(&url).to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
     for n in 0..BATCHES {
         store.create_batch(NewBatch::new(hot_batch(n), BatchType::new("Hot").unwrap())).await.unwrap();

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::http1::get;
+use autocomp_test_servers::postgres::NamedDatabase;
 use autocomp_test_servers::wait_for;
 use serde_json::{Value, json};
 
@@ -136,12 +137,11 @@ async fn nul_and_bidi_text_round_trips_on_postgresql() {
 #[tokio::test]
 async fn rows_written_without_the_escaping_read_back_unchanged() {
     let server = autocomp_test_servers::postgres::shared();
-    let url = server.unique_database();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let store = PgStore::open(&url).await.unwrap();
     store.create_batch(NewBatch::new(id("B1"), BatchType::new("Delivery").unwrap())).await.unwrap();
-    let database = url.rsplit('/').next().unwrap();
     server.psql(
-        database,
+        &database,
         "UPDATE batches SET metadata = '{\"location\": \"/in/a\u{FDD0}b\", \"plain\": \"é\\u0001\"}' WHERE id = 'B1'",
     );
     let batch = store.get_batch(&id("B1")).await.unwrap();

@@ -7,7 +7,7 @@
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::{Postgres, shared};
+use autocomp_test_servers::postgres::{NamedDatabase, Postgres, shared};
 use std::time::{Duration, Instant};
 
 /// Rows `batches` holds when the stages are measured.
@@ -47,9 +47,8 @@ async fn stage(store: &PgStore, batch: &str) {
 /// The shared server, and a fresh database's URL and name.
 fn fresh_database() -> (&'static Postgres, String, String) {
     let server = shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_string();
-    (server, url, database)
+    let NamedDatabase { name, url } = server.unique_named_database();
+    (server, url, name)
 }
 
 /// `batches`' sequential scans, rows they read, and index scans, as the server's statistics

@@ -28,7 +28,7 @@ use autocomp_framework::locks::{
     Liveness, LockError, LockHolder, LockPath, LockService, SessionState, inspect_locks, open_locks,
 };
 use autocomp_model::{ComponentName, Timestamp};
-use autocomp_test_servers::postgres::{self, Options, Postgres};
+use autocomp_test_servers::postgres::{self, NamedDatabase, Options, Postgres};
 
 use crate::lock_contract::HolderProcess;
 
@@ -154,8 +154,7 @@ fn a_stalled_holders_liveness_record_is_dead_only_after_a_full_lease_and_the_ver
 #[test]
 fn a_server_clock_a_day_ahead_takes_no_live_holders_lock() {
     let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     // Every clock function a statement could name unqualified now answers a day ahead.
     let ahead = ["now", "clock_timestamp", "statement_timestamp", "transaction_timestamp"]
         .map(|f| {
@@ -230,8 +229,7 @@ fn a_holder_that_loses_its_database_is_suspended_then_lost_on_its_own_clock_befo
 #[test]
 fn a_lock_row_no_lock_service_wrote_is_an_alarm_not_busy() {
     let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     runtime().block_on(async {
         let locks = open_locks(&url).await.unwrap();
         // A worker that beats (a long lease) and a lock row whose holder is not a record.
@@ -532,8 +530,7 @@ fn a_pass_renews_every_tenth_of_its_lease_while_it_works_a_claimed_batch() {
 #[test]
 fn the_doctor_says_where_the_lock_tables_are_and_who_may_not_make_them() {
     let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     runtime().block_on(async {
         // The shared test server runs with synchronous_commit = off (for speed): a lock it
         // acknowledges could be lost in a crash, and the doctor says so.
@@ -624,8 +621,7 @@ fn a_component_runs_with_its_store_and_its_locks_in_postgres() {
 /// `locks_url` of that database's URL; the server and the database's name.
 fn probe_in_postgres(locks_url: impl Fn(&str) -> String) -> (&'static Postgres, String, Pipeline) {
     let server = postgres::shared();
-    let url = server.unique_database();
-    let database = url.rsplit('/').next().unwrap().to_owned();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
     let pipeline = Pipeline::with_store(PROBE, &url);
     pipeline.use_locks(&locks_url(&url));
     (server, database, pipeline)

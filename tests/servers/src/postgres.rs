@@ -198,6 +198,13 @@ enum StartError {
     Failed(String),
 }
 
+/// A database of a test's own (`Postgres::unique_named_database`).
+pub struct NamedDatabase {
+    pub name: String,
+    /// `postgres://autocomp@127.0.0.1:PORT/NAME`.
+    pub url: String,
+}
+
 impl Postgres {
     /// A fresh server with the default [`Options`] (fsync on), ready for connections.
     pub fn start() -> Self {
@@ -407,9 +414,16 @@ impl Postgres {
     /// Creates a database with a name unique in this server (`t_<test pid>_<counter>`) and
     /// returns its URL.
     pub fn unique_database(&self) -> String {
+        self.unique_named_database().url
+    }
+
+    /// `unique_database`, with the name it was given too: what `psql` and the catalog's
+    /// reads are told.
+    pub fn unique_named_database(&self) -> NamedDatabase {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let name = format!("t_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        self.create_database(&name)
+        let url = self.create_database(&name);
+        NamedDatabase { name, url }
     }
 
     /// Runs `sql` as a `psql` script in `database` (each statement its own transaction
