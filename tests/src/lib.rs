@@ -152,8 +152,9 @@ impl Finished {
 pub use autocomp_test_servers::wait_until;
 
 /// Removes from `command` the environment that would change what an autocomp binary reads
-/// (backend URLs, the config dir, tokens, certificates, identities, the log filter, a
-/// PostgreSQL password), so a test says everything it means.
+/// (backend URLs, the config dir, tokens, certificates, the ZooKeeper identity, the log
+/// filter, what a `postgres://` URL falls back on, the probe's own settings), so a test or a
+/// bench says everything it means.
 pub fn without_pipeline_env(command: &mut Command) -> &mut Command {
     for var in [
         "AUTOCOMP_STORE",
@@ -167,7 +168,11 @@ pub fn without_pipeline_env(command: &mut Command) -> &mut Command {
         "AUTOCOMP_CLIENT_CERT",
         "AUTOCOMP_CLIENT_KEY",
         "RUST_LOG",
+        "PGUSER",
         "PGPASSWORD",
+        "PROBE_NAME",
+        "PROBE_EVENT_TYPE",
+        "PROBE_REQUIRES",
     ] {
         command.env_remove(var);
     }
@@ -357,25 +362,8 @@ impl Pipeline {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.probe);
         command.arg("--config-dir").arg(self.config_dir()).args(args);
-        for var in [
-            "AUTOCOMP_STORE",
-            "AUTOCOMP_INDEX",
-            "AUTOCOMP_LOCKS",
-            "AUTOCOMP_CONFIG_DIR",
-            "RUST_LOG",
-            "PROBE_NAME",
-            "PROBE_EVENT_TYPE",
-            "PROBE_REQUIRES",
-            // What a postgres:// store URL falls back on: every test says what it means.
-            "PGUSER",
-            "PGPASSWORD",
-            // The ZooKeeper identity: a test that wants one names its auth file.
-            "AUTOCOMP_ZK_AUTH",
-        ] {
-            command.env_remove(var);
-        }
         // What the test services accept; the embedded backends ignore it.
-        command.env("AUTOCOMP_TOKEN", services::TOKEN).env_remove("AUTOCOMP_TOKEN_FILE");
+        without_pipeline_env(&mut command).env("AUTOCOMP_TOKEN", services::TOKEN);
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
@@ -389,15 +377,7 @@ impl Pipeline {
     pub fn autocomp(&self, args: &[&str]) -> Finished {
         let mut command = Command::new(binary("autocomp"));
         command.arg("--config-dir").arg(self.config_dir()).args(["--as", "ann"]).args(args);
-        for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"]
-        {
-            command.env_remove(var);
-        }
-        command
-            .env_remove("RUST_LOG")
-            .env_remove("PGUSER")
-            .env_remove("PGPASSWORD")
-            .env("AUTOCOMP_TOKEN", services::TOKEN);
+        without_pipeline_env(&mut command).env("AUTOCOMP_TOKEN", services::TOKEN);
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
     }

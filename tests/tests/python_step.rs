@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use autocomp_e2e::services::{Service, TOKEN};
-use autocomp_e2e::{Finished, Pipeline, binary, finish};
+use autocomp_e2e::{Finished, Pipeline, binary, finish, without_pipeline_env};
 use autocomp_model::{BatchId, Outcome};
 use autocomp_test_servers::postgres;
 use serde::Deserialize;
@@ -58,21 +58,7 @@ fn python_path() -> PathBuf {
 fn command(pipeline: &Pipeline, program: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(program);
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
-    for var in [
-        "AUTOCOMP_STORE",
-        "AUTOCOMP_INDEX",
-        "AUTOCOMP_LOCKS",
-        "AUTOCOMP_CONFIG_DIR",
-        "AUTOCOMP_TOKEN_FILE",
-        "RUST_LOG",
-        "PGUSER",
-        "PGPASSWORD",
-        "PROBE_NAME",
-        "PROBE_EVENT_TYPE",
-        "PROBE_REQUIRES",
-    ] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.env("AUTOCOMP_TOKEN", TOKEN).env("PYTHONPATH", python_path()).env("PYTHONDONTWRITEBYTECODE", "1");
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     command

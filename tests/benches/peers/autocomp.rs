@@ -7,9 +7,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use autocomp_e2e::binary;
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
+use autocomp_e2e::{binary, without_pipeline_env};
 use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq};
 use autocomp_store::{ObjectStore, open_store};
 
@@ -163,34 +163,19 @@ impl System for Autocomp {
         for stage in 1..=STAGES {
             let name = format!("stage{stage}");
             let requires = if stage == 1 { RECEIVED.to_owned() } else { stage_event(stage - 1) };
-            let mut command = if self.exec {
-                let mut command = Command::new(&self.program);
+            let mut command = Command::new(&self.program);
+            without_pipeline_env(&mut command);
+            if self.exec {
                 command.args(["--name", &name, "--event-type", &stage_event(stage), "--requires", &requires]);
-                command
             } else {
-                let mut command = Command::new(&self.program);
                 command
                     .env("PROBE_NAME", &name)
                     .env("PROBE_EVENT_TYPE", stage_event(stage))
                     .env("PROBE_REQUIRES", &requires);
-                command
-            };
+            }
             command.arg("--config-dir").arg(&config).arg("--watch");
             if self.exec {
                 command.args(["--", "true"]);
-            }
-            for var in [
-                "AUTOCOMP_STORE",
-                "AUTOCOMP_INDEX",
-                "AUTOCOMP_LOCKS",
-                "AUTOCOMP_CONFIG_DIR",
-                "AUTOCOMP_TOKEN_FILE",
-                "AUTOCOMP_ZK_AUTH",
-                "RUST_LOG",
-                "PGUSER",
-                "PGPASSWORD",
-            ] {
-                command.env_remove(var);
             }
             // What the test sboi service asks of readers; the embedded backends ignore it.
             command.env("AUTOCOMP_TOKEN", TOKEN);
