@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use autocomp_e2e::services::TOKEN;
-use autocomp_e2e::{Finished, Pipeline, binary, finish};
+use autocomp_e2e::{Pipeline, binary, finish, without_pipeline_env};
 use autocomp_test_servers::postgres;
 use serde_json::Value;
 
@@ -20,19 +20,8 @@ const NOISY: &str = r#"echo 'first stdout line'; printf 'nul\000byte \033[31mred
     while [ $i -lt 3000 ]; do echo "filler line $i of the stdout stream"; i=$((i+1)); done;
     echo 'last stdout line'; echo 'fatal: page 7 is unreadable' >&2; exit 1"#;
 
-fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
-    let mut command = Command::new(binary("autocomp"));
-    command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
-        command.env_remove(var);
-    }
-    command.env_remove("RUST_LOG").env_remove("PGUSER").env_remove("PGPASSWORD").env("AUTOCOMP_TOKEN", TOKEN);
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
-}
-
 fn ok(pipeline: &Pipeline, args: &[&str]) -> String {
-    let done = autocomp(pipeline, args);
+    let done = pipeline.autocomp(args);
     assert_eq!(done.code, Some(0), "autocomp {args:?}\n{}", done.show());
     done.stdout
 }
@@ -107,14 +96,14 @@ fn a_failed_commands_output_is_kept_per_attempt_and_shown_by_autocomp_logs() {
     assert_eq!(stderr["head"], "nul\u{0}byte \u{1b}[31mred\nfatal: page 7 is unreadable\n");
 
     // Bad input names the field and the value; exit 2.
-    let missing = autocomp(&pipeline, &["logs", id.as_str(), "--component", "ocr", "--attempt", "9"]);
+    let missing = pipeline.autocomp(&["logs", id.as_str(), "--component", "ocr", "--attempt", "9"]);
     assert_eq!(missing.code, Some(2), "{}", missing.show());
     assert!(missing.stderr.contains("--attempt") && missing.stderr.contains('9'), "{}", missing.show());
     assert!(missing.stderr.contains("ocr ran 2 time(s)"), "{}", missing.show());
-    let unknown = autocomp(&pipeline, &["logs", id.as_str(), "--component", "nosuch"]);
+    let unknown = pipeline.autocomp(&["logs", id.as_str(), "--component", "nosuch"]);
     assert_eq!(unknown.code, Some(2), "{}", unknown.show());
     assert!(unknown.stderr.contains("nosuch"), "{}", unknown.show());
-    let no_batch = autocomp(&pipeline, &["logs", "B9999"]);
+    let no_batch = pipeline.autocomp(&["logs", "B9999"]);
     assert_eq!(no_batch.code, Some(2), "{}", no_batch.show());
     assert!(no_batch.stderr.contains("B9999"), "{}", no_batch.show());
 
@@ -240,10 +229,11 @@ fn a_line_feed_in_a_reason_stays_on_its_line_in_show() {
 fn follow(pipeline: &Pipeline, id: &str) -> std::process::Child {
     let mut follow = Command::new(binary("autocomp"));
     follow.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann", "logs", id, "--follow"]);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
-        follow.env_remove(var);
-    }
-    follow.env("AUTOCOMP_TOKEN", TOKEN).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    without_pipeline_env(&mut follow)
+        .env("AUTOCOMP_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     follow.spawn().expect("autocomp logs --follow starts")
 }
 

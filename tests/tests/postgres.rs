@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::services::{Service, TOKEN};
-use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until, without_pipeline_env};
 use autocomp_model::{
     Agent, BatchId, BatchType, ComponentName, EventType, IdempotencyKey, NewBatch, NewEvent, Outcome, RunHolder,
 };
@@ -51,10 +51,7 @@ fn configure_probe(pipeline: &Pipeline, work_time: &str) {
 fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
-        command.env_remove(var);
-    }
-    command.env_remove("RUST_LOG").env_remove("PGUSER").env_remove("PGPASSWORD").env("AUTOCOMP_TOKEN", TOKEN);
+    without_pipeline_env(&mut command).env("AUTOCOMP_TOKEN", TOKEN);
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(30))
 }

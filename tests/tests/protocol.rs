@@ -6,29 +6,16 @@
 //! malformed result file, a result not matching its schema, settings as JSON and a settings
 //! schema that refuses a pass.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use autocomp_e2e::services::TOKEN;
 use autocomp_e2e::{Finished, Pipeline, binary, finish};
 use autocomp_model::BatchId;
 use autocomp_test_servers::postgres;
 use serde_json::{Value, json};
 
-fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
-    let mut command = Command::new(binary("autocomp"));
-    command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "AUTOCOMP_TOKEN_FILE"] {
-        command.env_remove(var);
-    }
-    command.env_remove("RUST_LOG").env_remove("PGUSER").env_remove("PGPASSWORD").env("AUTOCOMP_TOKEN", TOKEN);
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
-}
-
 /// `autocomp show ID --format json`: the batch's effective event of `event_type`.
 fn shown_event(pipeline: &Pipeline, id: &BatchId, event_type: &str) -> Value {
-    let done = autocomp(pipeline, &["show", id.as_str(), "--format", "json"]);
+    let done = pipeline.autocomp(&["show", id.as_str(), "--format", "json"]);
     assert_eq!(done.code, Some(0), "{}", done.show());
     let shown: Value = serde_json::from_str(&done.stdout).unwrap_or_else(|e| panic!("{e}: {}", done.show()));
     let events = shown["events"].as_array().unwrap_or_else(|| panic!("no events: {shown}"));
@@ -299,7 +286,7 @@ json.dump({"result": {"settings": settings}}, open(os.environ["AUTOCOMP_RESULT_F
         let run = exec(&pipeline, &SCAN, &["python3", "-c", script]);
         assert_eq!(run.code, Some(2), "{}", run.show());
         assert!(run.stderr.contains(shown), "{}", run.show());
-        let said = format!("{}{}", run.stderr, autocomp(&pipeline, &["pipeline"]).stdout);
+        let said = format!("{}{}", run.stderr, pipeline.autocomp(&["pipeline"]).stdout);
         assert!(!said.contains("hunter2") && !said.contains("12345678"), "{said}");
     }
 }
@@ -321,7 +308,7 @@ fn an_exec_flag_after_the_double_dash_is_refused_unless_after_a_second_one() {
         "{}",
         misplaced.show()
     );
-    assert!(autocomp(&pipeline, &["logs", id.as_str()]).stdout.contains("no run kept any output"), "nothing ran");
+    assert!(pipeline.autocomp(&["logs", id.as_str()]).stdout.contains("no run kept any output"), "nothing ran");
 
     let literal = exec(
         &pipeline,
@@ -329,6 +316,6 @@ fn an_exec_flag_after_the_double_dash_is_refused_unless_after_a_second_one() {
         &["--", "sh", "-c", "echo \"$1\"", "sh", "--name"],
     );
     assert_eq!(literal.code, Some(0), "{}", literal.show());
-    let shown = autocomp(&pipeline, &["logs", id.as_str()]).stdout;
+    let shown = pipeline.autocomp(&["logs", id.as_str()]).stdout;
     assert!(shown.contains("--- stdout ---\n--name\n"), "the command got `--name` as its argument:\n{shown}");
 }
