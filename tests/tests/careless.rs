@@ -167,9 +167,7 @@ fn under_umask_022_a_fresh_pass_leaves_the_store_0600_and_the_index_0700() {
     pipeline.use_backend("index", &format!("local:{}", fresh.join("index").display()));
     let mut command = Command::new("sh");
     command.args(["-c", "umask 022 && exec \"$0\" \"$@\""]).arg(PROBE).arg("--config-dir").arg(pipeline.config_dir());
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let pass = finish(command.spawn().expect("the probe starts"), Duration::from_secs(30));
     assert_eq!(pass.code, Some(0), "{}", pass.show());

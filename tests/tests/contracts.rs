@@ -9,7 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use autocomp_e2e::{Finished, Pipeline, binary, finish};
+use autocomp_e2e::{Finished, Pipeline, binary, finish, without_pipeline_env};
 use autocomp_model::{ComponentName, ComponentState, PassOutcome};
 use serde_json::json;
 
@@ -26,9 +26,7 @@ fn pass(pipeline: &Pipeline, role: &str) -> Finished {
 fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.env("AUTOCOMP_TOKEN", autocomp_e2e::services::TOKEN);
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))

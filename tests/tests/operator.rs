@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until, without_pipeline_env};
 use autocomp_model::{Agent, ComponentName, Event, Outcome, RunHolder};
 use autocomp_store::prelude::*;
 use serde_json::Value;
@@ -66,9 +66,7 @@ fn component(pipeline: &Pipeline, name: &str) -> Command {
 fn autocomp_in(config_dir: &std::path::Path, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(config_dir).args(["--as", OPERATOR]).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG", "USER"] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command).env_remove("USER");
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
 }
@@ -905,9 +903,7 @@ fn autocomp_with_a_closed_stdout_exits_as_usual_without_a_panic() {
     drop(reader);
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(["show", "B0001"]);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command);
     command.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped());
     let done = finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60));
     assert_eq!(done.code, Some(0), "{}", done.show());

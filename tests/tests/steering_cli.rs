@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{Finished, Pipeline, binary, finish, wait_until, without_pipeline_env};
 use autocomp_model::{Agent, BatchId, ComponentName, HoldKind, Outcome, SteeringChange, SteeringRequest};
 use serde_json::Value;
 
@@ -17,9 +17,7 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG", "USER"] {
-        command.env_remove(var);
-    }
+    without_pipeline_env(&mut command).env_remove("USER");
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
 }
@@ -274,9 +272,7 @@ fn drain_wait_returns_once_the_running_work_has_finished() {
     let mut drain = Command::new(binary("autocomp"));
     drain.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "ann"]);
     drain.args(["drain", "probe", "--reason", "maintenance", "--wait", "--timeout", "60s"]);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG"] {
-        drain.env_remove(var);
-    }
+    without_pipeline_env(&mut drain);
     drain.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut drain = drain.spawn().unwrap();
     // The drain is recorded while the work still runs, and it waits.

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use autocomp_e2e::zk::{self, PIPELINE_USER, ZooKeeper};
-use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until};
+use autocomp_e2e::{Finished, PROBED, Pipeline, binary, finish, wait_until, without_pipeline_env};
 use autocomp_framework::exit;
 use autocomp_framework::locks::{LockError, LockHolder, LockPath, open_locks};
 use autocomp_model::{BatchId, ComponentName, Timestamp};
@@ -32,10 +32,7 @@ fn secured() -> ZooKeeper {
 fn autocomp(pipeline: &Pipeline, args: &[&str]) -> Finished {
     let mut command = Command::new(binary("autocomp"));
     command.arg("--config-dir").arg(pipeline.config_dir()).args(["--as", "tester"]).args(args);
-    for var in ["AUTOCOMP_STORE", "AUTOCOMP_INDEX", "AUTOCOMP_LOCKS", "AUTOCOMP_CONFIG_DIR", "RUST_LOG", "USER"] {
-        command.env_remove(var);
-    }
-    command.env_remove(autocomp_framework::locks::AUTH_ENV);
+    without_pipeline_env(&mut command).env_remove("USER");
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     finish(command.spawn().expect("autocomp starts"), Duration::from_secs(60))
 }
