@@ -23,20 +23,20 @@ pub(super) struct ChildReport {
 }
 
 /// An `ObjectStore` that times every call into the real one.
-pub(super) struct TimedStore<S> {
-    pub(super) inner: S,
-    pub(super) nanos: AtomicU64,
+struct TimedStore<S> {
+    inner: S,
+    nanos: AtomicU64,
 }
 
 impl<S> TimedStore<S> {
-    pub(super) async fn timed<T>(&self, work: impl Future<Output = T>) -> T {
+    async fn timed<T>(&self, work: impl Future<Output = T>) -> T {
         let start = Instant::now();
         let result = work.await;
         self.nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         result
     }
 
-    pub(super) fn seconds(&self) -> f64 {
+    fn seconds(&self) -> f64 {
         self.nanos.load(Ordering::Relaxed) as f64 / 1e9
     }
 }
@@ -244,7 +244,7 @@ impl<S: ObjectStore> autocomp_store::RetentionStore for TimedStore<S> {
     }
 }
 
-pub(super) fn proc_status_kib(key: &str) -> u64 {
+fn proc_status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().find_map(|line| line.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse().ok()).unwrap_or(0)
 }
@@ -274,7 +274,7 @@ pub(super) fn child(mode: ChildMode) {
 }
 
 /// What the engine reads from the store during a catch-up, without the indexing.
-pub(super) async fn read_feed(store: &TimedStore<SqliteStore>) -> ChildReport {
+async fn read_feed(store: &TimedStore<SqliteStore>) -> ChildReport {
     let page_size = engine_options().page_size;
     let start = Instant::now();
     let (mut cursor, mut batches, mut events) = (Seq::ZERO, 0, 0);
@@ -300,7 +300,7 @@ pub(super) async fn read_feed(store: &TimedStore<SqliteStore>) -> ChildReport {
     }
 }
 
-pub(super) async fn catch_up_fresh(store: &TimedStore<SqliteStore>) -> ChildReport {
+async fn catch_up_fresh(store: &TimedStore<SqliteStore>) -> ChildReport {
     let dir = PathBuf::from(std::env::var(CHILD_INDEX).expect("index dir"));
     let options = engine_options();
     let described = format!("{options:?}");

@@ -3,14 +3,14 @@
 use super::*;
 
 /// splitmix64: deterministic, so a batch's history depends only on its number.
-pub(super) struct Rng(pub(super) u64);
+struct Rng(u64);
 
 impl Rng {
-    pub(super) fn new(seed: u64) -> Self {
+    fn new(seed: u64) -> Self {
         Self(seed.wrapping_mul(0xA076_1D64_78BD_642F))
     }
 
-    pub(super) fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -18,17 +18,17 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub(super) fn chance(&mut self, p: f64) -> bool {
+    fn chance(&mut self, p: f64) -> bool {
         ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
-    pub(super) fn below(&mut self, n: u64) -> u64 {
+    fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
 
 /// One write of a batch's history.
-pub(super) enum Op {
+enum Op {
     Create {
         priority: i32,
         rare: bool,
@@ -55,12 +55,12 @@ pub(super) enum Op {
     },
 }
 
-pub(super) fn priority(rng: &mut Rng) -> i32 {
+fn priority(rng: &mut Rng) -> i32 {
     [1, 2, 5, -1][rng.below(4) as usize]
 }
 
 /// The history of batch `n` of `total`: the newest 5% are the backlog, still in progress.
-pub(super) fn script(n: usize, total: usize) -> Vec<Op> {
+fn script(n: usize, total: usize) -> Vec<Op> {
     let mut rng = Rng::new(n as u64 + 1);
     let mut ops = Vec::with_capacity(16);
     let initial = if rng.chance(0.01) { priority(&mut rng) } else { 0 };
@@ -116,7 +116,7 @@ pub(super) fn script(n: usize, total: usize) -> Vec<Op> {
     ops
 }
 
-pub(super) fn lanes() -> usize {
+fn lanes() -> usize {
     std::env::var("AUTOCOMP_BENCH_LANES").ok().and_then(|l| l.parse().ok()).unwrap_or(4).max(1)
 }
 
@@ -176,12 +176,12 @@ impl Names {
 }
 
 #[derive(Default, Clone, Copy)]
-pub(super) struct Written {
-    pub(super) events: u64,
-    pub(super) transactions: u64,
+struct Written {
+    events: u64,
+    transactions: u64,
 }
 
-pub(super) async fn apply(store: &SqliteStore, names: &Names, id: &BatchId, op: &Op) -> StoreResult<Written> {
+async fn apply(store: &SqliteStore, names: &Names, id: &BatchId, op: &Op) -> StoreResult<Written> {
     let outcome = |success: bool| if success { Outcome::Success } else { Outcome::Failure };
     Ok(match op {
         Op::Create { priority, rare } => {

@@ -3,7 +3,7 @@
 use super::*;
 
 /// The statements the store's `load_batch` runs per batch (store/src/sqlite/ops.rs).
-pub(super) const LOAD_BATCH_SQL: [&str; 3] = [
+const LOAD_BATCH_SQL: [&str; 3] = [
     "SELECT type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at
      FROM batches WHERE id = ?1",
     "SELECT seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets
@@ -11,7 +11,7 @@ pub(super) const LOAD_BATCH_SQL: [&str; 3] = [
     "SELECT batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, ended_at, transient
      FROM runs WHERE batch_id = ?1 AND state = 'open' ORDER BY batch_id, component, generation",
 ];
-pub(super) const PROFILE_SAMPLE: usize = 20_000;
+const PROFILE_SAMPLE: usize = 20_000;
 
 pub(super) struct LoadProfile {
     pub(super) micros_per_batch: f64,

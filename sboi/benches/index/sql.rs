@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) const SQL_SCHEMA: &str = "
+const SQL_SCHEMA: &str = "
     -- created_seq is unique per batch, so it doubles as the integer key.
     CREATE TABLE batches (
         seq          INTEGER PRIMARY KEY,
@@ -24,7 +24,7 @@ pub(super) const SQL_SCHEMA: &str = "
 /// Created after the bulk load. `batches_order` walks batches of one type in trigger order
 /// (the rowid `seq` is the tie-breaker, so the index covers the scan); `effective`'s primary
 /// key answers the per-batch EXISTS probes; `effective_by_type` lets a rare requirement drive.
-pub(super) const SQL_INDEXES: &str = "
+const SQL_INDEXES: &str = "
     CREATE UNIQUE INDEX batches_id ON batches (id);
     CREATE INDEX batches_order ON batches (type, priority DESC, seq);
     CREATE INDEX effective_by_type ON effective (type, outcome, batch);
@@ -39,7 +39,7 @@ pub(super) enum SqlForm {
     In,
 }
 
-pub(super) fn quote(text: &str) -> String {
+fn quote(text: &str) -> String {
     // Names are validated ([A-Za-z0-9_]); literals let the planner use the value statistics.
     format!("'{text}'")
 }
