@@ -358,7 +358,8 @@ impl Pipeline {
     }
 
     /// The probe binary with `--config-dir` and `args`, stdout and stderr piped, and none of
-    /// the environment that would change what it does (backend URLs, log filter).
+    /// the environment that would change what it does (`without_pipeline_env`) but the test
+    /// services' token.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.probe);
         command.arg("--config-dir").arg(self.config_dir()).args(args);
