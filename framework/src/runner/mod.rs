@@ -33,6 +33,7 @@ mod summary;
 mod takeover;
 mod turn;
 mod work;
+mod work_threads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -143,6 +144,8 @@ pub struct Runner<C: Component> {
     /// The schemas of its contract, compiled: what its results must fit, and what it
     /// declares of the results it reads.
     result_checks: result_checks::ResultChecks,
+    /// The threads its work runs on, kept between batches.
+    work_threads: Arc<work_threads::WorkThreads>,
 }
 
 impl<C: Component> Runner<C> {
@@ -182,6 +185,7 @@ impl<C: Component> Runner<C> {
             turn: turn::KeptTurn::default(),
             breaker: breaker::PassBreaker::default(),
             result_checks,
+            work_threads: Arc::default(),
             config,
         }))
     }

@@ -1,6 +1,7 @@
-//! The work phase: each claimed batch's work on its own OS thread (`max_threads` at a
-//! time), bounded by `max_runtime`, cancelled by a shutdown, a lost lock session or a
-//! takeover, panics caught; its outcome handed to `record`.
+//! The work phase: each claimed batch's work on an OS thread of its own while it runs
+//! (`max_threads` at a time; the threads kept for the next batches, `work_threads`), bounded
+//! by `max_runtime`, cancelled by a shutdown, a lost lock session or a takeover, panics
+//! caught; its outcome handed to `record`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -279,7 +280,8 @@ impl<C: Component> Runner<C> {
         }
     }
 
-    /// Runs `work` on its own OS thread, panics caught; resolves when it returns.
+    /// Runs `work` on a work thread of its own while it runs (`work_threads`), panics caught;
+    /// resolves when it returns.
     fn spawn_work(
         &self,
         claimed: &Claimed,
@@ -304,13 +306,14 @@ impl<C: Component> Runner<C> {
             cancelled,
             live,
         );
-        let spawned = std::thread::Builder::new().name(format!("work-{}", batch.id)).spawn(move || {
+        let spawned = self.work_threads.run(Box::new(move || {
             let installed = log.as_ref().map(LogCapture::install);
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| component.work(&batch, &settings, &mut context)));
             drop(installed);
             if let Some(log) = log.as_ref().and_then(LogCapture::finish) {
                 context.add_log(log);
             }
+            let panicked = result.is_err();
             let result = result.unwrap_or_else(|panic| {
                 let message = panic
                     .downcast_ref::<&str>()
@@ -320,7 +323,8 @@ impl<C: Component> Runner<C> {
                 Err(WorkError::Permanent(format!("panicked: {message}")))
             });
             sender.send((result, context.into_report())).ok();
-        });
+            !panicked
+        }));
         async move {
             spawned.map_err(|e| error!("cannot start a work thread: {e}"))?;
             receiver.await.map_err(|_| ())
