@@ -147,6 +147,10 @@ fn a_panic_is_recorded_as_a_failure_and_the_batch_is_not_retried() {
     assert_eq!(probed[0].outcome, Outcome::Failure);
     assert!(summary(&probed[0]).contains("probe panicked on B0001"), "{:?}", probed[0].details);
     assert!(!probed[0].flag("transient"), "a panic is permanent: {:?}", probed[0].details);
+    // The panic's own line names only the thread, which serves many batches; the runner's
+    // line beside it names the batch and the component.
+    let named = first.stderr.lines().find(|line| line.contains("the work panicked"));
+    assert!(named.is_some_and(|line| line.contains("batch=B0001") && line.contains("component=")), "{}", first.show());
     assert_no_open_runs(&pipeline);
     assert_no_lock_files(&pipeline);
 

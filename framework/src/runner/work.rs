@@ -293,6 +293,7 @@ impl<C: Component> Runner<C> {
         let component = Arc::clone(&self.component);
         let settings = Arc::clone(&self.settings);
         let batch = claimed.batch.clone();
+        let name = self.name.clone();
         let checkpoints = CheckpointWriter {
             store: Arc::clone(&self.pipeline.store),
             runtime: tokio::runtime::Handle::current(),
@@ -320,6 +321,9 @@ impl<C: Component> Runner<C> {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".into());
+                // The default panic line names only the thread (`work`, which serves many
+                // batches): this one says which batch and component, on stderr beside it.
+                error!(batch = %batch.id, component = %name, "the work panicked: {}", autocomp_toolkit::for_terminal(&message));
                 Err(WorkError::Permanent(format!("panicked: {message}")))
             });
             sender.send((result, context.into_report())).ok();
