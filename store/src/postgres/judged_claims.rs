@@ -3,12 +3,13 @@
 //! on one connection (pipelined; the server runs its statements in the order sent; its read
 //! planned once per connection, `calls::BEGIN_PLANNED_ONCE`): the read
 //! of the steering and the batches that `claim_ready` would judge them on, then
-//! `autocomp_claim_judged` (schema 16), which claims only what is still exactly as judged
-//! (each batch's `changed_seq` the caller's stamp, no open run of the component, the steering
-//! at the caller's version and holding neither the component nor the pipeline), then the
-//! commit. A statement that fails aborts the whole transaction, so nothing is claimed unless
-//! the answer comes back whole. Anything moved since: nothing written, and the round is done
-//! as `claim_ready` does it, judged first on what that read found (one round trip more).
+//! `autocomp_claim_judged` (schema 16; one flat function since 23), which claims only what is
+//! still exactly as judged (each batch's `changed_seq` the caller's stamp, no open run of the
+//! component, the steering at the caller's version and holding neither the component nor the
+//! pipeline), then the commit. A statement that fails aborts the whole transaction, so
+//! nothing is claimed unless the answer comes back whole. Anything moved since: nothing
+//! written, and the round is done as `claim_ready` does it, judged first on what that read
+//! found (one round trip more).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
