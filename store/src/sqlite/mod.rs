@@ -15,6 +15,7 @@ mod rows;
 mod run_outputs;
 mod runs;
 mod schema;
+mod statements;
 mod steering;
 mod summary;
 mod tx;
@@ -269,6 +270,7 @@ impl SqliteBackend {
             Connection::open_with_flags(path, flags).map_err(describe)?
         };
         conn.busy_timeout(options.busy_timeout).map_err(describe)?;
+        statements::keep_prepared(&conn);
         if let Some(reason) = foreign(&conn) {
             return Err(not_ours(reason));
         }

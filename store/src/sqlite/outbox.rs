@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
+use super::statements::Prepared;
 use super::steering::corrupt;
 use super::{SqliteBackend, unavailable};
 use crate::pipeline_state::{CursorMove, Enqueued, NewNotice, Notice, NoticeOutcome};
@@ -25,7 +26,7 @@ pub fn enqueue_notices(
     let mut added = 0;
     for notice in notices {
         added += tx
-            .execute(
+            .execute_prepared(
                 "INSERT INTO notices (key, channel, subject, body, created_at, due_at) VALUES (?1, ?2, ?3, ?4, ?5, ?5)
                  ON CONFLICT (key) DO NOTHING",
                 params![notice.key, notice.channel, notice.subject, notice.body.to_string(), now],
@@ -33,11 +34,12 @@ pub fn enqueue_notices(
             .map_err(unavailable)? as u64;
     }
     if let Some(CursorMove { from, to }) = cursor {
-        tx.execute("UPDATE notice_cursor SET seq = ?2 WHERE id = 1 AND seq = ?1", params![from.0, to.0])
+        tx.execute_prepared("UPDATE notice_cursor SET seq = ?2 WHERE id = 1 AND seq = ?1", params![from.0, to.0])
             .map_err(unavailable)?;
     }
-    let cursor =
-        tx.query_row("SELECT seq FROM notice_cursor WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
+    let cursor = tx
+        .query_row_prepared("SELECT seq FROM notice_cursor WHERE id = 1", [], |row| row.get(0))
+        .map_err(unavailable)?;
     tx.commit().map_err(unavailable)?;
     Ok(Enqueued { added, cursor: Seq(cursor) })
 }
@@ -88,7 +90,7 @@ pub fn take_notices(conn: &mut Connection, holder: &str, limit: usize, lease: Du
     };
     let until = now + lease.as_millis() as i64;
     for (notice, _) in &rows {
-        tx.execute(
+        tx.execute_prepared(
             "UPDATE notices SET holder = ?2, lease_until = ?3 WHERE key = ?1",
             params![notice.key, holder, until],
         )
@@ -102,7 +104,7 @@ pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &N
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
     let now = Timestamp::now().millis();
     let held: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
-        .query_row("SELECT holder, lease_until, sent_at FROM notices WHERE key = ?1", [key], |row| {
+        .query_row_prepared("SELECT holder, lease_until, sent_at FROM notices WHERE key = ?1", [key], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()
@@ -118,11 +120,11 @@ pub fn settle_notice(conn: &mut Connection, key: &str, holder: &str, outcome: &N
         }
     }
     match outcome {
-        NoticeOutcome::Sent => tx.execute(
+        NoticeOutcome::Sent => tx.execute_prepared(
             "UPDATE notices SET sent_at = ?2, holder = NULL, lease_until = NULL WHERE key = ?1",
             params![key, now],
         ),
-        NoticeOutcome::Failed { retry_in, .. } => tx.execute(
+        NoticeOutcome::Failed { retry_in, .. } => tx.execute_prepared(
             "UPDATE notices SET attempts = attempts + 1, last_error = ?2, due_at = ?3, holder = NULL,
                     lease_until = NULL WHERE key = ?1",
             params![key, steering_rules::kept_error(outcome), now + retry_in.as_millis() as i64],

@@ -10,6 +10,7 @@ use autocomp_model::{Batch, BatchId, BatchSummary, ComponentName, EventType, Run
 use super::rows::{
     EVENT_COLUMNS, NameCache, event_from_row_of, load_batch, load_batches, query_runs, stored, stored_json,
 };
+use super::statements::Prepared;
 use super::tx::{head_in, read_tx, require_batch};
 use super::{summary, unavailable};
 
@@ -242,7 +243,7 @@ pub fn run_state(conn: &mut Connection, batch: &BatchId, component: &ComponentNa
 }
 
 pub fn count_batches(conn: &mut Connection) -> StoreResult<u64> {
-    conn.query_row("SELECT COUNT(*) FROM batches", [], |row| row.get::<_, i64>(0))
+    conn.query_row_prepared("SELECT COUNT(*) FROM batches", [], |row| row.get::<_, i64>(0))
         .map(|count| count.max(0) as u64)
         .map_err(unavailable)
 }

@@ -14,6 +14,7 @@ use autocomp_model::{
 use super::SqliteBackend;
 use super::history::{add_work, load_work};
 use super::rows::stored;
+use super::statements::Prepared;
 use super::tx::{read_tx, write_tx};
 use super::unavailable;
 use crate::port::RegistryStore;
@@ -127,7 +128,7 @@ pub fn retire_component(
         return Err(write_rules::retired_already(name, retirement));
     }
     let at = Timestamp::now();
-    tx.execute(
+    tx.execute_prepared(
         "UPDATE components SET retired_at = ?2, retired_by = ?3, retired_reason = ?4 WHERE name = ?1",
         params![name.as_str(), at.millis(), by.as_str(), reason],
     )

@@ -4,6 +4,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows::stored_json;
+use super::statements::Prepared;
 use super::tx::{read_tx, require_batch, write_tx};
 use super::{SqliteBackend, unavailable};
 use crate::port::run_outputs::check_keeps_output;
@@ -23,20 +24,22 @@ fn set_run_output(
     require_batch(&tx, batch)?;
     let key = params![batch.as_str(), component.as_str(), generation];
     let Some(output) = output else {
-        tx.execute("DELETE FROM run_outputs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3", key)
+        tx.execute_prepared("DELETE FROM run_outputs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3", key)
             .map_err(unavailable)?;
         return tx.commit().map_err(unavailable);
     };
     let state: Option<String> = tx
-        .query_row("SELECT state FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3", key, |row| {
-            row.get(0)
-        })
+        .query_row_prepared(
+            "SELECT state FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+            key,
+            |row| row.get(0),
+        )
         .optional()
         .map_err(unavailable)?;
     let state = state.map(|state| RunState::parse(&state)).transpose()?;
     check_keeps_output(batch, component, generation, state, whole)?;
     let text = serde_json::to_string(output).expect("output serializes");
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO run_outputs (batch_id, component, generation, output, whole, saved_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (batch_id, component, generation)

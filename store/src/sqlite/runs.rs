@@ -13,6 +13,7 @@ use crate::write_rules::{self};
 use autocomp_model::{Batch, BatchId, ComponentName, Run, RunHolder, RunState, Seq, Timestamp};
 
 use super::rows::{load_batches, query_runs, stored_json};
+use super::statements::Prepared;
 use super::tx::{check_run_is_current_and_open, next_seq, read_tx, require_batch, write_tx};
 use super::{summary, unavailable};
 
@@ -199,7 +200,7 @@ fn claim_in(
         if let Some(run) = earlier.into_iter().next() {
             // A retry of a claim that committed: the same run, if it is still the open one.
             let current: i64 = tx
-                .query_row(
+                .query_row_prepared(
                     "SELECT generation FROM claims WHERE batch_id = ?1 AND component = ?2",
                     params![batch.as_str(), component.as_str()],
                     |row| row.get(0),
@@ -220,7 +221,7 @@ fn claim_in(
     let seq = next_seq(tx)?;
     let now = Timestamp::now();
     let generation: i64 = tx
-        .query_row(
+        .query_row_prepared(
             "INSERT INTO claims (batch_id, component, generation) VALUES (?1, ?2, 1)
              ON CONFLICT (batch_id, component) DO UPDATE SET generation = generation + 1
              RETURNING generation",
@@ -228,7 +229,7 @@ fn claim_in(
             |row| row.get(0),
         )
         .map_err(unavailable)?;
-    tx.execute(
+    tx.execute_prepared(
         "UPDATE runs SET state = 'abandoned', ended_at = ?3 WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
         params![batch.as_str(), component.as_str(), now.millis()],
     )
@@ -237,7 +238,7 @@ fn claim_in(
         run.state = RunState::Abandoned;
         run.ended_at = Some(now);
     }
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO runs (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key,
                            liveness)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'open', ?9, ?10)",
@@ -277,7 +278,7 @@ pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName
     require_batch(&tx, batch)?;
     // Releasing twice is a no-op, so a client may retry a release whose answer it lost.
     let released_already: bool = tx
-        .query_row(
+        .query_row_prepared(
             "SELECT 1 FROM runs JOIN claims USING (batch_id, component)
              WHERE batch_id = ?1 AND component = ?2 AND runs.generation = ?3
                AND claims.generation = ?3 AND runs.state = 'released'",
@@ -292,7 +293,7 @@ pub fn release(conn: &mut Connection, batch: &BatchId, component: &ComponentName
     }
     check_run_is_current_and_open(&tx, batch, component, generation)?;
     let seq = next_seq(&tx)?;
-    tx.execute(
+    tx.execute_prepared(
         "UPDATE runs SET state = 'released', ended_at = ?4 WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
         params![batch.as_str(), component.as_str(), generation, Timestamp::now().millis()],
     )
@@ -311,7 +312,7 @@ pub fn save_checkpoint(
     let tx = write_tx(conn)?;
     require_batch(&tx, batch)?;
     check_run_is_current_and_open(&tx, batch, component, generation)?;
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO checkpoints (batch_id, component, data, generation, saved_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (batch_id, component) DO UPDATE
          SET data = excluded.data, generation = excluded.generation, saved_at = excluded.saved_at",
@@ -333,7 +334,7 @@ pub fn load_checkpoint(
 
 fn checkpoint_in(tx: &Connection, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
     let data: Option<String> = tx
-        .query_row(
+        .query_row_prepared(
             "SELECT data FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
             params![batch.as_str(), component.as_str()],
             |row| row.get(0),
@@ -361,7 +362,7 @@ pub fn failed_attempts(
 }
 
 fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
-    conn.query_row(
+    conn.query_row_prepared(
         "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
            AND (state = 'abandoned' OR transient = 1)",
         params![batch.as_str(), component.as_str(), since.0],

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, TransactionBehavior, params};
 
+use super::statements::Prepared;
 use super::{SqliteBackend, unavailable};
 use crate::pipeline_state::Steered;
 use crate::port::SteeringStore;
@@ -16,8 +17,9 @@ pub(super) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 pub(super) fn load(conn: &Connection) -> StoreResult<Steering> {
-    let text: String =
-        conn.query_row("SELECT state FROM steering WHERE id = 1", [], |row| row.get(0)).map_err(unavailable)?;
+    let text: String = conn
+        .query_row_prepared("SELECT state FROM steering WHERE id = 1", [], |row| row.get(0))
+        .map_err(unavailable)?;
     serde_json::from_str(&text).map_err(|e| corrupt("steering record", e))
 }
 
@@ -36,17 +38,17 @@ pub fn steer(conn: &mut Connection, request: &SteeringRequest) -> StoreResult<St
         return Ok(Steered { steering, entry: None, circuit_opened: false });
     }
     let state = serde_json::to_string(&steering).map_err(|e| corrupt("steering record", e))?;
-    tx.execute("UPDATE steering SET state = ?1 WHERE id = 1", [state]).map_err(unavailable)?;
+    tx.execute_prepared("UPDATE steering SET state = ?1 WHERE id = 1", [state]).map_err(unavailable)?;
     if let Some(entry) = &applied.entry {
         let text = serde_json::to_string(entry).map_err(|e| corrupt("steering log", e))?;
-        tx.execute(
+        tx.execute_prepared(
             "INSERT INTO steering_log (version, at, entry) VALUES (?1, ?2, ?3)",
             params![entry.version as i64, at.millis(), text],
         )
         .map_err(unavailable)?;
     }
     // The head moves, so watchers sleeping in the change feed wake and honour the change.
-    tx.execute("UPDATE store_head SET seq = seq + 1 WHERE id = 1", []).map_err(unavailable)?;
+    tx.execute_prepared("UPDATE store_head SET seq = seq + 1 WHERE id = 1", []).map_err(unavailable)?;
     tx.commit().map_err(unavailable)?;
     Ok(Steered { steering, entry: applied.entry, circuit_opened: applied.circuit_opened })
 }

@@ -18,6 +18,7 @@ use autocomp_model::{
 };
 
 use super::rows::{NameCache, cached, in_asked_order, load_batches};
+use super::statements::Prepared;
 use super::unavailable;
 use crate::write_rules::MAX_BATCH_PAGE;
 
@@ -196,7 +197,7 @@ pub fn backfill(tx: &Connection) -> StoreResult<u64> {
         let Some(last) = ids.last() else { return Ok(filled) };
         after = last.as_str().to_owned();
         for batch in load_batches(tx, &ids, Timestamp::now())? {
-            tx.execute(
+            tx.execute_prepared(
                 "UPDATE batches SET summary = ?2 WHERE id = ?1",
                 params![batch.id.as_str(), encode(batch.changed_seq, &SummaryState::of(&batch))],
             )

@@ -8,6 +8,7 @@ use crate::port::{StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, RunState, Seq};
 
+use super::statements::Prepared;
 use super::unavailable;
 
 pub(super) fn write_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
@@ -19,7 +20,7 @@ pub(super) fn read_tx(conn: &mut Connection) -> StoreResult<Transaction<'_>> {
 }
 
 pub(super) fn next_seq(tx: &Connection) -> StoreResult<Seq> {
-    tx.query_row("UPDATE store_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", [], |row| row.get(0))
+    tx.query_row_prepared("UPDATE store_head SET seq = seq + 1 WHERE id = 1 RETURNING seq", [], |row| row.get(0))
         .map(Seq)
         .map_err(unavailable)
 }
@@ -27,7 +28,7 @@ pub(super) fn next_seq(tx: &Connection) -> StoreResult<Seq> {
 /// Stored text is validated on the way in; failing to parse it on the way out means the
 /// file was edited behind the store's back.
 pub(super) fn batch_exists(tx: &Connection, id: &BatchId) -> StoreResult<bool> {
-    tx.query_row("SELECT 1 FROM batches WHERE id = ?1", [id.as_str()], |_| Ok(()))
+    tx.query_row_prepared("SELECT 1 FROM batches WHERE id = ?1", [id.as_str()], |_| Ok(()))
         .optional()
         .map(|found| found.is_some())
         .map_err(unavailable)
@@ -64,7 +65,7 @@ pub(super) fn check_run_is_current_and_open(
     let fenced =
         |reason: String| StoreError::Fenced { batch: batch.clone(), component: component.clone(), generation, reason };
     let current: Option<i64> = tx
-        .query_row(
+        .query_row_prepared(
             "SELECT generation FROM claims WHERE batch_id = ?1 AND component = ?2",
             params![batch.as_str(), component.as_str()],
             |row| row.get(0),
@@ -79,7 +80,7 @@ pub(super) fn check_run_is_current_and_open(
         Some(_) => {}
     }
     let state: Option<String> = tx
-        .query_row(
+        .query_row_prepared(
             "SELECT state FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
             params![batch.as_str(), component.as_str(), generation],
             |row| row.get(0),
@@ -95,5 +96,5 @@ pub(super) fn check_run_is_current_and_open(
 }
 
 pub(super) fn head_in(tx: &Connection) -> StoreResult<Seq> {
-    tx.query_row("SELECT seq FROM store_head WHERE id = 1", [], |row| row.get(0)).map(Seq).map_err(unavailable)
+    tx.query_row_prepared("SELECT seq FROM store_head WHERE id = 1", [], |row| row.get(0)).map(Seq).map_err(unavailable)
 }

@@ -21,6 +21,7 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use rusqlite::Connection;
 use tokio::sync::watch;
 
+use super::statements::Prepared;
 use crate::wake_history::WakeHistory;
 use autocomp_model::{ChangeConcern, Seq};
 
@@ -304,7 +305,7 @@ pub(super) fn take_concerns(conn: &Connection) -> Vec<ChangeConcern> {
     let collected = conn.prepare_cached("SELECT DISTINCT concern FROM wake_concerns").and_then(|mut statement| {
         statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
     });
-    let emptied = conn.execute("DELETE FROM wake_concerns", []);
+    let emptied = conn.execute_prepared("DELETE FROM wake_concerns", []);
     let (Ok(collected), Ok(_)) = (collected, emptied) else { return vec![ChangeConcern::Everyone] };
     let concerns: Vec<ChangeConcern> = collected.iter().map(|one| ChangeConcern::from_payload(one)).collect();
     let merged = concerns.iter().cloned().fold(ChangeConcern::nobody(), |mut concern, one| {

@@ -10,6 +10,7 @@ use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, event_from_row, load_batches, query_runs, stored_json};
+use super::statements::Prepared;
 use super::tx::{check_event_fits, check_run_is_current_and_open, next_seq, require_batch, write_tx};
 use super::{summary, unavailable};
 
@@ -41,7 +42,7 @@ fn register(conn: &mut Connection, new: &NewBatch, first: Option<(NewEvent, u64)
 
 fn insert_batch(tx: &Connection, new: &NewBatch, now: Timestamp) -> StoreResult<()> {
     let seq = next_seq(tx)?;
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, modified_at, summary)
          VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, ?6, ?6, ?7)",
         params![
@@ -62,7 +63,7 @@ pub fn set_priority(conn: &mut Connection, id: &BatchId, priority: i32) -> Store
     let tx = write_tx(conn)?;
     require_batch(&tx, id)?;
     let seq = next_seq(&tx)?;
-    tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
+    tx.execute_prepared("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
         .map_err(unavailable)?;
     summary::touch(&tx, id, seq, |_| {})?;
     tx.commit().map_err(unavailable)?;
@@ -77,7 +78,7 @@ pub fn record_content_change(
 ) -> StoreResult<Seq> {
     let tx = write_tx(conn)?;
     let row: Option<(String, i64)> = tx
-        .query_row("SELECT metadata, stored_bytes FROM batches WHERE id = ?1", [id.as_str()], |row| {
+        .query_row_prepared("SELECT metadata, stored_bytes FROM batches WHERE id = ?1", [id.as_str()], |row| {
             Ok((row.get(0)?, row.get(1)?))
         })
         .optional()
@@ -89,7 +90,7 @@ pub fn record_content_change(
     let holds = holds.max(0) as u64;
     write_rules::check_batch_bytes(id, "this content change", holds, old_bytes, metadata.len() as u64, cap)?;
     let seq = next_seq(&tx)?;
-    tx.execute(
+    tx.execute_prepared(
         "UPDATE batches SET metadata = ?2, modified_seq = ?3, modified_at = ?4 WHERE id = ?1",
         params![id.as_str(), metadata, seq.0, Timestamp::now().millis()],
     )
@@ -149,7 +150,7 @@ pub(super) fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u6
     // the first attempt closed the run.
     if let Some(key) = &new.idempotency_key {
         let earlier = tx
-            .query_row(
+            .query_row_prepared(
                 &format!("SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = ?1"),
                 [key.as_str()],
                 event_from_row,
@@ -172,7 +173,7 @@ pub(super) fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u6
     let event = new.recorded(batch, seq, at);
     if let Some(run) = &event.run {
         let transient = event.details.get("transient").and_then(Value::as_bool).unwrap_or(false);
-        tx.execute(
+        tx.execute_prepared(
             "UPDATE runs SET state = 'recorded', ended_at = ?4, transient = ?5
              WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
             params![batch.as_str(), run.component.as_str(), run.generation, at.millis(), transient],
@@ -181,7 +182,7 @@ pub(super) fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u6
         // A transient failure keeps the checkpoint: the retry resumes from it, as it would
         // after an abandoned run. Any other result ends what the checkpoint was for.
         if !transient {
-            tx.execute(
+            tx.execute_prepared(
                 "DELETE FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
                 params![batch.as_str(), run.component.as_str()],
             )
@@ -209,7 +210,7 @@ pub(super) fn insert_event(
 ) -> StoreResult<()> {
     let resets =
         (!new.resets.is_empty()).then(|| serde_json::to_string(&new.resets).expect("event types always serialize"));
-    tx.execute(
+    tx.execute_prepared(
         "INSERT INTO events (seq, batch_id, type, outcome, agent, at, details, run_component, run_generation, resets, idempotency_key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
@@ -252,14 +253,14 @@ pub fn cancel_run(
     let cancelled = match open.into_iter().last() {
         None => None,
         Some(mut run) => {
-            tx.execute(
+            tx.execute_prepared(
                 "UPDATE runs SET state = 'cancelled', ended_at = ?4
                  WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
                 params![batch.as_str(), component.as_str(), run.generation, at.millis()],
             )
             .map_err(unavailable)?;
             // The fence: the holder's generation is no longer current, whatever it tries.
-            tx.execute(
+            tx.execute_prepared(
                 "UPDATE claims SET generation = generation + 1 WHERE batch_id = ?1 AND component = ?2",
                 params![batch.as_str(), component.as_str()],
             )
@@ -295,7 +296,7 @@ pub fn prioritize(
 ) -> StoreResult<Event> {
     let tx = write_tx(conn)?;
     let previous: Option<i32> = tx
-        .query_row("SELECT priority FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
+        .query_row_prepared("SELECT priority FROM batches WHERE id = ?1", [id.as_str()], |row| row.get(0))
         .optional()
         .map_err(unavailable)?;
     let previous = previous.ok_or_else(|| StoreError::NotFound(id.clone()))?;
@@ -305,7 +306,7 @@ pub fn prioritize(
     check_event_fits(&tx, id, &details, cap)?;
     let seq = next_seq(&tx)?;
     let at = Timestamp::now();
-    tx.execute("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
+    tx.execute_prepared("UPDATE batches SET priority = ?2 WHERE id = ?1", params![id.as_str(), priority])
         .map_err(unavailable)?;
     insert_event(&tx, id, &new, &details, seq, at)?;
     let event = new.recorded(id, seq, at);
