@@ -1,13 +1,19 @@
 //! The floor of a trickle's stage handed from one process to the next over PostgreSQL, with
 //! none of the framework around it: four worker processes in a relay, each woken by a
-//! `NOTIFY` on a listening connection of its own (a fifth process only listens, as `sboi
+//! `NOTIFY` on a listening connection of its own (more processes only listen, as `sboi
 //! serve` does), an item registered by the bench every 50 ms and taken through the four
 //! stages; the end-to-end p50 and p99 per shape, the shapes in alternating turns in one run:
 //!
 //! - `look-claim-append`, a watcher's stage: the look (a read of what is ready for the
-//!   stage), the claim (committed without waiting for its flush, notifying, as autocomp's
-//!   claim does), and the result with the next stage's readiness and the notification
-//!   (committed with its flush): three round trips, one process per stage.
+//!   stage), the claim (committed without waiting for its flush, notifying, as a claim that
+//!   is not its batch's lock), and the result with the next stage's readiness and the
+//!   notification (committed with its flush): three round trips, one process per stage.
+//! - `look-durable-claim-append`: the same with the claim committed with its flush, as an
+//!   exclusive claim is (it is the batch's lock, which a crash must not forget).
+//! - `look-append-handoff`: the result's commit also claims the next stage for the process
+//!   that works it (the row written claimed, not ready), so a stage is the look (of what was
+//!   claimed for it) and the result: two round trips and one flush, the floor of a design
+//!   where an append hands its batch to the next step's holder.
 //! - `take-add`, a job queue's stage: the job found and taken on the server in one statement
 //!   (committed with its flush), the next job added with the notification, then the job
 //!   completed: two round trips before the next stage may start, one process per stage.
@@ -23,7 +29,11 @@
 //!     cargo bench -p autocomp-e2e --bench handoff
 //!
 //! `AUTOCOMP_BENCH_ITEMS` (default 400) items a turn, the first 20 not counted;
-//! `AUTOCOMP_BENCH_REPS` (default 2) turns of each shape. Without `--bench`
+//! `AUTOCOMP_BENCH_REPS` (default 2) turns of each shape; `AUTOCOMP_BENCH_LISTENERS` (one by
+//! default; a comma-separated list is measured in turns) the processes that only listen:
+//! PostgreSQL signals every listening server process of the database at each notifying
+//! commit, whatever its channel, so each costs every stage a wake-up;
+//! `AUTOCOMP_BENCH_SHAPES` (default all) the shapes, comma-separated. Without `--bench`
 //! (`cargo test --all-targets`) a smoke run of 30 items, one turn each.
 
 use std::io::{BufRead, BufReader};
@@ -39,7 +49,8 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 const STAGES: i32 = 4;
 const GAP: Duration = Duration::from_millis(50);
 const NOT_COUNTED: usize = 20;
-const SHAPES: [&str; 3] = ["look-claim-append", "take-add", "take-add-any"];
+const SHAPES: [&str; 5] =
+    ["look-claim-append", "look-durable-claim-append", "look-append-handoff", "take-add", "take-add-any"];
 /// How long a worker sleeps without a notification before it looks anyway.
 const POLL: Duration = Duration::from_secs(1);
 const WORKER_ARG: &str = "relay-worker";
@@ -63,34 +74,59 @@ fn main() {
     };
     let items = setting("AUTOCOMP_BENCH_ITEMS", if full { 400 } else { 30 });
     let reps = setting("AUTOCOMP_BENCH_REPS", if full { 2 } else { 1 });
+    // Comma-separated, each value measured in turns with the others.
+    let list = |name: &str| std::env::var(name).ok().filter(|_| full).filter(|v| !v.trim().is_empty());
+    let listeners: Vec<usize> = match list("AUTOCOMP_BENCH_LISTENERS") {
+        Some(counts) => counts
+            .split(',')
+            .map(|count| {
+                count.trim().parse().unwrap_or_else(|_| panic!("AUTOCOMP_BENCH_LISTENERS: no count {count:?}"))
+            })
+            .collect(),
+        None => vec![1],
+    };
+    let chosen = list("AUTOCOMP_BENCH_SHAPES");
+    let shapes: Vec<&str> = match &chosen {
+        Some(chosen) => chosen.split(',').map(str::trim).collect(),
+        None => SHAPES.to_vec(),
+    };
+    if let Some(unknown) = shapes.iter().find(|shape| !SHAPES.contains(shape)) {
+        panic!("AUTOCOMP_BENCH_SHAPES: no shape {unknown:?}; the shapes are {SHAPES:?}");
+    }
     let server = Postgres::start();
     let url = server.unique_database();
     println!(
-        "handoff: {items} items a turn at one per {} ms, {STAGES} stages, {reps} turn(s) of each shape",
+        "handoff: {items} items a turn at one per {} ms, {STAGES} stages, {listeners:?} process(es) only listening, \
+         {reps} turn(s) of each",
         GAP.as_millis()
     );
     println!("machine pace: {}, load average {}", machine_pace(), load_average());
     let mut rows = Vec::new();
     for rep in 1..=reps {
-        for shape in SHAPES {
-            let latencies = turn(&url, shape, items);
-            let mut counted: Vec<Duration> = latencies.into_iter().skip(NOT_COUNTED).collect();
-            counted.sort();
-            let ms = |p| percentile(&counted, p).as_secs_f64() * 1000.0;
-            println!("{shape:>18} rep {rep}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms", ms(0.5), ms(0.9), ms(0.99));
-            rows.push((shape, rep, ms(0.5), ms(0.99)));
+        for &count in &listeners {
+            for &shape in &shapes {
+                let latencies = turn(&url, shape, items, count);
+                let mut counted: Vec<Duration> = latencies.into_iter().skip(NOT_COUNTED).collect();
+                counted.sort();
+                let ms = |p| percentile(&counted, p).as_secs_f64() * 1000.0;
+                let (p50, p90, p99) = (ms(0.5), ms(0.9), ms(0.99));
+                println!(
+                    "{shape:>25}, {count} listening, rep {rep}: p50 {p50:.1} ms, p90 {p90:.1} ms, p99 {p99:.1} ms"
+                );
+                rows.push((shape, count, rep, p50, p99));
+            }
         }
     }
-    println!("\n| shape | rep | p50 ms | p99 ms | p50 a stage ms |\n|---|---:|---:|---:|---:|");
-    for (shape, rep, p50, p99) in rows {
-        println!("| {shape} | {rep} | {p50:.1} | {p99:.1} | {:.2} |", p50 / f64::from(STAGES));
+    println!("\n| shape | only listening | rep | p50 ms | p99 ms | p50 a stage ms |\n|---|---:|---:|---:|---:|---:|");
+    for (shape, count, rep, p50, p99) in rows {
+        println!("| {shape} | {count} | {rep} | {p50:.1} | {p99:.1} | {:.2} |", p50 / f64::from(STAGES));
     }
     println!("load average after: {}", load_average());
 }
 
-/// One turn of a shape: a fresh table, the workers and the listener started, the trickle
+/// One turn of a shape: a fresh table, the workers and the listeners started, the trickle
 /// registered, each item's time from before its registration to its last stage.
-fn turn(url: &str, shape: &str, items: usize) -> Vec<Duration> {
+fn turn(url: &str, shape: &str, items: usize, listeners: usize) -> Vec<Duration> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let client = runtime.block_on(connect(url));
     runtime.block_on(client.batch_execute(SCHEMA)).expect("the relay's table");
@@ -98,7 +134,7 @@ fn turn(url: &str, shape: &str, items: usize) -> Vec<Duration> {
     let spawn = |args: &[&str]| -> Child {
         Command::new(&program).args(args).stdout(Stdio::piped()).spawn().expect("a relay process")
     };
-    let mut children = vec![spawn(&[LISTENER_ARG, url])];
+    let mut children: Vec<Child> = (0..listeners).map(|_| spawn(&[LISTENER_ARG, url])).collect();
     for stage in 1..=STAGES {
         children.push(spawn(&[WORKER_ARG, shape, &stage.to_string(), url]));
     }
@@ -123,13 +159,15 @@ fn turn(url: &str, shape: &str, items: usize) -> Vec<Duration> {
         ready_receiver.recv_timeout(Duration::from_secs(30)).expect("every relay process listening");
         ready += 1;
     }
+    // A registration hands its item to the first stage as a result hands it to the next.
+    let first = if shape == "look-append-handoff" { "claimed" } else { "ready" };
     let mut registered_at = vec![0u128; items];
     let started = Instant::now();
     for (n, at) in registered_at.iter_mut().enumerate() {
         let due = started + GAP * n as u32;
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         *at = now_us();
-        let register = format!("BEGIN; INSERT INTO items VALUES ({n}, 1, 'ready'); NOTIFY relay, '1'; COMMIT");
+        let register = format!("BEGIN; INSERT INTO items VALUES ({n}, 1, '{first}'); NOTIFY relay, '1'; COMMIT");
         runtime.block_on(client.batch_execute(&register)).expect("a registration");
     }
     let mut latencies = vec![Duration::ZERO; items];
@@ -174,7 +212,7 @@ async fn listen(url: &str) -> (Client, tokio::sync::mpsc::UnboundedReceiver<Stri
     (client, receiver)
 }
 
-/// The fifth process: it only listens, as `sboi serve` does beside autocomp's watchers.
+/// A process that only listens, as `sboi serve` does beside autocomp's watchers.
 fn listener(url: &str) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -191,7 +229,12 @@ fn worker(shape: &str, stage: i32, url: &str) {
         let (_listening, mut notifications) = listen(url).await;
         let work = connect(url).await;
         let any = shape == "take-add-any";
-        let look = work.prepare("SELECT id FROM items WHERE stage = $1 AND state = 'ready' ORDER BY id").await.unwrap();
+        // What the stage's look finds: ready rows, or the rows handed to it claimed.
+        let found = if shape == "look-append-handoff" { "claimed" } else { "ready" };
+        let look = work
+            .prepare(&format!("SELECT id FROM items WHERE stage = $1 AND state = '{found}' ORDER BY id"))
+            .await
+            .unwrap();
         let take = work
             .prepare(
                 "UPDATE items SET state = 'claimed' WHERE (id, stage) = (SELECT id, stage FROM items \
@@ -216,15 +259,21 @@ fn worker(shape: &str, stage: i32, url: &str) {
             if woken == Ok(false) {
                 return;
             }
-            if shape == "look-claim-append" {
+            if shape == "look-append-handoff" {
+                for row in work.query(&look, &[&stage]).await.unwrap() {
+                    append(&work, row.get(0), stage, "claimed").await;
+                }
+            } else if shape.starts_with("look-") {
+                let flush =
+                    if shape == "look-durable-claim-append" { "" } else { "SET LOCAL synchronous_commit = off;" };
                 for row in work.query(&look, &[&stage]).await.unwrap() {
                     let id: i64 = row.get(0);
                     let claim = format!(
-                        "BEGIN; SET LOCAL synchronous_commit = off; UPDATE items SET state = 'claimed' \
+                        "BEGIN; {flush} UPDATE items SET state = 'claimed' \
                          WHERE id = {id} AND stage = {stage} AND state = 'ready'; NOTIFY relay, 'claim'; COMMIT"
                     );
                     if changed(&work.simple_query(&claim).await.unwrap()) {
-                        append(&work, id, stage).await;
+                        append(&work, id, stage, "ready").await;
                     }
                 }
             } else {
@@ -244,12 +293,13 @@ fn changed(messages: &[SimpleQueryMessage]) -> bool {
     messages.iter().any(|m| matches!(m, SimpleQueryMessage::CommandComplete(1)))
 }
 
-/// The result: the stage done, the next stage's readiness and its notification in one commit
-/// with its flush. The last stage's time is taken as it is sent (the peers bench reads the
-/// result's time, the store's clock at the start of its transaction).
-async fn append(work: &Client, id: i64, stage: i32) {
+/// The result: the stage done, the next stage's row (`next_state`: ready, or claimed for its
+/// worker) and its notification in one commit with its flush. The last stage's time is taken
+/// as it is sent (the peers bench reads the result's time, the store's clock at the start of
+/// its transaction).
+async fn append(work: &Client, id: i64, stage: i32, next_state: &str) {
     let next = if stage < STAGES {
-        format!("INSERT INTO items VALUES ({id}, {}, 'ready'); NOTIFY relay, '{}';", stage + 1, stage + 1)
+        format!("INSERT INTO items VALUES ({id}, {}, '{next_state}'); NOTIFY relay, '{}';", stage + 1, stage + 1)
     } else {
         println!("done {id} {}", now_us());
         String::new()

@@ -6,7 +6,9 @@
 //! the claim sends its five); then what the server spent on each statement, executing and
 //! planning (pg_stat_statements with `track_planning`), and the write-ahead log each write
 //! call makes. Nothing else runs: the floor a stage's
-//! round trips have on this machine, to set beside the phases the peers bench prints.
+//! round trips have on this machine, to set beside the phases the peers bench prints. The
+//! embedded store's stages are measured twice: alone, and as a watcher meets them (its claim
+//! not synced, each batch registered through another connection).
 //!
 //!     cargo bench -p autocomp-e2e --bench stage
 //!
@@ -95,10 +97,17 @@ fn main() {
         }
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let embedded = runtime.block_on(embedded(dir.path(), stages));
+    let (alone, as_met) = runtime.block_on(embedded(dir.path(), stages));
     print_calls(
         &format!("{stages} stages on the embedded store (SQLite, synchronous=full), one call at a time"),
-        embedded,
+        alone,
+    );
+    print_calls(
+        &format!(
+            "{stages} stages on the embedded store as a watcher meets it (its claim not synced; each batch registered \
+             through another connection, whose commit empties this one's page cache)"
+        ),
+        as_met,
     );
     for (schema, database, _) in &stores {
         let sql = format!(
@@ -152,16 +161,30 @@ async fn fill(url: &str, count: usize) {
     stages_on(&store, "F", count).await;
 }
 
-/// The same stages on the embedded store (SQLite, `synchronous=full`, as a watcher opens it):
-/// filled first as the PostgreSQL store is, then measured on a store opened again.
-async fn embedded(dir: &std::path::Path, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+/// Each call's name and times.
+type Calls = Vec<(&'static str, Vec<Duration>)>;
+
+/// The same stages on the embedded store (SQLite, `synchronous=full`): filled first as the
+/// PostgreSQL store is, then measured on a store opened again, alone (the library's default
+/// options: an exclusive claim synced, as for claims from other hosts); then as a watcher
+/// meets it: opened as from a store URL on its host (the claim not synced) and each batch
+/// registered through another connection, as the step before commits from another process.
+/// SQLite empties a connection's page cache when another connection has committed since its
+/// last transaction, so the look, the claim and the append read their pages again.
+async fn embedded(dir: &std::path::Path, stages: usize) -> (Calls, Calls) {
     let file = dir.join("store.db");
     let options = || SqliteOptions { synchronous: Synchronous::Full, ..SqliteOptions::default() };
     let store = SqliteStore::open_with(&file, options()).await.expect("the embedded store opens");
     stages_on(&store, "F", stages).await;
     drop(store);
     let store = SqliteStore::open_with(&file, options()).await.expect("the embedded store opens");
-    stages_on(&store, "B", stages).await
+    let alone = stages_on(&store, "B", stages).await;
+    drop(store);
+    let on_its_host = || SqliteOptions { claims_from_other_hosts: false, ..options() };
+    let store = SqliteStore::open_with(&file, on_its_host()).await.expect("the embedded store opens");
+    let registrar = SqliteStore::open_with(&file, on_its_host()).await.expect("the embedded store opens");
+    let as_met = stages_logged(&store, "M", stages, None, Some(&registrar)).await.0;
+    (alone, as_met)
 }
 
 /// Registers, looks, claims and records `stages` batches one after the other; each call's time.
@@ -182,21 +205,23 @@ async fn wal_per_call(url: &str, stages: usize) -> Vec<(&'static str, Vec<i64>)>
     let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let store = PgStore::open(url).await.expect("the store opens");
-    stages_logged(&store, "W", stages, Some(&client)).await.1
+    stages_logged(&store, "W", stages, Some(&client), None).await.1
 }
 
 /// `stages` batches named `prefix-N` through one stage on `store`; each call's time.
 async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
-    stages_logged(store, prefix, stages, None).await.0
+    stages_logged(store, prefix, stages, None, None).await.0
 }
 
 /// `stages_on`, and with `wal` (a connection to the server) the write-ahead log each call
-/// wrote, read from the log's end between the calls (outside their times).
+/// wrote, read from the log's end between the calls (outside their times); with `registrar`
+/// each batch registered through that handle instead of `store`.
 async fn stages_logged(
     store: &dyn ObjectStore,
     prefix: &str,
     stages: usize,
     wal: Option<&tokio_postgres::Client>,
+    registrar: Option<&dyn ObjectStore>,
 ) -> (Vec<(&'static str, Vec<Duration>)>, Vec<(&'static str, Vec<i64>)>) {
     let wal_end = || async {
         match wal {
@@ -235,7 +260,7 @@ async fn stages_logged(
         let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent.clone());
         let wal_at = wal_end().await;
         let started = Instant::now();
-        store.register_batch(new, event).await.unwrap();
+        registrar.unwrap_or(store).register_batch(new, event).await.unwrap();
         let registered = started.elapsed();
         let wal_registered = wal_end().await;
 
