@@ -1,7 +1,9 @@
 //! One stage's store calls over PostgreSQL (then on the embedded store), one at a time, as a
 //! watcher makes them in a trickle: the look (`changed_summaries` from the batch's registration
 //! on), the claim by the stamp it judged (`claim_ready_judged`, exclusive: the claim is the
-//! batch's lock), the result (`append_event` in the run), each timed on the client; beside them
+//! batch's lock), the result (`append_event` in the run), and the batch's read (`get_batch`,
+//! what a stage handed its batch by the step before would read instead of claiming), each
+//! timed on the client; beside them
 //! the transport's own floor (`SELECT 1`, and a transaction of four statements pipelined, as
 //! the claim sends its five); then what the server spent on each statement, executing and
 //! planning (pg_stat_statements with `track_planning`), and the write-ahead log each write
@@ -248,6 +250,7 @@ async fn stages_logged(
     };
     let version = store.steering().await.unwrap().version;
     let (mut register, mut look, mut claim, mut append, mut head) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut batch_reads = Vec::new();
     // Between stages, as a trickle leaves the processes idle between items.
     let gap =
         Duration::from_millis(std::env::var("AUTOCOMP_BENCH_GAP_MS").ok().and_then(|ms| ms.parse().ok()).unwrap_or(0));
@@ -296,6 +299,12 @@ async fn stages_logged(
         let started = Instant::now();
         store.head().await.unwrap();
         let headed = started.elapsed();
+
+        // What a stage handed its batch by the step before would read instead of claiming:
+        // the batch with the run opened for it.
+        let started = Instant::now();
+        store.get_batch(&id).await.unwrap();
+        let batch_read = started.elapsed();
         if n >= 20 && prefix != "F" {
             tokio::time::sleep(gap).await;
         }
@@ -305,6 +314,7 @@ async fn stages_logged(
             claim.push(claimed);
             append.push(appended);
             head.push(headed);
+            batch_reads.push(batch_read);
             written[0].push(wal_registered - wal_at);
             written[1].push(wal_claimed - wal_before_claim);
             written[2].push(wal_appended - wal_claimed);
@@ -316,6 +326,7 @@ async fn stages_logged(
         ("claim_ready_judged", claim),
         ("append_event (in run)", append),
         ("head (one small read)", head),
+        ("get_batch (a handed-on read)", batch_reads),
     ];
     let [registered, claimed, appended] = written;
     (times, vec![("register_batch", registered), ("claim_ready_judged", claimed), ("append_event (in run)", appended)])
