@@ -1,9 +1,9 @@
 //! A PostgreSQL connection plans a stage's statements once and keeps the plans (PL/pgSQL's
 //! cached plans, generic since schema 21; the judged claim's read and the read of whole
 //! batches, planned once): a plan made while the store was nearly empty must still look
-//! batches up by key once it holds thousands. Until schema 22 the lock of `id = ANY (...)` was planned as a sequential scan on
-//! an empty table, and every registration, claim and result on that connection then read the
-//! whole table.
+//! batches up by key once it holds thousands. Until schema 22 the lock of `id = ANY (...)`
+//! was planned as a sequential scan on an empty table, and every registration, claim and
+//! result on that connection then read the whole table.
 
 use autocomp_model::*;
 use autocomp_store::*;

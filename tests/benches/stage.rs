@@ -41,6 +41,9 @@ use autocomp_test_servers::{Options, Postgres};
 const RECEIVED: &str = "Data_Received";
 const STAGE: &str = "Stage1";
 
+/// Each call's name and times.
+type Calls = Vec<(&'static str, Vec<Duration>)>;
+
 fn main() {
     let full = std::env::args().any(|arg| arg == "--bench");
     let stages: usize = match full {
@@ -72,7 +75,7 @@ fn main() {
     }
     // Schemas measured in turns (two rounds of half the stages each), so that what else the
     // machine does falls on each alike.
-    let mut measured: Vec<Vec<(&'static str, Vec<Duration>)>> = vec![Vec::new(); stores.len()];
+    let mut measured: Vec<Calls> = vec![Vec::new(); stores.len()];
     for round in 0..2 {
         for ((_, _, url), times) in stores.iter().zip(&mut measured) {
             let more = runtime.block_on(measure(url, &format!("B{round}"), stages.div_ceil(2)));
@@ -137,7 +140,7 @@ fn schemas() -> Vec<i32> {
 }
 
 /// Each call's times of `more` added to the same call's in `times`.
-fn merge(times: &mut Vec<(&'static str, Vec<Duration>)>, more: Vec<(&'static str, Vec<Duration>)>) {
+fn merge(times: &mut Calls, more: Calls) {
     for (name, took) in more {
         match times.iter_mut().find(|(known, _)| *known == name) {
             Some((_, all)) => all.extend(took),
@@ -147,7 +150,7 @@ fn merge(times: &mut Vec<(&'static str, Vec<Duration>)>, more: Vec<(&'static str
 }
 
 /// Each call's p50 / p90 / p99 under `title`.
-fn print_calls(title: &str, times: Vec<(&'static str, Vec<Duration>)>) {
+fn print_calls(title: &str, times: Calls) {
     println!("{title}, p50 / p90 / p99 ms:");
     for (name, mut took) in times {
         took.sort();
@@ -162,9 +165,6 @@ async fn fill(url: &str, count: usize) {
     let store = PgStore::open(url).await.expect("the store opens");
     stages_on(&store, "F", count).await;
 }
-
-/// Each call's name and times.
-type Calls = Vec<(&'static str, Vec<Duration>)>;
 
 /// The same stages on the embedded store (SQLite, `synchronous=full`): filled first as the
 /// PostgreSQL store is, then measured on a store opened again, alone (the library's default
@@ -190,7 +190,7 @@ async fn embedded(dir: &std::path::Path, stages: usize) -> (Calls, Calls) {
 }
 
 /// Registers, looks, claims and records `stages` batches one after the other; each call's time.
-async fn measure(url: &str, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+async fn measure(url: &str, prefix: &str, stages: usize) -> Calls {
     let store = PgStore::open(url).await.expect("the store opens");
     // Four connections open, as a watcher's pool has after a pass that worked in parallel.
     let (a, b, c, d) = tokio::join!(store.head(), store.head(), store.head(), store.head());
@@ -211,7 +211,7 @@ async fn wal_per_call(url: &str, stages: usize) -> Vec<(&'static str, Vec<i64>)>
 }
 
 /// `stages` batches named `prefix-N` through one stage on `store`; each call's time.
-async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Vec<(&'static str, Vec<Duration>)> {
+async fn stages_on(store: &dyn ObjectStore, prefix: &str, stages: usize) -> Calls {
     stages_logged(store, prefix, stages, None, None).await.0
 }
 
@@ -224,7 +224,7 @@ async fn stages_logged(
     stages: usize,
     wal: Option<&tokio_postgres::Client>,
     registrar: Option<&dyn ObjectStore>,
-) -> (Vec<(&'static str, Vec<Duration>)>, Vec<(&'static str, Vec<i64>)>) {
+) -> (Calls, Vec<(&'static str, Vec<i64>)>) {
     let wal_end = || async {
         match wal {
             Some(client) => {
@@ -333,7 +333,7 @@ async fn stages_logged(
 }
 
 /// The transport alone, raw: one statement, and four pipelined as the judged claim sends them.
-async fn transport(url: &str, samples: usize) -> Vec<(&'static str, Vec<Duration>)> {
+async fn transport(url: &str, samples: usize) -> Calls {
     let config: tokio_postgres::Config = url.split('?').next().unwrap().parse().unwrap();
     let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
