@@ -209,7 +209,10 @@ fn main() {
         // seconds late: see `measure`).
         let options = autocomp_test_servers::Options::default()
             .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track_utility", "on");
+            .setting("pg_stat_statements.track_utility", "on")
+            // Plans counted too: a statement planned at every call pays its planning (0.3 ms
+            // for the read of whole batches before it was planned once) on the item's path.
+            .setting("pg_stat_statements.track_planning", "on");
         let server = Postgres::start_with(options);
         server.psql("postgres", "create extension pg_stat_statements");
         let version = server.psql("postgres", "show server_version");
@@ -607,23 +610,35 @@ fn reset_statements(pg: &Postgres, database: &str) {
     );
 }
 
-/// The statements of `database` since the last reset, by the server's total time: calls per
-/// item of the window (`what`: the backlog, the trickle) and the mean execution time on the
-/// server (ms), so a stage's client-side phases can be set beside what the server spent on them.
+/// The statements of `database` since the last reset, by the server's total time (executing
+/// and planning): calls per item of the window (`what`: the backlog, the trickle), the mean
+/// execution time on the server (ms), and the plans a call and planning time a call, so a
+/// stage's client-side phases can be set beside what the server spent on them.
 fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
     let sql = format!(
         "select calls, round(mean_exec_time::numeric, 3), round(total_exec_time::numeric, 1), \
+         plans, round(total_plan_time::numeric / greatest(calls, 1), 3), \
          regexp_replace(left(query, 200), '\\s+', ' ', 'g') \
          from pg_stat_statements where dbid = (select oid from pg_database where datname = '{database}') \
-         order by total_exec_time desc limit 14"
+         order by total_exec_time + total_plan_time desc limit 20"
     );
-    println!("{what} statements, by server time (calls per item, mean ms on the server, total ms, statement):");
+    println!(
+        "{what} statements, by server time (calls per item, mean ms on the server, total ms, \
+         plans per call, ms planning per call, statement):"
+    );
     for line in pg.psql("postgres", &sql).lines() {
-        let fields: Vec<&str> = line.splitn(4, '|').collect();
-        if let [calls, mean, total, query] = fields[..] {
-            let per_item = calls.trim().parse::<f64>().unwrap_or(0.0) / items.max(1) as f64;
+        let fields: Vec<&str> = line.splitn(6, '|').collect();
+        if let [calls, mean, total, plans, planning, query] = fields[..] {
+            let calls = calls.trim().parse::<f64>().unwrap_or(0.0);
+            let per_item = calls / items.max(1) as f64;
+            let plans_per_call = plans.trim().parse::<f64>().unwrap_or(0.0) / calls.max(1.0);
             let query: String = query.chars().take(110).collect();
-            println!("  {per_item:>6.2}  {:>7}  {:>8}  {query}", mean.trim(), total.trim());
+            println!(
+                "  {per_item:>6.2}  {:>7}  {:>8}  {plans_per_call:>5.2}  {:>6}  {query}",
+                mean.trim(),
+                total.trim(),
+                planning.trim()
+            );
         }
     }
 }
