@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use autocomp_model::{Report, RunOutput, RunState};
+use autocomp_model::{BatchId, Report, RunOutput, RunState};
 use autocomp_toolkit::telemetry;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::{Instrument, Span, error, info, warn};
@@ -62,7 +62,8 @@ impl<C: Component> Runner<C> {
 
     /// One claimed batch from its wait for a thread to its recorded result (or release).
     async fn work_one(self: Arc<Self>, claimed: Claimed, permits: Arc<Semaphore>) -> BatchResult {
-        let permit = match self.permit_to_start(&claimed, permits).await {
+        let (shutdown, session) = (self.shutdown.clone(), self.pipeline.locks.session());
+        let permit = match permit_to_start(permits, shutdown, session, &claimed.batch.id).await {
             Start::Go(permit) => permit,
             // The permit (if any) is held until the claim is released, as before the split.
             Start::Release(_permit) => return self.release(claimed).await,
@@ -89,32 +90,6 @@ impl<C: Component> Runner<C> {
             return self.record(claimed, report, false).await;
         }
         self.run_work(claimed, permit).await
-    }
-
-    /// Waits for a thread's permit, then, cut off from the lock service, for the session to
-    /// come back: start nothing while the server may be expiring the session (another host
-    /// may take this batch the moment it does).
-    async fn permit_to_start(&self, claimed: &Claimed, permits: Arc<Semaphore>) -> Start {
-        let mut shutdown = self.shutdown.clone();
-        let mut session = self.pipeline.locks.session();
-        let permit = tokio::select! {
-            permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = stop_requested(&mut shutdown) => return Start::Release(None),
-            _ = session_lost(&mut session) => return Start::SessionLost,
-        };
-        let suspended = *session.borrow() == SessionState::Suspended;
-        if suspended {
-            warn!(batch = %claimed.batch.id, "lock service unreachable: not starting work until it is back");
-            let back = tokio::select! {
-                back = session_back(&mut session) => back,
-                _ = stop_requested(&mut shutdown) => return Start::Release(Some(permit)),
-            };
-            if !back {
-                drop(permit);
-                return Start::SessionLost;
-            }
-        }
-        Start::Go(permit)
     }
 
     /// The work on its thread (`work_and_record`), its output saved while it goes on.
@@ -346,6 +321,42 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Waits for a thread's permit, then, cut off from the lock service, for the session to come
+/// back: start nothing while the server may be expiring the session (another host may take
+/// this batch the moment it does), and nothing once it is lost.
+async fn permit_to_start(
+    permits: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+    mut session: watch::Receiver<SessionState>,
+    batch: &BatchId,
+) -> Start {
+    let permit = tokio::select! {
+        permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
+        _ = stop_requested(&mut shutdown) => return Start::Release(None),
+        _ = session_lost(&mut session) => return Start::SessionLost,
+    };
+    // The permit may come free because the loss ended another batch's work, and the select
+    // above may take it first: no work starts once the session is lost (the server may
+    // already have given this batch's lock away).
+    let state = *session.borrow();
+    if state == SessionState::Lost {
+        drop(permit);
+        return Start::SessionLost;
+    }
+    if state == SessionState::Suspended {
+        warn!(batch = %batch, "lock service unreachable: not starting work until it is back");
+        let back = tokio::select! {
+            back = session_back(&mut session) => back,
+            _ = stop_requested(&mut shutdown) => return Start::Release(Some(permit)),
+        };
+        if !back {
+            drop(permit);
+            return Start::SessionLost;
+        }
+    }
+    Start::Go(permit)
+}
+
 /// Waits out a disconnection: true when the session is connected again, false when lost.
 async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
     let state = session.wait_for(|state| *state != SessionState::Suspended).await.map(|state| *state);
@@ -355,4 +366,32 @@ async fn session_back(session: &mut watch::Receiver<SessionState>) -> bool {
 /// Resolves once the lock service session is lost (or its state can no longer be known).
 async fn session_lost(session: &mut watch::Receiver<SessionState>) {
     session.wait_for(|state| *state == SessionState::Lost).await.ok();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_work_starts_once_the_session_is_lost_even_with_a_permit_free() {
+        // Both ready at once, as when the loss ends another batch's work and frees its
+        // permit: the select may pick either, so ask many times.
+        let (_stop, shutdown) = watch::channel(false);
+        let (_lost, session) = watch::channel(SessionState::Lost);
+        let id = BatchId::new("B1").unwrap();
+        for _ in 0..64 {
+            let permits = Arc::new(Semaphore::new(1));
+            let start = permit_to_start(permits, shutdown.clone(), session.clone(), &id).await;
+            assert!(matches!(start, Start::SessionLost), "work would start after the session was lost");
+        }
+    }
+
+    #[tokio::test]
+    async fn work_starts_with_a_permit_while_the_session_is_connected() {
+        let (_stop, shutdown) = watch::channel(false);
+        let (_connected, session) = watch::channel(SessionState::Connected);
+        let id = BatchId::new("B1").unwrap();
+        let start = permit_to_start(Arc::new(Semaphore::new(1)), shutdown, session, &id).await;
+        assert!(matches!(start, Start::Go(_)));
+    }
 }
