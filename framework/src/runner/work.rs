@@ -65,7 +65,7 @@ impl<C: Component> Runner<C> {
         let (shutdown, session) = (self.shutdown.clone(), self.pipeline.locks.session());
         let permit = match permit_to_start(permits, shutdown, session, &claimed.batch.id).await {
             Start::Go(permit) => permit,
-            // The permit (if any) is held until the claim is released, as before the split.
+            // The permit (if any) is held until the claim is released.
             Start::Release(_permit) => return self.release(claimed).await,
             Start::SessionLost => return self.give_up_after_session_loss(claimed).await,
         };
