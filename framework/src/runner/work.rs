@@ -139,7 +139,19 @@ impl<C: Component> Runner<C> {
             Box::pin(self.spawn_work(&claimed, Arc::clone(&cancelled), log.clone(), live).instrument(work_span));
         let _watch = self.watch_for_takeover(&claimed, Arc::clone(&cancelled));
         let grace = self.config.shutdown_grace;
+        // The loss first when several are ready at once: a shutdown or a timeout that came with
+        // it must not release the claim (exit 0) or wait a longer grace on a lost session.
         let outcome = tokio::select! {
+            biased;
+            _ = session_lost(&mut session) => {
+                // Every batch's task sees the loss at once: all work is cancelled together.
+                cancelled.store(true, Ordering::Relaxed);
+                error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
+                self.let_lost_work_go(finished.as_mut()).await;
+                saver.stop();
+                drop(permit);
+                return self.give_up_after_session_loss(claimed).await;
+            }
             finished = &mut finished => Some(finished),
             _ = tokio::time::sleep(self.config.max_runtime) => None,
             _ = async { stop_requested(&mut shutdown).await; tokio::time::sleep(grace).await } => {
@@ -149,15 +161,6 @@ impl<C: Component> Runner<C> {
                 saver.stop();
                 drop(permit);
                 return self.release(claimed).await;
-            }
-            _ = session_lost(&mut session) => {
-                // Every batch's task sees the loss at once: all work is cancelled together.
-                cancelled.store(true, Ordering::Relaxed);
-                error!(batch = %claimed.batch.id, "lock service session lost: work cancelled, nothing recorded");
-                self.let_lost_work_go(finished.as_mut()).await;
-                saver.stop();
-                drop(permit);
-                return self.give_up_after_session_loss(claimed).await;
             }
         };
         phases::mark(Phase::Work);
@@ -331,13 +334,14 @@ async fn permit_to_start(
     batch: &BatchId,
 ) -> Start {
     let permit = tokio::select! {
-        permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
-        _ = stop_requested(&mut shutdown) => return Start::Release(None),
+        biased;
         _ = session_lost(&mut session) => return Start::SessionLost,
+        _ = stop_requested(&mut shutdown) => return Start::Release(None),
+        permit = permits.acquire_owned() => permit.expect("the semaphore is never closed"),
     };
-    // The permit may come free because the loss ended another batch's work, and the select
-    // above may take it first: no work starts once the session is lost (the server may
-    // already have given this batch's lock away).
+    // The permit may come free because the loss ended another batch's work before this task
+    // was told of it: no work starts once the session is lost (the server may already have
+    // given this batch's lock away).
     let state = *session.borrow();
     if state == SessionState::Lost {
         drop(permit);
@@ -383,6 +387,17 @@ mod tests {
             let permits = Arc::new(Semaphore::new(1));
             let start = permit_to_start(permits, shutdown.clone(), session.clone(), &id).await;
             assert!(matches!(start, Start::SessionLost), "work would start after the session was lost");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_that_comes_with_the_loss_gives_the_batch_up_rather_than_releasing_it() {
+        let (_stop, shutdown) = watch::channel(true);
+        let (_lost, session) = watch::channel(SessionState::Lost);
+        let id = BatchId::new("B1").unwrap();
+        for _ in 0..64 {
+            let start = permit_to_start(Arc::new(Semaphore::new(0)), shutdown.clone(), session.clone(), &id).await;
+            assert!(matches!(start, Start::SessionLost), "released on a lost session");
         }
     }
 
