@@ -376,37 +376,34 @@ async fn session_lost(session: &mut watch::Receiver<SessionState>) {
 mod tests {
     use super::*;
 
+    /// How a batch's start goes with `permits` free, a shutdown requested or not and the
+    /// session in `state`, each ready from the first poll (the senders stay alive meanwhile).
+    async fn start_with(permits: usize, stop: bool, state: SessionState) -> Start {
+        let (_stop, shutdown) = watch::channel(stop);
+        let (_state, session) = watch::channel(state);
+        permit_to_start(Arc::new(Semaphore::new(permits)), shutdown, session, &BatchId::new("B1").unwrap()).await
+    }
+
     #[tokio::test]
     async fn no_work_starts_once_the_session_is_lost_even_with_a_permit_free() {
         // Both ready at once, as when the loss ends another batch's work and frees its
         // permit: the select may pick either, so ask many times.
-        let (_stop, shutdown) = watch::channel(false);
-        let (_lost, session) = watch::channel(SessionState::Lost);
-        let id = BatchId::new("B1").unwrap();
         for _ in 0..64 {
-            let permits = Arc::new(Semaphore::new(1));
-            let start = permit_to_start(permits, shutdown.clone(), session.clone(), &id).await;
+            let start = start_with(1, false, SessionState::Lost).await;
             assert!(matches!(start, Start::SessionLost), "work would start after the session was lost");
         }
     }
 
     #[tokio::test]
     async fn a_shutdown_that_comes_with_the_loss_gives_the_batch_up_rather_than_releasing_it() {
-        let (_stop, shutdown) = watch::channel(true);
-        let (_lost, session) = watch::channel(SessionState::Lost);
-        let id = BatchId::new("B1").unwrap();
         for _ in 0..64 {
-            let start = permit_to_start(Arc::new(Semaphore::new(0)), shutdown.clone(), session.clone(), &id).await;
+            let start = start_with(0, true, SessionState::Lost).await;
             assert!(matches!(start, Start::SessionLost), "released on a lost session");
         }
     }
 
     #[tokio::test]
     async fn work_starts_with_a_permit_while_the_session_is_connected() {
-        let (_stop, shutdown) = watch::channel(false);
-        let (_connected, session) = watch::channel(SessionState::Connected);
-        let id = BatchId::new("B1").unwrap();
-        let start = permit_to_start(Arc::new(Semaphore::new(1)), shutdown, session, &id).await;
-        assert!(matches!(start, Start::Go(_)));
+        assert!(matches!(start_with(1, false, SessionState::Connected).await, Start::Go(_)));
     }
 }
