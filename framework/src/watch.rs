@@ -78,6 +78,7 @@ pub async fn run_watching<C: Component>(
         refused: None,
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
+    runner.withdraw_offer().await;
     runner.give_back_turn(true).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;
@@ -115,9 +116,24 @@ async fn watch_loop<C: Component>(
     // The head the last sleep read at its end, if it read one (a change that concerns the
     // watcher wakes it without a read): the next look needs no head read of its own.
     let mut woke_at: Option<Seq> = None;
+    // Woken (in the change feed, by a deferral's retry or for the heartbeat): a taker first
+    // works the runs handed to it, if any.
+    let mut woken = false;
     loop {
         if *shutdown.borrow() {
             return Ok(watcher.worst);
+        }
+        woken |= watcher.last_pass.is_some_and(|at| at.elapsed() >= watcher.heartbeat);
+        if std::mem::take(&mut woken)
+            && watcher.runner.may_have_handed_runs()
+            && watcher.runner.find_handed().await?
+        {
+            match watcher.take_up().await? {
+                ControlFlow::Break(code) => return Ok(code),
+                // What arrived meanwhile is looked for from the store's head after it.
+                ControlFlow::Continue(()) => woke_at = None,
+            }
+            continue;
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
         watcher.runner.give_back_turn(false).await;
@@ -127,7 +143,10 @@ async fn watch_loop<C: Component>(
             woke_at = None;
             match watcher.defer(shutdown).await? {
                 ControlFlow::Break(code) => return Ok(code),
-                ControlFlow::Continue(()) => continue,
+                ControlFlow::Continue(()) => {
+                    woken = true;
+                    continue;
+                }
             }
         }
         // The look answers as of a head (`seen`) every change up to which it read: a change
@@ -172,7 +191,10 @@ async fn watch_loop<C: Component>(
         }
         match phases::sleep(watcher.sleep(seen, shutdown)).await? {
             ControlFlow::Break(code) => return Ok(code),
-            ControlFlow::Continue(head) => woke_at = head,
+            ControlFlow::Continue(head) => {
+                woke_at = head;
+                woken = true;
+            }
         }
     }
 }
@@ -292,10 +314,14 @@ impl<C: Component> Watcher<'_, C> {
                     // At the refusal's level's neighbour: whoever read that must read this.
                     warn!("passes start again: the refusal no longer holds ({reason})");
                 }
+                // A deferring watcher sleeps on a timer, not in the change feed: it takes no
+                // hand-ons meanwhile (the turn's holder does).
                 if busy {
                     self.deferral.met_busy_turn(Instant::now());
+                    self.runner.withdraw_offer().await;
                 } else {
                     self.deferral.got_turn();
+                    self.runner.offer_to_take().await;
                 }
                 (handled, waiting > 0)
             }
@@ -309,6 +335,16 @@ impl<C: Component> Watcher<'_, C> {
             (true, since) => since,
         };
         Ok(ControlFlow::Continue(handled))
+    }
+
+    /// A taker's pass over the runs the store handed it (`Selection::Handed`); breaks with the
+    /// exit code when the pass ends the watch.
+    async fn take_up(&mut self) -> Result<ControlFlow<u8>, RunError> {
+        match pass_verdict(pass(self.runner, &Selection::Handed).await, &mut self.worst) {
+            PassEnd::Stop(code) => Ok(ControlFlow::Break(code)),
+            PassEnd::Error(e) => Err(e),
+            PassEnd::Refused(_) | PassEnd::Continue { .. } => Ok(ControlFlow::Continue(())),
+        }
     }
 
     /// A deferring watcher's retry, before any store read: if the lock service says by a

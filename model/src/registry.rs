@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::work::check_work;
 use super::{
-    Agent, BatchFacts, ChangeInterest, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt,
+    Agent, BatchFacts, BatchSummary, ChangeInterest, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt,
     Timestamp, Trigger, WorkDone, WorkHistory, duration_text,
 };
 
@@ -178,6 +178,25 @@ impl ComponentDescriptor {
     pub fn change_interest(&self) -> ChangeInterest {
         let retry = self.retry_trigger().map_or(ChangeInterest::Types(Default::default()), |t| t.interest());
         self.trigger.interest().union(retry).with_type(&self.event_type)
+    }
+
+    /// Whether a watcher of this component may be handed batches by the appends that make
+    /// them ready (`HandOnStore`): a step whose readiness an append decides alone. Not a
+    /// source or a human step (nobody works what they are handed), not one with pools (a
+    /// slot is taken before the claim) nor one that waits for a batch to settle (readiness
+    /// that comes with time, not with an append).
+    pub fn takes_hand_ons(&self) -> bool {
+        !self.source && !self.manual && self.pools.is_empty() && self.trigger.settled_for.is_none()
+    }
+
+    /// Whether an append that leaves the batch as `summary` makes it ready for this
+    /// component, to be handed on: it takes hand-ons, has no open run on the batch, and its
+    /// trigger holds at the batch's last activity (the trigger alone: a retry of a transient
+    /// failure waits for its backoff, so it is never handed on).
+    pub fn ready_on_hand(&self, summary: &BatchSummary) -> bool {
+        self.takes_hand_ons()
+            && !summary.running.contains(&self.name)
+            && self.trigger.matches_at(&SummaryAt { summary, at: summary.last_activity }, summary.last_activity)
     }
 
     /// Whether a pass would work on the batch as read: its trigger holds, or the retry of its

@@ -1,6 +1,6 @@
 //! The object store's port: every operation the rest of autocomp may perform on the source of
 //! truth, one trait per concern (`BatchStore`, `RegistryStore`, `SteeringStore`, `OutboxStore`,
-//! `SeriesStore`, `RunOutputStore`, `RetentionStore`, each in its own module), the umbrella `ObjectStore` a caller holds all of them
+//! `SeriesStore`, `RunOutputStore`, `RetentionStore`, `HandOnStore`, each in its own module), the umbrella `ObjectStore` a caller holds all of them
 //! by, and the values they take and answer. Async because its distributed adapter is an HTTP
 //! client and its callers run on tokio; the embedded SQLite adapter runs its blocking work off
 //! the async threads.
@@ -10,13 +10,22 @@
 /// operation's bound and input checks are declared with it and the wrapper needs no line of
 /// its own.
 macro_rules! port_trait {
-    ($(#[$meta:meta])* pub trait $trait:ident { $($methods:tt)* }) => {
-        port_trait!(@munch [$(#[$meta])*] $trait [] [] $($methods)*);
+    ($(#[$meta:meta])* pub trait $trait:ident $(: $sup:ident)? { $($methods:tt)* }) => {
+        port_trait!(@munch [$(#[$meta])* $(#[supertrait($sup)])?] $trait [] [] $($methods)*);
     };
     (@munch [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]) => {
+        port_trait!(@emit [$($meta)*] [] $trait [$($declared)*] [$($checked)*]);
+    };
+    (@emit [#[supertrait($sup:ident)] $($meta:tt)*] [$($kept:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*]) => {
+        port_trait!(@emit [$($meta)*] [$($kept)*] $trait [$($declared)*] [$($checked)*] $sup);
+    };
+    (@emit [#[$first:meta] $($meta:tt)*] [$($kept:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*] $($sup:ident)?) => {
+        port_trait!(@emit [$($meta)*] [$($kept)* #[$first]] $trait [$($declared)*] [$($checked)*] $($sup)?);
+    };
+    (@emit [] [$($meta:tt)*] $trait:ident [$($declared:tt)*] [$($checked:tt)*] $($sup:ident)?) => {
         $($meta)*
         #[async_trait::async_trait]
-        pub trait $trait: Send + Sync {
+        pub trait $trait: Send + Sync $(+ $sup)? {
             $($declared)*
         }
 
@@ -56,6 +65,7 @@ macro_rules! port_trait {
 }
 
 mod batches;
+pub(crate) mod hand_on;
 mod outbox;
 pub(crate) mod ready_claims;
 mod registry;
@@ -65,6 +75,7 @@ mod series;
 mod steering;
 
 pub use batches::BatchStore;
+pub use hand_on::{HandOnStore, HandedOn, MAX_HAND_ONS, TakerOffer};
 pub use outbox::OutboxStore;
 pub use registry::RegistryStore;
 pub use retention::{BatchHistory, MAX_RETENTION_PAGE, PruneAnswer, PruneTicket, RestoreAnswer, RetentionStore};
@@ -373,12 +384,20 @@ pub(crate) fn check_log_limit(limit: usize) -> StoreResult<()> {
 /// Every concern of the store at once: what a caller holds (`Arc<dyn ObjectStore>`) when it
 /// needs more than one of them. Implemented for every type that implements them all.
 pub trait ObjectStore:
-    BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + RetentionStore
+    BatchStore + HandOnStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + RetentionStore
 {
 }
 
 impl<
-    S: BatchStore + RegistryStore + SteeringStore + OutboxStore + SeriesStore + RunOutputStore + RetentionStore + ?Sized,
+    S: BatchStore
+        + HandOnStore
+        + RegistryStore
+        + SteeringStore
+        + OutboxStore
+        + SeriesStore
+        + RunOutputStore
+        + RetentionStore
+        + ?Sized,
 > ObjectStore for S
 {
 }

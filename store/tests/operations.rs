@@ -27,7 +27,10 @@ pub(crate) mod registrations;
 mod retention;
 #[path = "contract/run_outputs.rs"]
 mod run_outputs;
+#[path = "contract/hand_ons.rs"]
+mod hand_ons;
 use concerning_waits::*;
+use hand_ons::*;
 use retention::*;
 use run_outputs::*;
 
@@ -1936,6 +1939,10 @@ contract!(
     failed_attempts_count_abandoned_and_transient_runs_since_a_seq,
     checkpoints_survive_an_abandoned_run_and_a_transient_failure_and_vanish_with_a_result,
     a_runs_output_is_saved_while_it_runs_and_after_a_cancel_and_goes_with_its_result,
+    an_append_hands_its_batch_to_an_idle_taker_only_while_the_batch_is_as_claimed,
+    a_held_step_is_handed_nothing,
+    a_taker_proven_dead_is_taken_over_and_handed_nothing_more,
+    offers_and_hand_ons_that_could_never_hold_are_refused_by_name,
     a_pruned_history_keeps_the_final_state_and_comes_back_whole_from_its_export,
     a_batch_with_an_open_run_or_bad_tickets_is_not_pruned,
     the_change_feed_lists_each_changed_batch_once_in_order,

@@ -58,7 +58,8 @@ impl<C: Component> Runner<C> {
             return Ok(());
         }
         let candidates = match selection {
-            Selection::Ready => self.candidates().await?,
+            // A handed pass claims nothing (`handed_pass`); here it would look as `Ready`.
+            Selection::Ready | Selection::Handed => self.candidates().await?,
             Selection::Offered(ids, _) => ids.clone(),
             Selection::Batch { id, .. } => vec![id.clone()],
         };
@@ -347,7 +348,7 @@ impl<C: Component> Runner<C> {
 
     /// Records the give-up of each batch past `max_attempts` instead of working on it, all
     /// together (they share the store's commits).
-    async fn give_up(&self, gave_up: Vec<(Claimed, u32)>) -> Vec<BatchResult> {
+    pub(super) async fn give_up(&self, gave_up: Vec<(Claimed, u32)>) -> Vec<BatchResult> {
         futures_util::stream::iter(gave_up)
             .map(|(batch, failed_attempts)| {
                 let mut report = Report::new(self.config.max_reported_failures);
@@ -396,7 +397,7 @@ const RECORDS_IN_FLIGHT: usize = 64;
 
 /// What a claim says on the batch's span and in the log: its generation, and a takeover of
 /// a run whose holder died or stalled.
-fn log_claim(id: &BatchId, claim: &Claim, span: &Span) {
+pub(super) fn log_claim(id: &BatchId, claim: &Claim, span: &Span) {
     span.record("autocomp.generation", claim.generation());
     if telemetry::enabled() {
         let took_over = claim.abandoned.is_some();

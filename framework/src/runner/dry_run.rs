@@ -78,7 +78,7 @@ impl<C: Component> Runner<C> {
     /// frees slots).
     pub async fn dry_run(&self, selection: &Selection, limit: Option<usize>) -> Result<DryRun, RunError> {
         let (mut candidates, force) = match selection {
-            Selection::Ready | Selection::Offered(..) => (self.all_candidates().await?, false),
+            Selection::Ready | Selection::Offered(..) | Selection::Handed => (self.all_candidates().await?, false),
             Selection::Batch { id, force } => (vec![id.clone()], *force),
         };
         let refused = self.pass_refusal().await.map(|refused| refused.to_string());

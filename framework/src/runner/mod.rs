@@ -19,6 +19,7 @@ mod breaker;
 mod candidates;
 mod claim;
 mod dry_run;
+mod hand_on;
 mod identity;
 mod live_output;
 mod lock;
@@ -93,6 +94,9 @@ pub enum Selection {
     /// locked and re-checked against the store like any other; those the look found ready
     /// on their summaries (`Judged`) are claimed by the stamp they were judged at.
     Offered(Vec<BatchId>, Judged),
+    /// The runs the store handed to this watcher's process (`HandOnStore`): each is claimed
+    /// already, by the append that made its batch ready; no turn, no look, no claim.
+    Handed,
     /// Exactly this batch; `force` ignores the trigger (it is still locked and recorded).
     Batch {
         /// The batch.
@@ -146,6 +150,8 @@ pub struct Runner<C: Component> {
     result_checks: result_checks::ResultChecks,
     /// The threads its work runs on, kept between batches.
     work_threads: Arc<work_threads::WorkThreads>,
+    /// Its offer to be handed batches, and the takers its results may hand batches on to.
+    hand_ons: hand_on::HandOns,
 }
 
 impl<C: Component> Runner<C> {
@@ -186,6 +192,7 @@ impl<C: Component> Runner<C> {
             breaker: breaker::PassBreaker::default(),
             result_checks,
             work_threads: Arc::default(),
+            hand_ons: hand_on::HandOns::default(),
             config,
         }))
     }
@@ -248,6 +255,7 @@ impl<C: Component> Runner<C> {
         let selection = match selection {
             Selection::Ready => "ready",
             Selection::Offered(..) => "offered",
+            Selection::Handed => "handed",
             Selection::Batch { force: false, .. } => "batch",
             Selection::Batch { force: true, .. } => "forced",
         };
@@ -388,6 +396,9 @@ impl<C: Component> Runner<C> {
 
     /// The pass under the poll lock: claims, the registry told of them, work and results.
     async fn locked_pass(self: &Arc<Self>, selection: &Selection) -> Result<PassSummary, RunError> {
+        if *selection == Selection::Handed {
+            return self.handed_pass().await;
+        }
         let holder = self.lock_holder();
         let asked = Instant::now();
         let Some(turn) = self.poll_lock(&holder, selection).await? else {
@@ -446,6 +457,25 @@ impl<C: Component> Runner<C> {
         Ok(summary)
     }
 
+    /// A taker's pass over the runs handed to it: no turn (the runs are the claims), the
+    /// registry told of them, their work and results.
+    async fn handed_pass(self: &Arc<Self>) -> Result<PassSummary, RunError> {
+        let mut pass = Pass::new(&Selection::Handed, self.lock_holder(), self.pipeline.locks.session());
+        let claimed = match self.take_handed(&mut pass).await {
+            Ok(()) => self.report_start(&pass.claimed).await,
+            Err(e) => Err(e),
+        };
+        phases::mark(phases::Phase::Other);
+        if let Err(e) = claimed {
+            self.hand_back(pass.claimed).await;
+            return Err(e);
+        }
+        let Pass { mut summary, claimed, .. } = pass;
+        summary.results.extend(self.work_all(claimed).await);
+        phases::skip();
+        Ok(summary)
+    }
+
     /// The component's poll lock (the turn a watcher kept, if it still holds it), `None`
     /// when a shutdown is requested while waiting for it; another pass holding it is
     /// `PollLockBusy`. A watcher's pass (over what it was offered, or its heartbeat's) does
@@ -475,7 +505,7 @@ impl<C: Component> Runner<C> {
             // 2,000 watchers the heartbeats' waits were a herd of a few hundred pollers, most
             // of the server's statements (docs/capacity.md).
             Selection::Ready if self.turn.serves_a_watcher() => std::time::Duration::ZERO,
-            Selection::Ready | Selection::Batch { .. } => self.config.poll_lock_timeout,
+            Selection::Ready | Selection::Handed | Selection::Batch { .. } => self.config.poll_lock_timeout,
         };
         let poll_lock = tokio::select! {
             lock = self.pipeline.locks.try_lock(&poll_path, holder, wait) => lock?,

@@ -32,7 +32,7 @@ impl Pass {
     /// A pass over `selection`, nothing claimed yet.
     pub(super) fn new(selection: &Selection, holder: LockHolder, session: watch::Receiver<SessionState>) -> Self {
         let (manual, force) = match selection {
-            Selection::Ready | Selection::Offered(..) => (false, false),
+            Selection::Ready | Selection::Offered(..) | Selection::Handed => (false, false),
             Selection::Batch { force, .. } => (true, *force),
         };
         Self {

@@ -101,7 +101,21 @@ impl<C: Component> Runner<C> {
             false => Span::none(),
         };
         let append = |report: &Report| {
-            self.pipeline.store.append_event(id, self.event_of(batch, claim, report)).instrument(append_span.clone())
+            let event = self.event_of(batch, claim, report);
+            // The takers' components its batch is then ready for: their runs open in the append.
+            let hand_on = self.hand_ons(batch, claim, &event);
+            let store = &self.pipeline.store;
+            async move {
+                if hand_on.is_empty() {
+                    return store.append_event(id, event).await;
+                }
+                let handed = store.append_handing_on(id, event, &hand_on).await?;
+                for run in &handed.runs {
+                    debug!(batch = %id, to = %run.component, holder = %run.holder.agent, "handed on");
+                }
+                Ok(handed.event)
+            }
+            .instrument(append_span.clone())
         };
         let mut appended = append(&report).await;
         if let (Err(StoreError::Invalid(refusal)), Some(_)) = (&appended, &report.output) {

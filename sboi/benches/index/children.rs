@@ -223,6 +223,10 @@ impl<S: ObjectStore> autocomp_store::RunOutputStore for TimedStore<S> {
     }
 }
 
+/// No runner appends through the timed store: it hands nothing on (the defaults).
+#[async_trait::async_trait]
+impl<S: ObjectStore> autocomp_store::HandOnStore for TimedStore<S> {}
+
 #[async_trait::async_trait]
 impl<S: ObjectStore> autocomp_store::RetentionStore for TimedStore<S> {
     async fn histories(&self, ids: &[BatchId]) -> StoreResult<Vec<autocomp_store::BatchHistory>> {

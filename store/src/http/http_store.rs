@@ -602,3 +602,8 @@ fn ready_claims(answer: wire::ReadyClaimsAnswer, asked: usize) -> StoreResult<Re
         .collect();
     Ok(ReadyClaims { steering: answer.steering, held: answer.held, answers })
 }
+
+/// Keeps no takers (the defaults): the store service does not yet carry the hand-on
+/// operations, so a component behind it claims every batch by its pass.
+#[async_trait]
+impl crate::port::HandOnStore for HttpStore {}

@@ -285,12 +285,16 @@ pub(crate) fn refusal(batch: Batch, holding: Run) -> ReadyAnswer {
 
 /// Refuses a takeover that could never match a run: a liveness no holder may name.
 pub(crate) fn check_takeovers(takeovers: &[Takeover]) -> Result<(), InvalidInput> {
-    for takeover in takeovers {
-        if let Some(liveness) = &takeover.liveness
-            && (liveness.is_empty() || liveness.len() > 255 || !liveness.chars().all(|c| c.is_ascii_graphic()))
-        {
-            return Err(InvalidInput::new("takeovers.liveness", liveness, "must be 1-255 printable ASCII characters"));
-        }
+    for liveness in takeovers.iter().filter_map(|takeover| takeover.liveness.as_deref()) {
+        check_takeovers_liveness("takeovers.liveness", liveness)?;
+    }
+    Ok(())
+}
+
+/// Refuses a liveness record no holder may name, as `field`.
+pub(crate) fn check_takeovers_liveness(field: &str, liveness: &str) -> Result<(), InvalidInput> {
+    if liveness.is_empty() || liveness.len() > 255 || !liveness.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(InvalidInput::new(field, liveness, "must be 1-255 printable ASCII characters"));
     }
     Ok(())
 }

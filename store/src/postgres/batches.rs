@@ -279,3 +279,9 @@ impl BatchStore for PgBackend {
         Ok(count.max(0) as u64)
     }
 }
+
+/// Keeps no takers yet (the defaults): an append hands nothing on and every batch is claimed
+/// by its component's pass. Hand-ons are built on the embedded store first; here they need the
+/// takers in the schema and the append group's function opening the handed runs.
+#[async_trait]
+impl crate::port::HandOnStore for PgBackend {}

@@ -1,7 +1,6 @@
 //! `BatchStore` on the embedded file: each operation runs its blocking work (`reads`, `writes`,
 //! `runs`) off the async threads on the store's one connection; appends wait in a group commit.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -98,25 +97,9 @@ impl BatchStore for SqliteBackend {
         self.with_connection(move |conn| writes::record_content_change(conn, &id, metadata_patch, cap)).await
     }
 
-    /// Group commit: concurrent appends through this handle (the store service's 16
-    /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
-    /// queue; whichever task holds the connection next commits everything queued by then.
+    /// Group commit (`append_queued`), handing nothing on.
     async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let pending = writes::PendingAppend { batch: batch.clone(), event, reply };
-        self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
-        let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
-        self.with_connection(move |conn| {
-            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
-            if !group.is_empty() {
-                writes::append_group(conn, group, cap);
-            }
-            Ok(())
-        })
-        .await?;
-        let answer =
-            answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
-        answer?.map_err(|e| self.naming_the_file(e))
+        self.append_queued(batch, event, Vec::new()).await.map(|handed| handed.event)
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {

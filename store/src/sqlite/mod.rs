@@ -6,6 +6,7 @@
 
 mod backup;
 mod batches;
+mod hand_on;
 mod history;
 mod outbox;
 mod reads;
@@ -29,8 +30,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::checked::Checked;
-use crate::port::{StoreError, StoreResult};
-use autocomp_model::{Batch, BatchId, InvalidInput};
+use crate::port::{HandedOn, StoreError, StoreResult};
+use autocomp_model::{Batch, BatchId, ComponentName, InvalidInput, NewEvent};
 
 pub use backup::{BackupFacts, backup_file};
 pub use schema::LATEST_VERSION;
@@ -369,6 +370,33 @@ impl SqliteBackend {
 
     pub async fn schema_version(&self) -> StoreResult<i64> {
         self.with_connection(|conn| schema::schema_version(conn)).await
+    }
+
+    /// Group commit: concurrent appends through this handle (the store service's 16
+    /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
+    /// queue; whichever task holds the connection next commits everything queued by then,
+    /// each append with the runs it hands its batch on to.
+    async fn append_queued(
+        &self,
+        batch: &BatchId,
+        event: NewEvent,
+        hand_on: Vec<ComponentName>,
+    ) -> StoreResult<HandedOn> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let pending = writes::PendingAppend { batch: batch.clone(), event, hand_on, reply };
+        self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
+        let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
+        self.with_connection(move |conn| {
+            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
+            if !group.is_empty() {
+                writes::append_group(conn, group, cap);
+            }
+            Ok(())
+        })
+        .await?;
+        let answer =
+            answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
+        answer?.map_err(|e| self.naming_the_file(e))
     }
 
     /// Runs blocking SQLite work on tokio's blocking pool, never on an async worker thread.

@@ -183,7 +183,7 @@ fn claim_each(
 /// open run is abandoned only as `ready_claims::may_abandon` allows (`takeover`: the one an
 /// exclusive claim round names it by); a run it may not abandon refuses the claim, nothing
 /// written (`ready_claims::lock_conflict`).
-fn claim_in(
+pub(super) fn claim_in(
     tx: &Connection,
     batch: &BatchId,
     component: &ComponentName,
@@ -217,6 +217,9 @@ fn claim_in(
     )?;
     if let Some(lock) = abandoned.iter().find(|open| !ready_claims::may_abandon(open, takeover)) {
         return Err(ready_claims::lock_conflict(lock));
+    }
+    if let Some(dead) = takeover.and_then(|takeover| takeover.liveness.as_deref()) {
+        super::hand_on::forget_taker(tx, dead)?;
     }
     let seq = next_seq(tx)?;
     let now = Timestamp::now();
@@ -332,7 +335,7 @@ pub fn load_checkpoint(
     checkpoint_in(&tx, batch, component)
 }
 
-fn checkpoint_in(tx: &Connection, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
+pub(super) fn checkpoint_in(tx: &Connection, batch: &BatchId, component: &ComponentName) -> StoreResult<Option<Value>> {
     let data: Option<String> = tx
         .query_row_prepared(
             "SELECT data FROM checkpoints WHERE batch_id = ?1 AND component = ?2",
@@ -361,7 +364,7 @@ pub fn failed_attempts(
     failed_attempts_in(conn, batch, component, since)
 }
 
-fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+pub(super) fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
     conn.query_row_prepared(
         "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
            AND (state = 'abandoned' OR transient = 1)",

@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     migration!(11, "0011_run_liveness"),
     migration!(12, "0012_run_outputs"),
     migration!(13, "0013_pruned_histories"),
+    migration!(14, "0014_takers"),
 ];
 
 pub const LATEST_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;

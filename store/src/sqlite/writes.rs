@@ -5,14 +5,14 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value};
 
-use crate::port::{Cancellation, CreateOutcome, StoreError, StoreResult};
+use crate::port::{Cancellation, CreateOutcome, HandedOn, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
 
 use super::rows::{EVENT_COLUMNS, event_from_row, load_batches, query_runs, stored_json};
 use super::statements::Prepared;
 use super::tx::{check_event_fits, check_run_is_current_and_open, next_seq, require_batch, write_tx};
-use super::{summary, unavailable};
+use super::{hand_on, summary, unavailable};
 
 pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
     register(conn, new, None)
@@ -104,7 +104,9 @@ pub fn record_content_change(
 pub struct PendingAppend {
     pub batch: BatchId,
     pub event: NewEvent,
-    pub reply: tokio::sync::oneshot::Sender<StoreResult<Event>>,
+    /// The components to hand the batch on to (`HandOnStore::append_handing_on`).
+    pub hand_on: Vec<ComponentName>,
+    pub reply: tokio::sync::oneshot::Sender<StoreResult<HandedOn>>,
 }
 
 /// Group commit: every append in `group` in one IMMEDIATE transaction (one fsync), each in
@@ -116,9 +118,9 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
         // Alone: no savepoint needed, a refusal rolls back the whole transaction.
         let pending = group.pop().expect("one");
         let answer = write_tx(conn).and_then(|tx| {
-            let event = append_in(&tx, &pending.batch, pending.event, cap)?;
+            let handed = append_handing_on_in(&tx, &pending.batch, pending.event, &pending.hand_on, cap)?;
             tx.commit().map_err(unavailable)?;
-            Ok(event)
+            Ok(handed)
         });
         let _ = pending.reply.send(answer);
         return;
@@ -128,7 +130,7 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
         let mut tx = write_tx(conn)?;
         for pending in group {
             let savepoint = tx.savepoint().map_err(unavailable)?;
-            let answer = append_in(&savepoint, &pending.batch, pending.event, cap);
+            let answer = append_handing_on_in(&savepoint, &pending.batch, pending.event, &pending.hand_on, cap);
             if answer.is_ok() {
                 savepoint.commit().map_err(unavailable)?;
             } // else dropped: rolled back to before this append
@@ -143,6 +145,27 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
         };
         let _ = reply.send(answer); // the caller may have gone; the event stands regardless
     }
+}
+
+/// `append_in`, then the runs it hands the batch on to (`hand_on::hand_on_in`), judged
+/// against the batch's `changed_seq` before the append.
+fn append_handing_on_in(
+    tx: &Connection,
+    batch: &BatchId,
+    new: NewEvent,
+    hand_on: &[ComponentName],
+    cap: u64,
+) -> StoreResult<HandedOn> {
+    let changed_before = match hand_on.is_empty() {
+        true => None,
+        false => hand_on::changed_seq(tx, batch)?,
+    };
+    let event = append_in(tx, batch, new, cap)?;
+    let runs = match changed_before {
+        Some(before) => hand_on::hand_on_in(tx, batch, &event, before, hand_on)?,
+        None => Vec::new(),
+    };
+    Ok(HandedOn { event, runs })
 }
 
 pub(super) fn append_in(tx: &Connection, batch: &BatchId, new: NewEvent, cap: u64) -> StoreResult<Event> {

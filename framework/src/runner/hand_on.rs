@@ -1,0 +1,201 @@
+//! Hand-ons, the runner's side (`HandOnStore`). A watcher whose component takes hand-ons
+//! offers itself as a taker once a pass of its got the component's turn, and withdraws while
+//! it defers to another pass (a deferring watcher sleeps on a timer, not in the change feed)
+//! and at its end. A result names the takers' components its batch is then ready for, judged
+//! by their own triggers on the summary the result leaves (`ComponentDescriptor::ready_on_hand`,
+//! from the takers' descriptors read at most every `TAKERS_FRESH_FOR`, off the append's
+//! path), so the store opens their runs in the append's transaction. A taker's pass over the
+//! runs handed to it (`Selection::Handed`) takes no turn and makes no claim: the run is the
+//! claim and the lock, and the batch is worked and recorded as any claimed one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use autocomp_model::{
+    Batch, BatchSummary, ComponentDescriptor, ComponentName, NewEvent, Seq, SummaryHeader, SummaryState, Timestamp,
+};
+use autocomp_store::{Claim, ObjectStore, ReadyAnswer, TakerOffer};
+use tracing::{debug, warn};
+
+use super::claim::log_claim;
+use super::pass::{Claimed, Pass};
+use super::phases::{self, Phase};
+use super::takeover::ClaimLock;
+use super::Runner;
+use crate::component::Component;
+use crate::exit::RunError;
+use crate::locks::{LivenessHold, LockPath};
+
+/// How long the takers' descriptors read are used before they are read again (in a task of
+/// its own, beside the append that found them stale): an offer made since waits this long
+/// at most for its first hand-on.
+const TAKERS_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The takers' descriptors, and when they were read.
+type TakersRead = (Instant, Arc<Vec<ComponentDescriptor>>);
+
+/// What a runner keeps of hand-ons: its own offer, and the takers it judges its results for.
+#[derive(Default)]
+pub(super) struct HandOns {
+    /// The standing offer, with the liveness hold kept while it stands (a run may be handed
+    /// to this process at any moment: its liveness is kept as for a held claim).
+    offer: Mutex<Option<Option<LivenessHold>>>,
+    /// The store keeps no takers (an offer was answered `false`): never offered again.
+    store_keeps_none: AtomicBool,
+    /// An offer was kept once: runs may be handed to this process.
+    offered_once: AtomicBool,
+    /// The takers' descriptors as last read, and when.
+    takers: Arc<Mutex<Option<TakersRead>>>,
+    /// A read of the takers is under way.
+    refreshing: Arc<AtomicBool>,
+    /// The handed runs the watcher's wake found, for the pass it then starts.
+    found: Mutex<Vec<ReadyAnswer>>,
+}
+
+impl<C: Component> Runner<C> {
+    /// Whether this runner's offer to be handed batches stands.
+    fn offer_stands(&self) -> bool {
+        self.hand_ons.offer.lock().expect("the offer's mutex").is_some()
+    }
+
+    /// Whether runs may have been handed to this process: once it has offered, its watcher
+    /// looks for them at each wake, retry and heartbeat, also after it withdrew (an append
+    /// may have handed it one just before).
+    pub(crate) fn may_have_handed_runs(&self) -> bool {
+        self.hand_ons.offered_once.load(Ordering::Relaxed)
+    }
+
+    /// Offers this watcher as a taker of its component's batches, if the component takes
+    /// hand-ons, its claims are the batches' locks and the store keeps takers; a no-op while
+    /// the offer stands. An offer that fails is logged: the watcher claims as before.
+    pub(crate) async fn offer_to_take(&self) {
+        if self.offer_stands()
+            || self.hand_ons.store_keeps_none.load(Ordering::Relaxed)
+            || !self.descriptor.takes_hand_ons()
+            || !self.claims_are_locks()
+        {
+            return;
+        }
+        let Ok(liveness) = self.own_liveness() else { return };
+        let hold = match self.pipeline.locks.hold_liveness().await {
+            Ok(hold) => hold,
+            Err(e) => return debug!("not offering to take hand-ons: {e}"),
+        };
+        let offer = TakerOffer { descriptor: self.readiness_descriptor(), holder: self.run_holder() };
+        match self.pipeline.store.offer_to_take(offer).await {
+            Ok(true) => {
+                debug!(liveness, "offered to take hand-ons");
+                *self.hand_ons.offer.lock().expect("the offer's mutex") = Some(hold);
+                self.hand_ons.offered_once.store(true, Ordering::Relaxed);
+            }
+            Ok(false) => self.hand_ons.store_keeps_none.store(true, Ordering::Relaxed),
+            Err(e) => warn!("cannot offer to take hand-ons (claiming as before): {e}"),
+        }
+    }
+
+    /// Withdraws the standing offer (a watcher that defers or ends). Runs already handed stay
+    /// this process's: its next wake (or pass) works them, or whoever finds it dead takes them
+    /// over.
+    pub(crate) async fn withdraw_offer(&self) {
+        let Some(hold) = self.hand_ons.offer.lock().expect("the offer's mutex").take() else { return };
+        let Some(liveness) = self.run_holder().liveness else { return };
+        if let Err(e) = self.pipeline.store.withdraw_offer(&self.name, &liveness).await {
+            warn!("cannot withdraw the offer to take hand-ons: {e}");
+        }
+        drop(hold);
+    }
+
+    /// The descriptor a claim's readiness is judged by: without what readiness does not read.
+    pub(super) fn readiness_descriptor(&self) -> ComponentDescriptor {
+        ComponentDescriptor { result_schema: None, reads: Vec::new(), ..self.descriptor.clone() }
+    }
+
+    /// The takers' components `event`, the result of `claim` on `batch` (as its claim read
+    /// it), makes the batch ready for: judged by each one's trigger on the summary the event
+    /// leaves. The event's seq is not known yet: any seq past the claim's orders it as the
+    /// store will (the store hands on only while nothing changed the batch since the claim).
+    pub(super) fn hand_ons(&self, batch: &Batch, claim: &Claim, event: &NewEvent) -> Vec<ComponentName> {
+        let takers = self.known_takers();
+        if takers.iter().all(|taker| taker.name == self.name) {
+            return Vec::new();
+        }
+        let summary = summary_after(batch, claim, event);
+        takers
+            .iter()
+            .filter(|taker| taker.name != self.name && taker.ready_on_hand(&summary))
+            .map(|taker| taker.name.clone())
+            .collect()
+    }
+
+    /// The takers as last read; a stale or missing list is read again in a task of its own
+    /// (this append goes by what was read, none at first; a failed read keeps none, so
+    /// nothing is handed on until one succeeds).
+    fn known_takers(&self) -> Arc<Vec<ComponentDescriptor>> {
+        let known = self.hand_ons.takers.lock().expect("the takers' mutex").clone();
+        let fresh = known.as_ref().is_some_and(|(read, _)| read.elapsed() < TAKERS_FRESH_FOR);
+        if !fresh && !self.hand_ons.refreshing.swap(true, Ordering::AcqRel) {
+            let store: Arc<dyn ObjectStore> = Arc::clone(&self.pipeline.store);
+            let (slot, refreshing) = (Arc::clone(&self.hand_ons.takers), Arc::clone(&self.hand_ons.refreshing));
+            tokio::spawn(async move {
+                let takers = store.takers().await.unwrap_or_else(|e| {
+                    debug!("cannot read the takers of hand-ons: {e}");
+                    Vec::new()
+                });
+                *slot.lock().expect("the takers' mutex") = Some((Instant::now(), Arc::new(takers)));
+                refreshing.store(false, Ordering::Release);
+            });
+        }
+        known.map(|(_, takers)| takers).unwrap_or_default()
+    }
+
+    /// Whether the store handed this process runs of its component (a taker's wake asks
+    /// before it looks): found, they wait for the pass over them (`Selection::Handed`).
+    pub(crate) async fn find_handed(&self) -> Result<bool, RunError> {
+        let liveness = self.own_liveness()?;
+        let answers = self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?;
+        let found = !answers.is_empty();
+        *self.hand_ons.found.lock().expect("the found runs' mutex") = answers;
+        Ok(found)
+    }
+
+    /// A taker's claim phase (`Selection::Handed`): the runs `find_handed` found (read again
+    /// if it found none), each claimed as a claim round answers it (past `max_attempts` its
+    /// give-up is recorded instead of work).
+    pub(super) async fn take_handed(&self, pass: &mut Pass) -> Result<(), RunError> {
+        let liveness = self.own_liveness()?;
+        let found = std::mem::take(&mut *self.hand_ons.found.lock().expect("the found runs' mutex"));
+        let answers = match found.is_empty() {
+            true => self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?,
+            false => found,
+        };
+        phases::mark(Phase::Claim);
+        let breaker_counting = self.steering.get().is_some_and(|steering| steering.breakers.contains_key(&self.name));
+        let mut gave_up = Vec::new();
+        for ReadyAnswer { batch, claim, failed_attempts, checkpoint, .. } in answers {
+            let Some(claim) = claim else { continue };
+            let span = self.batch_span(&batch.id);
+            log_claim(&batch.id, &claim, &span);
+            let path = LockPath::Batch(self.name.clone(), batch.id.clone());
+            let lock = ClaimLock::boxed(path, &self.pipeline.locks, &liveness).await?;
+            let claimed = Claimed { batch, claim, lock, slots: Vec::new(), checkpoint, breaker_counting, span };
+            match failed_attempts >= self.config.max_attempts {
+                true => gave_up.push((claimed, failed_attempts)),
+                false => pass.claimed.push(claimed),
+            }
+        }
+        let recorded = self.give_up(gave_up).await;
+        pass.summary.results.extend(recorded);
+        Ok(())
+    }
+}
+
+/// The summary `batch` (as the claim read it, before its run was opened) has once `event`
+/// is recorded and the claim's run closed: what a taker's readiness is judged on.
+fn summary_after(batch: &Batch, claim: &Claim, event: &NewEvent) -> BatchSummary {
+    let seq = Seq(claim.run.claim_seq.0.max(batch.changed_seq.0) + 1);
+    let mut state = SummaryState::of(batch);
+    state.record(&event.clone().recorded(&batch.id, seq, Timestamp::now()));
+    state.run_closed(&claim.run.component);
+    state.summary(SummaryHeader { changed_seq: seq, ..SummaryHeader::of(batch) })
+}

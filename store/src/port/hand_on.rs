@@ -1,0 +1,169 @@
+//! `HandOnStore`: a stage handed on by the append that makes a batch ready. A watcher that
+//! takes hand-ons offers itself (`offer_to_take`: its component's descriptor and its holder,
+//! who names its liveness record); a runner whose result makes a batch ready for such a
+//! component, judged by the component's trigger on the summary its event leaves
+//! (`ComponentDescriptor::ready_on_hand`), names that component in its append
+//! (`append_handing_on`), and the store opens the component's run for an idle taker in the
+//! append's own transaction, with no claim of the taker's: the taker finds it at its wake
+//! (`handed_runs`) and works it as claimed. The judgement is exact because the store hands on
+//! only while the batch is as the appending run's claim read it (`HandOn::rule`), and the run
+//! it opens names the taker's liveness, so it is the batch's lock as any exclusive claim's:
+//! a taker that died is taken over once proven dead, which also withdraws its offers.
+//!
+//! A store that keeps no takers answers the defaults: an offer is not kept (`false`), no
+//! taker is listed, an append hands nothing on, nobody is handed a run. Its components claim
+//! every batch as before.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, Event, InvalidInput, NewEvent, Run, RunHolder, Seq};
+
+use super::ready_claims::{ReadyAnswer, check_takeovers_liveness};
+use super::{BatchStore, StoreResult};
+
+/// Most components one append hands its batch on to.
+pub const MAX_HAND_ONS: usize = 64;
+
+/// A watcher's offer to be handed batches (`HandOnStore::offer_to_take`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TakerOffer {
+    /// The component, as its readiness is judged: the appender judges a batch ready for it
+    /// with this descriptor's trigger.
+    pub descriptor: ComponentDescriptor,
+    /// Who the runs handed to it name: its `liveness` is required (a handed run is its
+    /// batch's lock).
+    pub holder: RunHolder,
+}
+
+/// What `append_handing_on` did: the event, as `append_event` answers it, and the runs it
+/// opened for the components it handed the batch on to (none when the store hands nothing
+/// on, or no taker was idle, or the batch moved since the appending run's claim).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HandedOn {
+    pub event: Event,
+    #[serde(default)]
+    pub runs: Vec<Run>,
+}
+
+port_trait! {
+    /// Stages handed on by the append that makes a batch ready.
+    pub trait HandOnStore: BatchStore {
+        /// Keeps `offer` (replacing one of the same component and liveness): from now on an
+        /// append may hand the component's ready batches to this holder, one at a time (none
+        /// while it holds an open run of the component). `false`: this store hands nothing
+        /// on, nothing is kept.
+        #[checked(check_offer(&offer)?)]
+        async fn offer_to_take(&self, offer: TakerOffer) -> StoreResult<bool> {
+            let _ = offer;
+            Ok(false)
+        }
+
+        /// Withdraws the component's offer naming `liveness` (a watcher at its end); a
+        /// withdrawn or unknown offer is a no-op. Runs already handed stay the holder's.
+        #[checked(check_liveness(liveness)?)]
+        async fn withdraw_offer(&self, component: &ComponentName, liveness: &str) -> StoreResult<()> {
+            let _ = (component, liveness);
+            Ok(())
+        }
+
+        /// The components that have an offer standing, each by the descriptor of its newest
+        /// offer, in name order: what an appender judges its batch on.
+        async fn takers(&self) -> StoreResult<Vec<ComponentDescriptor>> {
+            Ok(Vec::new())
+        }
+
+        /// `append_event`, and in the same transaction a run of each component of `hand_on`
+        /// for one of its idle takers, where `HandOn::rule` allows: the event names its run
+        /// (a result), the batch has not changed since that run's claim, the steering holds
+        /// neither the component nor the pipeline, the batch has no open run of the
+        /// component, and a taker of it holds no open run of it. Refused as `append_event`
+        /// refuses; a component that cannot be handed the batch is left out, nothing written
+        /// for it.
+        #[checked(event.validate()?; check_hand_on(&event, hand_on)?)]
+        async fn append_handing_on(
+            &self,
+            batch: &BatchId,
+            event: NewEvent,
+            hand_on: &[ComponentName],
+        ) -> StoreResult<HandedOn> {
+            let _ = hand_on;
+            Ok(HandedOn { event: self.append_event(batch, event).await?, runs: Vec::new() })
+        }
+
+        /// The open runs of `component` naming `liveness` (a taker's), each as a claim round
+        /// answers a claimed batch: the batch as it was before the run was opened, the run,
+        /// the failed attempts since its event type's newest `Reset`, the checkpoint. The
+        /// caller leaves out the ones it is working on.
+        #[checked(check_liveness(liveness)?)]
+        async fn handed_runs(&self, component: &ComponentDescriptor, liveness: &str) -> StoreResult<Vec<ReadyAnswer>> {
+            let _ = (component, liveness);
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// Refuses an offer the store could never hand a run to: an invalid descriptor, one that
+/// takes no hand-ons, a holder without a valid liveness.
+pub(crate) fn check_offer(offer: &TakerOffer) -> Result<(), InvalidInput> {
+    offer.descriptor.validate()?;
+    offer.holder.validate()?;
+    if !offer.descriptor.takes_hand_ons() {
+        return Err(InvalidInput::new(
+            "descriptor",
+            offer.descriptor.name.as_str(),
+            "takes no hand-ons (a source, a human step, a step with pools or with settled_for)",
+        ));
+    }
+    match &offer.holder.liveness {
+        Some(liveness) => check_liveness(liveness),
+        None => Err(InvalidInput::new("holder.liveness", "none", "a taker's runs must name its liveness record")),
+    }
+}
+
+/// Refuses a liveness no holder may name.
+pub(crate) fn check_liveness(liveness: &str) -> Result<(), InvalidInput> {
+    check_takeovers_liveness("liveness", liveness)
+}
+
+/// Refuses a hand-on without a run to judge it by, naming a component twice or too many.
+pub(crate) fn check_hand_on(event: &NewEvent, hand_on: &[ComponentName]) -> Result<(), InvalidInput> {
+    let names = || hand_on.iter().map(ComponentName::as_str).collect::<Vec<_>>().join(",");
+    if hand_on.is_empty() {
+        return Ok(());
+    }
+    if event.run.is_none() {
+        return Err(InvalidInput::new("hand_on", names(), "only a result (an event naming its run) hands on"));
+    }
+    if hand_on.len() > MAX_HAND_ONS {
+        return Err(InvalidInput::new("hand_on", hand_on.len().to_string(), format!("at most {MAX_HAND_ONS}")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = hand_on.iter().find(|name| !seen.insert(*name)) {
+        return Err(InvalidInput::new("hand_on", twice.as_str(), "names a component more than once"));
+    }
+    Ok(())
+}
+
+/// What a store reads, inside the append's transaction, to decide one hand-on.
+pub(crate) struct HandOn<'a> {
+    /// The appending run's claim seq: where the batch stood when its runner read it.
+    pub claim_seq: Seq,
+    /// The batch's newest change before this append.
+    pub changed_seq: Seq,
+    /// The steering holds the component or the whole pipeline.
+    pub held: bool,
+    /// The batch's open runs of the component.
+    pub open: &'a [Run],
+}
+
+impl HandOn<'_> {
+    /// Whether the store may open the component's run for a taker (which it then picks among
+    /// those holding no open run of the component): the batch is as the appender's claim read
+    /// it (so the appender's judgement of it is exact), nothing holds the component, and
+    /// nobody works the batch for it.
+    pub(crate) fn rule(&self) -> bool {
+        self.changed_seq == self.claim_seq && !self.held && self.open.is_empty()
+    }
+}
