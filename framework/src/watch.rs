@@ -124,10 +124,7 @@ async fn watch_loop<C: Component>(
             return Ok(watcher.worst);
         }
         woken |= watcher.last_pass.is_some_and(|at| at.elapsed() >= watcher.heartbeat);
-        if std::mem::take(&mut woken)
-            && watcher.runner.may_have_handed_runs()
-            && watcher.runner.find_handed().await?
-        {
+        if std::mem::take(&mut woken) && watcher.runner.may_have_handed_runs() && watcher.runner.find_handed().await? {
             match watcher.take_up().await? {
                 ControlFlow::Break(code) => return Ok(code),
                 // What arrived meanwhile is looked for from the store's head after it.

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::work::check_work;
 use super::{
-    Agent, BatchFacts, BatchSummary, ChangeInterest, ComponentName, EventType, InvalidInput, Outcome, PoolName, Schedule, SummaryAt,
-    Timestamp, Trigger, WorkDone, WorkHistory, duration_text,
+    Agent, BatchFacts, BatchSummary, ChangeInterest, ComponentName, EventType, InvalidInput, Outcome, PoolName,
+    Schedule, SummaryAt, Timestamp, Trigger, WorkDone, WorkHistory, duration_text,
 };
 
 /// Longest `version` and `host` accepted in the registry.

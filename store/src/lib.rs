@@ -27,9 +27,10 @@ pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, 
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
     AnnouncementMark, BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim,
-    CreateOutcome, DEFAULT_MAX_BATCH_BYTES, HandOnStore, HandedOn, LogCursor, LogPage, MAX_LOG_PAGE, MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS,
-    ObjectStore, OutboxStore, PruneAnswer, PruneTicket, RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore,
-    SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError, StoreResult, TakerOffer,
+    CreateOutcome, DEFAULT_MAX_BATCH_BYTES, HandOnStore, HandedOn, LogCursor, LogPage, MAX_LOG_PAGE,
+    MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore, OutboxStore, PruneAnswer, PruneTicket, RegistryStore,
+    RestoreAnswer, RetentionStore, RunOutputStore, SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError,
+    StoreResult, TakerOffer,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{
@@ -42,6 +43,7 @@ pub use write_rules::{MIN_MAX_BATCH_BYTES, parse_max_batch_bytes};
 /// `use autocomp_store::prelude::*;` brings every concern's methods into scope.
 pub mod prelude {
     pub use crate::port::{
-        BatchStore, HandOnStore, ObjectStore, OutboxStore, RegistryStore, RetentionStore, RunOutputStore, SeriesStore, SteeringStore,
+        BatchStore, HandOnStore, ObjectStore, OutboxStore, RegistryStore, RetentionStore, RunOutputStore, SeriesStore,
+        SteeringStore,
     };
 }

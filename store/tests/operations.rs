@@ -19,6 +19,8 @@ mod steering;
 use steering::*;
 #[path = "contract/concerning_waits.rs"]
 mod concerning_waits;
+#[path = "contract/hand_ons.rs"]
+mod hand_ons;
 #[path = "contract/ready_claims.rs"]
 pub(crate) mod ready_claims;
 #[path = "contract/registrations.rs"]
@@ -27,8 +29,6 @@ pub(crate) mod registrations;
 mod retention;
 #[path = "contract/run_outputs.rs"]
 mod run_outputs;
-#[path = "contract/hand_ons.rs"]
-mod hand_ons;
 use concerning_waits::*;
 use hand_ons::*;
 use retention::*;

@@ -8,6 +8,7 @@ mod contracts;
 mod demo;
 mod disk_full;
 mod doctor;
+mod hand_ons;
 mod layers;
 mod lock_contract;
 mod logs;

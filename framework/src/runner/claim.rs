@@ -57,6 +57,8 @@ impl<C: Component> Runner<C> {
             pass.summary.held = Some(held);
             return Ok(());
         }
+        // The takers this pass's results may hand batches on to, read beside the claims.
+        self.refresh_takers();
         let candidates = match selection {
             // A handed pass claims nothing (`handed_pass`); here it would look as `Ready`.
             Selection::Ready | Selection::Handed => self.candidates().await?,

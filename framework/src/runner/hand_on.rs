@@ -18,11 +18,11 @@ use autocomp_model::{
 use autocomp_store::{Claim, ObjectStore, ReadyAnswer, TakerOffer};
 use tracing::{debug, warn};
 
+use super::Runner;
 use super::claim::log_claim;
 use super::pass::{Claimed, Pass};
 use super::phases::{self, Phase};
 use super::takeover::ClaimLock;
-use super::Runner;
 use crate::component::Component;
 use crate::exit::RunError;
 use crate::locks::{LivenessHold, LockPath};
@@ -128,6 +128,12 @@ impl<C: Component> Runner<C> {
             .collect()
     }
 
+    /// Reads the takers again beside the pass, if the ones read are stale: its results then
+    /// judge by a fresh list without waiting for it.
+    pub(super) fn refresh_takers(&self) {
+        self.known_takers();
+    }
+
     /// The takers as last read; a stale or missing list is read again in a task of its own
     /// (this append goes by what was read, none at first; a failed read keeps none, so
     /// nothing is handed on until one succeeds).
@@ -163,6 +169,7 @@ impl<C: Component> Runner<C> {
     /// if it found none), each claimed as a claim round answers it (past `max_attempts` its
     /// give-up is recorded instead of work).
     pub(super) async fn take_handed(&self, pass: &mut Pass) -> Result<(), RunError> {
+        self.refresh_takers();
         let liveness = self.own_liveness()?;
         let found = std::mem::take(&mut *self.hand_ons.found.lock().expect("the found runs' mutex"));
         let answers = match found.is_empty() {

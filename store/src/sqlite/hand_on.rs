@@ -44,7 +44,12 @@ impl HandOnStore for SqliteBackend {
         .await
     }
 
-    async fn append_handing_on(&self, batch: &BatchId, event: NewEvent, hand_on: &[ComponentName]) -> StoreResult<HandedOn> {
+    async fn append_handing_on(
+        &self,
+        batch: &BatchId,
+        event: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<HandedOn> {
         self.append_queued(batch, event, hand_on.to_vec()).await
     }
 
@@ -165,7 +170,8 @@ fn idle_taker(tx: &Connection, component: &ComponentName) -> StoreResult<Option<
 /// A taker's stored holder or descriptor: written by `offer_in` from a checked value, so one
 /// that does not read back was changed behind the store's back.
 fn stored<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
-    serde_json::from_str(text).map_err(|e| StoreError::Unavailable(format!("the takers table holds an unreadable row: {e}")))
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Unavailable(format!("the takers table holds an unreadable row: {e}")))
 }
 
 /// A holder proven dead (its run taken over): its offers go with it, so no append hands it
@@ -177,7 +183,11 @@ pub(super) fn forget_taker(tx: &Connection, liveness: &str) -> StoreResult<()> {
 
 /// The component's open runs naming `liveness`, each answered as a claim round answers a
 /// claimed batch, all read in one snapshot.
-fn handed_runs_in(conn: &mut Connection, component: &ComponentDescriptor, liveness: &str) -> StoreResult<Vec<ReadyAnswer>> {
+fn handed_runs_in(
+    conn: &mut Connection,
+    component: &ComponentDescriptor,
+    liveness: &str,
+) -> StoreResult<Vec<ReadyAnswer>> {
     let tx = read_tx(conn)?;
     let runs = query_runs(
         &tx,

@@ -364,7 +364,12 @@ pub fn failed_attempts(
     failed_attempts_in(conn, batch, component, since)
 }
 
-pub(super) fn failed_attempts_in(conn: &Connection, batch: &BatchId, component: &ComponentName, since: Seq) -> StoreResult<u32> {
+pub(super) fn failed_attempts_in(
+    conn: &Connection,
+    batch: &BatchId,
+    component: &ComponentName,
+    since: Seq,
+) -> StoreResult<u32> {
     conn.query_row_prepared(
         "SELECT COUNT(*) FROM runs WHERE batch_id = ?1 AND component = ?2 AND claim_seq > ?3
            AND (state = 'abandoned' OR transient = 1)",

@@ -28,7 +28,8 @@ fn taker(name: &str) -> RunHolder {
 }
 
 fn received(run: &Claim) -> NewEvent {
-    NewEvent::new(ty("Data_Received"), Outcome::Success, agent("receiver")).in_run(component("receiver"), run.generation())
+    NewEvent::new(ty("Data_Received"), Outcome::Success, agent("receiver"))
+        .in_run(component("receiver"), run.generation())
 }
 
 /// A receiver's claim of `batch`, as its pass would hold it before appending.
@@ -94,7 +95,13 @@ pub(crate) async fn an_append_hands_its_batch_to_an_idle_taker_only_while_the_ba
     let idle = claimed_by_receiver(&f, "B4").await;
     let handed = f.store.append_handing_on(&id("B4"), received(&idle), &[component("checker")]).await.unwrap();
     assert_eq!(handed.runs.len(), 1, "{handed:?}");
-    f.store.append_event(&id("B4"), NewEvent::new(ty("Checked"), Outcome::Success, agent("checker")).in_run(component("checker"), 1)).await.unwrap();
+    f.store
+        .append_event(
+            &id("B4"),
+            NewEvent::new(ty("Checked"), Outcome::Success, agent("checker")).in_run(component("checker"), 1),
+        )
+        .await
+        .unwrap();
     f.store.withdraw_offer(&component("checker"), "local:host:1:a").await.unwrap();
     f.store.withdraw_offer(&component("checker"), "local:host:1:a").await.expect("withdrawing twice is a no-op");
     assert!(f.store.takers().await.unwrap().is_empty());
@@ -134,7 +141,11 @@ pub(crate) async fn a_taker_proven_dead_is_taken_over_and_handed_nothing_more(f:
         force: false,
         known_steering: None,
         exclusive: true,
-        takeovers: vec![Takeover { batch: id("B1"), generation: run.generation, liveness: run.holder.liveness.clone() }],
+        takeovers: vec![Takeover {
+            batch: id("B1"),
+            generation: run.generation,
+            liveness: run.holder.liveness.clone(),
+        }],
     };
     let claims = f.store.claim_ready(&request).await.unwrap();
     let answer = claims.answers[0].as_ref().unwrap();
@@ -158,7 +169,8 @@ pub(crate) async fn offers_and_hand_ons_that_could_never_hold_are_refused_by_nam
     let no_run = NewEvent::new(ty("Data_Received"), Outcome::Success, agent("receiver"));
     let refused = f.store.append_handing_on(&id("B1"), no_run, &[component("checker")]).await.unwrap_err();
     assert!(matches!(&refused, StoreError::Invalid(i) if i.field == "hand_on"), "{refused}");
-    let twice = NewEvent::new(ty("Data_Received"), Outcome::Success, agent("receiver")).in_run(component("receiver"), 1);
+    let twice =
+        NewEvent::new(ty("Data_Received"), Outcome::Success, agent("receiver")).in_run(component("receiver"), 1);
     let refused =
         f.store.append_handing_on(&id("B1"), twice, &[component("checker"), component("checker")]).await.unwrap_err();
     assert!(matches!(&refused, StoreError::Invalid(i) if i.field == "hand_on" && i.value == "checker"), "{refused}");

@@ -1,0 +1,164 @@
+//! Hand-ons as users run them: real `--watch` processes of two steps on one embedded store.
+//! The first step's results hand each batch to an idle watcher of the second (its run opened
+//! in the first step's append), and the ledger the second step writes shows every batch
+//! worked once, never two at a time; a watcher killed while it holds a handed run leaves that
+//! run to be taken over once its death is proven, and worked once.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
+/// Far longer than any deadline below: a batch must move by the change feed and hand-ons,
+/// not by heartbeat passes (but for a restarted watcher's first pass).
+const SLOW_HEARTBEAT: &str = "watch_heartbeat = \"10m\"";
+const EXIT_LIMIT: Duration = Duration::from_secs(20);
+const SECOND_DONE: &str = "Second_Done";
+/// Longer than an appender keeps the takers it read (a second).
+const TAKERS_READ_AGAIN: Duration = Duration::from_millis(1_200);
+
+fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "kill({pid}, SIGTERM) failed: {}", std::io::Error::last_os_error());
+}
+
+/// The first step's `--watch`, logging at debug into `log` (a file: a pipe nobody reads
+/// until the end would fill and stop the watcher).
+fn first_step(pipeline: &Pipeline, log: &std::path::Path) -> Child {
+    let log = std::fs::File::create(log).expect("the first step's log");
+    pipeline.command(&["--watch", "-vv"]).stderr(log).spawn().expect("the first step's watcher starts")
+}
+
+/// How many batches the first step's log says it handed on.
+fn handed_on(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log).expect("the first step's log").matches("handed on").count()
+}
+
+/// A `--watch` of the second step (requires the probe's result).
+fn second_step(pipeline: &Pipeline) -> Child {
+    pipeline
+        .command(&["--watch"])
+        .env("PROBE_NAME", "second")
+        .env("PROBE_EVENT_TYPE", SECOND_DONE)
+        .env("PROBE_REQUIRES", PROBED)
+        .spawn()
+        .expect("the second step's watcher starts")
+}
+
+/// Waits until both steps are registered and a watcher of the second has offered to take
+/// hand-ons (its first pass got the turn).
+fn wait_for_a_taker(pipeline: &Pipeline) {
+    let ready = wait_until(Instant::now() + Duration::from_secs(30), || {
+        let store = pipeline.any_store();
+        let takers = pipeline.block_on(store.takers()).expect("takers readable");
+        pipeline.block_on(store.components()).expect("registry readable").len() == 2
+            && takers.iter().any(|taker| taker.name.as_str() == "second")
+    });
+    assert!(ready, "the watchers never registered and offered");
+}
+
+#[test]
+fn a_chain_of_watchers_hands_each_batch_on_and_works_it_once() {
+    let pipeline = Pipeline::new(PROBE);
+    let ledger = pipeline.path("ledger.txt");
+    pipeline.configure(SLOW_HEARTBEAT);
+    let second = format!("{SLOW_HEARTBEAT}\n[settings]\nwork_time = \"5ms\"\nledger = \"{}\"\n", ledger.display());
+    std::fs::write(pipeline.config_dir().join("second.toml"), second).unwrap();
+    let log = pipeline.path("first.log");
+    let first = first_step(&pipeline, &log);
+    let takers = [second_step(&pipeline), second_step(&pipeline)];
+    wait_for_a_taker(&pipeline);
+    // Time that must pass: an appender reads the takers again once the ones it read are a
+    // second old, so the first step learns of the offer within a second.
+    std::thread::sleep(TAKERS_READ_AGAIN);
+    let ids: Vec<_> = (1..=20).map(|n| format!("B{n:04}")).collect();
+    for id in &ids {
+        let id = pipeline.register_one(id, true);
+        let through =
+            wait_until(Instant::now() + Duration::from_secs(10), || pipeline.events(&id, SECOND_DONE).len() == 1);
+        if !through {
+            let shown: Vec<String> = std::iter::once(first)
+                .chain(takers)
+                .map(|mut watcher| {
+                    watcher.kill().ok();
+                    finish(watcher, EXIT_LIMIT).show()
+                })
+                .collect();
+            panic!(
+                "batch {id} did not get through both steps within 10 s; open runs {:?}:\n{}",
+                pipeline.open_runs(),
+                shown.join("\n")
+            );
+        }
+    }
+    sigterm(&first);
+    let first = finish(first, EXIT_LIMIT);
+    assert_eq!(first.code, Some(0), "{}", first.show());
+    for taker in takers {
+        sigterm(&taker);
+        let finished = finish(taker, EXIT_LIMIT);
+        assert_eq!(finished.code, Some(0), "{}", finished.show());
+    }
+    let handed = handed_on(&log);
+    assert!(handed >= ids.len() / 2, "only {handed} of {} batches were handed on", ids.len());
+    let by_batch = disjoint_by_batch(&pipeline.ledger());
+    assert_eq!(by_batch.len(), ids.len());
+    for (batch, entries) in &by_batch {
+        assert_eq!(entries.len(), 1, "batch {batch} worked more than once: {entries:?}");
+    }
+    assert!(pipeline.open_runs().is_empty(), "runs left open: {:?}", pipeline.open_runs());
+    let offers = pipeline.block_on(pipeline.any_store().takers()).unwrap();
+    assert!(offers.is_empty(), "the watchers withdrew their offers at their end: {offers:?}");
+}
+
+#[test]
+fn a_taker_killed_holding_a_handed_run_has_it_taken_over_and_worked_once() {
+    let pipeline = Pipeline::new(PROBE);
+    let (ledger, started, gate) = (pipeline.path("ledger.txt"), pipeline.path("started"), pipeline.path("go"));
+    std::fs::create_dir_all(&started).unwrap();
+    pipeline.configure(SLOW_HEARTBEAT);
+    let second = format!(
+        "{SLOW_HEARTBEAT}\n[settings]\nledger = \"{}\"\nstarted = \"{}\"\nwait_for = \"{}\"\n",
+        ledger.display(),
+        started.display(),
+        gate.display()
+    );
+    std::fs::write(pipeline.config_dir().join("second.toml"), second).unwrap();
+    let log = pipeline.path("first.log");
+    let first = first_step(&pipeline, &log);
+    let mut doomed = second_step(&pipeline);
+    wait_for_a_taker(&pipeline);
+    // Time that must pass: an appender reads the takers again once the ones it read are a
+    // second old, so the first step learns of the offer within a second.
+    std::thread::sleep(TAKERS_READ_AGAIN);
+    let id = pipeline.register_one("B0001", true);
+    let working = wait_until(Instant::now() + Duration::from_secs(10), || started.join("B0001").exists());
+    assert!(working, "the taker never started on the batch");
+    doomed.kill().expect("SIGKILL");
+    doomed.wait().unwrap();
+    let held = pipeline.open_runs();
+    assert_eq!(held.len(), 1, "the killed taker's run stays open: {held:?}");
+
+    // Another watcher of the step proves the holder dead at its first pass and takes over.
+    std::fs::write(&gate, "").unwrap();
+    let heir = second_step(&pipeline);
+    let through = wait_until(Instant::now() + Duration::from_secs(20), || pipeline.events(&id, SECOND_DONE).len() == 1);
+    assert!(through, "the handed batch was not taken over and worked within 20 s");
+    let finished = [first, heir].map(|watcher| {
+        sigterm(&watcher);
+        finish(watcher, EXIT_LIMIT)
+    });
+    for watcher in &finished {
+        assert_eq!(watcher.code, Some(0), "{}", watcher.show());
+    }
+    assert_eq!(handed_on(&log), 1, "the batch went to the taker by a hand-on");
+    let entries = pipeline.ledger();
+    assert_eq!(entries.len(), 1, "worked once, by the heir: {entries:?}");
+    let runs = pipeline.batch(&id).open_runs;
+    assert!(runs.is_empty(), "{runs:?}");
+    let offers = pipeline.block_on(pipeline.any_store().takers()).unwrap();
+    assert!(offers.is_empty(), "the dead taker's offer went with its run: {offers:?}");
+}
