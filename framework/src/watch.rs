@@ -79,6 +79,7 @@ pub async fn run_watching<C: Component>(
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     runner.withdraw_offer().await;
+    runner.release_handed().await;
     runner.give_back_turn(true).await;
     // Whatever the registry has not heard yet, however the watch ended.
     let flushed = runner.flush_reports(true).await;

@@ -106,6 +106,26 @@ impl<C: Component> Runner<C> {
         drop(hold);
     }
 
+    /// At a watcher's end, after its offer is withdrawn: the runs handed to it that it did
+    /// not start are released (closed without an event, ready again for the next pass of
+    /// the step) rather than left to be taken over once this process is proven dead.
+    pub(crate) async fn release_handed(&self) {
+        if !self.may_have_handed_runs() {
+            return;
+        }
+        let Some(liveness) = self.run_holder().liveness else { return };
+        let handed = match self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await {
+            Ok(handed) => handed,
+            Err(e) => return warn!("cannot read the runs handed to this watcher at its end: {e}"),
+        };
+        for run in handed.into_iter().filter_map(|answer| answer.claim.map(|claim| claim.run)) {
+            match self.pipeline.store.release(&run.batch_id, &self.name, run.generation).await {
+                Ok(()) => debug!(batch = %run.batch_id, "released a run handed to this watcher at its end"),
+                Err(e) => warn!(batch = %run.batch_id, "cannot release a run handed to this watcher: {e}"),
+            }
+        }
+    }
+
     /// The descriptor a claim's readiness is judged by: without what readiness does not read.
     pub(super) fn readiness_descriptor(&self) -> ComponentDescriptor {
         ComponentDescriptor { result_schema: None, reads: Vec::new(), ..self.descriptor.clone() }

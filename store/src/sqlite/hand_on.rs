@@ -174,13 +174,6 @@ fn stored<T: serde::de::DeserializeOwned>(text: &str) -> StoreResult<T> {
         .map_err(|e| StoreError::Unavailable(format!("the takers table holds an unreadable row: {e}")))
 }
 
-/// A holder proven dead (its run taken over): its offers go with it, so no append hands it
-/// another batch.
-pub(super) fn forget_taker(tx: &Connection, liveness: &str) -> StoreResult<()> {
-    tx.execute_prepared("DELETE FROM takers WHERE liveness = ?1", [liveness]).map_err(unavailable)?;
-    Ok(())
-}
-
 /// The component's open runs naming `liveness`, each answered as a claim round answers a
 /// claimed batch, all read in one snapshot.
 fn handed_runs_in(

@@ -219,7 +219,8 @@ pub(super) fn claim_in(
         return Err(ready_claims::lock_conflict(lock));
     }
     if let Some(dead) = takeover.and_then(|takeover| takeover.liveness.as_deref()) {
-        super::hand_on::forget_taker(tx, dead)?;
+        // Proven dead: its offers to take hand-ons go with it, so no append hands it another.
+        tx.execute_prepared("DELETE FROM takers WHERE liveness = ?1", [dead]).map_err(unavailable)?;
     }
     let seq = next_seq(tx)?;
     let now = Timestamp::now();
