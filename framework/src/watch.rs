@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_model::{BatchId, Seq, Timestamp};
+use autocomp_model::{BatchId, BatchSummary, Seq, Timestamp};
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{AnnouncementMark, ObjectStore};
 use tokio::sync::watch;
@@ -76,6 +76,8 @@ pub async fn run_watching<C: Component>(
         deferral: deferral::Deferral::default(),
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
         refused: None,
+        saw_ours_running: false,
+        looked_up_to: Seq::ZERO,
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     runner.withdraw_offer().await;
@@ -108,6 +110,11 @@ struct Watcher<'a, C: Component> {
     offers: feed::FeedOffers,
     /// Why the last pass refused to start (a broken contract), said once until it changes.
     refused: Option<String>,
+    /// The last look saw a batch changed since the look before with an open run of the
+    /// component.
+    saw_ours_running: bool,
+    /// The head the last look through the change feed answered as of.
+    looked_up_to: Seq,
 }
 
 async fn watch_loop<C: Component>(
@@ -152,6 +159,13 @@ async fn watch_loop<C: Component>(
         // never slept through.
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
         let (offered, judged, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
+        // The look saw a batch its component works on: maybe a run handed to this process
+        // after its wake's question, which no later change would wake it for. Taken up
+        // first; the next look starts from the store's head.
+        if std::mem::take(&mut watcher.saw_ours_running) && watcher.runner.may_have_handed_runs() {
+            woken = true;
+            continue;
+        }
         let go_again = if heartbeat_due || !offered.is_empty() {
             let handled = match watcher.pass(offered, judged, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
@@ -275,6 +289,10 @@ impl<C: Component> Watcher<'_, C> {
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
         let judged = self.runner.judged_ready(offer.summaries.values());
+        let (ours, since) = (self.runner.name(), self.looked_up_to);
+        let running_ours = |summary: &&BatchSummary| summary.changed_seq > since && summary.running.contains(ours);
+        self.saw_ours_running = offer.summaries.values().any(|summary| running_ours(&summary));
+        self.looked_up_to = offer.seen;
         Ok((offer.ids, judged, offer.covered, Seen { head: offer.seen, read_after: offer.read_after }))
     }
 

@@ -4,12 +4,12 @@
 use serde_json::Value;
 
 use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare};
-use super::rows::{EventRow, corrupt};
+use super::rows::{EventRow, corrupt, runs_from_json};
 use super::text::{self};
 use super::{PgBackend, Retry};
-use crate::port::{StoreError, StoreResult};
+use crate::port::{HandedOn, StoreError, StoreResult};
 use crate::write_rules::{self};
-use autocomp_model::{BatchId, Event, IdempotencyKey, NewEvent, Seq, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Event, IdempotencyKey, NewEvent, Run, Seq, Timestamp};
 
 /// Most appends one group carries: enough to share a commit among a busy host's writers.
 pub(super) const MAX_GROUP: usize = 64;
@@ -26,14 +26,21 @@ pub(crate) struct AppendQueue {
 pub(crate) struct PendingAppend {
     batch: BatchId,
     event: NewEvent,
-    reply: tokio::sync::oneshot::Sender<StoreResult<Event>>,
+    /// The steps to hand the batch on to (`HandOnStore::append_handing_on`).
+    hand_on: Vec<ComponentName>,
+    reply: tokio::sync::oneshot::Sender<StoreResult<HandedOn>>,
 }
 
 impl PgBackend {
     /// Group commit: appends through this handle queue, and up to `APPEND_LANES` background
     /// tasks send what is queued as one call of `autocomp_append_group` (one transaction,
     /// one commit flush), each append answered on its own.
-    pub(super) async fn pg_append_event(&self, batch: &BatchId, mut event: NewEvent) -> StoreResult<Event> {
+    pub(super) async fn pg_append(
+        &self,
+        batch: &BatchId,
+        mut event: NewEvent,
+        hand_on: Vec<ComponentName>,
+    ) -> StoreResult<HandedOn> {
         // With a key a retry after a lost answer returns the first event instead of a second.
         if event.idempotency_key.is_none() {
             event.idempotency_key = Some(self.fresh_key());
@@ -41,7 +48,7 @@ impl PgBackend {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let lead = {
             let mut queue = self.inner.appends.lock().unwrap_or_else(|p| p.into_inner());
-            queue.pending.push(PendingAppend { batch: batch.clone(), event, reply });
+            queue.pending.push(PendingAppend { batch: batch.clone(), event, hand_on, reply });
             let lead = queue.leaders < APPEND_LANES;
             if lead {
                 queue.leaders += 1;
@@ -69,8 +76,11 @@ impl PgBackend {
             let answers = self.append_group(&group).await;
             for (pending, answer) in group.into_iter().zip(answers) {
                 let answer = answer.and_then(|recorded| match recorded {
-                    Recorded::New(seq, at) => Ok(pending.event.clone().recorded(&pending.batch, seq, at)),
-                    Recorded::Earlier(earlier) => write_rules::earlier_append(&pending.batch, &pending.event, earlier),
+                    Recorded::New(seq, at, runs) => {
+                        Ok(HandedOn { event: pending.event.clone().recorded(&pending.batch, seq, at), runs })
+                    }
+                    Recorded::Earlier(earlier) => write_rules::earlier_append(&pending.batch, &pending.event, earlier)
+                        .map(|event| HandedOn { event, runs: Vec::new() }),
                 });
                 let _ = pending.reply.send(answer); // the caller may have gone; the event stands regardless
             }
@@ -109,16 +119,29 @@ impl PgBackend {
         let details: Vec<&Value> = stored_details.iter().map(|d| &**d).collect();
         let generations: Vec<Option<i64>> = group.iter().map(|p| p.event.run.as_ref().map(|r| r.generation)).collect();
         let resets: Vec<Option<Value>> = group.iter().map(|p| optional_json(&p.event.resets)).collect();
+        let hand_ons: Vec<Option<Value>> =
+            group.iter().map(|p| (!p.hand_on.is_empty()).then(|| serde_json::json!(p.hand_on))).collect();
         let cap = self.cap();
         let answered = self
             .run("append_event", Retry::Safe, |client, _| {
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] =
-                    [&batches, &types, &outcomes, &agents, &details, &components, &generations, &resets, &keys, &cap];
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+                    &batches,
+                    &types,
+                    &outcomes,
+                    &agents,
+                    &details,
+                    &components,
+                    &generations,
+                    &resets,
+                    &keys,
+                    &cap,
+                    &hand_ons,
+                ];
                 Box::pin(async move {
                     let statement = prepare(
                         client,
-                        "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason
-                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                        "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason, r_handed::text
+                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                     )
                     .await?;
                     let rows = client
@@ -150,7 +173,10 @@ impl PgBackend {
                                     serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
                                 Ok(Recorded::Earlier(earlier.into_event()?))
                             }
-                            (None, None) => Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)))),
+                            (None, None) => {
+                                let handed = runs_from_json(row.get::<_, Option<&str>>(6))?;
+                                Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)), handed))
+                            }
                         };
                         answers[index] = Some(answer);
                     }
@@ -177,7 +203,9 @@ impl PgBackend {
 
 /// What an append's group recorded for it.
 pub(super) enum Recorded {
-    New(Seq, Timestamp),
+    /// Recorded at this seq and time, with the runs it opened for the steps it handed its
+    /// batch on to.
+    New(Seq, Timestamp, Vec<Run>),
     /// Its idempotency key had recorded this event before; nothing new was written.
     Earlier(Event),
 }

@@ -106,7 +106,7 @@ impl BatchStore for PgBackend {
 
     /// Group commit (`appends`): concurrent appends share one call and one commit.
     async fn append_event(&self, batch: &BatchId, event: NewEvent) -> StoreResult<Event> {
-        self.pg_append_event(batch, event).await
+        self.pg_append(batch, event, Vec::new()).await.map(|handed| handed.event)
     }
 
     async fn claim(&self, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Claim> {
@@ -158,7 +158,9 @@ impl BatchStore for PgBackend {
     }
 
     async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
-        self.pg_claim_ready(request).await
+        let claims = self.pg_claim_ready(request).await?;
+        self.forget_dead_takers(request, &claims).await;
+        Ok(claims)
     }
 
     async fn claim_ready_judged(&self, request: &ReadyClaimRequest, judged: &[Seq]) -> StoreResult<ReadyClaims> {
@@ -279,9 +281,3 @@ impl BatchStore for PgBackend {
         Ok(count.max(0) as u64)
     }
 }
-
-/// Keeps no takers yet (the defaults): an append hands nothing on and every batch is claimed
-/// by its component's pass. Hand-ons are built on the embedded store first; here they need the
-/// takers in the schema and the append group's function opening the handed runs.
-#[async_trait]
-impl crate::port::HandOnStore for PgBackend {}

@@ -8,6 +8,7 @@
 mod appends;
 mod batches;
 mod calls;
+mod hand_on;
 mod history;
 mod horizon;
 mod judged_claims;

@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(21, "0021_one_row_version"),
     migration!(22, "0022_key_lookups_by_index"),
     migration!(23, "0023_flat_judged_claim"),
+    migration!(24, "0024_takers"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

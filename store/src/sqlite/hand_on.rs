@@ -119,34 +119,39 @@ pub(super) fn hand_on_in(
     let Some(appending) = event.run.as_ref().filter(|_| !hand_on.is_empty()) else {
         return Ok(Vec::new());
     };
-    let claim_seq: Option<i64> = tx
-        .query_row_prepared(
-            "SELECT claim_seq FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
-            params![batch.as_str(), appending.component.as_str(), appending.generation],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(unavailable)?;
-    let Some(claim_seq) = claim_seq else { return Ok(Vec::new()) };
-    let steering = super::steering::load(tx)?;
     let mut handed = Vec::new();
+    // Read once, when an idle taker is found first (a busy taker, the common case under a
+    // backlog, costs the append one indexed read).
+    let mut claimed_at_and_steering = None;
     for component in hand_on {
+        let Some(holder) = idle_taker(tx, component)? else { continue };
+        if claimed_at_and_steering.is_none() {
+            let claim_seq: Option<i64> = tx
+                .query_row_prepared(
+                    "SELECT claim_seq FROM runs WHERE batch_id = ?1 AND component = ?2 AND generation = ?3",
+                    params![batch.as_str(), appending.component.as_str(), appending.generation],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(unavailable)?;
+            let Some(claim_seq) = claim_seq else { return Ok(handed) };
+            claimed_at_and_steering = Some((Seq(claim_seq), super::steering::load(tx)?));
+        }
+        let (claim_seq, steering) = claimed_at_and_steering.as_ref().expect("read above");
         let open = query_runs(
             tx,
             "WHERE batch_id = ?1 AND component = ?2 AND state = 'open'",
             params![batch.as_str(), component.as_str()],
         )?;
         let rule = HandOn {
-            claim_seq: Seq(claim_seq),
+            claim_seq: *claim_seq,
             changed_seq: changed_before,
-            held: ready_claims::holds(&steering, component),
+            held: ready_claims::holds(steering, component),
             open: &open,
         };
-        if !rule.rule() {
-            continue;
+        if rule.rule() {
+            handed.push(claim_in(tx, batch, component, &holder, None)?.run);
         }
-        let Some(holder) = idle_taker(tx, component)? else { continue };
-        handed.push(claim_in(tx, batch, component, &holder, None)?.run);
     }
     Ok(handed)
 }

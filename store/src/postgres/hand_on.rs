@@ -1,0 +1,143 @@
+//! Hand-ons on PostgreSQL (`HandOnStore`): takers' offers in the `takers` table, the runs an
+//! append opens for them in its own transaction (`autocomp_append_group` with hand-ons, which
+//! calls `autocomp_hand_on`; sent by `appends`), and a taker's read of the runs handed to it.
+
+use async_trait::async_trait;
+
+use super::calls::prepare;
+use super::rows::{corrupt, run_from_json};
+use super::{PgBackend, Retry};
+use crate::port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
+use crate::port::{BatchStore, Claim, HandOnStore, HandedOn, StoreResult, TakerOffer};
+use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Timestamp};
+
+#[async_trait]
+impl HandOnStore for PgBackend {
+    async fn offer_to_take(&self, offer: TakerOffer) -> StoreResult<bool> {
+        let liveness = offer.holder.liveness.clone().expect("checked: a taker names its liveness");
+        let holder = serde_json::to_value(&offer.holder).expect("a holder always serializes");
+        let descriptor = serde_json::to_value(&offer.descriptor).expect("a descriptor always serializes");
+        let component = offer.descriptor.name.as_str();
+        let at = Timestamp::now().millis();
+        let (liveness, holder, descriptor) = (&liveness, &holder, &descriptor);
+        self.run("offer_to_take", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (component, liveness) DO UPDATE
+                     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at",
+                )
+                .await?;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&component, liveness, holder, descriptor, &at];
+                client.execute(&statement, &params).await.map_err(|e| self.read_failure(e))?;
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    async fn withdraw_offer(&self, component: &ComponentName, liveness: &str) -> StoreResult<()> {
+        let component = component.as_str();
+        self.run("withdraw_offer", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, "DELETE FROM takers WHERE component = $1 AND liveness = $2").await?;
+                client.execute(&statement, &[&component, &liveness]).await.map_err(|e| self.read_failure(e))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn takers(&self) -> StoreResult<Vec<ComponentDescriptor>> {
+        self.run("takers", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(
+                    client,
+                    "SELECT DISTINCT ON (component) descriptor::text FROM takers ORDER BY component, offered_at DESC",
+                )
+                .await?;
+                let rows = client.query(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
+                rows.iter()
+                    .map(|row| serde_json::from_str(row.get::<_, &str>(0)).map_err(|e| corrupt("taker", e)))
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn append_handing_on(
+        &self,
+        batch: &BatchId,
+        event: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<HandedOn> {
+        self.pg_append(batch, event, hand_on.to_vec()).await
+    }
+
+    /// The open runs first (one read, all a taker's wake costs when it was handed none), then
+    /// for each its batch, failed attempts and checkpoint, as `get_batches`, `failed_attempts`
+    /// and `load_checkpoint` answer them.
+    async fn handed_runs(&self, component: &ComponentDescriptor, liveness: &str) -> StoreResult<Vec<ReadyAnswer>> {
+        let name = component.name.as_str();
+        let runs = self
+            .run("handed_runs", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(
+                        client,
+                        "SELECT to_jsonb(r)::text FROM runs r WHERE state = 'open' AND component = $1 AND liveness = $2
+                         ORDER BY batch_id",
+                    )
+                    .await?;
+                    let rows = client.query(&statement, &[&name, &liveness]).await.map_err(|e| self.read_failure(e))?;
+                    rows.iter().map(|row| run_from_json(row.get(0))).collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .await?;
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<BatchId> = runs.iter().map(|run| run.batch_id.clone()).collect();
+        let mut batches = self.get_batches(&ids).await?;
+        let mut answers = Vec::with_capacity(runs.len());
+        for run in runs {
+            let Some(at) = batches.iter().position(|batch| batch.id == run.batch_id) else { continue };
+            let mut batch = batches.swap_remove(at);
+            batch.open_runs.retain(|open| !(open.component == run.component && open.generation == run.generation));
+            let since = batch.last_reset_of(&component.event_type);
+            let failed_attempts = self.failed_attempts(&batch.id, &component.name, since).await?;
+            let checkpoint = self.load_checkpoint(&batch.id, &component.name).await?;
+            let claim = Some(Claim { run, abandoned: None });
+            answers.push(ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: None });
+        }
+        Ok(answers)
+    }
+}
+
+impl PgBackend {
+    /// After a claim round with takeovers: the offers of the holders it proved dead and took
+    /// runs over from go with them, so no append hands them another batch. A hint: a failure
+    /// leaves the offer, whose next handed run is taken over (and the offer forgotten) again.
+    pub(super) async fn forget_dead_takers(&self, request: &ReadyClaimRequest, claims: &ReadyClaims) {
+        let dead: Vec<&str> = claims
+            .answers
+            .iter()
+            .filter_map(|answer| answer.as_ref().ok()?.claim.as_ref()?.abandoned.as_ref()?.holder.liveness.as_deref())
+            .filter(|liveness| request.takeovers.iter().any(|named| named.liveness.as_deref() == Some(*liveness)))
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        let dead = &dead;
+        let _ = self
+            .run("forget_takers", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    let statement = prepare(client, "SELECT autocomp_forget_takers($1)").await?;
+                    client.execute(&statement, &[dead]).await.map_err(|e| self.read_failure(e))?;
+                    Ok(())
+                })
+            })
+            .await;
+    }
+}
