@@ -198,6 +198,11 @@ async fn watch_loop<C: Component>(
             }
             !covered
         };
+        // A claim of the pass found a batch handed to this process meanwhile: taken up now.
+        if watcher.runner.handed_noted() {
+            woken = true;
+            continue;
+        }
         if go_again {
             continue;
         }

@@ -123,7 +123,9 @@ fn only_concerning_changes_wake_a_watcher(pipeline: &Pipeline) {
     // Work that concerns the second stage reaches it at once: a new batch through both.
     let through = pipeline.register_one("B0002", true);
     let started = Instant::now();
-    wait_for("B0002 went through both watchers", || pipeline.events(&through, SECOND_DONE).len() == 1);
+    let went_through =
+        wait_until(Instant::now() + Duration::from_secs(15), || pipeline.events(&through, SECOND_DONE).len() == 1);
+    assert!(went_through, "B0002 went through both watchers\n{}", logs());
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     first.stop();
     second.stop();

@@ -51,6 +51,9 @@ pub(super) struct HandOns {
     refreshing: Arc<AtomicBool>,
     /// The handed runs the watcher's wake found, for the pass it then starts.
     found: Mutex<Vec<ReadyAnswer>>,
+    /// A claim of this process found a batch handed to it (the hand-on's commit came while
+    /// it looked): its watcher takes up before it sleeps.
+    noted: AtomicBool,
 }
 
 impl<C: Component> Runner<C> {
@@ -173,6 +176,16 @@ impl<C: Component> Runner<C> {
             });
         }
         known.map(|(_, takers)| takers).unwrap_or_default()
+    }
+
+    /// A claim found a run of this process's that no pass of its claimed: handed to it.
+    pub(super) fn note_handed(&self) {
+        self.hand_ons.noted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a claim found a run handed to this process since the last call.
+    pub(crate) fn handed_noted(&self) -> bool {
+        self.hand_ons.noted.swap(false, Ordering::Relaxed)
     }
 
     /// Whether the store handed this process runs of its component (a taker's wake asks

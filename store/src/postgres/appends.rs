@@ -122,6 +122,22 @@ impl PgBackend {
         let hand_ons: Vec<Option<Value>> =
             group.iter().map(|p| (!p.hand_on.is_empty()).then(|| serde_json::json!(p.hand_on))).collect();
         let cap = self.cap();
+        // The append group with hand-ons is schema 24's; a group naming none calls the one
+        // every schema this release runs on has (`schema::OLDEST_RUNNABLE`), whose takers
+        // table is then absent and whose watchers never offer.
+        let handing_on = group.iter().any(|p| !p.hand_on.is_empty());
+        let (sql, columns) = match handing_on {
+            true => (
+                "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason, r_handed::text
+                 FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                11,
+            ),
+            false => (
+                "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason
+                 FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                10,
+            ),
+        };
         let answered = self
             .run("append_event", Retry::Safe, |client, _| {
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
@@ -138,14 +154,9 @@ impl PgBackend {
                     &hand_ons,
                 ];
                 Box::pin(async move {
-                    let statement = prepare(
-                        client,
-                        "SELECT r_index, r_seq, r_at, r_earlier::text, r_refused, r_reason, r_handed::text
-                         FROM autocomp_append_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                    )
-                    .await?;
+                    let statement = prepare(client, sql).await?;
                     let rows = client
-                        .query(&statement, &params)
+                        .query(&statement, &params[..columns])
                         .await
                         .map_err(|e| self.failure(e, &Scope { batch: &group[0].batch, run: None }))?;
                     let mut answers: Vec<Option<StoreResult<Recorded>>> = group.iter().map(|_| None).collect();
@@ -174,7 +185,10 @@ impl PgBackend {
                                 Ok(Recorded::Earlier(earlier.into_event()?))
                             }
                             (None, None) => {
-                                let handed = runs_from_json(row.get::<_, Option<&str>>(6))?;
+                                let handed = match handing_on {
+                                    true => runs_from_json(row.get::<_, Option<&str>>(6))?,
+                                    false => Vec::new(),
+                                };
                                 Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)), handed))
                             }
                         };

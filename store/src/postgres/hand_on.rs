@@ -3,10 +3,13 @@
 //! calls `autocomp_hand_on`; sent by `appends`), and a taker's read of the runs handed to it.
 
 use async_trait::async_trait;
+use deadpool_postgres::ClientWrapper;
+use tokio_postgres::Statement;
+use tokio_postgres::error::SqlState;
 
 use super::calls::prepare;
 use super::rows::{corrupt, run_from_json};
-use super::{PgBackend, Retry};
+use super::{Failure, PgBackend, Retry};
 use crate::port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
 use crate::port::{BatchStore, Claim, HandOnStore, HandedOn, StoreResult, TakerOffer};
 use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Timestamp};
@@ -22,13 +25,16 @@ impl HandOnStore for PgBackend {
         let (liveness, holder, descriptor) = (&liveness, &holder, &descriptor);
         self.run("offer_to_take", Retry::Safe, |client, _| {
             Box::pin(async move {
-                let statement = prepare(
+                let Some(statement) = prepare_on_takers(
                     client,
                     "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (component, liveness) DO UPDATE
                      SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at",
                 )
-                .await?;
+                .await?
+                else {
+                    return Ok(false);
+                };
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
                     [&component, liveness, holder, descriptor, &at];
                 client.execute(&statement, &params).await.map_err(|e| self.read_failure(e))?;
@@ -42,7 +48,8 @@ impl HandOnStore for PgBackend {
         let component = component.as_str();
         self.run("withdraw_offer", Retry::Safe, |client, _| {
             Box::pin(async move {
-                let statement = prepare(client, "DELETE FROM takers WHERE component = $1 AND liveness = $2").await?;
+                let sql = "DELETE FROM takers WHERE component = $1 AND liveness = $2";
+                let Some(statement) = prepare_on_takers(client, sql).await? else { return Ok(()) };
                 client.execute(&statement, &[&component, &liveness]).await.map_err(|e| self.read_failure(e))?;
                 Ok(())
             })
@@ -53,11 +60,9 @@ impl HandOnStore for PgBackend {
     async fn takers(&self) -> StoreResult<Vec<ComponentDescriptor>> {
         self.run("takers", Retry::Safe, |client, _| {
             Box::pin(async move {
-                let statement = prepare(
-                    client,
-                    "SELECT DISTINCT ON (component) descriptor::text FROM takers ORDER BY component, offered_at DESC",
-                )
-                .await?;
+                let sql =
+                    "SELECT DISTINCT ON (component) descriptor::text FROM takers ORDER BY component, offered_at DESC";
+                let Some(statement) = prepare_on_takers(client, sql).await? else { return Ok(Vec::new()) };
                 let rows = client.query(&statement, &[]).await.map_err(|e| self.read_failure(e))?;
                 rows.iter()
                     .map(|row| serde_json::from_str(row.get::<_, &str>(0)).map_err(|e| corrupt("taker", e)))
@@ -139,5 +144,18 @@ impl PgBackend {
                 })
             })
             .await;
+    }
+}
+
+/// `prepare` for a statement on the takers table: `None` where the schema is older than the
+/// takers (schema 24). A release runs on schemas back to `schema::OLDEST_RUNNABLE` while a
+/// migration waits, and there it keeps no takers: an offer is answered `false`, none are
+/// listed, nothing is handed on.
+async fn prepare_on_takers(client: &ClientWrapper, sql: &str) -> Result<Option<Statement>, Failure> {
+    match client.prepare_cached(sql).await {
+        Ok(statement) => Ok(Some(statement)),
+        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),
+        // Any other refusal, as every statement's.
+        Err(_) => prepare(client, sql).await.map(Some),
     }
 }

@@ -50,7 +50,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The oldest schema this release runs on: 19 has every function it calls, its writers
 /// holding the old feed lock as well as their epoch's key (correct, and slower), for when 20
-/// waits for a transaction left open (`AFTER_EARLIER_TRANSACTIONS`).
+/// waits for a transaction left open (`AFTER_EARLIER_TRANSACTIONS`). Hand-ons need 24: below
+/// it the store keeps no takers (`hand_on.rs`).
 pub const OLDEST_RUNNABLE: i32 = 19;
 
 /// Advisory lock keys (per database). Every writer holds the key of a feed epoch, shared,
