@@ -4,8 +4,8 @@
 use serde_json::Map;
 
 use super::{
-    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, Outcome, RunRef, Seq,
-    Timestamp, Trigger,
+    Agent, Batch, BatchId, BatchType, ComponentDescriptor, ComponentName, Event, EventType, Outcome, Run, RunHolder,
+    RunRef, RunState, Seq, Timestamp, Trigger,
 };
 
 pub(crate) fn ty(name: &str) -> EventType {
@@ -45,5 +45,26 @@ pub(crate) fn batch(events: Vec<Event>, now: i64) -> Batch {
         events,
         open_runs: Vec::new(),
         as_of: Timestamp(now),
+    }
+}
+
+/// An open run of `component` on `batch()`'s batch.
+pub(crate) fn open_run(component: &str) -> Run {
+    Run {
+        batch_id: BatchId::new("B1").unwrap(),
+        component: ComponentName::new(component).unwrap(),
+        generation: 1,
+        holder: RunHolder {
+            agent: Agent::new("test").unwrap(),
+            host: "h".into(),
+            pid: 1,
+            claim_key: None,
+            liveness: Some("local:h:1:a".into()),
+        },
+        started_at: Timestamp(0),
+        claim_seq: Seq(2),
+        state: RunState::Open,
+        ended_at: None,
+        transient: false,
     }
 }

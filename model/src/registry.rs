@@ -603,6 +603,41 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_is_ready_on_hand_by_the_trigger_alone_and_never_for_a_step_that_waits_or_holds_it() {
+        let d = descriptor();
+        let verified = batch(vec![event(2, "Checksums_Verified", Outcome::Success, json!({}), 1_000)], 1_000);
+        assert!(d.takes_hand_ons());
+        assert!(d.ready_on_hand(&BatchSummary::of(&verified)));
+        // Its own run open on the batch: already worked on.
+        let mut running = verified.clone();
+        running.open_runs.push(crate::fixtures::open_run("page-counter"));
+        assert!(!d.ready_on_hand(&BatchSummary::of(&running)));
+        // Not ready by the trigger: a failure it requires, or its own result there.
+        let failed = batch(vec![event(2, "Checksums_Verified", Outcome::Failure, json!({}), 1_000)], 1_000);
+        assert!(!d.ready_on_hand(&BatchSummary::of(&failed)));
+        // A retry of its own transient failure waits for its backoff: never handed on.
+        let transient = batch(
+            vec![
+                event(2, "Checksums_Verified", Outcome::Success, json!({}), 0),
+                event(3, "Pages_Counted", Outcome::Failure, json!({"transient": true}), 1_000),
+            ],
+            1_000_000,
+        );
+        assert!(d.readiness(&transient).is_ok(), "due for its retry");
+        assert!(!d.ready_on_hand(&BatchSummary::of(&transient)));
+        // Steps that take no hand-ons: readiness that comes with time, a source, pools.
+        let settled = Trigger { settled_for: Some(Duration::from_secs(1)), ..d.trigger.clone() };
+        for taker in [
+            ComponentDescriptor { trigger: settled, ..descriptor() },
+            ComponentDescriptor { source: true, ..descriptor() },
+            ComponentDescriptor { manual: true, ..descriptor() },
+            ComponentDescriptor { pools: vec![PoolName::new("scanners").unwrap()], ..descriptor() },
+        ] {
+            assert!(!taker.takes_hand_ons() && !taker.ready_on_hand(&BatchSummary::of(&verified)), "{taker:?}");
+        }
+    }
+
+    #[test]
     fn descriptors_round_trip_and_ignore_fields_a_newer_release_added() {
         let d = descriptor();
         let mut json = serde_json::to_value(&d).unwrap();

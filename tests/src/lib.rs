@@ -179,6 +179,14 @@ pub fn without_pipeline_env(command: &mut Command) -> &mut Command {
     command
 }
 
+/// Asks a spawned process to stop (SIGTERM), as systemd or an operator does.
+pub fn sigterm(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(sent, 0, "kill({pid}, SIGTERM) failed: {}", std::io::Error::last_os_error());
+}
+
 /// Waits for a spawned component (stdout and stderr piped) to exit, at most `limit`;
 /// kills it and panics if it is still running then.
 pub fn finish(mut child: Child, limit: Duration) -> Finished {

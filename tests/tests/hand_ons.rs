@@ -7,7 +7,7 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, sigterm, wait_until};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// Far longer than any deadline below: a batch must move by the change feed and hand-ons,
@@ -17,13 +17,6 @@ const EXIT_LIMIT: Duration = Duration::from_secs(20);
 const SECOND_DONE: &str = "Second_Done";
 /// Longer than an appender keeps the takers it read (a second).
 const TAKERS_READ_AGAIN: Duration = Duration::from_millis(1_200);
-
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
-    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(sent, 0, "kill({pid}, SIGTERM) failed: {}", std::io::Error::last_os_error());
-}
 
 /// The first step's `--watch`, logging at debug into `log` (a file: a pipe nobody reads
 /// until the end would fill and stop the watcher).

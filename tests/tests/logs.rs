@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use autocomp_e2e::services::{Service, http_request};
-use autocomp_e2e::{Pipeline, wait_while_running};
+use autocomp_e2e::{Pipeline, sigterm, wait_while_running};
 use autocomp_framework::locks::open_locks;
 use autocomp_model::{Agent, ComponentName, EventType, NewEvent, Outcome, RunHolder};
 use autocomp_store::prelude::BatchStore as _;
@@ -193,9 +193,3 @@ fn a_watcher_counts_its_idle_wake_ups_on_the_phases_target() {
 }
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn sigterm(child: &std::process::Child) {
-    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill({pid}) failed");
-}

@@ -6,7 +6,7 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBE_NAME, PROBED, Pipeline, disjoint_by_batch, finish, wait_until};
+use autocomp_e2e::{PROBE_NAME, PROBED, Pipeline, disjoint_by_batch, finish, sigterm, wait_until};
 use autocomp_framework::locks::{LocalLocks, LockHolder, LockPath, LockService};
 use autocomp_model::{ComponentName, Timestamp};
 
@@ -15,13 +15,6 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// feed, not from a heartbeat pass.
 const SLOW_HEARTBEAT: &str = "watch_heartbeat = \"10m\"";
 const EXIT_LIMIT: Duration = Duration::from_secs(20);
-
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
-    let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(sent, 0, "kill({pid}, SIGTERM) failed: {}", std::io::Error::last_os_error());
-}
 
 /// Starts `--watch` and waits until its first pass has registered the probe (it is then
 /// idle in the change feed, nothing being ready).

@@ -239,3 +239,56 @@ fn summary_after(batch: &Batch, claim: &Claim, event: &NewEvent) -> BatchSummary
     state.run_closed(&claim.run.component);
     state.summary(SummaryHeader { changed_seq: seq, ..SummaryHeader::of(batch) })
 }
+
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{Agent, BatchId, BatchType, EventType, Outcome, Run, RunHolder, RunState, Trigger};
+
+    use super::*;
+
+    #[test]
+    fn the_summary_a_result_leaves_has_its_event_and_not_its_run() {
+        let (receiver, checker) = (ComponentName::new("receiver").unwrap(), ComponentName::new("checker").unwrap());
+        let run = Run {
+            batch_id: BatchId::new("B1").unwrap(),
+            component: receiver.clone(),
+            generation: 3,
+            holder: RunHolder {
+                agent: Agent::new("r").unwrap(),
+                host: "h".into(),
+                pid: 1,
+                claim_key: None,
+                liveness: None,
+            },
+            started_at: Timestamp(0),
+            claim_seq: Seq(41),
+            state: RunState::Open,
+            ended_at: None,
+            transient: false,
+        };
+        let batch = Batch {
+            id: BatchId::new("B1").unwrap(),
+            batch_type: BatchType::new("RoundTrip").unwrap(),
+            priority: 0,
+            metadata: Default::default(),
+            created_seq: Seq(1),
+            modified_seq: Seq(1),
+            changed_seq: Seq(41),
+            created_at: Timestamp(0),
+            modified_at: Timestamp(0),
+            events: Vec::new(),
+            open_runs: vec![run.clone()],
+            as_of: Timestamp(0),
+        };
+        let claim = Claim { run, abandoned: None };
+        let received = NewEvent::new(EventType::new("Received").unwrap(), Outcome::Success, Agent::new("r").unwrap())
+            .in_run(receiver.clone(), 3);
+        let after = summary_after(&batch, &claim, &received);
+        assert!(after.running.is_empty(), "{:?}", after.running);
+        assert!(after.changed_seq > Seq(41));
+        let trigger = Trigger::builder().requires("Received").blocked_by("Checked").build();
+        let taker = ComponentDescriptor::new(checker, "1", EventType::new("Checked").unwrap(), trigger);
+        assert!(taker.ready_on_hand(&after));
+        assert!(!taker.ready_on_hand(&BatchSummary::of(&batch)), "not before the result");
+    }
+}

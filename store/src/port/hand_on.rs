@@ -17,10 +17,13 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, Event, InvalidInput, NewEvent, Run, RunHolder, Seq};
+use autocomp_model::{
+    Batch, BatchId, ComponentDescriptor, ComponentName, Event, InvalidInput, NewEvent, Run, RunHolder, Seq,
+};
+use serde_json::Value;
 
 use super::ready_claims::{ReadyAnswer, check_takeovers_liveness};
-use super::{BatchStore, StoreResult};
+use super::{BatchStore, Claim, StoreResult};
 
 /// Most components one append hands its batch on to.
 pub const MAX_HAND_ONS: usize = 64;
@@ -146,6 +149,19 @@ pub(crate) fn check_hand_on(event: &NewEvent, hand_on: &[ComponentName]) -> Resu
     Ok(())
 }
 
+/// A handed run as `handed_runs` answers it: the batch as a claim round answers a claimed
+/// one (without the run, opened after what the batch was judged on), the run as its claim,
+/// the failed attempts since its type's newest `Reset` and the checkpoint.
+pub(crate) fn handed_answer(
+    run: Run,
+    mut batch: Batch,
+    failed_attempts: u32,
+    checkpoint: Option<Value>,
+) -> ReadyAnswer {
+    batch.open_runs.retain(|open| !(open.component == run.component && open.generation == run.generation));
+    ReadyAnswer { batch, claim: Some(Claim { run, abandoned: None }), failed_attempts, checkpoint, held: None }
+}
+
 /// What a store reads, inside the append's transaction, to decide one hand-on.
 pub(crate) struct HandOn<'a> {
     /// The appending run's claim seq: where the batch stood when its runner read it.
@@ -165,5 +181,58 @@ impl HandOn<'_> {
     /// nobody works the batch for it.
     pub(crate) fn rule(&self) -> bool {
         self.changed_seq == self.claim_seq && !self.held && self.open.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autocomp_model::{Agent, EventType, Outcome, RunState, Timestamp};
+
+    use super::*;
+
+    fn open_run() -> Run {
+        Run {
+            batch_id: BatchId::new("B1").unwrap(),
+            component: ComponentName::new("checker").unwrap(),
+            generation: 1,
+            holder: RunHolder {
+                agent: Agent::new("a").unwrap(),
+                host: "h".into(),
+                pid: 1,
+                claim_key: None,
+                liveness: None,
+            },
+            started_at: Timestamp(0),
+            claim_seq: Seq(7),
+            state: RunState::Open,
+            ended_at: None,
+            transient: false,
+        }
+    }
+
+    #[test]
+    fn a_hand_on_needs_the_batch_as_claimed_no_hold_and_nobody_on_the_step() {
+        let as_claimed = HandOn { claim_seq: Seq(7), changed_seq: Seq(7), held: false, open: &[] };
+        assert!(as_claimed.rule());
+        assert!(!HandOn { changed_seq: Seq(8), ..as_claimed }.rule(), "moved since the claim");
+        assert!(!HandOn { held: true, ..as_claimed }.rule(), "the step or the pipeline held");
+        let open = [open_run()];
+        assert!(!HandOn { open: &open, ..as_claimed }.rule(), "someone works the step on it");
+    }
+
+    #[test]
+    fn only_a_result_hands_on_each_step_once() {
+        let checker = ComponentName::new("checker").unwrap();
+        let event = NewEvent::new(EventType::new("Received").unwrap(), Outcome::Success, Agent::new("a").unwrap());
+        assert!(check_hand_on(&event, &[]).is_ok(), "naming none is an append");
+        let refused = check_hand_on(&event, std::slice::from_ref(&checker)).unwrap_err();
+        assert_eq!((refused.field.as_str(), refused.value.as_str()), ("hand_on", "checker"));
+        let result = event.in_run(ComponentName::new("receiver").unwrap(), 1);
+        assert!(check_hand_on(&result, std::slice::from_ref(&checker)).is_ok());
+        let twice = check_hand_on(&result, &[checker.clone(), checker]).unwrap_err();
+        assert_eq!(twice.reason, "names a component more than once");
+        let many: Vec<ComponentName> =
+            (0..=MAX_HAND_ONS).map(|n| ComponentName::new(format!("step-{n}")).unwrap()).collect();
+        assert_eq!(check_hand_on(&result, &many).unwrap_err().value, (MAX_HAND_ONS + 1).to_string());
     }
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare};
 use super::rows::{EventRow, corrupt, runs_from_json};
 use super::text::{self};
-use super::{PgBackend, Retry};
+use super::{Failure, PgBackend, Retry};
 use crate::port::{HandedOn, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, Event, IdempotencyKey, NewEvent, Run, Seq, Timestamp};
@@ -163,35 +163,7 @@ impl PgBackend {
                     for row in &rows {
                         let index = usize::try_from(row.get::<_, i32>(0) - 1).map_err(|e| corrupt("answer", e))?;
                         let pending = group.get(index).ok_or_else(|| corrupt("answer", index))?;
-                        let answer = match (row.get::<_, Option<&str>>(4), row.get::<_, Option<&str>>(3)) {
-                            (Some("AC404"), _) => Err(StoreError::NotFound(pending.batch.clone())),
-                            (Some("AC413"), _) => {
-                                let sizes = row.get::<_, Option<String>>(5).unwrap_or_default();
-                                Err(self.over_cap(&pending.batch, &sizes, "this event"))
-                            }
-                            (Some(_), _) => {
-                                let run =
-                                    pending.event.run.as_ref().ok_or_else(|| corrupt("answer", "fenced, no run"))?;
-                                Err(StoreError::Fenced {
-                                    batch: pending.batch.clone(),
-                                    component: run.component.clone(),
-                                    generation: run.generation,
-                                    reason: row.get::<_, Option<String>>(5).unwrap_or_default(),
-                                })
-                            }
-                            (None, Some(earlier)) => {
-                                let earlier: EventRow =
-                                    serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
-                                Ok(Recorded::Earlier(earlier.into_event()?))
-                            }
-                            (None, None) => {
-                                let handed = match handing_on {
-                                    true => runs_from_json(row.get::<_, Option<&str>>(6))?,
-                                    false => Vec::new(),
-                                };
-                                Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)), handed))
-                            }
-                        };
+                        let answer = self.answer_of(row, pending, handing_on)?;
                         answers[index] = Some(answer);
                     }
                     answers
@@ -212,6 +184,47 @@ impl PgBackend {
                     .collect()
             }
         }
+    }
+}
+
+impl PgBackend {
+    /// One append's answer in its group's rows: a refusal (not found, over the cap, fenced),
+    /// the event its key had recorded before, or the new event's seq and time with the runs
+    /// it handed its batch on to (the rows carry them when the group named hand-ons). The
+    /// outer error is a corrupt answer.
+    fn answer_of(
+        &self,
+        row: &tokio_postgres::Row,
+        pending: &PendingAppend,
+        handing_on: bool,
+    ) -> Result<StoreResult<Recorded>, Failure> {
+        Ok(match (row.get::<_, Option<&str>>(4), row.get::<_, Option<&str>>(3)) {
+            (Some("AC404"), _) => Err(StoreError::NotFound(pending.batch.clone())),
+            (Some("AC413"), _) => {
+                let sizes = row.get::<_, Option<String>>(5).unwrap_or_default();
+                Err(self.over_cap(&pending.batch, &sizes, "this event"))
+            }
+            (Some(_), _) => {
+                let run = pending.event.run.as_ref().ok_or_else(|| corrupt("answer", "fenced, no run"))?;
+                Err(StoreError::Fenced {
+                    batch: pending.batch.clone(),
+                    component: run.component.clone(),
+                    generation: run.generation,
+                    reason: row.get::<_, Option<String>>(5).unwrap_or_default(),
+                })
+            }
+            (None, Some(earlier)) => {
+                let earlier: EventRow = serde_json::from_str(earlier).map_err(|e| corrupt("event", e))?;
+                Ok(Recorded::Earlier(earlier.into_event()?))
+            }
+            (None, None) => {
+                let handed = match handing_on {
+                    true => runs_from_json(row.get::<_, Option<&str>>(6))?,
+                    false => Vec::new(),
+                };
+                Ok(Recorded::New(Seq(row.get(1)), Timestamp(row.get(2)), handed))
+            }
+        })
     }
 }
 

@@ -10,8 +10,9 @@ use tokio_postgres::error::SqlState;
 use super::calls::prepare;
 use super::rows::{corrupt, run_from_json};
 use super::{Failure, PgBackend, Retry};
+use crate::port::hand_on::handed_answer;
 use crate::port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
-use crate::port::{BatchStore, Claim, HandOnStore, HandedOn, StoreResult, TakerOffer};
+use crate::port::{BatchStore, HandOnStore, HandedOn, StoreResult, TakerOffer};
 use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Timestamp};
 
 #[async_trait]
@@ -108,13 +109,11 @@ impl HandOnStore for PgBackend {
         let mut answers = Vec::with_capacity(runs.len());
         for run in runs {
             let Some(at) = batches.iter().position(|batch| batch.id == run.batch_id) else { continue };
-            let mut batch = batches.swap_remove(at);
-            batch.open_runs.retain(|open| !(open.component == run.component && open.generation == run.generation));
+            let batch = batches.swap_remove(at);
             let since = batch.last_reset_of(&component.event_type);
             let failed_attempts = self.failed_attempts(&batch.id, &component.name, since).await?;
             let checkpoint = self.load_checkpoint(&batch.id, &component.name).await?;
-            let claim = Some(Claim { run, abandoned: None });
-            answers.push(ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: None });
+            answers.push(handed_answer(run, batch, failed_attempts, checkpoint));
         }
         Ok(answers)
     }

@@ -5,9 +5,9 @@
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::port::hand_on::HandOn;
+use crate::port::hand_on::{HandOn, handed_answer};
 use crate::port::ready_claims::{self, ReadyAnswer};
-use crate::port::{Claim, HandOnStore, HandedOn, StoreError, StoreResult, TakerOffer};
+use crate::port::{HandOnStore, HandedOn, StoreError, StoreResult, TakerOffer};
 use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, Event, NewEvent, Run, RunHolder, Seq, Timestamp};
 
 use super::rows::{load_batches, query_runs};
@@ -197,13 +197,11 @@ fn handed_runs_in(
     let mut answers = Vec::with_capacity(runs.len());
     for run in runs {
         let Some(at) = batches.iter().position(|batch| batch.id == run.batch_id) else { continue };
-        let mut batch = batches.swap_remove(at);
-        batch.open_runs.retain(|open| !(open.component == run.component && open.generation == run.generation));
+        let batch = batches.swap_remove(at);
         let since = batch.last_reset_of(&component.event_type);
         let failed_attempts = failed_attempts_in(&tx, &batch.id, &component.name, since)?;
         let checkpoint = checkpoint_in(&tx, &batch.id, &component.name)?;
-        let claim = Some(Claim { run, abandoned: None });
-        answers.push(ReadyAnswer { batch, claim, failed_attempts, checkpoint, held: None });
+        answers.push(handed_answer(run, batch, failed_attempts, checkpoint));
     }
     Ok(answers)
 }
