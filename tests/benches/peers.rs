@@ -643,7 +643,7 @@ fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
     }
 }
 
-/// autocomp's trickle, where its latency goes: p50 of registration -> stage 1's event and of
+/// autocomp's trickle, where its latency goes: p50 and p99 of registration -> stage 1's event and of
 /// each stage's event -> the next's (store timestamps, ms: each interval is the next
 /// stage's wake-up, look, claim, work and append).
 fn print_stage_intervals<'a>(items: impl Iterator<Item = &'a Done>) {
@@ -666,10 +666,11 @@ fn print_stage_intervals<'a>(items: impl Iterator<Item = &'a Done>) {
         .map(|(k, times)| {
             times.sort();
             let from = if k == 0 { "registered".to_string() } else { format!("stage {k}") };
-            format!("{from} -> stage {}: {}", k + 1, times[times.len() / 2])
+            let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
+            format!("{from} -> stage {}: {} / {p99}", k + 1, times[times.len() / 2])
         })
         .collect();
-    println!("trickle, p50 ms between events: {}", medians.join(", "));
+    println!("trickle, p50 / p99 ms between events: {}", medians.join(", "));
 }
 
 /// The servers a system shares with others or that the harnesses own: the PostgreSQL

@@ -8,12 +8,13 @@ use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 
 use super::calls::prepare;
-use super::rows::{corrupt, run_from_json};
+use super::rows::{BATCH_SELECT, batch_from_row, corrupt, run_from_json};
+use super::runs::checkpoint_from_text;
 use super::{Failure, PgBackend, Retry};
 use crate::port::hand_on::handed_answer;
 use crate::port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
-use crate::port::{BatchStore, HandOnStore, HandedOn, StoreResult, TakerOffer};
-use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Timestamp};
+use crate::port::{HandOnStore, HandedOn, StoreResult, TakerOffer};
+use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Seq, Timestamp};
 
 #[async_trait]
 impl HandOnStore for PgBackend {
@@ -82,41 +83,55 @@ impl HandOnStore for PgBackend {
         self.pg_append(batch, event, hand_on.to_vec()).await
     }
 
-    /// The open runs first (one read, all a taker's wake costs when it was handed none), then
-    /// for each its batch, failed attempts and checkpoint, as `get_batches`, `failed_attempts`
-    /// and `load_checkpoint` answer them.
+    /// One statement: each open run of the component naming `liveness`, with its batch read
+    /// as `get_batches` reads it, the claim seqs of the component's failed runs on it (counted
+    /// from its type's newest `Reset`, as `failed_attempts` counts) and its checkpoint.
     async fn handed_runs(&self, component: &ComponentDescriptor, liveness: &str) -> StoreResult<Vec<ReadyAnswer>> {
-        let name = component.name.as_str();
-        let runs = self
-            .run("handed_runs", Retry::Safe, |client, _| {
-                Box::pin(async move {
-                    let statement = prepare(
-                        client,
-                        "SELECT to_jsonb(r)::text FROM runs r WHERE state = 'open' AND component = $1 AND liveness = $2
-                         ORDER BY batch_id",
-                    )
-                    .await?;
-                    let rows = client.query(&statement, &[&name, &liveness]).await.map_err(|e| self.read_failure(e))?;
-                    rows.iter().map(|row| run_from_json(row.get(0))).collect::<Result<Vec<_>, _>>()
-                })
+        let (name, sql) = (component.name.as_str(), handed_runs_sql());
+        self.run("handed_runs", Retry::Safe, |client, _| {
+            Box::pin(async move {
+                let statement = prepare(client, sql).await?;
+                let rows = client.query(&statement, &[&name, &liveness]).await.map_err(|e| self.read_failure(e))?;
+                let mut answers = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let batch = batch_from_row(row)?;
+                    let run = run_from_json(row.get(BATCH_COLUMNS))?;
+                    let since = batch.last_reset_of(&component.event_type);
+                    let failed: Vec<i64> = row.get::<_, Option<Vec<i64>>>(BATCH_COLUMNS + 1).unwrap_or_default();
+                    let failed_attempts = failed.iter().filter(|claim_seq| Seq(**claim_seq) > since).count();
+                    let checkpoint = checkpoint_from_text(row.get(BATCH_COLUMNS + 2))?;
+                    let failed_attempts = u32::try_from(failed_attempts).unwrap_or(u32::MAX);
+                    answers.push(handed_answer(run, batch, failed_attempts, checkpoint));
+                }
+                Ok(answers)
             })
-            .await?;
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<BatchId> = runs.iter().map(|run| run.batch_id.clone()).collect();
-        let mut batches = self.get_batches(&ids).await?;
-        let mut answers = Vec::with_capacity(runs.len());
-        for run in runs {
-            let Some(at) = batches.iter().position(|batch| batch.id == run.batch_id) else { continue };
-            let batch = batches.swap_remove(at);
-            let since = batch.last_reset_of(&component.event_type);
-            let failed_attempts = self.failed_attempts(&batch.id, &component.name, since).await?;
-            let checkpoint = self.load_checkpoint(&batch.id, &component.name).await?;
-            answers.push(handed_answer(run, batch, failed_attempts, checkpoint));
-        }
-        Ok(answers)
+        })
+        .await
     }
+}
+
+/// How many columns `BATCH_SELECT` reads (`batch_from_row`): a read that selects more
+/// numbers them from here.
+const BATCH_COLUMNS: usize = 20;
+
+/// `handed_runs`' statement: `BATCH_SELECT` with the run, the failed runs' claim seqs and the
+/// checkpoint after its columns, for the batches of the handed runs only.
+fn handed_runs_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let (columns, from) = BATCH_SELECT.split_once("    FROM batches b").expect("BATCH_SELECT reads batches b");
+        format!(
+            "{columns}, h.run,
+                (SELECT array_agg(f.claim_seq) FROM runs f WHERE f.batch_id = b.id AND f.component = $1
+                   AND (f.state = 'abandoned' OR f.transient)),
+                (SELECT c.data::text FROM checkpoints c WHERE c.batch_id = b.id AND c.component = $1)
+            FROM batches b
+            JOIN (SELECT r.batch_id, to_jsonb(r)::text AS run FROM runs r
+                  WHERE r.state = 'open' AND r.component = $1 AND r.liveness = $2) h ON h.batch_id = b.id
+            {from}
+            ORDER BY b.id"
+        )
+    })
 }
 
 impl PgBackend {

@@ -443,6 +443,6 @@ fn check_claim_rows(rows: &[Row], asked: usize) -> Result<(), Failure> {
 }
 
 /// A checkpoint as stored (JSON text, `None`: none saved).
-fn checkpoint_from_text(stored: Option<&str>) -> Result<Option<Value>, Failure> {
+pub(super) fn checkpoint_from_text(stored: Option<&str>) -> Result<Option<Value>, Failure> {
     stored.map(|stored| serde_json::from_str(stored).map(unjsoned).map_err(|e| corrupt("checkpoint", e))).transpose()
 }
