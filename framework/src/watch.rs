@@ -132,13 +132,10 @@ async fn watch_loop<C: Component>(
             return Ok(watcher.worst);
         }
         woken |= watcher.last_pass.is_some_and(|at| at.elapsed() >= watcher.heartbeat);
-        if std::mem::take(&mut woken) && watcher.runner.may_have_handed_runs() && watcher.runner.find_handed().await? {
-            match watcher.take_up().await? {
-                ControlFlow::Break(code) => return Ok(code),
-                // What arrived meanwhile is looked for from the store's head after it.
-                ControlFlow::Continue(()) => woke_at = None,
-            }
-            continue;
+        if std::mem::take(&mut woken)
+            && let Some(code) = watcher.take_up_handed(&mut woke_at, shutdown).await?
+        {
+            return Ok(code);
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
         watcher.runner.give_back_turn(false).await;
@@ -204,6 +201,9 @@ async fn watch_loop<C: Component>(
             continue;
         }
         if go_again {
+            // A taker that worked between its looks may have been handed a batch meanwhile
+            // (it held no run while it looked): asked before the next pass.
+            woken = true;
             continue;
         }
         match phases::sleep(watcher.sleep(seen, shutdown)).await? {
@@ -318,6 +318,9 @@ impl<C: Component> Watcher<'_, C> {
             PassEnd::Stop(code) => return Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => return Err(e),
             PassEnd::Refused(reason) => {
+                // Refused passes take nothing up: no batch may be handed to this watcher.
+                self.runner.withdraw_offer().await;
+                self.runner.release_handed().await;
                 // Said once: the watcher stays up and tries again at the next offer or
                 // heartbeat, which starts again once the contract is mended.
                 if self.refused.as_ref() != Some(&reason) {
@@ -358,13 +361,37 @@ impl<C: Component> Watcher<'_, C> {
         Ok(ControlFlow::Continue(handled))
     }
 
+    /// A taker's wake: the runs the store handed it, taken up if there are any; what arrived
+    /// meanwhile is then looked for from the store's head after them (`woke_at` dropped). The
+    /// exit code when the pass ends the watch or a shutdown came meanwhile.
+    async fn take_up_handed(
+        &mut self,
+        woke_at: &mut Option<Seq>,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<Option<u8>, RunError> {
+        if !self.runner.may_have_handed_runs() || !self.runner.find_handed().await? {
+            return Ok(None);
+        }
+        *woke_at = None;
+        match self.take_up().await? {
+            ControlFlow::Break(code) => Ok(Some(code)),
+            ControlFlow::Continue(()) => Ok((*shutdown.borrow()).then_some(self.worst)),
+        }
+    }
+
     /// A taker's pass over the runs the store handed it (`Selection::Handed`); breaks with the
     /// exit code when the pass ends the watch.
     async fn take_up(&mut self) -> Result<ControlFlow<u8>, RunError> {
         match pass_verdict(pass(self.runner, &Selection::Handed).await, &mut self.worst) {
             PassEnd::Stop(code) => Ok(ControlFlow::Break(code)),
             PassEnd::Error(e) => Err(e),
-            PassEnd::Refused(_) | PassEnd::Continue { .. } => Ok(ControlFlow::Continue(())),
+            PassEnd::Refused(_) => {
+                // It works nothing it is handed until its passes start again.
+                self.runner.withdraw_offer().await;
+                self.runner.release_handed().await;
+                Ok(ControlFlow::Continue(()))
+            }
+            PassEnd::Continue { .. } => Ok(ControlFlow::Continue(())),
         }
     }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use autocomp_model::{
     Batch, BatchSummary, ComponentDescriptor, ComponentName, NewEvent, Seq, SummaryHeader, SummaryState, Timestamp,
 };
-use autocomp_store::{Claim, ObjectStore, ReadyAnswer, TakerOffer};
+use autocomp_store::{Claim, ObjectStore, ReadyAnswer, StoreError, TakerOffer};
 use tracing::{debug, warn};
 
 use super::Runner;
@@ -167,10 +167,13 @@ impl<C: Component> Runner<C> {
             let store: Arc<dyn ObjectStore> = Arc::clone(&self.pipeline.store);
             let (slot, refreshing) = (Arc::clone(&self.hand_ons.takers), Arc::clone(&self.hand_ons.refreshing));
             tokio::spawn(async move {
-                let takers = store.takers().await.unwrap_or_else(|e| {
-                    debug!("cannot read the takers of hand-ons: {e}");
-                    Vec::new()
-                });
+                // Bounded: a read that never answers would leave the list unread for good.
+                let read = tokio::time::timeout(TAKERS_FRESH_FOR * 5, store.takers()).await;
+                let takers =
+                    read.unwrap_or_else(|_| Err(StoreError::Unavailable("no answer".into()))).unwrap_or_else(|e| {
+                        debug!("cannot read the takers of hand-ons: {e}");
+                        Vec::new()
+                    });
                 *slot.lock().expect("the takers' mutex") = Some((Instant::now(), Arc::new(takers)));
                 refreshing.store(false, Ordering::Release);
             });
@@ -214,6 +217,14 @@ impl<C: Component> Runner<C> {
         let mut gave_up = Vec::new();
         for ReadyAnswer { batch, claim, failed_attempts, checkpoint, .. } in answers {
             let Some(claim) = claim else { continue };
+            if let Err(refusal) = self.descriptor.readiness(&batch) {
+                // Judged by another descriptor of the step (a rolling upgrade): not ours to work.
+                debug!(batch = %batch.id, "handed a batch not ready for it ({refusal}); released");
+                if let Err(e) = self.pipeline.store.release(&batch.id, &self.name, claim.generation()).await {
+                    warn!(batch = %batch.id, "cannot release a run handed to this watcher: {e}");
+                }
+                continue;
+            }
             let span = self.batch_span(&batch.id);
             log_claim(&batch.id, &claim, &span);
             let path = LockPath::Batch(self.name.clone(), batch.id.clone());

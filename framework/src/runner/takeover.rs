@@ -38,7 +38,10 @@ impl<C: Component> Runner<C> {
     /// no liveness record was claimed under a batch lock (by a release before claim-as-lock):
     /// it is proven dead once that lock is free.
     pub(super) async fn takeover_of(&self, batch: &BatchId, run: &Run) -> Result<Option<Takeover>, RunError> {
-        if run.holder.liveness.is_some() && run.holder.liveness == self.pipeline.locks.liveness() {
+        if self.may_have_handed_runs()
+            && run.holder.liveness.is_some()
+            && run.holder.liveness == self.pipeline.locks.liveness()
+        {
             // Ours, yet not claimed by this pass: handed to this process by an append
             // (`hand_on`), to be taken up as soon as this pass ends.
             debug!(%batch, generation = run.generation, "handed to this process; taken up after this pass");

@@ -9,6 +9,8 @@ CREATE TABLE takers (
     PRIMARY KEY (component, liveness)
 );
 CREATE INDEX takers_by_liveness ON takers (liveness);
+-- A taker's open runs of its step: what a hand-on checks it is idle by, and its wake reads.
+CREATE INDEX runs_open_by_liveness ON runs (component, liveness) WHERE state = 'open';
 
 -- The run of `p_component` on `p_batch` for the taker of it that offered first among those
 -- holding no open run of it, after an append by run (`p_run_component`, `p_run_generation`)
@@ -27,7 +29,10 @@ BEGIN
         WHERE t.component = p_component
           AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.component = t.component AND r.state = 'open'
                             AND r.liveness = t.liveness)
-        ORDER BY t.offered_at LIMIT 1;
+        ORDER BY t.offered_at LIMIT 1
+        -- Locked to the append's commit: a withdrawal waits for it (and then finds the run
+        -- handed), and a concurrent append hands this taker nothing (one run at a time).
+        FOR UPDATE OF t SKIP LOCKED;
     IF h IS NULL
        OR NOT EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batch AND component = p_run_component
                         AND generation = p_run_generation AND claim_seq = p_changed_before)

@@ -11,3 +11,5 @@ CREATE TABLE takers (
     PRIMARY KEY (component, liveness)
 );
 CREATE INDEX takers_by_liveness ON takers (liveness);
+-- A taker's open runs of its step: what a hand-on checks it is idle by, and its wake reads.
+CREATE INDEX runs_open_by_liveness ON runs (component, liveness) WHERE state = 'open';

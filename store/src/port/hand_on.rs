@@ -119,6 +119,13 @@ pub(crate) fn check_offer(offer: &TakerOffer) -> Result<(), InvalidInput> {
             "takes no hand-ons (a source, a human step, a step with pools or with settled_for)",
         ));
     }
+    if let Some(key) = &offer.holder.claim_key {
+        return Err(InvalidInput::new(
+            "holder.claim_key",
+            key.as_str(),
+            "a taker's runs are opened by appends, not claimed",
+        ));
+    }
     match &offer.holder.liveness {
         Some(liveness) => check_liveness(liveness),
         None => Err(InvalidInput::new("holder.liveness", "none", "a taker's runs must name its liveness record")),
