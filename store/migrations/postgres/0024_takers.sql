@@ -135,9 +135,12 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Planned as schema 21 and 22 plan a stage's functions: generic plans, looked up by key (a
+-- plan made on a young, nearly empty store must not scan the grown one).
 ALTER FUNCTION autocomp_append_group(text[], text[], text[], text[], jsonb[], text[], bigint[], jsonb[], text[], bigint,
-    jsonb[]) SET plan_cache_mode = force_generic_plan;
-ALTER FUNCTION autocomp_hand_on(text, text, text, bigint, bigint) SET plan_cache_mode = force_generic_plan;
+    jsonb[]) SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION autocomp_hand_on(text, text, text, bigint, bigint)
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
 
 -- A claimer that proves a holder dead takes its offers away with its run (`HandOnStore`).
 -- Called by the store's client after a claim round with takeovers.
