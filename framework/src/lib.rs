@@ -53,7 +53,7 @@ pub use output::StreamCapture;
 /// process against ports opened by the caller (the capacity bench simulates thousands of
 /// workers as tokio tasks this way): what `main` runs, minus the command line and signals.
 pub use runner::{Judged, Pipeline, Runner, Selection, Setup};
-pub use runner::{PoolRoom, hostname};
+pub use runner::{PoolRoom, hostname, registration_hand_ons};
 /// JSON Schemas of result types (`#[derive(JsonSchema)]`, in the [`prelude`]): a component
 /// publishes its result's ([`result_schema_of`]) and declares the ones it reads
 /// ([`reads_result`]) without depending on `schemars` itself.

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use autocomp_model::{
-    Agent, Batch, BatchId, ComponentName, Event, EventType, NewBatch, NewEvent, PassOutcome, PassPhase, Seq, Trigger,
+    Agent, Batch, BatchId, ComponentDescriptor, ComponentName, Event, EventType, NewBatch, NewEvent, PassOutcome,
+    PassPhase, Seq, Trigger,
 };
 use autocomp_store::{CreateOutcome, ObjectStore, StoreError, open_store};
 use serde::de::DeserializeOwned;
@@ -20,7 +21,7 @@ use crate::component::SettingError;
 use crate::config::{self, Backends, ConfigError, LoadedConfig};
 use crate::exit::{self, EXIT_CODES_HELP, RunError};
 use crate::locks::{Lock, LockPath, open_locks};
-use crate::runner::{Identity, record_pass};
+use crate::runner::{Identity, record_pass, registration_hand_ons};
 
 /// A component that registers batches: each pass (under the component's poll lock, so one
 /// host at a time) looks at the world outside the pipeline and writes what it finds through
@@ -76,6 +77,9 @@ pub struct SourceContext<'a> {
     force: bool,
     failures_cap: usize,
     problems: usize,
+    /// The takers' descriptors, read at the pass's first registration: whom its new batches
+    /// are handed on to (`HandOnStore::register_handing_on`).
+    takers: tokio::sync::OnceCell<Vec<ComponentDescriptor>>,
 }
 
 impl SourceContext<'_> {
@@ -113,10 +117,22 @@ impl SourceContext<'_> {
 
     /// Registers a batch with its first event (its delivery) in one commit and returns it
     /// (`ObjectStore::register_batch`). When an identical batch exists nothing is written and
-    /// that batch is returned: if it was registered without the event, append it.
+    /// that batch is returned: if it was registered without the event, append it. A new
+    /// batch is handed on in the same commit to the watchers that offered to take the steps
+    /// it is then ready for (`HandOnStore::register_handing_on`), which work it at once.
     pub async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> Result<CreateOutcome, StoreError> {
         self.writable()?;
-        self.store.register_batch(batch, first).await
+        let takers = self
+            .takers
+            .get_or_init(|| async {
+                self.store.takers().await.unwrap_or_else(|e| {
+                    debug!("cannot read the takers of hand-ons (registering without): {e}");
+                    Vec::new()
+                })
+            })
+            .await;
+        let hand_on = registration_hand_ons(takers, &batch, &first);
+        Ok(self.store.register_handing_on(batch, first, &hand_on).await?.outcome)
     }
 
     /// Records that a registered batch's content changed (a re-delivery): `patch` is merged
@@ -273,6 +289,7 @@ impl<'a, S: Source> SourceRun<'a, S> {
             force: self.args.force,
             failures_cap: self.loaded.component.max_reported_failures,
             problems: 0,
+            takers: tokio::sync::OnceCell::new(),
         }
     }
 

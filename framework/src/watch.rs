@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use autocomp_model::{BatchId, BatchSummary, Seq, Timestamp};
+use autocomp_model::{BatchId, Seq, Timestamp};
 use autocomp_sboi::BatchIndex;
 use autocomp_store::{AnnouncementMark, ObjectStore};
 use tokio::sync::watch;
@@ -76,8 +76,6 @@ pub async fn run_watching<C: Component>(
         deferral: deferral::Deferral::default(),
         offers: feed::FeedOffers::new(feed::DEPTH_FACTOR, feed::MIN_DEPTH),
         refused: None,
-        saw_ours_running: false,
-        looked_up_to: Seq::ZERO,
     };
     let watched = phases::watching(runner.name(), watch_loop(&mut watcher, &mut shutdown)).await;
     runner.withdraw_offer().await;
@@ -110,11 +108,6 @@ struct Watcher<'a, C: Component> {
     offers: feed::FeedOffers,
     /// Why the last pass refused to start (a broken contract), said once until it changes.
     refused: Option<String>,
-    /// The last look saw a batch changed since the look before with an open run of the
-    /// component.
-    saw_ours_running: bool,
-    /// The head the last look through the change feed answered as of.
-    looked_up_to: Seq,
 }
 
 async fn watch_loop<C: Component>(
@@ -124,17 +117,14 @@ async fn watch_loop<C: Component>(
     // The head the last sleep read at its end, if it read one (a change that concerns the
     // watcher wakes it without a read): the next look needs no head read of its own.
     let mut woke_at: Option<Seq> = None;
-    // Woken (in the change feed, by a deferral's retry or for the heartbeat): a taker first
-    // works the runs handed to it, if any.
-    let mut woken = false;
     loop {
         if *shutdown.borrow() {
             return Ok(watcher.worst);
         }
-        woken |= watcher.last_pass.is_some_and(|at| at.elapsed() >= watcher.heartbeat);
-        if std::mem::take(&mut woken)
-            && let Some(code) = watcher.take_up_handed(&mut woke_at, shutdown).await?
-        {
+        // A taker first works the runs handed to it, if its store handle heard of any (no
+        // read otherwise), and reads for them at each heartbeat whatever it heard.
+        let heartbeat_read = watcher.last_pass.is_some_and(|at| at.elapsed() >= watcher.heartbeat);
+        if let Some(code) = watcher.take_up_handed(heartbeat_read, &mut woke_at, shutdown).await? {
             return Ok(code);
         }
         // Between passes, off every batch's path: a turn kept idle or long enough goes back.
@@ -145,10 +135,7 @@ async fn watch_loop<C: Component>(
             woke_at = None;
             match watcher.defer(shutdown).await? {
                 ControlFlow::Break(code) => return Ok(code),
-                ControlFlow::Continue(()) => {
-                    woken = true;
-                    continue;
-                }
+                ControlFlow::Continue(()) => continue,
             }
         }
         // The look answers as of a head (`seen`) every change up to which it read: a change
@@ -156,13 +143,6 @@ async fn watch_loop<C: Component>(
         // never slept through.
         let heartbeat_due = watcher.last_pass.is_none_or(|at| at.elapsed() >= watcher.heartbeat);
         let (offered, judged, covered, seen) = phases::look(watcher.look(woke_at.take(), heartbeat_due)).await?;
-        // The look saw a batch its component works on: maybe a run handed to this process
-        // after its wake's question, which no later change would wake it for. Taken up
-        // first; the next look starts from the store's head.
-        if std::mem::take(&mut watcher.saw_ours_running) && watcher.runner.may_have_handed_runs() {
-            woken = true;
-            continue;
-        }
         let go_again = if heartbeat_due || !offered.is_empty() {
             let handled = match watcher.pass(offered, judged, heartbeat_due).await? {
                 ControlFlow::Break(code) => return Ok(code),
@@ -195,23 +175,15 @@ async fn watch_loop<C: Component>(
             }
             !covered
         };
-        // A claim of the pass found a batch handed to this process meanwhile: taken up now.
-        if watcher.runner.handed_noted() {
-            woken = true;
-            continue;
-        }
-        if go_again {
-            // A taker that worked between its looks may have been handed a batch meanwhile
-            // (it held no run while it looked): asked before the next pass.
-            woken = true;
+        // Handed a run while it looked or passed (the hand-on's announcement came before the
+        // question below; one after it wakes the sleep, which starts from the look's mark or
+        // head read, both before the question).
+        if go_again || watcher.runner.handed_now().await? {
             continue;
         }
         match phases::sleep(watcher.sleep(seen, shutdown)).await? {
             ControlFlow::Break(code) => return Ok(code),
-            ControlFlow::Continue(head) => {
-                woke_at = head;
-                woken = true;
-            }
+            ControlFlow::Continue(head) => woke_at = head,
         }
     }
 }
@@ -294,10 +266,6 @@ impl<C: Component> Watcher<'_, C> {
         debug!(offered = offer.ids.len(), asked = offer.asked, from_feed = offer.from_feed, refreshed = offer.refreshed,
             direct = offer.direct, changed = offer.changed, looked_in = ?asked.elapsed(), "looked for work");
         let judged = self.runner.judged_ready(offer.summaries.values());
-        let (ours, since) = (self.runner.name(), self.looked_up_to);
-        let running_ours = |summary: &&BatchSummary| summary.changed_seq > since && summary.running.contains(ours);
-        self.saw_ours_running = offer.summaries.values().any(|summary| running_ours(&summary));
-        self.looked_up_to = offer.seen;
         Ok((offer.ids, judged, offer.covered, Seen { head: offer.seen, read_after: offer.read_after }))
     }
 
@@ -361,15 +329,21 @@ impl<C: Component> Watcher<'_, C> {
         Ok(ControlFlow::Continue(handled))
     }
 
-    /// A taker's wake: the runs the store handed it, taken up if there are any; what arrived
-    /// meanwhile is then looked for from the store's head after them (`woke_at` dropped). The
-    /// exit code when the pass ends the watch or a shutdown came meanwhile.
+    /// A taker's wake: the runs the store handed it (read when its handle heard of one or
+    /// cannot tell, or `read` says so), taken up if there are any; what arrived meanwhile is
+    /// then looked for from the store's head after them (`woke_at` dropped). The exit code
+    /// when the pass ends the watch or a shutdown came meanwhile.
     async fn take_up_handed(
         &mut self,
+        read: bool,
         woke_at: &mut Option<Seq>,
         shutdown: &watch::Receiver<bool>,
     ) -> Result<Option<u8>, RunError> {
-        if !self.runner.may_have_handed_runs() || !self.runner.find_handed().await? {
+        let handed = match read && self.runner.may_have_handed_runs() {
+            true => self.runner.find_handed().await?,
+            false => self.runner.handed_now().await?,
+        };
+        if !handed {
             return Ok(None);
         }
         *woke_at = None;
@@ -460,10 +434,21 @@ impl<C: Component> Watcher<'_, C> {
         self.runner.flush_reports(false).await?;
         let wait = self.wait_bound();
         let interest = self.runner.change_interest();
+        // A taker is woken by a run handed to it as well.
+        let taker = self.runner.taker_liveness();
+        let woken = async {
+            match &taker {
+                Some(liveness) => {
+                    let name = self.runner.name();
+                    self.store.wait_as_taker(seen.head, seen.read_after, &interest, name, liveness, wait).await
+                }
+                None => self.store.wait_for_concerning_change(seen.head, seen.read_after, &interest, wait).await,
+            }
+        };
         tokio::select! {
             // A change that concerns it wakes it without a head read: the look's feed read
             // answers its own head.
-            head = self.store.wait_for_concerning_change(seen.head, seen.read_after, &interest, wait) => {
+            head = woken => {
                 let head = head?;
                 match head {
                     None => debug!("a change concerning it"),

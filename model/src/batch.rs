@@ -406,6 +406,24 @@ impl NewBatch {
     pub fn validate(&self) -> Result<(), InvalidInput> {
         check_object("metadata", &self.metadata)
     }
+
+    /// The batch as its registration at `seq` and `at` writes it, before any event.
+    pub fn registered(&self, seq: Seq, at: Timestamp) -> Batch {
+        Batch {
+            id: self.id.clone(),
+            batch_type: self.batch_type.clone(),
+            priority: self.priority,
+            metadata: self.metadata.as_object().cloned().unwrap_or_default(),
+            created_seq: seq,
+            modified_seq: seq,
+            changed_seq: seq,
+            created_at: at,
+            modified_at: at,
+            events: Vec::new(),
+            open_runs: Vec::new(),
+            as_of: at,
+        }
+    }
 }
 
 /// An event to append. The store assigns `seq` and `at`.

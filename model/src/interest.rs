@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::EventType;
+use super::{ComponentName, EventType};
 
 /// What a waiter wants to be woken for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,13 @@ pub enum ChangeConcern {
     /// covers). Empty for a change that makes no batch ready for anyone (a claim, a
     /// checkpoint): it still moves the head, so plain `wait_for_change` wakes for it.
     Types(BTreeSet<EventType>),
+    /// A run of `component` opened for the taker whose liveness record is `liveness` by the
+    /// append that made its batch ready (`HandOnStore`): announced beside that append's own
+    /// concern, as `h:<component> <liveness>`, so the taker's wake says it was handed a run
+    /// and no other waiter reads for one. It makes nothing ready for a trigger (only waiters
+    /// for every change wake for it); a release before this one reads it as concerning
+    /// everyone.
+    Handed { component: ComponentName, liveness: String },
 }
 
 /// Announcements of the longest concern are cut to `*` (PostgreSQL's NOTIFY payload is at
@@ -65,6 +72,10 @@ pub const MAX_CONCERN_PAYLOAD: usize = 4000;
 /// How a registration is announced (`ChangeConcern::Created`): the PostgreSQL schema's
 /// notify trigger on `batches` (migration 15) and the SQLite wake triggers write it.
 pub const CREATED_PAYLOAD: &str = "c:";
+
+/// How a hand-on is announced (`ChangeConcern::Handed`): `h:`, the component, a space, the
+/// liveness record (a component name holds no space; the record is the rest of the line).
+const HANDED_PREFIX: &str = "h:";
 
 impl ChangeConcern {
     /// A change that concerns no trigger (it may still move the head).
@@ -91,6 +102,7 @@ impl ChangeConcern {
             // for one requiring some of those events, which their types name.
             (ChangeConcern::Created, ChangeConcern::Types(theirs)) => *self = ChangeConcern::Types(theirs),
             (ChangeConcern::Types(_), ChangeConcern::Created) => {}
+            // A hand-on is announced apart from its commit's concern, never merged into it.
             _ => *self = ChangeConcern::Everyone,
         }
     }
@@ -99,17 +111,27 @@ impl ChangeConcern {
     pub fn concerns(&self, interest: &ChangeInterest) -> bool {
         match (self, interest) {
             (ChangeConcern::Everyone, _) | (_, ChangeInterest::Everything) => true,
-            (ChangeConcern::Created, ChangeInterest::Types(_)) => false,
+            (ChangeConcern::Created | ChangeConcern::Handed { .. }, ChangeInterest::Types(_)) => false,
             (ChangeConcern::Types(changed), ChangeInterest::Types(wanted)) => !changed.is_disjoint(wanted),
         }
     }
 
-    /// As the stores announce it: `*` for everyone, `c:` for a registration, `t:` and the
-    /// types separated by spaces otherwise (event type names hold no space).
+    /// Whether this announces a run of `component` handed to the taker `liveness`.
+    pub fn hands_to(&self, component: &ComponentName, liveness: &str) -> bool {
+        matches!(self, ChangeConcern::Handed { component: c, liveness: l } if c == component && l == liveness)
+    }
+
+    /// As the stores announce it: `*` for everyone, `c:` for a registration, `h:` for a
+    /// hand-on, `t:` and the types separated by spaces otherwise (event type names hold no
+    /// space).
     pub fn to_payload(&self) -> String {
         match self {
             ChangeConcern::Everyone => "*".to_owned(),
             ChangeConcern::Created => CREATED_PAYLOAD.to_owned(),
+            ChangeConcern::Handed { component, liveness } => {
+                let payload = format!("{HANDED_PREFIX}{component} {liveness}");
+                if payload.len() > MAX_CONCERN_PAYLOAD { "*".to_owned() } else { payload }
+            }
             ChangeConcern::Types(types) => {
                 let names: Vec<&str> = types.iter().map(EventType::as_str).collect();
                 let payload = format!("t:{}", names.join(" "));
@@ -124,6 +146,15 @@ impl ChangeConcern {
     pub fn from_payload(payload: &str) -> ChangeConcern {
         if payload == CREATED_PAYLOAD {
             return ChangeConcern::Created;
+        }
+        if let Some(handed) = payload.strip_prefix(HANDED_PREFIX) {
+            let taker = handed.split_once(' ').filter(|(_, liveness)| !liveness.is_empty());
+            let component =
+                taker.and_then(|(component, liveness)| Some((ComponentName::new(component).ok()?, liveness)));
+            return component.map_or(ChangeConcern::Everyone, |(component, liveness)| ChangeConcern::Handed {
+                component,
+                liveness: liveness.to_owned(),
+            });
         }
         let Some(names) = payload.strip_prefix("t:") else { return ChangeConcern::Everyone };
         let types: Result<BTreeSet<EventType>, _> =
@@ -310,10 +341,14 @@ mod tests {
             ChangeConcern::Created,
             ChangeConcern::nobody(),
             ChangeConcern::Types(types(&["A_Done", "B_Done"])),
+            ChangeConcern::Handed {
+                component: ComponentName::new("checker").unwrap(),
+                liveness: "pg:worker 7:abc".to_owned(),
+            },
         ] {
             assert_eq!(ChangeConcern::from_payload(&concern.to_payload()), concern);
         }
-        for unreadable in ["", ".", "t:bad-name", "x:A_Done", "t:A_Do\u{0}"] {
+        for unreadable in ["", ".", "t:bad-name", "x:A_Done", "t:A_Do\u{0}", "h:checker", "h:checker ", "h:b@d x"] {
             assert_eq!(ChangeConcern::from_payload(unreadable), ChangeConcern::Everyone, "{unreadable:?}");
         }
         let many = ChangeConcern::Types((0..1000).map(|i| ty(&format!("Type_{i:05}"))).collect());
@@ -334,6 +369,11 @@ mod tests {
         merged.merge(ChangeConcern::Everyone);
         assert_eq!(merged, ChangeConcern::Everyone);
         assert!(!ChangeConcern::Created.concerns(&interest), "a registration wakes no step that requires an event");
+        let handed = ChangeConcern::Handed { component: ComponentName::new("checker").unwrap(), liveness: "l".into() };
+        assert!(!handed.concerns(&interest), "a hand-on makes nothing ready");
+        assert!(handed.concerns(&ChangeInterest::Everything));
+        assert!(handed.hands_to(&ComponentName::new("checker").unwrap(), "l"));
+        assert!(!handed.hands_to(&ComponentName::new("checker").unwrap(), "m"));
         assert!(ChangeConcern::Created.concerns(&ChangeInterest::Everything));
         let mut registered = ChangeConcern::nobody();
         registered.merge(ChangeConcern::Created);

@@ -27,10 +27,10 @@ pub use pipeline_state::{CURSOR_UNSET, CursorMove, Enqueued, NewNotice, Notice, 
 pub use port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims, Takeover};
 pub use port::{
     AnnouncementMark, BatchHead, BatchHistory, BatchListing, BatchStore, Cancellation, ChangePage, Claim,
-    CreateOutcome, DEFAULT_MAX_BATCH_BYTES, HandOnStore, HandedOn, LogCursor, LogPage, MAX_LOG_PAGE,
-    MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore, OutboxStore, PruneAnswer, PruneTicket, RegistryStore,
-    RestoreAnswer, RetentionStore, RunOutputStore, SavedRunOutput, SeriesStore, SteeringStore, StoreAbout, StoreError,
-    StoreResult, TakerOffer,
+    CreateOutcome, DEFAULT_MAX_BATCH_BYTES, HandOnNotice, HandOnStore, HandedOn, LogCursor, LogPage, MAX_LOG_PAGE,
+    MAX_RETENTION_PAGE, MAX_RUN_OUTPUTS, ObjectStore, OutboxStore, PruneAnswer, PruneTicket, RegisteredHandingOn,
+    RegistryStore, RestoreAnswer, RetentionStore, RunOutputStore, SavedRunOutput, SeriesStore, SteeringStore,
+    StoreAbout, StoreError, StoreResult, TakerOffer,
 };
 pub use postgres::{PgOptions, PgStore};
 pub use sqlite::{

@@ -75,7 +75,7 @@ mod series;
 mod steering;
 
 pub use batches::BatchStore;
-pub use hand_on::{HandOnStore, HandedOn, MAX_HAND_ONS, TakerOffer};
+pub use hand_on::{HandOnNotice, HandOnStore, HandedOn, MAX_HAND_ONS, RegisteredHandingOn, TakerOffer};
 pub use outbox::OutboxStore;
 pub use registry::RegistryStore;
 pub use retention::{BatchHistory, MAX_RETENTION_PAGE, PruneAnswer, PruneTicket, RestoreAnswer, RetentionStore};

@@ -9,16 +9,20 @@
 //! of waking for every commit in between. Whatever it cannot vouch for wakes it: a head it
 //! did not see read, entries dropped for room, announcements that stopped (an `Everyone`
 //! entry marks every gap).
+//!
+//! A hand-on (`ChangeConcern::Handed`) wakes the waiter that waits as its taker
+//! (`Waiting::taker`), and the taker asks whether one came since its last question
+//! (`hand_on_notice`), so it reads its handed runs only when it was handed one.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::port::{AnnouncementMark, StoreResult};
-use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
+use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
+use autocomp_model::{ChangeConcern, ChangeInterest, ComponentName, Seq};
 
 /// Entries kept; a waiter further behind wakes.
 const ENTRIES_KEPT: usize = 4096;
@@ -39,6 +43,9 @@ struct State {
     /// Heads read while the announcements were complete, each with the number of entries
     /// before the read; newest last.
     heads: VecDeque<(Seq, u64)>,
+    /// The takers (liveness records by component) that offered through this handle, on a
+    /// store that announces its hand-ons: only their notices can tell.
+    takers: BTreeMap<ComponentName, BTreeSet<String>>,
 }
 
 impl State {
@@ -109,13 +116,14 @@ impl WakeHistory {
         self.state().heads.iter().rev().find(|(head, _)| *head == since).map(|(_, mark)| *mark)
     }
 
-    fn verdict(&self, from: u64, interest: &ChangeInterest) -> Verdict {
+    fn verdict(&self, from: u64, interest: &ChangeInterest, taker: Option<Taker<'_>>) -> Verdict {
         let state = self.state();
         if from < state.first {
             return Verdict::Wake;
         }
         let skip = usize::try_from(from - state.first).unwrap_or(usize::MAX);
-        if state.entries.iter().skip(skip).any(|concern| concern.concerns(interest)) {
+        let handed = |concern: &ChangeConcern| taker.is_some_and(|(c, l)| concern.hands_to(c, l));
+        if state.entries.iter().skip(skip).any(|concern| concern.concerns(interest) || handed(concern)) {
             Verdict::Wake
         } else {
             Verdict::Quiet(state.next())
@@ -125,12 +133,58 @@ impl WakeHistory {
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.pushed.subscribe()
     }
+
+    /// A taker offered through this handle, on a store that announces its hand-ons: its
+    /// notices can tell.
+    pub(crate) fn expect_hand_ons(&self, component: &ComponentName, liveness: &str) {
+        self.state().takers.entry(component.clone()).or_default().insert(liveness.to_owned());
+    }
+
+    /// Whether a run was announced handed to the taker since `since` (a notice's mark), while
+    /// `complete` (every commit from now on is announced here). It cannot tell (`handed:
+    /// None`) for a taker that did not offer through this handle (or on a store that does not
+    /// announce its hand-ons), without a mark, while incomplete, past entries dropped for room
+    /// or an announcement that could have been anything (`Everyone`: a gap, an unreadable
+    /// line).
+    pub(crate) fn hand_on_notice(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        since: Option<AnnouncementMark>,
+        complete: bool,
+    ) -> HandOnNotice {
+        let state = self.state();
+        if !state.takers.get(component).is_some_and(|livenesses| livenesses.contains(liveness)) {
+            return HandOnNotice::UNKNOWN;
+        }
+        let mark = complete.then(|| AnnouncementMark(state.next()));
+        let Some(AnnouncementMark(from)) = since.filter(|since| complete && since.0 >= state.first) else {
+            return HandOnNotice { handed: None, mark };
+        };
+        let skip = usize::try_from(from - state.first).unwrap_or(usize::MAX);
+        let mut handed = Some(false);
+        for concern in state.entries.iter().skip(skip) {
+            if concern.hands_to(component, liveness) {
+                handed = Some(true);
+                break;
+            }
+            if *concern == ChangeConcern::Everyone {
+                handed = None;
+            }
+        }
+        HandOnNotice { handed, mark }
+    }
 }
+
+/// A taker (its component and liveness record): a waiter as which wakes for a run handed to it.
+pub(crate) type Taker<'a> = (&'a ComponentName, &'a str);
 
 /// How one backend waits: its head read, whether its announcements are complete, and how
 /// often to look at the head meanwhile.
 pub(crate) struct Waiting<'a, Complete, ReadHead, PollHead> {
     pub history: &'a WakeHistory,
+    /// The taker the waiter is, if it is one: a run handed to it wakes it too.
+    pub taker: Option<Taker<'a>>,
     /// Whether a commit from now on is announced (the LISTEN or the file watch is up).
     pub complete: Complete,
     /// The backend's head read (which remembers itself in the history).
@@ -178,7 +232,7 @@ where
             let complete = (self.complete)();
             let mark = self.history.mark();
             if let Some(entry) = from {
-                match self.history.verdict(entry, interest) {
+                match self.history.verdict(entry, interest, self.taker) {
                     Verdict::Wake => return Ok(None),
                     Verdict::Quiet(next) => from = Some(next),
                 }
@@ -233,11 +287,13 @@ mod tests {
     struct Fake {
         history: WakeHistory,
         head: AtomicI64,
+        /// The taker its waits are as.
+        taker: Option<(ComponentName, String)>,
     }
 
     impl Fake {
         fn new() -> Arc<Self> {
-            Arc::new(Self { history: WakeHistory::default(), head: AtomicI64::new(5) })
+            Arc::new(Self { history: WakeHistory::default(), head: AtomicI64::new(5), taker: None })
         }
 
         async fn head(&self) -> StoreResult<Seq> {
@@ -255,6 +311,7 @@ mod tests {
         async fn wait(&self, since: Seq, interest: &ChangeInterest, timeout: Duration) -> Seq {
             let mut waiting = Waiting {
                 history: &self.history,
+                taker: self.taker.as_ref().map(|(c, l)| (c, l.as_str())),
                 complete: || true,
                 read_head: || self.head(),
                 poll_head: || self.head(),
@@ -306,6 +363,7 @@ mod tests {
         store.history.announcements_stopped();
         let mut waiting = Waiting {
             history: &store.history,
+            taker: None,
             complete: || false,
             read_head: || store.head(),
             poll_head: || store.head(),
@@ -335,5 +393,49 @@ mod tests {
         let seen = store.head().await.unwrap();
         store.head.fetch_add(1, Ordering::SeqCst);
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(seen.0 + 1));
+    }
+    /// A hand-on wakes the waiter that waits as its taker, whatever its interest; the
+    /// taker's notice says it was handed one since its last question, and nothing else does.
+    #[tokio::test]
+    async fn a_hand_on_wakes_its_taker_and_its_notice_tells_it() {
+        let (checker, liveness) = (ComponentName::new("checker").unwrap(), "local:h:1:n");
+        let store = Arc::new(Fake {
+            history: WakeHistory::default(),
+            head: AtomicI64::new(5),
+            taker: Some((checker.clone(), liveness.to_owned())),
+        });
+        let handed = || ChangeConcern::Handed { component: checker.clone(), liveness: liveness.to_owned() };
+        let interest = ChangeInterest::Types(types(&["A_Done"]));
+        assert_eq!(store.history.hand_on_notice(&checker, liveness, None, true), HandOnNotice::UNKNOWN, "not offered");
+        store.history.expect_hand_ons(&checker, liveness);
+        let first = store.history.hand_on_notice(&checker, liveness, None, true);
+        assert_eq!(first.handed, None, "no mark yet: cannot tell");
+        let quiet = store.history.hand_on_notice(&checker, liveness, first.mark, true);
+        assert_eq!(quiet.handed, Some(false));
+        // Another taker's hand-on (another process, another step) tells and wakes nothing.
+        let seen = store.head().await.unwrap();
+        store.commit(ChangeConcern::Handed { component: checker.clone(), liveness: "local:h:2:n".into() });
+        let other = store.history.hand_on_notice(&checker, liveness, quiet.mark, true);
+        assert_eq!(other.handed, Some(false));
+        let started = tokio::time::Instant::now();
+        store.wait(seen, &interest, QUIET).await;
+        assert!(started.elapsed() >= QUIET, "slept through another taker's hand-on");
+        let seen = store.head().await.unwrap();
+        let waiter = {
+            let (store, interest) = (Arc::clone(&store), interest.clone());
+            tokio::spawn(async move { store.wait(seen, &interest, LONG).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.commit(handed());
+        let started = tokio::time::Instant::now();
+        assert_eq!(waiter.await.unwrap(), Seq(seen.0 + 1));
+        assert!(started.elapsed() < LONG / 2, "woke at the hand-on");
+        let told = store.history.hand_on_notice(&checker, liveness, other.mark, true);
+        assert_eq!(told.handed, Some(true));
+        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, true).handed, Some(false), "told once");
+        // What the handle cannot vouch for: it cannot tell.
+        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, false).handed, None, "not listening");
+        store.history.announcements_stopped();
+        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, true).handed, None, "a gap");
     }
 }

@@ -1943,6 +1943,8 @@ contract!(
     a_held_step_is_handed_nothing,
     a_taker_proven_dead_is_taken_over_and_handed_nothing_more,
     offers_and_hand_ons_that_could_never_hold_are_refused_by_name,
+    a_hand_on_is_announced_to_its_taker_alone,
+    a_registration_hands_its_new_batch_to_an_idle_taker,
     a_pruned_history_keeps_the_final_state_and_comes_back_whole_from_its_export,
     a_batch_with_an_open_run_or_bad_tickets_is_not_pruned,
     the_change_feed_lists_each_changed_batch_once_in_order,

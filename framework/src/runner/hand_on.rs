@@ -6,16 +6,19 @@
 //! from the takers' descriptors read at most every `TAKERS_FRESH_FOR`, off the append's
 //! path), so the store opens their runs in the append's transaction. A taker's pass over the
 //! runs handed to it (`Selection::Handed`) takes no turn and makes no claim: the run is the
-//! claim and the lock, and the batch is worked and recorded as any claimed one.
+//! claim and the lock, and the batch is worked and recorded as any claimed one. The append
+//! announces each run it hands on to its taker, so a watcher reads its handed runs only when
+//! its store handle heard of one (`handed_now`), or cannot tell.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use autocomp_model::{
-    Batch, BatchSummary, ComponentDescriptor, ComponentName, NewEvent, Seq, SummaryHeader, SummaryState, Timestamp,
+    Batch, BatchId, BatchSummary, ComponentDescriptor, ComponentName, NewBatch, NewEvent, Seq, SummaryHeader,
+    SummaryState, Timestamp,
 };
-use autocomp_store::{Claim, ObjectStore, ReadyAnswer, StoreError, TakerOffer};
+use autocomp_store::{AnnouncementMark, Claim, ObjectStore, ReadyAnswer, StoreError, TakerOffer};
 use tracing::{debug, warn};
 
 use super::Runner;
@@ -51,9 +54,8 @@ pub(super) struct HandOns {
     refreshing: Arc<AtomicBool>,
     /// The handed runs the watcher's wake found, for the pass it then starts.
     found: Mutex<Vec<ReadyAnswer>>,
-    /// A claim of this process found a batch handed to it (the hand-on's commit came while
-    /// it looked): its watcher takes up before it sleeps.
-    noted: AtomicBool,
+    /// Where the store handle's announcements stood at the last `hand_on_notice`.
+    notice_mark: Mutex<Option<AnnouncementMark>>,
 }
 
 impl<C: Component> Runner<C> {
@@ -67,6 +69,12 @@ impl<C: Component> Runner<C> {
     /// may have handed it one just before).
     pub(crate) fn may_have_handed_runs(&self) -> bool {
         self.hand_ons.offered_once.load(Ordering::Relaxed)
+    }
+
+    /// The liveness record runs may have been handed to this process under, if they may
+    /// have been: its watcher sleeps as their taker (`HandOnStore::wait_as_taker`).
+    pub(crate) fn taker_liveness(&self) -> Option<String> {
+        self.pipeline.locks.liveness().filter(|_| self.may_have_handed_runs())
     }
 
     /// Offers this watcher as a taker of its component's batches, if the component takes
@@ -122,10 +130,17 @@ impl<C: Component> Runner<C> {
             Err(e) => return warn!("cannot read the runs handed to this watcher at its end: {e}"),
         };
         for run in handed.into_iter().filter_map(|answer| answer.claim.map(|claim| claim.run)) {
-            match self.pipeline.store.release(&run.batch_id, &self.name, run.generation).await {
-                Ok(()) => debug!(batch = %run.batch_id, "released a run handed to this watcher at its end"),
-                Err(e) => warn!(batch = %run.batch_id, "cannot release a run handed to this watcher: {e}"),
-            }
+            self.give_back_handed(&run.batch_id, run.generation, "at the watcher's end").await;
+        }
+    }
+
+    /// Releases a run handed to this process that it will not work (closed without an event:
+    /// the batch is ready again for the next pass of the step); a failure is logged, and the
+    /// run is then taken over once this process is proven dead.
+    async fn give_back_handed(&self, batch: &BatchId, generation: i64, why: &str) {
+        match self.pipeline.store.release(batch, &self.name, generation).await {
+            Ok(()) => debug!(%batch, "released a run handed to this watcher ({why})"),
+            Err(e) => warn!(%batch, "cannot release a run handed to this watcher ({why}): {e}"),
         }
     }
 
@@ -143,12 +158,7 @@ impl<C: Component> Runner<C> {
         if takers.iter().all(|taker| taker.name == self.name) {
             return Vec::new();
         }
-        let summary = summary_after(batch, claim, event);
-        takers
-            .iter()
-            .filter(|taker| taker.name != self.name && taker.ready_on_hand(&summary))
-            .map(|taker| taker.name.clone())
-            .collect()
+        takers_ready(&takers, &summary_after(batch, claim, event), Some(&self.name))
     }
 
     /// Reads the takers again beside the pass, if the ones read are stale: its results then
@@ -181,18 +191,31 @@ impl<C: Component> Runner<C> {
         known.map(|(_, takers)| takers).unwrap_or_default()
     }
 
-    /// A claim found a run of this process's that no pass of its claimed: handed to it.
-    pub(super) fn note_handed(&self) {
-        self.hand_ons.noted.store(true, Ordering::Relaxed);
+    /// Whether runs of its component were handed to this process since the last question:
+    /// read (`find_handed`) when the store handle heard of one, or cannot tell (it hears no
+    /// announcements, or missed some); else answered from what it heard, with no read. A
+    /// hand-on announced after the question wakes the watcher's next sleep, if that sleep
+    /// starts from a mark or a head read taken before the question (its look's).
+    pub(crate) async fn handed_now(&self) -> Result<bool, RunError> {
+        if !self.may_have_handed_runs() {
+            return Ok(false);
+        }
+        if !self.hand_ons.found.lock().expect("the found runs' mutex").is_empty() {
+            // Found by the question before, not taken up yet.
+            return Ok(true);
+        }
+        let liveness = self.own_liveness()?;
+        let since = *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex");
+        let notice = self.pipeline.store.hand_on_notice(&self.name, &liveness, since).await;
+        *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex") = notice.mark;
+        match notice.handed {
+            Some(false) => Ok(false),
+            Some(true) | None => self.find_handed().await,
+        }
     }
 
-    /// Whether a claim found a run handed to this process since the last call.
-    pub(crate) fn handed_noted(&self) -> bool {
-        self.hand_ons.noted.swap(false, Ordering::Relaxed)
-    }
-
-    /// Whether the store handed this process runs of its component (a taker's wake asks
-    /// before it looks): found, they wait for the pass over them (`Selection::Handed`).
+    /// Whether the store handed this process runs of its component (read): found, they wait
+    /// for the pass over them (`Selection::Handed`).
     pub(crate) async fn find_handed(&self) -> Result<bool, RunError> {
         let liveness = self.own_liveness()?;
         let answers = self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?;
@@ -219,10 +242,7 @@ impl<C: Component> Runner<C> {
             let Some(claim) = claim else { continue };
             if let Err(refusal) = self.descriptor.readiness(&batch) {
                 // Judged by another descriptor of the step (a rolling upgrade): not ours to work.
-                debug!(batch = %batch.id, "handed a batch not ready for it ({refusal}); released");
-                if let Err(e) = self.pipeline.store.release(&batch.id, &self.name, claim.generation()).await {
-                    warn!(batch = %batch.id, "cannot release a run handed to this watcher: {e}");
-                }
+                self.give_back_handed(&batch.id, claim.generation(), &format!("not ready for it: {refusal}")).await;
                 continue;
             }
             let span = self.batch_span(&batch.id);
@@ -241,6 +261,36 @@ impl<C: Component> Runner<C> {
     }
 }
 
+/// The components of `takers` (but the appender's own) a change that leaves a batch as
+/// `summary` makes it ready for: whom that change hands the batch on to.
+fn takers_ready(
+    takers: &[ComponentDescriptor],
+    summary: &BatchSummary,
+    appender: Option<&ComponentName>,
+) -> Vec<ComponentName> {
+    takers
+        .iter()
+        .filter(|taker| Some(&taker.name) != appender && taker.ready_on_hand(summary))
+        .map(|taker| taker.name.clone())
+        .collect()
+}
+
+/// The components of `takers` a batch registered with `first` is ready for, judged by their
+/// triggers on the summary the registration leaves: whom it hands the new batch on to
+/// (`HandOnStore::register_handing_on`). The seqs are the registration's order, not the
+/// store's: nothing else is in a batch its registration creates.
+pub fn registration_hand_ons(takers: &[ComponentDescriptor], new: &NewBatch, first: &NewEvent) -> Vec<ComponentName> {
+    if takers.is_empty() {
+        return Vec::new();
+    }
+    let now = Timestamp::now();
+    let batch = new.registered(Seq(1), now);
+    let mut state = SummaryState::of(&batch);
+    state.record(&first.clone().recorded(&new.id, Seq(2), now));
+    let summary = state.summary(SummaryHeader { changed_seq: Seq(2), ..SummaryHeader::of(&batch) });
+    takers_ready(takers, &summary, None)
+}
+
 /// The summary `batch` (as the claim read it, before its run was opened) has once `event`
 /// is recorded and the claim's run closed: what a taker's readiness is judged on.
 fn summary_after(batch: &Batch, claim: &Claim, event: &NewEvent) -> BatchSummary {
@@ -256,6 +306,24 @@ mod tests {
     use autocomp_model::{Agent, BatchId, BatchType, EventType, Outcome, Run, RunHolder, RunState, Trigger};
 
     use super::*;
+
+    #[test]
+    fn a_registration_is_handed_to_the_takers_its_first_event_makes_it_ready_for() {
+        let step = |name: &str, requires: &str| {
+            let trigger = Trigger::builder().requires(requires).blocked_by(format!("{name}_Done").as_str()).build();
+            let done = EventType::new(format!("{name}_Done")).unwrap();
+            ComponentDescriptor::new(ComponentName::new(name).unwrap(), "1", done, trigger)
+        };
+        let takers = [step("checker", "Data_Received"), step("archiver", "checker_Done")];
+        let new = NewBatch::new(BatchId::new("B1").unwrap(), BatchType::new("Delivery").unwrap());
+        let delivered =
+            NewEvent::new(EventType::new("Data_Received").unwrap(), Outcome::Success, Agent::new("trigger").unwrap());
+        let names = |names: Vec<ComponentName>| names.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(names(registration_hand_ons(&takers, &new, &delivered)), ["checker"]);
+        let failed = NewEvent { outcome: Outcome::Failure, ..delivered };
+        assert!(registration_hand_ons(&takers, &new, &failed).is_empty(), "a failed delivery is ready for nobody");
+        assert!(registration_hand_ons(&[], &new, &failed).is_empty());
+    }
 
     #[test]
     fn the_summary_a_result_leaves_has_its_event_and_not_its_run() {

@@ -58,6 +58,7 @@ use crate::reports::{Reports, Write};
 pub(crate) use candidates::held_reason;
 pub(crate) use dry_run::DryRun;
 pub use dry_run::PoolRoom;
+pub use hand_on::registration_hand_ons;
 pub use identity::{Identity, hostname};
 use pass::{Pass, release_quietly};
 // What `testing::run_work` records, as a pass would.

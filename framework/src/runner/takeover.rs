@@ -43,9 +43,8 @@ impl<C: Component> Runner<C> {
             && run.holder.liveness == self.pipeline.locks.liveness()
         {
             // Ours, yet not claimed by this pass: handed to this process by an append
-            // (`hand_on`), to be taken up as soon as this pass ends.
+            // (`hand_on`), whose announcement has the watcher take it up after this pass.
             debug!(%batch, generation = run.generation, "handed to this process; taken up after this pass");
-            self.note_handed();
             return Ok(None);
         }
         let dead = match &run.holder.liveness {

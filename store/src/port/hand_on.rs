@@ -17,13 +17,17 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use std::time::Duration;
+
 use autocomp_model::{
-    Batch, BatchId, ComponentDescriptor, ComponentName, Event, InvalidInput, NewEvent, Run, RunHolder, Seq,
+    Batch, BatchId, ChangeInterest, ComponentDescriptor, ComponentName, Event, InvalidInput, NewBatch, NewEvent, Run,
+    RunHolder, Seq,
 };
 use serde_json::Value;
 
 use super::ready_claims::{ReadyAnswer, check_takeovers_liveness};
-use super::{BatchStore, Claim, StoreResult};
+use super::{AnnouncementMark, BatchStore, Claim, CreateOutcome, StoreResult};
+use crate::write_rules;
 
 /// Most components one append hands its batch on to.
 pub const MAX_HAND_ONS: usize = 64;
@@ -48,6 +52,32 @@ pub struct HandedOn {
     pub event: Event,
     #[serde(default)]
     pub runs: Vec<Run>,
+}
+
+/// What `register_handing_on` did: the registration as `register_batch` answers it, and the
+/// runs it opened for the components it handed the new batch to (none when the batch existed
+/// already, the store hands nothing on, or no taker was idle).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredHandingOn {
+    pub outcome: CreateOutcome,
+    pub runs: Vec<Run>,
+}
+
+/// What a store handle heard of hand-ons to one taker since its last question
+/// (`HandOnStore::hand_on_notice`): the append that hands a run on announces it to the taker
+/// (`ChangeConcern::Handed`), so a taker reads its handed runs only when told of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandOnNotice {
+    /// `Some(true)`: a run was handed to it; `Some(false)`: none was, and every commit since
+    /// was announced to this handle; `None`: the handle cannot tell (`handed_runs` answers).
+    pub handed: Option<bool>,
+    /// Where the next question starts from (`None` while the handle hears no announcements).
+    pub mark: Option<AnnouncementMark>,
+}
+
+impl HandOnNotice {
+    /// A handle that hears no announcements of hand-ons: it can never tell.
+    pub const UNKNOWN: HandOnNotice = HandOnNotice { handed: None, mark: None };
 }
 
 port_trait! {
@@ -95,6 +125,58 @@ port_trait! {
             Ok(HandedOn { event: self.append_event(batch, event).await?, runs: Vec::new() })
         }
 
+        /// `register_batch`, and in the same transaction, if it registers the batch (it did
+        /// not exist), a run of each component of `hand_on` for one of its idle takers, where
+        /// neither the component nor the pipeline is held: the registrar judged the new batch
+        /// ready for them on the summary it has with `first` (nothing else can have touched a
+        /// batch this transaction creates, so the judgement is exact). Refused as
+        /// `register_batch` refuses.
+        #[checked(batch.validate()?; first.validate()?; write_rules::check_first_event(&first)?;
+            check_registration_hand_on(hand_on)?)]
+        async fn register_handing_on(
+            &self,
+            batch: NewBatch,
+            first: NewEvent,
+            hand_on: &[ComponentName],
+        ) -> StoreResult<RegisteredHandingOn> {
+            let _ = hand_on;
+            Ok(RegisteredHandingOn { outcome: self.register_batch(batch, first).await?, runs: Vec::new() })
+        }
+
+        /// Whether this handle heard of a run of `component` handed to the taker `liveness`
+        /// since `since` (the mark of this handle's last notice; `None` at first). Answered
+        /// from what the handle heard, no round trip. Once the taker offered through this
+        /// handle, such a hand-on also wakes its `wait_for_concerning_change`, so a taker that
+        /// asks before it sleeps, and sleeps from a mark taken before it asked, never sleeps
+        /// through one. The default cannot tell.
+        async fn hand_on_notice(
+            &self,
+            component: &ComponentName,
+            liveness: &str,
+            since: Option<AnnouncementMark>,
+        ) -> HandOnNotice {
+            let _ = (component, liveness, since);
+            HandOnNotice::UNKNOWN
+        }
+
+        /// `wait_for_concerning_change` for the taker `liveness` of `component`: a run
+        /// handed to it wakes it too (answered `None`, as an announcement that concerns it),
+        /// so a hand-on announced after the mark it sleeps from is never slept through. The
+        /// default, for a store that announces no hand-on, waits as
+        /// `wait_for_concerning_change` (its notices cannot tell: the taker reads instead).
+        async fn wait_as_taker(
+            &self,
+            since: Seq,
+            read_after: Option<AnnouncementMark>,
+            interest: &ChangeInterest,
+            component: &ComponentName,
+            liveness: &str,
+            timeout: Duration,
+        ) -> StoreResult<Option<Seq>> {
+            let _ = (component, liveness);
+            self.wait_for_concerning_change(since, read_after, interest, timeout).await
+        }
+
         /// The open runs of `component` naming `liveness` (a taker's), each as a claim round
         /// answers a claimed batch: the batch as it was before the run was opened, the run,
         /// the failed attempts since its event type's newest `Reset`, the checkpoint. The
@@ -139,13 +221,15 @@ pub(crate) fn check_liveness(liveness: &str) -> Result<(), InvalidInput> {
 
 /// Refuses a hand-on without a run to judge it by, naming a component twice or too many.
 pub(crate) fn check_hand_on(event: &NewEvent, hand_on: &[ComponentName]) -> Result<(), InvalidInput> {
-    let names = || hand_on.iter().map(ComponentName::as_str).collect::<Vec<_>>().join(",");
-    if hand_on.is_empty() {
-        return Ok(());
+    if !hand_on.is_empty() && event.run.is_none() {
+        let names = hand_on.iter().map(ComponentName::as_str).collect::<Vec<_>>().join(",");
+        return Err(InvalidInput::new("hand_on", names, "only a result (an event naming its run) hands on"));
     }
-    if event.run.is_none() {
-        return Err(InvalidInput::new("hand_on", names(), "only a result (an event naming its run) hands on"));
-    }
+    check_registration_hand_on(hand_on)
+}
+
+/// Refuses a hand-on naming a component twice or too many.
+pub(crate) fn check_registration_hand_on(hand_on: &[ComponentName]) -> Result<(), InvalidInput> {
     if hand_on.len() > MAX_HAND_ONS {
         return Err(InvalidInput::new("hand_on", hand_on.len().to_string(), format!("at most {MAX_HAND_ONS}")));
     }

@@ -260,7 +260,7 @@ impl BatchStore for PgBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
-        self.pg_wait_for_concerning_change(since, read_after, interest, timeout).await
+        self.pg_wait_for_concerning_change(since, read_after, interest, None, timeout).await
     }
 
     async fn cancel_run(

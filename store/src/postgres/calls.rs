@@ -276,6 +276,23 @@ pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_p
     })
 }
 
+/// `prepare`, or `None` when the statement names a table or function the store's schema does
+/// not have yet (a migration not applied: the caller does without what it brings).
+pub(super) async fn prepare_if_defined(
+    client: &ClientWrapper,
+    sql: &str,
+) -> Result<Option<tokio_postgres::Statement>, Failure> {
+    use tokio_postgres::error::SqlState;
+    match client.prepare_cached(sql).await {
+        Ok(statement) => Ok(Some(statement)),
+        Err(e) if [Some(&SqlState::UNDEFINED_TABLE), Some(&SqlState::UNDEFINED_FUNCTION)].contains(&e.code()) => {
+            Ok(None)
+        }
+        // Any other refusal, as every statement's.
+        Err(_) => prepare(client, sql).await.map(Some),
+    }
+}
+
 pub(super) fn optional_json(values: &[EventType]) -> Option<Value> {
     (!values.is_empty()).then(|| Value::Array(values.iter().map(|t| Value::String(t.as_str().into())).collect()))
 }

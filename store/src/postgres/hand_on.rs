@@ -5,16 +5,19 @@
 use async_trait::async_trait;
 use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Statement;
-use tokio_postgres::error::SqlState;
 
-use super::calls::prepare;
+use super::calls::{prepare, prepare_if_defined};
 use super::rows::{BATCH_SELECT, batch_from_row, corrupt, run_from_json};
 use super::runs::checkpoint_from_text;
 use super::{Failure, PgBackend, Retry};
 use crate::port::hand_on::handed_answer;
 use crate::port::ready_claims::{ReadyAnswer, ReadyClaimRequest, ReadyClaims};
-use crate::port::{HandOnStore, HandedOn, StoreResult, TakerOffer};
-use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, NewEvent, Seq, Timestamp};
+use crate::port::{
+    AnnouncementMark, HandOnNotice, HandOnStore, HandedOn, RegisteredHandingOn, StoreResult, TakerOffer,
+};
+use std::time::Duration;
+
+use autocomp_model::{BatchId, ChangeInterest, ComponentDescriptor, ComponentName, NewBatch, NewEvent, Seq, Timestamp};
 
 #[async_trait]
 impl HandOnStore for PgBackend {
@@ -25,25 +28,61 @@ impl HandOnStore for PgBackend {
         let component = offer.descriptor.name.as_str();
         let at = Timestamp::now().millis();
         let (liveness, holder, descriptor) = (&liveness, &holder, &descriptor);
-        self.run("offer_to_take", Retry::Safe, |client, _| {
+        let kept = self.run("offer_to_take", Retry::Safe, |client, _| {
             Box::pin(async move {
+                // Whether the schema announces hand-ons to their takers (25) comes back with it.
                 let Some(statement) = prepare_on_takers(
                     client,
                     "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (component, liveness) DO UPDATE
-                     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at",
+                     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at
+                     RETURNING (SELECT max(version) >= 25 FROM schema_version)",
                 )
                 .await?
                 else {
-                    return Ok(false);
+                    return Ok(None);
                 };
                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
                     [&component, liveness, holder, descriptor, &at];
-                client.execute(&statement, &params).await.map_err(|e| self.read_failure(e))?;
-                Ok(true)
+                let row = client.query_one(&statement, &params).await.map_err(|e| self.read_failure(e))?;
+                Ok(Some(row.get::<_, Option<bool>>(0).unwrap_or(false)))
             })
         })
-        .await
+        .await?;
+        if kept == Some(true) {
+            self.inner.listener.expect_hand_ons(&self.inner.options, &offer.descriptor.name, liveness);
+        }
+        Ok(kept.is_some())
+    }
+
+    async fn wait_as_taker(
+        &self,
+        since: Seq,
+        read_after: Option<AnnouncementMark>,
+        interest: &ChangeInterest,
+        component: &ComponentName,
+        liveness: &str,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        self.pg_wait_for_concerning_change(since, read_after, interest, Some((component, liveness)), timeout).await
+    }
+
+    async fn register_handing_on(
+        &self,
+        batch: NewBatch,
+        first: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<RegisteredHandingOn> {
+        self.pg_register(batch, first, hand_on).await
+    }
+
+    async fn hand_on_notice(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        since: Option<AnnouncementMark>,
+    ) -> HandOnNotice {
+        self.inner.listener.hand_on_notice(component, liveness, since)
     }
 
     async fn withdraw_offer(&self, component: &ComponentName, liveness: &str) -> StoreResult<()> {
@@ -166,10 +205,5 @@ impl PgBackend {
 /// migration waits, and there it keeps no takers: an offer is answered `false`, none are
 /// listed, nothing is handed on.
 async fn prepare_on_takers(client: &ClientWrapper, sql: &str) -> Result<Option<Statement>, Failure> {
-    match client.prepare_cached(sql).await {
-        Ok(statement) => Ok(Some(statement)),
-        Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(None),
-        // Any other refusal, as every statement's.
-        Err(_) => prepare(client, sql).await.map(Some),
-    }
+    prepare_if_defined(client, sql).await
 }

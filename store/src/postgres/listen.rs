@@ -13,9 +13,9 @@ use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
 use super::options::PgOptions;
-use crate::port::{AnnouncementMark, StoreResult};
-use crate::wake_history::{Waiting, WakeHistory};
-use autocomp_model::{ChangeConcern, ChangeInterest, Seq};
+use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
+use crate::wake_history::{Taker, Waiting, WakeHistory};
+use autocomp_model::{ChangeConcern, ChangeInterest, ComponentName, Seq};
 
 /// How often a waiter that is woken by notifications still reads the head, in case they
 /// cannot reach it: one cheap read per process every two seconds while idle.
@@ -97,6 +97,25 @@ impl Listener {
         if let Some(mark) = mark {
             self.shared.history.head_read(head, mark);
         }
+    }
+
+    /// A taker offered through this handle on a schema whose hand-ons are announced: they
+    /// wake the handle's waiters, and the listen task starts now (with `listen=off` the
+    /// handle hears none, and its notices cannot tell).
+    pub(super) fn expect_hand_ons(&self, options: &PgOptions, component: &ComponentName, liveness: &str) {
+        self.shared.history.expect_hand_ons(component, liveness);
+        drop(self.wakes(options));
+    }
+
+    /// `HandOnStore::hand_on_notice`, from the notifications heard so far.
+    pub(super) fn hand_on_notice(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        since: Option<AnnouncementMark>,
+    ) -> HandOnNotice {
+        let complete = self.shared.listening.load(Ordering::SeqCst);
+        self.shared.history.hand_on_notice(component, liveness, since, complete)
     }
 
     /// The wake-ups, starting the listen task on first use; `None` with `listen=off`.
@@ -214,19 +233,21 @@ impl super::PgBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Seq> {
-        match self.pg_wait_for_concerning_change(since, None, interest, timeout).await? {
+        match self.pg_wait_for_concerning_change(since, None, interest, None, timeout).await? {
             Some(head) => Ok(head),
             None => crate::port::BatchStore::head(self).await,
         }
     }
 
     /// `wait_for_concerning_change`: `wait_for_change_concerning` without the head read
-    /// after a notification that concerns `interest` (`None`).
+    /// after a notification that concerns `interest` (`None`), or that hands a run to
+    /// `taker`, if it waits as one (`HandOnStore::wait_as_taker`).
     pub(super) async fn pg_wait_for_concerning_change(
         &self,
         since: Seq,
         read_after: Option<AnnouncementMark>,
         interest: &ChangeInterest,
+        taker: Option<Taker<'_>>,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
         let Some(mut wakes) = self.inner.listener.wakes(&self.inner.options) else {
@@ -234,6 +255,7 @@ impl super::PgBackend {
         };
         let mut waiting = Waiting {
             history: &self.inner.listener.shared.history,
+            taker,
             complete: || wakes.listening(),
             read_head: || crate::port::BatchStore::head(self),
             poll_head: || async { self.read_number("head", super::calls::HORIZON_NOW).await.map(Seq) },

@@ -45,13 +45,14 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(22, "0022_key_lookups_by_index"),
     migration!(23, "0023_flat_judged_claim"),
     migration!(24, "0024_takers"),
+    migration!(25, "0025_hand_on_announced"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// The oldest schema this release runs on: 19 has every function it calls, its writers
 /// holding the old feed lock as well as their epoch's key (correct, and slower), for when 20
 /// waits for a transaction left open (`AFTER_EARLIER_TRANSACTIONS`). Hand-ons need 24: below
-/// it the store keeps no takers (`hand_on.rs`).
+/// it the store keeps no takers (`hand_on.rs`); from 25 a hand-on is announced to its taker.
 pub const OLDEST_RUNNABLE: i32 = 19;
 
 /// Advisory lock keys (per database). Every writer holds the key of a feed epoch, shared,

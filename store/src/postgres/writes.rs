@@ -4,13 +4,13 @@
 use serde_json::{Map, Value};
 
 use super::appends::busy;
-use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare};
-use super::rows::{corrupt, run_from_value};
+use super::calls::{CONDITIONAL_ROUNDS, Scope, optional_json, prepare, prepare_if_defined};
+use super::rows::{corrupt, run_from_value, runs_from_json};
 use super::text::{self, unjsoned};
 use super::{Failure, PgBackend, Retry};
-use crate::port::{BatchStore, Cancellation, CreateOutcome, StoreError, StoreResult};
+use crate::port::{BatchStore, Cancellation, CreateOutcome, RegisteredHandingOn, StoreError, StoreResult};
 use crate::write_rules::{self};
-use autocomp_model::{Batch, BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
+use autocomp_model::{BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
 
 impl PgBackend {
     pub(super) async fn pg_create_batch(&self, batch: NewBatch) -> StoreResult<CreateOutcome> {
@@ -33,7 +33,7 @@ impl PgBackend {
             })
             .await?;
         match created {
-            Some((seq, at)) => Ok(CreateOutcome::Created(new_batch(&batch, seq, at))),
+            Some((seq, at)) => Ok(CreateOutcome::Created(batch.registered(seq, at))),
             None => {
                 let existing = self.get_batch(&batch.id).await?;
                 write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)
@@ -44,56 +44,94 @@ impl PgBackend {
     /// `register_batch`: one call of `autocomp_register_batch`, one commit. A retry after a
     /// lost answer finds the batch and compares it, as `create_batch` does.
     pub(super) async fn pg_register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
+        self.pg_register(batch, first, &[]).await.map(|registered| registered.outcome)
+    }
+
+    /// `register_handing_on`: `register_batch`, calling the registration with hand-ons
+    /// (schema 25) when it names any. On a schema without it (a migration not applied yet)
+    /// the batch is registered and handed nothing: its steps claim it.
+    pub(super) async fn pg_register(
+        &self,
+        batch: NewBatch,
+        first: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<RegisteredHandingOn> {
         let metadata = text::json(&batch.metadata);
         let details = text::json(&first.details);
         let resets = optional_json(&first.resets);
+        let hand_ons = (!hand_on.is_empty())
+            .then(|| Value::Array(hand_on.iter().map(|name| Value::String(name.to_string())).collect()));
         let cap = self.cap();
         let created = self
             .run("register_batch", Retry::Safe, |client, _| {
                 let (batch, first, metadata, details, resets) = (&batch, &first, &*metadata, &*details, &resets);
+                let hand_ons = &hand_ons;
                 Box::pin(async move {
-                    let statement = prepare(
-                        client,
-                        "SELECT r_created, r_seq, r_at, r_event_seq, r_event_at
-                         FROM autocomp_register_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                    )
-                    .await?;
-                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
-                        &batch.id.as_str(),
-                        &batch.batch_type.as_str(),
+                    let with_hand_ons = match hand_ons {
+                        Some(_) => {
+                            prepare_if_defined(
+                                client,
+                                "SELECT r_created, r_seq, r_at, r_event_seq, r_event_at, r_handed::text
+                             FROM autocomp_register_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                            )
+                            .await?
+                        }
+                        None => None,
+                    };
+                    let statement = match &with_hand_ons {
+                        Some(statement) => statement.clone(),
+                        None => {
+                            prepare(
+                                client,
+                                "SELECT r_created, r_seq, r_at, r_event_seq, r_event_at, NULL::text
+                                 FROM autocomp_register_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                            )
+                            .await?
+                        }
+                    };
+                    let (id, batch_type, event_type) =
+                        (batch.id.as_str(), batch.batch_type.as_str(), first.event_type.as_str());
+                    let (outcome, agent) = (first.outcome.as_str(), first.agent.as_str());
+                    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                        &id,
+                        &batch_type,
                         &batch.priority,
                         metadata,
-                        &first.event_type.as_str(),
-                        &first.outcome.as_str(),
-                        &first.agent.as_str(),
+                        &event_type,
+                        &outcome,
+                        &agent,
                         details,
                         resets,
                         &cap,
                     ];
+                    if with_hand_ons.is_some() {
+                        params.push(hand_ons);
+                    }
                     let row = client
                         .query_one(&statement, &params)
                         .await
                         .map_err(|e| self.failure(e, &Scope { batch: &batch.id, run: None }))?;
-                    let created: bool = row.get(0);
-                    Ok(created.then(|| {
-                        let stamps = |seq: usize, at: usize| (Seq(row.get(seq)), Timestamp(row.get(at)));
-                        (stamps(1, 2), stamps(3, 4))
-                    }))
+                    if !row.get::<_, bool>(0) {
+                        return Ok(None);
+                    }
+                    let stamps = |seq: usize, at: usize| (Seq(row.get(seq)), Timestamp(row.get(at)));
+                    Ok(Some((stamps(1, 2), stamps(3, 4), runs_from_json(row.get::<_, Option<&str>>(5))?)))
                 })
             })
             .await?;
         match created {
-            Some(((seq, at), (event_seq, event_at))) => {
+            Some(((seq, at), (event_seq, event_at), runs)) => {
                 let event = first.recorded(&batch.id, event_seq, event_at);
-                let mut registered = new_batch(&batch, seq, at);
+                let mut registered = batch.registered(seq, at);
                 registered.changed_seq = event_seq;
                 registered.as_of = event_at;
                 registered.events.push(event);
-                Ok(CreateOutcome::Created(registered))
+                Ok(RegisteredHandingOn { outcome: CreateOutcome::Created(registered), runs })
             }
             None => {
                 let existing = self.get_batch(&batch.id).await?;
-                write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)
+                let outcome = write_rules::existing_batch(&batch, existing).map(CreateOutcome::AlreadyExists)?;
+                Ok(RegisteredHandingOn { outcome, runs: Vec::new() })
             }
         }
     }
@@ -229,23 +267,5 @@ impl PgBackend {
             })
         })
         .await
-    }
-}
-
-/// A batch as its registration at `seq` and `at` wrote it, before any event.
-fn new_batch(batch: &NewBatch, seq: Seq, at: Timestamp) -> Batch {
-    Batch {
-        id: batch.id.clone(),
-        batch_type: batch.batch_type.clone(),
-        priority: batch.priority,
-        metadata: batch.metadata.as_object().cloned().unwrap_or_default(),
-        created_seq: seq,
-        modified_seq: seq,
-        changed_seq: seq,
-        created_at: at,
-        modified_at: at,
-        events: Vec::new(),
-        open_runs: Vec::new(),
-        as_of: at,
     }
 }

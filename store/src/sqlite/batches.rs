@@ -10,8 +10,9 @@ use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, run
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
     AnnouncementMark, BatchHead, BatchListing, BatchStore, Cancellation, ChangePage, Claim, CreateOutcome, LogCursor,
-    LogPage, StoreAbout, StoreError, StoreResult,
+    LogPage, RegisteredHandingOn, StoreAbout, StoreError, StoreResult,
 };
+use crate::wake_history::Taker;
 use autocomp_model::{
     Batch, BatchId, BatchSummary, ChangeInterest, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
     Timestamp,
@@ -246,16 +247,7 @@ impl BatchStore for SqliteBackend {
         interest: &ChangeInterest,
         timeout: Duration,
     ) -> StoreResult<Option<Seq>> {
-        let mut wakes = self.wakes.wakes();
-        let mut waiting = crate::wake_history::Waiting {
-            history: &self.wakes.history,
-            complete: || wakes.watching(),
-            read_head: || self.head(),
-            poll_head: || self.head(),
-            poll_complete: WATCHING_POLL,
-            poll_incomplete: Duration::from_millis(50),
-        };
-        waiting.concerning_or_announced(since, read_after, interest, timeout).await
+        self.wait_as(since, read_after, interest, None, timeout).await
     }
 
     async fn cancel_run(
@@ -275,5 +267,42 @@ impl BatchStore for SqliteBackend {
 
     async fn count_batches(&self) -> StoreResult<u64> {
         self.with_connection(reads::count_batches).await
+    }
+}
+
+impl SqliteBackend {
+    /// `register_batch`, handing the new batch on to the takers of `hand_on`
+    /// (`HandOnStore::register_handing_on`).
+    pub(super) async fn register_with_hand_ons(
+        &self,
+        batch: NewBatch,
+        first: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<RegisteredHandingOn> {
+        let (cap, hand_on) = (self.max_batch_bytes, hand_on.to_vec());
+        self.with_connection(move |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on)).await
+    }
+
+    /// `wait_for_concerning_change`, also woken by a run handed to `taker`, if it waits as one
+    /// (`HandOnStore::wait_as_taker`).
+    pub(super) async fn wait_as(
+        &self,
+        since: Seq,
+        read_after: Option<AnnouncementMark>,
+        interest: &ChangeInterest,
+        taker: Option<Taker<'_>>,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        let mut wakes = self.wakes.wakes();
+        let mut waiting = crate::wake_history::Waiting {
+            history: &self.wakes.history,
+            taker,
+            complete: || wakes.watching(),
+            read_head: || self.head(),
+            poll_head: || self.head(),
+            poll_complete: WATCHING_POLL,
+            poll_incomplete: Duration::from_millis(50),
+        };
+        waiting.concerning_or_announced(since, read_after, interest, timeout).await
     }
 }

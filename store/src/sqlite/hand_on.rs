@@ -7,8 +7,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::port::hand_on::{HandOn, handed_answer};
 use crate::port::ready_claims::{self, ReadyAnswer};
-use crate::port::{HandOnStore, HandedOn, StoreError, StoreResult, TakerOffer};
-use autocomp_model::{BatchId, ComponentDescriptor, ComponentName, Event, NewEvent, Run, RunHolder, Seq, Timestamp};
+use crate::port::{
+    AnnouncementMark, HandOnNotice, HandOnStore, HandedOn, RegisteredHandingOn, StoreError, StoreResult, TakerOffer,
+};
+use std::time::Duration;
+
+use autocomp_model::{
+    BatchId, ChangeInterest, ComponentDescriptor, ComponentName, Event, NewBatch, NewEvent, Run, RunHolder, Seq,
+    Timestamp,
+};
 
 use super::rows::{load_batches, query_runs};
 use super::runs::{checkpoint_in, claim_in, failed_attempts_in};
@@ -19,6 +26,8 @@ use super::{SqliteBackend, unavailable};
 #[async_trait]
 impl HandOnStore for SqliteBackend {
     async fn offer_to_take(&self, offer: TakerOffer) -> StoreResult<bool> {
+        let liveness = offer.holder.liveness.clone().expect("checked: a taker names its liveness");
+        self.wakes.expect_hand_ons(&offer.descriptor.name, &liveness);
         self.with_connection(move |conn| offer_in(conn, &offer)).await
     }
 
@@ -51,6 +60,36 @@ impl HandOnStore for SqliteBackend {
         hand_on: &[ComponentName],
     ) -> StoreResult<HandedOn> {
         self.append_queued(batch, event, hand_on.to_vec()).await
+    }
+
+    async fn register_handing_on(
+        &self,
+        batch: NewBatch,
+        first: NewEvent,
+        hand_on: &[ComponentName],
+    ) -> StoreResult<RegisteredHandingOn> {
+        self.register_with_hand_ons(batch, first, hand_on).await
+    }
+
+    async fn hand_on_notice(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        since: Option<AnnouncementMark>,
+    ) -> HandOnNotice {
+        self.wakes.hand_on_notice(component, liveness, since)
+    }
+
+    async fn wait_as_taker(
+        &self,
+        since: Seq,
+        read_after: Option<AnnouncementMark>,
+        interest: &ChangeInterest,
+        component: &ComponentName,
+        liveness: &str,
+        timeout: Duration,
+    ) -> StoreResult<Option<Seq>> {
+        self.wait_as(since, read_after, interest, Some((component, liveness)), timeout).await
     }
 
     async fn handed_runs(&self, component: &ComponentDescriptor, liveness: &str) -> StoreResult<Vec<ReadyAnswer>> {
@@ -150,10 +189,43 @@ pub(super) fn hand_on_in(
             open: &open,
         };
         if rule.rule() {
-            handed.push(claim_in(tx, batch, component, &holder, None)?.run);
+            handed.push(open_for_taker(tx, batch, component, &holder)?);
         }
     }
     Ok(handed)
+}
+
+/// Inside the registration of `batch` (created by this transaction): a run of each component
+/// of `hand_on` for its longest-waiting idle taker, where the steering holds neither it nor
+/// the pipeline (nothing else can have touched the batch, and nobody works it yet).
+pub(super) fn hand_on_registered_in(
+    tx: &Connection,
+    batch: &BatchId,
+    hand_on: &[ComponentName],
+) -> StoreResult<Vec<Run>> {
+    let mut handed = Vec::new();
+    let mut steering = None;
+    for component in hand_on {
+        let Some(holder) = idle_taker(tx, component)? else { continue };
+        let steering = match &mut steering {
+            Some(steering) => steering,
+            None => steering.insert(super::steering::load(tx)?),
+        };
+        if !ready_claims::holds(steering, component) {
+            handed.push(open_for_taker(tx, batch, component, &holder)?);
+        }
+    }
+    Ok(handed)
+}
+
+/// The component's run on `batch` for the taker `holder`, opened as a claim opens it
+/// (`claim_in`: the next generation, the taker's holder), and announced to the taker after
+/// the commit.
+fn open_for_taker(tx: &Connection, batch: &BatchId, component: &ComponentName, holder: &RunHolder) -> StoreResult<Run> {
+    let run = claim_in(tx, batch, component, holder, None)?.run;
+    let liveness = holder.liveness.as_deref().expect("checked: a taker names its liveness");
+    super::wakes::announce_hand_on(tx, component, liveness).map_err(unavailable)?;
+    Ok(run)
 }
 
 /// The component's taker that offered first among those holding no open run of it.

@@ -22,8 +22,9 @@ use rusqlite::Connection;
 use tokio::sync::watch;
 
 use super::statements::Prepared;
+use crate::port::{AnnouncementMark, HandOnNotice};
 use crate::wake_history::WakeHistory;
-use autocomp_model::{ChangeConcern, Seq};
+use autocomp_model::{ChangeConcern, ComponentName, Seq};
 
 /// One per store handle (clones share it); the watch starts with the first waiter.
 pub(super) struct FileWakes {
@@ -98,6 +99,24 @@ impl FileWakes {
         if let Some(mark) = mark {
             self.history.head_read(head, mark);
         }
+    }
+
+    /// A taker offered through this handle: its hand-ons wake the handle's waiters, and the
+    /// watch starts now (a hand-on announced before it would not be heard).
+    pub(super) fn expect_hand_ons(&self, component: &ComponentName, liveness: &str) {
+        self.history.expect_hand_ons(component, liveness);
+        drop(self.wakes());
+    }
+
+    /// `HandOnStore::hand_on_notice`, from the lines of `<store>-wake` read so far.
+    pub(super) fn hand_on_notice(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        since: Option<AnnouncementMark>,
+    ) -> HandOnNotice {
+        let complete = self.watching.load(Ordering::SeqCst);
+        self.history.hand_on_notice(component, liveness, since, complete)
     }
 
     /// The wake-ups, starting the watch on first use. A watch that cannot start (no inotify
@@ -300,25 +319,39 @@ pub(super) fn track_concerns(conn: &Connection) -> rusqlite::Result<()> {
 /// nothing: it concerns nobody), emptying the collection: one line's worth, or two for a
 /// batch registered with its first events (`c:`, then their types), so that a waiter of the
 /// release before, which reads `c:` as concerning everyone, still wakes for a new batch,
-/// while one of this release merges the two as one commit's concern (`ChangeConcern::merge`).
+/// while one of this release merges the two as one commit's concern (`ChangeConcern::merge`);
+/// then a line for each run handed on (`hand_on::hand_on_in` collects `h:` lines), after the
+/// commit's concern, as PostgreSQL notifies them.
 pub(super) fn take_concerns(conn: &Connection) -> Vec<ChangeConcern> {
     let collected = conn.prepare_cached("SELECT DISTINCT concern FROM wake_concerns").and_then(|mut statement| {
         statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<String>>>()
     });
     let emptied = conn.execute_prepared("DELETE FROM wake_concerns", []);
     let (Ok(collected), Ok(_)) = (collected, emptied) else { return vec![ChangeConcern::Everyone] };
-    let concerns: Vec<ChangeConcern> = collected.iter().map(|one| ChangeConcern::from_payload(one)).collect();
+    let (handed, concerns): (Vec<ChangeConcern>, Vec<ChangeConcern>) = collected
+        .iter()
+        .map(|one| ChangeConcern::from_payload(one))
+        .partition(|concern| matches!(concern, ChangeConcern::Handed { .. }));
     let merged = concerns.iter().cloned().fold(ChangeConcern::nobody(), |mut concern, one| {
         concern.merge(one);
         concern
     });
     let registered = concerns.contains(&ChangeConcern::Created);
-    match merged {
+    let mut lines = match merged {
         ChangeConcern::Types(types) if registered && !types.is_empty() => {
             vec![ChangeConcern::Created, ChangeConcern::Types(types)]
         }
         merged => vec![merged],
-    }
+    };
+    lines.extend(handed);
+    lines
+}
+
+/// Collects, inside the transaction that hands a run on, the line announcing it to its taker
+/// (`ChangeConcern::Handed`): rolled back with the transaction, announced after its commit.
+pub(super) fn announce_hand_on(tx: &Connection, component: &ComponentName, liveness: &str) -> rusqlite::Result<()> {
+    let handed = ChangeConcern::Handed { component: component.clone(), liveness: liveness.to_owned() };
+    tx.execute_prepared("INSERT INTO temp.wake_concerns VALUES (?1)", [handed.to_payload()]).map(drop)
 }
 
 #[cfg(test)]

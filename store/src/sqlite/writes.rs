@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Map, Value};
 
-use crate::port::{Cancellation, CreateOutcome, HandedOn, StoreError, StoreResult};
+use crate::port::{Cancellation, CreateOutcome, HandedOn, RegisteredHandingOn, StoreError, StoreResult};
 use crate::write_rules::{self};
 use autocomp_model::{BatchId, ComponentName, Event, NewBatch, NewEvent, RunState, Seq, Timestamp};
 
@@ -15,29 +15,50 @@ use super::tx::{check_event_fits, check_run_is_current_and_open, next_seq, requi
 use super::{hand_on, summary, unavailable};
 
 pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<CreateOutcome> {
-    register(conn, new, None)
+    register(conn, new, None, &[]).map(|registered| registered.outcome)
 }
 
 /// `register_batch`: the batch and its first event in one transaction, one synced commit.
 pub fn register_batch(conn: &mut Connection, new: &NewBatch, first: NewEvent, cap: u64) -> StoreResult<CreateOutcome> {
-    register(conn, new, Some((first, cap)))
+    register(conn, new, Some((first, cap)), &[]).map(|registered| registered.outcome)
 }
 
-/// A batch registered, with its first event (and the cap it is checked against) if given;
-/// an existing batch is answered as it stands (or refused if different), nothing written.
-fn register(conn: &mut Connection, new: &NewBatch, first: Option<(NewEvent, u64)>) -> StoreResult<CreateOutcome> {
+/// `register_handing_on`: `register_batch`, and the new batch's runs for the takers of
+/// `hand_on` in the same transaction (`hand_on::hand_on_registered_in`).
+pub(super) fn register_handing_on(
+    conn: &mut Connection,
+    new: &NewBatch,
+    first: NewEvent,
+    cap: u64,
+    hand_on: &[ComponentName],
+) -> StoreResult<RegisteredHandingOn> {
+    register(conn, new, Some((first, cap)), hand_on)
+}
+
+/// A batch registered, with its first event (and the cap it is checked against) if given,
+/// and handed on to the takers of `hand_on`; an existing batch is answered as it stands (or
+/// refused if different), nothing written.
+fn register(
+    conn: &mut Connection,
+    new: &NewBatch,
+    first: Option<(NewEvent, u64)>,
+    hand_on: &[ComponentName],
+) -> StoreResult<RegisteredHandingOn> {
     let tx = write_tx(conn)?;
     let now = Timestamp::now();
     if let Some(existing) = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop() {
-        return write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists);
+        let outcome = write_rules::existing_batch(new, existing).map(CreateOutcome::AlreadyExists)?;
+        return Ok(RegisteredHandingOn { outcome, runs: Vec::new() });
     }
     insert_batch(&tx, new, now)?;
     if let Some((first, cap)) = first {
         append_in(&tx, &new.id, first, cap)?;
     }
+    // As registered: the runs handed on are opened after what the registrar judged.
     let batch = load_batches(&tx, std::slice::from_ref(&new.id), now)?.pop().expect("inserted in this transaction");
+    let runs = hand_on::hand_on_registered_in(&tx, &new.id, hand_on)?;
     tx.commit().map_err(unavailable)?;
-    Ok(CreateOutcome::Created(batch))
+    Ok(RegisteredHandingOn { outcome: CreateOutcome::Created(batch), runs })
 }
 
 fn insert_batch(tx: &Connection, new: &NewBatch, now: Timestamp) -> StoreResult<()> {

@@ -6,6 +6,9 @@
 //! taken over and handed nothing more. A store that keeps none says so at the offer and
 //! hands nothing on.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use autocomp_model::*;
 use autocomp_store::*;
 
@@ -174,5 +177,105 @@ pub(crate) async fn offers_and_hand_ons_that_could_never_hold_are_refused_by_nam
     let refused =
         f.store.append_handing_on(&id("B1"), twice, &[component("checker"), component("checker")]).await.unwrap_err();
     assert!(matches!(&refused, StoreError::Invalid(i) if i.field == "hand_on" && i.value == "checker"), "{refused}");
+    let new = NewBatch::new(id("B2"), BatchType::new("Delivery").unwrap());
+    let delivered = NewEvent::new(ty("Data_Received"), Outcome::Success, agent("trigger"));
+    let refused =
+        f.store.register_handing_on(new, delivered, &[component("checker"), component("checker")]).await.unwrap_err();
+    assert!(matches!(&refused, StoreError::Invalid(i) if i.field == "hand_on" && i.value == "checker"), "{refused}");
     assert_eq!(f.store.head().await.unwrap(), head, "a refusal writes nothing");
 }
+
+/// A hand-on is announced to its taker alone: the taker's wait as taker wakes for it even
+/// when the append concerns nothing it reads, its notice tells it once, and a waiter as
+/// another taker sleeps through it. (A store that announces no hand-on cannot tell, and the
+/// taker reads at each wake instead.)
+pub(crate) async fn a_hand_on_is_announced_to_its_taker_alone(f: Fixture) {
+    if !f.store.offer_to_take(TakerOffer { descriptor: checker(), holder: taker("a") }).await.unwrap() {
+        return;
+    }
+    let (name, liveness) = (component("checker"), "local:host:1:a");
+    // The announcements reach this handle once its listen connection (or file watch) is up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut notice = f.store.hand_on_notice(&name, liveness, None).await;
+    while notice.mark.is_none() {
+        assert!(std::time::Instant::now() < deadline, "the handle hears announcements within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        notice = f.store.hand_on_notice(&name, liveness, None).await;
+    }
+    notice = f.store.hand_on_notice(&name, liveness, notice.mark).await;
+    assert_eq!(notice.handed, Some(false), "nothing handed yet");
+
+    let claim = claimed_by_receiver(&f, "B1").await;
+    let head = f.store.head().await.unwrap();
+    let unrelated = ChangeInterest::Types([ty("Nothing_Reads_This")].into());
+    let wait_as = |who: &'static str, timeout: Duration| {
+        let (store, unrelated) = (Arc::clone(&f.store), unrelated.clone());
+        tokio::spawn(async move {
+            let answer = store.wait_as_taker(head, None, &unrelated, &component("checker"), who, timeout).await;
+            (answer.unwrap(), std::time::Instant::now())
+        })
+    };
+    let (ours, others) = (wait_as("local:host:1:a", Duration::from_secs(20)), wait_as("local:host:1:b", QUIET));
+    // Both asleep before the append (else their first read sees it): checked below.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!ours.is_finished() && !others.is_finished(), "nothing handed yet, so both wait");
+    // Appended through another handle, as another process appends.
+    let appender = open_store(&f.url).await.unwrap();
+    let handed = appender.append_handing_on(&id("B1"), received(&claim), std::slice::from_ref(&name)).await.unwrap();
+    assert_eq!(handed.runs.len(), 1, "{handed:?}");
+    let appended = std::time::Instant::now();
+    let (answer, woke) = ours.await.unwrap();
+    assert_eq!(answer, None, "woken by the announcement");
+    assert!(woke.saturating_duration_since(appended) < Duration::from_secs(1), "woken at once, not by a poll");
+    let (answer, woke) = others.await.unwrap();
+    assert!(answer.is_some() && woke.saturating_duration_since(appended) >= QUIET / 2, "another taker slept on");
+
+    let told = f.store.hand_on_notice(&name, liveness, notice.mark).await;
+    assert_eq!(told.handed, Some(true));
+    assert_eq!(f.store.hand_on_notice(&name, liveness, told.mark).await.handed, Some(false), "told once");
+    assert_eq!(f.store.hand_on_notice(&name, "local:host:1:b", told.mark).await.handed, None, "not offered here");
+}
+
+/// A registration hands its new batch on as a result does: to an idle taker of each step the
+/// registrar named, in the registration's commit, announced to it; nothing for a batch that
+/// existed, a held step or a busy taker.
+pub(crate) async fn a_registration_hands_its_new_batch_to_an_idle_taker(f: Fixture) {
+    let keeps = f.store.offer_to_take(TakerOffer { descriptor: checker(), holder: taker("a") }).await.unwrap();
+    let delivered = || NewEvent::new(ty("Data_Received"), Outcome::Success, agent("trigger"));
+    let new = |batch: &str| NewBatch::new(id(batch), BatchType::new("Delivery").unwrap());
+    let registered = f.store.register_handing_on(new("B1"), delivered(), &[component("checker")]).await.unwrap();
+    let CreateOutcome::Created(batch) = &registered.outcome else { panic!("{registered:?}") };
+    assert_eq!(batch.effective().get(&ty("Data_Received")).map(|e| e.outcome), Some(Outcome::Success));
+    if !keeps {
+        assert!(registered.runs.is_empty(), "a store that keeps no takers hands nothing on");
+        return;
+    }
+    assert_eq!(registered.runs.len(), 1, "{registered:?}");
+    let run = &registered.runs[0];
+    assert_eq!((run.component.as_str(), run.generation, &run.holder), ("checker", 1, &taker("a")));
+    assert_eq!(f.store.get_batch(&id("B1")).await.unwrap().open_run(&component("checker")), Some(run));
+    let found = f.store.handed_runs(&checker(), "local:host:1:a").await.unwrap();
+    assert_eq!(found.iter().map(|answer| answer.batch.id.as_str()).collect::<Vec<_>>(), ["B1"]);
+
+    // Registered again (a retry, a second scan): the batch as it stands, nothing handed.
+    let again = f.store.register_handing_on(new("B1"), delivered(), &[component("checker")]).await.unwrap();
+    assert!(matches!(again.outcome, CreateOutcome::AlreadyExists(_)) && again.runs.is_empty(), "{again:?}");
+    // Busy with B1, the taker is handed nothing more.
+    let busy = f.store.register_handing_on(new("B2"), delivered(), &[component("checker")]).await.unwrap();
+    assert!(busy.runs.is_empty(), "{busy:?}");
+    f.store.release(&id("B1"), &component("checker"), run.generation).await.unwrap();
+    // A paused step is handed nothing.
+    let pause = SteeringRequest {
+        change: SteeringChange::Pause { component: Some(component("checker")), drain: false },
+        by: agent("operator:ann"),
+        reason: "tape maintenance".into(),
+        expect_version: None,
+    };
+    f.store.steer(pause).await.unwrap();
+    let held = f.store.register_handing_on(new("B3"), delivered(), &[component("checker")]).await.unwrap();
+    assert!(held.runs.is_empty(), "{held:?}");
+    assert_eq!(f.store.get_batch(&id("B3")).await.unwrap().open_runs, []);
+}
+
+/// How long a waiter that nothing concerns is watched sleeping.
+const QUIET: Duration = Duration::from_millis(1500);

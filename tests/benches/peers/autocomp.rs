@@ -10,7 +10,8 @@ use std::time::Instant;
 use autocomp_e2e::services::{Service, TOKEN};
 use autocomp_e2e::zk::ZooKeeper;
 use autocomp_e2e::{binary, without_pipeline_env};
-use autocomp_model::{Agent, BatchId, BatchType, EventType, NewBatch, NewEvent, Outcome, Seq};
+use autocomp_framework::registration_hand_ons;
+use autocomp_model::{Agent, BatchId, BatchType, ComponentDescriptor, EventType, NewBatch, NewEvent, Outcome, Seq};
 use autocomp_store::{ObjectStore, open_store};
 
 use super::processes::{Proc, children_named, now_ms};
@@ -30,6 +31,9 @@ pub(super) struct Autocomp {
     program: PathBuf,
     store: Arc<dyn ObjectStore>,
     runtime: tokio::runtime::Runtime,
+    /// The takers' descriptors as last read, and when: whom a registration hands its item on
+    /// to, as a source's registration does.
+    takers: Option<(Instant, Arc<Vec<ComponentDescriptor>>)>,
     /// Registration time of every item not seen finished yet.
     pending: HashMap<u64, i64>,
     /// Where the bench's reading of the change feed is.
@@ -108,6 +112,7 @@ impl Autocomp {
             program,
             store,
             runtime,
+            takers: None,
             pending: HashMap::new(),
             since: Seq::ZERO,
             last_poll: None,
@@ -115,8 +120,22 @@ impl Autocomp {
         }
     }
 
+    /// The takers, read again once the ones read are a second old (as a runner reads them
+    /// beside its passes; a source reads them once a pass).
+    fn takers(&mut self) -> Arc<Vec<ComponentDescriptor>> {
+        if let Some((read, takers)) = &self.takers
+            && read.elapsed() < std::time::Duration::from_secs(1)
+        {
+            return Arc::clone(takers);
+        }
+        let takers = Arc::new(self.runtime.block_on(self.store.takers()).expect("the takers read"));
+        self.takers = Some((Instant::now(), Arc::clone(&takers)));
+        takers
+    }
+
     fn register(&mut self, ids: &[u64]) {
         let store = Arc::clone(&self.store);
+        let takers = self.takers();
         let stamped: Vec<(u64, i64)> = self.runtime.block_on(async move {
             // Up to 16 at once: the store's pool (PostgreSQL) or its writer (SQLite) decides.
             let mut tasks = tokio::task::JoinSet::new();
@@ -125,15 +144,17 @@ impl Autocomp {
                 if tasks.len() >= 16 {
                     stamped.push(tasks.join_next().await.unwrap().expect("a registration task"));
                 }
-                let store = Arc::clone(&store);
+                let (store, takers) = (Arc::clone(&store), Arc::clone(&takers));
                 tasks.spawn(async move {
                     let registered = now_ms();
                     let id = batch_id(n);
                     let new = NewBatch::new(id.clone(), BatchType::new("Item").unwrap());
                     let agent = Agent::new("bench-trigger/peers@localhost#1").unwrap();
                     let event = NewEvent::new(EventType::new(RECEIVED).unwrap(), Outcome::Success, agent);
-                    // As the delivery trigger registers: the batch and its delivery in one commit.
-                    store.register_batch(new, event).await.expect("batch registered with Data_Received");
+                    // As the delivery trigger registers (`SourceContext::register_batch`): the
+                    // batch and its delivery in one commit, handed on to stage 1's taker.
+                    let hand_on = registration_hand_ons(&takers, &new, &event);
+                    store.register_handing_on(new, event, &hand_on).await.expect("batch registered with Data_Received");
                     (n, registered)
                 });
             }
