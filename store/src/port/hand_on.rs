@@ -1,14 +1,16 @@
-//! `HandOnStore`: a stage handed on by the append that makes a batch ready. A watcher that
-//! takes hand-ons offers itself (`offer_to_take`: its component's descriptor and its holder,
-//! who names its liveness record); a runner whose result makes a batch ready for such a
-//! component, judged by the component's trigger on the summary its event leaves
-//! (`ComponentDescriptor::ready_on_hand`), names that component in its append
-//! (`append_handing_on`), and the store opens the component's run for an idle taker in the
-//! append's own transaction, with no claim of the taker's: the taker finds it at its wake
-//! (`handed_runs`) and works it as claimed. The judgement is exact because the store hands on
-//! only while the batch is as the appending run's claim read it (`HandOn::rule`), and the run
-//! it opens names the taker's liveness, so it is the batch's lock as any exclusive claim's:
-//! a taker that died is taken over once proven dead, which also withdraws its offers.
+//! `HandOnStore`: a stage handed on by the append (or the registration) that makes a batch
+//! ready. A watcher that takes hand-ons offers itself (`offer_to_take`: its component's
+//! descriptor and its holder, who names its liveness record); a runner whose result makes a
+//! batch ready for such a component, judged by the component's trigger on the summary its
+//! event leaves (`ComponentDescriptor::ready_on_hand`), names that component in its append
+//! (`append_handing_on`; a source names it in its registration, `register_handing_on`), and
+//! the store opens the component's run for an idle taker in the same transaction, with no
+//! claim of the taker's, and announces it to the taker (`hand_on_notice`, `wait_as_taker`):
+//! the taker reads it (`handed_runs`) and works it as claimed. The judgement is exact because
+//! the store hands on only while the batch is as the appending run's claim read it
+//! (`HandOn::rule`; a registration, only a batch it creates), and the run it opens names the
+//! taker's liveness, so it is the batch's lock as any exclusive claim's: a taker that died is
+//! taken over once proven dead, which also withdraws its offers.
 //!
 //! A store that keeps no takers answers the defaults: an offer is not kept (`false`), no
 //! taker is listed, an append hands nothing on, nobody is handed a run. Its components claim
