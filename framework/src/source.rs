@@ -132,7 +132,11 @@ impl SourceContext<'_> {
             })
             .await;
         let hand_on = registration_hand_ons(takers, &batch, &first);
-        Ok(self.store.register_handing_on(batch, first, &hand_on).await?.outcome)
+        let registered = self.store.register_handing_on(batch, first, &hand_on).await?;
+        for run in &registered.runs {
+            debug!(batch = %run.batch_id, to = %run.component, holder = %run.holder.agent, "handed on");
+        }
+        Ok(registered.outcome)
     }
 
     /// Records that a registered batch's content changed (a re-delivery): `patch` is merged

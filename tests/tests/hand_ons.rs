@@ -2,12 +2,16 @@
 //! The first step's results hand each batch to an idle watcher of the second (its run opened
 //! in the first step's append), and the ledger the second step writes shows every batch
 //! worked once, never two at a time; a watcher killed while it holds a handed run leaves that
-//! run to be taken over once its death is proven, and worked once.
+//! run to be taken over once its death is proven, and worked once; a source's registration
+//! hands a new delivery to the watcher waiting for it.
 
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, disjoint_by_batch, finish, sigterm, wait_until};
+use autocomp_e2e::{PROBED, Pipeline, binary, disjoint_by_batch, finish, sigterm, wait_until, without_pipeline_env};
+use autocomp_model::BatchId;
+use autocomp_store::SqliteStore;
+use autocomp_store::prelude::*;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// Far longer than any deadline below: a batch must move by the change feed and hand-ons,
@@ -154,4 +158,57 @@ fn a_taker_killed_holding_a_handed_run_has_it_taken_over_and_worked_once() {
     assert!(runs.is_empty(), "{runs:?}");
     let offers = pipeline.block_on(pipeline.any_store().takers()).unwrap();
     assert!(offers.is_empty(), "the dead taker's offer went with its run: {offers:?}");
+}
+
+/// A source's registration hands a new delivery to the watcher waiting for it: on the demo's
+/// embedded pipeline, a `--watch` of the structure checker offers, the batch trigger (a cron
+/// pass) registers a second delivery and says it handed it on, and the checker records its
+/// result on it once.
+#[test]
+fn a_source_hands_a_new_delivery_to_the_watcher_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let demo = Command::new(binary("autocomp")).args(["demo", "--batches", "1", "--dir"]).arg(root).output().unwrap();
+    assert!(demo.status.success(), "demo: {}", String::from_utf8_lossy(&demo.stderr));
+    let step = |name: &str| {
+        let mut command = Command::new(binary(name));
+        command.arg("--config-dir").arg(root.join("config"));
+        without_pipeline_env(&mut command).stdin(Stdio::null()).stdout(Stdio::piped());
+        command
+    };
+    let log = std::fs::File::create(root.join("checker.log")).unwrap();
+    let checker = step("structure-checker").args(["--watch", "-vv"]).stderr(log).spawn().unwrap();
+    let store = || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        (runtime.block_on(SqliteStore::open(root.join("store.db"))).unwrap(), runtime)
+    };
+    let offered = wait_until(Instant::now() + Duration::from_secs(30), || {
+        let (store, runtime) = store();
+        runtime.block_on(store.takers()).unwrap().iter().any(|taker| taker.name.as_str() == "structure-checker")
+    });
+    assert!(offered, "the checker's watcher never offered to take hand-ons");
+
+    let first = std::fs::read_dir(root.join("incoming")).unwrap().next().unwrap().unwrap().path();
+    let second = root.join("incoming").join("B400000000001-RT1");
+    let copied = Command::new("cp").arg("-r").arg(&first).arg(&second).status().unwrap();
+    assert!(copied.success());
+    let trigger = finish(step("batch-trigger").arg("-vv").stderr(Stdio::piped()).spawn().unwrap(), EXIT_LIMIT);
+    assert_eq!(trigger.code, Some(0), "{}", trigger.show());
+    assert!(trigger.stderr.contains("handed on"), "the registration handed nothing on: {}", trigger.show());
+    let id = BatchId::new("B400000000001-RT1").unwrap();
+    let checked = |store: &SqliteStore, runtime: &tokio::runtime::Runtime| {
+        let batch = runtime.block_on(store.get_batch(&id)).unwrap();
+        batch.events.iter().filter(|event| event.event_type.as_str() == "Structure_Checked").count()
+    };
+    let through = wait_until(Instant::now() + Duration::from_secs(20), || {
+        let (store, runtime) = store();
+        checked(&store, &runtime) > 0
+    });
+    assert!(through, "the handed delivery was not checked within 20 s");
+    sigterm(&checker);
+    let finished = finish(checker, EXIT_LIMIT);
+    assert_eq!(finished.code, Some(0), "{}", finished.show());
+    let (store, runtime) = store();
+    assert_eq!(checked(&store, &runtime), 1, "checked once");
+    assert!(runtime.block_on(store.get_batch(&id)).unwrap().open_runs.is_empty());
 }

@@ -35,6 +35,17 @@ fn received(run: &Claim) -> NewEvent {
         .in_run(component("receiver"), run.generation())
 }
 
+/// An operator pauses the taker's step.
+async fn pause_checker(f: &Fixture) {
+    let request = SteeringRequest {
+        change: SteeringChange::Pause { component: Some(component("checker")), drain: false },
+        by: agent("operator:ann"),
+        reason: "tape maintenance".into(),
+        expect_version: None,
+    };
+    f.store.steer(request).await.unwrap();
+}
+
 /// A receiver's claim of `batch`, as its pass would hold it before appending.
 async fn claimed_by_receiver(f: &Fixture, batch: &str) -> Claim {
     register(&f.store, batch).await;
@@ -117,13 +128,7 @@ pub(crate) async fn a_held_step_is_handed_nothing(f: Fixture) {
     if !f.store.offer_to_take(TakerOffer { descriptor: checker(), holder: taker("a") }).await.unwrap() {
         return;
     }
-    let request = SteeringRequest {
-        change: SteeringChange::Pause { component: Some(component("checker")), drain: false },
-        by: agent("operator:ann"),
-        reason: "tape maintenance".into(),
-        expect_version: None,
-    };
-    f.store.steer(request).await.unwrap();
+    pause_checker(&f).await;
     let claim = claimed_by_receiver(&f, "B1").await;
     let handed = f.store.append_handing_on(&id("B1"), received(&claim), &[component("checker")]).await.unwrap();
     assert!(handed.runs.is_empty(), "a paused step is handed nothing: {handed:?}");
@@ -265,13 +270,7 @@ pub(crate) async fn a_registration_hands_its_new_batch_to_an_idle_taker(f: Fixtu
     assert!(busy.runs.is_empty(), "{busy:?}");
     f.store.release(&id("B1"), &component("checker"), run.generation).await.unwrap();
     // A paused step is handed nothing.
-    let pause = SteeringRequest {
-        change: SteeringChange::Pause { component: Some(component("checker")), drain: false },
-        by: agent("operator:ann"),
-        reason: "tape maintenance".into(),
-        expect_version: None,
-    };
-    f.store.steer(pause).await.unwrap();
+    pause_checker(&f).await;
     let held = f.store.register_handing_on(new("B3"), delivered(), &[component("checker")]).await.unwrap();
     assert!(held.runs.is_empty(), "{held:?}");
     assert_eq!(f.store.get_batch(&id("B3")).await.unwrap().open_runs, []);
