@@ -111,9 +111,11 @@ impl WakeHistory {
     }
 
     /// The entry from which the commits after `since` show, if `since` is a head read here.
-    /// Of several reads of the same head the latest serves: a commit past it came after each.
+    /// Of several reads of the same head the earliest serves (a commit past it came after
+    /// each): a later one may have been read after a taker's last question about hand-ons,
+    /// and a sleep from there could miss a hand-on announced in between.
     fn mark_of(&self, since: Seq) -> Option<u64> {
-        self.state().heads.iter().rev().find(|(head, _)| *head == since).map(|(_, mark)| *mark)
+        self.state().heads.iter().find(|(head, _)| *head == since).map(|(_, mark)| *mark)
     }
 
     fn verdict(&self, from: u64, interest: &ChangeInterest, taker: Option<Taker<'_>>) -> Verdict {
@@ -258,9 +260,11 @@ where
                 _ = tokio::time::sleep_until((now + poll).min(deadline)) => {
                     // The head moved without a single announcement since: they do not reach
                     // us (a pooler that drops notifications, a writer that cannot announce).
+                    // A gap is marked, so no notice vouches for what was not heard.
                     if complete && silent_from == Some(self.history.mark()) {
                         let head = (self.poll_head)().await?;
                         if head > since {
+                            self.history.push(ChangeConcern::Everyone);
                             return Ok(Some(head));
                         }
                     }
@@ -389,10 +393,15 @@ mod tests {
             store.commit(ChangeConcern::nobody());
         }
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(6 + ENTRIES_KEPT as i64 + 1));
-        // The head moved without any announcement reaching us: wakes at the next look.
+        // The head moved without any announcement reaching us: wakes at the next look, and
+        // a taker's notice no longer vouches that nothing was handed to it.
+        let (checker, liveness) = (ComponentName::new("checker").unwrap(), "local:h:1:n");
+        store.history.expect_hand_ons(&checker, liveness);
+        let asked = store.history.hand_on_notice(&checker, liveness, None, true);
         let seen = store.head().await.unwrap();
         store.head.fetch_add(1, Ordering::SeqCst);
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(seen.0 + 1));
+        assert_eq!(store.history.hand_on_notice(&checker, liveness, asked.mark, true).handed, None);
     }
     /// A hand-on wakes the waiter that waits as its taker, whatever its interest; the
     /// taker's notice says it was handed one since its last question, and nothing else does.

@@ -124,6 +124,8 @@ impl<C: Component> Runner<C> {
         if !self.may_have_handed_runs() {
             return;
         }
+        // What a question found is released below with the rest, not taken up again.
+        self.hand_ons.found.lock().expect("the found runs' mutex").clear();
         let Some(liveness) = self.run_holder().liveness else { return };
         let handed = match self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await {
             Ok(handed) => handed,

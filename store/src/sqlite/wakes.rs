@@ -274,16 +274,23 @@ impl WakeLines {
             Err(_) => return vec![ChangeConcern::Everyone],
         }
         self.partial.extend_from_slice(&appended);
-        if let Some(dot) = self.partial.iter().rposition(|byte| *byte == b'.') {
-            concerns.push(ChangeConcern::Everyone);
-            self.partial.drain(..=dot);
-        }
-        if let Some(end) = self.partial.iter().rposition(|byte| *byte == b'\n') {
-            let whole: Vec<u8> = self.partial.drain(..=end).collect();
-            for line in whole.split(|byte| *byte == b'\n').filter(|line| !line.is_empty()) {
+        // Whole lines, and an older release's dots between them: a `.` where a line would
+        // start (no line starts with one), not one inside a line (a liveness record's host).
+        let mut read_to = 0;
+        while let Some(&first) = self.partial.get(read_to) {
+            if first == b'.' {
+                concerns.push(ChangeConcern::Everyone);
+                read_to += 1;
+                continue;
+            }
+            let Some(length) = self.partial[read_to..].iter().position(|byte| *byte == b'\n') else { break };
+            let line = &self.partial[read_to..read_to + length];
+            if !line.is_empty() {
                 concerns.push(std::str::from_utf8(line).map_or(ChangeConcern::Everyone, ChangeConcern::from_payload));
             }
+            read_to += length + 1;
         }
+        self.partial.drain(..read_to);
         concerns
     }
 }
@@ -385,6 +392,25 @@ mod tests {
         wakes.announce(&[ChangeConcern::Everyone]);
         until("the second announcement read", || wakes.history.mark() == 2 && *waiter.receiver.borrow() >= 2);
         assert_eq!(*waiter.receiver.borrow(), 2);
+    }
+
+    /// A hand-on to a taker on a dotted host name reads back whole, and an older release's
+    /// dots between lines still wake everyone.
+    #[test]
+    fn a_dot_inside_a_line_is_part_of_it_and_one_between_lines_is_an_older_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db-wake");
+        std::fs::write(&path, "").unwrap();
+        let mut lines = WakeLines::from_end_of(path.clone());
+        let handed = ChangeConcern::Handed {
+            component: ComponentName::new("checker").unwrap(),
+            liveness: "local:scan01.archive.example.org:4242:n0nce".into(),
+        };
+        let written = format!("{}\n.t:A_Done\n.", handed.to_payload());
+        std::fs::write(&path, written).unwrap();
+        let read = lines.read_new();
+        let done = ChangeConcern::Types([autocomp_model::EventType::new("A_Done").unwrap()].into());
+        assert_eq!(read, [handed, ChangeConcern::Everyone, done, ChangeConcern::Everyone]);
     }
 
     /// The wake file removed under the watch (an operator's mistake: the restore removes it
