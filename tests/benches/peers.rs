@@ -45,7 +45,9 @@
 //! backlog and the trickle, what the PostgreSQL server spent on each statement and the
 //! write-ahead log it wrote per item (bytes, full-page images), and after the
 //! backlog the CPU per item of each process tree (the workers together, each server); after
-//! the idle window its CPU per process tree, each worker apart.
+//! the idle window its CPU per process tree, each worker apart. `AUTOCOMP_BENCH_NESTED=1` also
+//! counts the statements inside the store's functions (`pg_stat_statements.track = all`), 40
+//! of them instead of 20: where an append's or a registration's server time goes.
 //!
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
 //! machine's speed drifts between systems and repetitions).
@@ -207,12 +209,15 @@ fn main() {
         // pg_stat_statements: a count of statements with no flush lag, to check the idle
         // transaction rate against (pg_stat_database's counters reach it up to tens of
         // seconds late: see `measure`).
-        let options = autocomp_test_servers::Options::default()
+        let mut options = autocomp_test_servers::Options::default()
             .setting("shared_preload_libraries", "pg_stat_statements")
             .setting("pg_stat_statements.track_utility", "on")
             // Plans counted too: a statement planned at every call pays its planning (0.3 ms
             // for the read of whole batches before it was planned once) on the item's path.
             .setting("pg_stat_statements.track_planning", "on");
+        if nested_statements() {
+            options = options.setting("pg_stat_statements.track", "all");
+        }
         let server = Postgres::start_with(options);
         server.psql("postgres", "create extension pg_stat_statements");
         let version = server.psql("postgres", "show server_version");
@@ -602,6 +607,11 @@ fn print_wal(pg: &Postgres, before: WalMark, what: &str, items: u64) {
     );
 }
 
+/// `AUTOCOMP_BENCH_NESTED=1`: the statements inside functions are counted and printed too.
+fn nested_statements() -> bool {
+    std::env::var_os("AUTOCOMP_BENCH_NESTED").is_some_and(|v| v == "1")
+}
+
 /// Forgets what pg_stat_statements counted for `database`, so a window's statements start at 0.
 fn reset_statements(pg: &Postgres, database: &str) {
     pg.psql(
@@ -620,7 +630,8 @@ fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
          plans, round(total_plan_time::numeric / greatest(calls, 1), 3), \
          regexp_replace(left(query, 200), '\\s+', ' ', 'g') \
          from pg_stat_statements where dbid = (select oid from pg_database where datname = '{database}') \
-         order by total_exec_time + total_plan_time desc limit 20"
+         order by total_exec_time + total_plan_time desc limit {}",
+        if nested_statements() { 40 } else { 20 }
     );
     println!(
         "{what} statements, by server time (calls per item, mean ms on the server, total ms, \

@@ -1,6 +1,7 @@
 //! Hand-ons on PostgreSQL (`HandOnStore`): takers' offers in the `takers` table, the runs an
 //! append opens for them in its own transaction (`autocomp_append_group` with hand-ons, which
-//! calls `autocomp_hand_on`; sent by `appends`), and a taker's read of the runs handed to it.
+//! opens each with `autocomp_open_handed_run` before it writes the batch's row; sent by
+//! `appends`), and a taker's read of the runs handed to it.
 
 use async_trait::async_trait;
 use deadpool_postgres::ClientWrapper;

@@ -46,6 +46,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(23, "0023_flat_judged_claim"),
     migration!(24, "0024_takers"),
     migration!(25, "0025_hand_on_announced"),
+    migration!(26, "0026_hand_on_in_the_writers_row"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -1,0 +1,212 @@
+-- A hand-on opens its run inside the write that hands it on (issue 40), before the batch's
+-- row is written, so the append group writes that row once with the handed run among its
+-- open components. Schema 25 opened it through `autocomp_claim`, after the append had
+-- written the row: a second version of the batch's row (a new entry in both of its indexes,
+-- since `changed_seq` moved), a second statement-level notification trigger, and the claim's
+-- checks the hand-on had already made (the batch locked, nobody's open run of the step on
+-- it). Measured in the PostgreSQL-only trickle with the statements inside functions counted:
+-- the claim under a hand-on 0.27 ms of the append group's 1.14 on the server.
+--
+-- The handed run still takes a seq of its own after the event's (a run's `claim_seq` is the
+-- change that opened it: attempts since a reset are counted by it), and the batch's row
+-- carries it as its `changed_seq`, so the run's next append finds the batch as its claim
+-- read it exactly as before.
+
+-- The run of `p_component` on `p_batch`, locked by the caller, for the taker of it that
+-- offered first among those holding no open run of it, at time `p_at` and a seq of its own
+-- (its `claim_seq`, after every seq the caller took); NULL (nothing written) when someone has an open run of the step on the batch, the
+-- steering holds the step or the pipeline, or no taker is idle. Writes the run and its
+-- claim and announces it to its taker; the caller writes the batch's row after it (its
+-- `autocomp.summary_kept_by_writer` is 'on'; without it the triggers keep the row).
+CREATE FUNCTION autocomp_open_handed_run(p_batch text, p_component text, p_at bigint)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    h jsonb;
+    g bigint;
+    s bigint;
+    r jsonb;
+BEGIN
+    IF EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batch AND component = p_component AND state = 'open')
+       OR EXISTS (SELECT 1 FROM steering WHERE id = 1
+                    AND (coalesce(state -> 'components' ? p_component, false)
+                         OR coalesce(jsonb_typeof(state -> 'pipeline'), 'null') <> 'null')) THEN
+        RETURN NULL;
+    END IF;
+    SELECT t.holder INTO h FROM takers t
+        WHERE t.component = p_component
+          AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.component = t.component AND o.state = 'open'
+                            AND o.liveness = t.liveness)
+        ORDER BY t.offered_at LIMIT 1
+        -- Locked to the commit: a withdrawal waits for it (and then finds the run handed),
+        -- and a concurrent write hands this taker nothing (one run at a time).
+        FOR UPDATE OF t SKIP LOCKED;
+    IF h IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- Held already by the caller's own write (a no-op then); taken here if it was not.
+    PERFORM autocomp_feed_hold();
+    s := nextval('store_seq');
+    INSERT INTO claims AS c (batch_id, component, generation) VALUES (p_batch, p_component, 1)
+        ON CONFLICT (batch_id, component) DO UPDATE SET generation = c.generation + 1
+        RETURNING generation INTO g;
+    INSERT INTO runs AS n (batch_id, component, generation, agent, host, pid, started_at, claim_seq, state, claim_key,
+            liveness)
+        VALUES (p_batch, p_component, g, h ->> 'agent', h ->> 'host', (h ->> 'pid')::bigint, p_at, s, 'open', NULL,
+            h ->> 'liveness')
+        RETURNING to_jsonb(n) INTO r;
+    PERFORM pg_notify('autocomp_store_changed', 'h:' || p_component || ' ' || (h ->> 'liveness'));
+    RETURN r;
+END $$;
+
+-- Schema 24's append group with hand-ons, each hand-on opened before the batch's row is
+-- written (by the same rule, `HandOn::rule`: only while the batch is as the appending run's
+-- claim read it); the row's `changed_seq` is the last seq its append took, the event's or
+-- its last handed run's.
+CREATE OR REPLACE FUNCTION autocomp_append_group(p_batches text[], p_types text[], p_outcomes text[], p_agents text[],
+    p_details jsonb[], p_run_components text[], p_run_generations bigint[], p_resets jsonb[], p_keys text[],
+    p_max_batch_bytes bigint, p_hand_ons jsonb[])
+RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text,
+    r_handed jsonb)
+LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+DECLARE
+    locked text[];
+    i integer;
+    held bigint;
+    size bigint;
+    before bigint;
+    step text;
+    handed jsonb;
+    last_seq bigint;
+BEGIN
+    SELECT array_agg(id) INTO locked FROM (
+        SELECT id FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE
+    ) ids;
+    FOR i IN 1 .. coalesce(array_length(p_batches, 1), 0) LOOP
+        r_index := i;
+        r_seq := NULL;
+        r_at := NULL;
+        r_earlier := NULL;
+        r_refused := NULL;
+        r_reason := NULL;
+        r_handed := NULL;
+        IF p_keys[i] IS NOT NULL THEN
+            -- A retry of an append that committed (maybe earlier in this very group).
+            SELECT to_jsonb(e) - 'idempotency_key' INTO r_earlier FROM events e WHERE idempotency_key = p_keys[i];
+        END IF;
+        IF r_earlier IS NULL THEN
+            IF locked IS NULL OR NOT p_batches[i] = ANY (locked) THEN
+                r_refused := 'AC404';
+                r_reason := p_batches[i];
+            ELSIF p_run_components[i] IS NOT NULL THEN
+                r_reason := autocomp_fence_refusal(p_batches[i], p_run_components[i], p_run_generations[i]);
+                IF r_reason IS NOT NULL THEN
+                    r_refused := 'AC410';
+                END IF;
+            END IF;
+            IF r_refused IS NULL THEN
+                SELECT stored_bytes, changed_seq INTO held, before FROM batches WHERE id = p_batches[i];
+                size := octet_length(p_details[i]::text);
+                IF held + size > p_max_batch_bytes THEN
+                    r_refused := 'AC413';
+                    r_reason := format('%s %s', held, held + size);
+                END IF;
+            END IF;
+        END IF;
+        IF r_earlier IS NULL AND r_refused IS NULL THEN
+            PERFORM autocomp_feed_hold();
+            r_seq := nextval('store_seq');
+            r_at := autocomp_now();
+            last_seq := r_seq;
+            PERFORM autocomp_record_event(r_seq, r_at, p_batches[i], p_types[i], p_outcomes[i], p_agents[i],
+                p_details[i], p_run_components[i], p_run_generations[i], p_resets[i], p_keys[i]);
+            IF p_run_components[i] IS NOT NULL THEN
+                UPDATE runs SET state = 'recorded', ended_at = r_at,
+                        transient = COALESCE((p_details[i] ->> 'transient')::boolean, false)
+                    WHERE batch_id = p_batches[i] AND component = p_run_components[i]
+                      AND generation = p_run_generations[i];
+                IF NOT COALESCE((p_details[i] ->> 'transient')::boolean, false) THEN
+                    DELETE FROM checkpoints WHERE batch_id = p_batches[i] AND component = p_run_components[i];
+                END IF;
+                IF p_hand_ons[i] IS NOT NULL
+                   AND EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batches[i] AND component = p_run_components[i]
+                                 AND generation = p_run_generations[i] AND claim_seq = before) THEN
+                    FOR step IN SELECT jsonb_array_elements_text(p_hand_ons[i]) LOOP
+                        handed := autocomp_open_handed_run(p_batches[i], step, r_at);
+                        IF handed IS NOT NULL THEN
+                            r_handed := coalesce(r_handed, '[]'::jsonb) || jsonb_build_array(handed);
+                            last_seq := (handed ->> 'claim_seq')::bigint;
+                        END IF;
+                    END LOOP;
+                END IF;
+            END IF;
+            UPDATE batches b SET changed_seq = last_seq, last_event_at = GREATEST(b.last_event_at, r_at),
+                    stored_bytes = b.stored_bytes + size, event_count = b.event_count + 1,
+                    (effective_types, effective_outcomes, effective_seqs, effective_transients, effective_skipped,
+                        effective_content_seqs, effective_acknowledged) =
+                        (SELECT * FROM autocomp_effective_parts(p_batches[i])),
+                    open_components = CASE WHEN p_run_components[i] IS NULL THEN b.open_components
+                        ELSE (SELECT o.components FROM autocomp_open_components(p_batches[i]) o) END
+                WHERE b.id = p_batches[i];
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+-- The append group as the releases before schema 24 call it, now in PL/pgSQL: as an SQL
+-- function its one statement was planned at every call (0.04 ms, under every registration
+-- and every append that hands nothing on), a PL/pgSQL statement once a connection.
+CREATE OR REPLACE FUNCTION autocomp_append_group(p_batches text[], p_types text[], p_outcomes text[], p_agents text[],
+    p_details jsonb[], p_run_components text[], p_run_generations bigint[], p_resets jsonb[], p_keys text[],
+    p_max_batch_bytes bigint)
+RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT g.r_index, g.r_seq, g.r_at, g.r_earlier, g.r_refused, g.r_reason
+        FROM autocomp_append_group(p_batches, p_types, p_outcomes, p_agents, p_details, p_run_components,
+            p_run_generations, p_resets, p_keys, p_max_batch_bytes, NULL::jsonb[]) g;
+END $$;
+
+-- Schema 25's registration with hand-ons, each run opened at the registration's event's
+-- time, the batch's row written once after them (its last run's seq, its open components).
+CREATE OR REPLACE FUNCTION autocomp_register_batch(p_id text, p_type text, p_priority integer, p_metadata jsonb,
+    p_event_type text, p_outcome text, p_agent text, p_details jsonb, p_resets jsonb, p_max_batch_bytes bigint,
+    p_hand_ons jsonb,
+    OUT r_created boolean, OUT r_seq bigint, OUT r_at bigint, OUT r_event_seq bigint, OUT r_event_at bigint,
+    OUT r_handed jsonb)
+LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+DECLARE
+    step text;
+    handed jsonb;
+    last_seq bigint;
+BEGIN
+    SELECT g.r_created, g.r_seq, g.r_at, g.r_event_seq, g.r_event_at
+        INTO r_created, r_seq, r_at, r_event_seq, r_event_at
+        FROM autocomp_register_batch(p_id, p_type, p_priority, p_metadata, p_event_type, p_outcome, p_agent,
+            p_details, p_resets, p_max_batch_bytes) g;
+    IF NOT r_created OR p_hand_ons IS NULL THEN
+        RETURN;
+    END IF;
+    FOR step IN SELECT jsonb_array_elements_text(p_hand_ons) LOOP
+        handed := autocomp_open_handed_run(p_id, step, r_event_at);
+        IF handed IS NOT NULL THEN
+            r_handed := coalesce(r_handed, '[]'::jsonb) || jsonb_build_array(handed);
+            last_seq := (handed ->> 'claim_seq')::bigint;
+        END IF;
+    END LOOP;
+    IF r_handed IS NOT NULL THEN
+        UPDATE batches SET changed_seq = last_seq,
+                open_components = (SELECT o.components FROM autocomp_open_components(p_id) o)
+            WHERE id = p_id;
+    END IF;
+END $$;
+
+-- Planned as every function of a stage since schema 22 (a replaced function keeps no setting
+-- of the one it replaces).
+ALTER FUNCTION autocomp_open_handed_run(text, text, bigint)
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION autocomp_append_group(text[], text[], text[], text[], jsonb[], text[], bigint[], jsonb[], text[], bigint,
+    jsonb[]) SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION autocomp_append_group(text[], text[], text[], text[], jsonb[], text[], bigint[], jsonb[], text[], bigint)
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
+ALTER FUNCTION autocomp_register_batch(text, text, integer, jsonb, text, text, text, jsonb, jsonb, bigint, jsonb)
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;
