@@ -62,6 +62,20 @@ enum Verdict {
     Quiet(u64),
 }
 
+/// Where a waiter's entries start: those that may concern it, and those that may hand a run
+/// to it (never later: see `WakeHistory::marks_of`).
+#[derive(Clone, Copy)]
+struct Starts {
+    concerns: u64,
+    hand_ons: u64,
+}
+
+impl Starts {
+    fn both(entry: u64) -> Self {
+        Self { concerns: entry, hand_ons: entry }
+    }
+}
+
 impl Default for WakeHistory {
     fn default() -> Self {
         Self { state: Mutex::default(), pushed: watch::channel(0).0 }
@@ -110,22 +124,29 @@ impl WakeHistory {
         state.heads.push_back((head, mark));
     }
 
-    /// The entry from which the commits after `since` show, if `since` is a head read here.
-    /// Of several reads of the same head the earliest serves (a commit past it came after
-    /// each): a later one may have been read after a taker's last question about hand-ons,
-    /// and a sleep from there could miss a hand-on announced in between.
-    fn mark_of(&self, since: Seq) -> Option<u64> {
-        self.state().heads.iter().find(|(head, _)| *head == since).map(|(_, mark)| *mark)
+    /// The entries from which the commits after `since` show, if `since` is a head read here.
+    /// Of several reads of the same head, every one would serve (a commit past it came after
+    /// each): the latest for what concerns the waiter, so an announcement of a commit the
+    /// head already held, heard between two reads of it, is not met again at every wait (a
+    /// waiter that woke for it, looked, found nothing new and slept from the same head, woke
+    /// again at once, 64 times, until that read was forgotten); the earliest for hand-ons to
+    /// a taker, since a later read may have come after its last question about them, and a
+    /// sleep from there could miss a hand-on announced in between.
+    fn marks_of(&self, since: Seq) -> Option<Starts> {
+        let state = self.state();
+        let mut reads = state.heads.iter().filter(|(head, _)| *head == since).map(|(_, mark)| *mark);
+        let earliest = reads.next()?;
+        Some(Starts { concerns: reads.next_back().unwrap_or(earliest), hand_ons: earliest })
     }
 
-    fn verdict(&self, from: u64, interest: &ChangeInterest, taker: Option<Taker<'_>>) -> Verdict {
+    fn verdict(&self, from: Starts, interest: &ChangeInterest, taker: Option<Taker<'_>>) -> Verdict {
         let state = self.state();
-        if from < state.first {
+        if from.concerns.min(from.hand_ons) < state.first {
             return Verdict::Wake;
         }
-        let skip = usize::try_from(from - state.first).unwrap_or(usize::MAX);
+        let after = |start: u64| state.entries.iter().skip(usize::try_from(start - state.first).unwrap_or(usize::MAX));
         let handed = |concern: &ChangeConcern| taker.is_some_and(|(c, l)| concern.hands_to(c, l));
-        if state.entries.iter().skip(skip).any(|concern| concern.concerns(interest) || handed(concern)) {
+        if after(from.concerns).any(|concern| concern.concerns(interest)) || after(from.hand_ons).any(handed) {
             Verdict::Wake
         } else {
             Verdict::Quiet(state.next())
@@ -225,18 +246,18 @@ where
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pushed = self.history.subscribe();
         // From which entry on the commits after `since` show, once known.
-        let mut from = read_after.map(|mark| mark.0).or_else(|| self.history.mark_of(since));
+        let mut from = read_after.map(|mark| Starts::both(mark.0)).or_else(|| self.history.marks_of(since));
         // The entry from which a head move with no entry at all since means the
         // announcements do not reach us.
-        let mut silent_from = from;
+        let mut silent_from = from.map(|from| from.concerns);
         loop {
             pushed.borrow_and_update();
             let complete = (self.complete)();
             let mark = self.history.mark();
-            if let Some(entry) = from {
-                match self.history.verdict(entry, interest, self.taker) {
+            if let Some(entries) = from {
+                match self.history.verdict(entries, interest, self.taker) {
                     Verdict::Wake => return Ok(None),
-                    Verdict::Quiet(next) => from = Some(next),
+                    Verdict::Quiet(next) => from = Some(Starts::both(next)),
                 }
             }
             if from.is_none() || !complete {
@@ -246,7 +267,7 @@ where
                 }
                 if complete {
                     // Nothing after `since` yet: whatever comes is announced after the mark.
-                    from = Some(mark);
+                    from = Some(Starts::both(mark));
                     silent_from = Some(mark);
                 }
             }
@@ -403,6 +424,34 @@ mod tests {
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(seen.0 + 1));
         assert_eq!(store.history.hand_on_notice(&checker, liveness, asked.mark, true).handed, None);
     }
+    /// An announcement heard between two reads of the same head is of a commit that head
+    /// holds: a waiter from it sleeps (it woke at once at every wait, 64 times, until the
+    /// first read was forgotten), unless the announcement hands a run to the taker it
+    /// waits as, which may have come after the taker's last question.
+    #[tokio::test]
+    async fn an_announcement_heard_between_two_reads_of_a_head_wakes_only_its_taker() {
+        let (checker, liveness) = (ComponentName::new("checker").unwrap(), "local:h:1:n");
+        let store = Arc::new(Fake {
+            history: WakeHistory::default(),
+            head: AtomicI64::new(5),
+            taker: Some((checker.clone(), liveness.to_owned())),
+        });
+        let interest = ChangeInterest::Types(types(&["A_Done"]));
+        let seen = store.head().await.unwrap();
+        store.history.push(ChangeConcern::Types(types(&["A_Done"])));
+        assert_eq!(store.head().await.unwrap(), seen, "the announced commit was in the head");
+        for _ in 0..3 {
+            let started = tokio::time::Instant::now();
+            assert_eq!(store.wait(seen, &interest, QUIET).await, seen);
+            assert!(started.elapsed() >= QUIET, "woke for a commit the head held, after {:?}", started.elapsed());
+        }
+        store.history.push(ChangeConcern::Handed { component: checker.clone(), liveness: liveness.to_owned() });
+        assert_eq!(store.head().await.unwrap(), seen);
+        let started = tokio::time::Instant::now();
+        store.wait(seen, &interest, LONG).await;
+        assert!(started.elapsed() < QUIET, "slept through a hand-on to it heard between the reads");
+    }
+
     /// A hand-on wakes the waiter that waits as its taker, whatever its interest; the
     /// taker's notice says it was handed one since its last question, and nothing else does.
     #[tokio::test]
