@@ -2,8 +2,8 @@
 //! `batch_effective` and `runs`; from schema 21 written by the claim and the append
 //! themselves, in the one version of the row each writes): writers of one batch through
 //! separate connections at once leave it equal to the summary of the whole batch, a claim and
-//! an append each write the row once, and columns a hand edit left apart read as a store that
-//! holds something invalid, not as a crash.
+//! an append each write the row once (one that hands its batch on too), and columns a hand
+//! edit left apart read as a store that holds something invalid, not as a crash.
 
 use std::sync::Arc;
 
@@ -130,6 +130,54 @@ async fn a_claim_and_an_append_write_their_batch_row_once_and_keep_its_summary()
     let (kept, whole) = kept_and_whole(&store, &batch).await;
     assert_eq!(kept, whole);
     assert!(kept.running.is_empty(), "the run released by hand is gone: {:?}", kept.running);
+}
+
+/// A taker of `name`'s component that works what `requires` leaves ready, offered to `store`.
+async fn offered(store: &PgStore, name: &str, requires: &str, produces: &str) -> ComponentName {
+    let component = ComponentName::new(name).unwrap();
+    let trigger = Trigger::builder().requires(requires).blocked_by(produces).build();
+    let descriptor = ComponentDescriptor::new(component.clone(), "1.0", produces.parse().unwrap(), trigger);
+    let holder = RunHolder { liveness: Some(format!("pg:{name}")), ..holder(name) };
+    assert!(store.offer_to_take(TakerOffer { descriptor, holder }).await.unwrap(), "the store keeps takers");
+    component
+}
+
+/// A hand-on opens its run inside the write that hands it on (schema 26): the registration
+/// and the append each leave the kept summary equal to the whole batch, with the handed run
+/// open in it and the row at the run's own seq (what the run's own append then checks the
+/// batch against); the append writes the row once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_on_leaves_the_row_once_written_at_its_runs_seq_and_the_summary_whole() {
+    let NamedDatabase { name: database, url } = shared().unique_named_database();
+    let store = PgStore::open(&url).await.unwrap();
+    let checker = offered(&store, "checker", "Data_Received", "Checked").await;
+    offered(&store, "archiver", "Checked", "Archived").await;
+    let batch = id("K2");
+    let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, Agent::new("a").unwrap());
+    let registered = store
+        .register_handing_on(NewBatch::new(batch.clone(), "RoundTrip".parse().unwrap()), received, &[checker])
+        .await
+        .unwrap();
+    let [run] = &registered.runs[..] else { panic!("one run handed: {registered:?}") };
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert_eq!(kept.running.len(), 1, "the handed run is in the kept summary: {:?}", kept.running);
+    assert_eq!(store.get_batch(&batch).await.unwrap().changed_seq, run.claim_seq, "the row at the run's seq");
+
+    // The checker's result, handing the batch on to the archiver, as the store calls it.
+    let append = format!(
+        "SELECT r_handed FROM autocomp_append_group(ARRAY['K2'], ARRAY['Checked'], ARRAY['success'], \
+         ARRAY['checker/1.0@host#1'], ARRAY['{{}}'::jsonb], ARRAY['checker'], ARRAY[{}::bigint], \
+         ARRAY[NULL::jsonb], ARRAY[NULL::text], 1000000, ARRAY['[\"archiver\"]'::jsonb]);",
+        run.generation
+    );
+    assert_eq!(batch_rows_updated_by(&database, &append), 1, "an append that hands on writes the row once");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    let archiving = store.get_batch(&batch).await.unwrap();
+    let handed = archiving.open_run(&ComponentName::new("archiver").unwrap()).expect("handed to the archiver");
+    assert_eq!(archiving.changed_seq, handed.claim_seq, "the row at the handed run's seq");
+    assert!(handed.claim_seq > archiving.effective().get(&"Checked".parse().unwrap()).unwrap().seq);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -40,7 +40,12 @@ BEGIN
         -- Locked to the commit: a withdrawal waits for it (and then finds the run handed),
         -- and a concurrent write hands this taker nothing (one run at a time).
         FOR UPDATE OF t SKIP LOCKED;
-    IF h IS NULL THEN
+    -- Idle as this statement's snapshot saw it; a write that handed it a run and committed
+    -- while the statement ran left its row unlocked and unchanged, so the lock did not look
+    -- again: a new statement (a new snapshot) does, and the taker gets one run at a time.
+    IF h IS NULL
+       OR EXISTS (SELECT 1 FROM runs o WHERE o.component = p_component AND o.state = 'open'
+                    AND o.liveness = h ->> 'liveness') THEN
         RETURN NULL;
     END IF;
     -- Held already by the caller's own write (a no-op then); taken here if it was not.
