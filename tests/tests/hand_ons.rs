@@ -45,16 +45,21 @@ fn second_step(pipeline: &Pipeline) -> Child {
         .expect("the second step's watcher starts")
 }
 
-/// Waits until both steps are registered and a watcher of the second has offered to take
+/// Waits until `steps` steps are registered and a watcher of the second has offered to take
 /// hand-ons (its first pass got the turn).
-fn wait_for_a_taker(pipeline: &Pipeline) {
+fn wait_for_a_taker_among(pipeline: &Pipeline, steps: usize) {
     let ready = wait_until(Instant::now() + Duration::from_secs(30), || {
         let store = pipeline.any_store();
         let takers = pipeline.block_on(store.takers()).expect("takers readable");
-        pipeline.block_on(store.components()).expect("registry readable").len() == 2
+        pipeline.block_on(store.components()).expect("registry readable").len() == steps
             && takers.iter().any(|taker| taker.name.as_str() == "second")
     });
     assert!(ready, "the watchers never registered and offered");
+}
+
+/// Waits until both steps are registered and a watcher of the second has offered.
+fn wait_for_a_taker(pipeline: &Pipeline) {
+    wait_for_a_taker_among(pipeline, 2);
 }
 
 #[test]
@@ -125,11 +130,15 @@ fn a_taker_killed_holding_a_handed_run_has_it_taken_over_and_worked_once() {
     );
     std::fs::write(pipeline.config_dir().join("second.toml"), second).unwrap();
     let log = pipeline.path("first.log");
-    let first = first_step(&pipeline, &log);
+    // The taker offers before the first step starts, so the takers the first step's own first
+    // pass reads (in a task beside it) name it: an appender judges by the list it last read
+    // and reads it again beside a pass, so one that read it before the offer could append
+    // before its next read answered, and hand the batch to nobody.
     let mut doomed = second_step(&pipeline);
+    wait_for_a_taker_among(&pipeline, 1);
+    let first = first_step(&pipeline, &log);
     wait_for_a_taker(&pipeline);
-    // Time that must pass: an appender reads the takers again once the ones it read are a
-    // second old, so the first step learns of the offer within a second.
+    // Time that must pass: the first step's first pass and its read of the takers.
     std::thread::sleep(TAKERS_READ_AGAIN);
     let id = pipeline.register_one("B0001", true);
     let working = wait_until(Instant::now() + Duration::from_secs(10), || started.join("B0001").exists());
