@@ -52,7 +52,7 @@
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
 //! machine's speed drifts between systems and repetitions).
 
-use autocomp_test_servers::bench::{load_average, machine_pace};
+use autocomp_test_servers::bench::{load_average, machine_pace, nested_statements, postgres_counting_statements};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -209,17 +209,7 @@ fn main() {
         // pg_stat_statements: a count of statements with no flush lag, to check the idle
         // transaction rate against (pg_stat_database's counters reach it up to tens of
         // seconds late: see `measure`).
-        let mut options = autocomp_test_servers::Options::default()
-            .setting("shared_preload_libraries", "pg_stat_statements")
-            .setting("pg_stat_statements.track_utility", "on")
-            // Plans counted too: a statement planned at every call pays its planning (0.3 ms
-            // for the read of whole batches before it was planned once) on the item's path.
-            .setting("pg_stat_statements.track_planning", "on");
-        if nested_statements() {
-            options = options.setting("pg_stat_statements.track", "all");
-        }
-        let server = Postgres::start_with(options);
-        server.psql("postgres", "create extension pg_stat_statements");
+        let server = postgres_counting_statements();
         let version = server.psql("postgres", "show server_version");
         println!("PostgreSQL {} (fsync on), port {}", version.trim(), server.port());
         server
@@ -605,11 +595,6 @@ fn print_wal(pg: &Postgres, before: WalMark, what: &str, items: u64) {
         now.deallocations - before.deallocations,
         now.statements
     );
-}
-
-/// `AUTOCOMP_BENCH_NESTED=1`: the statements inside functions are counted and printed too.
-fn nested_statements() -> bool {
-    std::env::var_os("AUTOCOMP_BENCH_NESTED").is_some_and(|v| v == "1")
 }
 
 /// Forgets what pg_stat_statements counted for `database`, so a window's statements start at 0.

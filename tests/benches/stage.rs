@@ -36,7 +36,7 @@ use autocomp_model::{
 use autocomp_store::postgres::LATEST_VERSION;
 use autocomp_store::prelude::*;
 use autocomp_store::{PgStore, ReadyClaimRequest, SqliteOptions, SqliteStore, Synchronous};
-use autocomp_test_servers::{Options, Postgres};
+use autocomp_test_servers::bench::postgres_counting_statements;
 
 const RECEIVED: &str = "Data_Received";
 const STAGE: &str = "Stage1";
@@ -50,16 +50,7 @@ fn main() {
         true => std::env::var("AUTOCOMP_BENCH_STAGES").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000),
         false => 20,
     };
-    let nested = std::env::var_os("AUTOCOMP_BENCH_NESTED").is_some_and(|v| v == "1");
-    let mut options = Options::default()
-        .setting("shared_preload_libraries", "pg_stat_statements")
-        .setting("pg_stat_statements.track_utility", "on")
-        .setting("pg_stat_statements.track_planning", "on");
-    if nested {
-        options = options.setting("pg_stat_statements.track", "all");
-    }
-    let server = Postgres::start_with(options);
-    server.psql("postgres", "create extension pg_stat_statements");
+    let server = postgres_counting_statements();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // One database a schema, each filled, its statistics read (as autovacuum would have), so
     // the measured connections plan on tables that look like a store's, not empty ones.

@@ -10,7 +10,8 @@
 -- The handed run still takes a seq of its own after the event's (a run's `claim_seq` is the
 -- change that opened it: attempts since a reset are counted by it), and the batch's row
 -- carries it as its `changed_seq`, so the run's next append finds the batch as its claim
--- read it exactly as before.
+-- read it exactly as before. Schema 25's `autocomp_hand_on` and `autocomp_hand_on_to_taker`
+-- stay: a schema-25 body still running when this commits calls them by name.
 
 -- The run of `p_component` on `p_batch`, locked by the caller, for the taker of it that
 -- offered first among those holding no open run of it, at time `p_at` and a seq of its own

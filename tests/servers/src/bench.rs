@@ -184,3 +184,28 @@ fn memory_walk_ms() -> f64 {
         })
         .fold(f64::INFINITY, f64::min)
 }
+
+/// `AUTOCOMP_BENCH_NESTED=1`: the statements inside the store's functions are counted too
+/// (`pg_stat_statements.track = all`): where a call's server time goes, each figure inflated
+/// by the counting.
+pub fn nested_statements() -> bool {
+    std::env::var_os("AUTOCOMP_BENCH_NESTED").is_some_and(|v| v == "1")
+}
+
+/// A PostgreSQL server that counts its statements (`pg_stat_statements`, utility statements
+/// and plans too; those inside functions with `nested_statements`), the extension created in
+/// its `postgres` database.
+pub fn postgres_counting_statements() -> crate::Postgres {
+    let mut options = crate::Options::default()
+        .setting("shared_preload_libraries", "pg_stat_statements")
+        .setting("pg_stat_statements.track_utility", "on")
+        // Plans counted too: a statement planned at every call pays its planning on the
+        // item's path.
+        .setting("pg_stat_statements.track_planning", "on");
+    if nested_statements() {
+        options = options.setting("pg_stat_statements.track", "all");
+    }
+    let server = crate::Postgres::start_with(options);
+    server.psql("postgres", "create extension pg_stat_statements");
+    server
+}
