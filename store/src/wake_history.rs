@@ -12,11 +12,12 @@
 //!
 //! A hand-on (`ChangeConcern::Handed`) wakes the waiter that waits as its taker
 //! (`Waiting::taker`), and the taker asks whether one came since its last question
-//! (`hand_on_notice`), so it reads its handed runs only when it was handed one.
+//! (`hand_on_notice`), so it reads its handed runs only when it was handed one, and not even
+//! then when the announcements carried them (`push_carrying`: PostgreSQL's, where they fit).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -38,7 +39,7 @@ pub(crate) struct WakeHistory {
 #[derive(Default)]
 struct State {
     /// The latest entries, oldest first; the front one is number `first`.
-    entries: VecDeque<ChangeConcern>,
+    entries: VecDeque<Entry>,
     first: u64,
     /// Heads read while the announcements were complete, each with the number of entries
     /// before the read; newest last.
@@ -46,6 +47,21 @@ struct State {
     /// The takers (liveness records by component) that offered through this handle, on a
     /// store that announces its hand-ons: only their notices can tell.
     takers: BTreeMap<ComponentName, BTreeSet<String>>,
+}
+
+/// One announcement, and for a hand-on to a taker that offered through this handle, the
+/// answer it carried for the taker, as the backend wrote it.
+struct Entry {
+    concern: ChangeConcern,
+    carried: Option<Arc<str>>,
+}
+
+/// What a taker's question (`WakeHistory::hand_on_notice`) heard: the notice, and the answers
+/// the hand-ons it tells of carried (`Some` only when it tells of some and each carried one),
+/// for the backend to read into the notice's runs.
+pub(crate) struct Heard {
+    pub notice: HandOnNotice,
+    pub carried: Option<Vec<Arc<str>>>,
 }
 
 impl State {
@@ -89,13 +105,25 @@ impl WakeHistory {
 
     /// One announcement (or a gap in them: `Everyone`), waking every waiter.
     pub(crate) fn push(&self, concern: ChangeConcern) {
+        self.push_carrying(concern, None);
+    }
+
+    /// One announcement with what it carried for its taker (a hand-on's answer), kept only
+    /// for a taker that offered through this handle: every process hears every hand-on.
+    pub(crate) fn push_carrying(&self, concern: ChangeConcern, carried: Option<Arc<str>>) {
         let next = {
             let mut state = self.state();
             if state.entries.len() == ENTRIES_KEPT {
                 state.entries.pop_front();
                 state.first += 1;
             }
-            state.entries.push_back(concern);
+            let carried = carried.filter(|_| match &concern {
+                ChangeConcern::Handed { component, liveness } => {
+                    state.takers.get(component).is_some_and(|livenesses| livenesses.contains(liveness))
+                }
+                _ => false,
+            });
+            state.entries.push_back(Entry { concern, carried });
             state.next()
         };
         self.pushed.send_replace(next);
@@ -146,7 +174,9 @@ impl WakeHistory {
         }
         let after = |start: u64| state.entries.iter().skip(usize::try_from(start - state.first).unwrap_or(usize::MAX));
         let handed = |concern: &ChangeConcern| taker.is_some_and(|(c, l)| concern.hands_to(c, l));
-        if after(from.concerns).any(|concern| concern.concerns(interest)) || after(from.hand_ons).any(handed) {
+        if after(from.concerns).any(|entry| entry.concern.concerns(interest))
+            || after(from.hand_ons).any(|entry| handed(&entry.concern))
+        {
             Verdict::Wake
         } else {
             Verdict::Quiet(state.next())
@@ -164,38 +194,51 @@ impl WakeHistory {
     }
 
     /// Whether a run was announced handed to the taker since `since` (a notice's mark), while
-    /// `complete` (every commit from now on is announced here). It cannot tell (`handed:
-    /// None`) for a taker that did not offer through this handle (or on a store that does not
-    /// announce its hand-ons), without a mark, while incomplete, past entries dropped for room
-    /// or an announcement that could have been anything (`Everyone`: a gap, an unreadable
-    /// line).
+    /// `complete` (every commit from now on is announced here), with what those hand-ons
+    /// carried. It cannot tell (`handed: None`) for a taker that did not offer through this
+    /// handle (or on a store that does not announce its hand-ons), without a mark, while
+    /// incomplete, past entries dropped for room or an announcement that could have been
+    /// anything (`Everyone`: a gap, an unreadable line).
     pub(crate) fn hand_on_notice(
         &self,
         component: &ComponentName,
         liveness: &str,
         since: Option<AnnouncementMark>,
         complete: bool,
-    ) -> HandOnNotice {
+    ) -> Heard {
         let state = self.state();
+        let unknown = |mark| Heard { notice: HandOnNotice { mark, ..HandOnNotice::UNKNOWN }, carried: None };
         if !state.takers.get(component).is_some_and(|livenesses| livenesses.contains(liveness)) {
-            return HandOnNotice::UNKNOWN;
+            return unknown(None);
         }
         let mark = complete.then(|| AnnouncementMark(state.next()));
         let Some(AnnouncementMark(from)) = since.filter(|since| complete && since.0 >= state.first) else {
-            return HandOnNotice { handed: None, mark };
+            return unknown(mark);
         };
         let skip = usize::try_from(from - state.first).unwrap_or(usize::MAX);
-        let mut handed = Some(false);
-        for concern in state.entries.iter().skip(skip) {
-            if concern.hands_to(component, liveness) {
-                handed = Some(true);
-                break;
+        // A gap may hide hand-ons: what was heard then tells of some at most, not all.
+        let (mut gap, mut carried) = (false, Vec::new());
+        let mut all_carried = true;
+        for entry in state.entries.iter().skip(skip) {
+            if entry.concern.hands_to(component, liveness) {
+                match &entry.carried {
+                    Some(answer) => carried.push(Arc::clone(answer)),
+                    None => all_carried = false,
+                }
+                // Told of one without carrying it: read, and what was carried is read too.
+                if !all_carried {
+                    break;
+                }
             }
-            if *concern == ChangeConcern::Everyone {
-                handed = None;
-            }
+            gap |= entry.concern == ChangeConcern::Everyone;
         }
-        HandOnNotice { handed, mark }
+        let handed = match (!carried.is_empty() || !all_carried, gap) {
+            (true, _) => Some(true),
+            (false, true) => None,
+            (false, false) => Some(false),
+        };
+        let carried = (all_carried && !gap && !carried.is_empty()).then_some(carried);
+        Heard { notice: HandOnNotice { handed, mark, runs: None }, carried }
     }
 }
 
@@ -350,6 +393,19 @@ mod tests {
         }
     }
 
+    impl WakeHistory {
+        /// The notice alone (these tests carry nothing).
+        fn notice(
+            &self,
+            component: &ComponentName,
+            liveness: &str,
+            since: Option<AnnouncementMark>,
+            complete: bool,
+        ) -> HandOnNotice {
+            self.hand_on_notice(component, liveness, since, complete).notice
+        }
+    }
+
     const QUIET: Duration = Duration::from_millis(300);
     const LONG: Duration = Duration::from_secs(30);
 
@@ -418,11 +474,11 @@ mod tests {
         // a taker's notice no longer vouches that nothing was handed to it.
         let (checker, liveness) = (ComponentName::new("checker").unwrap(), "local:h:1:n");
         store.history.expect_hand_ons(&checker, liveness);
-        let asked = store.history.hand_on_notice(&checker, liveness, None, true);
+        let asked = store.history.notice(&checker, liveness, None, true);
         let seen = store.head().await.unwrap();
         store.head.fetch_add(1, Ordering::SeqCst);
         assert_eq!(store.wait(seen, &interest, LONG).await, Seq(seen.0 + 1));
-        assert_eq!(store.history.hand_on_notice(&checker, liveness, asked.mark, true).handed, None);
+        assert_eq!(store.history.notice(&checker, liveness, asked.mark, true).handed, None);
     }
     /// An announcement heard between two reads of the same head is of a commit that head
     /// holds: a waiter from it sleeps (it woke at once at every wait, 64 times, until the
@@ -452,6 +508,39 @@ mod tests {
         assert!(started.elapsed() < QUIET, "slept through a hand-on to it heard between the reads");
     }
 
+    /// A taker's notice holds what the hand-ons it tells of carried, only when each carried
+    /// something and no gap came since (a gap may hide a hand-on: the taker reads then); what
+    /// was carried for a taker that did not offer through the handle is not kept.
+    #[test]
+    fn a_notice_holds_what_its_hand_ons_carried_only_when_it_is_all_of_them() {
+        let history = WakeHistory::default();
+        let (checker, liveness) = (ComponentName::new("checker").unwrap(), "local:h:1:n");
+        let handed = |to: &str| ChangeConcern::Handed { component: checker.clone(), liveness: to.to_owned() };
+        let carried = |heard: &Heard| heard.carried.as_ref().map(|all| all.iter().map(|a| a.to_string()).collect());
+        history.expect_hand_ons(&checker, liveness);
+        let mut mark = history.hand_on_notice(&checker, liveness, None, true).notice.mark;
+        let mut ask = |expected: (Option<bool>, Option<Vec<String>>)| {
+            let heard = history.hand_on_notice(&checker, liveness, mark, true);
+            assert_eq!((heard.notice.handed, carried(&heard)), expected);
+            mark = heard.notice.mark;
+        };
+        ask((Some(false), None));
+        history.push_carrying(handed(liveness), Some("one".into()));
+        history.push_carrying(handed("local:h:2:n"), Some("another taker's".into()));
+        history.push_carrying(handed(liveness), Some("two".into()));
+        ask((Some(true), Some(vec!["one".into(), "two".into()])));
+        history.push_carrying(handed(liveness), Some("three".into()));
+        history.push(handed(liveness));
+        ask((Some(true), None));
+        history.push(ChangeConcern::Everyone);
+        history.push_carrying(handed(liveness), Some("four".into()));
+        ask((Some(true), None));
+        history.push(ChangeConcern::Everyone);
+        ask((None, None));
+        let kept = history.state().entries.iter().filter(|entry| entry.carried.is_some()).count();
+        assert_eq!(kept, 4, "another taker's answer is not kept");
+    }
+
     /// A hand-on wakes the waiter that waits as its taker, whatever its interest; the
     /// taker's notice says it was handed one since its last question, and nothing else does.
     #[tokio::test]
@@ -464,16 +553,16 @@ mod tests {
         });
         let handed = || ChangeConcern::Handed { component: checker.clone(), liveness: liveness.to_owned() };
         let interest = ChangeInterest::Types(types(&["A_Done"]));
-        assert_eq!(store.history.hand_on_notice(&checker, liveness, None, true), HandOnNotice::UNKNOWN, "not offered");
+        assert_eq!(store.history.notice(&checker, liveness, None, true), HandOnNotice::UNKNOWN, "not offered");
         store.history.expect_hand_ons(&checker, liveness);
-        let first = store.history.hand_on_notice(&checker, liveness, None, true);
+        let first = store.history.notice(&checker, liveness, None, true);
         assert_eq!(first.handed, None, "no mark yet: cannot tell");
-        let quiet = store.history.hand_on_notice(&checker, liveness, first.mark, true);
+        let quiet = store.history.notice(&checker, liveness, first.mark, true);
         assert_eq!(quiet.handed, Some(false));
         // Another taker's hand-on (another process, another step) tells and wakes nothing.
         let seen = store.head().await.unwrap();
         store.commit(ChangeConcern::Handed { component: checker.clone(), liveness: "local:h:2:n".into() });
-        let other = store.history.hand_on_notice(&checker, liveness, quiet.mark, true);
+        let other = store.history.notice(&checker, liveness, quiet.mark, true);
         assert_eq!(other.handed, Some(false));
         let started = tokio::time::Instant::now();
         store.wait(seen, &interest, QUIET).await;
@@ -488,12 +577,12 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert_eq!(waiter.await.unwrap(), Seq(seen.0 + 1));
         assert!(started.elapsed() < LONG / 2, "woke at the hand-on");
-        let told = store.history.hand_on_notice(&checker, liveness, other.mark, true);
+        let told = store.history.notice(&checker, liveness, other.mark, true);
         assert_eq!(told.handed, Some(true));
-        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, true).handed, Some(false), "told once");
+        assert_eq!(store.history.notice(&checker, liveness, told.mark, true).handed, Some(false), "told once");
         // What the handle cannot vouch for: it cannot tell.
-        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, false).handed, None, "not listening");
+        assert_eq!(store.history.notice(&checker, liveness, told.mark, false).handed, None, "not listening");
         store.history.announcements_stopped();
-        assert_eq!(store.history.hand_on_notice(&checker, liveness, told.mark, true).handed, None, "a gap");
+        assert_eq!(store.history.notice(&checker, liveness, told.mark, true).handed, None, "a gap");
     }
 }

@@ -4,6 +4,7 @@
 
 mod bounded_reads;
 mod bounded_upgrade;
+mod carried_hand_ons;
 mod claim_as_lock;
 mod feed_horizon;
 mod kept_summaries;

@@ -114,13 +114,14 @@ async fn a_connection_that_began_on_an_empty_store_still_looks_batches_up_by_key
 /// have PostgreSQL compile the plan at every call), each PL/pgSQL overload (the SQL ones are older
 /// signatures calling them): a migration that replaces one with
 /// `CREATE OR REPLACE` drops its `SET` clauses unless it repeats them.
-const STAGE_FUNCTIONS: [&str; 24] = [
+const STAGE_FUNCTIONS: [&str; 25] = [
     "autocomp_register_batch",
     "autocomp_create_batch",
     "autocomp_append_group",
     "autocomp_hand_on",
     "autocomp_hand_on_to_taker",
     "autocomp_open_handed_run",
+    "autocomp_announce_handed",
     "autocomp_insert_event",
     "autocomp_record_event",
     "autocomp_claim",

@@ -10,7 +10,7 @@
 //! announces each run it hands on to its taker, so a watcher reads its handed runs only when
 //! its store handle heard of one (`handed_now`), or cannot tell.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,11 @@ pub(super) struct HandOns {
     found: Mutex<Vec<ReadyAnswer>>,
     /// Where the store handle's announcements stood at the last `hand_on_notice`.
     notice_mark: Mutex<Option<AnnouncementMark>>,
+    /// The newest `claim_seq` of the runs handed to this process that it took up. A taker is
+    /// handed one run of its component at a time, each opened after the one before it closed,
+    /// so their seqs only grow: an announcement carrying a run at or below this one is of a
+    /// run already taken up (found by a read before its announcement was asked about).
+    taken_through: AtomicI64,
 }
 
 impl<C: Component> Runner<C> {
@@ -194,7 +199,8 @@ impl<C: Component> Runner<C> {
     }
 
     /// Whether runs of its component were handed to this process since the last question:
-    /// read (`find_handed`) when the store handle heard of one, or cannot tell (it hears no
+    /// taken from the announcements when they carried the runs, read (`find_handed`) when
+    /// the store handle heard of one without them, or cannot tell (it hears no
     /// announcements, or missed some); else answered from what it heard, with no read. A
     /// hand-on announced after the question wakes the watcher's next sleep, if that sleep
     /// starts from a mark or a head read taken before the question (its look's).
@@ -208,11 +214,18 @@ impl<C: Component> Runner<C> {
         }
         let liveness = self.own_liveness()?;
         let since = *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex");
-        let notice = self.pipeline.store.hand_on_notice(&self.name, &liveness, since).await;
+        let notice = self.pipeline.store.hand_on_notice(&self.descriptor, &liveness, since).await;
         *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex") = notice.mark;
-        match notice.handed {
-            Some(false) => Ok(false),
-            Some(true) | None => self.find_handed().await,
+        match (notice.handed, notice.runs) {
+            (Some(false), _) => Ok(false),
+            (Some(true), Some(mut runs)) => {
+                let taken_through = self.hand_ons.taken_through.load(Ordering::Acquire);
+                runs.retain(|answer| answer.claim.as_ref().is_some_and(|claim| claim.run.claim_seq.0 > taken_through));
+                let found = !runs.is_empty();
+                *self.hand_ons.found.lock().expect("the found runs' mutex") = runs;
+                Ok(found)
+            }
+            _ => self.find_handed().await,
         }
     }
 
@@ -242,6 +255,7 @@ impl<C: Component> Runner<C> {
         let mut gave_up = Vec::new();
         for ReadyAnswer { batch, claim, failed_attempts, checkpoint, .. } in answers {
             let Some(claim) = claim else { continue };
+            self.hand_ons.taken_through.fetch_max(claim.run.claim_seq.0, Ordering::AcqRel);
             if let Err(refusal) = self.descriptor.readiness(&batch) {
                 // Judged by another descriptor of the step (a rolling upgrade): not ours to work.
                 self.give_back_handed(&batch.id, claim.generation(), &format!("not ready for it: {refusal}")).await;

@@ -67,19 +67,25 @@ pub struct RegisteredHandingOn {
 
 /// What a store handle heard of hand-ons to one taker since its last question
 /// (`HandOnStore::hand_on_notice`): the append that hands a run on announces it to the taker
-/// (`ChangeConcern::Handed`), so a taker reads its handed runs only when told of one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (`ChangeConcern::Handed`), so a taker reads its handed runs only when told of one, and
+/// not even then when the announcements carried them.
+#[derive(Debug, Clone, PartialEq)]
 pub struct HandOnNotice {
     /// `Some(true)`: a run was handed to it; `Some(false)`: none was, and every commit since
     /// was announced to this handle; `None`: the handle cannot tell (`handed_runs` answers).
     pub handed: Option<bool>,
     /// Where the next question starts from (`None` while the handle hears no announcements).
     pub mark: Option<AnnouncementMark>,
+    /// The runs handed to it since, each as `handed_runs` answers it, as their announcements
+    /// carried them: `Some` only when `handed` is `Some(true)` and every hand-on announced
+    /// since carried its answer (PostgreSQL's, where it fits a notification); the taker works
+    /// them without reading them.
+    pub runs: Option<Vec<ReadyAnswer>>,
 }
 
 impl HandOnNotice {
     /// A handle that hears no announcements of hand-ons: it can never tell.
-    pub const UNKNOWN: HandOnNotice = HandOnNotice { handed: None, mark: None };
+    pub const UNKNOWN: HandOnNotice = HandOnNotice { handed: None, mark: None, runs: None };
 }
 
 port_trait! {
@@ -146,14 +152,16 @@ port_trait! {
         }
 
         /// Whether this handle heard of a run of `component` handed to the taker `liveness`
-        /// since `since` (the mark of this handle's last notice; `None` at first). Answered
-        /// from what the handle heard, no round trip. Once the taker offered through this
-        /// handle, such a hand-on also wakes its `wait_for_concerning_change`, so a taker that
-        /// asks before it sleeps, and sleeps from a mark taken before it asked, never sleeps
+        /// since `since` (the mark of this handle's last notice; `None` at first), with the
+        /// runs themselves where the announcements carried them (`HandOnNotice::runs`, their
+        /// attempts counted from `component`'s event type's newest `Reset`). Answered from
+        /// what the handle heard, no round trip. Once the taker offered through this handle,
+        /// such a hand-on also wakes its `wait_for_concerning_change`, so a taker that asks
+        /// before it sleeps, and sleeps from a mark taken before it asked, never sleeps
         /// through one. The default cannot tell.
         async fn hand_on_notice(
             &self,
-            component: &ComponentName,
+            component: &ComponentDescriptor,
             liveness: &str,
             since: Option<AnnouncementMark>,
         ) -> HandOnNotice {

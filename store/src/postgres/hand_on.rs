@@ -8,7 +8,7 @@ use deadpool_postgres::ClientWrapper;
 use tokio_postgres::Statement;
 
 use super::calls::{prepare, prepare_if_defined};
-use super::rows::{BATCH_SELECT, batch_from_row, corrupt, run_from_json};
+use super::rows::{BATCH_SELECT, BatchColumns, RunRow, batch_from_row, corrupt, run_from_json};
 use super::runs::checkpoint_from_text;
 use super::{Failure, PgBackend, Retry};
 use crate::port::hand_on::handed_answer;
@@ -18,7 +18,10 @@ use crate::port::{
 };
 use std::time::Duration;
 
-use autocomp_model::{BatchId, ChangeInterest, ComponentDescriptor, ComponentName, NewBatch, NewEvent, Seq, Timestamp};
+use autocomp_model::{
+    Batch, BatchId, ChangeInterest, ComponentDescriptor, ComponentName, EventType, NewBatch, NewEvent, Run, Seq,
+    Timestamp,
+};
 
 #[async_trait]
 impl HandOnStore for PgBackend {
@@ -79,7 +82,7 @@ impl HandOnStore for PgBackend {
 
     async fn hand_on_notice(
         &self,
-        component: &ComponentName,
+        component: &ComponentDescriptor,
         liveness: &str,
         since: Option<AnnouncementMark>,
     ) -> HandOnNotice {
@@ -132,22 +135,49 @@ impl HandOnStore for PgBackend {
             Box::pin(async move {
                 let statement = prepare(client, sql).await?;
                 let rows = client.query(&statement, &[&name, &liveness]).await.map_err(|e| self.read_failure(e))?;
-                let mut answers = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    let batch = batch_from_row(row)?;
-                    let run = run_from_json(row.get(BATCH_COLUMNS))?;
-                    let since = batch.last_reset_of(&component.event_type);
-                    let failed: Vec<i64> = row.get::<_, Option<Vec<i64>>>(BATCH_COLUMNS + 1).unwrap_or_default();
-                    let failed_attempts = failed.iter().filter(|claim_seq| Seq(**claim_seq) > since).count();
-                    let checkpoint = checkpoint_from_text(row.get(BATCH_COLUMNS + 2))?;
-                    let failed_attempts = u32::try_from(failed_attempts).unwrap_or(u32::MAX);
-                    answers.push(handed_answer(run, batch, failed_attempts, checkpoint));
-                }
-                Ok(answers)
+                rows.iter()
+                    .map(|row| {
+                        let failed: Option<Vec<i64>> = row.get(BATCH_COLUMNS + 1);
+                        handed_from(
+                            &component.event_type,
+                            batch_from_row(row)?,
+                            run_from_json(row.get(BATCH_COLUMNS))?,
+                            failed.as_deref().unwrap_or_default(),
+                            row.get(BATCH_COLUMNS + 2),
+                        )
+                    })
+                    .collect()
             })
         })
         .await
     }
+}
+
+/// A handed run as `handed_runs` answers it, out of what was read of it: its batch, the run,
+/// the claim seqs of the step's failed runs on the batch (those after the newest `Reset` of
+/// `event_type` are its failed attempts) and its checkpoint as stored.
+fn handed_from(
+    event_type: &EventType,
+    batch: Batch,
+    run: Run,
+    failed: &[i64],
+    checkpoint: Option<&str>,
+) -> Result<ReadyAnswer, Failure> {
+    let since = batch.last_reset_of(event_type);
+    let failed_attempts = failed.iter().filter(|claim_seq| Seq(**claim_seq) > since).count();
+    let failed_attempts = u32::try_from(failed_attempts).unwrap_or(u32::MAX);
+    Ok(handed_answer(run, batch, failed_attempts, checkpoint_from_text(checkpoint)?))
+}
+
+/// The answer a hand-on's announcement carried (`autocomp_announce_handed`, schema 26): what
+/// `handed_runs` reads of the run, as one JSON array (the batch's columns in `BATCH_SELECT`'s
+/// order, the run, the failed runs' claim seqs, the checkpoint).
+pub(super) fn carried_answer(event_type: &EventType, answer: &str) -> Result<ReadyAnswer, Failure> {
+    type Carried = (BatchColumns<String>, RunRow, Option<Vec<i64>>, Option<String>);
+    let (batch, run, failed, checkpoint): Carried =
+        serde_json::from_str(answer).map_err(|e| corrupt("hand-on's announcement", e))?;
+    let failed = failed.as_deref().unwrap_or_default();
+    handed_from(event_type, batch.into_batch()?, run.into_run()?, failed, checkpoint.as_deref())
 }
 
 /// How many columns `BATCH_SELECT` reads (`batch_from_row`): a read that selects more

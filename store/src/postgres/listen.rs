@@ -12,10 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
+use super::hand_on::carried_answer;
 use super::options::PgOptions;
 use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
 use crate::wake_history::{Taker, Waiting, WakeHistory};
-use autocomp_model::{ChangeConcern, ChangeInterest, ComponentName, Seq};
+use autocomp_model::{ChangeConcern, ChangeInterest, ComponentDescriptor, ComponentName, Seq};
 
 /// How often a waiter that is woken by notifications still reads the head, in case they
 /// cannot reach it: one cheap read per process every two seconds while idle.
@@ -23,6 +24,10 @@ const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// The channel `autocomp_notify_changed` (schema 8) notifies.
 const CHANNEL: &str = "autocomp_store_changed";
+/// A hand-on announced with its taker's answer (`autocomp_announce_handed`, schema 26):
+/// `H:<component> <liveness> <answer>`. Releases before it read this as a change concerning
+/// everyone; what it says of whom it concerns is the `h:` announcement's.
+const CARRYING_PREFIX: &str = "H:";
 /// Reconnecting after a lost listen connection starts this soon and backs off to the longest.
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_LONGEST: Duration = Duration::from_secs(30);
@@ -107,15 +112,25 @@ impl Listener {
         drop(self.wakes(options));
     }
 
-    /// `HandOnStore::hand_on_notice`, from the notifications heard so far.
+    /// `HandOnStore::hand_on_notice`, from the notifications heard so far, with the runs
+    /// they carried (none if any fails to read: the taker reads them all then).
     pub(super) fn hand_on_notice(
         &self,
-        component: &ComponentName,
+        component: &ComponentDescriptor,
         liveness: &str,
         since: Option<AnnouncementMark>,
     ) -> HandOnNotice {
         let complete = self.shared.listening.load(Ordering::SeqCst);
-        self.shared.history.hand_on_notice(component, liveness, since, complete)
+        let heard = self.shared.history.hand_on_notice(&component.name, liveness, since, complete);
+        let runs = heard.carried.and_then(|carried| {
+            let read = carried.iter().map(|answer| carried_answer(&component.event_type, answer));
+            let runs = read.collect::<Result<Vec<_>, _>>().ok();
+            if runs.is_none() {
+                tracing::debug!(component = %component.name, "a hand-on's announcement did not read: reading the runs");
+            }
+            runs
+        });
+        HandOnNotice { runs, ..heard.notice }
     }
 
     /// The wake-ups, starting the listen task on first use; `None` with `listen=off`.
@@ -177,13 +192,31 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
             }
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
                 Some(Ok(AsyncMessage::Notification(notified))) => {
-                    shared.history.push(ChangeConcern::from_payload(notified.payload()));
+                    let (concern, carried) = heard(notified.payload());
+                    shared.history.push_carrying(concern, carried);
                 }
                 Some(Ok(_)) => {}
                 Some(Err(error)) if !listened => return Err(super::describe_error(&error)),
                 Some(Err(_)) | None => return Ok(()),
             },
         }
+    }
+}
+
+/// Whom a notification concerns, and the answer it carried for its taker, if it is a hand-on
+/// announced with one (`CARRYING_PREFIX`). A liveness is printable ASCII without spaces.
+fn heard(payload: &str) -> (ChangeConcern, Option<Arc<str>>) {
+    let Some(carrying) = payload.strip_prefix(CARRYING_PREFIX) else {
+        return (ChangeConcern::from_payload(payload), None);
+    };
+    let mut parts = carrying.splitn(3, ' ');
+    let (component, liveness, answer) = (parts.next(), parts.next(), parts.next());
+    let component = component.and_then(|name| ComponentName::new(name).ok());
+    match (component, liveness.filter(|liveness| !liveness.is_empty()), answer) {
+        (Some(component), Some(liveness), Some(answer)) => {
+            (ChangeConcern::Handed { component, liveness: liveness.to_owned() }, Some(Arc::from(answer)))
+        }
+        _ => (ChangeConcern::Everyone, None),
     }
 }
 

@@ -354,68 +354,151 @@ pub(super) fn component_from_json(text: &str) -> Result<RegisteredComponent, Fai
 }
 
 pub(super) fn batch_from_row(row: &tokio_postgres::Row) -> Result<Batch, Failure> {
-    let id = BatchId::new(row.get::<_, String>(0)).map_err(|e| corrupt("batch", e))?;
-    let metadata: &str = row.get(3);
-    let metadata = match serde_json::from_str(metadata).map(unjsoned).map_err(|e| corrupt("batch", e))? {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    let seqs: Vec<i64> = row.get::<_, Option<Vec<i64>>>(9).unwrap_or_default();
-    let mut events = Vec::with_capacity(seqs.len());
-    if !seqs.is_empty() {
-        let types: Vec<&str> = row.get(10);
-        let outcomes: Vec<&str> = row.get(11);
-        let agents: Vec<&str> = row.get(12);
-        let ats: Vec<i64> = row.get(13);
-        let details: Vec<&str> = row.get(14);
-        let run_components: Vec<Option<&str>> = row.get(15);
-        let run_generations: Vec<Option<i64>> = row.get(16);
-        let resets: Vec<Option<&str>> = row.get(17);
-        for (i, seq) in seqs.into_iter().enumerate() {
-            let run = match (run_components[i], run_generations[i]) {
+    BatchColumns::of_row(row).into_batch()
+}
+
+/// A batch's columns in `BATCH_SELECT`'s order: read from a row (`S` = `&str`), or out of the
+/// JSON array a hand-on's announcement carries (`autocomp_announce_handed`, schema 26; `S` =
+/// `String`), so both decode into a batch the same way.
+#[derive(Deserialize)]
+pub(super) struct BatchColumns<S> {
+    id: S,
+    batch_type: S,
+    priority: i32,
+    metadata: S,
+    created_seq: i64,
+    modified_seq: i64,
+    changed_seq: i64,
+    created_at: i64,
+    modified_at: i64,
+    seqs: Option<Vec<i64>>,
+    types: Option<Vec<S>>,
+    outcomes: Option<Vec<S>>,
+    agents: Option<Vec<S>>,
+    ats: Option<Vec<i64>>,
+    details: Option<Vec<S>>,
+    run_components: Option<Vec<Option<S>>>,
+    run_generations: Option<Vec<Option<i64>>>,
+    resets: Option<Vec<Option<S>>>,
+    open_runs: Option<S>,
+    as_of: i64,
+}
+
+impl<'a> BatchColumns<&'a str> {
+    fn of_row(row: &'a tokio_postgres::Row) -> Self {
+        Self {
+            id: row.get(0),
+            batch_type: row.get(1),
+            priority: row.get(2),
+            metadata: row.get(3),
+            created_seq: row.get(4),
+            modified_seq: row.get(5),
+            changed_seq: row.get(6),
+            created_at: row.get(7),
+            modified_at: row.get(8),
+            seqs: row.get(9),
+            types: row.get(10),
+            outcomes: row.get(11),
+            agents: row.get(12),
+            ats: row.get(13),
+            details: row.get(14),
+            run_components: row.get(15),
+            run_generations: row.get(16),
+            resets: row.get(17),
+            open_runs: row.get(18),
+            as_of: row.get(19),
+        }
+    }
+}
+
+impl<S: AsRef<str>> BatchColumns<S> {
+    pub(super) fn into_batch(self) -> Result<Batch, Failure> {
+        let id = BatchId::new(self.id.as_ref()).map_err(|e| corrupt("batch", e))?;
+        let metadata =
+            match serde_json::from_str(self.metadata.as_ref()).map(unjsoned).map_err(|e| corrupt("batch", e))? {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            };
+        let events = self.events(&id)?;
+        let open_runs = match &self.open_runs {
+            Some(runs) => serde_json::from_str::<Vec<RunRow>>(runs.as_ref())
+                .map_err(|e| corrupt("run", e))?
+                .into_iter()
+                .map(RunRow::into_run)
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        Ok(Batch {
+            id,
+            batch_type: BatchType::new(self.batch_type.as_ref()).map_err(|e| corrupt("batch", e))?,
+            priority: self.priority,
+            metadata,
+            created_seq: Seq(self.created_seq),
+            modified_seq: Seq(self.modified_seq),
+            changed_seq: Seq(self.changed_seq),
+            created_at: Timestamp(self.created_at),
+            modified_at: Timestamp(self.modified_at),
+            events,
+            open_runs,
+            as_of: Timestamp(self.as_of),
+        })
+    }
+
+    /// The log, out of its arrays of columns (all of one length, or all null: no events).
+    fn events(&self, id: &BatchId) -> Result<Vec<Event>, Failure> {
+        let seqs = self.seqs.as_deref().unwrap_or_default();
+        let column = |name: &str, len: Option<usize>| match len == Some(seqs.len()) {
+            true => Ok(()),
+            false => Err(corrupt("event", format!("the log's {name} do not match its seqs"))),
+        };
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (types, outcomes, agents) = (self.types.as_deref(), self.outcomes.as_deref(), self.agents.as_deref());
+        let (ats, details, resets) = (self.ats.as_deref(), self.details.as_deref(), self.resets.as_deref());
+        let (run_components, run_generations) = (self.run_components.as_deref(), self.run_generations.as_deref());
+        column("types", types.map(<[S]>::len))?;
+        column("outcomes", outcomes.map(<[S]>::len))?;
+        column("agents", agents.map(<[S]>::len))?;
+        column("times", ats.map(<[i64]>::len))?;
+        column("details", details.map(<[S]>::len))?;
+        column("runs", run_components.map(<[Option<S>]>::len))?;
+        column("generations", run_generations.map(<[Option<i64>]>::len))?;
+        column("resets", resets.map(<[Option<S>]>::len))?;
+        let (types, outcomes, agents, ats, details) = (
+            types.unwrap_or_default(),
+            outcomes.unwrap_or_default(),
+            agents.unwrap_or_default(),
+            ats.unwrap_or_default(),
+            details.unwrap_or_default(),
+        );
+        let (run_components, run_generations, resets) =
+            (run_components.unwrap_or_default(), run_generations.unwrap_or_default(), resets.unwrap_or_default());
+        let mut events = Vec::with_capacity(seqs.len());
+        for (i, seq) in seqs.iter().enumerate() {
+            let run = match (&run_components[i], run_generations[i]) {
                 (Some(component), Some(generation)) => Some(RunRef {
-                    component: ComponentName::new(component).map_err(|e| corrupt("event", e))?,
+                    component: ComponentName::new(component.as_ref()).map_err(|e| corrupt("event", e))?,
                     generation,
                 }),
                 _ => None,
             };
-            let resets: Vec<EventType> = match resets[i] {
-                Some(text) => serde_json::from_str(text).map_err(|e| corrupt("event", e))?,
+            let resets: Vec<EventType> = match &resets[i] {
+                Some(text) => serde_json::from_str(text.as_ref()).map_err(|e| corrupt("event", e))?,
                 None => Vec::new(),
             };
             events.push(Event {
-                seq: Seq(seq),
+                seq: Seq(*seq),
                 batch_id: id.clone(),
-                event_type: EventType::new(types[i]).map_err(|e| corrupt("event", e))?,
-                outcome: Outcome::parse(outcomes[i]).map_err(|e| corrupt("event", e))?,
-                agent: Agent::new(agents[i]).map_err(|e| corrupt("event", e))?,
+                event_type: EventType::new(types[i].as_ref()).map_err(|e| corrupt("event", e))?,
+                outcome: Outcome::parse(outcomes[i].as_ref()).map_err(|e| corrupt("event", e))?,
+                agent: Agent::new(agents[i].as_ref()).map_err(|e| corrupt("event", e))?,
                 at: Timestamp(ats[i]),
-                details: serde_json::from_str(details[i]).map(unjsoned).map_err(|e| corrupt("event", e))?,
+                details: serde_json::from_str(details[i].as_ref()).map(unjsoned).map_err(|e| corrupt("event", e))?,
                 run,
                 resets,
             });
         }
+        Ok(events)
     }
-    let open_runs = match row.get::<_, Option<&str>>(18) {
-        Some(runs) => serde_json::from_str::<Vec<RunRow>>(runs)
-            .map_err(|e| corrupt("run", e))?
-            .into_iter()
-            .map(RunRow::into_run)
-            .collect::<Result<_, _>>()?,
-        None => Vec::new(),
-    };
-    Ok(Batch {
-        id,
-        batch_type: BatchType::new(row.get::<_, String>(1)).map_err(|e| corrupt("batch", e))?,
-        priority: row.get(2),
-        metadata,
-        created_seq: Seq(row.get(4)),
-        modified_seq: Seq(row.get(5)),
-        changed_seq: Seq(row.get(6)),
-        created_at: Timestamp(row.get(7)),
-        modified_at: Timestamp(row.get(8)),
-        events,
-        open_runs,
-        as_of: Timestamp(row.get(19)),
-    })
 }

@@ -73,11 +73,11 @@ impl HandOnStore for SqliteBackend {
 
     async fn hand_on_notice(
         &self,
-        component: &ComponentName,
+        component: &ComponentDescriptor,
         liveness: &str,
         since: Option<AnnouncementMark>,
     ) -> HandOnNotice {
-        self.wakes.hand_on_notice(component, liveness, since)
+        self.wakes.hand_on_notice(&component.name, liveness, since)
     }
 
     async fn wait_as_taker(

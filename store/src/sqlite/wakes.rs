@@ -108,7 +108,8 @@ impl FileWakes {
         drop(self.wakes());
     }
 
-    /// `HandOnStore::hand_on_notice`, from the lines of `<store>-wake` read so far.
+    /// `HandOnStore::hand_on_notice`, from the lines of `<store>-wake` read so far (which
+    /// carry no runs: the taker reads them, a read of its own file).
     pub(super) fn hand_on_notice(
         &self,
         component: &ComponentName,
@@ -116,7 +117,7 @@ impl FileWakes {
         since: Option<AnnouncementMark>,
     ) -> HandOnNotice {
         let complete = self.watching.load(Ordering::SeqCst);
-        self.history.hand_on_notice(component, liveness, since, complete)
+        self.history.hand_on_notice(component, liveness, since, complete).notice
     }
 
     /// The wake-ups, starting the watch on first use. A watch that cannot start (no inotify

@@ -201,13 +201,13 @@ pub(crate) async fn a_hand_on_is_announced_to_its_taker_alone(f: Fixture) {
     let (name, liveness) = (component("checker"), "local:host:1:a");
     // The announcements reach this handle once its listen connection (or file watch) is up.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut notice = f.store.hand_on_notice(&name, liveness, None).await;
+    let mut notice = f.store.hand_on_notice(&checker(), liveness, None).await;
     while notice.mark.is_none() {
         assert!(std::time::Instant::now() < deadline, "the handle hears announcements within 10 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        notice = f.store.hand_on_notice(&name, liveness, None).await;
+        notice = f.store.hand_on_notice(&checker(), liveness, None).await;
     }
-    notice = f.store.hand_on_notice(&name, liveness, notice.mark).await;
+    notice = f.store.hand_on_notice(&checker(), liveness, notice.mark).await;
     assert_eq!(notice.handed, Some(false), "nothing handed yet");
 
     let claim = claimed_by_receiver(&f, "B1").await;
@@ -235,10 +235,20 @@ pub(crate) async fn a_hand_on_is_announced_to_its_taker_alone(f: Fixture) {
     let (answer, woke) = others.await.unwrap();
     assert!(answer.is_some() && woke.saturating_duration_since(appended) >= QUIET / 2, "another taker slept on");
 
-    let told = f.store.hand_on_notice(&name, liveness, notice.mark).await;
+    let told = f.store.hand_on_notice(&checker(), liveness, notice.mark).await;
     assert_eq!(told.handed, Some(true));
-    assert_eq!(f.store.hand_on_notice(&name, liveness, told.mark).await.handed, Some(false), "told once");
-    assert_eq!(f.store.hand_on_notice(&name, "local:host:1:b", told.mark).await.handed, None, "not offered here");
+    // Where the announcement carried the run, it is what the taker would have read (but for
+    // the batch's clock: the announcement's is its commit's).
+    let clock_aside = |mut answers: Vec<ReadyAnswer>| {
+        answers.iter_mut().for_each(|answer| answer.batch.as_of = Timestamp(0));
+        answers
+    };
+    let read = f.store.handed_runs(&checker(), liveness).await.unwrap();
+    if let Some(carried) = told.runs.clone() {
+        assert_eq!(clock_aside(carried), clock_aside(read), "an announcement carries what the taker reads");
+    }
+    assert_eq!(f.store.hand_on_notice(&checker(), liveness, told.mark).await.handed, Some(false), "told once");
+    assert_eq!(f.store.hand_on_notice(&checker(), "local:host:1:b", told.mark).await.handed, None, "not offered here");
 }
 
 /// A registration hands its new batch on as a result does: to an idle taker of each step the
