@@ -1,7 +1,8 @@
 //! Hand-ons on PostgreSQL (`HandOnStore`): takers' offers in the `takers` table, the runs an
 //! append opens for them in its own transaction (`autocomp_append_group` with hand-ons, which
 //! opens each with `autocomp_open_handed_run` before it writes the batch's row; sent by
-//! `appends`), and a taker's read of the runs handed to it.
+//! `appends`), and a taker's read of the runs handed to it, or of what the announcement of
+//! one carried (`carried_answer`: the same answer, sent by `autocomp_announce_handed`).
 
 use async_trait::async_trait;
 use deadpool_postgres::ClientWrapper;

@@ -3,7 +3,8 @@
 //! its commit concerns (schema 10). Waiters for a change (`wait_for_change`) sleep on its
 //! history instead of polling, and those for a concerning change
 //! (`wait_for_change_concerning`) read it; while it is not connected (starting, the server
-//! restarting, `listen=off`) they poll as before.
+//! restarting, `listen=off`) they poll as before. A hand-on announced with its taker's answer
+//! (`H:`, schema 26) keeps the answer beside it for the taker's notice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
