@@ -1,7 +1,8 @@
 //! A hand-on's announcement carries its taker's answer on PostgreSQL (schema 26,
 //! `autocomp_announce_handed`): the taker's notice holds the run as its read of its handed
 //! runs would answer it, so a stage handed on costs the taker no read; an answer too large
-//! for a notification is announced without it, and read.
+//! for a notification, or one a role that may connect forged or replayed, is not worked: the
+//! taker is told, and reads.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,8 @@ use autocomp_model::*;
 use autocomp_store::*;
 use autocomp_test_servers::postgres::shared;
 use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 fn id(text: &str) -> BatchId {
     BatchId::new(text).unwrap()
@@ -125,4 +128,142 @@ async fn a_hand_on_announces_what_its_taker_would_read_and_one_too_large_is_read
     let read_large = read(&takers, &checker).await;
     assert_eq!(read_large.len(), 1);
     assert_eq!(read_large[0].batch.id, id("C2"), "read instead");
+}
+
+/// A connection of the test's own, as any role that may connect holds one: it hears what is
+/// announced on `autocomp_handed` and may notify anything.
+async fn stranger(url: &str) -> (Client, mpsc::UnboundedReceiver<String>) {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    let (heard, hearing) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let Ok(AsyncMessage::Notification(notified)) = message {
+                let _ = heard.send(notified.payload().to_owned());
+            }
+        }
+    });
+    client.batch_execute("LISTEN autocomp_handed").await.unwrap();
+    (client, hearing)
+}
+
+async fn overheard(hearing: &mut mpsc::UnboundedReceiver<String>) -> String {
+    let heard = tokio::time::timeout(Duration::from_secs(10), hearing.recv()).await;
+    heard.expect("an announcement within 10 s").expect("the stranger's connection is up")
+}
+
+async fn hand_to_checker(writer: &PgStore, checker: &ComponentDescriptor, batch: &str) -> Run {
+    let delivered = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, Agent::new("trigger").unwrap());
+    let new = NewBatch::new(id(batch), "Delivery".parse().unwrap());
+    let registered = writer.register_handing_on(new, delivered, std::slice::from_ref(&checker.name)).await.unwrap();
+    assert_eq!(registered.runs.len(), 1, "{registered:?}");
+    registered.runs[0].clone()
+}
+
+/// Any role that may connect may LISTEN and NOTIFY. What it forges (a batch that does not
+/// exist, a claim seq far ahead), alters or replays to another taker is not sealed with the
+/// taker's key: the taker is told of a hand-on and reads, and works nothing it was not
+/// handed; its next real announcement is carried again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
+    let url = shared().unique_database();
+    let takers = PgStore::open(&url).await.unwrap();
+    let writer = PgStore::open(&url).await.unwrap();
+    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
+    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
+        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
+        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
+    }
+    let (client, mut hearing) = stranger(&url).await;
+    let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
+
+    // The real one: carried, and overheard.
+    let run = hand_to_checker(&writer, &checker, "F1").await;
+    let real = told(&takers, &checker, checking.mark.unwrap()).await;
+    assert_eq!(real.runs.as_ref().map(Vec::len), Some(1), "the real announcement is carried");
+    let payload = overheard(&mut hearing).await;
+    let (header, sealed) = payload.split_at("checker pg:checker ".len());
+    assert_eq!(header, "checker pg:checker ");
+    let (seal, answer) = sealed.split_once(' ').unwrap();
+    assert_eq!(seal.len(), 64, "a hex HMAC-SHA256: {seal}");
+
+    let claim_seq = format!("\"claim_seq\": {}", run.claim_seq.0);
+    let far_ahead = answer.replace(&claim_seq, "\"claim_seq\": 9000000000000");
+    assert_ne!(far_ahead, answer, "the run's claim seq is in the answer: {answer}");
+    let forgeries = [
+        // The real answer, altered: another batch under the real seal.
+        format!("checker pg:checker {seal} {}", answer.replace("\"F1\"", "\"F9\"")),
+        // A made-up answer with a claim seq far ahead, under a made-up seal.
+        format!("checker pg:checker {} {}", "0".repeat(64), far_ahead),
+        // The real one, whole, again: carried (a real run; the runner takes each up once).
+        payload.clone(),
+    ];
+    let mut mark = real.mark.unwrap();
+    for (n, forged) in forgeries.iter().enumerate() {
+        client.execute("SELECT pg_notify('autocomp_handed', $1)", &[forged]).await.unwrap();
+        let forged_notice = told(&takers, &checker, mark).await;
+        assert_eq!(forged_notice.handed, Some(true), "forgery {n}: told of a hand-on");
+        match n {
+            2 => assert_eq!(forged_notice.runs, real.runs, "a replay carries only the real run"),
+            _ => assert_eq!(forged_notice.runs, None, "forgery {n} is not carried: the taker reads"),
+        }
+        mark = forged_notice.mark.unwrap();
+    }
+    // The real one replayed to another taker of this handle: not its seal.
+    let replayed = format!("archiver pg:archiver {seal} {answer}");
+    client.execute("SELECT pg_notify('autocomp_handed', $1)", &[&replayed]).await.unwrap();
+    let to_archiver = told(&takers, &archiver, archiving.mark.unwrap()).await;
+    assert_eq!((to_archiver.handed, to_archiver.runs), (Some(true), None), "replayed to the archiver: read");
+    assert!(read(&takers, &archiver).await.is_empty(), "and the read finds nothing handed to it");
+    let read_checker = read(&takers, &checker).await;
+    assert_eq!(read_checker.len(), 1, "the checker reads its one real run: {read_checker:?}");
+    assert_eq!(read_checker[0].batch.id, id("F1"));
+
+    // The checker's result hands F1 on to the archiver: carried again after the forgery.
+    let checked = NewEvent::new("Checked".parse().unwrap(), Outcome::Success, Agent::new("checker").unwrap())
+        .in_run(checker.name.clone(), run.generation);
+    let handed = writer.append_handing_on(&id("F1"), checked, std::slice::from_ref(&archiver.name)).await.unwrap();
+    assert_eq!(handed.runs.len(), 1, "{handed:?}");
+    let next = told(&takers, &archiver, to_archiver.mark.unwrap()).await;
+    let carried = next.runs.expect("the next real announcement is carried");
+    assert_eq!(clock_aside(carried), clock_aside(read(&takers, &archiver).await));
+}
+
+/// A taker whose offer left no key (a release before schema 26's seal) is announced its runs
+/// as schema 25 did (`h:`): told, and it reads. Two appends to one batch in one group
+/// announce the hand-on once both are written: what it carries holds the later event too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
+    let url = shared().unique_database();
+    let takers = PgStore::open(&url).await.unwrap();
+    let writer = PgStore::open(&url).await.unwrap();
+    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
+    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
+        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
+        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
+    }
+    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
+
+    client.execute("UPDATE takers SET announcement_key = NULL WHERE component = 'checker'", &[]).await.unwrap();
+    let run = hand_to_checker(&writer, &checker, "G1").await;
+    let unsealed = told(&takers, &checker, checking.mark.unwrap()).await;
+    assert_eq!((unsealed.handed, unsealed.runs), (Some(true), None), "told without the answer");
+    assert_eq!(read(&takers, &checker).await.len(), 1, "and read");
+
+    // One group: the checker's result handing G1 on, then an operator's note on G1.
+    let group =
+        "SELECT r_refused, r_handed::text FROM autocomp_append_group(ARRAY['G1', 'G1'], ARRAY['Checked', 'Noted'],
+            ARRAY['success', 'success'], ARRAY['checker/1.0@host#1', 'operator'], ARRAY['{}'::jsonb, '{}'::jsonb],
+            ARRAY['checker', NULL], ARRAY[$1::bigint, NULL], ARRAY[NULL, NULL]::jsonb[], ARRAY[NULL, NULL]::text[],
+            1000000, ARRAY['[\"archiver\"]'::jsonb, NULL])";
+    let rows = client.query(group, &[&run.generation]).await.unwrap();
+    let refused: Vec<Option<String>> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(refused, [None, None], "both appended");
+    assert!(rows[0].get::<_, Option<String>>(1).is_some(), "the first handed G1 on");
+    let to_archiver = told(&takers, &archiver, archiving.mark.unwrap()).await;
+    let carried = to_archiver.runs.expect("carried");
+    let types: Vec<&str> = carried[0].batch.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["Data_Received", "Checked", "Noted"], "with the group's later append");
+    assert_eq!(clock_aside(carried), clock_aside(read(&takers, &archiver).await));
 }

@@ -69,42 +69,65 @@ BEGIN
     RETURN r;
 END $$;
 
+-- A taker's key for the announcements of its handed runs (`announcement_key.rs`): any role
+-- that may connect may NOTIFY, so the taker takes a carried answer only when it is sealed
+-- with HMAC-SHA256 under its store handle's random key. The column holds the key's two
+-- padded blocks (K XOR ipad, then K XOR opad: 128 bytes), so the seal needs the server's
+-- `sha256` alone. NULL for an offer by a release before this one: its runs are announced
+-- `h:`, and read.
+ALTER TABLE takers ADD COLUMN announcement_key bytea;
+
 -- Announces the handed run `p_run` (a row of `runs` as `to_jsonb` writes it) to its taker,
--- once the batch's row is written: `H:<component> <liveness> <answer>`, the answer being what
--- the taker's read of its handed runs would return for it (the batch's columns in
--- `BATCH_SELECT`'s order, the run, the claim seqs of the step's failed runs on the batch, its
--- checkpoint), so the taker works it without that read, a round trip a stage. An answer that
--- would not fit a notification (8,000 bytes) is announced as schema 25 did, `h:<component>
--- <liveness>`, and read. Releases before this one read `H:` as a change concerning everyone
--- (they wake and read).
+-- once the batch's row is written, on a channel of its own (`autocomp_handed`; the releases
+-- before this one do not listen to it): `<component> <liveness> <seal> <answer>`, the answer
+-- being what the taker's read of its handed runs would return for it (the batch's columns
+-- in `BATCH_SELECT`'s order, the run, the claim seqs of the step's failed runs on the batch,
+-- its checkpoint), so the taker works it without that read, a round trip a stage; the seal
+-- is the taker's key's HMAC of `<component> <liveness> <answer>`, in hex. An answer that
+-- would not fit a notification (the server's limit: its block size less 192 bytes, 8,000 as
+-- built by default), or a taker that left no key, is announced as schema 25 did, `h:<component>
+-- <liveness>` on the store's channel, and read. A batch whose stored bytes alone pass the
+-- limit is not built into an answer at all.
 CREATE FUNCTION autocomp_announce_handed(p_run jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     taker text := (p_run ->> 'component') || ' ' || (p_run ->> 'liveness');
+    payload_limit integer := current_setting('block_size')::integer
+        - current_setting('max_identifier_length')::integer - 1 - 128;
+    taker_key bytea;
     answer text;
+    sealed text;
 BEGIN
-    SELECT json_build_array(json_build_array(b.id, b.type, b.priority, b.metadata::text, b.created_seq,
-            b.modified_seq, b.changed_seq, b.created_at, b.modified_at,
-            e.seqs, e.types, e.outcomes, e.agents, e.ats, e.details, e.run_components, e.run_generations,
-            e.resets,
-            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
-               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
-            autocomp_now()),
-        p_run,
-        (SELECT array_agg(f.claim_seq) FROM runs f WHERE f.batch_id = b.id AND f.component = p_run ->> 'component'
-           AND (f.state = 'abandoned' OR f.transient)),
-        (SELECT c.data::text FROM checkpoints c WHERE c.batch_id = b.id AND c.component = p_run ->> 'component'))::text
-    INTO answer
-    FROM batches b
-    LEFT JOIN LATERAL (
-        SELECT array_agg(seq) seqs, array_agg(type) types, array_agg(outcome) outcomes, array_agg(agent) agents,
-               array_agg(at) ats, array_agg(details::text) details, array_agg(run_component) run_components,
-               array_agg(run_generation) run_generations, array_agg(resets::text) resets
-        FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
-    ) e ON true
-    WHERE b.id = p_run ->> 'batch_id';
-    IF answer IS NOT NULL AND octet_length(taker) + octet_length(answer) < 7990 THEN
-        PERFORM pg_notify('autocomp_store_changed', 'H:' || taker || ' ' || answer);
+    SELECT t.announcement_key INTO taker_key FROM takers t
+        WHERE t.component = p_run ->> 'component' AND t.liveness = p_run ->> 'liveness';
+    IF taker_key IS NOT NULL AND octet_length(taker_key) = 128 THEN
+        SELECT json_build_array(json_build_array(b.id, b.type, b.priority, b.metadata::text, b.created_seq,
+                b.modified_seq, b.changed_seq, b.created_at, b.modified_at,
+                e.seqs, e.types, e.outcomes, e.agents, e.ats, e.details, e.run_components, e.run_generations,
+                e.resets,
+                (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+                   FROM runs r WHERE r.batch_id = b.id AND r.state = 'open'),
+                autocomp_now()),
+            p_run,
+            (SELECT array_agg(f.claim_seq) FROM runs f WHERE f.batch_id = b.id
+               AND f.component = p_run ->> 'component' AND (f.state = 'abandoned' OR f.transient)),
+            (SELECT c.data::text FROM checkpoints c WHERE c.batch_id = b.id
+               AND c.component = p_run ->> 'component'))::text
+        INTO answer
+        FROM batches b
+        LEFT JOIN LATERAL (
+            SELECT array_agg(seq) seqs, array_agg(type) types, array_agg(outcome) outcomes, array_agg(agent) agents,
+                   array_agg(at) ats, array_agg(details::text) details, array_agg(run_component) run_components,
+                   array_agg(run_generation) run_generations, array_agg(resets::text) resets
+            FROM (SELECT * FROM events WHERE batch_id = b.id ORDER BY seq) ordered
+        ) e ON true
+        WHERE b.id = p_run ->> 'batch_id' AND b.stored_bytes < payload_limit;
+    END IF;
+    -- The seal (64 hex digits) and two spaces beside the taker and the answer.
+    IF answer IS NOT NULL AND octet_length(taker) + 66 + octet_length(answer) < payload_limit THEN
+        sealed := encode(sha256(substring(taker_key FROM 65 FOR 64)
+                         || sha256(substring(taker_key FROM 1 FOR 64) || convert_to(taker || ' ' || answer, 'UTF8'))), 'hex');
+        PERFORM pg_notify('autocomp_handed', taker || ' ' || sealed || ' ' || answer);
     ELSE
         PERFORM pg_notify('autocomp_store_changed', 'h:' || taker);
     END IF;
@@ -128,6 +151,7 @@ DECLARE
     before bigint;
     step text;
     handed jsonb;
+    announced jsonb := '[]'::jsonb;
     last_seq bigint;
 BEGIN
     SELECT array_agg(id) INTO locked FROM (
@@ -199,13 +223,14 @@ BEGIN
                     open_components = CASE WHEN p_run_components[i] IS NULL THEN b.open_components
                         ELSE (SELECT o.components FROM autocomp_open_components(p_batches[i]) o) END
                 WHERE b.id = p_batches[i];
-            IF r_handed IS NOT NULL THEN
-                FOR handed IN SELECT jsonb_array_elements(r_handed) LOOP
-                    PERFORM autocomp_announce_handed(handed);
-                END LOOP;
-            END IF;
+            announced := announced || coalesce(r_handed, '[]'::jsonb);
         END IF;
         RETURN NEXT;
+    END LOOP;
+    -- Once every append of the group is written: a later append to the same batch is in
+    -- what an earlier one's hand-on carries.
+    FOR handed IN SELECT jsonb_array_elements(announced) LOOP
+        PERFORM autocomp_announce_handed(handed);
     END LOOP;
 END $$;
 

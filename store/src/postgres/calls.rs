@@ -276,8 +276,8 @@ pub(super) async fn prepare(client: &ClientWrapper, sql: &str) -> Result<tokio_p
     })
 }
 
-/// `prepare`, or `None` when the statement names a table or function the store's schema does
-/// not have yet (a migration not applied: the caller does without what it brings).
+/// `prepare`, or `None` when the statement names a table, column or function the store's
+/// schema does not have yet (a migration not applied: the caller does without what it brings).
 pub(super) async fn prepare_if_defined(
     client: &ClientWrapper,
     sql: &str,
@@ -285,7 +285,11 @@ pub(super) async fn prepare_if_defined(
     use tokio_postgres::error::SqlState;
     match client.prepare_cached(sql).await {
         Ok(statement) => Ok(Some(statement)),
-        Err(e) if [Some(&SqlState::UNDEFINED_TABLE), Some(&SqlState::UNDEFINED_FUNCTION)].contains(&e.code()) => {
+        Err(e)
+            if [SqlState::UNDEFINED_TABLE, SqlState::UNDEFINED_COLUMN, SqlState::UNDEFINED_FUNCTION]
+                .iter()
+                .any(|undefined| e.code() == Some(undefined)) =>
+        {
             Ok(None)
         }
         // Any other refusal, as every statement's.

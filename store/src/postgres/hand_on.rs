@@ -32,28 +32,33 @@ impl HandOnStore for PgBackend {
         let descriptor = serde_json::to_value(&offer.descriptor).expect("a descriptor always serializes");
         let component = offer.descriptor.name.as_str();
         let at = Timestamp::now().millis();
-        let (liveness, holder, descriptor) = (&liveness, &holder, &descriptor);
-        let kept = self.run("offer_to_take", Retry::Safe, |client, _| {
-            Box::pin(async move {
-                // Whether the schema announces hand-ons to their takers (25) comes back with it.
-                let Some(statement) = prepare_on_takers(
-                    client,
-                    "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (component, liveness) DO UPDATE
-                     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at
-                     RETURNING (SELECT max(version) >= 25 FROM schema_version)",
-                )
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-                    [&component, liveness, holder, descriptor, &at];
-                let row = client.query_one(&statement, &params).await.map_err(|e| self.read_failure(e))?;
-                Ok(Some(row.get::<_, Option<bool>>(0).unwrap_or(false)))
+        let key = self.inner.listener.announcement_key_blocks();
+        let (liveness, holder, descriptor, key) = (&liveness, &holder, &descriptor, &key);
+        let kept = self
+            .run("offer_to_take", Retry::Safe, |client, _| {
+                Box::pin(async move {
+                    // Whether the schema announces hand-ons to their takers (25) comes back with it.
+                    let kept = match prepare_on_takers(client, KEYED_OFFER).await? {
+                        Some(statement) => {
+                            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                                [&component, liveness, holder, descriptor, &at, key];
+                            client.query_one(&statement, &params).await
+                        }
+                        // Schema 24-25: no key (their announcements carry nothing to seal).
+                        None => {
+                            let Some(statement) = prepare_on_takers(client, UNKEYED_OFFER).await? else {
+                                return Ok(None);
+                            };
+                            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                                [&component, liveness, holder, descriptor, &at];
+                            client.query_one(&statement, &params).await
+                        }
+                    };
+                    let row = kept.map_err(|e| self.read_failure(e))?;
+                    Ok(Some(row.get::<_, Option<bool>>(0).unwrap_or(false)))
+                })
             })
-        })
-        .await?;
+            .await?;
         if kept == Some(true) {
             self.inner.listener.expect_hand_ons(&self.inner.options, &offer.descriptor.name, liveness);
         }
@@ -172,14 +177,38 @@ fn handed_from(
 
 /// The answer a hand-on's announcement carried (`autocomp_announce_handed`, schema 26): what
 /// `handed_runs` reads of the run, as one JSON array (the batch's columns in `BATCH_SELECT`'s
-/// order, the run, the failed runs' claim seqs, the checkpoint).
-pub(super) fn carried_answer(event_type: &EventType, answer: &str) -> Result<ReadyAnswer, Failure> {
+/// order, the run, the failed runs' claim seqs, the checkpoint). A run of another step or
+/// another taker than the announcement named is refused (its seal covers both anyway).
+pub(super) fn carried_answer(
+    component: &ComponentDescriptor,
+    liveness: &str,
+    answer: &str,
+) -> Result<ReadyAnswer, Failure> {
     type Carried = (BatchColumns<String>, RunRow, Option<Vec<i64>>, Option<String>);
     let (batch, run, failed, checkpoint): Carried =
         serde_json::from_str(answer).map_err(|e| corrupt("hand-on's announcement", e))?;
+    let run = run.into_run()?;
+    if run.component != component.name || run.holder.liveness.as_deref() != Some(liveness) {
+        return Err(corrupt("hand-on's announcement", format!("a run of {} for another taker", run.component)));
+    }
     let failed = failed.as_deref().unwrap_or_default();
-    handed_from(event_type, batch.into_batch()?, run.into_run()?, failed, checkpoint.as_deref())
+    handed_from(&component.event_type, batch.into_batch()?, run, failed, checkpoint.as_deref())
 }
+
+/// An offer, with the handle's key its announcements are sealed with (schema 26).
+const KEYED_OFFER: &str = "INSERT INTO takers (component, liveness, holder, descriptor, offered_at, announcement_key)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (component, liveness) DO UPDATE
+     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at,
+         announcement_key = excluded.announcement_key
+     RETURNING (SELECT max(version) >= 25 FROM schema_version)";
+
+/// An offer on schemas 24-25, whose takers hold no key.
+const UNKEYED_OFFER: &str =
+    "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (component, liveness) DO UPDATE
+     SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at
+     RETURNING (SELECT max(version) >= 25 FROM schema_version)";
 
 /// How many columns `BATCH_SELECT` reads (`batch_from_row`): a read that selects more
 /// numbers them from here.

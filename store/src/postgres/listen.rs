@@ -4,7 +4,8 @@
 //! history instead of polling, and those for a concerning change
 //! (`wait_for_change_concerning`) read it; while it is not connected (starting, the server
 //! restarting, `listen=off`) they poll as before. A hand-on announced with its taker's answer
-//! (`H:`, schema 26) keeps the answer beside it for the taker's notice.
+//! (on `HANDED_CHANNEL`, schema 26) keeps the answer beside it for the taker's notice, which
+//! takes it only under the seal of the handle's key (`announcement_key`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
+use super::announcement_key::AnnouncementKey;
 use super::hand_on::carried_answer;
 use super::options::PgOptions;
 use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
@@ -25,10 +27,11 @@ const LISTENING_POLL: Duration = Duration::from_secs(2);
 
 /// The channel `autocomp_notify_changed` (schema 8) notifies.
 const CHANNEL: &str = "autocomp_store_changed";
-/// A hand-on announced with its taker's answer (`autocomp_announce_handed`, schema 26):
-/// `H:<component> <liveness> <answer>`. Releases before it read this as a change concerning
-/// everyone; what it says of whom it concerns is the `h:` announcement's.
-const CARRYING_PREFIX: &str = "H:";
+/// The channel `autocomp_announce_handed` (schema 26) announces a hand-on on with its taker's
+/// answer: `<component> <liveness> <seal> <answer>`. Of its own, so the releases before it
+/// (which do not listen to it) are not woken by what concerns only the taker; whom it
+/// concerns is what the `h:` announcement says.
+const HANDED_CHANNEL: &str = "autocomp_handed";
 /// Reconnecting after a lost listen connection starts this soon and backs off to the longest.
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_LONGEST: Duration = Duration::from_secs(30);
@@ -58,6 +61,8 @@ impl Shared {
 pub(super) struct Listener {
     shared: Arc<Shared>,
     enabled: bool,
+    /// What the announcements to the takers offered through this handle are sealed with.
+    key: AnnouncementKey,
     task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -89,8 +94,14 @@ impl Listener {
         Self {
             shared: Arc::new(Shared { history: WakeHistory::default(), listening: AtomicBool::new(false) }),
             enabled,
+            key: AnnouncementKey::random(),
             task: Default::default(),
         }
+    }
+
+    /// What an offer through this handle leaves for its announcements to be sealed with.
+    pub(super) fn announcement_key_blocks(&self) -> Vec<u8> {
+        self.key.padded_blocks()
     }
 
     /// Before a head read: the history's mark, if notifications are complete now.
@@ -114,7 +125,8 @@ impl Listener {
     }
 
     /// `HandOnStore::hand_on_notice`, from the notifications heard so far, with the runs
-    /// they carried (none if any fails to read: the taker reads them all then).
+    /// they carried (none if any is not sealed with the handle's key or fails to read: the
+    /// taker reads them all then).
     pub(super) fn hand_on_notice(
         &self,
         component: &ComponentDescriptor,
@@ -124,12 +136,23 @@ impl Listener {
         let complete = self.shared.listening.load(Ordering::SeqCst);
         let heard = self.shared.history.hand_on_notice(&component.name, liveness, since, complete);
         let runs = heard.carried.and_then(|carried| {
-            let read = carried.iter().map(|answer| carried_answer(&component.event_type, answer));
-            let runs = read.collect::<Result<Vec<_>, _>>().ok();
-            if runs.is_none() {
-                tracing::debug!(component = %component.name, "a hand-on's announcement did not read: reading the runs");
-            }
-            runs
+            let read = carried.iter().map(|sealed| {
+                let unsealed = sealed.split_once(' ').filter(|(seal, answer)| {
+                    self.key.sealed(&[component.name.as_str(), " ", liveness, " ", answer], seal)
+                });
+                let Some((_, answer)) = unsealed else {
+                    // Not the server's (a role that may connect may notify): read instead.
+                    tracing::warn!(component = %component.name, "a hand-on's announcement is not sealed with this taker's key: reading the runs");
+                    return None;
+                };
+                carried_answer(component, liveness, answer)
+                    .map_err(|failure| {
+                        let error = failure.into_error();
+                        tracing::warn!(component = %component.name, "a hand-on's announcement did not read ({error}): reading the runs");
+                    })
+                    .ok()
+            });
+            read.collect::<Option<Vec<_>>>()
         });
         HandOnNotice { runs, ..heard.notice }
     }
@@ -180,7 +203,7 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
     let tls = options.tls().map_err(|e| e.to_string())?;
     let config = super::config_for_new_connection(options);
     let (client, mut connection) = config.connect(tls).await.map_err(|e| super::describe_error(&e))?;
-    let statement = format!("LISTEN {CHANNEL}");
+    let statement = format!("LISTEN {CHANNEL}; LISTEN {HANDED_CHANNEL}");
     let listen = client.batch_execute(&statement);
     tokio::pin!(listen);
     let mut listened = false;
@@ -193,7 +216,7 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
             }
             message = std::future::poll_fn(|cx| connection.poll_message(cx)) => match message {
                 Some(Ok(AsyncMessage::Notification(notified))) => {
-                    let (concern, carried) = heard(notified.payload());
+                    let (concern, carried) = heard(notified.channel(), notified.payload());
                     shared.history.push_carrying(concern, carried);
                 }
                 Some(Ok(_)) => {}
@@ -204,18 +227,20 @@ async fn listen_once(shared: &Shared, options: &PgOptions) -> Result<(), String>
     }
 }
 
-/// Whom a notification concerns, and the answer it carried for its taker, if it is a hand-on
-/// announced with one (`CARRYING_PREFIX`). A liveness is printable ASCII without spaces.
-fn heard(payload: &str) -> (ChangeConcern, Option<Arc<str>>) {
-    let Some(carrying) = payload.strip_prefix(CARRYING_PREFIX) else {
+/// Whom a notification on `channel` concerns, and what it carried for its taker if it is a
+/// hand-on announced with an answer (`HANDED_CHANNEL`): `<seal> <answer>`, the seal checked
+/// when the taker asks (`Listener::hand_on_notice`). A liveness is printable ASCII without
+/// spaces.
+fn heard(channel: &str, payload: &str) -> (ChangeConcern, Option<Arc<str>>) {
+    if channel != HANDED_CHANNEL {
         return (ChangeConcern::from_payload(payload), None);
-    };
-    let mut parts = carrying.splitn(3, ' ');
-    let (component, liveness, answer) = (parts.next(), parts.next(), parts.next());
+    }
+    let mut parts = payload.splitn(3, ' ');
+    let (component, liveness, sealed) = (parts.next(), parts.next(), parts.next());
     let component = component.and_then(|name| ComponentName::new(name).ok());
-    match (component, liveness.filter(|liveness| !liveness.is_empty()), answer) {
-        (Some(component), Some(liveness), Some(answer)) => {
-            (ChangeConcern::Handed { component, liveness: liveness.to_owned() }, Some(Arc::from(answer)))
+    match (component, liveness.filter(|liveness| !liveness.is_empty()), sealed) {
+        (Some(component), Some(liveness), Some(sealed)) => {
+            (ChangeConcern::Handed { component, liveness: liveness.to_owned() }, Some(Arc::from(sealed)))
         }
         _ => (ChangeConcern::Everyone, None),
     }

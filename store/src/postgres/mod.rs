@@ -5,6 +5,7 @@
 //! each write is one call of a server-side function (`schema.rs`), one statement, one
 //! transaction, so no transaction ever waits on a client.
 
+mod announcement_key;
 mod appends;
 mod batches;
 mod calls;
