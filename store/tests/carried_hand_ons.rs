@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use autocomp_model::*;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::shared;
+use autocomp_test_servers::postgres::{Options, Postgres, shared};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
@@ -266,4 +266,55 @@ async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
     let types: Vec<&str> = carried[0].batch.events.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["Data_Received", "Checked", "Noted"], "with the group's later append");
     assert_eq!(clock_aside(carried), clock_aside(read(&takers, &archiver).await));
+}
+
+/// While the server's notification queue is past 1% full (a listener stalled: here a session
+/// left in a transaction), hand-ons are announced without their answers (`h:`, a tenth to a
+/// hundredth of the bytes), so the queue fills that much slower before commits fail; once
+/// the listener catches up, they carry their answers again. A server of its own: the queue
+/// is the whole server's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filling_notification_queue_is_announced_to_without_answers() {
+    let server = Postgres::start_with(Options { fsync: false, ..Options::default() });
+    let url = server.unique_database();
+    let takers = PgStore::open(&url).await.unwrap();
+    let writer = PgStore::open(&url).await.unwrap();
+    let checker = step("checker", "Data_Received", "Checked");
+    let offer = TakerOffer { descriptor: checker.clone(), holder: taker("checker") };
+    assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
+    let checking = notice(&takers, &checker, None).await;
+
+    // A listener that stops reading: in a transaction, its session takes in no notification.
+    let (stalled, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    stalled.batch_execute("LISTEN autocomp_store_changed; BEGIN; SELECT 1").await.unwrap();
+    let (filler, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let fill = "SELECT count(pg_notify('filler', repeat('y', 7900) || i)) FROM generate_series(1, 12000) i";
+    filler.batch_execute(fill).await.unwrap();
+    let usage = "SELECT pg_notification_queue_usage()";
+    let used: f64 = filler.query_one(usage, &[]).await.unwrap().get(0);
+    assert!(used > 0.01, "the queue is past 1% full: {used}");
+
+    hand_to_checker(&writer, &checker, "Q1").await;
+    let told_full = told(&takers, &checker, checking.mark.unwrap()).await;
+    assert_eq!((told_full.handed, told_full.runs), (Some(true), None), "told without the answer, and read");
+    let run = read(&takers, &checker).await.remove(0).claim.unwrap().run;
+
+    // The listener ends its transaction and reads on: the queue empties.
+    stalled.batch_execute("COMMIT").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while filler.query_one(usage, &[]).await.unwrap().get::<_, f64>(0) >= 0.01 {
+        assert!(Instant::now() < deadline, "the queue empties within 30 s of its listener reading on");
+        // Its tail moves when a listener catches up: each notification wakes them to.
+        filler.batch_execute("NOTIFY filler").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let checked = NewEvent::new("Checked".parse().unwrap(), Outcome::Success, Agent::new("checker").unwrap())
+        .in_run(checker.name.clone(), run.generation);
+    writer.append_event(&id("Q1"), checked).await.unwrap();
+    hand_to_checker(&writer, &checker, "Q2").await;
+    let told_again = told(&takers, &checker, told_full.mark.unwrap()).await;
+    let carried = told_again.runs.expect("carried again");
+    assert_eq!(carried[0].batch.id, id("Q2"));
 }

@@ -87,7 +87,11 @@ ALTER TABLE takers ADD COLUMN announcement_key bytea;
 -- would not fit a notification (the server's limit: its block size less 192 bytes, 8,000 as
 -- built by default), or a taker that left no key, is announced as schema 25 did, `h:<component>
 -- <liveness>` on the store's channel, and read. A batch whose stored bytes alone pass the
--- limit is not built into an answer at all.
+-- limit is not built into an answer at all. Nor is any while the server's notification queue
+-- is past 1% full: a listener that stalls (a stopped process, a session left in a
+-- transaction) holds the queue's tail, and once it is full (8 GB as built by default) every
+-- commit that notifies fails; an answer is 10-100 times an `h:` announcement (1 KB for a
+-- batch of four events), so past 1% the queue fills that much slower.
 CREATE FUNCTION autocomp_announce_handed(p_run jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -100,7 +104,7 @@ DECLARE
 BEGIN
     SELECT t.announcement_key INTO taker_key FROM takers t
         WHERE t.component = p_run ->> 'component' AND t.liveness = p_run ->> 'liveness';
-    IF taker_key IS NOT NULL AND octet_length(taker_key) = 128 THEN
+    IF taker_key IS NOT NULL AND octet_length(taker_key) = 128 AND pg_notification_queue_usage() < 0.01 THEN
         SELECT json_build_array(json_build_array(b.id, b.type, b.priority, b.metadata::text, b.created_seq,
                 b.modified_seq, b.changed_seq, b.created_at, b.modified_at,
                 e.seqs, e.types, e.outcomes, e.agents, e.ats, e.details, e.run_components, e.run_generations,
