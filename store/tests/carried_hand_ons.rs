@@ -32,6 +32,19 @@ fn taker(name: &str) -> RunHolder {
     }
 }
 
+/// The takers' handle with the checker and the archiver offered through it, the writers'
+/// handle (another process's, as a pipeline's appender is), and the two steps.
+async fn checker_and_archiver(url: &str) -> (PgStore, PgStore, ComponentDescriptor, ComponentDescriptor) {
+    let takers = PgStore::open(url).await.unwrap();
+    let writer = PgStore::open(url).await.unwrap();
+    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
+    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
+        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
+        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
+    }
+    (takers, writer, checker, archiver)
+}
+
 /// The taker's notice from its last mark on, asked until its handle hears announcements.
 async fn notice(store: &PgStore, descriptor: &ComponentDescriptor, since: Option<AnnouncementMark>) -> HandOnNotice {
     let liveness = format!("pg:{}", descriptor.name);
@@ -76,14 +89,7 @@ fn clock_aside(mut answers: Vec<ReadyAnswer>) -> Vec<ReadyAnswer> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hand_on_announces_what_its_taker_would_read_and_one_too_large_is_read() {
     let url = shared().unique_database();
-    // The takers' handle, and the writers' (another process's, as a pipeline's appender is).
-    let takers = PgStore::open(&url).await.unwrap();
-    let writer = PgStore::open(&url).await.unwrap();
-    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
-    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
-        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
-        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
-    }
+    let (takers, writer, checker, archiver) = checker_and_archiver(&url).await;
     let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
 
     // A registration handed on: its announcement carries the new batch and the run.
@@ -166,13 +172,7 @@ async fn hand_to_checker(writer: &PgStore, checker: &ComponentDescriptor, batch:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
     let url = shared().unique_database();
-    let takers = PgStore::open(&url).await.unwrap();
-    let writer = PgStore::open(&url).await.unwrap();
-    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
-    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
-        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
-        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
-    }
+    let (takers, writer, checker, archiver) = checker_and_archiver(&url).await;
     let (client, mut hearing) = stranger(&url).await;
     let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
 
@@ -234,13 +234,7 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
     let url = shared().unique_database();
-    let takers = PgStore::open(&url).await.unwrap();
-    let writer = PgStore::open(&url).await.unwrap();
-    let (checker, archiver) = (step("checker", "Data_Received", "Checked"), step("archiver", "Checked", "Archived"));
-    for (descriptor, name) in [(&checker, "checker"), (&archiver, "archiver")] {
-        let offer = TakerOffer { descriptor: descriptor.clone(), holder: taker(name) };
-        assert!(takers.offer_to_take(offer).await.unwrap(), "the store keeps takers");
-    }
+    let (takers, writer, checker, archiver) = checker_and_archiver(&url).await;
     let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(connection);
     let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
