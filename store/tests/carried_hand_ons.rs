@@ -1,8 +1,8 @@
 //! A hand-on's announcement carries its taker's answer on PostgreSQL (schema 26,
 //! `autocomp_announce_handed`): the taker's notice holds the run as its read of its handed
 //! runs would answer it, so a stage handed on costs the taker no read; an answer too large
-//! for a notification, or one a role that may connect forged or replayed, is not worked: the
-//! taker is told, and reads.
+//! for a notification, or one a role that may connect forged, is not worked: the taker is
+//! told, and reads; one it replayed carries its run once.
 
 use std::time::{Duration, Instant};
 
@@ -168,7 +168,8 @@ async fn hand_to_checker(writer: &PgStore, checker: &ComponentDescriptor, batch:
 /// Any role that may connect may LISTEN and NOTIFY. What it forges (a batch that does not
 /// exist, a claim seq far ahead), alters or replays to another taker is not sealed with the
 /// taker's key: the taker is told of a hand-on and reads, and works nothing it was not
-/// handed; its next real announcement is carried again.
+/// handed; its next real announcement is carried again. What it replays whole carries the
+/// run once, however often and whenever it is heard.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
     let url = shared().unique_database();
@@ -194,7 +195,7 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
         format!("checker pg:checker {seal} {}", answer.replace("\"F1\"", "\"F9\"")),
         // A made-up answer with a claim seq far ahead, under a made-up seal.
         format!("checker pg:checker {} {}", "0".repeat(64), far_ahead),
-        // The real one, whole, again: carried (a real run; the runner takes each up once).
+        // The real one, whole, again: its run was carried once already.
         payload.clone(),
     ];
     let mut mark = real.mark.unwrap();
@@ -203,7 +204,7 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
         let forged_notice = told(&takers, &checker, mark).await;
         assert_eq!(forged_notice.handed, Some(true), "forgery {n}: told of a hand-on");
         match n {
-            2 => assert_eq!(forged_notice.runs, real.runs, "a replay carries only the real run"),
+            2 => assert_eq!(forged_notice.runs, Some(Vec::new()), "a replay carries nothing a second time"),
             _ => assert_eq!(forged_notice.runs, None, "forgery {n} is not carried: the taker reads"),
         }
         mark = forged_notice.mark.unwrap();
@@ -223,13 +224,32 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
         .in_run(checker.name.clone(), run.generation);
     let handed = writer.append_handing_on(&id("F1"), checked, std::slice::from_ref(&archiver.name)).await.unwrap();
     assert_eq!(handed.runs.len(), 1, "{handed:?}");
+    // Overheard and notified twice more before the archiver asks; then a forgery to the
+    // checker, which the takers' handle hears after both (one session's notifications arrive
+    // in the order sent).
+    let to_archive = loop {
+        let payload = overheard(&mut hearing).await;
+        if payload.starts_with("archiver ") && payload != replayed {
+            break payload;
+        }
+    };
+    for _ in 0..2 {
+        client.execute("SELECT pg_notify('autocomp_handed', $1)", &[&to_archive]).await.unwrap();
+    }
+    client.execute("SELECT pg_notify('autocomp_handed', $1)", &[&forgeries[1]]).await.unwrap();
+    assert_eq!(told(&takers, &checker, mark).await.runs, None, "the fence: the forgery heard");
     let next = told(&takers, &archiver, to_archiver.mark.unwrap()).await;
     let carried = next.runs.expect("the next real announcement is carried");
+    assert_eq!(carried.len(), 1, "told three times, carried once: {carried:?}");
     assert_eq!(clock_aside(carried), clock_aside(read(&takers, &archiver).await));
+    // Heard again after it was carried: told, carrying nothing.
+    client.execute("SELECT pg_notify('autocomp_handed', $1)", &[&to_archive]).await.unwrap();
+    let again = told(&takers, &archiver, next.mark.unwrap()).await;
+    assert_eq!((again.handed, again.runs), (Some(true), Some(Vec::new())), "a replay later carries nothing");
 }
 
-/// A taker whose offer left no key (a release before schema 26's seal) is announced its runs
-/// as schema 25 did (`h:`): told, and it reads. Two appends to one batch in one group
+/// A taker whose offer left no key (a release before schema 26's seal, or a handle with
+/// `listen=off`) is announced its runs as schema 25 did (`h:`): told, and it reads. Two appends to one batch in one group
 /// announce the hand-on once both are written: what it carries holds the later event too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
@@ -260,6 +280,18 @@ async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
     let types: Vec<&str> = carried[0].batch.events.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["Data_Received", "Checked", "Noted"], "with the group's later append");
     assert_eq!(clock_aside(carried), clock_aside(read(&takers, &archiver).await));
+
+    // A handle that hears no announcements (`listen=off`) leaves no key: no writer builds an
+    // answer for it.
+    let deaf = PgStore::open(&format!("{url}{}listen=off", if url.contains('?') { "&" } else { "?" })).await.unwrap();
+    let offer = TakerOffer { descriptor: archiver.clone(), holder: taker("deaf") };
+    assert!(deaf.offer_to_take(offer).await.unwrap(), "the store keeps takers");
+    let keyed: Option<bool> = client
+        .query_one("SELECT announcement_key IS NOT NULL FROM takers WHERE liveness = 'pg:deaf'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keyed, Some(false), "a taker that hears nothing keeps no key");
 }
 
 /// While the server's notification queue is past 1% full (a listener stalled: here a session

@@ -246,10 +246,13 @@ impl<C: Component> Runner<C> {
         self.refresh_takers();
         let liveness = self.own_liveness()?;
         let found = std::mem::take(&mut *self.hand_ons.found.lock().expect("the found runs' mutex"));
-        let answers = match found.is_empty() {
+        let mut answers = match found.is_empty() {
             true => self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?,
             false => found,
         };
+        // A run told twice (an announcement heard again) is worked once.
+        answers.sort_by_key(|answer| answer.claim.as_ref().map(|claim| claim.run.claim_seq));
+        answers.dedup_by_key(|answer| answer.claim.as_ref().map(|claim| claim.run.claim_seq));
         phases::mark(Phase::Claim);
         let breaker_counting = self.steering.get().is_some_and(|steering| steering.breakers.contains_key(&self.name));
         let mut gave_up = Vec::new();

@@ -38,11 +38,11 @@ impl HandOnStore for PgBackend {
             .run("offer_to_take", Retry::Safe, |client, _| {
                 Box::pin(async move {
                     // Whether the schema announces hand-ons to their takers (25) comes back with it.
-                    let kept = match prepare_on_takers(client, KEYED_OFFER).await? {
+                    let row = match prepare_on_takers(client, KEYED_OFFER).await? {
                         Some(statement) => {
                             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
                                 [&component, liveness, holder, descriptor, &at, key];
-                            client.query_one(&statement, &params).await
+                            client.query_one(&statement, &params).await.map_err(|e| self.read_failure(e))?
                         }
                         // Schema 24-25: no key (their announcements carry nothing to seal).
                         None => {
@@ -51,10 +51,15 @@ impl HandOnStore for PgBackend {
                             };
                             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
                                 [&component, liveness, holder, descriptor, &at];
-                            client.query_one(&statement, &params).await
+                            let row = client.query_one(&statement, &params).await.map_err(|e| self.read_failure(e))?;
+                            if row.get::<_, Option<bool>>(1) == Some(true) {
+                                // Migrated by a build before schema 26 took its final form: its
+                                // announcements are on the channel every waiter hears.
+                                tracing::warn!(component, "the store is at schema 26 but its takers keep no key: a database migrated by a build before schema 26 was released; create it again");
+                            }
+                            row
                         }
                     };
-                    let row = kept.map_err(|e| self.read_failure(e))?;
                     Ok(Some(row.get::<_, Option<bool>>(0).unwrap_or(false)))
                 })
             })
@@ -208,7 +213,7 @@ const UNKEYED_OFFER: &str =
     "INSERT INTO takers (component, liveness, holder, descriptor, offered_at) VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (component, liveness) DO UPDATE
      SET holder = excluded.holder, descriptor = excluded.descriptor, offered_at = excluded.offered_at
-     RETURNING (SELECT max(version) >= 25 FROM schema_version)";
+     RETURNING (SELECT max(version) >= 25 FROM schema_version), (SELECT max(version) >= 26 FROM schema_version)";
 
 /// How many columns `BATCH_SELECT` reads (`batch_from_row`): a read that selects more
 /// numbers them from here.

@@ -7,6 +7,7 @@
 //! (on `HANDED_CHANNEL`, schema 26) keeps the answer beside it for the taker's notice, which
 //! takes it only under the seal of the handle's key (`announcement_key`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use tokio_postgres::AsyncMessage;
 use super::announcement_key::AnnouncementKey;
 use super::hand_on::carried_answer;
 use super::options::PgOptions;
+use crate::port::ready_claims::ReadyAnswer;
 use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
 use crate::wake_history::{Taker, Waiting, WakeHistory};
 use autocomp_model::{ChangeConcern, ChangeInterest, ComponentDescriptor, ComponentName, Seq};
@@ -63,6 +65,12 @@ pub(super) struct Listener {
     enabled: bool,
     /// What the announcements to the takers offered through this handle are sealed with.
     key: AnnouncementKey,
+    /// Per taker (component, liveness): the highest claim seq a notice has carried to it. A
+    /// taker is handed one run at a time, each opened after the one before it closed, so
+    /// the seqs it is carried only grow; an authentic announcement heard again (a role that
+    /// may connect may notify what it overheard) carries nothing a second time, also not to
+    /// a runner started later on this handle.
+    carried_through: std::sync::Mutex<HashMap<(ComponentName, String), i64>>,
     task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -95,13 +103,15 @@ impl Listener {
             shared: Arc::new(Shared { history: WakeHistory::default(), listening: AtomicBool::new(false) }),
             enabled,
             key: AnnouncementKey::random(),
+            carried_through: Default::default(),
             task: Default::default(),
         }
     }
 
-    /// What an offer through this handle leaves for its announcements to be sealed with.
-    pub(super) fn announcement_key_blocks(&self) -> Vec<u8> {
-        self.key.padded_blocks()
+    /// What an offer through this handle leaves for its announcements to be sealed with:
+    /// nothing with `listen=off`, so no writer builds an answer this handle would not hear.
+    pub(super) fn announcement_key_blocks(&self) -> Option<Vec<u8>> {
+        self.enabled.then(|| self.key.padded_blocks())
     }
 
     /// Before a head read: the history's mark, if notifications are complete now.
@@ -126,7 +136,7 @@ impl Listener {
 
     /// `HandOnStore::hand_on_notice`, from the notifications heard so far, with the runs
     /// they carried (none if any is not sealed with the handle's key or fails to read: the
-    /// taker reads them all then).
+    /// taker reads them all then), each once.
     pub(super) fn hand_on_notice(
         &self,
         component: &ComponentDescriptor,
@@ -154,7 +164,29 @@ impl Listener {
             });
             read.collect::<Option<Vec<_>>>()
         });
+        let runs = runs.map(|runs| self.first_carried(&component.name, liveness, runs));
         HandOnNotice { runs, ..heard.notice }
+    }
+
+    /// The runs of `carried` not carried to the taker before, in claim order (each once).
+    fn first_carried(
+        &self,
+        component: &ComponentName,
+        liveness: &str,
+        mut carried: Vec<ReadyAnswer>,
+    ) -> Vec<ReadyAnswer> {
+        let claim_seq = |answer: &ReadyAnswer| answer.claim.as_ref().map(|claim| claim.run.claim_seq.0);
+        carried.sort_by_key(claim_seq);
+        let mut through = self.carried_through.lock().unwrap_or_else(|p| p.into_inner());
+        let through = through.entry((component.clone(), liveness.to_owned())).or_insert(0);
+        carried.retain(|answer| match claim_seq(answer) {
+            Some(seq) if seq > *through => {
+                *through = seq;
+                true
+            }
+            _ => false,
+        });
+        carried
     }
 
     /// The wake-ups, starting the listen task on first use; `None` with `listen=off`.
