@@ -312,10 +312,3 @@ ALTER FUNCTION autocomp_register_batch(text, text, integer, jsonb, text, text, t
 DROP INDEX runs_open_by_liveness;
 CREATE INDEX runs_open_by_liveness ON runs (component, liveness, claim_seq DESC) WHERE state = 'open';
 
--- Every claimed run wrote five index entries; two of them served reads the others serve as
--- well. A batch's open runs (its summary, a claim's and an append's checks) are read by the
--- primary key's prefix, (batch_id) or (batch_id, component), among the few runs a batch has;
--- a step's open runs (the overdue runs, `autocomp runs`, the taker's idle check) by the index
--- above, whose prefix is the component.
-DROP INDEX runs_open;
-DROP INDEX runs_open_by_batch;
