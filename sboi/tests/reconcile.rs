@@ -57,7 +57,18 @@ fn make_wrong(index_dir: &Path, wrong: &[BatchId], lost: &[BatchId], strays: &[&
     let schema = index.schema();
     let field = |name: &str| schema.get_field(name).unwrap();
     let (id_field, changed, priority) = (field("id"), field("changed_seq"), field("priority"));
-    let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 15 << 20).unwrap();
+    // The engine just dropped lets go of the index's lock once its writer's last holder ends
+    // (a commit's task may still hold it): asked again until it does, for up to 10 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut writer: tantivy::IndexWriter = loop {
+        match index.writer_with_num_threads(1, 15 << 20) {
+            Ok(writer) => break writer,
+            Err(tantivy::TantivyError::LockFailure(..)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(error) => panic!("the hand edit's writer: {error}"),
+        }
+    };
     for batch in wrong.iter().chain(lost) {
         writer.delete_term(Term::from_field_text(id_field, batch.as_str()));
     }

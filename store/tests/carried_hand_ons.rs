@@ -248,6 +248,36 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
     assert_eq!((again.handed, again.runs), (Some(true), Some(Vec::new())), "a replay later carries nothing");
 }
 
+/// The store's seqs going back under a running taker (a failover to a standby that missed
+/// commits, a restore; here `setval`): a run at or below the newest its handle carried, and
+/// not one of those it carried, is not dropped as a replay: the taker is told, and reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_below_the_newest_carried_is_read_not_dropped() {
+    let url = shared().unique_database();
+    let (takers, writer, checker, _) = checker_and_archiver(&url).await;
+    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let checking = notice(&takers, &checker, None).await;
+
+    client.execute("SELECT setval('store_seq', 1000)", &[]).await.unwrap();
+    let first = hand_to_checker(&writer, &checker, "S1").await;
+    let carried = told(&takers, &checker, checking.mark.unwrap()).await;
+    assert_eq!(carried.runs.as_ref().map(Vec::len), Some(1), "carried");
+    // Its result: the checker is idle again.
+    let checked = NewEvent::new("Checked".parse().unwrap(), Outcome::Success, Agent::new("checker").unwrap())
+        .in_run(checker.name.clone(), first.generation);
+    writer.append_event(&id("S1"), checked).await.unwrap();
+
+    client.execute("SELECT setval('store_seq', 10)", &[]).await.unwrap();
+    let second = hand_to_checker(&writer, &checker, "S2").await;
+    assert!(second.claim_seq < first.claim_seq, "{second:?} after {first:?}");
+    let below = told(&takers, &checker, carried.mark.unwrap()).await;
+    assert_eq!((below.handed, below.runs), (Some(true), None), "told, and read");
+    let read = read(&takers, &checker).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].batch.id, id("S2"));
+}
+
 /// A taker whose offer left no key (a release before schema 26's seal, or a handle with
 /// `listen=off`) is announced its runs as schema 25 did (`h:`): told, and it reads. Two appends to one batch in one group
 /// announce the hand-on once both are written: what it carries holds the later event too.

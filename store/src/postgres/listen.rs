@@ -21,7 +21,7 @@ use super::options::PgOptions;
 use crate::port::ready_claims::ReadyAnswer;
 use crate::port::{AnnouncementMark, HandOnNotice, StoreResult};
 use crate::wake_history::{Taker, Waiting, WakeHistory};
-use autocomp_model::{ChangeConcern, ChangeInterest, ComponentDescriptor, ComponentName, Seq};
+use autocomp_model::{BatchId, ChangeConcern, ChangeInterest, ComponentDescriptor, ComponentName, Seq};
 
 /// How often a waiter that is woken by notifications still reads the head, in case they
 /// cannot reach it: one cheap read per process every two seconds while idle.
@@ -59,18 +59,32 @@ impl Shared {
     }
 }
 
+/// What the notices of one taker carried: the newest claim seq, and the last runs (claim
+/// seq, batch, generation). A taker is handed one run at a time, each opened after the one
+/// before it closed, so the seqs it is carried grow; a run heard again is one of the last.
+#[derive(Clone, Default)]
+struct Carried {
+    through: i64,
+    recent: std::collections::VecDeque<(i64, BatchId, i64)>,
+}
+
+impl Carried {
+    /// How many of the last carried runs are told apart from a run the store's seqs went
+    /// back to: a replay of an older one is read, and so worked once as well.
+    const RECENT: usize = 16;
+}
+
 /// One per store handle; the task starts with the first waiter and ends with the handle.
 pub(super) struct Listener {
     shared: Arc<Shared>,
     enabled: bool,
     /// What the announcements to the takers offered through this handle are sealed with.
     key: AnnouncementKey,
-    /// Per taker (component, liveness): the highest claim seq a notice has carried to it. A
-    /// taker is handed one run at a time, each opened after the one before it closed, so
-    /// the seqs it is carried only grow; an authentic announcement heard again (a role that
-    /// may connect may notify what it overheard) carries nothing a second time, also not to
-    /// a runner started later on this handle.
-    carried_through: std::sync::Mutex<HashMap<(ComponentName, String), i64>>,
+    /// Per taker (component, liveness): what notices have carried to it (`Carried`), so an
+    /// authentic announcement heard again (a role that may connect may notify what it
+    /// overheard) carries nothing a second time, also not to a runner started later on
+    /// this handle.
+    carried: std::sync::Mutex<HashMap<(ComponentName, String), Carried>>,
     task: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -103,7 +117,7 @@ impl Listener {
             shared: Arc::new(Shared { history: WakeHistory::default(), listening: AtomicBool::new(false) }),
             enabled,
             key: AnnouncementKey::random(),
-            carried_through: Default::default(),
+            carried: Default::default(),
             task: Default::default(),
         }
     }
@@ -164,29 +178,45 @@ impl Listener {
             });
             read.collect::<Option<Vec<_>>>()
         });
-        let runs = runs.map(|runs| self.first_carried(&component.name, liveness, runs));
+        let runs = runs.and_then(|runs| self.first_carried(&component.name, liveness, runs));
         HandOnNotice { runs, ..heard.notice }
     }
 
-    /// The runs of `carried` not carried to the taker before, in claim order (each once).
+    /// The runs of `carried` not carried to the taker before, in claim order (each once);
+    /// `None` (the taker reads) for a run at or below the newest carried that is not one of
+    /// the last carried: the store's seqs went back (a failover to a standby that missed
+    /// commits, a restore), and only a read tells which runs are the taker's now.
     fn first_carried(
         &self,
         component: &ComponentName,
         liveness: &str,
         mut carried: Vec<ReadyAnswer>,
-    ) -> Vec<ReadyAnswer> {
-        let claim_seq = |answer: &ReadyAnswer| answer.claim.as_ref().map(|claim| claim.run.claim_seq.0);
-        carried.sort_by_key(claim_seq);
-        let mut through = self.carried_through.lock().unwrap_or_else(|p| p.into_inner());
-        let through = through.entry((component.clone(), liveness.to_owned())).or_insert(0);
-        carried.retain(|answer| match claim_seq(answer) {
-            Some(seq) if seq > *through => {
-                *through = seq;
-                true
+    ) -> Option<Vec<ReadyAnswer>> {
+        let run_of = |answer: &ReadyAnswer| {
+            answer.claim.as_ref().map(|claim| (claim.run.claim_seq.0, claim.run.batch_id.clone(), claim.run.generation))
+        };
+        carried.sort_by_key(|answer| run_of(answer).map(|(seq, ..)| seq));
+        let mut all = self.carried.lock().unwrap_or_else(|p| p.into_inner());
+        let before = all.entry((component.clone(), liveness.to_owned())).or_default();
+        let mut taker = before.clone();
+        let mut first = Vec::with_capacity(carried.len());
+        for answer in carried {
+            let Some(run) = run_of(&answer) else { continue };
+            if taker.recent.contains(&run) {
+                continue;
             }
-            _ => false,
-        });
-        carried
+            if run.0 <= taker.through {
+                return None;
+            }
+            taker.through = run.0;
+            taker.recent.push_back(run);
+            if taker.recent.len() > Carried::RECENT {
+                taker.recent.pop_front();
+            }
+            first.push(answer);
+        }
+        *before = taker;
+        Some(first)
     }
 
     /// The wake-ups, starting the listen task on first use; `None` with `listen=off`.
