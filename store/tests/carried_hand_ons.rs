@@ -45,6 +45,13 @@ async fn checker_and_archiver(url: &str) -> (PgStore, PgStore, ComponentDescript
     (takers, writer, checker, archiver)
 }
 
+/// A connection of the test's own, for the SQL it runs beside the store handles.
+async fn sql_client(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
 /// The taker's notice from its last mark on, asked until its handle hears announcements.
 async fn notice(store: &PgStore, descriptor: &ComponentDescriptor, since: Option<AnnouncementMark>) -> HandOnNotice {
     let liveness = format!("pg:{}", descriptor.name);
@@ -255,8 +262,7 @@ async fn a_forged_altered_or_replayed_announcement_is_read_not_worked() {
 async fn a_run_below_the_newest_carried_is_read_not_dropped() {
     let url = shared().unique_database();
     let (takers, writer, checker, _) = checker_and_archiver(&url).await;
-    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql_client(&url).await;
     let checking = notice(&takers, &checker, None).await;
 
     client.execute("SELECT setval('store_seq', 1000)", &[]).await.unwrap();
@@ -279,14 +285,14 @@ async fn a_run_below_the_newest_carried_is_read_not_dropped() {
 }
 
 /// A taker whose offer left no key (a release before schema 26's seal, or a handle with
-/// `listen=off`) is announced its runs as schema 25 did (`h:`): told, and it reads. Two appends to one batch in one group
-/// announce the hand-on once both are written: what it carries holds the later event too.
+/// `listen=off`) is announced its runs as schema 25 did (`h:`): told, and it reads. Two
+/// appends to one batch in one group announce the hand-on once both are written: what it
+/// carries holds the later event too.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_taker_without_a_key_reads_and_a_group_announces_once_written() {
     let url = shared().unique_database();
     let (takers, writer, checker, archiver) = checker_and_archiver(&url).await;
-    let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql_client(&url).await;
     let (checking, archiving) = (notice(&takers, &checker, None).await, notice(&takers, &archiver, None).await);
 
     client.execute("UPDATE takers SET announcement_key = NULL WHERE component = 'checker'", &[]).await.unwrap();
