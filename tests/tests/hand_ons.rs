@@ -3,15 +3,21 @@
 //! in the first step's append), and the ledger the second step writes shows every batch
 //! worked once, never two at a time; a watcher killed while it holds a handed run leaves that
 //! run to be taken over once its death is proven, and worked once; a source's registration
-//! hands a new delivery to the watcher waiting for it.
+//! hands a new delivery to the watcher waiting for it; two runners of one step in one
+//! process (one liveness record) work each handed batch once.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use autocomp_e2e::{PROBED, Pipeline, binary, disjoint_by_batch, finish, sigterm, wait_until, without_pipeline_env};
-use autocomp_model::BatchId;
-use autocomp_store::SqliteStore;
+use autocomp_framework::config::ComponentConfig;
+use autocomp_framework::locks::open_locks;
+use autocomp_framework::{Batch, Component, Runner, Setup, Watched, WorkContext, WorkError, run_watching};
+use autocomp_model::{BatchId, BatchType, NewBatch, Trigger};
+use autocomp_sboi::open_index;
 use autocomp_store::prelude::*;
+use autocomp_store::{SqliteStore, open_store};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 /// Far longer than any deadline below: a batch must move by the change feed and hand-ons,
@@ -220,4 +226,141 @@ fn a_source_hands_a_new_delivery_to_the_watcher_waiting_for_it() {
     let (store, runtime) = store();
     assert_eq!(checked(&store, &runtime), 1, "checked once");
     assert!(runtime.block_on(store.get_batch(&id)).unwrap().open_runs.is_empty());
+}
+
+/// A step of the in-process test below: works a batch in 5 ms, noting in `ledger` when.
+struct InProcessStep {
+    name: &'static str,
+    event_type: &'static str,
+    trigger: Trigger,
+    ledger: Arc<Mutex<Vec<(BatchId, Instant, Instant)>>>,
+}
+
+impl Component for InProcessStep {
+    type Settings = ();
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn version(&self) -> &str {
+        "1"
+    }
+    fn event_type(&self) -> &str {
+        self.event_type
+    }
+    fn trigger(&self) -> Trigger {
+        self.trigger.clone()
+    }
+    fn work(&self, batch: &Batch, _: &(), _: &mut WorkContext) -> Result<(), WorkError> {
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        self.ledger.lock().unwrap().push((batch.id.clone(), started, Instant::now()));
+        Ok(())
+    }
+}
+
+/// What the in-process test's tracing wrote (the runners' debug lines), to count hand-ons.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Two runners of one step in one process, sharing its lock service (one liveness record: a
+/// run handed to the step is handed to the process, not to a runner), both watching: each
+/// handed batch is worked once. Only one of them is the step's taker (the place is tried in
+/// `runner::hand_on`'s tests); the other claims as a runner without hand-ons does.
+#[test]
+fn two_runners_of_one_step_sharing_a_process_work_each_handed_batch_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("autocomp_framework=debug")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // The runtime is on this thread only, so the runners' lines reach this subscriber alone.
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ledger: Arc<Mutex<Vec<(BatchId, Instant, Instant)>>> = Default::default();
+    let batch_type = BatchType::new("InProcess").unwrap();
+    runtime.block_on(async {
+        let store = open_store(&format!("sqlite://{}", dir.path().join("store.db").display())).await.unwrap();
+        let index = open_index(&format!("local:{}", dir.path().join("index").display()), Arc::clone(&store)).unwrap();
+        let locks_url = format!("local:{}", dir.path().join("locks").display());
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let config = || ComponentConfig { watch_heartbeat: Duration::from_secs(600), ..ComponentConfig::default() };
+        let first = InProcessStep {
+            name: "first",
+            event_type: "First_Done",
+            trigger: first_trigger(),
+            ledger: Default::default(),
+        };
+        let second = || InProcessStep {
+            name: "second",
+            event_type: SECOND_DONE,
+            trigger: Trigger::builder().requires("First_Done").blocked_by(SECOND_DONE).build(),
+            ledger: Arc::clone(&ledger),
+        };
+        let shared_locks = open_locks(&locks_url).await.unwrap();
+        let pipelines = [open_locks(&locks_url).await.unwrap(), Arc::clone(&shared_locks), shared_locks]
+            .map(|locks| autocomp_framework::Pipeline { store: Arc::clone(&store), index: Arc::clone(&index), locks });
+        let [first_pipeline, one, other] = pipelines;
+        let setup = |pipeline| Setup { config: config(), pipeline, shutdown: shutdown.clone() };
+        let watch = |runner| {
+            let watched = Watched { store: Arc::clone(&store), index: Arc::clone(&index) };
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { run_watching(&runner, watched, Duration::from_secs(600), shutdown).await })
+        };
+        let takers = [
+            watch(Runner::new(second(), (), second().trigger, setup(one)).unwrap()),
+            watch(Runner::new(second(), (), second().trigger, setup(other)).unwrap()),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !store.takers().await.unwrap().iter().any(|taker| taker.name.as_str() == "second") {
+            assert!(Instant::now() < deadline, "the second step never offered to take hand-ons");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let first_watcher = watch(Runner::new(first, (), first_trigger(), setup(first_pipeline)).unwrap());
+        // Time that must pass: the first step's first pass and its read of the takers.
+        tokio::time::sleep(TAKERS_READ_AGAIN).await;
+        for n in 1..=20 {
+            let id = BatchId::new(format!("B{n:04}")).unwrap();
+            store.create_batch(NewBatch::new(id.clone(), batch_type.clone())).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !ledger.lock().unwrap().iter().any(|(worked, ..)| *worked == id) {
+                assert!(Instant::now() < deadline, "batch {id} did not get through both steps within 10 s");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // A second worker on a batch would have been started by now: the last batch's work
+        // ended, and a pass over a found run starts it at once.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.send_replace(true);
+        for watcher in takers.into_iter().chain([first_watcher]) {
+            watcher.await.unwrap().unwrap();
+        }
+    });
+    let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let handed = log.matches("handed on").count();
+    assert!(handed >= 10, "only {handed} of 20 batches were handed on:\n{log}");
+    let entries = ledger.lock().unwrap().clone();
+    let mut by_batch: std::collections::BTreeMap<BatchId, usize> = Default::default();
+    for (batch, ..) in &entries {
+        *by_batch.entry(batch.clone()).or_default() += 1;
+    }
+    assert_eq!(by_batch.len(), 20);
+    let twice: Vec<_> = by_batch.iter().filter(|(_, worked)| **worked > 1).collect();
+    assert!(twice.is_empty(), "batches worked more than once: {twice:?}");
+}
+
+fn first_trigger() -> Trigger {
+    Trigger::builder().batch_types(&["InProcess"]).blocked_by("First_Done").build()
 }

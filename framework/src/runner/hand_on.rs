@@ -10,8 +10,9 @@
 //! announces each run it hands on to its taker, so a watcher reads its handed runs only when
 //! its store handle heard of one (`handed_now`), or cannot tell.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use autocomp_model::{
@@ -38,9 +39,38 @@ const TAKERS_FRESH_FOR: Duration = Duration::from_secs(1);
 /// The takers' descriptors, and when they were read.
 type TakersRead = (Instant, Arc<Vec<ComponentDescriptor>>);
 
+/// The takers in this process: (liveness record, component) for each runner that offered.
+/// A run is handed to a component's liveness record, not to a runner, and nothing but the
+/// runner's own guards keeps it from being taken up twice; so of two runners of one
+/// component sharing a lock service (one liveness record) only the first offers, and the
+/// other claims as a runner without hand-ons does.
+static TAKERS_IN_PROCESS: LazyLock<Mutex<HashSet<(String, ComponentName)>>> = LazyLock::new(Default::default);
+
+/// A runner's place in `TAKERS_IN_PROCESS`, given up when the runner is dropped (its
+/// handed runs released or left to be taken over as any process's are).
+struct TakerPlace(String, ComponentName);
+
+impl TakerPlace {
+    /// The place of `component`'s taker under `liveness`, if no other runner holds it.
+    fn take(liveness: &str, component: &ComponentName) -> Option<Self> {
+        let mut takers = TAKERS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+        takers.insert((liveness.to_owned(), component.clone())).then(|| Self(liveness.to_owned(), component.clone()))
+    }
+}
+
+impl Drop for TakerPlace {
+    fn drop(&mut self) {
+        let mut takers = TAKERS_IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+        takers.remove(&(std::mem::take(&mut self.0), self.1.clone()));
+    }
+}
+
 /// What a runner keeps of hand-ons: its own offer, and the takers it judges its results for.
 #[derive(Default)]
 pub(super) struct HandOns {
+    /// This runner's place as its component's taker under its liveness record, from its
+    /// first offer on (runs may be handed to it until it is dropped).
+    place: Mutex<Option<TakerPlace>>,
     /// The standing offer, with the liveness hold kept while it stands (a run may be handed
     /// to this process at any moment: its liveness is kept as for a held claim).
     offer: Mutex<Option<Option<LivenessHold>>>,
@@ -94,6 +124,9 @@ impl<C: Component> Runner<C> {
             return;
         }
         let Ok(liveness) = self.own_liveness() else { return };
+        if !self.holds_taker_place(&liveness) {
+            return debug!(liveness, "another runner of this component in this process takes its hand-ons");
+        }
         let hold = match self.pipeline.locks.hold_liveness().await {
             Ok(hold) => hold,
             Err(e) => return debug!("not offering to take hand-ons: {e}"),
@@ -108,6 +141,19 @@ impl<C: Component> Runner<C> {
             Ok(false) => self.hand_ons.store_keeps_none.store(true, Ordering::Relaxed),
             Err(e) => warn!("cannot offer to take hand-ons (claiming as before): {e}"),
         }
+    }
+
+    /// Whether this runner is (or now becomes) its component's one taker under `liveness` in
+    /// this process (`TAKERS_IN_PROCESS`); a new liveness record (a session made again)
+    /// gives up the old place for the new one.
+    fn holds_taker_place(&self, liveness: &str) -> bool {
+        let mut place = self.hand_ons.place.lock().expect("the taker place's mutex");
+        if place.as_ref().is_some_and(|held| held.0 == liveness) {
+            return true;
+        }
+        *place = None;
+        *place = TakerPlace::take(liveness, &self.name);
+        place.is_some()
     }
 
     /// Withdraws the standing offer (a watcher that defers or ends). Runs already handed stay
@@ -325,6 +371,18 @@ mod tests {
     use autocomp_model::{Agent, BatchId, BatchType, EventType, Outcome, Run, RunHolder, RunState, Trigger};
 
     use super::*;
+
+    #[test]
+    fn one_runner_a_component_and_liveness_record_is_a_taker_in_a_process() {
+        let (checker, archiver) = (ComponentName::new("checker").unwrap(), ComponentName::new("archiver").unwrap());
+        let first = TakerPlace::take("local:h:1:aa", &checker).expect("the first runner's place");
+        assert!(TakerPlace::take("local:h:1:aa", &checker).is_none(), "a second runner of the step under one record");
+        let other_step = TakerPlace::take("local:h:1:aa", &archiver).expect("another step under the record");
+        let other_record = TakerPlace::take("local:h:1:bb", &checker).expect("the step under another record");
+        drop(first);
+        let next = TakerPlace::take("local:h:1:aa", &checker).expect("the place once its runner is gone");
+        drop((next, other_step, other_record));
+    }
 
     #[test]
     fn a_registration_is_handed_to_the_takers_its_first_event_makes_it_ready_for() {
