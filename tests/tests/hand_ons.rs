@@ -323,13 +323,21 @@ fn two_runners_of_one_step_sharing_a_process_work_each_handed_batch_once() {
             watch(Runner::new(second(), (), second().trigger, setup(one)).unwrap()),
             watch(Runner::new(second(), (), second().trigger, setup(other)).unwrap()),
         ];
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !store.takers().await.unwrap().iter().any(|taker| taker.name.as_str() == "second") {
-            assert!(Instant::now() < deadline, "the second step never offered to take hand-ons");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let offered = |step: &'static str| {
+            let store = Arc::clone(&store);
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !store.takers().await.unwrap().iter().any(|taker| taker.name.as_str() == step) {
+                    assert!(Instant::now() < deadline, "the {step} step never offered to take hand-ons");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        offered("second").await;
         let first_watcher = watch(Runner::new(first, (), first_trigger(), setup(first_pipeline)).unwrap());
-        // Time that must pass: the first step's first pass and its read of the takers.
+        // The first step's first pass has begun once it offered (it reads the takers beside
+        // its pass); time that must pass then: that read.
+        offered("first").await;
         tokio::time::sleep(TAKERS_READ_AGAIN).await;
         for n in 1..=20 {
             let id = BatchId::new(format!("B{n:04}")).unwrap();
@@ -350,7 +358,9 @@ fn two_runners_of_one_step_sharing_a_process_work_each_handed_batch_once() {
     });
     let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     let handed = log.matches("handed on").count();
-    assert!(handed >= 10, "only {handed} of 20 batches were handed on:\n{log}");
+    // Fewer than in the chain of processes above: the step's taker withdraws while the other
+    // runner's pass holds the step's turn, and that runner never offers in its place.
+    assert!(handed >= 5, "only {handed} of 20 batches were handed on:\n{log}");
     let entries = ledger.lock().unwrap().clone();
     let mut by_batch: std::collections::BTreeMap<BatchId, usize> = Default::default();
     for (batch, ..) in &entries {
