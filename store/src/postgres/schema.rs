@@ -47,6 +47,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(24, "0024_takers"),
     migration!(25, "0025_hand_on_announced"),
     migration!(26, "0026_hand_on_in_the_writers_row"),
+    migration!(27, "0027_notify_triggers_without_rereads"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
