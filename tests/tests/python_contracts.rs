@@ -193,13 +193,18 @@ fn a_renamed_field_is_seen_everywhere_before_any_work_and_mended_without_a_resta
         let reader = components.into_iter().find(|c| c["descriptor"]["name"] == "files-copied").unwrap_or_default();
         reader["last_seen"].as_str().map(str::to_owned)
     };
+    let before_watching = reader_seen();
     let mut watch = reader.command(&pipeline, &["--watch"], &[]);
     let watcher = watch.spawn().expect("the watcher starts");
     let watcher_pid = watcher.id();
     let watched = std::thread::spawn(move || finish(watcher, Duration::from_secs(120)));
+    // Its first pass is refused and reported before the producer's: a retry woken by the
+    // producer's pass could otherwise be over before `listed_at` is read, and none would follow.
+    let first_refused = wait_until(Instant::now() + Duration::from_secs(30), || reader_seen() > before_watching);
+    assert!(first_refused, "the watcher's first pass is reported");
+    let listed_at = reader_seen();
     deliver(&pipeline, "B3");
     assert_eq!(producer.pass(&pipeline, &[]).code, Some(0), "another batch listed under the broken contract");
-    let listed_at = reader_seen();
     let refused_again = wait_until(Instant::now() + Duration::from_secs(30), || reader_seen() > listed_at);
     assert!(refused_again, "the watcher tried again after the producer's pass");
     assert!(!watched.is_finished(), "the watcher stays up through a broken contract");
