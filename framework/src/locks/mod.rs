@@ -277,7 +277,9 @@ pub trait LockService: Send + Sync {
     /// it is kept, a claim that finds one of those runs open is refused; once it is gone (the
     /// process dead, its session expired, its lease observed unrenewed: on PostgreSQL also a
     /// live process's lease dormant, holding nothing, for a lease), the run may be taken
-    /// over. `None` for a service that keeps none: then every claim takes batch locks.
+    /// over. `None` for a service that keeps none: then every claim takes batch locks. A
+    /// service keeps one record for its life: once made, it is never another, only gone
+    /// (`None` for good), which a taker of hand-ons relies on (`Runner::handed_record`).
     fn liveness(&self) -> Option<String> {
         None
     }

@@ -16,8 +16,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use autocomp_model::{
-    Batch, BatchId, BatchSummary, ComponentDescriptor, ComponentName, NewBatch, NewEvent, Seq, SummaryHeader,
-    SummaryState, Timestamp,
+    Batch, BatchId, BatchSummary, ComponentDescriptor, ComponentName, NewBatch, NewEvent, RunHolder, Seq,
+    SummaryHeader, SummaryState, Timestamp,
 };
 use autocomp_store::{AnnouncementMark, Claim, ObjectStore, ReadyAnswer, StoreError, TakerOffer};
 use tracing::{debug, warn};
@@ -109,7 +109,31 @@ impl<C: Component> Runner<C> {
     /// The liveness record runs may have been handed to this process under, if they may
     /// have been: its watcher sleeps as their taker (`HandOnStore::wait_as_taker`).
     pub(crate) fn taker_liveness(&self) -> Option<String> {
-        self.pipeline.locks.liveness().filter(|_| self.may_have_handed_runs())
+        self.handed_record().ok().flatten()
+    }
+
+    /// The liveness record of this runner's taker place, once an offer of its was kept: the
+    /// one record runs are handed to it under, read and taken up by. A lock service's record
+    /// never changes once made, it only goes (`LockService::liveness`); one that is not the
+    /// place's any more counts as gone (`LocksLost`), as its runs may then be taken over by
+    /// whoever finds it dead, and taking them up too would work a batch twice.
+    fn handed_record(&self) -> Result<Option<String>, RunError> {
+        if !self.may_have_handed_runs() {
+            return Ok(None);
+        }
+        let own = self.own_liveness()?;
+        match self.place_record() {
+            Some(record) if record == own => Ok(Some(own)),
+            _ => Err(RunError::LocksLost(format!(
+                "this process's liveness record is not the one runs were handed to it under (now {own}): taking \
+                 none up"
+            ))),
+        }
+    }
+
+    /// The liveness record this runner's taker place was taken under, if it holds one.
+    fn place_record(&self) -> Option<String> {
+        self.hand_ons.place.lock().expect("the taker place's mutex").as_ref().map(|place| place.0.clone())
     }
 
     /// Offers this watcher as a taker of its component's batches, if the component takes
@@ -131,7 +155,8 @@ impl<C: Component> Runner<C> {
             Ok(hold) => hold,
             Err(e) => return debug!("not offering to take hand-ons: {e}"),
         };
-        let offer = TakerOffer { descriptor: self.readiness_descriptor(), holder: self.run_holder() };
+        let holder = RunHolder { liveness: Some(liveness.clone()), ..self.run_holder() };
+        let offer = TakerOffer { descriptor: self.readiness_descriptor(), holder };
         match self.pipeline.store.offer_to_take(offer).await {
             Ok(true) => {
                 debug!(liveness, "offered to take hand-ons");
@@ -144,16 +169,17 @@ impl<C: Component> Runner<C> {
     }
 
     /// Whether this runner is (or now becomes) its component's one taker under `liveness` in
-    /// this process (`TAKERS_IN_PROCESS`); a new liveness record (a session made again)
-    /// gives up the old place for the new one.
+    /// this process (`TAKERS_IN_PROCESS`). A place is kept for the runner's life: under
+    /// another record than its place's (which no lock service makes) it offers no more.
     fn holds_taker_place(&self, liveness: &str) -> bool {
         let mut place = self.hand_ons.place.lock().expect("the taker place's mutex");
-        if place.as_ref().is_some_and(|held| held.0 == liveness) {
-            return true;
+        match place.as_ref() {
+            Some(held) => held.0 == liveness,
+            None => {
+                *place = TakerPlace::take(liveness, &self.name);
+                place.is_some()
+            }
         }
-        *place = None;
-        *place = TakerPlace::take(liveness, &self.name);
-        place.is_some()
     }
 
     /// Withdraws the standing offer (a watcher that defers or ends). Runs already handed stay
@@ -161,7 +187,8 @@ impl<C: Component> Runner<C> {
     /// over.
     pub(crate) async fn withdraw_offer(&self) {
         let Some(hold) = self.hand_ons.offer.lock().expect("the offer's mutex").take() else { return };
-        let Some(liveness) = self.run_holder().liveness else { return };
+        // Withdrawn under the record it was made under, which is its place's.
+        let Some(liveness) = self.place_record() else { return };
         if let Err(e) = self.pipeline.store.withdraw_offer(&self.name, &liveness).await {
             warn!("cannot withdraw the offer to take hand-ons: {e}");
         }
@@ -177,7 +204,7 @@ impl<C: Component> Runner<C> {
         }
         // What a question found is released below with the rest, not taken up again.
         self.hand_ons.found.lock().expect("the found runs' mutex").clear();
-        let Some(liveness) = self.run_holder().liveness else { return };
+        let Ok(Some(liveness)) = self.handed_record() else { return };
         let handed = match self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await {
             Ok(handed) => handed,
             Err(e) => return warn!("cannot read the runs handed to this watcher at its end: {e}"),
@@ -251,14 +278,11 @@ impl<C: Component> Runner<C> {
     /// hand-on announced after the question wakes the watcher's next sleep, if that sleep
     /// starts from a mark or a head read taken before the question (its look's).
     pub(crate) async fn handed_now(&self) -> Result<bool, RunError> {
-        if !self.may_have_handed_runs() {
-            return Ok(false);
-        }
+        let Some(liveness) = self.handed_record()? else { return Ok(false) };
         if !self.hand_ons.found.lock().expect("the found runs' mutex").is_empty() {
             // Found by the question before, not taken up yet.
             return Ok(true);
         }
-        let liveness = self.own_liveness()?;
         let since = *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex");
         let notice = self.pipeline.store.hand_on_notice(&self.descriptor, &liveness, since).await;
         *self.hand_ons.notice_mark.lock().expect("the notice mark's mutex") = notice.mark;
@@ -278,7 +302,7 @@ impl<C: Component> Runner<C> {
     /// Whether the store handed this process runs of its component (read): found, they wait
     /// for the pass over them (`Selection::Handed`).
     pub(crate) async fn find_handed(&self) -> Result<bool, RunError> {
-        let liveness = self.own_liveness()?;
+        let Some(liveness) = self.handed_record()? else { return Ok(false) };
         let answers = self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?;
         let found = !answers.is_empty();
         *self.hand_ons.found.lock().expect("the found runs' mutex") = answers;
@@ -290,7 +314,7 @@ impl<C: Component> Runner<C> {
     /// give-up is recorded instead of work).
     pub(super) async fn take_handed(&self, pass: &mut Pass) -> Result<(), RunError> {
         self.refresh_takers();
-        let liveness = self.own_liveness()?;
+        let Some(liveness) = self.handed_record()? else { return Ok(()) };
         let found = std::mem::take(&mut *self.hand_ons.found.lock().expect("the found runs' mutex"));
         let mut answers = match found.is_empty() {
             true => self.pipeline.store.handed_runs(&self.readiness_descriptor(), &liveness).await?,
@@ -368,7 +392,7 @@ fn summary_after(batch: &Batch, claim: &Claim, event: &NewEvent) -> BatchSummary
 
 #[cfg(test)]
 mod tests {
-    use autocomp_model::{Agent, BatchId, BatchType, EventType, Outcome, Run, RunHolder, RunState, Trigger};
+    use autocomp_model::{Agent, BatchId, BatchType, EventType, Outcome, Run, RunState, Trigger};
 
     use super::*;
 
