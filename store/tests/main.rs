@@ -8,6 +8,7 @@ mod carried_hand_ons;
 mod claim_as_lock;
 mod feed_horizon;
 mod kept_summaries;
+mod migration_locks;
 mod operations;
 mod postgres_connection;
 mod postgres_processes;

@@ -140,7 +140,7 @@ impl PgBackend {
         options.migrate = false;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;
-        let applied = schema::migrate(&mut client, &options.target).await?;
+        let applied = schema::migrate(&mut client, &options.target, schema::MIGRATION_PATIENCE).await?;
         let version = schema::schema_version(&client).await?;
         drop(client);
         let _ = connection.await;
@@ -154,7 +154,7 @@ impl PgBackend {
         let options = PgOptions::parse(url)?;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;
-        schema::migrate_up_to(&mut client, &options.target, version).await?;
+        schema::migrate_up_to(&mut client, &options.target, version, schema::MIGRATION_PATIENCE).await?;
         drop(client);
         let _ = connection.await;
         Ok(())
@@ -190,7 +190,9 @@ impl PgBackend {
                  run `autocomp-store migrate --db URL` (or drop migrate=false from the URL)"
             )));
         }
-        match schema::migrate(&mut client, target).await {
+        // Tried once: a start held up by a long transaction runs on its schema if it can (below),
+        // and `autocomp-store migrate` waits longer.
+        match schema::migrate(&mut client, target, Duration::ZERO).await {
             Ok(applied) if !applied.is_empty() => {
                 tracing::info!(store = %target, ?applied, "migrated the PostgreSQL store schema")
             }

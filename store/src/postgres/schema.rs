@@ -1,11 +1,15 @@
 //! The PostgreSQL schema's versioned migrations and applying them: the SQL (tables and the
 //! server-side functions every write goes through) is in `store/migrations/postgres/`.
 //! Migrating takes a transaction-scoped advisory lock, so of two processes opening an empty
-//! database at once one migrates and the other waits, then finds it done.
+//! database at once one migrates and the other waits, then finds it done. A migration waits
+//! for a table's lock at most `MIGRATION_LOCK_TIMEOUT` at a time: while it waits, every
+//! writer queues behind it, so one held up by a long transaction (an idle session, a dump)
+//! is rolled back and tried again, and the pipeline goes on meanwhile.
 
 use std::time::Duration;
 
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use crate::port::{StoreError, StoreResult};
 use autocomp_model::{InvalidInput, WORK_MINUTES_IN_HOUR, WORK_MINUTES_KEPT};
@@ -100,27 +104,82 @@ pub fn check_not_newer(current: i32) -> StoreResult<()> {
 
 /// Applies the missing migrations under the migration lock, in one transaction (two around a
 /// migration that waits for earlier transactions); returns the versions applied (none when
-/// another process got there first).
-pub async fn migrate(client: &mut Client, target: &str) -> StoreResult<Vec<i32>> {
-    migrate_up_to(client, target, LATEST_VERSION).await
+/// another process got there first). A migration held up by a table's lock is tried again
+/// until `patience` has passed (none: tried once), then fails naming who holds the locks.
+pub async fn migrate(client: &mut Client, target: &str, patience: Duration) -> StoreResult<Vec<i32>> {
+    migrate_up_to(client, target, LATEST_VERSION, patience).await
 }
+
+/// How long `autocomp-store migrate` tries again a migration held up by a table's lock.
+pub const MIGRATION_PATIENCE: Duration = Duration::from_secs(60);
+/// How long a migration's statement waits for a table's lock before the migration is rolled
+/// back (and tried again): the longest a writer queues behind it.
+const MIGRATION_LOCK_TIMEOUT: &str = "1s";
+/// The pause between two tries, in which the writers queued behind the last one go on.
+const MIGRATION_RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// Applies the missing migrations up to `version` (a lower one builds the database an older
 /// release left, for upgrade tests). Those before a migration that must wait for earlier
 /// transactions (`AFTER_EARLIER_TRANSACTIONS`) commit first; it is applied in a transaction
 /// of its own once they have ended.
-pub async fn migrate_up_to(client: &mut Client, target: &str, version: i32) -> StoreResult<Vec<i32>> {
+pub async fn migrate_up_to(
+    client: &mut Client,
+    target: &str,
+    version: i32,
+    patience: Duration,
+) -> StoreResult<Vec<i32>> {
     let mut applied = Vec::new();
     let mut waited = None;
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut told = false;
     loop {
         match apply_until_a_wait(client, target, version, waited, &mut applied).await? {
-            Some(next) => {
+            Attempt::Applied(Some(next)) => {
                 wait_for_earlier_transactions(client, next).await?;
                 waited = Some(next);
             }
-            None => return Ok(applied),
+            Attempt::Applied(None) => return Ok(applied),
+            Attempt::LockedOut(blocked) if tokio::time::Instant::now() >= deadline => {
+                return Err(locked_out(client, blocked, patience).await);
+            }
+            Attempt::LockedOut(blocked) => {
+                if !std::mem::replace(&mut told, true) {
+                    tracing::warn!(
+                        "migration to schema {blocked} waits for a table another transaction holds: trying again \
+                         for up to {} s, each try holding writers up {MIGRATION_LOCK_TIMEOUT} at most",
+                        patience.as_secs()
+                    );
+                }
+                tokio::time::sleep(MIGRATION_RETRY_PAUSE).await;
+            }
         }
     }
+}
+
+/// How one transaction of migrations ended.
+enum Attempt {
+    /// Committed; the migration that waits for earlier transactions next, if one does.
+    Applied(Option<i32>),
+    /// Rolled back: this version's statements waited `MIGRATION_LOCK_TIMEOUT` for a table's
+    /// lock (or deadlocked with a writer).
+    LockedOut(i32),
+}
+
+/// Why migration `version` gave up: the sessions holding locks on the store's tables now.
+async fn locked_out(client: &Client, version: i32, patience: Duration) -> StoreError {
+    const HOLDERS: &str = "SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+         WHERE l.granted AND l.pid <> pg_backend_pid() AND c.relnamespace = current_schema()::regnamespace
+         ORDER BY 1";
+    let holders = match client.query(HOLDERS, &[]).await {
+        Ok(rows) => format!("pids {:?}", rows.iter().map(|row| row.get::<_, i32>(0)).collect::<Vec<_>>()),
+        Err(e) => format!("who, unknown ({})", super::describe_error(&e)),
+    };
+    StoreError::Unavailable(format!(
+        "migration to schema {version} could not lock its tables within {} s (each try waits {MIGRATION_LOCK_TIMEOUT}, \
+         so writers are held up no longer): these sessions hold locks on them now: {holders} (pg_stat_activity names \
+         them); end a long transaction, or migrate again later",
+        patience.as_secs()
+    ))
 }
 
 /// Migrations applied only once every transaction begun before they start has ended: 20
@@ -131,17 +190,23 @@ const AFTER_EARLIER_TRANSACTIONS: &[i32] = &[20];
 const EARLIER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(60);
 
 /// One transaction under the migration lock: applies the missing migrations up to `up_to`,
-/// stopping before one that waits for earlier transactions (unless `waited` is it); returns
-/// that one.
+/// stopping before one that waits for earlier transactions (unless `waited` is it), and says
+/// which; or rolls back one held up by a table's lock.
 async fn apply_until_a_wait(
     client: &mut Client,
     target: &str,
     up_to: i32,
     waited: Option<i32>,
     applied: &mut Vec<i32>,
-) -> StoreResult<Option<i32>> {
+) -> StoreResult<Attempt> {
     let tx = client.transaction().await.map_err(unavailable)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
+    // After the migration lock, which another migrating process holds for as long as it takes;
+    // the notice of a `schema_version` already made is left unsaid at every try.
+    let settings =
+        format!("SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'; SET LOCAL client_min_messages = warning");
+    tx.batch_execute(&settings).await.map_err(unavailable)?;
+    let mut applied_now = Vec::new();
     if waited.is_none() {
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_version (
@@ -168,19 +233,25 @@ async fn apply_until_a_wait(
             .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
             .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
             .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
-        tx.batch_execute(&sql).await.map_err(|e| {
-            StoreError::Unavailable(format!("migration to schema {version} failed: {}", super::describe_error(&e)))
-        })?;
+        if let Err(e) = tx.batch_execute(&sql).await {
+            let locked_out = [&SqlState::LOCK_NOT_AVAILABLE, &SqlState::T_R_DEADLOCK_DETECTED];
+            if e.code().is_some_and(|code| locked_out.contains(&code)) {
+                return Ok(Attempt::LockedOut(*version));
+            }
+            let why = super::describe_error(&e);
+            return Err(StoreError::Unavailable(format!("migration to schema {version} failed: {why}")));
+        }
         tx.execute(
             "INSERT INTO schema_version (version, applied_at) VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)",
             &[version],
         )
         .await
         .map_err(unavailable)?;
-        applied.push(*version);
+        applied_now.push(*version);
     }
     tx.commit().await.map_err(unavailable)?;
-    Ok(waits)
+    applied.extend(applied_now);
+    Ok(Attempt::Applied(waits))
 }
 
 /// Waits until every session's transaction in the database open now (other than this

@@ -1,0 +1,64 @@
+//! A PostgreSQL migration held up by a table's lock (a long transaction: a session left idle
+//! in one, a dump) holds no writer up behind it for longer than one try's lock timeout: it is
+//! rolled back and tried again meanwhile, `autocomp-store migrate` applies it once the
+//! transaction ends, and a store opened meanwhile runs on the schema it finds.
+
+use std::time::{Duration, Instant};
+
+use autocomp_model::*;
+use autocomp_store::postgres::LATEST_VERSION;
+use autocomp_store::*;
+use autocomp_test_servers::postgres::{NamedDatabase, shared};
+use tokio_postgres::NoTls;
+
+/// Far past one try's lock timeout (a second) and its pause: a write that takes this long
+/// waited behind the migration.
+const WRITE_LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_held_up_by_a_long_transaction_lets_the_writers_go_on() {
+    let server = shared();
+    let NamedDatabase { name: database, url } = server.unique_named_database();
+    PgStore::create_at_schema_version(&url, LATEST_VERSION - 1).await.unwrap();
+    let store = PgStore::open(&format!("{url}?migrate=false")).await.unwrap();
+    let batch_type = BatchType::new("Delivery").unwrap();
+    store.create_batch(NewBatch::new(BatchId::new("B0").unwrap(), batch_type.clone())).await.unwrap();
+
+    // A long transaction that has read the store's two busiest tables, left open.
+    let (long, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    long.batch_execute("BEGIN; SELECT count(*) FROM batches; SELECT count(*) FROM events").await.unwrap();
+
+    let migrating = tokio::spawn({
+        let url = url.clone();
+        async move { PgStore::migrate(&url).await }
+    });
+    let waiting_for_a_lock = || {
+        let sql =
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        tokio::task::block_in_place(|| server.psql(&database, sql)).trim() != "0"
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !waiting_for_a_lock() {
+        assert!(Instant::now() < deadline, "the migration never waited for the long transaction's tables");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Writers meanwhile, each held up by one try at most.
+    for n in 1..=5 {
+        let id = BatchId::new(format!("B{n}")).unwrap();
+        let written = tokio::time::timeout(WRITE_LIMIT, store.create_batch(NewBatch::new(id, batch_type.clone())));
+        written.await.unwrap_or_else(|_| panic!("write {n} waited behind the migration")).unwrap();
+    }
+    // A store opened meanwhile (a cron start) tries the migration once and runs on schema
+    // LATEST_VERSION - 1.
+    let started = tokio::time::timeout(WRITE_LIMIT, PgStore::open(&url)).await;
+    let opened = started.expect("an open waited behind the long transaction").unwrap();
+    assert_eq!(opened.schema_version().await.unwrap(), LATEST_VERSION - 1);
+    assert!(!migrating.is_finished(), "the migration gave up while the transaction was open");
+
+    long.batch_execute("COMMIT").await.unwrap();
+    let migrated = tokio::time::timeout(Duration::from_secs(60), migrating).await.expect("migrated once it ended");
+    assert_eq!(migrated.unwrap().unwrap(), (vec![LATEST_VERSION], LATEST_VERSION));
+    assert_eq!(store.list_batches(None, 10).await.unwrap().len(), 6, "every write is kept");
+}
