@@ -11,8 +11,8 @@ use autocomp_store::*;
 use autocomp_test_servers::postgres::{NamedDatabase, shared};
 use tokio_postgres::NoTls;
 
-/// Far past one try's lock timeout (a second) and its pause: a write that takes this long
-/// waited behind the migration.
+/// Far past one try's lock timeout (`deadlock_timeout` and half a second: 1.5 s here) for each
+/// of the two tables and its pause: a write that takes this long waited behind the migration.
 const WRITE_LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread")]
@@ -50,8 +50,8 @@ async fn a_migration_held_up_by_a_long_transaction_lets_the_writers_go_on() {
         let written = tokio::time::timeout(WRITE_LIMIT, store.create_batch(NewBatch::new(id, batch_type.clone())));
         written.await.unwrap_or_else(|_| panic!("write {n} waited behind the migration")).unwrap();
     }
-    // A store opened meanwhile (a cron start) tries the migration once and runs on schema
-    // LATEST_VERSION - 1.
+    // A store opened meanwhile (a cron start) tries the migration once, or not at all while
+    // the migration above holds the migration lock, and runs on schema LATEST_VERSION - 1.
     let started = tokio::time::timeout(WRITE_LIMIT, PgStore::open(&url)).await;
     let opened = started.expect("an open waited behind the long transaction").unwrap();
     assert_eq!(opened.schema_version().await.unwrap(), LATEST_VERSION - 1);

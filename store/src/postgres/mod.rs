@@ -140,7 +140,8 @@ impl PgBackend {
         options.migrate = false;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;
-        let applied = schema::migrate(&mut client, &options.target, schema::MIGRATION_PATIENCE).await?;
+        let patience = schema::Patience::For(schema::MIGRATION_PATIENCE);
+        let applied = schema::migrate(&mut client, &options.target, patience).await?;
         let version = schema::schema_version(&client).await?;
         drop(client);
         let _ = connection.await;
@@ -154,7 +155,8 @@ impl PgBackend {
         let options = PgOptions::parse(url)?;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;
-        schema::migrate_up_to(&mut client, &options.target, version, schema::MIGRATION_PATIENCE).await?;
+        let patience = schema::Patience::For(schema::MIGRATION_PATIENCE);
+        schema::migrate_up_to(&mut client, &options.target, version, patience).await?;
         drop(client);
         let _ = connection.await;
         Ok(())
@@ -190,9 +192,14 @@ impl PgBackend {
                  run `autocomp-store migrate --db URL` (or drop migrate=false from the URL)"
             )));
         }
-        // Tried once: a start held up by a long transaction runs on its schema if it can (below),
-        // and `autocomp-store migrate` waits longer.
-        match schema::migrate(&mut client, target, Duration::ZERO).await {
+        // On a schema it runs on, a start is not held up by a long transaction or another
+        // process's migration: it runs on that schema (below), and `autocomp-store migrate`
+        // waits for them.
+        let patience = match current >= schema::OLDEST_RUNNABLE {
+            true => schema::Patience::Once,
+            false => schema::Patience::For(schema::MIGRATION_PATIENCE),
+        };
+        match schema::migrate(&mut client, target, patience).await {
             Ok(applied) if !applied.is_empty() => {
                 tracing::info!(store = %target, ?applied, "migrated the PostgreSQL store schema")
             }

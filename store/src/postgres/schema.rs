@@ -1,10 +1,9 @@
 //! The PostgreSQL schema's versioned migrations and applying them: the SQL (tables and the
 //! server-side functions every write goes through) is in `store/migrations/postgres/`.
 //! Migrating takes a transaction-scoped advisory lock, so of two processes opening an empty
-//! database at once one migrates and the other waits, then finds it done. A migration waits
-//! for a table's lock at most `MIGRATION_LOCK_TIMEOUT` at a time: while it waits, every
-//! writer queues behind it, so one held up by a long transaction (an idle session, a dump)
-//! is rolled back and tried again, and the pipeline goes on meanwhile.
+//! database at once one migrates and the other waits, then finds it done. A migration held up
+//! by a long transaction's lock (`Patience`) is rolled back and tried again, so the writers
+//! queued behind it go on meanwhile.
 
 use std::time::Duration;
 
@@ -104,17 +103,30 @@ pub fn check_not_newer(current: i32) -> StoreResult<()> {
 
 /// Applies the missing migrations under the migration lock, in one transaction (two around a
 /// migration that waits for earlier transactions); returns the versions applied (none when
-/// another process got there first). A migration held up by a table's lock is tried again
-/// until `patience` has passed (none: tried once), then fails naming who holds the locks.
-pub async fn migrate(client: &mut Client, target: &str, patience: Duration) -> StoreResult<Vec<i32>> {
+/// another process got there first). How a migration meets a table's lock another
+/// transaction holds, or another process migrating: `patience`.
+pub async fn migrate(client: &mut Client, target: &str, patience: Patience) -> StoreResult<Vec<i32>> {
     migrate_up_to(client, target, LATEST_VERSION, patience).await
+}
+
+/// How a migration meets a table's lock another transaction holds (a session left inside
+/// `BEGIN`, a dump): while it waits for that lock PostgreSQL queues every writer of the
+/// table behind it, so each try waits `deadlock_timeout` and half a second at most for each
+/// lock (an autovacuum in its way is cancelled at `deadlock_timeout`, as for any waiter), is
+/// then rolled back and tried again after `MIGRATION_RETRY_PAUSE`.
+#[derive(Clone, Copy, Debug)]
+pub enum Patience {
+    /// A store's open that finds a schema this release runs on: one try, and none while
+    /// another process migrates (a start is not held up, and adds no try to theirs).
+    Once,
+    /// `autocomp-store migrate`, or an open that cannot run on the schema it found: waits for
+    /// another process's migration, and tries again for this long after the first lock-out,
+    /// then fails naming the sessions holding the store's tables.
+    For(Duration),
 }
 
 /// How long `autocomp-store migrate` tries again a migration held up by a table's lock.
 pub const MIGRATION_PATIENCE: Duration = Duration::from_secs(60);
-/// How long a migration's statement waits for a table's lock before the migration is rolled
-/// back (and tried again): the longest a writer queues behind it.
-const MIGRATION_LOCK_TIMEOUT: &str = "1s";
 /// The pause between two tries, in which the writers queued behind the last one go on.
 const MIGRATION_RETRY_PAUSE: Duration = Duration::from_millis(500);
 
@@ -126,33 +138,38 @@ pub async fn migrate_up_to(
     client: &mut Client,
     target: &str,
     version: i32,
-    patience: Duration,
+    patience: Patience,
 ) -> StoreResult<Vec<i32>> {
     let mut applied = Vec::new();
     let mut waited = None;
-    let deadline = tokio::time::Instant::now() + patience;
-    let mut told = false;
+    let mut deadline = None;
     loop {
-        match apply_until_a_wait(client, target, version, waited, &mut applied).await? {
-            Attempt::Applied(Some(next)) => {
+        let outcome = apply_until_a_wait(client, target, version, waited, patience, &mut applied).await?;
+        let (blocked, patience) = match (outcome, patience) {
+            (Attempt::Applied(Some(next)), _) => {
                 wait_for_earlier_transactions(client, next).await?;
                 waited = Some(next);
+                continue;
             }
-            Attempt::Applied(None) => return Ok(applied),
-            Attempt::LockedOut(blocked) if tokio::time::Instant::now() >= deadline => {
-                return Err(locked_out(client, blocked, patience).await);
+            (Attempt::Applied(None), _) => return Ok(applied),
+            (Attempt::Busy, _) => {
+                return Err(StoreError::Unavailable("another process is migrating the store's schema".into()));
             }
-            Attempt::LockedOut(blocked) => {
-                if !std::mem::replace(&mut told, true) {
-                    tracing::warn!(
-                        "migration to schema {blocked} waits for a table another transaction holds: trying again \
-                         for up to {} s, each try holding writers up {MIGRATION_LOCK_TIMEOUT} at most",
-                        patience.as_secs()
-                    );
-                }
-                tokio::time::sleep(MIGRATION_RETRY_PAUSE).await;
-            }
+            (Attempt::LockedOut(blocked), Patience::Once) => return Err(locked_out(client, blocked, None).await),
+            (Attempt::LockedOut(blocked), Patience::For(patience)) => (blocked, patience),
+        };
+        let (now, first) = (tokio::time::Instant::now(), deadline.is_none());
+        if now >= *deadline.get_or_insert(now + patience) {
+            return Err(locked_out(client, blocked, Some(patience)).await);
         }
+        if first {
+            tracing::warn!(
+                "migration to schema {blocked} waits for a table another transaction holds: trying again for up \
+                 to {} s, each try holding the table's writers up about deadlock_timeout and half a second at most",
+                patience.as_secs()
+            );
+        }
+        tokio::time::sleep(MIGRATION_RETRY_PAUSE).await;
     }
 }
 
@@ -160,25 +177,43 @@ pub async fn migrate_up_to(
 enum Attempt {
     /// Committed; the migration that waits for earlier transactions next, if one does.
     Applied(Option<i32>),
-    /// Rolled back: this version's statements waited `MIGRATION_LOCK_TIMEOUT` for a table's
+    /// Not tried: another process holds the migration lock (`Patience::Once` only).
+    Busy,
+    /// Rolled back: this version's statements waited past the try's `lock_timeout` for a
     /// lock (or deadlocked with a writer).
     LockedOut(i32),
 }
 
-/// Why migration `version` gave up: the sessions holding locks on the store's tables now.
-async fn locked_out(client: &Client, version: i32, patience: Duration) -> StoreError {
-    const HOLDERS: &str = "SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+/// Why migration `version` gave up: the sessions of this database holding locks on the
+/// store's tables in a transaction begun before this moment's second, oldest first.
+async fn locked_out(client: &Client, version: i32, patience: Option<Duration>) -> StoreError {
+    const HOLDERS: &str = "SELECT a.pid, a.backend_type, extract(epoch FROM now() - a.xact_start)::bigint
+         FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid
          WHERE l.granted AND l.pid <> pg_backend_pid() AND c.relnamespace = current_schema()::regnamespace
-         ORDER BY 1";
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND a.xact_start < now() - interval '1 second'
+         GROUP BY 1, 2, 3 ORDER BY 3 DESC, 1";
     let holders = match client.query(HOLDERS, &[]).await {
-        Ok(rows) => format!("pids {:?}", rows.iter().map(|row| row.get::<_, i32>(0)).collect::<Vec<_>>()),
-        Err(e) => format!("who, unknown ({})", super::describe_error(&e)),
+        Ok(rows) if rows.is_empty() => "none now".to_owned(),
+        Ok(rows) => rows
+            .iter()
+            .map(|row| {
+                let (pid, kind, secs) = (row.get::<_, i32>(0), row.get::<_, String>(1), row.get::<_, i64>(2));
+                format!("pid {pid} ({kind}, in a transaction for {secs} s)")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("unknown ({})", super::describe_error(&e)),
+    };
+    let tried = match patience {
+        Some(patience) => format!("within {} s of tries", patience.as_secs()),
+        None => "in one try".to_owned(),
     };
     StoreError::Unavailable(format!(
-        "migration to schema {version} could not lock its tables within {} s (each try waits {MIGRATION_LOCK_TIMEOUT}, \
-         so writers are held up no longer): these sessions hold locks on them now: {holders} (pg_stat_activity names \
-         them); end a long transaction, or migrate again later",
-        patience.as_secs()
+        "migration to schema {version} could not lock its tables {tried} (each waits for a lock about \
+         deadlock_timeout and half a second at most, holding writers up no longer); sessions holding the store's \
+         tables in a transaction: {holders} (pg_stat_activity names them); end a long transaction, or migrate again \
+         later"
     ))
 }
 
@@ -191,35 +226,64 @@ const EARLIER_TRANSACTIONS_WAIT: Duration = Duration::from_secs(60);
 
 /// One transaction under the migration lock: applies the missing migrations up to `up_to`,
 /// stopping before one that waits for earlier transactions (unless `waited` is it), and says
-/// which; or rolls back one held up by a table's lock.
+/// which; or rolls back a try that waited too long for a lock.
 async fn apply_until_a_wait(
     client: &mut Client,
     target: &str,
     up_to: i32,
     waited: Option<i32>,
+    patience: Patience,
     applied: &mut Vec<i32>,
 ) -> StoreResult<Attempt> {
     let tx = client.transaction().await.map_err(unavailable)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
-    // After the migration lock, which another migrating process holds for as long as it takes;
-    // the notice of a `schema_version` already made is left unsaid at every try.
-    let settings =
-        format!("SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'; SET LOCAL client_min_messages = warning");
-    tx.batch_execute(&settings).await.map_err(unavailable)?;
-    let mut applied_now = Vec::new();
-    if waited.is_none() {
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (
-                 version    integer PRIMARY KEY,
-                 applied_at bigint NOT NULL
-             )",
-        )
-        .await
-        .map_err(|e| privileges(e, target, "create tables"))?;
+    match patience {
+        Patience::Once => {
+            let locked: bool = tx
+                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(unavailable)?
+                .get(0);
+            if !locked {
+                return Ok(Attempt::Busy);
+            }
+        }
+        Patience::For(_) => {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
+        }
     }
-    let current: i32 =
-        tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await.map_err(unavailable)?.get(0);
+    // After the migration lock, which another migrating process holds for as long as it
+    // takes. Past `deadlock_timeout`, so that a waiter cancels an autovacuum in its way first;
+    // the notice of a `schema_version` already made is left unsaid at every try.
+    tx.batch_execute(
+        "SELECT set_config('lock_timeout',
+                ((extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500)::text, true),
+            set_config('client_min_messages', 'warning', true)",
+    )
+    .await
+    .map_err(unavailable)?;
+    let locked_out = |e: &tokio_postgres::Error| {
+        [&SqlState::LOCK_NOT_AVAILABLE, &SqlState::T_R_DEADLOCK_DETECTED].iter().any(|code| e.code() == Some(code))
+    };
+    if waited.is_none() {
+        let made = tx
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (
+                     version    integer PRIMARY KEY,
+                     applied_at bigint NOT NULL
+                 )",
+            )
+            .await;
+        match made {
+            Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(up_to)),
+            made => made.map_err(|e| privileges(e, target, "create tables"))?,
+        }
+    }
+    let current = match tx.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[]).await {
+        Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(up_to)),
+        read => read.map_err(unavailable)?.get::<_, i32>(0),
+    };
     check_not_newer(current)?;
+    let mut applied_now = Vec::new();
     let mut waits = None;
     for (version, _name, sql) in MIGRATIONS.iter().filter(|(version, _, _)| *version > current && *version <= up_to) {
         if AFTER_EARLIER_TRANSACTIONS.contains(version) && waited != Some(*version) {
@@ -233,21 +297,20 @@ async fn apply_until_a_wait(
             .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
             .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
             .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
-        if let Err(e) = tx.batch_execute(&sql).await {
-            let locked_out = [&SqlState::LOCK_NOT_AVAILABLE, &SqlState::T_R_DEADLOCK_DETECTED];
-            if e.code().is_some_and(|code| locked_out.contains(&code)) {
-                return Ok(Attempt::LockedOut(*version));
+        let recorded = "INSERT INTO schema_version (version, applied_at)
+                        VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)";
+        let done = match tx.batch_execute(&sql).await {
+            Ok(()) => tx.execute(recorded, &[version]).await.map(drop),
+            failed => failed,
+        };
+        match done {
+            Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(*version)),
+            Err(e) => {
+                let why = super::describe_error(&e);
+                return Err(StoreError::Unavailable(format!("migration to schema {version} failed: {why}")));
             }
-            let why = super::describe_error(&e);
-            return Err(StoreError::Unavailable(format!("migration to schema {version} failed: {why}")));
+            Ok(()) => applied_now.push(*version),
         }
-        tx.execute(
-            "INSERT INTO schema_version (version, applied_at) VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)",
-            &[version],
-        )
-        .await
-        .map_err(unavailable)?;
-        applied_now.push(*version);
     }
     tx.commit().await.map_err(unavailable)?;
     applied.extend(applied_now);
