@@ -10,7 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use autocomp_e2e::{PROBED, Pipeline, binary, disjoint_by_batch, finish, sigterm, wait_until, without_pipeline_env};
+use autocomp_e2e::{
+    PROBE_NAME, PROBED, Pipeline, binary, disjoint_by_batch, finish, sigterm, wait_until, without_pipeline_env,
+};
 use autocomp_framework::config::ComponentConfig;
 use autocomp_framework::locks::open_locks;
 use autocomp_framework::{Batch, Component, Runner, Setup, Watched, WorkContext, WorkError, run_watching};
@@ -26,14 +28,32 @@ const PROBE: &str = env!("CARGO_BIN_EXE_probe-component");
 const SLOW_HEARTBEAT: &str = "watch_heartbeat = \"10m\"";
 const EXIT_LIMIT: Duration = Duration::from_secs(20);
 const SECOND_DONE: &str = "Second_Done";
-/// Longer than an appender keeps the takers it read (a second).
-const TAKERS_READ_AGAIN: Duration = Duration::from_millis(1_200);
+/// How long a step has to read the takers once it passes (a read in a task beside its pass).
+const TAKERS_READ_WITHIN: Duration = Duration::from_secs(10);
 
 /// The first step's `--watch`, logging at debug into `log` (a file: a pipe nobody reads
 /// until the end would fill and stop the watcher).
 fn first_step(pipeline: &Pipeline, log: &std::path::Path) -> Child {
     let log = std::fs::File::create(log).expect("the first step's log");
     pipeline.command(&["--watch", "-vv"]).stderr(log).spawn().expect("the first step's watcher starts")
+}
+
+/// Whether `log` says `reader` read the takers and found the second step among them: its
+/// results hand batches on to the second step from then on.
+fn read_the_second_step_as_a_taker(log: &str, reader: &str) -> bool {
+    log.lines().any(|line| {
+        line.contains("read the takers of hand-ons")
+            && line.contains(&format!("reader={reader}"))
+            && line.split("takers=").nth(1).is_some_and(|takers| takers.split([',', ' ']).any(|name| name == "second"))
+    })
+}
+
+/// Waits until the first step's log (`first_step`) says it read the second step as a taker.
+fn wait_for_the_first_step_to_read_the_taker(log: &std::path::Path) {
+    let first_read = wait_until(Instant::now() + TAKERS_READ_WITHIN, || {
+        read_the_second_step_as_a_taker(&std::fs::read_to_string(log).unwrap_or_default(), PROBE_NAME)
+    });
+    assert!(first_read, "the first step never read the second as a taker:\n{}", std::fs::read_to_string(log).unwrap());
 }
 
 /// How many batches the first step's log says it handed on.
@@ -77,12 +97,13 @@ fn a_chain_of_watchers_hands_each_batch_on_and_works_it_once() {
     let second = format!("{SLOW_HEARTBEAT}\n[settings]\nwork_time = \"5ms\"\nledger = \"{}\"\n", ledger.display());
     std::fs::write(pipeline.config_dir().join("second.toml"), second).unwrap();
     let log = pipeline.path("first.log");
-    let first = first_step(&pipeline, &log);
+    // The takers offer before the first step starts, so the takers its first pass reads (in
+    // a task beside it) name them; an idle step reads them again only at its next pass.
     let takers = [second_step(&pipeline), second_step(&pipeline)];
+    wait_for_a_taker_among(&pipeline, 1);
+    let first = first_step(&pipeline, &log);
     wait_for_a_taker(&pipeline);
-    // Time that must pass: an appender reads the takers again once the ones it read are a
-    // second old, so the first step learns of the offer within a second.
-    std::thread::sleep(TAKERS_READ_AGAIN);
+    wait_for_the_first_step_to_read_the_taker(&log);
     let ids: Vec<_> = (1..=20).map(|n| format!("B{n:04}")).collect();
     for id in &ids {
         let id = pipeline.register_one(id, true);
@@ -145,8 +166,8 @@ fn a_taker_killed_holding_a_handed_run_has_it_taken_over_and_worked_once() {
     wait_for_a_taker_among(&pipeline, 1);
     let first = first_step(&pipeline, &log);
     wait_for_a_taker(&pipeline);
-    // Time that must pass: the first step's first pass and its read of the takers.
-    std::thread::sleep(TAKERS_READ_AGAIN);
+    // The first step's first pass reads the takers beside it.
+    wait_for_the_first_step_to_read_the_taker(&log);
     let id = pipeline.register_one("B0001", true);
     let working = wait_until(Instant::now() + Duration::from_secs(10), || started.join("B0001").exists());
     assert!(working, "the taker never started on the batch");
@@ -361,10 +382,12 @@ fn two_runners_of_one_step_sharing_a_process(store_url: &str) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let first_watcher = watch(Runner::new(first, (), first_trigger(), setup(first_pipeline)).unwrap());
-        // The first step's first pass has begun once it offered (it reads the takers beside
-        // its pass); time that must pass then: that read.
-        offered("first").await;
-        tokio::time::sleep(TAKERS_READ_AGAIN).await;
+        // The first step's first pass reads the takers beside it.
+        let deadline = Instant::now() + TAKERS_READ_WITHIN;
+        while !read_the_second_step_as_a_taker(&log.text(), "first") {
+            assert!(Instant::now() < deadline, "the first step never read the second as a taker:\n{}", log.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         for n in 1..=20 {
             let id = BatchId::new(format!("B{n:04}")).unwrap();
             store.create_batch(NewBatch::new(id.clone(), batch_type.clone())).await.unwrap();

@@ -256,14 +256,21 @@ impl<C: Component> Runner<C> {
         if !fresh && !self.hand_ons.refreshing.swap(true, Ordering::AcqRel) {
             let store: Arc<dyn ObjectStore> = Arc::clone(&self.pipeline.store);
             let (slot, refreshing) = (Arc::clone(&self.hand_ons.takers), Arc::clone(&self.hand_ons.refreshing));
+            let reader = self.name.clone();
             tokio::spawn(async move {
                 // Bounded: a read that never answers would leave the list unread for good.
                 let read = tokio::time::timeout(TAKERS_FRESH_FOR * 5, store.takers()).await;
-                let takers =
-                    read.unwrap_or_else(|_| Err(StoreError::Unavailable("no answer".into()))).unwrap_or_else(|e| {
+                let takers = match read.unwrap_or_else(|_| Err(StoreError::Unavailable("no answer".into()))) {
+                    Ok(takers) => {
+                        let names: Vec<&str> = takers.iter().map(|taker| taker.name.as_str()).collect();
+                        debug!(%reader, takers = %names.join(","), "read the takers of hand-ons");
+                        takers
+                    }
+                    Err(e) => {
                         debug!("cannot read the takers of hand-ons: {e}");
                         Vec::new()
-                    });
+                    }
+                };
                 *slot.lock().expect("the takers' mutex") = Some((Instant::now(), Arc::new(takers)));
                 refreshing.store(false, Ordering::Release);
             });
