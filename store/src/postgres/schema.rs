@@ -236,31 +236,9 @@ async fn apply_until_a_wait(
     applied: &mut Vec<i32>,
 ) -> StoreResult<Attempt> {
     let tx = client.transaction().await.map_err(unavailable)?;
-    match patience {
-        Patience::Once => {
-            let locked: bool = tx
-                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-                .await
-                .map_err(unavailable)?
-                .get(0);
-            if !locked {
-                return Ok(Attempt::Busy);
-            }
-        }
-        Patience::For(_) => {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
-        }
+    if !begin_a_try(&tx, patience).await? {
+        return Ok(Attempt::Busy);
     }
-    // After the migration lock, which another migrating process holds for as long as it
-    // takes. Past `deadlock_timeout`, so that a waiter cancels an autovacuum in its way first;
-    // the notice of a `schema_version` already made is left unsaid at every try.
-    tx.batch_execute(
-        "SELECT set_config('lock_timeout',
-                ((extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500)::text, true),
-            set_config('client_min_messages', 'warning', true)",
-    )
-    .await
-    .map_err(unavailable)?;
     let locked_out = |e: &tokio_postgres::Error| {
         [&SqlState::LOCK_NOT_AVAILABLE, &SqlState::T_R_DEADLOCK_DETECTED].iter().any(|code| e.code() == Some(code))
     };
@@ -290,13 +268,7 @@ async fn apply_until_a_wait(
             waits = Some(*version);
             break;
         }
-        let sql = sql
-            .replace("@FEED_LOCK@", &FEED_LOCK.to_string())
-            .replace("@FEED_READERS@", &FEED_READERS.to_string())
-            .replace("@FEED_EPOCHS@", &FEED_EPOCHS.to_string())
-            .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
-            .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
-            .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string());
+        let sql = with_constants(sql);
         let recorded = "INSERT INTO schema_version (version, applied_at)
                         VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)";
         let done = match tx.batch_execute(&sql).await {
@@ -315,6 +287,43 @@ async fn apply_until_a_wait(
     tx.commit().await.map_err(unavailable)?;
     applied.extend(applied_now);
     Ok(Attempt::Applied(waits))
+}
+
+/// Takes the migration lock in `tx` (waiting for another process's migration, or not with
+/// `Patience::Once`: then `false`) and sets the try's lock timeout.
+async fn begin_a_try(tx: &tokio_postgres::Transaction<'_>, patience: Patience) -> StoreResult<bool> {
+    match patience {
+        Patience::Once => {
+            let row = tx.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await;
+            if !row.map_err(unavailable)?.get::<_, bool>(0) {
+                return Ok(false);
+            }
+        }
+        Patience::For(_) => {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
+        }
+    }
+    // After the migration lock, which another migrating process holds for as long as it
+    // takes. Past `deadlock_timeout`, so that a waiter cancels an autovacuum in its way first;
+    // the notice of a `schema_version` already made is left unsaid at every try.
+    tx.batch_execute(
+        "SELECT set_config('lock_timeout',
+                ((extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500)::text, true),
+            set_config('client_min_messages', 'warning', true)",
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(true)
+}
+
+/// A migration's SQL with the constants it names filled in.
+fn with_constants(sql: &str) -> String {
+    sql.replace("@FEED_LOCK@", &FEED_LOCK.to_string())
+        .replace("@FEED_READERS@", &FEED_READERS.to_string())
+        .replace("@FEED_EPOCHS@", &FEED_EPOCHS.to_string())
+        .replace("@WORK_MINUTES_KEPT@", &WORK_MINUTES_KEPT.to_string())
+        .replace("@WORK_MINUTES_IN_HOUR@", &WORK_MINUTES_IN_HOUR.to_string())
+        .replace("@WORK_HOURS_KEPT@", &autocomp_model::WORK_HOURS_KEPT.to_string())
 }
 
 /// Waits until every session's transaction in the database open now (other than this
