@@ -349,7 +349,10 @@ async fn a_filling_notification_queue_is_announced_to_without_answers() {
     // A listener that stops reading: in a transaction, its session takes in no notification.
     let (stalled, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(connection);
-    stalled.batch_execute("LISTEN autocomp_store_changed; BEGIN; SELECT 1").await.unwrap();
+    // Two messages: a LISTEN takes effect when its transaction commits, and a BEGIN later in
+    // the same query string would have made it part of the transaction left open.
+    stalled.batch_execute("LISTEN autocomp_store_changed").await.unwrap();
+    stalled.batch_execute("BEGIN; SELECT 1").await.unwrap();
     let (filler, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(connection);
     let fill = "SELECT count(pg_notify('filler', repeat('y', 7900) || i)) FROM generate_series(1, 12000) i";
