@@ -1,7 +1,8 @@
 //! A PostgreSQL migration held up by a table's lock (a long transaction: a session left idle
 //! in one, a dump) holds no writer up behind it for longer than one try's lock timeout: it is
 //! rolled back and tried again meanwhile, `autocomp-store migrate` applies it once the
-//! transaction ends, and a store opened meanwhile runs on the schema it finds.
+//! transaction ends (or, out of patience, names that transaction's session), and a store
+//! opened meanwhile runs on the schema it finds.
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,13 @@ async fn a_migration_held_up_by_a_long_transaction_lets_the_writers_go_on() {
     let started = tokio::time::timeout(WRITE_LIMIT, PgStore::open(&url)).await;
     let opened = started.expect("an open waited behind the long transaction").unwrap();
     assert_eq!(opened.schema_version().await.unwrap(), LATEST_VERSION - 1);
+    assert!(!migrating.is_finished(), "the migration gave up while the transaction was open");
+
+    // A migration that gives up names the long transaction's session.
+    let long_pid: i32 = long.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let gave_up = PgStore::migrate_trying_for(&url, Duration::from_secs(2)).await.unwrap_err().to_string();
+    assert!(gave_up.contains(&format!("pid {long_pid} (client backend, in a transaction for ")), "{gave_up}");
+    assert!(gave_up.contains(&format!("migration to schema {LATEST_VERSION} could not lock its tables")), "{gave_up}");
     assert!(!migrating.is_finished(), "the migration gave up while the transaction was open");
 
     long.batch_execute("COMMIT").await.unwrap();

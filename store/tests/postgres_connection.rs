@@ -117,6 +117,33 @@ async fn a_wrong_password_is_a_configuration_error_that_never_shows_the_password
     assert_eq!(store.count_batches().await.unwrap(), 0);
 }
 
+/// As the README sets a role up: it owns its database, and a superuser grants it the one
+/// parameter the store's functions set for their own call. Without the grant the migration
+/// past schema 20 is refused naming it (the role stays on a schema it runs on), with it the
+/// role migrates to the last.
+#[tokio::test]
+async fn a_role_owning_its_database_migrates_once_granted_the_writers_parameter() {
+    let server = shared();
+    let database = server.unique_named_database().name;
+    let role = format!("owner_{database}");
+    server.psql("postgres", &format!("CREATE ROLE {role} LOGIN; ALTER DATABASE {database} OWNER TO {role}"));
+    let url = format!("postgres://{role}@{}/{database}", server.host_port());
+
+    let refused = PgStore::migrate(&url).await.expect_err("migrated without the grant");
+    assert!(matches!(refused, StoreError::Invalid(_)), "a role's right is configuration: {refused}");
+    let grant = format!("GRANT SET ON PARAMETER autocomp.summary_kept_by_writer TO \"{role}\"");
+    assert!(refused.to_string().contains(&grant), "names the grant: {refused}");
+    let store = PgStore::open(&url).await.expect("opens on the schema it reached");
+    assert!(store.schema_version().await.unwrap() >= postgres::OLDEST_RUNNABLE);
+
+    server.psql("postgres", &format!("{grant};"));
+    let (_, now) = PgStore::migrate(&url).await.expect("migrates once granted");
+    assert_eq!(now, postgres::LATEST_VERSION);
+    let store = PgStore::open(&url).await.unwrap();
+    store.create_batch(NewBatch::new(BatchId::new("B1").unwrap(), BatchType::new("T").unwrap())).await.unwrap();
+    assert_eq!(store.count_batches().await.unwrap(), 1);
+}
+
 #[tokio::test]
 async fn unreachable_hosts_are_unavailable_at_once_naming_host_and_user() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -38,7 +38,7 @@ use crate::port::{StoreError, StoreResult};
 use autocomp_model::{IdempotencyKey, InvalidInput};
 
 pub use options::{PgOptions, SILENT_CONNECTION_LIMIT};
-pub use schema::{FEED_EPOCHS, FEED_LOCK, LATEST_VERSION};
+pub use schema::{FEED_EPOCHS, FEED_LOCK, LATEST_VERSION, OLDEST_RUNNABLE, WRITER_PARAMETER};
 
 /// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).
 /// Clones are cheap and share the pool.
@@ -99,7 +99,14 @@ impl PgStore {
     /// Applies the missing migrations (what `autocomp-store migrate` runs); returns the
     /// versions applied and the version the database is at now.
     pub async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
-        PgBackend::migrate(url).await
+        PgBackend::migrate(url, schema::MIGRATION_PATIENCE).await
+    }
+
+    /// `migrate`, trying a migration held up by a table's lock for `patience` after the first
+    /// lock-out rather than a minute, for tests of how it gives up.
+    #[doc(hidden)]
+    pub async fn migrate_trying_for(url: &str, patience: Duration) -> StoreResult<(Vec<i32>, i32)> {
+        PgBackend::migrate(url, patience).await
     }
 
     /// Brings an empty database to schema `version` as an older release left it, for upgrade
@@ -135,13 +142,12 @@ impl PgBackend {
 
     /// Applies the missing migrations (what `autocomp-store migrate` runs); returns the
     /// versions applied and the version the database is at now.
-    async fn migrate(url: &str) -> StoreResult<(Vec<i32>, i32)> {
+    async fn migrate(url: &str, patience: Duration) -> StoreResult<(Vec<i32>, i32)> {
         let mut options = PgOptions::parse(url)?;
         options.migrate = false;
         let tls = options.tls()?;
         let (mut client, connection) = connect_once(&options, tls).await?;
-        let patience = schema::Patience::For(schema::MIGRATION_PATIENCE);
-        let applied = schema::migrate(&mut client, &options.target, patience).await?;
+        let applied = schema::migrate(&mut client, &options.target, schema::Patience::For(patience)).await?;
         let version = schema::schema_version(&client).await?;
         drop(client);
         let _ = connection.await;
@@ -192,9 +198,8 @@ impl PgBackend {
                  run `autocomp-store migrate --db URL` (or drop migrate=false from the URL)"
             )));
         }
-        // On a schema it runs on, a start is not held up by a long transaction or another
-        // process's migration: it runs on that schema (below), and `autocomp-store migrate`
-        // waits for them.
+        // On a schema it runs on, a start is not held up by a long transaction beyond one try:
+        // it runs on that schema (below), and `autocomp-store migrate` tries longer.
         let patience = match current >= schema::OLDEST_RUNNABLE {
             true => schema::Patience::Once,
             false => schema::Patience::For(schema::MIGRATION_PATIENCE),
@@ -206,6 +211,7 @@ impl PgBackend {
             Ok(_) => {}
             // 19 applied and 20 waiting for a transaction left open: runs on 19, and the next
             // open migrates again.
+            Err(error @ StoreError::SchemaNewer(_)) => return Err(error),
             Err(error) if schema::schema_version(&client).await? >= schema::OLDEST_RUNNABLE => {
                 tracing::warn!(store = %target, %error, "running on an older schema until the migration completes")
             }

@@ -104,7 +104,7 @@ pub fn check_not_newer(current: i32) -> StoreResult<()> {
 /// Applies the missing migrations under the migration lock, in one transaction (two around a
 /// migration that waits for earlier transactions); returns the versions applied (none when
 /// another process got there first). How a migration meets a table's lock another
-/// transaction holds, or another process migrating: `patience`.
+/// transaction holds: `patience`.
 pub async fn migrate(client: &mut Client, target: &str, patience: Patience) -> StoreResult<Vec<i32>> {
     migrate_up_to(client, target, LATEST_VERSION, patience).await
 }
@@ -113,15 +113,17 @@ pub async fn migrate(client: &mut Client, target: &str, patience: Patience) -> S
 /// `BEGIN`, a dump): while it waits for that lock PostgreSQL queues every writer of the
 /// table behind it, so each try waits `deadlock_timeout` and half a second at most for each
 /// lock (an autovacuum in its way is cancelled at `deadlock_timeout`, as for any waiter), is
-/// then rolled back and tried again after `MIGRATION_RETRY_PAUSE`.
+/// then rolled back and tried again after `MIGRATION_RETRY_PAUSE`. Every try first waits for
+/// the migration lock, which another process's try holds.
 #[derive(Clone, Copy, Debug)]
 pub enum Patience {
-    /// A store's open that finds a schema this release runs on: one try, and none while
-    /// another process migrates (a start is not held up, and adds no try to theirs).
+    /// A store's open that finds a schema this release runs on: one try (after another
+    /// process's migration, if one holds the migration lock), and on a lock-out the process
+    /// runs on that schema.
     Once,
-    /// `autocomp-store migrate`, or an open that cannot run on the schema it found: waits for
-    /// another process's migration, and tries again for this long after the first lock-out,
-    /// then fails naming the sessions holding the store's tables.
+    /// `autocomp-store migrate`, or an open that cannot run on the schema it found: tries
+    /// again for this long after the first lock-out (and again after migration 20's wait for
+    /// earlier transactions), then fails naming the sessions holding the store's tables.
     For(Duration),
 }
 
@@ -144,17 +146,16 @@ pub async fn migrate_up_to(
     let mut waited = None;
     let mut deadline = None;
     loop {
-        let outcome = apply_until_a_wait(client, target, version, waited, patience, &mut applied).await?;
+        let outcome = apply_until_a_wait(client, target, version, waited, &mut applied).await?;
         let (blocked, patience) = match (outcome, patience) {
             (Attempt::Applied(Some(next)), _) => {
                 wait_for_earlier_transactions(client, next).await?;
                 waited = Some(next);
+                // The tries after that wait have their own time.
+                deadline = None;
                 continue;
             }
             (Attempt::Applied(None), _) => return Ok(applied),
-            (Attempt::Busy, _) => {
-                return Err(StoreError::Unavailable("another process is migrating the store's schema".into()));
-            }
             (Attempt::LockedOut(blocked), Patience::Once) => return Err(locked_out(client, blocked, None).await),
             (Attempt::LockedOut(blocked), Patience::For(patience)) => (blocked, patience),
         };
@@ -177,29 +178,33 @@ pub async fn migrate_up_to(
 enum Attempt {
     /// Committed; the migration that waits for earlier transactions next, if one does.
     Applied(Option<i32>),
-    /// Not tried: another process holds the migration lock (`Patience::Once` only).
-    Busy,
     /// Rolled back: this version's statements waited past the try's `lock_timeout` for a
     /// lock (or deadlocked with a writer).
     LockedOut(i32),
 }
 
 /// Why migration `version` gave up: the sessions of this database holding locks on the
-/// store's tables in a transaction begun before this moment's second, oldest first.
+/// store's tables in a transaction begun over a second ago, oldest first. Another role's
+/// session shows no kind or age to a role that is not a superuser (nor `pg_read_all_stats`):
+/// it is named by its pid alone.
 async fn locked_out(client: &Client, version: i32, patience: Option<Duration>) -> StoreError {
-    const HOLDERS: &str = "SELECT a.pid, a.backend_type, extract(epoch FROM now() - a.xact_start)::bigint
-         FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.granted AND l.pid <> pg_backend_pid() AND c.relnamespace = current_schema()::regnamespace
+    const HOLDERS: &str = "SELECT l.pid, a.backend_type, extract(epoch FROM now() - a.xact_start)::bigint
+         FROM pg_locks l JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.granted AND l.pid <> pg_backend_pid()
+           AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND a.xact_start < now() - interval '1 second'
-         GROUP BY 1, 2, 3 ORDER BY 3 DESC, 1";
+           AND (a.xact_start IS NULL OR a.xact_start < now() - interval '1 second')
+         GROUP BY 1, 2, 3 ORDER BY 3 DESC NULLS FIRST, 1";
     let holders = match client.query(HOLDERS, &[]).await {
         Ok(rows) if rows.is_empty() => "none now".to_owned(),
         Ok(rows) => rows
             .iter()
             .map(|row| {
-                let (pid, kind, secs) = (row.get::<_, i32>(0), row.get::<_, String>(1), row.get::<_, i64>(2));
-                format!("pid {pid} ({kind}, in a transaction for {secs} s)")
+                let (pid, kind, secs) = (row.get::<_, i32>(0), row.get::<_, Option<String>>(1), row.get(2));
+                match (kind, secs) {
+                    (Some(kind), Some::<i64>(secs)) => format!("pid {pid} ({kind}, in a transaction for {secs} s)"),
+                    _ => format!("pid {pid} (another role's session)"),
+                }
             })
             .collect::<Vec<_>>()
             .join(", "),
@@ -232,13 +237,10 @@ async fn apply_until_a_wait(
     target: &str,
     up_to: i32,
     waited: Option<i32>,
-    patience: Patience,
     applied: &mut Vec<i32>,
 ) -> StoreResult<Attempt> {
     let tx = client.transaction().await.map_err(unavailable)?;
-    if !begin_a_try(&tx, patience).await? {
-        return Ok(Attempt::Busy);
-    }
+    begin_a_try(&tx).await?;
     let locked_out = |e: &tokio_postgres::Error| {
         [&SqlState::LOCK_NOT_AVAILABLE, &SqlState::T_R_DEADLOCK_DETECTED].iter().any(|code| e.code() == Some(code))
     };
@@ -277,6 +279,9 @@ async fn apply_until_a_wait(
         };
         match done {
             Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(*version)),
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                return Err(parameter_not_granted(&e, target, *version));
+            }
             Err(e) => {
                 let why = super::describe_error(&e);
                 return Err(StoreError::Unavailable(format!("migration to schema {version} failed: {why}")));
@@ -289,31 +294,22 @@ async fn apply_until_a_wait(
     Ok(Attempt::Applied(waits))
 }
 
-/// Takes the migration lock in `tx` (waiting for another process's migration, or not with
-/// `Patience::Once`: then `false`) and sets the try's lock timeout.
-async fn begin_a_try(tx: &tokio_postgres::Transaction<'_>, patience: Patience) -> StoreResult<bool> {
-    match patience {
-        Patience::Once => {
-            let row = tx.query_one("SELECT pg_try_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await;
-            if !row.map_err(unavailable)?.get::<_, bool>(0) {
-                return Ok(false);
-            }
-        }
-        Patience::For(_) => {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
-        }
-    }
+/// Takes the migration lock in `tx` (waiting for another process's migration) and sets the
+/// try's lock timeout.
+async fn begin_a_try(tx: &tokio_postgres::Transaction<'_>) -> StoreResult<()> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(unavailable)?;
     // After the migration lock, which another migrating process holds for as long as it
-    // takes. Past `deadlock_timeout`, so that a waiter cancels an autovacuum in its way first;
-    // the notice of a `schema_version` already made is left unsaid at every try.
+    // takes. Past `deadlock_timeout`, so that a waiter cancels an autovacuum in its way first
+    // (at most the largest timeout PostgreSQL takes); the notice of a `schema_version` already
+    // made is left unsaid at every try.
     tx.batch_execute(
-        "SELECT set_config('lock_timeout',
-                ((extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500)::text, true),
+        "SELECT set_config('lock_timeout', LEAST(2147483647,
+                (extract(epoch FROM current_setting('deadlock_timeout')::interval) * 1000)::bigint + 500)::text, true),
             set_config('client_min_messages', 'warning', true)",
     )
     .await
     .map_err(unavailable)?;
-    Ok(true)
+    Ok(())
 }
 
 /// A migration's SQL with the constants it names filled in.
@@ -355,6 +351,27 @@ async fn wait_for_earlier_transactions(client: &Client, version: i32) -> StoreRe
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The parameter the store's writer functions set for their own call (schema 21 on), which
+/// PostgreSQL 15 lets a role that is not a superuser name in a function only once granted.
+pub const WRITER_PARAMETER: &str = "autocomp.summary_kept_by_writer";
+
+/// A migration the store's role may not apply (a database owner may do all a migration does
+/// but set `WRITER_PARAMETER` in its functions): names the grant a superuser makes once.
+fn parameter_not_granted(error: &tokio_postgres::Error, target: &str, version: i32) -> StoreError {
+    let role = target.split_once('@').map_or(target, |(role, _)| role).replace('"', "\"\"");
+    InvalidInput::new(
+        "store url",
+        target,
+        format!(
+            "migration to schema {version}: the role may not do what it does ({}); the store's functions set \
+             {WRITER_PARAMETER} for their own call, which PostgreSQL 15 asks a superuser to grant once: GRANT SET ON \
+             PARAMETER {WRITER_PARAMETER} TO \"{role}\"; then migrate again",
+            super::describe_error(error)
+        ),
+    )
+    .into()
 }
 
 fn privileges(error: tokio_postgres::Error, target: &str, what: &str) -> StoreError {
