@@ -38,7 +38,7 @@ use crate::port::{StoreError, StoreResult};
 use autocomp_model::{IdempotencyKey, InvalidInput};
 
 pub use options::{PgOptions, SILENT_CONNECTION_LIMIT};
-pub use schema::{FEED_EPOCHS, FEED_LOCK, LATEST_VERSION, OLDEST_RUNNABLE, WRITER_PARAMETER};
+pub use schema::{FEED_EPOCHS, FEED_LOCK, LATEST_VERSION, OLDEST_RUNNABLE};
 
 /// A pool of connections to one PostgreSQL store (the primary among the URL's hosts).
 /// Clones are cheap and share the pool.

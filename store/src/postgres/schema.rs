@@ -279,8 +279,12 @@ async fn apply_until_a_wait(
         };
         match done {
             Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(*version)),
-            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            // The one right an owner lacks for a migration: naming the writers' parameter.
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) && sql.contains(WRITER_PARAMETER) => {
                 return Err(parameter_not_granted(&e, target, *version));
+            }
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+                return Err(privileges(e, target, &format!("apply migration {version}")));
             }
             Err(e) => {
                 let why = super::describe_error(&e);
@@ -355,7 +359,7 @@ async fn wait_for_earlier_transactions(client: &Client, version: i32) -> StoreRe
 
 /// The parameter the store's writer functions set for their own call (schema 21 on), which
 /// PostgreSQL 15 lets a role that is not a superuser name in a function only once granted.
-pub const WRITER_PARAMETER: &str = "autocomp.summary_kept_by_writer";
+const WRITER_PARAMETER: &str = "autocomp.summary_kept_by_writer";
 
 /// A migration the store's role may not apply (a database owner may do all a migration does
 /// but set `WRITER_PARAMETER` in its functions): names the grant a superuser makes once.
