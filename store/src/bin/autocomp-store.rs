@@ -19,8 +19,9 @@ const EXIT_CODES: &str = "Exit codes: 0 stopped by SIGTERM/SIGINT, 2 usage or co
                           that does not answer yet is waited for (a log line per try; /health says so \
                           meanwhile), not an exit.";
 const MIGRATE_EXIT_CODES: &str = "Exit codes: 0 the schema is current (migrated or already), 2 usage or \
-                                  configuration error (bad --db, credentials refused, a newer schema), 5 the \
-                                  database is unreachable or a migration failed.";
+                                  configuration error (bad --db, credentials refused, a right the role lacks, a \
+                                  newer schema), 5 the database is unreachable or a migration failed or could \
+                                  not lock its tables.";
 
 #[derive(Parser)]
 #[command(name = "autocomp-store", version, about = "The autocomp object store as an HTTP service.", after_help = EXIT_CODES)]
@@ -64,7 +65,12 @@ enum Command {
     /// deploy schema changes explicitly (components then open it with `?migrate=false`).
     /// Concurrent openers wait for it; running it twice changes nothing. Schema 20 waits for
     /// every transaction open when 19 committed (up to 60 s); past that it exits 5 naming the
-    /// sessions, the store at 19 (which this release runs on): run it again once they end.
+    /// sessions, the store at 19 (which this release runs on): run it again once they end. A
+    /// migration waits for a table's lock at most deadlock_timeout and half a second a try (a
+    /// long transaction holding the table is not waited out, so writers go on), tries again for
+    /// 60 s, then exits 5 naming the sessions holding the tables. A role that is not a
+    /// superuser needs a superuser's `GRANT SET ON PARAMETER autocomp.summary_kept_by_writer`
+    /// (PostgreSQL 15): without it, exit 2 naming that statement.
     #[command(after_help = MIGRATE_EXIT_CODES)]
     Migrate {
         /// postgres://user@host[,host2]/database (the password from ?password_file=/path,
