@@ -328,9 +328,11 @@ impl LockService for ZkLocks {
     }
 
     /// `zk:<session id hex>` while the session lasts (its node goes with it); `None` once it
-    /// is lost: this client never opens another session, and the process exits.
+    /// is lost or its close has begun: this client never opens another session, and the
+    /// process exits.
     fn liveness(&self) -> Option<String> {
-        self.live.clone().filter(|_| !self.shared.is_lost())
+        let shared = &self.shared;
+        self.live.clone().filter(|_| !shared.closing.load(Ordering::Relaxed) && !shared.is_lost())
     }
 
     /// A `sync`, then whether the record's node exists (see `liveness`).
@@ -361,13 +363,14 @@ impl LockService for ZkLocks {
         // The session is closed when the last clone of the client is gone; wait for the
         // server's answer, so a process exiting right after leaves nothing behind.
         drop(client);
-        if watcher.peek_state().is_terminated() {
-            return;
+        if !watcher.peek_state().is_terminated() {
+            let closed = async { while !watcher.changed().await.is_terminated() {} };
+            if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+                warn!("the ZooKeeper session did not close within {CLOSE_WAIT:?}; its nodes go with its timeout");
+            }
         }
-        let closed = async { while !watcher.changed().await.is_terminated() {} };
-        if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
-            warn!("the ZooKeeper session did not close within {CLOSE_WAIT:?}; its nodes go with its timeout");
-        }
+        // The session task says so too, but later: a caller sees the session over on return.
+        shared.state.send_replace(SessionState::Lost);
     }
 }
 
