@@ -148,6 +148,8 @@ fn an_unreachable_postgresql_fails_the_store_and_skips_what_needs_it() {
     reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let port = reserved.local_addr().unwrap().port();
     pipeline.use_backend("store", &format!("postgres://autocomp:secret@127.0.0.1:{port}/nowhere?retry_for=0s"));
+    // The workspace's binaries are built at their first use: not on the doctor's clock.
+    binary("autocomp");
     let started = Instant::now();
     let finished = doctor(&pipeline, &[]);
     assert_eq!(finished.code, Some(1), "{}", finished.show());
