@@ -211,17 +211,19 @@ pub(crate) async fn a_hand_on_is_announced_to_its_taker_alone(f: Fixture) {
     assert_eq!(notice.handed, Some(false), "nothing handed yet");
 
     let claim = claimed_by_receiver(&f, "B1").await;
+    // Both wait from a mark and a head read before the append, so one that is not yet asleep
+    // when the append commits judges it as one that was.
+    let mark = f.store.announcement_mark().await;
     let head = f.store.head().await.unwrap();
     let unrelated = ChangeInterest::Types([ty("Nothing_Reads_This")].into());
     let wait_as = |who: &'static str, timeout: Duration| {
         let (store, unrelated) = (Arc::clone(&f.store), unrelated.clone());
         tokio::spawn(async move {
-            let answer = store.wait_as_taker(head, None, &unrelated, &component("checker"), who, timeout).await;
+            let answer = store.wait_as_taker(head, mark, &unrelated, &component("checker"), who, timeout).await;
             (answer.unwrap(), std::time::Instant::now())
         })
     };
     let (ours, others) = (wait_as("local:host:1:a", Duration::from_secs(20)), wait_as("local:host:1:b", QUIET));
-    // Both asleep before the append (else their first read sees it): checked below.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!ours.is_finished() && !others.is_finished(), "nothing handed yet, so both wait");
     // Appended through another handle, as another process appends.
