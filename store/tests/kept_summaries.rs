@@ -130,6 +130,27 @@ async fn a_claim_and_an_append_write_their_batch_row_once_and_keep_its_summary()
     let (kept, whole) = kept_and_whole(&store, &batch).await;
     assert_eq!(kept, whole);
     assert!(kept.running.is_empty(), "the run released by hand is gone: {:?}", kept.running);
+
+    // Each return of a writer gives the setting back: a claim refused as held (a return
+    // before its end) and an append (a set-returning function's end), each followed in the
+    // same transaction by a run released by hand, leave that release to the trigger.
+    let open = "SELECT r_kind FROM autocomp_claim('K1', 'other', 'other/1@h#1', 'h', 1, NULL, 'pg:y', NULL, NULL);";
+    let held = "SELECT r_kind FROM autocomp_claim('K1', 'other', 'other/1@h#2', 'h', 2, NULL, 'pg:z', NULL, NULL);";
+    let release_other = "UPDATE runs SET state = 'released' WHERE batch_id = 'K1' AND component = 'other' \
+                         AND state = 'open';";
+    assert_eq!(batch_rows_updated_by(&database, open), 1, "a claim of another step");
+    let refused_then_released = format!("{held}\n{release_other}");
+    assert_eq!(batch_rows_updated_by(&database, &refused_then_released), 1, "nothing, then the trigger");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert!(kept.running.is_empty(), "released after a held claim: {:?}", kept.running);
+    let current = "ARRAY[(SELECT generation FROM claims WHERE batch_id = 'K1' AND component = 'step')]";
+    let appended_then_released =
+        format!("{open}\n{claim}\n{}\n{release_other}", append.replace("ARRAY[1::bigint]", current));
+    assert_eq!(batch_rows_updated_by(&database, &appended_then_released), 4, "two claims, an append, the trigger");
+    let (kept, whole) = kept_and_whole(&store, &batch).await;
+    assert_eq!(kept, whole);
+    assert!(kept.running.is_empty(), "released after an append: {:?}", kept.running);
 }
 
 /// A taker of `name`'s component that works what `requires` leaves ready, offered to `store`.

@@ -28,8 +28,9 @@ CREATE OR REPLACE FUNCTION autocomp_claim_judged(p_batches text[], p_stamps bigi
     p_component text, p_agent text, p_host text, p_pid bigint, p_key text, p_liveness text)
 RETURNS TABLE (r_index integer, r_kind text, r_run jsonb, r_abandoned jsonb, r_current bigint,
     r_failed bigint, r_checkpoint jsonb)
-LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     n integer := coalesce(array_length(p_batches, 1), 0);
     i integer;
     s bigint;
@@ -37,6 +38,7 @@ DECLARE
     steered boolean;
     moved boolean;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     PERFORM 1 FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE;
     SELECT EXISTS (SELECT 1 FROM steering WHERE id = 1 AND version = p_steering
                    AND NOT coalesce(state -> 'components' ? p_component, false)
@@ -52,6 +54,7 @@ BEGIN
     IF NOT steered OR moved THEN
         RETURN QUERY SELECT 0, CASE WHEN steered THEN 'moved' ELSE 'steering_moved' END, NULL::jsonb, NULL::jsonb,
             NULL::bigint, NULL::bigint, NULL::jsonb;
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN;
     END IF;
     FOR i IN 1 .. n LOOP
@@ -85,6 +88,7 @@ BEGIN
         r_kind := 'new';
         RETURN NEXT;
     END LOOP;
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
 END $$;
 
 -- A `CREATE OR REPLACE` drops the function's other `SET` clauses (schemas 21 and 22): again.

@@ -20,11 +20,13 @@ CREATE INDEX runs_open_by_liveness ON runs (component, liveness) WHERE state = '
 -- Opened by `autocomp_claim`, as any claim.
 CREATE FUNCTION autocomp_hand_on(p_batch text, p_component text, p_run_component text, p_run_generation bigint,
     p_changed_before bigint)
-RETURNS jsonb LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     h jsonb;
     c record;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     SELECT t.holder INTO h FROM takers t
         WHERE t.component = p_component
           AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.component = t.component AND r.state = 'open'
@@ -40,10 +42,12 @@ BEGIN
                     AND (coalesce(state -> 'components' ? p_component, false)
                          OR coalesce(jsonb_typeof(state -> 'pipeline'), 'null') <> 'null'))
        OR EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batch AND component = p_component AND state = 'open') THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN NULL;
     END IF;
     SELECT * INTO c FROM autocomp_claim(p_batch, p_component, h ->> 'agent', h ->> 'host', (h ->> 'pid')::bigint,
         NULL, h ->> 'liveness', NULL, NULL);
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
     RETURN CASE WHEN c.r_kind = 'new' THEN c.r_run END;
 END $$;
 
@@ -54,8 +58,9 @@ CREATE FUNCTION autocomp_append_group(p_batches text[], p_types text[], p_outcom
     p_max_batch_bytes bigint, p_hand_ons jsonb[])
 RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text,
     r_handed jsonb)
-LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     locked text[];
     i integer;
     held bigint;
@@ -64,6 +69,7 @@ DECLARE
     step text;
     handed jsonb;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     SELECT array_agg(id) INTO locked FROM (
         SELECT id FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE
     ) ids;
@@ -133,6 +139,7 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
 END $$;
 
 -- Planned as schema 21 and 22 plan a stage's functions: generic plans, looked up by key (a

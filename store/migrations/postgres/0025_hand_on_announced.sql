@@ -9,14 +9,17 @@
 -- holding no open run of it, unless the steering holds the component or the pipeline; NULL
 -- (nothing written) without one. Opened by `autocomp_claim`, as any claim, and announced.
 CREATE FUNCTION autocomp_hand_on_to_taker(p_batch text, p_component text)
-RETURNS jsonb LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     h jsonb;
     c record;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     IF EXISTS (SELECT 1 FROM steering WHERE id = 1
                  AND (coalesce(state -> 'components' ? p_component, false)
                       OR coalesce(jsonb_typeof(state -> 'pipeline'), 'null') <> 'null')) THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN NULL;
     END IF;
     SELECT t.holder INTO h FROM takers t
@@ -28,14 +31,17 @@ BEGIN
         -- and a concurrent append hands this taker nothing (one run at a time).
         FOR UPDATE OF t SKIP LOCKED;
     IF h IS NULL THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN NULL;
     END IF;
     SELECT * INTO c FROM autocomp_claim(p_batch, p_component, h ->> 'agent', h ->> 'host', (h ->> 'pid')::bigint,
         NULL, h ->> 'liveness', NULL, NULL);
     IF c.r_kind <> 'new' THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN NULL;
     END IF;
     PERFORM pg_notify('autocomp_store_changed', 'h:' || p_component || ' ' || (h ->> 'liveness'));
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
     RETURN c.r_run;
 END $$;
 
@@ -43,14 +49,21 @@ END $$;
 -- is as the appending run's claim read it and nobody has an open run of the step on it.
 CREATE OR REPLACE FUNCTION autocomp_hand_on(p_batch text, p_component text, p_run_component text,
     p_run_generation bigint, p_changed_before bigint)
-RETURNS jsonb LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
+    h jsonb;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     IF NOT EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batch AND component = p_run_component
                      AND generation = p_run_generation AND claim_seq = p_changed_before)
        OR EXISTS (SELECT 1 FROM runs WHERE batch_id = p_batch AND component = p_component AND state = 'open') THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN NULL;
     END IF;
-    RETURN autocomp_hand_on_to_taker(p_batch, p_component);
+    h := autocomp_hand_on_to_taker(p_batch, p_component);
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
+    RETURN h;
 END $$;
 
 -- A registration handing its new batch on: `autocomp_register_batch`, then, if it created the

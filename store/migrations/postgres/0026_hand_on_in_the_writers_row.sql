@@ -159,8 +159,9 @@ CREATE OR REPLACE FUNCTION autocomp_append_group(p_batches text[], p_types text[
     p_max_batch_bytes bigint, p_hand_ons jsonb[])
 RETURNS TABLE (r_index integer, r_seq bigint, r_at bigint, r_earlier jsonb, r_refused text, r_reason text,
     r_handed jsonb)
-LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     locked text[];
     i integer;
     held bigint;
@@ -171,6 +172,7 @@ DECLARE
     announced jsonb := '[]'::jsonb;
     last_seq bigint;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     SELECT array_agg(id) INTO locked FROM (
         SELECT id FROM batches WHERE id = ANY (p_batches) ORDER BY id FOR UPDATE
     ) ids;
@@ -249,6 +251,7 @@ BEGIN
     FOR handed IN SELECT jsonb_array_elements(announced) LOOP
         PERFORM autocomp_announce_handed(handed);
     END LOOP;
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
 END $$;
 
 -- The append group as the releases before schema 24 call it, now in PL/pgSQL: as an SQL
@@ -272,17 +275,20 @@ CREATE OR REPLACE FUNCTION autocomp_register_batch(p_id text, p_type text, p_pri
     p_hand_ons jsonb,
     OUT r_created boolean, OUT r_seq bigint, OUT r_at bigint, OUT r_event_seq bigint, OUT r_event_at bigint,
     OUT r_handed jsonb)
-LANGUAGE plpgsql SET autocomp.summary_kept_by_writer = 'on' AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
+    kept_before text := current_setting('autocomp.summary_kept_by_writer', true);
     step text;
     handed jsonb;
     last_seq bigint;
 BEGIN
+    PERFORM set_config('autocomp.summary_kept_by_writer', 'on', true);
     SELECT g.r_created, g.r_seq, g.r_at, g.r_event_seq, g.r_event_at
         INTO r_created, r_seq, r_at, r_event_seq, r_event_at
         FROM autocomp_register_batch(p_id, p_type, p_priority, p_metadata, p_event_type, p_outcome, p_agent,
             p_details, p_resets, p_max_batch_bytes) g;
     IF NOT r_created OR p_hand_ons IS NULL THEN
+        PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN;
     END IF;
     FOR step IN SELECT jsonb_array_elements_text(p_hand_ons) LOOP
@@ -300,6 +306,7 @@ BEGIN
             PERFORM autocomp_announce_handed(handed);
         END LOOP;
     END IF;
+    PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
 END $$;
 
 -- Planned as every function of a stage since schema 22 (a replaced function keeps no setting

@@ -68,9 +68,8 @@ enum Command {
     /// sessions, the store at 19 (which this release runs on): run it again once they end. A
     /// migration waits for a table's lock at most deadlock_timeout and half a second a try (a
     /// long transaction holding the table is not waited out, so writers go on), tries again for
-    /// 60 s, then exits 5 naming the sessions holding the tables. A role that is not a
-    /// superuser needs a superuser's `GRANT SET ON PARAMETER autocomp.summary_kept_by_writer`
-    /// (PostgreSQL 15): without it, exit 2 naming that statement.
+    /// 60 s, then exits 5 naming the sessions holding the tables. The database's owner may
+    /// migrate it; a role lacking a right exits 2 naming it.
     #[command(after_help = MIGRATE_EXIT_CODES)]
     Migrate {
         /// postgres://user@host[,host2]/database (the password from ?password_file=/path,

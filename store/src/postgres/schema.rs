@@ -279,10 +279,6 @@ async fn apply_until_a_wait(
         };
         match done {
             Err(e) if locked_out(&e) => return Ok(Attempt::LockedOut(*version)),
-            // The one right an owner lacks for a migration: naming the writers' parameter.
-            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) && sql.contains(WRITER_PARAMETER) => {
-                return Err(parameter_not_granted(&e, target, *version));
-            }
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
                 return Err(privileges(e, target, &format!("apply migration {version}")));
             }
@@ -355,27 +351,6 @@ async fn wait_for_earlier_transactions(client: &Client, version: i32) -> StoreRe
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// The parameter the store's writer functions set for their own call (schema 21 on), which
-/// PostgreSQL 15 lets a role that is not a superuser name in a function only once granted.
-const WRITER_PARAMETER: &str = "autocomp.summary_kept_by_writer";
-
-/// A migration the store's role may not apply (a database owner may do all a migration does
-/// but set `WRITER_PARAMETER` in its functions): names the grant a superuser makes once.
-fn parameter_not_granted(error: &tokio_postgres::Error, target: &str, version: i32) -> StoreError {
-    let role = target.split_once('@').map_or(target, |(role, _)| role).replace('"', "\"\"");
-    InvalidInput::new(
-        "store url",
-        target,
-        format!(
-            "migration to schema {version}: the role may not do what it does ({}); the store's functions set \
-             {WRITER_PARAMETER} for their own call, which PostgreSQL 15 asks a superuser to grant once: GRANT SET ON \
-             PARAMETER {WRITER_PARAMETER} TO \"{role}\"; then migrate again",
-            super::describe_error(error)
-        ),
-    )
-    .into()
 }
 
 fn privileges(error: tokio_postgres::Error, target: &str, what: &str) -> StoreError {
