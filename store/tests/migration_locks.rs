@@ -1,15 +1,15 @@
 //! A PostgreSQL migration held up by a table's lock (a long transaction: a session left idle
 //! in one, a dump) holds no writer up behind it for longer than one try's lock timeout: it is
 //! rolled back and tried again meanwhile, `autocomp-store migrate` applies it once the
-//! transaction ends (or, out of patience, names that transaction's session), and a store
-//! opened meanwhile runs on the schema it finds.
+//! transaction ends (or, out of patience, names that transaction's session, or a prepared
+//! transaction's gid), and a store opened meanwhile runs on the schema it finds.
 
 use std::time::{Duration, Instant};
 
 use autocomp_model::*;
 use autocomp_store::postgres::LATEST_VERSION;
 use autocomp_store::*;
-use autocomp_test_servers::postgres::{NamedDatabase, shared};
+use autocomp_test_servers::postgres::{NamedDatabase, Options, Postgres, shared};
 use tokio_postgres::NoTls;
 
 /// Far past one try's lock timeout (`deadlock_timeout` and half a second: 1.5 s here) for each
@@ -69,4 +69,25 @@ async fn a_migration_held_up_by_a_long_transaction_lets_the_writers_go_on() {
     let migrated = tokio::time::timeout(Duration::from_secs(60), migrating).await.expect("migrated once it ended");
     assert_eq!(migrated.unwrap().unwrap(), (vec![LATEST_VERSION], LATEST_VERSION));
     assert_eq!(store.list_batches(None, 10).await.unwrap().len(), 6, "every write is kept");
+}
+
+/// A prepared transaction left behind (a transaction manager that died between its two
+/// phases) holds its locks with no session: a give-up names it by its gid, which is text
+/// someone else chose, neutralized; once it is rolled back the migration applies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prepared_transaction_holding_a_table_is_named_by_its_gid() {
+    let server = Postgres::start_with(Options::default().setting("max_prepared_transactions", "2"));
+    let url = server.create_database("prepared");
+    PgStore::create_at_schema_version(&url, LATEST_VERSION - 1).await.unwrap();
+    server.psql("prepared", "BEGIN; SELECT count(*) FROM batches; PREPARE TRANSACTION 'xa-7\x1b[2J'");
+    tokio::time::sleep(Duration::from_millis(1100)).await; // a holder is named once over a second old
+
+    let gave_up = PgStore::migrate_trying_for(&url, Duration::from_secs(2)).await.unwrap_err().to_string();
+    assert!(gave_up.contains("prepared transaction 'xa-7\\u001b[2J' (prepared "), "{gave_up}");
+    assert!(gave_up.contains("ROLLBACK PREPARED"), "{gave_up}");
+    assert!(!gave_up.contains('\x1b'), "the gid reaches no terminal raw: {gave_up}");
+
+    server.psql("prepared", "ROLLBACK PREPARED 'xa-7\x1b[2J'");
+    let (applied, now) = PgStore::migrate(&url).await.unwrap();
+    assert_eq!((applied, now), (vec![LATEST_VERSION], LATEST_VERSION));
 }

@@ -123,7 +123,7 @@ pub enum Patience {
     Once,
     /// `autocomp-store migrate`, or an open that cannot run on the schema it found: tries
     /// again for this long after the first lock-out (and again after migration 20's wait for
-    /// earlier transactions), then fails naming the sessions holding the store's tables.
+    /// earlier transactions), then fails naming the transactions holding the store's tables.
     For(Duration),
 }
 
@@ -184,30 +184,27 @@ enum Attempt {
 }
 
 /// Why migration `version` gave up: the sessions of this database holding locks on the
-/// store's tables in a transaction begun over a second ago, oldest first. Another role's
-/// session shows no kind or age to a role that is not a superuser (nor `pg_read_all_stats`):
-/// it is named by its pid alone.
+/// store's tables in a transaction begun over a second ago, oldest first, and the prepared
+/// transactions holding them (no session: `pg_locks` names none, so each is found by its
+/// transaction id's lock and named by its gid). Another role's session shows no kind or age
+/// to a role that is not a superuser (nor `pg_read_all_stats`): it is named by its pid alone.
 async fn locked_out(client: &Client, version: i32, patience: Option<Duration>) -> StoreError {
-    const HOLDERS: &str = "SELECT l.pid, a.backend_type, extract(epoch FROM now() - a.xact_start)::bigint
+    const HOLDERS: &str = "SELECT l.pid, a.backend_type,
+                extract(epoch FROM now() - coalesce(a.xact_start, p.prepared))::bigint, p.gid
          FROM pg_locks l JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.granted AND l.pid <> pg_backend_pid()
+         LEFT JOIN pg_locks x ON l.pid IS NULL AND x.pid IS NULL AND x.locktype = 'transactionid'
+             AND x.virtualtransaction = l.virtualtransaction
+         LEFT JOIN pg_prepared_xacts p ON p.transaction = x.transactionid
+         WHERE l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
            AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND (a.xact_start IS NULL OR a.xact_start < now() - interval '1 second')
-         GROUP BY 1, 2, 3 ORDER BY 3 DESC NULLS FIRST, 1";
+           AND (l.pid IS NOT NULL OR p.gid IS NOT NULL)
+           AND (coalesce(a.xact_start, p.prepared) IS NULL
+                OR coalesce(a.xact_start, p.prepared) < now() - interval '1 second')
+         GROUP BY 1, 2, 3, 4 ORDER BY 3 DESC NULLS FIRST, 1";
     let holders = match client.query(HOLDERS, &[]).await {
         Ok(rows) if rows.is_empty() => "none now".to_owned(),
-        Ok(rows) => rows
-            .iter()
-            .map(|row| {
-                let (pid, kind, secs) = (row.get::<_, i32>(0), row.get::<_, Option<String>>(1), row.get(2));
-                match (kind, secs) {
-                    (Some(kind), Some::<i64>(secs)) => format!("pid {pid} ({kind}, in a transaction for {secs} s)"),
-                    _ => format!("pid {pid} (another role's session)"),
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
+        Ok(rows) => rows.iter().map(holder).collect::<Vec<_>>().join(", "),
         Err(e) => format!("unknown ({})", super::describe_error(&e)),
     };
     let tried = match patience {
@@ -216,10 +213,23 @@ async fn locked_out(client: &Client, version: i32, patience: Option<Duration>) -
     };
     StoreError::Unavailable(format!(
         "migration to schema {version} could not lock its tables {tried} (each waits for a lock about \
-         deadlock_timeout and half a second at most, holding writers up no longer); sessions holding the store's \
-         tables in a transaction: {holders} (pg_stat_activity names them); end a long transaction, or migrate again \
-         later"
+         deadlock_timeout and half a second at most, holding writers up no longer); transactions holding the \
+         store's tables: {holders} (pg_stat_activity names the sessions, pg_prepared_xacts the prepared); end a \
+         long transaction, or migrate again later"
     ))
+}
+
+/// One holder of `locked_out`'s list, as its row names it.
+fn holder(row: &tokio_postgres::Row) -> String {
+    let (pid, kind, secs) = (row.get::<_, Option<i32>>(0), row.get::<_, Option<String>>(1), row.get(2));
+    match (pid, kind, secs, row.get::<_, Option<String>>(3)) {
+        (None, _, Some::<i64>(secs), Some(gid)) => format!(
+            "prepared transaction '{}' (prepared {secs} s ago; COMMIT PREPARED or ROLLBACK PREPARED ends it)",
+            autocomp_toolkit::terminal::one_line(&gid)
+        ),
+        (Some(pid), Some(kind), Some(secs), _) => format!("pid {pid} ({kind}, in a transaction for {secs} s)"),
+        (pid, ..) => format!("pid {} (another role's session)", pid.unwrap_or_default()),
+    }
 }
 
 /// Migrations applied only once every transaction begun before they start has ended: 20
