@@ -150,11 +150,14 @@ async fn a_role_owning_its_database_and_nothing_more_migrates_to_the_last_schema
     let summary = store.get_summaries(std::slice::from_ref(&batch)).await.unwrap().remove(0);
     assert_eq!(summary, BatchSummary::of(&store.get_batch(&batch).await.unwrap()));
     assert_eq!(summary.effective.len(), 2, "{summary:?}");
-    let rights = server.psql(
-        "postgres",
-        &format!("SELECT 'super ' || rolsuper FROM pg_roles WHERE rolname = '{role}'; SELECT 'grants ' || count(*) FROM pg_parameter_acl;"),
-    );
-    assert!(rights.contains("super f") && rights.contains("grants 0"), "the role has no more: {rights}");
+    let superuser = server.psql("postgres", &format!("SELECT rolsuper FROM pg_roles WHERE rolname = '{role}'"));
+    assert_eq!(superuser.trim(), "f", "not a superuser");
+    // Grants on parameters exist from PostgreSQL 15 (13 and 14 have none to give).
+    let version: u32 = server.psql("postgres", "SHOW server_version_num").trim().parse().unwrap();
+    if version >= 150_000 {
+        let grants = server.psql("postgres", "SELECT count(*) FROM pg_parameter_acl");
+        assert_eq!(grants.trim(), "0", "no grant on a parameter");
+    }
 }
 
 #[tokio::test]

@@ -91,6 +91,6 @@ BEGIN
     PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
 END $$;
 
--- A `CREATE OR REPLACE` drops the function's other `SET` clauses (schemas 21 and 22): again.
+-- A `CREATE OR REPLACE` drops the function's `SET` clauses (schemas 21 and 22): again.
 ALTER FUNCTION autocomp_claim_judged(text[], bigint[], bigint, text, text, text, bigint, text, text)
     SET plan_cache_mode = force_generic_plan SET enable_seqscan = off SET jit = off;

@@ -358,7 +358,11 @@ impl LockService for ZkLocks {
             }
         }
         shared.closing.store(true, Ordering::Relaxed);
-        let Some(client) = shared.client.lock().expect("never poisoned").take() else { return };
+        let Some(client) = shared.client.lock().expect("never poisoned").take() else {
+            // Another close took the client and is ending the session.
+            shared.state.send_replace(SessionState::Lost);
+            return;
+        };
         let mut watcher = client.state_watcher();
         // The session is closed when the last clone of the client is gone; wait for the
         // server's answer, so a process exiting right after leaves nothing behind.
