@@ -36,7 +36,9 @@
 //! Systems (`AUTOCOMP_BENCH_ONLY`, a comma list): graphile-worker, procrastinate, celery,
 //! autocomp-embedded, autocomp-pg (ZooKeeper locks), autocomp-pg-only (PostgreSQL locks, no
 //! ZooKeeper), autocomp-exec. All of them in order, then all again
-//! (`AUTOCOMP_BENCH_REPS`, 2). One PostgreSQL server (fsync on) for every PG system. Without
+//! (`AUTOCOMP_BENCH_REPS`, 2). One PostgreSQL server (fsync on) for every PG system, every
+//! database on it vacuumed and analyzed before each system, and a checkpoint (what the ones
+//! before left for autovacuum is nobody's window's). Without
 //! the `--bench` argument (`cargo test --benches`) it is a smoke run of autocomp-embedded and
 //! autocomp-exec at tiny sizes, which needs neither npm nor pip.
 //!
@@ -44,7 +46,8 @@
 //! trickle the bench prints where each stage's time went (`peers/phases.rs`); after the
 //! backlog and the trickle, what the PostgreSQL server spent on each statement and the
 //! write-ahead log it wrote per item (bytes, full-page images), and after the
-//! backlog the CPU per item of each process tree (the workers together, each server); after
+//! backlog the CPU per item of each process tree (the workers together, each server) and
+//! what the server's sessions waited on (`peers/waits.rs`); after
 //! the idle window its CPU per process tree, each worker apart. `AUTOCOMP_BENCH_NESTED=1` also
 //! counts the statements inside the store's functions (`pg_stat_statements.track = all`), 40
 //! of them instead of 20: where an append's or a registration's server time goes.
@@ -52,7 +55,9 @@
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
 //! machine's speed drifts between systems and repetitions).
 
-use autocomp_test_servers::bench::{load_average, machine_pace, nested_statements, postgres_counting_statements};
+use autocomp_test_servers::bench::{
+    load_average, machine_pace, nested_statements, postgres_counting_statements, quiet_server,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -69,6 +74,8 @@ mod peer;
 mod phases;
 #[path = "peers/processes.rs"]
 mod processes;
+#[path = "peers/waits.rs"]
+mod waits;
 
 use autocomp::Autocomp;
 use peer::Peer;
@@ -218,6 +225,9 @@ fn main() {
     for rep in 1..=config.reps {
         for system in &config.systems {
             println!("\n## {system}, rep {rep}");
+            if let Some(server) = &postgres {
+                println!("before it: {}", quiet_server(server));
+            }
             // The machine's speed drifts by the hour: each system's figures beside how fast it
             // was just before them.
             println!("machine pace: {}, load average {}", machine_pace(), load_average());
@@ -383,10 +393,14 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         reset_statements(pg, name);
     }
     let wal_before = postgres.filter(|_| breakdown).map(wal_written);
+    let waits = postgres.filter(|_| breakdown).map(|pg| waits::start(pg.url("postgres")));
     let spawned_ms = now_ms();
     sys.start_workers();
     let mut done: BTreeMap<u64, Done> = BTreeMap::new();
     wait_for_items(sys.as_mut(), &mut done, 0..backlog, config.deadline, "the backlog");
+    if let Some(waits) = waits {
+        waits.finish("backlog");
+    }
     let workers = sys.worker_pids();
     let servers_spent: Vec<u64> =
         servers.iter().zip(&servers_before).map(|(pid, before)| tree_ticks(&[*pid]).saturating_sub(*before)).collect();

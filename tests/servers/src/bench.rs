@@ -209,3 +209,26 @@ pub fn postgres_counting_statements() -> crate::Postgres {
     server.psql("postgres", "create extension pg_stat_statements");
     server
 }
+
+/// Leaves `server` quiet for the next system of a bench: what the systems before it left
+/// for autovacuum (a job queue's deleted jobs, a pipeline's updated rows) vacuumed and
+/// analyzed now, and a checkpoint, so none of it runs inside the next system's windows and
+/// is charged to it. Says which autovacuum workers were running and how long it took.
+pub fn quiet_server(server: &crate::Postgres) -> String {
+    let started = std::time::Instant::now();
+    let running = server.psql(
+        "postgres",
+        "SELECT count(*) || coalesce(': ' || string_agg(datname || ' ' || query, ', '), '') FROM pg_stat_activity \
+         WHERE backend_type = 'autovacuum worker'",
+    );
+    let databases = server.psql("postgres", "SELECT datname FROM pg_database WHERE datallowconn");
+    for database in databases.lines().map(str::trim).filter(|name| !name.is_empty()) {
+        server.psql(database, "VACUUM (ANALYZE)");
+    }
+    server.psql("postgres", "CHECKPOINT");
+    format!(
+        "autovacuum workers running {}; every database vacuumed and analyzed, a checkpoint, in {:.1} s",
+        running.trim(),
+        started.elapsed().as_secs_f64()
+    )
+}
