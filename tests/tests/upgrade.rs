@@ -3,7 +3,8 @@
 //! that release makes the store and its watcher works on it; this release then opens the
 //! file (migrating its schema) and prunes, while that watcher goes on working new batches,
 //! each once; a process of that release started after the migration stops at once, naming
-//! both schema versions, and writes nothing.
+//! both schema versions, and writes nothing. The migrations that release shipped are this
+//! tree's, byte for byte.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -121,4 +122,29 @@ fn the_previous_releases_watcher_keeps_working_through_this_releases_migration_a
         .map(|line| line.split(' ').nth(1).unwrap().to_owned())
         .collect();
     assert_eq!(worked, ["B1", "B2", "B3"], "each batch once, by the watcher of the previous release");
+}
+
+/// A store the previous release migrated is the store this release would have made: a
+/// migration a release shipped is never edited afterwards (a change is a new migration), as
+/// nothing in a store records which text made it. Each migration file at the previous
+/// release's commit, byte for byte against this tree's.
+#[test]
+fn the_previous_releases_migrations_ship_unchanged() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let commit = std::fs::read_to_string(root.join("tests/data/previous-release")).expect("the release's commit");
+    let git = |args: &[&str]| {
+        let out = Command::new("git").current_dir(root).args(args).output().expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    for dir in ["store/migrations/postgres", "store/migrations/sqlite"] {
+        let listed = String::from_utf8(git(&["ls-tree", "--name-only", &format!("{}:{dir}", commit.trim())])).unwrap();
+        assert!(listed.lines().count() >= 10, "{dir} at the previous release: {listed}");
+        for name in listed.lines() {
+            let shipped = git(&["show", &format!("{}:{dir}/{name}", commit.trim())]);
+            let now = std::fs::read(root.join(dir).join(name))
+                .unwrap_or_else(|e| panic!("{dir}/{name}, which the previous release shipped, is gone: {e}"));
+            assert!(shipped == now, "{dir}/{name} was edited after the previous release shipped it");
+        }
+    }
 }
