@@ -358,19 +358,18 @@ impl LockService for ZkLocks {
             }
         }
         shared.closing.store(true, Ordering::Relaxed);
-        let Some(client) = shared.client.lock().expect("never poisoned").take() else {
-            // Another close took the client and is ending the session.
-            shared.state.send_replace(SessionState::Lost);
-            return;
-        };
-        let mut watcher = client.state_watcher();
-        // The session is closed when the last clone of the client is gone; wait for the
-        // server's answer, so a process exiting right after leaves nothing behind.
-        drop(client);
-        if !watcher.peek_state().is_terminated() {
-            let closed = async { while !watcher.changed().await.is_terminated() {} };
-            if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
-                warn!("the ZooKeeper session did not close within {CLOSE_WAIT:?}; its nodes go with its timeout");
+        // None: another close took the client and is ending the session.
+        let client = shared.client.lock().expect("never poisoned").take();
+        if let Some(client) = client {
+            let mut watcher = client.state_watcher();
+            // The session is closed when the last clone of the client is gone; wait for the
+            // server's answer, so a process exiting right after leaves nothing behind.
+            drop(client);
+            if !watcher.peek_state().is_terminated() {
+                let closed = async { while !watcher.changed().await.is_terminated() {} };
+                if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+                    warn!("the ZooKeeper session did not close within {CLOSE_WAIT:?}; its nodes go with its timeout");
+                }
             }
         }
         // The session task says so too, but later: a caller sees the session over on return.
