@@ -176,7 +176,11 @@ async fn a_hand_on_leaves_the_row_once_written_at_its_runs_seq_and_the_summary_w
     let batch = id("K2");
     let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, Agent::new("a").unwrap());
     let registered = store
-        .register_handing_on(NewBatch::new(batch.clone(), "RoundTrip".parse().unwrap()), received, &[checker])
+        .register_handing_on(
+            NewBatch::new(batch.clone(), "RoundTrip".parse().unwrap()),
+            received,
+            std::slice::from_ref(&checker),
+        )
         .await
         .unwrap();
     let [run] = &registered.runs[..] else { panic!("one run handed: {registered:?}") };
@@ -199,6 +203,26 @@ async fn a_hand_on_leaves_the_row_once_written_at_its_runs_seq_and_the_summary_w
     let handed = archiving.open_run(&ComponentName::new("archiver").unwrap()).expect("handed to the archiver");
     assert_eq!(archiving.changed_seq, handed.claim_seq, "the row at the handed run's seq");
     assert!(handed.claim_seq > archiving.effective().get(&"Checked".parse().unwrap()).unwrap().seq);
+
+    // A registration that hands on inserts the row and writes it once more (schema 28: it
+    // was twice more, once for the event and once for the handed run), and one that hands
+    // nothing on (its taker busy) the same.
+    let register = |batch: &str| {
+        format!(
+            "SELECT r_handed FROM autocomp_register_batch('{batch}', 'RoundTrip', 0, '{{}}'::jsonb, 'Data_Received',              'success', 'a', '{{}}'::jsonb, NULL, 1000000, '[\"checker\"]'::jsonb);"
+        )
+    };
+    assert_eq!(batch_rows_updated_by(&database, &register("K3")), 1, "a registration handing on");
+    let checking = store.get_batch(&id("K3")).await.unwrap();
+    let handed = checking.open_run(&checker).expect("handed to the idle checker");
+    assert_eq!(checking.changed_seq, handed.claim_seq, "the row at the handed run's seq");
+    let (kept, whole) = kept_and_whole(&store, &id("K3")).await;
+    assert_eq!(kept, whole);
+    assert_eq!(batch_rows_updated_by(&database, &register("K4")), 1, "a registration whose taker is busy");
+    let (kept, whole) = kept_and_whole(&store, &id("K4")).await;
+    assert_eq!(kept, whole);
+    assert!(kept.running.is_empty(), "nothing handed: {:?}", kept.running);
+    assert_eq!(batch_rows_updated_by(&database, &register("K4")), 0, "registered already: nothing written");
 }
 
 #[tokio::test(flavor = "multi_thread")]

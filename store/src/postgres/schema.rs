@@ -51,6 +51,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     migration!(25, "0025_hand_on_announced"),
     migration!(26, "0026_hand_on_in_the_writers_row"),
     migration!(27, "0027_notify_triggers_without_rereads"),
+    migration!(28, "0028_registration_writes_its_row_once"),
 ];
 
 pub const LATEST_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
