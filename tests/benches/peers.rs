@@ -52,6 +52,10 @@
 //! counts the statements inside the store's functions (`pg_stat_statements.track = all`), 40
 //! of them instead of 20: where an append's or a registration's server time goes.
 //!
+//! `AUTOCOMP_BENCH_PG_SCHEMA=N`: autocomp's PostgreSQL stores are made at schema version `N`
+//! and opened without migrating (every process runs on `N`): one build measures a migration
+//! against the schema before it, a run with and a run without, one after the other.
+//!
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
 //! machine's speed drifts between systems and repetitions).
 
@@ -354,8 +358,8 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
             Box::new(Peer::start(system, database_url, &config.peers))
         }
         EMBEDDED | EXEC => Box::new(Autocomp::embedded(system == EXEC)),
-        OVER_PG => Box::new(Autocomp::over_postgres(&url(postgres), true)),
-        PG_ONLY => Box::new(Autocomp::over_postgres(&url(postgres), false)),
+        OVER_PG => Box::new(Autocomp::over_postgres(&at_schema(url(postgres)), true)),
+        PG_ONLY => Box::new(Autocomp::over_postgres(&at_schema(url(postgres)), false)),
         other => unreachable!("no system {other}"),
     };
     // (transactions from pg_stat_database, statements from pg_stat_statements) of the system's
@@ -681,6 +685,19 @@ fn print_stage_intervals<'a>(items: impl Iterator<Item = &'a Done>) {
         })
         .collect();
     println!("trickle, p50 / p99 ms between events: {}", medians.join(", "));
+}
+
+/// `url`, or with `AUTOCOMP_BENCH_PG_SCHEMA=N` its store made at schema version `N` and the
+/// URL saying not to migrate it: a migration's effect beside the tree's in one hour.
+fn at_schema(url: String) -> String {
+    let Some(version) = std::env::var("AUTOCOMP_BENCH_PG_SCHEMA").ok() else { return url };
+    let version: i32 = version.parse().expect("AUTOCOMP_BENCH_PG_SCHEMA: a schema version");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime
+        .block_on(autocomp_store::PgStore::create_at_schema_version(&url, version))
+        .expect("the store at that schema");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}migrate=false")
 }
 
 /// The servers a system shares with others or that the harnesses own: the PostgreSQL
