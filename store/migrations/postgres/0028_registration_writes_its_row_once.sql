@@ -11,8 +11,9 @@
 -- opened, and the row updated once with all of it: the same seqs in the same order (the
 -- batch's, the event's, then each handed run's), the same summary as the append group
 -- writes, the same notifications, the same refusals (over the cap: AC413 before anything is
--- written, as schema 17 refuses). The registration without hand-ons (schema 17's, ten
--- arguments) stays as it is, for the releases that call it.
+-- written, as schema 17 refuses, and again once the row is created, as its append did).
+-- The registration without hand-ons (schema 17's, ten arguments) stays as it is, for the
+-- releases that call it.
 CREATE OR REPLACE FUNCTION autocomp_register_batch(p_id text, p_type text, p_priority integer, p_metadata jsonb,
     p_event_type text, p_outcome text, p_agent text, p_details jsonb, p_resets jsonb, p_max_batch_bytes bigint,
     p_hand_ons jsonb,
@@ -38,6 +39,13 @@ BEGIN
     IF NOT r_created THEN
         PERFORM set_config('autocomp.summary_kept_by_writer', coalesce(kept_before, ''), true);
         RETURN;
+    END IF;
+    -- Created after all: a row that stood at the check above was deleted meanwhile (by
+    -- hand; the store deletes none), and the cap holds for the new one as the append group
+    -- held it (the error rolls the insert back).
+    IF holds + size > p_max_batch_bytes THEN
+        RAISE EXCEPTION USING ERRCODE = 'AC413', MESSAGE = format('%s %s', holds, holds + size),
+            DETAIL = 'this event';
     END IF;
     -- The first event, as the append group records one with no run and no key; the row is
     -- this transaction's own, so nobody else holds it.
