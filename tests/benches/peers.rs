@@ -57,10 +57,11 @@
 //! against the schema before it, a run with and a run without, one after the other.
 //!
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
-//! machine's speed drifts between systems and repetitions).
+//! machine's speed drifts between systems and repetitions), and with the backlog's and the
+//! trickle's figures the share of the CPUs' time the hypervisor stole meanwhile (`CpuTimes`).
 
 use autocomp_test_servers::bench::{
-    load_average, machine_pace, nested_statements, postgres_counting_statements, quiet_server,
+    CpuTimes, load_average, machine_pace, nested_statements, postgres_counting_statements, quiet_server,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -336,6 +337,9 @@ struct Results {
     /// item through stage 4, and items/s until the last.
     burst_first_ms: f64,
     burst_per_s: f64,
+    /// Of the machine's CPU time in the backlog and in the trickle, the percentage the
+    /// hypervisor gave other guests (`CpuTimes`): how starved this run was beside the others.
+    stolen_percent: (f64, f64),
 }
 
 struct Measured {
@@ -399,6 +403,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     let wal_before = postgres.filter(|_| breakdown).map(wal_written);
     let waits = postgres.filter(|_| breakdown).map(|pg| waits::start(pg.url("postgres")));
     let spawned_ms = now_ms();
+    let backlog_cpu = CpuTimes::now();
     sys.start_workers();
     let mut done: BTreeMap<u64, Done> = BTreeMap::new();
     wait_for_items(sys.as_mut(), &mut done, 0..backlog, config.deadline, "the backlog");
@@ -413,9 +418,11 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     let backlog_secs = (last - spawned_ms).max(1) as f64 / 1000.0;
     let backlog_per_s = backlog as f64 / backlog_secs;
     let cpu_ms_per_item = cpu / backlog as f64;
+    let backlog_stolen = CpuTimes::now().stolen_percent_since(backlog_cpu);
     println!(
         "backlog: {backlog} items in {backlog_secs:.1} s from the workers' spawn = {backlog_per_s:.1} items/s; \
-         CPU {cpu:.0} ms = {cpu_ms_per_item:.2} ms/item (workers + servers)"
+         CPU {cpu:.0} ms = {cpu_ms_per_item:.2} ms/item (workers + servers); stolen by the hypervisor \
+         {backlog_stolen:.1}% of the CPUs' time"
     );
     if breakdown {
         let per_item = |ticks: u64| ticks_to_ms(ticks) / backlog as f64;
@@ -443,6 +450,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     let first = backlog;
     let count = (config.trickle.as_millis() / TRICKLE_EVERY.as_millis()) as u64;
     let phases = phases::Window::open(sys.phase_logs());
+    let trickle_cpu = CpuTimes::now();
     let start = Instant::now();
     for n in 0..count {
         let at = start + TRICKLE_EVERY * n as u32;
@@ -464,9 +472,10 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
     latencies.sort();
     let pick = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize] as f64;
     let (trickle_p50, trickle_p99) = (pick(0.5), pick(0.99));
+    let trickle_stolen = CpuTimes::now().stolen_percent_since(trickle_cpu);
     println!(
         "trickle: {count} items, registration -> stage 4: p50 {trickle_p50:.0} ms, p99 {trickle_p99:.0} ms, \
-         max {} ms",
+         max {} ms; stolen by the hypervisor {trickle_stolen:.1}% of the CPUs' time",
         latencies.last().unwrap()
     );
     print_stage_intervals((first..first + count).map(|id| &done[&id]));
@@ -551,6 +560,7 @@ fn measure(system: &'static str, rep: usize, config: &Config, postgres: Option<&
         idle_pg_statements_per_s,
         burst_first_ms,
         burst_per_s,
+        stolen_percent: (backlog_stolen, trickle_stolen),
     }
 }
 
@@ -768,6 +778,7 @@ fn print_table(results: &[Measured]) {
         "CPU ms per item",
         "CPU/item vs graphile",
         "burst: first through ms, items/s",
+        "stolen % backlog / trickle",
     ];
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut ordered: Vec<&Measured> = results.iter().collect();
@@ -789,6 +800,7 @@ fn print_table(results: &[Measured]) {
                 row.push(format!("{:.2}", r.cpu_ms_per_item));
                 row.push(base.map_or("-".into(), |b| format!("{:.2}x", r.cpu_ms_per_item / b.cpu_ms_per_item)));
                 row.push(format!("{:.0}, {:.1}", r.burst_first_ms, r.burst_per_s));
+                row.push(format!("{:.1} / {:.1}", r.stolen_percent.0, r.stolen_percent.1));
             }
             Err(why) => {
                 row.push(format!("FAILED: {}", why.lines().next().unwrap_or_default().replace('|', "/")));

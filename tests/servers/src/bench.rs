@@ -90,6 +90,38 @@ pub fn disk_temp_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir_in("/var/tmp").expect("a temp dir under /var/tmp")
 }
 
+/// The machine's CPU time so far, from the first line of `/proc/stat` (clock ticks of all its
+/// CPUs): all of it, and the part stolen, the time a CPU of this virtual machine wanted to run
+/// while the hypervisor ran another guest on it. On a shared host the stolen share swings by
+/// the hour (0 one hour, 40% of a busy window the next), and every latency with it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTimes {
+    pub total: u64,
+    pub stolen: u64,
+}
+
+impl CpuTimes {
+    /// Now; zero where `/proc/stat` cannot be read.
+    pub fn now() -> CpuTimes {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // cpu user nice system idle iowait irq softirq steal guest guest_nice: the guest
+        // times are counted in user and nice already.
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .filter(|line| line.starts_with("cpu "))
+            .map(|line| line.split_whitespace().skip(1).take(8).filter_map(|v| v.parse().ok()).collect())
+            .unwrap_or_default();
+        CpuTimes { total: ticks.iter().sum(), stolen: ticks.get(7).copied().unwrap_or(0) }
+    }
+
+    /// Of the CPU time since `earlier`, the percentage stolen.
+    pub fn stolen_percent_since(&self, earlier: CpuTimes) -> f64 {
+        let total = self.total.saturating_sub(earlier.total);
+        if total == 0 { 0.0 } else { 100.0 * self.stolen.saturating_sub(earlier.stolen) as f64 / total as f64 }
+    }
+}
+
 /// How fast this machine is at the moment, printed beside what a benchmark measures on a
 /// machine whose speed drifts (a shared virtual machine: the same code has run 30% slower an
 /// hour later). `cpu_loop_ms`: the best of three runs of a fixed arithmetic loop in registers
