@@ -94,10 +94,10 @@ pub fn disk_temp_dir(prefix: &str) -> tempfile::TempDir {
 /// CPUs): all of it, and the part stolen, the time a CPU of this virtual machine wanted to run
 /// while the hypervisor ran another guest on it. On a shared host the stolen share swings by
 /// the hour (0 one hour, 40% of a busy window the next), and every latency with it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct CpuTimes {
-    pub total: u64,
-    pub stolen: u64,
+    total: u64,
+    stolen: u64,
 }
 
 impl CpuTimes {
