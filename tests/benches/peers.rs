@@ -56,6 +56,9 @@
 //! and opened without migrating (every process runs on `N`): one build measures a migration
 //! against the schema before it, a run with and a run without, one after the other.
 //!
+//! `AUTOCOMP_BENCH_SQLITE_QUERY=Q`: the embedded store's URL ends in `?Q` (for example
+//! `synchronous=normal`), to compare the embedded store's settings in one build.
+//!
 //! Before each system the bench prints the machine's pace (`machine_pace`: a shared virtual
 //! machine's speed drifts between systems and repetitions), and with the backlog's and the
 //! trickle's figures the share of the CPUs' time the hypervisor stole meanwhile (`CpuTimes`).

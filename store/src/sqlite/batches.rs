@@ -26,7 +26,10 @@ impl BatchStore for SqliteBackend {
 
     async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
         let cap = self.max_batch_bytes;
-        self.with_connection(move |conn| writes::register_batch(conn, &batch, first, cap)).await
+        let (registered, synced) =
+            self.write_announced_first(move |conn| writes::register_batch(conn, &batch, first, cap)).await?;
+        synced.map_err(StoreError::Unavailable)?;
+        Ok(registered)
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
@@ -280,7 +283,11 @@ impl SqliteBackend {
         hand_on: &[ComponentName],
     ) -> StoreResult<RegisteredHandingOn> {
         let (cap, hand_on) = (self.max_batch_bytes, hand_on.to_vec());
-        self.with_connection(move |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on)).await
+        let (registered, synced) = self
+            .write_announced_first(move |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on))
+            .await?;
+        synced.map_err(StoreError::Unavailable)?;
+        Ok(registered)
     }
 
     /// `wait_for_concerning_change`, also woken by a run handed to `taker`, if it waits as one

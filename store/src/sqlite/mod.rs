@@ -4,6 +4,7 @@
 //! counter inside that transaction, which makes seqs strictly increasing in commit order
 //! (the component registry's writes change no batch and take no seq).
 
+mod announced_first;
 mod backup;
 mod batches;
 mod hand_on;
@@ -136,6 +137,9 @@ pub struct SqliteBackend {
     max_batch_bytes: u64,
     /// `SqliteOptions::claims_from_other_hosts`.
     claims_from_other_hosts: bool,
+    /// A stage's writes are announced before they are synced (`announced_first`): the file
+    /// syncs every commit (`synchronous=full`) and only this host's processes hold it.
+    announces_before_syncing: bool,
     /// Wakes `wait_for_change` when the store file is written.
     wakes: wakes::SharedWakes,
 }
@@ -215,6 +219,7 @@ impl SqliteBackend {
         let opened_path = path.clone();
         let max_batch_bytes = options.max_batch_bytes;
         let claims_from_other_hosts = options.claims_from_other_hosts;
+        let announces_before_syncing = options.synchronous == Synchronous::Full && !claims_from_other_hosts;
         let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
             .await
             .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
@@ -225,6 +230,7 @@ impl SqliteBackend {
             path,
             max_batch_bytes,
             claims_from_other_hosts,
+            announces_before_syncing,
             wakes,
         })
     }
@@ -346,6 +352,7 @@ impl SqliteBackend {
             path,
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
             claims_from_other_hosts: true,
+            announces_before_syncing: false,
         })
     }
 
@@ -386,14 +393,22 @@ impl SqliteBackend {
         let pending = writes::PendingAppend { batch: batch.clone(), event, hand_on, reply };
         self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
         let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
-        self.with_connection(move |conn| {
-            let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
-            if !group.is_empty() {
-                writes::append_group(conn, group, cap);
-            }
-            Ok(())
-        })
-        .await?;
+        let (answers, synced) = self
+            .write_announced_first(move |conn| {
+                let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
+                Ok(match group.is_empty() {
+                    true => Vec::new(),
+                    false => writes::append_group(conn, group, cap),
+                })
+            })
+            .await?;
+        for (reply, answer) in answers {
+            let answer = match (&synced, answer) {
+                (Err(unsynced), Ok(_)) => Err(StoreError::Unavailable(unsynced.clone())),
+                (_, answer) => answer,
+            };
+            let _ = reply.send(answer); // the caller may have gone; the event stands regardless
+        }
         let answer =
             answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
         answer?.map_err(|e| self.naming_the_file(e))

@@ -44,7 +44,7 @@ pub fn claim_many(
 
 /// How a claim's commit reaches the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Commit {
+pub(super) enum Commit {
     /// `synchronous` at most NORMAL: the commit is not synced. A pass's claims survive its
     /// process at once (the commit is in the WAL file) and a power loss with the next synced
     /// commit (under the default `synchronous=full`, the result of their work, which syncs
@@ -72,7 +72,7 @@ impl Commit {
 /// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards,
 /// also when `work` panics (the connection outlives a panic: left at NORMAL, every later
 /// commit through it would go unsynced).
-fn with_synchronous<T>(
+pub(super) fn with_synchronous<T>(
     conn: &mut Connection,
     commit: Commit,
     work: impl FnOnce(&mut Connection) -> StoreResult<T>,

@@ -18,7 +18,8 @@ pub fn create_batch(conn: &mut Connection, new: &NewBatch) -> StoreResult<Create
     register(conn, new, None, &[]).map(|registered| registered.outcome)
 }
 
-/// `register_batch`: the batch and its first event in one transaction, one synced commit.
+/// `register_batch`: the batch and its first event in one transaction, one commit (synced
+/// after it is announced where the file announces first: `announced_first`).
 pub fn register_batch(conn: &mut Connection, new: &NewBatch, first: NewEvent, cap: u64) -> StoreResult<CreateOutcome> {
     register(conn, new, Some((first, cap)), &[]).map(|registered| registered.outcome)
 }
@@ -130,11 +131,15 @@ pub struct PendingAppend {
     pub reply: tokio::sync::oneshot::Sender<StoreResult<HandedOn>>,
 }
 
+/// A reply owed to a queued append, and its answer.
+pub(super) type Answered = (tokio::sync::oneshot::Sender<StoreResult<HandedOn>>, StoreResult<HandedOn>);
+
 /// Group commit: every append in `group` in one IMMEDIATE transaction (one fsync), each in
 /// a savepoint of its own, so a refused append (fenced, unknown batch) changes nothing and
 /// the others still commit. Each gets the answer it would have got alone; if the commit
-/// itself fails, none was written and all get that error.
-pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u64) {
+/// itself fails, none was written and all get that error. The answers are returned with
+/// their replies, for the caller to send once the commit is on disk.
+pub(super) fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u64) -> Vec<Answered> {
     if group.len() == 1 {
         // Alone: no savepoint needed, a refusal rolls back the whole transaction.
         let pending = group.pop().expect("one");
@@ -143,8 +148,7 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
             tx.commit().map_err(unavailable)?;
             Ok(handed)
         });
-        let _ = pending.reply.send(answer);
-        return;
+        return vec![(pending.reply, answer)];
     }
     let mut answers = Vec::with_capacity(group.len());
     let committed = (|| {
@@ -155,17 +159,19 @@ pub fn append_group(conn: &mut Connection, mut group: Vec<PendingAppend>, cap: u
             if answer.is_ok() {
                 savepoint.commit().map_err(unavailable)?;
             } // else dropped: rolled back to before this append
-            answers.push((answer, pending.reply));
+            answers.push((pending.reply, answer));
         }
         tx.commit().map_err(unavailable)
     })();
-    for (answer, reply) in answers {
-        let answer = match &committed {
-            Ok(()) => answer,
-            Err(error) => Err(StoreError::Unavailable(format!("group commit failed, nothing written: {error}"))),
-        };
-        let _ = reply.send(answer); // the caller may have gone; the event stands regardless
-    }
+    answers
+        .into_iter()
+        .map(|(reply, answer)| match &committed {
+            Ok(()) => (reply, answer),
+            Err(error) => {
+                (reply, Err(StoreError::Unavailable(format!("group commit failed, nothing written: {error}"))))
+            }
+        })
+        .collect()
 }
 
 /// `append_in`, then the runs it hands the batch on to (`hand_on::hand_on_in`), judged

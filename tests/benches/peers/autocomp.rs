@@ -59,7 +59,10 @@ const RECEIVED: &str = "Data_Received";
 impl Autocomp {
     pub(super) fn embedded(exec: bool) -> Autocomp {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let store = format!("sqlite://{}", dir.path().join("store.db").display());
+        let mut store = format!("sqlite://{}", dir.path().join("store.db").display());
+        if let Ok(query) = std::env::var("AUTOCOMP_BENCH_SQLITE_QUERY") {
+            store = format!("{store}?{query}");
+        }
         let index = format!("local:{}", dir.path().join("index").display());
         let locks = format!("local:{}", dir.path().join("locks").display());
         Self::with_backends(dir, exec, &store, &index, &locks, Vec::new(), None)
