@@ -225,6 +225,7 @@ fn fsync_rate(dir: &Path, budget: Duration, all: bool) -> std::io::Result<Row> {
 fn label(synchronous: Synchronous) -> &'static str {
     match synchronous {
         Synchronous::Full => "FULL",
+        Synchronous::Acknowledged => "ACKNOWLEDGED",
         Synchronous::Normal => "NORMAL",
     }
 }

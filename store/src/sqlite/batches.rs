@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use super::announced_first::Synced;
 use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, runs, schema, writes};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
@@ -26,10 +27,12 @@ impl BatchStore for SqliteBackend {
 
     async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
         let cap = self.max_batch_bytes;
-        let (registered, synced) =
-            self.write_announced_first(move |conn| writes::register_batch(conn, &batch, first, cap)).await?;
-        synced.map_err(StoreError::Unavailable)?;
-        Ok(registered)
+        self.write_on_a_stage_path(
+            move |conn, commit| commit.run(conn, |conn| writes::register_batch(conn, &batch, first, cap)),
+            on_disk,
+        )
+        .await?
+        .map_err(|e| self.naming_the_file(e))
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
@@ -118,12 +121,13 @@ impl BatchStore for SqliteBackend {
         holder: &RunHolder,
     ) -> StoreResult<Vec<StoreResult<Claim>>> {
         let (batches, component, holder) = (batches.to_vec(), component.clone(), holder.clone());
-        self.with_connection(move |conn| runs::claim_many(conn, &batches, &component, &holder)).await
+        let served = self.served();
+        self.with_connection(move |conn| runs::claim_many(conn, &batches, &component, &holder, served)).await
     }
 
     async fn claim_ready(&self, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
-        let (request, from_other_hosts) = (request.clone(), self.claims_from_other_hosts);
-        self.with_connection(move |conn| runs::claim_ready(conn, &request, from_other_hosts)).await
+        let (request, served) = (request.clone(), self.served());
+        self.with_connection(move |conn| runs::claim_ready(conn, &request, served)).await
     }
 
     async fn release(&self, batch: &BatchId, component: &ComponentName, generation: i64) -> StoreResult<()> {
@@ -283,11 +287,14 @@ impl SqliteBackend {
         hand_on: &[ComponentName],
     ) -> StoreResult<RegisteredHandingOn> {
         let (cap, hand_on) = (self.max_batch_bytes, hand_on.to_vec());
-        let (registered, synced) = self
-            .write_announced_first(move |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on))
-            .await?;
-        synced.map_err(StoreError::Unavailable)?;
-        Ok(registered)
+        self.write_on_a_stage_path(
+            move |conn, commit| {
+                commit.run(conn, |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on))
+            },
+            on_disk,
+        )
+        .await?
+        .map_err(|e| self.naming_the_file(e))
     }
 
     /// `wait_for_concerning_change`, also woken by a run handed to `taker`, if it waits as one
@@ -312,4 +319,11 @@ impl SqliteBackend {
         };
         waiting.concerning_or_announced(since, read_after, interest, timeout).await
     }
+}
+
+/// A registration's answer once it is on disk: an outage if it is not known to be.
+fn on_disk<T>(registered: StoreResult<T>, synced: Synced) -> StoreResult<T> {
+    let registered = registered?;
+    synced.map_err(StoreError::Unavailable)?;
+    Ok(registered)
 }

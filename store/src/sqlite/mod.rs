@@ -46,8 +46,13 @@ const SETTLE_FOR: Duration = Duration::from_secs(1);
 /// SQLite's `synchronous` setting, the durability/speed trade-off of a commit in WAL mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Synchronous {
-    /// fsync the WAL at every commit: an acknowledged event survives power loss too.
+    /// fsync the WAL at every commit before anyone may read it: an acknowledged event
+    /// survives power loss too, and so does every commit any process has read.
     Full,
+    /// The default: an acknowledged event or registration survives power loss, as under
+    /// `Full`; on a file opened in process, this host's other processes may read it up to
+    /// one fsync earlier, so the next stage does not wait for the disk (`announced_first`).
+    Acknowledged,
     /// fsync at checkpoints only: an acknowledged event survives any process crash; an OS
     /// crash or power loss may lose the last commits, never corrupt the file.
     Normal,
@@ -78,7 +83,7 @@ pub struct SqliteOptions {
 impl Default for SqliteOptions {
     fn default() -> Self {
         Self {
-            synchronous: Synchronous::Full,
+            synchronous: Synchronous::Acknowledged,
             busy_timeout: Duration::from_secs(30),
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
             migrate: true,
@@ -88,7 +93,7 @@ impl Default for SqliteOptions {
 }
 
 impl SqliteOptions {
-    /// Parses the query part of a `sqlite://` URL: `synchronous=full|normal`, `busy_timeout=30s`,
+    /// Parses the query part of a `sqlite://` URL: `synchronous=acknowledged|full|normal`, `busy_timeout=30s`,
     /// `max_batch_bytes=64MiB`, `migrate=true|false`.
     pub fn from_query(query: &str) -> Result<Self, String> {
         let mut options = Self::default();
@@ -98,8 +103,9 @@ impl SqliteOptions {
                 "synchronous" => {
                     options.synchronous = match value {
                         "full" => Synchronous::Full,
+                        "acknowledged" => Synchronous::Acknowledged,
                         "normal" => Synchronous::Normal,
-                        other => return Err(format!("synchronous={other:?} is not full or normal")),
+                        other => return Err(format!("synchronous={other:?} is not acknowledged, full or normal")),
                     }
                 }
                 "busy_timeout" => {
@@ -137,9 +143,14 @@ pub struct SqliteBackend {
     max_batch_bytes: u64,
     /// `SqliteOptions::claims_from_other_hosts`.
     claims_from_other_hosts: bool,
+    /// `SqliteOptions::synchronous`.
+    synchronous: Synchronous,
     /// A stage's writes are announced before they are synced (`announced_first`): the file
-    /// syncs every commit (`synchronous=full`) and only this host's processes hold it.
+    /// is opened `synchronous=acknowledged`, only this host's processes hold it, and its log
+    /// is open to sync.
     announces_before_syncing: bool,
+    /// The write-ahead log, held open to sync it (`None` at `synchronous=normal`).
+    log: Option<Arc<announced_first::WriteAheadLog>>,
     /// Wakes `wait_for_change` when the store file is written.
     wakes: wakes::SharedWakes,
 }
@@ -218,11 +229,19 @@ impl SqliteBackend {
         let path = path.as_ref().to_path_buf();
         let opened_path = path.clone();
         let max_batch_bytes = options.max_batch_bytes;
-        let claims_from_other_hosts = options.claims_from_other_hosts;
-        let announces_before_syncing = options.synchronous == Synchronous::Full && !claims_from_other_hosts;
-        let connection = tokio::task::spawn_blocking(move || Self::connect(&opened_path, &options))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
+        let (claims_from_other_hosts, synchronous) = (options.claims_from_other_hosts, options.synchronous);
+        let (connection, log) = tokio::task::spawn_blocking(move || {
+            let conn = Self::connect(&opened_path, &options)?;
+            let log = match options.synchronous {
+                Synchronous::Normal => None,
+                Synchronous::Full | Synchronous::Acknowledged => announced_first::WriteAheadLog::of(&conn),
+            };
+            Ok::<_, StoreError>((conn, log))
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
+        let announces_before_syncing =
+            synchronous == Synchronous::Acknowledged && !claims_from_other_hosts && log.is_some();
         let wakes = Arc::new(wakes::FileWakes::new(&path));
         Ok(Self {
             connection: Arc::new(Mutex::new(connection)),
@@ -230,7 +249,9 @@ impl SqliteBackend {
             path,
             max_batch_bytes,
             claims_from_other_hosts,
+            synchronous,
             announces_before_syncing,
+            log,
             wakes,
         })
     }
@@ -289,7 +310,7 @@ impl SqliteBackend {
             )));
         }
         let synchronous = match options.synchronous {
-            Synchronous::Full => "FULL",
+            Synchronous::Full | Synchronous::Acknowledged => "FULL",
             Synchronous::Normal => "NORMAL",
         };
         conn.execute_batch(&format!("PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"))
@@ -352,7 +373,9 @@ impl SqliteBackend {
             path,
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
             claims_from_other_hosts: true,
+            synchronous: Synchronous::Full,
             announces_before_syncing: false,
+            log: None,
         })
     }
 
@@ -379,6 +402,14 @@ impl SqliteBackend {
         self.with_connection(|conn| schema::schema_version(conn)).await
     }
 
+    /// How this handle's claims are served (`runs::Commit::of_claims`).
+    fn served(&self) -> runs::Served {
+        runs::Served {
+            to_other_hosts: self.claims_from_other_hosts,
+            synced_file: self.synchronous != Synchronous::Normal,
+        }
+    }
+
     /// Group commit: concurrent appends through this handle (the store service's 16
     /// clients, a runner's threads) share one transaction and one fsync. Each waits in the
     /// queue; whichever task holds the connection next commits everything queued by then,
@@ -393,22 +424,27 @@ impl SqliteBackend {
         let pending = writes::PendingAppend { batch: batch.clone(), event, hand_on, reply };
         self.appends.lock().unwrap_or_else(|p| p.into_inner()).push(pending);
         let (queue, cap) = (Arc::clone(&self.appends), self.max_batch_bytes);
-        let (answers, synced) = self
-            .write_announced_first(move |conn| {
+        self.write_on_a_stage_path(
+            move |conn, commit| {
                 let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
-                Ok(match group.is_empty() {
-                    true => Vec::new(),
-                    false => writes::append_group(conn, group, cap),
-                })
-            })
-            .await?;
-        for (reply, answer) in answers {
-            let answer = match (&synced, answer) {
-                (Err(unsynced), Ok(_)) => Err(StoreError::Unavailable(unsynced.clone())),
-                (_, answer) => answer,
-            };
-            let _ = reply.send(answer); // the caller may have gone; the event stands regardless
-        }
+                match group.is_empty() {
+                    true => Ok(Vec::new()),
+                    // Refused before the group is written (the commit's setting could not be
+                    // changed), the group goes with its replies: each caller hears it failed.
+                    false => commit.run(conn, move |conn| Ok(writes::append_group(conn, group, cap))),
+                }
+            },
+            |done, synced| {
+                for (reply, answer) in done.unwrap_or_default() {
+                    let answer = match (&synced, answer) {
+                        (Err(unsynced), Ok(_)) => Err(StoreError::Unavailable(unsynced.clone())),
+                        (_, answer) => answer,
+                    };
+                    let _ = reply.send(answer); // the caller may have gone; the event stands regardless
+                }
+            },
+        )
+        .await?;
         let answer =
             answer.await.map_err(|_| StoreError::Unavailable("the append was lost with its store task".into()));
         answer?.map_err(|e| self.naming_the_file(e))

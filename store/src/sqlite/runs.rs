@@ -32,14 +32,16 @@ pub fn claim(
 /// `ObjectStore::claim_many`: every claim in one IMMEDIATE transaction (one commit, one
 /// fsync), each in a savepoint of its own so a refused claim (unknown batch, a claim key
 /// already used) changes nothing and the others still commit. If the commit fails nothing
-/// was claimed and that is the outer error.
+/// was claimed and that is the outer error. Not synced, unless served to other hosts from a
+/// file read before its syncs (`Commit::of_claims`).
 pub fn claim_many(
     conn: &mut Connection,
     batches: &[BatchId],
     component: &ComponentName,
     holder: &RunHolder,
+    served: Served,
 ) -> StoreResult<Vec<StoreResult<Claim>>> {
-    with_synchronous(conn, Commit::Unsynced, |conn| claim_each(conn, batches, component, holder))
+    with_synchronous(conn, Commit::of_claims(false, served), |conn| claim_each(conn, batches, component, holder))
 }
 
 /// How a claim's commit reaches the disk.
@@ -57,15 +59,30 @@ pub(super) enum Commit {
     /// `synchronous` at least FULL, even on a file opened with `synchronous=normal`: the
     /// commit's WAL is synced before it answers. An exclusive claim is its batches' lock,
     /// synced where the file is served to holders on other hosts, which a power loss of this
-    /// one does not stop (`SqliteOptions::claims_from_other_hosts`).
+    /// one does not stop (`SqliteOptions::claims_from_other_hosts`). So is every claim served
+    /// from a file whose writes this host's processes may read before their sync
+    /// (`announced_first`): syncing the claim makes what its holder read durable before it
+    /// works.
     Synced,
 }
 
+/// Whether a claim's holder may be on another host, and whether the file it claims from
+/// syncs its commits (`synchronous` other than `normal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Served {
+    pub(super) to_other_hosts: bool,
+    pub(super) synced_file: bool,
+}
+
 impl Commit {
-    /// How a `claim_ready` commits: synced only if it must be durable (exclusive: a lock)
-    /// and its holder may be on another host.
-    fn of_ready_claims(durable: bool, from_other_hosts: bool) -> Self {
-        if durable && from_other_hosts { Commit::Synced } else { Commit::Unsynced }
+    /// How claims commit: synced only if their holder may be on another host and either the
+    /// claims must be durable (exclusive: a lock) or the file syncs its commits (its writes
+    /// may then have been read before their sync: `announced_first`).
+    fn of_claims(durable: bool, served: Served) -> Self {
+        match served.to_other_hosts && (durable || served.synced_file) {
+            true => Commit::Synced,
+            false => Commit::Unsynced,
+        }
     }
 }
 
@@ -99,13 +116,9 @@ pub(super) fn with_synchronous<T>(
 /// checkpoint and its claim (in a savepoint, as `claim_many`'s), all in one IMMEDIATE
 /// transaction, so no other writer moves a batch between its re-check and its claim, nor
 /// between an exclusive claim's look at its open run and its claim. Not synced, as
-/// `claim_many`'s commit, unless exclusive and served to other hosts (`Commit::of_ready_claims`).
-pub fn claim_ready(
-    conn: &mut Connection,
-    request: &ReadyClaimRequest,
-    from_other_hosts: bool,
-) -> StoreResult<ReadyClaims> {
-    let commit = Commit::of_ready_claims(ready_claims::durable(request), from_other_hosts);
+/// `claim_many`'s commit, unless served to other hosts (`Commit::of_claims`).
+pub fn claim_ready(conn: &mut Connection, request: &ReadyClaimRequest, served: Served) -> StoreResult<ReadyClaims> {
+    let commit = Commit::of_claims(ready_claims::durable(request), served);
     with_synchronous(conn, commit, |conn| claim_ready_in(conn, request))
 }
 
@@ -385,11 +398,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_durable_claim_whose_holder_may_be_on_another_host_is_synced() {
-        assert_eq!(Commit::of_ready_claims(true, true), Commit::Synced);
-        assert_eq!(Commit::of_ready_claims(true, false), Commit::Unsynced);
-        assert_eq!(Commit::of_ready_claims(false, true), Commit::Unsynced);
-        assert_eq!(Commit::of_ready_claims(false, false), Commit::Unsynced);
+    fn only_a_claim_whose_holder_may_be_on_another_host_is_synced() {
+        let served = |to_other_hosts, synced_file| Served { to_other_hosts, synced_file };
+        // Exclusive: a lock, whatever the file's setting.
+        assert_eq!(Commit::of_claims(true, served(true, false)), Commit::Synced);
+        assert_eq!(Commit::of_claims(true, served(true, true)), Commit::Synced);
+        // Not exclusive: synced where the file's writes may have been read before their sync.
+        assert_eq!(Commit::of_claims(false, served(true, true)), Commit::Synced);
+        assert_eq!(Commit::of_claims(false, served(true, false)), Commit::Unsynced);
+        // In process: every holder ends with this host.
+        for (durable, synced_file) in [(true, true), (true, false), (false, true), (false, false)] {
+            assert_eq!(Commit::of_claims(durable, served(false, synced_file)), Commit::Unsynced);
+        }
     }
 
     #[test]
