@@ -1,6 +1,6 @@
 //! Retention benchmark (issue #43): `autocomp prune` (`Operator::prune`) over a store of
-//! 1,000,000 finished batches of 10 events each, on SQLite (`synchronous=full`, the embedded
-//! default) and on PostgreSQL (Debian's, started by `autocomp-test-servers` under /var/tmp,
+//! 1,000,000 finished batches of 10 events each, on SQLite (opened with the default
+//! settings: every commit synced) and on PostgreSQL (Debian's, started by `autocomp-test-servers` under /var/tmp,
 //! `fsync=on`) in the same run, one after the other, while a pass loop claims and records on
 //! other batches of the same store. Everything shares the machine's cores: server, operator,
 //! pass loop and this bench.

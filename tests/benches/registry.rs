@@ -1,6 +1,6 @@
 //! Idle cron start with the component registry in place, side by side with the release
 //! before it, in one run: the release `probe-component` of this tree and of a baseline
-//! commit, each on its own SQLite store (default `synchronous=full`), a local index, and
+//! commit, each on its own SQLite store (default settings), a local index, and
 //! ZooKeeper locks on one real standalone server. Starts alternate between the two binaries,
 //! so both see the same machine load.
 //!
