@@ -29,7 +29,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 
 use super::runs::{Commit, with_synchronous};
-use super::{SqliteBackend, wakes};
+use super::{SqliteBackend, Synchronous, announced};
 use crate::port::{StoreError, StoreResult};
 
 /// Whether what a stage's write committed, and every commit before it, is on disk: `Ok`, or
@@ -58,6 +58,13 @@ impl StageCommit {
 }
 
 impl SqliteBackend {
+    /// Whether a stage's writes are announced before they are synced: the file is opened
+    /// `synchronous=acknowledged`, only this host's processes hold it, and its log is open
+    /// to sync.
+    pub(super) fn announces_before_syncing(&self) -> bool {
+        self.synchronous == Synchronous::Acknowledged && !self.claims_from_other_hosts && self.log.is_some()
+    }
+
     /// `with_connection` for a write on a stage's path (an append group, a registration):
     /// `work` commits as its `StageCommit` says, the commit is announced, and then, while
     /// the next write may already run, the log is synced where the write was announced
@@ -74,15 +81,10 @@ impl SqliteBackend {
     {
         let connection = Arc::clone(&self.connection);
         let wakes = Arc::clone(&self.wakes);
-        let (first, log) = (self.announces_before_syncing, self.log.clone());
+        let (first, log) = (self.announces_before_syncing(), self.log.clone());
         tokio::task::spawn_blocking(move || {
             let mut conn = connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let before = conn.total_changes();
-            let done = work(&mut conn, StageCommit { unsynced: first });
-            let changed = conn.total_changes() != before;
-            if changed {
-                wakes.announce(&wakes::take_concerns(&conn));
-            }
+            let (done, changed) = announced(&mut conn, &wakes, |conn| work(conn, StageCommit { unsynced: first }));
             drop(conn);
             let synced = match (&done, &log) {
                 (Ok(_), Some(log)) if first || !changed => log.sync(),
@@ -93,6 +95,13 @@ impl SqliteBackend {
         .await
         .map_err(|e| self.naming_the_file(StoreError::Unavailable(format!("store task failed: {e}"))))
     }
+}
+
+/// A write's answer once what it committed is on disk: an outage if that is not known.
+pub(super) fn on_disk<T>(answer: StoreResult<T>, synced: &Synced) -> StoreResult<T> {
+    let answer = answer?;
+    synced.clone().map_err(StoreError::Unavailable)?;
+    Ok(answer)
 }
 
 /// The store's write-ahead log, open for syncing: SQLite's own file, named by the
@@ -187,11 +196,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
         assert_eq!(SqliteOptions::default().synchronous, Synchronous::Acknowledged);
-        assert!(open(&path, in_process()).await.announces_before_syncing);
-        assert!(!open(&path, SqliteOptions::default()).await.announces_before_syncing, "served");
+        assert!(open(&path, in_process()).await.announces_before_syncing());
+        assert!(!open(&path, SqliteOptions::default()).await.announces_before_syncing(), "served");
         for synchronous in [Synchronous::Full, Synchronous::Normal] {
             let options = SqliteOptions { synchronous, ..in_process() };
-            assert!(!open(&path, options).await.announces_before_syncing, "{synchronous:?}");
+            assert!(!open(&path, options).await.announces_before_syncing(), "{synchronous:?}");
         }
     }
 
@@ -213,7 +222,7 @@ mod tests {
         let link = dir.path().join("link.db");
         std::os::unix::fs::symlink(dir.path().join("store.db"), &link).unwrap();
         let store = open(&link, in_process()).await;
-        assert!(store.announces_before_syncing);
+        assert!(store.announces_before_syncing());
         assert_eq!(store.log.as_ref().unwrap().path, dir.path().join("store.db-wal"));
         assert!(matches!(register(&store, "B1").await.unwrap(), CreateOutcome::Created(_)));
     }
@@ -271,7 +280,7 @@ mod tests {
         let writer = open(&path, in_process()).await;
         register(&writer, "B1").await.unwrap();
         let mut served = open(&path, SqliteOptions::default()).await;
-        assert!(!served.announces_before_syncing);
+        assert!(!served.announces_before_syncing());
         let log = failing_disk(&mut served);
         assert_not_on_disk(register(&served, "B1").await);
         served.log = log;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::announced_first::Synced;
+use super::announced_first::on_disk;
 use super::{LATEST_VERSION, SETTLE_FOR, SqliteBackend, WATCHING_POLL, reads, runs, schema, writes};
 use crate::port::ready_claims::{ReadyClaimRequest, ReadyClaims};
 use crate::port::{
@@ -29,7 +29,7 @@ impl BatchStore for SqliteBackend {
         let cap = self.max_batch_bytes;
         self.write_on_a_stage_path(
             move |conn, commit| commit.run(conn, |conn| writes::register_batch(conn, &batch, first, cap)),
-            on_disk,
+            |registered, synced| on_disk(registered, &synced),
         )
         .await?
         .map_err(|e| self.naming_the_file(e))
@@ -291,7 +291,7 @@ impl SqliteBackend {
             move |conn, commit| {
                 commit.run(conn, |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on))
             },
-            on_disk,
+            |registered, synced| on_disk(registered, &synced),
         )
         .await?
         .map_err(|e| self.naming_the_file(e))
@@ -319,11 +319,4 @@ impl SqliteBackend {
         };
         waiting.concerning_or_announced(since, read_after, interest, timeout).await
     }
-}
-
-/// A registration's answer once it is on disk: an outage if it is not known to be.
-fn on_disk<T>(registered: StoreResult<T>, synced: Synced) -> StoreResult<T> {
-    let registered = registered?;
-    synced.map_err(StoreError::Unavailable)?;
-    Ok(registered)
 }

@@ -145,10 +145,6 @@ pub struct SqliteBackend {
     claims_from_other_hosts: bool,
     /// `SqliteOptions::synchronous`.
     synchronous: Synchronous,
-    /// A stage's writes are announced before they are synced (`announced_first`): the file
-    /// is opened `synchronous=acknowledged`, only this host's processes hold it, and its log
-    /// is open to sync.
-    announces_before_syncing: bool,
     /// The write-ahead log, held open to sync it (`None` at `synchronous=normal`).
     log: Option<Arc<announced_first::WriteAheadLog>>,
     /// Wakes `wait_for_change` when the store file is written.
@@ -188,6 +184,19 @@ fn create_private(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// `work` on the connection, then, if it changed anything, what it committed announced to
+/// the host's waiters (or rolled back: a spurious wake costs a waiter one head read); with
+/// whether it changed anything.
+fn announced<T>(conn: &mut Connection, wakes: &wakes::FileWakes, work: impl FnOnce(&mut Connection) -> T) -> (T, bool) {
+    let before = conn.total_changes();
+    let done = work(conn);
+    let changed = conn.total_changes() != before;
+    if changed {
+        wakes.announce(&wakes::take_concerns(conn));
+    }
+    (done, changed)
 }
 
 /// The embedded store as every caller holds it: the file behind the checks every backend
@@ -240,8 +249,6 @@ impl SqliteBackend {
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("opening the store failed: {e}")))??;
-        let announces_before_syncing =
-            synchronous == Synchronous::Acknowledged && !claims_from_other_hosts && log.is_some();
         let wakes = Arc::new(wakes::FileWakes::new(&path));
         Ok(Self {
             connection: Arc::new(Mutex::new(connection)),
@@ -250,7 +257,6 @@ impl SqliteBackend {
             max_batch_bytes,
             claims_from_other_hosts,
             synchronous,
-            announces_before_syncing,
             log,
             wakes,
         })
@@ -374,7 +380,6 @@ impl SqliteBackend {
             max_batch_bytes: crate::port::DEFAULT_MAX_BATCH_BYTES,
             claims_from_other_hosts: true,
             synchronous: Synchronous::Full,
-            announces_before_syncing: false,
             log: None,
         })
     }
@@ -436,11 +441,8 @@ impl SqliteBackend {
             },
             |done, synced| {
                 for (reply, answer) in done.unwrap_or_default() {
-                    let answer = match (&synced, answer) {
-                        (Err(unsynced), Ok(_)) => Err(StoreError::Unavailable(unsynced.clone())),
-                        (_, answer) => answer,
-                    };
-                    let _ = reply.send(answer); // the caller may have gone; the event stands regardless
+                    // The caller may have gone; the event stands regardless.
+                    let _ = reply.send(announced_first::on_disk(answer, &synced));
                 }
             },
         )
@@ -462,13 +464,7 @@ impl SqliteBackend {
             // A panic mid-transaction rolled the transaction back when it unwound; the
             // connection itself is still sound.
             let mut conn = connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let before = conn.total_changes();
-            let done = work(&mut conn);
-            if conn.total_changes() != before {
-                // Committed (or rolled back: a spurious wake costs a waiter one head read).
-                wakes.announce(&wakes::take_concerns(&conn));
-            }
-            done
+            announced(&mut conn, &wakes, work).0
         })
         .await
         .map_err(|e| StoreError::Unavailable(format!("store task failed: {e}")))?
