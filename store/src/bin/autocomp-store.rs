@@ -39,7 +39,7 @@ enum Command {
     /// token; reads are open from loopback and need the token from anywhere else.
     #[command(after_help = EXIT_CODES)]
     Serve {
-        /// The database: sqlite:///path/to/store.db[?synchronous=full|normal] or
+        /// The database: sqlite:///path/to/store.db[?synchronous=acknowledged|full|normal] or
         /// postgres://user@host[,host2]/database[?target_session_attrs=read-write&...]
         /// (the password from ?password_file=/path, $PGPASSWORD or the URL, which `ps` shows:
         /// prefer --db-file or password_file).
