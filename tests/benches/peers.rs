@@ -21,8 +21,10 @@
 //!   that window / items.
 //! - trickle: 20 items/s for `AUTOCOMP_BENCH_TRICKLE_SECS` (30); latency = registration (wall
 //!   clock just before the enqueue call: the bench's for autocomp, the peer's enqueuer for the
-//!   peers) -> stage 4 finished (autocomp: the store timestamp of the `Stage4` event; peers:
-//!   the wall clock in stage 4's handler, appended to a file). p50 / p99.
+//!   peers) -> stage 4 finished (autocomp: the store timestamp of the `Stage4` event, read
+//!   every 100 ms from the change feed, the changed batches' summaries, and the whole batches
+//!   only of the items through stage 4; peers: the wall clock in stage 4's handler, appended
+//!   to a file). p50 / p99.
 //! - idle: after an 11 s settle (PostgreSQL flushes a backend's transaction counts up to 10 s
 //!   late), `AUTOCOMP_BENCH_IDLE_SECS` (30) with nothing to do: CPU of workers + servers as %
 //!   of one core, and PostgreSQL transactions/s of the system's database
@@ -643,30 +645,45 @@ fn reset_statements(pg: &Postgres, database: &str) {
 fn print_statements(pg: &Postgres, database: &str, what: &str, items: u64) {
     let sql = format!(
         "select calls, round(mean_exec_time::numeric, 3), round(total_exec_time::numeric, 1), \
-         plans, round(total_plan_time::numeric / greatest(calls, 1), 3), \
-         regexp_replace(left(query, 200), '\\s+', ' ', 'g') \
+         plans, round(total_plan_time::numeric / greatest(calls, 1), 3), rows, \
+         regexp_replace(query, '\\s+', ' ', 'g') \
          from pg_stat_statements where dbid = (select oid from pg_database where datname = '{database}') \
          order by total_exec_time + total_plan_time desc limit {}",
         if nested_statements() { 40 } else { 20 }
     );
     println!(
         "{what} statements, by server time (calls per item, mean ms on the server, total ms, \
-         plans per call, ms planning per call, statement):"
+         plans per call, ms planning per call, rows per call, statement):"
     );
     for line in pg.psql("postgres", &sql).lines() {
-        let fields: Vec<&str> = line.splitn(6, '|').collect();
-        if let [calls, mean, total, plans, planning, query] = fields[..] {
+        let fields: Vec<&str> = line.splitn(7, '|').collect();
+        if let [calls, mean, total, plans, planning, rows, query] = fields[..] {
             let calls = calls.trim().parse::<f64>().unwrap_or(0.0);
             let per_item = calls / items.max(1) as f64;
             let plans_per_call = plans.trim().parse::<f64>().unwrap_or(0.0) / calls.max(1.0);
-            let query: String = query.chars().take(110).collect();
+            let rows_per_call = rows.trim().parse::<f64>().unwrap_or(0.0) / calls.max(1.0);
             println!(
-                "  {per_item:>6.2}  {:>7}  {:>8}  {plans_per_call:>5.2}  {:>6}  {query}",
+                "  {per_item:>6.2}  {:>7}  {:>8}  {plans_per_call:>5.2}  {:>6}  {rows_per_call:>7.1}  {}",
                 mean.trim(),
                 total.trim(),
-                planning.trim()
+                planning.trim(),
+                statement_shown(query)
             );
         }
+    }
+}
+
+/// A statement as the table shows it: its first 110 characters, and where it is longer, its
+/// last 90 too, which tell apart the reads that select the same columns (`... WHERE ...`).
+fn statement_shown(query: &str) -> String {
+    let chars: Vec<char> = query.chars().collect();
+    match chars.len() > 220 {
+        true => format!(
+            "{} ... {}",
+            chars[..110].iter().collect::<String>(),
+            chars[chars.len() - 90..].iter().collect::<String>()
+        ),
+        false => query.to_owned(),
     }
 }
 
