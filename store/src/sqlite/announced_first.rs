@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use super::runs::{Commit, with_synchronous};
+use super::runs::{Commit, SYNCHRONOUS_FULL, with_synchronous};
 use super::{SqliteBackend, Synchronous, announced};
 use crate::port::{StoreError, StoreResult};
 
@@ -51,7 +51,8 @@ impl StageCommit {
         work: impl FnOnce(&mut Connection) -> StoreResult<T>,
     ) -> StoreResult<T> {
         match self.unsynced {
-            true => with_synchronous(conn, Commit::Unsynced, work),
+            // Unsynced only at `acknowledged`, whose connection is at FULL for every other write.
+            true => with_synchronous(conn, Commit::Unsynced, SYNCHRONOUS_FULL, work),
             false => work(conn),
         }
     }

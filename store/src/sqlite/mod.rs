@@ -434,8 +434,8 @@ impl SqliteBackend {
                 let group = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
                 match group.is_empty() {
                     true => Ok(Vec::new()),
-                    // Refused before the group is written (the commit's setting could not be
-                    // changed), the group goes with its replies: each caller hears it failed.
+                    // Never refused for its setting (`with_synchronous`): the group's replies
+                    // always come back with their answers.
                     false => commit.run(conn, move |conn| Ok(writes::append_group(conn, group, cap))),
                 }
             },

@@ -41,7 +41,9 @@ pub fn claim_many(
     holder: &RunHolder,
     served: Served,
 ) -> StoreResult<Vec<StoreResult<Claim>>> {
-    with_synchronous(conn, Commit::of_claims(false, served), |conn| claim_each(conn, batches, component, holder))
+    with_synchronous(conn, Commit::of_claims(false, served), served.base(), |conn| {
+        claim_each(conn, batches, component, holder)
+    })
 }
 
 /// How a claim's commit reaches the disk.
@@ -74,6 +76,17 @@ pub(super) struct Served {
     pub(super) synced_file: bool,
 }
 
+impl Served {
+    /// The file's own `synchronous` (as `SqliteBackend::open_with` sets it): FULL where it
+    /// syncs its commits, NORMAL where it does not.
+    pub(super) fn base(self) -> i64 {
+        match self.synced_file {
+            true => SYNCHRONOUS_FULL,
+            false => SYNCHRONOUS_NORMAL,
+        }
+    }
+}
+
 impl Commit {
     /// How claims commit: synced only if their holder may be on another host and either the
     /// claims must be durable (exclusive: a lock) or the file syncs its commits (its writes
@@ -86,28 +99,44 @@ impl Commit {
     }
 }
 
-/// `work` with the connection's `synchronous` as `commit` needs it, set back afterwards,
-/// also when `work` panics (the connection outlives a panic: left at NORMAL, every later
-/// commit through it would go unsynced).
+/// `work` with the connection's `synchronous` as `commit` needs it, then set back to
+/// `base`, the handle's own setting (`Served::base`), also when `work` panics (the connection
+/// outlives a panic: left at NORMAL, every later commit through it would go unsynced).
+/// Set from `base`, not from what the connection holds, so a setting a call before could
+/// not set back is made good by the next claim or stage write. A commit that may go unsynced
+/// and cannot change the setting commits as the connection holds it (synced, at worst); one
+/// that must be synced is refused before it writes. Not setting it back is logged, and
+/// `work`'s answer stands: its own commit went as `commit` asked; what it leaves is the
+/// commits through the connection until the next claim or stage write (SQLite refuses the
+/// `PRAGMA` inside a transaction, which no write leaves open: its `Transaction` rolls back
+/// when dropped, also in a panic's unwinding).
 pub(super) fn with_synchronous<T>(
     conn: &mut Connection,
     commit: Commit,
+    base: i64,
     work: impl FnOnce(&mut Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).map_err(unavailable)?;
     let wanted = match commit {
-        Commit::Unsynced => synchronous.min(SYNCHRONOUS_NORMAL),
-        Commit::Synced => synchronous.max(SYNCHRONOUS_FULL),
+        Commit::Unsynced => base.min(SYNCHRONOUS_NORMAL),
+        Commit::Synced => base.max(SYNCHRONOUS_FULL),
     };
-    if wanted != synchronous {
-        conn.pragma_update(None, "synchronous", wanted).map_err(unavailable)?;
+    match (conn.pragma_update(None, "synchronous", wanted), commit) {
+        (Ok(()), _) => {}
+        (Err(error), Commit::Unsynced) => {
+            tracing::debug!(
+                "synchronous={wanted} could not be set for an unsynced commit ({error}); it commits as set"
+            );
+        }
+        (Err(error), Commit::Synced) => return Err(unavailable(error)),
     }
     let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut *conn)));
-    if wanted != synchronous {
-        let restored = conn.pragma_update(None, "synchronous", synchronous);
-        if done.is_ok() {
-            restored.map_err(unavailable)?;
-        }
+    if wanted != base
+        && let Err(error) = conn.pragma_update(None, "synchronous", base)
+    {
+        tracing::error!(
+            "the store connection's synchronous could not be set back to {base} ({error}); \
+             its commits may go unsynced until the next claim or stage write sets it"
+        );
     }
     done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
@@ -119,7 +148,7 @@ pub(super) fn with_synchronous<T>(
 /// `claim_many`'s commit, unless served to other hosts (`Commit::of_claims`).
 pub fn claim_ready(conn: &mut Connection, request: &ReadyClaimRequest, served: Served) -> StoreResult<ReadyClaims> {
     let commit = Commit::of_claims(ready_claims::durable(request), served);
-    with_synchronous(conn, commit, |conn| claim_ready_in(conn, request))
+    with_synchronous(conn, commit, served.base(), |conn| claim_ready_in(conn, request))
 }
 
 fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreResult<ReadyClaims> {
@@ -167,7 +196,7 @@ fn claim_ready_in(conn: &mut Connection, request: &ReadyClaimRequest) -> StoreRe
 
 /// SQLite's `synchronous` NORMAL and FULL, as `PRAGMA synchronous` reads them.
 const SYNCHRONOUS_NORMAL: i64 = 1;
-const SYNCHRONOUS_FULL: i64 = 2;
+pub(super) const SYNCHRONOUS_FULL: i64 = 2;
 
 fn claim_each(
     conn: &mut Connection,
@@ -417,10 +446,64 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.pragma_update(None, "synchronous", SYNCHRONOUS_FULL).unwrap();
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            with_synchronous(&mut conn, Commit::Unsynced, |_| -> StoreResult<()> { panic!("a claim's bug") })
+            with_synchronous(&mut conn, Commit::Unsynced, SYNCHRONOUS_FULL, |_| -> StoreResult<()> {
+                panic!("a claim's bug")
+            })
         }));
         assert!(panicked.is_err());
         let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
         assert_eq!(synchronous, SYNCHRONOUS_FULL, "results through this connection would go unsynced");
+    }
+
+    fn synchronous(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap()
+    }
+
+    #[test]
+    fn a_setting_left_unrestored_is_made_good_by_the_next_claim() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // As a call before left it: NORMAL on a handle whose own setting is FULL.
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).unwrap();
+        let inside = with_synchronous(&mut conn, Commit::Synced, SYNCHRONOUS_FULL, |conn| Ok(synchronous(conn)));
+        assert_eq!(inside.unwrap(), SYNCHRONOUS_FULL, "a synced claim commits synced");
+        assert_eq!(synchronous(&conn), SYNCHRONOUS_FULL);
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL).unwrap();
+        let inside = with_synchronous(&mut conn, Commit::Unsynced, SYNCHRONOUS_FULL, |conn| Ok(synchronous(conn)));
+        assert_eq!(inside.unwrap(), SYNCHRONOUS_NORMAL);
+        assert_eq!(synchronous(&conn), SYNCHRONOUS_FULL, "set back to the handle's own, not to what it found");
+    }
+
+    #[test]
+    fn a_setting_that_cannot_change_refuses_only_a_commit_that_must_be_synced() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_FULL).unwrap();
+        // SQLite refuses to change the setting inside a transaction.
+        conn.execute_batch("BEGIN").unwrap();
+        let mut worked = false;
+        let synced = with_synchronous(&mut conn, Commit::Synced, SYNCHRONOUS_NORMAL, |_| {
+            worked = true;
+            Ok(())
+        });
+        assert!(matches!(synced, Err(StoreError::Unavailable(_))), "{synced:?}");
+        assert!(!worked, "nothing written unsynced where a sync was owed");
+        let unsynced = with_synchronous(&mut conn, Commit::Unsynced, SYNCHRONOUS_FULL, |conn| Ok(synchronous(conn)));
+        assert_eq!(unsynced.unwrap(), SYNCHRONOUS_FULL, "committed as set: synced, never refused");
+        conn.execute_batch("COMMIT").unwrap();
+    }
+
+    #[test]
+    fn a_setting_not_set_back_leaves_the_writes_answer_as_it_was() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS_FULL).unwrap();
+        // A write that leaves a transaction open: the setting cannot be set back after it.
+        let answered = with_synchronous(&mut conn, Commit::Unsynced, SYNCHRONOUS_FULL, |conn| {
+            conn.execute_batch("BEGIN").map_err(unavailable)?;
+            Ok(7)
+        });
+        assert_eq!(answered.unwrap(), 7);
+        assert_eq!(synchronous(&conn), SYNCHRONOUS_NORMAL, "not set back inside the transaction");
+        conn.execute_batch("COMMIT").unwrap();
+        with_synchronous(&mut conn, Commit::Unsynced, SYNCHRONOUS_FULL, |_| Ok(())).unwrap();
+        assert_eq!(synchronous(&conn), SYNCHRONOUS_FULL, "made good by the next claim");
     }
 }
