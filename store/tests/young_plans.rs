@@ -1,6 +1,6 @@
 //! A PostgreSQL connection plans a stage's statements once and keeps the plans (PL/pgSQL's
-//! cached plans, generic since schema 21; the judged claim's read and the read of whole
-//! batches, planned once): a plan made while the store was nearly empty must still look
+//! cached plans, generic since schema 21; the judged claim's read and the reads of batches
+//! by id, planned once): a plan made while the store was nearly empty must still look
 //! batches up by key once it holds thousands. Until schema 22 the lock of `id = ANY (...)`
 //! was planned as a sequential scan on an empty table, and every registration, claim and
 //! result on that connection then read the whole table.
@@ -205,4 +205,59 @@ async fn a_connection_plans_the_read_of_whole_batches_once() {
     let (calls, plans) = (numbers[0], numbers[1]);
     assert_eq!(calls, READS as u64 + 1, "the reads counted: {counted}");
     assert!(plans <= 1, "{calls} reads of whole batches on one connection were planned {plans} times");
+}
+
+/// A read of some hundreds of batches by id (`get_summaries`: `sboi serve` reading a feed
+/// page; `get_listings`) looks them up by key, however many it names and whatever the
+/// table's statistics say. Left to plan each call for the ids given, PostgreSQL read the
+/// whole table for a few hundred of a few thousand: 24-42 ms a call in the peers bench's
+/// backlog against 1.6-1.9 by key.
+#[tokio::test]
+async fn a_read_of_hundreds_of_batches_by_id_looks_them_up_by_key() {
+    let (server, url, database) = fresh_database();
+    let store = PgStore::open(&format!("{url}?pool_size=1")).await.unwrap();
+    server.psql(&database, "ALTER TABLE batches SET (autovacuum_enabled = off)");
+    let registered: Vec<BatchId> = (0..3).map(|n| format!("asked-{n}").parse().unwrap()).collect();
+    for id in &registered {
+        let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, agent());
+        store.register_batch(NewBatch::new(id.clone(), "Item".parse().unwrap()), received).await.unwrap();
+    }
+    server.psql(
+        &database,
+        &format!(
+            "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, \
+                 modified_at) \
+             SELECT 'grown-' || i, 'Item', 0, '{{}}', s, s, s, 0, 0 \
+             FROM (SELECT i, nextval('store_seq') AS s FROM generate_series(1, {GROWN_TO}) i) g; \
+             ANALYZE batches"
+        ),
+    );
+    // A fifth of the table asked for: the registered batches and ids no batch has.
+    let mut asked = registered.clone();
+    asked.extend((0..GROWN_TO / 5).map(|n| format!("absent-{n}").parse::<BatchId>().unwrap()));
+    let before = batches_scans(server, &database);
+    for _ in 0..STAGES {
+        let summaries = store.get_summaries(&asked).await.unwrap();
+        assert_eq!(summaries.iter().map(|s| &s.id).collect::<Vec<_>>(), registered.iter().collect::<Vec<_>>());
+        let listings = store.get_listings(&asked).await.unwrap();
+        assert_eq!(listings.len(), registered.len(), "a listing of each registered batch");
+    }
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let now = batches_scans(server, &database);
+        if (now.0 + now.2) - (before.0 + before.2) >= 2 * STAGES as u64 {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "the reads' scans never reached the statistics: {before:?} -> {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let rows_read = after.1 - before.1;
+    assert!(
+        rows_read < GROWN_TO as u64,
+        "{} reads of {} ids on a table of {GROWN_TO} batches read {rows_read} rows by sequential scans ({} scans)",
+        2 * STAGES,
+        asked.len(),
+        after.0 - before.0
+    );
 }

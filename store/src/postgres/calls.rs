@@ -1,6 +1,6 @@
 //! What every PostgreSQL operation shares: one attempt on one connection (`Attempt`), the scope
-//! that turns the server's refusals into errors, prepared statements, pages read in id order,
-//! and the reads of the head and horizon.
+//! that turns the server's refusals into errors, prepared statements, reads by id planned once
+//! by key (`read_by_ids`), pages read in id order, and the reads of the head and horizon.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,8 +33,8 @@ pub(super) const CONDITIONAL_ROUNDS: usize = 20;
 static BATCHES_BY_ID: LazyLock<String> = LazyLock::new(|| format!("{BATCH_SELECT} WHERE b.id = ANY($1)"));
 
 /// Opens a transaction whose next statement is planned once per connection (a generic plan)
-/// by its index: the judged claim's read, which a watcher sends at every stage (and the read of
-/// whole batches, `load_batches`, with the same join). PostgreSQL
+/// by its index: the judged claim's read, which a watcher sends at every stage (and the reads
+/// of batches by their ids, `read_by_ids`: whole, summaries, listings). PostgreSQL
 /// planned it again at every execution (its plan for one batch id looked cheaper than the
 /// generic one, which is the same primary-key lookup): 0.16 ms of planning for 0.03 of
 /// execution. Planned once, a plan made while `batches` was nearly empty would be a
@@ -184,33 +184,49 @@ impl PgBackend {
         .await
     }
 
-    /// The batches named, whole, in a transaction whose read is planned once per connection
-    /// (`BEGIN_PLANNED_ONCE`, sent with it: no round trip of its own). Left to choose,
-    /// PostgreSQL planned this read again at every call, its plan for the ids given looking
-    /// cheaper than the generic one, which is the same lookup by key: 0.30 ms of planning for
-    /// 0.06 of execution (stage bench, `get_batch`).
+    /// The batches named, whole (`read_by_ids`).
     pub(super) async fn load_batches(&self, ids: Vec<String>) -> StoreResult<HashMap<String, Batch>> {
         self.run("get_batches", Retry::Safe, move |client, _| {
             let ids = ids.clone();
             Box::pin(async move {
-                let statement = prepare(client, &BATCHES_BY_ID).await?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
-                // Sent in this order (`biased`: each is sent when first polled), every one
-                // awaited, so the connection is idle again, whichever failed, before it goes
-                // back to the pool; a read only, so the first failure is the answer.
-                let (begun, rows, committed) = tokio::join!(
-                    biased;
-                    client.batch_execute(BEGIN_PLANNED_ONCE),
-                    client.query(&statement, &params),
-                    client.batch_execute("COMMIT"),
-                );
-                begun.map_err(|e| self.read_failure(e))?;
-                let rows = rows.map_err(|e| self.read_failure(e))?;
-                committed.map_err(|e| self.read_failure(e))?;
+                let rows = self.read_by_ids(client, &BATCHES_BY_ID, &ids).await?;
                 rows.iter().map(|row| batch_from_row(row).map(|batch| (batch.id.as_str().to_string(), batch))).collect()
             })
         })
         .await
+    }
+
+    /// `sql`, a read of the batches whose ids are `$1` (`b.id = ANY($1)`), in a transaction
+    /// whose read is planned once per connection (`BEGIN_PLANNED_ONCE`, sent with it: no round
+    /// trip of its own), by the batches' key. Left to choose, PostgreSQL planned it again at
+    /// every call: for a few ids 0.30 ms of planning for 0.06 of execution (stage bench,
+    /// `get_batch`); for some hundreds of a young or bloated table, a sequential scan of it,
+    /// 24-42 ms a call where the lookups by key took 1.6-1.9 (`sboi serve` reading a feed
+    /// page's summaries in the peers bench's backlog, BENCHMARKS.md).
+    pub(super) async fn read_by_ids<I>(
+        &self,
+        client: &ClientWrapper,
+        sql: &str,
+        ids: &I,
+    ) -> Result<Vec<tokio_postgres::Row>, Failure>
+    where
+        I: tokio_postgres::types::ToSql + Sync,
+    {
+        let statement = prepare(client, sql).await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [ids];
+        // Sent in this order (`biased`: each is sent when first polled), every one awaited,
+        // so the connection is idle again, whichever failed, before it goes back to the pool;
+        // a read only, so the first failure is the answer.
+        let (begun, rows, committed) = tokio::join!(
+            biased;
+            client.batch_execute(BEGIN_PLANNED_ONCE),
+            client.query(&statement, &params),
+            client.batch_execute("COMMIT"),
+        );
+        begun.map_err(|e| self.read_failure(e))?;
+        let rows = rows.map_err(|e| self.read_failure(e))?;
+        committed.map_err(|e| self.read_failure(e))?;
+        Ok(rows)
     }
 
     /// The horizon of the change feed: every seq up to it is committed or gone for good.

@@ -17,6 +17,20 @@ use super::{Failure, PgBackend, Retry};
 use crate::port::{BatchHead, BatchListing, ChangePage, StoreError, StoreResult};
 use autocomp_model::{BatchId, BatchSummary, ComponentName, EventType, Run, Seq, Timestamp};
 
+/// The summaries of the batches whose ids are `$1` (`get_summaries`).
+static SUMMARIES_BY_ID: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id = ANY($1)"));
+/// The listings of the batches whose ids are `$1` (`get_listings`): each summary, its
+/// creation time and its open runs.
+static LISTINGS_BY_ID: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {SUMMARY_COLUMNS}, b.created_at,
+            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
+               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
+         {SUMMARY_FROM} WHERE b.id = ANY($1)"
+    )
+});
+
 impl PgBackend {
     pub(super) async fn pg_get_summaries(&self, ids: &[BatchId]) -> StoreResult<Vec<BatchSummary>> {
         let asked: Vec<&str> = ids.iter().map(BatchId::as_str).collect();
@@ -24,9 +38,7 @@ impl PgBackend {
         let mut found: HashMap<String, BatchSummary> = self
             .run("get_summaries", Retry::Safe, |client, _| {
                 Box::pin(async move {
-                    let sql = format!("SELECT {SUMMARY_COLUMNS} {SUMMARY_FROM} WHERE b.id = ANY($1)");
-                    let statement = prepare(client, &sql).await?;
-                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    let rows = self.read_by_ids(client, &SUMMARIES_BY_ID, asked).await?;
                     rows.iter()
                         .map(|row| summary_from_row(row).map(|summary| (summary.id.as_str().to_string(), summary)))
                         .collect()
@@ -121,14 +133,7 @@ impl PgBackend {
         let mut found: HashMap<String, BatchListing> = self
             .run("get_listings", Retry::Safe, |client, _| {
                 Box::pin(async move {
-                    let sql = format!(
-                        "SELECT {SUMMARY_COLUMNS}, b.created_at,
-                            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.component, r.generation)::text
-                               FROM runs r WHERE r.batch_id = b.id AND r.state = 'open')
-                         {SUMMARY_FROM} WHERE b.id = ANY($1)"
-                    );
-                    let statement = prepare(client, &sql).await?;
-                    let rows = client.query(&statement, &[asked]).await.map_err(|e| self.read_failure(e))?;
+                    let rows = self.read_by_ids(client, &LISTINGS_BY_ID, asked).await?;
                     rows.iter()
                         .map(|row| {
                             let listing = BatchListing {
