@@ -1,5 +1,6 @@
 //! autocomp under test: its store, index and locks as each system has them, and one
-//! `--watch` process per stage.
+//! `--watch` process per stage; its observer reads the change feed and summaries, and whole
+//! batches only of the items through stage 4.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
