@@ -65,6 +65,34 @@ fn batches_scans(server: &Postgres, database: &str) -> (u64, u64, u64) {
     (numbers[0], numbers[1], numbers[2])
 }
 
+/// `GROWN_TO` batches more in `batches`, inserted by a statement that scans nothing, then
+/// `after` (SQL, or nothing).
+fn grow(server: &Postgres, database: &str, after: &str) {
+    server.psql(
+        database,
+        &format!(
+            "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, \
+                 modified_at) \
+             SELECT 'grown-' || i, 'Item', 0, '{{}}', s, s, s, 0, 0 \
+             FROM (SELECT i, nextval('store_seq') AS s FROM generate_series(1, {GROWN_TO}) i) g; {after}"
+        ),
+    );
+}
+
+/// `batches_scans` once at least `scans` more than `before` have reached the statistics
+/// (a server process reports them when it goes idle or ends), within 30 s.
+async fn scans_reported(server: &Postgres, database: &str, before: (u64, u64, u64), scans: u64) -> (u64, u64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = batches_scans(server, database);
+        if (now.0 + now.2) - (before.0 + before.2) >= scans {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the scans never reached the statistics: {before:?} -> {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_connection_that_began_on_an_empty_store_still_looks_batches_up_by_key_thousands_of_batches_later() {
     let (server, url, database) = fresh_database();
@@ -76,31 +104,15 @@ async fn a_connection_that_began_on_an_empty_store_still_looks_batches_up_by_key
     server.psql(&database, "ALTER TABLE batches SET (autovacuum_enabled = off)");
     stage(&store, "first").await;
     // The table grows behind the connection's back, by a writer that scans nothing.
-    server.psql(
-        &database,
-        &format!(
-            "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, \
-                 modified_at) \
-             SELECT 'grown-' || i, 'Item', 0, '{{}}', s, s, s, 0, 0 \
-             FROM (SELECT i, nextval('store_seq') AS s FROM generate_series(1, {GROWN_TO}) i) g"
-        ),
-    );
+    grow(server, &database, "");
     let before = batches_scans(server, &database);
     for n in 0..STAGES {
         stage(&store, &format!("later-{n}")).await;
     }
     // Its connection closed, the server process reports what it read as it ends.
     drop(store);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let after = loop {
-        let now = batches_scans(server, &database);
-        // Each stage locks its batch at least twice (the registration's result, the claim).
-        if (now.0 + now.2) - (before.0 + before.2) >= 2 * STAGES as u64 {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "the stages' scans never reached the statistics: {before:?} -> {now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Each stage locks its batch at least twice (the registration's result, the claim).
+    let after = scans_reported(server, &database, before, 2 * STAGES as u64).await;
     let rows_read = after.1 - before.1;
     assert!(
         rows_read < GROWN_TO as u64,
@@ -222,16 +234,7 @@ async fn a_read_of_hundreds_of_batches_by_id_looks_them_up_by_key() {
         let received = NewEvent::new("Data_Received".parse().unwrap(), Outcome::Success, agent());
         store.register_batch(NewBatch::new(id.clone(), "Item".parse().unwrap()), received).await.unwrap();
     }
-    server.psql(
-        &database,
-        &format!(
-            "INSERT INTO batches (id, type, priority, metadata, created_seq, modified_seq, changed_seq, created_at, \
-                 modified_at) \
-             SELECT 'grown-' || i, 'Item', 0, '{{}}', s, s, s, 0, 0 \
-             FROM (SELECT i, nextval('store_seq') AS s FROM generate_series(1, {GROWN_TO}) i) g; \
-             ANALYZE batches"
-        ),
-    );
+    grow(server, &database, "ANALYZE batches");
     // A fifth of the table asked for: the registered batches and ids no batch has.
     let mut asked = registered.clone();
     asked.extend((0..GROWN_TO / 5).map(|n| format!("absent-{n}").parse::<BatchId>().unwrap()));
@@ -243,15 +246,7 @@ async fn a_read_of_hundreds_of_batches_by_id_looks_them_up_by_key() {
         assert_eq!(listings.len(), registered.len(), "a listing of each registered batch");
     }
     drop(store);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let after = loop {
-        let now = batches_scans(server, &database);
-        if (now.0 + now.2) - (before.0 + before.2) >= 2 * STAGES as u64 {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "the reads' scans never reached the statistics: {before:?} -> {now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let after = scans_reported(server, &database, before, 2 * STAGES as u64).await;
     let rows_read = after.1 - before.1;
     assert!(
         rows_read < GROWN_TO as u64,

@@ -103,13 +103,14 @@ impl Commit {
 /// `base`, the handle's own setting (`Served::base`), also when `work` panics (the connection
 /// outlives a panic: left at NORMAL, every later commit through it would go unsynced).
 /// Set from `base`, not from what the connection holds, so a setting a call before could
-/// not set back is made good by the next claim or stage write. A commit that may go unsynced
-/// and cannot change the setting commits as the connection holds it (synced, at worst); one
-/// that must be synced is refused before it writes. Not setting it back is logged, and
-/// `work`'s answer stands: its own commit went as `commit` asked; what it leaves is the
-/// commits through the connection until the next claim or stage write (SQLite refuses the
-/// `PRAGMA` inside a transaction, which no write leaves open: its `Transaction` rolls back
-/// when dropped, also in a panic's unwinding).
+/// not set back is made good by the next call (a claim round, `claim_many` or `claim_ready`,
+/// or an announced-first stage write). A commit that may go unsynced and cannot change the
+/// setting commits as the connection holds it; one that must be synced is refused before it
+/// writes. Not setting it back is logged, and `work`'s answer stands: its own commit went as
+/// `commit` asked; what it leaves is the commits through the connection until that next
+/// call. SQLite refuses the `PRAGMA` inside a transaction, which no write leaves open (its
+/// `Transaction` rolls back when dropped, also in a panic's unwinding), and fails it when it
+/// must read a schema another process changed and the file stays busy past its timeout.
 pub(super) fn with_synchronous<T>(
     conn: &mut Connection,
     commit: Commit,
