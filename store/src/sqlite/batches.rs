@@ -27,12 +27,7 @@ impl BatchStore for SqliteBackend {
 
     async fn register_batch(&self, batch: NewBatch, first: NewEvent) -> StoreResult<CreateOutcome> {
         let cap = self.max_batch_bytes;
-        self.write_on_a_stage_path(
-            move |conn, commit| commit.run(conn, |conn| writes::register_batch(conn, &batch, first, cap)),
-            |registered, synced| on_disk(registered, &synced),
-        )
-        .await?
-        .map_err(|e| self.naming_the_file(e))
+        self.register_on_a_stage_path(move |conn| writes::register_batch(conn, &batch, first, cap)).await
     }
 
     async fn get_batch(&self, id: &BatchId) -> StoreResult<Batch> {
@@ -287,10 +282,18 @@ impl SqliteBackend {
         hand_on: &[ComponentName],
     ) -> StoreResult<RegisteredHandingOn> {
         let (cap, hand_on) = (self.max_batch_bytes, hand_on.to_vec());
+        self.register_on_a_stage_path(move |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on)).await
+    }
+
+    /// A registration (`register`, its one transaction) written as a stage's write: committed
+    /// as its `StageCommit` says, announced, and answered once it is on disk.
+    async fn register_on_a_stage_path<T, F>(&self, register: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+    {
         self.write_on_a_stage_path(
-            move |conn, commit| {
-                commit.run(conn, |conn| writes::register_handing_on(conn, &batch, first, cap, &hand_on))
-            },
+            move |conn, commit| commit.run(conn, register),
             |registered, synced| on_disk(registered, &synced),
         )
         .await?
